@@ -1,0 +1,344 @@
+/* backend_cpu.c — averaging on the reactor's own CPU thread.
+ *
+ * Kind `average` (the seed's AverageParameterServer) folds every push into
+ * one accumulator as its bytes arrive. The first push of an entry is copied
+ * rather than added, straight from the socket into the accumulator when
+ * possible, so the common case costs one pass over memory per push. If a
+ * later push overtakes the first one, the part of the accumulator the first
+ * push has not reached yet is zeroed and from then on everyone adds.
+ *
+ * Kind `average-batch` (the seed's AverageBatchParameterServer) keeps every
+ * push in its own buffer and sums them, in slot order, at resolve time.
+ *
+ * Sparse pushes (either kind) coalesce rows in a sparse_acc; the kind only
+ * changes whether rows are folded as they arrive or at resolve time.
+ */
+#include "server/backend.h"
+#include "server/server.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cpu_backend {
+    backend base;
+} cpu_backend;
+
+/* Per-entry state of the `average` kind, dense layout. */
+typedef struct cpu_dense {
+    uint32_t first_slot;
+    uint64_t copied;    /* bytes of the first push copied so far */
+    uint64_t zero_from; /* UINT64_MAX until a later push overtakes */
+} cpu_dense;
+
+static server_kind cpu_kind(backend *b) { return b->srv->cfg.kind; }
+
+static int cpu_grow_idx(push_ctx *p, uint64_t nnz)
+{
+    if (nnz <= p->idx_cap)
+        return 0;
+    uint8_t *idx = realloc(p->idx, nnz * 8);
+    if (!idx)
+        return -1;
+    p->idx = idx;
+    uint32_t *rs = realloc(p->rowslot, nnz * sizeof *rs);
+    if (!rs)
+        return -1;
+    p->rowslot = rs;
+    p->idx_cap = nnz;
+    return 0;
+}
+
+void push_ctx_free(push_ctx *p)
+{
+    free(p->idx);
+    free(p->rowslot);
+    p->idx = NULL;
+    p->rowslot = NULL;
+    p->idx_cap = 0;
+}
+
+static int cpu_push_begin(backend *b, push_ctx *p)
+{
+    pending_entry *e = p->e;
+    server *s = b->srv;
+    if (cpu_kind(b) == KIND_AVERAGE_BATCH) {
+        if (!e->stored && !(e->stored = calloc(s->cfg.trainers, sizeof *e->stored)))
+            return -1;
+        assert(!e->stored[p->slot]);
+        e->stored[p->slot] = bufpool_get(&s->pool, p->len);
+        return e->stored[p->slot] ? 0 : -1;
+    }
+    if (e->layout == LAYOUT_SPARSE) {
+        if (p->first) {
+            if (!e->sacc && !(e->sacc = malloc(sizeof *e->sacc)))
+                return -1;
+            sparse_acc_init(e->sacc);
+            sparse_acc_reset(e->sacc, e->rows, e->cols);
+        }
+        return cpu_grow_idx(p, p->nnz);
+    }
+    if (p->first) {
+        cpu_dense *d = malloc(sizeof *d);
+        e->acc = bufpool_get(&s->pool, e->count * 4);
+        if (!d || !e->acc) {
+            free(d);
+            return -1;
+        }
+        d->first_slot = p->slot;
+        d->copied = 0;
+        d->zero_from = UINT64_MAX;
+        e->backend_state = d;
+    }
+    return 0;
+}
+
+static void cpu_push_direct_done(backend *b, push_ctx *p, uint64_t off, size_t n)
+{
+    pending_entry *e = p->e;
+    if (cpu_kind(b) == KIND_AVERAGE_BATCH)
+        return;
+    cpu_dense *d = e->backend_state;
+    assert(off == d->copied && p->slot == d->first_slot);
+    d->copied = off + n;
+}
+
+static uint8_t *cpu_push_direct(backend *b, push_ctx *p, uint64_t off, size_t *max)
+{
+    pending_entry *e = p->e;
+    if (cpu_kind(b) == KIND_AVERAGE_BATCH) {
+        *max = p->len - off;
+        return e->stored[p->slot]->data + off;
+    }
+    if (e->layout != LAYOUT_DENSE)
+        return NULL;
+    cpu_dense *d = e->backend_state;
+    if (p->slot != d->first_slot || d->zero_from != UINT64_MAX)
+        return NULL;
+    assert(off == d->copied);
+    *max = p->len - off;
+    return e->acc->data + off;
+}
+
+/* Dense, kind average: copy the first push's bytes below zero_from, add
+ * everything else. */
+static void cpu_dense_data(pending_entry *e, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+{
+    cpu_dense *d = e->backend_state;
+    uint8_t *acc = e->acc->data;
+    if (p->slot == d->first_slot) {
+        uint64_t copy_end = d->zero_from < off + n ? d->zero_from : off + n;
+        if (off < copy_end) {
+            memcpy(acc + off, src, copy_end - off);
+            d->copied = copy_end;
+            src += copy_end - off;
+            n -= copy_end - off;
+            off = copy_end;
+        }
+        if (n == 0)
+            return;
+    } else if (d->zero_from == UINT64_MAX && off + n > d->copied) {
+        /* Overtaken: zero what the first push has not written yet. The
+         * connection keeps `copied` on a float boundary (see conn.c). */
+        assert(d->copied % 4 == 0);
+        d->zero_from = d->copied;
+        memset(acc + d->zero_from, 0, p->len - d->zero_from);
+    }
+    assert(off % 4 == 0);
+    reduce_add_f32((float *)(void *)(acc + off), src, n / 4);
+}
+
+static int cpu_sparse_data(backend *b, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+{
+    pending_entry *e = p->e;
+    uint64_t ibytes = p->nnz * 8;
+    if (off < ibytes) {
+        size_t take = ibytes - off < n ? (size_t)(ibytes - off) : n;
+        memcpy(p->idx + off, src, take);
+        off += take;
+        src += take;
+        n -= take;
+        if (off == ibytes) {
+            int64_t bad;
+            int rc = sparse_acc_map(e->sacc, p->idx, p->nnz, p->rowslot, &bad);
+            if (rc == -1) {
+                snprintf(p->err, sizeof p->err, "row index %" PRId64 " outside 0..%" PRIu64, bad,
+                         e->rows ? e->rows - 1 : 0);
+                return -1;
+            }
+            if (rc < 0) {
+                snprintf(p->err, sizeof p->err, "out of memory coalescing rows");
+                return -1;
+            }
+        }
+    }
+    if (n) {
+        assert((off - ibytes) % 4 == 0);
+        sparse_acc_add(e->sacc, p->rowslot, (off - ibytes) / 4, src, n / 4);
+    }
+    return 0;
+}
+
+static int cpu_push_data(backend *b, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+{
+    pending_entry *e = p->e;
+    if (cpu_kind(b) == KIND_AVERAGE_BATCH) {
+        memcpy(e->stored[p->slot]->data + off, src, n);
+        /* Sparse: check the indices as soon as they are all in, so that a
+         * bad push is refused now rather than poisoning the resolve. */
+        uint64_t ibytes = p->nnz * 8;
+        if (e->layout == LAYOUT_SPARSE && off < ibytes && off + n >= ibytes) {
+            int64_t bad;
+            if (sparse_indices_check(e->stored[p->slot]->data, p->nnz, e->rows, &bad) < 0) {
+                snprintf(p->err, sizeof p->err, "row index %" PRId64 " outside 0..%" PRIu64, bad,
+                         e->rows ? e->rows - 1 : 0);
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (e->layout == LAYOUT_SPARSE)
+        return cpu_sparse_data(b, p, off, src, n);
+    cpu_dense_data(e, p, off, src, n);
+    return 0;
+}
+
+static void cpu_push_abort(backend *b, push_ctx *p)
+{
+    pending_entry *e = p->e;
+    if (cpu_kind(b) == KIND_AVERAGE_BATCH && e->stored && e->stored[p->slot]) {
+        psbuf_unref(e->stored[p->slot]);
+        e->stored[p->slot] = NULL;
+    }
+}
+
+/* Sum the stored pushes of an average-batch entry into a result. */
+static psbuf *cpu_resolve_batch(server *s, pending_entry *e, float scale)
+{
+    uint32_t n = s->cfg.trainers;
+    if (e->layout == LAYOUT_DENSE) {
+        psbuf *acc = NULL;
+        for (uint32_t i = 0; i < n; i++) {
+            psbuf *pb = e->stored[i];
+            if (!pb)
+                continue;
+            if (!acc) {
+                acc = pb; /* the first push becomes the accumulator */
+                e->stored[i] = NULL;
+                continue;
+            }
+            reduce_add_f32((float *)(void *)acc->data, pb->data, e->count);
+        }
+        assert(acc);
+        reduce_scale_f32((float *)(void *)acc->data, e->count, scale);
+        return acc;
+    }
+    sparse_acc sa;
+    sparse_acc_init(&sa);
+    sparse_acc_reset(&sa, e->rows, e->cols);
+    psbuf *out = NULL;
+    uint32_t *slots = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        psbuf *pb = e->stored[i];
+        if (!pb)
+            continue;
+        uint64_t nnz = pb->len / (8 + 4 * e->cols);
+        uint32_t *ns = realloc(slots, (nnz ? nnz : 1) * sizeof *ns);
+        if (!ns)
+            goto done;
+        slots = ns;
+        int64_t bad;
+        if (sparse_acc_map(&sa, pb->data, nnz, slots, &bad) < 0)
+            goto done;
+        sparse_acc_add(&sa, slots, 0, pb->data + nnz * 8, nnz * e->cols);
+    }
+    out = bufpool_get(&s->pool, sparse_acc_result_size(&sa));
+    if (out && sparse_acc_emit(&sa, scale, out->data) < 0) {
+        psbuf_unref(out);
+        out = NULL;
+    }
+done:
+    free(slots);
+    sparse_acc_free(&sa);
+    return out;
+}
+
+static void cpu_resolve(backend *b, pending_entry *e)
+{
+    server *s = b->srv;
+    float scale = reduce_mean_scale(s->cfg.trainers);
+    uint64_t t0 = server_now_ns();
+    psbuf *result;
+    if (cpu_kind(b) == KIND_AVERAGE_BATCH) {
+        result = cpu_resolve_batch(s, e, scale);
+    } else if (e->layout == LAYOUT_DENSE) {
+        result = e->acc;
+        e->acc = NULL;
+        reduce_scale_f32((float *)(void *)result->data, e->count, scale);
+    } else {
+        result = bufpool_get(&s->pool, sparse_acc_result_size(e->sacc));
+        if (result && sparse_acc_emit(e->sacc, scale, result->data) < 0) {
+            psbuf_unref(result);
+            result = NULL;
+        }
+    }
+    metrics_record(s->metrics, "method_metric,average computation",
+                   (double)(server_now_ns() - t0) / 1e6);
+    if (!result) {
+        server_entry_fail(s, e, "out of memory computing the mean");
+        return;
+    }
+    server_entry_resolved(s, e, result);
+    psbuf_unref(result);
+}
+
+static void cpu_release(backend *b, pending_entry *e)
+{
+    if (e->acc) {
+        psbuf_unref(e->acc);
+        e->acc = NULL;
+    }
+    if (e->sacc) {
+        sparse_acc_free(e->sacc);
+        free(e->sacc);
+        e->sacc = NULL;
+    }
+    if (e->stored) {
+        for (uint32_t i = 0; i < b->srv->cfg.trainers; i++)
+            if (e->stored[i])
+                psbuf_unref(e->stored[i]);
+        free(e->stored);
+        e->stored = NULL;
+    }
+    free(e->backend_state);
+    e->backend_state = NULL;
+}
+
+static void cpu_destroy(backend *b)
+{
+    free(b);
+}
+
+static const backend_ops cpu_ops = {
+    .name = "cpu",
+    .push_begin = cpu_push_begin,
+    .push_direct = cpu_push_direct,
+    .push_direct_done = cpu_push_direct_done,
+    .push_data = cpu_push_data,
+    .push_abort = cpu_push_abort,
+    .resolve = cpu_resolve,
+    .release = cpu_release,
+    .destroy = cpu_destroy,
+};
+
+backend *backend_cpu_new(server *srv)
+{
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb)
+        return NULL;
+    cb->base.ops = &cpu_ops;
+    cb->base.srv = srv;
+    return &cb->base;
+}

@@ -1,0 +1,92 @@
+/* bufpool.c — reference-counted, recycled payload buffers (see bufpool.h). */
+#include "server/bufpool.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+void bufpool_init(bufpool *p, size_t keep_bytes)
+{
+    p->free = NULL;
+    p->free_bytes = 0;
+    p->keep_bytes = keep_bytes;
+    p->allocs = 0;
+    p->live = 0;
+}
+
+static void bufpool_release(psbuf *b)
+{
+    free(b->data);
+    free(b);
+}
+
+void bufpool_destroy(bufpool *p)
+{
+    assert(p->live == 0);
+    while (p->free) {
+        psbuf *b = p->free;
+        p->free = b->next;
+        bufpool_release(b);
+    }
+    p->free_bytes = 0;
+}
+
+psbuf *bufpool_get(bufpool *p, size_t len)
+{
+    /* Best fit among free buffers no more than twice the size asked for:
+     * buckets of one model come in a handful of sizes, so this finds the
+     * buffer the same bucket used last batch. */
+    psbuf **best = NULL;
+    for (psbuf **pp = &p->free; *pp; pp = &(*pp)->next) {
+        psbuf *b = *pp;
+        if (b->cap >= len && b->cap / 2 <= len && (!best || b->cap < (*best)->cap))
+            best = pp;
+    }
+    psbuf *b;
+    if (best) {
+        b = *best;
+        *best = b->next;
+        p->free_bytes -= b->cap;
+    } else {
+        b = malloc(sizeof *b);
+        if (!b)
+            return NULL;
+        size_t cap = len ? (len + 63) & ~(size_t)63 : 64;
+        void *mem;
+        if (posix_memalign(&mem, 64, cap) != 0) {
+            free(b);
+            return NULL;
+        }
+        b->data = mem;
+        b->cap = cap;
+        b->pool = p;
+        p->allocs++;
+    }
+    b->len = len;
+    b->refs = 1;
+    b->next = NULL;
+    p->live++;
+    return b;
+}
+
+void psbuf_ref(psbuf *b)
+{
+    assert(b->refs > 0);
+    b->refs++;
+}
+
+void psbuf_unref(psbuf *b)
+{
+    assert(b->refs > 0);
+    if (--b->refs > 0)
+        return;
+    bufpool *p = b->pool;
+    assert(p->live > 0);
+    p->live--;
+    if (p->free_bytes + b->cap > p->keep_bytes) {
+        bufpool_release(b);
+        return;
+    }
+    b->next = p->free;
+    p->free = b;
+    p->free_bytes += b->cap;
+}

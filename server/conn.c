@@ -1,0 +1,646 @@
+/* conn.c — one trainer connection: framing, hello, pushes, output.
+ *
+ * Reading: bytes land in c->ibuf and are parsed in place. Once a push's
+ * header is accepted, its payload is streamed to the backend as it arrives
+ * (never buffered whole); when the input buffer is empty and the backend
+ * can take raw bytes at a fixed address, the payload is received there
+ * directly, skipping one copy.
+ *
+ * Writing: frames are appended to c->out and written by conn_flush, which
+ * the reactor calls once per round of input, so that the results of many
+ * buckets leave in one writev.
+ *
+ * Errors follow the protocol table: bad_frame, auth and too_large are sent
+ * and then the connection closes; every other error discards that frame's
+ * payload and keeps the connection.
+ */
+#include "server/conn.h"
+#include "server/server.h"
+#include "shared/log.h"
+#include "shared/net.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* A payload remainder at least this large is received directly into its
+ * destination when the input buffer is empty. */
+#define CONN_DIRECT_MIN (16u * 1024u)
+/* Bound on reads per readiness event, so one busy trainer cannot starve
+ * the others on the same reactor. */
+#define CONN_READS_PER_EVENT 8
+
+static void conn_on_read(evutil_socket_t fd, short what, void *arg);
+static void conn_on_write(evutil_socket_t fd, short what, void *arg);
+
+conn *conn_new(server *s, int fd)
+{
+    conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return NULL;
+    }
+    c->srv = s;
+    c->fd = fd;
+    c->slot = CONN_NO_SLOT;
+    net_peer_name(fd, c->peer, sizeof c->peer);
+    c->ibuf = malloc(CONN_IBUF_SIZE);
+    c->out = evbuffer_new();
+    c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
+    c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
+    if (!c->ibuf || !c->out || !c->rev || !c->wev || event_add(c->rev, NULL) < 0) {
+        if (c->rev)
+            event_free(c->rev);
+        if (c->wev)
+            event_free(c->wev);
+        if (c->out)
+            evbuffer_free(c->out);
+        free(c->ibuf);
+        free(c);
+        close(fd);
+        return NULL;
+    }
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->nconns++;
+    log_debug("connection from %s", c->peer);
+    return c;
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+static void conn_psbuf_cleanup(const void *data, size_t len, void *arg)
+{
+    (void)data;
+    (void)len;
+    psbuf_unref(arg);
+}
+
+int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload)
+{
+    if (c->closing)
+        return -1;
+    /* A trainer that stops reading its results would make us hold every
+     * result it has not taken: past the cap, it is dropped. One frame may
+     * overshoot the cap, so any single result fits. */
+    if (evbuffer_get_length(c->out) > c->srv->cfg.max_queued) {
+        log_warn("dropping trainer %s (rank %" PRIu64 "): more than %" PRIu64
+                 " bytes of results queued and not read",
+                 c->peer, c->rank, c->srv->cfg.max_queued);
+        c->closing = true;
+        event_del(c->rev);
+        server_want_flush(c->srv, c);
+        return -1;
+    }
+    if (evbuffer_add(c->out, hdr, hlen) < 0)
+        return -1;
+    if (payload->len) {
+        psbuf_ref(payload);
+        if (evbuffer_add_reference(c->out, payload->data, payload->len, conn_psbuf_cleanup,
+                                   payload) < 0) {
+            psbuf_unref(payload);
+            return -1;
+        }
+    }
+    server_want_flush(c->srv, c);
+    return 0;
+}
+
+static bool conn_code_is_fatal(frame_errcode code)
+{
+    return code == ERR_BAD_FRAME || code == ERR_AUTH || code == ERR_TOO_LARGE;
+}
+
+void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_hdr *about)
+{
+    frame_hdr h = {0};
+    h.type = FT_ERROR;
+    h.code = frame_str_c(frame_errcode_name(code));
+    h.message = frame_str_c(msg);
+    h.has = FH_CODE | FH_MESSAGE;
+    if (about && (about->has & FH_BATCH)) {
+        h.batch = about->batch;
+        h.has |= FH_BATCH;
+    }
+    if (about && (about->has & FH_BUCKET)) {
+        h.bucket = about->bucket;
+        h.has |= FH_BUCKET;
+    }
+    uint8_t buf[FRAME_PREFIX_LEN + 1024 + 256];
+    size_t n = frame_encode_header(&h, buf, sizeof buf);
+    assert(n > 0);
+    log_debug("%s: error %s: %s", c->peer, frame_errcode_name(code), msg);
+    if (!c->closing)
+        evbuffer_add(c->out, buf, n);
+    if (conn_code_is_fatal(code)) {
+        c->closing = true;
+        event_del(c->rev);
+        log_warn("closing %s: %s: %s", c->peer, frame_errcode_name(code), msg);
+    }
+    server_want_flush(c->srv, c);
+}
+
+int conn_flush(conn *c)
+{
+    while (evbuffer_get_length(c->out) > 0) {
+        int n = evbuffer_write(c->out, c->fd);
+        if (n > 0) {
+            c->srv->bytes_out += (uint64_t)n;
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            /* The peer is slow: finish on EV_WRITE. A closing connection
+             * gets a deadline so that a peer that never reads cannot pin
+             * it. */
+            struct timeval tv = {2, 0};
+            event_add(c->wev, c->closing ? &tv : NULL);
+            return 0;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        conn_close(c, n == 0 ? "closed by peer" : strerror(errno));
+        return -1;
+    }
+    event_del(c->wev);
+    if (c->closing) {
+        conn_close(c, "closed after error");
+        return -1;
+    }
+    return 0;
+}
+
+static void conn_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+    server *s = c->srv;
+    if (what & EV_TIMEOUT)
+        conn_close(c, "peer did not read the error frame in time");
+    else
+        conn_flush(c);
+    server_reap(s);
+}
+
+/* ---- pushes ------------------------------------------------------------ */
+
+/* The current push stops short: give its slot back and let the backend
+ * forget its bytes. The entry goes away if nobody else is in it. */
+static void conn_push_abort(conn *c)
+{
+    assert(c->sink == SINK_PUSH);
+    server *s = c->srv;
+    pending_entry *e = c->push.e;
+    s->be->ops->push_abort(s->be, &c->push);
+    pending_clear_slot(e, c->push.slot);
+    assert(e->started > 0);
+    e->started--;
+    c->sink = SINK_DISCARD;
+    c->push.e = NULL;
+    if (e->started == 0 && !e->failed) {
+        s->be->ops->release(s->be, e);
+        pending_remove(&s->pending, e, false);
+        pending_entry_free(e);
+    }
+}
+
+/* Detach c from the failed entry it was pushing into. */
+void conn_push_detach(conn *c)
+{
+    if (c->sink != SINK_PUSH)
+        return;
+    c->srv->be->ops->push_abort(c->srv->be, &c->push);
+    c->sink = SINK_DISCARD;
+    c->push.e = NULL;
+}
+
+static void conn_push_finish(conn *c)
+{
+    pending_entry *e = c->push.e;
+    c->push.e = NULL;
+    c->sink = SINK_DISCARD;
+    e->completed++;
+    e->t_last_ns = server_now_ns();
+    c->srv->pushes++;
+    server_push_completed(c->srv, e);
+}
+
+static void conn_skip_payload(conn *c, uint64_t len)
+{
+    c->sink = SINK_DISCARD;
+    c->pay_off = 0;
+    c->pay_len = len;
+    c->state = len ? CONN_PAYLOAD : CONN_HEADER;
+}
+
+/* Check the shape fields of a push header. Returns ERR_NONE, or the code
+ * to answer with and a message in msg. */
+static frame_errcode conn_check_push(const frame_hdr *h, char *msg, size_t len)
+{
+    const uint32_t need = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT;
+    if ((h->has & need) != need) {
+        snprintf(msg, len, "push needs batch, bucket, dtype and layout");
+        return ERR_BAD_FRAME;
+    }
+    if (h->layout == LAYOUT_DENSE && !(h->has & FH_COUNT)) {
+        snprintf(msg, len, "dense push needs count");
+        return ERR_BAD_FRAME;
+    }
+    if (h->layout == LAYOUT_SPARSE && (h->has & (FH_ROWS | FH_COLS | FH_NNZ)) != (FH_ROWS | FH_COLS | FH_NNZ)) {
+        snprintf(msg, len, "sparse push needs rows, cols and nnz");
+        return ERR_BAD_FRAME;
+    }
+    if (h->layout == LAYOUT_SPARSE && h->cols == 0) {
+        snprintf(msg, len, "sparse push with cols = 0");
+        return ERR_BAD_FRAME;
+    }
+    if (h->layout == LAYOUT_DENSE || h->layout == LAYOUT_SPARSE) {
+        uint64_t want = frame_push_payload_size(h);
+        if (want != h->payload) {
+            snprintf(msg, len, "payload is %" PRIu64 " bytes but the shape needs %" PRIu64, h->payload,
+                     want);
+            return ERR_BAD_FRAME;
+        }
+    }
+    if (!frame_str_eq(h->dtype, "f32")) {
+        snprintf(msg, len, "dtype '%.*s' is not supported (only f32)", (int)h->dtype.n, h->dtype.p);
+        return ERR_UNSUPPORTED;
+    }
+    if (h->layout != LAYOUT_DENSE && h->layout != LAYOUT_SPARSE) {
+        snprintf(msg, len, "layout '%.*s' is not supported (dense or sparse)", (int)h->layout_str.n,
+                 h->layout_str.p);
+        return ERR_UNSUPPORTED;
+    }
+    return ERR_NONE;
+}
+
+static bool conn_shape_matches(const pending_entry *e, const frame_hdr *h)
+{
+    if (e->layout != h->layout)
+        return false;
+    if (e->layout == LAYOUT_DENSE)
+        return e->count == h->count;
+    return e->rows == h->rows && e->cols == h->cols;
+}
+
+static void conn_on_push(conn *c, const frame_hdr *h)
+{
+    server *s = c->srv;
+    char msg[256];
+    if (!c->hello_done) {
+        conn_send_error(c, ERR_BAD_FRAME, "push before hello", h);
+        return;
+    }
+    frame_errcode code = conn_check_push(h, msg, sizeof msg);
+    if (code != ERR_NONE) {
+        conn_send_error(c, code, msg, h);
+        if (!c->closing)
+            conn_skip_payload(c, h->payload);
+        return;
+    }
+    pending_entry *e = pending_find(&s->pending, h->batch, h->bucket);
+    const char *lost = NULL;
+    if (e && e->failed) {
+        code = ERR_PEER_LOST;
+        snprintf(msg, sizeof msg, "batch %" PRIu64 " bucket %" PRIu64 " failed: a trainer was lost",
+                 h->batch, h->bucket);
+    } else if (!e && pending_is_stale(&s->pending, h->batch, h->bucket)) {
+        code = ERR_STALE_BATCH;
+        snprintf(msg, sizeof msg, "batch %" PRIu64 " bucket %" PRIu64 " is already resolved", h->batch,
+                 h->bucket);
+    } else if (!e && (lost = server_lost_member(s, msg, sizeof msg)) != NULL) {
+        code = ERR_PEER_LOST;
+    } else if (e && pending_has_slot(e, c->slot)) {
+        code = ERR_DUPLICATE_PUSH;
+        snprintf(msg, sizeof msg, "rank %" PRIu64 " already pushed batch %" PRIu64 " bucket %" PRIu64,
+                 c->rank, h->batch, h->bucket);
+    } else if (e && !conn_shape_matches(e, h)) {
+        code = ERR_SHAPE_MISMATCH;
+        if (e->layout == LAYOUT_DENSE && h->layout == LAYOUT_DENSE)
+            snprintf(msg, sizeof msg, "count %" PRIu64 " differs from %" PRIu64 " of the other pushes",
+                     h->count, e->count);
+        else if (e->layout == h->layout)
+            snprintf(msg, sizeof msg,
+                     "rows x cols %" PRIu64 "x%" PRIu64 " differs from %" PRIu64 "x%" PRIu64
+                     " of the other pushes",
+                     h->rows, h->cols, e->rows, e->cols);
+        else
+            snprintf(msg, sizeof msg, "layout differs from the other pushes of this bucket");
+    }
+    if (code != ERR_NONE) {
+        conn_send_error(c, code, msg, h);
+        conn_skip_payload(c, h->payload);
+        return;
+    }
+
+    bool first = false;
+    if (!e) {
+        e = pending_create(&s->pending, h->batch, h->bucket);
+        if (!e) {
+            conn_send_error(c, ERR_TOO_LARGE, "server out of memory", h);
+            return;
+        }
+        e->layout = h->layout;
+        e->count = h->count;
+        e->rows = h->rows;
+        e->cols = h->cols;
+        e->t_first_ns = server_now_ns();
+        first = true;
+    }
+    pending_set_slot(e, c->slot);
+    e->started++;
+    c->push.e = e;
+    c->push.slot = c->slot;
+    c->push.first = first;
+    c->push.len = h->payload;
+    c->push.nnz = h->layout == LAYOUT_SPARSE ? h->nnz : 0;
+    c->sink = SINK_PUSH;
+    if (s->be->ops->push_begin(s->be, &c->push) < 0) {
+        conn_push_abort(c);
+        conn_send_error(c, ERR_TOO_LARGE, "server out of memory for this push", h);
+        return;
+    }
+    c->pay_off = 0;
+    c->pay_len = h->payload;
+    if (h->payload == 0)
+        conn_push_finish(c);
+    else
+        c->state = CONN_PAYLOAD;
+}
+
+/* ---- hello ------------------------------------------------------------- */
+
+/* Compare without an early exit, so that timing does not leak the token. */
+static bool conn_token_ok(const char *want, frame_str got)
+{
+    size_t n = strlen(want);
+    unsigned diff = (unsigned)(n ^ got.n);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < got.n ? got.p[i] : 0);
+    return diff == 0;
+}
+
+static void conn_on_hello(conn *c, const frame_hdr *h)
+{
+    server *s = c->srv;
+    char msg[256];
+    if (h->payload) {
+        conn_send_error(c, ERR_BAD_FRAME, "hello carries no payload", h);
+        return;
+    }
+    if (c->hello_done) {
+        conn_send_error(c, ERR_UNSUPPORTED, "hello already done on this connection", h);
+        return;
+    }
+    if (!(h->has & FH_VERSION) || h->version != FRAME_PROTOCOL_VERSION) {
+        snprintf(msg, sizeof msg, "protocol version %" PRIu64 " is not supported (this server speaks %u)",
+                 (h->has & FH_VERSION) ? h->version : 0, FRAME_PROTOCOL_VERSION);
+        conn_send_error(c, ERR_UNSUPPORTED, msg, h);
+        return;
+    }
+    if (s->cfg.token && (!(h->has & FH_TOKEN) || !conn_token_ok(s->cfg.token, h->token))) {
+        conn_send_error(c, ERR_AUTH, (h->has & FH_TOKEN) ? "wrong token" : "this server needs a token", h);
+        return;
+    }
+    if (!(h->has & FH_ROLE) || !frame_str_eq(h->role, "trainer")) {
+        conn_send_error(c, ERR_UNSUPPORTED, "only role \"trainer\" may connect to a server", h);
+        return;
+    }
+    if (!(h->has & FH_RANK)) {
+        conn_send_error(c, ERR_BAD_FRAME, "hello needs a rank", h);
+        return;
+    }
+    uint32_t slot = server_member_join(s, c, h->rank, msg, sizeof msg);
+    if (slot == CONN_NO_SLOT) {
+        conn_send_error(c, ERR_BAD_FRAME, msg, h);
+        return;
+    }
+    c->hello_done = true;
+    c->slot = slot;
+    c->rank = h->rank;
+
+    frame_hdr w = {0};
+    w.type = FT_WELCOME;
+    w.version = FRAME_PROTOCOL_VERSION;
+    w.server = s->cfg.rank;
+    w.trainers = s->cfg.trainers;
+    w.has = FH_VERSION | FH_SERVER | FH_TRAINERS;
+    uint8_t buf[128];
+    size_t n = frame_encode_header(&w, buf, sizeof buf);
+    assert(n > 0);
+    evbuffer_add(c->out, buf, n);
+    server_want_flush(s, c);
+    log_debug("trainer rank %" PRIu64 " joined from %s (slot %u)", c->rank, c->peer, slot);
+}
+
+/* ---- input ------------------------------------------------------------- */
+
+static void conn_dispatch(conn *c, const frame_hdr *h)
+{
+    switch (h->type) {
+    case FT_HELLO:
+        conn_on_hello(c, h);
+        break;
+    case FT_PUSH:
+        conn_on_push(c, h);
+        break;
+    default:
+        if (!c->hello_done) {
+            conn_send_error(c, ERR_BAD_FRAME, "first frame must be hello", h);
+            return;
+        }
+        char msg[128];
+        snprintf(msg, sizeof msg, "message type '%.*s' is not supported by a server",
+                 (int)(h->type_str.n > 64 ? 64 : h->type_str.n), h->type_str.p);
+        conn_send_error(c, ERR_UNSUPPORTED, msg, h);
+        conn_skip_payload(c, h->payload);
+        break;
+    }
+}
+
+/* Hand payload bytes to the sink. */
+static void conn_payload(conn *c, const uint8_t *p, size_t n)
+{
+    server *s = c->srv;
+    if (c->sink == SINK_PUSH && s->be->ops->push_data(s->be, &c->push, c->pay_off, p, n) < 0) {
+        frame_hdr about = {0};
+        about.batch = c->push.e->batch;
+        about.bucket = c->push.e->bucket;
+        about.has = FH_BATCH | FH_BUCKET;
+        conn_send_error(c, ERR_SHAPE_MISMATCH, c->push.err, &about);
+        conn_push_abort(c);
+    }
+    c->pay_off += n;
+    if (c->pay_off == c->pay_len) {
+        c->state = CONN_HEADER;
+        if (c->sink == SINK_PUSH)
+            conn_push_finish(c);
+    }
+}
+
+/* Parse everything complete in ibuf. */
+static void conn_process(conn *c)
+{
+    server *s = c->srv;
+    while (!c->closing && c->ioff < c->ilen) {
+        size_t avail = c->ilen - c->ioff;
+        if (c->state == CONN_PAYLOAD) {
+            uint64_t left = c->pay_len - c->pay_off;
+            uint64_t end = c->pay_off + (avail < left ? avail : left);
+            /* Hand over whole floats only, except at the payload's end. */
+            if (end < c->pay_len)
+                end &= ~(uint64_t)3;
+            if (end <= c->pay_off)
+                break;
+            size_t n = (size_t)(end - c->pay_off);
+            const uint8_t *p = c->ibuf + c->ioff;
+            c->ioff += n;
+            conn_payload(c, p, n);
+            continue;
+        }
+        frame_hdr h;
+        size_t used;
+        frame_status st = frame_decode_header(&s->dec, c->ibuf + c->ioff, avail, &h, &used);
+        if (st == FRAME_NEED_MORE)
+            break;
+        if (st == FRAME_BAD) {
+            conn_send_error(c, ERR_BAD_FRAME, s->dec.err, NULL);
+            break;
+        }
+        c->ioff += used;
+        if (st == FRAME_TOO_LARGE) {
+            conn_send_error(c, ERR_TOO_LARGE, s->dec.err, &h);
+            break;
+        }
+        conn_dispatch(c, &h);
+    }
+    if (c->ioff == c->ilen) {
+        c->ioff = c->ilen = 0;
+    } else if (c->ioff > 0 && c->ilen > CONN_IBUF_SIZE / 2) {
+        /* Keep room for a whole header: move the unparsed tail down. */
+        memmove(c->ibuf, c->ibuf + c->ioff, c->ilen - c->ioff);
+        c->ilen -= c->ioff;
+        c->ioff = 0;
+    }
+}
+
+/* Receive payload bytes straight into the backend's buffer. Returns the
+ * recv() result. */
+static ssize_t conn_read_direct(conn *c, uint8_t *dst, size_t max)
+{
+    server *s = c->srv;
+    ssize_t r = recv(c->fd, dst, max, 0);
+    if (r <= 0)
+        return r;
+    size_t n = (size_t)r;
+    uint64_t off = c->pay_off;
+    /* Keep the backend's view on a float boundary: a partial float goes
+     * back to the input buffer and is handled with the next bytes. */
+    size_t keep = n;
+    if (off + n < c->pay_len)
+        keep = (size_t)(((off + n) & ~(uint64_t)3) - off);
+    if (keep < n) {
+        memcpy(c->ibuf, dst + keep, n - keep);
+        c->ioff = 0;
+        c->ilen = n - keep;
+    }
+    s->bytes_in += n;
+    if (keep) {
+        s->be->ops->push_direct_done(s->be, &c->push, off, keep);
+        c->pay_off += keep;
+        if (c->pay_off == c->pay_len) {
+            c->state = CONN_HEADER;
+            conn_push_finish(c);
+        }
+    }
+    return r;
+}
+
+static void conn_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+    server *s = c->srv;
+    for (int i = 0; i < CONN_READS_PER_EVENT && !c->closing; i++) {
+        ssize_t r;
+        size_t want;
+        uint8_t *dst = NULL;
+        size_t max = 0;
+        if (c->state == CONN_PAYLOAD && c->sink == SINK_PUSH && c->ilen == 0 &&
+            c->pay_len - c->pay_off >= CONN_DIRECT_MIN &&
+            (dst = s->be->ops->push_direct(s->be, &c->push, c->pay_off, &max)) != NULL) {
+            want = max;
+            r = conn_read_direct(c, dst, max);
+        } else {
+            if (c->ilen == CONN_IBUF_SIZE) /* cannot happen: conn_process compacts */
+                break;
+            want = CONN_IBUF_SIZE - c->ilen;
+            r = recv(fd, c->ibuf + c->ilen, want, 0);
+            if (r > 0) {
+                c->ilen += (size_t)r;
+                s->bytes_in += (uint64_t)r;
+                conn_process(c);
+            }
+        }
+        if (r == 0) {
+            conn_close(c, c->state == CONN_PAYLOAD ? "closed by peer in the middle of a frame"
+                                                   : "closed by peer");
+            break;
+        }
+        if (r < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                conn_close(c, strerror(errno));
+            break;
+        }
+        if ((size_t)r < want)
+            break; /* the socket is drained */
+    }
+    server_flush(s);
+    server_reap(s);
+}
+
+/* ---- close ------------------------------------------------------------- */
+
+void conn_close(conn *c, const char *why)
+{
+    server *s = c->srv;
+    if (c->fd < 0)
+        return; /* already closed, waiting to be reaped */
+    if (c->hello_done)
+        log_info("trainer rank %" PRIu64 " (%s) disconnected: %s", c->rank, c->peer, why);
+    else
+        log_debug("%s disconnected: %s", c->peer, why);
+    pending_entry *inflight = NULL;
+    if (c->sink == SINK_PUSH && c->state == CONN_PAYLOAD) {
+        /* Part of this push may already be summed into the accumulator:
+         * the entry cannot be trusted any more. */
+        inflight = c->push.e;
+        conn_push_detach(c);
+    }
+    event_del(c->rev);
+    event_del(c->wev);
+    close(c->fd);
+    c->fd = -1;
+    if (inflight && !inflight->failed)
+        server_entry_fail(s, inflight, "a trainer disconnected in the middle of its push");
+    if (c->hello_done)
+        server_member_lost(s, c->slot, c);
+    server_unlink_conn(s, c);
+}
+
+void conn_free(conn *c)
+{
+    assert(c->fd < 0);
+    event_free(c->rev);
+    event_free(c->wev);
+    evbuffer_free(c->out); /* drops the references to shared results */
+    push_ctx_free(&c->push);
+    free(c->ibuf);
+    free(c);
+}

@@ -1,0 +1,69 @@
+/* conn.h — one trainer connection on the server's reactor.
+ *
+ * Input is read into a fixed per-connection buffer and parsed in place: a
+ * header is decoded once it is complete, and a push's payload is handed to
+ * the backend chunk by chunk as it arrives — or received straight into its
+ * destination when no arithmetic is needed. Output goes through an
+ * evbuffer; results are added by reference, never copied per trainer.
+ */
+#ifndef PSBENCH_CONN_H
+#define PSBENCH_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/backend.h"
+#include "shared/frame.h"
+
+struct server;
+struct event;
+struct evbuffer;
+
+#define CONN_IBUF_SIZE (256u * 1024u) /* fits any header (<= 64 KiB + 4) */
+#define CONN_NO_SLOT UINT32_MAX
+
+typedef enum conn_state { CONN_HEADER = 0, CONN_PAYLOAD } conn_state;
+
+/* What the payload bytes being read are for. */
+typedef enum conn_sink { SINK_DISCARD = 0, SINK_PUSH } conn_sink;
+
+typedef struct conn {
+    struct server *srv;
+    int fd;
+    char peer[64];
+    struct event *rev, *wev;
+    uint8_t *ibuf;
+    size_t ioff, ilen; /* unparsed bytes are ibuf[ioff, ilen) */
+    conn_state state;
+    conn_sink sink;
+    uint64_t pay_off, pay_len; /* progress through the current payload */
+    push_ctx push;             /* the push being received (SINK_PUSH) */
+    struct evbuffer *out;
+    bool hello_done;
+    bool closing; /* stop reading; close once the output is written */
+    uint32_t slot;
+    uint64_t rank;
+    bool in_flush;
+    struct conn *flush_next;
+    struct conn *prev, *next; /* server->conns */
+} conn;
+
+/* Accept fd as a new connection. Returns NULL on allocation failure (fd is
+ * closed then). */
+conn *conn_new(struct server *s, int fd);
+/* Close now: release everything; a push in flight fails its entry. */
+void conn_close(conn *c, const char *why);
+/* Queue an error frame. `fatal` codes close the connection after it. */
+void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_hdr *about);
+/* Queue a result: hdr bytes are copied, the payload added by reference. */
+int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload);
+/* Write as much queued output as the socket takes; arm EV_WRITE for the
+ * rest. Returns -1 if the connection was closed. */
+int conn_flush(conn *c);
+/* Stop feeding the current push (its entry failed); discard the rest. */
+void conn_push_detach(conn *c);
+/* Free a closed connection (from server_reap). */
+void conn_free(conn *c);
+
+#endif

@@ -1,0 +1,196 @@
+/* main.c — psbench-server: command line, then the reactor until a signal.
+ *
+ * A server averages gradient buckets pushed by its trainers: per (batch,
+ * bucket) it waits for every trainer, then sends each of them the mean.
+ */
+#include "server/server.h"
+#include "shared/cli.h"
+#include "shared/log.h"
+#include "shared/net.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void server_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: psbench-server --standalone --trainers N [options]\n"
+        "\n"
+        "Averages gradient buckets: for every (batch, bucket) it waits until all\n"
+        "N trainers have pushed, then sends each of them the element-wise mean.\n"
+        "One thread, one event loop, every trainer connection on it.\n"
+        "\n"
+        "options:\n"
+        "  --standalone            serve trainers without a master (needs --trainers)\n"
+        "  --trainers N            trainers expected per bucket (1..65536)\n"
+        "  --listen HOST:PORT      where to accept trainers (default 0.0.0.0:0, an\n"
+        "                          ephemeral port; the chosen address is printed)\n"
+        "  --kind KIND             average (streaming sum, default) or average-batch\n"
+        "                          (keep every push, sum when the last arrives)\n"
+        "  --device DEV            cpu (default); cuda[:N] needs the CUDA backend\n"
+        "  --rank R                this server's rank, sent to trainers (default 0)\n"
+        "  --max-payload BYTES     largest payload accepted (default 1G; K/M/G ok)\n"
+        "  --max-queued BYTES      results queued to one trainer that is not reading\n"
+        "                          before it is disconnected (default 256M)\n"
+        "  --token T               trainers must present this token (or PSBENCH_TOKEN)\n"
+        "  --master HOST:PORT      register with a psbench-master (not in this build)\n"
+        "  --log-level LEVEL       error, warn, info (default) or debug\n"
+        "  --help, --version\n"
+        "\n"
+        "On exit (SIGINT/SIGTERM) it prints its metrics in milliseconds:\n"
+        "parameter_server_batch_metric,param_index_batch (first push to results\n"
+        "queued), parameter_server_straggler_metric,param_index_straggler (first\n"
+        "push to last push complete), method_metric,average computation.\n");
+}
+
+enum {
+    OPT_STANDALONE = 256, OPT_TRAINERS, OPT_LISTEN, OPT_KIND, OPT_DEVICE, OPT_RANK,
+    OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_TOKEN, OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
+};
+
+static const struct option server_opts[] = {
+    {"standalone", no_argument, NULL, OPT_STANDALONE},
+    {"trainers", required_argument, NULL, OPT_TRAINERS},
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"kind", required_argument, NULL, OPT_KIND},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"rank", required_argument, NULL, OPT_RANK},
+    {"max-payload", required_argument, NULL, OPT_MAX_PAYLOAD},
+    {"max-queued", required_argument, NULL, OPT_MAX_QUEUED},
+    {"token", required_argument, NULL, OPT_TOKEN},
+    {"master", required_argument, NULL, OPT_MASTER},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+static int server_fail(const char *msg)
+{
+    fprintf(stderr, "psbench-server: %s\n", msg);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    server_config cfg = {0};
+    strcpy(cfg.host, "0.0.0.0");
+    cfg.max_payload = FRAME_MAX_PAYLOAD_DEFAULT;
+    cfg.max_queued = 256ull << 20;
+    cfg.kind = KIND_AVERAGE;
+    bool standalone = false;
+    const char *master = NULL;
+    log_level level = LOG_INFO;
+    char err[256];
+    uint64_t v;
+
+    cli_normalize_args(argc, argv);
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", server_opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_STANDALONE:
+            standalone = true;
+            break;
+        case OPT_TRAINERS:
+            if (cli_parse_u64("--trainers", optarg, 1, 65536, 0, &v, err, sizeof err) < 0)
+                return server_fail(err);
+            cfg.trainers = (uint32_t)v;
+            break;
+        case OPT_LISTEN:
+            if (net_parse_hostport(optarg, cfg.host, sizeof cfg.host, &cfg.port, 1, err, sizeof err) < 0)
+                return server_fail(err);
+            break;
+        case OPT_KIND:
+            if (strcmp(optarg, "average") == 0)
+                cfg.kind = KIND_AVERAGE;
+            else if (strcmp(optarg, "average-batch") == 0)
+                cfg.kind = KIND_AVERAGE_BATCH;
+            else {
+                snprintf(err, sizeof err, "--kind: '%s' is not average or average-batch", optarg);
+                return server_fail(err);
+            }
+            break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "cpu") != 0) {
+                snprintf(err, sizeof err,
+                         "--device %s: this build averages on the CPU only (--device cpu)", optarg);
+                return server_fail(err);
+            }
+            break;
+        case OPT_RANK:
+            if (cli_parse_u64("--rank", optarg, 0, UINT32_MAX, 0, &v, err, sizeof err) < 0)
+                return server_fail(err);
+            cfg.rank = (uint32_t)v;
+            break;
+        case OPT_MAX_PAYLOAD:
+            if (cli_parse_u64("--max-payload", optarg, 1, UINT64_MAX, 1, &cfg.max_payload, err,
+                              sizeof err) < 0)
+                return server_fail(err);
+            break;
+        case OPT_MAX_QUEUED:
+            if (cli_parse_u64("--max-queued", optarg, 1, UINT64_MAX, 1, &cfg.max_queued, err,
+                              sizeof err) < 0)
+                return server_fail(err);
+            break;
+        case OPT_TOKEN:
+            cfg.token = optarg;
+            break;
+        case OPT_MASTER:
+            master = optarg;
+            break;
+        case OPT_LOG_LEVEL:
+            if (log_level_parse(optarg, &level) < 0) {
+                snprintf(err, sizeof err, "--log-level: '%s' is not error, warn, info or debug", optarg);
+                return server_fail(err);
+            }
+            break;
+        case OPT_HELP:
+        case 'h':
+            server_usage(stdout);
+            return 0;
+        case OPT_VERSION:
+            printf("psbench-server %s (wire protocol %u)\n", PSBENCH_VERSION, FRAME_PROTOCOL_VERSION);
+            return 0;
+        default:
+            snprintf(err, sizeof err, "unknown or incomplete option '%s' (see --help)", argv[optind - 1]);
+            return server_fail(err);
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
+        return server_fail(err);
+    }
+    if (master)
+        return server_fail("--master: registration with a master is not in this build yet; "
+                           "run with --standalone --trainers N");
+    if (!standalone)
+        return server_fail("say --standalone --trainers N (see --help)");
+    if (!cfg.trainers)
+        return server_fail("--standalone needs --trainers N");
+    if (!cfg.token) {
+        const char *t = getenv("PSBENCH_TOKEN");
+        if (t && *t)
+            cfg.token = t;
+    }
+    log_init("psbench-server", level);
+
+    server s;
+    if (server_init(&s, &cfg, err, sizeof err) < 0) {
+        server_free(&s);
+        return server_fail(err);
+    }
+    log_info("listening on %s:%u (kind %s, %u trainers, backend cpu)", cfg.host, s.bound_port,
+             cfg.kind == KIND_AVERAGE ? "average" : "average-batch", cfg.trainers);
+    int rc = server_run(&s);
+    printf("psbench-server %u: %" PRIu64 " pushes in, %" PRIu64 " results out, %" PRIu64
+           " bytes in, %" PRIu64 " bytes out\n",
+           cfg.rank, s.pushes, s.results, s.bytes_in, s.bytes_out);
+    metrics_print_table(s.metrics, stdout, "server metrics (ms)");
+    fflush(stdout);
+    server_free(&s);
+    return rc < 0 ? 1 : 0;
+}

@@ -1,0 +1,162 @@
+/* pending.c — the (batch, bucket) futures table (see pending.h). */
+#include "server/pending.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t pending_hash(uint64_t batch, uint64_t bucket)
+{
+    uint64_t k = batch * 0x9e3779b97f4a7c15ULL ^ (bucket + 0x632be59bd9b4e019ULL);
+    k ^= k >> 31;
+    k *= 0xbf58476d1ce4e5b9ULL;
+    k ^= k >> 29;
+    return (size_t)k;
+}
+
+int pending_init(pending_table *t, uint32_t nslots)
+{
+    memset(t, 0, sizeof *t);
+    t->nheads = 256;
+    t->heads = calloc(t->nheads, sizeof *t->heads);
+    t->nslots = nslots;
+    return t->heads ? 0 : -1;
+}
+
+void pending_entry_free(pending_entry *e)
+{
+    free(e->pushed);
+    free(e->stored);
+    free(e);
+}
+
+void pending_destroy(pending_table *t, void (*free_fn)(pending_entry *, void *), void *arg)
+{
+    for (size_t i = 0; i < t->nheads; i++) {
+        pending_entry *e = t->heads[i];
+        while (e) {
+            pending_entry *next = e->next;
+            if (free_fn)
+                free_fn(e, arg);
+            pending_entry_free(e);
+            e = next;
+        }
+    }
+    free(t->heads);
+    free(t->marks);
+    memset(t, 0, sizeof *t);
+}
+
+pending_entry *pending_find(pending_table *t, uint64_t batch, uint64_t bucket)
+{
+    pending_entry *e = t->heads[pending_hash(batch, bucket) & (t->nheads - 1)];
+    while (e && (e->batch != batch || e->bucket != bucket))
+        e = e->next;
+    return e;
+}
+
+/* The marks are few (one per bucket of the model): a linear scan with the
+ * last hit cached is cheaper than a second hash table. */
+static struct pending_mark *pending_mark_find(const pending_table *t, uint64_t bucket)
+{
+    for (size_t i = 0; i < t->nmarks; i++)
+        if (t->marks[i].bucket == bucket)
+            return &t->marks[i];
+    return NULL;
+}
+
+bool pending_is_stale(const pending_table *t, uint64_t batch, uint64_t bucket)
+{
+    const struct pending_mark *m = pending_mark_find(t, bucket);
+    return m && batch < m->next_batch;
+}
+
+static int pending_grow(pending_table *t)
+{
+    size_t n = t->nheads * 2;
+    pending_entry **h = calloc(n, sizeof *h);
+    if (!h)
+        return -1;
+    for (size_t i = 0; i < t->nheads; i++) {
+        pending_entry *e = t->heads[i];
+        while (e) {
+            pending_entry *next = e->next;
+            size_t b = pending_hash(e->batch, e->bucket) & (n - 1);
+            e->next = h[b];
+            h[b] = e;
+            e = next;
+        }
+    }
+    free(t->heads);
+    t->heads = h;
+    t->nheads = n;
+    return 0;
+}
+
+pending_entry *pending_create(pending_table *t, uint64_t batch, uint64_t bucket)
+{
+    assert(!pending_find(t, batch, bucket));
+    if (t->count + 1 > t->nheads && pending_grow(t) < 0)
+        return NULL;
+    pending_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->pushed = calloc((t->nslots + 63) / 64 + 1, sizeof *e->pushed);
+    if (!e->pushed) {
+        free(e);
+        return NULL;
+    }
+    e->batch = batch;
+    e->bucket = bucket;
+    size_t b = pending_hash(batch, bucket) & (t->nheads - 1);
+    e->next = t->heads[b];
+    t->heads[b] = e;
+    t->count++;
+    return e;
+}
+
+static void pending_mark_resolved(pending_table *t, uint64_t batch, uint64_t bucket)
+{
+    struct pending_mark *m = pending_mark_find(t, bucket);
+    if (!m) {
+        if (t->nmarks == t->marks_cap) {
+            size_t n = t->marks_cap ? t->marks_cap * 2 : 64;
+            struct pending_mark *nm = realloc(t->marks, n * sizeof *nm);
+            if (!nm)
+                return; /* stale detection degrades; nothing breaks */
+            t->marks = nm;
+            t->marks_cap = n;
+        }
+        m = &t->marks[t->nmarks++];
+        m->bucket = bucket;
+        m->next_batch = 0;
+        m->used = true;
+    }
+    if (batch + 1 > m->next_batch)
+        m->next_batch = batch + 1;
+}
+
+void pending_remove(pending_table *t, pending_entry *e, bool resolved)
+{
+    pending_entry **pp = &t->heads[pending_hash(e->batch, e->bucket) & (t->nheads - 1)];
+    while (*pp && *pp != e)
+        pp = &(*pp)->next;
+    assert(*pp == e);
+    *pp = e->next;
+    e->next = NULL;
+    t->count--;
+    if (resolved)
+        pending_mark_resolved(t, e->batch, e->bucket);
+}
+
+void pending_foreach(pending_table *t, void (*fn)(pending_entry *, void *), void *arg)
+{
+    for (size_t i = 0; i < t->nheads; i++)
+        for (pending_entry *e = t->heads[i]; e; e = e->next)
+            fn(e, arg);
+}
+
+void pending_forget_marks(pending_table *t)
+{
+    t->nmarks = 0;
+}

@@ -1,0 +1,94 @@
+/* server.h — the state of one psbench-server process, shared by its
+ * modules: reactor (event loop, listener, signals, flushing), conn (one
+ * trainer connection: framing, hello, pushes), pending (the futures) and
+ * the averaging backend. Everything runs on one thread. */
+#ifndef PSBENCH_SERVER_H
+#define PSBENCH_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shared/frame.h"
+#include "shared/metrics.h"
+#include "server/bufpool.h"
+#include "server/pending.h"
+
+struct event_base;
+struct event;
+struct conn;
+struct backend;
+
+typedef enum server_kind { KIND_AVERAGE = 0, KIND_AVERAGE_BATCH } server_kind;
+
+typedef struct server_config {
+    char host[256];
+    uint16_t port;
+    uint32_t trainers;    /* pushes expected per (batch, bucket) */
+    uint32_t rank;        /* this server's rank (0 standalone) */
+    server_kind kind;
+    const char *token;    /* NULL: none required */
+    uint64_t max_payload;
+    uint64_t max_queued;  /* output bytes queued per connection before it is dropped */
+} server_config;
+
+/* A trainer slot: the n-th distinct rank that said hello. */
+typedef struct member {
+    uint64_t rank;
+    struct conn *conn; /* NULL while disconnected */
+    bool lost;         /* was connected, then went away */
+} member;
+
+typedef struct server {
+    server_config cfg;
+    struct event_base *base;
+    struct event *listen_ev;
+    struct event *sig_ev[2];
+    int listen_fd;
+    uint16_t bound_port;
+    frame_decoder dec;   /* headers are decoded one at a time: one decoder */
+    pending_table pending;
+    bufpool pool;
+    struct backend *be;
+    metrics *metrics;
+    member *members;
+    uint32_t nmembers;
+    uint32_t nconns;
+    struct conn *conns;       /* every open connection */
+    struct conn *flush_head;  /* connections with output to write */
+    struct conn *graveyard;   /* closed, freed once no callback holds them */
+    uint64_t bytes_in, bytes_out, pushes, results;
+} server;
+
+/* reactor.c */
+int server_init(server *s, const server_config *cfg, char *err, size_t errlen);
+int server_run(server *s);
+void server_free(server *s);
+/* Ask the reactor to write c's output before it next waits. */
+void server_want_flush(server *s, struct conn *c);
+/* Called by the backend when e's mean is ready in e->acc (dense) or its
+ * result buffer: queue it to every waiting trainer. */
+void server_entry_resolved(server *s, pending_entry *e, psbuf *result);
+/* Fail e: tell its waiters `peer_lost`, keep it as a tombstone. */
+void server_entry_fail(server *s, pending_entry *e, const char *why);
+/* Release the buffers an entry holds. */
+void server_entry_release(server *s, pending_entry *e);
+/* A push into e completed (payload fully in): resolve if it was the last. */
+void server_push_completed(server *s, pending_entry *e);
+/* Write the output of every connection that has some. */
+void server_flush(server *s);
+/* Free connections closed during this callback. */
+void server_reap(server *s);
+/* Take c off the live list and put it in the graveyard. */
+void server_unlink_conn(server *s, struct conn *c);
+/* Give c the slot of `rank` (a new one, or the one it had before a
+ * disconnect). Returns the slot, or CONN_NO_SLOT with a reason in msg. */
+uint32_t server_member_join(server *s, struct conn *c, uint64_t rank, char *msg, size_t len);
+/* The connection of a slot went away: every future it has not pushed to
+ * can no longer complete. */
+void server_member_lost(server *s, uint32_t slot, struct conn *c);
+/* Non-NULL (msg filled) while a trainer that was connected is gone. */
+const char *server_lost_member(server *s, char *msg, size_t len);
+
+uint64_t server_now_ns(void);
+
+#endif

@@ -1,0 +1,73 @@
+/* cli.c — strict command-line value parsing (see cli.h). */
+#include "shared/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, int sizes,
+                  uint64_t *out, char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    if (!s || *s == '\0' || *s == '-' || *s == '+')
+        goto bad;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        goto bad;
+    if (sizes && *end) {
+        unsigned shift = 0;
+        switch (*end) {
+        case 'k': case 'K': shift = 10; break;
+        case 'm': case 'M': shift = 20; break;
+        case 'g': case 'G': shift = 30; break;
+        default: goto bad;
+        }
+        if (v > (UINT64_MAX >> shift))
+            goto range;
+        v <<= shift;
+        end++;
+    }
+    if (*end)
+        goto bad;
+    if (v < min || v > max)
+        goto range;
+    *out = v;
+    return 0;
+bad:
+    snprintf(err, errlen, "%s: '%s' is not a %s", opt, s ? s : "",
+             sizes ? "size (a whole number, optionally with K, M or G)" : "whole number");
+    return -1;
+range:
+    snprintf(err, errlen, "%s: %s is outside %llu..%llu", opt, s, (unsigned long long)min,
+             (unsigned long long)max);
+    return -1;
+}
+
+int cli_parse_seconds(const char *opt, const char *s, double *out, char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v <= 0) {
+        snprintf(err, errlen, "%s: '%s' is not a positive number of seconds", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+void cli_normalize_args(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        if (a[0] != '-' || a[1] != '-')
+            continue;
+        if (a[2] == '\0')
+            break; /* "--" ends the options */
+        for (char *p = a + 2; *p && *p != '='; p++)
+            if (*p == '_')
+                *p = '-';
+    }
+}

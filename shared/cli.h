@@ -1,0 +1,21 @@
+/* cli.h — strict parsing of command-line values with one-line errors, and
+ * the options every binary shares (--help, --version, --log-level). */
+#ifndef PSBENCH_CLI_H
+#define PSBENCH_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Parse a whole string as an unsigned integer in [min, max]. Accepts an
+ * optional K/M/G suffix (powers of 1024) when `sizes` is set. Returns 0, or
+ * -1 with a message naming `opt` in err. */
+int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, int sizes,
+                  uint64_t *out, char *err, size_t errlen);
+/* Parse a positive finite number of seconds. */
+int cli_parse_seconds(const char *opt, const char *s, double *out, char *err, size_t errlen);
+
+/* Rewrite "--long_name[=v]" to "--long-name[=v]" in place, so that every
+ * long option accepts both spellings (the seed's launcher used '_'). */
+void cli_normalize_args(int argc, char **argv);
+
+#endif

@@ -1,0 +1,309 @@
+/* frame.c — wire protocol v1: header decoding and encoding (see frame.h). */
+#include "shared/frame.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const errcode_names[] = {
+    [ERR_NONE] = "none",
+    [ERR_BAD_FRAME] = "bad_frame",
+    [ERR_AUTH] = "auth",
+    [ERR_STALE_BATCH] = "stale_batch",
+    [ERR_DUPLICATE_PUSH] = "duplicate_push",
+    [ERR_SHAPE_MISMATCH] = "shape_mismatch",
+    [ERR_TOO_LARGE] = "too_large",
+    [ERR_UNSUPPORTED] = "unsupported",
+    [ERR_PEER_LOST] = "peer_lost",
+    [ERR_OTHER] = "other",
+};
+
+const char *frame_errcode_name(frame_errcode c)
+{
+    if ((unsigned)c >= sizeof errcode_names / sizeof errcode_names[0])
+        return "other";
+    return errcode_names[c];
+}
+
+frame_errcode frame_errcode_parse(const char *s, size_t n)
+{
+    for (unsigned i = ERR_BAD_FRAME; i < ERR_OTHER; i++) {
+        const char *name = errcode_names[i];
+        if (strlen(name) == n && memcmp(name, s, n) == 0)
+            return (frame_errcode)i;
+    }
+    return ERR_OTHER;
+}
+
+static const char *const type_names[] = {
+    [FT_OTHER] = "", [FT_HELLO] = "hello",   [FT_WELCOME] = "welcome",
+    [FT_PUSH] = "push", [FT_RESULT] = "result", [FT_ERROR] = "error",
+};
+
+const char *frame_type_name(frame_type t)
+{
+    if ((unsigned)t >= sizeof type_names / sizeof type_names[0])
+        return "";
+    return type_names[t];
+}
+
+bool frame_str_eq(frame_str s, const char *lit)
+{
+    size_t n = strlen(lit);
+    return s.n == n && (n == 0 || memcmp(s.p, lit, n) == 0);
+}
+
+frame_str frame_str_c(const char *s)
+{
+    frame_str r = {s, s ? (uint32_t)strlen(s) : 0};
+    return r;
+}
+
+void frame_decoder_init(frame_decoder *d, uint64_t max_payload)
+{
+    /* A small first chunk: typical headers hold a dozen scalars. */
+    msgpack_zone_init(&d->zone, 2048);
+    d->max_payload = max_payload;
+    d->err[0] = '\0';
+}
+
+void frame_decoder_free(frame_decoder *d)
+{
+    msgpack_zone_destroy(&d->zone);
+}
+
+/* ---- decoding ---------------------------------------------------------- */
+
+typedef enum { FK_UINT, FK_STR } field_kind;
+
+typedef struct field_spec {
+    const char *key;
+    uint32_t bit;
+    field_kind kind;
+    size_t off; /* offset of the uint64_t or frame_str in frame_hdr */
+} field_spec;
+
+#define U(k, b, f) {k, b, FK_UINT, offsetof(frame_hdr, f)}
+#define S(k, b, f) {k, b, FK_STR, offsetof(frame_hdr, f)}
+static const field_spec fields[] = {
+    U("payload", FH_PAYLOAD, payload), U("version", FH_VERSION, version),
+    S("role", FH_ROLE, role),          U("rank", FH_RANK, rank),
+    S("token", FH_TOKEN, token),       U("server", FH_SERVER, server),
+    U("trainers", FH_TRAINERS, trainers), U("batch", FH_BATCH, batch),
+    U("bucket", FH_BUCKET, bucket),    S("dtype", FH_DTYPE, dtype),
+    S("layout", FH_LAYOUT, layout_str), U("count", FH_COUNT, count),
+    U("rows", FH_ROWS, rows),          U("cols", FH_COLS, cols),
+    U("nnz", FH_NNZ, nnz),             S("code", FH_CODE, code),
+    S("message", FH_MESSAGE, message),
+};
+#undef U
+#undef S
+#define NFIELDS (sizeof fields / sizeof fields[0])
+
+static frame_status frame_bad(frame_decoder *d, const char *fmt, const char *arg)
+{
+    snprintf(d->err, sizeof d->err, fmt, arg);
+    return FRAME_BAD;
+}
+
+static bool key_is(const msgpack_object_str *k, const char *lit)
+{
+    size_t n = strlen(lit);
+    return k->size == n && memcmp(k->ptr, lit, n) == 0;
+}
+
+static frame_type type_from_str(frame_str s)
+{
+    for (unsigned t = FT_HELLO; t <= FT_ERROR; t++)
+        if (frame_str_eq(s, type_names[t]))
+            return (frame_type)t;
+    return FT_OTHER;
+}
+
+static frame_layout layout_from_str(frame_str s)
+{
+    if (frame_str_eq(s, "dense"))
+        return LAYOUT_DENSE;
+    if (frame_str_eq(s, "sparse"))
+        return LAYOUT_SPARSE;
+    return LAYOUT_OTHER;
+}
+
+/* Fill *out from the decoded map. Returns FRAME_OK or FRAME_BAD. */
+static frame_status decode_map(frame_decoder *d, const msgpack_object *obj, frame_hdr *out)
+{
+    if (obj->type != MSGPACK_OBJECT_MAP)
+        return frame_bad(d, "header is not a msgpack map%s", "");
+    bool have_type = false;
+    const msgpack_object_map *m = &obj->via.map;
+    for (uint32_t i = 0; i < m->size; i++) {
+        const msgpack_object *k = &m->ptr[i].key, *v = &m->ptr[i].val;
+        if (k->type != MSGPACK_OBJECT_STR)
+            return frame_bad(d, "header key is not a string%s", "");
+        if (key_is(&k->via.str, "type")) {
+            if (v->type != MSGPACK_OBJECT_STR)
+                return frame_bad(d, "field \"type\" is not a string%s", "");
+            if (have_type)
+                return frame_bad(d, "field \"type\" appears twice%s", "");
+            have_type = true;
+            out->type_str.p = v->via.str.ptr;
+            out->type_str.n = v->via.str.size;
+            continue;
+        }
+        for (size_t f = 0; f < NFIELDS; f++) {
+            const field_spec *fs = &fields[f];
+            if (!key_is(&k->via.str, fs->key))
+                continue;
+            if (out->has & fs->bit)
+                return frame_bad(d, "field \"%s\" appears twice", fs->key);
+            char *slot = (char *)out + fs->off;
+            if (fs->kind == FK_UINT) {
+                if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+                    return frame_bad(d, "field \"%s\" is not an unsigned integer", fs->key);
+                memcpy(slot, &v->via.u64, sizeof(uint64_t));
+            } else {
+                if (v->type != MSGPACK_OBJECT_STR)
+                    return frame_bad(d, "field \"%s\" is not a string", fs->key);
+                frame_str s = {v->via.str.ptr, v->via.str.size};
+                memcpy(slot, &s, sizeof s);
+            }
+            out->has |= fs->bit;
+            break;
+        }
+    }
+    if (!have_type)
+        return frame_bad(d, "header has no \"type\" field%s", "");
+    out->type = type_from_str(out->type_str);
+    out->layout = (out->has & FH_LAYOUT) ? layout_from_str(out->layout_str) : LAYOUT_NONE;
+    if (!(out->has & FH_PAYLOAD))
+        out->payload = 0;
+    return FRAME_OK;
+}
+
+frame_status frame_decode_header(frame_decoder *d, const uint8_t *p, size_t len, frame_hdr *out,
+                                 size_t *consumed)
+{
+    *consumed = 0;
+    if (len < FRAME_PREFIX_LEN)
+        return FRAME_NEED_MORE;
+    uint32_t h = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    if (h == 0 || h > FRAME_HDR_MAX) {
+        snprintf(d->err, sizeof d->err, "header length %u outside 1..%u", h, FRAME_HDR_MAX);
+        return FRAME_BAD;
+    }
+    if (len - FRAME_PREFIX_LEN < h)
+        return FRAME_NEED_MORE;
+
+    memset(out, 0, sizeof *out);
+    msgpack_zone_clear(&d->zone);
+    msgpack_object obj;
+    size_t off = 0;
+    msgpack_unpack_return r =
+        msgpack_unpack((const char *)p + FRAME_PREFIX_LEN, h, &off, &d->zone, &obj);
+    if (r == MSGPACK_UNPACK_EXTRA_BYTES)
+        return frame_bad(d, "trailing bytes after the header map%s", "");
+    if (r == MSGPACK_UNPACK_CONTINUE)
+        return frame_bad(d, "header map is truncated%s", "");
+    if (r != MSGPACK_UNPACK_SUCCESS)
+        return frame_bad(d, "header is not valid msgpack%s", "");
+    assert(off == h);
+    frame_status st = decode_map(d, &obj, out);
+    if (st != FRAME_OK)
+        return st;
+    *consumed = FRAME_PREFIX_LEN + h;
+    if (out->payload > d->max_payload) {
+        snprintf(d->err, sizeof d->err, "payload of %llu bytes exceeds the limit of %llu",
+                 (unsigned long long)out->payload, (unsigned long long)d->max_payload);
+        return FRAME_TOO_LARGE;
+    }
+    return FRAME_OK;
+}
+
+/* ---- encoding ---------------------------------------------------------- */
+
+typedef struct fixed_buf {
+    uint8_t *p;
+    size_t len, cap;
+    bool overflow;
+} fixed_buf;
+
+static int fixed_write(void *data, const char *buf, size_t n)
+{
+    fixed_buf *fb = data;
+    if (fb->overflow || fb->cap - fb->len < n) {
+        fb->overflow = true;
+        return -1;
+    }
+    memcpy(fb->p + fb->len, buf, n);
+    fb->len += n;
+    return 0;
+}
+
+static void pack_str(msgpack_packer *pk, const char *s, size_t n)
+{
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+size_t frame_encode_header(const frame_hdr *h, uint8_t *buf, size_t cap)
+{
+    if (cap < FRAME_PREFIX_LEN)
+        return 0;
+    size_t body_cap = cap - FRAME_PREFIX_LEN;
+    if (body_cap > FRAME_HDR_MAX)
+        body_cap = FRAME_HDR_MAX;
+    fixed_buf fb = {buf + FRAME_PREFIX_LEN, 0, body_cap, false};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &fb, fixed_write);
+
+    uint32_t n = 1;
+    for (size_t f = 0; f < NFIELDS; f++)
+        n += (h->has & fields[f].bit) != 0;
+    msgpack_pack_map(&pk, n);
+    pack_str(&pk, "type", 4);
+    if (h->type == FT_OTHER)
+        pack_str(&pk, h->type_str.p, h->type_str.n);
+    else {
+        const char *t = frame_type_name(h->type);
+        pack_str(&pk, t, strlen(t));
+    }
+    for (size_t f = 0; f < NFIELDS; f++) {
+        const field_spec *fs = &fields[f];
+        if (!(h->has & fs->bit))
+            continue;
+        pack_str(&pk, fs->key, strlen(fs->key));
+        const char *slot = (const char *)h + fs->off;
+        if (fs->kind == FK_UINT) {
+            uint64_t v;
+            memcpy(&v, slot, sizeof v);
+            msgpack_pack_uint64(&pk, v);
+        } else {
+            frame_str s;
+            memcpy(&s, slot, sizeof s);
+            pack_str(&pk, s.p ? s.p : "", s.p ? s.n : 0);
+        }
+    }
+    if (fb.overflow || fb.len == 0)
+        return 0;
+    uint32_t hl = (uint32_t)fb.len;
+    buf[0] = (uint8_t)(hl >> 24);
+    buf[1] = (uint8_t)(hl >> 16);
+    buf[2] = (uint8_t)(hl >> 8);
+    buf[3] = (uint8_t)hl;
+    return FRAME_PREFIX_LEN + hl;
+}
+
+uint64_t frame_push_payload_size(const frame_hdr *h)
+{
+    if (h->layout == LAYOUT_DENSE) {
+        if (h->count > UINT64_MAX / 4)
+            return UINT64_MAX;
+        return h->count * 4;
+    }
+    if (h->layout == LAYOUT_SPARSE) {
+        if (h->cols > (UINT64_MAX / 4 - 8) || h->nnz > UINT64_MAX / (8 + 4 * h->cols))
+            return UINT64_MAX;
+        return h->nnz * (8 + 4 * h->cols);
+    }
+    return UINT64_MAX;
+}

@@ -1,0 +1,157 @@
+/* frame.h — wire protocol v1: frame layout, header codec, error codes.
+ *
+ * Every message on a psbench TCP connection is
+ *
+ *     u32 big-endian H | H bytes: a msgpack map (the header) | P bytes payload
+ *
+ * with 1 <= H <= 65536 and P given by the header's "payload" field (absent
+ * means 0). This module turns header bytes into a frame_hdr and back. It
+ * never touches payload bytes: those are streamed by the owner of the
+ * connection (the server reduces them as they arrive).
+ *
+ * Decoding is strict about what it knows and lenient about what it doesn't:
+ * a known key with the wrong type is an error, an unknown key is skipped, so
+ * later protocol extensions stay readable by older peers.
+ */
+#ifndef PSBENCH_FRAME_H
+#define PSBENCH_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <msgpack.h>
+
+#define FRAME_PREFIX_LEN 4u
+#define FRAME_HDR_MAX 65536u
+#define FRAME_MAX_PAYLOAD_DEFAULT (1ull << 30)
+#define FRAME_PROTOCOL_VERSION 1u
+
+/* Message types. Unknown type strings decode as FT_OTHER (the receiver
+ * decides whether that is an error: the server answers `unsupported`). */
+typedef enum frame_type {
+    FT_OTHER = 0,
+    FT_HELLO,
+    FT_WELCOME,
+    FT_PUSH,
+    FT_RESULT,
+    FT_ERROR,
+} frame_type;
+
+typedef enum frame_layout { LAYOUT_NONE = 0, LAYOUT_DENSE, LAYOUT_SPARSE, LAYOUT_OTHER } frame_layout;
+
+/* Protocol error codes (the `code` field of an `error` frame). */
+typedef enum frame_errcode {
+    ERR_NONE = 0,
+    ERR_BAD_FRAME,
+    ERR_AUTH,
+    ERR_STALE_BATCH,
+    ERR_DUPLICATE_PUSH,
+    ERR_SHAPE_MISMATCH,
+    ERR_TOO_LARGE,
+    ERR_UNSUPPORTED,
+    ERR_PEER_LOST, /* extension: a peer vanished, the bucket can never resolve */
+    ERR_OTHER,     /* a code this build does not know */
+} frame_errcode;
+
+const char *frame_errcode_name(frame_errcode c);
+frame_errcode frame_errcode_parse(const char *s, size_t n);
+
+/* A string inside a header. Decoded strings point into the header bytes
+ * they came from and are valid only while those bytes are. */
+typedef struct frame_str {
+    const char *p;
+    uint32_t n;
+} frame_str;
+
+bool frame_str_eq(frame_str s, const char *lit);
+
+/* Presence bits of frame_hdr fields. */
+enum {
+    FH_PAYLOAD = 1u << 0,
+    FH_VERSION = 1u << 1,
+    FH_ROLE = 1u << 2,
+    FH_RANK = 1u << 3,
+    FH_TOKEN = 1u << 4,
+    FH_SERVER = 1u << 5,
+    FH_TRAINERS = 1u << 6,
+    FH_BATCH = 1u << 7,
+    FH_BUCKET = 1u << 8,
+    FH_DTYPE = 1u << 9,
+    FH_LAYOUT = 1u << 10,
+    FH_COUNT = 1u << 11,
+    FH_ROWS = 1u << 12,
+    FH_COLS = 1u << 13,
+    FH_NNZ = 1u << 14,
+    FH_CODE = 1u << 15,
+    FH_MESSAGE = 1u << 16,
+};
+
+/* Every header field protocol v1 knows, decoded. `has` says which were
+ * present. `type` is always present in a valid header. */
+typedef struct frame_hdr {
+    frame_type type;
+    frame_str type_str;
+    uint32_t has;
+    uint64_t payload;
+    uint64_t version;
+    frame_str role;
+    uint64_t rank;
+    frame_str token;
+    uint64_t server;
+    uint64_t trainers;
+    uint64_t batch;
+    uint64_t bucket;
+    frame_str dtype;
+    frame_layout layout;
+    frame_str layout_str;
+    uint64_t count;
+    uint64_t rows;
+    uint64_t cols;
+    uint64_t nnz;
+    frame_str code;
+    frame_str message;
+} frame_hdr;
+
+/* Result of frame_decode_header. */
+typedef enum frame_status {
+    FRAME_OK = 0,        /* a header was decoded */
+    FRAME_NEED_MORE = 1, /* not enough bytes yet; nothing consumed */
+    FRAME_BAD = -1,      /* malformed: protocol error `bad_frame` */
+    FRAME_TOO_LARGE = -2 /* well-formed but payload > max_payload: `too_large` */
+} frame_status;
+
+/* Scratch state reused across decodes so that steady-state decoding does
+ * not allocate. */
+typedef struct frame_decoder {
+    msgpack_zone zone;
+    uint64_t max_payload;
+    char err[160]; /* reason of the last FRAME_BAD / FRAME_TOO_LARGE */
+} frame_decoder;
+
+void frame_decoder_init(frame_decoder *d, uint64_t max_payload);
+void frame_decoder_free(frame_decoder *d);
+
+/* Look at the `len` bytes at `p`, the start of a frame. On FRAME_OK the
+ * header is in *out and *consumed is 4 + H (payload bytes, if any, follow).
+ * On FRAME_TOO_LARGE *out holds the decoded header too (so an error reply
+ * can name the batch and bucket) and *consumed is 4 + H. On FRAME_NEED_MORE
+ * and FRAME_BAD nothing is consumed; d->err says what is wrong.
+ * Never reads beyond p[len - 1]. */
+frame_status frame_decode_header(frame_decoder *d, const uint8_t *p, size_t len, frame_hdr *out,
+                                 size_t *consumed);
+
+/* Encode `h` (its type from h->type, or h->type_str for FT_OTHER, and the
+ * fields whose FH_ bit is set) as prefix + header into buf. Returns the
+ * number of bytes written, or 0 if it does not fit in `cap` or would exceed
+ * FRAME_HDR_MAX. */
+size_t frame_encode_header(const frame_hdr *h, uint8_t *buf, size_t cap);
+
+/* Convenience constructors for the common frames. */
+frame_str frame_str_c(const char *s);
+const char *frame_type_name(frame_type t);
+
+/* Payload size of a push/result described by h, or UINT64_MAX on overflow
+ * (dense: count*4; sparse: nnz*8 + nnz*cols*4). */
+uint64_t frame_push_payload_size(const frame_hdr *h);
+
+#endif

@@ -1,0 +1,138 @@
+/* metrics.c — registry of named metrics and its table printer (see metrics.h). */
+#include "shared/metrics.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One metric. Allocated on its own (not inline in the array) so the stats
+ * address handed out by metrics_get survives growth of the array. */
+typedef struct metric_entry {
+    char *key; /* owned */
+    stats st;
+} metric_entry;
+
+struct metrics {
+    metric_entry **v; /* owned, each entry owned; insertion order */
+    size_t n, cap;
+};
+
+/* Width of the numeric columns: "%.3f" of values below 1e8 ms fits; a larger
+ * value widens its cell (printf never truncates) rather than losing digits. */
+#define COL_W 12
+
+static void entry_free(metric_entry *e)
+{
+    if (!e)
+        return;
+    stats_free(&e->st);
+    free(e->key);
+    free(e);
+}
+
+static metric_entry *entry_new(const char *key)
+{
+    metric_entry *e = malloc(sizeof *e);
+    if (!e)
+        return NULL;
+    size_t len = strlen(key);
+    e->key = malloc(len + 1);
+    if (!e->key) {
+        free(e);
+        return NULL;
+    }
+    memcpy(e->key, key, len + 1);
+    stats_init(&e->st);
+    return e;
+}
+
+metrics *metrics_new(void)
+{
+    return calloc(1, sizeof(metrics));
+}
+
+void metrics_free(metrics *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n; i++)
+        entry_free(m->v[i]);
+    free(m->v);
+    free(m);
+}
+
+stats *metrics_get(metrics *m, const char *key)
+{
+    assert(m && key);
+    for (size_t i = 0; i < m->n; i++)
+        if (strcmp(m->v[i]->key, key) == 0)
+            return &m->v[i]->st;
+
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 16;
+        metric_entry **p = realloc(m->v, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        m->v = p;
+        m->cap = cap;
+    }
+    metric_entry *e = entry_new(key);
+    if (!e)
+        return NULL;
+    m->v[m->n++] = e;
+    return &e->st;
+}
+
+int metrics_record(metrics *m, const char *key, double ms)
+{
+    stats *s = metrics_get(m, key);
+    if (!s)
+        return -1;
+    return stats_add(s, ms);
+}
+
+size_t metrics_size(const metrics *m)
+{
+    return m->n;
+}
+
+const char *metrics_key_at(const metrics *m, size_t i)
+{
+    assert(i < m->n);
+    return m->v[i]->key;
+}
+
+stats *metrics_at(metrics *m, size_t i)
+{
+    assert(i < m->n);
+    return &m->v[i]->st;
+}
+
+void metrics_reset(metrics *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        stats_reset(&m->v[i]->st);
+}
+
+void metrics_print_table(metrics *m, FILE *out, const char *title)
+{
+    int kw = (int)strlen("metric");
+    for (size_t i = 0; i < m->n; i++) {
+        size_t len = strlen(m->v[i]->key);
+        if (len > (size_t)kw)
+            kw = (int)len;
+    }
+
+    fprintf(out, "%s\n", title ? title : "");
+    fprintf(out, "%-*s %*s %*s %*s %*s %*s %*s %*s %*s %*s\n", kw, "metric", COL_W, "count",
+            COL_W, "min", COL_W, "max", COL_W, "mean", COL_W, "variance", COL_W, "stdev", COL_W,
+            "p50", COL_W, "p90", COL_W, "p99");
+    for (size_t i = 0; i < m->n; i++) {
+        stats_summary su;
+        stats_summarize(&m->v[i]->st, &su);
+        fprintf(out, "%-*s %*llu %*.3f %*.3f %*.3f %*.3f %*.3f %*.3f %*.3f %*.3f\n", kw,
+                m->v[i]->key, COL_W, (unsigned long long)su.count, COL_W, su.min, COL_W, su.max,
+                COL_W, su.mean, COL_W, su.variance, COL_W, su.stdev, COL_W, su.p50, COL_W, su.p90,
+                COL_W, su.p99);
+    }
+}

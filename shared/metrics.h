@@ -1,0 +1,39 @@
+/* metrics.h — the seed's MetricsLogger: a registry of named metrics, each a
+ * `stats`, keyed by the seed's "type,name" string (for example
+ * "hook_future_metric,rpc_dense"), kept in insertion order, plus a table
+ * printer in the shape of the seed's ProcessedMetricsPrinter.
+ *
+ * Each metric lives in its own allocation, so a stats pointer returned by
+ * metrics_get or metrics_at stays valid until metrics_free, however many
+ * metrics are added later. Not thread-safe.
+ */
+#ifndef PSBENCH_METRICS_H
+#define PSBENCH_METRICS_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "shared/stats.h"
+
+typedef struct metrics metrics; /* opaque */
+
+metrics *metrics_new(void); /* NULL on allocation failure */
+void metrics_free(metrics *m); /* NULL is a no-op */
+
+/* Find or create; NULL on allocation failure. The key is copied. */
+stats *metrics_get(metrics *m, const char *key);
+/* metrics_get + stats_add: 0, or -1 on allocation failure. */
+int metrics_record(metrics *m, const char *key, double ms);
+
+size_t metrics_size(const metrics *m);
+const char *metrics_key_at(const metrics *m, size_t i); /* i < metrics_size */
+stats *metrics_at(metrics *m, size_t i);                /* i < metrics_size */
+void metrics_reset(metrics *m); /* every stats back to empty, keys kept */
+
+/* A title line, then a header and one row per metric (insertion order):
+ * metric | count | min | max | mean | variance | stdev | p50 | p90 | p99,
+ * values in milliseconds with 3 decimals, the metric column as wide as the
+ * longest key. */
+void metrics_print_table(metrics *m, FILE *out, const char *title);
+
+#endif

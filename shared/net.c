@@ -1,0 +1,208 @@
+/* net.c — TCP helpers (see net.h). */
+#include "shared/net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+int net_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port, int allow_zero,
+                       char *err, size_t errlen)
+{
+    const char *colon;
+    const char *h = s;
+    size_t hl;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':') {
+            snprintf(err, errlen, "'%s' is not [IPV6]:PORT", s);
+            return -1;
+        }
+        h = s + 1;
+        hl = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon) {
+            snprintf(err, errlen, "'%s' is not HOST:PORT", s);
+            return -1;
+        }
+        hl = (size_t)(colon - s);
+    }
+    if (hl == 0 || hl >= hostlen) {
+        snprintf(err, errlen, "'%s': missing or too long host", s);
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end != '\0' || errno || p < 0 || p > 65535 || (p == 0 && !allow_zero)) {
+        snprintf(err, errlen, "'%s': port must be %s..65535", s, allow_zero ? "0" : "1");
+        return -1;
+    }
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (uint16_t)p;
+    return 0;
+}
+
+static int net_resolve(const char *host, uint16_t port, int passive, struct addrinfo **res,
+                       char *err, size_t errlen)
+{
+    struct addrinfo hints = {0};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", port);
+    int rc = getaddrinfo(host, ps, &hints, res);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+int net_set_nonblock(int fd, int on)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -1;
+    fl = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
+    return fcntl(fd, F_SETFL, fl);
+}
+
+int net_set_nodelay(int fd)
+{
+    int one = 1;
+    return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+int net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_port, char *err,
+               size_t errlen)
+{
+    struct addrinfo *res;
+    if (net_resolve(host, port, 1, &res, err, errlen) < 0)
+        return -1;
+    int fd = -1;
+    int saved = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0)
+            break;
+        saved = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot listen on %s:%u: %s", host, port, strerror(saved));
+        return -1;
+    }
+    net_set_nonblock(fd, 1);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+static long long net_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One nonblocking connect attempt bounded by remaining_ms. */
+static int net_try_connect(const struct addrinfo *ai, long long remaining_ms, int *err_out)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+        *err_out = errno;
+        return -1;
+    }
+    net_set_nonblock(fd, 1);
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS) {
+        *err_out = errno;
+        close(fd);
+        return -1;
+    }
+    struct pollfd pfd = {fd, POLLOUT, 0};
+    int rc = poll(&pfd, 1, (int)(remaining_ms > 0 ? remaining_ms : 0));
+    int soerr = 0;
+    socklen_t sl = sizeof soerr;
+    if (rc <= 0) {
+        *err_out = rc == 0 ? ETIMEDOUT : errno;
+        close(fd);
+        return -1;
+    }
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+    if (soerr) {
+        *err_out = soerr;
+        close(fd);
+        return -1;
+    }
+    net_set_nonblock(fd, 0);
+    net_set_nodelay(fd);
+    return fd;
+}
+
+int net_connect(const char *host, uint16_t port, int timeout_ms, char *err, size_t errlen)
+{
+    struct addrinfo *res;
+    if (net_resolve(host, port, 0, &res, err, errlen) < 0)
+        return -1;
+    long long deadline = net_now_ms() + timeout_ms;
+    int e = ETIMEDOUT;
+    int fd = -1;
+    for (;;) {
+        for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
+            fd = net_try_connect(ai, deadline - net_now_ms(), &e);
+        /* Retry only while the peer refuses: it may still be starting. */
+        if (fd >= 0 || e != ECONNREFUSED || net_now_ms() >= deadline)
+            break;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        snprintf(err, errlen, "cannot connect to %s:%u: %s", host, port, strerror(e));
+    return fd;
+}
+
+void net_peer_name(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char h[INET6_ADDRSTRLEN] = "?";
+    unsigned p = 0;
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &a->sin_addr, h, sizeof h);
+            p = ntohs(a->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &a->sin6_addr, h, sizeof h);
+            p = ntohs(a->sin6_port);
+        }
+    }
+    snprintf(buf, len, "%s:%u", h, p);
+}

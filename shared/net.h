@@ -1,0 +1,29 @@
+/* net.h — small TCP helpers shared by the three binaries: address parsing,
+ * listening and connecting sockets, socket options. */
+#ifndef PSBENCH_NET_H
+#define PSBENCH_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Split "HOST:PORT" (or "[v6]:PORT") into host and port. Port 0 is allowed
+ * (an ephemeral port) only when allow_zero. Returns 0 or -1 with err set. */
+int net_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port, int allow_zero,
+                       char *err, size_t errlen);
+
+/* Bind and listen on host:port (nonblocking, SO_REUSEADDR). Returns the fd
+ * or -1 with err set. *bound_port gets the real port (for port 0). */
+int net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_port, char *err,
+               size_t errlen);
+
+/* Blocking connect with a timeout in milliseconds, retried until the
+ * deadline while the peer refuses (it may still be starting). Returns a
+ * connected fd in blocking mode with TCP_NODELAY, or -1 with err set. */
+int net_connect(const char *host, uint16_t port, int timeout_ms, char *err, size_t errlen);
+
+int net_set_nonblock(int fd, int on);
+int net_set_nodelay(int fd);
+/* Describe the peer of fd as "host:port" into buf. */
+void net_peer_name(int fd, char *buf, size_t len);
+
+#endif

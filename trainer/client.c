@@ -1,0 +1,377 @@
+/* client.c — a trainer's data-plane connections (see client.h). */
+#include "trainer/client.h"
+#include "shared/net.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CLIENT_IBUF_SIZE (256u * 1024u)
+#define CLIENT_IOV_MAX 64
+
+static long long client_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Format an `error` frame from a server as a one-line reason. */
+static void client_error_frame(const client_conn *c, const frame_hdr *h, char *err, size_t errlen)
+{
+    char where[96] = "";
+    if ((h->has & FH_BATCH) && (h->has & FH_BUCKET))
+        snprintf(where, sizeof where, " (batch %" PRIu64 " bucket %" PRIu64 ")", h->batch, h->bucket);
+    snprintf(err, errlen, "server %s answered %.*s%s: %.*s", c->addr, (int)h->code.n,
+             h->code.p ? h->code.p : "", where, (int)h->message.n, h->message.p ? h->message.p : "");
+}
+
+/* Blocking read of exactly one frame header (no payload) during the
+ * handshake. */
+static int client_read_welcome(client *cl, client_conn *c, long long deadline, frame_hdr *h, char *err,
+                               size_t errlen)
+{
+    for (;;) {
+        size_t used;
+        frame_status st = frame_decode_header(&cl->dec, c->ibuf, c->ilen, h, &used);
+        if (st == FRAME_OK) {
+            if (h->type == FT_ERROR) {
+                client_error_frame(c, h, err, errlen);
+                return -1;
+            }
+            if (h->type != FT_WELCOME || h->payload) {
+                snprintf(err, errlen, "server %s: expected welcome, got '%.*s'", c->addr,
+                         (int)h->type_str.n, h->type_str.p);
+                return -1;
+            }
+            memmove(c->ibuf, c->ibuf + used, c->ilen - used);
+            c->ilen -= used;
+            return 0;
+        }
+        if (st != FRAME_NEED_MORE) {
+            snprintf(err, errlen, "server %s: bad frame: %s", c->addr, cl->dec.err);
+            return -1;
+        }
+        long long left = deadline - client_now_ms();
+        struct pollfd pfd = {c->fd, POLLIN, 0};
+        if (left <= 0 || poll(&pfd, 1, (int)left) <= 0) {
+            snprintf(err, errlen, "server %s: no welcome within the timeout", c->addr);
+            return -1;
+        }
+        ssize_t r = recv(c->fd, c->ibuf + c->ilen, CLIENT_IBUF_SIZE - c->ilen, 0);
+        if (r <= 0) {
+            snprintf(err, errlen, "server %s closed the connection during hello", c->addr);
+            return -1;
+        }
+        c->ilen += (size_t)r;
+    }
+}
+
+static int client_handshake(client *cl, client_conn *c, uint64_t rank, const char *token,
+                            long long deadline, char *err, size_t errlen)
+{
+    frame_hdr h = {0};
+    h.type = FT_HELLO;
+    h.version = FRAME_PROTOCOL_VERSION;
+    h.role = frame_str_c("trainer");
+    h.rank = rank;
+    h.has = FH_VERSION | FH_ROLE | FH_RANK;
+    if (token) {
+        h.token = frame_str_c(token);
+        h.has |= FH_TOKEN;
+    }
+    uint8_t buf[1024];
+    size_t n = frame_encode_header(&h, buf, sizeof buf);
+    if (!n || send(c->fd, buf, n, MSG_NOSIGNAL) != (ssize_t)n) {
+        snprintf(err, errlen, "server %s: cannot send hello", c->addr);
+        return -1;
+    }
+    frame_hdr w;
+    if (client_read_welcome(cl, c, deadline, &w, err, errlen) < 0)
+        return -1;
+    if (!(w.has & FH_TRAINERS) || w.trainers == 0) {
+        snprintf(err, errlen, "server %s: welcome without a trainer count", c->addr);
+        return -1;
+    }
+    if (cl->trainers && cl->trainers != w.trainers) {
+        snprintf(err, errlen, "servers disagree on the trainer count (%u vs %" PRIu64 " at %s)",
+                 cl->trainers, w.trainers, c->addr);
+        return -1;
+    }
+    cl->trainers = (uint32_t)w.trainers;
+    c->server_rank = (uint32_t)w.server;
+    return 0;
+}
+
+int client_open(client *cl, const char *servers, uint64_t rank, const char *token, double timeout_s,
+                const client_sink *sink, char *err, size_t errlen)
+{
+    memset(cl, 0, sizeof *cl);
+    frame_decoder_init(&cl->dec, UINT64_MAX);
+    cl->sink = *sink;
+    size_t n = 1;
+    for (const char *p = servers; *p; p++)
+        n += *p == ',';
+    cl->conns = calloc(n, sizeof *cl->conns);
+    if (!cl->conns) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    long long deadline = client_now_ms() + (long long)(timeout_s * 1000);
+    const char *p = servers;
+    for (size_t i = 0; i < n; i++) {
+        client_conn *c = &cl->conns[i];
+        c->fd = -1;
+        cl->nconns++;
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof c->addr) {
+            snprintf(err, errlen, "--server: empty or too long address in '%s'", servers);
+            return -1;
+        }
+        memcpy(c->addr, p, len);
+        c->addr[len] = '\0';
+        p += len + (p[len] == ',');
+        char host[256];
+        uint16_t port;
+        if (net_parse_hostport(c->addr, host, sizeof host, &port, 0, err, errlen) < 0)
+            return -1;
+        c->ibuf = malloc(CLIENT_IBUF_SIZE);
+        if (!c->ibuf) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        long long left = deadline - client_now_ms();
+        c->fd = net_connect(host, port, (int)(left > 0 ? left : 1), err, errlen);
+        if (c->fd < 0)
+            return -1;
+        if (client_handshake(cl, c, rank, token, deadline, err, errlen) < 0)
+            return -1;
+        net_set_nonblock(c->fd, 1);
+    }
+    return 0;
+}
+
+void client_close(client *cl)
+{
+    for (size_t i = 0; i < cl->nconns; i++) {
+        client_conn *c = &cl->conns[i];
+        if (c->fd >= 0)
+            close(c->fd);
+        free(c->ibuf);
+        free(c->q);
+    }
+    free(cl->conns);
+    frame_decoder_free(&cl->dec);
+    memset(cl, 0, sizeof *cl);
+}
+
+int client_queue(client *cl, size_t i, const frame_hdr *h, const void *payload, char *err, size_t errlen)
+{
+    client_conn *c = &cl->conns[i];
+    if (c->qhead + c->qlen == c->qcap) {
+        if (c->qhead > 0) {
+            memmove(c->q, c->q + c->qhead, c->qlen * sizeof *c->q);
+            c->qhead = 0;
+        } else {
+            size_t cap = c->qcap ? c->qcap * 2 : 64;
+            client_out *q = realloc(c->q, cap * sizeof *q);
+            if (!q) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            c->q = q;
+            c->qcap = cap;
+        }
+    }
+    client_out *o = &c->q[c->qhead + c->qlen];
+    o->hlen = frame_encode_header(h, o->hdr, sizeof o->hdr);
+    if (!o->hlen) {
+        snprintf(err, errlen, "frame header too large");
+        return -1;
+    }
+    o->payload = payload;
+    o->plen = h->payload;
+    o->done = 0;
+    c->qlen++;
+    return 0;
+}
+
+bool client_idle_out(const client *cl)
+{
+    for (size_t i = 0; i < cl->nconns; i++)
+        if (cl->conns[i].qlen)
+            return false;
+    return true;
+}
+
+/* Write queued frames with as few syscalls as possible. */
+static int client_write(client *cl, client_conn *c, char *err, size_t errlen)
+{
+    while (c->qlen) {
+        struct iovec iov[CLIENT_IOV_MAX];
+        int n = 0;
+        for (size_t k = 0; k < c->qlen && n + 2 <= CLIENT_IOV_MAX; k++) {
+            client_out *o = &c->q[c->qhead + k];
+            if (o->done < o->hlen) {
+                iov[n].iov_base = o->hdr + o->done;
+                iov[n++].iov_len = o->hlen - o->done;
+            }
+            uint64_t pdone = o->done > o->hlen ? o->done - o->hlen : 0;
+            if (o->plen > pdone) {
+                iov[n].iov_base = (void *)(o->payload + pdone);
+                iov[n++].iov_len = o->plen - pdone;
+            }
+        }
+        ssize_t w = writev(c->fd, iov, n);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                return 0;
+            snprintf(err, errlen, "server %s: write failed: %s", c->addr, strerror(errno));
+            return -1;
+        }
+        cl->bytes_out += (uint64_t)w;
+        size_t left = (size_t)w;
+        while (left && c->qlen) {
+            client_out *o = &c->q[c->qhead];
+            uint64_t rest = o->hlen + o->plen - o->done;
+            if (left < rest) {
+                o->done += left;
+                left = 0;
+                break;
+            }
+            left -= rest;
+            c->qhead++;
+            c->qlen--;
+        }
+        if (c->qlen == 0)
+            c->qhead = 0;
+    }
+    return 0;
+}
+
+/* Dispatch complete frames and payload chunks in c->ibuf. */
+static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
+{
+    while (c->ioff < c->ilen) {
+        size_t avail = c->ilen - c->ioff;
+        if (c->in_payload) {
+            uint64_t end = c->pay_off + (avail < c->pay_len - c->pay_off ? avail : c->pay_len - c->pay_off);
+            if (end < c->pay_len)
+                end &= ~(uint64_t)3;
+            if (end <= c->pay_off)
+                break;
+            size_t n = (size_t)(end - c->pay_off);
+            if (cl->sink.data(cl->sink.ctx, c->pay_off, c->ibuf + c->ioff, n, err, errlen) < 0)
+                return -1;
+            c->ioff += n;
+            c->pay_off += n;
+            if (c->pay_off == c->pay_len) {
+                c->in_payload = false;
+                if (cl->sink.end(cl->sink.ctx, err, errlen) < 0)
+                    return -1;
+            }
+            continue;
+        }
+        frame_hdr h;
+        size_t used;
+        frame_status st = frame_decode_header(&cl->dec, c->ibuf + c->ioff, avail, &h, &used);
+        if (st == FRAME_NEED_MORE)
+            break;
+        if (st != FRAME_OK) {
+            snprintf(err, errlen, "server %s sent a bad frame: %s", c->addr, cl->dec.err);
+            return -1;
+        }
+        if (h.type == FT_ERROR) {
+            client_error_frame(c, &h, err, errlen);
+            return -1;
+        }
+        if (h.type != FT_RESULT) {
+            snprintf(err, errlen, "server %s sent an unexpected '%.*s' frame", c->addr, (int)h.type_str.n,
+                     h.type_str.p);
+            return -1;
+        }
+        if (cl->sink.begin(cl->sink.ctx, c->server_rank, &h, err, errlen) < 0)
+            return -1;
+        c->ioff += used;
+        c->pay_off = 0;
+        c->pay_len = h.payload;
+        if (h.payload == 0) {
+            if (cl->sink.end(cl->sink.ctx, err, errlen) < 0)
+                return -1;
+        } else {
+            c->in_payload = true;
+        }
+    }
+    if (c->ioff == c->ilen) {
+        c->ioff = c->ilen = 0;
+    } else if (c->ioff > CLIENT_IBUF_SIZE / 2) {
+        memmove(c->ibuf, c->ibuf + c->ioff, c->ilen - c->ioff);
+        c->ilen -= c->ioff;
+        c->ioff = 0;
+    }
+    return 0;
+}
+
+static int client_read(client *cl, client_conn *c, char *err, size_t errlen)
+{
+    for (int i = 0; i < 16; i++) {
+        size_t want = CLIENT_IBUF_SIZE - c->ilen;
+        ssize_t r = recv(c->fd, c->ibuf + c->ilen, want, 0);
+        if (r == 0) {
+            snprintf(err, errlen, "server %s closed the connection", c->addr);
+            return -1;
+        }
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                return 0;
+            snprintf(err, errlen, "server %s: read failed: %s", c->addr, strerror(errno));
+            return -1;
+        }
+        cl->bytes_in += (uint64_t)r;
+        c->ilen += (size_t)r;
+        if (client_process(cl, c, err, errlen) < 0)
+            return -1;
+        if ((size_t)r < want)
+            return 0;
+    }
+    return 0;
+}
+
+int client_poll(client *cl, int timeout_ms, char *err, size_t errlen)
+{
+    struct pollfd pfd[64];
+    size_t n = cl->nconns < 64 ? cl->nconns : 64;
+    /* Write eagerly first: most of the time the socket takes it all and
+     * poll only has to wait for results. */
+    for (size_t i = 0; i < cl->nconns; i++)
+        if (cl->conns[i].qlen && client_write(cl, &cl->conns[i], err, errlen) < 0)
+            return -1;
+    for (size_t i = 0; i < n; i++) {
+        pfd[i].fd = cl->conns[i].fd;
+        pfd[i].events = POLLIN | (cl->conns[i].qlen ? POLLOUT : 0);
+        pfd[i].revents = 0;
+    }
+    int rc = poll(pfd, n, timeout_ms);
+    if (rc < 0) {
+        if (errno == EINTR)
+            return 0;
+        snprintf(err, errlen, "poll: %s", strerror(errno));
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
+            if (client_read(cl, &cl->conns[i], err, errlen) < 0)
+                return -1;
+        if (pfd[i].revents & POLLOUT)
+            if (client_write(cl, &cl->conns[i], err, errlen) < 0)
+                return -1;
+    }
+    return 0;
+}

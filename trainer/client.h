@@ -1,0 +1,72 @@
+/* client.h — a trainer's connections to its servers (data plane).
+ *
+ * Pushes are queued and written with writev as the sockets take them;
+ * results are parsed as they arrive and their payload handed, chunk by
+ * chunk, to callbacks — so a trainer can check or apply a result without
+ * buffering it whole, and can receive while it is still sending. One
+ * thread, nonblocking sockets, poll().
+ */
+#ifndef PSBENCH_CLIENT_H
+#define PSBENCH_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/frame.h"
+
+/* What the client calls as results arrive. Each returns 0, or -1 with a
+ * reason in err (the client then fails). */
+typedef struct client_sink {
+    int (*begin)(void *ctx, uint32_t server, const frame_hdr *h, char *err, size_t errlen);
+    /* off + n is a multiple of 4 except at the payload's end. */
+    int (*data)(void *ctx, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen);
+    int (*end)(void *ctx, char *err, size_t errlen);
+    void *ctx;
+} client_sink;
+
+typedef struct client_out {
+    uint8_t hdr[512];
+    size_t hlen;
+    const uint8_t *payload; /* owned by the caller, valid until written */
+    uint64_t plen;
+    uint64_t done; /* bytes of hdr + payload written */
+} client_out;
+
+typedef struct client_conn {
+    int fd;
+    char addr[300];
+    uint32_t server_rank;
+    client_out *q;
+    size_t qhead, qlen, qcap;
+    uint8_t *ibuf;
+    size_t ioff, ilen;
+    bool in_payload;
+    uint64_t pay_off, pay_len;
+} client_conn;
+
+typedef struct client {
+    client_conn *conns;
+    size_t nconns;
+    uint32_t trainers; /* from the servers' welcome */
+    frame_decoder dec;
+    client_sink sink;
+    uint64_t bytes_out, bytes_in;
+} client;
+
+/* Connect to every "HOST:PORT" in the comma-separated list, say hello as
+ * trainer `rank`, wait for each welcome. Returns 0 or -1 with err set. */
+int client_open(client *cl, const char *servers, uint64_t rank, const char *token, double timeout_s,
+                const client_sink *sink, char *err, size_t errlen);
+void client_close(client *cl);
+/* Queue a frame (header fields in h; payload bytes stay the caller's
+ * until written) on connection i. Returns 0 or -1. */
+int client_queue(client *cl, size_t i, const frame_hdr *h, const void *payload, char *err, size_t errlen);
+/* Do I/O for at most timeout_ms: write what is queued, read and dispatch
+ * what arrives. Returns 0, or -1 with err set (connection lost, error
+ * frame, sink failure). */
+int client_poll(client *cl, int timeout_ms, char *err, size_t errlen);
+/* True when nothing is queued for writing. */
+bool client_idle_out(const client *cl);
+
+#endif

@@ -1,0 +1,255 @@
+/* main.c — psbench-trainer: command line, connect to the servers, run the
+ * model's batches, print the trainer's metrics. */
+#include "shared/cli.h"
+#include "shared/frame.h"
+#include "shared/log.h"
+#include "shared/metrics.h"
+#include "trainer/client.h"
+#include "trainer/synthetic.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void trainer_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: psbench-trainer --server HOST:PORT[,HOST:PORT...] --rank R --model synthetic [options]\n"
+        "\n"
+        "Pushes gradient buckets to parameter servers and waits for their mean.\n"
+        "With --model synthetic it is a pure communication benchmark: every batch\n"
+        "pushes K buckets of deterministic data and checks every element of every\n"
+        "result against the mean it predicts; any mismatch, error frame or timeout\n"
+        "ends the run with a non-zero exit and a one-line reason.\n"
+        "\n"
+        "options:\n"
+        "  --server LIST           servers, comma-separated; bucket k goes to server\n"
+        "                          k mod (number of servers)\n"
+        "  --rank R                this trainer's rank (ranks are 0..N-1 for N trainers)\n"
+        "  --model synthetic       the synthetic model (the only one in this build)\n"
+        "  --buckets K             buckets per batch, all in flight at once (default 4)\n"
+        "  --bucket-floats S       floats per bucket (default 262144)\n"
+        "  --batches B             batches to run (default 100)\n"
+        "  --sparse                push sparse buckets (rows of --sparse-cols floats)\n"
+        "  --sparse-cols C         floats per sparse row (default 16)\n"
+        "  --rpc-timeout SECONDS   longest wait for a batch's results (default 60)\n"
+        "  --connect-timeout SECONDS  how long to keep trying to reach a server (default 30)\n"
+        "  --token T               token the servers require (or PSBENCH_TOKEN)\n"
+        "  --device DEV            cpu (default)\n"
+        "  --summary-json FILE     write {batches, seconds, rounds_per_s, batch_p50_ms,\n"
+        "                          batch_p99_ms, bytes_pushed} to FILE\n"
+        "  --master HOST:PORT      join a psbench-master (not in this build)\n"
+        "  --log-level LEVEL       error, warn, info (default) or debug\n"
+        "  --help, --version\n"
+        "\n"
+        "Metrics (ms): hook_future_metric,rpc_dense or rpc_sparse per bucket (push\n"
+        "queued to result checked), batch_level_metric,batch_all per batch.\n");
+}
+
+enum {
+    OPT_SERVER = 256, OPT_RANK, OPT_MODEL, OPT_BUCKETS, OPT_BUCKET_FLOATS, OPT_BATCHES, OPT_SPARSE,
+    OPT_SPARSE_COLS, OPT_RPC_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_TOKEN, OPT_DEVICE, OPT_SUMMARY,
+    OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
+};
+
+static const struct option trainer_opts[] = {
+    {"server", required_argument, NULL, OPT_SERVER},
+    {"rank", required_argument, NULL, OPT_RANK},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"buckets", required_argument, NULL, OPT_BUCKETS},
+    {"bucket-floats", required_argument, NULL, OPT_BUCKET_FLOATS},
+    {"batches", required_argument, NULL, OPT_BATCHES},
+    {"sparse", no_argument, NULL, OPT_SPARSE},
+    {"sparse-cols", required_argument, NULL, OPT_SPARSE_COLS},
+    {"rpc-timeout", required_argument, NULL, OPT_RPC_TIMEOUT},
+    {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
+    {"token", required_argument, NULL, OPT_TOKEN},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"summary-json", required_argument, NULL, OPT_SUMMARY},
+    {"master", required_argument, NULL, OPT_MASTER},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+static int trainer_fail(const char *msg)
+{
+    fprintf(stderr, "psbench-trainer: %s\n", msg);
+    return 2;
+}
+
+static int trainer_write_summary(const char *path, const synthetic_report *rep, metrics *m)
+{
+    stats_summary sum = {0};
+    stats *bs = metrics_get(m, "batch_level_metric,batch_all");
+    if (bs)
+        stats_summarize(bs, &sum);
+    json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:f, s:I}", "batches", (json_int_t)rep->batches,
+                          "seconds", rep->seconds, "rounds_per_s",
+                          rep->seconds > 0 ? (double)rep->batches / rep->seconds : 0.0,
+                          "batch_p50_ms", sum.p50, "batch_p99_ms", sum.p99, "bytes_pushed",
+                          (json_int_t)rep->bytes_pushed);
+    int rc = o ? json_dump_file(o, path, JSON_INDENT(2)) : -1;
+    json_decref(o);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    synthetic_config cfg = {0};
+    cfg.buckets = 4;
+    cfg.bucket_floats = 262144;
+    cfg.batches = 100;
+    cfg.sparse_cols = 16;
+    cfg.rpc_timeout_s = 60;
+    double connect_timeout = 30;
+    const char *servers = NULL, *model = NULL, *token = NULL, *summary = NULL, *master = NULL;
+    bool have_rank = false;
+    log_level level = LOG_INFO;
+    char err[512];
+    uint64_t v;
+
+    cli_normalize_args(argc, argv);
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", trainer_opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_SERVER: servers = optarg; break;
+        case OPT_RANK:
+            if (cli_parse_u64("--rank", optarg, 0, 1u << 30, 0, &cfg.rank, err, sizeof err) < 0)
+                return trainer_fail(err);
+            have_rank = true;
+            break;
+        case OPT_MODEL: model = optarg; break;
+        case OPT_BUCKETS:
+            if (cli_parse_u64("--buckets", optarg, 1, 1u << 20, 0, &v, err, sizeof err) < 0)
+                return trainer_fail(err);
+            cfg.buckets = (uint32_t)v;
+            break;
+        case OPT_BUCKET_FLOATS:
+            if (cli_parse_u64("--bucket-floats", optarg, 1, 1ull << 28, 1, &cfg.bucket_floats, err,
+                              sizeof err) < 0)
+                return trainer_fail(err);
+            break;
+        case OPT_BATCHES:
+            if (cli_parse_u64("--batches", optarg, 1, UINT64_MAX / 2, 0, &cfg.batches, err, sizeof err) < 0)
+                return trainer_fail(err);
+            break;
+        case OPT_SPARSE: cfg.sparse = true; break;
+        case OPT_SPARSE_COLS:
+            if (cli_parse_u64("--sparse-cols", optarg, 1, 1u << 20, 0, &v, err, sizeof err) < 0)
+                return trainer_fail(err);
+            cfg.sparse_cols = (uint32_t)v;
+            break;
+        case OPT_RPC_TIMEOUT:
+            if (cli_parse_seconds("--rpc-timeout", optarg, &cfg.rpc_timeout_s, err, sizeof err) < 0)
+                return trainer_fail(err);
+            break;
+        case OPT_CONNECT_TIMEOUT:
+            if (cli_parse_seconds("--connect-timeout", optarg, &connect_timeout, err, sizeof err) < 0)
+                return trainer_fail(err);
+            break;
+        case OPT_TOKEN: token = optarg; break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "cpu") != 0) {
+                snprintf(err, sizeof err, "--device %s: this build runs trainers on the CPU only", optarg);
+                return trainer_fail(err);
+            }
+            break;
+        case OPT_SUMMARY: summary = optarg; break;
+        case OPT_MASTER: master = optarg; break;
+        case OPT_LOG_LEVEL:
+            if (log_level_parse(optarg, &level) < 0) {
+                snprintf(err, sizeof err, "--log-level: '%s' is not error, warn, info or debug", optarg);
+                return trainer_fail(err);
+            }
+            break;
+        case OPT_HELP:
+        case 'h':
+            trainer_usage(stdout);
+            return 0;
+        case OPT_VERSION:
+            printf("psbench-trainer %s (wire protocol %u)\n", PSBENCH_VERSION, FRAME_PROTOCOL_VERSION);
+            return 0;
+        default:
+            snprintf(err, sizeof err, "unknown or incomplete option '%s' (see --help)", argv[optind - 1]);
+            return trainer_fail(err);
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
+        return trainer_fail(err);
+    }
+    if (master)
+        return trainer_fail("--master: joining a master is not in this build yet; use --server and --rank");
+    if (!servers)
+        return trainer_fail("--server HOST:PORT is required (see --help)");
+    if (!have_rank)
+        return trainer_fail("--rank R is required");
+    if (!model)
+        return trainer_fail("--model is required: this build has --model synthetic");
+    if (strcmp(model, "synthetic") != 0) {
+        snprintf(err, sizeof err, "--model '%s': this build has only the synthetic model", model);
+        return trainer_fail(err);
+    }
+    size_t nservers = 1;
+    for (const char *p = servers; *p; p++)
+        nservers += *p == ',';
+    if (nservers > 64)
+        return trainer_fail("--server: at most 64 servers");
+    if (!token) {
+        const char *t = getenv("PSBENCH_TOKEN");
+        if (t && *t)
+            token = t;
+    }
+    log_init("psbench-trainer", level);
+    signal(SIGPIPE, SIG_IGN);
+
+    metrics *m = metrics_new();
+    synthetic *syn = m ? synthetic_new(&cfg, m) : NULL;
+    if (!syn) {
+        metrics_free(m);
+        return trainer_fail("out of memory");
+    }
+    metrics_get(m, "batch_level_metric,batch_all");
+    metrics_get(m, cfg.sparse ? "hook_future_metric,rpc_sparse" : "hook_future_metric,rpc_dense");
+    client cl;
+    client_sink sink = synthetic_sink(syn);
+    int rc = 0;
+    synthetic_report rep = {0};
+    if (client_open(&cl, servers, cfg.rank, token, connect_timeout, &sink, err, sizeof err) < 0) {
+        rc = 1;
+    } else if (cfg.rank >= cl.trainers) {
+        snprintf(err, sizeof err, "--rank %" PRIu64 " is outside 0..%u: the server expects %u trainers",
+                 cfg.rank, cl.trainers - 1, cl.trainers);
+        rc = 1;
+    } else {
+        log_info("rank %" PRIu64 ": %zu server(s), %u trainers, %u buckets x %" PRIu64 " floats, %" PRIu64
+                 " batches%s", cfg.rank, cl.nconns, cl.trainers, cfg.buckets, cfg.bucket_floats,
+                 cfg.batches, cfg.sparse ? " (sparse)" : "");
+        if (synthetic_run(syn, &cl, &rep, err, sizeof err) < 0)
+            rc = 1;
+    }
+    client_close(&cl);
+    if (rc == 0) {
+        printf("psbench-trainer %" PRIu64 ": %" PRIu64 " batches in %.3f s (%.1f batches/s), every result checked\n",
+               cfg.rank, rep.batches, rep.seconds, rep.seconds > 0 ? (double)rep.batches / rep.seconds : 0.0);
+        char title[64];
+        snprintf(title, sizeof title, "trainer %" PRIu64 " metrics (ms)", cfg.rank);
+        metrics_print_table(m, stdout, title);
+        if (summary && trainer_write_summary(summary, &rep, m) < 0) {
+            snprintf(err, sizeof err, "cannot write --summary-json %s", summary);
+            rc = 1;
+        }
+    }
+    synthetic_free(syn);
+    metrics_free(m);
+    if (rc != 0)
+        fprintf(stderr, "psbench-trainer: rank %" PRIu64 ": %s\n", cfg.rank, err);
+    return rc;
+}

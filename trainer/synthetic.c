@@ -1,0 +1,369 @@
+/* synthetic.c — the synthetic model (see synthetic.h).
+ *
+ * Dense data: push (rank r, batch b, bucket k) is the window of a fixed
+ * ramp `base` starting at off(r, b, k), base[j] = (j mod P) - P/2. Sending
+ * it costs nothing (no data is generated per batch) and the expected sum
+ * is periodic in the element index with period P, so checking a result of
+ * any size needs only a P-element table per bucket.
+ *
+ * Sparse data: push (r, b, k) touches nnz rows of a rows x cols table with
+ * a stride that makes some indices repeat inside one push (the server must
+ * coalesce those too); values are small integers.
+ */
+#include "trainer/synthetic.h"
+#include "server/reduce.h" /* reduce_mean_scale: the server's 1/N */
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SYN_P 1024u /* period of the dense ramp: a power of two */
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "payloads are little-endian");
+
+struct synthetic {
+    synthetic_config cfg;
+    metrics *m;
+    uint32_t trainers;
+    float scale;
+    /* dense */
+    float *base;       /* bucket_floats + SYN_P */
+    float *expect;     /* buckets x SYN_P: expected mean, periodic */
+    /* sparse */
+    uint64_t nnz, rows;
+    uint8_t **spush;   /* per bucket: this rank's push payload */
+    float *sexp;       /* rows x cols: expected sums of the bucket being checked */
+    uint64_t *uniq;    /* per bucket: expected unique rows, ascending */
+    uint64_t *nuniq;
+    float **sexp_b;    /* per bucket: expected sums (rows x cols) */
+    /* progress of the current batch */
+    uint64_t batch;
+    uint64_t *t_push_ns; /* per bucket */
+    bool *done;
+    uint32_t remaining;
+    int64_t cur_bucket; /* result being received, -1 none */
+    uint64_t cur_nnz;
+    uint8_t carry[8]; /* a sparse index split across chunks */
+    size_t icarry;
+};
+
+static uint64_t syn_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint32_t syn_off(uint64_t r, uint64_t b, uint64_t k)
+{
+    return (uint32_t)((r * 7 + b * 3 + k * 5) & (SYN_P - 1));
+}
+
+static uint64_t syn_row(const synthetic *s, uint64_t r, uint64_t b, uint64_t k, uint64_t i)
+{
+    return (i * 3 + r * 5 + b * 7 + k * 11) % s->rows;
+}
+
+static float syn_val(uint64_t r, uint64_t b, uint64_t k, uint64_t i, uint64_t c)
+{
+    return (float)((int)((r + i + c + b + k) & 63) - 32);
+}
+
+synthetic *synthetic_new(const synthetic_config *cfg, metrics *m)
+{
+    synthetic *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->cfg = *cfg;
+    s->m = m;
+    s->cur_bucket = -1;
+    s->t_push_ns = calloc(cfg->buckets, sizeof *s->t_push_ns);
+    s->done = calloc(cfg->buckets, sizeof *s->done);
+    if (!s->t_push_ns || !s->done)
+        goto fail;
+    if (!cfg->sparse) {
+        s->base = malloc((cfg->bucket_floats + SYN_P) * sizeof *s->base);
+        s->expect = malloc((size_t)cfg->buckets * SYN_P * sizeof *s->expect);
+        if (!s->base || !s->expect)
+            goto fail;
+        for (uint64_t j = 0; j < cfg->bucket_floats + SYN_P; j++)
+            s->base[j] = (float)((int)(j & (SYN_P - 1)) - (int)(SYN_P / 2));
+    } else {
+        s->nnz = cfg->bucket_floats / cfg->sparse_cols;
+        if (s->nnz == 0)
+            s->nnz = 1;
+        s->rows = 2 * s->nnz + 1;
+        s->spush = calloc(cfg->buckets, sizeof *s->spush);
+        s->sexp_b = calloc(cfg->buckets, sizeof *s->sexp_b);
+        s->uniq = malloc((size_t)cfg->buckets * s->rows * sizeof *s->uniq);
+        s->nuniq = calloc(cfg->buckets, sizeof *s->nuniq);
+        if (!s->spush || !s->sexp_b || !s->uniq || !s->nuniq)
+            goto fail;
+        for (uint32_t k = 0; k < cfg->buckets; k++) {
+            s->spush[k] = malloc(s->nnz * (8 + 4 * (size_t)cfg->sparse_cols));
+            s->sexp_b[k] = malloc(s->rows * cfg->sparse_cols * sizeof(float));
+            if (!s->spush[k] || !s->sexp_b[k])
+                goto fail;
+        }
+    }
+    return s;
+fail:
+    synthetic_free(s);
+    return NULL;
+}
+
+void synthetic_free(synthetic *s)
+{
+    if (!s)
+        return;
+    free(s->t_push_ns);
+    free(s->done);
+    free(s->base);
+    free(s->expect);
+    for (uint32_t k = 0; s->spush && k < s->cfg.buckets; k++)
+        free(s->spush[k]);
+    for (uint32_t k = 0; s->sexp_b && k < s->cfg.buckets; k++)
+        free(s->sexp_b[k]);
+    free(s->spush);
+    free(s->sexp_b);
+    free(s->uniq);
+    free(s->nuniq);
+    free(s);
+}
+
+/* ---- expectations ------------------------------------------------------ */
+
+static void syn_expect_dense(synthetic *s, uint64_t b)
+{
+    for (uint32_t k = 0; k < s->cfg.buckets; k++) {
+        float *e = s->expect + (size_t)k * SYN_P;
+        for (uint32_t i = 0; i < SYN_P; i++) {
+            float sum = 0;
+            for (uint64_t r = 0; r < s->trainers; r++)
+                sum += s->base[(syn_off(r, b, k) + i) & (SYN_P - 1)];
+            e[i] = sum * s->scale;
+        }
+    }
+}
+
+static void syn_build_sparse(synthetic *s, uint64_t b)
+{
+    uint64_t cols = s->cfg.sparse_cols;
+    for (uint32_t k = 0; k < s->cfg.buckets; k++) {
+        uint8_t *p = s->spush[k];
+        float *vals = (float *)(void *)(p + 8 * s->nnz);
+        for (uint64_t i = 0; i < s->nnz; i++) {
+            int64_t row = (int64_t)syn_row(s, s->cfg.rank, b, k, i);
+            memcpy(p + 8 * i, &row, 8);
+            for (uint64_t c = 0; c < cols; c++)
+                vals[i * cols + c] = syn_val(s->cfg.rank, b, k, i, c);
+        }
+        /* Expected sums over every rank, then the touched rows in order. */
+        float *e = s->sexp_b[k];
+        memset(e, 0, s->rows * cols * sizeof *e);
+        uint8_t *touched = calloc(s->rows, 1);
+        for (uint64_t r = 0; r < s->trainers; r++)
+            for (uint64_t i = 0; i < s->nnz; i++) {
+                uint64_t row = syn_row(s, r, b, k, i);
+                if (touched)
+                    touched[row] = 1;
+                for (uint64_t c = 0; c < cols; c++)
+                    e[row * cols + c] += syn_val(r, b, k, i, c);
+            }
+        uint64_t *u = s->uniq + (size_t)k * s->rows;
+        s->nuniq[k] = 0;
+        for (uint64_t row = 0; row < s->rows; row++)
+            if (!touched || touched[row])
+                u[s->nuniq[k]++] = row;
+        free(touched);
+    }
+}
+
+/* ---- result checking (client sink) ------------------------------------- */
+
+static int syn_begin(void *ctx, uint32_t server, const frame_hdr *h, char *err, size_t errlen)
+{
+    synthetic *s = ctx;
+    if (!(h->has & FH_BATCH) || !(h->has & FH_BUCKET) || h->batch != s->batch ||
+        h->bucket >= s->cfg.buckets || s->done[h->bucket]) {
+        snprintf(err, errlen, "unexpected result (batch %" PRIu64 " bucket %" PRIu64
+                 ") while waiting for batch %" PRIu64, h->batch, h->bucket, s->batch);
+        return -1;
+    }
+    uint64_t k = h->bucket;
+    if (!s->cfg.sparse) {
+        if (h->layout != LAYOUT_DENSE || h->count != s->cfg.bucket_floats ||
+            h->payload != s->cfg.bucket_floats * 4) {
+            snprintf(err, errlen, "result for bucket %" PRIu64 " has the wrong shape", k);
+            return -1;
+        }
+    } else {
+        uint64_t cols = s->cfg.sparse_cols;
+        if (h->layout != LAYOUT_SPARSE || h->rows != s->rows || h->cols != cols ||
+            h->nnz != s->nuniq[k] || h->payload != h->nnz * (8 + 4 * cols)) {
+            snprintf(err, errlen,
+                     "sparse result for bucket %" PRIu64 " has the wrong shape (nnz %" PRIu64
+                     ", expected %" PRIu64 " unique rows)",
+                     k, h->nnz, s->nuniq[k]);
+            return -1;
+        }
+        s->cur_nnz = h->nnz;
+        s->icarry = 0;
+    }
+    s->cur_bucket = (int64_t)k;
+    return 0;
+}
+
+static int syn_mismatch(synthetic *s, uint64_t elem, float got, float want, char *err, size_t errlen)
+{
+    snprintf(err, errlen,
+             "wrong mean in batch %" PRIu64 " bucket %" PRId64 " element %" PRIu64 ": got %.9g, expected %.9g",
+             s->batch, s->cur_bucket, elem, got, want);
+    return -1;
+}
+
+static int syn_data(void *ctx, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen)
+{
+    synthetic *s = ctx;
+    uint64_t k = (uint64_t)s->cur_bucket;
+    if (!s->cfg.sparse) {
+        const float *e = s->expect + k * SYN_P;
+        uint64_t e0 = off / 4;
+        for (size_t i = 0; i < n / 4; i++) {
+            float v;
+            memcpy(&v, p + 4 * i, 4);
+            float want = e[(e0 + i) & (SYN_P - 1)];
+            if (v != want)
+                return syn_mismatch(s, e0 + i, v, want, err, errlen);
+        }
+        return 0;
+    }
+    uint64_t cols = s->cfg.sparse_cols;
+    uint64_t ibytes = s->cur_nnz * 8;
+    const uint64_t *u = s->uniq + k * s->rows;
+    size_t i = 0;
+    /* Index section: int64s may be split across chunks (chunks end on
+     * 4-byte bounds), so assemble each in a carry buffer. */
+    while (i < n && off + i < ibytes) {
+        size_t take = 8 - s->icarry < n - i ? 8 - s->icarry : n - i;
+        memcpy(s->carry + s->icarry, p + i, take);
+        s->icarry += take;
+        i += take;
+        if (s->icarry < 8)
+            continue;
+        s->icarry = 0;
+        int64_t row;
+        memcpy(&row, s->carry, 8);
+        uint64_t j = (off + i) / 8 - 1;
+        if (row < 0 || (uint64_t)row != u[j]) {
+            snprintf(err, errlen, "sparse result bucket %" PRIu64 ": index %" PRIu64 " is %" PRId64
+                     ", expected %" PRIu64 " (ascending unique rows)", k, j, row, u[j]);
+            return -1;
+        }
+    }
+    for (; i + 4 <= n; i += 4) {
+        uint64_t e = (off + i - ibytes) / 4;
+        uint64_t row = u[e / cols], c = e % cols;
+        float want = s->sexp_b[k][row * cols + c] * s->scale;
+        float v;
+        memcpy(&v, p + i, 4);
+        if (v != want)
+            return syn_mismatch(s, e, v, want, err, errlen);
+    }
+    return 0;
+}
+
+static int syn_end(void *ctx, char *err, size_t errlen)
+{
+    synthetic *s = ctx;
+    uint64_t k = (uint64_t)s->cur_bucket;
+    s->done[k] = true;
+    s->remaining--;
+    s->cur_bucket = -1;
+    metrics_record(s->m, s->cfg.sparse ? "hook_future_metric,rpc_sparse" : "hook_future_metric,rpc_dense",
+                   (double)(syn_now_ns() - s->t_push_ns[k]) / 1e6);
+    return 0;
+}
+
+client_sink synthetic_sink(synthetic *s)
+{
+    client_sink k = {syn_begin, syn_data, syn_end, s};
+    return k;
+}
+
+/* ---- the run ----------------------------------------------------------- */
+
+static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_t errlen)
+{
+    for (uint32_t k = 0; k < s->cfg.buckets; k++) {
+        frame_hdr h = {0};
+        h.type = FT_PUSH;
+        h.batch = b;
+        h.bucket = k;
+        h.dtype = frame_str_c("f32");
+        h.has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_PAYLOAD;
+        const void *payload;
+        if (!s->cfg.sparse) {
+            h.layout_str = frame_str_c("dense");
+            h.count = s->cfg.bucket_floats;
+            h.has |= FH_COUNT;
+            h.payload = h.count * 4;
+            payload = s->base + syn_off(s->cfg.rank, b, k);
+        } else {
+            h.layout_str = frame_str_c("sparse");
+            h.rows = s->rows;
+            h.cols = s->cfg.sparse_cols;
+            h.nnz = s->nnz;
+            h.has |= FH_ROWS | FH_COLS | FH_NNZ;
+            h.payload = s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols);
+            payload = s->spush[k];
+        }
+        s->t_push_ns[k] = syn_now_ns();
+        s->done[k] = false;
+        /* Buckets go round-robin over the servers (shard placement). */
+        if (client_queue(cl, k % cl->nconns, &h, payload, err, errlen) < 0)
+            return -1;
+    }
+    s->remaining = s->cfg.buckets;
+    return 0;
+}
+
+int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, size_t errlen)
+{
+    s->trainers = cl->trainers;
+    s->scale = reduce_mean_scale(cl->trainers);
+    uint64_t t_start = syn_now_ns();
+    uint64_t timeout_ns = (uint64_t)(s->cfg.rpc_timeout_s * 1e9);
+    for (uint64_t b = 0; b < s->cfg.batches; b++) {
+        s->batch = b;
+        uint64_t t0 = syn_now_ns();
+        if (s->cfg.sparse)
+            syn_build_sparse(s, b);
+        else
+            syn_expect_dense(s, b);
+        if (syn_push_batch(s, cl, b, err, errlen) < 0)
+            return -1;
+        while (s->remaining > 0) {
+            uint64_t now = syn_now_ns();
+            if (now - t0 > timeout_ns) {
+                int64_t k = 0;
+                while (k < (int64_t)s->cfg.buckets && s->done[k])
+                    k++;
+                snprintf(err, errlen, "timed out after %.1f s waiting for the result of batch %" PRIu64
+                         " bucket %" PRId64 " (--rpc-timeout)", s->cfg.rpc_timeout_s, b, k);
+                return -1;
+            }
+            uint64_t left_ms = (timeout_ns - (now - t0)) / 1000000 + 1;
+            if (client_poll(cl, (int)(left_ms < 1000 ? left_ms : 1000), err, errlen) < 0)
+                return -1;
+        }
+        metrics_record(s->m, "batch_level_metric,batch_all", (double)(syn_now_ns() - t0) / 1e6);
+        rep->bytes_pushed += s->cfg.buckets *
+            (s->cfg.sparse ? s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols) : s->cfg.bucket_floats * 4);
+    }
+    rep->batches = s->cfg.batches;
+    rep->seconds = (double)(syn_now_ns() - t_start) / 1e9;
+    return 0;
+}

@@ -1,0 +1,44 @@
+/* synthetic.h — the synthetic model: a pure communication benchmark.
+ *
+ * Each batch, a trainer pushes K buckets of deterministic data whose mean
+ * over all trainers it can predict exactly, and checks every element of
+ * every result as it streams in. Values are small integers, so sums are
+ * exact in float32 whatever the order the server adds them in; the mean is
+ * the sum times 1/N, the same operation the server performs, so results
+ * are compared bit for bit.
+ */
+#ifndef PSBENCH_SYNTHETIC_H
+#define PSBENCH_SYNTHETIC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shared/metrics.h"
+#include "trainer/client.h"
+
+typedef struct synthetic_config {
+    uint64_t rank;
+    uint32_t buckets;
+    uint64_t bucket_floats;
+    uint64_t batches;
+    bool sparse;
+    uint32_t sparse_cols;
+    double rpc_timeout_s;
+} synthetic_config;
+
+typedef struct synthetic_report {
+    uint64_t batches;
+    double seconds;
+    uint64_t bytes_pushed;
+} synthetic_report;
+
+typedef struct synthetic synthetic;
+
+/* Set up buffers for cfg; the sink to give client_open. */
+synthetic *synthetic_new(const synthetic_config *cfg, metrics *m);
+void synthetic_free(synthetic *s);
+client_sink synthetic_sink(synthetic *s);
+/* Run every batch through cl. Returns 0, or -1 with a reason in err. */
+int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, size_t errlen);
+
+#endif
