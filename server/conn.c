@@ -186,6 +186,8 @@ static void conn_on_write(evutil_socket_t fd, short what, void *arg)
         conn_close(c, "peer did not read the error frame in time");
     else
         conn_flush(c);
+    /* Closing may have failed futures and queued peer_lost to others. */
+    server_flush(s);
     server_reap(s);
 }
 
@@ -261,14 +263,6 @@ static frame_errcode conn_check_push(const frame_hdr *h, char *msg, size_t len)
         snprintf(msg, len, "sparse push with cols = 0");
         return ERR_BAD_FRAME;
     }
-    if (h->layout == LAYOUT_DENSE || h->layout == LAYOUT_SPARSE) {
-        uint64_t want = frame_push_payload_size(h);
-        if (want != h->payload) {
-            snprintf(msg, len, "payload is %" PRIu64 " bytes but the shape needs %" PRIu64, h->payload,
-                     want);
-            return ERR_BAD_FRAME;
-        }
-    }
     if (!frame_str_eq(h->dtype, "f32")) {
         snprintf(msg, len, "dtype '%.*s' is not supported (only f32)", (int)h->dtype.n, h->dtype.p);
         return ERR_UNSUPPORTED;
@@ -277,6 +271,15 @@ static frame_errcode conn_check_push(const frame_hdr *h, char *msg, size_t len)
         snprintf(msg, len, "layout '%.*s' is not supported (dense or sparse)", (int)h->layout_str.n,
                  h->layout_str.p);
         return ERR_UNSUPPORTED;
+    }
+    /* Only a frame we can interpret can be inconsistent with itself. */
+    if (h->layout == LAYOUT_DENSE || h->layout == LAYOUT_SPARSE) {
+        uint64_t want = frame_push_payload_size(h);
+        if (want != h->payload) {
+            snprintf(msg, len, "payload is %" PRIu64 " bytes but the shape needs %" PRIu64, h->payload,
+                     want);
+            return ERR_BAD_FRAME;
+        }
     }
     return ERR_NONE;
 }

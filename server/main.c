@@ -9,6 +9,7 @@
 #include "shared/net.h"
 
 #include <getopt.h>
+#include <malloc.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,6 +178,12 @@ int main(int argc, char **argv)
             cfg.token = t;
     }
     log_init("psbench-server", level);
+
+    /* Each round allocates and frees many small blocks (futures, output
+     * chains). With glibc's default 128 KiB trim threshold the heap top is
+     * returned to the kernel and faulted back in every round: keep it. */
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    mallopt(M_TOP_PAD, 16 << 20);
 
     server s;
     if (server_init(&s, &cfg, err, sizeof err) < 0) {

@@ -78,13 +78,14 @@ typedef enum { FK_UINT, FK_STR } field_kind;
 
 typedef struct field_spec {
     const char *key;
+    uint8_t klen;
     uint32_t bit;
     field_kind kind;
     size_t off; /* offset of the uint64_t or frame_str in frame_hdr */
 } field_spec;
 
-#define U(k, b, f) {k, b, FK_UINT, offsetof(frame_hdr, f)}
-#define S(k, b, f) {k, b, FK_STR, offsetof(frame_hdr, f)}
+#define U(k, b, f) {k, sizeof k - 1, b, FK_UINT, offsetof(frame_hdr, f)}
+#define S(k, b, f) {k, sizeof k - 1, b, FK_STR, offsetof(frame_hdr, f)}
 static const field_spec fields[] = {
     U("payload", FH_PAYLOAD, payload), U("version", FH_VERSION, version),
     S("role", FH_ROLE, role),          U("rank", FH_RANK, rank),
@@ -106,9 +107,8 @@ static frame_status frame_bad(frame_decoder *d, const char *fmt, const char *arg
     return FRAME_BAD;
 }
 
-static bool key_is(const msgpack_object_str *k, const char *lit)
+static bool key_is(const msgpack_object_str *k, const char *lit, size_t n)
 {
-    size_t n = strlen(lit);
     return k->size == n && memcmp(k->ptr, lit, n) == 0;
 }
 
@@ -140,7 +140,7 @@ static frame_status decode_map(frame_decoder *d, const msgpack_object *obj, fram
         const msgpack_object *k = &m->ptr[i].key, *v = &m->ptr[i].val;
         if (k->type != MSGPACK_OBJECT_STR)
             return frame_bad(d, "header key is not a string%s", "");
-        if (key_is(&k->via.str, "type")) {
+        if (key_is(&k->via.str, "type", 4)) {
             if (v->type != MSGPACK_OBJECT_STR)
                 return frame_bad(d, "field \"type\" is not a string%s", "");
             if (have_type)
@@ -152,7 +152,7 @@ static frame_status decode_map(frame_decoder *d, const msgpack_object *obj, fram
         }
         for (size_t f = 0; f < NFIELDS; f++) {
             const field_spec *fs = &fields[f];
-            if (!key_is(&k->via.str, fs->key))
+            if (!key_is(&k->via.str, fs->key, fs->klen))
                 continue;
             if (out->has & fs->bit)
                 return frame_bad(d, "field \"%s\" appears twice", fs->key);
@@ -180,6 +180,63 @@ static frame_status decode_map(frame_decoder *d, const msgpack_object *obj, fram
     return FRAME_OK;
 }
 
+/* msgpack-c reserves room for every element an array or map header
+ * announces before it checks that the bytes exist: 9 bytes claiming 2^32
+ * entries would ask for ~128 GiB. Walk the header once first and refuse
+ * any container that announces more elements than bytes remain (every
+ * element takes at least one byte), so decoding memory stays O(H). */
+static bool frame_counts_plausible(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    uint64_t items = 1; /* objects still to walk */
+    while (items > 0) {
+        if (i >= n)
+            return true; /* truncated: msgpack_unpack reports it */
+        uint8_t b = p[i++];
+        uint64_t skip = 0, elems = 0;
+        if (b <= 0x7f || b >= 0xe0 || (b >= 0xc0 && b <= 0xc3)) {
+            /* fixint, nil, (never used), bool */
+        } else if (b >= 0xa0 && b <= 0xbf) {
+            skip = b & 0x1f;
+        } else if (b >= 0x90 && b <= 0x9f) {
+            elems = b & 0x0f;
+        } else if (b >= 0x80 && b <= 0x8f) {
+            elems = 2 * (uint64_t)(b & 0x0f);
+        } else {
+            static const uint8_t width[] = {
+                /* c4..c6 bin8/16/32 */ 1, 2, 4, /* c7..c9 ext8/16/32 */ 1, 2, 4,
+                /* ca cb float */ 4, 8, /* cc..cf uint */ 1, 2, 4, 8, /* d0..d3 int */ 1, 2, 4, 8,
+                /* d4..d8 fixext */ 2, 3, 5, 9, 17, /* d9..db str */ 1, 2, 4,
+                /* dc dd array */ 2, 4, /* de df map */ 2, 4};
+            uint8_t w = width[b - 0xc4];
+            bool len_prefixed = (b >= 0xc4 && b <= 0xc9) || (b >= 0xd9 && b <= 0xdf);
+            if (!len_prefixed) {
+                skip = w;
+            } else {
+                if (n - i < w)
+                    return true;
+                uint64_t v = 0;
+                for (uint8_t k = 0; k < w; k++)
+                    v = v << 8 | p[i + k];
+                i += w;
+                if (b >= 0xdc && b <= 0xdd)
+                    elems = v;
+                else if (b >= 0xde)
+                    elems = 2 * v;
+                else
+                    skip = v + (b >= 0xc7 && b <= 0xc9); /* ext: + type byte */
+            }
+        }
+        if (elems > n - i)
+            return false;
+        if (skip > n - i)
+            return true; /* truncated */
+        i += skip;
+        items = items - 1 + elems;
+    }
+    return true;
+}
+
 frame_status frame_decode_header(frame_decoder *d, const uint8_t *p, size_t len, frame_hdr *out,
                                  size_t *consumed)
 {
@@ -195,6 +252,8 @@ frame_status frame_decode_header(frame_decoder *d, const uint8_t *p, size_t len,
         return FRAME_NEED_MORE;
 
     memset(out, 0, sizeof *out);
+    if (!frame_counts_plausible(p + FRAME_PREFIX_LEN, h))
+        return frame_bad(d, "header announces more elements than it has bytes%s", "");
     msgpack_zone_clear(&d->zone);
     msgpack_object obj;
     size_t off = 0;
@@ -271,7 +330,7 @@ size_t frame_encode_header(const frame_hdr *h, uint8_t *buf, size_t cap)
         const field_spec *fs = &fields[f];
         if (!(h->has & fs->bit))
             continue;
-        pack_str(&pk, fs->key, strlen(fs->key));
+        pack_str(&pk, fs->key, fs->klen);
         const char *slot = (const char *)h + fs->off;
         if (fs->kind == FK_UINT) {
             uint64_t v;

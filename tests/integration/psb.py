@@ -1,0 +1,646 @@
+"""psb.py — shared helpers for the psbench integration tests.
+
+The tests start the real binaries (psbench-server, psbench-trainer) on
+127.0.0.1 with ephemeral ports and talk wire protocol v1 to them with a raw
+client (socket + msgpack). Every process a test starts goes through a
+Registry, which always stops it (SIGTERM, then SIGKILL after 5 s) when the
+test ends, and an atexit hook does the same for anything left over.
+
+Binaries are looked up in $PSBENCH_BIN (a directory), else in ../../build
+relative to this file. Run with /usr/bin/python3 (python3-msgpack).
+"""
+import array
+import atexit
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import msgpack
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HOST = "127.0.0.1"
+READY_TIMEOUT = 10.0
+STOP_GRACE = 5.0
+
+
+# ---- binaries ------------------------------------------------------------
+
+def bin_dir():
+    d = os.environ.get("PSBENCH_BIN")
+    if d:
+        return os.path.abspath(d)
+    return os.path.abspath(os.path.join(HERE, "..", "..", "build"))
+
+
+def bin_path(name):
+    """Path of binary `name` (psbench-server, psbench-trainer)."""
+    d = bin_dir()
+    for cand in (os.path.join(d, name), os.path.join(d, "server", name),
+                 os.path.join(d, "trainer", name)):
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    raise RuntimeError("%s not found in %s (set PSBENCH_BIN to the build directory)" % (name, d))
+
+
+def base_env(extra=None, drop_token=True):
+    """The environment for a child: ours, without PSBENCH_TOKEN (unless a
+    test sets it), with ASan told not to hide errors behind a 0 exit."""
+    env = dict(os.environ)
+    if drop_token:
+        env.pop("PSBENCH_TOKEN", None)
+    env.setdefault("ASAN_OPTIONS", "abort_on_error=0")
+    env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
+    if extra:
+        env.update(extra)
+    return env
+
+
+# ---- processes -----------------------------------------------------------
+
+_LIVE = set()  # every Proc still possibly running, for the atexit hook
+
+
+def _die_with_parent():
+    """In the child before exec: get SIGKILL if the test runner dies, so a
+    crashed or killed runner leaves no server behind (Linux only)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class Proc(object):
+    """A started child whose stdout/stderr go to files (never a pipe that
+    could fill up and block it)."""
+
+    def __init__(self, args, env, workdir, name):
+        self.args = list(args)
+        self.name = name
+        self.out_path = os.path.join(workdir, name + ".out")
+        self.err_path = os.path.join(workdir, name + ".err")
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.popen = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=out,
+                                          stderr=err, env=env, close_fds=True,
+                                          preexec_fn=_die_with_parent)
+        self.pid = self.popen.pid
+        _LIVE.add(self)
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def wait(self, timeout):
+        """Exit code, or raise subprocess.TimeoutExpired."""
+        rc = self.popen.wait(timeout=timeout)
+        _LIVE.discard(self)
+        return rc
+
+    @property
+    def returncode(self):
+        return self.popen.poll()
+
+    def stdout(self):
+        with open(self.out_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def stderr(self):
+        with open(self.err_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def signal(self, sig):
+        if self.alive():
+            try:
+                self.popen.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, grace=STOP_GRACE):
+        """SIGTERM, then SIGKILL after `grace` seconds. Returns the exit code."""
+        if self.alive():
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                try:
+                    self.popen.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    pass
+        _LIVE.discard(self)
+        return self.popen.poll()
+
+    def describe(self):
+        return "%s (pid %d, rc %r)\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
+            " ".join(self.args), self.pid, self.returncode, self.stdout()[-4000:],
+            self.stderr()[-4000:])
+
+
+class Server(Proc):
+    """A psbench-server; `port` is known once it printed its ready line."""
+
+    READY_RE = re.compile(r"listening on ([0-9.]+):(\d+)")
+
+    def __init__(self, *a, **kw):
+        Proc.__init__(self, *a, **kw)
+        self.port = None
+
+    def wait_ready(self, timeout=READY_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = self.READY_RE.search(self.stderr())
+            if m:
+                self.port = int(m.group(2))
+                return self.port
+            if not self.alive():
+                raise AssertionError("server exited before it was ready:\n" + self.describe())
+            time.sleep(0.02)
+        raise AssertionError("server not ready within %.0f s:\n%s" % (timeout, self.describe()))
+
+    @property
+    def addr(self):
+        return "%s:%d" % (HOST, self.port)
+
+    def terminate_and_wait(self, timeout=15.0):
+        """SIGTERM and wait for a clean exit; returns (rc, stdout, stderr).
+        Falls back to SIGKILL (and returns its code) if it hangs."""
+        self.signal(signal.SIGTERM)
+        try:
+            rc = self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop(grace=1.0)
+            raise AssertionError("server did not exit within %.0f s of SIGTERM:\n%s" %
+                                 (timeout, self.describe()))
+        return rc, self.stdout(), self.stderr()
+
+
+_SANITIZER_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:")
+
+
+def sanitizer_report(text):
+    """The first lines of an ASan/LSan/UBSan report in `text`, or None."""
+    m = _SANITIZER_RE.search(text)
+    if not m:
+        return None
+    start = text.rfind("\n", 0, m.start()) + 1
+    return text[start:start + 3000]
+
+
+def metric_count(table_text, metric):
+    """The `count` column of `metric` in a metrics table, or None."""
+    for line in table_text.splitlines():
+        f = line.split()
+        if len(f) >= 2 and f[0] == metric:
+            return int(f[1])
+    return None
+
+
+PARAM_INDEX_BATCH = "parameter_server_batch_metric,param_index_batch"
+
+
+class Registry(object):
+    """Starts processes and stops every one of them in stop_all()."""
+
+    def __init__(self):
+        self.procs = []
+        self.workdir = tempfile.mkdtemp(prefix="psbench-it-")
+        self.n = 0
+
+    def _name(self, base):
+        self.n += 1
+        return "%02d-%s" % (self.n, base)
+
+    def start(self, args, env=None, name="proc", cls=Proc):
+        p = cls(args, env if env is not None else base_env(), self.workdir, self._name(name))
+        self.procs.append(p)
+        return p
+
+    def server(self, trainers=2, kind=None, token=None, listen=None, extra=(), env=None,
+               ready=True):
+        args = [bin_path("psbench-server"), "--standalone", "--trainers", str(trainers),
+                "--listen", listen or ("%s:0" % HOST)]
+        if kind:
+            args += ["--kind", kind]
+        if token is not None:
+            args += ["--token", token]
+        args += list(extra)
+        s = self.start(args, env=env, name="server", cls=Server)
+        if ready:
+            s.wait_ready()
+        return s
+
+    def trainer(self, servers, rank, buckets=3, floats=1000, batches=5, sparse=False,
+                token=None, extra=(), env=None):
+        if isinstance(servers, Server):
+            servers = servers.addr
+        elif isinstance(servers, (list, tuple)):
+            servers = ",".join(s.addr if isinstance(s, Server) else s for s in servers)
+        args = [bin_path("psbench-trainer"), "--server", servers, "--rank", str(rank),
+                "--model", "synthetic", "--buckets", str(buckets), "--bucket-floats",
+                str(floats), "--batches", str(batches), "--connect-timeout", "10"]
+        if sparse:
+            args.append("--sparse")
+        if token is not None:
+            args += ["--token", token]
+        args += list(extra)
+        return self.start(args, env=env, name="trainer%d" % rank)
+
+    def run(self, args, timeout=30, env=None):
+        """Run a short command to completion: (rc, stdout, stderr)."""
+        r = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env=env if env is not None else base_env(),
+                           timeout=timeout)
+        return (r.returncode, r.stdout.decode("utf-8", "replace"),
+                r.stderr.decode("utf-8", "replace"))
+
+    def stop_all(self):
+        """Stop every process; returns the sanitizer reports found in their
+        stderr (list of (process description, excerpt))."""
+        for p in reversed(self.procs):
+            p.stop()
+        reports = []
+        for p in self.procs:
+            try:
+                excerpt = sanitizer_report(p.stderr())
+            except OSError:
+                excerpt = None
+            if excerpt:
+                reports.append((" ".join(p.args), excerpt))
+        self.procs = []
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        return reports
+
+
+def _stop_leftovers():
+    for p in list(_LIVE):
+        p.stop()
+
+
+atexit.register(_stop_leftovers)
+
+
+# ---- float32 arithmetic and payloads ---------------------------------------
+
+_F32 = struct.Struct("<f")
+
+
+def f32(x):
+    """Round a Python float to float32, like a C float."""
+    return _F32.unpack(_F32.pack(x))[0]
+
+
+def mean_scale(n):
+    """The server's scale factor: 1.0f / (float)n."""
+    return f32(1.0 / f32(float(n)))
+
+
+def expected_dense_mean(pushes, n):
+    """Mean as the server computes it: float32 sum in the given order, then
+    times float32(1/n). `pushes`: lists of numbers of equal length."""
+    scale = mean_scale(n)
+    out = []
+    for i in range(len(pushes[0])):
+        acc = f32(pushes[0][i])
+        for p in pushes[1:]:
+            acc = f32(acc + f32(p[i]))
+        out.append(f32(acc * scale))
+    return out
+
+
+def expected_sparse_mean(pushes, n, cols):
+    """pushes: list of (indices, values) with values row-major (len(indices)
+    * cols). Returns (ascending unique indices, flat values) as the server
+    emits them."""
+    scale = mean_scale(n)
+    rows = {}
+    for idx, vals in pushes:
+        for i, r in enumerate(idx):
+            acc = rows.setdefault(r, [0.0] * cols)
+            for c in range(cols):
+                acc[c] = f32(acc[c] + f32(vals[i * cols + c]))
+    keys = sorted(rows)
+    flat = []
+    for r in keys:
+        flat.extend(f32(v * scale) for v in rows[r])
+    return keys, flat
+
+
+def dense_payload(values):
+    a = array.array("f", values)
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a.tobytes()
+
+
+def sparse_payload(indices, values):
+    i = array.array("q", indices)
+    v = array.array("f", values)
+    if sys.byteorder != "little":
+        i.byteswap()
+        v.byteswap()
+    return i.tobytes() + v.tobytes()
+
+
+def parse_dense(payload):
+    n = len(payload) // 4
+    return list(struct.unpack("<%df" % n, payload[:4 * n]))
+
+
+def parse_sparse(payload, nnz, cols):
+    idx = list(struct.unpack("<%dq" % nnz, payload[:8 * nnz]))
+    vals = list(struct.unpack("<%df" % (nnz * cols), payload[8 * nnz:8 * nnz + 4 * nnz * cols]))
+    return idx, vals
+
+
+def dense_push(batch, bucket, values, dtype="f32"):
+    """(header, payload) of a dense push."""
+    h = {"type": "push", "batch": batch, "bucket": bucket, "dtype": dtype, "layout": "dense",
+         "count": len(values)}
+    return h, dense_payload(values)
+
+
+def sparse_push(batch, bucket, rows, cols, indices, values):
+    """(header, payload) of a sparse push; values row-major, len(indices)*cols."""
+    assert len(values) == len(indices) * cols
+    h = {"type": "push", "batch": batch, "bucket": bucket, "dtype": "f32", "layout": "sparse",
+         "rows": rows, "cols": cols, "nnz": len(indices)}
+    return h, sparse_payload(indices, values)
+
+
+# ---- raw protocol client -------------------------------------------------
+
+class Closed(Exception):
+    """The peer closed (or reset) the connection."""
+
+
+def encode_frame(header, payload=b"", auto_len=True):
+    h = dict(header)
+    if auto_len and payload and "payload" not in h:
+        h["payload"] = len(payload)
+    body = msgpack.packb(h, use_bin_type=True)
+    return struct.pack(">I", len(body)) + body + payload
+
+
+class RawClient(object):
+    """One TCP connection speaking wire protocol v1 by hand."""
+
+    def __init__(self, port, host=HOST, timeout=10.0, rcvbuf=None):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        self.sock.connect((host, port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.closed = False
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # sending
+    def send_raw(self, data, timeout=10.0):
+        self.sock.settimeout(timeout)
+        self.sock.sendall(data)
+
+    def send_frame(self, header, payload=b"", auto_len=True, timeout=10.0):
+        self.send_raw(encode_frame(header, payload, auto_len), timeout)
+
+    def push(self, hp, timeout=10.0):
+        """Send a (header, payload) pair from dense_push/sparse_push."""
+        self.send_frame(hp[0], hp[1], timeout=timeout)
+
+    def hello(self, rank, token=None, version=1, role="trainer", timeout=10.0):
+        """Send hello and return the answer (header, payload)."""
+        h = {"type": "hello", "version": version, "role": role, "rank": rank}
+        if token is not None:
+            h["token"] = token
+        self.send_frame(h)
+        return self.recv_frame(timeout)
+
+    # receiving
+    def _fill(self, n, deadline):
+        while len(self.buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("timed out waiting for %d bytes" % n)
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(max(65536, n - len(self.buf)))
+            except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as e:
+                raise Closed(str(e))
+            if not chunk:
+                raise Closed("EOF")
+            self.buf += chunk
+
+    def recv_frame(self, timeout=10.0):
+        """Next frame as (header dict, payload bytes). Raises Closed on EOF
+        or reset, socket.timeout when nothing complete arrives in time."""
+        deadline = time.monotonic() + timeout
+        self._fill(4, deadline)
+        (hl,) = struct.unpack(">I", self.buf[:4])
+        self._fill(4 + hl, deadline)
+        header = msgpack.unpackb(self.buf[4:4 + hl], raw=False)
+        plen = header.get("payload", 0)
+        self._fill(4 + hl + plen, deadline)
+        payload = self.buf[4 + hl:4 + hl + plen]
+        self.buf = self.buf[4 + hl + plen:]
+        return header, payload
+
+    def expect_closed(self, timeout=10.0):
+        """Read (and drop) everything until EOF or reset; fail on timeout.
+        Returns the frames read before the close."""
+        deadline = time.monotonic() + timeout
+        frames = []
+        while True:
+            try:
+                frames.append(self.recv_frame(max(0.01, deadline - time.monotonic())))
+            except Closed:
+                return frames
+            except socket.timeout:
+                raise AssertionError("connection still open after %.1f s (frames: %r)" %
+                                     (timeout, [f[0] for f in frames]))
+
+    def drain_until_closed(self, timeout=10.0):
+        """Like expect_closed but without parsing (for huge backlogs).
+        Returns bytes read, or raises AssertionError on timeout."""
+        deadline = time.monotonic() + timeout
+        total = len(self.buf)
+        self.buf = b""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("connection still open after %.1f s" % timeout)
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+                return total
+            except socket.timeout:
+                continue
+            if not chunk:
+                return total
+            total += len(chunk)
+
+    def expect_nothing(self, wait=0.3):
+        """Assert no frame arrives within `wait` seconds and the connection
+        stays open."""
+        try:
+            h, _ = self.recv_frame(wait)
+        except socket.timeout:
+            return
+        raise AssertionError("unexpected frame %r" % (h,))
+
+
+# ---- test base -------------------------------------------------------------
+
+class PsbTestCase(unittest.TestCase):
+    """Gives each test a Registry (self.reg) that stops everything, and a
+    list of raw clients closed at the end."""
+
+    def setUp(self):
+        self.reg = Registry()
+        self.addCleanup(self._stop_processes)
+        self._clients = []
+        self.addCleanup(self._close_clients)
+
+    def _stop_processes(self):
+        reports = self.reg.stop_all()
+        if reports:
+            self.fail("sanitizer report(s):\n" + "\n\n".join(
+                "%s:\n%s" % r for r in reports))
+
+    def _close_clients(self):
+        for c in self._clients:
+            c.close()
+
+    def client(self, server_or_port, **kw):
+        port = server_or_port.port if isinstance(server_or_port, Server) else server_or_port
+        c = RawClient(port, **kw)
+        self._clients.append(c)
+        return c
+
+    def hello_ok(self, c, rank, token=None):
+        h, p = c.hello(rank, token=token)
+        self.assertEqual(h.get("type"), "welcome", "hello rank %d: %r" % (rank, h))
+        self.assertEqual(h.get("version"), 1)
+        return h
+
+    def expect_error(self, c, code, timeout=10.0, batch=None, bucket=None):
+        try:
+            h, p = c.recv_frame(timeout)
+        except Closed as e:
+            self.fail("expected error %s, connection closed instead (%s)" % (code, e))
+        self.assertEqual(h.get("type"), "error", "expected error %s, got %r" % (code, h))
+        self.assertEqual(h.get("code"), code, "wrong error code: %r" % (h,))
+        self.assertIsInstance(h.get("message"), str)
+        self.assertTrue(h.get("message"), "error without a message: %r" % (h,))
+        if batch is not None:
+            self.assertEqual(h.get("batch"), batch, "%r" % (h,))
+        if bucket is not None:
+            self.assertEqual(h.get("bucket"), bucket, "%r" % (h,))
+        self.assertEqual(p, b"")
+        return h
+
+    def barrier(self, c):
+        """Make sure the server has processed everything c sent so far: a
+        frame of an unknown type is answered `unsupported` in order, after
+        every earlier frame of c. Only after hello."""
+        c.send_frame({"type": "psb-test-barrier"})
+        self.expect_error(c, "unsupported")
+
+    def expect_dense_result(self, c, batch, bucket, expected, timeout=10.0):
+        h, p = c.recv_frame(timeout)
+        self.assertEqual(h.get("type"), "result", "expected a result, got %r" % (h,))
+        self.assertEqual((h.get("batch"), h.get("bucket")), (batch, bucket), "%r" % (h,))
+        self.assertEqual(h.get("layout"), "dense")
+        self.assertEqual(h.get("dtype"), "f32")
+        self.assertEqual(h.get("count"), len(expected))
+        self.assertEqual(len(p), 4 * len(expected))
+        got = parse_dense(p)
+        # Exact comparison, bit for bit (as float32 values).
+        self.assertEqual(dense_payload(got), dense_payload(expected),
+                         "mean differs: got %r expected %r" % (got[:16], expected[:16]))
+        return h
+
+    def expect_sparse_result(self, c, batch, bucket, rows, cols, exp_idx, exp_vals,
+                             timeout=10.0):
+        h, p = c.recv_frame(timeout)
+        self.assertEqual(h.get("type"), "result", "expected a result, got %r" % (h,))
+        self.assertEqual((h.get("batch"), h.get("bucket")), (batch, bucket), "%r" % (h,))
+        self.assertEqual(h.get("layout"), "sparse")
+        self.assertEqual((h.get("rows"), h.get("cols")), (rows, cols))
+        self.assertEqual(h.get("nnz"), len(exp_idx), "%r" % (h,))
+        self.assertEqual(len(p), len(exp_idx) * (8 + 4 * cols))
+        idx, vals = parse_sparse(p, len(exp_idx), cols)
+        self.assertEqual(idx, exp_idx)
+        self.assertEqual(dense_payload(vals), dense_payload(exp_vals),
+                         "sparse mean differs: got %r expected %r" % (vals, exp_vals))
+        return h
+
+    def dense_round(self, clients, batch, bucket, n=None, base=1):
+        """Every client in `clients` (all `n` trainers) pushes a small
+        integer vector; every one must get the exact mean."""
+        n = n or len(clients)
+        count = 8
+        pushes = [[float(base + 3 * i + j) for j in range(count)] for i in range(len(clients))]
+        for c, vals in zip(clients, pushes):
+            c.push(dense_push(batch, bucket, vals))
+        exp = expected_dense_mean(pushes, n)
+        for c in clients:
+            self.expect_dense_result(c, batch, bucket, exp)
+
+    def good_round(self, server, batch=1000, bucket=0, clients=None, ranks=(0, 1)):
+        """A correct round: with `clients` (already said hello) or with new
+        raw clients for `ranks`. Returns the clients."""
+        if clients is None:
+            clients = [self.client(server) for _ in ranks]
+            for c, r in zip(clients, ranks):
+                self.hello_ok(c, r)
+        self.dense_round(clients, batch, bucket)
+        return clients
+
+    def assert_server_alive(self, server):
+        self.assertTrue(server.alive(), "server died:\n" + server.describe())
+
+
+def _on_sigterm(signum, frame):
+    # Turn SIGTERM (e.g. a ctest timeout) into a normal exit so that the
+    # cleanups and the atexit hook stop every child.
+    raise SystemExit(128 + signum)
+
+
+def main():
+    """unittest.main with a final "N passed, M failed" line."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        bin_path("psbench-server")
+        bin_path("psbench-trainer")
+    except RuntimeError as e:
+        print("psb: %s" % e, file=sys.stderr)
+        sys.exit(1)
+    prog = unittest.main(exit=False, verbosity=2)
+    r = prog.result
+    failed = len(r.failures) + len(r.errors) + len(getattr(r, "unexpectedSuccesses", []))
+    skipped = len(r.skipped)
+    passed = r.testsRun - failed - skipped
+    print("%d passed, %d failed%s" % (passed, failed, ", %d skipped" % skipped if skipped else ""))
+    sys.exit(0 if failed == 0 and r.testsRun > 0 else 1)

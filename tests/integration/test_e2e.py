@@ -1,0 +1,238 @@
+"""End-to-end tests: real psbench-server + psbench-trainer processes.
+
+Every trainer checks every element of every result against the mean it
+predicts and exits 0 only if all matched; the server's metrics table
+(printed on SIGTERM) must count one param_index_batch per (batch, bucket).
+
+Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_e2e.py
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+
+TRAINER_TIMEOUT = 90
+
+
+class E2E(psb.PsbTestCase):
+
+    def wait_trainers(self, trainers, timeout=TRAINER_TIMEOUT):
+        for t in trainers:
+            try:
+                rc = t.wait(timeout)
+            except Exception:
+                self.fail("trainer did not finish within %d s:\n%s" % (timeout, t.describe()))
+            self.assertEqual(rc, 0, "trainer failed:\n" + t.describe())
+            self.assertIn("every result checked", t.stdout(), t.describe())
+
+    def stop_server(self, server, expect_batches):
+        rc, out, err = server.terminate_and_wait()
+        self.assertEqual(rc, 0, "server exit code:\n" + server.describe())
+        self.assertIn("server metrics (ms)", out)
+        self.assertEqual(psb.metric_count(out, psb.PARAM_INDEX_BATCH), expect_batches,
+                         "param_index_batch count:\n" + out)
+        return out, err
+
+    def run_job(self, n, kind, sparse, buckets=3, floats=1000, batches=5):
+        server = self.reg.server(trainers=n, kind=kind)
+        trainers = [self.reg.trainer(server, r, buckets=buckets, floats=floats, batches=batches,
+                                     sparse=sparse) for r in range(n)]
+        self.wait_trainers(trainers)
+        self.stop_server(server, batches * buckets)
+
+    # -- the big dense case: exercises the server's direct-receive path
+    def test_big_dense_2_trainers(self):
+        self.run_job(2, "average", False, buckets=2, floats=1048576, batches=3)
+
+    def test_big_dense_2_trainers_average_batch(self):
+        self.run_job(2, "average-batch", False, buckets=2, floats=1048576, batches=3)
+
+    # -- two servers, one trainer set, buckets round-robin
+    def test_two_servers(self):
+        n, buckets, batches = 2, 3, 4
+        a = self.reg.server(trainers=n)
+        b = self.reg.server(trainers=n, kind="average-batch")
+        trainers = [self.reg.trainer([a, b], r, buckets=buckets, floats=500, batches=batches)
+                    for r in range(n)]
+        self.wait_trainers(trainers)
+        # bucket k goes to server k mod 2: a gets 0 and 2, b gets 1
+        self.stop_server(a, batches * 2)
+        self.stop_server(b, batches * 1)
+
+    def test_two_servers_sparse(self):
+        n, buckets, batches = 3, 4, 3
+        a = self.reg.server(trainers=n)
+        b = self.reg.server(trainers=n)
+        trainers = [self.reg.trainer([a, b], r, buckets=buckets, floats=400, batches=batches,
+                                     sparse=True) for r in range(n)]
+        self.wait_trainers(trainers)
+        self.stop_server(a, batches * 2)
+        self.stop_server(b, batches * 2)
+
+    # -- server reuse: a second job after the first one finished
+    def test_server_reuse(self):
+        server = self.reg.server(trainers=2)
+        first = [self.reg.trainer(server, r, buckets=3, floats=1000, batches=5) for r in range(2)]
+        self.wait_trainers(first)
+        # A different shape and layout: nothing of the old job may linger.
+        second = [self.reg.trainer(server, r, buckets=2, floats=700, batches=4, sparse=True)
+                  for r in range(2)]
+        self.wait_trainers(second)
+        third = [self.reg.trainer(server, r, buckets=3, floats=1000, batches=2) for r in (1, 0)]
+        self.wait_trainers(third)
+        out, err = self.stop_server(server, 5 * 3 + 4 * 2 + 2 * 3)
+        self.assertIn("ready for a new job", err)
+
+    # -- summary JSON
+    def test_summary_json(self):
+        server = self.reg.server(trainers=1)
+        path = os.path.join(self.reg.workdir, "summary.json")
+        t = self.reg.trainer(server, 0, buckets=2, floats=256, batches=7,
+                             extra=["--summary-json", path])
+        self.wait_trainers([t])
+        with open(path) as f:
+            s = json.load(f)
+        self.assertEqual(s["batches"], 7)
+        self.assertEqual(s["bytes_pushed"], 7 * 2 * 256 * 4)
+        for k in ("seconds", "rounds_per_s", "batch_p50_ms", "batch_p99_ms"):
+            self.assertIn(k, s)
+        self.stop_server(server, 14)
+
+    # -- token
+    def test_token_env_ok_wrong_token_fails(self):
+        server = self.reg.server(trainers=2, token="s3cret")
+        env = psb.base_env({"PSBENCH_TOKEN": "s3cret"})
+        # a wrong token first: refused, and it must not take a slot
+        bad = self.reg.trainer(server, 0, token="wrong", batches=2)
+        try:
+            rc = bad.wait(30)
+        except Exception:
+            self.fail("trainer with a wrong token hung:\n" + bad.describe())
+        self.assertNotEqual(rc, 0, bad.describe())
+        self.assertIn("auth", bad.stderr(), bad.describe())
+        none = self.reg.trainer(server, 1, batches=2)
+        self.assertNotEqual(none.wait(30), 0, none.describe())
+        self.assertIn("auth", none.stderr(), none.describe())
+        good = [self.reg.trainer(server, r, batches=3, env=env) for r in range(2)]
+        self.wait_trainers(good)
+        self.stop_server(server, 3 * 3)
+
+    def test_token_from_server_env(self):
+        server = self.reg.server(trainers=1, env=psb.base_env({"PSBENCH_TOKEN": "envtok"}))
+        bad = self.reg.trainer(server, 0, batches=1)
+        self.assertNotEqual(bad.wait(30), 0, bad.describe())
+        self.assertIn("auth", bad.stderr())
+        good = self.reg.trainer(server, 0, batches=2, token="envtok")
+        self.wait_trainers([good])
+        self.stop_server(server, 2 * 3)
+
+    # -- --help / --version
+    def test_help_and_version(self):
+        for name in ("psbench-server", "psbench-trainer"):
+            rc, out, err = self.reg.run([psb.bin_path(name), "--help"])
+            self.assertEqual(rc, 0, err)
+            self.assertIn("usage", out.lower())
+            rc, out, err = self.reg.run([psb.bin_path(name), "-h"])
+            self.assertEqual(rc, 0, err)
+            rc, out, err = self.reg.run([psb.bin_path(name), "--version"])
+            self.assertEqual(rc, 0, err)
+            self.assertRegex(out, r"^%s \d+\.\d+" % name)
+
+    # -- bad command lines
+    def assert_cli_fails(self, name, args, needle=None):
+        rc, out, err = self.reg.run([psb.bin_path(name)] + args, timeout=20)
+        self.assertNotEqual(rc, 0, "%s %r exited 0" % (name, args))
+        lines = [l for l in err.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, "%s %r: want one line on stderr, got %r" %
+                         (name, args, err))
+        self.assertTrue(lines[0].startswith(name + ":"), lines[0])
+        if needle:
+            self.assertIn(needle, lines[0])
+
+    def test_server_bad_cli(self):
+        s = "psbench-server"
+        base = ["--standalone", "--listen", "127.0.0.1:0"]
+        cases = [
+            (base + ["--trainers", "0"], "--trainers"),
+            (base + ["--trainers", "-1"], "--trainers"),
+            (base + ["--trainers", "abc"], "--trainers"),
+            (base + ["--trainers", "70000"], "--trainers"),
+            (base + ["--trainers", "2", "--kind", "foo"], "--kind"),
+            (["--standalone", "--trainers", "2", "--listen", "nonsense"], None),
+            (["--standalone", "--trainers", "2", "--listen", "127.0.0.1:99999"], None),
+            (base + ["--trainers", "2", "--bogus"], "--bogus"),
+            (base + ["--trainers", "2", "--max-payload", "12Q"], "--max-payload"),
+            (base + ["--trainers", "2", "--log-level", "loud"], "--log-level"),
+            (base + ["--trainers", "2", "stray"], "stray"),
+            (base + ["--trainers"], None),
+            (["--listen", "127.0.0.1:0", "--trainers", "2"], None),  # no --standalone
+            (["--standalone", "--listen", "127.0.0.1:0"], "--trainers"),
+        ]
+        for args, needle in cases:
+            with self.subTest(args=args):
+                self.assert_cli_fails(s, args, needle)
+
+    def test_server_listen_in_use(self):
+        server = self.reg.server(trainers=1)
+        self.assert_cli_fails("psbench-server", ["--standalone", "--trainers", "1", "--listen",
+                                                 server.addr])
+
+    def test_trainer_bad_cli(self):
+        t = "psbench-trainer"
+        base = ["--server", "127.0.0.1:1", "--rank", "0", "--model", "synthetic"]
+        cases = [
+            (base + ["--buckets", "0"], "--buckets"),
+            (base + ["--batches", "0"], "--batches"),
+            (base + ["--bucket-floats", "x"], "--bucket-floats"),
+            (base + ["--rpc-timeout", "-1"], "--rpc-timeout"),
+            (base + ["--bogus"], "--bogus"),
+            (["--server", "127.0.0.1:1", "--rank", "0", "--model", "foo"], "--model"),
+            (["--server", "127.0.0.1:1", "--model", "synthetic"], "--rank"),
+            (["--rank", "0", "--model", "synthetic"], "--server"),
+            (["--server", "127.0.0.1:1", "--rank", "-3", "--model", "synthetic"], "--rank"),
+        ]
+        for args, needle in cases:
+            with self.subTest(args=args):
+                self.assert_cli_fails(t, args, needle)
+
+    def test_trainer_no_server_listening(self):
+        # A port nobody listens on (bind, note, close): connect fails in time.
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        self.assert_cli_fails("psbench-trainer", [
+            "--server", "127.0.0.1:%d" % port, "--rank", "0", "--model", "synthetic",
+            "--connect-timeout", "1", "--batches", "1"])
+
+    def test_trainer_rank_outside(self):
+        server = self.reg.server(trainers=1)
+        self.assert_cli_fails("psbench-trainer", [
+            "--server", server.addr, "--rank", "3", "--model", "synthetic", "--batches", "1"],
+            "rank")
+        # the server is still usable by a proper trainer afterwards
+        t = self.reg.trainer(server, 0, batches=2)
+        self.wait_trainers([t])
+        self.stop_server(server, 2 * 3)
+
+
+def _make_case(n, kind, sparse):
+    def test(self):
+        self.run_job(n, kind, sparse)
+    test.__name__ = "test_n%d_%s_%s" % (n, kind.replace("-", "_"), "sparse" if sparse else "dense")
+    test.__doc__ = "%d trainers, kind %s, %s" % (n, kind, "sparse" if sparse else "dense")
+    return test
+
+
+for _n in (1, 2, 4, 8):
+    for _kind in ("average", "average-batch"):
+        for _sparse in (False, True):
+            _t = _make_case(_n, _kind, _sparse)
+            setattr(E2E, _t.__name__, _t)
+
+
+if __name__ == "__main__":
+    psb.main()
