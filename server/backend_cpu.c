@@ -1,11 +1,12 @@
 /* backend_cpu.c — averaging on the reactor's own CPU thread.
  *
  * Kind `average` (the seed's AverageParameterServer) folds every push into
- * one accumulator as its bytes arrive. The first push of an entry is copied
- * rather than added, straight from the socket into the accumulator when
- * possible, so the common case costs one pass over memory per push. If a
- * later push overtakes the first one, the part of the accumulator the first
- * push has not reached yet is zeroed and from then on everyone adds.
+ * one accumulator as its bytes arrive. The accumulator has a frontier: the
+ * bytes below it were written by some push. Pushes arrive in order, so
+ * whichever push is ahead copies its bytes above the frontier (straight
+ * from the socket into the accumulator when it can) and moves it; every
+ * other push adds below it. No pass zeroes the accumulator, and each push
+ * costs one pass over memory.
  *
  * Kind `average-batch` (the seed's AverageBatchParameterServer) keeps every
  * push in its own buffer and sums them, in slot order, at resolve time.
@@ -28,9 +29,8 @@ typedef struct cpu_backend {
 
 /* Per-entry state of the `average` kind, dense layout. */
 typedef struct cpu_dense {
-    uint32_t first_slot;
-    uint64_t copied;    /* bytes of the first push copied so far */
-    uint64_t zero_from; /* UINT64_MAX until a later push overtakes */
+    uint64_t frontier; /* bytes [0, frontier) of the accumulator are written;
+                        * a multiple of 4 (see conn.c) */
 } cpu_dense;
 
 static server_kind cpu_kind(backend *b) { return b->srv->cfg.kind; }
@@ -87,9 +87,7 @@ static int cpu_push_begin(backend *b, push_ctx *p)
             free(d);
             return -1;
         }
-        d->first_slot = p->slot;
-        d->copied = 0;
-        d->zero_from = UINT64_MAX;
+        d->frontier = 0;
         e->backend_state = d;
     }
     return 0;
@@ -101,8 +99,8 @@ static void cpu_push_direct_done(backend *b, push_ctx *p, uint64_t off, size_t n
     if (cpu_kind(b) == KIND_AVERAGE_BATCH)
         return;
     cpu_dense *d = e->backend_state;
-    assert(off == d->copied && p->slot == d->first_slot);
-    d->copied = off + n;
+    assert(off == d->frontier);
+    d->frontier = off + n;
 }
 
 static uint8_t *cpu_push_direct(backend *b, push_ctx *p, uint64_t off, size_t *max)
@@ -115,39 +113,30 @@ static uint8_t *cpu_push_direct(backend *b, push_ctx *p, uint64_t off, size_t *m
     if (e->layout != LAYOUT_DENSE)
         return NULL;
     cpu_dense *d = e->backend_state;
-    if (p->slot != d->first_slot || d->zero_from != UINT64_MAX)
-        return NULL;
-    assert(off == d->copied);
+    if (off != d->frontier)
+        return NULL; /* only the push at the frontier may write raw bytes */
     *max = p->len - off;
     return e->acc->data + off;
 }
 
-/* Dense, kind average: copy the first push's bytes below zero_from, add
- * everything else. */
+/* Dense, kind average: add below the frontier, copy above it. */
 static void cpu_dense_data(pending_entry *e, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
 {
     cpu_dense *d = e->backend_state;
     uint8_t *acc = e->acc->data;
-    if (p->slot == d->first_slot) {
-        uint64_t copy_end = d->zero_from < off + n ? d->zero_from : off + n;
-        if (off < copy_end) {
-            memcpy(acc + off, src, copy_end - off);
-            d->copied = copy_end;
-            src += copy_end - off;
-            n -= copy_end - off;
-            off = copy_end;
-        }
-        if (n == 0)
-            return;
-    } else if (d->zero_from == UINT64_MAX && off + n > d->copied) {
-        /* Overtaken: zero what the first push has not written yet. The
-         * connection keeps `copied` on a float boundary (see conn.c). */
-        assert(d->copied % 4 == 0);
-        d->zero_from = d->copied;
-        memset(acc + d->zero_from, 0, p->len - d->zero_from);
+    assert(off % 4 == 0 && d->frontier % 4 == 0);
+    if (off < d->frontier) {
+        size_t add = d->frontier - off < n ? (size_t)(d->frontier - off) : n;
+        reduce_add_f32((float *)(void *)(acc + off), src, add / 4);
+        off += add;
+        src += add;
+        n -= add;
     }
-    assert(off % 4 == 0);
-    reduce_add_f32((float *)(void *)(acc + off), src, n / 4);
+    if (n) {
+        assert(off == d->frontier); /* pushes are sequential: no gap */
+        memcpy(acc + off, src, n);
+        d->frontier = off + n;
+    }
 }
 
 static int cpu_sparse_data(backend *b, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)

@@ -6,9 +6,10 @@
  * can take raw bytes at a fixed address, the payload is received there
  * directly, skipping one copy.
  *
- * Writing: frames are appended to c->out and written by conn_flush, which
- * the reactor calls once per round of input, so that the results of many
- * buckets leave in one writev.
+ * Writing: frames are appended to c->out (an outq: header bytes, payload
+ * by reference) and written by conn_flush, which the reactor calls once
+ * per round of input, so that the results of many buckets leave in one
+ * writev.
  *
  * Errors follow the protocol table: bad_frame, auth and too_large are sent
  * and then the connection closes; every other error discards that frame's
@@ -21,7 +22,6 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -52,16 +52,14 @@ conn *conn_new(server *s, int fd)
     c->slot = CONN_NO_SLOT;
     net_peer_name(fd, c->peer, sizeof c->peer);
     c->ibuf = malloc(CONN_IBUF_SIZE);
-    c->out = evbuffer_new();
+    outq_init(&c->out);
     c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
     c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
-    if (!c->ibuf || !c->out || !c->rev || !c->wev || event_add(c->rev, NULL) < 0) {
+    if (!c->ibuf || !c->rev || !c->wev || event_add(c->rev, NULL) < 0) {
         if (c->rev)
             event_free(c->rev);
         if (c->wev)
             event_free(c->wev);
-        if (c->out)
-            evbuffer_free(c->out);
         free(c->ibuf);
         free(c);
         close(fd);
@@ -78,13 +76,6 @@ conn *conn_new(server *s, int fd)
 
 /* ---- output ------------------------------------------------------------ */
 
-static void conn_psbuf_cleanup(const void *data, size_t len, void *arg)
-{
-    (void)data;
-    (void)len;
-    psbuf_unref(arg);
-}
-
 int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload)
 {
     if (c->closing)
@@ -92,7 +83,7 @@ int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload)
     /* A trainer that stops reading its results would make us hold every
      * result it has not taken: past the cap, it is dropped. One frame may
      * overshoot the cap, so any single result fits. */
-    if (evbuffer_get_length(c->out) > c->srv->cfg.max_queued) {
+    if (c->out.bytes > c->srv->cfg.max_queued) {
         log_warn("dropping trainer %s (rank %" PRIu64 "): more than %" PRIu64
                  " bytes of results queued and not read",
                  c->peer, c->rank, c->srv->cfg.max_queued);
@@ -101,16 +92,8 @@ int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload)
         server_want_flush(c->srv, c);
         return -1;
     }
-    if (evbuffer_add(c->out, hdr, hlen) < 0)
+    if (outq_push(&c->out, hdr, hlen, payload->len ? payload : NULL) < 0)
         return -1;
-    if (payload->len) {
-        psbuf_ref(payload);
-        if (evbuffer_add_reference(c->out, payload->data, payload->len, conn_psbuf_cleanup,
-                                   payload) < 0) {
-            psbuf_unref(payload);
-            return -1;
-        }
-    }
     server_want_flush(c->srv, c);
     return 0;
 }
@@ -140,7 +123,7 @@ void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_h
     assert(n > 0);
     log_debug("%s: error %s: %s", c->peer, frame_errcode_name(code), msg);
     if (!c->closing)
-        evbuffer_add(c->out, buf, n);
+        outq_push(&c->out, buf, n, NULL);
     if (conn_code_is_fatal(code)) {
         c->closing = true;
         event_del(c->rev);
@@ -151,8 +134,8 @@ void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_h
 
 int conn_flush(conn *c)
 {
-    while (evbuffer_get_length(c->out) > 0) {
-        int n = evbuffer_write(c->out, c->fd);
+    while (c->out.len > 0) {
+        ssize_t n = outq_write(&c->out, c->fd);
         if (n > 0) {
             c->srv->bytes_out += (uint64_t)n;
             continue;
@@ -229,7 +212,6 @@ static void conn_push_finish(conn *c)
     c->push.e = NULL;
     c->sink = SINK_DISCARD;
     e->completed++;
-    e->t_last_ns = server_now_ns();
     c->srv->pushes++;
     server_push_completed(c->srv, e);
 }
@@ -438,7 +420,7 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
     uint8_t buf[128];
     size_t n = frame_encode_header(&w, buf, sizeof buf);
     assert(n > 0);
-    evbuffer_add(c->out, buf, n);
+    outq_push(&c->out, buf, n, NULL);
     server_want_flush(s, c);
     log_debug("trainer rank %" PRIu64 " joined from %s (slot %u)", c->rank, c->peer, slot);
 }
@@ -642,7 +624,7 @@ void conn_free(conn *c)
     assert(c->fd < 0);
     event_free(c->rev);
     event_free(c->wev);
-    evbuffer_free(c->out); /* drops the references to shared results */
+    outq_free(&c->out); /* drops the references to shared results */
     push_ctx_free(&c->push);
     free(c->ibuf);
     free(c);

@@ -3,8 +3,8 @@
  * Input is read into a fixed per-connection buffer and parsed in place: a
  * header is decoded once it is complete, and a push's payload is handed to
  * the backend chunk by chunk as it arrives — or received straight into its
- * destination when no arithmetic is needed. Output goes through an
- * evbuffer; results are added by reference, never copied per trainer.
+ * destination when no arithmetic is needed. Output goes through an outq;
+ * results are added by reference, never copied per trainer.
  */
 #ifndef PSBENCH_CONN_H
 #define PSBENCH_CONN_H
@@ -14,11 +14,11 @@
 #include <stdint.h>
 
 #include "server/backend.h"
+#include "server/outq.h"
 #include "shared/frame.h"
 
 struct server;
 struct event;
-struct evbuffer;
 
 #define CONN_IBUF_SIZE (256u * 1024u) /* fits any header (<= 64 KiB + 4) */
 #define CONN_NO_SLOT UINT32_MAX
@@ -39,7 +39,7 @@ typedef struct conn {
     conn_sink sink;
     uint64_t pay_off, pay_len; /* progress through the current payload */
     push_ctx push;             /* the push being received (SINK_PUSH) */
-    struct evbuffer *out;
+    outq out;
     bool hello_done;
     bool closing; /* stop reading; close once the output is written */
     uint32_t slot;

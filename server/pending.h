@@ -27,7 +27,7 @@ typedef struct pending_entry {
     bool failed;         /* a pusher died mid-payload or left for good */
     bool resolving;      /* handed to the backend, waiting for it */
     uint64_t t_first_ns; /* first push header */
-    uint64_t t_last_ns;  /* last push payload complete */
+    uint64_t t_last_ns;  /* the last push's payload complete */
     psbuf *acc;          /* dense accumulator / result (kind average) */
     sparse_acc *sacc;    /* sparse accumulator (kind average) */
     psbuf **stored;      /* per slot: the raw push (kind average-batch) */

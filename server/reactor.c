@@ -248,6 +248,7 @@ void server_push_completed(server *s, pending_entry *e)
     if (e->completed < s->cfg.trainers)
         return;
     assert(e->completed == s->cfg.trainers && e->started == s->cfg.trainers);
+    e->t_last_ns = server_now_ns();
     metrics_record(s->metrics, "parameter_server_straggler_metric,param_index_straggler",
                    (double)(e->t_last_ns - e->t_first_ns) / 1e6);
     e->resolving = true;
