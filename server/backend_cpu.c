@@ -25,6 +25,10 @@
 
 typedef struct cpu_backend {
     backend base;
+    /* Kind average, dense: with N a power of two the mean's scale is
+     * applied as each push is folded in, exactly, and the resolve needs no
+     * extra pass over the accumulator. 0 when N is not a power of two. */
+    float prescale;
 } cpu_backend;
 
 /* Per-entry state of the `average` kind, dense layout. */
@@ -113,28 +117,38 @@ static uint8_t *cpu_push_direct(backend *b, push_ctx *p, uint64_t off, size_t *m
     if (e->layout != LAYOUT_DENSE)
         return NULL;
     cpu_dense *d = e->backend_state;
-    if (off != d->frontier)
+    if (off != d->frontier || ((cpu_backend *)b)->prescale != 0.0f)
         return NULL; /* only the push at the frontier may write raw bytes */
     *max = p->len - off;
     return e->acc->data + off;
 }
 
 /* Dense, kind average: add below the frontier, copy above it. */
-static void cpu_dense_data(pending_entry *e, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+static void cpu_dense_data(cpu_backend *cb, pending_entry *e, push_ctx *p, uint64_t off,
+                           const uint8_t *src, size_t n)
 {
     cpu_dense *d = e->backend_state;
     uint8_t *acc = e->acc->data;
+    float ps = cb->prescale;
     assert(off % 4 == 0 && d->frontier % 4 == 0);
     if (off < d->frontier) {
         size_t add = d->frontier - off < n ? (size_t)(d->frontier - off) : n;
-        reduce_add_f32((float *)(void *)(acc + off), src, add / 4);
+        if (ps != 0.0f)
+            reduce_add_scale_f32((float *)(void *)(acc + off), src, add / 4, ps);
+        else
+            reduce_add_f32((float *)(void *)(acc + off), src, add / 4);
         off += add;
         src += add;
         n -= add;
     }
     if (n) {
         assert(off == d->frontier); /* pushes are sequential: no gap */
-        memcpy(acc + off, src, n);
+        if (ps != 0.0f) {
+            assert(n % 4 == 0);
+            reduce_copy_scale_f32((float *)(void *)(acc + off), src, n / 4, ps);
+        } else {
+            memcpy(acc + off, src, n);
+        }
         d->frontier = off + n;
     }
 }
@@ -190,7 +204,7 @@ static int cpu_push_data(backend *b, push_ctx *p, uint64_t off, const uint8_t *s
     }
     if (e->layout == LAYOUT_SPARSE)
         return cpu_sparse_data(b, p, off, src, n);
-    cpu_dense_data(e, p, off, src, n);
+    cpu_dense_data((cpu_backend *)b, e, p, off, src, n);
     return 0;
 }
 
@@ -265,7 +279,8 @@ static void cpu_resolve(backend *b, pending_entry *e)
     } else if (e->layout == LAYOUT_DENSE) {
         result = e->acc;
         e->acc = NULL;
-        reduce_scale_f32((float *)(void *)result->data, e->count, scale);
+        if (((cpu_backend *)b)->prescale == 0.0f)
+            reduce_scale_f32((float *)(void *)result->data, e->count, scale);
     } else {
         result = bufpool_get(&s->pool, sparse_acc_result_size(e->sacc));
         if (result && sparse_acc_emit(e->sacc, scale, result->data) < 0) {
@@ -273,8 +288,7 @@ static void cpu_resolve(backend *b, pending_entry *e)
             result = NULL;
         }
     }
-    metrics_record(s->metrics, "method_metric,average computation",
-                   (double)(server_now_ns() - t0) / 1e6);
+    stats_add(s->m_average, (double)(server_now_ns() - t0) / 1e6);
     if (!result) {
         server_entry_fail(s, e, "out of memory computing the mean");
         return;
@@ -329,5 +343,6 @@ backend *backend_cpu_new(server *srv)
         return NULL;
     cb->base.ops = &cpu_ops;
     cb->base.srv = srv;
+    cb->prescale = reduce_exact_prescale(srv->cfg.trainers);
     return &cb->base;
 }

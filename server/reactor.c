@@ -249,8 +249,7 @@ void server_push_completed(server *s, pending_entry *e)
         return;
     assert(e->completed == s->cfg.trainers && e->started == s->cfg.trainers);
     e->t_last_ns = server_now_ns();
-    metrics_record(s->metrics, "parameter_server_straggler_metric,param_index_straggler",
-                   (double)(e->t_last_ns - e->t_first_ns) / 1e6);
+    stats_add(s->m_straggler, (double)(e->t_last_ns - e->t_first_ns) / 1e6);
     e->resolving = true;
     s->be->ops->resolve(s->be, e);
 }
@@ -284,8 +283,7 @@ void server_entry_resolved(server *s, pending_entry *e, psbuf *result)
         if (c && pending_has_slot(e, i) && conn_queue_result(c, buf, n, result) == 0)
             s->results++;
     }
-    metrics_record(s->metrics, "parameter_server_batch_metric,param_index_batch",
-                   (double)(server_now_ns() - e->t_first_ns) / 1e6);
+    stats_add(s->m_batch, (double)(server_now_ns() - e->t_first_ns) / 1e6);
     server_entry_release(s, e);
     pending_remove(&s->pending, e, true);
     pending_entry_free(e);
@@ -332,9 +330,13 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
     }
     /* Pre-create the metrics in the seed's order so the table reads the
      * same whatever happens first. */
-    metrics_get(s->metrics, "parameter_server_batch_metric,param_index_batch");
-    metrics_get(s->metrics, "parameter_server_straggler_metric,param_index_straggler");
-    metrics_get(s->metrics, "method_metric,average computation");
+    s->m_batch = metrics_get(s->metrics, "parameter_server_batch_metric,param_index_batch");
+    s->m_straggler = metrics_get(s->metrics, "parameter_server_straggler_metric,param_index_straggler");
+    s->m_average = metrics_get(s->metrics, "method_metric,average computation");
+    if (!s->m_batch || !s->m_straggler || !s->m_average) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     return 0;
 }
 

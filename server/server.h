@@ -50,6 +50,7 @@ typedef struct server {
     bufpool pool;
     struct backend *be;
     metrics *metrics;
+    stats *m_batch, *m_straggler, *m_average; /* the seed's three server metrics */
     member *members;
     uint32_t nmembers;
     uint32_t nconns;

@@ -61,15 +61,13 @@ frame_str frame_str_c(const char *s)
 
 void frame_decoder_init(frame_decoder *d, uint64_t max_payload)
 {
-    /* A small first chunk: typical headers hold a dozen scalars. */
-    msgpack_zone_init(&d->zone, 2048);
     d->max_payload = max_payload;
     d->err[0] = '\0';
 }
 
 void frame_decoder_free(frame_decoder *d)
 {
-    msgpack_zone_destroy(&d->zone);
+    (void)d; /* nothing allocated; kept so callers need not change */
 }
 
 /* ---- decoding ---------------------------------------------------------- */
@@ -101,15 +99,136 @@ static const field_spec fields[] = {
 #undef S
 #define NFIELDS (sizeof fields / sizeof fields[0])
 
+/* The header is read straight from its bytes rather than through
+ * msgpack_unpack: msgpack-c reserves memory for as many elements as an
+ * array or map header announces before it checks that the bytes exist (9
+ * bytes claiming 2^32 entries ask for ~128 GiB), and a protocol header is a
+ * flat map of scalars that needs no object tree. This reader allocates
+ * nothing, never reads past the H bytes it is given, and skips the values
+ * of unknown keys whatever their type. */
+typedef struct mp_cur {
+    const uint8_t *p, *end;
+} mp_cur;
+
+static uint64_t mp_be(const uint8_t *p, unsigned w)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < w; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Read a string: 1 ok, 0 not a string (nothing consumed), -1 truncated. */
+static int mp_read_str(mp_cur *c, frame_str *out)
+{
+    if (c->p >= c->end)
+        return -1;
+    uint8_t b = *c->p;
+    unsigned w;
+    uint64_t n;
+    if (b >= 0xa0 && b <= 0xbf) {
+        w = 0;
+        n = b & 0x1f;
+    } else if (b >= 0xd9 && b <= 0xdb) {
+        w = 1u << (b - 0xd9);
+        if ((size_t)(c->end - c->p) < 1 + w)
+            return -1;
+        n = mp_be(c->p + 1, w);
+    } else {
+        return 0;
+    }
+    if ((uint64_t)(c->end - c->p - 1 - w) < n)
+        return -1;
+    out->p = (const char *)c->p + 1 + w;
+    out->n = (uint32_t)n;
+    c->p += 1 + w + n;
+    return 1;
+}
+
+/* Read an integer: 1 ok, 0 not an integer, -2 negative, -1 truncated. */
+static int mp_read_uint(mp_cur *c, uint64_t *out)
+{
+    if (c->p >= c->end)
+        return -1;
+    uint8_t b = *c->p;
+    if (b <= 0x7f) {
+        *out = b;
+        c->p++;
+        return 1;
+    }
+    if (b >= 0xe0)
+        return -2;
+    if (b < 0xcc || b > 0xd3)
+        return 0;
+    unsigned w = 1u << ((b - 0xcc) & 3);
+    if ((size_t)(c->end - c->p) < 1 + w)
+        return -1;
+    uint64_t v = mp_be(c->p + 1, w);
+    if (b >= 0xd0 && (v >> (8 * w - 1)) & 1)
+        return -2; /* a signed encoding of a negative number */
+    *out = v;
+    c->p += 1 + w;
+    return 1;
+}
+
+/* Skip one object of any type. 0 ok, -1 truncated or invalid. Nested
+ * containers are counted, not recursed into, and a container may not
+ * announce more elements than bytes remain. */
+static int mp_skip(mp_cur *c)
+{
+    uint64_t items = 1;
+    while (items > 0) {
+        if (c->p >= c->end)
+            return -1;
+        uint8_t b = *c->p++;
+        size_t left = (size_t)(c->end - c->p);
+        uint64_t skip = 0, elems = 0;
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+            /* fixint, nil, bool */
+        } else if (b == 0xc1) {
+            return -1; /* never used */
+        } else if (b >= 0xa0 && b <= 0xbf) {
+            skip = b & 0x1f;
+        } else if (b >= 0x90 && b <= 0x9f) {
+            elems = b & 0x0f;
+        } else if (b >= 0x80 && b <= 0x8f) {
+            elems = 2 * (uint64_t)(b & 0x0f);
+        } else {
+            static const uint8_t width[] = {
+                /* c4..c6 bin */ 1, 2, 4, /* c7..c9 ext */ 1, 2, 4, /* ca cb float */ 4, 8,
+                /* cc..cf uint */ 1, 2, 4, 8, /* d0..d3 int */ 1, 2, 4, 8,
+                /* d4..d8 fixext */ 2, 3, 5, 9, 17, /* d9..db str */ 1, 2, 4,
+                /* dc dd array */ 2, 4, /* de df map */ 2, 4};
+            unsigned w = width[b - 0xc4];
+            bool prefixed = (b >= 0xc4 && b <= 0xc9) || b >= 0xd9;
+            if (!prefixed) {
+                skip = w;
+            } else {
+                if (left < w)
+                    return -1;
+                uint64_t v = mp_be(c->p, w);
+                c->p += w;
+                left -= w;
+                if (b == 0xdc || b == 0xdd)
+                    elems = v;
+                else if (b == 0xde || b == 0xdf)
+                    elems = 2 * v;
+                else
+                    skip = v + (b >= 0xc7 && b <= 0xc9); /* ext: + its type byte */
+            }
+        }
+        if (skip > left || elems > left)
+            return -1;
+        c->p += skip;
+        items = items - 1 + elems;
+    }
+    return 0;
+}
+
 static frame_status frame_bad(frame_decoder *d, const char *fmt, const char *arg)
 {
     snprintf(d->err, sizeof d->err, fmt, arg);
     return FRAME_BAD;
-}
-
-static bool key_is(const msgpack_object_str *k, const char *lit, size_t n)
-{
-    return k->size == n && memcmp(k->ptr, lit, n) == 0;
 }
 
 static frame_type type_from_str(frame_str s)
@@ -129,48 +248,83 @@ static frame_layout layout_from_str(frame_str s)
     return LAYOUT_OTHER;
 }
 
-/* Fill *out from the decoded map. Returns FRAME_OK or FRAME_BAD. */
-static frame_status decode_map(frame_decoder *d, const msgpack_object *obj, frame_hdr *out)
+static const field_spec *frame_field(frame_str k)
 {
-    if (obj->type != MSGPACK_OBJECT_MAP)
+    for (size_t f = 0; f < NFIELDS; f++)
+        if (fields[f].klen == k.n && memcmp(fields[f].key, k.p, k.n) == 0)
+            return &fields[f];
+    return NULL;
+}
+
+/* Fill *out from the H header bytes at p. */
+static frame_status decode_map(frame_decoder *d, const uint8_t *p, size_t h, frame_hdr *out)
+{
+    mp_cur c = {p, p + h};
+    uint8_t b = *c.p;
+    uint64_t n;
+    if (b >= 0x80 && b <= 0x8f) {
+        n = b & 0x0f;
+        c.p++;
+    } else if (b == 0xde || b == 0xdf) {
+        unsigned w = b == 0xde ? 2 : 4;
+        if (h < 1 + w)
+            return frame_bad(d, "header map is truncated%s", "");
+        n = mp_be(c.p + 1, w);
+        c.p += 1 + w;
+    } else {
         return frame_bad(d, "header is not a msgpack map%s", "");
+    }
+    if (n > (uint64_t)(c.end - c.p) / 2)
+        return frame_bad(d, "header map announces more entries than it has bytes%s", "");
     bool have_type = false;
-    const msgpack_object_map *m = &obj->via.map;
-    for (uint32_t i = 0; i < m->size; i++) {
-        const msgpack_object *k = &m->ptr[i].key, *v = &m->ptr[i].val;
-        if (k->type != MSGPACK_OBJECT_STR)
+    for (uint64_t i = 0; i < n; i++) {
+        frame_str key;
+        int r = mp_read_str(&c, &key);
+        if (r < 0)
+            return frame_bad(d, "header map is truncated%s", "");
+        if (r == 0)
             return frame_bad(d, "header key is not a string%s", "");
-        if (key_is(&k->via.str, "type", 4)) {
-            if (v->type != MSGPACK_OBJECT_STR)
-                return frame_bad(d, "field \"type\" is not a string%s", "");
+        if (key.n == 4 && memcmp(key.p, "type", 4) == 0) {
             if (have_type)
                 return frame_bad(d, "field \"type\" appears twice%s", "");
+            r = mp_read_str(&c, &out->type_str);
+            if (r < 0)
+                return frame_bad(d, "header map is truncated%s", "");
+            if (r == 0)
+                return frame_bad(d, "field \"type\" is not a string%s", "");
             have_type = true;
-            out->type_str.p = v->via.str.ptr;
-            out->type_str.n = v->via.str.size;
             continue;
         }
-        for (size_t f = 0; f < NFIELDS; f++) {
-            const field_spec *fs = &fields[f];
-            if (!key_is(&k->via.str, fs->key, fs->klen))
-                continue;
-            if (out->has & fs->bit)
-                return frame_bad(d, "field \"%s\" appears twice", fs->key);
-            char *slot = (char *)out + fs->off;
-            if (fs->kind == FK_UINT) {
-                if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-                    return frame_bad(d, "field \"%s\" is not an unsigned integer", fs->key);
-                memcpy(slot, &v->via.u64, sizeof(uint64_t));
-            } else {
-                if (v->type != MSGPACK_OBJECT_STR)
-                    return frame_bad(d, "field \"%s\" is not a string", fs->key);
-                frame_str s = {v->via.str.ptr, v->via.str.size};
-                memcpy(slot, &s, sizeof s);
-            }
-            out->has |= fs->bit;
-            break;
+        const field_spec *fs = frame_field(key);
+        if (!fs) {
+            if (mp_skip(&c) < 0)
+                return frame_bad(d, "header is not valid msgpack%s", "");
+            continue;
         }
+        if (out->has & fs->bit)
+            return frame_bad(d, "field \"%s\" appears twice", fs->key);
+        char *slot = (char *)out + fs->off;
+        if (fs->kind == FK_UINT) {
+            uint64_t v;
+            r = mp_read_uint(&c, &v);
+            if (r == -1)
+                return frame_bad(d, "header map is truncated%s", "");
+            if (r != 1)
+                return frame_bad(d, "field \"%s\" is not an unsigned integer", fs->key);
+            memcpy(slot, &v, sizeof v);
+        } else {
+            frame_str v;
+            r = mp_read_str(&c, &v);
+            if (r < 0)
+                return frame_bad(d, "header map is truncated%s", "");
+            if (r == 0)
+                return frame_bad(d, "field \"%s\" is not a string", fs->key);
+            memcpy(slot, &v, sizeof v);
+        }
+        out->has |= fs->bit;
     }
+    if (c.p != c.end)
+        return frame_bad(d, "trailing bytes after the header map%s", "");
     if (!have_type)
         return frame_bad(d, "header has no \"type\" field%s", "");
     out->type = type_from_str(out->type_str);
@@ -178,63 +332,6 @@ static frame_status decode_map(frame_decoder *d, const msgpack_object *obj, fram
     if (!(out->has & FH_PAYLOAD))
         out->payload = 0;
     return FRAME_OK;
-}
-
-/* msgpack-c reserves room for every element an array or map header
- * announces before it checks that the bytes exist: 9 bytes claiming 2^32
- * entries would ask for ~128 GiB. Walk the header once first and refuse
- * any container that announces more elements than bytes remain (every
- * element takes at least one byte), so decoding memory stays O(H). */
-static bool frame_counts_plausible(const uint8_t *p, size_t n)
-{
-    size_t i = 0;
-    uint64_t items = 1; /* objects still to walk */
-    while (items > 0) {
-        if (i >= n)
-            return true; /* truncated: msgpack_unpack reports it */
-        uint8_t b = p[i++];
-        uint64_t skip = 0, elems = 0;
-        if (b <= 0x7f || b >= 0xe0 || (b >= 0xc0 && b <= 0xc3)) {
-            /* fixint, nil, (never used), bool */
-        } else if (b >= 0xa0 && b <= 0xbf) {
-            skip = b & 0x1f;
-        } else if (b >= 0x90 && b <= 0x9f) {
-            elems = b & 0x0f;
-        } else if (b >= 0x80 && b <= 0x8f) {
-            elems = 2 * (uint64_t)(b & 0x0f);
-        } else {
-            static const uint8_t width[] = {
-                /* c4..c6 bin8/16/32 */ 1, 2, 4, /* c7..c9 ext8/16/32 */ 1, 2, 4,
-                /* ca cb float */ 4, 8, /* cc..cf uint */ 1, 2, 4, 8, /* d0..d3 int */ 1, 2, 4, 8,
-                /* d4..d8 fixext */ 2, 3, 5, 9, 17, /* d9..db str */ 1, 2, 4,
-                /* dc dd array */ 2, 4, /* de df map */ 2, 4};
-            uint8_t w = width[b - 0xc4];
-            bool len_prefixed = (b >= 0xc4 && b <= 0xc9) || (b >= 0xd9 && b <= 0xdf);
-            if (!len_prefixed) {
-                skip = w;
-            } else {
-                if (n - i < w)
-                    return true;
-                uint64_t v = 0;
-                for (uint8_t k = 0; k < w; k++)
-                    v = v << 8 | p[i + k];
-                i += w;
-                if (b >= 0xdc && b <= 0xdd)
-                    elems = v;
-                else if (b >= 0xde)
-                    elems = 2 * v;
-                else
-                    skip = v + (b >= 0xc7 && b <= 0xc9); /* ext: + type byte */
-            }
-        }
-        if (elems > n - i)
-            return false;
-        if (skip > n - i)
-            return true; /* truncated */
-        i += skip;
-        items = items - 1 + elems;
-    }
-    return true;
 }
 
 frame_status frame_decode_header(frame_decoder *d, const uint8_t *p, size_t len, frame_hdr *out,
@@ -250,23 +347,8 @@ frame_status frame_decode_header(frame_decoder *d, const uint8_t *p, size_t len,
     }
     if (len - FRAME_PREFIX_LEN < h)
         return FRAME_NEED_MORE;
-
     memset(out, 0, sizeof *out);
-    if (!frame_counts_plausible(p + FRAME_PREFIX_LEN, h))
-        return frame_bad(d, "header announces more elements than it has bytes%s", "");
-    msgpack_zone_clear(&d->zone);
-    msgpack_object obj;
-    size_t off = 0;
-    msgpack_unpack_return r =
-        msgpack_unpack((const char *)p + FRAME_PREFIX_LEN, h, &off, &d->zone, &obj);
-    if (r == MSGPACK_UNPACK_EXTRA_BYTES)
-        return frame_bad(d, "trailing bytes after the header map%s", "");
-    if (r == MSGPACK_UNPACK_CONTINUE)
-        return frame_bad(d, "header map is truncated%s", "");
-    if (r != MSGPACK_UNPACK_SUCCESS)
-        return frame_bad(d, "header is not valid msgpack%s", "");
-    assert(off == h);
-    frame_status st = decode_map(d, &obj, out);
+    frame_status st = decode_map(d, p + FRAME_PREFIX_LEN, h, out);
     if (st != FRAME_OK)
         return st;
     *consumed = FRAME_PREFIX_LEN + h;

@@ -120,10 +120,9 @@ typedef enum frame_status {
     FRAME_TOO_LARGE = -2 /* well-formed but payload > max_payload: `too_large` */
 } frame_status;
 
-/* Scratch state reused across decodes so that steady-state decoding does
- * not allocate. */
+/* Decoding settings and the reason of the last failure. Decoding itself
+ * allocates nothing. */
 typedef struct frame_decoder {
-    msgpack_zone zone;
     uint64_t max_payload;
     char err[160]; /* reason of the last FRAME_BAD / FRAME_TOO_LARGE */
 } frame_decoder;

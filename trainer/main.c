@@ -216,8 +216,6 @@ int main(int argc, char **argv)
         metrics_free(m);
         return trainer_fail("out of memory");
     }
-    metrics_get(m, "batch_level_metric,batch_all");
-    metrics_get(m, cfg.sparse ? "hook_future_metric,rpc_sparse" : "hook_future_metric,rpc_dense");
     client cl;
     client_sink sink = synthetic_sink(syn);
     int rc = 0;

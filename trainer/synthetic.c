@@ -26,6 +26,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "payloads are little-e
 struct synthetic {
     synthetic_config cfg;
     metrics *m;
+    stats *m_rpc, *m_batch;
     uint32_t trainers;
     float scale;
     /* dense */
@@ -78,7 +79,11 @@ synthetic *synthetic_new(const synthetic_config *cfg, metrics *m)
         return NULL;
     s->cfg = *cfg;
     s->m = m;
+    s->m_batch = metrics_get(m, "batch_level_metric,batch_all");
+    s->m_rpc = metrics_get(m, cfg->sparse ? "hook_future_metric,rpc_sparse" : "hook_future_metric,rpc_dense");
     s->cur_bucket = -1;
+    if (!s->m_rpc || !s->m_batch)
+        goto fail;
     s->t_push_ns = calloc(cfg->buckets, sizeof *s->t_push_ns);
     s->done = calloc(cfg->buckets, sizeof *s->done);
     if (!s->t_push_ns || !s->done)
@@ -292,8 +297,7 @@ static int syn_end(void *ctx, char *err, size_t errlen)
     s->done[k] = true;
     s->remaining--;
     s->cur_bucket = -1;
-    metrics_record(s->m, s->cfg.sparse ? "hook_future_metric,rpc_sparse" : "hook_future_metric,rpc_dense",
-                   (double)(syn_now_ns() - s->t_push_ns[k]) / 1e6);
+    stats_add(s->m_rpc, (double)(syn_now_ns() - s->t_push_ns[k]) / 1e6);
     return 0;
 }
 
@@ -369,7 +373,7 @@ int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, si
             if (client_poll(cl, (int)(left_ms < 1000 ? left_ms : 1000), err, errlen) < 0)
                 return -1;
         }
-        metrics_record(s->m, "batch_level_metric,batch_all", (double)(syn_now_ns() - t0) / 1e6);
+        stats_add(s->m_batch, (double)(syn_now_ns() - t0) / 1e6);
         rep->bytes_pushed += s->cfg.buckets *
             (s->cfg.sparse ? s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols) : s->cfg.bucket_floats * 4);
     }

@@ -84,9 +84,7 @@ static void check_same(const frame_hdr *a, const frame_hdr *b)
 }
 
 /* Re-encode a decoded header and decode the result again. The decoded
- * header's strings point into the fuzzer's input, which stays valid; the
- * decoder's zone is reused, which is fine because frame_hdr never points
- * into it. */
+ * header's strings point into the fuzzer's input, which stays valid. */
 static void roundtrip(const frame_hdr *h, frame_status first, size_t first_h)
 {
     size_t n = frame_encode_header(h, reenc, sizeof reenc);
