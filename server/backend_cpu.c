@@ -1,12 +1,17 @@
 /* backend_cpu.c — averaging on the reactor's own CPU thread.
  *
  * Kind `average` (the seed's AverageParameterServer) folds every push into
- * one accumulator as its bytes arrive. The accumulator has a frontier: the
- * bytes below it were written by some push. Pushes arrive in order, so
- * whichever push is ahead copies its bytes above the frontier (straight
- * from the socket into the accumulator when it can) and moves it; every
- * other push adds below it. No pass zeroes the accumulator, and each push
- * costs one pass over memory.
+ * one accumulator as its bytes arrive. Each push's bytes arrive in order,
+ * so the entry only tracks how far each push has got:
+ *  - above the frontier (the furthest any push has got) nobody has written:
+ *    the push that gets there copies its bytes, straight from the socket
+ *    into the accumulator when it can;
+ *  - below it, a push adds; where every other push has already been (below
+ *    the least progress of the others) it is the last to touch those
+ *    elements, and applies the mean's scale in the same pass:
+ *    acc = (acc + x) * (1/N), which is exactly sum * (1/N).
+ * So no pass zeroes the accumulator, none scales it at the end, and each
+ * push costs one pass over memory.
  *
  * Kind `average-batch` (the seed's AverageBatchParameterServer) keeps every
  * push in its own buffer and sums them, in slot order, at resolve time.
@@ -25,16 +30,13 @@
 
 typedef struct cpu_backend {
     backend base;
-    /* Kind average, dense: with N a power of two the mean's scale is
-     * applied as each push is folded in, exactly, and the resolve needs no
-     * extra pass over the accumulator. 0 when N is not a power of two. */
-    float prescale;
 } cpu_backend;
 
-/* Per-entry state of the `average` kind, dense layout. */
+/* Per-entry state of the `average` kind, dense layout. Offsets are in
+ * bytes and multiples of 4 (conn.c hands over whole floats). */
 typedef struct cpu_dense {
-    uint64_t frontier; /* bytes [0, frontier) of the accumulator are written;
-                        * a multiple of 4 (see conn.c) */
+    uint64_t frontier;   /* [0, frontier) of the accumulator is written */
+    uint64_t progress[]; /* per trainer slot: bytes of its push folded in */
 } cpu_dense;
 
 static server_kind cpu_kind(backend *b) { return b->srv->cfg.kind; }
@@ -85,13 +87,12 @@ static int cpu_push_begin(backend *b, push_ctx *p)
         return cpu_grow_idx(p, p->nnz);
     }
     if (p->first) {
-        cpu_dense *d = malloc(sizeof *d);
+        cpu_dense *d = calloc(1, sizeof *d + s->cfg.trainers * sizeof d->progress[0]);
         e->acc = bufpool_get(&s->pool, e->count * 4);
         if (!d || !e->acc) {
             free(d);
             return -1;
         }
-        d->frontier = 0;
         e->backend_state = d;
     }
     return 0;
@@ -103,8 +104,9 @@ static void cpu_push_direct_done(backend *b, push_ctx *p, uint64_t off, size_t n
     if (cpu_kind(b) == KIND_AVERAGE_BATCH)
         return;
     cpu_dense *d = e->backend_state;
-    assert(off == d->frontier);
+    assert(off == d->frontier && off == d->progress[p->slot]);
     d->frontier = off + n;
+    d->progress[p->slot] = off + n;
 }
 
 static uint8_t *cpu_push_direct(backend *b, push_ctx *p, uint64_t off, size_t *max)
@@ -117,40 +119,56 @@ static uint8_t *cpu_push_direct(backend *b, push_ctx *p, uint64_t off, size_t *m
     if (e->layout != LAYOUT_DENSE)
         return NULL;
     cpu_dense *d = e->backend_state;
-    if (off != d->frontier || ((cpu_backend *)b)->prescale != 0.0f)
-        return NULL; /* only the push at the frontier may write raw bytes */
+    if (off != d->frontier || b->srv->cfg.trainers == 1)
+        return NULL; /* only the push at the frontier may write raw bytes; a
+                      * lone trainer's push is also the last and is scaled */
     *max = p->len - off;
     return e->acc->data + off;
 }
 
-/* Dense, kind average: add below the frontier, copy above it. */
-static void cpu_dense_data(cpu_backend *cb, pending_entry *e, push_ctx *p, uint64_t off,
-                           const uint8_t *src, size_t n)
+/* Least progress of the pushes other than `slot` (0 for one not begun). */
+static uint64_t cpu_others_min(const cpu_dense *d, uint32_t n, uint32_t slot)
+{
+    uint64_t m = UINT64_MAX;
+    for (uint32_t i = 0; i < n; i++)
+        if (i != slot && d->progress[i] < m)
+            m = d->progress[i];
+    return m;
+}
+
+/* Dense, kind average: see the comment at the top of the file. */
+static void cpu_dense_data(backend *b, pending_entry *e, push_ctx *p, uint64_t off, const uint8_t *src,
+                           size_t n)
 {
     cpu_dense *d = e->backend_state;
-    uint8_t *acc = e->acc->data;
-    float ps = cb->prescale;
-    assert(off % 4 == 0 && d->frontier % 4 == 0);
-    if (off < d->frontier) {
-        size_t add = d->frontier - off < n ? (size_t)(d->frontier - off) : n;
-        if (ps != 0.0f)
-            reduce_add_scale_f32((float *)(void *)(acc + off), src, add / 4, ps);
-        else
-            reduce_add_f32((float *)(void *)(acc + off), src, add / 4);
-        off += add;
-        src += add;
-        n -= add;
-    }
-    if (n) {
-        assert(off == d->frontier); /* pushes are sequential: no gap */
-        if (ps != 0.0f) {
-            assert(n % 4 == 0);
-            reduce_copy_scale_f32((float *)(void *)(acc + off), src, n / 4, ps);
-        } else {
-            memcpy(acc + off, src, n);
+    uint32_t ntr = b->srv->cfg.trainers;
+    float scale = reduce_mean_scale(ntr);
+    float *acc = (float *)(void *)e->acc->data;
+    uint64_t end = off + n;
+    assert(off % 4 == 0 && d->frontier % 4 == 0 && off == d->progress[p->slot]);
+    if (ntr == 1) { /* the only push: copy and scale (by 1) at once */
+        reduce_copy_scale_f32(acc + off / 4, src, n / 4, scale);
+    } else {
+        uint64_t last_upto = cpu_others_min(d, ntr, p->slot);
+        uint64_t add_end = end < d->frontier ? end : d->frontier;
+        /* [off, min(last_upto, add_end)): last toucher, add and scale. */
+        uint64_t x = off;
+        uint64_t fin = last_upto < add_end ? last_upto : add_end;
+        if (fin > x) {
+            reduce_add_scale_f32(acc + x / 4, src + (x - off), (fin - x) / 4, scale);
+            x = fin;
         }
-        d->frontier = off + n;
+        if (add_end > x) { /* others still to come: plain add */
+            reduce_add_f32(acc + x / 4, src + (x - off), (add_end - x) / 4);
+            x = add_end;
+        }
+        if (end > x) { /* beyond the frontier: first to arrive, copy */
+            assert(x == d->frontier);
+            memcpy(acc + x / 4, src + (x - off), end - x);
+            d->frontier = end;
+        }
     }
+    d->progress[p->slot] = end;
 }
 
 static int cpu_sparse_data(backend *b, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
@@ -204,7 +222,7 @@ static int cpu_push_data(backend *b, push_ctx *p, uint64_t off, const uint8_t *s
     }
     if (e->layout == LAYOUT_SPARSE)
         return cpu_sparse_data(b, p, off, src, n);
-    cpu_dense_data((cpu_backend *)b, e, p, off, src, n);
+    cpu_dense_data(b, e, p, off, src, n);
     return 0;
 }
 
@@ -279,8 +297,7 @@ static void cpu_resolve(backend *b, pending_entry *e)
     } else if (e->layout == LAYOUT_DENSE) {
         result = e->acc;
         e->acc = NULL;
-        if (((cpu_backend *)b)->prescale == 0.0f)
-            reduce_scale_f32((float *)(void *)result->data, e->count, scale);
+        /* Already scaled: every element's last push applied 1/N. */
     } else {
         result = bufpool_get(&s->pool, sparse_acc_result_size(e->sacc));
         if (result && sparse_acc_emit(e->sacc, scale, result->data) < 0) {
@@ -343,6 +360,5 @@ backend *backend_cpu_new(server *srv)
         return NULL;
     cb->base.ops = &cpu_ops;
     cb->base.srv = srv;
-    cb->prescale = reduce_exact_prescale(srv->cfg.trainers);
     return &cb->base;
 }

@@ -34,22 +34,13 @@ void reduce_scale_f32(float *acc, size_t n, float s)
 void reduce_add_scale_f32(float *restrict acc, const uint8_t *restrict src, size_t n, float s)
 {
     for (size_t i = 0; i < n; i++)
-        acc[i] += reduce_load(src + 4 * i) * s;
+        acc[i] = (acc[i] + reduce_load(src + 4 * i)) * s;
 }
 
 void reduce_copy_scale_f32(float *restrict acc, const uint8_t *restrict src, size_t n, float s)
 {
     for (size_t i = 0; i < n; i++)
         acc[i] = reduce_load(src + 4 * i) * s;
-}
-
-float reduce_exact_prescale(uint32_t n)
-{
-    /* Scaling by a power of two only changes the exponent, so it commutes
-     * with rounding (barring values within 2^k of the subnormal range). */
-    if (n < 2 || (n & (n - 1)) != 0)
-        return 0.0f;
-    return 1.0f / (float)n;
 }
 
 /* ---- sparse ------------------------------------------------------------ */

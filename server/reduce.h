@@ -18,14 +18,11 @@ void reduce_add_f32(float *acc, const uint8_t *src, size_t n);
 void reduce_copy_f32(float *acc, const uint8_t *src, size_t n);
 /* acc[i] *= s. */
 void reduce_scale_f32(float *acc, size_t n, float s);
-/* acc[i] += src[i] * s, and acc[i] = src[i] * s: folding the mean's scale
- * into the pass that receives a push. Used only when s is a power of two,
- * where x*s is exact and so sum(x*s) == sum(x)*s bit for bit. */
+/* acc[i] = (acc[i] + src[i]) * s: the last push of an element finishes
+ * its mean in the pass that receives it (bit for bit sum * s). */
 void reduce_add_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
+/* acc[i] = src[i] * s. */
 void reduce_copy_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
-/* 1/n when n is a power of two above 1 (the scale can be applied to each
- * push exactly), else 0. */
-float reduce_exact_prescale(uint32_t n);
 
 /* The scale factor every psbench component uses for a mean over n: the
  * reciprocal, so that a trainer can predict results bit for bit. */
