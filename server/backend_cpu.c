@@ -28,9 +28,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Sparse accumulators kept for reuse: their hash tables and row storage
+ * grow to the bucket's size once and are then recycled batch after batch. */
+#define CPU_SPARSE_KEEP 64
+
 typedef struct cpu_backend {
     backend base;
+    sparse_acc *spare[CPU_SPARSE_KEEP];
+    size_t nspare;
 } cpu_backend;
+
+static sparse_acc *cpu_sparse_get(cpu_backend *cb)
+{
+    if (cb->nspare)
+        return cb->spare[--cb->nspare];
+    sparse_acc *a = malloc(sizeof *a);
+    if (a)
+        sparse_acc_init(a);
+    return a;
+}
+
+static void cpu_sparse_put(cpu_backend *cb, sparse_acc *a)
+{
+    if (cb->nspare < CPU_SPARSE_KEEP) {
+        cb->spare[cb->nspare++] = a;
+        return;
+    }
+    sparse_acc_free(a);
+    free(a);
+}
 
 /* Per-entry state of the `average` kind, dense layout. Offsets are in
  * bytes and multiples of 4 (conn.c hands over whole floats). */
@@ -79,9 +105,8 @@ static int cpu_push_begin(backend *b, push_ctx *p)
     }
     if (e->layout == LAYOUT_SPARSE) {
         if (p->first) {
-            if (!e->sacc && !(e->sacc = malloc(sizeof *e->sacc)))
+            if (!e->sacc && !(e->sacc = cpu_sparse_get((cpu_backend *)b)))
                 return -1;
-            sparse_acc_init(e->sacc);
             sparse_acc_reset(e->sacc, e->rows, e->cols);
         }
         return cpu_grow_idx(p, p->nnz);
@@ -321,8 +346,7 @@ static void cpu_release(backend *b, pending_entry *e)
         e->acc = NULL;
     }
     if (e->sacc) {
-        sparse_acc_free(e->sacc);
-        free(e->sacc);
+        cpu_sparse_put((cpu_backend *)b, e->sacc);
         e->sacc = NULL;
     }
     if (e->stored) {
@@ -338,6 +362,12 @@ static void cpu_release(backend *b, pending_entry *e)
 
 static void cpu_destroy(backend *b)
 {
+    cpu_backend *cb = (cpu_backend *)b;
+    while (cb->nspare) {
+        sparse_acc *a = cb->spare[--cb->nspare];
+        sparse_acc_free(a);
+        free(a);
+    }
     free(b);
 }
 

@@ -194,8 +194,8 @@ int main(int argc, char **argv)
              cfg.kind == KIND_AVERAGE ? "average" : "average-batch", cfg.trainers);
     int rc = server_run(&s);
     printf("psbench-server %u: %" PRIu64 " pushes in, %" PRIu64 " results out, %" PRIu64
-           " bytes in, %" PRIu64 " bytes out\n",
-           cfg.rank, s.pushes, s.results, s.bytes_in, s.bytes_out);
+           " bytes in, %" PRIu64 " bytes out, %" PRIu64 " payload buffers allocated\n",
+           cfg.rank, s.pushes, s.results, s.bytes_in, s.bytes_out, s.pool.allocs);
     metrics_print_table(s.metrics, stdout, "server metrics (ms)");
     fflush(stdout);
     server_free(&s);

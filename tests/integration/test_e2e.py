@@ -8,6 +8,7 @@ Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_e2e.py
 """
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -48,6 +49,29 @@ class E2E(psb.PsbTestCase):
 
     def test_big_dense_2_trainers_average_batch(self):
         self.run_job(2, "average-batch", False, buckets=2, floats=1048576, batches=3)
+
+    # -- steady state: payload buffers are recycled, not allocated per push
+    def allocs_for(self, kind, sparse, batches):
+        n, buckets = 2, 4
+        server = self.reg.server(trainers=n, kind=kind)
+        trainers = [self.reg.trainer(server, r, buckets=buckets, floats=4096, batches=batches,
+                                     sparse=sparse) for r in range(n)]
+        self.wait_trainers(trainers)
+        out, _ = self.stop_server(server, batches * buckets)
+        m = re.search(r"(\d+) payload buffers allocated", out)
+        self.assertIsNotNone(m, out)
+        return int(m.group(1))
+
+    def test_buffers_recycled(self):
+        for kind in ("average", "average-batch"):
+            for sparse in (False, True):
+                few = self.allocs_for(kind, sparse, 3)
+                many = self.allocs_for(kind, sparse, 60)
+                # 60 batches x 4 buckets would be 240+ allocations without
+                # reuse; with it, the count depends on how many buffers are
+                # in flight at once, not on the number of batches.
+                self.assertLess(many, 60, (kind, sparse, few, many))
+                self.assertLessEqual(many, few + 12, (kind, sparse, few, many))
 
     # -- two servers, one trainer set, buckets round-robin
     def test_two_servers(self):
