@@ -13,6 +13,8 @@ pkgs=(
   python3 python3-msgpack      # integration tests (run by /usr/bin/python3)
   iperf3                       # bench/: loopback reference
   procps                       # pgrep/pkill in tests
+  prometheus                   # promtool + a real server for the /metrics tests
+  chromium chromium-driver python3-selenium   # dashboard test in a headless browser
 )
 
 missing=()

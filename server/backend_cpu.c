@@ -330,7 +330,7 @@ static void cpu_resolve(backend *b, pending_entry *e)
             result = NULL;
         }
     }
-    stats_add(s->m_average, (double)(server_now_ns() - t0) / 1e6);
+    metrics_add(s->m_average, (double)(server_now_ns() - t0) / 1e6);
     if (!result) {
         server_entry_fail(s, e, "out of memory computing the mean");
         return;

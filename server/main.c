@@ -3,6 +3,7 @@
  * A server averages gradient buckets pushed by its trainers: per (batch,
  * bucket) it waits for every trainer, then sends each of them the mean.
  */
+#include "server/master_link.h"
 #include "server/server.h"
 #include "shared/cli.h"
 #include "shared/log.h"
@@ -14,11 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void server_usage(FILE *f)
 {
     fprintf(f,
-        "usage: psbench-server --standalone --trainers N [options]\n"
+        "usage: psbench-server --master HOST:PORT [options]\n"
+        "       psbench-server --standalone --trainers N [options]\n"
         "\n"
         "Averages gradient buckets: for every (batch, bucket) it waits until all\n"
         "N trainers have pushed, then sends each of them the element-wise mean.\n"
@@ -37,7 +40,10 @@ static void server_usage(FILE *f)
         "  --max-queued BYTES      results queued to one trainer that is not reading\n"
         "                          before it is disconnected (default 256M)\n"
         "  --token T               trainers must present this token (or PSBENCH_TOKEN)\n"
-        "  --master HOST:PORT      register with a psbench-master (not in this build)\n"
+        "  --master HOST:PORT      register with a psbench-master, which assigns the\n"
+        "                          rank, the trainer count and the kind\n"
+        "  --advertise HOST        the address trainers should use to reach this\n"
+        "                          server (default: as the master sees it)\n"
         "  --log-level LEVEL       error, warn, info (default) or debug\n"
         "  --help, --version\n"
         "\n"
@@ -50,6 +56,7 @@ static void server_usage(FILE *f)
 enum {
     OPT_STANDALONE = 256, OPT_TRAINERS, OPT_LISTEN, OPT_KIND, OPT_DEVICE, OPT_RANK,
     OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_TOKEN, OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
+    OPT_ADVERTISE,
 };
 
 static const struct option server_opts[] = {
@@ -63,6 +70,7 @@ static const struct option server_opts[] = {
     {"max-queued", required_argument, NULL, OPT_MAX_QUEUED},
     {"token", required_argument, NULL, OPT_TOKEN},
     {"master", required_argument, NULL, OPT_MASTER},
+    {"advertise", required_argument, NULL, OPT_ADVERTISE},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -83,7 +91,9 @@ int main(int argc, char **argv)
     cfg.max_queued = 256ull << 20;
     cfg.kind = KIND_AVERAGE;
     bool standalone = false;
-    const char *master = NULL;
+    bool have_rank = false;
+    const char *master = NULL, *advertise = NULL, *device = "cpu";
+    cfg.listen_fd = -1;
     log_level level = LOG_INFO;
     char err[256];
     uint64_t v;
@@ -126,6 +136,7 @@ int main(int argc, char **argv)
             if (cli_parse_u64("--rank", optarg, 0, UINT32_MAX, 0, &v, err, sizeof err) < 0)
                 return server_fail(err);
             cfg.rank = (uint32_t)v;
+            have_rank = true;
             break;
         case OPT_MAX_PAYLOAD:
             if (cli_parse_u64("--max-payload", optarg, 1, UINT64_MAX, 1, &cfg.max_payload, err,
@@ -142,6 +153,9 @@ int main(int argc, char **argv)
             break;
         case OPT_MASTER:
             master = optarg;
+            break;
+        case OPT_ADVERTISE:
+            advertise = optarg;
             break;
         case OPT_LOG_LEVEL:
             if (log_level_parse(optarg, &level) < 0) {
@@ -165,13 +179,14 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
         return server_fail(err);
     }
-    if (master)
-        return server_fail("--master: registration with a master is not in this build yet; "
-                           "run with --standalone --trainers N");
-    if (!standalone)
-        return server_fail("say --standalone --trainers N (see --help)");
-    if (!cfg.trainers)
+    if (master && standalone)
+        return server_fail("--master and --standalone exclude each other");
+    if (!master && !standalone)
+        return server_fail("say --master HOST:PORT or --standalone --trainers N (see --help)");
+    if (standalone && !cfg.trainers)
         return server_fail("--standalone needs --trainers N");
+    if (master && cfg.trainers)
+        return server_fail("--trainers: with --master, the master decides the trainer count");
     if (!cfg.token) {
         const char *t = getenv("PSBENCH_TOKEN");
         if (t && *t)
@@ -185,19 +200,42 @@ int main(int argc, char **argv)
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
     mallopt(M_TOP_PAD, 16 << 20);
 
+    ctl_conn link = {.fd = -1};
+    if (master) {
+        /* Listen first: the master tells trainers where to find us. */
+        cfg.listen_fd = net_listen(cfg.host, cfg.port, 1024, &cfg.port, err, sizeof err);
+        if (cfg.listen_fd < 0)
+            return server_fail(err);
+        if (master_link_join(&link, master, &cfg, device, advertise, have_rank ? (int64_t)cfg.rank : -1, err,
+                             sizeof err) < 0) {
+            ctl_close(&link);
+            close(cfg.listen_fd);
+            return server_fail(err);
+        }
+        log_info("joined master %s as server %u (%u trainers per bucket)", master, cfg.rank, cfg.trainers);
+    }
+
     server s;
-    if (server_init(&s, &cfg, err, sizeof err) < 0) {
+    if (server_init(&s, &cfg, err, sizeof err) < 0 ||
+        (master && master_link_attach(&s, &link, err, sizeof err) < 0)) {
+        ctl_close(&link);
         server_free(&s);
         return server_fail(err);
     }
+    ctl_close(&link);
     log_info("listening on %s:%u (kind %s, %u trainers, backend cpu)", cfg.host, s.bound_port,
              cfg.kind == KIND_AVERAGE ? "average" : "average-batch", cfg.trainers);
     int rc = server_run(&s);
+    master_link_free(&s);
     printf("psbench-server %u: %" PRIu64 " pushes in, %" PRIu64 " results out, %" PRIu64
            " bytes in, %" PRIu64 " bytes out, %" PRIu64 " payload buffers allocated\n",
            cfg.rank, s.pushes, s.results, s.bytes_in, s.bytes_out, s.pool.allocs);
     metrics_print_table(s.metrics, stdout, "server metrics (ms)");
     fflush(stdout);
     server_free(&s);
+    if (s.exit_code) {
+        fprintf(stderr, "psbench-server: %s\n", s.exit_reason[0] ? s.exit_reason : "the run failed");
+        return s.exit_code;
+    }
     return rc < 0 ? 1 : 0;
 }

@@ -152,6 +152,16 @@ static void server_free_entry(pending_entry *e, void *arg)
     s->be->ops->release(s->be, e);
 }
 
+void server_reset(server *s)
+{
+    for (conn *c = s->conns; c; c = c->next)
+        conn_push_detach(c);
+    pending_destroy(&s->pending, server_free_entry, s);
+    pending_init(&s->pending, s->cfg.trainers);
+    metrics_reset(s->metrics);
+    log_info("reset: futures and metrics cleared");
+}
+
 /* When every trainer has left and nothing is pending, the job is over: the
  * next trainers to connect start a new one at batch 0. */
 static void server_maybe_new_session(server *s)
@@ -249,7 +259,7 @@ void server_push_completed(server *s, pending_entry *e)
         return;
     assert(e->completed == s->cfg.trainers && e->started == s->cfg.trainers);
     e->t_last_ns = server_now_ns();
-    stats_add(s->m_straggler, (double)(e->t_last_ns - e->t_first_ns) / 1e6);
+    metrics_add(s->m_straggler, (double)(e->t_last_ns - e->t_first_ns) / 1e6);
     e->resolving = true;
     s->be->ops->resolve(s->be, e);
 }
@@ -283,7 +293,7 @@ void server_entry_resolved(server *s, pending_entry *e, psbuf *result)
         if (c && pending_has_slot(e, i) && conn_queue_result(c, buf, n, result) == 0)
             s->results++;
     }
-    stats_add(s->m_batch, (double)(server_now_ns() - e->t_first_ns) / 1e6);
+    metrics_add(s->m_batch, (double)(server_now_ns() - e->t_first_ns) / 1e6);
     server_entry_release(s, e);
     pending_remove(&s->pending, e, true);
     pending_entry_free(e);
@@ -317,9 +327,14 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    s->listen_fd = net_listen(cfg->host, cfg->port, 1024, &s->bound_port, err, errlen);
-    if (s->listen_fd < 0)
-        return -1;
+    if (cfg->listen_fd >= 0) {
+        s->listen_fd = cfg->listen_fd;
+        s->bound_port = cfg->port;
+    } else {
+        s->listen_fd = net_listen(cfg->host, cfg->port, 1024, &s->bound_port, err, errlen);
+        if (s->listen_fd < 0)
+            return -1;
+    }
     s->listen_ev = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_on_accept, s);
     s->sig_ev[0] = evsignal_new(s->base, SIGINT, server_on_signal, s);
     s->sig_ev[1] = evsignal_new(s->base, SIGTERM, server_on_signal, s);

@@ -29,6 +29,7 @@ typedef struct server_config {
     const char *token;    /* NULL: none required */
     uint64_t max_payload;
     uint64_t max_queued;  /* output bytes queued per connection before it is dropped */
+    int listen_fd;        /* >= 0: already listening (bound before joining a master) */
 } server_config;
 
 /* A trainer slot: the n-th distinct rank that said hello. */
@@ -58,6 +59,9 @@ typedef struct server {
     struct conn *flush_head;  /* connections with output to write */
     struct conn *graveyard;   /* closed, freed once no callback holds them */
     uint64_t bytes_in, bytes_out, pushes, results;
+    struct master_link *link; /* NULL standalone */
+    int exit_code;            /* set by the master link's stop */
+    char exit_reason[256];
 } server;
 
 /* reactor.c */
@@ -75,6 +79,9 @@ void server_entry_fail(server *s, pending_entry *e, const char *why);
 void server_entry_release(server *s, pending_entry *e);
 /* A push into e completed (payload fully in): resolve if it was the last. */
 void server_push_completed(server *s, pending_entry *e);
+/* Between passes: forget every future and resolved mark, clear metrics;
+ * connections and trainer slots stay. */
+void server_reset(server *s);
 /* Write the output of every connection that has some. */
 void server_flush(server *s);
 /* Free connections closed during this callback. */

@@ -2,6 +2,8 @@
 #include "shared/metrics.h"
 
 #include <assert.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,11 +12,15 @@
 typedef struct metric_entry {
     char *key; /* owned */
     stats st;
+    bool report;   /* keep pending samples */
+    double *pend;  /* samples not yet reported (owned) */
+    size_t npend, cap_pend;
 } metric_entry;
 
 struct metrics {
     metric_entry **v; /* owned, each entry owned; insertion order */
     size_t n, cap;
+    bool report;
 };
 
 /* Width of the numeric columns: "%.3f" of values below 1e8 ms fits; a larger
@@ -26,6 +32,7 @@ static void entry_free(metric_entry *e)
     if (!e)
         return;
     stats_free(&e->st);
+    free(e->pend);
     free(e->key);
     free(e);
 }
@@ -43,6 +50,9 @@ static metric_entry *entry_new(const char *key)
     }
     memcpy(e->key, key, len + 1);
     stats_init(&e->st);
+    e->report = false;
+    e->pend = NULL;
+    e->npend = e->cap_pend = 0;
     return e;
 }
 
@@ -79,6 +89,7 @@ stats *metrics_get(metrics *m, const char *key)
     metric_entry *e = entry_new(key);
     if (!e)
         return NULL;
+    e->report = m->report;
     m->v[m->n++] = e;
     return &e->st;
 }
@@ -110,8 +121,10 @@ stats *metrics_at(metrics *m, size_t i)
 
 void metrics_reset(metrics *m)
 {
-    for (size_t i = 0; i < m->n; i++)
+    for (size_t i = 0; i < m->n; i++) {
         stats_reset(&m->v[i]->st);
+        m->v[i]->npend = 0;
+    }
 }
 
 void metrics_print_table(metrics *m, FILE *out, const char *title)
@@ -135,4 +148,41 @@ void metrics_print_table(metrics *m, FILE *out, const char *title)
                 COL_W, su.mean, COL_W, su.variance, COL_W, su.stdev, COL_W, su.p50, COL_W, su.p90,
                 COL_W, su.p99);
     }
+}
+
+void metrics_enable_reporting(metrics *m)
+{
+    m->report = true;
+    for (size_t i = 0; i < m->n; i++)
+        m->v[i]->report = true;
+}
+
+void metrics_add(stats *st, double ms)
+{
+    metric_entry *e = (metric_entry *)(void *)((char *)st - offsetof(metric_entry, st));
+    stats_add(st, ms);
+    if (!e->report)
+        return;
+    if (e->npend == e->cap_pend) {
+        size_t cap = e->cap_pend ? e->cap_pend * 2 : 256;
+        double *p = realloc(e->pend, cap * sizeof *p);
+        if (!p)
+            return; /* the report misses this sample; the local stats have it */
+        e->pend = p;
+        e->cap_pend = cap;
+    }
+    e->pend[e->npend++] = ms;
+}
+
+size_t metrics_pending(const metrics *m, size_t i, const double **samples)
+{
+    assert(i < m->n);
+    *samples = m->v[i]->pend;
+    return m->v[i]->npend;
+}
+
+void metrics_clear_pending(metrics *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        m->v[i]->npend = 0;
 }

@@ -30,6 +30,17 @@ const char *metrics_key_at(const metrics *m, size_t i); /* i < metrics_size */
 stats *metrics_at(metrics *m, size_t i);                /* i < metrics_size */
 void metrics_reset(metrics *m); /* every stats back to empty, keys kept */
 
+/* Reporting to a master: once enabled, metrics_add also keeps each new
+ * sample until metrics_take_pending hands it over, so that a node can
+ * stream exactly the samples recorded since its last report. */
+void metrics_enable_reporting(metrics *m);
+/* stats_add on a stats obtained from metrics_get/metrics_at (only those),
+ * plus the pending copy when reporting is enabled. */
+void metrics_add(stats *st, double ms);
+/* The samples of metric i recorded since the last metrics_clear_pending. */
+size_t metrics_pending(const metrics *m, size_t i, const double **samples);
+void metrics_clear_pending(metrics *m);
+
 /* A title line, then a header and one row per metric (insertion order):
  * metric | count | min | max | mean | variance | stdev | p50 | p90 | p99,
  * values in milliseconds with 3 decimals, the metric column as wide as the

@@ -292,6 +292,30 @@ double stats_hist_quantile(const stats *s, double q)
     return total ? hist_quantile_total(s, total, q) : 0;
 }
 
+/* Live views: exact moments, quantiles from the histogram (<= 0.39%
+ * relative error) once there are too many samples to sort twice a second;
+ * exact below STATS_FAST_EXACT. */
+#define STATS_FAST_EXACT 8192
+
+void stats_summarize_fast(const stats *s, stats_summary *out)
+{
+    if (s->count <= STATS_FAST_EXACT || !s->hist) {
+        stats_summarize(s, out);
+        return;
+    }
+    stats_summary exact_moments;
+    /* Moments without the sort: summarize a view with no samples kept. */
+    stats view = *s;
+    view.nsamples = 0;
+    stats_summarize(&view, &exact_moments);
+    *out = exact_moments;
+    out->p50 = stats_hist_quantile(s, 0.50);
+    out->p75 = stats_hist_quantile(s, 0.75);
+    out->p90 = stats_hist_quantile(s, 0.90);
+    out->p95 = stats_hist_quantile(s, 0.95);
+    out->p99 = stats_hist_quantile(s, 0.99);
+}
+
 void stats_summarize(const stats *s, stats_summary *out)
 {
     memset(out, 0, sizeof *out);

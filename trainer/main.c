@@ -5,6 +5,7 @@
 #include "shared/log.h"
 #include "shared/metrics.h"
 #include "trainer/client.h"
+#include "trainer/master_link.h"
 #include "trainer/synthetic.h"
 
 #include <getopt.h>
@@ -18,7 +19,11 @@
 static void trainer_usage(FILE *f)
 {
     fprintf(f,
-        "usage: psbench-trainer --server HOST:PORT[,HOST:PORT...] --rank R --model synthetic [options]\n"
+        "usage: psbench-trainer --master HOST:PORT [--rank R] [options]\n"
+        "       psbench-trainer --server HOST:PORT[,HOST:PORT...] --rank R --model synthetic [options]\n"
+        "\n"
+        "With --master, the master assigns everything else (servers, model, data,\n"
+        "batches) and runs the warm-up and timed passes; --rank asks for a rank.\n"
         "\n"
         "Pushes gradient buckets to parameter servers and waits for their mean.\n"
         "With --model synthetic it is a pure communication benchmark: every batch\n"
@@ -42,7 +47,7 @@ static void trainer_usage(FILE *f)
         "  --device DEV            cpu (default)\n"
         "  --summary-json FILE     write {batches, seconds, rounds_per_s, batch_p50_ms,\n"
         "                          batch_p99_ms, bytes_pushed} to FILE\n"
-        "  --master HOST:PORT      join a psbench-master (not in this build)\n"
+        "  --master HOST:PORT      join a psbench-master\n"
         "  --log-level LEVEL       error, warn, info (default) or debug\n"
         "  --help, --version\n"
         "\n"
@@ -185,8 +190,30 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
         return trainer_fail(err);
     }
-    if (master)
-        return trainer_fail("--master: joining a master is not in this build yet; use --server and --rank");
+    if (!token) {
+        const char *t = getenv("PSBENCH_TOKEN");
+        if (t && *t)
+            token = t;
+    }
+    if (master) {
+        if (servers || model)
+            return trainer_fail("--master: the master assigns servers and model; drop --server/--model");
+        log_init("psbench-trainer", level);
+        signal(SIGPIPE, SIG_IGN);
+        metrics *mm = metrics_new();
+        if (!mm)
+            return trainer_fail("out of memory");
+        trainer_link_opts lo = {master, have_rank ? (int64_t)cfg.rank : -1, token, "cpu", connect_timeout};
+        int code = trainer_run_with_master(&lo, mm, err, sizeof err);
+        if (code == 0) {
+            metrics_print_table(mm, stdout, "trainer metrics, timed pass (ms)");
+            fflush(stdout);
+        } else {
+            fprintf(stderr, "psbench-trainer: %s\n", err);
+        }
+        metrics_free(mm);
+        return code;
+    }
     if (!servers)
         return trainer_fail("--server HOST:PORT is required (see --help)");
     if (!have_rank)
@@ -202,11 +229,6 @@ int main(int argc, char **argv)
         nservers += *p == ',';
     if (nservers > 64)
         return trainer_fail("--server: at most 64 servers");
-    if (!token) {
-        const char *t = getenv("PSBENCH_TOKEN");
-        if (t && *t)
-            token = t;
-    }
     log_init("psbench-trainer", level);
     signal(SIGPIPE, SIG_IGN);
 

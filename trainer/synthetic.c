@@ -48,7 +48,15 @@ struct synthetic {
     uint64_t cur_nnz;
     uint8_t carry[8]; /* a sparse index split across chunks */
     size_t icarry;
+    synthetic_tick_fn tick;
+    void *tick_ctx;
 };
+
+void synthetic_set_tick(synthetic *s, synthetic_tick_fn fn, void *ctx)
+{
+    s->tick = fn;
+    s->tick_ctx = ctx;
+}
 
 static uint64_t syn_now_ns(void)
 {
@@ -297,7 +305,7 @@ static int syn_end(void *ctx, char *err, size_t errlen)
     s->done[k] = true;
     s->remaining--;
     s->cur_bucket = -1;
-    stats_add(s->m_rpc, (double)(syn_now_ns() - s->t_push_ns[k]) / 1e6);
+    metrics_add(s->m_rpc, (double)(syn_now_ns() - s->t_push_ns[k]) / 1e6);
     return 0;
 }
 
@@ -370,12 +378,17 @@ int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, si
                 return -1;
             }
             uint64_t left_ms = (timeout_ns - (now - t0)) / 1000000 + 1;
-            if (client_poll(cl, (int)(left_ms < 1000 ? left_ms : 1000), err, errlen) < 0)
+            uint64_t cap_ms = s->tick ? 250 : 1000;
+            if (client_poll(cl, (int)(left_ms < cap_ms ? left_ms : cap_ms), err, errlen) < 0)
+                return -1;
+            if (s->tick && s->remaining > 0 && s->tick(s->tick_ctx, b, err, errlen) < 0)
                 return -1;
         }
-        stats_add(s->m_batch, (double)(syn_now_ns() - t0) / 1e6);
+        metrics_add(s->m_batch, (double)(syn_now_ns() - t0) / 1e6);
         rep->bytes_pushed += s->cfg.buckets *
             (s->cfg.sparse ? s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols) : s->cfg.bucket_floats * 4);
+        if (s->tick && s->tick(s->tick_ctx, b + 1, err, errlen) < 0)
+            return -1;
     }
     rep->batches = s->cfg.batches;
     rep->seconds = (double)(syn_now_ns() - t_start) / 1e9;

@@ -17,7 +17,7 @@
 #include "trainer/client.h"
 
 typedef struct synthetic_config {
-    uint64_t rank;
+    uint64_t rank; /* data rank: 0..N-1 among the trainers sharing these servers */
     uint32_t buckets;
     uint64_t bucket_floats;
     uint64_t batches;
@@ -38,7 +38,13 @@ typedef struct synthetic synthetic;
 synthetic *synthetic_new(const synthetic_config *cfg, metrics *m);
 void synthetic_free(synthetic *s);
 client_sink synthetic_sink(synthetic *s);
-/* Run every batch through cl. Returns 0, or -1 with a reason in err. */
+/* Called after every batch and at least every 250 ms while waiting for
+ * results (the master link reports metrics and reads control messages
+ * there). Returns 0, or -1 to abort the run with a reason in err. */
+typedef int (*synthetic_tick_fn)(void *ctx, uint64_t batches_done, char *err, size_t errlen);
+void synthetic_set_tick(synthetic *s, synthetic_tick_fn fn, void *ctx);
+/* Run cfg.batches batches (numbered from 0) through cl. Returns 0, or -1
+ * with a reason in err. May be called again for another pass. */
 int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, size_t errlen);
 
 #endif

@@ -1,0 +1,151 @@
+/* aggregate.c — the master's processed metrics (see aggregate.h). */
+#include "master/aggregate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *agg_role_name(agg_role r)
+{
+    return r == AGG_TRAINER ? "trainer" : "server";
+}
+
+int agg_init(aggregate *a)
+{
+    memset(a, 0, sizeof *a);
+    for (int r = 0; r < AGG_NROLES; r++)
+        if (!(a->g[r].all = metrics_new()))
+            return -1;
+    return 0;
+}
+
+void agg_free(aggregate *a)
+{
+    for (int r = 0; r < AGG_NROLES; r++) {
+        metrics_free(a->g[r].all);
+        for (uint32_t i = 0; i < a->g[r].nranks; i++)
+            metrics_free(a->g[r].ranks[i]);
+        free(a->g[r].ranks);
+    }
+    memset(a, 0, sizeof *a);
+}
+
+void agg_reset(aggregate *a)
+{
+    for (int r = 0; r < AGG_NROLES; r++) {
+        metrics_reset(a->g[r].all);
+        for (uint32_t i = 0; i < a->g[r].nranks; i++)
+            if (a->g[r].ranks[i])
+                metrics_reset(a->g[r].ranks[i]);
+    }
+}
+
+static metrics *agg_rank(struct agg_group *g, uint32_t rank)
+{
+    if (rank >= g->nranks) {
+        uint32_t n = rank + 1;
+        metrics **v = realloc(g->ranks, n * sizeof *v);
+        if (!v)
+            return NULL;
+        for (uint32_t i = g->nranks; i < n; i++)
+            v[i] = NULL;
+        g->ranks = v;
+        g->nranks = n;
+    }
+    if (!g->ranks[rank])
+        g->ranks[rank] = metrics_new();
+    return g->ranks[rank];
+}
+
+int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, char *err, size_t errlen)
+{
+    if (!json_is_object(samples)) {
+        snprintf(err, errlen, "\"samples\" is not an object");
+        return -1;
+    }
+    struct agg_group *g = &a->g[role];
+    metrics *mr = agg_rank(g, rank);
+    if (!mr) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    const char *key;
+    json_t *arr;
+    json_object_foreach(samples, key, arr) {
+        if (!json_is_array(arr) || strlen(key) > 200) {
+            snprintf(err, errlen, "samples of '%.64s' are not an array", key);
+            return -1;
+        }
+        stats *sr = metrics_get(mr, key);
+        stats *sa = metrics_get(g->all, key);
+        if (!sr || !sa) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        size_t i;
+        json_t *v;
+        json_array_foreach(arr, i, v) {
+            if (!json_is_number(v) || !isfinite(json_number_value(v))) {
+                snprintf(err, errlen, "a sample of '%.64s' is not a number", key);
+                return -1;
+            }
+            double ms = json_number_value(v);
+            stats_add(sr, ms);
+            stats_add(sa, ms);
+        }
+    }
+    return 0;
+}
+
+static void agg_push_stats(snap_stat *out, size_t *n, agg_role role, int64_t rank, metrics *m, bool exact)
+{
+    for (size_t i = 0; i < metrics_size(m); i++) {
+        snap_stat *st = &out[(*n)++];
+        st->role = agg_role_name(role);
+        st->rank = rank;
+        st->metric = metrics_key_at(m, i);
+        if (exact)
+            stats_summarize(metrics_at(m, i), &st->s);
+        else
+            stats_summarize_fast(metrics_at(m, i), &st->s);
+    }
+}
+
+snap_stat *agg_snapshot(aggregate *a, bool exact, size_t *n)
+{
+    size_t cap = 0;
+    for (int r = 0; r < AGG_NROLES; r++) {
+        cap += metrics_size(a->g[r].all);
+        for (uint32_t i = 0; i < a->g[r].nranks; i++)
+            if (a->g[r].ranks[i])
+                cap += metrics_size(a->g[r].ranks[i]);
+    }
+    snap_stat *out = calloc(cap ? cap : 1, sizeof *out);
+    *n = 0;
+    if (!out)
+        return NULL;
+    for (int r = 0; r < AGG_NROLES; r++) {
+        for (uint32_t i = 0; i < a->g[r].nranks; i++)
+            if (a->g[r].ranks[i])
+                agg_push_stats(out, n, (agg_role)r, i, a->g[r].ranks[i], exact);
+        agg_push_stats(out, n, (agg_role)r, -1, a->g[r].all, exact);
+    }
+    return out;
+}
+
+void agg_print_tables(aggregate *a, FILE *out)
+{
+    char title[96];
+    for (int r = 0; r < AGG_NROLES; r++) {
+        if (metrics_size(a->g[r].all) == 0)
+            continue;
+        snprintf(title, sizeof title, "\nall %ss (ms)", agg_role_name((agg_role)r));
+        metrics_print_table(a->g[r].all, out, title);
+        for (uint32_t i = 0; i < a->g[r].nranks; i++) {
+            if (!a->g[r].ranks[i])
+                continue;
+            snprintf(title, sizeof title, "\n%s %u (ms)", agg_role_name((agg_role)r), i);
+            metrics_print_table(a->g[r].ranks[i], out, title);
+        }
+    }
+}

@@ -1,0 +1,43 @@
+/* aggregate.h — the master's processed metrics: per role, per rank and per
+ * metric running statistics, plus the combined "all trainers" / "all
+ * servers" view (the seed's ProcessedMetricsPrinter, kept live).
+ *
+ * Nodes stream their raw samples; every sample goes into its rank's stats
+ * and into its role's combined stats, so both are exact over the run.
+ */
+#ifndef PSBENCH_AGGREGATE_H
+#define PSBENCH_AGGREGATE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "master/snapshot.h"
+#include "shared/metrics.h"
+
+typedef enum agg_role { AGG_TRAINER = 0, AGG_SERVER = 1, AGG_NROLES } agg_role;
+
+typedef struct aggregate {
+    struct agg_group {
+        metrics *all;
+        metrics **ranks; /* index = rank; NULL until that rank reports */
+        uint32_t nranks;
+    } g[AGG_NROLES];
+} aggregate;
+
+const char *agg_role_name(agg_role r);
+int agg_init(aggregate *a);
+void agg_free(aggregate *a);
+void agg_reset(aggregate *a);
+/* Add a node's report: {"samples": {"type,name": [ms, ...], ...}}. Returns 0
+ * or -1 (malformed: a reason in err). */
+int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, char *err, size_t errlen);
+/* The snap_stat list for a snapshot (malloc'd; *n entries), rank stats
+ * then the role's combined stats. `exact`: sorted quantiles; otherwise the
+ * live, histogram-based ones above 8192 samples. */
+snap_stat *agg_snapshot(aggregate *a, bool exact, size_t *n);
+/* Tables like the seed's printer: combined, then each rank. */
+void agg_print_tables(aggregate *a, FILE *out);
+
+#endif

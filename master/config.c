@@ -1,0 +1,842 @@
+/* config.c — the master's run configuration: flags, checks, configs/ files
+ * (see config.h). */
+#include "master/config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shared/cli.h"
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Replace *dst with a copy of s (NULL allowed). Returns 0 or -1 (no memory). */
+static int set_str(char **dst, const char *s)
+{
+    char *n = NULL;
+    if (s) {
+        n = strdup(s);
+        if (!n)
+            return -1;
+    }
+    free(*dst);
+    *dst = n;
+    return 0;
+}
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+const char *config_default_dir(char *buf, size_t len)
+{
+    const char *env = getenv("PSBENCH_CONFIG_DIR");
+    if (env && *env) {
+        snprintf(buf, len, "%s", env);
+        return buf;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            char cand[PATH_MAX + 16];
+            snprintf(cand, sizeof cand, "%s/../configs", exe);
+            if (is_dir(cand)) {
+                char real[PATH_MAX];
+                snprintf(buf, len, "%s", realpath(cand, real) ? real : cand);
+                return buf;
+            }
+        }
+    }
+#ifdef PSBENCH_SOURCE_CONFIG_DIR
+    if (is_dir(PSBENCH_SOURCE_CONFIG_DIR)) {
+        snprintf(buf, len, "%s", PSBENCH_SOURCE_CONFIG_DIR);
+        return buf;
+    }
+#endif
+    snprintf(buf, len, "configs");
+    return buf;
+}
+
+/* ---- defaults ------------------------------------------------------------ */
+
+static void resolved_free(run_config *c)
+{
+    config_entry *e[] = {&c->resolved.model, &c->resolved.data, &c->resolved.trainer, &c->resolved.server};
+    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
+        json_decref(e[i]->json);
+        memset(e[i], 0, sizeof *e[i]);
+    }
+    memset(&c->resolved, 0, sizeof c->resolved);
+}
+
+void config_free(run_config *c)
+{
+    if (!c)
+        return;
+    resolved_free(c);
+    char **s[] = {&c->trainer, &c->server, &c->data, &c->model, &c->backend, &c->data_config_path,
+                  &c->model_config_path, &c->trainer_config_path, &c->server_config_path, &c->ddp_hook,
+                  &c->placement, &c->listen, &c->http, &c->out_dir, &c->token};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        free(*s[i]);
+        *s[i] = NULL;
+    }
+}
+
+int config_init(run_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->ntrainer = CONFIG_DEFAULT_NTRAINER;
+    c->nserver = CONFIG_DEFAULT_NSERVER;
+    c->epochs = CONFIG_DEFAULT_EPOCHS;
+    c->batch_size = CONFIG_DEFAULT_BATCH_SIZE;
+    c->rpc_timeout_s = CONFIG_DEFAULT_RPC_TIMEOUT_S;
+    c->seed = 0;
+    c->local = false;
+    c->linger_s = 0;
+    c->log_level = LOG_INFO;
+
+    char dir[PATH_MAX];
+    config_default_dir(dir, sizeof dir);
+    char p[4][PATH_MAX + 64];
+    snprintf(p[0], sizeof p[0], "%s/data_configurations.json", dir);
+    snprintf(p[1], sizeof p[1], "%s/model_configurations.json", dir);
+    snprintf(p[2], sizeof p[2], "%s/trainer_configurations.json", dir);
+    snprintf(p[3], sizeof p[3], "%s/server_configurations.json", dir);
+
+    const char *tok = getenv("PSBENCH_TOKEN");
+    if (set_str(&c->trainer, CONFIG_DEFAULT_TRAINER) || set_str(&c->server, CONFIG_DEFAULT_SERVER) ||
+        set_str(&c->data, CONFIG_DEFAULT_DATA) || set_str(&c->model, CONFIG_DEFAULT_MODEL) ||
+        set_str(&c->backend, CONFIG_DEFAULT_BACKEND) || set_str(&c->data_config_path, p[0]) ||
+        set_str(&c->model_config_path, p[1]) || set_str(&c->trainer_config_path, p[2]) ||
+        set_str(&c->server_config_path, p[3]) || set_str(&c->placement, "seed") ||
+        set_str(&c->listen, CONFIG_DEFAULT_LISTEN) || set_str(&c->http, CONFIG_DEFAULT_HTTP) ||
+        set_str(&c->token, tok && *tok ? tok : NULL)) {
+        config_free(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- command line ------------------------------------------------------------ */
+
+enum {
+    OPT_HELP = 'h',
+    OPT_NTRAINER = 256,
+    OPT_NCUDATRAINER,
+    OPT_NSERVER,
+    OPT_NCUDASERVER,
+    OPT_TRAINER,
+    OPT_SERVER,
+    OPT_DATA,
+    OPT_MODEL,
+    OPT_EPOCHS,
+    OPT_BATCH_SIZE,
+    OPT_BACKEND,
+    OPT_RPC_TIMEOUT,
+    OPT_DATA_CONFIG_PATH,
+    OPT_MODEL_CONFIG_PATH,
+    OPT_TRAINER_CONFIG_PATH,
+    OPT_SERVER_CONFIG_PATH,
+    OPT_SEED,
+    OPT_TORCH_SEED,
+    OPT_CUDA_SEED,
+    OPT_DDP_HOOK,
+    OPT_MASTER_ADDR,
+    OPT_MASTER_PORT,
+    OPT_FILESTORE,
+    OPT_PLACEMENT,
+    OPT_LISTEN,
+    OPT_HTTP,
+    OPT_LOCAL,
+    OPT_LINGER,
+    OPT_OUT,
+    OPT_TOKEN,
+    OPT_LOG_LEVEL,
+    OPT_VERSION,
+};
+
+static const struct option long_opts[] = {
+    {"ntrainer", required_argument, NULL, OPT_NTRAINER},
+    {"ncudatrainer", required_argument, NULL, OPT_NCUDATRAINER},
+    {"nserver", required_argument, NULL, OPT_NSERVER},
+    {"ncudaserver", required_argument, NULL, OPT_NCUDASERVER},
+    {"trainer", required_argument, NULL, OPT_TRAINER},
+    {"server", required_argument, NULL, OPT_SERVER},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"batch-size", required_argument, NULL, OPT_BATCH_SIZE},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"rpc-timeout", required_argument, NULL, OPT_RPC_TIMEOUT},
+    {"data-config-path", required_argument, NULL, OPT_DATA_CONFIG_PATH},
+    {"model-config-path", required_argument, NULL, OPT_MODEL_CONFIG_PATH},
+    {"trainer-config-path", required_argument, NULL, OPT_TRAINER_CONFIG_PATH},
+    {"server-config-path", required_argument, NULL, OPT_SERVER_CONFIG_PATH},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"torch-seed", required_argument, NULL, OPT_TORCH_SEED},
+    {"cuda-seed", required_argument, NULL, OPT_CUDA_SEED},
+    {"ddp-hook", required_argument, NULL, OPT_DDP_HOOK},
+    {"master-addr", required_argument, NULL, OPT_MASTER_ADDR},
+    {"master-port", required_argument, NULL, OPT_MASTER_PORT},
+    {"filestore", required_argument, NULL, OPT_FILESTORE},
+    {"placement", required_argument, NULL, OPT_PLACEMENT},
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"http", required_argument, NULL, OPT_HTTP},
+    {"local", no_argument, NULL, OPT_LOCAL},
+    {"linger", required_argument, NULL, OPT_LINGER},
+    {"out", required_argument, NULL, OPT_OUT},
+    {"token", required_argument, NULL, OPT_TOKEN},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+void config_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: psbench-master [options]\n"
+        "       psbench-master diff [--csv FILE] A.json B.json\n"
+        "\n"
+        "Runs a parameter-server benchmark: waits for servers and trainers (or\n"
+        "spawns them with --local), runs a warm-up pass and a timed pass, prints\n"
+        "the processed metrics and serves them over HTTP. Every long option also\n"
+        "accepts '_' for '-' (--batch_size = --batch-size), like the seed's launcher.\n"
+        "\n"
+        "The seed launcher's options:\n"
+        "  --ntrainer N              CPU trainers (default %d)\n"
+        "  --ncudatrainer N          CUDA trainers (default 0)\n"
+        "  --nserver N               CPU parameter servers (default %d)\n"
+        "  --ncudaserver N           CUDA parameter servers (default 0)\n"
+        "  --trainer ID              trainer configuration id (default %s)\n"
+        "  --server ID               server configuration id (default %s)\n"
+        "  --data ID                 data configuration id (default %s)\n"
+        "  --model ID                model configuration id (default %s)\n"
+        "  --epochs N                epochs per pass (default %d)\n"
+        "  --batch-size N            examples per batch (default %d)\n"
+        "  --backend NAME            trainers' collective backend: gloo, nccl, multi (default %s)\n"
+        "  --rpc-timeout SECONDS     bound on every wait for a peer (default %g)\n"
+        "  --data-config-path F      data configurations (default CONFIGS/data_configurations.json)\n"
+        "  --model-config-path F     model configurations (default CONFIGS/model_configurations.json)\n"
+        "  --trainer-config-path F   trainer configurations (default CONFIGS/trainer_configurations.json)\n"
+        "  --server-config-path F    server configurations (default CONFIGS/server_configurations.json)\n"
+        "  --seed N                  random seed (default 0); --torch-seed and --cuda-seed are aliases\n"
+        "  --ddp-hook NAME           override the trainer configuration's communication hook\n"
+        "  --master-addr HOST, --master-port PORT\n"
+        "                            the seed's spelling of --listen HOST:PORT\n"
+        "  --filestore PATH          accepted for the seed's scripts; psbench needs no file store\n"
+        "\n"
+        "psbench's options:\n"
+        "  --placement seed|shard    seed: trainer r uses server r / (ntrainer / nserver);\n"
+        "                            shard: bucket k goes to server k mod nserver (default seed)\n"
+        "  --listen HOST:PORT        control plane address (default %s)\n"
+        "  --http HOST:PORT          HTTP API and dashboard (default %s)\n"
+        "  --local                   spawn the servers and trainers on this host\n"
+        "  --linger SECONDS          keep serving HTTP after the run (default 0)\n"
+        "  --out DIR                 write results.json and a CSV per group into DIR\n"
+        "  --token T                 shared secret nodes must present (default $PSBENCH_TOKEN)\n"
+        "  --log-level L             error, warn, info, debug (default info)\n"
+        "  --version, --help\n"
+        "\n"
+        "CONFIGS is $PSBENCH_CONFIG_DIR, else <bin>/../configs, else the source tree's configs/.\n",
+        CONFIG_DEFAULT_NTRAINER, CONFIG_DEFAULT_NSERVER, CONFIG_DEFAULT_TRAINER, CONFIG_DEFAULT_SERVER,
+        CONFIG_DEFAULT_DATA, CONFIG_DEFAULT_MODEL, CONFIG_DEFAULT_EPOCHS, CONFIG_DEFAULT_BATCH_SIZE,
+        CONFIG_DEFAULT_BACKEND, CONFIG_DEFAULT_RPC_TIMEOUT_S, CONFIG_DEFAULT_LISTEN, CONFIG_DEFAULT_HTTP);
+}
+
+static int parse_count(const char *opt, const char *s, uint32_t *out, char *err, size_t errlen)
+{
+    uint64_t v;
+    if (cli_parse_u64(opt, s, 0, CONFIG_MAX_NODES, 0, &v, err, errlen) < 0)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* A non-empty string value: ids, paths, addresses. */
+static int parse_str(const char *opt, const char *s, char **dst, char *err, size_t errlen)
+{
+    if (!s || !*s) {
+        set_err(err, errlen, "%s: needs a non-empty value", opt);
+        return -1;
+    }
+    if (set_str(dst, s) < 0) {
+        set_err(err, errlen, "%s: out of memory", opt);
+        return -1;
+    }
+    return 0;
+}
+
+/* Seconds >= 0 (cli_parse_seconds accepts only positive numbers). */
+static int parse_nonneg_seconds(const char *opt, const char *s, double *out, char *err, size_t errlen)
+{
+    if (s && *s && strspn(s, "0.") == strlen(s) && strchr(s, '0') && strchr(s, '.') == strrchr(s, '.')) {
+        *out = 0;
+        return 0;
+    }
+    return cli_parse_seconds(opt, s, out, err, errlen);
+}
+
+/* Replace the host or the port of c->listen. */
+static int listen_set_part(run_config *c, const char *host, const char *port, char *err, size_t errlen)
+{
+    const char *cur = c->listen ? c->listen : CONFIG_DEFAULT_LISTEN;
+    const char *colon = strrchr(cur, ':');
+    char curhost[512] = "0.0.0.0", curport[32] = "29500";
+    if (colon) {
+        snprintf(curhost, sizeof curhost, "%.*s", (int)(colon - cur), cur);
+        snprintf(curport, sizeof curport, "%s", colon + 1);
+    }
+    char buf[600];
+    int bracket = host && strchr(host, ':') && host[0] != '[';
+    snprintf(buf, sizeof buf, "%s%s%s:%s", bracket ? "[" : "", host ? host : curhost, bracket ? "]" : "",
+             port ? port : curport);
+    if (set_str(&c->listen, buf) < 0) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t errlen)
+{
+    if (config_init(c) < 0) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    cli_normalize_args(argc, argv);
+    optind = 0; /* glibc: full re-initialization, so parsing can run again */
+    opterr = 0;
+    int help = 0, version = 0;
+    for (;;) {
+        int idx = -1;
+        int o = getopt_long(argc, argv, ":h", long_opts, &idx);
+        if (o == -1)
+            break;
+        const char *a = optarg;
+        uint64_t v;
+        int rc = 0;
+        switch (o) {
+        case OPT_HELP: help = 1; break;
+        case OPT_VERSION: version = 1; break;
+        case OPT_NTRAINER: rc = parse_count("--ntrainer", a, &c->ntrainer, err, errlen); break;
+        case OPT_NCUDATRAINER: rc = parse_count("--ncudatrainer", a, &c->ncudatrainer, err, errlen); break;
+        case OPT_NSERVER: rc = parse_count("--nserver", a, &c->nserver, err, errlen); break;
+        case OPT_NCUDASERVER: rc = parse_count("--ncudaserver", a, &c->ncudaserver, err, errlen); break;
+        case OPT_TRAINER: rc = parse_str("--trainer", a, &c->trainer, err, errlen); break;
+        case OPT_SERVER: rc = parse_str("--server", a, &c->server, err, errlen); break;
+        case OPT_DATA: rc = parse_str("--data", a, &c->data, err, errlen); break;
+        case OPT_MODEL: rc = parse_str("--model", a, &c->model, err, errlen); break;
+        case OPT_EPOCHS:
+            rc = cli_parse_u64("--epochs", a, 1, CONFIG_MAX_EPOCHS, 0, &c->epochs, err, errlen);
+            break;
+        case OPT_BATCH_SIZE:
+            rc = cli_parse_u64("--batch-size", a, 1, CONFIG_MAX_BATCH_SIZE, 0, &c->batch_size, err, errlen);
+            break;
+        case OPT_BACKEND: rc = parse_str("--backend", a, &c->backend, err, errlen); break;
+        case OPT_RPC_TIMEOUT: rc = cli_parse_seconds("--rpc-timeout", a, &c->rpc_timeout_s, err, errlen); break;
+        case OPT_DATA_CONFIG_PATH:
+            rc = parse_str("--data-config-path", a, &c->data_config_path, err, errlen);
+            break;
+        case OPT_MODEL_CONFIG_PATH:
+            rc = parse_str("--model-config-path", a, &c->model_config_path, err, errlen);
+            break;
+        case OPT_TRAINER_CONFIG_PATH:
+            rc = parse_str("--trainer-config-path", a, &c->trainer_config_path, err, errlen);
+            break;
+        case OPT_SERVER_CONFIG_PATH:
+            rc = parse_str("--server-config-path", a, &c->server_config_path, err, errlen);
+            break;
+        case OPT_SEED: rc = cli_parse_u64("--seed", a, 0, UINT64_MAX, 0, &c->seed, err, errlen); break;
+        case OPT_TORCH_SEED: rc = cli_parse_u64("--torch-seed", a, 0, UINT64_MAX, 0, &c->seed, err, errlen); break;
+        case OPT_CUDA_SEED: rc = cli_parse_u64("--cuda-seed", a, 0, UINT64_MAX, 0, &c->seed, err, errlen); break;
+        case OPT_DDP_HOOK: rc = parse_str("--ddp-hook", a, &c->ddp_hook, err, errlen); break;
+        case OPT_MASTER_ADDR:
+            if (!a || !*a) {
+                set_err(err, errlen, "--master-addr: needs a non-empty value");
+                rc = -1;
+            } else {
+                rc = listen_set_part(c, a, NULL, err, errlen);
+            }
+            break;
+        case OPT_MASTER_PORT:
+            rc = cli_parse_u64("--master-port", a, 0, 65535, 0, &v, err, errlen);
+            if (rc == 0)
+                rc = listen_set_part(c, NULL, a, err, errlen);
+            break;
+        case OPT_FILESTORE: break; /* the seed's c10d FileStore: nothing to do */
+        case OPT_PLACEMENT:
+            if (!a || (strcmp(a, "seed") != 0 && strcmp(a, "shard") != 0)) {
+                set_err(err, errlen, "--placement: '%s' is not seed or shard", a ? a : "");
+                rc = -1;
+            } else {
+                rc = parse_str("--placement", a, &c->placement, err, errlen);
+            }
+            break;
+        case OPT_LISTEN: rc = parse_str("--listen", a, &c->listen, err, errlen); break;
+        case OPT_HTTP: rc = parse_str("--http", a, &c->http, err, errlen); break;
+        case OPT_LOCAL: c->local = true; break;
+        case OPT_LINGER: rc = parse_nonneg_seconds("--linger", a, &c->linger_s, err, errlen); break;
+        case OPT_OUT: rc = parse_str("--out", a, &c->out_dir, err, errlen); break;
+        case OPT_TOKEN: rc = parse_str("--token", a, &c->token, err, errlen); break;
+        case OPT_LOG_LEVEL:
+            if (log_level_parse(a, &c->log_level) < 0) {
+                set_err(err, errlen, "--log-level: '%s' is not error, warn, info or debug", a ? a : "");
+                rc = -1;
+            }
+            break;
+        case ':':
+            set_err(err, errlen, "option %s needs a value", argv[optind - 1]);
+            return -1;
+        case '?':
+        default:
+            if (optopt >= 256)
+                set_err(err, errlen, "option '%s' takes no value", argv[optind - 1]);
+            else if (optopt)
+                set_err(err, errlen, "unknown option '-%c' (see --help)", optopt);
+            else
+                set_err(err, errlen, "unknown option '%s' (see --help)", argv[optind - 1]);
+            return -1;
+        }
+        if (rc < 0)
+            return -1;
+    }
+    if (help)
+        return 1;
+    if (version)
+        return 2;
+    if (optind < argc) {
+        set_err(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- validation ----------------------------------------------------------------- */
+
+int config_validate(const run_config *c, char *err, size_t errlen)
+{
+    uint64_t tcount = (uint64_t)c->ntrainer + c->ncudatrainer;
+    uint64_t scount = (uint64_t)c->nserver + c->ncudaserver;
+    bool shard = c->placement && strcmp(c->placement, "shard") == 0;
+
+    if (!c->placement || (strcmp(c->placement, "seed") != 0 && !shard)) {
+        set_err(err, errlen, "--placement must be seed or shard");
+        return -1;
+    }
+    if (tcount == 0) {
+        set_err(err, errlen, "no trainers: --ntrainer + --ncudatrainer must be at least 1");
+        return -1;
+    }
+    if (scount == 0) {
+        set_err(err, errlen, "no servers: --nserver + --ncudaserver must be at least 1");
+        return -1;
+    }
+    if (tcount > CONFIG_MAX_NODES || scount > CONFIG_MAX_NODES) {
+        set_err(err, errlen, "too many nodes: at most %u trainers and %u servers", CONFIG_MAX_NODES,
+                CONFIG_MAX_NODES);
+        return -1;
+    }
+    if (!shard) {
+        /* The seed launcher's checks: CPU trainers feed CPU servers, CUDA
+         * trainers CUDA servers, each group split evenly. */
+        if (c->ntrainer > 0 && c->ncudatrainer > 0 && (c->nserver == 0 || c->ncudaserver == 0)) {
+            set_err(err, errlen,
+                    "CPU and CUDA trainers together need both CPU and CUDA servers "
+                    "(--ntrainer %u --ncudatrainer %u, --nserver %u --ncudaserver %u)",
+                    c->ntrainer, c->ncudatrainer, c->nserver, c->ncudaserver);
+            return -1;
+        }
+        if (c->nserver > 0 && c->ntrainer == 0) {
+            set_err(err, errlen, "--nserver %u needs CPU trainers: --ntrainer is 0", c->nserver);
+            return -1;
+        }
+        if (c->ntrainer > 0 && c->nserver == 0) {
+            set_err(err, errlen, "--ntrainer %u needs CPU servers: --nserver is 0", c->ntrainer);
+            return -1;
+        }
+        if (c->nserver > 0 && c->ntrainer % c->nserver != 0) {
+            set_err(err, errlen,
+                    "--ntrainer %u is not divisible by --nserver %u (placement seed gives every server "
+                    "ntrainer / nserver trainers; use --placement shard for other counts)",
+                    c->ntrainer, c->nserver);
+            return -1;
+        }
+        if (c->ncudaserver > 0 && c->ncudatrainer == 0) {
+            set_err(err, errlen, "--ncudaserver %u needs CUDA trainers: --ncudatrainer is 0", c->ncudaserver);
+            return -1;
+        }
+        if (c->ncudatrainer > 0 && c->ncudaserver == 0) {
+            set_err(err, errlen, "--ncudatrainer %u needs CUDA servers: --ncudaserver is 0", c->ncudatrainer);
+            return -1;
+        }
+        if (c->ncudaserver > 0 && c->ncudatrainer % c->ncudaserver != 0) {
+            set_err(err, errlen,
+                    "--ncudatrainer %u is not divisible by --ncudaserver %u (placement seed gives every "
+                    "server ncudatrainer / ncudaserver trainers; use --placement shard for other counts)",
+                    c->ncudatrainer, c->ncudaserver);
+            return -1;
+        }
+    }
+    if (c->epochs == 0 || c->epochs > CONFIG_MAX_EPOCHS) {
+        set_err(err, errlen, "--epochs must be in 1..%u", CONFIG_MAX_EPOCHS);
+        return -1;
+    }
+    if (c->batch_size == 0 || c->batch_size > CONFIG_MAX_BATCH_SIZE) {
+        set_err(err, errlen, "--batch-size must be in 1..%u", CONFIG_MAX_BATCH_SIZE);
+        return -1;
+    }
+    if (!(c->rpc_timeout_s > 0)) {
+        set_err(err, errlen, "--rpc-timeout must be a positive number of seconds");
+        return -1;
+    }
+    if (!(c->linger_s >= 0)) {
+        set_err(err, errlen, "--linger must be 0 or a positive number of seconds");
+        return -1;
+    }
+    if (!c->backend || (strcmp(c->backend, "gloo") != 0 && strcmp(c->backend, "nccl") != 0 &&
+                        strcmp(c->backend, "multi") != 0)) {
+        set_err(err, errlen, "--backend '%s' is not gloo, nccl or multi", c->backend ? c->backend : "");
+        return -1;
+    }
+    struct { const char *opt, *v; } req[] = {
+        {"--trainer", c->trainer},
+        {"--server", c->server},
+        {"--data", c->data},
+        {"--model", c->model},
+        {"--data-config-path", c->data_config_path},
+        {"--model-config-path", c->model_config_path},
+        {"--trainer-config-path", c->trainer_config_path},
+        {"--server-config-path", c->server_config_path},
+        {"--listen", c->listen},
+        {"--http", c->http},
+    };
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
+        if (!req[i].v || !*req[i].v) {
+            set_err(err, errlen, "%s needs a non-empty value", req[i].opt);
+            return -1;
+        }
+    }
+    struct { const char *opt, *v; } addr[] = {{"--listen", c->listen}, {"--http", c->http}};
+    for (size_t i = 0; i < 2; i++) {
+        const char *colon = strrchr(addr[i].v, ':');
+        uint64_t port;
+        char perr[128];
+        if (!colon || colon == addr[i].v ||
+            cli_parse_u64(addr[i].opt, colon + 1, 0, 65535, 0, &port, perr, sizeof perr) < 0) {
+            set_err(err, errlen, "%s '%s' is not HOST:PORT", addr[i].opt, addr[i].v);
+            return -1;
+        }
+    }
+    if (c->out_dir && !*c->out_dir) {
+        set_err(err, errlen, "--out needs a directory");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- configuration files ------------------------------------------------------- */
+
+/* Join the keys of obj as "a, b, c" into buf. */
+static void keys_list(json_t *obj, char *buf, size_t len)
+{
+    size_t n = 0;
+    const char *k;
+    json_t *v;
+    buf[0] = '\0';
+    json_object_foreach(obj, k, v) {
+        int w = snprintf(buf + n, len - n, "%s%s", n ? ", " : "", k);
+        if (w < 0 || (size_t)w >= len - n) {
+            if (len > 4)
+                snprintf(buf + len - 4, 4, "...");
+            return;
+        }
+        n += (size_t)w;
+    }
+    if (n == 0)
+        snprintf(buf, len, "none");
+}
+
+/* Load one configuration file and resolve id into *e. what: "model", ...;
+ * class_keys: the accepted "<x>_class" names, NULL-terminated. */
+static int load_entry(const char *what, const char *path, const char *id, const char *const *class_keys,
+                      config_entry *e, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        set_err(err, errlen, "cannot read %s configurations %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    json_error_t je;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+    fclose(f);
+    if (!root) {
+        set_err(err, errlen, "%s configurations %s:%d:%d: %s", what, path, je.line, je.column, je.text);
+        return -1;
+    }
+    if (!json_is_object(root)) {
+        set_err(err, errlen, "%s configurations %s: expected an object of {\"ID\": {...}}", what, path);
+        json_decref(root);
+        return -1;
+    }
+    json_t *ent = json_object_get(root, id);
+    if (!ent) {
+        char have[512];
+        keys_list(root, have, sizeof have);
+        set_err(err, errlen, "%s '%s' not in %s (have: %s)", what, id, path, have);
+        json_decref(root);
+        return -1;
+    }
+    if (!json_is_object(ent)) {
+        set_err(err, errlen, "%s '%s' in %s: expected an object", what, id, path);
+        json_decref(root);
+        return -1;
+    }
+    json_t *cls = NULL;
+    for (size_t i = 0; class_keys[i] && !cls; i++)
+        cls = json_object_get(ent, class_keys[i]);
+    if (!json_is_string(cls) || json_string_length(cls) == 0) {
+        set_err(err, errlen, "%s '%s' in %s: no \"%s\" string", what, id, path, class_keys[0]);
+        json_decref(root);
+        return -1;
+    }
+    json_t *conf = json_object_get(ent, "configurations");
+    if (conf && !json_is_object(conf)) {
+        set_err(err, errlen, "%s '%s' in %s: \"configurations\" must be an object", what, id, path);
+        json_decref(root);
+        return -1;
+    }
+    e->json = json_pack("{s:s, s:O, s:o}", "id", id, "class", cls, "configurations",
+                        conf ? json_deep_copy(conf) : json_object());
+    json_decref(root);
+    if (!e->json) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    e->id = json_string_value(json_object_get(e->json, "id"));
+    e->cls = json_string_value(json_object_get(e->json, "class"));
+    e->conf = json_object_get(e->json, "configurations");
+    return 0;
+}
+
+/* An integer field of a configurations object in [min, max]; absent: def
+ * (or an error when def is negative). */
+static int conf_uint(const config_entry *e, const char *what, const char *key, int64_t def, uint64_t min,
+                     uint64_t max, uint64_t *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(e->conf, key);
+    if (!v) {
+        if (def < 0) {
+            set_err(err, errlen, "%s '%s': configurations has no \"%s\"", what, e->id, key);
+            return -1;
+        }
+        *out = (uint64_t)def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) < min ||
+        (uint64_t)json_integer_value(v) > max) {
+        set_err(err, errlen, "%s '%s': \"%s\" must be a whole number in %llu..%llu", what, e->id, key,
+                (unsigned long long)min, (unsigned long long)max);
+        return -1;
+    }
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+static int conf_bool(const config_entry *e, const char *what, const char *key, bool *out, char *err,
+                     size_t errlen)
+{
+    json_t *v = json_object_get(e->conf, key);
+    if (!v) {
+        *out = false;
+        return 0;
+    }
+    if (!json_is_boolean(v)) {
+        set_err(err, errlen, "%s '%s': \"%s\" must be true or false", what, e->id, key);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 0;
+}
+
+int config_load(run_config *c, char *err, size_t errlen)
+{
+    resolved_free(c);
+    static const char *const data_keys[] = {"data_class", NULL};
+    static const char *const model_keys[] = {"model_class", NULL};
+    static const char *const trainer_keys[] = {"trainer_class", NULL};
+    /* "ps_class": the seed's older server configurations. */
+    static const char *const server_keys[] = {"server_class", "ps_class", NULL};
+
+    if (load_entry("data", c->data_config_path, c->data, data_keys, &c->resolved.data, err, errlen) < 0)
+        goto fail;
+    if (load_entry("model", c->model_config_path, c->model, model_keys, &c->resolved.model, err, errlen) < 0)
+        goto fail;
+    if (load_entry("trainer", c->trainer_config_path, c->trainer, trainer_keys, &c->resolved.trainer, err,
+                   errlen) < 0)
+        goto fail;
+    if (load_entry("server", c->server_config_path, c->server, server_keys, &c->resolved.server, err,
+                   errlen) < 0)
+        goto fail;
+
+    /* Server class -> psbench server kind. */
+    const char *scls = c->resolved.server.cls;
+    if (strcmp(scls, "AverageParameterServer") == 0) {
+        c->resolved.server_kind = "average";
+    } else if (strcmp(scls, "AverageBatchParameterServer") == 0) {
+        c->resolved.server_kind = "average-batch";
+    } else {
+        set_err(err, errlen,
+                "server '%s' in %s: class '%s' is not supported (psbench has AverageParameterServer, "
+                "AverageBatchParameterServer)",
+                c->server, c->server_config_path, scls);
+        goto fail;
+    }
+    if (json_object_set_new(c->resolved.server.json, "kind", json_string(c->resolved.server_kind)) < 0)
+        goto oom;
+
+    /* --ddp-hook overrides the trainer configuration's hook. */
+    if (c->ddp_hook && json_object_set_new(c->resolved.trainer.conf, "ddp_hook", json_string(c->ddp_hook)) < 0)
+        goto oom;
+
+    /* The data's sample count (the seed's DummyData: sample_count, older
+     * configurations: input_samples). */
+    uint64_t samples = 0;
+    const char *skey = json_object_get(c->resolved.data.conf, "sample_count") ? "sample_count" : "input_samples";
+    if (json_object_get(c->resolved.data.conf, skey) &&
+        conf_uint(&c->resolved.data, "data", skey, 0, 1, UINT32_MAX, &samples, err, errlen) < 0)
+        goto fail;
+    c->resolved.samples = samples;
+
+    /* The Synthetic model's parameters. */
+    if (strcmp(c->resolved.model.cls, "Synthetic") == 0) {
+        const config_entry *m = &c->resolved.model;
+        uint64_t buckets, floats, cols;
+        bool sparse;
+        if (conf_uint(m, "model", "buckets", -1, 1, 65536, &buckets, err, errlen) < 0 ||
+            conf_uint(m, "model", "bucket_floats", -1, 1, (uint64_t)1 << 32, &floats, err, errlen) < 0 ||
+            conf_bool(m, "model", "sparse", &sparse, err, errlen) < 0 ||
+            conf_uint(m, "model", "sparse_cols", 16, 1, 1u << 20, &cols, err, errlen) < 0)
+            goto fail;
+        c->resolved.synthetic = true;
+        c->resolved.syn.buckets = (uint32_t)buckets;
+        c->resolved.syn.bucket_floats = floats;
+        c->resolved.syn.sparse = sparse;
+        c->resolved.syn.sparse_cols = (uint32_t)cols;
+    }
+    c->resolved.loaded = true;
+
+    if (samples > 0 && config_batches_per_pass(c) == 0) {
+        uint64_t nb = (samples + c->batch_size - 1) / c->batch_size;
+        set_err(err, errlen,
+                "data '%s' has %llu samples: %llu batch%s of %llu cannot feed %llu trainers "
+                "(lower --batch-size or use more samples)",
+                c->data, (unsigned long long)samples, (unsigned long long)nb, nb == 1 ? "" : "es",
+                (unsigned long long)c->batch_size,
+                (unsigned long long)((uint64_t)c->ntrainer + c->ncudatrainer));
+        goto fail;
+    }
+    return 0;
+oom:
+    set_err(err, errlen, "out of memory");
+fail:
+    resolved_free(c);
+    return -1;
+}
+
+uint64_t config_batches_per_pass(const run_config *c)
+{
+    uint64_t t = (uint64_t)c->ntrainer + c->ncudatrainer;
+    if (!c->resolved.loaded || c->resolved.samples == 0 || c->batch_size == 0 || t == 0)
+        return 0;
+    uint64_t nb = (c->resolved.samples + c->batch_size - 1) / c->batch_size; /* DataLoader, last partial */
+    return c->epochs * (nb / t);
+}
+
+json_t *config_model_json(const run_config *c)
+{
+    return c->resolved.loaded ? c->resolved.model.json : NULL;
+}
+
+static json_t *str_or_null(const char *s)
+{
+    return s ? json_string(s) : json_null();
+}
+
+json_t *config_to_json(const run_config *c)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    int bad = 0;
+#define SET(k, v) bad |= json_object_set_new(o, k, v)
+    SET("ntrainer", json_integer(c->ntrainer));
+    SET("ncudatrainer", json_integer(c->ncudatrainer));
+    SET("nserver", json_integer(c->nserver));
+    SET("ncudaserver", json_integer(c->ncudaserver));
+    SET("trainer", str_or_null(c->trainer));
+    SET("server", str_or_null(c->server));
+    SET("data", str_or_null(c->data));
+    SET("model", str_or_null(c->model));
+    SET("epochs", json_integer((json_int_t)c->epochs));
+    SET("batch_size", json_integer((json_int_t)c->batch_size));
+    SET("backend", str_or_null(c->backend));
+    SET("rpc_timeout", json_real(c->rpc_timeout_s));
+    SET("data_config_path", str_or_null(c->data_config_path));
+    SET("model_config_path", str_or_null(c->model_config_path));
+    SET("trainer_config_path", str_or_null(c->trainer_config_path));
+    SET("server_config_path", str_or_null(c->server_config_path));
+    /* Seeds above INT64_MAX do not fit a JSON integer in jansson: a string. */
+    if (c->seed <= (uint64_t)INT64_MAX) {
+        SET("seed", json_integer((json_int_t)c->seed));
+    } else {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%llu", (unsigned long long)c->seed);
+        SET("seed", json_string(buf));
+    }
+    SET("ddp_hook", str_or_null(c->ddp_hook));
+    SET("placement", str_or_null(c->placement));
+    SET("listen", str_or_null(c->listen));
+    SET("http", str_or_null(c->http));
+    SET("local", json_boolean(c->local));
+    SET("linger", json_real(c->linger_s));
+    SET("out", str_or_null(c->out_dir));
+    SET("auth", json_boolean(c->token != NULL));
+    if (c->resolved.loaded) {
+        json_t *r = json_pack("{s:O, s:O, s:O, s:O, s:s, s:I}", "model", c->resolved.model.json, "data",
+                              c->resolved.data.json, "trainer", c->resolved.trainer.json, "server",
+                              c->resolved.server.json, "server_kind", c->resolved.server_kind,
+                              "batches_per_pass", (json_int_t)config_batches_per_pass(c));
+        SET("resolved", r ? r : json_null());
+        bad |= !r;
+    }
+#undef SET
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}

@@ -1,0 +1,144 @@
+/* config.h — the master's run configuration: the seed launcher's flags
+ * (both spellings, --batch-size / --batch_size), psbench's own flags, the
+ * seed's checks on them, and the four JSON configuration files of configs/
+ * (data, model, trainer, server) resolved for the chosen ids.
+ *
+ * Ownership: everything a run_config points to belongs to it and is
+ * released by config_free. Usage:
+ *
+ *     run_config c;
+ *     int rc = config_parse_args(&c, argc, argv, err, sizeof err); // inits c
+ *     if (rc == 0) rc = config_validate(&c, err, sizeof err);
+ *     if (rc == 0) rc = config_load(&c, err, sizeof err);
+ *     ...
+ *     config_free(&c);
+ */
+#ifndef PSBENCH_CONFIG_H
+#define PSBENCH_CONFIG_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "shared/log.h"
+
+/* Defaults (psbench's; the seed's launcher has none for these). */
+#define CONFIG_DEFAULT_NTRAINER 2
+#define CONFIG_DEFAULT_NSERVER 1
+#define CONFIG_DEFAULT_EPOCHS 10
+#define CONFIG_DEFAULT_BATCH_SIZE 10
+#define CONFIG_DEFAULT_RPC_TIMEOUT_S 30.0 /* the seed's experiment scripts */
+#define CONFIG_DEFAULT_TRAINER "DdpRpcTrainer"
+#define CONFIG_DEFAULT_SERVER "AverageParameterServer"
+#define CONFIG_DEFAULT_DATA "DummyData"
+#define CONFIG_DEFAULT_MODEL "Synthetic"
+#define CONFIG_DEFAULT_BACKEND "gloo"
+#define CONFIG_DEFAULT_LISTEN "0.0.0.0:29500"
+#define CONFIG_DEFAULT_HTTP "0.0.0.0:8080"
+
+/* Upper bounds the parser enforces. */
+#define CONFIG_MAX_NODES 4096u /* per count flag */
+#define CONFIG_MAX_EPOCHS 1000000u
+#define CONFIG_MAX_BATCH_SIZE (1u << 24)
+
+/* One resolved entry of a configuration file. */
+typedef struct config_entry {
+    json_t *json;      /* {"id", "class", "configurations"}: owned */
+    const char *id;    /* borrowed from json */
+    const char *cls;   /* the entry's "<x>_class", borrowed from json */
+    json_t *conf;      /* json["configurations"], borrowed (an object) */
+} config_entry;
+
+/* The Synthetic model's parameters (model_class "Synthetic"). */
+typedef struct config_synthetic {
+    uint32_t buckets;
+    uint64_t bucket_floats;
+    bool sparse;
+    uint32_t sparse_cols; /* floats per sparse row; 16 when not given */
+} config_synthetic;
+
+typedef struct run_config {
+    /* --- the seed launcher's flags --- */
+    uint32_t ntrainer, ncudatrainer;  /* --ntrainer, --ncudatrainer */
+    uint32_t nserver, ncudaserver;    /* --nserver, --ncudaserver */
+    char *trainer;                    /* --trainer: id in the trainer config file */
+    char *server;                     /* --server: id in the server config file */
+    char *data;                       /* --data: id in the data config file */
+    char *model;                      /* --model: id in the model config file */
+    uint64_t epochs;                  /* --epochs */
+    uint64_t batch_size;              /* --batch-size */
+    char *backend;                    /* --backend: gloo | nccl | multi */
+    double rpc_timeout_s;             /* --rpc-timeout SECONDS */
+    char *data_config_path;           /* --data-config-path */
+    char *model_config_path;          /* --model-config-path */
+    char *trainer_config_path;        /* --trainer-config-path */
+    char *server_config_path;         /* --server-config-path */
+    uint64_t seed;                    /* --seed (also --torch-seed / --cuda-seed) */
+    char *ddp_hook;                   /* --ddp-hook: NULL, or overrides the trainer config's */
+
+    /* --- psbench's own --- */
+    char *placement;                  /* --placement seed|shard */
+    char *listen;                     /* --listen HOST:PORT (control plane) */
+    char *http;                       /* --http HOST:PORT */
+    bool local;                       /* --local: spawn servers and trainers here */
+    double linger_s;                  /* --linger SECONDS (0: exit when done) */
+    char *out_dir;                    /* --out DIR, NULL: no files */
+    char *token;                      /* --token, else $PSBENCH_TOKEN, else NULL */
+    log_level log_level;              /* --log-level */
+
+    /* --- filled by config_load --- */
+    struct {
+        bool loaded;
+        config_entry model, data, trainer, server;
+        const char *server_kind;      /* "average" | "average-batch" (static) */
+        bool synthetic;               /* model class is "Synthetic" */
+        config_synthetic syn;         /* valid when synthetic */
+        uint64_t samples;             /* the data config's sample count, 0 if unknown */
+    } resolved;
+} run_config;
+
+/* The directory the default config paths live in: $PSBENCH_CONFIG_DIR,
+ * else <dir of the executable>/../configs when it exists, else the source
+ * tree's configs/ (PSBENCH_SOURCE_CONFIG_DIR at compile time), else
+ * "configs". Writes it to buf and returns buf. */
+const char *config_default_dir(char *buf, size_t len);
+
+/* Set every field to its default (allocating the default strings). c is
+ * overwritten, not freed: call on fresh or config_free'd storage. */
+int config_init(run_config *c);
+
+/* Initialize c (config_init) and parse the master's flags. argv strings are
+ * rewritten in place ("--batch_size" becomes "--batch-size").
+ * Returns 0 ok, 1 --help (the caller prints config_usage), 2 --version,
+ * -1 with a one-line reason in err. Call config_free in every case. */
+int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t errlen);
+void config_usage(FILE *f);
+
+/* The seed launcher's checks (and psbench's). Returns 0 or -1 with err. */
+int config_validate(const run_config *c, char *err, size_t errlen);
+
+/* Read the four configuration files and resolve the chosen ids into
+ * c->resolved. Returns 0 or -1 with err naming the file and the id. May be
+ * called again (the previous resolution is released first). */
+int config_load(run_config *c, char *err, size_t errlen);
+
+/* Batches each trainer runs per pass (warm-up or timed): epochs times the
+ * batches of one epoch that every trainer gets, as the seed splits the
+ * DataLoader's batches round-robin (trainers with an extra batch would
+ * wait forever on a server, so every trainer runs the smallest share).
+ * 0 when the data is too small for the trainers or the data is unknown. */
+uint64_t config_batches_per_pass(const run_config *c);
+
+/* The configuration object for results.json and assignments (new
+ * reference). The token is never included, only whether there is one. */
+json_t *config_to_json(const run_config *c);
+
+/* {"class", "configurations"} of the resolved model, borrowed (NULL before
+ * config_load). */
+json_t *config_model_json(const run_config *c);
+
+void config_free(run_config *c);
+
+#endif

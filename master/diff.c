@@ -1,0 +1,419 @@
+/* diff.c — compare two results.json files (see diff.h). */
+#include "master/diff.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The stats shown, in this order. */
+static const char *const diff_stats[] = {"count", "mean", "p50", "p90", "p99", "max"};
+#define NSTATS (sizeof diff_stats / sizeof diff_stats[0])
+
+void diff_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: psbench-master diff [--csv FILE] A.json B.json\n"
+            "\n"
+            "Compares two runs' results.json (written by --out DIR): per group and\n"
+            "rank, every metric's count, mean, p50, p90, p99 and max in ms, with\n"
+            "B-A and the change in percent of A (negative: B is faster).\n"
+            "  --csv FILE   also write the rows as CSV\n"
+            "Exit status: 0 ok, 1 unreadable or invalid input, 2 usage error.\n");
+}
+
+/* ---- a sorted, unique list of keys ------------------------------------- */
+
+typedef struct keyset {
+    const char **v;
+    size_t n, cap;
+} keyset;
+
+static int keyset_add(keyset *k, const char *s)
+{
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 16;
+        const char **nv = realloc(k->v, cap * sizeof *nv);
+        if (!nv)
+            return -1;
+        k->v = nv;
+        k->cap = cap;
+    }
+    k->v[k->n++] = s;
+    return 0;
+}
+
+static int keyset_add_object(keyset *k, json_t *obj)
+{
+    const char *key;
+    json_t *val;
+    if (!json_is_object(obj))
+        return 0;
+    json_object_foreach(obj, key, val) {
+        if (keyset_add(k, key) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Ranks: numbers in numeric order, then anything else by name. */
+static int cmp_rank(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    char *ex, *ey;
+    long long nx = strtoll(x, &ex, 10), ny = strtoll(y, &ey, 10);
+    bool ix = *x && !*ex, iy = *y && !*ey;
+    if (ix && iy)
+        return nx < ny ? -1 : nx > ny;
+    if (ix != iy)
+        return ix ? -1 : 1;
+    return strcmp(x, y);
+}
+
+static void keyset_finish(keyset *k, int (*cmp)(const void *, const void *))
+{
+    if (k->n == 0)
+        return;
+    qsort(k->v, k->n, sizeof *k->v, cmp);
+    size_t w = 1;
+    for (size_t i = 1; i < k->n; i++)
+        if (strcmp(k->v[i], k->v[w - 1]) != 0)
+            k->v[w++] = k->v[i];
+    k->n = w;
+}
+
+static void keyset_free(keyset *k)
+{
+    free(k->v);
+    memset(k, 0, sizeof *k);
+}
+
+/* ---- loading and checking one file ---------------------------------------- */
+
+/* A section is {METRIC: STATS}; NULL is allowed (absent). Returns NULL or
+ * the problem, with its location in where. */
+static const char *check_section(json_t *sec, const char *prefix, char *where, size_t len)
+{
+    if (!sec)
+        return NULL;
+    if (!json_is_object(sec)) {
+        snprintf(where, len, "%s", prefix);
+        return "is not an object";
+    }
+    const char *m;
+    json_t *mv;
+    json_object_foreach(sec, m, mv) {
+        if (!json_is_object(mv)) {
+            snprintf(where, len, "%s.%s", prefix, m);
+            return "is not a stats object";
+        }
+    }
+    return NULL;
+}
+
+static json_t *diff_load(const char *path, FILE *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(err, "psbench-master diff: cannot read %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    json_error_t je;
+    json_t *root = json_loadf(f, 0, &je);
+    fclose(f);
+    if (!root) {
+        fprintf(err, "psbench-master diff: %s:%d:%d: invalid JSON: %s\n", path, je.line, je.column, je.text);
+        return NULL;
+    }
+    const char *problem = NULL;
+    char where[512] = "";
+    json_t *groups = json_object_get(root, "groups");
+    if (!json_is_object(root)) {
+        problem = "not a JSON object (expected a results.json)";
+    } else if (!json_is_object(groups)) {
+        problem = "no 'groups' object (expected a results.json)";
+    } else {
+        const char *g;
+        json_t *gv;
+        json_object_foreach(groups, g, gv) {
+            if (!json_is_object(gv)) {
+                snprintf(where, sizeof where, "groups.%s", g);
+                problem = "is not an object";
+                break;
+            }
+            char prefix[300];
+            snprintf(prefix, sizeof prefix, "groups.%s.all", g);
+            if ((problem = check_section(json_object_get(gv, "all"), prefix, where, sizeof where)))
+                break;
+            json_t *ranks = json_object_get(gv, "ranks");
+            if (ranks && !json_is_object(ranks)) {
+                snprintf(where, sizeof where, "groups.%s.ranks", g);
+                problem = "is not an object";
+                break;
+            }
+            const char *r;
+            json_t *rv;
+            json_object_foreach(ranks, r, rv) {
+                snprintf(prefix, sizeof prefix, "groups.%s.ranks.%s", g, r);
+                if ((problem = check_section(rv, prefix, where, sizeof where)))
+                    break;
+            }
+            if (problem)
+                break;
+        }
+    }
+    if (problem) {
+        fprintf(err, "psbench-master diff: %s: %s%s%s\n", path, where, where[0] ? " " : "", problem);
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* ---- output --------------------------------------------------------------------- */
+
+/* A stat of a metric (NULL section or metric: missing). */
+static bool stat_get(json_t *section, const char *metric, const char *stat, double *out)
+{
+    json_t *m = json_object_get(section, metric);
+    json_t *v = json_object_get(m, stat);
+    if (!json_is_number(v))
+        return false;
+    *out = json_number_value(v);
+    return true;
+}
+
+static void fmt_val(char *buf, size_t len, bool have, double v, bool count)
+{
+    if (!have)
+        snprintf(buf, len, "-");
+    else if (count)
+        snprintf(buf, len, "%.0f", v);
+    else
+        snprintf(buf, len, "%.3f", v);
+}
+
+static void csv_field_num(FILE *f, bool have, double v)
+{
+    if (have)
+        fprintf(f, ",%.6f", v);
+    else
+        fputc(',', f);
+}
+
+/* Print one section (group + "all" or a rank) of both files. */
+static void diff_section(FILE *out, FILE *csv, const char *group, const char *rank, json_t *sa, json_t *sb)
+{
+    keyset metrics = {0};
+    if (keyset_add_object(&metrics, sa) < 0 || keyset_add_object(&metrics, sb) < 0) {
+        keyset_free(&metrics);
+        return;
+    }
+    keyset_finish(&metrics, cmp_str);
+    if (metrics.n == 0) {
+        keyset_free(&metrics);
+        return;
+    }
+    int mw = (int)strlen("metric");
+    for (size_t i = 0; i < metrics.n; i++)
+        if ((int)strlen(metrics.v[i]) > mw)
+            mw = (int)strlen(metrics.v[i]);
+
+    if (strcmp(rank, "all") == 0)
+        fprintf(out, "\n== %s: all ranks ==\n", group);
+    else
+        fprintf(out, "\n== %s: rank %s ==\n", group, rank);
+    fprintf(out, "%-*s  %-5s  %12s  %12s  %12s  %8s\n", mw, "metric", "stat", "A", "B", "B-A", "change");
+    for (size_t i = 0; i < metrics.n; i++) {
+        const char *m = metrics.v[i];
+        for (size_t s = 0; s < NSTATS; s++) {
+            bool count = strcmp(diff_stats[s], "count") == 0;
+            double a = 0, b = 0;
+            bool ha = stat_get(sa, m, diff_stats[s], &a);
+            bool hb = stat_get(sb, m, diff_stats[s], &b);
+            char ca[32], cb[32], cd[32], cp[32];
+            fmt_val(ca, sizeof ca, ha, a, count);
+            fmt_val(cb, sizeof cb, hb, b, count);
+            bool hd = ha && hb;
+            double d = b - a;
+            if (!hd)
+                snprintf(cd, sizeof cd, "-");
+            else
+                snprintf(cd, sizeof cd, count ? "%+.0f" : "%+.3f", d);
+            bool hp = hd && (a != 0 || b == 0);
+            double pct = (a != 0) ? 100.0 * d / fabs(a) : 0.0;
+            if (hp)
+                snprintf(cp, sizeof cp, "%+.1f%%", pct);
+            else
+                snprintf(cp, sizeof cp, "-");
+            fprintf(out, "%-*s  %-5s  %12s  %12s  %12s  %8s\n", mw, s == 0 ? m : "", diff_stats[s], ca, cb, cd,
+                    cp);
+            if (csv) {
+                fprintf(csv, "%s,%s,\"%s\",%s", group, rank, m, diff_stats[s]);
+                csv_field_num(csv, ha, a);
+                csv_field_num(csv, hb, b);
+                csv_field_num(csv, hd, d);
+                if (hp)
+                    fprintf(csv, ",%.3f\n", pct);
+                else
+                    fprintf(csv, ",\n");
+            }
+        }
+    }
+    keyset_free(&metrics);
+}
+
+static void diff_group(FILE *out, FILE *csv, const char *group, json_t *ga, json_t *gb)
+{
+    diff_section(out, csv, group, "all", json_object_get(ga, "all"), json_object_get(gb, "all"));
+    json_t *ra = json_object_get(ga, "ranks"), *rb = json_object_get(gb, "ranks");
+    keyset ranks = {0};
+    if (keyset_add_object(&ranks, ra) == 0 && keyset_add_object(&ranks, rb) == 0) {
+        keyset_finish(&ranks, cmp_rank);
+        for (size_t i = 0; i < ranks.n; i++)
+            diff_section(out, csv, group, ranks.v[i], json_object_get(ra, ranks.v[i]),
+                         json_object_get(rb, ranks.v[i]));
+    }
+    keyset_free(&ranks);
+}
+
+/* Top-level configuration keys whose values differ. */
+static void diff_configuration(FILE *out, json_t *ca, json_t *cb)
+{
+    if (!json_is_object(ca) || !json_is_object(cb))
+        return;
+    keyset keys = {0};
+    if (keyset_add_object(&keys, ca) < 0 || keyset_add_object(&keys, cb) < 0) {
+        keyset_free(&keys);
+        return;
+    }
+    keyset_finish(&keys, cmp_str);
+    int shown = 0;
+    for (size_t i = 0; i < keys.n; i++) {
+        json_t *va = json_object_get(ca, keys.v[i]), *vb = json_object_get(cb, keys.v[i]);
+        if (va && vb && json_equal(va, vb))
+            continue;
+        if (json_is_object(va) || json_is_object(vb)) {
+            if (!shown++)
+                fprintf(out, "configuration differences:\n");
+            fprintf(out, "  %s: differs\n", keys.v[i]);
+            continue;
+        }
+        char *sa = va ? json_dumps(va, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        char *sb = vb ? json_dumps(vb, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        if (!shown++)
+            fprintf(out, "configuration differences:\n");
+        fprintf(out, "  %s: %s -> %s\n", keys.v[i], sa ? sa : "-", sb ? sb : "-");
+        free(sa);
+        free(sb);
+    }
+    if (!shown)
+        fprintf(out, "configuration: same\n");
+    keyset_free(&keys);
+}
+
+int diff_main(int argc, char **argv, FILE *out, FILE *err)
+{
+    const char *files[2] = {NULL, NULL};
+    const char *csv_path = NULL;
+    int nfiles = 0;
+    bool opts_done = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!opts_done && a[0] == '-' && a[1] != '\0') {
+            if (strcmp(a, "--") == 0) {
+                opts_done = true;
+            } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+                diff_usage(out);
+                return 0;
+            } else if (strcmp(a, "--csv") == 0) {
+                if (i + 1 >= argc) {
+                    fprintf(err, "psbench-master diff: --csv needs a file name\n");
+                    diff_usage(err);
+                    return 2;
+                }
+                csv_path = argv[++i];
+            } else if (strncmp(a, "--csv=", 6) == 0) {
+                csv_path = a + 6;
+            } else {
+                fprintf(err, "psbench-master diff: unknown option '%s'\n", a);
+                diff_usage(err);
+                return 2;
+            }
+            continue;
+        }
+        if (nfiles == 2) {
+            fprintf(err, "psbench-master diff: too many arguments ('%s'): give two results.json files\n", a);
+            diff_usage(err);
+            return 2;
+        }
+        files[nfiles++] = a;
+    }
+    if (nfiles != 2) {
+        fprintf(err, "psbench-master diff: give two results.json files\n");
+        diff_usage(err);
+        return 2;
+    }
+    if (csv_path && !*csv_path) {
+        fprintf(err, "psbench-master diff: --csv needs a file name\n");
+        return 2;
+    }
+
+    json_t *a = diff_load(files[0], err);
+    if (!a)
+        return 1;
+    json_t *b = diff_load(files[1], err);
+    if (!b) {
+        json_decref(a);
+        return 1;
+    }
+    FILE *csv = NULL;
+    if (csv_path) {
+        csv = fopen(csv_path, "w");
+        if (!csv) {
+            fprintf(err, "psbench-master diff: cannot write %s: %s\n", csv_path, strerror(errno));
+            json_decref(a);
+            json_decref(b);
+            return 1;
+        }
+        fprintf(csv, "group,rank,metric,stat,a,b,b_minus_a,change_pct\n");
+    }
+
+    fprintf(out, "A: %s\nB: %s\n", files[0], files[1]);
+    fprintf(out, "values in ms; B-A and change are B relative to A (negative: B is faster)\n");
+    diff_configuration(out, json_object_get(a, "configuration"), json_object_get(b, "configuration"));
+
+    json_t *ga = json_object_get(a, "groups"), *gb = json_object_get(b, "groups");
+    /* trainer, server, then any other group by name. */
+    keyset groups = {0};
+    int rc = 0;
+    if (keyset_add_object(&groups, ga) < 0 || keyset_add_object(&groups, gb) < 0) {
+        fprintf(err, "psbench-master diff: out of memory\n");
+        rc = 1;
+    } else {
+        keyset_finish(&groups, cmp_str);
+        static const char *const first[] = {"trainer", "server"};
+        for (size_t i = 0; i < 2; i++)
+            if (json_object_get(ga, first[i]) || json_object_get(gb, first[i]))
+                diff_group(out, csv, first[i], json_object_get(ga, first[i]), json_object_get(gb, first[i]));
+        for (size_t i = 0; i < groups.n; i++)
+            if (strcmp(groups.v[i], "trainer") != 0 && strcmp(groups.v[i], "server") != 0)
+                diff_group(out, csv, groups.v[i], json_object_get(ga, groups.v[i]),
+                           json_object_get(gb, groups.v[i]));
+    }
+    keyset_free(&groups);
+    if (csv && fclose(csv) != 0 && rc == 0) {
+        fprintf(err, "psbench-master diff: cannot write %s: %s\n", csv_path, strerror(errno));
+        rc = 1;
+    }
+    json_decref(a);
+    json_decref(b);
+    return rc;
+}

@@ -1,0 +1,22 @@
+/* diff.h — `psbench-master diff A.json B.json`: compare two runs.
+ *
+ * The seed's diff.py subtracted two ProcessedMetricsPrinter CSVs column by
+ * column. This reads two results.json files (their "groups" object has the
+ * shape of GET /api/v1/metrics "groups") and prints, per group and rank
+ * ("all" first), one table per metric present in either run: the stat,
+ * A, B, B-A and the change in percent of A. Configuration keys that differ
+ * are listed first. With --csv FILE the same rows go to a CSV file.
+ */
+#ifndef PSBENCH_DIFF_H
+#define PSBENCH_DIFF_H
+
+#include <stdio.h>
+
+/* argv[0] is the subcommand ("diff"); options and the two files follow.
+ * Returns 0 ok, 1 unreadable or invalid input (a line naming the file on
+ * err), 2 usage error. --help prints the usage on out and returns 0. */
+int diff_main(int argc, char **argv, FILE *out, FILE *err);
+
+void diff_usage(FILE *f);
+
+#endif

@@ -1,0 +1,24 @@
+/* http.h — the master's read-only HTTP API and dashboard (libmicrohttpd).
+ *
+ * Runs on libmicrohttpd's own thread. It serves the latest snapshot the
+ * reactor published (documents rendered once per publish, swapped under a
+ * mutex held only for the swap or a copy) and the dashboard's files
+ * compiled into the binary. It never touches the reactor's state, and no
+ * file-system path is ever derived from a request.
+ */
+#ifndef PSBENCH_HTTP_H
+#define PSBENCH_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct http_server http_server;
+
+/* Listen on host:port (port 0: ephemeral; *bound gets it). NULL with err. */
+http_server *http_start(const char *host, uint16_t port, uint16_t *bound, char *err, size_t errlen);
+/* Replace the served documents; takes ownership of the four malloc'd
+ * strings (a NULL keeps the previous one). */
+void http_publish(http_server *h, char *status_json, char *nodes_json, char *metrics_json, char *prometheus);
+void http_stop(http_server *h);
+
+#endif

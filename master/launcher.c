@@ -1,0 +1,252 @@
+/* launcher.c — child processes for `psbench-master --local` (see launcher.h). */
+#include "master/launcher.h"
+#include "master/master.h"
+#include "shared/log.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct child {
+    launcher *l;
+    char label[32]; /* "server 0" */
+    pid_t pid;
+    bool exited;
+    int status;
+    int fd[2];                  /* stdout, stderr pipes (-1 once closed) */
+    struct event *ev[2];
+    char line[2][4096];         /* partial line per stream */
+    size_t len[2];
+} child;
+
+struct launcher {
+    master *m;
+    child *kids;
+    size_t n;
+    struct event *sigchld;
+    int kill_rounds;
+};
+
+static void launcher_emit(child *c, int stream, const char *s, size_t n)
+{
+    FILE *out = stream == 0 ? stdout : stderr;
+    fprintf(out, "[%s] %.*s\n", c->label, (int)n, s);
+    fflush(out);
+}
+
+static void launcher_on_output(evutil_socket_t fd, short what, void *arg);
+
+static void launcher_close_stream(child *c, int k)
+{
+    if (c->len[k]) {
+        launcher_emit(c, k, c->line[k], c->len[k]);
+        c->len[k] = 0;
+    }
+    if (c->ev[k]) {
+        event_free(c->ev[k]);
+        c->ev[k] = NULL;
+    }
+    if (c->fd[k] >= 0)
+        close(c->fd[k]);
+    c->fd[k] = -1;
+}
+
+static void launcher_on_output(evutil_socket_t fd, short what, void *arg)
+{
+    child *c = arg;
+    int k = fd == c->fd[0] ? 0 : 1;
+    char buf[8192];
+    ssize_t r = read(fd, buf, sizeof buf);
+    if (r <= 0) {
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        launcher_close_stream(c, k);
+        return;
+    }
+    for (ssize_t i = 0; i < r; i++) {
+        if (buf[i] == '\n' || c->len[k] == sizeof c->line[k]) {
+            launcher_emit(c, k, c->line[k], c->len[k]);
+            c->len[k] = 0;
+            if (buf[i] == '\n')
+                continue;
+        }
+        c->line[k][c->len[k]++] = buf[i];
+    }
+}
+
+static void launcher_reap(launcher *l)
+{
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0)
+            return;
+        for (size_t i = 0; i < l->n; i++) {
+            child *c = &l->kids[i];
+            if (c->pid != pid)
+                continue;
+            c->exited = true;
+            c->status = status;
+            master *m = l->m;
+            bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            if (!ok && m->phase != PH_DONE && m->phase != PH_FAILED) {
+                if (WIFSIGNALED(status))
+                    master_fail(m, "%s (pid %d) was killed by signal %d", c->label, (int)pid, WTERMSIG(status));
+                else
+                    master_fail(m, "%s (pid %d) exited with status %d", c->label, (int)pid,
+                                WEXITSTATUS(status));
+            } else if (!ok) {
+                log_debug("%s exited with status %d", c->label, status);
+            }
+        }
+    }
+}
+
+static void launcher_on_sigchld(evutil_socket_t sig, short what, void *arg)
+{
+    launcher_reap(arg);
+}
+
+static int launcher_spawn(launcher *l, child *c, const char *bin, char *const argv[], char *err,
+                          size_t errlen)
+{
+    int out[2], er[2];
+    if (pipe2(out, O_CLOEXEC) < 0)
+        goto fail;
+    if (pipe2(er, O_CLOEXEC) < 0) {
+        close(out[0]);
+        close(out[1]);
+        goto fail;
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(out[0]), close(out[1]), close(er[0]), close(er[1]);
+        goto fail;
+    }
+    if (pid == 0) {
+        /* Die with the master, whatever way it goes. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(127);
+        dup2(out[1], 1);
+        dup2(er[1], 2);
+        signal(SIGINT, SIG_IGN); /* Ctrl-C goes to the master, which stops us */
+        execv(bin, argv);
+        fprintf(stderr, "cannot run %s: %s\n", bin, strerror(errno));
+        _exit(127);
+    }
+    close(out[1]);
+    close(er[1]);
+    c->pid = pid;
+    c->fd[0] = out[0];
+    c->fd[1] = er[0];
+    for (int k = 0; k < 2; k++) {
+        fcntl(c->fd[k], F_SETFL, O_NONBLOCK);
+        c->ev[k] = event_new(l->m->base, c->fd[k], EV_READ | EV_PERSIST, launcher_on_output, c);
+        event_add(c->ev[k], NULL);
+    }
+    return 0;
+fail:
+    snprintf(err, errlen, "cannot start %s: %s", c->label, strerror(errno));
+    return -1;
+}
+
+launcher *launcher_start(master *m, const char *bin_dir, uint16_t ctl_port, const char *token, char *err,
+                         size_t errlen)
+{
+    launcher *l = calloc(1, sizeof *l);
+    size_t n = (size_t)m->set.nserver + m->set.ntrainer;
+    if (!l || !(l->kids = calloc(n, sizeof *l->kids))) {
+        free(l);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    l->m = m;
+    l->sigchld = evsignal_new(m->base, SIGCHLD, launcher_on_sigchld, l);
+    event_add(l->sigchld, NULL);
+    char master_addr[64];
+    snprintf(master_addr, sizeof master_addr, "127.0.0.1:%u", ctl_port);
+    (void)token; /* children read PSBENCH_TOKEN from the environment */
+    for (size_t i = 0; i < n; i++) {
+        child *c = &l->kids[i];
+        c->l = l;
+        c->fd[0] = c->fd[1] = -1;
+        bool server = i < m->set.nserver;
+        unsigned rank = server ? (unsigned)i : (unsigned)(i - m->set.nserver);
+        bool cuda = server ? rank >= m->set.nserver - m->set.ncudaserver
+                           : rank >= m->set.ntrainer - m->set.ncudatrainer;
+        snprintf(c->label, sizeof c->label, "%s %u", server ? "server" : "trainer", rank);
+        char bin[4096], rank_s[16];
+        snprintf(bin, sizeof bin, "%s/%s", bin_dir, server ? "psbench-server" : "psbench-trainer");
+        snprintf(rank_s, sizeof rank_s, "%u", rank);
+        char *argv[] = {bin, "--master", master_addr, "--rank", rank_s, "--device", cuda ? "cuda" : "cpu",
+                        server ? "--listen" : NULL, "127.0.0.1:0", NULL};
+        l->n++;
+        if (launcher_spawn(l, c, bin, argv, err, errlen) < 0) {
+            launcher_free(l);
+            return NULL;
+        }
+    }
+    return l;
+}
+
+bool launcher_all_exited(const launcher *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (!l->kids[i].exited || l->kids[i].fd[0] >= 0 || l->kids[i].fd[1] >= 0)
+            return false;
+    return true;
+}
+
+void launcher_kill_all(launcher *l)
+{
+    int sig = l->kill_rounds++ == 0 ? SIGTERM : SIGKILL;
+    for (size_t i = 0; i < l->n; i++)
+        if (!l->kids[i].exited)
+            kill(l->kids[i].pid, sig);
+}
+
+void launcher_free(launcher *l)
+{
+    if (!l)
+        return;
+    launcher_reap(l);
+    for (size_t i = 0; i < l->n; i++)
+        if (!l->kids[i].exited)
+            kill(l->kids[i].pid, SIGTERM);
+    /* Give them a moment, then make sure. */
+    for (int tries = 0; tries < 50; tries++) {
+        bool all = true;
+        for (size_t i = 0; i < l->n; i++) {
+            child *c = &l->kids[i];
+            if (!c->exited && waitpid(c->pid, &c->status, WNOHANG) == c->pid)
+                c->exited = true;
+            all &= c->exited;
+        }
+        if (all)
+            break;
+        usleep(100 * 1000);
+    }
+    for (size_t i = 0; i < l->n; i++) {
+        child *c = &l->kids[i];
+        if (!c->exited) {
+            kill(c->pid, SIGKILL);
+            waitpid(c->pid, &c->status, 0);
+            c->exited = true;
+        }
+        for (int k = 0; k < 2; k++)
+            launcher_close_stream(c, k);
+    }
+    if (l->sigchld)
+        event_free(l->sigchld);
+    free(l->kids);
+    free(l);
+}

@@ -1,0 +1,30 @@
+/* launcher.h — `psbench-master --local`: the servers and trainers as child
+ * processes of the master on this host.
+ *
+ * Each child's stdout and stderr come back through pipes and are printed
+ * line by line behind "[server 0] " / "[trainer 1] ". Children die with the
+ * master (PR_SET_PDEATHSIG) and are reaped on every exit path; one that
+ * exits before the run is over fails the run.
+ */
+#ifndef PSBENCH_LAUNCHER_H
+#define PSBENCH_LAUNCHER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct master;
+typedef struct launcher launcher;
+
+/* Spawn nserver servers then ntrainer trainers, each given `--master
+ * 127.0.0.1:ctl_port --rank R` plus extra_args. bin_dir holds the
+ * psbench-server and psbench-trainer binaries. NULL with err set. */
+launcher *launcher_start(struct master *m, const char *bin_dir, uint16_t ctl_port, const char *token,
+                         char *err, size_t errlen);
+bool launcher_all_exited(const launcher *l);
+/* SIGTERM every live child; SIGKILL those still alive on the next call. */
+void launcher_kill_all(launcher *l);
+/* Kill what is left, reap, free. */
+void launcher_free(launcher *l);
+
+#endif

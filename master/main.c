@@ -1,0 +1,142 @@
+/* main.c — psbench-master: the command line, then the run.
+ *
+ *   psbench-master [options]            run a job (servers and trainers join
+ *                                       with --master, or --local spawns them)
+ *   psbench-master diff A.json B.json   compare two runs' results.json
+ */
+#include "master/config.h"
+#include "master/diff.h"
+#include "master/http.h"
+#include "master/launcher.h"
+#include "master/master.h"
+#include "shared/frame.h"
+#include "shared/log.h"
+#include "shared/net.h"
+
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int master_fail_usage(const char *msg)
+{
+    fprintf(stderr, "psbench-master: %s\n", msg);
+    return 2;
+}
+
+/* The directory this executable lives in (the role binaries sit beside it). */
+static void master_bin_dir(char *buf, size_t len)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        snprintf(buf, len, ".");
+        return;
+    }
+    exe[n] = '\0';
+    snprintf(buf, len, "%s", dirname(exe));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "diff") == 0)
+        return diff_main(argc - 1, argv + 1, stdout, stderr);
+
+    run_config c;
+    char err[512];
+    int rc = config_parse_args(&c, argc, argv, err, sizeof err);
+    if (rc == 1) {
+        config_usage(stdout);
+        config_free(&c);
+        return 0;
+    }
+    if (rc == 2) {
+        printf("psbench-master %s (wire protocol %u)\n", PSBENCH_VERSION, FRAME_PROTOCOL_VERSION);
+        config_free(&c);
+        return 0;
+    }
+    if (rc == 0)
+        rc = config_validate(&c, err, sizeof err);
+    if (rc == 0)
+        rc = config_load(&c, err, sizeof err);
+    if (rc != 0) {
+        config_free(&c);
+        return master_fail_usage(err);
+    }
+    log_init("psbench-master", c.log_level);
+
+    char lhost[256], hhost[256];
+    uint16_t lport, hport;
+    if (net_parse_hostport(c.listen, lhost, sizeof lhost, &lport, 1, err, sizeof err) < 0 ||
+        net_parse_hostport(c.http, hhost, sizeof hhost, &hport, 1, err, sizeof err) < 0) {
+        config_free(&c);
+        return master_fail_usage(err);
+    }
+
+    master_settings set = {0};
+    set.ntrainer = c.ntrainer + c.ncudatrainer;
+    set.nserver = c.nserver + c.ncudaserver;
+    set.ncudatrainer = c.ncudatrainer;
+    set.ncudaserver = c.ncudaserver;
+    set.shard = strcmp(c.placement, "shard") == 0;
+    set.batches_per_pass = config_batches_per_pass(&c);
+    set.epochs = c.epochs;
+    set.batch_size = c.batch_size;
+    set.seed = c.seed;
+    set.rpc_timeout_s = c.rpc_timeout_s;
+    /* People start nodes by hand on other hosts: give them time to join. */
+    set.join_timeout_s = c.rpc_timeout_s > 120 ? c.rpc_timeout_s : 120;
+    set.token = c.token;
+    set.server_kind = c.resolved.server_kind;
+    set.model = config_model_json(&c);
+    set.config_json = config_to_json(&c);
+    set.out_dir = c.out_dir;
+    set.linger_s = c.linger_s;
+
+    master m;
+    int code = 1;
+    if (master_init(&m, &set, lhost, lport, err, sizeof err) < 0) {
+        fprintf(stderr, "psbench-master: %s\n", err);
+        goto out;
+    }
+    uint16_t bound_http = 0;
+    m.http = http_start(hhost, hport, &bound_http, err, sizeof err);
+    if (!m.http) {
+        fprintf(stderr, "psbench-master: %s\n", err);
+        goto out;
+    }
+    master_publish(&m, false); /* served from the first request on */
+    log_info("control plane on %s:%u", lhost, m.ctl_port);
+    log_info("HTTP on http://%s:%u/", hhost, bound_http);
+    log_info("job: %u trainer(s), %u server(s) (%s placement), model %s, %" PRIu64
+             " batches per trainer per pass (warm-up, then timed)",
+             set.ntrainer, set.nserver, set.shard ? "shard" : "seed", c.model, set.batches_per_pass);
+    if (c.local) {
+        char bin[PATH_MAX];
+        master_bin_dir(bin, sizeof bin);
+        if (c.token)
+            setenv("PSBENCH_TOKEN", c.token, 1); /* the children read it from there */
+        m.launcher = launcher_start(&m, bin, m.ctl_port, c.token, err, sizeof err);
+        if (!m.launcher) {
+            fprintf(stderr, "psbench-master: %s\n", err);
+            goto out;
+        }
+    } else {
+        log_info("waiting for %u server(s) and %u trainer(s): start them with --master HOST:%u",
+                 set.nserver, set.ntrainer, m.ctl_port);
+    }
+    code = master_run(&m);
+    if (m.phase == PH_FAILED)
+        fprintf(stderr, "psbench-master: run failed: %s\n", m.error);
+out:
+    if (m.launcher)
+        launcher_free(m.launcher);
+    http_stop(m.http);
+    master_free(&m);
+    json_decref(set.config_json);
+    config_free(&c);
+    return code;
+}

@@ -1,0 +1,115 @@
+/* master.h — the state of a psbench-master process.
+ *
+ * One libevent event_base runs the control plane: node connections
+ * (bufferevents), the run's phases, failure detection, and twice a second a
+ * snapshot that the HTTP thread serves. The HTTP thread never touches this
+ * state; it only reads the latest published snapshot (http.c).
+ */
+#ifndef PSBENCH_MASTER_H
+#define PSBENCH_MASTER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "master/aggregate.h"
+
+struct event_base;
+struct event;
+struct evconnlistener;
+struct bufferevent;
+struct http_server;
+struct launcher;
+
+/* What the run needs, resolved from the command line and configs/. */
+typedef struct master_settings {
+    uint32_t ntrainer, nserver;     /* totals (cpu + cuda) */
+    uint32_t ncudatrainer, ncudaserver;
+    bool shard;                     /* placement shard (else the seed's) */
+    uint64_t batches_per_pass;      /* per trainer */
+    uint64_t epochs, batch_size, seed;
+    double rpc_timeout_s;           /* bounds every wait */
+    double join_timeout_s;          /* registrations must complete within */
+    const char *token;              /* NULL: none */
+    const char *server_kind;        /* "average" | "average-batch" */
+    json_t *model;                  /* {"class": ..., "configurations": {...}} (borrowed) */
+    json_t *config_json;            /* the whole configuration, for results.json (borrowed) */
+    const char *out_dir;            /* NULL: no files */
+    double linger_s;
+} master_settings;
+
+typedef enum node_state {
+    NS_CONNECTED = 0, /* no register yet */
+    NS_REGISTERED,    /* has a rank, waiting for its assignment */
+    NS_ASSIGNED,      /* assignment sent, waiting for ready */
+    NS_READY,
+    NS_RUNNING,
+    NS_PASS_DONE,
+    NS_RESETTING,
+    NS_DONE,
+    NS_FAILED,
+    NS_LOST,
+} node_state;
+
+const char *node_state_name(node_state s);
+
+typedef struct node {
+    struct master *m;
+    struct bufferevent *bev; /* NULL once disconnected */
+    agg_role role;
+    bool registered;
+    uint32_t rank;
+    char host[256];       /* as the node reports it (hostname) */
+    char peer_ip[64];     /* as the master sees it */
+    char device[32];
+    char addr[300];       /* server: HOST:PORT trainers connect to */
+    node_state state;
+    double last_seen;     /* master clock, seconds */
+    uint64_t bytes_in, bytes_out;
+    uint64_t batches_done; /* in the current pass */
+    struct node *next;
+} node;
+
+typedef enum run_phase { PH_WAITING = 0, PH_WARMUP, PH_RUNNING, PH_DONE, PH_FAILED } run_phase;
+
+typedef struct master {
+    master_settings set;
+    struct event_base *base;
+    struct evconnlistener *listener;
+    uint16_t ctl_port;
+    struct event *tick_ev, *sig_ev[2];
+    node *nodes;
+    node **trainers, **servers; /* by rank, NULL while free */
+    run_phase phase;
+    bool resetting;      /* between the warm-up and the timed pass */
+    char error[512];
+    double t_start, t_phase, t_last_progress;
+    uint64_t batches_completed_total;
+    aggregate agg;
+    struct http_server *http;
+    struct launcher *launcher; /* --local: the children */
+    double t_finished;         /* when done/failed was reached */
+    bool finishing;            /* stop sent after the timed pass; waiting for last reports */
+    bool finished_output;      /* tables and files written */
+    int exit_code;
+} master;
+
+double master_now(void);
+
+/* run.c */
+int master_init(master *m, const master_settings *set, const char *listen_host, uint16_t listen_port,
+                char *err, size_t errlen);
+void master_free(master *m);
+/* Run until the job ends (and the linger time passes). Returns the exit code. */
+int master_run(master *m);
+/* Fail the run with a one-line reason (first failure wins). */
+void master_fail(master *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Build and publish the snapshot the HTTP thread serves. */
+void master_publish(master *m, bool exact);
+
+/* results.c: tables on stdout, results.json and CSVs under out_dir. */
+int results_write(master *m, char *err, size_t errlen);
+void results_print(master *m);
+
+#endif

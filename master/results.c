@@ -1,0 +1,111 @@
+/* results.c — what a finished run leaves behind: the processed-metrics
+ * tables on stdout (the seed's ProcessedMetricsPrinter: combined, then per
+ * rank) and, with --out DIR, results.json and one CSV per group. */
+#include "master/master.h"
+#include "master/snapshot.h"
+#include "shared/log.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+void results_print(master *m)
+{
+    printf("\npsbench run %s%s%s\n", m->phase == PH_DONE ? "done" : "failed", m->error[0] ? ": " : "",
+           m->error);
+    agg_print_tables(&m->agg, stdout);
+    fflush(stdout);
+}
+
+static json_t *results_environment(void)
+{
+    struct utsname u;
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    uname(&u);
+    char when[64];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s}", "psbench_version", PSBENCH_VERSION, "hostname", host,
+                     "kernel", u.release, "machine", u.machine, "cpus",
+                     (json_int_t)sysconf(_SC_NPROCESSORS_ONLN), "finished_at", when);
+}
+
+static int results_csv(master *m, const snap_stat *st, size_t n, const char *role, char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.csv", m->set.out_dir, role);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "rank,metric,count,min,max,mean,variance,stdev,p50,p75,p90,p95,p99\n");
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(st[i].role, role) != 0)
+            continue;
+        const stats_summary *s = &st[i].s;
+        char rank[24];
+        if (st[i].rank < 0)
+            snprintf(rank, sizeof rank, "all");
+        else
+            snprintf(rank, sizeof rank, "%lld", (long long)st[i].rank);
+        /* Metric names hold a comma: quote the field. */
+        fprintf(f, "%s,\"%s\",%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f\n", rank, st[i].metric,
+                (unsigned long long)s->count, s->min, s->max, s->mean, s->variance, s->stdev, s->p50, s->p75,
+                s->p90, s->p95, s->p99);
+    }
+    if (fclose(f) != 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int results_write(master *m, char *err, size_t errlen)
+{
+    if (!m->set.out_dir)
+        return 0;
+    if (mkdir(m->set.out_dir, 0755) < 0 && errno != EEXIST) {
+        snprintf(err, errlen, "--out %s: %s", m->set.out_dir, strerror(errno));
+        return -1;
+    }
+    size_t ns = 0;
+    snap_stat *st = agg_snapshot(&m->agg, true, &ns);
+    snapshot_input in = {0};
+    in.stats = st;
+    in.nstats = st ? ns : 0;
+    json_t *trainers = json_array();
+    for (uint32_t r = 0; r < m->set.ntrainer; r++) {
+        node *n = m->trainers[r];
+        json_array_append_new(trainers, json_pack("{s:I, s:s, s:s}", "rank", (json_int_t)r, "host",
+                                                  n ? n->host : "", "device", n ? n->device : ""));
+    }
+    json_t *doc = json_pack("{s:O, s:o, s:s, s:o, s:o, s:o}", "configuration",
+                            m->set.config_json ? m->set.config_json : json_null(), "environment",
+                            results_environment(), "phase", m->phase == PH_DONE ? "done" : "failed", "error",
+                            m->error[0] ? json_string(m->error) : json_null(), "groups",
+                            (json_t *)snapshot_groups_json(&in), "trainers", trainers);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/results.json", m->set.out_dir);
+    int rc = 0;
+    if (!doc || json_dump_file(doc, path, JSON_INDENT(2)) < 0) {
+        snprintf(err, errlen, "cannot write %s", path);
+        rc = -1;
+    }
+    json_decref(doc);
+    if (rc == 0)
+        rc = results_csv(m, st, in.nstats, "trainer", err, errlen);
+    if (rc == 0)
+        rc = results_csv(m, st, in.nstats, "server", err, errlen);
+    free(st);
+    if (rc == 0)
+        log_info("wrote %s/results.json, trainer.csv, server.csv", m->set.out_dir);
+    return rc;
+}

@@ -1,0 +1,722 @@
+/* run.c — the master's control plane and the run's phases.
+ *
+ *   waiting  — nodes connect and register; each gets a rank. Servers are
+ *              assigned at once (how many trainers feed them); trainers once
+ *              every server is known (which servers to use, model, data).
+ *   warmup   — when every trainer is ready: one full pass.
+ *   (reset)  — servers clear their futures, everyone clears metrics; the
+ *              master waits for every reset_done.
+ *   running  — the timed pass.
+ *   done | failed — stop is sent to every node; tables and files written;
+ *              HTTP stays up for --linger seconds.
+ *
+ * A node that disconnects, reports a failure or stops sending (its metrics
+ * messages are its heartbeat) fails the run, named by role, rank and host.
+ * Every wait is bounded: registrations by the join timeout, everything else
+ * by --rpc-timeout.
+ */
+#include "master/master.h"
+#include "master/http.h"
+#include "master/launcher.h"
+#include "shared/control.h"
+#include "shared/log.h"
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+static const char *const phase_names[] = {"waiting", "warmup", "running", "done", "failed"};
+static const char *const state_names[] = {"connected", "registered", "assigned", "ready", "running",
+                                          "pass_done", "resetting", "done", "failed", "lost"};
+
+const char *node_state_name(node_state s) { return state_names[s]; }
+
+double master_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *role_name(agg_role r) { return agg_role_name(r); }
+
+static void node_describe(const node *n, char *buf, size_t len)
+{
+    if (n->registered)
+        snprintf(buf, len, "%s %u (%s)", role_name(n->role), n->rank, n->host);
+    else
+        snprintf(buf, len, "an unregistered node (%s)", n->peer_ip);
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+static void node_send(node *n, const char *type, json_t *body)
+{
+    if (!n->bev) {
+        json_decref(body);
+        return;
+    }
+    uint8_t *buf;
+    size_t len;
+    if (ctl_encode(type, NULL, body, &buf, &len) == 0) {
+        bufferevent_write(n->bev, buf, len);
+        free(buf);
+    }
+    json_decref(body);
+}
+
+static void master_send_all(master *m, const char *type, json_t *body)
+{
+    for (node *n = m->nodes; n; n = n->next)
+        if (n->registered)
+            node_send(n, type, json_incref(body));
+    json_decref(body);
+}
+
+/* ---- phases ------------------------------------------------------------- */
+
+static void master_set_phase(master *m, run_phase ph)
+{
+    m->phase = ph;
+    m->t_phase = master_now();
+    log_info("phase %s", phase_names[ph]);
+    master_publish(m, ph == PH_DONE || ph == PH_FAILED);
+}
+
+void master_fail(master *m, const char *fmt, ...)
+{
+    if (m->phase == PH_DONE || m->phase == PH_FAILED || m->finishing)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->error, sizeof m->error, fmt, ap);
+    va_end(ap);
+    log_error("run failed: %s", m->error);
+    master_send_all(m, "stop", json_pack("{s:s, s:s}", "status", "failed", "reason", m->error));
+    m->exit_code = 1;
+    m->t_finished = master_now();
+    master_set_phase(m, PH_FAILED);
+}
+
+static bool master_all(master *m, agg_role role, node_state st)
+{
+    uint32_t n = role == AGG_TRAINER ? m->set.ntrainer : m->set.nserver;
+    node **v = role == AGG_TRAINER ? m->trainers : m->servers;
+    for (uint32_t i = 0; i < n; i++)
+        if (!v[i] || v[i]->state != st)
+            return false;
+    return true;
+}
+
+static void master_start_pass(master *m, run_phase ph)
+{
+    for (uint32_t i = 0; i < m->set.ntrainer; i++) {
+        m->trainers[i]->state = NS_RUNNING;
+        m->trainers[i]->batches_done = 0;
+    }
+    master_set_phase(m, ph);
+    json_t *body = json_pack("{s:s, s:I}", "phase", phase_names[ph], "batches",
+                             (json_int_t)m->set.batches_per_pass);
+    for (uint32_t i = 0; i < m->set.ntrainer; i++)
+        node_send(m->trainers[i], "start", json_incref(body));
+    json_decref(body);
+}
+
+static void master_finish_ok(master *m)
+{
+    master_send_all(m, "stop", json_pack("{s:s}", "status", "done"));
+    for (node *n = m->nodes; n; n = n->next)
+        if (n->registered)
+            n->state = NS_DONE;
+    m->exit_code = 0;
+    m->t_finished = master_now();
+    /* "done" is announced once the nodes' last reports are in (tick). */
+    m->finishing = true;
+}
+
+/* Every trainer finished its pass: move on. */
+static void master_pass_complete(master *m)
+{
+    if (m->phase == PH_WARMUP) {
+        /* Servers forget the warm-up's futures, everyone its metrics. */
+        m->resetting = true;
+        for (node *n = m->nodes; n; n = n->next)
+            if (n->registered)
+                n->state = NS_RESETTING;
+        master_send_all(m, "reset", json_object());
+        m->t_phase = master_now();
+        return;
+    }
+    master_finish_ok(m);
+}
+
+static void master_reset_complete(master *m)
+{
+    m->resetting = false;
+    agg_reset(&m->agg);
+    for (node *n = m->nodes; n; n = n->next)
+        if (n->registered)
+            n->state = NS_READY;
+    master_start_pass(m, PH_RUNNING);
+}
+
+/* ---- assignments -------------------------------------------------------- */
+
+/* Trainers feeding server s (the seed's placement) or all of them (shard). */
+static uint32_t master_trainers_per_server(const master *m)
+{
+    return m->set.shard ? m->set.ntrainer : m->set.ntrainer / m->set.nserver;
+}
+
+static void master_assign_server(master *m, node *n)
+{
+    node_send(n, "assign",
+              json_pack("{s:I, s:I, s:s, s:s}", "rank", (json_int_t)n->rank, "trainers",
+                        (json_int_t)master_trainers_per_server(m), "kind", m->set.server_kind,
+                        "placement", m->set.shard ? "shard" : "seed"));
+    n->state = NS_READY;
+}
+
+static void master_assign_trainer(master *m, node *n)
+{
+    json_t *servers = json_array();
+    uint32_t group = master_trainers_per_server(m);
+    uint32_t data_rank = n->rank;
+    if (m->set.shard) {
+        for (uint32_t s = 0; s < m->set.nserver; s++)
+            json_array_append_new(servers, json_string(m->servers[s]->addr));
+    } else {
+        uint32_t s = n->rank / group; /* the seed: trainer_rank // (ntrainer / nserver) */
+        json_array_append_new(servers, json_string(m->servers[s]->addr));
+        data_rank = n->rank % group;
+    }
+    json_t *body = json_pack("{s:I, s:o, s:I, s:I, s:O, s:I, s:I, s:I, s:I, s:f, s:s}", "rank",
+                             (json_int_t)n->rank, "servers", servers, "data_rank",
+                             (json_int_t)data_rank, "group_size", (json_int_t)group, "model",
+                             m->set.model, "batches", (json_int_t)m->set.batches_per_pass, "epochs",
+                             (json_int_t)m->set.epochs, "batch_size", (json_int_t)m->set.batch_size,
+                             "seed", (json_int_t)m->set.seed, "rpc_timeout", m->set.rpc_timeout_s,
+                             "placement", m->set.shard ? "shard" : "seed");
+    node_send(n, "assign", body);
+    n->state = NS_ASSIGNED;
+}
+
+static void master_maybe_assign_trainers(master *m)
+{
+    for (uint32_t s = 0; s < m->set.nserver; s++)
+        if (!m->servers[s])
+            return;
+    for (uint32_t t = 0; t < m->set.ntrainer; t++)
+        if (m->trainers[t] && m->trainers[t]->state == NS_REGISTERED)
+            master_assign_trainer(m, m->trainers[t]);
+}
+
+/* ---- messages ----------------------------------------------------------- */
+
+static bool master_token_ok(const master *m, const char *got)
+{
+    if (!m->set.token)
+        return true;
+    size_t n = strlen(m->set.token), g = strlen(got);
+    unsigned diff = (unsigned)(n ^ g);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)m->set.token[i] ^ (unsigned char)(i < g ? got[i] : 0);
+    return diff == 0;
+}
+
+static void node_refuse(node *n, const char *reason)
+{
+    log_warn("refused %s: %s", n->peer_ip, reason);
+    node_send(n, "stop", json_pack("{s:s, s:s}", "status", "refused", "reason", reason));
+    bufferevent_flush(n->bev, EV_WRITE, BEV_FINISHED);
+}
+
+static void master_on_register(master *m, node *n, ctl_msg *msg)
+{
+    if (n->registered) {
+        master_fail(m, "%s %u sent register twice", role_name(n->role), n->rank);
+        return;
+    }
+    if (!master_token_ok(m, msg->token)) {
+        node_refuse(n, msg->token[0] ? "wrong token" : "this master needs a token (--token / PSBENCH_TOKEN)");
+        return;
+    }
+    const char *role = ctl_str(msg->body, "role", "");
+    agg_role r;
+    if (strcmp(role, "trainer") == 0)
+        r = AGG_TRAINER;
+    else if (strcmp(role, "server") == 0)
+        r = AGG_SERVER;
+    else {
+        node_refuse(n, "role must be trainer or server");
+        return;
+    }
+    if (m->phase != PH_WAITING) {
+        node_refuse(n, "the run has already started");
+        return;
+    }
+    uint32_t cap = r == AGG_TRAINER ? m->set.ntrainer : m->set.nserver;
+    node **v = r == AGG_TRAINER ? m->trainers : m->servers;
+    int64_t want = ctl_int(msg->body, "want_rank", -1);
+    int64_t rank = -1;
+    if (want >= 0 && want < cap && !v[want])
+        rank = want;
+    for (uint32_t i = 0; rank < 0 && i < cap; i++)
+        if (!v[i])
+            rank = i;
+    if (rank < 0) {
+        char why[128];
+        snprintf(why, sizeof why, "all %u %ss are already registered", cap, role);
+        node_refuse(n, why);
+        return;
+    }
+    n->role = r;
+    n->rank = (uint32_t)rank;
+    n->registered = true;
+    n->state = NS_REGISTERED;
+    snprintf(n->host, sizeof n->host, "%s", ctl_str(msg->body, "host", n->peer_ip));
+    snprintf(n->device, sizeof n->device, "%s", ctl_str(msg->body, "device", "cpu"));
+    v[rank] = n;
+    if (r == AGG_SERVER) {
+        /* Trainers must reach it: the address it asked to be advertised,
+         * else where it listens, unless that is a wildcard — then the
+         * address this master saw it connect from. */
+        const char *adv = ctl_str(msg->body, "advertise", NULL);
+        const char *lh = ctl_str(msg->body, "listen_host", "0.0.0.0");
+        int64_t port = ctl_int(msg->body, "port", 0);
+        if (port <= 0 || port > 65535) {
+            master_fail(m, "server %u (%s) registered without a data-plane port", n->rank, n->host);
+            return;
+        }
+        const char *h = adv && *adv ? adv
+                        : (strcmp(lh, "0.0.0.0") == 0 || strcmp(lh, "::") == 0 || !*lh) ? n->peer_ip
+                                                                                      : lh;
+        if (strchr(h, ':'))
+            snprintf(n->addr, sizeof n->addr, "[%s]:%" PRId64, h, port);
+        else
+            snprintf(n->addr, sizeof n->addr, "%s:%" PRId64, h, port);
+        log_info("server %u registered from %s, data plane %s", n->rank, n->host, n->addr);
+        master_assign_server(m, n);
+    } else {
+        log_info("trainer %u registered from %s", n->rank, n->host);
+    }
+    master_maybe_assign_trainers(m);
+}
+
+static void master_on_metrics(master *m, node *n, ctl_msg *msg)
+{
+    n->bytes_in = (uint64_t)ctl_int(msg->body, "bytes_in", (int64_t)n->bytes_in);
+    n->bytes_out = (uint64_t)ctl_int(msg->body, "bytes_out", (int64_t)n->bytes_out);
+    if (n->role == AGG_TRAINER) {
+        uint64_t done = (uint64_t)ctl_int(msg->body, "batches_done", (int64_t)n->batches_done);
+        if (done > n->batches_done)
+            m->batches_completed_total += done - n->batches_done;
+        n->batches_done = done;
+    }
+    json_t *samples = json_object_get(msg->body, "samples");
+    char err[160];
+    if (samples && !m->resetting && agg_add_report(&m->agg, n->role, n->rank, samples, err, sizeof err) < 0)
+        master_fail(m, "%s %u (%s) sent bad metrics: %s", role_name(n->role), n->rank, n->host, err);
+}
+
+static void master_on_message(master *m, node *n, ctl_msg *msg)
+{
+    n->last_seen = master_now();
+    if (strcmp(msg->type, "register") == 0) {
+        master_on_register(m, n, msg);
+        return;
+    }
+    if (!n->registered) {
+        node_refuse(n, "the first message must be register");
+        return;
+    }
+    if (strcmp(msg->type, "metrics") == 0) {
+        master_on_metrics(m, n, msg);
+    } else if (strcmp(msg->type, "ready") == 0) {
+        if (n->state == NS_ASSIGNED)
+            n->state = NS_READY;
+        if (m->phase == PH_WAITING && master_all(m, AGG_TRAINER, NS_READY) &&
+            master_all(m, AGG_SERVER, NS_READY))
+            master_start_pass(m, PH_WARMUP);
+    } else if (strcmp(msg->type, "pass_done") == 0) {
+        master_on_metrics(m, n, msg);
+        n->state = NS_PASS_DONE;
+        if (master_all(m, AGG_TRAINER, NS_PASS_DONE))
+            master_pass_complete(m);
+    } else if (strcmp(msg->type, "reset_done") == 0) {
+        if (n->state == NS_RESETTING)
+            n->state = NS_READY;
+        if (m->resetting && master_all(m, AGG_TRAINER, NS_READY) && master_all(m, AGG_SERVER, NS_READY))
+            master_reset_complete(m);
+    } else if (strcmp(msg->type, "failed") == 0) {
+        n->state = NS_FAILED;
+        master_fail(m, "%s %u (%s) failed: %s", role_name(n->role), n->rank, n->host,
+                    ctl_str(msg->body, "reason", "no reason given"));
+    } else {
+        log_warn("%s %u sent unknown control message '%s'", role_name(n->role), n->rank, msg->type);
+    }
+}
+
+/* ---- connections -------------------------------------------------------- */
+
+static void node_detach(node *n)
+{
+    if (n->bev) {
+        bufferevent_free(n->bev);
+        n->bev = NULL;
+    }
+}
+
+static void node_on_read(struct bufferevent *bev, void *arg)
+{
+    node *n = arg;
+    master *m = n->m;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    frame_decoder dec;
+    frame_decoder_init(&dec, CTL_MAX_BODY);
+    while (n->bev) {
+        size_t len = evbuffer_get_length(in);
+        if (len < FRAME_PREFIX_LEN)
+            break;
+        uint8_t pre[FRAME_PREFIX_LEN];
+        evbuffer_copyout(in, pre, sizeof pre);
+        size_t h = (size_t)pre[0] << 24 | (size_t)pre[1] << 16 | (size_t)pre[2] << 8 | pre[3];
+        size_t need = FRAME_PREFIX_LEN + (h <= FRAME_HDR_MAX ? h : 0);
+        if (len < need)
+            break;
+        frame_hdr fh;
+        size_t used;
+        frame_status st = frame_decode_header(&dec, evbuffer_pullup(in, (ssize_t)need), need, &fh, &used);
+        if (st == FRAME_OK) {
+            need += fh.payload;
+            if (len < need)
+                break;
+            ctl_msg msg;
+            st = ctl_decode(&dec, evbuffer_pullup(in, (ssize_t)need), need, &msg, &used);
+            if (st == FRAME_OK) {
+                evbuffer_drain(in, used);
+                master_on_message(m, n, &msg);
+                ctl_msg_clear(&msg);
+                continue;
+            }
+        }
+        char who[300];
+        node_describe(n, who, sizeof who);
+        if (n->registered && m->phase != PH_DONE && m->phase != PH_FAILED)
+            master_fail(m, "%s sent a malformed control message: %s", who, dec.err);
+        else
+            log_warn("%s sent a malformed control message: %s", who, dec.err);
+        n->state = n->registered ? NS_FAILED : n->state;
+        node_detach(n);
+        break;
+    }
+    frame_decoder_free(&dec);
+}
+
+static void node_on_event(struct bufferevent *bev, short what, void *arg)
+{
+    node *n = arg;
+    master *m = n->m;
+    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+        return;
+    node_detach(n);
+    if (!n->registered)
+        return;
+    char who[300];
+    node_describe(n, who, sizeof who);
+    if (m->phase == PH_DONE || m->finishing || n->state == NS_DONE) {
+        log_debug("%s disconnected after the run", who);
+        return;
+    }
+    n->state = NS_LOST;
+    master_fail(m, "%s disconnected", who);
+}
+
+static void master_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                             void *arg)
+{
+    master *m = arg;
+    node *n = calloc(1, sizeof *n);
+    if (!n) {
+        evutil_closesocket(fd);
+        return;
+    }
+    n->m = m;
+    n->last_seen = master_now();
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, n->peer_ip, sizeof n->peer_ip);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, n->peer_ip, sizeof n->peer_ip);
+    n->bev = bufferevent_socket_new(m->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!n->bev) {
+        evutil_closesocket(fd);
+        free(n);
+        return;
+    }
+    bufferevent_setcb(n->bev, node_on_read, NULL, node_on_event, n);
+    bufferevent_enable(n->bev, EV_READ | EV_WRITE);
+    n->next = m->nodes;
+    m->nodes = n;
+}
+
+/* ---- the tick: failure detection, progress, snapshots ------------------- */
+
+static void master_progress_line(master *m, double now)
+{
+    if (m->phase != PH_WARMUP && m->phase != PH_RUNNING)
+        return;
+    if (now - m->t_last_progress < 2.0)
+        return;
+    m->t_last_progress = now;
+    uint64_t done = 0, total = m->set.batches_per_pass * m->set.ntrainer;
+    for (uint32_t i = 0; i < m->set.ntrainer; i++)
+        done += m->trainers[i]->batches_done;
+    log_info("%s: %" PRIu64 "/%" PRIu64 " batches (%.0f%%), %.1f s", phase_names[m->phase], done, total,
+             total ? 100.0 * (double)done / (double)total : 0.0, now - m->t_phase);
+}
+
+static void master_check_timeouts(master *m, double now)
+{
+    if (m->phase == PH_DONE || m->phase == PH_FAILED)
+        return;
+    if (m->phase == PH_WAITING) {
+        uint32_t tr = 0, sv = 0;
+        for (uint32_t i = 0; i < m->set.ntrainer; i++)
+            tr += m->trainers[i] && m->trainers[i]->state == NS_READY;
+        for (uint32_t i = 0; i < m->set.nserver; i++)
+            sv += m->servers[i] != NULL;
+        if (now - m->t_start > m->set.join_timeout_s)
+            master_fail(m, "only %u of %u trainers and %u of %u servers joined within %.0f s", tr,
+                        m->set.ntrainer, sv, m->set.nserver, m->set.join_timeout_s);
+        return;
+    }
+    if (m->resetting && now - m->t_phase > m->set.rpc_timeout_s) {
+        master_fail(m, "reset after the warm-up did not complete within %.0f s", m->set.rpc_timeout_s);
+        return;
+    }
+    for (node *n = m->nodes; n; n = n->next) {
+        if (!n->registered || !n->bev)
+            continue;
+        if (now - n->last_seen > m->set.rpc_timeout_s) {
+            char who[300];
+            node_describe(n, who, sizeof who);
+            n->state = NS_LOST;
+            master_fail(m, "%s sent nothing for %.1f s (--rpc-timeout)", who, now - n->last_seen);
+            return;
+        }
+    }
+}
+
+static void master_on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    master *m = arg;
+    double now = master_now();
+    if (!m->finishing)
+        master_check_timeouts(m, now);
+    master_progress_line(m, now);
+    if (m->phase != PH_DONE && m->phase != PH_FAILED)
+        master_publish(m, false);
+    if (m->finishing || m->phase == PH_DONE || m->phase == PH_FAILED) {
+        /* Nodes send a last metrics report when they stop, then close:
+         * wait (briefly) for every one of them so the tables are whole. */
+        bool nodes_gone = true;
+        for (node *n = m->nodes; n; n = n->next)
+            nodes_gone &= !n->registered || !n->bev;
+        if (!m->finished_output && !nodes_gone && now - m->t_finished < 5.0)
+            return;
+        if (m->finishing) {
+            m->finishing = false;
+            master_set_phase(m, PH_DONE);
+        }
+        if (!m->finished_output) {
+            m->finished_output = true;
+            master_publish(m, true);
+            results_print(m);
+            char err[256];
+            if (results_write(m, err, sizeof err) < 0) {
+                log_error("%s", err);
+                if (m->exit_code == 0)
+                    m->exit_code = 1;
+            }
+            if (m->set.linger_s > 0)
+                log_info("HTTP stays up for %.0f s (--linger)", m->set.linger_s);
+        }
+        bool children_gone = !m->launcher || launcher_all_exited(m->launcher);
+        if (m->launcher && !children_gone && now - m->t_finished > m->set.rpc_timeout_s)
+            launcher_kill_all(m->launcher);
+        if (children_gone && now - m->t_finished >= m->set.linger_s)
+            event_base_loopbreak(m->base);
+    }
+}
+
+static void master_on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    master *m = arg;
+    if (m->phase == PH_DONE || m->phase == PH_FAILED) {
+        /* Second signal, or during --linger: leave now. */
+        if (m->launcher)
+            launcher_kill_all(m->launcher);
+        m->set.linger_s = 0;
+        event_base_loopbreak(m->base);
+        return;
+    }
+    master_fail(m, "interrupted (%s)", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    m->exit_code = 130;
+}
+
+/* ---- snapshot ----------------------------------------------------------- */
+
+void master_publish(master *m, bool exact)
+{
+    if (!m->http)
+        return;
+    size_t nn = 0;
+    for (node *n = m->nodes; n; n = n->next)
+        nn += n->registered;
+    snap_node *nodes = calloc(nn ? nn : 1, sizeof *nodes);
+    if (!nodes)
+        return;
+    double now = master_now();
+    size_t i = 0;
+    /* Servers then trainers, by rank: a stable order for the dashboard. */
+    for (int r = AGG_SERVER; r >= AGG_TRAINER; r--) {
+        node **v = r == AGG_TRAINER ? m->trainers : m->servers;
+        uint32_t cap = r == AGG_TRAINER ? m->set.ntrainer : m->set.nserver;
+        for (uint32_t k = 0; k < cap; k++) {
+            node *n = v[k];
+            if (!n)
+                continue;
+            snap_node *sn = &nodes[i++];
+            sn->role = role_name(n->role);
+            sn->rank = n->rank;
+            sn->host = n->host;
+            sn->device = n->device;
+            sn->state = node_state_name(n->state);
+            sn->last_seen_s = now - n->last_seen;
+            sn->bytes_in = n->bytes_in;
+            sn->bytes_out = n->bytes_out;
+        }
+    }
+    size_t ns = 0;
+    snap_stat *st = agg_snapshot(&m->agg, exact, &ns);
+    snapshot_input in = {0};
+    in.phase = phase_names[m->phase];
+    in.error = m->error[0] ? m->error : NULL;
+    in.batches_total = m->set.batches_per_pass * m->set.ntrainer;
+    for (uint32_t k = 0; k < m->set.ntrainer; k++)
+        if (m->trainers[k])
+            in.batches_done += m->trainers[k]->batches_done;
+    if (m->phase == PH_WAITING)
+        in.batches_done = 0;
+    in.batches_completed_total = m->batches_completed_total;
+    in.elapsed_s = now - m->t_start;
+    in.nodes = nodes;
+    in.nnodes = i;
+    in.stats = st;
+    in.nstats = st ? ns : 0;
+    http_publish(m->http, snapshot_status_json(&in), snapshot_nodes_json(&in), snapshot_metrics_json(&in),
+                 snapshot_prometheus(&in));
+    free(st);
+    free(nodes);
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+int master_init(master *m, const master_settings *set, const char *listen_host, uint16_t listen_port,
+                char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    m->set = *set;
+    m->t_start = m->t_phase = master_now();
+    m->trainers = calloc(set->ntrainer, sizeof *m->trainers);
+    m->servers = calloc(set->nserver, sizeof *m->servers);
+    m->base = event_base_new();
+    if (!m->trainers || !m->servers || !m->base || agg_init(&m->agg) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    struct evutil_addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = EVUTIL_AI_PASSIVE;
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", listen_port);
+    if (evutil_getaddrinfo(listen_host, ps, &hints, &ai) != 0 || !ai) {
+        snprintf(err, errlen, "--listen: cannot resolve '%s'", listen_host);
+        return -1;
+    }
+    m->listener = evconnlistener_new_bind(m->base, master_on_accept, m,
+                                          LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+                                          128, ai->ai_addr, (int)ai->ai_addrlen);
+    evutil_freeaddrinfo(ai);
+    if (!m->listener) {
+        snprintf(err, errlen, "cannot listen on %s:%u: %s", listen_host, listen_port,
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(evconnlistener_get_fd(m->listener), (struct sockaddr *)&ss, &sl);
+    m->ctl_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+    m->tick_ev = event_new(m->base, -1, EV_PERSIST, master_on_tick, m);
+    m->sig_ev[0] = evsignal_new(m->base, SIGINT, master_on_signal, m);
+    m->sig_ev[1] = evsignal_new(m->base, SIGTERM, master_on_signal, m);
+    struct timeval half = {0, 500000};
+    if (!m->tick_ev || !m->sig_ev[0] || !m->sig_ev[1] || event_add(m->tick_ev, &half) < 0 ||
+        event_add(m->sig_ev[0], NULL) < 0 || event_add(m->sig_ev[1], NULL) < 0) {
+        snprintf(err, errlen, "cannot set up the event loop");
+        return -1;
+    }
+    return 0;
+}
+
+int master_run(master *m)
+{
+    signal(SIGPIPE, SIG_IGN);
+    master_publish(m, false);
+    event_base_dispatch(m->base);
+    if (!m->finished_output) {
+        /* Left the loop early (a second signal): still report. */
+        m->finished_output = true;
+        results_print(m);
+        char err[256];
+        if (results_write(m, err, sizeof err) < 0)
+            log_error("%s", err);
+    }
+    return m->exit_code;
+}
+
+void master_free(master *m)
+{
+    while (m->nodes) {
+        node *n = m->nodes;
+        m->nodes = n->next;
+        node_detach(n);
+        free(n);
+    }
+    if (m->listener)
+        evconnlistener_free(m->listener);
+    if (m->tick_ev)
+        event_free(m->tick_ev);
+    for (int i = 0; i < 2; i++)
+        if (m->sig_ev[i])
+            event_free(m->sig_ev[i]);
+    if (m->base)
+        event_base_free(m->base);
+    agg_free(&m->agg);
+    free(m->trainers);
+    free(m->servers);
+}

@@ -1,0 +1,512 @@
+/* snapshot.c — renders a snapshot_input into the master's HTTP documents:
+ * the JSON bodies of /api/v1/status, /api/v1/nodes and /api/v1/metrics
+ * (jansson, compact) and the Prometheus text exposition (format 0.0.4) of
+ * /metrics. Pure functions: no I/O, no globals; every returned string is
+ * malloc'd (the caller frees it) and NULL means allocation failure.
+ *
+ * JSON never carries NaN/Inf: a non-finite double is written as null;
+ * reals carry 15 significant digits.
+ * Prometheus values are printed with the shortest of %.15g..%.17g that
+ * reads back exactly, with '.' as the decimal point whatever the locale,
+ * and NaN / +Inf / -Inf spelled the way the text format wants them. */
+#include "master/snapshot.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+/* ---- JSON helpers -------------------------------------------------------- */
+
+static const char *const snapshot_roles[] = {"trainer", "server"};
+#define SNAPSHOT_NROLES (sizeof snapshot_roles / sizeof snapshot_roles[0])
+
+static const char *const snapshot_phases[] = {"waiting", "warmup", "running", "done", "failed"};
+#define SNAPSHOT_NPHASES (sizeof snapshot_phases / sizeof snapshot_phases[0])
+
+static const char *snapshot_str(const char *s)
+{
+    return s ? s : "";
+}
+
+/* A JSON number, or null for NaN / +-Inf (JSON has no spelling for them). */
+static json_t *snapshot_num(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* A JSON string, or null for a NULL pointer. */
+static json_t *snapshot_jstr(const char *s)
+{
+    return s ? json_string(s) : json_null();
+}
+
+static json_t *snapshot_uint(uint64_t v)
+{
+    return json_integer(v > (uint64_t)INT64_MAX ? (json_int_t)INT64_MAX : (json_int_t)v);
+}
+
+/* obj[key] = v (reference stolen, even on failure). Returns 0 or -1. */
+static int snapshot_set(json_t *obj, const char *key, json_t *v)
+{
+    return json_object_set_new(obj, key, v) == 0 ? 0 : -1;
+}
+
+/* Serialises doc compactly and drops it. NULL if doc is NULL. Reals get 15
+ * significant digits (jansson's default of 17 turns 0.1 into
+ * 0.10000000000000001); every decimal of up to 15 digits reads back as the
+ * same double, and the rest are off by < 1e-14 relative. */
+static char *snapshot_dump(json_t *doc)
+{
+    if (!doc)
+        return NULL;
+    char *s = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    json_decref(doc);
+    return s;
+}
+
+/* ---- /api/v1/status --------------------------------------------------------- */
+
+/* {"trainer": n, "server": n, <other roles>: n}: both known keys always present. */
+static json_t *snapshot_role_counts(const snapshot_input *in)
+{
+    json_t *counts = json_object();
+    int bad = !counts;
+    for (size_t r = 0; !bad && r < SNAPSHOT_NROLES; r++)
+        bad = snapshot_set(counts, snapshot_roles[r], json_integer(0)) != 0;
+    for (size_t i = 0; !bad && i < in->nnodes; i++) {
+        const char *role = in->nodes[i].role;
+        if (!role)
+            continue;
+        json_t *n = json_object_get(counts, role);
+        if (n)
+            json_integer_set(n, json_integer_value(n) + 1);
+        else
+            bad = snapshot_set(counts, role, json_integer(1)) != 0;
+    }
+    if (bad) {
+        json_decref(counts);
+        return NULL;
+    }
+    return counts;
+}
+
+static json_t *snapshot_progress(const snapshot_input *in)
+{
+    json_t *p = json_object();
+    if (!p || snapshot_set(p, "batches_done", snapshot_uint(in->batches_done)) ||
+        snapshot_set(p, "batches_total", snapshot_uint(in->batches_total))) {
+        json_decref(p);
+        return NULL;
+    }
+    return p;
+}
+
+char *snapshot_status_json(const snapshot_input *in)
+{
+    json_t *doc = json_object();
+    if (!doc || snapshot_set(doc, "phase", snapshot_jstr(in->phase)) ||
+        snapshot_set(doc, "error", snapshot_jstr(in->error)) ||
+        snapshot_set(doc, "progress", snapshot_progress(in)) ||
+        snapshot_set(doc, "nodes", snapshot_role_counts(in)) ||
+        snapshot_set(doc, "elapsed_s", snapshot_num(in->elapsed_s))) {
+        json_decref(doc);
+        return NULL;
+    }
+    return snapshot_dump(doc);
+}
+
+/* ---- /api/v1/nodes ---------------------------------------------------------- */
+
+static json_t *snapshot_node_json(const snap_node *n)
+{
+    json_t *o = json_object();
+    if (!o || snapshot_set(o, "role", snapshot_jstr(n->role)) ||
+        snapshot_set(o, "rank", json_integer(n->rank)) ||
+        snapshot_set(o, "host", snapshot_jstr(n->host)) ||
+        snapshot_set(o, "device", snapshot_jstr(n->device)) ||
+        snapshot_set(o, "state", snapshot_jstr(n->state)) ||
+        snapshot_set(o, "last_seen_s", snapshot_num(round(n->last_seen_s * 1000.0) / 1000.0))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *snapshot_nodes_json(const snapshot_input *in)
+{
+    json_t *arr = json_array();
+    if (!arr)
+        return NULL;
+    for (size_t i = 0; i < in->nnodes; i++) {
+        if (json_array_append_new(arr, snapshot_node_json(&in->nodes[i])) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return snapshot_dump(arr);
+}
+
+/* ---- /api/v1/metrics -------------------------------------------------------- */
+
+/* STATS = {"count","min","max","mean","variance","stdev","p50","p75","p90","p95","p99"}. */
+static json_t *snapshot_stats_json(const stats_summary *s)
+{
+    const struct {
+        const char *key;
+        double v;
+    } f[] = {{"min", s->min},   {"max", s->max},       {"mean", s->mean}, {"variance", s->variance},
+             {"stdev", s->stdev}, {"p50", s->p50},     {"p75", s->p75},   {"p90", s->p90},
+             {"p95", s->p95},   {"p99", s->p99}};
+    json_t *o = json_object();
+    if (!o || snapshot_set(o, "count", snapshot_uint(s->count))) {
+        json_decref(o);
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (snapshot_set(o, f[i].key, snapshot_num(f[i].v))) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+/* Borrowed reference to obj[key], created as {} when absent. NULL on failure. */
+static json_t *snapshot_child(json_t *obj, const char *key)
+{
+    json_t *c = json_object_get(obj, key);
+    if (c)
+        return c;
+    c = json_object();
+    if (!c || json_object_set_new(obj, key, c) != 0)
+        return NULL;
+    return c;
+}
+
+/* Borrowed reference to groups[role], created as {"all": {}, "ranks": {}}. */
+static json_t *snapshot_group(json_t *groups, const char *role)
+{
+    json_t *g = snapshot_child(groups, role);
+    if (!g || !snapshot_child(g, "all") || !snapshot_child(g, "ranks"))
+        return NULL;
+    return g;
+}
+
+/* Puts one stat at groups[role].all[metric] or groups[role].ranks["R"][metric]. */
+static int snapshot_add_stat(json_t *groups, const snap_stat *st)
+{
+    json_t *g = snapshot_group(groups, snapshot_str(st->role));
+    if (!g)
+        return -1;
+    json_t *dst;
+    if (st->rank < 0) {
+        dst = json_object_get(g, "all");
+    } else {
+        char key[24];
+        snprintf(key, sizeof key, "%" PRId64, st->rank);
+        dst = snapshot_child(json_object_get(g, "ranks"), key);
+    }
+    if (!dst)
+        return -1;
+    return snapshot_set(dst, snapshot_str(st->metric), snapshot_stats_json(&st->s));
+}
+
+void *snapshot_groups_json(const snapshot_input *in)
+{
+    json_t *groups = json_object();
+    int bad = !groups;
+    for (size_t r = 0; !bad && r < SNAPSHOT_NROLES; r++)
+        bad = snapshot_group(groups, snapshot_roles[r]) == NULL;
+    for (size_t i = 0; !bad && i < in->nstats; i++)
+        bad = snapshot_add_stat(groups, &in->stats[i]) != 0;
+    if (bad) {
+        json_decref(groups);
+        return NULL;
+    }
+    return groups;
+}
+
+char *snapshot_metrics_json(const snapshot_input *in)
+{
+    json_t *doc = json_object();
+    if (!doc || snapshot_set(doc, "unit", json_string("ms")) ||
+        snapshot_set(doc, "phase", snapshot_jstr(in->phase)) ||
+        snapshot_set(doc, "groups", snapshot_groups_json(in))) {
+        json_decref(doc);
+        return NULL;
+    }
+    return snapshot_dump(doc);
+}
+
+/* ---- Prometheus text ---------------------------------------------------------- */
+
+/* A growable string; err sticks once any append fails. */
+typedef struct snapshot_buf {
+    char *p;
+    size_t len, cap;
+    int err;
+} snapshot_buf;
+
+static int snapshot_reserve(snapshot_buf *b, size_t extra)
+{
+    if (b->err)
+        return -1;
+    if (b->len + extra + 1 <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->err = 1;
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static void snapshot_putn(snapshot_buf *b, const char *s, size_t n)
+{
+    if (snapshot_reserve(b, n) != 0)
+        return;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void snapshot_puts(snapshot_buf *b, const char *s)
+{
+    snapshot_putn(b, s, strlen(s));
+}
+
+/* A label value with the text format's escapes: \\, \" and \n. */
+static void snapshot_put_label(snapshot_buf *b, const char *s)
+{
+    for (s = snapshot_str(s); *s; s++) {
+        if (*s == '\\')
+            snapshot_puts(b, "\\\\");
+        else if (*s == '"')
+            snapshot_puts(b, "\\\"");
+        else if (*s == '\n')
+            snapshot_puts(b, "\\n");
+        else
+            snapshot_putn(b, s, 1);
+    }
+}
+
+/* Shortest %.15g..%.17g that reads back as v, the decimal point forced to
+ * '.' (snprintf and strtod share the locale, so the round trip is sound). */
+static void snapshot_fmt_double(char out[40], double v)
+{
+    if (isnan(v)) {
+        strcpy(out, "NaN");
+        return;
+    }
+    if (isinf(v)) {
+        strcpy(out, v > 0 ? "+Inf" : "-Inf");
+        return;
+    }
+    char tmp[40];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        if (strtod(tmp, NULL) == v)
+            break;
+    }
+    /* %g emits only digits, sign, 'e' and the locale's decimal point (which
+     * may be several bytes): map that point to a single '.'. */
+    size_t o = 0;
+    int in_point = 0;
+    for (const char *c = tmp; *c; c++) {
+        int plain = (*c >= '0' && *c <= '9') || *c == '-' || *c == '+' || *c == 'e';
+        if (plain)
+            out[o++] = *c;
+        else if (!in_point)
+            out[o++] = '.';
+        in_point = !plain;
+    }
+    out[o] = '\0';
+}
+
+static void snapshot_put_double(snapshot_buf *b, double v)
+{
+    char s[40];
+    snapshot_fmt_double(s, v);
+    snapshot_puts(b, s);
+}
+
+static void snapshot_put_u64(snapshot_buf *b, uint64_t v)
+{
+    char s[24];
+    snprintf(s, sizeof s, "%" PRIu64, v);
+    snapshot_puts(b, s);
+}
+
+static void snapshot_put_family(snapshot_buf *b, const char *name, const char *type, const char *help)
+{
+    snapshot_puts(b, "# HELP ");
+    snapshot_puts(b, name);
+    snapshot_puts(b, " ");
+    snapshot_puts(b, help);
+    snapshot_puts(b, "\n# TYPE ");
+    snapshot_puts(b, name);
+    snapshot_puts(b, " ");
+    snapshot_puts(b, type);
+    snapshot_puts(b, "\n");
+}
+
+/* The rank label: decimal, or "all" for the role-wide view (rank < 0). */
+static void snapshot_put_rank(snapshot_buf *b, int64_t rank)
+{
+    char s[24];
+    if (rank < 0)
+        strcpy(s, "all");
+    else
+        snprintf(s, sizeof s, "%" PRId64, rank);
+    snapshot_puts(b, s);
+}
+
+/* NAME{role="..",rank="..",metric=".." then the caller closes the braces. */
+static void snapshot_put_stat_labels(snapshot_buf *b, const char *name, const snap_stat *st)
+{
+    snapshot_puts(b, name);
+    snapshot_puts(b, "{role=\"");
+    snapshot_put_label(b, st->role);
+    snapshot_puts(b, "\",rank=\"");
+    snapshot_put_rank(b, st->rank);
+    snapshot_puts(b, "\",metric=\"");
+    snapshot_put_label(b, st->metric);
+    snapshot_puts(b, "\"");
+}
+
+static void snapshot_prom_stat(snapshot_buf *b, const snap_stat *st)
+{
+    static const char *const qname[] = {"0.5", "0.9", "0.99"};
+    const double qms[] = {st->s.p50, st->s.p90, st->s.p99};
+    for (size_t q = 0; q < 3; q++) {
+        snapshot_put_stat_labels(b, "psbench_metric_duration_seconds", st);
+        snapshot_puts(b, ",quantile=\"");
+        snapshot_puts(b, qname[q]);
+        snapshot_puts(b, "\"} ");
+        snapshot_put_double(b, qms[q] / 1000.0);
+        snapshot_puts(b, "\n");
+    }
+    snapshot_put_stat_labels(b, "psbench_metric_duration_seconds_sum", st);
+    snapshot_puts(b, "} ");
+    snapshot_put_double(b, st->s.mean * (double)st->s.count / 1000.0);
+    snapshot_puts(b, "\n");
+    snapshot_put_stat_labels(b, "psbench_metric_duration_seconds_count", st);
+    snapshot_puts(b, "} ");
+    snapshot_put_u64(b, st->s.count);
+    snapshot_puts(b, "\n");
+}
+
+static void snapshot_prom_durations(snapshot_buf *b, const snapshot_input *in)
+{
+    snapshot_put_family(b, "psbench_metric_duration_seconds", "summary",
+                        "Durations of the benchmark's metrics (the seed's type,name) per role and rank; "
+                        "rank=\"all\" is the whole role.");
+    for (size_t i = 0; i < in->nstats; i++)
+        snapshot_prom_stat(b, &in->stats[i]);
+}
+
+static void snapshot_prom_phase(snapshot_buf *b, const snapshot_input *in)
+{
+    snapshot_put_family(b, "psbench_phase", "gauge",
+                        "Current run phase (1 for the current phase, 0 otherwise).");
+    for (size_t i = 0; i < SNAPSHOT_NPHASES; i++) {
+        snapshot_puts(b, "psbench_phase{phase=\"");
+        snapshot_puts(b, snapshot_phases[i]);
+        snapshot_puts(b, in->phase && strcmp(in->phase, snapshot_phases[i]) == 0 ? "\"} 1\n" : "\"} 0\n");
+    }
+}
+
+/* Orders nodes by (role, state) for counting; qsort has no context argument,
+ * so the array holds pointers. */
+static int snapshot_cmp_role_state(const void *a, const void *b)
+{
+    const snap_node *x = *(const snap_node *const *)a, *y = *(const snap_node *const *)b;
+    int c = strcmp(snapshot_str(x->role), snapshot_str(y->role));
+    return c ? c : strcmp(snapshot_str(x->state), snapshot_str(y->state));
+}
+
+static void snapshot_prom_nodes(snapshot_buf *b, const snapshot_input *in)
+{
+    snapshot_put_family(b, "psbench_nodes", "gauge", "Registered nodes by role and state.");
+    if (in->nnodes == 0)
+        return;
+    const snap_node **sorted = malloc(in->nnodes * sizeof *sorted);
+    if (!sorted) {
+        b->err = 1;
+        return;
+    }
+    for (size_t i = 0; i < in->nnodes; i++)
+        sorted[i] = &in->nodes[i];
+    qsort(sorted, in->nnodes, sizeof *sorted, snapshot_cmp_role_state);
+    for (size_t i = 0, j; i < in->nnodes; i = j) {
+        for (j = i + 1; j < in->nnodes && snapshot_cmp_role_state(&sorted[i], &sorted[j]) == 0; j++)
+            ;
+        snapshot_puts(b, "psbench_nodes{role=\"");
+        snapshot_put_label(b, sorted[i]->role);
+        snapshot_puts(b, "\",state=\"");
+        snapshot_put_label(b, sorted[i]->state);
+        snapshot_puts(b, "\"} ");
+        snapshot_put_u64(b, (uint64_t)(j - i));
+        snapshot_puts(b, "\n");
+    }
+    free(sorted);
+}
+
+static void snapshot_prom_batches(snapshot_buf *b, const snapshot_input *in)
+{
+    snapshot_put_family(b, "psbench_batches_completed_total", "counter",
+                        "Batches finished by all trainers, all passes.");
+    snapshot_puts(b, "psbench_batches_completed_total ");
+    snapshot_put_u64(b, in->batches_completed_total);
+    snapshot_puts(b, "\n");
+}
+
+static void snapshot_prom_payload_sample(snapshot_buf *b, const snap_node *n, const char *dir, uint64_t v)
+{
+    snapshot_puts(b, "psbench_payload_bytes_total{role=\"");
+    snapshot_put_label(b, n->role);
+    snapshot_puts(b, "\",rank=\"");
+    snapshot_put_rank(b, (int64_t)n->rank);
+    snapshot_puts(b, "\",direction=\"");
+    snapshot_puts(b, dir);
+    snapshot_puts(b, "\"} ");
+    snapshot_put_u64(b, v);
+    snapshot_puts(b, "\n");
+}
+
+static void snapshot_prom_payload(snapshot_buf *b, const snapshot_input *in)
+{
+    snapshot_put_family(b, "psbench_payload_bytes_total", "counter",
+                        "Data-plane payload bytes reported by each node, by direction.");
+    for (size_t i = 0; i < in->nnodes; i++) {
+        snapshot_prom_payload_sample(b, &in->nodes[i], "in", in->nodes[i].bytes_in);
+        snapshot_prom_payload_sample(b, &in->nodes[i], "out", in->nodes[i].bytes_out);
+    }
+}
+
+char *snapshot_prometheus(const snapshot_input *in)
+{
+    snapshot_buf b = {0};
+    if (snapshot_reserve(&b, 0) == 0) /* an empty input still yields a string */
+        b.p[0] = '\0';
+    snapshot_prom_durations(&b, in);
+    snapshot_prom_phase(&b, in);
+    snapshot_prom_nodes(&b, in);
+    snapshot_prom_batches(&b, in);
+    snapshot_prom_payload(&b, in);
+    if (b.err) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}

@@ -1,0 +1,67 @@
+/* snapshot.h — what the master knows at one instant, in plain data.
+ *
+ * The master's reactor fills a snapshot_input from its live state (nodes,
+ * run phase, per-rank running statistics) and renders it, once, into the
+ * immutable documents the HTTP thread serves: the JSON bodies of the
+ * /api/v1 endpoints and the Prometheus exposition. Rendering is pure: no
+ * I/O, no global state, so it is unit-tested on hand-made inputs.
+ */
+#ifndef PSBENCH_SNAPSHOT_H
+#define PSBENCH_SNAPSHOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/stats.h"
+
+/* One node as the master sees it. */
+typedef struct snap_node {
+    const char *role;   /* "trainer" | "server" */
+    uint32_t rank;
+    const char *host;
+    const char *device; /* "cpu", "cuda:0", ... */
+    const char *state;  /* "registered" | "ready" | "running" | "done" | "failed" | "lost" */
+    double last_seen_s; /* seconds since its last message */
+    uint64_t bytes_in, bytes_out; /* payload bytes it reported (data plane) */
+} snap_node;
+
+/* One metric of one rank (rank >= 0) or of a whole role (rank == -1, the
+ * combined "all trainers" / "all servers" view). */
+typedef struct snap_stat {
+    const char *role;
+    int64_t rank;
+    const char *metric; /* the seed's "type,name" */
+    stats_summary s;    /* milliseconds */
+} snap_stat;
+
+typedef struct snapshot_input {
+    const char *phase;  /* "waiting" | "warmup" | "running" | "done" | "failed" */
+    const char *error;  /* NULL or a one-line reason */
+    uint64_t batches_done, batches_total; /* of the current pass, summed over trainers */
+    uint64_t batches_completed_total;     /* every batch any trainer finished, all passes */
+    double elapsed_s;
+    const snap_node *nodes;
+    size_t nnodes;
+    const snap_stat *stats;
+    size_t nstats;
+} snapshot_input;
+
+/* GET /api/v1/status:
+ * {"phase", "error", "progress": {"batches_done", "batches_total"},
+ *  "nodes": {"trainer": n, "server": n}, "elapsed_s"} */
+char *snapshot_status_json(const snapshot_input *in);
+/* GET /api/v1/nodes: [{"role", "rank", "host", "device", "state", "last_seen_s"}, ...] */
+char *snapshot_nodes_json(const snapshot_input *in);
+/* GET /api/v1/metrics:
+ * {"unit": "ms", "phase", "groups": {"trainer": {"all": {METRIC: STATS},
+ *  "ranks": {"0": {METRIC: STATS}, ...}}, "server": {...}}}
+ * STATS = {"count","min","max","mean","variance","stdev","p50","p75","p90","p95","p99"} */
+char *snapshot_metrics_json(const snapshot_input *in);
+/* The same "groups" object as a jansson value (for results.json). The
+ * return type is json_t *, declared void * here to keep jansson out of
+ * this header. */
+void *snapshot_groups_json(const snapshot_input *in);
+/* GET /metrics: Prometheus text format 0.0.4. */
+char *snapshot_prometheus(const snapshot_input *in);
+
+#endif

@@ -1,0 +1,211 @@
+/* master_link.c — a server's control connection (see master_link.h). */
+#include "server/master_link.h"
+#include "server/conn.h"
+#include "shared/log.h"
+#include "shared/net.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct master_link {
+    server *s;
+    struct bufferevent *bev;
+    struct event *tick;
+    frame_decoder dec;
+    const char *token;
+};
+
+int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device,
+                     const char *advertise, int64_t want_rank, char *err, size_t errlen)
+{
+    if (ctl_connect(c, master, 30.0, err, errlen) < 0)
+        return -1;
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "role", "server", "host", host, "device",
+                             device, "listen_host", cfg->host, "port", (json_int_t)cfg->port, "pid",
+                             (json_int_t)getpid());
+    if (advertise)
+        json_object_set_new(body, "advertise", json_string(advertise));
+    if (want_rank >= 0)
+        json_object_set_new(body, "want_rank", json_integer(want_rank));
+    int rc = ctl_send(c, "register", cfg->token, body, err, errlen);
+    json_decref(body);
+    if (rc < 0)
+        return -1;
+    for (;;) {
+        ctl_msg m;
+        int got = ctl_recv(c, 1000, &m, err, errlen);
+        if (got < 0)
+            return -1;
+        if (got == 0)
+            continue; /* the master bounds the wait (its join timeout) */
+        if (strcmp(m.type, "stop") == 0) {
+            snprintf(err, errlen, "the master refused this server: %s", ctl_str(m.body, "reason", "?"));
+            ctl_msg_clear(&m);
+            return -1;
+        }
+        if (strcmp(m.type, "assign") != 0) {
+            ctl_msg_clear(&m);
+            continue;
+        }
+        int64_t rank = ctl_int(m.body, "rank", -1), trainers = ctl_int(m.body, "trainers", 0);
+        const char *kind = ctl_str(m.body, "kind", "average");
+        if (rank < 0 || trainers < 1 || trainers > 65536) {
+            snprintf(err, errlen, "the master sent a bad assignment");
+            ctl_msg_clear(&m);
+            return -1;
+        }
+        cfg->rank = (uint32_t)rank;
+        cfg->trainers = (uint32_t)trainers;
+        if (strcmp(kind, "average-batch") == 0)
+            cfg->kind = KIND_AVERAGE_BATCH;
+        else if (strcmp(kind, "average") == 0)
+            cfg->kind = KIND_AVERAGE;
+        else {
+            snprintf(err, errlen, "the master asked for server kind '%s', which this build does not have",
+                     kind);
+            ctl_msg_clear(&m);
+            return -1;
+        }
+        ctl_msg_clear(&m);
+        return 0;
+    }
+}
+
+static void link_send(struct master_link *l, const char *type, json_t *body)
+{
+    uint8_t *buf;
+    size_t len;
+    if (ctl_encode(type, NULL, body, &buf, &len) == 0) {
+        bufferevent_write(l->bev, buf, len);
+        free(buf);
+    }
+    json_decref(body);
+}
+
+static void link_report(struct master_link *l)
+{
+    server *s = l->s;
+    link_send(l, "metrics",
+              json_pack("{s:o, s:I, s:I}", "samples", ctl_take_samples(s->metrics), "bytes_in",
+                        (json_int_t)s->bytes_in, "bytes_out", (json_int_t)s->bytes_out));
+}
+
+static void link_on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    link_report(arg);
+}
+
+static void link_stop(server *s, int code, const char *why)
+{
+    s->exit_code = code;
+    if (why)
+        snprintf(s->exit_reason, sizeof s->exit_reason, "%s", why);
+    event_base_loopbreak(s->base);
+}
+
+static void link_on_message(struct master_link *l, ctl_msg *m)
+{
+    server *s = l->s;
+    if (strcmp(m->type, "reset") == 0) {
+        server_reset(s);
+        link_report(l); /* flush what is left (nothing: metrics were reset) */
+        link_send(l, "reset_done", json_object());
+    } else if (strcmp(m->type, "stop") == 0) {
+        const char *st = ctl_str(m->body, "status", "failed");
+        if (strcmp(st, "done") == 0)
+            link_stop(s, 0, NULL);
+        else
+            link_stop(s, 1, ctl_str(m->body, "reason", "the run failed"));
+    } else {
+        log_debug("ignoring control message '%s'", m->type);
+    }
+}
+
+static void link_on_read(struct bufferevent *bev, void *arg)
+{
+    struct master_link *l = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    for (;;) {
+        size_t len = evbuffer_get_length(in);
+        if (len < FRAME_PREFIX_LEN)
+            return;
+        ctl_msg m;
+        size_t used;
+        frame_status st = ctl_decode(&l->dec, evbuffer_pullup(in, -1), len, &m, &used);
+        if (st == FRAME_NEED_MORE)
+            return;
+        if (st != FRAME_OK) {
+            link_stop(l->s, 1, "the master sent a malformed control message");
+            return;
+        }
+        evbuffer_drain(in, used);
+        link_on_message(l, &m);
+        ctl_msg_clear(&m);
+    }
+}
+
+static void link_on_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct master_link *l = arg;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        link_stop(l->s, 1, "lost the connection to the master");
+}
+
+int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen)
+{
+    struct master_link *l = calloc(1, sizeof *l);
+    if (!l) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    l->s = s;
+    frame_decoder_init(&l->dec, CTL_MAX_BODY);
+    net_set_nonblock(c->fd, 1);
+    l->bev = bufferevent_socket_new(s->base, c->fd, BEV_OPT_CLOSE_ON_FREE);
+    l->tick = event_new(s->base, -1, EV_PERSIST, link_on_tick, l);
+    struct timeval half = {0, 500000};
+    if (!l->bev || !l->tick || event_add(l->tick, &half) < 0) {
+        snprintf(err, errlen, "cannot attach the master connection");
+        return -1;
+    }
+    c->fd = -1; /* the bufferevent owns it now */
+    /* Bytes already read during the join belong to the next messages. */
+    if (c->len)
+        evbuffer_add(bufferevent_get_input(l->bev), c->buf, c->len);
+    bufferevent_setcb(l->bev, link_on_read, NULL, link_on_event, l);
+    bufferevent_enable(l->bev, EV_READ | EV_WRITE);
+    s->link = l;
+    metrics_enable_reporting(s->metrics);
+    return 0;
+}
+
+void master_link_free(server *s)
+{
+    struct master_link *l = s->link;
+    if (!l)
+        return;
+    /* A last report, so the master's tables hold every sample: written
+     * here and now (the reactor has stopped), blocking, best effort. */
+    link_report(l);
+    evutil_socket_t fd = bufferevent_getfd(l->bev);
+    struct evbuffer *out = bufferevent_get_output(l->bev);
+    net_set_nonblock(fd, 0);
+    /* A bufferevent keeps the start of its output frozen for its own
+     * writer; we are the writer now. */
+    evbuffer_unfreeze(out, 1);
+    while (evbuffer_get_length(out) > 0 && evbuffer_write(out, fd) > 0)
+        ;
+    event_free(l->tick);
+    bufferevent_free(l->bev);
+    frame_decoder_free(&l->dec);
+    free(l);
+    s->link = NULL;
+}

@@ -1,0 +1,23 @@
+/* master_link.h — a server's control connection to psbench-master.
+ *
+ * Before the reactor starts, master_link_join registers (this host, the
+ * data-plane port) and waits for the assignment: rank, trainers per bucket,
+ * kind. Then master_link_attach puts the connection on the reactor: metrics
+ * (and heartbeats) twice a second, `reset` between the warm-up and the timed
+ * pass, `stop` at the end.
+ */
+#ifndef PSBENCH_MASTER_LINK_H
+#define PSBENCH_MASTER_LINK_H
+
+#include <stdint.h>
+
+#include "server/server.h"
+#include "shared/control.h"
+
+int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device,
+                     const char *advertise, int64_t want_rank, char *err, size_t errlen);
+/* Hand the joined connection to the reactor (s takes it over). */
+int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen);
+void master_link_free(server *s);
+
+#endif

@@ -1,0 +1,208 @@
+/* control.c — control-plane messages: JSON bodies in protocol v1 frames
+ * (see control.h). */
+#include "shared/control.h"
+#include "shared/metrics.h"
+#include "shared/net.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int ctl_encode(const char *type, const char *token, json_t *body, uint8_t **out, size_t *len)
+{
+    char *js = body ? json_dumps(body, JSON_COMPACT) : strdup("{}");
+    if (!js)
+        return -1;
+    size_t jl = strlen(js);
+    frame_hdr h = {0};
+    h.type = FT_OTHER;
+    h.type_str = frame_str_c(type);
+    h.payload = jl;
+    h.has = FH_PAYLOAD;
+    if (token) {
+        h.token = frame_str_c(token);
+        h.has |= FH_TOKEN;
+    }
+    uint8_t hdr[1024];
+    size_t hl = frame_encode_header(&h, hdr, sizeof hdr);
+    uint8_t *buf = hl ? malloc(hl + jl) : NULL;
+    if (!buf) {
+        free(js);
+        return -1;
+    }
+    memcpy(buf, hdr, hl);
+    memcpy(buf + hl, js, jl);
+    free(js);
+    *out = buf;
+    *len = hl + jl;
+    return 0;
+}
+
+void ctl_msg_clear(ctl_msg *m)
+{
+    json_decref(m->body);
+    memset(m, 0, sizeof *m);
+}
+
+frame_status ctl_decode(frame_decoder *d, const uint8_t *p, size_t len, ctl_msg *m, size_t *consumed)
+{
+    frame_hdr h;
+    size_t hl;
+    *consumed = 0;
+    frame_status st = frame_decode_header(d, p, len, &h, &hl);
+    if (st != FRAME_OK)
+        return st;
+    if (len - hl < h.payload)
+        return FRAME_NEED_MORE;
+    if (h.type_str.n >= sizeof m->type) {
+        snprintf(d->err, sizeof d->err, "control message type too long");
+        return FRAME_BAD;
+    }
+    memset(m, 0, sizeof *m);
+    memcpy(m->type, h.type_str.p, h.type_str.n);
+    if ((h.has & FH_TOKEN) && h.token.n < sizeof m->token)
+        memcpy(m->token, h.token.p, h.token.n);
+    json_error_t je;
+    if (h.payload == 0) {
+        m->body = json_object();
+    } else {
+        m->body = json_loadb((const char *)p + hl, h.payload, JSON_REJECT_DUPLICATES, &je);
+        if (!m->body || !json_is_object(m->body)) {
+            snprintf(d->err, sizeof d->err, "control '%.31s': payload is not a JSON object%s%.80s",
+                     m->type, m->body ? "" : ": ", m->body ? "" : je.text);
+            json_decref(m->body);
+            m->body = NULL;
+            return FRAME_BAD;
+        }
+    }
+    *consumed = hl + h.payload;
+    return FRAME_OK;
+}
+
+int ctl_connect(ctl_conn *c, const char *hostport, double timeout_s, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+    frame_decoder_init(&c->dec, CTL_MAX_BODY);
+    snprintf(c->peer, sizeof c->peer, "%s", hostport);
+    char host[256];
+    uint16_t port;
+    if (net_parse_hostport(hostport, host, sizeof host, &port, 0, err, errlen) < 0)
+        return -1;
+    c->fd = net_connect(host, port, (int)(timeout_s * 1000), err, errlen);
+    return c->fd < 0 ? -1 : 0;
+}
+
+void ctl_close(ctl_conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    free(c->buf);
+    c->buf = NULL;
+    c->len = c->cap = 0;
+    frame_decoder_free(&c->dec);
+}
+
+int ctl_send(ctl_conn *c, const char *type, const char *token, json_t *body, char *err, size_t errlen)
+{
+    uint8_t *buf;
+    size_t len;
+    if (ctl_encode(type, token, body, &buf, &len) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = send(c->fd, buf + off, len - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            snprintf(err, errlen, "master %s: connection lost (%s)", c->peer, strerror(errno));
+            free(buf);
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    free(buf);
+    return 0;
+}
+
+int ctl_recv(ctl_conn *c, int timeout_ms, ctl_msg *m, char *err, size_t errlen)
+{
+    for (;;) {
+        size_t used;
+        frame_status st = ctl_decode(&c->dec, c->buf, c->len, m, &used);
+        if (st == FRAME_OK) {
+            memmove(c->buf, c->buf + used, c->len - used);
+            c->len -= used;
+            return 1;
+        }
+        if (st != FRAME_NEED_MORE) {
+            snprintf(err, errlen, "master %s sent a bad frame: %s", c->peer, c->dec.err);
+            return -1;
+        }
+        struct pollfd pfd = {c->fd, POLLIN, 0};
+        int rc = poll(&pfd, 1, timeout_ms);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0)
+            return rc == 0 ? 0 : -1;
+        if (c->cap - c->len < 65536) {
+            size_t cap = c->cap ? c->cap * 2 : 131072;
+            uint8_t *nb = realloc(c->buf, cap);
+            if (!nb) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            c->buf = nb;
+            c->cap = cap;
+        }
+        ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        if (r <= 0) {
+            snprintf(err, errlen, "master %s closed the control connection", c->peer);
+            return -1;
+        }
+        c->len += (size_t)r;
+        timeout_ms = 0; /* got bytes: parse, then only take what is there */
+    }
+}
+
+const char *ctl_str(json_t *o, const char *key, const char *dflt)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_string(v) ? json_string_value(v) : dflt;
+}
+
+int64_t ctl_int(json_t *o, const char *key, int64_t dflt)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+double ctl_num(json_t *o, const char *key, double dflt)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : dflt;
+}
+
+json_t *ctl_take_samples(struct metrics *m)
+{
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < metrics_size(m); i++) {
+        const double *v;
+        size_t n = metrics_pending(m, i, &v);
+        if (n == 0)
+            continue;
+        json_t *a = json_array();
+        for (size_t k = 0; k < n; k++)
+            json_array_append_new(a, json_real(v[k]));
+        json_object_set_new(o, metrics_key_at(m, i), a);
+    }
+    metrics_clear_pending(m);
+    return o;
+}

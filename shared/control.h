@@ -1,0 +1,65 @@
+/* control.h — the control plane between the master and its nodes.
+ *
+ * Same framing as the data plane (protocol v1 frames); the header carries
+ * "type" (and "token" on register), the payload is one JSON object with the
+ * message's fields. Messages, node → master: register, ready, metrics
+ * (also the heartbeat), pass_done, reset_done, failed; master → node:
+ * assign, start, reset, stop. docs/protocol.md lists their fields.
+ */
+#ifndef PSBENCH_CONTROL_H
+#define PSBENCH_CONTROL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/frame.h"
+
+#define CTL_MAX_BODY (16u << 20) /* a control message's JSON, at most */
+
+/* Encode a frame of `type` with body (may be NULL: empty object) into a
+ * malloc'd buffer. Returns 0 or -1. */
+int ctl_encode(const char *type, const char *token, json_t *body, uint8_t **out, size_t *len);
+
+/* One decoded control message. */
+typedef struct ctl_msg {
+    char type[32];
+    char token[256];
+    json_t *body; /* owned by the message; ctl_msg_clear frees it */
+} ctl_msg;
+
+void ctl_msg_clear(ctl_msg *m);
+
+/* Decode one message at the start of p[0, len). FRAME_OK: *consumed bytes
+ * used; FRAME_NEED_MORE; FRAME_BAD / FRAME_TOO_LARGE with d->err set (a
+ * payload that is not a JSON object is FRAME_BAD). */
+frame_status ctl_decode(frame_decoder *d, const uint8_t *p, size_t len, ctl_msg *m, size_t *consumed);
+
+/* A blocking control connection (the trainer's and the server's side). */
+typedef struct ctl_conn {
+    int fd;
+    frame_decoder dec;
+    uint8_t *buf;
+    size_t len, cap;
+    char peer[300];
+} ctl_conn;
+
+/* Connect to HOST:PORT, retrying for up to timeout_s while refused. */
+int ctl_connect(ctl_conn *c, const char *hostport, double timeout_s, char *err, size_t errlen);
+void ctl_close(ctl_conn *c);
+int ctl_send(ctl_conn *c, const char *type, const char *token, json_t *body, char *err, size_t errlen);
+/* Wait up to timeout_ms for one message. 1 got one, 0 timed out, -1 error
+ * (connection closed, malformed). */
+int ctl_recv(ctl_conn *c, int timeout_ms, ctl_msg *m, char *err, size_t errlen);
+
+/* The samples recorded since the last call, as {"type,name": [ms, ...]},
+ * then forgotten (see metrics_enable_reporting). */
+struct metrics;
+json_t *ctl_take_samples(struct metrics *m);
+
+/* Helpers to read a JSON body with defaults. */
+const char *ctl_str(json_t *o, const char *key, const char *dflt);
+int64_t ctl_int(json_t *o, const char *key, int64_t dflt);
+double ctl_num(json_t *o, const char *key, double dflt);
+
+#endif

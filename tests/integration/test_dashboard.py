@@ -1,0 +1,294 @@
+"""Browser test of the web dashboard (web/), in headless Chromium.
+
+It loads the dashboard from the server under test (start_target() below),
+waits (bounded) until the phase badge shows the job's phase, a chart has
+data, the nodes table has rows and the processed-metrics tables are there,
+takes a screenshot, and checks that the browser console logged no SEVERE
+entry. A second test stops the server and checks that the page says
+"disconnected" and keeps its last data, with no uncaught exception.
+
+Needs Debian's chromium, chromium-driver and python3-selenium (run with
+/usr/bin/python3). Without them the test FAILS (it does not skip): CI
+installs them (scripts/install-deps.sh).
+
+Run: /usr/bin/python3 tests/integration/test_dashboard.py
+Environment: PSBENCH_SCREENSHOT (default /tmp/psbench-dashboard.png),
+PSBENCH_BIN (the build directory, once the real master is the target).
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import psb  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROME_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-proxy-server",
+                "--window-size=1400,1000"]
+PACKAGES = "chromium chromium-driver python3-selenium"
+SCREENSHOT = os.environ.get("PSBENCH_SCREENSHOT", "/tmp/psbench-dashboard.png")
+WAIT_S = 20.0          # bound on every wait for the page
+PHASES = ("waiting", "warmup", "running", "done", "failed")
+TABLE_COLUMNS = ["metric", "count", "min", "max", "mean", "variance", "stdev", "p50", "p90", "p99"]
+
+MOCK = os.path.join(HERE, "mock_master.py")
+# The line the server under test prints once its HTTP side listens.
+HTTP_READY_RE = re.compile(r"http listening on (?:http://)?([0-9.]+):(\d+)")
+
+
+# ---- the server under test -------------------------------------------------
+
+def start_target(reg):
+    """Start the HTTP server under test through `reg` (a psb.Registry, which
+    always stops it); return (base URL of the dashboard, its psb.Proc).
+
+    Today: tests/integration/mock_master.py. For the real master:
+        p = reg.start([psb.bin_path("psbench-master"), "--local", ...,
+                       "--http", "127.0.0.1:0", "--linger", "30"], name="master")
+    (and HTTP_READY_RE must match the line it prints with its HTTP port)."""
+    p = reg.start([sys.executable, MOCK, "--http", "127.0.0.1:0"], name="mock-master")
+    host, port = wait_for_line(p, HTTP_READY_RE)
+    return "http://%s:%d/" % (host, port), p
+
+
+def wait_for_line(proc, regex, timeout=10.0):
+    """The groups of the first match of `regex` in proc's stderr or stdout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = regex.search(proc.stderr()) or regex.search(proc.stdout())
+        if m:
+            return m.group(1), int(m.group(2))
+        if not proc.alive():
+            raise AssertionError("server under test exited early:\n" + proc.describe())
+        time.sleep(0.05)
+    raise AssertionError("server under test not listening within %.0f s:\n%s"
+                         % (timeout, proc.describe()))
+
+
+# ---- helpers ---------------------------------------------------------------
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def get_json(url, timeout=5.0):
+    with _NO_PROXY.open(url, timeout=timeout) as r:
+        return json.loads(r.read().decode("utf-8"))
+
+
+def missing_browser_deps():
+    """What is missing to run a browser test (empty list: nothing)."""
+    missing = []
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("python3-selenium (import selenium failed; run with /usr/bin/python3)")
+    for path, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+        if not os.access(path, os.X_OK):
+            missing.append("%s (no %s)" % (pkg, path))
+    return missing
+
+
+# What the page shows, read in one go.
+PAGE_STATE_JS = r"""
+const q = (s) => document.querySelector(s);
+const num = (s) => { const e = q(s); return e ? Number(e.getAttribute('data-points')) : -1; };
+const st = window.psbenchState;
+return {
+  phase: q('#phase') ? q('#phase').textContent.trim() : null,
+  dataPhase: q('#phase') ? q('#phase').getAttribute('data-phase') : null,
+  conn: q('#conn') ? q('#conn').textContent.trim() : null,
+  connected: q('#conn') ? q('#conn').getAttribute('data-connected') : null,
+  progress: q('#progress-text') ? q('#progress-text').textContent : null,
+  nodeRows: document.querySelectorAll('#nodes tbody tr').length,
+  nodeCells: Array.from(document.querySelectorAll('#nodes tbody tr')).map((tr) => tr.cells.length),
+  points: {trainer: num('#chart-trainer'), server: num('#chart-server')},
+  canvases: document.querySelectorAll('.chart canvas').length,
+  tables: document.querySelectorAll('.metrics-group table').length,
+  hasState: typeof st === 'object' && st !== null,
+  okPolls: st ? st.okPolls : -1,
+};
+"""
+
+# The header and the "batch_all" row of the "all trainers" table.
+TABLE_JS = r"""
+const d = document.querySelector('#metrics-trainer details[data-key="all"]');
+if (!d) return null;
+const head = Array.from(d.querySelectorAll('thead th')).map((th) => th.textContent.trim());
+const row = Array.from(d.querySelectorAll('tbody tr')).find(
+  (tr) => tr.cells[0].textContent.trim() === 'batch_level_metric,batch_all');
+return {head: head, row: row ? Array.from(row.cells).map((c) => c.textContent.trim()) : null};
+"""
+
+
+class Dashboard(psb.PsbTestCase):
+
+    def setUp(self):
+        missing = missing_browser_deps()
+        if missing:
+            self.fail("the dashboard test needs a browser; missing: %s. Install: apt-get install %s"
+                      % ("; ".join(missing), PACKAGES))
+        psb.PsbTestCase.setUp(self)
+
+    # -- browser ------------------------------------------------------------
+
+    def start_browser(self):
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+        profile = tempfile.mkdtemp(prefix="psbench-chromium-")
+        self.addCleanup(shutil.rmtree, profile, True)
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = CHROMIUM
+        for flag in CHROME_FLAGS + ["--user-data-dir=" + profile]:
+            opts.add_argument(flag)
+        opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        service = Service(executable_path=CHROMEDRIVER,
+                          log_path=os.path.join(self.reg.workdir, "chromedriver.log"))
+        driver = webdriver.Chrome(service=service, options=opts)
+        try:
+            driver.set_page_load_timeout(WAIT_S)
+            driver.set_script_timeout(10)
+        except Exception:
+            driver.quit()
+            raise
+        return driver
+
+    def page_state(self, driver):
+        return driver.execute_script(PAGE_STATE_JS)
+
+    def wait_page(self, driver, what, cond, timeout=WAIT_S):
+        """Poll the page until cond(page_state) is true; fail after `timeout`."""
+        deadline = time.monotonic() + timeout
+        s = None
+        while time.monotonic() < deadline:
+            s = self.page_state(driver)
+            if cond(s):
+                return s
+            time.sleep(0.2)
+        self.fail("page did not %s within %.0f s; last state: %r; console: %r"
+                  % (what, timeout, s, driver.get_log("browser")))
+
+    def wait_live(self, driver, base):
+        """Wait until the badge shows the job's phase (as /api/v1/status
+        says it, just before or just after reading the page), a chart has
+        data, and the nodes and metrics tables have rows."""
+        deadline = time.monotonic() + WAIT_S
+        s, phases = None, None
+        while time.monotonic() < deadline:
+            before = get_json(base + "api/v1/status")["phase"]
+            s = self.page_state(driver)
+            after = get_json(base + "api/v1/status")["phase"]
+            phases = (before, after)
+            if (s["phase"] in phases and s["dataPhase"] == s["phase"]
+                    and max(s["points"].values()) >= 1 and s["nodeRows"] >= 1
+                    and s["tables"] >= 1 and s["connected"] == "true"):
+                return s
+            time.sleep(0.2)
+        self.fail("dashboard not live within %.0f s; phase from the API %r; page: %r; console: %r"
+                  % (WAIT_S, phases, s, driver.get_log("browser")))
+
+    def screenshot(self, driver, path):
+        """The whole page (the window is made as tall as the document)."""
+        h = driver.execute_script("return Math.ceil(document.documentElement.scrollHeight)")
+        driver.set_window_size(1400, max(1000, min(int(h) + 40, 6000)))
+        time.sleep(0.5)  # let the charts follow the new size
+        self.assertTrue(driver.save_screenshot(path), "screenshot to %s failed" % path)
+
+    def assert_no_severe(self, logs, allow=None):
+        bad = [e for e in logs if e.get("level") == "SEVERE"
+               and not (allow and allow.search(e.get("message", "")))]
+        self.assertEqual(bad, [], "the page logged errors to the browser console")
+
+    # -- tests --------------------------------------------------------------
+
+    def test_dashboard_live(self):
+        base, _ = start_target(self.reg)
+        driver = self.start_browser()
+        try:
+            driver.get(base)
+            self.assertEqual(driver.title, "psbench")
+            s = self.wait_live(driver, base)
+            self.assertIn(s["phase"], PHASES)
+            self.assertTrue(s["hasState"], "window.psbenchState is missing")
+            self.assertGreaterEqual(s["canvases"], 1, s)
+            self.assertTrue(all(n == 6 for n in s["nodeCells"]), s)
+            nodes = get_json(base + "api/v1/nodes")
+            self.assertEqual(s["nodeRows"], len(nodes), (s, nodes))
+
+            t = driver.execute_script(TABLE_JS)
+            self.assertIsNotNone(t, "no 'all trainers' metrics table")
+            self.assertEqual(t["head"], TABLE_COLUMNS)
+            self.assertIsNotNone(t["row"], "no batch_all row in the 'all trainers' table")
+            self.assertRegex(t["row"][1], r"^\d+$")
+            for cell in t["row"][2:]:
+                self.assertRegex(cell, r"^-?\d+\.\d{3}$", t["row"])
+
+            # A few more polls so that the screenshot shows lines, not dots.
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline and self.page_state(driver)["points"]["trainer"] < 6:
+                time.sleep(0.25)
+            self.screenshot(driver, SCREENSHOT)
+            self.assert_no_severe(driver.get_log("browser"))
+        finally:
+            driver.quit()
+
+    def test_disconnected_keeps_data(self):
+        base, proc = start_target(self.reg)
+        driver = self.start_browser()
+        try:
+            driver.get(base)
+            live = self.wait_live(driver, base)
+            self.assert_no_severe(driver.get_log("browser"))
+            proc.stop()
+            s = self.wait_page(driver, "say disconnected",
+                               lambda s: s["conn"] == "disconnected" and s["connected"] == "false")
+            self.assertEqual(s["phase"], live["phase"], "the last phase must stay on the badge")
+            self.assertGreaterEqual(s["nodeRows"], live["nodeRows"])
+            self.assertGreaterEqual(s["tables"], live["tables"])
+            self.assertGreaterEqual(max(s["points"].values()), max(live["points"].values()))
+            time.sleep(2.5)  # a retry or two while the master is gone
+            # The browser itself reports each refused request; anything else
+            # (an uncaught exception above all) is a failure.
+            self.assert_no_severe(driver.get_log("browser"),
+                                  allow=re.compile(r"net::ERR_CONNECTION_REFUSED|Failed to load resource"))
+        finally:
+            driver.quit()
+
+    def test_relative_urls_behind_prefix(self):
+        # A property of the page, not of the server: always uses the mock.
+        p = self.reg.start([sys.executable, MOCK, "--http", "127.0.0.1:0", "--prefix", "/ps/bench"],
+                           name="mock-prefix")
+        host, port = wait_for_line(p, HTTP_READY_RE)
+        base = "http://%s:%d/ps/bench/" % (host, port)
+        driver = self.start_browser()
+        try:
+            driver.get(base)
+            self.wait_live(driver, base)
+            self.assert_no_severe(driver.get_log("browser"))
+        finally:
+            driver.quit()
+
+
+def main():
+    signal.signal(signal.SIGTERM, psb._on_sigterm)
+    prog = unittest.main(exit=False, verbosity=2)
+    r = prog.result
+    failed = len(r.failures) + len(r.errors) + len(getattr(r, "unexpectedSuccesses", []))
+    skipped = len(r.skipped)
+    passed = r.testsRun - failed - skipped
+    print("%d passed, %d failed%s" % (passed, failed, ", %d skipped" % skipped if skipped else ""))
+    sys.exit(0 if failed == 0 and skipped == 0 and r.testsRun > 0 else 1)
+
+
+if __name__ == "__main__":
+    main()

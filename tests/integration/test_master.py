@@ -1,0 +1,272 @@
+"""End-to-end tests of psbench-master: rendezvous, phases, live metrics over
+HTTP (JSON + Prometheus), results files, failures.
+
+Every run uses the Synthetic model with small buckets (a model config
+written for the test) so that a pass takes a fraction of a second.
+
+Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_master.py
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+
+RUN_TIMEOUT = 90
+STATS_KEYS = {"count", "min", "max", "mean", "variance", "stdev", "p50", "p75", "p90", "p95", "p99"}
+
+
+class Master(psb.Proc):
+    CTL_RE = re.compile(r"control plane on ([0-9.]+):(\d+)")
+    HTTP_RE = re.compile(r"HTTP on http://([0-9.]+):(\d+)/")
+
+    def wait_ports(self, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            err = self.stderr()
+            c, h = self.CTL_RE.search(err), self.HTTP_RE.search(err)
+            if c and h:
+                self.ctl = "%s:%s" % (psb.HOST, c.group(2))
+                self.http = "http://%s:%s" % (psb.HOST, h.group(2))
+                return
+            if not self.alive():
+                raise AssertionError("master exited early:\n" + self.describe())
+            time.sleep(0.02)
+        raise AssertionError("master did not print its ports:\n" + self.describe())
+
+
+def http_get(url, method="GET", timeout=5.0):
+    req = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode("utf-8")
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode("utf-8", "replace")
+
+
+def http_json(url):
+    code, ctype, body = http_get(url)
+    assert code == 200, (url, code, body)
+    assert ctype.startswith("application/json"), (url, ctype)
+    return json.loads(body)
+
+
+class MasterTests(psb.PsbTestCase):
+
+    def setUp(self):
+        psb.PsbTestCase.setUp(self)
+        self.confdir = os.path.join(self.reg.workdir, "configs")
+        os.makedirs(self.confdir)
+        self.model_cfg = os.path.join(self.confdir, "models.json")
+        with open(self.model_cfg, "w") as f:
+            json.dump({"Tiny": {"model_class": "Synthetic",
+                                "configurations": {"buckets": 3, "bucket_floats": 2000,
+                                                   "sparse": False}},
+                       "Slow": {"model_class": "Synthetic",
+                                "configurations": {"buckets": 4, "bucket_floats": 262144,
+                                                   "sparse": False}}}, f)
+
+    def master(self, *extra, local=True, model="Tiny", epochs=2, out=None, linger=30):
+        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http",
+                "127.0.0.1:0", "--linger", str(linger), "--model", model,
+                "--model-config-path", self.model_cfg, "--epochs", str(epochs),
+                "--rpc-timeout", "15"]
+        if local:
+            args.append("--local")
+        if out:
+            args += ["--out", out]
+        args += list(extra)
+        m = self.reg.start(args, name="master", cls=Master)
+        m.wait_ports()
+        return m
+
+    def wait_phase(self, m, phases, timeout=RUN_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                last = http_json(m.http + "/api/v1/status")
+            except OSError:
+                last = None
+            if last and last["phase"] in phases:
+                return last
+            time.sleep(0.05)
+        self.fail("phase never reached %s (last %r):\n%s" % (phases, last, m.describe()))
+
+    def check_stats(self, s):
+        self.assertEqual(set(s), STATS_KEYS)
+        self.assertIsInstance(s["count"], int)
+        self.assertLessEqual(s["min"], s["p50"])
+        self.assertLessEqual(s["p50"], s["p99"] + 1e-9)
+        self.assertLessEqual(s["p99"], s["max"] + 1e-9)
+
+    def check_done_run(self, m, ntrainer, nserver, batches_per_trainer):
+        st = self.wait_phase(m, ("done", "failed"))
+        self.assertEqual(st["phase"], "done", m.describe())
+        self.assertIsNone(st["error"])
+        self.assertEqual(st["nodes"], {"trainer": ntrainer, "server": nserver})
+        self.assertEqual(st["progress"]["batches_total"], ntrainer * batches_per_trainer)
+        self.assertEqual(st["progress"]["batches_done"], ntrainer * batches_per_trainer)
+        nodes = http_json(m.http + "/api/v1/nodes")
+        self.assertEqual(sorted((n["role"], n["rank"]) for n in nodes),
+                         sorted([("trainer", r) for r in range(ntrainer)] +
+                                [("server", r) for r in range(nserver)]))
+        for n in nodes:
+            self.assertEqual(set(n), {"role", "rank", "host", "device", "state", "last_seen_s"})
+        met = http_json(m.http + "/api/v1/metrics")
+        self.assertEqual(met["unit"], "ms")
+        self.assertEqual(met["phase"], "done")
+        tr = met["groups"]["trainer"]
+        batch = tr["all"]["batch_level_metric,batch_all"]
+        self.check_stats(batch)
+        # The timed pass only: the warm-up's samples were reset.
+        self.assertEqual(batch["count"], ntrainer * batches_per_trainer)
+        self.assertEqual(sorted(tr["ranks"]), sorted(str(r) for r in range(ntrainer)))
+        for r in range(ntrainer):
+            self.assertEqual(tr["ranks"][str(r)]["batch_level_metric,batch_all"]["count"],
+                             batches_per_trainer)
+            self.check_stats(tr["ranks"][str(r)]["hook_future_metric,rpc_dense"])
+        sv = met["groups"]["server"]
+        if nserver == 1:
+            # One server, 3 buckets: one future per bucket per batch.
+            self.assertEqual(
+                sv["all"]["parameter_server_batch_metric,param_index_batch"]["count"],
+                3 * batches_per_trainer)
+        return met
+
+    def check_prometheus(self, m):
+        code, ctype, text = http_get(m.http + "/metrics")
+        self.assertEqual(code, 200)
+        self.assertTrue(ctype.startswith("text/plain"), ctype)
+        self.assertIn("# TYPE psbench_metric_duration_seconds summary", text)
+        self.assertRegex(text, r'psbench_metric_duration_seconds\{role="trainer",rank="0",'
+                               r'metric="batch_level_metric,batch_all",quantile="0.5"\} ')
+        self.assertRegex(text, r'psbench_phase\{phase="done"\} 1')
+        self.assertIn("psbench_batches_completed_total", text)
+        self.assertIn('psbench_nodes{role="trainer"', text)
+        self.assertIn('psbench_payload_bytes_total{role="trainer",rank="0",direction="out"}', text)
+        # promtool comes with Debian's prometheus package (scripts/install-deps.sh).
+        r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout.decode() + r.stderr.decode())
+        self.assertEqual(r.stdout.decode().strip() + r.stderr.decode().strip(), "")
+
+    # DummyData: 100 samples / batch size 10 = 10 batches per epoch, dealt
+    # round-robin to the trainers.
+    def batches(self, ntrainer, epochs):
+        return epochs * (10 // ntrainer)
+
+    def test_local_default_shape(self):
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master(out=out)
+        # Live: the API answers while the job runs.
+        self.assertEqual(http_get(m.http + "/healthz")[2], "ok")
+        self.check_done_run(m, 2, 1, self.batches(2, 2))
+        self.check_prometheus(m)
+        m.signal(signal.SIGTERM)  # leave --linger early
+        self.assertEqual(m.wait(20), 0, m.describe())
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        self.assertEqual(res["phase"], "done")
+        self.assertEqual([t["rank"] for t in res["trainers"]], [0, 1])
+        for t in res["trainers"]:
+            self.assertIn("host", t)
+        self.assertIn("batch_level_metric,batch_all", res["groups"]["trainer"]["all"])
+        self.assertIn("configuration", res)
+        self.assertIn("environment", res)
+        for g in ("trainer", "server"):
+            with open(os.path.join(out, g + ".csv")) as f:
+                head = f.readline().strip()
+            self.assertTrue(head.startswith("rank,metric,count,min,max,mean"), head)
+        # The tables: combined and per rank, the seed printer's columns.
+        so = m.stdout()
+        self.assertIn("all trainers (ms)", so)
+        self.assertIn("trainer 1 (ms)", so)
+        self.assertIn("[trainer 0]", so + m.stderr())
+        # diff of a run against itself: every change is 0.
+        rc, dout, derr = self.reg.run([psb.bin_path("psbench-master"), "diff",
+                                       os.path.join(out, "results.json"),
+                                       os.path.join(out, "results.json")])
+        self.assertEqual(rc, 0, derr)
+        self.assertIn("batch_level_metric,batch_all", dout)
+        rc, _, derr = self.reg.run([psb.bin_path("psbench-master"), "diff",
+                                    os.path.join(out, "results.json"), "/nonexistent.json"])
+        self.assertNotEqual(rc, 0)
+        self.assertIn("/nonexistent.json", derr)
+
+    def test_by_hand(self):
+        m = self.master(local=False)
+        srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen",
+                              "127.0.0.1:0"], name="server", cls=psb.Server)
+        trs = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl],
+                              name="trainer%d" % i) for i in range(2)]
+        self.check_done_run(m, 2, 1, self.batches(2, 2))
+        for p in trs + [srv]:
+            self.assertEqual(p.wait(30), 0, p.describe())
+
+    def test_shard_two_servers(self):
+        m = self.master("--nserver", "2", "--ntrainer", "2", "--placement", "shard")
+        self.check_done_run(m, 2, 2, self.batches(2, 2))
+        met = http_json(m.http + "/api/v1/metrics")
+        ranks = met["groups"]["server"]["ranks"]
+        self.assertEqual(sorted(ranks), ["0", "1"])
+        # 3 buckets over 2 servers: server 0 gets buckets 0 and 2, server 1 bucket 1.
+        b = self.batches(2, 2)
+        self.assertEqual(ranks["0"]["parameter_server_batch_metric,param_index_batch"]["count"], 2 * b)
+        self.assertEqual(ranks["1"]["parameter_server_batch_metric,param_index_batch"]["count"], b)
+
+    def test_trainer_killed(self):
+        m = self.master(model="Slow", epochs=400, linger=0)
+        self.wait_phase(m, ("warmup", "running"))
+        # Trainer 1 is the master's child started with --rank 1.
+        out = subprocess.run(["pgrep", "-P", str(m.pid), "-f", "psbench-trainer.*--rank 1"],
+                             stdout=subprocess.PIPE).stdout.decode().split()
+        self.assertTrue(out, "no trainer 1 child found")
+        os.kill(int(out[0]), signal.SIGKILL)
+        st = self.wait_phase(m, ("failed", "done"), timeout=30)
+        self.assertEqual(st["phase"], "failed")
+        self.assertIn("trainer 1", st["error"])
+        rc = m.wait(40)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("trainer 1", m.stderr())
+        # Every child is gone.
+        left = subprocess.run(["pgrep", "-P", str(m.pid)], stdout=subprocess.PIPE).stdout.split()
+        self.assertEqual(left, [])
+
+    def test_http_read_only(self):
+        m = self.master(epochs=1)
+        self.wait_phase(m, ("done",))
+        self.assertEqual(http_get(m.http + "/api/v1/status", method="POST")[0], 405)
+        self.assertEqual(http_get(m.http + "/api/v1/status", method="DELETE")[0], 405)
+        self.assertEqual(http_get(m.http + "/nope")[0], 404)
+        self.assertEqual(http_get(m.http + "/../../etc/passwd")[0], 404)
+        code, ctype, body = http_get(m.http + "/")
+        self.assertEqual(code, 200)
+        self.assertTrue(ctype.startswith("text/html"), ctype)
+        self.assertEqual(http_get(m.http + "/api/v1/status", method="HEAD")[0], 200)
+
+    def test_bad_flags(self):
+        for args, word in ((["--ntrainer", "3", "--nserver", "2"], "divisible"),
+                           (["--batch_size", "0"], "batch"),
+                           (["--model", "NoSuchModel"], "NoSuchModel"),
+                           (["--bogus"], "bogus")):
+            rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--local",
+                                         "--model-config-path", self.model_cfg] + args)
+            self.assertNotEqual(rc, 0, args)
+            self.assertIn(word, err, (args, err))
+        rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--help"])
+        self.assertEqual(rc, 0)
+        self.assertIn("--batch-size", out)
+        rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--version"])
+        self.assertEqual(rc, 0)
+
+
+if __name__ == "__main__":
+    psb.main()

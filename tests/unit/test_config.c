@@ -1,0 +1,652 @@
+/* test_config.c — unit tests for master/config: the master's flags (both
+ * spellings, defaults, bad values), the seed launcher's checks, loading
+ * configs/ (the real files, and broken ones written to a temp dir) and the
+ * configuration object for results.json. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "master/config.h"
+
+#ifndef PSBENCH_SOURCE_CONFIG_DIR
+#define PSBENCH_SOURCE_CONFIG_DIR "configs"
+#endif
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* getopt and cli_normalize_args rewrite argv: give them writable copies. */
+typedef struct args {
+    int argc;
+    char *argv[64];
+} args;
+
+static void args_make(args *a, const char *first, va_list ap)
+{
+    a->argc = 0;
+    a->argv[a->argc++] = strdup("psbench-master");
+    for (const char *s = first; s; s = va_arg(ap, const char *))
+        a->argv[a->argc++] = strdup(s);
+    a->argv[a->argc] = NULL;
+}
+
+static void args_free(args *a)
+{
+    for (int i = 0; i < a->argc; i++)
+        free(a->argv[i]);
+    a->argc = 0;
+}
+
+/* Parse a NULL-terminated list of arguments into c. */
+static int parse(run_config *c, char *err, size_t errlen, ...)
+{
+    va_list ap;
+    va_start(ap, errlen);
+    const char *first = va_arg(ap, const char *);
+    args a;
+    args_make(&a, first, ap);
+    va_end(ap);
+    err[0] = '\0';
+    int rc = config_parse_args(c, a.argc, a.argv, err, errlen);
+    args_free(&a);
+    return rc;
+}
+
+static void assert_contains(const char *hay, const char *needle)
+{
+    if (!hay || !strstr(hay, needle)) {
+        print_error("expected \"%s\" in \"%s\"\n", needle, hay ? hay : "(null)");
+        fail();
+    }
+}
+
+static void assert_ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    if (n < m || strcmp(s + n - m, suffix) != 0) {
+        print_error("expected \"%s\" to end with \"%s\"\n", s, suffix);
+        fail();
+    }
+}
+
+static char tmpdir[64];
+
+static void write_file(const char *name, const char *text)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *tmp_path(const char *name)
+{
+    static char p[4][256];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, name);
+    return p[i];
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    setenv("PSBENCH_CONFIG_DIR", PSBENCH_SOURCE_CONFIG_DIR, 1);
+    unsetenv("PSBENCH_TOKEN");
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/psbench_test_config_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    const char *names[] = {"bad.json", "array.json", "model.json", "server.json", "syn.json", "dup.json",
+                           "empty.json"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        unlink(tmp_path(names[i]));
+    rmdir(tmpdir);
+    return 0;
+}
+
+/* ---- parsing -------------------------------------------------------------- */
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[256];
+    assert_int_equal(parse(&c, err, sizeof err, NULL), 0);
+    assert_int_equal(c.ntrainer, 2);
+    assert_int_equal(c.ncudatrainer, 0);
+    assert_int_equal(c.nserver, 1);
+    assert_int_equal(c.ncudaserver, 0);
+    assert_int_equal(c.epochs, 10);
+    assert_int_equal(c.batch_size, 10);
+    assert_string_equal(c.model, "Synthetic");
+    assert_string_equal(c.server, "AverageParameterServer");
+    assert_string_equal(c.data, "DummyData");
+    assert_string_equal(c.trainer, "DdpRpcTrainer");
+    assert_string_equal(c.backend, "gloo");
+    assert_string_equal(c.placement, "seed");
+    assert_string_equal(c.listen, "0.0.0.0:29500");
+    assert_string_equal(c.http, "0.0.0.0:8080");
+    assert_false(c.local);
+    assert_null(c.out_dir);
+    assert_null(c.token);
+    assert_null(c.ddp_hook);
+    assert_true(c.rpc_timeout_s > 0);
+    assert_true(c.linger_s == 0);
+    assert_int_equal(c.seed, 0);
+    assert_string_equal(c.model_config_path, PSBENCH_SOURCE_CONFIG_DIR "/model_configurations.json");
+    assert_string_equal(c.data_config_path, PSBENCH_SOURCE_CONFIG_DIR "/data_configurations.json");
+    assert_string_equal(c.trainer_config_path, PSBENCH_SOURCE_CONFIG_DIR "/trainer_configurations.json");
+    assert_string_equal(c.server_config_path, PSBENCH_SOURCE_CONFIG_DIR "/server_configurations.json");
+    assert_int_equal(config_validate(&c, err, sizeof err), 0);
+    config_free(&c);
+    config_free(&c); /* safe twice */
+}
+
+static void test_config_dir_env(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[256], buf[512];
+    setenv("PSBENCH_CONFIG_DIR", "/some/where", 1);
+    assert_string_equal(config_default_dir(buf, sizeof buf), "/some/where");
+    assert_int_equal(parse(&c, err, sizeof err, NULL), 0);
+    assert_string_equal(c.model_config_path, "/some/where/model_configurations.json");
+    config_free(&c);
+    /* Without the variable: <exe>/../configs or the source tree's. */
+    unsetenv("PSBENCH_CONFIG_DIR");
+    config_default_dir(buf, sizeof buf);
+    assert_ends_with(buf, "configs");
+    setenv("PSBENCH_CONFIG_DIR", PSBENCH_SOURCE_CONFIG_DIR, 1);
+}
+
+static void test_token_env(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[256];
+    setenv("PSBENCH_TOKEN", "s3cret", 1);
+    assert_int_equal(parse(&c, err, sizeof err, NULL), 0);
+    assert_string_equal(c.token, "s3cret");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--token", "other", NULL), 0);
+    assert_string_equal(c.token, "other");
+    config_free(&c);
+    unsetenv("PSBENCH_TOKEN");
+}
+
+static void test_both_spellings(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[256];
+    assert_int_equal(parse(&c, err, sizeof err, "--batch_size", "7", NULL), 0);
+    assert_int_equal(c.batch_size, 7);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--batch-size", "7", NULL), 0);
+    assert_int_equal(c.batch_size, 7);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--batch_size=8", "--rpc_timeout=2.5", "--data_config_path",
+                           "/x/d.json", "--model-config-path=/x/m.json", "--trainer_config_path", "/x/t.json",
+                           "--server_config_path=/x/s.json", NULL),
+                     0);
+    assert_int_equal(c.batch_size, 8);
+    assert_true(c.rpc_timeout_s == 2.5);
+    assert_string_equal(c.data_config_path, "/x/d.json");
+    assert_string_equal(c.model_config_path, "/x/m.json");
+    assert_string_equal(c.trainer_config_path, "/x/t.json");
+    assert_string_equal(c.server_config_path, "/x/s.json");
+    config_free(&c);
+}
+
+static void test_all_flags(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[256];
+    assert_int_equal(parse(&c, err, sizeof err, "--ntrainer", "4", "--ncudatrainer", "2", "--nserver", "2",
+                           "--ncudaserver", "1", "--trainer", "DdpTrainer", "--server",
+                           "AverageBatchParameterServer", "--data", "DummyData2", "--model", "DummyModelSparse",
+                           "--epochs", "3", "--backend", "nccl", "--seed", "42", "--placement", "shard",
+                           "--listen", "127.0.0.1:0", "--http", "127.0.0.1:9090", "--local", "--linger", "1.5",
+                           "--out", "/tmp/out", "--log-level", "debug", "--ddp_hook", "sparse_rpc_hook",
+                           "--filestore", "/tmp/fs", NULL),
+                     0);
+    assert_int_equal(c.ntrainer, 4);
+    assert_int_equal(c.ncudatrainer, 2);
+    assert_int_equal(c.nserver, 2);
+    assert_int_equal(c.ncudaserver, 1);
+    assert_string_equal(c.trainer, "DdpTrainer");
+    assert_string_equal(c.server, "AverageBatchParameterServer");
+    assert_string_equal(c.data, "DummyData2");
+    assert_string_equal(c.model, "DummyModelSparse");
+    assert_int_equal(c.epochs, 3);
+    assert_string_equal(c.backend, "nccl");
+    assert_int_equal(c.seed, 42);
+    assert_string_equal(c.placement, "shard");
+    assert_string_equal(c.listen, "127.0.0.1:0");
+    assert_string_equal(c.http, "127.0.0.1:9090");
+    assert_true(c.local);
+    assert_true(c.linger_s == 1.5);
+    assert_string_equal(c.out_dir, "/tmp/out");
+    assert_int_equal(c.log_level, LOG_DEBUG);
+    assert_string_equal(c.ddp_hook, "sparse_rpc_hook");
+    config_free(&c);
+
+    /* --linger 0 is allowed (exit when done). */
+    assert_int_equal(parse(&c, err, sizeof err, "--linger", "0", NULL), 0);
+    assert_true(c.linger_s == 0);
+    config_free(&c);
+}
+
+static void test_seed_compat_flags(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[256];
+    assert_int_equal(parse(&c, err, sizeof err, "--master_addr=localhost", "--master_port=29501",
+                           "--torch_seed", "7", NULL),
+                     0);
+    assert_string_equal(c.listen, "localhost:29501");
+    assert_int_equal(c.seed, 7);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--master-port", "70000", NULL), -1);
+    assert_contains(err, "--master-port");
+    config_free(&c);
+}
+
+static void test_bad_numbers(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[256];
+    struct {
+        const char *opt, *val, *named;
+    } cases[] = {
+        {"--ntrainer", "abc", "--ntrainer"},   {"--ntrainer", "-1", "--ntrainer"},
+        {"--nserver", "2x", "--nserver"},      {"--ncudatrainer", "", "--ncudatrainer"},
+        {"--ncudaserver", "99999", "--ncudaserver"},
+        {"--batch_size", "0", "--batch-size"}, {"--batch-size", "ten", "--batch-size"},
+        {"--epochs", "0", "--epochs"},         {"--epochs", "1.5", "--epochs"},
+        {"--rpc-timeout", "0", "--rpc-timeout"}, {"--rpc_timeout", "soon", "--rpc-timeout"},
+        {"--seed", "-5", "--seed"},            {"--linger", "-1", "--linger"},
+        {"--placement", "random", "--placement"}, {"--log-level", "loud", "--log-level"},
+        {"--model", "", "--model"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = parse(&c, err, sizeof err, cases[i].opt, cases[i].val, NULL);
+        if (rc != -1) {
+            print_error("%s %s: rc %d\n", cases[i].opt, cases[i].val, rc);
+            fail();
+        }
+        assert_contains(err, cases[i].named);
+        assert_null(strchr(err, '\n'));
+        config_free(&c);
+    }
+}
+
+static void test_bad_usage(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[256];
+    assert_int_equal(parse(&c, err, sizeof err, "--bogus", NULL), -1);
+    assert_contains(err, "unknown option '--bogus'");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--epochs", NULL), -1);
+    assert_contains(err, "--epochs");
+    assert_contains(err, "needs a value");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "stray", NULL), -1);
+    assert_contains(err, "unexpected argument 'stray'");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--local=yes", NULL), -1);
+    assert_contains(err, "takes no value");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--help", NULL), 1);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "-h", NULL), 1);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--version", NULL), 2);
+    config_free(&c);
+
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_usage(f);
+    fclose(f);
+    assert_contains(buf, "--batch-size");
+    assert_contains(buf, "--ncudatrainer");
+    assert_contains(buf, "--server-config-path");
+    assert_contains(buf, "diff");
+    free(buf);
+}
+
+/* ---- validation ------------------------------------------------------------ */
+
+static int parse_validate(char *err, size_t errlen, ...)
+{
+    va_list ap;
+    va_start(ap, errlen);
+    const char *first = va_arg(ap, const char *);
+    args a;
+    args_make(&a, first, ap);
+    va_end(ap);
+    run_config c;
+    int rc = config_parse_args(&c, a.argc, a.argv, err, errlen);
+    args_free(&a);
+    if (rc == 0)
+        rc = config_validate(&c, err, errlen);
+    config_free(&c);
+    return rc;
+}
+
+static void test_validate(void **state)
+{
+    (void)state;
+    char err[512];
+    assert_int_equal(parse_validate(err, sizeof err, "--ntrainer", "3", "--nserver", "2", NULL), -1);
+    assert_contains(err, "--ntrainer 3 is not divisible by --nserver 2");
+    /* The shard placement has no such constraint. */
+    assert_int_equal(
+        parse_validate(err, sizeof err, "--ntrainer", "3", "--nserver", "2", "--placement", "shard", NULL), 0);
+    assert_int_equal(parse_validate(err, sizeof err, "--ntrainer", "0", NULL), -1);
+    assert_contains(err, "no trainers");
+    assert_int_equal(parse_validate(err, sizeof err, "--nserver", "0", NULL), -1);
+    assert_contains(err, "no servers");
+    assert_int_equal(parse_validate(err, sizeof err, "--ntrainer", "4", "--nserver", "2", NULL), 0);
+    /* CPU and CUDA trainers need both kinds of servers (the seed's check). */
+    assert_int_equal(parse_validate(err, sizeof err, "--ncudatrainer", "2", NULL), -1);
+    assert_contains(err, "CUDA servers");
+    assert_int_equal(
+        parse_validate(err, sizeof err, "--ncudatrainer", "3", "--ncudaserver", "2", NULL), -1);
+    assert_contains(err, "--ncudatrainer 3 is not divisible by --ncudaserver 2");
+    assert_int_equal(parse_validate(err, sizeof err, "--ntrainer", "0", "--nserver", "0", "--ncudatrainer", "2",
+                                    "--ncudaserver", "1", "--backend", "nccl", NULL),
+                     0);
+    assert_int_equal(parse_validate(err, sizeof err, "--ntrainer", "0", "--ncudatrainer", "2", "--ncudaserver",
+                                    "1", NULL),
+                     -1);
+    assert_contains(err, "--nserver 1 needs CPU trainers");
+    assert_int_equal(parse_validate(err, sizeof err, "--backend", "mpi", NULL), -1);
+    assert_contains(err, "--backend 'mpi'");
+    assert_int_equal(parse_validate(err, sizeof err, "--listen", "nohost", NULL), -1);
+    assert_contains(err, "--listen 'nohost' is not HOST:PORT");
+    assert_int_equal(parse_validate(err, sizeof err, "--http", "h:99999", NULL), -1);
+    assert_contains(err, "--http");
+
+    /* Fields set directly (not through the parser) are checked too. */
+    run_config c;
+    assert_int_equal(config_init(&c), 0);
+    c.batch_size = 0;
+    assert_int_equal(config_validate(&c, err, sizeof err), -1);
+    assert_contains(err, "--batch-size");
+    c.batch_size = 1;
+    c.epochs = 0;
+    assert_int_equal(config_validate(&c, err, sizeof err), -1);
+    assert_contains(err, "--epochs");
+    config_free(&c);
+}
+
+/* ---- configs/ ---------------------------------------------------------------- */
+
+static void test_load_real_configs(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[512];
+    assert_int_equal(parse(&c, err, sizeof err, NULL), 0);
+    if (config_load(&c, err, sizeof err) != 0) {
+        print_error("%s\n", err);
+        fail();
+    }
+    assert_true(c.resolved.loaded);
+    assert_string_equal(c.resolved.server_kind, "average");
+    assert_string_equal(c.resolved.model.id, "Synthetic");
+    assert_string_equal(c.resolved.model.cls, "Synthetic");
+    assert_true(c.resolved.synthetic);
+    assert_int_equal(c.resolved.syn.buckets, 4);
+    assert_int_equal(c.resolved.syn.bucket_floats, 262144);
+    assert_false(c.resolved.syn.sparse);
+    assert_string_equal(c.resolved.data.cls, "DummyData");
+    assert_int_equal(c.resolved.samples, 100);
+    assert_string_equal(c.resolved.trainer.cls, "DdpTrainer");
+    assert_string_equal(json_string_value(json_object_get(c.resolved.trainer.conf, "ddp_hook")), "rpc_hook");
+    /* 100 samples / batch 10 = 10 batches over 2 trainers = 5 a trainer, x 10 epochs. */
+    assert_int_equal(config_batches_per_pass(&c), 50);
+    json_t *m = config_model_json(&c);
+    assert_non_null(m);
+    assert_string_equal(json_string_value(json_object_get(m, "class")), "Synthetic");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(m, "configurations"), "buckets")), 4);
+    /* Loading again releases the previous resolution (ASan checks). */
+    assert_int_equal(config_load(&c, err, sizeof err), 0);
+    config_free(&c);
+
+    assert_int_equal(parse(&c, err, sizeof err, "--server", "AverageBatchParameterServer", "--model",
+                           "DummyModelSparse", "--data", "DummyData2", "--ddp-hook", "hybrid_hook", "--ntrainer",
+                           "3", "--batch-size", "7", "--epochs", "2", NULL),
+                     0);
+    assert_int_equal(config_load(&c, err, sizeof err), 0);
+    assert_string_equal(c.resolved.server_kind, "average-batch");
+    assert_string_equal(c.resolved.model.cls, "DummyModel");
+    assert_false(c.resolved.synthetic);
+    assert_true(json_is_true(json_object_get(c.resolved.model.conf, "sparse")));
+    assert_int_equal(json_integer_value(json_object_get(c.resolved.data.conf, "sparsity_percentage")), 80);
+    assert_string_equal(json_string_value(json_object_get(c.resolved.trainer.conf, "ddp_hook")), "hybrid_hook");
+    /* ceil(100 / 7) = 15 batches over 3 trainers = 5 each, x 2 epochs. */
+    assert_int_equal(config_batches_per_pass(&c), 10);
+    config_free(&c);
+
+    assert_int_equal(parse(&c, err, sizeof err, "--model", "SyntheticSparse", NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), 0);
+    assert_true(c.resolved.synthetic);
+    assert_true(c.resolved.syn.sparse);
+    assert_int_equal(c.resolved.syn.sparse_cols, 16);
+    config_free(&c);
+}
+
+static void test_load_missing_id(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[512];
+    assert_int_equal(parse(&c, err, sizeof err, "--model", "Foo", NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "model 'Foo' not in ");
+    assert_contains(err, "model_configurations.json");
+    assert_contains(err, "(have: DummyModel, DummyModelSparse, Synthetic, SyntheticSparse)");
+    assert_false(c.resolved.loaded);
+    config_free(&c);
+
+    assert_int_equal(parse(&c, err, sizeof err, "--server", "NoSuchServer", NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "server 'NoSuchServer' not in ");
+    assert_contains(err, "AverageParameterServer");
+    config_free(&c);
+
+    assert_int_equal(parse(&c, err, sizeof err, "--data", "Nope", NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "data 'Nope' not in ");
+    config_free(&c);
+
+    assert_int_equal(parse(&c, err, sizeof err, "--trainer", "Nope", NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "trainer 'Nope' not in ");
+    config_free(&c);
+}
+
+static void test_load_missing_file(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[512];
+    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("nope.json"), NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "cannot read model configurations");
+    assert_contains(err, tmp_path("nope.json"));
+    assert_contains(err, "No such file");
+    config_free(&c);
+}
+
+static void test_load_malformed(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[512], want[300];
+
+    write_file("bad.json", "{\n  \"Synthetic\": {\n    \"model_class\": \"Synthetic\",,\n  }\n}\n");
+    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("bad.json"), NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    snprintf(want, sizeof want, "model configurations %s:3:", tmp_path("bad.json"));
+    assert_contains(err, want);
+    config_free(&c);
+
+    write_file("empty.json", "");
+    assert_int_equal(parse(&c, err, sizeof err, "--data-config-path", tmp_path("empty.json"), NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "data configurations");
+    assert_contains(err, tmp_path("empty.json"));
+    config_free(&c);
+
+    write_file("array.json", "[1, 2]\n");
+    assert_int_equal(parse(&c, err, sizeof err, "--server-config-path", tmp_path("array.json"), NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "expected an object");
+    config_free(&c);
+
+    write_file("dup.json", "{\"Synthetic\": {}, \"Synthetic\": {}}\n");
+    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("dup.json"), NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "duplicate");
+    config_free(&c);
+
+    /* An entry without its class, and one with a class psbench lacks. */
+    write_file("model.json", "{\"Synthetic\": {\"configurations\": {\"buckets\": 1}}}\n");
+    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("model.json"), NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "model 'Synthetic'");
+    assert_contains(err, "\"model_class\"");
+    config_free(&c);
+
+    write_file("server.json", "{\"AverageParameterServer\": {\"ps_class\": \"BatchUpdateParameterServer\", "
+                              "\"configurations\": {}},"
+                              " \"Old\": {\"ps_class\": \"AverageBatchParameterServer\"}}\n");
+    assert_int_equal(parse(&c, err, sizeof err, "--server-config-path", tmp_path("server.json"), NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "class 'BatchUpdateParameterServer' is not supported");
+    config_free(&c);
+    /* The seed's older "ps_class" key is accepted. */
+    assert_int_equal(
+        parse(&c, err, sizeof err, "--server-config-path", tmp_path("server.json"), "--server", "Old", NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), 0);
+    assert_string_equal(c.resolved.server_kind, "average-batch");
+    config_free(&c);
+
+    /* Synthetic parameters are checked. */
+    write_file("syn.json", "{\"Synthetic\": {\"model_class\": \"Synthetic\", \"configurations\": "
+                           "{\"buckets\": 0, \"bucket_floats\": 10}},"
+                           " \"NoFloats\": {\"model_class\": \"Synthetic\", \"configurations\": {\"buckets\": 2}},"
+                           " \"BadConf\": {\"model_class\": \"Synthetic\", \"configurations\": [1]}}\n");
+    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("syn.json"), NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "\"buckets\" must be a whole number in 1..65536");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("syn.json"), "--model",
+                           "NoFloats", NULL),
+                     0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "model 'NoFloats': configurations has no \"bucket_floats\"");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("syn.json"), "--model",
+                           "BadConf", NULL),
+                     0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "\"configurations\" must be an object");
+    config_free(&c);
+}
+
+static void test_load_data_too_small(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[512];
+    /* 100 samples in batches of 100: one batch cannot feed two trainers. */
+    assert_int_equal(parse(&c, err, sizeof err, "--batch-size", "100", NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "data 'DummyData' has 100 samples");
+    assert_contains(err, "2 trainers");
+    config_free(&c);
+}
+
+static void test_to_json(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[512];
+    assert_int_equal(parse(&c, err, sizeof err, "--model", "DummyModel", "--server",
+                           "AverageBatchParameterServer", "--batch_size", "5", "--token", "hidden", "--out",
+                           "/tmp/r", NULL),
+                     0);
+    json_t *j = config_to_json(&c);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "DummyModel");
+    assert_string_equal(json_string_value(json_object_get(j, "server")), "AverageBatchParameterServer");
+    assert_string_equal(json_string_value(json_object_get(j, "data")), "DummyData");
+    assert_string_equal(json_string_value(json_object_get(j, "trainer")), "DdpRpcTrainer");
+    assert_int_equal(json_integer_value(json_object_get(j, "batch_size")), 5);
+    assert_int_equal(json_integer_value(json_object_get(j, "ntrainer")), 2);
+    assert_int_equal(json_integer_value(json_object_get(j, "epochs")), 10);
+    assert_string_equal(json_string_value(json_object_get(j, "placement")), "seed");
+    assert_string_equal(json_string_value(json_object_get(j, "out")), "/tmp/r");
+    assert_true(json_is_true(json_object_get(j, "auth")));
+    assert_null(json_object_get(j, "resolved"));
+    char *text = json_dumps(j, 0);
+    assert_null(strstr(text, "hidden")); /* the token never leaves */
+    free(text);
+    json_decref(j);
+
+    assert_int_equal(config_load(&c, err, sizeof err), 0);
+    j = config_to_json(&c);
+    json_t *r = json_object_get(j, "resolved");
+    assert_non_null(r);
+    assert_string_equal(json_string_value(json_object_get(r, "server_kind")), "average-batch");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r, "model"), "class")), "DummyModel");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r, "server"), "kind")),
+                        "average-batch");
+    assert_int_equal(json_integer_value(json_object_get(r, "batches_per_pass")), 100);
+    json_decref(j);
+    config_free(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_config_dir_env),
+        cmocka_unit_test(test_token_env),
+        cmocka_unit_test(test_both_spellings),
+        cmocka_unit_test(test_all_flags),
+        cmocka_unit_test(test_seed_compat_flags),
+        cmocka_unit_test(test_bad_numbers),
+        cmocka_unit_test(test_bad_usage),
+        cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_load_real_configs),
+        cmocka_unit_test(test_load_missing_id),
+        cmocka_unit_test(test_load_missing_file),
+        cmocka_unit_test(test_load_malformed),
+        cmocka_unit_test(test_load_data_too_small),
+        cmocka_unit_test(test_to_json),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

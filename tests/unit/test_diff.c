@@ -1,0 +1,347 @@
+/* test_diff.c — unit tests for master/diff (`psbench-master diff A.json
+ * B.json`): the table (metrics, values, B-A, percent change, "-" for a
+ * metric one run lacks, "all" before ranks, ranks in numeric order), the
+ * configuration differences, --csv, and the exit codes for unreadable
+ * input (1) and bad usage (2). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "master/diff.h"
+
+static char tmpdir[64];
+
+static const char *tmp_path(const char *name)
+{
+    static char p[8][256];
+    static int i;
+    i = (i + 1) % 8;
+    snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, name);
+    return p[i];
+}
+
+static void write_file(const char *name, const char *text)
+{
+    FILE *f = fopen(tmp_path(name), "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void assert_contains(const char *hay, const char *needle)
+{
+    if (!hay || !strstr(hay, needle)) {
+        print_error("expected \"%s\" in:\n%s\n", needle, hay ? hay : "(null)");
+        fail();
+    }
+}
+
+/* The line of text that contains needle (copied into line). */
+static void find_line(const char *text, const char *needle, char *line, size_t len)
+{
+    const char *p = strstr(text, needle);
+    if (!p) {
+        print_error("no line with \"%s\" in:\n%s\n", needle, text);
+        fail();
+    }
+    const char *s = p;
+    while (s > text && s[-1] != '\n')
+        s--;
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - s) : strlen(s);
+    if (n >= len)
+        n = len - 1;
+    memcpy(line, s, n);
+    line[n] = '\0';
+}
+
+#define STATS(mean, p50, p90, p99, count)                                                                      \
+    "{\"count\": " #count ", \"min\": 1.0, \"max\": 100.0, \"mean\": " #mean ", \"variance\": 4.0, "           \
+    "\"stdev\": 2.0, \"p50\": " #p50 ", \"p75\": 1.0, \"p90\": " #p90 ", \"p95\": 1.0, \"p99\": " #p99 "}"
+
+static const char *run_a =
+    "{\"configuration\": {\"batch_size\": 10, \"model\": \"Synthetic\", \"ntrainer\": 2},\n"
+    " \"groups\": {\n"
+    "  \"trainer\": {\n"
+    "   \"all\": {\"batch_level_metric,batch_all\": " STATS(10.0, 9.0, 12.0, 20.0, 100) ",\n"
+    "            \"hook_future_metric,rpc_dense\": " STATS(4.0, 4.0, 5.0, 6.0, 400) "},\n"
+    "   \"ranks\": {\"10\": {\"batch_level_metric,batch_all\": " STATS(11.0, 9.0, 12.0, 20.0, 50) "},\n"
+    "             \"2\": {\"batch_level_metric,batch_all\": " STATS(9.0, 9.0, 12.0, 20.0, 50) "}}},\n"
+    "  \"server\": {\n"
+    "   \"all\": {\"method_metric,average computation\": " STATS(0.5, 0.5, 0.6, 0.7, 80) "},\n"
+    "   \"ranks\": {\"0\": {\"method_metric,average computation\": " STATS(0.5, 0.5, 0.6, 0.7, 80) "}}}\n"
+    " },\n"
+    " \"trainers\": [{\"rank\": 0, \"host\": \"a\"}]}\n";
+
+static const char *run_b =
+    "{\"configuration\": {\"batch_size\": 20, \"model\": \"Synthetic\", \"ntrainer\": 2},\n"
+    " \"groups\": {\n"
+    "  \"trainer\": {\n"
+    "   \"all\": {\"batch_level_metric,batch_all\": " STATS(12.0, 9.0, 10.8, 20.0, 100) ",\n"
+    "            \"forward_metric,forward_pass\": " STATS(3.0, 3.0, 3.0, 3.0, 100) "},\n"
+    "   \"ranks\": {\"2\": {\"batch_level_metric,batch_all\": " STATS(9.0, 9.0, 12.0, 20.0, 50) "}}},\n"
+    "  \"server\": {\n"
+    "   \"all\": {\"method_metric,average computation\": " STATS(0.25, 0.5, 0.6, 0.7, 80) "},\n"
+    "   \"ranks\": {}}\n"
+    " }}\n";
+
+static int group_setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/psbench_test_diff_XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return -1;
+    write_file("a.json", run_a);
+    write_file("b.json", run_b);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    const char *names[] = {"a.json", "b.json", "bad.json", "nogroups.json", "array.json", "badrank.json",
+                           "out.csv"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        unlink(tmp_path(names[i]));
+    rmdir(tmpdir);
+    return 0;
+}
+
+/* Run diff_main with the given arguments (after "diff"), capturing both
+ * streams. */
+typedef struct result {
+    int rc;
+    char *out, *err;
+} result;
+
+static result run(const char *a1, const char *a2, const char *a3, const char *a4)
+{
+    const char *in[] = {a1, a2, a3, a4};
+    char *argv[6];
+    int argc = 0;
+    argv[argc++] = strdup("diff");
+    for (int i = 0; i < 4 && in[i]; i++)
+        argv[argc++] = strdup(in[i]);
+    argv[argc] = NULL;
+    result r = {0};
+    size_t ol = 0, el = 0;
+    FILE *out = open_memstream(&r.out, &ol);
+    FILE *err = open_memstream(&r.err, &el);
+    r.rc = diff_main(argc, argv, out, err);
+    fclose(out);
+    fclose(err);
+    for (int i = 0; i < argc; i++)
+        free(argv[i]);
+    return r;
+}
+
+static void result_free(result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+static void test_table(void **state)
+{
+    (void)state;
+    result r = run(tmp_path("a.json"), tmp_path("b.json"), NULL, NULL);
+    if (r.rc != 0)
+        print_error("%s\n", r.err);
+    assert_int_equal(r.rc, 0);
+    const char *o = r.out;
+    assert_contains(o, "A: ");
+    assert_contains(o, "a.json");
+    assert_contains(o, "B-A");
+    assert_contains(o, "change");
+
+    /* The mean of batch_all: 10 -> 12, +2, +20%. */
+    char line[512];
+    find_line(o, "batch_level_metric,batch_all", line, sizeof line);
+    assert_contains(line, "count");
+    assert_contains(line, "100");
+    find_line(strstr(o, "batch_level_metric,batch_all"), "mean", line, sizeof line);
+    assert_contains(line, "10.000");
+    assert_contains(line, "12.000");
+    assert_contains(line, "+2.000");
+    assert_contains(line, "+20.0%");
+    /* p90: 12 -> 10.8, -1.2, -10%. */
+    find_line(strstr(o, "batch_level_metric,batch_all"), "p90", line, sizeof line);
+    assert_contains(line, "12.000");
+    assert_contains(line, "10.800");
+    assert_contains(line, "-1.200");
+    assert_contains(line, "-10.0%");
+    /* Unchanged p50: +0.0%. */
+    find_line(strstr(o, "batch_level_metric,batch_all"), "p50", line, sizeof line);
+    assert_contains(line, "+0.000");
+    assert_contains(line, "+0.0%");
+
+    /* A metric only in A, and one only in B: "-" on the other side. */
+    find_line(o, "hook_future_metric,rpc_dense", line, sizeof line);
+    assert_contains(line, "400");
+    assert_contains(line, " -");
+    find_line(o, "forward_metric,forward_pass", line, sizeof line);
+    assert_contains(line, "100");
+    assert_contains(line, "- ");
+
+    /* Server: the average computation halves. */
+    const char *srv = strstr(o, "== server: all ranks ==");
+    assert_non_null(srv);
+    find_line(strstr(srv, "method_metric,average computation"), "mean", line, sizeof line);
+    assert_contains(line, "0.500");
+    assert_contains(line, "0.250");
+    assert_contains(line, "-0.250");
+    assert_contains(line, "-50.0%");
+
+    /* Order: trainer before server, "all" before ranks, ranks numeric. */
+    const char *t_all = strstr(o, "== trainer: all ranks ==");
+    const char *t_2 = strstr(o, "== trainer: rank 2 ==");
+    const char *t_10 = strstr(o, "== trainer: rank 10 ==");
+    const char *s_0 = strstr(o, "== server: rank 0 ==");
+    assert_non_null(t_all);
+    assert_non_null(t_2);
+    assert_non_null(t_10);
+    assert_non_null(s_0);
+    assert_true(t_all < t_2 && t_2 < t_10 && t_10 < srv && srv < s_0);
+
+    /* Configuration differences. */
+    assert_contains(o, "configuration differences:");
+    assert_contains(o, "batch_size: 10 -> 20");
+    assert_null(strstr(o, "model: "));
+    assert_string_equal(r.err, "");
+    result_free(&r);
+}
+
+static void test_same_file(void **state)
+{
+    (void)state;
+    result r = run(tmp_path("a.json"), tmp_path("a.json"), NULL, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_contains(r.out, "configuration: same");
+    assert_null(strstr(r.out, "+20.0%"));
+    assert_contains(r.out, "+0.0%");
+    result_free(&r);
+}
+
+static void test_csv(void **state)
+{
+    (void)state;
+    result r = run("--csv", tmp_path("out.csv"), tmp_path("a.json"), tmp_path("b.json"));
+    assert_int_equal(r.rc, 0);
+    result_free(&r);
+    FILE *f = fopen(tmp_path("out.csv"), "r");
+    assert_non_null(f);
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    assert_contains(buf, "group,rank,metric,stat,a,b,b_minus_a,change_pct\n");
+    assert_contains(buf, "trainer,all,\"batch_level_metric,batch_all\",mean,10.000000,12.000000,2.000000,20.000\n");
+    assert_contains(buf, "trainer,all,\"hook_future_metric,rpc_dense\",mean,4.000000,,,\n");
+    assert_contains(buf, "server,0,\"method_metric,average computation\",mean,0.500000,,,\n");
+}
+
+static void test_unreadable(void **state)
+{
+    (void)state;
+    /* A missing file: 1, the message names it. */
+    result r = run(tmp_path("missing.json"), tmp_path("b.json"), NULL, NULL);
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.err, "missing.json");
+    assert_contains(r.err, "No such file");
+    result_free(&r);
+    r = run(tmp_path("a.json"), tmp_path("missing.json"), NULL, NULL);
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.err, "missing.json");
+    result_free(&r);
+
+    /* Malformed JSON: file, line and column. */
+    write_file("bad.json", "{\"groups\": {\n  \"trainer\": [1,,]\n}}\n");
+    r = run(tmp_path("a.json"), tmp_path("bad.json"), NULL, NULL);
+    assert_int_equal(r.rc, 1);
+    char want[300];
+    snprintf(want, sizeof want, "%s:2:", tmp_path("bad.json"));
+    assert_contains(r.err, want);
+    assert_contains(r.err, "invalid JSON");
+    result_free(&r);
+
+    /* Valid JSON that is not a results.json. */
+    write_file("nogroups.json", "{\"unit\": \"ms\"}\n");
+    r = run(tmp_path("nogroups.json"), tmp_path("b.json"), NULL, NULL);
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.err, "nogroups.json");
+    assert_contains(r.err, "no 'groups' object");
+    result_free(&r);
+
+    write_file("array.json", "[1, 2, 3]\n");
+    r = run(tmp_path("a.json"), tmp_path("array.json"), NULL, NULL);
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.err, "array.json");
+    assert_contains(r.err, "not a JSON object");
+    result_free(&r);
+
+    write_file("badrank.json", "{\"groups\": {\"trainer\": {\"ranks\": {\"0\": {\"m\": 5}}}}}\n");
+    r = run(tmp_path("a.json"), tmp_path("badrank.json"), NULL, NULL);
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.err, "badrank.json: groups.trainer.ranks.0.m is not a stats object");
+    result_free(&r);
+
+    /* --csv into a folder that does not exist. */
+    r = run("--csv", "/nonexistent-psbench/x.csv", tmp_path("a.json"), tmp_path("b.json"));
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.err, "/nonexistent-psbench/x.csv");
+    result_free(&r);
+}
+
+static void test_usage(void **state)
+{
+    (void)state;
+    result r = run(NULL, NULL, NULL, NULL);
+    assert_int_equal(r.rc, 2);
+    assert_contains(r.err, "usage: psbench-master diff");
+    result_free(&r);
+
+    r = run(tmp_path("a.json"), NULL, NULL, NULL);
+    assert_int_equal(r.rc, 2);
+    assert_contains(r.err, "two results.json files");
+    result_free(&r);
+
+    r = run(tmp_path("a.json"), tmp_path("b.json"), tmp_path("a.json"), NULL);
+    assert_int_equal(r.rc, 2);
+    assert_contains(r.err, "too many arguments");
+    result_free(&r);
+
+    r = run("--frobnicate", tmp_path("a.json"), tmp_path("b.json"), NULL);
+    assert_int_equal(r.rc, 2);
+    assert_contains(r.err, "unknown option '--frobnicate'");
+    result_free(&r);
+
+    r = run(tmp_path("a.json"), tmp_path("b.json"), "--csv", NULL);
+    assert_int_equal(r.rc, 2);
+    assert_contains(r.err, "--csv needs a file name");
+    result_free(&r);
+
+    r = run("--help", NULL, NULL, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_contains(r.out, "usage: psbench-master diff");
+    assert_string_equal(r.err, "");
+    result_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_same_file),
+        cmocka_unit_test(test_csv),
+        cmocka_unit_test(test_unreadable),
+        cmocka_unit_test(test_usage),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

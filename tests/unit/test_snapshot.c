@@ -1,0 +1,702 @@
+/* test_snapshot.c — unit tests for master/snapshot (the master's HTTP
+ * documents rendered from a hand-made snapshot_input).
+ *
+ * JSON bodies are parsed back with jansson (strictly: a NaN or Inf leaking
+ * into the text would fail to parse) and checked for their exact shape and
+ * values: /api/v1/status with and without an error, /api/v1/nodes,
+ * /api/v1/metrics with two trainer ranks, the trainers' "all" view and one
+ * server rank, non-finite statistics as null, "type,name" metric keys.
+ * The Prometheus text is checked line by line: one HELP and one TYPE per
+ * family, every family's samples contiguous, quantiles in seconds, _sum and
+ * _count, label escaping, phase gauges, node counts, counters. The JSON
+ * renderers are also run with jansson allocations failing at every point.
+ *
+ * When PSBENCH_PROM_OUT is set, a representative exposition is written to
+ * that path so that the build can run `promtool check metrics` on it. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <locale.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "master/snapshot.h"
+
+/* ---- fixtures ------------------------------------------------------------- */
+
+static const snap_node fixture_nodes[] = {
+    {"trainer", 0, "10.0.0.1", "cpu", "running", 0.25, 1000, 2000},
+    {"trainer", 1, "10.0.0.2", "cuda:0", "running", 1.23456, 3000, 4000},
+    {"server", 0, "10.0.0.3", "cpu", "ready", 0.0004, 6000, 5000},
+    {"trainer", 2, "10.0.0.4", "cpu", "lost", 31.0, 0, 0},
+};
+#define NFIXTURE_NODES (sizeof fixture_nodes / sizeof fixture_nodes[0])
+
+static stats_summary make_summary(uint64_t count, double base)
+{
+    stats_summary s = {
+        .count = count,
+        .min = base,
+        .max = base * 10,
+        .mean = base * 2,
+        .variance = base / 4,
+        .stdev = sqrt(base / 4),
+        .sum = base * 2 * (double)count,
+        .p50 = base * 1.5,
+        .p75 = base * 2.5,
+        .p90 = base * 4,
+        .p95 = base * 6,
+        .p99 = base * 8,
+    };
+    return s;
+}
+
+#define M_BATCH "batch_level_metric,batch_all"
+#define M_RPC "hook_future_metric,rpc_dense"
+#define M_SBATCH "parameter_server_batch_metric,param_index_batch"
+#define M_STRAG "parameter_server_straggler_metric,param_index_straggler"
+
+static snap_stat fixture_stats[6];
+
+static snapshot_input fixture(void)
+{
+    fixture_stats[0] = (snap_stat){"trainer", 0, M_BATCH, make_summary(10, 12.0)};
+    fixture_stats[1] = (snap_stat){"trainer", 0, M_RPC, make_summary(40, 2.0)};
+    fixture_stats[2] = (snap_stat){"trainer", 1, M_BATCH, make_summary(10, 14.0)};
+    fixture_stats[3] = (snap_stat){"trainer", -1, M_BATCH, make_summary(20, 13.0)};
+    fixture_stats[4] = (snap_stat){"server", 0, M_SBATCH, make_summary(20, 3.0)};
+    fixture_stats[5] = (snap_stat){"server", 0, M_STRAG, make_summary(20, 0.5)};
+    snapshot_input in = {
+        .phase = "running",
+        .error = NULL,
+        .batches_done = 17,
+        .batches_total = 40,
+        .batches_completed_total = 57,
+        .elapsed_s = 12.5,
+        .nodes = fixture_nodes,
+        .nnodes = NFIXTURE_NODES,
+        .stats = fixture_stats,
+        .nstats = sizeof fixture_stats / sizeof fixture_stats[0],
+    };
+    return in;
+}
+
+/* ---- JSON helpers ------------------------------------------------------- */
+
+/* Parses (strictly) and frees the rendered text. */
+static json_t *parse(char *text)
+{
+    assert_non_null(text);
+    json_error_t err;
+    json_t *v = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+    if (!v)
+        fail_msg("invalid JSON (%s) in: %s", err.text, text);
+    free(text);
+    return v;
+}
+
+static json_t *get(json_t *obj, const char *key)
+{
+    assert_true(json_is_object(obj));
+    json_t *v = json_object_get(obj, key);
+    if (!v)
+        fail_msg("missing key \"%s\"", key);
+    return v;
+}
+
+static void assert_keys(json_t *obj, const char *const *keys, size_t n)
+{
+    assert_true(json_is_object(obj));
+    assert_int_equal(json_object_size(obj), n);
+    for (size_t i = 0; i < n; i++)
+        get(obj, keys[i]);
+}
+
+static void assert_str(json_t *obj, const char *key, const char *want)
+{
+    json_t *v = get(obj, key);
+    assert_true(json_is_string(v));
+    assert_string_equal(json_string_value(v), want);
+}
+
+static void assert_int_key(json_t *obj, const char *key, json_int_t want)
+{
+    json_t *v = get(obj, key);
+    assert_true(json_is_integer(v));
+    assert_int_equal(json_integer_value(v), want);
+}
+
+static void assert_num_key(json_t *obj, const char *key, double want)
+{
+    json_t *v = get(obj, key);
+    assert_true(json_is_number(v));
+    assert_true(fabs(json_number_value(v) - want) <= 1e-12 * fmax(1.0, fabs(want)));
+}
+
+static const char *const stats_keys[] = {"count", "min", "max", "mean", "variance", "stdev",
+                                         "p50", "p75", "p90", "p95", "p99"};
+
+static void assert_stats(json_t *st, const stats_summary *s)
+{
+    assert_keys(st, stats_keys, 11);
+    assert_int_key(st, "count", (json_int_t)s->count);
+    assert_num_key(st, "min", s->min);
+    assert_num_key(st, "max", s->max);
+    assert_num_key(st, "mean", s->mean);
+    assert_num_key(st, "variance", s->variance);
+    assert_num_key(st, "stdev", s->stdev);
+    assert_num_key(st, "p50", s->p50);
+    assert_num_key(st, "p75", s->p75);
+    assert_num_key(st, "p90", s->p90);
+    assert_num_key(st, "p95", s->p95);
+    assert_num_key(st, "p99", s->p99);
+}
+
+/* ---- /api/v1/status ------------------------------------------------------------ */
+
+static void test_status_no_error(void **state)
+{
+    snapshot_input in = fixture();
+    json_t *doc = parse(snapshot_status_json(&in));
+    static const char *const keys[] = {"phase", "error", "progress", "nodes", "elapsed_s"};
+    assert_keys(doc, keys, 5);
+    assert_str(doc, "phase", "running");
+    assert_true(json_is_null(get(doc, "error")));
+    json_t *p = get(doc, "progress");
+    static const char *const pkeys[] = {"batches_done", "batches_total"};
+    assert_keys(p, pkeys, 2);
+    assert_int_key(p, "batches_done", 17);
+    assert_int_key(p, "batches_total", 40);
+    json_t *n = get(doc, "nodes");
+    static const char *const nkeys[] = {"trainer", "server"};
+    assert_keys(n, nkeys, 2);
+    assert_int_key(n, "trainer", 3);
+    assert_int_key(n, "server", 1);
+    assert_true(json_is_number(get(doc, "elapsed_s")));
+    assert_num_key(doc, "elapsed_s", 12.5);
+    json_decref(doc);
+}
+
+static void test_status_with_error(void **state)
+{
+    snapshot_input in = {.phase = "failed", .error = "server 0 lost: \"connection reset\"", .elapsed_s = 3};
+    json_t *doc = parse(snapshot_status_json(&in));
+    assert_str(doc, "phase", "failed");
+    assert_str(doc, "error", "server 0 lost: \"connection reset\"");
+    json_t *n = get(doc, "nodes");
+    static const char *const nkeys[] = {"trainer", "server"};
+    assert_keys(n, nkeys, 2);
+    assert_int_key(n, "trainer", 0);
+    assert_int_key(n, "server", 0);
+    assert_int_key(get(doc, "progress"), "batches_done", 0);
+    assert_num_key(doc, "elapsed_s", 3.0);
+    json_decref(doc);
+}
+
+static void test_status_nonfinite_elapsed_is_null(void **state)
+{
+    snapshot_input in = {.phase = "waiting", .elapsed_s = NAN};
+    json_t *doc = parse(snapshot_status_json(&in));
+    assert_true(json_is_null(get(doc, "elapsed_s")));
+    json_decref(doc);
+}
+
+/* ---- /api/v1/nodes ------------------------------------------------------------- */
+
+static void test_nodes(void **state)
+{
+    snapshot_input in = fixture();
+    json_t *arr = parse(snapshot_nodes_json(&in));
+    assert_true(json_is_array(arr));
+    assert_int_equal(json_array_size(arr), NFIXTURE_NODES);
+    static const char *const keys[] = {"role", "rank", "host", "device", "state", "last_seen_s"};
+    for (size_t i = 0; i < NFIXTURE_NODES; i++) {
+        json_t *o = json_array_get(arr, i);
+        const snap_node *n = &fixture_nodes[i];
+        assert_keys(o, keys, 6);
+        assert_str(o, "role", n->role);
+        assert_int_key(o, "rank", n->rank);
+        assert_str(o, "host", n->host);
+        assert_str(o, "device", n->device);
+        assert_str(o, "state", n->state);
+        assert_true(json_is_number(get(o, "last_seen_s")));
+    }
+    /* rounded to the millisecond */
+    assert_num_key(json_array_get(arr, 0), "last_seen_s", 0.25);
+    assert_num_key(json_array_get(arr, 1), "last_seen_s", 1.235);
+    assert_num_key(json_array_get(arr, 2), "last_seen_s", 0.0);
+    assert_num_key(json_array_get(arr, 3), "last_seen_s", 31.0);
+    json_decref(arr);
+}
+
+/* Reals are short in the text: rounded to the ms, no 17-digit noise. */
+static void test_nodes_text(void **state)
+{
+    snapshot_input in = fixture();
+    char *s = snapshot_nodes_json(&in);
+    assert_non_null(s);
+    assert_non_null(strstr(s, "{\"role\":\"trainer\",\"rank\":1,\"host\":\"10.0.0.2\",\"device\":\"cuda:0\","
+                              "\"state\":\"running\",\"last_seen_s\":1.235}"));
+    free(s);
+}
+
+static void test_nodes_empty(void **state)
+{
+    snapshot_input in = {.phase = "waiting"};
+    char *s = snapshot_nodes_json(&in);
+    assert_non_null(s);
+    assert_string_equal(s, "[]");
+    free(s);
+}
+
+/* ---- /api/v1/metrics ----------------------------------------------------------- */
+
+static void test_metrics_shape(void **state)
+{
+    snapshot_input in = fixture();
+    json_t *doc = parse(snapshot_metrics_json(&in));
+    static const char *const keys[] = {"unit", "phase", "groups"};
+    assert_keys(doc, keys, 3);
+    assert_str(doc, "unit", "ms");
+    assert_str(doc, "phase", "running");
+    json_t *groups = get(doc, "groups");
+    static const char *const gkeys[] = {"trainer", "server"};
+    assert_keys(groups, gkeys, 2);
+    static const char *const akeys[] = {"all", "ranks"};
+
+    json_t *tr = get(groups, "trainer");
+    assert_keys(tr, akeys, 2);
+    static const char *const mb[] = {M_BATCH};
+    assert_keys(get(tr, "all"), mb, 1);
+    assert_stats(get(get(tr, "all"), M_BATCH), &fixture_stats[3].s);
+    json_t *ranks = get(tr, "ranks");
+    static const char *const r01[] = {"0", "1"};
+    assert_keys(ranks, r01, 2);
+    static const char *const mbr[] = {M_BATCH, M_RPC};
+    assert_keys(get(ranks, "0"), mbr, 2);
+    assert_stats(get(get(ranks, "0"), M_BATCH), &fixture_stats[0].s);
+    assert_stats(get(get(ranks, "0"), M_RPC), &fixture_stats[1].s);
+    assert_keys(get(ranks, "1"), mb, 1);
+    assert_stats(get(get(ranks, "1"), M_BATCH), &fixture_stats[2].s);
+
+    json_t *sv = get(groups, "server");
+    assert_keys(sv, akeys, 2);
+    assert_int_equal(json_object_size(get(sv, "all")), 0);
+    static const char *const r0[] = {"0"};
+    assert_keys(get(sv, "ranks"), r0, 1);
+    static const char *const ms[] = {M_SBATCH, M_STRAG};
+    assert_keys(get(get(sv, "ranks"), "0"), ms, 2);
+    assert_stats(get(get(get(sv, "ranks"), "0"), M_STRAG), &fixture_stats[5].s);
+    json_decref(doc);
+}
+
+static void test_metrics_empty_groups(void **state)
+{
+    snapshot_input in = {.phase = "waiting"};
+    json_t *doc = parse(snapshot_metrics_json(&in));
+    json_t *want = json_loads("{\"unit\":\"ms\",\"phase\":\"waiting\",\"groups\":{"
+                              "\"trainer\":{\"all\":{},\"ranks\":{}},"
+                              "\"server\":{\"all\":{},\"ranks\":{}}}}",
+                              0, NULL);
+    assert_non_null(want);
+    assert_true(json_equal(doc, want));
+    json_decref(want);
+    json_decref(doc);
+}
+
+static void test_metrics_nonfinite_is_null(void **state)
+{
+    snap_stat st = {"trainer", 3, M_BATCH, make_summary(5, 1.0)};
+    st.s.p99 = NAN;
+    st.s.max = INFINITY;
+    st.s.min = -INFINITY;
+    snapshot_input in = {.phase = "running", .stats = &st, .nstats = 1};
+    char *text = snapshot_metrics_json(&in);
+    assert_non_null(text);
+    assert_null(strstr(text, "nan"));
+    assert_null(strstr(text, "inf"));
+    json_t *doc = parse(text);
+    json_t *s = get(get(get(get(get(doc, "groups"), "trainer"), "ranks"), "3"), M_BATCH);
+    assert_keys(s, stats_keys, 11);
+    assert_true(json_is_null(get(s, "p99")));
+    assert_true(json_is_null(get(s, "max")));
+    assert_true(json_is_null(get(s, "min")));
+    assert_num_key(s, "p50", 1.5);
+    assert_int_key(s, "count", 5);
+    json_decref(doc);
+}
+
+static void test_groups_json_matches_metrics(void **state)
+{
+    snapshot_input in = fixture();
+    json_t *groups = snapshot_groups_json(&in);
+    assert_non_null(groups);
+    /* the same value once both go through the same 15-digit serialisation */
+    json_t *reparsed = parse(json_dumps(groups, JSON_COMPACT | JSON_REAL_PRECISION(15)));
+    json_decref(groups);
+    json_t *doc = parse(snapshot_metrics_json(&in));
+    assert_true(json_equal(reparsed, get(doc, "groups")));
+    /* and the unserialised value holds the stats exactly */
+    groups = snapshot_groups_json(&in);
+    assert_non_null(groups);
+    json_t *sd = get(get(get(get(groups, "trainer"), "ranks"), "0"), M_BATCH);
+    assert_true(json_real_value(get(sd, "stdev")) == fixture_stats[0].s.stdev);
+    json_decref(groups);
+    json_decref(reparsed);
+    json_decref(doc);
+}
+
+/* Every JSON renderer survives an allocation failure at any point: it
+ * returns NULL (or a complete document) and leaks nothing (ASan checks). */
+static long alloc_budget = -1; /* < 0: unlimited */
+
+static void *failing_malloc(size_t n)
+{
+    if (alloc_budget == 0)
+        return NULL;
+    if (alloc_budget > 0)
+        alloc_budget--;
+    return malloc(n);
+}
+
+static void test_json_alloc_failures(void **state)
+{
+    snapshot_input in = fixture();
+    in.error = "boom";
+    char *(*const render[])(const snapshot_input *) = {snapshot_status_json, snapshot_nodes_json,
+                                                        snapshot_metrics_json};
+    json_set_alloc_funcs(failing_malloc, free);
+    for (size_t r = 0; r < 3; r++) {
+        char *full = NULL;
+        for (long budget = 0; !full; budget++) {
+            assert_true(budget < 100000);
+            alloc_budget = budget;
+            full = render[r](&in);
+        }
+        alloc_budget = -1;
+        json_decref(parse(full));
+    }
+    for (long budget = 0;; budget++) {
+        alloc_budget = budget;
+        json_t *g = snapshot_groups_json(&in);
+        alloc_budget = -1;
+        if (g) {
+            json_decref(g);
+            break;
+        }
+    }
+    json_set_alloc_funcs(malloc, free);
+}
+
+/* ---- Prometheus helpers ---------------------------------------------------------- */
+
+/* The value of the one sample line that starts with `series` + ' '. */
+static double prom_value(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    const char *found = NULL;
+    for (const char *line = text; *line;) {
+        const char *eol = strchr(line, '\n');
+        assert_non_null(eol); /* every line ends with \n */
+        if ((size_t)(eol - line) > n && strncmp(line, series, n) == 0 && line[n] == ' ') {
+            if (found)
+                fail_msg("series appears twice: %s", series);
+            found = line + n + 1;
+        }
+        line = eol + 1;
+    }
+    if (!found)
+        fail_msg("series not found: %s\n%s", series, text);
+    if (strncmp(found, "NaN\n", 4) == 0)
+        return NAN;
+    if (strncmp(found, "+Inf\n", 5) == 0)
+        return INFINITY;
+    char *end;
+    double v = strtod(found, &end);
+    assert_true(end != found && *end == '\n');
+    return v;
+}
+
+static void assert_close(double got, double want)
+{
+    if (!(fabs(got - want) <= 1e-12 * fmax(1.0, fabs(want))))
+        fail_msg("got %.17g, want %.17g", got, want);
+}
+
+static int count_substr(const char *text, const char *needle)
+{
+    int c = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        c++;
+    return c;
+}
+
+/* The family a sample name belongs to (summary suffixes folded). */
+static void sample_family(const char *line, char *out, size_t cap)
+{
+    size_t n = strcspn(line, "{ ");
+    assert_true(n < cap);
+    memcpy(out, line, n);
+    out[n] = '\0';
+    static const char *const suffixes[] = {"_sum", "_count"};
+    for (size_t i = 0; i < 2; i++) {
+        size_t sl = strlen(suffixes[i]);
+        if (n > sl && strcmp(out + n - sl, suffixes[i]) == 0 &&
+            strncmp(out, "psbench_metric_duration_seconds", n - sl) == 0 &&
+            n - sl == strlen("psbench_metric_duration_seconds"))
+            out[n - sl] = '\0';
+    }
+}
+
+/* Every family: HELP then TYPE once, samples right after and contiguous. */
+static void assert_families_well_formed(const char *text)
+{
+    static const char *const fam[] = {"psbench_metric_duration_seconds", "psbench_phase", "psbench_nodes",
+                                      "psbench_batches_completed_total", "psbench_payload_bytes_total"};
+    static const char *const type[] = {"summary", "gauge", "gauge", "counter", "counter"};
+    for (size_t i = 0; i < 5; i++) {
+        char help[128], typ[128];
+        snprintf(help, sizeof help, "# HELP %s ", fam[i]);
+        snprintf(typ, sizeof typ, "# TYPE %s %s\n", fam[i], type[i]);
+        assert_int_equal(count_substr(text, help), 1);
+        assert_int_equal(count_substr(text, typ), 1);
+    }
+    assert_int_equal(count_substr(text, "# HELP "), 5);
+    assert_int_equal(count_substr(text, "# TYPE "), 5);
+
+    char current[128] = "", seen[8][128];
+    size_t nseen = 0;
+    for (const char *line = text; *line;) {
+        const char *eol = strchr(line, '\n');
+        assert_non_null(eol);
+        if (strncmp(line, "# HELP ", 7) == 0) {
+            size_t n = strcspn(line + 7, " ");
+            assert_true(n < sizeof current);
+            memcpy(current, line + 7, n);
+            current[n] = '\0';
+            for (size_t i = 0; i < nseen; i++)
+                assert_string_not_equal(seen[i], current);
+            assert_true(nseen < 8);
+            strcpy(seen[nseen++], current);
+            /* TYPE follows immediately */
+            char typ[160];
+            snprintf(typ, sizeof typ, "# TYPE %s ", current);
+            assert_int_equal(strncmp(eol + 1, typ, strlen(typ)), 0);
+        } else if (line[0] != '#') {
+            char f[128];
+            sample_family(line, f, sizeof f);
+            assert_string_equal(f, current);
+        }
+        line = eol + 1;
+    }
+}
+
+/* ---- /metrics ----------------------------------------------------------------- */
+
+static void test_prom_families(void **state)
+{
+    snapshot_input in = fixture();
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+    assert_families_well_formed(text);
+    free(text);
+
+    snapshot_input empty = {.phase = "waiting"};
+    text = snapshot_prometheus(&empty);
+    assert_non_null(text);
+    assert_families_well_formed(text);
+    free(text);
+}
+
+static void test_prom_summary_in_seconds(void **state)
+{
+    snapshot_input in = fixture();
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+#define T0 "{role=\"trainer\",rank=\"0\",metric=\"" M_BATCH "\""
+#define TA "{role=\"trainer\",rank=\"all\",metric=\"" M_BATCH "\""
+    /* trainer 0: p50 18 ms, p90 48 ms, p99 96 ms, mean 24 ms over 10 */
+    assert_close(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.5\"}"), 0.018);
+    assert_close(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.9\"}"), 0.048);
+    assert_close(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.99\"}"), 0.096);
+    assert_close(prom_value(text, "psbench_metric_duration_seconds_sum" T0 "}"), 0.24);
+    assert_close(prom_value(text, "psbench_metric_duration_seconds_count" T0 "}"), 10);
+    /* the role-wide view is rank="all" */
+    assert_close(prom_value(text, "psbench_metric_duration_seconds" TA ",quantile=\"0.5\"}"), 0.0195);
+    assert_close(prom_value(text, "psbench_metric_duration_seconds_sum" TA "}"), 26.0 * 20 / 1000);
+    assert_close(prom_value(text, "psbench_metric_duration_seconds_count" TA "}"), 20);
+    assert_close(prom_value(text, "psbench_metric_duration_seconds{role=\"server\",rank=\"0\",metric=\"" M_STRAG
+                                  "\",quantile=\"0.99\"}"),
+                 0.004);
+    /* no p75 / p95 in the exposition */
+    assert_null(strstr(text, "quantile=\"0.75\""));
+    assert_null(strstr(text, "quantile=\"0.95\""));
+    /* 6 stats * 5 samples */
+    assert_int_equal(count_substr(text, "\npsbench_metric_duration_seconds"), 30);
+#undef T0
+#undef TA
+    free(text);
+}
+
+static void test_prom_label_escaping(void **state)
+{
+    snap_stat st = {"trainer", 0, "method_metric,we\"ird\\name\nx", make_summary(1, 1.0)};
+    snapshot_input in = {.phase = "running", .stats = &st, .nstats = 1};
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+    assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\","
+                                  "metric=\"method_metric,we\\\"ird\\\\name\\nx\"}"),
+                 1);
+    assert_int_equal(count_substr(text, "metric=\"method_metric,we\\\"ird\\\\name\\nx\""), 5);
+    assert_families_well_formed(text);
+    free(text);
+}
+
+static void test_prom_nonfinite_values(void **state)
+{
+    snap_stat st = {"server", 1, M_SBATCH, make_summary(3, 2.0)};
+    st.s.p50 = NAN;
+    st.s.p99 = INFINITY;
+    snapshot_input in = {.phase = "running", .stats = &st, .nstats = 1};
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+    const char *l = "{role=\"server\",rank=\"1\",metric=\"" M_SBATCH "\"";
+    char series[256];
+    snprintf(series, sizeof series, "psbench_metric_duration_seconds%s,quantile=\"0.5\"} NaN\n", l);
+    assert_non_null(strstr(text, series));
+    snprintf(series, sizeof series, "psbench_metric_duration_seconds%s,quantile=\"0.99\"} +Inf\n", l);
+    assert_non_null(strstr(text, series));
+    free(text);
+}
+
+static void test_prom_phase(void **state)
+{
+    static const char *const phases[] = {"waiting", "warmup", "running", "done", "failed"};
+    for (size_t cur = 0; cur < 5; cur++) {
+        snapshot_input in = {.phase = phases[cur]};
+        char *text = snapshot_prometheus(&in);
+        assert_non_null(text);
+        for (size_t i = 0; i < 5; i++) {
+            char series[64];
+            snprintf(series, sizeof series, "psbench_phase{phase=\"%s\"}", phases[i]);
+            assert_close(prom_value(text, series), i == cur ? 1 : 0);
+        }
+        assert_int_equal(count_substr(text, "\npsbench_phase{"), 5);
+        free(text);
+    }
+    snapshot_input odd = {.phase = "unknown"};
+    char *text = snapshot_prometheus(&odd);
+    assert_non_null(text);
+    assert_int_equal(count_substr(text, "\"} 1\n"), 0);
+    free(text);
+}
+
+static void test_prom_nodes(void **state)
+{
+    snapshot_input in = fixture();
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+    assert_close(prom_value(text, "psbench_nodes{role=\"trainer\",state=\"running\"}"), 2);
+    assert_close(prom_value(text, "psbench_nodes{role=\"trainer\",state=\"lost\"}"), 1);
+    assert_close(prom_value(text, "psbench_nodes{role=\"server\",state=\"ready\"}"), 1);
+    assert_int_equal(count_substr(text, "\npsbench_nodes{"), 3);
+    free(text);
+}
+
+static void test_prom_counters(void **state)
+{
+    snapshot_input in = fixture();
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+    assert_close(prom_value(text, "psbench_batches_completed_total"), 57);
+    assert_close(prom_value(text, "psbench_payload_bytes_total{role=\"trainer\",rank=\"1\",direction=\"in\"}"), 3000);
+    assert_close(prom_value(text, "psbench_payload_bytes_total{role=\"trainer\",rank=\"1\",direction=\"out\"}"), 4000);
+    assert_close(prom_value(text, "psbench_payload_bytes_total{role=\"server\",rank=\"0\",direction=\"in\"}"), 6000);
+    assert_close(prom_value(text, "psbench_payload_bytes_total{role=\"server\",rank=\"0\",direction=\"out\"}"), 5000);
+    assert_int_equal(count_substr(text, "\npsbench_payload_bytes_total{"), 2 * NFIXTURE_NODES);
+    /* large counters print as exact integers */
+    in.batches_completed_total = UINT64_C(18446744073709551615);
+    free(text);
+    text = snapshot_prometheus(&in);
+    assert_non_null(strstr(text, "\npsbench_batches_completed_total 18446744073709551615\n"));
+    free(text);
+}
+
+/* Floats use '.' whatever LC_NUMERIC says (skipped when no such locale). */
+static void test_prom_locale_independent(void **state)
+{
+    static const char *const locs[] = {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "fr_FR.utf8"};
+    const char *set = NULL;
+    for (size_t i = 0; i < 4 && !set; i++)
+        set = setlocale(LC_NUMERIC, locs[i]);
+    if (!set)
+        skip();
+    snap_stat st = {"trainer", 0, M_BATCH, make_summary(2, 1.0)};
+    snapshot_input in = {.phase = "running", .stats = &st, .nstats = 1};
+    char *text = snapshot_prometheus(&in);
+    char *json = snapshot_metrics_json(&in);
+    setlocale(LC_NUMERIC, "C");
+    assert_non_null(text);
+    assert_non_null(strstr(text, ",quantile=\"0.5\"} 0.0015\n"));
+    json_t *doc = parse(json);
+    json_decref(doc);
+    free(text);
+}
+
+/* Writes a representative exposition for promtool when PSBENCH_PROM_OUT is set. */
+static void test_prom_write_out(void **state)
+{
+    const char *path = getenv("PSBENCH_PROM_OUT");
+    if (!path || !*path)
+        skip();
+    snapshot_input in = fixture();
+    snap_stat all_stats[8];
+    memcpy(all_stats, fixture_stats, sizeof fixture_stats);
+    all_stats[6] = (snap_stat){"trainer", 1, "method_metric,we\"ird\\name\nx", make_summary(3, 0.75)};
+    all_stats[7] = (snap_stat){"server", -1, M_STRAG, make_summary(0, 0.0)};
+    all_stats[7].s.p99 = NAN;
+    in.stats = all_stats;
+    in.nstats = 8;
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        fail_msg("cannot write %s", path);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_no_error),
+        cmocka_unit_test(test_status_with_error),
+        cmocka_unit_test(test_status_nonfinite_elapsed_is_null),
+        cmocka_unit_test(test_nodes),
+        cmocka_unit_test(test_nodes_text),
+        cmocka_unit_test(test_nodes_empty),
+        cmocka_unit_test(test_metrics_shape),
+        cmocka_unit_test(test_metrics_empty_groups),
+        cmocka_unit_test(test_metrics_nonfinite_is_null),
+        cmocka_unit_test(test_groups_json_matches_metrics),
+        cmocka_unit_test(test_json_alloc_failures),
+        cmocka_unit_test(test_prom_families),
+        cmocka_unit_test(test_prom_summary_in_seconds),
+        cmocka_unit_test(test_prom_label_escaping),
+        cmocka_unit_test(test_prom_nonfinite_values),
+        cmocka_unit_test(test_prom_phase),
+        cmocka_unit_test(test_prom_nodes),
+        cmocka_unit_test(test_prom_counters),
+        cmocka_unit_test(test_prom_locale_independent),
+        cmocka_unit_test(test_prom_write_out),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

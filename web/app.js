@@ -1,0 +1,514 @@
+/* psbench dashboard: polls the master's JSON API about once a second and
+ * renders the job phase, progress, nodes, live uPlot charts and the
+ * processed-metrics tables.
+ *
+ * - Relative URLs only ("api/v1/status"), so the page works behind a path
+ *   prefix.
+ * - Never throws out of the poll loop: when the master is gone the page says
+ *   "disconnected", keeps the last data and retries with a growing delay
+ *   (up to 5 s). Failed requests are not logged by this script (the browser
+ *   reports them itself); a bug while rendering is logged with
+ *   console.error so that the browser test notices it.
+ * - window.psbenchState exposes what the page knows (for tests and for a
+ *   curious user at the console); every chart container carries
+ *   data-points (samples with at least one value) and data-series.
+ */
+(function () {
+  "use strict";
+
+  const POLL_MS = 1000;
+  const POLL_MAX_MS = 5000;
+  const FETCH_TIMEOUT_MS = 4000;
+  const MAX_SAMPLES = 3600;          /* one hour of history at one poll a second */
+  const STALE_S = 5;                 /* a node not heard from for this long is greyed out */
+  const CHART_HEIGHT = 260;
+
+  const M_BATCH = "batch_level_metric,batch_all";
+  const M_PS_BATCH = "parameter_server_batch_metric,param_index_batch";
+  const M_PS_STRAG = "parameter_server_straggler_metric,param_index_straggler";
+  const TABLE_COLS = ["count", "min", "max", "mean", "variance", "stdev", "p50", "p90", "p99"];
+  const PHASES = ["waiting", "warmup", "running", "done", "failed"];
+  const NODE_STATES = ["registered", "ready", "running", "done", "failed", "lost"];
+  const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2",
+                   "#db2777", "#65a30d", "#ea580c", "#4f46e5", "#0d9488", "#9333ea"];
+
+  const state = {
+    connected: false,    /* the last poll got all three endpoints */
+    polls: 0,            /* polls finished */
+    okPolls: 0,          /* polls where all three endpoints answered */
+    failStreak: 0,       /* consecutive polls with a failure */
+    lastError: null,     /* text of the last failure, or null */
+    lastUpdate: null,    /* Date.now() of the last successful poll */
+    phase: null,         /* the phase the badge shows */
+    status: null, nodes: null, metrics: null,   /* last good bodies */
+    samples: [],         /* chart history, see sampleMetrics() */
+    stat: "mean",        /* which statistic the charts plot */
+    charts: {trainer: {points: 0, series: 0}, server: {points: 0, series: 0}}
+  };
+  window.psbenchState = state;
+
+  const $ = (id) => document.getElementById(id);
+
+  /* ------------------------------------------------------------------ utils */
+
+  function isObj(v) { return v !== null && typeof v === "object" && !Array.isArray(v); }
+  function isNum(v) { return typeof v === "number" && isFinite(v); }
+
+  function fmt3(v) { return isNum(v) ? v.toFixed(3) : "\u2013"; }
+  function fmtCount(v) { return isNum(v) ? String(Math.round(v)) : "\u2013"; }
+
+  function fmtDuration(s) {
+    if (!isNum(s) || s < 0) return "\u2013";
+    if (s < 60) return s.toFixed(1) + " s";
+    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = Math.floor(s % 60);
+    const pad = (n) => (n < 10 ? "0" : "") + n;
+    return h > 0 ? h + " h " + pad(m) + " m " + pad(sec) + " s" : m + " m " + pad(sec) + " s";
+  }
+
+  function fmtClock(ms) {
+    const d = new Date(ms);
+    const pad = (n) => (n < 10 ? "0" : "") + n;
+    return pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  }
+
+  function setText(el, text) {
+    if (el && el.textContent !== text) el.textContent = text;
+  }
+
+  function setAttr(el, name, value) {
+    value = String(value);
+    if (el && el.getAttribute(name) !== value) el.setAttribute(name, value);
+  }
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function rankKeys(obj) {
+    return Object.keys(isObj(obj) ? obj : {}).sort((a, b) => Number(a) - Number(b) || (a < b ? -1 : a > b ? 1 : 0));
+  }
+
+  function color(i) { return PALETTE[((i % PALETTE.length) + PALETTE.length) % PALETTE.length]; }
+
+  /* ---------------------------------------------------------------- fetching */
+
+  async function fetchJSON(path) {
+    const ctrl = new AbortController();
+    const timer = setTimeout(() => ctrl.abort(), FETCH_TIMEOUT_MS);
+    try {
+      const r = await fetch(path, {cache: "no-store", signal: ctrl.signal,
+                                   headers: {"Accept": "application/json"}});
+      if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+      return await r.json();
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async function poll() {
+    const paths = ["api/v1/status", "api/v1/nodes", "api/v1/metrics"];
+    const res = await Promise.allSettled(paths.map(fetchJSON));
+    const ok = res.filter((r) => r.status === "fulfilled").length;
+    const errs = res.filter((r) => r.status === "rejected")
+                    .map((r) => (r.reason && r.reason.message) || String(r.reason));
+
+    state.polls++;
+    if (res[0].status === "fulfilled" && isObj(res[0].value)) state.status = res[0].value;
+    if (res[1].status === "fulfilled" && Array.isArray(res[1].value)) state.nodes = res[1].value;
+    if (res[2].status === "fulfilled" && isObj(res[2].value)) {
+      state.metrics = res[2].value;
+      sampleMetrics(state.metrics);
+    }
+    state.connected = ok === paths.length;
+    if (state.connected) {
+      state.okPolls++;
+      state.failStreak = 0;
+      state.lastError = null;
+      state.lastUpdate = Date.now();
+    } else {
+      state.failStreak++;
+      state.lastError = errs.join("; ") || "unexpected response";
+    }
+    render(ok, paths.length);
+  }
+
+  function render(ok, total) {
+    /* Each part on its own: one failing does not hide the others. */
+    for (const f of [renderHeader, renderNodes, renderCharts, renderTables]) {
+      try {
+        f(ok, total);
+      } catch (e) {
+        console.error("psbench dashboard: " + f.name + ": " + (e && e.stack ? e.stack : e));
+      }
+    }
+  }
+
+  async function loop() {
+    try {
+      await poll();
+    } catch (e) {
+      console.error("psbench dashboard: poll: " + (e && e.stack ? e.stack : e));
+    }
+    const delay = state.failStreak === 0 ? POLL_MS
+      : Math.min(POLL_MAX_MS, POLL_MS * Math.pow(2, Math.min(state.failStreak, 8) - 1));
+    setTimeout(loop, delay);
+  }
+
+  /* ------------------------------------------------------------------ header */
+
+  function renderHeader(ok, total) {
+    const st = state.status;
+    const badge = $("phase");
+    if (isObj(st) && typeof st.phase === "string") {
+      state.phase = st.phase;
+      setText(badge, st.phase);
+      setAttr(badge, "data-phase", st.phase);
+      badge.className = "badge " + (PHASES.includes(st.phase) ? "phase-" + st.phase : "phase-unknown");
+
+      const prog = isObj(st.progress) ? st.progress : {};
+      const done = isNum(prog.batches_done) ? prog.batches_done : 0;
+      const tot = isNum(prog.batches_total) ? prog.batches_total : 0;
+      const pct = tot > 0 ? Math.max(0, Math.min(100, (100 * done) / tot)) : 0;
+      $("progress-bar").style.width = pct.toFixed(1) + "%";
+      setText($("progress-text"), tot > 0 ? done + " / " + tot + " batches (" + pct.toFixed(1) + "%)"
+                                          : done + " batches");
+      setText($("elapsed"), fmtDuration(st.elapsed_s));
+      const n = isObj(st.nodes) ? st.nodes : {};
+      const plural = (k, word) => (isNum(k) ? k : 0) + " " + word + (k === 1 ? "" : "s");
+      setText($("node-counts"), plural(n.trainer, "trainer") + " \u00b7 " + plural(n.server, "server"));
+
+      const errBox = $("error");
+      const errText = typeof st.error === "string" && st.error ? "error: " + st.error
+                    : st.phase === "failed" ? "the job failed" : "";
+      setText(errBox, errText);
+      errBox.hidden = !errText;
+    }
+
+    const conn = $("conn");
+    if (ok === total) {
+      setText(conn, "live");
+      conn.className = "conn conn-live";
+      conn.title = "connected to the master";
+    } else {
+      setText(conn, ok === 0 ? "disconnected" : "partial data");
+      conn.className = "conn conn-lost";
+      conn.title = state.lastError || "";
+    }
+    setAttr(conn, "data-connected", ok === total ? "true" : "false");
+    document.body.classList.toggle("disconnected", ok !== total);
+
+    setText($("updated"), state.lastUpdate === null
+      ? (ok === total ? "updated" : "no answer from the master yet")
+      : ok === total ? "updated " + fmtClock(state.lastUpdate)
+      : "disconnected \u2013 showing data from " + fmtClock(state.lastUpdate) + ", retrying");
+  }
+
+  /* ------------------------------------------------------------------- nodes */
+
+  const nodeRows = new Map();   /* "role/rank" -> {tr, cells} */
+
+  function renderNodes() {
+    const nodes = Array.isArray(state.nodes) ? state.nodes.filter(isObj) : [];
+    const tbody = $("nodes").tBodies[0];
+    nodes.sort((a, b) => String(a.role).localeCompare(String(b.role)) || (Number(a.rank) - Number(b.rank)));
+    const seen = new Set();
+    nodes.forEach((n, i) => {
+      const key = String(n.role) + "/" + String(n.rank);
+      seen.add(key);
+      let row = nodeRows.get(key);
+      if (!row) {
+        const tr = el("tr");
+        const cells = {
+          role: el("td"), rank: el("td", "num"), host: el("td"), device: el("td"),
+          state: el("td"), seen: el("td", "num")
+        };
+        const badge = el("span", "state");
+        cells.state.appendChild(badge);
+        cells.stateBadge = badge;
+        for (const k of ["role", "rank", "host", "device", "state", "seen"]) tr.appendChild(cells[k]);
+        row = {tr, cells};
+        nodeRows.set(key, row);
+      }
+      const c = row.cells;
+      setText(c.role, String(n.role));
+      setText(c.rank, String(n.rank));
+      setText(c.host, n.host == null ? "\u2013" : String(n.host));
+      setText(c.device, n.device == null ? "\u2013" : String(n.device));
+      const s = n.state == null ? "unknown" : String(n.state);
+      setText(c.stateBadge, s);
+      c.stateBadge.className = "state" + (NODE_STATES.includes(s) ? " state-" + s : "");
+      setText(c.seen, isNum(n.last_seen_s) ? n.last_seen_s.toFixed(1) + " s ago" : "\u2013");
+      row.tr.classList.toggle("stale", isNum(n.last_seen_s) && n.last_seen_s > STALE_S &&
+                                       s !== "done" && s !== "failed");
+      if (tbody.rows[i] !== row.tr) tbody.insertBefore(row.tr, tbody.rows[i] || null);
+    });
+    for (const [key, row] of nodeRows) {
+      if (!seen.has(key)) { row.tr.remove(); nodeRows.delete(key); }
+    }
+    $("nodes-empty").hidden = nodes.length > 0;
+  }
+
+  /* ------------------------------------------------------------------ charts */
+
+  /* One sample per successful metrics poll:
+   * {t: seconds since the epoch, trainer: {rank: STATS of batch_all},
+   *  server: {rank: {batch: STATS, strag: STATS}}}. */
+  function sampleMetrics(m) {
+    const groups = isObj(m.groups) ? m.groups : {};
+    const tr = isObj(groups.trainer) ? groups.trainer.ranks : null;
+    const sv = isObj(groups.server) ? groups.server.ranks : null;
+    const s = {t: Date.now() / 1000, trainer: {}, server: {}};
+    for (const r of rankKeys(tr)) {
+      if (isObj(tr[r]) && isObj(tr[r][M_BATCH])) s.trainer[r] = tr[r][M_BATCH];
+    }
+    for (const r of rankKeys(sv)) {
+      if (!isObj(sv[r])) continue;
+      const b = isObj(sv[r][M_PS_BATCH]) ? sv[r][M_PS_BATCH] : null;
+      const g = isObj(sv[r][M_PS_STRAG]) ? sv[r][M_PS_STRAG] : null;
+      if (b || g) s.server[r] = {batch: b, strag: g};
+    }
+    state.samples.push(s);
+    if (state.samples.length > MAX_SAMPLES) state.samples.splice(0, state.samples.length - MAX_SAMPLES);
+  }
+
+  /* The value plotted for STATS `cur` (and `prev`, the same rank's STATS of
+   * the previous sample, for the interval mean). */
+  function statValue(cur, prev) {
+    if (!isObj(cur)) return null;
+    if (state.stat !== "interval") return isNum(cur[state.stat]) ? cur[state.stat] : null;
+    const c2 = cur.count, m2 = cur.mean;
+    if (!isNum(c2) || !isNum(m2) || c2 <= 0) return null;
+    if (!isObj(prev) || !isNum(prev.count) || !isNum(prev.mean) || prev.count > c2) return m2; /* first or reset */
+    if (c2 === prev.count) return null;                                               /* nothing new */
+    return (c2 * m2 - prev.count * prev.mean) / (c2 - prev.count);
+  }
+
+  /* Series definitions for one chart: [{key, label, color, dash, get(sample, prevSample)}]. */
+  function seriesDefs(which) {
+    const ranks = new Set();
+    for (const s of state.samples) for (const r of Object.keys(s[which])) ranks.add(r);
+    const sorted = rankKeys(Object.fromEntries([...ranks].map((r) => [r, 1])));
+    const defs = [];
+    sorted.forEach((r) => {
+      const c = color(Number(r) || 0);
+      if (which === "trainer") {
+        defs.push({key: "t" + r, label: "trainer " + r, color: c, dash: null,
+                   get: (s, p) => statValue(s.trainer[r], p && p.trainer[r])});
+      } else {
+        defs.push({key: "b" + r, label: "server " + r + " batch", color: c, dash: null,
+                   get: (s, p) => statValue(s.server[r] && s.server[r].batch, p && p.server[r] && p.server[r].batch)});
+        defs.push({key: "s" + r, label: "server " + r + " straggler", color: c, dash: [6, 4],
+                   get: (s, p) => statValue(s.server[r] && s.server[r].strag, p && p.server[r] && p.server[r].strag)});
+      }
+    });
+    return defs;
+  }
+
+  const charts = {
+    trainer: {id: "chart-trainer", plot: null, sig: "", ro: null},
+    server: {id: "chart-server", plot: null, sig: "", ro: null}
+  };
+
+  function chartWidth(box) {
+    const w = box.clientWidth || (box.parentElement && box.parentElement.clientWidth) || 0;
+    return Math.max(280, Math.floor(w));
+  }
+
+  function makePlot(box, defs) {
+    const opts = {
+      width: chartWidth(box),
+      height: CHART_HEIGHT,
+      scales: {x: {time: true}},
+      cursor: {drag: {x: false, y: false}},
+      legend: {live: true},
+      axes: [
+        {stroke: "#6b7385", grid: {stroke: "#eef0f4"}, ticks: {stroke: "#e2e6ee"}},
+        {stroke: "#6b7385", grid: {stroke: "#eef0f4"}, ticks: {stroke: "#e2e6ee"}, size: 64,
+         label: "ms", labelSize: 18,
+         values: (u, vals) => vals.map((v) => (Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 1 ? v.toFixed(1) : v.toFixed(3)))}
+      ],
+      series: [{label: "time"}].concat(defs.map((d) => ({
+        label: d.label,
+        stroke: d.color,
+        width: 1.5,
+        dash: d.dash || undefined,
+        spanGaps: true,
+        value: (u, v) => (v == null ? "\u2013" : v.toFixed(3))
+      })))
+    };
+    return new uPlot(opts, chartData(defs), box);
+  }
+
+  function chartData(defs) {
+    const xs = state.samples.map((s) => s.t);
+    const cols = defs.map((d) => state.samples.map((s, i) => {
+      const v = d.get(s, i > 0 ? state.samples[i - 1] : null);
+      return isNum(v) ? v : null;
+    }));
+    return [xs].concat(cols);
+  }
+
+  function countPoints(data) {
+    let n = 0;
+    for (let i = 0; i < data[0].length; i++) {
+      for (let j = 1; j < data.length; j++) {
+        if (data[j][i] !== null) { n++; break; }
+      }
+    }
+    return n;
+  }
+
+  function renderChart(which) {
+    const ch = charts[which];
+    const box = $(ch.id);
+    if (typeof uPlot !== "function") throw new Error("uPlot is not loaded");
+    const defs = seriesDefs(which);
+    const sig = defs.map((d) => d.key).join(",");
+    let data;
+    if (defs.length === 0) {
+      if (ch.plot) { ch.plot.destroy(); ch.plot = null; }
+      data = [[]];
+    } else if (!ch.plot || sig !== ch.sig) {
+      if (ch.plot) ch.plot.destroy();
+      ch.plot = makePlot(box, defs);
+      data = ch.plot.data;
+    } else {
+      data = chartData(defs);
+      ch.plot.setData(data);
+    }
+    ch.sig = sig;
+    const points = countPoints(data);
+    state.charts[which] = {points: points, series: defs.length};
+    setAttr(box, "data-points", points);
+    setAttr(box, "data-series", defs.length);
+
+    if (!ch.ro && typeof ResizeObserver === "function") {
+      let pending = false;
+      ch.ro = new ResizeObserver(() => {
+        if (pending) return;
+        pending = true;
+        requestAnimationFrame(() => {
+          pending = false;
+          if (ch.plot) {
+            const w = chartWidth(box);
+            if (w !== ch.plot.width) ch.plot.setSize({width: w, height: CHART_HEIGHT});
+          }
+        });
+      });
+      ch.ro.observe(box.parentElement || box);
+    }
+  }
+
+  function renderCharts() {
+    renderChart("trainer");
+    renderChart("server");
+  }
+
+  /* ------------------------------------------------------- processed metrics */
+
+  const tables = new Map();   /* "group/key" -> {details, tbody, rows: Map(metric -> cells)} */
+
+  function makeTable(group, key, open) {
+    const details = el("details");
+    details.open = open;
+    details.setAttribute("data-key", key);
+    const label = key === "all" ? "all " + group + "s" : group + " " + key;
+    details.appendChild(el("summary", null, label));
+    const wrap = el("div", "table-scroll");
+    const table = el("table", "grid metrics");
+    const thead = el("thead");
+    const hr = el("tr");
+    hr.appendChild(el("th", null, "metric"));
+    for (const c of TABLE_COLS) hr.appendChild(el("th", "num", c));
+    thead.appendChild(hr);
+    table.appendChild(thead);
+    const tbody = el("tbody");
+    table.appendChild(tbody);
+    wrap.appendChild(table);
+    details.appendChild(wrap);
+    return {details, tbody, rows: new Map()};
+  }
+
+  function fillTable(t, metricsObj) {
+    const names = Object.keys(isObj(metricsObj) ? metricsObj : {}).filter((k) => isObj(metricsObj[k])).sort();
+    const seen = new Set();
+    names.forEach((name, i) => {
+      seen.add(name);
+      let cells = t.rows.get(name);
+      if (!cells) {
+        const tr = el("tr");
+        const first = el("td", "metric", name);
+        tr.appendChild(first);
+        cells = {tr, vals: TABLE_COLS.map(() => tr.appendChild(el("td", "num")))};
+        t.rows.set(name, cells);
+      }
+      const s = metricsObj[name];
+      TABLE_COLS.forEach((c, j) => setText(cells.vals[j], c === "count" ? fmtCount(s[c]) : fmt3(s[c])));
+      if (t.tbody.rows[i] !== cells.tr) t.tbody.insertBefore(cells.tr, t.tbody.rows[i] || null);
+    });
+    for (const [name, cells] of t.rows) {
+      if (!seen.has(name)) { cells.tr.remove(); t.rows.delete(name); }
+    }
+  }
+
+  function renderGroup(group, g) {
+    const box = $("metrics-" + group);
+    if (!box) return 0;
+    const keys = [];
+    if (isObj(g) && isObj(g.all) && Object.keys(g.all).length) keys.push("all");
+    const ranks = isObj(g) ? rankKeys(g.ranks).filter((r) => isObj(g.ranks[r])) : [];
+    keys.push(...ranks);
+    let heading = box.querySelector("h3");
+    if (!heading) { heading = el("h3", null, group + "s"); box.appendChild(heading); }
+    heading.hidden = keys.length === 0;
+    const seen = new Set();
+    let prev = heading;
+    for (const key of keys) {
+      const id = group + "/" + key;
+      seen.add(id);
+      let t = tables.get(id);
+      if (!t) {
+        t = makeTable(group, key, key === "all" || ranks.length <= 8);
+        tables.set(id, t);
+      }
+      fillTable(t, key === "all" ? g.all : g.ranks[key]);
+      if (prev.nextSibling !== t.details) box.insertBefore(t.details, prev.nextSibling);
+      prev = t.details;
+    }
+    for (const [id, t] of tables) {
+      if (id.startsWith(group + "/") && !seen.has(id)) { t.details.remove(); tables.delete(id); }
+    }
+    return keys.length;
+  }
+
+  function renderTables() {
+    const m = state.metrics;
+    const groups = isObj(m) && isObj(m.groups) ? m.groups : {};
+    let n = 0;
+    for (const group of ["trainer", "server"]) n += renderGroup(group, groups[group]);
+    $("metrics-empty").hidden = n > 0;
+  }
+
+  /* -------------------------------------------------------------------- start */
+
+  function start() {
+    const sel = $("stat-select");
+    if (sel) {
+      state.stat = sel.value;
+      sel.addEventListener("change", () => {
+        state.stat = sel.value;
+        try { renderCharts(); } catch (e) { console.error("psbench dashboard: charts: " + e); }
+      });
+    }
+    loop();
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();
