@@ -129,6 +129,7 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
         return 1;
     if (strcmp(msg.type, "stop") == 0) {
         snprintf(err, errlen, "the master refused this trainer: %s", ctl_str(msg.body, "reason", "?"));
+        t->stopped = true; /* nothing to report back */
         ctl_msg_clear(&msg);
         return 1;
     }

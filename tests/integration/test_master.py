@@ -240,6 +240,63 @@ class MasterTests(psb.PsbTestCase):
         left = subprocess.run(["pgrep", "-P", str(m.pid)], stdout=subprocess.PIPE).stdout.split()
         self.assertEqual(left, [])
 
+    def test_live_metrics_during_run(self):
+        m = self.master(model="Slow", epochs=60, linger=0)
+        st = self.wait_phase(m, ("running",))
+        self.assertIsNone(st["error"])
+        # While the timed pass runs, counts grow and every view is well-formed.
+        deadline = time.monotonic() + 30
+        count = 0
+        while time.monotonic() < deadline and count == 0:
+            met = http_json(m.http + "/api/v1/metrics")
+            all_tr = met["groups"]["trainer"]["all"]
+            if "batch_level_metric,batch_all" in all_tr:
+                self.check_stats(all_tr["batch_level_metric,batch_all"])
+                count = all_tr["batch_level_metric,batch_all"]["count"]
+            time.sleep(0.2)
+        self.assertGreater(count, 0, m.describe())
+        self.assertIn(met["phase"], ("running", "done"))
+        code, _, text = http_get(m.http + "/metrics")
+        self.assertEqual(code, 200)
+        r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout.decode() + r.stderr.decode())
+        self.assertRegex(text, r'psbench_phase\{phase="(running|done)"\} 1')
+        st = http_json(m.http + "/api/v1/status")
+        self.assertGreater(st["progress"]["batches_done"], 0)
+        # --linger 0: the master exits as soon as the job is done.
+        self.assertEqual(m.wait(60), 0, m.describe())
+        self.assertIn("phase done", m.stderr())
+
+    def test_token(self):
+        m = self.master("--token", "s3cret", local=False, linger=0)
+        rc, out, err = self.reg.run([psb.bin_path("psbench-trainer"), "--master", m.ctl], timeout=30)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("token", err)
+        env = psb.base_env()
+        env["PSBENCH_TOKEN"] = "s3cret"
+        srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen",
+                              "127.0.0.1:0"], env=env, name="server", cls=psb.Server)
+        trs = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl], env=env,
+                              name="trainer%d" % i) for i in range(2)]
+        for p in trs + [srv]:
+            self.assertEqual(p.wait(60), 0, p.describe())
+        self.assertEqual(m.wait(30), 0, m.describe())
+
+    def test_sigint_reaps_children(self):
+        m = self.master(model="Slow", epochs=400, linger=0)
+        self.wait_phase(m, ("warmup", "running"))
+        kids = subprocess.run(["pgrep", "-P", str(m.pid)], stdout=subprocess.PIPE).stdout.split()
+        self.assertEqual(len(kids), 3)
+        m.signal(signal.SIGINT)
+        rc = m.wait(30)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("interrupted", m.stderr())
+        for pid in kids:
+            self.assertFalse(os.path.exists("/proc/%d" % int(pid)) and
+                             open("/proc/%d/stat" % int(pid)).read().split()[2] != "Z",
+                             "child %s survived the master" % pid)
+
     def test_http_read_only(self):
         m = self.master(epochs=1)
         self.wait_phase(m, ("done",))

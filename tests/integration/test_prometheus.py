@@ -1,0 +1,84 @@
+"""A real Prometheus server (Debian's prometheus package) scrapes a running
+psbench-master and finds psbench series with the right labels.
+
+Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_prometheus.py
+"""
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+from test_master import Master, http_json  # noqa: E402
+
+
+def free_port():
+    s = socket.socket()
+    s.bind((psb.HOST, 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class PrometheusScrape(psb.PsbTestCase):
+
+    def test_prometheus_scrapes_master(self):
+        prom = shutil.which("prometheus")
+        self.assertIsNotNone(prom, "prometheus is not installed (scripts/install-deps.sh installs it)")
+        conf = os.path.join(self.reg.workdir, "models.json")
+        with open(conf, "w") as f:
+            json.dump({"Slow": {"model_class": "Synthetic",
+                                "configurations": {"buckets": 4, "bucket_floats": 65536}}}, f)
+        m = self.reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
+                            "--http", "127.0.0.1:0", "--linger", "60", "--model", "Slow",
+                            "--model-config-path", conf, "--epochs", "40", "--rpc-timeout", "15"],
+                           name="master", cls=Master)
+        m.wait_ports()
+        target = m.http[len("http://"):]
+        pport = free_port()
+        pconf = os.path.join(self.reg.workdir, "prometheus.yml")
+        with open(pconf, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                    "scrape_configs:\n  - job_name: psbench\n    metrics_path: /metrics\n"
+                    "    static_configs:\n      - targets: ['%s']\n" % target)
+        self.reg.start([prom, "--config.file=" + pconf,
+                        "--storage.tsdb.path=" + os.path.join(self.reg.workdir, "tsdb"),
+                        "--web.listen-address=127.0.0.1:%d" % pport, "--log.level=warn"],
+                       name="prometheus")
+        api = "http://127.0.0.1:%d/api/v1/query?query=" % pport
+        q = urllib.parse.quote('psbench_metric_duration_seconds{metric="batch_level_metric,batch_all"}')
+        deadline = time.monotonic() + 60
+        found = None
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(api + q, timeout=2) as r:
+                    res = json.loads(r.read().decode())
+                series = res["data"]["result"]
+                if any(s["metric"].get("rank") == "0" and s["metric"].get("role") == "trainer"
+                       for s in series):
+                    found = series
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.assertIsNotNone(found, "Prometheus never saw psbench series:\n" + m.describe())
+        labels = found[0]["metric"]
+        self.assertEqual(labels["job"], "psbench")
+        self.assertIn("quantile", labels)
+        for s in found:
+            self.assertEqual(s["metric"]["role"], "trainer")
+            self.assertIn(s["metric"]["rank"], ("0", "1", "all"))
+        # The phase gauge and a counter arrive too.
+        with urllib.request.urlopen(api + urllib.parse.quote("psbench_phase"), timeout=5) as r:
+            phases = {s["metric"]["phase"] for s in json.loads(r.read().decode())["data"]["result"]}
+        self.assertTrue({"waiting", "warmup", "running", "done", "failed"} <= phases, phases)
+        self.assertEqual(http_json(m.http + "/api/v1/status")["error"], None)
+
+
+if __name__ == "__main__":
+    psb.main()
