@@ -2,14 +2,14 @@
 #include "master/http.h"
 #include "master/web_assets.h"
 
-#include <arpa/inet.h>
+#include "shared/net.h"
+
 #include <microhttpd.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
+#include <unistd.h>
 
 enum { DOC_STATUS, DOC_NODES, DOC_METRICS, DOC_PROM, NDOCS };
 
@@ -85,38 +85,27 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const c
 
 http_server *http_start(const char *host, uint16_t port, uint16_t *bound, char *err, size_t errlen)
 {
-    struct addrinfo hints = {0}, *ai = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    char ps[8];
-    snprintf(ps, sizeof ps, "%u", port);
-    if (getaddrinfo(host, ps, &hints, &ai) != 0 || !ai) {
-        snprintf(err, errlen, "--http: cannot resolve '%s'", host);
+    int fd = net_listen(host, port, 128, bound, err, errlen);
+    if (fd < 0)
         return NULL;
-    }
     http_server *h = calloc(1, sizeof *h);
     if (!h) {
-        freeaddrinfo(ai);
+        close(fd);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     pthread_mutex_init(&h->mu, NULL);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, http_handler, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)256, MHD_OPTION_END);
-    freeaddrinfo(ai);
+    /* The socket comes from net_listen (MHD takes it over). */
+    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_handler, h,
+                            MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_END);
     if (!h->d) {
-        snprintf(err, errlen, "cannot serve HTTP on %s:%u (port in use?)", host, port);
+        close(fd);
+        snprintf(err, errlen, "cannot serve HTTP on %s:%u", host, port);
         pthread_mutex_destroy(&h->mu);
         free(h);
         return NULL;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-    *bound = info ? info->port : port;
     return h;
 }
 

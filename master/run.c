@@ -20,6 +20,7 @@
 #include "master/launcher.h"
 #include "shared/control.h"
 #include "shared/log.h"
+#include "shared/net.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -36,6 +37,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *const phase_names[] = {"waiting", "warmup", "running", "done", "failed"};
 static const char *const state_names[] = {"connected", "registered", "assigned", "ready", "running",
@@ -647,30 +649,16 @@ int master_init(master *m, const master_settings *set, const char *listen_host, 
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    struct evutil_addrinfo hints = {0}, *ai = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = EVUTIL_AI_PASSIVE;
-    char ps[8];
-    snprintf(ps, sizeof ps, "%u", listen_port);
-    if (evutil_getaddrinfo(listen_host, ps, &hints, &ai) != 0 || !ai) {
-        snprintf(err, errlen, "--listen: cannot resolve '%s'", listen_host);
+    /* net_listen: the same socket set-up as the servers' data plane. */
+    int fd = net_listen(listen_host, listen_port, 128, &m->ctl_port, err, errlen);
+    if (fd < 0)
         return -1;
-    }
-    m->listener = evconnlistener_new_bind(m->base, master_on_accept, m,
-                                          LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
-                                          128, ai->ai_addr, (int)ai->ai_addrlen);
-    evutil_freeaddrinfo(ai);
+    m->listener = evconnlistener_new(m->base, master_on_accept, m, LEV_OPT_CLOSE_ON_FREE, -1, fd);
     if (!m->listener) {
-        snprintf(err, errlen, "cannot listen on %s:%u: %s", listen_host, listen_port,
-                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        close(fd);
+        snprintf(err, errlen, "cannot listen on %s:%u", listen_host, listen_port);
         return -1;
     }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    getsockname(evconnlistener_get_fd(m->listener), (struct sockaddr *)&ss, &sl);
-    m->ctl_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                 : ((struct sockaddr_in *)&ss)->sin_port);
     m->tick_ev = event_new(m->base, -1, EV_PERSIST, master_on_tick, m);
     m->sig_ev[0] = evsignal_new(m->base, SIGINT, master_on_signal, m);
     m->sig_ev[1] = evsignal_new(m->base, SIGTERM, master_on_signal, m);
