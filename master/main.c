@@ -92,6 +92,8 @@ int main(int argc, char **argv)
     set.token = c.token;
     set.server_kind = c.resolved.server_kind;
     set.model = config_model_json(&c);
+    set.data = c.resolved.data.json;
+    set.trainer = c.resolved.trainer.json;
     set.config_json = config_to_json(&c);
     set.out_dir = c.out_dir;
     set.linger_s = c.linger_s;

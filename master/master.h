@@ -34,6 +34,7 @@ typedef struct master_settings {
     const char *token;              /* NULL: none */
     const char *server_kind;        /* "average" | "average-batch" */
     json_t *model;                  /* {"class": ..., "configurations": {...}} (borrowed) */
+    json_t *data, *trainer;         /* {"id", "class", "configurations"} (borrowed) */
     json_t *config_json;            /* the whole configuration, for results.json (borrowed) */
     const char *out_dir;            /* NULL: no files */
     double linger_s;
@@ -68,6 +69,7 @@ typedef struct node {
     double last_seen;     /* master clock, seconds */
     uint64_t bytes_in, bytes_out;
     uint64_t batches_done; /* in the current pass */
+    json_t *timed_result;  /* trainer: what its timed pass reported (loss, digest) */
     struct node *next;
 } node;
 

@@ -84,8 +84,11 @@ int results_write(master *m, char *err, size_t errlen)
     json_t *trainers = json_array();
     for (uint32_t r = 0; r < m->set.ntrainer; r++) {
         node *n = m->trainers[r];
-        json_array_append_new(trainers, json_pack("{s:I, s:s, s:s}", "rank", (json_int_t)r, "host",
-                                                  n ? n->host : "", "device", n ? n->device : ""));
+        json_t *t = json_pack("{s:I, s:s, s:s}", "rank", (json_int_t)r, "host", n ? n->host : "", "device",
+                              n ? n->device : "");
+        if (n && n->timed_result)
+            json_object_update(t, n->timed_result);
+        json_array_append_new(trainers, t);
     }
     json_t *doc = json_pack("{s:O, s:o, s:s, s:o, s:o, s:o}", "configuration",
                             m->set.config_json ? m->set.config_json : json_null(), "environment",

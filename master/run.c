@@ -211,6 +211,9 @@ static void master_assign_trainer(master *m, node *n)
                              (json_int_t)m->set.epochs, "batch_size", (json_int_t)m->set.batch_size,
                              "seed", (json_int_t)m->set.seed, "rpc_timeout", m->set.rpc_timeout_s,
                              "placement", m->set.shard ? "shard" : "seed");
+    json_object_set(body, "data", m->set.data ? m->set.data : json_null());
+    json_object_set(body, "trainer", m->set.trainer ? m->set.trainer : json_null());
+    json_object_set_new(body, "ntrainer", json_integer(m->set.ntrainer));
     node_send(n, "assign", body);
     n->state = NS_ASSIGNED;
 }
@@ -354,6 +357,17 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
             master_start_pass(m, PH_WARMUP);
     } else if (strcmp(msg->type, "pass_done") == 0) {
         master_on_metrics(m, n, msg);
+        if (m->phase == PH_RUNNING) {
+            /* Later issues' per-trainer results: kept for results.json. */
+            json_decref(n->timed_result);
+            n->timed_result = json_object();
+            const char *keys[] = {"loss_per_epoch", "final_params_sha256"};
+            for (size_t k = 0; k < 2; k++) {
+                json_t *v = json_object_get(msg->body, keys[k]);
+                if (v)
+                    json_object_set(n->timed_result, keys[k], v);
+            }
+        }
         n->state = NS_PASS_DONE;
         if (master_all(m, AGG_TRAINER, NS_PASS_DONE))
             master_pass_complete(m);
@@ -693,6 +707,7 @@ void master_free(master *m)
         node *n = m->nodes;
         m->nodes = n->next;
         node_detach(n);
+        json_decref(n->timed_result);
         free(n);
     }
     if (m->listener)

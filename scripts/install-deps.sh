@@ -7,7 +7,7 @@ set -euo pipefail
 
 pkgs=(
   build-essential cmake pkg-config git
-  libevent-dev libmsgpack-dev libjansson-dev libmicrohttpd-dev libopenblas-dev
+  libevent-dev libmsgpack-dev libjansson-dev libmicrohttpd-dev libopenblas-dev libssl-dev
   libcmocka-dev
   clang libclang-rt-14-dev     # libFuzzer for tests/fuzz
   python3 python3-msgpack      # integration tests (run by /usr/bin/python3)

@@ -114,6 +114,7 @@ int client_open(client *cl, const char *servers, uint64_t rank, const char *toke
                 const client_sink *sink, char *err, size_t errlen)
 {
     memset(cl, 0, sizeof *cl);
+    cl->wake_fd = -1;
     frame_decoder_init(&cl->dec, UINT64_MAX);
     cl->sink = *sink;
     size_t n = 1;
@@ -346,7 +347,7 @@ static int client_read(client *cl, client_conn *c, char *err, size_t errlen)
 
 int client_poll(client *cl, int timeout_ms, char *err, size_t errlen)
 {
-    struct pollfd pfd[64];
+    struct pollfd pfd[65];
     size_t n = cl->nconns < 64 ? cl->nconns : 64;
     /* Write eagerly first: most of the time the socket takes it all and
      * poll only has to wait for results. */
@@ -358,12 +359,23 @@ int client_poll(client *cl, int timeout_ms, char *err, size_t errlen)
         pfd[i].events = POLLIN | (cl->conns[i].qlen ? POLLOUT : 0);
         pfd[i].revents = 0;
     }
-    int rc = poll(pfd, n, timeout_ms);
+    size_t np = n;
+    if (cl->wake_fd >= 0) {
+        pfd[np].fd = cl->wake_fd;
+        pfd[np].events = POLLIN;
+        pfd[np++].revents = 0;
+    }
+    int rc = poll(pfd, np, timeout_ms);
     if (rc < 0) {
         if (errno == EINTR)
             return 0;
         snprintf(err, errlen, "poll: %s", strerror(errno));
         return -1;
+    }
+    if (np > n && (pfd[n].revents & POLLIN)) {
+        uint64_t v;
+        if (read(cl->wake_fd, &v, sizeof v) < 0 && errno != EAGAIN)
+            return 0;
     }
     for (size_t i = 0; i < n; i++) {
         if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))

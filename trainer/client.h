@@ -52,6 +52,8 @@ typedef struct client {
     frame_decoder dec;
     client_sink sink;
     uint64_t bytes_out, bytes_in;
+    int wake_fd; /* -1, or an fd whose readability ends client_poll early
+                  * (another thread has new pushes for the polling one) */
 } client;
 
 /* Connect to every "HOST:PORT" in the comma-separated list, say hello as

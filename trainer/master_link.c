@@ -4,6 +4,7 @@
 #include "shared/log.h"
 #include "trainer/client.h"
 #include "trainer/synthetic.h"
+#include "trainer/train.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -30,16 +31,27 @@ static double tl_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int tl_report(tlink *t, const char *type, char *err, size_t errlen)
+/* A metrics report (also the heartbeat); `extra` fields (may be NULL,
+ * stolen) are merged in. */
+static int tl_report_extra(tlink *t, const char *type, json_t *extra, char *err, size_t errlen)
 {
     json_t *body = json_pack("{s:o, s:I, s:I, s:I}", "samples", ctl_take_samples(t->m), "batches_done",
                              (json_int_t)t->batches_done, "bytes_in",
                              (json_int_t)(t->cl ? t->cl->bytes_in : 0), "bytes_out",
                              (json_int_t)(t->cl ? t->cl->bytes_out : 0));
+    if (extra) {
+        json_object_update(body, extra);
+        json_decref(extra);
+    }
     int rc = ctl_send(&t->c, type, NULL, body, err, errlen);
     json_decref(body);
     t->last_report = tl_now();
     return rc;
+}
+
+static int tl_report(tlink *t, const char *type, char *err, size_t errlen)
+{
+    return tl_report_extra(t, type, NULL, err, errlen);
 }
 
 static void tl_on_stop(tlink *t, ctl_msg *msg)
@@ -82,12 +94,7 @@ static int tl_tick(void *ctx, uint64_t batches_done, char *err, size_t errlen)
 static int tl_model(json_t *assign, synthetic_config *sc, char *err, size_t errlen)
 {
     json_t *model = json_object_get(assign, "model");
-    const char *cls = ctl_str(model, "class", "");
     json_t *conf = json_object_get(model, "configurations");
-    if (strcmp(cls, "Synthetic") != 0) {
-        snprintf(err, errlen, "model class '%s' is not in this build (it has Synthetic)", cls);
-        return -1;
-    }
     sc->buckets = (uint32_t)ctl_int(conf, "buckets", 4);
     sc->bucket_floats = (uint64_t)ctl_int(conf, "bucket_floats", 262144);
     sc->sparse = json_is_true(json_object_get(conf, "sparse"));
@@ -109,6 +116,78 @@ static int tl_wait(tlink *t, ctl_msg *msg, char *err, size_t errlen)
         if (tl_now() - t->last_report >= 0.5 && tl_report(t, "metrics", err, errlen) < 0)
             return -1;
     }
+}
+
+/* What runs a pass: the synthetic model or real training. */
+typedef struct tl_runner {
+    synthetic *syn;
+    train *tr;
+    comm *c;
+} tl_runner;
+
+static int tl_run_pass(tlink *t, tl_runner *r, client *cl, char *err, size_t errlen)
+{
+    if (r->syn) {
+        synthetic_report rep = {0};
+        if (synthetic_run(r->syn, cl, &rep, err, errlen) < 0)
+            return -1;
+        t->batches_done = rep.batches;
+        return tl_report(t, "pass_done", err, errlen);
+    }
+    if (train_pass(r->tr, r->c, tl_tick, t, err, errlen) < 0)
+        return -1;
+    /* Every trainer reports its losses and a digest of its parameters:
+     * synchronous training must leave them bit-identical. */
+    uint64_t ne;
+    const double *loss = train_loss_per_epoch(r->tr, &ne);
+    json_t *losses = json_array();
+    for (uint64_t e = 0; e < ne; e++)
+        json_array_append_new(losses, json_real(loss[e]));
+    char hex[65] = "";
+    train_params_sha256(r->tr, hex);
+    return tl_report_extra(t, "pass_done",
+                           json_pack("{s:o, s:s}", "loss_per_epoch", losses, "final_params_sha256", hex),
+                           err, errlen);
+}
+
+/* The real model's job from the assignment. */
+static int tl_train_job(json_t *a, train_job *j, char *err, size_t errlen)
+{
+    json_t *mc = json_object_get(json_object_get(a, "model"), "configurations");
+    json_t *data = json_object_get(a, "data");
+    json_t *dc = json_object_get(data, "configurations");
+    json_t *tc = json_object_get(json_object_get(a, "trainer"), "configurations");
+    memset(j, 0, sizeof *j);
+    j->model.num_embeddings = (uint64_t)ctl_int(mc, "num_embeddings", 0);
+    j->model.embedding_dim = (uint64_t)ctl_int(mc, "embedding_dim", 0);
+    j->model.dense_input_size = (uint64_t)ctl_int(mc, "dense_input_size", 0);
+    j->model.dense_output_size = (uint64_t)ctl_int(mc, "dense_output_size", 0);
+    j->model.dense_layers_count = (uint32_t)ctl_int(mc, "dense_layers_count", 1);
+    j->model.sparse = json_is_true(json_object_get(mc, "sparse"));
+    if (strcmp(ctl_str(data, "class", ""), "DummyData") != 0) {
+        snprintf(err, errlen, "data class '%s' is not in this build (it has DummyData)", ctl_str(data, "class", ""));
+        return -1;
+    }
+    j->data.max_val = (uint64_t)ctl_int(dc, "max_val", 0);
+    j->data.sample_count = (uint64_t)ctl_int(dc, "sample_count", ctl_int(dc, "input_samples", 0));
+    j->data.sample_length = (uint64_t)ctl_int(dc, "sample_length", ctl_int(dc, "input_dim", 0));
+    j->data.sparsity_percentage = (uint32_t)ctl_int(dc, "sparsity_percentage", 0);
+    const char *hook = ctl_str(tc, "ddp_hook", "rpc_hook");
+    if (strcmp(hook, "rpc_hook") != 0 && strcmp(hook, "rpc") != 0) {
+        snprintf(err, errlen, "hook '%s' needs NCCL allreduce among GPU trainers, which this CPU build does "
+                 "not have; use a trainer configuration with ddp_hook rpc_hook (e.g. --trainer DdpRpcTrainer)",
+                 hook);
+        return -1;
+    }
+    j->lr = ctl_num(tc, "lr", 0.01);
+    j->momentum = ctl_num(tc, "momentum", 0.0);
+    j->bucket_cap_mb = ctl_num(tc, "bucket_cap_mb", 25.0);
+    j->seed = (uint64_t)ctl_int(a, "seed", 0);
+    j->batch_size = (uint64_t)ctl_int(a, "batch_size", 10);
+    j->epochs = (uint64_t)ctl_int(a, "epochs", 1);
+    j->rank = (uint32_t)ctl_int(a, "rank", 0);
+    j->ntrainer = (uint32_t)ctl_int(a, "ntrainer", 1);
+    return 0;
 }
 
 static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen)
@@ -138,54 +217,73 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
         ctl_msg_clear(&msg);
         return 1;
     }
-    synthetic_config sc = {0};
-    sc.rank = (uint64_t)ctl_int(msg.body, "data_rank", 0);
-    sc.batches = (uint64_t)ctl_int(msg.body, "batches", 1);
-    sc.rpc_timeout_s = ctl_num(msg.body, "rpc_timeout", 60);
     uint64_t rank = (uint64_t)ctl_int(msg.body, "rank", 0);
-    json_t *servers = json_object_get(msg.body, "servers");
+    uint64_t batches = (uint64_t)ctl_int(msg.body, "batches", 1);
+    double rpc_timeout = ctl_num(msg.body, "rpc_timeout", 60);
     char list[4096] = "";
     size_t i;
     json_t *v;
-    json_array_foreach(servers, i, v) {
+    json_array_foreach(json_object_get(msg.body, "servers"), i, v) {
         size_t used = strlen(list);
         snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", json_string_value(v));
     }
-    int mrc = tl_model(msg.body, &sc, err, errlen);
+    const char *cls = ctl_str(json_object_get(msg.body, "model"), "class", "");
+    tl_runner r = {0};
+    int setup = 0;
+    if (!list[0]) {
+        snprintf(err, errlen, "the assignment names no server");
+        setup = -1;
+    } else if (strcmp(cls, "Synthetic") == 0) {
+        synthetic_config sc = {0};
+        sc.rank = (uint64_t)ctl_int(msg.body, "data_rank", 0);
+        sc.batches = batches;
+        sc.rpc_timeout_s = rpc_timeout;
+        setup = tl_model(msg.body, &sc, err, errlen);
+        if (setup == 0 && !(r.syn = synthetic_new(&sc, t->m))) {
+            snprintf(err, errlen, "out of memory");
+            setup = -1;
+        }
+        if (r.syn)
+            synthetic_set_tick(r.syn, tl_tick, t);
+    } else if (strcmp(cls, "DummyModel") == 0) {
+        train_job j;
+        setup = tl_train_job(msg.body, &j, err, errlen);
+        if (setup == 0 && !(r.tr = train_new(&j, t->m, err, errlen)))
+            setup = -1;
+        if (setup == 0 && train_batches_per_pass(r.tr) != batches) {
+            snprintf(err, errlen, "the master expects %" PRIu64 " batches per pass, the data gives %" PRIu64,
+                     batches, train_batches_per_pass(r.tr));
+            setup = -1;
+        }
+    } else {
+        snprintf(err, errlen, "model class '%s' is not in this build (Synthetic, DummyModel)", cls);
+        setup = -1;
+    }
     ctl_msg_clear(&msg);
-    if (mrc < 0 || !list[0]) {
-        if (!list[0])
-            snprintf(err, errlen, "the assignment names no server");
-        return 1;
-    }
-    log_info("trainer %" PRIu64 ": servers %s, %u buckets x %" PRIu64 " floats, %" PRIu64 " batches per pass",
-             rank, list, sc.buckets, sc.bucket_floats, sc.batches);
-
-    synthetic *syn = synthetic_new(&sc, t->m);
-    if (!syn) {
-        snprintf(err, errlen, "out of memory");
-        return 1;
-    }
-    synthetic_set_tick(syn, tl_tick, t);
     client cl;
-    client_sink sink = synthetic_sink(syn);
+    memset(&cl, 0, sizeof cl);
+    cl.wake_fd = -1;
     int code = 1;
+    if (setup < 0)
+        goto out;
+    log_info("trainer %" PRIu64 ": model %s, servers %s, %" PRIu64 " batches per pass", rank, cls, list, batches);
+    client_sink sink = {0};
+    if (r.syn)
+        sink = synthetic_sink(r.syn);
     if (client_open(&cl, list, rank, o->token, o->connect_timeout_s, &sink, err, errlen) < 0)
         goto out;
     t->cl = &cl;
+    if (r.tr && !(r.c = comm_start(&cl, rpc_timeout, err, errlen)))
+        goto out;
     if (ctl_send(&t->c, "ready", NULL, NULL, err, errlen) < 0)
         goto out;
     for (;;) {
         if (tl_wait(t, &msg, err, errlen) < 0)
             goto out;
         if (strcmp(msg.type, "start") == 0) {
-            synthetic_report rep = {0};
-            t->batches_done = 0;
             ctl_msg_clear(&msg);
-            if (synthetic_run(syn, &cl, &rep, err, errlen) < 0)
-                goto out;
-            t->batches_done = rep.batches;
-            if (tl_report(t, "pass_done", err, errlen) < 0)
+            t->batches_done = 0;
+            if (tl_run_pass(t, &r, &cl, err, errlen) < 0)
                 goto out;
         } else if (strcmp(msg.type, "reset") == 0) {
             ctl_msg_clear(&msg);
@@ -205,9 +303,11 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
         }
     }
 out:
+    comm_stop(r.c);
     t->cl = NULL;
     client_close(&cl);
-    synthetic_free(syn);
+    synthetic_free(r.syn);
+    train_free(r.tr);
     return code;
 }
 

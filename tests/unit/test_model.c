@@ -1,0 +1,765 @@
+/* test_model.c — unit tests for the CPU training path: trainer/data (the
+ * documented PRNG, DummyData generation, round-robin sharding), trainer/model
+ * (layout, initialization, forward, backward and its ready callbacks, dense
+ * and sparse embedding gradients, shape validation), trainer/optim (SGD,
+ * momentum, sparse rows) and trainer/params_hash.
+ *
+ * Gradients are checked against central differences of an independent
+ * double-precision reference forward written here from the model's
+ * definition (not from model.c), with its own idea of the parameter layout.
+ * Golden values (PRNG output, initial parameters, SHA-256 digests) were
+ * computed once with a separate Python implementation of the documented
+ * algorithms (hashlib + struct for the digests) and are hard-coded. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/data.h"
+#include "trainer/model.h"
+#include "trainer/optim.h"
+#include "trainer/params_hash.h"
+
+/* ---- fixtures ------------------------------------------------------------- */
+
+#define T_B 3
+#define T_L 5
+
+/* The tiny model of the gradient checks: 7 rows of 4, two 4x4 layers. */
+static const model_config tiny_cfg = {
+    .num_embeddings = 7, .embedding_dim = 4, .dense_input_size = 4, .dense_output_size = 4,
+    .dense_layers_count = 2, .sparse = false,
+};
+
+/* One layer 4 -> 3: catches transposed in/out in the GEMM calls. */
+static const model_config rect_cfg = {
+    .num_embeddings = 7, .embedding_dim = 4, .dense_input_size = 4, .dense_output_size = 3,
+    .dense_layers_count = 1, .sparse = false,
+};
+
+/* Repeated indices inside bags (3 twice in bag 0, 0 three times in bag 1,
+ * 1 twice in bag 2) and across bags; row 4 is never used. */
+static const int64_t t_idx[T_B * T_L] = {
+    1, 3, 3, 6, 1, /* bag 0 */
+    0, 0, 0, 2, 5, /* bag 1 */
+    6, 3, 1, 1, 3, /* bag 2 */
+};
+static const int64_t t_tgt[T_B] = {2, 0, 1};
+
+static data_batch tiny_batch(void)
+{
+    data_batch b = {.indices = t_idx, .targets = t_tgt, .len = T_B, .sample_length = T_L, .number = 0};
+    return b;
+}
+
+static dummy_model *new_model(const model_config *cfg, uint64_t seed, uint32_t max_batch)
+{
+    char err[256] = "";
+    dummy_model *m = model_new(cfg, seed, max_batch, err, sizeof err);
+    if (!m)
+        print_error("model_new: %s\n", err);
+    assert_non_null(m);
+    return m;
+}
+
+/* ---- the double-precision reference --------------------------------------- */
+
+#define R_MAXW 16
+
+/* Offsets by the documented order: embedding, then per layer weight, bias. */
+static uint64_t ref_weight_off(const model_config *c, uint32_t l)
+{
+    return c->num_embeddings * c->embedding_dim +
+           (uint64_t)l * (c->dense_output_size * c->dense_input_size + c->dense_output_size);
+}
+static uint64_t ref_bias_off(const model_config *c, uint32_t l)
+{
+    return ref_weight_off(c, l) + c->dense_output_size * c->dense_input_size;
+}
+
+static void ref_softmax(double *dst, const double *src, uint64_t n)
+{
+    double mx = src[0], sum = 0;
+    for (uint64_t k = 1; k < n; k++)
+        mx = fmax(mx, src[k]);
+    for (uint64_t k = 0; k < n; k++)
+        sum += (dst[k] = exp(src[k] - mx));
+    for (uint64_t k = 0; k < n; k++)
+        dst[k] /= sum;
+}
+
+/* The loss of the model definition (model.h) in double: EmbeddingBag mean,
+ * the layers without activation, softmax, CrossEntropy on the softmax. */
+static double ref_loss(const model_config *c, const double *P, const data_batch *b)
+{
+    uint64_t D = c->embedding_dim, C = c->dense_output_size;
+    assert_true(D <= R_MAXW && C <= R_MAXW);
+    double loss = 0;
+    for (uint32_t s = 0; s < b->len; s++) {
+        double x[R_MAXW] = {0}, y[R_MAXW], p[R_MAXW], q[R_MAXW];
+        for (uint32_t t = 0; t < b->sample_length; t++)
+            for (uint64_t k = 0; k < D; k++)
+                x[k] += P[b->indices[s * b->sample_length + t] * D + k];
+        for (uint64_t k = 0; k < D; k++)
+            x[k] /= b->sample_length;
+        uint64_t w = D;
+        for (uint32_t l = 0; l < c->dense_layers_count; l++) {
+            const double *W = P + ref_weight_off(c, l), *bias = P + ref_bias_off(c, l);
+            for (uint64_t o = 0; o < C; o++) {
+                y[o] = bias[o];
+                for (uint64_t i = 0; i < w; i++)
+                    y[o] += W[o * w + i] * x[i];
+            }
+            memcpy(x, y, C * sizeof *x);
+            w = C;
+        }
+        ref_softmax(p, x, C);
+        ref_softmax(q, p, C);
+        loss -= log(q[b->targets[s]]);
+    }
+    return loss / b->len;
+}
+
+/* Central differences of ref_loss for every parameter, at m's values. */
+static double *ref_numeric_grad(const dummy_model *m, const data_batch *b)
+{
+    const model_config *c = model_cfg(m);
+    uint64_t n = model_total_size(m);
+    double *P = malloc(n * sizeof *P), *G = malloc(n * sizeof *G);
+    assert_non_null(P);
+    assert_non_null(G);
+    for (uint64_t j = 0; j < n; j++)
+        P[j] = model_values_const(m)[j];
+    const double h = 1e-5;
+    for (uint64_t j = 0; j < n; j++) {
+        double keep = P[j];
+        P[j] = keep + h;
+        double lp = ref_loss(c, P, b);
+        P[j] = keep - h;
+        double lm = ref_loss(c, P, b);
+        P[j] = keep;
+        G[j] = (lp - lm) / (2 * h);
+    }
+    free(P);
+    return G;
+}
+
+/* got (float32) against want (double) for one tensor: elementwise relative
+ * error < 1e-2, elements far below the tensor's scale compared absolutely. */
+static void assert_grad_close(const char *what, const float *got, const double *want, uint64_t n)
+{
+    double scale = 0;
+    for (uint64_t j = 0; j < n; j++)
+        scale = fmax(scale, fabs(want[j]));
+    assert_true(scale > 0); /* every tensor of the fixture has some gradient */
+    for (uint64_t j = 0; j < n; j++) {
+        double a = got[j], w = want[j];
+        double big = fmax(fabs(a), fabs(w));
+        double rel = big > 1e-3 * scale ? fabs(a - w) / big : fabs(a - w) / scale;
+        if (!(rel < 1e-2)) {
+            print_error("%s[%llu]: analytic %.9g, numeric %.9g (rel %.3g)\n", what, (unsigned long long)j, a, w,
+                        rel);
+            fail();
+        }
+    }
+}
+
+/* ---- data ------------------------------------------------------------------- */
+
+static void test_rng_golden(void **state)
+{
+    /* Python reimplementation of data.h's DummyData: seed 42, max_val 100,
+     * 4 samples of 5, sparsity 20. */
+    static const int64_t want_idx[20] = {71, 93, 21, 36, 77, 51, 43, 85, 25, 78,
+                                         37, 8,  71, 71, 50, 94, 48, 82, 52, 78};
+    static const int64_t want_tgt[4] = {94, 8, 30, 86};
+    data_config c = {.max_val = 100, .sample_count = 4, .sample_length = 5, .sparsity_percentage = 20};
+    char err[256];
+    dummy_data *d = data_generate(&c, 42, err, sizeof err);
+    assert_non_null(d);
+    assert_int_equal(d->index_count, 80);
+    assert_memory_equal(d->indices, want_idx, sizeof want_idx);
+    assert_memory_equal(d->targets, want_tgt, sizeof want_tgt);
+    data_free(d);
+}
+
+static void test_data_deterministic(void **state)
+{
+    data_config c = {.max_val = 100, .sample_count = 100, .sample_length = 100, .sparsity_percentage = 20};
+    char err[256];
+    dummy_data *a = data_generate(&c, 7, err, sizeof err);
+    dummy_data *b = data_generate(&c, 7, err, sizeof err);
+    dummy_data *o = data_generate(&c, 8, err, sizeof err);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(o);
+    size_t ni = 100 * 100 * sizeof(int64_t), nt = 100 * sizeof(int64_t);
+    assert_memory_equal(a->indices, b->indices, ni);
+    assert_memory_equal(a->targets, b->targets, nt);
+    assert_memory_not_equal(a->indices, o->indices, ni);
+    assert_memory_not_equal(a->targets, o->targets, nt);
+    data_free(a);
+    data_free(b);
+    data_free(o);
+}
+
+static uint64_t count_distinct(const int64_t *v, uint64_t n, uint64_t max_val)
+{
+    uint8_t *seen = calloc(max_val, 1);
+    assert_non_null(seen);
+    uint64_t distinct = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        assert_true(v[k] >= 0 && (uint64_t)v[k] < max_val);
+        distinct += !seen[v[k]];
+        seen[v[k]] = 1;
+    }
+    free(seen);
+    return distinct;
+}
+
+static void test_data_sparsity(void **state)
+{
+    static const uint32_t sp[] = {0, 20, 80, 99};
+    for (size_t i = 0; i < sizeof sp / sizeof *sp; i++) {
+        data_config c = {.max_val = 100, .sample_count = 100, .sample_length = 100, .sparsity_percentage = sp[i]};
+        char err[256];
+        dummy_data *d = data_generate(&c, 3, err, sizeof err);
+        assert_non_null(d);
+        uint64_t want = 100 - sp[i];
+        assert_int_equal(d->index_count, want);
+        uint64_t distinct = count_distinct(d->indices, 100 * 100, 100);
+        assert_true(distinct <= d->index_count);
+        /* 10000 uniform draws from <= 100 values miss one with p < 1e-40. */
+        assert_int_equal(distinct, d->index_count);
+        count_distinct(d->targets, 100, 100); /* targets in [0, max_val) */
+        data_free(d);
+    }
+    /* Exact integer floor: 30 * 71% = 21.3 -> 21. */
+    data_config c = {.max_val = 30, .sample_count = 1, .sample_length = 1, .sparsity_percentage = 29};
+    dummy_data *d = data_generate(&c, 1, NULL, 0);
+    assert_non_null(d);
+    assert_int_equal(d->index_count, 21);
+    data_free(d);
+}
+
+static void test_data_invalid(void **state)
+{
+    char err[256] = "";
+    data_config c = {.max_val = 100, .sample_count = 10, .sample_length = 10, .sparsity_percentage = 100};
+    assert_null(data_generate(&c, 1, err, sizeof err));
+    assert_non_null(strstr(err, "no index values"));
+    c.sparsity_percentage = 0;
+    c.sample_length = 0;
+    assert_null(data_generate(&c, 1, err, sizeof err));
+    c.sample_length = 10;
+    c.max_val = 0;
+    assert_null(data_generate(&c, 1, err, sizeof err));
+}
+
+static void test_shard_round_robin(void **state)
+{
+    /* 23 samples in batches of 5: batches 0..3 full, batch 4 of 3 samples. */
+    data_config c = {.max_val = 10, .sample_count = 23, .sample_length = 3, .sparsity_percentage = 0};
+    char err[256];
+    dummy_data *d = data_generate(&c, 5, err, sizeof err);
+    assert_non_null(d);
+
+    static const struct {
+        uint32_t n, keep, dropped;
+    } cases[] = {{1, 5, 0}, {2, 2, 1}, {3, 1, 2}, {5, 1, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        for (uint32_t r = 0; r < cases[i].n; r++) {
+            data_shard *s = data_shard_new(d, 5, r, cases[i].n, err, sizeof err);
+            assert_non_null(s);
+            assert_int_equal(s->total_batches, 5);
+            assert_int_equal(s->nbatches, cases[i].keep);
+            assert_int_equal(s->dropped, cases[i].dropped);
+            uint32_t maxlen = 0;
+            for (uint64_t k = 0; k < s->nbatches; k++) {
+                const data_batch *b = &s->batches[k];
+                uint64_t num = r + k * cases[i].n;
+                assert_int_equal(b->number, num);
+                assert_ptr_equal(b->indices, d->indices + num * 5 * 3);
+                assert_ptr_equal(b->targets, d->targets + num * 5);
+                assert_int_equal(b->sample_length, 3);
+                assert_int_equal(b->len, num == 4 ? 3 : 5);
+                maxlen = b->len > maxlen ? b->len : maxlen;
+            }
+            assert_int_equal(s->max_len, maxlen);
+            data_shard_free(s);
+        }
+    }
+    /* Every trainer of 5 gets one batch; trainer 4 the partial one. */
+    data_shard *s = data_shard_new(d, 5, 4, 5, err, sizeof err);
+    assert_non_null(s);
+    assert_int_equal(s->batches[0].len, 3);
+    assert_int_equal(s->max_len, 3);
+    data_shard_free(s);
+
+    /* 6 trainers for 5 batches: someone would get nothing. */
+    assert_null(data_shard_new(d, 5, 0, 6, err, sizeof err));
+    assert_non_null(strstr(err, "fewer than the 6 trainers"));
+    assert_null(data_shard_new(d, 5, 2, 2, err, sizeof err)); /* rank out of range */
+    assert_null(data_shard_new(d, 0, 0, 1, err, sizeof err));
+    data_free(d);
+}
+
+/* ---- model: layout, init, validation ------------------------------------------ */
+
+static void test_model_layout(void **state)
+{
+    dummy_model *m = new_model(&tiny_cfg, 1, T_B);
+    static const char *const names[] = {"embedding.weight", "dense.0.weight", "dense.0.bias", "dense.1.weight",
+                                        "dense.1.bias"};
+    static const uint64_t sizes[] = {28, 16, 4, 16, 4};
+    assert_int_equal(model_nparams(m), 5);
+    assert_int_equal(model_total_size(m), 68);
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < 5; i++) {
+        const model_param_info *p = model_param(m, i);
+        assert_string_equal(p->name, names[i]);
+        assert_int_equal(p->size, sizes[i]);
+        assert_int_equal(p->offset, off);
+        assert_int_equal(p->ndim, i == 0 || i % 2 == 1 ? 2 : 1);
+        assert_int_equal(p->shape[0] * p->shape[1], p->size);
+        assert_false(p->sparse);
+        assert_ptr_equal(model_param_values(m, i), model_values(m) + off);
+        assert_ptr_equal(model_param_grad(m, i), model_grads(m) + off);
+        off += p->size;
+    }
+    assert_int_equal(model_param(m, 0)->shape[0], 7);
+    assert_int_equal(model_param(m, 0)->shape[1], 4);
+    model_free(m);
+
+    /* Sparse: the embedding has no dense gradient buffer. */
+    model_config sc = tiny_cfg;
+    sc.sparse = true;
+    m = new_model(&sc, 1, T_B);
+    assert_true(model_param(m, 0)->sparse);
+    assert_null(model_param_grad(m, 0));
+    assert_non_null(model_param_grad(m, 1));
+    model_free(m);
+}
+
+static float from_hex(const char *s)
+{
+    return strtof(s, NULL);
+}
+
+static void test_model_init(void **state)
+{
+    /* Python reimplementation of model.h's initialization, seed 1234. */
+    static const char *const emb[] = {"0x1.822ea4p-4",  "-0x1.98a34ep+0", "0x1.91e04ep-1",
+                                      "-0x1.15018ep+0", "-0x1.2d497ap-5", "-0x1.d9c864p-2"};
+    static const char *const w0[] = {"0x1.d34e94p-2", "-0x1.6bf8eap-2", "-0x1.93129p-2", "-0x1.c2e3aep-4"};
+    dummy_model *m = new_model(&tiny_cfg, 1234, T_B);
+    for (int k = 0; k < 6; k++)
+        assert_true(model_param_values(m, 0)[k] == from_hex(emb[k]));
+    for (int k = 0; k < 4; k++)
+        assert_true(model_param_values(m, 1)[k] == from_hex(w0[k]));
+    /* Linear values within U(-1/sqrt(in), 1/sqrt(in)) = (-0.5, 0.5). */
+    for (uint32_t i = 1; i < model_nparams(m); i++)
+        for (uint64_t k = 0; k < model_param(m, i)->size; k++)
+            assert_true(fabsf(model_param_values(m, i)[k]) <= 0.5f);
+
+    /* Same seed: same values whatever `sparse`; another seed: different. */
+    model_config sc = tiny_cfg;
+    sc.sparse = true;
+    dummy_model *s = new_model(&sc, 1234, 1);
+    dummy_model *o = new_model(&tiny_cfg, 1235, T_B);
+    assert_memory_equal(model_values(m), model_values(s), 68 * sizeof(float));
+    assert_memory_not_equal(model_values(m), model_values(o), 68 * sizeof(float));
+    model_free(m);
+    model_free(s);
+    model_free(o);
+}
+
+static void test_model_validation(void **state)
+{
+    char err[256] = "";
+    model_config c = tiny_cfg;
+    c.embedding_dim = 5;
+    assert_null(model_new(&c, 1, 1, err, sizeof err));
+    assert_non_null(strstr(err, "embedding_dim (5) must equal dense_input_size (4)"));
+
+    c = tiny_cfg;
+    c.dense_output_size = 3; /* two layers 4 -> 3 -> ? cannot chain */
+    assert_null(model_new(&c, 1, 1, err, sizeof err));
+    assert_non_null(strstr(err, "dense_output_size (3) must equal dense_input_size (4)"));
+
+    c = tiny_cfg;
+    c.dense_layers_count = 0;
+    assert_null(model_new(&c, 1, 1, err, sizeof err));
+    assert_null(model_new(&tiny_cfg, 1, 0, err, sizeof err)); /* max_batch 0 */
+
+    /* Data against the model: indices must be rows, targets classes. */
+    dummy_model *m = new_model(&rect_cfg, 1, 4); /* 7 rows, 3 classes */
+    data_config dc = {.max_val = 3, .sample_count = 4, .sample_length = 2, .sparsity_percentage = 0};
+    dummy_data *d = data_generate(&dc, 1, err, sizeof err);
+    assert_int_equal(model_check_data(m, d, err, sizeof err), 0);
+    data_free(d);
+    dc.max_val = 5; /* targets up to 4 >= 3 classes */
+    d = data_generate(&dc, 1, err, sizeof err);
+    assert_int_equal(model_check_data(m, d, err, sizeof err), -1);
+    assert_non_null(strstr(err, "dense_output_size=3 classes"));
+    data_free(d);
+    dc.max_val = 8; /* indices up to 7 >= 7 rows */
+    d = data_generate(&dc, 1, err, sizeof err);
+    assert_int_equal(model_check_data(m, d, err, sizeof err), -1);
+    assert_non_null(strstr(err, "num_embeddings=7 rows"));
+    data_free(d);
+    model_free(m);
+}
+
+/* ---- model: forward and gradients --------------------------------------------- */
+
+static void check_gradients(const model_config *cfg, const data_batch *b)
+{
+    dummy_model *m = new_model(cfg, 99, b->len);
+    double *P = malloc(model_total_size(m) * sizeof *P);
+    assert_non_null(P);
+    for (uint64_t j = 0; j < model_total_size(m); j++)
+        P[j] = model_values(m)[j];
+    double want_loss = ref_loss(cfg, P, b);
+    free(P);
+
+    double loss = model_forward(m, b);
+    assert_true(fabs(loss - want_loss) <= 1e-5 * want_loss);
+    model_backward(m, b, NULL, NULL);
+    double *G = ref_numeric_grad(m, b);
+    for (uint32_t i = 0; i < model_nparams(m); i++) {
+        const model_param_info *p = model_param(m, i);
+        assert_grad_close(p->name, model_param_grad(m, i), G + p->offset, p->size);
+    }
+    /* Row 4 is in no bag: its gradient is exactly zero. */
+    for (uint64_t k = 0; k < cfg->embedding_dim; k++)
+        assert_true(model_param_grad(m, 0)[4 * cfg->embedding_dim + k] == 0.0f);
+    free(G);
+    model_free(m);
+}
+
+static void test_gradcheck_dense(void **state)
+{
+    data_batch b = tiny_batch();
+    check_gradients(&tiny_cfg, &b);
+}
+
+static void test_gradcheck_rect(void **state)
+{
+    data_batch b = tiny_batch(); /* targets 2, 0, 1 < 3 classes */
+    check_gradients(&rect_cfg, &b);
+}
+
+static void test_gradcheck_sparse(void **state)
+{
+    data_batch b = tiny_batch();
+    model_config sc = tiny_cfg;
+    sc.sparse = true;
+    dummy_model *dm = new_model(&tiny_cfg, 99, T_B);
+    dummy_model *sm = new_model(&sc, 99, T_B);
+    double ld = model_forward(dm, &b), ls = model_forward(sm, &b);
+    assert_true(ld == ls);
+    model_backward(dm, &b, NULL, NULL);
+    model_backward(sm, &b, NULL, NULL);
+
+    const int64_t *rows;
+    const float *vals;
+    uint64_t nnz = model_sparse_grad(sm, &rows, &vals);
+    static const int64_t want_rows[] = {0, 1, 2, 3, 5, 6}; /* unique, ascending; 4 unused */
+    assert_int_equal(nnz, 6);
+    assert_memory_equal(rows, want_rows, sizeof want_rows);
+
+    /* The sparse rows are the dense gradient's nonzero rows, bit for bit
+     * (same operations in the same order), and the rows left out are zero. */
+    const float *G = model_param_grad(dm, 0);
+    uint64_t D = sc.embedding_dim;
+    for (uint64_t k = 0; k < nnz; k++)
+        assert_memory_equal(vals + k * D, G + rows[k] * D, D * sizeof(float));
+    for (uint64_t k = 0; k < D; k++)
+        assert_true(G[4 * D + k] == 0.0f);
+    /* Dense parameters agree too. */
+    for (uint32_t i = 1; i < model_nparams(sm); i++)
+        assert_memory_equal(model_param_grad(sm, i), model_param_grad(dm, i),
+                            model_param(sm, i)->size * sizeof(float));
+    /* And the sparse rows against the numeric reference directly. */
+    double *N = ref_numeric_grad(sm, &b);
+    double want[6 * 4];
+    for (uint64_t k = 0; k < nnz; k++)
+        for (uint64_t c = 0; c < D; c++)
+            want[k * D + c] = N[rows[k] * D + c];
+    assert_grad_close("embedding.weight (sparse)", vals, want, nnz * D);
+    free(N);
+
+    model_zero_grad(sm);
+    assert_int_equal(model_sparse_grad(sm, &rows, &vals), 0);
+    model_free(dm);
+    model_free(sm);
+}
+
+/* Records the order of ready callbacks and a snapshot of each gradient at
+ * the moment it was announced. */
+typedef struct ready_log {
+    dummy_model *m;
+    uint32_t n;
+    uint32_t order[16];
+    float *snap[16];
+    uint64_t snap_nnz;
+    int64_t snap_rows[16];
+} ready_log;
+
+static void on_ready(void *ctx, uint32_t i)
+{
+    ready_log *log = ctx;
+    assert_true(log->n < 16 && i < model_nparams(log->m));
+    log->order[log->n++] = i;
+    const model_param_info *p = model_param(log->m, i);
+    log->snap[i] = malloc(p->size * sizeof(float));
+    assert_non_null(log->snap[i]);
+    if (p->sparse) {
+        const int64_t *rows;
+        const float *vals;
+        log->snap_nnz = model_sparse_grad(log->m, &rows, &vals);
+        memcpy(log->snap_rows, rows, log->snap_nnz * sizeof *rows);
+        memcpy(log->snap[i], vals, log->snap_nnz * p->shape[1] * sizeof(float));
+    } else {
+        memcpy(log->snap[i], model_param_grad(log->m, i), p->size * sizeof(float));
+    }
+}
+
+static void check_ready_order(bool sparse)
+{
+    model_config c = tiny_cfg;
+    c.sparse = sparse;
+    c.dense_layers_count = 3;
+    c.dense_output_size = 4;
+    data_batch b = tiny_batch();
+    ready_log log = {.m = new_model(&c, 5, T_B)};
+    dummy_model *m = log.m;
+    /* Garbage in every gradient buffer: a snapshot taken before a
+     * gradient is written would keep it and differ from the final one. */
+    memset(model_grads(m), 0xff, model_total_size(m) * sizeof(float));
+    model_forward(m, &b);
+    model_backward(m, &b, on_ready, &log);
+
+    static const uint32_t want[] = {6, 5, 4, 3, 2, 1, 0}; /* reverse parameter order */
+    assert_int_equal(log.n, model_nparams(m));
+    assert_memory_equal(log.order, want, sizeof want);
+    for (uint32_t i = 0; i < model_nparams(m); i++) {
+        const model_param_info *p = model_param(m, i);
+        if (p->sparse) {
+            const int64_t *rows;
+            const float *vals;
+            uint64_t nnz = model_sparse_grad(m, &rows, &vals);
+            assert_int_equal(nnz, log.snap_nnz);
+            assert_memory_equal(rows, log.snap_rows, nnz * sizeof *rows);
+            assert_memory_equal(vals, log.snap[i], nnz * p->shape[1] * sizeof(float));
+        } else {
+            assert_memory_equal(model_param_grad(m, i), log.snap[i], p->size * sizeof(float));
+        }
+        free(log.snap[i]);
+    }
+    model_free(m);
+}
+
+static void test_ready_order_dense(void **state) { check_ready_order(false); }
+static void test_ready_order_sparse(void **state) { check_ready_order(true); }
+
+/* ---- SGD ------------------------------------------------------------------------ */
+
+/* Set every value and gradient of m to small dyadic numbers so that the
+ * hand-computed results are exact in float32. */
+static void set_dyadic(dummy_model *m, float v0, float g0)
+{
+    for (uint64_t j = 0; j < model_total_size(m); j++) {
+        model_values(m)[j] = v0 + (float)(j % 4) * 0.25f;
+        model_grads(m)[j] = g0 * (float)(1 + j % 2);
+    }
+}
+
+static void test_sgd_plain(void **state)
+{
+    dummy_model *m = new_model(&tiny_cfg, 1, 1);
+    char err[256];
+    sgd *o = sgd_new(m, 0.5, 0.0, err, sizeof err);
+    assert_non_null(o);
+    set_dyadic(m, 1.0f, 0.25f);
+    sgd_step(o, m);
+    /* p = (1 + (j%4)/4) - 0.5 * 0.25 * (1 + j%2) */
+    for (uint64_t j = 0; j < model_total_size(m); j++) {
+        float want = 1.0f + (float)(j % 4) * 0.25f - 0.125f * (float)(1 + j % 2);
+        assert_true(model_values(m)[j] == want);
+    }
+    /* One parameter from an outside gradient. */
+    float g[4] = {1, -2, 0.5f, 0};
+    float before[4];
+    memcpy(before, model_param_values(m, 2), sizeof before);
+    sgd_step_dense(o, m, 2, g);
+    for (int k = 0; k < 4; k++)
+        assert_true(model_param_values(m, 2)[k] == before[k] - 0.5f * g[k]);
+    sgd_free(o);
+    model_free(m);
+}
+
+static void test_sgd_momentum(void **state)
+{
+    dummy_model *m = new_model(&tiny_cfg, 1, 1);
+    char err[256];
+    sgd *o = sgd_new(m, 0.25, 0.5, err, sizeof err);
+    assert_non_null(o);
+    float *p = model_param_values(m, 2), *g = model_param_grad(m, 2);
+    /* Step 1: buf = g = 0.5; p = 1 - 0.25 * 0.5 = 0.875.
+     * Step 2: g = 0.25; buf = 0.5 * 0.5 + 0.25 = 0.5; p = 0.875 - 0.125 = 0.75.
+     * Step 3: g = -1; buf = 0.25 - 1 = -0.75; p = 0.75 + 0.1875 = 0.9375. */
+    static const float gs[3] = {0.5f, 0.25f, -1.0f}, want[3] = {0.875f, 0.75f, 0.9375f};
+    p[0] = 1.0f;
+    for (int step = 0; step < 3; step++) {
+        g[0] = gs[step];
+        sgd_step(o, m);
+        assert_true(p[0] == want[step]);
+    }
+    sgd_free(o);
+    model_free(m);
+}
+
+static void test_sgd_sparse(void **state)
+{
+    model_config sc = tiny_cfg;
+    sc.sparse = true;
+    dummy_model *m = new_model(&sc, 1, T_B);
+    char err[256] = "";
+    /* Momentum with a sparse gradient is refused, like PyTorch. */
+    assert_null(sgd_new(m, 0.1, 0.9, err, sizeof err));
+    assert_non_null(strstr(err, "sparse"));
+    assert_non_null(strstr(err, "embedding.weight"));
+
+    sgd *o = sgd_new(m, 0.5, 0.0, err, sizeof err);
+    assert_non_null(o);
+    float *E = model_param_values(m, 0);
+    for (int k = 0; k < 28; k++)
+        E[k] = 1.0f;
+    /* Rows 5 and 1, unsorted, row 1 twice (summed). */
+    static const int64_t rows[3] = {5, 1, 1};
+    static const float vals[12] = {1, 1, 1, 1, 0.5f, 0.5f, 0.5f, 0.5f, 0.25f, 0.25f, 0.25f, 0.25f};
+    assert_int_equal(sgd_step_sparse(o, m, 0, rows, vals, 3, err, sizeof err), 0);
+    for (int r = 0; r < 7; r++)
+        for (int k = 0; k < 4; k++)
+            assert_true(E[r * 4 + k] == (r == 5 ? 0.5f : r == 1 ? 0.625f : 1.0f));
+    /* Out-of-range rows are refused with nothing updated. */
+    static const int64_t bad[2] = {2, 7};
+    assert_int_equal(sgd_step_sparse(o, m, 0, bad, vals, 2, err, sizeof err), -1);
+    assert_non_null(strstr(err, "out of range"));
+    assert_true(E[2 * 4] == 1.0f);
+
+    /* sgd_step with the model's own sparse gradient: untouched row 4 stays. */
+    data_batch b = tiny_batch();
+    float row4[4];
+    memcpy(row4, E + 16, sizeof row4);
+    model_forward(m, &b);
+    model_backward(m, &b, NULL, NULL);
+    float row0[4];
+    memcpy(row0, E, sizeof row0);
+    sgd_step(o, m);
+    assert_memory_equal(E + 16, row4, sizeof row4);
+    assert_memory_not_equal(E, row0, sizeof row0);
+    sgd_free(o);
+    model_free(m);
+}
+
+static double train_steps(const model_config *c, double lr, double momentum, int steps, double *first)
+{
+    data_batch b = tiny_batch();
+    dummy_model *m = new_model(c, 11, T_B);
+    char err[256];
+    sgd *o = sgd_new(m, lr, momentum, err, sizeof err);
+    assert_non_null(o);
+    double loss = 0;
+    for (int s = 0; s < steps; s++) {
+        model_zero_grad(m);
+        loss = model_forward(m, &b);
+        if (s == 0)
+            *first = loss;
+        model_backward(m, &b, NULL, NULL);
+        sgd_step(o, m);
+    }
+    loss = model_forward(m, &b);
+    sgd_free(o);
+    model_free(m);
+    return loss;
+}
+
+static void test_training_loss_falls(void **state)
+{
+    model_config sc = tiny_cfg;
+    sc.sparse = true;
+    /* The loss is CrossEntropy of a softmax output over 4 classes: it lies
+     * in (log(e + 3) - 1, log 4) = (0.744, 1.386), a narrow band. */
+    double first, last;
+    last = train_steps(&tiny_cfg, 1.0, 0.0, 100, &first);
+    print_message("dense, plain:    %.6f -> %.6f\n", first, last);
+    assert_true(last < first - 0.1);
+    last = train_steps(&tiny_cfg, 0.5, 0.9, 100, &first);
+    print_message("dense, momentum: %.6f -> %.6f\n", first, last);
+    assert_true(last < first - 0.1);
+    last = train_steps(&sc, 1.0, 0.0, 100, &first);
+    print_message("sparse, plain:   %.6f -> %.6f\n", first, last);
+    assert_true(last < first - 0.1);
+}
+
+/* ---- params_sha256 ---------------------------------------------------------------- */
+
+static void test_params_sha256(void **state)
+{
+    /* 2 rows of 2, one layer 2 -> 2: 4 + 4 + 2 = 10 floats. */
+    model_config c = {.num_embeddings = 2, .embedding_dim = 2, .dense_input_size = 2, .dense_output_size = 2,
+                      .dense_layers_count = 1, .sparse = false};
+    static const float vals[10] = {0.5f, -1.25f, 3.0f, 0.0f, 0.125f, -2.0f, 1e-3f, 65504.0f, -0.0f, 7.75f};
+    dummy_model *m = new_model(&c, 1, 1);
+    assert_int_equal(model_total_size(m), 10);
+    memcpy(model_values(m), vals, sizeof vals);
+    char hex[65];
+    assert_int_equal(params_sha256(m, hex), 0);
+    /* hashlib.sha256(struct.pack('<10f', *vals)).hexdigest() */
+    assert_string_equal(hex, "46c2da2f2fe5909fdf9f405bb93841ab8eb6351969c2e090b02283923e9d141d");
+
+    model_values(m)[9] = 7.5f;
+    char hex2[65];
+    assert_int_equal(params_sha256(m, hex2), 0);
+    assert_int_equal(strlen(hex2), 64);
+    assert_string_not_equal(hex, hex2);
+    model_values(m)[9] = 7.75f;
+    model_values(m)[8] = 0.0f; /* -0.0 -> +0.0: equal as floats, not as bytes */
+    assert_int_equal(params_sha256(m, hex2), 0);
+    assert_string_not_equal(hex, hex2);
+    model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rng_golden),
+        cmocka_unit_test(test_data_deterministic),
+        cmocka_unit_test(test_data_sparsity),
+        cmocka_unit_test(test_data_invalid),
+        cmocka_unit_test(test_shard_round_robin),
+        cmocka_unit_test(test_model_layout),
+        cmocka_unit_test(test_model_init),
+        cmocka_unit_test(test_model_validation),
+        cmocka_unit_test(test_gradcheck_dense),
+        cmocka_unit_test(test_gradcheck_rect),
+        cmocka_unit_test(test_gradcheck_sparse),
+        cmocka_unit_test(test_ready_order_dense),
+        cmocka_unit_test(test_ready_order_sparse),
+        cmocka_unit_test(test_sgd_plain),
+        cmocka_unit_test(test_sgd_momentum),
+        cmocka_unit_test(test_sgd_sparse),
+        cmocka_unit_test(test_training_loss_falls),
+        cmocka_unit_test(test_params_sha256),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,234 @@
+/* comm.c — the trainer's communication thread (see comm.h). */
+#include "trainer/comm.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COMM_MAX_BUCKETS 4096
+
+struct comm {
+    client *cl;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int wake;                 /* eventfd */
+    comm_bucket **queue;      /* pushed, not yet given to the client (mu) */
+    uint32_t nqueue;
+    comm_bucket *inflight[COMM_MAX_BUCKETS]; /* by id, comm thread only */
+    comm_bucket *cur;         /* result being received (comm thread) */
+    bool stop, failed;        /* mu */
+    char err[512];            /* mu, when failed */
+    double rpc_timeout_s;
+};
+
+static uint64_t comm_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the sink: runs on the comm thread ---------------------------------- */
+
+static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, char *err, size_t errlen)
+{
+    comm *c = ctx;
+    comm_bucket *b = h->bucket < COMM_MAX_BUCKETS ? c->inflight[h->bucket] : NULL;
+    if (!b || h->batch != b->hdr.batch || h->layout != b->hdr.layout) {
+        snprintf(err, errlen, "unexpected result for batch %" PRIu64 " bucket %" PRIu64, h->batch, h->bucket);
+        return -1;
+    }
+    if (h->layout == LAYOUT_DENSE) {
+        if (h->count != b->hdr.count || h->payload != b->hdr.count * 4) {
+            snprintf(err, errlen, "result for bucket %" PRIu64 " has the wrong size", h->bucket);
+            return -1;
+        }
+    } else {
+        if (h->cols != b->hdr.cols || h->rows != b->hdr.rows) {
+            snprintf(err, errlen, "sparse result for bucket %" PRIu64 " has the wrong shape", h->bucket);
+            return -1;
+        }
+        if (h->payload > b->result_cap) {
+            uint8_t *r = realloc(b->result, h->payload);
+            if (!r) {
+                snprintf(err, errlen, "out of memory for a sparse result");
+                return -1;
+            }
+            b->result = r;
+            b->result_cap = h->payload;
+        }
+        b->result_len = h->payload;
+        b->result_nnz = h->nnz;
+    }
+    c->cur = b;
+    return 0;
+}
+
+static int comm_data(void *ctx, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen)
+{
+    comm *c = ctx;
+    comm_bucket *b = c->cur;
+    if (b->hdr.layout == LAYOUT_DENSE)
+        memcpy((uint8_t *)b->dense_dst + off, p, n);
+    else
+        memcpy(b->result + off, p, n);
+    return 0;
+}
+
+static int comm_end(void *ctx, char *err, size_t errlen)
+{
+    comm *c = ctx;
+    comm_bucket *b = c->cur;
+    c->cur = NULL;
+    c->inflight[b->id] = NULL;
+    b->t_done_ns = comm_now_ns();
+    pthread_mutex_lock(&c->mu);
+    b->done = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+/* ---- the thread --------------------------------------------------------- */
+
+static void comm_fail(comm *c, const char *why)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!c->failed) {
+        c->failed = true;
+        snprintf(c->err, sizeof c->err, "%s", why);
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void *comm_main(void *arg)
+{
+    comm *c = arg;
+    char err[512];
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        bool stop = c->stop;
+        comm_bucket *take[64];
+        uint32_t n = 0;
+        while (n < 64 && c->nqueue > 0) {
+            take[n++] = c->queue[0];
+            memmove(c->queue, c->queue + 1, (c->nqueue - 1) * sizeof *c->queue);
+            c->nqueue--;
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (stop)
+            return NULL;
+        for (uint32_t i = 0; i < n; i++) {
+            comm_bucket *b = take[i];
+            c->inflight[b->id] = b;
+            if (client_queue(c->cl, b->id % c->cl->nconns, &b->hdr, b->payload, err, sizeof err) < 0) {
+                comm_fail(c, err);
+                return NULL;
+            }
+        }
+        if (client_poll(c->cl, 100, err, sizeof err) < 0) {
+            comm_fail(c, err);
+            return NULL;
+        }
+    }
+}
+
+comm *comm_start(client *cl, double rpc_timeout_s, char *err, size_t errlen)
+{
+    comm *c = calloc(1, sizeof *c);
+    if (!c || !(c->queue = calloc(COMM_MAX_BUCKETS, sizeof *c->queue))) {
+        free(c);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->cl = cl;
+    c->rpc_timeout_s = rpc_timeout_s;
+    c->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    cl->sink.begin = comm_begin;
+    cl->sink.data = comm_data;
+    cl->sink.end = comm_end;
+    cl->sink.ctx = c;
+    cl->wake_fd = c->wake;
+    if (c->wake < 0 || pthread_create(&c->th, NULL, comm_main, c) != 0) {
+        snprintf(err, errlen, "cannot start the communication thread");
+        if (c->wake >= 0)
+            close(c->wake);
+        cl->wake_fd = -1;
+        free(c->queue);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void comm_push(comm *c, comm_bucket *b, uint64_t batch)
+{
+    b->hdr.batch = batch;
+    b->done = false;
+    b->t_push_ns = comm_now_ns();
+    assert(b->id < COMM_MAX_BUCKETS);
+    pthread_mutex_lock(&c->mu);
+    assert(c->nqueue < COMM_MAX_BUCKETS);
+    c->queue[c->nqueue++] = b;
+    pthread_mutex_unlock(&c->mu);
+    uint64_t one = 1;
+    if (write(c->wake, &one, sizeof one) < 0) {
+        /* The counter cannot overflow here; the thread polls at 100 ms anyway. */
+    }
+}
+
+int comm_wait(comm *c, comm_bucket **bs, uint32_t n, char *err, size_t errlen)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)c->rpc_timeout_s;
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        while (!bs[i]->done && !c->failed) {
+            if (pthread_cond_timedwait(&c->cv, &c->mu, &deadline) == ETIMEDOUT) {
+                snprintf(err, errlen, "timed out after %.0f s waiting for the result of batch %" PRIu64
+                         " bucket %u (--rpc-timeout)", c->rpc_timeout_s, bs[i]->hdr.batch, bs[i]->id);
+                rc = -1;
+                break;
+            }
+        }
+        if (c->failed) {
+            snprintf(err, errlen, "%s", c->err);
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void comm_stop(comm *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    pthread_mutex_unlock(&c->mu);
+    uint64_t one = 1;
+    if (write(c->wake, &one, sizeof one) < 0) {
+        /* the 100 ms poll timeout ends the loop anyway */
+    }
+    pthread_join(c->th, NULL);
+    c->cl->wake_fd = -1;
+    close(c->wake);
+    free(c->queue);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}

@@ -1,0 +1,45 @@
+/* comm.h — a trainer's communication thread.
+ *
+ * Backward runs on the trainer's main thread; the moment a bucket's
+ * gradients are complete the main thread hands the bucket to this thread
+ * (comm_push) and goes on computing. This thread owns the client: it writes
+ * pushes, reads results straight into the bucket's destination (a dense
+ * result overwrites the gradients it averaged, a sparse one lands in the
+ * bucket's own buffer), and marks buckets done. The optimizer waits with
+ * comm_wait. One mutex guards the hand-over; the bytes themselves are never
+ * touched by both threads at once (see model.h on gradient ownership).
+ */
+#ifndef PSBENCH_COMM_H
+#define PSBENCH_COMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shared/frame.h"
+#include "trainer/client.h"
+
+typedef struct comm_bucket {
+    uint32_t id;            /* the bucket number on the wire; server = id mod servers */
+    frame_hdr hdr;          /* the push header (batch set by comm_push) */
+    const uint8_t *payload; /* dense: the gradients; sparse: indices then rows */
+    float *dense_dst;       /* dense: where the mean goes (may equal payload) */
+    uint8_t *result;        /* sparse: the coalesced mean (owned, grows) */
+    uint64_t result_cap, result_len, result_nnz;
+    uint64_t t_push_ns, t_done_ns;
+    bool done;              /* guarded by the comm mutex */
+} comm_bucket;
+
+typedef struct comm comm;
+
+/* Start the thread on an opened client (comm takes over its sink and its
+ * polling). NULL with err set. */
+comm *comm_start(client *cl, double rpc_timeout_s, char *err, size_t errlen);
+/* Hand bucket b (batch `batch`) to the thread. */
+void comm_push(comm *c, comm_bucket *b, uint64_t batch);
+/* Wait until every bucket in bs is done. 0, or -1 with err (connection
+ * lost, error frame, --rpc-timeout). */
+int comm_wait(comm *c, comm_bucket **bs, uint32_t n, char *err, size_t errlen);
+/* Stop the thread (the client is the caller's again). */
+void comm_stop(comm *c);
+
+#endif
