@@ -4,6 +4,7 @@
 #include "trainer/params_hash.h"
 #include "shared/log.h"
 
+#include <cblas.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,10 @@ static int train_make_buckets(train *t, char *err, size_t errlen)
 
 train *train_new(const train_job *j, metrics *m, char *err, size_t errlen)
 {
+    /* Trainers share hosts with each other, their servers and their own
+     * communication thread: one BLAS thread each unless the user says. */
+    if (!getenv("OPENBLAS_NUM_THREADS"))
+        openblas_set_num_threads(1);
     train *t = calloc(1, sizeof *t);
     if (!t) {
         snprintf(err, errlen, "out of memory");
