@@ -33,7 +33,7 @@
 #define CONFIG_DEFAULT_TRAINER "DdpRpcTrainer"
 #define CONFIG_DEFAULT_SERVER "AverageParameterServer"
 #define CONFIG_DEFAULT_DATA "DummyData"
-#define CONFIG_DEFAULT_MODEL "Synthetic"
+#define CONFIG_DEFAULT_MODEL "DummyModel"
 #define CONFIG_DEFAULT_BACKEND "gloo"
 #define CONFIG_DEFAULT_LISTEN "0.0.0.0:29500"
 #define CONFIG_DEFAULT_HTTP "0.0.0.0:8080"

@@ -48,6 +48,8 @@ static void trainer_usage(FILE *f)
         "  --summary-json FILE     write {batches, seconds, rounds_per_s, batch_p50_ms,\n"
         "                          batch_p99_ms, bytes_pushed} to FILE\n"
         "  --master HOST:PORT      join a psbench-master\n"
+        "  --params-out FILE       with --master and a real model: write the final\n"
+        "                          parameters there (raw little-endian float32)\n"
         "  --log-level LEVEL       error, warn, info (default) or debug\n"
         "  --help, --version\n"
         "\n"
@@ -58,7 +60,7 @@ static void trainer_usage(FILE *f)
 enum {
     OPT_SERVER = 256, OPT_RANK, OPT_MODEL, OPT_BUCKETS, OPT_BUCKET_FLOATS, OPT_BATCHES, OPT_SPARSE,
     OPT_SPARSE_COLS, OPT_RPC_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_TOKEN, OPT_DEVICE, OPT_SUMMARY,
-    OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
+    OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION, OPT_PARAMS_OUT,
 };
 
 static const struct option trainer_opts[] = {
@@ -76,6 +78,7 @@ static const struct option trainer_opts[] = {
     {"device", required_argument, NULL, OPT_DEVICE},
     {"summary-json", required_argument, NULL, OPT_SUMMARY},
     {"master", required_argument, NULL, OPT_MASTER},
+    {"params-out", required_argument, NULL, OPT_PARAMS_OUT},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -114,6 +117,7 @@ int main(int argc, char **argv)
     cfg.rpc_timeout_s = 60;
     double connect_timeout = 30;
     const char *servers = NULL, *model = NULL, *token = NULL, *summary = NULL, *master = NULL;
+    const char *params_out = NULL;
     bool have_rank = false;
     log_level level = LOG_INFO;
     char err[512];
@@ -168,6 +172,7 @@ int main(int argc, char **argv)
             break;
         case OPT_SUMMARY: summary = optarg; break;
         case OPT_MASTER: master = optarg; break;
+        case OPT_PARAMS_OUT: params_out = optarg; break;
         case OPT_LOG_LEVEL:
             if (log_level_parse(optarg, &level) < 0) {
                 snprintf(err, sizeof err, "--log-level: '%s' is not error, warn, info or debug", optarg);
@@ -203,7 +208,8 @@ int main(int argc, char **argv)
         metrics *mm = metrics_new();
         if (!mm)
             return trainer_fail("out of memory");
-        trainer_link_opts lo = {master, have_rank ? (int64_t)cfg.rank : -1, token, "cpu", connect_timeout};
+        trainer_link_opts lo = {master, have_rank ? (int64_t)cfg.rank : -1, token, "cpu", connect_timeout,
+                                params_out};
         int code = trainer_run_with_master(&lo, mm, err, sizeof err);
         if (code == 0) {
             metrics_print_table(mm, stdout, "trainer metrics, timed pass (ms)");

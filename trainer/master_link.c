@@ -150,6 +150,20 @@ static int tl_run_pass(tlink *t, tl_runner *r, client *cl, char *err, size_t err
                            err, errlen);
 }
 
+/* The final parameters, raw little-endian float32 in parameter order (what
+ * final_params_sha256 digests), for comparisons across runs. */
+static int tl_write_params(train *tr, const char *path, char *err, size_t errlen)
+{
+    const dummy_model *m = train_model(tr);
+    FILE *f = fopen(path, "wb");
+    size_t n = (size_t)model_total_size(m);
+    if (!f || fwrite(model_values_const(m), sizeof(float), n, f) != n || fclose(f) != 0) {
+        snprintf(err, errlen, "--params-out %s: cannot write", path);
+        return -1;
+    }
+    return 0;
+}
+
 /* The real model's job from the assignment. */
 static int tl_train_job(json_t *a, train_job *j, char *err, size_t errlen)
 {
@@ -297,6 +311,8 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
             code = t->stop_code;
             if (code)
                 snprintf(err, errlen, "the master stopped the run: %s", t->stop_reason);
+            else if (r.tr && o->params_out && tl_write_params(r.tr, o->params_out, err, errlen) < 0)
+                code = 1;
             goto out;
         } else {
             ctl_msg_clear(&msg);

@@ -20,6 +20,7 @@ typedef struct trainer_link_opts {
     const char *token;
     const char *device;
     double connect_timeout_s;
+    const char *params_out; /* NULL, or where the final parameters go (raw LE float32) */
 } trainer_link_opts;
 
 /* Returns the exit code; err holds the reason when it is not 0. */

@@ -24,6 +24,7 @@ struct train {
     train_job job;
     metrics *m;
     stats *m_batch, *m_fwd, *m_bwd, *m_rpc_dense, *m_rpc_sparse, *m_opt, *m_exposed;
+    stats *m_span; /* first push to last result: the communication of a step */
     dummy_data *data;
     data_shard *shard;
     dummy_model *model;
@@ -127,6 +128,7 @@ train *train_new(const train_job *j, metrics *m, char *err, size_t errlen)
         t->m_rpc_sparse = metrics_get(m, "hook_future_metric,rpc_sparse");
     t->m_opt = metrics_get(m, "optimizer_metric,step");
     t->m_exposed = metrics_get(m, "hook_future_metric,exposed_wait");
+    t->m_span = metrics_get(m, "hook_future_metric,comm_span");
     t->data = data_generate(&j->data, j->seed, err, errlen);
     if (!t->data)
         goto fail;
@@ -230,8 +232,13 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
         return -1;
     uint64_t t3 = train_now_ns();
     /* The means are in: the dense ones in place, the sparse one aside. */
+    uint64_t first_push = UINT64_MAX, last_done = 0;
     for (uint32_t k = 0; k < t->nbuckets; k++) {
         train_bucket *b = &t->buckets[k];
+        if (b->cb.t_push_ns < first_push)
+            first_push = b->cb.t_push_ns;
+        if (b->cb.t_done_ns > last_done)
+            last_done = b->cb.t_done_ns;
         metrics_add(b->sparse ? t->m_rpc_sparse : t->m_rpc_dense, train_ms(b->cb.t_push_ns, b->cb.t_done_ns));
         if (!b->sparse) {
             for (uint32_t i = b->first_param; i <= b->last_param; i++)
@@ -248,6 +255,7 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     metrics_add(t->m_fwd, train_ms(t0, t1));
     metrics_add(t->m_bwd, train_ms(t1, t2));
     metrics_add(t->m_exposed, train_ms(t2, t3));
+    metrics_add(t->m_span, train_ms(first_push, last_done));
     metrics_add(t->m_opt, train_ms(t3, t4));
     metrics_add(t->m_batch, train_ms(t0, t4));
     return 0;

@@ -130,7 +130,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.ncudaserver, 0);
     assert_int_equal(c.epochs, 10);
     assert_int_equal(c.batch_size, 10);
-    assert_string_equal(c.model, "Synthetic");
+    assert_string_equal(c.model, "DummyModel");
     assert_string_equal(c.server, "AverageParameterServer");
     assert_string_equal(c.data, "DummyData");
     assert_string_equal(c.trainer, "DdpRpcTrainer");
@@ -406,7 +406,7 @@ static void test_load_real_configs(void **state)
     (void)state;
     run_config c;
     char err[512];
-    assert_int_equal(parse(&c, err, sizeof err, NULL), 0);
+    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", NULL), 0);
     if (config_load(&c, err, sizeof err) != 0) {
         print_error("%s\n", err);
         fail();
@@ -506,7 +506,7 @@ static void test_load_malformed(void **state)
     char err[512], want[300];
 
     write_file("bad.json", "{\n  \"Synthetic\": {\n    \"model_class\": \"Synthetic\",,\n  }\n}\n");
-    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("bad.json"), NULL), 0);
+    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("bad.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     snprintf(want, sizeof want, "model configurations %s:3:", tmp_path("bad.json"));
     assert_contains(err, want);
@@ -526,14 +526,14 @@ static void test_load_malformed(void **state)
     config_free(&c);
 
     write_file("dup.json", "{\"Synthetic\": {}, \"Synthetic\": {}}\n");
-    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("dup.json"), NULL), 0);
+    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("dup.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "duplicate");
     config_free(&c);
 
     /* An entry without its class, and one with a class psbench lacks. */
     write_file("model.json", "{\"Synthetic\": {\"configurations\": {\"buckets\": 1}}}\n");
-    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("model.json"), NULL), 0);
+    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("model.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "model 'Synthetic'");
     assert_contains(err, "\"model_class\"");
@@ -558,17 +558,17 @@ static void test_load_malformed(void **state)
                            "{\"buckets\": 0, \"bucket_floats\": 10}},"
                            " \"NoFloats\": {\"model_class\": \"Synthetic\", \"configurations\": {\"buckets\": 2}},"
                            " \"BadConf\": {\"model_class\": \"Synthetic\", \"configurations\": [1]}}\n");
-    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("syn.json"), NULL), 0);
+    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("syn.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "\"buckets\" must be a whole number in 1..65536");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("syn.json"), "--model",
+    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("syn.json"), "--model",
                            "NoFloats", NULL),
                      0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "model 'NoFloats': configurations has no \"bucket_floats\"");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("syn.json"), "--model",
+    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("syn.json"), "--model",
                            "BadConf", NULL),
                      0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);

@@ -1,0 +1,138 @@
+"""Real training on CPU through the parameter server: DummyData, DummyModel,
+DDP-style buckets, SGD.
+
+- Synchronous training leaves every trainer with bit-identical parameters
+  (same final_params_sha256), and the loss falls over epochs.
+- Two trainers with batch size B through the server end equal (within float
+  tolerance) to one trainer with batch size 2B: round-robin dealing gives
+  that trainer exactly the union of the two trainers' batches at each step.
+- The sparse model trains end to end; the GPU-only hooks are refused.
+
+Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_training.py
+"""
+import array
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+from test_master import Master  # noqa: E402
+
+SMALL_MODEL = {"model_class": "DummyModel",
+               "configurations": {"num_embeddings": 128, "embedding_dim": 64,
+                                  "dense_input_size": 64, "dense_output_size": 128,
+                                  "dense_layers_count": 1, "sparse": False}}
+
+
+class Training(psb.PsbTestCase):
+
+    def master(self, *extra, local=True, out=None):
+        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                "--rpc-timeout", "30"]
+        if local:
+            args.append("--local")
+        if out:
+            args += ["--out", out]
+        m = self.reg.start(args + list(extra), name="master", cls=Master)
+        m.wait_ports()
+        return m
+
+    def results(self, m, out):
+        rc = m.wait(240)
+        self.assertEqual(rc, 0, m.describe())
+        with open(os.path.join(out, "results.json")) as f:
+            return json.load(f)
+
+    def test_identical_parameters_and_falling_loss(self):
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--model", "DummyModel", "--epochs", "4", out=out)
+        res = self.results(m, out)
+        shas = {t["final_params_sha256"] for t in res["trainers"]}
+        self.assertEqual(len(shas), 1, res["trainers"])
+        self.assertRegex(shas.pop(), r"^[0-9a-f]{64}$")
+        for t in res["trainers"]:
+            loss = t["loss_per_epoch"]
+            self.assertEqual(len(loss), 4)
+            for a, b in zip(loss, loss[1:]):
+                self.assertLess(b, a, loss)
+        tr = res["groups"]["trainer"]["all"]
+        for k in ("forward_metric,forward_pass", "backward_metric,backward",
+                  "hook_future_metric,rpc_dense", "batch_level_metric,batch_all"):
+            self.assertIn(k, tr)
+        self.assertEqual(tr["batch_level_metric,batch_all"]["count"], 2 * 4 * 5)
+
+    def test_sparse_model(self):
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--model", "DummyModelSparse", "--epochs", "2", out=out)
+        res = self.results(m, out)
+        self.assertEqual(len({t["final_params_sha256"] for t in res["trainers"]}), 1)
+        self.assertIn("hook_future_metric,rpc_sparse", res["groups"]["trainer"]["all"])
+
+    def test_gpu_hooks_refused_on_cpu(self):
+        m = self.master("--model", "DummyModel", "--trainer", "DdpTrainer", "--epochs", "1")
+        rc = m.wait(60)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("allreduce_hook", m.stderr())
+
+    def run_by_hand(self, ntrainer, batch_size, model_cfg):
+        m = self.master("--model", "Small", "--model-config-path", model_cfg, "--epochs", "2",
+                        "--ntrainer", str(ntrainer), "--batch-size", str(batch_size), local=False)
+        self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
+                       name="server")
+        paths = []
+        for r in range(ntrainer):
+            p = os.path.join(self.reg.workdir, "params-%d-%d.bin" % (ntrainer, r))
+            paths.append(p)
+            self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r),
+                            "--params-out", p], name="trainer%d" % r)
+        self.assertEqual(m.wait(120), 0, m.describe())
+        params = []
+        for p in paths:
+            a = array.array("f")
+            with open(p, "rb") as f:
+                a.frombytes(f.read())
+            params.append(a)
+        return params
+
+    def test_matches_one_process_on_the_union(self):
+        cfg = os.path.join(self.reg.workdir, "models.json")
+        with open(cfg, "w") as f:
+            json.dump({"Small": SMALL_MODEL}, f)
+        two = self.run_by_hand(2, 10, cfg)
+        one = self.run_by_hand(1, 20, cfg)
+        self.assertEqual(two[0].tobytes(), two[1].tobytes())  # bit-identical trainers
+        a, b = two[0], one[0]
+        self.assertEqual(len(a), len(b))
+        worst = max(abs(x - y) / (1e-3 + abs(y)) for x, y in zip(a, b))
+        self.assertLess(worst, 1e-3)
+        # And training did something: the parameters moved from the start.
+        init = self.run_init(cfg)
+        moved = max(abs(x - y) for x, y in zip(a, init))
+        self.assertGreater(moved, 1e-6)
+
+    def run_init(self, cfg):
+        """Parameters after 0 steps: a run whose learning rate is 0."""
+        tc = os.path.join(self.reg.workdir, "trainers.json")
+        with open(os.path.join(os.path.dirname(psb.HERE), "..", "configs",
+                               "trainer_configurations.json")) as f:
+            t = json.load(f)
+        t["DdpRpcTrainer"]["configurations"]["lr"] = 1e-30
+        with open(tc, "w") as f:
+            json.dump(t, f)
+        m = self.master("--model", "Small", "--model-config-path", cfg, "--epochs", "1",
+                        "--ntrainer", "1", "--trainer-config-path", tc, local=False)
+        self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
+                       name="server")
+        p = os.path.join(self.reg.workdir, "params-init.bin")
+        self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--params-out", p],
+                       name="trainer-init")
+        self.assertEqual(m.wait(120), 0, m.describe())
+        a = array.array("f")
+        with open(p, "rb") as f:
+            a.frombytes(f.read())
+        return a
+
+
+if __name__ == "__main__":
+    psb.main()
