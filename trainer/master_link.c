@@ -241,7 +241,9 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
         size_t used = strlen(list);
         snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", json_string_value(v));
     }
-    const char *cls = ctl_str(json_object_get(msg.body, "model"), "class", "");
+    /* Copied: the assignment's body is freed before the run. */
+    char cls[64];
+    snprintf(cls, sizeof cls, "%s", ctl_str(json_object_get(msg.body, "model"), "class", ""));
     tl_runner r = {0};
     int setup = 0;
     if (!list[0]) {
