@@ -44,20 +44,23 @@ TABLE_COLUMNS = ["metric", "count", "min", "max", "mean", "variance", "stdev", "
 
 MOCK = os.path.join(HERE, "mock_master.py")
 # The line the server under test prints once its HTTP side listens.
-HTTP_READY_RE = re.compile(r"http listening on (?:http://)?([0-9.]+):(\d+)")
+HTTP_READY_RE = re.compile(r"HTTP on http://([0-9.]+):(\d+)/")
+MOCK_READY_RE = re.compile(r"http listening on (?:http://)?([0-9.]+):(\d+)")
 
 
 # ---- the server under test -------------------------------------------------
 
 def start_target(reg):
-    """Start the HTTP server under test through `reg` (a psb.Registry, which
-    always stops it); return (base URL of the dashboard, its psb.Proc).
-
-    Today: tests/integration/mock_master.py. For the real master:
-        p = reg.start([psb.bin_path("psbench-master"), "--local", ...,
-                       "--http", "127.0.0.1:0", "--linger", "30"], name="master")
-    (and HTTP_READY_RE must match the line it prints with its HTTP port)."""
-    p = reg.start([sys.executable, MOCK, "--http", "127.0.0.1:0"], name="mock-master")
+    """Start the real master with --local (a small, slow-enough job so the
+    page sees it running) through `reg` (a psb.Registry, which always stops
+    it); return (base URL of the dashboard, its psb.Proc)."""
+    models = os.path.join(reg.workdir, "models.json")
+    with open(models, "w") as f:
+        json.dump({"Dash": {"model_class": "Synthetic",
+                            "configurations": {"buckets": 4, "bucket_floats": 65536}}}, f)
+    p = reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
+                   "--http", "127.0.0.1:0", "--linger", "60", "--model", "Dash",
+                   "--model-config-path", models, "--epochs", "200"], name="master")
     host, port = wait_for_line(p, HTTP_READY_RE)
     return "http://%s:%d/" % (host, port), p
 
@@ -249,6 +252,9 @@ class Dashboard(psb.PsbTestCase):
             driver.get(base)
             live = self.wait_live(driver, base)
             self.assert_no_severe(driver.get_log("browser"))
+            # Gone at once, as a crashed master would be (a SIGTERM would
+            # first fail the run and publish that phase).
+            proc.signal(signal.SIGKILL)
             proc.stop()
             s = self.wait_page(driver, "say disconnected",
                                lambda s: s["conn"] == "disconnected" and s["connected"] == "false")
@@ -268,7 +274,7 @@ class Dashboard(psb.PsbTestCase):
         # A property of the page, not of the server: always uses the mock.
         p = self.reg.start([sys.executable, MOCK, "--http", "127.0.0.1:0", "--prefix", "/ps/bench"],
                            name="mock-prefix")
-        host, port = wait_for_line(p, HTTP_READY_RE)
+        host, port = wait_for_line(p, MOCK_READY_RE)
         base = "http://%s:%d/ps/bench/" % (host, port)
         driver = self.start_browser()
         try:
