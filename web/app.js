@@ -278,6 +278,9 @@
    * the previous sample, for the interval mean). */
   function statValue(cur, prev) {
     if (!isObj(cur)) return null;
+    /* No samples yet (the start, or just after the reset between the
+     * warm-up and the timed pass): a gap, not a zero. */
+    if (!isNum(cur.count) || cur.count <= 0) return null;
     if (state.stat !== "interval") return isNum(cur[state.stat]) ? cur[state.stat] : null;
     const c2 = cur.count, m2 = cur.mean;
     if (!isNum(c2) || !isNum(m2) || c2 <= 0) return null;
