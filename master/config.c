@@ -1,6 +1,7 @@
 /* config.c — the master's run configuration: flags, checks, configs/ files
  * (see config.h). */
 #include "master/config.h"
+#include "shared/log.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -14,17 +15,6 @@
 #include "shared/cli.h"
 
 /* ---- small helpers ----------------------------------------------------- */
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* Replace *dst with a copy of s (NULL allowed). Returns 0 or -1 (no memory). */
 static int set_str(char **dst, const char *s)
@@ -280,11 +270,11 @@ static int parse_count(const char *opt, const char *s, uint32_t *out, char *err,
 static int parse_str(const char *opt, const char *s, char **dst, char *err, size_t errlen)
 {
     if (!s || !*s) {
-        set_err(err, errlen, "%s: needs a non-empty value", opt);
+        errbuf_set(err, errlen, "%s: needs a non-empty value", opt);
         return -1;
     }
     if (set_str(dst, s) < 0) {
-        set_err(err, errlen, "%s: out of memory", opt);
+        errbuf_set(err, errlen, "%s: out of memory", opt);
         return -1;
     }
     return 0;
@@ -315,7 +305,7 @@ static int listen_set_part(run_config *c, const char *host, const char *port, ch
     snprintf(buf, sizeof buf, "%s%s%s:%s", bracket ? "[" : "", host ? host : curhost, bracket ? "]" : "",
              port ? port : curport);
     if (set_str(&c->listen, buf) < 0) {
-        set_err(err, errlen, "out of memory");
+        errbuf_set(err, errlen, "out of memory");
         return -1;
     }
     return 0;
@@ -324,7 +314,7 @@ static int listen_set_part(run_config *c, const char *host, const char *port, ch
 int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t errlen)
 {
     if (config_init(c) < 0) {
-        set_err(err, errlen, "out of memory");
+        errbuf_set(err, errlen, "out of memory");
         return -1;
     }
     cli_normalize_args(argc, argv);
@@ -376,7 +366,7 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
         case OPT_DDP_HOOK: rc = parse_str("--ddp-hook", a, &c->ddp_hook, err, errlen); break;
         case OPT_MASTER_ADDR:
             if (!a || !*a) {
-                set_err(err, errlen, "--master-addr: needs a non-empty value");
+                errbuf_set(err, errlen, "--master-addr: needs a non-empty value");
                 rc = -1;
             } else {
                 rc = listen_set_part(c, a, NULL, err, errlen);
@@ -390,7 +380,7 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
         case OPT_FILESTORE: break; /* the seed's c10d FileStore: nothing to do */
         case OPT_PLACEMENT:
             if (!a || (strcmp(a, "seed") != 0 && strcmp(a, "shard") != 0)) {
-                set_err(err, errlen, "--placement: '%s' is not seed or shard", a ? a : "");
+                errbuf_set(err, errlen, "--placement: '%s' is not seed or shard", a ? a : "");
                 rc = -1;
             } else {
                 rc = parse_str("--placement", a, &c->placement, err, errlen);
@@ -404,21 +394,21 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
         case OPT_TOKEN: rc = parse_str("--token", a, &c->token, err, errlen); break;
         case OPT_LOG_LEVEL:
             if (log_level_parse(a, &c->log_level) < 0) {
-                set_err(err, errlen, "--log-level: '%s' is not error, warn, info or debug", a ? a : "");
+                errbuf_set(err, errlen, "--log-level: '%s' is not error, warn, info or debug", a ? a : "");
                 rc = -1;
             }
             break;
         case ':':
-            set_err(err, errlen, "option %s needs a value", argv[optind - 1]);
+            errbuf_set(err, errlen, "option %s needs a value", argv[optind - 1]);
             return -1;
         case '?':
         default:
             if (optopt >= 256)
-                set_err(err, errlen, "option '%s' takes no value", argv[optind - 1]);
+                errbuf_set(err, errlen, "option '%s' takes no value", argv[optind - 1]);
             else if (optopt)
-                set_err(err, errlen, "unknown option '-%c' (see --help)", optopt);
+                errbuf_set(err, errlen, "unknown option '-%c' (see --help)", optopt);
             else
-                set_err(err, errlen, "unknown option '%s' (see --help)", argv[optind - 1]);
+                errbuf_set(err, errlen, "unknown option '%s' (see --help)", argv[optind - 1]);
             return -1;
         }
         if (rc < 0)
@@ -429,7 +419,7 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
     if (version)
         return 2;
     if (optind < argc) {
-        set_err(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
+        errbuf_set(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
         return -1;
     }
     return 0;
@@ -444,19 +434,19 @@ int config_validate(const run_config *c, char *err, size_t errlen)
     bool shard = c->placement && strcmp(c->placement, "shard") == 0;
 
     if (!c->placement || (strcmp(c->placement, "seed") != 0 && !shard)) {
-        set_err(err, errlen, "--placement must be seed or shard");
+        errbuf_set(err, errlen, "--placement must be seed or shard");
         return -1;
     }
     if (tcount == 0) {
-        set_err(err, errlen, "no trainers: --ntrainer + --ncudatrainer must be at least 1");
+        errbuf_set(err, errlen, "no trainers: --ntrainer + --ncudatrainer must be at least 1");
         return -1;
     }
     if (scount == 0) {
-        set_err(err, errlen, "no servers: --nserver + --ncudaserver must be at least 1");
+        errbuf_set(err, errlen, "no servers: --nserver + --ncudaserver must be at least 1");
         return -1;
     }
     if (tcount > CONFIG_MAX_NODES || scount > CONFIG_MAX_NODES) {
-        set_err(err, errlen, "too many nodes: at most %u trainers and %u servers", CONFIG_MAX_NODES,
+        errbuf_set(err, errlen, "too many nodes: at most %u trainers and %u servers", CONFIG_MAX_NODES,
                 CONFIG_MAX_NODES);
         return -1;
     }
@@ -464,37 +454,37 @@ int config_validate(const run_config *c, char *err, size_t errlen)
         /* The seed launcher's checks: CPU trainers feed CPU servers, CUDA
          * trainers CUDA servers, each group split evenly. */
         if (c->ntrainer > 0 && c->ncudatrainer > 0 && (c->nserver == 0 || c->ncudaserver == 0)) {
-            set_err(err, errlen,
+            errbuf_set(err, errlen,
                     "CPU and CUDA trainers together need both CPU and CUDA servers "
                     "(--ntrainer %u --ncudatrainer %u, --nserver %u --ncudaserver %u)",
                     c->ntrainer, c->ncudatrainer, c->nserver, c->ncudaserver);
             return -1;
         }
         if (c->nserver > 0 && c->ntrainer == 0) {
-            set_err(err, errlen, "--nserver %u needs CPU trainers: --ntrainer is 0", c->nserver);
+            errbuf_set(err, errlen, "--nserver %u needs CPU trainers: --ntrainer is 0", c->nserver);
             return -1;
         }
         if (c->ntrainer > 0 && c->nserver == 0) {
-            set_err(err, errlen, "--ntrainer %u needs CPU servers: --nserver is 0", c->ntrainer);
+            errbuf_set(err, errlen, "--ntrainer %u needs CPU servers: --nserver is 0", c->ntrainer);
             return -1;
         }
         if (c->nserver > 0 && c->ntrainer % c->nserver != 0) {
-            set_err(err, errlen,
+            errbuf_set(err, errlen,
                     "--ntrainer %u is not divisible by --nserver %u (placement seed gives every server "
                     "ntrainer / nserver trainers; use --placement shard for other counts)",
                     c->ntrainer, c->nserver);
             return -1;
         }
         if (c->ncudaserver > 0 && c->ncudatrainer == 0) {
-            set_err(err, errlen, "--ncudaserver %u needs CUDA trainers: --ncudatrainer is 0", c->ncudaserver);
+            errbuf_set(err, errlen, "--ncudaserver %u needs CUDA trainers: --ncudatrainer is 0", c->ncudaserver);
             return -1;
         }
         if (c->ncudatrainer > 0 && c->ncudaserver == 0) {
-            set_err(err, errlen, "--ncudatrainer %u needs CUDA servers: --ncudaserver is 0", c->ncudatrainer);
+            errbuf_set(err, errlen, "--ncudatrainer %u needs CUDA servers: --ncudaserver is 0", c->ncudatrainer);
             return -1;
         }
         if (c->ncudaserver > 0 && c->ncudatrainer % c->ncudaserver != 0) {
-            set_err(err, errlen,
+            errbuf_set(err, errlen,
                     "--ncudatrainer %u is not divisible by --ncudaserver %u (placement seed gives every "
                     "server ncudatrainer / ncudaserver trainers; use --placement shard for other counts)",
                     c->ncudatrainer, c->ncudaserver);
@@ -502,24 +492,24 @@ int config_validate(const run_config *c, char *err, size_t errlen)
         }
     }
     if (c->epochs == 0 || c->epochs > CONFIG_MAX_EPOCHS) {
-        set_err(err, errlen, "--epochs must be in 1..%u", CONFIG_MAX_EPOCHS);
+        errbuf_set(err, errlen, "--epochs must be in 1..%u", CONFIG_MAX_EPOCHS);
         return -1;
     }
     if (c->batch_size == 0 || c->batch_size > CONFIG_MAX_BATCH_SIZE) {
-        set_err(err, errlen, "--batch-size must be in 1..%u", CONFIG_MAX_BATCH_SIZE);
+        errbuf_set(err, errlen, "--batch-size must be in 1..%u", CONFIG_MAX_BATCH_SIZE);
         return -1;
     }
     if (!(c->rpc_timeout_s > 0)) {
-        set_err(err, errlen, "--rpc-timeout must be a positive number of seconds");
+        errbuf_set(err, errlen, "--rpc-timeout must be a positive number of seconds");
         return -1;
     }
     if (!(c->linger_s >= 0)) {
-        set_err(err, errlen, "--linger must be 0 or a positive number of seconds");
+        errbuf_set(err, errlen, "--linger must be 0 or a positive number of seconds");
         return -1;
     }
     if (!c->backend || (strcmp(c->backend, "gloo") != 0 && strcmp(c->backend, "nccl") != 0 &&
                         strcmp(c->backend, "multi") != 0)) {
-        set_err(err, errlen, "--backend '%s' is not gloo, nccl or multi", c->backend ? c->backend : "");
+        errbuf_set(err, errlen, "--backend '%s' is not gloo, nccl or multi", c->backend ? c->backend : "");
         return -1;
     }
     struct { const char *opt, *v; } req[] = {
@@ -536,7 +526,7 @@ int config_validate(const run_config *c, char *err, size_t errlen)
     };
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
         if (!req[i].v || !*req[i].v) {
-            set_err(err, errlen, "%s needs a non-empty value", req[i].opt);
+            errbuf_set(err, errlen, "%s needs a non-empty value", req[i].opt);
             return -1;
         }
     }
@@ -547,12 +537,12 @@ int config_validate(const run_config *c, char *err, size_t errlen)
         char perr[128];
         if (!colon || colon == addr[i].v ||
             cli_parse_u64(addr[i].opt, colon + 1, 0, 65535, 0, &port, perr, sizeof perr) < 0) {
-            set_err(err, errlen, "%s '%s' is not HOST:PORT", addr[i].opt, addr[i].v);
+            errbuf_set(err, errlen, "%s '%s' is not HOST:PORT", addr[i].opt, addr[i].v);
             return -1;
         }
     }
     if (c->out_dir && !*c->out_dir) {
-        set_err(err, errlen, "--out needs a directory");
+        errbuf_set(err, errlen, "--out needs a directory");
         return -1;
     }
     return 0;
@@ -587,18 +577,18 @@ static int load_entry(const char *what, const char *path, const char *id, const 
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        set_err(err, errlen, "cannot read %s configurations %s: %s", what, path, strerror(errno));
+        errbuf_set(err, errlen, "cannot read %s configurations %s: %s", what, path, strerror(errno));
         return -1;
     }
     json_error_t je;
     json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
     fclose(f);
     if (!root) {
-        set_err(err, errlen, "%s configurations %s:%d:%d: %s", what, path, je.line, je.column, je.text);
+        errbuf_set(err, errlen, "%s configurations %s:%d:%d: %s", what, path, je.line, je.column, je.text);
         return -1;
     }
     if (!json_is_object(root)) {
-        set_err(err, errlen, "%s configurations %s: expected an object of {\"ID\": {...}}", what, path);
+        errbuf_set(err, errlen, "%s configurations %s: expected an object of {\"ID\": {...}}", what, path);
         json_decref(root);
         return -1;
     }
@@ -606,12 +596,12 @@ static int load_entry(const char *what, const char *path, const char *id, const 
     if (!ent) {
         char have[512];
         keys_list(root, have, sizeof have);
-        set_err(err, errlen, "%s '%s' not in %s (have: %s)", what, id, path, have);
+        errbuf_set(err, errlen, "%s '%s' not in %s (have: %s)", what, id, path, have);
         json_decref(root);
         return -1;
     }
     if (!json_is_object(ent)) {
-        set_err(err, errlen, "%s '%s' in %s: expected an object", what, id, path);
+        errbuf_set(err, errlen, "%s '%s' in %s: expected an object", what, id, path);
         json_decref(root);
         return -1;
     }
@@ -619,13 +609,13 @@ static int load_entry(const char *what, const char *path, const char *id, const 
     for (size_t i = 0; class_keys[i] && !cls; i++)
         cls = json_object_get(ent, class_keys[i]);
     if (!json_is_string(cls) || json_string_length(cls) == 0) {
-        set_err(err, errlen, "%s '%s' in %s: no \"%s\" string", what, id, path, class_keys[0]);
+        errbuf_set(err, errlen, "%s '%s' in %s: no \"%s\" string", what, id, path, class_keys[0]);
         json_decref(root);
         return -1;
     }
     json_t *conf = json_object_get(ent, "configurations");
     if (conf && !json_is_object(conf)) {
-        set_err(err, errlen, "%s '%s' in %s: \"configurations\" must be an object", what, id, path);
+        errbuf_set(err, errlen, "%s '%s' in %s: \"configurations\" must be an object", what, id, path);
         json_decref(root);
         return -1;
     }
@@ -633,7 +623,7 @@ static int load_entry(const char *what, const char *path, const char *id, const 
                         conf ? json_deep_copy(conf) : json_object());
     json_decref(root);
     if (!e->json) {
-        set_err(err, errlen, "out of memory");
+        errbuf_set(err, errlen, "out of memory");
         return -1;
     }
     e->id = json_string_value(json_object_get(e->json, "id"));
@@ -650,7 +640,7 @@ static int conf_uint(const config_entry *e, const char *what, const char *key, i
     json_t *v = json_object_get(e->conf, key);
     if (!v) {
         if (def < 0) {
-            set_err(err, errlen, "%s '%s': configurations has no \"%s\"", what, e->id, key);
+            errbuf_set(err, errlen, "%s '%s': configurations has no \"%s\"", what, e->id, key);
             return -1;
         }
         *out = (uint64_t)def;
@@ -658,7 +648,7 @@ static int conf_uint(const config_entry *e, const char *what, const char *key, i
     }
     if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) < min ||
         (uint64_t)json_integer_value(v) > max) {
-        set_err(err, errlen, "%s '%s': \"%s\" must be a whole number in %llu..%llu", what, e->id, key,
+        errbuf_set(err, errlen, "%s '%s': \"%s\" must be a whole number in %llu..%llu", what, e->id, key,
                 (unsigned long long)min, (unsigned long long)max);
         return -1;
     }
@@ -675,7 +665,7 @@ static int conf_bool(const config_entry *e, const char *what, const char *key, b
         return 0;
     }
     if (!json_is_boolean(v)) {
-        set_err(err, errlen, "%s '%s': \"%s\" must be true or false", what, e->id, key);
+        errbuf_set(err, errlen, "%s '%s': \"%s\" must be true or false", what, e->id, key);
         return -1;
     }
     *out = json_is_true(v);
@@ -709,7 +699,7 @@ int config_load(run_config *c, char *err, size_t errlen)
     } else if (strcmp(scls, "AverageBatchParameterServer") == 0) {
         c->resolved.server_kind = "average-batch";
     } else {
-        set_err(err, errlen,
+        errbuf_set(err, errlen,
                 "server '%s' in %s: class '%s' is not supported (psbench has AverageParameterServer, "
                 "AverageBatchParameterServer)",
                 c->server, c->server_config_path, scls);
@@ -751,7 +741,7 @@ int config_load(run_config *c, char *err, size_t errlen)
 
     if (samples > 0 && config_batches_per_pass(c) == 0) {
         uint64_t nb = (samples + c->batch_size - 1) / c->batch_size;
-        set_err(err, errlen,
+        errbuf_set(err, errlen,
                 "data '%s' has %llu samples: %llu batch%s of %llu cannot feed %llu trainers "
                 "(lower --batch-size or use more samples)",
                 c->data, (unsigned long long)samples, (unsigned long long)nb, nb == 1 ? "" : "es",
@@ -761,7 +751,7 @@ int config_load(run_config *c, char *err, size_t errlen)
     }
     return 0;
 oom:
-    set_err(err, errlen, "out of memory");
+    errbuf_set(err, errlen, "out of memory");
 fail:
     resolved_free(c);
     return -1;

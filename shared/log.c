@@ -44,3 +44,13 @@ void log_msg(log_level level, const char *fmt, ...)
     else
         fprintf(stderr, "%s: %s: %s\n", log_prog, log_names[level], line);
 }
+
+void errbuf_set(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}

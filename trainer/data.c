@@ -2,6 +2,7 @@
  * data.h for the exact order of draws, which is part of the contract: all
  * hosts must produce the same bytes from the same seed). */
 #include "trainer/data.h"
+#include "shared/log.h"
 
 #include <assert.h>
 #include <stdarg.h>
@@ -9,16 +10,6 @@
 #include <stdlib.h>
 
 #define DATA_GOLDEN 0x9E3779B97F4A7C15ull
-
-static void data_set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- PRNG ------------------------------------------------------------------ */
 
@@ -88,23 +79,23 @@ double data_rng_unit(data_rng *r)
 static int data_check_config(const data_config *c, char *err, size_t errlen)
 {
     if (c->max_val == 0 || c->max_val > DATA_MAX_VAL) {
-        data_set_err(err, errlen, "data: max_val must be in 1..%llu (got %llu)",
+        errbuf_set(err, errlen, "data: max_val must be in 1..%llu (got %llu)",
                      (unsigned long long)DATA_MAX_VAL, (unsigned long long)c->max_val);
         return -1;
     }
     if (c->sample_count == 0 || c->sample_length == 0 || c->sample_length > DATA_MAX_LEN) {
-        data_set_err(err, errlen, "data: sample_count must be >= 1 and sample_length in 1..%llu (got %llu, %llu)",
+        errbuf_set(err, errlen, "data: sample_count must be >= 1 and sample_length in 1..%llu (got %llu, %llu)",
                      (unsigned long long)DATA_MAX_LEN, (unsigned long long)c->sample_count,
                      (unsigned long long)c->sample_length);
         return -1;
     }
     if (c->sample_count > DATA_MAX_ELEMS / c->sample_length) {
-        data_set_err(err, errlen, "data: sample_count x sample_length (%llu x %llu) is too large",
+        errbuf_set(err, errlen, "data: sample_count x sample_length (%llu x %llu) is too large",
                      (unsigned long long)c->sample_count, (unsigned long long)c->sample_length);
         return -1;
     }
     if (c->sparsity_percentage > 100) {
-        data_set_err(err, errlen, "data: sparsity_percentage must be in 0..99 (got %u)", c->sparsity_percentage);
+        errbuf_set(err, errlen, "data: sparsity_percentage must be in 0..99 (got %u)", c->sparsity_percentage);
         return -1;
     }
     /* Integer arithmetic: the exact floor. (The seed computes
@@ -113,7 +104,7 @@ static int data_check_config(const data_config *c, char *err, size_t errlen)
      * one less; psbench takes the exact value.) */
     uint64_t count = c->max_val * (100 - c->sparsity_percentage) / 100;
     if (count == 0) {
-        data_set_err(err, errlen,
+        errbuf_set(err, errlen,
                      "data: sparsity_percentage %u of max_val %llu leaves no index values to draw from",
                      c->sparsity_percentage, (unsigned long long)c->max_val);
         return -1;
@@ -156,7 +147,7 @@ dummy_data *data_generate(const data_config *cfg, uint64_t seed, char *err, size
 oom:
     free(elems);
     data_free(d);
-    data_set_err(err, errlen, "data: out of memory generating %llu x %llu samples",
+    errbuf_set(err, errlen, "data: out of memory generating %llu x %llu samples",
                  (unsigned long long)cfg->sample_count, (unsigned long long)cfg->sample_length);
     return NULL;
 }
@@ -176,7 +167,7 @@ data_shard *data_shard_new(const dummy_data *d, uint32_t batch_size, uint32_t ra
                            char *err, size_t errlen)
 {
     if (batch_size == 0 || ntrainers == 0 || rank >= ntrainers) {
-        data_set_err(err, errlen, "data: invalid sharding (batch_size %u, rank %u of %u trainers)", batch_size,
+        errbuf_set(err, errlen, "data: invalid sharding (batch_size %u, rank %u of %u trainers)", batch_size,
                      rank, ntrainers);
         return NULL;
     }
@@ -184,7 +175,7 @@ data_shard *data_shard_new(const dummy_data *d, uint32_t batch_size, uint32_t ra
     uint64_t total = (samples + batch_size - 1) / batch_size;
     uint64_t per = total / ntrainers;
     if (per == 0) {
-        data_set_err(err, errlen,
+        errbuf_set(err, errlen,
                      "data: %llu samples make %llu batch%s of %u, fewer than the %u trainers "
                      "(lower the batch size or use more samples)",
                      (unsigned long long)samples, (unsigned long long)total, total == 1 ? "" : "es", batch_size,
@@ -196,7 +187,7 @@ data_shard *data_shard_new(const dummy_data *d, uint32_t batch_size, uint32_t ra
         s->batches = calloc(per, sizeof *s->batches);
     if (!s || !s->batches) {
         data_shard_free(s);
-        data_set_err(err, errlen, "data: out of memory");
+        errbuf_set(err, errlen, "data: out of memory");
         return NULL;
     }
     s->nbatches = per;

@@ -14,6 +14,7 @@
  * EmbeddingBag mean: row r gets dx0_b / L once per occurrence of r in bag b.
  */
 #include "trainer/model.h"
+#include "shared/log.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -52,16 +53,6 @@ struct dummy_model {
 
     const data_batch *fwd;  /* batch of the last forward, until backward */
 };
-
-static void model_set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static uint32_t model_weight_index(uint32_t layer) { return 1 + 2 * layer; }
 static uint32_t model_bias_index(uint32_t layer) { return 2 + 2 * layer; }
@@ -118,26 +109,26 @@ static int model_check_config(const model_config *c, uint32_t max_batch, char *e
     if (c->num_embeddings == 0 || c->num_embeddings > MODEL_MAX_ROWS || c->embedding_dim == 0 ||
         c->embedding_dim > MODEL_MAX_DIM || c->dense_input_size == 0 || c->dense_input_size > MODEL_MAX_DIM ||
         c->dense_output_size == 0 || c->dense_output_size > MODEL_MAX_DIM) {
-        model_set_err(err, errlen,
+        errbuf_set(err, errlen,
                       "model: num_embeddings must be in 1..%llu and embedding_dim, dense_input_size, "
                       "dense_output_size in 1..%llu",
                       (unsigned long long)MODEL_MAX_ROWS, (unsigned long long)MODEL_MAX_DIM);
         return -1;
     }
     if (c->dense_layers_count == 0 || c->dense_layers_count > MODEL_MAX_LAYERS) {
-        model_set_err(err, errlen, "model: dense_layers_count must be in 1..%u (got %u)", MODEL_MAX_LAYERS,
+        errbuf_set(err, errlen, "model: dense_layers_count must be in 1..%u (got %u)", MODEL_MAX_LAYERS,
                       c->dense_layers_count);
         return -1;
     }
     if (c->embedding_dim != c->dense_input_size) {
-        model_set_err(err, errlen,
+        errbuf_set(err, errlen,
                       "model: embedding_dim (%llu) must equal dense_input_size (%llu): the embedding feeds "
                       "the first dense layer",
                       (unsigned long long)c->embedding_dim, (unsigned long long)c->dense_input_size);
         return -1;
     }
     if (c->dense_layers_count > 1 && c->dense_output_size != c->dense_input_size) {
-        model_set_err(err, errlen,
+        errbuf_set(err, errlen,
                       "model: with %u dense layers in sequence, dense_output_size (%llu) must equal "
                       "dense_input_size (%llu)",
                       c->dense_layers_count, (unsigned long long)c->dense_output_size,
@@ -148,18 +139,18 @@ static int model_check_config(const model_config *c, uint32_t max_batch, char *e
     uint64_t layer = c->dense_output_size * c->dense_input_size + c->dense_output_size;
     if (emb > MODEL_MAX_FLOATS || layer > MODEL_MAX_FLOATS ||
         (MODEL_MAX_FLOATS - emb) / layer < c->dense_layers_count) {
-        model_set_err(err, errlen, "model: too many parameters (limit %llu floats)",
+        errbuf_set(err, errlen, "model: too many parameters (limit %llu floats)",
                       (unsigned long long)MODEL_MAX_FLOATS);
         return -1;
     }
     if (max_batch == 0 || max_batch > MODEL_MAX_DIM) {
-        model_set_err(err, errlen, "model: max_batch must be in 1..%llu (got %u)",
+        errbuf_set(err, errlen, "model: max_batch must be in 1..%llu (got %u)",
                       (unsigned long long)MODEL_MAX_DIM, max_batch);
         return -1;
     }
     uint64_t wide = c->dense_input_size > c->dense_output_size ? c->dense_input_size : c->dense_output_size;
     if ((uint64_t)max_batch * wide > MODEL_MAX_FLOATS / (c->dense_layers_count + 5)) {
-        model_set_err(err, errlen, "model: activations for batches of %u are too large", max_batch);
+        errbuf_set(err, errlen, "model: activations for batches of %u are too large", max_batch);
         return -1;
     }
     return 0;
@@ -263,7 +254,7 @@ dummy_model *model_new(const model_config *cfg, uint64_t seed, uint32_t max_batc
     return m;
 oom:
     model_free(m);
-    model_set_err(err, errlen, "model: out of memory");
+    errbuf_set(err, errlen, "model: out of memory");
     return NULL;
 }
 
@@ -285,14 +276,14 @@ int model_check_data(const dummy_model *m, const dummy_data *d, char *err, size_
 {
     uint64_t mv = d->cfg.max_val;
     if (mv > m->cfg.num_embeddings) {
-        model_set_err(err, errlen,
+        errbuf_set(err, errlen,
                       "data indices are drawn from [0, max_val=%llu) but the model's embedding has only "
                       "num_embeddings=%llu rows",
                       (unsigned long long)mv, (unsigned long long)m->cfg.num_embeddings);
         return -1;
     }
     if (mv > m->cfg.dense_output_size) {
-        model_set_err(err, errlen,
+        errbuf_set(err, errlen,
                       "data targets are drawn from [0, max_val=%llu) but the model has only "
                       "dense_output_size=%llu classes",
                       (unsigned long long)mv, (unsigned long long)m->cfg.dense_output_size);

@@ -1,5 +1,6 @@
 /* optim.c — SGD with momentum (see optim.h for the exact semantics). */
 #include "trainer/optim.h"
+#include "shared/log.h"
 
 #include <assert.h>
 #include <stdarg.h>
@@ -17,20 +18,10 @@ struct sgd {
     bool *has_buf;   /* per parameter: buf holds a value (a first step copies the gradient) */
 };
 
-static void sgd_set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 sgd *sgd_new(const dummy_model *m, double lr, double momentum, char *err, size_t errlen)
 {
     if (!(lr > 0) || !(momentum >= 0 && momentum < 1)) {
-        sgd_set_err(err, errlen, "sgd: lr must be > 0 and momentum in [0, 1) (got lr %g, momentum %g)", lr,
+        errbuf_set(err, errlen, "sgd: lr must be > 0 and momentum in [0, 1) (got lr %g, momentum %g)", lr,
                     momentum);
         return NULL;
     }
@@ -38,7 +29,7 @@ sgd *sgd_new(const dummy_model *m, double lr, double momentum, char *err, size_t
     if (momentum > 0) {
         for (uint32_t i = 0; i < n; i++) {
             if (model_param(m, i)->sparse) {
-                sgd_set_err(err, errlen,
+                errbuf_set(err, errlen,
                             "sgd: momentum %g with the sparse gradient of %s is not supported (PyTorch's SGD "
                             "refuses it too): use momentum 0 or a dense embedding (sparse: false)",
                             momentum, model_param(m, i)->name);
@@ -62,7 +53,7 @@ sgd *sgd_new(const dummy_model *m, double lr, double momentum, char *err, size_t
     return o;
 oom:
     sgd_free(o);
-    sgd_set_err(err, errlen, "sgd: out of memory");
+    errbuf_set(err, errlen, "sgd: out of memory");
     return NULL;
 }
 
@@ -109,7 +100,7 @@ int sgd_step_sparse(sgd *o, dummy_model *m, uint32_t i, const int64_t *rows, con
     uint64_t nrows = pi->shape[0], cols = pi->shape[1];
     for (uint64_t k = 0; k < nnz; k++) {
         if (rows[k] < 0 || (uint64_t)rows[k] >= nrows) {
-            sgd_set_err(err, errlen, "sgd: %s: sparse gradient row %lld out of range [0, %llu)", pi->name,
+            errbuf_set(err, errlen, "sgd: %s: sparse gradient row %lld out of range [0, %llu)", pi->name,
                         (long long)rows[k], (unsigned long long)nrows);
             return -1;
         }
