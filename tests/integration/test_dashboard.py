@@ -23,7 +23,6 @@ import signal
 import sys
 import tempfile
 import time
-import unittest
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -285,16 +284,5 @@ class Dashboard(psb.PsbTestCase):
             driver.quit()
 
 
-def main():
-    signal.signal(signal.SIGTERM, psb._on_sigterm)
-    prog = unittest.main(exit=False, verbosity=2)
-    r = prog.result
-    failed = len(r.failures) + len(r.errors) + len(getattr(r, "unexpectedSuccesses", []))
-    skipped = len(r.skipped)
-    passed = r.testsRun - failed - skipped
-    print("%d passed, %d failed%s" % (passed, failed, ", %d skipped" % skipped if skipped else ""))
-    sys.exit(0 if failed == 0 and skipped == 0 and r.testsRun > 0 else 1)
-
-
 if __name__ == "__main__":
-    main()
+    psb.main()
