@@ -36,6 +36,8 @@ typedef struct cpu_backend {
     backend base;
     sparse_acc *spare[CPU_SPARSE_KEEP];
     size_t nspare;
+    void *dense_spare[CPU_SPARSE_KEEP]; /* cpu_dense blocks, all of one size */
+    size_t ndense_spare;
 } cpu_backend;
 
 static sparse_acc *cpu_sparse_get(cpu_backend *cb)
@@ -112,7 +114,11 @@ static int cpu_push_begin(backend *b, push_ctx *p)
         return cpu_grow_idx(p, p->nnz);
     }
     if (p->first) {
-        cpu_dense *d = calloc(1, sizeof *d + s->cfg.trainers * sizeof d->progress[0]);
+        cpu_backend *cb = (cpu_backend *)b;
+        size_t dsize = sizeof(cpu_dense) + s->cfg.trainers * sizeof(uint64_t);
+        cpu_dense *d = cb->ndense_spare ? cb->dense_spare[--cb->ndense_spare] : malloc(dsize);
+        if (d)
+            memset(d, 0, dsize);
         e->acc = bufpool_get(&s->pool, e->count * 4);
         if (!d || !e->acc) {
             free(d);
@@ -356,13 +362,21 @@ static void cpu_release(backend *b, pending_entry *e)
         free(e->stored);
         e->stored = NULL;
     }
-    free(e->backend_state);
-    e->backend_state = NULL;
+    if (e->backend_state) {
+        cpu_backend *cb = (cpu_backend *)b;
+        if (cb->ndense_spare < CPU_SPARSE_KEEP)
+            cb->dense_spare[cb->ndense_spare++] = e->backend_state;
+        else
+            free(e->backend_state);
+        e->backend_state = NULL;
+    }
 }
 
 static void cpu_destroy(backend *b)
 {
     cpu_backend *cb = (cpu_backend *)b;
+    while (cb->ndense_spare)
+        free(cb->dense_spare[--cb->ndense_spare]);
     while (cb->nspare) {
         sparse_acc *a = cb->spare[--cb->nspare];
         sparse_acc_free(a);

@@ -192,7 +192,7 @@ static void conn_push_abort(conn *c)
     if (e->started == 0 && !e->failed) {
         s->be->ops->release(s->be, e);
         pending_remove(&s->pending, e, false);
-        pending_entry_free(e);
+        pending_recycle(&s->pending, e);
     }
 }
 

@@ -42,9 +42,27 @@ void pending_destroy(pending_table *t, void (*free_fn)(pending_entry *, void *),
             e = next;
         }
     }
+    while (t->spare) {
+        pending_entry *e = t->spare;
+        t->spare = e->next;
+        pending_entry_free(e);
+    }
     free(t->heads);
     free(t->marks);
     memset(t, 0, sizeof *t);
+}
+
+#define PENDING_SPARE_MAX 4096
+
+void pending_recycle(pending_table *t, pending_entry *e)
+{
+    if (t->nspare >= PENDING_SPARE_MAX) {
+        pending_entry_free(e);
+        return;
+    }
+    e->next = t->spare;
+    t->spare = e;
+    t->nspare++;
 }
 
 pending_entry *pending_find(pending_table *t, uint64_t batch, uint64_t bucket)
@@ -98,13 +116,24 @@ pending_entry *pending_create(pending_table *t, uint64_t batch, uint64_t bucket)
     assert(!pending_find(t, batch, bucket));
     if (t->count + 1 > t->nheads && pending_grow(t) < 0)
         return NULL;
-    pending_entry *e = calloc(1, sizeof *e);
-    if (!e)
-        return NULL;
-    e->pushed = calloc((t->nslots + 63) / 64 + 1, sizeof *e->pushed);
-    if (!e->pushed) {
-        free(e);
-        return NULL;
+    size_t words = (t->nslots + 63) / 64 + 1;
+    pending_entry *e = t->spare;
+    if (e) {
+        t->spare = e->next;
+        t->nspare--;
+        uint64_t *pushed = e->pushed;
+        memset(e, 0, sizeof *e);
+        memset(pushed, 0, words * sizeof *pushed);
+        e->pushed = pushed;
+    } else {
+        e = calloc(1, sizeof *e);
+        if (!e)
+            return NULL;
+        e->pushed = calloc(words, sizeof *e->pushed);
+        if (!e->pushed) {
+            free(e);
+            return NULL;
+        }
     }
     e->batch = batch;
     e->bucket = bucket;

@@ -46,6 +46,10 @@ typedef struct pending_table {
         bool used;
     } *marks;
     size_t nmarks, marks_cap;
+    /* Entries that resolved, kept for the next batch's futures: a round of
+     * K buckets would otherwise allocate and free 2K blocks. */
+    pending_entry *spare;
+    size_t nspare;
 } pending_table;
 
 int pending_init(pending_table *t, uint32_t nslots);
@@ -61,6 +65,8 @@ pending_entry *pending_create(pending_table *t, uint64_t batch, uint64_t bucket)
  * `resolved`, record it for stale detection. */
 void pending_remove(pending_table *t, pending_entry *e, bool resolved);
 void pending_entry_free(pending_entry *e);
+/* Like pending_entry_free, but keeps e for a later pending_create. */
+void pending_recycle(pending_table *t, pending_entry *e);
 
 static inline bool pending_has_slot(const pending_entry *e, uint32_t slot)
 {

@@ -296,7 +296,7 @@ void server_entry_resolved(server *s, pending_entry *e, psbuf *result)
     metrics_add(s->m_batch, (double)(server_now_ns() - e->t_first_ns) / 1e6);
     server_entry_release(s, e);
     pending_remove(&s->pending, e, true);
-    pending_entry_free(e);
+    pending_recycle(&s->pending, e);
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
