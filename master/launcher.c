@@ -159,8 +159,7 @@ fail:
     return -1;
 }
 
-launcher *launcher_start(master *m, const char *bin_dir, uint16_t ctl_port, const char *token, char *err,
-                         size_t errlen)
+launcher *launcher_start(master *m, const char *bin_dir, uint16_t ctl_port, char *err, size_t errlen)
 {
     launcher *l = calloc(1, sizeof *l);
     size_t n = (size_t)m->set.nserver + m->set.ntrainer;
@@ -174,7 +173,6 @@ launcher *launcher_start(master *m, const char *bin_dir, uint16_t ctl_port, cons
     event_add(l->sigchld, NULL);
     char master_addr[64];
     snprintf(master_addr, sizeof master_addr, "127.0.0.1:%u", ctl_port);
-    (void)token; /* children read PSBENCH_TOKEN from the environment */
     for (size_t i = 0; i < n; i++) {
         child *c = &l->kids[i];
         c->l = l;

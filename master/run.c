@@ -244,8 +244,8 @@ static bool master_token_ok(const master *m, const char *got)
 static void node_refuse(node *n, const char *reason)
 {
     log_warn("refused %s: %s", n->peer_ip, reason);
+    /* The node reads the reason and closes; its EOF detaches it here. */
     node_send(n, "stop", json_pack("{s:s, s:s}", "status", "refused", "reason", reason));
-    bufferevent_flush(n->bev, EV_WRITE, BEV_FINISHED);
 }
 
 static void master_on_register(master *m, node *n, ctl_msg *msg)

@@ -232,10 +232,9 @@ int main(int argc, char **argv)
            cfg.rank, s.pushes, s.results, s.bytes_in, s.bytes_out, s.pool.allocs);
     metrics_print_table(s.metrics, stdout, "server metrics (ms)");
     fflush(stdout);
-    server_free(&s);
-    if (s.exit_code) {
+    int code = s.exit_code ? s.exit_code : (rc < 0 ? 1 : 0);
+    if (s.exit_code)
         fprintf(stderr, "psbench-server: %s\n", s.exit_reason[0] ? s.exit_reason : "the run failed");
-        return s.exit_code;
-    }
-    return rc < 0 ? 1 : 0;
+    server_free(&s);
+    return code;
 }
