@@ -1,0 +1,152 @@
+/* test_control.c — control-plane messages (shared/control.c) and the
+ * master's aggregation of streamed samples (master/aggregate.c): what a
+ * node sends is what the master counts, exactly, per rank and combined. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/aggregate.h"
+#include "shared/control.h"
+#include "shared/metrics.h"
+
+static void test_roundtrip_and_partial(void **state)
+{
+    (void)state;
+    json_t *body = json_pack("{s:s, s:I}", "role", "trainer", "port", (json_int_t)4242);
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(ctl_encode("register", "tok", body, &buf, &len), 0);
+    json_decref(body);
+    frame_decoder d;
+    frame_decoder_init(&d, CTL_MAX_BODY);
+    ctl_msg m;
+    size_t used;
+    for (size_t cut = 0; cut < len; cut++) /* every prefix: wait for more */
+        assert_int_equal(ctl_decode(&d, buf, cut, &m, &used), FRAME_NEED_MORE);
+    assert_int_equal(ctl_decode(&d, buf, len, &m, &used), FRAME_OK);
+    assert_int_equal(used, len);
+    assert_string_equal(m.type, "register");
+    assert_string_equal(m.token, "tok");
+    assert_string_equal(ctl_str(m.body, "role", ""), "trainer");
+    assert_int_equal(ctl_int(m.body, "port", 0), 4242);
+    assert_int_equal(ctl_int(m.body, "missing", -7), -7);
+    ctl_msg_clear(&m);
+    free(buf);
+    frame_decoder_free(&d);
+}
+
+/* A frame whose payload is not a JSON object is malformed. */
+static void test_bad_bodies(void **state)
+{
+    (void)state;
+    const char *bodies[] = {"[1,2]", "{\"a\":", "not json", "{\"a\":1,\"a\":2}"};
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        frame_hdr h = {0};
+        h.type = FT_OTHER;
+        h.type_str = frame_str_c("metrics");
+        h.payload = strlen(bodies[i]);
+        h.has = FH_PAYLOAD;
+        uint8_t buf[256];
+        size_t hl = frame_encode_header(&h, buf, sizeof buf);
+        memcpy(buf + hl, bodies[i], h.payload);
+        frame_decoder d;
+        frame_decoder_init(&d, CTL_MAX_BODY);
+        ctl_msg m;
+        size_t used;
+        assert_int_equal(ctl_decode(&d, buf, hl + h.payload, &m, &used), FRAME_BAD);
+        assert_true(strlen(d.err) > 0);
+        frame_decoder_free(&d);
+    }
+}
+
+/* Samples recorded with reporting on are handed over once, then gone. */
+static void test_take_samples(void **state)
+{
+    (void)state;
+    metrics *m = metrics_new();
+    stats *a = metrics_get(m, "batch_level_metric,batch_all");
+    metrics_add(a, 1.0); /* before reporting: local only */
+    metrics_enable_reporting(m);
+    metrics_add(a, 2.0);
+    metrics_add(a, 3.0);
+    stats *b = metrics_get(m, "hook_future_metric,rpc_dense");
+    metrics_add(b, 5.0);
+    json_t *o = ctl_take_samples(m);
+    assert_int_equal(json_array_size(json_object_get(o, "batch_level_metric,batch_all")), 2);
+    assert_true(json_real_value(json_array_get(json_object_get(o, "batch_level_metric,batch_all"), 1)) == 3.0);
+    assert_int_equal(json_array_size(json_object_get(o, "hook_future_metric,rpc_dense")), 1);
+    json_decref(o);
+    o = ctl_take_samples(m);
+    assert_int_equal(json_object_size(o), 0);
+    json_decref(o);
+    assert_int_equal(a->count, 3); /* the local stats keep everything */
+    metrics_free(m);
+}
+
+static void test_aggregate(void **state)
+{
+    (void)state;
+    aggregate a;
+    assert_int_equal(agg_init(&a), 0);
+    char err[128];
+    json_t *r0 = json_pack("{s:[f,f,f]}", "batch_level_metric,batch_all", 1.0, 2.0, 3.0);
+    json_t *r1 = json_pack("{s:[f]}", "batch_level_metric,batch_all", 10.0);
+    assert_int_equal(agg_add_report(&a, AGG_TRAINER, 0, r0, err, sizeof err), 0);
+    assert_int_equal(agg_add_report(&a, AGG_TRAINER, 1, r1, err, sizeof err), 0);
+    size_t n;
+    snap_stat *st = agg_snapshot(&a, true, &n);
+    assert_int_equal(n, 3); /* rank 0, rank 1, all */
+    int seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (st[i].rank == 0) {
+            assert_int_equal(st[i].s.count, 3);
+            assert_true(st[i].s.mean == 2.0);
+            seen |= 1;
+        } else if (st[i].rank == 1) {
+            assert_int_equal(st[i].s.count, 1);
+            seen |= 2;
+        } else {
+            assert_int_equal(st[i].rank, -1);
+            assert_int_equal(st[i].s.count, 4);
+            assert_true(st[i].s.max == 10.0);
+            assert_string_equal(st[i].role, "trainer");
+            seen |= 4;
+        }
+    }
+    assert_int_equal(seen, 7);
+    free(st);
+    /* Malformed reports are refused with a reason (the run then fails). */
+    json_t *bad = json_pack("{s:[s]}", "x", "not a number");
+    assert_int_equal(agg_add_report(&a, AGG_SERVER, 0, bad, err, sizeof err), -1);
+    assert_true(strlen(err) > 0);
+    json_t *bad2 = json_pack("{s:i}", "x", 1);
+    assert_int_equal(agg_add_report(&a, AGG_SERVER, 0, bad2, err, sizeof err), -1);
+    /* Reset: the warm-up's samples go, the metric names stay. */
+    agg_reset(&a);
+    st = agg_snapshot(&a, true, &n);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(st[i].role, "trainer") == 0)
+            assert_int_equal(st[i].s.count, 0);
+    free(st);
+    json_decref(r0);
+    json_decref(r1);
+    json_decref(bad);
+    json_decref(bad2);
+    agg_free(&a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_and_partial),
+        cmocka_unit_test(test_bad_bodies),
+        cmocka_unit_test(test_take_samples),
+        cmocka_unit_test(test_aggregate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
