@@ -248,12 +248,46 @@ static frame_layout layout_from_str(frame_str s)
     return LAYOUT_OTHER;
 }
 
+/* Short keys, a dozen per header, on every frame: compare length and first
+ * byte before the bytes, and the bytes without a library call. */
+static bool frame_key_eq(const char *lit, const char *p, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (lit[i] != p[i])
+            return false;
+    return true;
+}
+
+/* Known keys by a tiny hash of their length and three bytes, which is
+ * collision-free for protocol v1's keys (checked when the table is built,
+ * before main); a hit is then confirmed byte by byte. */
+#define FIELD_HASH_SIZE 64
+static int8_t field_by_hash[FIELD_HASH_SIZE];
+
+static unsigned frame_key_hash(const char *p, uint32_t n)
+{
+    assert(n >= 2);
+    return (n * 2 + (uint8_t)p[0] + (uint8_t)p[1] * 6u + (uint8_t)p[n - 1]) & (FIELD_HASH_SIZE - 1);
+}
+
+__attribute__((constructor)) static void frame_fields_index(void)
+{
+    memset(field_by_hash, -1, sizeof field_by_hash);
+    for (size_t f = 0; f < NFIELDS; f++) {
+        unsigned h = frame_key_hash(fields[f].key, fields[f].klen);
+        assert(field_by_hash[h] == -1); /* a new key must keep the hash collision-free */
+        field_by_hash[h] = (int8_t)f;
+    }
+}
+
 static const field_spec *frame_field(frame_str k)
 {
-    for (size_t f = 0; f < NFIELDS; f++)
-        if (fields[f].klen == k.n && memcmp(fields[f].key, k.p, k.n) == 0)
-            return &fields[f];
-    return NULL;
+    if (k.n < 2)
+        return NULL; /* no key of protocol v1 is that short */
+    int f = field_by_hash[frame_key_hash(k.p, k.n)];
+    if (f < 0 || fields[f].klen != k.n || !frame_key_eq(fields[f].key, k.p, k.n))
+        return NULL;
+    return &fields[f];
 }
 
 /* Fill *out from the H header bytes at p. */
@@ -284,7 +318,7 @@ static frame_status decode_map(frame_decoder *d, const uint8_t *p, size_t h, fra
             return frame_bad(d, "header map is truncated%s", "");
         if (r == 0)
             return frame_bad(d, "header key is not a string%s", "");
-        if (key.n == 4 && memcmp(key.p, "type", 4) == 0) {
+        if (key.n == 4 && frame_key_eq("type", key.p, 4)) {
             if (have_type)
                 return frame_bad(d, "field \"type\" appears twice%s", "");
             r = mp_read_str(&c, &out->type_str);
