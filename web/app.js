@@ -22,6 +22,7 @@
   const MAX_SAMPLES = 3600;          /* one hour of history at one poll a second */
   const STALE_S = 5;                 /* a node not heard from for this long is greyed out */
   const CHART_HEIGHT = 260;
+  const X_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400];
 
   const M_BATCH = "batch_level_metric,batch_all";
   const M_PS_BATCH = "parameter_server_batch_metric,param_index_batch";
@@ -296,14 +297,15 @@
     const sorted = rankKeys(Object.fromEntries([...ranks].map((r) => [r, 1])));
     const defs = [];
     sorted.forEach((r) => {
-      const c = color(Number(r) || 0);
+      const i = Number(r) || 0;
+      const c = color(which === "trainer" ? i : 2 * i);
       if (which === "trainer") {
         defs.push({key: "t" + r, label: "trainer " + r, color: c, dash: null,
                    get: (s, p) => statValue(s.trainer[r], p && p.trainer[r])});
       } else {
         defs.push({key: "b" + r, label: "server " + r + " batch", color: c, dash: null,
                    get: (s, p) => statValue(s.server[r] && s.server[r].batch, p && p.server[r] && p.server[r].batch)});
-        defs.push({key: "s" + r, label: "server " + r + " straggler", color: c, dash: [6, 4],
+        defs.push({key: "s" + r, label: "server " + r + " straggler", color: color(2 * i + 1), dash: [6, 4],
                    get: (s, p) => statValue(s.server[r] && s.server[r].strag, p && p.server[r] && p.server[r].strag)});
       }
     });
@@ -328,21 +330,37 @@
       cursor: {drag: {x: false, y: false}},
       legend: {live: true},
       axes: [
-        {stroke: "#6b7385", grid: {stroke: "#eef0f4"}, ticks: {stroke: "#e2e6ee"}},
+        /* Whole seconds at least: no "12:00:33.500" ticks on a short run. */
+        {stroke: "#6b7385", grid: {stroke: "#eef0f4"}, ticks: {stroke: "#e2e6ee"},
+         incrs: X_INCRS, space: 60,
+         values: (u, vals) => vals.map((v) => fmtClock(v * 1000))},
         {stroke: "#6b7385", grid: {stroke: "#eef0f4"}, ticks: {stroke: "#e2e6ee"}, size: 64,
          label: "ms", labelSize: 18,
          values: (u, vals) => vals.map((v) => (Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 1 ? v.toFixed(1) : v.toFixed(3)))}
       ],
-      series: [{label: "time"}].concat(defs.map((d) => ({
+      series: [{label: "time", value: (u, v, si, idx) => {
+        if (idx == null) v = lastValue(u.data[0]);
+        return v == null ? "\u2013" : fmtClock(v * 1000);
+      }}].concat(defs.map((d) => ({
         label: d.label,
         stroke: d.color,
         width: 1.5,
         dash: d.dash || undefined,
         spanGaps: true,
-        value: (u, v) => (v == null ? "\u2013" : v.toFixed(3))
+        /* With the cursor over the chart: the value under it; otherwise the latest one. */
+        value: (u, v, si, idx) => {
+          if (idx == null) v = lastValue(u.data[si]);
+          return v == null ? "\u2013" : v.toFixed(3);
+        }
       })))
     };
     return new uPlot(opts, chartData(defs), box);
+  }
+
+  function lastValue(col) {
+    if (!col) return null;
+    for (let i = col.length - 1; i >= 0; i--) if (col[i] != null) return col[i];
+    return null;
   }
 
   function chartData(defs) {
@@ -444,6 +462,7 @@
       if (!cells) {
         const tr = el("tr");
         const first = el("td", "metric", name);
+        first.title = name;
         tr.appendChild(first);
         cells = {tr, vals: TABLE_COLS.map(() => tr.appendChild(el("td", "num")))};
         t.rows.set(name, cells);
