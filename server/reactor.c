@@ -146,10 +146,10 @@ const char *server_lost_member(server *s, char *msg, size_t len)
     return NULL;
 }
 
+/* pending_destroy's callback: the same release as a finished future. */
 static void server_free_entry(pending_entry *e, void *arg)
 {
-    server *s = arg;
-    s->be->ops->release(s->be, e);
+    server_entry_release(arg, e);
 }
 
 void server_reset(server *s)
