@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
-# train_step.sh — where a training step's time goes.
+# train_step.sh — where a training step's time goes, and how bucket size
+# changes it.
 #
-# DummyModel, 2 trainers and 1 server on this host (psbench-master --local):
-# the step split into forward, backward, exposed communication (how long
-# the optimizer waits for buckets after backward ends) and the overlap
-# fraction (the part of the step's communication hidden behind backward).
-# Then the same bucket sizes through the Synthetic model: pure
+# DummyModel, 2 trainers and 1 server on this host (psbench-master --local),
+# once per bucket cap: the step split into forward, backward, exposed
+# communication (how long the optimizer waits for buckets after backward
+# ends) and the overlap fraction (the part of the communication span hidden
+# behind backward). Then, per cap, the same traffic through the Synthetic
+# model (equal buckets of the same count and total size): pure
 # communication, the floor for that traffic on this host.
 #
-#   bench/train_step.sh [BUILD_DIR] [EPOCHS]      (defaults: build, 10)
+#   bench/train_step.sh [BUILD_DIR] [EPOCHS] [CAP_MB ...]
+#                       (defaults: build, 10, caps 25 and 4)
 #
-# Target (informational): exposed communication <= 25% of compute
-# (forward + backward).
+# 25 MB is DDP's default bucket_cap_mb (and DdpRpcTrainer's); every other
+# setting is DdpRpcTrainer's. Target (informational): exposed communication
+# <= 25% of compute (forward + backward). Trainers run with their default
+# --compute-nice (communication scheduled ahead of backward).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 EPOCHS=${2:-10}
+shift $(($# < 2 ? $# : 2))
+CAPS=("$@")
+[ ${#CAPS[@]} -gt 0 ] || CAPS=(25 4)
 PY=/usr/bin/python3
 for b in psbench-master psbench-server psbench-trainer; do
   [ -x "$BUILD/$b" ] || { echo "train_step.sh: $BUILD/$b not built" >&2; exit 1; }
+done
+[[ $EPOCHS =~ ^[1-9][0-9]*$ ]] || { echo "train_step.sh: EPOCHS must be a positive whole number" >&2; exit 1; }
+for cap in "${CAPS[@]}"; do
+  [[ $cap =~ ^[0-9]+(\.[0-9]+)?$ ]] && [[ $cap != 0 ]] ||
+    { echo "train_step.sh: bucket cap '$cap' is not a positive number of MB" >&2; exit 1; }
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -30,51 +43,69 @@ run() { # out-dir, extra master args...
     { echo "train_step.sh: run failed:" >&2; tail -20 "$out.log" >&2; exit 1; }
 }
 
-echo "DummyModel, 2 trainers, 1 server, $EPOCHS epochs (timed pass) ..." >&2
-run "$work/model" --model DummyModel
-
-# The model's buckets, to replay them through the Synthetic model: DDP's
-# 25 MB cap over DummyModel's parameters, as the trainer logs them.
-$PY - "$work" <<'EOF'
+# One trainer configuration per cap: DdpRpcTrainer with bucket_cap_mb set.
+$PY - "$work" configs/trainer_configurations.json "${CAPS[@]}" <<'EOF'
 import json, sys
-work = sys.argv[1]
-r = json.load(open(work + "/model/results.json"))
+work, path, caps = sys.argv[1], sys.argv[2], sys.argv[3:]
+base = json.load(open(path))["DdpRpcTrainer"]
+out = {}
+for cap in caps:
+    t = json.loads(json.dumps(base))
+    t["configurations"]["bucket_cap_mb"] = float(cap)
+    out["Cap" + cap] = t
+json.dump(out, open(work + "/trainers.json", "w"), indent=1)
+EOF
+
+for cap in "${CAPS[@]}"; do
+  echo "DummyModel, bucket_cap_mb $cap, 2 trainers, 1 server, $EPOCHS epochs (timed pass) ..." >&2
+  run "$work/model-$cap" --model DummyModel --trainer "Cap$cap" --trainer-config-path "$work/trainers.json"
+  # The buckets the trainer made (it logs them), replayed as equal buckets
+  # of the same count and total through the Synthetic model.
+  $PY - "$work" "$cap" <<'EOF'
+import json, re, sys
+work, cap = sys.argv[1], sys.argv[2]
+r = json.load(open(work + "/model-" + cap + "/results.json"))
 m = r["configuration"]["resolved"]["model"]["configurations"]
 params = m["num_embeddings"] * m["embedding_dim"] + m["dense_layers_count"] * (
     m["dense_input_size"] * m["dense_output_size"] + m["dense_output_size"])
-cap = 25 * 1024 * 1024 // 4
-buckets = -(-params // cap)
-floats = params // buckets
+log = open(work + "/model-" + cap + ".log").read()
+found = re.search(r"\[trainer 0\] psbench-trainer: (\d+) bucket\(s\)", log)
+if not found:
+    sys.exit("train_step.sh: the trainer did not log its buckets")
+buckets = int(found.group(1))
 json.dump({"Replay": {"model_class": "Synthetic",
-                      "configurations": {"buckets": buckets, "bucket_floats": floats}}},
-          open(work + "/replay.json", "w"))
-print("%d parameters -> %d buckets of %d floats" % (params, buckets, floats), file=sys.stderr)
+                      "configurations": {"buckets": buckets, "bucket_floats": params // buckets}}},
+          open(work + "/replay-" + cap + ".json", "w"))
+print("  %d parameters in %d buckets; replay: %d x %d floats" % (params, buckets, buckets, params // buckets),
+      file=sys.stderr)
 EOF
-echo "Synthetic replay of the same buckets ..." >&2
-run "$work/replay" --model Replay --model-config-path "$work/replay.json"
+  echo "Synthetic replay of the same traffic ..." >&2
+  run "$work/replay-$cap" --model Replay --model-config-path "$work/replay-$cap.json"
+done
 
-$PY - "$work" <<'EOF'
+$PY - "$work" "${CAPS[@]}" <<'EOF'
 import json, sys
-work = sys.argv[1]
+work, caps = sys.argv[1], sys.argv[2:]
 def mean(r, k):
     s = r["groups"]["trainer"]["all"].get(k)
     return s["mean"] if s else float("nan")
-m = json.load(open(work + "/model/results.json"))
-s = json.load(open(work + "/replay/results.json"))
-fwd, bwd = mean(m, "forward_metric,forward_pass"), mean(m, "backward_metric,backward")
-exposed, span = mean(m, "hook_future_metric,exposed_wait"), mean(m, "hook_future_metric,comm_span")
-opt, step = mean(m, "optimizer_metric,step"), mean(m, "batch_level_metric,batch_all")
-compute = fwd + bwd
-overlap = 1 - exposed / span if span > 0 else float("nan")
-pure = mean(s, "batch_level_metric,batch_all")
 print("step (ms, means over the timed pass of both trainers)")
-print("  forward              %8.3f" % fwd)
-print("  backward             %8.3f" % bwd)
-print("  exposed comm         %8.3f   (%.0f%% of compute)" % (exposed, 100 * exposed / compute))
-print("  optimizer            %8.3f" % opt)
-print("  whole step           %8.3f" % step)
-print("  comm span            %8.3f   (first push to last result)" % span)
-print("  overlap fraction     %8.3f   (share of the comm span hidden behind backward)" % overlap)
-print("  pure comm, same buckets (Synthetic): %.3f ms per step" % pure)
-print("target: exposed comm <= 25%% of compute: %s" % ("met" if exposed <= 0.25 * compute else "not met"))
+print("%-8s %8s %8s %8s %8s %8s %8s %8s %8s %10s  %s" % (
+    "cap_MB", "forward", "backward", "exposed", "exp/comp", "optim", "step", "span", "overlap",
+    "pure_comm", "target (exposed <= 25% of compute)"))
+for cap in caps:
+    m = json.load(open(work + "/model-" + cap + "/results.json"))
+    s = json.load(open(work + "/replay-" + cap + "/results.json"))
+    fwd, bwd = mean(m, "forward_metric,forward_pass"), mean(m, "backward_metric,backward")
+    exposed, span = mean(m, "hook_future_metric,exposed_wait"), mean(m, "hook_future_metric,comm_span")
+    opt, step = mean(m, "optimizer_metric,step"), mean(m, "batch_level_metric,batch_all")
+    compute = fwd + bwd
+    overlap = 1 - exposed / span if span > 0 else float("nan")
+    pure = mean(s, "batch_level_metric,batch_all")
+    print("%-8s %8.2f %8.2f %8.2f %7.0f%% %8.2f %8.2f %8.2f %8.3f %10.2f  %s" % (
+        cap, fwd, bwd, exposed, 100 * exposed / compute, opt, step, span, overlap, pure,
+        "met" if exposed <= 0.25 * compute else "not met"))
+print("exposed: the optimizer's wait for buckets after backward; span: first push to last")
+print("result; overlap: share of the span hidden behind backward; pure_comm: the same")
+print("traffic through the Synthetic model, ms per step.")
 EOF

@@ -50,6 +50,11 @@ static void trainer_usage(FILE *f)
         "  --master HOST:PORT      join a psbench-master\n"
         "  --params-out FILE       with --master and a real model: write the final\n"
         "                          parameters there (raw little-endian float32)\n"
+        "  --compute-nice N        with --master and a real model: run the compute\n"
+        "                          (forward/backward/optimizer) thread N nice levels\n"
+        "                          below the communication thread, so that where busy\n"
+        "                          threads outnumber cores bucket traffic is scheduled\n"
+        "                          ahead of backward (0..19, default 10; 0: same level)\n"
         "  --log-level LEVEL       error, warn, info (default) or debug\n"
         "  --help, --version\n"
         "\n"
@@ -60,7 +65,7 @@ static void trainer_usage(FILE *f)
 enum {
     OPT_SERVER = 256, OPT_RANK, OPT_MODEL, OPT_BUCKETS, OPT_BUCKET_FLOATS, OPT_BATCHES, OPT_SPARSE,
     OPT_SPARSE_COLS, OPT_RPC_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_TOKEN, OPT_DEVICE, OPT_SUMMARY,
-    OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION, OPT_PARAMS_OUT,
+    OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION, OPT_PARAMS_OUT, OPT_COMPUTE_NICE,
 };
 
 static const struct option trainer_opts[] = {
@@ -79,6 +84,7 @@ static const struct option trainer_opts[] = {
     {"summary-json", required_argument, NULL, OPT_SUMMARY},
     {"master", required_argument, NULL, OPT_MASTER},
     {"params-out", required_argument, NULL, OPT_PARAMS_OUT},
+    {"compute-nice", required_argument, NULL, OPT_COMPUTE_NICE},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -118,6 +124,7 @@ int main(int argc, char **argv)
     double connect_timeout = 30;
     const char *servers = NULL, *model = NULL, *token = NULL, *summary = NULL, *master = NULL;
     const char *params_out = NULL;
+    uint64_t compute_nice = 10;
     bool have_rank = false;
     log_level level = LOG_INFO;
     char err[512];
@@ -173,6 +180,10 @@ int main(int argc, char **argv)
         case OPT_SUMMARY: summary = optarg; break;
         case OPT_MASTER: master = optarg; break;
         case OPT_PARAMS_OUT: params_out = optarg; break;
+        case OPT_COMPUTE_NICE:
+            if (cli_parse_u64("--compute-nice", optarg, 0, 19, 0, &compute_nice, err, sizeof err) < 0)
+                return trainer_fail(err);
+            break;
         case OPT_LOG_LEVEL:
             if (log_level_parse(optarg, &level) < 0) {
                 snprintf(err, sizeof err, "--log-level: '%s' is not error, warn, info or debug", optarg);
@@ -209,7 +220,7 @@ int main(int argc, char **argv)
         if (!mm)
             return trainer_fail("out of memory");
         trainer_link_opts lo = {master, have_rank ? (int64_t)cfg.rank : -1, token, "cpu", connect_timeout,
-                                params_out};
+                                params_out, (int)compute_nice};
         int code = trainer_run_with_master(&lo, mm, err, sizeof err);
         if (code == 0) {
             metrics_print_table(mm, stdout, "trainer metrics, timed pass (ms)");

@@ -6,10 +6,13 @@
 #include "trainer/synthetic.h"
 #include "trainer/train.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -204,6 +207,33 @@ static int tl_train_job(json_t *a, train_job *j, char *err, size_t errlen)
     return 0;
 }
 
+/* Communication before compute. DDP on GPUs gives its collectives
+ * high-priority streams so that bucket traffic is not queued behind the
+ * rest of backward; on a CPU host the scheduler plays that part. The comm
+ * thread exists by now (at the process's nice level); lowering only the
+ * calling thread, the one that runs forward, backward and the optimizer,
+ * lets the comm thread and a server on the same host run first whenever
+ * busy threads outnumber cores, and costs nothing when they do not. (On
+ * Linux a nice value belongs to a thread: setpriority on a thread id.) */
+static void tl_lower_compute_priority(int nice_by)
+{
+    if (nice_by <= 0)
+        return;
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (cur == -1 && errno != 0) {
+        log_warn("compute thread priority left as is: getpriority: %s", strerror(errno));
+        return;
+    }
+    int want = cur + nice_by > 19 ? 19 : cur + nice_by;
+    if (setpriority(PRIO_PROCESS, (id_t)tid, want) < 0) {
+        log_warn("compute thread priority left as is: setpriority(%d): %s", want, strerror(errno));
+        return;
+    }
+    log_info("compute thread at nice %d, communication at %d (--compute-nice)", want, cur);
+}
+
 static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen)
 {
     char host[256] = "";
@@ -291,6 +321,8 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
     t->cl = &cl;
     if (r.tr && !(r.c = comm_start(&cl, rpc_timeout, err, errlen)))
         goto out;
+    if (r.tr)
+        tl_lower_compute_priority(o->compute_nice);
     if (ctl_send(&t->c, "ready", NULL, NULL, err, errlen) < 0)
         goto out;
     for (;;) {

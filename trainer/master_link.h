@@ -21,6 +21,7 @@ typedef struct trainer_link_opts {
     const char *device;
     double connect_timeout_s;
     const char *params_out; /* NULL, or where the final parameters go (raw LE float32) */
+    int compute_nice;       /* the compute thread's nice level above the comm thread's */
 } trainer_link_opts;
 
 /* Returns the exit code; err holds the reason when it is not 0. */

@@ -7,6 +7,8 @@ DDP-style buckets, SGD.
   tolerance) to one trainer with batch size 2B: round-robin dealing gives
   that trainer exactly the union of the two trainers' batches at each step.
 - The sparse model trains end to end; the GPU-only hooks are refused.
+- --compute-nice lowers the compute thread only: the communication thread
+  stays at the process's level.
 
 Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_training.py
 """
@@ -14,6 +16,7 @@ import array
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
@@ -110,6 +113,52 @@ class Training(psb.PsbTestCase):
         init = self.run_init(cfg)
         moved = max(abs(x - y) for x, y in zip(a, init))
         self.assertGreater(moved, 1e-6)
+
+    @staticmethod
+    def thread_nices(pid):
+        """{tid: nice} of a live process's threads (from /proc)."""
+        out = {}
+        task = "/proc/%d/task" % pid
+        for tid in os.listdir(task):
+            try:
+                with open(os.path.join(task, tid, "stat")) as f:
+                    stat = f.read()
+            except OSError:
+                continue  # the thread ended meanwhile
+            fields = stat[stat.rindex(")") + 2:].split()
+            out[int(tid)] = int(fields[16])  # field 19 of proc(5): nice
+        return out
+
+    def test_compute_thread_priority(self):
+        self.assert_cli_rejects(["--compute-nice", "20"], "outside 0..19")
+        self.assert_cli_rejects(["--compute-nice", "x"], "not a whole number")
+        m = self.master("--model", "DummyModel", "--epochs", "4", local=False)
+        self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
+                       name="server")
+        lowered = self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", "0",
+                                  "--compute-nice", "7"], name="trainer0")
+        level = self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", "1",
+                                "--compute-nice", "0"], name="trainer1")
+        # While training: trainer 0 has its compute thread at 7 and the
+        # rest at 0; trainer 1 has every thread at 0.
+        seen, deadline = None, time.time() + 60
+        while time.time() < deadline and lowered.alive() and level.alive():
+            if "compute thread at nice 7" in lowered.stderr():
+                seen = (self.thread_nices(lowered.pid), self.thread_nices(level.pid))
+                if len(seen[0]) >= 2:
+                    break
+            time.sleep(0.05)
+        self.assertIsNotNone(seen, lowered.describe())
+        nices0, nices1 = seen
+        self.assertEqual(sorted(nices0.values()).count(7), 1, nices0)
+        self.assertIn(0, nices0.values(), nices0)  # the communication thread
+        self.assertEqual(set(nices1.values()), {0}, nices1)
+        self.assertEqual(m.wait(240), 0, m.describe())
+
+    def assert_cli_rejects(self, args, why):
+        rc, _, err = self.reg.run([psb.bin_path("psbench-trainer"), "--master", "127.0.0.1:1"] + args)
+        self.assertNotEqual(rc, 0)
+        self.assertIn(why, err)
 
     def run_init(self, cfg):
         """Parameters after 0 steps: a run whose learning rate is 0."""
