@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # server_throughput.sh — psbench-server's rounds/s next to the bare floor.
 #
-#   bench/server_throughput.sh [BUILD_DIR] [SECONDS]     (defaults: build, 5)
+#   bench/server_throughput.sh [BUILD_DIR] [SECONDS] [PAIRS]   (defaults: build, 5, 3)
 #
 # Two workloads, each run by
 #   1. bare-floor (bench/bare_floor.c): the floor every parameter server pays,
@@ -12,6 +12,9 @@
 #      SECONDS (at least 20), so both run about as long.
 #     big:   2 trainers x  4 buckets x 1,048,576 floats (4 MiB per bucket)
 #     small: 8 trainers x 16 buckets x       256 floats (1 KiB per bucket)
+# Each workload runs PAIRS times, floor then psbench, so that both see the
+# same state of a shared machine; the verdict uses the median of the pairs'
+# ratios (one pair's ratio swings by 10-20 % on a noisy 2-core VM),
 # plus, once, iperf3's single-stream loopback rate as a reference (when
 # iperf3 is installed). Prints a table per workload and the targets (psbench
 # at >= 1.0 of the floor on big, >= 0.5 on small) as met / not met. This is a
@@ -22,6 +25,8 @@ set -euo pipefail
 
 BUILD=${1:-build}
 DURATION=${2:-5}
+REPEAT=${3:-3}
+WARMUP=3   # rounds both sides run before timing starts
 PY=/usr/bin/python3
 
 # name trainers buckets floats-per-bucket target-ratio
@@ -174,7 +179,7 @@ bs_floor() {
     local name=$1 n=$2 k=$3 s=$4 pid rc kv
     bs_log "$name: bare-floor --clients $n --buckets $k --bytes $s --seconds $DURATION"
     "$BUILD/bare-floor" --clients "$n" --buckets "$k" --bytes "$s" --seconds "$DURATION" \
-        >"$TMP/floor-$name.out" 2>"$TMP/floor-$name.err" &
+        --warmup-rounds "$WARMUP" >"$TMP/floor-$name.out" 2>"$TMP/floor-$name.err" &
     pid=$!
     PIDS+=("$pid")
     bs_wait "$pid"
@@ -222,7 +227,7 @@ bs_psbench() {
         timeout --kill-after=5 "$limit" \
             "$BUILD/psbench-trainer" --server "127.0.0.1:$port" --rank "$r" \
             --model synthetic --buckets "$k" --bucket-floats "$f" --batches "$batches" \
-            --summary-json "$dir/trainer$r.json" >"$dir/trainer$r.log" 2>&1 &
+            --warmup-batches "$WARMUP" --summary-json "$dir/trainer$r.json" >"$dir/trainer$r.log" 2>&1 &
         tpids+=("$!")
         PIDS+=("$!")
     done
@@ -269,6 +274,7 @@ EOF
 if ! [[ $DURATION =~ ^[0-9]+([.][0-9]+)?$ ]] || [[ $(bs_py 'f[0] > 0' "$DURATION") != True ]]; then
     bs_die "SECONDS must be a positive number, got '$DURATION'"
 fi
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || bs_die "PAIRS must be a positive whole number, got '$REPEAT'"
 for bin in bare-floor psbench-server psbench-trainer; do
     [[ -x $BUILD/$bin ]] || bs_die "$BUILD/$bin not found (build first: cmake --build $BUILD)"
 done
@@ -281,20 +287,30 @@ RESULTS=()   # "name ratio target" per workload
 for w in "${WORKLOADS[@]}"; do
     read -r name n k f target <<<"$w"
     s=$((f * 4))
-    bs_floor "$name" "$n" "$k" "$s"
-    batches=$(bs_py 'max(20, round(f[0] * f[1]))' "$FLOOR_RPS" "$DURATION")
-    bs_psbench "$name" "$n" "$k" "$f" "$batches"
-    ps_bytes=$(bs_py 'f[0] * f[1] * f[2] * f[3]' "$n" "$k" "$s" "$PS_RPS")
-    ratio=$(bs_py 'f[0] / f[1] if f[1] > 0 else 0.0' "$PS_RPS" "$FLOOR_RPS")
-
     bs_table_header
-    bs_table_row "$name" bare-floor "$FLOOR_RPS" "$FLOOR_BYTES" "$FLOOR_P50" "$FLOOR_P99" 1
-    bs_table_row "$name" psbench "$PS_RPS" "$ps_bytes" "$PS_P50" "$PS_P99" "$ratio"
+    ratios=() floors=() pss=()
+    for ((rep = 1; rep <= REPEAT; rep++)); do
+        bs_floor "$name" "$n" "$k" "$s"
+        batches=$(bs_py 'max(20, round(f[0] * f[1]))' "$FLOOR_RPS" "$DURATION")
+        bs_psbench "$name" "$n" "$k" "$f" "$batches"
+        ps_bytes=$(bs_py 'f[0] * f[1] * f[2] * f[3]' "$n" "$k" "$s" "$PS_RPS")
+        ratio=$(bs_py 'f[0] / f[1] if f[1] > 0 else 0.0' "$PS_RPS" "$FLOOR_RPS")
+        bs_table_row "$name" "bare-floor #$rep" "$FLOOR_RPS" "$FLOOR_BYTES" "$FLOOR_P50" "$FLOOR_P99" 1
+        bs_table_row "$name" "psbench #$rep" "$PS_RPS" "$ps_bytes" "$PS_P50" "$PS_P99" "$ratio"
+        ratios+=("$ratio") floors+=("$FLOOR_RPS") pss+=("$PS_RPS")
+    done
+    med=$(bs_py '__import__("statistics").median(f)' "${ratios[@]}")
+    bs_py '"%-9s %-15s %10.1f  (floor rounds/s, median of %d)" % (a[0], "median", __import__("statistics").median(f[1:]), len(f) - 1)' \
+        "$name" "${floors[@]}"
+    bs_py '"%-9s %-15s %10.1f  (psbench rounds/s, median of %d)" % (a[0], "median", __import__("statistics").median(f[1:]), len(f) - 1)' \
+        "$name" "${pss[@]}"
+    bs_py '"%-9s %-15s %10s  ratio_to_floor, median of the %d pairs: %.3f (range %.3f..%.3f)" % (a[0], "median", "", len(f) - 2, f[1], min(f[2:]), max(f[2:]))' \
+        "$name" "$med" "${ratios[@]}"
     echo
-    RESULTS+=("$name $ratio $target")
+    RESULTS+=("$name $med $target")
 done
 
-echo "targets (informational; psbench rounds/s over the floor's):"
+echo "targets (informational; median over $REPEAT pairs of psbench rounds/s over the floor's):"
 for res in "${RESULTS[@]}"; do
     read -r name ratio target <<<"$res"
     bs_py '"  %-6s %.3f  target >= %.2f  %s" % (a[0], f[1], f[2], "met" if f[1] >= f[2] else "not met")' \

@@ -39,6 +39,8 @@ static void trainer_usage(FILE *f)
         "  --buckets K             buckets per batch, all in flight at once (default 4)\n"
         "  --bucket-floats S       floats per bucket (default 262144)\n"
         "  --batches B             batches to run (default 100)\n"
+        "  --warmup-batches W      run W batches first, left out of the metrics,\n"
+        "                          the summary and its timing (default 0)\n"
         "  --sparse                push sparse buckets (rows of --sparse-cols floats)\n"
         "  --sparse-cols C         floats per sparse row (default 16)\n"
         "  --rpc-timeout SECONDS   longest wait for a batch's results (default 60)\n"
@@ -65,7 +67,7 @@ static void trainer_usage(FILE *f)
 enum {
     OPT_SERVER = 256, OPT_RANK, OPT_MODEL, OPT_BUCKETS, OPT_BUCKET_FLOATS, OPT_BATCHES, OPT_SPARSE,
     OPT_SPARSE_COLS, OPT_RPC_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_TOKEN, OPT_DEVICE, OPT_SUMMARY,
-    OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION, OPT_PARAMS_OUT, OPT_COMPUTE_NICE,
+    OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION, OPT_PARAMS_OUT, OPT_COMPUTE_NICE, OPT_WARMUP,
 };
 
 static const struct option trainer_opts[] = {
@@ -75,6 +77,7 @@ static const struct option trainer_opts[] = {
     {"buckets", required_argument, NULL, OPT_BUCKETS},
     {"bucket-floats", required_argument, NULL, OPT_BUCKET_FLOATS},
     {"batches", required_argument, NULL, OPT_BATCHES},
+    {"warmup-batches", required_argument, NULL, OPT_WARMUP},
     {"sparse", no_argument, NULL, OPT_SPARSE},
     {"sparse-cols", required_argument, NULL, OPT_SPARSE_COLS},
     {"rpc-timeout", required_argument, NULL, OPT_RPC_TIMEOUT},
@@ -156,6 +159,10 @@ int main(int argc, char **argv)
             if (cli_parse_u64("--batches", optarg, 1, UINT64_MAX / 2, 0, &cfg.batches, err, sizeof err) < 0)
                 return trainer_fail(err);
             break;
+        case OPT_WARMUP:
+            if (cli_parse_u64("--warmup-batches", optarg, 0, 1u << 30, 0, &cfg.warmup, err, sizeof err) < 0)
+                return trainer_fail(err);
+            break;
         case OPT_SPARSE: cfg.sparse = true; break;
         case OPT_SPARSE_COLS:
             if (cli_parse_u64("--sparse-cols", optarg, 1, 1u << 20, 0, &v, err, sizeof err) < 0)
@@ -214,6 +221,8 @@ int main(int argc, char **argv)
     if (master) {
         if (servers || model)
             return trainer_fail("--master: the master assigns servers and model; drop --server/--model");
+        if (cfg.warmup)
+            return trainer_fail("--warmup-batches: with --master, the master runs the warm-up pass");
         log_init("psbench-trainer", level);
         signal(SIGPIPE, SIG_IGN);
         metrics *mm = metrics_new();

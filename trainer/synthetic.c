@@ -305,7 +305,8 @@ static int syn_end(void *ctx, char *err, size_t errlen)
     s->done[k] = true;
     s->remaining--;
     s->cur_bucket = -1;
-    metrics_add(s->m_rpc, (double)(syn_now_ns() - s->t_push_ns[k]) / 1e6);
+    if (s->batch >= s->cfg.warmup)
+        metrics_add(s->m_rpc, (double)(syn_now_ns() - s->t_push_ns[k]) / 1e6);
     return 0;
 }
 
@@ -360,9 +361,13 @@ int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, si
         syn_expect_dense(s);
     uint64_t t_start = syn_now_ns();
     uint64_t timeout_ns = (uint64_t)(s->cfg.rpc_timeout_s * 1e9);
-    for (uint64_t b = 0; b < s->cfg.batches; b++) {
+    uint64_t total = s->cfg.warmup + s->cfg.batches;
+    rep->bytes_pushed = 0;
+    for (uint64_t b = 0; b < total; b++) {
         s->batch = b;
         uint64_t t0 = syn_now_ns();
+        if (b == s->cfg.warmup)
+            t_start = t0; /* the timed batches start here */
         if (s->cfg.sparse)
             syn_build_sparse(s, b);
         if (syn_push_batch(s, cl, b, err, errlen) < 0)
@@ -384,6 +389,8 @@ int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, si
             if (s->tick && s->remaining > 0 && s->tick(s->tick_ctx, b, err, errlen) < 0)
                 return -1;
         }
+        if (b < s->cfg.warmup)
+            continue; /* no tick either: warm-up is for runs without a master */
         metrics_add(s->m_batch, (double)(syn_now_ns() - t0) / 1e6);
         rep->bytes_pushed += s->cfg.buckets *
             (s->cfg.sparse ? s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols) : s->cfg.bucket_floats * 4);

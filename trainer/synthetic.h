@@ -21,6 +21,7 @@ typedef struct synthetic_config {
     uint32_t buckets;
     uint64_t bucket_floats;
     uint64_t batches;
+    uint64_t warmup; /* batches run first and left out of the metrics and timing */
     bool sparse;
     uint32_t sparse_cols;
     double rpc_timeout_s;
@@ -43,7 +44,8 @@ client_sink synthetic_sink(synthetic *s);
  * there). Returns 0, or -1 to abort the run with a reason in err. */
 typedef int (*synthetic_tick_fn)(void *ctx, uint64_t batches_done, char *err, size_t errlen);
 void synthetic_set_tick(synthetic *s, synthetic_tick_fn fn, void *ctx);
-/* Run cfg.batches batches (numbered from 0) through cl. Returns 0, or -1
+/* Run cfg.warmup + cfg.batches batches (numbered from 0) through cl; the
+ * report and the metrics cover the last cfg.batches. Returns 0, or -1
  * with a reason in err. May be called again for another pass. */
 int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, size_t errlen);
 

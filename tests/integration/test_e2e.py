@@ -124,6 +124,28 @@ class E2E(psb.PsbTestCase):
             self.assertIn(k, s)
         self.stop_server(server, 14)
 
+    def test_warmup_batches(self):
+        """Warm-up batches travel (the server sees them, results are checked)
+        but stay out of the trainer's metrics and summary."""
+        server = self.reg.server(trainers=2)
+        path = os.path.join(self.reg.workdir, "summary.json")
+        ts = [self.reg.trainer(server, r, buckets=2, floats=256, batches=4,
+                               extra=["--warmup-batches", "3"] + (["--summary-json", path] if r == 0 else []))
+              for r in range(2)]
+        self.wait_trainers(ts)
+        for t in ts:
+            self.assertEqual(psb.metric_count(t.stdout(), "batch_level_metric,batch_all"), 4, t.stdout())
+            self.assertEqual(psb.metric_count(t.stdout(), "hook_future_metric,rpc_dense"), 8, t.stdout())
+        with open(path) as f:
+            s = json.load(f)
+        self.assertEqual(s["batches"], 4)
+        self.assertEqual(s["bytes_pushed"], 4 * 2 * 256 * 4)
+        self.stop_server(server, (3 + 4) * 2)
+        rc, _, err = self.reg.run([psb.bin_path("psbench-trainer"), "--master", "127.0.0.1:1",
+                                   "--warmup-batches", "2"])
+        self.assertNotEqual(rc, 0)
+        self.assertIn("warm-up pass", err)
+
     # -- token
     def test_token_env_ok_wrong_token_fails(self):
         server = self.reg.server(trainers=2, token="s3cret")
