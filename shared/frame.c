@@ -47,12 +47,6 @@ const char *frame_type_name(frame_type t)
     return type_names[t];
 }
 
-bool frame_str_eq(frame_str s, const char *lit)
-{
-    size_t n = strlen(lit);
-    return s.n == n && (n == 0 || memcmp(s.p, lit, n) == 0);
-}
-
 frame_str frame_str_c(const char *s)
 {
     frame_str r = {s, s ? (uint32_t)strlen(s) : 0};
@@ -77,14 +71,15 @@ typedef enum { FK_UINT, FK_STR } field_kind;
 typedef struct field_spec {
     const char *key;
     uint8_t klen;
+    uint64_t word; /* the key as a frame_word (filled before main) */
     uint32_t bit;
     field_kind kind;
     size_t off; /* offset of the uint64_t or frame_str in frame_hdr */
 } field_spec;
 
-#define U(k, b, f) {k, sizeof k - 1, b, FK_UINT, offsetof(frame_hdr, f)}
-#define S(k, b, f) {k, sizeof k - 1, b, FK_STR, offsetof(frame_hdr, f)}
-static const field_spec fields[] = {
+#define U(k, b, f) {k, sizeof k - 1, 0, b, FK_UINT, offsetof(frame_hdr, f)}
+#define S(k, b, f) {k, sizeof k - 1, 0, b, FK_STR, offsetof(frame_hdr, f)}
+static field_spec fields[] = {
     U("payload", FH_PAYLOAD, payload), U("version", FH_VERSION, version),
     S("role", FH_ROLE, role),          U("rank", FH_RANK, rank),
     S("token", FH_TOKEN, token),       U("server", FH_SERVER, server),
@@ -231,31 +226,54 @@ static frame_status frame_bad(frame_decoder *d, const char *fmt, const char *arg
     return FRAME_BAD;
 }
 
-static frame_type type_from_str(frame_str s)
+/* Header keys and the names of types and layouts are at most 8 bytes, a
+ * dozen of them on every frame: each is compared as one zero-padded
+ * little-endian word rather than byte by byte. p[0, n) lies inside
+ * [p, end); a full word is loaded only when 8 bytes are there. */
+#define FRAME_WORD_MAX 8u
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "header words are little-endian");
+
+static uint64_t frame_word(const char *p, uint32_t n, const char *end)
 {
+    assert(n <= FRAME_WORD_MAX && n <= (size_t)(end - p));
+    uint64_t w = 0;
+    if (end - p >= 8) {
+        memcpy(&w, p, 8);
+        if (n < 8)
+            w &= ((uint64_t)1 << (8 * n)) - 1;
+    } else {
+        memcpy(&w, p, n);
+    }
+    return w;
+}
+
+static uint64_t frame_word_c(const char *lit)
+{
+    return frame_word(lit, (uint32_t)strlen(lit), lit + strlen(lit));
+}
+
+/* Words of the names compared on every frame (filled before main). */
+static uint64_t type_word, type_name_word[FT_ERROR + 1], dense_word, sparse_word;
+static uint32_t type_name_len[FT_ERROR + 1];
+
+static frame_type type_from_str(frame_str s, const char *end)
+{
+    if (s.n > FRAME_WORD_MAX)
+        return FT_OTHER;
+    uint64_t w = frame_word(s.p, s.n, end);
     for (unsigned t = FT_HELLO; t <= FT_ERROR; t++)
-        if (frame_str_eq(s, type_names[t]))
+        if (w == type_name_word[t] && s.n == type_name_len[t])
             return (frame_type)t;
     return FT_OTHER;
 }
 
-static frame_layout layout_from_str(frame_str s)
+static frame_layout layout_from_str(frame_str s, const char *end)
 {
-    if (frame_str_eq(s, "dense"))
+    if (s.n == 5 && frame_word(s.p, 5, end) == dense_word)
         return LAYOUT_DENSE;
-    if (frame_str_eq(s, "sparse"))
+    if (s.n == 6 && frame_word(s.p, 6, end) == sparse_word)
         return LAYOUT_SPARSE;
     return LAYOUT_OTHER;
-}
-
-/* Short keys, a dozen per header, on every frame: compare length and first
- * byte before the bytes, and the bytes without a library call. */
-static bool frame_key_eq(const char *lit, const char *p, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (lit[i] != p[i])
-            return false;
-    return true;
 }
 
 /* Known keys by a tiny hash of their length and three bytes, which is
@@ -273,19 +291,29 @@ static unsigned frame_key_hash(const char *p, uint32_t n)
 __attribute__((constructor)) static void frame_fields_index(void)
 {
     memset(field_by_hash, -1, sizeof field_by_hash);
+    type_word = frame_word_c("type");
+    for (unsigned t = FT_HELLO; t <= FT_ERROR; t++)
+    {
+        type_name_word[t] = frame_word_c(type_names[t]);
+        type_name_len[t] = (uint32_t)strlen(type_names[t]);
+    }
+    dense_word = frame_word_c("dense");
+    sparse_word = frame_word_c("sparse");
     for (size_t f = 0; f < NFIELDS; f++) {
+        assert(fields[f].klen <= FRAME_WORD_MAX); /* a longer key needs a longer compare */
+        fields[f].word = frame_word_c(fields[f].key);
         unsigned h = frame_key_hash(fields[f].key, fields[f].klen);
         assert(field_by_hash[h] == -1); /* a new key must keep the hash collision-free */
         field_by_hash[h] = (int8_t)f;
     }
 }
 
-static const field_spec *frame_field(frame_str k)
+static const field_spec *frame_field(frame_str k, uint64_t word)
 {
-    if (k.n < 2)
-        return NULL; /* no key of protocol v1 is that short */
+    if (k.n < 2 || k.n > FRAME_WORD_MAX)
+        return NULL; /* no key of protocol v1 is that short or long */
     int f = field_by_hash[frame_key_hash(k.p, k.n)];
-    if (f < 0 || fields[f].klen != k.n || !frame_key_eq(fields[f].key, k.p, k.n))
+    if (f < 0 || fields[f].klen != k.n || fields[f].word != word)
         return NULL;
     return &fields[f];
 }
@@ -318,7 +346,8 @@ static frame_status decode_map(frame_decoder *d, const uint8_t *p, size_t h, fra
             return frame_bad(d, "header map is truncated%s", "");
         if (r == 0)
             return frame_bad(d, "header key is not a string%s", "");
-        if (key.n == 4 && frame_key_eq("type", key.p, 4)) {
+        uint64_t word = key.n <= FRAME_WORD_MAX ? frame_word(key.p, key.n, (const char *)c.end) : 0;
+        if (key.n == 4 && word == type_word) {
             if (have_type)
                 return frame_bad(d, "field \"type\" appears twice%s", "");
             r = mp_read_str(&c, &out->type_str);
@@ -329,7 +358,7 @@ static frame_status decode_map(frame_decoder *d, const uint8_t *p, size_t h, fra
             have_type = true;
             continue;
         }
-        const field_spec *fs = frame_field(key);
+        const field_spec *fs = frame_field(key, word);
         if (!fs) {
             if (mp_skip(&c) < 0)
                 return frame_bad(d, "header is not valid msgpack%s", "");
@@ -361,8 +390,8 @@ static frame_status decode_map(frame_decoder *d, const uint8_t *p, size_t h, fra
         return frame_bad(d, "trailing bytes after the header map%s", "");
     if (!have_type)
         return frame_bad(d, "header has no \"type\" field%s", "");
-    out->type = type_from_str(out->type_str);
-    out->layout = (out->has & FH_LAYOUT) ? layout_from_str(out->layout_str) : LAYOUT_NONE;
+    out->type = type_from_str(out->type_str, (const char *)c.end);
+    out->layout = (out->has & FH_LAYOUT) ? layout_from_str(out->layout_str, (const char *)c.end) : LAYOUT_NONE;
     if (!(out->has & FH_PAYLOAD))
         out->payload = 0;
     return FRAME_OK;

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <stdbool.h>
 #include <msgpack.h>
 
@@ -63,7 +64,13 @@ typedef struct frame_str {
     uint32_t n;
 } frame_str;
 
-bool frame_str_eq(frame_str s, const char *lit);
+/* s equals the C string lit. Inline so that, with a literal, strlen is a
+ * constant: headers are compared on every frame. */
+static inline bool frame_str_eq(frame_str s, const char *lit)
+{
+    size_t n = strlen(lit);
+    return s.n == n && (n == 0 || memcmp(s.p, lit, n) == 0);
+}
 
 /* Presence bits of frame_hdr fields. */
 enum {

@@ -1014,6 +1014,67 @@ static void test_unknown_type(void **state)
     frame_decoder_free(&d);
 }
 
+static void pk_bytes(msgpack_packer *pk, const char *s, size_t n)
+{
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+/* Keys and names are matched as whole words: a known name with a NUL or
+ * a byte more, a prefix of one, or a key longer than any known key is
+ * unknown; a known key in the last bytes of the header (fewer than a word
+ * left) is still found. */
+static void test_names_matched_whole(void **state)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 8);
+    pk_bytes(&pk, "type", 4);
+    pk_bytes(&pk, "push\0", 5);
+    pk_bytes(&pk, "rank\0", 5);
+    msgpack_pack_uint8(&pk, 7);
+    pk_bytes(&pk, "ran", 3);
+    msgpack_pack_uint8(&pk, 8);
+    pk_bytes(&pk, "trainersX", 9);
+    msgpack_pack_uint8(&pk, 9);
+    pk_bytes(&pk, "layout", 6);
+    pk_bytes(&pk, "dense\0", 6);
+    pk_bytes(&pk, "batch", 5);
+    msgpack_pack_uint8(&pk, 3);
+    pk_bytes(&pk, "bucketz", 7);
+    msgpack_pack_uint8(&pk, 4);
+    pk_bytes(&pk, "nnz", 3); /* 5 bytes from the end */
+    msgpack_pack_uint8(&pk, 2);
+    size_t len;
+    uint8_t *f = make_frame_sbuf(&sb, &len);
+    msgpack_sbuffer_destroy(&sb);
+
+    frame_decoder d;
+    frame_decoder_init(&d, FRAME_MAX_PAYLOAD_DEFAULT);
+    frame_hdr o;
+    size_t consumed = 0;
+    frame_status st = frame_decode_header(&d, f, len, &o, &consumed);
+    if (st != FRAME_OK)
+        print_error("%s\n", d.err);
+    assert_int_equal(st, FRAME_OK);
+    assert_int_equal(consumed, len);
+    assert_int_equal(o.type, FT_OTHER);
+    assert_int_equal(o.type_str.n, 5);
+    assert_int_equal(o.has, FH_LAYOUT | FH_BATCH | FH_NNZ);
+    assert_int_equal(o.layout, LAYOUT_OTHER);
+    assert_int_equal(o.batch, 3);
+    assert_int_equal(o.nnz, 2);
+    free(f);
+
+    /* The shortest header: "type" and a name right at the end. */
+    const uint8_t tiny[] = {0, 0, 0, 11, 0x81, 0xa4, 't', 'y', 'p', 'e', 0xa4, 'p', 'u', 's', 'h'};
+    assert_int_equal(frame_decode_header(&d, tiny, sizeof tiny, &o, &consumed), FRAME_OK);
+    assert_int_equal(o.type, FT_PUSH);
+    frame_decoder_free(&d);
+}
+
 /* Any valid msgpack spelling of the header is accepted: str8/str16 keys,
  * uint64-encoded small numbers, signed formats holding non-negative values,
  * map16. */
@@ -1253,6 +1314,7 @@ int main(void)
         cmocka_unit_test(test_too_large),
         cmocka_unit_test(test_unknown_keys_ignored),
         cmocka_unit_test(test_unknown_type),
+        cmocka_unit_test(test_names_matched_whole),
         cmocka_unit_test(test_non_minimal_encodings),
         cmocka_unit_test(test_reuse_after_bad),
         cmocka_unit_test(test_errcodes),
