@@ -41,7 +41,9 @@ typedef struct backend_ops {
     int (*push_begin)(backend *b, push_ctx *p);
     /* Where payload bytes from offset `off` may be received directly (no
      * arithmetic needed for them), and how many; NULL if they must go
-     * through push_data. */
+     * through push_data. With NULL, a non-zero *max is how many bytes are
+     * worth reading for push_data before this push may be received
+     * directly (reading more would have push_data copy the excess). */
     uint8_t *(*push_direct)(backend *b, push_ctx *p, uint64_t off, size_t *max);
     /* n bytes were received at the pointer push_direct gave for `off`. The
      * caller keeps off + n on a float boundary (or the payload's end). */

@@ -147,12 +147,20 @@ static uint8_t *cpu_push_direct(backend *b, push_ctx *p, uint64_t off, size_t *m
         *max = p->len - off;
         return e->stored[p->slot]->data + off;
     }
-    if (e->layout != LAYOUT_DENSE)
-        return NULL;
+    *max = 0;
+    if (e->layout != LAYOUT_DENSE || b->srv->cfg.trainers == 1)
+        return NULL; /* a lone trainer's push is also the last and is scaled */
     cpu_dense *d = e->backend_state;
-    if (off != d->frontier || b->srv->cfg.trainers == 1)
-        return NULL; /* only the push at the frontier may write raw bytes; a
-                      * lone trainer's push is also the last and is scaled */
+    if (off != d->frontier) {
+        /* Only the push at the frontier may write raw bytes. One behind it
+         * reads up to the frontier and then takes over the raw writes: the
+         * pushes of a bucket run neck and neck, and reading past the
+         * frontier into the input buffer would cost a copy of the excess
+         * (most of a 256 KiB read) where a short read costs a syscall. */
+        assert(off < d->frontier);
+        *max = (size_t)(d->frontier - off);
+        return NULL;
+    }
     *max = p->len - off;
     return e->acc->data + off;
 }

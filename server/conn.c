@@ -36,6 +36,9 @@
 /* Bound on reads per readiness event, so one busy trainer cannot starve
  * the others on the same reactor. */
 #define CONN_READS_PER_EVENT 8
+/* Read size while a header is awaited on a connection whose last push was
+ * large: enough for any usual header, little payload to copy. */
+#define CONN_HEADER_READ 4096u
 
 static void conn_on_read(evutil_socket_t fd, short what, void *arg);
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
@@ -354,6 +357,7 @@ static void conn_on_push(conn *c, const frame_hdr *h)
     }
     c->pay_off = 0;
     c->pay_len = h->payload;
+    c->big_pushes = h->payload >= CONN_DIRECT_MIN;
     if (h->payload == 0)
         conn_push_finish(c);
     else
@@ -516,15 +520,21 @@ static void conn_process(conn *c)
     }
 }
 
-/* Receive payload bytes straight into the backend's buffer. Returns the
- * recv() result. */
+/* Receive payload bytes straight into the backend's buffer, after the
+ * partial float (0 to 3 bytes) the input buffer may hold from the last
+ * read. Returns the recv() result. */
 static ssize_t conn_read_direct(conn *c, uint8_t *dst, size_t max)
 {
     server *s = c->srv;
-    ssize_t r = recv(c->fd, dst, max, 0);
+    size_t carry = c->ilen - c->ioff;
+    assert(carry < 4 && carry < max);
+    memcpy(dst, c->ibuf + c->ioff, carry);
+    ssize_t r = recv(c->fd, dst + carry, max - carry, 0);
     if (r <= 0)
         return r;
-    size_t n = (size_t)r;
+    c->ioff = c->ilen = 0;
+    s->bytes_in += (uint64_t)r;
+    size_t n = carry + (size_t)r;
     uint64_t off = c->pay_off;
     /* Keep the backend's view on a float boundary: a partial float goes
      * back to the input buffer and is handled with the next bytes. */
@@ -536,7 +546,6 @@ static ssize_t conn_read_direct(conn *c, uint8_t *dst, size_t max)
         c->ioff = 0;
         c->ilen = n - keep;
     }
-    s->bytes_in += n;
     if (keep) {
         s->be->ops->push_direct_done(s->be, &c->push, off, keep);
         c->pay_off += keep;
@@ -557,15 +566,23 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
         size_t want;
         uint8_t *dst = NULL;
         size_t max = 0;
-        if (c->state == CONN_PAYLOAD && c->sink == SINK_PUSH && c->ilen == 0 &&
+        /* In a payload, the input buffer holds at most a partial float
+         * (conn_process hands over everything else). */
+        size_t carry = c->ilen - c->ioff;
+        if (c->state == CONN_PAYLOAD && c->sink == SINK_PUSH && carry < 4 &&
             c->pay_len - c->pay_off >= CONN_DIRECT_MIN &&
             (dst = s->be->ops->push_direct(s->be, &c->push, c->pay_off, &max)) != NULL) {
-            want = max;
+            want = max - carry;
             r = conn_read_direct(c, dst, max);
         } else {
             if (c->ilen == CONN_IBUF_SIZE) /* cannot happen: conn_process compacts */
                 break;
             want = CONN_IBUF_SIZE - c->ilen;
+            if (dst == NULL && max > carry && max - carry < want)
+                want = max - carry; /* up to where it may be received directly */
+            else if (c->state == CONN_HEADER && c->big_pushes && want > CONN_HEADER_READ)
+                want = CONN_HEADER_READ; /* the header, not the payload behind it:
+                                          * that one may go straight to its place */
             r = recv(fd, c->ibuf + c->ilen, want, 0);
             if (r > 0) {
                 c->ilen += (size_t)r;

@@ -45,6 +45,7 @@ typedef struct conn {
     uint32_t slot;
     uint64_t rank;
     bool in_flush;
+    bool big_pushes; /* the last push had a payload worth receiving directly */
     struct conn *flush_next;
     struct conn *prev, *next; /* server->conns */
 } conn;

@@ -124,6 +124,50 @@ class E2E(psb.PsbTestCase):
             self.assertIn(k, s)
         self.stop_server(server, 14)
 
+    def test_interleaved_odd_chunks(self):
+        """Two pushes of one large dense bucket arrive interleaved in chunks
+        of odd sizes: reads end inside floats, and the push ahead (received
+        straight into the accumulator) changes hands again and again. The
+        mean is still exact, batch after batch, for both kinds."""
+        import random
+        import time
+        for kind in ("average", "average-batch"):
+            server = self.reg.server(trainers=2, kind=kind)
+            a, b = self.client(server), self.client(server)
+            self.hello_ok(a, 0)
+            self.hello_ok(b, 1)
+            n = 40000  # 160,000 bytes: above the direct-receive threshold
+            rnd = random.Random(7)
+            for batch in range(3):
+                va = [rnd.uniform(-4, 4) for _ in range(n)]
+                vb = [rnd.uniform(-4, 4) for _ in range(n)]
+                fa = psb.encode_frame(*psb.dense_push(batch, 0, va))
+                fb = psb.encode_frame(*psb.dense_push(batch, 0, vb))
+                ia = ib = 0
+                sizes = [1, 3, 4097, 13, 30001, 7, 65537, 2, 999]
+                k = 0
+                while ia < len(fa) or ib < len(fb):
+                    step = sizes[k % len(sizes)]
+                    k += 1
+                    # Alternate, sometimes letting one side run ahead.
+                    if ia < len(fa) and (k % 3 != 0 or ib >= len(fb)):
+                        a.send_raw(fa[ia:ia + step])
+                        ia += step
+                    if ib < len(fb) and (k % 4 != 0 or ia >= len(fa)):
+                        b.send_raw(fb[ib:ib + step])
+                        ib += step
+                    if k % 5 == 0:
+                        time.sleep(0.002)  # let the server read what is there
+                want = psb.expected_dense_mean([va, vb], 2)
+                for c in (a, b):
+                    h, payload = c.recv_frame(20)
+                    self.assertEqual(h.get("type"), "result", h)
+                    self.assertEqual((h.get("batch"), h.get("bucket")), (batch, 0))
+                    self.assertEqual(psb.parse_dense(payload), want, "%s batch %d" % (kind, batch))
+            a.close()
+            b.close()
+            self.stop_server(server, 3)
+
     def test_warmup_batches(self):
         """Warm-up batches travel (the server sees them, results are checked)
         but stay out of the trainer's metrics and summary."""
