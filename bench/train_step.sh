@@ -6,9 +6,9 @@
 # once per bucket cap: the step split into forward, backward, exposed
 # communication (how long the optimizer waits for buckets after backward
 # ends) and the overlap fraction (the part of the communication span hidden
-# behind backward). Then, per cap, the same traffic through the Synthetic
-# model (equal buckets of the same count and total size): pure
-# communication, the floor for that traffic on this host.
+# behind backward). Then, per cap, the same buckets (sizes and order, as the
+# trainer logs them) through the Synthetic model: pure communication, the
+# floor for that traffic on this host.
 #
 #   bench/train_step.sh [BUILD_DIR] [EPOCHS] [CAP_MB ...]
 #                       (defaults: build, 10, caps 25 and 4)
@@ -59,25 +59,19 @@ EOF
 for cap in "${CAPS[@]}"; do
   echo "DummyModel, bucket_cap_mb $cap, 2 trainers, 1 server, $EPOCHS epochs (timed pass) ..." >&2
   run "$work/model-$cap" --model DummyModel --trainer "Cap$cap" --trainer-config-path "$work/trainers.json"
-  # The buckets the trainer made (it logs them), replayed as equal buckets
-  # of the same count and total through the Synthetic model.
+  # The buckets the trainer made (it logs their sizes), replayed through
+  # the Synthetic model: the same sizes in the same order.
   $PY - "$work" "$cap" <<'EOF'
 import json, re, sys
 work, cap = sys.argv[1], sys.argv[2]
-r = json.load(open(work + "/model-" + cap + "/results.json"))
-m = r["configuration"]["resolved"]["model"]["configurations"]
-params = m["num_embeddings"] * m["embedding_dim"] + m["dense_layers_count"] * (
-    m["dense_input_size"] * m["dense_output_size"] + m["dense_output_size"])
 log = open(work + "/model-" + cap + ".log").read()
-found = re.search(r"\[trainer 0\] psbench-trainer: (\d+) bucket\(s\)", log)
+found = re.search(r"\[trainer 0\] psbench-trainer: bucket floats: ([0-9 s]+)$", log, re.M)
 if not found:
-    sys.exit("train_step.sh: the trainer did not log its buckets")
-buckets = int(found.group(1))
-json.dump({"Replay": {"model_class": "Synthetic",
-                      "configurations": {"buckets": buckets, "bucket_floats": params // buckets}}},
+    sys.exit("train_step.sh: the trainer did not log its bucket sizes")
+sizes = [int(x.rstrip("s")) for x in found.group(1).split()]
+json.dump({"Replay": {"model_class": "Synthetic", "configurations": {"bucket_sizes": sizes}}},
           open(work + "/replay-" + cap + ".json", "w"))
-print("  %d parameters in %d buckets; replay: %d x %d floats" % (params, buckets, buckets, params // buckets),
-      file=sys.stderr)
+print("  %d buckets, %d floats in all; replay: the same sizes" % (len(sizes), sum(sizes)), file=sys.stderr)
 EOF
   echo "Synthetic replay of the same traffic ..." >&2
   run "$work/replay-$cap" --model Replay --model-config-path "$work/replay-$cap.json"

@@ -656,6 +656,49 @@ static int conf_uint(const config_entry *e, const char *what, const char *key, i
     return 0;
 }
 
+/* The Synthetic model's "bucket_sizes": a non-empty list of whole numbers
+ * of floats, one per dense bucket; "buckets", if given too, must count
+ * them, and "bucket_floats" must not be given. Sets the count and the
+ * largest size. */
+static int conf_bucket_sizes(const config_entry *m, json_t *sizes, bool sparse, uint64_t *buckets,
+                             uint64_t *largest, char *err, size_t errlen)
+{
+    size_t n = json_is_array(sizes) ? json_array_size(sizes) : 0;
+    if (n == 0 || n > 65536) {
+        errbuf_set(err, errlen, "model '%s': \"bucket_sizes\" must be a list of 1..65536 bucket sizes (floats)",
+                   m->id);
+        return -1;
+    }
+    if (sparse) {
+        errbuf_set(err, errlen, "model '%s': \"bucket_sizes\" is for dense buckets (drop it or \"sparse\")",
+                   m->id);
+        return -1;
+    }
+    if (json_object_get(m->conf, "bucket_floats")) {
+        errbuf_set(err, errlen, "model '%s': give \"bucket_sizes\" or \"bucket_floats\", not both", m->id);
+        return -1;
+    }
+    json_t *count = json_object_get(m->conf, "buckets");
+    if (count && (!json_is_integer(count) || json_integer_value(count) != (json_int_t)n)) {
+        errbuf_set(err, errlen, "model '%s': \"buckets\" says %s but \"bucket_sizes\" lists %zu", m->id,
+                   json_is_integer(count) ? "otherwise" : "no number", n);
+        return -1;
+    }
+    *largest = 0;
+    for (size_t k = 0; k < n; k++) {
+        json_t *v = json_array_get(sizes, k);
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > ((json_int_t)1 << 32)) {
+            errbuf_set(err, errlen, "model '%s': bucket_sizes[%zu] must be a whole number in 1..%llu", m->id, k,
+                       (unsigned long long)1 << 32);
+            return -1;
+        }
+        if ((uint64_t)json_integer_value(v) > *largest)
+            *largest = (uint64_t)json_integer_value(v);
+    }
+    *buckets = n;
+    return 0;
+}
+
 static int conf_bool(const config_entry *e, const char *what, const char *key, bool *out, char *err,
                      size_t errlen)
 {
@@ -726,11 +769,18 @@ int config_load(run_config *c, char *err, size_t errlen)
         const config_entry *m = &c->resolved.model;
         uint64_t buckets, floats, cols;
         bool sparse;
-        if (conf_uint(m, "model", "buckets", -1, 1, 65536, &buckets, err, errlen) < 0 ||
-            conf_uint(m, "model", "bucket_floats", -1, 1, (uint64_t)1 << 32, &floats, err, errlen) < 0 ||
-            conf_bool(m, "model", "sparse", &sparse, err, errlen) < 0 ||
+        json_t *sizes = json_object_get(m->conf, "bucket_sizes");
+        if (conf_bool(m, "model", "sparse", &sparse, err, errlen) < 0 ||
             conf_uint(m, "model", "sparse_cols", 16, 1, 1u << 20, &cols, err, errlen) < 0)
             goto fail;
+        if (sizes) {
+            /* Dense buckets of different sizes (a real model's, replayed). */
+            if (conf_bucket_sizes(m, sizes, sparse, &buckets, &floats, err, errlen) < 0)
+                goto fail;
+        } else if (conf_uint(m, "model", "buckets", -1, 1, 65536, &buckets, err, errlen) < 0 ||
+                   conf_uint(m, "model", "bucket_floats", -1, 1, (uint64_t)1 << 32, &floats, err, errlen) < 0) {
+            goto fail;
+        }
         c->resolved.synthetic = true;
         c->resolved.syn.buckets = (uint32_t)buckets;
         c->resolved.syn.bucket_floats = floats;

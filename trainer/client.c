@@ -269,13 +269,13 @@ static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
             if (end <= c->pay_off)
                 break;
             size_t n = (size_t)(end - c->pay_off);
-            if (cl->sink.data(cl->sink.ctx, c->pay_off, c->ibuf + c->ioff, n, err, errlen) < 0)
+            if (cl->sink.data(cl->sink.ctx, c->frame, c->pay_off, c->ibuf + c->ioff, n, err, errlen) < 0)
                 return -1;
             c->ioff += n;
             c->pay_off += n;
             if (c->pay_off == c->pay_len) {
                 c->in_payload = false;
-                if (cl->sink.end(cl->sink.ctx, err, errlen) < 0)
+                if (cl->sink.end(cl->sink.ctx, c->frame, err, errlen) < 0)
                     return -1;
             }
             continue;
@@ -298,13 +298,14 @@ static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
                      h.type_str.p);
             return -1;
         }
-        if (cl->sink.begin(cl->sink.ctx, c->server_rank, &h, err, errlen) < 0)
+        c->frame = NULL;
+        if (cl->sink.begin(cl->sink.ctx, c->server_rank, &h, &c->frame, err, errlen) < 0)
             return -1;
         c->ioff += used;
         c->pay_off = 0;
         c->pay_len = h.payload;
         if (h.payload == 0) {
-            if (cl->sink.end(cl->sink.ctx, err, errlen) < 0)
+            if (cl->sink.end(cl->sink.ctx, c->frame, err, errlen) < 0)
                 return -1;
         } else {
             c->in_payload = true;

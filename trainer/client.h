@@ -16,12 +16,14 @@
 #include "shared/frame.h"
 
 /* What the client calls as results arrive. Each returns 0, or -1 with a
- * reason in err (the client then fails). */
+ * reason in err (the client then fails). Results from different servers
+ * may arrive interleaved, chunk by chunk: begin sets *frame to whatever
+ * identifies that result, and data and end get it back. */
 typedef struct client_sink {
-    int (*begin)(void *ctx, uint32_t server, const frame_hdr *h, char *err, size_t errlen);
+    int (*begin)(void *ctx, uint32_t server, const frame_hdr *h, void **frame, char *err, size_t errlen);
     /* off + n is a multiple of 4 except at the payload's end. */
-    int (*data)(void *ctx, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen);
-    int (*end)(void *ctx, char *err, size_t errlen);
+    int (*data)(void *ctx, void *frame, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen);
+    int (*end)(void *ctx, void *frame, char *err, size_t errlen);
     void *ctx;
 } client_sink;
 
@@ -42,6 +44,7 @@ typedef struct client_conn {
     uint8_t *ibuf;
     size_t ioff, ilen;
     bool in_payload;
+    void *frame; /* the sink's cookie for the result being received */
     uint64_t pay_off, pay_len;
 } client_conn;
 

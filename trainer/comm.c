@@ -22,8 +22,7 @@ struct comm {
     int wake;                 /* eventfd */
     comm_bucket **queue;      /* pushed, not yet given to the client (mu) */
     uint32_t nqueue;
-    comm_bucket *inflight[COMM_MAX_BUCKETS]; /* by id, comm thread only */
-    comm_bucket *cur;         /* result being received (comm thread) */
+    comm_bucket *inflight[COMM_MAX_BUCKETS]; /* by id: pushed, result not begun (comm thread only) */
     bool stop, failed;        /* mu */
     char err[512];            /* mu, when failed */
     double rpc_timeout_s;
@@ -38,7 +37,7 @@ static uint64_t comm_now_ns(void)
 
 /* ---- the sink: runs on the comm thread ---------------------------------- */
 
-static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, char *err, size_t errlen)
+static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, void **frame, char *err, size_t errlen)
 {
     comm *c = ctx;
     comm_bucket *b = h->bucket < COMM_MAX_BUCKETS ? c->inflight[h->bucket] : NULL;
@@ -68,14 +67,16 @@ static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, char *err,
         b->result_len = h->payload;
         b->result_nnz = h->nnz;
     }
-    c->cur = b;
+    /* From here the result's frame owns the bucket: a second result for
+     * it (from any server) is unexpected. */
+    c->inflight[h->bucket] = NULL;
+    *frame = b;
     return 0;
 }
 
-static int comm_data(void *ctx, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen)
+static int comm_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen)
 {
-    comm *c = ctx;
-    comm_bucket *b = c->cur;
+    comm_bucket *b = frame;
     if (b->hdr.layout == LAYOUT_DENSE)
         memcpy((uint8_t *)b->dense_dst + off, p, n);
     else
@@ -83,12 +84,10 @@ static int comm_data(void *ctx, uint64_t off, const uint8_t *p, size_t n, char *
     return 0;
 }
 
-static int comm_end(void *ctx, char *err, size_t errlen)
+static int comm_end(void *ctx, void *frame, char *err, size_t errlen)
 {
     comm *c = ctx;
-    comm_bucket *b = c->cur;
-    c->cur = NULL;
-    c->inflight[b->id] = NULL;
+    comm_bucket *b = frame;
     b->t_done_ns = comm_now_ns();
     pthread_mutex_lock(&c->mu);
     b->done = true;

@@ -93,15 +93,40 @@ static int tl_tick(void *ctx, uint64_t batches_done, char *err, size_t errlen)
     return 0;
 }
 
-/* Read the synthetic model's settings from the assignment. */
-static int tl_model(json_t *assign, synthetic_config *sc, char *err, size_t errlen)
+/* Read the synthetic model's settings from the assignment. With
+ * "bucket_sizes", *sizes gets an array the caller frees (synthetic_new
+ * copies it). */
+static int tl_model(json_t *assign, synthetic_config *sc, uint64_t **sizes, char *err, size_t errlen)
 {
     json_t *model = json_object_get(assign, "model");
     json_t *conf = json_object_get(model, "configurations");
+    json_t *list = json_object_get(conf, "bucket_sizes");
+    *sizes = NULL;
     sc->buckets = (uint32_t)ctl_int(conf, "buckets", 4);
     sc->bucket_floats = (uint64_t)ctl_int(conf, "bucket_floats", 262144);
     sc->sparse = json_is_true(json_object_get(conf, "sparse"));
     sc->sparse_cols = (uint32_t)ctl_int(conf, "sparse_cols", 16);
+    if (json_is_array(list) && json_array_size(list) > 0 && !sc->sparse) {
+        /* The master validated the list; still, nothing here trusts it. */
+        size_t n = json_array_size(list);
+        if (n > 65536 || !(*sizes = malloc(n * sizeof **sizes))) {
+            snprintf(err, errlen, "the Synthetic model's bucket_sizes cannot be used");
+            return -1;
+        }
+        sc->buckets = (uint32_t)n;
+        sc->bucket_floats = 0;
+        for (size_t k = 0; k < n; k++) {
+            json_int_t v = json_integer_value(json_array_get(list, k));
+            if (v < 1 || v > ((json_int_t)1 << 32)) {
+                snprintf(err, errlen, "the Synthetic model's bucket_sizes[%zu] is invalid", k);
+                return -1;
+            }
+            (*sizes)[k] = (uint64_t)v;
+            if ((uint64_t)v > sc->bucket_floats)
+                sc->bucket_floats = (uint64_t)v;
+        }
+        sc->sizes = *sizes;
+    }
     if (sc->buckets < 1 || sc->bucket_floats < 1 || sc->sparse_cols < 1) {
         snprintf(err, errlen, "the Synthetic model configuration is invalid");
         return -1;
@@ -284,11 +309,13 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
         sc.rank = (uint64_t)ctl_int(msg.body, "data_rank", 0);
         sc.batches = batches;
         sc.rpc_timeout_s = rpc_timeout;
-        setup = tl_model(msg.body, &sc, err, errlen);
+        uint64_t *sizes = NULL;
+        setup = tl_model(msg.body, &sc, &sizes, err, errlen);
         if (setup == 0 && !(r.syn = synthetic_new(&sc, t->m))) {
             snprintf(err, errlen, "out of memory");
             setup = -1;
         }
+        free(sizes);
         if (r.syn)
             synthetic_set_tick(r.syn, tl_tick, t);
     } else if (strcmp(cls, "DummyModel") == 0) {

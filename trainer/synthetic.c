@@ -13,6 +13,7 @@
 #include "trainer/synthetic.h"
 #include "server/reduce.h" /* reduce_mean_scale: the server's 1/N */
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +24,19 @@
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "payloads are little-endian");
 
+/* A result being received. Results of different servers arrive
+ * interleaved, so each bucket keeps its own progress. */
+typedef struct syn_rx {
+    uint32_t k;         /* the bucket */
+    bool receiving;     /* between begin and end */
+    uint64_t nnz;       /* sparse */
+    uint8_t carry[8];   /* sparse: an index split across chunks */
+    size_t icarry;
+} syn_rx;
+
 struct synthetic {
     synthetic_config cfg;
+    uint64_t *sizes; /* cfg.sizes, owned; NULL when every bucket has bucket_floats */
     metrics *m;
     stats *m_rpc, *m_batch;
     uint32_t trainers;
@@ -44,10 +56,7 @@ struct synthetic {
     uint64_t *t_push_ns; /* per bucket */
     bool *done;
     uint32_t remaining;
-    int64_t cur_bucket; /* result being received, -1 none */
-    uint64_t cur_nnz;
-    uint8_t carry[8]; /* a sparse index split across chunks */
-    size_t icarry;
+    syn_rx *rx;        /* per bucket: its result as it is received */
     synthetic_tick_fn tick;
     void *tick_ctx;
 };
@@ -63,6 +72,12 @@ static uint64_t syn_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Floats in dense bucket k. */
+static uint64_t syn_floats(const synthetic *s, uint64_t k)
+{
+    return s->sizes ? s->sizes[k] : s->cfg.bucket_floats;
 }
 
 static uint32_t syn_off(uint64_t r, uint64_t b, uint64_t k)
@@ -89,13 +104,24 @@ synthetic *synthetic_new(const synthetic_config *cfg, metrics *m)
     s->m = m;
     s->m_batch = metrics_get(m, "batch_level_metric,batch_all");
     s->m_rpc = metrics_get(m, cfg->sparse ? "hook_future_metric,rpc_sparse" : "hook_future_metric,rpc_dense");
-    s->cur_bucket = -1;
     if (!s->m_rpc || !s->m_batch)
         goto fail;
+    if (cfg->sizes) {
+        assert(!cfg->sparse);
+        if (!(s->sizes = malloc(cfg->buckets * sizeof *s->sizes)))
+            goto fail;
+        memcpy(s->sizes, cfg->sizes, cfg->buckets * sizeof *s->sizes);
+        for (uint32_t k = 0; k < cfg->buckets; k++)
+            assert(s->sizes[k] >= 1 && s->sizes[k] <= cfg->bucket_floats);
+    }
+    s->cfg.sizes = s->sizes;
     s->t_push_ns = calloc(cfg->buckets, sizeof *s->t_push_ns);
     s->done = calloc(cfg->buckets, sizeof *s->done);
-    if (!s->t_push_ns || !s->done)
+    s->rx = calloc(cfg->buckets, sizeof *s->rx);
+    if (!s->t_push_ns || !s->done || !s->rx)
         goto fail;
+    for (uint32_t k = 0; k < cfg->buckets; k++)
+        s->rx[k].k = k;
     if (!cfg->sparse) {
         s->base = malloc((cfg->bucket_floats + SYN_P) * sizeof *s->base);
         s->expect = malloc(2 * SYN_P * sizeof *s->expect);
@@ -131,8 +157,10 @@ void synthetic_free(synthetic *s)
 {
     if (!s)
         return;
+    free(s->sizes);
     free(s->t_push_ns);
     free(s->done);
+    free(s->rx);
     free(s->base);
     free(s->expect);
     for (uint32_t k = 0; s->spush && k < s->cfg.buckets; k++)
@@ -198,19 +226,18 @@ static void syn_build_sparse(synthetic *s, uint64_t b)
 
 /* ---- result checking (client sink) ------------------------------------- */
 
-static int syn_begin(void *ctx, uint32_t server, const frame_hdr *h, char *err, size_t errlen)
+static int syn_begin(void *ctx, uint32_t server, const frame_hdr *h, void **frame, char *err, size_t errlen)
 {
     synthetic *s = ctx;
     if (!(h->has & FH_BATCH) || !(h->has & FH_BUCKET) || h->batch != s->batch ||
-        h->bucket >= s->cfg.buckets || s->done[h->bucket]) {
+        h->bucket >= s->cfg.buckets || s->done[h->bucket] || s->rx[h->bucket].receiving) {
         snprintf(err, errlen, "unexpected result (batch %" PRIu64 " bucket %" PRIu64
                  ") while waiting for batch %" PRIu64, h->batch, h->bucket, s->batch);
         return -1;
     }
     uint64_t k = h->bucket;
     if (!s->cfg.sparse) {
-        if (h->layout != LAYOUT_DENSE || h->count != s->cfg.bucket_floats ||
-            h->payload != s->cfg.bucket_floats * 4) {
+        if (h->layout != LAYOUT_DENSE || h->count != syn_floats(s, k) || h->payload != syn_floats(s, k) * 4) {
             snprintf(err, errlen, "result for bucket %" PRIu64 " has the wrong shape", k);
             return -1;
         }
@@ -224,25 +251,29 @@ static int syn_begin(void *ctx, uint32_t server, const frame_hdr *h, char *err, 
                      k, h->nnz, s->nuniq[k]);
             return -1;
         }
-        s->cur_nnz = h->nnz;
-        s->icarry = 0;
+        s->rx[k].nnz = h->nnz;
+        s->rx[k].icarry = 0;
     }
-    s->cur_bucket = (int64_t)k;
+    s->rx[k].receiving = true;
+    *frame = &s->rx[k];
     return 0;
 }
 
-static int syn_mismatch(synthetic *s, uint64_t elem, float got, float want, char *err, size_t errlen)
+static int syn_mismatch(synthetic *s, uint64_t k, uint64_t elem, float got, float want, char *err,
+                        size_t errlen)
 {
     snprintf(err, errlen,
-             "wrong mean in batch %" PRIu64 " bucket %" PRId64 " element %" PRIu64 ": got %.9g, expected %.9g",
-             s->batch, s->cur_bucket, elem, got, want);
+             "wrong mean in batch %" PRIu64 " bucket %" PRIu64 " element %" PRIu64 ": got %.9g, expected %.9g",
+             s->batch, k, elem, got, want);
     return -1;
 }
 
-static int syn_data(void *ctx, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen)
+static int syn_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen)
 {
     synthetic *s = ctx;
-    uint64_t k = (uint64_t)s->cur_bucket;
+    syn_rx *rx = frame;
+    uint64_t k = rx->k;
+    assert(rx->receiving);
     if (!s->cfg.sparse) {
         uint64_t e0 = off / 4, m = n / 4;
         uint32_t pos = (uint32_t)((syn_off(0, s->batch, k) + e0) & (SYN_P - 1));
@@ -253,7 +284,7 @@ static int syn_data(void *ctx, uint64_t off, const uint8_t *p, size_t n, char *e
                     float v;
                     memcpy(&v, p + 4 * i, 4);
                     if (v != s->expect[pos + i])
-                        return syn_mismatch(s, e0 + i, v, s->expect[pos + i], err, errlen);
+                        return syn_mismatch(s, k, e0 + i, v, s->expect[pos + i], err, errlen);
                 }
             }
             p += seg * 4;
@@ -264,21 +295,21 @@ static int syn_data(void *ctx, uint64_t off, const uint8_t *p, size_t n, char *e
         return 0;
     }
     uint64_t cols = s->cfg.sparse_cols;
-    uint64_t ibytes = s->cur_nnz * 8;
+    uint64_t ibytes = rx->nnz * 8;
     const uint64_t *u = s->uniq + k * s->rows;
     size_t i = 0;
     /* Index section: int64s may be split across chunks (chunks end on
      * 4-byte bounds), so assemble each in a carry buffer. */
     while (i < n && off + i < ibytes) {
-        size_t take = 8 - s->icarry < n - i ? 8 - s->icarry : n - i;
-        memcpy(s->carry + s->icarry, p + i, take);
-        s->icarry += take;
+        size_t take = 8 - rx->icarry < n - i ? 8 - rx->icarry : n - i;
+        memcpy(rx->carry + rx->icarry, p + i, take);
+        rx->icarry += take;
         i += take;
-        if (s->icarry < 8)
+        if (rx->icarry < 8)
             continue;
-        s->icarry = 0;
+        rx->icarry = 0;
         int64_t row;
-        memcpy(&row, s->carry, 8);
+        memcpy(&row, rx->carry, 8);
         uint64_t j = (off + i) / 8 - 1;
         if (row < 0 || (uint64_t)row != u[j]) {
             snprintf(err, errlen, "sparse result bucket %" PRIu64 ": index %" PRIu64 " is %" PRId64
@@ -293,18 +324,20 @@ static int syn_data(void *ctx, uint64_t off, const uint8_t *p, size_t n, char *e
         float v;
         memcpy(&v, p + i, 4);
         if (v != want)
-            return syn_mismatch(s, e, v, want, err, errlen);
+            return syn_mismatch(s, k, e, v, want, err, errlen);
     }
     return 0;
 }
 
-static int syn_end(void *ctx, char *err, size_t errlen)
+static int syn_end(void *ctx, void *frame, char *err, size_t errlen)
 {
     synthetic *s = ctx;
-    uint64_t k = (uint64_t)s->cur_bucket;
+    syn_rx *rx = frame;
+    uint64_t k = rx->k;
+    assert(rx->receiving && !s->done[k]);
+    rx->receiving = false;
     s->done[k] = true;
     s->remaining--;
-    s->cur_bucket = -1;
     if (s->batch >= s->cfg.warmup)
         metrics_add(s->m_rpc, (double)(syn_now_ns() - s->t_push_ns[k]) / 1e6);
     return 0;
@@ -330,7 +363,7 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
         const void *payload;
         if (!s->cfg.sparse) {
             h.layout_str = frame_str_c("dense");
-            h.count = s->cfg.bucket_floats;
+            h.count = syn_floats(s, k);
             h.has |= FH_COUNT;
             h.payload = h.count * 4;
             payload = s->base + syn_off(s->cfg.rank, b, k);
@@ -392,8 +425,9 @@ int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, si
         if (b < s->cfg.warmup)
             continue; /* no tick either: warm-up is for runs without a master */
         metrics_add(s->m_batch, (double)(syn_now_ns() - t0) / 1e6);
-        rep->bytes_pushed += s->cfg.buckets *
-            (s->cfg.sparse ? s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols) : s->cfg.bucket_floats * 4);
+        for (uint32_t k = 0; k < s->cfg.buckets; k++)
+            rep->bytes_pushed += s->cfg.sparse ? s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols)
+                                               : syn_floats(s, k) * 4;
         if (s->tick && s->tick(s->tick_ctx, b + 1, err, errlen) < 0)
             return -1;
     }

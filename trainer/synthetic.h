@@ -19,7 +19,9 @@
 typedef struct synthetic_config {
     uint64_t rank; /* data rank: 0..N-1 among the trainers sharing these servers */
     uint32_t buckets;
-    uint64_t bucket_floats;
+    uint64_t bucket_floats;   /* floats per bucket (the largest, with sizes) */
+    const uint64_t *sizes;    /* dense only: floats of each bucket, or NULL for
+                               * bucket_floats each (copied by synthetic_new) */
     uint64_t batches;
     uint64_t warmup; /* batches run first and left out of the metrics and timing */
     bool sparse;

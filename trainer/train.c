@@ -104,6 +104,21 @@ static int train_make_buckets(train *t, char *err, size_t errlen)
         }
     }
     log_info("%u bucket(s) for %u parameters (cap %.1f MB)", t->nbuckets, np, t->job.bucket_cap_mb);
+    /* Their sizes in one line, in the order they leave (bench/train_step.sh
+     * replays them through the Synthetic model). */
+    char line[1024];
+    size_t used = 0;
+    for (uint32_t k = 0; k < t->nbuckets && used < sizeof line; k++) {
+        const train_bucket *tb = &t->buckets[k];
+        uint64_t floats = tb->sparse ? model_param(t->model, tb->first_param)->size : tb->cb.hdr.count;
+        int w = snprintf(line + used, sizeof line - used, "%s%" PRIu64 "%s", k ? " " : "", floats,
+                         tb->sparse ? "s" : "");
+        used += w > 0 ? (size_t)w : 0;
+    }
+    if (used >= sizeof line)
+        log_info("bucket floats: (%u buckets, too many to list)", t->nbuckets);
+    else
+        log_info("bucket floats: %s", line);
     return 0;
 }
 

@@ -69,6 +69,8 @@ class MasterTests(psb.PsbTestCase):
             json.dump({"Tiny": {"model_class": "Synthetic",
                                 "configurations": {"buckets": 3, "bucket_floats": 2000,
                                                    "sparse": False}},
+                       "Sizes": {"model_class": "Synthetic",
+                                 "configurations": {"bucket_sizes": [5000, 17, 70000]}},
                        "Slow": {"model_class": "Synthetic",
                                 "configurations": {"buckets": 4, "bucket_floats": 262144,
                                                    "sparse": False}}}, f)
@@ -221,6 +223,23 @@ class MasterTests(psb.PsbTestCase):
         b = self.batches(2, 2)
         self.assertEqual(ranks["0"]["parameter_server_batch_metric,param_index_batch"]["count"], 2 * b)
         self.assertEqual(ranks["1"]["parameter_server_batch_metric,param_index_batch"]["count"], b)
+
+    def test_bucket_sizes(self):
+        """A Synthetic model with buckets of different sizes (a real model's,
+        replayed): every result is checked by the trainers, and each bucket
+        reaches the server at its own size."""
+        m = self.master("--nserver", "2", "--placement", "shard", model="Sizes")
+        self.check_done_run(m, 2, 2, self.batches(2, 2))
+        met = http_json(m.http + "/api/v1/metrics")
+        b = self.batches(2, 2)
+        ranks = met["groups"]["server"]["ranks"]
+        # buckets 0 and 2 on server 0, bucket 1 on server 1
+        self.assertEqual(ranks["0"]["parameter_server_batch_metric,param_index_batch"]["count"], 2 * b)
+        self.assertEqual(ranks["1"]["parameter_server_batch_metric,param_index_batch"]["count"], b)
+        tr = met["groups"]["trainer"]["all"]
+        self.assertEqual(tr["hook_future_metric,rpc_dense"]["count"], 2 * 3 * b)
+        m.signal(signal.SIGTERM)
+        self.assertEqual(m.wait(20), 0, m.describe())
 
     def test_trainer_killed(self):
         m = self.master(model="Slow", epochs=400, linger=0)

@@ -65,6 +65,22 @@ class Training(psb.PsbTestCase):
             self.assertIn(k, tr)
         self.assertEqual(tr["batch_level_metric,batch_all"]["count"], 2 * 4 * 5)
 
+    def test_two_servers_same_parameters(self):
+        """Buckets sharded over two servers: their results arrive
+        interleaved on the trainer, and training ends exactly where it does
+        with one server (the mean of a bucket does not depend on which
+        server computes it)."""
+        shas = []
+        for nserver in ("1", "2"):
+            out = os.path.join(self.reg.workdir, "out" + nserver)
+            m = self.master("--model", "DummyModel", "--epochs", "2", "--nserver", nserver,
+                            "--placement", "shard", out=out)
+            res = self.results(m, out)
+            got = {t["final_params_sha256"] for t in res["trainers"]}
+            self.assertEqual(len(got), 1, res["trainers"])
+            shas.append(got.pop())
+        self.assertEqual(shas[0], shas[1])
+
     def test_sparse_model(self):
         out = os.path.join(self.reg.workdir, "out")
         m = self.master("--model", "DummyModelSparse", "--epochs", "2", out=out)

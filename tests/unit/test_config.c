@@ -456,6 +456,45 @@ static void test_load_real_configs(void **state)
     config_free(&c);
 }
 
+/* The Synthetic model's bucket_sizes: one dense bucket per entry. */
+static void load_sizes(const char *conf, int want_rc, const char *want_err)
+{
+    run_config c;
+    char err[512] = "";
+    char text[512];
+    snprintf(text, sizeof text, "{\"Replay\": {\"model_class\": \"Synthetic\", \"configurations\": %s}}\n", conf);
+    write_file("sizes.json", text);
+    assert_int_equal(parse(&c, err, sizeof err, "--model", "Replay", "--model-config-path", tmp_path("sizes.json"),
+                           NULL),
+                     0);
+    int rc = config_load(&c, err, sizeof err);
+    if (rc != want_rc)
+        print_error("%s: %s\n", conf, err);
+    assert_int_equal(rc, want_rc);
+    if (want_err)
+        assert_contains(err, want_err);
+    if (rc == 0) {
+        assert_true(c.resolved.synthetic);
+        assert_int_equal(c.resolved.syn.buckets, 3);
+        assert_int_equal(c.resolved.syn.bucket_floats, 1049600); /* the largest */
+    }
+    config_free(&c);
+}
+
+static void test_synthetic_bucket_sizes(void **state)
+{
+    (void)state;
+    load_sizes("{\"bucket_sizes\": [1024, 1049600, 7]}", 0, NULL);
+    load_sizes("{\"bucket_sizes\": [1024, 1049600, 7], \"buckets\": 3}", 0, NULL);
+    load_sizes("{\"bucket_sizes\": [1024, 1049600, 7], \"buckets\": 2}", -1, "\"bucket_sizes\" lists 3");
+    load_sizes("{\"bucket_sizes\": [1024, 7], \"bucket_floats\": 7}", -1, "not both");
+    load_sizes("{\"bucket_sizes\": []}", -1, "must be a list of 1..65536");
+    load_sizes("{\"bucket_sizes\": 5}", -1, "must be a list of 1..65536");
+    load_sizes("{\"bucket_sizes\": [4, 0]}", -1, "bucket_sizes[1] must be a whole number");
+    load_sizes("{\"bucket_sizes\": [4, \"x\"]}", -1, "bucket_sizes[1] must be a whole number");
+    load_sizes("{\"bucket_sizes\": [4, 8], \"sparse\": true}", -1, "is for dense buckets");
+}
+
 static void test_load_missing_id(void **state)
 {
     (void)state;
@@ -642,6 +681,7 @@ int main(void)
         cmocka_unit_test(test_bad_usage),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_load_real_configs),
+        cmocka_unit_test(test_synthetic_bucket_sizes),
         cmocka_unit_test(test_load_missing_id),
         cmocka_unit_test(test_load_missing_file),
         cmocka_unit_test(test_load_malformed),
