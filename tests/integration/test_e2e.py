@@ -95,6 +95,19 @@ class E2E(psb.PsbTestCase):
         self.stop_server(a, batches * 2)
         self.stop_server(b, batches * 2)
 
+    def test_two_servers_big_results_interleave(self):
+        """Results larger than a read arrive from both servers at once, so
+        the trainer sees them interleaved chunk by chunk (dense and sparse)."""
+        for sparse, floats in ((False, 300000), (True, 120000)):
+            n, buckets, batches = 2, 4, 3
+            a = self.reg.server(trainers=n)
+            b = self.reg.server(trainers=n)
+            trainers = [self.reg.trainer([a, b], r, buckets=buckets, floats=floats, batches=batches,
+                                         sparse=sparse) for r in range(n)]
+            self.wait_trainers(trainers)
+            self.stop_server(a, batches * 2)
+            self.stop_server(b, batches * 2)
+
     # -- server reuse: a second job after the first one finished
     def test_server_reuse(self):
         server = self.reg.server(trainers=2)
