@@ -144,6 +144,14 @@ static uint8_t *cpu_push_direct(backend *b, push_ctx *p, uint64_t off, size_t *m
 {
     pending_entry *e = p->e;
     if (cpu_kind(b) == KIND_AVERAGE_BATCH) {
+        uint64_t ibytes = e->layout == LAYOUT_SPARSE ? p->nnz * 8 : 0;
+        if (off < ibytes) {
+            /* Sparse row indices go through push_data, which checks them
+             * once they are all in: a bad push is refused then, not at
+             * resolve time where it would fail everybody's future. */
+            *max = (size_t)(ibytes - off);
+            return NULL;
+        }
         *max = p->len - off;
         return e->stored[p->slot]->data + off;
     }

@@ -79,22 +79,26 @@ conn *conn_new(server *s, int fd)
 
 /* ---- output ------------------------------------------------------------ */
 
+/* A peer that stops reading what we send (results, or the error frames its
+ * bad frames earn) would make us hold all of it: past --max-queued bytes it
+ * is dropped. One frame may overshoot the cap, so any single result fits.
+ * Returns true when c was dropped. */
+static bool conn_over_cap(conn *c, const char *what)
+{
+    if (c->out.bytes <= c->srv->cfg.max_queued)
+        return false;
+    log_warn("dropping %s (rank %" PRIu64 "): more than %" PRIu64 " bytes of %s queued and not read", c->peer,
+             c->rank, c->srv->cfg.max_queued, what);
+    c->closing = true;
+    event_del(c->rev);
+    server_want_flush(c->srv, c);
+    return true;
+}
+
 int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload)
 {
-    if (c->closing)
+    if (c->closing || conn_over_cap(c, "results"))
         return -1;
-    /* A trainer that stops reading its results would make us hold every
-     * result it has not taken: past the cap, it is dropped. One frame may
-     * overshoot the cap, so any single result fits. */
-    if (c->out.bytes > c->srv->cfg.max_queued) {
-        log_warn("dropping trainer %s (rank %" PRIu64 "): more than %" PRIu64
-                 " bytes of results queued and not read",
-                 c->peer, c->rank, c->srv->cfg.max_queued);
-        c->closing = true;
-        event_del(c->rev);
-        server_want_flush(c->srv, c);
-        return -1;
-    }
     if (outq_push(&c->out, hdr, hlen, payload->len ? payload : NULL) < 0)
         return -1;
     server_want_flush(c->srv, c);
@@ -125,8 +129,9 @@ void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_h
     size_t n = frame_encode_header(&h, buf, sizeof buf);
     assert(n > 0);
     log_debug("%s: error %s: %s", c->peer, frame_errcode_name(code), msg);
-    if (!c->closing)
-        outq_push(&c->out, buf, n, NULL);
+    if (c->closing || conn_over_cap(c, "error frames"))
+        return;
+    outq_push(&c->out, buf, n, NULL);
     if (conn_code_is_fatal(code)) {
         c->closing = true;
         event_del(c->rev);

@@ -338,6 +338,38 @@ class ShapeMismatch(ErrorsBase):
         self.expect_sparse_result(b, 0, 0, rows, cols, idx, vals)
         self.dense_round([a, b], 1, 0)
 
+    def run_sparse_large_bad_index(self):
+        """A push large enough to be received straight into the server's
+        buffers, its header apart from its payload: a bad row index is
+        still refused at once (shape_mismatch) and the bucket then completes
+        with good pushes."""
+        s = self.server()
+        a, b = self.pair(s)
+        rows, cols, nnz = 10, 1, 8192  # 64 KiB of indices
+        idx = [i % rows for i in range(nnz)]
+        bad = list(idx)
+        bad[nnz - 5] = 1000000
+        frame = psb.encode_frame(*sparse_push(0, 0, rows, cols, bad, [1.0] * nnz))
+        hl = 4 + struct.unpack(">I", frame[:4])[0]
+        a.send_raw(frame[:hl])
+        time.sleep(0.3)  # the server parses the header before the payload comes
+        a.send_raw(frame[hl:])
+        self.expect_error(a, "shape_mismatch", batch=0, bucket=0)
+        pa = (idx, [1.0] * nnz)
+        pb = (idx, [3.0] * nnz)
+        a.push(sparse_push(0, 0, rows, cols, *pa))
+        b.push(sparse_push(0, 0, rows, cols, *pb))
+        want_idx, want_vals = expected_sparse_mean([pa, pb], 2, cols)
+        self.expect_sparse_result(a, 0, 0, rows, cols, want_idx, want_vals)
+        self.expect_sparse_result(b, 0, 0, rows, cols, want_idx, want_vals)
+
+    def test_sparse_large_bad_index(self):
+        self.run_sparse_large_bad_index()
+
+    def test_sparse_large_bad_index_average_batch(self):
+        self.kind = "average-batch"
+        self.run_sparse_large_bad_index()
+
     def test_sparse_index_out_of_range(self):
         self.run_sparse(bad_first=False)
 

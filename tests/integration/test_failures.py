@@ -233,6 +233,28 @@ class Failures(psb.PsbTestCase):
 
     # ---- a raw client that never reads --------------------------------------
 
+    def test_error_flood_non_reader_is_dropped(self):
+        """Error frames count against --max-queued too: a peer that sends
+        frame after bad frame and never reads the answers is dropped rather
+        than growing the server's memory without end."""
+        server = self.reg.server(trainers=2, extra=["--max-queued", "65536"])
+        a = self.client(server, rcvbuf=4096)
+        self.hello_ok(a, 0)
+        blob = psb.encode_frame({"type": "x"}) * 10000  # each earns `unsupported`
+        dropped = False
+        for _ in range(100):  # up to 12 MB of frames, ~100 MB of answers
+            try:
+                a.send_raw(blob, timeout=10)
+            except (socket.timeout, OSError):
+                dropped = True
+                break
+        if not dropped:
+            a.drain_until_closed(timeout=20)
+            dropped = True
+        self.assert_server_alive(server)
+        self.assertIn("bytes of error frames queued and not read", server.stderr())
+        self.good_round(server, batch=0)
+
     def test_non_reader_is_dropped(self):
         server = self.reg.server(trainers=2, extra=["--max-queued", "65536"])
         # A small receive buffer so the kernel holds little on its behalf.
