@@ -75,6 +75,10 @@ int main(int argc, char **argv)
         config_free(&c);
         return master_fail_usage(err);
     }
+    if (c.out_dir && results_prepare_dir(c.out_dir, err, sizeof err) < 0) {
+        config_free(&c);
+        return master_fail_usage(err);
+    }
 
     master_settings set = {0};
     set.ntrainer = c.ntrainer + c.ncudatrainer;

@@ -112,6 +112,9 @@ void master_publish(master *m, bool exact);
 
 /* results.c: tables on stdout, results.json and CSVs under out_dir. */
 int results_write(master *m, char *err, size_t errlen);
+/* Create --out (and missing parents) and check it is writable: done at
+ * start, so that a bad path fails before the run rather than after it. */
+int results_prepare_dir(const char *dir, char *err, size_t errlen);
 void results_print(master *m);
 
 #endif

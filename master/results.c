@@ -6,6 +6,7 @@
 #include "shared/log.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,14 +69,40 @@ static int results_csv(master *m, const snap_stat *st, size_t n, const char *rol
     return 0;
 }
 
+int results_prepare_dir(const char *dir, char *err, size_t errlen)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        snprintf(err, errlen, "--out: path too long");
+        return -1;
+    }
+    /* Like mkdir -p: every missing parent, then the folder itself. */
+    for (char *p = path + 1; ; p++) {
+        bool end = *p == '\0';
+        if (*p != '/' && !end)
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+            snprintf(err, errlen, "--out %s: cannot create %s: %s", dir, path, strerror(errno));
+            return -1;
+        }
+        if (end)
+            break;
+        *p = '/';
+    }
+    if (access(dir, W_OK | X_OK) < 0) {
+        snprintf(err, errlen, "--out %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int results_write(master *m, char *err, size_t errlen)
 {
     if (!m->set.out_dir)
         return 0;
-    if (mkdir(m->set.out_dir, 0755) < 0 && errno != EEXIST) {
-        snprintf(err, errlen, "--out %s: %s", m->set.out_dir, strerror(errno));
+    if (results_prepare_dir(m->set.out_dir, err, errlen) < 0)
         return -1;
-    }
     size_t ns = 0;
     snap_stat *st = agg_snapshot(&m->agg, true, &ns);
     snapshot_input in = {0};

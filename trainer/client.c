@@ -121,7 +121,8 @@ int client_open(client *cl, const char *servers, uint64_t rank, const char *toke
     for (const char *p = servers; *p; p++)
         n += *p == ',';
     cl->conns = calloc(n, sizeof *cl->conns);
-    if (!cl->conns) {
+    cl->pfd = calloc(n + 1, sizeof *cl->pfd);
+    if (!cl->conns || !cl->pfd) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -169,6 +170,7 @@ void client_close(client *cl)
         free(c->q);
     }
     free(cl->conns);
+    free(cl->pfd);
     frame_decoder_free(&cl->dec);
     memset(cl, 0, sizeof *cl);
 }
@@ -348,8 +350,8 @@ static int client_read(client *cl, client_conn *c, char *err, size_t errlen)
 
 int client_poll(client *cl, int timeout_ms, char *err, size_t errlen)
 {
-    struct pollfd pfd[65];
-    size_t n = cl->nconns < 64 ? cl->nconns : 64;
+    struct pollfd *pfd = cl->pfd;
+    size_t n = cl->nconns;
     /* Write eagerly first: most of the time the socket takes it all and
      * poll only has to wait for results. */
     for (size_t i = 0; i < cl->nconns; i++)
@@ -366,7 +368,7 @@ int client_poll(client *cl, int timeout_ms, char *err, size_t errlen)
         pfd[np].events = POLLIN;
         pfd[np++].revents = 0;
     }
-    int rc = poll(pfd, np, timeout_ms);
+    int rc = poll(pfd, (nfds_t)np, timeout_ms);
     if (rc < 0) {
         if (errno == EINTR)
             return 0;

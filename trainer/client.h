@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <poll.h>
+
 #include "shared/frame.h"
 
 /* What the client calls as results arrive. Each returns 0, or -1 with a
@@ -51,6 +53,7 @@ typedef struct client_conn {
 typedef struct client {
     client_conn *conns;
     size_t nconns;
+    struct pollfd *pfd; /* nconns + 1 (the wake fd) */
     uint32_t trainers; /* from the servers' welcome */
     frame_decoder dec;
     client_sink sink;

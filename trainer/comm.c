@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -12,7 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COMM_MAX_BUCKETS 4096
 
 struct comm {
     client *cl;
@@ -191,13 +191,19 @@ int comm_wait(comm *c, comm_bucket **bs, uint32_t n, char *err, size_t errlen)
 {
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += (time_t)c->rpc_timeout_s;
+    double whole = floor(c->rpc_timeout_s);
+    deadline.tv_sec += (time_t)whole;
+    deadline.tv_nsec += (long)((c->rpc_timeout_s - whole) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
     pthread_mutex_lock(&c->mu);
     int rc = 0;
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         while (!bs[i]->done && !c->failed) {
             if (pthread_cond_timedwait(&c->cv, &c->mu, &deadline) == ETIMEDOUT) {
-                snprintf(err, errlen, "timed out after %.0f s waiting for the result of batch %" PRIu64
+                snprintf(err, errlen, "timed out after %g s waiting for the result of batch %" PRIu64
                          " bucket %u (--rpc-timeout)", c->rpc_timeout_s, bs[i]->hdr.batch, bs[i]->id);
                 rc = -1;
                 break;

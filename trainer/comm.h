@@ -18,6 +18,9 @@
 #include "shared/frame.h"
 #include "trainer/client.h"
 
+/* Bucket ids are 0..COMM_MAX_BUCKETS-1. */
+#define COMM_MAX_BUCKETS 4096
+
 typedef struct comm_bucket {
     uint32_t id;            /* the bucket number on the wire; server = id mod servers */
     frame_hdr hdr;          /* the push header (batch set by comm_push) */

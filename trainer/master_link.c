@@ -289,19 +289,28 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
     uint64_t rank = (uint64_t)ctl_int(msg.body, "rank", 0);
     uint64_t batches = (uint64_t)ctl_int(msg.body, "batches", 1);
     double rpc_timeout = ctl_num(msg.body, "rpc_timeout", 60);
-    char list[4096] = "";
-    size_t i;
+    char list[16384] = "";
+    size_t i, used = 0;
     json_t *v;
+    bool too_long = false;
     json_array_foreach(json_object_get(msg.body, "servers"), i, v) {
-        size_t used = strlen(list);
-        snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", json_string_value(v));
+        int w = snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "",
+                         json_string_value(v) ? json_string_value(v) : "");
+        if (w < 0 || (size_t)w >= sizeof list - used) {
+            too_long = true; /* a cut list would map buckets to the wrong servers */
+            break;
+        }
+        used += (size_t)w;
     }
     /* Copied: the assignment's body is freed before the run. */
     char cls[64];
     snprintf(cls, sizeof cls, "%s", ctl_str(json_object_get(msg.body, "model"), "class", ""));
     tl_runner r = {0};
     int setup = 0;
-    if (!list[0]) {
+    if (too_long) {
+        snprintf(err, errlen, "the assignment's server list is longer than %zu bytes", sizeof list - 1);
+        setup = -1;
+    } else if (!list[0]) {
         snprintf(err, errlen, "the assignment names no server");
         setup = -1;
     } else if (strcmp(cls, "Synthetic") == 0) {

@@ -30,6 +30,7 @@ struct train {
     dummy_model *model;
     sgd *opt;
     train_bucket *buckets;
+    comm_bucket **all; /* every bucket's comm_bucket, for comm_wait */
     uint32_t nbuckets;
     uint32_t *bucket_of; /* parameter -> bucket */
     comm *c;             /* during a pass */
@@ -74,6 +75,17 @@ static int train_make_buckets(train *t, char *err, size_t errlen)
         fill += bytes;
         t->bucket_of[i] = b->cb.id;
     }
+    if (t->nbuckets > COMM_MAX_BUCKETS) {
+        snprintf(err, errlen, "%u buckets (bucket_cap_mb %g): at most %d; raise bucket_cap_mb", t->nbuckets,
+                 t->job.bucket_cap_mb, COMM_MAX_BUCKETS);
+        return -1;
+    }
+    if (!(t->all = calloc(t->nbuckets, sizeof *t->all))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (uint32_t k = 0; k < t->nbuckets; k++)
+        t->all[k] = &t->buckets[k].cb;
     /* Each dense bucket is the flat range [first_param, last_param]. */
     float *grads = model_grads(t->model);
     for (uint32_t k = 0; k < t->nbuckets; k++) {
@@ -179,6 +191,7 @@ void train_free(train *t)
         free(t->buckets[k].sparse_payload);
     }
     free(t->buckets);
+    free(t->all);
     free(t->bucket_of);
     sgd_free(t->opt);
     model_free(t->model);
@@ -239,11 +252,7 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
         t->buckets[k].pending = t->buckets[k].last_param - t->buckets[k].first_param + 1;
     model_backward(t->model, batch, train_on_ready, t);
     uint64_t t2 = train_now_ns();
-    comm_bucket *all[256];
-    uint32_t n = t->nbuckets < 256 ? t->nbuckets : 256;
-    for (uint32_t k = 0; k < n; k++)
-        all[k] = &t->buckets[k].cb;
-    if (comm_wait(t->c, all, n, err, errlen) < 0)
+    if (comm_wait(t->c, t->all, t->nbuckets, err, errlen) < 0)
         return -1;
     uint64_t t3 = train_now_ns();
     /* The means are in: the dense ones in place, the sparse one aside. */

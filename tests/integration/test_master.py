@@ -328,11 +328,41 @@ class MasterTests(psb.PsbTestCase):
         self.assertTrue(ctype.startswith("text/html"), ctype)
         self.assertEqual(http_get(m.http + "/api/v1/status", method="HEAD")[0], 200)
 
+    def test_server_stop_right_behind_assign(self):
+        """A master whose `assign` and `stop` reach a server in one read: the
+        server acts on the stop (it used to lose the bytes read with the
+        assignment and wait forever)."""
+        import socket
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(1)
+        port = ls.getsockname()[1]
+        srv = self.reg.start([psb.bin_path("psbench-server"), "--master", "127.0.0.1:%d" % port,
+                              "--listen", "127.0.0.1:0"], name="server")
+        ls.settimeout(20)
+        c, _ = ls.accept()
+        ls.close()
+        try:
+            c.settimeout(10)
+            self.assertTrue(c.recv(65536))  # register
+
+            def ctl(kind, body):
+                data = json.dumps(body).encode()
+                return psb.encode_frame({"type": kind, "payload": len(data)}, data)
+            c.sendall(ctl("assign", {"rank": 0, "trainers": 1, "kind": "average"}) +
+                      ctl("stop", {"status": "failed", "reason": "test stop"}))
+            self.assertEqual(srv.wait(10), 1, srv.describe())
+            self.assertIn("test stop", srv.stderr())
+        finally:
+            c.close()
+
     def test_bad_flags(self):
         for args, word in ((["--ntrainer", "3", "--nserver", "2"], "divisible"),
                            (["--batch_size", "0"], "batch"),
                            (["--model", "NoSuchModel"], "NoSuchModel"),
-                           (["--bogus"], "bogus")):
+                           (["--bogus"], "bogus"),
+                           # --out is created (parents too) or refused before the run
+                           (["--out", "/proc/no-such-dir/out"], "cannot create")):
             rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--local",
                                          "--model-config-path", self.model_cfg] + args)
             self.assertNotEqual(rc, 0, args)

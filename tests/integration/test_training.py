@@ -81,6 +81,27 @@ class Training(psb.PsbTestCase):
             shas.append(got.pop())
         self.assertEqual(shas[0], shas[1])
 
+    def test_many_buckets(self):
+        """One bucket per parameter, 261 of them: the optimizer waits for
+        every one (it once waited for the first 256 only)."""
+        models = os.path.join(self.reg.workdir, "deep.json")
+        with open(models, "w") as f:
+            json.dump({"Deep": {"model_class": "DummyModel",
+                                "configurations": {"num_embeddings": 100, "embedding_dim": 100,
+                                                   "dense_input_size": 100, "dense_output_size": 100,
+                                                   "dense_layers_count": 130, "sparse": False}}}, f)
+        trainers = os.path.join(self.reg.workdir, "tiny.json")
+        with open(trainers, "w") as f:
+            json.dump({"Tiny": {"trainer_class": "DdpTrainer",
+                                "configurations": {"ddp_hook": "rpc_hook", "lr": 0.5,
+                                                   "bucket_cap_mb": 0.000001}}}, f)
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--model", "Deep", "--model-config-path", models, "--trainer", "Tiny",
+                        "--trainer-config-path", trainers, "--epochs", "1", out=out)
+        res = self.results(m, out)
+        self.assertEqual(len({t["final_params_sha256"] for t in res["trainers"]}), 1)
+        self.assertIn("261 bucket(s)", m.stdout() + m.stderr())
+
     def test_sparse_model(self):
         out = os.path.join(self.reg.workdir, "out")
         m = self.master("--model", "DummyModelSparse", "--epochs", "2", out=out)
