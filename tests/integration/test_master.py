@@ -362,7 +362,7 @@ class MasterTests(psb.PsbTestCase):
                            (["--model", "NoSuchModel"], "NoSuchModel"),
                            (["--bogus"], "bogus"),
                            # --out is created (parents too) or refused before the run
-                           (["--out", "/proc/no-such-dir/out"], "cannot create")):
+                           (["--model", "Tiny", "--out", "/proc/no-such-dir/out"], "cannot create")):
             rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--local",
                                          "--model-config-path", self.model_cfg] + args)
             self.assertNotEqual(rc, 0, args)
