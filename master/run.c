@@ -176,17 +176,45 @@ static void master_reset_complete(master *m)
 
 /* ---- assignments -------------------------------------------------------- */
 
-/* Trainers feeding server s (the seed's placement) or all of them (shard). */
-static uint32_t master_trainers_per_server(const master *m)
+/* The seed's placement: CPU trainers (ranks 0..ntrainer-1) feed the CPU
+ * servers (ranks 0..nserver-1), CUDA trainers the CUDA servers after them,
+ * each group split evenly (config_validate checks it divides). With shard
+ * placement every trainer feeds every server. */
+static uint32_t master_cpu_trainers(const master *m) { return m->set.ntrainer - m->set.ncudatrainer; }
+static uint32_t master_cpu_servers(const master *m) { return m->set.nserver - m->set.ncudaserver; }
+
+/* Trainers feeding server `rank`. */
+static uint32_t master_trainers_per_server(const master *m, uint32_t rank)
 {
-    return m->set.shard ? m->set.ntrainer : m->set.ntrainer / m->set.nserver;
+    if (m->set.shard)
+        return m->set.ntrainer;
+    if (rank < master_cpu_servers(m))
+        return master_cpu_trainers(m) / master_cpu_servers(m);
+    return m->set.ncudatrainer / m->set.ncudaserver;
+}
+
+/* The server of trainer `rank` under seed placement, its group's size and
+ * the trainer's index in it. */
+static uint32_t master_seed_server(const master *m, uint32_t rank, uint32_t *group, uint32_t *index)
+{
+    uint32_t first = 0, t = rank;
+    if (rank >= master_cpu_trainers(m)) { /* a CUDA trainer */
+        first = master_cpu_servers(m);
+        t = rank - master_cpu_trainers(m);
+    }
+    *group = master_trainers_per_server(m, first);
+    assert(*group > 0);
+    *index = t % *group;
+    uint32_t s = first + t / *group;
+    assert(s < m->set.nserver);
+    return s;
 }
 
 static void master_assign_server(master *m, node *n)
 {
     node_send(n, "assign",
               json_pack("{s:I, s:I, s:s, s:s}", "rank", (json_int_t)n->rank, "trainers",
-                        (json_int_t)master_trainers_per_server(m), "kind", m->set.server_kind,
+                        (json_int_t)master_trainers_per_server(m, n->rank), "kind", m->set.server_kind,
                         "placement", m->set.shard ? "shard" : "seed"));
     n->state = NS_READY;
 }
@@ -194,15 +222,14 @@ static void master_assign_server(master *m, node *n)
 static void master_assign_trainer(master *m, node *n)
 {
     json_t *servers = json_array();
-    uint32_t group = master_trainers_per_server(m);
+    uint32_t group = m->set.ntrainer;
     uint32_t data_rank = n->rank;
     if (m->set.shard) {
         for (uint32_t s = 0; s < m->set.nserver; s++)
             json_array_append_new(servers, json_string(m->servers[s]->addr));
     } else {
-        uint32_t s = n->rank / group; /* the seed: trainer_rank // (ntrainer / nserver) */
+        uint32_t s = master_seed_server(m, n->rank, &group, &data_rank);
         json_array_append_new(servers, json_string(m->servers[s]->addr));
-        data_rank = n->rank % group;
     }
     json_t *body = json_pack("{s:I, s:o, s:I, s:I, s:O, s:I, s:I, s:I, s:I, s:f, s:s}", "rank",
                              (json_int_t)n->rank, "servers", servers, "data_rank",

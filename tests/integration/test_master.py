@@ -213,6 +213,32 @@ class MasterTests(psb.PsbTestCase):
         for p in trs + [srv]:
             self.assertEqual(p.wait(30), 0, p.describe())
 
+    def test_seed_placement_per_device_group(self):
+        """Seed placement splits CPU trainers over CPU servers and CUDA
+        trainers over the CUDA servers after them (2 + 1 trainers, 1 + 1
+        servers: 2 trainers on server 0, 1 on server 1). Nodes are started
+        by hand; this build's trainers all run on the CPU."""
+        m = self.master("--ntrainer", "2", "--nserver", "1", "--ncudatrainer", "1",
+                        "--ncudaserver", "1", local=False)
+        for i in range(2):
+            self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--rank", str(i),
+                            "--listen", "127.0.0.1:0"], name="server%d" % i, cls=psb.Server)
+        trs = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(i)],
+                              name="trainer%d" % i) for i in range(3)]
+        st = self.wait_phase(m, ("done", "failed"))
+        self.assertEqual(st and st["phase"], "done", m.describe())
+        met = http_json(m.http + "/api/v1/metrics")
+        ranks = met["groups"]["server"]["ranks"]
+        # Every trainer pushes 3 buckets a batch; a server counts each
+        # (batch, bucket) once: the same count for both groups.
+        b = 10 // 3  # batches per trainer per epoch, 2 epochs
+        self.assertEqual(ranks["0"]["parameter_server_batch_metric,param_index_batch"]["count"], 3 * 2 * b)
+        self.assertEqual(ranks["1"]["parameter_server_batch_metric,param_index_batch"]["count"], 3 * 2 * b)
+        m.signal(signal.SIGTERM)
+        self.assertEqual(m.wait(20), 0, m.describe())
+        for t in trs:
+            self.assertEqual(t.wait(20), 0, t.describe())
+
     def test_shard_two_servers(self):
         m = self.master("--nserver", "2", "--ntrainer", "2", "--placement", "shard")
         self.check_done_run(m, 2, 2, self.batches(2, 2))
