@@ -159,7 +159,8 @@ fail:
     return -1;
 }
 
-launcher *launcher_start(master *m, const char *bin_dir, uint16_t ctl_port, char *err, size_t errlen)
+launcher *launcher_start(master *m, const char *bin_dir, const char *ctl_host, uint16_t ctl_port, char *err,
+                         size_t errlen)
 {
     launcher *l = calloc(1, sizeof *l);
     size_t n = (size_t)m->set.nserver + m->set.ntrainer;
@@ -171,8 +172,17 @@ launcher *launcher_start(master *m, const char *bin_dir, uint16_t ctl_port, char
     l->m = m;
     l->sigchld = evsignal_new(m->base, SIGCHLD, launcher_on_sigchld, l);
     event_add(l->sigchld, NULL);
-    char master_addr[64];
-    snprintf(master_addr, sizeof master_addr, "127.0.0.1:%u", ctl_port);
+    /* Children reach the master where it listens; a wildcard address
+     * means this host, reached by its loopback. Servers listen there too. */
+    const char *host = ctl_host;
+    if (!*host || strcmp(host, "0.0.0.0") == 0)
+        host = "127.0.0.1";
+    else if (strcmp(host, "::") == 0)
+        host = "::1";
+    bool v6 = strchr(host, ':') != NULL;
+    char master_addr[300], listen_addr[300];
+    snprintf(master_addr, sizeof master_addr, v6 ? "[%s]:%u" : "%s:%u", host, ctl_port);
+    snprintf(listen_addr, sizeof listen_addr, v6 ? "[%s]:0" : "%s:0", host);
     for (size_t i = 0; i < n; i++) {
         child *c = &l->kids[i];
         c->l = l;
@@ -186,7 +196,7 @@ launcher *launcher_start(master *m, const char *bin_dir, uint16_t ctl_port, char
         snprintf(bin, sizeof bin, "%s/%s", bin_dir, server ? "psbench-server" : "psbench-trainer");
         snprintf(rank_s, sizeof rank_s, "%u", rank);
         char *argv[] = {bin, "--master", master_addr, "--rank", rank_s, "--device", cuda ? "cuda" : "cpu",
-                        server ? "--listen" : NULL, "127.0.0.1:0", NULL};
+                        server ? "--listen" : NULL, listen_addr, NULL};
         l->n++;
         if (launcher_spawn(l, c, bin, argv, err, errlen) < 0) {
             launcher_free(l);

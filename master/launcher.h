@@ -17,11 +17,13 @@ struct master;
 typedef struct launcher launcher;
 
 /* Spawn nserver servers then ntrainer trainers, each given `--master
- * 127.0.0.1:ctl_port --rank R --device D` (servers also `--listen
- * 127.0.0.1:0`). bin_dir holds the psbench-server and psbench-trainer
+ * CTL_HOST:ctl_port --rank R --device D` (servers also `--listen
+ * CTL_HOST:0`), CTL_HOST being the master's listen address, or the
+ * loopback for a wildcard one. bin_dir holds the psbench-server and psbench-trainer
  * binaries; a job token reaches them through PSBENCH_TOKEN in the
  * environment. NULL with err set. */
-launcher *launcher_start(struct master *m, const char *bin_dir, uint16_t ctl_port, char *err, size_t errlen);
+launcher *launcher_start(struct master *m, const char *bin_dir, const char *ctl_host, uint16_t ctl_port, char *err,
+                         size_t errlen);
 bool launcher_all_exited(const launcher *l);
 /* SIGTERM every live child; SIGKILL those still alive on the next call. */
 void launcher_kill_all(launcher *l);

@@ -125,7 +125,7 @@ int main(int argc, char **argv)
         master_bin_dir(bin, sizeof bin);
         if (c.token)
             setenv("PSBENCH_TOKEN", c.token, 1); /* the children read it from there */
-        m.launcher = launcher_start(&m, bin, m.ctl_port, err, sizeof err);
+        m.launcher = launcher_start(&m, bin, lhost, m.ctl_port, err, sizeof err);
         if (!m.launcher) {
             fprintf(stderr, "psbench-master: %s\n", err);
             goto out;

@@ -203,6 +203,15 @@ class MasterTests(psb.PsbTestCase):
         self.assertNotEqual(rc, 0)
         self.assertIn("/nonexistent.json", derr)
 
+    def test_local_children_follow_listen_address(self):
+        """--local children reach the master where it listens (here another
+        loopback address than 127.0.0.1, which the master does not serve)."""
+        rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.2:0",
+                                     "--http", "127.0.0.1:0", "--linger", "0", "--model", "Tiny",
+                                     "--model-config-path", self.model_cfg, "--epochs", "1"], timeout=120)
+        self.assertEqual(rc, 0, err[-2000:])
+        self.assertIn("127.0.0.2", err + out)
+
     def test_by_hand(self):
         m = self.master(local=False)
         srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen",
