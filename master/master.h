@@ -93,6 +93,7 @@ typedef struct master {
     struct launcher *launcher; /* --local: the children */
     double t_finished;         /* when done/failed was reached */
     bool finishing;            /* stop sent after the timed pass; waiting for last reports */
+    bool hurry;                /* a signal came while finishing: stop waiting for last reports */
     bool finished_output;      /* tables and files written */
     int exit_code;
 } master;

@@ -577,7 +577,7 @@ static void master_on_tick(evutil_socket_t fd, short what, void *arg)
         bool nodes_gone = true;
         for (node *n = m->nodes; n; n = n->next)
             nodes_gone &= !n->registered || !n->bev;
-        if (!m->finished_output && !nodes_gone && now - m->t_finished < 5.0)
+        if (!m->finished_output && !nodes_gone && !m->hurry && now - m->t_finished < 5.0)
             return;
         if (m->finishing) {
             m->finishing = false;
@@ -607,6 +607,13 @@ static void master_on_tick(evutil_socket_t fd, short what, void *arg)
 static void master_on_signal(evutil_socket_t sig, short what, void *arg)
 {
     master *m = arg;
+    if (m->finishing) {
+        /* The run is done; only the nodes' last reports are awaited. Write
+         * the results with what is in, keep the run's exit code, no linger. */
+        m->hurry = true;
+        m->set.linger_s = 0;
+        return;
+    }
     if (m->phase == PH_DONE || m->phase == PH_FAILED) {
         /* Second signal, or during --linger: leave now. */
         if (m->launcher)
