@@ -96,7 +96,7 @@ http_server *http_start(const char *host, uint16_t port, uint16_t *bound, char *
     }
     pthread_mutex_init(&h->mu, NULL);
     /* The socket comes from net_listen (MHD takes it over). */
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_handler, h,
+    h->d = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_handler, h,
                             MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_END);
     if (!h->d) {

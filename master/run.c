@@ -347,12 +347,39 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
     master_maybe_assign_trainers(m);
 }
 
+/* A counter from a node's report: absent keeps `cur`; anything but a
+ * whole number >= 0 is refused. */
+static bool master_counter(json_t *body, const char *key, uint64_t cur, uint64_t *out)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v) {
+        *out = cur;
+        return true;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return false;
+    *out = (uint64_t)json_integer_value(v);
+    return true;
+}
+
 static void master_on_metrics(master *m, node *n, ctl_msg *msg)
 {
-    n->bytes_in = (uint64_t)ctl_int(msg->body, "bytes_in", (int64_t)n->bytes_in);
-    n->bytes_out = (uint64_t)ctl_int(msg->body, "bytes_out", (int64_t)n->bytes_out);
+    uint64_t in, out, done = n->batches_done;
+    if (!master_counter(msg->body, "bytes_in", n->bytes_in, &in) ||
+        !master_counter(msg->body, "bytes_out", n->bytes_out, &out) ||
+        (n->role == AGG_TRAINER && !master_counter(msg->body, "batches_done", n->batches_done, &done))) {
+        master_fail(m, "%s %u (%s) sent bad metrics: counters must be whole numbers >= 0", role_name(n->role),
+                    n->rank, n->host);
+        return;
+    }
+    n->bytes_in = in;
+    n->bytes_out = out;
     if (n->role == AGG_TRAINER) {
-        uint64_t done = (uint64_t)ctl_int(msg->body, "batches_done", (int64_t)n->batches_done);
+        if (done > m->set.batches_per_pass) {
+            master_fail(m, "trainer %u (%s) reports %" PRIu64 " batches done of a %" PRIu64 "-batch pass", n->rank,
+                        n->host, done, m->set.batches_per_pass);
+            return;
+        }
         if (done > n->batches_done)
             m->batches_completed_total += done - n->batches_done;
         n->batches_done = done;
@@ -383,7 +410,16 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
             master_all(m, AGG_SERVER, NS_READY))
             master_start_pass(m, PH_WARMUP);
     } else if (strcmp(msg->type, "pass_done") == 0) {
+        /* Only a trainer running a pass may end it. */
+        if (n->role != AGG_TRAINER || n->state != NS_RUNNING || m->resetting ||
+            (m->phase != PH_WARMUP && m->phase != PH_RUNNING)) {
+            master_fail(m, "%s %u (%s) sent pass_done out of turn (phase %s)", role_name(n->role), n->rank,
+                        n->host, phase_names[m->phase]);
+            return;
+        }
         master_on_metrics(m, n, msg);
+        if (m->phase == PH_FAILED)
+            return;
         if (m->phase == PH_RUNNING) {
             /* Later issues' per-trainer results: kept for results.json. */
             json_decref(n->timed_result);
@@ -562,10 +598,25 @@ static void master_check_timeouts(master *m, double now)
     }
 }
 
+/* A connection that has not registered within this long is dropped: idle
+ * ones would otherwise pile up (each holds a descriptor). */
+#define MASTER_REGISTER_TIMEOUT_S 30.0
+
+static void master_drop_silent(master *m, double now)
+{
+    for (node *n = m->nodes; n; n = n->next)
+        if (!n->registered && n->bev && now - n->last_seen > MASTER_REGISTER_TIMEOUT_S) {
+            log_warn("dropping a connection from %s: no register within %.0f s", n->peer_ip,
+                     MASTER_REGISTER_TIMEOUT_S);
+            node_detach(n);
+        }
+}
+
 static void master_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     master *m = arg;
     double now = master_now();
+    master_drop_silent(m, now);
     if (!m->finishing)
         master_check_timeouts(m, now);
     master_progress_line(m, now);

@@ -391,6 +391,40 @@ class MasterTests(psb.PsbTestCase):
         finally:
             c.close()
 
+    def fake_node(self, m, role):
+        """A raw control connection that registers as `role`."""
+        import socket
+        host, port = m.ctl.rsplit(":", 1)
+        c = socket.create_connection((host, int(port)), timeout=10)
+        self.addCleanup(c.close)
+        body = {"role": role, "host": "fake", "device": "cpu"}
+        if role == "server":
+            body.update({"listen_host": "127.0.0.1", "port": 9})
+        self.ctl_send(c, "register", body)
+        return c
+
+    @staticmethod
+    def ctl_send(c, kind, body):
+        data = json.dumps(body).encode()
+        c.sendall(psb.encode_frame({"type": kind, "payload": len(data)}, data))
+
+    def test_control_messages_out_of_turn_or_bad(self):
+        """Control messages a node may not send now, or counters that are
+        not whole numbers >= 0, fail the run with a reason rather than
+        skipping the passes or corrupting the totals."""
+        cases = (("pass_done", {"batches_done": 10}, "sent pass_done out of turn"),
+                 ("metrics", {"batches_done": -1, "bytes_in": -5}, "counters must be whole numbers"))
+        for kind, body, why in cases:
+            m = self.master("--ntrainer", "1", "--nserver", "1", local=False, linger=0)
+            srv = self.fake_node(m, "server")
+            tr = self.fake_node(m, "trainer")
+            time.sleep(0.3)  # both assigned
+            self.ctl_send(tr, kind, body)
+            self.assertEqual(m.wait(20), 1, m.describe())
+            self.assertIn(why, m.stderr())
+            srv.close()
+            tr.close()
+
     def test_bad_flags(self):
         for args, word in ((["--ntrainer", "3", "--nserver", "2"], "divisible"),
                            (["--batch_size", "0"], "batch"),
