@@ -54,6 +54,10 @@ int cli_parse_seconds(const char *opt, const char *s, double *out, char *err, si
         snprintf(err, errlen, "%s: '%s' is not a positive number of seconds", opt, s);
         return -1;
     }
+    if (v > CLI_MAX_SECONDS) {
+        snprintf(err, errlen, "%s: %s s is more than the %.0f s allowed", opt, s, CLI_MAX_SECONDS);
+        return -1;
+    }
     *out = v;
     return 0;
 }

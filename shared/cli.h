@@ -12,6 +12,9 @@
 int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, int sizes,
                   uint64_t *out, char *err, size_t errlen);
 /* Parse a positive finite number of seconds. */
+/* Longest duration any option takes (11.5 days): deadlines computed from
+ * it stay far from overflowing a time_t. */
+#define CLI_MAX_SECONDS 1e6
 int cli_parse_seconds(const char *opt, const char *s, double *out, char *err, size_t errlen);
 
 /* Rewrite "--long_name[=v]" to "--long-name[=v]" in place, so that every

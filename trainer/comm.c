@@ -51,7 +51,8 @@ static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, void **fra
             return -1;
         }
     } else {
-        if (h->cols != b->hdr.cols || h->rows != b->hdr.rows) {
+        if (h->cols != b->hdr.cols || h->rows != b->hdr.rows || h->nnz > h->rows ||
+            h->payload != h->nnz * (8 + 4 * h->cols)) {
             snprintf(err, errlen, "sparse result for bucket %" PRIu64 " has the wrong shape", h->bucket);
             return -1;
         }

@@ -1,5 +1,6 @@
 /* master_link.c — a trainer run driven by psbench-master (see master_link.h). */
 #include "trainer/master_link.h"
+#include "shared/cli.h"
 #include "shared/control.h"
 #include "shared/log.h"
 #include "trainer/client.h"
@@ -289,6 +290,8 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
     uint64_t rank = (uint64_t)ctl_int(msg.body, "rank", 0);
     uint64_t batches = (uint64_t)ctl_int(msg.body, "batches", 1);
     double rpc_timeout = ctl_num(msg.body, "rpc_timeout", 60);
+    if (!(rpc_timeout > 0) || rpc_timeout > CLI_MAX_SECONDS)
+        rpc_timeout = rpc_timeout > 0 ? CLI_MAX_SECONDS : 60; /* the master checks it; stay sane anyway */
     char list[16384] = "";
     size_t i, used = 0;
     json_t *v;
