@@ -177,9 +177,15 @@ int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen)
         return -1;
     }
     c->fd = -1; /* the bufferevent owns it now */
-    /* Bytes already read during the join belong to the next messages. A
-     * socket bufferevent keeps the end of its input frozen (only it adds
-     * there): thaw it for this one addition. */
+    bufferevent_setcb(l->bev, link_on_read, NULL, link_on_event, l);
+    bufferevent_enable(l->bev, EV_READ | EV_WRITE);
+    s->link = l;
+    metrics_enable_reporting(s->metrics);
+    /* Bytes already read during the join (a `stop` right behind the
+     * assignment, say) belong to the next messages. A socket bufferevent
+     * keeps the end of its input frozen (only it adds there): thaw it for
+     * this one addition. Nothing will announce those bytes, so run the
+     * read callback once from the loop. */
     if (c->len) {
         struct evbuffer *in = bufferevent_get_input(l->bev);
         evbuffer_unfreeze(in, 0);
@@ -189,16 +195,8 @@ int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen)
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-    }
-    bufferevent_setcb(l->bev, link_on_read, NULL, link_on_event, l);
-    bufferevent_enable(l->bev, EV_READ | EV_WRITE);
-    s->link = l;
-    metrics_enable_reporting(s->metrics);
-    /* Those bytes (a `stop` right behind the assignment, say) came in
-     * before the bufferevent: nothing will announce them, so run the read
-     * callback once from the loop. */
-    if (c->len)
         bufferevent_trigger(l->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    }
     return 0;
 }
 
