@@ -12,6 +12,8 @@
 #      SECONDS (at least 20), so both run about as long.
 #     big:   2 trainers x  4 buckets x 1,048,576 floats (4 MiB per bucket)
 #     small: 8 trainers x 16 buckets x       256 floats (1 KiB per bucket)
+# psbench-server splices results of 64 KiB and more (zero-copy; the floor
+# copies): SERVER_ARGS=--no-splice measures it copying too.
 # Each workload runs PAIRS times, floor then psbench, so that both see the
 # same state of a shared machine; the verdict uses the median of the pairs'
 # ratios (one pair's ratio swings by 10-20 % on a noisy 2-core VM),
@@ -27,6 +29,9 @@ BUILD=${1:-build}
 DURATION=${2:-5}
 REPEAT=${3:-3}
 WARMUP=3   # rounds both sides run before timing starts
+# Extra psbench-server flags, e.g. SERVER_ARGS=--no-splice to measure the
+# server copying big results instead of splicing them (zero-copy).
+read -r -a SERVER_EXTRA <<<"${SERVER_ARGS:-}"
 PY=/usr/bin/python3
 
 # name trainers buckets floats-per-bucket target-ratio
@@ -208,9 +213,9 @@ bs_psbench() {
     local dir="$TMP/psbench-$name"
     mkdir -p "$dir"
     port=$(bs_free_port)
-    bs_log "$name: psbench-server --standalone --trainers $n; $n trainers x $batches batches"
+    bs_log "$name: psbench-server --standalone --trainers $n ${SERVER_ARGS:-}; $n trainers x $batches batches"
     "$BUILD/psbench-server" --standalone --trainers "$n" --listen "127.0.0.1:$port" \
-        >"$dir/server.out" 2>"$dir/server.err" &
+        ${SERVER_EXTRA[@]+"${SERVER_EXTRA[@]}"} >"$dir/server.out" 2>"$dir/server.err" &
     spid=$!
     PIDS+=("$spid")
     if ! bs_wait_for_line "$dir/server.err" "psbench-server: listening on 127.0.0.1:$port" 10 "$spid"; then

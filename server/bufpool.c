@@ -3,6 +3,8 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 void bufpool_init(bufpool *p, size_t keep_bytes)
 {
@@ -15,8 +17,36 @@ void bufpool_init(bufpool *p, size_t keep_bytes)
 
 static void bufpool_release(psbuf *b)
 {
-    free(b->data);
+    if (b->mapped)
+        munmap(b->data, b->cap);
+    else
+        free(b->data);
     free(b);
+}
+
+/* Memory for a new buffer of at least len bytes: its own pages when large,
+ * 64-byte aligned heap memory otherwise. */
+static int bufpool_alloc_data(psbuf *b, size_t len)
+{
+    if (len >= BUFPOOL_MAP_MIN) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t cap = (len + page - 1) & ~(page - 1);
+        void *mem = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED)
+            return -1;
+        b->data = mem;
+        b->cap = cap;
+        b->mapped = true;
+        return 0;
+    }
+    size_t cap = len ? (len + 63) & ~(size_t)63 : 64;
+    void *mem;
+    if (posix_memalign(&mem, 64, cap) != 0)
+        return -1;
+    b->data = mem;
+    b->cap = cap;
+    b->mapped = false;
+    return 0;
 }
 
 void bufpool_destroy(bufpool *p)
@@ -50,19 +80,16 @@ psbuf *bufpool_get(bufpool *p, size_t len)
         b = malloc(sizeof *b);
         if (!b)
             return NULL;
-        size_t cap = len ? (len + 63) & ~(size_t)63 : 64;
-        void *mem;
-        if (posix_memalign(&mem, 64, cap) != 0) {
+        if (bufpool_alloc_data(b, len) < 0) {
             free(b);
             return NULL;
         }
-        b->data = mem;
-        b->cap = cap;
         b->pool = p;
         p->allocs++;
     }
     b->len = len;
     b->refs = 1;
+    b->no_recycle = false;
     b->next = NULL;
     p->live++;
     return b;
@@ -82,7 +109,7 @@ void psbuf_unref(psbuf *b)
     bufpool *p = b->pool;
     assert(p->live > 0);
     p->live--;
-    if (p->free_bytes + b->cap > p->keep_bytes) {
+    if (b->no_recycle || p->free_bytes + b->cap > p->keep_bytes) {
         bufpool_release(b);
         return;
     }

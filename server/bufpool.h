@@ -4,12 +4,23 @@
  * same buffer is then queued (by reference) on every waiting trainer's
  * output. When the last reference drops, it returns to the pool, so a steady
  * state of batches allocates no payload-sized memory.
+ *
+ * Buffers of BUFPOOL_MAP_MIN bytes or more are whole pages of their own
+ * (mmap). Their pages can be spliced into sockets (outq.c): the kernel then
+ * holds the pages, not a copy, until the peer reads them. Such a buffer must
+ * not be written again before then; when that cannot be known any more (the
+ * connection closed first), it is marked no_recycle and unmapped instead of
+ * reused. Unmapping is safe: the pages live on, unchanged, while the kernel
+ * holds them.
  */
 #ifndef PSBENCH_BUFPOOL_H
 #define PSBENCH_BUFPOOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#define BUFPOOL_MAP_MIN (64u * 1024u)
 
 typedef struct bufpool bufpool;
 
@@ -19,6 +30,8 @@ typedef struct psbuf {
     size_t cap;
     size_t len;
     int refs;
+    bool mapped;     /* data is an mmap of its own (cap is whole pages) */
+    bool no_recycle; /* pages may still be in a socket: unmap, never reuse */
     struct psbuf *next; /* free list */
 } psbuf;
 

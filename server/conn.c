@@ -42,6 +42,7 @@
 
 static void conn_on_read(evutil_socket_t fd, short what, void *arg);
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
+static int conn_flush_out(conn *c);
 
 conn *conn_new(server *s, int fd)
 {
@@ -56,6 +57,8 @@ conn *conn_new(server *s, int fd)
     net_peer_name(fd, c->peer, sizeof c->peer);
     c->ibuf = malloc(CONN_IBUF_SIZE);
     outq_init(&c->out);
+    if (!s->cfg.no_splice)
+        outq_splice_on(&c->out, s->cfg.max_queued);
     c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
     c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
     if (!c->ibuf || !c->rev || !c->wev || event_add(c->rev, NULL) < 0) {
@@ -95,11 +98,11 @@ static bool conn_over_cap(conn *c, const char *what)
     return true;
 }
 
-int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload)
+int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t batch)
 {
     if (c->closing || conn_over_cap(c, "results"))
         return -1;
-    if (outq_push(&c->out, hdr, hlen, payload->len ? payload : NULL) < 0)
+    if (outq_push(&c->out, hdr, hlen, payload->len ? payload : NULL, batch) < 0)
         return -1;
     server_want_flush(c->srv, c);
     return 0;
@@ -131,7 +134,7 @@ void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_h
     log_debug("%s: error %s: %s", c->peer, frame_errcode_name(code), msg);
     if (c->closing || conn_over_cap(c, "error frames"))
         return;
-    outq_push(&c->out, buf, n, NULL);
+    outq_push(&c->out, buf, n, NULL, 0);
     if (conn_code_is_fatal(code)) {
         c->closing = true;
         event_del(c->rev);
@@ -140,7 +143,30 @@ void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_h
     server_want_flush(c->srv, c);
 }
 
+/* Count the result bytes that left, and say once per connection why
+ * zero-copy stopped if it did. */
+static void conn_account_output(conn *c, uint64_t spliced0, uint64_t copied0)
+{
+    server *s = c->srv;
+    s->bytes_spliced += c->out.spliced - spliced0;
+    s->bytes_copied += c->out.copied - copied0;
+    if (c->out.splice_errno) {
+        log_warn("%s: results are copied from now on: splicing them failed: %s", c->peer,
+                 strerror(c->out.splice_errno));
+        c->out.splice_errno = 0;
+    }
+}
+
 int conn_flush(conn *c)
+{
+    uint64_t spliced0 = c->out.spliced, copied0 = c->out.copied;
+    int rc = conn_flush_out(c);
+    /* c stays allocated until server_reap, even when it was closed */
+    conn_account_output(c, spliced0, copied0);
+    return rc;
+}
+
+static int conn_flush_out(conn *c)
 {
     while (c->out.len > 0) {
         ssize_t n = outq_write(&c->out, c->fd);
@@ -291,6 +317,10 @@ static void conn_on_push(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_BAD_FRAME, "push before hello", h);
         return;
     }
+    /* A trainer pushes a batch only once it has read every result of the
+     * batches before: the results of those it was lent are free again. */
+    if (h->has & FH_BATCH)
+        outq_return(&c->out, h->batch);
     frame_errcode code = conn_check_push(h, msg, sizeof msg);
     if (code != ERR_NONE) {
         conn_send_error(c, code, msg, h);
@@ -429,7 +459,7 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
     uint8_t buf[128];
     size_t n = frame_encode_header(&w, buf, sizeof buf);
     assert(n > 0);
-    outq_push(&c->out, buf, n, NULL);
+    outq_push(&c->out, buf, n, NULL, 0);
     server_want_flush(s, c);
     log_debug("trainer rank %" PRIu64 " joined from %s (slot %u)", c->rank, c->peer, slot);
 }

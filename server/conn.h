@@ -57,8 +57,9 @@ conn *conn_new(struct server *s, int fd);
 void conn_close(conn *c, const char *why);
 /* Queue an error frame. `fatal` codes close the connection after it. */
 void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_hdr *about);
-/* Queue a result: hdr bytes are copied, the payload added by reference. */
-int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload);
+/* Queue the result of `batch`: hdr bytes are copied, the payload added by
+ * reference. */
+int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t batch);
 /* Write as much queued output as the socket takes; arm EV_WRITE for the
  * rest. Returns -1 if the connection was closed. */
 int conn_flush(conn *c);

@@ -38,7 +38,12 @@ static void server_usage(FILE *f)
         "  --rank R                this server's rank, sent to trainers (default 0)\n"
         "  --max-payload BYTES     largest payload accepted (default 1G; K/M/G ok)\n"
         "  --max-queued BYTES      results queued to one trainer that is not reading\n"
-        "                          before it is disconnected (default 256M)\n"
+        "                          before it is disconnected (default 256M); also\n"
+        "                          the most result bytes lent to one trainer (below)\n"
+        "  --no-splice             copy results into the sockets. By default a result\n"
+        "                          of 64 KiB or more is spliced: the kernel sends its\n"
+        "                          pages, and the buffer is reused only once that\n"
+        "                          trainer has pushed a later batch (so has read it)\n"
         "  --token T               trainers must present this token (or PSBENCH_TOKEN)\n"
         "  --master HOST:PORT      register with a psbench-master, which assigns the\n"
         "                          rank, the trainer count and the kind\n"
@@ -56,7 +61,7 @@ static void server_usage(FILE *f)
 enum {
     OPT_STANDALONE = 256, OPT_TRAINERS, OPT_LISTEN, OPT_KIND, OPT_DEVICE, OPT_RANK,
     OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_TOKEN, OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
-    OPT_ADVERTISE,
+    OPT_ADVERTISE, OPT_NO_SPLICE,
 };
 
 static const struct option server_opts[] = {
@@ -71,6 +76,7 @@ static const struct option server_opts[] = {
     {"token", required_argument, NULL, OPT_TOKEN},
     {"master", required_argument, NULL, OPT_MASTER},
     {"advertise", required_argument, NULL, OPT_ADVERTISE},
+    {"no-splice", no_argument, NULL, OPT_NO_SPLICE},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -157,6 +163,9 @@ int main(int argc, char **argv)
         case OPT_ADVERTISE:
             advertise = optarg;
             break;
+        case OPT_NO_SPLICE:
+            cfg.no_splice = true;
+            break;
         case OPT_LOG_LEVEL:
             if (log_level_parse(optarg, &level) < 0) {
                 snprintf(err, sizeof err, "--log-level: '%s' is not error, warn, info or debug", optarg);
@@ -230,6 +239,8 @@ int main(int argc, char **argv)
     printf("psbench-server %u: %" PRIu64 " pushes in, %" PRIu64 " results out, %" PRIu64
            " bytes in, %" PRIu64 " bytes out, %" PRIu64 " payload buffers allocated\n",
            cfg.rank, s.pushes, s.results, s.bytes_in, s.bytes_out, s.pool.allocs);
+    printf("psbench-server %u: result payload bytes: %" PRIu64 " spliced (zero-copy), %" PRIu64 " copied\n",
+           cfg.rank, s.bytes_spliced, s.bytes_copied);
     metrics_print_table(s.metrics, stdout, "server metrics (ms)");
     fflush(stdout);
     int code = s.exit_code ? s.exit_code : (rc < 0 ? 1 : 0);

@@ -5,39 +5,82 @@
  * every trainer without a copy. Entries live in a growable ring, so a
  * steady state of rounds allocates nothing; outq_write sends as many
  * frames as the socket takes in one writev.
+ *
+ * Zero-copy payloads (outq_splice_on): a large payload does not go through
+ * writev, which copies it into the socket, but is spliced (server/zcopy.h):
+ * the peer's read copies it out of the buffer's own pages. The buffer must
+ * then stay unchanged until the peer has read it, which the server learns
+ * only from the protocol: a trainer pushes a later batch only after reading
+ * every result of the batches before. So a payload spliced in full is not
+ * released but *lent*: the queue keeps its reference, tagged with the
+ * result's batch, until outq_return sees a push of a later batch (or
+ * outq_return_all a pass boundary). A queue freed with loans still out marks
+ * those buffers no_recycle, so that they are unmapped rather than reused.
+ * Loans are bounded (lend_cap bytes); past it, payloads are copied again.
  */
 #ifndef PSBENCH_OUTQ_H
 #define PSBENCH_OUTQ_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "server/bufpool.h"
+#include "server/zcopy.h"
 
 #define OUTQ_INLINE_HDR 200 /* larger headers (long error messages) go to the heap */
+
+/* How an entry's payload leaves: decided when its header is written. */
+typedef enum outq_mode { OUTQ_UNDECIDED = 0, OUTQ_COPY, OUTQ_SPLICE } outq_mode;
 
 typedef struct outq_item {
     uint8_t small[OUTQ_INLINE_HDR];
     uint8_t *hdr; /* small, or malloc'd */
     uint32_t hlen;
-    psbuf *payload; /* NULL: header only */
-    uint64_t done;  /* bytes of hdr + payload already written */
+    outq_mode mode;
+    bool lent_pages; /* some payload bytes went into the socket by reference */
+    psbuf *payload;  /* NULL: header only */
+    uint64_t tag;   /* the batch a result answers (the loan's tag) */
+    uint64_t done;  /* bytes of hdr + payload already in the socket */
 } outq_item;
+
+typedef struct outq_loan {
+    psbuf *buf;
+    uint64_t tag;
+} outq_loan;
 
 typedef struct outq {
     outq_item *items;
     size_t head, len, cap; /* ring */
     uint64_t bytes;        /* unwritten bytes */
+    /* zero-copy payloads */
+    bool splice;         /* on (outq_splice_on), and not failed since */
+    int splice_errno;    /* why splicing stopped (0: it did not); for a log line */
+    zcopy zc;            /* the head payload's pages on their way */
+    outq_loan *loans;
+    size_t nloans, loans_cap;
+    uint64_t lent_bytes, lend_cap;
+    uint64_t spliced, copied; /* payload bytes sent each way (for the exit line) */
 } outq;
 
 void outq_init(outq *q);
-/* Drop everything (payload references released). */
+/* Send payloads of OUTQ_SPLICE_MIN bytes or more by splicing their pages,
+ * holding at most lend_cap bytes of them on loan. Call before any write. */
+void outq_splice_on(outq *q, uint64_t lend_cap);
+/* Drop everything (payload references released; loans and a payload that
+ * was partly spliced are marked no_recycle). */
 void outq_free(outq *q);
-/* Append a frame; takes a new reference on payload. 0 or -1 (memory). */
-int outq_push(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload);
-/* writev as much as the socket takes. Returns bytes written, or -1 with
- * errno (EAGAIN when the socket is full). */
+/* Append a frame; takes a new reference on payload. tag: the batch the
+ * frame answers (used only if the payload is spliced). 0 or -1 (memory). */
+int outq_push(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t tag);
+/* Write as much as the socket takes (one writev, or one splice step).
+ * Returns bytes written, or -1 with errno (EAGAIN when the socket is full). */
 ssize_t outq_write(outq *q, int fd);
+/* The peer pushed batch `batch`: it has read every result of earlier
+ * batches, so their loans end (the buffers may be reused). */
+void outq_return(outq *q, uint64_t batch);
+/* A pass boundary: the peer has read every result; all loans end. */
+void outq_return_all(outq *q);
 
 #endif

@@ -154,8 +154,11 @@ static void server_free_entry(pending_entry *e, void *arg)
 
 void server_reset(server *s)
 {
-    for (conn *c = s->conns; c; c = c->next)
+    for (conn *c = s->conns; c; c = c->next) {
         conn_push_detach(c);
+        /* A pass ends when every trainer has read all its results. */
+        outq_return_all(&c->out);
+    }
     pending_destroy(&s->pending, server_free_entry, s);
     pending_init(&s->pending, s->cfg.trainers);
     metrics_reset(s->metrics);
@@ -290,7 +293,7 @@ void server_entry_resolved(server *s, pending_entry *e, psbuf *result)
     assert(n > 0);
     for (uint32_t i = 0; i < s->nmembers; i++) {
         conn *c = s->members[i].conn;
-        if (c && pending_has_slot(e, i) && conn_queue_result(c, buf, n, result) == 0)
+        if (c && pending_has_slot(e, i) && conn_queue_result(c, buf, n, result, e->batch) == 0)
             s->results++;
     }
     metrics_add(s->m_batch, (double)(server_now_ns() - e->t_first_ns) / 1e6);

@@ -30,6 +30,7 @@ typedef struct server_config {
     uint64_t max_payload;
     uint64_t max_queued;  /* output bytes queued per connection before it is dropped */
     int listen_fd;        /* >= 0: already listening (bound before joining a master) */
+    bool no_splice;       /* copy every result into the sockets (outq.h: zero-copy) */
 } server_config;
 
 /* A trainer slot: the n-th distinct rank that said hello. */
@@ -59,6 +60,7 @@ typedef struct server {
     struct conn *flush_head;  /* connections with output to write */
     struct conn *graveyard;   /* closed, freed once no callback holds them */
     uint64_t bytes_in, bytes_out, pushes, results;
+    uint64_t bytes_spliced, bytes_copied; /* result payload bytes, by how they left */
     struct master_link *link; /* NULL standalone */
     int exit_code;            /* set by the master link's stop */
     char exit_reason[256];

@@ -73,6 +73,36 @@ class E2E(psb.PsbTestCase):
                 self.assertLess(many, 60, (kind, sparse, few, many))
                 self.assertLessEqual(many, few + 12, (kind, sparse, few, many))
 
+    # -- zero-copy results: big results are spliced, lent to each trainer
+    #    until it pushes a later batch, then recycled like the others
+    def spliced_run(self, kind, batches, extra=()):
+        n, buckets, floats = 2, 3, 65536  # 256 KiB results: spliced
+        server = self.reg.server(trainers=n, kind=kind, extra=extra)
+        trainers = [self.reg.trainer(server, r, buckets=buckets, floats=floats, batches=batches)
+                    for r in range(n)]
+        self.wait_trainers(trainers)
+        out, _ = self.stop_server(server, batches * buckets)
+        m = re.search(r"(\d+) payload buffers allocated", out)
+        z = re.search(r"result payload bytes: (\d+) spliced \(zero-copy\), (\d+) copied", out)
+        self.assertIsNotNone(m, out)
+        self.assertIsNotNone(z, out)
+        result_bytes = n * batches * buckets * floats * 4  # every result to every trainer
+        return int(m.group(1)), int(z.group(1)), int(z.group(2)), result_bytes
+
+    def test_results_spliced_and_recycled(self):
+        for kind in ("average", "average-batch"):
+            few, spliced, copied, total = self.spliced_run(kind, 3)
+            self.assertEqual((spliced, copied), (total, 0), kind)
+            many, spliced, copied, total = self.spliced_run(kind, 40)
+            self.assertEqual((spliced, copied), (total, 0), kind)
+            # Loans end when the trainers push the next batch: buffers in
+            # use stay about two batches' worth, whatever the batch count.
+            self.assertLessEqual(many, few + 6, (kind, few, many))
+
+    def test_results_copied_with_no_splice(self):
+        _, spliced, copied, total = self.spliced_run("average", 3, extra=("--no-splice",))
+        self.assertEqual((spliced, copied), (0, total))
+
     # -- two servers, one trainer set, buckets round-robin
     def test_two_servers(self):
         n, buckets, batches = 2, 3, 4

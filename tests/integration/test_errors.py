@@ -641,5 +641,57 @@ class Results(ErrorsBase):
         self.assertEqual(got, {k: 2 for k in range(6)})
 
 
+
+# ---- spliced (zero-copy) results --------------------------------------------
+
+class SplicedResults(ErrorsBase):
+    """Results of 64 KiB and more leave the server by splice: the trainer
+    reads them straight from the result buffer's pages. A buffer must not be
+    reused while a trainer has not read it, however far the other trainers
+    race ahead."""
+
+    def run_slow_reader(self):
+        s = self.server()
+        # a receive buffer that holds whole results: the server's splice of
+        # them completes long before this trainer reads them
+        slow, fast = self.client(s, rcvbuf=1 << 20), self.client(s)
+        self.hello_ok(slow, 0)
+        self.hello_ok(fast, 1)
+        n, buckets, batches = 16384, 2, 4  # 64 KiB per result
+
+        def values(rank, batch, bucket):
+            return [float(((i * 7 + rank * 31 + batch * 13 + bucket * 5) % 251) - 125) for i in range(n)]
+
+        def push_batch(c, rank, b):
+            for k in range(buckets):
+                c.push(dense_push(b, k, values(rank, b, k)))
+
+        def read_batch(c, b):
+            for k in range(buckets):
+                exp = expected_dense_mean([values(0, b, k), values(1, b, k)], 2)
+                self.expect_dense_result(c, b, k, exp)
+
+        push_batch(slow, 0, 0)
+        push_batch(fast, 1, 0)
+        for b in range(batches):
+            read_batch(fast, b)
+            if b + 1 < batches:
+                # The fast trainer's next batch is received while the slow
+                # one's results of this batch still wait, unread.
+                push_batch(fast, 1, b + 1)
+                self.barrier(fast)
+            read_batch(slow, b)
+            if b + 1 < batches:
+                push_batch(slow, 0, b + 1)
+        self.dense_round([slow, fast], 100, 0)
+
+    def test_slow_reader_gets_its_results_intact(self):
+        self.run_slow_reader()
+
+    def test_slow_reader_gets_its_results_intact_average_batch(self):
+        self.kind = "average-batch"
+        self.run_slow_reader()
+
+
 if __name__ == "__main__":
     psb.main()

@@ -1,6 +1,9 @@
 /* test_outq.c — the server's per-connection output queue: frames leave in
  * order and whole, partial writes resume where they stopped, and every
- * payload reference is released exactly once (written or dropped). */
+ * payload reference is released exactly once (written or dropped).
+ * Spliced payloads (zero-copy) arrive intact, stay lent until the peer
+ * pushes a later batch, are never recycled when the connection goes first,
+ * and fall back to copies when splicing is impossible. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -11,6 +14,9 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -51,9 +57,9 @@ static void test_order_and_refs(void **state)
     const uint8_t h1[] = {1, 2, 3};
     uint8_t big_hdr[500];
     memset(big_hdr, 9, sizeof big_hdr); /* longer than the inline header space */
-    assert_int_equal(outq_push(&q, h1, sizeof h1, p), 0);
-    assert_int_equal(outq_push(&q, big_hdr, sizeof big_hdr, NULL), 0);
-    assert_int_equal(outq_push(&q, h1, sizeof h1, p), 0);
+    assert_int_equal(outq_push(&q, h1, sizeof h1, p, 0), 0);
+    assert_int_equal(outq_push(&q, big_hdr, sizeof big_hdr, NULL, 0), 0);
+    assert_int_equal(outq_push(&q, h1, sizeof h1, p, 0), 0);
     assert_int_equal(p->refs, 3); /* ours + one per queued frame */
     assert_int_equal(q.bytes, 3 + 1000 + 500 + 3 + 1000);
     int sv[2];
@@ -92,7 +98,7 @@ static void test_partial_writes(void **state)
     outq_init(&q);
     const uint8_t h[] = {0xaa, 0xbb};
     for (int k = 0; k < 3; k++)
-        assert_int_equal(outq_push(&q, h, sizeof h, p), 0);
+        assert_int_equal(outq_push(&q, h, sizeof h, p, 0), 0);
     psbuf_unref(p); /* the queue's references keep it alive */
     int sv[2];
     assert_int_equal(nonblocking_pair(sv, 64 << 10), 0);
@@ -138,7 +144,7 @@ static void test_free_releases(void **state)
     outq_init(&q);
     const uint8_t h[] = {7};
     for (int k = 0; k < 100; k++) /* grows the ring past its first size */
-        assert_int_equal(outq_push(&q, h, sizeof h, p), 0);
+        assert_int_equal(outq_push(&q, h, sizeof h, p, 0), 0);
     assert_int_equal(p->refs, 101);
     outq_free(&q);
     assert_int_equal(p->refs, 1);
@@ -147,12 +153,316 @@ static void test_free_releases(void **state)
     bufpool_destroy(&pool);
 }
 
+
+/* ---- zero-copy (spliced) payloads ---------------------------------------- */
+
+/* A connected TCP pair on loopback (splice needs a real socket): sv[0] is
+ * the nonblocking sender. */
+static void tcp_pair(int sv[2])
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(l >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(l, 1), 0);
+    assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
+    sv[0] = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(sv[0], (struct sockaddr *)&a, sizeof a), 0);
+    sv[1] = accept(l, NULL, NULL);
+    assert_true(sv[1] >= 0);
+    close(l);
+    fcntl(sv[0], F_SETFL, O_NONBLOCK);
+}
+
+static void fill(psbuf *p, unsigned seed)
+{
+    for (size_t i = 0; i < p->len; i++)
+        p->data[i] = (uint8_t)(i * 131 + (i >> 9) + seed);
+}
+
+/* Write everything queued while reading it on the other end. */
+static uint8_t *drain(outq *q, int sv[2], size_t total)
+{
+    uint8_t *buf = malloc(total);
+    assert_non_null(buf);
+    size_t got = 0;
+    while (got < total) {
+        while (q->len) {
+            ssize_t w = outq_write(q, sv[0]);
+            if (w < 0) {
+                assert_true(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+                break;
+            }
+        }
+        ssize_t r = read(sv[1], buf + got, total - got);
+        assert_true(r > 0);
+        got += (size_t)r;
+    }
+    return buf;
+}
+
+/* Big payloads leave by splice, small ones and headers by writev, all in
+ * order; a spliced payload is lent, tagged with its batch, until a push of
+ * a later batch (or a pass boundary) returns it. */
+static void test_splice_lends(void **state)
+{
+    (void)state;
+    bufpool pool;
+    bufpool_init(&pool, 64 << 20);
+    psbuf *big = bufpool_get(&pool, (3u << 20) + 10); /* not a whole number of pages */
+    psbuf *big2 = bufpool_get(&pool, 1u << 20);
+    psbuf *small = bufpool_get(&pool, 1000);
+    assert_true(big->mapped && big2->mapped && !small->mapped);
+    fill(big, 1);
+    fill(big2, 2);
+    fill(small, 3);
+    outq q;
+    outq_init(&q);
+    outq_splice_on(&q, 1ull << 30);
+    const uint8_t h1[] = {1, 2, 3}, h2[] = {4, 5};
+    assert_int_equal(outq_push(&q, h1, sizeof h1, small, 6), 0);
+    assert_int_equal(outq_push(&q, h2, sizeof h2, big, 7), 0);
+    assert_int_equal(outq_push(&q, h1, sizeof h1, small, 7), 0);
+    assert_int_equal(outq_push(&q, h2, sizeof h2, big2, 8), 0);
+    int sv[2];
+    tcp_pair(sv);
+    size_t total = 3 + 1000 + 2 + big->len + 3 + 1000 + 2 + big2->len;
+    uint8_t *got = drain(&q, sv, total);
+    size_t o = 0;
+    assert_memory_equal(got + o, h1, 3), o += 3;
+    assert_memory_equal(got + o, small->data, 1000), o += 1000;
+    assert_memory_equal(got + o, h2, 2), o += 2;
+    assert_memory_equal(got + o, big->data, big->len), o += big->len;
+    assert_memory_equal(got + o, h1, 3), o += 3;
+    assert_memory_equal(got + o, small->data, 1000), o += 1000;
+    assert_memory_equal(got + o, h2, 2), o += 2;
+    assert_memory_equal(got + o, big2->data, big2->len);
+    free(got);
+    assert_int_equal(q.spliced, big->len + big2->len);
+    assert_int_equal(q.copied, 2000);
+    assert_int_equal(q.bytes, 0);
+    /* written, yet the big ones are still held: lent */
+    assert_int_equal(small->refs, 1);
+    assert_int_equal(big->refs, 2);
+    assert_int_equal(big2->refs, 2);
+    assert_int_equal(q.nloans, 2);
+    assert_int_equal(q.lent_bytes, big->len + big2->len);
+    outq_return(&q, 7); /* batch 7 itself: its results may still be unread */
+    assert_int_equal(big->refs, 2);
+    outq_return(&q, 8);
+    assert_int_equal(big->refs, 1);
+    assert_int_equal(big2->refs, 2);
+    outq_return_all(&q);
+    assert_int_equal(big2->refs, 1);
+    assert_int_equal(q.lent_bytes, 0);
+    psbuf_unref(big);
+    psbuf_unref(big2);
+    psbuf_unref(small);
+    assert_int_equal(pool.live, 0);
+    assert_int_equal(pool.free_bytes, big->cap + big2->cap + small->cap); /* all recycled */
+    outq_free(&q);
+    bufpool_destroy(&pool);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* Loans are bounded: past lend_cap, payloads are copied instead. */
+static void test_splice_lend_cap(void **state)
+{
+    (void)state;
+    bufpool pool;
+    bufpool_init(&pool, 64 << 20);
+    psbuf *a = bufpool_get(&pool, 1u << 20), *b = bufpool_get(&pool, 1u << 20);
+    fill(a, 4);
+    fill(b, 5);
+    outq q;
+    outq_init(&q);
+    outq_splice_on(&q, (1u << 20) + (1u << 19)); /* room for one */
+    const uint8_t h[] = {9};
+    assert_int_equal(outq_push(&q, h, 1, a, 0), 0);
+    assert_int_equal(outq_push(&q, h, 1, b, 0), 0);
+    int sv[2];
+    tcp_pair(sv);
+    uint8_t *got = drain(&q, sv, 2 + (2u << 20));
+    assert_memory_equal(got + 1, a->data, a->len);
+    assert_memory_equal(got + 2 + a->len, b->data, b->len);
+    free(got);
+    assert_int_equal(q.spliced, a->len);
+    assert_int_equal(q.copied, b->len);
+    assert_int_equal(a->refs, 2); /* lent */
+    assert_int_equal(b->refs, 1); /* copied: released when written */
+    outq_free(&q);
+    psbuf_unref(a);
+    psbuf_unref(b);
+    bufpool_destroy(&pool);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* A connection that goes while a buffer is on loan, or in the middle of
+ * splicing one: whether the peer read those pages is unknown, so the
+ * buffers are released, never reused for another bucket. */
+static void test_splice_free_no_recycle(void **state)
+{
+    (void)state;
+    bufpool pool;
+    bufpool_init(&pool, 256 << 20);
+    psbuf *lent = bufpool_get(&pool, 1u << 20), *partial = bufpool_get(&pool, 32u << 20);
+    fill(lent, 6);
+    fill(partial, 7);
+    outq q;
+    outq_init(&q);
+    outq_splice_on(&q, 1ull << 30);
+    const uint8_t h[] = {1};
+    assert_int_equal(outq_push(&q, h, 1, lent, 3), 0);
+    assert_int_equal(outq_push(&q, h, 1, partial, 3), 0);
+    int sv[2];
+    tcp_pair(sv);
+    /* The peer reads nothing: the first fits the socket, the second stops
+     * part way. */
+    while (outq_write(&q, sv[0]) > 0)
+        ;
+    assert_int_equal(errno, EAGAIN);
+    assert_int_equal(q.nloans, 1);
+    assert_int_equal(q.len, 1);
+    assert_true(q.spliced > lent->len);
+    uint64_t allocs = pool.allocs;
+    outq_free(&q);
+    assert_true(lent->no_recycle);
+    assert_true(partial->no_recycle);
+    psbuf_unref(lent);
+    psbuf_unref(partial);
+    assert_int_equal(pool.live, 0);
+    assert_int_equal(pool.free_bytes, 0); /* released, not kept */
+    psbuf *again = bufpool_get(&pool, 1u << 20);
+    assert_int_equal(pool.allocs, allocs + 1); /* fresh pages */
+    assert_false(again->no_recycle);
+    psbuf_unref(again);
+    bufpool_destroy(&pool);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* No pipe to be had (descriptors exhausted): the queue says why once and
+ * copies from then on; nothing is lost or reordered. */
+static void test_splice_fallback(void **state)
+{
+    (void)state;
+    bufpool pool;
+    bufpool_init(&pool, 64 << 20);
+    psbuf *a = bufpool_get(&pool, 1u << 20);
+    fill(a, 8);
+    outq q;
+    outq_init(&q);
+    outq_splice_on(&q, 1ull << 30);
+    const uint8_t h[] = {5, 6};
+    assert_int_equal(outq_push(&q, h, 2, a, 0), 0);
+    assert_int_equal(outq_push(&q, h, 2, a, 1), 0);
+    int sv[2];
+    tcp_pair(sv);
+    struct rlimit old, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = (rlim_t)(sv[1] > sv[0] ? sv[1] : sv[0]) + 1; /* no new descriptor */
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    ssize_t w = outq_write(&q, sv[0]); /* the first header */
+    assert_true(w > 0);
+    w = outq_write(&q, sv[0]); /* needs a pipe: falls back to writev */
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_true(w > 0);
+    assert_false(q.splice);
+    assert_int_equal(q.splice_errno, EMFILE);
+    uint8_t *got = drain(&q, sv, 2 * (2 + a->len));
+    assert_memory_equal(got, h, 2);
+    assert_memory_equal(got + 2, a->data, a->len);
+    assert_memory_equal(got + 2 + a->len, h, 2);
+    assert_memory_equal(got + 4 + a->len, a->data, a->len);
+    free(got);
+    assert_int_equal(q.spliced, 0);
+    assert_int_equal(q.copied, 2 * a->len);
+    assert_int_equal(q.nloans, 0);
+    assert_int_equal(a->refs, 1);
+    outq_free(&q);
+    psbuf_unref(a);
+    bufpool_destroy(&pool);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* Splicing that fails part way through a payload (the pipe replaced by
+ * something vmsplice refuses): the rest is copied from where the socket
+ * stopped, and the buffer is still lent, since its first pages went by
+ * reference. */
+static void test_splice_fails_midway(void **state)
+{
+    (void)state;
+    bufpool pool;
+    bufpool_init(&pool, 64 << 20);
+    psbuf *a = bufpool_get(&pool, 8u << 20);
+    fill(a, 9);
+    outq q;
+    outq_init(&q);
+    outq_splice_on(&q, 1ull << 30);
+    const uint8_t h[] = {3};
+    assert_int_equal(outq_push(&q, h, 1, a, 4), 0);
+    int sv[2];
+    tcp_pair(sv);
+    size_t total = 1 + a->len, got = 0;
+    uint8_t *buf = malloc(total);
+    assert_non_null(buf);
+    while (q.spliced == 0 || q.zc.in_pipe > 0) { /* some bytes sent by reference, none pending */
+        ssize_t w = outq_write(&q, sv[0]);
+        assert_true(w > 0 || errno == EAGAIN);
+        ssize_t r = recv(sv[1], buf + got, total - got, MSG_DONTWAIT);
+        if (r > 0)
+            got += (size_t)r;
+    }
+    assert_int_equal(q.len, 1);
+    close(q.zc.pipe[0]);
+    close(q.zc.pipe[1]);
+    q.zc.pipe[0] = open("/dev/null", O_RDONLY);
+    q.zc.pipe[1] = open("/dev/null", O_WRONLY);
+    assert_true(q.zc.pipe[0] >= 0 && q.zc.pipe[1] >= 0);
+    while (got < total) {
+        if (q.len) {
+            ssize_t w = outq_write(&q, sv[0]);
+            assert_true(w > 0 || errno == EAGAIN);
+        }
+        ssize_t r = recv(sv[1], buf + got, total - got, q.len ? MSG_DONTWAIT : 0);
+        if (r > 0)
+            got += (size_t)r;
+    }
+    assert_false(q.splice);
+    assert_int_not_equal(q.splice_errno, 0);
+    assert_true(q.copied > 0);
+    assert_int_equal(q.spliced + q.copied, a->len);
+    assert_memory_equal(buf, h, 1);
+    assert_memory_equal(buf + 1, a->data, a->len);
+    free(buf);
+    assert_int_equal(q.len, 0);
+    assert_int_equal(q.nloans, 1); /* lent, though it was finished by copies */
+    assert_int_equal(a->refs, 2);
+    outq_return(&q, 5);
+    assert_int_equal(a->refs, 1);
+    outq_free(&q);
+    psbuf_unref(a);
+    bufpool_destroy(&pool);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_and_refs),
         cmocka_unit_test(test_partial_writes),
         cmocka_unit_test(test_free_releases),
+        cmocka_unit_test(test_splice_lends),
+        cmocka_unit_test(test_splice_lend_cap),
+        cmocka_unit_test(test_splice_free_no_recycle),
+        cmocka_unit_test(test_splice_fallback),
+        cmocka_unit_test(test_splice_fails_midway),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
