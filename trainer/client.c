@@ -340,6 +340,9 @@ static int client_read(client *cl, client_conn *c, char *err, size_t errlen)
         }
         cl->bytes_in += (uint64_t)r;
         c->ilen += (size_t)r;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        cl->rx_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
         if (client_process(cl, c, err, errlen) < 0)
             return -1;
         if ((size_t)r < want)

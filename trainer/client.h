@@ -58,6 +58,9 @@ typedef struct client {
     frame_decoder dec;
     client_sink sink;
     uint64_t bytes_out, bytes_in;
+    uint64_t rx_ns; /* CLOCK_MONOTONIC ns of the read that brought the bytes
+                     * being dispatched: one clock read serves every result
+                     * in them */
     int wake_fd; /* -1, or an fd whose readability ends client_poll early
                   * (another thread has new pushes for the polling one) */
 } client;
