@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static void server_usage(FILE *f)
@@ -82,6 +83,21 @@ static const struct option server_opts[] = {
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
+
+/* A trainer connection may hold three descriptors: its socket and the pipe
+ * its zero-copy results go through (outq.h). Allow as many as the hard
+ * limit does, as servers do, rather than stop at a soft limit of 1024. */
+static void server_raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            log_debug("descriptor limit raised from %llu to %llu", (unsigned long long)was,
+                      (unsigned long long)rl.rlim_cur);
+    }
+}
 
 static int server_fail(const char *msg)
 {
@@ -202,6 +218,7 @@ int main(int argc, char **argv)
             cfg.token = t;
     }
     log_init("psbench-server", level);
+    server_raise_fd_limit();
 
     /* Each round allocates and frees many small blocks (futures, output
      * chains). With glibc's default 128 KiB trim threshold the heap top is

@@ -9,6 +9,7 @@ Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_e2e.py
 import json
 import os
 import re
+import resource
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -98,6 +99,22 @@ class E2E(psb.PsbTestCase):
             # Loans end when the trainers push the next batch: buffers in
             # use stay about two batches' worth, whatever the batch count.
             self.assertLessEqual(many, few + 6, (kind, few, many))
+
+    def test_descriptor_limit_raised(self):
+        # Each connection may hold a pipe besides its socket: the server
+        # lifts its soft descriptor limit to the hard one.
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and hard <= 64:
+            self.skipTest("hard descriptor limit %d leaves nothing to raise" % hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+        try:
+            server = self.reg.server(trainers=1)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        with open("/proc/%d/limits" % server.pid) as f:
+            line = [ln for ln in f if ln.startswith("Max open files")][0]
+        got_soft, got_hard = line.split()[3:5]
+        self.assertEqual(got_soft, got_hard, line)
 
     def test_results_copied_with_no_splice(self):
         _, spliced, copied, total = self.spliced_run("average", 3, extra=("--no-splice",))
