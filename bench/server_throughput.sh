@@ -272,6 +272,9 @@ print(mean("rounds_per_s"), mean("batch_p50_ms"), mean("batch_p99_ms"))
 EOF
     ) || bs_die "psbench ($name): unreadable trainer summaries in $dir"
     read -r PS_RPS PS_P50 PS_P99 <<<"$summary"
+    # How the server sent the results: spliced (zero-copy) or copied.
+    PS_SPLICED=$(sed -n 's/.*result payload bytes: \([0-9]*\) spliced (zero-copy), \([0-9]*\) copied.*/\1 \2/p' \
+        "$dir/server.out")
 }
 
 # ---- main ----------------------------------------------------------------
@@ -311,6 +314,11 @@ for w in "${WORKLOADS[@]}"; do
         "$name" "${pss[@]}"
     bs_py '"%-9s %-15s %10s  ratio_to_floor, median of the %d pairs: %.3f (range %.3f..%.3f)" % (a[0], "median", "", len(f) - 2, f[1], min(f[2:]), max(f[2:]))' \
         "$name" "$med" "${ratios[@]}"
+    if [[ -n ${PS_SPLICED:-} ]]; then
+        read -r sp cp <<<"$PS_SPLICED"
+        bs_py '"%-9s psbench-server sent %.0f %% of result bytes spliced (zero-copy), the rest copied" % (a[0], 100.0 * f[1] / (f[1] + f[2]) if f[1] + f[2] > 0 else 0.0)' \
+            "$name" "$sp" "$cp"
+    fi
     echo
     RESULTS+=("$name $med $target")
 done
