@@ -43,6 +43,7 @@
 static void conn_on_read(evutil_socket_t fd, short what, void *arg);
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
 static int conn_flush_out(conn *c);
+static void conn_on_hello_timeout(evutil_socket_t fd, short what, void *arg);
 
 conn *conn_new(server *s, int fd)
 {
@@ -61,11 +62,17 @@ conn *conn_new(server *s, int fd)
         outq_splice_on(&c->out, s->cfg.max_queued);
     c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
     c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
-    if (!c->ibuf || !c->rev || !c->wev || event_add(c->rev, NULL) < 0) {
+    c->hello_ev = evtimer_new(s->base, conn_on_hello_timeout, c);
+    double ht = s->cfg.hello_timeout_s;
+    struct timeval htv = {(time_t)ht, (suseconds_t)((ht - (double)(time_t)ht) * 1e6)};
+    if (!c->ibuf || !c->rev || !c->wev || !c->hello_ev || event_add(c->rev, NULL) < 0 ||
+        evtimer_add(c->hello_ev, &htv) < 0) {
         if (c->rev)
             event_free(c->rev);
         if (c->wev)
             event_free(c->wev);
+        if (c->hello_ev)
+            event_free(c->hello_ev);
         free(c->ibuf);
         free(c);
         close(fd);
@@ -193,6 +200,23 @@ static int conn_flush_out(conn *c)
         return -1;
     }
     return 0;
+}
+
+/* Every connection costs a descriptor and an input buffer: one that does
+ * not become a trainer in time (silent, or failing its hellos) goes. */
+static void conn_on_hello_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    conn *c = arg;
+    server *s = c->srv;
+    if (c->fd >= 0 && !c->hello_done && !c->closing) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "no hello within %g s", s->cfg.hello_timeout_s);
+        conn_send_error(c, ERR_BAD_FRAME, msg, NULL); /* fatal: closes once written */
+    }
+    server_flush(s);
+    server_reap(s);
 }
 
 static void conn_on_write(evutil_socket_t fd, short what, void *arg)
@@ -447,6 +471,7 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         return;
     }
     c->hello_done = true;
+    evtimer_del(c->hello_ev);
     c->slot = slot;
     c->rank = h->rank;
 
@@ -662,6 +687,7 @@ void conn_close(conn *c, const char *why)
     }
     event_del(c->rev);
     event_del(c->wev);
+    evtimer_del(c->hello_ev);
     close(c->fd);
     c->fd = -1;
     if (inflight && !inflight->failed)
@@ -676,6 +702,7 @@ void conn_free(conn *c)
     assert(c->fd < 0);
     event_free(c->rev);
     event_free(c->wev);
+    event_free(c->hello_ev);
     outq_free(&c->out); /* drops the references to shared results */
     push_ctx_free(&c->push);
     free(c->ibuf);

@@ -33,6 +33,7 @@ typedef struct conn {
     int fd;
     char peer[64];
     struct event *rev, *wev;
+    struct event *hello_ev; /* closes a connection that never says hello */
     uint8_t *ibuf;
     size_t ioff, ilen; /* unparsed bytes are ibuf[ioff, ilen) */
     conn_state state;

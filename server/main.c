@@ -46,6 +46,8 @@ static void server_usage(FILE *f)
         "                          pages, and the buffer is reused only once that\n"
         "                          trainer has pushed a later batch (so has read it)\n"
         "  --token T               trainers must present this token (or PSBENCH_TOKEN)\n"
+        "  --hello-timeout SECONDS a connection that has not said a good hello by\n"
+        "                          then is answered bad_frame and closed (default 30)\n"
         "  --master HOST:PORT      register with a psbench-master, which assigns the\n"
         "                          rank, the trainer count and the kind\n"
         "  --advertise HOST        the address trainers should use to reach this\n"
@@ -62,7 +64,7 @@ static void server_usage(FILE *f)
 enum {
     OPT_STANDALONE = 256, OPT_TRAINERS, OPT_LISTEN, OPT_KIND, OPT_DEVICE, OPT_RANK,
     OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_TOKEN, OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
-    OPT_ADVERTISE, OPT_NO_SPLICE,
+    OPT_ADVERTISE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT,
 };
 
 static const struct option server_opts[] = {
@@ -78,6 +80,7 @@ static const struct option server_opts[] = {
     {"master", required_argument, NULL, OPT_MASTER},
     {"advertise", required_argument, NULL, OPT_ADVERTISE},
     {"no-splice", no_argument, NULL, OPT_NO_SPLICE},
+    {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -111,6 +114,7 @@ int main(int argc, char **argv)
     strcpy(cfg.host, "0.0.0.0");
     cfg.max_payload = FRAME_MAX_PAYLOAD_DEFAULT;
     cfg.max_queued = 256ull << 20;
+    cfg.hello_timeout_s = 30;
     cfg.kind = KIND_AVERAGE;
     bool standalone = false;
     bool have_rank = false;
@@ -181,6 +185,10 @@ int main(int argc, char **argv)
             break;
         case OPT_NO_SPLICE:
             cfg.no_splice = true;
+            break;
+        case OPT_HELLO_TIMEOUT:
+            if (cli_parse_seconds("--hello-timeout", optarg, &cfg.hello_timeout_s, err, sizeof err) < 0)
+                return server_fail(err);
             break;
         case OPT_LOG_LEVEL:
             if (log_level_parse(optarg, &level) < 0) {

@@ -315,6 +315,8 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
+    if (!(s->cfg.hello_timeout_s > 0))
+        s->cfg.hello_timeout_s = 30; /* a config that left it out */
     s->listen_fd = -1;
     frame_decoder_init(&s->dec, cfg->max_payload);
     bufpool_init(&s->pool, (size_t)1 << 30);

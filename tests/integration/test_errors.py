@@ -184,6 +184,27 @@ class BadFrame(ErrorsBase):
         self.good_round(s)
 
 
+class HelloTimeout(ErrorsBase):
+    """A connection that does not become a trainer in --hello-timeout
+    seconds (silent, or only failed hellos) is answered bad_frame and
+    closed; trainers that said hello are not touched by it."""
+
+    def test_silent_and_failing_connections_are_closed(self):
+        s = self.server(extra=("--hello-timeout", "1"))
+        silent = self.client(s)
+        failing = self.client(s)
+        h, _ = failing.hello(0, version=2)  # unsupported: connection kept
+        self.assertEqual((h.get("type"), h.get("code")), ("error", "unsupported"), h)
+        a, b = self.pair(s)
+        for c in (silent, failing):
+            frames = c.expect_closed(timeout=10)
+            self.assertEqual([(f[0].get("type"), f[0].get("code")) for f in frames], [("error", "bad_frame")])
+            self.assertIn("no hello", frames[0][0].get("message", ""))
+        time.sleep(1.2)  # past the timeout for a and b too: they stay
+        self.dense_round([a, b], 0, 0)
+        self.assert_server_alive(s)
+
+
 # ---- auth ------------------------------------------------------------------------
 
 class Auth(ErrorsBase):
