@@ -58,8 +58,6 @@ conn *conn_new(server *s, int fd)
     net_peer_name(fd, c->peer, sizeof c->peer);
     c->ibuf = malloc(CONN_IBUF_SIZE);
     outq_init(&c->out);
-    if (!s->cfg.no_splice)
-        outq_splice_on(&c->out, s->cfg.max_queued);
     c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
     c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
     c->hello_ev = evtimer_new(s->base, conn_on_hello_timeout, c);
@@ -150,16 +148,26 @@ void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_h
     server_want_flush(c->srv, c);
 }
 
-/* Count the result bytes that left, and say once per connection why
- * zero-copy stopped if it did. */
+/* Count the result bytes that left, and say why zero-copy stopped for a
+ * connection if it did (a warning the first time, then debug lines: with
+ * hundreds of trainers one reason is enough). */
 static void conn_account_output(conn *c, uint64_t spliced0, uint64_t copied0)
 {
     server *s = c->srv;
     s->bytes_spliced += c->out.spliced - spliced0;
     s->bytes_copied += c->out.copied - copied0;
     if (c->out.splice_errno) {
-        log_warn("%s: results are copied from now on: splicing them failed: %s", c->peer,
-                 strerror(c->out.splice_errno));
+        int e = c->out.splice_errno;
+        const char *why = e == ENOBUFS ? "no pipe of useful size: the user's pipe budget "
+                                         "(fs.pipe-user-pages-soft) is spent"
+                                       : strerror(e);
+        if (!s->splice_warned)
+            log_warn("%s: results are copied from now on: splicing them failed: %s (said once; "
+                     "other connections that fall back say so at --log-level debug)",
+                     c->peer, why);
+        else
+            log_debug("%s: results are copied from now on: splicing them failed: %s", c->peer, why);
+        s->splice_warned = true;
         c->out.splice_errno = 0;
     }
 }
@@ -472,6 +480,11 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
     }
     c->hello_done = true;
     evtimer_del(c->hello_ev);
+    /* Results are lent only to a trainer that promises to read them before
+     * it pushes a later batch: the protocol does not otherwise forbid
+     * pushing ahead, and such a client would read reused pages. */
+    if (!s->cfg.no_splice && (h->has & FH_ZEROCOPY) && h->zerocopy == 1)
+        outq_splice_on(&c->out, s->cfg.max_queued);
     c->slot = slot;
     c->rank = h->rank;
 

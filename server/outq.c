@@ -17,7 +17,7 @@ void outq_init(outq *q)
 
 void outq_splice_on(outq *q, uint64_t lend_cap)
 {
-    assert(q->len == 0 && q->nloans == 0);
+    assert(q->nloans == 0); /* frames queued before are copied or decided later */
     q->splice = true;
     q->lend_cap = lend_cap;
 }

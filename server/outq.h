@@ -10,8 +10,9 @@
  * writev, which copies it into the socket, but is spliced (server/zcopy.h):
  * the peer's read copies it out of the buffer's own pages. The buffer must
  * then stay unchanged until the peer has read it, which the server learns
- * only from the protocol: a trainer pushes a later batch only after reading
- * every result of the batches before. So a payload spliced in full is not
+ * only from the protocol: a trainer that said hello with `zerocopy` 1
+ * pushes a later batch only after reading every result of the batches
+ * before (other peers get copies). So a payload spliced in full is not
  * released but *lent*: the queue keeps its reference, tagged with the
  * result's batch, until outq_return sees a push of a later batch (or
  * outq_return_all a pass boundary). A queue freed with loans still out marks
@@ -65,8 +66,9 @@ typedef struct outq {
 } outq;
 
 void outq_init(outq *q);
-/* Send payloads of OUTQ_SPLICE_MIN bytes or more by splicing their pages,
- * holding at most lend_cap bytes of them on loan. Call before any write. */
+/* From now on, send payloads of ZCOPY_MIN bytes or more by splicing their
+ * pages, holding at most lend_cap bytes of them on loan. Only for a peer
+ * that reads every result of a batch before pushing a later one. */
 void outq_splice_on(outq *q, uint64_t lend_cap);
 /* Drop everything (payload references released; loans and a payload that
  * was partly spliced are marked no_recycle). */

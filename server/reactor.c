@@ -91,14 +91,33 @@ void server_reap(server *s)
     }
 }
 
+static void server_on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    server *s = arg;
+    event_add(s->listen_ev, NULL);
+}
+
 static void server_on_accept(evutil_socket_t fd, short what, void *arg)
 {
     server *s = arg;
     for (int i = 0; i < 64; i++) {
         int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* The waiting connection stays in the backlog and the
+                 * listener stays readable: without a pause this would spin.
+                 * Try again in a second; connections that close meanwhile
+                 * give descriptors back. */
+                log_warn("accept: %s: not accepting for 1 s (%u connections open)", strerror(errno),
+                         s->nconns);
+                struct timeval tv = {1, 0};
+                event_del(s->listen_ev);
+                evtimer_add(s->accept_pause_ev, &tv);
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
                 log_warn("accept: %s", strerror(errno));
+            }
             break;
         }
         net_set_nodelay(cfd);
@@ -341,9 +360,10 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
             return -1;
     }
     s->listen_ev = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_on_accept, s);
+    s->accept_pause_ev = evtimer_new(s->base, server_on_accept_resume, s);
     s->sig_ev[0] = evsignal_new(s->base, SIGINT, server_on_signal, s);
     s->sig_ev[1] = evsignal_new(s->base, SIGTERM, server_on_signal, s);
-    if (!s->listen_ev || !s->sig_ev[0] || !s->sig_ev[1] || event_add(s->listen_ev, NULL) < 0 ||
+    if (!s->listen_ev || !s->accept_pause_ev || !s->sig_ev[0] || !s->sig_ev[1] || event_add(s->listen_ev, NULL) < 0 ||
         event_add(s->sig_ev[0], NULL) < 0 || event_add(s->sig_ev[1], NULL) < 0) {
         snprintf(err, errlen, "cannot set up the event loop");
         return -1;
@@ -381,6 +401,8 @@ void server_free(server *s)
             event_free(s->sig_ev[i]);
     if (s->listen_ev)
         event_free(s->listen_ev);
+    if (s->accept_pause_ev)
+        event_free(s->accept_pause_ev);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     if (s->base)

@@ -45,6 +45,7 @@ typedef struct server {
     server_config cfg;
     struct event_base *base;
     struct event *listen_ev;
+    struct event *accept_pause_ev; /* re-arms listen_ev after running out of descriptors */
     struct event *sig_ev[2];
     int listen_fd;
     uint16_t bound_port;
@@ -62,6 +63,7 @@ typedef struct server {
     struct conn *graveyard;   /* closed, freed once no callback holds them */
     uint64_t bytes_in, bytes_out, pushes, results;
     uint64_t bytes_spliced, bytes_copied; /* result payload bytes, by how they left */
+    bool splice_warned;                   /* a connection fell back to copies (said once) */
     struct master_link *link; /* NULL standalone */
     int exit_code;            /* set by the master link's stop */
     char exit_reason[256];

@@ -88,7 +88,7 @@ static field_spec fields[] = {
     S("layout", FH_LAYOUT, layout_str), U("count", FH_COUNT, count),
     U("rows", FH_ROWS, rows),          U("cols", FH_COLS, cols),
     U("nnz", FH_NNZ, nnz),             S("code", FH_CODE, code),
-    S("message", FH_MESSAGE, message),
+    S("message", FH_MESSAGE, message), U("zerocopy", FH_ZEROCOPY, zerocopy),
 };
 #undef U
 #undef S

@@ -91,6 +91,7 @@ enum {
     FH_NNZ = 1u << 14,
     FH_CODE = 1u << 15,
     FH_MESSAGE = 1u << 16,
+    FH_ZEROCOPY = 1u << 17, /* extension (hello): see docs/protocol.md */
 };
 
 /* Every header field protocol v1 knows, decoded. `has` says which were
@@ -117,6 +118,7 @@ typedef struct frame_hdr {
     uint64_t nnz;
     frame_str code;
     frame_str message;
+    uint64_t zerocopy; /* hello: 1 = results may be lent (read before pushing on) */
 } frame_hdr;
 
 /* Result of frame_decode_header. */

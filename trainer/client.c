@@ -82,7 +82,11 @@ static int client_handshake(client *cl, client_conn *c, uint64_t rank, const cha
     h.version = FRAME_PROTOCOL_VERSION;
     h.role = frame_str_c("trainer");
     h.rank = rank;
-    h.has = FH_VERSION | FH_ROLE | FH_RANK;
+    /* This trainer reads every result of a batch before it pushes the next
+     * one (the synthetic run and comm_wait both do): the server may lend it
+     * results by reference (docs/protocol.md, zero-copy results). */
+    h.zerocopy = 1;
+    h.has = FH_VERSION | FH_ROLE | FH_RANK | FH_ZEROCOPY;
     if (token) {
         h.token = frame_str_c(token);
         h.has |= FH_TOKEN;

@@ -428,11 +428,13 @@ class RawClient(object):
         """Send a (header, payload) pair from dense_push/sparse_push."""
         self.send_frame(hp[0], hp[1], timeout=timeout)
 
-    def hello(self, rank, token=None, version=1, role="trainer", timeout=10.0):
-        """Send hello and return the answer (header, payload)."""
+    def hello(self, rank, token=None, version=1, role="trainer", timeout=10.0, extra=None):
+        """Send hello (with any `extra` fields) and return the answer
+        (header, payload)."""
         h = {"type": "hello", "version": version, "role": role, "rank": rank}
         if token is not None:
             h["token"] = token
+        h.update(extra or {})
         self.send_frame(h)
         return self.recv_frame(timeout)
 
@@ -538,8 +540,8 @@ class PsbTestCase(unittest.TestCase):
         self._clients.append(c)
         return c
 
-    def hello_ok(self, c, rank, token=None):
-        h, p = c.hello(rank, token=token)
+    def hello_ok(self, c, rank, token=None, extra=None):
+        h, p = c.hello(rank, token=token, extra=extra)
         self.assertEqual(h.get("type"), "welcome", "hello rank %d: %r" % (rank, h))
         self.assertEqual(h.get("version"), 1)
         return h

@@ -11,6 +11,7 @@ frame's payload and keeps the connection.
 Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_errors.py
 """
 import os
+import re
 import struct
 import time
 import sys
@@ -203,6 +204,31 @@ class HelloTimeout(ErrorsBase):
         time.sleep(1.2)  # past the timeout for a and b too: they stay
         self.dense_round([a, b], 0, 0)
         self.assert_server_alive(s)
+
+
+class DescriptorsRunOut(ErrorsBase):
+    """Out of descriptors, the server stops accepting for a second instead of
+    spinning on a listener that stays readable, and accepts again once
+    connections go away."""
+
+    def test_pauses_accepting_then_recovers(self):
+        limit = 24
+        s = self.reg.start(["prlimit", "--nofile=%d:%d" % (limit, limit), psb.bin_path("psbench-server"),
+                            "--standalone", "--trainers", "3", "--listen", "%s:0" % psb.HOST],
+                           name="server", cls=psb.Server)
+        s.wait_ready()
+        a, b = self.pair(s)
+        extra = [self.client(s) for _ in range(limit + 8)]  # more than it can take
+        time.sleep(2.5)
+        self.assert_server_alive(s)
+        pauses = s.stderr().count("not accepting for 1 s")
+        self.assertGreaterEqual(pauses, 1, s.describe())
+        self.assertLessEqual(pauses, 5, "accept is spinning:\n" + s.stderr()[-2000:])
+        for c in extra:
+            c.close()
+        c = self.client(s)
+        self.hello_ok(c, 2)  # accepted again
+        self.dense_round([a, b, c], 0, 0)
 
 
 # ---- auth ------------------------------------------------------------------------
@@ -665,31 +691,45 @@ class Results(ErrorsBase):
 
 # ---- spliced (zero-copy) results --------------------------------------------
 
+ZEROCOPY = {"zerocopy": 1}
+
+
 class SplicedResults(ErrorsBase):
-    """Results of 64 KiB and more leave the server by splice: the trainer
-    reads them straight from the result buffer's pages. A buffer must not be
-    reused while a trainer has not read it, however far the other trainers
-    race ahead."""
+    """Results of 64 KiB and more go by splice to trainers that said hello
+    with zerocopy=1 (they read every result of a batch before pushing the
+    next): the trainer reads straight from the result buffer's pages. Such a
+    buffer must not be reused while a trainer has not read it, however far
+    the other trainers race ahead; and a client that did not promise gets
+    copies, so it may push ahead as the protocol allows."""
+
+    n = 32768  # floats: 128 KiB results
+
+    def values(self, rank, batch, bucket):
+        return [float(((i * 7 + rank * 31 + batch * 13 + bucket * 5) % 251) - 125) for i in range(self.n)]
+
+    def spliced_bytes(self, s):
+        rc, out, _ = s.terminate_and_wait()
+        self.assertEqual(rc, 0, s.describe())
+        m = re.search(r"result payload bytes: (\d+) spliced \(zero-copy\), (\d+) copied", out)
+        self.assertIsNotNone(m, out)
+        return int(m.group(1)), int(m.group(2))
 
     def run_slow_reader(self):
         s = self.server()
         # a receive buffer that holds whole results: the server's splice of
         # them completes long before this trainer reads them
         slow, fast = self.client(s, rcvbuf=1 << 20), self.client(s)
-        self.hello_ok(slow, 0)
-        self.hello_ok(fast, 1)
-        n, buckets, batches = 16384, 2, 4  # 64 KiB per result
-
-        def values(rank, batch, bucket):
-            return [float(((i * 7 + rank * 31 + batch * 13 + bucket * 5) % 251) - 125) for i in range(n)]
+        self.hello_ok(slow, 0, extra=ZEROCOPY)
+        self.hello_ok(fast, 1, extra=ZEROCOPY)
+        buckets, batches = 2, 4
 
         def push_batch(c, rank, b):
             for k in range(buckets):
-                c.push(dense_push(b, k, values(rank, b, k)))
+                c.push(dense_push(b, k, self.values(rank, b, k)))
 
         def read_batch(c, b):
             for k in range(buckets):
-                exp = expected_dense_mean([values(0, b, k), values(1, b, k)], 2)
+                exp = expected_dense_mean([self.values(0, b, k), self.values(1, b, k)], 2)
                 self.expect_dense_result(c, b, k, exp)
 
         push_batch(slow, 0, 0)
@@ -704,7 +744,8 @@ class SplicedResults(ErrorsBase):
             read_batch(slow, b)
             if b + 1 < batches:
                 push_batch(slow, 0, b + 1)
-        self.dense_round([slow, fast], 100, 0)
+        spliced, copied = self.spliced_bytes(s)
+        self.assertEqual((spliced, copied), (2 * batches * buckets * self.n * 4, 0))
 
     def test_slow_reader_gets_its_results_intact(self):
         self.run_slow_reader()
@@ -713,6 +754,47 @@ class SplicedResults(ErrorsBase):
         self.kind = "average-batch"
         self.run_slow_reader()
 
+    def test_client_that_pushes_ahead_gets_copies(self):
+        # `a` did not promise to read before pushing on: it pushes batches 1
+        # and 2 before reading batch 0, which protocol v1 allows. Its
+        # results are copied, so batch 0's buffer may be reused at once.
+        s = self.server()
+        a = self.client(s, rcvbuf=1 << 20)
+        b = self.client(s)
+        self.hello_ok(a, 0)
+        self.hello_ok(b, 1, extra=ZEROCOPY)
+        v = self.values
+        mean = [expected_dense_mean([v(0, t, 0), v(1, t, 0)], 2) for t in range(3)]
+        a.push(dense_push(0, 0, v(0, 0, 0)))
+        b.push(dense_push(0, 0, v(1, 0, 0)))
+        self.expect_dense_result(b, 0, 0, mean[0])
+        a.push(dense_push(1, 0, v(0, 1, 0)))  # ahead: batch 0 unread
+        b.push(dense_push(1, 0, v(1, 1, 0)))
+        self.expect_dense_result(b, 1, 0, mean[1])  # so a's batch-1 push was taken too
+        a.push(dense_push(2, 0, v(0, 2, 0)))  # batch 0's buffer may take this push
+        # a cannot be given a barrier (its unread results come first): give
+        # the server time to take the push before batch 0 is read
+        time.sleep(0.3)
+        self.expect_dense_result(a, 0, 0, mean[0])
+        self.expect_dense_result(a, 1, 0, mean[1])
+        b.push(dense_push(2, 0, v(1, 2, 0)))
+        self.expect_dense_result(a, 2, 0, mean[2])
+        self.expect_dense_result(b, 2, 0, mean[2])
+        spliced, copied = self.spliced_bytes(s)
+        n = self.n * 4
+        self.assertEqual((spliced, copied), (3 * n, 3 * n))  # b's spliced, a's copied
+
+    def test_no_splice_copies_for_everyone(self):
+        s = self.server(extra=("--no-splice",))
+        a, b = self.client(s), self.client(s)
+        self.hello_ok(a, 0, extra=ZEROCOPY)
+        self.hello_ok(b, 1, extra=ZEROCOPY)
+        exp = expected_dense_mean([self.values(0, 0, 0), self.values(1, 0, 0)], 2)
+        a.push(dense_push(0, 0, self.values(0, 0, 0)))
+        b.push(dense_push(0, 0, self.values(1, 0, 0)))
+        self.expect_dense_result(a, 0, 0, exp)
+        self.expect_dense_result(b, 0, 0, exp)
+        self.assertEqual(self.spliced_bytes(s), (0, 2 * self.n * 4))
 
 if __name__ == "__main__":
     psb.main()
