@@ -12,8 +12,8 @@
 #      SECONDS (at least 20), so both run about as long.
 #     big:   2 trainers x  4 buckets x 1,048,576 floats (4 MiB per bucket)
 #     small: 8 trainers x 16 buckets x       256 floats (1 KiB per bucket)
-# psbench-server splices results of 64 KiB and more (zero-copy; the floor
-# copies): SERVER_ARGS=--no-splice measures it copying too.
+# Both copy replies into the sockets; SERVER_ARGS=--splice measures
+# psbench-server splicing results of 64 KiB and more (zero-copy) instead.
 # Each workload runs PAIRS times, floor then psbench, so that both see the
 # same state of a shared machine; the verdict uses the median of the pairs'
 # ratios (one pair's ratio swings by 10-20 % on a noisy 2-core VM),
@@ -29,8 +29,8 @@ BUILD=${1:-build}
 DURATION=${2:-5}
 REPEAT=${3:-3}
 WARMUP=3   # rounds both sides run before timing starts
-# Extra psbench-server flags, e.g. SERVER_ARGS=--no-splice to measure the
-# server copying big results instead of splicing them (zero-copy).
+# Extra psbench-server flags, e.g. SERVER_ARGS=--splice to measure the
+# server splicing big results (zero-copy) instead of copying them.
 read -r -a SERVER_EXTRA <<<"${SERVER_ARGS:-}"
 PY=/usr/bin/python3
 

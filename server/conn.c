@@ -483,7 +483,7 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
     /* Results are lent only to a trainer that promises to read them before
      * it pushes a later batch: the protocol does not otherwise forbid
      * pushing ahead, and such a client would read reused pages. */
-    if (!s->cfg.no_splice && (h->has & FH_ZEROCOPY) && h->zerocopy == 1)
+    if (s->cfg.splice && (h->has & FH_ZEROCOPY) && h->zerocopy == 1)
         outq_splice_on(&c->out, s->cfg.max_queued);
     c->slot = slot;
     c->rank = h->rank;

@@ -41,12 +41,14 @@ static void server_usage(FILE *f)
         "  --max-queued BYTES      results queued to one trainer that is not reading\n"
         "                          before it is disconnected (default 256M); also\n"
         "                          the most result bytes lent to one trainer (below)\n"
-        "  --no-splice             copy results into the sockets. By default a result\n"
-        "                          of 64 KiB or more is spliced to a trainer whose\n"
-        "                          hello promised to read a batch's results before\n"
-        "                          pushing on (psbench's trainers do): the kernel sends\n"
-        "                          the buffer's pages, and the buffer is reused only\n"
-        "                          once that trainer has pushed a later batch\n"
+        "  --splice                splice results of 64 KiB or more (zero-copy) to\n"
+        "                          trainers whose hello promised to read a batch's\n"
+        "                          results before pushing on (psbench's trainers do):\n"
+        "                          the kernel sends the buffer's pages, and the buffer\n"
+        "                          is reused once that trainer has pushed a later\n"
+        "                          batch. Faster where page references cost less than\n"
+        "                          copies; measure it with bench/server_throughput.sh\n"
+        "  --no-splice             copy every result into the sockets (default)\n"
         "  --token T               trainers must present this token (or PSBENCH_TOKEN)\n"
         "  --hello-timeout SECONDS a connection that has not said a good hello by\n"
         "                          then is answered bad_frame and closed (default 30)\n"
@@ -66,7 +68,7 @@ static void server_usage(FILE *f)
 enum {
     OPT_STANDALONE = 256, OPT_TRAINERS, OPT_LISTEN, OPT_KIND, OPT_DEVICE, OPT_RANK,
     OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_TOKEN, OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
-    OPT_ADVERTISE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT,
+    OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT,
 };
 
 static const struct option server_opts[] = {
@@ -81,6 +83,7 @@ static const struct option server_opts[] = {
     {"token", required_argument, NULL, OPT_TOKEN},
     {"master", required_argument, NULL, OPT_MASTER},
     {"advertise", required_argument, NULL, OPT_ADVERTISE},
+    {"splice", no_argument, NULL, OPT_SPLICE},
     {"no-splice", no_argument, NULL, OPT_NO_SPLICE},
     {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
@@ -185,8 +188,11 @@ int main(int argc, char **argv)
         case OPT_ADVERTISE:
             advertise = optarg;
             break;
+        case OPT_SPLICE:
+            cfg.splice = true;
+            break;
         case OPT_NO_SPLICE:
-            cfg.no_splice = true;
+            cfg.splice = false;
             break;
         case OPT_HELLO_TIMEOUT:
             if (cli_parse_seconds("--hello-timeout", optarg, &cfg.hello_timeout_s, err, sizeof err) < 0)

@@ -30,7 +30,8 @@ typedef struct server_config {
     uint64_t max_payload;
     uint64_t max_queued;  /* output bytes queued per connection before it is dropped */
     int listen_fd;        /* >= 0: already listening (bound before joining a master) */
-    bool no_splice;       /* copy every result into the sockets (outq.h: zero-copy) */
+    bool splice;          /* lend big results to trainers that promise (outq.h:
+                           * zero-copy); false: copy every result */
     double hello_timeout_s; /* a connection that has not said hello by then is closed */
 } server_config;
 

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void trainer_usage(FILE *f)
 {
@@ -116,8 +117,30 @@ static int trainer_write_summary(const char *path, const synthetic_report *rep, 
     return rc;
 }
 
+/* OpenBLAS starts its worker threads in a library constructor, before main
+ * runs: as many as OPENBLAS_NUM_THREADS says, one per core by default, and
+ * each spins on sched_yield for about 0.1 s of CPU before it sleeps, whether
+ * or not BLAS is ever called (openblas_set_num_threads cannot take them
+ * back). A trainer computes on one BLAS thread (train.c) and shares the
+ * host's cores with servers and other trainers, so when the variable is
+ * unset the trainer runs itself again with OPENBLAS_NUM_THREADS=1: same pid,
+ * same arguments, no extra threads. If that cannot be done (no /proc), it
+ * goes on as it is. */
+static void trainer_one_blas_thread(char **argv)
+{
+    if (getenv("OPENBLAS_NUM_THREADS"))
+        return;
+    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    /* Still here: BLAS keeps its threads; train.c limits it to one. */
+    unsetenv("OPENBLAS_NUM_THREADS");
+}
+
 int main(int argc, char **argv)
 {
+    trainer_one_blas_thread(argv);
+
     synthetic_config cfg = {0};
     cfg.buckets = 4;
     cfg.bucket_floats = 262144;

@@ -74,9 +74,9 @@ class E2E(psb.PsbTestCase):
                 self.assertLess(many, 60, (kind, sparse, few, many))
                 self.assertLessEqual(many, few + 12, (kind, sparse, few, many))
 
-    # -- zero-copy results: big results are spliced, lent to each trainer
-    #    until it pushes a later batch, then recycled like the others
-    def spliced_run(self, kind, batches, extra=()):
+    # -- zero-copy results (--splice): big results are spliced, lent to each
+    #    trainer until it pushes a later batch, then recycled like the others
+    def spliced_run(self, kind, batches, extra=("--splice",)):
         n, buckets, floats = 2, 3, 65536  # 256 KiB results: spliced
         server = self.reg.server(trainers=n, kind=kind, extra=extra)
         trainers = [self.reg.trainer(server, r, buckets=buckets, floats=floats, batches=batches)
@@ -100,6 +100,35 @@ class E2E(psb.PsbTestCase):
             # use stay about two batches' worth, whatever the batch count.
             self.assertLessEqual(many, few + 6, (kind, few, many))
 
+    # -- BLAS threads: OpenBLAS starts its workers before main; the trainer
+    #    runs itself again with OPENBLAS_NUM_THREADS=1 unless it is set
+    def trainer_threads(self, env):
+        import time
+        server = self.reg.server(trainers=2)  # rank 1 never comes: rank 0 waits
+        t = self.reg.trainer(server, 0, batches=3, extra=("--rpc-timeout", "60"), env=env)
+        deadline = time.monotonic() + 20
+        while "1 server(s)" not in t.stdout() + t.stderr():
+            self.assertTrue(t.alive(), t.describe())
+            self.assertLess(time.monotonic(), deadline, t.describe())
+            time.sleep(0.05)
+        tasks = len(os.listdir("/proc/%d/task" % t.pid))
+        with open("/proc/%d/environ" % t.pid, "rb") as f:
+            blas = [v for v in f.read().split(b"\0") if v.startswith(b"OPENBLAS_NUM_THREADS=")]
+        t.stop()
+        server.stop()
+        return tasks, blas
+
+    def test_trainer_runs_one_blas_thread(self):
+        env = psb.base_env()
+        env.pop("OPENBLAS_NUM_THREADS", None)
+        self.assertEqual(self.trainer_threads(env), (1, [b"OPENBLAS_NUM_THREADS=1"]))
+
+    def test_trainer_keeps_blas_threads_asked_for(self):
+        if (os.cpu_count() or 1) < 2:
+            self.skipTest("OpenBLAS starts no worker thread on one core")
+        env = psb.base_env({"OPENBLAS_NUM_THREADS": "2"})
+        self.assertEqual(self.trainer_threads(env), (2, [b"OPENBLAS_NUM_THREADS=2"]))
+
     def test_descriptor_limit_raised(self):
         # Each connection may hold a pipe besides its socket: the server
         # lifts its soft descriptor limit to the hard one.
@@ -116,9 +145,10 @@ class E2E(psb.PsbTestCase):
         got_soft, got_hard = line.split()[3:5]
         self.assertEqual(got_soft, got_hard, line)
 
-    def test_results_copied_with_no_splice(self):
-        _, spliced, copied, total = self.spliced_run("average", 3, extra=("--no-splice",))
-        self.assertEqual((spliced, copied), (0, total))
+    def test_results_copied_by_default(self):
+        for extra in ((), ("--no-splice",)):
+            _, spliced, copied, total = self.spliced_run("average", 3, extra=extra)
+            self.assertEqual((spliced, copied), (0, total), extra)
 
     # -- two servers, one trainer set, buckets round-robin
     def test_two_servers(self):

@@ -695,7 +695,7 @@ ZEROCOPY = {"zerocopy": 1}
 
 
 class SplicedResults(ErrorsBase):
-    """Results of 64 KiB and more go by splice to trainers that said hello
+    """With --splice, results of 64 KiB and more go by splice to trainers that said hello
     with zerocopy=1 (they read every result of a batch before pushing the
     next): the trainer reads straight from the result buffer's pages. Such a
     buffer must not be reused while a trainer has not read it, however far
@@ -703,6 +703,9 @@ class SplicedResults(ErrorsBase):
     copies, so it may push ahead as the protocol allows."""
 
     n = 32768  # floats: 128 KiB results
+
+    def server(self, trainers=2, extra=("--splice",), **kw):
+        return super().server(trainers=trainers, extra=extra, **kw)
 
     def values(self, rank, batch, bucket):
         return [float(((i * 7 + rank * 31 + batch * 13 + bucket * 5) % 251) - 125) for i in range(self.n)]
@@ -784,8 +787,8 @@ class SplicedResults(ErrorsBase):
         n = self.n * 4
         self.assertEqual((spliced, copied), (3 * n, 3 * n))  # b's spliced, a's copied
 
-    def test_no_splice_copies_for_everyone(self):
-        s = self.server(extra=("--no-splice",))
+    def copies_for_everyone(self, extra):
+        s = self.server(extra=extra)
         a, b = self.client(s), self.client(s)
         self.hello_ok(a, 0, extra=ZEROCOPY)
         self.hello_ok(b, 1, extra=ZEROCOPY)
@@ -795,6 +798,12 @@ class SplicedResults(ErrorsBase):
         self.expect_dense_result(a, 0, 0, exp)
         self.expect_dense_result(b, 0, 0, exp)
         self.assertEqual(self.spliced_bytes(s), (0, 2 * self.n * 4))
+
+    def test_no_splice_copies_for_everyone(self):
+        self.copies_for_everyone(("--splice", "--no-splice"))  # the last one wins
+
+    def test_copies_for_everyone_by_default(self):
+        self.copies_for_everyone(())
 
 if __name__ == "__main__":
     psb.main()
