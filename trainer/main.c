@@ -128,11 +128,18 @@ static int trainer_write_summary(const char *path, const synthetic_report *rep, 
  * goes on as it is. */
 static void trainer_one_blas_thread(char **argv)
 {
+    /* The binary's own path, not /proc/self/exe: the process name (what ps,
+     * top and pkill see) is the file name that was executed. */
+    char self[4096];
     if (getenv("OPENBLAS_NUM_THREADS"))
         return;
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self);
+    if (n <= 0 || (size_t)n >= sizeof self)
+        return;
+    self[n] = '\0';
     if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0)
         return;
-    execv("/proc/self/exe", argv);
+    execv(self, argv);
     /* Still here: BLAS keeps its threads; train.c limits it to one. */
     unsetenv("OPENBLAS_NUM_THREADS");
 }

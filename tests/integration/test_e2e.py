@@ -112,6 +112,8 @@ class E2E(psb.PsbTestCase):
             self.assertLess(time.monotonic(), deadline, t.describe())
             time.sleep(0.05)
         tasks = len(os.listdir("/proc/%d/task" % t.pid))
+        with open("/proc/%d/comm" % t.pid) as f:
+            self.assertEqual(f.read().strip(), "psbench-trainer")  # what pkill sees
         with open("/proc/%d/environ" % t.pid, "rb") as f:
             blas = [v for v in f.read().split(b"\0") if v.startswith(b"OPENBLAS_NUM_THREADS=")]
         t.stop()
