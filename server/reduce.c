@@ -2,6 +2,7 @@
 #include "server/reduce.h"
 
 #include <assert.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,10 +15,67 @@ static inline float reduce_load(const uint8_t *p)
     return f;
 }
 
+/* The dense folds stream the accumulator from L3 or memory: with 256-bit
+ * loads and stores the core keeps more of those misses in flight. Folding
+ * 16 MiB in 256 KiB chunks, just after as much other traffic, took 1.0 to
+ * 1.5 ms with SSE2 and 0.8 to 1.1 ms with AVX2 on an AMD EPYC VM. Each
+ * loop is compiled twice and picked per call by what the CPU has; each
+ * element is one add and one multiply either way (no FMA), so every
+ * result has the same bits. */
+#define REDUCE_LOOPS(sfx, attr)                                                                   \
+    attr static void reduce_add_##sfx(float *restrict acc, const uint8_t *restrict src, size_t n)  \
+    {                                                                                             \
+        for (size_t i = 0; i < n; i++)                                                            \
+            acc[i] += reduce_load(src + 4 * i);                                                   \
+    }                                                                                             \
+    attr static void reduce_add_scale_##sfx(float *restrict acc, const uint8_t *restrict src,      \
+                                            size_t n, float s)                                    \
+    {                                                                                             \
+        for (size_t i = 0; i < n; i++)                                                            \
+            acc[i] = (acc[i] + reduce_load(src + 4 * i)) * s;                                     \
+    }                                                                                             \
+    attr static void reduce_copy_scale_##sfx(float *restrict acc, const uint8_t *restrict src,     \
+                                             size_t n, float s)                                   \
+    {                                                                                             \
+        for (size_t i = 0; i < n; i++)                                                            \
+            acc[i] = reduce_load(src + 4 * i) * s;                                                \
+    }
+
+REDUCE_LOOPS(base, )
+#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
+#define REDUCE_HAVE_AVX2 1
+REDUCE_LOOPS(avx2, __attribute__((target("avx2"))))
+#endif
+
+static int reduce_wide_sel = -1; /* -1: not decided yet; one thread per process folds */
+
+bool reduce_use_wide(int want)
+{
+#ifdef REDUCE_HAVE_AVX2
+    bool cpu = __builtin_cpu_supports("avx2");
+#else
+    bool cpu = false;
+#endif
+    reduce_wide_sel = want == 0 ? 0 : cpu ? 1 : 0;
+    return reduce_wide_sel == 1;
+}
+
+static inline bool reduce_wide(void)
+{
+    if (reduce_wide_sel < 0)
+        reduce_use_wide(-1);
+    return reduce_wide_sel == 1;
+}
+
+#ifdef REDUCE_HAVE_AVX2
+#define REDUCE_CALL(fn, ...) (reduce_wide() ? fn##_avx2(__VA_ARGS__) : fn##_base(__VA_ARGS__))
+#else
+#define REDUCE_CALL(fn, ...) fn##_base(__VA_ARGS__)
+#endif
+
 void reduce_add_f32(float *restrict acc, const uint8_t *restrict src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        acc[i] += reduce_load(src + 4 * i);
+    REDUCE_CALL(reduce_add, acc, src, n);
 }
 
 void reduce_copy_f32(float *restrict acc, const uint8_t *restrict src, size_t n)
@@ -33,14 +91,12 @@ void reduce_scale_f32(float *acc, size_t n, float s)
 
 void reduce_add_scale_f32(float *restrict acc, const uint8_t *restrict src, size_t n, float s)
 {
-    for (size_t i = 0; i < n; i++)
-        acc[i] = (acc[i] + reduce_load(src + 4 * i)) * s;
+    REDUCE_CALL(reduce_add_scale, acc, src, n, s);
 }
 
 void reduce_copy_scale_f32(float *restrict acc, const uint8_t *restrict src, size_t n, float s)
 {
-    for (size_t i = 0; i < n; i++)
-        acc[i] = reduce_load(src + 4 * i) * s;
+    REDUCE_CALL(reduce_copy_scale, acc, src, n, s);
 }
 
 /* ---- sparse ------------------------------------------------------------ */

@@ -24,6 +24,12 @@ void reduce_add_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
 /* acc[i] = src[i] * s. */
 void reduce_copy_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
 
+/* Which compiled loops the dense folds above use: want 0 the portable
+ * ones, 1 the AVX2 ones where the CPU has them, -1 whatever the CPU
+ * supports (the default). Returns whether the AVX2 loops are in use. Both
+ * give the same bits; tests run each. */
+bool reduce_use_wide(int want);
+
 /* The scale factor every psbench component uses for a mean over n: the
  * reciprocal, so that a trainer can predict results bit for bit. */
 static inline float reduce_mean_scale(uint32_t n) { return 1.0f / (float)n; }

@@ -150,6 +150,58 @@ static void test_add_unaligned(void **state)
     free(ref);
 }
 
+/* The portable and the AVX2 loops (where the CPU has AVX2) give the same
+ * bits as plain float arithmetic, for every alignment of src and every
+ * length around the vector widths. */
+static void test_dense_loops_each_width(void **state)
+{
+    enum { N = 1000 };
+    uint8_t *raw = malloc(4 * N + 8);
+    float *acc = malloc(N * sizeof *acc);
+    float *want = malloc(N * sizeof *want);
+    assert_non_null(raw);
+    assert_non_null(acc);
+    assert_non_null(want);
+    const float s = reduce_mean_scale(3);
+    for (int wide = 0; wide <= 1; wide++) {
+        bool on = reduce_use_wide(wide);
+        if (wide == 0)
+            assert_false(on);
+        for (int shift = 0; shift <= 3; shift++) {
+            uint8_t *src = raw + shift;
+            for (size_t n = 0; n <= 70; n += (n < 40 ? 1 : 7)) {
+                size_t len = n == 70 ? N : n;
+                for (size_t i = 0; i < len; i++)
+                    put_f32(src + 4 * i, (float)((i * 7919) % 2003) * 0.01f - 9.99f);
+                for (int op = 0; op < 3; op++) {
+                    for (size_t i = 0; i < len; i++) {
+                        acc[i] = (float)((i * 104729) % 997) * 0.37f;
+                        volatile float x = get_f32(src + 4 * i), a = acc[i];
+                        want[i] = op == 0 ? a + x : op == 1 ? (a + x) * s : x * s;
+                    }
+                    if (len < N)
+                        acc[len] = want[len] = -1.0f; /* past the end: untouched */
+                    if (op == 0)
+                        reduce_add_f32(acc, src, len);
+                    else if (op == 1)
+                        reduce_add_scale_f32(acc, src, len, s);
+                    else
+                        reduce_copy_scale_f32(acc, src, len, s);
+                    size_t check = len < N ? len + 1 : len;
+                    if (memcmp(acc, want, check * sizeof *acc) != 0) {
+                        print_error("wide %d shift %d n %zu op %d differs\n", wide, shift, len, op);
+                        fail();
+                    }
+                }
+            }
+        }
+    }
+    reduce_use_wide(-1);
+    free(raw);
+    free(acc);
+    free(want);
+}
+
 static void test_copy_unaligned(void **state)
 {
     enum { N = 33 };
@@ -607,6 +659,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add_unaligned),
+        cmocka_unit_test(test_dense_loops_each_width),
         cmocka_unit_test(test_copy_unaligned),
         cmocka_unit_test(test_scale),
         cmocka_unit_test(test_mean_scale),
