@@ -47,11 +47,12 @@ REDUCE_LOOPS(base, )
 REDUCE_LOOPS(avx2, __attribute__((target("avx2"))))
 #endif
 
-static int reduce_wide_sel = -1; /* -1: not decided yet; one thread per process folds */
+static int reduce_wide_sel = -1; /* -1: not decided yet; only the server's reactor thread folds */
 
 bool reduce_use_wide(int want)
 {
 #ifdef REDUCE_HAVE_AVX2
+    __builtin_cpu_init(); /* done by a constructor already; cheap and safe again */
     bool cpu = __builtin_cpu_supports("avx2");
 #else
     bool cpu = false;
