@@ -16,6 +16,7 @@
  * by --rpc-timeout.
  */
 #include "master/master.h"
+#include "shared/clock.h"
 #include "master/http.h"
 #include "master/launcher.h"
 #include "shared/control.h"
@@ -45,12 +46,7 @@ static const char *const state_names[] = {"connected", "registered", "assigned",
 
 const char *node_state_name(node_state s) { return state_names[s]; }
 
-double master_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+double master_now(void) { return clock_now_s(); }
 
 static const char *role_name(agg_role r) { return agg_role_name(r); }
 

@@ -21,6 +21,7 @@
  */
 #include "server/backend.h"
 #include "server/server.h"
+#include "shared/mean.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -189,7 +190,7 @@ static void cpu_dense_data(backend *b, pending_entry *e, push_ctx *p, uint64_t o
 {
     cpu_dense *d = e->backend_state;
     uint32_t ntr = b->srv->cfg.trainers;
-    float scale = reduce_mean_scale(ntr);
+    float scale = mean_scale(ntr);
     float *acc = (float *)(void *)e->acc->data;
     uint64_t end = off + n;
     assert(off % 4 == 0 && d->frontier % 4 == 0 && off == d->progress[p->slot]);
@@ -336,8 +337,8 @@ done:
 static void cpu_resolve(backend *b, pending_entry *e)
 {
     server *s = b->srv;
-    float scale = reduce_mean_scale(s->cfg.trainers);
-    uint64_t t0 = server_now_ns();
+    float scale = mean_scale(s->cfg.trainers);
+    uint64_t t0 = clock_now_ns();
     psbuf *result;
     if (cpu_kind(b) == KIND_AVERAGE_BATCH) {
         result = cpu_resolve_batch(s, e, scale);
@@ -352,7 +353,7 @@ static void cpu_resolve(backend *b, pending_entry *e)
             result = NULL;
         }
     }
-    metrics_add(s->m_average, (double)(server_now_ns() - t0) / 1e6);
+    metrics_add(s->m_average, (double)(clock_now_ns() - t0) / 1e6);
     if (!result) {
         server_entry_fail(s, e, "out of memory computing the mean");
         return;

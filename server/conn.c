@@ -406,7 +406,7 @@ static void conn_on_push(conn *c, const frame_hdr *h)
         e->count = h->count;
         e->rows = h->rows;
         e->cols = h->cols;
-        e->t_first_ns = server_now_ns();
+        e->t_first_ns = clock_now_ns();
         first = true;
     }
     pending_set_slot(e, c->slot);

@@ -30,13 +30,6 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t server_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- connections ------------------------------------------------------- */
 
 void server_want_flush(server *s, conn *c)
@@ -280,7 +273,7 @@ void server_push_completed(server *s, pending_entry *e)
     if (e->completed < s->cfg.trainers)
         return;
     assert(e->completed == s->cfg.trainers && e->started == s->cfg.trainers);
-    e->t_last_ns = server_now_ns();
+    e->t_last_ns = clock_now_ns();
     metrics_add(s->m_straggler, (double)(e->t_last_ns - e->t_first_ns) / 1e6);
     e->resolving = true;
     s->be->ops->resolve(s->be, e);
@@ -315,7 +308,7 @@ void server_entry_resolved(server *s, pending_entry *e, psbuf *result)
         if (c && pending_has_slot(e, i) && conn_queue_result(c, buf, n, result, e->batch) == 0)
             s->results++;
     }
-    metrics_add(s->m_batch, (double)(server_now_ns() - e->t_first_ns) / 1e6);
+    metrics_add(s->m_batch, (double)(clock_now_ns() - e->t_first_ns) / 1e6);
     server_entry_release(s, e);
     pending_remove(&s->pending, e, true);
     pending_recycle(&s->pending, e);

@@ -30,9 +30,6 @@ void reduce_copy_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
  * give the same bits; tests run each. */
 bool reduce_use_wide(int want);
 
-/* The scale factor every psbench component uses for a mean over n: the
- * reciprocal, so that a trainer can predict results bit for bit. */
-static inline float reduce_mean_scale(uint32_t n) { return 1.0f / (float)n; }
 
 /* Sparse accumulator: open-addressing hash from row index to a dense slot
  * of `cols` floats. Memory grows with the number of distinct rows seen,

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "shared/frame.h"
+#include "shared/clock.h"
 #include "shared/metrics.h"
 #include "server/bufpool.h"
 #include "server/pending.h"
@@ -103,6 +104,5 @@ void server_member_lost(server *s, uint32_t slot, struct conn *c);
 /* Non-NULL (msg filled) while a trainer that was connected is gone. */
 const char *server_lost_member(server *s, char *msg, size_t len);
 
-uint64_t server_now_ns(void);
 
 #endif

@@ -1,5 +1,6 @@
 /* net.c — TCP helpers (see net.h). */
 #include "shared/net.h"
+#include "shared/clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -123,13 +124,6 @@ int net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_por
     return fd;
 }
 
-static long long net_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* One nonblocking connect attempt bounded by remaining_ms. */
 static int net_try_connect(const struct addrinfo *ai, long long remaining_ms, int *err_out)
 {
@@ -169,14 +163,14 @@ int net_connect(const char *host, uint16_t port, int timeout_ms, char *err, size
     struct addrinfo *res;
     if (net_resolve(host, port, 0, &res, err, errlen) < 0)
         return -1;
-    long long deadline = net_now_ms() + timeout_ms;
+    long long deadline = clock_now_ms() + timeout_ms;
     int e = ETIMEDOUT;
     int fd = -1;
     for (;;) {
         for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
-            fd = net_try_connect(ai, deadline - net_now_ms(), &e);
+            fd = net_try_connect(ai, deadline - clock_now_ms(), &e);
         /* Retry only while the peer refuses: it may still be starting. */
-        if (fd >= 0 || e != ECONNREFUSED || net_now_ms() >= deadline)
+        if (fd >= 0 || e != ECONNREFUSED || clock_now_ms() >= deadline)
             break;
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);

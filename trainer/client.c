@@ -1,5 +1,6 @@
 /* client.c — a trainer's data-plane connections (see client.h). */
 #include "trainer/client.h"
+#include "shared/clock.h"
 #include "shared/net.h"
 
 #include <errno.h>
@@ -15,13 +16,6 @@
 
 #define CLIENT_IBUF_SIZE (256u * 1024u)
 #define CLIENT_IOV_MAX 64
-
-static long long client_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Format an `error` frame from a server as a one-line reason. */
 static void client_error_frame(const client_conn *c, const frame_hdr *h, char *err, size_t errlen)
@@ -59,7 +53,7 @@ static int client_read_welcome(client *cl, client_conn *c, long long deadline, f
             snprintf(err, errlen, "server %s: bad frame: %s", c->addr, cl->dec.err);
             return -1;
         }
-        long long left = deadline - client_now_ms();
+        long long left = deadline - clock_now_ms();
         struct pollfd pfd = {c->fd, POLLIN, 0};
         if (left <= 0 || poll(&pfd, 1, (int)left) <= 0) {
             snprintf(err, errlen, "server %s: no welcome within the timeout", c->addr);
@@ -130,7 +124,7 @@ int client_open(client *cl, const char *servers, uint64_t rank, const char *toke
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    long long deadline = client_now_ms() + (long long)(timeout_s * 1000);
+    long long deadline = clock_now_ms() + (long long)(timeout_s * 1000);
     const char *p = servers;
     for (size_t i = 0; i < n; i++) {
         client_conn *c = &cl->conns[i];
@@ -153,7 +147,7 @@ int client_open(client *cl, const char *servers, uint64_t rank, const char *toke
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        long long left = deadline - client_now_ms();
+        long long left = deadline - clock_now_ms();
         c->fd = net_connect(host, port, (int)(left > 0 ? left : 1), err, errlen);
         if (c->fd < 0)
             return -1;
@@ -344,9 +338,7 @@ static int client_read(client *cl, client_conn *c, char *err, size_t errlen)
         }
         cl->bytes_in += (uint64_t)r;
         c->ilen += (size_t)r;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        cl->rx_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        cl->rx_ns = clock_now_ns();
         if (client_process(cl, c, err, errlen) < 0)
             return -1;
         if ((size_t)r < want)

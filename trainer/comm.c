@@ -1,5 +1,6 @@
 /* comm.c — the trainer's communication thread (see comm.h). */
 #include "trainer/comm.h"
+#include "shared/clock.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -27,13 +28,6 @@ struct comm {
     char err[512];            /* mu, when failed */
     double rpc_timeout_s;
 };
-
-static uint64_t comm_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- the sink: runs on the comm thread ---------------------------------- */
 
@@ -89,7 +83,7 @@ static int comm_end(void *ctx, void *frame, char *err, size_t errlen)
 {
     comm *c = ctx;
     comm_bucket *b = frame;
-    b->t_done_ns = comm_now_ns();
+    b->t_done_ns = clock_now_ns();
     pthread_mutex_lock(&c->mu);
     b->done = true;
     pthread_cond_broadcast(&c->cv);
@@ -176,7 +170,7 @@ void comm_push(comm *c, comm_bucket *b, uint64_t batch)
 {
     b->hdr.batch = batch;
     b->done = false;
-    b->t_push_ns = comm_now_ns();
+    b->t_push_ns = clock_now_ns();
     assert(b->id < COMM_MAX_BUCKETS);
     pthread_mutex_lock(&c->mu);
     assert(c->nqueue < COMM_MAX_BUCKETS);

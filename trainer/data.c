@@ -9,65 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define DATA_GOLDEN 0x9E3779B97F4A7C15ull
-
-/* ---- PRNG ------------------------------------------------------------------ */
-
-static uint64_t data_splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += DATA_GOLDEN);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t data_rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-void data_rng_seed(data_rng *r, uint64_t seed, uint64_t stream)
-{
-    uint64_t x = seed ^ (stream * DATA_GOLDEN);
-    for (int k = 0; k < 4; k++)
-        r->s[k] = data_splitmix64(&x);
-    /* splitmix64 is a bijection of distinct inputs, so the four words
-     * cannot all be zero (the one state xoshiro must avoid). */
-    assert(r->s[0] | r->s[1] | r->s[2] | r->s[3]);
-}
-
-uint64_t data_rng_next(data_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t result = data_rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = data_rotl(s[3], 45);
-    return result;
-}
-
-uint64_t data_rng_below(data_rng *r, uint64_t n)
-{
-    assert(n >= 1);
-    /* Values below t would make the low residues more likely; t < n, so
-     * a draw is rejected with probability < n / 2^64. */
-    uint64_t t = (0 - n) % n;
-    uint64_t x;
-    do
-        x = data_rng_next(r);
-    while (x < t);
-    return x % n;
-}
-
-double data_rng_unit(data_rng *r)
-{
-    return (double)(data_rng_next(r) >> 11) * 0x1p-53;
-}
-
 /* ---- DummyData --------------------------------------------------------------- */
 
 /* Limits that keep every size computation far from overflow and every
@@ -127,21 +68,21 @@ dummy_data *data_generate(const data_config *cfg, uint64_t seed, char *err, size
     if (!d->indices || !d->targets)
         goto oom;
 
-    data_rng r;
-    data_rng_seed(&r, seed, DATA_STREAM_DATA);
+    rng r;
+    rng_seed(&r, seed, RNG_STREAM_DATA);
     for (uint64_t i = 0; i < cfg->max_val; i++)
         elems[i] = (int64_t)i;
     for (uint64_t i = cfg->max_val - 1; i >= 1; i--) {
-        uint64_t j = data_rng_below(&r, i + 1);
+        uint64_t j = rng_below(&r, i + 1);
         int64_t t = elems[i];
         elems[i] = elems[j];
         elems[j] = t;
     }
     uint64_t n = cfg->sample_count * cfg->sample_length;
     for (uint64_t k = 0; k < n; k++)
-        d->indices[k] = elems[data_rng_below(&r, d->index_count)];
+        d->indices[k] = elems[rng_below(&r, d->index_count)];
     for (uint64_t s = 0; s < cfg->sample_count; s++)
-        d->targets[s] = (int64_t)data_rng_below(&r, cfg->max_val);
+        d->targets[s] = (int64_t)rng_below(&r, cfg->max_val);
     free(elems);
     return d;
 oom:

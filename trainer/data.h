@@ -7,9 +7,9 @@
  * samples is sample_length indices drawn uniformly from those index_count
  * values (repeats allowed); each target is uniform in [0, max_val).
  *
- * psbench draws everything from one documented PRNG (data_rng below) so
+ * psbench draws everything from one documented PRNG (rng below) so
  * that every host generates the same bytes from the same seed. The draws
- * happen in this order, all from the stream (seed, DATA_STREAM_DATA):
+ * happen in this order, all from the stream (seed, RNG_STREAM_DATA):
  *   1. Fisher-Yates shuffle of e = [0, 1, ..., max_val-1]:
  *      for i = max_val-1 down to 1: j = below(i+1); swap(e[i], e[j]);
  *      the index values are e[0 .. index_count-1].
@@ -31,30 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- the PRNG -------------------------------------------------------------
- *
- * xoshiro256** (Blackman & Vigna), state seeded by splitmix64:
- *   x = seed ^ (stream * 0x9E3779B97F4A7C15)
- *   for k in 0..3: x += 0x9E3779B97F4A7C15; z = x;
- *                  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
- *                  z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
- *                  s[k] = z ^ (z >> 31)
- * Derived draws:
- *   below(n), n >= 1: unbiased by rejection: t = (2^64 - n) mod n; draw x
- *     until x >= t; return x mod n.
- *   unit(): (x >> 11) * 2^-53, in [0, 1).
- * The stream number keeps the data and the model's initialization
- * independent when they are given the same seed. */
-typedef struct data_rng {
-    uint64_t s[4];
-} data_rng;
-
-enum { DATA_STREAM_DATA = 1, DATA_STREAM_MODEL = 2 };
-
-void data_rng_seed(data_rng *r, uint64_t seed, uint64_t stream);
-uint64_t data_rng_next(data_rng *r);
-uint64_t data_rng_below(data_rng *r, uint64_t n);
-double data_rng_unit(data_rng *r);
+#include "shared/rng.h"
 
 /* ---- DummyData ----------------------------------------------------------- */
 

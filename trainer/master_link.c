@@ -1,5 +1,6 @@
 /* master_link.c — a trainer run driven by psbench-master (see master_link.h). */
 #include "trainer/master_link.h"
+#include "shared/clock.h"
 #include "shared/cli.h"
 #include "shared/control.h"
 #include "shared/log.h"
@@ -28,13 +29,6 @@ typedef struct tlink {
     char stop_reason[256];
 } tlink;
 
-static double tl_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A metrics report (also the heartbeat); `extra` fields (may be NULL,
  * stolen) are merged in. */
 static int tl_report_extra(tlink *t, const char *type, json_t *extra, char *err, size_t errlen)
@@ -49,7 +43,7 @@ static int tl_report_extra(tlink *t, const char *type, json_t *extra, char *err,
     }
     int rc = ctl_send(&t->c, type, NULL, body, err, errlen);
     json_decref(body);
-    t->last_report = tl_now();
+    t->last_report = clock_now_s();
     return rc;
 }
 
@@ -72,7 +66,7 @@ static int tl_tick(void *ctx, uint64_t batches_done, char *err, size_t errlen)
 {
     tlink *t = ctx;
     t->batches_done = batches_done;
-    double now = tl_now();
+    double now = clock_now_s();
     if (now - t->last_report >= 0.5 && tl_report(t, "metrics", err, errlen) < 0)
         return -1;
     if (now - t->last_check < 0.1)
@@ -142,7 +136,7 @@ static int tl_wait(tlink *t, ctl_msg *msg, char *err, size_t errlen)
         int got = ctl_recv(&t->c, 250, msg, err, errlen);
         if (got != 0)
             return got < 0 ? -1 : 0;
-        if (tl_now() - t->last_report >= 0.5 && tl_report(t, "metrics", err, errlen) < 0)
+        if (clock_now_s() - t->last_report >= 0.5 && tl_report(t, "metrics", err, errlen) < 0)
             return -1;
     }
 }

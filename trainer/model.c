@@ -59,49 +59,6 @@ static uint32_t model_bias_index(uint32_t layer) { return 2 + 2 * layer; }
 
 /* ---- deterministic initialization ------------------------------------------ */
 
-/* ln(x) for finite x > 0 from IEEE basic operations only (see model.h):
- * x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(t),
- * t = (m-1)/(m+1), |t| < 0.172; 20 odd terms leave < 1e-30 of the series. */
-static double model_ln(double x)
-{
-    assert(x > 0 && isfinite(x));
-    int e;
-    double m = frexp(x, &e);
-    if (m < 0.70710678118654752440) {
-        m *= 2;
-        e -= 1;
-    }
-    double t = (m - 1) / (m + 1);
-    double t2 = t * t, term = t, sum = 0;
-    for (int k = 1; k < 40; k += 2) {
-        sum += term / k;
-        term *= t2;
-    }
-    return 2 * sum + e * 0x1.62e42fefa39efp-1; /* ln 2 */
-}
-
-static void model_fill_normal(float *p, uint64_t n, data_rng *r)
-{
-    for (uint64_t k = 0; k < n; k += 2) {
-        double u, v, s;
-        do {
-            u = 2 * data_rng_unit(r) - 1;
-            v = 2 * data_rng_unit(r) - 1;
-            s = u * u + v * v;
-        } while (s >= 1 || s == 0);
-        double f = sqrt(-2 * model_ln(s) / s);
-        p[k] = (float)(u * f);
-        if (k + 1 < n)
-            p[k + 1] = (float)(v * f);
-    }
-}
-
-static void model_fill_uniform(float *p, uint64_t n, double bound, data_rng *r)
-{
-    for (uint64_t k = 0; k < n; k++)
-        p[k] = (float)(bound * (2 * data_rng_unit(r) - 1));
-}
-
 /* ---- creation ------------------------------------------------------------------- */
 
 static int model_check_config(const model_config *c, uint32_t max_batch, char *err, size_t errlen)
@@ -188,12 +145,12 @@ static void model_layout(dummy_model *m)
 
 static void model_init_values(dummy_model *m, uint64_t seed)
 {
-    data_rng r;
-    data_rng_seed(&r, seed, DATA_STREAM_MODEL);
-    model_fill_normal(model_param_values(m, 0), m->info[0].size, &r);
+    rng r;
+    rng_seed(&r, seed, RNG_STREAM_MODEL);
+    rng_fill_normal(model_param_values(m, 0), m->info[0].size, &r);
     double bound = 1.0 / sqrt((double)m->cfg.dense_input_size);
     for (uint32_t i = 1; i < m->nparams; i++)
-        model_fill_uniform(model_param_values(m, i), m->info[i].size, bound, &r);
+        rng_fill_uniform(model_param_values(m, i), m->info[i].size, bound, &r);
 }
 
 static int model_alloc_activations(dummy_model *m)

@@ -21,20 +21,13 @@
  * gradients in another, same offsets), so a caller can cut buckets as
  * contiguous ranges.
  *
- * Initialization, deterministic from the seed (stream DATA_STREAM_MODEL of
- * data_rng, see data.h), in parameter order, each tensor row-major:
+ * Initialization, deterministic from the seed (stream RNG_STREAM_MODEL of
+ * shared/rng.h), in parameter order, each tensor row-major:
  *   embedding.weight ~ N(0, 1)                      (PyTorch's default)
  *   dense.i.weight, dense.i.bias ~ U(-k, k), k = 1/sqrt(dense_input_size)
  *                                                   (PyTorch's Linear default)
- * U(-k, k) = k * (2 * unit() - 1). N(0, 1): Marsaglia's polar method in
- * double: u = 2 unit() - 1, v = 2 unit() - 1, s = u^2 + v^2, redrawn until
- * 0 < s < 1; f = sqrt(-2 ln(s) / s); the pair u*f, v*f fills the next two
- * elements (a last odd element uses the first of a pair). ln is computed by
- * model.c itself from IEEE basic operations only (frexp + a fixed-length
- * atanh series), not by libm, so the values are bit-identical on every
- * IEEE-754 host whatever its libm — provided the compiler does not contract
- * a*b+c into FMA (ISO C mode, -std=c11, does not; -std=gnu11 with an FMA
- * -march might). Each value is rounded to float32 once, at the end.
+ * U(-k, k) and N(0, 1) are rng_fill_uniform and rng_fill_normal: exact
+ * definitions, bit-identical on every IEEE-754 host, in shared/rng.h.
  *
  * Sparse (sparse = true): the embedding's gradient is a COO list: the unique
  * row indices touched by the batch, ascending, and one row of

@@ -11,7 +11,8 @@
  * coalesce those too); values are small integers.
  */
 #include "trainer/synthetic.h"
-#include "server/reduce.h" /* reduce_mean_scale: the server's 1/N */
+#include "shared/clock.h"
+#include "shared/mean.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -66,13 +67,6 @@ void synthetic_set_tick(synthetic *s, synthetic_tick_fn fn, void *ctx)
 {
     s->tick = fn;
     s->tick_ctx = ctx;
-}
-
-static uint64_t syn_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Floats in dense bucket k. */
@@ -355,7 +349,7 @@ client_sink synthetic_sink(synthetic *s)
 static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_t errlen)
 {
     /* Every bucket is queued now, within microseconds: one clock read. */
-    uint64_t now = syn_now_ns();
+    uint64_t now = clock_now_ns();
     for (uint32_t k = 0; k < s->cfg.buckets; k++) {
         frame_hdr h = {0};
         h.type = FT_PUSH;
@@ -393,16 +387,16 @@ int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, si
 {
     s->trainers = cl->trainers;
     s->cl = cl;
-    s->scale = reduce_mean_scale(cl->trainers);
+    s->scale = mean_scale(cl->trainers);
     if (!s->cfg.sparse)
         syn_expect_dense(s);
-    uint64_t t_start = syn_now_ns();
+    uint64_t t_start = clock_now_ns();
     uint64_t timeout_ns = (uint64_t)(s->cfg.rpc_timeout_s * 1e9);
     uint64_t total = s->cfg.warmup + s->cfg.batches;
     rep->bytes_pushed = 0;
     for (uint64_t b = 0; b < total; b++) {
         s->batch = b;
-        uint64_t t0 = syn_now_ns();
+        uint64_t t0 = clock_now_ns();
         if (b == s->cfg.warmup)
             t_start = t0; /* the timed batches start here */
         if (s->cfg.sparse)
@@ -410,7 +404,7 @@ int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, si
         if (syn_push_batch(s, cl, b, err, errlen) < 0)
             return -1;
         while (s->remaining > 0) {
-            uint64_t now = syn_now_ns();
+            uint64_t now = clock_now_ns();
             if (now - t0 > timeout_ns) {
                 int64_t k = 0;
                 while (k < (int64_t)s->cfg.buckets && s->done[k])
@@ -428,7 +422,7 @@ int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, si
         }
         if (b < s->cfg.warmup)
             continue; /* no tick either: warm-up is for runs without a master */
-        metrics_add(s->m_batch, (double)(syn_now_ns() - t0) / 1e6);
+        metrics_add(s->m_batch, (double)(clock_now_ns() - t0) / 1e6);
         for (uint32_t k = 0; k < s->cfg.buckets; k++)
             rep->bytes_pushed += s->cfg.sparse ? s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols)
                                                : syn_floats(s, k) * 4;
@@ -436,6 +430,6 @@ int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, si
             return -1;
     }
     rep->batches = s->cfg.batches;
-    rep->seconds = (double)(syn_now_ns() - t_start) / 1e9;
+    rep->seconds = (double)(clock_now_ns() - t_start) / 1e9;
     return 0;
 }

@@ -1,5 +1,6 @@
 /* train.c — real training with buckets overlapped with backward (see train.h). */
 #include "trainer/train.h"
+#include "shared/clock.h"
 #include "trainer/optim.h"
 #include "trainer/params_hash.h"
 #include "shared/log.h"
@@ -37,13 +38,6 @@ struct train {
     uint64_t batch;      /* wire batch number during a pass */
     double *loss_epoch;
 };
-
-static uint64_t train_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static double train_ms(uint64_t a, uint64_t b) { return (double)(b - a) / 1e6; }
 
@@ -245,16 +239,16 @@ static void train_on_ready(void *ctx, uint32_t param)
 
 static int train_step(train *t, const data_batch *batch, double *loss, char *err, size_t errlen)
 {
-    uint64_t t0 = train_now_ns();
+    uint64_t t0 = clock_now_ns();
     *loss = model_forward(t->model, batch);
-    uint64_t t1 = train_now_ns();
+    uint64_t t1 = clock_now_ns();
     for (uint32_t k = 0; k < t->nbuckets; k++)
         t->buckets[k].pending = t->buckets[k].last_param - t->buckets[k].first_param + 1;
     model_backward(t->model, batch, train_on_ready, t);
-    uint64_t t2 = train_now_ns();
+    uint64_t t2 = clock_now_ns();
     if (comm_wait(t->c, t->all, t->nbuckets, err, errlen) < 0)
         return -1;
-    uint64_t t3 = train_now_ns();
+    uint64_t t3 = clock_now_ns();
     /* The means are in: the dense ones in place, the sparse one aside. */
     uint64_t first_push = UINT64_MAX, last_done = 0;
     for (uint32_t k = 0; k < t->nbuckets; k++) {
@@ -275,7 +269,7 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
         if (sgd_step_sparse(t->opt, t->model, b->first_param, rows, vals, nnz, err, errlen) < 0)
             return -1;
     }
-    uint64_t t4 = train_now_ns();
+    uint64_t t4 = clock_now_ns();
     metrics_add(t->m_fwd, train_ms(t0, t1));
     metrics_add(t->m_bwd, train_ms(t1, t2));
     metrics_add(t->m_exposed, train_ms(t2, t3));

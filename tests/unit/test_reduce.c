@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "server/reduce.h"
+#include "shared/mean.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -162,7 +163,7 @@ static void test_dense_loops_each_width(void **state)
     assert_non_null(raw);
     assert_non_null(acc);
     assert_non_null(want);
-    const float s = reduce_mean_scale(3);
+    const float s = mean_scale(3);
     for (int wide = 0; wide <= 1; wide++) {
         bool on = reduce_use_wide(wide);
         if (wide == 0)
@@ -237,15 +238,15 @@ static void test_scale(void **state)
 
 static void test_mean_scale(void **state)
 {
-    assert_float_eq(reduce_mean_scale(1), 1.0f);
-    assert_float_eq(reduce_mean_scale(2), 0.5f);
-    assert_float_eq(reduce_mean_scale(4), 0.25f);
+    assert_float_eq(mean_scale(1), 1.0f);
+    assert_float_eq(mean_scale(2), 0.5f);
+    assert_float_eq(mean_scale(4), 0.25f);
     volatile float three = 3.0f; /* computed at run time, in float */
     float want = 1.0f / three;
-    assert_float_eq(reduce_mean_scale(3), want);
+    assert_float_eq(mean_scale(3), want);
     /* The reciprocal, rounded to float — not a double 1/3. */
-    assert_true(reduce_mean_scale(3) == 1.0f / 3.0f);
-    assert_true((double)reduce_mean_scale(3) != 1.0 / 3.0);
+    assert_true(mean_scale(3) == 1.0f / 3.0f);
+    assert_true((double)mean_scale(3) != 1.0 / 3.0);
 }
 
 /* ---- sparse ------------------------------------------------------------ */
@@ -281,7 +282,7 @@ static void test_sparse_duplicates_coalesce(void **state)
 
     check_emit(&a, 1.0f, want_rows, 4, want);
     check_emit(&a, 0.5f, want_rows, 4, want);
-    check_emit(&a, reduce_mean_scale(3), want_rows, 4, want);
+    check_emit(&a, mean_scale(3), want_rows, 4, want);
     free_push(&p);
     sparse_acc_free(&a);
 }
@@ -311,7 +312,7 @@ static void test_sparse_two_pushes(void **state)
         1998.0f, 1999.0f, /* 999: only push 2 */
     };
     check_emit(&a, 1.0f, want_rows, 5, want);
-    check_emit(&a, reduce_mean_scale(2), want_rows, 5, want);
+    check_emit(&a, mean_scale(2), want_rows, 5, want);
     free_push(&p1);
     free_push(&p2);
     sparse_acc_free(&a);
