@@ -25,19 +25,10 @@ const char *frame_errcode_name(frame_errcode c)
     return errcode_names[c];
 }
 
-frame_errcode frame_errcode_parse(const char *s, size_t n)
-{
-    for (unsigned i = ERR_BAD_FRAME; i < ERR_OTHER; i++) {
-        const char *name = errcode_names[i];
-        if (strlen(name) == n && memcmp(name, s, n) == 0)
-            return (frame_errcode)i;
-    }
-    return ERR_OTHER;
-}
-
 static const char *const type_names[] = {
     [FT_OTHER] = "", [FT_HELLO] = "hello",   [FT_WELCOME] = "welcome",
     [FT_PUSH] = "push", [FT_RESULT] = "result", [FT_ERROR] = "error",
+    [FT_FETCH] = "fetch", [FT_PARAMS] = "params",
 };
 
 const char *frame_type_name(frame_type t)
@@ -89,6 +80,8 @@ static field_spec fields[] = {
     U("rows", FH_ROWS, rows),          U("cols", FH_COLS, cols),
     U("nnz", FH_NNZ, nnz),             S("code", FH_CODE, code),
     S("message", FH_MESSAGE, message), U("zerocopy", FH_ZEROCOPY, zerocopy),
+    U("round", FH_ROUND, round),       U("offset", FH_OFFSET, offset),
+    U("total", FH_TOTAL, total),
 };
 #undef U
 #undef S
@@ -253,15 +246,15 @@ static uint64_t frame_word_c(const char *lit)
 }
 
 /* Words of the names compared on every frame (filled before main). */
-static uint64_t type_word, type_name_word[FT_ERROR + 1], dense_word, sparse_word;
-static uint32_t type_name_len[FT_ERROR + 1];
+static uint64_t type_word, type_name_word[FT_PARAMS + 1], dense_word, sparse_word;
+static uint32_t type_name_len[FT_PARAMS + 1];
 
 static frame_type type_from_str(frame_str s, const char *end)
 {
     if (s.n > FRAME_WORD_MAX)
         return FT_OTHER;
     uint64_t w = frame_word(s.p, s.n, end);
-    for (unsigned t = FT_HELLO; t <= FT_ERROR; t++)
+    for (unsigned t = FT_HELLO; t <= FT_PARAMS; t++)
         if (w == type_name_word[t] && s.n == type_name_len[t])
             return (frame_type)t;
     return FT_OTHER;
@@ -292,7 +285,7 @@ __attribute__((constructor)) static void frame_fields_index(void)
 {
     memset(field_by_hash, -1, sizeof field_by_hash);
     type_word = frame_word_c("type");
-    for (unsigned t = FT_HELLO; t <= FT_ERROR; t++)
+    for (unsigned t = FT_HELLO; t <= FT_PARAMS; t++)
     {
         type_name_word[t] = frame_word_c(type_names[t]);
         type_name_len[t] = (uint32_t)strlen(type_names[t]);

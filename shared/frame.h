@@ -36,6 +36,8 @@ typedef enum frame_type {
     FT_PUSH,
     FT_RESULT,
     FT_ERROR,
+    FT_FETCH,  /* extension (batch-update): see docs/protocol.md */
+    FT_PARAMS, /* extension (batch-update): the answer to fetch */
 } frame_type;
 
 typedef enum frame_layout { LAYOUT_NONE = 0, LAYOUT_DENSE, LAYOUT_SPARSE, LAYOUT_OTHER } frame_layout;
@@ -55,7 +57,6 @@ typedef enum frame_errcode {
 } frame_errcode;
 
 const char *frame_errcode_name(frame_errcode c);
-frame_errcode frame_errcode_parse(const char *s, size_t n);
 
 /* A string inside a header. Decoded strings point into the header bytes
  * they came from and are valid only while those bytes are. */
@@ -92,6 +93,9 @@ enum {
     FH_CODE = 1u << 15,
     FH_MESSAGE = 1u << 16,
     FH_ZEROCOPY = 1u << 17, /* extension (hello): see docs/protocol.md */
+    FH_ROUND = 1u << 18,    /* extension (batch-update): the server's update round */
+    FH_OFFSET = 1u << 19,   /* extension (batch-update): first element of a server's part */
+    FH_TOTAL = 1u << 20,    /* extension (batch-update): elements of the whole model */
 };
 
 /* Every header field protocol v1 knows, decoded. `has` says which were
@@ -119,6 +123,9 @@ typedef struct frame_hdr {
     frame_str code;
     frame_str message;
     uint64_t zerocopy; /* hello: 1 = results may be lent (read before pushing on) */
+    uint64_t round;    /* batch-update: result/params: updates applied so far */
+    uint64_t offset;   /* batch-update: params: the part's first element */
+    uint64_t total;    /* batch-update: params: elements of the whole model */
 } frame_hdr;
 
 /* Result of frame_decode_header. */

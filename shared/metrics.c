@@ -94,14 +94,6 @@ stats *metrics_get(metrics *m, const char *key)
     return &e->st;
 }
 
-int metrics_record(metrics *m, const char *key, double ms)
-{
-    stats *s = metrics_get(m, key);
-    if (!s)
-        return -1;
-    return stats_add(s, ms);
-}
-
 size_t metrics_size(const metrics *m)
 {
     return m->n;

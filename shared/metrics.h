@@ -22,8 +22,6 @@ void metrics_free(metrics *m); /* NULL is a no-op */
 
 /* Find or create; NULL on allocation failure. The key is copied. */
 stats *metrics_get(metrics *m, const char *key);
-/* metrics_get + stats_add: 0, or -1 on allocation failure. */
-int metrics_record(metrics *m, const char *key, double ms);
 
 size_t metrics_size(const metrics *m);
 const char *metrics_key_at(const metrics *m, size_t i); /* i < metrics_size */

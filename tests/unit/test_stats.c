@@ -357,8 +357,8 @@ static void test_metrics_registry(void **state)
     assert_string_equal(metrics_key_at(m, 41), "extra_metric,m39");
 
     for (int i = 1; i <= 10; i++)
-        assert_int_equal(metrics_record(m, "hook_future_metric,rpc_dense", i), 0);
-    assert_int_equal(metrics_record(m, "method_metric,average computation", 2.5), 0);
+        assert_int_equal(stats_add(metrics_get(m, "hook_future_metric,rpc_dense"), i), 0);
+    assert_int_equal(stats_add(metrics_get(m, "method_metric,average computation"), 2.5), 0);
     assert_int_equal(metrics_size(m), 43);
     assert_int_equal(dense->count, 10);
     assert_close(stats_quantile(dense, 0.9), 9.1, EPS);
@@ -388,9 +388,9 @@ static void test_metrics_print_table(void **state)
     metrics *m = metrics_new();
     assert_non_null(m);
     for (int i = 1; i <= 10; i++)
-        metrics_record(m, "batch_level_metric,batch_all", i);
+        stats_add(metrics_get(m, "batch_level_metric,batch_all"), i);
     for (int i = 0; i < 3; i++)
-        metrics_record(m, "parameter_server_straggler_metric,param_index_straggler", 1.5);
+        stats_add(metrics_get(m, "parameter_server_straggler_metric,param_index_straggler"), 1.5);
     metrics_get(m, "backward_metric,backward"); /* present, never recorded */
 
     char *buf = NULL;
