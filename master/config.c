@@ -225,8 +225,10 @@ void config_usage(FILE *f)
         "  --server ID               server configuration id (default %s)\n"
         "  --data ID                 data configuration id (default %s)\n"
         "  --model ID                model configuration id (default %s)\n"
-        "  --epochs N                epochs per pass (default %d)\n"
-        "  --batch-size N            examples per batch (default %d)\n"
+        "  --epochs N                epochs per pass (default %d); batch-update: the\n"
+        "                            trainer configuration's batches x N per pass\n"
+        "  --batch-size N            examples per batch (default %d; batch-update: the\n"
+        "                            trainer configuration's batch_size, 20)\n"
         "  --backend NAME            trainers' collective backend: gloo, nccl, multi (default %s)\n"
         "  --rpc-timeout SECONDS     bound on every wait for a peer (default %g)\n"
         "  --data-config-path F      data configurations (default CONFIGS/data_configurations.json)\n"
@@ -345,6 +347,7 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
             break;
         case OPT_BATCH_SIZE:
             rc = cli_parse_u64("--batch-size", a, 1, CONFIG_MAX_BATCH_SIZE, 0, &c->batch_size, err, errlen);
+            c->batch_size_set = true;
             break;
         case OPT_BACKEND: rc = parse_str("--backend", a, &c->backend, err, errlen); break;
         case OPT_RPC_TIMEOUT: rc = cli_parse_seconds("--rpc-timeout", a, &c->rpc_timeout_s, err, errlen); break;
@@ -450,7 +453,7 @@ int config_validate(const run_config *c, char *err, size_t errlen)
                 CONFIG_MAX_NODES);
         return -1;
     }
-    if (!shard) {
+    if (!shard && !(c->resolved.loaded && c->resolved.batch_update)) {
         /* The seed launcher's checks: CPU trainers feed CPU servers, CUDA
          * trainers CUDA servers, each group split evenly. */
         if (c->ntrainer > 0 && c->ncudatrainer > 0 && (c->nserver == 0 || c->ncudaserver == 0)) {
@@ -699,6 +702,113 @@ static int conf_bucket_sizes(const config_entry *m, json_t *sizes, bool sparse, 
     return 0;
 }
 
+/* A number field of a configurations object in [min, max] (min < v when
+ * min_open); absent: def. */
+static int conf_num(const config_entry *e, const char *what, const char *key, double def, double min,
+                    bool min_open, double max, double *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(e->conf, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    double x = json_number_value(v);
+    if (!json_is_number(v) || !(min_open ? x > min : x >= min) || !(x <= max)) {
+        errbuf_set(err, errlen, "%s '%s': \"%s\" must be a number %s %g and at most %g", what, e->id, key,
+                   min_open ? "above" : "from", min, max);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* The batch-update benchmark: BatchUpdateParameterServer, the Linear model
+ * and BatchUpdateTrainer go together; their configurations; counts that
+ * fill every round. Run by config_load once the classes are known. */
+static int load_batch_update(run_config *c, char *err, size_t errlen)
+{
+    const config_entry *mo = &c->resolved.model, *tr = &c->resolved.trainer, *sv = &c->resolved.server;
+    bool bu = c->resolved.batch_update;
+    bool linear = strcmp(mo->cls, "Linear") == 0;
+    bool bu_trainer = strcmp(tr->cls, "BatchUpdateTrainer") == 0;
+    if (!bu && (linear || bu_trainer)) {
+        errbuf_set(err, errlen,
+                   "%s '%s' (class %s) trains only through a BatchUpdateParameterServer; server '%s' is %s "
+                   "(e.g. --server BatchUpdateParameterServer)",
+                   linear ? "model" : "trainer", linear ? mo->id : tr->id, linear ? "Linear" : "BatchUpdateTrainer",
+                   sv->id, sv->cls);
+        return -1;
+    }
+    if (!bu)
+        return 0;
+    if (!linear) {
+        errbuf_set(err, errlen,
+                   "server '%s' (BatchUpdateParameterServer) needs a model of class Linear; model '%s' is %s "
+                   "(e.g. --model BatchUpdateLinear)", sv->id, mo->id, mo->cls);
+        return -1;
+    }
+    if (!bu_trainer) {
+        errbuf_set(err, errlen,
+                   "server '%s' (BatchUpdateParameterServer) needs a trainer of class BatchUpdateTrainer; "
+                   "trainer '%s' is %s (e.g. --trainer BatchUpdateTrainer)", sv->id, tr->id, tr->cls);
+        return -1;
+    }
+    config_batch_update *b = &c->resolved.bu;
+    uint64_t bs;
+    if (conf_uint(mo, "model", "in_features", 100, 1, 1u << 24, &b->in_features, err, errlen) < 0 ||
+        conf_uint(mo, "model", "out_features", 30, 1, 1u << 24, &b->out_features, err, errlen) < 0 ||
+        conf_num(sv, "server", "lr", 0.001, 0, true, 1e6, &b->lr, err, errlen) < 0 ||
+        conf_num(sv, "server", "momentum", 0.9, 0, false, 1, &b->momentum, err, errlen) < 0 ||
+        conf_uint(sv, "server", "batch_update_size", 0, 0, CONFIG_MAX_NODES, &b->batch_update_size, err,
+                  errlen) < 0 ||
+        conf_uint(tr, "trainer", "batch_size", 20, 1, CONFIG_MAX_BATCH_SIZE, &bs, err, errlen) < 0 ||
+        conf_uint(tr, "trainer", "batches", 4, 1, 1u << 30, &b->batches, err, errlen) < 0)
+        return -1;
+    uint64_t total = b->out_features * b->in_features + b->out_features;
+    if (total > (1ull << 31)) {
+        errbuf_set(err, errlen, "model '%s': Linear(%llu, %llu) is too large (at most 2^31 parameters)", mo->id,
+                   (unsigned long long)b->in_features, (unsigned long long)b->out_features);
+        return -1;
+    }
+    if (!c->batch_size_set)
+        c->batch_size = bs; /* an explicit --batch-size wins */
+    uint64_t trainers = (uint64_t)c->ntrainer + c->ncudatrainer;
+    uint64_t servers = (uint64_t)c->nserver + c->ncudaserver;
+    if (servers == 0) {
+        errbuf_set(err, errlen,
+                   "server '%s' (BatchUpdateParameterServer) owns the model: --nserver 0 (pure DDP) cannot run "
+                   "it; use --nserver 1 or more", sv->id);
+        return -1;
+    }
+    if (servers > total) {
+        errbuf_set(err, errlen, "%llu servers cannot split Linear(%llu, %llu)'s %llu parameters",
+                   (unsigned long long)servers, (unsigned long long)b->in_features,
+                   (unsigned long long)b->out_features, (unsigned long long)total);
+        return -1;
+    }
+    if (trainers == 0)
+        return 0; /* config_validate says why */
+    uint64_t k = b->batch_update_size ? b->batch_update_size : trainers;
+    if (k > trainers) {
+        errbuf_set(err, errlen,
+                   "server '%s': batch_update_size %llu is more than the %llu trainers; a trainer waits for "
+                   "each update, so a round of more pushes than trainers never fills", sv->id,
+                   (unsigned long long)k, (unsigned long long)trainers);
+        return -1;
+    }
+    uint64_t pushes = trainers * c->epochs * b->batches;
+    if (pushes % k != 0) {
+        errbuf_set(err, errlen,
+                   "server '%s': batch_update_size %llu does not divide the %llu pushes per pass (%llu trainers "
+                   "x %llu batches x %llu epochs): the last round would never fill", sv->id,
+                   (unsigned long long)k, (unsigned long long)pushes, (unsigned long long)trainers,
+                   (unsigned long long)b->batches, (unsigned long long)c->epochs);
+        return -1;
+    }
+    b->batch_update_size = k;
+    return 0;
+}
+
 static int conf_bool(const config_entry *e, const char *what, const char *key, bool *out, char *err,
                      size_t errlen)
 {
@@ -741,13 +851,18 @@ int config_load(run_config *c, char *err, size_t errlen)
         c->resolved.server_kind = "average";
     } else if (strcmp(scls, "AverageBatchParameterServer") == 0) {
         c->resolved.server_kind = "average-batch";
+    } else if (strcmp(scls, "BatchUpdateParameterServer") == 0) {
+        c->resolved.server_kind = "batch-update";
+        c->resolved.batch_update = true;
     } else {
         errbuf_set(err, errlen,
                 "server '%s' in %s: class '%s' is not supported (psbench has AverageParameterServer, "
-                "AverageBatchParameterServer)",
+                "AverageBatchParameterServer, BatchUpdateParameterServer)",
                 c->server, c->server_config_path, scls);
         goto fail;
     }
+    if (load_batch_update(c, err, errlen) < 0)
+        goto fail;
     if (json_object_set_new(c->resolved.server.json, "kind", json_string(c->resolved.server_kind)) < 0)
         goto oom;
 
@@ -789,7 +904,8 @@ int config_load(run_config *c, char *err, size_t errlen)
     }
     c->resolved.loaded = true;
 
-    if (samples > 0 && config_batches_per_pass(c) == 0) {
+    if (samples > 0 && !c->resolved.batch_update && (uint64_t)c->ntrainer + c->ncudatrainer > 0 &&
+        config_batches_per_pass(c) == 0) {
         uint64_t nb = (samples + c->batch_size - 1) / c->batch_size;
         errbuf_set(err, errlen,
                 "data '%s' has %llu samples: %llu batch%s of %llu cannot feed %llu trainers "
@@ -810,6 +926,8 @@ fail:
 uint64_t config_batches_per_pass(const run_config *c)
 {
     uint64_t t = (uint64_t)c->ntrainer + c->ncudatrainer;
+    if (c->resolved.loaded && c->resolved.batch_update)
+        return c->epochs * c->resolved.bu.batches;
     if (!c->resolved.loaded || c->resolved.samples == 0 || c->batch_size == 0 || t == 0)
         return 0;
     uint64_t nb = (c->resolved.samples + c->batch_size - 1) / c->batch_size; /* DataLoader, last partial */
@@ -819,6 +937,16 @@ uint64_t config_batches_per_pass(const run_config *c)
 json_t *config_model_json(const run_config *c)
 {
     return c->resolved.loaded ? c->resolved.model.json : NULL;
+}
+
+json_t *config_batch_update_json(const run_config *c)
+{
+    if (!c->resolved.loaded || !c->resolved.batch_update)
+        return NULL;
+    const config_batch_update *b = &c->resolved.bu;
+    return json_pack("{s:I, s:I, s:f, s:f, s:I, s:I}", "in_features", (json_int_t)b->in_features, "out_features",
+                     (json_int_t)b->out_features, "lr", b->lr, "momentum", b->momentum, "batch_update_size",
+                     (json_int_t)b->batch_update_size, "seed", (json_int_t)c->seed);
 }
 
 static json_t *str_or_null(const char *s)
@@ -870,6 +998,12 @@ json_t *config_to_json(const run_config *c)
                               c->resolved.data.json, "trainer", c->resolved.trainer.json, "server",
                               c->resolved.server.json, "server_kind", c->resolved.server_kind,
                               "batches_per_pass", (json_int_t)config_batches_per_pass(c));
+        if (r && c->resolved.batch_update) {
+            json_t *bu = config_batch_update_json(c);
+            if (bu)
+                json_object_set_new(bu, "batches", json_integer((json_int_t)c->resolved.bu.batches));
+            bad |= !bu || json_object_set_new(r, "batch_update", bu) < 0;
+        }
         SET("resolved", r ? r : json_null());
         bad |= !r;
     }

@@ -59,6 +59,16 @@ typedef struct config_synthetic {
     uint32_t sparse_cols; /* floats per sparse row; 16 when not given */
 } config_synthetic;
 
+/* The batch-update benchmark (server class BatchUpdateParameterServer, model
+ * class Linear, trainer class BatchUpdateTrainer: the seed's
+ * parameter_server_test.py). */
+typedef struct config_batch_update {
+    uint64_t in_features, out_features; /* the model's configurations (100, 30) */
+    double lr, momentum;                /* the server's configurations (0.001, 0.9) */
+    uint64_t batch_update_size;         /* resolved: 0 in the file means the trainer count */
+    uint64_t batches;                   /* the trainer's "batches" per epoch (4) */
+} config_batch_update;
+
 typedef struct run_config {
     /* --- the seed launcher's flags --- */
     uint32_t ntrainer, ncudatrainer;  /* --ntrainer, --ncudatrainer */
@@ -68,7 +78,9 @@ typedef struct run_config {
     char *data;                       /* --data: id in the data config file */
     char *model;                      /* --model: id in the model config file */
     uint64_t epochs;                  /* --epochs */
-    uint64_t batch_size;              /* --batch-size */
+    uint64_t batch_size;              /* --batch-size (batch-update: the trainer config's
+                                       * batch_size unless given; config_load sets it) */
+    bool batch_size_set;              /* --batch-size was given */
     char *backend;                    /* --backend: gloo | nccl | multi */
     double rpc_timeout_s;             /* --rpc-timeout SECONDS */
     char *data_config_path;           /* --data-config-path */
@@ -92,7 +104,9 @@ typedef struct run_config {
     struct {
         bool loaded;
         config_entry model, data, trainer, server;
-        const char *server_kind;      /* "average" | "average-batch" (static) */
+        const char *server_kind;      /* "average" | "average-batch" | "batch-update" (static) */
+        bool batch_update;            /* server kind "batch-update" */
+        config_batch_update bu;       /* valid when batch_update */
         bool synthetic;               /* model class is "Synthetic" */
         config_synthetic syn;         /* valid when synthetic */
         uint64_t samples;             /* the data config's sample count, 0 if unknown */
@@ -116,19 +130,25 @@ int config_init(run_config *c);
 int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t errlen);
 void config_usage(FILE *f);
 
-/* The seed launcher's checks (and psbench's). Returns 0 or -1 with err. */
+/* The seed launcher's checks (and psbench's). Returns 0 or -1 with err.
+ * After config_load, a batch-update job skips the seed placement's checks
+ * (every trainer feeds every server). */
 int config_validate(const run_config *c, char *err, size_t errlen);
 
 /* Read the four configuration files and resolve the chosen ids into
- * c->resolved. Returns 0 or -1 with err naming the file and the id. May be
- * called again (the previous resolution is released first). */
+ * c->resolved, with the checks that need them (batch-update: the server,
+ * model and trainer classes belong together, the counts can fill every
+ * round). Returns 0 or -1 with err naming the file and the id. May be
+ * called again (the previous resolution is released first). Call it
+ * before config_validate: the placement checks depend on the server kind. */
 int config_load(run_config *c, char *err, size_t errlen);
 
 /* Batches each trainer runs per pass (warm-up or timed): epochs times the
  * batches of one epoch that every trainer gets, as the seed splits the
  * DataLoader's batches round-robin (trainers with an extra batch would
  * wait forever on a server, so every trainer runs the smallest share).
- * 0 when the data is too small for the trainers or the data is unknown. */
+ * 0 when the data is too small for the trainers or the data is unknown.
+ * batch-update: epochs times the trainer configuration's "batches". */
 uint64_t config_batches_per_pass(const run_config *c);
 
 /* The configuration object for results.json and assignments (new
@@ -138,6 +158,12 @@ json_t *config_to_json(const run_config *c);
 /* {"class", "configurations"} of the resolved model, borrowed (NULL before
  * config_load). */
 json_t *config_model_json(const run_config *c);
+
+/* batch-update: {"in_features", "out_features", "lr", "momentum",
+ * "batch_update_size" (resolved), "seed"} for the servers' assignments (new
+ * reference; each server's "part" and "parts" are added by the master).
+ * NULL for other kinds. */
+json_t *config_batch_update_json(const run_config *c);
 
 void config_free(run_config *c);
 

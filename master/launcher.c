@@ -195,8 +195,12 @@ launcher *launcher_start(master *m, const char *bin_dir, const char *ctl_host, u
         char bin[4096], rank_s[16];
         snprintf(bin, sizeof bin, "%s/%s", bin_dir, server ? "psbench-server" : "psbench-trainer");
         snprintf(rank_s, sizeof rank_s, "%u", rank);
+        /* Children log at the master's level (--log-level debug shows the
+         * nodes' debug lines too, e.g. the batch-update trainer's per batch). */
+        static const char *const levels[] = {"error", "warn", "info", "debug"};
         char *argv[] = {bin, "--master", master_addr, "--rank", rank_s, "--device", cuda ? "cuda" : "cpu",
-                        server ? "--listen" : NULL, listen_addr, NULL};
+                        "--log-level", (char *)levels[log_get_level()], server ? "--listen" : NULL, listen_addr,
+                        NULL};
         l->n++;
         if (launcher_spawn(l, c, bin, argv, err, errlen) < 0) {
             launcher_free(l);

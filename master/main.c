@@ -40,6 +40,22 @@ static void master_bin_dir(char *buf, size_t len)
     snprintf(buf, len, "%s", dirname(exe));
 }
 
+/* Every resolved flag value on one line, as the seed's launcher prints its
+ * args before a run (the token never: only whether there is one). */
+static void master_echo_args(const run_config *c)
+{
+    json_t *o = config_to_json(c);
+    if (o)
+        json_object_del(o, "resolved");
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (s) {
+        printf("args: %s\n", s);
+        fflush(stdout);
+    }
+    free(s);
+    json_decref(o);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "diff") == 0)
@@ -58,15 +74,17 @@ int main(int argc, char **argv)
         config_free(&c);
         return 0;
     }
-    if (rc == 0)
-        rc = config_validate(&c, err, sizeof err);
+    /* Load first: which checks apply depends on the server kind. */
     if (rc == 0)
         rc = config_load(&c, err, sizeof err);
+    if (rc == 0)
+        rc = config_validate(&c, err, sizeof err);
     if (rc != 0) {
         config_free(&c);
         return master_fail_usage(err);
     }
     log_init("psbench-master", c.log_level);
+    master_echo_args(&c);
 
     char lhost[256], hhost[256];
     uint16_t lport, hport;
@@ -95,6 +113,16 @@ int main(int argc, char **argv)
     set.join_timeout_s = c.rpc_timeout_s > 120 ? c.rpc_timeout_s : 120;
     set.token = c.token;
     set.server_kind = c.resolved.server_kind;
+    if (c.resolved.batch_update) {
+        /* Every trainer feeds every server, each server owning a
+         * contiguous range of the parameters. */
+        set.shard = true;
+        set.batch_update = config_batch_update_json(&c);
+        if (!set.batch_update) {
+            config_free(&c);
+            return master_fail_usage("out of memory");
+        }
+    }
     set.model = config_model_json(&c);
     set.data = c.resolved.data.json;
     set.trainer = c.resolved.trainer.json;
@@ -117,9 +145,12 @@ int main(int argc, char **argv)
     master_publish(&m, false); /* served from the first request on */
     log_info("control plane on %s:%u", lhost, m.ctl_port);
     log_info("HTTP on http://%s:%u/", hhost, bound_http);
-    log_info("job: %u trainer(s), %u server(s) (%s placement), model %s, %" PRIu64
+    log_info("job: %u trainer(s), %u server(s) (%s), model %s, %" PRIu64
              " batches per trainer per pass (warm-up, then timed)",
-             set.ntrainer, set.nserver, set.shard ? "shard" : "seed", c.model, set.batches_per_pass);
+             set.ntrainer, set.nserver,
+             set.batch_update ? "batch-update: every trainer feeds every server"
+                              : set.shard ? "shard placement" : "seed placement",
+             c.model, set.batches_per_pass);
     if (c.local) {
         char bin[PATH_MAX];
         master_bin_dir(bin, sizeof bin);
@@ -143,6 +174,7 @@ out:
     http_stop(m.http);
     master_free(&m);
     json_decref(set.config_json);
+    json_decref(set.batch_update);
     config_free(&c);
     return code;
 }

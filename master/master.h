@@ -32,7 +32,9 @@ typedef struct master_settings {
     double rpc_timeout_s;           /* bounds every wait */
     double join_timeout_s;          /* registrations must complete within */
     const char *token;              /* NULL: none */
-    const char *server_kind;        /* "average" | "average-batch" */
+    const char *server_kind;        /* "average" | "average-batch" | "batch-update" */
+    json_t *batch_update;           /* batch-update: the servers' "batch_update" minus part/parts
+                                     * (owned by main); NULL for other kinds */
     json_t *model;                  /* {"class": ..., "configurations": {...}} (borrowed) */
     json_t *data, *trainer;         /* {"id", "class", "configurations"} (borrowed) */
     json_t *config_json;            /* the whole configuration, for results.json (borrowed) */
@@ -92,6 +94,7 @@ typedef struct master {
     struct http_server *http;
     struct launcher *launcher; /* --local: the children */
     double t_finished;         /* when done/failed was reached */
+    double training_s;         /* the timed pass's duration, once it completed */
     bool finishing;            /* stop sent after the timed pass; waiting for last reports */
     bool hurry;                /* a signal came while finishing: stop waiting for last reports */
     bool finished_output;      /* tables and files written */

@@ -122,6 +122,9 @@ int results_write(master *m, char *err, size_t errlen)
                             results_environment(), "phase", m->phase == PH_DONE ? "done" : "failed", "error",
                             m->error[0] ? json_string(m->error) : json_null(), "groups",
                             (json_t *)snapshot_groups_json(&in), "trainers", trainers);
+    /* The timed pass's duration ("Time spent training"), once it ended. */
+    if (doc && m->training_s > 0)
+        json_object_set_new(doc, "training_seconds", json_real(m->training_s));
     char path[4096];
     snprintf(path, sizeof path, "%s/results.json", m->set.out_dir);
     int rc = 0;

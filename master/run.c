@@ -149,6 +149,8 @@ static void master_pass_complete(master *m)
 {
     if (m->phase == PH_WARMUP) {
         /* Servers forget the warm-up's futures, everyone its metrics. */
+        printf("benchmark warmup done\n"); /* the seed launcher's line */
+        fflush(stdout);
         m->resetting = true;
         for (node *n = m->nodes; n; n = n->next)
             if (n->registered)
@@ -156,6 +158,12 @@ static void master_pass_complete(master *m)
         master_send_all(m, "reset", json_object());
         m->t_phase = master_now();
         return;
+    }
+    m->training_s = master_now() - m->t_phase;
+    if (m->set.batch_update) {
+        /* The seed's parameter_server_test.py reports this. */
+        printf("Time spent training: %.3f s\n", m->training_s);
+        fflush(stdout);
     }
     master_finish_ok(m);
 }
@@ -208,10 +216,17 @@ static uint32_t master_seed_server(const master *m, uint32_t rank, uint32_t *gro
 
 static void master_assign_server(master *m, node *n)
 {
-    node_send(n, "assign",
-              json_pack("{s:I, s:I, s:s, s:s}", "rank", (json_int_t)n->rank, "trainers",
-                        (json_int_t)master_trainers_per_server(m, n->rank), "kind", m->set.server_kind,
-                        "placement", m->set.shard ? "shard" : "seed"));
+    json_t *body = json_pack("{s:I, s:I, s:s, s:s}", "rank", (json_int_t)n->rank, "trainers",
+                             (json_int_t)master_trainers_per_server(m, n->rank), "kind", m->set.server_kind,
+                             "placement", m->set.shard ? "shard" : "seed");
+    if (body && m->set.batch_update) {
+        /* Server `rank` owns part `rank` of the parameters. */
+        json_t *bu = json_deep_copy(m->set.batch_update);
+        json_object_set_new(bu, "part", json_integer(n->rank));
+        json_object_set_new(bu, "parts", json_integer(m->set.nserver));
+        json_object_set_new(body, "batch_update", bu);
+    }
+    node_send(n, "assign", body);
     n->state = NS_READY;
 }
 
@@ -454,6 +469,12 @@ static void node_detach(node *n)
     }
 }
 
+/* ctl_read_stream's view of an input evbuffer. */
+static const uint8_t *node_pullup(void *in, size_t n)
+{
+    return evbuffer_pullup(in, (ev_ssize_t)n);
+}
+
 static void node_on_read(struct bufferevent *bev, void *arg)
 {
     node *n = arg;
@@ -462,30 +483,16 @@ static void node_on_read(struct bufferevent *bev, void *arg)
     frame_decoder dec;
     frame_decoder_init(&dec, CTL_MAX_BODY);
     while (n->bev) {
-        size_t len = evbuffer_get_length(in);
-        if (len < FRAME_PREFIX_LEN)
-            break;
-        uint8_t pre[FRAME_PREFIX_LEN];
-        evbuffer_copyout(in, pre, sizeof pre);
-        size_t h = (size_t)pre[0] << 24 | (size_t)pre[1] << 16 | (size_t)pre[2] << 8 | pre[3];
-        size_t need = FRAME_PREFIX_LEN + (h <= FRAME_HDR_MAX ? h : 0);
-        if (len < need)
-            break;
-        frame_hdr fh;
+        ctl_msg msg;
         size_t used;
-        frame_status st = frame_decode_header(&dec, evbuffer_pullup(in, (ssize_t)need), need, &fh, &used);
+        frame_status st = ctl_read_stream(&dec, evbuffer_get_length(in), node_pullup, in, &msg, &used);
+        if (st == FRAME_NEED_MORE)
+            break;
         if (st == FRAME_OK) {
-            need += fh.payload;
-            if (len < need)
-                break;
-            ctl_msg msg;
-            st = ctl_decode(&dec, evbuffer_pullup(in, (ssize_t)need), need, &msg, &used);
-            if (st == FRAME_OK) {
-                evbuffer_drain(in, used);
-                master_on_message(m, n, &msg);
-                ctl_msg_clear(&msg);
-                continue;
-            }
+            evbuffer_drain(in, used);
+            master_on_message(m, n, &msg);
+            ctl_msg_clear(&msg);
+            continue;
         }
         char who[300];
         node_describe(n, who, sizeof who);

@@ -1,10 +1,12 @@
-/* conn.c — one trainer connection: framing, hello, pushes, output.
+/* conn.c — one trainer connection: framing, hello, the message handlers,
+ * output.
  *
- * Reading: bytes land in c->ibuf and are parsed in place. Once a push's
- * header is accepted, its payload is streamed to the backend as it arrives
- * (never buffered whole); when the input buffer is empty and the backend
- * can take raw bytes at a fixed address, the payload is received there
- * directly, skipping one copy.
+ * Reading: bytes land in c->ibuf and are parsed in place; each decoded
+ * header goes to the handler of its type (conn_handlers). Once a push's
+ * header is admitted by the futures layer, its payload is streamed there
+ * as it arrives (never buffered whole); when the input buffer is empty and
+ * the push's kind can take raw bytes at a fixed address, the payload is
+ * received there directly, skipping one copy.
  *
  * Writing: frames are appended to c->out (an outq: header bytes, payload
  * by reference) and written by conn_flush, which the reactor calls once
@@ -17,6 +19,7 @@
  */
 #include "server/conn.h"
 #include "server/server.h"
+#include "shared/clock.h"
 #include "shared/log.h"
 #include "shared/net.h"
 
@@ -242,44 +245,29 @@ static void conn_on_write(evutil_socket_t fd, short what, void *arg)
 
 /* ---- pushes ------------------------------------------------------------ */
 
-/* The current push stops short: give its slot back and let the backend
- * forget its bytes. The entry goes away if nobody else is in it. */
+/* The current push was refused half-way (its bytes were invalid): the
+ * futures layer forgets it; the rest of its payload is discarded. */
 static void conn_push_abort(conn *c)
 {
     assert(c->sink == SINK_PUSH);
-    server *s = c->srv;
-    pending_entry *e = c->push.e;
-    s->be->ops->push_abort(s->be, &c->push);
-    pending_clear_slot(e, c->push.slot);
-    assert(e->started > 0);
-    e->started--;
+    if (c->push.f)
+        futures_push_abort(&c->srv->fut, &c->push);
     c->sink = SINK_DISCARD;
-    c->push.e = NULL;
-    if (e->started == 0 && !e->failed) {
-        s->be->ops->release(s->be, e);
-        pending_remove(&s->pending, e, false);
-        pending_recycle(&s->pending, e);
-    }
 }
 
-/* Detach c from the failed entry it was pushing into. */
-void conn_push_detach(conn *c)
+void conn_push_forget(conn *c)
 {
-    if (c->sink != SINK_PUSH)
-        return;
-    c->srv->be->ops->push_abort(c->srv->be, &c->push);
+    assert(!c->push.f); /* the futures layer has let go of every push */
     c->sink = SINK_DISCARD;
-    c->push.e = NULL;
 }
 
 static void conn_push_finish(conn *c)
 {
-    pending_entry *e = c->push.e;
-    c->push.e = NULL;
     c->sink = SINK_DISCARD;
-    e->completed++;
+    if (!c->push.f)
+        return; /* its future failed meanwhile: the bytes were discarded */
     c->srv->pushes++;
-    server_push_completed(c->srv, e);
+    futures_push_done(&c->srv->fut, &c->push);
 }
 
 static void conn_skip_payload(conn *c, uint64_t len)
@@ -332,15 +320,6 @@ static frame_errcode conn_check_push(const frame_hdr *h, char *msg, size_t len)
     return ERR_NONE;
 }
 
-static bool conn_shape_matches(const pending_entry *e, const frame_hdr *h)
-{
-    if (e->layout != h->layout)
-        return false;
-    if (e->layout == LAYOUT_DENSE)
-        return e->count == h->count;
-    return e->rows == h->rows && e->cols == h->cols;
-}
-
 static void conn_on_push(conn *c, const frame_hdr *h)
 {
     server *s = c->srv;
@@ -354,74 +333,15 @@ static void conn_on_push(conn *c, const frame_hdr *h)
     if (h->has & FH_BATCH)
         outq_return(&c->out, h->batch);
     frame_errcode code = conn_check_push(h, msg, sizeof msg);
+    if (code == ERR_NONE)
+        code = futures_admit(&s->fut, h, c->slot, c->rank, &c->push, msg, sizeof msg);
     if (code != ERR_NONE) {
         conn_send_error(c, code, msg, h);
         if (!c->closing)
             conn_skip_payload(c, h->payload);
         return;
     }
-    pending_entry *e = pending_find(&s->pending, h->batch, h->bucket);
-    const char *lost = NULL;
-    if (e && e->failed) {
-        code = ERR_PEER_LOST;
-        snprintf(msg, sizeof msg, "batch %" PRIu64 " bucket %" PRIu64 " failed: a trainer was lost",
-                 h->batch, h->bucket);
-    } else if (!e && pending_is_stale(&s->pending, h->batch, h->bucket)) {
-        code = ERR_STALE_BATCH;
-        snprintf(msg, sizeof msg, "batch %" PRIu64 " bucket %" PRIu64 " is already resolved", h->batch,
-                 h->bucket);
-    } else if (!e && (lost = server_lost_member(s, msg, sizeof msg)) != NULL) {
-        code = ERR_PEER_LOST;
-    } else if (e && pending_has_slot(e, c->slot)) {
-        code = ERR_DUPLICATE_PUSH;
-        snprintf(msg, sizeof msg, "rank %" PRIu64 " already pushed batch %" PRIu64 " bucket %" PRIu64,
-                 c->rank, h->batch, h->bucket);
-    } else if (e && !conn_shape_matches(e, h)) {
-        code = ERR_SHAPE_MISMATCH;
-        if (e->layout == LAYOUT_DENSE && h->layout == LAYOUT_DENSE)
-            snprintf(msg, sizeof msg, "count %" PRIu64 " differs from %" PRIu64 " of the other pushes",
-                     h->count, e->count);
-        else if (e->layout == h->layout)
-            snprintf(msg, sizeof msg,
-                     "rows x cols %" PRIu64 "x%" PRIu64 " differs from %" PRIu64 "x%" PRIu64
-                     " of the other pushes",
-                     h->rows, h->cols, e->rows, e->cols);
-        else
-            snprintf(msg, sizeof msg, "layout differs from the other pushes of this bucket");
-    }
-    if (code != ERR_NONE) {
-        conn_send_error(c, code, msg, h);
-        conn_skip_payload(c, h->payload);
-        return;
-    }
-
-    bool first = false;
-    if (!e) {
-        e = pending_create(&s->pending, h->batch, h->bucket);
-        if (!e) {
-            conn_send_error(c, ERR_TOO_LARGE, "server out of memory", h);
-            return;
-        }
-        e->layout = h->layout;
-        e->count = h->count;
-        e->rows = h->rows;
-        e->cols = h->cols;
-        e->t_first_ns = clock_now_ns();
-        first = true;
-    }
-    pending_set_slot(e, c->slot);
-    e->started++;
-    c->push.e = e;
-    c->push.slot = c->slot;
-    c->push.first = first;
-    c->push.len = h->payload;
-    c->push.nnz = h->layout == LAYOUT_SPARSE ? h->nnz : 0;
     c->sink = SINK_PUSH;
-    if (s->be->ops->push_begin(s->be, &c->push) < 0) {
-        conn_push_abort(c);
-        conn_send_error(c, ERR_TOO_LARGE, "server out of memory for this push", h);
-        return;
-    }
     c->pay_off = 0;
     c->pay_len = h->payload;
     c->big_pushes = h->payload >= CONN_DIRECT_MIN;
@@ -429,6 +349,39 @@ static void conn_on_push(conn *c, const frame_hdr *h)
         conn_push_finish(c);
     else
         c->state = CONN_PAYLOAD;
+}
+
+/* `fetch` (batch-update): the current parameters of this server's part. */
+static void conn_on_fetch(conn *c, const frame_hdr *h)
+{
+    server *s = c->srv;
+    if (h->payload) {
+        conn_send_error(c, ERR_BAD_FRAME, "fetch carries no payload", h);
+        return;
+    }
+    if (!s->kind->ops->fetch) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "a %s server has no parameters to fetch", s->kind->ops->name);
+        conn_send_error(c, ERR_UNSUPPORTED, msg, h);
+        return;
+    }
+    frame_hdr out = {0};
+    out.type = FT_PARAMS;
+    psbuf *payload = NULL;
+    if (s->kind->ops->fetch(s->kind, &out, &payload) < 0) {
+        conn_send_error(c, ERR_TOO_LARGE, "server out of memory", h);
+        return;
+    }
+    out.payload = payload->len;
+    out.has |= FH_PAYLOAD;
+    uint8_t buf[256];
+    size_t n = frame_encode_header(&out, buf, sizeof buf);
+    assert(n > 0);
+    /* Lent like a result of the current round: never spliced, since the
+     * trainer may keep pushing before it reads it. */
+    if (!c->closing && !conn_over_cap(c, "parameters") && outq_push(&c->out, buf, n, payload, 0) == 0)
+        server_want_flush(s, c);
+    psbuf_unref(payload);
 }
 
 /* ---- hello ------------------------------------------------------------- */
@@ -504,37 +457,43 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
 
 /* ---- input ------------------------------------------------------------- */
 
+static void conn_on_other(conn *c, const frame_hdr *h)
+{
+    if (!c->hello_done) {
+        conn_send_error(c, ERR_BAD_FRAME, "first frame must be hello", h);
+        return;
+    }
+    char msg[128];
+    snprintf(msg, sizeof msg, "message type '%.*s' is not supported by a server",
+             (int)(h->type_str.n > 64 ? 64 : h->type_str.n), h->type_str.p);
+    conn_send_error(c, ERR_UNSUPPORTED, msg, h);
+    conn_skip_payload(c, h->payload);
+}
+
+/* The handler of each message type a trainer may send. */
+static void (*const conn_handlers[])(conn *, const frame_hdr *) = {
+    [FT_HELLO] = conn_on_hello,
+    [FT_PUSH] = conn_on_push,
+    [FT_FETCH] = conn_on_fetch,
+};
+
 static void conn_dispatch(conn *c, const frame_hdr *h)
 {
-    switch (h->type) {
-    case FT_HELLO:
-        conn_on_hello(c, h);
-        break;
-    case FT_PUSH:
-        conn_on_push(c, h);
-        break;
-    default:
-        if (!c->hello_done) {
-            conn_send_error(c, ERR_BAD_FRAME, "first frame must be hello", h);
-            return;
-        }
-        char msg[128];
-        snprintf(msg, sizeof msg, "message type '%.*s' is not supported by a server",
-                 (int)(h->type_str.n > 64 ? 64 : h->type_str.n), h->type_str.p);
-        conn_send_error(c, ERR_UNSUPPORTED, msg, h);
-        conn_skip_payload(c, h->payload);
-        break;
-    }
+    void (*fn)(conn *, const frame_hdr *) = NULL;
+    if ((size_t)h->type < sizeof conn_handlers / sizeof conn_handlers[0])
+        fn = conn_handlers[h->type];
+    (fn ? fn : conn_on_other)(c, h);
 }
 
 /* Hand payload bytes to the sink. */
 static void conn_payload(conn *c, const uint8_t *p, size_t n)
 {
     server *s = c->srv;
-    if (c->sink == SINK_PUSH && s->be->ops->push_data(s->be, &c->push, c->pay_off, p, n) < 0) {
+    if (c->sink == SINK_PUSH && c->push.f &&
+        futures_push_data(&s->fut, &c->push, c->pay_off, p, n) < 0) {
         frame_hdr about = {0};
-        about.batch = c->push.e->batch;
-        about.bucket = c->push.e->bucket;
+        about.batch = c->push.f->batch;
+        about.bucket = c->push.f->bucket;
         about.has = FH_BATCH | FH_BUCKET;
         conn_send_error(c, ERR_SHAPE_MISMATCH, c->push.err, &about);
         conn_push_abort(c);
@@ -620,7 +579,7 @@ static ssize_t conn_read_direct(conn *c, uint8_t *dst, size_t max)
         c->ilen = n - keep;
     }
     if (keep) {
-        s->be->ops->push_direct_done(s->be, &c->push, off, keep);
+        futures_push_direct_done(&s->fut, &c->push, off, keep);
         c->pay_off += keep;
         if (c->pay_off == c->pay_len) {
             c->state = CONN_HEADER;
@@ -642,9 +601,9 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
         /* In a payload, the input buffer holds at most a partial float
          * (conn_process hands over everything else). */
         size_t carry = c->ilen - c->ioff;
-        if (c->state == CONN_PAYLOAD && c->sink == SINK_PUSH && carry < 4 &&
+        if (c->state == CONN_PAYLOAD && c->sink == SINK_PUSH && c->push.f && carry < 4 &&
             c->pay_len - c->pay_off >= CONN_DIRECT_MIN &&
-            (dst = s->be->ops->push_direct(s->be, &c->push, c->pay_off, &max)) != NULL) {
+            (dst = futures_push_direct(&s->fut, &c->push, c->pay_off, &max)) != NULL) {
             want = max - carry;
             r = conn_read_direct(c, dst, max);
         } else {
@@ -691,20 +650,17 @@ void conn_close(conn *c, const char *why)
         log_info("trainer rank %" PRIu64 " (%s) disconnected: %s", c->rank, c->peer, why);
     else
         log_debug("%s disconnected: %s", c->peer, why);
-    pending_entry *inflight = NULL;
-    if (c->sink == SINK_PUSH && c->state == CONN_PAYLOAD) {
-        /* Part of this push may already be summed into the accumulator:
-         * the entry cannot be trusted any more. */
-        inflight = c->push.e;
-        conn_push_detach(c);
-    }
     event_del(c->rev);
     event_del(c->wev);
     evtimer_del(c->hello_ev);
     close(c->fd);
     c->fd = -1;
-    if (inflight && !inflight->failed)
-        server_entry_fail(s, inflight, "a trainer disconnected in the middle of its push");
+    if (c->push.f) {
+        /* Part of this push may already be summed into the accumulator:
+         * the future cannot be trusted any more. */
+        futures_push_lost(&s->fut, &c->push);
+    }
+    c->sink = SINK_DISCARD;
     if (c->hello_done)
         server_member_lost(s, c->slot, c);
     server_unlink_conn(s, c);

@@ -1,10 +1,12 @@
-/* conn.h — one trainer connection on the server's reactor.
+/* conn.h — one trainer connection on the server's reactor (transport).
  *
  * Input is read into a fixed per-connection buffer and parsed in place: a
- * header is decoded once it is complete, and a push's payload is handed to
- * the backend chunk by chunk as it arrives — or received straight into its
- * destination when no arithmetic is needed. Output goes through an outq;
- * results are added by reference, never copied per trainer.
+ * header is decoded once it is complete and handed to the handler of its
+ * message type; a push's payload is handed to the futures layer chunk by
+ * chunk as it arrives — or received straight into its destination when no
+ * arithmetic is needed. Output goes through an outq; results are added by
+ * reference, never copied per trainer. Nothing here knows what a push
+ * means: that is the kind's, below the futures.
  */
 #ifndef PSBENCH_CONN_H
 #define PSBENCH_CONN_H
@@ -13,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server/backend.h"
+#include "server/kind.h"
 #include "server/outq.h"
 #include "shared/frame.h"
 
@@ -64,8 +66,9 @@ int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload, 
 /* Write as much queued output as the socket takes; arm EV_WRITE for the
  * rest. Returns -1 if the connection was closed. */
 int conn_flush(conn *c);
-/* Stop feeding the current push (its entry failed); discard the rest. */
-void conn_push_detach(conn *c);
+/* Between passes: a push cut off by the reset is forgotten (the futures
+ * layer has dropped it); its remaining bytes are discarded. */
+void conn_push_forget(conn *c);
 /* Free a closed connection (from server_reap). */
 void conn_free(conn *c);
 

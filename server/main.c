@@ -1,7 +1,9 @@
 /* main.c — psbench-server: command line, then the reactor until a signal.
  *
  * A server averages gradient buckets pushed by its trainers: per (batch,
- * bucket) it waits for every trainer, then sends each of them the mean.
+ * bucket) it waits for every trainer, then sends each of them the mean —
+ * or, as a batch-update server, owns a model and answers every round of
+ * gradients with the parameters after an SGD step.
  */
 #include "server/master_link.h"
 #include "server/server.h"
@@ -26,6 +28,8 @@ static void server_usage(FILE *f)
         "\n"
         "Averages gradient buckets: for every (batch, bucket) it waits until all\n"
         "N trainers have pushed, then sends each of them the element-wise mean.\n"
+        "As a batch-update server it owns the model and answers each round of\n"
+        "gradients with the parameters after one SGD step.\n"
         "One thread, one event loop, every trainer connection on it.\n"
         "\n"
         "options:\n"
@@ -33,9 +37,13 @@ static void server_usage(FILE *f)
         "  --trainers N            trainers expected per bucket (1..65536)\n"
         "  --listen HOST:PORT      where to accept trainers (default 0.0.0.0:0, an\n"
         "                          ephemeral port; the chosen address is printed)\n"
-        "  --kind KIND             average (streaming sum, default) or average-batch\n"
-        "                          (keep every push, sum when the last arrives)\n"
-        "  --device DEV            cpu (default); cuda[:N] needs the CUDA backend\n"
+        "  --kind KIND             average (streaming sum, default), average-batch\n"
+        "                          (keep every push, sum when the last arrives) or\n"
+        "                          batch-update (the seed's BatchUpdateParameterServer)\n"
+        "  --device DEV            cpu (default); cuda[:N] needs the CUDA backend;\n"
+        "                          test (for tests: the CPU, finishing every future\n"
+        "                          late on a worker thread). $PSBENCH_SERVER_DEVICE\n"
+        "                          sets the default\n"
         "  --rank R                this server's rank, sent to trainers (default 0)\n"
         "  --max-payload BYTES     largest payload accepted (default 1G; K/M/G ok)\n"
         "  --max-queued BYTES      results queued to one trainer that is not reading\n"
@@ -49,6 +57,15 @@ static void server_usage(FILE *f)
         "                          batch. Faster where page references cost less than\n"
         "                          copies; measure it with bench/server_throughput.sh\n"
         "  --no-splice             copy every result into the sockets (default)\n"
+        "batch-update (standalone; from a master, its configuration decides):\n"
+        "  --in-features N         the model is Linear(N, M): default 100\n"
+        "  --out-features M        default 30\n"
+        "  --lr LR                 SGD learning rate (default 0.001)\n"
+        "  --momentum M            SGD momentum (default 0.9)\n"
+        "  --batch-update-size K   pushes per update round (default: --trainers)\n"
+        "  --seed S                initializes the parameters (default 0)\n"
+        "  --part P/N              this server holds part P of N of the flat\n"
+        "                          parameter vector (default 0/1)\n"
         "  --token T               trainers must present this token (or PSBENCH_TOKEN)\n"
         "  --hello-timeout SECONDS a connection that has not said a good hello by\n"
         "                          then is answered bad_frame and closed (default 30)\n"
@@ -62,13 +79,15 @@ static void server_usage(FILE *f)
         "On exit (SIGINT/SIGTERM) it prints its metrics in milliseconds:\n"
         "parameter_server_batch_metric,param_index_batch (first push to results\n"
         "queued), parameter_server_straggler_metric,param_index_straggler (first\n"
-        "push to last push complete), method_metric,average computation.\n");
+        "push to last push complete), method_metric,average computation (or, for\n"
+        "batch-update, method_metric,update: the mean and the SGD step).\n");
 }
 
 enum {
     OPT_STANDALONE = 256, OPT_TRAINERS, OPT_LISTEN, OPT_KIND, OPT_DEVICE, OPT_RANK,
     OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_TOKEN, OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
-    OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT,
+    OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT, OPT_IN_FEATURES, OPT_OUT_FEATURES,
+    OPT_LR, OPT_MOMENTUM, OPT_BU_SIZE, OPT_SEED, OPT_PART,
 };
 
 static const struct option server_opts[] = {
@@ -86,6 +105,13 @@ static const struct option server_opts[] = {
     {"splice", no_argument, NULL, OPT_SPLICE},
     {"no-splice", no_argument, NULL, OPT_NO_SPLICE},
     {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
+    {"in-features", required_argument, NULL, OPT_IN_FEATURES},
+    {"out-features", required_argument, NULL, OPT_OUT_FEATURES},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"batch-update-size", required_argument, NULL, OPT_BU_SIZE},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"part", required_argument, NULL, OPT_PART},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -120,10 +146,12 @@ int main(int argc, char **argv)
     cfg.max_payload = FRAME_MAX_PAYLOAD_DEFAULT;
     cfg.max_queued = 256ull << 20;
     cfg.hello_timeout_s = 30;
-    cfg.kind = KIND_AVERAGE;
-    bool standalone = false;
+    cfg.kind.id = KIND_AVERAGE;
+    cfg.kind.bu = (batch_update_config){.in_features = 100, .out_features = 30, .lr = 0.001f,
+                                        .momentum = 0.9f, .parts = 1};
+    bool standalone = false, bu_flags = false;
     bool have_rank = false;
-    const char *master = NULL, *advertise = NULL, *device = "cpu";
+    const char *master = NULL, *advertise = NULL, *device = NULL;
     cfg.listen_fd = -1;
     log_level level = LOG_INFO;
     char err[256];
@@ -147,22 +175,63 @@ int main(int argc, char **argv)
                 return server_fail(err);
             break;
         case OPT_KIND:
-            if (strcmp(optarg, "average") == 0)
-                cfg.kind = KIND_AVERAGE;
-            else if (strcmp(optarg, "average-batch") == 0)
-                cfg.kind = KIND_AVERAGE_BATCH;
-            else {
-                snprintf(err, sizeof err, "--kind: '%s' is not average or average-batch", optarg);
+            if (kind_parse(optarg, &cfg.kind.id) < 0) {
+                snprintf(err, sizeof err, "--kind: '%s' is not average, average-batch or batch-update", optarg);
                 return server_fail(err);
             }
             break;
         case OPT_DEVICE:
-            if (strcmp(optarg, "cpu") != 0) {
-                snprintf(err, sizeof err,
-                         "--device %s: this build averages on the CPU only (--device cpu)", optarg);
+            device = optarg;
+            break;
+        case OPT_IN_FEATURES:
+        case OPT_OUT_FEATURES:
+        case OPT_BU_SIZE:
+            if (cli_parse_u64(opt == OPT_IN_FEATURES    ? "--in-features"
+                              : opt == OPT_OUT_FEATURES ? "--out-features"
+                                                        : "--batch-update-size",
+                              optarg, opt == OPT_BU_SIZE ? 0 : 1, 1u << 20, 0, &v, err, sizeof err) < 0)
+                return server_fail(err);
+            if (opt == OPT_IN_FEATURES)
+                cfg.kind.bu.in_features = (uint32_t)v;
+            else if (opt == OPT_OUT_FEATURES)
+                cfg.kind.bu.out_features = (uint32_t)v;
+            else
+                cfg.kind.bu.batch_update_size = (uint32_t)v;
+            bu_flags = true;
+            break;
+        case OPT_LR:
+        case OPT_MOMENTUM: {
+            char *end;
+            double d = strtod(optarg, &end);
+            if (end == optarg || *end || !(d >= 0) || d > 1e6) {
+                snprintf(err, sizeof err, "%s: '%s' is not a number in 0..1e6",
+                         opt == OPT_LR ? "--lr" : "--momentum", optarg);
                 return server_fail(err);
             }
+            if (opt == OPT_LR)
+                cfg.kind.bu.lr = (float)d;
+            else
+                cfg.kind.bu.momentum = (float)d;
+            bu_flags = true;
             break;
+        }
+        case OPT_SEED:
+            if (cli_parse_u64("--seed", optarg, 0, UINT64_MAX, 0, &cfg.kind.bu.seed, err, sizeof err) < 0)
+                return server_fail(err);
+            bu_flags = true;
+            break;
+        case OPT_PART: {
+            unsigned long long p, n;
+            char extra;
+            if (sscanf(optarg, "%llu/%llu%c", &p, &n, &extra) != 2 || n == 0 || p >= n || n > 65536) {
+                snprintf(err, sizeof err, "--part: '%s' is not P/N with 0 <= P < N <= 65536", optarg);
+                return server_fail(err);
+            }
+            cfg.kind.bu.part = (uint32_t)p;
+            cfg.kind.bu.parts = (uint32_t)n;
+            bu_flags = true;
+            break;
+        }
         case OPT_RANK:
             if (cli_parse_u64("--rank", optarg, 0, UINT32_MAX, 0, &v, err, sizeof err) < 0)
                 return server_fail(err);
@@ -228,6 +297,21 @@ int main(int argc, char **argv)
         return server_fail("--standalone needs --trainers N");
     if (master && cfg.trainers)
         return server_fail("--trainers: with --master, the master decides the trainer count");
+    if (bu_flags && (master || cfg.kind.id != KIND_BATCH_UPDATE))
+        return server_fail(master ? "the batch-update flags are for --standalone: with --master, its "
+                                    "configuration decides"
+                                  : "--in-features, --out-features, --lr, --momentum, --batch-update-size, "
+                                    "--seed and --part need --kind batch-update");
+    if (!device) {
+        const char *d = getenv("PSBENCH_SERVER_DEVICE");
+        device = d && *d ? d : "cpu";
+    }
+    if (strcmp(device, "cpu") != 0 && strcmp(device, "test") != 0) {
+        snprintf(err, sizeof err, "--device %s: this build computes on the CPU only (cpu, or test for tests)",
+                 device);
+        return server_fail(err);
+    }
+    snprintf(cfg.device, sizeof cfg.device, "%s", device);
     if (!cfg.token) {
         const char *t = getenv("PSBENCH_TOKEN");
         if (t && *t)
@@ -248,7 +332,7 @@ int main(int argc, char **argv)
         cfg.listen_fd = net_listen(cfg.host, cfg.port, 1024, &cfg.port, err, sizeof err);
         if (cfg.listen_fd < 0)
             return server_fail(err);
-        if (master_link_join(&link, master, &cfg, device, advertise, have_rank ? (int64_t)cfg.rank : -1, err,
+        if (master_link_join(&link, master, &cfg, strcmp(device, "test") == 0 ? "cpu" : device, advertise, have_rank ? (int64_t)cfg.rank : -1, err,
                              sizeof err) < 0) {
             ctl_close(&link);
             close(cfg.listen_fd);
@@ -265,8 +349,8 @@ int main(int argc, char **argv)
         return server_fail(err);
     }
     ctl_close(&link);
-    log_info("listening on %s:%u (kind %s, %u trainers, backend cpu)", cfg.host, s.bound_port,
-             cfg.kind == KIND_AVERAGE ? "average" : "average-batch", cfg.trainers);
+    log_info("listening on %s:%u (kind %s, %u trainers, device %s)", cfg.host, s.bound_port,
+             kind_name(cfg.kind.id), cfg.trainers, s.dev->ops->name);
     int rc = server_run(&s);
     master_link_free(&s);
     printf("psbench-server %u: %" PRIu64 " pushes in, %" PRIu64 " results out, %" PRIu64

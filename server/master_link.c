@@ -21,6 +21,31 @@ struct master_link {
     const char *token;
 };
 
+/* The `batch_update` object of a batch-update server's assignment. */
+static int master_link_batch_update(json_t *body, batch_update_config *bu, char *err, size_t errlen)
+{
+    json_t *o = json_object_get(body, "batch_update");
+    int64_t in = ctl_int(o, "in_features", -1), out = ctl_int(o, "out_features", -1);
+    int64_t size = ctl_int(o, "batch_update_size", 0), part = ctl_int(o, "part", -1);
+    int64_t parts = ctl_int(o, "parts", -1), seed = ctl_int(o, "seed", 0);
+    double lr = ctl_num(o, "lr", -1), momentum = ctl_num(o, "momentum", -1);
+    if (!json_is_object(o) || in < 1 || in > (1 << 20) || out < 1 || out > (1 << 20) || size < 0 ||
+        size > 65536 || parts < 1 || parts > 65536 || part < 0 || part >= parts || !(lr >= 0) ||
+        !(momentum >= 0)) {
+        snprintf(err, errlen, "the master sent a bad batch-update assignment");
+        return -1;
+    }
+    bu->in_features = (uint32_t)in;
+    bu->out_features = (uint32_t)out;
+    bu->batch_update_size = (uint32_t)size;
+    bu->part = (uint32_t)part;
+    bu->parts = (uint32_t)parts;
+    bu->seed = (uint64_t)seed;
+    bu->lr = (float)lr;
+    bu->momentum = (float)momentum;
+    return 0;
+}
+
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device,
                      const char *advertise, int64_t want_rank, char *err, size_t errlen)
 {
@@ -64,18 +89,16 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
         }
         cfg->rank = (uint32_t)rank;
         cfg->trainers = (uint32_t)trainers;
-        if (strcmp(kind, "average-batch") == 0)
-            cfg->kind = KIND_AVERAGE_BATCH;
-        else if (strcmp(kind, "average") == 0)
-            cfg->kind = KIND_AVERAGE;
-        else {
+        if (kind_parse(kind, &cfg->kind.id) < 0) {
             snprintf(err, errlen, "the master asked for server kind '%s', which this build does not have",
                      kind);
             ctl_msg_clear(&m);
             return -1;
         }
+        int bu_rc = cfg->kind.id == KIND_BATCH_UPDATE ? master_link_batch_update(m.body, &cfg->kind.bu, err, errlen)
+                                                   : 0;
         ctl_msg_clear(&m);
-        return 0;
+        return bu_rc;
     }
 }
 
@@ -129,17 +152,20 @@ static void link_on_message(struct master_link *l, ctl_msg *m)
     }
 }
 
+/* ctl_read_stream's view of the input evbuffer. */
+static const uint8_t *link_pullup(void *in, size_t n)
+{
+    return evbuffer_pullup(in, (ev_ssize_t)n);
+}
+
 static void link_on_read(struct bufferevent *bev, void *arg)
 {
     struct master_link *l = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     for (;;) {
-        size_t len = evbuffer_get_length(in);
-        if (len < FRAME_PREFIX_LEN)
-            return;
         ctl_msg m;
         size_t used;
-        frame_status st = ctl_decode(&l->dec, evbuffer_pullup(in, -1), len, &m, &used);
+        frame_status st = ctl_read_stream(&l->dec, evbuffer_get_length(in), link_pullup, in, &m, &used);
         if (st == FRAME_NEED_MORE)
             return;
         if (st != FRAME_OK) {

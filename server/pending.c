@@ -23,41 +23,57 @@ int pending_init(pending_table *t, uint32_t nslots)
     return t->heads ? 0 : -1;
 }
 
-void pending_entry_free(pending_entry *e)
+void pending_free_entry(future *e)
 {
     free(e->pushed);
-    free(e->stored);
     free(e);
 }
 
-void pending_destroy(pending_table *t, void (*free_fn)(pending_entry *, void *), void *arg)
+void pending_destroy(pending_table *t, void (*free_fn)(future *, void *), void *arg)
 {
     for (size_t i = 0; i < t->nheads; i++) {
-        pending_entry *e = t->heads[i];
+        future *e = t->heads[i];
         while (e) {
-            pending_entry *next = e->next;
+            future *next = e->next;
             if (free_fn)
                 free_fn(e, arg);
-            pending_entry_free(e);
+            pending_free_entry(e);
             e = next;
         }
     }
     while (t->spare) {
-        pending_entry *e = t->spare;
+        future *e = t->spare;
         t->spare = e->next;
-        pending_entry_free(e);
+        pending_free_entry(e);
     }
     free(t->heads);
     free(t->marks);
     memset(t, 0, sizeof *t);
 }
 
+void pending_clear(pending_table *t, void (*free_fn)(future *, void *), void *arg)
+{
+    for (size_t i = 0; i < t->nheads; i++) {
+        future *e = t->heads[i];
+        while (e) {
+            future *next = e->next;
+            if (free_fn)
+                free_fn(e, arg);
+            pending_free_entry(e);
+            e = next;
+        }
+        t->heads[i] = NULL;
+    }
+    t->count = 0;
+    t->nmarks = 0;
+}
+
 #define PENDING_SPARE_MAX 4096
 
-void pending_recycle(pending_table *t, pending_entry *e)
+void pending_recycle(pending_table *t, future *e)
 {
     if (t->nspare >= PENDING_SPARE_MAX) {
-        pending_entry_free(e);
+        pending_free_entry(e);
         return;
     }
     e->next = t->spare;
@@ -65,9 +81,9 @@ void pending_recycle(pending_table *t, pending_entry *e)
     t->nspare++;
 }
 
-pending_entry *pending_find(pending_table *t, uint64_t batch, uint64_t bucket)
+future *pending_find(pending_table *t, uint64_t batch, uint64_t bucket)
 {
-    pending_entry *e = t->heads[pending_hash(batch, bucket) & (t->nheads - 1)];
+    future *e = t->heads[pending_hash(batch, bucket) & (t->nheads - 1)];
     while (e && (e->batch != batch || e->bucket != bucket))
         e = e->next;
     return e;
@@ -92,13 +108,13 @@ bool pending_is_stale(const pending_table *t, uint64_t batch, uint64_t bucket)
 static int pending_grow(pending_table *t)
 {
     size_t n = t->nheads * 2;
-    pending_entry **h = calloc(n, sizeof *h);
+    future **h = calloc(n, sizeof *h);
     if (!h)
         return -1;
     for (size_t i = 0; i < t->nheads; i++) {
-        pending_entry *e = t->heads[i];
+        future *e = t->heads[i];
         while (e) {
-            pending_entry *next = e->next;
+            future *next = e->next;
             size_t b = pending_hash(e->batch, e->bucket) & (n - 1);
             e->next = h[b];
             h[b] = e;
@@ -111,13 +127,13 @@ static int pending_grow(pending_table *t)
     return 0;
 }
 
-pending_entry *pending_create(pending_table *t, uint64_t batch, uint64_t bucket)
+future *pending_create(pending_table *t, uint64_t batch, uint64_t bucket)
 {
     assert(!pending_find(t, batch, bucket));
     if (t->count + 1 > t->nheads && pending_grow(t) < 0)
         return NULL;
     size_t words = (t->nslots + 63) / 64 + 1;
-    pending_entry *e = t->spare;
+    future *e = t->spare;
     if (e) {
         t->spare = e->next;
         t->nspare--;
@@ -159,15 +175,14 @@ static void pending_mark_resolved(pending_table *t, uint64_t batch, uint64_t buc
         m = &t->marks[t->nmarks++];
         m->bucket = bucket;
         m->next_batch = 0;
-        m->used = true;
     }
     if (batch + 1 > m->next_batch)
         m->next_batch = batch + 1;
 }
 
-void pending_remove(pending_table *t, pending_entry *e, bool resolved)
+void pending_remove(pending_table *t, future *e, bool resolved)
 {
-    pending_entry **pp = &t->heads[pending_hash(e->batch, e->bucket) & (t->nheads - 1)];
+    future **pp = &t->heads[pending_hash(e->batch, e->bucket) & (t->nheads - 1)];
     while (*pp && *pp != e)
         pp = &(*pp)->next;
     assert(*pp == e);
@@ -178,14 +193,9 @@ void pending_remove(pending_table *t, pending_entry *e, bool resolved)
         pending_mark_resolved(t, e->batch, e->bucket);
 }
 
-void pending_foreach(pending_table *t, void (*fn)(pending_entry *, void *), void *arg)
+void pending_foreach(pending_table *t, void (*fn)(future *, void *), void *arg)
 {
     for (size_t i = 0; i < t->nheads; i++)
-        for (pending_entry *e = t->heads[i]; e; e = e->next)
+        for (future *e = t->heads[i]; e; e = e->next)
             fn(e, arg);
-}
-
-void pending_forget_marks(pending_table *t)
-{
-    t->nmarks = 0;
 }

@@ -1,18 +1,19 @@
-/* reactor.c — the server's event loop and the glue between its parts.
+/* reactor.c — the server's event loop: the top of the transport layer.
  *
  * One thread, one libevent event_base: the listening socket, every trainer
- * connection, SIGINT/SIGTERM. The loop's shape per readiness event is:
+ * connection, SIGINT/SIGTERM, and a device's wake-ups. The loop's shape per
+ * readiness event is:
  *
  *     read what the socket has → parse frames → stream payloads into the
- *     backend → resolve complete futures (queue results) → flush output
+ *     futures → (futures resolve, now or when the device completes) →
+ *     answers queued → flush output
  *
  * so that everything a round of input produces leaves in one write per
- * connection. This file also owns the trainer slots ("members") and the
- * fate of futures: resolved (results to every waiter) or failed (peer_lost
- * to every waiter).
+ * connection. This file also owns the trainer slots ("members") and turns
+ * the futures layer's outcomes into frames: an answer (the result to every
+ * pusher, one shared payload) or a failure (peer_lost to every pusher).
  */
 #include "server/server.h"
-#include "server/backend.h"
 #include "server/conn.h"
 #include "shared/log.h"
 #include "shared/net.h"
@@ -134,6 +135,7 @@ uint32_t server_member_join(server *s, conn *c, uint64_t rank, char *msg, size_t
         }
         m->conn = c;
         m->lost = false;
+        futures_member_back(&s->fut, i);
         return i;
     }
     if (s->nmembers == s->cfg.trainers) {
@@ -147,32 +149,15 @@ uint32_t server_member_join(server *s, conn *c, uint64_t rank, char *msg, size_t
     return s->nmembers++;
 }
 
-const char *server_lost_member(server *s, char *msg, size_t len)
-{
-    for (uint32_t i = 0; i < s->nmembers; i++)
-        if (s->members[i].lost) {
-            snprintf(msg, len, "trainer rank %" PRIu64 " disconnected; no bucket can complete",
-                     s->members[i].rank);
-            return msg;
-        }
-    return NULL;
-}
-
-/* pending_destroy's callback: the same release as a finished future. */
-static void server_free_entry(pending_entry *e, void *arg)
-{
-    server_entry_release(arg, e);
-}
-
 void server_reset(server *s)
 {
+    /* Drains the device first: nothing is freed under work in flight. */
+    futures_reset(&s->fut);
     for (conn *c = s->conns; c; c = c->next) {
-        conn_push_detach(c);
+        conn_push_forget(c);
         /* A pass ends when every trainer has read all its results. */
         outq_return_all(&c->out);
     }
-    pending_destroy(&s->pending, server_free_entry, s);
-    pending_init(&s->pending, s->cfg.trainers);
     metrics_reset(s->metrics);
     log_info("reset: futures and metrics cleared");
 }
@@ -187,35 +172,11 @@ static void server_maybe_new_session(server *s)
     for (conn *c = s->conns; c; c = c->next)
         if (c->fd >= 0 && c->hello_done)
             return;
-    /* What is left are failed futures (tombstones) of the old job. */
-    pending_destroy(&s->pending, server_free_entry, s);
-    pending_init(&s->pending, s->cfg.trainers);
+    /* What is left are failed futures (tombstones) of the old job, and
+     * maybe device work for futures nobody waits for: drain, forget. */
+    futures_new_session(&s->fut);
     s->nmembers = 0;
     log_info("all trainers left: ready for a new job");
-}
-
-typedef struct lost_ctx {
-    server *s;
-    uint32_t slot;
-    char msg[160];
-    pending_entry **victims;
-    size_t n, cap;
-} lost_ctx;
-
-static void server_collect_lost(pending_entry *e, void *arg)
-{
-    lost_ctx *lc = arg;
-    if (e->failed || e->resolving || pending_has_slot(e, lc->slot))
-        return;
-    if (lc->n == lc->cap) {
-        size_t cap = lc->cap ? lc->cap * 2 : 16;
-        pending_entry **v = realloc(lc->victims, cap * sizeof *v);
-        if (!v)
-            return;
-        lc->victims = v;
-        lc->cap = cap;
-    }
-    lc->victims[lc->n++] = e;
 }
 
 void server_member_lost(server *s, uint32_t slot, conn *c)
@@ -224,94 +185,69 @@ void server_member_lost(server *s, uint32_t slot, conn *c)
     member *m = &s->members[slot];
     m->conn = NULL;
     m->lost = true;
-    /* Futures this trainer never pushed to can never complete: tell the
-     * trainers waiting on them now, rather than let them time out. */
-    lost_ctx lc = {.s = s, .slot = slot};
-    snprintf(lc.msg, sizeof lc.msg, "trainer rank %" PRIu64 " disconnected before pushing", m->rank);
-    pending_foreach(&s->pending, server_collect_lost, &lc);
-    for (size_t i = 0; i < lc.n; i++)
-        server_entry_fail(s, lc.victims[i], lc.msg);
-    free(lc.victims);
+    futures_member_lost(&s->fut, slot, m->rank);
     server_maybe_new_session(s);
 }
 
-/* ---- futures ----------------------------------------------------------- */
+/* ---- the futures layer's outcomes ------------------------------------- */
 
-void server_entry_release(server *s, pending_entry *e)
+/* futures_hooks.fail: every trainer that pushed into f hears peer_lost. */
+static void server_on_fail(void *ctx, future *f, const char *msg)
 {
-    s->be->ops->release(s->be, e);
-}
-
-void server_entry_fail(server *s, pending_entry *e, const char *why)
-{
-    assert(!e->failed);
-    e->failed = true;
-    log_warn("batch %" PRIu64 " bucket %" PRIu64 " failed: %s", e->batch, e->bucket, why);
-    /* Stop connections still streaming into it before its buffers go. */
-    for (conn *c = s->conns; c; c = c->next)
-        if (c->sink == SINK_PUSH && c->push.e == e)
-            conn_push_detach(c);
-    server_entry_release(s, e);
+    server *s = ctx;
     frame_hdr about = {0};
-    about.batch = e->batch;
-    about.bucket = e->bucket;
+    about.batch = f->batch;
+    about.bucket = f->bucket;
     about.has = FH_BATCH | FH_BUCKET;
-    char msg[256];
-    snprintf(msg, sizeof msg, "batch %" PRIu64 " bucket %" PRIu64 " cannot complete: %s", e->batch,
-             e->bucket, why);
     for (uint32_t i = 0; i < s->nmembers; i++) {
         conn *c = s->members[i].conn;
-        if (c && pending_has_slot(e, i))
+        if (c && pending_has_slot(f, i))
             conn_send_error(c, ERR_PEER_LOST, msg, &about);
     }
-    /* The entry stays as a tombstone so that late pushes to it are told
-     * peer_lost too; it goes with the session. */
 }
 
-void server_push_completed(server *s, pending_entry *e)
+/* futures_hooks.answer: one header for every pusher, the payload shared
+ * by reference. */
+static void server_on_answer(void *ctx, future *f, psbuf *result)
 {
-    if (e->completed < s->cfg.trainers)
-        return;
-    assert(e->completed == s->cfg.trainers && e->started == s->cfg.trainers);
-    e->t_last_ns = clock_now_ns();
-    metrics_add(s->m_straggler, (double)(e->t_last_ns - e->t_first_ns) / 1e6);
-    e->resolving = true;
-    s->be->ops->resolve(s->be, e);
-}
-
-void server_entry_resolved(server *s, pending_entry *e, psbuf *result)
-{
+    server *s = ctx;
     frame_hdr h = {0};
     h.type = FT_RESULT;
-    h.batch = e->batch;
-    h.bucket = e->bucket;
+    h.batch = f->batch;
+    h.bucket = f->bucket;
     h.dtype = frame_str_c("f32");
-    h.layout = e->layout;
-    h.layout_str = frame_str_c(e->layout == LAYOUT_DENSE ? "dense" : "sparse");
+    h.layout = f->layout;
+    h.layout_str = frame_str_c(f->layout == LAYOUT_DENSE ? "dense" : "sparse");
     h.payload = result->len;
     h.has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_PAYLOAD;
-    if (e->layout == LAYOUT_DENSE) {
-        h.count = e->count;
+    if (f->layout == LAYOUT_DENSE) {
+        h.count = f->count;
         h.has |= FH_COUNT;
     } else {
-        h.rows = e->rows;
-        h.cols = e->cols;
-        h.nnz = result->len / (8 + 4 * e->cols);
+        h.rows = f->rows;
+        h.cols = f->cols;
+        h.nnz = result->len / (8 + 4 * f->cols);
         h.has |= FH_ROWS | FH_COLS | FH_NNZ;
     }
-    /* One header for all waiters; the payload is shared by reference. */
+    if (f->round) {
+        h.round = f->round;
+        h.has |= FH_ROUND;
+    }
     uint8_t buf[256];
     size_t n = frame_encode_header(&h, buf, sizeof buf);
     assert(n > 0);
     for (uint32_t i = 0; i < s->nmembers; i++) {
         conn *c = s->members[i].conn;
-        if (c && pending_has_slot(e, i) && conn_queue_result(c, buf, n, result, e->batch) == 0)
+        if (c && pending_has_slot(f, i) && conn_queue_result(c, buf, n, result, f->batch) == 0)
             s->results++;
     }
-    metrics_add(s->m_batch, (double)(clock_now_ns() - e->t_first_ns) / 1e6);
-    server_entry_release(s, e);
-    pending_remove(&s->pending, e, true);
-    pending_recycle(&s->pending, e);
+}
+
+void server_after_io(void *arg)
+{
+    server *s = arg;
+    server_flush(s);
+    server_reap(s);
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
@@ -332,15 +268,32 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
     s->listen_fd = -1;
     frame_decoder_init(&s->dec, cfg->max_payload);
     bufpool_init(&s->pool, (size_t)1 << 30);
+    s->cfg.kind.trainers = cfg->trainers;
     s->metrics = metrics_new();
     s->members = calloc(cfg->trainers, sizeof *s->members);
     s->base = event_base_new();
-    if (!s->metrics || !s->members || !s->base || pending_init(&s->pending, cfg->trainers) < 0) {
+    if (!s->metrics || !s->members || !s->base) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    s->be = backend_cpu_new(s);
-    if (!s->be) {
+    /* The seed's metrics, created in its order so the table reads the
+     * same whatever happens first: batch, straggler, then the kind's. */
+    stats *m_batch = metrics_get(s->metrics, "parameter_server_batch_metric,param_index_batch");
+    stats *m_straggler = metrics_get(s->metrics, "parameter_server_straggler_metric,param_index_straggler");
+    if (!m_batch || !m_straggler) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    s->dev = device_new(s->cfg.device[0] ? s->cfg.device : "cpu", s->base, err, errlen);
+    if (!s->dev)
+        return -1;
+    s->dev->after = server_after_io;
+    s->dev->after_ctx = s;
+    s->kind = kind_new(&s->cfg.kind, s->dev, &s->pool, s->metrics, err, errlen);
+    if (!s->kind)
+        return -1;
+    futures_hooks hooks = {.answer = server_on_answer, .fail = server_on_fail, .ctx = s};
+    if (futures_init(&s->fut, s->kind, cfg->trainers, &hooks, m_batch, m_straggler) < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -361,15 +314,6 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "cannot set up the event loop");
         return -1;
     }
-    /* Pre-create the metrics in the seed's order so the table reads the
-     * same whatever happens first. */
-    s->m_batch = metrics_get(s->metrics, "parameter_server_batch_metric,param_index_batch");
-    s->m_straggler = metrics_get(s->metrics, "parameter_server_straggler_metric,param_index_straggler");
-    s->m_average = metrics_get(s->metrics, "method_metric,average computation");
-    if (!s->m_batch || !s->m_straggler || !s->m_average) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
     return 0;
 }
 
@@ -382,13 +326,15 @@ int server_run(server *s)
 
 void server_free(server *s)
 {
+    /* Device work in flight finishes first (its answers are dropped). */
+    if (s->kind)
+        futures_drain(&s->fut);
     while (s->conns)
         conn_close(s->conns, "server shutting down");
     server_reap(s);
-    if (s->be) {
-        pending_destroy(&s->pending, server_free_entry, s);
-        s->be->ops->destroy(s->be);
-    }
+    futures_destroy(&s->fut);
+    kind_free(s->kind);
+    device_destroy(s->dev);
     for (int i = 0; i < 2; i++)
         if (s->sig_ev[i])
             event_free(s->sig_ev[i]);

@@ -47,7 +47,9 @@ REDUCE_LOOPS(base, )
 REDUCE_LOOPS(avx2, __attribute__((target("avx2"))))
 #endif
 
-static int reduce_wide_sel = -1; /* -1: not decided yet; only the server's reactor thread folds */
+/* -1: not decided yet. Decided by device_new before any device thread
+ * starts, and only read after that (tests switch it between runs). */
+static int reduce_wide_sel = -1;
 
 bool reduce_use_wide(int want)
 {
@@ -98,6 +100,17 @@ void reduce_add_scale_f32(float *restrict acc, const uint8_t *restrict src, size
 void reduce_copy_scale_f32(float *restrict acc, const uint8_t *restrict src, size_t n, float s)
 {
     REDUCE_CALL(reduce_copy_scale, acc, src, n, s);
+}
+
+void reduce_sgd_momentum_f32(float *param, float *buf, const float *grad_sum, size_t n, float scale,
+                             float lr, float momentum, bool first)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = grad_sum[i] * scale;
+        float b = first ? g : momentum * buf[i] + g;
+        buf[i] = b;
+        param[i] = param[i] - lr * b;
+    }
 }
 
 /* ---- sparse ------------------------------------------------------------ */

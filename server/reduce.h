@@ -24,6 +24,13 @@ void reduce_add_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
 /* acc[i] = src[i] * s. */
 void reduce_copy_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
 
+/* One step of PyTorch's SGD with momentum (dampening 0, no Nesterov, no
+ * weight decay) from the sum of N gradients, element by element in float:
+ * g = grad_sum[i] * scale; buf[i] = first ? g : momentum * buf[i] + g;
+ * param[i] = param[i] - lr * buf[i]. */
+void reduce_sgd_momentum_f32(float *param, float *buf, const float *grad_sum, size_t n, float scale,
+                             float lr, float momentum, bool first);
+
 /* Which compiled loops the dense folds above use: want 0 the portable
  * ones, 1 the AVX2 ones where the CPU has them, -1 whatever the CPU
  * supports (the default). Returns whether the AVX2 loops are in use. Both

@@ -1,7 +1,10 @@
-/* server.h — the state of one psbench-server process, shared by its
- * modules: reactor (event loop, listener, signals, flushing), conn (one
- * trainer connection: framing, hello, pushes), pending (the futures) and
- * the averaging backend. Everything runs on one thread. */
+/* server.h — the state of one psbench-server process and its transport
+ * layer: reactor (event loop, listener, signals, flushing, trainer slots)
+ * and conn (one trainer connection: framing, I/O, a handler per message
+ * type). Below the transport: the futures (future.h), the kinds (kind.h)
+ * and the devices (device.h); docs/architecture.md draws the layers.
+ * Everything runs on one thread (a device may use threads of its own and
+ * delivers its completions on this one). */
 #ifndef PSBENCH_SERVER_H
 #define PSBENCH_SERVER_H
 
@@ -12,21 +15,21 @@
 #include "shared/clock.h"
 #include "shared/metrics.h"
 #include "server/bufpool.h"
-#include "server/pending.h"
+#include "server/device.h"
+#include "server/future.h"
+#include "server/kind.h"
 
 struct event_base;
 struct event;
 struct conn;
-struct backend;
-
-typedef enum server_kind { KIND_AVERAGE = 0, KIND_AVERAGE_BATCH } server_kind;
 
 typedef struct server_config {
     char host[256];
     uint16_t port;
     uint32_t trainers;    /* pushes expected per (batch, bucket) */
     uint32_t rank;        /* this server's rank (0 standalone) */
-    server_kind kind;
+    kind_config kind;     /* what the server does (kind.h); kind.trainers = trainers */
+    char device[32];      /* cpu, or test (tests only) */
     const char *token;    /* NULL: none required */
     uint64_t max_payload;
     uint64_t max_queued;  /* output bytes queued per connection before it is dropped */
@@ -52,11 +55,11 @@ typedef struct server {
     int listen_fd;
     uint16_t bound_port;
     frame_decoder dec;   /* headers are decoded one at a time: one decoder */
-    pending_table pending;
+    futures fut;
+    kind *kind;
+    device *dev;
     bufpool pool;
-    struct backend *be;
     metrics *metrics;
-    stats *m_batch, *m_straggler, *m_average; /* the seed's three server metrics */
     member *members;
     uint32_t nmembers;
     uint32_t nconns;
@@ -77,15 +80,6 @@ int server_run(server *s);
 void server_free(server *s);
 /* Ask the reactor to write c's output before it next waits. */
 void server_want_flush(server *s, struct conn *c);
-/* Called by the backend when e's mean is ready in e->acc (dense) or its
- * result buffer: queue it to every waiting trainer. */
-void server_entry_resolved(server *s, pending_entry *e, psbuf *result);
-/* Fail e: tell its waiters `peer_lost`, keep it as a tombstone. */
-void server_entry_fail(server *s, pending_entry *e, const char *why);
-/* Release the buffers an entry holds. */
-void server_entry_release(server *s, pending_entry *e);
-/* A push into e completed (payload fully in): resolve if it was the last. */
-void server_push_completed(server *s, pending_entry *e);
 /* Between passes: forget every future and resolved mark, clear metrics;
  * connections and trainer slots stay. */
 void server_reset(server *s);
@@ -101,8 +95,9 @@ uint32_t server_member_join(server *s, struct conn *c, uint64_t rank, char *msg,
 /* The connection of a slot went away: every future it has not pushed to
  * can no longer complete. */
 void server_member_lost(server *s, uint32_t slot, struct conn *c);
-/* Non-NULL (msg filled) while a trainer that was connected is gone. */
-const char *server_lost_member(server *s, char *msg, size_t len);
+/* After work outside a connection's callbacks (a device's completions):
+ * write the output it queued and free closed connections. */
+void server_after_io(void *s);
 
 
 #endif

@@ -1,6 +1,7 @@
 /* control.c — control-plane messages: JSON bodies in protocol v1 frames
  * (see control.h). */
 #include "shared/control.h"
+#include "shared/framed.h"
 #include "shared/metrics.h"
 #include "shared/net.h"
 
@@ -50,14 +51,20 @@ void ctl_msg_clear(ctl_msg *m)
 
 frame_status ctl_decode(frame_decoder *d, const uint8_t *p, size_t len, ctl_msg *m, size_t *consumed)
 {
+    size_t need;
+    return ctl_decode_view(d, p, len, m, consumed, &need);
+}
+
+frame_status ctl_decode_view(frame_decoder *d, const uint8_t *p, size_t len, ctl_msg *m, size_t *consumed,
+                             size_t *need)
+{
     frame_hdr h;
-    size_t hl;
+    const uint8_t *payload;
+    size_t used;
     *consumed = 0;
-    frame_status st = frame_decode_header(d, p, len, &h, &hl);
+    frame_status st = framed_whole(d, p, len, &h, &payload, &used, need);
     if (st != FRAME_OK)
         return st;
-    if (len - hl < h.payload)
-        return FRAME_NEED_MORE;
     if (h.type_str.n >= sizeof m->type) {
         snprintf(d->err, sizeof d->err, "control message type too long");
         return FRAME_BAD;
@@ -70,7 +77,7 @@ frame_status ctl_decode(frame_decoder *d, const uint8_t *p, size_t len, ctl_msg 
     if (h.payload == 0) {
         m->body = json_object();
     } else {
-        m->body = json_loadb((const char *)p + hl, h.payload, JSON_REJECT_DUPLICATES, &je);
+        m->body = json_loadb((const char *)payload, h.payload, JSON_REJECT_DUPLICATES, &je);
         if (!m->body || !json_is_object(m->body)) {
             snprintf(d->err, sizeof d->err, "control '%.31s': payload is not a JSON object%s%.80s",
                      m->type, m->body ? "" : ": ", m->body ? "" : je.text);
@@ -79,8 +86,29 @@ frame_status ctl_decode(frame_decoder *d, const uint8_t *p, size_t len, ctl_msg 
             return FRAME_BAD;
         }
     }
-    *consumed = hl + h.payload;
+    *consumed = used;
     return FRAME_OK;
+}
+
+frame_status ctl_read_stream(frame_decoder *d, size_t avail, ctl_view_fn view, void *ctx, ctl_msg *m,
+                             size_t *consumed)
+{
+    *consumed = 0;
+    size_t need = FRAME_PREFIX_LEN;
+    for (;;) {
+        if (avail < need)
+            return FRAME_NEED_MORE;
+        const uint8_t *p = view(ctx, need);
+        if (!p) {
+            snprintf(d->err, sizeof d->err, "out of memory");
+            return FRAME_BAD;
+        }
+        size_t more;
+        frame_status st = ctl_decode_view(d, p, need, m, consumed, &more);
+        if (st != FRAME_NEED_MORE)
+            return st;
+        need = more; /* the prefix, then the header, then the payload */
+    }
 }
 
 int ctl_connect(ctl_conn *c, const char *hostport, double timeout_s, char *err, size_t errlen)

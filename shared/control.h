@@ -34,6 +34,25 @@ void ctl_msg_clear(ctl_msg *m);
  * used; FRAME_NEED_MORE; FRAME_BAD / FRAME_TOO_LARGE with d->err set (a
  * payload that is not a JSON object is FRAME_BAD). */
 frame_status ctl_decode(frame_decoder *d, const uint8_t *p, size_t len, ctl_msg *m, size_t *consumed);
+/* ctl_decode that also says, on FRAME_NEED_MORE, how many bytes from p a
+ * later call needs to see (*need > len; see framed_whole). */
+frame_status ctl_decode_view(frame_decoder *d, const uint8_t *p, size_t len, ctl_msg *m, size_t *consumed,
+                             size_t *need);
+
+/* A contiguous view of the first n bytes of a stream buffered elsewhere
+ * (n never exceeds what the caller said is there), or NULL when out of
+ * memory. With a libevent evbuffer: evbuffer_pullup(ctx, n). */
+typedef const uint8_t *(*ctl_view_fn)(void *ctx, size_t n);
+
+/* Read one message from the start of a stream of which `avail` bytes are
+ * buffered elsewhere (the input evbuffer of a bufferevent), looking at no
+ * more of it than the message needs: the prefix, then the header, then the
+ * payload. FRAME_OK: *m is the message; drain *consumed bytes.
+ * FRAME_NEED_MORE: wait for more bytes; FRAME_BAD / FRAME_TOO_LARGE: d->err
+ * says why. Keeps shared/ free of libevent: the caller's view function
+ * pulls the bytes up. */
+frame_status ctl_read_stream(frame_decoder *d, size_t avail, ctl_view_fn view, void *ctx, ctl_msg *m,
+                             size_t *consumed);
 
 /* A blocking control connection (the trainer's and the server's side). */
 typedef struct ctl_conn {

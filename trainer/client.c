@@ -3,6 +3,7 @@
 #include "shared/clock.h"
 #include "shared/net.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -29,13 +30,13 @@ static void client_error_frame(const client_conn *c, const frame_hdr *h, char *e
 
 /* Blocking read of exactly one frame header (no payload) during the
  * handshake. */
-static int client_read_welcome(client *cl, client_conn *c, long long deadline, frame_hdr *h, char *err,
-                               size_t errlen)
+static int client_read_welcome(client_conn *c, long long deadline, frame_hdr *h, char *err, size_t errlen)
 {
     for (;;) {
-        size_t used;
-        frame_status st = frame_decode_header(&cl->dec, c->ibuf, c->ilen, h, &used);
-        if (st == FRAME_OK) {
+        framed_event ev;
+        framed_ev k = framed_next(&c->rd, &ev);
+        if (k == FRAMED_HEADER) {
+            *h = ev.hdr;
             if (h->type == FT_ERROR) {
                 client_error_frame(c, h, err, errlen);
                 return -1;
@@ -45,12 +46,12 @@ static int client_read_welcome(client *cl, client_conn *c, long long deadline, f
                          (int)h->type_str.n, h->type_str.p);
                 return -1;
             }
-            memmove(c->ibuf, c->ibuf + used, c->ilen - used);
-            c->ilen -= used;
+            k = framed_next(&c->rd, &ev); /* the end of its (empty) payload */
+            assert(k == FRAMED_END);
             return 0;
         }
-        if (st != FRAME_NEED_MORE) {
-            snprintf(err, errlen, "server %s: bad frame: %s", c->addr, cl->dec.err);
+        if (k != FRAMED_NEED_MORE) {
+            snprintf(err, errlen, "server %s: bad frame: %s", c->addr, framed_err(&c->rd));
             return -1;
         }
         long long left = deadline - clock_now_ms();
@@ -59,12 +60,14 @@ static int client_read_welcome(client *cl, client_conn *c, long long deadline, f
             snprintf(err, errlen, "server %s: no welcome within the timeout", c->addr);
             return -1;
         }
-        ssize_t r = recv(c->fd, c->ibuf + c->ilen, CLIENT_IBUF_SIZE - c->ilen, 0);
+        size_t room;
+        uint8_t *dst = framed_space(&c->rd, &room);
+        ssize_t r = recv(c->fd, dst, room, 0);
         if (r <= 0) {
             snprintf(err, errlen, "server %s closed the connection during hello", c->addr);
             return -1;
         }
-        c->ilen += (size_t)r;
+        framed_wrote(&c->rd, (size_t)r);
     }
 }
 
@@ -92,7 +95,7 @@ static int client_handshake(client *cl, client_conn *c, uint64_t rank, const cha
         return -1;
     }
     frame_hdr w;
-    if (client_read_welcome(cl, c, deadline, &w, err, errlen) < 0)
+    if (client_read_welcome(c, deadline, &w, err, errlen) < 0)
         return -1;
     if (!(w.has & FH_TRAINERS) || w.trainers == 0) {
         snprintf(err, errlen, "server %s: welcome without a trainer count", c->addr);
@@ -113,7 +116,6 @@ int client_open(client *cl, const char *servers, uint64_t rank, const char *toke
 {
     memset(cl, 0, sizeof *cl);
     cl->wake_fd = -1;
-    frame_decoder_init(&cl->dec, UINT64_MAX);
     cl->sink = *sink;
     size_t n = 1;
     for (const char *p = servers; *p; p++)
@@ -142,8 +144,8 @@ int client_open(client *cl, const char *servers, uint64_t rank, const char *toke
         uint16_t port;
         if (net_parse_hostport(c->addr, host, sizeof host, &port, 0, err, errlen) < 0)
             return -1;
-        c->ibuf = malloc(CLIENT_IBUF_SIZE);
-        if (!c->ibuf) {
+        /* Results are float32 arrays: handed to the sink in whole floats. */
+        if (framed_init(&c->rd, CLIENT_IBUF_SIZE, UINT64_MAX, 4) < 0) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
@@ -164,12 +166,11 @@ void client_close(client *cl)
         client_conn *c = &cl->conns[i];
         if (c->fd >= 0)
             close(c->fd);
-        free(c->ibuf);
+        framed_free(&c->rd);
         free(c->q);
     }
     free(cl->conns);
     free(cl->pfd);
-    frame_decoder_free(&cl->dec);
     memset(cl, 0, sizeof *cl);
 }
 
@@ -257,75 +258,52 @@ static int client_write(client *cl, client_conn *c, char *err, size_t errlen)
     return 0;
 }
 
-/* Dispatch complete frames and payload chunks in c->ibuf. */
+/* Dispatch the frames and payload chunks that have arrived on c. */
 static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
 {
-    while (c->ioff < c->ilen) {
-        size_t avail = c->ilen - c->ioff;
-        if (c->in_payload) {
-            uint64_t end = c->pay_off + (avail < c->pay_len - c->pay_off ? avail : c->pay_len - c->pay_off);
-            if (end < c->pay_len)
-                end &= ~(uint64_t)3;
-            if (end <= c->pay_off)
-                break;
-            size_t n = (size_t)(end - c->pay_off);
-            if (cl->sink.data(cl->sink.ctx, c->frame, c->pay_off, c->ibuf + c->ioff, n, err, errlen) < 0)
+    for (;;) {
+        framed_event ev;
+        switch (framed_next(&c->rd, &ev)) {
+        case FRAMED_NEED_MORE:
+            return 0;
+        case FRAMED_DATA:
+            if (cl->sink.data(cl->sink.ctx, c->frame, ev.off, ev.data, ev.n, err, errlen) < 0)
                 return -1;
-            c->ioff += n;
-            c->pay_off += n;
-            if (c->pay_off == c->pay_len) {
-                c->in_payload = false;
-                if (cl->sink.end(cl->sink.ctx, c->frame, err, errlen) < 0)
-                    return -1;
-            }
-            continue;
-        }
-        frame_hdr h;
-        size_t used;
-        frame_status st = frame_decode_header(&cl->dec, c->ibuf + c->ioff, avail, &h, &used);
-        if (st == FRAME_NEED_MORE)
             break;
-        if (st != FRAME_OK) {
-            snprintf(err, errlen, "server %s sent a bad frame: %s", c->addr, cl->dec.err);
-            return -1;
-        }
-        if (h.type == FT_ERROR) {
-            client_error_frame(c, &h, err, errlen);
-            return -1;
-        }
-        if (h.type != FT_RESULT) {
-            snprintf(err, errlen, "server %s sent an unexpected '%.*s' frame", c->addr, (int)h.type_str.n,
-                     h.type_str.p);
-            return -1;
-        }
-        c->frame = NULL;
-        if (cl->sink.begin(cl->sink.ctx, c->server_rank, &h, &c->frame, err, errlen) < 0)
-            return -1;
-        c->ioff += used;
-        c->pay_off = 0;
-        c->pay_len = h.payload;
-        if (h.payload == 0) {
+        case FRAMED_END:
             if (cl->sink.end(cl->sink.ctx, c->frame, err, errlen) < 0)
                 return -1;
-        } else {
-            c->in_payload = true;
+            break;
+        case FRAMED_HEADER: {
+            const frame_hdr *h = &ev.hdr;
+            if (h->type == FT_ERROR) {
+                client_error_frame(c, h, err, errlen);
+                return -1;
+            }
+            if (h->type != FT_RESULT && h->type != FT_PARAMS) { /* params: batch-update's fetch */
+                snprintf(err, errlen, "server %s sent an unexpected '%.*s' frame", c->addr,
+                         (int)h->type_str.n, h->type_str.p);
+                return -1;
+            }
+            c->frame = NULL;
+            if (cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), h, &c->frame, err, errlen) < 0)
+                return -1;
+            break;
+        }
+        case FRAMED_BAD:
+        case FRAMED_TOO_LARGE:
+            snprintf(err, errlen, "server %s sent a bad frame: %s", c->addr, framed_err(&c->rd));
+            return -1;
         }
     }
-    if (c->ioff == c->ilen) {
-        c->ioff = c->ilen = 0;
-    } else if (c->ioff > CLIENT_IBUF_SIZE / 2) {
-        memmove(c->ibuf, c->ibuf + c->ioff, c->ilen - c->ioff);
-        c->ilen -= c->ioff;
-        c->ioff = 0;
-    }
-    return 0;
 }
 
 static int client_read(client *cl, client_conn *c, char *err, size_t errlen)
 {
     for (int i = 0; i < 16; i++) {
-        size_t want = CLIENT_IBUF_SIZE - c->ilen;
-        ssize_t r = recv(c->fd, c->ibuf + c->ilen, want, 0);
+        size_t want;
+        uint8_t *dst = framed_space(&c->rd, &want);
+        ssize_t r = recv(c->fd, dst, want, 0);
         if (r == 0) {
             snprintf(err, errlen, "server %s closed the connection", c->addr);
             return -1;
@@ -337,7 +315,7 @@ static int client_read(client *cl, client_conn *c, char *err, size_t errlen)
             return -1;
         }
         cl->bytes_in += (uint64_t)r;
-        c->ilen += (size_t)r;
+        framed_wrote(&c->rd, (size_t)r);
         cl->rx_ns = clock_now_ns();
         if (client_process(cl, c, err, errlen) < 0)
             return -1;

@@ -16,11 +16,14 @@
 #include <poll.h>
 
 #include "shared/frame.h"
+#include "shared/framed.h"
 
 /* What the client calls as results arrive. Each returns 0, or -1 with a
  * reason in err (the client then fails). Results from different servers
  * may arrive interleaved, chunk by chunk: begin sets *frame to whatever
- * identifies that result, and data and end get it back. */
+ * identifies that result, and data and end get it back. `server` is the
+ * connection's index in the list given to client_open. Frames handed over:
+ * `result`, and `params` (the answer to a batch-update `fetch`). */
 typedef struct client_sink {
     int (*begin)(void *ctx, uint32_t server, const frame_hdr *h, void **frame, char *err, size_t errlen);
     /* off + n is a multiple of 4 except at the payload's end. */
@@ -43,11 +46,8 @@ typedef struct client_conn {
     uint32_t server_rank;
     client_out *q;
     size_t qhead, qlen, qcap;
-    uint8_t *ibuf;
-    size_t ioff, ilen;
-    bool in_payload;
+    framed rd;   /* the results arriving */
     void *frame; /* the sink's cookie for the result being received */
-    uint64_t pay_off, pay_len;
 } client_conn;
 
 typedef struct client {
@@ -55,7 +55,6 @@ typedef struct client {
     size_t nconns;
     struct pollfd *pfd; /* nconns + 1 (the wake fd) */
     uint32_t trainers; /* from the servers' welcome */
-    frame_decoder dec;
     client_sink sink;
     uint64_t bytes_out, bytes_in;
     uint64_t rx_ns; /* CLOCK_MONOTONIC ns of the read that brought the bytes

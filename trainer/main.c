@@ -4,6 +4,7 @@
 #include "shared/frame.h"
 #include "shared/log.h"
 #include "shared/metrics.h"
+#include "trainer/batch_update.h"
 #include "trainer/client.h"
 #include "trainer/master_link.h"
 #include "trainer/synthetic.h"
@@ -22,6 +23,7 @@ static void trainer_usage(FILE *f)
     fprintf(f,
         "usage: psbench-trainer --master HOST:PORT [--rank R] [options]\n"
         "       psbench-trainer --server HOST:PORT[,HOST:PORT...] --rank R --model synthetic [options]\n"
+        "       psbench-trainer --server HOST:PORT[,HOST:PORT...] --rank R --model batch-update [options]\n"
         "\n"
         "With --master, the master assigns everything else (servers, model, data,\n"
         "batches) and runs the warm-up and timed passes; --rank asks for a rank.\n"
@@ -31,17 +33,30 @@ static void trainer_usage(FILE *f)
         "pushes K buckets of deterministic data and checks every element of every\n"
         "result against the mean it predicts; any mismatch, error frame or timeout\n"
         "ends the run with a non-zero exit and a one-line reason.\n"
+        "With --model batch-update it is the seed's BatchUpdateParameterServer\n"
+        "trainer: it fetches a Linear model from servers run with --kind batch-update\n"
+        "(listed in part order), and per batch draws inputs from --seed, computes the\n"
+        "L1 loss's gradient, pushes it and takes the updated parameters back; it\n"
+        "prints the servers' update rounds per second at the end.\n"
         "\n"
         "options:\n"
         "  --server LIST           servers, comma-separated; bucket k goes to server\n"
         "                          k mod (number of servers)\n"
         "  --rank R                this trainer's rank (ranks are 0..N-1 for N trainers)\n"
-        "  --model synthetic       the synthetic model (the only one in this build)\n"
+        "  --model MODEL           synthetic, or batch-update (the seed's Linear model\n"
+        "                          trained through batch-update servers)\n"
         "  --buckets K             buckets per batch, all in flight at once (default 4)\n"
         "  --bucket-floats S       floats per bucket (default 262144)\n"
         "  --batches B             batches to run (default 100)\n"
+        "  --in-features N         batch-update: the Linear model's inputs (default 100)\n"
+        "  --out-features N        batch-update: its outputs (default 30)\n"
+        "  --batch-size N          batch-update: examples per batch (default 20)\n"
+        "  --seed S                batch-update: the job's seed; inputs come from rng\n"
+        "                          stream 1000 + rank (default 0)\n"
         "  --warmup-batches W      run W batches first, left out of the metrics,\n"
-        "                          the summary and its timing (default 0)\n"
+        "                          the summary and its timing (default 0); batch-update:\n"
+        "                          a warm-up pass of W batches, then the timed pass, each\n"
+        "                          fetching the model and drawing the same inputs\n"
         "  --sparse                push sparse buckets (rows of --sparse-cols floats)\n"
         "  --sparse-cols C         floats per sparse row (default 16)\n"
         "  --rpc-timeout SECONDS   longest wait for a batch's results (default 60)\n"
@@ -49,10 +64,12 @@ static void trainer_usage(FILE *f)
         "  --token T               token the servers require (or PSBENCH_TOKEN)\n"
         "  --device DEV            cpu (default)\n"
         "  --summary-json FILE     write {batches, seconds, rounds_per_s, batch_p50_ms,\n"
-        "                          batch_p99_ms, bytes_pushed} to FILE\n"
+        "                          batch_p99_ms, bytes_pushed} to FILE (batch-update: also\n"
+        "                          rounds, the server updates in the timed pass)\n"
         "  --master HOST:PORT      join a psbench-master\n"
-        "  --params-out FILE       with --master and a real model: write the final\n"
-        "                          parameters there (raw little-endian float32)\n"
+        "  --params-out FILE       with --master and a real model, or --model\n"
+        "                          batch-update: write the final parameters there (raw\n"
+        "                          little-endian float32, the whole model)\n"
         "  --compute-nice N        with --master and a real model: run the compute\n"
         "                          (forward/backward/optimizer) thread N nice levels\n"
         "                          below the communication thread, so that where busy\n"
@@ -62,13 +79,19 @@ static void trainer_usage(FILE *f)
         "  --help, --version\n"
         "\n"
         "Metrics (ms): hook_future_metric,rpc_dense or rpc_sparse per bucket (push\n"
-        "queued to result checked), batch_level_metric,batch_all per batch.\n");
+        "queued to result checked), batch_level_metric,batch_all per batch.\n"
+        "batch-update: batch_level_metric,batch_all, forward_metric,forward_pass,\n"
+        "backward_metric,backward, hook_future_metric,update_and_fetch_model (push to\n"
+        "updated parameters received), method_metric,get_model (the fetch per pass).\n"
+        "At --log-level debug it logs the seed's lines per batch (trainerR processing\n"
+        "one batch, reporting grads, got updated model).\n");
 }
 
 enum {
     OPT_SERVER = 256, OPT_RANK, OPT_MODEL, OPT_BUCKETS, OPT_BUCKET_FLOATS, OPT_BATCHES, OPT_SPARSE,
     OPT_SPARSE_COLS, OPT_RPC_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_TOKEN, OPT_DEVICE, OPT_SUMMARY,
     OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION, OPT_PARAMS_OUT, OPT_COMPUTE_NICE, OPT_WARMUP,
+    OPT_IN_FEATURES, OPT_OUT_FEATURES, OPT_BATCH_SIZE, OPT_SEED,
 };
 
 static const struct option trainer_opts[] = {
@@ -79,6 +102,10 @@ static const struct option trainer_opts[] = {
     {"bucket-floats", required_argument, NULL, OPT_BUCKET_FLOATS},
     {"batches", required_argument, NULL, OPT_BATCHES},
     {"warmup-batches", required_argument, NULL, OPT_WARMUP},
+    {"in-features", required_argument, NULL, OPT_IN_FEATURES},
+    {"out-features", required_argument, NULL, OPT_OUT_FEATURES},
+    {"batch-size", required_argument, NULL, OPT_BATCH_SIZE},
+    {"seed", required_argument, NULL, OPT_SEED},
     {"sparse", no_argument, NULL, OPT_SPARSE},
     {"sparse-cols", required_argument, NULL, OPT_SPARSE_COLS},
     {"rpc-timeout", required_argument, NULL, OPT_RPC_TIMEOUT},
@@ -114,6 +141,70 @@ static int trainer_write_summary(const char *path, const synthetic_report *rep, 
                           (json_int_t)rep->bytes_pushed);
     int rc = o ? json_dump_file(o, path, JSON_INDENT(2)) : -1;
     json_decref(o);
+    return rc;
+}
+
+/* --model batch-update without a master: an optional warm-up pass, then the
+ * timed pass; prints the servers' update rounds per second. */
+static int trainer_batch_update(const batch_update_config *bu, const char *servers, const char *token,
+                                double connect_timeout, uint64_t batches, uint64_t warmup, const char *summary,
+                                const char *params_out)
+{
+    char err[512];
+    metrics *m = metrics_new();
+    batch_update *b = m ? batch_update_new(bu, m, err, sizeof err) : NULL;
+    if (!m)
+        snprintf(err, sizeof err, "out of memory");
+    client cl;
+    memset(&cl, 0, sizeof cl);
+    cl.wake_fd = -1;
+    int rc = 1;
+    batch_update_report rep = {0};
+    client_sink sink = b ? batch_update_sink(b) : (client_sink){0};
+    if (!b || client_open(&cl, servers, bu->rank, token, connect_timeout, &sink, err, sizeof err) < 0)
+        goto out;
+    if (bu->rank >= cl.trainers) {
+        snprintf(err, sizeof err, "--rank %" PRIu64 " is outside 0..%u: the servers expect %u trainers", bu->rank,
+                 cl.trainers - 1, cl.trainers);
+        goto out;
+    }
+    log_info("rank %" PRIu64 ": Linear(%" PRIu64 ", %" PRIu64 "), batch size %" PRIu64 ", %zu server(s), %u "
+             "trainers, %" PRIu64 " batches after %" PRIu64 " warm-up",
+             bu->rank, bu->in_features, bu->out_features, bu->batch_size, cl.nconns, cl.trainers, batches, warmup);
+    if (warmup && batch_update_pass(b, &cl, warmup, 0, false, &rep, err, sizeof err) < 0)
+        goto out;
+    if (batch_update_pass(b, &cl, batches, warmup, true, &rep, err, sizeof err) < 0)
+        goto out;
+    rc = 0;
+    double rps = rep.seconds > 0 ? (double)rep.rounds / rep.seconds : 0.0;
+    printf("psbench-trainer %" PRIu64 ": %" PRIu64 " batches, %" PRIu64 " server updates in %.3f s "
+           "(%.1f rounds/s)\n", bu->rank, rep.batches, rep.rounds, rep.seconds, rps);
+    char title[64];
+    snprintf(title, sizeof title, "trainer %" PRIu64 " metrics (ms)", bu->rank);
+    metrics_print_table(m, stdout, title);
+    if (params_out && batch_update_write_params(b, params_out, err, sizeof err) < 0)
+        rc = 1;
+    if (rc == 0 && summary) {
+        stats_summary sum = {0};
+        stats *bs = metrics_get(m, "batch_level_metric,batch_all");
+        if (bs)
+            stats_summarize(bs, &sum);
+        json_t *o = json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:I}", "batches", (json_int_t)rep.batches,
+                              "rounds", (json_int_t)rep.rounds, "seconds", rep.seconds, "rounds_per_s", rps,
+                              "batch_p50_ms", sum.p50, "batch_p99_ms", sum.p99, "bytes_pushed",
+                              (json_int_t)rep.bytes_pushed);
+        if (!o || json_dump_file(o, summary, JSON_INDENT(2)) < 0) {
+            snprintf(err, sizeof err, "cannot write --summary-json %s", summary);
+            rc = 1;
+        }
+        json_decref(o);
+    }
+out:
+    client_close(&cl);
+    batch_update_free(b);
+    metrics_free(m);
+    if (rc != 0)
+        fprintf(stderr, "psbench-trainer: rank %" PRIu64 ": %s\n", bu->rank, err);
     return rc;
 }
 
@@ -158,6 +249,11 @@ int main(int argc, char **argv)
     const char *servers = NULL, *model = NULL, *token = NULL, *summary = NULL, *master = NULL;
     const char *params_out = NULL;
     uint64_t compute_nice = 10;
+    batch_update_config bu = {0};
+    bu.in_features = 100; /* the seed's Linear(100, 30), batch size 20 */
+    bu.out_features = 30;
+    bu.batch_size = 20;
+    bool bu_flags = false;
     bool have_rank = false;
     log_level level = LOG_INFO;
     char err[512];
@@ -192,6 +288,26 @@ int main(int argc, char **argv)
         case OPT_WARMUP:
             if (cli_parse_u64("--warmup-batches", optarg, 0, 1u << 30, 0, &cfg.warmup, err, sizeof err) < 0)
                 return trainer_fail(err);
+            break;
+        case OPT_IN_FEATURES:
+            if (cli_parse_u64("--in-features", optarg, 1, 1u << 24, 0, &bu.in_features, err, sizeof err) < 0)
+                return trainer_fail(err);
+            bu_flags = true;
+            break;
+        case OPT_OUT_FEATURES:
+            if (cli_parse_u64("--out-features", optarg, 1, 1u << 24, 0, &bu.out_features, err, sizeof err) < 0)
+                return trainer_fail(err);
+            bu_flags = true;
+            break;
+        case OPT_BATCH_SIZE:
+            if (cli_parse_u64("--batch-size", optarg, 1, 1u << 24, 0, &bu.batch_size, err, sizeof err) < 0)
+                return trainer_fail(err);
+            bu_flags = true;
+            break;
+        case OPT_SEED:
+            if (cli_parse_u64("--seed", optarg, 0, UINT64_MAX, 0, &bu.seed, err, sizeof err) < 0)
+                return trainer_fail(err);
+            bu_flags = true;
             break;
         case OPT_SPARSE: cfg.sparse = true; break;
         case OPT_SPARSE_COLS:
@@ -249,6 +365,9 @@ int main(int argc, char **argv)
             token = t;
     }
     if (master) {
+        if (bu_flags)
+            return trainer_fail("--in-features/--out-features/--batch-size/--seed: with --master, the master "
+                                "assigns the model and the job");
         if (servers || model)
             return trainer_fail("--master: the master assigns servers and model; drop --server/--model");
         if (cfg.warmup)
@@ -275,11 +394,17 @@ int main(int argc, char **argv)
     if (!have_rank)
         return trainer_fail("--rank R is required");
     if (!model)
-        return trainer_fail("--model is required: this build has --model synthetic");
-    if (strcmp(model, "synthetic") != 0) {
-        snprintf(err, sizeof err, "--model '%s': this build has only the synthetic model", model);
+        return trainer_fail("--model is required: synthetic or batch-update");
+    bool is_bu = strcmp(model, "batch-update") == 0;
+    if (!is_bu && strcmp(model, "synthetic") != 0) {
+        snprintf(err, sizeof err, "--model '%s' is not synthetic or batch-update", model);
         return trainer_fail(err);
     }
+    if (!is_bu && bu_flags)
+        return trainer_fail("--in-features/--out-features/--batch-size/--seed are for --model batch-update");
+    if (params_out && !is_bu)
+        return trainer_fail("--params-out: the synthetic model has no parameters (use --model batch-update or "
+                            "--master)");
     size_t nservers = 1;
     for (const char *p = servers; *p; p++)
         nservers += *p == ',';
@@ -287,6 +412,12 @@ int main(int argc, char **argv)
         return trainer_fail("--server: at most 64 servers");
     log_init("psbench-trainer", level);
     signal(SIGPIPE, SIG_IGN);
+    if (is_bu) {
+        bu.rank = cfg.rank;
+        bu.rpc_timeout_s = cfg.rpc_timeout_s;
+        return trainer_batch_update(&bu, servers, token, connect_timeout, cfg.batches, cfg.warmup, summary,
+                                    params_out);
+    }
 
     metrics *m = metrics_new();
     synthetic *syn = m ? synthetic_new(&cfg, m) : NULL;

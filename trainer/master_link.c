@@ -4,6 +4,7 @@
 #include "shared/cli.h"
 #include "shared/control.h"
 #include "shared/log.h"
+#include "trainer/batch_update.h"
 #include "trainer/client.h"
 #include "trainer/synthetic.h"
 #include "trainer/train.h"
@@ -141,15 +142,25 @@ static int tl_wait(tlink *t, ctl_msg *msg, char *err, size_t errlen)
     }
 }
 
-/* What runs a pass: the synthetic model or real training. */
+/* What runs a pass: the synthetic model, real training or the batch-update
+ * trainer. */
 typedef struct tl_runner {
     synthetic *syn;
     train *tr;
     comm *c;
+    batch_update *bu;
+    uint64_t batches; /* per pass (batch-update) */
 } tl_runner;
 
 static int tl_run_pass(tlink *t, tl_runner *r, client *cl, char *err, size_t errlen)
 {
+    if (r->bu) {
+        batch_update_report rep;
+        if (batch_update_pass(r->bu, cl, r->batches, 0, true, &rep, err, errlen) < 0)
+            return -1;
+        t->batches_done = rep.batches;
+        return tl_report(t, "pass_done", err, errlen);
+    }
     if (r->syn) {
         synthetic_report rep = {0};
         if (synthetic_run(r->syn, cl, &rep, err, errlen) < 0)
@@ -224,6 +235,27 @@ static int tl_train_job(json_t *a, train_job *j, char *err, size_t errlen)
     j->epochs = (uint64_t)ctl_int(a, "epochs", 1);
     j->rank = (uint32_t)ctl_int(a, "rank", 0);
     j->ntrainer = (uint32_t)ctl_int(a, "ntrainer", 1);
+    return 0;
+}
+
+/* The batch-update trainer's job from the assignment: the Linear model's
+ * sizes, the (resolved) batch size, the seed and the rank. */
+static int tl_batch_update_job(json_t *a, batch_update_config *bc, double rpc_timeout, char *err, size_t errlen)
+{
+    json_t *mc = json_object_get(json_object_get(a, "model"), "configurations");
+    memset(bc, 0, sizeof *bc);
+    json_int_t in = ctl_int(mc, "in_features", 0), out = ctl_int(mc, "out_features", 0);
+    json_int_t bs = ctl_int(a, "batch_size", 0);
+    if (in < 1 || out < 1 || bs < 1) {
+        snprintf(err, errlen, "the assignment's Linear model or batch size is invalid");
+        return -1;
+    }
+    bc->in_features = (uint64_t)in;
+    bc->out_features = (uint64_t)out;
+    bc->batch_size = (uint64_t)bs;
+    bc->seed = (uint64_t)ctl_int(a, "seed", 0);
+    bc->rank = (uint64_t)ctl_int(a, "rank", 0);
+    bc->rpc_timeout_s = rpc_timeout;
     return 0;
 }
 
@@ -334,8 +366,17 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
                      batches, train_batches_per_pass(r.tr));
             setup = -1;
         }
+    } else if (strcmp(cls, "Linear") == 0) {
+        batch_update_config bc;
+        setup = tl_batch_update_job(msg.body, &bc, rpc_timeout, err, errlen);
+        if (setup == 0 && !(r.bu = batch_update_new(&bc, t->m, err, errlen)))
+            setup = -1;
+        if (r.bu) {
+            batch_update_set_tick(r.bu, tl_tick, t);
+            r.batches = batches;
+        }
     } else {
-        snprintf(err, errlen, "model class '%s' is not in this build (Synthetic, DummyModel)", cls);
+        snprintf(err, errlen, "model class '%s' is not in this build (Synthetic, DummyModel, Linear)", cls);
         setup = -1;
     }
     ctl_msg_clear(&msg);
@@ -349,6 +390,8 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
     client_sink sink = {0};
     if (r.syn)
         sink = synthetic_sink(r.syn);
+    if (r.bu)
+        sink = batch_update_sink(r.bu);
     if (client_open(&cl, list, rank, o->token, o->connect_timeout_s, &sink, err, errlen) < 0)
         goto out;
     t->cl = &cl;
@@ -380,6 +423,8 @@ static int tl_run(tlink *t, const trainer_link_opts *o, char *err, size_t errlen
                 snprintf(err, errlen, "the master stopped the run: %s", t->stop_reason);
             else if (r.tr && o->params_out && tl_write_params(r.tr, o->params_out, err, errlen) < 0)
                 code = 1;
+            else if (r.bu && o->params_out && batch_update_write_params(r.bu, o->params_out, err, errlen) < 0)
+                code = 1;
             goto out;
         } else {
             ctl_msg_clear(&msg);
@@ -391,6 +436,7 @@ out:
     client_close(&cl);
     synthetic_free(r.syn);
     train_free(r.tr);
+    batch_update_free(r.bu);
     return code;
 }
 

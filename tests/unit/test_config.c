@@ -504,7 +504,7 @@ static void test_load_missing_id(void **state)
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "model 'Foo' not in ");
     assert_contains(err, "model_configurations.json");
-    assert_contains(err, "(have: DummyModel, DummyModelSparse, Synthetic, SyntheticSparse)");
+    assert_contains(err, "(have: DummyModel, DummyModelSparse, Synthetic, SyntheticSparse, BatchUpdateLinear");
     assert_false(c.resolved.loaded);
     config_free(&c);
 
@@ -578,12 +578,12 @@ static void test_load_malformed(void **state)
     assert_contains(err, "\"model_class\"");
     config_free(&c);
 
-    write_file("server.json", "{\"AverageParameterServer\": {\"ps_class\": \"BatchUpdateParameterServer\", "
+    write_file("server.json", "{\"AverageParameterServer\": {\"ps_class\": \"RemoteParameterServer\", "
                               "\"configurations\": {}},"
                               " \"Old\": {\"ps_class\": \"AverageBatchParameterServer\"}}\n");
     assert_int_equal(parse(&c, err, sizeof err, "--server-config-path", tmp_path("server.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
-    assert_contains(err, "class 'BatchUpdateParameterServer' is not supported");
+    assert_contains(err, "class 'RemoteParameterServer' is not supported");
     config_free(&c);
     /* The seed's older "ps_class" key is accepted. */
     assert_int_equal(
@@ -668,6 +668,123 @@ static void test_to_json(void **state)
     config_free(&c);
 }
 
+/* parse + load + validate; returns the first failing step's rc. */
+static int bu_load(run_config *c, char *err, size_t errlen, ...)
+{
+    va_list ap;
+    va_start(ap, errlen);
+    const char *first = va_arg(ap, const char *);
+    args a;
+    args_make(&a, first, ap);
+    va_end(ap);
+    err[0] = '\0';
+    int rc = config_parse_args(c, a.argc, a.argv, err, errlen);
+    args_free(&a);
+    if (rc == 0)
+        rc = config_load(c, err, errlen);
+    if (rc == 0)
+        rc = config_validate(c, err, errlen);
+    return rc;
+}
+
+#define BU_FLAGS "--server", "BatchUpdateParameterServer", "--model", "BatchUpdateLinear", "--trainer", \
+                 "BatchUpdateTrainer"
+
+/* The batch-update benchmark: classes that go together, the seed's
+ * defaults, batch size and batches per pass, counts that fill rounds. */
+static void test_batch_update(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[512];
+    assert_int_equal(bu_load(&c, err, sizeof err, BU_FLAGS, NULL), 0);
+    assert_true(c.resolved.batch_update);
+    assert_string_equal(c.resolved.server_kind, "batch-update");
+    assert_int_equal(c.resolved.bu.in_features, 100);
+    assert_int_equal(c.resolved.bu.out_features, 30);
+    assert_true(c.resolved.bu.lr == 0.001);
+    assert_true(c.resolved.bu.momentum == 0.9);
+    assert_int_equal(c.resolved.bu.batch_update_size, 2); /* 0: the trainer count */
+    assert_int_equal(c.batch_size, 20);                   /* the trainer configuration's */
+    assert_int_equal(config_batches_per_pass(&c), 4 * 10); /* batches x epochs */
+    json_t *j = config_batch_update_json(&c);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "batch_update_size")), 2);
+    assert_int_equal(json_integer_value(json_object_get(j, "in_features")), 100);
+    assert_null(json_object_get(j, "part"));
+    json_decref(j);
+    j = config_to_json(&c);
+    assert_int_equal(json_integer_value(json_object_get(j, "batch_size")), 20);
+    assert_non_null(json_object_get(json_object_get(j, "resolved"), "batch_update"));
+    json_decref(j);
+    config_free(&c);
+
+    /* --batch-size wins; every trainer feeds every server, so 3 trainers
+     * and 2 servers are fine with the seed placement. */
+    assert_int_equal(bu_load(&c, err, sizeof err, BU_FLAGS, "--batch-size", "7", "--epochs", "1", "--ntrainer", "3",
+                             "--nserver", "2", NULL),
+                     0);
+    assert_int_equal(c.batch_size, 7);
+    assert_int_equal(config_batches_per_pass(&c), 4);
+    assert_int_equal(c.resolved.bu.batch_update_size, 3);
+    config_free(&c);
+
+    /* Classes that do not go together. */
+    assert_int_equal(bu_load(&c, err, sizeof err, "--server", "BatchUpdateParameterServer", NULL), -1);
+    assert_contains(err, "needs a model of class Linear");
+    config_free(&c);
+    assert_int_equal(bu_load(&c, err, sizeof err, "--server", "BatchUpdateParameterServer", "--model",
+                             "BatchUpdateLinear", NULL),
+                     -1);
+    assert_contains(err, "needs a trainer of class BatchUpdateTrainer");
+    config_free(&c);
+    assert_int_equal(bu_load(&c, err, sizeof err, "--model", "BatchUpdateLinear", NULL), -1);
+    assert_contains(err, "trains only through a BatchUpdateParameterServer");
+    config_free(&c);
+    assert_int_equal(bu_load(&c, err, sizeof err, "--trainer", "BatchUpdateTrainer", NULL), -1);
+    assert_contains(err, "trains only through a BatchUpdateParameterServer");
+    config_free(&c);
+
+    /* No server owns the model. */
+    assert_int_equal(bu_load(&c, err, sizeof err, BU_FLAGS, "--nserver", "0", NULL), -1);
+    assert_contains(err, "--nserver 0");
+    config_free(&c);
+
+    /* Rounds that never fill: 3 trainers x 4 batches x 1 epoch = 12 pushes,
+     * not a multiple of 5 (and 5 > 3 trainers); of 8. */
+    write_file("bu_server.json", "{\"BU5\": {\"server_class\": \"BatchUpdateParameterServer\", "
+                                 "\"configurations\": {\"batch_update_size\": 5}},"
+                                 " \"BU2\": {\"server_class\": \"BatchUpdateParameterServer\", "
+                                 "\"configurations\": {\"batch_update_size\": 2, \"lr\": 0.5}},"
+                                 " \"Bad\": {\"server_class\": \"BatchUpdateParameterServer\", "
+                                 "\"configurations\": {\"lr\": -1}}}\n");
+    assert_int_equal(bu_load(&c, err, sizeof err, BU_FLAGS, "--server", "BU5", "--server-config-path",
+                             tmp_path("bu_server.json"), "--ntrainer", "3", "--nserver", "1", "--epochs", "1", NULL),
+                     -1);
+    assert_contains(err, "batch_update_size 5 is more than the 3 trainers");
+    config_free(&c);
+    write_file("bu_trainer.json", "{\"BatchUpdateTrainer\": {\"trainer_class\": \"BatchUpdateTrainer\", "
+                                  "\"configurations\": {\"batch_size\": 20, \"batches\": 3}}}\n");
+    assert_int_equal(bu_load(&c, err, sizeof err, BU_FLAGS, "--server", "BU2", "--server-config-path",
+                             tmp_path("bu_server.json"), "--ntrainer", "3", "--nserver", "1", "--epochs", "1",
+                             "--trainer-config-path", tmp_path("bu_trainer.json"), NULL),
+                     -1);
+    assert_contains(err, "batch_update_size 2 does not divide the 9 pushes per pass");
+    config_free(&c);
+    assert_int_equal(bu_load(&c, err, sizeof err, BU_FLAGS, "--server", "BU2", "--server-config-path",
+                             tmp_path("bu_server.json"), "--ntrainer", "2", "--nserver", "1", "--epochs", "1",
+                             "--trainer-config-path", tmp_path("bu_trainer.json"), NULL),
+                     0);
+    assert_true(c.resolved.bu.lr == 0.5);
+    assert_int_equal(config_batches_per_pass(&c), 3);
+    config_free(&c);
+    assert_int_equal(bu_load(&c, err, sizeof err, BU_FLAGS, "--server", "Bad", "--server-config-path",
+                             tmp_path("bu_server.json"), NULL),
+                     -1);
+    assert_contains(err, "\"lr\" must be a number above 0");
+    config_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -687,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_load_malformed),
         cmocka_unit_test(test_load_data_too_small),
         cmocka_unit_test(test_to_json),
+        cmocka_unit_test(test_batch_update),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -64,6 +64,65 @@ static void test_bad_bodies(void **state)
     }
 }
 
+/* A stream buffered elsewhere (an evbuffer): ctl_read_stream looks at no
+ * more than the message needs and says what to drain. */
+typedef struct view_ctx {
+    const uint8_t *p;
+    size_t max_asked;
+} view_ctx;
+
+static const uint8_t *test_view(void *ctx, size_t n)
+{
+    view_ctx *v = ctx;
+    if (n > v->max_asked)
+        v->max_asked = n;
+    return v->p;
+}
+
+static void test_read_stream(void **state)
+{
+    (void)state;
+    uint8_t *a, *b;
+    size_t la, lb;
+    json_t *body = json_pack("{s:I}", "rank", (json_int_t)3);
+    assert_int_equal(ctl_encode("assign", NULL, body, &a, &la), 0);
+    json_decref(body);
+    assert_int_equal(ctl_encode("stop", NULL, NULL, &b, &lb), 0);
+    uint8_t *buf = malloc(la + lb);
+    memcpy(buf, a, la);
+    memcpy(buf + la, b, lb);
+    frame_decoder d;
+    frame_decoder_init(&d, CTL_MAX_BODY);
+    ctl_msg m;
+    size_t used;
+    for (size_t avail = 0; avail < la; avail++) {
+        view_ctx v = {buf, 0};
+        assert_int_equal(ctl_read_stream(&d, avail, test_view, &v, &m, &used), FRAME_NEED_MORE);
+        assert_true(v.max_asked <= avail);
+    }
+    view_ctx v = {buf, 0};
+    assert_int_equal(ctl_read_stream(&d, la + lb, test_view, &v, &m, &used), FRAME_OK);
+    assert_int_equal(used, la);
+    assert_int_equal(v.max_asked, la); /* not the second message */
+    assert_string_equal(m.type, "assign");
+    assert_int_equal(ctl_int(m.body, "rank", -1), 3);
+    ctl_msg_clear(&m);
+    v = (view_ctx){buf + la, 0};
+    assert_int_equal(ctl_read_stream(&d, lb, test_view, &v, &m, &used), FRAME_OK);
+    assert_int_equal(used, lb);
+    assert_string_equal(m.type, "stop");
+    ctl_msg_clear(&m);
+    /* A malformed prefix is seen as soon as it is there. */
+    const uint8_t bad[] = {0, 0, 0, 0};
+    v = (view_ctx){bad, 0};
+    assert_int_equal(ctl_read_stream(&d, sizeof bad, test_view, &v, &m, &used), FRAME_BAD);
+    assert_true(strlen(d.err) > 0);
+    frame_decoder_free(&d);
+    free(buf);
+    free(a);
+    free(b);
+}
+
 /* Samples recorded with reporting on are handed over once, then gone. */
 static void test_take_samples(void **state)
 {
@@ -145,6 +204,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_and_partial),
         cmocka_unit_test(test_bad_bodies),
+        cmocka_unit_test(test_read_stream),
         cmocka_unit_test(test_take_samples),
         cmocka_unit_test(test_aggregate),
     };

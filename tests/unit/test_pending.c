@@ -22,21 +22,22 @@ static void test_create_find_remove(void **state)
     assert_int_equal(pending_init(&t, 4), 0);
     assert_null(pending_find(&t, 1, 2));
 
-    pending_entry *a = pending_create(&t, 1, 2);
+    future *a = pending_create(&t, 1, 2);
     assert_non_null(a);
     assert_int_equal(a->batch, 1);
     assert_int_equal(a->bucket, 2);
     /* A new entry is zeroed. */
     assert_int_equal(a->started, 0);
     assert_int_equal(a->completed, 0);
-    assert_false(a->failed);
-    assert_null(a->acc);
-    assert_null(a->sacc);
+    assert_int_equal(a->state, FUTURE_OPEN);
+    assert_false(a->cancelled);
+    assert_null(a->kstate);
+    assert_null(a->pushes);
     assert_non_null(a->pushed);
     for (uint32_t s = 0; s < 4; s++)
         assert_false(pending_has_slot(a, s));
 
-    pending_entry *b = pending_create(&t, 2, 1); /* swapped key: a different entry */
+    future *b = pending_create(&t, 2, 1); /* swapped key: a different entry */
     assert_non_null(b);
     assert_true(a != b);
     assert_int_equal(t.count, 2);
@@ -49,10 +50,10 @@ static void test_create_find_remove(void **state)
     assert_int_equal(t.count, 1);
     assert_null(pending_find(&t, 1, 2));
     assert_ptr_equal(pending_find(&t, 2, 1), b);
-    pending_entry_free(a);
+    pending_free_entry(a);
 
     /* The same key can be created again after removal. */
-    pending_entry *a2 = pending_create(&t, 1, 2);
+    future *a2 = pending_create(&t, 1, 2);
     assert_non_null(a2);
     assert_ptr_equal(pending_find(&t, 1, 2), a2);
     assert_int_equal(t.count, 2);
@@ -68,7 +69,7 @@ static void test_many_entries(void **state)
     pending_table t;
     assert_int_equal(pending_init(&t, 8), 0);
     size_t heads0 = t.nheads;
-    pending_entry **ents = calloc(N, sizeof *ents);
+    future **ents = calloc(N, sizeof *ents);
     assert_non_null(ents);
     for (uint64_t i = 0; i < N; i++) {
         ents[i] = pending_create(&t, i / BUCKETS, i % BUCKETS);
@@ -80,7 +81,7 @@ static void test_many_entries(void **state)
     assert_true(t.nheads >= N);
     assert_int_equal(t.nheads & (t.nheads - 1), 0);
     for (uint64_t i = 0; i < N; i++) {
-        pending_entry *e = pending_find(&t, i / BUCKETS, i % BUCKETS);
+        future *e = pending_find(&t, i / BUCKETS, i % BUCKETS);
         assert_ptr_equal(e, ents[i]);
         assert_int_equal(e->count, i);
     }
@@ -90,12 +91,12 @@ static void test_many_entries(void **state)
     /* Remove every other entry; the rest stay findable. */
     for (uint64_t i = 0; i < N; i += 2) {
         pending_remove(&t, ents[i], false);
-        pending_entry_free(ents[i]);
+        pending_free_entry(ents[i]);
         ents[i] = NULL;
     }
     assert_int_equal(t.count, N / 2);
     for (uint64_t i = 0; i < N; i++) {
-        pending_entry *e = pending_find(&t, i / BUCKETS, i % BUCKETS);
+        future *e = pending_find(&t, i / BUCKETS, i % BUCKETS);
         if (i % 2 == 0)
             assert_null(e);
         else
@@ -114,13 +115,13 @@ static void test_stale(void **state)
     assert_false(pending_is_stale(&t, 0, 0));
     assert_false(pending_is_stale(&t, 5, 3));
 
-    pending_entry *e = pending_create(&t, 5, 3);
+    future *e = pending_create(&t, 5, 3);
     assert_non_null(e);
     assert_false(pending_is_stale(&t, 5, 3)); /* open, not resolved */
 
     /* Removal without resolution (e.g. failed) marks nothing. */
     pending_remove(&t, e, false);
-    pending_entry_free(e);
+    pending_free_entry(e);
     assert_false(pending_is_stale(&t, 5, 3));
     assert_false(pending_is_stale(&t, 4, 3));
     assert_false(pending_is_stale(&t, 0, 3));
@@ -128,7 +129,7 @@ static void test_stale(void **state)
     e = pending_create(&t, 5, 3);
     assert_non_null(e);
     pending_remove(&t, e, true);
-    pending_entry_free(e);
+    pending_free_entry(e);
     assert_true(pending_is_stale(&t, 5, 3));  /* the resolved one */
     assert_true(pending_is_stale(&t, 4, 3));  /* older batches of that bucket */
     assert_true(pending_is_stale(&t, 0, 3));
@@ -142,7 +143,7 @@ static void test_stale(void **state)
     e = pending_create(&t, 2, 3);
     assert_non_null(e);
     pending_remove(&t, e, true);
-    pending_entry_free(e);
+    pending_free_entry(e);
     assert_true(pending_is_stale(&t, 5, 3));
     assert_false(pending_is_stale(&t, 6, 3));
 
@@ -150,7 +151,7 @@ static void test_stale(void **state)
     e = pending_create(&t, 9, 3);
     assert_non_null(e);
     pending_remove(&t, e, true);
-    pending_entry_free(e);
+    pending_free_entry(e);
     assert_true(pending_is_stale(&t, 9, 3));
     assert_true(pending_is_stale(&t, 7, 3));
     assert_false(pending_is_stale(&t, 10, 3));
@@ -159,7 +160,7 @@ static void test_stale(void **state)
     e = pending_create(&t, 20, 3);
     assert_non_null(e);
     pending_remove(&t, e, false);
-    pending_entry_free(e);
+    pending_free_entry(e);
     assert_false(pending_is_stale(&t, 20, 3));
     assert_false(pending_is_stale(&t, 15, 3));
     assert_true(pending_is_stale(&t, 9, 3));
@@ -168,13 +169,18 @@ static void test_stale(void **state)
     e = pending_create(&t, 1, 7);
     assert_non_null(e);
     pending_remove(&t, e, true);
-    pending_entry_free(e);
+    pending_free_entry(e);
     assert_true(pending_is_stale(&t, 1, 7));
     assert_false(pending_is_stale(&t, 2, 7));
     assert_true(pending_is_stale(&t, 9, 3));
 
-    /* A new session forgets every mark. */
-    pending_forget_marks(&t);
+    /* A new session (pending_clear) forgets every entry and mark, and the
+     * table stays usable. */
+    future *open = pending_create(&t, 4, 4);
+    assert_non_null(open);
+    pending_clear(&t, NULL, NULL);
+    assert_int_equal(t.count, 0);
+    assert_null(pending_find(&t, 4, 4));
     assert_false(pending_is_stale(&t, 9, 3));
     assert_false(pending_is_stale(&t, 0, 3));
     assert_false(pending_is_stale(&t, 1, 7));
@@ -182,7 +188,7 @@ static void test_stale(void **state)
     e = pending_create(&t, 0, 3);
     assert_non_null(e);
     pending_remove(&t, e, true);
-    pending_entry_free(e);
+    pending_free_entry(e);
     assert_true(pending_is_stale(&t, 0, 3));
     assert_false(pending_is_stale(&t, 1, 3));
     assert_false(pending_is_stale(&t, 1, 7));
@@ -198,10 +204,10 @@ static void test_stale_many_buckets(void **state)
     pending_table t;
     assert_int_equal(pending_init(&t, 1), 0);
     for (uint64_t b = 0; b < B; b++) {
-        pending_entry *e = pending_create(&t, b + 10, b);
+        future *e = pending_create(&t, b + 10, b);
         assert_non_null(e);
         pending_remove(&t, e, true);
-        pending_entry_free(e);
+        pending_free_entry(e);
     }
     for (uint64_t b = 0; b < B; b++) {
         assert_true(pending_is_stale(&t, b + 10, b));
@@ -216,7 +222,7 @@ static void test_slots(void **state)
 {
     pending_table t;
     assert_int_equal(pending_init(&t, 256), 0);
-    pending_entry *e = pending_create(&t, 0, 0);
+    future *e = pending_create(&t, 0, 0);
     assert_non_null(e);
     static const uint32_t probe[] = {0, 1, 62, 63, 64, 65, 127, 128, 199, 200, 201, 255};
     const size_t np = sizeof probe / sizeof probe[0];
@@ -256,7 +262,7 @@ static void test_slots(void **state)
     assert_false(pending_has_slot(e, 254));
 
     /* Entries have independent bitmaps. */
-    pending_entry *f = pending_create(&t, 0, 1);
+    future *f = pending_create(&t, 0, 1);
     assert_non_null(f);
     assert_false(pending_has_slot(f, 255));
     pending_set_slot(f, 3);
@@ -271,7 +277,7 @@ struct visit {
     size_t calls;
 };
 
-static void visit_fn(pending_entry *e, void *arg)
+static void visit_fn(future *e, void *arg)
 {
     struct visit *v = arg;
     v->calls++;
@@ -293,10 +299,10 @@ static void test_foreach(void **state)
 
     for (uint64_t i = 0; i < N; i++)
         assert_non_null(pending_create(&t, i, 42));
-    pending_entry *gone = pending_find(&t, 13, 42);
+    future *gone = pending_find(&t, 13, 42);
     assert_non_null(gone);
     pending_remove(&t, gone, false);
-    pending_entry_free(gone);
+    pending_free_entry(gone);
 
     pending_foreach(&t, visit_fn, &v);
     assert_int_equal(v.calls, N - 1);
@@ -305,7 +311,7 @@ static void test_foreach(void **state)
     pending_destroy(&t, NULL, NULL);
 }
 
-static void count_free(pending_entry *e, void *arg)
+static void count_free(future *e, void *arg)
 {
     (*(size_t *)arg)++;
 }

@@ -1,0 +1,95 @@
+/* future.h — the futures layer: one module owns a future from admission to
+ * retirement.
+ *
+ * The transport hands it each push header (futures_admit), the payload
+ * chunks (futures_push_data / _direct), and the end of each push
+ * (futures_push_done); it applies the admission rules (peer lost, stale
+ * batch, duplicate push, shape mismatch), asks the kind to resolve a future
+ * once every push is in, and tells the transport the outcome through two
+ * hooks: `answer` (queue the result to every pusher) and `fail` (peer_lost
+ * to every pusher). Every change of a future's state happens here (the
+ * states are in pending.h); there is one retire path (futures_retire) and
+ * one drain step (futures_drain) that reset, shutdown and the end of a
+ * session go through while device work may still be in flight.
+ */
+#ifndef PSBENCH_FUTURE_H
+#define PSBENCH_FUTURE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/kind.h"
+#include "server/pending.h"
+#include "shared/frame.h"
+#include "shared/metrics.h"
+
+typedef struct futures_hooks {
+    /* f resolved: send `result` (borrowed) to every slot in f->pushed. */
+    void (*answer)(void *ctx, future *f, psbuf *result);
+    /* f failed: tell every slot in f->pushed `peer_lost` with msg. */
+    void (*fail)(void *ctx, future *f, const char *msg);
+    void *ctx;
+} futures_hooks;
+
+typedef struct futures {
+    pending_table table;
+    kind *k;
+    uint32_t nslots;      /* trainer slots */
+    futures_hooks hooks;
+    stats *m_batch;       /* first push to answer queued */
+    stats *m_straggler;   /* first push to last push complete */
+    uint32_t resolving;   /* futures in RESOLVING */
+    uint64_t *lost;       /* bitmap over slots: connected once, gone now */
+    uint32_t nlost;
+    uint64_t lost_rank;   /* the rank of one lost slot, for messages */
+} futures;
+
+int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, stats *m_batch,
+                 stats *m_straggler);
+/* Drain, then free every future. */
+void futures_destroy(futures *t);
+
+/* Admit a push header from slot (rank for messages) into p. ERR_NONE: p is
+ * bound to its future and the payload follows (or the push is already
+ * complete when the payload is empty: see *complete). Otherwise the code
+ * to answer with and a reason in msg; p is untouched. */
+frame_errcode futures_admit(futures *t, const frame_hdr *h, uint32_t slot, uint64_t rank, push_ctx *p,
+                            char *msg, size_t len);
+
+/* Payload of the push bound to p (see kind.h for the contracts). */
+static inline uint8_t *futures_push_direct(futures *t, push_ctx *p, uint64_t off, size_t *max)
+{
+    return t->k->ops->push_direct(t->k, p, off, max);
+}
+static inline void futures_push_direct_done(futures *t, push_ctx *p, uint64_t off, size_t n)
+{
+    t->k->ops->push_direct_done(t->k, p, off, n);
+}
+static inline int futures_push_data(futures *t, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+{
+    return t->k->ops->push_data(t->k, p, off, src, n);
+}
+/* The push's payload is complete: the future resolves if it was the last. */
+void futures_push_done(futures *t, push_ctx *p);
+/* The push was refused half-way (push_data failed): forget it. */
+void futures_push_abort(futures *t, push_ctx *p);
+/* The pusher disconnected half-way: its partial bytes cannot be trusted,
+ * so the future fails. */
+void futures_push_lost(futures *t, push_ctx *p);
+
+/* A trainer slot's connection went away: every open future it has not
+ * pushed to can never complete, and fails; until it is back, pushes that
+ * would open a future get peer_lost. */
+void futures_member_lost(futures *t, uint32_t slot, uint64_t rank);
+void futures_member_back(futures *t, uint32_t slot);
+
+/* Wait for device work in flight; futures it finishes retire unanswered. */
+void futures_drain(futures *t);
+/* Between passes: drain, forget every future and resolved mark, then let
+ * the kind reset (batch-update: a fresh model). Lost slots stay lost. */
+void futures_reset(futures *t);
+/* A new job on the same server: as reset, and no slot is lost any more. */
+void futures_new_session(futures *t);
+
+#endif

@@ -1,0 +1,142 @@
+/* kind.h — what a parameter server does with pushes: the kinds layer.
+ *
+ * A kind decides what a push means (fold it into a sum, keep it, add it
+ * to a gradient), what the answer is (a mean, updated parameters) and
+ * which shapes belong together. It asks its device for the arithmetic and
+ * reports a finished future through `resolved` — possibly long after
+ * `resolve` returned. Kinds know futures as data (future.h) and the device
+ * below them; they know nothing of connections.
+ *
+ *   average        the seed's AverageParameterServer: pushes are folded as
+ *                  their bytes arrive (kind_average.c)
+ *   average-batch  the seed's AverageBatchParameterServer: every push kept,
+ *                  summed when the last arrives (kind_average_batch.c)
+ *   batch-update   the seed's BatchUpdateParameterServer: the server owns
+ *                  Linear(in, out), averages a round's gradients and takes
+ *                  an SGD-with-momentum step (kind_batch_update.c)
+ */
+#ifndef PSBENCH_KIND_H
+#define PSBENCH_KIND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/bufpool.h"
+#include "server/device.h"
+#include "server/pending.h"
+#include "shared/frame.h"
+#include "shared/metrics.h"
+
+typedef enum kind_id { KIND_AVERAGE = 0, KIND_AVERAGE_BATCH, KIND_BATCH_UPDATE } kind_id;
+
+/* The batch-update server's model and optimizer (docs/protocol.md). */
+typedef struct batch_update_config {
+    uint32_t in_features, out_features; /* the seed: Linear(100, 30) */
+    float lr, momentum;                 /* the seed: 0.001, 0.9 */
+    uint32_t batch_update_size;         /* pushes per round; 0: the trainer count */
+    uint64_t seed;                      /* initialization */
+    uint32_t part, parts;               /* this server's share of the flat vector */
+} batch_update_config;
+
+typedef struct kind_config {
+    kind_id id;
+    uint32_t trainers; /* trainers feeding this server */
+    batch_update_config bu;
+} kind_config;
+
+/* One push in progress, owned by the connection that receives it. The kind
+ * keeps its per-push scratch here (the index buffers of a sparse push), so
+ * that it is reused from one push to the next. */
+typedef struct push_ctx {
+    future *f;             /* NULL: no push (or detached from a failed future) */
+    uint32_t slot;
+    bool first;            /* this push opened f */
+    uint64_t len;          /* payload bytes */
+    uint64_t nnz;          /* sparse: rows in this push */
+    uint8_t *idx;          /* sparse: the raw int64 indices */
+    uint32_t *rowslot;     /* sparse: accumulator slot of each row */
+    uint64_t idx_cap;      /* capacity of idx/rowslot in rows */
+    char err[128];         /* reason when push_data fails */
+    struct push_ctx *next_in_future; /* f->pushes */
+} push_ctx;
+
+typedef struct kind kind;
+
+typedef struct kind_ops {
+    const char *name;
+    /* Kind-specific admission of a push header already checked for its
+     * fields: the future key (*batch; bucket is the header's) and the
+     * shape rules that do not depend on other pushes. ERR_NONE, or the
+     * code with a reason in msg. */
+    frame_errcode (*admit)(kind *k, const frame_hdr *h, uint64_t *batch, char *msg, size_t len);
+    /* A push into p->f was accepted: allocate what it needs. 0 or -1. */
+    int (*push_begin)(kind *k, push_ctx *p);
+    /* Where payload bytes from offset `off` may be received directly (no
+     * arithmetic needed for them), and how many; NULL if they must go
+     * through push_data. With NULL, a non-zero *max is how many bytes are
+     * worth reading for push_data before this push may be received
+     * directly (reading more would have push_data copy the excess). */
+    uint8_t *(*push_direct)(kind *k, push_ctx *p, uint64_t off, size_t *max);
+    /* n bytes were received at the pointer push_direct gave for `off`. The
+     * caller keeps off + n on a float boundary (or the payload's end). */
+    void (*push_direct_done)(kind *k, push_ctx *p, uint64_t off, size_t n);
+    /* `n` payload bytes at offset `off` arrived (any alignment of src;
+     * off + n is a multiple of 4 unless it is the end of the payload).
+     * Returns 0, or -1 when the push is invalid (p->err says why). */
+    int (*push_data)(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n);
+    /* The push stops before its payload is complete: forget its bytes. */
+    void (*push_abort)(kind *k, push_ctx *p);
+    /* Every push of f is in: compute the answer and report it through
+     * k->resolved (now or later, on the reactor thread). */
+    void (*resolve)(kind *k, future *f);
+    /* Free whatever f holds (failed, cancelled or finished futures). */
+    void (*release)(kind *k, future *f);
+    /* Once the kind has its device and pool (batch-update: the model's
+     * first values). May be NULL. 0, or -1 (out of memory). */
+    int (*start)(kind *k);
+    /* Between passes, after every future is gone (batch-update: a fresh
+     * model, as the seed builds one per pass). May be NULL. */
+    void (*reset)(kind *k);
+    /* `fetch`: the answer's header fields and payload (a new reference).
+     * NULL: the kind has no fetch (`unsupported`). 0, or -1 (memory). */
+    int (*fetch)(kind *k, frame_hdr *out, psbuf **payload);
+    void (*destroy)(kind *k);
+} kind_ops;
+
+struct kind {
+    const kind_ops *ops;
+    kind_config cfg;
+    uint32_t expected; /* pushes that complete a future */
+    device *dev;
+    bufpool *pool;
+    stats *m_compute;  /* the seed's method metric: average computation / update */
+    /* How a kind reports a resolved future: result is a new reference the
+     * callee takes, or NULL when it could not be computed (then `why`). */
+    void (*resolved)(void *ctx, future *f, psbuf *result, const char *why);
+    void *resolved_ctx;
+};
+
+/* "average", "average-batch", "batch-update". Returns 0, or -1. */
+int kind_parse(const char *name, kind_id *out);
+const char *kind_name(kind_id id);
+
+/* Create the kind of cfg on dev (not owned), taking buffers from pool and
+ * its method metric from m. NULL with a reason in err. */
+kind *kind_new(const kind_config *cfg, device *dev, bufpool *pool, metrics *m, char *err, size_t errlen);
+void kind_free(kind *k);
+
+/* Constructors of the kind files (kind_new dispatches). */
+kind *kind_average_new(const kind_config *cfg, char *err, size_t errlen);
+kind *kind_average_batch_new(const kind_config *cfg, char *err, size_t errlen);
+kind *kind_batch_update_new(const kind_config *cfg, char *err, size_t errlen);
+
+/* Scratch for a sparse push's indices: grow p's buffers to nnz rows. */
+int kind_push_grow_idx(push_ctx *p, uint64_t nnz);
+void push_ctx_free(push_ctx *p);
+
+/* The elements of part `part` of `parts` of a flat vector of `total`:
+ * [floor(part*total/parts), floor((part+1)*total/parts)). */
+void kind_part_range(uint64_t total, uint32_t part, uint32_t parts, uint64_t *begin, uint64_t *end);
+
+#endif

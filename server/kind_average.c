@@ -1,0 +1,334 @@
+/* kind_average.c — kind `average`, the seed's AverageParameterServer: every
+ * push is folded into one accumulator as its bytes arrive.
+ *
+ * Dense: each push's bytes arrive in order, so the future only tracks how
+ * far each push has got:
+ *  - above the frontier (the furthest any push has got) nobody has written:
+ *    the push that gets there copies its bytes, straight from the socket
+ *    into the accumulator when it can;
+ *  - below it, a push adds; where every other push has already been (below
+ *    the least progress of the others) it is the last to touch those
+ *    elements, and applies the mean's scale in the same pass:
+ *    acc = (acc + x) * (1/N), which is exactly sum * (1/N).
+ * So no pass zeroes the accumulator, none scales it at the end, and each
+ * push costs one pass over memory. Resolving has nothing left to compute;
+ * it still goes through the device (a barrier job), so the answer leaves
+ * only once the device's work on the accumulator is complete.
+ *
+ * Sparse: rows are coalesced in a sparse_acc as they arrive; resolving
+ * emits them (indices ascending, values scaled) on the device.
+ */
+#include "server/kind.h"
+#include "shared/clock.h"
+#include "shared/mean.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-future states kept for reuse: a round of K buckets would otherwise
+ * allocate and free K of each. */
+#define AVG_KEEP 64
+
+/* Per-future state. Offsets are in bytes and multiples of 4 (the
+ * transport hands over whole floats). */
+typedef struct avg_future {
+    struct kind *k;
+    future *f;
+    psbuf *acc;          /* dense: accumulator, then the result */
+    sparse_acc *sacc;    /* sparse: coalesced rows */
+    psbuf *out;          /* sparse: the emitted result */
+    device_job job;
+    uint64_t frontier;   /* dense: [0, frontier) of acc is written */
+    uint64_t progress[]; /* dense, per trainer slot: bytes of its push folded in */
+} avg_future;
+
+typedef struct avg_kind {
+    kind base;
+    avg_future *spare[AVG_KEEP];
+    size_t nspare;
+    sparse_acc *sspare[AVG_KEEP]; /* hash tables grown to a bucket's size once */
+    size_t nsspare;
+} avg_kind;
+
+static frame_errcode avg_admit(kind *k, const frame_hdr *h, uint64_t *batch, char *msg, size_t len)
+{
+    (void)k;
+    (void)msg;
+    (void)len;
+    *batch = h->batch;
+    return ERR_NONE;
+}
+
+static avg_future *avg_state_get(avg_kind *ak)
+{
+    uint32_t n = ak->base.cfg.trainers;
+    size_t size = sizeof(avg_future) + n * sizeof(uint64_t);
+    avg_future *st = ak->nspare ? ak->spare[--ak->nspare] : malloc(size);
+    if (st)
+        memset(st, 0, size);
+    return st;
+}
+
+static int avg_push_begin(kind *k, push_ctx *p)
+{
+    avg_kind *ak = (avg_kind *)k;
+    future *f = p->f;
+    if (p->first) {
+        avg_future *st = avg_state_get(ak);
+        if (!st)
+            return -1;
+        st->k = k;
+        st->f = f;
+        f->kstate = st;
+        if (f->layout == LAYOUT_DENSE) {
+            st->acc = bufpool_get(k->pool, f->count * 4);
+            if (!st->acc)
+                return -1;
+        } else {
+            if (ak->nsspare) {
+                st->sacc = ak->sspare[--ak->nsspare];
+            } else {
+                if (!(st->sacc = malloc(sizeof *st->sacc)))
+                    return -1;
+                sparse_acc_init(st->sacc);
+            }
+            sparse_acc_reset(st->sacc, f->rows, f->cols);
+        }
+    }
+    if (f->layout == LAYOUT_SPARSE)
+        return kind_push_grow_idx(p, p->nnz);
+    return 0;
+}
+
+static uint8_t *avg_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
+{
+    future *f = p->f;
+    *max = 0;
+    if (f->layout != LAYOUT_DENSE || k->cfg.trainers == 1)
+        return NULL; /* a lone trainer's push is also the last and is scaled */
+    avg_future *st = f->kstate;
+    if (off != st->frontier) {
+        /* Only the push at the frontier may write raw bytes. One behind it
+         * reads up to the frontier and then takes over the raw writes: the
+         * pushes of a bucket run neck and neck, and reading past the
+         * frontier into the input buffer would cost a copy of the excess
+         * (most of a 256 KiB read) where a short read costs a syscall. */
+        assert(off < st->frontier);
+        *max = (size_t)(st->frontier - off);
+        return NULL;
+    }
+    *max = p->len - off;
+    return st->acc->data + off;
+}
+
+static void avg_push_direct_done(kind *k, push_ctx *p, uint64_t off, size_t n)
+{
+    (void)k;
+    avg_future *st = p->f->kstate;
+    assert(off == st->frontier && off == st->progress[p->slot]);
+    st->frontier = off + n;
+    st->progress[p->slot] = off + n;
+}
+
+/* Least progress of the pushes other than `slot` (0 for one not begun). */
+static uint64_t avg_others_min(const avg_future *st, uint32_t n, uint32_t slot)
+{
+    uint64_t m = UINT64_MAX;
+    for (uint32_t i = 0; i < n; i++)
+        if (i != slot && st->progress[i] < m)
+            m = st->progress[i];
+    return m;
+}
+
+/* Dense: see the comment at the top of the file. */
+static void avg_dense_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+{
+    avg_future *st = p->f->kstate;
+    uint32_t ntr = k->cfg.trainers;
+    float scale = mean_scale(ntr);
+    float *acc = (float *)(void *)st->acc->data;
+    uint64_t end = off + n;
+    assert(off % 4 == 0 && st->frontier % 4 == 0 && off == st->progress[p->slot]);
+    if (ntr == 1) { /* the only push: copy and scale (by 1) at once */
+        device_fold(k->dev, FOLD_COPY_SCALE, acc + off / 4, src, n / 4, scale);
+    } else {
+        uint64_t last_upto = avg_others_min(st, ntr, p->slot);
+        uint64_t add_end = end < st->frontier ? end : st->frontier;
+        /* [off, min(last_upto, add_end)): last toucher, add and scale. */
+        uint64_t x = off;
+        uint64_t fin = last_upto < add_end ? last_upto : add_end;
+        if (fin > x) {
+            device_fold(k->dev, FOLD_ADD_SCALE, acc + x / 4, src + (x - off), (fin - x) / 4, scale);
+            x = fin;
+        }
+        if (add_end > x) { /* others still to come: plain add */
+            device_fold(k->dev, FOLD_ADD, acc + x / 4, src + (x - off), (add_end - x) / 4, 0);
+            x = add_end;
+        }
+        if (end > x) { /* beyond the frontier: first to arrive, copy */
+            assert(x == st->frontier);
+            device_fold(k->dev, FOLD_COPY, acc + x / 4, src + (x - off), (end - x) / 4, 0);
+            st->frontier = end;
+        }
+    }
+    st->progress[p->slot] = end;
+}
+
+static int avg_sparse_data(push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+{
+    avg_future *st = p->f->kstate;
+    uint64_t ibytes = p->nnz * 8;
+    if (off < ibytes) {
+        size_t take = ibytes - off < n ? (size_t)(ibytes - off) : n;
+        memcpy(p->idx + off, src, take);
+        off += take;
+        src += take;
+        n -= take;
+        if (off == ibytes) {
+            int64_t bad;
+            int rc = sparse_acc_map(st->sacc, p->idx, p->nnz, p->rowslot, &bad);
+            if (rc == -1) {
+                snprintf(p->err, sizeof p->err, "row index %" PRId64 " outside 0..%" PRIu64, bad,
+                         p->f->rows ? p->f->rows - 1 : 0);
+                return -1;
+            }
+            if (rc < 0) {
+                snprintf(p->err, sizeof p->err, "out of memory coalescing rows");
+                return -1;
+            }
+        }
+    }
+    if (n) {
+        assert((off - ibytes) % 4 == 0);
+        sparse_acc_add(st->sacc, p->rowslot, (off - ibytes) / 4, src, n / 4);
+    }
+    return 0;
+}
+
+static int avg_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+{
+    if (p->f->layout == LAYOUT_SPARSE)
+        return avg_sparse_data(p, off, src, n);
+    avg_dense_data(k, p, off, src, n);
+    return 0;
+}
+
+static void avg_push_abort(kind *k, push_ctx *p)
+{
+    /* Bytes already folded cannot be taken out: a push that stops half-way
+     * either fails the future (peer lost) or was refused before any value
+     * was folded (a bad sparse index is caught before the values). */
+    (void)k;
+    (void)p;
+}
+
+static void avg_done(device_job *j)
+{
+    avg_future *st = j->arg;
+    kind *k = st->k;
+    future *f = st->f;
+    metrics_add(k->m_compute, (double)(clock_now_ns() - f->t_resolve_ns) / 1e6);
+    psbuf *result;
+    const char *why = NULL;
+    if (f->layout == LAYOUT_DENSE) {
+        result = st->acc; /* already scaled: every element's last push applied 1/N */
+        st->acc = NULL;
+    } else {
+        result = st->out;
+        st->out = NULL;
+        if (j->u.emit.status < 0) {
+            psbuf_unref(result);
+            result = NULL;
+            why = "out of memory computing the mean";
+        }
+    }
+    k->resolved(k->resolved_ctx, f, result, why);
+}
+
+static void avg_resolve(kind *k, future *f)
+{
+    avg_future *st = f->kstate;
+    memset(&st->job, 0, sizeof st->job);
+    st->job.done = avg_done;
+    st->job.arg = st;
+    if (f->layout == LAYOUT_DENSE) {
+        st->job.op = JOB_BARRIER;
+    } else {
+        st->out = bufpool_get(k->pool, sparse_acc_result_size(st->sacc));
+        if (!st->out) {
+            k->resolved(k->resolved_ctx, f, NULL, "out of memory computing the mean");
+            return;
+        }
+        st->job.op = JOB_SPARSE_EMIT;
+        st->job.u.emit.acc = st->sacc;
+        st->job.u.emit.out = st->out->data;
+        st->job.u.emit.scale = mean_scale(k->cfg.trainers);
+    }
+    device_submit(k->dev, &st->job);
+}
+
+static void avg_release(kind *k, future *f)
+{
+    avg_kind *ak = (avg_kind *)k;
+    avg_future *st = f->kstate;
+    if (!st)
+        return;
+    f->kstate = NULL;
+    if (st->acc)
+        psbuf_unref(st->acc);
+    if (st->out)
+        psbuf_unref(st->out);
+    if (st->sacc) {
+        if (ak->nsspare < AVG_KEEP) {
+            ak->sspare[ak->nsspare++] = st->sacc;
+        } else {
+            sparse_acc_free(st->sacc);
+            free(st->sacc);
+        }
+    }
+    if (ak->nspare < AVG_KEEP)
+        ak->spare[ak->nspare++] = st;
+    else
+        free(st);
+}
+
+static void avg_destroy(kind *k)
+{
+    avg_kind *ak = (avg_kind *)k;
+    while (ak->nspare)
+        free(ak->spare[--ak->nspare]);
+    while (ak->nsspare) {
+        sparse_acc *a = ak->sspare[--ak->nsspare];
+        sparse_acc_free(a);
+        free(a);
+    }
+    free(ak);
+}
+
+static const kind_ops avg_ops = {
+    .name = "average",
+    .admit = avg_admit,
+    .push_begin = avg_push_begin,
+    .push_direct = avg_push_direct,
+    .push_direct_done = avg_push_direct_done,
+    .push_data = avg_push_data,
+    .push_abort = avg_push_abort,
+    .resolve = avg_resolve,
+    .release = avg_release,
+    .destroy = avg_destroy,
+};
+
+kind *kind_average_new(const kind_config *cfg, char *err, size_t errlen)
+{
+    avg_kind *ak = calloc(1, sizeof *ak);
+    if (!ak) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    ak->base.ops = &avg_ops;
+    ak->base.cfg = *cfg; /* push_begin sizes its state by the trainer count */
+    return &ak->base;
+}

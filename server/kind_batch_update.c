@@ -1,0 +1,348 @@
+/* kind_batch_update.c — kind `batch-update`, the seed's
+ * BatchUpdateParameterServer (parameter_server_test.py): the server owns
+ * the parameters of Linear(in, out) — its part of them when there are
+ * several servers — and takes the optimizer step itself.
+ *
+ * One future is open at a time: the round. Every push joins it; each push
+ * is kept in a buffer of its own (received straight from the socket). When
+ * `expected` (batch_update_size) pushes are in, two jobs go to the device,
+ * in order: the mean of the gradients (summed in slot order: the same bits
+ * whatever the arrival order), then one step of SGD with momentum that
+ * also copies the new parameters into the round's answer. The next round
+ * opens at once; its step queues behind this one on the device.
+ *
+ * The parameters and momentum buffers are written only by device jobs, or
+ * by reset once the futures layer has drained the device; `latest` (the
+ * parameters as of the last completed step, a buffer of its own) is what
+ * `fetch` answers, so a fetch never reads parameters a step is writing.
+ * The seed adds gradients outside its lock (a race); here one thread owns
+ * every buffer until it is handed to the device.
+ */
+#include "server/kind.h"
+#include "shared/clock.h"
+#include "shared/log.h"
+#include "shared/mean.h"
+#include "shared/rng.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bu_future {
+    struct kind *k;
+    future *f;
+    device_job mean_job, sgd_job;
+    psbuf *result;       /* the parameters after this round's step */
+    const float **srcs;  /* the stored gradients in slot order */
+    psbuf *stored[];     /* per slot: the raw push */
+} bu_future;
+
+typedef struct bu_kind {
+    kind base;
+    uint64_t total;        /* elements of the whole model */
+    uint64_t begin, count; /* this server's part */
+    float *params;         /* count: written by device jobs (and reset) */
+    float *momentum_buf;   /* count */
+    psbuf *latest;         /* the parameters after the last completed step */
+    uint64_t open_round;   /* the key of the round pushes join */
+    uint64_t steps_submitted, steps_done;
+} bu_kind;
+
+/* The seed's model, initialized as PyTorch initializes a Linear: the whole
+ * flat vector [weight (out x in), bias (out)] ~ U(-k, k), k = 1/sqrt(in),
+ * from stream RNG_STREAM_MODEL; this server keeps its part. */
+static int bu_init_params(bu_kind *bk)
+{
+    const batch_update_config *c = &bk->base.cfg.bu;
+    float *all = malloc(bk->total * sizeof *all);
+    if (!all)
+        return -1;
+    rng r;
+    rng_seed(&r, c->seed, RNG_STREAM_MODEL);
+    rng_fill_uniform(all, bk->total, 1.0 / sqrt((double)c->in_features), &r);
+    memcpy(bk->params, all + bk->begin, bk->count * sizeof *all);
+    free(all);
+    memset(bk->momentum_buf, 0, bk->count * sizeof *bk->momentum_buf);
+    psbuf *latest = bufpool_get(bk->base.pool, bk->count * sizeof(float));
+    if (!latest)
+        return -1;
+    memcpy(latest->data, bk->params, bk->count * sizeof(float));
+    if (bk->latest)
+        psbuf_unref(bk->latest);
+    bk->latest = latest;
+    bk->open_round = bk->steps_submitted = bk->steps_done = 0;
+    return 0;
+}
+
+static frame_errcode bu_admit(kind *k, const frame_hdr *h, uint64_t *batch, char *msg, size_t len)
+{
+    bu_kind *bk = (bu_kind *)k;
+    if (h->layout != LAYOUT_DENSE) {
+        snprintf(msg, len, "a batch-update server takes dense gradients only");
+        return ERR_UNSUPPORTED;
+    }
+    if (h->bucket != 0) {
+        snprintf(msg, len, "a batch-update server has one bucket (0), not %" PRIu64, h->bucket);
+        return ERR_UNSUPPORTED;
+    }
+    if (h->count != bk->count) {
+        snprintf(msg, len,
+                 "count %" PRIu64 " is not this server's part of the model: %" PRIu64
+                 " elements (%" PRIu64 "..%" PRIu64 " of %" PRIu64 ")",
+                 h->count, bk->count, bk->begin, bk->begin + bk->count, bk->total);
+        return ERR_SHAPE_MISMATCH;
+    }
+    *batch = bk->open_round;
+    return ERR_NONE;
+}
+
+static int bu_push_begin(kind *k, push_ctx *p)
+{
+    future *f = p->f;
+    uint32_t n = k->cfg.trainers;
+    if (p->first) {
+        bu_future *st = calloc(1, sizeof *st + n * sizeof st->stored[0]);
+        if (!st)
+            return -1;
+        st->k = k;
+        st->f = f;
+        f->kstate = st;
+    }
+    bu_future *st = f->kstate;
+    assert(!st->stored[p->slot]);
+    st->stored[p->slot] = bufpool_get(k->pool, p->len);
+    return st->stored[p->slot] ? 0 : -1;
+}
+
+static uint8_t *bu_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
+{
+    (void)k;
+    bu_future *st = p->f->kstate;
+    *max = p->len - off;
+    return st->stored[p->slot]->data + off;
+}
+
+static void bu_log_got(kind *k, push_ctx *p, uint64_t end)
+{
+    if (end == p->len)
+        log_debug("PS got %u/%u updates", p->f->completed + 1, k->expected);
+}
+
+static void bu_push_direct_done(kind *k, push_ctx *p, uint64_t off, size_t n)
+{
+    bu_log_got(k, p, off + n);
+}
+
+static int bu_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+{
+    bu_future *st = p->f->kstate;
+    memcpy(st->stored[p->slot]->data + off, src, n);
+    bu_log_got(k, p, off + n);
+    return 0;
+}
+
+static void bu_push_abort(kind *k, push_ctx *p)
+{
+    (void)k;
+    bu_future *st = p->f->kstate;
+    if (st && st->stored[p->slot]) {
+        psbuf_unref(st->stored[p->slot]);
+        st->stored[p->slot] = NULL;
+    }
+}
+
+static void bu_mean_done(device_job *j) { (void)j; /* the step behind it answers */ }
+
+static void bu_step_done(device_job *j)
+{
+    bu_future *st = j->arg;
+    bu_kind *bk = (bu_kind *)st->k;
+    future *f = st->f;
+    metrics_add(bk->base.m_compute, (double)(clock_now_ns() - f->t_resolve_ns) / 1e6);
+    bk->steps_done++;
+    psbuf *result = st->result;
+    st->result = NULL;
+    /* The answer is also what a fetch gets from now on. */
+    psbuf_ref(result);
+    if (bk->latest)
+        psbuf_unref(bk->latest);
+    bk->latest = result;
+    log_debug("PS updated model");
+    bk->base.resolved(bk->base.resolved_ctx, f, result, NULL);
+}
+
+static void bu_resolve(kind *k, future *f)
+{
+    bu_kind *bk = (bu_kind *)k;
+    bu_future *st = f->kstate;
+    uint32_t n = k->cfg.trainers;
+    assert(f->batch == bk->open_round);
+    bk->open_round++; /* later pushes open the next round */
+    f->round = f->batch + 1;
+    st->srcs = malloc(n * sizeof *st->srcs);
+    st->result = bufpool_get(k->pool, bk->count * sizeof(float));
+    if (!st->srcs || !st->result) {
+        k->resolved(k->resolved_ctx, f, NULL, "out of memory taking the update step");
+        return;
+    }
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (st->stored[i])
+            st->srcs[m++] = (const float *)(void *)st->stored[i]->data;
+    assert(m == k->expected);
+    /* The mean goes into the first stored push; the step reads it there. */
+    float *mean = (float *)(void *)st->srcs[0];
+    memset(&st->mean_job, 0, sizeof st->mean_job);
+    st->mean_job.op = JOB_SUM_SCALE;
+    st->mean_job.u.sum.dst = mean;
+    st->mean_job.u.sum.srcs = st->srcs;
+    st->mean_job.u.sum.nsrc = m;
+    st->mean_job.u.sum.n = bk->count;
+    st->mean_job.u.sum.scale = mean_scale(m);
+    st->mean_job.done = bu_mean_done;
+    st->mean_job.arg = st;
+    memset(&st->sgd_job, 0, sizeof st->sgd_job);
+    st->sgd_job.op = JOB_SGD;
+    st->sgd_job.u.sgd.param = bk->params;
+    st->sgd_job.u.sgd.momentum_buf = bk->momentum_buf;
+    st->sgd_job.u.sgd.grad_sum = mean;
+    st->sgd_job.u.sgd.n = bk->count;
+    st->sgd_job.u.sgd.scale = 1.0f;
+    st->sgd_job.u.sgd.lr = k->cfg.bu.lr;
+    st->sgd_job.u.sgd.momentum = k->cfg.bu.momentum;
+    st->sgd_job.u.sgd.first = bk->steps_submitted == 0;
+    st->sgd_job.u.sgd.out = (float *)(void *)st->result->data;
+    st->sgd_job.done = bu_step_done;
+    st->sgd_job.arg = st;
+    bk->steps_submitted++;
+    device_submit(k->dev, &st->mean_job);
+    device_submit(k->dev, &st->sgd_job);
+}
+
+static void bu_release(kind *k, future *f)
+{
+    bu_future *st = f->kstate;
+    if (!st)
+        return;
+    f->kstate = NULL;
+    for (uint32_t i = 0; i < k->cfg.trainers; i++)
+        if (st->stored[i])
+            psbuf_unref(st->stored[i]);
+    if (st->result)
+        psbuf_unref(st->result);
+    free(st->srcs);
+    free(st);
+}
+
+static int bu_start(kind *k) { return bu_init_params((bu_kind *)k); }
+
+static void bu_reset(kind *k)
+{
+    bu_kind *bk = (bu_kind *)k;
+    /* Drained by the futures layer: no step is in flight. */
+    assert(bk->steps_done == bk->steps_submitted);
+    if (bu_init_params(bk) < 0)
+        log_error("out of memory building a fresh model: the old parameters stay");
+}
+
+static int bu_fetch(kind *k, frame_hdr *out, psbuf **payload)
+{
+    bu_kind *bk = (bu_kind *)k;
+    if (!bk->latest)
+        return -1;
+    out->bucket = 0;
+    out->round = bk->steps_done;
+    out->offset = bk->begin;
+    out->count = bk->count;
+    out->total = bk->total;
+    out->dtype = frame_str_c("f32");
+    out->layout = LAYOUT_DENSE;
+    out->layout_str = frame_str_c("dense");
+    out->has |= FH_BUCKET | FH_ROUND | FH_OFFSET | FH_COUNT | FH_TOTAL | FH_DTYPE | FH_LAYOUT;
+    psbuf_ref(bk->latest);
+    *payload = bk->latest;
+    return 0;
+}
+
+static void bu_destroy(kind *k)
+{
+    bu_kind *bk = (bu_kind *)k;
+    if (bk->latest)
+        psbuf_unref(bk->latest);
+    free(bk->params);
+    free(bk->momentum_buf);
+    free(bk);
+}
+
+static const kind_ops bu_ops = {
+    .name = "batch-update",
+    .admit = bu_admit,
+    .push_begin = bu_push_begin,
+    .push_direct = bu_push_direct,
+    .push_direct_done = bu_push_direct_done,
+    .push_data = bu_push_data,
+    .push_abort = bu_push_abort,
+    .resolve = bu_resolve,
+    .release = bu_release,
+    .start = bu_start,
+    .reset = bu_reset,
+    .fetch = bu_fetch,
+    .destroy = bu_destroy,
+};
+
+/* The parameters get their values in bu_start, once kind_new has given
+ * the kind its buffer pool. */
+kind *kind_batch_update_new(const kind_config *cfg, char *err, size_t errlen)
+{
+    const batch_update_config *c = &cfg->bu;
+    if (c->in_features == 0 || c->out_features == 0 || c->in_features > (1u << 20) ||
+        c->out_features > (1u << 20)) {
+        snprintf(err, errlen, "batch-update: in and out features must be 1..1048576 (got %u, %u)",
+                 c->in_features, c->out_features);
+        return NULL;
+    }
+    uint64_t total = (uint64_t)c->out_features * c->in_features + c->out_features;
+    if (total > (1ull << 28)) {
+        snprintf(err, errlen, "batch-update: Linear(%u, %u) has %" PRIu64 " parameters (at most 2^28)",
+                 c->in_features, c->out_features, total);
+        return NULL;
+    }
+    if (c->parts == 0 || c->part >= c->parts || c->parts > total) {
+        snprintf(err, errlen, "batch-update: part %u of %u does not exist for %" PRIu64 " parameters", c->part,
+                 c->parts, total);
+        return NULL;
+    }
+    if (!(c->lr >= 0) || !isfinite(c->lr) || !(c->momentum >= 0) || !isfinite(c->momentum)) {
+        snprintf(err, errlen, "batch-update: lr and momentum must be finite and >= 0");
+        return NULL;
+    }
+    uint32_t expected = c->batch_update_size ? c->batch_update_size : cfg->trainers;
+    if (expected > cfg->trainers) {
+        snprintf(err, errlen, "batch-update: batch_update_size %u is more than the %u trainers", expected,
+                 cfg->trainers);
+        return NULL;
+    }
+    bu_kind *bk = calloc(1, sizeof *bk);
+    if (!bk) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    bk->base.ops = &bu_ops;
+    bk->base.cfg = *cfg;
+    bk->base.expected = expected;
+    bk->total = total;
+    uint64_t end;
+    kind_part_range(total, c->part, c->parts, &bk->begin, &end);
+    bk->count = end - bk->begin;
+    bk->params = malloc(bk->count * sizeof(float));
+    bk->momentum_buf = malloc(bk->count * sizeof(float));
+    if (!bk->params || !bk->momentum_buf) {
+        bu_destroy(&bk->base);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    return &bk->base;
+}

@@ -1,0 +1,284 @@
+"""bu_mock_server.py — a small stand-in for `psbench-server --standalone
+--kind batch-update`, written from docs/protocol.md ("Kind `batch-update`"),
+for testing the trainer where the real server lacks that kind, and for
+injecting server errors the real server would not produce on demand.
+
+    bu_mock_server.py --master HOST:PORT [--listen HOST:PORT]
+        joins a psbench-master as a server (register, assign with kind
+        batch-update and its batch_update object, metrics reports with
+        method_metric,update, reset, stop)
+    bu_mock_server.py --standalone --trainers N [--listen HOST:PORT]
+        [--kind batch-update] [--in-features IN] [--out-features OUT] [--lr LR]
+        [--momentum M] [--batch-update-size K] [--seed S] [--part P/N]
+        [--fail-with CODE]   answer the first push with an `error` frame
+
+Prints "psbench-server: listening on HOST:PORT" on stderr when ready (the
+line psb.Server waits for). One thread, selectors; exits on SIGTERM.
+Run with /usr/bin/python3 (python3-msgpack).
+"""
+import argparse
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+
+import msgpack
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bu_reference as ref  # noqa: E402
+
+
+class Conn(object):
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+        self.rank = None
+
+
+class Mock(object):
+    def __init__(self, a):
+        self.a = a
+        p, n = a.part.split("/")
+        self.p, self.n = int(p), int(n)
+        self.total = a.out_features * a.in_features + a.out_features
+        self.off = ref.part_begin(self.total, self.p, self.n)
+        self.end = ref.part_begin(self.total, self.p + 1, self.n)
+        self.k = a.batch_update_size or a.trainers
+        full = ref.linear_init(a.in_features, a.out_features, a.seed)
+        self.opt = ref.Sgd(full[self.off:self.end], a.lr, a.momentum)
+        self.round = 0
+        self.pushes = []  # (conn, grads)
+        self.failed = False
+        self.sel = selectors.DefaultSelector()
+        self.ctl = None          # the master link, when there is one
+        self.ctl_buf = b""
+        self.samples = []        # method_metric,update (ms) since the last report
+        self.last_report = 0.0
+
+    def configure(self, bu, trainers):
+        """Settings from a master's assignment."""
+        a = self.a
+        a.in_features, a.out_features = bu["in_features"], bu["out_features"]
+        a.lr, a.momentum, a.seed = bu["lr"], bu["momentum"], bu["seed"]
+        a.trainers = trainers
+        self.p, self.n = bu["part"], bu["parts"]
+        self.k = bu["batch_update_size"]
+        self.reset()
+
+    def reset(self):
+        a = self.a
+        self.total = a.out_features * a.in_features + a.out_features
+        self.off = ref.part_begin(self.total, self.p, self.n)
+        self.end = ref.part_begin(self.total, self.p + 1, self.n)
+        full = ref.linear_init(a.in_features, a.out_features, a.seed)
+        self.opt = ref.Sgd(full[self.off:self.end], a.lr, a.momentum)
+        self.round = 0
+        self.pushes = []
+
+    # ---- control plane ----
+    def ctl_send(self, typ, body):
+        js = json.dumps(body).encode()
+        hdr = msgpack.packb({"type": typ, "payload": len(js)}, use_bin_type=True)
+        self.ctl.sendall(struct.pack(">I", len(hdr)) + hdr + js)
+
+    def ctl_recv(self):
+        """Complete control messages in the buffer: [(type, body)]."""
+        out = []
+        while len(self.ctl_buf) >= 4:
+            h = struct.unpack(">I", self.ctl_buf[:4])[0]
+            if len(self.ctl_buf) < 4 + h:
+                break
+            hdr = msgpack.unpackb(self.ctl_buf[4:4 + h], raw=False)
+            p = hdr.get("payload", 0)
+            if len(self.ctl_buf) < 4 + h + p:
+                break
+            body = json.loads(self.ctl_buf[4 + h:4 + h + p] or b"{}")
+            self.ctl_buf = self.ctl_buf[4 + h + p:]
+            out.append((hdr["type"], body))
+        return out
+
+    def report(self, typ="metrics"):
+        self.ctl_send(typ, {"samples": {"method_metric,update": self.samples}, "bytes_in": 0,
+                            "bytes_out": 0})
+        self.samples = []
+        self.last_report = time.monotonic()
+
+    def join(self, master, port):
+        host, mport = master.rsplit(":", 1)
+        self.ctl = socket.create_connection((host, int(mport)))
+        self.ctl_send("register", {"role": "server", "host": socket.gethostname(), "device": "cpu",
+                                   "pid": os.getpid(), "listen_host": "127.0.0.1", "port": port})
+        while True:
+            data = self.ctl.recv(65536)
+            if not data:
+                sys.exit("mock server: the master closed the connection")
+            self.ctl_buf += data
+            for typ, body in self.ctl_recv():
+                if typ == "stop":
+                    sys.exit("mock server: refused: %s" % body.get("reason"))
+                if typ == "assign":
+                    if body.get("kind") != "batch-update" or "batch_update" not in body:
+                        sys.exit("mock server: assignment is not batch-update: %r" % body)
+                    self.configure(body["batch_update"], body["trainers"])
+                    sys.stderr.write("mock server: assigned %r\n" % body)
+                    sys.stderr.flush()
+                    return
+
+    def on_ctl(self):
+        data = self.ctl.recv(65536)
+        if not data:
+            sys.exit(0)
+        self.ctl_buf += data
+        for typ, _ in self.ctl_recv():
+            if typ == "reset":
+                self.reset()
+                self.samples = []
+                self.ctl_send("reset_done", {})
+            elif typ == "stop":
+                self.report()
+                sys.exit(0)
+
+    def send(self, c, hdr, payload=b""):
+        if payload:
+            hdr["payload"] = len(payload)
+        body = msgpack.packb(hdr, use_bin_type=True)
+        try:
+            c.sock.sendall(struct.pack(">I", len(body)) + body + payload)
+        except OSError:
+            pass
+
+    def frame(self, c):
+        if len(c.buf) < 4:
+            return None
+        h = struct.unpack(">I", c.buf[:4])[0]
+        if len(c.buf) < 4 + h:
+            return None
+        hdr = msgpack.unpackb(c.buf[4:4 + h], raw=False)
+        p = hdr.get("payload", 0)
+        if len(c.buf) < 4 + h + p:
+            return None
+        payload = c.buf[4 + h:4 + h + p]
+        c.buf = c.buf[4 + h + p:]
+        return hdr, payload
+
+    def params_payload(self):
+        return struct.pack("<%df" % len(self.opt.p), *self.opt.p)
+
+    def on_frame(self, c, hdr, payload):
+        t = hdr.get("type")
+        count = self.end - self.off
+        if t == "hello":
+            c.rank = hdr.get("rank")
+            self.send(c, {"type": "welcome", "version": 1, "server": self.p,
+                          "trainers": self.a.trainers})
+        elif t == "fetch":
+            self.send(c, {"type": "params", "bucket": 0, "round": self.round, "offset": self.off,
+                          "count": count, "total": self.total, "dtype": "f32",
+                          "layout": "dense"}, self.params_payload())
+        elif t == "push":
+            if self.a.fail_with:
+                self.send(c, {"type": "error", "code": self.a.fail_with, "batch": hdr.get("batch"),
+                              "bucket": 0, "message": "injected by the mock server"})
+                return
+            if hdr.get("count") != count:
+                self.send(c, {"type": "error", "code": "shape_mismatch", "batch": hdr.get("batch"),
+                              "bucket": 0, "message": "count %r, the part has %d" %
+                              (hdr.get("count"), count)})
+                return
+            if any(pc is c for pc, _ in self.pushes):
+                self.send(c, {"type": "error", "code": "duplicate_push", "batch": hdr.get("batch"),
+                              "bucket": 0, "message": "already in this round"})
+                return
+            self.pushes.append((c, list(struct.unpack("<%df" % count, payload))))
+            if len(self.pushes) == self.k:
+                t0 = time.monotonic()
+                self.opt.step(ref.mean_f32([g for _, g in self.pushes]))
+                self.samples.append((time.monotonic() - t0) * 1e3)
+                joined = self.round
+                self.round += 1
+                pl = self.params_payload()
+                for pc, _ in self.pushes:
+                    self.send(pc, {"type": "result", "batch": joined, "bucket": 0,
+                                   "round": self.round, "dtype": "f32", "layout": "dense",
+                                   "count": count}, pl)
+                self.pushes = []
+
+    def on_lost(self, c):
+        if any(pc is c for pc, _ in self.pushes) or self.pushes:
+            for pc, _ in self.pushes:
+                if pc is not c:
+                    self.send(pc, {"type": "error", "code": "peer_lost", "batch": self.round,
+                                   "bucket": 0, "message": "trainer %r disconnected" % c.rank})
+            self.pushes = []
+
+    def run(self):
+        host, port = self.a.listen.rsplit(":", 1)
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind((host, int(port)))
+        ls.listen(64)
+        ls.setblocking(False)
+        self.sel.register(ls, selectors.EVENT_READ, None)
+        if self.a.master:
+            self.join(self.a.master, ls.getsockname()[1])
+            self.sel.register(self.ctl, selectors.EVENT_READ, "ctl")
+        sys.stderr.write("psbench-server: listening on %s:%d (kind batch-update, mock)\n" %
+                         ls.getsockname())
+        sys.stderr.flush()
+        while True:
+            if self.ctl and time.monotonic() - self.last_report >= 0.5:
+                self.report()
+            for key, _ in self.sel.select(timeout=0.5):
+                if key.data == "ctl":
+                    self.on_ctl()
+                    continue
+                if key.data is None:
+                    s, _ = ls.accept()
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    s.setblocking(True)
+                    self.sel.register(s, selectors.EVENT_READ, Conn(s))
+                    continue
+                c = key.data
+                try:
+                    data = c.sock.recv(1 << 20)
+                except OSError:
+                    data = b""
+                if not data:
+                    self.sel.unregister(c.sock)
+                    c.sock.close()
+                    self.on_lost(c)
+                    continue
+                c.buf += data
+                while True:
+                    f = self.frame(c)
+                    if f is None:
+                        break
+                    self.on_frame(c, *f)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--standalone", action="store_true")
+    ap.add_argument("--trainers", type=int, default=1)
+    ap.add_argument("--master", default=None)
+    ap.add_argument("--listen", default="127.0.0.1:0")
+    ap.add_argument("--kind", default="batch-update")
+    ap.add_argument("--in-features", type=int, default=100)
+    ap.add_argument("--out-features", type=int, default=30)
+    ap.add_argument("--lr", type=float, default=0.001)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--batch-update-size", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--part", default="0/1")
+    ap.add_argument("--fail-with", default=None)
+    a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    Mock(a).run()
+
+
+if __name__ == "__main__":
+    main()

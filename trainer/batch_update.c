@@ -1,0 +1,405 @@
+/* batch_update.c — the batch-update trainer (see batch_update.h). */
+#include "trainer/batch_update.h"
+#include "shared/clock.h"
+#include "shared/log.h"
+#include "shared/rng.h"
+
+#include <cblas.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One server's answer as it is received. */
+typedef struct bu_rx {
+    bool receiving, done;
+} bu_rx;
+
+struct batch_update {
+    batch_update_config cfg;
+    stats *m_batch, *m_fwd, *m_bwd, *m_hook, *m_get;
+    uint64_t total;     /* out*in + out */
+    float *params;      /* [W, b] */
+    float *grad;        /* [dW, db] */
+    float *x, *y, *dy;  /* batch x in, batch x out, batch x out */
+    rng inputs;
+    /* per pass */
+    const client *cl;
+    size_t nparts;
+    uint64_t *part_off; /* nparts + 1 */
+    bu_rx *rx;          /* nparts */
+    frame_type expect;  /* FT_PARAMS while fetching, FT_RESULT while waiting for a round */
+    size_t remaining;
+    bool have_round0, have_round;
+    uint64_t round0, round; /* server 0: updates at the fetch, at the last result */
+    uint64_t t_last_rx;     /* ns: the read that brought the last answer */
+    batch_update_tick_fn tick;
+    void *tick_ctx;
+};
+
+uint64_t batch_update_part_begin(uint64_t total, uint64_t p, uint64_t n)
+{
+    /* floor(p*total/n) without overflow for any model that fits memory */
+    return (uint64_t)(((unsigned __int128)p * total) / n);
+}
+
+batch_update *batch_update_new(const batch_update_config *cfg, metrics *m, char *err, size_t errlen)
+{
+    const uint64_t lim = 1u << 24;
+    if (cfg->in_features < 1 || cfg->in_features > lim || cfg->out_features < 1 || cfg->out_features > lim ||
+        cfg->batch_size < 1 || cfg->batch_size > lim) {
+        snprintf(err, errlen, "the Linear model needs in_features, out_features and a batch size in 1..%" PRIu64,
+                 lim);
+        return NULL;
+    }
+    uint64_t in = cfg->in_features, out = cfg->out_features, B = cfg->batch_size;
+    if (out * in + out > (1ull << 31) || B * in > (1ull << 31) || B * out > (1ull << 31)) {
+        snprintf(err, errlen, "Linear(%" PRIu64 ", %" PRIu64 ") with batch size %" PRIu64 " is too large", in, out,
+                 B);
+        return NULL;
+    }
+    batch_update *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    b->cfg = *cfg;
+    b->total = out * in + out;
+    b->m_batch = metrics_get(m, "batch_level_metric,batch_all");
+    b->m_fwd = metrics_get(m, "forward_metric,forward_pass");
+    b->m_bwd = metrics_get(m, "backward_metric,backward");
+    b->m_hook = metrics_get(m, "hook_future_metric,update_and_fetch_model");
+    b->m_get = metrics_get(m, "method_metric,get_model");
+    b->params = calloc(b->total, sizeof *b->params);
+    b->grad = calloc(b->total, sizeof *b->grad);
+    b->x = malloc(B * in * sizeof *b->x);
+    b->y = malloc(B * out * sizeof *b->y);
+    b->dy = malloc(B * out * sizeof *b->dy);
+    if (!b->m_batch || !b->m_fwd || !b->m_bwd || !b->m_hook || !b->m_get || !b->params || !b->grad || !b->x ||
+        !b->y || !b->dy) {
+        batch_update_free(b);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    return b;
+}
+
+void batch_update_free(batch_update *b)
+{
+    if (!b)
+        return;
+    free(b->params);
+    free(b->grad);
+    free(b->x);
+    free(b->y);
+    free(b->dy);
+    free(b->part_off);
+    free(b->rx);
+    free(b);
+}
+
+void batch_update_set_tick(batch_update *b, batch_update_tick_fn fn, void *ctx)
+{
+    b->tick = fn;
+    b->tick_ctx = ctx;
+}
+
+const float *batch_update_params(const batch_update *b, uint64_t *total)
+{
+    *total = b->total;
+    return b->params;
+}
+
+int batch_update_write_params(const batch_update *b, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "wb");
+    size_t n = (size_t)b->total;
+    bool ok = f && fwrite(b->params, sizeof(float), n, f) == n;
+    if (f && fclose(f) != 0)
+        ok = false;
+    if (!ok) {
+        snprintf(err, errlen, "--params-out %s: cannot write", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- arithmetic ------------------------------------------------------------ */
+
+void batch_update_forward(const float *W, const float *bias, const float *x, uint64_t batch, uint64_t in,
+                          uint64_t out, float *y)
+{
+    for (uint64_t i = 0; i < batch; i++)
+        memcpy(y + i * out, bias, out * sizeof *y);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)batch, (int)out, (int)in, 1.0f, x, (int)in, W,
+                (int)in, 1.0f, y, (int)out);
+}
+
+double batch_update_backward(const float *x, const float *y, uint64_t batch, uint64_t in, uint64_t out,
+                             float *dy, float *dW, float *db)
+{
+    /* L1Loss (mean) against zeros: d/dy mean(|y|) = sign(y) / numel. */
+    uint64_t n = batch * out;
+    float g = 1.0f / (float)n;
+    double loss = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        float v = y[k];
+        loss += v < 0 ? -(double)v : (double)v;
+        dy[k] = v > 0 ? g : v < 0 ? -g : 0.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)batch, 1.0f, dy, (int)out, x,
+                (int)in, 0.0f, dW, (int)in);
+    for (uint64_t j = 0; j < out; j++)
+        db[j] = 0;
+    for (uint64_t i = 0; i < batch; i++)
+        for (uint64_t j = 0; j < out; j++)
+            db[j] += dy[i * out + j];
+    return loss / (double)n;
+}
+
+/* ---- answers from the servers (client sink) ------------------------------- */
+
+static const char *bu_what(frame_type t)
+{
+    return t == FT_PARAMS ? "the parameters (fetch)" : "the updated parameters (result)";
+}
+
+static int bu_begin(void *ctx, uint32_t server, const frame_hdr *h, void **frame, char *err, size_t errlen)
+{
+    batch_update *b = ctx;
+    if (server >= b->nparts) {
+        snprintf(err, errlen, "an answer from an unknown server (%u)", server);
+        return -1;
+    }
+    const char *addr = b->cl->conns[server].addr;
+    bu_rx *rx = &b->rx[server];
+    if (h->type != b->expect || rx->done || rx->receiving) {
+        snprintf(err, errlen, "server %s sent an unexpected '%.*s' while this trainer waits for %s", addr,
+                 (int)h->type_str.n, h->type_str.p, bu_what(b->expect));
+        return -1;
+    }
+    uint64_t off = b->part_off[server], count = b->part_off[server + 1] - off;
+    if (h->type == FT_PARAMS && (h->has & FH_TOTAL) && h->total != b->total) {
+        snprintf(err, errlen,
+                 "server %s holds a model of %" PRIu64 " elements; Linear(%" PRIu64 ", %" PRIu64 ") has %" PRIu64
+                 " (in_features/out_features differ between trainer and server)",
+                 addr, h->total, b->cfg.in_features, b->cfg.out_features, b->total);
+        return -1;
+    }
+    if (h->type == FT_PARAMS && (h->has & FH_OFFSET) && h->offset != off) {
+        snprintf(err, errlen,
+                 "server %s holds the part that starts at element %" PRIu64 ", but it is server %u of %zu here, "
+                 "whose part starts at %" PRIu64 " (list the servers in part order)",
+                 addr, h->offset, server, b->nparts, off);
+        return -1;
+    }
+    if ((h->has & FH_LAYOUT) && h->layout != LAYOUT_DENSE) {
+        snprintf(err, errlen, "server %s sent %s that are not dense", addr, bu_what(b->expect));
+        return -1;
+    }
+    if ((h->has & FH_DTYPE) && !frame_str_eq(h->dtype, "f32")) {
+        snprintf(err, errlen, "server %s sent %s of dtype '%.*s', not f32", addr, bu_what(b->expect),
+                 (int)h->dtype.n, h->dtype.p);
+        return -1;
+    }
+    if (!(h->has & FH_COUNT) || h->count != count || h->payload != count * 4) {
+        snprintf(err, errlen, "server %s sent %s of %" PRIu64 " elements (%" PRIu64 " bytes); its part has %" PRIu64,
+                 addr, bu_what(b->expect), h->count, h->payload, count);
+        return -1;
+    }
+    if (server == 0 && (h->has & FH_ROUND)) {
+        if (h->type == FT_PARAMS) {
+            b->round0 = h->round;
+            b->have_round0 = true;
+        } else {
+            b->round = h->round;
+            b->have_round = true;
+        }
+    }
+    rx->receiving = true;
+    *frame = rx;
+    return 0;
+}
+
+static int bu_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen)
+{
+    batch_update *b = ctx;
+    size_t server = (size_t)((bu_rx *)frame - b->rx);
+    memcpy((uint8_t *)(b->params + b->part_off[server]) + off, p, n);
+    return 0;
+}
+
+static int bu_end(void *ctx, void *frame, char *err, size_t errlen)
+{
+    batch_update *b = ctx;
+    bu_rx *rx = frame;
+    rx->receiving = false;
+    rx->done = true;
+    b->remaining--;
+    b->t_last_rx = b->cl->rx_ns;
+    return 0;
+}
+
+client_sink batch_update_sink(batch_update *b)
+{
+    client_sink k = {bu_begin, bu_data, bu_end, b};
+    return k;
+}
+
+/* ---- the pass --------------------------------------------------------------- */
+
+static int bu_setup_parts(batch_update *b, const client *cl, char *err, size_t errlen)
+{
+    if (b->nparts == cl->nconns)
+        return 0;
+    if (cl->nconns < 1 || cl->nconns > b->total) {
+        snprintf(err, errlen, "%zu servers cannot split a model of %" PRIu64 " elements", cl->nconns, b->total);
+        return -1;
+    }
+    free(b->part_off);
+    free(b->rx);
+    b->nparts = cl->nconns;
+    b->part_off = malloc((b->nparts + 1) * sizeof *b->part_off);
+    b->rx = calloc(b->nparts, sizeof *b->rx);
+    if (!b->part_off || !b->rx) {
+        b->nparts = 0;
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t p = 0; p <= b->nparts; p++)
+        b->part_off[p] = batch_update_part_begin(b->total, p, b->nparts);
+    return 0;
+}
+
+/* Expect one answer of type t from every server. */
+static void bu_expect(batch_update *b, frame_type t)
+{
+    b->expect = t;
+    b->remaining = b->nparts;
+    for (size_t p = 0; p < b->nparts; p++)
+        b->rx[p].done = b->rx[p].receiving = false;
+}
+
+/* Poll until every server answered; t0 (ns) starts the --rpc-timeout. */
+static int bu_wait(batch_update *b, client *cl, uint64_t t0, uint64_t batches_done, char *err, size_t errlen)
+{
+    uint64_t timeout_ns = (uint64_t)(b->cfg.rpc_timeout_s * 1e9);
+    while (b->remaining > 0) {
+        uint64_t now = clock_now_ns();
+        if (now - t0 > timeout_ns) {
+            size_t p = 0;
+            while (p < b->nparts && b->rx[p].done)
+                p++;
+            snprintf(err, errlen, "timed out after %.1f s waiting for %s from server %s (--rpc-timeout)",
+                     b->cfg.rpc_timeout_s, bu_what(b->expect), p < b->nparts ? cl->conns[p].addr : "?");
+            return -1;
+        }
+        uint64_t left_ms = (timeout_ns - (now - t0)) / 1000000 + 1;
+        uint64_t cap_ms = b->tick ? 250 : 1000;
+        if (client_poll(cl, (int)(left_ms < cap_ms ? left_ms : cap_ms), err, errlen) < 0)
+            return -1;
+        if (b->tick && b->remaining > 0 && b->tick(b->tick_ctx, batches_done, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int bu_fetch(batch_update *b, client *cl, char *err, size_t errlen)
+{
+    bu_expect(b, FT_PARAMS);
+    b->have_round0 = b->have_round = false;
+    uint64_t t0 = clock_now_ns();
+    for (size_t p = 0; p < b->nparts; p++) {
+        frame_hdr h = {0};
+        h.type = FT_FETCH;
+        h.bucket = 0;
+        h.has = FH_BUCKET;
+        if (client_queue(cl, p, &h, NULL, err, errlen) < 0)
+            return -1;
+    }
+    return bu_wait(b, cl, t0, 0, err, errlen);
+}
+
+static int bu_push(batch_update *b, client *cl, uint64_t batch, char *err, size_t errlen)
+{
+    for (size_t p = 0; p < b->nparts; p++) {
+        frame_hdr h = {0};
+        h.type = FT_PUSH;
+        h.batch = batch;
+        h.bucket = 0;
+        h.dtype = frame_str_c("f32");
+        h.layout_str = frame_str_c("dense");
+        h.count = b->part_off[p + 1] - b->part_off[p];
+        h.payload = h.count * 4;
+        h.has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_COUNT | FH_PAYLOAD;
+        /* The gradient stays unchanged until every result is in, which
+         * implies every push was written. */
+        if (client_queue(cl, p, &h, b->grad + b->part_off[p], err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static double bu_ms(uint64_t from_ns, uint64_t to_ns)
+{
+    return (double)(to_ns - from_ns) / 1e6;
+}
+
+int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t first_batch, bool record,
+                      batch_update_report *rep, char *err, size_t errlen)
+{
+    memset(rep, 0, sizeof *rep);
+    if (bu_setup_parts(b, cl, err, errlen) < 0)
+        return -1;
+    b->cl = cl;
+    uint64_t in = b->cfg.in_features, out = b->cfg.out_features, B = b->cfg.batch_size;
+    uint64_t rank = b->cfg.rank;
+    float *W = b->params, *bias = b->params + out * in;
+    float *dW = b->grad, *db = b->grad + out * in;
+
+    /* The seed's get_model: a fresh copy of the server's model per pass. */
+    uint64_t t_start = clock_now_ns();
+    if (bu_fetch(b, cl, err, errlen) < 0)
+        return -1;
+    if (record)
+        metrics_add(b->m_get, bu_ms(t_start, b->t_last_rx));
+    /* The seed's torch.randn after manual_seed: the same inputs every pass. */
+    rng_seed(&b->inputs, b->cfg.seed, RNG_STREAM_INPUTS + rank);
+    uint64_t t_batches = clock_now_ns();
+
+    for (uint64_t i = 0; i < batches; i++) {
+        uint64_t t0 = clock_now_ns();
+        log_debug("trainer%" PRIu64 " processing one batch", rank);
+        rng_fill_normal(b->x, B * in, &b->inputs);
+        uint64_t t1 = clock_now_ns();
+        batch_update_forward(W, bias, b->x, B, in, out, b->y);
+        uint64_t t2 = clock_now_ns();
+        batch_update_backward(b->x, b->y, B, in, out, b->dy, dW, db);
+        uint64_t t3 = clock_now_ns();
+        log_debug("trainer%" PRIu64 " reporting grads", rank);
+        bu_expect(b, FT_RESULT);
+        if (bu_push(b, cl, first_batch + i, err, errlen) < 0)
+            return -1;
+        uint64_t t_push = clock_now_ns();
+        if (bu_wait(b, cl, t_push, i, err, errlen) < 0)
+            return -1;
+        log_debug("trainer%" PRIu64 " got updated model", rank);
+        uint64_t t_end = clock_now_ns();
+        if (record) {
+            metrics_add(b->m_fwd, bu_ms(t1, t2));
+            metrics_add(b->m_bwd, bu_ms(t2, t3));
+            metrics_add(b->m_hook, bu_ms(t_push, b->t_last_rx));
+            metrics_add(b->m_batch, bu_ms(t0, t_end));
+        }
+        rep->batches++;
+        rep->bytes_pushed += b->total * 4;
+        if (b->tick && b->tick(b->tick_ctx, i + 1, err, errlen) < 0)
+            return -1;
+    }
+    rep->seconds = (double)(clock_now_ns() - t_batches) / 1e9;
+    if (b->have_round0 && b->have_round && b->round >= b->round0)
+        rep->rounds = b->round - b->round0;
+    else
+        rep->rounds = rep->batches;
+    return 0;
+}

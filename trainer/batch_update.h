@@ -1,0 +1,83 @@
+/* batch_update.h — the trainer of the seed's BatchUpdateParameterServer
+ * benchmark (Trainer in PyTorch's parameter_server_test.py), exactly as
+ * docs/protocol.md, "Kind `batch-update`", specifies it.
+ *
+ * The servers own a Linear(in, out) model, one flat float32 vector
+ * [weight (out x in, row-major), bias (out)] split by contiguous ranges:
+ * server p of n holds elements [floor(p*total/n), floor((p+1)*total/n)).
+ * A pass: `fetch` the parameters from every server and assemble them
+ * (method_metric,get_model); then per batch: inputs x ~ randn(batch, in)
+ * from rng stream RNG_STREAM_INPUTS + rank (reseeded from the seed at the
+ * start of every pass), forward y = x W^T + b (forward_metric,forward_pass),
+ * L1 loss against zero labels and its gradient (backward_metric,backward),
+ * one dense `push` per server of its part of [dW, db], and every server's
+ * `result` becomes the parameters (hook_future_metric,update_and_fetch_model:
+ * push queued to the last result received; batch_level_metric,batch_all:
+ * the whole batch). Single-threaded: the client is polled while waiting.
+ */
+#ifndef PSBENCH_BATCH_UPDATE_H
+#define PSBENCH_BATCH_UPDATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/metrics.h"
+#include "trainer/client.h"
+
+typedef struct batch_update_config {
+    uint64_t rank;          /* inputs come from stream RNG_STREAM_INPUTS + rank */
+    uint64_t in_features;   /* the seed: 100 */
+    uint64_t out_features;  /* the seed: 30 */
+    uint64_t batch_size;    /* the seed: 20 */
+    uint64_t seed;
+    double rpc_timeout_s;   /* longest wait for a fetch's or a batch's answers */
+} batch_update_config;
+
+typedef struct batch_update_report {
+    uint64_t batches;       /* batches run in the pass */
+    double seconds;         /* the batches (the fetch before them left out) */
+    uint64_t rounds;        /* server updates during the pass, as server 0 counts them */
+    uint64_t bytes_pushed;  /* gradient payload bytes */
+} batch_update_report;
+
+typedef struct batch_update batch_update; /* opaque */
+
+/* Called while waiting (at least every 250 ms) and after each batch with
+ * the batches done so far; returns 0, or -1 with err set to end the pass. */
+typedef int (*batch_update_tick_fn)(void *ctx, uint64_t batches_done, char *err, size_t errlen);
+
+/* NULL with err set on a bad configuration or no memory. */
+batch_update *batch_update_new(const batch_update_config *cfg, metrics *m, char *err, size_t errlen);
+void batch_update_free(batch_update *b);
+void batch_update_set_tick(batch_update *b, batch_update_tick_fn fn, void *ctx);
+/* The sink to give client_open: it receives `params` and `result` frames. */
+client_sink batch_update_sink(batch_update *b);
+
+/* One pass over `cl` (its connections in part order): fetch, reseed the
+ * inputs, `batches` batches whose pushes carry batch numbers first_batch,
+ * first_batch+1, ... Metrics are recorded when `record` is true. A server's
+ * error frame, a lost connection, a malformed answer or --rpc-timeout ends
+ * it: -1 with a one-line reason in err. */
+int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t first_batch, bool record,
+                      batch_update_report *rep, char *err, size_t errlen);
+
+/* The whole model's parameters as last received ([W, b], total elements). */
+const float *batch_update_params(const batch_update *b, uint64_t *total);
+/* Write them as raw little-endian float32. Returns 0 or -1 with err. */
+int batch_update_write_params(const batch_update *b, const char *path, char *err, size_t errlen);
+
+/* First element of part p of n of a vector of `total` elements. */
+uint64_t batch_update_part_begin(uint64_t total, uint64_t p, uint64_t n);
+
+/* The arithmetic, exposed for the unit test. W is out x in, row-major;
+ * x is batch x in; y and dy are batch x out.
+ * forward: y = x W^T + bias.
+ * backward: loss = mean(|y|) (returned), dy = sign(y) / (batch*out) with
+ * sign(0) = 0, dW = dy^T x (out x in), db = column sums of dy. */
+void batch_update_forward(const float *W, const float *bias, const float *x, uint64_t batch, uint64_t in,
+                          uint64_t out, float *y);
+double batch_update_backward(const float *x, const float *y, uint64_t batch, uint64_t in, uint64_t out,
+                             float *dy, float *dW, float *db);
+
+#endif
