@@ -74,11 +74,19 @@ int main(int argc, char **argv)
         config_free(&c);
         return 0;
     }
-    /* Load first: which checks apply depends on the server kind. */
-    if (rc == 0)
-        rc = config_load(&c, err, sizeof err);
-    if (rc == 0)
+    if (rc == 0) {
         rc = config_validate(&c, err, sizeof err);
+        if (rc == 0) {
+            rc = config_load(&c, err, sizeof err);
+        } else {
+            /* Flag errors come first, but the seed placement's checks do
+             * not apply to a batch-update job (every trainer feeds every
+             * server): with its configuration loaded, check again. */
+            char lerr[512];
+            if (config_load(&c, lerr, sizeof lerr) == 0 && c.resolved.batch_update)
+                rc = config_validate(&c, err, sizeof err);
+        }
+    }
     if (rc != 0) {
         config_free(&c);
         return master_fail_usage(err);

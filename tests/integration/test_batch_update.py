@@ -237,12 +237,21 @@ class BatchUpdate(psb.PsbTestCase):
             (["--model", "BatchUpdateLinear"], "trains only through a BatchUpdateParameterServer"),
             (["--trainer", "BatchUpdateTrainer"], "trains only through a BatchUpdateParameterServer"),
             (["--server", "BatchUpdateParameterServer", "--model", "BatchUpdateLinear", "--trainer",
-              "BatchUpdateTrainer", "--nserver", "0"], "--nserver 0"),
+              "BatchUpdateTrainer", "--nserver", "0"], "--nserver"),
         ]:
             rc, out, err = self.reg.run([ms, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"] + args)
             self.assertEqual(rc, 2, (args, err))
             self.assertIn(want, err)
             self.assertEqual(len(err.strip().splitlines()), 1, err)
+        # 3 trainers, 2 servers: the seed placement would refuse it, but every
+        # trainer feeds every server here (no run is started: a bad
+        # --backend is refused after the placement checks).
+        rc, out, err = self.reg.run([ms, "--server", "BatchUpdateParameterServer", "--model",
+                                     "BatchUpdateLinear", "--trainer", "BatchUpdateTrainer",
+                                     "--ntrainer", "3", "--nserver", "2", "--backend", "mpi"])
+        self.assertEqual(rc, 2, err)
+        self.assertIn("--backend 'mpi'", err)
+        self.assertNotIn("divisible", err)
         # Rounds that never fill: 3 trainers x 3 batches, rounds of 2.
         cfg = os.path.join(self.reg.workdir, "cfg")
         os.makedirs(cfg)

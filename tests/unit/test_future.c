@@ -1,0 +1,416 @@
+/* test_future.c — the futures layer with real kinds on both devices: the
+ * admission rules, answers, failures, the drain step (reset and shutdown
+ * while device work is in flight) and the batch-update kind's arithmetic.
+ *
+ * Every scenario runs on the `cpu` device (answers inline) and on the
+ * `test` device (answers later, from a worker thread through the event
+ * loop), so the asynchronous path is exercised here under ASan and TSan
+ * as well as in the integration tests.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include <event2/event.h>
+#include <math.h>
+#include <string.h>
+
+#include "server/future.h"
+#include "shared/mean.h"
+
+typedef struct fixture {
+    struct event_base *base;
+    device *dev;
+    bufpool pool;
+    metrics *m;
+    kind *k;
+    futures fut;
+    /* what the hooks saw */
+    int answers, fails;
+    uint64_t answered_batch, answered_round;
+    uint64_t answered_slots; /* bitmap of f->pushed at the answer */
+    float last[64];
+    size_t last_n;
+    char fail_msg[256];
+} fixture;
+
+static void on_answer(void *ctx, future *f, psbuf *result)
+{
+    fixture *x = ctx;
+    x->answers++;
+    x->answered_batch = f->batch;
+    x->answered_round = f->round;
+    x->answered_slots = f->pushed[0];
+    x->last_n = result->len / 4 < 64 ? result->len / 4 : 64;
+    memcpy(x->last, result->data, x->last_n * 4);
+}
+
+static void on_fail(void *ctx, future *f, const char *msg)
+{
+    (void)f;
+    fixture *x = ctx;
+    x->fails++;
+    snprintf(x->fail_msg, sizeof x->fail_msg, "%s", msg);
+}
+
+static void fx_open(fixture *x, const char *dev, const kind_config *kc)
+{
+    memset(x, 0, sizeof *x);
+    setenv("PSBENCH_TEST_DEVICE_MAX_DELAY_US", "300", 1);
+    x->base = event_base_new();
+    assert_non_null(x->base);
+    char err[256];
+    x->dev = device_new(dev, x->base, err, sizeof err);
+    assert_non_null(x->dev);
+    bufpool_init(&x->pool, 1 << 20);
+    x->m = metrics_new();
+    stats *mb = metrics_get(x->m, "batch"), *ms = metrics_get(x->m, "straggler");
+    x->k = kind_new(kc, x->dev, &x->pool, x->m, err, sizeof err);
+    assert_non_null(x->k);
+    futures_hooks h = {.answer = on_answer, .fail = on_fail, .ctx = x};
+    assert_int_equal(futures_init(&x->fut, x->k, kc->trainers, &h, mb, ms), 0);
+}
+
+static void fx_close(fixture *x)
+{
+    futures_destroy(&x->fut);
+    kind_free(x->k);
+    device_destroy(x->dev);
+    assert_int_equal(x->pool.live, 0); /* every buffer came back */
+    bufpool_destroy(&x->pool);
+    metrics_free(x->m);
+    event_base_free(x->base);
+}
+
+/* Run the loop until `answers + fails` reaches n (the test device answers
+ * from its worker thread through an eventfd). */
+static void fx_wait(fixture *x, int n)
+{
+    for (int i = 0; i < 10000 && x->answers + x->fails < n; i++)
+        event_base_loop(x->base, EVLOOP_ONCE);
+    assert_int_equal(x->answers + x->fails, n);
+}
+
+static frame_hdr dense_hdr(uint64_t batch, uint64_t bucket, uint64_t count)
+{
+    frame_hdr h = {0};
+    h.type = FT_PUSH;
+    h.batch = batch;
+    h.bucket = bucket;
+    h.layout = LAYOUT_DENSE;
+    h.count = count;
+    h.payload = count * 4;
+    h.has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_COUNT | FH_PAYLOAD;
+    return h;
+}
+
+/* One whole dense push from slot, in chunks of `chunk` floats. */
+static frame_errcode push_dense(fixture *x, push_ctx *p, uint32_t slot, uint64_t batch, const float *v,
+                                size_t n, size_t chunk)
+{
+    frame_hdr h = dense_hdr(batch, 0, n);
+    char msg[256];
+    frame_errcode code = futures_admit(&x->fut, &h, slot, slot, p, msg, sizeof msg);
+    if (code != ERR_NONE)
+        return code;
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        assert_int_equal(futures_push_data(&x->fut, p, off * 4, (const uint8_t *)(v + off), m * 4), 0);
+    }
+    futures_push_done(&x->fut, p);
+    return ERR_NONE;
+}
+
+static const char *const devices[] = {"cpu", "test"};
+
+static void test_average_mean_both_kinds(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 2; d++)
+        for (int kid = 0; kid < 2; kid++) {
+            fixture x;
+            kind_config kc = {.id = kid ? KIND_AVERAGE_BATCH : KIND_AVERAGE, .trainers = 3};
+            fx_open(&x, devices[d], &kc);
+            push_ctx p[3] = {{0}};
+            float v[3][10];
+            for (int t = 0; t < 3; t++)
+                for (int i = 0; i < 10; i++)
+                    v[t][i] = (float)(t * 10 + i);
+            /* Interleave the three pushes chunk by chunk, as sockets do. */
+            frame_hdr h = dense_hdr(7, 0, 10);
+            char msg[256];
+            for (int t = 0; t < 3; t++)
+                assert_int_equal(futures_admit(&x.fut, &h, (uint32_t)t, (uint64_t)t, &p[t], msg, sizeof msg),
+                                 ERR_NONE);
+            for (size_t off = 0; off < 10; off += 4)
+                for (int t = 0; t < 3; t++) {
+                    size_t m = 10 - off < 4 ? 10 - off : 4;
+                    assert_int_equal(
+                        futures_push_data(&x.fut, &p[t], off * 4, (const uint8_t *)(v[t] + off), m * 4), 0);
+                }
+            for (int t = 0; t < 3; t++)
+                futures_push_done(&x.fut, &p[t]);
+            fx_wait(&x, 1);
+            assert_int_equal(x.answers, 1);
+            assert_int_equal(x.answered_batch, 7);
+            assert_int_equal(x.answered_slots, 7u);
+            for (int i = 0; i < 10; i++) {
+                float want = ((float)i + (float)(10 + i) + (float)(20 + i)) * mean_scale(3);
+                assert_true(fabsf(x.last[i] - want) <= 1e-5f * fabsf(want) + 1e-6f);
+            }
+            /* The resolved key is stale now; a new batch opens. */
+            assert_int_equal(push_dense(&x, &p[0], 0, 7, v[0], 10, 10), ERR_STALE_BATCH);
+            assert_int_equal(push_dense(&x, &p[0], 0, 8, v[0], 10, 10), ERR_NONE);
+            fx_close(&x);
+        }
+}
+
+static void test_admission_rules(void **state)
+{
+    (void)state;
+    fixture x;
+    kind_config kc = {.id = KIND_AVERAGE, .trainers = 2};
+    fx_open(&x, "cpu", &kc);
+    push_ctx a = {0}, b = {0};
+    float v[4] = {1, 2, 3, 4};
+    assert_int_equal(push_dense(&x, &a, 0, 0, v, 4, 4), ERR_NONE);
+    /* The same slot again: duplicate. */
+    assert_int_equal(push_dense(&x, &b, 0, 0, v, 4, 4), ERR_DUPLICATE_PUSH);
+    /* Another count: shape mismatch. */
+    assert_int_equal(push_dense(&x, &b, 1, 0, v, 3, 3), ERR_SHAPE_MISMATCH);
+    /* A trainer lost: the open future it has not pushed to fails... */
+    futures_member_lost(&x.fut, 1, 1);
+    assert_int_equal(x.fails, 1);
+    assert_non_null(strstr(x.fail_msg, "rank 1 disconnected"));
+    /* ...later pushes to it are peer_lost, and so is a new future. */
+    assert_int_equal(push_dense(&x, &b, 0, 0, v, 4, 4), ERR_PEER_LOST);
+    assert_int_equal(push_dense(&x, &b, 0, 1, v, 4, 4), ERR_PEER_LOST);
+    /* It comes back: new futures are admitted again. */
+    futures_member_back(&x.fut, 1);
+    assert_int_equal(push_dense(&x, &b, 0, 1, v, 4, 4), ERR_NONE);
+    fx_close(&x);
+}
+
+static void test_push_lost_midway_fails_future(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 2; d++) {
+        fixture x;
+        kind_config kc = {.id = KIND_AVERAGE, .trainers = 2};
+        fx_open(&x, devices[d], &kc);
+        push_ctx a = {0}, b = {0};
+        float v[8] = {0};
+        assert_int_equal(push_dense(&x, &a, 0, 0, v, 8, 8), ERR_NONE);
+        frame_hdr h = dense_hdr(0, 0, 8);
+        char msg[128];
+        assert_int_equal(futures_admit(&x.fut, &h, 1, 1, &b, msg, sizeof msg), ERR_NONE);
+        assert_int_equal(futures_push_data(&x.fut, &b, 0, (const uint8_t *)v, 16), 0);
+        futures_push_lost(&x.fut, &b);
+        assert_null(b.f);
+        assert_int_equal(x.fails, 1);
+        assert_int_equal(x.answers, 0);
+        fx_close(&x);
+    }
+}
+
+/* Reset and shutdown while the device still works on a future: the drain
+ * waits for it, nobody is answered, nothing leaks (ASan) or races (TSan). */
+static void test_drain_in_flight(void **state)
+{
+    (void)state;
+    for (int kid = 0; kid < 3; kid++)
+        for (int shutdown = 0; shutdown < 2; shutdown++) {
+            fixture x;
+            kind_config kc = {.id = (kind_id)kid, .trainers = 2,
+                              .bu = {.in_features = 3, .out_features = 2, .lr = 0.1f, .momentum = 0.9f,
+                                     .parts = 1}};
+            setenv("PSBENCH_TEST_DEVICE_MAX_DELAY_US", "20000", 1);
+            fx_open(&x, "test", &kc);
+            push_ctx a = {0}, b = {0};
+            size_t n = kid == KIND_BATCH_UPDATE ? 8 : 16;
+            float v[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+            assert_int_equal(push_dense(&x, &a, 0, 0, v, n, 3), ERR_NONE);
+            assert_int_equal(push_dense(&x, &b, 1, 0, v, n, 5), ERR_NONE);
+            assert_int_equal(x.fut.resolving, 1); /* in flight on the worker */
+            if (!shutdown) {
+                futures_reset(&x.fut);
+                assert_int_equal(x.fut.resolving, 0);
+                assert_int_equal(x.answers, 0);
+                /* A fresh pass starts at batch 0 again. */
+                assert_int_equal(push_dense(&x, &a, 0, 0, v, n, 4), ERR_NONE);
+                assert_int_equal(push_dense(&x, &b, 1, 0, v, n, 4), ERR_NONE);
+                fx_wait(&x, 1);
+                assert_int_equal(x.answers, 1);
+            }
+            fx_close(&x); /* shutdown: futures_destroy drains */
+            assert_int_equal(x.fails, 0);
+        }
+}
+
+/* A trainer lost after its push is in, while the bucket resolves: the
+ * others still get the answer. */
+static void test_lost_while_resolving(void **state)
+{
+    (void)state;
+    fixture x;
+    kind_config kc = {.id = KIND_AVERAGE, .trainers = 2};
+    fx_open(&x, "test", &kc);
+    push_ctx a = {0}, b = {0};
+    float v[4] = {2, 4, 6, 8};
+    assert_int_equal(push_dense(&x, &a, 0, 0, v, 4, 4), ERR_NONE);
+    assert_int_equal(push_dense(&x, &b, 1, 0, v, 4, 4), ERR_NONE);
+    futures_member_lost(&x.fut, 1, 1);
+    assert_int_equal(x.fails, 0); /* nothing open was missing its push */
+    fx_wait(&x, 1);
+    assert_int_equal(x.answers, 1);
+    assert_true(x.last[3] == 8.0f);
+    fx_close(&x);
+}
+
+/* The seed's BatchUpdateParameterServer: rounds, the mean of the round's
+ * gradients, SGD with momentum, fetch, reset to a fresh model. */
+static void test_batch_update_rounds(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 2; d++) {
+        fixture x;
+        kind_config kc = {.id = KIND_BATCH_UPDATE, .trainers = 2,
+                          .bu = {.in_features = 2, .out_features = 2, .lr = 0.5f, .momentum = 0.9f,
+                                 .seed = 42, .parts = 1}};
+        fx_open(&x, devices[d], &kc);
+        const size_t n = 6; /* W 2x2 + b 2 */
+        frame_hdr out = {0};
+        psbuf *pb;
+        assert_int_equal(x.k->ops->fetch(x.k, &out, &pb), 0);
+        assert_int_equal(out.count, n);
+        assert_int_equal(out.total, n);
+        assert_int_equal(out.offset, 0);
+        assert_int_equal(out.round, 0);
+        float p0[6], buf[6] = {0};
+        memcpy(p0, pb->data, sizeof p0);
+        psbuf_unref(pb);
+        for (size_t i = 0; i < n; i++)
+            assert_true(fabsf(p0[i]) <= 1.0f / sqrtf(2.0f)); /* U(-k, k), k = 1/sqrt(in) */
+
+        /* Wrong count: shape_mismatch; sparse: unsupported. */
+        push_ctx a = {0}, b = {0};
+        float g1[6] = {1, 2, 3, 4, 5, 6}, g2[6] = {3, 2, 1, 0, -1, -2};
+        assert_int_equal(push_dense(&x, &a, 0, 0, g1, 5, 5), ERR_SHAPE_MISMATCH);
+        float want[6];
+        memcpy(want, p0, sizeof want);
+        for (int round = 0; round < 2; round++) {
+            /* The trainers' batch numbers do not matter: rounds do. */
+            assert_int_equal(push_dense(&x, &a, 0, 100 + round, g1, n, 4), ERR_NONE);
+            assert_int_equal(push_dense(&x, &a, 0, 100 + round, g1, n, 4), ERR_DUPLICATE_PUSH);
+            assert_int_equal(push_dense(&x, &b, 1, 7, g2, n, 2), ERR_NONE);
+            fx_wait(&x, round + 1);
+            for (size_t i = 0; i < n; i++) {
+                float g = (g1[i] + g2[i]) * mean_scale(2);
+                buf[i] = round == 0 ? g : 0.9f * buf[i] + g;
+                want[i] = want[i] - 0.5f * buf[i];
+                assert_true(fabsf(x.last[i] - want[i]) <= 1e-6f);
+            }
+            assert_int_equal(x.answered_batch, round);
+            assert_int_equal(x.answered_round, round + 1);
+        }
+        assert_int_equal(x.k->ops->fetch(x.k, &out, &pb), 0);
+        assert_int_equal(out.round, 2);
+        assert_memory_equal(pb->data, x.last, n * 4);
+        psbuf_unref(pb);
+        /* Reset: a fresh model from the seed, round 0. */
+        futures_reset(&x.fut);
+        assert_int_equal(x.k->ops->fetch(x.k, &out, &pb), 0);
+        assert_int_equal(out.round, 0);
+        assert_memory_equal(pb->data, p0, n * 4);
+        psbuf_unref(pb);
+        fx_close(&x);
+    }
+}
+
+/* Several servers split the flat vector into contiguous parts. */
+static void test_batch_update_parts(void **state)
+{
+    (void)state;
+    uint64_t total = 3030, covered = 0, prev_end = 0;
+    for (uint32_t p = 0; p < 7; p++) {
+        uint64_t b, e;
+        kind_part_range(total, p, 7, &b, &e);
+        assert_int_equal(b, prev_end);
+        assert_true(e - b == total / 7 || e - b == total / 7 + 1);
+        covered += e - b;
+        prev_end = e;
+    }
+    assert_int_equal(covered, total);
+    /* A part's initial values are that slice of the whole vector. */
+    fixture whole, part;
+    kind_config kc = {.id = KIND_BATCH_UPDATE, .trainers = 1,
+                      .bu = {.in_features = 100, .out_features = 30, .lr = 0.001f, .momentum = 0.9f,
+                             .seed = 5, .parts = 1}};
+    fx_open(&whole, "cpu", &kc);
+    kc.bu.part = 2;
+    kc.bu.parts = 3;
+    fx_open(&part, "cpu", &kc);
+    frame_hdr o1 = {0}, o2 = {0};
+    psbuf *b1, *b2;
+    assert_int_equal(whole.k->ops->fetch(whole.k, &o1, &b1), 0);
+    assert_int_equal(part.k->ops->fetch(part.k, &o2, &b2), 0);
+    assert_int_equal(o2.offset, 2020);
+    assert_int_equal(o2.count, 1010);
+    assert_memory_equal(b2->data, b1->data + 4 * 2020, 1010 * 4);
+    psbuf_unref(b1);
+    psbuf_unref(b2);
+    fx_close(&whole);
+    fx_close(&part);
+}
+
+/* The test device completes jobs in submission order, later than submit. */
+static int order_seen[32], norder;
+static void order_done(device_job *j) { order_seen[norder++] = (int)(intptr_t)j->arg; }
+
+static void test_device_order(void **state)
+{
+    (void)state;
+    setenv("PSBENCH_TEST_DEVICE_MAX_DELAY_US", "500", 1);
+    struct event_base *base = event_base_new();
+    char err[128];
+    device *d = device_new("test", base, err, sizeof err);
+    assert_non_null(d);
+    device_job jobs[32];
+    norder = 0;
+    for (int i = 0; i < 32; i++) {
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].op = JOB_BARRIER;
+        jobs[i].done = order_done;
+        jobs[i].arg = (void *)(intptr_t)i;
+        device_submit(d, &jobs[i]);
+    }
+    assert_int_equal(norder, 0); /* nothing completes inside submit */
+    while (norder < 16)
+        event_base_loop(base, EVLOOP_ONCE);
+    device_drain(d); /* the rest, delivered before drain returns */
+    assert_int_equal(norder, 32);
+    for (int i = 0; i < 32; i++)
+        assert_int_equal(order_seen[i], i);
+    device_destroy(d);
+    event_base_free(base);
+    assert_null(device_new("gpu9", NULL, err, sizeof err));
+    assert_non_null(strstr(err, "not in this build"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_average_mean_both_kinds),
+        cmocka_unit_test(test_admission_rules),
+        cmocka_unit_test(test_push_lost_midway_fails_future),
+        cmocka_unit_test(test_drain_in_flight),
+        cmocka_unit_test(test_lost_while_resolving),
+        cmocka_unit_test(test_batch_update_rounds),
+        cmocka_unit_test(test_batch_update_parts),
+        cmocka_unit_test(test_device_order),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
