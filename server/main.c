@@ -151,7 +151,7 @@ int main(int argc, char **argv)
                                         .momentum = 0.9f, .parts = 1};
     bool standalone = false, bu_flags = false;
     bool have_rank = false;
-    const char *master = NULL, *advertise = NULL, *device = NULL;
+    const char *master = NULL, *advertise = NULL, *device_name = NULL;
     cfg.listen_fd = -1;
     log_level level = LOG_INFO;
     char err[256];
@@ -181,7 +181,7 @@ int main(int argc, char **argv)
             }
             break;
         case OPT_DEVICE:
-            device = optarg;
+            device_name = optarg;
             break;
         case OPT_IN_FEATURES:
         case OPT_OUT_FEATURES:
@@ -302,16 +302,16 @@ int main(int argc, char **argv)
                                     "configuration decides"
                                   : "--in-features, --out-features, --lr, --momentum, --batch-update-size, "
                                     "--seed and --part need --kind batch-update");
-    if (!device) {
+    if (!device_name) {
         const char *d = getenv("PSBENCH_SERVER_DEVICE");
-        device = d && *d ? d : "cpu";
+        device_name = d && *d ? d : "cpu";
     }
-    if (strcmp(device, "cpu") != 0 && strcmp(device, "test") != 0) {
+    if (strcmp(device_name, "cpu") != 0 && strcmp(device_name, "test") != 0) {
         snprintf(err, sizeof err, "--device %s: this build computes on the CPU only (cpu, or test for tests)",
-                 device);
+                 device_name);
         return server_fail(err);
     }
-    snprintf(cfg.device, sizeof cfg.device, "%s", device);
+    snprintf(cfg.device, sizeof cfg.device, "%s", device_name);
     if (!cfg.token) {
         const char *t = getenv("PSBENCH_TOKEN");
         if (t && *t)
@@ -332,7 +332,7 @@ int main(int argc, char **argv)
         cfg.listen_fd = net_listen(cfg.host, cfg.port, 1024, &cfg.port, err, sizeof err);
         if (cfg.listen_fd < 0)
             return server_fail(err);
-        if (master_link_join(&link, master, &cfg, strcmp(device, "test") == 0 ? "cpu" : device, advertise, have_rank ? (int64_t)cfg.rank : -1, err,
+        if (master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0 ? "cpu" : device_name, advertise, have_rank ? (int64_t)cfg.rank : -1, err,
                              sizeof err) < 0) {
             ctl_close(&link);
             close(cfg.listen_fd);

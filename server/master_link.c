@@ -46,7 +46,7 @@ static int master_link_batch_update(json_t *body, batch_update_config *bu, char 
     return 0;
 }
 
-int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device,
+int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
                      const char *advertise, int64_t want_rank, char *err, size_t errlen)
 {
     if (ctl_connect(c, master, 30.0, err, errlen) < 0)
@@ -54,7 +54,7 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "role", "server", "host", host, "device",
-                             device, "listen_host", cfg->host, "port", (json_int_t)cfg->port, "pid",
+                             device_name, "listen_host", cfg->host, "port", (json_int_t)cfg->port, "pid",
                              (json_int_t)getpid());
     if (advertise)
         json_object_set_new(body, "advertise", json_string(advertise));
@@ -81,7 +81,7 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
             continue;
         }
         int64_t rank = ctl_int(m.body, "rank", -1), trainers = ctl_int(m.body, "trainers", 0);
-        const char *kind = ctl_str(m.body, "kind", "average");
+        const char *kind_str = ctl_str(m.body, "kind", "average");
         if (rank < 0 || trainers < 1 || trainers > 65536) {
             snprintf(err, errlen, "the master sent a bad assignment");
             ctl_msg_clear(&m);
@@ -89,9 +89,9 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
         }
         cfg->rank = (uint32_t)rank;
         cfg->trainers = (uint32_t)trainers;
-        if (kind_parse(kind, &cfg->kind.id) < 0) {
+        if (kind_parse(kind_str, &cfg->kind.id) < 0) {
             snprintf(err, errlen, "the master asked for server kind '%s', which this build does not have",
-                     kind);
+                     kind_str);
             ctl_msg_clear(&m);
             return -1;
         }

@@ -14,7 +14,7 @@
 #include "server/server.h"
 #include "shared/control.h"
 
-int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device,
+int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
                      const char *advertise, int64_t want_rank, char *err, size_t errlen);
 /* Hand the joined connection to the reactor (s takes it over). */
 int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen);

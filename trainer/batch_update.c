@@ -22,6 +22,7 @@ struct batch_update {
     float *params;      /* [W, b] */
     float *grad;        /* [dW, db] */
     float *x, *y, *dy;  /* batch x in, batch x out, batch x out */
+    float *x_next;      /* the next batch's inputs, drawn while a round is out */
     rng inputs;
     /* per pass */
     const client *cl;
@@ -73,9 +74,10 @@ batch_update *batch_update_new(const batch_update_config *cfg, metrics *m, char 
     b->params = calloc(b->total, sizeof *b->params);
     b->grad = calloc(b->total, sizeof *b->grad);
     b->x = malloc(B * in * sizeof *b->x);
+    b->x_next = malloc(B * in * sizeof *b->x_next);
     b->y = malloc(B * out * sizeof *b->y);
     b->dy = malloc(B * out * sizeof *b->dy);
-    if (!b->m_batch || !b->m_fwd || !b->m_bwd || !b->m_hook || !b->m_get || !b->params || !b->grad || !b->x ||
+    if (!b->m_batch || !b->m_fwd || !b->m_bwd || !b->m_hook || !b->m_get || !b->params || !b->grad || !b->x || !b->x_next ||
         !b->y || !b->dy) {
         batch_update_free(b);
         snprintf(err, errlen, "out of memory");
@@ -91,6 +93,7 @@ void batch_update_free(batch_update *b)
     free(b->params);
     free(b->grad);
     free(b->x);
+    free(b->x_next);
     free(b->y);
     free(b->dy);
     free(b->part_off);
@@ -366,11 +369,17 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
     /* The seed's torch.randn after manual_seed: the same inputs every pass. */
     rng_seed(&b->inputs, b->cfg.seed, RNG_STREAM_INPUTS + rank);
     uint64_t t_batches = clock_now_ns();
+    /* Batch i's inputs are drawn while round i-1 is out (the stream's
+     * order is the same): the trainer would only wait otherwise. */
+    if (batches > 0)
+        rng_fill_normal(b->x_next, B * in, &b->inputs);
 
     for (uint64_t i = 0; i < batches; i++) {
         uint64_t t0 = clock_now_ns();
         log_debug("trainer%" PRIu64 " processing one batch", rank);
-        rng_fill_normal(b->x, B * in, &b->inputs);
+        float *x = b->x_next;
+        b->x_next = b->x;
+        b->x = x;
         uint64_t t1 = clock_now_ns();
         batch_update_forward(W, bias, b->x, B, in, out, b->y);
         uint64_t t2 = clock_now_ns();
@@ -381,6 +390,12 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         if (bu_push(b, cl, first_batch + i, err, errlen) < 0)
             return -1;
         uint64_t t_push = clock_now_ns();
+        if (i + 1 < batches) {
+            /* Send the pushes first (client_poll writes before it waits). */
+            if (client_poll(cl, 0, err, errlen) < 0)
+                return -1;
+            rng_fill_normal(b->x_next, B * in, &b->inputs);
+        }
         if (bu_wait(b, cl, t_push, i, err, errlen) < 0)
             return -1;
         log_debug("trainer%" PRIu64 " got updated model", rank);

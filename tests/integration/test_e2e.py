@@ -128,6 +128,8 @@ class E2E(psb.PsbTestCase):
     def test_trainer_keeps_blas_threads_asked_for(self):
         if (os.cpu_count() or 1) < 2:
             self.skipTest("OpenBLAS starts no worker thread on one core")
+        if os.environ.get("PSBENCH_TSAN") == "1":
+            self.skipTest("ThreadSanitizer adds a thread of its own next to OpenBLAS's")
         env = psb.base_env({"OPENBLAS_NUM_THREADS": "2"})
         self.assertEqual(self.trainer_threads(env), (2, [b"OPENBLAS_NUM_THREADS=2"]))
 
