@@ -12,8 +12,10 @@
  * L1 loss against zero labels and its gradient (backward_metric,backward),
  * one dense `push` per server of its part of [dW, db], and every server's
  * `result` becomes the parameters (hook_future_metric,update_and_fetch_model:
- * push queued to the last result received; batch_level_metric,batch_all:
- * the whole batch). Single-threaded: the client is polled while waiting.
+ * push queued to the last result read; batch_level_metric,batch_all: the
+ * whole batch). Single-threaded: the client is polled while waiting; the
+ * next batch's inputs are drawn while a round is out (same values, same
+ * order), so a batch's time holds the draw only where it outlasts the round.
  */
 #ifndef PSBENCH_BATCH_UPDATE_H
 #define PSBENCH_BATCH_UPDATE_H

@@ -95,7 +95,9 @@ class BatchUpdate(psb.PsbTestCase):
     def run_standalone(self, trainers, servers, batches, extra=(), passes=(None,)):
         n = len(servers)
         srv = [self.bu_server(trainers, "%d/%d" % (p, n)) for p in range(n)]
-        trs = [self.bu_trainer(srv, r, batches, extra) for r in range(trainers)]
+        # extra: flags, or a function of the rank giving them
+        trs = [self.bu_trainer(srv, r, batches, extra(r) if callable(extra) else extra)
+               for r in range(trainers)]
         for t in trs:
             self.assertEqual(t.wait(120), 0, t.describe())
         params = [ref.read_params(t.params_path) for t in trs]
@@ -130,10 +132,11 @@ class BatchUpdate(psb.PsbTestCase):
         """--warmup-batches: a pass of W batches, then the timed pass; the
         server (standalone, no reset) goes on from the warm-up's state, and
         both passes draw the same inputs from the start."""
-        trs = self.run_standalone(2, [None], 3, extra=("--warmup-batches", "2", "--summary-json",
-                                                       os.path.join(self.reg.workdir, "s.json")),
-                                  passes=(2, 3))
-        with open(os.path.join(self.reg.workdir, "s.json")) as f:
+        def flags(rank):
+            return ("--warmup-batches", "2", "--summary-json",
+                    os.path.join(self.reg.workdir, "s%d.json" % rank))
+        trs = self.run_standalone(2, [None], 3, extra=flags, passes=(2, 3))
+        with open(os.path.join(self.reg.workdir, "s0.json")) as f:
             s = json.load(f)
         self.assertEqual(s["batches"], 3)
         self.assertEqual(s["rounds"], 3)
