@@ -1,12 +1,15 @@
 /* conn.c — one trainer connection: framing, hello, the message handlers,
  * output.
  *
- * Reading: bytes land in c->ibuf and are parsed in place; each decoded
- * header goes to the handler of its type (conn_handlers). Once a push's
- * header is admitted by the futures layer, its payload is streamed there
- * as it arrives (never buffered whole); when the input buffer is empty and
- * the push's kind can take raw bytes at a fixed address, the payload is
- * received there directly, skipping one copy.
+ * Reading: bytes land in the buffer of c->rd, the framed reader
+ * (shared/framed.h), and are parsed in place; each decoded header goes to
+ * the handler of its type (conn_handlers). The reader follows every
+ * payload to its end; c->sink says whether its bytes go to a push or are
+ * discarded. Once a push's header is admitted by the futures layer, its
+ * payload is streamed there as it arrives (never buffered whole); when the
+ * input buffer holds no more than a partial float and the push's kind can
+ * take raw bytes at a fixed address, the payload is received there
+ * directly, skipping one copy.
  *
  * Writing: frames are appended to c->out (an outq: header bytes, payload
  * by reference) and written by conn_flush, which the reactor calls once
@@ -59,14 +62,14 @@ conn *conn_new(server *s, int fd)
     c->fd = fd;
     c->slot = CONN_NO_SLOT;
     net_peer_name(fd, c->peer, sizeof c->peer);
-    c->ibuf = malloc(CONN_IBUF_SIZE);
+    int rd_ok = framed_init(&c->rd, CONN_IBUF_SIZE, s->cfg.max_payload, 4);
     outq_init(&c->out);
     c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
     c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
     c->hello_ev = evtimer_new(s->base, conn_on_hello_timeout, c);
     double ht = s->cfg.hello_timeout_s;
     struct timeval htv = {(time_t)ht, (suseconds_t)((ht - (double)(time_t)ht) * 1e6)};
-    if (!c->ibuf || !c->rev || !c->wev || !c->hello_ev || event_add(c->rev, NULL) < 0 ||
+    if (rd_ok < 0 || !c->rev || !c->wev || !c->hello_ev || event_add(c->rev, NULL) < 0 ||
         evtimer_add(c->hello_ev, &htv) < 0) {
         if (c->rev)
             event_free(c->rev);
@@ -74,7 +77,7 @@ conn *conn_new(server *s, int fd)
             event_free(c->wev);
         if (c->hello_ev)
             event_free(c->hello_ev);
-        free(c->ibuf);
+        framed_free(&c->rd);
         free(c);
         close(fd);
         return NULL;
@@ -270,12 +273,11 @@ static void conn_push_finish(conn *c)
     futures_push_done(&c->srv->fut, &c->push);
 }
 
-static void conn_skip_payload(conn *c, uint64_t len)
+/* The frame's payload, if any, is discarded: the reader follows it to its
+ * end, and its chunks go nowhere. */
+static void conn_skip_payload(conn *c)
 {
     c->sink = SINK_DISCARD;
-    c->pay_off = 0;
-    c->pay_len = len;
-    c->state = len ? CONN_PAYLOAD : CONN_HEADER;
 }
 
 /* Check the shape fields of a push header. Returns ERR_NONE, or the code
@@ -338,17 +340,14 @@ static void conn_on_push(conn *c, const frame_hdr *h)
     if (code != ERR_NONE) {
         conn_send_error(c, code, msg, h);
         if (!c->closing)
-            conn_skip_payload(c, h->payload);
+            conn_skip_payload(c);
         return;
     }
     c->sink = SINK_PUSH;
-    c->pay_off = 0;
-    c->pay_len = h->payload;
     c->big_pushes = h->payload >= CONN_DIRECT_MIN;
     if (h->payload == 0)
-        conn_push_finish(c);
-    else
-        c->state = CONN_PAYLOAD;
+        conn_push_finish(c); /* sink is SINK_DISCARD again: the reader's
+                              * FRAMED_END for it does nothing more */
 }
 
 /* `fetch` (batch-update): the current parameters of this server's part. */
@@ -467,7 +466,7 @@ static void conn_on_other(conn *c, const frame_hdr *h)
     snprintf(msg, sizeof msg, "message type '%.*s' is not supported by a server",
              (int)(h->type_str.n > 64 ? 64 : h->type_str.n), h->type_str.p);
     conn_send_error(c, ERR_UNSUPPORTED, msg, h);
-    conn_skip_payload(c, h->payload);
+    conn_skip_payload(c);
 }
 
 /* The handler of each message type a trainer may send. */
@@ -485,12 +484,11 @@ static void conn_dispatch(conn *c, const frame_hdr *h)
     (fn ? fn : conn_on_other)(c, h);
 }
 
-/* Hand payload bytes to the sink. */
-static void conn_payload(conn *c, const uint8_t *p, size_t n)
+/* Hand payload bytes (at offset off in the payload) to the sink. */
+static void conn_payload(conn *c, const uint8_t *p, size_t n, uint64_t off)
 {
     server *s = c->srv;
-    if (c->sink == SINK_PUSH && c->push.f &&
-        futures_push_data(&s->fut, &c->push, c->pay_off, p, n) < 0) {
+    if (c->sink == SINK_PUSH && c->push.f && futures_push_data(&s->fut, &c->push, off, p, n) < 0) {
         frame_hdr about = {0};
         about.batch = c->push.f->batch;
         about.bucket = c->push.f->bucket;
@@ -498,57 +496,35 @@ static void conn_payload(conn *c, const uint8_t *p, size_t n)
         conn_send_error(c, ERR_SHAPE_MISMATCH, c->push.err, &about);
         conn_push_abort(c);
     }
-    c->pay_off += n;
-    if (c->pay_off == c->pay_len) {
-        c->state = CONN_HEADER;
-        if (c->sink == SINK_PUSH)
-            conn_push_finish(c);
-    }
 }
 
-/* Parse everything complete in ibuf. */
+/* Parse everything complete in the input buffer. The reader hands payload
+ * chunks over in whole floats (a partial one waits for its other bytes),
+ * and a payload's end before anything after it. */
 static void conn_process(conn *c)
 {
-    server *s = c->srv;
-    while (!c->closing && c->ioff < c->ilen) {
-        size_t avail = c->ilen - c->ioff;
-        if (c->state == CONN_PAYLOAD) {
-            uint64_t left = c->pay_len - c->pay_off;
-            uint64_t end = c->pay_off + (avail < left ? avail : left);
-            /* Hand over whole floats only, except at the payload's end. */
-            if (end < c->pay_len)
-                end &= ~(uint64_t)3;
-            if (end <= c->pay_off)
-                break;
-            size_t n = (size_t)(end - c->pay_off);
-            const uint8_t *p = c->ibuf + c->ioff;
-            c->ioff += n;
-            conn_payload(c, p, n);
-            continue;
-        }
-        frame_hdr h;
-        size_t used;
-        frame_status st = frame_decode_header(&s->dec, c->ibuf + c->ioff, avail, &h, &used);
-        if (st == FRAME_NEED_MORE)
+    while (!c->closing) {
+        framed_event ev;
+        switch (framed_next(&c->rd, &ev)) {
+        case FRAMED_NEED_MORE:
+            return;
+        case FRAMED_DATA:
+            conn_payload(c, ev.data, ev.n, ev.off);
             break;
-        if (st == FRAME_BAD) {
-            conn_send_error(c, ERR_BAD_FRAME, s->dec.err, NULL);
+        case FRAMED_END:
+            if (c->sink == SINK_PUSH)
+                conn_push_finish(c);
             break;
-        }
-        c->ioff += used;
-        if (st == FRAME_TOO_LARGE) {
-            conn_send_error(c, ERR_TOO_LARGE, s->dec.err, &h);
+        case FRAMED_HEADER:
+            conn_dispatch(c, &ev.hdr);
             break;
+        case FRAMED_BAD:
+            conn_send_error(c, ERR_BAD_FRAME, framed_err(&c->rd), NULL);
+            return;
+        case FRAMED_TOO_LARGE:
+            conn_send_error(c, ERR_TOO_LARGE, framed_err(&c->rd), &ev.hdr);
+            return;
         }
-        conn_dispatch(c, &h);
-    }
-    if (c->ioff == c->ilen) {
-        c->ioff = c->ilen = 0;
-    } else if (c->ioff > 0 && c->ilen > CONN_IBUF_SIZE / 2) {
-        /* Keep room for a whole header: move the unparsed tail down. */
-        memmove(c->ibuf, c->ibuf + c->ioff, c->ilen - c->ioff);
-        c->ilen -= c->ioff;
-        c->ioff = 0;
     }
 }
 
@@ -558,34 +534,19 @@ static void conn_process(conn *c)
 static ssize_t conn_read_direct(conn *c, uint8_t *dst, size_t max)
 {
     server *s = c->srv;
-    size_t carry = c->ilen - c->ioff;
-    assert(carry < 4 && carry < max);
-    memcpy(dst, c->ibuf + c->ioff, carry);
+    size_t carry = framed_direct_carry(&c->rd, dst);
+    assert(carry < max);
     ssize_t r = recv(c->fd, dst + carry, max - carry, 0);
     if (r <= 0)
         return r;
-    c->ioff = c->ilen = 0;
     s->bytes_in += (uint64_t)r;
-    size_t n = carry + (size_t)r;
-    uint64_t off = c->pay_off;
-    /* Keep the backend's view on a float boundary: a partial float goes
+    uint64_t off = framed_payload_off(&c->rd);
+    /* The backend's view stays on a float boundary: a partial float goes
      * back to the input buffer and is handled with the next bytes. */
-    size_t keep = n;
-    if (off + n < c->pay_len)
-        keep = (size_t)(((off + n) & ~(uint64_t)3) - off);
-    if (keep < n) {
-        memcpy(c->ibuf, dst + keep, n - keep);
-        c->ioff = 0;
-        c->ilen = n - keep;
-    }
-    if (keep) {
+    size_t keep = framed_direct_done(&c->rd, dst, carry + (size_t)r);
+    if (keep)
         futures_push_direct_done(&s->fut, &c->push, off, keep);
-        c->pay_off += keep;
-        if (c->pay_off == c->pay_len) {
-            c->state = CONN_HEADER;
-            conn_push_finish(c);
-        }
-    }
+    conn_process(c); /* the payload's end, when these bytes were the last */
     return r;
 }
 
@@ -600,31 +561,31 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
         size_t max = 0;
         /* In a payload, the input buffer holds at most a partial float
          * (conn_process hands over everything else). */
-        size_t carry = c->ilen - c->ioff;
-        if (c->state == CONN_PAYLOAD && c->sink == SINK_PUSH && c->push.f && carry < 4 &&
-            c->pay_len - c->pay_off >= CONN_DIRECT_MIN &&
-            (dst = futures_push_direct(&s->fut, &c->push, c->pay_off, &max)) != NULL) {
+        size_t carry = framed_buffered(&c->rd);
+        if (framed_in_payload(&c->rd) && c->sink == SINK_PUSH && c->push.f && carry < 4 &&
+            framed_payload_left(&c->rd) >= CONN_DIRECT_MIN &&
+            (dst = futures_push_direct(&s->fut, &c->push, framed_payload_off(&c->rd), &max)) != NULL) {
             want = max - carry;
             r = conn_read_direct(c, dst, max);
         } else {
-            if (c->ilen == CONN_IBUF_SIZE) /* cannot happen: conn_process compacts */
+            uint8_t *buf = framed_space(&c->rd, &want);
+            if (want == 0) /* cannot happen: conn_process takes every event */
                 break;
-            want = CONN_IBUF_SIZE - c->ilen;
             if (dst == NULL && max > carry && max - carry < want)
                 want = max - carry; /* up to where it may be received directly */
-            else if (c->state == CONN_HEADER && c->big_pushes && want > CONN_HEADER_READ)
+            else if (!framed_in_payload(&c->rd) && c->big_pushes && want > CONN_HEADER_READ)
                 want = CONN_HEADER_READ; /* the header, not the payload behind it:
                                           * that one may go straight to its place */
-            r = recv(fd, c->ibuf + c->ilen, want, 0);
+            r = recv(fd, buf, want, 0);
             if (r > 0) {
-                c->ilen += (size_t)r;
+                framed_wrote(&c->rd, (size_t)r);
                 s->bytes_in += (uint64_t)r;
                 conn_process(c);
             }
         }
         if (r == 0) {
-            conn_close(c, c->state == CONN_PAYLOAD ? "closed by peer in the middle of a frame"
-                                                   : "closed by peer");
+            conn_close(c, framed_in_payload(&c->rd) ? "closed by peer in the middle of a frame"
+                                                    : "closed by peer");
             break;
         }
         if (r < 0) {
@@ -674,6 +635,6 @@ void conn_free(conn *c)
     event_free(c->hello_ev);
     outq_free(&c->out); /* drops the references to shared results */
     push_ctx_free(&c->push);
-    free(c->ibuf);
+    framed_free(&c->rd);
     free(c);
 }

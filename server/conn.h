@@ -1,10 +1,10 @@
 /* conn.h — one trainer connection on the server's reactor (transport).
  *
- * Input is read into a fixed per-connection buffer and parsed in place: a
- * header is decoded once it is complete and handed to the handler of its
- * message type; a push's payload is handed to the futures layer chunk by
- * chunk as it arrives — or received straight into its destination when no
- * arithmetic is needed. Output goes through an outq; results are added by
+ * Input is read into a fixed per-connection buffer (a framed reader,
+ * shared/framed.h) and parsed in place: a header is decoded once it is
+ * complete and handed to the handler of its message type; a push's payload
+ * is handed to the futures layer chunk by chunk as it arrives — or received
+ * straight into its destination when no arithmetic is needed. Output goes through an outq; results are added by
  * reference, never copied per trainer. Nothing here knows what a push
  * means: that is the kind's, below the futures.
  */
@@ -18,14 +18,13 @@
 #include "server/kind.h"
 #include "server/outq.h"
 #include "shared/frame.h"
+#include "shared/framed.h"
 
 struct server;
 struct event;
 
 #define CONN_IBUF_SIZE (256u * 1024u) /* fits any header (<= 64 KiB + 4) */
 #define CONN_NO_SLOT UINT32_MAX
-
-typedef enum conn_state { CONN_HEADER = 0, CONN_PAYLOAD } conn_state;
 
 /* What the payload bytes being read are for. */
 typedef enum conn_sink { SINK_DISCARD = 0, SINK_PUSH } conn_sink;
@@ -36,12 +35,9 @@ typedef struct conn {
     char peer[64];
     struct event *rev, *wev;
     struct event *hello_ev; /* closes a connection that never says hello */
-    uint8_t *ibuf;
-    size_t ioff, ilen; /* unparsed bytes are ibuf[ioff, ilen) */
-    conn_state state;
-    conn_sink sink;
-    uint64_t pay_off, pay_len; /* progress through the current payload */
-    push_ctx push;             /* the push being received (SINK_PUSH) */
+    framed rd;      /* the input buffer, and where the stream is in a frame */
+    conn_sink sink; /* what the current payload's bytes are for */
+    push_ctx push;  /* the push being received (SINK_PUSH) */
     outq out;
     bool hello_done;
     bool closing; /* stop reading; close once the output is written */

@@ -117,16 +117,8 @@ struct kind {
     void *resolved_ctx;
 };
 
-/* "average", "average-batch", "batch-update". Returns 0, or -1. */
-int kind_parse(const char *name, kind_id *out);
-const char *kind_name(kind_id id);
-
-/* Create the kind of cfg on dev (not owned), taking buffers from pool and
- * its method metric from m. NULL with a reason in err. */
-kind *kind_new(const kind_config *cfg, device *dev, bufpool *pool, metrics *m, char *err, size_t errlen);
-void kind_free(kind *k);
-
-/* Constructors of the kind files (kind_new dispatches). */
+/* Constructors of the kind files (kinds.c's kind_new dispatches to them;
+ * the result gets its device, pool and metric there). */
 kind *kind_average_new(const kind_config *cfg, char *err, size_t errlen);
 kind *kind_average_batch_new(const kind_config *cfg, char *err, size_t errlen);
 kind *kind_batch_update_new(const kind_config *cfg, char *err, size_t errlen);

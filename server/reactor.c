@@ -266,7 +266,6 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
     if (!(s->cfg.hello_timeout_s > 0))
         s->cfg.hello_timeout_s = 30; /* a config that left it out */
     s->listen_fd = -1;
-    frame_decoder_init(&s->dec, cfg->max_payload);
     bufpool_init(&s->pool, (size_t)1 << 30);
     s->cfg.kind.trainers = cfg->trainers;
     s->metrics = metrics_new();
@@ -349,5 +348,4 @@ void server_free(server *s)
     bufpool_destroy(&s->pool);
     metrics_free(s->metrics);
     free(s->members);
-    frame_decoder_free(&s->dec);
 }

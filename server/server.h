@@ -17,6 +17,7 @@
 #include "server/bufpool.h"
 #include "server/device.h"
 #include "server/future.h"
+#include "server/kinds.h"
 #include "server/kind.h"
 
 struct event_base;
@@ -54,7 +55,6 @@ typedef struct server {
     struct event *sig_ev[2];
     int listen_fd;
     uint16_t bound_port;
-    frame_decoder dec;   /* headers are decoded one at a time: one decoder */
     futures fut;
     kind *kind;
     device *dev;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "server/future.h"
+#include "server/kinds.h"
 #include "shared/mean.h"
 
 typedef struct fixture {
