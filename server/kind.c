@@ -2,8 +2,41 @@
  * flat vector into parts. */
 #include "server/kind.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+
+int kind_stored_begin(kind *k, psbuf **stored, const push_ctx *p)
+{
+    assert(!stored[p->slot]);
+    stored[p->slot] = bufpool_get(k->pool, p->len);
+    return stored[p->slot] ? 0 : -1;
+}
+
+uint8_t *kind_stored_direct(psbuf **stored, const push_ctx *p, uint64_t skip, uint64_t off, size_t *max)
+{
+    if (off < skip) {
+        *max = (size_t)(skip - off);
+        return NULL;
+    }
+    *max = p->len - off;
+    return stored[p->slot]->data + off;
+}
+
+void kind_stored_abort(psbuf **stored, const push_ctx *p)
+{
+    if (stored[p->slot]) {
+        psbuf_unref(stored[p->slot]);
+        stored[p->slot] = NULL;
+    }
+}
+
+void kind_stored_release(psbuf **stored, uint32_t nslots)
+{
+    for (uint32_t i = 0; i < nslots; i++)
+        if (stored[i])
+            psbuf_unref(stored[i]);
+}
 
 int kind_push_grow_idx(push_ctx *p, uint64_t nnz)
 {

@@ -123,6 +123,17 @@ kind *kind_average_new(const kind_config *cfg, char *err, size_t errlen);
 kind *kind_average_batch_new(const kind_config *cfg, char *err, size_t errlen);
 kind *kind_batch_update_new(const kind_config *cfg, char *err, size_t errlen);
 
+/* Kinds that keep every push whole (average-batch, batch-update): slot's
+ * own buffer, per future an array `stored` over the slots. begin takes the
+ * buffer (0 or -1); direct gives where bytes from `off` are received
+ * straight from the socket, except for the first `skip` bytes, which go
+ * through push_data (sparse indices, checked once they are in); abort and
+ * release give buffers back. */
+int kind_stored_begin(kind *k, psbuf **stored, const push_ctx *p);
+uint8_t *kind_stored_direct(psbuf **stored, const push_ctx *p, uint64_t skip, uint64_t off, size_t *max);
+void kind_stored_abort(psbuf **stored, const push_ctx *p);
+void kind_stored_release(psbuf **stored, uint32_t nslots);
+
 /* Scratch for a sparse push's indices: grow p's buffers to nnz rows. */
 int kind_push_grow_idx(push_ctx *p, uint64_t nnz);
 void push_ctx_free(push_ctx *p);

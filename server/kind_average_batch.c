@@ -52,24 +52,17 @@ static int avgb_push_begin(kind *k, push_ctx *p)
         f->kstate = st;
     }
     avgb_future *st = f->kstate;
-    assert(!st->stored[p->slot]);
-    st->stored[p->slot] = bufpool_get(k->pool, p->len);
-    return st->stored[p->slot] ? 0 : -1;
+    return kind_stored_begin(k, st->stored, p);
 }
 
 static uint8_t *avgb_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
 {
     (void)k;
     avgb_future *st = p->f->kstate;
+    /* Sparse row indices go through push_data, which checks them once they
+     * are all in. */
     uint64_t ibytes = p->f->layout == LAYOUT_SPARSE ? p->nnz * 8 : 0;
-    if (off < ibytes) {
-        /* Sparse row indices go through push_data, which checks them once
-         * they are all in. */
-        *max = (size_t)(ibytes - off);
-        return NULL;
-    }
-    *max = p->len - off;
-    return st->stored[p->slot]->data + off;
+    return kind_stored_direct(st->stored, p, ibytes, off, max);
 }
 
 static void avgb_push_direct_done(kind *k, push_ctx *p, uint64_t off, size_t n)
@@ -102,10 +95,8 @@ static void avgb_push_abort(kind *k, push_ctx *p)
 {
     (void)k;
     avgb_future *st = p->f->kstate;
-    if (st && st->stored[p->slot]) {
-        psbuf_unref(st->stored[p->slot]);
-        st->stored[p->slot] = NULL;
-    }
+    if (st)
+        kind_stored_abort(st->stored, p);
 }
 
 static void avgb_done(device_job *j)
@@ -202,9 +193,7 @@ static void avgb_release(kind *k, future *f)
     if (!st)
         return;
     f->kstate = NULL;
-    for (uint32_t i = 0; i < k->cfg.trainers; i++)
-        if (st->stored[i])
-            psbuf_unref(st->stored[i]);
+    kind_stored_release(st->stored, k->cfg.trainers);
     if (st->result)
         psbuf_unref(st->result);
     if (st->sacc_used)

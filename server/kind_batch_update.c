@@ -112,17 +112,14 @@ static int bu_push_begin(kind *k, push_ctx *p)
         f->kstate = st;
     }
     bu_future *st = f->kstate;
-    assert(!st->stored[p->slot]);
-    st->stored[p->slot] = bufpool_get(k->pool, p->len);
-    return st->stored[p->slot] ? 0 : -1;
+    return kind_stored_begin(k, st->stored, p);
 }
 
 static uint8_t *bu_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
 {
     (void)k;
     bu_future *st = p->f->kstate;
-    *max = p->len - off;
-    return st->stored[p->slot]->data + off;
+    return kind_stored_direct(st->stored, p, 0, off, max);
 }
 
 static void bu_log_got(kind *k, push_ctx *p, uint64_t end)
@@ -148,10 +145,8 @@ static void bu_push_abort(kind *k, push_ctx *p)
 {
     (void)k;
     bu_future *st = p->f->kstate;
-    if (st && st->stored[p->slot]) {
-        psbuf_unref(st->stored[p->slot]);
-        st->stored[p->slot] = NULL;
-    }
+    if (st)
+        kind_stored_abort(st->stored, p);
 }
 
 static void bu_mean_done(device_job *j) { (void)j; /* the step behind it answers */ }
@@ -228,9 +223,7 @@ static void bu_release(kind *k, future *f)
     if (!st)
         return;
     f->kstate = NULL;
-    for (uint32_t i = 0; i < k->cfg.trainers; i++)
-        if (st->stored[i])
-            psbuf_unref(st->stored[i]);
+    kind_stored_release(st->stored, k->cfg.trainers);
     if (st->result)
         psbuf_unref(st->result);
     free(st->srcs);

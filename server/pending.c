@@ -29,28 +29,6 @@ void pending_free_entry(future *e)
     free(e);
 }
 
-void pending_destroy(pending_table *t, void (*free_fn)(future *, void *), void *arg)
-{
-    for (size_t i = 0; i < t->nheads; i++) {
-        future *e = t->heads[i];
-        while (e) {
-            future *next = e->next;
-            if (free_fn)
-                free_fn(e, arg);
-            pending_free_entry(e);
-            e = next;
-        }
-    }
-    while (t->spare) {
-        future *e = t->spare;
-        t->spare = e->next;
-        pending_free_entry(e);
-    }
-    free(t->heads);
-    free(t->marks);
-    memset(t, 0, sizeof *t);
-}
-
 void pending_clear(pending_table *t, void (*free_fn)(future *, void *), void *arg)
 {
     for (size_t i = 0; i < t->nheads; i++) {
@@ -66,6 +44,19 @@ void pending_clear(pending_table *t, void (*free_fn)(future *, void *), void *ar
     }
     t->count = 0;
     t->nmarks = 0;
+}
+
+void pending_destroy(pending_table *t, void (*free_fn)(future *, void *), void *arg)
+{
+    pending_clear(t, free_fn, arg);
+    while (t->spare) {
+        future *e = t->spare;
+        t->spare = e->next;
+        pending_free_entry(e);
+    }
+    free(t->heads);
+    free(t->marks);
+    memset(t, 0, sizeof *t);
 }
 
 #define PENDING_SPARE_MAX 4096
