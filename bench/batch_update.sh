@@ -35,6 +35,7 @@ DURATION=${2:-5}
 REPEAT=${3:-3}
 WARMUP=3            # batches (rounds) both sides run before timing starts
 PY=/usr/bin/python3
+BENCH_NAME=batch_update
 SEED_RPS=420        # PyTorch 1.13, 2 trainers, Linear(100, 30), this 2-core host
 SEED_FACTOR=10
 
@@ -46,83 +47,8 @@ WORKLOADS=(
     "big8 8 1024 1024"
 )
 
-PIDS=()            # every background process still to be reaped
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/psbench-batch-update.XXXXXX")
-
-# ---- helpers -------------------------------------------------------------
-
-bu_log() { printf '%s\n' "batch_update: $*" >&2; }
-bu_die() { bu_log "error: $*"; exit 1; }
-
-# shellcheck disable=SC2317  # invoked by the EXIT trap
-bu_cleanup() {
-    local pid alive=()
-    for pid in ${PIDS[@]+"${PIDS[@]}"}; do
-        if kill -TERM "$pid" 2>/dev/null; then alive+=("$pid"); fi
-    done
-    for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-        local left=()
-        for pid in ${alive[@]+"${alive[@]}"}; do
-            if kill -0 "$pid" 2>/dev/null; then left+=("$pid"); fi
-        done
-        alive=(${left[@]+"${left[@]}"})
-        [[ ${#alive[@]} -eq 0 ]] && break
-        sleep 0.1
-    done
-    for pid in ${alive[@]+"${alive[@]}"}; do kill -KILL "$pid" 2>/dev/null || true; done
-    for pid in ${PIDS[@]+"${PIDS[@]}"}; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$TMP"
-}
-trap bu_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# Drop a reaped process from PIDS.
-bu_forget() {
-    local pid keep=()
-    for pid in ${PIDS[@]+"${PIDS[@]}"}; do
-        [[ $pid == "$1" ]] || keep+=("$pid")
-    done
-    PIDS=(${keep[@]+"${keep[@]}"})
-}
-
-# Wait for a background process (our child); its exit status goes to
-# WAIT_RC, never fails.
-WAIT_RC=0
-bu_wait() {
-    WAIT_RC=0
-    wait "$1" || WAIT_RC=$?
-    bu_forget "$1"
-}
-
-# bu_py EXPR [ARGS...] prints eval(EXPR) with the arguments in `a` (strings)
-# and `f` (floats).
-bu_py() {
-    local expr=$1; shift
-    "$PY" -c 'import sys
-a = sys.argv[2:]
-def num(x):
-    try: return float(x)
-    except ValueError: return float("nan")
-f = [num(x) for x in a]
-print(eval(sys.argv[1]))' "$expr" "$@"
-}
-
-bu_free_port() {
-    "$PY" -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
-# Wait up to $3 seconds for the fixed string $2 in file $1 while pid $4 lives.
-bu_wait_for_line() {
-    local file=$1 line=$2 secs=$3 pid=$4 i
-    for ((i = 0; i < secs * 10; i++)); do
-        grep -qF -- "$line" "$file" 2>/dev/null && return 0
-        kill -0 "$pid" 2>/dev/null || return 1
-        sleep 0.1
-    done
-    return 1
-}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 bu_table_header() {
     printf '%-8s %-15s %12s %15s %13s %13s %15s\n' workload impl updates/s \
@@ -131,7 +57,7 @@ bu_table_header() {
 
 # bu_table_row WORKLOAD IMPL RPS BYTES_IN P50 P99 RATIO
 bu_table_row() {
-    bu_py '"%-8s %-15s %12.1f %15s %13.3f %13.3f %15.2f" % (a[0], a[1], f[2], format(round(f[3]), ","), f[4], f[5], f[6])' "$@"
+    bench_py '"%-8s %-15s %12.1f %15s %13.3f %13.3f %15.2f" % (a[0], a[1], f[2], format(round(f[3]), ","), f[4], f[5], f[6])' "$@"
 }
 
 # ---- the two runners -----------------------------------------------------
@@ -139,16 +65,16 @@ bu_table_row() {
 # bu_floor NAME N BYTES: runs bare-floor; sets FLOOR_RPS FLOOR_BYTES FLOOR_P50 FLOOR_P99.
 bu_floor() {
     local name=$1 n=$2 s=$3 pid rc kv line
-    bu_log "$name: bare-floor --clients $n --buckets 1 --bytes $s --seconds $DURATION"
+    bench_log "$name: bare-floor --clients $n --buckets 1 --bytes $s --seconds $DURATION"
     "$BUILD/bare-floor" --clients "$n" --buckets 1 --bytes "$s" --seconds "$DURATION" \
         --warmup-rounds "$WARMUP" >"$TMP/floor-$name.out" 2>"$TMP/floor-$name.err" &
     pid=$!
     PIDS+=("$pid")
-    bu_wait "$pid"
+    bench_wait "$pid"
     rc=$WAIT_RC
-    [[ $rc -eq 0 ]] || bu_die "bare-floor ($name) exited with $rc: $(tail -n 1 "$TMP/floor-$name.err")"
+    [[ $rc -eq 0 ]] || bench_die "bare-floor ($name) exited with $rc: $(tail -n 1 "$TMP/floor-$name.err")"
     line=$(grep -m1 '^bare-floor ' "$TMP/floor-$name.out") ||
-        bu_die "bare-floor ($name) printed no result line"
+        bench_die "bare-floor ($name) printed no result line"
     FLOOR_RPS='' FLOOR_BYTES='' FLOOR_P50='' FLOOR_P99=''
     for kv in ${line#bare-floor }; do
         case ${kv%%=*} in
@@ -159,7 +85,7 @@ bu_floor() {
         esac
     done
     [[ -n $FLOOR_RPS && -n $FLOOR_BYTES && -n $FLOOR_P50 && -n $FLOOR_P99 ]] ||
-        bu_die "bare-floor ($name): unreadable result line: $line"
+        bench_die "bare-floor ($name): unreadable result line: $line"
 }
 
 # bu_psbench NAME N IN OUT BATCHES: one batch-update server, N trainers;
@@ -168,21 +94,21 @@ bu_psbench() {
     local name=$1 n=$2 in=$3 out=$4 batches=$5 port spid rc r
     local dir="$TMP/psbench-$name"
     mkdir -p "$dir"
-    port=$(bu_free_port)
-    bu_log "$name: psbench-server --standalone --kind batch-update --trainers $n; Linear($in, $out); $n trainers x $batches batches"
+    port=$(bench_free_port)
+    bench_log "$name: psbench-server --standalone --kind batch-update --trainers $n; Linear($in, $out); $n trainers x $batches batches"
     "$BUILD/psbench-server" --standalone --trainers "$n" --kind batch-update --in-features "$in" \
         --out-features "$out" --listen "127.0.0.1:$port" >"$dir/server.out" 2>"$dir/server.err" &
     spid=$!
     PIDS+=("$spid")
-    if ! bu_wait_for_line "$dir/server.err" "listening on 127.0.0.1:$port" 10 "$spid"; then
+    if ! bench_wait_for_line "$dir/server.err" "listening on 127.0.0.1:$port" 10 "$spid"; then
         kill -0 "$spid" 2>/dev/null ||
-            bu_die "psbench-server ($name) exited before listening: $(tail -n 1 "$dir/server.err")"
-        bu_die "psbench-server ($name) did not report listening on 127.0.0.1:$port within 10 s"
+            bench_die "psbench-server ($name) exited before listening: $(tail -n 1 "$dir/server.err")"
+        bench_die "psbench-server ($name) did not report listening on 127.0.0.1:$port within 10 s"
     fi
 
     # A hung run fails instead of hanging the benchmark.
     local limit
-    limit=$(bu_py 'max(60, int(20 * f[0]))' "$DURATION")
+    limit=$(bench_py 'max(60, int(20 * f[0]))' "$DURATION")
     local tpids=()
     for ((r = 0; r < n; r++)); do
         timeout --kill-after=5 "$limit" \
@@ -193,18 +119,18 @@ bu_psbench() {
         PIDS+=("$!")
     done
     for ((r = 0; r < n; r++)); do
-        bu_wait "${tpids[$r]}"
+        bench_wait "${tpids[$r]}"
         rc=$WAIT_RC
-        [[ $rc -ne 124 ]] || bu_die "psbench-trainer rank $r ($name) timed out after $limit s"
+        [[ $rc -ne 124 ]] || bench_die "psbench-trainer rank $r ($name) timed out after $limit s"
         [[ $rc -eq 0 ]] ||
-            bu_die "psbench-trainer rank $r ($name) exited with $rc: $(tail -n 1 "$dir/trainer$r.log")"
+            bench_die "psbench-trainer rank $r ($name) exited with $rc: $(tail -n 1 "$dir/trainer$r.log")"
     done
 
     kill -TERM "$spid" 2>/dev/null || true
-    bu_wait "$spid"
+    bench_wait "$spid"
     rc=$WAIT_RC
     [[ $rc -eq 0 || $rc -eq 143 ]] ||
-        bu_log "warning: psbench-server ($name) exited with $rc after SIGTERM: $(tail -n 1 "$dir/server.err")"
+        bench_log "warning: psbench-server ($name) exited with $rc after SIGTERM: $(tail -n 1 "$dir/server.err")"
 
     local summary
     summary=$("$PY" - "$batches" "$dir"/trainer*.json <<'EOF'
@@ -226,22 +152,22 @@ if not docs:
 mean = lambda key: sum(float(d[key]) for d in docs) / len(docs)
 print(mean("rounds_per_s"), mean("batch_p50_ms"), mean("batch_p99_ms"))
 EOF
-    ) || bu_die "psbench ($name): unreadable trainer summaries in $dir"
+    ) || bench_die "psbench ($name): unreadable trainer summaries in $dir"
     read -r PS_RPS PS_P50 PS_P99 <<<"$summary"
 }
 
 # ---- main ----------------------------------------------------------------
 
-if ! [[ $DURATION =~ ^[0-9]+([.][0-9]+)?$ ]] || [[ $(bu_py 'f[0] > 0' "$DURATION") != True ]]; then
-    bu_die "SECONDS must be a positive number, got '$DURATION'"
+if ! [[ $DURATION =~ ^[0-9]+([.][0-9]+)?$ ]] || [[ $(bench_py 'f[0] > 0' "$DURATION") != True ]]; then
+    bench_die "SECONDS must be a positive number, got '$DURATION'"
 fi
-[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || bu_die "PAIRS must be a positive whole number, got '$REPEAT'"
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || bench_die "PAIRS must be a positive whole number, got '$REPEAT'"
 for bin in bare-floor psbench-server psbench-trainer; do
-    [[ -x $BUILD/$bin ]] || bu_die "$BUILD/$bin not found (build first: cmake --build $BUILD)"
+    [[ -x $BUILD/$bin ]] || bench_die "$BUILD/$bin not found (build first: cmake --build $BUILD)"
 done
-[[ -x $PY ]] || bu_die "$PY not found"
+[[ -x $PY ]] || bench_die "$PY not found"
 "$BUILD/psbench-server" --help 2>&1 | grep -q -- batch-update ||
-    bu_die "$BUILD/psbench-server has no --kind batch-update"
+    bench_die "$BUILD/psbench-server has no --kind batch-update"
 
 RESULTS=()   # "name ratio rps" per workload
 for w in "${WORKLOADS[@]}"; do
@@ -252,21 +178,21 @@ for w in "${WORKLOADS[@]}"; do
     ratios=() floors=() pss=()
     for ((rep = 1; rep <= REPEAT; rep++)); do
         bu_floor "$name" "$n" "$s"
-        batches=$(bu_py 'max(20, round(f[0] * f[1]))' "$FLOOR_RPS" "$DURATION")
+        batches=$(bench_py 'max(20, round(f[0] * f[1]))' "$FLOOR_RPS" "$DURATION")
         bu_psbench "$name" "$n" "$in" "$out" "$batches"
-        ps_bytes=$(bu_py 'f[0] * f[1] * f[2]' "$n" "$s" "$PS_RPS")
-        ratio=$(bu_py 'f[0] / f[1] if f[1] > 0 else 0.0' "$PS_RPS" "$FLOOR_RPS")
+        ps_bytes=$(bench_py 'f[0] * f[1] * f[2]' "$n" "$s" "$PS_RPS")
+        ratio=$(bench_py 'f[0] / f[1] if f[1] > 0 else 0.0' "$PS_RPS" "$FLOOR_RPS")
         bu_table_row "$name" "bare-floor #$rep" "$FLOOR_RPS" "$FLOOR_BYTES" "$FLOOR_P50" "$FLOOR_P99" 1
         bu_table_row "$name" "psbench #$rep" "$PS_RPS" "$ps_bytes" "$PS_P50" "$PS_P99" "$ratio"
         ratios+=("$ratio") floors+=("$FLOOR_RPS") pss+=("$PS_RPS")
     done
-    med=$(bu_py '__import__("statistics").median(f)' "${ratios[@]}")
-    med_ps=$(bu_py '__import__("statistics").median(f)' "${pss[@]}")
-    bu_py '"%-8s %-15s %12.1f  (floor rounds/s, median of %d)" % (a[0], "median", __import__("statistics").median(f[1:]), len(f) - 1)' \
+    med=$(bench_py '__import__("statistics").median(f)' "${ratios[@]}")
+    med_ps=$(bench_py '__import__("statistics").median(f)' "${pss[@]}")
+    bench_py '"%-8s %-15s %12.1f  (floor rounds/s, median of %d)" % (a[0], "median", __import__("statistics").median(f[1:]), len(f) - 1)' \
         "$name" "${floors[@]}"
-    bu_py '"%-8s %-15s %12.1f  (psbench updates/s, median of %d)" % (a[0], "median", f[1], len(a) - 2)' \
+    bench_py '"%-8s %-15s %12.1f  (psbench updates/s, median of %d)" % (a[0], "median", f[1], len(a) - 2)' \
         "$name" "$med_ps" "${pss[@]}"
-    bu_py '"%-8s %-15s %12s  ratio_to_floor, median of the %d pairs: %.3f (range %.3f..%.3f)" % (a[0], "median", "", len(f) - 2, f[1], min(f[2:]), max(f[2:]))' \
+    bench_py '"%-8s %-15s %12s  ratio_to_floor, median of the %d pairs: %.3f (range %.3f..%.3f)" % (a[0], "median", "", len(f) - 2, f[1], min(f[2:]), max(f[2:]))' \
         "$name" "$med" "${ratios[@]}"
     echo
     RESULTS+=("$name $med $med_ps")
@@ -275,10 +201,10 @@ done
 echo "targets (informational; medians over $REPEAT pairs):"
 for res in "${RESULTS[@]}"; do
     read -r name ratio rps <<<"$res"
-    bu_py '"  %-7s %.3f of the bare round  target >= 0.50  %s" % (a[0], f[1], "met" if f[1] >= 0.5 else "not met")' \
+    bench_py '"  %-7s %.3f of the bare round  target >= 0.50  %s" % (a[0], f[1], "met" if f[1] >= 0.5 else "not met")' \
         "$name" "$ratio"
     if [[ $name == small2 ]]; then
-        bu_py '"  %-7s %.0f updates/s  target >= %d (%dx PyTorch 1.13 at ~%d/s)  %s" % (a[0], f[1], f[2] * f[3], f[3], f[2], "met" if f[1] >= f[2] * f[3] else "not met")' \
+        bench_py '"  %-7s %.0f updates/s  target >= %d (%dx PyTorch 1.13 at ~%d/s)  %s" % (a[0], f[1], f[2] * f[3], f[3], f[2], "met" if f[1] >= f[2] * f[3] else "not met")' \
             "$name" "$rps" "$SEED_RPS" "$SEED_FACTOR"
     fi
 done

@@ -33,6 +33,7 @@ WARMUP=3   # rounds both sides run before timing starts
 # server splicing big results (zero-copy) instead of copying them.
 read -r -a SERVER_EXTRA <<<"${SERVER_ARGS:-}"
 PY=/usr/bin/python3
+BENCH_NAME=server_throughput
 
 # name trainers buckets floats-per-bucket target-ratio
 WORKLOADS=(
@@ -40,83 +41,8 @@ WORKLOADS=(
     "small 8 16 256 0.5"
 )
 
-PIDS=()            # every background process still to be reaped
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/psbench-throughput.XXXXXX")
-
-# ---- helpers -------------------------------------------------------------
-
-bs_log() { printf '%s\n' "server_throughput: $*" >&2; }
-bs_die() { bs_log "error: $*"; exit 1; }
-
-# shellcheck disable=SC2317  # invoked by the EXIT trap
-bs_cleanup() {
-    local pid alive=()
-    for pid in ${PIDS[@]+"${PIDS[@]}"}; do
-        if kill -TERM "$pid" 2>/dev/null; then alive+=("$pid"); fi
-    done
-    for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-        local left=()
-        for pid in ${alive[@]+"${alive[@]}"}; do
-            if kill -0 "$pid" 2>/dev/null; then left+=("$pid"); fi
-        done
-        alive=(${left[@]+"${left[@]}"})
-        [[ ${#alive[@]} -eq 0 ]] && break
-        sleep 0.1
-    done
-    for pid in ${alive[@]+"${alive[@]}"}; do kill -KILL "$pid" 2>/dev/null || true; done
-    for pid in ${PIDS[@]+"${PIDS[@]}"}; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$TMP"
-}
-trap bs_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# Drop a reaped process from PIDS.
-bs_forget() {
-    local pid keep=()
-    for pid in ${PIDS[@]+"${PIDS[@]}"}; do
-        [[ $pid == "$1" ]] || keep+=("$pid")
-    done
-    PIDS=(${keep[@]+"${keep[@]}"})
-}
-
-# Wait for a background process (not in a subshell: it must be our child);
-# its exit status goes to WAIT_RC, never fails.
-WAIT_RC=0
-bs_wait() {
-    WAIT_RC=0
-    wait "$1" || WAIT_RC=$?
-    bs_forget "$1"
-}
-
-# Arithmetic and formatting go through python: bs_py EXPR [ARGS...] prints
-# eval(EXPR) with the arguments in `a` (strings) and `f` (floats).
-bs_py() {
-    local expr=$1; shift
-    "$PY" -c 'import sys
-a = sys.argv[2:]
-def num(x):
-    try: return float(x)
-    except ValueError: return float("nan")
-f = [num(x) for x in a]
-print(eval(sys.argv[1]))' "$expr" "$@"
-}
-
-bs_free_port() {
-    "$PY" -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
-# Wait up to $3 seconds for the fixed string $2 in file $1 while pid $4 lives.
-bs_wait_for_line() {
-    local file=$1 line=$2 secs=$3 pid=$4 i
-    for ((i = 0; i < secs * 10; i++)); do
-        grep -qF -- "$line" "$file" 2>/dev/null && return 0
-        kill -0 "$pid" 2>/dev/null || return 1
-        sleep 0.1
-    done
-    return 1
-}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 # Wait up to $2 seconds for a TCP socket listening on port $1 (any address,
 # IPv4 or IPv6) while pid $3 lives: iperf3 buffers its "Server listening"
@@ -147,7 +73,7 @@ bs_table_header() {
 
 # bs_table_row WORKLOAD IMPL RPS BYTES_IN P50 P99 RATIO
 bs_table_row() {
-    bs_py '"%-9s %-15s %10.1f %17s %13.3f %13.3f %15.2f" % (a[0], a[1], f[2], format(round(f[3]), ","), f[4], f[5], f[6])' "$@"
+    bench_py '"%-9s %-15s %10.1f %17s %13.3f %13.3f %15.2f" % (a[0], a[1], f[2], format(round(f[3]), ","), f[4], f[5], f[6])' "$@"
 }
 
 # ---- the three runners ---------------------------------------------------
@@ -159,7 +85,7 @@ bs_iperf3() {
         return
     fi
     local port spid bps
-    port=$(bs_free_port)
+    port=$(bench_free_port)
     iperf3 -s -1 -p "$port" >"$TMP/iperf3-server.log" 2>&1 &
     spid=$!
     PIDS+=("$spid")
@@ -167,32 +93,32 @@ bs_iperf3() {
         echo "iperf3: server did not start ($(tail -n 1 "$TMP/iperf3-server.log"))"
         return
     fi
-    bs_log "iperf3: single stream over loopback, 3 s"
+    bench_log "iperf3: single stream over loopback, 3 s"
     iperf3 -c 127.0.0.1 -p "$port" -t 3 -J >"$TMP/iperf3.json" 2>"$TMP/iperf3.err" || true
-    bs_wait "$spid"
+    bench_wait "$spid"
     if ! bps=$("$PY" -c 'import json, sys
 print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"])' \
         "$TMP/iperf3.json" 2>/dev/null); then
         echo "iperf3: failed ($(tail -n 1 "$TMP/iperf3.err" 2>/dev/null))"
         return
     fi
-    bs_py '"iperf3 single-stream loopback: %.1f Gbit/s = %s bytes/s" % (f[0] / 1e9, format(round(f[0] / 8), ","))' "$bps"
+    bench_py '"iperf3 single-stream loopback: %.1f Gbit/s = %s bytes/s" % (f[0] / 1e9, format(round(f[0] / 8), ","))' "$bps"
 }
 
 # bs_floor NAME N K S: runs bare-floor; sets FLOOR_RPS FLOOR_BYTES FLOOR_P50 FLOOR_P99.
 bs_floor() {
     local name=$1 n=$2 k=$3 s=$4 pid rc kv
-    bs_log "$name: bare-floor --clients $n --buckets $k --bytes $s --seconds $DURATION"
+    bench_log "$name: bare-floor --clients $n --buckets $k --bytes $s --seconds $DURATION"
     "$BUILD/bare-floor" --clients "$n" --buckets "$k" --bytes "$s" --seconds "$DURATION" \
         --warmup-rounds "$WARMUP" >"$TMP/floor-$name.out" 2>"$TMP/floor-$name.err" &
     pid=$!
     PIDS+=("$pid")
-    bs_wait "$pid"
+    bench_wait "$pid"
     rc=$WAIT_RC
-    [[ $rc -eq 0 ]] || bs_die "bare-floor ($name) exited with $rc: $(tail -n 1 "$TMP/floor-$name.err")"
+    [[ $rc -eq 0 ]] || bench_die "bare-floor ($name) exited with $rc: $(tail -n 1 "$TMP/floor-$name.err")"
     local line
     line=$(grep -m1 '^bare-floor ' "$TMP/floor-$name.out") ||
-        bs_die "bare-floor ($name) printed no result line"
+        bench_die "bare-floor ($name) printed no result line"
     FLOOR_RPS='' FLOOR_BYTES='' FLOOR_P50='' FLOOR_P99=''
     for kv in ${line#bare-floor }; do
         case ${kv%%=*} in
@@ -203,7 +129,7 @@ bs_floor() {
         esac
     done
     [[ -n $FLOOR_RPS && -n $FLOOR_BYTES && -n $FLOOR_P50 && -n $FLOOR_P99 ]] ||
-        bs_die "bare-floor ($name): unreadable result line: $line"
+        bench_die "bare-floor ($name): unreadable result line: $line"
 }
 
 # bs_psbench NAME N K F BATCHES: one standalone server, N synthetic trainers;
@@ -212,21 +138,21 @@ bs_psbench() {
     local name=$1 n=$2 k=$3 f=$4 batches=$5 port spid rc r
     local dir="$TMP/psbench-$name"
     mkdir -p "$dir"
-    port=$(bs_free_port)
-    bs_log "$name: psbench-server --standalone --trainers $n ${SERVER_ARGS:-}; $n trainers x $batches batches"
+    port=$(bench_free_port)
+    bench_log "$name: psbench-server --standalone --trainers $n ${SERVER_ARGS:-}; $n trainers x $batches batches"
     "$BUILD/psbench-server" --standalone --trainers "$n" --listen "127.0.0.1:$port" \
         ${SERVER_EXTRA[@]+"${SERVER_EXTRA[@]}"} >"$dir/server.out" 2>"$dir/server.err" &
     spid=$!
     PIDS+=("$spid")
-    if ! bs_wait_for_line "$dir/server.err" "psbench-server: listening on 127.0.0.1:$port" 10 "$spid"; then
+    if ! bench_wait_for_line "$dir/server.err" "psbench-server: listening on 127.0.0.1:$port" 10 "$spid"; then
         kill -0 "$spid" 2>/dev/null ||
-            bs_die "psbench-server ($name) exited before listening: $(tail -n 1 "$dir/server.err")"
-        bs_die "psbench-server ($name) did not report listening on 127.0.0.1:$port within 10 s"
+            bench_die "psbench-server ($name) exited before listening: $(tail -n 1 "$dir/server.err")"
+        bench_die "psbench-server ($name) did not report listening on 127.0.0.1:$port within 10 s"
     fi
 
     # A hung run fails instead of hanging the benchmark.
     local limit
-    limit=$(bs_py 'max(60, int(20 * f[0]))' "$DURATION")
+    limit=$(bench_py 'max(60, int(20 * f[0]))' "$DURATION")
     local tpids=()
     for ((r = 0; r < n; r++)); do
         timeout --kill-after=5 "$limit" \
@@ -237,18 +163,18 @@ bs_psbench() {
         PIDS+=("$!")
     done
     for ((r = 0; r < n; r++)); do
-        bs_wait "${tpids[$r]}"
+        bench_wait "${tpids[$r]}"
         rc=$WAIT_RC
-        [[ $rc -ne 124 ]] || bs_die "psbench-trainer rank $r ($name) timed out after $limit s"
+        [[ $rc -ne 124 ]] || bench_die "psbench-trainer rank $r ($name) timed out after $limit s"
         [[ $rc -eq 0 ]] ||
-            bs_die "psbench-trainer rank $r ($name) exited with $rc: $(tail -n 1 "$dir/trainer$r.log")"
+            bench_die "psbench-trainer rank $r ($name) exited with $rc: $(tail -n 1 "$dir/trainer$r.log")"
     done
 
     kill -TERM "$spid" 2>/dev/null || true
-    bs_wait "$spid"
+    bench_wait "$spid"
     rc=$WAIT_RC
     [[ $rc -eq 0 || $rc -eq 143 ]] ||
-        bs_log "warning: psbench-server ($name) exited with $rc after SIGTERM: $(tail -n 1 "$dir/server.err")"
+        bench_log "warning: psbench-server ($name) exited with $rc after SIGTERM: $(tail -n 1 "$dir/server.err")"
 
     local summary
     summary=$("$PY" - "$batches" "$dir"/trainer*.json <<'EOF'
@@ -270,7 +196,7 @@ if not docs:
 mean = lambda key: sum(float(d[key]) for d in docs) / len(docs)
 print(mean("rounds_per_s"), mean("batch_p50_ms"), mean("batch_p99_ms"))
 EOF
-    ) || bs_die "psbench ($name): unreadable trainer summaries in $dir"
+    ) || bench_die "psbench ($name): unreadable trainer summaries in $dir"
     read -r PS_RPS PS_P50 PS_P99 <<<"$summary"
     # How the server sent the results: spliced (zero-copy) or copied.
     PS_SPLICED=$(sed -n 's/.*result payload bytes: \([0-9]*\) spliced (zero-copy), \([0-9]*\) copied.*/\1 \2/p' \
@@ -279,14 +205,14 @@ EOF
 
 # ---- main ----------------------------------------------------------------
 
-if ! [[ $DURATION =~ ^[0-9]+([.][0-9]+)?$ ]] || [[ $(bs_py 'f[0] > 0' "$DURATION") != True ]]; then
-    bs_die "SECONDS must be a positive number, got '$DURATION'"
+if ! [[ $DURATION =~ ^[0-9]+([.][0-9]+)?$ ]] || [[ $(bench_py 'f[0] > 0' "$DURATION") != True ]]; then
+    bench_die "SECONDS must be a positive number, got '$DURATION'"
 fi
-[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || bs_die "PAIRS must be a positive whole number, got '$REPEAT'"
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || bench_die "PAIRS must be a positive whole number, got '$REPEAT'"
 for bin in bare-floor psbench-server psbench-trainer; do
-    [[ -x $BUILD/$bin ]] || bs_die "$BUILD/$bin not found (build first: cmake --build $BUILD)"
+    [[ -x $BUILD/$bin ]] || bench_die "$BUILD/$bin not found (build first: cmake --build $BUILD)"
 done
-[[ -x $PY ]] || bs_die "$PY not found"
+[[ -x $PY ]] || bench_die "$PY not found"
 
 bs_iperf3
 echo
@@ -299,24 +225,24 @@ for w in "${WORKLOADS[@]}"; do
     ratios=() floors=() pss=()
     for ((rep = 1; rep <= REPEAT; rep++)); do
         bs_floor "$name" "$n" "$k" "$s"
-        batches=$(bs_py 'max(20, round(f[0] * f[1]))' "$FLOOR_RPS" "$DURATION")
+        batches=$(bench_py 'max(20, round(f[0] * f[1]))' "$FLOOR_RPS" "$DURATION")
         bs_psbench "$name" "$n" "$k" "$f" "$batches"
-        ps_bytes=$(bs_py 'f[0] * f[1] * f[2] * f[3]' "$n" "$k" "$s" "$PS_RPS")
-        ratio=$(bs_py 'f[0] / f[1] if f[1] > 0 else 0.0' "$PS_RPS" "$FLOOR_RPS")
+        ps_bytes=$(bench_py 'f[0] * f[1] * f[2] * f[3]' "$n" "$k" "$s" "$PS_RPS")
+        ratio=$(bench_py 'f[0] / f[1] if f[1] > 0 else 0.0' "$PS_RPS" "$FLOOR_RPS")
         bs_table_row "$name" "bare-floor #$rep" "$FLOOR_RPS" "$FLOOR_BYTES" "$FLOOR_P50" "$FLOOR_P99" 1
         bs_table_row "$name" "psbench #$rep" "$PS_RPS" "$ps_bytes" "$PS_P50" "$PS_P99" "$ratio"
         ratios+=("$ratio") floors+=("$FLOOR_RPS") pss+=("$PS_RPS")
     done
-    med=$(bs_py '__import__("statistics").median(f)' "${ratios[@]}")
-    bs_py '"%-9s %-15s %10.1f  (floor rounds/s, median of %d)" % (a[0], "median", __import__("statistics").median(f[1:]), len(f) - 1)' \
+    med=$(bench_py '__import__("statistics").median(f)' "${ratios[@]}")
+    bench_py '"%-9s %-15s %10.1f  (floor rounds/s, median of %d)" % (a[0], "median", __import__("statistics").median(f[1:]), len(f) - 1)' \
         "$name" "${floors[@]}"
-    bs_py '"%-9s %-15s %10.1f  (psbench rounds/s, median of %d)" % (a[0], "median", __import__("statistics").median(f[1:]), len(f) - 1)' \
+    bench_py '"%-9s %-15s %10.1f  (psbench rounds/s, median of %d)" % (a[0], "median", __import__("statistics").median(f[1:]), len(f) - 1)' \
         "$name" "${pss[@]}"
-    bs_py '"%-9s %-15s %10s  ratio_to_floor, median of the %d pairs: %.3f (range %.3f..%.3f)" % (a[0], "median", "", len(f) - 2, f[1], min(f[2:]), max(f[2:]))' \
+    bench_py '"%-9s %-15s %10s  ratio_to_floor, median of the %d pairs: %.3f (range %.3f..%.3f)" % (a[0], "median", "", len(f) - 2, f[1], min(f[2:]), max(f[2:]))' \
         "$name" "$med" "${ratios[@]}"
     if [[ -n ${PS_SPLICED:-} ]]; then
         read -r sp cp <<<"$PS_SPLICED"
-        bs_py '"%-9s psbench-server sent %.0f %% of result bytes spliced (zero-copy), the rest copied" % (a[0], 100.0 * f[1] / (f[1] + f[2]) if f[1] + f[2] > 0 else 0.0)' \
+        bench_py '"%-9s psbench-server sent %.0f %% of result bytes spliced (zero-copy), the rest copied" % (a[0], 100.0 * f[1] / (f[1] + f[2]) if f[1] + f[2] > 0 else 0.0)' \
             "$name" "$sp" "$cp"
     fi
     echo
@@ -326,7 +252,7 @@ done
 echo "targets (informational; median over $REPEAT pairs of psbench rounds/s over the floor's):"
 for res in "${RESULTS[@]}"; do
     read -r name ratio target <<<"$res"
-    bs_py '"  %-6s %.3f  target >= %.2f  %s" % (a[0], f[1], f[2], "met" if f[1] >= f[2] else "not met")' \
+    bench_py '"  %-6s %.3f  target >= %.2f  %s" % (a[0], f[1], f[2], "met" if f[1] >= f[2] else "not met")' \
         "$name" "$ratio" "$target"
 done
 exit 0

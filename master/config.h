@@ -8,8 +8,11 @@
  *
  *     run_config c;
  *     int rc = config_parse_args(&c, argc, argv, err, sizeof err); // inits c
- *     if (rc == 0) rc = config_validate(&c, err, sizeof err);
- *     if (rc == 0) rc = config_load(&c, err, sizeof err);
+ *     if (rc == 0) {                    // load first: some checks need the classes
+ *         int lrc = config_load(&c, lerr, sizeof lerr);
+ *         rc = config_validate(&c, err, sizeof err);  // flag errors win
+ *         if (rc == 0 && lrc != 0) rc = lrc;          // then lerr is the reason
+ *     }
  *     ...
  *     config_free(&c);
  */

@@ -75,16 +75,15 @@ int main(int argc, char **argv)
         return 0;
     }
     if (rc == 0) {
+        /* Load first: some flag checks depend on the job's classes (a
+         * batch-update job has no seed placement). Flag errors are still
+         * the ones reported when both are wrong. */
+        char lerr[512];
+        int lrc = config_load(&c, lerr, sizeof lerr);
         rc = config_validate(&c, err, sizeof err);
-        if (rc == 0) {
-            rc = config_load(&c, err, sizeof err);
-        } else {
-            /* Flag errors come first, but the seed placement's checks do
-             * not apply to a batch-update job (every trainer feeds every
-             * server): with its configuration loaded, check again. */
-            char lerr[512];
-            if (config_load(&c, lerr, sizeof lerr) == 0 && c.resolved.batch_update)
-                rc = config_validate(&c, err, sizeof err);
+        if (rc == 0 && lrc != 0) {
+            snprintf(err, sizeof err, "%s", lerr);
+            rc = -1;
         }
     }
     if (rc != 0) {

@@ -376,8 +376,9 @@ static void conn_on_fetch(conn *c, const frame_hdr *h)
     uint8_t buf[256];
     size_t n = frame_encode_header(&out, buf, sizeof buf);
     assert(n > 0);
-    /* Lent like a result of the current round: never spliced, since the
-     * trainer may keep pushing before it reads it. */
+    /* Tagged batch 0: if it is spliced, the loan ends at the trainer's
+     * first push of a later batch. The kind never writes this buffer again
+     * (each step answers with a new one), so a loan is safe either way. */
     if (!c->closing && !conn_over_cap(c, "parameters") && outq_push(&c->out, buf, n, payload, 0) == 0)
         server_want_flush(s, c);
     psbuf_unref(payload);

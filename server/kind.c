@@ -1,5 +1,5 @@
-/* kind.c — what the kinds share: a push's scratch buffers, the split of a
- * flat vector into parts. */
+/* kind.c — what the kinds share: a push's scratch buffers, and the buffers
+ * of kinds that keep every push whole. */
 #include "server/kind.h"
 
 #include <assert.h>
@@ -61,12 +61,4 @@ void push_ctx_free(push_ctx *p)
     p->idx = NULL;
     p->rowslot = NULL;
     p->idx_cap = 0;
-}
-
-void kind_part_range(uint64_t total, uint32_t part, uint32_t parts, uint64_t *begin, uint64_t *end)
-{
-    /* total is far below 2^32 elements per model here, so the products
-     * cannot overflow 64 bits. */
-    *begin = total * part / parts;
-    *end = total * (part + 1) / parts;
 }

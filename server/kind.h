@@ -138,8 +138,5 @@ void kind_stored_release(psbuf **stored, uint32_t nslots);
 int kind_push_grow_idx(push_ctx *p, uint64_t nnz);
 void push_ctx_free(push_ctx *p);
 
-/* The elements of part `part` of `parts` of a flat vector of `total`:
- * [floor(part*total/parts), floor((part+1)*total/parts)). */
-void kind_part_range(uint64_t total, uint32_t part, uint32_t parts, uint64_t *begin, uint64_t *end);
 
 #endif

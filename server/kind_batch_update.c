@@ -22,6 +22,7 @@
 #include "shared/clock.h"
 #include "shared/log.h"
 #include "shared/mean.h"
+#include "shared/part.h"
 #include "shared/rng.h"
 
 #include <assert.h>
@@ -327,9 +328,8 @@ kind *kind_batch_update_new(const kind_config *cfg, char *err, size_t errlen)
     bk->base.cfg = *cfg;
     bk->base.expected = expected;
     bk->total = total;
-    uint64_t end;
-    kind_part_range(total, c->part, c->parts, &bk->begin, &end);
-    bk->count = end - bk->begin;
+    bk->begin = part_begin(total, c->part, c->parts);
+    bk->count = part_begin(total, c->part + 1, c->parts) - bk->begin;
     bk->params = malloc(bk->count * sizeof(float));
     bk->momentum_buf = malloc(bk->count * sizeof(float));
     if (!bk->params || !bk->momentum_buf) {

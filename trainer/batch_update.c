@@ -2,6 +2,7 @@
 #include "trainer/batch_update.h"
 #include "shared/clock.h"
 #include "shared/log.h"
+#include "shared/part.h"
 #include "shared/rng.h"
 
 #include <cblas.h>
@@ -37,12 +38,6 @@ struct batch_update {
     batch_update_tick_fn tick;
     void *tick_ctx;
 };
-
-uint64_t batch_update_part_begin(uint64_t total, uint64_t p, uint64_t n)
-{
-    /* floor(p*total/n) without overflow for any model that fits memory */
-    return (uint64_t)(((unsigned __int128)p * total) / n);
-}
 
 batch_update *batch_update_new(const batch_update_config *cfg, metrics *m, char *err, size_t errlen)
 {
@@ -270,7 +265,7 @@ static int bu_setup_parts(batch_update *b, const client *cl, char *err, size_t e
         return -1;
     }
     for (size_t p = 0; p <= b->nparts; p++)
-        b->part_off[p] = batch_update_part_begin(b->total, p, b->nparts);
+        b->part_off[p] = part_begin(b->total, p, b->nparts);
     return 0;
 }
 

@@ -69,9 +69,6 @@ const float *batch_update_params(const batch_update *b, uint64_t *total);
 /* Write them as raw little-endian float32. Returns 0 or -1 with err. */
 int batch_update_write_params(const batch_update *b, const char *path, char *err, size_t errlen);
 
-/* First element of part p of n of a vector of `total` elements. */
-uint64_t batch_update_part_begin(uint64_t total, uint64_t p, uint64_t n);
-
 /* The arithmetic, exposed for the unit test. W is out x in, row-major;
  * x is batch x in; y and dy are batch x out.
  * forward: y = x W^T + bias.

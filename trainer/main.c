@@ -128,17 +128,23 @@ static int trainer_fail(const char *msg)
     return 2;
 }
 
-static int trainer_write_summary(const char *path, const synthetic_report *rep, metrics *m)
+/* --summary-json of a standalone run. `rounds` are the server rounds the
+ * rate counts (the batches for the synthetic model); with `with_rounds`
+ * they are written too (batch-update, where the servers count them). */
+static int trainer_write_summary(const char *path, metrics *m, uint64_t batches, uint64_t rounds, bool with_rounds,
+                                 double seconds, uint64_t bytes_pushed)
 {
     stats_summary sum = {0};
     stats *bs = metrics_get(m, "batch_level_metric,batch_all");
     if (bs)
         stats_summarize(bs, &sum);
-    json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:f, s:I}", "batches", (json_int_t)rep->batches,
-                          "seconds", rep->seconds, "rounds_per_s",
-                          rep->seconds > 0 ? (double)rep->batches / rep->seconds : 0.0,
-                          "batch_p50_ms", sum.p50, "batch_p99_ms", sum.p99, "bytes_pushed",
-                          (json_int_t)rep->bytes_pushed);
+    json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:f, s:I}", "batches", (json_int_t)batches, "seconds", seconds,
+                          "rounds_per_s", seconds > 0 ? (double)rounds / seconds : 0.0, "batch_p50_ms", sum.p50,
+                          "batch_p99_ms", sum.p99, "bytes_pushed", (json_int_t)bytes_pushed);
+    if (o && with_rounds && json_object_set_new(o, "rounds", json_integer((json_int_t)rounds)) < 0) {
+        json_decref(o);
+        o = NULL;
+    }
     int rc = o ? json_dump_file(o, path, JSON_INDENT(2)) : -1;
     json_decref(o);
     return rc;
@@ -184,20 +190,10 @@ static int trainer_batch_update(const batch_update_config *bu, const char *serve
     metrics_print_table(m, stdout, title);
     if (params_out && batch_update_write_params(b, params_out, err, sizeof err) < 0)
         rc = 1;
-    if (rc == 0 && summary) {
-        stats_summary sum = {0};
-        stats *bs = metrics_get(m, "batch_level_metric,batch_all");
-        if (bs)
-            stats_summarize(bs, &sum);
-        json_t *o = json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:I}", "batches", (json_int_t)rep.batches,
-                              "rounds", (json_int_t)rep.rounds, "seconds", rep.seconds, "rounds_per_s", rps,
-                              "batch_p50_ms", sum.p50, "batch_p99_ms", sum.p99, "bytes_pushed",
-                              (json_int_t)rep.bytes_pushed);
-        if (!o || json_dump_file(o, summary, JSON_INDENT(2)) < 0) {
-            snprintf(err, sizeof err, "cannot write --summary-json %s", summary);
-            rc = 1;
-        }
-        json_decref(o);
+    if (rc == 0 && summary &&
+        trainer_write_summary(summary, m, rep.batches, rep.rounds, true, rep.seconds, rep.bytes_pushed) < 0) {
+        snprintf(err, sizeof err, "cannot write --summary-json %s", summary);
+        rc = 1;
     }
 out:
     client_close(&cl);
@@ -449,7 +445,8 @@ int main(int argc, char **argv)
         char title[64];
         snprintf(title, sizeof title, "trainer %" PRIu64 " metrics (ms)", cfg.rank);
         metrics_print_table(m, stdout, title);
-        if (summary && trainer_write_summary(summary, &rep, m) < 0) {
+        if (summary &&
+            trainer_write_summary(summary, m, rep.batches, rep.batches, false, rep.seconds, rep.bytes_pushed) < 0) {
             snprintf(err, sizeof err, "cannot write --summary-json %s", summary);
             rc = 1;
         }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "shared/rng.h"
+#include "shared/part.h"
 #include "trainer/batch_update.h"
 
 /* Forward and backward on a 2 x 3 input, Linear(3, 2), against the
@@ -98,15 +99,15 @@ static void test_seed_size_reference(void **state)
 static void test_parts(void **state)
 {
     (void)state;
-    assert_int_equal(batch_update_part_begin(3030, 0, 2), 0);
-    assert_int_equal(batch_update_part_begin(3030, 1, 2), 1515);
-    assert_int_equal(batch_update_part_begin(3030, 2, 2), 3030);
-    assert_int_equal(batch_update_part_begin(10, 1, 3), 3);
-    assert_int_equal(batch_update_part_begin(10, 2, 3), 6);
-    assert_int_equal(batch_update_part_begin(10, 3, 3), 10);
+    assert_int_equal(part_begin(3030, 0, 2), 0);
+    assert_int_equal(part_begin(3030, 1, 2), 1515);
+    assert_int_equal(part_begin(3030, 2, 2), 3030);
+    assert_int_equal(part_begin(10, 1, 3), 3);
+    assert_int_equal(part_begin(10, 2, 3), 6);
+    assert_int_equal(part_begin(10, 3, 3), 10);
     /* No overflow for large models and many parts. */
     uint64_t total = (1ull << 31) + 7;
-    assert_int_equal(batch_update_part_begin(total, 4095, 4096), (uint64_t)(((unsigned __int128)4095 * total) / 4096));
+    assert_int_equal(part_begin(total, 4095, 4096), (uint64_t)(((unsigned __int128)4095 * total) / 4096));
 }
 
 int main(void)
