@@ -47,7 +47,7 @@ typedef enum device_job_op {
     JOB_BARRIER = 0, /* nothing to compute: completes after the jobs before it */
     JOB_SUM_SCALE,   /* dst = (srcs[0] + srcs[1] + ...) * scale, in source order */
     JOB_SPARSE_EMIT, /* out = coalesced rows of acc, values * scale */
-    JOB_SGD,         /* one SGD-with-momentum step from a gradient sum */
+    JOB_SGD,         /* one SGD-with-momentum step from the mean of gradients */
 } device_job_op;
 
 typedef struct device_job {
@@ -68,9 +68,10 @@ typedef struct device_job {
         } emit;
         struct {
             float *param, *momentum_buf;
-            const float *grad_sum; /* the sum of the round's gradients */
+            const float *const *srcs; /* the round's gradients, summed in this order */
+            uint32_t nsrc;
             size_t n;
-            float scale; /* 1/N: the mean of the gradients */
+            float scale; /* the mean's scale (shared/mean.h) */
             float lr, momentum;
             bool first;  /* the first step: momentum_buf = g */
             float *out;  /* NULL, or n floats: a copy of param after the step */

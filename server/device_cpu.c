@@ -33,10 +33,8 @@ void device_job_run(device_job *j)
         j->u.emit.status = sparse_acc_emit(j->u.emit.acc, j->u.emit.scale, j->u.emit.out);
         break;
     case JOB_SGD:
-        reduce_sgd_momentum_f32(j->u.sgd.param, j->u.sgd.momentum_buf, j->u.sgd.grad_sum, j->u.sgd.n,
-                                j->u.sgd.scale, j->u.sgd.lr, j->u.sgd.momentum, j->u.sgd.first);
-        if (j->u.sgd.out)
-            memcpy(j->u.sgd.out, j->u.sgd.param, j->u.sgd.n * sizeof(float));
+        reduce_sgd_momentum_f32(j->u.sgd.param, j->u.sgd.momentum_buf, j->u.sgd.srcs, j->u.sgd.nsrc, j->u.sgd.n,
+                                j->u.sgd.scale, j->u.sgd.lr, j->u.sgd.momentum, j->u.sgd.first, j->u.sgd.out);
         break;
     }
 }

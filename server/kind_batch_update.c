@@ -5,11 +5,12 @@
  *
  * One future is open at a time: the round. Every push joins it; each push
  * is kept in a buffer of its own (received straight from the socket). When
- * `expected` (batch_update_size) pushes are in, two jobs go to the device,
- * in order: the mean of the gradients (summed in slot order: the same bits
- * whatever the arrival order), then one step of SGD with momentum that
- * also copies the new parameters into the round's answer. The next round
- * opens at once; its step queues behind this one on the device.
+ * `expected` (batch_update_size) pushes are in, one job goes to the device:
+ * the mean of the gradients (summed in slot order: the same bits whatever
+ * the arrival order) and one step of SGD with momentum, which also copies
+ * the new parameters into the round's answer, all in one pass over memory.
+ * The next round opens at once; its step queues behind this one on the
+ * device.
  *
  * The parameters and momentum buffers are written only by device jobs, or
  * by reset once the futures layer has drained the device; `latest` (the
@@ -35,7 +36,7 @@
 typedef struct bu_future {
     struct kind *k;
     future *f;
-    device_job mean_job, sgd_job;
+    device_job sgd_job;
     psbuf *result;       /* the parameters after this round's step */
     const float **srcs;  /* the stored gradients in slot order */
     psbuf *stored[];     /* per slot: the raw push */
@@ -150,8 +151,6 @@ static void bu_push_abort(kind *k, push_ctx *p)
         kind_stored_abort(st->stored, p);
 }
 
-static void bu_mean_done(device_job *j) { (void)j; /* the step behind it answers */ }
-
 static void bu_step_done(device_job *j)
 {
     bu_future *st = j->arg;
@@ -189,24 +188,14 @@ static void bu_resolve(kind *k, future *f)
         if (st->stored[i])
             st->srcs[m++] = (const float *)(void *)st->stored[i]->data;
     assert(m == k->expected);
-    /* The mean goes into the first stored push; the step reads it there. */
-    float *mean = (float *)(void *)st->srcs[0];
-    memset(&st->mean_job, 0, sizeof st->mean_job);
-    st->mean_job.op = JOB_SUM_SCALE;
-    st->mean_job.u.sum.dst = mean;
-    st->mean_job.u.sum.srcs = st->srcs;
-    st->mean_job.u.sum.nsrc = m;
-    st->mean_job.u.sum.n = bk->count;
-    st->mean_job.u.sum.scale = mean_scale(m);
-    st->mean_job.done = bu_mean_done;
-    st->mean_job.arg = st;
     memset(&st->sgd_job, 0, sizeof st->sgd_job);
     st->sgd_job.op = JOB_SGD;
     st->sgd_job.u.sgd.param = bk->params;
     st->sgd_job.u.sgd.momentum_buf = bk->momentum_buf;
-    st->sgd_job.u.sgd.grad_sum = mean;
+    st->sgd_job.u.sgd.srcs = st->srcs;
+    st->sgd_job.u.sgd.nsrc = m;
     st->sgd_job.u.sgd.n = bk->count;
-    st->sgd_job.u.sgd.scale = 1.0f;
+    st->sgd_job.u.sgd.scale = mean_scale(m);
     st->sgd_job.u.sgd.lr = k->cfg.bu.lr;
     st->sgd_job.u.sgd.momentum = k->cfg.bu.momentum;
     st->sgd_job.u.sgd.first = bk->steps_submitted == 0;
@@ -214,7 +203,6 @@ static void bu_resolve(kind *k, future *f)
     st->sgd_job.done = bu_step_done;
     st->sgd_job.arg = st;
     bk->steps_submitted++;
-    device_submit(k->dev, &st->mean_job);
     device_submit(k->dev, &st->sgd_job);
 }
 

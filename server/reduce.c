@@ -102,14 +102,34 @@ void reduce_copy_scale_f32(float *restrict acc, const uint8_t *restrict src, siz
     REDUCE_CALL(reduce_copy_scale, acc, src, n, s);
 }
 
-void reduce_sgd_momentum_f32(float *param, float *buf, const float *grad_sum, size_t n, float scale,
-                             float lr, float momentum, bool first)
+/* One pass over memory in chunks that stay in L1: the gradients' mean is
+ * formed in a small buffer and used at once, instead of a pass for the sum,
+ * one for the scale and one for the step (a third of the memory traffic on
+ * Linear(1024, 1024)). Per element the operations are those of the three
+ * passes, in the same order. */
+void reduce_sgd_momentum_f32(float *restrict param, float *restrict buf, const float *const *srcs, uint32_t nsrc,
+                             size_t n, float scale, float lr, float momentum, bool first, float *restrict out)
 {
-    for (size_t i = 0; i < n; i++) {
-        float g = grad_sum[i] * scale;
-        float b = first ? g : momentum * buf[i] + g;
-        buf[i] = b;
-        param[i] = param[i] - lr * b;
+    enum { CHUNK = 1024 };
+    float g[CHUNK];
+    assert(nsrc >= 1);
+    for (size_t at = 0; at < n; at += CHUNK) {
+        size_t m = n - at < CHUNK ? n - at : CHUNK;
+        memcpy(g, srcs[0] + at, m * sizeof *g);
+        for (uint32_t s = 1; s < nsrc; s++) {
+            const float *restrict x = srcs[s] + at;
+            for (size_t i = 0; i < m; i++)
+                g[i] += x[i];
+        }
+        float *restrict p = param + at, *restrict b = buf + at;
+        for (size_t i = 0; i < m; i++) {
+            float gi = g[i] * scale;
+            float bi = first ? gi : momentum * b[i] + gi;
+            b[i] = bi;
+            p[i] = p[i] - lr * bi;
+        }
+        if (out)
+            memcpy(out + at, p, m * sizeof *p);
     }
 }
 

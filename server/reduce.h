@@ -25,11 +25,12 @@ void reduce_add_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
 void reduce_copy_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
 
 /* One step of PyTorch's SGD with momentum (dampening 0, no Nesterov, no
- * weight decay) from the sum of N gradients, element by element in float:
- * g = grad_sum[i] * scale; buf[i] = first ? g : momentum * buf[i] + g;
- * param[i] = param[i] - lr * buf[i]. */
-void reduce_sgd_momentum_f32(float *param, float *buf, const float *grad_sum, size_t n, float scale,
-                             float lr, float momentum, bool first);
+ * weight decay) from nsrc >= 1 gradients, element by element in float:
+ * g = (srcs[0][i] + srcs[1][i] + ...) * scale, summed in source order;
+ * buf[i] = first ? g : momentum * buf[i] + g; param[i] = param[i] - lr * buf[i];
+ * then out[i] = param[i] when out is not NULL. */
+void reduce_sgd_momentum_f32(float *param, float *buf, const float *const *srcs, uint32_t nsrc, size_t n,
+                             float scale, float lr, float momentum, bool first, float *out);
 
 /* Which compiled loops the dense folds above use: want 0 the portable
  * ones, 1 the AVX2 ones where the CPU has them, -1 whatever the CPU

@@ -19,17 +19,23 @@
  * Fills (each value rounded to float32 once, at the end):
  *   uniform(k): U(-k, k) = k * (2 * unit() - 1).
  *   normal: N(0, 1) by Marsaglia's polar method in double: u = 2 unit() - 1,
- *     v = 2 unit() - 1, s = u^2 + v^2, redrawn until 0 < s < 1;
- *     f = sqrt(-2 ln(s) / s); the pair u*f, v*f fills the next two elements
- *     (a last odd element uses the first of a pair). ln is computed here
- *     from IEEE basic operations only (frexp + a fixed-length atanh
- *     series), not by libm, so the values are bit-identical on every
- *     IEEE-754 host whatever its libm — provided the compiler does not
- *     contract a*b+c into FMA (ISO C mode, -std=c11, does not).
+ *     v = 2 unit() - 1, s = u*u + v*v, redrawn until 0 < s < 1;
+ *     f = sqrt(-2 * ln(s) / s); the pair u*f, v*f (rounded to float) fills
+ *     the next two elements (a last odd element uses the first of a pair).
+ *     ln is computed here from IEEE basic operations only, not by libm, so
+ *     the values are bit-identical on every IEEE-754 host whatever its libm
+ *     (rng.c is compiled with -ffp-contract=off: no a*b+c becomes an FMA):
+ *       m, e = frexp(s) (m in [1/2, 1)); if m < 0.70710678118654752440:
+ *       m = m + m, e = e - 1; t = (m - 1) / (m + 1); t2 = t * t;
+ *       p = c12; then p = p * t2 + cj for j = 11 down to 0, where
+ *       cj = 1.0 / (2j + 1) rounded to double;
+ *       ln(s) = 2 * t * p + e * ln2, ln2 = 0x1.62e42fefa39efp-1,
+ *     each operation in that order, left to right, in double.
  */
 #ifndef PSBENCH_RNG_H
 #define PSBENCH_RNG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct rng {
@@ -49,5 +55,9 @@ double rng_unit(rng *r);
 void rng_fill_uniform(float *p, uint64_t n, double bound, rng *r);
 /* p[0..n) ~ N(0, 1). */
 void rng_fill_normal(float *p, uint64_t n, rng *r);
+/* Which code computes the normals' scales (same bits either way): want 0
+ * the portable loop, otherwise AVX2 where the CPU has it. Returns whether
+ * AVX2 is used. Decided by the first fill when nobody asked; tests switch. */
+bool rng_use_wide(int want);
 
 #endif

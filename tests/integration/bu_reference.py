@@ -3,7 +3,7 @@ the definitions in shared/rng.h and docs/protocol.md ("Kind `batch-update`"),
 for the tests to compare psbench's trainers and servers against.
 
 - Rng: xoshiro256** seeded by splitmix64 (seed ^ stream * golden), unit(),
-  the uniform and normal (Marsaglia polar, with rng.c's own ln) fills. The
+  the uniform and normal (Marsaglia polar, with rng.h's own ln) fills. The
   draws are bit-identical to rng.c: every step is an IEEE double operation.
 - linear_init: the Linear(in, out) parameters [weight, bias] as the server
   initializes them: stream RNG_STREAM_MODEL, U(-k, k), k = 1/sqrt(in).
@@ -83,19 +83,18 @@ class Rng(object):
 
 
 def rng_ln(x):
-    """rng.c's ln: frexp, then 2 atanh((m-1)/(m+1)) by 20 odd terms."""
+    """rng.h's ln: frexp, then 2 atanh((m-1)/(m+1)) by a Horner polynomial
+    in t^2 with coefficients 1/(2j+1), j = 12 down to 0."""
     m, e = math.frexp(x)
-    if m < 0.70710678118654752440:
-        m *= 2
-        e -= 1
+    lo = 1.0 if m < 0.70710678118654752440 else 0.0
+    m = m + m * lo
+    e = e - lo
     t = (m - 1) / (m + 1)
     t2 = t * t
-    term = t
-    total = 0.0
-    for k in range(1, 40, 2):
-        total += term / k
-        term *= t2
-    return 2 * total + e * LN2
+    p = 1.0 / 25
+    for j in range(11, -1, -1):
+        p = p * t2 + 1.0 / (2 * j + 1)
+    return 2 * t * p + e * LN2
 
 
 def linear_init(in_f, out_f, seed):

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared/rng.h"
 #include "trainer/data.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
@@ -187,6 +188,81 @@ static void test_rng_golden(void **state)
     assert_memory_equal(d->indices, want_idx, sizeof want_idx);
     assert_memory_equal(d->targets, want_tgt, sizeof want_tgt);
     data_free(d);
+}
+
+/* rng.h's normal fill written out plainly, one pair at a time, with frexp
+ * and the polynomial as the header defines them. */
+static double ref_ln(double x)
+{
+    int ei;
+    double m = frexp(x, &ei), e = ei;
+    if (m < 0.70710678118654752440) {
+        m = m + m;
+        e = e - 1;
+    }
+    double t = (m - 1) / (m + 1), t2 = t * t, p = 1.0 / 25;
+    for (int j = 11; j >= 0; j--)
+        p = p * t2 + 1.0 / (2 * j + 1);
+    return 2 * t * p + e * 0x1.62e42fefa39efp-1;
+}
+
+static void ref_fill_normal(float *p, uint64_t n, rng *r)
+{
+    for (uint64_t k = 0; k < n; k += 2) {
+        double u, v, s;
+        do {
+            u = 2 * rng_unit(r) - 1;
+            v = 2 * rng_unit(r) - 1;
+            s = u * u + v * v;
+        } while (s >= 1 || s == 0);
+        double f = sqrt(-2 * ref_ln(s) / s);
+        p[k] = (float)(u * f);
+        if (k + 1 < n)
+            p[k + 1] = (float)(v * f);
+    }
+}
+
+/* The fill is blocked and vectorised; its bits must be the definition's, at
+ * both widths, for lengths around the block size and odd ones, and it must
+ * leave the stream where the definition does. Golden values from
+ * tests/integration/bu_reference.py (seed 7, stream 3). */
+static void test_rng_normal_definition(void **state)
+{
+    static const uint32_t golden[9] = {0x3e948762, 0x3f4ce9cb, 0x3f85ef86, 0xbfac7a20, 0xbf54ba8b,
+                                       0xbf070f78, 0x3f84522c, 0x3fd0a0ea, 0x3f0d0b88};
+    static const uint64_t lens[] = {0, 1, 2, 3, 9, 255, 256, 257, 258, 1000, 2000, 4097};
+    enum { MAXN = 4097 };
+    float *got = malloc(MAXN * sizeof *got), *want = malloc(MAXN * sizeof *want);
+    assert_non_null(got);
+    assert_non_null(want);
+    for (int wide = 0; wide <= 1; wide++) {
+        rng_use_wide(wide);
+        rng a, b;
+        rng_seed(&a, 7, 3);
+        rng_fill_normal(got, 9, &a);
+        assert_memory_equal(got, golden, sizeof golden);
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            rng_seed(&a, 11 + li, 5);
+            rng_seed(&b, 11 + li, 5);
+            rng_fill_normal(got, lens[li], &a);
+            ref_fill_normal(want, lens[li], &b);
+            if (lens[li])
+                assert_memory_equal(got, want, lens[li] * sizeof *got);
+            assert_memory_equal(a.s, b.s, sizeof a.s); /* the stream moved on alike */
+        }
+        double sum = 0, sq = 0;
+        rng_seed(&a, 1, 1);
+        rng_fill_normal(got, MAXN, &a);
+        for (int i = 0; i < MAXN; i++) {
+            sum += got[i];
+            sq += (double)got[i] * got[i];
+        }
+        assert_true(fabs(sum / MAXN) < 0.1);         /* mean 0, sd of the mean ~0.016 */
+        assert_true(fabs(sq / MAXN - 1.0) < 0.1);    /* variance 1 */
+    }
+    rng_use_wide(-1);
+    free(got);
+    free(want);
 }
 
 static void test_data_deterministic(void **state)
@@ -743,6 +819,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rng_golden),
+        cmocka_unit_test(test_rng_normal_definition),
         cmocka_unit_test(test_data_deterministic),
         cmocka_unit_test(test_data_sparsity),
         cmocka_unit_test(test_data_invalid),

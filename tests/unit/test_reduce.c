@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -658,6 +659,63 @@ static void test_sparse_many_rows(void **state)
     sparse_acc_free(&a);
 }
 
+/* The fused SGD step equals the three passes it replaced (sum in source
+ * order, scale, step), bit for bit, across chunk boundaries, for 1..3
+ * sources, the first step and later ones, with and without the copy out. */
+static void test_sgd_momentum_fused(void **state)
+{
+    static const size_t lens[] = {1, 7, 1023, 1024, 1025, 2048, 3001};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t n = lens[li];
+        for (uint32_t nsrc = 1; nsrc <= 3; nsrc++) {
+            float *src[3], *p1 = malloc(n * 4), *b1 = malloc(n * 4), *p2 = malloc(n * 4), *b2 = malloc(n * 4);
+            float *out = malloc(n * 4), *sum = malloc(n * 4);
+            assert_non_null(p1);
+            assert_non_null(b1);
+            assert_non_null(p2);
+            assert_non_null(b2);
+            assert_non_null(out);
+            assert_non_null(sum);
+            for (uint32_t s = 0; s < nsrc; s++) {
+                src[s] = malloc(n * 4);
+                assert_non_null(src[s]);
+                for (size_t i = 0; i < n; i++)
+                    src[s][i] = (float)((i * 7919 + s * 104729) % 1000) / 997.0f - 0.5f;
+            }
+            for (size_t i = 0; i < n; i++) {
+                p1[i] = p2[i] = (float)(i % 13) * 0.01f - 0.06f;
+                b1[i] = b2[i] = (float)(i % 5) * 0.1f;
+            }
+            float scale = mean_scale(nsrc), lr = 0.001f, mom = 0.9f;
+            for (int step = 0; step < 2; step++) {
+                bool first = step == 0;
+                reduce_sgd_momentum_f32(p1, b1, (const float *const *)src, nsrc, n, scale, lr, mom, first,
+                                        step ? out : NULL);
+                for (size_t i = 0; i < n; i++) {
+                    float g = src[0][i];
+                    for (uint32_t s = 1; s < nsrc; s++)
+                        g += src[s][i];
+                    sum[i] = g * scale;
+                    float b = first ? sum[i] : mom * b2[i] + sum[i];
+                    b2[i] = b;
+                    p2[i] = p2[i] - lr * b;
+                }
+                assert_memory_equal(p1, p2, n * 4);
+                assert_memory_equal(b1, b2, n * 4);
+            }
+            assert_memory_equal(out, p2, n * 4);
+            for (uint32_t s = 0; s < nsrc; s++)
+                free(src[s]);
+            free(p1);
+            free(b1);
+            free(p2);
+            free(b2);
+            free(out);
+            free(sum);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -674,6 +732,7 @@ int main(void)
         cmocka_unit_test(test_sparse_chunked_add),
         cmocka_unit_test(test_sparse_reset),
         cmocka_unit_test(test_sparse_many_rows),
+        cmocka_unit_test(test_sgd_momentum_fused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
