@@ -1,6 +1,7 @@
 /* config.c — the master's run configuration: flags, checks, configs/ files
  * (see config.h). */
 #include "master/config.h"
+#include "shared/jobconf.h"
 #include "shared/log.h"
 
 #include <errno.h>
@@ -78,6 +79,7 @@ static void resolved_free(run_config *c)
         json_decref(e[i]->json);
         memset(e[i], 0, sizeof *e[i]);
     }
+    modelconf_free(&c->resolved.mc);
     memset(&c->resolved, 0, sizeof c->resolved);
 }
 
@@ -219,7 +221,10 @@ void config_usage(FILE *f)
         "The seed launcher's options:\n"
         "  --ntrainer N              CPU trainers (default %d)\n"
         "  --ncudatrainer N          CUDA trainers (default 0)\n"
-        "  --nserver N               CPU parameter servers (default %d)\n"
+        "  --nserver N               CPU parameter servers (default %d; 0 with a hook that\n"
+        "                            uses none, e.g. --trainer DdpTrainer: the seed's pure-DDP\n"
+        "                            baseline, trainers allreduce among themselves, and the\n"
+        "                            default when such a hook is chosen)\n"
         "  --ncudaserver N           CUDA parameter servers (default 0)\n"
         "  --trainer ID              trainer configuration id (default %s)\n"
         "  --server ID               server configuration id (default %s)\n"
@@ -229,14 +234,19 @@ void config_usage(FILE *f)
         "                            trainer configuration's batches x N per pass\n"
         "  --batch-size N            examples per batch (default %d; batch-update: the\n"
         "                            trainer configuration's batch_size, 20)\n"
-        "  --backend NAME            trainers' collective backend: gloo, nccl, multi (default %s)\n"
+        "  --backend NAME            trainers' collectives (allreduce_hook, sparse_rpc_hook,\n"
+        "                            hybrid_hook): gloo (CPU), nccl (CUDA trainers) or multi\n"
+        "                            (NCCL on GPUs, Gloo on CPUs) (default %s)\n"
         "  --rpc-timeout SECONDS     bound on every wait for a peer (default %g)\n"
         "  --data-config-path F      data configurations (default CONFIGS/data_configurations.json)\n"
         "  --model-config-path F     model configurations (default CONFIGS/model_configurations.json)\n"
         "  --trainer-config-path F   trainer configurations (default CONFIGS/trainer_configurations.json)\n"
         "  --server-config-path F    server configurations (default CONFIGS/server_configurations.json)\n"
         "  --seed N                  random seed (default 0); --torch-seed and --cuda-seed are aliases\n"
-        "  --ddp-hook NAME           override the trainer configuration's communication hook\n"
+        "  --ddp-hook NAME           override the trainer configuration's communication hook:\n"
+        "                            rpc_hook (buckets to the servers), allreduce_hook (among\n"
+        "                            trainers), sparse_rpc_hook (sparse to servers, dense\n"
+        "                            allreduced), hybrid_hook (sparse on Gloo, dense on NCCL)\n"
         "  --master-addr HOST, --master-port PORT\n"
         "                            the seed's spelling of --listen HOST:PORT\n"
         "  --filestore PATH          accepted for the seed's scripts; psbench needs no file store\n"
@@ -336,7 +346,10 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
         case OPT_VERSION: version = 1; break;
         case OPT_NTRAINER: rc = parse_count("--ntrainer", a, &c->ntrainer, err, errlen); break;
         case OPT_NCUDATRAINER: rc = parse_count("--ncudatrainer", a, &c->ncudatrainer, err, errlen); break;
-        case OPT_NSERVER: rc = parse_count("--nserver", a, &c->nserver, err, errlen); break;
+        case OPT_NSERVER:
+            rc = parse_count("--nserver", a, &c->nserver, err, errlen);
+            c->nserver_set = true;
+            break;
         case OPT_NCUDASERVER: rc = parse_count("--ncudaserver", a, &c->ncudaserver, err, errlen); break;
         case OPT_TRAINER: rc = parse_str("--trainer", a, &c->trainer, err, errlen); break;
         case OPT_SERVER: rc = parse_str("--server", a, &c->server, err, errlen); break;
@@ -444,8 +457,15 @@ int config_validate(const run_config *c, char *err, size_t errlen)
         errbuf_set(err, errlen, "no trainers: --ntrainer + --ncudatrainer must be at least 1");
         return -1;
     }
-    if (scount == 0) {
-        errbuf_set(err, errlen, "no servers: --nserver + --ncudaserver must be at least 1");
+    bool serverless = c->resolved.loaded && !c->resolved.hook_servers;
+    if (scount == 0 && !serverless) {
+        if (c->resolved.loaded && c->resolved.hook)
+            errbuf_set(err, errlen,
+                       "no servers: %s sends buckets to parameter servers, so --nserver + --ncudaserver must be "
+                       "at least 1 (the seed's pure-DDP run, --nserver 0, takes a hook without servers: "
+                       "--trainer DdpTrainer for allreduce_hook)", c->resolved.hook);
+        else
+            errbuf_set(err, errlen, "no servers: --nserver + --ncudaserver must be at least 1");
         return -1;
     }
     if (tcount > CONFIG_MAX_NODES || scount > CONFIG_MAX_NODES) {
@@ -453,7 +473,7 @@ int config_validate(const run_config *c, char *err, size_t errlen)
                 CONFIG_MAX_NODES);
         return -1;
     }
-    if (!shard && !(c->resolved.loaded && c->resolved.batch_update)) {
+    if (!shard && scount > 0 && !serverless && !(c->resolved.loaded && c->resolved.batch_update)) {
         /* The seed launcher's checks: CPU trainers feed CPU servers, CUDA
          * trainers CUDA servers, each group split evenly. */
         if (c->ntrainer > 0 && c->ncudatrainer > 0 && (c->nserver == 0 || c->ncudaserver == 0)) {
@@ -513,6 +533,14 @@ int config_validate(const run_config *c, char *err, size_t errlen)
     if (!c->backend || (strcmp(c->backend, "gloo") != 0 && strcmp(c->backend, "nccl") != 0 &&
                         strcmp(c->backend, "multi") != 0)) {
         errbuf_set(err, errlen, "--backend '%s' is not gloo, nccl or multi", c->backend ? c->backend : "");
+        return -1;
+    }
+    if (c->resolved.loaded && c->resolved.hook_collective && strcmp(c->backend, "nccl") == 0 &&
+        c->ncudatrainer < tcount) {
+        errbuf_set(err, errlen,
+                   "--backend nccl needs CUDA trainers, and %llu of the trainers are CPUs (--ntrainer %u): CPU "
+                   "trainers allreduce with gloo (--backend gloo, or multi: NCCL on GPUs, Gloo on CPUs)",
+                   (unsigned long long)(tcount - c->ncudatrainer), c->ntrainer);
         return -1;
     }
     struct { const char *opt, *v; } req[] = {
@@ -635,91 +663,17 @@ static int load_entry(const char *what, const char *path, const char *id, const 
     return 0;
 }
 
-/* An integer field of a configurations object in [min, max]; absent: def
- * (or an error when def is negative). */
+/* Fields of an entry's configurations object (shared/jobconf.h). */
 static int conf_uint(const config_entry *e, const char *what, const char *key, int64_t def, uint64_t min,
                      uint64_t max, uint64_t *out, char *err, size_t errlen)
 {
-    json_t *v = json_object_get(e->conf, key);
-    if (!v) {
-        if (def < 0) {
-            errbuf_set(err, errlen, "%s '%s': configurations has no \"%s\"", what, e->id, key);
-            return -1;
-        }
-        *out = (uint64_t)def;
-        return 0;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) < min ||
-        (uint64_t)json_integer_value(v) > max) {
-        errbuf_set(err, errlen, "%s '%s': \"%s\" must be a whole number in %llu..%llu", what, e->id, key,
-                (unsigned long long)min, (unsigned long long)max);
-        return -1;
-    }
-    *out = (uint64_t)json_integer_value(v);
-    return 0;
+    return jobconf_uint(e->conf, what, e->id, key, def, min, max, out, err, errlen);
 }
 
-/* The Synthetic model's "bucket_sizes": a non-empty list of whole numbers
- * of floats, one per dense bucket; "buckets", if given too, must count
- * them, and "bucket_floats" must not be given. Sets the count and the
- * largest size. */
-static int conf_bucket_sizes(const config_entry *m, json_t *sizes, bool sparse, uint64_t *buckets,
-                             uint64_t *largest, char *err, size_t errlen)
-{
-    size_t n = json_is_array(sizes) ? json_array_size(sizes) : 0;
-    if (n == 0 || n > 65536) {
-        errbuf_set(err, errlen, "model '%s': \"bucket_sizes\" must be a list of 1..65536 bucket sizes (floats)",
-                   m->id);
-        return -1;
-    }
-    if (sparse) {
-        errbuf_set(err, errlen, "model '%s': \"bucket_sizes\" is for dense buckets (drop it or \"sparse\")",
-                   m->id);
-        return -1;
-    }
-    if (json_object_get(m->conf, "bucket_floats")) {
-        errbuf_set(err, errlen, "model '%s': give \"bucket_sizes\" or \"bucket_floats\", not both", m->id);
-        return -1;
-    }
-    json_t *count = json_object_get(m->conf, "buckets");
-    if (count && (!json_is_integer(count) || json_integer_value(count) != (json_int_t)n)) {
-        errbuf_set(err, errlen, "model '%s': \"buckets\" says %s but \"bucket_sizes\" lists %zu", m->id,
-                   json_is_integer(count) ? "otherwise" : "no number", n);
-        return -1;
-    }
-    *largest = 0;
-    for (size_t k = 0; k < n; k++) {
-        json_t *v = json_array_get(sizes, k);
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > ((json_int_t)1 << 32)) {
-            errbuf_set(err, errlen, "model '%s': bucket_sizes[%zu] must be a whole number in 1..%llu", m->id, k,
-                       (unsigned long long)1 << 32);
-            return -1;
-        }
-        if ((uint64_t)json_integer_value(v) > *largest)
-            *largest = (uint64_t)json_integer_value(v);
-    }
-    *buckets = n;
-    return 0;
-}
-
-/* A number field of a configurations object in [min, max] (min < v when
- * min_open); absent: def. */
 static int conf_num(const config_entry *e, const char *what, const char *key, double def, double min,
                     bool min_open, double max, double *out, char *err, size_t errlen)
 {
-    json_t *v = json_object_get(e->conf, key);
-    if (!v) {
-        *out = def;
-        return 0;
-    }
-    double x = json_number_value(v);
-    if (!json_is_number(v) || !(min_open ? x > min : x >= min) || !(x <= max)) {
-        errbuf_set(err, errlen, "%s '%s': \"%s\" must be a number %s %g and at most %g", what, e->id, key,
-                   min_open ? "above" : "from", min, max);
-        return -1;
-    }
-    *out = x;
-    return 0;
+    return jobconf_num(e->conf, what, e->id, key, def, min, min_open, max, out, err, errlen);
 }
 
 /* The batch-update benchmark: BatchUpdateParameterServer, the Linear model
@@ -755,9 +709,9 @@ static int load_batch_update(run_config *c, char *err, size_t errlen)
     }
     config_batch_update *b = &c->resolved.bu;
     uint64_t bs;
-    if (conf_uint(mo, "model", "in_features", 100, 1, 1u << 24, &b->in_features, err, errlen) < 0 ||
-        conf_uint(mo, "model", "out_features", 30, 1, 1u << 24, &b->out_features, err, errlen) < 0 ||
-        conf_num(sv, "server", "lr", 0.001, 0, true, 1e6, &b->lr, err, errlen) < 0 ||
+    b->in_features = c->resolved.mc.linear.in_features;
+    b->out_features = c->resolved.mc.linear.out_features;
+    if (conf_num(sv, "server", "lr", 0.001, 0, true, 1e6, &b->lr, err, errlen) < 0 ||
         conf_num(sv, "server", "momentum", 0.9, 0, false, 1, &b->momentum, err, errlen) < 0 ||
         conf_uint(sv, "server", "batch_update_size", 0, 0, CONFIG_MAX_NODES, &b->batch_update_size, err,
                   errlen) < 0 ||
@@ -765,11 +719,6 @@ static int load_batch_update(run_config *c, char *err, size_t errlen)
         conf_uint(tr, "trainer", "batches", 4, 1, 1u << 30, &b->batches, err, errlen) < 0)
         return -1;
     uint64_t total = b->out_features * b->in_features + b->out_features;
-    if (total > (1ull << 31)) {
-        errbuf_set(err, errlen, "model '%s': Linear(%llu, %llu) is too large (at most 2^31 parameters)", mo->id,
-                   (unsigned long long)b->in_features, (unsigned long long)b->out_features);
-        return -1;
-    }
     if (!c->batch_size_set)
         c->batch_size = bs; /* an explicit --batch-size wins */
     uint64_t trainers = (uint64_t)c->ntrainer + c->ncudatrainer;
@@ -809,22 +758,6 @@ static int load_batch_update(run_config *c, char *err, size_t errlen)
     return 0;
 }
 
-static int conf_bool(const config_entry *e, const char *what, const char *key, bool *out, char *err,
-                     size_t errlen)
-{
-    json_t *v = json_object_get(e->conf, key);
-    if (!v) {
-        *out = false;
-        return 0;
-    }
-    if (!json_is_boolean(v)) {
-        errbuf_set(err, errlen, "%s '%s': \"%s\" must be true or false", what, e->id, key);
-        return -1;
-    }
-    *out = json_is_true(v);
-    return 0;
-}
-
 int config_load(run_config *c, char *err, size_t errlen)
 {
     resolved_free(c);
@@ -861,6 +794,10 @@ int config_load(run_config *c, char *err, size_t errlen)
                 c->server, c->server_config_path, scls);
         goto fail;
     }
+    /* The model, parsed as the trainers will parse it. */
+    if (modelconf_parse(c->resolved.model.id, c->resolved.model.cls, c->resolved.model.conf, &c->resolved.mc, err,
+                        errlen) < 0)
+        goto fail;
     if (load_batch_update(c, err, errlen) < 0)
         goto fail;
     if (json_object_set_new(c->resolved.server.json, "kind", json_string(c->resolved.server_kind)) < 0)
@@ -869,6 +806,25 @@ int config_load(run_config *c, char *err, size_t errlen)
     /* --ddp-hook overrides the trainer configuration's hook. */
     if (c->ddp_hook && json_object_set_new(c->resolved.trainer.conf, "ddp_hook", json_string(c->ddp_hook)) < 0)
         goto oom;
+    c->resolved.hook_servers = true;
+    if (c->resolved.mc.cls == MODEL_DUMMY) {
+        json_t *h = json_object_get(c->resolved.trainer.conf, "ddp_hook");
+        const char *hook = h ? json_string_value(h) : "rpc_hook";
+        if (!hook || !hookconf_lookup(hook, &c->resolved.hook_servers, &c->resolved.hook_collective)) {
+            errbuf_set(err, errlen,
+                       "trainer '%s': ddp_hook %s%s%s is not rpc_hook, allreduce_hook, sparse_rpc_hook or "
+                       "hybrid_hook", c->resolved.trainer.id, hook ? "'" : "", hook ? hook : "(not a string)",
+                       hook ? "'" : "");
+            goto fail;
+        }
+        c->resolved.hook = hook;
+        /* The seed's pure DDP: a hook that uses no server needs none. */
+        if (!c->resolved.hook_servers && !c->nserver_set && c->ncudaserver == 0)
+            c->nserver = 0;
+        else if (!c->resolved.hook_servers && (uint64_t)c->nserver + c->ncudaserver > 0)
+            log_warn("%s does not use parameter servers: the %u server(s) will sit idle (--nserver 0 runs "
+                     "without them)", hook, c->nserver + c->ncudaserver);
+    }
 
     /* The data's sample count (the seed's DummyData: sample_count, older
      * configurations: input_samples). */
@@ -880,27 +836,12 @@ int config_load(run_config *c, char *err, size_t errlen)
     c->resolved.samples = samples;
 
     /* The Synthetic model's parameters. */
-    if (strcmp(c->resolved.model.cls, "Synthetic") == 0) {
-        const config_entry *m = &c->resolved.model;
-        uint64_t buckets, floats, cols;
-        bool sparse;
-        json_t *sizes = json_object_get(m->conf, "bucket_sizes");
-        if (conf_bool(m, "model", "sparse", &sparse, err, errlen) < 0 ||
-            conf_uint(m, "model", "sparse_cols", 16, 1, 1u << 20, &cols, err, errlen) < 0)
-            goto fail;
-        if (sizes) {
-            /* Dense buckets of different sizes (a real model's, replayed). */
-            if (conf_bucket_sizes(m, sizes, sparse, &buckets, &floats, err, errlen) < 0)
-                goto fail;
-        } else if (conf_uint(m, "model", "buckets", -1, 1, 65536, &buckets, err, errlen) < 0 ||
-                   conf_uint(m, "model", "bucket_floats", -1, 1, (uint64_t)1 << 32, &floats, err, errlen) < 0) {
-            goto fail;
-        }
+    if (c->resolved.mc.cls == MODEL_SYNTHETIC) {
         c->resolved.synthetic = true;
-        c->resolved.syn.buckets = (uint32_t)buckets;
-        c->resolved.syn.bucket_floats = floats;
-        c->resolved.syn.sparse = sparse;
-        c->resolved.syn.sparse_cols = (uint32_t)cols;
+        c->resolved.syn.buckets = c->resolved.mc.syn.buckets;
+        c->resolved.syn.bucket_floats = c->resolved.mc.syn.bucket_floats;
+        c->resolved.syn.sparse = c->resolved.mc.syn.sparse;
+        c->resolved.syn.sparse_cols = c->resolved.mc.syn.sparse_cols;
     }
     c->resolved.loaded = true;
 

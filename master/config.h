@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "shared/jobconf.h"
 #include "shared/log.h"
 
 /* Defaults (psbench's; the seed's launcher has none for these). */
@@ -84,6 +85,8 @@ typedef struct run_config {
     uint64_t batch_size;              /* --batch-size (batch-update: the trainer config's
                                        * batch_size unless given; config_load sets it) */
     bool batch_size_set;              /* --batch-size was given */
+    bool nserver_set;                 /* --nserver was given (a hook without servers
+                                       * defaults it to 0: the seed's pure DDP) */
     char *backend;                    /* --backend: gloo | nccl | multi */
     double rpc_timeout_s;             /* --rpc-timeout SECONDS */
     char *data_config_path;           /* --data-config-path */
@@ -107,6 +110,10 @@ typedef struct run_config {
     struct {
         bool loaded;
         config_entry model, data, trainer, server;
+        modelconf mc;                 /* the model entry, parsed (shared/jobconf.h) */
+        const char *hook;             /* DummyModel: the trainers' ddp_hook (borrowed), else NULL */
+        bool hook_servers;            /* the hook sends buckets to servers (or there is no hook) */
+        bool hook_collective;         /* the hook allreduces among trainers */
         const char *server_kind;      /* "average" | "average-batch" | "batch-update" (static) */
         bool batch_update;            /* server kind "batch-update" */
         config_batch_update bu;       /* valid when batch_update */

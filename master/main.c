@@ -120,6 +120,7 @@ int main(int argc, char **argv)
     set.join_timeout_s = c.rpc_timeout_s > 120 ? c.rpc_timeout_s : 120;
     set.token = c.token;
     set.server_kind = c.resolved.server_kind;
+    set.backend = c.backend;
     if (c.resolved.batch_update) {
         /* Every trainer feeds every server, each server owning a
          * contiguous range of the parameters. */
@@ -156,7 +157,9 @@ int main(int argc, char **argv)
              " batches per trainer per pass (warm-up, then timed)",
              set.ntrainer, set.nserver,
              set.batch_update ? "batch-update: every trainer feeds every server"
-                              : set.shard ? "shard placement" : "seed placement",
+             : set.nserver == 0 ? "pure DDP: trainers allreduce among themselves"
+             : set.shard        ? "shard placement"
+                                : "seed placement",
              c.model, set.batches_per_pass);
     if (c.local) {
         char bin[PATH_MAX];

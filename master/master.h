@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "master/aggregate.h"
+#include "master/kvstore.h"
 
 struct event_base;
 struct event;
@@ -38,6 +39,7 @@ typedef struct master_settings {
     json_t *model;                  /* {"class": ..., "configurations": {...}} (borrowed) */
     json_t *data, *trainer;         /* {"id", "class", "configurations"} (borrowed) */
     json_t *config_json;            /* the whole configuration, for results.json (borrowed) */
+    const char *backend;            /* trainers' collectives: gloo | nccl | multi */
     const char *out_dir;            /* NULL: no files */
     double linger_s;
 } master_settings;
@@ -99,6 +101,12 @@ typedef struct master {
     bool hurry;                /* a signal came while finishing: stop waiting for last reports */
     bool finished_output;      /* tables and files written */
     int exit_code;
+    kvstore kv;                /* the trainers' rendezvous (collective groups) */
+    /* A trainer's failure, held back briefly: when a trainer dies, the
+     * others' collectives fail at about the moment its connection drops
+     * here, and the run should be failed in the dead one's name. */
+    char held_failure[512];
+    double held_until;         /* 0: nothing held */
 } master;
 
 double master_now(void);

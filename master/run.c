@@ -235,7 +235,9 @@ static void master_assign_trainer(master *m, node *n)
     json_t *servers = json_array();
     uint32_t group = m->set.ntrainer;
     uint32_t data_rank = n->rank;
-    if (m->set.shard) {
+    if (m->set.nserver == 0) {
+        /* Pure DDP: no server; the data is dealt over every trainer. */
+    } else if (m->set.shard) {
         for (uint32_t s = 0; s < m->set.nserver; s++)
             json_array_append_new(servers, json_string(m->servers[s]->addr));
     } else {
@@ -252,6 +254,7 @@ static void master_assign_trainer(master *m, node *n)
     json_object_set(body, "data", m->set.data ? m->set.data : json_null());
     json_object_set(body, "trainer", m->set.trainer ? m->set.trainer : json_null());
     json_object_set_new(body, "ntrainer", json_integer(m->set.ntrainer));
+    json_object_set_new(body, "backend", json_string(m->set.backend ? m->set.backend : "gloo"));
     node_send(n, "assign", body);
     n->state = NS_ASSIGNED;
 }
@@ -401,6 +404,66 @@ static void master_on_metrics(master *m, node *n, ctl_msg *msg)
         master_fail(m, "%s %u (%s) sent bad metrics: %s", role_name(n->role), n->rank, n->host, err);
 }
 
+/* ---- the rendezvous store ------------------------------------------------ */
+
+static void master_kv_answer(void *who, const char *key, const char *value, void *ctx)
+{
+    (void)ctx;
+    node_send(who, "kv_value", json_pack("{s:s, s:s}", "key", key, "value", value));
+}
+
+static void master_on_kv(master *m, node *n, ctl_msg *msg)
+{
+    const char *key = ctl_str(msg->body, "key", NULL);
+    const char *value = ctl_str(msg->body, "value", NULL);
+    char err[160];
+    int rc;
+    if (n->role != AGG_TRAINER) {
+        snprintf(err, sizeof err, "only trainers form groups");
+        rc = -1;
+    } else if (!key || (strcmp(msg->type, "kv_set") == 0 && !value)) {
+        snprintf(err, sizeof err, "%s needs a string key%s", msg->type,
+                 strcmp(msg->type, "kv_set") == 0 ? " and a string value" : "");
+        rc = -1;
+    } else if (strcmp(msg->type, "kv_set") == 0) {
+        rc = kv_set(&m->kv, key, value, master_kv_answer, m, err, sizeof err);
+    } else {
+        rc = kv_get(&m->kv, key, n, master_kv_answer, m, err, sizeof err);
+    }
+    if (rc < 0)
+        master_fail(m, "%s %u (%s) sent a bad %s: %s", role_name(n->role), n->rank, n->host, msg->type, err);
+}
+
+/* A trainer reported a failure. While the run is still going and others are
+ * connected, hold it for MASTER_HOLD_FAILURE_S: if a node disconnects in the
+ * meantime, that one is the cause (a killed trainer breaks the others'
+ * collectives) and the run fails in its name. */
+#define MASTER_HOLD_FAILURE_S 1.0
+
+static void master_on_failed(master *m, node *n, ctl_msg *msg)
+{
+    n->state = NS_FAILED;
+    char why[512];
+    snprintf(why, sizeof why, "%s %u (%s) failed: %s", role_name(n->role), n->rank, n->host,
+             ctl_str(msg->body, "reason", "no reason given"));
+    if (m->phase == PH_DONE || m->phase == PH_FAILED || m->finishing)
+        return;
+    if (m->held_until > 0)
+        return; /* the first failure is the one held */
+    snprintf(m->held_failure, sizeof m->held_failure, "%s", why);
+    m->held_until = master_now() + MASTER_HOLD_FAILURE_S;
+    log_info("%s (waiting %.0f s for its cause)", why, MASTER_HOLD_FAILURE_S);
+}
+
+/* The held failure, once its time is up. */
+static void master_release_failure(master *m, double now)
+{
+    if (m->held_until > 0 && now >= m->held_until) {
+        m->held_until = 0;
+        master_fail(m, "%s", m->held_failure);
+    }
+}
+
 static void master_on_message(master *m, node *n, ctl_msg *msg)
 {
     n->last_seen = master_now();
@@ -451,9 +514,9 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
         if (m->resetting && master_all(m, AGG_TRAINER, NS_READY) && master_all(m, AGG_SERVER, NS_READY))
             master_reset_complete(m);
     } else if (strcmp(msg->type, "failed") == 0) {
-        n->state = NS_FAILED;
-        master_fail(m, "%s %u (%s) failed: %s", role_name(n->role), n->rank, n->host,
-                    ctl_str(msg->body, "reason", "no reason given"));
+        master_on_failed(m, n, msg);
+    } else if (strcmp(msg->type, "kv_set") == 0 || strcmp(msg->type, "kv_get") == 0) {
+        master_on_kv(m, n, msg);
     } else {
         log_warn("%s %u sent unknown control message '%s'", role_name(n->role), n->rank, msg->type);
     }
@@ -514,6 +577,7 @@ static void node_on_event(struct bufferevent *bev, short what, void *arg)
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
     node_detach(n);
+    kv_forget(&m->kv, n);
     if (!n->registered)
         return;
     char who[300];
@@ -522,7 +586,21 @@ static void node_on_event(struct bufferevent *bev, short what, void *arg)
         log_debug("%s disconnected after the run", who);
         return;
     }
+    if (n->state == NS_FAILED) {
+        /* It said why before it left: its failure (held) names it. */
+        if (m->held_until > 0 && strncmp(m->held_failure, who, strlen(who)) == 0) {
+            m->held_until = 0;
+            master_fail(m, "%s", m->held_failure);
+        }
+        return;
+    }
     n->state = NS_LOST;
+    if (m->held_until > 0) {
+        /* Another node's failure is held: this loss is its likely cause. */
+        m->held_until = 0;
+        master_fail(m, "%s disconnected (then %s)", who, m->held_failure);
+        return;
+    }
     master_fail(m, "%s disconnected", who);
 }
 
@@ -620,8 +698,10 @@ static void master_on_tick(evutil_socket_t fd, short what, void *arg)
     master *m = arg;
     double now = master_now();
     master_drop_silent(m, now);
-    if (!m->finishing)
+    if (!m->finishing) {
+        master_release_failure(m, now);
         master_check_timeouts(m, now);
+    }
     master_progress_line(m, now);
     if (m->phase != PH_DONE && m->phase != PH_FAILED)
         master_publish(m, false);
@@ -744,8 +824,9 @@ int master_init(master *m, const master_settings *set, const char *listen_host, 
     memset(m, 0, sizeof *m);
     m->set = *set;
     m->t_start = m->t_phase = master_now();
-    m->trainers = calloc(set->ntrainer, sizeof *m->trainers);
-    m->servers = calloc(set->nserver, sizeof *m->servers);
+    m->trainers = calloc(set->ntrainer ? set->ntrainer : 1, sizeof *m->trainers);
+    m->servers = calloc(set->nserver ? set->nserver : 1, sizeof *m->servers); /* 0: pure DDP */
+    kv_init(&m->kv);
     m->base = event_base_new();
     if (!m->trainers || !m->servers || !m->base || agg_init(&m->agg) < 0) {
         snprintf(err, errlen, "out of memory");
@@ -808,6 +889,7 @@ void master_free(master *m)
     if (m->base)
         event_base_free(m->base);
     agg_free(&m->agg);
+    kv_free(&m->kv);
     free(m->trainers);
     free(m->servers);
 }

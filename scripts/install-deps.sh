@@ -9,6 +9,7 @@ pkgs=(
   build-essential cmake pkg-config git
   libevent-dev libmsgpack-dev libjansson-dev libmicrohttpd-dev libopenblas-dev libssl-dev
   libcmocka-dev
+  libgloo-dev g++              # CPU collectives among trainers (trainer/coll_gloo.cpp)
   clang libclang-rt-14-dev     # libFuzzer for tests/fuzz
   python3 python3-msgpack      # integration tests (run by /usr/bin/python3)
   iperf3                       # bench/: loopback reference

@@ -124,7 +124,7 @@ static void *comm_main(void *arg)
         for (uint32_t i = 0; i < n; i++) {
             comm_bucket *b = take[i];
             c->inflight[b->id] = b;
-            if (client_queue(c->cl, b->id % c->cl->nconns, &b->hdr, b->payload, err, sizeof err) < 0) {
+            if (client_queue(c->cl, b->server, &b->hdr, b->payload, err, sizeof err) < 0) {
                 comm_fail(c, err);
                 return NULL;
             }
@@ -166,8 +166,10 @@ comm *comm_start(client *cl, double rpc_timeout_s, char *err, size_t errlen)
     return c;
 }
 
-void comm_push(comm *c, comm_bucket *b, uint64_t batch)
+void comm_push(comm *c, comm_bucket *b, uint32_t server, uint64_t batch)
 {
+    assert(server < c->cl->nconns);
+    b->server = server;
     b->hdr.batch = batch;
     b->done = false;
     b->t_push_ns = clock_now_ns();

@@ -1,8 +1,8 @@
-/* comm.h — a trainer's communication thread.
+/* comm.h — the communication thread below rpc_hook (hook_rpc.c).
  *
  * Backward runs on the trainer's main thread; the moment a bucket's
  * gradients are complete the main thread hands the bucket to this thread
- * (comm_push) and goes on computing. This thread owns the client: it writes
+ * (comm_push, through the hook) and goes on computing. This thread owns the client: it writes
  * pushes, reads results straight into the bucket's destination (a dense
  * result overwrites the gradients it averaged, a sparse one lands in the
  * bucket's own buffer), and marks buckets done. The optimizer waits with
@@ -22,7 +22,8 @@
 #define COMM_MAX_BUCKETS 4096
 
 typedef struct comm_bucket {
-    uint32_t id;            /* the bucket number on the wire; server = id mod servers */
+    uint32_t id;            /* the bucket number on the wire */
+    uint32_t server;        /* the client connection it goes to (set by comm_push) */
     frame_hdr hdr;          /* the push header (batch set by comm_push) */
     const uint8_t *payload; /* dense: the gradients; sparse: indices then rows */
     float *dense_dst;       /* dense: where the mean goes (may equal payload) */
@@ -37,8 +38,8 @@ typedef struct comm comm;
 /* Start the thread on an opened client (comm takes over its sink and its
  * polling). NULL with err set. */
 comm *comm_start(client *cl, double rpc_timeout_s, char *err, size_t errlen);
-/* Hand bucket b (batch `batch`) to the thread. */
-void comm_push(comm *c, comm_bucket *b, uint64_t batch);
+/* Hand bucket b (batch `batch`) to the thread, for connection `server`. */
+void comm_push(comm *c, comm_bucket *b, uint32_t server, uint64_t batch);
 /* Wait until every bucket in bs is done. 0, or -1 with err (connection
  * lost, error frame, --rpc-timeout). */
 int comm_wait(comm *c, comm_bucket **bs, uint32_t n, char *err, size_t errlen);

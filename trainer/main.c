@@ -6,7 +6,7 @@
 #include "shared/metrics.h"
 #include "trainer/batch_update.h"
 #include "trainer/client.h"
-#include "trainer/master_link.h"
+#include "trainer/run.h"
 #include "trainer/synthetic.h"
 
 #include <getopt.h>
@@ -75,6 +75,10 @@ static void trainer_usage(FILE *f)
         "                          below the communication thread, so that where busy\n"
         "                          threads outnumber cores bucket traffic is scheduled\n"
         "                          ahead of backward (0..19, default 10; 0: same level)\n"
+        "  --collective-host HOST  with --master and a collective hook (allreduce_hook,\n"
+        "                          sparse_rpc_hook, hybrid_hook): the address of this host\n"
+        "                          the other trainers connect to for Gloo (default: the\n"
+        "                          address this trainer reaches the master from)\n"
         "  --log-level LEVEL       error, warn, info (default) or debug\n"
         "  --help, --version\n"
         "\n"
@@ -91,7 +95,7 @@ enum {
     OPT_SERVER = 256, OPT_RANK, OPT_MODEL, OPT_BUCKETS, OPT_BUCKET_FLOATS, OPT_BATCHES, OPT_SPARSE,
     OPT_SPARSE_COLS, OPT_RPC_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_TOKEN, OPT_DEVICE, OPT_SUMMARY,
     OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION, OPT_PARAMS_OUT, OPT_COMPUTE_NICE, OPT_WARMUP,
-    OPT_IN_FEATURES, OPT_OUT_FEATURES, OPT_BATCH_SIZE, OPT_SEED,
+    OPT_IN_FEATURES, OPT_OUT_FEATURES, OPT_BATCH_SIZE, OPT_SEED, OPT_COLL_HOST,
 };
 
 static const struct option trainer_opts[] = {
@@ -116,6 +120,7 @@ static const struct option trainer_opts[] = {
     {"master", required_argument, NULL, OPT_MASTER},
     {"params-out", required_argument, NULL, OPT_PARAMS_OUT},
     {"compute-nice", required_argument, NULL, OPT_COMPUTE_NICE},
+    {"collective-host", required_argument, NULL, OPT_COLL_HOST},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -243,7 +248,7 @@ int main(int argc, char **argv)
     cfg.rpc_timeout_s = 60;
     double connect_timeout = 30;
     const char *servers = NULL, *model = NULL, *token = NULL, *summary = NULL, *master = NULL;
-    const char *params_out = NULL;
+    const char *params_out = NULL, *coll_host = NULL;
     uint64_t compute_nice = 10;
     batch_update_config bu = {0};
     bu.in_features = 100; /* the seed's Linear(100, 30), batch size 20 */
@@ -329,6 +334,7 @@ int main(int argc, char **argv)
         case OPT_SUMMARY: summary = optarg; break;
         case OPT_MASTER: master = optarg; break;
         case OPT_PARAMS_OUT: params_out = optarg; break;
+        case OPT_COLL_HOST: coll_host = optarg; break;
         case OPT_COMPUTE_NICE:
             if (cli_parse_u64("--compute-nice", optarg, 0, 19, 0, &compute_nice, err, sizeof err) < 0)
                 return trainer_fail(err);
@@ -373,8 +379,8 @@ int main(int argc, char **argv)
         metrics *mm = metrics_new();
         if (!mm)
             return trainer_fail("out of memory");
-        trainer_link_opts lo = {master, have_rank ? (int64_t)cfg.rank : -1, token, "cpu", connect_timeout,
-                                params_out, (int)compute_nice};
+        trainer_run_opts lo = {master, have_rank ? (int64_t)cfg.rank : -1, token, "cpu", connect_timeout,
+                               params_out, (int)compute_nice, coll_host};
         int code = trainer_run_with_master(&lo, mm, err, sizeof err);
         if (code == 0) {
             metrics_print_table(mm, stdout, "trainer metrics, timed pass (ms)");

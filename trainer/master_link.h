@@ -1,30 +1,62 @@
-/* master_link.h — a trainer run driven by psbench-master.
+/* master_link.h — a trainer's control connection to psbench-master: what
+ * the run driver (run.c) says to the master and hears from it.
  *
- * register → assign (servers, model, batches, data rank) → connect to the
- * servers → ready → for each pass the master starts: run it, reporting
- * metrics and progress twice a second → pass_done; `reset` between passes;
- * `stop` ends the run. Any failure is reported to the master (`failed`)
- * with its reason before the trainer exits non-zero.
+ *   register → assign; ready; metrics (twice a second: also the heartbeat);
+ *   pass_done; reset_done; failed — and from the master start, reset, stop.
+ *   The rendezvous of collective groups: kv_set / kv_get → kv_value, the
+ *   master being the store (docs/protocol.md, "Control plane").
+ *
+ * One thread (the training thread) uses a link.
  */
 #ifndef PSBENCH_TRAINER_MASTER_LINK_H
 #define PSBENCH_TRAINER_MASTER_LINK_H
 
+#include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/control.h"
 #include "shared/metrics.h"
+#include "trainer/coll.h"
 
-typedef struct trainer_link_opts {
-    const char *master;
-    int64_t want_rank; /* -1: any */
-    const char *token;
-    const char *device;
-    double connect_timeout_s;
-    const char *params_out; /* NULL, or where the final parameters go (raw LE float32) */
-    int compute_nice;       /* the compute thread's nice level above the comm thread's */
-} trainer_link_opts;
+/* Adds the payload bytes moved so far (the hook's transports). */
+typedef void (*mlink_bytes_fn)(void *ctx, uint64_t *in, uint64_t *out);
 
-/* Returns the exit code; err holds the reason when it is not 0. */
-int trainer_run_with_master(const trainer_link_opts *o, metrics *m, char *err, size_t errlen);
+typedef struct mlink {
+    ctl_conn c;
+    metrics *m;
+    mlink_bytes_fn bytes;
+    void *bytes_ctx;
+    uint64_t batches_done;
+    double last_report, last_check;
+    double store_timeout_s; /* a kv_get's longest wait (--rpc-timeout) */
+    bool stopped;           /* the master said stop (or refused us) */
+    int stop_code;
+    char stop_reason[256];
+} mlink;
+
+/* Connect (retrying for timeout_s while refused). 0 or -1 with err. */
+int mlink_open(mlink *l, const char *master, double timeout_s, metrics *m, char *err, size_t errlen);
+/* Tell the master why this trainer fails (unless the master stopped it),
+ * then close. */
+void mlink_close(mlink *l, const char *failure);
+
+/* Register (body: role, host, device, ...; stolen) and wait for the
+ * assignment: *assign is its body (the caller decrefs). 0 or -1 with err
+ * (a refusal included). */
+int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, char *err, size_t errlen);
+/* A report: `type` with the samples and counters, `extra` fields (stolen,
+ * may be NULL) merged in. */
+int mlink_report(mlink *l, const char *type, json_t *extra, char *err, size_t errlen);
+/* Wait for the next control message, reporting (heartbeat) meanwhile. A
+ * `stop` is recorded in the link (and returned). 0 or -1 with err. */
+int mlink_wait(mlink *l, ctl_msg *msg, char *err, size_t errlen);
+/* During a pass, after each batch (a train_tick_fn): report every 0.5 s,
+ * look for a stop every 0.1 s. 0, or -1 with err when stopped. */
+int mlink_tick(void *ctx, uint64_t batches_done, char *err, size_t errlen);
+
+/* The master as a coll.h rendezvous store. */
+coll_store mlink_store(mlink *l);
 
 #endif

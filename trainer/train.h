@@ -1,12 +1,13 @@
 /* train.h — real training on the CPU: DummyData and DummyModel, gradients
- * cut into DDP-style buckets that go to the parameter servers while the
- * rest of backward runs, SGD once every bucket's mean is back.
+ * cut into DDP-style buckets that go to the communication hook (hook.h:
+ * servers or collectives) while the rest of backward runs, SGD once every
+ * bucket's mean is back.
  *
  * Buckets: parameters in reverse order (the order backward finishes them),
  * grouped until a bucket would pass bucket_cap_mb (DDP's 25 MB default); a
- * sparse embedding is a bucket of its own and travels as a sparse push (only
- * the touched rows). A bucket is a contiguous range of the model's flat
- * gradient buffer, so a dense push sends it in place and the mean comes back
+ * sparse embedding is a bucket of its own and travels sparse (only the
+ * touched rows). A dense bucket is a contiguous range of the model's flat
+ * gradient buffer, so the hook sends it in place and the mean comes back
  * into the same place.
  */
 #ifndef PSBENCH_TRAIN_H
@@ -16,7 +17,7 @@
 #include <stdint.h>
 
 #include "shared/metrics.h"
-#include "trainer/comm.h"
+#include "trainer/hook.h"
 #include "trainer/data.h"
 #include "trainer/model.h"
 
@@ -38,9 +39,9 @@ train *train_new(const train_job *j, metrics *m, char *err, size_t errlen);
 void train_free(train *t);
 /* Batches in one pass (epochs x this trainer's batches per epoch). */
 uint64_t train_batches_per_pass(const train *t);
-/* One pass: every epoch over this trainer's batches, buckets through c.
- * Batch numbers on the wire restart at 0 each pass. 0 or -1 with err. */
-int train_pass(train *t, comm *c, train_tick_fn tick, void *ctx, char *err, size_t errlen);
+/* One pass: every epoch over this trainer's batches, buckets through h.
+ * Batch numbers restart at 0 each pass. 0 or -1 with err. */
+int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size_t errlen);
 /* Mean loss of each epoch of the last pass. */
 const double *train_loss_per_epoch(const train *t, uint64_t *n);
 int train_params_sha256(const train *t, char hex[65]);

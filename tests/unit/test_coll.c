@@ -1,0 +1,1022 @@
+/* test_coll.c — trainer/coll.h with real member processes: groups of 1, 2
+ * and 4 forked members over loopback TCP (Gloo) rendezvousing through a
+ * store of files in a mkdtemp directory; sums exact and bit-identical on
+ * every member, allgather and allgatherv with unequal counts (0 among
+ * them); members that never join, die in the rendezvous, die before or
+ * during a collective, or fall silent: the others get -1 within the
+ * timeout, never a hang. The NCCL backend runs where a CUDA device answers;
+ * elsewhere its constructor's error is checked and the GPU part skipped.
+ *
+ * Children report through files in the store directory and exit codes;
+ * the parent reaps (or kills and reaps) every child on every path before
+ * it asserts anything. Children die with the parent (PR_SET_PDEATHSIG).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "trainer/coll.h"
+
+#ifdef PSBENCH_HAVE_NCCL
+#include <cuda_runtime_api.h>
+#endif
+
+#define MAX_MEMBERS 4
+#define SHORT_TIMEOUT_S 2.0 /* the group's timeout where members fail */
+#define LONG_TIMEOUT_S 20.0 /* where every member is expected to succeed */
+#define SLACK_S 1.5         /* what a failure may take beyond its timeout */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* ---- the store: one file per key in a directory ------------------------ */
+
+typedef struct file_store {
+    char dir[256];
+    double wait_s;         /* how long get waits for a missing key */
+    const char *die_after; /* setting this key kills the process (SIGKILL) */
+} file_store;
+
+/* dir/<key with every byte outside [A-Za-z0-9_.-] as %XX> */
+static void fs_path(const file_store *fs, const char *key, const char *tag, char *path, size_t len)
+{
+    size_t n = (size_t)snprintf(path, len, "%s/%s", fs->dir, tag);
+    for (const unsigned char *k = (const unsigned char *)key; *k && n + 4 < len; k++) {
+        if ((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') || (*k >= '0' && *k <= '9') || *k == '_' ||
+            *k == '.' || *k == '-')
+            path[n++] = (char)*k;
+        else
+            n += (size_t)snprintf(path + n, len - n, "%%%02X", *k);
+    }
+    path[n] = '\0';
+}
+
+static int write_all(const char *path, const void *data, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    const uint8_t *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            close(fd);
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return close(fd);
+}
+
+/* The whole file, malloc'd (NUL-terminated past *len); NULL if absent. */
+static uint8_t *read_all(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    uint8_t *buf = NULL;
+    if (fstat(fd, &st) == 0 && (buf = malloc((size_t)st.st_size + 1)) != NULL) {
+        size_t got = 0;
+        while (got < (size_t)st.st_size) {
+            ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            got += (size_t)r;
+        }
+        buf[got] = '\0';
+        *len = got;
+    }
+    close(fd);
+    return buf;
+}
+
+static int fs_set(void *ctx, const char *key, const void *val, size_t len, char *err, size_t errlen)
+{
+    file_store *fs = ctx;
+    char tmp[512], path[512], tag[64];
+    snprintf(tag, sizeof tag, ".tmp.%d.", (int)getpid());
+    fs_path(fs, key, tag, tmp, sizeof tmp);
+    fs_path(fs, key, "k.", path, sizeof path);
+    if (write_all(tmp, val, len) != 0 || rename(tmp, path) != 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fs->die_after && strcmp(key, fs->die_after) == 0)
+        raise(SIGKILL);
+    return 0;
+}
+
+static int fs_get(void *ctx, const char *key, uint8_t **val, size_t *len, char *err, size_t errlen)
+{
+    file_store *fs = ctx;
+    char path[512];
+    fs_path(fs, key, "k.", path, sizeof path);
+    const double deadline = now_s() + fs->wait_s;
+    for (;;) {
+        uint8_t *v = read_all(path, len);
+        if (v) {
+            *val = v;
+            return 0;
+        }
+        if (errno != ENOENT) {
+            snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+            return -1;
+        }
+        if (now_s() >= deadline) {
+            snprintf(err, errlen, "key not set within %g s", fs->wait_s);
+            return -1;
+        }
+        sleep_s(0.002);
+    }
+}
+
+static coll_store store_of(file_store *fs)
+{
+    coll_store s = {fs_set, fs_get, fs};
+    return s;
+}
+
+/* A report file of the test's own (not a store key). */
+static void report(const char *dir, const char *name, uint32_t rank, const void *data, size_t len)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.%u", dir, name, rank);
+    (void)write_all(path, data, len);
+}
+
+static void report_str(const char *dir, const char *name, uint32_t rank, const char *s)
+{
+    report(dir, name, rank, s, strlen(s));
+}
+
+static char *read_report(const char *dir, const char *name, uint32_t rank, size_t *len)
+{
+    char path[512];
+    size_t dummy;
+    snprintf(path, sizeof path, "%s/%s.%u", dir, name, rank);
+    return (char *)read_all(path, len ? len : &dummy);
+}
+
+static void rm_rf(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char path[512];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* ---- members: forked processes --------------------------------------- */
+
+typedef struct member {
+    uint32_t rank, size;
+    const char *backend; /* "gloo" or "nccl" */
+    const char *prefix;
+    double timeout_s;
+    file_store fs; /* each member's own copy (die_after differs) */
+} member;
+
+typedef int (*member_fn)(const member *m);
+
+static pid_t spawn(member_fn fn, const member *m)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(99);
+    exit(fn(m));
+}
+
+/* Waits for every child up to `limit_s`; kills and reaps those still
+ * running. status[i]: the exit code, 128 + signal when killed by one, -1
+ * when it overran and was killed here. Returns how many overran. */
+static int reap(const pid_t *pids, int n, double limit_s, int *status)
+{
+    const double deadline = now_s() + limit_s;
+    int left = 0;
+    for (int i = 0; i < n; i++) {
+        status[i] = pids[i] > 0 ? -2 : -1;
+        left += pids[i] > 0;
+    }
+    while (left > 0 && now_s() < deadline) {
+        for (int i = 0; i < n; i++) {
+            int st;
+            if (status[i] != -2 || waitpid(pids[i], &st, WNOHANG) != pids[i])
+                continue;
+            status[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            left--;
+        }
+        if (left > 0)
+            sleep_s(0.005);
+    }
+    int overran = 0;
+    for (int i = 0; i < n; i++) {
+        if (status[i] != -2)
+            continue;
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], NULL, 0);
+        status[i] = -1;
+        overran++;
+    }
+    return overran;
+}
+
+static coll *member_join(const member *m, file_store *fs, char *err, size_t errlen)
+{
+    coll_store store = store_of(fs);
+    if (strcmp(m->backend, "nccl") == 0)
+        return coll_nccl_new(m->rank, m->size, (int)m->rank, &store, m->prefix, m->timeout_s, err, errlen);
+    return coll_gloo_new(m->rank, m->size, "127.0.0.1", &store, m->prefix, m->timeout_s, err, errlen);
+}
+
+/* A member's failure: the reason in err.<rank>, exit code `code`. */
+static int member_fail(const member *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int member_fail(const member *m, int code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    report_str(m->fs.dir, "err", m->rank, msg);
+    return code;
+}
+
+/* Deterministic floats of varied magnitudes, so that the order of a sum
+ * shows in its last bits. */
+static float noise(uint32_t rank, size_t i)
+{
+    uint32_t x = (uint32_t)(i * 2654435761u) ^ (rank * 0x9e3779b9u) ^ 0x5bd1e995u;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    float unit = (float)((double)(int32_t)x / 2147483648.0);
+    static const float scale[4] = {1e-3f, 1.0f, 7.5f, 1e3f};
+    return unit * scale[(x >> 8) & 3];
+}
+
+#define NOISE_N 100003
+static const uint64_t counts2[2] = {0, 9};
+static const uint64_t counts4[4] = {5, 0, 17, 3};
+
+static uint8_t pattern(uint32_t rank, size_t j) { return (uint8_t)(rank * 37 + j * 11 + 1); }
+
+/* Every collective with known answers; the noisy sum's bytes go to
+ * out.<rank> for the parent to compare across members. */
+static int member_collectives(const member *m)
+{
+    char err[512] = "";
+    file_store fs = m->fs;
+    coll *c = member_join(m, &fs, err, sizeof err);
+    if (!c)
+        return member_fail(m, 2, "join: %s", err);
+    int rc = 0;
+    const uint32_t n = m->size, r = m->rank;
+    if (coll_rank(c) != r || coll_size(c) != n || strcmp(coll_backend(c), m->backend) != 0) {
+        rc = member_fail(m, 3, "rank/size/backend: %u %u %s", coll_rank(c), coll_size(c), coll_backend(c));
+        goto out;
+    }
+
+    /* Exact sums (integers below 2^24), several lengths: one element, fewer
+     * than members, several 1 MiB segments. */
+    static const size_t lens[] = {1, 3, 1000, 300001};
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+        size_t len = lens[l];
+        float *buf = malloc(len * sizeof *buf);
+        if (!buf) {
+            rc = member_fail(m, 4, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < len; i++)
+            buf[i] = (float)((r + 1) * (i % 251 + 1));
+        if (coll_allreduce_sum_f32(c, buf, len, err, sizeof err) != 0) {
+            free(buf);
+            rc = member_fail(m, 5, "allreduce(%zu): %s", len, err);
+            goto out;
+        }
+        for (size_t i = 0; i < len; i++) {
+            float want = (float)((i % 251 + 1) * (n * (n + 1) / 2));
+            if (buf[i] != want) {
+                rc = member_fail(m, 6, "allreduce(%zu)[%zu] = %g, want %g", len, i, buf[i], want);
+                free(buf);
+                goto out;
+            }
+        }
+        free(buf);
+    }
+    if (coll_allreduce_sum_f32(c, NULL, 0, err, sizeof err) != 0) {
+        rc = member_fail(m, 7, "allreduce of nothing: %s", err);
+        goto out;
+    }
+
+    /* The noisy sum: identical bytes everywhere (checked by the parent). */
+    float *noisy = malloc(NOISE_N * sizeof *noisy);
+    if (!noisy) {
+        rc = member_fail(m, 4, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < NOISE_N; i++)
+        noisy[i] = noise(r, i);
+    if (coll_allreduce_sum_f32(c, noisy, NOISE_N, err, sizeof err) != 0) {
+        free(noisy);
+        rc = member_fail(m, 8, "noisy allreduce: %s", err);
+        goto out;
+    }
+    report(m->fs.dir, "out", r, noisy, NOISE_N * sizeof *noisy);
+    free(noisy);
+
+    /* allgather: 13 bytes each, then in place. */
+    uint8_t in[32], out[MAX_MEMBERS * 32];
+    for (size_t j = 0; j < sizeof in; j++)
+        in[j] = pattern(r, j);
+    memset(out, 0xee, sizeof out);
+    if (coll_allgather(c, in, 13, out, err, sizeof err) != 0) {
+        rc = member_fail(m, 9, "allgather: %s", err);
+        goto out;
+    }
+    for (uint32_t q = 0; q < n; q++)
+        for (size_t j = 0; j < 13; j++)
+            if (out[q * 13 + j] != pattern(q, j)) {
+                rc = member_fail(m, 10, "allgather: byte %zu of member %u", j, q);
+                goto out;
+            }
+    memset(out, 0xee, sizeof out);
+    memcpy(out + r * 7, in, 7);
+    if (coll_allgather(c, out + r * 7, 7, out, err, sizeof err) != 0) {
+        rc = member_fail(m, 11, "allgather in place: %s", err);
+        goto out;
+    }
+    for (uint32_t q = 0; q < n; q++)
+        for (size_t j = 0; j < 7; j++)
+            if (out[q * 7 + j] != pattern(q, j)) {
+                rc = member_fail(m, 12, "allgather in place: byte %zu of member %u", j, q);
+                goto out;
+            }
+    if (coll_allgather(c, in, 0, out, err, sizeof err) != 0) {
+        rc = member_fail(m, 13, "allgather of nothing: %s", err);
+        goto out;
+    }
+
+    /* allgatherv: unequal counts with a 0 among them; then all 0. */
+    uint64_t one[1] = {17};
+    const uint64_t *counts = n == 1 ? one : n == 2 ? counts2 : counts4;
+    memset(out, 0xee, sizeof out);
+    if (coll_allgatherv(c, in, (size_t)counts[r], counts, out, err, sizeof err) != 0) {
+        rc = member_fail(m, 14, "allgatherv: %s", err);
+        goto out;
+    }
+    size_t off = 0;
+    for (uint32_t q = 0; q < n; q++)
+        for (size_t j = 0; j < counts[q]; j++, off++)
+            if (out[off] != pattern(q, j)) {
+                rc = member_fail(m, 15, "allgatherv: byte %zu of member %u", j, q);
+                goto out;
+            }
+    if (out[off] != 0xee) {
+        rc = member_fail(m, 16, "allgatherv wrote past its output");
+        goto out;
+    }
+    uint64_t zeros[MAX_MEMBERS] = {0};
+    if (coll_allgatherv(c, in, 0, zeros, out, err, sizeof err) != 0) {
+        rc = member_fail(m, 17, "allgatherv of nothing: %s", err);
+        goto out;
+    }
+    /* One more sum after all that: the group is still in step. */
+    float last = 1.0f;
+    if (coll_allreduce_sum_f32(c, &last, 1, err, sizeof err) != 0 || last != (float)n) {
+        rc = member_fail(m, 18, "last allreduce: %s (%g)", err, last);
+        goto out;
+    }
+out:
+    coll_free(c);
+    return rc;
+}
+
+static void make_dir(char *dir, size_t len)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, len, "%s/psbench-coll-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    assert_non_null(mkdtemp(dir));
+}
+
+static member member_of(const char *dir, const char *backend, const char *prefix, uint32_t rank, uint32_t size,
+                        double timeout_s, double store_wait_s)
+{
+    member m;
+    memset(&m, 0, sizeof m);
+    m.rank = rank;
+    m.size = size;
+    m.backend = backend;
+    m.prefix = prefix;
+    m.timeout_s = timeout_s;
+    snprintf(m.fs.dir, sizeof m.fs.dir, "%s", dir);
+    m.fs.wait_s = store_wait_s;
+    return m;
+}
+
+/* Prints what failed members reported (before the assertion fails). */
+static int check_members(const char *dir, const int *status, uint32_t n)
+{
+    int bad = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        if (status[r] == 0)
+            continue;
+        char *e = read_report(dir, "err", r, NULL);
+        print_error("member %u: exit %d: %s\n", r, status[r], e ? e : "(no report)");
+        free(e);
+        bad++;
+    }
+    return bad;
+}
+
+static void run_collectives(const char *backend, uint32_t n)
+{
+    char dir[256];
+    make_dir(dir, sizeof dir);
+    pid_t pids[MAX_MEMBERS];
+    int status[MAX_MEMBERS];
+    for (uint32_t r = 0; r < n; r++) {
+        member m = member_of(dir, backend, "job7/coll", r, n, LONG_TIMEOUT_S, LONG_TIMEOUT_S);
+        pids[r] = spawn(member_collectives, &m);
+    }
+    int overran = reap(pids, (int)n, 60, status);
+    int bad = check_members(dir, status, n);
+
+    /* Identical bytes on every member, and close to the sum in double. */
+    size_t len0 = 0, len = 0;
+    char *first = read_report(dir, "out", 0, &len0);
+    int differ = 0;
+    for (uint32_t r = 1; first && r < n; r++) {
+        char *o = read_report(dir, "out", r, &len);
+        differ += !o || len != len0 || memcmp(o, first, len0) != 0;
+        free(o);
+    }
+    size_t far = 0;
+    if (first && len0 == NOISE_N * sizeof(float)) {
+        const float *got = (const float *)first;
+        for (size_t i = 0; i < NOISE_N; i++) {
+            double sum = 0, mag = 0;
+            for (uint32_t r = 0; r < n; r++) {
+                sum += noise(r, i);
+                mag += fabs(noise(r, i));
+            }
+            far += fabs((double)got[i] - sum) > 1e-6 * mag + 1e-30;
+        }
+    }
+    free(first);
+    rm_rf(dir);
+    assert_int_equal(overran, 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(len0, NOISE_N * sizeof(float));
+    assert_int_equal(differ, 0);
+    assert_int_equal(far, 0);
+}
+
+static void test_gloo_1(void **state)
+{
+    (void)state;
+    run_collectives("gloo", 1);
+}
+
+static void test_gloo_2(void **state)
+{
+    (void)state;
+    run_collectives("gloo", 2);
+}
+
+static void test_gloo_4(void **state)
+{
+    (void)state;
+    run_collectives("gloo", 4);
+}
+
+/* ---- in this process: arguments, a group of one, the failure latch ---- */
+
+static void test_gloo_args(void **state)
+{
+    (void)state;
+    char dir[256], err[512];
+    make_dir(dir, sizeof dir);
+    file_store fs = {.wait_s = 1};
+    snprintf(fs.dir, sizeof fs.dir, "%s", dir);
+    coll_store store = store_of(&fs);
+
+    assert_null(coll_gloo_new(2, 2, "127.0.0.1", &store, "p", 2, err, sizeof err));
+    assert_string_equal(err, "gloo: rank 2 in a group of 2");
+    assert_null(coll_gloo_new(0, 0, "127.0.0.1", &store, "p", 2, err, sizeof err));
+    assert_non_null(strstr(err, "a group of 0 members"));
+    assert_null(coll_gloo_new(0, 1, "127.0.0.1", NULL, "p", 2, err, sizeof err));
+    assert_string_equal(err, "gloo: no rendezvous store");
+    assert_null(coll_gloo_new(0, 1, "127.0.0.1", &store, "p", 0, err, sizeof err));
+    assert_non_null(strstr(err, "timeout 0 s"));
+    assert_null(coll_gloo_new(0, 2, "no-such-host.invalid", &store, "p", 2, err, sizeof err));
+    assert_non_null(strstr(err, "gloo init: cannot resolve host 'no-such-host.invalid'"));
+
+    /* A group of one: copies, no store traffic; then a failure that sticks. */
+    coll *c = coll_gloo_new(0, 1, NULL, &store, "p", 2, err, sizeof err);
+    assert_non_null(c);
+    assert_string_equal(coll_backend(c), "gloo");
+    assert_int_equal(coll_rank(c), 0);
+    assert_int_equal(coll_size(c), 1);
+    float f[3] = {1.5f, -2.0f, 3.25f};
+    assert_int_equal(coll_allreduce_sum_f32(c, f, 3, err, sizeof err), 0);
+    assert_true(f[0] == 1.5f && f[1] == -2.0f && f[2] == 3.25f);
+    uint8_t in[5] = {1, 2, 3, 4, 5}, out[5] = {0};
+    assert_int_equal(coll_allgather(c, in, 5, out, err, sizeof err), 0);
+    assert_memory_equal(in, out, 5);
+    uint64_t cnt[1] = {4};
+    memset(out, 0, sizeof out);
+    assert_int_equal(coll_allgatherv(c, in, 4, cnt, out, err, sizeof err), 0);
+    assert_memory_equal(in, out, 4);
+    assert_int_equal(out[4], 0);
+
+    assert_int_equal(coll_allgatherv(c, in, 3, cnt, out, err, sizeof err), -1);
+    assert_string_equal(err, "gloo allgatherv: counts[0] is 4 but this member gives 3 bytes");
+    err[0] = '\0';
+    assert_int_equal(coll_allreduce_sum_f32(c, f, 3, err, sizeof err), -1);
+    assert_string_equal(err, "gloo allgatherv: counts[0] is 4 but this member gives 3 bytes");
+    assert_int_equal(coll_allgather(c, in, 5, out, NULL, 0), -1);
+    coll_free(c);
+    coll_free(NULL);
+
+    /* No key was ever set for a group of one. */
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        entries += e->d_name[0] != '.';
+    closedir(d);
+    rm_rf(dir);
+    assert_int_equal(entries, 0);
+}
+
+/* ---- members that fail ----------------------------------------------- */
+
+/* Joins; writes the time it took and the reason to t.<rank>, err.<rank>.
+ * Exit 0 when joining failed, 1 when it succeeded. */
+static int member_expect_join_fails(const member *m)
+{
+    char err[512] = "";
+    file_store fs = m->fs;
+    double t0 = now_s();
+    coll *c = member_join(m, &fs, err, sizeof err);
+    double took = now_s() - t0;
+    report(m->fs.dir, "t", m->rank, &took, sizeof took);
+    report_str(m->fs.dir, "err", m->rank, c ? "joined" : err);
+    coll_free(c);
+    return c ? 1 : 0;
+}
+
+static double read_double(const char *dir, const char *name, uint32_t rank)
+{
+    size_t len = 0;
+    char *p = read_report(dir, name, rank, &len);
+    double v = -1;
+    if (p && len == sizeof v)
+        memcpy(&v, p, sizeof v);
+    free(p);
+    return v;
+}
+
+/* Groups of 2 where one member never comes: rank 0 of one, rank 1 of
+ * another. Each fails within the timeout, naming the key it waited for. */
+static void test_gloo_never_joins(void **state)
+{
+    (void)state;
+    char dir[256];
+    make_dir(dir, sizeof dir);
+    member a = member_of(dir, "gloo", "alone-a", 0, 2, SHORT_TIMEOUT_S, SHORT_TIMEOUT_S);
+    member b = member_of(dir, "gloo", "alone-b", 1, 2, SHORT_TIMEOUT_S, SHORT_TIMEOUT_S);
+    pid_t pids[2] = {spawn(member_expect_join_fails, &a), spawn(member_expect_join_fails, &b)};
+    int status[2];
+    int overran = reap(pids, 2, SHORT_TIMEOUT_S + 20, status);
+    char *e0 = read_report(dir, "err", 0, NULL), *e1 = read_report(dir, "err", 1, NULL);
+    double t0 = read_double(dir, "t", 0), t1 = read_double(dir, "t", 1);
+    print_message("alone as rank 0 (%.2f s): %s\nalone as rank 1 (%.2f s): %s\n", t0, e0 ? e0 : "?", t1,
+                  e1 ? e1 : "?");
+    int ok0 = e0 && strstr(e0, "gloo init: rendezvous failed: store get 'alone-a/1': key not set within 2 s");
+    int ok1 = e1 && strstr(e1, "gloo init: rendezvous failed: store get 'alone-b/rank_0': key not set within 2 s");
+    free(e0);
+    free(e1);
+    rm_rf(dir);
+    assert_int_equal(overran, 0);
+    assert_int_equal(status[0], 0);
+    assert_int_equal(status[1], 0);
+    assert_true(ok0);
+    assert_true(ok1);
+    assert_true(t0 >= 0 && t0 < SHORT_TIMEOUT_S + SLACK_S);
+    assert_true(t1 >= 0 && t1 < SHORT_TIMEOUT_S + SLACK_S);
+}
+
+/* A group of 3 whose rank 2 dies (SIGKILL) the moment it has published its
+ * addresses: the others' joins fail within the timeout. */
+static void test_gloo_dies_in_rendezvous(void **state)
+{
+    (void)state;
+    char dir[256];
+    make_dir(dir, sizeof dir);
+    pid_t pids[3];
+    for (uint32_t r = 0; r < 3; r++) {
+        member m = member_of(dir, "gloo", "rdv", r, 3, SHORT_TIMEOUT_S, SHORT_TIMEOUT_S);
+        if (r == 2)
+            m.fs.die_after = "rdv/2";
+        pids[r] = spawn(member_expect_join_fails, &m);
+    }
+    int status[3];
+    int overran = reap(pids, 3, SHORT_TIMEOUT_S * 2 + 20, status);
+    int ok = 1;
+    for (uint32_t r = 0; r < 2; r++) {
+        char *e = read_report(dir, "err", r, NULL);
+        double t = read_double(dir, "t", r);
+        print_message("rank %u (%.2f s): %s\n", r, t, e ? e : "?");
+        ok &= e && strncmp(e, "gloo init: ", 11) == 0 && t >= 0 && t < SHORT_TIMEOUT_S + SLACK_S;
+        free(e);
+    }
+    rm_rf(dir);
+    assert_int_equal(overran, 0);
+    assert_int_equal(status[0], 0);
+    assert_int_equal(status[1], 0);
+    assert_int_equal(status[2], 128 + SIGKILL);
+    assert_true(ok);
+}
+
+/* Sets the store key "<prefix>/<name>" (the parent's and members' signals). */
+static void signal_key(file_store *fs, const char *prefix, const char *name)
+{
+    char key[256], err[256];
+    snprintf(key, sizeof key, "%s/%s", prefix, name);
+    coll_store s = store_of(fs);
+    (void)s.set(s.ctx, key, "1", 1, err, sizeof err);
+}
+
+static int await_key(file_store *fs, const char *prefix, const char *name)
+{
+    char key[256], err[256];
+    snprintf(key, sizeof key, "%s/%s", prefix, name);
+    uint8_t *v = NULL;
+    size_t len;
+    coll_store s = store_of(fs);
+    int rc = s.get(s.ctx, key, &v, &len, err, sizeof err);
+    free(v);
+    return rc;
+}
+
+/* The scenarios after a successful join (a group of 3, the victim rank 1):
+ *   BEFORE: everyone sums once; the victim dies once the others say so
+ *           through the store; then the others sum again.
+ *   DURING: everyone sums in a loop until it fails; the parent kills the
+ *           victim while they do.
+ *   SILENT: the parent stops the victim (SIGSTOP); the others sum.
+ * A survivor writes when its failing call ended (fail.<rank>, monotonic
+ * seconds), how long that call took (t.<rank>) and why (err.<rank>), checks
+ * that the next call fails at once with the same reason, and exits 0. */
+enum { BEFORE, DURING, SILENT };
+#define VICTIM 1u
+
+typedef struct scenario_member {
+    member m;
+    int kind;
+} scenario_member;
+
+static int member_scenario(const member *mm)
+{
+    const scenario_member *sm = (const scenario_member *)mm;
+    const member *m = &sm->m;
+    char err[512] = "", again[512] = "";
+    file_store fs = m->fs;
+    coll *c = member_join(m, &fs, err, sizeof err);
+    if (!c)
+        return member_fail(m, 2, "join: %s", err);
+    char name[32];
+    snprintf(name, sizeof name, "joined.%u", m->rank);
+    signal_key(&fs, m->prefix, name);
+
+    const size_t n = sm->kind == DURING ? (size_t)1 << 20 : 1000;
+    float *buf = calloc(n, sizeof *buf);
+    int rc = 0;
+    if (!buf) {
+        rc = member_fail(m, 4, "out of memory");
+        goto out;
+    }
+    if (sm->kind == BEFORE) {
+        if (coll_allreduce_sum_f32(c, buf, n, err, sizeof err) != 0) {
+            rc = member_fail(m, 5, "first allreduce: %s", err);
+            goto out;
+        }
+        snprintf(name, sizeof name, "summed.%u", m->rank);
+        signal_key(&fs, m->prefix, name);
+        if (m->rank == VICTIM) {
+            for (uint32_t r = 0; r < m->size; r++) {
+                snprintf(name, sizeof name, "summed.%u", r);
+                if (r != VICTIM && await_key(&fs, m->prefix, name) != 0)
+                    break;
+            }
+            raise(SIGKILL);
+        }
+        sleep_s(0.2);
+    } else if (sm->kind == SILENT) {
+        if (await_key(&fs, m->prefix, "go") != 0) { /* the parent has stopped the victim */
+            rc = member_fail(m, 6, "no go from the parent");
+            goto out;
+        }
+    }
+    double t0, t1;
+    const double give_up = now_s() + 30;
+    for (;;) {
+        t0 = now_s();
+        int r = coll_allreduce_sum_f32(c, buf, n, err, sizeof err);
+        t1 = now_s();
+        if (r != 0)
+            break;
+        if (sm->kind != DURING || t1 > give_up) {
+            rc = member_fail(m, 7, "the allreduce succeeded");
+            goto out;
+        }
+    }
+    double took = t1 - t0;
+    report(m->fs.dir, "fail", m->rank, &t1, sizeof t1);
+    report(m->fs.dir, "t", m->rank, &took, sizeof took);
+    report_str(m->fs.dir, "err", m->rank, err);
+    double t2 = now_s();
+    if (coll_allgather(c, buf, 4, buf, again, sizeof again) != -1 || strcmp(again, err) != 0 || now_s() - t2 > 0.1)
+        rc = member_fail(m, 8, "the next call: \"%s\" after \"%s\"", again, err);
+out:
+    free(buf);
+    coll_free(c);
+    return rc;
+}
+
+static void run_scenario(int kind, const char *prefix, double *took, char **errs, int *status, int *overran,
+                         double *fail_after_kill)
+{
+    char dir[256];
+    make_dir(dir, sizeof dir);
+    pid_t pids[3];
+    scenario_member sms[3];
+    for (uint32_t r = 0; r < 3; r++) {
+        sms[r].m = member_of(dir, "gloo", prefix, r, 3, SHORT_TIMEOUT_S, 10);
+        sms[r].kind = kind;
+        pids[r] = spawn(member_scenario, &sms[r].m);
+    }
+    file_store fs = {.wait_s = 10};
+    snprintf(fs.dir, sizeof fs.dir, "%s", dir);
+    double killed_at = -1;
+    if (kind != BEFORE) {
+        int joined = 1;
+        for (uint32_t r = 0; r < 3 && joined; r++) {
+            char name[32];
+            snprintf(name, sizeof name, "joined.%u", r);
+            joined = await_key(&fs, prefix, name) == 0;
+        }
+        if (joined && kind == DURING) {
+            sleep_s(0.3);
+            kill(pids[VICTIM], SIGKILL);
+            killed_at = now_s();
+        } else if (joined) {
+            kill(pids[VICTIM], SIGSTOP);
+            signal_key(&fs, prefix, "go");
+        }
+    }
+    /* SILENT: the victim stays stopped until the others are done. */
+    pid_t others[2] = {pids[0], pids[2]};
+    int st[2];
+    *overran = reap(others, 2, SHORT_TIMEOUT_S + 30, st);
+    status[0] = st[0];
+    status[2] = st[1];
+    if (kind == SILENT)
+        kill(pids[VICTIM], SIGKILL);
+    *overran += reap(&pids[VICTIM], 1, 10, &status[VICTIM]);
+    for (uint32_t r = 0; r < 3; r += 2) {
+        took[r] = read_double(dir, "t", r);
+        errs[r] = read_report(dir, "err", r, NULL);
+        double failed_at = read_double(dir, "fail", r);
+        fail_after_kill[r] = killed_at > 0 && failed_at > 0 ? failed_at - killed_at : -1;
+        print_message("rank %u: exit %d, %.2f s: %s\n", r, status[r], took[r], errs[r] ? errs[r] : "?");
+    }
+    rm_rf(dir);
+}
+
+static void test_gloo_killed_before(void **state)
+{
+    (void)state;
+    double took[3], after[3];
+    char *errs[3] = {NULL};
+    int status[3], overran;
+    run_scenario(BEFORE, "before", took, errs, status, &overran, after);
+    int ok = 1;
+    for (uint32_t r = 0; r < 3; r += 2) {
+        ok &= errs[r] && strncmp(errs[r], "gloo allreduce: ", 16) == 0;
+        ok &= took[r] >= 0 && took[r] < SHORT_TIMEOUT_S + SLACK_S;
+        free(errs[r]);
+    }
+    assert_int_equal(overran, 0);
+    assert_int_equal(status[0], 0);
+    assert_int_equal(status[2], 0);
+    assert_int_equal(status[VICTIM], 128 + SIGKILL);
+    assert_true(ok);
+}
+
+static void test_gloo_killed_during(void **state)
+{
+    (void)state;
+    double took[3], after[3];
+    char *errs[3] = {NULL};
+    int status[3], overran;
+    run_scenario(DURING, "during", took, errs, status, &overran, after);
+    int ok = 1;
+    for (uint32_t r = 0; r < 3; r += 2) {
+        ok &= errs[r] && strncmp(errs[r], "gloo allreduce: ", 16) == 0;
+        ok &= after[r] >= 0 && after[r] < SHORT_TIMEOUT_S + SLACK_S;
+        free(errs[r]);
+    }
+    assert_int_equal(overran, 0);
+    assert_int_equal(status[0], 0);
+    assert_int_equal(status[2], 0);
+    assert_int_equal(status[VICTIM], 128 + SIGKILL);
+    assert_true(ok);
+}
+
+static void test_gloo_silent_peer(void **state)
+{
+    (void)state;
+    double took[3], after[3];
+    char *errs[3] = {NULL};
+    int status[3], overran;
+    run_scenario(SILENT, "silent", took, errs, status, &overran, after);
+    int timed_out = 0, in_time = 1;
+    for (uint32_t r = 0; r < 3; r += 2) {
+        timed_out += errs[r] && strstr(errs[r], "timed out after 2 s (--rpc-timeout)") != NULL;
+        in_time &= took[r] >= 0 && took[r] < SHORT_TIMEOUT_S + SLACK_S;
+        free(errs[r]);
+    }
+    assert_int_equal(overran, 0);
+    assert_int_equal(status[0], 0);
+    assert_int_equal(status[2], 0);
+    assert_true(timed_out >= 1); /* the other may learn it from the first */
+    assert_true(in_time);
+}
+
+/* ---- NCCL -------------------------------------------------------------- */
+
+/* The number of CUDA devices, asked in a child so that this process never
+ * initialises CUDA (forked members could not use it). -1 with why. */
+static int cuda_devices(char *why, size_t len)
+{
+#ifdef PSBENCH_HAVE_NCCL
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(why, len, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        char msg[256];
+        int n = 0;
+        cudaError_t ce = cudaGetDeviceCount(&n);
+        if (ce != cudaSuccess)
+            snprintf(msg, sizeof msg, "-1 cudaGetDeviceCount: %s", cudaGetErrorString(ce));
+        else
+            snprintf(msg, sizeof msg, "%d cudaGetDeviceCount found %d", n, n);
+        if (write(fds[1], msg, strlen(msg)) < 0)
+            _exit(1);
+        _exit(0);
+    }
+    close(fds[1]);
+    char msg[256] = "";
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < sizeof msg && (r = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0)
+        got += (size_t)r;
+    msg[got] = '\0';
+    close(fds[0]);
+    pid_t p = pid;
+    int st;
+    reap(&p, 1, 60, &st);
+    int n = -1;
+    int skip_chars = 0;
+    if (sscanf(msg, "%d %n", &n, &skip_chars) != 1) {
+        snprintf(why, len, "the probe said nothing (exit %d)", st);
+        return -1;
+    }
+    snprintf(why, len, "%s", msg + skip_chars);
+    return n;
+#else
+    snprintf(why, len, "no CUDA in this build");
+    return -1;
+#endif
+}
+
+static int member_nccl_no_device(const member *m)
+{
+    char err[512] = "";
+    file_store fs = m->fs;
+    coll *c = member_join(m, &fs, err, sizeof err);
+    report_str(m->fs.dir, "err", m->rank, c ? "joined" : err);
+    coll_free(c);
+    return c ? 1 : 0;
+}
+
+static void test_nccl(void **state)
+{
+    (void)state;
+    char err[512] = "", why[256];
+    file_store fs = {.wait_s = 1};
+    snprintf(fs.dir, sizeof fs.dir, "/nonexistent");
+    coll_store store = store_of(&fs);
+    if (!coll_have_nccl()) {
+        assert_null(coll_nccl_new(0, 1, 0, &store, "n", SHORT_TIMEOUT_S, err, sizeof err));
+        assert_string_equal(err, "this build has no NCCL (CUDA toolkit and NCCL were not found at build time)");
+        print_message("built without NCCL: coll_nccl_new says so\n");
+        return;
+    }
+    int ndev = cuda_devices(why, sizeof why);
+    if (ndev <= 0) {
+        /* The constructor must say the same, without a hang. */
+        char dir[256];
+        make_dir(dir, sizeof dir);
+        member m = member_of(dir, "nccl", "n", 0, 1, SHORT_TIMEOUT_S, SHORT_TIMEOUT_S);
+        pid_t pid = spawn(member_nccl_no_device, &m);
+        int st;
+        int overran = reap(&pid, 1, 60, &st);
+        char *e = read_report(dir, "err", 0, NULL);
+        int ok = e && strstr(e, "nccl: no CUDA device answers (cudaGetDeviceCount") != NULL;
+        print_message("no CUDA device answers (%s): the NCCL collectives are skipped; coll_nccl_new said: %s\n", why,
+                      e ? e : "?");
+        free(e);
+        rm_rf(dir);
+        assert_int_equal(overran, 0);
+        assert_int_equal(st, 0);
+        assert_true(ok);
+        skip();
+    }
+    print_message("%s: NCCL groups of 1%s\n", why, ndev >= 2 ? " and 2" : " (2 needs two devices)");
+    run_collectives("nccl", 1);
+    if (ndev >= 2)
+        run_collectives("nccl", 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gloo_args),
+        cmocka_unit_test(test_gloo_1),
+        cmocka_unit_test(test_gloo_2),
+        cmocka_unit_test(test_gloo_4),
+        cmocka_unit_test(test_gloo_never_joins),
+        cmocka_unit_test(test_gloo_dies_in_rendezvous),
+        cmocka_unit_test(test_gloo_killed_before),
+        cmocka_unit_test(test_gloo_killed_during),
+        cmocka_unit_test(test_gloo_silent_peer),
+        cmocka_unit_test(test_nccl),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

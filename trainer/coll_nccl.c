@@ -1,0 +1,352 @@
+/* coll_nccl.c — the nccl backend of coll.h: GPU collectives with NCCL and
+ * the CUDA runtime, compiled where CMake finds both (PSBENCH_HAVE_NCCL;
+ * coll_nccl_none.c stands in elsewhere).
+ *
+ * Rank 0 makes the unique id and sets it in the store under
+ * `prefix`/nccl_id; the others get it. The communicator is non-blocking
+ * (ncclConfig_t.blocking = 0): initialisation and every collective are
+ * polled with ncclCommGetAsyncError and cudaStreamQuery up to the group's
+ * timeout, and a timeout or an error aborts the communicator
+ * (ncclCommAbort), so that a dead or silent peer gives -1, never a hang.
+ * Buffers given to coll.h are host memory: they are staged through one
+ * device buffer of the group's (grown as needed) on the group's stream.
+ * allgatherv is one ncclBroadcast per member with bytes to give, fused in a
+ * ncclGroupStart/ncclGroupEnd.
+ */
+#include "trainer/coll_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "shared/log.h"
+
+typedef struct nccl_group {
+    ncclComm_t comm;     /* NULL once aborted or destroyed */
+    cudaStream_t stream; /* NULL until created */
+    void *dbuf;          /* the device staging buffer */
+    size_t dcap;         /* its size in bytes */
+    int device;
+    double timeout_s;
+} nccl_group;
+
+static void nccl_pause(void)
+{
+    struct timespec ts = {0, 200 * 1000}; /* 0.2 ms between polls */
+    nanosleep(&ts, NULL);
+}
+
+static void nccl_abort(nccl_group *g)
+{
+    if (g->comm) {
+        ncclCommAbort(g->comm);
+        g->comm = NULL;
+    }
+}
+
+/* An NCCL error `r` in `op`: the reason into err, the communicator aborted.
+ * Returns -1. */
+static int nccl_failed(nccl_group *g, const char *op, ncclResult_t r, char *err, size_t errlen)
+{
+    const char *last = g->comm ? ncclGetLastError(g->comm) : NULL;
+    char detail[COLL_ERR_MAX];
+    if (last && *last)
+        snprintf(detail, sizeof detail, "%s; %s", ncclGetErrorString(r), last);
+    else
+        snprintf(detail, sizeof detail, "%s", ncclGetErrorString(r));
+    if (r == ncclRemoteError || r == ncclSystemError)
+        errbuf_set(err, errlen, "nccl %s: connection to a peer was lost (%s)", op, detail);
+    else
+        errbuf_set(err, errlen, "nccl %s: %s", op, detail);
+    nccl_abort(g);
+    return -1;
+}
+
+static int nccl_cuda_failed(nccl_group *g, const char *op, const char *call, cudaError_t ce, char *err,
+                            size_t errlen)
+{
+    errbuf_set(err, errlen, "nccl %s: %s: %s", op, call, cudaGetErrorString(ce));
+    nccl_abort(g);
+    return -1;
+}
+
+static int nccl_timed_out(nccl_group *g, const char *op, char *err, size_t errlen)
+{
+    errbuf_set(err, errlen, "nccl %s: timed out after %g s (--rpc-timeout)", op, g->timeout_s);
+    nccl_abort(g);
+    return -1;
+}
+
+/* After an NCCL call returned `r`: waits while the communicator reports
+ * ncclInProgress, up to `deadline`. 0, or -1 with err (aborted). */
+static int nccl_settle(nccl_group *g, const char *op, ncclResult_t r, double deadline, char *err, size_t errlen)
+{
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_failed(g, op, r, err, errlen);
+    for (;;) {
+        ncclResult_t state = ncclSuccess;
+        r = ncclCommGetAsyncError(g->comm, &state);
+        if (r != ncclSuccess)
+            return nccl_failed(g, op, r, err, errlen);
+        if (state == ncclSuccess)
+            return 0;
+        if (state != ncclInProgress)
+            return nccl_failed(g, op, state, err, errlen);
+        if (coll_now() >= deadline)
+            return nccl_timed_out(g, op, err, errlen);
+        nccl_pause();
+    }
+}
+
+/* Waits until the group's stream has done its work, watching the
+ * communicator for errors, up to `deadline`. */
+static int nccl_finish(nccl_group *g, const char *op, double deadline, char *err, size_t errlen)
+{
+    for (;;) {
+        cudaError_t ce = cudaStreamQuery(g->stream);
+        if (ce == cudaSuccess)
+            return 0;
+        if (ce != cudaErrorNotReady)
+            return nccl_cuda_failed(g, op, "cudaStreamQuery", ce, err, errlen);
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(g->comm, &state);
+        if (r != ncclSuccess)
+            return nccl_failed(g, op, r, err, errlen);
+        if (state != ncclSuccess && state != ncclInProgress)
+            return nccl_failed(g, op, state, err, errlen);
+        if (coll_now() >= deadline)
+            return nccl_timed_out(g, op, err, errlen);
+        nccl_pause();
+    }
+}
+
+/* The calling thread on the group's device and a staging buffer of at
+ * least `bytes`. */
+static int nccl_enter(nccl_group *g, const char *op, size_t bytes, char *err, size_t errlen)
+{
+    cudaError_t ce = cudaSetDevice(g->device);
+    if (ce != cudaSuccess)
+        return nccl_cuda_failed(g, op, "cudaSetDevice", ce, err, errlen);
+    if (bytes <= g->dcap)
+        return 0;
+    size_t cap = g->dcap <= SIZE_MAX / 2 && g->dcap * 2 > bytes ? g->dcap * 2 : bytes;
+    if (g->dbuf) {
+        cudaFree(g->dbuf); /* the stream is idle between calls */
+        g->dbuf = NULL;
+        g->dcap = 0;
+    }
+    ce = cudaMalloc(&g->dbuf, cap);
+    if (ce != cudaSuccess) {
+        g->dbuf = NULL;
+        return nccl_cuda_failed(g, op, "cudaMalloc", ce, err, errlen);
+    }
+    g->dcap = cap;
+    return 0;
+}
+
+static int nccl_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errlen)
+{
+    nccl_group *g = c->impl;
+    const char *op = "allreduce";
+    const double deadline = coll_now() + g->timeout_s;
+    const size_t bytes = n * sizeof(float);
+    if (nccl_enter(g, op, bytes, err, errlen) != 0)
+        return -1;
+    cudaError_t ce = cudaMemcpyAsync(g->dbuf, buf, bytes, cudaMemcpyHostToDevice, g->stream);
+    if (ce != cudaSuccess)
+        return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
+    ncclResult_t r = ncclAllReduce(g->dbuf, g->dbuf, n, ncclFloat32, ncclSum, g->comm, g->stream);
+    if (nccl_settle(g, op, r, deadline, err, errlen) != 0)
+        return -1;
+    ce = cudaMemcpyAsync(buf, g->dbuf, bytes, cudaMemcpyDeviceToHost, g->stream);
+    if (ce != cudaSuccess)
+        return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
+    return nccl_finish(g, op, deadline, err, errlen);
+}
+
+static int nccl_allgather(coll *c, const void *in, size_t bytes, void *out, char *err, size_t errlen)
+{
+    nccl_group *g = c->impl;
+    const char *op = "allgather";
+    const double deadline = coll_now() + g->timeout_s;
+    const size_t total = bytes * c->size;
+    if (nccl_enter(g, op, total, err, errlen) != 0)
+        return -1;
+    uint8_t *mine = (uint8_t *)g->dbuf + (size_t)c->rank * bytes;
+    cudaError_t ce = cudaMemcpyAsync(mine, in, bytes, cudaMemcpyHostToDevice, g->stream);
+    if (ce != cudaSuccess)
+        return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
+    ncclResult_t r = ncclAllGather(mine, g->dbuf, bytes, ncclUint8, g->comm, g->stream); /* in place */
+    if (nccl_settle(g, op, r, deadline, err, errlen) != 0)
+        return -1;
+    ce = cudaMemcpyAsync(out, g->dbuf, total, cudaMemcpyDeviceToHost, g->stream);
+    if (ce != cudaSuccess)
+        return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
+    return nccl_finish(g, op, deadline, err, errlen);
+}
+
+static int nccl_allgatherv(coll *c, const void *in, size_t bytes, const uint64_t *counts, uint64_t total, void *out,
+                           char *err, size_t errlen)
+{
+    nccl_group *g = c->impl;
+    const char *op = "allgatherv";
+    const double deadline = coll_now() + g->timeout_s;
+    if (nccl_enter(g, op, (size_t)total, err, errlen) != 0)
+        return -1;
+    uint8_t *d = g->dbuf;
+    size_t mine = 0;
+    for (uint32_t r = 0; r < c->rank; r++)
+        mine += (size_t)counts[r];
+    cudaError_t ce = cudaSuccess;
+    if (bytes > 0)
+        ce = cudaMemcpyAsync(d + mine, in, bytes, cudaMemcpyHostToDevice, g->stream);
+    if (ce != cudaSuccess)
+        return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
+    ncclResult_t first = ncclGroupStart();
+    size_t off = 0;
+    for (uint32_t r = 0; r < c->size && (first == ncclSuccess || first == ncclInProgress); r++) {
+        if (counts[r] > 0)
+            first = ncclBroadcast(d + off, d + off, (size_t)counts[r], ncclUint8, (int)r, g->comm, g->stream);
+        off += (size_t)counts[r];
+    }
+    ncclResult_t end = ncclGroupEnd(); /* closes the group even after an error */
+    if (nccl_settle(g, op, first != ncclSuccess && first != ncclInProgress ? first : end, deadline, err, errlen) != 0)
+        return -1;
+    ce = cudaMemcpyAsync(out, d, (size_t)total, cudaMemcpyDeviceToHost, g->stream);
+    if (ce != cudaSuccess)
+        return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
+    return nccl_finish(g, op, deadline, err, errlen);
+}
+
+/* Frees g and what it holds: the communicator finalised and destroyed when
+ * `clean`, else (or when finalising fails) aborted. */
+static void nccl_group_free(nccl_group *g, bool clean)
+{
+    if (!g)
+        return;
+    cudaSetDevice(g->device);
+    if (g->comm && clean) {
+        char why[COLL_ERR_MAX];
+        if (nccl_settle(g, "free", ncclCommFinalize(g->comm), coll_now() + g->timeout_s, why, sizeof why) == 0) {
+            ncclCommDestroy(g->comm);
+            g->comm = NULL;
+        }
+    }
+    nccl_abort(g);
+    if (g->stream)
+        cudaStreamDestroy(g->stream);
+    if (g->dbuf)
+        cudaFree(g->dbuf);
+    free(g);
+}
+
+static void nccl_destroy(coll *c)
+{
+    nccl_group_free(c->impl, !c->failed);
+    c->impl = NULL;
+}
+
+static const coll_ops nccl_ops = {
+    .name = "nccl",
+    .allreduce_sum_f32 = nccl_allreduce_sum_f32,
+    .allgather = nccl_allgather,
+    .allgatherv = nccl_allgatherv,
+    .destroy = nccl_destroy,
+};
+
+/* Rank 0 makes the unique id and sets it; the others get it. */
+static int nccl_share_id(uint32_t rank, const coll_store *store, const char *prefix, ncclUniqueId *id, char *err,
+                         size_t errlen)
+{
+    char why[COLL_ERR_MAX] = "";
+    char *key = coll_key(prefix, "nccl_id");
+    if (!key) {
+        errbuf_set(err, errlen, "nccl init: out of memory");
+        return -1;
+    }
+    int rc = -1;
+    if (rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(id);
+        if (r != ncclSuccess)
+            errbuf_set(err, errlen, "nccl init: ncclGetUniqueId: %s", ncclGetErrorString(r));
+        else if (store->set(store->ctx, key, id, sizeof *id, why, sizeof why) != 0)
+            errbuf_set(err, errlen, "nccl init: rendezvous failed: store set '%s': %s", key, why);
+        else
+            rc = 0;
+    } else {
+        uint8_t *val = NULL;
+        size_t len = 0;
+        if (store->get(store->ctx, key, &val, &len, why, sizeof why) != 0) {
+            errbuf_set(err, errlen, "nccl init: rendezvous failed: store get '%s': %s", key, why);
+        } else if (len != sizeof *id) {
+            errbuf_set(err, errlen, "nccl init: store key '%s' holds %zu bytes, not an NCCL unique id (%zu)", key,
+                       len, sizeof *id);
+        } else {
+            memcpy(id, val, sizeof *id);
+            rc = 0;
+        }
+        free(val);
+    }
+    free(key);
+    return rc;
+}
+
+coll *coll_nccl_new(uint32_t rank, uint32_t size, int cuda_device, const coll_store *store, const char *prefix,
+                    double timeout_s, char *err, size_t errlen)
+{
+    if (coll_check_args("nccl", rank, size, store, timeout_s, err, errlen) != 0)
+        return NULL;
+    int ndev = 0;
+    cudaError_t ce = cudaGetDeviceCount(&ndev);
+    if (ce != cudaSuccess || ndev == 0) {
+        errbuf_set(err, errlen, "nccl: no CUDA device answers (cudaGetDeviceCount: %s)",
+                   ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+        return NULL;
+    }
+    if (cuda_device < 0 || cuda_device >= ndev) {
+        errbuf_set(err, errlen, "nccl: CUDA device %d does not exist (this host has %d, numbered from 0)",
+                   cuda_device, ndev);
+        return NULL;
+    }
+    ce = cudaSetDevice(cuda_device);
+    if (ce != cudaSuccess) {
+        errbuf_set(err, errlen, "nccl: cudaSetDevice(%d): %s", cuda_device, cudaGetErrorString(ce));
+        return NULL;
+    }
+    nccl_group *g = calloc(1, sizeof *g);
+    if (!g) {
+        errbuf_set(err, errlen, "nccl: out of memory");
+        return NULL;
+    }
+    g->device = cuda_device;
+    g->timeout_s = timeout_s;
+
+    ncclUniqueId id;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0; /* every wait is ours to bound */
+    coll *c = NULL;
+    if (nccl_share_id(rank, store, prefix, &id, err, errlen) != 0)
+        goto fail;
+    ncclResult_t r = ncclCommInitRankConfig(&g->comm, (int)size, id, (int)rank, &cfg);
+    if (nccl_settle(g, "init", r, coll_now() + timeout_s, err, errlen) != 0)
+        goto fail;
+    ce = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+    if (ce != cudaSuccess) {
+        g->stream = NULL;
+        nccl_cuda_failed(g, "init", "cudaStreamCreateWithFlags", ce, err, errlen);
+        goto fail;
+    }
+    c = coll_wrap(&nccl_ops, g, rank, size, err, errlen);
+    if (!c)
+        goto fail;
+    return c;
+fail:
+    nccl_group_free(g, false);
+    return NULL;
+}
+
+bool coll_have_nccl(void) { return true; }

@@ -1,0 +1,129 @@
+/* hook.h — DDP communication hooks: what happens to a gradient bucket once
+ * backward has finished it. Training hands each finished bucket to the hook
+ * (hook_ready, while the rest of backward runs) and later waits for all of
+ * them (hook_wait); it knows no wire format, no server and no collective.
+ * When hook_wait returns, every bucket holds the mean over the trainers:
+ * a dense bucket in place, a sparse one in its result.
+ *
+ * The seed's hooks, each with its metric per bucket (the time from
+ * hook_ready to the mean being there):
+ *   rpc_hook        every bucket to the parameter servers
+ *                   (hook_future_metric,rpc_dense / rpc_sparse)
+ *   allreduce_hook  every bucket allreduced among the trainers
+ *                   (hook_future_metric,<backend>_dense_allreduce /
+ *                   <backend>_sparse_allreduce)
+ *   sparse_rpc_hook sparse buckets to the servers (rpc_sparse), dense ones
+ *                   allreduced (<backend>_dense_allreduce)
+ *   hybrid_hook     sparse buckets allreduced on a Gloo group
+ *                   (hook_c10d_metric,gloo_sparse_allreduce), dense ones on
+ *                   the NCCL group (hook_future_metric,nccl_dense_allreduce);
+ *                   on a CPU-only job both on Gloo (gloo_dense_allreduce)
+ *
+ * The mean's arithmetic is the protocol's, whichever way a bucket travels:
+ * the sum over the trainers, then times mean_scale(N) (shared/mean.h); a
+ * sparse mean is coalesced as shared/sparse.h says. So a bucket allreduced
+ * among 2 trainers has the same bits as one averaged by a server. (The seed
+ * divides each gradient by N before its allreduce; scaling the sum instead
+ * is the same mean and keeps the two paths equal.)
+ *
+ * Threads: hook_ready, hook_wait and hook_reset are called by the training
+ * thread; a hook may move the bytes on threads of its own (rpc: the comm
+ * thread; collectives: one thread per group), and owns a bucket's data
+ * from hook_ready until hook_wait has returned for it.
+ */
+#ifndef PSBENCH_HOOK_H
+#define PSBENCH_HOOK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/metrics.h"
+
+/* Bucket ids are 0..HOOK_MAX_BUCKETS-1. */
+#define HOOK_MAX_BUCKETS 4096
+
+typedef struct hook_bucket {
+    uint32_t id;   /* 0.. in the order backward finishes them */
+    bool sparse;
+    uint64_t batch; /* set by hook_ready */
+    /* dense: count floats, replaced in place by their mean */
+    float *data;
+    uint64_t count;
+    /* sparse: a table of rows x cols; nnz (row index, row) pairs in, the
+     * coalesced mean out (shared/sparse.h's layout: nnz int64 indices, then
+     * the rows), owned by the bucket and grown by the hook */
+    uint64_t rows, cols;
+    const int64_t *idx; /* nnz indices, unique */
+    const float *vals;  /* nnz * cols */
+    uint64_t nnz;
+    uint8_t *result;
+    uint64_t result_cap, result_nnz;
+    /* when the bucket was handed over, and when its mean was there */
+    uint64_t t_ready_ns, t_done_ns;
+} hook_bucket;
+
+typedef struct hook hook;
+
+typedef struct hook_ops {
+    /* Hand over a finished bucket (its batch number set). Never fails here:
+     * a transport failure is reported by the next wait. */
+    void (*ready)(hook *h, hook_bucket *b);
+    /* Wait until every bucket of bs (each handed over since the last wait)
+     * holds its mean; record each bucket's metric. 0, or -1 with err. */
+    int (*wait)(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t errlen);
+    /* Between passes (the master's reset). May be NULL. */
+    void (*reset)(hook *h);
+    /* Add the bytes moved so far (in: results and means received, out:
+     * gradients sent), for the master's payload counters. Read by the
+     * training thread while the hook's threads write: the counts are
+     * monotonic and only ever reported, so a torn read is off by a batch at
+     * most. May be NULL. */
+    void (*bytes)(const hook *h, uint64_t *in, uint64_t *out);
+    void (*destroy)(hook *h);
+} hook_ops;
+
+struct hook {
+    const hook_ops *ops;
+    const char *name; /* "rpc_hook", ... */
+};
+
+static inline void hook_ready(hook *h, hook_bucket *b, uint64_t batch)
+{
+    b->batch = batch;
+    h->ops->ready(h, b);
+}
+static inline int hook_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t errlen)
+{
+    return h->ops->wait(h, bs, n, err, errlen);
+}
+static inline void hook_reset(hook *h)
+{
+    if (h && h->ops->reset)
+        h->ops->reset(h);
+}
+static inline void hook_bytes(const hook *h, uint64_t *in, uint64_t *out)
+{
+    if (h && h->ops->bytes)
+        h->ops->bytes(h, in, out);
+}
+static inline void hook_free(hook *h)
+{
+    if (h)
+        h->ops->destroy(h);
+}
+
+/* Make a sparse bucket's result room for nnz rows. 0, or -1 (memory). */
+int hook_bucket_reserve(hook_bucket *b, uint64_t nnz);
+/* The result's indices and rows. */
+static inline const int64_t *hook_result_idx(const hook_bucket *b)
+{
+    return (const int64_t *)(const void *)b->result;
+}
+static inline const float *hook_result_vals(const hook_bucket *b)
+{
+    return (const float *)(const void *)(b->result + b->result_nnz * 8);
+}
+void hook_bucket_release(hook_bucket *b);
+
+#endif

@@ -1,0 +1,304 @@
+/* hook_allreduce.c — buckets averaged among the trainers by collectives on
+ * one group (coll.h): allreduce_hook, and the allreduced half of
+ * sparse_rpc_hook and hybrid_hook.
+ *
+ * The training thread queues each finished bucket; this hook's own thread
+ * runs the collectives in queue order (every member queues the same buckets
+ * in the same order: backward finishes them in the same order everywhere),
+ * so buckets are reduced while the rest of backward runs.
+ *   dense:  allreduce (sum) in place, then times mean_scale(N);
+ *   sparse: as PyTorch's Gloo process group does a sparse allreduce: every
+ *           member's nnz is gathered, then every member's indices and rows
+ *           (one allgatherv of [indices | rows]), then the rows are coalesced
+ *           in member order into the bucket's result with the values times
+ *           mean_scale(N) (shared/sparse.h) — what a server returns.
+ * A failed collective (a peer lost, --rpc-timeout) fails the hook: every
+ * later wait returns its reason.
+ */
+#include "trainer/hooks.h"
+#include "shared/clock.h"
+#include "shared/mean.h"
+#include "shared/sparse.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct ar_hook {
+    hook base;
+    coll *group;
+    uint32_t size;
+    double timeout_s;
+    stats *m_dense, *m_sparse;
+    pthread_t th;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* mu: the queue, the done marks, the failure */
+    hook_bucket *queue[HOOK_MAX_BUCKETS];
+    uint32_t qhead, qlen;
+    bool done[HOOK_MAX_BUCKETS];
+    bool stop, failed;
+    char err[512];
+    /* the collective thread's own */
+    uint64_t *counts; /* per member */
+    uint8_t *gather;  /* the gathered [indices | rows] */
+    uint64_t gather_cap;
+    uint32_t *slots;
+    uint64_t slots_cap;
+    sparse_acc acc;
+    /* mu: bytes given to and got from the group */
+    uint64_t bytes_in, bytes_out;
+} ar_hook;
+
+static int ar_grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    void *q = realloc(*p, (size_t)(need ? need : 1) * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = need;
+    return 0;
+}
+
+static int ar_dense(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, char *err, size_t errlen)
+{
+    if (coll_allreduce_sum_f32(a->group, b->data, (size_t)b->count, err, errlen) < 0)
+        return -1;
+    if (a->size > 1) {
+        float s = mean_scale(a->size);
+        for (uint64_t i = 0; i < b->count; i++)
+            b->data[i] *= s;
+    }
+    *out = *in = b->count * 4;
+    return 0;
+}
+
+static int ar_sparse(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, char *err, size_t errlen)
+{
+    uint64_t row_bytes = 8 + 4 * b->cols;
+    uint64_t mine = b->nnz;
+    if (coll_allgather(a->group, &mine, sizeof mine, a->counts, err, errlen) < 0)
+        return -1;
+    uint64_t total = 0;
+    for (uint32_t r = 0; r < a->size; r++) {
+        if (a->counts[r] > b->rows) {
+            snprintf(err, errlen, "sparse allreduce of bucket %u: member %u sent %" PRIu64 " rows of a %" PRIu64
+                     "-row table", b->id, r, a->counts[r], b->rows);
+            return -1;
+        }
+        total += a->counts[r];
+    }
+    /* Each member contributes its indices then its rows, contiguous. */
+    uint64_t *bytes = malloc(a->size * sizeof *bytes);
+    uint8_t *mine_buf = malloc(mine * row_bytes ? mine * row_bytes : 1);
+    if (!bytes || !mine_buf || ar_grow((void **)&a->gather, &a->gather_cap, total * row_bytes, 1) < 0) {
+        free(bytes);
+        free(mine_buf);
+        snprintf(err, errlen, "out of memory gathering sparse bucket %u", b->id);
+        return -1;
+    }
+    memcpy(mine_buf, b->idx, mine * 8);
+    memcpy(mine_buf + mine * 8, b->vals, mine * b->cols * 4);
+    for (uint32_t r = 0; r < a->size; r++)
+        bytes[r] = a->counts[r] * row_bytes;
+    int rc = coll_allgatherv(a->group, mine_buf, mine * row_bytes, bytes, a->gather, err, errlen);
+    free(bytes);
+    free(mine_buf);
+    if (rc < 0)
+        return -1;
+    /* Coalesce in member order. */
+    sparse_acc_reset(&a->acc, b->rows, b->cols);
+    uint64_t most = 0;
+    for (uint32_t r = 0; r < a->size; r++)
+        most = a->counts[r] > most ? a->counts[r] : most;
+    if (ar_grow((void **)&a->slots, &a->slots_cap, most, sizeof *a->slots) < 0) {
+        snprintf(err, errlen, "out of memory coalescing sparse bucket %u", b->id);
+        return -1;
+    }
+    const uint8_t *p = a->gather;
+    for (uint32_t r = 0; r < a->size; r++) {
+        uint64_t n = a->counts[r];
+        int64_t bad = 0;
+        int m = sparse_acc_map(&a->acc, p, n, a->slots, &bad);
+        if (m == -1) {
+            snprintf(err, errlen, "sparse allreduce of bucket %u: member %u sent row %" PRId64 " of a %" PRIu64
+                     "-row table", b->id, r, bad, b->rows);
+            return -1;
+        }
+        if (m < 0) {
+            snprintf(err, errlen, "out of memory coalescing sparse bucket %u", b->id);
+            return -1;
+        }
+        sparse_acc_add(&a->acc, a->slots, 0, p + n * 8, (size_t)(n * b->cols));
+        p += n * row_bytes;
+    }
+    uint64_t nnz = a->acc.nslots;
+    if (hook_bucket_reserve(b, nnz) < 0 || sparse_acc_emit(&a->acc, mean_scale(a->size), b->result) < 0) {
+        snprintf(err, errlen, "out of memory for the mean of sparse bucket %u", b->id);
+        return -1;
+    }
+    b->result_nnz = nnz;
+    *out = mine * row_bytes;
+    *in = total * row_bytes;
+    return 0;
+}
+
+static void *ar_main(void *arg)
+{
+    ar_hook *a = arg;
+    char err[512];
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->stop && !a->failed && a->qlen == 0)
+            pthread_cond_wait(&a->cv, &a->mu);
+        if (a->stop || a->failed)
+            break;
+        hook_bucket *b = a->queue[a->qhead];
+        a->qhead = (a->qhead + 1) % HOOK_MAX_BUCKETS;
+        a->qlen--;
+        pthread_mutex_unlock(&a->mu);
+        uint64_t in = 0, out = 0;
+        int rc = b->sparse ? ar_sparse(a, b, &in, &out, err, sizeof err) : ar_dense(a, b, &in, &out, err, sizeof err);
+        b->t_done_ns = clock_now_ns();
+        pthread_mutex_lock(&a->mu);
+        a->bytes_in += in;
+        a->bytes_out += out;
+        if (rc < 0) {
+            a->failed = true;
+            snprintf(a->err, sizeof a->err, "%s", err);
+        } else {
+            a->done[b->id] = true;
+        }
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+static void ar_ready(hook *h, hook_bucket *b)
+{
+    ar_hook *a = (ar_hook *)h;
+    assert(b->id < HOOK_MAX_BUCKETS);
+    b->t_ready_ns = clock_now_ns();
+    pthread_mutex_lock(&a->mu);
+    assert(a->qlen < HOOK_MAX_BUCKETS);
+    a->done[b->id] = false;
+    a->queue[(a->qhead + a->qlen) % HOOK_MAX_BUCKETS] = b;
+    a->qlen++;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static int ar_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t errlen)
+{
+    ar_hook *a = (ar_hook *)h;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    double whole = floor(a->timeout_s);
+    deadline.tv_sec += (time_t)whole;
+    deadline.tv_nsec += (long)((a->timeout_s - whole) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&a->mu);
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        while (!a->done[bs[i]->id] && !a->failed) {
+            if (pthread_cond_timedwait(&a->cv, &a->mu, &deadline) == ETIMEDOUT) {
+                snprintf(err, errlen, "timed out after %g s waiting for the %s of batch %" PRIu64 " bucket %u "
+                         "(--rpc-timeout)", a->timeout_s, a->base.name, bs[i]->batch, bs[i]->id);
+                rc = -1;
+                break;
+            }
+        }
+        if (rc == 0 && a->failed) {
+            snprintf(err, errlen, "%s", a->err);
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (rc < 0)
+        return -1;
+    for (uint32_t i = 0; i < n; i++) {
+        stats *m = bs[i]->sparse ? a->m_sparse : a->m_dense;
+        if (m)
+            metrics_add(m, (double)(bs[i]->t_done_ns - bs[i]->t_ready_ns) / 1e6);
+    }
+    return 0;
+}
+
+static void ar_bytes(const hook *h, uint64_t *in, uint64_t *out)
+{
+    ar_hook *a = (ar_hook *)(uintptr_t)h; /* the lock is not part of the value */
+    pthread_mutex_lock(&a->mu);
+    *in += a->bytes_in;
+    *out += a->bytes_out;
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void ar_destroy(hook *h)
+{
+    ar_hook *a = (ar_hook *)h;
+    if (a->started) {
+        /* A collective in flight ends within the group's timeout. */
+        pthread_mutex_lock(&a->mu);
+        a->stop = true;
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        pthread_join(a->th, NULL);
+    }
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+    coll_free(a->group);
+    sparse_acc_free(&a->acc);
+    free(a->counts);
+    free(a->gather);
+    free(a->slots);
+    free(a);
+}
+
+static const hook_ops ar_ops = {
+    .ready = ar_ready,
+    .wait = ar_wait,
+    .bytes = ar_bytes,
+    .destroy = ar_destroy,
+};
+
+hook *hook_allreduce_new(const char *name, coll *group, double timeout_s, metrics *m, const char *dense_metric,
+                         const char *sparse_metric, char *err, size_t errlen)
+{
+    ar_hook *a = calloc(1, sizeof *a);
+    if (!a) {
+        coll_free(group);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    a->base.ops = &ar_ops;
+    a->base.name = name;
+    a->group = group;
+    a->size = coll_size(group);
+    a->timeout_s = timeout_s;
+    a->m_dense = dense_metric ? metrics_get(m, dense_metric) : NULL;
+    a->m_sparse = sparse_metric ? metrics_get(m, sparse_metric) : NULL;
+    sparse_acc_init(&a->acc);
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    a->counts = calloc(a->size, sizeof *a->counts);
+    if (!a->counts || pthread_create(&a->th, NULL, ar_main, a) != 0) {
+        snprintf(err, errlen, "cannot start the %s thread", name);
+        ar_destroy(&a->base);
+        return NULL;
+    }
+    a->started = true;
+    return &a->base;
+}

@@ -1,0 +1,193 @@
+/* hook_rpc.c — rpc_hook: buckets to the parameter servers and their means
+ * back, the seed's rpc_hook over protocol v1.
+ *
+ * Placement: bucket k goes to server k mod (number of servers this trainer
+ * was given). Under the seed's placement a trainer is given one server (all
+ * its buckets go there); under `shard` it is given every server.
+ *
+ * Below it: the client (framed connections to the servers) driven by the
+ * comm thread (comm.c), which writes pushes while backward runs and reads
+ * results straight into the buckets: a dense mean over the gradients it
+ * averages, a sparse one into the bucket's result buffer. This file only
+ * turns buckets into pushes and results back into buckets.
+ */
+#include "trainer/hooks.h"
+#include "shared/log.h"
+#include "trainer/client.h"
+#include "trainer/comm.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rpc_slot {
+    comm_bucket cb;   /* the push and its result, as the comm thread sees them */
+    bool shaped;      /* cb.hdr describes this bucket */
+    uint8_t *pack;    /* sparse: the push's payload (indices, then rows) */
+    uint64_t pack_cap;
+} rpc_slot;
+
+typedef struct rpc_hook {
+    hook base;
+    client cl;
+    comm *c;
+    stats *m_dense, *m_sparse;
+    rpc_slot slots[HOOK_MAX_BUCKETS];
+} rpc_hook;
+
+/* The push header for bucket b (its shape does not change between batches). */
+static void rpc_shape(rpc_slot *s, const hook_bucket *b)
+{
+    frame_hdr *h = &s->cb.hdr;
+    memset(h, 0, sizeof *h);
+    h->type = FT_PUSH;
+    h->bucket = b->id;
+    h->dtype = frame_str_c("f32");
+    h->has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_PAYLOAD;
+    if (b->sparse) {
+        h->layout = LAYOUT_SPARSE;
+        h->layout_str = frame_str_c("sparse");
+        h->rows = b->rows;
+        h->cols = b->cols;
+        h->has |= FH_ROWS | FH_COLS | FH_NNZ;
+    } else {
+        h->layout = LAYOUT_DENSE;
+        h->layout_str = frame_str_c("dense");
+        h->count = b->count;
+        h->payload = b->count * 4;
+        h->has |= FH_COUNT;
+    }
+    s->cb.id = b->id;
+    s->shaped = true;
+}
+
+/* A sparse push's payload: the indices, then the rows. On allocation
+ * failure it pushes no rows, which the check in rpc_wait turns into an
+ * error (ready cannot fail). */
+static void rpc_pack_sparse(rpc_slot *s, const hook_bucket *b)
+{
+    uint64_t need = b->nnz * (8 + 4 * b->cols);
+    if (need > s->pack_cap) {
+        uint8_t *p = realloc(s->pack, need ? need : 1);
+        if (!p) {
+            s->cb.hdr.nnz = 0;
+            s->cb.hdr.payload = 0;
+            s->cb.payload = s->pack;
+            return;
+        }
+        s->pack = p;
+        s->pack_cap = need;
+    }
+    memcpy(s->pack, b->idx, b->nnz * 8);
+    memcpy(s->pack + b->nnz * 8, b->vals, b->nnz * b->cols * 4);
+    s->cb.hdr.nnz = b->nnz;
+    s->cb.hdr.payload = need;
+    s->cb.payload = s->pack;
+}
+
+static void rpc_ready(hook *h, hook_bucket *b)
+{
+    rpc_hook *r = (rpc_hook *)h;
+    assert(b->id < HOOK_MAX_BUCKETS);
+    rpc_slot *s = &r->slots[b->id];
+    if (!s->shaped)
+        rpc_shape(s, b);
+    if (b->sparse) {
+        rpc_pack_sparse(s, b);
+    } else {
+        s->cb.payload = (const uint8_t *)b->data;
+        s->cb.dense_dst = b->data;
+    }
+    comm_push(r->c, &s->cb, (uint32_t)(b->id % r->cl.nconns), b->batch);
+    b->t_ready_ns = s->cb.t_push_ns;
+}
+
+static int rpc_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t errlen)
+{
+    rpc_hook *r = (rpc_hook *)h;
+    comm_bucket *cbs[HOOK_MAX_BUCKETS];
+    assert(n <= HOOK_MAX_BUCKETS);
+    for (uint32_t i = 0; i < n; i++)
+        cbs[i] = &r->slots[bs[i]->id].cb;
+    if (comm_wait(r->c, cbs, n, err, errlen) < 0)
+        return -1;
+    for (uint32_t i = 0; i < n; i++) {
+        hook_bucket *b = bs[i];
+        rpc_slot *s = &r->slots[b->id];
+        if (b->sparse && s->cb.hdr.nnz != b->nnz) {
+            snprintf(err, errlen, "out of memory packing sparse bucket %u", b->id);
+            return -1;
+        }
+        b->t_done_ns = s->cb.t_done_ns;
+        if (b->sparse) {
+            /* The result was read into the comm bucket's buffer: trade
+             * buffers with the bucket instead of copying. */
+            uint8_t *res = b->result;
+            uint64_t cap = b->result_cap;
+            b->result = s->cb.result;
+            b->result_cap = s->cb.result_cap;
+            b->result_nnz = s->cb.result_nnz;
+            s->cb.result = res;
+            s->cb.result_cap = cap;
+        }
+        stats *m = b->sparse ? r->m_sparse : r->m_dense;
+        if (m)
+            metrics_add(m, (double)(b->t_done_ns - b->t_ready_ns) / 1e6);
+    }
+    return 0;
+}
+
+static void rpc_bytes(const hook *h, uint64_t *in, uint64_t *out)
+{
+    const rpc_hook *r = (const rpc_hook *)h;
+    *in += r->cl.bytes_in;
+    *out += r->cl.bytes_out;
+}
+
+static void rpc_destroy(hook *h)
+{
+    rpc_hook *r = (rpc_hook *)h;
+    comm_stop(r->c);
+    client_close(&r->cl);
+    for (uint32_t k = 0; k < HOOK_MAX_BUCKETS; k++) {
+        free(r->slots[k].pack);
+        free(r->slots[k].cb.result);
+    }
+    free(r);
+}
+
+static const hook_ops rpc_ops = {
+    .ready = rpc_ready,
+    .wait = rpc_wait,
+    .bytes = rpc_bytes,
+    .destroy = rpc_destroy,
+};
+
+hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool sparse, char *err, size_t errlen)
+{
+    if (!s->servers || !*s->servers) {
+        snprintf(err, errlen, "%s sends buckets to parameter servers, and this job has none (--nserver 0); use "
+                 "allreduce_hook (e.g. --trainer DdpTrainer) or start servers", name);
+        return NULL;
+    }
+    rpc_hook *r = calloc(1, sizeof *r);
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->base.ops = &rpc_ops;
+    r->base.name = name;
+    r->cl.wake_fd = -1;
+    r->m_dense = dense ? metrics_get(s->m, "hook_future_metric,rpc_dense") : NULL;
+    r->m_sparse = sparse ? metrics_get(s->m, "hook_future_metric,rpc_sparse") : NULL;
+    client_sink none = {0};
+    if (client_open(&r->cl, s->servers, s->rank, s->token, s->connect_timeout_s, &none, err, errlen) < 0 ||
+        !(r->c = comm_start(&r->cl, s->rpc_timeout_s, err, errlen))) {
+        client_close(&r->cl);
+        free(r);
+        return NULL;
+    }
+    return &r->base;
+}

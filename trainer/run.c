@@ -1,0 +1,381 @@
+/* run.c — the trainer's run driver under psbench-master (see run.h). */
+#include "trainer/run.h"
+#include "shared/cli.h"
+#include "shared/jobconf.h"
+#include "shared/log.h"
+#include "trainer/batch_update.h"
+#include "trainer/client.h"
+#include "trainer/hooks.h"
+#include "trainer/master_link.h"
+#include "trainer/synthetic.h"
+#include "trainer/train.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* What the assignment says, copied out of its JSON. */
+typedef struct run_job {
+    uint64_t rank, batches, data_rank, ntrainer;
+    double rpc_timeout_s;
+    char servers[16384]; /* "HOST:PORT,..." ("" with no servers) */
+    char hook[64];
+    char backend[16];
+    modelconf model;
+    json_t *assign; /* owned: the whole assignment */
+} run_job;
+
+/* The workload of the job and what it communicates through. */
+typedef struct run_work {
+    synthetic *syn;   /* Synthetic: pushes through cl */
+    batch_update *bu; /* Linear: fetch and push through cl */
+    train *tr;        /* DummyModel: buckets through h */
+    hook *h;
+    client cl;        /* syn and bu: their own connections */
+    bool cl_open;
+} run_work;
+
+/* ---- the assignment -------------------------------------------------------- */
+
+static int run_parse_job(json_t *a, run_job *j, char *err, size_t errlen)
+{
+    j->assign = a;
+    j->rank = (uint64_t)ctl_int(a, "rank", 0);
+    j->batches = (uint64_t)ctl_int(a, "batches", 1);
+    j->data_rank = (uint64_t)ctl_int(a, "data_rank", 0);
+    j->ntrainer = (uint64_t)ctl_int(a, "ntrainer", 1);
+    j->rpc_timeout_s = ctl_num(a, "rpc_timeout", 60);
+    if (!(j->rpc_timeout_s > 0) || j->rpc_timeout_s > CLI_MAX_SECONDS)
+        j->rpc_timeout_s = j->rpc_timeout_s > 0 ? CLI_MAX_SECONDS : 60; /* the master checks it; stay sane */
+    size_t i, used = 0;
+    json_t *v;
+    json_array_foreach(json_object_get(a, "servers"), i, v) {
+        int w = snprintf(j->servers + used, sizeof j->servers - used, "%s%s", used ? "," : "",
+                         json_string_value(v) ? json_string_value(v) : "");
+        if (w < 0 || (size_t)w >= sizeof j->servers - used) {
+            /* a cut list would map buckets to the wrong servers */
+            snprintf(err, errlen, "the assignment's server list is longer than %zu bytes", sizeof j->servers - 1);
+            return -1;
+        }
+        used += (size_t)w;
+    }
+    json_t *tc = json_object_get(json_object_get(a, "trainer"), "configurations");
+    snprintf(j->hook, sizeof j->hook, "%s", ctl_str(tc, "ddp_hook", "rpc_hook"));
+    snprintf(j->backend, sizeof j->backend, "%s", ctl_str(a, "backend", "gloo"));
+    return modelconf_from_entry(json_object_get(a, "model"), &j->model, err, errlen);
+}
+
+/* Real training's job: the model, the data, the trainer configuration. */
+static int run_train_job(const run_job *rj, train_job *j, char *err, size_t errlen)
+{
+    json_t *a = rj->assign;
+    json_t *data = json_object_get(a, "data");
+    json_t *dc = json_object_get(data, "configurations");
+    json_t *tc = json_object_get(json_object_get(a, "trainer"), "configurations");
+    memset(j, 0, sizeof *j);
+    j->model.num_embeddings = rj->model.dummy.num_embeddings;
+    j->model.embedding_dim = rj->model.dummy.embedding_dim;
+    j->model.dense_input_size = rj->model.dummy.dense_input_size;
+    j->model.dense_output_size = rj->model.dummy.dense_output_size;
+    j->model.dense_layers_count = rj->model.dummy.dense_layers_count;
+    j->model.sparse = rj->model.dummy.sparse;
+    if (strcmp(ctl_str(data, "class", ""), "DummyData") != 0) {
+        snprintf(err, errlen, "data class '%s' is not in this build (it has DummyData)", ctl_str(data, "class", ""));
+        return -1;
+    }
+    j->data.max_val = (uint64_t)ctl_int(dc, "max_val", 0);
+    j->data.sample_count = (uint64_t)ctl_int(dc, "sample_count", ctl_int(dc, "input_samples", 0));
+    j->data.sample_length = (uint64_t)ctl_int(dc, "sample_length", ctl_int(dc, "input_dim", 0));
+    j->data.sparsity_percentage = (uint32_t)ctl_int(dc, "sparsity_percentage", 0);
+    j->lr = ctl_num(tc, "lr", 0.01);
+    j->momentum = ctl_num(tc, "momentum", 0.0);
+    j->bucket_cap_mb = ctl_num(tc, "bucket_cap_mb", 25.0);
+    j->seed = (uint64_t)ctl_int(a, "seed", 0);
+    j->batch_size = (uint64_t)ctl_int(a, "batch_size", 10);
+    j->epochs = (uint64_t)ctl_int(a, "epochs", 1);
+    j->rank = (uint32_t)rj->rank;
+    j->ntrainer = (uint32_t)rj->ntrainer;
+    return 0;
+}
+
+/* The address the other trainers reach this one at: the local end of the
+ * control connection (the interface that routes to the master). */
+static void run_local_address(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    buf[0] = '\0';
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+        return;
+    if (ss.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, buf, (socklen_t)len);
+    else if (ss.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, buf, (socklen_t)len);
+}
+
+/* Communication before compute. DDP on GPUs gives its collectives
+ * high-priority streams so that bucket traffic is not queued behind the
+ * rest of backward; on a CPU host the scheduler plays that part. The hook's
+ * threads exist by now (at the process's nice level); lowering only the
+ * calling thread, the one that runs forward, backward and the optimizer,
+ * lets them and a server on the same host run first whenever busy threads
+ * outnumber cores, and costs nothing when they do not. (On Linux a nice
+ * value belongs to a thread: setpriority on a thread id.) */
+static void run_lower_compute_priority(int nice_by)
+{
+    if (nice_by <= 0)
+        return;
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (cur == -1 && errno != 0) {
+        log_warn("compute thread priority left as is: getpriority: %s", strerror(errno));
+        return;
+    }
+    int want = cur + nice_by > 19 ? 19 : cur + nice_by;
+    if (setpriority(PRIO_PROCESS, (id_t)tid, want) < 0) {
+        log_warn("compute thread priority left as is: setpriority(%d): %s", want, strerror(errno));
+        return;
+    }
+    log_info("compute thread at nice %d, communication at %d (--compute-nice)", want, cur);
+}
+
+static void run_bytes(void *ctx, uint64_t *in, uint64_t *out)
+{
+    run_work *w = ctx;
+    if (w->cl_open) {
+        *in += w->cl.bytes_in;
+        *out += w->cl.bytes_out;
+    }
+    hook_bytes(w->h, in, out);
+}
+
+/* ---- setting up the workload ----------------------------------------------- */
+
+static int run_setup(mlink *l, const trainer_run_opts *o, const run_job *j, run_work *w, char *err, size_t errlen)
+{
+    w->cl.wake_fd = -1;
+    if (j->model.cls == MODEL_DUMMY) {
+        train_job tj;
+        if (run_train_job(j, &tj, err, errlen) < 0 || !(w->tr = train_new(&tj, l->m, err, errlen)))
+            return -1;
+        if (train_batches_per_pass(w->tr) != j->batches) {
+            snprintf(err, errlen, "the master expects %" PRIu64 " batches per pass, the data gives %" PRIu64,
+                     j->batches, train_batches_per_pass(w->tr));
+            return -1;
+        }
+        char here[64];
+        run_local_address(l->c.fd, here, sizeof here);
+        coll_store store = mlink_store(l);
+        hook_setup hs = {
+            .hook = j->hook,
+            .backend = j->backend,
+            .cuda_device = -1,
+            .sparse_model = tj.model.sparse,
+            .rank = (uint32_t)j->rank,
+            .ntrainer = (uint32_t)j->ntrainer,
+            .servers = j->servers,
+            .token = o->token,
+            .connect_timeout_s = o->connect_timeout_s,
+            .rpc_timeout_s = j->rpc_timeout_s,
+            .store = &store,
+            .store_prefix = "psbench",
+            .coll_host = o->coll_host ? o->coll_host : here[0] ? here : NULL,
+            .m = l->m,
+        };
+        l->store_timeout_s = j->rpc_timeout_s;
+        if (!(w->h = hooks_new(&hs, err, errlen)))
+            return -1;
+        log_info("trainer %" PRIu64 ": DummyModel through %s%s%s, %" PRIu64 " batches per pass", j->rank, j->hook,
+                 j->servers[0] ? ", servers " : "", j->servers, j->batches);
+        run_lower_compute_priority(o->compute_nice);
+        return 0;
+    }
+    if (!j->servers[0]) {
+        snprintf(err, errlen, "the assignment names no server (the %s model talks to servers only)",
+                 j->model.cls == MODEL_SYNTHETIC ? "Synthetic" : "Linear");
+        return -1;
+    }
+    client_sink sink;
+    if (j->model.cls == MODEL_SYNTHETIC) {
+        synthetic_config sc = {0};
+        sc.rank = j->data_rank;
+        sc.batches = j->batches;
+        sc.rpc_timeout_s = j->rpc_timeout_s;
+        sc.buckets = j->model.syn.buckets;
+        sc.bucket_floats = j->model.syn.bucket_floats;
+        sc.sizes = j->model.syn.sizes;
+        sc.sparse = j->model.syn.sparse;
+        sc.sparse_cols = j->model.syn.sparse_cols;
+        if (!(w->syn = synthetic_new(&sc, l->m))) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        synthetic_set_tick(w->syn, mlink_tick, l);
+        sink = synthetic_sink(w->syn);
+    } else {
+        json_int_t bs = ctl_int(j->assign, "batch_size", 0);
+        if (bs < 1) {
+            snprintf(err, errlen, "the assignment's batch size is invalid");
+            return -1;
+        }
+        batch_update_config bc = {0};
+        bc.in_features = j->model.linear.in_features;
+        bc.out_features = j->model.linear.out_features;
+        bc.batch_size = (uint64_t)bs;
+        bc.seed = (uint64_t)ctl_int(j->assign, "seed", 0);
+        bc.rank = j->rank;
+        bc.rpc_timeout_s = j->rpc_timeout_s;
+        if (!(w->bu = batch_update_new(&bc, l->m, err, errlen)))
+            return -1;
+        batch_update_set_tick(w->bu, mlink_tick, l);
+        sink = batch_update_sink(w->bu);
+    }
+    log_info("trainer %" PRIu64 ": model %s, servers %s, %" PRIu64 " batches per pass", j->rank,
+             j->model.cls == MODEL_SYNTHETIC ? "Synthetic" : "Linear", j->servers, j->batches);
+    if (client_open(&w->cl, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen) < 0)
+        return -1;
+    w->cl_open = true;
+    return 0;
+}
+
+static void run_teardown(run_work *w)
+{
+    hook_free(w->h);
+    if (w->cl_open)
+        client_close(&w->cl);
+    synthetic_free(w->syn);
+    train_free(w->tr);
+    batch_update_free(w->bu);
+}
+
+/* ---- passes ----------------------------------------------------------------- */
+
+static int run_pass(mlink *l, run_work *w, const run_job *j, char *err, size_t errlen)
+{
+    if (w->bu) {
+        batch_update_report rep;
+        if (batch_update_pass(w->bu, &w->cl, j->batches, 0, true, &rep, err, errlen) < 0)
+            return -1;
+        l->batches_done = rep.batches;
+        return mlink_report(l, "pass_done", NULL, err, errlen);
+    }
+    if (w->syn) {
+        synthetic_report rep = {0};
+        if (synthetic_run(w->syn, &w->cl, &rep, err, errlen) < 0)
+            return -1;
+        l->batches_done = rep.batches;
+        return mlink_report(l, "pass_done", NULL, err, errlen);
+    }
+    if (train_pass(w->tr, w->h, mlink_tick, l, err, errlen) < 0)
+        return -1;
+    /* Every trainer reports its losses and a digest of its parameters:
+     * synchronous training must leave them bit-identical. */
+    uint64_t ne;
+    const double *loss = train_loss_per_epoch(w->tr, &ne);
+    json_t *losses = json_array();
+    for (uint64_t e = 0; e < ne; e++)
+        json_array_append_new(losses, json_real(loss[e]));
+    char hex[65] = "";
+    train_params_sha256(w->tr, hex);
+    return mlink_report(l, "pass_done", json_pack("{s:o, s:s}", "loss_per_epoch", losses, "final_params_sha256", hex),
+                        err, errlen);
+}
+
+/* The final parameters, raw little-endian float32 in parameter order (what
+ * final_params_sha256 digests), for comparisons across runs. */
+static int run_write_params(const run_work *w, const char *path, char *err, size_t errlen)
+{
+    if (w->bu)
+        return batch_update_write_params(w->bu, path, err, errlen);
+    if (!w->tr)
+        return 0;
+    const dummy_model *m = train_model(w->tr);
+    FILE *f = fopen(path, "wb");
+    size_t n = (size_t)model_total_size(m);
+    bool ok = f && fwrite(model_values_const(m), sizeof(float), n, f) == n;
+    if (f && fclose(f) != 0)
+        ok = false;
+    if (!ok) {
+        snprintf(err, errlen, "--params-out %s: cannot write", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* After setup: ready, then the master's passes until stop. Returns the
+ * exit code. */
+static int run_loop(mlink *l, const trainer_run_opts *o, run_work *w, const run_job *j, char *err, size_t errlen)
+{
+    if (ctl_send(&l->c, "ready", NULL, NULL, err, errlen) < 0)
+        return 1;
+    for (;;) {
+        ctl_msg msg;
+        if (mlink_wait(l, &msg, err, errlen) < 0)
+            return 1;
+        if (strcmp(msg.type, "start") == 0) {
+            ctl_msg_clear(&msg);
+            l->batches_done = 0;
+            if (run_pass(l, w, j, err, errlen) < 0)
+                return 1;
+        } else if (strcmp(msg.type, "reset") == 0) {
+            ctl_msg_clear(&msg);
+            metrics_reset(l->m);
+            hook_reset(w->h);
+            l->batches_done = 0;
+            if (ctl_send(&l->c, "reset_done", NULL, NULL, err, errlen) < 0)
+                return 1;
+        } else if (strcmp(msg.type, "stop") == 0) {
+            ctl_msg_clear(&msg);
+            if (l->stop_code) {
+                snprintf(err, errlen, "the master stopped the run: %s", l->stop_reason);
+                return l->stop_code;
+            }
+            if (o->params_out && run_write_params(w, o->params_out, err, errlen) < 0)
+                return 1;
+            return 0;
+        } else {
+            ctl_msg_clear(&msg);
+        }
+    }
+}
+
+int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, size_t errlen)
+{
+    mlink l;
+    metrics_enable_reporting(m);
+    if (mlink_open(&l, o->master, o->connect_timeout_s, m, err, errlen) < 0)
+        return 1;
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    json_t *body = json_pack("{s:s, s:s, s:s, s:I}", "role", "trainer", "host", host, "device", o->device, "pid",
+                             (json_int_t)getpid());
+    if (o->want_rank >= 0)
+        json_object_set_new(body, "want_rank", json_integer(o->want_rank));
+    run_job j;
+    memset(&j, 0, sizeof j);
+    run_work w;
+    memset(&w, 0, sizeof w);
+    int code = 1;
+    json_t *assign = NULL;
+    if (mlink_register(&l, o->token, body, &assign, err, errlen) == 0 && run_parse_job(assign, &j, err, errlen) == 0 &&
+        run_setup(&l, o, &j, &w, err, errlen) == 0) {
+        l.bytes = run_bytes;
+        l.bytes_ctx = &w;
+        code = run_loop(&l, o, &w, &j, err, errlen);
+    }
+    l.bytes = NULL;
+    run_teardown(&w);
+    modelconf_free(&j.model);
+    json_decref(assign);
+    mlink_close(&l, code != 0 ? err : NULL);
+    return code;
+}

@@ -1,0 +1,37 @@
+/* run.h — the trainer's run driver under psbench-master: register, turn
+ * the assignment into a job (a workload and, for real training, its hook),
+ * then run the passes the master starts until it says stop.
+ *
+ *   register → assign (servers, model, data, hook, batches) → set up: the
+ *   workload, and the hook's connections and groups → ready → for each pass
+ *   the master starts: run it, reporting twice a second → pass_done;
+ *   reset between passes; stop ends the run. Any failure is reported to the
+ *   master (`failed`) with its reason before the trainer exits non-zero.
+ *
+ * Workloads: the Synthetic model (a communication benchmark that checks
+ * every result), real training (train.c: DummyModel, buckets through a
+ * hook) and the batch-update trainer (batch_update.c).
+ */
+#ifndef PSBENCH_TRAINER_RUN_H
+#define PSBENCH_TRAINER_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/metrics.h"
+
+typedef struct trainer_run_opts {
+    const char *master;
+    int64_t want_rank; /* -1: any */
+    const char *token;
+    const char *device;
+    double connect_timeout_s;
+    const char *params_out;   /* NULL, or where the final parameters go (raw LE float32) */
+    int compute_nice;         /* the compute thread's nice level above the comm threads' */
+    const char *coll_host;    /* NULL, or where this trainer's Gloo transport listens */
+} trainer_run_opts;
+
+/* Returns the exit code; err holds the reason when it is not 0. */
+int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, size_t errlen);
+
+#endif
