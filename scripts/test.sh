@@ -3,7 +3,8 @@
 #   dependencies → configure → build (warnings are errors) → ctest,
 # then the same tests again under AddressSanitizer + UBSan, plus the
 # server's integration tests on the `test` device (futures that resolve
-# late, from a worker thread), and those again under ThreadSanitizer.
+# late, from a worker thread), and those again under ThreadSanitizer with
+# the trainer's threaded tests (hooks, collectives).
 #
 #   scripts/test.sh              everything
 #   PSBENCH_NO_SANITIZE=1 scripts/test.sh   skip the sanitizer passes
@@ -32,8 +33,8 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # The fuzz target already runs under ASan in the first pass.
   CC=$cc ASAN_OPTIONS=detect_leaks=1 run_suite build-asan "" -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF \
     -DPSBENCH_DEVICE_TEST_SUITE=ON
-  echo "== ThreadSanitizer build + the server's tests on the test device (build-tsan/)"
-  CC=$cc TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite build-tsan "-L server" \
+  echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"
+  CC=$cc TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite build-tsan "-L server|threads" \
     -DPSBENCH_TSAN=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
 fi
 echo "scripts/test.sh: all tests passed"

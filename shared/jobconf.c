@@ -1,20 +1,10 @@
 /* jobconf.c — model configurations and hook names (see jobconf.h). */
 #include "shared/jobconf.h"
+#include "shared/log.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void jobconf_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 int jobconf_uint(json_t *conf, const char *what, const char *id, const char *key, int64_t def, uint64_t min,
                  uint64_t max, uint64_t *out, char *err, size_t errlen)
@@ -22,7 +12,7 @@ int jobconf_uint(json_t *conf, const char *what, const char *id, const char *key
     json_t *v = conf ? json_object_get(conf, key) : NULL;
     if (!v) {
         if (def < 0) {
-            jobconf_err(err, errlen, "%s '%s': configurations has no \"%s\"", what, id, key);
+            errbuf_set(err, errlen, "%s '%s': configurations has no \"%s\"", what, id, key);
             return -1;
         }
         *out = (uint64_t)def;
@@ -30,7 +20,7 @@ int jobconf_uint(json_t *conf, const char *what, const char *id, const char *key
     }
     if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) < min ||
         (uint64_t)json_integer_value(v) > max) {
-        jobconf_err(err, errlen, "%s '%s': \"%s\" must be a whole number in %llu..%llu", what, id, key,
+        errbuf_set(err, errlen, "%s '%s': \"%s\" must be a whole number in %llu..%llu", what, id, key,
                     (unsigned long long)min, (unsigned long long)max);
         return -1;
     }
@@ -48,7 +38,7 @@ int jobconf_num(json_t *conf, const char *what, const char *id, const char *key,
     }
     double x = json_number_value(v);
     if (!json_is_number(v) || !(min_open ? x > min : x >= min) || !(x <= max)) {
-        jobconf_err(err, errlen, "%s '%s': \"%s\" must be a number %s %g and at most %g", what, id, key,
+        errbuf_set(err, errlen, "%s '%s': \"%s\" must be a number %s %g and at most %g", what, id, key,
                     min_open ? "above" : "from", min, max);
         return -1;
     }
@@ -65,7 +55,7 @@ int jobconf_bool(json_t *conf, const char *what, const char *id, const char *key
         return 0;
     }
     if (!json_is_boolean(v)) {
-        jobconf_err(err, errlen, "%s '%s': \"%s\" must be true or false", what, id, key);
+        errbuf_set(err, errlen, "%s '%s': \"%s\" must be true or false", what, id, key);
         return -1;
     }
     *out = json_is_true(v);
@@ -81,33 +71,33 @@ static int modelconf_sizes(const char *id, json_t *conf, json_t *sizes, modelcon
 {
     size_t n = json_is_array(sizes) ? json_array_size(sizes) : 0;
     if (n == 0 || n > 65536) {
-        jobconf_err(err, errlen, "model '%s': \"bucket_sizes\" must be a list of 1..65536 bucket sizes (floats)",
+        errbuf_set(err, errlen, "model '%s': \"bucket_sizes\" must be a list of 1..65536 bucket sizes (floats)",
                     id);
         return -1;
     }
     if (m->syn.sparse) {
-        jobconf_err(err, errlen, "model '%s': \"bucket_sizes\" is for dense buckets (drop it or \"sparse\")", id);
+        errbuf_set(err, errlen, "model '%s': \"bucket_sizes\" is for dense buckets (drop it or \"sparse\")", id);
         return -1;
     }
     if (json_object_get(conf, "bucket_floats")) {
-        jobconf_err(err, errlen, "model '%s': give \"bucket_sizes\" or \"bucket_floats\", not both", id);
+        errbuf_set(err, errlen, "model '%s': give \"bucket_sizes\" or \"bucket_floats\", not both", id);
         return -1;
     }
     json_t *count = json_object_get(conf, "buckets");
     if (count && (!json_is_integer(count) || json_integer_value(count) != (json_int_t)n)) {
-        jobconf_err(err, errlen, "model '%s': \"buckets\" says %s but \"bucket_sizes\" lists %zu", id,
+        errbuf_set(err, errlen, "model '%s': \"buckets\" says %s but \"bucket_sizes\" lists %zu", id,
                     json_is_integer(count) ? "otherwise" : "no number", n);
         return -1;
     }
     if (!(m->syn.sizes = malloc(n * sizeof *m->syn.sizes))) {
-        jobconf_err(err, errlen, "out of memory");
+        errbuf_set(err, errlen, "out of memory");
         return -1;
     }
     m->syn.bucket_floats = 0;
     for (size_t k = 0; k < n; k++) {
         json_t *v = json_array_get(sizes, k);
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > ((json_int_t)1 << 32)) {
-            jobconf_err(err, errlen, "model '%s': bucket_sizes[%zu] must be a whole number in 1..%llu", id, k,
+            errbuf_set(err, errlen, "model '%s': bucket_sizes[%zu] must be a whole number in 1..%llu", id, k,
                         (unsigned long long)1 << 32);
             return -1;
         }
@@ -164,7 +154,7 @@ static int modelconf_linear(const char *id, json_t *conf, modelconf *m, char *er
         return -1;
     uint64_t total = m->linear.out_features * m->linear.in_features + m->linear.out_features;
     if (total > (1ull << 31)) {
-        jobconf_err(err, errlen, "model '%s': Linear(%llu, %llu) is too large (at most 2^31 parameters)", id,
+        errbuf_set(err, errlen, "model '%s': Linear(%llu, %llu) is too large (at most 2^31 parameters)", id,
                     (unsigned long long)m->linear.in_features, (unsigned long long)m->linear.out_features);
         return -1;
     }
@@ -175,7 +165,7 @@ int modelconf_parse(const char *id, const char *cls, json_t *conf, modelconf *ou
 {
     memset(out, 0, sizeof *out);
     if (conf && !json_is_object(conf)) {
-        jobconf_err(err, errlen, "model '%s': \"configurations\" must be an object", id);
+        errbuf_set(err, errlen, "model '%s': \"configurations\" must be an object", id);
         return -1;
     }
     int rc;
@@ -189,7 +179,7 @@ int modelconf_parse(const char *id, const char *cls, json_t *conf, modelconf *ou
         out->cls = MODEL_LINEAR;
         rc = modelconf_linear(id, conf, out, err, errlen);
     } else {
-        jobconf_err(err, errlen, "model '%s': class '%s' is not in psbench (DummyModel, Synthetic, Linear)", id,
+        errbuf_set(err, errlen, "model '%s': class '%s' is not in psbench (DummyModel, Synthetic, Linear)", id,
                     cls);
         return -1;
     }
@@ -204,7 +194,7 @@ int modelconf_from_entry(json_t *entry, modelconf *out, char *err, size_t errlen
     const char *cls = json_string_value(json_object_get(entry, "class"));
     if (!json_is_object(entry) || !cls) {
         memset(out, 0, sizeof *out);
-        jobconf_err(err, errlen, "the model has no class");
+        errbuf_set(err, errlen, "the model has no class");
         return -1;
     }
     return modelconf_parse(id ? id : cls, cls, json_object_get(entry, "configurations"), out, err, errlen);

@@ -1,5 +1,6 @@
 /* batch_update.c — the batch-update trainer (see batch_update.h). */
 #include "trainer/batch_update.h"
+#include "trainer/params_out.h"
 #include "shared/clock.h"
 #include "shared/log.h"
 #include "shared/part.h"
@@ -110,16 +111,7 @@ const float *batch_update_params(const batch_update *b, uint64_t *total)
 
 int batch_update_write_params(const batch_update *b, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "wb");
-    size_t n = (size_t)b->total;
-    bool ok = f && fwrite(b->params, sizeof(float), n, f) == n;
-    if (f && fclose(f) != 0)
-        ok = false;
-    if (!ok) {
-        snprintf(err, errlen, "--params-out %s: cannot write", path);
-        return -1;
-    }
-    return 0;
+    return params_write(path, b->params, b->total, err, errlen);
 }
 
 /* ---- arithmetic ------------------------------------------------------------ */

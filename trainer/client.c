@@ -238,7 +238,7 @@ static int client_write(client *cl, client_conn *c, char *err, size_t errlen)
             snprintf(err, errlen, "server %s: write failed: %s", c->addr, strerror(errno));
             return -1;
         }
-        cl->bytes_out += (uint64_t)w;
+        atomic_fetch_add_explicit(&cl->bytes_out, (uint64_t)w, memory_order_relaxed);
         size_t left = (size_t)w;
         while (left && c->qlen) {
             client_out *o = &c->q[c->qhead];
@@ -314,7 +314,7 @@ static int client_read(client *cl, client_conn *c, char *err, size_t errlen)
             snprintf(err, errlen, "server %s: read failed: %s", c->addr, strerror(errno));
             return -1;
         }
-        cl->bytes_in += (uint64_t)r;
+        atomic_fetch_add_explicit(&cl->bytes_in, (uint64_t)r, memory_order_relaxed);
         framed_wrote(&c->rd, (size_t)r);
         cl->rx_ns = clock_now_ns();
         if (client_process(cl, c, err, errlen) < 0)

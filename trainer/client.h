@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include <poll.h>
+#include <stdatomic.h>
 
 #include "shared/frame.h"
 #include "shared/framed.h"
@@ -56,7 +57,9 @@ typedef struct client {
     struct pollfd *pfd; /* nconns + 1 (the wake fd) */
     uint32_t trainers; /* from the servers' welcome */
     client_sink sink;
-    uint64_t bytes_out, bytes_in;
+    /* Written by the polling thread, read by others (a trainer's reports):
+     * relaxed atomics, one per read or write call. */
+    _Atomic uint64_t bytes_out, bytes_in;
     uint64_t rx_ns; /* CLOCK_MONOTONIC ns of the read that brought the bytes
                      * being dispatched: one clock read serves every result
                      * in them */

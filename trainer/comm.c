@@ -148,7 +148,7 @@ comm *comm_start(client *cl, double rpc_timeout_s, char *err, size_t errlen)
     c->rpc_timeout_s = rpc_timeout_s;
     c->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    clock_cond_init(&c->cv);
     cl->sink.begin = comm_begin;
     cl->sink.data = comm_data;
     cl->sink.end = comm_end;
@@ -186,15 +186,7 @@ void comm_push(comm *c, comm_bucket *b, uint32_t server, uint64_t batch)
 
 int comm_wait(comm *c, comm_bucket **bs, uint32_t n, char *err, size_t errlen)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    double whole = floor(c->rpc_timeout_s);
-    deadline.tv_sec += (time_t)whole;
-    deadline.tv_nsec += (long)((c->rpc_timeout_s - whole) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct timespec deadline = clock_deadline(c->rpc_timeout_s);
     pthread_mutex_lock(&c->mu);
     int rc = 0;
     for (uint32_t i = 0; i < n && rc == 0; i++) {

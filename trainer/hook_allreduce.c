@@ -201,15 +201,7 @@ static void ar_ready(hook *h, hook_bucket *b)
 static int ar_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t errlen)
 {
     ar_hook *a = (ar_hook *)h;
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    double whole = floor(a->timeout_s);
-    deadline.tv_sec += (time_t)whole;
-    deadline.tv_nsec += (long)((a->timeout_s - whole) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct timespec deadline = clock_deadline(a->timeout_s);
     int rc = 0;
     pthread_mutex_lock(&a->mu);
     for (uint32_t i = 0; i < n && rc == 0; i++) {
@@ -292,7 +284,7 @@ hook *hook_allreduce_new(const char *name, coll *group, double timeout_s, metric
     a->m_sparse = sparse_metric ? metrics_get(m, sparse_metric) : NULL;
     sparse_acc_init(&a->acc);
     pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
+    clock_cond_init(&a->cv);
     a->counts = calloc(a->size, sizeof *a->counts);
     if (!a->counts || pthread_create(&a->th, NULL, ar_main, a) != 0) {
         snprintf(err, errlen, "cannot start the %s thread", name);

@@ -142,8 +142,8 @@ static int rpc_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t err
 static void rpc_bytes(const hook *h, uint64_t *in, uint64_t *out)
 {
     const rpc_hook *r = (const rpc_hook *)h;
-    *in += r->cl.bytes_in;
-    *out += r->cl.bytes_out;
+    *in += atomic_load_explicit(&r->cl.bytes_in, memory_order_relaxed);
+    *out += atomic_load_explicit(&r->cl.bytes_out, memory_order_relaxed);
 }
 
 static void rpc_destroy(hook *h)

@@ -7,6 +7,7 @@
 #include "trainer/client.h"
 #include "trainer/hooks.h"
 #include "trainer/master_link.h"
+#include "trainer/params_out.h"
 #include "trainer/synthetic.h"
 #include "trainer/train.h"
 
@@ -299,16 +300,7 @@ static int run_write_params(const run_work *w, const char *path, char *err, size
     if (!w->tr)
         return 0;
     const dummy_model *m = train_model(w->tr);
-    FILE *f = fopen(path, "wb");
-    size_t n = (size_t)model_total_size(m);
-    bool ok = f && fwrite(model_values_const(m), sizeof(float), n, f) == n;
-    if (f && fclose(f) != 0)
-        ok = false;
-    if (!ok) {
-        snprintf(err, errlen, "--params-out %s: cannot write", path);
-        return -1;
-    }
-    return 0;
+    return params_write(path, model_values_const(m), model_total_size(m), err, errlen);
 }
 
 /* After setup: ready, then the master's passes until stop. Returns the

@@ -182,11 +182,11 @@ class Server(Proc):
         return rc, self.stdout(), self.stderr()
 
 
-_SANITIZER_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:")
+_SANITIZER_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|WARNING: ThreadSanitizer")
 
 
 def sanitizer_report(text):
-    """The first lines of an ASan/LSan/UBSan report in `text`, or None."""
+    """The first lines of an ASan/LSan/UBSan/TSan report in `text`, or None."""
     m = _SANITIZER_RE.search(text)
     if not m:
         return None

@@ -64,6 +64,24 @@ def start_target(reg):
     return "http://%s:%d/" % (host, port), p
 
 
+def start_pure_ddp(reg):
+    """The real master with --local running the seed's pure-DDP baseline:
+    DummyModel (small), --trainer DdpTrainer (allreduce_hook over Gloo), no
+    server. Returns (base URL, its psb.Proc)."""
+    models = os.path.join(reg.workdir, "ddp-models.json")
+    with open(models, "w") as f:
+        json.dump({"SmallDdp": {"model_class": "DummyModel",
+                                "configurations": {"num_embeddings": 128, "embedding_dim": 64,
+                                                   "dense_input_size": 64, "dense_output_size": 128,
+                                                   "dense_layers_count": 1, "sparse": False}}}, f)
+    p = reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
+                   "--http", "127.0.0.1:0", "--linger", "60", "--model", "SmallDdp",
+                   "--model-config-path", models, "--trainer", "DdpTrainer", "--epochs", "300"],
+                  name="master-ddp")
+    host, port = wait_for_line(p, HTTP_READY_RE)
+    return "http://%s:%d/" % (host, port), p
+
+
 def wait_for_line(proc, regex, timeout=10.0):
     """The groups of the first match of `regex` in proc's stderr or stdout."""
     deadline = time.monotonic() + timeout
@@ -120,6 +138,13 @@ return {
   hasState: typeof st === 'object' && st !== null,
   okPolls: st ? st.okPolls : -1,
 };
+"""
+
+# The metric names of the "all trainers" table.
+TABLE_NAMES_JS = r"""
+const d = document.querySelector('#metrics-trainer details[data-key="all"]');
+if (!d) return null;
+return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textContent.trim());
 """
 
 # The header and the "batch_all" row of the "all trainers" table.
@@ -266,6 +291,31 @@ class Dashboard(psb.PsbTestCase):
             # (an uncaught exception above all) is a failure.
             self.assert_no_severe(driver.get_log("browser"),
                                   allow=re.compile(r"net::ERR_CONNECTION_REFUSED|Failed to load resource"))
+        finally:
+            driver.quit()
+
+    def test_pure_ddp(self):
+        """--nserver 0 (allreduce among trainers): trainer nodes only, and the
+        allreduce's metric in the 'all trainers' table."""
+        base, _ = start_pure_ddp(self.reg)
+        driver = self.start_browser()
+        try:
+            driver.get(base)
+            s = self.wait_live(driver, base)
+            self.assertEqual(s["nodeRows"], 2, s)
+            roles = driver.execute_script(
+                "return Array.from(document.querySelectorAll('#nodes tbody tr')).map((tr) => tr.textContent)")
+            self.assertTrue(all("trainer" in r and "server" not in r for r in roles), roles)
+            deadline = time.monotonic() + WAIT_S
+            names = None
+            while time.monotonic() < deadline:
+                names = driver.execute_script(TABLE_NAMES_JS) or []
+                if "hook_future_metric,gloo_dense_allreduce" in names:
+                    break
+                time.sleep(0.2)
+            self.assertIn("hook_future_metric,gloo_dense_allreduce", names)
+            self.assertNotIn("hook_future_metric,rpc_dense", names)
+            self.assert_no_severe(driver.get_log("browser"))
         finally:
             driver.quit()
 
