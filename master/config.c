@@ -105,6 +105,7 @@ int config_init(run_config *c)
     c->epochs = CONFIG_DEFAULT_EPOCHS;
     c->batch_size = CONFIG_DEFAULT_BATCH_SIZE;
     c->rpc_timeout_s = CONFIG_DEFAULT_RPC_TIMEOUT_S;
+    c->warmup_cycles = 5; /* the seed's benchmark_ddp_rpc.py */
     c->seed = 0;
     c->local = false;
     c->linger_s = 0;
@@ -168,6 +169,11 @@ enum {
     OPT_TOKEN,
     OPT_LOG_LEVEL,
     OPT_VERSION,
+    OPT_NUMBER_TRAINERS,
+    OPT_NUMBER_PS,
+    OPT_NUMBER_EMBEDDINGS,
+    OPT_EMBEDDING_DIM,
+    OPT_WARMUP_CYCLES,
 };
 
 static const struct option long_opts[] = {
@@ -203,6 +209,11 @@ static const struct option long_opts[] = {
     {"token", required_argument, NULL, OPT_TOKEN},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"version", no_argument, NULL, OPT_VERSION},
+    {"number-trainers", required_argument, NULL, OPT_NUMBER_TRAINERS},
+    {"number-ps", required_argument, NULL, OPT_NUMBER_PS},
+    {"number-embeddings", required_argument, NULL, OPT_NUMBER_EMBEDDINGS},
+    {"embedding-dim", required_argument, NULL, OPT_EMBEDDING_DIM},
+    {"warmup-cycles", required_argument, NULL, OPT_WARMUP_CYCLES},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -250,6 +261,16 @@ void config_usage(FILE *f)
         "  --master-addr HOST, --master-port PORT\n"
         "                            the seed's spelling of --listen HOST:PORT\n"
         "  --filestore PATH          accepted for the seed's scripts; psbench needs no file store\n"
+        "\n"
+        "the seed's DDP + RPC benchmark (benchmark_ddp_rpc.py; any of these selects --model\n"
+        "HybridModel, --trainer HybridTrainer, --server EmbeddingParameterServer and 100\n"
+        "epochs unless those are given):\n"
+        "  --number-trainers N       the same as --ntrainer\n"
+        "  --number-ps N             parameter servers, each holding one embedding table (--nserver)\n"
+        "  --number-embeddings N     rows of every table (the model configuration's, 300)\n"
+        "  --embedding-dim N         columns of every table (64); number-ps x embedding-dim must\n"
+        "                            be a multiple of 512\n"
+        "  --warmup-cycles N         epochs of the warm-up pass (default 5)\n"
         "\n"
         "psbench's options:\n"
         "  --placement seed|shard    seed: trainer r uses server r / (ntrainer / nserver);\n"
@@ -351,12 +372,39 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
             c->nserver_set = true;
             break;
         case OPT_NCUDASERVER: rc = parse_count("--ncudaserver", a, &c->ncudaserver, err, errlen); break;
-        case OPT_TRAINER: rc = parse_str("--trainer", a, &c->trainer, err, errlen); break;
-        case OPT_SERVER: rc = parse_str("--server", a, &c->server, err, errlen); break;
+        case OPT_NUMBER_TRAINERS: rc = parse_count("--number-trainers", a, &c->ntrainer, err, errlen); break;
+        case OPT_NUMBER_PS:
+            rc = parse_count("--number-ps", a, &c->nserver, err, errlen);
+            c->nserver_set = c->ddp_rpc_flags = true;
+            break;
+        case OPT_NUMBER_EMBEDDINGS:
+            rc = cli_parse_u64("--number-embeddings", a, 1, (uint64_t)1 << 31, 0, &c->number_embeddings, err, errlen);
+            c->ddp_rpc_flags = true;
+            break;
+        case OPT_EMBEDDING_DIM:
+            rc = cli_parse_u64("--embedding-dim", a, 1, 1u << 20, 0, &c->embedding_dim, err, errlen);
+            c->ddp_rpc_flags = true;
+            break;
+        case OPT_WARMUP_CYCLES:
+            rc = cli_parse_u64("--warmup-cycles", a, 1, CONFIG_MAX_EPOCHS, 0, &c->warmup_cycles, err, errlen);
+            c->ddp_rpc_flags = true;
+            break;
+        case OPT_TRAINER:
+            rc = parse_str("--trainer", a, &c->trainer, err, errlen);
+            c->trainer_set = true;
+            break;
+        case OPT_SERVER:
+            rc = parse_str("--server", a, &c->server, err, errlen);
+            c->server_set = true;
+            break;
         case OPT_DATA: rc = parse_str("--data", a, &c->data, err, errlen); break;
-        case OPT_MODEL: rc = parse_str("--model", a, &c->model, err, errlen); break;
+        case OPT_MODEL:
+            rc = parse_str("--model", a, &c->model, err, errlen);
+            c->model_set = true;
+            break;
         case OPT_EPOCHS:
             rc = cli_parse_u64("--epochs", a, 1, CONFIG_MAX_EPOCHS, 0, &c->epochs, err, errlen);
+            c->epochs_set = true;
             break;
         case OPT_BATCH_SIZE:
             rc = cli_parse_u64("--batch-size", a, 1, CONFIG_MAX_BATCH_SIZE, 0, &c->batch_size, err, errlen);
@@ -438,6 +486,18 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
         errbuf_set(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
         return -1;
     }
+    /* The seed's DDP + RPC flags select that benchmark's configurations
+     * (and its 100 epochs) wherever the command line names no other. */
+    if (c->ddp_rpc_flags) {
+        if ((!c->model_set && set_str(&c->model, "HybridModel")) ||
+            (!c->trainer_set && set_str(&c->trainer, "HybridTrainer")) ||
+            (!c->server_set && set_str(&c->server, "EmbeddingParameterServer"))) {
+            errbuf_set(err, errlen, "out of memory");
+            return -1;
+        }
+        if (!c->epochs_set)
+            c->epochs = 100;
+    }
     return 0;
 }
 
@@ -458,6 +518,15 @@ int config_validate(const run_config *c, char *err, size_t errlen)
         return -1;
     }
     bool serverless = c->resolved.loaded && !c->resolved.hook_servers;
+    if (c->resolved.loaded && c->resolved.hybrid) {
+        if (scount == 0) {
+            errbuf_set(err, errlen, "the HybridModel's embedding tables live on parameter servers: --number-ps "
+                       "(--nserver) must be at least 1");
+            return -1;
+        }
+        if (hybrid_shape_check(scount, c->resolved.mc.hybrid.embedding_dim, err, errlen) < 0)
+            return -1;
+    }
     if (scount == 0 && !serverless) {
         if (c->resolved.loaded && c->resolved.hook)
             errbuf_set(err, errlen,
@@ -473,7 +542,9 @@ int config_validate(const run_config *c, char *err, size_t errlen)
                 CONFIG_MAX_NODES);
         return -1;
     }
-    if (!shard && scount > 0 && !serverless && !(c->resolved.loaded && c->resolved.batch_update)) {
+    /* Batch-update and HybridModel trainers use every server. */
+    if (!shard && scount > 0 && !serverless &&
+        !(c->resolved.loaded && (c->resolved.batch_update || c->resolved.hybrid))) {
         /* The seed launcher's checks: CPU trainers feed CPU servers, CUDA
          * trainers CUDA servers, each group split evenly. */
         if (c->ntrainer > 0 && c->ncudatrainer > 0 && (c->nserver == 0 || c->ncudaserver == 0)) {
@@ -670,6 +741,71 @@ static int conf_uint(const config_entry *e, const char *what, const char *key, i
     return jobconf_uint(e->conf, what, e->id, key, def, min, max, out, err, errlen);
 }
 
+/* The seed's DDP + RPC benchmark: HybridModel, HybridTrainer and
+ * EmbeddingParameterServer go together; the table's shape (the seed's
+ * flags override the model configuration) must reshape to rows of 512 over
+ * the servers. Run by config_load once the classes are known. */
+static int conf_num(const config_entry *e, const char *what, const char *key, double def, double min,
+                    bool min_open, double max, double *out, char *err, size_t errlen);
+
+static int load_hybrid(run_config *c, char *err, size_t errlen)
+{
+    const config_entry *mo = &c->resolved.model, *tr = &c->resolved.trainer, *sv = &c->resolved.server;
+    bool hy = c->resolved.mc.cls == MODEL_HYBRID;
+    bool emb = strcmp(c->resolved.server_kind, "embedding") == 0;
+    bool hy_trainer = strcmp(tr->cls, "HybridTrainer") == 0;
+    if (!hy && (emb || hy_trainer)) {
+        errbuf_set(err, errlen,
+                   "%s '%s' (class %s) belongs to the DDP + RPC benchmark, whose model is a HybridModel; model '%s' "
+                   "is %s (e.g. --model HybridModel)", emb ? "server" : "trainer", emb ? sv->id : tr->id,
+                   emb ? sv->cls : tr->cls, mo->id, mo->cls);
+        return -1;
+    }
+    if (!hy)
+        return 0;
+    if (!emb) {
+        errbuf_set(err, errlen,
+                   "model '%s' (HybridModel) keeps its embedding tables on servers of class "
+                   "EmbeddingParameterServer; server '%s' is %s (e.g. --server EmbeddingParameterServer)", mo->id,
+                   sv->id, sv->cls);
+        return -1;
+    }
+    if (!hy_trainer) {
+        errbuf_set(err, errlen,
+                   "model '%s' (HybridModel) needs a trainer of class HybridTrainer; trainer '%s' is %s "
+                   "(e.g. --trainer HybridTrainer)", mo->id, tr->id, tr->cls);
+        return -1;
+    }
+    c->resolved.hybrid = true;
+    /* The seed's flags win over the configuration; trainers get the result. */
+    if (c->number_embeddings) {
+        c->resolved.mc.hybrid.num_embeddings = c->number_embeddings;
+        json_object_set_new(mo->conf, "num_embeddings", json_integer((json_int_t)c->number_embeddings));
+    }
+    if (c->embedding_dim) {
+        c->resolved.mc.hybrid.embedding_dim = c->embedding_dim;
+        json_object_set_new(mo->conf, "embedding_dim", json_integer((json_int_t)c->embedding_dim));
+    }
+    uint64_t rows = c->resolved.mc.hybrid.num_embeddings, dim = c->resolved.mc.hybrid.embedding_dim;
+    if (rows * dim > ((uint64_t)1 << 31)) {
+        errbuf_set(err, errlen, "a %llu x %llu embedding table is too large (at most 2^31 floats per server)",
+                   (unsigned long long)rows, (unsigned long long)dim);
+        return -1;
+    }
+    double tlr;
+    if (conf_uint(tr, "trainer", "batches", 10, 1, 1u << 20, &c->resolved.hy.batches, err, errlen) < 0 ||
+        conf_num(tr, "trainer", "lr", 0.05, 0, false, 1e6, &tlr, err, errlen) < 0 ||
+        conf_num(sv, "server", "lr", 0.05, 0, false, 1e6, &c->resolved.hy.server_lr, err, errlen) < 0)
+        return -1;
+    const char *hook = json_string_value(json_object_get(tr->conf, "ddp_hook"));
+    if (hook && strcmp(hook, "allreduce_hook") != 0) {
+        errbuf_set(err, errlen, "trainer '%s': the HybridModel's dense part is averaged by allreduce_hook, not %s",
+                   tr->id, hook);
+        return -1;
+    }
+    return 0; /* the shape over the servers: config_validate */
+}
+
 static int conf_num(const config_entry *e, const char *what, const char *key, double def, double min,
                     bool min_open, double max, double *out, char *err, size_t errlen)
 {
@@ -787,10 +923,12 @@ int config_load(run_config *c, char *err, size_t errlen)
     } else if (strcmp(scls, "BatchUpdateParameterServer") == 0) {
         c->resolved.server_kind = "batch-update";
         c->resolved.batch_update = true;
+    } else if (strcmp(scls, "EmbeddingParameterServer") == 0) {
+        c->resolved.server_kind = "embedding";
     } else {
         errbuf_set(err, errlen,
                 "server '%s' in %s: class '%s' is not supported (psbench has AverageParameterServer, "
-                "AverageBatchParameterServer, BatchUpdateParameterServer)",
+                "AverageBatchParameterServer, BatchUpdateParameterServer, EmbeddingParameterServer)",
                 c->server, c->server_config_path, scls);
         goto fail;
     }
@@ -798,7 +936,7 @@ int config_load(run_config *c, char *err, size_t errlen)
     if (modelconf_parse(c->resolved.model.id, c->resolved.model.cls, c->resolved.model.conf, &c->resolved.mc, err,
                         errlen) < 0)
         goto fail;
-    if (load_batch_update(c, err, errlen) < 0)
+    if (load_batch_update(c, err, errlen) < 0 || load_hybrid(c, err, errlen) < 0)
         goto fail;
     if (json_object_set_new(c->resolved.server.json, "kind", json_string(c->resolved.server_kind)) < 0)
         goto oom;
@@ -807,7 +945,10 @@ int config_load(run_config *c, char *err, size_t errlen)
     if (c->ddp_hook && json_object_set_new(c->resolved.trainer.conf, "ddp_hook", json_string(c->ddp_hook)) < 0)
         goto oom;
     c->resolved.hook_servers = true;
-    if (c->resolved.mc.cls == MODEL_DUMMY) {
+    if (c->resolved.hybrid) {
+        c->resolved.hook = "allreduce_hook"; /* its dense part; the tables need the servers */
+        c->resolved.hook_collective = true;
+    } else if (c->resolved.mc.cls == MODEL_DUMMY) {
         json_t *h = json_object_get(c->resolved.trainer.conf, "ddp_hook");
         const char *hook = h ? json_string_value(h) : "rpc_hook";
         if (!hook || !hookconf_lookup(hook, &c->resolved.hook_servers, &c->resolved.hook_collective)) {
@@ -845,8 +986,8 @@ int config_load(run_config *c, char *err, size_t errlen)
     }
     c->resolved.loaded = true;
 
-    if (samples > 0 && !c->resolved.batch_update && (uint64_t)c->ntrainer + c->ncudatrainer > 0 &&
-        config_batches_per_pass(c) == 0) {
+    if (samples > 0 && !c->resolved.batch_update && !c->resolved.hybrid &&
+        (uint64_t)c->ntrainer + c->ncudatrainer > 0 && config_batches_per_pass(c) == 0) {
         uint64_t nb = (samples + c->batch_size - 1) / c->batch_size;
         errbuf_set(err, errlen,
                 "data '%s' has %llu samples: %llu batch%s of %llu cannot feed %llu trainers "
@@ -869,10 +1010,28 @@ uint64_t config_batches_per_pass(const run_config *c)
     uint64_t t = (uint64_t)c->ntrainer + c->ncudatrainer;
     if (c->resolved.loaded && c->resolved.batch_update)
         return c->epochs * c->resolved.bu.batches;
+    if (c->resolved.loaded && c->resolved.hybrid)
+        return c->epochs * c->resolved.hy.batches;
     if (!c->resolved.loaded || c->resolved.samples == 0 || c->batch_size == 0 || t == 0)
         return 0;
     uint64_t nb = (c->resolved.samples + c->batch_size - 1) / c->batch_size; /* DataLoader, last partial */
     return c->epochs * (nb / t);
+}
+
+uint64_t config_batches_warmup(const run_config *c)
+{
+    if (c->resolved.loaded && c->resolved.hybrid)
+        return c->warmup_cycles * c->resolved.hy.batches;
+    return config_batches_per_pass(c);
+}
+
+json_t *config_embedding_json(const run_config *c)
+{
+    if (!c->resolved.loaded || !c->resolved.hybrid)
+        return NULL;
+    return json_pack("{s:I, s:I, s:f, s:I}", "num_embeddings", (json_int_t)c->resolved.mc.hybrid.num_embeddings,
+                     "embedding_dim", (json_int_t)c->resolved.mc.hybrid.embedding_dim, "lr", c->resolved.hy.server_lr,
+                     "seed", (json_int_t)c->seed);
 }
 
 json_t *config_model_json(const run_config *c)
@@ -927,6 +1086,7 @@ json_t *config_to_json(const run_config *c)
         SET("seed", json_string(buf));
     }
     SET("ddp_hook", str_or_null(c->ddp_hook));
+    SET("warmup_cycles", json_integer((json_int_t)c->warmup_cycles));
     SET("placement", str_or_null(c->placement));
     SET("listen", str_or_null(c->listen));
     SET("http", str_or_null(c->http));

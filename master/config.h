@@ -85,6 +85,12 @@ typedef struct run_config {
     uint64_t batch_size;              /* --batch-size (batch-update: the trainer config's
                                        * batch_size unless given; config_load sets it) */
     bool batch_size_set;              /* --batch-size was given */
+    /* --- the seed's DDP + RPC benchmark (benchmark_ddp_rpc.py) --- */
+    uint64_t number_embeddings;       /* --number-embeddings: 0, or the table's rows */
+    uint64_t embedding_dim;           /* --embedding-dim: 0, or its columns */
+    uint64_t warmup_cycles;           /* --warmup-cycles: the warm-up pass's epochs (5) */
+    bool ddp_rpc_flags;               /* any of the above or --number-ps was given */
+    bool model_set, trainer_set, server_set, epochs_set; /* given on the command line */
     bool nserver_set;                 /* --nserver was given (a hook without servers
                                        * defaults it to 0: the seed's pure DDP) */
     char *backend;                    /* --backend: gloo | nccl | multi */
@@ -114,6 +120,11 @@ typedef struct run_config {
         const char *hook;             /* DummyModel: the trainers' ddp_hook (borrowed), else NULL */
         bool hook_servers;            /* the hook sends buckets to servers (or there is no hook) */
         bool hook_collective;         /* the hook allreduces among trainers */
+        bool hybrid;                  /* model class HybridModel (server kind "embedding") */
+        struct {
+            uint64_t batches;         /* the trainer configuration's batches per epoch (10) */
+            double server_lr;         /* the servers' SGD on the table rows (0.05) */
+        } hy;
         const char *server_kind;      /* "average" | "average-batch" | "batch-update" (static) */
         bool batch_update;            /* server kind "batch-update" */
         config_batch_update bu;       /* valid when batch_update */
@@ -160,6 +171,12 @@ int config_load(run_config *c, char *err, size_t errlen);
  * 0 when the data is too small for the trainers or the data is unknown.
  * batch-update: epochs times the trainer configuration's "batches". */
 uint64_t config_batches_per_pass(const run_config *c);
+/* The warm-up pass's batches: the HybridModel's --warmup-cycles epochs;
+ * otherwise the timed pass's. */
+uint64_t config_batches_warmup(const run_config *c);
+/* HybridModel: the servers' "embedding" object of their assignment
+ * (new reference), else NULL. */
+json_t *config_embedding_json(const run_config *c);
 
 /* The configuration object for results.json and assignments (new
  * reference). The token is never included, only whether there is one. */

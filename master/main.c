@@ -112,6 +112,7 @@ int main(int argc, char **argv)
     set.ncudaserver = c.ncudaserver;
     set.shard = strcmp(c.placement, "shard") == 0;
     set.batches_per_pass = config_batches_per_pass(&c);
+    set.batches_warmup = config_batches_warmup(&c);
     set.epochs = c.epochs;
     set.batch_size = c.batch_size;
     set.seed = c.seed;
@@ -121,6 +122,15 @@ int main(int argc, char **argv)
     set.token = c.token;
     set.server_kind = c.resolved.server_kind;
     set.backend = c.backend;
+    if (c.resolved.hybrid) {
+        /* Every trainer looks up in every server's table. */
+        set.shard = true;
+        set.embedding = config_embedding_json(&c);
+        if (!set.embedding) {
+            config_free(&c);
+            return master_fail_usage("out of memory");
+        }
+    }
     if (c.resolved.batch_update) {
         /* Every trainer feeds every server, each server owning a
          * contiguous range of the parameters. */
@@ -157,6 +167,7 @@ int main(int argc, char **argv)
              " batches per trainer per pass (warm-up, then timed)",
              set.ntrainer, set.nserver,
              set.batch_update ? "batch-update: every trainer feeds every server"
+             : set.embedding  ? "DDP + RPC: every trainer looks up in every server's table"
              : set.nserver == 0 ? "pure DDP: trainers allreduce among themselves"
              : set.shard        ? "shard placement"
                                 : "seed placement",
@@ -185,6 +196,7 @@ out:
     master_free(&m);
     json_decref(set.config_json);
     json_decref(set.batch_update);
+    json_decref(set.embedding);
     config_free(&c);
     return code;
 }

@@ -28,7 +28,8 @@ typedef struct master_settings {
     uint32_t ntrainer, nserver;     /* totals (cpu + cuda) */
     uint32_t ncudatrainer, ncudaserver;
     bool shard;                     /* placement shard (else the seed's) */
-    uint64_t batches_per_pass;      /* per trainer */
+    uint64_t batches_per_pass;      /* per trainer, the timed pass */
+    uint64_t batches_warmup;        /* per trainer, the warm-up pass (HybridModel: --warmup-cycles epochs) */
     uint64_t epochs, batch_size, seed;
     double rpc_timeout_s;           /* bounds every wait */
     double join_timeout_s;          /* registrations must complete within */
@@ -36,6 +37,7 @@ typedef struct master_settings {
     const char *server_kind;        /* "average" | "average-batch" | "batch-update" */
     json_t *batch_update;           /* batch-update: the servers' "batch_update" minus part/parts
                                      * (owned by main); NULL for other kinds */
+    json_t *embedding;              /* embedding: the servers' "embedding" object (owned by main) */
     json_t *model;                  /* {"class": ..., "configurations": {...}} (borrowed) */
     json_t *data, *trainer;         /* {"id", "class", "configurations"} (borrowed) */
     json_t *config_json;            /* the whole configuration, for results.json (borrowed) */
@@ -72,6 +74,7 @@ typedef struct node {
     node_state state;
     double last_seen;     /* master clock, seconds */
     uint64_t bytes_in, bytes_out;
+    int64_t rows_touched;  /* an embedding server's report, -1 before any */
     uint64_t batches_done; /* in the current pass */
     json_t *timed_result;  /* trainer: what its timed pass reported (loss, digest) */
     struct node *next;

@@ -118,6 +118,12 @@ static bool master_all(master *m, agg_role role, node_state st)
     return true;
 }
 
+/* Batches per trainer in the pass of phase ph. */
+static uint64_t master_pass_batches(const master *m, run_phase ph)
+{
+    return ph == PH_WARMUP ? m->set.batches_warmup : m->set.batches_per_pass;
+}
+
 static void master_start_pass(master *m, run_phase ph)
 {
     for (uint32_t i = 0; i < m->set.ntrainer; i++) {
@@ -126,7 +132,7 @@ static void master_start_pass(master *m, run_phase ph)
     }
     master_set_phase(m, ph);
     json_t *body = json_pack("{s:s, s:I}", "phase", phase_names[ph], "batches",
-                             (json_int_t)m->set.batches_per_pass);
+                             (json_int_t)master_pass_batches(m, ph));
     for (uint32_t i = 0; i < m->set.ntrainer; i++)
         node_send(m->trainers[i], "start", json_incref(body));
     json_decref(body);
@@ -226,6 +232,8 @@ static void master_assign_server(master *m, node *n)
         json_object_set_new(bu, "parts", json_integer(m->set.nserver));
         json_object_set_new(body, "batch_update", bu);
     }
+    if (body && m->set.embedding)
+        json_object_set(body, "embedding", m->set.embedding);
     node_send(n, "assign", body);
     n->state = NS_READY;
 }
@@ -388,10 +396,19 @@ static void master_on_metrics(master *m, node *n, ctl_msg *msg)
     }
     n->bytes_in = in;
     n->bytes_out = out;
+    json_t *rt = json_object_get(msg->body, "rows_touched");
+    if (rt && n->role == AGG_SERVER) {
+        if (!json_is_integer(rt) || json_integer_value(rt) < 0) {
+            master_fail(m, "server %u (%s) sent bad metrics: rows_touched must be a whole number >= 0", n->rank,
+                        n->host);
+            return;
+        }
+        n->rows_touched = json_integer_value(rt);
+    }
     if (n->role == AGG_TRAINER) {
-        if (done > m->set.batches_per_pass) {
+        if (done > master_pass_batches(m, m->phase)) {
             master_fail(m, "trainer %u (%s) reports %" PRIu64 " batches done of a %" PRIu64 "-batch pass", n->rank,
-                        n->host, done, m->set.batches_per_pass);
+                        n->host, done, master_pass_batches(m, m->phase));
             return;
         }
         if (done > n->batches_done)
@@ -498,8 +515,8 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
             /* Later issues' per-trainer results: kept for results.json. */
             json_decref(n->timed_result);
             n->timed_result = json_object();
-            const char *keys[] = {"loss_per_epoch", "final_params_sha256"};
-            for (size_t k = 0; k < 2; k++) {
+            const char *keys[] = {"loss_per_epoch", "final_params_sha256", "bags", "epochs"};
+            for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
                 json_t *v = json_object_get(msg->body, keys[k]);
                 if (v)
                     json_object_set(n->timed_result, keys[k], v);
@@ -615,6 +632,7 @@ static void master_on_accept(struct evconnlistener *l, evutil_socket_t fd, struc
     }
     n->m = m;
     n->last_seen = master_now();
+    n->rows_touched = -1;
     if (sa->sa_family == AF_INET)
         inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, n->peer_ip, sizeof n->peer_ip);
     else if (sa->sa_family == AF_INET6)
@@ -640,7 +658,7 @@ static void master_progress_line(master *m, double now)
     if (now - m->t_last_progress < 2.0)
         return;
     m->t_last_progress = now;
-    uint64_t done = 0, total = m->set.batches_per_pass * m->set.ntrainer;
+    uint64_t done = 0, total = master_pass_batches(m, m->phase) * m->set.ntrainer;
     for (uint32_t i = 0; i < m->set.ntrainer; i++)
         done += m->trainers[i]->batches_done;
     log_info("%s: %" PRIu64 "/%" PRIu64 " batches (%.0f%%), %.1f s", phase_names[m->phase], done, total,
@@ -790,6 +808,7 @@ void master_publish(master *m, bool exact)
             sn->state = node_state_name(n->state);
             sn->last_seen_s = now - n->last_seen;
             sn->bytes_in = n->bytes_in;
+            sn->rows_touched = m->set.embedding ? n->rows_touched : -1;
             sn->bytes_out = n->bytes_out;
         }
     }
@@ -798,7 +817,7 @@ void master_publish(master *m, bool exact)
     snapshot_input in = {0};
     in.phase = phase_names[m->phase];
     in.error = m->error[0] ? m->error : NULL;
-    in.batches_total = m->set.batches_per_pass * m->set.ntrainer;
+    in.batches_total = master_pass_batches(m, m->phase) * m->set.ntrainer;
     for (uint32_t k = 0; k < m->set.ntrainer; k++)
         if (m->trainers[k])
             in.batches_done += m->trainers[k]->batches_done;

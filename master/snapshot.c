@@ -11,6 +11,7 @@
  * and NaN / +Inf / -Inf spelled the way the text format wants them. */
 #include "master/snapshot.h"
 
+#include <stdbool.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -130,7 +131,8 @@ static json_t *snapshot_node_json(const snap_node *n)
         snapshot_set(o, "host", snapshot_jstr(n->host)) ||
         snapshot_set(o, "device", snapshot_jstr(n->device)) ||
         snapshot_set(o, "state", snapshot_jstr(n->state)) ||
-        snapshot_set(o, "last_seen_s", snapshot_num(round(n->last_seen_s * 1000.0) / 1000.0))) {
+        snapshot_set(o, "last_seen_s", snapshot_num(round(n->last_seen_s * 1000.0) / 1000.0)) ||
+        (n->rows_touched >= 0 && snapshot_set(o, "rows_touched", snapshot_uint((uint64_t)n->rows_touched)))) {
         json_decref(o);
         return NULL;
     }
@@ -231,12 +233,46 @@ void *snapshot_groups_json(const snapshot_input *in)
     return groups;
 }
 
+/* "counters" (extension): counts that are not durations, per role, "all"
+ * and by rank — today the embedding servers' rows touched. NULL (no key)
+ * when no node has any. */
+static json_t *snapshot_counters_json(const snapshot_input *in)
+{
+    json_t *ranks = json_object();
+    uint64_t all = 0;
+    bool any = false;
+    for (size_t i = 0; ranks && i < in->nnodes; i++) {
+        const snap_node *n = &in->nodes[i];
+        if (n->rows_touched < 0)
+            continue;
+        char key[24];
+        snprintf(key, sizeof key, "%u", n->rank);
+        json_t *o = json_pack("{s:o}", "rows_touched", snapshot_uint((uint64_t)n->rows_touched));
+        if (!o || json_object_set_new(ranks, key, o) < 0) {
+            json_decref(ranks);
+            return NULL;
+        }
+        all += (uint64_t)n->rows_touched;
+        any = true;
+    }
+    if (!any) {
+        json_decref(ranks);
+        return NULL;
+    }
+    return json_pack("{s:{s:{s:o}, s:o}}", "server", "all", "rows_touched", snapshot_uint(all), "ranks", ranks);
+}
+
 char *snapshot_metrics_json(const snapshot_input *in)
 {
     json_t *doc = json_object();
     if (!doc || snapshot_set(doc, "unit", json_string("ms")) ||
         snapshot_set(doc, "phase", snapshot_jstr(in->phase)) ||
         snapshot_set(doc, "groups", snapshot_groups_json(in))) {
+        json_decref(doc);
+        return NULL;
+    }
+    json_t *counters = snapshot_counters_json(in);
+    if (counters && snapshot_set(doc, "counters", counters)) {
         json_decref(doc);
         return NULL;
     }
@@ -494,6 +530,27 @@ static void snapshot_prom_payload(snapshot_buf *b, const snapshot_input *in)
     }
 }
 
+/* psbench_embedding_rows_touched_total{rank}: embedding servers only. */
+static void snapshot_prom_rows(snapshot_buf *b, const snapshot_input *in)
+{
+    bool any = false;
+    for (size_t i = 0; i < in->nnodes; i++)
+        any |= in->nodes[i].rows_touched >= 0;
+    if (!any)
+        return;
+    snapshot_put_family(b, "psbench_embedding_rows_touched_total", "counter",
+                        "Embedding table rows changed by updates, by server (the DDP + RPC benchmark).");
+    for (size_t i = 0; i < in->nnodes; i++) {
+        if (in->nodes[i].rows_touched < 0)
+            continue;
+        snapshot_puts(b, "psbench_embedding_rows_touched_total{rank=\"");
+        snapshot_put_rank(b, (int64_t)in->nodes[i].rank);
+        snapshot_puts(b, "\"} ");
+        snapshot_put_u64(b, (uint64_t)in->nodes[i].rows_touched);
+        snapshot_puts(b, "\n");
+    }
+}
+
 char *snapshot_prometheus(const snapshot_input *in)
 {
     snapshot_buf b = {0};
@@ -504,6 +561,7 @@ char *snapshot_prometheus(const snapshot_input *in)
     snapshot_prom_nodes(&b, in);
     snapshot_prom_batches(&b, in);
     snapshot_prom_payload(&b, in);
+    snapshot_prom_rows(&b, in);
     if (b.err) {
         free(b.p);
         return NULL;

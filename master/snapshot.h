@@ -23,6 +23,7 @@ typedef struct snap_node {
     const char *state;  /* "registered" | "ready" | "running" | "done" | "failed" | "lost" */
     double last_seen_s; /* seconds since its last message */
     uint64_t bytes_in, bytes_out; /* payload bytes it reported (data plane) */
+    int64_t rows_touched;         /* an embedding server: table rows its updates changed; -1: none */
 } snap_node;
 
 /* One metric of one rank (rank >= 0) or of a whole role (rank == -1, the
@@ -50,12 +51,15 @@ typedef struct snapshot_input {
  * {"phase", "error", "progress": {"batches_done", "batches_total"},
  *  "nodes": {"trainer": n, "server": n}, "elapsed_s"} */
 char *snapshot_status_json(const snapshot_input *in);
-/* GET /api/v1/nodes: [{"role", "rank", "host", "device", "state", "last_seen_s"}, ...] */
+/* GET /api/v1/nodes: [{"role", "rank", "host", "device", "state", "last_seen_s"}, ...];
+ * an embedding server also has "rows_touched" (extension). */
 char *snapshot_nodes_json(const snapshot_input *in);
 /* GET /api/v1/metrics:
  * {"unit": "ms", "phase", "groups": {"trainer": {"all": {METRIC: STATS},
  *  "ranks": {"0": {METRIC: STATS}, ...}}, "server": {...}}}
- * STATS = {"count","min","max","mean","variance","stdev","p50","p75","p90","p95","p99"} */
+ * STATS = {"count","min","max","mean","variance","stdev","p50","p75","p90","p95","p99"};
+ * with embedding servers also "counters": {"server": {"all": {"rows_touched"},
+ * "ranks": {"0": {"rows_touched"}, ...}}} (extension: counts, not ms) */
 char *snapshot_metrics_json(const snapshot_input *in);
 /* The same "groups" object as a jansson value (for results.json). The
  * return type is json_t *, declared void * here to keep jansson out of

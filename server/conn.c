@@ -9,7 +9,9 @@
  * payload is streamed there as it arrives (never buffered whole); when the
  * input buffer holds no more than a partial float and the push's kind can
  * take raw bytes at a fixed address, the payload is received there
- * directly, skipping one copy.
+ * directly, skipping one copy. A `lookup` or `update` (kind embedding)
+ * is small: its payload is buffered whole (c->call) and then handed to
+ * the kind, whose answer comes back through the call's `done`.
  *
  * Writing: frames are appended to c->out (an outq: header bytes, payload
  * by reference) and written by conn_flush, which the reactor calls once
@@ -113,7 +115,7 @@ int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload, 
 {
     if (c->closing || conn_over_cap(c, "results"))
         return -1;
-    if (outq_push(&c->out, hdr, hlen, payload->len ? payload : NULL, batch) < 0)
+    if (outq_push(&c->out, hdr, hlen, payload && payload->len ? payload : NULL, batch) < 0)
         return -1;
     server_want_flush(c->srv, c);
     return 0;
@@ -261,7 +263,8 @@ static void conn_push_abort(conn *c)
 void conn_push_forget(conn *c)
 {
     assert(!c->push.f); /* the futures layer has let go of every push */
-    c->sink = SINK_DISCARD;
+    if (c->sink == SINK_PUSH)
+        c->sink = SINK_DISCARD;
 }
 
 static void conn_push_finish(conn *c)
@@ -384,6 +387,176 @@ static void conn_on_fetch(conn *c, const frame_hdr *h)
     psbuf_unref(payload);
 }
 
+/* ---- lookups and updates (kind embedding) -------------------------------- */
+
+static void conn_call_free(kind_call *kc)
+{
+    if (kc->payload)
+        psbuf_unref(kc->payload);
+    if (kc->answer)
+        psbuf_unref(kc->answer);
+    free(kc);
+}
+
+/* The kind has applied a call (on the reactor thread, in call order): a
+ * lookup is answered with its rows. A call whose connection closed meanwhile
+ * is only freed. */
+static void conn_call_done(kind_call *kc)
+{
+    conn *c = kc->owner;
+    if (c) {
+        assert(c->calls_head == kc); /* the device completes in submission order */
+        c->calls_head = kc->next;
+        if (!c->calls_head)
+            c->calls_tail = NULL;
+    }
+    if (c && !kc->update) {
+        frame_hdr h = {0};
+        h.type = FT_ROWS;
+        h.batch = kc->batch;
+        h.bags = kc->bags;
+        h.cols = kc->cols;
+        h.dtype = frame_str_c("f32");
+        h.payload = kc->answer ? kc->answer->len : 0;
+        h.has = FH_BATCH | FH_BAGS | FH_COLS | FH_DTYPE | FH_PAYLOAD;
+        uint8_t buf[128];
+        size_t n = frame_encode_header(&h, buf, sizeof buf);
+        assert(n > 0);
+        /* Copied, never lent: this trainer pushes no later batch that
+         * would give a lent buffer back. */
+        if (!c->closing && !conn_over_cap(c, "rows") &&
+            outq_push_copy(&c->out, buf, n, kc->answer && kc->answer->len ? kc->answer : NULL) == 0) {
+            c->srv->results++;
+            server_want_flush(c->srv, c);
+        }
+    }
+    conn_call_free(kc);
+}
+
+/* The call's whole payload is in: hand it to the kind. */
+static void conn_call_finish(conn *c)
+{
+    server *s = c->srv;
+    kind_call *kc = c->call;
+    c->call = NULL;
+    c->sink = SINK_DISCARD;
+    kc->t_ns = clock_now_ns();
+    kc->done = conn_call_done;
+    kc->owner = c;
+    /* In the list before the kind sees it: the cpu device calls done
+     * before lookup/update return. */
+    kc->next = NULL;
+    kind_call *prev_tail = c->calls_tail;
+    if (prev_tail)
+        prev_tail->next = kc;
+    else
+        c->calls_head = kc;
+    c->calls_tail = kc;
+    char msg[256];
+    bool update = kc->update; /* kc may be gone once the kind has it (done ran inline) */
+    frame_errcode code = update ? s->kind->ops->update(s->kind, kc, msg, sizeof msg)
+                                : s->kind->ops->lookup(s->kind, kc, msg, sizeof msg);
+    if (code == ERR_NONE) {
+        if (update)
+            s->updates++;
+        else
+            s->lookups++;
+        return;
+    }
+    /* Refused: done will never run; take it off the list again (it is the
+     * tail: nothing was added since). */
+    assert(c->calls_tail == kc);
+    c->calls_tail = prev_tail;
+    if (prev_tail)
+        prev_tail->next = NULL;
+    else
+        c->calls_head = NULL;
+    frame_hdr about = {0};
+    about.batch = kc->batch;
+    about.has = FH_BATCH;
+    conn_send_error(c, code, msg, &about);
+    conn_call_free(kc);
+}
+
+/* Check the fields of a lookup/update header. ERR_NONE, or the code to
+ * answer with and a message in msg. */
+static frame_errcode conn_check_call(conn *c, const frame_hdr *h, bool update, char *msg, size_t len)
+{
+    const char *what = update ? "update" : "lookup";
+    if (!(update ? c->srv->kind->ops->update : c->srv->kind->ops->lookup)) {
+        snprintf(msg, len, "a %s server takes no %s (kind embedding does)", c->srv->kind->ops->name, what);
+        return ERR_UNSUPPORTED;
+    }
+    const uint32_t need = FH_BATCH | FH_NNZ | FH_BAGS | (update ? FH_COLS : 0);
+    if ((h->has & need) != need) {
+        snprintf(msg, len, update ? "update needs batch, nnz, bags and cols" : "lookup needs batch, nnz and bags");
+        return ERR_BAD_FRAME;
+    }
+    if ((h->has & FH_DTYPE) && !frame_str_eq(h->dtype, "f32")) {
+        snprintf(msg, len, "dtype '%.*s' is not supported (only f32)", (int)(h->dtype.n > 32 ? 32 : h->dtype.n),
+                 h->dtype.p);
+        return ERR_UNSUPPORTED;
+    }
+    /* The payload's size must follow from the header (the kind checks cols
+     * against its table). */
+    uint64_t want = UINT64_MAX;
+    if (h->nnz <= UINT64_MAX / 16 && h->bags <= UINT64_MAX / 16) {
+        want = 8 * (h->nnz + h->bags);
+        if (update && h->cols && h->bags > (UINT64_MAX - want) / 4 / h->cols)
+            want = UINT64_MAX;
+        else if (update)
+            want += 4 * h->bags * h->cols;
+    }
+    if (want != h->payload) {
+        if (want == UINT64_MAX)
+            snprintf(msg, len, "%s: nnz %" PRIu64 " and bags %" PRIu64 " are too large", what, h->nnz, h->bags);
+        else
+            snprintf(msg, len, "%s payload is %" PRIu64 " bytes but nnz, bags%s need %" PRIu64, what, h->payload,
+                     update ? " and cols" : "", want);
+        return ERR_SHAPE_MISMATCH;
+    }
+    return ERR_NONE;
+}
+
+/* `lookup` and `update`: the payload is buffered whole (c->call), then
+ * handed to the kind (conn_call_finish). */
+static void conn_on_call(conn *c, const frame_hdr *h)
+{
+    bool update = h->type == FT_UPDATE;
+    char msg[256];
+    if (!c->hello_done) {
+        conn_send_error(c, ERR_BAD_FRAME, update ? "update before hello" : "lookup before hello", h);
+        return;
+    }
+    frame_errcode code = conn_check_call(c, h, update, msg, sizeof msg);
+    if (code != ERR_NONE) {
+        conn_send_error(c, code, msg, h);
+        if (!c->closing)
+            conn_skip_payload(c);
+        return;
+    }
+    assert(!c->call);
+    kind_call *kc = calloc(1, sizeof *kc);
+    psbuf *payload = h->payload ? bufpool_get(&c->srv->pool, h->payload) : NULL;
+    if (!kc || (h->payload && !payload)) {
+        free(kc);
+        if (payload)
+            psbuf_unref(payload);
+        conn_send_error(c, ERR_TOO_LARGE, "server out of memory", h);
+        return;
+    }
+    kc->update = update;
+    kc->batch = h->batch;
+    kc->nnz = h->nnz;
+    kc->bags = h->bags;
+    kc->cols = update ? h->cols : 0;
+    kc->payload = payload;
+    c->call = kc;
+    c->sink = SINK_CALL;
+    if (!h->payload)
+        conn_call_finish(c);
+}
+
 /* ---- hello ------------------------------------------------------------- */
 
 /* Compare without an early exit, so that timing does not leak the token. */
@@ -475,6 +648,8 @@ static void (*const conn_handlers[])(conn *, const frame_hdr *) = {
     [FT_HELLO] = conn_on_hello,
     [FT_PUSH] = conn_on_push,
     [FT_FETCH] = conn_on_fetch,
+    [FT_LOOKUP] = conn_on_call,
+    [FT_UPDATE] = conn_on_call,
 };
 
 static void conn_dispatch(conn *c, const frame_hdr *h)
@@ -489,6 +664,11 @@ static void conn_dispatch(conn *c, const frame_hdr *h)
 static void conn_payload(conn *c, const uint8_t *p, size_t n, uint64_t off)
 {
     server *s = c->srv;
+    if (c->sink == SINK_CALL) {
+        assert(off + n <= c->call->payload->len);
+        memcpy(c->call->payload->data + off, p, n);
+        return;
+    }
     if (c->sink == SINK_PUSH && c->push.f && futures_push_data(&s->fut, &c->push, off, p, n) < 0) {
         frame_hdr about = {0};
         about.batch = c->push.f->batch;
@@ -515,6 +695,8 @@ static void conn_process(conn *c)
         case FRAMED_END:
             if (c->sink == SINK_PUSH)
                 conn_push_finish(c);
+            else if (c->sink == SINK_CALL)
+                conn_call_finish(c);
             break;
         case FRAMED_HEADER:
             conn_dispatch(c, &ev.hdr);
@@ -622,6 +804,16 @@ void conn_close(conn *c, const char *why)
          * the future cannot be trusted any more. */
         futures_push_lost(&s->fut, &c->push);
     }
+    if (c->call) { /* cut off mid-payload: never handed to the kind */
+        conn_call_free(c->call);
+        c->call = NULL;
+    }
+    /* Calls in flight still complete (the table changes as the trainer
+     * asked), but nobody hears of it: before anything below may drain
+     * the device and run their `done`. */
+    for (kind_call *kc = c->calls_head; kc; kc = kc->next)
+        kc->owner = NULL;
+    c->calls_head = c->calls_tail = NULL;
     c->sink = SINK_DISCARD;
     if (c->hello_done)
         server_member_lost(s, c->slot, c);
@@ -630,7 +822,7 @@ void conn_close(conn *c, const char *why)
 
 void conn_free(conn *c)
 {
-    assert(c->fd < 0);
+    assert(c->fd < 0 && !c->call && !c->calls_head);
     event_free(c->rev);
     event_free(c->wev);
     event_free(c->hello_ev);

@@ -4,7 +4,9 @@
  * shared/framed.h) and parsed in place: a header is decoded once it is
  * complete and handed to the handler of its message type; a push's payload
  * is handed to the futures layer chunk by chunk as it arrives — or received
- * straight into its destination when no arithmetic is needed. Output goes through an outq; results are added by
+ * straight into its destination when no arithmetic is needed. A lookup's
+ * or update's payload (small) is buffered whole and then handed to the
+ * kind. Output goes through an outq; results are added by
  * reference, never copied per trainer. Nothing here knows what a push
  * means: that is the kind's, below the futures.
  */
@@ -27,7 +29,11 @@ struct event;
 #define CONN_NO_SLOT UINT32_MAX
 
 /* What the payload bytes being read are for. */
-typedef enum conn_sink { SINK_DISCARD = 0, SINK_PUSH } conn_sink;
+typedef enum conn_sink {
+    SINK_DISCARD = 0,
+    SINK_PUSH, /* a push: streamed to the futures layer */
+    SINK_CALL, /* a lookup or update: buffered whole, then handed to the kind */
+} conn_sink;
 
 typedef struct conn {
     struct server *srv;
@@ -38,6 +44,8 @@ typedef struct conn {
     framed rd;      /* the input buffer, and where the stream is in a frame */
     conn_sink sink; /* what the current payload's bytes are for */
     push_ctx push;  /* the push being received (SINK_PUSH) */
+    kind_call *call; /* the lookup/update being received (SINK_CALL) */
+    kind_call *calls_head, *calls_tail; /* handed to the kind, not yet done (in order) */
     outq out;
     bool hello_done;
     bool closing; /* stop reading; close once the output is written */
@@ -57,13 +65,14 @@ void conn_close(conn *c, const char *why);
 /* Queue an error frame. `fatal` codes close the connection after it. */
 void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_hdr *about);
 /* Queue the result of `batch`: hdr bytes are copied, the payload added by
- * reference. */
+ * reference (NULL or empty: none). */
 int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t batch);
 /* Write as much queued output as the socket takes; arm EV_WRITE for the
  * rest. Returns -1 if the connection was closed. */
 int conn_flush(conn *c);
 /* Between passes: a push cut off by the reset is forgotten (the futures
- * layer has dropped it); its remaining bytes are discarded. */
+ * layer has dropped it); its remaining bytes are discarded. A lookup or
+ * update being received carries on (it applies to the fresh state). */
 void conn_push_forget(conn *c);
 /* Free a closed connection (from server_reap). */
 void conn_free(conn *c);

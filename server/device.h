@@ -11,7 +11,8 @@
  *    memory and enqueues the copy and the sum on its stream).
  *
  *  - Jobs (device_submit): the work that finishes a future — the mean of
- *    stored pushes, a sparse result, an SGD step, or a plain barrier. A job
+ *    stored pushes, a sparse result, an SGD step, or a plain barrier — and
+ *    the embedding kind's lookups (gather) and updates (scatter SGD). A job
  *    completes asynchronously: its `done` callback runs later, always on
  *    the reactor thread, in submission order. The `cpu` device runs the job
  *    and calls `done` inline; the `test` device runs it on a worker thread
@@ -48,6 +49,8 @@ typedef enum device_job_op {
     JOB_SUM_SCALE,   /* dst = (srcs[0] + srcs[1] + ...) * scale, in source order */
     JOB_SPARSE_EMIT, /* out = coalesced rows of acc, values * scale */
     JOB_SGD,         /* one SGD-with-momentum step from the mean of gradients */
+    JOB_GATHER,      /* EmbeddingBag(mode=sum): each bag's rows of a table, summed */
+    JOB_SCATTER_SGD, /* SGD on the rows a lookup named, from each bag's gradient */
 } device_job_op;
 
 typedef struct device_job {
@@ -76,6 +79,24 @@ typedef struct device_job {
             bool first;  /* the first step: momentum_buf = g */
             float *out;  /* NULL, or n floats: a copy of param after the step */
         } sgd;
+        /* Embedding bags (reduce.h): indices and offsets already checked
+         * against the table; bag b is idx[off[b] .. off[b+1]), the last
+         * one ends at nnz. */
+        struct {
+            const float *table; /* rows x cols, row-major */
+            size_t cols;
+            const int64_t *idx, *off;
+            size_t nnz, bags;
+            float *out;         /* bags x cols: the bags' sums */
+        } gather;
+        struct {
+            float *table;
+            size_t cols;
+            const int64_t *idx, *off;
+            size_t nnz, bags;
+            const float *grad;  /* bags x cols: the gradient of each bag's row */
+            float lr;
+        } scatter;
     } u;
     /* Runs on the reactor thread once the work is complete. */
     void (*done)(struct device_job *j);

@@ -36,6 +36,14 @@ void device_job_run(device_job *j)
         reduce_sgd_momentum_f32(j->u.sgd.param, j->u.sgd.momentum_buf, j->u.sgd.srcs, j->u.sgd.nsrc, j->u.sgd.n,
                                 j->u.sgd.scale, j->u.sgd.lr, j->u.sgd.momentum, j->u.sgd.first, j->u.sgd.out);
         break;
+    case JOB_GATHER:
+        reduce_gather_sum_f32(j->u.gather.out, j->u.gather.table, j->u.gather.cols, j->u.gather.idx,
+                              j->u.gather.nnz, j->u.gather.off, j->u.gather.bags);
+        break;
+    case JOB_SCATTER_SGD:
+        reduce_scatter_sgd_f32(j->u.scatter.table, j->u.scatter.cols, j->u.scatter.idx, j->u.scatter.nnz,
+                               j->u.scatter.off, j->u.scatter.bags, j->u.scatter.grad, j->u.scatter.lr);
+        break;
     }
 }
 

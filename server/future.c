@@ -302,9 +302,11 @@ static void futures_cancel(future *f, void *arg)
 
 void futures_drain(futures *t)
 {
-    if (!t->resolving)
-        return;
-    pending_foreach(&t->table, futures_cancel, NULL);
+    if (t->resolving)
+        pending_foreach(&t->table, futures_cancel, NULL);
+    /* Even with no future resolving: a kind's work outside futures (the
+     * embedding kind's lookups and updates) may be in flight, and reset,
+     * shutdown and a new session must not change what it uses. */
     device_drain(t->k->dev);
     assert(t->resolving == 0);
 }

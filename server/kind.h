@@ -14,6 +14,10 @@
  *   batch-update   the seed's BatchUpdateParameterServer: the server owns
  *                  Linear(in, out), averages a round's gradients and takes
  *                  an SGD-with-momentum step (kind_batch_update.c)
+ *   embedding      the seed's DDP+RPC benchmark: the server owns an
+ *                  EmbeddingBag table; trainers look rows up and send
+ *                  each lookup's gradient back as an SGD update, one
+ *                  trainer at a time, no futures (kind_embedding.c)
  */
 #ifndef PSBENCH_KIND_H
 #define PSBENCH_KIND_H
@@ -28,7 +32,7 @@
 #include "shared/frame.h"
 #include "shared/metrics.h"
 
-typedef enum kind_id { KIND_AVERAGE = 0, KIND_AVERAGE_BATCH, KIND_BATCH_UPDATE } kind_id;
+typedef enum kind_id { KIND_AVERAGE = 0, KIND_AVERAGE_BATCH, KIND_BATCH_UPDATE, KIND_EMBEDDING } kind_id;
 
 /* The batch-update server's model and optimizer (docs/protocol.md). */
 typedef struct batch_update_config {
@@ -39,11 +43,41 @@ typedef struct batch_update_config {
     uint32_t part, parts;               /* this server's share of the flat vector */
 } batch_update_config;
 
+/* The embedding server's table (docs/protocol.md, "Kind `embedding`"). */
+typedef struct embedding_config {
+    uint64_t num_embeddings, embedding_dim; /* the seed: 300 x 64 */
+    float lr;                               /* the seed: 0.05 */
+    uint64_t seed;                          /* initialization */
+    uint32_t rank;                          /* the server's rank: its stream */
+} embedding_config;
+
 typedef struct kind_config {
     kind_id id;
     uint32_t trainers; /* trainers feeding this server */
     batch_update_config bu;
+    embedding_config emb;
 } kind_config;
+
+/* One `lookup` or `update` (kind embedding), handed from the transport to
+ * the kind once its whole payload is in. The transport allocates and frees
+ * it and owns the payload and answer references; the kind owns `job` from
+ * a successful call until it calls `done`. */
+typedef struct kind_call {
+    bool update;            /* false: a lookup */
+    uint64_t batch;         /* echoed in the answer */
+    uint64_t nnz, bags, cols; /* the header's (cols: updates only) */
+    psbuf *payload;         /* the frame's payload; NULL when it is empty */
+    uint64_t t_ns;          /* when the call was handed over (the method metric) */
+    psbuf *answer;          /* lookup: bags x cols float32, set by the kind
+                             * before done (NULL for 0 bags); the transport
+                             * drops the reference */
+    device_job job;         /* the kind's */
+    /* The transport's: runs on the reactor thread once the call is applied
+     * (in call order: the device completes jobs in submission order). */
+    void (*done)(struct kind_call *c);
+    void *owner;            /* the transport's: the connection, NULL once it closed */
+    struct kind_call *next; /* the transport's: the owner's calls in flight */
+} kind_call;
 
 /* One push in progress, owned by the connection that receives it. The kind
  * keeps its per-push scratch here (the index buffers of a sparse push), so
@@ -101,6 +135,13 @@ typedef struct kind_ops {
     /* `fetch`: the answer's header fields and payload (a new reference).
      * NULL: the kind has no fetch (`unsupported`). 0, or -1 (memory). */
     int (*fetch)(kind *k, frame_hdr *out, psbuf **payload);
+    /* `lookup` and `update` (kind embedding; NULL: `unsupported`). Check
+     * the call against the table (nothing changes when it fails) and start
+     * it: ERR_NONE, and c->done runs later (or before this returns, on the
+     * cpu device); otherwise the code (bad_index, shape_mismatch) with a
+     * reason in msg, and done never runs. */
+    frame_errcode (*lookup)(kind *k, kind_call *c, char *msg, size_t len);
+    frame_errcode (*update)(kind *k, kind_call *c, char *msg, size_t len);
     void (*destroy)(kind *k);
 } kind_ops;
 
@@ -110,7 +151,10 @@ struct kind {
     uint32_t expected; /* pushes that complete a future */
     device *dev;
     bufpool *pool;
-    stats *m_compute;  /* the seed's method metric: average computation / update */
+    stats *m_compute;  /* the seed's method metric: average computation / update;
+                        * embedding: method_metric,lookup */
+    stats *m_update;   /* embedding: method_metric,update (NULL for the others) */
+    uint64_t rows_touched; /* embedding: index positions updates have applied */
     /* How a kind reports a resolved future: result is a new reference the
      * callee takes, or NULL when it could not be computed (then `why`). */
     void (*resolved)(void *ctx, future *f, psbuf *result, const char *why);
@@ -122,6 +166,7 @@ struct kind {
 kind *kind_average_new(const kind_config *cfg, char *err, size_t errlen);
 kind *kind_average_batch_new(const kind_config *cfg, char *err, size_t errlen);
 kind *kind_batch_update_new(const kind_config *cfg, char *err, size_t errlen);
+kind *kind_embedding_new(const kind_config *cfg, char *err, size_t errlen);
 
 /* Kinds that keep every push whole (average-batch, batch-update): slot's
  * own buffer, per future an array `stored` over the slots. begin takes the

@@ -11,6 +11,7 @@ static const char *const kind_names[] = {
     [KIND_AVERAGE] = "average",
     [KIND_AVERAGE_BATCH] = "average-batch",
     [KIND_BATCH_UPDATE] = "batch-update",
+    [KIND_EMBEDDING] = "embedding",
 };
 
 int kind_parse(const char *name, kind_id *out)
@@ -41,6 +42,9 @@ kind *kind_new(const kind_config *cfg, device *dev, bufpool *pool, metrics *m, c
     case KIND_BATCH_UPDATE:
         k = kind_batch_update_new(cfg, err, errlen);
         break;
+    case KIND_EMBEDDING:
+        k = kind_embedding_new(cfg, err, errlen);
+        break;
     default:
         snprintf(err, errlen, "unknown server kind");
         return NULL;
@@ -52,8 +56,12 @@ kind *kind_new(const kind_config *cfg, device *dev, bufpool *pool, metrics *m, c
     k->pool = pool;
     if (!k->expected)
         k->expected = cfg->trainers;
-    k->m_compute = metrics_get(m, cfg->id == KIND_BATCH_UPDATE ? "method_metric,update"
-                                                               : "method_metric,average computation");
+    const char *compute = cfg->id == KIND_BATCH_UPDATE ? "method_metric,update"
+                          : cfg->id == KIND_EMBEDDING  ? "method_metric,lookup"
+                                                       : "method_metric,average computation";
+    k->m_compute = metrics_get(m, compute);
+    if (cfg->id == KIND_EMBEDDING && !(k->m_update = metrics_get(m, "method_metric,update")))
+        k->m_compute = NULL;
     if (!k->m_compute || (k->ops->start && k->ops->start(k) < 0)) {
         k->ops->destroy(k);
         snprintf(err, errlen, "out of memory");

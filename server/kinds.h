@@ -5,7 +5,7 @@
 
 #include "server/kind.h"
 
-/* "average", "average-batch", "batch-update". Returns 0, or -1. */
+/* "average", "average-batch", "batch-update", "embedding". Returns 0, or -1. */
 int kind_parse(const char *name, kind_id *out);
 const char *kind_name(kind_id id);
 

@@ -3,7 +3,9 @@
  * A server averages gradient buckets pushed by its trainers: per (batch,
  * bucket) it waits for every trainer, then sends each of them the mean —
  * or, as a batch-update server, owns a model and answers every round of
- * gradients with the parameters after an SGD step.
+ * gradients with the parameters after an SGD step — or, as an embedding
+ * server, holds an EmbeddingBag table that trainers look rows up in and
+ * update.
  */
 #include "server/master_link.h"
 #include "server/server.h"
@@ -29,7 +31,9 @@ static void server_usage(FILE *f)
         "Averages gradient buckets: for every (batch, bucket) it waits until all\n"
         "N trainers have pushed, then sends each of them the element-wise mean.\n"
         "As a batch-update server it owns the model and answers each round of\n"
-        "gradients with the parameters after one SGD step.\n"
+        "gradients with the parameters after one SGD step. As an embedding\n"
+        "server it holds an EmbeddingBag table: trainers look bags of rows up\n"
+        "and send each lookup's gradient back as an SGD update.\n"
         "One thread, one event loop, every trainer connection on it.\n"
         "\n"
         "options:\n"
@@ -38,13 +42,15 @@ static void server_usage(FILE *f)
         "  --listen HOST:PORT      where to accept trainers (default 0.0.0.0:0, an\n"
         "                          ephemeral port; the chosen address is printed)\n"
         "  --kind KIND             average (streaming sum, default), average-batch\n"
-        "                          (keep every push, sum when the last arrives) or\n"
+        "                          (keep every push, sum when the last arrives),\n"
         "                          batch-update (the seed's BatchUpdateParameterServer)\n"
+        "                          or embedding (the DDP+RPC benchmark's EmbeddingBag)\n"
         "  --device DEV            cpu (default); cuda[:N] needs the CUDA backend;\n"
         "                          test (for tests: the CPU, finishing every future\n"
         "                          late on a worker thread). $PSBENCH_SERVER_DEVICE\n"
         "                          sets the default\n"
-        "  --rank R                this server's rank, sent to trainers (default 0)\n"
+        "  --rank R                this server's rank, sent to trainers (default 0);\n"
+        "                          an embedding server's table stream\n"
         "  --max-payload BYTES     largest payload accepted (default 1G; K/M/G ok)\n"
         "  --max-queued BYTES      results queued to one trainer that is not reading\n"
         "                          before it is disconnected (default 256M); also\n"
@@ -60,12 +66,17 @@ static void server_usage(FILE *f)
         "batch-update (standalone; from a master, its configuration decides):\n"
         "  --in-features N         the model is Linear(N, M): default 100\n"
         "  --out-features M        default 30\n"
-        "  --lr LR                 SGD learning rate (default 0.001)\n"
+        "  --lr LR                 SGD learning rate (default 0.001; embedding: 0.05)\n"
         "  --momentum M            SGD momentum (default 0.9)\n"
         "  --batch-update-size K   pushes per update round (default: --trainers)\n"
-        "  --seed S                initializes the parameters (default 0)\n"
+        "  --seed S                initializes the parameters (default 0; embedding:\n"
+        "                          the table, N(0, 1) from stream 2000 + rank)\n"
         "  --part P/N              this server holds part P of N of the flat\n"
         "                          parameter vector (default 0/1)\n"
+        "embedding (standalone; --lr and --seed above apply too):\n"
+        "  --num-embeddings N      rows of the table (default 300)\n"
+        "  --embedding-dim D       columns of the table (default 64); N x D at\n"
+        "                          most 2^31\n"
         "  --token T               trainers must present this token (or PSBENCH_TOKEN)\n"
         "  --hello-timeout SECONDS a connection that has not said a good hello by\n"
         "                          then is answered bad_frame and closed (default 30)\n"
@@ -80,14 +91,16 @@ static void server_usage(FILE *f)
         "parameter_server_batch_metric,param_index_batch (first push to results\n"
         "queued), parameter_server_straggler_metric,param_index_straggler (first\n"
         "push to last push complete), method_metric,average computation (or, for\n"
-        "batch-update, method_metric,update: the mean and the SGD step).\n");
+        "batch-update, method_metric,update: the mean and the SGD step; for\n"
+        "embedding, method_metric,lookup and method_metric,update: a whole\n"
+        "frame in to its work done) and, for embedding, the rows touched.\n");
 }
 
 enum {
     OPT_STANDALONE = 256, OPT_TRAINERS, OPT_LISTEN, OPT_KIND, OPT_DEVICE, OPT_RANK,
     OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_TOKEN, OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
     OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT, OPT_IN_FEATURES, OPT_OUT_FEATURES,
-    OPT_LR, OPT_MOMENTUM, OPT_BU_SIZE, OPT_SEED, OPT_PART,
+    OPT_LR, OPT_MOMENTUM, OPT_BU_SIZE, OPT_SEED, OPT_PART, OPT_NUM_EMBEDDINGS, OPT_EMBEDDING_DIM,
 };
 
 static const struct option server_opts[] = {
@@ -112,6 +125,8 @@ static const struct option server_opts[] = {
     {"batch-update-size", required_argument, NULL, OPT_BU_SIZE},
     {"seed", required_argument, NULL, OPT_SEED},
     {"part", required_argument, NULL, OPT_PART},
+    {"num-embeddings", required_argument, NULL, OPT_NUM_EMBEDDINGS},
+    {"embedding-dim", required_argument, NULL, OPT_EMBEDDING_DIM},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -149,7 +164,11 @@ int main(int argc, char **argv)
     cfg.kind.id = KIND_AVERAGE;
     cfg.kind.bu = (batch_update_config){.in_features = 100, .out_features = 30, .lr = 0.001f,
                                         .momentum = 0.9f, .parts = 1};
-    bool standalone = false, bu_flags = false;
+    cfg.kind.emb = (embedding_config){.num_embeddings = 300, .embedding_dim = 64, .lr = 0.05f};
+    bool standalone = false, bu_flags = false, emb_flags = false;
+    bool have_lr = false, have_seed = false; /* for either kind: applied once the kind is known */
+    float lr = 0;
+    uint64_t seed = 0;
     bool have_rank = false;
     const char *master = NULL, *advertise = NULL, *device_name = NULL;
     cfg.listen_fd = -1;
@@ -176,7 +195,8 @@ int main(int argc, char **argv)
             break;
         case OPT_KIND:
             if (kind_parse(optarg, &cfg.kind.id) < 0) {
-                snprintf(err, sizeof err, "--kind: '%s' is not average, average-batch or batch-update", optarg);
+                snprintf(err, sizeof err, "--kind: '%s' is not average, average-batch, batch-update or embedding",
+                         optarg);
                 return server_fail(err);
             }
             break;
@@ -208,17 +228,31 @@ int main(int argc, char **argv)
                          opt == OPT_LR ? "--lr" : "--momentum", optarg);
                 return server_fail(err);
             }
-            if (opt == OPT_LR)
-                cfg.kind.bu.lr = (float)d;
-            else
+            if (opt == OPT_LR) {
+                lr = (float)d;
+                have_lr = true;
+            } else {
                 cfg.kind.bu.momentum = (float)d;
-            bu_flags = true;
+                bu_flags = true;
+            }
             break;
         }
         case OPT_SEED:
-            if (cli_parse_u64("--seed", optarg, 0, UINT64_MAX, 0, &cfg.kind.bu.seed, err, sizeof err) < 0)
+            if (cli_parse_u64("--seed", optarg, 0, UINT64_MAX, 0, &seed, err, sizeof err) < 0)
                 return server_fail(err);
-            bu_flags = true;
+            have_seed = true;
+            break;
+        case OPT_NUM_EMBEDDINGS:
+        case OPT_EMBEDDING_DIM:
+            /* Each at most 2^31; their product is checked with the kind. */
+            if (cli_parse_u64(opt == OPT_NUM_EMBEDDINGS ? "--num-embeddings" : "--embedding-dim", optarg, 1,
+                              1ull << 31, 0, &v, err, sizeof err) < 0)
+                return server_fail(err);
+            if (opt == OPT_NUM_EMBEDDINGS)
+                cfg.kind.emb.num_embeddings = v;
+            else
+                cfg.kind.emb.embedding_dim = v;
+            emb_flags = true;
             break;
         case OPT_PART: {
             unsigned long long p, n;
@@ -297,11 +331,29 @@ int main(int argc, char **argv)
         return server_fail("--standalone needs --trainers N");
     if (master && cfg.trainers)
         return server_fail("--trainers: with --master, the master decides the trainer count");
-    if (bu_flags && (master || cfg.kind.id != KIND_BATCH_UPDATE))
-        return server_fail(master ? "the batch-update flags are for --standalone: with --master, its "
-                                    "configuration decides"
-                                  : "--in-features, --out-features, --lr, --momentum, --batch-update-size, "
-                                    "--seed and --part need --kind batch-update");
+    if (master && (bu_flags || emb_flags || have_lr || have_seed))
+        return server_fail(emb_flags ? "the embedding flags are for --standalone: with --master, its "
+                                       "configuration decides"
+                                     : "the batch-update flags are for --standalone: with --master, its "
+                                       "configuration decides");
+    if (bu_flags && cfg.kind.id != KIND_BATCH_UPDATE)
+        return server_fail("--in-features, --out-features, --momentum, --batch-update-size and --part need "
+                           "--kind batch-update");
+    if (emb_flags && cfg.kind.id != KIND_EMBEDDING)
+        return server_fail("--num-embeddings and --embedding-dim need --kind embedding");
+    if ((have_lr || have_seed) && cfg.kind.id != KIND_BATCH_UPDATE && cfg.kind.id != KIND_EMBEDDING)
+        return server_fail("--lr and --seed need --kind batch-update or --kind embedding");
+    if (cfg.kind.id == KIND_EMBEDDING) {
+        if (have_lr)
+            cfg.kind.emb.lr = lr;
+        if (have_seed)
+            cfg.kind.emb.seed = seed;
+    } else {
+        if (have_lr)
+            cfg.kind.bu.lr = lr;
+        if (have_seed)
+            cfg.kind.bu.seed = seed;
+    }
     if (!device_name) {
         const char *d = getenv("PSBENCH_SERVER_DEVICE");
         device_name = d && *d ? d : "cpu";
@@ -354,8 +406,12 @@ int main(int argc, char **argv)
     int rc = server_run(&s);
     master_link_free(&s);
     printf("psbench-server %u: %" PRIu64 " pushes in, %" PRIu64 " results out, %" PRIu64
-           " bytes in, %" PRIu64 " bytes out, %" PRIu64 " payload buffers allocated\n",
+           " bytes in, %" PRIu64 " bytes out, %" PRIu64 " payload buffers allocated",
            cfg.rank, s.pushes, s.results, s.bytes_in, s.bytes_out, s.pool.allocs);
+    if (cfg.kind.id == KIND_EMBEDDING)
+        printf(", %" PRIu64 " lookups, %" PRIu64 " updates, %" PRIu64 " rows touched", s.lookups, s.updates,
+               s.kind->rows_touched);
+    printf("\n");
     printf("psbench-server %u: result payload bytes: %" PRIu64 " spliced (zero-copy), %" PRIu64 " copied\n",
            cfg.rank, s.bytes_spliced, s.bytes_copied);
     metrics_print_table(s.metrics, stdout, "server metrics (ms)");

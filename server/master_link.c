@@ -46,6 +46,25 @@ static int master_link_batch_update(json_t *body, batch_update_config *bu, char 
     return 0;
 }
 
+/* The `embedding` object of an embedding server's assignment. */
+static int master_link_embedding(json_t *body, embedding_config *emb, char *err, size_t errlen)
+{
+    json_t *o = json_object_get(body, "embedding");
+    int64_t rows = ctl_int(o, "num_embeddings", -1), cols = ctl_int(o, "embedding_dim", -1);
+    int64_t seed = ctl_int(o, "seed", 0);
+    double lr = ctl_num(o, "lr", 0.05); /* the seed's, when the master leaves it out */
+    if (!json_is_object(o) || rows < 1 || cols < 1 || rows > (1ll << 31) || cols > (1ll << 31) || !(lr >= 0) ||
+        lr > 1e6) {
+        snprintf(err, errlen, "the master sent a bad embedding assignment");
+        return -1;
+    }
+    emb->num_embeddings = (uint64_t)rows;
+    emb->embedding_dim = (uint64_t)cols;
+    emb->lr = (float)lr;
+    emb->seed = (uint64_t)seed;
+    return 0;
+}
+
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
                      const char *advertise, int64_t want_rank, char *err, size_t errlen)
 {
@@ -95,10 +114,11 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
             ctl_msg_clear(&m);
             return -1;
         }
-        int bu_rc = cfg->kind.id == KIND_BATCH_UPDATE ? master_link_batch_update(m.body, &cfg->kind.bu, err, errlen)
-                                                   : 0;
+        int kind_rc = cfg->kind.id == KIND_BATCH_UPDATE ? master_link_batch_update(m.body, &cfg->kind.bu, err, errlen)
+                      : cfg->kind.id == KIND_EMBEDDING ? master_link_embedding(m.body, &cfg->kind.emb, err, errlen)
+                                                       : 0;
         ctl_msg_clear(&m);
-        return bu_rc;
+        return kind_rc;
     }
 }
 
@@ -116,9 +136,13 @@ static void link_send(struct master_link *l, const char *type, json_t *body)
 static void link_report(struct master_link *l)
 {
     server *s = l->s;
+    /* rows_touched: index positions the embedding kind's updates applied
+     * since the server started (0 for the other kinds), a counter like
+     * bytes_in. */
     link_send(l, "metrics",
-              json_pack("{s:o, s:I, s:I}", "samples", ctl_take_samples(s->metrics), "bytes_in",
-                        (json_int_t)s->bytes_in, "bytes_out", (json_int_t)s->bytes_out));
+              json_pack("{s:o, s:I, s:I, s:I}", "samples", ctl_take_samples(s->metrics), "bytes_in",
+                        (json_int_t)s->bytes_in, "bytes_out", (json_int_t)s->bytes_out, "rows_touched",
+                        (json_int_t)s->kind->rows_touched));
 }
 
 static void link_on_tick(evutil_socket_t fd, short what, void *arg)

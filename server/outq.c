@@ -125,6 +125,14 @@ int outq_push(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t
     return 0;
 }
 
+int outq_push_copy(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload)
+{
+    if (outq_push(q, hdr, hlen, payload, 0) < 0)
+        return -1;
+    outq_at(q, q->len - 1)->mode = OUTQ_COPY;
+    return 0;
+}
+
 /* ---- loans ------------------------------------------------------------- */
 
 /* A payload spliced in full: keep it (our reference) until the peer has

@@ -76,6 +76,9 @@ void outq_free(outq *q);
 /* Append a frame; takes a new reference on payload. tag: the batch the
  * frame answers (used only if the payload is spliced). 0 or -1 (memory). */
 int outq_push(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t tag);
+/* Append a frame whose payload is always copied, never lent: for answers
+ * no later push of the peer gives back (an embedding lookup's rows). */
+int outq_push_copy(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload);
 /* Write as much as the socket takes (one writev, or one splice step).
  * Returns bytes written, or -1 with errno (EAGAIN when the socket is full). */
 ssize_t outq_write(outq *q, int fd);

@@ -268,6 +268,7 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
     s->listen_fd = -1;
     bufpool_init(&s->pool, (size_t)1 << 30);
     s->cfg.kind.trainers = cfg->trainers;
+    s->cfg.kind.emb.rank = cfg->rank; /* each server's table has a stream of its own */
     s->metrics = metrics_new();
     s->members = calloc(cfg->trainers, sizeof *s->members);
     s->base = event_base_new();

@@ -132,3 +132,45 @@ void reduce_sgd_momentum_f32(float *restrict param, float *restrict buf, const f
             memcpy(out + at, p, m * sizeof *p);
     }
 }
+
+/* Where bag b's positions end: the next bag's offset, or nnz for the last. */
+static inline size_t reduce_bag_end(const int64_t *off, size_t bags, size_t nnz, size_t b)
+{
+    return b + 1 < bags ? (size_t)off[b + 1] : nnz;
+}
+
+void reduce_gather_sum_f32(float *restrict out, const float *restrict table, size_t cols, const int64_t *idx,
+                           size_t nnz, const int64_t *off, size_t bags)
+{
+    for (size_t b = 0; b < bags; b++) {
+        float *restrict o = out + b * cols;
+        for (size_t c = 0; c < cols; c++)
+            o[c] = 0.0f;
+        size_t end = reduce_bag_end(off, bags, nnz, b);
+        assert((size_t)off[b] <= end && end <= nnz);
+        for (size_t i = (size_t)off[b]; i < end; i++) {
+            const float *restrict row = table + (size_t)idx[i] * cols;
+            for (size_t c = 0; c < cols; c++)
+                o[c] += row[c];
+        }
+    }
+}
+
+void reduce_scatter_sgd_f32(float *table, size_t cols, const int64_t *idx, size_t nnz, const int64_t *off,
+                            size_t bags, const float *grad, float lr)
+{
+    for (size_t b = 0; b < bags; b++) {
+        const float *g = grad + b * cols;
+        size_t end = reduce_bag_end(off, bags, nnz, b);
+        assert((size_t)off[b] <= end && end <= nnz);
+        for (size_t i = (size_t)off[b]; i < end; i++) {
+            float *row = table + (size_t)idx[i] * cols;
+            for (size_t c = 0; c < cols; c++) {
+                /* Two statements: the product is rounded before the
+                 * subtraction whatever -ffp-contract says. */
+                float step = lr * g[c];
+                row[c] = row[c] - step;
+            }
+        }
+    }
+}

@@ -2,7 +2,8 @@
  *
  * Dense: fold a chunk of float32 bytes (any alignment, straight from a
  * socket buffer) into an accumulator, and scale by 1/N at the end; one
- * SGD-with-momentum step. Sparse coalescing is the protocol's own rule and
+ * SGD-with-momentum step; the gather and scatter of embedding rows.
+ * Sparse coalescing is the protocol's own rule and
  * lives in shared/sparse.h (trainers coalesce too, in sparse allreduce).
  */
 #ifndef PSBENCH_REDUCE_H
@@ -33,6 +34,23 @@ void reduce_copy_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
  * then out[i] = param[i] when out is not NULL. */
 void reduce_sgd_momentum_f32(float *param, float *buf, const float *const *srcs, uint32_t nsrc, size_t n,
                              float scale, float lr, float momentum, bool first, float *out);
+
+/* Embedding bags (kind `embedding`, docs/protocol.md). A lookup names
+ * nnz rows of a row-major table of `cols` columns (idx) grouped into bags
+ * by offsets (PyTorch EmbeddingBag's `offsets`): bag b is idx[off[b] ..
+ * off[b+1]), the last bag runs to nnz. The caller has checked the indices
+ * and offsets (0 <= idx < rows, off[0] = 0, non-decreasing, <= nnz).
+ *
+ * Gather (mode "sum"): out[b] (cols floats) = 0.0f + table[idx[i]] + ...
+ * over the bag's positions i in order, in float; an empty bag is zeros. */
+void reduce_gather_sum_f32(float *out, const float *table, size_t cols, const int64_t *idx, size_t nnz,
+                           const int64_t *off, size_t bags);
+/* Scatter SGD: for each bag b in order, each of its positions i in order,
+ * table[idx[i]][c] = table[idx[i]][c] - lr * grad[b][c], in float (lr *
+ * grad rounded first: no fused multiply-add). A row named twice gets both
+ * steps. */
+void reduce_scatter_sgd_f32(float *table, size_t cols, const int64_t *idx, size_t nnz, const int64_t *off,
+                            size_t bags, const float *grad, float lr);
 
 /* Which compiled loops the dense folds above use: want 0 the portable
  * ones, 1 the AVX2 ones where the CPU has them, -1 whatever the CPU

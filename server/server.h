@@ -67,6 +67,7 @@ typedef struct server {
     struct conn *flush_head;  /* connections with output to write */
     struct conn *graveyard;   /* closed, freed once no callback holds them */
     uint64_t bytes_in, bytes_out, pushes, results;
+    uint64_t lookups, updates; /* embedding: calls handed to the kind */
     uint64_t bytes_spliced, bytes_copied; /* result payload bytes, by how they left */
     bool splice_warned;                   /* a connection fell back to copies (said once) */
     struct master_link *link; /* NULL standalone */

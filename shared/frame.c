@@ -15,6 +15,7 @@ static const char *const errcode_names[] = {
     [ERR_TOO_LARGE] = "too_large",
     [ERR_UNSUPPORTED] = "unsupported",
     [ERR_PEER_LOST] = "peer_lost",
+    [ERR_BAD_INDEX] = "bad_index",
     [ERR_OTHER] = "other",
 };
 
@@ -28,7 +29,8 @@ const char *frame_errcode_name(frame_errcode c)
 static const char *const type_names[] = {
     [FT_OTHER] = "", [FT_HELLO] = "hello",   [FT_WELCOME] = "welcome",
     [FT_PUSH] = "push", [FT_RESULT] = "result", [FT_ERROR] = "error",
-    [FT_FETCH] = "fetch", [FT_PARAMS] = "params",
+    [FT_FETCH] = "fetch", [FT_PARAMS] = "params", [FT_LOOKUP] = "lookup",
+    [FT_ROWS] = "rows", [FT_UPDATE] = "update",
 };
 
 const char *frame_type_name(frame_type t)
@@ -81,7 +83,7 @@ static field_spec fields[] = {
     U("nnz", FH_NNZ, nnz),             S("code", FH_CODE, code),
     S("message", FH_MESSAGE, message), U("zerocopy", FH_ZEROCOPY, zerocopy),
     U("round", FH_ROUND, round),       U("offset", FH_OFFSET, offset),
-    U("total", FH_TOTAL, total),
+    U("total", FH_TOTAL, total),       U("bags", FH_BAGS, bags),
 };
 #undef U
 #undef S
@@ -246,15 +248,15 @@ static uint64_t frame_word_c(const char *lit)
 }
 
 /* Words of the names compared on every frame (filled before main). */
-static uint64_t type_word, type_name_word[FT_PARAMS + 1], dense_word, sparse_word;
-static uint32_t type_name_len[FT_PARAMS + 1];
+static uint64_t type_word, type_name_word[FT_LAST + 1], dense_word, sparse_word;
+static uint32_t type_name_len[FT_LAST + 1];
 
 static frame_type type_from_str(frame_str s, const char *end)
 {
     if (s.n > FRAME_WORD_MAX)
         return FT_OTHER;
     uint64_t w = frame_word(s.p, s.n, end);
-    for (unsigned t = FT_HELLO; t <= FT_PARAMS; t++)
+    for (unsigned t = FT_HELLO; t <= FT_LAST; t++)
         if (w == type_name_word[t] && s.n == type_name_len[t])
             return (frame_type)t;
     return FT_OTHER;
@@ -278,14 +280,14 @@ static int8_t field_by_hash[FIELD_HASH_SIZE];
 static unsigned frame_key_hash(const char *p, uint32_t n)
 {
     assert(n >= 2);
-    return (n * 2 + (uint8_t)p[0] + (uint8_t)p[1] * 6u + (uint8_t)p[n - 1]) & (FIELD_HASH_SIZE - 1);
+    return (n * 2 + (uint8_t)p[0] + (uint8_t)p[1] * 3u + (uint8_t)p[n - 1] * 3u) & (FIELD_HASH_SIZE - 1);
 }
 
 __attribute__((constructor)) static void frame_fields_index(void)
 {
     memset(field_by_hash, -1, sizeof field_by_hash);
     type_word = frame_word_c("type");
-    for (unsigned t = FT_HELLO; t <= FT_PARAMS; t++)
+    for (unsigned t = FT_HELLO; t <= FT_LAST; t++)
     {
         type_name_word[t] = frame_word_c(type_names[t]);
         type_name_len[t] = (uint32_t)strlen(type_names[t]);

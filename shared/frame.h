@@ -38,7 +38,11 @@ typedef enum frame_type {
     FT_ERROR,
     FT_FETCH,  /* extension (batch-update): see docs/protocol.md */
     FT_PARAMS, /* extension (batch-update): the answer to fetch */
+    FT_LOOKUP, /* extension (embedding): rows of the server's table, summed per bag */
+    FT_ROWS,   /* extension (embedding): the answer to lookup */
+    FT_UPDATE, /* extension (embedding): SGD on the rows a lookup named */
 } frame_type;
+#define FT_LAST FT_UPDATE
 
 typedef enum frame_layout { LAYOUT_NONE = 0, LAYOUT_DENSE, LAYOUT_SPARSE, LAYOUT_OTHER } frame_layout;
 
@@ -53,6 +57,7 @@ typedef enum frame_errcode {
     ERR_TOO_LARGE,
     ERR_UNSUPPORTED,
     ERR_PEER_LOST, /* extension: a peer vanished, the bucket can never resolve */
+    ERR_BAD_INDEX, /* extension (embedding): an index or offset outside the rules */
     ERR_OTHER,     /* a code this build does not know */
 } frame_errcode;
 
@@ -96,6 +101,7 @@ enum {
     FH_ROUND = 1u << 18,    /* extension (batch-update): the server's update round */
     FH_OFFSET = 1u << 19,   /* extension (batch-update): first element of a server's part */
     FH_TOTAL = 1u << 20,    /* extension (batch-update): elements of the whole model */
+    FH_BAGS = 1u << 21,     /* extension (embedding): bags of a lookup/update/rows */
 };
 
 /* Every header field protocol v1 knows, decoded. `has` says which were
@@ -126,6 +132,7 @@ typedef struct frame_hdr {
     uint64_t round;    /* batch-update: result/params: updates applied so far */
     uint64_t offset;   /* batch-update: params: the part's first element */
     uint64_t total;    /* batch-update: params: elements of the whole model */
+    uint64_t bags;     /* embedding: lookup/update/rows: the number of bags */
 } frame_hdr;
 
 /* Result of frame_decode_header. */

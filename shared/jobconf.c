@@ -161,6 +161,33 @@ static int modelconf_linear(const char *id, json_t *conf, modelconf *m, char *er
     return 0;
 }
 
+static int modelconf_hybrid(const char *id, json_t *conf, modelconf *m, char *err, size_t errlen)
+{
+    const uint64_t big = (uint64_t)1 << 31;
+    if (jobconf_uint(conf, "model", id, "num_embeddings", 300, 1, big, &m->hybrid.num_embeddings, err, errlen) < 0 ||
+        jobconf_uint(conf, "model", id, "embedding_dim", 64, 1, 1u << 20, &m->hybrid.embedding_dim, err, errlen) < 0)
+        return -1;
+    if (m->hybrid.num_embeddings * m->hybrid.embedding_dim > big) {
+        errbuf_set(err, errlen, "model '%s': a %llu x %llu table is too large (at most 2^31 floats per server)", id,
+                   (unsigned long long)m->hybrid.num_embeddings, (unsigned long long)m->hybrid.embedding_dim);
+        return -1;
+    }
+    return 0;
+}
+
+int hybrid_shape_check(uint64_t number_ps, uint64_t embedding_dim, char *err, size_t errlen)
+{
+    uint64_t w = number_ps * embedding_dim;
+    if (number_ps < 1 || w < 512 || w % 512 != 0) {
+        errbuf_set(err, errlen,
+                   "HybridModel: number_ps x embedding_dim (%llu x %llu = %llu) must be at least 512 and a multiple "
+                   "of it: the servers' looked-up rows are reshaped to rows of 512 for the dense part",
+                   (unsigned long long)number_ps, (unsigned long long)embedding_dim, (unsigned long long)w);
+        return -1;
+    }
+    return 0;
+}
+
 int modelconf_parse(const char *id, const char *cls, json_t *conf, modelconf *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
@@ -178,9 +205,12 @@ int modelconf_parse(const char *id, const char *cls, json_t *conf, modelconf *ou
     } else if (strcmp(cls, "Linear") == 0) {
         out->cls = MODEL_LINEAR;
         rc = modelconf_linear(id, conf, out, err, errlen);
+    } else if (strcmp(cls, "HybridModel") == 0) {
+        out->cls = MODEL_HYBRID;
+        rc = modelconf_hybrid(id, conf, out, err, errlen);
     } else {
-        errbuf_set(err, errlen, "model '%s': class '%s' is not in psbench (DummyModel, Synthetic, Linear)", id,
-                    cls);
+        errbuf_set(err, errlen, "model '%s': class '%s' is not in psbench (DummyModel, Synthetic, Linear, "
+                   "HybridModel)", id, cls);
         return -1;
     }
     if (rc < 0)

@@ -34,6 +34,7 @@ typedef enum model_class {
     MODEL_DUMMY = 0, /* the seed's DummyModel: real training (trainer/model.h) */
     MODEL_SYNTHETIC, /* pushes of generated buckets: a communication benchmark */
     MODEL_LINEAR,    /* the batch-update benchmark's Linear(in, out) */
+    MODEL_HYBRID,    /* the DDP + RPC benchmark's HybridModel: embedding servers, dense part by allreduce */
 } model_class;
 
 typedef struct modelconf {
@@ -53,15 +54,24 @@ typedef struct modelconf {
     struct {
         uint64_t in_features, out_features;
     } linear;
+    struct {
+        uint64_t num_embeddings, embedding_dim; /* every server's table (seed: 300 x 64) */
+    } hybrid;
 } modelconf;
 
-/* Parse a model entry: its class ("DummyModel", "Synthetic", "Linear") and
+/* Parse a model entry: its class ("DummyModel", "Synthetic", "Linear",
+ * "HybridModel") and
  * its configurations object (may be NULL: every default). `id` names it in
  * messages. 0, or -1 with err (*out then needs no modelconf_free). */
 int modelconf_parse(const char *id, const char *cls, json_t *conf, modelconf *out, char *err, size_t errlen);
 /* The same from {"id", "class", "configurations"} (the assignment's "model"). */
 int modelconf_from_entry(json_t *entry, modelconf *out, char *err, size_t errlen);
 void modelconf_free(modelconf *m);
+
+/* HybridModel's shape rule: the P servers' D-wide rows, concatenated, are
+ * reshaped to rows of 512, so P x D must be at least 512 and a multiple of
+ * it. 0, or -1 with the reason. */
+int hybrid_shape_check(uint64_t number_ps, uint64_t embedding_dim, char *err, size_t errlen);
 
 /* ---- hooks ------------------------------------------------------------- */
 

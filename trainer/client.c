@@ -280,7 +280,8 @@ static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
                 client_error_frame(c, h, err, errlen);
                 return -1;
             }
-            if (h->type != FT_RESULT && h->type != FT_PARAMS) { /* params: batch-update's fetch */
+            /* params: batch-update's fetch; rows: an embedding lookup */
+            if (h->type != FT_RESULT && h->type != FT_PARAMS && h->type != FT_ROWS) {
                 snprintf(err, errlen, "server %s sent an unexpected '%.*s' frame", c->addr,
                          (int)h->type_str.n, h->type_str.p);
                 return -1;

@@ -15,5 +15,7 @@
 /* Write the digest as 64 lowercase hex digits and a NUL to hex. Returns 0,
  * or -1 if libcrypto fails (hex is then the empty string). */
 int params_sha256(const dummy_model *m, char hex[65]);
+/* The same digest of n floats. */
+int params_sha256_floats(const float *v, uint64_t n, char hex[65]);
 
 #endif

@@ -6,7 +6,9 @@
 #include "trainer/batch_update.h"
 #include "trainer/client.h"
 #include "trainer/hooks.h"
+#include "trainer/hybrid.h"
 #include "trainer/master_link.h"
+#include "trainer/params_hash.h"
 #include "trainer/params_out.h"
 #include "trainer/synthetic.h"
 #include "trainer/train.h"
@@ -39,8 +41,9 @@ typedef struct run_work {
     synthetic *syn;   /* Synthetic: pushes through cl */
     batch_update *bu; /* Linear: fetch and push through cl */
     train *tr;        /* DummyModel: buckets through h */
+    hybrid *hy;       /* HybridModel: lookups and updates through cl, the dense bucket through h */
     hook *h;
-    client cl;        /* syn and bu: their own connections */
+    client cl;        /* syn, bu and hy: their own connections */
     bool cl_open;
 } run_work;
 
@@ -161,6 +164,66 @@ static void run_bytes(void *ctx, uint64_t *in, uint64_t *out)
 
 /* ---- setting up the workload ----------------------------------------------- */
 
+/* The hook `name` for this job (its groups formed through the master). */
+static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, const char *name, bool sparse,
+                      const char *servers, char *err, size_t errlen)
+{
+    char here[64];
+    run_local_address(l->c.fd, here, sizeof here);
+    coll_store store = mlink_store(l);
+    hook_setup hs = {
+        .hook = name,
+        .backend = j->backend,
+        .cuda_device = -1,
+        .sparse_model = sparse,
+        .rank = (uint32_t)j->rank,
+        .ntrainer = (uint32_t)j->ntrainer,
+        .servers = servers,
+        .token = o->token,
+        .connect_timeout_s = o->connect_timeout_s,
+        .rpc_timeout_s = j->rpc_timeout_s,
+        .store = &store,
+        .store_prefix = "psbench",
+        .coll_host = o->coll_host ? o->coll_host : here[0] ? here : NULL,
+        .m = l->m,
+    };
+    l->store_timeout_s = j->rpc_timeout_s;
+    return hooks_new(&hs, err, errlen);
+}
+
+/* The HybridModel: the servers' tables through the client, the dense part
+ * through allreduce_hook. */
+static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *j, run_work *w, char *err,
+                            size_t errlen)
+{
+    json_t *tc = json_object_get(json_object_get(j->assign, "trainer"), "configurations");
+    hybrid_config hc = {0};
+    hc.number_ps = 1;
+    for (const char *p = j->servers; *p; p++)
+        hc.number_ps += *p == ',';
+    hc.num_embeddings = j->model.hybrid.num_embeddings;
+    hc.embedding_dim = j->model.hybrid.embedding_dim;
+    hc.batches = (uint64_t)ctl_int(tc, "batches", 10);
+    hc.lr = ctl_num(tc, "lr", 0.05);
+    hc.seed = (uint64_t)ctl_int(j->assign, "seed", 0);
+    hc.rank = j->rank;
+    hc.rpc_timeout_s = j->rpc_timeout_s;
+    if (!(w->hy = hybrid_new(&hc, l->m, err, errlen)))
+        return -1;
+    /* Only the dense part travels through the hook: no servers for it. */
+    if (!(w->h = run_hook(l, o, j, "allreduce_hook", false, "", err, errlen)))
+        return -1;
+    client_sink sink = hybrid_sink(w->hy);
+    if (client_open(&w->cl, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen) < 0)
+        return -1;
+    w->cl_open = true;
+    log_info("trainer %" PRIu64 ": HybridModel, %u embedding server(s) of %" PRIu64 " x %" PRIu64 ", dense part "
+             "through allreduce_hook, %" PRIu64 " batches per epoch", j->rank, hc.number_ps, hc.num_embeddings,
+             hc.embedding_dim, hc.batches);
+    run_lower_compute_priority(o->compute_nice);
+    return 0;
+}
+
 static int run_setup(mlink *l, const trainer_run_opts *o, const run_job *j, run_work *w, char *err, size_t errlen)
 {
     w->cl.wake_fd = -1;
@@ -173,27 +236,7 @@ static int run_setup(mlink *l, const trainer_run_opts *o, const run_job *j, run_
                      j->batches, train_batches_per_pass(w->tr));
             return -1;
         }
-        char here[64];
-        run_local_address(l->c.fd, here, sizeof here);
-        coll_store store = mlink_store(l);
-        hook_setup hs = {
-            .hook = j->hook,
-            .backend = j->backend,
-            .cuda_device = -1,
-            .sparse_model = tj.model.sparse,
-            .rank = (uint32_t)j->rank,
-            .ntrainer = (uint32_t)j->ntrainer,
-            .servers = j->servers,
-            .token = o->token,
-            .connect_timeout_s = o->connect_timeout_s,
-            .rpc_timeout_s = j->rpc_timeout_s,
-            .store = &store,
-            .store_prefix = "psbench",
-            .coll_host = o->coll_host ? o->coll_host : here[0] ? here : NULL,
-            .m = l->m,
-        };
-        l->store_timeout_s = j->rpc_timeout_s;
-        if (!(w->h = hooks_new(&hs, err, errlen)))
+        if (!(w->h = run_hook(l, o, j, j->hook, tj.model.sparse, j->servers, err, errlen)))
             return -1;
         log_info("trainer %" PRIu64 ": DummyModel through %s%s%s, %" PRIu64 " batches per pass", j->rank, j->hook,
                  j->servers[0] ? ", servers " : "", j->servers, j->batches);
@@ -202,9 +245,11 @@ static int run_setup(mlink *l, const trainer_run_opts *o, const run_job *j, run_
     }
     if (!j->servers[0]) {
         snprintf(err, errlen, "the assignment names no server (the %s model talks to servers only)",
-                 j->model.cls == MODEL_SYNTHETIC ? "Synthetic" : "Linear");
+                 j->model.cls == MODEL_SYNTHETIC ? "Synthetic" : j->model.cls == MODEL_HYBRID ? "HybridModel" : "Linear");
         return -1;
     }
+    if (j->model.cls == MODEL_HYBRID)
+        return run_setup_hybrid(l, o, j, w, err, errlen);
     client_sink sink;
     if (j->model.cls == MODEL_SYNTHETIC) {
         synthetic_config sc = {0};
@@ -256,12 +301,45 @@ static void run_teardown(run_work *w)
     synthetic_free(w->syn);
     train_free(w->tr);
     batch_update_free(w->bu);
+    hybrid_free(w->hy);
 }
 
 /* ---- passes ----------------------------------------------------------------- */
 
-static int run_pass(mlink *l, run_work *w, const run_job *j, char *err, size_t errlen)
+/* The losses per epoch and the digest of the parameters that every trainer
+ * reports with pass_done: synchronous training must leave them identical. */
+static json_t *run_pass_result(const double *loss, uint64_t ne, const float *params, uint64_t n)
 {
+    json_t *losses = json_array();
+    for (uint64_t e = 0; e < ne; e++)
+        json_array_append_new(losses, json_real(loss[e]));
+    char hex[65] = "";
+    params_sha256_floats(params, n, hex);
+    return json_pack("{s:o, s:s}", "loss_per_epoch", losses, "final_params_sha256", hex);
+}
+
+static int run_pass(mlink *l, run_work *w, const run_job *j, uint64_t batches, char *err, size_t errlen)
+{
+    if (w->hy) {
+        hybrid_report rep;
+        uint64_t per_epoch = (uint64_t)ctl_int(json_object_get(json_object_get(j->assign, "trainer"),
+                                                               "configurations"), "batches", 10);
+        if (per_epoch == 0 || batches % per_epoch != 0) {
+            snprintf(err, errlen, "a pass of %" PRIu64 " batches is not whole epochs of %" PRIu64, batches, per_epoch);
+            return -1;
+        }
+        if (hybrid_pass(w->hy, &w->cl, w->h, batches / per_epoch, mlink_tick, l, &rep, err, errlen) < 0)
+            return -1;
+        l->batches_done = rep.batches;
+        uint64_t ne, n;
+        const double *loss = hybrid_loss_per_epoch(w->hy, &ne);
+        const float *p = hybrid_dense_params(w->hy, &n);
+        json_t *extra = run_pass_result(loss, ne, p, n);
+        /* "bags": the samples of this benchmark ("samples" is the metrics map) */
+        json_object_set_new(extra, "bags", json_integer((json_int_t)rep.samples));
+        json_object_set_new(extra, "epochs", json_integer((json_int_t)rep.epochs));
+        return mlink_report(l, "pass_done", extra, err, errlen);
+    }
     if (w->bu) {
         batch_update_report rep;
         if (batch_update_pass(w->bu, &w->cl, j->batches, 0, true, &rep, err, errlen) < 0)
@@ -278,17 +356,11 @@ static int run_pass(mlink *l, run_work *w, const run_job *j, char *err, size_t e
     }
     if (train_pass(w->tr, w->h, mlink_tick, l, err, errlen) < 0)
         return -1;
-    /* Every trainer reports its losses and a digest of its parameters:
-     * synchronous training must leave them bit-identical. */
     uint64_t ne;
     const double *loss = train_loss_per_epoch(w->tr, &ne);
-    json_t *losses = json_array();
-    for (uint64_t e = 0; e < ne; e++)
-        json_array_append_new(losses, json_real(loss[e]));
-    char hex[65] = "";
-    train_params_sha256(w->tr, hex);
-    return mlink_report(l, "pass_done", json_pack("{s:o, s:s}", "loss_per_epoch", losses, "final_params_sha256", hex),
-                        err, errlen);
+    const dummy_model *m = train_model(w->tr);
+    return mlink_report(l, "pass_done", run_pass_result(loss, ne, model_values_const(m), model_total_size(m)), err,
+                        errlen);
 }
 
 /* The final parameters, raw little-endian float32 in parameter order (what
@@ -297,6 +369,11 @@ static int run_write_params(const run_work *w, const char *path, char *err, size
 {
     if (w->bu)
         return batch_update_write_params(w->bu, path, err, errlen);
+    if (w->hy) {
+        uint64_t n;
+        const float *p = hybrid_dense_params(w->hy, &n);
+        return params_write(path, p, n, err, errlen);
+    }
     if (!w->tr)
         return 0;
     const dummy_model *m = train_model(w->tr);
@@ -314,9 +391,10 @@ static int run_loop(mlink *l, const trainer_run_opts *o, run_work *w, const run_
         if (mlink_wait(l, &msg, err, errlen) < 0)
             return 1;
         if (strcmp(msg.type, "start") == 0) {
+            uint64_t batches = (uint64_t)ctl_int(msg.body, "batches", (int64_t)j->batches);
             ctl_msg_clear(&msg);
             l->batches_done = 0;
-            if (run_pass(l, w, j, err, errlen) < 0)
+            if (run_pass(l, w, j, batches, err, errlen) < 0)
                 return 1;
         } else if (strcmp(msg.type, "reset") == 0) {
             ctl_msg_clear(&msg);

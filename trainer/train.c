@@ -2,7 +2,6 @@
 #include "trainer/train.h"
 #include "shared/clock.h"
 #include "trainer/optim.h"
-#include "trainer/params_hash.h"
 #include "shared/log.h"
 
 #include <cblas.h>
@@ -261,11 +260,6 @@ const double *train_loss_per_epoch(const train *t, uint64_t *n)
 {
     *n = t->job.epochs;
     return t->loss_epoch;
-}
-
-int train_params_sha256(const train *t, char hex[65])
-{
-    return params_sha256(t->model, hex);
 }
 
 const dummy_model *train_model(const train *t)

@@ -44,7 +44,6 @@ uint64_t train_batches_per_pass(const train *t);
 int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size_t errlen);
 /* Mean loss of each epoch of the last pass. */
 const double *train_loss_per_epoch(const train *t, uint64_t *n);
-int train_params_sha256(const train *t, char hex[65]);
 /* The model (tests compare parameters across trainers). */
 const dummy_model *train_model(const train *t);
 

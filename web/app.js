@@ -506,12 +506,28 @@
     return keys.length;
   }
 
+  /* Counts that are not durations (the embedding servers' rows touched),
+   * one line under the servers' tables. */
+  function renderCounters(m) {
+    const box = $("metrics-counters");
+    const sv = isObj(m) && isObj(m.counters) && isObj(m.counters.server) ? m.counters.server : null;
+    const ranks = sv && isObj(sv.ranks) ? sv.ranks : {};
+    const keys = Object.keys(ranks).filter((k) => isObj(ranks[k])).sort((a, b) => Number(a) - Number(b));
+    box.hidden = keys.length === 0;
+    if (box.hidden) return;
+    const parts = keys.map((k) => "server " + k + ": " + Number(ranks[k].rows_touched).toLocaleString());
+    const all = isObj(sv.all) ? Number(sv.all.rows_touched).toLocaleString() : "?";
+    box.textContent = "embedding rows touched by updates: " + parts.join(", ") + " (all: " + all + ")";
+    box.setAttribute("data-all", isObj(sv.all) ? String(sv.all.rows_touched) : "");
+  }
+
   function renderTables() {
     const m = state.metrics;
     const groups = isObj(m) && isObj(m.groups) ? m.groups : {};
     let n = 0;
     for (const group of ["trainer", "server"]) n += renderGroup(group, groups[group]);
     $("metrics-empty").hidden = n > 0;
+    renderCounters(m);
   }
 
   /* -------------------------------------------------------------------- start */

@@ -82,6 +82,16 @@ def start_pure_ddp(reg):
     return "http://%s:%d/" % (host, port), p
 
 
+def start_ddp_rpc(reg):
+    """The real master with --local running the seed's DDP + RPC benchmark
+    (2 trainers, 2 embedding servers of 300 x 256). Returns (base URL, proc)."""
+    p = reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
+                   "--http", "127.0.0.1:0", "--linger", "60", "--number-ps", "2", "--embedding-dim", "256",
+                   "--epochs", "400", "--warmup-cycles", "1"], name="master-ddp-rpc")
+    host, port = wait_for_line(p, HTTP_READY_RE)
+    return "http://%s:%d/" % (host, port), p
+
+
 def wait_for_line(proc, regex, timeout=10.0):
     """The groups of the first match of `regex` in proc's stderr or stdout."""
     deadline = time.monotonic() + timeout
@@ -315,6 +325,38 @@ class Dashboard(psb.PsbTestCase):
                 time.sleep(0.2)
             self.assertIn("hook_future_metric,gloo_dense_allreduce", names)
             self.assertNotIn("hook_future_metric,rpc_dense", names)
+            self.assert_no_severe(driver.get_log("browser"))
+        finally:
+            driver.quit()
+
+    def test_ddp_rpc_servers(self):
+        """Embedding servers: their lookup and update times in the 'all
+        servers' table, and their rows touched under the tables."""
+        base, _ = start_ddp_rpc(self.reg)
+        driver = self.start_browser()
+        try:
+            driver.get(base)
+            self.wait_live(driver, base)
+            server_names = r"""
+const d = document.querySelector('#metrics-server details[data-key="all"]');
+if (!d) return [];
+return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textContent.trim());
+"""
+            deadline = time.monotonic() + WAIT_S
+            names, counters = [], None
+            while time.monotonic() < deadline:
+                names = driver.execute_script(server_names) or []
+                counters = driver.execute_script(
+                    "const e = document.querySelector('#metrics-counters');"
+                    "return e && !e.hidden ? [e.textContent, e.getAttribute('data-all')] : null;")
+                if "method_metric,update" in names and counters and int(counters[1] or 0) > 0:
+                    break
+                time.sleep(0.2)
+            self.assertIn("method_metric,lookup", names)
+            self.assertIn("method_metric,update", names)
+            self.assertIsNotNone(counters)
+            self.assertIn("embedding rows touched by updates: server 0:", counters[0])
+            self.assertGreater(int(counters[1]), 0)
             self.assert_no_severe(driver.get_log("browser"))
         finally:
             driver.quit()

@@ -32,10 +32,10 @@
 /* ---- fixtures ------------------------------------------------------------- */
 
 static const snap_node fixture_nodes[] = {
-    {"trainer", 0, "10.0.0.1", "cpu", "running", 0.25, 1000, 2000},
-    {"trainer", 1, "10.0.0.2", "cuda:0", "running", 1.23456, 3000, 4000},
-    {"server", 0, "10.0.0.3", "cpu", "ready", 0.0004, 6000, 5000},
-    {"trainer", 2, "10.0.0.4", "cpu", "lost", 31.0, 0, 0},
+    {"trainer", 0, "10.0.0.1", "cpu", "running", 0.25, 1000, 2000, -1},
+    {"trainer", 1, "10.0.0.2", "cuda:0", "running", 1.23456, 3000, 4000, -1},
+    {"server", 0, "10.0.0.3", "cpu", "ready", 0.0004, 6000, 5000, -1},
+    {"trainer", 2, "10.0.0.4", "cpu", "lost", 31.0, 0, 0, -1},
 };
 #define NFIXTURE_NODES (sizeof fixture_nodes / sizeof fixture_nodes[0])
 
@@ -650,6 +650,45 @@ static void test_prom_locale_independent(void **state)
     free(text);
 }
 
+/* An embedding server's rows touched: in its node and as a counter; no
+ * such family where no node has them. */
+static void test_rows_touched(void **state)
+{
+    static const snap_node nodes[] = {
+        {"trainer", 0, "h0", "cpu", "running", 0.1, 10, 20, -1},
+        {"server", 0, "h1", "cpu", "ready", 0.1, 30, 40, 4242},
+        {"server", 1, "h2", "cpu", "ready", 0.1, 30, 40, 0},
+    };
+    snapshot_input in = fixture();
+    char *plain = snapshot_prometheus(&in);
+    assert_non_null(plain);
+    assert_null(strstr(plain, "psbench_embedding_rows_touched_total"));
+    free(plain);
+    in.nodes = nodes;
+    in.nnodes = 3;
+    json_t *arr = parse(snapshot_nodes_json(&in));
+    assert_null(json_object_get(json_array_get(arr, 0), "rows_touched"));
+    assert_int_key(json_array_get(arr, 1), "rows_touched", 4242);
+    assert_int_key(json_array_get(arr, 2), "rows_touched", 0);
+    json_decref(arr);
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+    assert_close(prom_value(text, "psbench_embedding_rows_touched_total{rank=\"0\"}"), 4242);
+    assert_close(prom_value(text, "psbench_embedding_rows_touched_total{rank=\"1\"}"), 0);
+    assert_int_equal(count_substr(text, "\npsbench_embedding_rows_touched_total{"), 2);
+    free(text);
+    json_t *met = parse(snapshot_metrics_json(&in));
+    json_t *sv = json_object_get(json_object_get(met, "counters"), "server");
+    assert_int_key(json_object_get(sv, "all"), "rows_touched", 4242);
+    assert_int_key(json_object_get(json_object_get(sv, "ranks"), "0"), "rows_touched", 4242);
+    assert_int_key(json_object_get(json_object_get(sv, "ranks"), "1"), "rows_touched", 0);
+    json_decref(met);
+    in = fixture();
+    met = parse(snapshot_metrics_json(&in));
+    assert_null(json_object_get(met, "counters"));
+    json_decref(met);
+}
+
 /* Writes a representative exposition for promtool when PSBENCH_PROM_OUT is set. */
 static void test_prom_write_out(void **state)
 {
@@ -657,6 +696,11 @@ static void test_prom_write_out(void **state)
     if (!path || !*path)
         skip();
     snapshot_input in = fixture();
+    /* With an embedding server, so that its counter family is checked too. */
+    snap_node nodes[NFIXTURE_NODES];
+    memcpy(nodes, fixture_nodes, sizeof nodes);
+    nodes[2].rows_touched = 123;
+    in.nodes = nodes;
     snap_stat all_stats[8];
     memcpy(all_stats, fixture_stats, sizeof fixture_stats);
     all_stats[6] = (snap_stat){"trainer", 1, "method_metric,we\"ird\\name\nx", make_summary(3, 0.75)};
@@ -683,6 +727,7 @@ int main(void)
         cmocka_unit_test(test_nodes),
         cmocka_unit_test(test_nodes_text),
         cmocka_unit_test(test_nodes_empty),
+        cmocka_unit_test(test_rows_touched),
         cmocka_unit_test(test_metrics_shape),
         cmocka_unit_test(test_metrics_empty_groups),
         cmocka_unit_test(test_metrics_nonfinite_is_null),

@@ -1,0 +1,339 @@
+/* kind_embedding.c — kind `embedding`, the parameter server of the seed's
+ * DDP+RPC benchmark (benchmark_ddp_rpc.py): each server holds an
+ * EmbeddingBag(num_embeddings, embedding_dim, mode="sum"); trainers look
+ * bags of rows up remotely and the seed's DistributedOptimizer applies SGD
+ * to the rows each lookup named.
+ *
+ * No futures: a `lookup` or `update` concerns one trainer only and is
+ * applied at once, as the seed's RPCs are. The transport hands over each
+ * call with its whole payload (indices, offsets, and for an update the
+ * bags' gradients); this file checks it against the table — every rule
+ * before anything changes, so a refused call leaves the table as it was —
+ * and submits one device job: a gather (the bags' sums into the answer
+ * buffer) or a scatter SGD (the update). Device jobs complete in
+ * submission order, so a trainer's lookup sees every update it sent
+ * before, whatever the device.
+ *
+ * The table is written only by device jobs, and by start and reset once
+ * nothing is in flight (the futures layer drains the device first).
+ */
+#include "server/kind.h"
+#include "shared/clock.h"
+#include "shared/log.h"
+#include "shared/rng.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Indices, offsets and gradients are read in place from the payload. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "payloads are little-endian");
+
+/* The most floats a table may hold (8 GiB). */
+#define EMB_MAX_FLOATS (1ull << 31)
+
+typedef struct emb_kind {
+    kind base;
+    uint64_t rows, cols;
+    float *table;                   /* rows x cols, row-major */
+    uint64_t submitted, completed;  /* device jobs */
+} emb_kind;
+
+/* PyTorch initializes an EmbeddingBag's weight N(0, 1); here from the
+ * seed and this server's own stream, so every server has its own table. */
+static void emb_init_table(emb_kind *ek)
+{
+    const embedding_config *c = &ek->base.cfg.emb;
+    rng r;
+    rng_seed(&r, c->seed, RNG_STREAM_EMBEDDING + (uint64_t)c->rank);
+    rng_fill_normal(ek->table, ek->rows * ek->cols, &r);
+}
+
+/* The payload size the header promises: 8 * (nnz + bags), plus for an
+ * update 4 * bags * cols. UINT64_MAX on overflow. */
+static uint64_t emb_payload_size(const kind_call *c)
+{
+    if (c->nnz > UINT64_MAX / 16 || c->bags > UINT64_MAX / 16)
+        return UINT64_MAX;
+    uint64_t n = 8 * (c->nnz + c->bags);
+    if (!c->update)
+        return n;
+    if (c->cols && c->bags > (UINT64_MAX - n) / 4 / c->cols)
+        return UINT64_MAX;
+    return n + 4 * c->bags * c->cols;
+}
+
+/* Every rule of docs/protocol.md ("Kind `embedding`") that a call's
+ * payload must follow, checked before anything changes. */
+static frame_errcode emb_check(const emb_kind *ek, const kind_call *c, char *msg, size_t len)
+{
+    if (c->update && c->cols != ek->cols) {
+        snprintf(msg, len, "update with cols %" PRIu64 ", but this server's rows have %" PRIu64 " columns", c->cols,
+                 ek->cols);
+        return ERR_SHAPE_MISMATCH;
+    }
+    uint64_t want = emb_payload_size(c), have = c->payload ? c->payload->len : 0;
+    if (want != have) {
+        snprintf(msg, len, "payload is %" PRIu64 " bytes but nnz %" PRIu64 " and bags %" PRIu64 " need %" PRIu64,
+                 have, c->nnz, c->bags, want);
+        return ERR_SHAPE_MISMATCH;
+    }
+    if (!have)
+        return ERR_NONE;
+    const int64_t *idx = (const int64_t *)(const void *)c->payload->data;
+    const int64_t *off = idx + c->nnz;
+    for (uint64_t b = 0; b < c->bags; b++) {
+        if (b == 0 && off[0] != 0) {
+            snprintf(msg, len, "offsets[0] is %" PRId64 ", not 0", off[0]);
+            return ERR_BAD_INDEX;
+        }
+        if (b > 0 && off[b] < off[b - 1]) {
+            snprintf(msg, len, "offsets decrease: offsets[%" PRIu64 "] = %" PRId64 " < offsets[%" PRIu64 "] = %" PRId64,
+                     b, off[b], b - 1, off[b - 1]);
+            return ERR_BAD_INDEX;
+        }
+        if ((uint64_t)off[b] > c->nnz) {
+            snprintf(msg, len, "offsets[%" PRIu64 "] = %" PRId64 " is past nnz %" PRIu64, b, off[b], c->nnz);
+            return ERR_BAD_INDEX;
+        }
+    }
+    for (uint64_t i = 0; i < c->nnz; i++)
+        if (idx[i] < 0 || (uint64_t)idx[i] >= ek->rows) {
+            snprintf(msg, len, "index %" PRId64 " (position %" PRIu64 ") is outside [0, %" PRIu64 ")", idx[i], i,
+                     ek->rows);
+            return ERR_BAD_INDEX;
+        }
+    return ERR_NONE;
+}
+
+/* The call a job belongs to (each call carries its own job). */
+static kind_call *emb_call_of(device_job *j)
+{
+    return (kind_call *)(void *)((char *)j - offsetof(kind_call, job));
+}
+
+static void emb_done(device_job *j)
+{
+    emb_kind *ek = j->arg;
+    kind_call *c = emb_call_of(j);
+    ek->completed++;
+    double ms = (double)(clock_now_ns() - c->t_ns) / 1e6;
+    if (c->update) {
+        /* Positions that belong to a bag: every one when there are bags
+         * (offsets[0] = 0), none otherwise. */
+        ek->base.rows_touched += c->bags ? c->nnz : 0;
+        metrics_add(ek->base.m_update, ms);
+    } else {
+        metrics_add(ek->base.m_compute, ms);
+    }
+    log_debug("%s batch %" PRIu64 ": %" PRIu64 " bags, %" PRIu64 " indices, %.3f ms", c->update ? "update" : "lookup",
+              c->batch, c->bags, c->nnz, ms);
+    c->done(c);
+}
+
+/* Point the job at the call's indices and offsets (the payload is 64-byte
+ * aligned, so both arrays are aligned for int64). */
+static void emb_job_bags(const kind_call *c, const int64_t **idx, const int64_t **off)
+{
+    const int64_t *p = c->payload ? (const int64_t *)(const void *)c->payload->data : NULL;
+    *idx = p;
+    *off = p ? p + c->nnz : NULL;
+}
+
+static frame_errcode emb_lookup(kind *k, kind_call *c, char *msg, size_t len)
+{
+    emb_kind *ek = (emb_kind *)k;
+    assert(!c->update && !c->answer);
+    frame_errcode code = emb_check(ek, c, msg, len);
+    if (code != ERR_NONE)
+        return code;
+    c->cols = ek->cols;
+    if (c->bags) {
+        c->answer = bufpool_get(k->pool, c->bags * ek->cols * sizeof(float));
+        if (!c->answer) {
+            snprintf(msg, len, "server out of memory for %" PRIu64 " rows of the answer", c->bags);
+            return ERR_TOO_LARGE;
+        }
+    }
+    /* Even an empty lookup goes through the device: its answer must not
+     * overtake the answers of earlier calls still in flight. */
+    device_job *j = &c->job;
+    memset(j, 0, sizeof *j);
+    j->op = JOB_GATHER;
+    j->u.gather.table = ek->table;
+    j->u.gather.cols = ek->cols;
+    emb_job_bags(c, &j->u.gather.idx, &j->u.gather.off);
+    j->u.gather.nnz = c->nnz;
+    j->u.gather.bags = c->bags;
+    j->u.gather.out = c->answer ? (float *)(void *)c->answer->data : NULL;
+    j->done = emb_done;
+    j->arg = ek;
+    ek->submitted++;
+    device_submit(k->dev, j);
+    return ERR_NONE;
+}
+
+static frame_errcode emb_update(kind *k, kind_call *c, char *msg, size_t len)
+{
+    emb_kind *ek = (emb_kind *)k;
+    assert(c->update);
+    frame_errcode code = emb_check(ek, c, msg, len);
+    if (code != ERR_NONE)
+        return code;
+    device_job *j = &c->job;
+    memset(j, 0, sizeof *j);
+    j->op = JOB_SCATTER_SGD;
+    j->u.scatter.table = ek->table;
+    j->u.scatter.cols = ek->cols;
+    emb_job_bags(c, &j->u.scatter.idx, &j->u.scatter.off);
+    j->u.scatter.nnz = c->nnz;
+    j->u.scatter.bags = c->bags;
+    j->u.scatter.grad = c->payload ? (const float *)(const void *)(c->payload->data + 8 * (c->nnz + c->bags)) : NULL;
+    j->u.scatter.lr = k->cfg.emb.lr;
+    j->done = emb_done;
+    j->arg = ek;
+    ek->submitted++;
+    device_submit(k->dev, j);
+    return ERR_NONE;
+}
+
+/* A push is refused by admit, so the push ops below are never reached. */
+static frame_errcode emb_admit(kind *k, const frame_hdr *h, uint64_t *batch, char *msg, size_t len)
+{
+    (void)k;
+    (void)h;
+    (void)batch;
+    snprintf(msg, len, "an embedding server takes lookup and update, not push");
+    return ERR_UNSUPPORTED;
+}
+
+static int emb_push_begin(kind *k, push_ctx *p)
+{
+    (void)k;
+    (void)p;
+    assert(!"embedding: no push is ever admitted");
+    return -1;
+}
+
+static uint8_t *emb_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
+{
+    (void)k;
+    (void)p;
+    (void)off;
+    *max = 0;
+    return NULL;
+}
+
+static void emb_push_direct_done(kind *k, push_ctx *p, uint64_t off, size_t n)
+{
+    (void)k;
+    (void)p;
+    (void)off;
+    (void)n;
+}
+
+static int emb_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+{
+    (void)k;
+    (void)off;
+    (void)src;
+    (void)n;
+    snprintf(p->err, sizeof p->err, "an embedding server takes no push");
+    return -1;
+}
+
+static void emb_push_abort(kind *k, push_ctx *p)
+{
+    (void)k;
+    (void)p;
+}
+
+static void emb_resolve(kind *k, future *f)
+{
+    (void)f;
+    k->resolved(k->resolved_ctx, f, NULL, "an embedding server has no futures");
+}
+
+static void emb_release(kind *k, future *f)
+{
+    (void)k;
+    (void)f;
+}
+
+static int emb_start(kind *k)
+{
+    emb_init_table((emb_kind *)k);
+    return 0;
+}
+
+/* Between passes, a fresh table from the seed: the seed builds a new
+ * model (and its servers' tables) for every run. */
+static void emb_reset(kind *k)
+{
+    emb_kind *ek = (emb_kind *)k;
+    assert(ek->submitted == ek->completed); /* drained by the futures layer */
+    emb_init_table(ek);
+}
+
+static void emb_destroy(kind *k)
+{
+    emb_kind *ek = (emb_kind *)k;
+    assert(ek->submitted == ek->completed); /* nothing may still write the table */
+    free(ek->table);
+    free(ek);
+}
+
+static const kind_ops emb_ops = {
+    .name = "embedding",
+    .admit = emb_admit,
+    .push_begin = emb_push_begin,
+    .push_direct = emb_push_direct,
+    .push_direct_done = emb_push_direct_done,
+    .push_data = emb_push_data,
+    .push_abort = emb_push_abort,
+    .resolve = emb_resolve,
+    .release = emb_release,
+    .start = emb_start,
+    .reset = emb_reset,
+    .lookup = emb_lookup,
+    .update = emb_update,
+    .destroy = emb_destroy,
+};
+
+kind *kind_embedding_new(const kind_config *cfg, char *err, size_t errlen)
+{
+    const embedding_config *c = &cfg->emb;
+    if (c->num_embeddings == 0 || c->embedding_dim == 0 || c->num_embeddings > EMB_MAX_FLOATS ||
+        c->embedding_dim > EMB_MAX_FLOATS || c->num_embeddings * c->embedding_dim > EMB_MAX_FLOATS) {
+        snprintf(err, errlen,
+                 "embedding: a table of %" PRIu64 " x %" PRIu64 " is not allowed (each at least 1, at most 2^31 "
+                 "floats in all)",
+                 c->num_embeddings, c->embedding_dim);
+        return NULL;
+    }
+    if (!(c->lr >= 0) || !isfinite(c->lr)) {
+        snprintf(err, errlen, "embedding: lr must be finite and >= 0");
+        return NULL;
+    }
+    emb_kind *ek = calloc(1, sizeof *ek);
+    if (!ek) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    ek->base.ops = &emb_ops;
+    ek->base.cfg = *cfg;
+    ek->rows = c->num_embeddings;
+    ek->cols = c->embedding_dim;
+    ek->table = malloc(ek->rows * ek->cols * sizeof(float));
+    if (!ek->table) {
+        free(ek);
+        snprintf(err, errlen, "embedding: out of memory for a table of %" PRIu64 " x %" PRIu64 " floats",
+                 c->num_embeddings, c->embedding_dim);
+        return NULL;
+    }
+    return &ek->base;
+}

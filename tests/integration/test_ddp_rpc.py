@@ -1,0 +1,138 @@
+"""The seed's DDP + RPC benchmark end to end: HybridModel trainers, embedding
+tables on parameter servers (kind `embedding`), the dense part averaged by
+allreduce_hook over Gloo.
+
+- 2 trainers x 2 servers (--local) and x 8 servers (by hand): the dense
+  parameters end bit-identical on both trainers, the loss falls over the
+  epochs, the servers report lookups, updates and rows touched, and the
+  seed's table (seconds per epoch, samples per second) is printed and in
+  results.json.
+- The seed's flags select the benchmark; a shape the dense part cannot
+  take (number_ps x embedding_dim not a multiple of 512) is refused at
+  start with the reason.
+(The servers' arithmetic and their refusals of bad lookups, with nothing
+changed: test_embedding_server.py.)
+
+Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_ddp_rpc.py
+"""
+import array
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+from test_master import Master, http_get, http_json  # noqa: E402
+
+
+class DdpRpc(psb.PsbTestCase):
+
+    def master(self, *extra, local=True, out=None, linger="0"):
+        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                "--rpc-timeout", "30", "--linger", linger]
+        if local:
+            args.append("--local")
+        if out:
+            args += ["--out", out]
+        m = self.reg.start(args + list(extra), name="master", cls=Master)
+        m.wait_ports()
+        return m
+
+    def check_results(self, res, nserver, epochs):
+        trainers = res["trainers"]
+        self.assertEqual(len(trainers), 2)
+        self.assertEqual(len({t["final_params_sha256"] for t in trainers}), 1, trainers)
+        for t in trainers:
+            loss = t["loss_per_epoch"]
+            self.assertEqual(len(loss), epochs)
+            self.assertLess(loss[-1], 0.8 * loss[0], loss)  # it learns the epoch's batches
+            self.assertGreater(t["bags"], 0)
+        tr = res["groups"]["trainer"]["all"]
+        for k in ("batch_level_metric,batch_all", "embedding_metric,remote_lookup", "forward_metric,forward_pass",
+                  "backward_metric,backward", "hook_future_metric,gloo_dense_allreduce", "epoch_metric,epoch"):
+            self.assertIn(k, tr)
+        self.assertEqual(tr["epoch_metric,epoch"]["count"], 2 * epochs)
+        sv = res["groups"]["server"]
+        self.assertEqual(sorted(sv["ranks"]), [str(r) for r in range(nserver)])
+        for k in ("method_metric,lookup", "method_metric,update"):
+            self.assertGreater(sv["all"][k]["count"], 0, k)
+        ddp = res["ddp_rpc"]
+        self.assertEqual(sorted(r["trainer"] for r in ddp["epochs"]), ["0", "1", "all"])
+        for row in ddp["epochs"]:
+            self.assertGreater(row["p50_s_per_epoch"], 0)
+            self.assertLessEqual(row["p50_s_per_epoch"], row["p95_s_per_epoch"])
+            self.assertGreater(row["p50_samples_per_s"], 0)
+        touched = ddp["rows_touched"]
+        self.assertEqual(sorted(touched), [str(r) for r in range(nserver)])
+        self.assertTrue(all(v and v > 0 for v in touched.values()), touched)
+
+    def test_two_servers_local(self):
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256",
+                        "--epochs", "15", "--warmup-cycles", "2", out=out, linger="30")
+        deadline_s = 240
+        # While it lingers: the servers' rows in the nodes API and Prometheus.
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < deadline_s and "phase done" not in m.stderr():
+            self.assertTrue(m.alive(), m.describe())
+            time.sleep(0.2)
+        self.assertIn("phase done", m.stderr(), m.describe())
+        nodes = http_json(m.http + "/api/v1/nodes")
+        servers = [n for n in nodes if n["role"] == "server"]
+        self.assertEqual(len(servers), 2)
+        self.assertTrue(all(n["rows_touched"] > 0 for n in servers), servers)
+        code, _, prom = http_get(m.http + "/metrics")
+        self.assertIn('psbench_embedding_rows_touched_total{rank="1"}', prom)
+        self.assertIn('metric="method_metric,lookup"', prom)
+        m.signal(15)
+        rc = m.wait(30)
+        self.assertEqual(rc, 0, m.describe())
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        self.check_results(res, 2, 15)
+        self.assertEqual(res["configuration"]["warmup_cycles"], 2)
+        self.assertIn("DDP + RPC benchmark (timed pass): seconds per epoch, samples per second", m.stdout())
+
+    def test_eight_servers_by_hand(self):
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--model", "HybridModel", "--trainer", "HybridTrainer", "--server",
+                        "EmbeddingParameterServer", "--nserver", "8", "--ntrainer", "2", "--epochs", "12",
+                        "--warmup-cycles", "1", local=False, out=out)
+        for s in range(8):
+            self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
+                           name="server%d" % s)
+        paths = []
+        for r in range(2):
+            p = os.path.join(self.reg.workdir, "dense-%d.bin" % r)
+            paths.append(p)
+            self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r),
+                            "--params-out", p], name="trainer%d" % r)
+        self.assertEqual(m.wait(240), 0, m.describe())
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        self.check_results(res, 8, 12)
+        dense = []
+        for p in paths:
+            a = array.array("f")
+            with open(p, "rb") as f:
+                a.frombytes(f.read())
+            dense.append(a)
+        # 512*256+256 + 256*128+128 + 128*64+64 + 64*32+32 + 32*8+8
+        self.assertEqual(len(dense[0]), 174824)
+        self.assertEqual(dense[0].tobytes(), dense[1].tobytes())
+
+    def test_shapes_refused(self):
+        rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http",
+                                     "127.0.0.1:0", "--number-ps", "3", "--embedding-dim", "64"])
+        self.assertNotEqual(rc, 0)
+        self.assertIn("must be at least 512 and a multiple of it", err.strip().splitlines()[-1])
+        rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http",
+                                     "127.0.0.1:0", "--model", "HybridModel", "--server", "AverageParameterServer",
+                                     "--trainer", "HybridTrainer", "--nserver", "8", "--placement", "shard"])
+        self.assertNotEqual(rc, 0)
+        self.assertIn("EmbeddingParameterServer", err.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    psb.main()

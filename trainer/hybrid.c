@@ -1,0 +1,462 @@
+/* hybrid.c — the seed's HybridModel trainer (see hybrid.h). */
+#include "trainer/hybrid.h"
+#include "shared/clock.h"
+#include "shared/jobconf.h"
+#include "shared/log.h"
+#include "shared/rng.h"
+
+#include <cblas.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HYBRID_LAYERS 5
+#define HYBRID_MAX_INDICES 50 /* the seed's randint(20, 50) */
+
+/* The seed's dense part: widths of the layers' inputs and outputs, and the
+ * ReLU after the second layer. */
+static const uint32_t hybrid_width[HYBRID_LAYERS + 1] = {HYBRID_ROW, 256, 128, 64, 32, HYBRID_CLASSES};
+static const bool hybrid_relu_after[HYBRID_LAYERS] = {false, true, false, false, false};
+
+/* One server's answer as it is received. */
+typedef struct hybrid_rx {
+    bool receiving, done;
+} hybrid_rx;
+
+struct hybrid {
+    hybrid_config cfg;
+    uint32_t k;           /* output rows per bag: P*D / 512 */
+    stats *m_batch, *m_lookup, *m_fwd, *m_bwd, *m_opt, *m_epoch;
+    /* the dense part */
+    uint64_t nparams;
+    float *params, *grads;
+    uint64_t w_off[HYBRID_LAYERS], b_off[HYBRID_LAYERS];
+    float *act[HYBRID_LAYERS + 1]; /* act[0] = the looked-up rows, act[l+1] = layer l's output */
+    float *pre[HYBRID_LAYERS];     /* layer l's output before its ReLU (where it has one) */
+    float *dact, *dnext;           /* backward scratch: R x 512 each */
+    /* the batch */
+    rng data;
+    int64_t idx[HYBRID_MAX_INDICES], off[HYBRID_MAX_INDICES];
+    uint64_t nnz, bags, rows; /* rows = bags * k */
+    int64_t target[HYBRID_MAX_INDICES * 8];
+    uint8_t *lookup;          /* the lookup payload: indices, offsets */
+    uint8_t **update;         /* per server: indices, offsets, the bags' gradients */
+    /* answers */
+    const client *cl;
+    hybrid_rx *rx;
+    uint64_t batch;           /* the wire batch number */
+    uint32_t remaining;
+    uint64_t t_last_rx;
+    hook_bucket bucket;       /* the dense gradients */
+    double *loss_epoch;
+    uint64_t nepochs;
+};
+
+/* ---- set-up ------------------------------------------------------------------ */
+
+static void hybrid_init_params(hybrid *h)
+{
+    rng r;
+    rng_seed(&r, h->cfg.seed, RNG_STREAM_MODEL);
+    for (int l = 0; l < HYBRID_LAYERS; l++) {
+        double bound = 1.0 / sqrt((double)hybrid_width[l]);
+        rng_fill_uniform(h->params + h->w_off[l], (uint64_t)hybrid_width[l + 1] * hybrid_width[l], bound, &r);
+        rng_fill_uniform(h->params + h->b_off[l], hybrid_width[l + 1], bound, &r);
+    }
+}
+
+hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
+{
+    uint64_t width = (uint64_t)c->number_ps * c->embedding_dim;
+    if (hybrid_shape_check(c->number_ps, c->embedding_dim, err, errlen) < 0)
+        return NULL;
+    if (c->num_embeddings < 1 || c->batches < 1 || width / HYBRID_ROW > 4096) {
+        snprintf(err, errlen, "HybridModel: num_embeddings and batches must be at least 1 (and P x D at most "
+                 "4096 x 512)");
+        return NULL;
+    }
+    hybrid *h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    h->cfg = *c;
+    h->k = (uint32_t)(width / HYBRID_ROW);
+    h->m_batch = metrics_get(m, "batch_level_metric,batch_all");
+    h->m_lookup = metrics_get(m, "embedding_metric,remote_lookup");
+    h->m_fwd = metrics_get(m, "forward_metric,forward_pass");
+    h->m_bwd = metrics_get(m, "backward_metric,backward");
+    h->m_opt = metrics_get(m, "optimizer_metric,step");
+    h->m_epoch = metrics_get(m, "epoch_metric,epoch");
+    uint64_t n = 0;
+    for (int l = 0; l < HYBRID_LAYERS; l++) {
+        h->w_off[l] = n;
+        n += (uint64_t)hybrid_width[l + 1] * hybrid_width[l];
+        h->b_off[l] = n;
+        n += hybrid_width[l + 1];
+    }
+    h->nparams = n;
+    uint64_t R = (uint64_t)HYBRID_MAX_INDICES * h->k; /* at most one bag per index */
+    h->params = malloc(n * sizeof *h->params);
+    h->grads = malloc(n * sizeof *h->grads);
+    bool ok = h->params && h->grads && h->m_batch && h->m_lookup && h->m_fwd && h->m_bwd && h->m_opt && h->m_epoch;
+    for (int l = 0; l <= HYBRID_LAYERS && ok; l++)
+        ok = (h->act[l] = malloc(R * hybrid_width[l] * sizeof(float))) != NULL;
+    for (int l = 0; l < HYBRID_LAYERS && ok; l++)
+        ok = !hybrid_relu_after[l] || (h->pre[l] = malloc(R * hybrid_width[l + 1] * sizeof(float))) != NULL;
+    h->dact = malloc(R * HYBRID_ROW * sizeof(float));
+    h->dnext = malloc(R * HYBRID_ROW * sizeof(float));
+    h->lookup = malloc(2 * HYBRID_MAX_INDICES * 8);
+    h->update = calloc(c->number_ps, sizeof *h->update);
+    h->rx = calloc(c->number_ps, sizeof *h->rx);
+    ok = ok && h->dact && h->dnext && h->lookup && h->update && h->rx;
+    for (uint32_t p = 0; p < c->number_ps && ok; p++)
+        ok = (h->update[p] = malloc(2 * HYBRID_MAX_INDICES * 8 + HYBRID_MAX_INDICES * c->embedding_dim * 4)) != NULL;
+    if (!ok) {
+        hybrid_free(h);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    h->bucket.id = 0;
+    h->bucket.data = h->grads;
+    h->bucket.count = n;
+    hybrid_init_params(h);
+    return h;
+}
+
+void hybrid_free(hybrid *h)
+{
+    if (!h)
+        return;
+    free(h->params);
+    free(h->grads);
+    for (int l = 0; l <= HYBRID_LAYERS; l++)
+        free(h->act[l]);
+    for (int l = 0; l < HYBRID_LAYERS; l++)
+        free(h->pre[l]);
+    free(h->dact);
+    free(h->dnext);
+    free(h->lookup);
+    for (uint32_t p = 0; h->update && p < h->cfg.number_ps; p++)
+        free(h->update[p]);
+    free(h->update);
+    free(h->rx);
+    free(h->loss_epoch);
+    hook_bucket_release(&h->bucket);
+    free(h);
+}
+
+const double *hybrid_loss_per_epoch(const hybrid *h, uint64_t *n)
+{
+    *n = h->nepochs;
+    return h->loss_epoch;
+}
+
+const float *hybrid_dense_params(const hybrid *h, uint64_t *n)
+{
+    *n = h->nparams;
+    return h->params;
+}
+
+/* ---- data ---------------------------------------------------------------------- */
+
+/* The seed's _get_batch: randint(20, 50) indices, offsets from 0 advancing
+ * by randint(1, 10) while below the count, a target per output row. */
+static void hybrid_draw(hybrid *h)
+{
+    rng *r = &h->data;
+    h->nnz = 20 + rng_below(r, 31);
+    for (uint64_t i = 0; i < h->nnz; i++)
+        h->idx[i] = (int64_t)rng_below(r, h->cfg.num_embeddings);
+    h->bags = 0;
+    for (uint64_t start = 0; start < h->nnz; start += 1 + rng_below(r, 10))
+        h->off[h->bags++] = (int64_t)start;
+    h->rows = h->bags * h->k;
+    for (uint64_t i = 0; i < h->rows; i++)
+        h->target[i] = (int64_t)rng_below(r, HYBRID_CLASSES);
+    memcpy(h->lookup, h->idx, h->nnz * 8);
+    memcpy(h->lookup + h->nnz * 8, h->off, h->bags * 8);
+}
+
+/* ---- answers (client sink) ------------------------------------------------------ */
+
+static int hybrid_begin(void *ctx, uint32_t server, const frame_hdr *hd, void **frame, char *err, size_t errlen)
+{
+    hybrid *h = ctx;
+    if (server >= h->cfg.number_ps || hd->type != FT_ROWS || h->rx[server].done || h->rx[server].receiving) {
+        snprintf(err, errlen, "server %u sent an unexpected '%.*s' (this trainer waits for lookup answers)", server,
+                 (int)hd->type_str.n, hd->type_str.p);
+        return -1;
+    }
+    if (hd->batch != h->batch || hd->bags != h->bags || hd->cols != h->cfg.embedding_dim ||
+        hd->payload != h->bags * h->cfg.embedding_dim * 4) {
+        snprintf(err, errlen, "server %s answered lookup %" PRIu64 " with %" PRIu64 " bags x %" PRIu64
+                 " columns (batch %" PRIu64 "); it asked %" PRIu64 " x %" PRIu64 " (num_embeddings/embedding_dim "
+                 "differ between trainer and servers?)", h->cl->conns[server].addr, h->batch, hd->bags, hd->cols,
+                 hd->batch, h->bags, h->cfg.embedding_dim);
+        return -1;
+    }
+    h->rx[server].receiving = true;
+    *frame = &h->rx[server];
+    return 0;
+}
+
+/* Server p's row of bag b goes to columns [p*D, (p+1)*D) of bag b's
+ * concatenated row; off is a multiple of 4 (client.h). */
+static int hybrid_data(void *ctx, void *frame, uint64_t off, const uint8_t *src, size_t n, char *err, size_t errlen)
+{
+    hybrid *h = ctx;
+    uint64_t p = (uint64_t)((hybrid_rx *)frame - h->rx), D = h->cfg.embedding_dim;
+    uint64_t width = (uint64_t)h->cfg.number_ps * D;
+    uint64_t e = off / 4, left = n / 4;
+    float *x = h->act[0];
+    while (left > 0) {
+        uint64_t b = e / D, c = e % D, take = D - c < left ? D - c : left;
+        memcpy(x + b * width + p * D + c, src, take * 4);
+        src += take * 4;
+        e += take;
+        left -= take;
+    }
+    return 0;
+}
+
+static int hybrid_end(void *ctx, void *frame, char *err, size_t errlen)
+{
+    hybrid *h = ctx;
+    hybrid_rx *rx = frame;
+    rx->receiving = false;
+    rx->done = true;
+    h->remaining--;
+    h->t_last_rx = h->cl->rx_ns;
+    return 0;
+}
+
+client_sink hybrid_sink(hybrid *h)
+{
+    client_sink k = {hybrid_begin, hybrid_data, hybrid_end, h};
+    return k;
+}
+
+/* ---- the dense part -------------------------------------------------------------- */
+
+/* Forward over h->rows rows; returns the mean cross-entropy. */
+static double hybrid_forward(hybrid *h)
+{
+    int R = (int)h->rows;
+    for (int l = 0; l < HYBRID_LAYERS; l++) {
+        int in = (int)hybrid_width[l], out = (int)hybrid_width[l + 1];
+        float *y = hybrid_relu_after[l] ? h->pre[l] : h->act[l + 1];
+        for (int i = 0; i < R; i++)
+            memcpy(y + (size_t)i * out, h->params + h->b_off[l], (size_t)out * sizeof *y);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, out, in, 1.0f, h->act[l], in,
+                    h->params + h->w_off[l], in, 1.0f, y, out);
+        if (hybrid_relu_after[l])
+            for (size_t i = 0; i < (size_t)R * out; i++)
+                h->act[l + 1][i] = y[i] > 0 ? y[i] : 0.0f;
+    }
+    /* Cross-entropy of the logits; the softmax's gradient goes to dnext. */
+    const float *z = h->act[HYBRID_LAYERS];
+    double loss = 0;
+    for (int i = 0; i < R; i++) {
+        const float *zi = z + (size_t)i * HYBRID_CLASSES;
+        float mx = zi[0];
+        for (int c = 1; c < HYBRID_CLASSES; c++)
+            mx = zi[c] > mx ? zi[c] : mx;
+        double sum = 0;
+        for (int c = 0; c < HYBRID_CLASSES; c++)
+            sum += exp((double)(zi[c] - mx));
+        loss += log(sum) + mx - zi[h->target[i]];
+        float *d = h->dnext + (size_t)i * HYBRID_CLASSES;
+        for (int c = 0; c < HYBRID_CLASSES; c++)
+            d[c] = (float)(exp((double)(zi[c] - mx)) / sum / R);
+        d[h->target[i]] -= 1.0f / (float)R;
+    }
+    return loss / R;
+}
+
+/* Backward from the logits' gradient (in dnext) to every dense gradient and
+ * to the looked-up rows' gradient (left in dnext, R x 512). */
+static void hybrid_backward(hybrid *h)
+{
+    int R = (int)h->rows;
+    for (int l = HYBRID_LAYERS - 1; l >= 0; l--) {
+        int in = (int)hybrid_width[l], out = (int)hybrid_width[l + 1];
+        float *dy = h->dnext;
+        if (hybrid_relu_after[l])
+            for (size_t i = 0; i < (size_t)R * out; i++)
+                dy[i] = h->pre[l][i] > 0 ? dy[i] : 0.0f;
+        /* dW = dy^T x, db = column sums of dy, dx = dy W */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, R, 1.0f, dy, out, h->act[l], in, 0.0f,
+                    h->grads + h->w_off[l], in);
+        float *db = h->grads + h->b_off[l];
+        memset(db, 0, (size_t)out * sizeof *db);
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < out; j++)
+                db[j] += dy[(size_t)i * out + j];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, in, out, 1.0f, dy, out, h->params + h->w_off[l],
+                    in, 0.0f, h->dact, in);
+        float *t = h->dnext;
+        h->dnext = h->dact;
+        h->dact = t;
+    }
+}
+
+/* ---- one batch ----------------------------------------------------------------- */
+
+static int hybrid_wait(hybrid *h, client *cl, uint64_t t0, char *err, size_t errlen)
+{
+    uint64_t timeout_ns = (uint64_t)(h->cfg.rpc_timeout_s * 1e9);
+    while (h->remaining > 0) {
+        uint64_t now = clock_now_ns();
+        if (now - t0 > timeout_ns) {
+            uint32_t p = 0;
+            while (p < h->cfg.number_ps && h->rx[p].done)
+                p++;
+            snprintf(err, errlen, "timed out after %g s waiting for the lookup answer of server %s (--rpc-timeout)",
+                     h->cfg.rpc_timeout_s, p < h->cfg.number_ps ? cl->conns[p].addr : "?");
+            return -1;
+        }
+        uint64_t left_ms = (timeout_ns - (now - t0)) / 1000000 + 1;
+        if (client_poll(cl, (int)(left_ms < 250 ? left_ms : 250), err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int hybrid_lookups(hybrid *h, client *cl, char *err, size_t errlen)
+{
+    h->remaining = h->cfg.number_ps;
+    for (uint32_t p = 0; p < h->cfg.number_ps; p++) {
+        h->rx[p].done = h->rx[p].receiving = false;
+        frame_hdr hd = {0};
+        hd.type = FT_LOOKUP;
+        hd.batch = h->batch;
+        hd.nnz = h->nnz;
+        hd.bags = h->bags;
+        hd.payload = 8 * (h->nnz + h->bags);
+        hd.has = FH_BATCH | FH_NNZ | FH_BAGS | FH_PAYLOAD;
+        if (client_queue(cl, p, &hd, h->lookup, err, errlen) < 0)
+            return -1;
+    }
+    return hybrid_wait(h, cl, clock_now_ns(), err, errlen);
+}
+
+/* Every server's update: its lookup, and the gradient of its D columns of
+ * every bag's concatenated row (the k rows of 512 a bag became, summed
+ * back into the bag's row). */
+static int hybrid_updates(hybrid *h, client *cl, char *err, size_t errlen)
+{
+    uint64_t D = h->cfg.embedding_dim, width = (uint64_t)h->cfg.number_ps * D;
+    for (uint32_t p = 0; p < h->cfg.number_ps; p++) {
+        uint8_t *u = h->update[p];
+        memcpy(u, h->lookup, 8 * (h->nnz + h->bags));
+        float *g = (float *)(void *)(u + 8 * (h->nnz + h->bags));
+        for (uint64_t b = 0; b < h->bags; b++)
+            memcpy(g + b * D, h->dnext + b * width + p * D, D * sizeof *g);
+        frame_hdr hd = {0};
+        hd.type = FT_UPDATE;
+        hd.batch = h->batch;
+        hd.nnz = h->nnz;
+        hd.bags = h->bags;
+        hd.cols = D;
+        hd.dtype = frame_str_c("f32");
+        hd.payload = 8 * (h->nnz + h->bags) + 4 * h->bags * D;
+        hd.has = FH_BATCH | FH_NNZ | FH_BAGS | FH_COLS | FH_DTYPE | FH_PAYLOAD;
+        if (client_queue(cl, p, &hd, u, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static double hybrid_ms(uint64_t a, uint64_t b) { return (double)(b - a) / 1e6; }
+
+static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err, size_t errlen)
+{
+    uint64_t t0 = clock_now_ns();
+    hybrid_draw(h);
+    if (hybrid_lookups(h, cl, err, errlen) < 0)
+        return -1;
+    uint64_t t1 = clock_now_ns();
+    *loss = hybrid_forward(h);
+    uint64_t t2 = clock_now_ns();
+    hybrid_backward(h);
+    uint64_t t3 = clock_now_ns();
+    /* The servers' updates leave now (the comm of the dense bucket runs
+     * meanwhile); the next lookups queue behind them on each connection,
+     * so a server applies them first. */
+    if (hybrid_updates(h, cl, err, errlen) < 0)
+        return -1;
+    hook_bucket *b = &h->bucket;
+    hook_ready(hk, b, h->batch);
+    if (client_poll(cl, 0, err, errlen) < 0) /* write the updates */
+        return -1;
+    if (hook_wait(hk, &b, 1, err, errlen) < 0)
+        return -1;
+    uint64_t t4 = clock_now_ns();
+    float lr = (float)h->cfg.lr;
+    for (uint64_t i = 0; i < h->nparams; i++)
+        h->params[i] -= lr * h->grads[i];
+    uint64_t t5 = clock_now_ns();
+    metrics_add(h->m_lookup, hybrid_ms(t0, t1));
+    metrics_add(h->m_fwd, hybrid_ms(t1, t2));
+    metrics_add(h->m_bwd, hybrid_ms(t2, t3));
+    metrics_add(h->m_opt, hybrid_ms(t4, t5));
+    metrics_add(h->m_batch, hybrid_ms(t0, t5));
+    return 0;
+}
+
+int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t epochs, hybrid_tick_fn tick, void *ctx,
+                hybrid_report *rep, char *err, size_t errlen)
+{
+    memset(rep, 0, sizeof *rep);
+    if (cl->nconns != h->cfg.number_ps) {
+        snprintf(err, errlen, "HybridModel: %zu servers, the configuration says %u", cl->nconns, h->cfg.number_ps);
+        return -1;
+    }
+    double *le = realloc(h->loss_epoch, (epochs ? epochs : 1) * sizeof *le);
+    if (!le) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    h->loss_epoch = le;
+    h->nepochs = 0;
+    h->cl = cl;
+    hybrid_init_params(h); /* the seed builds a fresh model per pass */
+    uint64_t t_pass = clock_now_ns();
+    h->batch = 0;
+    for (uint64_t e = 0; e < epochs; e++) {
+        uint64_t t_epoch = clock_now_ns();
+        /* Every epoch is the same batches (hybrid.h). */
+        rng_seed(&h->data, h->cfg.seed, RNG_STREAM_HYBRID + h->cfg.rank);
+        double sum = 0;
+        for (uint64_t i = 0; i < h->cfg.batches; i++) {
+            double loss;
+            if (hybrid_step(h, cl, hk, &loss, err, errlen) < 0)
+                return -1;
+            sum += loss;
+            rep->batches++;
+            rep->samples += h->bags;
+            h->batch++;
+            if (tick && tick(ctx, rep->batches, err, errlen) < 0)
+                return -1;
+        }
+        metrics_add(h->m_epoch, hybrid_ms(t_epoch, clock_now_ns()));
+        h->loss_epoch[e] = sum / (double)h->cfg.batches;
+        h->nepochs = e + 1;
+        rep->epochs++;
+    }
+    /* The last updates reach their servers before the pass is reported. */
+    uint64_t t_flush = clock_now_ns();
+    while (!client_idle_out(cl)) {
+        if (clock_now_ns() - t_flush > (uint64_t)(h->cfg.rpc_timeout_s * 1e9)) {
+            snprintf(err, errlen, "timed out after %g s sending the last updates (--rpc-timeout)", h->cfg.rpc_timeout_s);
+            return -1;
+        }
+        if (client_poll(cl, 50, err, errlen) < 0)
+            return -1;
+    }
+    rep->seconds = (double)(clock_now_ns() - t_pass) / 1e9;
+    return 0;
+}

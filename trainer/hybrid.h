@@ -1,0 +1,79 @@
+/* hybrid.h — the seed's HybridModel (PyTorch's benchmark_ddp_rpc.py): the
+ * sparse part lives on parameter servers of kind `embedding`, the dense
+ * part is replicated on every trainer and averaged by allreduce.
+ *
+ * Forward: one `lookup` (indices, offsets: EmbeddingBag's) on every server,
+ * the P answers (bags x D each) concatenated to bags x (P*D) and reshaped to
+ * rows of 512 (P*D must be a multiple of 512: the seed asserts P*D >= 512
+ * and its reshape needs the rest), then the seed's dense part
+ *   Linear(512, 256) -> Linear(256, 128) -> ReLU -> Linear(128, 64)
+ *   -> Linear(64, 32) -> Linear(32, 8)
+ * and cross-entropy against targets in [0, 8).
+ * Backward: the dense gradients are one bucket through the hook
+ * (allreduce_hook: averaged over the trainers), then SGD (lr) on the dense
+ * part; every server gets an `update` with the gradient of its lookup —
+ * one row per bag, not a table-sized gradient — and applies SGD to the
+ * rows that lookup touched (docs/protocol.md, "Kind `embedding`").
+ *
+ * Data as the seed makes it, per batch: 20..50 indices in
+ * [0, num_embeddings), bag offsets from 0 advancing by 1..10 while below the
+ * index count, one target in [0, 8) per output row; from --seed and the
+ * trainer's rank (rng stream RNG_STREAM_HYBRID + rank), the stream started
+ * again every epoch: an epoch is the same `batches` batches, so the loss
+ * over epochs shows the model learning them (the seed's generator draws
+ * new random targets every epoch, which no model can learn). The dense part starts as PyTorch's Linear: U(-k, k), k = 1/sqrt(in),
+ * weights then biases layer by layer, from stream RNG_STREAM_MODEL (the same
+ * on every trainer, as DDP's broadcast makes it); each pass starts from a
+ * fresh model, as the seed builds one.
+ */
+#ifndef PSBENCH_HYBRID_H
+#define PSBENCH_HYBRID_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/metrics.h"
+#include "trainer/client.h"
+#include "trainer/hook.h"
+
+#define HYBRID_ROW 512     /* the dense part's input width */
+#define HYBRID_CLASSES 8
+
+typedef struct hybrid_config {
+    uint32_t number_ps;      /* servers (the client's connections, in rank order) */
+    uint64_t num_embeddings; /* rows of every server's table (seed: 300) */
+    uint64_t embedding_dim;  /* its columns (seed: 64) */
+    uint64_t batches;        /* per epoch (seed: 10) */
+    double lr;               /* SGD on the dense part (seed: 0.05) */
+    uint64_t seed, rank;
+    double rpc_timeout_s;    /* bound on each wait for the servers' answers */
+} hybrid_config;
+
+typedef struct hybrid_report {
+    uint64_t epochs, batches;
+    uint64_t samples;        /* bags looked up over the pass */
+    double seconds;
+} hybrid_report;
+
+typedef struct hybrid hybrid;
+
+/* Called after every batch (the master link reports there): 0, or -1 with
+ * a reason in err to stop. */
+typedef int (*hybrid_tick_fn)(void *ctx, uint64_t batches_done, char *err, size_t errlen);
+
+/* NULL with err: a shape the seed cannot reshape, or out of memory. */
+hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen);
+void hybrid_free(hybrid *h);
+/* The sink to give client_open (answers to lookups). */
+client_sink hybrid_sink(hybrid *h);
+/* One pass of `epochs` epochs from a fresh dense model: lookups and updates
+ * through cl, the dense bucket through hk. 0 or -1 with err. */
+int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t epochs, hybrid_tick_fn tick, void *ctx,
+                hybrid_report *rep, char *err, size_t errlen);
+/* Mean loss of each epoch of the last pass. */
+const double *hybrid_loss_per_epoch(const hybrid *h, uint64_t *n);
+/* The dense part's parameters (weights and biases, layer by layer). */
+const float *hybrid_dense_params(const hybrid *h, uint64_t *n);
+
+#endif
