@@ -51,12 +51,18 @@ const char *config_default_dir(char *buf, size_t len)
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = '\0';
-            char cand[PATH_MAX + 16];
-            snprintf(cand, sizeof cand, "%s/../configs", exe);
-            if (is_dir(cand)) {
-                char real[PATH_MAX];
-                snprintf(buf, len, "%s", realpath(cand, real) ? real : cand);
-                return buf;
+            /* Beside a build (<bin>/../configs), then where `cmake --install`
+             * and the .deb put them (<prefix>/bin/../share/psbench/configs):
+             * relative to the executable, so any prefix works. */
+            static const char *const rel[] = {"/../configs", "/../share/psbench/configs"};
+            for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+                char cand[PATH_MAX + 32];
+                snprintf(cand, sizeof cand, "%s%s", exe, rel[i]);
+                if (is_dir(cand)) {
+                    char real[PATH_MAX];
+                    snprintf(buf, len, "%s", realpath(cand, real) ? real : cand);
+                    return buf;
+                }
             }
         }
     }
@@ -90,7 +96,7 @@ void config_free(run_config *c)
     resolved_free(c);
     char **s[] = {&c->trainer, &c->server, &c->data, &c->model, &c->backend, &c->data_config_path,
                   &c->model_config_path, &c->trainer_config_path, &c->server_config_path, &c->ddp_hook,
-                  &c->placement, &c->listen, &c->http, &c->out_dir, &c->token};
+                  &c->placement, &c->listen, &c->http, &c->out_dir, &c->token, &c->token_file};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         free(*s[i]);
         *s[i] = NULL;
@@ -167,6 +173,7 @@ enum {
     OPT_LINGER,
     OPT_OUT,
     OPT_TOKEN,
+    OPT_TOKEN_FILE,
     OPT_LOG_LEVEL,
     OPT_VERSION,
     OPT_NUMBER_TRAINERS,
@@ -207,6 +214,7 @@ static const struct option long_opts[] = {
     {"linger", required_argument, NULL, OPT_LINGER},
     {"out", required_argument, NULL, OPT_OUT},
     {"token", required_argument, NULL, OPT_TOKEN},
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"version", no_argument, NULL, OPT_VERSION},
     {"number-trainers", required_argument, NULL, OPT_NUMBER_TRAINERS},
@@ -259,7 +267,8 @@ void config_usage(FILE *f)
         "                            trainers), sparse_rpc_hook (sparse to servers, dense\n"
         "                            allreduced), hybrid_hook (sparse on Gloo, dense on NCCL)\n"
         "  --master-addr HOST, --master-port PORT\n"
-        "                            the seed's spelling of --listen HOST:PORT\n"
+        "                            the seed's spelling of --listen HOST:PORT (--master-port\n"
+        "                            alone keeps the default host)\n"
         "  --filestore PATH          accepted for the seed's scripts; psbench needs no file store\n"
         "\n"
         "the seed's DDP + RPC benchmark (benchmark_ddp_rpc.py; any of these selects --model\n"
@@ -275,16 +284,26 @@ void config_usage(FILE *f)
         "psbench's options:\n"
         "  --placement seed|shard    seed: trainer r uses server r / (ntrainer / nserver);\n"
         "                            shard: bucket k goes to server k mod nserver (default seed)\n"
-        "  --listen HOST:PORT        control plane address (default %s)\n"
-        "  --http HOST:PORT          HTTP API and dashboard (default %s)\n"
+        "  --listen HOST:PORT        control plane address (default %s; with --local\n"
+        "                            127.0.0.1:29500)\n"
+        "  --http HOST:PORT          HTTP API and dashboard (default %s; with --local\n"
+        "                            127.0.0.1:8080)\n"
         "  --local                   spawn the servers and trainers on this host\n"
         "  --linger SECONDS          keep serving HTTP after the run (default 0)\n"
         "  --out DIR                 write results.json and a CSV per group into DIR\n"
-        "  --token T                 shared secret nodes must present (default $PSBENCH_TOKEN)\n"
+        "  --token-file FILE         the job's token, a shared secret every node must present:\n"
+        "                            FILE's first line (keep it mode 600; the nodes take the\n"
+        "                            same flag). Without a token a master listening beyond\n"
+        "                            loopback warns: anyone who reaches it can join the run\n"
+        "  --token T                 the token on the command line (shown by ps: prefer\n"
+        "                            --token-file). Precedence: --token, --token-file,\n"
+        "                            $PSBENCH_TOKEN. --local hands it to its nodes in the\n"
+        "                            environment\n"
         "  --log-level L             error, warn, info, debug (default info)\n"
         "  --version, --help\n"
         "\n"
-        "CONFIGS is $PSBENCH_CONFIG_DIR, else <bin>/../configs, else the source tree's configs/.\n",
+        "CONFIGS is $PSBENCH_CONFIG_DIR, else <bin>/../configs, else <bin>/../share/psbench/configs\n"
+        "(installed), else the source tree's configs/.\n",
         CONFIG_DEFAULT_NTRAINER, CONFIG_DEFAULT_NSERVER, CONFIG_DEFAULT_TRAINER, CONFIG_DEFAULT_SERVER,
         CONFIG_DEFAULT_DATA, CONFIG_DEFAULT_MODEL, CONFIG_DEFAULT_EPOCHS, CONFIG_DEFAULT_BATCH_SIZE,
         CONFIG_DEFAULT_BACKEND, CONFIG_DEFAULT_RPC_TIMEOUT_S, CONFIG_DEFAULT_LISTEN, CONFIG_DEFAULT_HTTP);
@@ -354,6 +373,7 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
     optind = 0; /* glibc: full re-initialization, so parsing can run again */
     opterr = 0;
     int help = 0, version = 0;
+    bool token_flag = false;
     for (;;) {
         int idx = -1;
         int o = getopt_long(argc, argv, ":h", long_opts, &idx);
@@ -434,6 +454,7 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
                 rc = -1;
             } else {
                 rc = listen_set_part(c, a, NULL, err, errlen);
+                c->listen_set = true; /* the seed's spelling of --listen's host */
             }
             break;
         case OPT_MASTER_PORT:
@@ -450,12 +471,22 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
                 rc = parse_str("--placement", a, &c->placement, err, errlen);
             }
             break;
-        case OPT_LISTEN: rc = parse_str("--listen", a, &c->listen, err, errlen); break;
-        case OPT_HTTP: rc = parse_str("--http", a, &c->http, err, errlen); break;
+        case OPT_LISTEN:
+            rc = parse_str("--listen", a, &c->listen, err, errlen);
+            c->listen_set = true;
+            break;
+        case OPT_HTTP:
+            rc = parse_str("--http", a, &c->http, err, errlen);
+            c->http_set = true;
+            break;
         case OPT_LOCAL: c->local = true; break;
         case OPT_LINGER: rc = parse_nonneg_seconds("--linger", a, &c->linger_s, err, errlen); break;
         case OPT_OUT: rc = parse_str("--out", a, &c->out_dir, err, errlen); break;
-        case OPT_TOKEN: rc = parse_str("--token", a, &c->token, err, errlen); break;
+        case OPT_TOKEN:
+            rc = parse_str("--token", a, &c->token, err, errlen);
+            token_flag = true;
+            break;
+        case OPT_TOKEN_FILE: rc = parse_str("--token-file", a, &c->token_file, err, errlen); break;
         case OPT_LOG_LEVEL:
             if (log_level_parse(a, &c->log_level) < 0) {
                 errbuf_set(err, errlen, "--log-level: '%s' is not error, warn, info or debug", a ? a : "");
@@ -485,6 +516,26 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
     if (optind < argc) {
         errbuf_set(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
         return -1;
+    }
+    /* A --local job stays on this host: loopback unless an address was
+     * given (--master-port alone sets only the port). */
+    if (c->local && !c->listen_set && listen_set_part(c, "127.0.0.1", NULL, err, errlen) < 0)
+        return -1;
+    if (c->local && !c->http_set && set_str(&c->http, CONFIG_LOCAL_HTTP) < 0) {
+        errbuf_set(err, errlen, "out of memory");
+        return -1;
+    }
+    /* The token: --token, else --token-file, else $PSBENCH_TOKEN (config_init). */
+    if (!token_flag && c->token_file) {
+        char tok[256];
+        int loose = 0;
+        if (cli_read_token_file(c->token_file, tok, sizeof tok, &loose, err, errlen) < 0)
+            return -1;
+        if (set_str(&c->token, tok) < 0) {
+            errbuf_set(err, errlen, "out of memory");
+            return -1;
+        }
+        c->token_file_loose = loose != 0;
     }
     /* The seed's DDP + RPC flags select that benchmark's configurations
      * (and its 100 epochs) wherever the command line names no other. */

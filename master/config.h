@@ -41,6 +41,8 @@
 #define CONFIG_DEFAULT_BACKEND "gloo"
 #define CONFIG_DEFAULT_LISTEN "0.0.0.0:29500"
 #define CONFIG_DEFAULT_HTTP "0.0.0.0:8080"
+/* --local without --listen / --http: this host only. */
+#define CONFIG_LOCAL_HTTP "127.0.0.1:8080"
 
 /* Upper bounds the parser enforces. */
 #define CONFIG_MAX_NODES 4096u /* per count flag */
@@ -104,12 +106,17 @@ typedef struct run_config {
 
     /* --- psbench's own --- */
     char *placement;                  /* --placement seed|shard */
-    char *listen;                     /* --listen HOST:PORT (control plane) */
-    char *http;                       /* --http HOST:PORT */
+    char *listen;                     /* --listen HOST:PORT (control plane); --local
+                                       * without it: 127.0.0.1 */
+    char *http;                       /* --http HOST:PORT; --local without it: 127.0.0.1 */
+    bool listen_set, http_set;        /* --listen (or --master-addr) / --http given */
     bool local;                       /* --local: spawn servers and trainers here */
     double linger_s;                  /* --linger SECONDS (0: exit when done) */
     char *out_dir;                    /* --out DIR, NULL: no files */
-    char *token;                      /* --token, else $PSBENCH_TOKEN, else NULL */
+    char *token;                      /* --token, else --token-file's, else $PSBENCH_TOKEN,
+                                       * else NULL. Never printed */
+    char *token_file;                 /* --token-file FILE, NULL if not given */
+    bool token_file_loose;            /* FILE is readable by group or others (warn) */
     log_level log_level;              /* --log-level */
 
     /* --- filled by config_load --- */

@@ -56,6 +56,34 @@ static void master_echo_args(const run_config *c)
     json_decref(o);
 }
 
+/* "HOST:PORT", with brackets around an IPv6 host. */
+static void master_hostport(char *buf, size_t len, const char *host, unsigned port)
+{
+    snprintf(buf, len, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
+}
+
+/* One warning per port that listens beyond loopback while the job has no
+ * token: anyone who reaches the control port can register a node, and the
+ * (read-only) HTTP port shows the run to anyone. */
+static void master_warn_open_ports(const run_config *c, const char *lhost, unsigned lport, const char *hhost,
+                                   unsigned hport)
+{
+    if (c->token)
+        return;
+    char a[300];
+    if (!net_host_is_loopback(lhost)) {
+        master_hostport(a, sizeof a, lhost, lport);
+        log_warn("control port %s accepts nodes from any host and no token is set (--token-file FILE or "
+                 "PSBENCH_TOKEN); anyone who reaches it can join the run", a);
+    }
+    if (!net_host_is_loopback(hhost)) {
+        master_hostport(a, sizeof a, hhost, hport);
+        log_warn("HTTP port %s (API and dashboard, read-only) is open beyond loopback and no token is set "
+                 "(--token-file FILE or PSBENCH_TOKEN); it shows the run's metrics and nodes to anyone who "
+                 "reaches it", a);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "diff") == 0)
@@ -92,6 +120,8 @@ int main(int argc, char **argv)
     }
     log_init("psbench-master", c.log_level);
     master_echo_args(&c);
+    if (c.token && c.token_file && c.token_file_loose)
+        log_warn("--token-file %s is readable by other users: chmod 600 it", c.token_file);
 
     char lhost[256], hhost[256];
     uint16_t lport, hport;
@@ -163,6 +193,7 @@ int main(int argc, char **argv)
     master_publish(&m, false); /* served from the first request on */
     log_info("control plane on %s:%u", lhost, m.ctl_port);
     log_info("HTTP on http://%s:%u/", hhost, bound_http);
+    master_warn_open_ports(&c, lhost, m.ctl_port, hhost, bound_http);
     log_info("job: %u trainer(s), %u server(s) (%s), model %s, %" PRIu64
              " batches per trainer per pass (warm-up, then timed)",
              set.ntrainer, set.nserver,

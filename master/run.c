@@ -304,7 +304,7 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
         return;
     }
     if (!master_token_ok(m, msg->token)) {
-        node_refuse(n, msg->token[0] ? "wrong token" : "this master needs a token (--token / PSBENCH_TOKEN)");
+        node_refuse(n, msg->token[0] ? "wrong token" : "this master needs a token (--token-file FILE or PSBENCH_TOKEN)");
         return;
     }
     const char *role = ctl_str(msg->body, "role", "");

@@ -7,6 +7,7 @@ set -euo pipefail
 
 pkgs=(
   build-essential cmake pkg-config git
+  dpkg-dev                     # dpkg-shlibdeps: the .deb's Depends (cpack -G DEB)
   libevent-dev libmsgpack-dev libjansson-dev libmicrohttpd-dev libopenblas-dev libssl-dev
   libcmocka-dev
   libgloo-dev g++              # CPU collectives among trainers (trainer/coll_gloo.cpp)

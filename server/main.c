@@ -77,7 +77,13 @@ static void server_usage(FILE *f)
         "  --num-embeddings N      rows of the table (default 300)\n"
         "  --embedding-dim D       columns of the table (default 64); N x D at\n"
         "                          most 2^31\n"
-        "  --token T               trainers must present this token (or PSBENCH_TOKEN)\n"
+        "  --token-file FILE       trainers must present the token on FILE's first line\n"
+        "                          (keep it mode 600); with --master, the job's token\n"
+        "  --token T               the token on the command line (shown by ps: prefer\n"
+        "                          --token-file). Precedence: --token, --token-file,\n"
+        "                          $PSBENCH_TOKEN. Without a token a server listening\n"
+        "                          beyond loopback warns: anyone who reaches it can push\n"
+        "                          into the run\n"
         "  --hello-timeout SECONDS a connection that has not said a good hello by\n"
         "                          then is answered bad_frame and closed (default 30)\n"
         "  --master HOST:PORT      register with a psbench-master, which assigns the\n"
@@ -101,6 +107,7 @@ enum {
     OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_TOKEN, OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
     OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT, OPT_IN_FEATURES, OPT_OUT_FEATURES,
     OPT_LR, OPT_MOMENTUM, OPT_BU_SIZE, OPT_SEED, OPT_PART, OPT_NUM_EMBEDDINGS, OPT_EMBEDDING_DIM,
+    OPT_TOKEN_FILE,
 };
 
 static const struct option server_opts[] = {
@@ -113,6 +120,7 @@ static const struct option server_opts[] = {
     {"max-payload", required_argument, NULL, OPT_MAX_PAYLOAD},
     {"max-queued", required_argument, NULL, OPT_MAX_QUEUED},
     {"token", required_argument, NULL, OPT_TOKEN},
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"master", required_argument, NULL, OPT_MASTER},
     {"advertise", required_argument, NULL, OPT_ADVERTISE},
     {"splice", no_argument, NULL, OPT_SPLICE},
@@ -170,7 +178,8 @@ int main(int argc, char **argv)
     float lr = 0;
     uint64_t seed = 0;
     bool have_rank = false;
-    const char *master = NULL, *advertise = NULL, *device_name = NULL;
+    const char *master = NULL, *advertise = NULL, *device_name = NULL, *token_file = NULL;
+    static char token_buf[256]; /* --token-file's token */
     cfg.listen_fd = -1;
     log_level level = LOG_INFO;
     char err[256];
@@ -285,6 +294,9 @@ int main(int argc, char **argv)
         case OPT_TOKEN:
             cfg.token = optarg;
             break;
+        case OPT_TOKEN_FILE:
+            token_file = optarg;
+            break;
         case OPT_MASTER:
             master = optarg;
             break;
@@ -364,12 +376,21 @@ int main(int argc, char **argv)
         return server_fail(err);
     }
     snprintf(cfg.device, sizeof cfg.device, "%s", device_name);
+    log_init("psbench-server", level);
+    /* The token: --token, else --token-file, else $PSBENCH_TOKEN. */
+    if (!cfg.token && token_file) {
+        int loose = 0;
+        if (cli_read_token_file(token_file, token_buf, sizeof token_buf, &loose, err, sizeof err) < 0)
+            return server_fail(err);
+        if (loose)
+            log_warn("--token-file %s is readable by other users: chmod 600 it", token_file);
+        cfg.token = token_buf;
+    }
     if (!cfg.token) {
         const char *t = getenv("PSBENCH_TOKEN");
         if (t && *t)
             cfg.token = t;
     }
-    log_init("psbench-server", level);
     server_raise_fd_limit();
 
     /* Each round allocates and frees many small blocks (futures, output
@@ -401,6 +422,13 @@ int main(int argc, char **argv)
         return server_fail(err);
     }
     ctl_close(&link);
+    /* Before the ready line, which scripts wait for. */
+    if (!cfg.token && !net_host_is_loopback(cfg.host)) {
+        char addr[300];
+        snprintf(addr, sizeof addr, strchr(cfg.host, ':') ? "[%s]:%u" : "%s:%u", cfg.host, s.bound_port);
+        log_warn("data port %s accepts trainers from any host and no token is set (--token-file FILE or "
+                 "PSBENCH_TOKEN); anyone who reaches it can push into the run", addr);
+    }
     log_info("listening on %s:%u (kind %s, %u trainers, device %s)", cfg.host, s.bound_port,
              kind_name(cfg.kind.id), cfg.trainers, s.dev->ops->name);
     int rc = server_run(&s);

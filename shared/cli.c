@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, int sizes,
                   uint64_t *out, char *err, size_t errlen)
@@ -74,4 +76,47 @@ void cli_normalize_args(int argc, char **argv)
             if (*p == '_')
                 *p = '-';
     }
+}
+
+int cli_read_token_file(const char *path, char *buf, size_t len, int *loose, char *err, size_t errlen)
+{
+    *loose = 0;
+    if (!path || !*path) {
+        snprintf(err, errlen, "--token-file: needs a file name");
+        return -1;
+    }
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "--token-file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & (S_IRGRP | S_IROTH)))
+        *loose = 1;
+    char line[4096];
+    int rc = 0;
+    if (!fgets(line, sizeof line, f)) {
+        if (ferror(f))
+            snprintf(err, errlen, "--token-file %s: %s", path, strerror(errno ? errno : EIO));
+        else
+            snprintf(err, errlen, "--token-file %s: the file is empty (the token is its first line)", path);
+        rc = -1;
+    } else {
+        size_t n = strcspn(line, "\n");
+        while (n > 0 && (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r' ||
+                         line[n - 1] == '\v' || line[n - 1] == '\f'))
+            n--;
+        if (n == 0) {
+            snprintf(err, errlen, "--token-file %s: the first line is empty (the token is the first line)", path);
+            rc = -1;
+        } else if (n >= len || (n == sizeof line - 1 && !strchr(line, '\n'))) {
+            snprintf(err, errlen, "--token-file %s: the token is longer than %zu bytes", path, len - 1);
+            rc = -1;
+        } else {
+            memcpy(buf, line, n);
+            buf[n] = '\0';
+        }
+    }
+    fclose(f);
+    return rc;
 }

@@ -17,6 +17,14 @@ int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, in
 #define CLI_MAX_SECONDS 1e6
 int cli_parse_seconds(const char *opt, const char *s, double *out, char *err, size_t errlen);
 
+/* The job token from a file (--token-file FILE): its first line, trailing
+ * whitespace (newline, CR, blanks) stripped, into buf. Returns 0, or -1
+ * with a one-line reason naming the file in err (unreadable, empty, longer
+ * than len - 1 bytes). *loose is set when FILE is a regular file that
+ * group or others may read (the caller warns, as ssh does for keys). The
+ * token itself never goes into err. */
+int cli_read_token_file(const char *path, char *buf, size_t len, int *loose, char *err, size_t errlen);
+
 /* Rewrite "--long_name[=v]" to "--long-name[=v]" in place, so that every
  * long option accepts both spellings (the seed's launcher used '_'). */
 void cli_normalize_args(int argc, char **argv);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,6 +54,24 @@ int net_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port
     memcpy(host, h, hl);
     host[hl] = '\0';
     *port = (uint16_t)p;
+    return 0;
+}
+
+int net_host_is_loopback(const char *host)
+{
+    if (!host)
+        return 0;
+    if (strcasecmp(host, "localhost") == 0)
+        return 1;
+    struct in_addr a4;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET6, host, &a6) == 1) {
+        if (IN6_IS_ADDR_LOOPBACK(&a6))
+            return 1;
+        return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+    }
     return 0;
 }
 

@@ -21,6 +21,11 @@ int net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_por
  * connected fd in blocking mode with TCP_NODELAY, or -1 with err set. */
 int net_connect(const char *host, uint16_t port, int timeout_ms, char *err, size_t errlen);
 
+/* Whether a listen host stays on this machine: 127.0.0.0/8, ::1 (also
+ * ::ffff:127.x.y.z) or "localhost". Wildcards (0.0.0.0, ::), other
+ * addresses and other names are not. */
+int net_host_is_loopback(const char *host);
+
 int net_set_nonblock(int fd, int on);
 int net_set_nodelay(int fd);
 /* Describe the peer of fd as "host:port" into buf. */

@@ -61,7 +61,11 @@ static void trainer_usage(FILE *f)
         "  --sparse-cols C         floats per sparse row (default 16)\n"
         "  --rpc-timeout SECONDS   longest wait for a batch's results (default 60)\n"
         "  --connect-timeout SECONDS  how long to keep trying to reach a server (default 30)\n"
-        "  --token T               token the servers require (or PSBENCH_TOKEN)\n"
+        "  --token-file FILE       the job's token (the servers' and the master's): FILE's\n"
+        "                          first line (keep it mode 600)\n"
+        "  --token T               the token on the command line (shown by ps: prefer\n"
+        "                          --token-file). Precedence: --token, --token-file,\n"
+        "                          $PSBENCH_TOKEN\n"
         "  --device DEV            cpu (default)\n"
         "  --summary-json FILE     write {batches, seconds, rounds_per_s, batch_p50_ms,\n"
         "                          batch_p99_ms, bytes_pushed} to FILE (batch-update: also\n"
@@ -95,7 +99,7 @@ enum {
     OPT_SERVER = 256, OPT_RANK, OPT_MODEL, OPT_BUCKETS, OPT_BUCKET_FLOATS, OPT_BATCHES, OPT_SPARSE,
     OPT_SPARSE_COLS, OPT_RPC_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_TOKEN, OPT_DEVICE, OPT_SUMMARY,
     OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION, OPT_PARAMS_OUT, OPT_COMPUTE_NICE, OPT_WARMUP,
-    OPT_IN_FEATURES, OPT_OUT_FEATURES, OPT_BATCH_SIZE, OPT_SEED, OPT_COLL_HOST,
+    OPT_IN_FEATURES, OPT_OUT_FEATURES, OPT_BATCH_SIZE, OPT_SEED, OPT_COLL_HOST, OPT_TOKEN_FILE,
 };
 
 static const struct option trainer_opts[] = {
@@ -115,6 +119,7 @@ static const struct option trainer_opts[] = {
     {"rpc-timeout", required_argument, NULL, OPT_RPC_TIMEOUT},
     {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
     {"token", required_argument, NULL, OPT_TOKEN},
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"summary-json", required_argument, NULL, OPT_SUMMARY},
     {"master", required_argument, NULL, OPT_MASTER},
@@ -248,7 +253,8 @@ int main(int argc, char **argv)
     cfg.rpc_timeout_s = 60;
     double connect_timeout = 30;
     const char *servers = NULL, *model = NULL, *token = NULL, *summary = NULL, *master = NULL;
-    const char *params_out = NULL, *coll_host = NULL;
+    const char *params_out = NULL, *coll_host = NULL, *token_file = NULL;
+    static char token_buf[256]; /* --token-file's token */
     uint64_t compute_nice = 10;
     batch_update_config bu = {0};
     bu.in_features = 100; /* the seed's Linear(100, 30), batch size 20 */
@@ -325,6 +331,7 @@ int main(int argc, char **argv)
                 return trainer_fail(err);
             break;
         case OPT_TOKEN: token = optarg; break;
+        case OPT_TOKEN_FILE: token_file = optarg; break;
         case OPT_DEVICE:
             if (strcmp(optarg, "cpu") != 0) {
                 snprintf(err, sizeof err, "--device %s: this build runs trainers on the CPU only", optarg);
@@ -360,6 +367,17 @@ int main(int argc, char **argv)
     if (optind < argc) {
         snprintf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
         return trainer_fail(err);
+    }
+    /* The token: --token, else --token-file, else $PSBENCH_TOKEN. */
+    if (!token && token_file) {
+        int loose = 0;
+        if (cli_read_token_file(token_file, token_buf, sizeof token_buf, &loose, err, sizeof err) < 0)
+            return trainer_fail(err);
+        if (loose) {
+            log_init("psbench-trainer", level);
+            log_warn("--token-file %s is readable by other users: chmod 600 it", token_file);
+        }
+        token = token_buf;
     }
     if (!token) {
         const char *t = getenv("PSBENCH_TOKEN");

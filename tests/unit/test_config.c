@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "master/config.h"
@@ -184,6 +185,82 @@ static void test_token_env(void **state)
     assert_string_equal(c.token, "other");
     config_free(&c);
     unsetenv("PSBENCH_TOKEN");
+}
+
+/* A --local job listens on loopback unless an address is given. */
+static void test_local_loopback(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[256];
+    assert_int_equal(parse(&c, err, sizeof err, "--local", NULL), 0);
+    assert_string_equal(c.listen, "127.0.0.1:29500");
+    assert_string_equal(c.http, "127.0.0.1:8080");
+    assert_false(c.listen_set);
+    assert_false(c.http_set);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--master-port", "0", "--local", NULL), 0);
+    assert_string_equal(c.listen, "127.0.0.1:0");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--local", "--master-addr", "10.1.2.3", NULL), 0);
+    assert_string_equal(c.listen, "10.1.2.3:29500");
+    assert_string_equal(c.http, "127.0.0.1:8080");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--local", "--listen", "0.0.0.0:1", "--http", "0.0.0.0:2", NULL),
+                     0);
+    assert_string_equal(c.listen, "0.0.0.0:1");
+    assert_string_equal(c.http, "0.0.0.0:2");
+    assert_true(c.listen_set && c.http_set);
+    config_free(&c);
+    /* Without --local nodes come from other hosts: the wildcard stays. */
+    assert_int_equal(parse(&c, err, sizeof err, "--master-port", "0", NULL), 0);
+    assert_string_equal(c.listen, "0.0.0.0:0");
+    assert_string_equal(c.http, "0.0.0.0:8080");
+    config_free(&c);
+}
+
+/* --token-file: the first line, trailing whitespace stripped; --token
+ * wins over it, it wins over PSBENCH_TOKEN; an empty or missing file is a
+ * one-line error naming it. */
+static void test_token_file(void **state)
+{
+    (void)state;
+    run_config c;
+    char err[256];
+    char tok[256], empty[256];
+    snprintf(tok, sizeof tok, "%s", tmp_path("token"));
+    snprintf(empty, sizeof empty, "%s", tmp_path("token-empty"));
+    FILE *f = fopen(tok, "w");
+    assert_non_null(f);
+    fputs("s3cr3t-file \t\r\nsecond line\n", f);
+    fclose(f);
+    chmod(tok, 0600);
+    f = fopen(empty, "w");
+    assert_non_null(f);
+    fclose(f);
+
+    setenv("PSBENCH_TOKEN", "from-env", 1);
+    assert_int_equal(parse(&c, err, sizeof err, "--token-file", tok, NULL), 0);
+    assert_string_equal(c.token, "s3cr3t-file");
+    assert_false(c.token_file_loose);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--token", "flag", "--token-file", tok, NULL), 0);
+    assert_string_equal(c.token, "flag");
+    config_free(&c);
+    unsetenv("PSBENCH_TOKEN");
+    chmod(tok, 0644);
+    assert_int_equal(parse(&c, err, sizeof err, "--token-file", tok, NULL), 0);
+    assert_true(c.token_file_loose);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--token-file", empty, NULL), -1);
+    assert_contains(err, empty);
+    assert_contains(err, "empty");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--token-file", "/nonexistent/psbench-token", NULL), -1);
+    assert_contains(err, "/nonexistent/psbench-token");
+    config_free(&c);
+    unlink(tok);
+    unlink(empty);
 }
 
 static void test_both_spellings(void **state)
@@ -791,6 +868,8 @@ int main(void)
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_config_dir_env),
         cmocka_unit_test(test_token_env),
+        cmocka_unit_test(test_local_loopback),
+        cmocka_unit_test(test_token_file),
         cmocka_unit_test(test_both_spellings),
         cmocka_unit_test(test_all_flags),
         cmocka_unit_test(test_seed_compat_flags),
