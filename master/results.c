@@ -31,22 +31,15 @@ static double results_samples_per_epoch(const master *m, uint32_t r)
     return (double)json_integer_value(s) / (double)json_integer_value(e);
 }
 
+static const char *const results_pct[] = {"p50", "p75", "p90", "p95"};
+
 /* One row per trainer and one for all: p50, p75, p90 and p95 of seconds per
  * epoch, and the samples per second at each (a trainer's mean samples per
  * epoch over that time; for all, every trainer's together); then each
- * server's rows touched. As JSON ({"epochs": [rows], "rows_touched":
- * {rank: n}}) when `out` is NULL, else printed. */
-static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n, FILE *out)
+ * server's rows touched: {"epochs": [rows], "rows_touched": {rank: n}}. */
+static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n)
 {
-    static const char *const pct[] = {"p50", "p75", "p90", "p95"};
     json_t *rows = json_array();
-    if (out) {
-        fprintf(out, "\nDDP + RPC benchmark (timed pass): seconds per epoch, samples per second\n");
-        fprintf(out, "%-8s", "trainer");
-        for (int k = 0; k < 4; k++)
-            fprintf(out, " %10s %12s", pct[k], "samples/s");
-        fprintf(out, "\n");
-    }
     double all_samples = 0;
     for (uint32_t r = 0; r < m->set.ntrainer; r++)
         all_samples += results_samples_per_epoch(m, r);
@@ -55,8 +48,8 @@ static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n, F
             continue;
         const stats_summary *s = &st[i].s;
         double samples = st[i].rank < 0 ? all_samples
-                                        : st[i].rank < m->set.ntrainer ? results_samples_per_epoch(m, (uint32_t)st[i].rank)
-                                                                       : 0;
+                         : st[i].rank < m->set.ntrainer ? results_samples_per_epoch(m, (uint32_t)st[i].rank)
+                                                        : 0;
         double v[4] = {s->p50 / 1e3, s->p75 / 1e3, s->p90 / 1e3, s->p95 / 1e3};
         char who[24];
         if (st[i].rank < 0)
@@ -64,42 +57,52 @@ static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n, F
         else
             snprintf(who, sizeof who, "%lld", (long long)st[i].rank);
         json_t *row = json_pack("{s:s}", "trainer", who);
-        if (out)
-            fprintf(out, "%-8s", who);
         for (int k = 0; k < 4; k++) {
-            double sps = v[k] > 0 ? samples / v[k] : 0;
             char key[32];
-            snprintf(key, sizeof key, "%s_s_per_epoch", pct[k]);
+            snprintf(key, sizeof key, "%s_s_per_epoch", results_pct[k]);
             json_object_set_new(row, key, json_real(v[k]));
-            snprintf(key, sizeof key, "%s_samples_per_s", pct[k]);
-            json_object_set_new(row, key, json_real(sps));
-            if (out)
-                fprintf(out, " %10.4f %12.1f", v[k], sps);
+            snprintf(key, sizeof key, "%s_samples_per_s", results_pct[k]);
+            json_object_set_new(row, key, json_real(v[k] > 0 ? samples / v[k] : 0));
         }
-        if (out)
-            fprintf(out, "\n");
         json_array_append_new(rows, row);
     }
-    /* The servers' side: rows their updates changed. */
     json_t *touched = json_object();
-    if (out)
-        fprintf(out, "embedding rows touched by updates, per server:");
     for (uint32_t r = 0; r < m->set.nserver; r++) {
         const node *sv = m->servers[r];
-        int64_t v = sv ? sv->rows_touched : -1;
         char key[24];
         snprintf(key, sizeof key, "%u", r);
-        json_object_set_new(touched, key, v >= 0 ? json_integer(v) : json_null());
-        if (out)
-            fprintf(out, " %u: %lld", r, (long long)(v >= 0 ? v : 0));
-    }
-    if (out) {
-        fprintf(out, "\n");
-        json_decref(rows);
-        json_decref(touched);
-        return NULL;
+        json_object_set_new(touched, key, sv && sv->rows_touched >= 0 ? json_integer(sv->rows_touched) : json_null());
     }
     return json_pack("{s:o, s:o}", "epochs", rows, "rows_touched", touched);
+}
+
+/* The seed's table, from what results_ddp_rpc computed. */
+static void results_print_ddp_rpc(const json_t *d, FILE *out)
+{
+    fprintf(out, "\nDDP + RPC benchmark (timed pass): seconds per epoch, samples per second\n");
+    fprintf(out, "%-8s", "trainer");
+    for (int k = 0; k < 4; k++)
+        fprintf(out, " %10s %12s", results_pct[k], "samples/s");
+    fprintf(out, "\n");
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(d, "epochs"), i, row) {
+        fprintf(out, "%-8s", json_string_value(json_object_get(row, "trainer")));
+        for (int k = 0; k < 4; k++) {
+            char key[32];
+            snprintf(key, sizeof key, "%s_s_per_epoch", results_pct[k]);
+            fprintf(out, " %10.4f", json_real_value(json_object_get(row, key)));
+            snprintf(key, sizeof key, "%s_samples_per_s", results_pct[k]);
+            fprintf(out, " %12.1f", json_real_value(json_object_get(row, key)));
+        }
+        fprintf(out, "\n");
+    }
+    fprintf(out, "embedding rows touched by updates, per server:");
+    const char *rank;
+    json_t *v;
+    json_object_foreach((json_t *)json_object_get(d, "rows_touched"), rank, v)
+        fprintf(out, " %s: %lld", rank, (long long)json_integer_value(v));
+    fprintf(out, "\n");
 }
 
 void results_print(master *m)
@@ -110,8 +113,10 @@ void results_print(master *m)
     if (m->set.embedding) {
         size_t ns = 0;
         snap_stat *st = agg_snapshot(&m->agg, true, &ns);
-        if (st)
-            results_ddp_rpc(m, st, ns, stdout);
+        json_t *d = st ? results_ddp_rpc(m, st, ns) : NULL;
+        if (d)
+            results_print_ddp_rpc(d, stdout);
+        json_decref(d);
         free(st);
     }
     fflush(stdout);
@@ -216,7 +221,7 @@ int results_write(master *m, char *err, size_t errlen)
                             m->error[0] ? json_string(m->error) : json_null(), "groups",
                             (json_t *)snapshot_groups_json(&in), "trainers", trainers);
     if (doc && m->set.embedding && st)
-        json_object_set_new(doc, "ddp_rpc", results_ddp_rpc(m, st, ns, NULL));
+        json_object_set_new(doc, "ddp_rpc", results_ddp_rpc(m, st, ns));
     /* The timed pass's duration ("Time spent training"), once it ended. */
     if (doc && m->training_s > 0)
         json_object_set_new(doc, "training_seconds", json_real(m->training_s));

@@ -34,7 +34,7 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   CC=$cc ASAN_OPTIONS=detect_leaks=1 run_suite build-asan "" -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF \
     -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"
-  CC=$cc TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite build-tsan "-L server|threads" \
+  CC=$cc TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" run_suite build-tsan "-L server|threads" \
     -DPSBENCH_TSAN=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
 fi
 echo "scripts/test.sh: all tests passed"

@@ -79,24 +79,18 @@ typedef struct device_job {
             bool first;  /* the first step: momentum_buf = g */
             float *out;  /* NULL, or n floats: a copy of param after the step */
         } sgd;
-        /* Embedding bags (reduce.h): indices and offsets already checked
-         * against the table; bag b is idx[off[b] .. off[b+1]), the last
-         * one ends at nnz. */
+        /* Embedding bags (reduce.h), for JOB_GATHER and JOB_SCATTER_SGD:
+         * indices and offsets already checked against the table; bag b is
+         * idx[off[b] .. off[b+1]), the last one ends at nnz. */
         struct {
-            const float *table; /* rows x cols, row-major */
+            float *table;       /* rows x cols, row-major (only read by a gather) */
             size_t cols;
             const int64_t *idx, *off;
             size_t nnz, bags;
-            float *out;         /* bags x cols: the bags' sums */
-        } gather;
-        struct {
-            float *table;
-            size_t cols;
-            const int64_t *idx, *off;
-            size_t nnz, bags;
-            const float *grad;  /* bags x cols: the gradient of each bag's row */
-            float lr;
-        } scatter;
+            float *out;         /* gather: bags x cols, the bags' sums */
+            const float *grad;  /* scatter: bags x cols, the gradient of each bag's row */
+            float lr;           /* scatter */
+        } bags;
     } u;
     /* Runs on the reactor thread once the work is complete. */
     void (*done)(struct device_job *j);

@@ -37,12 +37,12 @@ void device_job_run(device_job *j)
                                 j->u.sgd.scale, j->u.sgd.lr, j->u.sgd.momentum, j->u.sgd.first, j->u.sgd.out);
         break;
     case JOB_GATHER:
-        reduce_gather_sum_f32(j->u.gather.out, j->u.gather.table, j->u.gather.cols, j->u.gather.idx,
-                              j->u.gather.nnz, j->u.gather.off, j->u.gather.bags);
+        reduce_gather_sum_f32(j->u.bags.out, j->u.bags.table, j->u.bags.cols, j->u.bags.idx, j->u.bags.nnz,
+                              j->u.bags.off, j->u.bags.bags);
         break;
     case JOB_SCATTER_SGD:
-        reduce_scatter_sgd_f32(j->u.scatter.table, j->u.scatter.cols, j->u.scatter.idx, j->u.scatter.nnz,
-                               j->u.scatter.off, j->u.scatter.bags, j->u.scatter.grad, j->u.scatter.lr);
+        reduce_scatter_sgd_f32(j->u.bags.table, j->u.bags.cols, j->u.bags.idx, j->u.bags.nnz, j->u.bags.off,
+                               j->u.bags.bags, j->u.bags.grad, j->u.bags.lr);
         break;
     }
 }

@@ -135,13 +135,28 @@ static void emb_done(device_job *j)
     c->done(c);
 }
 
-/* Point the job at the call's indices and offsets (the payload is 64-byte
- * aligned, so both arrays are aligned for int64). */
-static void emb_job_bags(const kind_call *c, const int64_t **idx, const int64_t **off)
+/* The call's job over its bags, submitted: op with the call's indices and
+ * offsets (the payload is 64-byte aligned, so both arrays are aligned for
+ * int64), and what only that op uses (out, or grad and lr). */
+static void emb_submit(emb_kind *ek, kind_call *c, device_job_op op, float *out, const float *grad)
 {
     const int64_t *p = c->payload ? (const int64_t *)(const void *)c->payload->data : NULL;
-    *idx = p;
-    *off = p ? p + c->nnz : NULL;
+    device_job *j = &c->job;
+    memset(j, 0, sizeof *j);
+    j->op = op;
+    j->u.bags.table = ek->table;
+    j->u.bags.cols = ek->cols;
+    j->u.bags.idx = p;
+    j->u.bags.off = p ? p + c->nnz : NULL;
+    j->u.bags.nnz = c->nnz;
+    j->u.bags.bags = c->bags;
+    j->u.bags.out = out;
+    j->u.bags.grad = grad;
+    j->u.bags.lr = ek->base.cfg.emb.lr;
+    j->done = emb_done;
+    j->arg = ek;
+    ek->submitted++;
+    device_submit(ek->base.dev, j);
 }
 
 static frame_errcode emb_lookup(kind *k, kind_call *c, char *msg, size_t len)
@@ -161,19 +176,7 @@ static frame_errcode emb_lookup(kind *k, kind_call *c, char *msg, size_t len)
     }
     /* Even an empty lookup goes through the device: its answer must not
      * overtake the answers of earlier calls still in flight. */
-    device_job *j = &c->job;
-    memset(j, 0, sizeof *j);
-    j->op = JOB_GATHER;
-    j->u.gather.table = ek->table;
-    j->u.gather.cols = ek->cols;
-    emb_job_bags(c, &j->u.gather.idx, &j->u.gather.off);
-    j->u.gather.nnz = c->nnz;
-    j->u.gather.bags = c->bags;
-    j->u.gather.out = c->answer ? (float *)(void *)c->answer->data : NULL;
-    j->done = emb_done;
-    j->arg = ek;
-    ek->submitted++;
-    device_submit(k->dev, j);
+    emb_submit(ek, c, JOB_GATHER, c->answer ? (float *)(void *)c->answer->data : NULL, NULL);
     return ERR_NONE;
 }
 
@@ -184,20 +187,8 @@ static frame_errcode emb_update(kind *k, kind_call *c, char *msg, size_t len)
     frame_errcode code = emb_check(ek, c, msg, len);
     if (code != ERR_NONE)
         return code;
-    device_job *j = &c->job;
-    memset(j, 0, sizeof *j);
-    j->op = JOB_SCATTER_SGD;
-    j->u.scatter.table = ek->table;
-    j->u.scatter.cols = ek->cols;
-    emb_job_bags(c, &j->u.scatter.idx, &j->u.scatter.off);
-    j->u.scatter.nnz = c->nnz;
-    j->u.scatter.bags = c->bags;
-    j->u.scatter.grad = c->payload ? (const float *)(const void *)(c->payload->data + 8 * (c->nnz + c->bags)) : NULL;
-    j->u.scatter.lr = k->cfg.emb.lr;
-    j->done = emb_done;
-    j->arg = ek;
-    ek->submitted++;
-    device_submit(k->dev, j);
+    const float *grad = c->payload ? (const float *)(const void *)(c->payload->data + 8 * (c->nnz + c->bags)) : NULL;
+    emb_submit(ek, c, JOB_SCATTER_SGD, NULL, grad);
     return ERR_NONE;
 }
 

@@ -1,5 +1,6 @@
 /* batch_update.c — the batch-update trainer (see batch_update.h). */
 #include "trainer/batch_update.h"
+#include "trainer/answers.h"
 #include "trainer/params_out.h"
 #include "shared/clock.h"
 #include "shared/log.h"
@@ -11,11 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* One server's answer as it is received. */
-typedef struct bu_rx {
-    bool receiving, done;
-} bu_rx;
 
 struct batch_update {
     batch_update_config cfg;
@@ -30,12 +26,10 @@ struct batch_update {
     const client *cl;
     size_t nparts;
     uint64_t *part_off; /* nparts + 1 */
-    bu_rx *rx;          /* nparts */
+    answers ans;        /* one answer per server (nparts) */
     frame_type expect;  /* FT_PARAMS while fetching, FT_RESULT while waiting for a round */
-    size_t remaining;
     bool have_round0, have_round;
     uint64_t round0, round; /* server 0: updates at the fetch, at the last result */
-    uint64_t t_last_rx;     /* ns: the read that brought the last answer */
     batch_update_tick_fn tick;
     void *tick_ctx;
 };
@@ -93,7 +87,7 @@ void batch_update_free(batch_update *b)
     free(b->y);
     free(b->dy);
     free(b->part_off);
-    free(b->rx);
+    answers_free(&b->ans);
     free(b);
 }
 
@@ -162,8 +156,7 @@ static int bu_begin(void *ctx, uint32_t server, const frame_hdr *h, void **frame
         return -1;
     }
     const char *addr = b->cl->conns[server].addr;
-    bu_rx *rx = &b->rx[server];
-    if (h->type != b->expect || rx->done || rx->receiving) {
+    if (h->type != b->expect || !answers_begin(&b->ans, server, frame)) {
         snprintf(err, errlen, "server %s sent an unexpected '%.*s' while this trainer waits for %s", addr,
                  (int)h->type_str.n, h->type_str.p, bu_what(b->expect));
         return -1;
@@ -206,15 +199,13 @@ static int bu_begin(void *ctx, uint32_t server, const frame_hdr *h, void **frame
             b->have_round = true;
         }
     }
-    rx->receiving = true;
-    *frame = rx;
     return 0;
 }
 
 static int bu_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen)
 {
     batch_update *b = ctx;
-    size_t server = (size_t)((bu_rx *)frame - b->rx);
+    size_t server = answers_server(&b->ans, frame);
     memcpy((uint8_t *)(b->params + b->part_off[server]) + off, p, n);
     return 0;
 }
@@ -222,11 +213,7 @@ static int bu_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size_
 static int bu_end(void *ctx, void *frame, char *err, size_t errlen)
 {
     batch_update *b = ctx;
-    bu_rx *rx = frame;
-    rx->receiving = false;
-    rx->done = true;
-    b->remaining--;
-    b->t_last_rx = b->cl->rx_ns;
+    answers_end(&b->ans, frame, b->cl->rx_ns);
     return 0;
 }
 
@@ -247,11 +234,10 @@ static int bu_setup_parts(batch_update *b, const client *cl, char *err, size_t e
         return -1;
     }
     free(b->part_off);
-    free(b->rx);
+    answers_free(&b->ans);
     b->nparts = cl->nconns;
     b->part_off = malloc((b->nparts + 1) * sizeof *b->part_off);
-    b->rx = calloc(b->nparts, sizeof *b->rx);
-    if (!b->part_off || !b->rx) {
+    if (!b->part_off || answers_init(&b->ans, b->nparts) < 0) {
         b->nparts = 0;
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -265,33 +251,14 @@ static int bu_setup_parts(batch_update *b, const client *cl, char *err, size_t e
 static void bu_expect(batch_update *b, frame_type t)
 {
     b->expect = t;
-    b->remaining = b->nparts;
-    for (size_t p = 0; p < b->nparts; p++)
-        b->rx[p].done = b->rx[p].receiving = false;
+    answers_expect(&b->ans);
 }
 
 /* Poll until every server answered; t0 (ns) starts the --rpc-timeout. */
 static int bu_wait(batch_update *b, client *cl, uint64_t t0, uint64_t batches_done, char *err, size_t errlen)
 {
-    uint64_t timeout_ns = (uint64_t)(b->cfg.rpc_timeout_s * 1e9);
-    while (b->remaining > 0) {
-        uint64_t now = clock_now_ns();
-        if (now - t0 > timeout_ns) {
-            size_t p = 0;
-            while (p < b->nparts && b->rx[p].done)
-                p++;
-            snprintf(err, errlen, "timed out after %.1f s waiting for %s from server %s (--rpc-timeout)",
-                     b->cfg.rpc_timeout_s, bu_what(b->expect), p < b->nparts ? cl->conns[p].addr : "?");
-            return -1;
-        }
-        uint64_t left_ms = (timeout_ns - (now - t0)) / 1000000 + 1;
-        uint64_t cap_ms = b->tick ? 250 : 1000;
-        if (client_poll(cl, (int)(left_ms < cap_ms ? left_ms : cap_ms), err, errlen) < 0)
-            return -1;
-        if (b->tick && b->remaining > 0 && b->tick(b->tick_ctx, batches_done, err, errlen) < 0)
-            return -1;
-    }
-    return 0;
+    return answers_wait(&b->ans, cl, t0, b->cfg.rpc_timeout_s, bu_what(b->expect), b->tick, b->tick_ctx,
+                        batches_done, err, errlen);
 }
 
 static int bu_fetch(batch_update *b, client *cl, char *err, size_t errlen)
@@ -352,7 +319,7 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
     if (bu_fetch(b, cl, err, errlen) < 0)
         return -1;
     if (record)
-        metrics_add(b->m_get, bu_ms(t_start, b->t_last_rx));
+        metrics_add(b->m_get, bu_ms(t_start, b->ans.t_last_ns));
     /* The seed's torch.randn after manual_seed: the same inputs every pass. */
     rng_seed(&b->inputs, b->cfg.seed, RNG_STREAM_INPUTS + rank);
     uint64_t t_batches = clock_now_ns();
@@ -390,7 +357,7 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         if (record) {
             metrics_add(b->m_fwd, bu_ms(t1, t2));
             metrics_add(b->m_bwd, bu_ms(t2, t3));
-            metrics_add(b->m_hook, bu_ms(t_push, b->t_last_rx));
+            metrics_add(b->m_hook, bu_ms(t_push, b->ans.t_last_ns));
             metrics_add(b->m_batch, bu_ms(t0, t_end));
         }
         rep->batches++;

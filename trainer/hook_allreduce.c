@@ -47,7 +47,10 @@ typedef struct ar_hook {
     bool stop, failed;
     char err[512];
     /* the collective thread's own */
-    uint64_t *counts; /* per member */
+    uint64_t *counts; /* per member: rows */
+    uint64_t *bytes;  /* per member: bytes of [indices | rows] */
+    uint8_t *mine;    /* this member's [indices | rows] */
+    uint64_t mine_cap;
     uint8_t *gather;  /* the gathered [indices | rows] */
     uint64_t gather_cap;
     uint32_t *slots;
@@ -57,9 +60,10 @@ typedef struct ar_hook {
     uint64_t bytes_in, bytes_out;
 } ar_hook;
 
+/* Make *p hold need elements (never NULL after success, even for 0). */
 static int ar_grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
 {
-    if (need <= *cap)
+    if (need <= *cap && *p)
         return 0;
     void *q = realloc(*p, (size_t)(need ? need : 1) * elem);
     if (!q)
@@ -98,22 +102,16 @@ static int ar_sparse(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, ch
         total += a->counts[r];
     }
     /* Each member contributes its indices then its rows, contiguous. */
-    uint64_t *bytes = malloc(a->size * sizeof *bytes);
-    uint8_t *mine_buf = malloc(mine * row_bytes ? mine * row_bytes : 1);
-    if (!bytes || !mine_buf || ar_grow((void **)&a->gather, &a->gather_cap, total * row_bytes, 1) < 0) {
-        free(bytes);
-        free(mine_buf);
+    if (ar_grow((void **)&a->mine, &a->mine_cap, mine * row_bytes, 1) < 0 ||
+        ar_grow((void **)&a->gather, &a->gather_cap, total * row_bytes, 1) < 0) {
         snprintf(err, errlen, "out of memory gathering sparse bucket %u", b->id);
         return -1;
     }
-    memcpy(mine_buf, b->idx, mine * 8);
-    memcpy(mine_buf + mine * 8, b->vals, mine * b->cols * 4);
+    memcpy(a->mine, b->idx, mine * 8);
+    memcpy(a->mine + mine * 8, b->vals, mine * b->cols * 4);
     for (uint32_t r = 0; r < a->size; r++)
-        bytes[r] = a->counts[r] * row_bytes;
-    int rc = coll_allgatherv(a->group, mine_buf, mine * row_bytes, bytes, a->gather, err, errlen);
-    free(bytes);
-    free(mine_buf);
-    if (rc < 0)
+        a->bytes[r] = a->counts[r] * row_bytes;
+    if (coll_allgatherv(a->group, a->mine, mine * row_bytes, a->bytes, a->gather, err, errlen) < 0)
         return -1;
     /* Coalesce in member order. */
     sparse_acc_reset(&a->acc, b->rows, b->cols);
@@ -254,6 +252,8 @@ static void ar_destroy(hook *h)
     coll_free(a->group);
     sparse_acc_free(&a->acc);
     free(a->counts);
+    free(a->bytes);
+    free(a->mine);
     free(a->gather);
     free(a->slots);
     free(a);
@@ -286,7 +286,8 @@ hook *hook_allreduce_new(const char *name, coll *group, double timeout_s, metric
     pthread_mutex_init(&a->mu, NULL);
     clock_cond_init(&a->cv);
     a->counts = calloc(a->size, sizeof *a->counts);
-    if (!a->counts || pthread_create(&a->th, NULL, ar_main, a) != 0) {
+    a->bytes = calloc(a->size, sizeof *a->bytes);
+    if (!a->counts || !a->bytes || pthread_create(&a->th, NULL, ar_main, a) != 0) {
         snprintf(err, errlen, "cannot start the %s thread", name);
         ar_destroy(&a->base);
         return NULL;

@@ -1,5 +1,6 @@
 /* hybrid.c — the seed's HybridModel trainer (see hybrid.h). */
 #include "trainer/hybrid.h"
+#include "trainer/answers.h"
 #include "shared/clock.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
@@ -19,11 +20,6 @@
  * ReLU after the second layer. */
 static const uint32_t hybrid_width[HYBRID_LAYERS + 1] = {HYBRID_ROW, 256, 128, 64, 32, HYBRID_CLASSES};
 static const bool hybrid_relu_after[HYBRID_LAYERS] = {false, true, false, false, false};
-
-/* One server's answer as it is received. */
-typedef struct hybrid_rx {
-    bool receiving, done;
-} hybrid_rx;
 
 struct hybrid {
     hybrid_config cfg;
@@ -45,10 +41,8 @@ struct hybrid {
     uint8_t **update;         /* per server: indices, offsets, the bags' gradients */
     /* answers */
     const client *cl;
-    hybrid_rx *rx;
+    answers ans;              /* one lookup answer per server */
     uint64_t batch;           /* the wire batch number */
-    uint32_t remaining;
-    uint64_t t_last_rx;
     hook_bucket bucket;       /* the dense gradients */
     double *loss_epoch;
     uint64_t nepochs;
@@ -110,8 +104,7 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
     h->dnext = malloc(R * HYBRID_ROW * sizeof(float));
     h->lookup = malloc(2 * HYBRID_MAX_INDICES * 8);
     h->update = calloc(c->number_ps, sizeof *h->update);
-    h->rx = calloc(c->number_ps, sizeof *h->rx);
-    ok = ok && h->dact && h->dnext && h->lookup && h->update && h->rx;
+    ok = ok && h->dact && h->dnext && h->lookup && h->update && answers_init(&h->ans, c->number_ps) == 0;
     for (uint32_t p = 0; p < c->number_ps && ok; p++)
         ok = (h->update[p] = malloc(2 * HYBRID_MAX_INDICES * 8 + HYBRID_MAX_INDICES * c->embedding_dim * 4)) != NULL;
     if (!ok) {
@@ -142,7 +135,7 @@ void hybrid_free(hybrid *h)
     for (uint32_t p = 0; h->update && p < h->cfg.number_ps; p++)
         free(h->update[p]);
     free(h->update);
-    free(h->rx);
+    answers_free(&h->ans);
     free(h->loss_epoch);
     hook_bucket_release(&h->bucket);
     free(h);
@@ -185,7 +178,7 @@ static void hybrid_draw(hybrid *h)
 static int hybrid_begin(void *ctx, uint32_t server, const frame_hdr *hd, void **frame, char *err, size_t errlen)
 {
     hybrid *h = ctx;
-    if (server >= h->cfg.number_ps || hd->type != FT_ROWS || h->rx[server].done || h->rx[server].receiving) {
+    if (hd->type != FT_ROWS || !answers_begin(&h->ans, server, frame)) {
         snprintf(err, errlen, "server %u sent an unexpected '%.*s' (this trainer waits for lookup answers)", server,
                  (int)hd->type_str.n, hd->type_str.p);
         return -1;
@@ -198,8 +191,6 @@ static int hybrid_begin(void *ctx, uint32_t server, const frame_hdr *hd, void **
                  hd->batch, h->bags, h->cfg.embedding_dim);
         return -1;
     }
-    h->rx[server].receiving = true;
-    *frame = &h->rx[server];
     return 0;
 }
 
@@ -208,7 +199,7 @@ static int hybrid_begin(void *ctx, uint32_t server, const frame_hdr *hd, void **
 static int hybrid_data(void *ctx, void *frame, uint64_t off, const uint8_t *src, size_t n, char *err, size_t errlen)
 {
     hybrid *h = ctx;
-    uint64_t p = (uint64_t)((hybrid_rx *)frame - h->rx), D = h->cfg.embedding_dim;
+    uint64_t p = answers_server(&h->ans, frame), D = h->cfg.embedding_dim;
     uint64_t width = (uint64_t)h->cfg.number_ps * D;
     uint64_t e = off / 4, left = n / 4;
     float *x = h->act[0];
@@ -225,11 +216,7 @@ static int hybrid_data(void *ctx, void *frame, uint64_t off, const uint8_t *src,
 static int hybrid_end(void *ctx, void *frame, char *err, size_t errlen)
 {
     hybrid *h = ctx;
-    hybrid_rx *rx = frame;
-    rx->receiving = false;
-    rx->done = true;
-    h->remaining--;
-    h->t_last_rx = h->cl->rx_ns;
+    answers_end(&h->ans, frame, h->cl->rx_ns);
     return 0;
 }
 
@@ -305,31 +292,11 @@ static void hybrid_backward(hybrid *h)
 
 /* ---- one batch ----------------------------------------------------------------- */
 
-static int hybrid_wait(hybrid *h, client *cl, uint64_t t0, char *err, size_t errlen)
-{
-    uint64_t timeout_ns = (uint64_t)(h->cfg.rpc_timeout_s * 1e9);
-    while (h->remaining > 0) {
-        uint64_t now = clock_now_ns();
-        if (now - t0 > timeout_ns) {
-            uint32_t p = 0;
-            while (p < h->cfg.number_ps && h->rx[p].done)
-                p++;
-            snprintf(err, errlen, "timed out after %g s waiting for the lookup answer of server %s (--rpc-timeout)",
-                     h->cfg.rpc_timeout_s, p < h->cfg.number_ps ? cl->conns[p].addr : "?");
-            return -1;
-        }
-        uint64_t left_ms = (timeout_ns - (now - t0)) / 1000000 + 1;
-        if (client_poll(cl, (int)(left_ms < 250 ? left_ms : 250), err, errlen) < 0)
-            return -1;
-    }
-    return 0;
-}
-
 static int hybrid_lookups(hybrid *h, client *cl, char *err, size_t errlen)
 {
-    h->remaining = h->cfg.number_ps;
+    answers_expect(&h->ans);
+    uint64_t t0 = clock_now_ns();
     for (uint32_t p = 0; p < h->cfg.number_ps; p++) {
-        h->rx[p].done = h->rx[p].receiving = false;
         frame_hdr hd = {0};
         hd.type = FT_LOOKUP;
         hd.batch = h->batch;
@@ -340,7 +307,7 @@ static int hybrid_lookups(hybrid *h, client *cl, char *err, size_t errlen)
         if (client_queue(cl, p, &hd, h->lookup, err, errlen) < 0)
             return -1;
     }
-    return hybrid_wait(h, cl, clock_now_ns(), err, errlen);
+    return answers_wait(&h->ans, cl, t0, h->cfg.rpc_timeout_s, "the answer to a lookup", NULL, NULL, 0, err, errlen);
 }
 
 /* Every server's update: its lookup, and the gradient of its D columns of
@@ -407,10 +374,16 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
     return 0;
 }
 
-int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t epochs, hybrid_tick_fn tick, void *ctx,
+int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_fn tick, void *ctx,
                 hybrid_report *rep, char *err, size_t errlen)
 {
     memset(rep, 0, sizeof *rep);
+    if (batches % h->cfg.batches != 0) {
+        snprintf(err, errlen, "a pass of %" PRIu64 " batches is not whole epochs of %" PRIu64, batches,
+                 h->cfg.batches);
+        return -1;
+    }
+    uint64_t epochs = batches / h->cfg.batches;
     if (cl->nconns != h->cfg.number_ps) {
         snprintf(err, errlen, "HybridModel: %zu servers, the configuration says %u", cl->nconns, h->cfg.number_ps);
         return -1;

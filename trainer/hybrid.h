@@ -67,9 +67,10 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
 void hybrid_free(hybrid *h);
 /* The sink to give client_open (answers to lookups). */
 client_sink hybrid_sink(hybrid *h);
-/* One pass of `epochs` epochs from a fresh dense model: lookups and updates
- * through cl, the dense bucket through hk. 0 or -1 with err. */
-int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t epochs, hybrid_tick_fn tick, void *ctx,
+/* One pass of `batches` batches (whole epochs of the configuration's
+ * batches) from a fresh dense model: lookups and updates through cl, the
+ * dense bucket through hk. 0 or -1 with err. */
+int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_fn tick, void *ctx,
                 hybrid_report *rep, char *err, size_t errlen);
 /* Mean loss of each epoch of the last pass. */
 const double *hybrid_loss_per_epoch(const hybrid *h, uint64_t *n);

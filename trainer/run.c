@@ -322,13 +322,7 @@ static int run_pass(mlink *l, run_work *w, const run_job *j, uint64_t batches, c
 {
     if (w->hy) {
         hybrid_report rep;
-        uint64_t per_epoch = (uint64_t)ctl_int(json_object_get(json_object_get(j->assign, "trainer"),
-                                                               "configurations"), "batches", 10);
-        if (per_epoch == 0 || batches % per_epoch != 0) {
-            snprintf(err, errlen, "a pass of %" PRIu64 " batches is not whole epochs of %" PRIu64, batches, per_epoch);
-            return -1;
-        }
-        if (hybrid_pass(w->hy, &w->cl, w->h, batches / per_epoch, mlink_tick, l, &rep, err, errlen) < 0)
+        if (hybrid_pass(w->hy, &w->cl, w->h, batches, mlink_tick, l, &rep, err, errlen) < 0)
             return -1;
         l->batches_done = rep.batches;
         uint64_t ne, n;
