@@ -92,7 +92,7 @@ typedef struct master {
     node **trainers, **servers; /* by rank, NULL while free */
     run_phase phase;
     bool resetting;      /* between the warm-up and the timed pass */
-    char error[512];
+    char error[1024];
     double t_start, t_phase, t_last_progress;
     uint64_t batches_completed_total;
     aggregate agg;

@@ -472,11 +472,41 @@ static void master_on_failed(master *m, node *n, ctl_msg *msg)
     log_info("%s (waiting %.0f s for its cause)", why, MASTER_HOLD_FAILURE_S);
 }
 
-/* The held failure, once its time is up. */
+/* A node is silent when nothing came from it for this long: its heartbeat
+ * (metrics) comes twice a second, so 5 missed ones. */
+#define MASTER_SILENT_S 2.5
+
+/* The registered, connected node that has been silent longest, if any has
+ * been silent for MASTER_SILENT_S or more; else NULL. */
+static node *master_silent_node(master *m, double now)
+{
+    node *worst = NULL;
+    for (node *n = m->nodes; n; n = n->next) {
+        if (!n->registered || !n->bev || n->state == NS_FAILED)
+            continue;
+        if (now - n->last_seen >= MASTER_SILENT_S && (!worst || n->last_seen < worst->last_seen))
+            worst = n;
+    }
+    return worst;
+}
+
+/* The held failure, once its time is up. A node that went silent (a host
+ * cut off, its link down, a process stopped) is the likelier cause of a
+ * peer's timeout than the peer that reported it: the run fails in the
+ * silent node's name, with the report after it. */
 static void master_release_failure(master *m, double now)
 {
     if (m->held_until > 0 && now >= m->held_until) {
         m->held_until = 0;
+        node *silent = master_silent_node(m, now);
+        if (silent) {
+            char who[300];
+            node_describe(silent, who, sizeof who);
+            silent->state = NS_LOST;
+            master_fail(m, "%s went silent %.1f s ago (its host or link is down, or it is stopped) (then %s)", who,
+                        now - silent->last_seen, m->held_failure);
+            return;
+        }
         master_fail(m, "%s", m->held_failure);
     }
 }

@@ -27,7 +27,8 @@ int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, s
     t->m_batch = m_batch;
     t->m_straggler = m_straggler;
     t->lost = calloc((nslots + 63) / 64 + 1, sizeof *t->lost);
-    if (!t->lost || pending_init(&t->table, nslots) < 0)
+    t->m_lag = calloc(nslots, sizeof *t->m_lag);
+    if (!t->lost || !t->m_lag || pending_init(&t->table, nslots) < 0)
         return -1;
     k->resolved = futures_on_resolved;
     k->resolved_ctx = t;
@@ -211,6 +212,8 @@ void futures_push_done(futures *t, push_ctx *p)
     assert(f && f->state == FUTURE_OPEN);
     futures_unbind(p);
     f->completed++;
+    if (t->m_lag[p->slot] && t->k->expected > 1)
+        metrics_add(t->m_lag[p->slot], (double)(clock_now_ns() - f->t_first_ns) / 1e6);
     if (f->completed == t->k->expected)
         futures_resolve(t, f);
 }
@@ -349,4 +352,12 @@ void futures_destroy(futures *t)
     }
     free(t->lost);
     t->lost = NULL;
+    free(t->m_lag);
+    t->m_lag = NULL;
+}
+
+void futures_set_lag_metric(futures *t, uint32_t slot, stats *m)
+{
+    assert(slot < t->nslots);
+    t->m_lag[slot] = m;
 }

@@ -39,6 +39,7 @@ typedef struct futures {
     futures_hooks hooks;
     stats *m_batch;       /* first push to answer queued */
     stats *m_straggler;   /* first push to last push complete */
+    stats **m_lag;        /* per slot: first push to this slot's push complete */
     uint32_t resolving;   /* futures in RESOLVING */
     uint64_t *lost;       /* bitmap over slots: connected once, gone now */
     uint32_t nlost;
@@ -49,6 +50,10 @@ int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, s
                  stats *m_straggler);
 /* Drain, then free every future. */
 void futures_destroy(futures *t);
+/* Where slot's lag behind each future's first push goes (the per-trainer
+ * straggler metric; NULL: nowhere). Futures of one push (a lookup) have no
+ * lag. */
+void futures_set_lag_metric(futures *t, uint32_t slot, stats *m);
 
 /* Admit a push header from slot (rank for messages) into p. ERR_NONE: p is
  * bound to its future and the payload follows (or the push is already

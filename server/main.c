@@ -96,7 +96,9 @@ static void server_usage(FILE *f)
         "On exit (SIGINT/SIGTERM) it prints its metrics in milliseconds:\n"
         "parameter_server_batch_metric,param_index_batch (first push to results\n"
         "queued), parameter_server_straggler_metric,param_index_straggler (first\n"
-        "push to last push complete), method_metric,average computation (or, for\n"
+        "push to last push complete), parameter_server_straggler_metric,\n"
+        "trainer_lag_R (per trainer rank R: first push to R's push complete, so\n"
+        "the straggler stands out), method_metric,average computation (or, for\n"
         "batch-update, method_metric,update: the mean and the SGD step; for\n"
         "embedding, method_metric,lookup and method_metric,update: a whole\n"
         "frame in to its work done) and, for embedding, the rows touched.\n");
@@ -445,8 +447,12 @@ int main(int argc, char **argv)
     metrics_print_table(s.metrics, stdout, "server metrics (ms)");
     fflush(stdout);
     int code = s.exit_code ? s.exit_code : (rc < 0 ? 1 : 0);
-    if (s.exit_code)
-        fprintf(stderr, "psbench-server: %s\n", s.exit_reason[0] ? s.exit_reason : "the run failed");
+    char reason[sizeof s.exit_reason];
+    snprintf(reason, sizeof reason, "%s", s.exit_reason[0] ? s.exit_reason : "the run failed");
     server_free(&s);
+    /* Last, after whatever closing the connections logged: the one line
+     * that says why the server stopped. */
+    if (code)
+        fprintf(stderr, "psbench-server: %s\n", reason);
     return code;
 }

@@ -19,6 +19,7 @@ struct master_link {
     struct event *tick;
     frame_decoder dec;
     const char *token;
+    char peer[300]; /* the master's HOST:PORT, for messages */
 };
 
 /* The `batch_update` object of a batch-update server's assignment. */
@@ -167,10 +168,15 @@ static void link_on_message(struct master_link *l, ctl_msg *m)
         link_send(l, "reset_done", json_object());
     } else if (strcmp(m->type, "stop") == 0) {
         const char *st = ctl_str(m->body, "status", "failed");
-        if (strcmp(st, "done") == 0)
+        if (strcmp(st, "done") == 0) {
             link_stop(s, 0, NULL);
-        else
-            link_stop(s, 1, ctl_str(m->body, "reason", "the run failed"));
+        } else {
+            /* The master's verdict names the node at fault: it becomes
+             * this server's last line. */
+            char why[600];
+            snprintf(why, sizeof why, "the run failed: %s", ctl_str(m->body, "reason", "no reason given"));
+            link_stop(s, 1, why);
+        }
     } else {
         log_debug("ignoring control message '%s'", m->type);
     }
@@ -205,8 +211,12 @@ static void link_on_read(struct bufferevent *bev, void *arg)
 static void link_on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct master_link *l = arg;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-        link_stop(l->s, 1, "lost the connection to the master");
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        char why[400];
+        snprintf(why, sizeof why, "lost the master %s: %s", l->peer,
+                 (what & BEV_EVENT_EOF) ? "it closed the connection" : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        link_stop(l->s, 1, why);
+    }
 }
 
 int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen)
@@ -217,6 +227,7 @@ int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen)
         return -1;
     }
     l->s = s;
+    snprintf(l->peer, sizeof l->peer, "%s", c->peer);
     frame_decoder_init(&l->dec, CTL_MAX_BODY);
     net_set_nonblock(c->fd, 1);
     l->bev = bufferevent_socket_new(s->base, c->fd, BEV_OPT_CLOSE_ON_FREE);

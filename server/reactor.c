@@ -146,6 +146,12 @@ uint32_t server_member_join(server *s, conn *c, uint64_t rank, char *msg, size_t
     m->rank = rank;
     m->conn = c;
     m->lost = false;
+    /* Each trainer's lag behind the first push of every (batch, bucket):
+     * the straggler metric per trainer, so a slow trainer (or link) is
+     * named, not only seen. */
+    char name[96];
+    snprintf(name, sizeof name, "parameter_server_straggler_metric,trainer_lag_%" PRIu64, rank);
+    futures_set_lag_metric(&s->fut, s->nmembers, metrics_get(s->metrics, name));
     return s->nmembers++;
 }
 

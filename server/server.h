@@ -72,7 +72,7 @@ typedef struct server {
     bool splice_warned;                   /* a connection fell back to copies (said once) */
     struct master_link *link; /* NULL standalone */
     int exit_code;            /* set by the master link's stop */
-    char exit_reason[256];
+    char exit_reason[640];
 } server;
 
 /* reactor.c */

@@ -166,7 +166,7 @@ static int trainer_batch_update(const batch_update_config *bu, const char *serve
                                 double connect_timeout, uint64_t batches, uint64_t warmup, const char *summary,
                                 const char *params_out)
 {
-    char err[512];
+    char err[1536];
     metrics *m = metrics_new();
     batch_update *b = m ? batch_update_new(bu, m, err, sizeof err) : NULL;
     if (!m)
@@ -263,7 +263,7 @@ int main(int argc, char **argv)
     bool bu_flags = false;
     bool have_rank = false;
     log_level level = LOG_INFO;
-    char err[512];
+    char err[1536];
     uint64_t v;
 
     cli_normalize_args(argc, argv);

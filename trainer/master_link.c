@@ -23,14 +23,81 @@ int mlink_open(mlink *l, const char *master, double timeout_s, metrics *m, char 
     return 0;
 }
 
-void mlink_close(mlink *l, const char *failure)
+static void mlink_on_stop(mlink *l, ctl_msg *msg)
 {
-    if (failure && !l->stopped && l->c.fd >= 0) {
-        /* Tell the master why, so that it can name us in its failure. */
-        char ignore[64];
-        json_t *body = json_pack("{s:s}", "reason", failure);
-        ctl_send(&l->c, "failed", NULL, body, ignore, sizeof ignore);
+    l->stopped = true;
+    const char *st = ctl_str(msg->body, "status", "failed");
+    l->stop_code = strcmp(st, "done") == 0 ? 0 : 1;
+    snprintf(l->stop_reason, sizeof l->stop_reason, "%s",
+             ctl_str(msg->body, "reason", l->stop_code ? "the run failed" : ""));
+}
+
+/* How long a failing trainer waits for the master's verdict: the master
+ * holds a failure 1 s for its cause, then stops everyone. */
+#define MLINK_VERDICT_S 3.0
+
+/* err: the master is gone (why, which may name it already), then ours. */
+static void mlink_lost(const mlink *l, const char *why, const char *local, char *err, size_t errlen)
+{
+    if (strstr(why, l->c.peer))
+        snprintf(err, errlen, "lost the master: %s; here: %s", why, local);
+    else
+        snprintf(err, errlen, "lost the master %s (%s); here: %s", l->c.peer, why, local);
+}
+
+/* After our `failed` report: wait for the master's stop, whose reason names
+ * the node at fault (which may be another: a killed server, a host cut
+ * off), and make that err, our own reason after it. */
+static void mlink_await_verdict(mlink *l, char *err, size_t errlen)
+{
+    char local[512];
+    snprintf(local, sizeof local, "%s", err);
+    double deadline = clock_now_s() + MLINK_VERDICT_S;
+    for (;;) {
+        double left = deadline - clock_now_s();
+        if (left <= 0) {
+            snprintf(err, errlen, "%s (no word from the master %s within %.0f s)", local, l->c.peer, MLINK_VERDICT_S);
+            return;
+        }
+        ctl_msg msg;
+        char why[256];
+        int got = ctl_recv(&l->c, (int)(left * 1000) + 1, &msg, why, sizeof why);
+        if (got < 0) {
+            mlink_lost(l, why, local, err, errlen);
+            return;
+        }
+        if (got == 1) {
+            bool stop = strcmp(msg.type, "stop") == 0;
+            if (stop)
+                mlink_on_stop(l, &msg);
+            ctl_msg_clear(&msg);
+            if (stop) {
+                if (strstr(l->stop_reason, local))
+                    snprintf(err, errlen, "the run failed: %s", l->stop_reason);
+                else
+                    snprintf(err, errlen, "the run failed: %s (here: %s)", l->stop_reason, local);
+                return;
+            }
+        }
+    }
+}
+
+void mlink_close(mlink *l, bool failed, char *err, size_t errlen)
+{
+    if (failed && !l->stopped && l->c.fd >= 0) {
+        /* Tell the master why, so that it can name us in its failure (or
+         * name another node, the cause). */
+        char why[256];
+        json_t *body = json_pack("{s:s}", "reason", err);
+        int sent = ctl_send(&l->c, "failed", NULL, body, why, sizeof why);
         json_decref(body);
+        if (sent == 0) {
+            mlink_await_verdict(l, err, errlen);
+        } else {
+            char local[512];
+            snprintf(local, sizeof local, "%s", err);
+            mlink_lost(l, why, local, err, errlen);
+        }
     }
     ctl_close(&l->c);
 }
@@ -51,15 +118,6 @@ int mlink_report(mlink *l, const char *type, json_t *extra, char *err, size_t er
     json_decref(body);
     l->last_report = clock_now_s();
     return rc;
-}
-
-static void mlink_on_stop(mlink *l, ctl_msg *msg)
-{
-    l->stopped = true;
-    const char *st = ctl_str(msg->body, "status", "failed");
-    l->stop_code = strcmp(st, "done") == 0 ? 0 : 1;
-    snprintf(l->stop_reason, sizeof l->stop_reason, "%s",
-             ctl_str(msg->body, "reason", l->stop_code ? "the run failed" : ""));
 }
 
 int mlink_wait(mlink *l, ctl_msg *msg, char *err, size_t errlen)

@@ -33,14 +33,16 @@ typedef struct mlink {
     double store_timeout_s; /* a kv_get's longest wait (--rpc-timeout) */
     bool stopped;           /* the master said stop (or refused us) */
     int stop_code;
-    char stop_reason[256];
+    char stop_reason[1024];
 } mlink;
 
 /* Connect (retrying for timeout_s while refused). 0 or -1 with err. */
 int mlink_open(mlink *l, const char *master, double timeout_s, metrics *m, char *err, size_t errlen);
-/* Tell the master why this trainer fails (unless the master stopped it),
- * then close. */
-void mlink_close(mlink *l, const char *failure);
+/* Close. With failed (err holds this trainer's reason, the master has not
+ * stopped it): tell the master why, wait up to 3 s for its verdict, and
+ * rewrite err to the line to end on: the master's reason, which names the
+ * node at fault, then ours; or that the master is lost. */
+void mlink_close(mlink *l, bool failed, char *err, size_t errlen);
 
 /* Register (body: role, host, device, ...; stolen) and wait for the
  * assignment: *assign is its body (the caller decrefs). 0 or -1 with err

@@ -440,6 +440,6 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
     run_teardown(&w);
     modelconf_free(&j.model);
     json_decref(assign);
-    mlink_close(&l, code != 0 ? err : NULL);
+    mlink_close(&l, code != 0, err, errlen);
     return code;
 }
