@@ -2,21 +2,61 @@
 #include "master/http.h"
 #include "master/web_assets.h"
 
+#include "shared/log.h"
 #include "shared/net.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { DOC_STATUS, DOC_NODES, DOC_METRICS, DOC_PROM, NDOCS };
 
+/* Limits on what clients can make the master hold (issue 13: slow
+ * consumers, floods). MHD runs one internal thread that polls every socket
+ * without blocking (epoll on Linux): a client that reads or sends a byte at
+ * a time stalls neither other clients nor the reactor, which meets this
+ * thread only in http_publish's pointer swap.
+ *  - HTTP_MAX_CONNS connections at once; beyond that MHD stops accepting
+ *    and new ones wait in the listen backlog (128, net_listen).
+ *  - HTTP_MAX_PER_IP of them from one address (MHD accepts and closes the
+ *    rest at once): one host's slow consumers or flood cannot take every
+ *    slot and lock out Prometheus, the dashboard or a health check.
+ *  - HTTP_TIMEOUT_S: a connection without progress either way for that
+ *    long is closed: one whose client never reads its answer, an idle
+ *    keep-alive one. (An idle timeout: a byte now and then keeps a
+ *    connection open; the per-IP limit bounds those.)
+ *  - HTTP_CONN_MEMORY: each connection's memory pool (request line,
+ *    headers, write buffer; MHD's default, spelt out); a request whose
+ *    headers do not fit is answered 431 or 414 and closed. Request bodies
+ *    are never read (http_handler).
+ * Documents are shared, not copied per request (struct http_server): the
+ * master holds at most HTTP_MAX_CONNS x HTTP_CONN_MEMORY of pools plus one
+ * copy of each published version some connection is still sending (one
+ * for any number of clients, unless slow ones span several publishes; never
+ * more than HTTP_MAX_CONNS). */
+#define HTTP_MAX_CONNS 256u
+#define HTTP_MAX_PER_IP 64u
+#define HTTP_TIMEOUT_S 30u
+#define HTTP_CONN_MEMORY ((size_t)32 * 1024)
+
 struct http_server {
     struct MHD_Daemon *d;
     pthread_mutex_t mu;
-    char *doc[NDOCS]; /* guarded by mu */
+    /* The published documents as ready-made responses, guarded by mu. This
+     * table holds one reference to each; every connection sending one holds
+     * another (MHD counts them), and the document is freed with its last
+     * reference: N clients of the same snapshot share one copy, however
+     * slowly they read. */
+    struct MHD_Response *doc[NDOCS];
+    /* MHD's messages, at most one a second (a flood of refused connections
+     * would otherwise write a line each); touched only by MHD's thread. */
+    time_t log_second;
+    unsigned long log_dropped;
 };
 
 static const char *const doc_type[NDOCS] = {
@@ -44,15 +84,58 @@ static enum MHD_Result http_text(struct MHD_Connection *c, unsigned code, const 
     return http_reply(c, code, "text/plain; charset=utf-8", text, strlen(text), MHD_RESPMEM_PERSISTENT);
 }
 
-/* Serve a copy of the current document, taken under the lock. */
+/* Serve the current document itself (no copy): queueing takes a reference
+ * to the shared response, under the lock so that http_publish cannot drop
+ * the table's reference in between. */
 static enum MHD_Result http_doc(http_server *h, struct MHD_Connection *c, int which)
 {
     pthread_mutex_lock(&h->mu);
-    char *copy = h->doc[which] ? strdup(h->doc[which]) : NULL;
+    struct MHD_Response *r = h->doc[which];
+    enum MHD_Result rc = r ? MHD_queue_response(c, MHD_HTTP_OK, r) : MHD_NO;
     pthread_mutex_unlock(&h->mu);
-    if (!copy)
+    if (!r)
         return http_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "no snapshot yet\n");
-    return http_reply(c, MHD_HTTP_OK, doc_type[which], copy, strlen(copy), MHD_RESPMEM_MUST_FREE);
+    return rc;
+}
+
+/* A published document as a response that owns it (freed with the
+ * response's last reference). NULL when out of memory (s is freed). */
+static struct MHD_Response *http_doc_response(char *s, int which)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(s);
+        return NULL;
+    }
+    if (MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, doc_type[which]) != MHD_YES ||
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store") != MHD_YES) {
+        MHD_destroy_response(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* MHD's error log, rate-limited: the first message of each second, then a
+ * count of those dropped. */
+static void http_log(void *cls, const char *fmt, va_list ap)
+{
+    http_server *h = cls;
+    time_t now = time(NULL);
+    if (now == h->log_second) {
+        h->log_dropped++;
+        return;
+    }
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    if (h->log_dropped)
+        log_warn("http: %s (%lu more HTTP message(s) not shown since the last one)", line, h->log_dropped);
+    else
+        log_warn("http: %s", line);
+    h->log_second = now;
+    h->log_dropped = 0;
 }
 
 static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -66,6 +149,19 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const c
         *upload_size = 0; /* a body, if any, is ignored */
         return http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "read-only API: GET or HEAD\n");
     }
+    /* A GET or HEAD without a body is answered on MHD's second call, once
+     * the request is complete: an answer queued on the first call (headers
+     * only) makes MHD close the connection after it, so that every request
+     * would cost a new connection; this way keep-alive works. One with a
+     * body is answered at once, like any other method: its body is never
+     * read, and MHD closes the connection after the answer. */
+    static int headers_seen;
+    if (!*state && !MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) &&
+        !MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        *state = &headers_seen;
+        return MHD_YES;
+    }
+    *upload_size = 0;
     if (strcmp(url, "/healthz") == 0)
         return http_text(c, MHD_HTTP_OK, "ok");
     if (strcmp(url, "/api/v1/status") == 0)
@@ -96,9 +192,13 @@ http_server *http_start(const char *host, uint16_t port, uint16_t *bound, char *
     }
     pthread_mutex_init(&h->mu, NULL);
     /* The socket comes from net_listen (MHD takes it over). */
+    h->log_second = (time_t)-1;
+    /* The logger first: MHD wants it before any option that may log. */
     h->d = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_handler, h,
-                            MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_END);
+                            MHD_OPTION_EXTERNAL_LOGGER, http_log, h, MHD_OPTION_LISTEN_SOCKET, fd,
+                            MHD_OPTION_CONNECTION_TIMEOUT, HTTP_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+                            HTTP_MAX_CONNS, MHD_OPTION_PER_IP_CONNECTION_LIMIT, HTTP_MAX_PER_IP,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONN_MEMORY, MHD_OPTION_END);
     if (!h->d) {
         close(fd);
         snprintf(err, errlen, "cannot serve HTTP on %s:%u", host, port);
@@ -112,25 +212,33 @@ http_server *http_start(const char *host, uint16_t port, uint16_t *bound, char *
 void http_publish(http_server *h, char *status_json, char *nodes_json, char *metrics_json, char *prometheus)
 {
     char *in[NDOCS] = {status_json, nodes_json, metrics_json, prometheus};
-    char *old[NDOCS] = {0};
+    struct MHD_Response *fresh[NDOCS] = {0}, *old[NDOCS] = {0};
+    /* Responses are made here, on the reactor's thread, outside the lock;
+     * one that cannot be made (out of memory) keeps the previous document. */
+    for (int i = 0; i < NDOCS; i++)
+        fresh[i] = in[i] ? http_doc_response(in[i], i) : NULL;
     pthread_mutex_lock(&h->mu);
     for (int i = 0; i < NDOCS; i++)
-        if (in[i]) {
+        if (fresh[i]) {
             old[i] = h->doc[i];
-            h->doc[i] = in[i];
+            h->doc[i] = fresh[i];
         }
     pthread_mutex_unlock(&h->mu);
+    /* Drop the table's reference: a document still being sent lives on
+     * until its last connection is done with it. */
     for (int i = 0; i < NDOCS; i++)
-        free(old[i]);
+        if (old[i])
+            MHD_destroy_response(old[i]);
 }
 
 void http_stop(http_server *h)
 {
     if (!h)
         return;
-    MHD_stop_daemon(h->d);
+    MHD_stop_daemon(h->d); /* closes every connection: their references go */
     for (int i = 0; i < NDOCS; i++)
-        free(h->doc[i]);
+        if (h->doc[i])
+            MHD_destroy_response(h->doc[i]);
     pthread_mutex_destroy(&h->mu);
     free(h);
 }

@@ -2,9 +2,12 @@
  *
  * Runs on libmicrohttpd's own thread. It serves the latest snapshot the
  * reactor published (documents rendered once per publish, swapped under a
- * mutex held only for the swap or a copy) and the dashboard's files
- * compiled into the binary. It never touches the reactor's state, and no
- * file-system path is ever derived from a request.
+ * mutex held only for the swap or to queue one; each document is shared by
+ * reference by every connection sending it, never copied per request) and
+ * the dashboard's files compiled into the binary. Connections, per-address
+ * connections, idle time and per-connection memory are bounded (http.c).
+ * It never touches the reactor's state, and no file-system path is ever
+ * derived from a request.
  */
 #ifndef PSBENCH_HTTP_H
 #define PSBENCH_HTTP_H
