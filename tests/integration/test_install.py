@@ -21,9 +21,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 
 BINARIES = ("psbench-master", "psbench-server", "psbench-trainer")
+SCRIPTS = ("psbench-slurm",)  # each srun task's role under Slurm (test_slurm.py)
 CONFIGS = ("benchmark_configurations.json", "data_configurations.json",
            "model_configurations.json", "server_configurations.json",
-           "trainer_configurations.json", "grafana-dashboard.json", "prometheus.yml")
+           "trainer_configurations.json", "grafana-dashboard.json", "prometheus.yml",
+           "slurm/psbench.sbatch")
 # The Debian packages of the libraries the binaries link (dpkg-shlibdeps
 # names them; prefixes, so that another Debian release's t64 or soname
 # suffixes still match).
@@ -74,10 +76,11 @@ class InstallTests(unittest.TestCase):
         return out
 
     def check_tree(self, prefix):
-        """bin/ holds exactly the three binaries, share/psbench/configs the
-        configs; no test, fuzz or bench binary anywhere."""
-        self.assertEqual(sorted(os.listdir(os.path.join(prefix, "bin"))), sorted(BINARIES))
-        for b in BINARIES:
+        """bin/ holds exactly the three binaries and psbench-slurm,
+        share/psbench/configs the configs; no test, fuzz or bench binary
+        anywhere."""
+        self.assertEqual(sorted(os.listdir(os.path.join(prefix, "bin"))), sorted(BINARIES + SCRIPTS))
+        for b in BINARIES + SCRIPTS:
             self.assertTrue(os.access(os.path.join(prefix, "bin", b), os.X_OK), b)
         confdir = os.path.join(prefix, "share", "psbench", "configs")
         for c in CONFIGS:
