@@ -115,6 +115,7 @@ int config_init(run_config *c)
     c->seed = 0;
     c->local = false;
     c->linger_s = 0;
+    c->runs = 1;
     c->log_level = LOG_INFO;
 
     char dir[PATH_MAX];
@@ -171,6 +172,7 @@ enum {
     OPT_HTTP,
     OPT_LOCAL,
     OPT_LINGER,
+    OPT_RUNS,
     OPT_OUT,
     OPT_TOKEN,
     OPT_TOKEN_FILE,
@@ -212,6 +214,7 @@ static const struct option long_opts[] = {
     {"http", required_argument, NULL, OPT_HTTP},
     {"local", no_argument, NULL, OPT_LOCAL},
     {"linger", required_argument, NULL, OPT_LINGER},
+    {"runs", required_argument, NULL, OPT_RUNS},
     {"out", required_argument, NULL, OPT_OUT},
     {"token", required_argument, NULL, OPT_TOKEN},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
@@ -290,7 +293,14 @@ void config_usage(FILE *f)
         "                            127.0.0.1:8080)\n"
         "  --local                   spawn the servers and trainers on this host\n"
         "  --linger SECONDS          keep serving HTTP after the run (default 0)\n"
-        "  --out DIR                 write results.json and a CSV per group into DIR\n"
+        "  --runs N                  run the job N times back to back (default 1; 0: until\n"
+        "                            stopped). The servers stay connected between runs (told\n"
+        "                            to reset, not to stop); trainers join again for every run\n"
+        "                            (--local starts them again). A failed run ends the master.\n"
+        "                            A signal between runs, before a trainer of the next one\n"
+        "                            joined, ends it cleanly (not with --local)\n"
+        "  --out DIR                 write results.json and a CSV per group into DIR (with\n"
+        "                            --runs other than 1: into DIR/run-001/, DIR/run-002/, ...)\n"
         "  --token-file FILE         the job's token, a shared secret every node must present:\n"
         "                            FILE's first line (keep it mode 600; the nodes take the\n"
         "                            same flag). Without a token a master listening beyond\n"
@@ -481,6 +491,11 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
             break;
         case OPT_LOCAL: c->local = true; break;
         case OPT_LINGER: rc = parse_nonneg_seconds("--linger", a, &c->linger_s, err, errlen); break;
+        case OPT_RUNS:
+            rc = cli_parse_u64("--runs", a, 0, CONFIG_MAX_RUNS, 0, &v, err, errlen);
+            if (rc == 0)
+                c->runs = (uint32_t)v;
+            break;
         case OPT_OUT: rc = parse_str("--out", a, &c->out_dir, err, errlen); break;
         case OPT_TOKEN:
             rc = parse_str("--token", a, &c->token, err, errlen);
@@ -1143,6 +1158,7 @@ json_t *config_to_json(const run_config *c)
     SET("http", str_or_null(c->http));
     SET("local", json_boolean(c->local));
     SET("linger", json_real(c->linger_s));
+    SET("runs", json_integer((json_int_t)c->runs));
     SET("out", str_or_null(c->out_dir));
     SET("auth", json_boolean(c->token != NULL));
     if (c->resolved.loaded) {

@@ -48,6 +48,7 @@
 #define CONFIG_MAX_NODES 4096u /* per count flag */
 #define CONFIG_MAX_EPOCHS 1000000u
 #define CONFIG_MAX_BATCH_SIZE (1u << 24)
+#define CONFIG_MAX_RUNS 1000000u
 
 /* One resolved entry of a configuration file. */
 typedef struct config_entry {
@@ -112,6 +113,7 @@ typedef struct run_config {
     bool listen_set, http_set;        /* --listen (or --master-addr) / --http given */
     bool local;                       /* --local: spawn servers and trainers here */
     double linger_s;                  /* --linger SECONDS (0: exit when done) */
+    uint32_t runs;                    /* --runs N: the job N times back to back (0: until stopped) */
     char *out_dir;                    /* --out DIR, NULL: no files */
     char *token;                      /* --token, else --token-file's, else $PSBENCH_TOKEN,
                                        * else NULL. Never printed */

@@ -28,10 +28,12 @@ typedef struct child {
 
 struct launcher {
     master *m;
-    child *kids;
+    child *kids;               /* servers (rank order), then trainers */
     size_t n;
     struct event *sigchld;
     int kill_rounds;
+    char bin_dir[4096];
+    char master_addr[300], listen_addr[300];
 };
 
 static void launcher_emit(child *c, int stream, const char *s, size_t n)
@@ -159,6 +161,35 @@ fail:
     return -1;
 }
 
+/* Start kid i: server i, or trainer i - nserver. */
+static int launcher_spawn_kid(launcher *l, size_t i, char *err, size_t errlen)
+{
+    master *m = l->m;
+    child *c = &l->kids[i];
+    memset(c, 0, sizeof *c);
+    c->l = l;
+    c->fd[0] = c->fd[1] = -1;
+    bool server = i < m->set.nserver;
+    unsigned rank = server ? (unsigned)i : (unsigned)(i - m->set.nserver);
+    bool cuda = server ? rank >= m->set.nserver - m->set.ncudaserver
+                       : rank >= m->set.ntrainer - m->set.ncudatrainer;
+    snprintf(c->label, sizeof c->label, "%s %u", server ? "server" : "trainer", rank);
+    char bin[4200], rank_s[16];
+    snprintf(bin, sizeof bin, "%s/%s", l->bin_dir, server ? "psbench-server" : "psbench-trainer");
+    snprintf(rank_s, sizeof rank_s, "%u", rank);
+    /* Children log at the master's level (--log-level debug shows the
+     * nodes' debug lines too, e.g. the batch-update trainer's per batch). */
+    static const char *const levels[] = {"error", "warn", "info", "debug"};
+    char *argv[] = {bin, "--master", l->master_addr, "--rank", rank_s, "--device", cuda ? "cuda" : "cpu",
+                    "--log-level", (char *)levels[log_get_level()], server ? "--listen" : NULL, l->listen_addr,
+                    NULL};
+    if (launcher_spawn(l, c, bin, argv, err, errlen) < 0) {
+        c->exited = true; /* nothing to wait for, nothing to kill */
+        return -1;
+    }
+    return 0;
+}
+
 launcher *launcher_start(master *m, const char *bin_dir, const char *ctl_host, uint16_t ctl_port, char *err,
                          size_t errlen)
 {
@@ -172,6 +203,7 @@ launcher *launcher_start(master *m, const char *bin_dir, const char *ctl_host, u
     l->m = m;
     l->sigchld = evsignal_new(m->base, SIGCHLD, launcher_on_sigchld, l);
     event_add(l->sigchld, NULL);
+    snprintf(l->bin_dir, sizeof l->bin_dir, "%s", bin_dir);
     /* Children reach the master where it listens; a wildcard address
      * means this host, reached by its loopback. Servers listen there too. */
     const char *host = ctl_host;
@@ -180,34 +212,36 @@ launcher *launcher_start(master *m, const char *bin_dir, const char *ctl_host, u
     else if (strcmp(host, "::") == 0)
         host = "::1";
     bool v6 = strchr(host, ':') != NULL;
-    char master_addr[300], listen_addr[300];
-    snprintf(master_addr, sizeof master_addr, v6 ? "[%s]:%u" : "%s:%u", host, ctl_port);
-    snprintf(listen_addr, sizeof listen_addr, v6 ? "[%s]:0" : "%s:0", host);
+    snprintf(l->master_addr, sizeof l->master_addr, v6 ? "[%s]:%u" : "%s:%u", host, ctl_port);
+    snprintf(l->listen_addr, sizeof l->listen_addr, v6 ? "[%s]:0" : "%s:0", host);
     for (size_t i = 0; i < n; i++) {
-        child *c = &l->kids[i];
-        c->l = l;
-        c->fd[0] = c->fd[1] = -1;
-        bool server = i < m->set.nserver;
-        unsigned rank = server ? (unsigned)i : (unsigned)(i - m->set.nserver);
-        bool cuda = server ? rank >= m->set.nserver - m->set.ncudaserver
-                           : rank >= m->set.ntrainer - m->set.ncudatrainer;
-        snprintf(c->label, sizeof c->label, "%s %u", server ? "server" : "trainer", rank);
-        char bin[4096], rank_s[16];
-        snprintf(bin, sizeof bin, "%s/%s", bin_dir, server ? "psbench-server" : "psbench-trainer");
-        snprintf(rank_s, sizeof rank_s, "%u", rank);
-        /* Children log at the master's level (--log-level debug shows the
-         * nodes' debug lines too, e.g. the batch-update trainer's per batch). */
-        static const char *const levels[] = {"error", "warn", "info", "debug"};
-        char *argv[] = {bin, "--master", master_addr, "--rank", rank_s, "--device", cuda ? "cuda" : "cpu",
-                        "--log-level", (char *)levels[log_get_level()], server ? "--listen" : NULL, listen_addr,
-                        NULL};
         l->n++;
-        if (launcher_spawn(l, c, bin, argv, err, errlen) < 0) {
+        if (launcher_spawn_kid(l, i, err, errlen) < 0) {
             launcher_free(l);
             return NULL;
         }
     }
     return l;
+}
+
+bool launcher_trainers_exited(const launcher *l)
+{
+    for (size_t i = l->m->set.nserver; i < l->n; i++)
+        if (!l->kids[i].exited || l->kids[i].fd[0] >= 0 || l->kids[i].fd[1] >= 0)
+            return false;
+    return true;
+}
+
+int launcher_restart_trainers(launcher *l, char *err, size_t errlen)
+{
+    if (!launcher_trainers_exited(l)) {
+        snprintf(err, errlen, "the last run's trainers are still running");
+        return -1;
+    }
+    for (size_t i = l->m->set.nserver; i < l->n; i++)
+        if (launcher_spawn_kid(l, i, err, errlen) < 0)
+            return -1;
+    return 0;
 }
 
 bool launcher_all_exited(const launcher *l)

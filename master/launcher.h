@@ -4,7 +4,8 @@
  * Each child's stdout and stderr come back through pipes and are printed
  * line by line behind "[server 0] " / "[trainer 1] ". Children die with the
  * master (PR_SET_PDEATHSIG) and are reaped on every exit path; one that
- * exits before the run is over fails the run.
+ * exits before the run is over fails the run. With --runs the servers are
+ * started once and the trainers again for every run.
  */
 #ifndef PSBENCH_LAUNCHER_H
 #define PSBENCH_LAUNCHER_H
@@ -25,6 +26,11 @@ typedef struct launcher launcher;
 launcher *launcher_start(struct master *m, const char *bin_dir, const char *ctl_host, uint16_t ctl_port, char *err,
                          size_t errlen);
 bool launcher_all_exited(const launcher *l);
+/* --runs: every trainer of the last run has exited (and its output is in). */
+bool launcher_trainers_exited(const launcher *l);
+/* --runs: start the trainers again for the next run (the servers stay).
+ * Call once launcher_trainers_exited. 0, or -1 with err. */
+int launcher_restart_trainers(launcher *l, char *err, size_t errlen);
 /* SIGTERM every live child; SIGKILL those still alive on the next call. */
 void launcher_kill_all(launcher *l);
 /* Kill what is left, reap, free. */

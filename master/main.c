@@ -177,6 +177,7 @@ int main(int argc, char **argv)
     set.config_json = config_to_json(&c);
     set.out_dir = c.out_dir;
     set.linger_s = c.linger_s;
+    set.runs = c.runs;
 
     master m;
     int code = 1;
@@ -203,6 +204,12 @@ int main(int argc, char **argv)
              : set.shard        ? "shard placement"
                                 : "seed placement",
              c.model, set.batches_per_pass);
+    if (set.runs == 0)
+        log_info("the job runs back to back until stopped (--runs 0): the servers stay, the trainers join "
+                 "again for every run");
+    else if (set.runs > 1)
+        log_info("the job runs %u times back to back (--runs): the servers stay, the trainers join again "
+                 "for every run", set.runs);
     if (c.local) {
         char bin[PATH_MAX];
         master_bin_dir(bin, sizeof bin);

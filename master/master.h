@@ -44,6 +44,7 @@ typedef struct master_settings {
     const char *backend;            /* trainers' collectives: gloo | nccl | multi */
     const char *out_dir;            /* NULL: no files */
     double linger_s;
+    uint32_t runs;                  /* --runs: the job this many times back to back; 0: until stopped */
 } master_settings;
 
 typedef enum node_state {
@@ -75,6 +76,7 @@ typedef struct node {
     double last_seen;     /* master clock, seconds */
     uint64_t bytes_in, bytes_out;
     int64_t rows_touched;  /* an embedding server's report, -1 before any */
+    int64_t rows_base;     /* rows_touched when the current run began (--runs) */
     uint64_t batches_done; /* in the current pass */
     json_t *timed_result;  /* trainer: what its timed pass reported (loss, digest) */
     struct node *next;
@@ -91,6 +93,8 @@ typedef struct master {
     node *nodes;
     node **trainers, **servers; /* by rank, NULL while free */
     run_phase phase;
+    uint32_t run;        /* 1-based: which of set.runs this is */
+    bool runs_ended;     /* a signal between runs: no further run */
     bool resetting;      /* between the warm-up and the timed pass */
     char error[1024];
     double t_start, t_phase, t_last_progress;
@@ -125,7 +129,13 @@ void master_fail(master *m, const char *fmt, ...) __attribute__((format(printf, 
 /* Build and publish the snapshot the HTTP thread serves. */
 void master_publish(master *m, bool exact);
 
-/* results.c: tables on stdout, results.json and CSVs under out_dir. */
+/* More runs to go after the current one (--runs). */
+bool master_runs_remain(const master *m);
+/* Rows an embedding server's updates touched in the current run, -1 before its first report. */
+int64_t node_rows_touched(const node *n);
+
+/* results.c: tables on stdout, results.json and CSVs under out_dir
+ * (out_dir/run-NNN with --runs other than 1). */
 int results_write(master *m, char *err, size_t errlen);
 /* Create --out (and missing parents) and check it is writable: done at
  * start, so that a bad path fails before the run rather than after it. */

@@ -1,11 +1,14 @@
 /* results.c — what a finished run leaves behind: the processed-metrics
  * tables on stdout (the seed's ProcessedMetricsPrinter: combined, then per
- * rank) and, with --out DIR, results.json and one CSV per group. */
+ * rank) and, with --out DIR, results.json and one CSV per group. With
+ * --runs other than 1, each run also prints a one-line summary and writes
+ * into DIR/run-NNN/ (results.json then says which run it was). */
 #include "master/master.h"
 #include "master/snapshot.h"
 #include "shared/log.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -71,7 +74,7 @@ static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n)
         const node *sv = m->servers[r];
         char key[24];
         snprintf(key, sizeof key, "%u", r);
-        json_object_set_new(touched, key, sv && sv->rows_touched >= 0 ? json_integer(sv->rows_touched) : json_null());
+        json_object_set_new(touched, key, sv && sv->rows_touched >= 0 ? json_integer(node_rows_touched(sv)) : json_null());
     }
     return json_pack("{s:o, s:o}", "epochs", rows, "rows_touched", touched);
 }
@@ -119,7 +122,26 @@ void results_print(master *m)
         json_decref(d);
         free(st);
     }
+    if (m->set.runs != 1) {
+        char of[32] = "";
+        if (m->set.runs)
+            snprintf(of, sizeof of, "/%u", m->set.runs);
+        if (m->phase == PH_DONE)
+            printf("run %u%s done: %u trainer(s) x %" PRIu64 " batches, timed pass %.3f s\n", m->run, of,
+                   m->set.ntrainer, m->set.batches_per_pass, m->training_s);
+        else
+            printf("run %u%s failed: %s\n", m->run, of, m->error);
+    }
     fflush(stdout);
+}
+
+/* Where this run's files go: --out DIR, or DIR/run-NNN with --runs other than 1. */
+static void results_dir(const master *m, char *buf, size_t len)
+{
+    if (m->set.runs == 1)
+        snprintf(buf, len, "%s", m->set.out_dir);
+    else
+        snprintf(buf, len, "%s/run-%03u", m->set.out_dir, m->run);
 }
 
 static json_t *results_environment(void)
@@ -136,10 +158,11 @@ static json_t *results_environment(void)
                      (json_int_t)sysconf(_SC_NPROCESSORS_ONLN), "finished_at", when);
 }
 
-static int results_csv(master *m, const snap_stat *st, size_t n, const char *role, char *err, size_t errlen)
+static int results_csv(const char *dir, const snap_stat *st, size_t n, const char *role, char *err,
+                       size_t errlen)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.csv", m->set.out_dir, role);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.csv", dir, role);
     FILE *f = fopen(path, "w");
     if (!f) {
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
@@ -199,7 +222,9 @@ int results_write(master *m, char *err, size_t errlen)
 {
     if (!m->set.out_dir)
         return 0;
-    if (results_prepare_dir(m->set.out_dir, err, errlen) < 0)
+    char dir[4096];
+    results_dir(m, dir, sizeof dir);
+    if (results_prepare_dir(dir, err, errlen) < 0)
         return -1;
     size_t ns = 0;
     snap_stat *st = agg_snapshot(&m->agg, true, &ns);
@@ -225,8 +250,12 @@ int results_write(master *m, char *err, size_t errlen)
     /* The timed pass's duration ("Time spent training"), once it ended. */
     if (doc && m->training_s > 0)
         json_object_set_new(doc, "training_seconds", json_real(m->training_s));
-    char path[4096];
-    snprintf(path, sizeof path, "%s/results.json", m->set.out_dir);
+    if (doc && m->set.runs != 1) {
+        json_object_set_new(doc, "run", json_integer(m->run));
+        json_object_set_new(doc, "runs", json_integer(m->set.runs));
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/results.json", dir);
     int rc = 0;
     if (!doc || json_dump_file(doc, path, JSON_INDENT(2)) < 0) {
         snprintf(err, errlen, "cannot write %s", path);
@@ -234,11 +263,11 @@ int results_write(master *m, char *err, size_t errlen)
     }
     json_decref(doc);
     if (rc == 0)
-        rc = results_csv(m, st, in.nstats, "trainer", err, errlen);
+        rc = results_csv(dir, st, in.nstats, "trainer", err, errlen);
     if (rc == 0)
-        rc = results_csv(m, st, in.nstats, "server", err, errlen);
+        rc = results_csv(dir, st, in.nstats, "server", err, errlen);
     free(st);
     if (rc == 0)
-        log_info("wrote %s/results.json, trainer.csv, server.csv", m->set.out_dir);
+        log_info("wrote %s/results.json, trainer.csv, server.csv", dir);
     return rc;
 }

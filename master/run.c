@@ -9,6 +9,18 @@
  *   running  — the timed pass.
  *   done | failed — stop is sent to every node; tables and files written;
  *              HTTP stays up for --linger seconds.
+ *   done → waiting — with --runs, while runs remain: the trainers get stop
+ *              (done), the servers a `reset` with "new_run" instead (they
+ *              flush their metrics, wait until the run's trainers have left
+ *              them, clear everything, answer reset_done). Once the trainers
+ *              are gone (--local: exited) and every server is ready, the run
+ *              is done (tables, files) and the next one waits for trainers
+ *              with cleared metrics, trainer slots, store and progress.
+ *   waiting → done — a signal between runs, before a trainer of the next
+ *              one registered (not --local): the servers are stopped, exit 0.
+ *
+ * master_set_phase is the one place the phase changes. A failed run ends
+ * the master, whatever runs remain.
  *
  * A node that disconnects, reports a failure or stops sending (its metrics
  * messages are its heartbeat) fails the run, named by role, rank and host.
@@ -140,10 +152,22 @@ static void master_start_pass(master *m, run_phase ph)
 
 static void master_finish_ok(master *m)
 {
-    master_send_all(m, "stop", json_pack("{s:s}", "status", "done"));
-    for (node *n = m->nodes; n; n = n->next)
-        if (n->registered)
+    bool more = master_runs_remain(m);
+    json_t *stop = json_pack("{s:s}", "status", "done");
+    for (node *n = m->nodes; n; n = n->next) {
+        if (!n->registered)
+            continue;
+        if (more && n->role == AGG_SERVER) {
+            /* It stays for the next run: it clears this one once the
+             * run's trainers have left it. */
+            node_send(n, "reset", json_pack("{s:b}", "new_run", 1));
+            n->state = NS_RESETTING;
+        } else {
+            node_send(n, "stop", json_incref(stop));
             n->state = NS_DONE;
+        }
+    }
+    json_decref(stop);
     m->exit_code = 0;
     m->t_finished = master_now();
     /* "done" is announced once the nodes' last reports are in (tick). */
@@ -222,9 +246,9 @@ static uint32_t master_seed_server(const master *m, uint32_t rank, uint32_t *gro
 
 static void master_assign_server(master *m, node *n)
 {
-    json_t *body = json_pack("{s:I, s:I, s:s, s:s}", "rank", (json_int_t)n->rank, "trainers",
+    json_t *body = json_pack("{s:I, s:I, s:s, s:s, s:f}", "rank", (json_int_t)n->rank, "trainers",
                              (json_int_t)master_trainers_per_server(m, n->rank), "kind", m->set.server_kind,
-                             "placement", m->set.shard ? "shard" : "seed");
+                             "placement", m->set.shard ? "shard" : "seed", "rpc_timeout", m->set.rpc_timeout_s);
     if (body && m->set.batch_update) {
         /* Server `rank` owns part `rank` of the parameters. */
         json_t *bu = json_deep_copy(m->set.batch_update);
@@ -318,7 +342,9 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
         return;
     }
     if (m->phase != PH_WAITING) {
-        node_refuse(n, "the run has already started");
+        node_refuse(n, m->finishing && master_runs_remain(m)
+                           ? "the last run is finishing: join once the next one waits for trainers"
+                           : "the run has already started");
         return;
     }
     uint32_t cap = r == AGG_TRAINER ? m->set.ntrainer : m->set.nserver;
@@ -679,6 +705,128 @@ static void master_on_accept(struct evconnlistener *l, evutil_socket_t fd, struc
     m->nodes = n;
 }
 
+/* ---- runs (--runs): from one run to the next ---------------------------- */
+
+bool master_runs_remain(const master *m)
+{
+    return !m->runs_ended && (m->set.runs == 0 || m->run < m->set.runs);
+}
+
+int64_t node_rows_touched(const node *n)
+{
+    return n->rows_touched < 0 ? -1 : n->rows_touched - n->rows_base;
+}
+
+/* Whether the next run may start: 1 yes; 0 not yet (why: what it waits
+ * for); -1 never (why: the reason). The last run's trainers must have left
+ * (--local: exited) and every server must have answered its reset. */
+static int master_between_runs(master *m, char *why, size_t len)
+{
+    for (uint32_t i = 0; i < m->set.nserver; i++) {
+        node *n = m->servers[i];
+        if (!n->bev) {
+            snprintf(why, len, "server %u (%s) disconnected between runs %u and %u", n->rank, n->host, m->run,
+                     m->run + 1);
+            return -1;
+        }
+    }
+    for (uint32_t i = 0; i < m->set.ntrainer; i++) {
+        node *n = m->trainers[i];
+        if (n && n->bev) {
+            snprintf(why, len, "trainer %u (%s) of run %u had not left", n->rank, n->host, m->run);
+            return 0;
+        }
+    }
+    for (uint32_t i = 0; i < m->set.nserver; i++) {
+        node *n = m->servers[i];
+        if (n->state != NS_READY) {
+            snprintf(why, len, "server %u (%s) had not answered the reset after run %u", n->rank, n->host,
+                     m->run);
+            return 0;
+        }
+    }
+    if (m->launcher && !launcher_trainers_exited(m->launcher)) {
+        snprintf(why, len, "the trainers of run %u had not exited", m->run);
+        return 0;
+    }
+    return 1;
+}
+
+/* Free the last run's trainer nodes, and closed connections that never
+ * registered: a long series of runs must not grow the master. */
+static void master_forget_trainers(master *m)
+{
+    for (node **pp = &m->nodes; *pp;) {
+        node *n = *pp;
+        if (n->registered ? n->role == AGG_SERVER : n->bev != NULL) {
+            pp = &n->next;
+            continue;
+        }
+        *pp = n->next;
+        node_detach(n);
+        json_decref(n->timed_result);
+        free(n);
+    }
+    memset(m->trainers, 0, m->set.ntrainer * sizeof *m->trainers);
+}
+
+/* done → waiting: the run's state cleared, the servers kept. */
+static void master_next_run(master *m, double now)
+{
+    char why[400];
+    int ok = master_between_runs(m, why, sizeof why);
+    master_forget_trainers(m);
+    aggregate fresh; /* no metric of the last run, not even its name */
+    if (agg_init(&fresh) == 0) {
+        agg_free(&m->agg);
+        m->agg = fresh;
+    } else {
+        agg_free(&fresh);
+        agg_reset(&m->agg);
+    }
+    kv_free(&m->kv);
+    kv_init(&m->kv);
+    for (uint32_t i = 0; i < m->set.nserver; i++)
+        m->servers[i]->rows_base = m->servers[i]->rows_touched;
+    m->held_until = 0;
+    m->training_s = 0;
+    m->finished_output = false;
+    m->run++;
+    m->t_start = now;
+    master_set_phase(m, PH_WAITING);
+    if (ok != 1) {
+        master_fail(m, "%s%s", why, ok == 0 ? " within --rpc-timeout" : "");
+        return;
+    }
+    if (m->launcher && launcher_restart_trainers(m->launcher, why, sizeof why) < 0) {
+        master_fail(m, "%s", why);
+        return;
+    }
+    if (m->set.runs)
+        log_info("run %u of %u: waiting for %u trainer(s)", m->run, m->set.runs, m->set.ntrainer);
+    else
+        log_info("run %u: waiting for %u trainer(s)", m->run, m->set.ntrainer);
+}
+
+/* A signal after a run, before the next one's trainers: no more runs. */
+static void master_end_runs(master *m)
+{
+    m->runs_ended = true;
+    for (node *n = m->nodes; n; n = n->next)
+        if (n->registered && n->role == AGG_SERVER && n->state != NS_DONE) {
+            node_send(n, "stop", json_pack("{s:s}", "status", "done"));
+            n->state = NS_DONE;
+        }
+}
+
+static bool master_any_trainer(const master *m)
+{
+    for (uint32_t i = 0; i < m->set.ntrainer; i++)
+        if (m->trainers[i])
+            return true;
+    return false;
+}
+
 /* ---- the tick: failure detection, progress, snapshots ------------------- */
 
 static void master_progress_line(master *m, double now)
@@ -755,11 +903,19 @@ static void master_on_tick(evutil_socket_t fd, short what, void *arg)
         master_publish(m, false);
     if (m->finishing || m->phase == PH_DONE || m->phase == PH_FAILED) {
         /* Nodes send a last metrics report when they stop, then close:
-         * wait (briefly) for every one of them so the tables are whole. */
-        bool nodes_gone = true;
-        for (node *n = m->nodes; n; n = n->next)
-            nodes_gone &= !n->registered || !n->bev;
-        if (!m->finished_output && !nodes_gone && !m->hurry && now - m->t_finished < 5.0)
+         * wait (briefly) for every one of them so the tables are whole.
+         * Before another run: for the trainers to leave and the servers
+         * to reset (their reset_done follows their last report). */
+        bool next = m->finishing && master_runs_remain(m);
+        bool settled = true;
+        char why[400];
+        if (next)
+            settled = master_between_runs(m, why, sizeof why) != 0;
+        else
+            for (node *n = m->nodes; n; n = n->next)
+                settled &= !n->registered || !n->bev;
+        double wait_s = next ? m->set.rpc_timeout_s : 5.0;
+        if (!m->finished_output && !settled && !m->hurry && now - m->t_finished < wait_s)
             return;
         if (m->finishing) {
             m->finishing = false;
@@ -775,8 +931,12 @@ static void master_on_tick(evutil_socket_t fd, short what, void *arg)
                 if (m->exit_code == 0)
                     m->exit_code = 1;
             }
-            if (m->set.linger_s > 0)
+            if (m->set.linger_s > 0 && !master_runs_remain(m))
                 log_info("HTTP stays up for %.0f s (--linger)", m->set.linger_s);
+        }
+        if (m->phase == PH_DONE && master_runs_remain(m)) {
+            master_next_run(m, now);
+            return;
         }
         bool children_gone = !m->launcher || launcher_all_exited(m->launcher);
         if (m->launcher && !children_gone && now - m->t_finished > m->set.rpc_timeout_s)
@@ -791,9 +951,22 @@ static void master_on_signal(evutil_socket_t sig, short what, void *arg)
     master *m = arg;
     if (m->finishing) {
         /* The run is done; only the nodes' last reports are awaited. Write
-         * the results with what is in, keep the run's exit code, no linger. */
+         * the results with what is in, keep the run's exit code, no linger,
+         * no further run. */
         m->hurry = true;
         m->set.linger_s = 0;
+        master_end_runs(m);
+        return;
+    }
+    if (m->phase == PH_WAITING && m->run > 1 && !m->launcher && !master_any_trainer(m)) {
+        /* Between runs, nobody of the next one in yet: end after the last
+         * complete run (its output is written); stop the servers. */
+        log_info("stopped after run %u", m->run - 1);
+        m->run--;
+        m->runs_ended = true;
+        m->finished_output = true;
+        m->set.linger_s = 0;
+        master_finish_ok(m);
         return;
     }
     if (m->phase == PH_DONE || m->phase == PH_FAILED) {
@@ -838,7 +1011,7 @@ void master_publish(master *m, bool exact)
             sn->state = node_state_name(n->state);
             sn->last_seen_s = now - n->last_seen;
             sn->bytes_in = n->bytes_in;
-            sn->rows_touched = m->set.embedding ? n->rows_touched : -1;
+            sn->rows_touched = m->set.embedding ? node_rows_touched(n) : -1;
             sn->bytes_out = n->bytes_out;
         }
     }
@@ -846,6 +1019,8 @@ void master_publish(master *m, bool exact)
     snap_stat *st = agg_snapshot(&m->agg, exact, &ns);
     snapshot_input in = {0};
     in.phase = phase_names[m->phase];
+    in.run = m->run;
+    in.runs = m->set.runs;
     in.error = m->error[0] ? m->error : NULL;
     in.batches_total = master_pass_batches(m, m->phase) * m->set.ntrainer;
     for (uint32_t k = 0; k < m->set.ntrainer; k++)
@@ -872,6 +1047,7 @@ int master_init(master *m, const master_settings *set, const char *listen_host, 
 {
     memset(m, 0, sizeof *m);
     m->set = *set;
+    m->run = 1;
     m->t_start = m->t_phase = master_now();
     m->trainers = calloc(set->ntrainer ? set->ntrainer : 1, sizeof *m->trainers);
     m->servers = calloc(set->nserver ? set->nserver : 1, sizeof *m->servers); /* 0: pure DDP */

@@ -114,7 +114,8 @@ char *snapshot_status_json(const snapshot_input *in)
         snapshot_set(doc, "error", snapshot_jstr(in->error)) ||
         snapshot_set(doc, "progress", snapshot_progress(in)) ||
         snapshot_set(doc, "nodes", snapshot_role_counts(in)) ||
-        snapshot_set(doc, "elapsed_s", snapshot_num(in->elapsed_s))) {
+        snapshot_set(doc, "elapsed_s", snapshot_num(in->elapsed_s)) ||
+        snapshot_set(doc, "run", json_integer(in->run)) || snapshot_set(doc, "runs", json_integer(in->runs))) {
         json_decref(doc);
         return NULL;
     }

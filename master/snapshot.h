@@ -40,7 +40,8 @@ typedef struct snapshot_input {
     const char *error;  /* NULL or a one-line reason */
     uint64_t batches_done, batches_total; /* of the current pass, summed over trainers */
     uint64_t batches_completed_total;     /* every batch any trainer finished, all passes */
-    double elapsed_s;
+    double elapsed_s;                     /* since the current run began */
+    uint32_t run, runs;                   /* the run (1-based) of how many (--runs; 0: until stopped) */
     const snap_node *nodes;
     size_t nnodes;
     const snap_stat *stats;
@@ -49,7 +50,8 @@ typedef struct snapshot_input {
 
 /* GET /api/v1/status:
  * {"phase", "error", "progress": {"batches_done", "batches_total"},
- *  "nodes": {"trainer": n, "server": n}, "elapsed_s"} */
+ *  "nodes": {"trainer": n, "server": n}, "elapsed_s", "run", "runs"}
+ * ("run" and "runs" are an extension: --runs) */
 char *snapshot_status_json(const snapshot_input *in);
 /* GET /api/v1/nodes: [{"role", "rank", "host", "device", "state", "last_seen_s"}, ...];
  * an embedding server also has "rows_touched" (extension). */

@@ -88,6 +88,8 @@ static void server_usage(FILE *f)
         "                          then is answered bad_frame and closed (default 30)\n"
         "  --master HOST:PORT      register with a psbench-master, which assigns the\n"
         "                          rank, the trainer count and the kind\n"
+        "  --connect-timeout SECONDS  with --master: keep trying to reach the master\n"
+        "                          this long while it is not listening yet (default 30)\n"
         "  --advertise HOST        the address trainers should use to reach this\n"
         "                          server (default: as the master sees it)\n"
         "  --log-level LEVEL       error, warn, info (default) or debug\n"
@@ -107,7 +109,7 @@ static void server_usage(FILE *f)
 enum {
     OPT_STANDALONE = 256, OPT_TRAINERS, OPT_LISTEN, OPT_KIND, OPT_DEVICE, OPT_RANK,
     OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_TOKEN, OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
-    OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT, OPT_IN_FEATURES, OPT_OUT_FEATURES,
+    OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_IN_FEATURES, OPT_OUT_FEATURES,
     OPT_LR, OPT_MOMENTUM, OPT_BU_SIZE, OPT_SEED, OPT_PART, OPT_NUM_EMBEDDINGS, OPT_EMBEDDING_DIM,
     OPT_TOKEN_FILE,
 };
@@ -128,6 +130,7 @@ static const struct option server_opts[] = {
     {"splice", no_argument, NULL, OPT_SPLICE},
     {"no-splice", no_argument, NULL, OPT_NO_SPLICE},
     {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
+    {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
     {"in-features", required_argument, NULL, OPT_IN_FEATURES},
     {"out-features", required_argument, NULL, OPT_OUT_FEATURES},
     {"lr", required_argument, NULL, OPT_LR},
@@ -180,6 +183,7 @@ int main(int argc, char **argv)
     float lr = 0;
     uint64_t seed = 0;
     bool have_rank = false;
+    double connect_timeout_s = 30; /* --connect-timeout: keep trying the master */
     const char *master = NULL, *advertise = NULL, *device_name = NULL, *token_file = NULL;
     static char token_buf[256]; /* --token-file's token */
     cfg.listen_fd = -1;
@@ -311,6 +315,10 @@ int main(int argc, char **argv)
         case OPT_NO_SPLICE:
             cfg.splice = false;
             break;
+        case OPT_CONNECT_TIMEOUT:
+            if (cli_parse_seconds("--connect-timeout", optarg, &connect_timeout_s, err, sizeof err) < 0)
+                return server_fail(err);
+            break;
         case OPT_HELLO_TIMEOUT:
             if (cli_parse_seconds("--hello-timeout", optarg, &cfg.hello_timeout_s, err, sizeof err) < 0)
                 return server_fail(err);
@@ -407,7 +415,7 @@ int main(int argc, char **argv)
         cfg.listen_fd = net_listen(cfg.host, cfg.port, 1024, &cfg.port, err, sizeof err);
         if (cfg.listen_fd < 0)
             return server_fail(err);
-        if (master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0 ? "cpu" : device_name, advertise, have_rank ? (int64_t)cfg.rank : -1, err,
+        if (master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0 ? "cpu" : device_name, advertise, have_rank ? (int64_t)cfg.rank : -1, connect_timeout_s, err,
                              sizeof err) < 0) {
             ctl_close(&link);
             close(cfg.listen_fd);

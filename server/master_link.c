@@ -17,6 +17,8 @@ struct master_link {
     server *s;
     struct bufferevent *bev;
     struct event *tick;
+    struct event *new_run_ev; /* the master's reset between runs, once the run's trainers left */
+    bool new_run_wait;        /* that reset is waiting for them */
     frame_decoder dec;
     const char *token;
     char peer[300]; /* the master's HOST:PORT, for messages */
@@ -67,9 +69,9 @@ static int master_link_embedding(json_t *body, embedding_config *emb, char *err,
 }
 
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
-                     const char *advertise, int64_t want_rank, char *err, size_t errlen)
+                     const char *advertise, int64_t want_rank, double connect_timeout_s, char *err, size_t errlen)
 {
-    if (ctl_connect(c, master, 30.0, err, errlen) < 0)
+    if (ctl_connect(c, master, connect_timeout_s, err, errlen) < 0)
         return -1;
     char host[256] = "";
     gethostname(host, sizeof host - 1);
@@ -109,6 +111,7 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
         }
         cfg->rank = (uint32_t)rank;
         cfg->trainers = (uint32_t)trainers;
+        cfg->master_timeout_s = ctl_num(m.body, "rpc_timeout", 30);
         if (kind_parse(kind_str, &cfg->kind.id) < 0) {
             snprintf(err, errlen, "the master asked for server kind '%s', which this build does not have",
                      kind_str);
@@ -159,10 +162,36 @@ static void link_stop(server *s, int code, const char *why)
     event_base_loopbreak(s->base);
 }
 
+/* The reset between runs, once no trainer of the last run is connected:
+ * clear everything (a fresh model or table), answer reset_done. */
+static void link_on_new_run(evutil_socket_t fd, short what, void *arg)
+{
+    struct master_link *l = arg;
+    if (!l->new_run_wait || server_has_trainers(l->s))
+        return;
+    l->new_run_wait = false;
+    server_reset(l->s);
+    link_report(l);
+    link_send(l, "reset_done", json_object());
+}
+
+void master_link_trainers_left(server *s)
+{
+    struct master_link *l = s->link;
+    if (l && l->new_run_wait)
+        event_active(l->new_run_ev, EV_TIMEOUT, 0); /* from the loop, not inside a connection's close */
+}
+
 static void link_on_message(struct master_link *l, ctl_msg *m)
 {
     server *s = l->s;
-    if (strcmp(m->type, "reset") == 0) {
+    if (strcmp(m->type, "reset") == 0 && json_is_true(json_object_get(m->body, "new_run"))) {
+        /* Between runs (--runs): this run's samples go now; the rest once
+         * its trainers have left (they may still be closing). */
+        link_report(l);
+        l->new_run_wait = true;
+        event_active(l->new_run_ev, EV_TIMEOUT, 0);
+    } else if (strcmp(m->type, "reset") == 0) {
         server_reset(s);
         link_report(l); /* flush what is left (nothing: metrics were reset) */
         link_send(l, "reset_done", json_object());
@@ -230,10 +259,16 @@ int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen)
     snprintf(l->peer, sizeof l->peer, "%s", c->peer);
     frame_decoder_init(&l->dec, CTL_MAX_BODY);
     net_set_nonblock(c->fd, 1);
+    /* Reports go out twice a second: if the master's host or our link goes
+     * down they stay unacknowledged, and past the run's --rpc-timeout the
+     * connection fails (link_on_event), so a cut-off server ends. */
+    if (s->cfg.master_timeout_s > 0)
+        net_set_user_timeout(c->fd, s->cfg.master_timeout_s);
     l->bev = bufferevent_socket_new(s->base, c->fd, BEV_OPT_CLOSE_ON_FREE);
     l->tick = event_new(s->base, -1, EV_PERSIST, link_on_tick, l);
+    l->new_run_ev = event_new(s->base, -1, 0, link_on_new_run, l);
     struct timeval half = {0, 500000};
-    if (!l->bev || !l->tick || event_add(l->tick, &half) < 0) {
+    if (!l->bev || !l->tick || !l->new_run_ev || event_add(l->tick, &half) < 0) {
         snprintf(err, errlen, "cannot attach the master connection");
         return -1;
     }
@@ -278,6 +313,7 @@ void master_link_free(server *s)
     while (evbuffer_get_length(out) > 0 && evbuffer_write(out, fd) > 0)
         ;
     event_free(l->tick);
+    event_free(l->new_run_ev);
     bufferevent_free(l->bev);
     frame_decoder_free(&l->dec);
     free(l);

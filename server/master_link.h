@@ -4,7 +4,9 @@
  * data-plane port) and waits for the assignment: rank, trainers per bucket,
  * kind. Then master_link_attach puts the connection on the reactor: metrics
  * (and heartbeats) twice a second, `reset` between the warm-up and the timed
- * pass, `stop` at the end.
+ * pass, `stop` at the end. With the master's --runs, a `reset` with
+ * "new_run" between runs instead of `stop`: the server answers it once the
+ * run's trainers have all left (master_link_trainers_left).
  */
 #ifndef PSBENCH_MASTER_LINK_H
 #define PSBENCH_MASTER_LINK_H
@@ -15,9 +17,12 @@
 #include "shared/control.h"
 
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
-                     const char *advertise, int64_t want_rank, char *err, size_t errlen);
+                     const char *advertise, int64_t want_rank, double connect_timeout_s, char *err,
+                     size_t errlen);
 /* Hand the joined connection to the reactor (s takes it over). */
 int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen);
 void master_link_free(server *s);
+/* The reactor saw the last trainer leave. */
+void master_link_trainers_left(server *s);
 
 #endif

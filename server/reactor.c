@@ -15,6 +15,7 @@
  */
 #include "server/server.h"
 #include "server/conn.h"
+#include "server/master_link.h"
 #include "shared/log.h"
 #include "shared/net.h"
 
@@ -168,21 +169,30 @@ void server_reset(server *s)
     log_info("reset: futures and metrics cleared");
 }
 
+bool server_has_trainers(const server *s)
+{
+    for (uint32_t i = 0; i < s->nmembers; i++)
+        if (s->members[i].conn)
+            return true;
+    for (conn *c = s->conns; c; c = c->next)
+        if (c->fd >= 0 && c->hello_done)
+            return true;
+    return false;
+}
+
 /* When every trainer has left and nothing is pending, the job is over: the
  * next trainers to connect start a new one at batch 0. */
 static void server_maybe_new_session(server *s)
 {
-    for (uint32_t i = 0; i < s->nmembers; i++)
-        if (s->members[i].conn)
-            return;
-    for (conn *c = s->conns; c; c = c->next)
-        if (c->fd >= 0 && c->hello_done)
-            return;
+    if (server_has_trainers(s))
+        return;
     /* What is left are failed futures (tombstones) of the old job, and
      * maybe device work for futures nobody waits for: drain, forget. */
     futures_new_session(&s->fut);
     s->nmembers = 0;
     log_info("all trainers left: ready for a new job");
+    if (s->link)
+        master_link_trainers_left(s); /* a master's reset between runs may wait for this */
 }
 
 void server_member_lost(server *s, uint32_t slot, conn *c)

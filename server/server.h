@@ -38,6 +38,7 @@ typedef struct server_config {
     bool splice;          /* lend big results to trainers that promise (outq.h:
                            * zero-copy); false: copy every result */
     double hello_timeout_s; /* a connection that has not said hello by then is closed */
+    double master_timeout_s; /* with a master: the run's --rpc-timeout (its assignment) */
 } server_config;
 
 /* A trainer slot: the n-th distinct rank that said hello. */
@@ -90,6 +91,8 @@ void server_flush(server *s);
 void server_reap(server *s);
 /* Take c off the live list and put it in the graveyard. */
 void server_unlink_conn(server *s, struct conn *c);
+/* Some trainer is connected (said hello, not gone). */
+bool server_has_trainers(const server *s);
 /* Give c the slot of `rank` (a new one, or the one it had before a
  * disconnect). Returns the slot, or CONN_NO_SLOT with a reason in msg. */
 uint32_t server_member_join(server *s, struct conn *c, uint64_t rank, char *msg, size_t len);

@@ -101,6 +101,12 @@ int net_set_nonblock(int fd, int on)
     return fcntl(fd, F_SETFL, fl);
 }
 
+int net_set_user_timeout(int fd, double seconds)
+{
+    unsigned ms = seconds <= 0 ? 0 : seconds >= 4e6 ? 4000000000u : (unsigned)(seconds * 1000.0);
+    return setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+}
+
 int net_set_nodelay(int fd)
 {
     int one = 1;

@@ -28,6 +28,10 @@ int net_host_is_loopback(const char *host);
 
 int net_set_nonblock(int fd, int on);
 int net_set_nodelay(int fd);
+/* TCP_USER_TIMEOUT: data unacknowledged for `seconds` (a peer whose host or
+ * link went down) fails the connection with ETIMEDOUT, instead of after
+ * the kernel's retries (about 15 minutes). */
+int net_set_user_timeout(int fd, double seconds);
 /* Describe the peer of fd as "host:port" into buf. */
 void net_peer_name(int fd, char *buf, size_t len);
 

@@ -56,7 +56,7 @@ static void mlink_await_verdict(mlink *l, char *err, size_t errlen)
     for (;;) {
         double left = deadline - clock_now_s();
         if (left <= 0) {
-            snprintf(err, errlen, "%s (no word from the master %s within %.0f s)", local, l->c.peer, MLINK_VERDICT_S);
+            snprintf(err, errlen, "%s (no word from the master %s within %.0f s: is this host cut off from it?)", local, l->c.peer, MLINK_VERDICT_S);
             return;
         }
         ctl_msg msg;

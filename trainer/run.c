@@ -3,6 +3,7 @@
 #include "shared/cli.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
+#include "shared/net.h"
 #include "trainer/batch_update.h"
 #include "trainer/client.h"
 #include "trainer/hooks.h"
@@ -188,6 +189,10 @@ static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, con
         .m = l->m,
     };
     l->store_timeout_s = j->rpc_timeout_s;
+    /* Metrics go to the master twice a second: if its host or our link
+     * goes down they stay unacknowledged, and past --rpc-timeout the
+     * connection fails, so a cut-off trainer ends even between passes. */
+    net_set_user_timeout(l->c.fd, j->rpc_timeout_s);
     return hooks_new(&hs, err, errlen);
 }
 

@@ -324,6 +324,18 @@ static void test_all_flags(void **state)
     /* --linger 0 is allowed (exit when done). */
     assert_int_equal(parse(&c, err, sizeof err, "--linger", "0", NULL), 0);
     assert_true(c.linger_s == 0);
+    assert_int_equal(c.runs, 1); /* one run unless --runs */
+    config_free(&c);
+
+    /* --runs N (0: until stopped), in the args echo and results.json. */
+    assert_int_equal(parse(&c, err, sizeof err, "--runs", "3", NULL), 0);
+    assert_int_equal(c.runs, 3);
+    json_t *j = config_to_json(&c);
+    assert_int_equal(json_integer_value(json_object_get(j, "runs")), 3);
+    json_decref(j);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--runs", "0", NULL), 0);
+    assert_int_equal(c.runs, 0);
     config_free(&c);
 }
 
@@ -358,6 +370,7 @@ static void test_bad_numbers(void **state)
         {"--epochs", "0", "--epochs"},         {"--epochs", "1.5", "--epochs"},
         {"--rpc-timeout", "0", "--rpc-timeout"}, {"--rpc_timeout", "soon", "--rpc-timeout"},
         {"--seed", "-5", "--seed"},            {"--linger", "-1", "--linger"},
+        {"--runs", "-1", "--runs"},            {"--runs", "two", "--runs"},
         {"--placement", "random", "--placement"}, {"--log-level", "loud", "--log-level"},
         {"--model", "", "--model"},
     };

@@ -17,6 +17,7 @@
 #include <event2/event.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "server/future.h"
 #include "server/kinds.h"
@@ -371,6 +372,36 @@ static void test_batch_update_parts(void **state)
 static int order_seen[32], norder;
 static void order_done(device_job *j) { order_seen[norder++] = (int)(intptr_t)j->arg; }
 
+/* The per-trainer straggler metric: each slot's push complete, measured
+ * from the future's first push, goes to that slot's stats only; a slot
+ * without one (NULL) records nothing; the last pusher lags the most. */
+static void test_lag_per_slot(void **state)
+{
+    (void)state;
+    fixture x;
+    kind_config kc = {.id = KIND_AVERAGE, .trainers = 3};
+    fx_open(&x, "cpu", &kc);
+    stats *lag0 = metrics_get(x.m, "lag0"), *lag2 = metrics_get(x.m, "lag2");
+    futures_set_lag_metric(&x.fut, 0, lag0);
+    futures_set_lag_metric(&x.fut, 2, lag2);
+    float v[4] = {1, 2, 3, 4};
+    for (uint64_t b = 0; b < 3; b++) {
+        push_ctx p[3] = {{0}};
+        assert_int_equal(push_dense(&x, &p[0], 0, b, v, 4, 4), ERR_NONE);
+        assert_int_equal(push_dense(&x, &p[1], 1, b, v, 4, 4), ERR_NONE);
+        struct timespec ms2 = {0, 2000000};
+        nanosleep(&ms2, NULL); /* slot 2 is the straggler */
+        assert_int_equal(push_dense(&x, &p[2], 2, b, v, 4, 4), ERR_NONE);
+        fx_wait(&x, (int)b + 1);
+    }
+    assert_int_equal(lag0->count, 3);
+    assert_int_equal(lag2->count, 3);
+    assert_true(lag2->min >= 2.0);
+    assert_true(lag0->max < lag2->min);
+    futures_set_lag_metric(&x.fut, 2, NULL);
+    fx_close(&x);
+}
+
 static void test_device_order(void **state)
 {
     (void)state;
@@ -412,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_batch_update_rounds),
         cmocka_unit_test(test_batch_update_parts),
         cmocka_unit_test(test_device_order),
+        cmocka_unit_test(test_lag_per_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

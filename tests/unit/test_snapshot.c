@@ -80,6 +80,8 @@ static snapshot_input fixture(void)
         .batches_total = 40,
         .batches_completed_total = 57,
         .elapsed_s = 12.5,
+        .run = 2,
+        .runs = 3,
         .nodes = fixture_nodes,
         .nnodes = NFIXTURE_NODES,
         .stats = fixture_stats,
@@ -165,8 +167,10 @@ static void test_status_no_error(void **state)
 {
     snapshot_input in = fixture();
     json_t *doc = parse(snapshot_status_json(&in));
-    static const char *const keys[] = {"phase", "error", "progress", "nodes", "elapsed_s"};
-    assert_keys(doc, keys, 5);
+    static const char *const keys[] = {"phase", "error", "progress", "nodes", "elapsed_s", "run", "runs"};
+    assert_keys(doc, keys, 7);
+    assert_int_key(doc, "run", 2); /* extension: --runs */
+    assert_int_key(doc, "runs", 3);
     assert_str(doc, "phase", "running");
     assert_true(json_is_null(get(doc, "error")));
     json_t *p = get(doc, "progress");

@@ -1,0 +1,178 @@
+"""psbench-master --runs N: the same master runs the job N times back to
+back. The servers stay registered and connected between runs (told
+`reset`, not `stop`); the trainers are per run (--local starts them again;
+by hand they join again with --master). Each run's results are whole and
+its own: DIR/run-001/results.json, ... and one summary line per run.
+
+Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_runs.py
+"""
+import json
+import os
+import re
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+from test_master import Master, http_json  # noqa: E402
+
+RUN_TIMEOUT = 120
+
+
+class Runs(psb.PsbTestCase):
+
+    def setUp(self):
+        psb.PsbTestCase.setUp(self)
+        self.model_cfg = os.path.join(self.reg.workdir, "models.json")
+        with open(self.model_cfg, "w") as f:
+            json.dump({"Tiny": {"model_class": "Synthetic",
+                                "configurations": {"buckets": 3, "bucket_floats": 2000, "sparse": False}}}, f)
+        self.out = os.path.join(self.reg.workdir, "out")
+
+    def master(self, *extra, linger=0):
+        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                "--linger", str(linger), "--rpc-timeout", "15", "--out", self.out] + list(extra)
+        m = self.reg.start(args, name="master", cls=Master)
+        m.wait_ports()
+        return m
+
+    def status(self, m):
+        try:
+            return http_json(m.http + "/api/v1/status")
+        except OSError:
+            return None
+
+    def wait_status(self, m, pred, what, timeout=RUN_TIMEOUT, procs=()):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            st = self.status(m)
+            last = st or last
+            if st and pred(st):
+                return st
+            if not m.alive():
+                break
+            time.sleep(0.05)
+        self.fail("never %s (last status %r):\n%s" % (what, last, "\n\n".join(
+            p.describe() for p in (m,) + tuple(procs))))
+
+    def results(self, run):
+        with open(os.path.join(self.out, "run-%03d" % run, "results.json")) as f:
+            return json.load(f)
+
+    def test_local_three_runs(self):
+        """--local, the real DummyModel over one server: three runs, each
+        with its own whole results; the same seed gives the same training
+        every run (the server kept nothing of the run before)."""
+        m = self.master("--local", "--epochs", "1", "--runs", "3")
+        self.assertEqual(m.wait(RUN_TIMEOUT), 0, m.describe())
+        so = m.stdout()
+        # One summary line per run, in order.
+        lines = re.findall(r"^run (\d+)/3 done: 2 trainer\(s\) x (\d+) batches, timed pass ([0-9.]+) s$", so, re.M)
+        self.assertEqual([int(r) for r, _, _ in lines], [1, 2, 3], so[-3000:])
+        batches = int(lines[0][1])
+        self.assertEqual(batches, 5)  # DummyData: 10 batches an epoch, dealt over 2 trainers
+        self.assertFalse(os.path.exists(os.path.join(self.out, "results.json")))
+        hashes, losses = set(), set()
+        for run in (1, 2, 3):
+            res = self.results(run)
+            self.assertEqual((res["phase"], res["error"], res["run"], res["runs"]), ("done", None, run, 3))
+            self.assertEqual([t["rank"] for t in res["trainers"]], [0, 1])
+            tr = res["groups"]["trainer"]
+            # This run's timed pass only: nothing of the run before, nor of its warm-up.
+            self.assertEqual(tr["all"]["batch_level_metric,batch_all"]["count"], 2 * batches)
+            for r in ("0", "1"):
+                self.assertEqual(tr["ranks"][r]["batch_level_metric,batch_all"]["count"], batches)
+            sv = res["groups"]["server"]
+            self.assertEqual(sorted(sv["ranks"]), ["0"])
+            self.assertGreater(sv["all"]["parameter_server_batch_metric,param_index_batch"]["count"], 0)
+            for g in ("trainer", "server"):
+                self.assertTrue(os.path.exists(os.path.join(self.out, "run-%03d" % run, g + ".csv")))
+            for t in res["trainers"]:
+                hashes.add(t["final_params_sha256"])
+                losses.add(tuple(t["loss_per_epoch"]))
+            self.assertGreater(res["training_seconds"], 0)
+        # Every run trains the same model from the same seed to the same end.
+        self.assertEqual(len(hashes), 1, hashes)
+        self.assertEqual(len(losses), 2, losses)  # one per trainer (its own data), the same every run
+        # The server is started once, the trainers once per run.
+        err = m.stderr()
+        self.assertEqual(err.count("[server 0] psbench-server: listening"), 1, err[-3000:])
+        self.assertEqual(len(re.findall(r"run [23] of 3: waiting for 2 trainer", err)), 2)
+        self.assertEqual(len(re.findall(r"^psbench-master: phase done$", err, re.M)), 3)
+
+    def test_by_hand_until_stopped(self):
+        """--runs 0 with a server started by hand: it stays (same process)
+        across runs while trainers come and go; the status says which run
+        this is; a signal between runs ends everything cleanly (exit 0)."""
+        m = self.master("--ntrainer", "2", "--nserver", "1", "--model", "Tiny", "--model-config-path",
+                        self.model_cfg, "--epochs", "2", "--runs", "0")
+        st = self.status(m)
+        self.assertEqual((st["phase"], st["run"], st["runs"]), ("waiting", 1, 0))
+        srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
+                             name="server", cls=psb.Server)
+        for run in (1, 2):
+            trs = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl],
+                                  name="trainer%d-%d" % (run, i)) for i in range(2)]
+            for t in trs:
+                self.assertEqual(t.wait(RUN_TIMEOUT), 0, t.describe())
+            st = self.wait_status(m, lambda s: s["run"] == run + 1 and s["phase"] == "waiting",
+                                  "waiting for run %d" % (run + 1), procs=[srv] + trs)
+            self.assertIsNone(st["error"])
+            self.assertEqual(st["nodes"], {"trainer": 0, "server": 1})
+            self.assertEqual(st["progress"], {"batches_done": 0, "batches_total": 2 * 10})
+            self.assertTrue(srv.alive(), srv.describe())
+            nodes = http_json(m.http + "/api/v1/nodes")
+            self.assertEqual([(n["role"], n["state"]) for n in nodes], [("server", "ready")])
+            met = http_json(m.http + "/api/v1/metrics")
+            self.assertEqual(met["groups"]["trainer"]["all"], {})  # cleared for the next run
+            res = self.results(run)
+            self.assertEqual((res["phase"], res["run"], res["runs"]), ("done", run, 0))
+            self.assertEqual(res["groups"]["trainer"]["all"]["batch_level_metric,batch_all"]["count"], 2 * 10)
+            self.assertEqual(res["groups"]["server"]["all"]["parameter_server_batch_metric,param_index_batch"]
+                             ["count"], 3 * 10)
+        # Between runs, nobody of run 3 in yet: a signal ends it cleanly.
+        m.signal(signal.SIGTERM)
+        self.assertEqual(m.wait(30), 0, m.describe())
+        self.assertEqual(srv.wait(30), 0, srv.describe())
+        self.assertIn("stopped after run 2", m.stderr())
+        self.assertEqual(sorted(os.listdir(self.out)), ["run-001", "run-002"])
+        self.assertIn("run 2 done:", m.stdout())
+        self.assertIn("all trainers left: ready for a new job", srv.stderr())
+
+    def test_failed_run_ends_the_master(self):
+        """A run that fails ends the master (non-zero) whatever runs remain;
+        the server hears stop(failed), not another reset."""
+        m = self.master("--ntrainer", "2", "--nserver", "1", "--model", "Tiny", "--model-config-path",
+                        self.model_cfg, "--epochs", "2", "--runs", "5")
+        srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
+                             name="server", cls=psb.Server)
+        trs = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl], name="trainer%d" % i)
+               for i in range(2)]
+        for t in trs:
+            self.assertEqual(t.wait(RUN_TIMEOUT), 0, t.describe())
+        self.wait_status(m, lambda s: s["run"] == 2 and s["phase"] == "waiting", "waiting for run 2",
+                         procs=[srv])
+        # Run 2: one trainer joins, then dies before the other comes.
+        t = self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl], name="trainer-lost")
+        self.wait_status(m, lambda s: s["nodes"]["trainer"] == 1, "a trainer in run 2", procs=[srv, t])
+        t.signal(signal.SIGKILL)
+        st = self.wait_status(m, lambda s: s["phase"] == "failed", "failed", timeout=30, procs=[srv])
+        self.assertEqual(st["run"], 2)
+        self.assertRegex(st["error"], r"^trainer 0 \(.*\) disconnected")
+        self.assertEqual(m.wait(30), 1, m.describe())
+        self.assertEqual(srv.wait(30), 1, srv.describe())
+        self.assertIn("the run failed: trainer 0", psb_last_line(srv.stderr()))
+        self.assertEqual(self.results(1)["phase"], "done")
+        self.assertEqual(self.results(2)["phase"], "failed")
+        self.assertRegex(m.stdout(), r"(?m)^run 2/5 failed: trainer 0 ")
+
+
+def psb_last_line(text):
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+if __name__ == "__main__":
+    psb.main()
