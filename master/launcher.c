@@ -1,8 +1,8 @@
 /* launcher.c — child processes for `psbench-master --local` (see launcher.h). */
 #include "master/launcher.h"
-#include "master/master.h"
 #include "shared/log.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -27,7 +27,7 @@ typedef struct child {
 } child;
 
 struct launcher {
-    master *m;
+    launcher_job job;
     child *kids;               /* servers (rank order), then trainers */
     size_t n;
     struct event *sigchld;
@@ -96,17 +96,16 @@ static void launcher_reap(launcher *l)
                 continue;
             c->exited = true;
             c->status = status;
-            master *m = l->m;
-            bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-            if (!ok && m->phase != PH_DONE && m->phase != PH_FAILED) {
-                if (WIFSIGNALED(status))
-                    master_fail(m, "%s (pid %d) was killed by signal %d", c->label, (int)pid, WTERMSIG(status));
-                else
-                    master_fail(m, "%s (pid %d) exited with status %d", c->label, (int)pid,
-                                WEXITSTATUS(status));
-            } else if (!ok) {
-                log_debug("%s exited with status %d", c->label, status);
-            }
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+                continue;
+            char why[128];
+            if (WIFSIGNALED(status))
+                snprintf(why, sizeof why, "%s (pid %d) was killed by signal %d", c->label, (int)pid,
+                         WTERMSIG(status));
+            else
+                snprintf(why, sizeof why, "%s (pid %d) exited with status %d", c->label, (int)pid,
+                         WEXITSTATUS(status));
+            l->job.child_failed(l->job.ctx, why);
         }
     }
 }
@@ -152,7 +151,7 @@ static int launcher_spawn(launcher *l, child *c, const char *bin, char *const ar
     c->fd[1] = er[0];
     for (int k = 0; k < 2; k++) {
         fcntl(c->fd[k], F_SETFL, O_NONBLOCK);
-        c->ev[k] = event_new(l->m->base, c->fd[k], EV_READ | EV_PERSIST, launcher_on_output, c);
+        c->ev[k] = event_new(l->job.base, c->fd[k], EV_READ | EV_PERSIST, launcher_on_output, c);
         event_add(c->ev[k], NULL);
     }
     return 0;
@@ -164,15 +163,14 @@ fail:
 /* Start kid i: server i, or trainer i - nserver. */
 static int launcher_spawn_kid(launcher *l, size_t i, char *err, size_t errlen)
 {
-    master *m = l->m;
+    const launcher_job *j = &l->job;
     child *c = &l->kids[i];
     memset(c, 0, sizeof *c);
     c->l = l;
     c->fd[0] = c->fd[1] = -1;
-    bool server = i < m->set.nserver;
-    unsigned rank = server ? (unsigned)i : (unsigned)(i - m->set.nserver);
-    bool cuda = server ? rank >= m->set.nserver - m->set.ncudaserver
-                       : rank >= m->set.ntrainer - m->set.ncudatrainer;
+    bool server = i < j->nserver;
+    unsigned rank = server ? (unsigned)i : (unsigned)(i - j->nserver);
+    bool cuda = server ? rank >= j->nserver - j->ncudaserver : rank >= j->ntrainer - j->ncudatrainer;
     snprintf(c->label, sizeof c->label, "%s %u", server ? "server" : "trainer", rank);
     char bin[4200], rank_s[16];
     snprintf(bin, sizeof bin, "%s/%s", l->bin_dir, server ? "psbench-server" : "psbench-trainer");
@@ -190,18 +188,19 @@ static int launcher_spawn_kid(launcher *l, size_t i, char *err, size_t errlen)
     return 0;
 }
 
-launcher *launcher_start(master *m, const char *bin_dir, const char *ctl_host, uint16_t ctl_port, char *err,
-                         size_t errlen)
+launcher *launcher_start(const launcher_job *job, const char *bin_dir, const char *ctl_host, uint16_t ctl_port,
+                         char *err, size_t errlen)
 {
+    assert(job->child_failed && job->ncudaserver <= job->nserver && job->ncudatrainer <= job->ntrainer);
     launcher *l = calloc(1, sizeof *l);
-    size_t n = (size_t)m->set.nserver + m->set.ntrainer;
+    size_t n = (size_t)job->nserver + job->ntrainer;
     if (!l || !(l->kids = calloc(n, sizeof *l->kids))) {
         free(l);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    l->m = m;
-    l->sigchld = evsignal_new(m->base, SIGCHLD, launcher_on_sigchld, l);
+    l->job = *job;
+    l->sigchld = evsignal_new(job->base, SIGCHLD, launcher_on_sigchld, l);
     event_add(l->sigchld, NULL);
     snprintf(l->bin_dir, sizeof l->bin_dir, "%s", bin_dir);
     /* Children reach the master where it listens; a wildcard address
@@ -226,7 +225,7 @@ launcher *launcher_start(master *m, const char *bin_dir, const char *ctl_host, u
 
 bool launcher_trainers_exited(const launcher *l)
 {
-    for (size_t i = l->m->set.nserver; i < l->n; i++)
+    for (size_t i = l->job.nserver; i < l->n; i++)
         if (!l->kids[i].exited || l->kids[i].fd[0] >= 0 || l->kids[i].fd[1] >= 0)
             return false;
     return true;
@@ -238,7 +237,7 @@ int launcher_restart_trainers(launcher *l, char *err, size_t errlen)
         snprintf(err, errlen, "the last run's trainers are still running");
         return -1;
     }
-    for (size_t i = l->m->set.nserver; i < l->n; i++)
+    for (size_t i = l->job.nserver; i < l->n; i++)
         if (launcher_spawn_kid(l, i, err, errlen) < 0)
             return -1;
     return 0;

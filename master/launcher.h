@@ -14,8 +14,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct master;
+struct event_base;
 typedef struct launcher launcher;
+
+/* What to start and whom to tell when a child ends badly. The launcher
+ * knows no run: child_failed (called from the event loop) decides whether
+ * a child's end fails the run. */
+typedef struct launcher_job {
+    struct event_base *base;
+    uint32_t nserver, ntrainer;         /* servers then trainers */
+    uint32_t ncudaserver, ncudatrainer; /* the last ones of each get --device cuda */
+    void (*child_failed)(void *ctx, const char *why);
+    void *ctx;
+} launcher_job;
 
 /* Spawn nserver servers then ntrainer trainers, each given `--master
  * CTL_HOST:ctl_port --rank R --device D` (servers also `--listen
@@ -23,8 +34,8 @@ typedef struct launcher launcher;
  * loopback for a wildcard one. bin_dir holds the psbench-server and psbench-trainer
  * binaries; a job token reaches them through PSBENCH_TOKEN in the
  * environment. NULL with err set. */
-launcher *launcher_start(struct master *m, const char *bin_dir, const char *ctl_host, uint16_t ctl_port, char *err,
-                         size_t errlen);
+launcher *launcher_start(const launcher_job *job, const char *bin_dir, const char *ctl_host, uint16_t ctl_port,
+                         char *err, size_t errlen);
 bool launcher_all_exited(const launcher *l);
 /* --runs: every trainer of the last run has exited (and its output is in). */
 bool launcher_trainers_exited(const launcher *l);

@@ -215,7 +215,9 @@ int main(int argc, char **argv)
         master_bin_dir(bin, sizeof bin);
         if (c.token)
             setenv("PSBENCH_TOKEN", c.token, 1); /* the children read it from there */
-        m.launcher = launcher_start(&m, bin, lhost, m.ctl_port, err, sizeof err);
+        launcher_job job = {m.base, set.nserver, set.ntrainer, set.ncudaserver, set.ncudatrainer,
+                            master_child_failed, &m};
+        m.launcher = launcher_start(&job, bin, lhost, m.ctl_port, err, sizeof err);
         if (!m.launcher) {
             fprintf(stderr, "psbench-master: %s\n", err);
             goto out;

@@ -126,13 +126,19 @@ void master_free(master *m);
 int master_run(master *m);
 /* Fail the run with a one-line reason (first failure wins). */
 void master_fail(master *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* --local: a child ended badly (launcher_job's child_failed; ctx is the
+ * master). It fails the run unless the run is over already. */
+void master_child_failed(void *ctx, const char *why);
 /* Build and publish the snapshot the HTTP thread serves. */
 void master_publish(master *m, bool exact);
 
 /* More runs to go after the current one (--runs). */
 bool master_runs_remain(const master *m);
 /* Rows an embedding server's updates touched in the current run, -1 before its first report. */
-int64_t node_rows_touched(const node *n);
+static inline int64_t node_rows_touched(const node *n)
+{
+    return n->rows_touched < 0 ? -1 : n->rows_touched - n->rows_base;
+}
 
 /* results.c: tables on stdout, results.json and CSVs under out_dir
  * (out_dir/run-NNN with --runs other than 1). */

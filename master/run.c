@@ -120,6 +120,16 @@ void master_fail(master *m, const char *fmt, ...)
     master_set_phase(m, PH_FAILED);
 }
 
+void master_child_failed(void *ctx, const char *why)
+{
+    master *m = ctx;
+    if (m->phase == PH_DONE || m->phase == PH_FAILED) {
+        log_debug("%s", why);
+        return;
+    }
+    master_fail(m, "%s", why);
+}
+
 static bool master_all(master *m, agg_role role, node_state st)
 {
     uint32_t n = role == AGG_TRAINER ? m->set.ntrainer : m->set.nserver;
@@ -710,11 +720,6 @@ static void master_on_accept(struct evconnlistener *l, evutil_socket_t fd, struc
 bool master_runs_remain(const master *m)
 {
     return !m->runs_ended && (m->set.runs == 0 || m->run < m->set.runs);
-}
-
-int64_t node_rows_touched(const node *n)
-{
-    return n->rows_touched < 0 ? -1 : n->rows_touched - n->rows_base;
 }
 
 /* Whether the next run may start: 1 yes; 0 not yet (why: what it waits

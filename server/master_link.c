@@ -175,7 +175,7 @@ static void link_on_new_run(evutil_socket_t fd, short what, void *arg)
     link_send(l, "reset_done", json_object());
 }
 
-void master_link_trainers_left(server *s)
+static void link_trainers_left(server *s)
 {
     struct master_link *l = s->link;
     if (l && l->new_run_wait)
@@ -276,6 +276,7 @@ int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen)
     bufferevent_setcb(l->bev, link_on_read, NULL, link_on_event, l);
     bufferevent_enable(l->bev, EV_READ | EV_WRITE);
     s->link = l;
+    s->trainers_left = link_trainers_left;
     metrics_enable_reporting(s->metrics);
     /* Bytes already read during the join (a `stop` right behind the
      * assignment, say) belong to the next messages. A socket bufferevent

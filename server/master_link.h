@@ -6,7 +6,7 @@
  * (and heartbeats) twice a second, `reset` between the warm-up and the timed
  * pass, `stop` at the end. With the master's --runs, a `reset` with
  * "new_run" between runs instead of `stop`: the server answers it once the
- * run's trainers have all left (master_link_trainers_left).
+ * run's trainers have all left (the reactor calls s->trainers_left).
  */
 #ifndef PSBENCH_MASTER_LINK_H
 #define PSBENCH_MASTER_LINK_H
@@ -22,7 +22,5 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
 /* Hand the joined connection to the reactor (s takes it over). */
 int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen);
 void master_link_free(server *s);
-/* The reactor saw the last trainer leave. */
-void master_link_trainers_left(server *s);
 
 #endif

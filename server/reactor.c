@@ -15,7 +15,6 @@
  */
 #include "server/server.h"
 #include "server/conn.h"
-#include "server/master_link.h"
 #include "shared/log.h"
 #include "shared/net.h"
 
@@ -191,8 +190,8 @@ static void server_maybe_new_session(server *s)
     futures_new_session(&s->fut);
     s->nmembers = 0;
     log_info("all trainers left: ready for a new job");
-    if (s->link)
-        master_link_trainers_left(s); /* a master's reset between runs may wait for this */
+    if (s->trainers_left)
+        s->trainers_left(s);
 }
 
 void server_member_lost(server *s, uint32_t slot, conn *c)

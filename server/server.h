@@ -72,6 +72,9 @@ typedef struct server {
     uint64_t bytes_spliced, bytes_copied; /* result payload bytes, by how they left */
     bool splice_warned;                   /* a connection fell back to copies (said once) */
     struct master_link *link; /* NULL standalone */
+    /* Called when the last trainer has left (a session ends): the master
+     * link sets it, since a reset between runs waits for this. NULL: none. */
+    void (*trainers_left)(struct server *s);
     int exit_code;            /* set by the master link's stop */
     char exit_reason[640];
 } server;

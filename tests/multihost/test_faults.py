@@ -32,22 +32,26 @@ RPC_TIMEOUT = 6
 # After a fault is noticed: the master's 1 s hold, a trainer's 3 s wait for
 # the master's verdict, process exit.
 AFTER_S = RPC_TIMEOUT + 12
-LONG_EPOCHS = 5000  # a pass far longer than any test waits
+LONG_EPOCHS = 1500  # a pass of several seconds (more under ASan): the faults come 0.5 s in
 
 
 class Faults(mh.MultihostCase):
 
     def start_job(self, epochs=LONG_EPOCHS):
-        m = self.start_master(epochs=epochs, rpc_timeout=RPC_TIMEOUT, linger=0)
+        # --linger keeps the failed status up for the test to read; the
+        # test then ends the linger with SIGTERM (the exit code stays).
+        m = self.start_master(epochs=epochs, rpc_timeout=RPC_TIMEOUT, linger=60)
         servers, trainers = self.start_nodes(rpc_timeout=RPC_TIMEOUT)
         self.wait_phase(("running",), procs=[m] + servers + trainers)
         time.sleep(0.5)
         return m, servers, trainers
 
     def assert_failed_naming(self, who, procs):
+        """The status names `who`; then the master's linger is cut short."""
         st = self.wait_phase(("failed", "done"), timeout=AFTER_S, procs=procs)
         self.assertEqual(st["phase"], "failed", st)
         self.assertRegex(st["error"], "^" + who, st)
+        procs[0].signal(signal.SIGTERM)
         return st
 
     def assert_all_end_naming(self, procs, who):
