@@ -88,11 +88,11 @@ static void futures_fail(futures *t, future *f, const char *why)
      * too; it goes with the session. */
 }
 
-static void futures_resolve(futures *t, future *f)
+static void futures_resolve(futures *t, future *f, uint64_t now_ns)
 {
     assert(f->state == FUTURE_OPEN && f->completed == t->k->expected && f->started == t->k->expected);
-    f->t_last_ns = clock_now_ns();
-    metrics_add(t->m_straggler, (double)(f->t_last_ns - f->t_first_ns) / 1e6);
+    f->t_last_ns = now_ns;
+    metrics_add(t->m_straggler, clock_ms(f->t_first_ns, f->t_last_ns));
     f->state = FUTURE_RESOLVING;
     f->t_resolve_ns = f->t_last_ns;
     t->resolving++;
@@ -119,7 +119,7 @@ static void futures_on_resolved(void *ctx, future *f, psbuf *result, const char 
     }
     f->state = FUTURE_DONE;
     t->hooks.answer(t->hooks.ctx, f, result);
-    metrics_add(t->m_batch, (double)(clock_now_ns() - f->t_first_ns) / 1e6);
+    metrics_add(t->m_batch, clock_ms(f->t_first_ns, clock_now_ns()));
     psbuf_unref(result);
     futures_retire(t, f, true);
 }
@@ -212,10 +212,11 @@ void futures_push_done(futures *t, push_ctx *p)
     assert(f && f->state == FUTURE_OPEN);
     futures_unbind(p);
     f->completed++;
+    uint64_t now = clock_now_ns();
     if (t->m_lag[p->slot] && t->k->expected > 1)
-        metrics_add(t->m_lag[p->slot], (double)(clock_now_ns() - f->t_first_ns) / 1e6);
+        metrics_add(t->m_lag[p->slot], clock_ms(f->t_first_ns, now));
     if (f->completed == t->k->expected)
-        futures_resolve(t, f);
+        futures_resolve(t, f, now);
 }
 
 void futures_push_abort(futures *t, push_ctx *p)

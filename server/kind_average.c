@@ -230,7 +230,7 @@ static void avg_done(device_job *j)
     avg_future *st = j->arg;
     kind *k = st->k;
     future *f = st->f;
-    metrics_add(k->m_compute, (double)(clock_now_ns() - f->t_resolve_ns) / 1e6);
+    metrics_add(k->m_compute, clock_ms(f->t_resolve_ns, clock_now_ns()));
     psbuf *result;
     const char *why = NULL;
     if (f->layout == LAYOUT_DENSE) {

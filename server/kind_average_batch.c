@@ -104,7 +104,7 @@ static void avgb_done(device_job *j)
     avgb_future *st = j->arg;
     kind *k = st->k;
     future *f = st->f;
-    metrics_add(k->m_compute, (double)(clock_now_ns() - f->t_resolve_ns) / 1e6);
+    metrics_add(k->m_compute, clock_ms(f->t_resolve_ns, clock_now_ns()));
     psbuf *result = st->result;
     st->result = NULL;
     const char *why = NULL;

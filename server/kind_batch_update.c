@@ -156,7 +156,7 @@ static void bu_step_done(device_job *j)
     bu_future *st = j->arg;
     bu_kind *bk = (bu_kind *)st->k;
     future *f = st->f;
-    metrics_add(bk->base.m_compute, (double)(clock_now_ns() - f->t_resolve_ns) / 1e6);
+    metrics_add(bk->base.m_compute, clock_ms(f->t_resolve_ns, clock_now_ns()));
     bk->steps_done++;
     psbuf *result = st->result;
     st->result = NULL;

@@ -121,7 +121,7 @@ static void emb_done(device_job *j)
     emb_kind *ek = j->arg;
     kind_call *c = emb_call_of(j);
     ek->completed++;
-    double ms = (double)(clock_now_ns() - c->t_ns) / 1e6;
+    double ms = clock_ms(c->t_ns, clock_now_ns());
     if (c->update) {
         /* Positions that belong to a bag: every one when there are bags
          * (offsets[0] = 0), none otherwise. */

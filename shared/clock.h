@@ -20,6 +20,10 @@ static inline uint64_t clock_now_ns(void)
 static inline int64_t clock_now_ms(void) { return (int64_t)(clock_now_ns() / 1000000u); }
 static inline double clock_now_s(void) { return (double)clock_now_ns() / 1e9; }
 
+/* The interval from from_ns to to_ns (clock_now_ns readings) in
+ * milliseconds: the unit of every metric. */
+static inline double clock_ms(uint64_t from_ns, uint64_t to_ns) { return (double)(to_ns - from_ns) / 1e6; }
+
 /* Timed waits on a condition variable, on the same clock: make the
  * variable with clock_cond_init, wait with pthread_cond_timedwait until
  * clock_deadline(seconds from now). */

@@ -297,11 +297,6 @@ static int bu_push(batch_update *b, client *cl, uint64_t batch, char *err, size_
     return 0;
 }
 
-static double bu_ms(uint64_t from_ns, uint64_t to_ns)
-{
-    return (double)(to_ns - from_ns) / 1e6;
-}
-
 int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t first_batch, bool record,
                       batch_update_report *rep, char *err, size_t errlen)
 {
@@ -319,7 +314,7 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
     if (bu_fetch(b, cl, err, errlen) < 0)
         return -1;
     if (record)
-        metrics_add(b->m_get, bu_ms(t_start, b->ans.t_last_ns));
+        metrics_add(b->m_get, clock_ms(t_start, b->ans.t_last_ns));
     /* The seed's torch.randn after manual_seed: the same inputs every pass. */
     rng_seed(&b->inputs, b->cfg.seed, RNG_STREAM_INPUTS + rank);
     uint64_t t_batches = clock_now_ns();
@@ -355,10 +350,10 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         log_debug("trainer%" PRIu64 " got updated model", rank);
         uint64_t t_end = clock_now_ns();
         if (record) {
-            metrics_add(b->m_fwd, bu_ms(t1, t2));
-            metrics_add(b->m_bwd, bu_ms(t2, t3));
-            metrics_add(b->m_hook, bu_ms(t_push, b->ans.t_last_ns));
-            metrics_add(b->m_batch, bu_ms(t0, t_end));
+            metrics_add(b->m_fwd, clock_ms(t1, t2));
+            metrics_add(b->m_bwd, clock_ms(t2, t3));
+            metrics_add(b->m_hook, clock_ms(t_push, b->ans.t_last_ns));
+            metrics_add(b->m_batch, clock_ms(t0, t_end));
         }
         rep->batches++;
         rep->bytes_pushed += b->total * 4;

@@ -222,7 +222,7 @@ static int ar_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t errl
     for (uint32_t i = 0; i < n; i++) {
         stats *m = bs[i]->sparse ? a->m_sparse : a->m_dense;
         if (m)
-            metrics_add(m, (double)(bs[i]->t_done_ns - bs[i]->t_ready_ns) / 1e6);
+            metrics_add(m, clock_ms(bs[i]->t_ready_ns, bs[i]->t_done_ns));
     }
     return 0;
 }

@@ -12,6 +12,7 @@
  * turns buckets into pushes and results back into buckets.
  */
 #include "trainer/hooks.h"
+#include "shared/clock.h"
 #include "shared/log.h"
 #include "trainer/client.h"
 #include "trainer/comm.h"
@@ -134,7 +135,7 @@ static int rpc_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t err
         }
         stats *m = b->sparse ? r->m_sparse : r->m_dense;
         if (m)
-            metrics_add(m, (double)(b->t_done_ns - b->t_ready_ns) / 1e6);
+            metrics_add(m, clock_ms(b->t_ready_ns, b->t_done_ns));
     }
     return 0;
 }

@@ -337,7 +337,6 @@ static int hybrid_updates(hybrid *h, client *cl, char *err, size_t errlen)
     return 0;
 }
 
-static double hybrid_ms(uint64_t a, uint64_t b) { return (double)(b - a) / 1e6; }
 
 static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err, size_t errlen)
 {
@@ -366,11 +365,11 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
     for (uint64_t i = 0; i < h->nparams; i++)
         h->params[i] -= lr * h->grads[i];
     uint64_t t5 = clock_now_ns();
-    metrics_add(h->m_lookup, hybrid_ms(t0, t1));
-    metrics_add(h->m_fwd, hybrid_ms(t1, t2));
-    metrics_add(h->m_bwd, hybrid_ms(t2, t3));
-    metrics_add(h->m_opt, hybrid_ms(t4, t5));
-    metrics_add(h->m_batch, hybrid_ms(t0, t5));
+    metrics_add(h->m_lookup, clock_ms(t0, t1));
+    metrics_add(h->m_fwd, clock_ms(t1, t2));
+    metrics_add(h->m_bwd, clock_ms(t2, t3));
+    metrics_add(h->m_opt, clock_ms(t4, t5));
+    metrics_add(h->m_batch, clock_ms(t0, t5));
     return 0;
 }
 
@@ -415,7 +414,7 @@ int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_f
             if (tick && tick(ctx, rep->batches, err, errlen) < 0)
                 return -1;
         }
-        metrics_add(h->m_epoch, hybrid_ms(t_epoch, clock_now_ns()));
+        metrics_add(h->m_epoch, clock_ms(t_epoch, clock_now_ns()));
         h->loss_epoch[e] = sum / (double)h->cfg.batches;
         h->nepochs = e + 1;
         rep->epochs++;

@@ -334,7 +334,7 @@ static int syn_end(void *ctx, void *frame, char *err, size_t errlen)
     s->done[k] = true;
     s->remaining--;
     if (s->batch >= s->cfg.warmup)
-        metrics_add(s->m_rpc, (double)(s->cl->rx_ns - s->t_push_ns[k]) / 1e6);
+        metrics_add(s->m_rpc, clock_ms(s->t_push_ns[k], s->cl->rx_ns));
     return 0;
 }
 
@@ -422,7 +422,7 @@ int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, si
         }
         if (b < s->cfg.warmup)
             continue; /* no tick either: warm-up is for runs without a master */
-        metrics_add(s->m_batch, (double)(clock_now_ns() - t0) / 1e6);
+        metrics_add(s->m_batch, clock_ms(t0, clock_now_ns()));
         for (uint32_t k = 0; k < s->cfg.buckets; k++)
             rep->bytes_pushed += s->cfg.sparse ? s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols)
                                                : syn_floats(s, k) * 4;

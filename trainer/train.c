@@ -35,7 +35,6 @@ struct train {
     double *loss_epoch;
 };
 
-static double train_ms(uint64_t a, uint64_t b) { return (double)(b - a) / 1e6; }
 
 /* Reverse parameter order, capped buckets, the sparse embedding alone. */
 static int train_make_buckets(train *t, char *err, size_t errlen)
@@ -222,12 +221,12 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
             return -1;
     }
     uint64_t t4 = clock_now_ns();
-    metrics_add(t->m_fwd, train_ms(t0, t1));
-    metrics_add(t->m_bwd, train_ms(t1, t2));
-    metrics_add(t->m_exposed, train_ms(t2, t3));
-    metrics_add(t->m_span, train_ms(first_push, last_done));
-    metrics_add(t->m_opt, train_ms(t3, t4));
-    metrics_add(t->m_batch, train_ms(t0, t4));
+    metrics_add(t->m_fwd, clock_ms(t0, t1));
+    metrics_add(t->m_bwd, clock_ms(t1, t2));
+    metrics_add(t->m_exposed, clock_ms(t2, t3));
+    metrics_add(t->m_span, clock_ms(first_push, last_done));
+    metrics_add(t->m_opt, clock_ms(t3, t4));
+    metrics_add(t->m_batch, clock_ms(t0, t4));
     return 0;
 }
 

@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from test_master import Master, http_get, http_json  # noqa: E402
+from test_master import Master, http_get, wait_phase  # noqa: E402
 
 TOKEN = "s3cr3t-TOKEN-xyz"
 WRONG = "wr0ng-TOKEN-abc"
@@ -76,17 +76,7 @@ class JoinTests(psb.PsbTestCase):
         return m
 
     def wait_phase(self, m, phases, timeout=RUN_TIMEOUT):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                last = http_json(m.http + "/api/v1/status")
-            except OSError:
-                last = None
-            if last and last["phase"] in phases:
-                return last
-            time.sleep(0.05)
-        self.fail("phase never reached %s (last %r):\n%s" % (phases, last, m.describe()))
+        return wait_phase(self, m, phases, timeout)
 
     def assert_no_token(self, where, text, token=TOKEN):
         self.assertNotIn(token, text, "the token shows in %s" % where)

@@ -51,6 +51,22 @@ def http_get(url, method="GET", timeout=5.0):
         return e.code, e.headers.get("Content-Type", ""), e.read().decode("utf-8", "replace")
 
 
+def wait_phase(test, m, phases, timeout=RUN_TIMEOUT):
+    """Poll m's /api/v1/status until its phase is one of phases; returns
+    the status, or fails `test` with the last one seen."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = http_json(m.http + "/api/v1/status")
+        except OSError:
+            last = None
+        if last and last["phase"] in phases:
+            return last
+        time.sleep(0.05)
+    test.fail("phase never reached %s (last %r):\n%s" % (phases, last, m.describe()))
+
+
 def http_json(url):
     code, ctype, body = http_get(url)
     assert code == 200, (url, code, body)
@@ -90,17 +106,7 @@ class MasterTests(psb.PsbTestCase):
         return m
 
     def wait_phase(self, m, phases, timeout=RUN_TIMEOUT):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                last = http_json(m.http + "/api/v1/status")
-            except OSError:
-                last = None
-            if last and last["phase"] in phases:
-                return last
-            time.sleep(0.05)
-        self.fail("phase never reached %s (last %r):\n%s" % (phases, last, m.describe()))
+        return wait_phase(self, m, phases, timeout)
 
     def check_stats(self, s):
         self.assertEqual(set(s), STATS_KEYS)
