@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
-# Install the Debian packages psbench needs to build and test — only those
-# that are missing. Idempotent; works as root or through sudo.
+# Install the Debian packages psbench needs — only those that are missing.
+# Idempotent; works as root or through sudo.
 #
-#   scripts/install-deps.sh            build + test dependencies
+#   scripts/install-deps.sh [run]      what building and running need (scripts/run.sh)
+#   scripts/install-deps.sh test       that, plus what the tests need (scripts/test.sh)
+#   scripts/install-deps.sh --list run|test
+#                                      print the packages of a set, one per line, and
+#                                      install nothing (tests/integration/test_scripts.py)
+#
+# Where a package goes: `run` is what a user who only builds and runs the
+# benchmark needs; everything that only the test suite, the fuzzer, the
+# .deb packaging or the benchmarks' reference measurements use is `test`.
 set -euo pipefail
 
-pkgs=(
-  build-essential cmake pkg-config git
-  dpkg-dev                     # dpkg-shlibdeps: the .deb's Depends (cpack -G DEB)
+run_pkgs=(
+  build-essential cmake pkg-config
   libevent-dev libmsgpack-dev libjansson-dev libmicrohttpd-dev libopenblas-dev libssl-dev
-  libcmocka-dev
   libgloo-dev g++              # CPU collectives among trainers (trainer/coll_gloo.cpp)
-  clang libclang-rt-14-dev     # libFuzzer for tests/fuzz
+)
+test_pkgs=(
+  dpkg-dev                     # dpkg-shlibdeps: the .deb's Depends (cpack -G DEB, test_install.py)
+  libcmocka-dev                # unit tests
+  clang libclang-rt-14-dev     # the test build's compiler and libFuzzer for tests/fuzz
   python3 python3-msgpack      # integration tests (run by /usr/bin/python3)
   iperf3                       # bench/: loopback reference
   procps                       # pgrep/pkill in tests
@@ -23,6 +33,22 @@ pkgs=(
                                # cluster under a temp dir (the system's services are not used)
 )
 
+list=0
+if [ "${1:-}" = "--list" ]; then
+  list=1
+  shift
+fi
+set_name=${1:-run}
+case "$set_name" in
+  run) pkgs=("${run_pkgs[@]}") ;;
+  test) pkgs=("${run_pkgs[@]}" "${test_pkgs[@]}") ;;
+  *) echo "install-deps: unknown set '$set_name' (run or test)" >&2; exit 2 ;;
+esac
+if [ "$list" = 1 ]; then
+  printf '%s\n' "${pkgs[@]}"
+  exit 0
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -30,7 +56,7 @@ for p in "${pkgs[@]}"; do
   fi
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#pkgs[@]} packages present"
+  echo "install-deps: all ${#pkgs[@]} packages of '$set_name' present"
   exit 0
 fi
 
@@ -43,7 +69,7 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
   fi
 fi
-echo "install-deps: installing ${missing[*]}"
+echo "install-deps: installing (${set_name}) ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # iperf3 asks whether to start a daemon; answer no.

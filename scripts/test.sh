@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command from a fresh clone to a green test run:
-#   dependencies → configure → build (warnings are errors) → ctest,
+#   dependencies (run's and the tests') → configure → build (warnings are
+#   errors) → ctest,
 # then the same tests again under AddressSanitizer + UBSan, plus the
 # server's integration tests on the `test` device (futures that resolve
 # late, from a worker thread), and those again under ThreadSanitizer with
@@ -10,37 +11,54 @@
 #
 #   scripts/test.sh              everything
 #   PSBENCH_NO_SANITIZE=1 scripts/test.sh   skip the sanitizer passes
+#
+# Its build folders are its own: build-test/ (release), build-asan/ and
+# build-tsan/, all with clang when present (so that the fuzz target is built
+# and run) and RelWithDebInfo; scripts/run.sh keeps build/. Either may run
+# first, in any order, any number of times. PSBENCH_CONFIGURE_ONLY=1 only
+# configures the folders (tests/integration/test_scripts.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/configure.sh
+. scripts/configure.sh
 
-scripts/install-deps.sh
+configure_only=${PSBENCH_CONFIGURE_ONLY:-0}
+if [ "$configure_only" != 1 ]; then
+  scripts/install-deps.sh test
+fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
+# clang when present, so that the fuzz target is built and run too.
+if command -v clang >/dev/null 2>&1; then cc=clang; else cc=cc; fi
 
 run_suite() { # build-dir, ctest args (quoted as one word), extra cmake args...
   local dir=$1 select=$2; shift 2
-  cmake -S . -B "$dir" -DPSBENCH_WERROR=ON "$@" >/dev/null
+  psb_configure "$dir" "$cc" RelWithDebInfo -DPSBENCH_WERROR=ON "$@"
+  [ "$configure_only" = 1 ] && return 0
   cmake --build "$dir" -j "$jobs"
   # shellcheck disable=SC2086  # $select is a list of ctest flags
   (cd "$dir" && ctest --output-on-failure -j 1 $select)
 }
 
-echo "== release build + tests (build/)"
-# clang when present, so that the fuzz target is built and run too.
-if command -v clang >/dev/null 2>&1; then cc=clang; else cc=cc; fi
-CC=$cc run_suite build ""
+echo "== release build + tests (build-test/)"
+run_suite build-test ""
 
 if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   echo "== ASan + UBSan build + tests (build-asan/)"
   # The fuzz target already runs under ASan in the first pass.
   # Not again under ASan: the soak and the HTTP load (they measure memory,
-  # which ASan's quarantine inflates on purpose) and Slurm (it runs the
-  # same binaries as the faults tests do, slower). The faults run here too.
-  CC=$cc ASAN_OPTIONS=detect_leaks=1 run_suite build-asan "-E multihost_soak|multihost_http_load|integration_slurm" \
+  # which ASan's quarantine inflates on purpose), Slurm (it runs the same
+  # binaries as the faults tests do, slower) and the scripts' configure
+  # guard (no binary of the build in it). The faults run here too.
+  ASAN_OPTIONS=detect_leaks=1 run_suite build-asan "-E multihost_soak|multihost_http_load|integration_slurm|integration_scripts" \
     -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF \
     -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"
-  CC=$cc TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" run_suite build-tsan "-L server|threads" \
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" run_suite build-tsan "-L server|threads" \
     -DPSBENCH_TSAN=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
 fi
-echo "scripts/test.sh: all tests passed"
+if [ "$configure_only" = 1 ]; then
+  echo "scripts/test.sh: configured"
+else
+  echo "scripts/test.sh: all tests passed"
+fi

@@ -10,6 +10,7 @@
 #include "server/master_link.h"
 #include "server/server.h"
 #include "shared/cli.h"
+#include "shared/gpu.h"
 #include "shared/log.h"
 #include "shared/net.h"
 
@@ -45,7 +46,9 @@ static void server_usage(FILE *f)
         "                          (keep every push, sum when the last arrives),\n"
         "                          batch-update (the seed's BatchUpdateParameterServer)\n"
         "                          or embedding (the DDP+RPC benchmark's EmbeddingBag)\n"
-        "  --device DEV            cpu (default); cuda[:N] needs the CUDA backend;\n"
+        "  --device DEV            cpu (default); cuda[:N] is refused with the reason\n"
+        "                          (no CUDA runtime, no GPU, or this version's CPU-only\n"
+        "                          server);\n"
         "                          test (for tests: the CPU, finishing every future\n"
         "                          late on a worker thread). $PSBENCH_SERVER_DEVICE\n"
         "                          sets the default\n"
@@ -380,10 +383,20 @@ int main(int argc, char **argv)
         const char *d = getenv("PSBENCH_SERVER_DEVICE");
         device_name = d && *d ? d : "cpu";
     }
-    if (strcmp(device_name, "cpu") != 0 && strcmp(device_name, "test") != 0) {
-        snprintf(err, sizeof err, "--device %s: this build computes on the CPU only (cpu, or test for tests)",
-                 device_name);
-        return server_fail(err);
+    if (strcmp(device_name, "test") != 0) {
+        int cuda_index;
+        char why[768];
+        if (cli_parse_device("--device", device_name, &cuda_index, err, sizeof err) < 0)
+            return server_fail(err);
+        if (cuda_index >= 0) {
+            /* The reason a user can act on first: no CUDA here at all. */
+            if (gpu_probe_device(cuda_index, why, sizeof why) < 0)
+                snprintf(err, sizeof err, "--device %s: %s", device_name, why);
+            else
+                snprintf(err, sizeof err, "--device %s: this version of psbench-server averages on the CPU only "
+                                          "(use --device cpu)", device_name);
+            return server_fail(err);
+        }
     }
     snprintf(cfg.device, sizeof cfg.device, "%s", device_name);
     log_init("psbench-server", level);

@@ -120,3 +120,23 @@ int cli_read_token_file(const char *path, char *buf, size_t len, int *loose, cha
     fclose(f);
     return rc;
 }
+
+int cli_parse_device(const char *opt, const char *s, int *cuda_index, char *err, size_t errlen)
+{
+    if (strcmp(s, "cpu") == 0) {
+        *cuda_index = -1;
+        return 0;
+    }
+    if (strcmp(s, "cuda") == 0) {
+        *cuda_index = 0;
+        return 0;
+    }
+    uint64_t n;
+    char why[256];
+    if (strncmp(s, "cuda:", 5) == 0 && cli_parse_u64(opt, s + 5, 0, 255, 0, &n, why, sizeof why) == 0) {
+        *cuda_index = (int)n;
+        return 0;
+    }
+    snprintf(err, errlen, "%s '%s' is not cpu, cuda or cuda:N (N: a GPU's index, 0..255)", opt, s);
+    return -1;
+}

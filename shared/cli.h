@@ -25,6 +25,10 @@ int cli_parse_seconds(const char *opt, const char *s, double *out, char *err, si
  * token itself never goes into err. */
 int cli_read_token_file(const char *path, char *buf, size_t len, int *loose, char *err, size_t errlen);
 
+/* A --device value: "cpu" (*cuda_index = -1), "cuda" (0) or "cuda:N"
+ * (N in 0..255). Returns 0, or -1 with a message naming `opt` in err. */
+int cli_parse_device(const char *opt, const char *s, int *cuda_index, char *err, size_t errlen);
+
 /* Rewrite "--long_name[=v]" to "--long-name[=v]" in place, so that every
  * long option accepts both spellings (the seed's launcher used '_'). */
 void cli_normalize_args(int argc, char **argv);

@@ -12,20 +12,25 @@
  * device buffer of the group's (grown as needed) on the group's stream.
  * allgatherv is one ncclBroadcast per member with bytes to give, fused in a
  * ncclGroupStart/ncclGroupEnd.
+ *
+ * The CUDA runtime and NCCL are loaded on first use (shared/cudaload.h):
+ * the trainer starts on hosts without them, and a group asked for there
+ * fails with the soname that is missing.
  */
 #include "trainer/coll_impl.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
+#include "shared/cudaload.h"
 #include "shared/log.h"
 
 typedef struct nccl_group {
+    const cudart_api *rt; /* the CUDA runtime and NCCL, loaded (shared/cudaload.h) */
+    const nccl_api *nc;
     ncclComm_t comm;     /* NULL once aborted or destroyed */
     cudaStream_t stream; /* NULL until created */
     void *dbuf;          /* the device staging buffer */
@@ -43,7 +48,7 @@ static void nccl_pause(void)
 static void nccl_abort(nccl_group *g)
 {
     if (g->comm) {
-        ncclCommAbort(g->comm);
+        g->nc->ncclCommAbort(g->comm);
         g->comm = NULL;
     }
 }
@@ -52,12 +57,12 @@ static void nccl_abort(nccl_group *g)
  * Returns -1. */
 static int nccl_failed(nccl_group *g, const char *op, ncclResult_t r, char *err, size_t errlen)
 {
-    const char *last = g->comm ? ncclGetLastError(g->comm) : NULL;
+    const char *last = g->comm ? g->nc->ncclGetLastError(g->comm) : NULL;
     char detail[COLL_ERR_MAX];
     if (last && *last)
-        snprintf(detail, sizeof detail, "%s; %s", ncclGetErrorString(r), last);
+        snprintf(detail, sizeof detail, "%s; %s", g->nc->ncclGetErrorString(r), last);
     else
-        snprintf(detail, sizeof detail, "%s", ncclGetErrorString(r));
+        snprintf(detail, sizeof detail, "%s", g->nc->ncclGetErrorString(r));
     if (r == ncclRemoteError || r == ncclSystemError)
         errbuf_set(err, errlen, "nccl %s: connection to a peer was lost (%s)", op, detail);
     else
@@ -69,7 +74,7 @@ static int nccl_failed(nccl_group *g, const char *op, ncclResult_t r, char *err,
 static int nccl_cuda_failed(nccl_group *g, const char *op, const char *call, cudaError_t ce, char *err,
                             size_t errlen)
 {
-    errbuf_set(err, errlen, "nccl %s: %s: %s", op, call, cudaGetErrorString(ce));
+    errbuf_set(err, errlen, "nccl %s: %s: %s", op, call, g->rt->cudaGetErrorString(ce));
     nccl_abort(g);
     return -1;
 }
@@ -89,7 +94,7 @@ static int nccl_settle(nccl_group *g, const char *op, ncclResult_t r, double dea
         return nccl_failed(g, op, r, err, errlen);
     for (;;) {
         ncclResult_t state = ncclSuccess;
-        r = ncclCommGetAsyncError(g->comm, &state);
+        r = g->nc->ncclCommGetAsyncError(g->comm, &state);
         if (r != ncclSuccess)
             return nccl_failed(g, op, r, err, errlen);
         if (state == ncclSuccess)
@@ -107,13 +112,13 @@ static int nccl_settle(nccl_group *g, const char *op, ncclResult_t r, double dea
 static int nccl_finish(nccl_group *g, const char *op, double deadline, char *err, size_t errlen)
 {
     for (;;) {
-        cudaError_t ce = cudaStreamQuery(g->stream);
+        cudaError_t ce = g->rt->cudaStreamQuery(g->stream);
         if (ce == cudaSuccess)
             return 0;
         if (ce != cudaErrorNotReady)
             return nccl_cuda_failed(g, op, "cudaStreamQuery", ce, err, errlen);
         ncclResult_t state = ncclSuccess;
-        ncclResult_t r = ncclCommGetAsyncError(g->comm, &state);
+        ncclResult_t r = g->nc->ncclCommGetAsyncError(g->comm, &state);
         if (r != ncclSuccess)
             return nccl_failed(g, op, r, err, errlen);
         if (state != ncclSuccess && state != ncclInProgress)
@@ -128,18 +133,18 @@ static int nccl_finish(nccl_group *g, const char *op, double deadline, char *err
  * least `bytes`. */
 static int nccl_enter(nccl_group *g, const char *op, size_t bytes, char *err, size_t errlen)
 {
-    cudaError_t ce = cudaSetDevice(g->device);
+    cudaError_t ce = g->rt->cudaSetDevice(g->device);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaSetDevice", ce, err, errlen);
     if (bytes <= g->dcap)
         return 0;
     size_t cap = g->dcap <= SIZE_MAX / 2 && g->dcap * 2 > bytes ? g->dcap * 2 : bytes;
     if (g->dbuf) {
-        cudaFree(g->dbuf); /* the stream is idle between calls */
+        g->rt->cudaFree(g->dbuf); /* the stream is idle between calls */
         g->dbuf = NULL;
         g->dcap = 0;
     }
-    ce = cudaMalloc(&g->dbuf, cap);
+    ce = g->rt->cudaMalloc(&g->dbuf, cap);
     if (ce != cudaSuccess) {
         g->dbuf = NULL;
         return nccl_cuda_failed(g, op, "cudaMalloc", ce, err, errlen);
@@ -156,13 +161,13 @@ static int nccl_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size
     const size_t bytes = n * sizeof(float);
     if (nccl_enter(g, op, bytes, err, errlen) != 0)
         return -1;
-    cudaError_t ce = cudaMemcpyAsync(g->dbuf, buf, bytes, cudaMemcpyHostToDevice, g->stream);
+    cudaError_t ce = g->rt->cudaMemcpyAsync(g->dbuf, buf, bytes, cudaMemcpyHostToDevice, g->stream);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
-    ncclResult_t r = ncclAllReduce(g->dbuf, g->dbuf, n, ncclFloat32, ncclSum, g->comm, g->stream);
+    ncclResult_t r = g->nc->ncclAllReduce(g->dbuf, g->dbuf, n, ncclFloat32, ncclSum, g->comm, g->stream);
     if (nccl_settle(g, op, r, deadline, err, errlen) != 0)
         return -1;
-    ce = cudaMemcpyAsync(buf, g->dbuf, bytes, cudaMemcpyDeviceToHost, g->stream);
+    ce = g->rt->cudaMemcpyAsync(buf, g->dbuf, bytes, cudaMemcpyDeviceToHost, g->stream);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
     return nccl_finish(g, op, deadline, err, errlen);
@@ -177,13 +182,13 @@ static int nccl_allgather(coll *c, const void *in, size_t bytes, void *out, char
     if (nccl_enter(g, op, total, err, errlen) != 0)
         return -1;
     uint8_t *mine = (uint8_t *)g->dbuf + (size_t)c->rank * bytes;
-    cudaError_t ce = cudaMemcpyAsync(mine, in, bytes, cudaMemcpyHostToDevice, g->stream);
+    cudaError_t ce = g->rt->cudaMemcpyAsync(mine, in, bytes, cudaMemcpyHostToDevice, g->stream);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
-    ncclResult_t r = ncclAllGather(mine, g->dbuf, bytes, ncclUint8, g->comm, g->stream); /* in place */
+    ncclResult_t r = g->nc->ncclAllGather(mine, g->dbuf, bytes, ncclUint8, g->comm, g->stream); /* in place */
     if (nccl_settle(g, op, r, deadline, err, errlen) != 0)
         return -1;
-    ce = cudaMemcpyAsync(out, g->dbuf, total, cudaMemcpyDeviceToHost, g->stream);
+    ce = g->rt->cudaMemcpyAsync(out, g->dbuf, total, cudaMemcpyDeviceToHost, g->stream);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
     return nccl_finish(g, op, deadline, err, errlen);
@@ -203,20 +208,20 @@ static int nccl_allgatherv(coll *c, const void *in, size_t bytes, const uint64_t
         mine += (size_t)counts[r];
     cudaError_t ce = cudaSuccess;
     if (bytes > 0)
-        ce = cudaMemcpyAsync(d + mine, in, bytes, cudaMemcpyHostToDevice, g->stream);
+        ce = g->rt->cudaMemcpyAsync(d + mine, in, bytes, cudaMemcpyHostToDevice, g->stream);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
-    ncclResult_t first = ncclGroupStart();
+    ncclResult_t first = g->nc->ncclGroupStart();
     size_t off = 0;
     for (uint32_t r = 0; r < c->size && (first == ncclSuccess || first == ncclInProgress); r++) {
         if (counts[r] > 0)
-            first = ncclBroadcast(d + off, d + off, (size_t)counts[r], ncclUint8, (int)r, g->comm, g->stream);
+            first = g->nc->ncclBroadcast(d + off, d + off, (size_t)counts[r], ncclUint8, (int)r, g->comm, g->stream);
         off += (size_t)counts[r];
     }
-    ncclResult_t end = ncclGroupEnd(); /* closes the group even after an error */
+    ncclResult_t end = g->nc->ncclGroupEnd(); /* closes the group even after an error */
     if (nccl_settle(g, op, first != ncclSuccess && first != ncclInProgress ? first : end, deadline, err, errlen) != 0)
         return -1;
-    ce = cudaMemcpyAsync(out, d, (size_t)total, cudaMemcpyDeviceToHost, g->stream);
+    ce = g->rt->cudaMemcpyAsync(out, d, (size_t)total, cudaMemcpyDeviceToHost, g->stream);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
     return nccl_finish(g, op, deadline, err, errlen);
@@ -228,19 +233,19 @@ static void nccl_group_free(nccl_group *g, bool clean)
 {
     if (!g)
         return;
-    cudaSetDevice(g->device);
+    g->rt->cudaSetDevice(g->device);
     if (g->comm && clean) {
         char why[COLL_ERR_MAX];
-        if (nccl_settle(g, "free", ncclCommFinalize(g->comm), coll_now() + g->timeout_s, why, sizeof why) == 0) {
-            ncclCommDestroy(g->comm);
+        if (nccl_settle(g, "free", g->nc->ncclCommFinalize(g->comm), coll_now() + g->timeout_s, why, sizeof why) == 0) {
+            g->nc->ncclCommDestroy(g->comm);
             g->comm = NULL;
         }
     }
     nccl_abort(g);
     if (g->stream)
-        cudaStreamDestroy(g->stream);
+        g->rt->cudaStreamDestroy(g->stream);
     if (g->dbuf)
-        cudaFree(g->dbuf);
+        g->rt->cudaFree(g->dbuf);
     free(g);
 }
 
@@ -259,8 +264,8 @@ static const coll_ops nccl_ops = {
 };
 
 /* Rank 0 makes the unique id and sets it; the others get it. */
-static int nccl_share_id(uint32_t rank, const coll_store *store, const char *prefix, ncclUniqueId *id, char *err,
-                         size_t errlen)
+static int nccl_share_id(const nccl_group *g, uint32_t rank, const coll_store *store, const char *prefix,
+                         ncclUniqueId *id, char *err, size_t errlen)
 {
     char why[COLL_ERR_MAX] = "";
     char *key = coll_key(prefix, "nccl_id");
@@ -270,9 +275,9 @@ static int nccl_share_id(uint32_t rank, const coll_store *store, const char *pre
     }
     int rc = -1;
     if (rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(id);
+        ncclResult_t r = g->nc->ncclGetUniqueId(id);
         if (r != ncclSuccess)
-            errbuf_set(err, errlen, "nccl init: ncclGetUniqueId: %s", ncclGetErrorString(r));
+            errbuf_set(err, errlen, "nccl init: ncclGetUniqueId: %s", g->nc->ncclGetErrorString(r));
         else if (store->set(store->ctx, key, id, sizeof *id, why, sizeof why) != 0)
             errbuf_set(err, errlen, "nccl init: rendezvous failed: store set '%s': %s", key, why);
         else
@@ -300,11 +305,20 @@ coll *coll_nccl_new(uint32_t rank, uint32_t size, int cuda_device, const coll_st
 {
     if (coll_check_args("nccl", rank, size, store, timeout_s, err, errlen) != 0)
         return NULL;
+    char why[512];
+    const nccl_api *nc = cudaload_nccl(why, sizeof why);
+    if (!nc) {
+        errbuf_set(err, errlen, "nccl: %s (install %s or use --backend gloo)", why,
+                   strstr(why, "libcudart") ? "the CUDA runtime" : "NCCL");
+        return NULL;
+    }
+    const cudart_api *rt = cudaload_cudart(NULL, 0);
+    assert(rt); /* NCCL's table is only given once the runtime's is loaded */
     int ndev = 0;
-    cudaError_t ce = cudaGetDeviceCount(&ndev);
+    cudaError_t ce = rt->cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess || ndev == 0) {
         errbuf_set(err, errlen, "nccl: no CUDA device answers (cudaGetDeviceCount: %s)",
-                   ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+                   ce != cudaSuccess ? rt->cudaGetErrorString(ce) : "0 devices");
         return NULL;
     }
     if (cuda_device < 0 || cuda_device >= ndev) {
@@ -312,9 +326,9 @@ coll *coll_nccl_new(uint32_t rank, uint32_t size, int cuda_device, const coll_st
                    cuda_device, ndev);
         return NULL;
     }
-    ce = cudaSetDevice(cuda_device);
+    ce = rt->cudaSetDevice(cuda_device);
     if (ce != cudaSuccess) {
-        errbuf_set(err, errlen, "nccl: cudaSetDevice(%d): %s", cuda_device, cudaGetErrorString(ce));
+        errbuf_set(err, errlen, "nccl: cudaSetDevice(%d): %s", cuda_device, rt->cudaGetErrorString(ce));
         return NULL;
     }
     nccl_group *g = calloc(1, sizeof *g);
@@ -322,6 +336,8 @@ coll *coll_nccl_new(uint32_t rank, uint32_t size, int cuda_device, const coll_st
         errbuf_set(err, errlen, "nccl: out of memory");
         return NULL;
     }
+    g->rt = rt;
+    g->nc = nc;
     g->device = cuda_device;
     g->timeout_s = timeout_s;
 
@@ -329,12 +345,12 @@ coll *coll_nccl_new(uint32_t rank, uint32_t size, int cuda_device, const coll_st
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0; /* every wait is ours to bound */
     coll *c = NULL;
-    if (nccl_share_id(rank, store, prefix, &id, err, errlen) != 0)
+    if (nccl_share_id(g, rank, store, prefix, &id, err, errlen) != 0)
         goto fail;
-    ncclResult_t r = ncclCommInitRankConfig(&g->comm, (int)size, id, (int)rank, &cfg);
+    ncclResult_t r = g->nc->ncclCommInitRankConfig(&g->comm, (int)size, id, (int)rank, &cfg);
     if (nccl_settle(g, "init", r, coll_now() + timeout_s, err, errlen) != 0)
         goto fail;
-    ce = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+    ce = g->rt->cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
     if (ce != cudaSuccess) {
         g->stream = NULL;
         nccl_cuda_failed(g, "init", "cudaStreamCreateWithFlags", ce, err, errlen);

@@ -2,6 +2,7 @@
  * model's batches, print the trainer's metrics. */
 #include "shared/cli.h"
 #include "shared/frame.h"
+#include "shared/gpu.h"
 #include "shared/log.h"
 #include "shared/metrics.h"
 #include "trainer/batch_update.h"
@@ -66,7 +67,9 @@ static void trainer_usage(FILE *f)
         "  --token T               the token on the command line (shown by ps: prefer\n"
         "                          --token-file). Precedence: --token, --token-file,\n"
         "                          $PSBENCH_TOKEN\n"
-        "  --device DEV            cpu (default)\n"
+        "  --device DEV            cpu (default); cuda[:N] is refused with the reason\n"
+        "                          (no CUDA runtime, no GPU, or this version's CPU-only\n"
+        "                          trainer); CUDA libraries are loaded only when asked for\n"
         "  --summary-json FILE     write {batches, seconds, rounds_per_s, batch_p50_ms,\n"
         "                          batch_p99_ms, bytes_pushed} to FILE (batch-update: also\n"
         "                          rounds, the server updates in the timed pass)\n"
@@ -262,6 +265,8 @@ int main(int argc, char **argv)
     bu.batch_size = 20;
     bool bu_flags = false;
     bool have_rank = false;
+    const char *device = "cpu";
+    int cuda_index = -1; /* --device cuda[:N]: N */
     log_level level = LOG_INFO;
     char err[1536];
     uint64_t v;
@@ -333,10 +338,9 @@ int main(int argc, char **argv)
         case OPT_TOKEN: token = optarg; break;
         case OPT_TOKEN_FILE: token_file = optarg; break;
         case OPT_DEVICE:
-            if (strcmp(optarg, "cpu") != 0) {
-                snprintf(err, sizeof err, "--device %s: this build runs trainers on the CPU only", optarg);
+            if (cli_parse_device("--device", optarg, &cuda_index, err, sizeof err) < 0)
                 return trainer_fail(err);
-            }
+            device = optarg;
             break;
         case OPT_SUMMARY: summary = optarg; break;
         case OPT_MASTER: master = optarg; break;
@@ -366,6 +370,16 @@ int main(int argc, char **argv)
     }
     if (optind < argc) {
         snprintf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
+        return trainer_fail(err);
+    }
+    if (cuda_index >= 0) {
+        /* The reason a user can act on first: no CUDA here at all. */
+        char why[768];
+        if (gpu_probe_device(cuda_index, why, sizeof why) < 0)
+            snprintf(err, sizeof err, "--device %s: %s", device, why);
+        else
+            snprintf(err, sizeof err, "--device %s: this version of psbench-trainer computes on the CPU only (use "
+                                      "--device cpu)", device);
         return trainer_fail(err);
     }
     /* The token: --token, else --token-file, else $PSBENCH_TOKEN. */

@@ -1,0 +1,21 @@
+/* gpu.h — what psbench-server and psbench-trainer ask of the GPU side, in
+ * every build: with CUDA (the libraries loaded on first use,
+ * shared/cudaload.h) or without it (every answer says so). */
+#ifndef PSBENCH_GPU_H
+#define PSBENCH_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* This build has the CUDA paths (CMake found the toolkit). */
+bool gpu_built(void);
+
+/* Whether --device cuda:N can run here: 0 when the CUDA runtime loads and
+ * GPU N answers; else -1 with the reason, e.g. "libcudart.so.13 not found
+ * (install the CUDA runtime or use --device cpu)", "no CUDA device answers
+ * (cudaGetDeviceCount: ...; use --device cpu)", "CUDA device 2 does not
+ * exist (this host has 1, numbered from 0)", or, in a build without CUDA,
+ * "this build has no CUDA (...)". */
+int gpu_probe_device(int index, char *err, size_t errlen);
+
+#endif
