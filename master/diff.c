@@ -17,9 +17,11 @@ void diff_usage(FILE *f)
     fprintf(f,
             "usage: psbench-master diff [--csv FILE] A.json B.json\n"
             "\n"
-            "Compares two runs' results.json (written by --out DIR): per group and\n"
-            "rank, every metric's count, mean, p50, p90, p99 and max in ms, with\n"
-            "B-A and the change in percent of A (negative: B is faster).\n"
+            "Compares two runs' results.json (written by --out DIR): first where their\n"
+            "configurations and environments differ (what each node computed with:\n"
+            "CPU, BLAS and its kernels, the server's folds, compiler, kernel), then per\n"
+            "group and rank every metric's count, mean, p50, p90, p99 and max in ms,\n"
+            "with B-A and the change in percent of A (negative: B is faster).\n"
             "  --csv FILE   also write the rows as CSV\n"
             "Exit status: 0 ok, 1 unreadable or invalid input, 2 usage error.\n");
 }
@@ -319,6 +321,132 @@ static void diff_configuration(FILE *out, json_t *ca, json_t *cb)
     keyset_free(&keys);
 }
 
+/* ---- environments -------------------------------------------------------- */
+
+/* Keys of an environment that differ between any two runs by nature. */
+static bool env_volatile(const char *path) { return strcmp(path, "finished_at") == 0; }
+
+/* Every leaf of two environments by its path ("blas.core"), appended to
+ * lines as "path: A -> B" where a and b differ. Arrays and
+ * scalars are leaves (compared whole, shown compact). */
+static void env_compare(const char *prefix, json_t *a, json_t *b, json_t *lines)
+{
+    if (json_is_object(a) && json_is_object(b)) {
+        keyset keys = {0};
+        if (keyset_add_object(&keys, a) == 0 && keyset_add_object(&keys, b) == 0) {
+            keyset_finish(&keys, cmp_str);
+            for (size_t i = 0; i < keys.n; i++) {
+                char path[512];
+                snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", keys.v[i]);
+                env_compare(path, json_object_get(a, keys.v[i]), json_object_get(b, keys.v[i]), lines);
+            }
+        }
+        keyset_free(&keys);
+        return;
+    }
+    if ((!a && !b) || (a && b && json_equal(a, b)) || env_volatile(prefix))
+        return;
+    char *sa = a ? json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    char *sb = b ? json_dumps(b, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    char line[1400];
+    snprintf(line, sizeof line, "%s: %.600s -> %.600s", prefix, sa ? sa : "-", sb ? sb : "-");
+    json_array_append_new(lines, json_string(line));
+    free(sa);
+    free(sb);
+}
+
+/* The differences of one environment pair, as an array of lines. */
+static json_t *env_lines(json_t *a, json_t *b)
+{
+    json_t *lines = json_array();
+    if (lines)
+        env_compare("", a, b, lines);
+    return lines;
+}
+
+static void env_print(FILE *out, int *shown, const char *who, json_t *lines)
+{
+    size_t i;
+    json_t *l;
+    json_array_foreach(lines, i, l) {
+        if (!(*shown)++)
+            fprintf(out, "environment differences (what the runs computed with):\n");
+        fprintf(out, "  %s: %s\n", who, json_string_value(l));
+    }
+}
+
+/* The environment of a node of `role` ("trainers", "servers") and rank r
+ * in a results document, or NULL. */
+static json_t *env_of(json_t *doc, const char *role, size_t r)
+{
+    json_t *arr = json_object_get(doc, role);
+    size_t i;
+    json_t *n;
+    json_array_foreach(arr, i, n) {
+        json_t *rank = json_object_get(n, "rank");
+        if (json_is_integer(rank) && (size_t)json_integer_value(rank) == r)
+            return json_object_get(n, "environment");
+    }
+    return NULL;
+}
+
+/* The ranks a role has in either document: one past the highest. */
+static size_t env_ranks(json_t *a, json_t *b, const char *role)
+{
+    size_t top = 0;
+    json_t *docs[2] = {a, b};
+    for (int d = 0; d < 2; d++) {
+        size_t i;
+        json_t *n;
+        json_array_foreach(json_object_get(docs[d], role), i, n) {
+            json_t *rank = json_object_get(n, "rank");
+            if (json_is_integer(rank) && json_integer_value(rank) >= 0 && (size_t)json_integer_value(rank) >= top)
+                top = (size_t)json_integer_value(rank) + 1;
+        }
+    }
+    return top;
+}
+
+/* Environment differences, before any figure: the master's host, then
+ * each role's nodes — once for the role when every node of it differs
+ * alike (all trainers moved to another BLAS), else node by node. */
+static void diff_environment(FILE *out, json_t *a, json_t *b)
+{
+    int shown = 0;
+    json_t *ea = json_object_get(a, "environment"), *eb = json_object_get(b, "environment");
+    json_t *lines = env_lines(ea, eb);
+    env_print(out, &shown, "master", lines);
+    json_decref(lines);
+    static const char *const roles[] = {"servers", "trainers"};
+    bool recorded = false;
+    for (int k = 0; k < 2; k++) {
+        size_t nr = env_ranks(a, b, roles[k]);
+        json_t *per = json_array();
+        bool alike = true;
+        for (size_t r = 0; r < nr; r++) {
+            json_t *na = env_of(a, roles[k], r), *nb = env_of(b, roles[k], r);
+            recorded |= na || nb;
+            json_t *l = env_lines(na, nb);
+            if (r > 0 && !json_equal(l, json_array_get(per, 0)))
+                alike = false;
+            json_array_append_new(per, l);
+        }
+        char who[64];
+        if (nr > 1 && alike) {
+            snprintf(who, sizeof who, "every %.*s (%zu)", (int)strlen(roles[k]) - 1, roles[k], nr);
+            env_print(out, &shown, who, json_array_get(per, 0));
+        } else {
+            for (size_t r = 0; r < nr; r++) {
+                snprintf(who, sizeof who, "%.*s %zu", (int)strlen(roles[k]) - 1, roles[k], r);
+                env_print(out, &shown, who, json_array_get(per, r));
+            }
+        }
+        json_decref(per);
+    }
+    if (!shown)
+        fprintf(out, recorded || ea || eb ? "environment: same\n" : "environment: not recorded\n");
+}
+
 int diff_main(int argc, char **argv, FILE *out, FILE *err)
 {
     const char *files[2] = {NULL, NULL};
@@ -389,6 +517,7 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
     fprintf(out, "A: %s\nB: %s\n", files[0], files[1]);
     fprintf(out, "values in ms; B-A and change are B relative to A (negative: B is faster)\n");
     diff_configuration(out, json_object_get(a, "configuration"), json_object_get(b, "configuration"));
+    diff_environment(out, a, b);
 
     json_t *ga = json_object_get(a, "groups"), *gb = json_object_get(b, "groups");
     /* trainer, server, then any other group by name. */

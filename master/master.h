@@ -79,6 +79,7 @@ typedef struct node {
     int64_t rows_base;     /* rows_touched when the current run began (--runs) */
     uint64_t batches_done; /* in the current pass */
     json_t *timed_result;  /* trainer: what its timed pass reported (loss, digest) */
+    json_t *environment;   /* what it computes with, from its register (owned), NULL: not reported */
     struct node *next;
 } node;
 

@@ -5,6 +5,7 @@
  * into DIR/run-NNN/ (results.json then says which run it was). */
 #include "master/master.h"
 #include "master/snapshot.h"
+#include "shared/hostinfo.h"
 #include "shared/log.h"
 
 #include <errno.h>
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -144,18 +144,46 @@ static void results_dir(const master *m, char *buf, size_t len)
         snprintf(buf, len, "%s/run-%03u", m->set.out_dir, m->run);
 }
 
+/* The master's own host (shared/hostinfo.h) and when the run ended. */
 static json_t *results_environment(void)
 {
-    struct utsname u;
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
-    uname(&u);
     char when[64];
     time_t now = time(NULL);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s}", "psbench_version", PSBENCH_VERSION, "hostname", host,
-                     "kernel", u.release, "machine", u.machine, "cpus",
-                     (json_int_t)sysconf(_SC_NPROCESSORS_ONLN), "finished_at", when);
+    json_t *env = hostinfo_json();
+    if (env)
+        json_object_set_new(env, "finished_at", json_string(when));
+    return env ? env : json_object();
+}
+
+/* One node's entry: rank, host, device, and what it computes with as it
+ * registered ("environment"), when it did. */
+static json_t *results_node(uint32_t rank, const node *n)
+{
+    json_t *o = json_pack("{s:I, s:s, s:s}", "rank", (json_int_t)rank, "host", n ? n->host : "", "device",
+                          n ? n->device : "");
+    if (o && n && n->environment)
+        json_object_set(o, "environment", n->environment);
+    return o;
+}
+
+/* The warnings a reader of the results must see: a trainer whose BLAS
+ * runs generic kernels (its environment's blas.warning). */
+static json_t *results_warnings(const master *m)
+{
+    json_t *w = json_array();
+    for (uint32_t r = 0; w && r < m->set.ntrainer; r++) {
+        const node *n = m->trainers[r];
+        const char *text = n ? json_string_value(json_object_get(json_object_get(n->environment, "blas"),
+                                                                 "warning"))
+                             : NULL;
+        if (text) {
+            char line[768];
+            snprintf(line, sizeof line, "trainer %u (%s): %s", r, n->host, text);
+            json_array_append_new(w, json_string(line));
+        }
+    }
+    return w;
 }
 
 static int results_csv(const char *dir, const snap_stat *st, size_t n, const char *role, char *err,
@@ -231,20 +259,22 @@ int results_write(master *m, char *err, size_t errlen)
     snapshot_input in = {0};
     in.stats = st;
     in.nstats = st ? ns : 0;
-    json_t *trainers = json_array();
+    json_t *trainers = json_array(), *servers = json_array();
     for (uint32_t r = 0; r < m->set.ntrainer; r++) {
         node *n = m->trainers[r];
-        json_t *t = json_pack("{s:I, s:s, s:s}", "rank", (json_int_t)r, "host", n ? n->host : "", "device",
-                              n ? n->device : "");
-        if (n && n->timed_result)
+        json_t *t = results_node(r, n);
+        if (t && n && n->timed_result)
             json_object_update(t, n->timed_result);
         json_array_append_new(trainers, t);
     }
-    json_t *doc = json_pack("{s:O, s:o, s:s, s:o, s:o, s:o}", "configuration",
+    for (uint32_t r = 0; r < m->set.nserver; r++)
+        json_array_append_new(servers, results_node(r, m->servers[r]));
+    json_t *doc = json_pack("{s:O, s:o, s:s, s:o, s:o, s:o, s:o, s:o}", "configuration",
                             m->set.config_json ? m->set.config_json : json_null(), "environment",
                             results_environment(), "phase", m->phase == PH_DONE ? "done" : "failed", "error",
                             m->error[0] ? json_string(m->error) : json_null(), "groups",
-                            (json_t *)snapshot_groups_json(&in), "trainers", trainers);
+                            (json_t *)snapshot_groups_json(&in), "trainers", trainers, "servers", servers,
+                            "warnings", results_warnings(m));
     if (doc && m->set.embedding && st)
         json_object_set_new(doc, "ddp_rpc", results_ddp_rpc(m, st, ns));
     /* The timed pass's duration ("Time spent training"), once it ended. */

@@ -378,6 +378,11 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
     n->state = NS_REGISTERED;
     snprintf(n->host, sizeof n->host, "%s", ctl_str(msg->body, "host", n->peer_ip));
     snprintf(n->device, sizeof n->device, "%s", ctl_str(msg->body, "device", "cpu"));
+    /* What it computes with (shared/hostinfo.h): kept as sent, for
+     * results.json and /api/v1/nodes; only an object is taken. */
+    json_t *env = json_object_get(msg->body, "environment");
+    json_decref(n->environment);
+    n->environment = json_is_object(env) ? json_incref(env) : NULL;
     v[rank] = n;
     if (r == AGG_SERVER) {
         /* Trainers must reach it: the address it asked to be advertised,
@@ -401,6 +406,10 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
         master_assign_server(m, n);
     } else {
         log_info("trainer %u registered from %s", n->rank, n->host);
+        /* Said on the trainer's host too, but that may be far away. */
+        const char *warn = json_string_value(json_object_get(json_object_get(n->environment, "blas"), "warning"));
+        if (warn)
+            log_warn("trainer %u (%s): %s", n->rank, n->host, warn);
     }
     master_maybe_assign_trainers(m);
 }
@@ -615,6 +624,15 @@ static void node_detach(node *n)
     }
 }
 
+/* The one place a node and what it owns are freed. */
+static void node_free(node *n)
+{
+    node_detach(n);
+    json_decref(n->timed_result);
+    json_decref(n->environment);
+    free(n);
+}
+
 /* ctl_read_stream's view of an input evbuffer. */
 static const uint8_t *node_pullup(void *in, size_t n)
 {
@@ -768,9 +786,7 @@ static void master_forget_trainers(master *m)
             continue;
         }
         *pp = n->next;
-        node_detach(n);
-        json_decref(n->timed_result);
-        free(n);
+        node_free(n);
     }
     memset(m->trainers, 0, m->set.ntrainer * sizeof *m->trainers);
 }
@@ -1018,6 +1034,7 @@ void master_publish(master *m, bool exact)
             sn->bytes_in = n->bytes_in;
             sn->rows_touched = m->set.embedding ? node_rows_touched(n) : -1;
             sn->bytes_out = n->bytes_out;
+            sn->environment = n->environment;
         }
     }
     size_t ns = 0;
@@ -1105,9 +1122,7 @@ void master_free(master *m)
     while (m->nodes) {
         node *n = m->nodes;
         m->nodes = n->next;
-        node_detach(n);
-        json_decref(n->timed_result);
-        free(n);
+        node_free(n);
     }
     if (m->listener)
         evconnlistener_free(m->listener);

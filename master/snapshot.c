@@ -133,7 +133,8 @@ static json_t *snapshot_node_json(const snap_node *n)
         snapshot_set(o, "device", snapshot_jstr(n->device)) ||
         snapshot_set(o, "state", snapshot_jstr(n->state)) ||
         snapshot_set(o, "last_seen_s", snapshot_num(round(n->last_seen_s * 1000.0) / 1000.0)) ||
-        (n->rows_touched >= 0 && snapshot_set(o, "rows_touched", snapshot_uint((uint64_t)n->rows_touched)))) {
+        (n->rows_touched >= 0 && snapshot_set(o, "rows_touched", snapshot_uint((uint64_t)n->rows_touched))) ||
+        (n->environment && snapshot_set(o, "environment", json_deep_copy(n->environment)))) {
         json_decref(o);
         return NULL;
     }

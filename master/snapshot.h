@@ -24,6 +24,8 @@ typedef struct snap_node {
     double last_seen_s; /* seconds since its last message */
     uint64_t bytes_in, bytes_out; /* payload bytes it reported (data plane) */
     int64_t rows_touched;         /* an embedding server: table rows its updates changed; -1: none */
+    const void *environment;      /* json_t *: what it computes with, as it registered (borrowed);
+                                   * NULL: not reported. void * keeps jansson out of this header */
 } snap_node;
 
 /* One metric of one rank (rank >= 0) or of a whole role (rank == -1, the
@@ -54,7 +56,8 @@ typedef struct snapshot_input {
  * ("run" and "runs" are an extension: --runs) */
 char *snapshot_status_json(const snapshot_input *in);
 /* GET /api/v1/nodes: [{"role", "rank", "host", "device", "state", "last_seen_s"}, ...];
- * an embedding server also has "rows_touched" (extension). */
+ * an embedding server also has "rows_touched", a node that reported it
+ * "environment" (extensions). */
 char *snapshot_nodes_json(const snapshot_input *in);
 /* GET /api/v1/metrics:
  * {"unit": "ms", "phase", "groups": {"trainer": {"all": {METRIC: STATS},

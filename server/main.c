@@ -8,9 +8,11 @@
  * update.
  */
 #include "server/master_link.h"
+#include "server/reduce.h"
 #include "server/server.h"
 #include "shared/cli.h"
 #include "shared/gpu.h"
+#include "shared/hostinfo.h"
 #include "shared/log.h"
 #include "shared/net.h"
 
@@ -168,6 +170,18 @@ static int server_fail(const char *msg)
 {
     fprintf(stderr, "psbench-server: %s\n", msg);
     return 2;
+}
+
+/* What this server computes with, for its register: the host
+ * (shared/hostinfo.h) and which loops its dense folds run ("avx2" or
+ * "portable": server/reduce.h; the same bits either way, not the same
+ * speed). */
+static json_t *server_environment(void)
+{
+    json_t *env = hostinfo_json();
+    if (env)
+        json_object_set_new(env, "fold", json_string(reduce_wide_in_use() ? "avx2" : "portable"));
+    return env;
 }
 
 int main(int argc, char **argv)
@@ -428,8 +442,12 @@ int main(int argc, char **argv)
         cfg.listen_fd = net_listen(cfg.host, cfg.port, 1024, &cfg.port, err, sizeof err);
         if (cfg.listen_fd < 0)
             return server_fail(err);
-        if (master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0 ? "cpu" : device_name, advertise, have_rank ? (int64_t)cfg.rank : -1, connect_timeout_s, err,
-                             sizeof err) < 0) {
+        json_t *env = server_environment();
+        int joined = master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0 ? "cpu" : device_name,
+                                      advertise, have_rank ? (int64_t)cfg.rank : -1, env, connect_timeout_s, err,
+                                      sizeof err);
+        json_decref(env);
+        if (joined < 0) {
             ctl_close(&link);
             close(cfg.listen_fd);
             return server_fail(err);
@@ -452,8 +470,11 @@ int main(int argc, char **argv)
         log_warn("data port %s accepts trainers from any host and no token is set (--token-file FILE or "
                  "PSBENCH_TOKEN); anyone who reaches it can push into the run", addr);
     }
-    log_info("listening on %s:%u (kind %s, %u trainers, device %s)", cfg.host, s.bound_port,
-             kind_name(cfg.kind.id), cfg.trainers, s.dev->ops->name);
+    char cpu[256];
+    hostinfo_cpu_model(cpu, sizeof cpu);
+    log_info("listening on %s:%u (kind %s, %u trainers, device %s, %s folds; CPU %s, %ld cores; built by %s)",
+             cfg.host, s.bound_port, kind_name(cfg.kind.id), cfg.trainers, s.dev->ops->name,
+             reduce_wide_in_use() ? "AVX2" : "portable", cpu, sysconf(_SC_NPROCESSORS_ONLN), hostinfo_compiler());
     int rc = server_run(&s);
     master_link_free(&s);
     printf("psbench-server %u: %" PRIu64 " pushes in, %" PRIu64 " results out, %" PRIu64

@@ -69,7 +69,8 @@ static int master_link_embedding(json_t *body, embedding_config *emb, char *err,
 }
 
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
-                     const char *advertise, int64_t want_rank, double connect_timeout_s, char *err, size_t errlen)
+                     const char *advertise, int64_t want_rank, json_t *environment, double connect_timeout_s,
+                     char *err, size_t errlen)
 {
     if (ctl_connect(c, master, connect_timeout_s, err, errlen) < 0)
         return -1;
@@ -80,6 +81,8 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
                              (json_int_t)getpid());
     if (advertise)
         json_object_set_new(body, "advertise", json_string(advertise));
+    if (environment)
+        json_object_set(body, "environment", environment);
     if (want_rank >= 0)
         json_object_set_new(body, "want_rank", json_integer(want_rank));
     int rc = ctl_send(c, "register", cfg->token, body, err, errlen);

@@ -16,9 +16,11 @@
 #include "server/server.h"
 #include "shared/control.h"
 
+/* `environment` (borrowed; may be NULL): what this server computes with
+ * (shared/hostinfo.h, and its fold), sent in the register. */
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
-                     const char *advertise, int64_t want_rank, double connect_timeout_s, char *err,
-                     size_t errlen);
+                     const char *advertise, int64_t want_rank, json_t *environment, double connect_timeout_s,
+                     char *err, size_t errlen);
 /* Hand the joined connection to the reactor (s takes it over). */
 int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen);
 void master_link_free(server *s);

@@ -71,6 +71,8 @@ static inline bool reduce_wide(void)
 }
 
 #ifdef REDUCE_HAVE_AVX2
+bool reduce_wide_in_use(void) { return reduce_wide(); }
+
 #define REDUCE_CALL(fn, ...) (reduce_wide() ? fn##_avx2(__VA_ARGS__) : fn##_base(__VA_ARGS__))
 #else
 #define REDUCE_CALL(fn, ...) fn##_base(__VA_ARGS__)

@@ -57,5 +57,8 @@ void reduce_scatter_sgd_f32(float *table, size_t cols, const int64_t *idx, size_
  * supports (the default). Returns whether the AVX2 loops are in use. Both
  * give the same bits; tests run each. */
 bool reduce_use_wide(int want);
+/* Whether the dense folds run the AVX2 loops: reads the choice (made as
+ * reduce_use_wide(-1) would when nothing chose yet), never changes it. */
+bool reduce_wide_in_use(void);
 
 #endif

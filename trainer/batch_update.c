@@ -32,6 +32,8 @@ struct batch_update {
     uint64_t round0, round; /* server 0: updates at the fetch, at the last result */
     batch_update_tick_fn tick;
     void *tick_ctx;
+    double *loss_epoch; /* cfg.epochs entries: the last pass's loss per epoch */
+    uint64_t nloss;     /* how many of them the last pass filled */
 };
 
 batch_update *batch_update_new(const batch_update_config *cfg, metrics *m, char *err, size_t errlen)
@@ -55,6 +57,8 @@ batch_update *batch_update_new(const batch_update_config *cfg, metrics *m, char 
         return NULL;
     }
     b->cfg = *cfg;
+    if (b->cfg.epochs == 0)
+        b->cfg.epochs = 1;
     b->total = out * in + out;
     b->m_batch = metrics_get(m, "batch_level_metric,batch_all");
     b->m_fwd = metrics_get(m, "forward_metric,forward_pass");
@@ -67,7 +71,8 @@ batch_update *batch_update_new(const batch_update_config *cfg, metrics *m, char 
     b->x_next = malloc(B * in * sizeof *b->x_next);
     b->y = malloc(B * out * sizeof *b->y);
     b->dy = malloc(B * out * sizeof *b->dy);
-    if (!b->m_batch || !b->m_fwd || !b->m_bwd || !b->m_hook || !b->m_get || !b->params || !b->grad || !b->x || !b->x_next ||
+    b->loss_epoch = b->cfg.epochs <= lim ? calloc(b->cfg.epochs, sizeof *b->loss_epoch) : NULL;
+    if (!b->loss_epoch || !b->m_batch || !b->m_fwd || !b->m_bwd || !b->m_hook || !b->m_get || !b->params || !b->grad || !b->x || !b->x_next ||
         !b->y || !b->dy) {
         batch_update_free(b);
         snprintf(err, errlen, "out of memory");
@@ -86,6 +91,7 @@ void batch_update_free(batch_update *b)
     free(b->x_next);
     free(b->y);
     free(b->dy);
+    free(b->loss_epoch);
     free(b->part_off);
     answers_free(&b->ans);
     free(b);
@@ -297,10 +303,21 @@ static int bu_push(batch_update *b, client *cl, uint64_t batch, char *err, size_
     return 0;
 }
 
+const double *batch_update_loss_per_epoch(const batch_update *b, uint64_t *n)
+{
+    *n = b->nloss;
+    return b->loss_epoch;
+}
+
 int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t first_batch, bool record,
                       batch_update_report *rep, char *err, size_t errlen)
 {
     memset(rep, 0, sizeof *rep);
+    b->nloss = 0;
+    if (batches > 0 && batches < b->cfg.epochs) {
+        snprintf(err, errlen, "%" PRIu64 " batches cannot make %" PRIu64 " epochs", batches, b->cfg.epochs);
+        return -1;
+    }
     if (bu_setup_parts(b, cl, err, errlen) < 0)
         return -1;
     b->cl = cl;
@@ -332,8 +349,16 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         uint64_t t1 = clock_now_ns();
         batch_update_forward(W, bias, b->x, B, in, out, b->y);
         uint64_t t2 = clock_now_ns();
-        batch_update_backward(b->x, b->y, B, in, out, b->dy, dW, db);
+        double loss = batch_update_backward(b->x, b->y, B, in, out, b->dy, dW, db);
         uint64_t t3 = clock_now_ns();
+        /* Epoch e holds batches [e*n/E, (e+1)*n/E): equal lengths where E
+         * divides n, as the master's passes are. */
+        uint64_t e = i * b->cfg.epochs / batches;
+        if (e >= b->nloss) {
+            b->loss_epoch[e] = 0;
+            b->nloss = e + 1;
+        }
+        b->loss_epoch[e] += loss;
         log_debug("trainer%" PRIu64 " reporting grads", rank);
         bu_expect(b, FT_RESULT);
         if (bu_push(b, cl, first_batch + i, err, errlen) < 0)
@@ -361,6 +386,11 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
             return -1;
     }
     rep->seconds = (double)(clock_now_ns() - t_batches) / 1e9;
+    for (uint64_t e = 0; e < b->nloss; e++) {
+        uint64_t first = (e * batches + b->cfg.epochs - 1) / b->cfg.epochs;        /* ceil(e*n/E) */
+        uint64_t end = ((e + 1) * batches + b->cfg.epochs - 1) / b->cfg.epochs;    /* ceil((e+1)*n/E) */
+        b->loss_epoch[e] /= (double)(end - first);
+    }
     if (b->have_round0 && b->have_round && b->round >= b->round0)
         rep->rounds = b->round - b->round0;
     else

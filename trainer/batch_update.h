@@ -34,6 +34,8 @@ typedef struct batch_update_config {
     uint64_t batch_size;    /* the seed: 20 */
     uint64_t seed;
     double rpc_timeout_s;   /* longest wait for a fetch's or a batch's answers */
+    uint64_t epochs;        /* a pass's batches are this many epochs of equal length, for
+                             * loss_per_epoch (0 or 1: the pass is one epoch) */
 } batch_update_config;
 
 typedef struct batch_update_report {
@@ -63,6 +65,10 @@ client_sink batch_update_sink(batch_update *b);
  * it: -1 with a one-line reason in err. */
 int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t first_batch, bool record,
                       batch_update_report *rep, char *err, size_t errlen);
+
+/* The last pass's L1 loss per epoch: each the mean of its batches' losses
+ * (the loss of the parameters a batch started from); *n epochs. */
+const double *batch_update_loss_per_epoch(const batch_update *b, uint64_t *n);
 
 /* The whole model's parameters as last received ([W, b], total elements). */
 const float *batch_update_params(const batch_update *b, uint64_t *total);

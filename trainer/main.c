@@ -6,6 +6,7 @@
 #include "shared/log.h"
 #include "shared/metrics.h"
 #include "trainer/batch_update.h"
+#include "trainer/blasinfo.h"
 #include "trainer/client.h"
 #include "trainer/run.h"
 #include "trainer/synthetic.h"
@@ -187,9 +188,12 @@ static int trainer_batch_update(const batch_update_config *bu, const char *serve
                  cl.trainers - 1, cl.trainers);
         goto out;
     }
+    char blas[256];
+    blasinfo_describe(blas, sizeof blas);
     log_info("rank %" PRIu64 ": Linear(%" PRIu64 ", %" PRIu64 "), batch size %" PRIu64 ", %zu server(s), %u "
-             "trainers, %" PRIu64 " batches after %" PRIu64 " warm-up",
-             bu->rank, bu->in_features, bu->out_features, bu->batch_size, cl.nconns, cl.trainers, batches, warmup);
+             "trainers, %" PRIu64 " batches after %" PRIu64 " warm-up; BLAS %s",
+             bu->rank, bu->in_features, bu->out_features, bu->batch_size, cl.nconns, cl.trainers, batches, warmup,
+             blas);
     if (warmup && batch_update_pass(b, &cl, warmup, 0, false, &rep, err, sizeof err) < 0)
         goto out;
     if (batch_update_pass(b, &cl, batches, warmup, true, &rep, err, sizeof err) < 0)
@@ -242,6 +246,15 @@ static void trainer_one_blas_thread(char **argv)
     execv(self, argv);
     /* Still here: BLAS keeps its threads; train.c limits it to one. */
     unsetenv("OPENBLAS_NUM_THREADS");
+}
+
+/* A warning, at start, when OpenBLAS chose kernels below what the CPU can
+ * run (blasinfo.h); the start lines say which it chose. */
+static void trainer_check_blas(void)
+{
+    char warn[512];
+    if (blasinfo_warning(warn, sizeof warn))
+        log_warn("%s", warn);
 }
 
 int main(int argc, char **argv)
@@ -407,6 +420,7 @@ int main(int argc, char **argv)
         if (cfg.warmup)
             return trainer_fail("--warmup-batches: with --master, the master runs the warm-up pass");
         log_init("psbench-trainer", level);
+        trainer_check_blas();
         signal(SIGPIPE, SIG_IGN);
         metrics *mm = metrics_new();
         if (!mm)
@@ -445,6 +459,7 @@ int main(int argc, char **argv)
     if (nservers > 64)
         return trainer_fail("--server: at most 64 servers");
     log_init("psbench-trainer", level);
+    trainer_check_blas();
     signal(SIGPIPE, SIG_IGN);
     if (is_bu) {
         bu.rank = cfg.rank;

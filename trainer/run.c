@@ -1,10 +1,12 @@
 /* run.c — the trainer's run driver under psbench-master (see run.h). */
 #include "trainer/run.h"
 #include "shared/cli.h"
+#include "shared/hostinfo.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
 #include "shared/net.h"
 #include "trainer/batch_update.h"
+#include "trainer/blasinfo.h"
 #include "trainer/client.h"
 #include "trainer/hooks.h"
 #include "trainer/hybrid.h"
@@ -285,6 +287,7 @@ static int run_setup(mlink *l, const trainer_run_opts *o, const run_job *j, run_
         bc.seed = (uint64_t)ctl_int(j->assign, "seed", 0);
         bc.rank = j->rank;
         bc.rpc_timeout_s = j->rpc_timeout_s;
+        bc.epochs = (uint64_t)ctl_int(j->assign, "epochs", 1);
         if (!(w->bu = batch_update_new(&bc, l->m, err, errlen)))
             return -1;
         batch_update_set_tick(w->bu, mlink_tick, l);
@@ -344,14 +347,20 @@ static int run_pass(mlink *l, run_work *w, const run_job *j, uint64_t batches, c
         if (batch_update_pass(w->bu, &w->cl, j->batches, 0, true, &rep, err, errlen) < 0)
             return -1;
         l->batches_done = rep.batches;
-        return mlink_report(l, "pass_done", NULL, err, errlen);
+        uint64_t ne, n;
+        const double *loss = batch_update_loss_per_epoch(w->bu, &ne);
+        const float *p = batch_update_params(w->bu, &n);
+        return mlink_report(l, "pass_done", run_pass_result(loss, ne, p, n), err, errlen);
     }
     if (w->syn) {
         synthetic_report rep = {0};
         if (synthetic_run(w->syn, &w->cl, &rep, err, errlen) < 0)
             return -1;
         l->batches_done = rep.batches;
-        return mlink_report(l, "pass_done", NULL, err, errlen);
+        /* The synthetic model has no parameters and no loss: said as
+         * nulls, so that every trainer's entry has the same keys. */
+        return mlink_report(l, "pass_done", json_pack("{s:n, s:n}", "loss_per_epoch", "final_params_sha256"), err,
+                            errlen);
     }
     if (train_pass(w->tr, w->h, mlink_tick, l, err, errlen) < 0)
         return -1;
@@ -417,6 +426,35 @@ static int run_loop(mlink *l, const trainer_run_opts *o, run_work *w, const run_
     }
 }
 
+/* What this trainer computes with, for its register: the host
+ * (shared/hostinfo.h) and the BLAS (blasinfo.h). */
+static json_t *run_environment(void)
+{
+    json_t *env = hostinfo_json();
+    json_t *blas = blasinfo_json();
+    char warn[512];
+    /* The master repeats it in its output and results.json: a warning on
+     * a far host's stderr is easily missed. */
+    if (blas && blasinfo_warning(warn, sizeof warn))
+        json_object_set_new(blas, "warning", json_string(warn));
+    if (env)
+        json_object_set_new(env, "blas", blas);
+    else
+        json_decref(blas);
+    return env ? env : json_object();
+}
+
+/* The start line: this trainer's rank and what it computes with. */
+static int run_log_start(const run_job *j)
+{
+    char blas[256], cpu[256];
+    blasinfo_describe(blas, sizeof blas);
+    hostinfo_cpu_model(cpu, sizeof cpu);
+    log_info("trainer %" PRIu64 ": psbench %s; BLAS %s; CPU %s, %ld cores; built by %s", j->rank, PSBENCH_VERSION,
+             blas, cpu, sysconf(_SC_NPROCESSORS_ONLN), hostinfo_compiler());
+    return 0;
+}
+
 int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, size_t errlen)
 {
     mlink l;
@@ -425,8 +463,8 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
         return 1;
     char host[256] = "";
     gethostname(host, sizeof host - 1);
-    json_t *body = json_pack("{s:s, s:s, s:s, s:I}", "role", "trainer", "host", host, "device", o->device, "pid",
-                             (json_int_t)getpid());
+    json_t *body = json_pack("{s:s, s:s, s:s, s:I, s:o}", "role", "trainer", "host", host, "device", o->device,
+                             "pid", (json_int_t)getpid(), "environment", run_environment());
     if (o->want_rank >= 0)
         json_object_set_new(body, "want_rank", json_integer(o->want_rank));
     run_job j;
@@ -436,7 +474,7 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
     int code = 1;
     json_t *assign = NULL;
     if (mlink_register(&l, o->token, body, &assign, err, errlen) == 0 && run_parse_job(assign, &j, err, errlen) == 0 &&
-        run_setup(&l, o, &j, &w, err, errlen) == 0) {
+        run_log_start(&j) == 0 && run_setup(&l, o, &j, &w, err, errlen) == 0) {
         l.bytes = run_bytes;
         l.bytes_ctx = &w;
         code = run_loop(&l, o, &w, &j, err, errlen);

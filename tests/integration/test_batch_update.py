@@ -19,6 +19,7 @@ starts the real binary, are skipped then).
 
 Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_batch_update.py
 """
+import hashlib
 import json
 import os
 import re
@@ -338,8 +339,18 @@ class BatchUpdate(psb.PsbTestCase):
         self.assertEqual(res["configuration"]["resolved"]["batch_update"]["batch_update_size"], 2)
         params = [ref.read_params(t.params_path) for t in trs]
         self.assertEqual(params[0], params[1])
-        want, _ = ref.train(100, 30, 20, 8, 2, 0)
+        want, losses = ref.train(100, 30, 20, 8, 2, 0)
         self.assert_params_close(params[0], want, ref.linear_init(100, 30, 0))
+        # Every trainer reports the digest of its final parameters (those
+        # --params-out wrote) and its L1 loss per epoch (2 epochs of 4
+        # batches), as DummyModel trainers do.
+        for t, entry in zip(trs, res["trainers"]):
+            with open(t.params_path, "rb") as f:
+                self.assertEqual(entry["final_params_sha256"], hashlib.sha256(f.read()).hexdigest())
+            self.assertEqual(len(entry["loss_per_epoch"]), 2)
+        for e in range(2):
+            mean = sum(entry["loss_per_epoch"][e] for entry in res["trainers"]) / 2
+            self.assertAlmostEqual(mean, sum(losses[4 * e:4 * e + 4]) / 4, delta=1e-5 * abs(mean))
 
     def test_master_local_debug_lines(self):
         if not REAL:

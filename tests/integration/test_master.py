@@ -91,7 +91,7 @@ class MasterTests(psb.PsbTestCase):
                                 "configurations": {"buckets": 4, "bucket_floats": 262144,
                                                    "sparse": False}}}, f)
 
-    def master(self, *extra, local=True, model="Tiny", epochs=2, out=None, linger=30):
+    def master(self, *extra, local=True, model="Tiny", epochs=2, out=None, linger=30, env=None):
         args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http",
                 "127.0.0.1:0", "--linger", str(linger), "--model", model,
                 "--model-config-path", self.model_cfg, "--epochs", str(epochs),
@@ -101,7 +101,7 @@ class MasterTests(psb.PsbTestCase):
         if out:
             args += ["--out", out]
         args += list(extra)
-        m = self.reg.start(args, name="master", cls=Master)
+        m = self.reg.start(args, name="master", cls=Master, env=env)
         m.wait_ports()
         return m
 
@@ -127,7 +127,19 @@ class MasterTests(psb.PsbTestCase):
                          sorted([("trainer", r) for r in range(ntrainer)] +
                                 [("server", r) for r in range(nserver)]))
         for n in nodes:
-            self.assertEqual(set(n), {"role", "rank", "host", "device", "state", "last_seen_s"})
+            # The contract's keys, and psbench's extension: what the node
+            # computes with (issue 18).
+            self.assertEqual(set(n), {"role", "rank", "host", "device", "state", "last_seen_s", "environment"})
+            env = n["environment"]
+            for k in ("cpu_model", "cpus", "kernel", "compiler", "simd", "psbench_version"):
+                self.assertIn(k, env)
+            if n["role"] == "trainer":
+                self.assertEqual(env["blas"]["library"], "OpenBLAS")
+                self.assertRegex(env["blas"]["version"], r"^\d+\.\d+")
+                self.assertTrue(env["blas"]["core"])
+                self.assertEqual(env["blas"]["threads"], 1)
+            else:
+                self.assertIn(env["fold"], ("avx2", "portable"))
         met = http_json(m.http + "/api/v1/metrics")
         self.assertEqual(met["unit"], "ms")
         self.assertEqual(met["phase"], "done")
@@ -208,6 +220,47 @@ class MasterTests(psb.PsbTestCase):
                                     os.path.join(out, "results.json"), "/nonexistent.json"])
         self.assertNotEqual(rc, 0)
         self.assertIn("/nonexistent.json", derr)
+
+    def test_environment(self):
+        """What every node computed with is recorded (results.json, the
+        nodes API), a trainer whose OpenBLAS runs pre-AVX2 kernels on an
+        AVX2 CPU is warned about (by itself, by the master, in
+        results.json), and diff shows the difference before the figures."""
+        with open("/proc/cpuinfo") as f:
+            if " avx2" not in f.read():
+                self.skipTest("this CPU has no AVX2: no kernels to fall short of")
+        res, text = {}, {}
+        for core in ("Prescott", "Haswell"):
+            out = os.path.join(self.reg.workdir, "out-" + core)
+            m = self.master(out=out, linger=0, epochs=1, env=psb.base_env({"OPENBLAS_CORETYPE": core}))
+            self.assertEqual(m.wait(RUN_TIMEOUT), 0, m.describe())
+            text[core] = m.stdout() + m.stderr()
+            with open(os.path.join(out, "results.json")) as f:
+                res[core] = json.load(f)
+        for core, r in res.items():
+            self.assertEqual([t["environment"]["blas"]["core"] for t in r["trainers"]], [core, core])
+            self.assertEqual([s["rank"] for s in r["servers"]], [0])
+            self.assertIn(r["servers"][0]["environment"]["fold"], ("avx2", "portable"))
+            for t in r["trainers"]:
+                self.assertEqual(t["environment"]["cpu_model"], r["environment"]["cpu_model"])
+                self.assertRegex(text[core], r"\[trainer %d\] psbench-trainer: trainer %d: psbench [0-9.]+; "
+                                             r"BLAS OpenBLAS [0-9.]+, %s kernels, 1 thread; CPU " %
+                                 (t["rank"], t["rank"], core))
+        warnings = res["Prescott"]["warnings"]
+        self.assertEqual(len(warnings), 2, warnings)
+        for r, w in enumerate(warnings):
+            self.assertTrue(w.startswith("trainer %d (" % r), w)
+            self.assertIn("OPENBLAS_CORETYPE=Prescott", w)
+        self.assertEqual(text["Prescott"].count("psbench-master: warn: trainer"), 2)
+        self.assertEqual(res["Haswell"]["warnings"], [])
+        self.assertNotIn("OPENBLAS_CORETYPE", text["Haswell"])
+        rc, dout, derr = self.reg.run([psb.bin_path("psbench-master"), "diff",
+                                       os.path.join(self.reg.workdir, "out-Prescott", "results.json"),
+                                       os.path.join(self.reg.workdir, "out-Haswell", "results.json")])
+        self.assertEqual(rc, 0, derr)
+        line = 'every trainer (2): blas.core: "Prescott" -> "Haswell"'
+        self.assertIn(line, dout)
+        self.assertLess(dout.index("environment differences"), dout.index("== trainer: all ranks =="))
 
     def test_local_children_follow_listen_address(self):
         """--local children reach the master where it listens (here another

@@ -92,6 +92,28 @@ static const char *run_b =
     "   \"ranks\": {}}\n"
     " }}\n";
 
+/* Environments: the master's kernel changed; every trainer's BLAS core
+ * changed alike; one server's fold changed; finished_at never counts. */
+#define ENV(kernel, when) "{\"kernel\": \"" kernel "\", \"cpus\": 16, \"finished_at\": \"" when "\"}"
+#define TENV(core) "{\"cpu_model\": \"X\", \"blas\": {\"library\": \"OpenBLAS\", \"core\": \"" core "\"}}"
+#define SENV(fold) "{\"cpu_model\": \"X\", \"fold\": \"" fold "\"}"
+static const char *env_a =
+    "{\"configuration\": {}, \"groups\": {\"trainer\": {\"all\": {\"batch_level_metric,batch_all\": "
+    STATS(10.0, 9.0, 12.0, 20.0, 100) "}}},\n"
+    " \"environment\": " ENV("6.1", "2026-01-01T00:00:00Z") ",\n"
+    " \"trainers\": [{\"rank\": 0, \"environment\": " TENV("Cooperlake") "},"
+    "                {\"rank\": 1, \"environment\": " TENV("Cooperlake") "}],\n"
+    " \"servers\": [{\"rank\": 0, \"environment\": " SENV("avx2") "},"
+    "               {\"rank\": 1, \"environment\": " SENV("avx2") "}]}\n";
+static const char *env_b =
+    "{\"configuration\": {}, \"groups\": {\"trainer\": {\"all\": {\"batch_level_metric,batch_all\": "
+    STATS(12.0, 9.0, 12.0, 20.0, 100) "}}},\n"
+    " \"environment\": " ENV("6.18", "2026-02-02T00:00:00Z") ",\n"
+    " \"trainers\": [{\"rank\": 0, \"environment\": " TENV("Prescott") "},"
+    "                {\"rank\": 1, \"environment\": " TENV("Prescott") "}],\n"
+    " \"servers\": [{\"rank\": 0, \"environment\": " SENV("avx2") "},"
+    "               {\"rank\": 1, \"environment\": " SENV("portable") "}]}\n";
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -100,6 +122,8 @@ static int group_setup(void **state)
         return -1;
     write_file("a.json", run_a);
     write_file("b.json", run_b);
+    write_file("env_a.json", env_a);
+    write_file("env_b.json", env_b);
     return 0;
 }
 
@@ -107,7 +131,7 @@ static int group_teardown(void **state)
 {
     (void)state;
     const char *names[] = {"a.json", "b.json", "bad.json", "nogroups.json", "array.json", "badrank.json",
-                           "out.csv"};
+                           "out.csv", "env_a.json", "env_b.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(tmp_path(names[i]));
     rmdir(tmpdir);
@@ -215,6 +239,34 @@ static void test_table(void **state)
     assert_contains(o, "batch_size: 10 -> 20");
     assert_null(strstr(o, "model: "));
     assert_string_equal(r.err, "");
+    result_free(&r);
+}
+
+/* What the runs computed with differs: said before any figure. */
+static void test_environment(void **state)
+{
+    (void)state;
+    result r = run(tmp_path("env_a.json"), tmp_path("env_b.json"), NULL, NULL);
+    assert_int_equal(r.rc, 0);
+    const char *o = r.out;
+    const char *head = strstr(o, "environment differences");
+    assert_non_null(head);
+    assert_contains(o, "  master: kernel: \"6.1\" -> \"6.18\"\n");
+    assert_contains(o, "  every trainer (2): blas.core: \"Cooperlake\" -> \"Prescott\"\n");
+    assert_contains(o, "  server 1: fold: \"avx2\" -> \"portable\"\n");
+    assert_null(strstr(o, "server 0:"));
+    assert_null(strstr(o, "finished_at"));
+    assert_null(strstr(o, "cpu_model"));
+    const char *figures = strstr(o, "== trainer: all ranks ==");
+    assert_non_null(figures);
+    assert_true(head < figures);
+    result_free(&r);
+    /* The same file: the same environment; files without: not recorded. */
+    r = run(tmp_path("env_a.json"), tmp_path("env_a.json"), NULL, NULL);
+    assert_contains(r.out, "environment: same\n");
+    result_free(&r);
+    r = run(tmp_path("a.json"), tmp_path("b.json"), NULL, NULL);
+    assert_contains(r.out, "environment: not recorded\n");
     result_free(&r);
 }
 
@@ -339,6 +391,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_same_file),
+        cmocka_unit_test(test_environment),
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_usage),

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "shared/rng.h"
+#include "trainer/blasinfo.h"
 #include "trainer/data.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
@@ -815,9 +816,62 @@ static void test_params_sha256(void **state)
     model_free(m);
 }
 
+/* ---- blasinfo: the warning on generic BLAS kernels ------------------------ */
+
+static bool cpu_avx2(const char *ext) { return strcmp(ext, "avx2") == 0; }
+static bool cpu_avx512(const char *ext) { return strcmp(ext, "avx2") == 0 || strcmp(ext, "avx512f") == 0; }
+static bool cpu_bf16(const char *ext) { return cpu_avx512(ext) || strcmp(ext, "avx512_bf16") == 0; }
+static bool cpu_sse(const char *ext) { return strcmp(ext, "sse4_2") == 0; }
+
+static void test_blas_generic_warning(void **state)
+{
+    (void)state;
+    char w[512] = "";
+    /* A generic core on an AVX2 CPU: named, with the core to set. */
+    assert_int_equal(blasinfo_generic_warning("Prescott", NULL, cpu_avx2, w, sizeof w), 1);
+    assert_non_null(strstr(w, "'Prescott'"));
+    assert_non_null(strstr(w, "did not recognise"));
+    assert_non_null(strstr(w, "OPENBLAS_CORETYPE=Haswell"));
+    assert_int_equal(blasinfo_generic_warning("CORE2", NULL, cpu_avx512, w, sizeof w), 1); /* any case */
+    assert_non_null(strstr(w, "OPENBLAS_CORETYPE=SkylakeX"));
+    assert_int_equal(blasinfo_generic_warning("Sandybridge", NULL, cpu_bf16, w, sizeof w), 1);
+    assert_non_null(strstr(w, "OPENBLAS_CORETYPE=Cooperlake"));
+    /* Set by the user: said so, not blamed on the detection. */
+    assert_int_equal(blasinfo_generic_warning("Prescott", "Prescott", cpu_avx2, w, sizeof w), 1);
+    assert_non_null(strstr(w, "OPENBLAS_CORETYPE=Prescott makes"));
+    assert_null(strstr(w, "did not recognise"));
+    /* No warning: AVX2 kernels, or a CPU without AVX2, or no core. */
+    memset(w, 0, sizeof w);
+    assert_int_equal(blasinfo_generic_warning("Haswell", NULL, cpu_avx2, w, sizeof w), 0);
+    assert_int_equal(blasinfo_generic_warning("Cooperlake", NULL, cpu_bf16, w, sizeof w), 0);
+    assert_int_equal(blasinfo_generic_warning("Prescott", NULL, cpu_sse, w, sizeof w), 0);
+    assert_int_equal(blasinfo_generic_warning(NULL, NULL, cpu_avx2, w, sizeof w), 0);
+    assert_string_equal(w, "");
+}
+
+/* The library describes itself: name, version, core, threads. */
+static void test_blas_describe(void **state)
+{
+    (void)state;
+    json_t *j = blasinfo_json();
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "library")), "OpenBLAS");
+    assert_true(strlen(json_string_value(json_object_get(j, "core"))) > 0);
+    assert_int_equal(json_integer_value(json_object_get(j, "threads")), 1); /* OPENBLAS_NUM_THREADS=1 (ctest) */
+    char line[256];
+    blasinfo_describe(line, sizeof line);
+    char want[128];
+    snprintf(want, sizeof want, "OpenBLAS %s, %s kernels, 1 thread", json_string_value(json_object_get(j, "version")),
+             json_string_value(json_object_get(j, "core")));
+    assert_string_equal(line, want);
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_blas_generic_warning),
+        cmocka_unit_test(test_blas_describe),
         cmocka_unit_test(test_rng_golden),
         cmocka_unit_test(test_rng_normal_definition),
         cmocka_unit_test(test_data_deterministic),

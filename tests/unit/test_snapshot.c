@@ -32,10 +32,10 @@
 /* ---- fixtures ------------------------------------------------------------- */
 
 static const snap_node fixture_nodes[] = {
-    {"trainer", 0, "10.0.0.1", "cpu", "running", 0.25, 1000, 2000, -1},
-    {"trainer", 1, "10.0.0.2", "cuda:0", "running", 1.23456, 3000, 4000, -1},
-    {"server", 0, "10.0.0.3", "cpu", "ready", 0.0004, 6000, 5000, -1},
-    {"trainer", 2, "10.0.0.4", "cpu", "lost", 31.0, 0, 0, -1},
+    {"trainer", 0, "10.0.0.1", "cpu", "running", 0.25, 1000, 2000, -1, NULL},
+    {"trainer", 1, "10.0.0.2", "cuda:0", "running", 1.23456, 3000, 4000, -1, NULL},
+    {"server", 0, "10.0.0.3", "cpu", "ready", 0.0004, 6000, 5000, -1, NULL},
+    {"trainer", 2, "10.0.0.4", "cpu", "lost", 31.0, 0, 0, -1, NULL},
 };
 #define NFIXTURE_NODES (sizeof fixture_nodes / sizeof fixture_nodes[0])
 
@@ -238,6 +238,23 @@ static void test_nodes(void **state)
     assert_num_key(json_array_get(arr, 2), "last_seen_s", 0.0);
     assert_num_key(json_array_get(arr, 3), "last_seen_s", 31.0);
     json_decref(arr);
+}
+
+/* A node that reported its environment has it, as sent (a copy). */
+static void test_nodes_environment(void **state)
+{
+    json_t *env = json_pack("{s:s, s:{s:s, s:i}}", "cpu_model", "Test CPU", "blas", "core", "Haswell", "threads", 1);
+    snap_node nodes[2] = {fixture_nodes[0], fixture_nodes[2]};
+    nodes[0].environment = env;
+    snapshot_input in = fixture();
+    in.nodes = nodes;
+    in.nnodes = 2;
+    json_t *arr = parse(snapshot_nodes_json(&in));
+    assert_true(json_equal(get(json_array_get(arr, 0), "environment"), env));
+    assert_null(json_object_get(json_array_get(arr, 1), "environment"));
+    json_decref(arr);
+    assert_int_equal(env->refcount, 1); /* not taken over by the document */
+    json_decref(env);
 }
 
 /* Reals are short in the text: rounded to the ms, no 17-digit noise. */
@@ -659,9 +676,9 @@ static void test_prom_locale_independent(void **state)
 static void test_rows_touched(void **state)
 {
     static const snap_node nodes[] = {
-        {"trainer", 0, "h0", "cpu", "running", 0.1, 10, 20, -1},
-        {"server", 0, "h1", "cpu", "ready", 0.1, 30, 40, 4242},
-        {"server", 1, "h2", "cpu", "ready", 0.1, 30, 40, 0},
+        {"trainer", 0, "h0", "cpu", "running", 0.1, 10, 20, -1, NULL},
+        {"server", 0, "h1", "cpu", "ready", 0.1, 30, 40, 4242, NULL},
+        {"server", 1, "h2", "cpu", "ready", 0.1, 30, 40, 0, NULL},
     };
     snapshot_input in = fixture();
     char *plain = snapshot_prometheus(&in);
@@ -730,6 +747,7 @@ int main(void)
         cmocka_unit_test(test_status_nonfinite_elapsed_is_null),
         cmocka_unit_test(test_nodes),
         cmocka_unit_test(test_nodes_text),
+        cmocka_unit_test(test_nodes_environment),
         cmocka_unit_test(test_nodes_empty),
         cmocka_unit_test(test_rows_touched),
         cmocka_unit_test(test_metrics_shape),

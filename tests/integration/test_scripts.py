@@ -1,0 +1,166 @@
+"""The README's two commands, scripts/run.sh and scripts/test.sh, in any
+order: each configures build folders of its own, with its own compiler and
+build type, and never inherits the other's (CMake keeps a folder's first
+compiler whatever CC says later). And each installs its own packages: run.sh
+what building and running need, test.sh also what only the tests use.
+
+Cheap by design: the scripts' configure steps alone (PSBENCH_CONFIGURE_ONLY=1:
+no packages, no build, no tests) run against a throw-away copy of the source
+tree, in both orders, and the resulting CMake caches are read.
+
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_scripts.py
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+
+SRC = os.path.abspath(os.path.join(psb.HERE, "..", ".."))
+# Packages only the test suite (or packaging and the benchmarks'
+# references) uses: never installed by run.sh.
+TEST_ONLY = ("libcmocka-dev", "clang", "libclang-rt-14-dev", "python3-msgpack", "iperf3", "prometheus",
+             "chromium", "chromium-driver", "python3-selenium", "slurm-wlm", "munge", "dpkg-dev")
+# What building and running cannot do without.
+RUN_NEEDS = ("cmake", "pkg-config", "libevent-dev", "libmsgpack-dev", "libjansson-dev", "libmicrohttpd-dev",
+             "libopenblas-dev", "libssl-dev", "libgloo-dev", "g++")
+
+
+def cache(build):
+    """A CMakeCache.txt as a dict (key -> value), {} when absent."""
+    out = {}
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if ":" in line and "=" in line and not line.startswith(("#", "//")):
+                    k, rest = line.split(":", 1)
+                    out[k] = rest.split("=", 1)[1].rstrip("\n")
+    except OSError:
+        pass
+    return out
+
+
+def real(path):
+    return os.path.realpath(shutil.which(path) or path)
+
+
+class ScriptsTests(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cc_run = real(os.environ.get("CC") or "cc")
+        cls.cc_test = real("clang") if shutil.which("clang") else real("cc")
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="psbench-scripts-")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+    def tree(self):
+        """A copy of the sources, without build folders or results."""
+        dst = os.path.join(self.tmp, "src-%d" % len(os.listdir(self.tmp)))
+        shutil.copytree(SRC, dst, symlinks=True,
+                        ignore=shutil.ignore_patterns("build*", ".git", "psbench-out", "__pycache__",
+                                                      ".devkit.tgz", "kit-env.sh"))
+        return dst
+
+    def script(self, tree, name, extra_env=None):
+        env = psb.base_env({"PSBENCH_CONFIGURE_ONLY": "1"})
+        env.pop("CC", None)
+        if extra_env:
+            env.update(extra_env)
+        r = subprocess.run([os.path.join(tree, "scripts", name)], cwd=tree, env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+        out = r.stdout.decode("utf-8", "replace")
+        self.assertEqual(r.returncode, 0, "%s:\n%s" % (name, out[-3000:]))
+        return out
+
+    def assert_run_build(self, tree):
+        c = cache(os.path.join(tree, "build"))
+        self.assertEqual(real(c.get("CMAKE_C_COMPILER", "")), self.cc_run, "build/ (run.sh's)")
+        self.assertEqual(c.get("CMAKE_BUILD_TYPE"), "RelWithDebInfo")
+        self.assertEqual(c.get("PSBENCH_TESTS"), "OFF")
+        self.assertEqual(c.get("CMAKE_HOME_DIRECTORY"), tree)
+
+    def assert_test_builds(self, tree):
+        for d, extra in (("build-test", {}), ("build-asan", {"PSBENCH_SANITIZE": "ON"}),
+                         ("build-tsan", {"PSBENCH_TSAN": "ON"})):
+            c = cache(os.path.join(tree, d))
+            self.assertEqual(real(c.get("CMAKE_C_COMPILER", "")), self.cc_test, d)
+            self.assertEqual(c.get("CMAKE_BUILD_TYPE"), "RelWithDebInfo", d)
+            self.assertEqual(c.get("PSBENCH_WERROR"), "ON", d)
+            self.assertNotEqual(c.get("PSBENCH_TESTS"), "OFF", d)
+            for k, v in extra.items():
+                self.assertEqual(c.get(k), v, (d, k))
+
+    def test_run_then_test_then_run(self):
+        tree = self.tree()
+        self.script(tree, "run.sh")
+        self.assert_run_build(tree)
+        first = cache(os.path.join(tree, "build"))
+        self.script(tree, "test.sh")
+        self.assert_test_builds(tree)
+        self.assertEqual(cache(os.path.join(tree, "build")), first, "test.sh touched run.sh's build/")
+        self.script(tree, "run.sh")
+        self.assert_run_build(tree)
+        self.assert_test_builds(tree)
+
+    def test_test_then_run_then_test(self):
+        tree = self.tree()
+        self.script(tree, "test.sh")
+        self.assert_test_builds(tree)
+        self.script(tree, "run.sh")
+        self.assert_run_build(tree)
+        self.assert_test_builds(tree)
+        self.script(tree, "test.sh")
+        self.assert_test_builds(tree)
+        self.assert_run_build(tree)
+
+    def test_reconfigures_a_foreign_folder(self):
+        """A folder configured with another compiler and build type (an
+        older script, a hand-made build) is configured again, not reused:
+        what issue 18 met (test.sh reusing run.sh's gcc build)."""
+        if self.cc_test == self.cc_run:
+            raise unittest.SkipTest("one compiler here (%s): nothing to switch between" % self.cc_run)
+        tree = self.tree()
+        for d, cc in (("build", self.cc_test), ("build-test", self.cc_run)):
+            r = subprocess.run(["cmake", "-S", tree, "-B", os.path.join(tree, d), "-DCMAKE_C_COMPILER=" + cc,
+                                "-DCMAKE_BUILD_TYPE=Debug", "-DPSBENCH_TESTS=OFF"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+            self.assertEqual(r.returncode, 0, r.stdout.decode()[-2000:])
+        out = self.script(tree, "run.sh")
+        self.assertIn("configuring it again", out)
+        self.assert_run_build(tree)
+        out = self.script(tree, "test.sh", {"PSBENCH_NO_SANITIZE": "1"})
+        self.assertIn("configuring it again", out)
+        c = cache(os.path.join(tree, "build-test"))
+        self.assertEqual(real(c.get("CMAKE_C_COMPILER", "")), self.cc_test)
+        self.assertEqual(c.get("CMAKE_BUILD_TYPE"), "RelWithDebInfo")
+        self.assertEqual(c.get("PSBENCH_TESTS"), "ON")
+
+    def test_packages(self):
+        """run.sh's set has what building and running need and none of the
+        test-only packages; test.sh's has both."""
+        def pkgs(which):
+            r = subprocess.run([os.path.join(SRC, "scripts", "install-deps.sh"), "--list", which],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stdout.decode())
+            return r.stdout.decode().split()
+        run, test = pkgs("run"), pkgs("test")
+        for p in TEST_ONLY:
+            self.assertNotIn(p, run)
+            self.assertIn(p, test)
+        for p in RUN_NEEDS:
+            self.assertIn(p, run)
+        self.assertEqual([p for p in run if p not in test], [])
+        # The scripts ask for their own sets.
+        for name, which in (("run.sh", "install-deps.sh run"), ("test.sh", "install-deps.sh test")):
+            with open(os.path.join(SRC, "scripts", name)) as f:
+                self.assertIn(which, f.read(), name)
+
+
+if __name__ == "__main__":
+    psb.main()
