@@ -9,7 +9,8 @@
 #   scripts/run.sh [psbench-master options...]   e.g. --ntrainer 4 --nserver 2
 #
 # build/ is this script's own: the system compiler ($CC, else cc),
-# RelWithDebInfo, no tests. scripts/test.sh builds in build-test/ (and
+# RelWithDebInfo, no tests (the three binaries and bench/'s bare-floor, so
+# that the benchmarks run from it). scripts/test.sh builds in build-test/ (and
 # build-asan/, build-tsan/), so the two never reconfigure each other's
 # folder. PSBENCH_CONFIGURE_ONLY=1 stops after configuring (no packages, no
 # build, no run: tests/integration/test_scripts.py).
@@ -25,6 +26,6 @@ psb_configure build "${CC:-cc}" RelWithDebInfo -DPSBENCH_TESTS=OFF
 if [ "${PSBENCH_CONFIGURE_ONLY:-0}" = 1 ]; then
   exit 0
 fi
-cmake --build build -j "$(nproc 2>/dev/null || echo 2)" --target psbench-master psbench-server psbench-trainer
+cmake --build build -j "$(nproc 2>/dev/null || echo 2)" --target psbench-master psbench-server psbench-trainer bare-floor
 
 exec build/psbench-master --local --out psbench-out "$@"

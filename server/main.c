@@ -405,7 +405,7 @@ int main(int argc, char **argv)
         if (cuda_index >= 0) {
             /* The reason a user can act on first: no CUDA here at all. */
             if (gpu_probe_device(cuda_index, why, sizeof why) < 0)
-                snprintf(err, sizeof err, "--device %s: %s", device_name, why);
+                snprintf(err, sizeof err, "--device %.16s: %.200s", device_name, why);
             else
                 snprintf(err, sizeof err, "--device %s: this version of psbench-server averages on the CPU only "
                                           "(use --device cpu)", device_name);

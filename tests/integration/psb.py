@@ -6,7 +6,7 @@ client (socket + msgpack). Every process a test starts goes through a
 Registry, which always stops it (SIGTERM, then SIGKILL after 5 s) when the
 test ends, and an atexit hook does the same for anything left over.
 
-Binaries are looked up in $PSBENCH_BIN (a directory), else in ../../build
+Binaries are looked up in $PSBENCH_BIN (a directory), else in ../../build-test
 relative to this file. Run with /usr/bin/python3 (python3-msgpack).
 """
 import array
@@ -37,7 +37,7 @@ def bin_dir():
     d = os.environ.get("PSBENCH_BIN")
     if d:
         return os.path.abspath(d)
-    return os.path.abspath(os.path.join(HERE, "..", "..", "build"))
+    return os.path.abspath(os.path.join(HERE, "..", "..", "build-test"))
 
 
 def bin_path(name):

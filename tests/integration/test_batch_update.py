@@ -17,7 +17,7 @@ The server is `psbench-server --kind batch-update` when the build has it,
 else the Python stand-in bu_mock_server.py (tests that need --local, which
 starts the real binary, are skipped then).
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_batch_update.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_batch_update.py
 """
 import hashlib
 import json

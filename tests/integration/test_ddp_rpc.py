@@ -13,7 +13,7 @@ allreduce_hook over Gloo.
 (The servers' arithmetic and their refusals of bad lookups, with nothing
 changed: test_embedding_server.py.)
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_ddp_rpc.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_ddp_rpc.py
 """
 import array
 import json

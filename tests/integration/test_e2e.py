@@ -4,7 +4,7 @@ Every trainer checks every element of every result against the mean it
 predicts and exits 0 only if all matched; the server's metrics table
 (printed on SIGTERM) must count one param_index_batch per (batch, bucket).
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_e2e.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_e2e.py
 """
 import json
 import os

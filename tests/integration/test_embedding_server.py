@@ -4,7 +4,7 @@ computed from the same initial table, updates (SGD on the named rows), the
 refusals (bad_index, shape_mismatch, unsupported) that keep the connection
 and change nothing, and a trainer's update seen by its next lookup.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_embedding_server.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_embedding_server.py
 (PSBENCH_SERVER_DEVICE=test runs the same on the test device, where every
 lookup and update completes late, from a worker thread.)
 """

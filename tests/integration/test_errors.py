@@ -8,7 +8,7 @@ too_large the server answers and closes that connection; after
 stale_batch, duplicate_push, shape_mismatch and unsupported it discards the
 frame's payload and keeps the connection.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_errors.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_errors.py
 """
 import os
 import re

@@ -6,7 +6,7 @@ an extension code) instead of letting them hang, drop a trainer that does
 not read its results, and exit 0 with its metrics table on SIGTERM whatever
 is connected. Every wait is bounded.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_failures.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_failures.py
 """
 import os
 import signal

@@ -14,7 +14,7 @@ allreduce_hook, sparse_rpc_hook and hybrid_hook over Gloo, next to rpc_hook.
 - Refusals: rpc_hook without servers, --backend nccl on CPU trainers, an
   unknown hook.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_hooks.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_hooks.py
 """
 import array
 import json

@@ -14,7 +14,7 @@ its binaries need (readelf -d: every NEEDED library's Debian package), so
 that the test follows the build, whatever the compiler and linker decided;
 the CUDA libraries are Recommends only.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_install.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_install.py
 (PSBENCH_BIN is the configured build directory, binaries already built.)
 """
 import glob

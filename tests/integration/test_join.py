@@ -12,7 +12,7 @@ and the test then checks the address the master chose (its `args:` line,
 printed before binding) and the control port, and says that it skipped the
 HTTP bind check.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_join.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_join.py
 """
 import json
 import os

@@ -4,7 +4,7 @@ HTTP (JSON + Prometheus), results files, failures.
 Every run uses the Synthetic model with small buckets (a model config
 written for the test) so that a pass takes a fraction of a second.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_master.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_master.py
 """
 import json
 import os

@@ -1,7 +1,7 @@
 """A real Prometheus server (Debian's prometheus package) scrapes a running
 psbench-master and finds psbench series with the right labels.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_prometheus.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_prometheus.py
 """
 import json
 import os

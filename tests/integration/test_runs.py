@@ -4,7 +4,7 @@ back. The servers stay registered and connected between runs (told
 by hand they join again with --master). Each run's results are whole and
 its own: DIR/run-001/results.json, ... and one summary line per run.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_runs.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_runs.py
 """
 import json
 import os

@@ -3,7 +3,7 @@ fetch, rounds, the update's arithmetic, the admission errors, a trainer lost
 mid-round, and a new job on the same server afterwards. Also: message types
 a kind does not have are refused without closing the connection.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_server_kinds.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_server_kinds.py
 (PSBENCH_SERVER_DEVICE=test runs the same on the test device.)
 """
 import os

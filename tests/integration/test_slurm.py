@@ -17,7 +17,7 @@ SIGHUP through psb.main's handler). Where Slurm cannot start (not root, a
 binary missing, munged or a daemon failing, the node never idle) the tests
 are skipped with the reason.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_slurm.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_slurm.py
 """
 import atexit
 import json

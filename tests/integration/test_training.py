@@ -10,7 +10,7 @@ DDP-style buckets, SGD.
 - --compute-nice lowers the compute thread only: the communication thread
   stays at the process's level.
 
-Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_training.py
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_training.py
 """
 import array
 import json

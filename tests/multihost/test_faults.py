@@ -17,7 +17,7 @@ element of every result they get, and exit non-zero on a mismatch).
 
 docs/operations.md states these rules for users.
 
-Run (as root): PSBENCH_BIN=build /usr/bin/python3 tests/multihost/test_faults.py
+Run (as root): PSBENCH_BIN=build-test /usr/bin/python3 tests/multihost/test_faults.py
 """
 import os
 import signal

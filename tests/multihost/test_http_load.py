@@ -30,7 +30,7 @@ load (within the connection timeout, 30 s); MHD's messages are rate-limited
 (at most one line a second); the master exits 0 on SIGTERM and no process
 is left in any host's namespace. No timing thresholds: figures are printed, not judged.
 
-Run (as root): PSBENCH_BIN=build /usr/bin/python3 tests/multihost/test_http_load.py
+Run (as root): PSBENCH_BIN=build-test /usr/bin/python3 tests/multihost/test_http_load.py
 """
 import json
 import os

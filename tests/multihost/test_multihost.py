@@ -4,7 +4,7 @@ servers on ps1 and ps2, trainers on tr1..tr4, each started by hand with
 API shows each node on its own host; the HTTP API answers from other
 hosts' namespaces; every process exits 0.
 
-Run (as root): PSBENCH_BIN=build /usr/bin/python3 tests/multihost/test_multihost.py
+Run (as root): PSBENCH_BIN=build-test /usr/bin/python3 tests/multihost/test_multihost.py
 """
 import json
 import os

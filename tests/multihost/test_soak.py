@@ -33,7 +33,7 @@ Processes started with host.wrap() are exec-chained (ip netns exec →
 unshare → sh → the binary), so a Proc's pid is the binary's pid; the test
 checks that before it samples.
 
-Run (as root): PSBENCH_BIN=build /usr/bin/python3 tests/multihost/test_soak.py
+Run (as root): PSBENCH_BIN=build-test /usr/bin/python3 tests/multihost/test_soak.py
 """
 import glob
 import json
