@@ -399,16 +399,14 @@ int main(int argc, char **argv)
     }
     if (strcmp(device_name, "test") != 0) {
         int cuda_index;
-        char why[768];
         if (cli_parse_device("--device", device_name, &cuda_index, err, sizeof err) < 0)
             return server_fail(err);
+        /* The reason a user can act on first: no CUDA here at all. */
+        if (cuda_index >= 0 && gpu_check_device(device_name, cuda_index, err, sizeof err) < 0)
+            return server_fail(err);
         if (cuda_index >= 0) {
-            /* The reason a user can act on first: no CUDA here at all. */
-            if (gpu_probe_device(cuda_index, why, sizeof why) < 0)
-                snprintf(err, sizeof err, "--device %.16s: %.200s", device_name, why);
-            else
-                snprintf(err, sizeof err, "--device %s: this version of psbench-server averages on the CPU only "
-                                          "(use --device cpu)", device_name);
+            snprintf(err, sizeof err, "--device %s: this version of psbench-server averages on the CPU only (use "
+                                      "--device cpu)", device_name);
             return server_fail(err);
         }
     }

@@ -10,7 +10,7 @@ bool gpu_built(void) { return true; }
 
 int gpu_probe_device(int index, char *err, size_t errlen)
 {
-    char why[512];
+    char why[256]; /* a soname and the loader's words */
     const cudart_api *rt = cudaload_cudart(why, sizeof why);
     if (!rt) {
         snprintf(err, errlen, "%s (install the CUDA runtime or use --device cpu)", why);
@@ -43,3 +43,12 @@ int gpu_probe_device(int index, char *err, size_t errlen)
 }
 
 #endif
+
+int gpu_check_device(const char *spec, int index, char *err, size_t errlen)
+{
+    char why[400];
+    if (gpu_probe_device(index, why, sizeof why) == 0)
+        return 0;
+    snprintf(err, errlen, "--device %s: %s", spec, why);
+    return -1;
+}

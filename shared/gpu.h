@@ -18,4 +18,8 @@ bool gpu_built(void);
  * "this build has no CUDA (...)". */
 int gpu_probe_device(int index, char *err, size_t errlen);
 
+/* gpu_probe_device for a --device SPEC (cuda or cuda:N, GPU `index`): 0,
+ * or -1 with "--device SPEC: <the reason>" in err. */
+int gpu_check_device(const char *spec, int index, char *err, size_t errlen);
+
 #endif

@@ -385,14 +385,12 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
         return trainer_fail(err);
     }
+    /* The reason a user can act on first: no CUDA here at all. */
+    if (cuda_index >= 0 && gpu_check_device(device, cuda_index, err, sizeof err) < 0)
+        return trainer_fail(err);
     if (cuda_index >= 0) {
-        /* The reason a user can act on first: no CUDA here at all. */
-        char why[768];
-        if (gpu_probe_device(cuda_index, why, sizeof why) < 0)
-            snprintf(err, sizeof err, "--device %s: %s", device, why);
-        else
-            snprintf(err, sizeof err, "--device %s: this version of psbench-trainer computes on the CPU only (use "
-                                      "--device cpu)", device);
+        snprintf(err, sizeof err, "--device %s: this version of psbench-trainer computes on the CPU only (use "
+                                  "--device cpu)", device);
         return trainer_fail(err);
     }
     /* The token: --token, else --token-file, else $PSBENCH_TOKEN. */

@@ -381,6 +381,33 @@ class E2E(psb.PsbTestCase):
             with self.subTest(args=args):
                 self.assert_cli_fails(t, args, needle)
 
+    def test_device_cuda_refused_with_the_reason(self):
+        """--device cuda[:N]: one line naming why it cannot run here — the
+        CUDA runtime missing (its soname), no GPU answering, no CUDA in
+        this build, or (where a GPU answers) this version's CPU-only
+        compute; a bad spelling names the accepted ones. Hidden libraries
+        (tests/tools/hide-cuda-libs.sh, as root) give the soname."""
+        reasons = (r"libcudart\.so\.\d+ not found \(install the CUDA runtime or use --device cpu\)|"
+                   r"no CUDA device answers \(cudaGetDeviceCount: .*; use --device cpu\)|"
+                   r"this build has no CUDA|computes on the CPU only|averages on the CPU only")
+        argv = {"psbench-trainer": ["--server", "127.0.0.1:9", "--rank", "0", "--model", "synthetic"],
+                "psbench-server": ["--standalone", "--trainers", "1", "--listen", "127.0.0.1:0"]}
+        hide = os.path.join(psb.HERE, "..", "tools", "hide-cuda-libs.sh")
+        for name, rest in argv.items():
+            for dev in ("cuda", "cuda:3"):
+                with self.subTest(binary=name, device=dev):
+                    self.assert_cli_fails(name, ["--device", dev] + rest, "--device %s: " % dev)
+                    rc, _, err = self.reg.run([psb.bin_path(name), "--device", dev] + rest, timeout=20)
+                    self.assertRegex(err.strip(), reasons)
+            self.assert_cli_fails(name, ["--device", "cuda:x"] + rest, "is not cpu, cuda or cuda:N")
+            rc, _, err = self.reg.run([hide, psb.bin_path(name), "--device", "cuda"] + rest, timeout=20)
+            if rc == 77:
+                continue  # not root, or no CUDA installed to hide: said on stderr
+            self.assertNotEqual(rc, 0)
+            if "this build has no CUDA" not in err:
+                self.assertRegex(err.strip(), r"^%s: --device cuda: libcudart\.so\.\d+ not found \(install the "
+                                              r"CUDA runtime or use --device cpu\)$" % name)
+
     def test_trainer_no_server_listening(self):
         # A port nobody listens on (bind, note, close): connect fails in time.
         import socket
