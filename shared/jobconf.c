@@ -516,10 +516,21 @@ static int jc_rules_hybrid_model(const char *id, json_t *conf, char *err, size_t
  * them, and "bucket_floats" must not be given. */
 static int modelconf_sizes(const char *id, json_t *conf, json_t *sizes, modelconf *m, char *err, size_t errlen)
 {
-    size_t n = json_array_size(sizes);
-    if (n == 0 || n > 65536) {
-        errbuf_set(err, errlen, "model \"%s\": \"bucket_sizes\" must be a list of 1..65536 bucket sizes (floats), "
-                   "got %zu", id, n);
+    size_t n = json_array_size(sizes), bad = n;
+    for (size_t k = 0; k < n && bad == n; k++) {
+        json_t *v = json_array_get(sizes, k);
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > ((json_int_t)1 << 32))
+            bad = k;
+    }
+    if (n == 0 || n > 65536 || bad < n) {
+        char *s = json_dumps(sizes, JSON_COMPACT);
+        char where[48] = "";
+        if (bad < n)
+            snprintf(where, sizeof where, " (entry %zu)", bad);
+        errbuf_set(err, errlen, "model \"%s\": \"bucket_sizes\" must be a list of 1..65536 whole numbers in "
+                   "1..4294967296 (floats a bucket), got %.48s%s%s", id, s ? s : "(a list)",
+                   s && strlen(s) > 48 ? "..." : "", where);
+        free(s);
         return -1;
     }
     if (m->syn.sparse) {
@@ -542,15 +553,7 @@ static int modelconf_sizes(const char *id, json_t *conf, json_t *sizes, modelcon
     }
     m->syn.bucket_floats = 0;
     for (size_t k = 0; k < n; k++) {
-        json_t *v = json_array_get(sizes, k);
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > ((json_int_t)1 << 32)) {
-            char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-            errbuf_set(err, errlen, "model \"%s\": \"bucket_sizes\"[%zu] must be a whole number in 1..%llu, got %.48s",
-                       id, k, (unsigned long long)1 << 32, s ? s : "(a value)");
-            free(s);
-            return -1;
-        }
-        m->syn.sizes[k] = (uint64_t)json_integer_value(v);
+        m->syn.sizes[k] = (uint64_t)json_integer_value(json_array_get(sizes, k));
         if (m->syn.sizes[k] > m->syn.bucket_floats)
             m->syn.bucket_floats = m->syn.sizes[k];
     }

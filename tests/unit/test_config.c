@@ -578,10 +578,11 @@ static void test_synthetic_bucket_sizes(void **state)
     load_sizes("{\"bucket_sizes\": [1024, 1049600, 7], \"buckets\": 3}", 0, NULL);
     load_sizes("{\"bucket_sizes\": [1024, 1049600, 7], \"buckets\": 2}", -1, "\"bucket_sizes\" lists 3");
     load_sizes("{\"bucket_sizes\": [1024, 7], \"bucket_floats\": 7}", -1, "not both");
-    load_sizes("{\"bucket_sizes\": []}", -1, "must be a list of 1..65536");
+    load_sizes("{\"bucket_sizes\": []}", -1, "\"bucket_sizes\" must be a list of 1..65536 whole numbers in "
+                                              "1..4294967296 (floats a bucket), got []");
     load_sizes("{\"bucket_sizes\": 5}", -1, "\"bucket_sizes\" must be a list, got 5 (a number)");
-    load_sizes("{\"bucket_sizes\": [4, 0]}", -1, "\"bucket_sizes\"[1] must be a whole number in 1..4294967296, got 0");
-    load_sizes("{\"bucket_sizes\": [4, \"x\"]}", -1, "\"bucket_sizes\"[1] must be a whole number in 1..4294967296, got \"x\"");
+    load_sizes("{\"bucket_sizes\": [4, 0]}", -1, "got [4,0] (entry 1)");
+    load_sizes("{\"bucket_sizes\": [4, \"x\"]}", -1, "got [4,\"x\"] (entry 1)");
     load_sizes("{\"bucket_sizes\": [4, 8], \"sparse\": true}", -1, "is for dense buckets");
 }
 
