@@ -265,6 +265,8 @@ void config_usage(FILE *f)
         "  --model-config-path F     model configurations (default CONFIGS/model_configurations.json)\n"
         "  --trainer-config-path F   trainer configurations (default CONFIGS/trainer_configurations.json)\n"
         "  --server-config-path F    server configurations (default CONFIGS/server_configurations.json)\n"
+        "                            (every value in them is checked before anything starts; the\n"
+        "                            keys, types and ranges: docs/operations.md)\n"
         "  --seed N                  random seed (default 0); --torch-seed and --cuda-seed are aliases\n"
         "  --ddp-hook NAME           override the trainer configuration's communication hook:\n"
         "                            rpc_hook (buckets to the servers), allreduce_hook (among\n"

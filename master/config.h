@@ -142,7 +142,7 @@ typedef struct run_config {
         config_batch_update bu;       /* valid when batch_update */
         bool synthetic;               /* model class is "Synthetic" */
         config_synthetic syn;         /* valid when synthetic */
-        uint64_t samples;             /* the data config's sample count, 0 if unknown */
+        uint64_t samples;             /* the data configuration's sample_count */
     } resolved;
 } run_config;
 
