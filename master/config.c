@@ -4,6 +4,7 @@
 #include "shared/jobconf.h"
 #include "shared/log.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -264,6 +265,8 @@ void config_usage(FILE *f)
         "  --model-config-path F     model configurations (default CONFIGS/model_configurations.json)\n"
         "  --trainer-config-path F   trainer configurations (default CONFIGS/trainer_configurations.json)\n"
         "  --server-config-path F    server configurations (default CONFIGS/server_configurations.json)\n"
+        "                            (every value in them is checked before anything starts; the\n"
+        "                            keys, types and ranges: docs/operations.md)\n"
         "  --seed N                  random seed (default 0); --torch-seed and --cuda-seed are aliases\n"
         "  --ddp-hook NAME           override the trainer configuration's communication hook:\n"
         "                            rpc_hook (buckets to the servers), allreduce_hook (among\n"
@@ -457,7 +460,17 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
         case OPT_SEED: rc = cli_parse_u64("--seed", a, 0, UINT64_MAX, 0, &c->seed, err, errlen); break;
         case OPT_TORCH_SEED: rc = cli_parse_u64("--torch-seed", a, 0, UINT64_MAX, 0, &c->seed, err, errlen); break;
         case OPT_CUDA_SEED: rc = cli_parse_u64("--cuda-seed", a, 0, UINT64_MAX, 0, &c->seed, err, errlen); break;
-        case OPT_DDP_HOOK: rc = parse_str("--ddp-hook", a, &c->ddp_hook, err, errlen); break;
+        case OPT_DDP_HOOK: {
+            bool servers, collective;
+            if (!a || !hookconf_lookup(a, &servers, &collective)) {
+                errbuf_set(err, errlen, "--ddp-hook: '%s' is not rpc_hook, allreduce_hook, sparse_rpc_hook or "
+                           "hybrid_hook", a ? a : "");
+                rc = -1;
+            } else {
+                rc = parse_str("--ddp-hook", a, &c->ddp_hook, err, errlen);
+            }
+            break;
+        }
         case OPT_MASTER_ADDR:
             if (!a || !*a) {
                 errbuf_set(err, errlen, "--master-addr: needs a non-empty value");
@@ -569,13 +582,12 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
 
 /* ---- validation ----------------------------------------------------------------- */
 
-int config_validate(const run_config *c, char *err, size_t errlen)
+int config_check_flags(const run_config *c, char *err, size_t errlen)
 {
     uint64_t tcount = (uint64_t)c->ntrainer + c->ncudatrainer;
     uint64_t scount = (uint64_t)c->nserver + c->ncudaserver;
-    bool shard = c->placement && strcmp(c->placement, "shard") == 0;
 
-    if (!c->placement || (strcmp(c->placement, "seed") != 0 && !shard)) {
+    if (!c->placement || (strcmp(c->placement, "seed") != 0 && strcmp(c->placement, "shard") != 0)) {
         errbuf_set(err, errlen, "--placement must be seed or shard");
         return -1;
     }
@@ -583,6 +595,119 @@ int config_validate(const run_config *c, char *err, size_t errlen)
         errbuf_set(err, errlen, "no trainers: --ntrainer + --ncudatrainer must be at least 1");
         return -1;
     }
+    if (tcount > CONFIG_MAX_NODES || scount > CONFIG_MAX_NODES) {
+        errbuf_set(err, errlen, "too many nodes: at most %u trainers and %u servers", CONFIG_MAX_NODES,
+                CONFIG_MAX_NODES);
+        return -1;
+    }
+    if (c->epochs == 0 || c->epochs > CONFIG_MAX_EPOCHS) {
+        errbuf_set(err, errlen, "--epochs must be in 1..%u", CONFIG_MAX_EPOCHS);
+        return -1;
+    }
+    if (c->batch_size == 0 || c->batch_size > CONFIG_MAX_BATCH_SIZE) {
+        errbuf_set(err, errlen, "--batch-size must be in 1..%u", CONFIG_MAX_BATCH_SIZE);
+        return -1;
+    }
+    if (!(c->rpc_timeout_s > 0)) {
+        errbuf_set(err, errlen, "--rpc-timeout must be a positive number of seconds");
+        return -1;
+    }
+    if (!(c->linger_s >= 0)) {
+        errbuf_set(err, errlen, "--linger must be 0 or a positive number of seconds");
+        return -1;
+    }
+    if (!c->backend || (strcmp(c->backend, "gloo") != 0 && strcmp(c->backend, "nccl") != 0 &&
+                        strcmp(c->backend, "multi") != 0)) {
+        errbuf_set(err, errlen, "--backend '%s' is not gloo, nccl or multi", c->backend ? c->backend : "");
+        return -1;
+    }
+    struct { const char *opt, *v; } req[] = {
+        {"--trainer", c->trainer},
+        {"--server", c->server},
+        {"--data", c->data},
+        {"--model", c->model},
+        {"--data-config-path", c->data_config_path},
+        {"--model-config-path", c->model_config_path},
+        {"--trainer-config-path", c->trainer_config_path},
+        {"--server-config-path", c->server_config_path},
+        {"--listen", c->listen},
+        {"--http", c->http},
+    };
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
+        if (!req[i].v || !*req[i].v) {
+            errbuf_set(err, errlen, "%s needs a non-empty value", req[i].opt);
+            return -1;
+        }
+    }
+    struct { const char *opt, *v; } addr[] = {{"--listen", c->listen}, {"--http", c->http}};
+    for (size_t i = 0; i < 2; i++) {
+        const char *colon = strrchr(addr[i].v, ':');
+        uint64_t port;
+        char perr[128];
+        if (!colon || colon == addr[i].v ||
+            cli_parse_u64(addr[i].opt, colon + 1, 0, 65535, 0, &port, perr, sizeof perr) < 0) {
+            errbuf_set(err, errlen, "%s '%s' is not HOST:PORT", addr[i].opt, addr[i].v);
+            return -1;
+        }
+    }
+    if (c->out_dir && !*c->out_dir) {
+        errbuf_set(err, errlen, "--out needs a directory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The batch-update benchmark's counts: a server owns the model, the
+ * servers can split it, and the rounds of batch_update_size pushes fill. */
+static int validate_batch_update(const run_config *c, char *err, size_t errlen)
+{
+    const config_batch_update *b = &c->resolved.bu;
+    const char *sid = c->resolved.server.id;
+    uint64_t total = b->out_features * b->in_features + b->out_features;
+    uint64_t trainers = (uint64_t)c->ntrainer + c->ncudatrainer;
+    uint64_t servers = (uint64_t)c->nserver + c->ncudaserver;
+    if (servers == 0) {
+        errbuf_set(err, errlen,
+                   "server '%s' (BatchUpdateParameterServer) owns the model: --nserver 0 (pure DDP) cannot run "
+                   "it; use --nserver 1 or more", sid);
+        return -1;
+    }
+    if (servers > total) {
+        errbuf_set(err, errlen, "%llu servers cannot split Linear(%llu, %llu)'s %llu parameters",
+                   (unsigned long long)servers, (unsigned long long)b->in_features,
+                   (unsigned long long)b->out_features, (unsigned long long)total);
+        return -1;
+    }
+    uint64_t k = b->batch_update_size; /* config_load: 0 in the file is the trainer count */
+    if (k > trainers) {
+        errbuf_set(err, errlen,
+                   "server '%s': batch_update_size %llu is more than the %llu trainers; a trainer waits for "
+                   "each update, so a round of more pushes than trainers never fills", sid,
+                   (unsigned long long)k, (unsigned long long)trainers);
+        return -1;
+    }
+    uint64_t pushes = trainers * c->epochs * b->batches;
+    if (k == 0 || pushes % k != 0) {
+        errbuf_set(err, errlen,
+                   "server '%s': batch_update_size %llu does not divide the %llu pushes per pass (%llu trainers "
+                   "x %llu batches x %llu epochs): the last round would never fill", sid,
+                   (unsigned long long)k, (unsigned long long)pushes, (unsigned long long)trainers,
+                   (unsigned long long)b->batches, (unsigned long long)c->epochs);
+        return -1;
+    }
+    return 0;
+}
+
+int config_validate(const run_config *c, char *err, size_t errlen)
+{
+    uint64_t tcount = (uint64_t)c->ntrainer + c->ncudatrainer;
+    uint64_t scount = (uint64_t)c->nserver + c->ncudaserver;
+
+    if (config_check_flags(c, err, errlen) < 0)
+        return -1;
+    bool shard = strcmp(c->placement, "shard") == 0;
+    if (c->resolved.loaded && c->resolved.batch_update && validate_batch_update(c, err, errlen) < 0)
+        return -1;
     bool serverless = c->resolved.loaded && !c->resolved.hook_servers;
     if (c->resolved.loaded && c->resolved.hybrid) {
         if (scount == 0) {
@@ -601,11 +726,6 @@ int config_validate(const run_config *c, char *err, size_t errlen)
                        "--trainer DdpTrainer for allreduce_hook)", c->resolved.hook);
         else
             errbuf_set(err, errlen, "no servers: --nserver + --ncudaserver must be at least 1");
-        return -1;
-    }
-    if (tcount > CONFIG_MAX_NODES || scount > CONFIG_MAX_NODES) {
-        errbuf_set(err, errlen, "too many nodes: at most %u trainers and %u servers", CONFIG_MAX_NODES,
-                CONFIG_MAX_NODES);
         return -1;
     }
     /* Batch-update and HybridModel trainers use every server. */
@@ -651,27 +771,6 @@ int config_validate(const run_config *c, char *err, size_t errlen)
             return -1;
         }
     }
-    if (c->epochs == 0 || c->epochs > CONFIG_MAX_EPOCHS) {
-        errbuf_set(err, errlen, "--epochs must be in 1..%u", CONFIG_MAX_EPOCHS);
-        return -1;
-    }
-    if (c->batch_size == 0 || c->batch_size > CONFIG_MAX_BATCH_SIZE) {
-        errbuf_set(err, errlen, "--batch-size must be in 1..%u", CONFIG_MAX_BATCH_SIZE);
-        return -1;
-    }
-    if (!(c->rpc_timeout_s > 0)) {
-        errbuf_set(err, errlen, "--rpc-timeout must be a positive number of seconds");
-        return -1;
-    }
-    if (!(c->linger_s >= 0)) {
-        errbuf_set(err, errlen, "--linger must be 0 or a positive number of seconds");
-        return -1;
-    }
-    if (!c->backend || (strcmp(c->backend, "gloo") != 0 && strcmp(c->backend, "nccl") != 0 &&
-                        strcmp(c->backend, "multi") != 0)) {
-        errbuf_set(err, errlen, "--backend '%s' is not gloo, nccl or multi", c->backend ? c->backend : "");
-        return -1;
-    }
     if (c->resolved.loaded && c->resolved.hook_collective && strcmp(c->backend, "nccl") == 0 &&
         c->ncudatrainer < tcount) {
         errbuf_set(err, errlen,
@@ -680,37 +779,14 @@ int config_validate(const run_config *c, char *err, size_t errlen)
                    (unsigned long long)(tcount - c->ncudatrainer), c->ntrainer);
         return -1;
     }
-    struct { const char *opt, *v; } req[] = {
-        {"--trainer", c->trainer},
-        {"--server", c->server},
-        {"--data", c->data},
-        {"--model", c->model},
-        {"--data-config-path", c->data_config_path},
-        {"--model-config-path", c->model_config_path},
-        {"--trainer-config-path", c->trainer_config_path},
-        {"--server-config-path", c->server_config_path},
-        {"--listen", c->listen},
-        {"--http", c->http},
-    };
-    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
-        if (!req[i].v || !*req[i].v) {
-            errbuf_set(err, errlen, "%s needs a non-empty value", req[i].opt);
-            return -1;
-        }
-    }
-    struct { const char *opt, *v; } addr[] = {{"--listen", c->listen}, {"--http", c->http}};
-    for (size_t i = 0; i < 2; i++) {
-        const char *colon = strrchr(addr[i].v, ':');
-        uint64_t port;
-        char perr[128];
-        if (!colon || colon == addr[i].v ||
-            cli_parse_u64(addr[i].opt, colon + 1, 0, 65535, 0, &port, perr, sizeof perr) < 0) {
-            errbuf_set(err, errlen, "%s '%s' is not HOST:PORT", addr[i].opt, addr[i].v);
-            return -1;
-        }
-    }
-    if (c->out_dir && !*c->out_dir) {
-        errbuf_set(err, errlen, "--out needs a directory");
+    uint64_t samples = c->resolved.loaded ? c->resolved.samples : 0;
+    if (samples > 0 && !c->resolved.batch_update && !c->resolved.hybrid && config_batches_per_pass(c) == 0) {
+        uint64_t nb = (samples + c->batch_size - 1) / c->batch_size;
+        errbuf_set(err, errlen,
+                "data '%s' has %llu samples: %llu batch%s of %llu cannot feed %llu trainers "
+                "(lower --batch-size or use more samples)",
+                c->data, (unsigned long long)samples, (unsigned long long)nb, nb == 1 ? "" : "es",
+                (unsigned long long)c->batch_size, (unsigned long long)tcount);
         return -1;
     }
     return 0;
@@ -800,20 +876,20 @@ static int load_entry(const char *what, const char *path, const char *id, const 
     return 0;
 }
 
-/* Fields of an entry's configurations object (shared/jobconf.h). */
-static int conf_uint(const config_entry *e, const char *what, const char *key, int64_t def, uint64_t min,
-                     uint64_t max, uint64_t *out, char *err, size_t errlen)
+/* Check an entry's values (jobconf_check: types, ranges, required keys,
+ * defaults written), the file named in front of the reason. */
+static int load_check(const char *kind, const char *path, config_entry *e, char *err, size_t errlen)
 {
-    return jobconf_uint(e->conf, what, e->id, key, def, min, max, out, err, errlen);
+    char why[400];
+    if (jobconf_check(kind, e->cls, e->id, e->conf, why, sizeof why) == 0)
+        return 0;
+    errbuf_set(err, errlen, "%s: %s", path, why);
+    return -1;
 }
 
 /* The seed's DDP + RPC benchmark: HybridModel, HybridTrainer and
- * EmbeddingParameterServer go together; the table's shape (the seed's
- * flags override the model configuration) must reshape to rows of 512 over
- * the servers. Run by config_load once the classes are known. */
-static int conf_num(const config_entry *e, const char *what, const char *key, double def, double min,
-                    bool min_open, double max, double *out, char *err, size_t errlen);
-
+ * EmbeddingParameterServer go together; the seed's flags override the
+ * table's shape. Run by config_load once every entry is checked. */
 static int load_hybrid(run_config *c, char *err, size_t errlen)
 {
     const config_entry *mo = &c->resolved.model, *tr = &c->resolved.trainer, *sv = &c->resolved.server;
@@ -846,41 +922,32 @@ static int load_hybrid(run_config *c, char *err, size_t errlen)
     /* The seed's flags win over the configuration; trainers get the result. */
     if (c->number_embeddings) {
         c->resolved.mc.hybrid.num_embeddings = c->number_embeddings;
-        json_object_set_new(mo->conf, "num_embeddings", json_integer((json_int_t)c->number_embeddings));
+        if (json_object_set_new(mo->conf, "num_embeddings", json_integer((json_int_t)c->number_embeddings)) < 0)
+            goto oom;
     }
     if (c->embedding_dim) {
         c->resolved.mc.hybrid.embedding_dim = c->embedding_dim;
-        json_object_set_new(mo->conf, "embedding_dim", json_integer((json_int_t)c->embedding_dim));
+        if (json_object_set_new(mo->conf, "embedding_dim", json_integer((json_int_t)c->embedding_dim)) < 0)
+            goto oom;
     }
     uint64_t rows = c->resolved.mc.hybrid.num_embeddings, dim = c->resolved.mc.hybrid.embedding_dim;
     if (rows * dim > ((uint64_t)1 << 31)) {
-        errbuf_set(err, errlen, "a %llu x %llu embedding table is too large (at most 2^31 floats per server)",
+        errbuf_set(err, errlen, "a %llu x %llu embedding table is too large (at most 2^31 floats per server; "
+                   "--number-embeddings and --embedding-dim replace the model's)",
                    (unsigned long long)rows, (unsigned long long)dim);
         return -1;
     }
-    double tlr;
-    if (conf_uint(tr, "trainer", "batches", 10, 1, 1u << 20, &c->resolved.hy.batches, err, errlen) < 0 ||
-        conf_num(tr, "trainer", "lr", 0.05, 0, false, 1e6, &tlr, err, errlen) < 0 ||
-        conf_num(sv, "server", "lr", 0.05, 0, false, 1e6, &c->resolved.hy.server_lr, err, errlen) < 0)
-        return -1;
-    const char *hook = json_string_value(json_object_get(tr->conf, "ddp_hook"));
-    if (hook && strcmp(hook, "allreduce_hook") != 0) {
-        errbuf_set(err, errlen, "trainer '%s': the HybridModel's dense part is averaged by allreduce_hook, not %s",
-                   tr->id, hook);
-        return -1;
-    }
+    c->resolved.hy.batches = jobconf_u64(tr->conf, "batches");
+    c->resolved.hy.server_lr = jobconf_f64(sv->conf, "lr");
     return 0; /* the shape over the servers: config_validate */
-}
-
-static int conf_num(const config_entry *e, const char *what, const char *key, double def, double min,
-                    bool min_open, double max, double *out, char *err, size_t errlen)
-{
-    return jobconf_num(e->conf, what, e->id, key, def, min, min_open, max, out, err, errlen);
+oom:
+    errbuf_set(err, errlen, "out of memory");
+    return -1;
 }
 
 /* The batch-update benchmark: BatchUpdateParameterServer, the Linear model
- * and BatchUpdateTrainer go together; their configurations; counts that
- * fill every round. Run by config_load once the classes are known. */
+ * and BatchUpdateTrainer go together. Run by config_load once every entry
+ * is checked; the counts that must fill every round: config_validate. */
 static int load_batch_update(run_config *c, char *err, size_t errlen)
 {
     const config_entry *mo = &c->resolved.model, *tr = &c->resolved.trainer, *sv = &c->resolved.server;
@@ -910,53 +977,115 @@ static int load_batch_update(run_config *c, char *err, size_t errlen)
         return -1;
     }
     config_batch_update *b = &c->resolved.bu;
-    uint64_t bs;
     b->in_features = c->resolved.mc.linear.in_features;
     b->out_features = c->resolved.mc.linear.out_features;
-    if (conf_num(sv, "server", "lr", 0.001, 0, true, 1e6, &b->lr, err, errlen) < 0 ||
-        conf_num(sv, "server", "momentum", 0.9, 0, false, 1, &b->momentum, err, errlen) < 0 ||
-        conf_uint(sv, "server", "batch_update_size", 0, 0, CONFIG_MAX_NODES, &b->batch_update_size, err,
-                  errlen) < 0 ||
-        conf_uint(tr, "trainer", "batch_size", 20, 1, CONFIG_MAX_BATCH_SIZE, &bs, err, errlen) < 0 ||
-        conf_uint(tr, "trainer", "batches", 4, 1, 1u << 30, &b->batches, err, errlen) < 0)
-        return -1;
-    uint64_t total = b->out_features * b->in_features + b->out_features;
+    b->lr = jobconf_f64(sv->conf, "lr");
+    b->momentum = jobconf_f64(sv->conf, "momentum");
+    b->batches = jobconf_u64(tr->conf, "batches");
     if (!c->batch_size_set)
-        c->batch_size = bs; /* an explicit --batch-size wins */
-    uint64_t trainers = (uint64_t)c->ntrainer + c->ncudatrainer;
-    uint64_t servers = (uint64_t)c->nserver + c->ncudaserver;
-    if (servers == 0) {
-        errbuf_set(err, errlen,
-                   "server '%s' (BatchUpdateParameterServer) owns the model: --nserver 0 (pure DDP) cannot run "
-                   "it; use --nserver 1 or more", sv->id);
-        return -1;
+        c->batch_size = jobconf_u64(tr->conf, "batch_size"); /* an explicit --batch-size wins */
+    /* 0 in the file: a round is one push from every trainer. */
+    b->batch_update_size = jobconf_u64(sv->conf, "batch_update_size");
+    if (b->batch_update_size == 0)
+        b->batch_update_size = (uint64_t)c->ntrainer + c->ncudatrainer;
+    return 0;
+}
+
+/* --ddp-hook (a name the parser checked) replaces the trainer
+ * configuration's ddp_hook where the class can run it: before the trainer
+ * entry is checked (a DdpTrainer needs a hook from one or the other), with
+ * the refusal for other classes after every entry is (the file's values
+ * come first). */
+static bool load_hook_flag_fits(const run_config *c)
+{
+    const char *cls = c->resolved.trainer.cls;
+    return strcmp(cls, "DdpTrainer") == 0 ||
+           (strcmp(cls, "HybridTrainer") == 0 && strcmp(c->ddp_hook, "allreduce_hook") == 0);
+}
+
+static int load_hook_flag(run_config *c, bool after_checks, char *err, size_t errlen)
+{
+    const config_entry *tr = &c->resolved.trainer;
+    if (!c->ddp_hook)
+        return 0;
+    if (!after_checks) {
+        if (load_hook_flag_fits(c) && json_object_set_new(tr->conf, "ddp_hook", json_string(c->ddp_hook)) < 0) {
+            errbuf_set(err, errlen, "out of memory");
+            return -1;
+        }
+        return 0;
     }
-    if (servers > total) {
-        errbuf_set(err, errlen, "%llu servers cannot split Linear(%llu, %llu)'s %llu parameters",
-                   (unsigned long long)servers, (unsigned long long)b->in_features,
-                   (unsigned long long)b->out_features, (unsigned long long)total);
-        return -1;
+    if (load_hook_flag_fits(c))
+        return 0;
+    if (strcmp(tr->cls, "HybridTrainer") == 0)
+        errbuf_set(err, errlen, "--ddp-hook %s: trainer '%s' (HybridTrainer) averages the HybridModel's dense part "
+                   "with allreduce_hook only", c->ddp_hook, tr->id);
+    else
+        errbuf_set(err, errlen, "--ddp-hook %s: trainer '%s' (%s) has no communication hook", c->ddp_hook, tr->id,
+                   tr->cls);
+    return -1;
+}
+
+/* The trainers' hook: DummyModel trains through the configuration's; the
+ * Synthetic model pushes to the servers (what rpc_hook does) and takes no
+ * other. */
+static int load_hook(run_config *c, char *err, size_t errlen)
+{
+    const config_entry *tr = &c->resolved.trainer;
+    c->resolved.hook_servers = true;
+    if (c->resolved.hybrid) {
+        c->resolved.hook = "allreduce_hook"; /* its dense part; the tables need the servers */
+        c->resolved.hook_collective = true;
+        return 0;
     }
-    if (trainers == 0)
-        return 0; /* config_validate says why */
-    uint64_t k = b->batch_update_size ? b->batch_update_size : trainers;
-    if (k > trainers) {
-        errbuf_set(err, errlen,
-                   "server '%s': batch_update_size %llu is more than the %llu trainers; a trainer waits for "
-                   "each update, so a round of more pushes than trainers never fills", sv->id,
-                   (unsigned long long)k, (unsigned long long)trainers);
-        return -1;
+    if (c->resolved.mc.cls != MODEL_DUMMY && c->resolved.mc.cls != MODEL_SYNTHETIC)
+        return 0;
+    const char *hook = jobconf_str(tr->conf, "ddp_hook"); /* DdpTrainer: required */
+    bool servers = false, collective = false;
+    bool known = hookconf_lookup(hook, &servers, &collective);
+    assert(known); /* jobconf_check allows only these */
+    (void)known;
+    if (c->resolved.mc.cls == MODEL_SYNTHETIC) {
+        if (!servers || collective) {
+            errbuf_set(err, errlen,
+                       "model '%s' (Synthetic) pushes its buckets to the servers, as rpc_hook does; trainer '%s' has "
+                       "ddp_hook %s (e.g. --trainer DdpRpcTrainer, or a DummyModel for %s)", c->resolved.model.id,
+                       tr->id, hook, hook);
+            return -1;
+        }
+        return 0;
     }
-    uint64_t pushes = trainers * c->epochs * b->batches;
-    if (pushes % k != 0) {
-        errbuf_set(err, errlen,
-                   "server '%s': batch_update_size %llu does not divide the %llu pushes per pass (%llu trainers "
-                   "x %llu batches x %llu epochs): the last round would never fill", sv->id,
-                   (unsigned long long)k, (unsigned long long)pushes, (unsigned long long)trainers,
-                   (unsigned long long)b->batches, (unsigned long long)c->epochs);
-        return -1;
+    c->resolved.hook = hook;
+    c->resolved.hook_servers = servers;
+    c->resolved.hook_collective = collective;
+    /* The seed's pure DDP: a hook that uses no server needs none. */
+    if (!servers && !c->nserver_set && c->ncudaserver == 0)
+        c->nserver = 0;
+    else if (!servers && (uint64_t)c->nserver + c->ncudaserver > 0)
+        log_warn("%s does not use parameter servers: the %u server(s) will sit idle (--nserver 0 runs "
+                 "without them)", hook, c->nserver + c->ncudaserver);
+    return 0;
+}
+
+/* DummyData feeds a DummyModel: its indices pick embedding rows and its
+ * targets are classes of the last layer. */
+static int load_data_fits_model(const run_config *c, char *err, size_t errlen)
+{
+    if (c->resolved.mc.cls != MODEL_DUMMY)
+        return 0;
+    uint64_t max_val = jobconf_u64(c->resolved.data.conf, "max_val");
+    const struct { const char *key; uint64_t v; const char *what; } lim[] = {
+        {"num_embeddings", c->resolved.mc.dummy.num_embeddings, "its indices pick embedding rows"},
+        {"dense_output_size", c->resolved.mc.dummy.dense_output_size, "its targets are the model's classes"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        if (max_val > lim[i].v) {
+            errbuf_set(err, errlen, "data '%s' has max_val %llu, more than model '%s''s %s %llu: %s",
+                       c->resolved.data.id, (unsigned long long)max_val, c->resolved.model.id, lim[i].key,
+                       (unsigned long long)lim[i].v, lim[i].what);
+            return -1;
+        }
     }
-    b->batch_update_size = k;
     return 0;
 }
 
@@ -968,79 +1097,50 @@ int config_load(run_config *c, char *err, size_t errlen)
     static const char *const trainer_keys[] = {"trainer_class", NULL};
     /* "ps_class": the seed's older server configurations. */
     static const char *const server_keys[] = {"server_class", "ps_class", NULL};
+    config_entry *da = &c->resolved.data, *mo = &c->resolved.model, *tr = &c->resolved.trainer,
+                 *sv = &c->resolved.server;
 
-    if (load_entry("data", c->data_config_path, c->data, data_keys, &c->resolved.data, err, errlen) < 0)
+    /* The files, and every value in them, before anything that depends on
+     * the flags: a bad value is the cause of whatever it would break. */
+    if (load_entry("data", c->data_config_path, c->data, data_keys, da, err, errlen) < 0 ||
+        load_entry("model", c->model_config_path, c->model, model_keys, mo, err, errlen) < 0 ||
+        load_entry("trainer", c->trainer_config_path, c->trainer, trainer_keys, tr, err, errlen) < 0 ||
+        load_entry("server", c->server_config_path, c->server, server_keys, sv, err, errlen) < 0)
         goto fail;
-    if (load_entry("model", c->model_config_path, c->model, model_keys, &c->resolved.model, err, errlen) < 0)
+    if (load_check("data", c->data_config_path, da, err, errlen) < 0)
         goto fail;
-    if (load_entry("trainer", c->trainer_config_path, c->trainer, trainer_keys, &c->resolved.trainer, err,
-                   errlen) < 0)
-        goto fail;
-    if (load_entry("server", c->server_config_path, c->server, server_keys, &c->resolved.server, err,
-                   errlen) < 0)
-        goto fail;
-
-    /* Server class -> psbench server kind. */
-    const char *scls = c->resolved.server.cls;
-    if (strcmp(scls, "AverageParameterServer") == 0) {
-        c->resolved.server_kind = "average";
-    } else if (strcmp(scls, "AverageBatchParameterServer") == 0) {
-        c->resolved.server_kind = "average-batch";
-    } else if (strcmp(scls, "BatchUpdateParameterServer") == 0) {
-        c->resolved.server_kind = "batch-update";
-        c->resolved.batch_update = true;
-    } else if (strcmp(scls, "EmbeddingParameterServer") == 0) {
-        c->resolved.server_kind = "embedding";
-    } else {
-        errbuf_set(err, errlen,
-                "server '%s' in %s: class '%s' is not supported (psbench has AverageParameterServer, "
-                "AverageBatchParameterServer, BatchUpdateParameterServer, EmbeddingParameterServer)",
-                c->server, c->server_config_path, scls);
-        goto fail;
-    }
-    /* The model, parsed as the trainers will parse it. */
-    if (modelconf_parse(c->resolved.model.id, c->resolved.model.cls, c->resolved.model.conf, &c->resolved.mc, err,
-                        errlen) < 0)
-        goto fail;
-    if (load_batch_update(c, err, errlen) < 0 || load_hybrid(c, err, errlen) < 0)
-        goto fail;
-    if (json_object_set_new(c->resolved.server.json, "kind", json_string(c->resolved.server_kind)) < 0)
-        goto oom;
-
-    /* --ddp-hook overrides the trainer configuration's hook. */
-    if (c->ddp_hook && json_object_set_new(c->resolved.trainer.conf, "ddp_hook", json_string(c->ddp_hook)) < 0)
-        goto oom;
-    c->resolved.hook_servers = true;
-    if (c->resolved.hybrid) {
-        c->resolved.hook = "allreduce_hook"; /* its dense part; the tables need the servers */
-        c->resolved.hook_collective = true;
-    } else if (c->resolved.mc.cls == MODEL_DUMMY) {
-        json_t *h = json_object_get(c->resolved.trainer.conf, "ddp_hook");
-        const char *hook = h ? json_string_value(h) : "rpc_hook";
-        if (!hook || !hookconf_lookup(hook, &c->resolved.hook_servers, &c->resolved.hook_collective)) {
-            errbuf_set(err, errlen,
-                       "trainer '%s': ddp_hook %s%s%s is not rpc_hook, allreduce_hook, sparse_rpc_hook or "
-                       "hybrid_hook", c->resolved.trainer.id, hook ? "'" : "", hook ? hook : "(not a string)",
-                       hook ? "'" : "");
+    {
+        char why[400]; /* the model, parsed as the trainers will parse it */
+        if (modelconf_parse(mo->id, mo->cls, mo->conf, &c->resolved.mc, why, sizeof why) < 0) {
+            errbuf_set(err, errlen, "%s: %s", c->model_config_path, why);
             goto fail;
         }
-        c->resolved.hook = hook;
-        /* The seed's pure DDP: a hook that uses no server needs none. */
-        if (!c->resolved.hook_servers && !c->nserver_set && c->ncudaserver == 0)
-            c->nserver = 0;
-        else if (!c->resolved.hook_servers && (uint64_t)c->nserver + c->ncudaserver > 0)
-            log_warn("%s does not use parameter servers: the %u server(s) will sit idle (--nserver 0 runs "
-                     "without them)", hook, c->nserver + c->ncudaserver);
     }
-
-    /* The data's sample count (the seed's DummyData: sample_count, older
-     * configurations: input_samples). */
-    uint64_t samples = 0;
-    const char *skey = json_object_get(c->resolved.data.conf, "sample_count") ? "sample_count" : "input_samples";
-    if (json_object_get(c->resolved.data.conf, skey) &&
-        conf_uint(&c->resolved.data, "data", skey, 0, 1, UINT32_MAX, &samples, err, errlen) < 0)
+    if (load_hook_flag(c, false, err, errlen) < 0 ||
+        load_check("trainer", c->trainer_config_path, tr, err, errlen) < 0 ||
+        load_check("server", c->server_config_path, sv, err, errlen) < 0 || load_hook_flag(c, true, err, errlen) < 0)
         goto fail;
-    c->resolved.samples = samples;
+
+    /* Server class -> psbench server kind (jobconf_check knows no other). */
+    if (strcmp(sv->cls, "AverageParameterServer") == 0) {
+        c->resolved.server_kind = "average";
+    } else if (strcmp(sv->cls, "AverageBatchParameterServer") == 0) {
+        c->resolved.server_kind = "average-batch";
+    } else if (strcmp(sv->cls, "BatchUpdateParameterServer") == 0) {
+        c->resolved.server_kind = "batch-update";
+        c->resolved.batch_update = true;
+    } else {
+        assert(strcmp(sv->cls, "EmbeddingParameterServer") == 0);
+        c->resolved.server_kind = "embedding";
+    }
+    if (load_batch_update(c, err, errlen) < 0 || load_hybrid(c, err, errlen) < 0 || load_hook(c, err, errlen) < 0 ||
+        load_data_fits_model(c, err, errlen) < 0)
+        goto fail;
+    if (json_object_set_new(sv->json, "kind", json_string(c->resolved.server_kind)) < 0) {
+        errbuf_set(err, errlen, "out of memory");
+        goto fail;
+    }
+    c->resolved.samples = jobconf_u64(da->conf, "sample_count"); /* "input_samples": renamed by the check */
 
     /* The Synthetic model's parameters. */
     if (c->resolved.mc.cls == MODEL_SYNTHETIC) {
@@ -1051,24 +1151,18 @@ int config_load(run_config *c, char *err, size_t errlen)
         c->resolved.syn.sparse_cols = c->resolved.mc.syn.sparse_cols;
     }
     c->resolved.loaded = true;
-
-    if (samples > 0 && !c->resolved.batch_update && !c->resolved.hybrid &&
-        (uint64_t)c->ntrainer + c->ncudatrainer > 0 && config_batches_per_pass(c) == 0) {
-        uint64_t nb = (samples + c->batch_size - 1) / c->batch_size;
-        errbuf_set(err, errlen,
-                "data '%s' has %llu samples: %llu batch%s of %llu cannot feed %llu trainers "
-                "(lower --batch-size or use more samples)",
-                c->data, (unsigned long long)samples, (unsigned long long)nb, nb == 1 ? "" : "es",
-                (unsigned long long)c->batch_size,
-                (unsigned long long)((uint64_t)c->ntrainer + c->ncudatrainer));
-        goto fail;
-    }
     return 0;
-oom:
-    errbuf_set(err, errlen, "out of memory");
 fail:
     resolved_free(c);
     return -1;
+}
+
+int config_resolve(run_config *c, char *err, size_t errlen)
+{
+    if (config_check_flags(c, err, errlen) < 0 || config_load(c, err, errlen) < 0 ||
+        config_validate(c, err, errlen) < 0)
+        return -1;
+    return 0;
 }
 
 uint64_t config_batches_per_pass(const run_config *c)

@@ -8,13 +8,16 @@
  *
  *     run_config c;
  *     int rc = config_parse_args(&c, argc, argv, err, sizeof err); // inits c
- *     if (rc == 0) {                    // load first: some checks need the classes
- *         int lrc = config_load(&c, lerr, sizeof lerr);
- *         rc = config_validate(&c, err, sizeof err);  // flag errors win
- *         if (rc == 0 && lrc != 0) rc = lrc;          // then lerr is the reason
- *     }
+ *     if (rc == 0)
+ *         rc = config_resolve(&c, err, sizeof err);
  *     ...
  *     config_free(&c);
+ *
+ * config_resolve runs config_check_flags (the flags' own values),
+ * config_load (the files and every value in them), config_validate (how
+ * flags and files fit), in that order, so the first error reported is the
+ * cause: a bad value in a file is named before what it would break in the
+ * flags' counts.
  */
 #ifndef PSBENCH_CONFIG_H
 #define PSBENCH_CONFIG_H
@@ -139,7 +142,7 @@ typedef struct run_config {
         config_batch_update bu;       /* valid when batch_update */
         bool synthetic;               /* model class is "Synthetic" */
         config_synthetic syn;         /* valid when synthetic */
-        uint64_t samples;             /* the data config's sample count, 0 if unknown */
+        uint64_t samples;             /* the data configuration's sample_count */
     } resolved;
 } run_config;
 
@@ -160,18 +163,34 @@ int config_init(run_config *c);
 int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t errlen);
 void config_usage(FILE *f);
 
-/* The seed launcher's checks (and psbench's). Returns 0 or -1 with err.
- * After config_load, a batch-update job skips the seed placement's checks
- * (every trainer feeds every server). */
+/* The flags' values on their own (placement, counts, epochs, batch size,
+ * timeouts, backend, addresses): nothing that depends on a file. Returns 0
+ * or -1 with err. */
+int config_check_flags(const run_config *c, char *err, size_t errlen);
+
+/* config_check_flags, then the seed launcher's checks and psbench's that
+ * join flags and files: servers for the hook, the seed placement's
+ * divisibility, the HybridModel's shape over the servers, batch-update
+ * rounds that fill, data that feeds every trainer. Returns 0 or -1 with
+ * err. After config_load, a batch-update or HybridModel job skips the seed
+ * placement's checks (every trainer feeds every server); without it they
+ * all apply. */
 int config_validate(const run_config *c, char *err, size_t errlen);
 
 /* Read the four configuration files and resolve the chosen ids into
- * c->resolved, with the checks that need them (batch-update: the server,
- * model and trainer classes belong together, the counts can fill every
- * round). Returns 0 or -1 with err naming the file and the id. May be
- * called again (the previous resolution is released first). Call it
- * before config_validate: the placement checks depend on the server kind. */
+ * c->resolved: every value checked for type and range (shared/jobconf.h's
+ * table; absent keys with a default get it written, so config_to_json
+ * records what runs), the classes that go together (batch-update: the
+ * server, model and trainer; the HybridModel's), --ddp-hook and the
+ * model's hook, the data against a DummyModel. Returns 0 or -1 with err
+ * naming the file and the id (a value: "PATH: trainer \"ID\": \"KEY\" must
+ * be ..., got ..."). May be called again (the previous resolution is
+ * released first). Call it before config_validate: the placement checks
+ * depend on the server kind. */
 int config_load(run_config *c, char *err, size_t errlen);
+
+/* config_check_flags, config_load, config_validate: the first error, or 0. */
+int config_resolve(run_config *c, char *err, size_t errlen);
 
 /* Batches each trainer runs per pass (warm-up or timed): epochs times the
  * batches of one epoch that every trainer gets, as the seed splits the

@@ -90,7 +90,7 @@ int main(int argc, char **argv)
         return diff_main(argc - 1, argv + 1, stdout, stderr);
 
     run_config c;
-    char err[512];
+    char err[1024];
     int rc = config_parse_args(&c, argc, argv, err, sizeof err);
     if (rc == 1) {
         config_usage(stdout);
@@ -102,18 +102,12 @@ int main(int argc, char **argv)
         config_free(&c);
         return 0;
     }
-    if (rc == 0) {
-        /* Load first: some flag checks depend on the job's classes (a
-         * batch-update job has no seed placement). Flag errors are still
-         * the ones reported when both are wrong. */
-        char lerr[512];
-        int lrc = config_load(&c, lerr, sizeof lerr);
-        rc = config_validate(&c, err, sizeof err);
-        if (rc == 0 && lrc != 0) {
-            snprintf(err, sizeof err, "%s", lerr);
-            rc = -1;
-        }
-    }
+    /* The flags' own values, then the files' (every key of every entry),
+     * then how the two fit (a batch-update job has no seed placement): the
+     * first error is the cause, e.g. a bad embedding_dim in the model file
+     * rather than the placement it would upset. */
+    if (rc == 0)
+        rc = config_resolve(&c, err, sizeof err);
     if (rc != 0) {
         config_free(&c);
         return master_fail_usage(err);

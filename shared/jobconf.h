@@ -15,18 +15,38 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- reading configurations objects ----------------------------------- */
+/* ---- checking configurations objects ---------------------------------- */
 
-/* An integer field of `conf` in [min, max]; absent: def (absent with def < 0
- * is an error). Messages name it "<what> '<id>': ...". 0 or -1 with err. */
-int jobconf_uint(json_t *conf, const char *what, const char *id, const char *key, int64_t def, uint64_t min,
-                 uint64_t max, uint64_t *out, char *err, size_t errlen);
-/* A number field in [min, max] (min < v when min_open); absent: def. */
-int jobconf_num(json_t *conf, const char *what, const char *id, const char *key, double def, double min,
-                bool min_open, double max, double *out, char *err, size_t errlen);
-/* A boolean field; absent: false. */
-int jobconf_bool(json_t *conf, const char *what, const char *id, const char *key, bool *out, char *err,
-                 size_t errlen);
+/* Every key each class of each configuration kind ("data", "model",
+ * "trainer", "server") takes lives in one table in jobconf.c, with its type,
+ * range, and whether it is required or has a default (docs/operations.md,
+ * "Configuration values", lists them).
+ *
+ * jobconf_check checks the configurations object `conf` of an entry `id` of
+ * class `cls`: the class is one psbench has, every key is one the class
+ * takes, each value has its type and range, required keys are there, and the
+ * class's rules between keys hold. Absent keys that have a default get it
+ * written into conf, and a key's older spelling (the seed's "input_samples")
+ * is renamed to the current one, so what is recorded and sent on is what
+ * runs. conf must be an object. 0, or -1 with a one-line reason:
+ *     trainer "DdpTrainer": "lr" must be a number in (0, 1000000], got "fast" (a string)
+ * (the master puts the file's path in front). */
+int jobconf_check(const char *kind, const char *cls, const char *id, json_t *conf, char *err, size_t errlen);
+/* The same for an entry {"id", "class", "configurations"} (an assignment's;
+ * an entry without "configurations" gets an empty one). */
+int jobconf_check_entry(const char *kind, json_t *entry, char *err, size_t errlen);
+
+/* Values of a configurations object jobconf_check passed: the key is there
+ * (required, or its default written) and has its type. */
+uint64_t jobconf_u64(json_t *conf, const char *key);
+double jobconf_f64(json_t *conf, const char *key);
+bool jobconf_flag(json_t *conf, const char *key);
+const char *jobconf_str(json_t *conf, const char *key);
+
+/* The table, for tests and messages: the i-th class of a kind, the i-th key
+ * of a class (NULL past the end). */
+const char *jobconf_class_name(const char *kind, size_t i);
+const char *jobconf_key_name(const char *kind, const char *cls, size_t i);
 
 /* ---- models ------------------------------------------------------------ */
 
@@ -60,9 +80,9 @@ typedef struct modelconf {
 } modelconf;
 
 /* Parse a model entry: its class ("DummyModel", "Synthetic", "Linear",
- * "HybridModel") and
- * its configurations object (may be NULL: every default). `id` names it in
- * messages. 0, or -1 with err (*out then needs no modelconf_free). */
+ * "HybridModel") and its configurations object, checked by jobconf_check
+ * (defaults written into it). `id` names it in messages. 0, or -1 with err
+ * (*out then needs no modelconf_free). */
 int modelconf_parse(const char *id, const char *cls, json_t *conf, modelconf *out, char *err, size_t errlen);
 /* The same from {"id", "class", "configurations"} (the assignment's "model"). */
 int modelconf_from_entry(json_t *entry, modelconf *out, char *err, size_t errlen);

@@ -74,8 +74,17 @@ static int run_parse_job(json_t *a, run_job *j, char *err, size_t errlen)
         }
         used += (size_t)w;
     }
-    json_t *tc = json_object_get(json_object_get(a, "trainer"), "configurations");
-    snprintf(j->hook, sizeof j->hook, "%s", ctl_str(tc, "ddp_hook", "rpc_hook"));
+    /* The master checked these entries (and wrote their defaults); checked
+     * again here with the same table, a value that reaches the workload is
+     * one the master accepted, never a default of this file's own. */
+    json_t *tr = json_object_get(a, "trainer");
+    if (jobconf_check_entry("trainer", tr, err, errlen) < 0 ||
+        jobconf_check_entry("data", json_object_get(a, "data"), err, errlen) < 0)
+        return -1;
+    json_t *tc = json_object_get(tr, "configurations");
+    /* DdpTrainer's is required, HybridTrainer's defaults to allreduce_hook,
+     * BatchUpdateTrainer has none. */
+    snprintf(j->hook, sizeof j->hook, "%s", json_object_get(tc, "ddp_hook") ? jobconf_str(tc, "ddp_hook") : "");
     snprintf(j->backend, sizeof j->backend, "%s", ctl_str(a, "backend", "gloo"));
     return modelconf_from_entry(json_object_get(a, "model"), &j->model, err, errlen);
 }
@@ -84,9 +93,8 @@ static int run_parse_job(json_t *a, run_job *j, char *err, size_t errlen)
 static int run_train_job(const run_job *rj, train_job *j, char *err, size_t errlen)
 {
     json_t *a = rj->assign;
-    json_t *data = json_object_get(a, "data");
-    json_t *dc = json_object_get(data, "configurations");
-    json_t *tc = json_object_get(json_object_get(a, "trainer"), "configurations");
+    json_t *dc = json_object_get(json_object_get(a, "data"), "configurations");
+    json_t *tr = json_object_get(a, "trainer"), *tc = json_object_get(tr, "configurations");
     memset(j, 0, sizeof *j);
     j->model.num_embeddings = rj->model.dummy.num_embeddings;
     j->model.embedding_dim = rj->model.dummy.embedding_dim;
@@ -94,17 +102,20 @@ static int run_train_job(const run_job *rj, train_job *j, char *err, size_t errl
     j->model.dense_output_size = rj->model.dummy.dense_output_size;
     j->model.dense_layers_count = rj->model.dummy.dense_layers_count;
     j->model.sparse = rj->model.dummy.sparse;
-    if (strcmp(ctl_str(data, "class", ""), "DummyData") != 0) {
-        snprintf(err, errlen, "data class '%s' is not in this build (it has DummyData)", ctl_str(data, "class", ""));
+    /* run_parse_job checked both entries: DummyData (the only data class)
+     * and, with a DummyModel, a DdpTrainer (the master pairs no other). */
+    const char *tcls = json_string_value(json_object_get(tr, "class"));
+    if (strcmp(tcls, "DdpTrainer") != 0) {
+        snprintf(err, errlen, "the DummyModel trains under a DdpTrainer, not %s", tcls);
         return -1;
     }
-    j->data.max_val = (uint64_t)ctl_int(dc, "max_val", 0);
-    j->data.sample_count = (uint64_t)ctl_int(dc, "sample_count", ctl_int(dc, "input_samples", 0));
-    j->data.sample_length = (uint64_t)ctl_int(dc, "sample_length", ctl_int(dc, "input_dim", 0));
-    j->data.sparsity_percentage = (uint32_t)ctl_int(dc, "sparsity_percentage", 0);
-    j->lr = ctl_num(tc, "lr", 0.01);
-    j->momentum = ctl_num(tc, "momentum", 0.0);
-    j->bucket_cap_mb = ctl_num(tc, "bucket_cap_mb", 25.0);
+    j->data.max_val = jobconf_u64(dc, "max_val");
+    j->data.sample_count = jobconf_u64(dc, "sample_count");
+    j->data.sample_length = jobconf_u64(dc, "sample_length");
+    j->data.sparsity_percentage = (uint32_t)jobconf_u64(dc, "sparsity_percentage");
+    j->lr = jobconf_f64(tc, "lr");
+    j->momentum = jobconf_f64(tc, "momentum");
+    j->bucket_cap_mb = jobconf_f64(tc, "bucket_cap_mb");
     j->seed = (uint64_t)ctl_int(a, "seed", 0);
     j->batch_size = (uint64_t)ctl_int(a, "batch_size", 10);
     j->epochs = (uint64_t)ctl_int(a, "epochs", 1);
@@ -210,8 +221,13 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
         hc.number_ps += *p == ',';
     hc.num_embeddings = j->model.hybrid.num_embeddings;
     hc.embedding_dim = j->model.hybrid.embedding_dim;
-    hc.batches = (uint64_t)ctl_int(tc, "batches", 10);
-    hc.lr = ctl_num(tc, "lr", 0.05);
+    const char *tcls = json_string_value(json_object_get(json_object_get(j->assign, "trainer"), "class"));
+    if (strcmp(tcls, "HybridTrainer") != 0) {
+        snprintf(err, errlen, "the HybridModel trains under a HybridTrainer, not %s", tcls);
+        return -1;
+    }
+    hc.batches = jobconf_u64(tc, "batches"); /* checked by run_parse_job */
+    hc.lr = jobconf_f64(tc, "lr");
     hc.seed = (uint64_t)ctl_int(j->assign, "seed", 0);
     hc.rank = j->rank;
     hc.rpc_timeout_s = j->rpc_timeout_s;

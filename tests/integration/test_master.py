@@ -485,7 +485,7 @@ class MasterTests(psb.PsbTestCase):
             tr.close()
 
     def test_bad_flags(self):
-        for args, word in ((["--ntrainer", "3", "--nserver", "2"], "divisible"),
+        for args, word in ((["--model", "Tiny", "--ntrainer", "3", "--nserver", "2"], "divisible"),
                            (["--batch_size", "0"], "batch"),
                            (["--model", "NoSuchModel"], "NoSuchModel"),
                            (["--bogus"], "bogus"),
@@ -498,6 +498,101 @@ class MasterTests(psb.PsbTestCase):
         rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--help"])
         self.assertEqual(rc, 0)
         self.assertIn("--batch-size", out)
+
+    def config_copy(self, name, edit):
+        """configs/NAME with edit(dict) applied, written to the test's dir."""
+        with open(os.path.join(os.path.dirname(psb.HERE), "..", "configs", name)) as f:
+            conf = json.load(f)
+        edit(conf)
+        path = os.path.join(self.confdir, name)
+        with open(path, "w") as f:
+            json.dump(conf, f)
+        return path
+
+    def assert_refused(self, args, want):
+        """The master refuses args before it starts anything: exit 2, one
+        line naming what is wrong, no args line, no --out directory, no
+        child's output."""
+        out_dir = os.path.join(self.reg.workdir, "never-made")
+        rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
+                                     "--http", "127.0.0.1:0", "--out", out_dir] + args)
+        self.assertEqual(rc, 2, (args, out, err))
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        for w in want:
+            self.assertIn(w, err, (args, err))
+        self.assertNotIn("args:", out)
+        self.assertNotIn("[trainer", err)
+        self.assertFalse(os.path.exists(out_dir))
+        return err
+
+    def test_config_values_refused(self):
+        """A configuration value of the wrong type or out of range is
+        refused with the file, the id, the key, what it must be and what it
+        is; it never runs with a default in its place."""
+        def lr_fast(t):
+            t["DdpRpcTrainer"]["configurations"]["lr"] = "fast"
+        path = self.config_copy("trainer_configurations.json", lr_fast)
+        self.assert_refused(["--model", "Tiny", "--model-config-path", self.model_cfg,
+                             "--trainer-config-path", path],
+                            [path + ': trainer "DdpRpcTrainer": "lr" must be a number in (0, 1000000], '
+                                    'got "fast" (a string)'])
+
+        def cap_negative(t):
+            t["DdpTrainer"]["configurations"]["bucket_cap_mb"] = -1
+        path = self.config_copy("trainer_configurations.json", cap_negative)
+        err = self.assert_refused(["--model", "DummyModel", "--trainer", "DdpTrainer",
+                                   "--trainer-config-path", path],
+                                  ['"bucket_cap_mb" must be a number in (0, 1048576], got -1'])
+        self.assertNotIn("18446744073709551615", err)
+
+        def no_layers(m):
+            del m["DummyModel"]["configurations"]["dense_layers_count"]
+        path = self.config_copy("model_configurations.json", no_layers)
+        self.assert_refused(["--model-config-path", path],
+                            [path + ': model "DummyModel": "dense_layers_count" must be a whole number in '
+                                    '1..10000, got nothing'])
+
+        def unknown_trainer(t):
+            t["DdpRpcTrainer"]["trainer_class"] = "FancyTrainer"
+        path = self.config_copy("trainer_configurations.json", unknown_trainer)
+        self.assert_refused(["--model", "Tiny", "--model-config-path", self.model_cfg,
+                             "--trainer-config-path", path],
+                            ['"trainer_class" must be one of DdpTrainer, BatchUpdateTrainer, HybridTrainer, '
+                             'got "FancyTrainer"'])
+
+    def test_config_value_named_before_placement(self):
+        """The seed's DDP + RPC benchmark with a bad value in its files and
+        counts the seed placement would refuse (2 trainers, 8 servers): the
+        file's key is named, not the divisibility it would upset."""
+        def neg_dim(m):
+            m["HybridModel"]["configurations"]["embedding_dim"] = -64
+
+        def huge_table(m):
+            m["HybridModel"]["configurations"]["num_embeddings"] = 10 ** 12
+
+        def lr_text(s):
+            s["EmbeddingParameterServer"]["configurations"]["lr"] = "slow"
+        flags = ["--model", "HybridModel", "--trainer", "HybridTrainer", "--server", "EmbeddingParameterServer",
+                 "--ntrainer", "2", "--nserver", "8"]
+        for name, edit, opt, want in (
+                ("model_configurations.json", neg_dim, "--model-config-path",
+                 'model "HybridModel": "embedding_dim" must be a whole number in 1..1048576, got -64'),
+                ("model_configurations.json", huge_table, "--model-config-path",
+                 'model "HybridModel": "num_embeddings" must be a whole number in 1..2147483648, '
+                 'got 1000000000000'),
+                ("server_configurations.json", lr_text, "--server-config-path",
+                 'server "EmbeddingParameterServer": "lr" must be a number in (0, 1000000], got "slow"')):
+            path = self.config_copy(name, edit)
+            err = self.assert_refused(flags + [opt, path], [path + ": " + want])
+            self.assertNotIn("divisible", err)
+        # The same flags with the shipped files pass the files' checks and
+        # the placement's (this benchmark has no seed placement): only the
+        # CPU trainers' --backend nccl, added so that nothing starts, is
+        # refused.
+        rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http",
+                                     "127.0.0.1:0", "--backend", "nccl"] + flags)
+        self.assertEqual(rc, 2, err)
+        self.assertIn("--backend nccl needs CUDA trainers", err)
         rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--version"])
         self.assertEqual(rc, 0)
 
