@@ -71,6 +71,7 @@ typedef struct node {
     char host[256];       /* as the node reports it (hostname) */
     char peer_ip[64];     /* as the master sees it */
     char device[32];
+    int64_t pid;          /* as the node reports it (0: unknown) */
     char addr[300];       /* server: HOST:PORT trainers connect to */
     node_state state;
     double last_seen;     /* master clock, seconds */

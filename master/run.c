@@ -359,15 +359,44 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
     }
     uint32_t cap = r == AGG_TRAINER ? m->set.ntrainer : m->set.nserver;
     node **v = r == AGG_TRAINER ? m->trainers : m->servers;
-    int64_t want = ctl_int(msg->body, "want_rank", -1);
+    /* A rank asked for (--rank) is that rank or a refusal, never another
+     * one: the node's operator meant it (its data shard, its servers), and
+     * taking another would turn the node that owns it away later. */
+    json_t *jw = json_object_get(msg->body, "want_rank");
     int64_t rank = -1;
-    if (want >= 0 && want < cap && !v[want])
+    char why[512];
+    if (jw && !json_is_null(jw)) {
+        if (!json_is_integer(jw)) {
+            node_refuse(n, "want_rank must be a whole number");
+            return;
+        }
+        json_int_t want = json_integer_value(jw);
+        if (want < 0 || (uint64_t)want >= cap) {
+            if (cap == 0)
+                snprintf(why, sizeof why, "--rank %lld: this job has no %ss", (long long)want, role);
+            else
+                snprintf(why, sizeof why, "--rank %lld is outside 0..%u (this job has %u %s%s)", (long long)want,
+                         cap - 1, cap, role, cap == 1 ? "" : "s");
+            node_refuse(n, why);
+            return;
+        }
+        const node *owner = v[want];
+        if (owner) {
+            if (owner->pid > 0)
+                snprintf(why, sizeof why, "%s rank %lld is taken (by the %s on %s, pid %lld)", role, (long long)want,
+                         role, owner->host, (long long)owner->pid);
+            else
+                snprintf(why, sizeof why, "%s rank %lld is taken (by the %s on %s)", role, (long long)want, role,
+                         owner->host);
+            node_refuse(n, why);
+            return;
+        }
         rank = want;
+    }
     for (uint32_t i = 0; rank < 0 && i < cap; i++)
         if (!v[i])
             rank = i;
     if (rank < 0) {
-        char why[128];
         snprintf(why, sizeof why, "all %u %ss are already registered", cap, role);
         node_refuse(n, why);
         return;
@@ -378,6 +407,7 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
     n->state = NS_REGISTERED;
     snprintf(n->host, sizeof n->host, "%s", ctl_str(msg->body, "host", n->peer_ip));
     snprintf(n->device, sizeof n->device, "%s", ctl_str(msg->body, "device", "cpu"));
+    n->pid = ctl_int(msg->body, "pid", 0);
     v[rank] = n;
     if (r == AGG_SERVER) {
         /* Trainers must reach it: the address it asked to be advertised,
