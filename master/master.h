@@ -83,6 +83,8 @@ typedef struct node {
     struct node *next;
 } node;
 
+#define MASTER_NSIGNALS 3
+
 typedef enum run_phase { PH_WAITING = 0, PH_WARMUP, PH_RUNNING, PH_DONE, PH_FAILED } run_phase;
 
 typedef struct master {
@@ -90,7 +92,7 @@ typedef struct master {
     struct event_base *base;
     struct evconnlistener *listener;
     uint16_t ctl_port;
-    struct event *tick_ev, *sig_ev[2];
+    struct event *tick_ev, *sig_ev[MASTER_NSIGNALS]; /* SIGINT, SIGTERM, SIGHUP */
     node *nodes;
     node **trainers, **servers; /* by rank, NULL while free */
     run_phase phase;

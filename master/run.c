@@ -981,6 +981,15 @@ static void master_on_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* The signals that stop the master (master_init), by name. */
+static const int master_signals[MASTER_NSIGNALS] = {SIGINT, SIGTERM, SIGHUP};
+
+static const char *master_signal_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
+}
+
+/* SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session) alike. */
 static void master_on_signal(evutil_socket_t sig, short what, void *arg)
 {
     master *m = arg;
@@ -1012,8 +1021,9 @@ static void master_on_signal(evutil_socket_t sig, short what, void *arg)
         event_base_loopbreak(m->base);
         return;
     }
-    master_fail(m, "interrupted (%s)", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    m->exit_code = 130;
+    master_fail(m, "interrupted (%s)", master_signal_name((int)sig));
+    /* As shells report a process that a signal ended: 128 + its number. */
+    m->exit_code = 128 + (int)sig;
 }
 
 /* ---- snapshot ----------------------------------------------------------- */
@@ -1103,11 +1113,13 @@ int master_init(master *m, const master_settings *set, const char *listen_host, 
         return -1;
     }
     m->tick_ev = event_new(m->base, -1, EV_PERSIST, master_on_tick, m);
-    m->sig_ev[0] = evsignal_new(m->base, SIGINT, master_on_signal, m);
-    m->sig_ev[1] = evsignal_new(m->base, SIGTERM, master_on_signal, m);
     struct timeval half = {0, 500000};
-    if (!m->tick_ev || !m->sig_ev[0] || !m->sig_ev[1] || event_add(m->tick_ev, &half) < 0 ||
-        event_add(m->sig_ev[0], NULL) < 0 || event_add(m->sig_ev[1], NULL) < 0) {
+    bool ok = m->tick_ev && event_add(m->tick_ev, &half) == 0;
+    for (int i = 0; ok && i < MASTER_NSIGNALS; i++) {
+        m->sig_ev[i] = evsignal_new(m->base, master_signals[i], master_on_signal, m);
+        ok = m->sig_ev[i] && event_add(m->sig_ev[i], NULL) == 0;
+    }
+    if (!ok) {
         snprintf(err, errlen, "cannot set up the event loop");
         return -1;
     }
@@ -1143,7 +1155,7 @@ void master_free(master *m)
         evconnlistener_free(m->listener);
     if (m->tick_ev)
         event_free(m->tick_ev);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < MASTER_NSIGNALS; i++)
         if (m->sig_ev[i])
             event_free(m->sig_ev[i]);
     if (m->base)

@@ -343,19 +343,30 @@ class MasterTests(psb.PsbTestCase):
             self.assertEqual(p.wait(60), 0, p.describe())
         self.assertEqual(m.wait(30), 0, m.describe())
 
-    def test_sigint_reaps_children(self):
-        m = self.master(model="Slow", epochs=400, linger=0)
-        self.wait_phase(m, ("warmup", "running"))
-        kids = subprocess.run(["pgrep", "-P", str(m.pid)], stdout=subprocess.PIPE).stdout.split()
-        self.assertEqual(len(kids), 3)
-        m.signal(signal.SIGINT)
-        rc = m.wait(30)
-        self.assertNotEqual(rc, 0)
-        self.assertIn("interrupted", m.stderr())
-        for pid in kids:
-            self.assertFalse(os.path.exists("/proc/%d" % int(pid)) and
-                             open("/proc/%d/stat" % int(pid)).read().split()[2] != "Z",
-                             "child %s survived the master" % pid)
+    def test_signals_end_the_run(self):
+        """SIGINT, SIGTERM and SIGHUP during a run: the run fails naming the
+        signal (status, results.json, the master's last line), every child
+        is stopped, and the master exits 128 + the signal's number, as
+        shells expect (130, 143, 129)."""
+        for sig, name in ((signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")):
+            out = os.path.join(self.reg.workdir, "out-" + name)
+            m = self.master(model="Slow", epochs=400, linger=0, out=out)
+            self.wait_phase(m, ("warmup", "running"))
+            kids = subprocess.run(["pgrep", "-P", str(m.pid)], stdout=subprocess.PIPE).stdout.split()
+            self.assertEqual(len(kids), 3)
+            m.signal(sig)
+            rc = m.wait(30)
+            self.assertEqual(rc, 128 + sig, (name, m.describe()))
+            last = m.stderr().strip().splitlines()[-1]
+            self.assertEqual(last, "psbench-master: run failed: interrupted (%s)" % name, m.describe())
+            with open(os.path.join(out, "results.json")) as f:
+                res = json.load(f)
+            self.assertEqual(res["phase"], "failed")
+            self.assertEqual(res["error"], "interrupted (%s)" % name)
+            for pid in kids:
+                self.assertFalse(os.path.exists("/proc/%d" % int(pid)) and
+                                 open("/proc/%d/stat" % int(pid)).read().split()[2] != "Z",
+                                 "child %s survived the master (%s)" % (pid, name))
 
     def test_http_read_only(self):
         m = self.master(epochs=1)
