@@ -5,6 +5,7 @@
  * into DIR/run-NNN/ (results.json then says which run it was). */
 #include "master/master.h"
 #include "master/snapshot.h"
+#include "shared/atomicfile.h"
 #include "shared/log.h"
 
 #include <errno.h>
@@ -158,14 +159,17 @@ static json_t *results_environment(void)
                      (json_int_t)sysconf(_SC_NPROCESSORS_ONLN), "finished_at", when);
 }
 
+/* One group's CSV: built in memory, then written whole (afile_write). */
 static int results_csv(const char *dir, const snap_stat *st, size_t n, const char *role, char *err,
                        size_t errlen)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.csv", dir, role);
-    FILE *f = fopen(path, "w");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot write %s: out of memory", path);
         return -1;
     }
     fprintf(f, "rank,metric,count,min,max,mean,variance,stdev,p50,p75,p90,p95,p99\n");
@@ -183,11 +187,15 @@ static int results_csv(const char *dir, const snap_stat *st, size_t n, const cha
                 (unsigned long long)s->count, s->min, s->max, s->mean, s->variance, s->stdev, s->p50, s->p75,
                 s->p90, s->p95, s->p99);
     }
-    if (fclose(f) != 0) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    bool ok = !ferror(f);
+    if (fclose(f) != 0 || !ok) {
+        free(text);
+        snprintf(err, errlen, "cannot write %s: out of memory", path);
         return -1;
     }
-    return 0;
+    int rc = afile_write(path, text, len, err, errlen);
+    free(text);
+    return rc;
 }
 
 int results_prepare_dir(const char *dir, char *err, size_t errlen)
@@ -256,11 +264,8 @@ int results_write(master *m, char *err, size_t errlen)
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/results.json", dir);
-    int rc = 0;
-    if (!doc || json_dump_file(doc, path, JSON_INDENT(2)) < 0) {
-        snprintf(err, errlen, "cannot write %s", path);
-        rc = -1;
-    }
+    /* Whole files or none: a full disk keeps the old complete file. */
+    int rc = afile_write_json(path, doc, JSON_INDENT(2), err, errlen);
     json_decref(doc);
     if (rc == 0)
         rc = results_csv(dir, st, in.nstats, "trainer", err, errlen);

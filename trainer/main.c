@@ -1,5 +1,6 @@
 /* main.c — psbench-trainer: command line, connect to the servers, run the
  * model's batches, print the trainer's metrics. */
+#include "shared/atomicfile.h"
 #include "shared/cli.h"
 #include "shared/frame.h"
 #include "shared/log.h"
@@ -142,7 +143,7 @@ static int trainer_fail(const char *msg)
  * rate counts (the batches for the synthetic model); with `with_rounds`
  * they are written too (batch-update, where the servers count them). */
 static int trainer_write_summary(const char *path, metrics *m, uint64_t batches, uint64_t rounds, bool with_rounds,
-                                 double seconds, uint64_t bytes_pushed)
+                                 double seconds, uint64_t bytes_pushed, char *err, size_t errlen)
 {
     stats_summary sum = {0};
     stats *bs = metrics_get(m, "batch_level_metric,batch_all");
@@ -155,7 +156,10 @@ static int trainer_write_summary(const char *path, metrics *m, uint64_t batches,
         json_decref(o);
         o = NULL;
     }
-    int rc = o ? json_dump_file(o, path, JSON_INDENT(2)) : -1;
+    char why[4400];
+    int rc = afile_write_json(path, o, JSON_INDENT(2), why, sizeof why);
+    if (rc < 0)
+        snprintf(err, errlen, "--summary-json: %s", why);
     json_decref(o);
     return rc;
 }
@@ -201,10 +205,9 @@ static int trainer_batch_update(const batch_update_config *bu, const char *serve
     if (params_out && batch_update_write_params(b, params_out, err, sizeof err) < 0)
         rc = 1;
     if (rc == 0 && summary &&
-        trainer_write_summary(summary, m, rep.batches, rep.rounds, true, rep.seconds, rep.bytes_pushed) < 0) {
-        snprintf(err, sizeof err, "cannot write --summary-json %s", summary);
+        trainer_write_summary(summary, m, rep.batches, rep.rounds, true, rep.seconds, rep.bytes_pushed, err,
+                              sizeof err) < 0)
         rc = 1;
-    }
 out:
     client_close(&cl);
     batch_update_free(b);
@@ -470,10 +473,9 @@ int main(int argc, char **argv)
         snprintf(title, sizeof title, "trainer %" PRIu64 " metrics (ms)", cfg.rank);
         metrics_print_table(m, stdout, title);
         if (summary &&
-            trainer_write_summary(summary, m, rep.batches, rep.batches, false, rep.seconds, rep.bytes_pushed) < 0) {
-            snprintf(err, sizeof err, "cannot write --summary-json %s", summary);
+            trainer_write_summary(summary, m, rep.batches, rep.batches, false, rep.seconds, rep.bytes_pushed, err,
+                                  sizeof err) < 0)
             rc = 1;
-        }
     }
     synthetic_free(syn);
     metrics_free(m);

@@ -9,6 +9,7 @@ Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_master.py
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -367,6 +368,51 @@ class MasterTests(psb.PsbTestCase):
                 self.assertFalse(os.path.exists("/proc/%d" % int(pid)) and
                                  open("/proc/%d/stat" % int(pid)).read().split()[2] != "Z",
                                  "child %s survived the master (%s)" % (pid, name))
+
+    def test_results_on_full_disk(self):
+        """--out on a full file system (a 256 KiB tmpfs, filled, in a
+        private mount namespace): results.json and the CSVs are written to
+        a temporary file and renamed, so the complete files of an earlier
+        run stay as they were, no temporary or cut file is left, the error
+        names ENOSPC, and the master exits non-zero."""
+        if os.geteuid() != 0 or not shutil.which("unshare"):
+            self.skipTest("needs root and unshare(1) to mount a small tmpfs in a private mount namespace")
+        out = os.path.join(self.reg.workdir, "full")
+        os.makedirs(out)
+        old = {"results.json": json.dumps({"phase": "done", "old": True}, indent=2) + "\n",
+               "trainer.csv": "rank,metric\nall,\"old\"\n", "server.csv": "rank,metric\nall,\"old\"\n"}
+        seed = os.path.join(self.reg.workdir, "seed")
+        os.makedirs(seed)
+        for name, text in old.items():
+            with open(os.path.join(seed, name), "w") as f:
+                f.write(text)
+        after = os.path.join(self.reg.workdir, "after")
+        master = [psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                  "--linger", "0", "--model", "Tiny", "--model-config-path", self.model_cfg, "--epochs", "1",
+                  "--out", out]
+        # Inside the namespace: mount, put the old run's files, fill the
+        # rest, run the master, then copy out what it left.
+        script = ("set -u; mount -t tmpfs -o size=256k psbench-full \"$1\" || exit 99; cp \"$2\"/* \"$1\"/; "
+                  "head -c 1048576 /dev/zero > \"$1\"/filler 2>/dev/null; "
+                  "shift 3; \"$@\"; rc=$?; mkdir -p \"$A\"; ls -A \"$O\" > \"$A\"/listing; "
+                  "cp \"$O\"/*.json \"$O\"/*.csv \"$A\"/ 2>/dev/null; exit $rc")
+        env = psb.base_env({"A": after, "O": out})
+        p = self.reg.start(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", out, seed,
+                            "unused"] + master, env=env, name="fullmaster")
+        rc = p.wait(120)
+        if rc == 99:
+            self.skipTest("cannot mount a tmpfs here: " + p.stderr()[-300:])
+        self.assertNotEqual(rc, 0, p.describe())
+        err = p.stderr()
+        self.assertRegex(err, r"cannot write %s/results\.json: ENOSPC: No space left on device"
+                         % re.escape(out), p.describe())
+        self.assertIn("phase done", err)  # the run itself completed
+        with open(os.path.join(after, "listing")) as f:
+            listing = sorted(f.read().split())
+        self.assertEqual(listing, ["filler", "results.json", "server.csv", "trainer.csv"], listing)
+        for name, text in old.items():
+            with open(os.path.join(after, name)) as f:
+                self.assertEqual(f.read(), text, name)
 
     def test_http_read_only(self):
         m = self.master(epochs=1)
