@@ -45,6 +45,7 @@ typedef struct master_settings {
     const char *out_dir;            /* NULL: no files */
     double linger_s;
     uint32_t runs;                  /* --runs: the job this many times back to back; 0: until stopped */
+    bool allow_divergence;          /* --allow-divergence: trainers go on past a NaN/inf loss */
 } master_settings;
 
 typedef enum node_state {
@@ -80,6 +81,7 @@ typedef struct node {
     int64_t rows_base;     /* rows_touched when the current run began (--runs) */
     uint64_t batches_done; /* in the current pass */
     json_t *timed_result;  /* trainer: what its timed pass reported (loss, digest) */
+    json_t *diverged;      /* trainer: where its loss first diverged ({pass, epoch, batch, loss}), or NULL */
     struct node *next;
 } node;
 
@@ -150,5 +152,9 @@ int results_write(master *m, char *err, size_t errlen);
  * start, so that a bad path fails before the run rather than after it. */
 int results_prepare_dir(const char *dir, char *err, size_t errlen);
 void results_print(master *m);
+/* A trainer's diverged loss as the run's warning: "trainer R (HOST): loss
+ * diverged at epoch E, batch B of the P pass (loss = nan); the run went on
+ * (--allow-divergence)". */
+void results_divergence_line(const node *n, char *buf, size_t len);
 
 #endif

@@ -109,11 +109,49 @@ static void results_print_ddp_rpc(const json_t *d, FILE *out)
     fprintf(out, "\n");
 }
 
+void results_divergence_line(const node *n, char *buf, size_t len)
+{
+    json_t *d = n->diverged, *l = json_object_get(d, "loss");
+    const char *pass = json_string_value(json_object_get(d, "pass"));
+    char loss[64];
+    if (json_is_string(l))
+        snprintf(loss, sizeof loss, "%s", json_string_value(l));
+    else
+        snprintf(loss, sizeof loss, "%g", json_number_value(l));
+    snprintf(buf, len, "trainer %u (%s): loss diverged at epoch %lld, batch %lld%s%s%s (loss = %s); the run went on "
+             "(--allow-divergence)", n->rank, n->host, (long long)json_integer_value(json_object_get(d, "epoch")),
+             (long long)json_integer_value(json_object_get(d, "batch")), pass ? " of the " : "", pass ? pass : "",
+             pass ? " pass" : "", loss);
+}
+
+/* The run's warnings: each trainer whose loss diverged while the job
+ * allowed it (--allow-divergence); without it a divergence fails the run
+ * and its error says so. */
+static json_t *results_warnings(const master *m)
+{
+    json_t *w = json_array();
+    for (uint32_t r = 0; w && r < m->set.ntrainer; r++) {
+        const node *n = m->trainers[r];
+        if (!n || !n->diverged || !m->set.allow_divergence)
+            continue;
+        char line[512];
+        results_divergence_line(n, line, sizeof line);
+        json_array_append_new(w, json_string(line));
+    }
+    return w;
+}
+
 void results_print(master *m)
 {
     printf("\npsbench run %s%s%s\n", m->phase == PH_DONE ? "done" : "failed", m->error[0] ? ": " : "",
            m->error);
     agg_print_tables(&m->agg, stdout);
+    json_t *warnings = results_warnings(m);
+    size_t i;
+    json_t *w;
+    json_array_foreach(warnings, i, w)
+        printf("warning: %s\n", json_string_value(w));
+    json_decref(warnings);
     if (m->set.embedding) {
         size_t ns = 0;
         snap_stat *st = agg_snapshot(&m->agg, true, &ns);
@@ -246,6 +284,7 @@ int results_write(master *m, char *err, size_t errlen)
                               n ? n->device : "");
         if (n && n->timed_result)
             json_object_update(t, n->timed_result);
+        json_object_set_new(t, "diverged", n && n->diverged ? json_incref(n->diverged) : json_null());
         json_array_append_new(trainers, t);
     }
     json_t *doc = json_pack("{s:O, s:o, s:s, s:o, s:o, s:o}", "configuration",
@@ -253,6 +292,8 @@ int results_write(master *m, char *err, size_t errlen)
                             results_environment(), "phase", m->phase == PH_DONE ? "done" : "failed", "error",
                             m->error[0] ? json_string(m->error) : json_null(), "groups",
                             (json_t *)snapshot_groups_json(&in), "trainers", trainers);
+    if (doc)
+        json_object_set_new(doc, "warnings", results_warnings(m));
     if (doc && m->set.embedding && st)
         json_object_set_new(doc, "ddp_rpc", results_ddp_rpc(m, st, ns));
     /* The timed pass's duration ("Time spent training"), once it ended. */

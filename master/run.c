@@ -297,6 +297,7 @@ static void master_assign_trainer(master *m, node *n)
     json_object_set(body, "trainer", m->set.trainer ? m->set.trainer : json_null());
     json_object_set_new(body, "ntrainer", json_integer(m->set.ntrainer));
     json_object_set_new(body, "backend", json_string(m->set.backend ? m->set.backend : "gloo"));
+    json_object_set_new(body, "allow_divergence", json_boolean(m->set.allow_divergence));
     node_send(n, "assign", body);
     n->state = NS_ASSIGNED;
 }
@@ -517,6 +518,30 @@ static void master_on_kv(master *m, node *n, ctl_msg *msg)
         master_fail(m, "%s %u (%s) sent a bad %s: %s", role_name(n->role), n->rank, n->host, msg->type, err);
 }
 
+/* A trainer's report of where its loss diverged (`diverged` in pass_done or
+ * failed: {pass, epoch, batch, loss}), checked and copied: it goes into
+ * results.json. NULL if absent; *bad when present but malformed. */
+static json_t *master_divergence(json_t *body, bool *bad)
+{
+    json_t *d = json_object_get(body, "diverged");
+    *bad = false;
+    if (!d)
+        return NULL;
+    json_t *e = json_object_get(d, "epoch"), *b = json_object_get(d, "batch"), *l = json_object_get(d, "loss");
+    json_t *p = json_object_get(d, "pass");
+    const char *ls = json_string_value(l);
+    if (!json_is_integer(e) || json_integer_value(e) < 0 || !json_is_integer(b) || json_integer_value(b) < 0 ||
+        !(json_is_number(l) || (ls && (strcmp(ls, "nan") == 0 || strcmp(ls, "inf") == 0 || strcmp(ls, "-inf") == 0))) ||
+        (p && !(json_is_string(p) && strlen(json_string_value(p)) < 32))) {
+        *bad = true;
+        return NULL;
+    }
+    json_t *o = json_pack("{s:O, s:O, s:O}", "epoch", e, "batch", b, "loss", l);
+    if (o && p)
+        json_object_set(o, "pass", p);
+    return o;
+}
+
 /* A trainer reported a failure. While the run is still going and others are
  * connected, hold it for MASTER_HOLD_FAILURE_S: if a node disconnects in the
  * meantime, that one is the cause (a killed trainer breaks the others'
@@ -526,6 +551,12 @@ static void master_on_kv(master *m, node *n, ctl_msg *msg)
 static void master_on_failed(master *m, node *n, ctl_msg *msg)
 {
     n->state = NS_FAILED;
+    bool bad;
+    json_t *d = master_divergence(msg->body, &bad);
+    if (d && !n->diverged)
+        n->diverged = d;
+    else
+        json_decref(d);
     char why[512];
     snprintf(why, sizeof why, "%s %u (%s) failed: %s", role_name(n->role), n->rank, n->host,
              ctl_str(msg->body, "reason", "no reason given"));
@@ -607,6 +638,23 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
         master_on_metrics(m, n, msg);
         if (m->phase == PH_FAILED)
             return;
+        bool bad;
+        json_t *d = master_divergence(msg->body, &bad);
+        if (bad || (d && !m->set.allow_divergence)) {
+            json_decref(d);
+            master_fail(m, "trainer %u (%s) sent pass_done with a %s", n->rank, n->host,
+                        bad ? "malformed diverged (epoch, batch: whole numbers >= 0; loss: a number, nan, inf, -inf)"
+                            : "diverged loss, which this job does not allow (--allow-divergence)");
+            return;
+        }
+        if (d && !n->diverged) {
+            n->diverged = d;
+            char why[300];
+            results_divergence_line(n, why, sizeof why);
+            log_warn("%s", why);
+        } else {
+            json_decref(d);
+        }
         if (m->phase == PH_RUNNING) {
             /* Later issues' per-trainer results: kept for results.json. */
             json_decref(n->timed_result);
@@ -800,6 +848,7 @@ static void master_forget_trainers(master *m)
         *pp = n->next;
         node_detach(n);
         json_decref(n->timed_result);
+        json_decref(n->diverged);
         free(n);
     }
     memset(m->trainers, 0, m->set.ntrainer * sizeof *m->trainers);
@@ -1149,6 +1198,7 @@ void master_free(master *m)
         m->nodes = n->next;
         node_detach(n);
         json_decref(n->timed_result);
+        json_decref(n->diverged);
         free(n);
     }
     if (m->listener)
