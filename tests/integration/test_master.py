@@ -414,6 +414,91 @@ class MasterTests(psb.PsbTestCase):
             with open(os.path.join(after, name)) as f:
                 self.assertEqual(f.read(), text, name)
 
+    @staticmethod
+    def non_loopback_address():
+        """An IPv4 address of this host outside 127.0.0.0/8, or None."""
+        import socket
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect(("192.0.2.1", 9))  # no packet is sent: only the route is looked up
+                ip = s.getsockname()[0]
+        except OSError:
+            return None
+        return None if ip.startswith("127.") or ip == "0.0.0.0" else ip
+
+    @staticmethod
+    def hold(port, n, source="127.0.0.1", partial=False):
+        """n connections to the HTTP port from `source` that send nothing,
+        or half a request line."""
+        import socket
+        socks = []
+        for _ in range(n):
+            c = socket.create_connection(("127.0.0.1" if source.startswith("127.") else source, port),
+                                         timeout=10, source_address=(source, 0))
+            if partial:
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHo")
+            socks.append(c)
+        return socks
+
+    @staticmethod
+    def closed_by_server(c, timeout):
+        """Whether the server closes c within timeout seconds."""
+        import socket
+        c.settimeout(timeout)
+        try:
+            return c.recv(4096) == b""
+        except socket.timeout:
+            return False
+        except OSError:
+            return True  # reset
+
+    def test_health_with_slow_clients(self):
+        """A slow client holding connections cannot starve other clients of
+        /healthz: loopback is not held to the per-address limit (a local
+        probe shares 127.0.0.1 with a local flood), a connection that sends
+        no complete request is closed within seconds (HTTP_REQUEST_TIMEOUT_S),
+        while a keep-alive connection that sent one stays for the longer
+        idle timeout. From another address, the 65th connection is refused
+        at once and the health check from loopback still answers."""
+        import socket
+        m = self.master(local=False, linger=0)
+        port = int(m.http.rsplit(":", 1)[1])
+        keep = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.addCleanup(keep.close)
+        req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        keep.sendall(req)
+        self.assertIn(b"200 OK", keep.recv(4096))
+        t_keep = time.monotonic()
+        flood = self.hold(port, 40) + self.hold(port, 40, partial=True)
+        for c in flood:
+            self.addCleanup(c.close)
+        # 80 connections from 127.0.0.1 are open; the health check answers.
+        code, _, body = http_get(m.http + "/healthz", timeout=10)
+        self.assertEqual((code, body), (200, "ok"))
+        # None of them completed a request: each is closed within seconds
+        # (bounded wait; the limit is 5 s without progress).
+        for c in flood:
+            self.assertTrue(self.closed_by_server(c, 20), "a connection without a request stayed open")
+        # The keep-alive connection that sent a request outlives that limit.
+        time.sleep(max(0.0, 7.0 - (time.monotonic() - t_keep)))
+        keep.sendall(req)
+        self.assertIn(b"200 OK", keep.recv(4096))
+        ip = self.non_loopback_address()
+        if ip is None:
+            sys.stderr.write("test_health_with_slow_clients: no non-loopback address; skipping the "
+                             "per-address limit check\n")
+            return
+        m2 = self.master("--http", "0.0.0.0:0", local=False, linger=0)
+        port2 = int(m2.http.rsplit(":", 1)[1])
+        held = self.hold(port2, 64, source=ip)
+        for c in held:
+            self.addCleanup(c.close)
+        extra = self.hold(port2, 1, source=ip)[0]
+        self.addCleanup(extra.close)
+        self.assertTrue(self.closed_by_server(extra, 4), "a 65th connection from %s was accepted" % ip)
+        code, _, body = http_get("http://127.0.0.1:%d/healthz" % port2, timeout=10)
+        self.assertEqual((code, body), (200, "ok"))
+
     def test_http_read_only(self):
         m = self.master(epochs=1)
         self.wait_phase(m, ("done",))
