@@ -10,6 +10,7 @@
 #include "trainer/run.h"
 #include "trainer/synthetic.h"
 
+#include <assert.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -157,10 +158,10 @@ static int trainer_write_summary(const char *path, metrics *m, uint64_t batches,
         json_decref(o);
         o = NULL;
     }
-    char why[4400];
-    int rc = afile_write_json(path, o, JSON_INDENT(2), why, sizeof why);
-    if (rc < 0)
-        snprintf(err, errlen, "--summary-json: %s", why);
+    /* "--summary-json: cannot write PATH: ENOSPC: ..." */
+    int n = snprintf(err, errlen, "--summary-json: ");
+    assert(n > 0 && (size_t)n < errlen);
+    int rc = afile_write_json(path, o, JSON_INDENT(2), err + n, errlen - (size_t)n);
     json_decref(o);
     return rc;
 }
