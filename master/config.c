@@ -174,6 +174,7 @@ enum {
     OPT_LOCAL,
     OPT_LINGER,
     OPT_RUNS,
+    OPT_ALLOW_DIVERGENCE,
     OPT_OUT,
     OPT_TOKEN,
     OPT_TOKEN_FILE,
@@ -216,6 +217,7 @@ static const struct option long_opts[] = {
     {"local", no_argument, NULL, OPT_LOCAL},
     {"linger", required_argument, NULL, OPT_LINGER},
     {"runs", required_argument, NULL, OPT_RUNS},
+    {"allow-divergence", no_argument, NULL, OPT_ALLOW_DIVERGENCE},
     {"out", required_argument, NULL, OPT_OUT},
     {"token", required_argument, NULL, OPT_TOKEN},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
@@ -302,6 +304,9 @@ void config_usage(FILE *f)
         "                            (--local starts them again). A failed run ends the master.\n"
         "                            A signal between runs, before a trainer of the next one\n"
         "                            joined, ends it cleanly (not with --local)\n"
+        "  --allow-divergence        a trainer whose loss becomes NaN or infinite goes on and\n"
+        "                            the run ends done with a warning (default: the trainer\n"
+        "                            stops there and the run fails, naming epoch and batch)\n"
         "  --out DIR                 write results.json and a CSV per group into DIR (with\n"
         "                            --runs other than 1: into DIR/run-001/, DIR/run-002/, ...)\n"
         "  --token-file FILE         the job's token, a shared secret every node must present:\n"
@@ -314,6 +319,11 @@ void config_usage(FILE *f)
         "                            environment\n"
         "  --log-level L             error, warn, info, debug (default info)\n"
         "  --version, --help\n"
+        "\n"
+        "Exit status: 0 the run (every run) done; 1 a run failed, or its results could not\n"
+        "be written; 2 a bad flag or configuration; 128+N signal N interrupted a run (130\n"
+        "SIGINT, 143 SIGTERM, 129 SIGHUP; a signal after the run is done, or between runs,\n"
+        "keeps the run's code).\n"
         "\n"
         "CONFIGS is $PSBENCH_CONFIG_DIR, else <bin>/../configs, else <bin>/../share/psbench/configs\n"
         "(installed), else the source tree's configs/.\n",
@@ -503,6 +513,7 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
             c->http_set = true;
             break;
         case OPT_LOCAL: c->local = true; break;
+        case OPT_ALLOW_DIVERGENCE: c->allow_divergence = true; break;
         case OPT_LINGER: rc = parse_nonneg_seconds("--linger", a, &c->linger_s, err, errlen); break;
         case OPT_RUNS:
             rc = cli_parse_u64("--runs", a, 0, CONFIG_MAX_RUNS, 0, &v, err, errlen);
@@ -1253,6 +1264,7 @@ json_t *config_to_json(const run_config *c)
     SET("local", json_boolean(c->local));
     SET("linger", json_real(c->linger_s));
     SET("runs", json_integer((json_int_t)c->runs));
+    SET("allow_divergence", json_boolean(c->allow_divergence));
     SET("out", str_or_null(c->out_dir));
     SET("auth", json_boolean(c->token != NULL));
     if (c->resolved.loaded) {

@@ -117,6 +117,7 @@ typedef struct run_config {
     bool local;                       /* --local: spawn servers and trainers here */
     double linger_s;                  /* --linger SECONDS (0: exit when done) */
     uint32_t runs;                    /* --runs N: the job N times back to back (0: until stopped) */
+    bool allow_divergence;            /* --allow-divergence: a NaN/inf loss warns, not fails */
     char *out_dir;                    /* --out DIR, NULL: no files */
     char *token;                      /* --token, else --token-file's, else $PSBENCH_TOKEN,
                                        * else NULL. Never printed */

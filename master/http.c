@@ -5,8 +5,11 @@
 #include "shared/log.h"
 #include "shared/net.h"
 
+#include <assert.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,19 +20,27 @@
 enum { DOC_STATUS, DOC_NODES, DOC_METRICS, DOC_PROM, NDOCS };
 
 /* Limits on what clients can make the master hold (issue 13: slow
- * consumers, floods). MHD runs one internal thread that polls every socket
- * without blocking (epoll on Linux): a client that reads or sends a byte at
- * a time stalls neither other clients nor the reactor, which meets this
- * thread only in http_publish's pointer swap.
+ * consumers, floods; issue 19: a health check that gets through). MHD runs
+ * one internal thread that polls every socket without blocking (epoll on
+ * Linux): a client that reads or sends a byte at a time stalls neither
+ * other clients nor the reactor, which meets this thread only in
+ * http_publish's pointer swap.
  *  - HTTP_MAX_CONNS connections at once; beyond that MHD stops accepting
  *    and new ones wait in the listen backlog (128, net_listen).
- *  - HTTP_MAX_PER_IP of them from one address (MHD accepts and closes the
- *    rest at once): one host's slow consumers or flood cannot take every
- *    slot and lock out Prometheus, the dashboard or a health check.
- *  - HTTP_TIMEOUT_S: a connection without progress either way for that
- *    long is closed: one whose client never reads its answer, an idle
- *    keep-alive one. (An idle timeout: a byte now and then keeps a
- *    connection open; the per-IP limit bounds those.)
+ *  - HTTP_MAX_PER_IP of them from one address (http_accept refuses the
+ *    rest: MHD closes them at once): one host's slow consumers or flood
+ *    cannot take every slot and lock out Prometheus, the dashboard or a
+ *    health check. Loopback (127.0.0.0/8, ::1) is not held to it: a local
+ *    health probe shares its address with every local client, a local
+ *    flood included, and only the total bounds them.
+ *  - HTTP_REQUEST_TIMEOUT_S: a connection that makes no progress for that
+ *    long before its request's headers are complete is closed — one that
+ *    sends nothing, or half a request line, frees its slot within seconds.
+ *  - HTTP_TIMEOUT_S: from then on (a request in, its answer being sent,
+ *    then an idle keep-alive wait) a connection without progress either
+ *    way for that long is closed: one whose client never reads its answer,
+ *    an idle keep-alive one. (Idle timeouts: a byte now and then keeps a
+ *    connection open; the per-address limit bounds those.)
  *  - HTTP_CONN_MEMORY: each connection's memory pool (request line,
  *    headers, write buffer; MHD's default, spelt out); a request whose
  *    headers do not fit is answered 431 or 414 and closed. Request bodies
@@ -41,8 +52,17 @@ enum { DOC_STATUS, DOC_NODES, DOC_METRICS, DOC_PROM, NDOCS };
  * more than HTTP_MAX_CONNS). */
 #define HTTP_MAX_CONNS 256u
 #define HTTP_MAX_PER_IP 64u
+#define HTTP_REQUEST_TIMEOUT_S 5u
 #define HTTP_TIMEOUT_S 30u
 #define HTTP_CONN_MEMORY ((size_t)32 * 1024)
+
+/* One address's open connections, counted for HTTP_MAX_PER_IP: the family
+ * (4 or 6) and the address bytes; conns 0 is a free entry. An IPv4 address
+ * mapped into IPv6 counts as the IPv4 one. */
+typedef struct http_peer {
+    uint8_t key[17];
+    unsigned conns;
+} http_peer;
 
 struct http_server {
     struct MHD_Daemon *d;
@@ -57,6 +77,10 @@ struct http_server {
      * would otherwise write a line each); touched only by MHD's thread. */
     time_t log_second;
     unsigned long log_dropped;
+    /* Open connections per address (not loopback's): at most one entry per
+     * open connection, so HTTP_MAX_CONNS entries always suffice. Touched
+     * only by MHD's thread (accept policy, connection notifications). */
+    http_peer peers[HTTP_MAX_CONNS];
 };
 
 static const char *const doc_type[NDOCS] = {
@@ -138,6 +162,91 @@ static void http_log(void *cls, const char *fmt, va_list ap)
     h->log_dropped = 0;
 }
 
+/* ---- connections per address ------------------------------------------------ */
+
+/* sa's key (http_peer); 1 if it is loopback (not counted), 0 if counted. */
+static int http_peer_key(const struct sockaddr *sa, uint8_t key[17])
+{
+    memset(key, 0, 17);
+    if (sa->sa_family == AF_INET) {
+        const struct in_addr *a = &((const struct sockaddr_in *)(const void *)sa)->sin_addr;
+        key[0] = 4;
+        memcpy(key + 1, a, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a)) {
+            key[0] = 4;
+            memcpy(key + 1, a->s6_addr + 12, 4);
+        } else {
+            if (IN6_IS_ADDR_LOOPBACK(a))
+                return 1;
+            key[0] = 6;
+            memcpy(key + 1, a->s6_addr, 16);
+        }
+    } else {
+        return 1; /* not an IP peer: nothing to count it by */
+    }
+    return key[0] == 4 && key[1] == 127;
+}
+
+/* The entry of key; with create, a free one made its own if there is none. */
+static http_peer *http_peer_find(http_server *h, const uint8_t key[17], bool create)
+{
+    http_peer *free_entry = NULL;
+    for (size_t i = 0; i < HTTP_MAX_CONNS; i++) {
+        http_peer *p = &h->peers[i];
+        if (p->conns == 0) {
+            if (!free_entry)
+                free_entry = p;
+        } else if (memcmp(p->key, key, sizeof p->key) == 0) {
+            return p;
+        }
+    }
+    if (!create)
+        return NULL;
+    assert(free_entry); /* one entry per open connection at most */
+    memcpy(free_entry->key, key, sizeof free_entry->key);
+    return free_entry;
+}
+
+/* MHD's accept policy: an address at HTTP_MAX_PER_IP is refused. */
+static enum MHD_Result http_accept(void *cls, const struct sockaddr *sa, socklen_t salen)
+{
+    http_server *h = cls;
+    (void)salen;
+    uint8_t key[17];
+    if (http_peer_key(sa, key))
+        return MHD_YES;
+    const http_peer *p = http_peer_find(h, key, false);
+    return p && p->conns >= HTTP_MAX_PER_IP ? MHD_NO : MHD_YES;
+}
+
+/* MHD's connection notifications: count connections per address (the
+ * connection's socket context points at its entry). */
+static void http_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                            enum MHD_ConnectionNotificationCode toe)
+{
+    http_server *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        http_peer *p = *socket_context;
+        if (p) {
+            assert(p->conns > 0);
+            p->conns--;
+            *socket_context = NULL;
+        }
+        return;
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    uint8_t key[17];
+    if (!ci || !ci->client_addr || http_peer_key(ci->client_addr, key))
+        return;
+    http_peer *p = http_peer_find(h, key, true);
+    p->conns++;
+    *socket_context = p;
+}
+
+/* ---- requests ------------------------------------------------------------------ */
+
 static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                     const char *version, const char *upload, size_t *upload_size,
                                     void **state)
@@ -145,6 +254,10 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const c
     http_server *h = cls;
     (void)version;
     (void)upload;
+    /* The request's headers are complete (this is the first call for it):
+     * the short wait for them is over; answering gets the longer one. */
+    if (!*state)
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, HTTP_TIMEOUT_S);
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         *upload_size = 0; /* a body, if any, is ignored */
         return http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "read-only API: GET or HEAD\n");
@@ -194,10 +307,12 @@ http_server *http_start(const char *host, uint16_t port, uint16_t *bound, char *
     /* The socket comes from net_listen (MHD takes it over). */
     h->log_second = (time_t)-1;
     /* The logger first: MHD wants it before any option that may log. */
-    h->d = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_handler, h,
+    /* The connection timeout is the one for a request's headers; the
+     * handler lengthens it once they are in. */
+    h->d = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, http_accept, h, http_handler, h,
                             MHD_OPTION_EXTERNAL_LOGGER, http_log, h, MHD_OPTION_LISTEN_SOCKET, fd,
-                            MHD_OPTION_CONNECTION_TIMEOUT, HTTP_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
-                            HTTP_MAX_CONNS, MHD_OPTION_PER_IP_CONNECTION_LIMIT, HTTP_MAX_PER_IP,
+                            MHD_OPTION_CONNECTION_TIMEOUT, HTTP_REQUEST_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+                            HTTP_MAX_CONNS, MHD_OPTION_NOTIFY_CONNECTION, http_connection, h,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONN_MEMORY, MHD_OPTION_END);
     if (!h->d) {
         close(fd);

@@ -139,7 +139,10 @@ static int launcher_spawn(launcher *l, child *c, const char *bin, char *const ar
             _exit(127);
         dup2(out[1], 1);
         dup2(er[1], 2);
-        signal(SIGINT, SIG_IGN); /* Ctrl-C goes to the master, which stops us */
+        /* Ctrl-C, and the hangup of a closed terminal, go to the master,
+         * which stops us (after its last reports are in). */
+        signal(SIGINT, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
         execv(bin, argv);
         fprintf(stderr, "cannot run %s: %s\n", bin, strerror(errno));
         _exit(127);

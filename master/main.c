@@ -172,6 +172,7 @@ int main(int argc, char **argv)
     set.out_dir = c.out_dir;
     set.linger_s = c.linger_s;
     set.runs = c.runs;
+    set.allow_divergence = c.allow_divergence;
 
     master m;
     int code = 1;

@@ -45,6 +45,7 @@ typedef struct master_settings {
     const char *out_dir;            /* NULL: no files */
     double linger_s;
     uint32_t runs;                  /* --runs: the job this many times back to back; 0: until stopped */
+    bool allow_divergence;          /* --allow-divergence: trainers go on past a NaN/inf loss */
 } master_settings;
 
 typedef enum node_state {
@@ -71,6 +72,7 @@ typedef struct node {
     char host[256];       /* as the node reports it (hostname) */
     char peer_ip[64];     /* as the master sees it */
     char device[32];
+    int64_t pid;          /* as the node reports it (0: unknown) */
     char addr[300];       /* server: HOST:PORT trainers connect to */
     node_state state;
     double last_seen;     /* master clock, seconds */
@@ -80,8 +82,11 @@ typedef struct node {
     uint64_t batches_done; /* in the current pass */
     json_t *timed_result;  /* trainer: what its timed pass reported (loss, digest) */
     json_t *environment;   /* what it computes with, from its register (owned), NULL: not reported */
+    json_t *diverged;      /* trainer: where its loss first diverged ({pass, epoch, batch, loss}), or NULL */
     struct node *next;
 } node;
+
+#define MASTER_NSIGNALS 3
 
 typedef enum run_phase { PH_WAITING = 0, PH_WARMUP, PH_RUNNING, PH_DONE, PH_FAILED } run_phase;
 
@@ -90,7 +95,7 @@ typedef struct master {
     struct event_base *base;
     struct evconnlistener *listener;
     uint16_t ctl_port;
-    struct event *tick_ev, *sig_ev[2];
+    struct event *tick_ev, *sig_ev[MASTER_NSIGNALS]; /* SIGINT, SIGTERM, SIGHUP */
     node *nodes;
     node **trainers, **servers; /* by rank, NULL while free */
     run_phase phase;
@@ -148,5 +153,9 @@ int results_write(master *m, char *err, size_t errlen);
  * start, so that a bad path fails before the run rather than after it. */
 int results_prepare_dir(const char *dir, char *err, size_t errlen);
 void results_print(master *m);
+/* A trainer's diverged loss as the run's warning: "trainer R (HOST): loss
+ * diverged at epoch E, batch B of the P pass (loss = nan); the run went on
+ * (--allow-divergence)". */
+void results_divergence_line(const node *n, char *buf, size_t len);
 
 #endif

@@ -6,6 +6,7 @@
 #include "master/master.h"
 #include "master/snapshot.h"
 #include "shared/hostinfo.h"
+#include "shared/atomicfile.h"
 #include "shared/log.h"
 
 #include <errno.h>
@@ -108,11 +109,58 @@ static void results_print_ddp_rpc(const json_t *d, FILE *out)
     fprintf(out, "\n");
 }
 
+void results_divergence_line(const node *n, char *buf, size_t len)
+{
+    json_t *d = n->diverged, *l = json_object_get(d, "loss");
+    const char *pass = json_string_value(json_object_get(d, "pass"));
+    char loss[64];
+    if (json_is_string(l))
+        snprintf(loss, sizeof loss, "%s", json_string_value(l));
+    else
+        snprintf(loss, sizeof loss, "%g", json_number_value(l));
+    snprintf(buf, len, "trainer %u (%s): loss diverged at epoch %lld, batch %lld%s%s%s (loss = %s); the run went on "
+             "(--allow-divergence)", n->rank, n->host, (long long)json_integer_value(json_object_get(d, "epoch")),
+             (long long)json_integer_value(json_object_get(d, "batch")), pass ? " of the " : "", pass ? pass : "",
+             pass ? " pass" : "", loss);
+}
+
+/* The run's warnings, trainer by trainer: a BLAS running kernels below
+ * what its CPU can (its environment's blas.warning: figures that may not
+ * be this host's best), and a loss that diverged while the job allowed it
+ * (--allow-divergence; without it a divergence fails the run and its
+ * error says so). */
+static json_t *results_warnings(const master *m)
+{
+    json_t *w = json_array();
+    for (uint32_t r = 0; w && r < m->set.ntrainer; r++) {
+        const node *n = m->trainers[r];
+        if (!n)
+            continue;
+        const char *blas = json_string_value(json_object_get(json_object_get(n->environment, "blas"), "warning"));
+        char line[768];
+        if (blas) {
+            snprintf(line, sizeof line, "trainer %u (%s): %s", r, n->host, blas);
+            json_array_append_new(w, json_string(line));
+        }
+        if (n->diverged && m->set.allow_divergence) {
+            results_divergence_line(n, line, sizeof line);
+            json_array_append_new(w, json_string(line));
+        }
+    }
+    return w;
+}
+
 void results_print(master *m)
 {
     printf("\npsbench run %s%s%s\n", m->phase == PH_DONE ? "done" : "failed", m->error[0] ? ": " : "",
            m->error);
     agg_print_tables(&m->agg, stdout);
+    json_t *warnings = results_warnings(m);
+    size_t i;
+    json_t *w;
+    json_array_foreach(warnings, i, w)
+        printf("warning: %s\n", json_string_value(w));
+    json_decref(warnings);
     if (m->set.embedding) {
         size_t ns = 0;
         snap_stat *st = agg_snapshot(&m->agg, true, &ns);
@@ -167,33 +215,17 @@ static json_t *results_node(uint32_t rank, const node *n)
     return o;
 }
 
-/* The warnings a reader of the results must see: a trainer whose BLAS
- * runs generic kernels (its environment's blas.warning). */
-static json_t *results_warnings(const master *m)
-{
-    json_t *w = json_array();
-    for (uint32_t r = 0; w && r < m->set.ntrainer; r++) {
-        const node *n = m->trainers[r];
-        const char *text = n ? json_string_value(json_object_get(json_object_get(n->environment, "blas"),
-                                                                 "warning"))
-                             : NULL;
-        if (text) {
-            char line[768];
-            snprintf(line, sizeof line, "trainer %u (%s): %s", r, n->host, text);
-            json_array_append_new(w, json_string(line));
-        }
-    }
-    return w;
-}
-
+/* One group's CSV: built in memory, then written whole (afile_write). */
 static int results_csv(const char *dir, const snap_stat *st, size_t n, const char *role, char *err,
                        size_t errlen)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.csv", dir, role);
-    FILE *f = fopen(path, "w");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot write %s: out of memory", path);
         return -1;
     }
     fprintf(f, "rank,metric,count,min,max,mean,variance,stdev,p50,p75,p90,p95,p99\n");
@@ -211,11 +243,15 @@ static int results_csv(const char *dir, const snap_stat *st, size_t n, const cha
                 (unsigned long long)s->count, s->min, s->max, s->mean, s->variance, s->stdev, s->p50, s->p75,
                 s->p90, s->p95, s->p99);
     }
-    if (fclose(f) != 0) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    bool ok = !ferror(f);
+    if (fclose(f) != 0 || !ok) {
+        free(text);
+        snprintf(err, errlen, "cannot write %s: out of memory", path);
         return -1;
     }
-    return 0;
+    int rc = afile_write(path, text, len, err, errlen);
+    free(text);
+    return rc;
 }
 
 int results_prepare_dir(const char *dir, char *err, size_t errlen)
@@ -265,6 +301,7 @@ int results_write(master *m, char *err, size_t errlen)
         json_t *t = results_node(r, n);
         if (t && n && n->timed_result)
             json_object_update(t, n->timed_result);
+        json_object_set_new(t, "diverged", n && n->diverged ? json_incref(n->diverged) : json_null());
         json_array_append_new(trainers, t);
     }
     for (uint32_t r = 0; r < m->set.nserver; r++)
@@ -286,11 +323,8 @@ int results_write(master *m, char *err, size_t errlen)
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/results.json", dir);
-    int rc = 0;
-    if (!doc || json_dump_file(doc, path, JSON_INDENT(2)) < 0) {
-        snprintf(err, errlen, "cannot write %s", path);
-        rc = -1;
-    }
+    /* Whole files or none: a full disk keeps the old complete file. */
+    int rc = afile_write_json(path, doc, JSON_INDENT(2), err, errlen);
     json_decref(doc);
     if (rc == 0)
         rc = results_csv(dir, st, in.nstats, "trainer", err, errlen);

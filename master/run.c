@@ -297,6 +297,7 @@ static void master_assign_trainer(master *m, node *n)
     json_object_set(body, "trainer", m->set.trainer ? m->set.trainer : json_null());
     json_object_set_new(body, "ntrainer", json_integer(m->set.ntrainer));
     json_object_set_new(body, "backend", json_string(m->set.backend ? m->set.backend : "gloo"));
+    json_object_set_new(body, "allow_divergence", json_boolean(m->set.allow_divergence));
     node_send(n, "assign", body);
     n->state = NS_ASSIGNED;
 }
@@ -359,15 +360,44 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
     }
     uint32_t cap = r == AGG_TRAINER ? m->set.ntrainer : m->set.nserver;
     node **v = r == AGG_TRAINER ? m->trainers : m->servers;
-    int64_t want = ctl_int(msg->body, "want_rank", -1);
+    /* A rank asked for (--rank) is that rank or a refusal, never another
+     * one: the node's operator meant it (its data shard, its servers), and
+     * taking another would turn the node that owns it away later. */
+    json_t *jw = json_object_get(msg->body, "want_rank");
     int64_t rank = -1;
-    if (want >= 0 && want < cap && !v[want])
+    char why[512];
+    if (jw && !json_is_null(jw)) {
+        if (!json_is_integer(jw)) {
+            node_refuse(n, "want_rank must be a whole number");
+            return;
+        }
+        json_int_t want = json_integer_value(jw);
+        if (want < 0 || (uint64_t)want >= cap) {
+            if (cap == 0)
+                snprintf(why, sizeof why, "--rank %lld: this job has no %ss", (long long)want, role);
+            else
+                snprintf(why, sizeof why, "--rank %lld is outside 0..%u (this job has %u %s%s)", (long long)want,
+                         cap - 1, cap, role, cap == 1 ? "" : "s");
+            node_refuse(n, why);
+            return;
+        }
+        const node *owner = v[want];
+        if (owner) {
+            if (owner->pid > 0)
+                snprintf(why, sizeof why, "%s rank %lld is taken (by the %s on %s, pid %lld)", role, (long long)want,
+                         role, owner->host, (long long)owner->pid);
+            else
+                snprintf(why, sizeof why, "%s rank %lld is taken (by the %s on %s)", role, (long long)want, role,
+                         owner->host);
+            node_refuse(n, why);
+            return;
+        }
         rank = want;
+    }
     for (uint32_t i = 0; rank < 0 && i < cap; i++)
         if (!v[i])
             rank = i;
     if (rank < 0) {
-        char why[128];
         snprintf(why, sizeof why, "all %u %ss are already registered", cap, role);
         node_refuse(n, why);
         return;
@@ -378,6 +408,7 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
     n->state = NS_REGISTERED;
     snprintf(n->host, sizeof n->host, "%s", ctl_str(msg->body, "host", n->peer_ip));
     snprintf(n->device, sizeof n->device, "%s", ctl_str(msg->body, "device", "cpu"));
+    n->pid = ctl_int(msg->body, "pid", 0);
     /* What it computes with (shared/hostinfo.h): kept as sent, for
      * results.json and /api/v1/nodes; only an object is taken. */
     json_t *env = json_object_get(msg->body, "environment");
@@ -496,6 +527,30 @@ static void master_on_kv(master *m, node *n, ctl_msg *msg)
         master_fail(m, "%s %u (%s) sent a bad %s: %s", role_name(n->role), n->rank, n->host, msg->type, err);
 }
 
+/* A trainer's report of where its loss diverged (`diverged` in pass_done or
+ * failed: {pass, epoch, batch, loss}), checked and copied: it goes into
+ * results.json. NULL if absent; *bad when present but malformed. */
+static json_t *master_divergence(json_t *body, bool *bad)
+{
+    json_t *d = json_object_get(body, "diverged");
+    *bad = false;
+    if (!d)
+        return NULL;
+    json_t *e = json_object_get(d, "epoch"), *b = json_object_get(d, "batch"), *l = json_object_get(d, "loss");
+    json_t *p = json_object_get(d, "pass");
+    const char *ls = json_string_value(l);
+    if (!json_is_integer(e) || json_integer_value(e) < 0 || !json_is_integer(b) || json_integer_value(b) < 0 ||
+        !(json_is_number(l) || (ls && (strcmp(ls, "nan") == 0 || strcmp(ls, "inf") == 0 || strcmp(ls, "-inf") == 0))) ||
+        (p && !(json_is_string(p) && strlen(json_string_value(p)) < 32))) {
+        *bad = true;
+        return NULL;
+    }
+    json_t *o = json_pack("{s:O, s:O, s:O}", "epoch", e, "batch", b, "loss", l);
+    if (o && p)
+        json_object_set(o, "pass", p);
+    return o;
+}
+
 /* A trainer reported a failure. While the run is still going and others are
  * connected, hold it for MASTER_HOLD_FAILURE_S: if a node disconnects in the
  * meantime, that one is the cause (a killed trainer breaks the others'
@@ -505,6 +560,12 @@ static void master_on_kv(master *m, node *n, ctl_msg *msg)
 static void master_on_failed(master *m, node *n, ctl_msg *msg)
 {
     n->state = NS_FAILED;
+    bool bad;
+    json_t *d = master_divergence(msg->body, &bad);
+    if (d && !n->diverged)
+        n->diverged = d;
+    else
+        json_decref(d);
     char why[512];
     snprintf(why, sizeof why, "%s %u (%s) failed: %s", role_name(n->role), n->rank, n->host,
              ctl_str(msg->body, "reason", "no reason given"));
@@ -586,6 +647,23 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
         master_on_metrics(m, n, msg);
         if (m->phase == PH_FAILED)
             return;
+        bool bad;
+        json_t *d = master_divergence(msg->body, &bad);
+        if (bad || (d && !m->set.allow_divergence)) {
+            json_decref(d);
+            master_fail(m, "trainer %u (%s) sent pass_done with a %s", n->rank, n->host,
+                        bad ? "malformed diverged (epoch, batch: whole numbers >= 0; loss: a number, nan, inf, -inf)"
+                            : "diverged loss, which this job does not allow (--allow-divergence)");
+            return;
+        }
+        if (d && !n->diverged) {
+            n->diverged = d;
+            char why[300];
+            results_divergence_line(n, why, sizeof why);
+            log_warn("%s", why);
+        } else {
+            json_decref(d);
+        }
         if (m->phase == PH_RUNNING) {
             /* Later issues' per-trainer results: kept for results.json. */
             json_decref(n->timed_result);
@@ -629,6 +707,7 @@ static void node_free(node *n)
 {
     node_detach(n);
     json_decref(n->timed_result);
+    json_decref(n->diverged);
     json_decref(n->environment);
     free(n);
 }
@@ -967,6 +1046,15 @@ static void master_on_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* The signals that stop the master (master_init), by name. */
+static const int master_signals[MASTER_NSIGNALS] = {SIGINT, SIGTERM, SIGHUP};
+
+static const char *master_signal_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
+}
+
+/* SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session) alike. */
 static void master_on_signal(evutil_socket_t sig, short what, void *arg)
 {
     master *m = arg;
@@ -998,8 +1086,9 @@ static void master_on_signal(evutil_socket_t sig, short what, void *arg)
         event_base_loopbreak(m->base);
         return;
     }
-    master_fail(m, "interrupted (%s)", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    m->exit_code = 130;
+    master_fail(m, "interrupted (%s)", master_signal_name((int)sig));
+    /* As shells report a process that a signal ended: 128 + its number. */
+    m->exit_code = 128 + (int)sig;
 }
 
 /* ---- snapshot ----------------------------------------------------------- */
@@ -1090,11 +1179,13 @@ int master_init(master *m, const master_settings *set, const char *listen_host, 
         return -1;
     }
     m->tick_ev = event_new(m->base, -1, EV_PERSIST, master_on_tick, m);
-    m->sig_ev[0] = evsignal_new(m->base, SIGINT, master_on_signal, m);
-    m->sig_ev[1] = evsignal_new(m->base, SIGTERM, master_on_signal, m);
     struct timeval half = {0, 500000};
-    if (!m->tick_ev || !m->sig_ev[0] || !m->sig_ev[1] || event_add(m->tick_ev, &half) < 0 ||
-        event_add(m->sig_ev[0], NULL) < 0 || event_add(m->sig_ev[1], NULL) < 0) {
+    bool ok = m->tick_ev && event_add(m->tick_ev, &half) == 0;
+    for (int i = 0; ok && i < MASTER_NSIGNALS; i++) {
+        m->sig_ev[i] = evsignal_new(m->base, master_signals[i], master_on_signal, m);
+        ok = m->sig_ev[i] && event_add(m->sig_ev[i], NULL) == 0;
+    }
+    if (!ok) {
         snprintf(err, errlen, "cannot set up the event loop");
         return -1;
     }
@@ -1128,7 +1219,7 @@ void master_free(master *m)
         evconnlistener_free(m->listener);
     if (m->tick_ev)
         event_free(m->tick_ev);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < MASTER_NSIGNALS; i++)
         if (m->sig_ev[i])
             event_free(m->sig_ev[i]);
     if (m->base)

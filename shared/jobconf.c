@@ -3,6 +3,7 @@
 #include "shared/log.h"
 
 #include <assert.h>
+#include <float.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,13 @@ typedef struct jc_class {
 #define P2(n) ((double)((uint64_t)1 << (n)))
 #define REQ_INT(k, lo, hi) {.key = k, .type = JC_INT, .flags = JC_REQUIRED, .min = lo, .max = hi}
 #define OPT_INT(k, lo, hi, d) {.key = k, .type = JC_INT, .min = lo, .max = hi, .def = d}
-#define LR(fl, d) {.key = "lr", .type = JC_NUM, .flags = JC_MIN_OPEN | (fl), .min = 0, .max = 1e6, .def = d}
+/* A learning rate: > 0, and at most `hi`. Trainers step in float: any lr
+ * a float holds (FLT_MAX; a larger one would be infinity, silently), so
+ * that a too-large lr is a divergence the run reports, not a refusal. The
+ * servers' bound is their own --lr's (1e6). */
+#define LR(fl, d, hi) {.key = "lr", .type = JC_NUM, .flags = JC_MIN_OPEN | (fl), .min = 0, .max = hi, .def = d}
+#define LR_TRAINER FLT_MAX
+#define LR_SERVER 1e6
 #define MOMENTUM(d) {.key = "momentum", .type = JC_NUM, .flags = JC_MAX_OPEN, .min = 0, .max = 1, .def = d}
 #define ONE_OF(k, fl, list) {.key = k, .type = JC_STR, .flags = fl, .choices = list}
 
@@ -102,7 +109,7 @@ static const jc_key hybrid_model_keys[] = {
 };
 static const jc_key ddp_trainer_keys[] = {
     ONE_OF("ddp_hook", JC_REQUIRED, hook_names),
-    LR(JC_REQUIRED, 0),
+    LR(JC_REQUIRED, 0, LR_TRAINER),
     MOMENTUM(0), /* PyTorch's SGD default */
     {.key = "bucket_cap_mb", .type = JC_NUM, .flags = JC_MIN_OPEN, .min = 0, .max = 1048576, .def = 25}, /* DDP's */
     ONE_OF("hook_state", 0, hook_states),
@@ -120,19 +127,19 @@ static const jc_key bu_trainer_keys[] = {
 };
 static const jc_key hybrid_trainer_keys[] = {
     ONE_OF("ddp_hook", 0, allreduce_only), /* the dense part; the tables are on the servers */
-    LR(0, 0.05),                           /* the seed's benchmark_ddp_rpc.py */
+    LR(0, 0.05, LR_TRAINER),               /* the seed's benchmark_ddp_rpc.py */
     OPT_INT("batches", 1, P2(20), 10),
     {.key = NULL},
 };
 static const jc_key no_keys[] = {{.key = NULL}};
 static const jc_key bu_server_keys[] = {
-    LR(0, 0.001), /* the seed's SGD(lr=0.001, momentum=0.9) */
+    LR(0, 0.001, LR_SERVER), /* the seed's SGD(lr=0.001, momentum=0.9) */
     MOMENTUM(0.9),
     OPT_INT("batch_update_size", 0, 4096, 0), /* 0: the trainer count; 4096: the master's node limit */
     {.key = NULL},
 };
 static const jc_key emb_server_keys[] = {
-    LR(0, 0.05),
+    LR(0, 0.05, LR_SERVER),
     {.key = NULL},
 };
 

@@ -33,6 +33,7 @@ struct batch_update {
     batch_update_tick_fn tick;
     void *tick_ctx;
     double *loss_epoch; /* cfg.epochs entries: the last pass's loss per epoch */
+    loss_check lc;      /* the pass's first loss that is not finite */
     uint64_t nloss;     /* how many of them the last pass filled */
 };
 
@@ -303,6 +304,8 @@ static int bu_push(batch_update *b, client *cl, uint64_t batch, char *err, size_
     return 0;
 }
 
+const loss_check *batch_update_divergence(const batch_update *b) { return &b->lc; }
+
 const double *batch_update_loss_per_epoch(const batch_update *b, uint64_t *n)
 {
     *n = b->nloss;
@@ -314,6 +317,7 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
 {
     memset(rep, 0, sizeof *rep);
     b->nloss = 0;
+    loss_check_start(&b->lc, b->cfg.allow_divergence);
     if (batches > 0 && batches < b->cfg.epochs) {
         snprintf(err, errlen, "%" PRIu64 " batches cannot make %" PRIu64 " epochs", batches, b->cfg.epochs);
         return -1;
@@ -359,6 +363,10 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
             b->nloss = e + 1;
         }
         b->loss_epoch[e] += loss;
+        /* A diverged model would only be pushed to every other trainer:
+         * stop here unless the job allows it (loss_check.h). */
+        if (loss_check_batch(&b->lc, e, i - (e * batches + b->cfg.epochs - 1) / b->cfg.epochs, loss, err, errlen) < 0)
+            return -1;
         log_debug("trainer%" PRIu64 " reporting grads", rank);
         bu_expect(b, FT_RESULT);
         if (bu_push(b, cl, first_batch + i, err, errlen) < 0)

@@ -26,6 +26,7 @@
 
 #include "shared/metrics.h"
 #include "trainer/client.h"
+#include "trainer/loss_check.h"
 
 typedef struct batch_update_config {
     uint64_t rank;          /* inputs come from stream RNG_STREAM_INPUTS + rank */
@@ -36,6 +37,7 @@ typedef struct batch_update_config {
     double rpc_timeout_s;   /* longest wait for a fetch's or a batch's answers */
     uint64_t epochs;        /* a pass's batches are this many epochs of equal length, for
                              * loss_per_epoch (0 or 1: the pass is one epoch) */
+    bool allow_divergence;  /* a loss that is not finite: go on (else the pass stops there) */
 } batch_update_config;
 
 typedef struct batch_update_report {
@@ -69,6 +71,11 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
 /* The last pass's L1 loss per epoch: each the mean of its batches' losses
  * (the loss of the parameters a batch started from); *n epochs. */
 const double *batch_update_loss_per_epoch(const batch_update *b, uint64_t *n);
+
+/* The last pass's first loss that was not finite, if any (loss_check.h):
+ * batch_update_pass stops there with the reason in err unless
+ * allow_divergence. */
+const loss_check *batch_update_divergence(const batch_update *b);
 
 /* The whole model's parameters as last received ([W, b], total elements). */
 const float *batch_update_params(const batch_update *b, uint64_t *total);

@@ -46,6 +46,7 @@ struct hybrid {
     hook_bucket bucket;       /* the dense gradients */
     double *loss_epoch;
     uint64_t nepochs;
+    loss_check lc;            /* the pass's first loss that is not finite */
 };
 
 /* ---- set-up ------------------------------------------------------------------ */
@@ -145,6 +146,11 @@ const double *hybrid_loss_per_epoch(const hybrid *h, uint64_t *n)
 {
     *n = h->nepochs;
     return h->loss_epoch;
+}
+
+const loss_check *hybrid_divergence(const hybrid *h)
+{
+    return &h->lc;
 }
 
 const float *hybrid_dense_params(const hybrid *h, uint64_t *n)
@@ -396,6 +402,7 @@ int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_f
     h->nepochs = 0;
     h->cl = cl;
     hybrid_init_params(h); /* the seed builds a fresh model per pass */
+    loss_check_start(&h->lc, h->cfg.allow_divergence);
     uint64_t t_pass = clock_now_ns();
     h->batch = 0;
     for (uint64_t e = 0; e < epochs; e++) {
@@ -405,7 +412,8 @@ int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_f
         double sum = 0;
         for (uint64_t i = 0; i < h->cfg.batches; i++) {
             double loss;
-            if (hybrid_step(h, cl, hk, &loss, err, errlen) < 0)
+            if (hybrid_step(h, cl, hk, &loss, err, errlen) < 0 ||
+                loss_check_batch(&h->lc, e, i, loss, err, errlen) < 0)
                 return -1;
             sum += loss;
             rep->batches++;

@@ -36,6 +36,7 @@
 #include "shared/metrics.h"
 #include "trainer/client.h"
 #include "trainer/hook.h"
+#include "trainer/loss_check.h"
 
 #define HYBRID_ROW 512     /* the dense part's input width */
 #define HYBRID_CLASSES 8
@@ -48,6 +49,7 @@ typedef struct hybrid_config {
     double lr;               /* SGD on the dense part (seed: 0.05) */
     uint64_t seed, rank;
     double rpc_timeout_s;    /* bound on each wait for the servers' answers */
+    bool allow_divergence;   /* a loss that is not finite: go on (else the pass stops there) */
 } hybrid_config;
 
 typedef struct hybrid_report {
@@ -74,6 +76,9 @@ int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_f
                 hybrid_report *rep, char *err, size_t errlen);
 /* Mean loss of each epoch of the last pass. */
 const double *hybrid_loss_per_epoch(const hybrid *h, uint64_t *n);
+/* The last pass's first loss that was not finite, if any (loss_check.h):
+ * hybrid_pass stops there with the reason in err unless allow_divergence. */
+const loss_check *hybrid_divergence(const hybrid *h);
 /* The dense part's parameters (weights and biases, layer by layer). */
 const float *hybrid_dense_params(const hybrid *h, uint64_t *n);
 

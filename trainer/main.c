@@ -1,5 +1,6 @@
 /* main.c — psbench-trainer: command line, connect to the servers, run the
  * model's batches, print the trainer's metrics. */
+#include "shared/atomicfile.h"
 #include "shared/cli.h"
 #include "shared/frame.h"
 #include "shared/gpu.h"
@@ -11,6 +12,7 @@
 #include "trainer/run.h"
 #include "trainer/synthetic.h"
 
+#include <assert.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -28,7 +30,8 @@ static void trainer_usage(FILE *f)
         "       psbench-trainer --server HOST:PORT[,HOST:PORT...] --rank R --model batch-update [options]\n"
         "\n"
         "With --master, the master assigns everything else (servers, model, data,\n"
-        "batches) and runs the warm-up and timed passes; --rank asks for a rank.\n"
+        "batches) and runs the warm-up and timed passes; --rank asks for that rank\n"
+        "(the master refuses it if it is taken or outside the job's ranks).\n"
         "\n"
         "Pushes gradient buckets to parameter servers and waits for their mean.\n"
         "With --model synthetic it is a pure communication benchmark: every batch\n"
@@ -146,7 +149,7 @@ static int trainer_fail(const char *msg)
  * rate counts (the batches for the synthetic model); with `with_rounds`
  * they are written too (batch-update, where the servers count them). */
 static int trainer_write_summary(const char *path, metrics *m, uint64_t batches, uint64_t rounds, bool with_rounds,
-                                 double seconds, uint64_t bytes_pushed)
+                                 double seconds, uint64_t bytes_pushed, char *err, size_t errlen)
 {
     stats_summary sum = {0};
     stats *bs = metrics_get(m, "batch_level_metric,batch_all");
@@ -159,9 +162,21 @@ static int trainer_write_summary(const char *path, metrics *m, uint64_t batches,
         json_decref(o);
         o = NULL;
     }
-    int rc = o ? json_dump_file(o, path, JSON_INDENT(2)) : -1;
+    /* "--summary-json: cannot write PATH: ENOSPC: ..." */
+    int n = snprintf(err, errlen, "--summary-json: ");
+    assert(n > 0 && (size_t)n < errlen);
+    int rc = afile_write_json(path, o, JSON_INDENT(2), err + n, errlen - (size_t)n);
     json_decref(o);
     return rc;
+}
+
+/* After a failed pass: where the loss diverged and what to do, when that
+ * was the cause (loss_check.h). */
+static void trainer_divergence_reason(const batch_update *b, const char *pass, char *err, size_t errlen)
+{
+    const loss_check *lc = batch_update_divergence(b);
+    if (lc->diverged && !lc->allow)
+        loss_check_reason(lc, pass, err, errlen);
 }
 
 /* --model batch-update without a master: an optional warm-up pass, then the
@@ -194,10 +209,14 @@ static int trainer_batch_update(const batch_update_config *bu, const char *serve
              "trainers, %" PRIu64 " batches after %" PRIu64 " warm-up; BLAS %s",
              bu->rank, bu->in_features, bu->out_features, bu->batch_size, cl.nconns, cl.trainers, batches, warmup,
              blas);
-    if (warmup && batch_update_pass(b, &cl, warmup, 0, false, &rep, err, sizeof err) < 0)
+    if (warmup && batch_update_pass(b, &cl, warmup, 0, false, &rep, err, sizeof err) < 0) {
+        trainer_divergence_reason(b, "warm-up", err, sizeof err);
         goto out;
-    if (batch_update_pass(b, &cl, batches, warmup, true, &rep, err, sizeof err) < 0)
+    }
+    if (batch_update_pass(b, &cl, batches, warmup, true, &rep, err, sizeof err) < 0) {
+        trainer_divergence_reason(b, warmup ? "timed" : NULL, err, sizeof err);
         goto out;
+    }
     rc = 0;
     double rps = rep.seconds > 0 ? (double)rep.rounds / rep.seconds : 0.0;
     printf("psbench-trainer %" PRIu64 ": %" PRIu64 " batches, %" PRIu64 " server updates in %.3f s "
@@ -208,10 +227,9 @@ static int trainer_batch_update(const batch_update_config *bu, const char *serve
     if (params_out && batch_update_write_params(b, params_out, err, sizeof err) < 0)
         rc = 1;
     if (rc == 0 && summary &&
-        trainer_write_summary(summary, m, rep.batches, rep.rounds, true, rep.seconds, rep.bytes_pushed) < 0) {
-        snprintf(err, sizeof err, "cannot write --summary-json %s", summary);
+        trainer_write_summary(summary, m, rep.batches, rep.rounds, true, rep.seconds, rep.bytes_pushed, err,
+                              sizeof err) < 0)
         rc = 1;
-    }
 out:
     client_close(&cl);
     batch_update_free(b);
@@ -497,10 +515,9 @@ int main(int argc, char **argv)
         snprintf(title, sizeof title, "trainer %" PRIu64 " metrics (ms)", cfg.rank);
         metrics_print_table(m, stdout, title);
         if (summary &&
-            trainer_write_summary(summary, m, rep.batches, rep.batches, false, rep.seconds, rep.bytes_pushed) < 0) {
-            snprintf(err, sizeof err, "cannot write --summary-json %s", summary);
+            trainer_write_summary(summary, m, rep.batches, rep.batches, false, rep.seconds, rep.bytes_pushed, err,
+                                  sizeof err) < 0)
             rc = 1;
-        }
     }
     synthetic_free(syn);
     metrics_free(m);

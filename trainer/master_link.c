@@ -89,6 +89,8 @@ void mlink_close(mlink *l, bool failed, char *err, size_t errlen)
          * name another node, the cause). */
         char why[256];
         json_t *body = json_pack("{s:s}", "reason", err);
+        if (body && l->fail_detail)
+            json_object_update_missing(body, l->fail_detail);
         int sent = ctl_send(&l->c, "failed", NULL, body, why, sizeof why);
         json_decref(body);
         if (sent == 0) {
@@ -100,6 +102,14 @@ void mlink_close(mlink *l, bool failed, char *err, size_t errlen)
         }
     }
     ctl_close(&l->c);
+    json_decref(l->fail_detail);
+    l->fail_detail = NULL;
+}
+
+void mlink_set_fail_detail(mlink *l, json_t *detail)
+{
+    json_decref(l->fail_detail);
+    l->fail_detail = detail;
 }
 
 int mlink_report(mlink *l, const char *type, json_t *extra, char *err, size_t errlen)

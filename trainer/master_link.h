@@ -34,6 +34,7 @@ typedef struct mlink {
     bool stopped;           /* the master said stop (or refused us) */
     int stop_code;
     char stop_reason[1024];
+    json_t *fail_detail;    /* owned: fields the `failed` report carries beside the reason (or NULL) */
 } mlink;
 
 /* Connect (retrying for timeout_s while refused). 0 or -1 with err. */
@@ -43,6 +44,9 @@ int mlink_open(mlink *l, const char *master, double timeout_s, metrics *m, char 
  * rewrite err to the line to end on: the master's reason, which names the
  * node at fault, then ours; or that the master is lost. */
 void mlink_close(mlink *l, bool failed, char *err, size_t errlen);
+/* Fields for the `failed` report beside its reason (stolen; replaces any
+ * earlier ones), e.g. where the loss diverged. */
+void mlink_set_fail_detail(mlink *l, json_t *detail);
 
 /* Register (body: role, host, device, ...; stolen) and wait for the
  * assignment: *assign is its body (the caller decrefs). 0 or -1 with err

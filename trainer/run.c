@@ -10,6 +10,7 @@
 #include "trainer/client.h"
 #include "trainer/hooks.h"
 #include "trainer/hybrid.h"
+#include "trainer/loss_check.h"
 #include "trainer/master_link.h"
 #include "trainer/params_hash.h"
 #include "trainer/params_out.h"
@@ -121,6 +122,7 @@ static int run_train_job(const run_job *rj, train_job *j, char *err, size_t errl
     j->epochs = (uint64_t)ctl_int(a, "epochs", 1);
     j->rank = (uint32_t)rj->rank;
     j->ntrainer = (uint32_t)rj->ntrainer;
+    j->allow_divergence = json_is_true(json_object_get(a, "allow_divergence"));
     return 0;
 }
 
@@ -231,6 +233,7 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     hc.seed = (uint64_t)ctl_int(j->assign, "seed", 0);
     hc.rank = j->rank;
     hc.rpc_timeout_s = j->rpc_timeout_s;
+    hc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
     if (!(w->hy = hybrid_new(&hc, l->m, err, errlen)))
         return -1;
     /* Only the dense part travels through the hook: no servers for it. */
@@ -304,6 +307,7 @@ static int run_setup(mlink *l, const trainer_run_opts *o, const run_job *j, run_
         bc.rank = j->rank;
         bc.rpc_timeout_s = j->rpc_timeout_s;
         bc.epochs = (uint64_t)ctl_int(j->assign, "epochs", 1);
+        bc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
         if (!(w->bu = batch_update_new(&bc, l->m, err, errlen)))
             return -1;
         batch_update_set_tick(w->bu, mlink_tick, l);
@@ -331,28 +335,64 @@ static void run_teardown(run_work *w)
 /* ---- passes ----------------------------------------------------------------- */
 
 /* The losses per epoch and the digest of the parameters that every trainer
- * reports with pass_done: synchronous training must leave them identical. */
-static json_t *run_pass_result(const double *loss, uint64_t ne, const float *params, uint64_t n)
+ * reports with pass_done: synchronous training must leave them identical.
+ * A loss that is not finite is written "nan", "inf" or "-inf" (loss_json);
+ * a divergence the job allows goes with them as "diverged". */
+static json_t *run_pass_result(const double *loss, uint64_t ne, const float *params, uint64_t n,
+                               const loss_check *lc, const char *pass)
 {
     json_t *losses = json_array();
     for (uint64_t e = 0; e < ne; e++)
-        json_array_append_new(losses, json_real(loss[e]));
+        json_array_append_new(losses, loss_json(loss[e]));
     char hex[65] = "";
     params_sha256_floats(params, n, hex);
-    return json_pack("{s:o, s:s}", "loss_per_epoch", losses, "final_params_sha256", hex);
+    json_t *o = json_pack("{s:o, s:s}", "loss_per_epoch", losses, "final_params_sha256", hex);
+    json_t *d = loss_check_json(lc, pass);
+    if (o && d) {
+        char why[256];
+        loss_check_reason(lc, pass, why, sizeof why);
+        log_warn("%s: going on (--allow-divergence)", why);
+        json_object_set_new(o, "diverged", d);
+    } else {
+        json_decref(d);
+    }
+    return o;
 }
 
-static int run_pass(mlink *l, run_work *w, const run_job *j, uint64_t batches, char *err, size_t errlen)
+/* The workload's record of a diverged loss (NULL: it has none). */
+static const loss_check *run_divergence(const run_work *w)
+{
+    return w->tr ? train_divergence(w->tr) : w->hy ? hybrid_divergence(w->hy) : w->bu ? batch_update_divergence(w->bu)
+                                                                                   : NULL;
+}
+
+/* A pass that failed. When its loss diverged (and the job does not allow
+ * that), the reason says where and what to do, and the `failed` report
+ * carries where (results.json). -1. */
+static int run_pass_failed(mlink *l, const run_work *w, const char *pass, char *err, size_t errlen)
+{
+    const loss_check *lc = run_divergence(w);
+    if (lc && lc->diverged && !lc->allow) {
+        loss_check_reason(lc, pass, err, errlen);
+        json_t *d = loss_check_json(lc, pass);
+        mlink_set_fail_detail(l, d ? json_pack("{s:o}", "diverged", d) : NULL);
+    }
+    return -1;
+}
+
+/* One pass of the workload; `pass` names it ("warm-up", "timed"). */
+static int run_pass(mlink *l, run_work *w, const run_job *j, uint64_t batches, const char *pass, char *err,
+                    size_t errlen)
 {
     if (w->hy) {
         hybrid_report rep;
         if (hybrid_pass(w->hy, &w->cl, w->h, batches, mlink_tick, l, &rep, err, errlen) < 0)
-            return -1;
+            return run_pass_failed(l, w, pass, err, errlen);
         l->batches_done = rep.batches;
         uint64_t ne, n;
         const double *loss = hybrid_loss_per_epoch(w->hy, &ne);
         const float *p = hybrid_dense_params(w->hy, &n);
-        json_t *extra = run_pass_result(loss, ne, p, n);
+        json_t *extra = run_pass_result(loss, ne, p, n, hybrid_divergence(w->hy), pass);
         /* "bags": the samples of this benchmark ("samples" is the metrics map) */
         json_object_set_new(extra, "bags", json_integer((json_int_t)rep.samples));
         json_object_set_new(extra, "epochs", json_integer((json_int_t)rep.epochs));
@@ -361,12 +401,13 @@ static int run_pass(mlink *l, run_work *w, const run_job *j, uint64_t batches, c
     if (w->bu) {
         batch_update_report rep;
         if (batch_update_pass(w->bu, &w->cl, j->batches, 0, true, &rep, err, errlen) < 0)
-            return -1;
+            return run_pass_failed(l, w, pass, err, errlen);
         l->batches_done = rep.batches;
         uint64_t ne, n;
         const double *loss = batch_update_loss_per_epoch(w->bu, &ne);
         const float *p = batch_update_params(w->bu, &n);
-        return mlink_report(l, "pass_done", run_pass_result(loss, ne, p, n), err, errlen);
+        return mlink_report(l, "pass_done", run_pass_result(loss, ne, p, n, batch_update_divergence(w->bu), pass),
+                            err, errlen);
     }
     if (w->syn) {
         synthetic_report rep = {0};
@@ -379,12 +420,14 @@ static int run_pass(mlink *l, run_work *w, const run_job *j, uint64_t batches, c
                             errlen);
     }
     if (train_pass(w->tr, w->h, mlink_tick, l, err, errlen) < 0)
-        return -1;
+        return run_pass_failed(l, w, pass, err, errlen);
     uint64_t ne;
     const double *loss = train_loss_per_epoch(w->tr, &ne);
     const dummy_model *m = train_model(w->tr);
-    return mlink_report(l, "pass_done", run_pass_result(loss, ne, model_values_const(m), model_total_size(m)), err,
-                        errlen);
+    return mlink_report(l, "pass_done",
+                        run_pass_result(loss, ne, model_values_const(m), model_total_size(m), train_divergence(w->tr),
+                                        pass),
+                        err, errlen);
 }
 
 /* The final parameters, raw little-endian float32 in parameter order (what
@@ -416,9 +459,10 @@ static int run_loop(mlink *l, const trainer_run_opts *o, run_work *w, const run_
             return 1;
         if (strcmp(msg.type, "start") == 0) {
             uint64_t batches = (uint64_t)ctl_int(msg.body, "batches", (int64_t)j->batches);
+            const char *pass = strcmp(ctl_str(msg.body, "phase", ""), "warmup") == 0 ? "warm-up" : "timed";
             ctl_msg_clear(&msg);
             l->batches_done = 0;
-            if (run_pass(l, w, j, batches, err, errlen) < 0)
+            if (run_pass(l, w, j, batches, pass, err, errlen) < 0)
                 return 1;
         } else if (strcmp(msg.type, "reset") == 0) {
             ctl_msg_clear(&msg);

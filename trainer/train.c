@@ -33,6 +33,7 @@ struct train {
     hook *h;             /* during a pass */
     uint64_t batch;      /* wire batch number during a pass */
     double *loss_epoch;
+    loss_check lc;       /* the pass's first loss that is not finite */
 };
 
 
@@ -234,11 +235,16 @@ int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size
 {
     t->h = h;
     t->batch = 0;
+    loss_check_start(&t->lc, t->job.allow_divergence);
     for (uint64_t e = 0; e < t->job.epochs; e++) {
         double sum = 0;
         for (uint64_t i = 0; i < t->shard->nbatches; i++) {
             double loss;
-            if (train_step(t, &t->shard->batches[i], &loss, err, errlen) < 0) {
+            /* Checked after the step: every trainer finishes the batch (its
+             * gradients reach the servers), so peers that diverge at the
+             * same batch stop at the same point rather than wait. */
+            if (train_step(t, &t->shard->batches[i], &loss, err, errlen) < 0 ||
+                loss_check_batch(&t->lc, e, i, loss, err, errlen) < 0) {
                 t->h = NULL;
                 return -1;
             }
@@ -259,6 +265,11 @@ const double *train_loss_per_epoch(const train *t, uint64_t *n)
 {
     *n = t->job.epochs;
     return t->loss_epoch;
+}
+
+const loss_check *train_divergence(const train *t)
+{
+    return &t->lc;
 }
 
 const dummy_model *train_model(const train *t)

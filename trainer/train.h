@@ -19,6 +19,7 @@
 #include "shared/metrics.h"
 #include "trainer/hook.h"
 #include "trainer/data.h"
+#include "trainer/loss_check.h"
 #include "trainer/model.h"
 
 typedef struct train_job {
@@ -27,6 +28,7 @@ typedef struct train_job {
     uint64_t seed, batch_size, epochs;
     uint32_t rank, ntrainer; /* the data is dealt round-robin over all trainers */
     double lr, momentum, bucket_cap_mb;
+    bool allow_divergence; /* a loss that is not finite: go on (else the pass stops there) */
 } train_job;
 
 typedef struct train train;
@@ -40,10 +42,14 @@ void train_free(train *t);
 /* Batches in one pass (epochs x this trainer's batches per epoch). */
 uint64_t train_batches_per_pass(const train *t);
 /* One pass: every epoch over this trainer's batches, buckets through h.
- * Batch numbers restart at 0 each pass. 0 or -1 with err. */
+ * Batch numbers restart at 0 each pass. 0 or -1 with err (among the
+ * reasons: the loss diverged, train_divergence). */
 int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size_t errlen);
 /* Mean loss of each epoch of the last pass. */
 const double *train_loss_per_epoch(const train *t, uint64_t *n);
+/* The last pass's first loss that was not finite, if any (loss_check.h):
+ * train_pass stops there with the reason in err unless allow_divergence. */
+const loss_check *train_divergence(const train *t);
 /* The model (tests compare parameters across trainers). */
 const dummy_model *train_model(const train *t);
 

@@ -11,6 +11,9 @@ injecting server errors the real server would not produce on demand.
         [--kind batch-update] [--in-features IN] [--out-features OUT] [--lr LR]
         [--momentum M] [--batch-update-size K] [--seed S] [--part P/N]
         [--fail-with CODE]   answer the first push with an `error` frame
+        [--nan-from-round R] from round R on, answer parameters whose first
+                             element is NaN (a model gone bad: the
+                             trainers' losses are then no numbers)
 
 Prints "psbench-server: listening on HOST:PORT" on stderr when ready (the
 line psb.Server waits for). One thread, selectors; exits on SIGTERM.
@@ -201,6 +204,8 @@ class Mock(object):
                 joined = self.round
                 self.round += 1
                 pl = self.params_payload()
+                if self.a.nan_from_round is not None and self.round > self.a.nan_from_round:
+                    pl = struct.pack("<f", float("nan")) + pl[4:]
                 for pc, _ in self.pushes:
                     self.send(pc, {"type": "result", "batch": joined, "bucket": 0,
                                    "round": self.round, "dtype": "f32", "layout": "dense",
@@ -275,6 +280,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--part", default="0/1")
     ap.add_argument("--fail-with", default=None)
+    ap.add_argument("--nan-from-round", type=int, default=None)
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     Mock(a).run()

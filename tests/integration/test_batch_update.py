@@ -174,6 +174,17 @@ class BatchUpdate(psb.PsbTestCase):
         t = self.bu_trainer([s], 0, 3, params=False)
         self.assert_one_line_failure(t, "shape_mismatch", "rank 0")
 
+    def test_loss_diverged_ends_the_trainer(self):
+        """Parameters that are no longer numbers (the stand-in answers
+        round 1 with a NaN): the next batch's loss is NaN, and the trainer
+        stops there, saying where, rather than pushing NaN gradients on."""
+        s = self.bu_server(1, extra=("--nan-from-round", "1"), cmd=[sys.executable, MOCK])
+        t = self.bu_trainer([s], 0, 5, params=False)
+        # Rounds 0 and 1 are numbers; round 1's answer (the parameters of
+        # batch 2) holds the NaN.
+        self.assert_one_line_failure(t, "rank 0: loss diverged at epoch 0, batch 2 (loss = nan)",
+                                     "lower the learning rate")
+
     def test_model_of_another_shape(self):
         s = self.bu_server(1, extra=("--out-features", "31"))
         t = self.bu_trainer([s], 0, 3, params=False)

@@ -216,7 +216,14 @@ class E2E(psb.PsbTestCase):
         self.assertEqual(s["bytes_pushed"], 7 * 2 * 256 * 4)
         for k in ("seconds", "rounds_per_s", "batch_p50_ms", "batch_p99_ms"):
             self.assertIn(k, s)
-        self.stop_server(server, 14)
+        # Written whole (a temporary renamed): none is left beside it.
+        self.assertEqual([n for n in os.listdir(self.reg.workdir) if ".tmp." in n], [])
+        # A summary that cannot be written fails the trainer, naming why.
+        bad = os.path.join(self.reg.workdir, "no-such-dir", "summary.json")
+        t = self.reg.trainer(server, 0, buckets=2, floats=256, batches=7, extra=["--summary-json", bad])
+        self.assertNotEqual(t.wait(60), 0, t.describe())
+        self.assertIn("--summary-json: cannot write %s: ENOENT: No such file or directory" % bad, t.stderr())
+        self.stop_server(server, 28)
 
     def test_interleaved_odd_chunks(self):
         """Two pushes of one large dense bucket arrive interleaved in chunks

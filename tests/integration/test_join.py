@@ -236,6 +236,68 @@ class JoinTests(psb.PsbTestCase):
             self.assert_no_token(p.name, p.stdout() + p.stderr(), WRONG)
             self.assertNotIn("env-token-unused", p.stdout() + p.stderr())
 
+    # ---- --rank: what was asked for, or a refusal ---------------------------------
+
+    def nodes(self, m):
+        code, _, body = http_get(m.http + "/api/v1/nodes")
+        self.assertEqual(code, 200, body)
+        return json.loads(body)
+
+    def wait_node(self, m, role, rank, timeout=30):
+        """The node `role` `rank` once it is registered (nodes API)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for n in self.nodes(m):
+                if n["role"] == role and n["rank"] == rank:
+                    return n
+            time.sleep(0.05)
+        self.fail("%s %d never registered:\n%s" % (role, rank, m.describe()))
+
+    def refused(self, m, role, rank, why_re):
+        """A node of `role` asking for `rank` exits non-zero, its last line
+        the master's refusal matching why_re."""
+        rc, out, err = self.reg.run([psb.bin_path("psbench-" + role), "--master", m.ctl, "--rank", str(rank)]
+                                    + (["--listen", "127.0.0.1:0"] if role == "server" else []), timeout=30)
+        self.assertNotEqual(rc, 0, err)
+        last = err.strip().splitlines()[-1]
+        self.assertTrue(last.startswith("psbench-%s: the master refused this %s: " % (role, role)), err)
+        self.assertRegex(last, why_re)
+        return last
+
+    def test_rank_taken_or_outside_is_refused(self):
+        """A second `--rank 0` is refused naming the node that holds rank 0
+        (which keeps it); the real rank 1 then joins and the run completes.
+        `--rank 7` in a 2-trainer job, and a server rank beyond the job's
+        servers, are refused as outside the job's ranks, and the run is not
+        disturbed."""
+        out_dir = os.path.join(self.reg.workdir, "out")
+        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", "30",
+                              "--ntrainer", "2", "--nserver", "1", "--out", out_dir)
+        srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0",
+                              "--rank", "0"], name="server", cls=psb.Server)
+        self.wait_node(m, "server", 0)
+        self.refused(m, "server", 0, r"server rank 0 is taken \(by the server on \S+, pid %d\)$" % srv.pid)
+        self.refused(m, "server", 1, r"--rank 1 is outside 0\.\.0 \(this job has 1 server\)$")
+        t0 = self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", "0"], name="trainer0")
+        first = self.wait_node(m, "trainer", 0)
+        self.refused(m, "trainer", 0, r"trainer rank 0 is taken \(by the trainer on %s, pid %d\)$"
+                     % (re.escape(first["host"]), t0.pid))
+        self.refused(m, "trainer", 7, r"--rank 7 is outside 0\.\.1 \(this job has 2 trainers\)$")
+        # The first keeps rank 0; the refused ones took no slot.
+        trainers = [n for n in self.nodes(m) if n["role"] == "trainer"]
+        self.assertEqual([n["rank"] for n in trainers], [0], trainers)
+        self.assertEqual(json.loads(http_get(m.http + "/api/v1/status")[2])["phase"], "waiting")
+        t1 = self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", "1"], name="trainer1")
+        st = self.wait_phase(m, ("done", "failed"))
+        self.assertEqual(st["phase"], "done", m.describe())
+        for p in (t0, t1, srv):
+            self.assertEqual(p.wait(60), 0, p.describe())
+        with open(os.path.join(out_dir, "results.json")) as f:
+            res = json.load(f)
+        self.assertEqual(res["phase"], "done")
+        self.assertEqual([t["rank"] for t in res["trainers"]], [0, 1])
+        m.stop()
+
     def test_local_run_with_token_file(self):
         """--local hands the token to its nodes (through the environment,
         never their command line): the run completes; at debug level the

@@ -9,6 +9,7 @@ Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_master.py
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -396,19 +397,160 @@ class MasterTests(psb.PsbTestCase):
             self.assertEqual(p.wait(60), 0, p.describe())
         self.assertEqual(m.wait(30), 0, m.describe())
 
-    def test_sigint_reaps_children(self):
-        m = self.master(model="Slow", epochs=400, linger=0)
-        self.wait_phase(m, ("warmup", "running"))
-        kids = subprocess.run(["pgrep", "-P", str(m.pid)], stdout=subprocess.PIPE).stdout.split()
-        self.assertEqual(len(kids), 3)
-        m.signal(signal.SIGINT)
-        rc = m.wait(30)
-        self.assertNotEqual(rc, 0)
-        self.assertIn("interrupted", m.stderr())
-        for pid in kids:
-            self.assertFalse(os.path.exists("/proc/%d" % int(pid)) and
-                             open("/proc/%d/stat" % int(pid)).read().split()[2] != "Z",
-                             "child %s survived the master" % pid)
+    def test_signals_end_the_run(self):
+        """SIGINT, SIGTERM and SIGHUP during a run: the run fails naming the
+        signal (status, results.json, the master's last line), every child
+        is stopped, and the master exits 128 + the signal's number, as
+        shells expect (130, 143, 129)."""
+        for sig, name in ((signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")):
+            out = os.path.join(self.reg.workdir, "out-" + name)
+            m = self.master(model="Slow", epochs=400, linger=0, out=out)
+            self.wait_phase(m, ("warmup", "running"))
+            kids = subprocess.run(["pgrep", "-P", str(m.pid)], stdout=subprocess.PIPE).stdout.split()
+            self.assertEqual(len(kids), 3)
+            m.signal(sig)
+            rc = m.wait(30)
+            self.assertEqual(rc, 128 + sig, (name, m.describe()))
+            last = m.stderr().strip().splitlines()[-1]
+            self.assertEqual(last, "psbench-master: run failed: interrupted (%s)" % name, m.describe())
+            with open(os.path.join(out, "results.json")) as f:
+                res = json.load(f)
+            self.assertEqual(res["phase"], "failed")
+            self.assertEqual(res["error"], "interrupted (%s)" % name)
+            for pid in kids:
+                self.assertFalse(os.path.exists("/proc/%d" % int(pid)) and
+                                 open("/proc/%d/stat" % int(pid)).read().split()[2] != "Z",
+                                 "child %s survived the master (%s)" % (pid, name))
+
+    def test_results_on_full_disk(self):
+        """--out on a full file system (a 256 KiB tmpfs, filled, in a
+        private mount namespace): results.json and the CSVs are written to
+        a temporary file and renamed, so the complete files of an earlier
+        run stay as they were, no temporary or cut file is left, the error
+        names ENOSPC, and the master exits non-zero."""
+        if os.geteuid() != 0 or not shutil.which("unshare"):
+            self.skipTest("needs root and unshare(1) to mount a small tmpfs in a private mount namespace")
+        out = os.path.join(self.reg.workdir, "full")
+        os.makedirs(out)
+        old = {"results.json": json.dumps({"phase": "done", "old": True}, indent=2) + "\n",
+               "trainer.csv": "rank,metric\nall,\"old\"\n", "server.csv": "rank,metric\nall,\"old\"\n"}
+        seed = os.path.join(self.reg.workdir, "seed")
+        os.makedirs(seed)
+        for name, text in old.items():
+            with open(os.path.join(seed, name), "w") as f:
+                f.write(text)
+        after = os.path.join(self.reg.workdir, "after")
+        master = [psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                  "--linger", "0", "--model", "Tiny", "--model-config-path", self.model_cfg, "--epochs", "1",
+                  "--out", out]
+        # Inside the namespace: mount, put the old run's files, fill the
+        # rest, run the master, then copy out what it left.
+        script = ("set -u; mount -t tmpfs -o size=256k psbench-full \"$1\" || exit 99; cp \"$2\"/* \"$1\"/; "
+                  "head -c 1048576 /dev/zero > \"$1\"/filler 2>/dev/null; "
+                  "shift 3; \"$@\"; rc=$?; mkdir -p \"$A\"; ls -A \"$O\" > \"$A\"/listing; "
+                  "cp \"$O\"/*.json \"$O\"/*.csv \"$A\"/ 2>/dev/null; exit $rc")
+        env = psb.base_env({"A": after, "O": out})
+        p = self.reg.start(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", out, seed,
+                            "unused"] + master, env=env, name="fullmaster")
+        rc = p.wait(120)
+        if rc == 99:
+            self.skipTest("cannot mount a tmpfs here: " + p.stderr()[-300:])
+        self.assertNotEqual(rc, 0, p.describe())
+        err = p.stderr()
+        self.assertRegex(err, r"cannot write %s/results\.json: ENOSPC: No space left on device"
+                         % re.escape(out), p.describe())
+        self.assertIn("phase done", err)  # the run itself completed
+        with open(os.path.join(after, "listing")) as f:
+            listing = sorted(f.read().split())
+        self.assertEqual(listing, ["filler", "results.json", "server.csv", "trainer.csv"], listing)
+        for name, text in old.items():
+            with open(os.path.join(after, name)) as f:
+                self.assertEqual(f.read(), text, name)
+
+    @staticmethod
+    def non_loopback_address():
+        """An IPv4 address of this host outside 127.0.0.0/8, or None."""
+        import socket
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect(("192.0.2.1", 9))  # no packet is sent: only the route is looked up
+                ip = s.getsockname()[0]
+        except OSError:
+            return None
+        return None if ip.startswith("127.") or ip == "0.0.0.0" else ip
+
+    @staticmethod
+    def hold(port, n, source="127.0.0.1", partial=False):
+        """n connections to the HTTP port from `source` that send nothing,
+        or half a request line."""
+        import socket
+        socks = []
+        for _ in range(n):
+            c = socket.create_connection(("127.0.0.1" if source.startswith("127.") else source, port),
+                                         timeout=10, source_address=(source, 0))
+            if partial:
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHo")
+            socks.append(c)
+        return socks
+
+    @staticmethod
+    def closed_by_server(c, timeout):
+        """Whether the server closes c within timeout seconds."""
+        import socket
+        c.settimeout(timeout)
+        try:
+            return c.recv(4096) == b""
+        except socket.timeout:
+            return False
+        except OSError:
+            return True  # reset
+
+    def test_health_with_slow_clients(self):
+        """A slow client holding connections cannot starve other clients of
+        /healthz: loopback is not held to the per-address limit (a local
+        probe shares 127.0.0.1 with a local flood), a connection that sends
+        no complete request is closed within seconds (HTTP_REQUEST_TIMEOUT_S),
+        while a keep-alive connection that sent one stays for the longer
+        idle timeout. From another address, the 65th connection is refused
+        at once and the health check from loopback still answers."""
+        import socket
+        m = self.master(local=False, linger=0)
+        port = int(m.http.rsplit(":", 1)[1])
+        keep = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.addCleanup(keep.close)
+        req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        keep.sendall(req)
+        self.assertIn(b"200 OK", keep.recv(4096))
+        t_keep = time.monotonic()
+        flood = self.hold(port, 40) + self.hold(port, 40, partial=True)
+        for c in flood:
+            self.addCleanup(c.close)
+        # 80 connections from 127.0.0.1 are open; the health check answers.
+        code, _, body = http_get(m.http + "/healthz", timeout=10)
+        self.assertEqual((code, body), (200, "ok"))
+        # None of them completed a request: each is closed within seconds
+        # (bounded wait; the limit is 5 s without progress).
+        for c in flood:
+            self.assertTrue(self.closed_by_server(c, 20), "a connection without a request stayed open")
+        # The keep-alive connection that sent a request outlives that limit.
+        time.sleep(max(0.0, 7.0 - (time.monotonic() - t_keep)))
+        keep.sendall(req)
+        self.assertIn(b"200 OK", keep.recv(4096))
+        ip = self.non_loopback_address()
+        if ip is None:
+            sys.stderr.write("test_health_with_slow_clients: no non-loopback address; skipping the "
+                             "per-address limit check\n")
+            return
+        m2 = self.master("--http", "0.0.0.0:0", local=False, linger=0)
+        port2 = int(m2.http.rsplit(":", 1)[1])
+        held = self.hold(port2, 64, source=ip)
+        for c in held:
+            self.addCleanup(c.close)
+        extra = self.hold(port2, 1, source=ip)[0]
+        self.addCleanup(extra.close)
+        self.assertTrue(self.closed_by_server(extra, 4), "a 65th connection from %s was accepted" % ip)
+        code, _, body = http_get("http://127.0.0.1:%d/healthz" % port2, timeout=10)
+        self.assertEqual((code, body), (200, "ok"))
 
     def test_http_read_only(self):
         m = self.master(epochs=1)
@@ -534,7 +676,7 @@ class MasterTests(psb.PsbTestCase):
         path = self.config_copy("trainer_configurations.json", lr_fast)
         self.assert_refused(["--model", "Tiny", "--model-config-path", self.model_cfg,
                              "--trainer-config-path", path],
-                            [path + ': trainer "DdpRpcTrainer": "lr" must be a number in (0, 1000000], '
+                            [path + ': trainer "DdpRpcTrainer": "lr" must be a number in (0, 3.40282346638529e+38], '
                                     'got "fast" (a string)'])
 
         def cap_negative(t):

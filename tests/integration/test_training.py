@@ -145,6 +145,83 @@ class Training(psb.PsbTestCase):
         moved = max(abs(x - y) for x, y in zip(a, init))
         self.assertGreater(moved, 1e-6)
 
+    def diverging_trainers(self):
+        """The default trainer configuration with "lr": 1e30 (a float; 1e308,
+        which no float holds, is refused with the configuration): the
+        parameters overflow at once and the loss is no longer a number."""
+        tc = os.path.join(self.reg.workdir, "diverging.json")
+        with open(os.path.join(os.path.dirname(psb.HERE), "..", "configs",
+                               "trainer_configurations.json")) as f:
+            t = json.load(f)
+        t["DdpRpcTrainer"]["configurations"]["lr"] = 1e30
+        with open(tc, "w") as f:
+            json.dump(t, f)
+        return tc
+
+    DIVERGED_RE = (r"loss diverged at epoch (\d+), batch (\d+) of the warm-up pass \(loss = (nan|inf|-inf)\)")
+
+    def test_loss_divergence_fails_the_run(self):
+        """A loss that becomes NaN or infinite stops the trainer at that
+        batch and fails the run: the reason (status, results.json, the
+        master's and each trainer's last line) names the epoch and the
+        batch; results.json's trainers carry where; every process exits
+        non-zero."""
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--model", "DummyModel", "--epochs", "2", "--trainer-config-path", self.diverging_trainers(),
+                        "--linger", "0", local=False, out=out)
+        srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
+                             name="server")
+        trs = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r)],
+                              name="trainer%d" % r) for r in range(2)]
+        self.assertEqual(m.wait(120), 1, m.describe())
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        self.assertEqual(res["phase"], "failed")
+        self.assertRegex(res["error"], r"^trainer \d \(.*\) failed: " + self.DIVERGED_RE +
+                         r": lower the learning rate")
+        last = m.stderr().strip().splitlines()[-1]
+        self.assertRegex(last, r"^psbench-master: run failed: trainer \d \(.*\) failed: " + self.DIVERGED_RE)
+        diverged = [t["diverged"] for t in res["trainers"] if t["diverged"]]
+        self.assertTrue(diverged, res["trainers"])
+        for d in diverged:
+            self.assertEqual(d["pass"], "warm-up")
+            self.assertIn(d["loss"], ("nan", "inf", "-inf"))
+            self.assertIsInstance(d["epoch"], int)
+            self.assertIsInstance(d["batch"], int)
+        first = diverged[0]
+        self.assertIn("epoch %d, batch %d" % (first["epoch"], first["batch"]), res["error"])
+        self.assertEqual(res["warnings"], [])
+        for t in trs:
+            self.assertNotEqual(t.wait(60), 0, t.describe())
+            tl = t.stderr().strip().splitlines()[-1]
+            self.assertRegex(tl, r"^psbench-trainer: the run failed: trainer \d \(.*\) failed: " + self.DIVERGED_RE,
+                             t.describe())
+        self.assertNotEqual(srv.wait(60), 0, srv.describe())
+
+    def test_loss_divergence_allowed(self):
+        """With --allow-divergence the trainers go on past a loss that is
+        not finite and the run ends done, with a warning in the master's
+        output and results.json; the losses are recorded ("nan", "inf":
+        JSON has no NaN), never dropped."""
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--model", "DummyModel", "--epochs", "2", "--trainer-config-path", self.diverging_trainers(),
+                        "--allow-divergence", "--linger", "0", out=out)
+        res = self.results(m, out)
+        self.assertEqual(res["phase"], "done")
+        self.assertIs(res["configuration"]["allow_divergence"], True)
+        self.assertEqual(len(res["warnings"]), 2, res["warnings"])
+        for r, (t, w) in enumerate(zip(res["trainers"], res["warnings"])):
+            self.assertRegex(w, r"^trainer %d \(.*\): " % r + self.DIVERGED_RE +
+                             r"; the run went on \(--allow-divergence\)$")
+            d = t["diverged"]
+            self.assertEqual(d["pass"], "warm-up")
+            self.assertIn("epoch %d, batch %d" % (d["epoch"], d["batch"]), w)
+            self.assertEqual(len(t["loss_per_epoch"]), 2, t)
+            for v in t["loss_per_epoch"]:
+                self.assertIn(v, ("nan", "inf", "-inf"), t)
+            self.assertIn("warning: " + w, m.stdout())
+        self.assertRegex(m.stderr(), r"psbench-master: warn: trainer 0 \(.*\): " + self.DIVERGED_RE)
+
     @staticmethod
     def thread_nices(pid):
         """{tid: nice} of a live process's threads (from /proc)."""

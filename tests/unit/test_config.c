@@ -332,6 +332,14 @@ static void test_all_flags(void **state)
     assert_int_equal(c.runs, 3);
     json_t *j = config_to_json(&c);
     assert_int_equal(json_integer_value(json_object_get(j, "runs")), 3);
+    assert_true(json_is_false(json_object_get(j, "allow_divergence")));
+    json_decref(j);
+    config_free(&c);
+    /* --allow-divergence, in the args echo and results.json. */
+    assert_int_equal(parse(&c, err, sizeof err, "--allow-divergence", NULL), 0);
+    assert_true(c.allow_divergence);
+    j = config_to_json(&c);
+    assert_true(json_is_true(json_object_get(j, "allow_divergence")));
     json_decref(j);
     config_free(&c);
     assert_int_equal(parse(&c, err, sizeof err, "--runs", "0", NULL), 0);

@@ -183,7 +183,7 @@ static const vcase cases[] = {
     {"HybridModel", "embedding_dim", "true", "-64", "1048577", REQ, NULL, NULL},
 
     {"DdpTrainer", "ddp_hook", "7", NULL, "\"ring_hook\"", REQ, NULL, NULL},
-    {"DdpTrainer", "lr", "\"fast\"", "0", "1000001", REQ, NULL, NULL},
+    {"DdpTrainer", "lr", "\"fast\"", "0", "1e39", REQ, NULL, NULL},
     {"DdpTrainer", "momentum", "\"high\"", "-0.5", "1", OPT, "0.0", NULL},
     {"DdpTrainer", "bucket_cap_mb", "\"25\"", "-1", "1048577", OPT, "25.0", NULL},
     {"DdpTrainer", "hook_state", "1", NULL, "\"FancyHookState\"", OPT, "\"BasicHookState\"", NULL},
@@ -198,7 +198,7 @@ static const vcase cases[] = {
     {"BatchUpdateTrainer", "batches", "4.5", "0", "1073741825", OPT, "4", NULL},
 
     {"HybridTrainer", "ddp_hook", "1", NULL, "\"rpc_hook\"", OPT, "\"allreduce_hook\"", NULL},
-    {"HybridTrainer", "lr", "\"0.05\"", "0", "1000001", OPT, "0.05", NULL},
+    {"HybridTrainer", "lr", "\"0.05\"", "0", "1e308", OPT, "0.05", NULL},
     {"HybridTrainer", "batches", "[10]", "0", "1048577", OPT, "10", NULL},
 
     {"BatchUpdateParameterServer", "lr", "\"fast\"", "-0.001", "1e7", OPT, "0.001", NULL},
@@ -695,7 +695,8 @@ static void test_assignment_entries(void **state)
     json_t *e = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", "DdpRpcTrainer", "class", "DdpTrainer", "configurations",
                           "ddp_hook", "rpc_hook", "lr", "fast");
     assert_int_equal(jobconf_check_entry("trainer", e, err, sizeof err), -1);
-    assert_contains(err, "trainer \"DdpRpcTrainer\": \"lr\" must be a number in (0, 1000000], got \"fast\" (a string)");
+    assert_contains(err, "trainer \"DdpRpcTrainer\": \"lr\" must be a number in (0, 3.40282346638529e+38], got \"fast\" "
+                         "(a string)");
     json_decref(e);
     e = json_pack("{s:s, s:s}", "id", "D", "class", "DummyData");
     assert_int_equal(jobconf_check_entry("data", e, err, sizeof err), -1);
