@@ -120,3 +120,18 @@ int cli_read_token_file(const char *path, char *buf, size_t len, int *loose, cha
     fclose(f);
     return rc;
 }
+
+void cli_format_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    unsigned u = 0;
+    uint64_t scale = 1;
+    while (u + 1 < sizeof units / sizeof units[0] && n / scale >= 1024) {
+        scale *= 1024;
+        u++;
+    }
+    if (n % scale == 0)
+        snprintf(buf, len, "%llu %s", (unsigned long long)(n / scale), units[u]);
+    else
+        snprintf(buf, len, "%.1f %s", (double)n / (double)scale, units[u]);
+}
