@@ -155,21 +155,27 @@ static int server_refuse_one(server *s, int e)
     assert(n > 0);
     if (send(cfd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)n)
         log_debug("%s: could not write the refusal", peer);
-    /* Our side ends after the error; whatever the trainer sent (its hello)
-     * is read and dropped, so that the close is a FIN, not a reset that
-     * could reach the trainer before the error does. */
+    /* Our side ends after the error; what the trainer sent already (its
+     * hello: a few bytes, a bounded read) is dropped, so that the close is
+     * a FIN, not a reset that could reach the trainer before the error. */
     shutdown(cfd, SHUT_WR);
-    while (recv(cfd, buf, sizeof buf, MSG_DONTWAIT) > 0)
+    for (int i = 0; i < 8 && recv(cfd, buf, sizeof buf, MSG_DONTWAIT) > 0; i++)
         ;
     close(cfd);
     s->spare_fd = server_open_spare();
-    if (s->refused_fds++ == 0) {
-        log_warn("refused a trainer from %s: %s (%u connections open)", peer, why, s->nconns);
-        if (s->out_of_fds)
-            s->out_of_fds(s, why);
+    /* A warning the first time and then at most once a minute (with the
+     * count), not once per trainer. */
+    s->refused_fds++;
+    double now = clock_now_s();
+    if (s->refused_fds == 1 || now - s->t_refused_warn >= 60) {
+        log_warn("refused a trainer from %s: %s (%u connections open; %" PRIu64 " refused so far)", peer, why,
+                 s->nconns, s->refused_fds);
+        s->t_refused_warn = now;
     } else {
         log_debug("refused a trainer from %s: %s", peer, why);
     }
+    if (s->refused_fds == 1 && s->out_of_fds)
+        s->out_of_fds(s, why);
     return 0;
 }
 

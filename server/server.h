@@ -55,6 +55,7 @@ typedef struct server {
     struct event *accept_pause_ev; /* re-arms listen_ev after running out of descriptors */
     int spare_fd;                  /* /dev/null, given up to answer a trainer when out of descriptors */
     uint64_t refused_fds;          /* trainers refused for want of a descriptor */
+    double t_refused_warn;         /* when that was last a warning */
     struct event *fill_ev;         /* the kind's next fill slice */
     bool filling;                  /* the kind is not ready: trainers' input is held */
     double t_fill;                 /* when the fill began (seconds, CLOCK_MONOTONIC) */
