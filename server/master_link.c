@@ -105,7 +105,12 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
         if (got == 0)
             continue; /* after `registered`: the master bounds the wait (its join timeout) */
         if (strcmp(m.type, "stop") == 0) {
-            snprintf(err, errlen, "the master refused this server: %s", ctl_str(m.body, "reason", "?"));
+            /* Refused (a wrong token, no slot), or the run failed before
+             * the assignment (tables too big for their hosts). */
+            if (strcmp(ctl_str(m.body, "status", "refused"), "refused") == 0)
+                snprintf(err, errlen, "the master refused this server: %s", ctl_str(m.body, "reason", "?"));
+            else
+                snprintf(err, errlen, "the run failed: %s", ctl_str(m.body, "reason", "?"));
             ctl_msg_clear(&m);
             return -1;
         }

@@ -157,7 +157,10 @@ int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, c
         mlink_on_stop(l, &msg);
     }
     if (strcmp(msg.type, "stop") == 0) {
-        snprintf(err, errlen, "the master refused this trainer: %s", ctl_str(msg.body, "reason", "?"));
+        if (strcmp(ctl_str(msg.body, "status", "refused"), "refused") == 0)
+            snprintf(err, errlen, "the master refused this trainer: %s", ctl_str(msg.body, "reason", "?"));
+        else
+            snprintf(err, errlen, "the run failed: %s", l->stop_reason);
         ctl_msg_clear(&msg);
         return -1;
     }

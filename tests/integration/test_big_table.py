@@ -86,8 +86,11 @@ class BigTable(psb.PsbTestCase):
         last = m.stderr().strip().splitlines()[-1]
         self.assertIn("2 tables of 256 MiB", last)
         self.assertIn("on a host with 400 MiB", last)
-        # Refused before any server allocated its table.
+        # Refused before any server allocated its table; each server's last
+        # line is the master's verdict.
         self.assertNotIn("initialising the embedding table", m.stderr())
+        for r in (0, 1):
+            self.assertIn("[server %d] psbench-server: the run failed: embedding tables too big" % r, m.stderr())
 
     def test_tables_that_fit_are_not_refused(self):
         rows, cols = 1 << 10, 256  # 1 MiB per server
