@@ -80,6 +80,8 @@ typedef struct node {
     int64_t rows_touched;  /* an embedding server's report, -1 before any */
     int64_t rows_base;     /* rows_touched when the current run began (--runs) */
     uint64_t batches_done; /* in the current pass */
+    uint64_t mem_total, mem_available; /* server: its host's memory at register (0: not said) */
+    uint64_t init_done, init_total;    /* server: its table's fill while it fills (total 0: not filling) */
     json_t *timed_result;  /* trainer: what its timed pass reported (loss, digest) */
     json_t *environment;   /* what it computes with, from its register (owned), NULL: not reported */
     json_t *diverged;      /* trainer: where its loss first diverged ({pass, epoch, batch, loss}), or NULL */
@@ -102,6 +104,8 @@ typedef struct master {
     uint32_t run;        /* 1-based: which of set.runs this is */
     bool runs_ended;     /* a signal between runs: no further run */
     bool resetting;      /* between the warm-up and the timed pass */
+    bool servers_assigned; /* every server registered, fit its host and got its assignment */
+    double t_init_progress; /* when a server's table fill last moved (0: never): deadlines wait while it does */
     char error[1024];
     double t_start, t_phase, t_last_progress;
     uint64_t batches_completed_total;

@@ -1,8 +1,13 @@
 /* run.c — the master's control plane and the run's phases.
  *
- *   waiting  — nodes connect and register; each gets a rank. Servers are
- *              assigned at once (how many trainers feed them); trainers once
- *              every server is known (which servers to use, model, data).
+ *   waiting  — nodes connect and register; each gets a rank and is told so
+ *              at once (`registered`: a node bounds its wait for that first
+ *              answer by --connect-timeout). Servers are assigned once all
+ *              of them have registered and their embedding tables fit their
+ *              hosts' memory (how many trainers feed them); trainers once
+ *              every server is ready — its table filled, which may take
+ *              seconds while it reports progress (which servers to use,
+ *              model, data).
  *   warmup   — when every trainer is ready: one full pass.
  *   (reset)  — servers clear their futures, everyone clears metrics; the
  *              master waits for every reset_done.
@@ -25,10 +30,12 @@
  * A node that disconnects, reports a failure or stops sending (its metrics
  * messages are its heartbeat) fails the run, named by role, rank and host.
  * Every wait is bounded: registrations by the join timeout, everything else
- * by --rpc-timeout.
+ * by --rpc-timeout. While a server fills its table and reports progress,
+ * those deadlines count from its last progress.
  */
 #include "master/master.h"
 #include "shared/clock.h"
+#include "shared/cli.h"
 #include "master/http.h"
 #include "master/launcher.h"
 #include "shared/control.h"
@@ -269,7 +276,82 @@ static void master_assign_server(master *m, node *n)
     if (body && m->set.embedding)
         json_object_set(body, "embedding", m->set.embedding);
     node_send(n, "assign", body);
-    n->state = NS_READY;
+    n->state = NS_ASSIGNED; /* ready once its kind is (its table filled) */
+}
+
+/* The bytes of one server's embedding table (0: no embedding kind). */
+static uint64_t master_table_bytes(const master *m)
+{
+    if (!m->set.embedding)
+        return 0;
+    json_int_t rows = json_integer_value(json_object_get(m->set.embedding, "num_embeddings"));
+    json_int_t cols = json_integer_value(json_object_get(m->set.embedding, "embedding_dim"));
+    if (rows <= 0 || cols <= 0 || rows > (1ll << 31) || cols > (1ll << 31))
+        return 0;
+    return (uint64_t)rows * (uint64_t)cols * sizeof(float);
+}
+
+/* The embedding tables of the servers on each host (same `host`) must fit
+ * that host's memory together, as the servers reported it at register (the
+ * largest report when several did): refused here, before any server
+ * allocates, rather than by the kernel's OOM killer mid-run. Returns 0, or
+ * -1 having failed the run with the sizes. */
+static int master_check_memory(master *m)
+{
+    uint64_t table = master_table_bytes(m);
+    if (table == 0)
+        return 0;
+    for (uint32_t i = 0; i < m->set.nserver; i++) {
+        node *n = m->servers[i];
+        bool seen = false;
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = strcmp(m->servers[j]->host, n->host) == 0;
+        if (seen)
+            continue; /* that host was checked with its first server */
+        uint32_t count = 0;
+        uint64_t avail = 0, total = 0;
+        char ranks[256] = "";
+        size_t rl = 0;
+        for (uint32_t j = i; j < m->set.nserver; j++) {
+            node *o = m->servers[j];
+            if (strcmp(o->host, n->host) != 0)
+                continue;
+            count++;
+            avail = o->mem_available > avail ? o->mem_available : avail;
+            total = o->mem_total > total ? o->mem_total : total;
+            if (rl < sizeof ranks - 16)
+                rl += (size_t)snprintf(ranks + rl, sizeof ranks - rl, "%s%u", rl ? ", " : "", o->rank);
+        }
+        if (avail == 0 || (uint64_t)count * table <= avail)
+            continue; /* not reported (no check), or it fits */
+        char t[32], a[32], all[32];
+        cli_format_bytes(table, t, sizeof t);
+        cli_format_bytes(avail, a, sizeof a);
+        cli_format_bytes(total, all, sizeof all);
+        master_fail(m,
+                    "embedding tables too big for host %s: %u table%s of %s on a host with %s of memory available "
+                    "(%s in all; server%s %s): run fewer servers there or smaller tables (--number-embeddings, "
+                    "--embedding-dim)",
+                    n->host, count, count == 1 ? "" : "s", t, a, all, count == 1 ? "" : "s", ranks);
+        return -1;
+    }
+    return 0;
+}
+
+/* Once every server has registered: check their tables against their
+ * hosts, then assign them all. */
+static void master_maybe_assign_servers(master *m)
+{
+    if (m->servers_assigned)
+        return;
+    for (uint32_t s = 0; s < m->set.nserver; s++)
+        if (!m->servers[s])
+            return;
+    if (master_check_memory(m) < 0)
+        return;
+    m->servers_assigned = true;
+    for (uint32_t s = 0; s < m->set.nserver; s++)
+        master_assign_server(m, m->servers[s]);
 }
 
 static void master_assign_trainer(master *m, node *n)
@@ -302,10 +384,14 @@ static void master_assign_trainer(master *m, node *n)
     n->state = NS_ASSIGNED;
 }
 
+/* Trainers learn their servers' addresses once every server is ready: no
+ * trainer is answered by a server whose table is still being filled. */
 static void master_maybe_assign_trainers(master *m)
 {
+    if (m->phase != PH_WAITING)
+        return;
     for (uint32_t s = 0; s < m->set.nserver; s++)
-        if (!m->servers[s])
+        if (!m->servers[s] || m->servers[s]->state != NS_READY)
             return;
     for (uint32_t t = 0; t < m->set.ntrainer; t++)
         if (m->trainers[t] && m->trainers[t]->state == NS_REGISTERED)
@@ -406,6 +492,8 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
     n->rank = (uint32_t)rank;
     n->registered = true;
     n->state = NS_REGISTERED;
+    /* The first answer, at once: the node bounds its wait for it. */
+    node_send(n, "registered", json_pack("{s:I}", "rank", (json_int_t)rank));
     snprintf(n->host, sizeof n->host, "%s", ctl_str(msg->body, "host", n->peer_ip));
     snprintf(n->device, sizeof n->device, "%s", ctl_str(msg->body, "device", "cpu"));
     n->pid = ctl_int(msg->body, "pid", 0);
@@ -433,8 +521,11 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
             snprintf(n->addr, sizeof n->addr, "[%s]:%" PRId64, h, port);
         else
             snprintf(n->addr, sizeof n->addr, "%s:%" PRId64, h, port);
+        int64_t mt = ctl_int(msg->body, "mem_total_bytes", 0), ma = ctl_int(msg->body, "mem_available_bytes", 0);
+        n->mem_total = mt > 0 ? (uint64_t)mt : 0;
+        n->mem_available = ma > 0 ? (uint64_t)ma : 0;
         log_info("server %u registered from %s, data plane %s", n->rank, n->host, n->addr);
-        master_assign_server(m, n);
+        master_maybe_assign_servers(m);
     } else {
         log_info("trainer %u registered from %s", n->rank, n->host);
         /* Said on the trainer's host too, but that may be far away. */
@@ -480,6 +571,24 @@ static void master_on_metrics(master *m, node *n, ctl_msg *msg)
             return;
         }
         n->rows_touched = json_integer_value(rt);
+    }
+    if (n->role == AGG_SERVER) {
+        /* A server filling its table says how far it has got; the wait for
+         * it (join, reset) counts from its last progress. */
+        json_t *init = json_object_get(msg->body, "initialising");
+        json_int_t idone = json_integer_value(json_object_get(init, "done_bytes"));
+        json_int_t total = json_integer_value(json_object_get(init, "total_bytes"));
+        if (init && (!json_is_integer(json_object_get(init, "done_bytes")) ||
+                     !json_is_integer(json_object_get(init, "total_bytes")) || total <= 0 || idone < 0 ||
+                     idone > total)) {
+            master_fail(m, "server %u (%s) sent bad metrics: initialising needs 0 <= done_bytes <= total_bytes",
+                        n->rank, n->host);
+            return;
+        }
+        if (init && ((uint64_t)idone != n->init_done || (uint64_t)total != n->init_total))
+            m->t_init_progress = master_now();
+        n->init_done = init ? (uint64_t)idone : 0;
+        n->init_total = init ? (uint64_t)total : 0;
     }
     if (n->role == AGG_TRAINER) {
         if (done > master_pass_batches(m, m->phase)) {
@@ -571,6 +680,12 @@ static void master_on_failed(master *m, node *n, ctl_msg *msg)
              ctl_str(msg->body, "reason", "no reason given"));
     if (m->phase == PH_DONE || m->phase == PH_FAILED || m->finishing)
         return;
+    if (n->role == AGG_SERVER) {
+        /* A server reports what it cannot do itself (a trainer refused for
+         * want of descriptors): it is the cause. */
+        master_fail(m, "%s", why);
+        return;
+    }
     if (m->held_until > 0)
         return; /* the first failure is the one held */
     snprintf(m->held_failure, sizeof m->held_failure, "%s", why);
@@ -633,6 +748,12 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
     } else if (strcmp(msg->type, "ready") == 0) {
         if (n->state == NS_ASSIGNED)
             n->state = NS_READY;
+        if (n->role == AGG_SERVER) {
+            /* Its table is filled: trainers may now be told where it is. */
+            n->init_total = n->init_done = 0;
+            m->t_init_progress = master_now();
+            master_maybe_assign_trainers(m);
+        }
         if (m->phase == PH_WAITING && master_all(m, AGG_TRAINER, NS_READY) &&
             master_all(m, AGG_SERVER, NS_READY))
             master_start_pass(m, PH_WARMUP);
@@ -681,6 +802,10 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
     } else if (strcmp(msg->type, "reset_done") == 0) {
         if (n->state == NS_RESETTING)
             n->state = NS_READY;
+        if (n->role == AGG_SERVER) {
+            n->init_total = n->init_done = 0;
+            m->t_init_progress = master_now();
+        }
         if (m->resetting && master_all(m, AGG_TRAINER, NS_READY) && master_all(m, AGG_SERVER, NS_READY))
             master_reset_complete(m);
     } else if (strcmp(msg->type, "failed") == 0) {
@@ -943,6 +1068,14 @@ static void master_progress_line(master *m, double now)
              total ? 100.0 * (double)done / (double)total : 0.0, now - m->t_phase);
 }
 
+/* Where a deadline counts from: t, or a server's table fill's last
+ * progress if that is later (a fill of several GiB may take longer than
+ * --rpc-timeout, and keeps moving). */
+static double master_since(const master *m, double t)
+{
+    return m->t_init_progress > t ? m->t_init_progress : t;
+}
+
 static void master_check_timeouts(master *m, double now)
 {
     if (m->phase == PH_DONE || m->phase == PH_FAILED)
@@ -953,12 +1086,12 @@ static void master_check_timeouts(master *m, double now)
             tr += m->trainers[i] && m->trainers[i]->state == NS_READY;
         for (uint32_t i = 0; i < m->set.nserver; i++)
             sv += m->servers[i] != NULL;
-        if (now - m->t_start > m->set.join_timeout_s)
+        if (now - master_since(m, m->t_start) > m->set.join_timeout_s)
             master_fail(m, "only %u of %u trainers and %u of %u servers joined within %.0f s", tr,
                         m->set.ntrainer, sv, m->set.nserver, m->set.join_timeout_s);
         return;
     }
-    if (m->resetting && now - m->t_phase > m->set.rpc_timeout_s) {
+    if (m->resetting && now - master_since(m, m->t_phase) > m->set.rpc_timeout_s) {
         master_fail(m, "reset after the warm-up did not complete within %.0f s", m->set.rpc_timeout_s);
         return;
     }
@@ -1015,7 +1148,7 @@ static void master_on_tick(evutil_socket_t fd, short what, void *arg)
             for (node *n = m->nodes; n; n = n->next)
                 settled &= !n->registered || !n->bev;
         double wait_s = next ? m->set.rpc_timeout_s : 5.0;
-        if (!m->finished_output && !settled && !m->hurry && now - m->t_finished < wait_s)
+        if (!m->finished_output && !settled && !m->hurry && now - master_since(m, m->t_finished) < wait_s)
             return;
         if (m->finishing) {
             m->finishing = false;
@@ -1122,6 +1255,8 @@ void master_publish(master *m, bool exact)
             sn->last_seen_s = now - n->last_seen;
             sn->bytes_in = n->bytes_in;
             sn->rows_touched = m->set.embedding ? node_rows_touched(n) : -1;
+            sn->init_done_bytes = n->init_done;
+            sn->init_total_bytes = n->init_total;
             sn->bytes_out = n->bytes_out;
             sn->environment = n->environment;
         }

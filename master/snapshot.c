@@ -107,6 +107,25 @@ static json_t *snapshot_progress(const snapshot_input *in)
     return p;
 }
 
+/* The servers filling their tables: [{"rank", "done_bytes", "total_bytes"}]. */
+static json_t *snapshot_initialising(const snapshot_input *in)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < in->nnodes; i++) {
+        const snap_node *n = &in->nodes[i];
+        if (strcmp(n->role, "server") != 0 || n->init_total_bytes == 0)
+            continue;
+        json_t *o = json_object();
+        if (json_array_append_new(arr, o) != 0 || snapshot_set(o, "rank", json_integer(n->rank)) ||
+            snapshot_set(o, "done_bytes", snapshot_uint(n->init_done_bytes)) ||
+            snapshot_set(o, "total_bytes", snapshot_uint(n->init_total_bytes))) {
+            json_decref(arr); /* o with it, if it went in */
+            return NULL;
+        }
+    }
+    return arr;
+}
+
 char *snapshot_status_json(const snapshot_input *in)
 {
     json_t *doc = json_object();
@@ -115,7 +134,8 @@ char *snapshot_status_json(const snapshot_input *in)
         snapshot_set(doc, "progress", snapshot_progress(in)) ||
         snapshot_set(doc, "nodes", snapshot_role_counts(in)) ||
         snapshot_set(doc, "elapsed_s", snapshot_num(in->elapsed_s)) ||
-        snapshot_set(doc, "run", json_integer(in->run)) || snapshot_set(doc, "runs", json_integer(in->runs))) {
+        snapshot_set(doc, "run", json_integer(in->run)) || snapshot_set(doc, "runs", json_integer(in->runs)) ||
+        snapshot_set(doc, "servers_initialising", snapshot_initialising(in))) {
         json_decref(doc);
         return NULL;
     }

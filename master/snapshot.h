@@ -24,6 +24,7 @@ typedef struct snap_node {
     double last_seen_s; /* seconds since its last message */
     uint64_t bytes_in, bytes_out; /* payload bytes it reported (data plane) */
     int64_t rows_touched;         /* an embedding server: table rows its updates changed; -1: none */
+    uint64_t init_done_bytes, init_total_bytes; /* a server filling its table (total 0: not filling) */
     const void *environment;      /* json_t *: what it computes with, as it registered (borrowed);
                                    * NULL: not reported. void * keeps jansson out of this header */
 } snap_node;
@@ -52,8 +53,10 @@ typedef struct snapshot_input {
 
 /* GET /api/v1/status:
  * {"phase", "error", "progress": {"batches_done", "batches_total"},
- *  "nodes": {"trainer": n, "server": n}, "elapsed_s", "run", "runs"}
- * ("run" and "runs" are an extension: --runs) */
+ *  "nodes": {"trainer": n, "server": n}, "elapsed_s", "run", "runs",
+ *  "servers_initialising": [{"rank", "done_bytes", "total_bytes"}, ...]}
+ * ("run" and "runs" are an extension: --runs; "servers_initialising" too:
+ * the servers filling their embedding tables now, empty otherwise) */
 char *snapshot_status_json(const snapshot_input *in);
 /* GET /api/v1/nodes: [{"role", "rank", "host", "device", "state", "last_seen_s"}, ...];
  * an embedding server also has "rows_touched", a node that reported it

@@ -53,6 +53,28 @@ static void conn_on_write(evutil_socket_t fd, short what, void *arg);
 static int conn_flush_out(conn *c);
 static void conn_on_hello_timeout(evutil_socket_t fd, short what, void *arg);
 
+/* Start reading, and the hello deadline if there was no hello yet. */
+static int conn_arm(conn *c)
+{
+    double ht = c->srv->cfg.hello_timeout_s;
+    struct timeval htv = {(time_t)ht, (suseconds_t)((ht - (double)(time_t)ht) * 1e6)};
+    if (event_add(c->rev, NULL) < 0)
+        return -1;
+    return c->hello_done ? 0 : evtimer_add(c->hello_ev, &htv);
+}
+
+void conn_hold(conn *c, bool hold)
+{
+    if (c->fd < 0 || c->closing)
+        return; /* closed, or reading no more anyway */
+    if (hold) {
+        event_del(c->rev);
+        evtimer_del(c->hello_ev);
+    } else if (conn_arm(c) < 0) {
+        conn_close(c, "cannot watch the connection");
+    }
+}
+
 conn *conn_new(server *s, int fd)
 {
     conn *c = calloc(1, sizeof *c);
@@ -69,10 +91,7 @@ conn *conn_new(server *s, int fd)
     c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
     c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
     c->hello_ev = evtimer_new(s->base, conn_on_hello_timeout, c);
-    double ht = s->cfg.hello_timeout_s;
-    struct timeval htv = {(time_t)ht, (suseconds_t)((ht - (double)(time_t)ht) * 1e6)};
-    if (rd_ok < 0 || !c->rev || !c->wev || !c->hello_ev || event_add(c->rev, NULL) < 0 ||
-        evtimer_add(c->hello_ev, &htv) < 0) {
+    if (rd_ok < 0 || !c->rev || !c->wev || !c->hello_ev || (!s->filling && conn_arm(c) < 0)) {
         if (c->rev)
             event_free(c->rev);
         if (c->wev)

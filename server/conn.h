@@ -74,6 +74,12 @@ int conn_flush(conn *c);
  * layer has dropped it); its remaining bytes are discarded. A lookup or
  * update being received carries on (it applies to the fresh state). */
 void conn_push_forget(conn *c);
+/* Hold (stop reading, and stop the hello deadline) or release a
+ * connection's input: the reactor holds every trainer's while the kind is
+ * not ready (a table being filled), so that nothing — a hello's welcome
+ * included — is answered before it is. Releasing restarts the hello
+ * deadline of a connection that has not said hello. */
+void conn_hold(conn *c, bool hold);
 /* Free a closed connection (from server_reap). */
 void conn_free(conn *c);
 

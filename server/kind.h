@@ -132,6 +132,14 @@ typedef struct kind_ops {
     /* Between passes, after every future is gone (batch-update: a fresh
      * model, as the seed builds one per pass). May be NULL. */
     void (*reset)(kind *k);
+    /* Work that start and reset leave to be done a slice at a time
+     * (embedding: its table, up to 8 GiB of normals, seconds of work), so
+     * that the reactor serves its master link and its listener in between
+     * (reactor.c drives it). start and reset set fill_total and fill_left;
+     * fill does about `budget` bytes more and returns fill_left (0: the
+     * kind is ready). Nothing else may be asked of a kind that is not
+     * ready. NULL: start and reset finish their work themselves. */
+    uint64_t (*fill)(kind *k, uint64_t budget);
     /* `fetch`: the answer's header fields and payload (a new reference).
      * NULL: the kind has no fetch (`unsupported`). 0, or -1 (memory). */
     int (*fetch)(kind *k, frame_hdr *out, psbuf **payload);
@@ -155,6 +163,7 @@ struct kind {
                         * embedding: method_metric,lookup */
     stats *m_update;   /* embedding: method_metric,update (NULL for the others) */
     uint64_t rows_touched; /* embedding: index positions updates have applied */
+    uint64_t fill_total, fill_left; /* bytes of the last start/reset's fill, and still to do */
     /* How a kind reports a resolved future: result is a new reference the
      * callee takes, or NULL when it could not be computed (then `why`). */
     void (*resolved)(void *ctx, future *f, psbuf *result, const char *why);

@@ -14,10 +14,14 @@
  * submission order, so a trainer's lookup sees every update it sent
  * before, whatever the device.
  *
- * The table is written only by device jobs, and by start and reset once
- * nothing is in flight (the futures layer drains the device first).
+ * The table is written only by device jobs, and by its fill once nothing
+ * is in flight (the futures layer drains the device before a reset).
+ * start and reset only seed the fill; emb_fill draws the normals a slice at
+ * a time (8 GiB take seconds), and the reactor hands no call to a kind
+ * that is not ready.
  */
 #include "server/kind.h"
+#include "server/kinds.h"
 #include "shared/clock.h"
 #include "shared/log.h"
 #include "shared/rng.h"
@@ -36,21 +40,52 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "payloads are little-e
 /* The most floats a table may hold (8 GiB). */
 #define EMB_MAX_FLOATS (1ull << 31)
 
+/* A fill slice ends on a multiple of this many floats (or at the table's
+ * end). rng_fill_normal draws normals in pairs, in blocks of 128 pairs:
+ * filling [0, a) and then [a, n) from the same generator gives the bits of
+ * one fill of [0, n) whenever a is even (each block draws until it has its
+ * pairs, so no draw depends on where a block starts); 256 keeps the slices
+ * on the blocks too. */
+#define EMB_FILL_ALIGN 256u
+
 typedef struct emb_kind {
     kind base;
     uint64_t rows, cols;
     float *table;                   /* rows x cols, row-major */
     uint64_t submitted, completed;  /* device jobs */
+    rng fill_rng;                   /* the table's stream, where the fill is */
+    uint64_t filled;                /* floats of the table filled from it */
 } emb_kind;
 
 /* PyTorch initializes an EmbeddingBag's weight N(0, 1); here from the
- * seed and this server's own stream, so every server has its own table. */
-static void emb_init_table(emb_kind *ek)
+ * seed and this server's own stream, so every server has its own table:
+ * rng_fill_normal over the whole table, done by emb_fill in slices. */
+static void emb_fill_begin(emb_kind *ek)
 {
     const embedding_config *c = &ek->base.cfg.emb;
-    rng r;
-    rng_seed(&r, c->seed, RNG_STREAM_EMBEDDING + (uint64_t)c->rank);
-    rng_fill_normal(ek->table, ek->rows * ek->cols, &r);
+    rng_seed(&ek->fill_rng, c->seed, RNG_STREAM_EMBEDDING + (uint64_t)c->rank);
+    ek->filled = 0;
+    ek->base.fill_total = ek->rows * ek->cols * sizeof(float);
+    ek->base.fill_left = ek->base.fill_total;
+}
+
+static uint64_t emb_fill(kind *k, uint64_t budget)
+{
+    emb_kind *ek = (emb_kind *)k;
+    uint64_t n = ek->rows * ek->cols, left = n - ek->filled;
+    uint64_t want = budget / sizeof(float);
+    if (want < left) {
+        want -= want % EMB_FILL_ALIGN;
+        if (want == 0)
+            want = EMB_FILL_ALIGN < left ? EMB_FILL_ALIGN : left;
+    } else {
+        want = left;
+    }
+    assert(want % 2 == 0 || want == left); /* a slice never splits a pair */
+    rng_fill_normal(ek->table + ek->filled, want, &ek->fill_rng);
+    ek->filled += want;
+    k->fill_left = (n - ek->filled) * sizeof(float);
+    return k->fill_left;
 }
 
 /* The payload size the header promises: 8 * (nnz + bags), plus for an
@@ -163,6 +198,7 @@ static frame_errcode emb_lookup(kind *k, kind_call *c, char *msg, size_t len)
 {
     emb_kind *ek = (emb_kind *)k;
     assert(!c->update && !c->answer);
+    assert(kind_ready(k)); /* the reactor holds trainers' input while the table fills */
     frame_errcode code = emb_check(ek, c, msg, len);
     if (code != ERR_NONE)
         return code;
@@ -184,6 +220,7 @@ static frame_errcode emb_update(kind *k, kind_call *c, char *msg, size_t len)
 {
     emb_kind *ek = (emb_kind *)k;
     assert(c->update);
+    assert(kind_ready(k));
     frame_errcode code = emb_check(ek, c, msg, len);
     if (code != ERR_NONE)
         return code;
@@ -257,7 +294,7 @@ static void emb_release(kind *k, future *f)
 
 static int emb_start(kind *k)
 {
-    emb_init_table((emb_kind *)k);
+    emb_fill_begin((emb_kind *)k);
     return 0;
 }
 
@@ -267,7 +304,7 @@ static void emb_reset(kind *k)
 {
     emb_kind *ek = (emb_kind *)k;
     assert(ek->submitted == ek->completed); /* drained by the futures layer */
-    emb_init_table(ek);
+    emb_fill_begin(ek);
 }
 
 static void emb_destroy(kind *k)
@@ -290,6 +327,7 @@ static const kind_ops emb_ops = {
     .release = emb_release,
     .start = emb_start,
     .reset = emb_reset,
+    .fill = emb_fill,
     .lookup = emb_lookup,
     .update = emb_update,
     .destroy = emb_destroy,

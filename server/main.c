@@ -7,6 +7,7 @@
  * server, holds an EmbeddingBag table that trainers look rows up in and
  * update.
  */
+#include "server/hostmem.h"
 #include "server/master_link.h"
 #include "server/reduce.h"
 #include "server/server.h"
@@ -83,7 +84,10 @@ static void server_usage(FILE *f)
         "embedding (standalone; --lr and --seed above apply too):\n"
         "  --num-embeddings N      rows of the table (default 300)\n"
         "  --embedding-dim D       columns of the table (default 64); N x D at\n"
-        "                          most 2^31\n"
+        "                          most 2^31, and no more than this host's available\n"
+        "                          memory (refused at start). The table is filled on\n"
+        "                          the event loop a slice at a time; trainers are\n"
+        "                          answered once it is complete\n"
         "  --token-file FILE       trainers must present the token on FILE's first line\n"
         "                          (keep it mode 600); with --master, the job's token\n"
         "  --token T               the token on the command line (shown by ps: prefer\n"
@@ -96,7 +100,9 @@ static void server_usage(FILE *f)
         "  --master HOST:PORT      register with a psbench-master, which assigns the\n"
         "                          rank, the trainer count and the kind\n"
         "  --connect-timeout SECONDS  with --master: keep trying to reach the master\n"
-        "                          this long while it is not listening yet (default 30)\n"
+        "                          this long while it is not listening yet, and wait\n"
+        "                          this long for its first answer: a peer that is not\n"
+        "                          a psbench master is named (default 30)\n"
         "  --advertise HOST        the address trainers should use to reach this\n"
         "                          server (default: as the master sees it)\n"
         "  --log-level LEVEL       error, warn, info (default) or debug\n"
@@ -166,6 +172,29 @@ static void server_raise_fd_limit(void)
             log_debug("descriptor limit raised from %llu to %llu", (unsigned long long)was,
                       (unsigned long long)rl.rlim_cur);
     }
+}
+
+/* A standalone embedding server's table must fit this host's memory: it
+ * is refused at start, not by the OOM killer mid-run. (With a master, the
+ * master checks every server's table against its host at assignment.) */
+static int server_check_table_memory(const embedding_config *emb, char *err, size_t errlen)
+{
+    uint64_t total, available;
+    if (emb->num_embeddings > (1ull << 31) || emb->embedding_dim > (1ull << 31) ||
+        hostmem_read(&total, &available) < 0)
+        return 0; /* the kind refuses the shape itself; no reading, no check */
+    uint64_t bytes = emb->num_embeddings * emb->embedding_dim * sizeof(float);
+    if (bytes <= available)
+        return 0;
+    char b[32], a[32], t[32];
+    cli_format_bytes(bytes, b, sizeof b);
+    cli_format_bytes(available, a, sizeof a);
+    cli_format_bytes(total, t, sizeof t);
+    snprintf(err, errlen,
+             "embedding: a table of %" PRIu64 " x %" PRIu64 " floats (%s) does not fit this host's memory "
+             "(%s available of %s): use a smaller --num-embeddings or --embedding-dim",
+             emb->num_embeddings, emb->embedding_dim, b, a, t);
+    return -1;
 }
 
 static int server_fail(const char *msg)
@@ -429,6 +458,9 @@ int main(int argc, char **argv)
             cfg.token = t;
     }
     server_raise_fd_limit();
+    if (standalone && cfg.kind.id == KIND_EMBEDDING &&
+        server_check_table_memory(&cfg.kind.emb, err, sizeof err) < 0)
+        return server_fail(err);
 
     /* Each round allocates and frees many small blocks (futures, output
      * chains). With glibc's default 128 KiB trim threshold the heap top is

@@ -1,6 +1,7 @@
 /* master_link.c — a server's control connection (see master_link.h). */
 #include "server/master_link.h"
 #include "server/conn.h"
+#include "server/hostmem.h"
 #include "shared/log.h"
 #include "shared/net.h"
 
@@ -19,6 +20,9 @@ struct master_link {
     struct event *tick;
     struct event *new_run_ev; /* the master's reset between runs, once the run's trainers left */
     bool new_run_wait;        /* that reset is waiting for them */
+    bool ready_sent;          /* `ready` went out (the kind was ready once) */
+    bool reset_wait;          /* a reset is answered once the kind is ready */
+    bool failed_sent;         /* `failed` went out (said once) */
     frame_decoder dec;
     const char *token;
     char peer[300]; /* the master's HOST:PORT, for messages */
@@ -85,19 +89,31 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
         json_object_set(body, "environment", environment);
     if (want_rank >= 0)
         json_object_set_new(body, "want_rank", json_integer(want_rank));
+    /* What an embedding table must fit in: the master refuses tables that
+     * cannot, before any server allocates. */
+    uint64_t mem_total, mem_available;
+    if (hostmem_read(&mem_total, &mem_available) == 0) {
+        json_object_set_new(body, "mem_total_bytes", json_integer((json_int_t)mem_total));
+        json_object_set_new(body, "mem_available_bytes", json_integer((json_int_t)mem_available));
+    }
     int rc = ctl_send(c, "register", cfg->token, body, err, errlen);
     json_decref(body);
     if (rc < 0)
         return -1;
-    for (;;) {
+    for (bool first = true;; first = false) {
         ctl_msg m;
-        int got = ctl_recv(c, 1000, &m, err, errlen);
+        int got = first ? ctl_recv_first(c, connect_timeout_s, &m, err, errlen) : ctl_recv(c, 1000, &m, err, errlen);
         if (got < 0)
             return -1;
         if (got == 0)
-            continue; /* the master bounds the wait (its join timeout) */
+            continue; /* after `registered`: the master bounds the wait (its join timeout) */
         if (strcmp(m.type, "stop") == 0) {
-            snprintf(err, errlen, "the master refused this server: %s", ctl_str(m.body, "reason", "?"));
+            /* Refused (a wrong token, no slot), or the run failed before
+             * the assignment (tables too big for their hosts). */
+            if (strcmp(ctl_str(m.body, "status", "refused"), "refused") == 0)
+                snprintf(err, errlen, "the master refused this server: %s", ctl_str(m.body, "reason", "?"));
+            else
+                snprintf(err, errlen, "the run failed: %s", ctl_str(m.body, "reason", "?"));
             ctl_msg_clear(&m);
             return -1;
         }
@@ -146,10 +162,55 @@ static void link_report(struct master_link *l)
     /* rows_touched: index positions the embedding kind's updates applied
      * since the server started (0 for the other kinds), a counter like
      * bytes_in. */
-    link_send(l, "metrics",
-              json_pack("{s:o, s:I, s:I, s:I}", "samples", ctl_take_samples(s->metrics), "bytes_in",
-                        (json_int_t)s->bytes_in, "bytes_out", (json_int_t)s->bytes_out, "rows_touched",
-                        (json_int_t)s->kind->rows_touched));
+    json_t *body = json_pack("{s:o, s:I, s:I, s:I}", "samples", ctl_take_samples(s->metrics), "bytes_in",
+                             (json_int_t)s->bytes_in, "bytes_out", (json_int_t)s->bytes_out, "rows_touched",
+                             (json_int_t)s->kind->rows_touched);
+    /* While the kind fills its table: how far it has got (the master's
+     * status shows it, and its deadlines wait while it moves). */
+    if (body && !kind_ready(s->kind))
+        json_object_set_new(body, "initialising",
+                            json_pack("{s:I, s:I}", "done_bytes",
+                                      (json_int_t)(s->kind->fill_total - s->kind->fill_left), "total_bytes",
+                                      (json_int_t)s->kind->fill_total));
+    link_send(l, "metrics", body);
+}
+
+/* The kind is ready (the reactor's fill is done, or there was nothing to
+ * fill): the first time `ready`, after a reset its `reset_done`. */
+static void link_kind_ready(server *s)
+{
+    struct master_link *l = s->link;
+    if (!l)
+        return;
+    link_report(l);
+    if (!l->ready_sent) {
+        l->ready_sent = true;
+        link_send(l, "ready", json_object());
+    } else if (l->reset_wait) {
+        l->reset_wait = false;
+        link_send(l, "reset_done", json_object());
+    }
+}
+
+/* After server_reset: answer now, or once the fresh table is filled. */
+static void link_reset_answer(struct master_link *l)
+{
+    link_report(l);
+    if (kind_ready(l->s->kind))
+        link_send(l, "reset_done", json_object());
+    else
+        l->reset_wait = true;
+}
+
+/* A trainer was refused for want of a descriptor: the run cannot go on
+ * as configured; the master fails it naming this server. */
+static void link_out_of_fds(server *s, const char *why)
+{
+    struct master_link *l = s->link;
+    if (!l || l->failed_sent)
+        return;
+    l->failed_sent = true;
+    link_send(l, "failed", json_pack("{s:s}", "reason", why));
 }
 
 static void link_on_tick(evutil_socket_t fd, short what, void *arg)
@@ -174,8 +235,7 @@ static void link_on_new_run(evutil_socket_t fd, short what, void *arg)
         return;
     l->new_run_wait = false;
     server_reset(l->s);
-    link_report(l);
-    link_send(l, "reset_done", json_object());
+    link_reset_answer(l);
 }
 
 static void link_trainers_left(server *s)
@@ -196,8 +256,7 @@ static void link_on_message(struct master_link *l, ctl_msg *m)
         event_active(l->new_run_ev, EV_TIMEOUT, 0);
     } else if (strcmp(m->type, "reset") == 0) {
         server_reset(s);
-        link_report(l); /* flush what is left (nothing: metrics were reset) */
-        link_send(l, "reset_done", json_object());
+        link_reset_answer(l); /* its report flushes what is left (nothing: metrics were reset) */
     } else if (strcmp(m->type, "stop") == 0) {
         const char *st = ctl_str(m->body, "status", "failed");
         if (strcmp(st, "done") == 0) {
@@ -280,7 +339,12 @@ int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen)
     bufferevent_enable(l->bev, EV_READ | EV_WRITE);
     s->link = l;
     s->trainers_left = link_trainers_left;
+    s->kind_ready = link_kind_ready;
+    s->out_of_fds = link_out_of_fds;
     metrics_enable_reporting(s->metrics);
+    /* Ready now, or once the reactor has filled the kind's table. */
+    if (kind_ready(s->kind))
+        link_kind_ready(s);
     /* Bytes already read during the join (a `stop` right behind the
      * assignment, say) belong to the next messages. A socket bufferevent
      * keeps the end of its input frozen (only it adds there): thaw it for

@@ -1,12 +1,18 @@
 /* master_link.h — a server's control connection to psbench-master.
  *
- * Before the reactor starts, master_link_join registers (this host, the
- * data-plane port) and waits for the assignment: rank, trainers per bucket,
+ * Before the reactor starts, master_link_join registers (this host, its
+ * memory, the data-plane port), takes the master's first answer within
+ * --connect-timeout (a peer that is no psbench master is named, see
+ * shared/peer.h) and waits for the assignment: rank, trainers per bucket,
  * kind. Then master_link_attach puts the connection on the reactor: metrics
- * (and heartbeats) twice a second, `reset` between the warm-up and the timed
- * pass, `stop` at the end. With the master's --runs, a `reset` with
- * "new_run" between runs instead of `stop`: the server answers it once the
- * run's trainers have all left (the reactor calls s->trainers_left).
+ * (and heartbeats) twice a second — with the progress of the kind's fill
+ * while it fills its table — `ready` once the kind is ready, `reset`
+ * between the warm-up and the timed pass (answered `reset_done` once the
+ * fresh table is filled), `stop` at the end. With the master's --runs, a
+ * `reset` with "new_run" between runs instead of `stop`: the server answers
+ * it once the run's trainers have all left (the reactor calls
+ * s->trainers_left). A trainer refused for want of descriptors is reported
+ * as `failed` (the master fails the run naming this server).
  */
 #ifndef PSBENCH_MASTER_LINK_H
 #define PSBENCH_MASTER_LINK_H

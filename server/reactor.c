@@ -12,14 +12,24 @@
  * connection. This file also owns the trainer slots ("members") and turns
  * the futures layer's outcomes into frames: an answer (the result to every
  * pusher, one shared payload) or a failure (peer_lost to every pusher).
+ *
+ * Two things keep trainers from waiting on a server that cannot serve
+ * them: while the kind fills its state (an embedding table of up to 8 GiB,
+ * after start and after a reset) the loop does it a slice at a time and
+ * holds every trainer's input meanwhile, so the master link keeps
+ * reporting and no trainer is answered early; and a descriptor kept spare
+ * lets a trainer that arrives when the process has none left be told so
+ * (`resources`) rather than left in the backlog.
  */
 #include "server/server.h"
 #include "server/conn.h"
+#include "shared/cli.h"
 #include "shared/log.h"
 #include "shared/net.h"
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <inttypes.h>
@@ -27,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -93,24 +104,104 @@ static void server_on_accept_resume(evutil_socket_t fd, short what, void *arg)
     event_add(s->listen_ev, NULL);
 }
 
+static int server_open_spare(void)
+{
+    return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/* Why a trainer cannot be taken: errno e of accept (EMFILE, ENFILE). */
+static void server_fd_reason(const server *s, int e, char *why, size_t len)
+{
+    struct rlimit rl;
+    if (e == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        snprintf(why, len, "server %u is out of file descriptors (limit %llu): raise `ulimit -n`", s->cfg.rank,
+                 (unsigned long long)rl.rlim_cur);
+    else if (e == EMFILE)
+        snprintf(why, len, "server %u is out of file descriptors: raise `ulimit -n`", s->cfg.rank);
+    else
+        snprintf(why, len, "server %u's host is out of file descriptors (the system's limit, fs.file-max)",
+                 s->cfg.rank);
+}
+
+/* accept failed with EMFILE or ENFILE: give up the spare descriptor to take
+ * the waiting connection, tell it why (`resources`), close it, take the
+ * spare back. Returns 0 when one was refused, 1 when none was waiting
+ * (accept says EMFILE before it looks), -1 when it could not (no spare).
+ * The error is written at once, without the
+ * connection machinery (that would need more descriptors and buffers):
+ * a short frame always fits an empty socket buffer. */
+static int server_refuse_one(server *s, int e)
+{
+    if (s->spare_fd < 0)
+        return -1;
+    close(s->spare_fd);
+    s->spare_fd = -1;
+    int cfd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (cfd < 0) {
+        int ae = errno;
+        s->spare_fd = server_open_spare();
+        return ae == EAGAIN || ae == EWOULDBLOCK || ae == EINTR || ae == ECONNABORTED ? 1 : -1;
+    }
+    char why[256], peer[64];
+    server_fd_reason(s, e, why, sizeof why);
+    net_peer_name(cfd, peer, sizeof peer);
+    frame_hdr h = {0};
+    h.type = FT_ERROR;
+    h.code = frame_str_c(frame_errcode_name(ERR_RESOURCES));
+    h.message = frame_str_c(why);
+    h.has = FH_CODE | FH_MESSAGE;
+    uint8_t buf[512];
+    size_t n = frame_encode_header(&h, buf, sizeof buf);
+    assert(n > 0);
+    if (send(cfd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)n)
+        log_debug("%s: could not write the refusal", peer);
+    /* Our side ends after the error; what the trainer sent already (its
+     * hello: a few bytes, a bounded read) is dropped, so that the close is
+     * a FIN, not a reset that could reach the trainer before the error. */
+    shutdown(cfd, SHUT_WR);
+    for (int i = 0; i < 8 && recv(cfd, buf, sizeof buf, MSG_DONTWAIT) > 0; i++)
+        ;
+    close(cfd);
+    s->spare_fd = server_open_spare();
+    /* A warning the first time and then at most once a minute (with the
+     * count), not once per trainer. */
+    s->refused_fds++;
+    double now = clock_now_s();
+    if (s->refused_fds == 1 || now - s->t_refused_warn >= 60) {
+        log_warn("refused a trainer from %s: %s (%u connections open; %" PRIu64 " refused so far)", peer, why,
+                 s->nconns, s->refused_fds);
+        s->t_refused_warn = now;
+    } else {
+        log_debug("refused a trainer from %s: %s", peer, why);
+    }
+    if (s->refused_fds == 1 && s->out_of_fds)
+        s->out_of_fds(s, why);
+    return 0;
+}
+
 static void server_on_accept(evutil_socket_t fd, short what, void *arg)
 {
     server *s = arg;
     for (int i = 0; i < 64; i++) {
         int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            int e = errno;
+            int refused = e == EMFILE || e == ENFILE ? server_refuse_one(s, e) : -1;
+            if (refused == 0)
+                continue; /* the next one waiting, if any */
+            if (refused == 1)
+                break;
+            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
                 /* The waiting connection stays in the backlog and the
                  * listener stays readable: without a pause this would spin.
                  * Try again in a second; connections that close meanwhile
                  * give descriptors back. */
-                log_warn("accept: %s: not accepting for 1 s (%u connections open)", strerror(errno),
-                         s->nconns);
+                log_warn("accept: %s: not accepting for 1 s (%u connections open)", strerror(e), s->nconns);
                 struct timeval tv = {1, 0};
                 event_del(s->listen_ev);
                 evtimer_add(s->accept_pause_ev, &tv);
-            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-                log_warn("accept: %s", strerror(errno));
+            } else if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR && e != ECONNABORTED) {
+                log_warn("accept: %s", strerror(e));
             }
             break;
         }
@@ -118,6 +209,63 @@ static void server_on_accept(evutil_socket_t fd, short what, void *arg)
         if (!conn_new(s, cfd))
             log_warn("out of memory: refused a connection");
     }
+}
+
+/* ---- the kind's fill ----------------------------------------------------- */
+
+/* Bytes of the kind's state filled per slice: a few milliseconds of work
+ * (about 12 ms of normals on a small VM), so the link's reports, accepts
+ * and signals wait no longer than that. */
+#define SERVER_FILL_SLICE (4u << 20)
+
+static void server_hold_input(server *s, bool hold)
+{
+    for (conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        conn_hold(c, hold);
+    }
+}
+
+static void server_on_fill(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    server *s = arg;
+    assert(s->filling);
+    if (kind_fill(s->kind, SERVER_FILL_SLICE) > 0) {
+        /* The next slice after the loop's next poll: a zero timeout runs
+         * once pending I/O has been seen, where an active event would run
+         * again before it. */
+        struct timeval now = {0, 0};
+        evtimer_add(s->fill_ev, &now);
+        return;
+    }
+    s->filling = false;
+    char size[32];
+    cli_format_bytes(s->kind->fill_total, size, sizeof size);
+    log_info("%s table ready (%s in %.1f s)", s->kind->ops->name, size, clock_now_s() - s->t_fill);
+    server_hold_input(s, false);
+    if (s->kind_ready)
+        s->kind_ready(s);
+    server_flush(s);
+    server_reap(s);
+}
+
+/* After the kind's start or reset: fill what it left to fill, a slice per
+ * loop iteration, holding trainers' input until it is done. A reset during
+ * a fill restarts it (the kind begins again). */
+static void server_fill_begin(server *s)
+{
+    if (kind_ready(s->kind) || s->filling || s->stopping)
+        return;
+    s->filling = true;
+    s->t_fill = clock_now_s();
+    char size[32];
+    cli_format_bytes(s->kind->fill_total, size, sizeof size);
+    log_info("initialising the %s table (%s)", s->kind->ops->name, size);
+    server_hold_input(s, true);
+    struct timeval now = {0, 0};
+    evtimer_add(s->fill_ev, &now);
 }
 
 /* ---- members ----------------------------------------------------------- */
@@ -166,6 +314,7 @@ void server_reset(server *s)
     }
     metrics_reset(s->metrics);
     log_info("reset: futures and metrics cleared");
+    server_fill_begin(s);
 }
 
 bool server_has_trainers(const server *s)
@@ -190,6 +339,7 @@ static void server_maybe_new_session(server *s)
     futures_new_session(&s->fut);
     s->nmembers = 0;
     log_info("all trainers left: ready for a new job");
+    server_fill_begin(s);
     if (s->trainers_left)
         s->trainers_left(s);
 }
@@ -281,6 +431,7 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
     if (!(s->cfg.hello_timeout_s > 0))
         s->cfg.hello_timeout_s = 30; /* a config that left it out */
     s->listen_fd = -1;
+    s->spare_fd = -1;
     bufpool_init(&s->pool, (size_t)1 << 30);
     s->cfg.kind.trainers = cfg->trainers;
     s->cfg.kind.emb.rank = cfg->rank; /* each server's table has a stream of its own */
@@ -322,13 +473,19 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
     }
     s->listen_ev = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_on_accept, s);
     s->accept_pause_ev = evtimer_new(s->base, server_on_accept_resume, s);
+    s->fill_ev = evtimer_new(s->base, server_on_fill, s);
+    s->spare_fd = server_open_spare();
+    if (s->spare_fd < 0)
+        log_warn("no spare descriptor (%s): a trainer that arrives when none is left waits in the backlog",
+                 strerror(errno));
     s->sig_ev[0] = evsignal_new(s->base, SIGINT, server_on_signal, s);
     s->sig_ev[1] = evsignal_new(s->base, SIGTERM, server_on_signal, s);
-    if (!s->listen_ev || !s->accept_pause_ev || !s->sig_ev[0] || !s->sig_ev[1] || event_add(s->listen_ev, NULL) < 0 ||
+    if (!s->listen_ev || !s->accept_pause_ev || !s->fill_ev || !s->sig_ev[0] || !s->sig_ev[1] || event_add(s->listen_ev, NULL) < 0 ||
         event_add(s->sig_ev[0], NULL) < 0 || event_add(s->sig_ev[1], NULL) < 0) {
         snprintf(err, errlen, "cannot set up the event loop");
         return -1;
     }
+    server_fill_begin(s);
     return 0;
 }
 
@@ -341,6 +498,7 @@ int server_run(server *s)
 
 void server_free(server *s)
 {
+    s->stopping = true; /* closing the connections ends the session: no table for a next one */
     /* Device work in flight finishes first (its answers are dropped). */
     if (s->kind)
         futures_drain(&s->fut);
@@ -357,6 +515,10 @@ void server_free(server *s)
         event_free(s->listen_ev);
     if (s->accept_pause_ev)
         event_free(s->accept_pause_ev);
+    if (s->fill_ev)
+        event_free(s->fill_ev);
+    if (s->spare_fd >= 0)
+        close(s->spare_fd);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     if (s->base)

@@ -53,6 +53,13 @@ typedef struct server {
     struct event_base *base;
     struct event *listen_ev;
     struct event *accept_pause_ev; /* re-arms listen_ev after running out of descriptors */
+    int spare_fd;                  /* /dev/null, given up to answer a trainer when out of descriptors */
+    uint64_t refused_fds;          /* trainers refused for want of a descriptor */
+    double t_refused_warn;         /* when that was last a warning */
+    struct event *fill_ev;         /* the kind's next fill slice */
+    bool filling;                  /* the kind is not ready: trainers' input is held */
+    double t_fill;                 /* when the fill began (seconds, CLOCK_MONOTONIC) */
+    bool stopping;                 /* server_free has begun: no new fill */
     struct event *sig_ev[2];
     int listen_fd;
     uint16_t bound_port;
@@ -75,6 +82,13 @@ typedef struct server {
     /* Called when the last trainer has left (a session ends): the master
      * link sets it, since a reset between runs waits for this. NULL: none. */
     void (*trainers_left)(struct server *s);
+    /* Called when the kind has become ready (its fill done, after start or
+     * a reset); NULL: none. The master link answers `ready` or `reset_done`
+     * from it. */
+    void (*kind_ready)(struct server *s);
+    /* Called with the reason when a trainer was refused for want of a file
+     * descriptor; NULL: none. The master link reports it. */
+    void (*out_of_fds)(struct server *s, const char *why);
     int exit_code;            /* set by the master link's stop */
     char exit_reason[640];
 } server;
@@ -86,7 +100,8 @@ void server_free(server *s);
 /* Ask the reactor to write c's output before it next waits. */
 void server_want_flush(server *s, struct conn *c);
 /* Between passes: forget every future and resolved mark, clear metrics;
- * connections and trainer slots stay. */
+ * connections and trainer slots stay. The kind may then fill its state
+ * again (a fresh table), holding trainers' input until it is ready. */
 void server_reset(server *s);
 /* Write the output of every connection that has some. */
 void server_flush(server *s);

@@ -140,3 +140,18 @@ int cli_parse_device(const char *opt, const char *s, int *cuda_index, char *err,
     snprintf(err, errlen, "%s '%s' is not cpu, cuda or cuda:N (N: a GPU's index, 0..255)", opt, s);
     return -1;
 }
+
+void cli_format_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    unsigned u = 0;
+    uint64_t scale = 1;
+    while (u + 1 < sizeof units / sizeof units[0] && n / scale >= 1024) {
+        scale *= 1024;
+        u++;
+    }
+    if (n % scale == 0)
+        snprintf(buf, len, "%llu %s", (unsigned long long)(n / scale), units[u]);
+    else
+        snprintf(buf, len, "%.1f %s", (double)n / (double)scale, units[u]);
+}

@@ -11,6 +11,9 @@
  * -1 with a message naming `opt` in err. */
 int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, int sizes,
                   uint64_t *out, char *err, size_t errlen);
+/* A byte count for people, in the units cli_parse_u64 takes: "256 MiB",
+ * "8 GiB", "23.4 GiB" (one decimal unless exact), "512 B". */
+void cli_format_bytes(uint64_t n, char *buf, size_t len);
 /* Parse a positive finite number of seconds. */
 /* Longest duration any option takes (11.5 days): deadlines computed from
  * it stay far from overflowing a time_t. */

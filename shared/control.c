@@ -4,6 +4,8 @@
 #include "shared/framed.h"
 #include "shared/metrics.h"
 #include "shared/net.h"
+#include "shared/peer.h"
+#include "shared/clock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -168,10 +170,12 @@ int ctl_recv(ctl_conn *c, int timeout_ms, ctl_msg *m, char *err, size_t errlen)
         if (st == FRAME_OK) {
             memmove(c->buf, c->buf + used, c->len - used);
             c->len -= used;
+            c->answered = true;
             return 1;
         }
         if (st != FRAME_NEED_MORE) {
-            snprintf(err, errlen, "master %s sent a bad frame: %s", c->peer, c->dec.err);
+            if (c->answered || !peer_not_psbench(c->peer, "master", c->buf, c->len, err, errlen))
+                snprintf(err, errlen, "master %s sent a bad frame: %s", c->peer, c->dec.err);
             return -1;
         }
         struct pollfd pfd = {c->fd, POLLIN, 0};
@@ -191,12 +195,46 @@ int ctl_recv(ctl_conn *c, int timeout_ms, ctl_msg *m, char *err, size_t errlen)
             c->cap = cap;
         }
         ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
         if (r <= 0) {
-            snprintf(err, errlen, "master %s closed the control connection", c->peer);
+            if (c->answered)
+                snprintf(err, errlen, "master %s closed the control connection", c->peer);
+            else if (c->len == 0)
+                peer_no_answer(c->peer, "master", true, 0, err, errlen);
+            else if (!peer_not_psbench(c->peer, "master", c->buf, c->len, err, errlen))
+                snprintf(err, errlen, "master %s closed the connection in the middle of its first message",
+                         c->peer);
             return -1;
         }
         c->len += (size_t)r;
         timeout_ms = 0; /* got bytes: parse, then only take what is there */
+    }
+}
+
+int ctl_recv_first(ctl_conn *c, double timeout_s, ctl_msg *m, char *err, size_t errlen)
+{
+    double deadline = clock_now_s() + timeout_s;
+    for (;;) {
+        double left = deadline - clock_now_s();
+        if (left <= 0) {
+            if (c->len == 0 || !peer_not_psbench(c->peer, "master", c->buf, c->len, err, errlen))
+                peer_no_answer(c->peer, "master", false, timeout_s, err, errlen);
+            return -1;
+        }
+        int got = ctl_recv(c, (int)(left * 1000) + 1, m, err, errlen);
+        if (got < 0)
+            return -1;
+        if (got == 0)
+            continue;
+        if (strcmp(m->type, "registered") == 0 || strcmp(m->type, "assign") == 0 || strcmp(m->type, "stop") == 0)
+            return 1;
+        /* psbench, but not the control plane: a server's data port answers
+         * a register with `error` (bad_frame, no hello). */
+        snprintf(err, errlen, "%s is not a psbench master (it answered a psbench '%.31s' frame%s)", c->peer,
+                 m->type, strcmp(m->type, "error") == 0 ? ", as a server's data port does" : "");
+        ctl_msg_clear(m);
+        return -1;
     }
 }
 

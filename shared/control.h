@@ -4,12 +4,14 @@
  * "type" (and "token" on register), the payload is one JSON object with the
  * message's fields. Messages, node → master: register, ready, metrics
  * (also the heartbeat), pass_done, reset_done, failed; master → node:
- * assign, start, reset, stop. docs/protocol.md lists their fields.
+ * registered (the answer to a register, at once), assign, start, reset,
+ * stop. docs/protocol.md lists their fields.
  */
 #ifndef PSBENCH_CONTROL_H
 #define PSBENCH_CONTROL_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +63,7 @@ typedef struct ctl_conn {
     uint8_t *buf;
     size_t len, cap;
     char peer[300];
+    bool answered; /* a whole message came: the peer speaks psbench */
 } ctl_conn;
 
 /* Connect to HOST:PORT, retrying for up to timeout_s while refused. */
@@ -68,8 +71,15 @@ int ctl_connect(ctl_conn *c, const char *hostport, double timeout_s, char *err, 
 void ctl_close(ctl_conn *c);
 int ctl_send(ctl_conn *c, const char *type, const char *token, json_t *body, char *err, size_t errlen);
 /* Wait up to timeout_ms for one message. 1 got one, 0 timed out, -1 error
- * (connection closed, malformed). */
+ * (connection closed, malformed). Before the first message, bytes that are
+ * not psbench's, or a close, are named as shared/peer.h says. */
 int ctl_recv(ctl_conn *c, int timeout_ms, ctl_msg *m, char *err, size_t errlen);
+/* The master's first answer to our register, waited for at most timeout_s
+ * (--connect-timeout): `registered`, `assign` or `stop`. 1 with *m, or -1
+ * with err naming the peer: silent (probed for HTTP), closed, answering in
+ * another protocol, or with a psbench frame that is no control message (a
+ * server's data port). */
+int ctl_recv_first(ctl_conn *c, double timeout_s, ctl_msg *m, char *err, size_t errlen);
 
 /* The samples recorded since the last call, as {"type,name": [ms, ...]},
  * then forgotten (see metrics_enable_reporting). */

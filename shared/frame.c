@@ -16,6 +16,7 @@ static const char *const errcode_names[] = {
     [ERR_UNSUPPORTED] = "unsupported",
     [ERR_PEER_LOST] = "peer_lost",
     [ERR_BAD_INDEX] = "bad_index",
+    [ERR_RESOURCES] = "resources",
     [ERR_OTHER] = "other",
 };
 

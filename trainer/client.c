@@ -2,6 +2,7 @@
 #include "trainer/client.h"
 #include "shared/clock.h"
 #include "shared/net.h"
+#include "shared/peer.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -28,10 +29,21 @@ static void client_error_frame(const client_conn *c, const frame_hdr *h, char *e
              h->code.p ? h->code.p : "", where, (int)h->message.n, h->message.p ? h->message.p : "");
 }
 
-/* Blocking read of exactly one frame header (no payload) during the
- * handshake. */
-static int client_read_welcome(client_conn *c, long long deadline, frame_hdr *h, char *err, size_t errlen)
+/* The first bytes the server sent, before any frame was handed out: what
+ * the reader holds (nothing of the first frame is consumed before it is
+ * whole). */
+static const uint8_t *client_first_bytes(const client_conn *c, size_t *n)
 {
+    *n = framed_buffered(&c->rd);
+    return c->rd.buf + c->rd.off;
+}
+
+/* Blocking read of exactly one frame header (no payload) during the
+ * handshake, for at most timeout_s: the server's first answer. A peer that
+ * is not a psbench server is named (shared/peer.h). */
+static int client_read_welcome(client_conn *c, double timeout_s, frame_hdr *h, char *err, size_t errlen)
+{
+    long long deadline = clock_now_ms() + (long long)(timeout_s * 1000);
     for (;;) {
         framed_event ev;
         framed_ev k = framed_next(&c->rd, &ev);
@@ -42,37 +54,48 @@ static int client_read_welcome(client_conn *c, long long deadline, frame_hdr *h,
                 return -1;
             }
             if (h->type != FT_WELCOME || h->payload) {
-                snprintf(err, errlen, "server %s: expected welcome, got '%.*s'", c->addr,
-                         (int)h->type_str.n, h->type_str.p);
+                snprintf(err, errlen, "%s is not a psbench server (it answered a psbench '%.*s' frame%s)", c->addr,
+                         (int)(h->type_str.n > 32 ? 32 : h->type_str.n), h->type_str.p,
+                         h->type == FT_OTHER ? ", as the master's control port does" : ", not welcome");
                 return -1;
             }
             k = framed_next(&c->rd, &ev); /* the end of its (empty) payload */
             assert(k == FRAMED_END);
             return 0;
         }
+        size_t n;
+        const uint8_t *first = client_first_bytes(c, &n);
         if (k != FRAMED_NEED_MORE) {
-            snprintf(err, errlen, "server %s: bad frame: %s", c->addr, framed_err(&c->rd));
+            if (!peer_not_psbench(c->addr, "server", first, n, err, errlen))
+                snprintf(err, errlen, "server %s: bad frame: %s", c->addr, framed_err(&c->rd));
             return -1;
         }
         long long left = deadline - clock_now_ms();
         struct pollfd pfd = {c->fd, POLLIN, 0};
         if (left <= 0 || poll(&pfd, 1, (int)left) <= 0) {
-            snprintf(err, errlen, "server %s: no welcome within the timeout", c->addr);
+            if (n == 0 || !peer_not_psbench(c->addr, "server", first, n, err, errlen))
+                peer_no_answer(c->addr, "server", false, timeout_s, err, errlen);
             return -1;
         }
         size_t room;
         uint8_t *dst = framed_space(&c->rd, &room);
         ssize_t r = recv(c->fd, dst, room, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
         if (r <= 0) {
-            snprintf(err, errlen, "server %s closed the connection during hello", c->addr);
+            first = client_first_bytes(c, &n);
+            if (n == 0)
+                peer_no_answer(c->addr, "server", true, 0, err, errlen);
+            else if (!peer_not_psbench(c->addr, "server", first, n, err, errlen))
+                snprintf(err, errlen, "server %s closed the connection during hello", c->addr);
             return -1;
         }
         framed_wrote(&c->rd, (size_t)r);
     }
 }
 
-static int client_handshake(client *cl, client_conn *c, uint64_t rank, const char *token,
-                            long long deadline, char *err, size_t errlen)
+static int client_handshake(client *cl, client_conn *c, uint64_t rank, const char *token, double timeout_s,
+                            char *err, size_t errlen)
 {
     frame_hdr h = {0};
     h.type = FT_HELLO;
@@ -95,7 +118,7 @@ static int client_handshake(client *cl, client_conn *c, uint64_t rank, const cha
         return -1;
     }
     frame_hdr w;
-    if (client_read_welcome(c, deadline, &w, err, errlen) < 0)
+    if (client_read_welcome(c, timeout_s, &w, err, errlen) < 0)
         return -1;
     if (!(w.has & FH_TRAINERS) || w.trainers == 0) {
         snprintf(err, errlen, "server %s: welcome without a trainer count", c->addr);
@@ -153,7 +176,10 @@ int client_open(client *cl, const char *servers, uint64_t rank, const char *toke
         c->fd = net_connect(host, port, (int)(left > 0 ? left : 1), err, errlen);
         if (c->fd < 0)
             return -1;
-        if (client_handshake(cl, c, rank, token, deadline, err, errlen) < 0)
+        /* The welcome: the server's first answer, within timeout_s of the
+         * connection (a big table is filled before the master hands out
+         * its address, so a psbench server answers at once). */
+        if (client_handshake(cl, c, rank, token, timeout_s, err, errlen) < 0)
             return -1;
         net_set_nonblock(c->fd, 1);
     }

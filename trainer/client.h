@@ -68,8 +68,12 @@ typedef struct client {
                   * (another thread has new pushes for the polling one) */
 } client;
 
-/* Connect to every "HOST:PORT" in the comma-separated list, say hello as
- * trainer `rank`, wait for each welcome. Returns 0 or -1 with err set. */
+/* Connect to every "HOST:PORT" in the comma-separated list (retrying while
+ * refused, all of them within timeout_s), say hello as trainer `rank`, wait
+ * for each welcome at most timeout_s from its connection. Returns 0 or -1
+ * with err set: a peer that answers in another protocol, or not at all, is
+ * named (shared/peer.h: "HOST:PORT is not a psbench server (it answered
+ * like an HTTP server)"). */
 int client_open(client *cl, const char *servers, uint64_t rank, const char *token, double timeout_s,
                 const client_sink *sink, char *err, size_t errlen);
 void client_close(client *cl);

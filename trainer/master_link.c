@@ -16,6 +16,7 @@ int mlink_open(mlink *l, const char *master, double timeout_s, metrics *m, char 
     l->c.fd = -1;
     l->m = m;
     l->store_timeout_s = 60;
+    l->connect_timeout_s = timeout_s;
     if (ctl_connect(&l->c, master, timeout_s, err, errlen) < 0) {
         ctl_close(&l->c);
         return -1;
@@ -84,7 +85,7 @@ static void mlink_await_verdict(mlink *l, char *err, size_t errlen)
 
 void mlink_close(mlink *l, bool failed, char *err, size_t errlen)
 {
-    if (failed && !l->stopped && l->c.fd >= 0) {
+    if (failed && l->joined && !l->stopped && l->c.fd >= 0) {
         /* Tell the master why, so that it can name us in its failure (or
          * name another node, the cause). */
         char why[256];
@@ -154,10 +155,22 @@ int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, c
     if (rc < 0)
         return -1;
     ctl_msg msg;
-    if (mlink_wait(l, &msg, err, errlen) < 0)
+    if (ctl_recv_first(&l->c, l->connect_timeout_s, &msg, err, errlen) < 0)
         return -1;
+    l->joined = true;
+    if (strcmp(msg.type, "registered") == 0) {
+        /* A master: the assignment comes once every server is ready. */
+        ctl_msg_clear(&msg);
+        if (mlink_wait(l, &msg, err, errlen) < 0)
+            return -1;
+    } else if (strcmp(msg.type, "stop") == 0) {
+        mlink_on_stop(l, &msg);
+    }
     if (strcmp(msg.type, "stop") == 0) {
-        snprintf(err, errlen, "the master refused this trainer: %s", ctl_str(msg.body, "reason", "?"));
+        if (strcmp(ctl_str(msg.body, "status", "refused"), "refused") == 0)
+            snprintf(err, errlen, "the master refused this trainer: %s", ctl_str(msg.body, "reason", "?"));
+        else
+            snprintf(err, errlen, "the run failed: %s", l->stop_reason);
         ctl_msg_clear(&msg);
         return -1;
     }

@@ -1,7 +1,8 @@
 /* master_link.h — a trainer's control connection to psbench-master: what
  * the run driver (run.c) says to the master and hears from it.
  *
- *   register → assign; ready; metrics (twice a second: also the heartbeat);
+ *   register → registered (at once, within --connect-timeout) → assign;
+ *   ready; metrics (twice a second: also the heartbeat);
  *   pass_done; reset_done; failed — and from the master start, reset, stop.
  *   The rendezvous of collective groups: kv_set / kv_get → kv_value, the
  *   master being the store (docs/protocol.md, "Control plane").
@@ -31,13 +32,16 @@ typedef struct mlink {
     uint64_t batches_done;
     double last_report, last_check;
     double store_timeout_s; /* a kv_get's longest wait (--rpc-timeout) */
+    double connect_timeout_s; /* the longest wait for the master's first answer */
+    bool joined;            /* the master answered the register: a master, to tell of a failure */
     bool stopped;           /* the master said stop (or refused us) */
     int stop_code;
     char stop_reason[1024];
     json_t *fail_detail;    /* owned: fields the `failed` report carries beside the reason (or NULL) */
 } mlink;
 
-/* Connect (retrying for timeout_s while refused). 0 or -1 with err. */
+/* Connect (retrying for timeout_s while refused). 0 or -1 with err. The
+ * first answer to the register is then awaited for timeout_s too. */
 int mlink_open(mlink *l, const char *master, double timeout_s, metrics *m, char *err, size_t errlen);
 /* Close. With failed (err holds this trainer's reason, the master has not
  * stopped it): tell the master why, wait up to 3 s for its verdict, and
@@ -50,7 +54,11 @@ void mlink_set_fail_detail(mlink *l, json_t *detail);
 
 /* Register (body: role, host, device, ...; stolen) and wait for the
  * assignment: *assign is its body (the caller decrefs). 0 or -1 with err
- * (a refusal included). */
+ * (a refusal included). The master answers a register at once (registered,
+ * or the assignment, or a refusal): a peer that does not within
+ * --connect-timeout, or answers in another protocol, is named
+ * (ctl_recv_first). The assignment itself may take as long as the master's
+ * join takes: heartbeats meanwhile. */
 int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, char *err, size_t errlen);
 /* A report: `type` with the samples and counters, `extra` fields (stolen,
  * may be NULL) merged in. */

@@ -79,11 +79,23 @@ def _die_with_parent():
         pass
 
 
+def _preexec(extra):
+    """The child's preexec_fn: _die_with_parent, then `extra` (a test's own
+    set-up, e.g. a lower descriptor limit), if any."""
+    if extra is None:
+        return _die_with_parent
+
+    def both():
+        _die_with_parent()
+        extra()
+    return both
+
+
 class Proc(object):
     """A started child whose stdout/stderr go to files (never a pipe that
     could fill up and block it)."""
 
-    def __init__(self, args, env, workdir, name):
+    def __init__(self, args, env, workdir, name, preexec=None):
         self.args = list(args)
         self.name = name
         self.out_path = os.path.join(workdir, name + ".out")
@@ -91,7 +103,7 @@ class Proc(object):
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.popen = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=err, env=env, close_fds=True,
-                                          preexec_fn=_die_with_parent)
+                                          preexec_fn=_preexec(preexec))
         self.pid = self.popen.pid
         _LIVE.add(self)
 
@@ -218,13 +230,13 @@ class Registry(object):
         self.n += 1
         return "%02d-%s" % (self.n, base)
 
-    def start(self, args, env=None, name="proc", cls=Proc):
-        p = cls(args, env if env is not None else base_env(), self.workdir, self._name(name))
+    def start(self, args, env=None, name="proc", cls=Proc, preexec=None):
+        p = cls(args, env if env is not None else base_env(), self.workdir, self._name(name), preexec)
         self.procs.append(p)
         return p
 
     def server(self, trainers=2, kind=None, token=None, listen=None, extra=(), env=None,
-               ready=True):
+               ready=True, preexec=None):
         args = [bin_path("psbench-server"), "--standalone", "--trainers", str(trainers),
                 "--listen", listen or ("%s:0" % HOST)]
         if kind:
@@ -232,7 +244,7 @@ class Registry(object):
         if token is not None:
             args += ["--token", token]
         args += list(extra)
-        s = self.start(args, env=env, name="server", cls=Server)
+        s = self.start(args, env=env, name="server", cls=Server, preexec=preexec)
         if ready:
             s.wait_ready()
         return s

@@ -1,6 +1,8 @@
 /* test_control.c — control-plane messages (shared/control.c) and the
  * master's aggregation of streamed samples (master/aggregate.c): what a
- * node sends is what the master counts, exactly, per rank and combined. */
+ * node sends is what the master counts, exactly, per rank and combined.
+ * Also the first answer of a master (ctl_recv_first) and what a peer that
+ * is not psbench looks like (shared/peer.c). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -9,10 +11,13 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "master/aggregate.h"
 #include "shared/control.h"
 #include "shared/metrics.h"
+#include "shared/peer.h"
 
 static void test_roundtrip_and_partial(void **state)
 {
@@ -199,6 +204,119 @@ static void test_aggregate(void **state)
     agg_free(&a);
 }
 
+/* ---- first answers and peers that are not psbench ------------------------ */
+
+static void test_peer_sniff(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *bytes;
+        size_t n;
+        peer_kind want;
+    } cases[] = {
+        {"HTTP/1.1 400 Bad Request\r\n", 26, PEER_HTTP},
+        {"HTTP/", 5, PEER_HTTP},
+        {"HTT", 3, PEER_UNSURE},
+        {"\x16\x03\x01\x02\x00", 5, PEER_TLS}, /* a handshake record */
+        {"\x15\x03\x03\x00\x02\x02\x32", 7, PEER_TLS}, /* an alert */
+        {"\x15", 1, PEER_UNSURE},
+        {"\x15\x00", 2, PEER_OTHER},
+        {"SSH-2.0-OpenSSH_9.2\r\n", 21, PEER_SSH},
+        {"220 mail ESMTP\r\n", 16, PEER_OTHER},
+        {"\x00\x00\x00\x00", 4, PEER_OTHER},     /* header length 0 */
+        {"\x00\x01\x00\x01", 4, PEER_OTHER},     /* 65537 */
+        {"\x00\x02", 2, PEER_OTHER},
+        {"\x00\x01\x00\x00\x80", 5, PEER_PSBENCH}, /* 65536, a map */
+        {"\x00\x00\x00\x05\x01", 5, PEER_OTHER},   /* not a map */
+        {"\x00\x00\x00\x05\xde", 5, PEER_PSBENCH}, /* map16 */
+        {"\x00\x00", 2, PEER_UNSURE},
+        {"", 0, PEER_UNSURE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(peer_sniff((const uint8_t *)cases[i].bytes, cases[i].n), cases[i].want);
+    /* Every prefix of a real control frame could be psbench. */
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(ctl_encode("registered", NULL, NULL, &buf, &len), 0);
+    for (size_t n = 1; n <= len; n++) {
+        peer_kind k = peer_sniff(buf, n);
+        assert_true(k == PEER_PSBENCH || k == PEER_UNSURE);
+    }
+    free(buf);
+    char err[256];
+    assert_true(peer_not_psbench("10.0.0.1:8080", "master", (const uint8_t *)"HTTP/1.0 200", 12, err, sizeof err));
+    assert_string_equal(err, "10.0.0.1:8080 is not a psbench master (it answered like an HTTP server)");
+    assert_true(peer_not_psbench("h:1", "server", (const uint8_t *)"\x16\x03", 2, err, sizeof err));
+    assert_string_equal(err, "h:1 is not a psbench server (it answered with TLS)");
+    assert_true(peer_not_psbench("h:1", "server", (const uint8_t *)"hello", 5, err, sizeof err));
+    assert_string_equal(err, "h:1 is not a psbench server (it answered with bytes that are not psbench's protocol)");
+    assert_false(peer_not_psbench("h:1", "server", (const uint8_t *)"\x00\x00\x00\x05\x81", 5, err, sizeof err));
+}
+
+/* A ctl_conn on one end of a socketpair, the "master" on the other. The
+ * peer's name is no HOST:PORT, so a silent peer is not probed. */
+static int first_answer(const void *bytes, size_t n, bool close_after, double timeout_s, ctl_msg *m, char *err,
+                        size_t errlen)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    ctl_conn c;
+    memset(&c, 0, sizeof c);
+    c.fd = sv[0];
+    frame_decoder_init(&c.dec, CTL_MAX_BODY);
+    snprintf(c.peer, sizeof c.peer, "the-peer");
+    if (n)
+        assert_int_equal(write(sv[1], bytes, n), (ssize_t)n);
+    if (close_after)
+        close(sv[1]);
+    int rc = ctl_recv_first(&c, timeout_s, m, err, errlen);
+    if (!close_after)
+        close(sv[1]);
+    ctl_close(&c);
+    return rc;
+}
+
+static void test_recv_first(void **state)
+{
+    (void)state;
+    char err[256];
+    ctl_msg m;
+    uint8_t *buf;
+    size_t len;
+    /* The master's answers. */
+    static const char *const ok[] = {"registered", "assign", "stop"};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *body = json_pack("{s:i}", "rank", 3);
+        assert_int_equal(ctl_encode(ok[i], NULL, body, &buf, &len), 0);
+        json_decref(body);
+        assert_int_equal(first_answer(buf, len, false, 1.0, &m, err, sizeof err), 1);
+        assert_string_equal(m.type, ok[i]);
+        assert_int_equal(ctl_int(m.body, "rank", -1), 3);
+        ctl_msg_clear(&m);
+        free(buf);
+    }
+    /* A psbench server's data port: an error frame, not a control message. */
+    assert_int_equal(ctl_encode("error", NULL, NULL, &buf, &len), 0);
+    assert_int_equal(first_answer(buf, len, true, 1.0, &m, err, sizeof err), -1);
+    assert_string_equal(err, "the-peer is not a psbench master (it answered a psbench 'error' frame, as a server's "
+                             "data port does)");
+    free(buf);
+    /* Other protocols, at once. */
+    assert_int_equal(first_answer("HTTP/1.1 400 Bad Request\r\n\r\n", 28, true, 5.0, &m, err, sizeof err), -1);
+    assert_string_equal(err, "the-peer is not a psbench master (it answered like an HTTP server)");
+    assert_int_equal(first_answer("\x15\x03\x03\x00\x02\x02\x32", 7, false, 5.0, &m, err, sizeof err), -1);
+    assert_string_equal(err, "the-peer is not a psbench master (it answered with TLS)");
+    /* Silence, bounded; a close without a byte. */
+    assert_int_equal(first_answer(NULL, 0, false, 0.2, &m, err, sizeof err), -1);
+    assert_string_equal(err, "the-peer accepted the connection but did not answer within 0.2 s: is it a psbench "
+                             "master?");
+    assert_int_equal(first_answer(NULL, 0, true, 5.0, &m, err, sizeof err), -1);
+    assert_string_equal(err, "the-peer closed the connection without answering: is it a psbench master?");
+    /* A few bytes of something else, then silence. */
+    assert_int_equal(first_answer("\x00\x00", 2, false, 0.2, &m, err, sizeof err), -1);
+    assert_non_null(strstr(err, "did not answer within 0.2 s"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -207,6 +325,8 @@ int main(void)
         cmocka_unit_test(test_read_stream),
         cmocka_unit_test(test_take_samples),
         cmocka_unit_test(test_aggregate),
+        cmocka_unit_test(test_peer_sniff),
+        cmocka_unit_test(test_recv_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

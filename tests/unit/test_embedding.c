@@ -8,7 +8,9 @@
  * (completions late, from a worker thread): the table's initial values,
  * lookups, updates, a lookup that must see the updates sent before it
  * while they are still in flight, every refused call leaving the table as
- * it was, and reset.
+ * it was, and reset. The table is filled a slice at a time (as the
+ * server's reactor does, to keep its heartbeat): whatever the slices, it
+ * holds the bits of one rng_fill_normal over the whole table.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -154,6 +156,11 @@ static void fx_open(fixture *x, const char *dev)
                                 .rank = 3};
     x->k = kind_new(&kc, x->dev, &x->pool, x->m, err, sizeof err);
     assert_non_null(x->k);
+    /* start only seeds the fill: the table is filled by kind_fill. */
+    assert_false(kind_ready(x->k));
+    assert_int_equal(x->k->fill_total, K_ROWS * K_COLS * sizeof(float));
+    assert_int_equal(kind_fill(x->k, UINT64_MAX), 0);
+    assert_true(kind_ready(x->k));
 }
 
 static void fx_close(fixture *x)
@@ -331,8 +338,11 @@ static void run_lookup_update(const char *dev)
     read_table(&x, t);
     assert_memory_equal(t, want, sizeof t);
 
-    /* Reset: the table from the seed again. */
+    /* Reset: the table from the seed again, filled in the smallest slices. */
     x.k->ops->reset(x.k);
+    assert_false(kind_ready(x.k));
+    while (kind_fill(x.k, 1) > 0)
+        ;
     read_table(&x, t);
     assert_memory_equal(t, init, sizeof t);
     fx_close(&x);
@@ -421,6 +431,89 @@ static void test_refusals_test_device(void **state)
     run_refusals("test");
 }
 
+/* ---- the table's fill, a slice at a time ------------------------------- */
+
+static float *slice_rows; /* where the read-back lookup's answer goes */
+
+static void slice_done(kind_call *c)
+{
+    memcpy(slice_rows, c->answer->data, c->answer->len);
+    psbuf_unref(c->answer);
+    c->answer = NULL;
+}
+
+/* A rows x cols table filled in slices of `budget` bytes (as often as it
+ * takes) equals one rng_fill_normal over the whole table, bit for bit, and
+ * so does the table after a reset filled in slices of `budget2`. */
+static void check_fill_in_slices(uint64_t rows, uint64_t cols, uint64_t budget, uint64_t budget2)
+{
+    struct event_base *base = event_base_new();
+    char err[256];
+    device *dev = device_new("cpu", base, err, sizeof err);
+    bufpool pool;
+    bufpool_init(&pool, 1 << 24);
+    metrics *m = metrics_new();
+    kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
+    kc.emb = (embedding_config){.num_embeddings = rows, .embedding_dim = cols, .lr = 0.05f, .seed = 42, .rank = 5};
+    kind *k = kind_new(&kc, dev, &pool, m, err, sizeof err);
+    assert_non_null(k);
+    uint64_t n = rows * cols;
+    float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    rng r;
+    rng_seed(&r, 42, RNG_STREAM_EMBEDDING + 5);
+    rng_fill_normal(want, n, &r);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            k->ops->reset(k);
+        assert_false(kind_ready(k));
+        assert_int_equal(k->fill_total, n * sizeof(float));
+        assert_int_equal(k->fill_left, n * sizeof(float));
+        uint64_t left = k->fill_left, slices = 0, b = pass ? budget2 : budget;
+        while (left > 0) {
+            uint64_t now = kind_fill(k, b);
+            assert_true(now < left); /* every slice moves */
+            left = now;
+            slices++;
+        }
+        assert_true(kind_ready(k));
+        /* Slices of whole blocks (256 floats) unless the budget is larger. */
+        uint64_t per = b / 4 < 256 ? 256 : b / 4 - (b / 4) % 256;
+        assert_int_equal(slices, per >= n ? 1 : (n + per - 1) / per);
+        /* Read it back: every row a bag of its own. */
+        psbuf *payload = bufpool_get(&pool, 16 * rows);
+        assert_non_null(payload);
+        int64_t *q = (int64_t *)(void *)payload->data;
+        for (uint64_t i = 0; i < rows; i++)
+            q[i] = q[rows + i] = (int64_t)i;
+        kind_call c = {.update = false, .batch = 1, .nnz = rows, .bags = rows, .payload = payload, .done = slice_done};
+        slice_rows = got;
+        char msg[128];
+        assert_int_equal(k->ops->lookup(k, &c, msg, sizeof msg), ERR_NONE);
+        device_drain(dev);
+        psbuf_unref(payload);
+        assert_memory_equal(got, want, n * sizeof *got);
+    }
+    free(want);
+    free(got);
+    kind_free(k);
+    device_destroy(dev);
+    bufpool_destroy(&pool);
+    metrics_free(m);
+    event_base_free(base);
+}
+
+static void test_fill_in_slices(void **state)
+{
+    (void)state;
+    check_fill_in_slices(7, 143, 1, 4096);             /* 1001 floats: odd, a last half pair */
+    check_fill_in_slices(1, 1, 1, UINT64_MAX);          /* one float */
+    check_fill_in_slices(3, 256, 1024, 1000);           /* whole blocks; a budget off the blocks */
+    check_fill_in_slices(1000, 257, 4 * 4096 + 4, 12345); /* 257,000 floats in slices of 4096 */
+    check_fill_in_slices(1000, 257, UINT64_MAX, 4);     /* one slice; then blocks of 256 */
+}
+
 static void test_config_limits(void **state)
 {
     (void)state;
@@ -472,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_refusals_cpu),
         cmocka_unit_test(test_refusals_test_device),
         cmocka_unit_test(test_config_limits),
+        cmocka_unit_test(test_fill_in_slices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

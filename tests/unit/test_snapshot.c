@@ -32,10 +32,10 @@
 /* ---- fixtures ------------------------------------------------------------- */
 
 static const snap_node fixture_nodes[] = {
-    {"trainer", 0, "10.0.0.1", "cpu", "running", 0.25, 1000, 2000, -1, NULL},
-    {"trainer", 1, "10.0.0.2", "cuda:0", "running", 1.23456, 3000, 4000, -1, NULL},
-    {"server", 0, "10.0.0.3", "cpu", "ready", 0.0004, 6000, 5000, -1, NULL},
-    {"trainer", 2, "10.0.0.4", "cpu", "lost", 31.0, 0, 0, -1, NULL},
+    {"trainer", 0, "10.0.0.1", "cpu", "running", 0.25, 1000, 2000, -1, 0, 0, NULL},
+    {"trainer", 1, "10.0.0.2", "cuda:0", "running", 1.23456, 3000, 4000, -1, 0, 0, NULL},
+    {"server", 0, "10.0.0.3", "cpu", "ready", 0.0004, 6000, 5000, -1, 0, 0, NULL},
+    {"trainer", 2, "10.0.0.4", "cpu", "lost", 31.0, 0, 0, -1, 0, 0, NULL},
 };
 #define NFIXTURE_NODES (sizeof fixture_nodes / sizeof fixture_nodes[0])
 
@@ -167,8 +167,10 @@ static void test_status_no_error(void **state)
 {
     snapshot_input in = fixture();
     json_t *doc = parse(snapshot_status_json(&in));
-    static const char *const keys[] = {"phase", "error", "progress", "nodes", "elapsed_s", "run", "runs"};
-    assert_keys(doc, keys, 7);
+    static const char *const keys[] = {"phase", "error", "progress", "nodes", "elapsed_s", "run", "runs",
+                                       "servers_initialising"};
+    assert_keys(doc, keys, 8);
+    assert_int_equal(json_array_size(get(doc, "servers_initialising")), 0); /* nobody fills a table */
     assert_int_key(doc, "run", 2); /* extension: --runs */
     assert_int_key(doc, "runs", 3);
     assert_str(doc, "phase", "running");
@@ -201,6 +203,29 @@ static void test_status_with_error(void **state)
     assert_int_key(n, "server", 0);
     assert_int_key(get(doc, "progress"), "batches_done", 0);
     assert_num_key(doc, "elapsed_s", 3.0);
+    json_decref(doc);
+}
+
+/* Extension: the servers filling their embedding tables, with progress. */
+static void test_status_servers_initialising(void **state)
+{
+    (void)state;
+    snap_node nodes[] = {
+        {"server", 0, "h0", "cpu", "assigned", 0.1, 0, 0, 0, 3ull << 30, 8ull << 30, NULL},
+        {"server", 1, "h1", "cpu", "ready", 0.1, 0, 0, 0, 0, 0, NULL},
+        {"trainer", 0, "h2", "cpu", "registered", 0.1, 0, 0, -1, 0, 0, NULL},
+    };
+    snapshot_input in = {.phase = "waiting", .nodes = nodes, .nnodes = 3};
+    json_t *doc = parse(snapshot_status_json(&in));
+    json_t *a = get(doc, "servers_initialising");
+    assert_true(json_is_array(a));
+    assert_int_equal(json_array_size(a), 1);
+    json_t *s = json_array_get(a, 0);
+    static const char *const keys[] = {"rank", "done_bytes", "total_bytes"};
+    assert_keys(s, keys, 3);
+    assert_int_key(s, "rank", 0);
+    assert_int_key(s, "done_bytes", 3ll << 30);
+    assert_int_key(s, "total_bytes", 8ll << 30);
     json_decref(doc);
 }
 
@@ -676,9 +701,9 @@ static void test_prom_locale_independent(void **state)
 static void test_rows_touched(void **state)
 {
     static const snap_node nodes[] = {
-        {"trainer", 0, "h0", "cpu", "running", 0.1, 10, 20, -1, NULL},
-        {"server", 0, "h1", "cpu", "ready", 0.1, 30, 40, 4242, NULL},
-        {"server", 1, "h2", "cpu", "ready", 0.1, 30, 40, 0, NULL},
+        {"trainer", 0, "h0", "cpu", "running", 0.1, 10, 20, -1, 0, 0, NULL},
+        {"server", 0, "h1", "cpu", "ready", 0.1, 30, 40, 4242, 0, 0, NULL},
+        {"server", 1, "h2", "cpu", "ready", 0.1, 30, 40, 0, 0, 0, NULL},
     };
     snapshot_input in = fixture();
     char *plain = snapshot_prometheus(&in);
@@ -745,6 +770,7 @@ int main(void)
         cmocka_unit_test(test_status_no_error),
         cmocka_unit_test(test_status_with_error),
         cmocka_unit_test(test_status_nonfinite_elapsed_is_null),
+        cmocka_unit_test(test_status_servers_initialising),
         cmocka_unit_test(test_nodes),
         cmocka_unit_test(test_nodes_text),
         cmocka_unit_test(test_nodes_environment),
