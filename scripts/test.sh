@@ -48,9 +48,13 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # The fuzz target already runs under ASan in the first pass.
   # Not again under ASan: the soak and the HTTP load (they measure memory,
   # which ASan's quarantine inflates on purpose), Slurm (it runs the same
-  # binaries as the faults tests do, slower) and the scripts' configure
-  # guard (no binary of the build in it). The faults run here too.
-  ASAN_OPTIONS=detect_leaks=1 run_suite build-asan "-E multihost_soak|multihost_http_load|integration_slurm|integration_scripts" \
+  # binaries as the faults tests do, slower), the scripts' configure guard
+  # (no binary of the build in it), the 3 GiB table (its fill is the rng's
+  # loop; unit_embedding fills in slices under ASan) and the first-answer
+  # deadlines (waits for timeouts; unit_control sniffs peers under ASan).
+  # The faults run here too.
+  ASAN_OPTIONS=detect_leaks=1 run_suite build-asan \
+    "-E multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline" \
     -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF \
     -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"

@@ -355,10 +355,10 @@ class MasterTests(psb.PsbTestCase):
         self.assertEqual(left, [])
 
     def test_live_metrics_during_run(self):
-        # Long enough (some 8 s here) that the live checks below happen
+        # Long enough (some 5 s here) that the live checks below happen
         # while it runs even on a loaded machine: with --linger 0 the
         # master is gone once the run is done.
-        m = self.master(model="Slow", epochs=250, linger=0)
+        m = self.master(model="Slow", epochs=150, linger=0)
         st = self.wait_phase(m, ("running",))
         self.assertIsNone(st["error"])
         # While the timed pass runs, counts grow and every view is well-formed.
