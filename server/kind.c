@@ -62,3 +62,13 @@ void push_ctx_free(push_ctx *p)
     p->rowslot = NULL;
     p->idx_cap = 0;
 }
+
+uint64_t kind_fill(kind *k, uint64_t budget)
+{
+    if (k->fill_left == 0)
+        return 0;
+    assert(k->ops->fill);
+    uint64_t left = k->ops->fill(k, budget);
+    assert(left == k->fill_left && left <= k->fill_total);
+    return left;
+}

@@ -193,4 +193,14 @@ int kind_push_grow_idx(push_ctx *p, uint64_t nnz);
 void push_ctx_free(push_ctx *p);
 
 
+/* Whether the kind's state is complete: nothing of its start or last reset
+ * is left to fill (kind_ops.fill). */
+static inline bool kind_ready(const kind *k)
+{
+    return k->fill_left == 0;
+}
+/* Fill about `budget` bytes more; returns the bytes still to fill. */
+uint64_t kind_fill(kind *k, uint64_t budget);
+
+
 #endif

@@ -21,7 +21,6 @@
  * that is not ready.
  */
 #include "server/kind.h"
-#include "server/kinds.h"
 #include "shared/clock.h"
 #include "shared/log.h"
 #include "shared/rng.h"

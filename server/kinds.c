@@ -71,16 +71,6 @@ kind *kind_new(const kind_config *cfg, device *dev, bufpool *pool, metrics *m, c
     return k;
 }
 
-uint64_t kind_fill(kind *k, uint64_t budget)
-{
-    if (k->fill_left == 0)
-        return 0;
-    assert(k->ops->fill);
-    uint64_t left = k->ops->fill(k, budget);
-    assert(left == k->fill_left && left <= k->fill_total);
-    return left;
-}
-
 void kind_free(kind *k)
 {
     if (k)

@@ -14,13 +14,4 @@ const char *kind_name(kind_id id);
 kind *kind_new(const kind_config *cfg, device *dev, bufpool *pool, metrics *m, char *err, size_t errlen);
 void kind_free(kind *k);
 
-/* Whether the kind's state is complete: nothing of its start or last reset
- * is left to fill (kind_ops.fill). */
-static inline bool kind_ready(const kind *k)
-{
-    return k->fill_left == 0;
-}
-/* Fill about `budget` bytes more; returns the bytes still to fill. */
-uint64_t kind_fill(kind *k, uint64_t budget);
-
 #endif
