@@ -62,7 +62,17 @@ static int cudaload_resolve_cudart(cudaload_lib *l, void *h)
                    CUDALOAD_RESOLVE(l, h, t, cudaGetErrorString) || CUDALOAD_RESOLVE(l, h, t, cudaMalloc) ||
                    CUDALOAD_RESOLVE(l, h, t, cudaFree) || CUDALOAD_RESOLVE(l, h, t, cudaMemcpyAsync) ||
                    CUDALOAD_RESOLVE(l, h, t, cudaStreamCreateWithFlags) ||
-                   CUDALOAD_RESOLVE(l, h, t, cudaStreamDestroy) || CUDALOAD_RESOLVE(l, h, t, cudaStreamQuery)
+                   CUDALOAD_RESOLVE(l, h, t, cudaStreamDestroy) || CUDALOAD_RESOLVE(l, h, t, cudaStreamQuery) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaStreamSynchronize) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaGetDeviceProperties) || CUDALOAD_RESOLVE(l, h, t, cudaMemGetInfo) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaHostAlloc) || CUDALOAD_RESOLVE(l, h, t, cudaFreeHost) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaMemsetAsync) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaEventCreateWithFlags) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaEventRecord) || CUDALOAD_RESOLVE(l, h, t, cudaEventQuery) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaEventElapsedTime) || CUDALOAD_RESOLVE(l, h, t, cudaEventDestroy) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaLibraryLoadData) || CUDALOAD_RESOLVE(l, h, t, cudaLibraryUnload) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaLibraryGetKernel) || CUDALOAD_RESOLVE(l, h, t, cudaLaunchKernel) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaLaunchHostFunc) || CUDALOAD_RESOLVE(l, h, t, cudaGetLastError)
                ? -1
                : 0;
 }

@@ -49,6 +49,26 @@ typedef struct cudart_api {
     CUDALOAD_FN(cudaStreamCreateWithFlags);
     CUDALOAD_FN(cudaStreamDestroy);
     CUDALOAD_FN(cudaStreamQuery);
+    /* The server's cuda device: streams and events, pinned memory, the
+     * kernels' fatbin loaded at run time (no linked runtime to register
+     * it), host callbacks. */
+    CUDALOAD_FN(cudaStreamSynchronize);
+    CUDALOAD_FN(cudaGetDeviceProperties);
+    CUDALOAD_FN(cudaMemGetInfo);
+    CUDALOAD_FN(cudaHostAlloc);
+    CUDALOAD_FN(cudaFreeHost);
+    CUDALOAD_FN(cudaMemsetAsync);
+    CUDALOAD_FN(cudaEventCreateWithFlags);
+    CUDALOAD_FN(cudaEventRecord);
+    CUDALOAD_FN(cudaEventQuery);
+    CUDALOAD_FN(cudaEventElapsedTime);
+    CUDALOAD_FN(cudaEventDestroy);
+    CUDALOAD_FN(cudaLibraryLoadData);
+    CUDALOAD_FN(cudaLibraryUnload);
+    CUDALOAD_FN(cudaLibraryGetKernel);
+    CUDALOAD_FN(cudaLaunchKernel);
+    CUDALOAD_FN(cudaLaunchHostFunc);
+    CUDALOAD_FN(cudaGetLastError);
 } cudart_api;
 
 /* NCCL (libnccl). */

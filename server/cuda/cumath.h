@@ -1,0 +1,73 @@
+/* cumath.h — the per-element arithmetic of the server's CUDA kernels,
+ * written once for the GPU and the host.
+ *
+ * kernels.cu calls these on the GPU; the host compiles the same functions
+ * (tests/unit/test_cumath.c runs them against the cpu device's loops in
+ * server/reduce.c, element by element, bit for bit). Every operation is
+ * rounded on its own, as the CPU does it: a product is never fused with
+ * the add that follows (the GPU would contract a*b+c into one FMA, which
+ * rounds once and so differs in the last bit). Sums run in the order the
+ * CPU uses (the sources in slot order, the positions of a bag in order),
+ * so that a CUDA server's results equal a CPU server's.
+ *
+ * Plain C when the C compiler reads it; __host__ __device__ under nvcc.
+ */
+#ifndef PSBENCH_CUMATH_H
+#define PSBENCH_CUMATH_H
+
+#if defined(__CUDACC__)
+#define CUMATH_FN static __host__ __device__ __forceinline__
+#else
+#define CUMATH_FN static inline
+#endif
+
+/* a + b and a * b, each rounded once to float (no contraction). */
+CUMATH_FN float cumath_add(float a, float b)
+{
+#if defined(__CUDA_ARCH__)
+    return __fadd_rn(a, b);
+#else
+    volatile float r = a + b; /* a store: no fusing with a neighbour */
+    return r;
+#endif
+}
+
+CUMATH_FN float cumath_mul(float a, float b)
+{
+#if defined(__CUDA_ARCH__)
+    return __fmul_rn(a, b);
+#else
+    volatile float r = a * b;
+    return r;
+#endif
+}
+
+CUMATH_FN float cumath_sub(float a, float b)
+{
+#if defined(__CUDA_ARCH__)
+    return __fsub_rn(a, b);
+#else
+    volatile float r = a - b;
+    return r;
+#endif
+}
+
+/* The dense folds (server/device.h's fold ops) for one element. */
+CUMATH_FN float cumath_fold_add(float acc, float x) { return cumath_add(acc, x); }
+CUMATH_FN float cumath_fold_add_scale(float acc, float x, float s) { return cumath_mul(cumath_add(acc, x), s); }
+CUMATH_FN float cumath_fold_copy_scale(float x, float s) { return cumath_mul(x, s); }
+
+/* One step of SGD with momentum (PyTorch's: dampening 0, no Nesterov) for
+ * one element whose gradient mean is g: buf = first ? g : momentum*buf + g;
+ * param = param - lr*buf. */
+CUMATH_FN void cumath_sgd(float *param, float *buf, float g, float lr, float momentum, int first)
+{
+    float b = first ? g : cumath_add(cumath_mul(momentum, *buf), g);
+    *buf = b;
+    *param = cumath_sub(*param, cumath_mul(lr, b));
+}
+
+/* Scatter SGD on one table element: row = row - lr * grad. */
+CUMATH_FN float cumath_scatter_step(float row, float grad, float lr) { return cumath_sub(row, cumath_mul(lr, grad)); }
+
+#endif

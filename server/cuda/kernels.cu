@@ -1,0 +1,136 @@
+// kernels.cu — the CUDA server's kernels (server/cuda/kernels.h names them).
+//
+// Compiled by nvcc into a fatbin (SASS for each of CMAKE_CUDA_ARCHITECTURES
+// and PTX for the newest), embedded in psbench-server as data and loaded on
+// the first use of the cuda device with cudaLibraryLoadData: the server
+// links no CUDA library, and the same binary runs on hosts without one.
+// extern "C" keeps the names kernels.h gives (no C++ mangling).
+//
+// The per-element arithmetic is cumath.h's, shared with the host (tests
+// compare it with the cpu device bit for bit). Dense kernels use grid-stride
+// loops over float4 where the buffers allow (16-byte aligned, which device
+// allocations are) and one float at a time for the rest.
+#include "server/cuda/cumath.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/cuda/kernels.h"
+
+// ---- dense folds --------------------------------------------------------------
+
+__device__ __forceinline__ float psb_fold_one(int op, float acc, float x, float s)
+{
+    switch (op) {
+    case PSB_FOLD_COPY:
+        return x;
+    case PSB_FOLD_ADD:
+        return cumath_fold_add(acc, x);
+    case PSB_FOLD_ADD_SCALE:
+        return cumath_fold_add_scale(acc, x, s);
+    default: // PSB_FOLD_COPY_SCALE
+        return cumath_fold_copy_scale(x, s);
+    }
+}
+
+// acc[i] = op(acc[i], src[i], s) for i < n.
+extern "C" __global__ void psb_fold(int op, float *__restrict__ acc, const float *__restrict__ src, size_t n, float s)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    bool vec = ((uintptr_t)acc % 16 == 0) && ((uintptr_t)src % 16 == 0);
+    size_t n4 = vec ? n / 4 : 0;
+    float4 *a4 = (float4 *)acc;
+    const float4 *s4 = (const float4 *)src;
+    for (size_t i = t; i < n4; i += stride) {
+        float4 a = a4[i], x = s4[i];
+        a.x = psb_fold_one(op, a.x, x.x, s);
+        a.y = psb_fold_one(op, a.y, x.y, s);
+        a.z = psb_fold_one(op, a.z, x.z, s);
+        a.w = psb_fold_one(op, a.w, x.w, s);
+        a4[i] = a;
+    }
+    for (size_t i = n4 * 4 + t; i < n; i += stride)
+        acc[i] = psb_fold_one(op, acc[i], src[i], s);
+}
+
+// ---- the mean of stored pushes ---------------------------------------------------
+
+// dst[i] = (srcs[0][i] + srcs[1][i] + ... ) * scale, summed in source order.
+extern "C" __global__ void psb_sum_scale(float *dst, const float *const *__restrict__ srcs, unsigned nsrc, size_t n,
+                                         float scale)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float acc = srcs[0][i];
+        for (unsigned s = 1; s < nsrc; s++)
+            acc = cumath_add(acc, srcs[s][i]);
+        dst[i] = cumath_mul(acc, scale);
+    }
+}
+
+// ---- SGD with momentum (batch-update) --------------------------------------------
+
+// g = (srcs[0][i] + ...) * scale; the step on param[i] and buf[i]; out[i] =
+// the new param[i] when out is not NULL.
+extern "C" __global__ void psb_sgd(float *__restrict__ param, float *__restrict__ buf,
+                                   const float *const *__restrict__ srcs, unsigned nsrc, size_t n, float scale,
+                                   float lr, float momentum, int first, float *__restrict__ out)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float g = srcs[0][i];
+        for (unsigned s = 1; s < nsrc; s++)
+            g = cumath_add(g, srcs[s][i]);
+        g = cumath_mul(g, scale);
+        float p = param[i], b = buf[i];
+        cumath_sgd(&p, &b, g, lr, momentum, first);
+        param[i] = p;
+        buf[i] = b;
+        if (out)
+            out[i] = p;
+    }
+}
+
+// ---- embedding bags ----------------------------------------------------------------
+
+// Where bag b's positions end: the next bag's offset, or nnz for the last.
+__device__ __forceinline__ size_t psb_bag_end(const int64_t *off, size_t bags, size_t nnz, size_t b)
+{
+    return b + 1 < bags ? (size_t)off[b + 1] : nnz;
+}
+
+// out[b][c] = 0 + table[idx[off[b]]][c] + ... over bag b's positions in
+// order. One thread per (bag, column).
+extern "C" __global__ void psb_gather(float *__restrict__ out, const float *__restrict__ table, size_t cols,
+                                      const int64_t *__restrict__ idx, const int64_t *__restrict__ off, size_t nnz,
+                                      size_t bags)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < bags * cols; t += stride) {
+        size_t b = t / cols, c = t % cols;
+        float sum = 0.0f;
+        for (size_t i = (size_t)off[b], end = psb_bag_end(off, bags, nnz, b); i < end; i++)
+            sum = cumath_add(sum, table[(size_t)idx[i] * cols + c]);
+        out[t] = sum;
+    }
+}
+
+// For each bag b in order, each of its positions i in order:
+// table[idx[i]][c] -= lr * grad[b][c]. A row named twice gets both steps, in
+// that order: so one thread owns a column for the whole update (columns
+// are independent; a row's repeats are not).
+extern "C" __global__ void psb_scatter_sgd(float *__restrict__ table, size_t cols, const int64_t *__restrict__ idx,
+                                           const int64_t *__restrict__ off, size_t nnz, size_t bags,
+                                           const float *__restrict__ grad, float lr)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += stride)
+        for (size_t b = 0; b < bags; b++) {
+            float g = grad[b * cols + c];
+            for (size_t i = (size_t)off[b], end = psb_bag_end(off, bags, nnz, b); i < end; i++) {
+                float *e = &table[(size_t)idx[i] * cols + c];
+                *e = cumath_scatter_step(*e, g, lr);
+            }
+        }
+}
