@@ -1,0 +1,306 @@
+/* cugpu_cuda.c — cugpu.h on a real GPU: the CUDA runtime through
+ * shared/cudaload.h (nothing linked), the kernels from the fatbin the build
+ * embedded (kernels.h) loaded once with cudaLibraryLoadData and launched
+ * by name with cudaLaunchKernel.
+ *
+ * Every call comes from one thread (the server's reactor), on which the GPU
+ * is made current once, here. Streams are non-blocking (no implicit
+ * synchronisation with the legacy default stream); events are created
+ * for timing only when asked (cudaEventDefault: the device's method
+ * metrics are GPU time between two of them).
+ */
+#include "server/cuda/cugpu.h"
+#include "shared/cudaload.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cuda_gpu {
+    cugpu base;
+    const cudart_api *rt;
+    cudaLibrary_t lib;
+    cudaKernel_t kernels[PSB_K_COUNT];
+    int sms;        /* streaming multiprocessors: the grids' size */
+} cuda_gpu;
+
+static int cg_failed(cugpu *g, const char *call, cudaError_t e)
+{
+    const cudart_api *rt = ((cuda_gpu *)g)->rt;
+    snprintf(g->err, sizeof g->err, "%s on GPU %d: %s", call, g->device, rt->cudaGetErrorString(e));
+    return -1;
+}
+
+static void *cg_dev_alloc(cugpu *g, size_t bytes)
+{
+    void *p = NULL;
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cg_failed(g, "cudaMalloc", e);
+        return NULL;
+    }
+    return p;
+}
+
+static void cg_dev_free(cugpu *g, void *p)
+{
+    if (p)
+        ((cuda_gpu *)g)->rt->cudaFree(p);
+}
+
+static void *cg_host_alloc(cugpu *g, size_t bytes)
+{
+    void *p = NULL;
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        cg_failed(g, "cudaHostAlloc", e);
+        return NULL;
+    }
+    return p;
+}
+
+static void cg_host_free(cugpu *g, void *p)
+{
+    if (p)
+        ((cuda_gpu *)g)->rt->cudaFreeHost(p);
+}
+
+static cugpu_stream *cg_stream_new(cugpu *g)
+{
+    cudaStream_t s = NULL;
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        cg_failed(g, "cudaStreamCreateWithFlags", e);
+        return NULL;
+    }
+    return (cugpu_stream *)s;
+}
+
+static void cg_stream_free(cugpu *g, cugpu_stream *s)
+{
+    if (!s)
+        return;
+    const cudart_api *rt = ((cuda_gpu *)g)->rt;
+    rt->cudaStreamSynchronize((cudaStream_t)s);
+    rt->cudaStreamDestroy((cudaStream_t)s);
+}
+
+static int cg_copy(cugpu *g, cugpu_stream *s, void *dst, const void *src, size_t n, cugpu_dir dir)
+{
+    static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                                cudaMemcpyDeviceToDevice};
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaMemcpyAsync(dst, src, n, kinds[dir], (cudaStream_t)s);
+    return e == cudaSuccess ? 0 : cg_failed(g, "cudaMemcpyAsync", e);
+}
+
+/* Blocks of 256 threads, enough to cover `work` items, at most 8 per SM
+ * (the kernels loop over the rest: grid-stride). */
+static unsigned cg_blocks(const cuda_gpu *cg, size_t work)
+{
+    size_t b = (work + 255) / 256, cap = (size_t)cg->sms * 8;
+    return (unsigned)(b == 0 ? 1 : b < cap ? b : cap);
+}
+
+static int cg_launch(cugpu *g, cugpu_stream *s, const cugpu_launch *l)
+{
+    cuda_gpu *cg = (cuda_gpu *)g;
+    void *args[10];
+    size_t work;
+    /* Local copies: cudaLaunchKernel reads each argument through its
+     * pointer before it returns. */
+    cugpu_launch a = *l;
+    switch (l->kernel) {
+    case PSB_K_FOLD:
+        args[0] = &a.u.fold.op;
+        args[1] = &a.u.fold.acc;
+        args[2] = &a.u.fold.src;
+        args[3] = &a.u.fold.n;
+        args[4] = &a.u.fold.s;
+        work = a.u.fold.n / 4 + 1;
+        break;
+    case PSB_K_SUM_SCALE:
+        args[0] = &a.u.sum.dst;
+        args[1] = &a.u.sum.srcs;
+        args[2] = &a.u.sum.nsrc;
+        args[3] = &a.u.sum.n;
+        args[4] = &a.u.sum.scale;
+        work = a.u.sum.n;
+        break;
+    case PSB_K_SGD:
+        args[0] = &a.u.sgd.param;
+        args[1] = &a.u.sgd.buf;
+        args[2] = &a.u.sgd.srcs;
+        args[3] = &a.u.sgd.nsrc;
+        args[4] = &a.u.sgd.n;
+        args[5] = &a.u.sgd.scale;
+        args[6] = &a.u.sgd.lr;
+        args[7] = &a.u.sgd.momentum;
+        args[8] = &a.u.sgd.first;
+        args[9] = &a.u.sgd.out;
+        work = a.u.sgd.n;
+        break;
+    case PSB_K_GATHER:
+        args[0] = &a.u.bags.out;
+        args[1] = &a.u.bags.table;
+        args[2] = &a.u.bags.cols;
+        args[3] = &a.u.bags.idx;
+        args[4] = &a.u.bags.off;
+        args[5] = &a.u.bags.nnz;
+        args[6] = &a.u.bags.bags;
+        work = a.u.bags.bags * a.u.bags.cols;
+        break;
+    case PSB_K_SCATTER_SGD:
+        args[0] = &a.u.bags.table;
+        args[1] = &a.u.bags.cols;
+        args[2] = &a.u.bags.idx;
+        args[3] = &a.u.bags.off;
+        args[4] = &a.u.bags.nnz;
+        args[5] = &a.u.bags.bags;
+        args[6] = &a.u.bags.grad;
+        args[7] = &a.u.bags.lr;
+        work = a.u.bags.cols;
+        break;
+    default:
+        snprintf(g->err, sizeof g->err, "unknown kernel %d", l->kernel);
+        return -1;
+    }
+    dim3 grid = {cg_blocks(cg, work), 1, 1}, block = {256, 1, 1};
+    cudaError_t e = cg->rt->cudaLaunchKernel((const void *)cg->kernels[l->kernel], grid, block, args, 0,
+                                             (cudaStream_t)s);
+    return e == cudaSuccess ? 0 : cg_failed(g, "cudaLaunchKernel", e);
+}
+
+static int cg_host_fn(cugpu *g, cugpu_stream *s, void (*fn)(void *), void *arg)
+{
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaLaunchHostFunc((cudaStream_t)s, fn, arg);
+    return e == cudaSuccess ? 0 : cg_failed(g, "cudaLaunchHostFunc", e);
+}
+
+static cugpu_event *cg_event_new(cugpu *g)
+{
+    cudaEvent_t ev = NULL;
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaEventCreateWithFlags(&ev, cudaEventDefault);
+    if (e != cudaSuccess) {
+        cg_failed(g, "cudaEventCreateWithFlags", e);
+        return NULL;
+    }
+    return (cugpu_event *)ev;
+}
+
+static void cg_event_free(cugpu *g, cugpu_event *ev)
+{
+    if (ev)
+        ((cuda_gpu *)g)->rt->cudaEventDestroy((cudaEvent_t)ev);
+}
+
+static int cg_event_record(cugpu *g, cugpu_stream *s, cugpu_event *ev)
+{
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)s);
+    return e == cudaSuccess ? 0 : cg_failed(g, "cudaEventRecord", e);
+}
+
+static int cg_elapsed_ms(cugpu *g, cugpu_event *from, cugpu_event *to, float *ms)
+{
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaEventElapsedTime(ms, (cudaEvent_t)from, (cudaEvent_t)to);
+    return e == cudaSuccess ? 0 : cg_failed(g, "cudaEventElapsedTime", e);
+}
+
+static int cg_query(cugpu *g, cugpu_stream *s)
+{
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaStreamQuery((cudaStream_t)s);
+    if (e == cudaSuccess)
+        return 0;
+    if (e == cudaErrorNotReady)
+        return 1;
+    return cg_failed(g, "the GPU's stream", e);
+}
+
+static int cg_sync(cugpu *g, cugpu_stream *s)
+{
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaStreamSynchronize((cudaStream_t)s);
+    return e == cudaSuccess ? 0 : cg_failed(g, "cudaStreamSynchronize", e);
+}
+
+static void cg_destroy(cugpu *g)
+{
+    cuda_gpu *cg = (cuda_gpu *)g;
+    if (cg->lib)
+        cg->rt->cudaLibraryUnload(cg->lib);
+    free(cg);
+}
+
+static const cugpu_ops cuda_ops = {
+    .name = "cuda",
+    .dev_alloc = cg_dev_alloc,
+    .dev_free = cg_dev_free,
+    .host_alloc = cg_host_alloc,
+    .host_free = cg_host_free,
+    .stream_new = cg_stream_new,
+    .stream_free = cg_stream_free,
+    .copy = cg_copy,
+    .launch = cg_launch,
+    .host_fn = cg_host_fn,
+    .event_new = cg_event_new,
+    .event_free = cg_event_free,
+    .event_record = cg_event_record,
+    .elapsed_ms = cg_elapsed_ms,
+    .query = cg_query,
+    .sync = cg_sync,
+    .destroy = cg_destroy,
+};
+
+cugpu *cugpu_cuda_new(int device, char *err, size_t errlen)
+{
+    char why[512];
+    const cudart_api *rt = cudaload_cudart(why, sizeof why);
+    if (!rt) {
+        snprintf(err, errlen, "%s (install the CUDA runtime or use --device cpu)", why);
+        return NULL;
+    }
+    int n = 0;
+    cudaError_t e = rt->cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(err, errlen, "no CUDA device answers (cudaGetDeviceCount: %s; use --device cpu)",
+                 e != cudaSuccess ? rt->cudaGetErrorString(e) : "0 devices");
+        return NULL;
+    }
+    if (device < 0 || device >= n) {
+        snprintf(err, errlen, "CUDA device %d does not exist (this host has %d, numbered from 0)", device, n);
+        return NULL;
+    }
+    cuda_gpu *cg = calloc(1, sizeof *cg);
+    if (!cg) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    cg->base.ops = &cuda_ops;
+    cg->base.device = device;
+    cg->rt = rt;
+    struct cudaDeviceProp prop;
+    if ((e = rt->cudaSetDevice(device)) != cudaSuccess ||
+        (e = rt->cudaGetDeviceProperties(&prop, device)) != cudaSuccess) {
+        snprintf(err, errlen, "GPU %d: %s", device, rt->cudaGetErrorString(e));
+        free(cg);
+        return NULL;
+    }
+    cg->sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    snprintf(cg->base.name, sizeof cg->base.name, "%s, %.1f GiB, sm_%d%d", prop.name,
+             (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024), prop.major, prop.minor);
+    e = rt->cudaLibraryLoadData(&cg->lib, psb_kernels_fatbin, NULL, NULL, 0, NULL, NULL, 0);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "GPU %d (%s): the server's kernels do not load (cudaLibraryLoadData: %s; this build "
+                 "has code for CUDA architectures " PSBENCH_CUDA_ARCHS ")",
+                 device, cg->base.name, rt->cudaGetErrorString(e));
+        cg->lib = NULL;
+        cg_destroy(&cg->base);
+        return NULL;
+    }
+    static const char *const names[] = {PSB_KERNEL_NAMES};
+    for (int k = 0; k < PSB_K_COUNT; k++)
+        if ((e = rt->cudaLibraryGetKernel(&cg->kernels[k], cg->lib, names[k])) != cudaSuccess) {
+            snprintf(err, errlen, "GPU %d: kernel %s: %s", device, names[k], rt->cudaGetErrorString(e));
+            cg_destroy(&cg->base);
+            return NULL;
+        }
+    return &cg->base;
+}

@@ -1,0 +1,394 @@
+/* cugpu_fake.c — the fake GPU of cugpu.h: host memory, a worker thread per
+ * stream running its operations in order, kernels on the host with
+ * cumath.h's arithmetic (the same bits as the GPU's), injected errors.
+ *
+ * A test aid, like the `test` device: it exercises the cuda device's host
+ * logic (queues, completions from another thread, drains, failures) on any
+ * machine. It is not fast and does not try to be.
+ */
+#include "server/cuda/cugpu.h"
+#include "server/cuda/cumath.h"
+#include "shared/clock.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum fake_kind { FOP_COPY, FOP_LAUNCH, FOP_HOST_FN, FOP_RECORD } fake_kind;
+
+typedef struct fake_op {
+    fake_kind kind;
+    void *dst;
+    const void *src;
+    size_t n;
+    cugpu_launch launch;
+    void (*fn)(void *);
+    void *arg;
+    cugpu_event *ev;
+    struct fake_op *next;
+} fake_op;
+
+struct cugpu_event {
+    uint64_t t_ns; /* when the worker reached it */
+    bool done;
+};
+
+typedef struct fake_gpu fake_gpu;
+
+struct cugpu_stream {
+    fake_gpu *gpu;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* work queued, or the stream became idle */
+    fake_op *head, *tail;
+    bool running;           /* the worker holds an operation */
+    bool stop;
+    bool failed;
+    char why[256];
+    unsigned seed;
+};
+
+struct fake_gpu {
+    cugpu base;
+    uint64_t fail_at;
+    unsigned delay_us;
+    atomic_uint_fast64_t ops; /* operations run, over every stream */
+};
+
+/* ---- the kernels, on the host (kernels.cu's loops, cumath.h's arithmetic) --- */
+
+static size_t fake_bag_end(const int64_t *off, size_t bags, size_t nnz, size_t b)
+{
+    return b + 1 < bags ? (size_t)off[b + 1] : nnz;
+}
+
+static void fake_kernel(const cugpu_launch *l)
+{
+    switch (l->kernel) {
+    case PSB_K_FOLD: {
+        float *acc = l->u.fold.acc;
+        const float *x = l->u.fold.src;
+        for (size_t i = 0; i < l->u.fold.n; i++)
+            acc[i] = l->u.fold.op == PSB_FOLD_COPY        ? x[i]
+                     : l->u.fold.op == PSB_FOLD_ADD       ? cumath_fold_add(acc[i], x[i])
+                     : l->u.fold.op == PSB_FOLD_ADD_SCALE ? cumath_fold_add_scale(acc[i], x[i], l->u.fold.s)
+                                                          : cumath_fold_copy_scale(x[i], l->u.fold.s);
+        break;
+    }
+    case PSB_K_SUM_SCALE:
+        for (size_t i = 0; i < l->u.sum.n; i++) {
+            float acc = l->u.sum.srcs[0][i];
+            for (unsigned s = 1; s < l->u.sum.nsrc; s++)
+                acc = cumath_add(acc, l->u.sum.srcs[s][i]);
+            l->u.sum.dst[i] = cumath_mul(acc, l->u.sum.scale);
+        }
+        break;
+    case PSB_K_SGD:
+        for (size_t i = 0; i < l->u.sgd.n; i++) {
+            float g = l->u.sgd.srcs[0][i];
+            for (unsigned s = 1; s < l->u.sgd.nsrc; s++)
+                g = cumath_add(g, l->u.sgd.srcs[s][i]);
+            cumath_sgd(&l->u.sgd.param[i], &l->u.sgd.buf[i], cumath_mul(g, l->u.sgd.scale), l->u.sgd.lr,
+                       l->u.sgd.momentum, l->u.sgd.first);
+            if (l->u.sgd.out)
+                l->u.sgd.out[i] = l->u.sgd.param[i];
+        }
+        break;
+    case PSB_K_GATHER:
+        for (size_t b = 0; b < l->u.bags.bags; b++)
+            for (size_t c = 0; c < l->u.bags.cols; c++) {
+                float sum = 0.0f;
+                for (size_t i = (size_t)l->u.bags.off[b], end = fake_bag_end(l->u.bags.off, l->u.bags.bags,
+                                                                             l->u.bags.nnz, b);
+                     i < end; i++)
+                    sum = cumath_add(sum, l->u.bags.table[(size_t)l->u.bags.idx[i] * l->u.bags.cols + c]);
+                l->u.bags.out[b * l->u.bags.cols + c] = sum;
+            }
+        break;
+    case PSB_K_SCATTER_SGD:
+        for (size_t c = 0; c < l->u.bags.cols; c++)
+            for (size_t b = 0; b < l->u.bags.bags; b++)
+                for (size_t i = (size_t)l->u.bags.off[b], end = fake_bag_end(l->u.bags.off, l->u.bags.bags,
+                                                                             l->u.bags.nnz, b);
+                     i < end; i++) {
+                    float *e = &l->u.bags.table[(size_t)l->u.bags.idx[i] * l->u.bags.cols + c];
+                    *e = cumath_scatter_step(*e, l->u.bags.grad[b * l->u.bags.cols + c], l->u.bags.lr);
+                }
+        break;
+    default:
+        assert(!"unknown kernel");
+    }
+}
+
+/* ---- the stream's worker ------------------------------------------------------ */
+
+static void fake_run(cugpu_stream *s, fake_op *op)
+{
+    switch (op->kind) {
+    case FOP_COPY:
+        memmove(op->dst, op->src, op->n);
+        break;
+    case FOP_LAUNCH:
+        fake_kernel(&op->launch);
+        break;
+    case FOP_HOST_FN:
+        op->fn(op->arg);
+        break;
+    case FOP_RECORD:
+        op->ev->t_ns = clock_now_ns();
+        __atomic_store_n(&op->ev->done, true, __ATOMIC_RELEASE);
+        break;
+    }
+    (void)s;
+}
+
+static void *fake_worker(void *arg)
+{
+    cugpu_stream *s = arg;
+    fake_gpu *g = s->gpu;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->head)
+            break;
+        fake_op *op = s->head;
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+        bool skip = s->failed;
+        s->running = !skip;
+        pthread_mutex_unlock(&s->mu);
+        if (!skip) {
+            if (g->delay_us) {
+                unsigned us = (unsigned)rand_r(&s->seed) % (g->delay_us + 1);
+                struct timespec ts = {0, (long)us * 1000};
+                nanosleep(&ts, NULL);
+            }
+            uint64_t nth = atomic_fetch_add(&g->ops, 1) + 1;
+            if (g->fail_at && nth == g->fail_at) {
+                pthread_mutex_lock(&s->mu);
+                s->failed = true;
+                snprintf(s->why, sizeof s->why, "fake GPU: injected failure of operation %llu (an unspecified launch "
+                         "failure)", (unsigned long long)nth);
+                pthread_mutex_unlock(&s->mu);
+            } else {
+                fake_run(s, op);
+            }
+        }
+        free(op);
+        pthread_mutex_lock(&s->mu);
+        s->running = false;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static int fake_queue(cugpu *g, cugpu_stream *s, fake_op *op)
+{
+    if (!op) {
+        snprintf(g->err, sizeof g->err, "fake GPU: out of memory");
+        return -1;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (s->failed) {
+        /* CUDA refuses work on a context with a sticky error at once. */
+        snprintf(g->err, sizeof g->err, "%s", s->why);
+        pthread_mutex_unlock(&s->mu);
+        free(op);
+        return -1;
+    }
+    op->next = NULL;
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* ---- the ops ------------------------------------------------------------------- */
+
+static void *fake_alloc(cugpu *g, size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        snprintf(g->err, sizeof g->err, "fake GPU: out of memory (%zu bytes)", bytes);
+    return p;
+}
+
+static void fake_free(cugpu *g, void *p)
+{
+    (void)g;
+    free(p);
+}
+
+static cugpu_stream *fake_stream_new(cugpu *g)
+{
+    cugpu_stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(g->err, sizeof g->err, "fake GPU: out of memory");
+        return NULL;
+    }
+    s->gpu = (fake_gpu *)g;
+    s->seed = (unsigned)(uintptr_t)s;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, fake_worker, s) != 0) {
+        snprintf(g->err, sizeof g->err, "fake GPU: cannot start a stream's thread");
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void fake_stream_free(cugpu *g, cugpu_stream *s)
+{
+    (void)g;
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = true; /* the worker empties its queue first */
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+static int fake_copy(cugpu *g, cugpu_stream *s, void *dst, const void *src, size_t n, cugpu_dir dir)
+{
+    (void)dir;
+    fake_op *op = calloc(1, sizeof *op);
+    if (op) {
+        op->kind = FOP_COPY;
+        op->dst = dst;
+        op->src = src;
+        op->n = n;
+    }
+    return fake_queue(g, s, op);
+}
+
+static int fake_launch(cugpu *g, cugpu_stream *s, const cugpu_launch *l)
+{
+    fake_op *op = calloc(1, sizeof *op);
+    if (op) {
+        op->kind = FOP_LAUNCH;
+        op->launch = *l;
+    }
+    return fake_queue(g, s, op);
+}
+
+static int fake_host_fn(cugpu *g, cugpu_stream *s, void (*fn)(void *), void *arg)
+{
+    fake_op *op = calloc(1, sizeof *op);
+    if (op) {
+        op->kind = FOP_HOST_FN;
+        op->fn = fn;
+        op->arg = arg;
+    }
+    return fake_queue(g, s, op);
+}
+
+static cugpu_event *fake_event_new(cugpu *g)
+{
+    cugpu_event *e = calloc(1, sizeof *e);
+    if (!e)
+        snprintf(g->err, sizeof g->err, "fake GPU: out of memory");
+    return e;
+}
+
+static void fake_event_free(cugpu *g, cugpu_event *e)
+{
+    (void)g;
+    free(e);
+}
+
+static int fake_event_record(cugpu *g, cugpu_stream *s, cugpu_event *e)
+{
+    __atomic_store_n(&e->done, false, __ATOMIC_RELEASE);
+    fake_op *op = calloc(1, sizeof *op);
+    if (op) {
+        op->kind = FOP_RECORD;
+        op->ev = e;
+    }
+    return fake_queue(g, s, op);
+}
+
+static int fake_elapsed_ms(cugpu *g, cugpu_event *from, cugpu_event *to, float *ms)
+{
+    if (!__atomic_load_n(&from->done, __ATOMIC_ACQUIRE) || !__atomic_load_n(&to->done, __ATOMIC_ACQUIRE)) {
+        snprintf(g->err, sizeof g->err, "fake GPU: an event is not complete");
+        return -1;
+    }
+    *ms = (float)((double)(to->t_ns - from->t_ns) / 1e6);
+    return 0;
+}
+
+static int fake_query(cugpu *g, cugpu_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = s->failed ? -1 : s->head || s->running ? 1 : 0;
+    if (rc < 0)
+        snprintf(g->err, sizeof g->err, "%s", s->why);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int fake_sync(cugpu *g, cugpu_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    while ((s->head || s->running) && !s->failed)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return fake_query(g, s) < 0 ? -1 : 0;
+}
+
+static void fake_destroy(cugpu *g) { free(g); }
+
+static const cugpu_ops fake_ops = {
+    .name = "fake",
+    .dev_alloc = fake_alloc,
+    .dev_free = fake_free,
+    .host_alloc = fake_alloc,
+    .host_free = fake_free,
+    .stream_new = fake_stream_new,
+    .stream_free = fake_stream_free,
+    .copy = fake_copy,
+    .launch = fake_launch,
+    .host_fn = fake_host_fn,
+    .event_new = fake_event_new,
+    .event_free = fake_event_free,
+    .event_record = fake_event_record,
+    .elapsed_ms = fake_elapsed_ms,
+    .query = fake_query,
+    .sync = fake_sync,
+    .destroy = fake_destroy,
+};
+
+cugpu *cugpu_fake_new(uint64_t fail_at, unsigned delay_us, char *err, size_t errlen)
+{
+    fake_gpu *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    g->base.ops = &fake_ops;
+    g->base.device = 0;
+    snprintf(g->base.name, sizeof g->base.name, "fake GPU (host memory, a thread per stream)");
+    g->fail_at = fail_at;
+    g->delay_us = delay_us;
+    atomic_init(&g->ops, 0);
+    return &g->base;
+}
