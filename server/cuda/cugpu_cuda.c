@@ -284,7 +284,7 @@ cugpu *cugpu_cuda_new(int device, char *err, size_t errlen)
         return NULL;
     }
     cg->sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
-    snprintf(cg->base.name, sizeof cg->base.name, "%s, %.1f GiB, sm_%d%d", prop.name,
+    snprintf(cg->base.name, sizeof cg->base.name, "%.100s, %.1f GiB, sm_%d%d", prop.name,
              (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024), prop.major, prop.minor);
     e = rt->cudaLibraryLoadData(&cg->lib, psb_kernels_fatbin, NULL, NULL, 0, NULL, NULL, 0);
     if (e != cudaSuccess) {
