@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-int members_init(members *m, uint32_t cap, futures *fut, metrics *metrics, const members_ops *ops)
+int members_init(members *m, uint32_t cap, futures *fut, metrics *reg, const members_ops *ops)
 {
     memset(m, 0, sizeof *m);
     m->cap = cap;
     m->fut = fut;
-    m->metrics = metrics;
+    m->metrics = reg;
     m->ops = *ops;
     m->slots = calloc(cap ? cap : 1, sizeof *m->slots);
     m->eps = calloc(cap ? cap : 1, sizeof *m->eps);

@@ -58,9 +58,9 @@ typedef struct members {
 } members;
 
 /* cap slots; fut (which may be initialised later, before the first join)
- * hears of joins and losses, metrics gets each slot's lag metric. Returns
+ * hears of joins and losses, reg gets each slot's lag metric. Returns
  * -1 when out of memory. */
-int members_init(members *m, uint32_t cap, futures *fut, metrics *metrics, const members_ops *ops);
+int members_init(members *m, uint32_t cap, futures *fut, metrics *reg, const members_ops *ops);
 void members_free(members *m);
 
 /* Give endpoint ep (named peer) the slot of `rank`: a new one, or the one
