@@ -13,16 +13,23 @@
  * is small: its payload is buffered whole (c->call) and then handed to
  * the kind, whose answer comes back through the call's `done`.
  *
- * Writing: frames are appended to c->out (an outq: header bytes, payload
- * by reference) and written by conn_flush, which the reactor calls once
- * per round of input, so that the results of many buckets leave in one
- * writev.
+ * Writing: every frame the server sends is encoded here — the futures'
+ * outcomes too (conn_deliver_answer, conn_deliver_fail: members.c hands
+ * them the connections) — and appended to c->out (an outq: header bytes,
+ * payload by reference). A connection with output goes on the server's
+ * flush list and asks for the reactor's end-of-iteration pass
+ * (loopend_want), which calls conn_flush once per connection: the results
+ * of many buckets, and of every trainer's input of this loop iteration,
+ * leave in one writev. A closed connection goes on the graveyard list the
+ * same way and is freed by that pass (conn_free), once no callback of the
+ * iteration can hold it.
  *
  * Errors follow the protocol table: bad_frame, auth and too_large are sent
  * and then the connection closes; every other error discards that frame's
  * payload and keeps the connection.
  */
 #include "server/conn.h"
+#include "server/members.h"
 #include "server/server.h"
 #include "shared/clock.h"
 #include "shared/log.h"
@@ -52,6 +59,44 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg);
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
 static int conn_flush_out(conn *c);
 static void conn_on_hello_timeout(evutil_socket_t fd, short what, void *arg);
+
+/* Write c's output in the reactor's pass at the end of this iteration. */
+static void conn_want_flush(conn *c)
+{
+    server *s = c->srv;
+    if (c->in_flush)
+        return;
+    c->in_flush = true;
+    c->flush_next = s->flush_head;
+    s->flush_head = c;
+    loopend_want(&s->pass);
+}
+
+/* c was closed: off the live and flush lists, onto the graveyard, freed by
+ * the reactor's pass. */
+static void conn_bury(conn *c)
+{
+    server *s = c->srv;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    if (c->in_flush) {
+        conn **pp = &s->flush_head;
+        while (*pp != c)
+            pp = &(*pp)->flush_next;
+        *pp = c->flush_next;
+        c->in_flush = false;
+    }
+    assert(s->nconns > 0);
+    s->nconns--;
+    c->prev = NULL;
+    c->next = s->graveyard;
+    s->graveyard = c;
+    loopend_want(&s->pass);
+}
 
 /* Start reading, and the hello deadline if there was no hello yet. */
 static int conn_arm(conn *c)
@@ -84,7 +129,7 @@ conn *conn_new(server *s, int fd)
     }
     c->srv = s;
     c->fd = fd;
-    c->slot = CONN_NO_SLOT;
+    c->slot = MEMBERS_NO_SLOT;
     net_peer_name(fd, c->peer, sizeof c->peer);
     int rd_ok = framed_init(&c->rd, CONN_IBUF_SIZE, s->cfg.max_payload, 4);
     outq_init(&c->out);
@@ -126,17 +171,19 @@ static bool conn_over_cap(conn *c, const char *what)
              c->rank, c->srv->cfg.max_queued, what);
     c->closing = true;
     event_del(c->rev);
-    server_want_flush(c->srv, c);
+    conn_want_flush(c);
     return true;
 }
 
-int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t batch)
+/* Queue the result of `batch`: hdr bytes are copied, the payload added by
+ * reference (NULL or empty: none). */
+static int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t batch)
 {
     if (c->closing || conn_over_cap(c, "results"))
         return -1;
     if (outq_push(&c->out, hdr, hlen, payload && payload->len ? payload : NULL, batch) < 0)
         return -1;
-    server_want_flush(c->srv, c);
+    conn_want_flush(c);
     return 0;
 }
 
@@ -145,7 +192,9 @@ static bool conn_code_is_fatal(frame_errcode code)
     return code == ERR_BAD_FRAME || code == ERR_AUTH || code == ERR_TOO_LARGE;
 }
 
-void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_hdr *about)
+/* Queue an error frame. `fatal` codes close the connection after it is
+ * written. */
+static void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_hdr *about)
 {
     frame_hdr h = {0};
     h.type = FT_ERROR;
@@ -172,7 +221,7 @@ void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_h
         event_del(c->rev);
         log_warn("closing %s: %s: %s", c->peer, frame_errcode_name(code), msg);
     }
-    server_want_flush(c->srv, c);
+    conn_want_flush(c);
 }
 
 /* Count the result bytes that left, and say why zero-copy stopped for a
@@ -203,7 +252,8 @@ int conn_flush(conn *c)
 {
     uint64_t spliced0 = c->out.spliced, copied0 = c->out.copied;
     int rc = conn_flush_out(c);
-    /* c stays allocated until server_reap, even when it was closed */
+    /* c stays allocated until the reactor's pass frees it, even when it
+     * was closed */
     conn_account_output(c, spliced0, copied0);
     return rc;
 }
@@ -250,21 +300,17 @@ static void conn_on_hello_timeout(evutil_socket_t fd, short what, void *arg)
         snprintf(msg, sizeof msg, "no hello within %g s", s->cfg.hello_timeout_s);
         conn_send_error(c, ERR_BAD_FRAME, msg, NULL); /* fatal: closes once written */
     }
-    server_flush(s);
-    server_reap(s);
 }
 
 static void conn_on_write(evutil_socket_t fd, short what, void *arg)
 {
     conn *c = arg;
-    server *s = c->srv;
+    /* Closing may fail futures and queue peer_lost to others: the pass
+     * writes that. */
     if (what & EV_TIMEOUT)
         conn_close(c, "peer did not read the error frame in time");
     else
         conn_flush(c);
-    /* Closing may have failed futures and queued peer_lost to others. */
-    server_flush(s);
-    server_reap(s);
 }
 
 /* ---- pushes ------------------------------------------------------------ */
@@ -402,7 +448,7 @@ static void conn_on_fetch(conn *c, const frame_hdr *h)
      * first push of a later batch. The kind never writes this buffer again
      * (each step answers with a new one), so a loan is safe either way. */
     if (!c->closing && !conn_over_cap(c, "parameters") && outq_push(&c->out, buf, n, payload, 0) == 0)
-        server_want_flush(s, c);
+        conn_want_flush(c);
     psbuf_unref(payload);
 }
 
@@ -446,7 +492,7 @@ static void conn_call_done(kind_call *kc)
         if (!c->closing && !conn_over_cap(c, "rows") &&
             outq_push_copy(&c->out, buf, n, kc->answer && kc->answer->len ? kc->answer : NULL) == 0) {
             c->srv->results++;
-            server_want_flush(c->srv, c);
+            conn_want_flush(c);
         }
     }
     conn_call_free(kc);
@@ -618,8 +664,8 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_BAD_FRAME, "hello needs a rank", h);
         return;
     }
-    uint32_t slot = server_member_join(s, c, h->rank, msg, sizeof msg);
-    if (slot == CONN_NO_SLOT) {
+    uint32_t slot = members_join(&s->members, c, c->peer, h->rank, msg, sizeof msg);
+    if (slot == MEMBERS_NO_SLOT) {
         conn_send_error(c, ERR_BAD_FRAME, msg, h);
         return;
     }
@@ -643,7 +689,7 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
     size_t n = frame_encode_header(&w, buf, sizeof buf);
     assert(n > 0);
     outq_push(&c->out, buf, n, NULL, 0);
-    server_want_flush(s, c);
+    conn_want_flush(c);
     log_debug("trainer rank %" PRIu64 " joined from %s (slot %u)", c->rank, c->peer, slot);
 }
 
@@ -798,8 +844,8 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
         if ((size_t)r < want)
             break; /* the socket is drained */
     }
-    server_flush(s);
-    server_reap(s);
+    /* What this produced (answers, errors, closes) is written and freed by
+     * the reactor's pass, after every other callback of this iteration. */
 }
 
 /* ---- close ------------------------------------------------------------- */
@@ -835,9 +881,59 @@ void conn_close(conn *c, const char *why)
     c->calls_head = c->calls_tail = NULL;
     c->sink = SINK_DISCARD;
     if (c->hello_done)
-        server_member_lost(s, c->slot, c);
-    server_unlink_conn(s, c);
+        members_lost(&s->members, c->slot, c);
+    conn_bury(c);
 }
+
+/* ---- the futures' outcomes (members_ops) -------------------------------- */
+
+void conn_deliver_fail(void *ctx, void *const *eps, uint32_t n, const future *f, const char *msg)
+{
+    (void)ctx;
+    frame_hdr about = {0};
+    about.batch = f->batch;
+    about.bucket = f->bucket;
+    about.has = FH_BATCH | FH_BUCKET;
+    for (uint32_t i = 0; i < n; i++)
+        conn_send_error(eps[i], ERR_PEER_LOST, msg, &about);
+}
+
+/* One header for every pusher, encoded once; the payload shared by
+ * reference. */
+void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *f, psbuf *result)
+{
+    server *s = ctx;
+    frame_hdr h = {0};
+    h.type = FT_RESULT;
+    h.batch = f->batch;
+    h.bucket = f->bucket;
+    h.dtype = frame_str_c("f32");
+    h.layout = f->layout;
+    h.layout_str = frame_str_c(f->layout == LAYOUT_DENSE ? "dense" : "sparse");
+    h.payload = result->len;
+    h.has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_PAYLOAD;
+    if (f->layout == LAYOUT_DENSE) {
+        h.count = f->count;
+        h.has |= FH_COUNT;
+    } else {
+        h.rows = f->rows;
+        h.cols = f->cols;
+        h.nnz = result->len / (8 + 4 * f->cols);
+        h.has |= FH_ROWS | FH_COLS | FH_NNZ;
+    }
+    if (f->round) {
+        h.round = f->round;
+        h.has |= FH_ROUND;
+    }
+    uint8_t buf[256];
+    size_t len = frame_encode_header(&h, buf, sizeof buf);
+    assert(len > 0);
+    for (uint32_t i = 0; i < n; i++)
+        if (conn_queue_result(eps[i], buf, len, result, f->batch) == 0)
+            s->results++;
+}
+
+/* ---- free ---------------------------------------------------------------- */
 
 void conn_free(conn *c)
 {

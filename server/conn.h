@@ -7,8 +7,9 @@
  * straight into its destination when no arithmetic is needed. A lookup's
  * or update's payload (small) is buffered whole and then handed to the
  * kind. Output goes through an outq; results are added by
- * reference, never copied per trainer. Nothing here knows what a push
- * means: that is the kind's, below the futures.
+ * reference, never copied per trainer, and written by the reactor's pass
+ * at the end of the loop iteration (server.h). Nothing here knows what a
+ * push means: that is the kind's, below the futures.
  */
 #ifndef PSBENCH_CONN_H
 #define PSBENCH_CONN_H
@@ -26,7 +27,6 @@ struct server;
 struct event;
 
 #define CONN_IBUF_SIZE (256u * 1024u) /* fits any header (<= 64 KiB + 4) */
-#define CONN_NO_SLOT UINT32_MAX
 
 /* What the payload bytes being read are for. */
 typedef enum conn_sink {
@@ -49,27 +49,29 @@ typedef struct conn {
     outq out;
     bool hello_done;
     bool closing; /* stop reading; close once the output is written */
-    uint32_t slot;
+    uint32_t slot;  /* members.h; MEMBERS_NO_SLOT before hello */
     uint64_t rank;
-    bool in_flush;
+    bool in_flush;  /* on server->flush_head */
     bool big_pushes; /* the last push had a payload worth receiving directly */
     struct conn *flush_next;
-    struct conn *prev, *next; /* server->conns */
+    struct conn *prev, *next; /* server->conns, or server->graveyard once closed */
 } conn;
 
 /* Accept fd as a new connection. Returns NULL on allocation failure (fd is
  * closed then). */
 conn *conn_new(struct server *s, int fd);
-/* Close now: release everything; a push in flight fails its entry. */
+/* Close now: release everything; a push in flight fails its entry. The
+ * connection goes on the graveyard, freed by the reactor's pass. */
 void conn_close(conn *c, const char *why);
-/* Queue an error frame. `fatal` codes close the connection after it. */
-void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_hdr *about);
-/* Queue the result of `batch`: hdr bytes are copied, the payload added by
- * reference (NULL or empty: none). */
-int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t batch);
 /* Write as much queued output as the socket takes; arm EV_WRITE for the
- * rest. Returns -1 if the connection was closed. */
+ * rest. Returns -1 if the connection was closed. The reactor's pass calls
+ * it for each connection on the flush list. */
 int conn_flush(conn *c);
+/* members_ops.answer: f's result header, encoded once, queued to each
+ * connection in eps with `result` by reference. ctx: the server. */
+void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *f, psbuf *result);
+/* members_ops.fail: `peer_lost` with msg, about f, to each connection. */
+void conn_deliver_fail(void *ctx, void *const *eps, uint32_t n, const future *f, const char *msg);
 /* Between passes: a push cut off by the reset is forgotten (the futures
  * layer has dropped it); its remaining bytes are discarded. A lookup or
  * update being received carries on (it applies to the fresh state). */
@@ -80,7 +82,7 @@ void conn_push_forget(conn *c);
  * included — is answered before it is. Releasing restarts the hello
  * deadline of a connection that has not said hello. */
 void conn_hold(conn *c, bool hold);
-/* Free a closed connection (from server_reap). */
+/* Free a closed connection (the reactor's pass, from the graveyard). */
 void conn_free(conn *c);
 
 #endif

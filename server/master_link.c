@@ -231,7 +231,7 @@ static void link_stop(server *s, int code, const char *why)
 static void link_on_new_run(evutil_socket_t fd, short what, void *arg)
 {
     struct master_link *l = arg;
-    if (!l->new_run_wait || server_has_trainers(l->s))
+    if (!l->new_run_wait || members_any_connected(&l->s->members))
         return;
     l->new_run_wait = false;
     server_reset(l->s);

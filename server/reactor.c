@@ -2,16 +2,19 @@
  *
  * One thread, one libevent event_base: the listening socket, every trainer
  * connection, SIGINT/SIGTERM, and a device's wake-ups. The loop's shape per
- * readiness event is:
+ * iteration is:
  *
- *     read what the socket has → parse frames → stream payloads into the
- *     futures → (futures resolve, now or when the device completes) →
- *     answers queued → flush output
+ *     poll → for each ready socket: read what it has → parse frames →
+ *     stream payloads into the futures → (futures resolve, now or when the
+ *     device completes) → answers queued
+ *     → the pass: write every connection with output, free closed ones
  *
- * so that everything a round of input produces leaves in one write per
- * connection. This file also owns the trainer slots ("members") and turns
- * the futures layer's outcomes into frames: an answer (the result to every
- * pusher, one shared payload) or a failure (peer_lost to every pusher).
+ * The pass (loopend.h) runs once, after every callback of the iteration,
+ * so that everything a round of input produces — from every trainer —
+ * leaves in one write per connection. Connections (conn.c) put themselves
+ * on the flush list and the graveyard and ask for the pass; nothing below
+ * calls this file. The trainer slots and the futures' outcomes are
+ * members.c's; this file wires them at init.
  *
  * Two things keep trainers from waiting on a server that cannot serve
  * them: while the kind fills its state (an embedding table of up to 8 GiB,
@@ -42,18 +45,12 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- connections ------------------------------------------------------- */
+/* ---- the end of each loop iteration -------------------------------------- */
 
-void server_want_flush(server *s, conn *c)
-{
-    if (c->in_flush)
-        return;
-    c->in_flush = true;
-    c->flush_next = s->flush_head;
-    s->flush_head = c;
-}
-
-void server_flush(server *s)
+/* Write the output of every connection that has some. A write that fails
+ * closes its connection, which may queue peer_lost to others: they are on
+ * the list by then and written in this same pass. */
+static void server_flush(server *s)
 {
     while (s->flush_head) {
         conn *c = s->flush_head;
@@ -65,29 +62,9 @@ void server_flush(server *s)
     }
 }
 
-void server_unlink_conn(server *s, conn *c)
-{
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    if (c->in_flush) {
-        conn **pp = &s->flush_head;
-        while (*pp != c)
-            pp = &(*pp)->flush_next;
-        *pp = c->flush_next;
-        c->in_flush = false;
-    }
-    assert(s->nconns > 0);
-    s->nconns--;
-    c->prev = NULL;
-    c->next = s->graveyard;
-    s->graveyard = c;
-}
-
-void server_reap(server *s)
+/* Free the connections closed since the last pass: no callback holds them
+ * any more (their events were deleted when they closed). */
+static void server_reap(server *s)
 {
     while (s->graveyard) {
         conn *c = s->graveyard;
@@ -95,6 +72,23 @@ void server_reap(server *s)
         conn_free(c);
     }
 }
+
+static void server_on_pass(void *arg)
+{
+    server *s = arg;
+    server_flush(s);
+    server_reap(s);
+}
+
+/* device->after: completions delivered from the device's wake-up. What they
+ * queued asked for the pass already; this makes sure of it. */
+static void server_on_device_after(void *arg)
+{
+    server *s = arg;
+    loopend_want(&s->pass);
+}
+
+/* ---- the listener ---------------------------------------------------------- */
 
 static void server_on_accept_resume(evutil_socket_t fd, short what, void *arg)
 {
@@ -247,8 +241,6 @@ static void server_on_fill(evutil_socket_t fd, short what, void *arg)
     server_hold_input(s, false);
     if (s->kind_ready)
         s->kind_ready(s);
-    server_flush(s);
-    server_reap(s);
 }
 
 /* After the kind's start or reset: fill what it left to fill, a slice per
@@ -268,40 +260,7 @@ static void server_fill_begin(server *s)
     evtimer_add(s->fill_ev, &now);
 }
 
-/* ---- members ----------------------------------------------------------- */
-
-uint32_t server_member_join(server *s, conn *c, uint64_t rank, char *msg, size_t len)
-{
-    for (uint32_t i = 0; i < s->nmembers; i++) {
-        member *m = &s->members[i];
-        if (m->rank != rank)
-            continue;
-        if (m->conn) {
-            snprintf(msg, len, "trainer rank %" PRIu64 " is already connected from %s", rank,
-                     m->conn->peer);
-            return CONN_NO_SLOT;
-        }
-        m->conn = c;
-        m->lost = false;
-        futures_member_back(&s->fut, i);
-        return i;
-    }
-    if (s->nmembers == s->cfg.trainers) {
-        snprintf(msg, len, "this server expects %u trainers and all of them are taken", s->cfg.trainers);
-        return CONN_NO_SLOT;
-    }
-    member *m = &s->members[s->nmembers];
-    m->rank = rank;
-    m->conn = c;
-    m->lost = false;
-    /* Each trainer's lag behind the first push of every (batch, bucket):
-     * the straggler metric per trainer, so a slow trainer (or link) is
-     * named, not only seen. */
-    char name[96];
-    snprintf(name, sizeof name, "parameter_server_straggler_metric,trainer_lag_%" PRIu64, rank);
-    futures_set_lag_metric(&s->fut, s->nmembers, metrics_get(s->metrics, name));
-    return s->nmembers++;
-}
+/* ---- reset, and the end of a session --------------------------------------- */
 
 void server_reset(server *s)
 {
@@ -317,102 +276,15 @@ void server_reset(server *s)
     server_fill_begin(s);
 }
 
-bool server_has_trainers(const server *s)
+/* members_ops.session_end: every trainer has left (members.c has begun a
+ * new session): the kind's state is filled again for the next job, and
+ * the master link hears of it. */
+static void server_on_session_end(void *arg)
 {
-    for (uint32_t i = 0; i < s->nmembers; i++)
-        if (s->members[i].conn)
-            return true;
-    for (conn *c = s->conns; c; c = c->next)
-        if (c->fd >= 0 && c->hello_done)
-            return true;
-    return false;
-}
-
-/* When every trainer has left and nothing is pending, the job is over: the
- * next trainers to connect start a new one at batch 0. */
-static void server_maybe_new_session(server *s)
-{
-    if (server_has_trainers(s))
-        return;
-    /* What is left are failed futures (tombstones) of the old job, and
-     * maybe device work for futures nobody waits for: drain, forget. */
-    futures_new_session(&s->fut);
-    s->nmembers = 0;
-    log_info("all trainers left: ready for a new job");
+    server *s = arg;
     server_fill_begin(s);
     if (s->trainers_left)
         s->trainers_left(s);
-}
-
-void server_member_lost(server *s, uint32_t slot, conn *c)
-{
-    assert(slot < s->nmembers && s->members[slot].conn == c);
-    member *m = &s->members[slot];
-    m->conn = NULL;
-    m->lost = true;
-    futures_member_lost(&s->fut, slot, m->rank);
-    server_maybe_new_session(s);
-}
-
-/* ---- the futures layer's outcomes ------------------------------------- */
-
-/* futures_hooks.fail: every trainer that pushed into f hears peer_lost. */
-static void server_on_fail(void *ctx, future *f, const char *msg)
-{
-    server *s = ctx;
-    frame_hdr about = {0};
-    about.batch = f->batch;
-    about.bucket = f->bucket;
-    about.has = FH_BATCH | FH_BUCKET;
-    for (uint32_t i = 0; i < s->nmembers; i++) {
-        conn *c = s->members[i].conn;
-        if (c && pending_has_slot(f, i))
-            conn_send_error(c, ERR_PEER_LOST, msg, &about);
-    }
-}
-
-/* futures_hooks.answer: one header for every pusher, the payload shared
- * by reference. */
-static void server_on_answer(void *ctx, future *f, psbuf *result)
-{
-    server *s = ctx;
-    frame_hdr h = {0};
-    h.type = FT_RESULT;
-    h.batch = f->batch;
-    h.bucket = f->bucket;
-    h.dtype = frame_str_c("f32");
-    h.layout = f->layout;
-    h.layout_str = frame_str_c(f->layout == LAYOUT_DENSE ? "dense" : "sparse");
-    h.payload = result->len;
-    h.has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_PAYLOAD;
-    if (f->layout == LAYOUT_DENSE) {
-        h.count = f->count;
-        h.has |= FH_COUNT;
-    } else {
-        h.rows = f->rows;
-        h.cols = f->cols;
-        h.nnz = result->len / (8 + 4 * f->cols);
-        h.has |= FH_ROWS | FH_COLS | FH_NNZ;
-    }
-    if (f->round) {
-        h.round = f->round;
-        h.has |= FH_ROUND;
-    }
-    uint8_t buf[256];
-    size_t n = frame_encode_header(&h, buf, sizeof buf);
-    assert(n > 0);
-    for (uint32_t i = 0; i < s->nmembers; i++) {
-        conn *c = s->members[i].conn;
-        if (c && pending_has_slot(f, i) && conn_queue_result(c, buf, n, result, f->batch) == 0)
-            s->results++;
-    }
-}
-
-void server_after_io(void *arg)
-{
-    server *s = arg;
-    server_flush(s);
-    server_reap(s);
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
@@ -436,9 +308,13 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
     s->cfg.kind.trainers = cfg->trainers;
     s->cfg.kind.emb.rank = cfg->rank; /* each server's table has a stream of its own */
     s->metrics = metrics_new();
-    s->members = calloc(cfg->trainers, sizeof *s->members);
     s->base = event_base_new();
-    if (!s->metrics || !s->members || !s->base) {
+    members_ops mops = {.answer = conn_deliver_answer,
+                        .fail = conn_deliver_fail,
+                        .session_end = server_on_session_end,
+                        .ctx = s};
+    if (!s->metrics || !s->base || members_init(&s->members, cfg->trainers, &s->fut, s->metrics, &mops) < 0 ||
+        loopend_init(&s->pass, s->base, server_on_pass, s) < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -453,12 +329,12 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
     s->dev = device_new(s->cfg.device[0] ? s->cfg.device : "cpu", s->base, err, errlen);
     if (!s->dev)
         return -1;
-    s->dev->after = server_after_io;
+    s->dev->after = server_on_device_after;
     s->dev->after_ctx = s;
     s->kind = kind_new(&s->cfg.kind, s->dev, &s->pool, s->metrics, err, errlen);
     if (!s->kind)
         return -1;
-    futures_hooks hooks = {.answer = server_on_answer, .fail = server_on_fail, .ctx = s};
+    futures_hooks hooks = {.answer = members_on_answer, .fail = members_on_fail, .ctx = &s->members};
     if (futures_init(&s->fut, s->kind, cfg->trainers, &hooks, m_batch, m_straggler) < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -521,9 +397,10 @@ void server_free(server *s)
         close(s->spare_fd);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
+    loopend_free(&s->pass);
     if (s->base)
         event_base_free(s->base);
     bufpool_destroy(&s->pool);
     metrics_free(s->metrics);
-    free(s->members);
+    members_free(&s->members);
 }

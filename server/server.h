@@ -1,10 +1,15 @@
 /* server.h — the state of one psbench-server process and its transport
- * layer: reactor (event loop, listener, signals, flushing, trainer slots)
- * and conn (one trainer connection: framing, I/O, a handler per message
- * type). Below the transport: the futures (future.h), the kinds (kind.h)
- * and the devices (device.h); docs/architecture.md draws the layers.
- * Everything runs on one thread (a device may use threads of its own and
- * delivers its completions on this one). */
+ * layer: reactor.c (the event loop, the listener, signals, the kind's
+ * fill, and the end-of-iteration pass that writes output and frees closed
+ * connections), conn.c (one trainer connection: framing, I/O, a handler
+ * per message type, every frame the server sends) and members.c (the
+ * trainer slots, where the futures' outcomes go). The calls go one way:
+ * reactor → conn → members; conn asks for the pass through loopend.h,
+ * never by calling the reactor. Below the transport: the futures
+ * (future.h), the kinds (kind.h) and the devices (device.h);
+ * docs/architecture.md draws the layers. Everything runs on one thread (a
+ * device may use threads of its own and delivers its completions on this
+ * one). */
 #ifndef PSBENCH_SERVER_H
 #define PSBENCH_SERVER_H
 
@@ -19,6 +24,8 @@
 #include "server/future.h"
 #include "server/kinds.h"
 #include "server/kind.h"
+#include "server/loopend.h"
+#include "server/members.h"
 
 struct event_base;
 struct event;
@@ -41,13 +48,6 @@ typedef struct server_config {
     double master_timeout_s; /* with a master: the run's --rpc-timeout (its assignment) */
 } server_config;
 
-/* A trainer slot: the n-th distinct rank that said hello. */
-typedef struct member {
-    uint64_t rank;
-    struct conn *conn; /* NULL while disconnected */
-    bool lost;         /* was connected, then went away */
-} member;
-
 typedef struct server {
     server_config cfg;
     struct event_base *base;
@@ -68,12 +68,14 @@ typedef struct server {
     device *dev;
     bufpool pool;
     metrics *metrics;
-    member *members;
-    uint32_t nmembers;
+    members members;          /* the trainer slots (members.h) */
     uint32_t nconns;
+    /* conn.c keeps these lists and asks for the pass (loopend_want) when
+     * it adds to the last two; the pass (reactor.c) empties them. */
     struct conn *conns;       /* every open connection */
     struct conn *flush_head;  /* connections with output to write */
     struct conn *graveyard;   /* closed, freed once no callback holds them */
+    loopend pass;             /* the end of each loop iteration: write, then free */
     uint64_t bytes_in, bytes_out, pushes, results;
     uint64_t lookups, updates; /* embedding: calls handed to the kind */
     uint64_t bytes_spliced, bytes_copied; /* result payload bytes, by how they left */
@@ -97,29 +99,9 @@ typedef struct server {
 int server_init(server *s, const server_config *cfg, char *err, size_t errlen);
 int server_run(server *s);
 void server_free(server *s);
-/* Ask the reactor to write c's output before it next waits. */
-void server_want_flush(server *s, struct conn *c);
 /* Between passes: forget every future and resolved mark, clear metrics;
  * connections and trainer slots stay. The kind may then fill its state
  * again (a fresh table), holding trainers' input until it is ready. */
 void server_reset(server *s);
-/* Write the output of every connection that has some. */
-void server_flush(server *s);
-/* Free connections closed during this callback. */
-void server_reap(server *s);
-/* Take c off the live list and put it in the graveyard. */
-void server_unlink_conn(server *s, struct conn *c);
-/* Some trainer is connected (said hello, not gone). */
-bool server_has_trainers(const server *s);
-/* Give c the slot of `rank` (a new one, or the one it had before a
- * disconnect). Returns the slot, or CONN_NO_SLOT with a reason in msg. */
-uint32_t server_member_join(server *s, struct conn *c, uint64_t rank, char *msg, size_t len);
-/* The connection of a slot went away: every future it has not pushed to
- * can no longer complete. */
-void server_member_lost(server *s, uint32_t slot, struct conn *c);
-/* After work outside a connection's callbacks (a device's completions):
- * write the output it queued and free closed connections. */
-void server_after_io(void *s);
-
 
 #endif

@@ -320,8 +320,8 @@ class Failures(psb.PsbTestCase):
                           "BUG: after dropping the non-reader (closed when its 2 s write "
                           "deadline expired) the server queued peer_lost for the waiting "
                           "trainer but did not send it for 10 s; it left only when another "
-                          "connection woke the reactor (got %r). conn_on_write() closes the "
-                          "connection but never calls server_flush()." % (late,)
+                          "connection woke the reactor (got %r): the close in conn_on_write() "
+                          "did not lead to the end-of-iteration pass." % (late,)
                           if b_stuck is not None else "")
 
     # ---- signals ---------------------------------------------------------------
