@@ -147,9 +147,9 @@ static void fx_open(fixture *x, const char *dev)
     x->base = event_base_new();
     assert_non_null(x->base);
     char err[256];
-    x->dev = device_new(dev, x->base, err, sizeof err);
-    assert_non_null(x->dev);
     bufpool_init(&x->pool, 1 << 20);
+    x->dev = device_new(dev, x->base, &x->pool, err, sizeof err);
+    assert_non_null(x->dev);
     x->m = metrics_new();
     kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
     kc.emb = (embedding_config){.num_embeddings = K_ROWS, .embedding_dim = K_COLS, .lr = 0.25f, .seed = 9,
@@ -449,9 +449,9 @@ static void check_fill_in_slices(uint64_t rows, uint64_t cols, uint64_t budget, 
 {
     struct event_base *base = event_base_new();
     char err[256];
-    device *dev = device_new("cpu", base, err, sizeof err);
     bufpool pool;
     bufpool_init(&pool, 1 << 24);
+    device *dev = device_new("cpu", base, &pool, err, sizeof err);
     metrics *m = metrics_new();
     kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
     kc.emb = (embedding_config){.num_embeddings = rows, .embedding_dim = cols, .lr = 0.05f, .seed = 42, .rank = 5};
@@ -519,9 +519,9 @@ static void test_config_limits(void **state)
     (void)state;
     struct event_base *base = event_base_new();
     char err[256];
-    device *dev = device_new("cpu", base, err, sizeof err);
     bufpool pool;
     bufpool_init(&pool, 1 << 20);
+    device *dev = device_new("cpu", base, &pool, err, sizeof err);
     metrics *m = metrics_new();
     kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
     uint64_t shapes[][2] = {{0, 4}, {4, 0}, {1ull << 16, (1ull << 15) + 1}, {1ull << 31, 2}, {UINT64_MAX, 1}};
