@@ -17,7 +17,7 @@
 
 struct devbuf {
     psbuf *host;         /* storage and host image; host->len is the size */
-    uint32_t jobs;       /* test: jobs in flight naming it */
+    uint32_t jobs;       /* test: times jobs in flight name it */
     bool host_valid;     /* test: a to-host completed and nothing wrote it since */
     struct devbuf *next; /* the spare list */
 };
