@@ -444,14 +444,17 @@ static void slice_done(kind_call *c)
 
 /* A rows x cols table filled in slices of `budget` bytes (as often as it
  * takes) equals one rng_fill_normal over the whole table, bit for bit, and
- * so does the table after a reset filled in slices of `budget2`. */
-static void check_fill_in_slices(uint64_t rows, uint64_t cols, uint64_t budget, uint64_t budget2)
+ * so does the table after a reset filled in slices of `budget2` — on the
+ * cpu device (the fill writes the table in place) and on the test device
+ * (through staging areas of random lengths). */
+static void check_fill_on(const char *devname, uint64_t rows, uint64_t cols, uint64_t budget, uint64_t budget2)
 {
     struct event_base *base = event_base_new();
     char err[256];
     bufpool pool;
     bufpool_init(&pool, 1 << 24);
-    device *dev = device_new("cpu", base, &pool, err, sizeof err);
+    device *dev = device_new(devname, base, &pool, err, sizeof err);
+    assert_non_null(dev);
     metrics *m = metrics_new();
     kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
     kc.emb = (embedding_config){.num_embeddings = rows, .embedding_dim = cols, .lr = 0.05f, .seed = 42, .rank = 5};
@@ -502,6 +505,12 @@ static void check_fill_in_slices(uint64_t rows, uint64_t cols, uint64_t budget, 
     bufpool_destroy(&pool);
     metrics_free(m);
     event_base_free(base);
+}
+
+static void check_fill_in_slices(uint64_t rows, uint64_t cols, uint64_t budget, uint64_t budget2)
+{
+    check_fill_on("cpu", rows, cols, budget, budget2);
+    check_fill_on("test", rows, cols, budget, budget2);
 }
 
 static void test_fill_in_slices(void **state)
