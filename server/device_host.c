@@ -79,26 +79,6 @@ void device_host_sparse_free(devsparse *s)
 
 static inline float *device_host_f32(devbuf *b) { return (float *)(void *)b->host->data; }
 
-void device_host_fold(device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n, float s)
-{
-    assert((elem_off + n) * sizeof(float) <= acc->host->len);
-    float *a = device_host_f32(acc) + elem_off;
-    switch (op) {
-    case FOLD_COPY:
-        reduce_copy_f32(a, src, n);
-        break;
-    case FOLD_ADD:
-        reduce_add_f32(a, src, n);
-        break;
-    case FOLD_ADD_SCALE:
-        reduce_add_scale_f32(a, src, n, s);
-        break;
-    case FOLD_COPY_SCALE:
-        reduce_copy_scale_f32(a, src, n, s);
-        break;
-    }
-}
-
 /* reduce_sgd_momentum_f32's view of a job's gradients. */
 static const float *device_host_src(const void *ctx, uint32_t i)
 {

@@ -13,7 +13,10 @@
 #define PSBENCH_DEVICE_HOST_H
 
 #include "server/device.h"
+#include "server/reduce.h"
 #include "shared/sparse.h"
+
+#include <assert.h>
 
 struct devbuf {
     psbuf *host;         /* storage and host image; host->len is the size */
@@ -46,9 +49,29 @@ psbuf *device_host_buf_take(device_host *h, devbuf *b);
 devsparse *device_host_sparse_new(void);
 void device_host_sparse_free(devsparse *s);
 
-/* The arithmetic, on host memory: a fold, and a job's work (no
- * completion, no to-host: nothing to copy). */
-void device_host_fold(device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n, float s);
+/* The arithmetic, on host memory: a fold (inline: it is the data path of
+ * every push), and a job's work (no completion, no to-host: nothing to
+ * copy). */
+static inline void device_host_fold(device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
+                                    float s)
+{
+    assert((elem_off + n) * sizeof(float) <= acc->host->len);
+    float *a = (float *)(void *)acc->host->data + elem_off;
+    switch (op) {
+    case FOLD_COPY:
+        reduce_copy_f32(a, src, n);
+        break;
+    case FOLD_ADD:
+        reduce_add_f32(a, src, n);
+        break;
+    case FOLD_ADD_SCALE:
+        reduce_add_scale_f32(a, src, n, s);
+        break;
+    case FOLD_COPY_SCALE:
+        reduce_copy_scale_f32(a, src, n, s);
+        break;
+    }
+}
 void device_host_job_run(device_job *j);
 
 /* Every devbuf a job names (to_host included), with whether the job
