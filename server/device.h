@@ -1,30 +1,46 @@
-/* device.h — where a server's arithmetic runs: the bottom layer.
+/* device.h — where a server's arithmetic runs, and the memory it runs on:
+ * the bottom layer.
  *
- * A device is given only what it needs: buffers, element counts, scale
- * factors, a completion callback. It knows nothing of connections, futures
- * or kinds. Two sorts of work:
+ * A device owns memory and runs arithmetic on it. It knows nothing of
+ * connections, futures or kinds. Kinds hold handles — devbuf (a buffer of
+ * bytes) and devsparse (a sparse accumulator) — and never a pointer into
+ * device memory: every byte that crosses between the host and a device
+ * goes through the calls below, so that one kind runs unchanged on host
+ * memory (cpu, test) and on a GPU's (cuda: a later issue; the notes marked
+ * "cuda:" say how it implements each call without synchronising).
  *
- *  - Streaming folds (device_fold): a chunk of little-endian float32 bytes
- *    straight from a socket buffer into an accumulator. The source is valid
- *    only during the call, so a device consumes it before returning (the
- *    CPU does the arithmetic; a CUDA device stages the bytes in pinned
- *    memory and enqueues the copy and the sum on its stream).
+ * Where memory lives:
  *
- *  - Jobs (device_submit): the work that finishes a future — the mean of
- *    stored pushes, a sparse result, an SGD step, or a plain barrier — and
- *    the embedding kind's lookups (gather) and updates (scatter SGD). A job
- *    completes asynchronously: its `done` callback runs later, always on
- *    the reactor thread, in submission order. The `cpu` device runs the job
- *    and calls `done` inline; the `test` device runs it on a worker thread
- *    after a random delay and wakes the reactor (an eventfd on its
- *    event_base); a CUDA device would enqueue it on a stream and wake the
- *    reactor from a host callback.
+ *   device  devbuf storage    host image (psbuf)              recv area
+ *   cpu     the host image    the storage itself               the storage
+ *   test    the host image    the storage; read without a      a staging buffer of its
+ *                             to-host job: the process aborts  own, copied in at recv_done
+ *   cuda    device memory     pinned memory, valid once a      a pinned staging ring
+ *                             to-host job has completed
  *
- * Until `done` has run, the job's buffers belong to the device: the caller
- * must not read, write or free them. device_drain waits for every job
- * submitted so far and runs their `done` callbacks before it returns: reset,
- * shutdown and the end of a job go through it so that nothing is freed under
- * work still in flight.
+ * The host image is a psbuf (bufpool.h): what the transport queues to
+ * sockets by reference. On cpu and test it is the very memory the
+ * arithmetic wrote, so no copy is added anywhere on the CPU path.
+ *
+ * Order. Calls on one device are ordered as a stream is: a fold sees the
+ * bytes of a recv_done before it, a job sees every fold and recv_done
+ * before it, jobs run in submission order and their `done` callbacks run
+ * in that order, always on the reactor thread, never inside another
+ * device call except device_submit (the cpu device completes inline) and
+ * device_drain.
+ *
+ * Ownership. From device_submit until its `done` has run, the devbufs and
+ * the devsparse a job names belong to the device: no fold, recv, host read,
+ * reset or free may name them (the test device aborts on it). Host arrays
+ * a job names (a lookup's indices) must stay valid until `done`.
+ *
+ * Host-visible. A devbuf's host image holds its bytes only once a job
+ * with `to_host` naming it has completed, and until something writes the
+ * devbuf again (a fold, a recv, a job). device_buf_host and
+ * device_buf_take_host are the only ways to reach a host image; the test
+ * device aborts when either is called on an image that is not host-visible
+ * — that is what proves, on any machine, that the kinds would work on a
+ * GPU. The cpu device's images are always host-visible.
  */
 #ifndef PSBENCH_DEVICE_H
 #define PSBENCH_DEVICE_H
@@ -32,10 +48,20 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
-#include "server/reduce.h"
+#include "server/bufpool.h"
 
 struct event_base;
+
+/* A buffer the device owns (opaque). */
+typedef struct devbuf devbuf;
+/* A sparse accumulator the device owns (opaque): rows coalesced by index,
+ * the protocol's rule (shared/sparse.h). */
+typedef struct devsparse devsparse;
+
+/* Every recv area is at least this long, or reaches the buffer's end. */
+#define DEVICE_AREA_MIN (64u * 1024u)
 
 typedef enum device_fold_op {
     FOLD_COPY = 0,   /* acc = x */
@@ -45,7 +71,7 @@ typedef enum device_fold_op {
 } device_fold_op;
 
 typedef enum device_job_op {
-    JOB_BARRIER = 0, /* nothing to compute: completes after the jobs before it */
+    JOB_BARRIER = 0, /* nothing to compute (with to_host: a to-host copy) */
     JOB_SUM_SCALE,   /* dst = (srcs[0] + srcs[1] + ...) * scale, in source order */
     JOB_SPARSE_EMIT, /* out = coalesced rows of acc, values * scale */
     JOB_SGD,         /* one SGD-with-momentum step from the mean of gradients */
@@ -56,43 +82,61 @@ typedef enum device_job_op {
 typedef struct device_job {
     device_job_op op;
     union {
+        /* cuda: one kernel over n floats reading nsrc buffers (their
+         * device pointers uploaded with the job through the staging
+         * ring), or nsrc - 1 in-place adds and a scale. */
         struct {
-            float *dst;             /* may be srcs[0] */
-            const float *const *srcs;
+            devbuf *dst;           /* may be srcs[0] */
+            devbuf *const *srcs;   /* an array the caller keeps until done */
             uint32_t nsrc;
-            size_t n;
+            size_t n;              /* floats */
             float scale;
         } sum;
+        /* Writes sparse_result_size(acc) bytes to out, and status: 0, or
+         * -1 out of memory (then out's bytes are meaningless). cuda: the
+         * accumulator lives on the host (see device_sparse_new), so the
+         * emit runs on the host side, in order with the stream (a host
+         * function), into out's host image, which is host-visible then. */
         struct {
-            const sparse_acc *acc;
-            uint8_t *out; /* sparse_acc_result_size(acc) bytes */
+            devsparse *acc;
+            devbuf *out;
             float scale;
-            int status;   /* set by the device: 0, or -1 out of memory */
+            int status;
         } emit;
+        /* cuda: one kernel, element-wise, the fused loop of reduce.c. */
         struct {
-            float *param, *momentum_buf;
-            const float *const *srcs; /* the round's gradients, summed in this order */
+            devbuf *param, *momentum_buf; /* n floats each */
+            devbuf *const *srcs;          /* the round's gradients, summed in this order */
             uint32_t nsrc;
             size_t n;
-            float scale; /* the mean's scale (shared/mean.h) */
+            float scale;  /* the mean's scale (shared/mean.h) */
             float lr, momentum;
-            bool first;  /* the first step: momentum_buf = g */
-            float *out;  /* NULL, or n floats: a copy of param after the step */
+            bool first;   /* the first step: momentum_buf = g (never read before) */
+            devbuf *out;  /* NULL, or n floats: a copy of param after the step */
         } sgd;
         /* Embedding bags (reduce.h), for JOB_GATHER and JOB_SCATTER_SGD:
          * indices and offsets already checked against the table; bag b is
-         * idx[off[b] .. off[b+1]), the last one ends at nnz. */
+         * idx[off[b] .. off[b+1]), the last one ends at nnz. idx, off and
+         * grad are host memory kept valid until done. cuda: submit copies
+         * them into the pinned staging ring (a host memcpy), enqueues the
+         * copy to the device and the kernel. */
         struct {
-            float *table;       /* rows x cols, row-major (only read by a gather) */
+            devbuf *table;          /* rows x cols, row-major (only read by a gather) */
             size_t cols;
             const int64_t *idx, *off;
             size_t nnz, bags;
-            float *out;         /* gather: bags x cols, the bags' sums */
-            const float *grad;  /* scatter: bags x cols, the gradient of each bag's row */
-            float lr;           /* scatter */
+            devbuf *out;            /* gather: bags x cols, the bags' sums */
+            const float *grad;      /* scatter: bags x cols, the gradient of each bag's row */
+            float lr;               /* scatter */
         } bags;
     } u;
-    /* Runs on the reactor thread once the work is complete. */
+    /* NULL, or a devbuf whose host image must hold its bytes when `done`
+     * runs (after the job's own work). cpu: nothing to do. test: marks it
+     * host-visible. cuda: cudaMemcpyAsync(image <- device) on the stream,
+     * before the host function that reports the job complete. */
+    devbuf *to_host;
+    /* Runs on the reactor thread once the work (and the to-host copy) is
+     * complete. */
     void (*done)(struct device_job *j);
     void *arg;
     struct device_job *next; /* the device's queue */
@@ -102,7 +146,20 @@ typedef struct device device;
 
 typedef struct device_ops {
     const char *name;
-    void (*fold)(device *d, device_fold_op op, float *acc, const uint8_t *src, size_t n, float s);
+    devbuf *(*buf_new)(device *d, size_t bytes);
+    void (*buf_free)(device *d, devbuf *b);
+    psbuf *(*buf_host)(device *d, devbuf *b);
+    psbuf *(*buf_take_host)(device *d, devbuf *b);
+    uint8_t *(*recv_area)(device *d, devbuf *dst, uint64_t off, size_t *max);
+    void (*recv_done)(device *d, devbuf *dst, uint64_t off, size_t n);
+    void (*fold)(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
+                 float s);
+    devsparse *(*sparse_new)(device *d);
+    void (*sparse_free)(device *d, devsparse *s);
+    void (*sparse_reset)(device *d, devsparse *s, uint64_t rows, uint64_t cols);
+    int (*sparse_map)(device *d, devsparse *s, const uint8_t *idx, uint64_t nnz, uint32_t *slots, int64_t *bad);
+    void (*sparse_fold)(device *d, devsparse *s, const uint32_t *slots, uint64_t e0, const uint8_t *src, size_t n);
+    uint64_t (*sparse_result_size)(device *d, devsparse *s);
     void (*submit)(device *d, device_job *j);
     void (*drain)(device *d);
     void (*destroy)(device *d);
@@ -119,23 +176,161 @@ struct device {
 
 /* Names the --device flag takes: "cpu", and "test" (tests only: jobs
  * complete on a worker thread after a random delay of up to
- * $PSBENCH_TEST_DEVICE_MAX_DELAY_US microseconds, default 2000). Returns
- * NULL with a reason in err for any other name. */
-device *device_new(const char *name, struct event_base *base, char *err, size_t errlen);
+ * $PSBENCH_TEST_DEVICE_MAX_DELAY_US microseconds, default 2000). `pool` is
+ * where host images come from (cpu, test; it must outlive the device).
+ * Returns NULL with a reason in err for any other name. */
+device *device_new(const char *name, struct event_base *base, bufpool *pool, char *err, size_t errlen);
 
-device *device_cpu_new(void);
-device *device_test_new(struct event_base *base, char *err, size_t errlen);
+device *device_cpu_new(bufpool *pool);
+device *device_test_new(struct event_base *base, bufpool *pool, char *err, size_t errlen);
 
-/* The CPU implementations every host-memory device shares: a fold, and a
- * job's arithmetic (no completion). */
-void device_fold_run(device_fold_op op, float *acc, const uint8_t *src, size_t n, float s);
-void device_job_run(device_job *j);
-
-static inline void device_fold(device *d, device_fold_op op, float *acc, const uint8_t *src, size_t n,
-                               float s)
+/* ---- buffers ------------------------------------------------------------
+ *
+ * device_buf_new: a buffer of `bytes` bytes (contents undefined), or NULL
+ * when out of memory. cpu/test: a psbuf from the pool is both. cuda:
+ * stream-ordered device memory (cudaMallocAsync, or a caching allocator of
+ * its own) and a pinned host image from a pinned pool (bufpool with a
+ * cudaHostAlloc allocator), taken at once or at the first to-host.
+ *
+ * device_buf_free: give it back (NULL: nothing). No job in flight may name
+ * it (test: aborts). Its host image lives on while the transport holds
+ * references to it. cuda: cudaFreeAsync on the stream.
+ *
+ * device_buf_host: b's host image, borrowed: only once host-visible (see
+ * the top of the file; test: aborts otherwise). The caller only reads it.
+ *
+ * device_buf_take_host: free b and hand its host image over (a new
+ * reference): how a result leaves a kind for the transport. The same rule
+ * as device_buf_host. */
+static inline devbuf *device_buf_new(device *d, size_t bytes) { return d->ops->buf_new(d, bytes); }
+static inline void device_buf_free(device *d, devbuf *b)
 {
-    d->ops->fold(d, op, acc, src, n, s);
+    if (b)
+        d->ops->buf_free(d, b);
 }
+static inline psbuf *device_buf_host(device *d, devbuf *b) { return d->ops->buf_host(d, b); }
+static inline psbuf *device_buf_take_host(device *d, devbuf *b) { return d->ops->buf_take_host(d, b); }
+
+/* ---- host bytes into a buffer ---------------------------------------------
+ *
+ * device_recv_area: where bytes bound for dst[off ..] may be written by the
+ * host — received from a socket (the transport's direct receive, through a
+ * kind's push_direct) or made by the host (a fill) — and, in *max, how many
+ * (at least min(DEVICE_AREA_MIN, bytes - off), never past dst's end). Never
+ * NULL. The area stays valid until the next call on this device; bytes
+ * written there count only once device_recv_done says so (a receive that
+ * got nothing just does not call it). cpu: dst itself. test: a staging
+ * buffer of a random length. cuda: the free part of a pinned staging ring
+ * (grown by another cudaHostAlloc'd chunk when full, never waited for).
+ *
+ * device_recv_done: the first n bytes of the area just given hold
+ * dst[off .. off + n). cpu: nothing. test: copied into dst. cuda:
+ * cudaMemcpyAsync(dst + off <- ring, n) on the stream, an event recorded
+ * for the ring chunk's reuse, the ring's head moved on.
+ *
+ * device_write: both, for bytes already in host memory (src NULL: zeros). */
+static inline uint8_t *device_recv_area(device *d, devbuf *dst, uint64_t off, size_t *max)
+{
+    return d->ops->recv_area(d, dst, off, max);
+}
+static inline void device_recv_done(device *d, devbuf *dst, uint64_t off, size_t n)
+{
+    d->ops->recv_done(d, dst, off, n);
+}
+static inline void device_write(device *d, devbuf *dst, uint64_t off, const void *src, size_t n)
+{
+    while (n > 0) {
+        size_t max;
+        uint8_t *area = device_recv_area(d, dst, off, &max);
+        size_t take = max < n ? max : n;
+        if (src) {
+            memcpy(area, src, take);
+            src = (const uint8_t *)src + take;
+        } else {
+            memset(area, 0, take);
+        }
+        device_recv_done(d, dst, off, take);
+        off += take;
+        n -= take;
+    }
+}
+
+/* ---- folds -----------------------------------------------------------------
+ *
+ * device_fold: n little-endian float32 values from src (any alignment, a
+ * socket's input buffer) folded into acc's floats [elem_off, elem_off + n)
+ * by op. The source is valid only during the call. cpu/test: the loops of
+ * reduce.c, inline. cuda: the bytes are copied into the staging ring (a
+ * host memcpy) and a kernel reading them (mapped pinned memory, or after a
+ * cudaMemcpyAsync) is enqueued; it never synchronises. */
+static inline void device_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src,
+                               size_t n, float s)
+{
+    d->ops->fold(d, op, acc, elem_off, src, n, s);
+}
+
+/* ---- sparse accumulators ----------------------------------------------------
+ *
+ * A sparse push folds into a devsparse: its row indices are mapped to
+ * slots (creating zeroed rows), then its values are added slot by slot;
+ * a JOB_SPARSE_EMIT writes the coalesced result (indices ascending,
+ * values scaled: shared/sparse.h) into a devbuf of sparse_result_size
+ * bytes. On every device in this version the accumulator and its
+ * arithmetic live on the host (shared/sparse.c): the rows are few and
+ * hashed by index, which a GPU gains nothing from. A cuda device may keep
+ * them there (its emit a host function in stream order) or move them
+ * later; the kinds do not change either way.
+ *
+ * device_sparse_new: an empty accumulator, NULL when out of memory.
+ * device_sparse_reset: empty it for a table of rows x cols (keeps memory).
+ * device_sparse_map: 0, -1 when an index is outside [0, rows) (*bad gets
+ *   it; nothing is inserted), -2 out of memory. slots[i] is the slot of
+ *   idx[i] (nnz little-endian int64, any alignment).
+ * device_sparse_fold: n values (from element e0 of the push's value
+ *   section; element e is row e / cols, column e % cols) added to the rows
+ *   of `slots`; src lives only during the call.
+ * device_sparse_result_size: bytes the emit will write. */
+static inline devsparse *device_sparse_new(device *d) { return d->ops->sparse_new(d); }
+static inline void device_sparse_free(device *d, devsparse *s)
+{
+    if (s)
+        d->ops->sparse_free(d, s);
+}
+static inline void device_sparse_reset(device *d, devsparse *s, uint64_t rows, uint64_t cols)
+{
+    d->ops->sparse_reset(d, s, rows, cols);
+}
+static inline int device_sparse_map(device *d, devsparse *s, const uint8_t *idx, uint64_t nnz, uint32_t *slots,
+                                    int64_t *bad)
+{
+    return d->ops->sparse_map(d, s, idx, nnz, slots, bad);
+}
+static inline void device_sparse_fold(device *d, devsparse *s, const uint32_t *slots, uint64_t e0,
+                                      const uint8_t *src, size_t n)
+{
+    d->ops->sparse_fold(d, s, slots, e0, src, n);
+}
+static inline uint64_t device_sparse_result_size(device *d, devsparse *s)
+{
+    return d->ops->sparse_result_size(d, s);
+}
+
+/* ---- jobs --------------------------------------------------------------------
+ *
+ * device_submit: enqueue j; j->done runs later on the reactor thread (cpu:
+ * before device_submit returns). cuda: the job's kernels and its to-host
+ * copy on the stream, then cudaLaunchHostFunc with a function that puts j
+ * on a completed list (a mutex) and writes an eventfd the reactor's
+ * event_base watches, as the test device does; the reactor then calls the
+ * done callbacks in order and `after`. No call here waits for the GPU.
+ *
+ * device_drain: wait for every job submitted so far and run their done
+ * callbacks before returning (reset, shutdown and the end of a session go
+ * through it, so that nothing is freed under work in flight). cuda:
+ * cudaStreamSynchronize, then deliver — the one call allowed to wait.
+ *
+ * device_destroy: drain, then free the device. Every devbuf and devsparse
+ * must have been freed first. */
 static inline void device_submit(device *d, device_job *j) { d->ops->submit(d, j); }
 static inline void device_drain(device *d) { d->ops->drain(d); }
 static inline void device_destroy(device *d)

@@ -1,112 +1,152 @@
-/* device_cpu.c — the `cpu` device: arithmetic on the reactor's own thread.
+/* device_cpu.c — the `cpu` device: arithmetic on the reactor's own thread,
+ * on host memory.
  *
- * Folds and jobs run inline with the loops of reduce.c; a job's `done` is
- * called before device_submit returns, so nothing is ever in flight and
- * drain has nothing to wait for. device_job_run is also what the test
- * device runs on its worker thread: one implementation of the arithmetic
- * for every host-memory device.
+ * A devbuf is a psbuf from the server's pool, and its host image is the
+ * storage itself: recv areas are the buffer (a direct receive lands in the
+ * accumulator), a to-host copy is nothing, and the result the transport
+ * sends is the very buffer the arithmetic wrote. Folds and jobs run inline
+ * (device_host.c); a job's `done` is called before device_submit returns,
+ * so nothing is ever in flight and drain has nothing to wait for.
+ * device_new, which picks a device by name, lives here too.
  */
-#include "server/device.h"
+#include "server/device_host.h"
+#include "server/reduce.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-void device_job_run(device_job *j)
-{
-    switch (j->op) {
-    case JOB_BARRIER:
-        break;
-    case JOB_SUM_SCALE: {
-        assert(j->u.sum.nsrc >= 1);
-        float *dst = j->u.sum.dst;
-        size_t n = j->u.sum.n;
-        if (dst != j->u.sum.srcs[0])
-            memcpy(dst, j->u.sum.srcs[0], n * sizeof(float));
-        for (uint32_t i = 1; i < j->u.sum.nsrc; i++)
-            reduce_add_f32(dst, (const uint8_t *)j->u.sum.srcs[i], n);
-        reduce_scale_f32(dst, n, j->u.sum.scale);
-        break;
-    }
-    case JOB_SPARSE_EMIT:
-        j->u.emit.status = sparse_acc_emit(j->u.emit.acc, j->u.emit.scale, j->u.emit.out);
-        break;
-    case JOB_SGD:
-        reduce_sgd_momentum_f32(j->u.sgd.param, j->u.sgd.momentum_buf, j->u.sgd.srcs, j->u.sgd.nsrc, j->u.sgd.n,
-                                j->u.sgd.scale, j->u.sgd.lr, j->u.sgd.momentum, j->u.sgd.first, j->u.sgd.out);
-        break;
-    case JOB_GATHER:
-        reduce_gather_sum_f32(j->u.bags.out, j->u.bags.table, j->u.bags.cols, j->u.bags.idx, j->u.bags.nnz,
-                              j->u.bags.off, j->u.bags.bags);
-        break;
-    case JOB_SCATTER_SGD:
-        reduce_scatter_sgd_f32(j->u.bags.table, j->u.bags.cols, j->u.bags.idx, j->u.bags.nnz, j->u.bags.off,
-                               j->u.bags.bags, j->u.bags.grad, j->u.bags.lr);
-        break;
-    }
-}
+typedef struct cpu_device {
+    device base;
+    device_host mem;
+} cpu_device;
 
-void device_fold_run(device_fold_op op, float *acc, const uint8_t *src, size_t n, float s)
-{
-    switch (op) {
-    case FOLD_COPY:
-        reduce_copy_f32(acc, src, n);
-        break;
-    case FOLD_ADD:
-        reduce_add_f32(acc, src, n);
-        break;
-    case FOLD_ADD_SCALE:
-        reduce_add_scale_f32(acc, src, n, s);
-        break;
-    case FOLD_COPY_SCALE:
-        reduce_copy_scale_f32(acc, src, n, s);
-        break;
-    }
-}
+static devbuf *cpu_buf_new(device *d, size_t bytes) { return device_host_buf_new(&((cpu_device *)d)->mem, bytes); }
 
-static void cpu_fold(device *d, device_fold_op op, float *acc, const uint8_t *src, size_t n, float s)
+static void cpu_buf_free(device *d, devbuf *b) { device_host_buf_free(&((cpu_device *)d)->mem, b); }
+
+static psbuf *cpu_buf_host(device *d, devbuf *b)
 {
     (void)d;
-    device_fold_run(op, acc, src, n, s);
+    return b->host;
+}
+
+static psbuf *cpu_buf_take_host(device *d, devbuf *b) { return device_host_buf_take(&((cpu_device *)d)->mem, b); }
+
+static uint8_t *cpu_recv_area(device *d, devbuf *dst, uint64_t off, size_t *max)
+{
+    (void)d;
+    *max = dst->host->len - off;
+    return dst->host->data + off;
+}
+
+static void cpu_recv_done(device *d, devbuf *dst, uint64_t off, size_t n)
+{
+    (void)d;
+    (void)dst;
+    (void)off;
+    (void)n; /* the bytes are where they belong */
+}
+
+static void cpu_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
+                     float s)
+{
+    (void)d;
+    device_host_fold(op, acc, elem_off, src, n, s);
+}
+
+static devsparse *cpu_sparse_new(device *d)
+{
+    (void)d;
+    return device_host_sparse_new();
+}
+
+static void cpu_sparse_free(device *d, devsparse *s)
+{
+    (void)d;
+    device_host_sparse_free(s);
+}
+
+static void cpu_sparse_reset(device *d, devsparse *s, uint64_t rows, uint64_t cols)
+{
+    (void)d;
+    sparse_acc_reset(&s->acc, rows, cols);
+}
+
+static int cpu_sparse_map(device *d, devsparse *s, const uint8_t *idx, uint64_t nnz, uint32_t *slots, int64_t *bad)
+{
+    (void)d;
+    return sparse_acc_map(&s->acc, idx, nnz, slots, bad);
+}
+
+static void cpu_sparse_fold(device *d, devsparse *s, const uint32_t *slots, uint64_t e0, const uint8_t *src,
+                            size_t n)
+{
+    (void)d;
+    sparse_acc_add(&s->acc, slots, e0, src, n);
+}
+
+static uint64_t cpu_sparse_result_size(device *d, devsparse *s)
+{
+    (void)d;
+    return sparse_acc_result_size(&s->acc);
 }
 
 static void cpu_submit(device *d, device_job *j)
 {
     (void)d;
-    device_job_run(j);
+    device_host_job_run(j);
     j->done(j);
 }
 
 static void cpu_drain(device *d) { (void)d; }
 
-static void cpu_destroy(device *d) { free(d); }
+static void cpu_destroy(device *d)
+{
+    cpu_device *c = (cpu_device *)d;
+    device_host_free(&c->mem);
+    free(c);
+}
 
 static const device_ops cpu_ops = {
     .name = "cpu",
+    .buf_new = cpu_buf_new,
+    .buf_free = cpu_buf_free,
+    .buf_host = cpu_buf_host,
+    .buf_take_host = cpu_buf_take_host,
+    .recv_area = cpu_recv_area,
+    .recv_done = cpu_recv_done,
     .fold = cpu_fold,
+    .sparse_new = cpu_sparse_new,
+    .sparse_free = cpu_sparse_free,
+    .sparse_reset = cpu_sparse_reset,
+    .sparse_map = cpu_sparse_map,
+    .sparse_fold = cpu_sparse_fold,
+    .sparse_result_size = cpu_sparse_result_size,
     .submit = cpu_submit,
     .drain = cpu_drain,
     .destroy = cpu_destroy,
 };
 
-device *device_cpu_new(void)
+device *device_cpu_new(bufpool *pool)
 {
-    device *d = calloc(1, sizeof *d);
-    if (d)
-        d->ops = &cpu_ops;
-    return d;
+    cpu_device *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->base.ops = &cpu_ops;
+    device_host_init(&c->mem, pool);
+    return &c->base;
 }
 
-device *device_new(const char *name, struct event_base *base, char *err, size_t errlen)
+device *device_new(const char *name, struct event_base *base, bufpool *pool, char *err, size_t errlen)
 {
     /* Decide the fold loops' width now, before any other thread may fold. */
     reduce_use_wide(-1);
     device *d = NULL;
     if (strcmp(name, "cpu") == 0)
-        d = device_cpu_new();
+        d = device_cpu_new(pool);
     else if (strcmp(name, "test") == 0)
-        return device_test_new(base, err, errlen);
+        return device_test_new(base, pool, err, errlen);
     else {
         snprintf(err, errlen, "device '%s' is not in this build (cpu, or test for tests)", name);
         return NULL;

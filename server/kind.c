@@ -1,41 +1,67 @@
-/* kind.c — what the kinds share: a push's scratch buffers, and the buffers
- * of kinds that keep every push whole. */
+/* kind.c — what the kinds share: a push's scratch buffers, the buffers of
+ * kinds that keep every push whole, and the fill's driver. */
 #include "server/kind.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
-int kind_stored_begin(kind *k, psbuf **stored, const push_ctx *p)
+int kind_stored_begin(kind *k, kind_slot *stored, const push_ctx *p, bool sparse)
 {
-    assert(!stored[p->slot]);
-    stored[p->slot] = bufpool_get(k->pool, p->len);
-    return stored[p->slot] ? 0 : -1;
+    kind_slot *st = &stored[p->slot];
+    assert(!st->dev && !st->host);
+    if (sparse)
+        return (st->host = bufpool_get(k->pool, p->len)) ? 0 : -1;
+    return (st->dev = device_buf_new(k->dev, p->len)) ? 0 : -1;
 }
 
-uint8_t *kind_stored_direct(psbuf **stored, const push_ctx *p, uint64_t skip, uint64_t off, size_t *max)
+uint8_t *kind_stored_direct(kind *k, kind_slot *stored, const push_ctx *p, uint64_t skip, uint64_t off, size_t *max)
 {
     if (off < skip) {
         *max = (size_t)(skip - off);
         return NULL;
     }
-    *max = p->len - off;
-    return stored[p->slot]->data + off;
-}
-
-void kind_stored_abort(psbuf **stored, const push_ctx *p)
-{
-    if (stored[p->slot]) {
-        psbuf_unref(stored[p->slot]);
-        stored[p->slot] = NULL;
+    kind_slot *st = &stored[p->slot];
+    if (st->host) {
+        *max = p->len - off;
+        return st->host->data + off;
     }
+    return device_recv_area(k->dev, st->dev, off, max);
 }
 
-void kind_stored_release(psbuf **stored, uint32_t nslots)
+void kind_stored_direct_done(kind *k, kind_slot *stored, const push_ctx *p, uint64_t off, size_t n)
 {
-    for (uint32_t i = 0; i < nslots; i++)
-        if (stored[i])
-            psbuf_unref(stored[i]);
+    kind_slot *st = &stored[p->slot];
+    if (st->dev)
+        device_recv_done(k->dev, st->dev, off, n);
+}
+
+void kind_stored_data(kind *k, kind_slot *stored, const push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+{
+    kind_slot *st = &stored[p->slot];
+    if (st->host)
+        memcpy(st->host->data + off, src, n);
+    else
+        device_write(k->dev, st->dev, off, src, n);
+}
+
+void kind_stored_abort(kind *k, kind_slot *stored, const push_ctx *p)
+{
+    kind_slot *st = &stored[p->slot];
+    if (st->host)
+        psbuf_unref(st->host);
+    device_buf_free(k->dev, st->dev);
+    st->host = NULL;
+    st->dev = NULL;
+}
+
+void kind_stored_release(kind *k, kind_slot *stored, uint32_t nslots)
+{
+    for (uint32_t i = 0; i < nslots; i++) {
+        if (stored[i].host)
+            psbuf_unref(stored[i].host);
+        device_buf_free(k->dev, stored[i].dev);
+    }
 }
 
 int kind_push_grow_idx(push_ctx *p, uint64_t nnz)

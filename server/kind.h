@@ -7,6 +7,15 @@
  * `resolve` returned. Kinds know futures as data (future.h) and the device
  * below them; they know nothing of connections.
  *
+ * A kind's memory is the device's (device.h): accumulators, stored pushes,
+ * models and tables are devbufs, sparse sums devsparses, and every piece of
+ * arithmetic is a device fold or job. A kind reaches host bytes only
+ * through the device — recv areas for bytes going in (pushes received
+ * directly, fills), host images made host-visible by a job's to_host for
+ * bytes going out (results, lookup answers) — so that it runs unchanged on
+ * a GPU. Sparse pushes the kind keeps whole (average-batch) stay in host
+ * psbufs: the device's sparse work reads host bytes.
+ *
  *   average        the seed's AverageParameterServer: pushes are folded as
  *                  their bytes arrive (kind_average.c)
  *   average-batch  the seed's AverageBatchParameterServer: every push kept,
@@ -69,8 +78,9 @@ typedef struct kind_call {
     psbuf *payload;         /* the frame's payload; NULL when it is empty */
     uint64_t t_ns;          /* when the call was handed over (the method metric) */
     psbuf *answer;          /* lookup: bags x cols float32, set by the kind
-                             * before done (NULL for 0 bags); the transport
-                             * drops the reference */
+                             * before done (NULL for 0 bags): the host image
+                             * of the gather's output; the transport drops
+                             * the reference */
     device_job job;         /* the kind's */
     /* The transport's: runs on the reactor thread once the call is applied
      * (in call order: the device completes jobs in submission order). */
@@ -110,10 +120,13 @@ typedef struct kind_ops {
      * arithmetic needed for them), and how many; NULL if they must go
      * through push_data. With NULL, a non-zero *max is how many bytes are
      * worth reading for push_data before this push may be received
-     * directly (reading more would have push_data copy the excess). */
+     * directly (reading more would have push_data copy the excess). The
+     * place is a device recv area (device_recv_area): valid until the
+     * next call into the kind or its device. */
     uint8_t *(*push_direct)(kind *k, push_ctx *p, uint64_t off, size_t *max);
-    /* n bytes were received at the pointer push_direct gave for `off`. The
-     * caller keeps off + n on a float boundary (or the payload's end). */
+    /* n bytes were received at the pointer push_direct gave for `off`
+     * (the kind tells its device: device_recv_done). The caller keeps
+     * off + n on a float boundary (or the payload's end). */
     void (*push_direct_done)(kind *k, push_ctx *p, uint64_t off, size_t n);
     /* `n` payload bytes at offset `off` arrived (any alignment of src;
      * off + n is a multiple of 4 unless it is the end of the payload).
@@ -171,22 +184,34 @@ struct kind {
 };
 
 /* Constructors of the kind files (kinds.c's kind_new dispatches to them;
- * the result gets its device, pool and metric there). */
-kind *kind_average_new(const kind_config *cfg, char *err, size_t errlen);
-kind *kind_average_batch_new(const kind_config *cfg, char *err, size_t errlen);
-kind *kind_batch_update_new(const kind_config *cfg, char *err, size_t errlen);
-kind *kind_embedding_new(const kind_config *cfg, char *err, size_t errlen);
+ * the result gets its pool and metrics there). A kind allocates its
+ * device memory (a model, a table) from `dev`, which outlives it. */
+kind *kind_average_new(const kind_config *cfg, device *dev, char *err, size_t errlen);
+kind *kind_average_batch_new(const kind_config *cfg, device *dev, char *err, size_t errlen);
+kind *kind_batch_update_new(const kind_config *cfg, device *dev, char *err, size_t errlen);
+kind *kind_embedding_new(const kind_config *cfg, device *dev, char *err, size_t errlen);
 
-/* Kinds that keep every push whole (average-batch, batch-update): slot's
- * own buffer, per future an array `stored` over the slots. begin takes the
- * buffer (0 or -1); direct gives where bytes from `off` are received
- * straight from the socket, except for the first `skip` bytes, which go
- * through push_data (sparse indices, checked once they are in); abort and
- * release give buffers back. */
-int kind_stored_begin(kind *k, psbuf **stored, const push_ctx *p);
-uint8_t *kind_stored_direct(psbuf **stored, const push_ctx *p, uint64_t skip, uint64_t off, size_t *max);
-void kind_stored_abort(psbuf **stored, const push_ctx *p);
-void kind_stored_release(psbuf **stored, uint32_t nslots);
+/* One push kept whole (average-batch, batch-update): dense pushes in a
+ * devbuf of their own (received straight into device memory, or its
+ * staging), sparse ones in a host psbuf (the device's sparse work reads
+ * host bytes: device.h). */
+typedef struct kind_slot {
+    devbuf *dev;
+    psbuf *host;
+} kind_slot;
+
+/* Per future an array `stored` over the slots. begin takes p's buffer (0
+ * or -1); direct gives where bytes from `off` are received straight from
+ * the socket, except for the first `skip` bytes, which go through
+ * push_data (sparse indices, checked once they are in); direct_done and
+ * data put bytes in place; abort and release give buffers back. */
+int kind_stored_begin(kind *k, kind_slot *stored, const push_ctx *p, bool sparse);
+uint8_t *kind_stored_direct(kind *k, kind_slot *stored, const push_ctx *p, uint64_t skip, uint64_t off,
+                            size_t *max);
+void kind_stored_direct_done(kind *k, kind_slot *stored, const push_ctx *p, uint64_t off, size_t n);
+void kind_stored_data(kind *k, kind_slot *stored, const push_ctx *p, uint64_t off, const uint8_t *src, size_t n);
+void kind_stored_abort(kind *k, kind_slot *stored, const push_ctx *p);
+void kind_stored_release(kind *k, kind_slot *stored, uint32_t nslots);
 
 /* Scratch for a sparse push's indices: grow p's buffers to nnz rows. */
 int kind_push_grow_idx(push_ctx *p, uint64_t nnz);

@@ -11,12 +11,16 @@
  *    elements, and applies the mean's scale in the same pass:
  *    acc = (acc + x) * (1/N), which is exactly sum * (1/N).
  * So no pass zeroes the accumulator, none scales it at the end, and each
- * push costs one pass over memory. Resolving has nothing left to compute;
- * it still goes through the device (a barrier job), so the answer leaves
- * only once the device's work on the accumulator is complete.
+ * push costs one pass over memory. The accumulator is a devbuf; each of
+ * those passes is a device fold, and the raw bytes above the frontier are
+ * received into the device's recv area. Resolving has nothing left to
+ * compute; it still goes through the device (a barrier job that makes the
+ * accumulator host-visible), so the answer leaves only once the device's
+ * work on it is complete — on the cpu device, the accumulator's own bytes.
  *
- * Sparse: rows are coalesced in a sparse_acc as they arrive; resolving
- * emits them (indices ascending, values scaled) on the device.
+ * Sparse: rows are coalesced in a device sparse accumulator as they
+ * arrive; resolving emits them (indices ascending, values scaled) on the
+ * device into a devbuf made host-visible.
  */
 #include "server/kind.h"
 #include "shared/clock.h"
@@ -37,9 +41,9 @@
 typedef struct avg_future {
     struct kind *k;
     future *f;
-    psbuf *acc;          /* dense: accumulator, then the result */
-    sparse_acc *sacc;    /* sparse: coalesced rows */
-    psbuf *out;          /* sparse: the emitted result */
+    devbuf *acc;         /* dense: accumulator, then the result */
+    devsparse *sacc;     /* sparse: coalesced rows */
+    devbuf *out;         /* sparse: the emitted result */
     device_job job;
     uint64_t frontier;   /* dense: [0, frontier) of acc is written */
     uint64_t progress[]; /* dense, per trainer slot: bytes of its push folded in */
@@ -49,7 +53,7 @@ typedef struct avg_kind {
     kind base;
     avg_future *spare[AVG_KEEP];
     size_t nspare;
-    sparse_acc *sspare[AVG_KEEP]; /* hash tables grown to a bucket's size once */
+    devsparse *sspare[AVG_KEEP]; /* hash tables grown to a bucket's size once */
     size_t nsspare;
 } avg_kind;
 
@@ -84,18 +88,14 @@ static int avg_push_begin(kind *k, push_ctx *p)
         st->f = f;
         f->kstate = st;
         if (f->layout == LAYOUT_DENSE) {
-            st->acc = bufpool_get(k->pool, f->count * 4);
+            st->acc = device_buf_new(k->dev, f->count * 4);
             if (!st->acc)
                 return -1;
         } else {
-            if (ak->nsspare) {
-                st->sacc = ak->sspare[--ak->nsspare];
-            } else {
-                if (!(st->sacc = malloc(sizeof *st->sacc)))
-                    return -1;
-                sparse_acc_init(st->sacc);
-            }
-            sparse_acc_reset(st->sacc, f->rows, f->cols);
+            st->sacc = ak->nsspare ? ak->sspare[--ak->nsspare] : device_sparse_new(k->dev);
+            if (!st->sacc)
+                return -1;
+            device_sparse_reset(k->dev, st->sacc, f->rows, f->cols);
         }
     }
     if (f->layout == LAYOUT_SPARSE)
@@ -120,15 +120,14 @@ static uint8_t *avg_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
         *max = (size_t)(st->frontier - off);
         return NULL;
     }
-    *max = p->len - off;
-    return st->acc->data + off;
+    return device_recv_area(k->dev, st->acc, off, max); /* acc is p->len bytes */
 }
 
 static void avg_push_direct_done(kind *k, push_ctx *p, uint64_t off, size_t n)
 {
-    (void)k;
     avg_future *st = p->f->kstate;
     assert(off == st->frontier && off == st->progress[p->slot]);
+    device_recv_done(k->dev, st->acc, off, n);
     st->frontier = off + n;
     st->progress[p->slot] = off + n;
 }
@@ -149,11 +148,11 @@ static void avg_dense_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *sr
     avg_future *st = p->f->kstate;
     uint32_t ntr = k->cfg.trainers;
     float scale = mean_scale(ntr);
-    float *acc = (float *)(void *)st->acc->data;
+    devbuf *acc = st->acc;
     uint64_t end = off + n;
     assert(off % 4 == 0 && st->frontier % 4 == 0 && off == st->progress[p->slot]);
     if (ntr == 1) { /* the only push: copy and scale (by 1) at once */
-        device_fold(k->dev, FOLD_COPY_SCALE, acc + off / 4, src, n / 4, scale);
+        device_fold(k->dev, FOLD_COPY_SCALE, acc, off / 4, src, n / 4, scale);
     } else {
         uint64_t last_upto = avg_others_min(st, ntr, p->slot);
         uint64_t add_end = end < st->frontier ? end : st->frontier;
@@ -161,23 +160,23 @@ static void avg_dense_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *sr
         uint64_t x = off;
         uint64_t fin = last_upto < add_end ? last_upto : add_end;
         if (fin > x) {
-            device_fold(k->dev, FOLD_ADD_SCALE, acc + x / 4, src + (x - off), (fin - x) / 4, scale);
+            device_fold(k->dev, FOLD_ADD_SCALE, acc, x / 4, src + (x - off), (fin - x) / 4, scale);
             x = fin;
         }
         if (add_end > x) { /* others still to come: plain add */
-            device_fold(k->dev, FOLD_ADD, acc + x / 4, src + (x - off), (add_end - x) / 4, 0);
+            device_fold(k->dev, FOLD_ADD, acc, x / 4, src + (x - off), (add_end - x) / 4, 0);
             x = add_end;
         }
         if (end > x) { /* beyond the frontier: first to arrive, copy */
             assert(x == st->frontier);
-            device_fold(k->dev, FOLD_COPY, acc + x / 4, src + (x - off), (end - x) / 4, 0);
+            device_fold(k->dev, FOLD_COPY, acc, x / 4, src + (x - off), (end - x) / 4, 0);
             st->frontier = end;
         }
     }
     st->progress[p->slot] = end;
 }
 
-static int avg_sparse_data(push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+static int avg_sparse_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
 {
     avg_future *st = p->f->kstate;
     uint64_t ibytes = p->nnz * 8;
@@ -189,7 +188,7 @@ static int avg_sparse_data(push_ctx *p, uint64_t off, const uint8_t *src, size_t
         n -= take;
         if (off == ibytes) {
             int64_t bad;
-            int rc = sparse_acc_map(st->sacc, p->idx, p->nnz, p->rowslot, &bad);
+            int rc = device_sparse_map(k->dev, st->sacc, p->idx, p->nnz, p->rowslot, &bad);
             if (rc == -1) {
                 snprintf(p->err, sizeof p->err, "row index %" PRId64 " outside 0..%" PRIu64, bad,
                          p->f->rows ? p->f->rows - 1 : 0);
@@ -203,7 +202,7 @@ static int avg_sparse_data(push_ctx *p, uint64_t off, const uint8_t *src, size_t
     }
     if (n) {
         assert((off - ibytes) % 4 == 0);
-        sparse_acc_add(st->sacc, p->rowslot, (off - ibytes) / 4, src, n / 4);
+        device_sparse_fold(k->dev, st->sacc, p->rowslot, (off - ibytes) / 4, src, n / 4);
     }
     return 0;
 }
@@ -211,7 +210,7 @@ static int avg_sparse_data(push_ctx *p, uint64_t off, const uint8_t *src, size_t
 static int avg_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
 {
     if (p->f->layout == LAYOUT_SPARSE)
-        return avg_sparse_data(p, off, src, n);
+        return avg_sparse_data(k, p, off, src, n);
     avg_dense_data(k, p, off, src, n);
     return 0;
 }
@@ -231,19 +230,17 @@ static void avg_done(device_job *j)
     kind *k = st->k;
     future *f = st->f;
     metrics_add(k->m_compute, clock_ms(f->t_resolve_ns, clock_now_ns()));
-    psbuf *result;
+    psbuf *result = NULL;
     const char *why = NULL;
     if (f->layout == LAYOUT_DENSE) {
-        result = st->acc; /* already scaled: every element's last push applied 1/N */
+        /* Already scaled: every element's last push applied 1/N. */
+        result = device_buf_take_host(k->dev, st->acc);
         st->acc = NULL;
+    } else if (j->u.emit.status < 0) {
+        why = "out of memory computing the mean";
     } else {
-        result = st->out;
+        result = device_buf_take_host(k->dev, st->out);
         st->out = NULL;
-        if (j->u.emit.status < 0) {
-            psbuf_unref(result);
-            result = NULL;
-            why = "out of memory computing the mean";
-        }
     }
     k->resolved(k->resolved_ctx, f, result, why);
 }
@@ -256,16 +253,18 @@ static void avg_resolve(kind *k, future *f)
     st->job.arg = st;
     if (f->layout == LAYOUT_DENSE) {
         st->job.op = JOB_BARRIER;
+        st->job.to_host = st->acc;
     } else {
-        st->out = bufpool_get(k->pool, sparse_acc_result_size(st->sacc));
+        st->out = device_buf_new(k->dev, device_sparse_result_size(k->dev, st->sacc));
         if (!st->out) {
             k->resolved(k->resolved_ctx, f, NULL, "out of memory computing the mean");
             return;
         }
         st->job.op = JOB_SPARSE_EMIT;
         st->job.u.emit.acc = st->sacc;
-        st->job.u.emit.out = st->out->data;
+        st->job.u.emit.out = st->out;
         st->job.u.emit.scale = mean_scale(k->cfg.trainers);
+        st->job.to_host = st->out;
     }
     device_submit(k->dev, &st->job);
 }
@@ -277,17 +276,13 @@ static void avg_release(kind *k, future *f)
     if (!st)
         return;
     f->kstate = NULL;
-    if (st->acc)
-        psbuf_unref(st->acc);
-    if (st->out)
-        psbuf_unref(st->out);
+    device_buf_free(k->dev, st->acc);
+    device_buf_free(k->dev, st->out);
     if (st->sacc) {
-        if (ak->nsspare < AVG_KEEP) {
+        if (ak->nsspare < AVG_KEEP)
             ak->sspare[ak->nsspare++] = st->sacc;
-        } else {
-            sparse_acc_free(st->sacc);
-            free(st->sacc);
-        }
+        else
+            device_sparse_free(k->dev, st->sacc);
     }
     if (ak->nspare < AVG_KEEP)
         ak->spare[ak->nspare++] = st;
@@ -300,11 +295,8 @@ static void avg_destroy(kind *k)
     avg_kind *ak = (avg_kind *)k;
     while (ak->nspare)
         free(ak->spare[--ak->nspare]);
-    while (ak->nsspare) {
-        sparse_acc *a = ak->sspare[--ak->nsspare];
-        sparse_acc_free(a);
-        free(a);
-    }
+    while (ak->nsspare)
+        device_sparse_free(k->dev, ak->sspare[--ak->nsspare]);
     free(ak);
 }
 
@@ -321,7 +313,7 @@ static const kind_ops avg_ops = {
     .destroy = avg_destroy,
 };
 
-kind *kind_average_new(const kind_config *cfg, char *err, size_t errlen)
+kind *kind_average_new(const kind_config *cfg, device *dev, char *err, size_t errlen)
 {
     avg_kind *ak = calloc(1, sizeof *ak);
     if (!ak) {
@@ -329,6 +321,7 @@ kind *kind_average_new(const kind_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     ak->base.ops = &avg_ops;
+    ak->base.dev = dev;
     ak->base.cfg = *cfg; /* push_begin sizes its state by the trainer count */
     return &ak->base;
 }

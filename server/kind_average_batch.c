@@ -1,17 +1,20 @@
 /* kind_average_batch.c — kind `average-batch`, the seed's
  * AverageBatchParameterServer: every push is kept in a buffer of its own
- * (received straight from the socket), and the last one to arrive starts
- * the sum — in slot order, so the bits of a mean do not depend on arrival
- * order — on the device.
+ * (a devbuf, received straight from the socket into the device's recv
+ * area), and the last one to arrive starts the sum — in slot order, so the
+ * bits of a mean do not depend on arrival order — on the device, into the
+ * first push's buffer, made host-visible.
  *
- * Sparse pushes are checked as soon as their row indices are in (a bad
- * push is refused then, rather than failing everybody's future at resolve
- * time), coalesced on the reactor at resolve time and emitted on the
+ * Sparse pushes are kept in host buffers and checked as soon as their row
+ * indices are in (a bad push is refused then, rather than failing
+ * everybody's future at resolve time); at resolve time they are folded
+ * into a device sparse accumulator, in slot order, and emitted on the
  * device.
  */
 #include "server/kind.h"
 #include "shared/clock.h"
 #include "shared/mean.h"
+#include "shared/sparse.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -23,11 +26,10 @@ typedef struct avgb_future {
     struct kind *k;
     future *f;
     device_job job;
-    psbuf *result;          /* the buffer the answer is written to */
-    sparse_acc sacc;        /* sparse: the coalesced rows */
-    bool sacc_used;
-    const float **srcs;     /* dense: the stored pushes in slot order */
-    psbuf *stored[];        /* per slot: the raw push */
+    devbuf *result;         /* the buffer the answer is written to */
+    devsparse *sacc;        /* sparse: the coalesced rows */
+    devbuf **srcs;          /* dense: the stored pushes in slot order */
+    kind_slot stored[];     /* per slot: the raw push */
 } avgb_future;
 
 static frame_errcode avgb_admit(kind *k, const frame_hdr *h, uint64_t *batch, char *msg, size_t len)
@@ -52,37 +54,33 @@ static int avgb_push_begin(kind *k, push_ctx *p)
         f->kstate = st;
     }
     avgb_future *st = f->kstate;
-    return kind_stored_begin(k, st->stored, p);
+    return kind_stored_begin(k, st->stored, p, f->layout == LAYOUT_SPARSE);
 }
 
 static uint8_t *avgb_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
 {
-    (void)k;
     avgb_future *st = p->f->kstate;
     /* Sparse row indices go through push_data, which checks them once they
      * are all in. */
     uint64_t ibytes = p->f->layout == LAYOUT_SPARSE ? p->nnz * 8 : 0;
-    return kind_stored_direct(st->stored, p, ibytes, off, max);
+    return kind_stored_direct(k, st->stored, p, ibytes, off, max);
 }
 
 static void avgb_push_direct_done(kind *k, push_ctx *p, uint64_t off, size_t n)
 {
-    (void)k;
-    (void)p;
-    (void)off;
-    (void)n; /* the bytes are where they belong */
+    avgb_future *st = p->f->kstate;
+    kind_stored_direct_done(k, st->stored, p, off, n);
 }
 
 static int avgb_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
 {
-    (void)k;
     future *f = p->f;
     avgb_future *st = f->kstate;
-    memcpy(st->stored[p->slot]->data + off, src, n);
+    kind_stored_data(k, st->stored, p, off, src, n);
     uint64_t ibytes = p->nnz * 8;
     if (f->layout == LAYOUT_SPARSE && off < ibytes && off + n >= ibytes) {
         int64_t bad;
-        if (sparse_indices_check(st->stored[p->slot]->data, p->nnz, f->rows, &bad) < 0) {
+        if (sparse_indices_check(st->stored[p->slot].host->data, p->nnz, f->rows, &bad) < 0) {
             snprintf(p->err, sizeof p->err, "row index %" PRId64 " outside 0..%" PRIu64, bad,
                      f->rows ? f->rows - 1 : 0);
             return -1;
@@ -93,10 +91,9 @@ static int avgb_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src
 
 static void avgb_push_abort(kind *k, push_ctx *p)
 {
-    (void)k;
     avgb_future *st = p->f->kstate;
     if (st)
-        kind_stored_abort(st->stored, p);
+        kind_stored_abort(k, st->stored, p);
 }
 
 static void avgb_done(device_job *j)
@@ -105,42 +102,42 @@ static void avgb_done(device_job *j)
     kind *k = st->k;
     future *f = st->f;
     metrics_add(k->m_compute, clock_ms(f->t_resolve_ns, clock_now_ns()));
-    psbuf *result = st->result;
-    st->result = NULL;
+    psbuf *result = NULL;
     const char *why = NULL;
     if (f->layout == LAYOUT_SPARSE && j->u.emit.status < 0) {
-        psbuf_unref(result);
-        result = NULL;
         why = "out of memory computing the mean";
+    } else {
+        result = device_buf_take_host(k->dev, st->result);
+        st->result = NULL;
     }
     k->resolved(k->resolved_ctx, f, result, why);
 }
 
-/* Coalesce the stored sparse pushes (indices already checked). */
-static int avgb_coalesce(avgb_future *st, uint32_t n)
+/* Fold the stored sparse pushes (indices already checked) into a device
+ * accumulator, in slot order. 0, or -1 out of memory. */
+static int avgb_coalesce(kind *k, avgb_future *st, uint32_t n)
 {
     future *f = st->f;
-    sparse_acc_init(&st->sacc);
-    st->sacc_used = true;
-    sparse_acc_reset(&st->sacc, f->rows, f->cols);
+    if (!(st->sacc = device_sparse_new(k->dev)))
+        return -1;
+    device_sparse_reset(k->dev, st->sacc, f->rows, f->cols);
     uint32_t *slots = NULL;
-    int rc = 0;
-    for (uint32_t i = 0; i < n && rc == 0; i++) {
-        psbuf *pb = st->stored[i];
+    for (uint32_t i = 0; i < n; i++) {
+        psbuf *pb = st->stored[i].host;
         if (!pb)
             continue;
         uint64_t nnz = pb->len / (8 + 4 * f->cols);
         uint32_t *ns = realloc(slots, (nnz ? nnz : 1) * sizeof *ns);
         int64_t bad;
-        if (!ns || sparse_acc_map(&st->sacc, pb->data, nnz, ns, &bad) < 0) {
+        if (!ns || device_sparse_map(k->dev, st->sacc, pb->data, nnz, ns, &bad) < 0) {
             free(ns ? ns : slots);
             return -1;
         }
         slots = ns;
-        sparse_acc_add(&st->sacc, slots, 0, pb->data + nnz * 8, nnz * f->cols);
+        device_sparse_fold(k->dev, st->sacc, slots, 0, pb->data + nnz * 8, nnz * f->cols);
     }
     free(slots);
-    return rc;
+    return 0;
 }
 
 static void avgb_resolve(kind *k, future *f)
@@ -158,32 +155,33 @@ static void avgb_resolve(kind *k, future *f)
         }
         uint32_t m = 0;
         for (uint32_t i = 0; i < n; i++)
-            if (st->stored[i])
-                st->srcs[m++] = (const float *)(void *)st->stored[i]->data;
+            if (st->stored[i].dev)
+                st->srcs[m++] = st->stored[i].dev;
         assert(m == k->expected);
         /* The first push becomes the accumulator and the result. */
         for (uint32_t i = 0; i < n && !st->result; i++)
-            if (st->stored[i]) {
-                st->result = st->stored[i];
-                st->stored[i] = NULL;
+            if (st->stored[i].dev) {
+                st->result = st->stored[i].dev;
+                st->stored[i].dev = NULL;
             }
         st->job.op = JOB_SUM_SCALE;
-        st->job.u.sum.dst = (float *)(void *)st->result->data;
+        st->job.u.sum.dst = st->result;
         st->job.u.sum.srcs = st->srcs;
         st->job.u.sum.nsrc = m;
         st->job.u.sum.n = f->count;
         st->job.u.sum.scale = mean_scale(n);
     } else {
-        if (avgb_coalesce(st, n) < 0 ||
-            !(st->result = bufpool_get(k->pool, sparse_acc_result_size(&st->sacc)))) {
+        if (avgb_coalesce(k, st, n) < 0 ||
+            !(st->result = device_buf_new(k->dev, device_sparse_result_size(k->dev, st->sacc)))) {
             k->resolved(k->resolved_ctx, f, NULL, "out of memory computing the mean");
             return;
         }
         st->job.op = JOB_SPARSE_EMIT;
-        st->job.u.emit.acc = &st->sacc;
-        st->job.u.emit.out = st->result->data;
+        st->job.u.emit.acc = st->sacc;
+        st->job.u.emit.out = st->result;
         st->job.u.emit.scale = mean_scale(n);
     }
+    st->job.to_host = st->result;
     device_submit(k->dev, &st->job);
 }
 
@@ -193,11 +191,9 @@ static void avgb_release(kind *k, future *f)
     if (!st)
         return;
     f->kstate = NULL;
-    kind_stored_release(st->stored, k->cfg.trainers);
-    if (st->result)
-        psbuf_unref(st->result);
-    if (st->sacc_used)
-        sparse_acc_free(&st->sacc);
+    kind_stored_release(k, st->stored, k->cfg.trainers);
+    device_buf_free(k->dev, st->result);
+    device_sparse_free(k->dev, st->sacc);
     free(st->srcs);
     free(st);
 }
@@ -217,7 +213,7 @@ static const kind_ops avgb_ops = {
     .destroy = avgb_destroy,
 };
 
-kind *kind_average_batch_new(const kind_config *cfg, char *err, size_t errlen)
+kind *kind_average_batch_new(const kind_config *cfg, device *dev, char *err, size_t errlen)
 {
     (void)cfg;
     kind *k = calloc(1, sizeof *k);
@@ -226,5 +222,6 @@ kind *kind_average_batch_new(const kind_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     k->ops = &avgb_ops;
+    k->dev = dev;
     return k;
 }

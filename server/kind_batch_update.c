@@ -4,20 +4,23 @@
  * several servers — and takes the optimizer step itself.
  *
  * One future is open at a time: the round. Every push joins it; each push
- * is kept in a buffer of its own (received straight from the socket). When
- * `expected` (batch_update_size) pushes are in, one job goes to the device:
- * the mean of the gradients (summed in slot order: the same bits whatever
- * the arrival order) and one step of SGD with momentum, which also copies
- * the new parameters into the round's answer, all in one pass over memory.
- * The next round opens at once; its step queues behind this one on the
- * device.
+ * is kept in a devbuf of its own (received straight from the socket into
+ * the device's recv area). When `expected` (batch_update_size) pushes are
+ * in, one job goes to the device: the mean of the gradients (summed in
+ * slot order: the same bits whatever the arrival order) and one step of
+ * SGD with momentum, which also copies the new parameters into the round's
+ * answer (a devbuf made host-visible by the job), all in one pass over
+ * memory. The next round opens at once; its step queues behind this one
+ * on the device.
  *
- * The parameters and momentum buffers are written only by device jobs, or
- * by reset once the futures layer has drained the device; `latest` (the
- * parameters as of the last completed step, a buffer of its own) is what
- * `fetch` answers, so a fetch never reads parameters a step is writing.
- * The seed adds gradients outside its lock (a race); here one thread owns
- * every buffer until it is handed to the device.
+ * The parameters and momentum buffer are devbufs, written only by device
+ * jobs, or by their initialisation (a host fill written through the
+ * device) once the futures layer has drained the device. `latest` — the
+ * host image of the last completed step's answer, or of the initial
+ * values — is what `fetch` answers: host bytes that nothing writes again,
+ * so a fetch never waits for the device nor reads parameters a step is
+ * writing. The seed adds gradients outside its lock (a race); here one
+ * thread owns every buffer until it is handed to the device.
  */
 #include "server/kind.h"
 #include "shared/clock.h"
@@ -37,41 +40,46 @@ typedef struct bu_future {
     struct kind *k;
     future *f;
     device_job sgd_job;
-    psbuf *result;       /* the parameters after this round's step */
-    const float **srcs;  /* the stored gradients in slot order */
-    psbuf *stored[];     /* per slot: the raw push */
+    devbuf *result;      /* the parameters after this round's step */
+    devbuf **srcs;       /* the stored gradients in slot order */
+    kind_slot stored[];  /* per slot: the raw push */
 } bu_future;
 
 typedef struct bu_kind {
     kind base;
     uint64_t total;        /* elements of the whole model */
     uint64_t begin, count; /* this server's part */
-    float *params;         /* count: written by device jobs (and reset) */
-    float *momentum_buf;   /* count */
-    psbuf *latest;         /* the parameters after the last completed step */
+    devbuf *params;        /* count floats: written by device jobs (and reset) */
+    devbuf *momentum_buf;  /* count floats */
+    psbuf *latest;         /* host bytes: the parameters after the last completed step */
     uint64_t open_round;   /* the key of the round pushes join */
     uint64_t steps_submitted, steps_done;
 } bu_kind;
 
 /* The seed's model, initialized as PyTorch initializes a Linear: the whole
  * flat vector [weight (out x in), bias (out)] ~ U(-k, k), k = 1/sqrt(in),
- * from stream RNG_STREAM_MODEL; this server keeps its part. */
+ * from stream RNG_STREAM_MODEL; this server keeps its part. Drawn on the
+ * host, written to the parameters through the device (cpu: in place), and
+ * kept as `latest` for fetch. */
 static int bu_init_params(bu_kind *bk)
 {
     const batch_update_config *c = &bk->base.cfg.bu;
+    device *dev = bk->base.dev;
     float *all = malloc(bk->total * sizeof *all);
-    if (!all)
+    psbuf *latest = bufpool_get(bk->base.pool, bk->count * sizeof(float));
+    if (!all || !latest) {
+        free(all);
+        if (latest)
+            psbuf_unref(latest);
         return -1;
+    }
     rng r;
     rng_seed(&r, c->seed, RNG_STREAM_MODEL);
     rng_fill_uniform(all, bk->total, 1.0 / sqrt((double)c->in_features), &r);
-    memcpy(bk->params, all + bk->begin, bk->count * sizeof *all);
+    device_write(dev, bk->params, 0, all + bk->begin, bk->count * sizeof *all);
+    device_write(dev, bk->momentum_buf, 0, NULL, bk->count * sizeof(float));
+    memcpy(latest->data, all + bk->begin, bk->count * sizeof *all);
     free(all);
-    memset(bk->momentum_buf, 0, bk->count * sizeof *bk->momentum_buf);
-    psbuf *latest = bufpool_get(bk->base.pool, bk->count * sizeof(float));
-    if (!latest)
-        return -1;
-    memcpy(latest->data, bk->params, bk->count * sizeof(float));
     if (bk->latest)
         psbuf_unref(bk->latest);
     bk->latest = latest;
@@ -114,14 +122,13 @@ static int bu_push_begin(kind *k, push_ctx *p)
         f->kstate = st;
     }
     bu_future *st = f->kstate;
-    return kind_stored_begin(k, st->stored, p);
+    return kind_stored_begin(k, st->stored, p, false);
 }
 
 static uint8_t *bu_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
 {
-    (void)k;
     bu_future *st = p->f->kstate;
-    return kind_stored_direct(st->stored, p, 0, off, max);
+    return kind_stored_direct(k, st->stored, p, 0, off, max);
 }
 
 static void bu_log_got(kind *k, push_ctx *p, uint64_t end)
@@ -132,23 +139,24 @@ static void bu_log_got(kind *k, push_ctx *p, uint64_t end)
 
 static void bu_push_direct_done(kind *k, push_ctx *p, uint64_t off, size_t n)
 {
+    bu_future *st = p->f->kstate;
+    kind_stored_direct_done(k, st->stored, p, off, n);
     bu_log_got(k, p, off + n);
 }
 
 static int bu_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
 {
     bu_future *st = p->f->kstate;
-    memcpy(st->stored[p->slot]->data + off, src, n);
+    kind_stored_data(k, st->stored, p, off, src, n);
     bu_log_got(k, p, off + n);
     return 0;
 }
 
 static void bu_push_abort(kind *k, push_ctx *p)
 {
-    (void)k;
     bu_future *st = p->f->kstate;
     if (st)
-        kind_stored_abort(st->stored, p);
+        kind_stored_abort(k, st->stored, p);
 }
 
 static void bu_step_done(device_job *j)
@@ -158,7 +166,7 @@ static void bu_step_done(device_job *j)
     future *f = st->f;
     metrics_add(bk->base.m_compute, clock_ms(f->t_resolve_ns, clock_now_ns()));
     bk->steps_done++;
-    psbuf *result = st->result;
+    psbuf *result = device_buf_take_host(bk->base.dev, st->result);
     st->result = NULL;
     /* The answer is also what a fetch gets from now on. */
     psbuf_ref(result);
@@ -178,15 +186,15 @@ static void bu_resolve(kind *k, future *f)
     bk->open_round++; /* later pushes open the next round */
     f->round = f->batch + 1;
     st->srcs = malloc(n * sizeof *st->srcs);
-    st->result = bufpool_get(k->pool, bk->count * sizeof(float));
+    st->result = device_buf_new(k->dev, bk->count * sizeof(float));
     if (!st->srcs || !st->result) {
         k->resolved(k->resolved_ctx, f, NULL, "out of memory taking the update step");
         return;
     }
     uint32_t m = 0;
     for (uint32_t i = 0; i < n; i++)
-        if (st->stored[i])
-            st->srcs[m++] = (const float *)(void *)st->stored[i]->data;
+        if (st->stored[i].dev)
+            st->srcs[m++] = st->stored[i].dev;
     assert(m == k->expected);
     memset(&st->sgd_job, 0, sizeof st->sgd_job);
     st->sgd_job.op = JOB_SGD;
@@ -199,7 +207,8 @@ static void bu_resolve(kind *k, future *f)
     st->sgd_job.u.sgd.lr = k->cfg.bu.lr;
     st->sgd_job.u.sgd.momentum = k->cfg.bu.momentum;
     st->sgd_job.u.sgd.first = bk->steps_submitted == 0;
-    st->sgd_job.u.sgd.out = (float *)(void *)st->result->data;
+    st->sgd_job.u.sgd.out = st->result;
+    st->sgd_job.to_host = st->result;
     st->sgd_job.done = bu_step_done;
     st->sgd_job.arg = st;
     bk->steps_submitted++;
@@ -212,9 +221,8 @@ static void bu_release(kind *k, future *f)
     if (!st)
         return;
     f->kstate = NULL;
-    kind_stored_release(st->stored, k->cfg.trainers);
-    if (st->result)
-        psbuf_unref(st->result);
+    kind_stored_release(k, st->stored, k->cfg.trainers);
+    device_buf_free(k->dev, st->result);
     free(st->srcs);
     free(st);
 }
@@ -254,8 +262,8 @@ static void bu_destroy(kind *k)
     bu_kind *bk = (bu_kind *)k;
     if (bk->latest)
         psbuf_unref(bk->latest);
-    free(bk->params);
-    free(bk->momentum_buf);
+    device_buf_free(k->dev, bk->params);
+    device_buf_free(k->dev, bk->momentum_buf);
     free(bk);
 }
 
@@ -277,7 +285,7 @@ static const kind_ops bu_ops = {
 
 /* The parameters get their values in bu_start, once kind_new has given
  * the kind its buffer pool. */
-kind *kind_batch_update_new(const kind_config *cfg, char *err, size_t errlen)
+kind *kind_batch_update_new(const kind_config *cfg, device *dev, char *err, size_t errlen)
 {
     const batch_update_config *c = &cfg->bu;
     if (c->in_features == 0 || c->out_features == 0 || c->in_features > (1u << 20) ||
@@ -313,13 +321,14 @@ kind *kind_batch_update_new(const kind_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     bk->base.ops = &bu_ops;
+    bk->base.dev = dev;
     bk->base.cfg = *cfg;
     bk->base.expected = expected;
     bk->total = total;
     bk->begin = part_begin(total, c->part, c->parts);
     bk->count = part_begin(total, c->part + 1, c->parts) - bk->begin;
-    bk->params = malloc(bk->count * sizeof(float));
-    bk->momentum_buf = malloc(bk->count * sizeof(float));
+    bk->params = device_buf_new(dev, bk->count * sizeof(float));
+    bk->momentum_buf = device_buf_new(dev, bk->count * sizeof(float));
     if (!bk->params || !bk->momentum_buf) {
         bu_destroy(&bk->base);
         snprintf(err, errlen, "out of memory");

@@ -9,16 +9,17 @@
  * call with its whole payload (indices, offsets, and for an update the
  * bags' gradients); this file checks it against the table — every rule
  * before anything changes, so a refused call leaves the table as it was —
- * and submits one device job: a gather (the bags' sums into the answer
- * buffer) or a scatter SGD (the update). Device jobs complete in
- * submission order, so a trainer's lookup sees every update it sent
- * before, whatever the device.
+ * and submits one device job: a gather (the bags' sums into an output
+ * devbuf, made host-visible: the answer) or a scatter SGD (the update).
+ * Device jobs complete in submission order, so a trainer's lookup sees
+ * every update it sent before, whatever the device.
  *
- * The table is written only by device jobs, and by its fill once nothing
- * is in flight (the futures layer drains the device before a reset).
- * start and reset only seed the fill; emb_fill draws the normals a slice at
- * a time (8 GiB take seconds), and the reactor hands no call to a kind
- * that is not ready.
+ * The table is a devbuf, written only by device jobs, and by its fill once
+ * nothing is in flight (the futures layer drains the device before a
+ * reset). start and reset only seed the fill; emb_fill draws the normals a
+ * slice at a time (8 GiB take seconds) on the host, into the device's recv
+ * areas (cpu: the table itself; a GPU: staging copied to the device), and
+ * the reactor hands no call to a kind that is not ready.
  */
 #include "server/kind.h"
 #include "shared/clock.h"
@@ -50,7 +51,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "payloads are little-e
 typedef struct emb_kind {
     kind base;
     uint64_t rows, cols;
-    float *table;                   /* rows x cols, row-major */
+    devbuf *table;                  /* rows x cols floats, row-major */
     uint64_t submitted, completed;  /* device jobs */
     rng fill_rng;                   /* the table's stream, where the fill is */
     uint64_t filled;                /* floats of the table filled from it */
@@ -81,8 +82,22 @@ static uint64_t emb_fill(kind *k, uint64_t budget)
         want = left;
     }
     assert(want % 2 == 0 || want == left); /* a slice never splits a pair */
-    rng_fill_normal(ek->table + ek->filled, want, &ek->fill_rng);
-    ek->filled += want;
+    /* In the device's recv areas: at least DEVICE_AREA_MIN bytes, so every
+     * piece but the table's last holds whole blocks. */
+    while (want > 0) {
+        size_t max;
+        float *area = (float *)(void *)device_recv_area(k->dev, ek->table, ek->filled * sizeof(float), &max);
+        uint64_t take = max / sizeof(float);
+        if (take < want)
+            take -= take % EMB_FILL_ALIGN;
+        else
+            take = want;
+        assert(take > 0 && (take % 2 == 0 || take == n - ek->filled));
+        rng_fill_normal(area, take, &ek->fill_rng);
+        device_recv_done(k->dev, ek->table, ek->filled * sizeof(float), take * sizeof(float));
+        ek->filled += take;
+        want -= take;
+    }
     k->fill_left = (n - ek->filled) * sizeof(float);
     return k->fill_left;
 }
@@ -155,6 +170,11 @@ static void emb_done(device_job *j)
     emb_kind *ek = j->arg;
     kind_call *c = emb_call_of(j);
     ek->completed++;
+    if (j->u.bags.out) {
+        assert(!c->answer);
+        c->answer = device_buf_take_host(ek->base.dev, j->u.bags.out);
+        j->u.bags.out = NULL;
+    }
     double ms = clock_ms(c->t_ns, clock_now_ns());
     if (c->update) {
         /* Positions that belong to a bag: every one when there are bags
@@ -171,8 +191,9 @@ static void emb_done(device_job *j)
 
 /* The call's job over its bags, submitted: op with the call's indices and
  * offsets (the payload is 64-byte aligned, so both arrays are aligned for
- * int64), and what only that op uses (out, or grad and lr). */
-static void emb_submit(emb_kind *ek, kind_call *c, device_job_op op, float *out, const float *grad)
+ * int64), and what only that op uses (out, made host-visible; or grad and
+ * lr). */
+static void emb_submit(emb_kind *ek, kind_call *c, device_job_op op, devbuf *out, const float *grad)
 {
     const int64_t *p = c->payload ? (const int64_t *)(const void *)c->payload->data : NULL;
     device_job *j = &c->job;
@@ -187,6 +208,7 @@ static void emb_submit(emb_kind *ek, kind_call *c, device_job_op op, float *out,
     j->u.bags.out = out;
     j->u.bags.grad = grad;
     j->u.bags.lr = ek->base.cfg.emb.lr;
+    j->to_host = out;
     j->done = emb_done;
     j->arg = ek;
     ek->submitted++;
@@ -202,16 +224,14 @@ static frame_errcode emb_lookup(kind *k, kind_call *c, char *msg, size_t len)
     if (code != ERR_NONE)
         return code;
     c->cols = ek->cols;
-    if (c->bags) {
-        c->answer = bufpool_get(k->pool, c->bags * ek->cols * sizeof(float));
-        if (!c->answer) {
-            snprintf(msg, len, "server out of memory for %" PRIu64 " rows of the answer", c->bags);
-            return ERR_TOO_LARGE;
-        }
+    devbuf *out = NULL;
+    if (c->bags && !(out = device_buf_new(k->dev, c->bags * ek->cols * sizeof(float)))) {
+        snprintf(msg, len, "server out of memory for %" PRIu64 " rows of the answer", c->bags);
+        return ERR_TOO_LARGE;
     }
     /* Even an empty lookup goes through the device: its answer must not
      * overtake the answers of earlier calls still in flight. */
-    emb_submit(ek, c, JOB_GATHER, c->answer ? (float *)(void *)c->answer->data : NULL, NULL);
+    emb_submit(ek, c, JOB_GATHER, out, NULL);
     return ERR_NONE;
 }
 
@@ -310,7 +330,7 @@ static void emb_destroy(kind *k)
 {
     emb_kind *ek = (emb_kind *)k;
     assert(ek->submitted == ek->completed); /* nothing may still write the table */
-    free(ek->table);
+    device_buf_free(k->dev, ek->table);
     free(ek);
 }
 
@@ -332,7 +352,7 @@ static const kind_ops emb_ops = {
     .destroy = emb_destroy,
 };
 
-kind *kind_embedding_new(const kind_config *cfg, char *err, size_t errlen)
+kind *kind_embedding_new(const kind_config *cfg, device *dev, char *err, size_t errlen)
 {
     const embedding_config *c = &cfg->emb;
     if (c->num_embeddings == 0 || c->embedding_dim == 0 || c->num_embeddings > EMB_MAX_FLOATS ||
@@ -353,10 +373,11 @@ kind *kind_embedding_new(const kind_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     ek->base.ops = &emb_ops;
+    ek->base.dev = dev;
     ek->base.cfg = *cfg;
     ek->rows = c->num_embeddings;
     ek->cols = c->embedding_dim;
-    ek->table = malloc(ek->rows * ek->cols * sizeof(float));
+    ek->table = device_buf_new(dev, ek->rows * ek->cols * sizeof(float));
     if (!ek->table) {
         free(ek);
         snprintf(err, errlen, "embedding: out of memory for a table of %" PRIu64 " x %" PRIu64 " floats",

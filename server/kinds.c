@@ -35,16 +35,16 @@ kind *kind_new(const kind_config *cfg, device *dev, bufpool *pool, metrics *m, c
     kind *k;
     switch (cfg->id) {
     case KIND_AVERAGE:
-        k = kind_average_new(cfg, err, errlen);
+        k = kind_average_new(cfg, dev, err, errlen);
         break;
     case KIND_AVERAGE_BATCH:
-        k = kind_average_batch_new(cfg, err, errlen);
+        k = kind_average_batch_new(cfg, dev, err, errlen);
         break;
     case KIND_BATCH_UPDATE:
-        k = kind_batch_update_new(cfg, err, errlen);
+        k = kind_batch_update_new(cfg, dev, err, errlen);
         break;
     case KIND_EMBEDDING:
-        k = kind_embedding_new(cfg, err, errlen);
+        k = kind_embedding_new(cfg, dev, err, errlen);
         break;
     default:
         snprintf(err, errlen, "unknown server kind");

@@ -109,17 +109,18 @@ void reduce_copy_scale_f32(float *restrict acc, const uint8_t *restrict src, siz
  * one for the scale and one for the step (a third of the memory traffic on
  * Linear(1024, 1024)). Per element the operations are those of the three
  * passes, in the same order. */
-void reduce_sgd_momentum_f32(float *restrict param, float *restrict buf, const float *const *srcs, uint32_t nsrc,
-                             size_t n, float scale, float lr, float momentum, bool first, float *restrict out)
+void reduce_sgd_momentum_f32(float *restrict param, float *restrict buf, reduce_src_fn src, const void *ctx,
+                             uint32_t nsrc, size_t n, float scale, float lr, float momentum, bool first,
+                             float *restrict out)
 {
     enum { CHUNK = 1024 };
     float g[CHUNK];
     assert(nsrc >= 1);
     for (size_t at = 0; at < n; at += CHUNK) {
         size_t m = n - at < CHUNK ? n - at : CHUNK;
-        memcpy(g, srcs[0] + at, m * sizeof *g);
+        memcpy(g, src(ctx, 0) + at, m * sizeof *g);
         for (uint32_t s = 1; s < nsrc; s++) {
-            const float *restrict x = srcs[s] + at;
+            const float *restrict x = src(ctx, s) + at;
             for (size_t i = 0; i < m; i++)
                 g[i] += x[i];
         }

@@ -27,13 +27,18 @@ void reduce_add_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
 /* acc[i] = src[i] * s. */
 void reduce_copy_scale_f32(float *acc, const uint8_t *src, size_t n, float s);
 
+/* Where the i-th of a step's gradients is: the device's buffers are
+ * handles, so the loop asks (once per source and chunk of elements). */
+typedef const float *(*reduce_src_fn)(const void *ctx, uint32_t i);
+
 /* One step of PyTorch's SGD with momentum (dampening 0, no Nesterov, no
  * weight decay) from nsrc >= 1 gradients, element by element in float:
- * g = (srcs[0][i] + srcs[1][i] + ...) * scale, summed in source order;
+ * g = (src(0)[i] + src(1)[i] + ...) * scale, summed in source order;
  * buf[i] = first ? g : momentum * buf[i] + g; param[i] = param[i] - lr * buf[i];
- * then out[i] = param[i] when out is not NULL. */
-void reduce_sgd_momentum_f32(float *param, float *buf, const float *const *srcs, uint32_t nsrc, size_t n,
-                             float scale, float lr, float momentum, bool first, float *out);
+ * then out[i] = param[i] when out is not NULL. With first, buf is only
+ * written. */
+void reduce_sgd_momentum_f32(float *param, float *buf, reduce_src_fn src, const void *ctx, uint32_t nsrc,
+                             size_t n, float scale, float lr, float momentum, bool first, float *out);
 
 /* Embedding bags (kind `embedding`, docs/protocol.md). A lookup names
  * nnz rows of a row-major table of `cols` columns (idx) grouped into bags

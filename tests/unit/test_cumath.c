@@ -114,6 +114,9 @@ static void test_sum_scale(void **state)
     free(cpu);
 }
 
+/* The gradients of a step, for reduce_sgd_momentum_f32. */
+static const float *grad_at(const void *ctx, uint32_t i) { return ((float *const *)ctx)[i]; }
+
 /* psb_sgd against reduce_sgd_momentum_f32, over several steps (the first
  * sets the momentum buffer). */
 static void test_sgd(void **state)
@@ -131,7 +134,7 @@ static void test_sgd(void **state)
     }
     const float scale = 1.0f / K, lr = 0.001f, momentum = 0.9f;
     for (int step = 0; step < 4; step++) {
-        reduce_sgd_momentum_f32(p_cpu, b_cpu, (const float *const *)g, K, N, scale, lr, momentum, step == 0, out);
+        reduce_sgd_momentum_f32(p_cpu, b_cpu, grad_at, g, K, N, scale, lr, momentum, step == 0, out);
         for (size_t i = 0; i < N; i++) {
             float gi = g[0][i];
             for (int k = 1; k < K; k++)

@@ -147,9 +147,9 @@ static void fx_open(fixture *x, const char *dev)
     x->base = event_base_new();
     assert_non_null(x->base);
     char err[256];
-    x->dev = device_new(dev, x->base, err, sizeof err);
-    assert_non_null(x->dev);
     bufpool_init(&x->pool, 1 << 20);
+    x->dev = device_new(dev, x->base, &x->pool, err, sizeof err);
+    assert_non_null(x->dev);
     x->m = metrics_new();
     kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
     kc.emb = (embedding_config){.num_embeddings = K_ROWS, .embedding_dim = K_COLS, .lr = 0.25f, .seed = 9,
@@ -444,14 +444,17 @@ static void slice_done(kind_call *c)
 
 /* A rows x cols table filled in slices of `budget` bytes (as often as it
  * takes) equals one rng_fill_normal over the whole table, bit for bit, and
- * so does the table after a reset filled in slices of `budget2`. */
-static void check_fill_in_slices(uint64_t rows, uint64_t cols, uint64_t budget, uint64_t budget2)
+ * so does the table after a reset filled in slices of `budget2` — on the
+ * cpu device (the fill writes the table in place) and on the test device
+ * (through staging areas of random lengths). */
+static void check_fill_on(const char *devname, uint64_t rows, uint64_t cols, uint64_t budget, uint64_t budget2)
 {
     struct event_base *base = event_base_new();
     char err[256];
-    device *dev = device_new("cpu", base, err, sizeof err);
     bufpool pool;
     bufpool_init(&pool, 1 << 24);
+    device *dev = device_new(devname, base, &pool, err, sizeof err);
+    assert_non_null(dev);
     metrics *m = metrics_new();
     kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
     kc.emb = (embedding_config){.num_embeddings = rows, .embedding_dim = cols, .lr = 0.05f, .seed = 42, .rank = 5};
@@ -504,6 +507,12 @@ static void check_fill_in_slices(uint64_t rows, uint64_t cols, uint64_t budget, 
     event_base_free(base);
 }
 
+static void check_fill_in_slices(uint64_t rows, uint64_t cols, uint64_t budget, uint64_t budget2)
+{
+    check_fill_on("cpu", rows, cols, budget, budget2);
+    check_fill_on("test", rows, cols, budget, budget2);
+}
+
 static void test_fill_in_slices(void **state)
 {
     (void)state;
@@ -519,9 +528,9 @@ static void test_config_limits(void **state)
     (void)state;
     struct event_base *base = event_base_new();
     char err[256];
-    device *dev = device_new("cpu", base, err, sizeof err);
     bufpool pool;
     bufpool_init(&pool, 1 << 20);
+    device *dev = device_new("cpu", base, &pool, err, sizeof err);
     metrics *m = metrics_new();
     kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
     uint64_t shapes[][2] = {{0, 4}, {4, 0}, {1ull << 16, (1ull << 15) + 1}, {1ull << 31, 2}, {UINT64_MAX, 1}};

@@ -66,9 +66,9 @@ static void fx_open(fixture *x, const char *dev, const kind_config *kc)
     x->base = event_base_new();
     assert_non_null(x->base);
     char err[256];
-    x->dev = device_new(dev, x->base, err, sizeof err);
-    assert_non_null(x->dev);
     bufpool_init(&x->pool, 1 << 20);
+    x->dev = device_new(dev, x->base, &x->pool, err, sizeof err);
+    assert_non_null(x->dev);
     x->m = metrics_new();
     stats *mb = metrics_get(x->m, "batch"), *ms = metrics_get(x->m, "straggler");
     x->k = kind_new(kc, x->dev, &x->pool, x->m, err, sizeof err);
@@ -408,7 +408,9 @@ static void test_device_order(void **state)
     setenv("PSBENCH_TEST_DEVICE_MAX_DELAY_US", "500", 1);
     struct event_base *base = event_base_new();
     char err[128];
-    device *d = device_new("test", base, err, sizeof err);
+    bufpool pool;
+    bufpool_init(&pool, 1 << 20);
+    device *d = device_new("test", base, &pool, err, sizeof err);
     assert_non_null(d);
     device_job jobs[32];
     norder = 0;
@@ -428,8 +430,9 @@ static void test_device_order(void **state)
         assert_int_equal(order_seen[i], i);
     device_destroy(d);
     event_base_free(base);
-    assert_null(device_new("gpu9", NULL, err, sizeof err));
+    assert_null(device_new("gpu9", NULL, &pool, err, sizeof err));
     assert_non_null(strstr(err, "not in this build"));
+    bufpool_destroy(&pool);
 }
 
 int main(void)

@@ -76,9 +76,9 @@ static void fx_open(fixture *x, uint32_t trainers)
     x->base = event_base_new();
     assert_non_null(x->base);
     char err[256];
-    x->dev = device_new("cpu", x->base, err, sizeof err);
-    assert_non_null(x->dev);
     bufpool_init(&x->pool, 1 << 20);
+    x->dev = device_new("cpu", x->base, &x->pool, err, sizeof err);
+    assert_non_null(x->dev);
     x->m = metrics_new();
     stats *mb = metrics_get(x->m, "batch"), *ms = metrics_get(x->m, "straggler");
     kind_config kc = {.id = KIND_AVERAGE, .trainers = trainers};

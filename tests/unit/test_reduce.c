@@ -659,6 +659,13 @@ static void test_sparse_many_rows(void **state)
     sparse_acc_free(&a);
 }
 
+/* The sources of a step, as a device hands them over. */
+static const float *src_at(const void *ctx, uint32_t i)
+{
+    float *const *src = ctx;
+    return src[i];
+}
+
 /* The fused SGD step equals the three passes it replaced (sum in source
  * order, scale, step), bit for bit, across chunk boundaries, for 1..3
  * sources, the first step and later ones, with and without the copy out. */
@@ -689,8 +696,7 @@ static void test_sgd_momentum_fused(void **state)
             float scale = mean_scale(nsrc), lr = 0.001f, mom = 0.9f;
             for (int step = 0; step < 2; step++) {
                 bool first = step == 0;
-                reduce_sgd_momentum_f32(p1, b1, (const float *const *)src, nsrc, n, scale, lr, mom, first,
-                                        step ? out : NULL);
+                reduce_sgd_momentum_f32(p1, b1, src_at, src, nsrc, n, scale, lr, mom, first, step ? out : NULL);
                 for (size_t i = 0; i < n; i++) {
                     float g = src[0][i];
                     for (uint32_t s = 1; s < nsrc; s++)

@@ -1,0 +1,82 @@
+/* device_host.h — what the host-memory devices (cpu, test) share: their
+ * buffers and sparse accumulators, and one implementation of the
+ * arithmetic. Private to device_cpu.c and device_test.c; the layers above
+ * see only device.h, where devbuf and devsparse are opaque.
+ *
+ * A host devbuf is a psbuf from the server's pool: its storage and its
+ * host image are the same bytes. Handles are recycled (a round of K
+ * buckets would otherwise allocate K of them). The two fields after `host`
+ * are the test device's bookkeeping (device_test.c); the cpu device leaves
+ * them alone.
+ */
+#ifndef PSBENCH_DEVICE_HOST_H
+#define PSBENCH_DEVICE_HOST_H
+
+#include "server/device.h"
+#include "server/reduce.h"
+#include "shared/sparse.h"
+
+#include <assert.h>
+
+struct devbuf {
+    psbuf *host;         /* storage and host image; host->len is the size */
+    uint32_t jobs;       /* test: times jobs in flight name it */
+    bool host_valid;     /* test: a to-host completed and nothing wrote it since */
+    struct devbuf *next; /* the spare list */
+};
+
+struct devsparse {
+    sparse_acc acc;
+    uint32_t jobs; /* test: emit jobs in flight naming it */
+};
+
+typedef struct device_host {
+    bufpool *pool;
+    devbuf *spare; /* recycled handles */
+    size_t nspare;
+} device_host;
+
+void device_host_init(device_host *h, bufpool *pool);
+/* Free the recycled handles (every devbuf was freed). */
+void device_host_free(device_host *h);
+/* A handle over a fresh psbuf of `bytes` bytes; NULL when out of memory. */
+devbuf *device_host_buf_new(device_host *h, size_t bytes);
+/* Drop the psbuf reference and recycle the handle. */
+void device_host_buf_free(device_host *h, devbuf *b);
+/* Recycle the handle, giving its psbuf reference to the caller. */
+psbuf *device_host_buf_take(device_host *h, devbuf *b);
+
+devsparse *device_host_sparse_new(void);
+void device_host_sparse_free(devsparse *s);
+
+/* The arithmetic, on host memory: a fold (inline: it is the data path of
+ * every push), and a job's work (no completion, no to-host: nothing to
+ * copy). */
+static inline void device_host_fold(device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
+                                    float s)
+{
+    assert((elem_off + n) * sizeof(float) <= acc->host->len);
+    float *a = (float *)(void *)acc->host->data + elem_off;
+    switch (op) {
+    case FOLD_COPY:
+        reduce_copy_f32(a, src, n);
+        break;
+    case FOLD_ADD:
+        reduce_add_f32(a, src, n);
+        break;
+    case FOLD_ADD_SCALE:
+        reduce_add_scale_f32(a, src, n, s);
+        break;
+    case FOLD_COPY_SCALE:
+        reduce_copy_scale_f32(a, src, n, s);
+        break;
+    }
+}
+void device_host_job_run(device_job *j);
+
+/* Every devbuf a job names (to_host included), with whether the job
+ * writes it; and its devsparse, if any. */
+void device_host_job_bufs(const device_job *j, void (*fn)(devbuf *b, bool writes, void *arg), void *arg);
+devsparse *device_host_job_sparse(const device_job *j);
+
+#endif
