@@ -13,11 +13,21 @@ void bufpool_init(bufpool *p, size_t keep_bytes)
     p->keep_bytes = keep_bytes;
     p->allocs = 0;
     p->live = 0;
+    p->mem = (bufpool_mem){0};
+    p->aside = NULL;
+}
+
+void bufpool_init_mem(bufpool *p, size_t keep_bytes, const bufpool_mem *mem)
+{
+    bufpool_init(p, keep_bytes);
+    p->mem = *mem;
 }
 
 static void bufpool_release(psbuf *b)
 {
-    if (b->mapped)
+    if (b->custom)
+        b->pool->mem.free(b->pool->mem.ctx, b->data);
+    else if (b->mapped)
         munmap(b->data, b->cap);
     else
         free(b->data);
@@ -26,8 +36,18 @@ static void bufpool_release(psbuf *b)
 
 /* Memory for a new buffer of at least len bytes: its own pages when large,
  * 64-byte aligned heap memory otherwise. */
-static int bufpool_alloc_data(psbuf *b, size_t len)
+static int bufpool_alloc_data(bufpool *p, psbuf *b, size_t len)
 {
+    b->custom = p->mem.alloc != NULL;
+    if (b->custom) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t cap = len >= BUFPOOL_MAP_MIN ? (len + page - 1) & ~(page - 1) : len ? (len + 63) & ~(size_t)63 : 64;
+        if (!(b->data = p->mem.alloc(p->mem.ctx, cap)))
+            return -1;
+        b->cap = cap;
+        b->mapped = len >= BUFPOOL_MAP_MIN && (uintptr_t)b->data % page == 0;
+        return 0;
+    }
     if (len >= BUFPOOL_MAP_MIN) {
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
         size_t cap = (len + page - 1) & ~(page - 1);
@@ -57,6 +77,11 @@ static int bufpool_alloc_data(psbuf *b, size_t len)
 void bufpool_destroy(bufpool *p)
 {
     assert(p->live == 0);
+    while (p->aside) {
+        psbuf *b = p->aside;
+        p->aside = b->next;
+        bufpool_release(b);
+    }
     while (p->free) {
         psbuf *b = p->free;
         p->free = b->next;
@@ -85,7 +110,7 @@ psbuf *bufpool_get(bufpool *p, size_t len)
         b = malloc(sizeof *b);
         if (!b)
             return NULL;
-        if (bufpool_alloc_data(b, len) < 0) {
+        if (bufpool_alloc_data(p, b, len) < 0) {
             free(b);
             return NULL;
         }
@@ -114,6 +139,11 @@ void psbuf_unref(psbuf *b)
     bufpool *p = b->pool;
     assert(p->live > 0);
     p->live--;
+    if (b->no_recycle && b->custom) {
+        b->next = p->aside; /* see bufpool_mem */
+        p->aside = b;
+        return;
+    }
     if (b->no_recycle || p->free_bytes + b->cap > p->keep_bytes) {
         bufpool_release(b);
         return;

@@ -24,6 +24,21 @@
 
 typedef struct bufpool bufpool;
 
+/* Where a pool's memory comes from, when not from the C heap and mmap: the
+ * cuda device's pool of pinned host memory (cudaHostAlloc). alloc returns
+ * memory aligned to 64 bytes or NULL; free gets what alloc returned.
+ * Buffers of BUFPOOL_MAP_MIN bytes or more are asked for in whole pages;
+ * where alloc returned them page-aligned they count as pages of their own
+ * (`mapped`: they may be spliced). Since such memory may go back to an
+ * allocator that hands the same pages out again (a driver's cache of
+ * pinned pages), a no_recycle buffer of this pool is never freed before
+ * the pool is destroyed (the server's end): it is set aside. */
+typedef struct bufpool_mem {
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*free)(void *ctx, void *p);
+    void *ctx;
+} bufpool_mem;
+
 typedef struct psbuf {
     bufpool *pool;
     uint8_t *data; /* 64-byte aligned */
@@ -31,6 +46,7 @@ typedef struct psbuf {
     size_t len;
     int refs;
     bool mapped;     /* data is an mmap of its own (cap is whole pages) */
+    bool custom;     /* data came from the pool's bufpool_mem */
     bool no_recycle; /* pages may still be in a socket: unmap, never reuse */
     struct psbuf *next; /* free list */
 } psbuf;
@@ -41,9 +57,13 @@ struct bufpool {
     size_t keep_bytes;  /* free buffers beyond this are released */
     uint64_t allocs;    /* payload-sized allocations made (for tests/metrics) */
     size_t live;        /* buffers handed out and not yet returned */
+    bufpool_mem mem;    /* alloc NULL: the heap and mmap */
+    psbuf *aside;       /* custom memory that may still be in a socket */
 };
 
 void bufpool_init(bufpool *p, size_t keep_bytes);
+/* A pool whose memory comes from `mem` (never mapped: not spliced). */
+void bufpool_init_mem(bufpool *p, size_t keep_bytes, const bufpool_mem *mem);
 void bufpool_destroy(bufpool *p); /* every buffer must have been returned */
 /* A buffer of at least `len` bytes with refs = 1, or NULL. */
 psbuf *bufpool_get(bufpool *p, size_t len);

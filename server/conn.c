@@ -475,7 +475,14 @@ static void conn_call_done(kind_call *kc)
         if (!c->calls_head)
             c->calls_tail = NULL;
     }
-    if (c && !kc->update) {
+    if (c && kc->error) {
+        /* The device failed the call: the trainer is told, lookup or
+         * update alike, and the connection stays. */
+        frame_hdr about = {0};
+        about.batch = kc->batch;
+        about.has = FH_BATCH;
+        conn_send_error(c, ERR_DEVICE, kc->error, &about);
+    } else if (c && !kc->update) {
         frame_hdr h = {0};
         h.type = FT_ROWS;
         h.batch = kc->batch;
@@ -887,7 +894,8 @@ void conn_close(conn *c, const char *why)
 
 /* ---- the futures' outcomes (members_ops) -------------------------------- */
 
-void conn_deliver_fail(void *ctx, void *const *eps, uint32_t n, const future *f, const char *msg)
+void conn_deliver_fail(void *ctx, void *const *eps, uint32_t n, const future *f, frame_errcode code,
+                       const char *msg)
 {
     (void)ctx;
     frame_hdr about = {0};
@@ -895,7 +903,7 @@ void conn_deliver_fail(void *ctx, void *const *eps, uint32_t n, const future *f,
     about.bucket = f->bucket;
     about.has = FH_BATCH | FH_BUCKET;
     for (uint32_t i = 0; i < n; i++)
-        conn_send_error(eps[i], ERR_PEER_LOST, msg, &about);
+        conn_send_error(eps[i], code, msg, &about);
 }
 
 /* One header for every pusher, encoded once; the payload shared by

@@ -70,8 +70,9 @@ int conn_flush(conn *c);
 /* members_ops.answer: f's result header, encoded once, queued to each
  * connection in eps with `result` by reference. ctx: the server. */
 void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *f, psbuf *result);
-/* members_ops.fail: `peer_lost` with msg, about f, to each connection. */
-void conn_deliver_fail(void *ctx, void *const *eps, uint32_t n, const future *f, const char *msg);
+/* members_ops.fail: `code` with msg, about f, to each connection. */
+void conn_deliver_fail(void *ctx, void *const *eps, uint32_t n, const future *f, frame_errcode code,
+                       const char *msg);
 /* Between passes: a push cut off by the reset is forgotten (the futures
  * layer has dropped it); its remaining bytes are discarded. A lookup or
  * update being received carries on (it applies to the fresh state). */

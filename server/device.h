@@ -48,6 +48,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "server/bufpool.h"
@@ -135,6 +136,15 @@ typedef struct device_job {
      * host-visible. cuda: cudaMemcpyAsync(image <- device) on the stream,
      * before the host function that reports the job complete. */
     devbuf *to_host;
+    /* Set by the device before `done` (whatever the caller left there):
+     * error: NULL, or why the work did not happen — a GPU's error, naming
+     *   the device (device-owned text, valid until the device is
+     *   destroyed); the job's outputs are then meaningless.
+     * gpu_ms: the GPU time of the job's work and its to-host copy, between
+     *   two events recorded around them on the stream (cuda), or -1 where
+     *   the device times nothing (cpu, test: the kind times on the host). */
+    const char *error;
+    double gpu_ms;
     /* Runs on the reactor thread once the work (and the to-host copy) is
      * complete. */
     void (*done)(struct device_job *j);
@@ -163,6 +173,12 @@ typedef struct device_ops {
     void (*submit)(device *d, device_job *j);
     void (*drain)(device *d);
     void (*destroy)(device *d);
+    /* NULL, or: what computes, for the start line ("GPU 0: NVIDIA H100 80GB
+     * HBM3, 79.1 GiB, sm_90"), and how many payload-sized allocations the
+     * device made of its own (pinned images, device memory, staging) —
+     * the cpu and test devices take theirs from the server's pool. */
+    void (*describe)(device *d, char *buf, size_t len);
+    uint64_t (*allocs)(device *d);
 } device_ops;
 
 struct device {
@@ -174,15 +190,24 @@ struct device {
     void *after_ctx;
 };
 
-/* Names the --device flag takes: "cpu", and "test" (tests only: jobs
- * complete on a worker thread after a random delay of up to
- * $PSBENCH_TEST_DEVICE_MAX_DELAY_US microseconds, default 2000). `pool` is
- * where host images come from (cpu, test; it must outlive the device).
- * Returns NULL with a reason in err for any other name. */
+/* Names the --device flag takes: "cpu"; "cuda" or "cuda:N" (GPU N,
+ * default 0; builds with CUDA); and, for tests, "test" (jobs complete on a
+ * worker thread after a random delay of up to
+ * $PSBENCH_TEST_DEVICE_MAX_DELAY_US microseconds, default 2000) and
+ * "fake-cuda" (the cuda device on cugpu's fake GPU, every build:
+ * $PSBENCH_FAKE_GPU_DELAY_US, default 200, delays each GPU operation at
+ * random; $PSBENCH_FAKE_GPU_FAIL_AT=K fails the K-th). `pool` is where
+ * host images come from (cpu, test; it must outlive the device; the cuda
+ * device has a pinned pool of its own). Returns NULL with a reason in err
+ * for any other name. */
 device *device_new(const char *name, struct event_base *base, bufpool *pool, char *err, size_t errlen);
 
 device *device_cpu_new(bufpool *pool);
 device *device_test_new(struct event_base *base, bufpool *pool, char *err, size_t errlen);
+/* The cuda device on `gpu` (server/cuda/device_cuda.c), which it owns from
+ * here on (destroyed with the device, or at once on failure). */
+struct cugpu;
+device *device_cuda_new(struct event_base *base, struct cugpu *gpu, char *err, size_t errlen);
 
 /* ---- buffers ------------------------------------------------------------
  *
@@ -331,6 +356,15 @@ static inline uint64_t device_sparse_result_size(device *d, devsparse *s)
  *
  * device_destroy: drain, then free the device. Every devbuf and devsparse
  * must have been freed first. */
+static inline void device_describe(device *d, char *buf, size_t len)
+{
+    if (d->ops->describe)
+        d->ops->describe(d, buf, len);
+    else
+        snprintf(buf, len, "%s", d->ops->name);
+}
+static inline uint64_t device_allocs(device *d) { return d->ops->allocs ? d->ops->allocs(d) : 0; }
+
 static inline void device_submit(device *d, device_job *j) { d->ops->submit(d, j); }
 static inline void device_drain(device *d) { d->ops->drain(d); }
 static inline void device_destroy(device *d)

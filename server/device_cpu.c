@@ -7,7 +7,6 @@
  * sends is the very buffer the arithmetic wrote. Folds and jobs run inline
  * (device_host.c); a job's `done` is called before device_submit returns,
  * so nothing is ever in flight and drain has nothing to wait for.
- * device_new, which picks a device by name, lives here too.
  */
 #include "server/device_host.h"
 #include "server/reduce.h"
@@ -96,6 +95,8 @@ static void cpu_submit(device *d, device_job *j)
 {
     (void)d;
     device_host_job_run(j);
+    j->error = NULL;
+    j->gpu_ms = -1;
     j->done(j);
 }
 
@@ -136,22 +137,4 @@ device *device_cpu_new(bufpool *pool)
     c->base.ops = &cpu_ops;
     device_host_init(&c->mem, pool);
     return &c->base;
-}
-
-device *device_new(const char *name, struct event_base *base, bufpool *pool, char *err, size_t errlen)
-{
-    /* Decide the fold loops' width now, before any other thread may fold. */
-    reduce_use_wide(-1);
-    device *d = NULL;
-    if (strcmp(name, "cpu") == 0)
-        d = device_cpu_new(pool);
-    else if (strcmp(name, "test") == 0)
-        return device_test_new(base, pool, err, errlen);
-    else {
-        snprintf(err, errlen, "device '%s' is not in this build (cpu, or test for tests)", name);
-        return NULL;
-    }
-    if (!d)
-        snprintf(err, errlen, "out of memory");
-    return d;
 }

@@ -41,6 +41,7 @@ devbuf *device_host_buf_new(device_host *h, size_t bytes)
         free(b);
         return NULL;
     }
+    b->bytes = bytes;
     return b;
 }
 

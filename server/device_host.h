@@ -1,13 +1,16 @@
-/* device_host.h — what the host-memory devices (cpu, test) share: their
- * buffers and sparse accumulators, and one implementation of the
- * arithmetic. Private to device_cpu.c and device_test.c; the layers above
- * see only device.h, where devbuf and devsparse are opaque.
+/* device_host.h — what the device implementations share: the layout of
+ * the handles, the host-memory devices' (cpu, test) buffers, sparse
+ * accumulators and one implementation of the arithmetic. Private to
+ * server/device_*.c and server/cuda/device_cuda.c (which keeps its sparse
+ * accumulators on the host too); the layers above see only device.h,
+ * where devbuf and devsparse are opaque.
  *
  * A host devbuf is a psbuf from the server's pool: its storage and its
- * host image are the same bytes. Handles are recycled (a round of K
- * buckets would otherwise allocate K of them). The two fields after `host`
- * are the test device's bookkeeping (device_test.c); the cpu device leaves
- * them alone.
+ * host image are the same bytes, and `dev` is NULL. A cuda devbuf's
+ * storage is `dev` (device memory) and `host` its pinned image, made at
+ * the first to-host. Handles are recycled (a round of K buckets would
+ * otherwise allocate K of them). `jobs` and `host_valid` are the test and
+ * cuda devices' bookkeeping; the cpu device leaves them alone.
  */
 #ifndef PSBENCH_DEVICE_HOST_H
 #define PSBENCH_DEVICE_HOST_H
@@ -19,9 +22,13 @@
 #include <assert.h>
 
 struct devbuf {
-    psbuf *host;         /* storage and host image; host->len is the size */
-    uint32_t jobs;       /* test: times jobs in flight name it */
-    bool host_valid;     /* test: a to-host completed and nothing wrote it since */
+    psbuf *host;         /* host devices: storage and host image (host->len is
+                          * the size); cuda: the pinned image, or NULL */
+    void *dev;           /* cuda: device memory of dev_cap bytes; else NULL */
+    size_t dev_cap;
+    size_t bytes;        /* the size asked for */
+    uint32_t jobs;       /* test, cuda: times jobs in flight name it */
+    bool host_valid;     /* test, cuda: a to-host completed and nothing wrote it since */
     struct devbuf *next; /* the spare list */
 };
 

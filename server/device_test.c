@@ -345,6 +345,8 @@ static void test_submit(device *d, device_job *j)
     devsparse *s = device_host_job_sparse(j);
     if (s)
         s->jobs++;
+    j->error = NULL;
+    j->gpu_ms = -1;
     j->next = NULL;
     pthread_mutex_lock(&t->mu);
     if (t->todo_tail)

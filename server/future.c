@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void futures_on_resolved(void *ctx, future *f, psbuf *result, const char *why);
+static void futures_on_resolved(void *ctx, future *f, psbuf *result, frame_errcode code, const char *why);
 
 static bool futures_is_lost(const futures *t, uint32_t slot)
 {
@@ -68,7 +68,7 @@ static void futures_retire(futures *t, future *f, bool resolved)
     pending_recycle(&t->table, f);
 }
 
-static void futures_fail(futures *t, future *f, const char *why)
+static void futures_fail(futures *t, future *f, frame_errcode code, const char *why)
 {
     assert(f->state == FUTURE_OPEN || f->state == FUTURE_RESOLVING);
     f->state = FUTURE_FAILED;
@@ -83,7 +83,7 @@ static void futures_fail(futures *t, future *f, const char *why)
     char msg[256];
     snprintf(msg, sizeof msg, "batch %" PRIu64 " bucket %" PRIu64 " cannot complete: %s", f->batch, f->bucket,
              why);
-    t->hooks.fail(t->hooks.ctx, f, msg);
+    t->hooks.fail(t->hooks.ctx, f, code, msg);
     /* It stays as a tombstone so that late pushes to it are told peer_lost
      * too; it goes with the session. */
 }
@@ -100,7 +100,7 @@ static void futures_resolve(futures *t, future *f, uint64_t now_ns)
 }
 
 /* The kind's report: the answer (or why there is none). */
-static void futures_on_resolved(void *ctx, future *f, psbuf *result, const char *why)
+static void futures_on_resolved(void *ctx, future *f, psbuf *result, frame_errcode code, const char *why)
 {
     futures *t = ctx;
     assert(f->state == FUTURE_RESOLVING && t->resolving > 0);
@@ -114,7 +114,7 @@ static void futures_on_resolved(void *ctx, future *f, psbuf *result, const char 
         return;
     }
     if (!result) {
-        futures_fail(t, f, why ? why : "the answer could not be computed");
+        futures_fail(t, f, code ? code : ERR_PEER_LOST, why ? why : "the answer could not be computed");
         return;
     }
     f->state = FUTURE_DONE;
@@ -235,7 +235,7 @@ void futures_push_lost(futures *t, push_ctx *p)
 {
     future *f = p->f;
     assert(f && f->state == FUTURE_OPEN);
-    futures_fail(t, f, "a trainer disconnected in the middle of its push");
+    futures_fail(t, f, ERR_PEER_LOST, "a trainer disconnected in the middle of its push");
     assert(!p->f); /* futures_fail detached every push */
 }
 
@@ -281,7 +281,7 @@ void futures_member_lost(futures *t, uint32_t slot, uint64_t rank)
     char why[96];
     snprintf(why, sizeof why, "trainer rank %" PRIu64 " disconnected before pushing", rank);
     for (size_t i = 0; i < lc.n; i++)
-        futures_fail(t, lc.victims[i], why);
+        futures_fail(t, lc.victims[i], ERR_PEER_LOST, why);
     free(lc.victims);
     if (lc.oom)
         log_warn("out of memory failing the futures of a lost trainer; its peers will time out");

@@ -27,8 +27,9 @@
 typedef struct futures_hooks {
     /* f resolved: send `result` (borrowed) to every slot in f->pushed. */
     void (*answer)(void *ctx, future *f, psbuf *result);
-    /* f failed: tell every slot in f->pushed `peer_lost` with msg. */
-    void (*fail)(void *ctx, future *f, const char *msg);
+    /* f failed: tell every slot in f->pushed `code` (peer_lost, or
+     * device when the device failed its work) with msg. */
+    void (*fail)(void *ctx, future *f, frame_errcode code, const char *msg);
     void *ctx;
 } futures_hooks;
 

@@ -38,6 +38,7 @@
 #include "server/bufpool.h"
 #include "server/device.h"
 #include "server/pending.h"
+#include "shared/clock.h"
 #include "shared/frame.h"
 #include "shared/metrics.h"
 
@@ -77,6 +78,8 @@ typedef struct kind_call {
     uint64_t nnz, bags, cols; /* the header's (cols: updates only) */
     psbuf *payload;         /* the frame's payload; NULL when it is empty */
     uint64_t t_ns;          /* when the call was handed over (the method metric) */
+    const char *error;      /* set by the kind before done: NULL, or why the
+                             * device could not apply the call (device text) */
     psbuf *answer;          /* lookup: bags x cols float32, set by the kind
                              * before done (NULL for 0 bags): the host image
                              * of the gather's output; the transport drops
@@ -179,7 +182,7 @@ struct kind {
     uint64_t fill_total, fill_left; /* bytes of the last start/reset's fill, and still to do */
     /* How a kind reports a resolved future: result is a new reference the
      * callee takes, or NULL when it could not be computed (then `why`). */
-    void (*resolved)(void *ctx, future *f, psbuf *result, const char *why);
+    void (*resolved)(void *ctx, future *f, psbuf *result, frame_errcode code, const char *why);
     void *resolved_ctx;
 };
 
@@ -227,5 +230,13 @@ static inline bool kind_ready(const kind *k)
 /* Fill about `budget` bytes more; returns the bytes still to fill. */
 uint64_t kind_fill(kind *k, uint64_t budget);
 
+
+/* A job's time for a method metric: the device's own measure where it has
+ * one (cuda: GPU time between two events on its stream, the seed's
+ * cuda=True), else the host's time since t0_ns. */
+static inline double kind_job_ms(const device_job *j, uint64_t t0_ns)
+{
+    return j->gpu_ms >= 0 ? j->gpu_ms : clock_ms(t0_ns, clock_now_ns());
+}
 
 #endif

@@ -229,10 +229,14 @@ static void avg_done(device_job *j)
     avg_future *st = j->arg;
     kind *k = st->k;
     future *f = st->f;
-    metrics_add(k->m_compute, clock_ms(f->t_resolve_ns, clock_now_ns()));
+    metrics_add(k->m_compute, kind_job_ms(j, f->t_resolve_ns));
     psbuf *result = NULL;
     const char *why = NULL;
-    if (f->layout == LAYOUT_DENSE) {
+    frame_errcode code = ERR_NONE;
+    if (j->error) {
+        why = j->error;
+        code = ERR_DEVICE;
+    } else if (f->layout == LAYOUT_DENSE) {
         /* Already scaled: every element's last push applied 1/N. */
         result = device_buf_take_host(k->dev, st->acc);
         st->acc = NULL;
@@ -242,7 +246,7 @@ static void avg_done(device_job *j)
         result = device_buf_take_host(k->dev, st->out);
         st->out = NULL;
     }
-    k->resolved(k->resolved_ctx, f, result, why);
+    k->resolved(k->resolved_ctx, f, result, code, why);
 }
 
 static void avg_resolve(kind *k, future *f)
@@ -257,7 +261,7 @@ static void avg_resolve(kind *k, future *f)
     } else {
         st->out = device_buf_new(k->dev, device_sparse_result_size(k->dev, st->sacc));
         if (!st->out) {
-            k->resolved(k->resolved_ctx, f, NULL, "out of memory computing the mean");
+            k->resolved(k->resolved_ctx, f, NULL, ERR_PEER_LOST, "out of memory computing the mean");
             return;
         }
         st->job.op = JOB_SPARSE_EMIT;

@@ -101,16 +101,20 @@ static void avgb_done(device_job *j)
     avgb_future *st = j->arg;
     kind *k = st->k;
     future *f = st->f;
-    metrics_add(k->m_compute, clock_ms(f->t_resolve_ns, clock_now_ns()));
+    metrics_add(k->m_compute, kind_job_ms(j, f->t_resolve_ns));
     psbuf *result = NULL;
     const char *why = NULL;
-    if (f->layout == LAYOUT_SPARSE && j->u.emit.status < 0) {
+    frame_errcode code = ERR_NONE;
+    if (j->error) {
+        why = j->error;
+        code = ERR_DEVICE;
+    } else if (f->layout == LAYOUT_SPARSE && j->u.emit.status < 0) {
         why = "out of memory computing the mean";
     } else {
         result = device_buf_take_host(k->dev, st->result);
         st->result = NULL;
     }
-    k->resolved(k->resolved_ctx, f, result, why);
+    k->resolved(k->resolved_ctx, f, result, code, why);
 }
 
 /* Fold the stored sparse pushes (indices already checked) into a device
@@ -150,7 +154,7 @@ static void avgb_resolve(kind *k, future *f)
     if (f->layout == LAYOUT_DENSE) {
         st->srcs = malloc(n * sizeof *st->srcs);
         if (!st->srcs) {
-            k->resolved(k->resolved_ctx, f, NULL, "out of memory computing the mean");
+            k->resolved(k->resolved_ctx, f, NULL, ERR_PEER_LOST, "out of memory computing the mean");
             return;
         }
         uint32_t m = 0;
@@ -173,7 +177,7 @@ static void avgb_resolve(kind *k, future *f)
     } else {
         if (avgb_coalesce(k, st, n) < 0 ||
             !(st->result = device_buf_new(k->dev, device_sparse_result_size(k->dev, st->sacc)))) {
-            k->resolved(k->resolved_ctx, f, NULL, "out of memory computing the mean");
+            k->resolved(k->resolved_ctx, f, NULL, ERR_PEER_LOST, "out of memory computing the mean");
             return;
         }
         st->job.op = JOB_SPARSE_EMIT;

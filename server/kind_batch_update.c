@@ -164,8 +164,14 @@ static void bu_step_done(device_job *j)
     bu_future *st = j->arg;
     bu_kind *bk = (bu_kind *)st->k;
     future *f = st->f;
-    metrics_add(bk->base.m_compute, clock_ms(f->t_resolve_ns, clock_now_ns()));
+    metrics_add(bk->base.m_compute, kind_job_ms(j, f->t_resolve_ns));
     bk->steps_done++;
+    if (j->error) {
+        /* The model is in an unknown state: the device failed under the
+         * step; this round and the device's later work fail alike. */
+        bk->base.resolved(bk->base.resolved_ctx, f, NULL, ERR_DEVICE, j->error);
+        return;
+    }
     psbuf *result = device_buf_take_host(bk->base.dev, st->result);
     st->result = NULL;
     /* The answer is also what a fetch gets from now on. */
@@ -174,7 +180,7 @@ static void bu_step_done(device_job *j)
         psbuf_unref(bk->latest);
     bk->latest = result;
     log_debug("PS updated model");
-    bk->base.resolved(bk->base.resolved_ctx, f, result, NULL);
+    bk->base.resolved(bk->base.resolved_ctx, f, result, ERR_NONE, NULL);
 }
 
 static void bu_resolve(kind *k, future *f)
@@ -188,7 +194,7 @@ static void bu_resolve(kind *k, future *f)
     st->srcs = malloc(n * sizeof *st->srcs);
     st->result = device_buf_new(k->dev, bk->count * sizeof(float));
     if (!st->srcs || !st->result) {
-        k->resolved(k->resolved_ctx, f, NULL, "out of memory taking the update step");
+        k->resolved(k->resolved_ctx, f, NULL, ERR_PEER_LOST, "out of memory taking the update step");
         return;
     }
     uint32_t m = 0;

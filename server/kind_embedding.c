@@ -170,12 +170,16 @@ static void emb_done(device_job *j)
     emb_kind *ek = j->arg;
     kind_call *c = emb_call_of(j);
     ek->completed++;
-    if (j->u.bags.out) {
+    c->error = j->error;
+    if (j->u.bags.out && !j->error) {
         assert(!c->answer);
         c->answer = device_buf_take_host(ek->base.dev, j->u.bags.out);
         j->u.bags.out = NULL;
+    } else if (j->u.bags.out) {
+        device_buf_free(ek->base.dev, j->u.bags.out); /* the device failed: no rows */
+        j->u.bags.out = NULL;
     }
-    double ms = clock_ms(c->t_ns, clock_now_ns());
+    double ms = kind_job_ms(j, c->t_ns);
     if (c->update) {
         /* Positions that belong to a bag: every one when there are bags
          * (offsets[0] = 0), none otherwise. */
@@ -302,7 +306,7 @@ static void emb_push_abort(kind *k, push_ctx *p)
 static void emb_resolve(kind *k, future *f)
 {
     (void)f;
-    k->resolved(k->resolved_ctx, f, NULL, "an embedding server has no futures");
+    k->resolved(k->resolved_ctx, f, NULL, ERR_PEER_LOST, "an embedding server has no futures");
 }
 
 static void emb_release(kind *k, future *f)

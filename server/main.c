@@ -49,12 +49,14 @@ static void server_usage(FILE *f)
         "                          (keep every push, sum when the last arrives),\n"
         "                          batch-update (the seed's BatchUpdateParameterServer)\n"
         "                          or embedding (the DDP+RPC benchmark's EmbeddingBag)\n"
-        "  --device DEV            cpu (default); cuda[:N] is refused with the reason\n"
-        "                          (no CUDA runtime, no GPU, or this version's CPU-only\n"
-        "                          server);\n"
-        "                          test (for tests: the CPU, finishing every future\n"
-        "                          late on a worker thread). $PSBENCH_SERVER_DEVICE\n"
-        "                          sets the default\n"
+        "  --device DEV            cpu (default), or cuda[:N]: GPU N (default 0)\n"
+        "                          averages on a CUDA stream (pushes copied in as\n"
+        "                          they arrive, the mean copied back once); refused at\n"
+        "                          start with the reason where no GPU answers.\n"
+        "                          For tests: test (the CPU, finishing every future\n"
+        "                          late on a worker thread) and fake-cuda (the cuda\n"
+        "                          device on a fake GPU made of host threads).\n"
+        "                          $PSBENCH_SERVER_DEVICE sets the default\n"
         "  --rank R                this server's rank, sent to trainers (default 0);\n"
         "                          an embedding server's table stream. With --master:\n"
         "                          that rank, or a refusal if it is taken or outside\n"
@@ -428,18 +430,15 @@ int main(int argc, char **argv)
         const char *d = getenv("PSBENCH_SERVER_DEVICE");
         device_name = d && *d ? d : "cpu";
     }
-    if (strcmp(device_name, "test") != 0) {
+    if (strcmp(device_name, "test") != 0 && strcmp(device_name, "fake-cuda") != 0) {
         int cuda_index;
         if (cli_parse_device("--device", device_name, &cuda_index, err, sizeof err) < 0)
             return server_fail(err);
-        /* The reason a user can act on first: no CUDA here at all. */
+        /* The reason a user can act on first, in one line, before anything
+         * starts: no CUDA runtime, no GPU, no such GPU, or a build without
+         * CUDA. */
         if (cuda_index >= 0 && gpu_check_device(device_name, cuda_index, err, sizeof err) < 0)
             return server_fail(err);
-        if (cuda_index >= 0) {
-            snprintf(err, sizeof err, "--device %s: this version of psbench-server averages on the CPU only (use "
-                                      "--device cpu)", device_name);
-            return server_fail(err);
-        }
     }
     snprintf(cfg.device, sizeof cfg.device, "%s", device_name);
     log_init("psbench-server", level);
@@ -475,7 +474,9 @@ int main(int argc, char **argv)
         if (cfg.listen_fd < 0)
             return server_fail(err);
         json_t *env = server_environment();
-        int joined = master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0 ? "cpu" : device_name,
+        int joined = master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0        ? "cpu"
+                                      : strcmp(device_name, "fake-cuda") == 0 ? "cuda"
+                                                                              : device_name,
                                       advertise, have_rank ? (int64_t)cfg.rank : -1, env, connect_timeout_s, err,
                                       sizeof err);
         json_decref(env);
@@ -502,16 +503,17 @@ int main(int argc, char **argv)
         log_warn("data port %s accepts trainers from any host and no token is set (--token-file FILE or "
                  "PSBENCH_TOKEN); anyone who reaches it can push into the run", addr);
     }
-    char cpu[256];
+    char cpu[256], dev[256];
     hostinfo_cpu_model(cpu, sizeof cpu);
+    device_describe(s.dev, dev, sizeof dev);
     log_info("listening on %s:%u (kind %s, %u trainers, device %s, %s folds; CPU %s, %ld cores; built by %s)",
-             cfg.host, s.bound_port, kind_name(cfg.kind.id), cfg.trainers, s.dev->ops->name,
+             cfg.host, s.bound_port, kind_name(cfg.kind.id), cfg.trainers, dev,
              reduce_wide_in_use() ? "AVX2" : "portable", cpu, sysconf(_SC_NPROCESSORS_ONLN), hostinfo_compiler());
     int rc = server_run(&s);
     master_link_free(&s);
     printf("psbench-server %u: %" PRIu64 " pushes in, %" PRIu64 " results out, %" PRIu64
            " bytes in, %" PRIu64 " bytes out, %" PRIu64 " payload buffers allocated",
-           cfg.rank, s.pushes, s.results, s.bytes_in, s.bytes_out, s.pool.allocs);
+           cfg.rank, s.pushes, s.results, s.bytes_in, s.bytes_out, s.pool.allocs + device_allocs(s.dev));
     if (cfg.kind.id == KIND_EMBEDDING)
         printf(", %" PRIu64 " lookups, %" PRIu64 " updates, %" PRIu64 " rows touched", s.lookups, s.updates,
                s.kind->rows_touched);

@@ -121,7 +121,7 @@ void members_on_answer(void *ctx, future *f, psbuf *result)
     m->delivering = false;
 }
 
-void members_on_fail(void *ctx, future *f, const char *msg)
+void members_on_fail(void *ctx, future *f, frame_errcode code, const char *msg)
 {
     members *m = ctx;
     assert(!m->delivering);
@@ -129,6 +129,6 @@ void members_on_fail(void *ctx, future *f, const char *msg)
     if (!n)
         return;
     m->delivering = true;
-    m->ops.fail(m->ops.ctx, m->eps, n, f, msg);
+    m->ops.fail(m->ops.ctx, m->eps, n, f, code, msg);
     m->delivering = false;
 }

@@ -32,8 +32,8 @@
 typedef struct members_ops {
     /* f resolved: queue `result` (borrowed) to each of eps[0 .. n). */
     void (*answer)(void *ctx, void *const *eps, uint32_t n, const future *f, psbuf *result);
-    /* f failed: tell each of eps[0 .. n) `peer_lost` with msg. */
-    void (*fail)(void *ctx, void *const *eps, uint32_t n, const future *f, const char *msg);
+    /* f failed: tell each of eps[0 .. n) `code` with msg. */
+    void (*fail)(void *ctx, void *const *eps, uint32_t n, const future *f, frame_errcode code, const char *msg);
     /* Every trainer has gone: a new session begins. */
     void (*session_end)(void *ctx);
     void *ctx;
@@ -75,6 +75,6 @@ bool members_any_connected(const members *m);
 
 /* futures_hooks.answer and .fail; ctx is the members. */
 void members_on_answer(void *ctx, future *f, psbuf *result);
-void members_on_fail(void *ctx, future *f, const char *msg);
+void members_on_fail(void *ctx, future *f, frame_errcode code, const char *msg);
 
 #endif

@@ -17,6 +17,7 @@ static const char *const errcode_names[] = {
     [ERR_PEER_LOST] = "peer_lost",
     [ERR_BAD_INDEX] = "bad_index",
     [ERR_RESOURCES] = "resources",
+    [ERR_DEVICE] = "device",
     [ERR_OTHER] = "other",
 };
 

@@ -59,6 +59,7 @@ typedef enum frame_errcode {
     ERR_PEER_LOST, /* extension: a peer vanished, the bucket can never resolve */
     ERR_BAD_INDEX, /* extension (embedding): an index or offset outside the rules */
     ERR_RESOURCES, /* extension: the server cannot take this connection (out of descriptors) */
+    ERR_DEVICE,    /* extension: the server's device (a GPU) failed the work of this bucket or call */
     ERR_OTHER,     /* a code this build does not know */
 } frame_errcode;
 

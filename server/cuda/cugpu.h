@@ -98,6 +98,9 @@ typedef struct cugpu_ops {
     cugpu_event *(*event_new)(cugpu *g);
     void (*event_free)(cugpu *g, cugpu_event *e);
     int (*event_record)(cugpu *g, cugpu_stream *s, cugpu_event *e);
+    /* 0: the work before the event's last record is done (or it was
+     * never recorded, as CUDA answers); 1: not yet; -1: an error. */
+    int (*event_query)(cugpu *g, cugpu_event *e);
     /* The time between two recorded events, both complete. */
     int (*elapsed_ms)(cugpu *g, cugpu_event *from, cugpu_event *to, float *ms);
     /* 0: everything queued is done; 1: work is in flight; -1: the stream

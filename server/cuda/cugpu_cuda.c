@@ -199,6 +199,16 @@ static int cg_event_record(cugpu *g, cugpu_stream *s, cugpu_event *ev)
     return e == cudaSuccess ? 0 : cg_failed(g, "cudaEventRecord", e);
 }
 
+static int cg_event_query(cugpu *g, cugpu_event *ev)
+{
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaSuccess)
+        return 0;
+    if (e == cudaErrorNotReady)
+        return 1;
+    return cg_failed(g, "cudaEventQuery", e);
+}
+
 static int cg_elapsed_ms(cugpu *g, cugpu_event *from, cugpu_event *to, float *ms)
 {
     cudaError_t e = ((cuda_gpu *)g)->rt->cudaEventElapsedTime(ms, (cudaEvent_t)from, (cudaEvent_t)to);
@@ -243,6 +253,7 @@ static const cugpu_ops cuda_ops = {
     .event_new = cg_event_new,
     .event_free = cg_event_free,
     .event_record = cg_event_record,
+    .event_query = cg_event_query,
     .elapsed_ms = cg_elapsed_ms,
     .query = cg_query,
     .sync = cg_sync,

@@ -217,9 +217,17 @@ static int fake_queue(cugpu *g, cugpu_stream *s, fake_op *op)
 
 /* ---- the ops ------------------------------------------------------------------- */
 
+/* The most one allocation may take: a GPU's memory is finite, and an
+ * allocation beyond it is refused as cudaMalloc refuses it (without asking
+ * the host, whose sanitizers would abort on such a size). */
+#define FAKE_GPU_MEMORY ((size_t)16 << 30)
+
+/* Page-aligned, as cudaMalloc's and cudaHostAlloc's are. */
 static void *fake_alloc(cugpu *g, size_t bytes)
 {
-    void *p = malloc(bytes ? bytes : 1);
+    void *p = NULL;
+    if (bytes > FAKE_GPU_MEMORY || posix_memalign(&p, 4096, bytes ? bytes : 1) != 0)
+        p = NULL;
     if (!p)
         snprintf(g->err, sizeof g->err, "fake GPU: out of memory (%zu bytes)", bytes);
     return p;
@@ -306,6 +314,8 @@ static cugpu_event *fake_event_new(cugpu *g)
     cugpu_event *e = calloc(1, sizeof *e);
     if (!e)
         snprintf(g->err, sizeof g->err, "fake GPU: out of memory");
+    else
+        e->done = true; /* never recorded: complete, as CUDA answers */
     return e;
 }
 
@@ -324,6 +334,12 @@ static int fake_event_record(cugpu *g, cugpu_stream *s, cugpu_event *e)
         op->ev = e;
     }
     return fake_queue(g, s, op);
+}
+
+static int fake_event_query(cugpu *g, cugpu_event *e)
+{
+    (void)g;
+    return __atomic_load_n(&e->done, __ATOMIC_ACQUIRE) ? 0 : 1;
 }
 
 static int fake_elapsed_ms(cugpu *g, cugpu_event *from, cugpu_event *to, float *ms)
@@ -371,6 +387,7 @@ static const cugpu_ops fake_ops = {
     .event_new = fake_event_new,
     .event_free = fake_event_free,
     .event_record = fake_event_record,
+    .event_query = fake_event_query,
     .elapsed_ms = fake_elapsed_ms,
     .query = fake_query,
     .sync = fake_sync,

@@ -50,6 +50,20 @@ def bin_path(name):
     raise RuntimeError("%s not found in %s (set PSBENCH_BIN to the build directory)" % (name, d))
 
 
+def gpu_count():
+    """GPUs the CUDA runtime sees here (0 where none answers or no runtime
+    loads): what decides whether `--device cuda` may start."""
+    import ctypes
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+        try:
+            rt = ctypes.CDLL(name)
+        except OSError:
+            continue
+        n = ctypes.c_int(0)
+        return n.value if rt.cudaGetDeviceCount(ctypes.byref(n)) == 0 else 0
+    return 0
+
+
 def base_env(extra=None, drop_token=True):
     """The environment for a child: ours, without PSBENCH_TOKEN (unless a
     test sets it), with ASan told not to hide errors behind a 0 exit."""

@@ -390,18 +390,22 @@ class E2E(psb.PsbTestCase):
 
     def test_device_cuda_refused_with_the_reason(self):
         """--device cuda[:N]: one line naming why it cannot run here — the
-        CUDA runtime missing (its soname), no GPU answering, no CUDA in
-        this build, or (where a GPU answers) this version's CPU-only
-        compute; a bad spelling names the accepted ones. Hidden libraries
-        (tests/tools/hide-cuda-libs.sh, as root) give the soname."""
+        CUDA runtime missing (its soname), no GPU answering, no such GPU,
+        no CUDA in this build, or (the trainer, where a GPU answers) this
+        version's CPU-only compute; a bad spelling names the accepted ones.
+        Hidden libraries (tests/tools/hide-cuda-libs.sh, as root) give the
+        soname. A server whose GPU answers starts instead: not asked."""
         reasons = (r"libcudart\.so\.\d+ not found \(install the CUDA runtime or use --device cpu\)|"
                    r"no CUDA device answers \(cudaGetDeviceCount: .*; use --device cpu\)|"
-                   r"this build has no CUDA|computes on the CPU only|averages on the CPU only")
+                   r"CUDA device \d+ does not exist|this build has no CUDA|computes on the CPU only")
+        gpus = psb.gpu_count()
         argv = {"psbench-trainer": ["--server", "127.0.0.1:9", "--rank", "0", "--model", "synthetic"],
                 "psbench-server": ["--standalone", "--trainers", "1", "--listen", "127.0.0.1:0"]}
         hide = os.path.join(psb.HERE, "..", "tools", "hide-cuda-libs.sh")
         for name, rest in argv.items():
-            for dev in ("cuda", "cuda:3"):
+            for dev, index in (("cuda", 0), ("cuda:3", 3)):
+                if name == "psbench-server" and index < gpus:
+                    continue
                 with self.subTest(binary=name, device=dev):
                     self.assert_cli_fails(name, ["--device", dev] + rest, "--device %s: " % dev)
                     rc, _, err = self.reg.run([psb.bin_path(name), "--device", dev] + rest, timeout=20)

@@ -16,7 +16,15 @@
  *    received into while a job in flight names it, a sparse accumulator
  *    reset under its emit, a recv_done that matches no area, buffers left
  *    at destroy. A child doing the same steps rightly exits 0, so the
- *    harness itself can fail.
+ *    harness itself can fail;
+ *  - the cuda device (server/cuda/device_cuda.c) on the fake GPU: every job
+ *    above with the same bits; completions delivered later by the event
+ *    loop, in submission order, with a GPU time; a drain with work in
+ *    flight; buffers bigger than its staging chunks, round after round; a
+ *    GPU operation that fails — every job in flight and after it completes
+ *    with the error, none hangs. With PSBENCH_CUDA_DEVICE=cuda (ctest
+ *    unit_device_cuda, label gpu) the same on a real GPU, but the injected
+ *    failure: skipped (exit 77) where no GPU answers.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,6 +41,9 @@
 #include <unistd.h>
 
 #include "server/device.h"
+#include "shared/clock.h"
+#include "shared/cli.h"
+#include "shared/gpu.h"
 #include "server/reduce.h"
 #include "shared/sparse.h"
 
@@ -45,12 +56,14 @@ typedef struct fixture {
 static void fx_open(fixture *x, const char *name)
 {
     setenv("PSBENCH_TEST_DEVICE_MAX_DELAY_US", "200", 1);
+    setenv("PSBENCH_FAKE_GPU_DELAY_US", "100", 1);
     x->base = event_base_new();
     assert_non_null(x->base);
     bufpool_init(&x->pool, 1 << 24);
-    char err[128];
+    char err[512];
     x->dev = device_new(name, x->base, &x->pool, err, sizeof err);
-    assert_non_null(x->dev);
+    if (!x->dev)
+        fail_msg("device %s: %s", name, err);
 }
 
 static void fx_close(fixture *x)
@@ -535,8 +548,235 @@ static void test_breaches_caught(void **state)
     expect_caught(breach_left_at_destroy, "destroyed with 1 buffer(s) or accumulator(s) not freed");
 }
 
+/* ---- the cuda device (fake GPU; a real one with PSBENCH_CUDA_DEVICE=cuda) -------- */
+
+/* "fake-cuda", or "cuda" for the gpu-labelled run. */
+static const char *cuda_name(void)
+{
+    const char *n = getenv("PSBENCH_CUDA_DEVICE");
+    return n && *n ? n : "fake-cuda";
+}
+
+static void test_jobs_cuda(void **state)
+{
+    (void)state;
+    check_jobs(cuda_name());
+}
+
+enum { NJOBS = 24 };
+static int order[NJOBS], norder;
+static double gpu_ms[NJOBS];
+static const char *errors[NJOBS];
+
+static void record_done(device_job *j)
+{
+    int i = (int)(intptr_t)j->arg;
+    order[norder++] = i;
+    gpu_ms[i] = j->gpu_ms;
+    errors[i] = j->error;
+}
+
+/* NJOBS jobs on bufs of n floats each: sums of two buffers, made
+ * host-visible. */
+static void submit_sums(fixture *x, device_job *jobs, devbuf **bufs, devbuf *(*srcs)[2], size_t n)
+{
+    norder = 0;
+    for (int i = 0; i < NJOBS; i++) {
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].op = JOB_SUM_SCALE;
+        srcs[i][0] = bufs[i];
+        srcs[i][1] = bufs[NJOBS]; /* one second source, read by every job */
+        jobs[i].u.sum.dst = bufs[i];
+        jobs[i].u.sum.srcs = srcs[i];
+        jobs[i].u.sum.nsrc = 2;
+        jobs[i].u.sum.n = n;
+        jobs[i].u.sum.scale = 0.5f;
+        jobs[i].to_host = bufs[i];
+        jobs[i].done = record_done;
+        jobs[i].arg = (void *)(intptr_t)i;
+        jobs[i].error = "not run";
+        jobs[i].gpu_ms = -2;
+        device_submit(x->dev, &jobs[i]);
+    }
+}
+
+static void check_sums(fixture *x, devbuf **bufs, size_t n, float shared)
+{
+    for (int i = 0; i < NJOBS; i++) {
+        assert_int_equal(order[i], i); /* submission order */
+        assert_null(errors[i]);
+        assert_true(gpu_ms[i] >= 0); /* timed on the stream */
+        const float *v = (const float *)(const void *)device_buf_host(x->dev, bufs[i])->data;
+        float want = (val(7, (unsigned)i) + shared) * 0.5f;
+        assert_memory_equal(&v[7], &want, sizeof want);
+    }
+}
+
+/* Completions come later, from the event loop, in order, timed; and a drain
+ * with work in flight delivers everything before it returns. */
+static void test_cuda_completion(void **state)
+{
+    (void)state;
+    fixture x;
+    fx_open(&x, cuda_name());
+    enum { N = 4099 };
+    devbuf *bufs[NJOBS + 1];
+    devbuf *srcs[NJOBS][2];
+    device_job jobs[NJOBS];
+    float *v = malloc(N * sizeof(float));
+    assert_non_null(v);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i <= NJOBS; i++) {
+            for (size_t k = 0; k < N; k++)
+                v[k] = val(k, (unsigned)i);
+            bufs[i] = buf_of(&x, v, N);
+        }
+        uint64_t t0 = clock_now_ns();
+        submit_sums(&x, jobs, bufs, srcs, N);
+        assert_int_equal(norder, 0); /* nothing completes inside submit */
+        if (round < 2) {
+            /* The reactor's way: the loop until every done has run. */
+            while (norder < NJOBS)
+                event_base_loop(x.base, EVLOOP_ONCE);
+        } else {
+            device_drain(x.dev); /* with all of them in flight */
+            assert_int_equal(norder, NJOBS);
+        }
+        double wall = clock_ms(t0, clock_now_ns());
+        check_sums(&x, bufs, N, val(7, NJOBS));
+        for (int i = 0; i < NJOBS; i++)
+            assert_true(gpu_ms[i] <= wall);
+        for (int i = 0; i <= NJOBS; i++)
+            device_buf_free(x.dev, bufs[i]);
+    }
+    free(v);
+    fx_close(&x);
+}
+
+/* Buffers larger than a staging chunk (4 MiB), written, folded into and read
+ * back round after round: the ring grows, then is reused. */
+static void test_cuda_big_buffers(void **state)
+{
+    (void)state;
+    fixture x;
+    fx_open(&x, cuda_name());
+    enum { N = (9 << 20) / 4 + 333 };
+    float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float)), *want = malloc(N * sizeof(float));
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(want);
+    for (size_t i = 0; i < N; i++) {
+        a[i] = val(i, 1);
+        b[i] = val(i, 2);
+    }
+    for (int round = 0; round < 4; round++) {
+        devbuf *acc = device_buf_new(x.dev, N * sizeof(float));
+        assert_non_null(acc);
+        device_write(x.dev, acc, 0, a, N * sizeof(float));
+        /* From a misaligned source, as a socket's buffer can be. */
+        uint8_t *raw = malloc(N * sizeof(float) + 1);
+        assert_non_null(raw);
+        memcpy(raw + 1, b, N * sizeof(float));
+        device_fold(x.dev, FOLD_ADD_SCALE, acc, 0, raw + 1, N, 0.5f);
+        free(raw);
+        memcpy(want, a, N * sizeof(float));
+        reduce_add_scale_f32(want, (const uint8_t *)b, N, 0.5f);
+        assert_memory_equal(read_back(&x, acc), want, N * sizeof(float));
+        device_buf_free(x.dev, acc);
+    }
+    free(a);
+    free(b);
+    free(want);
+    fx_close(&x);
+}
+
+/* A GPU operation fails: the jobs in flight and every later one complete
+ * with the error (naming the GPU), in order, from the loop; nothing hangs. */
+static void test_cuda_failure(void **state)
+{
+    (void)state;
+    if (strcmp(cuda_name(), "fake-cuda") != 0)
+        skip(); /* nothing to inject on a real GPU */
+    for (int fail_at = 1; fail_at <= 60; fail_at += 7) {
+        char at[16];
+        snprintf(at, sizeof at, "%d", fail_at);
+        setenv("PSBENCH_FAKE_GPU_FAIL_AT", at, 1);
+        fixture x;
+        fx_open(&x, "fake-cuda");
+        unsetenv("PSBENCH_FAKE_GPU_FAIL_AT");
+        enum { N = 513 };
+        devbuf *bufs[NJOBS + 1];
+        devbuf *srcs[NJOBS][2];
+        device_job jobs[NJOBS];
+        float v[N];
+        for (int i = 0; i <= NJOBS; i++) {
+            for (size_t k = 0; k < N; k++)
+                v[k] = val(k, (unsigned)i);
+            bufs[i] = buf_of(&x, v, N);
+        }
+        submit_sums(&x, jobs, bufs, srcs, N);
+        while (norder < NJOBS)
+            event_base_loop(x.base, EVLOOP_ONCE);
+        int failed = 0;
+        for (int i = 0; i < NJOBS; i++) {
+            assert_int_equal(order[i], i);
+            if (errors[i]) {
+                failed++;
+                assert_non_null(strstr(errors[i], "GPU 0 (fake GPU"));
+                assert_non_null(strstr(errors[i], "failed: fake GPU: injected failure"));
+            } else {
+                assert_int_equal(failed, 0); /* once failed, every later job fails */
+            }
+        }
+        assert_true(failed > 0);
+        /* The device stays failed: a new job fails too, from the loop. */
+        device_job late = {.op = JOB_BARRIER, .to_host = bufs[0], .done = record_done, .arg = (void *)(intptr_t)0};
+        norder = 0;
+        device_submit(x.dev, &late);
+        assert_int_equal(norder, 0);
+        while (norder < 1)
+            event_base_loop(x.base, EVLOOP_ONCE);
+        assert_non_null(errors[0]);
+        for (int i = 0; i <= NJOBS; i++)
+            device_buf_free(x.dev, bufs[i]);
+        fx_close(&x);
+    }
+}
+
+/* Out of device memory is NULL from buf_new, and the device goes on. */
+static void test_cuda_out_of_memory(void **state)
+{
+    (void)state;
+    fixture x;
+    fx_open(&x, cuda_name());
+    assert_null(device_buf_new(x.dev, (size_t)1 << 52));
+    float v[5] = {1, 2, 3, 4, 5};
+    devbuf *b = buf_of(&x, v, 5);
+    assert_memory_equal(read_back(&x, b), v, sizeof v);
+    device_buf_free(x.dev, b);
+    fx_close(&x);
+}
+
 int main(void)
 {
+    const struct CMUnitTest cuda_tests[] = {
+        cmocka_unit_test(test_jobs_cuda),
+        cmocka_unit_test(test_cuda_completion),
+        cmocka_unit_test(test_cuda_big_buffers),
+        cmocka_unit_test(test_cuda_failure),
+        cmocka_unit_test(test_cuda_out_of_memory),
+    };
+    if (strcmp(cuda_name(), "fake-cuda") != 0) {
+        /* The gpu-labelled run: the cuda tests only, on a GPU that answers. */
+        char err[512];
+        int index = -1;
+        if (cli_parse_device("PSBENCH_CUDA_DEVICE", cuda_name(), &index, err, sizeof err) < 0 || index < 0 ||
+            gpu_probe_device(index, err, sizeof err) < 0) {
+            printf("skipped: %s\n", index < 0 ? "PSBENCH_CUDA_DEVICE is not cuda[:N]" : err);
+            return 77;
+        }
+        return cmocka_run_group_tests(cuda_tests, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_host_image_is_storage),
         cmocka_unit_test(test_test_device_recv_areas),
@@ -544,5 +784,6 @@ int main(void)
         cmocka_unit_test(test_jobs_test_device),
         cmocka_unit_test(test_breaches_caught),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    return rc ? rc : cmocka_run_group_tests(cuda_tests, NULL, NULL);
 }

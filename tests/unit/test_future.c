@@ -51,9 +51,10 @@ static void on_answer(void *ctx, future *f, psbuf *result)
     memcpy(x->last, result->data, x->last_n * 4);
 }
 
-static void on_fail(void *ctx, future *f, const char *msg)
+static void on_fail(void *ctx, future *f, frame_errcode code, const char *msg)
 {
     (void)f;
+    (void)code;
     fixture *x = ctx;
     x->fails++;
     snprintf(x->fail_msg, sizeof x->fail_msg, "%s", msg);

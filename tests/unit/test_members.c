@@ -53,8 +53,10 @@ static void on_answer(void *ctx, void *const *eps, uint32_t n, const future *f, 
     x->seen_len = result->len;
 }
 
-static void on_fail(void *ctx, void *const *eps, uint32_t n, const future *f, const char *msg)
+static void on_fail(void *ctx, void *const *eps, uint32_t n, const future *f, frame_errcode code,
+                    const char *msg)
 {
+    (void)code;
     fixture *x = ctx;
     x->fails++;
     fx_record(x, eps, n, f);

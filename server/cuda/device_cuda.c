@@ -1,0 +1,948 @@
+/* device_cuda.c — the `cuda` device: the server's arithmetic on a GPU,
+ * finished on a CUDA stream while the reactor goes on (device.h on
+ * cugpu.h).
+ *
+ * Where memory lives (types, not conventions):
+ *   devbuf->dev   device memory (a cache of handles with their memory:
+ *                 cudaMalloc is slow and cudaFree synchronises, so a
+ *                 steady state of rounds allocates nothing; one stream
+ *                 orders every use, so memory freed by one bucket may be
+ *                 reused by the next at once);
+ *   devbuf->host  its pinned host image (a bufpool of cudaHostAlloc'd
+ *                 memory), made at the first to-host job, sent to the
+ *                 sockets by reference as the cpu device's are;
+ *   staging       a ring of chunks, each pinned host memory with a device
+ *                 twin of the same size: recv areas, fold sources, the
+ *                 arrays a job uploads (source pointers, indices). A full
+ *                 chunk is closed with an event; it is reused once that
+ *                 event completes, and the ring grows by another chunk
+ *                 rather than wait.
+ *   devsparse     on the host (device_host.c), as device.h allows: a
+ *                 sparse emit runs on the reactor at submit, into the
+ *                 output's pinned image, and completes in stream order.
+ *
+ * The path of a bucket: recv_done enqueues the host-to-device copy of the
+ * area; a fold copies its source into staging, enqueues its copy and the
+ * psb_fold kernel; a job enqueues an event, its kernel(s), the copy of
+ * its to-host buffer into the pinned image, another event. Nothing waits.
+ * Completion is batched per reactor iteration: the first submit of an
+ * iteration makes the device's `flush` event active (libevent runs it
+ * after the callbacks already active, before the next poll), which queues
+ * one host function for every job submitted so far; that function (on
+ * CUDA's callback thread) counts itself done and writes an eventfd; the
+ * reactor reads the count, and calls the `done` of every job the finished
+ * host functions cover, in submission order, with the GPU time between
+ * the job's two events, then the owner's `after` once.
+ *
+ * Failures: an operation that cannot be queued, or a stream that fails
+ * later (found by polling cugpu's query every CUDA_POLL_MS while work is
+ * in flight: CUDA calls no host function after an error), fails the
+ * device for good — a launch failure leaves the CUDA context unusable.
+ * Every job in flight and every later one completes with `error` naming
+ * the GPU and CUDA's words; the kinds fail their futures with the code
+ * `device`; the log names the GPU once. The reactor never hangs on it.
+ *
+ * Threads: everything runs on the reactor thread except the host
+ * function, which only bumps an atomic counter and writes the eventfd.
+ */
+#include "server/cuda/cugpu.h"
+#include "server/device_host.h"
+#include "shared/log.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* A staging chunk's size (a recv area is at most this long). */
+#define CUDA_CHUNK (4u << 20)
+/* Device memory kept in recycled handles; beyond it, freed. */
+#define CUDA_CACHE_BYTES ((size_t)4 << 30)
+/* Handles kept for reuse. */
+#define CUDA_KEEP 1024
+/* Pinned host images kept by their pool when free. */
+#define CUDA_PINNED_KEEP ((size_t)1 << 30)
+/* How often the stream is asked for a failure while work is in flight. */
+#define CUDA_POLL_MS 5
+
+typedef struct cuda_chunk {
+    uint8_t *host; /* pinned */
+    uint8_t *dev;  /* its device twin */
+    size_t cap, used;
+    cugpu_event *ev; /* recorded when the chunk was closed */
+    struct cuda_chunk *next;
+} cuda_chunk;
+
+/* A job in flight: the device's record of it. */
+typedef struct cuda_rec {
+    device_job *j;
+    uint64_t seq;           /* 1, 2, ... in submission order */
+    cugpu_event *t0, *t1;   /* around its work and its to-host copy */
+    bool host_side;         /* a sparse emit: its output was written on the host */
+    struct cuda_rec *next;
+} cuda_rec;
+
+typedef struct cuda_device {
+    device base;
+    cugpu *gpu;
+    cugpu_stream *stream;
+    struct event_base *evb;
+    bufpool pinned;
+    /* handles and their device memory */
+    devbuf *spare;
+    size_t nspare, spare_bytes;
+    size_t live; /* devbufs and devsparses not freed */
+    /* staging */
+    cuda_chunk *cur;                   /* being filled */
+    cuda_chunk *closed_head, *closed_tail; /* waiting for their event, oldest first */
+    cuda_chunk *idle;                  /* reusable */
+    uint8_t *sink;                     /* recv areas once the device has failed */
+    devbuf *area_dst;                  /* the recv area given last */
+    uint64_t area_off;
+    size_t area_max;
+    bool area_in_sink;
+    /* jobs */
+    cuda_rec *head, *tail, *rec_spare;
+    uint64_t submitted;  /* seq of the last job submitted */
+    uint64_t flushed;    /* seq the host functions queued so far cover */
+    uint64_t completed;  /* seq of the last job the GPU has finished */
+    uint64_t *fn_seq;    /* per host function queued and not yet seen: the seq it covers */
+    size_t fn_cap, fn_first, fn_count;
+    atomic_uint_fast64_t fns_done; /* host functions run (CUDA's thread) */
+    uint64_t fns_seen;
+    cugpu_event **evs;   /* timing events, recycled */
+    size_t nevs, evs_cap;
+    int efd;
+    struct event *wake_ev, *flush_ev, *poll_ev;
+    bool flush_armed;
+    bool failed;
+    char error[640];
+    uint64_t allocs; /* device memory and staging chunks made (pinned images: the pool's count) */
+} cuda_device;
+
+/* ---- failure ------------------------------------------------------------- */
+
+/* The device fails for good: said once in the log; jobs in flight and every
+ * later one complete with the reason (delivered by the wake event, never
+ * inside the call that found the failure). */
+static void cuda_fail(cuda_device *c, const char *why)
+{
+    if (!c->failed) {
+        c->failed = true;
+        snprintf(c->error, sizeof c->error, "GPU %d (%s) failed: %s", c->gpu->device, c->gpu->name, why);
+        log_error("device cuda: %s; every bucket from now on fails", c->error);
+    }
+    if (c->wake_ev)
+        event_active(c->wake_ev, 0, 0);
+}
+
+/* ---- staging ------------------------------------------------------------------- */
+
+static void cuda_chunk_free(cuda_device *c, cuda_chunk *k)
+{
+    c->gpu->ops->host_free(c->gpu, k->host);
+    c->gpu->ops->dev_free(c->gpu, k->dev);
+    if (k->ev)
+        c->gpu->ops->event_free(c->gpu, k->ev);
+    free(k);
+}
+
+static cuda_chunk *cuda_chunk_new(cuda_device *c, size_t cap)
+{
+    cuda_chunk *k = calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    k->cap = cap;
+    k->host = c->gpu->ops->host_alloc(c->gpu, cap);
+    k->dev = k->host ? c->gpu->ops->dev_alloc(c->gpu, cap) : NULL;
+    k->ev = k->dev ? c->gpu->ops->event_new(c->gpu) : NULL;
+    c->allocs++;
+    if (!k->ev) {
+        if (k->host)
+            c->gpu->ops->host_free(c->gpu, k->host);
+        if (k->dev)
+            c->gpu->ops->dev_free(c->gpu, k->dev);
+        free(k);
+        return NULL;
+    }
+    return k;
+}
+
+/* Make the current chunk hold `need` more bytes: close it when it cannot
+ * (an event marks when the GPU is past its last use) and take the oldest
+ * closed chunk the GPU is done with, an idle one, or a new one. 0, or -1
+ * (the device failed). */
+static int cuda_stage_room(cuda_device *c, size_t need)
+{
+    if (c->cur && c->cur->cap - c->cur->used >= need)
+        return 0;
+    if (c->cur) {
+        if (c->gpu->ops->event_record(c->gpu, c->stream, c->cur->ev) < 0) {
+            cuda_fail(c, c->gpu->err);
+            return -1;
+        }
+        c->cur->next = NULL;
+        if (c->closed_tail)
+            c->closed_tail->next = c->cur;
+        else
+            c->closed_head = c->cur;
+        c->closed_tail = c->cur;
+        c->cur = NULL;
+    }
+    /* Closed chunks the GPU has finished with become idle. */
+    while (c->closed_head && c->gpu->ops->event_query(c->gpu, c->closed_head->ev) == 0) {
+        cuda_chunk *k = c->closed_head;
+        c->closed_head = k->next;
+        if (!c->closed_head)
+            c->closed_tail = NULL;
+        k->used = 0;
+        k->next = c->idle;
+        c->idle = k;
+    }
+    for (cuda_chunk **pp = &c->idle; *pp; pp = &(*pp)->next)
+        if ((*pp)->cap >= need) {
+            c->cur = *pp;
+            *pp = c->cur->next;
+            c->cur->next = NULL;
+            return 0;
+        }
+    size_t cap = need > CUDA_CHUNK ? (need + 4095) & ~(size_t)4095 : CUDA_CHUNK;
+    if (!(c->cur = cuda_chunk_new(c, cap))) {
+        char why[600];
+        snprintf(why, sizeof why, "no staging memory (%zu bytes): %s", cap, c->gpu->err);
+        cuda_fail(c, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* Bytes taken from the current chunk: the next use starts 64-byte
+ * aligned (the kernels load float4 where aligned). */
+static void cuda_stage_take(cuda_device *c, size_t n)
+{
+    size_t step = (n + 63) & ~(size_t)63;
+    c->cur->used = step < c->cur->cap - c->cur->used ? c->cur->used + step : c->cur->cap;
+}
+
+/* Copy n host bytes to the GPU through staging: their device address, or
+ * NULL (the device failed). */
+static void *cuda_upload(cuda_device *c, const void *src, size_t n)
+{
+    if (n == 0)
+        n = 1;
+    if (cuda_stage_room(c, n) < 0)
+        return NULL;
+    uint8_t *h = c->cur->host + c->cur->used, *d = c->cur->dev + c->cur->used;
+    memcpy(h, src, n);
+    if (c->gpu->ops->copy(c->gpu, c->stream, d, h, n, CUGPU_H2D) < 0) {
+        cuda_fail(c, c->gpu->err);
+        return NULL;
+    }
+    cuda_stage_take(c, n);
+    return d;
+}
+
+/* Every chunk is idle (the stream is): after a drain. */
+static void cuda_stage_reset(cuda_device *c)
+{
+    while (c->closed_head) {
+        cuda_chunk *k = c->closed_head;
+        c->closed_head = k->next;
+        k->used = 0;
+        k->next = c->idle;
+        c->idle = k;
+    }
+    c->closed_tail = NULL;
+    if (c->cur)
+        c->cur->used = 0;
+}
+
+/* ---- buffers -------------------------------------------------------------------- */
+
+static void *cuda_pinned_alloc(void *ctx, size_t bytes)
+{
+    cuda_device *c = ctx;
+    return c->gpu->ops->host_alloc(c->gpu, bytes);
+}
+
+static void cuda_pinned_free(void *ctx, void *p)
+{
+    cuda_device *c = ctx;
+    c->gpu->ops->host_free(c->gpu, p);
+}
+
+static devbuf *cuda_buf_new(device *d, size_t bytes)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    /* The recycled handle whose memory fits best, no more than twice the
+     * size (the bufpool's rule: a bucket finds last round's memory). */
+    devbuf **best = NULL;
+    for (devbuf **pp = &c->spare; *pp; pp = &(*pp)->next) {
+        devbuf *b = *pp;
+        if (b->dev_cap >= bytes && b->dev_cap / 2 <= bytes && (!best || b->dev_cap < (*best)->dev_cap))
+            best = pp;
+    }
+    devbuf *b;
+    if (best) {
+        b = *best;
+        *best = b->next;
+        c->nspare--;
+        c->spare_bytes -= b->dev_cap;
+    } else {
+        if (!(b = calloc(1, sizeof *b)))
+            return NULL;
+        size_t cap = bytes ? (bytes + 255) & ~(size_t)255 : 256;
+        if (!(b->dev = c->gpu->ops->dev_alloc(c->gpu, cap))) {
+            log_warn("device cuda: %s", c->gpu->err);
+            free(b);
+            return NULL;
+        }
+        b->dev_cap = cap;
+        c->allocs++;
+    }
+    b->host = NULL;
+    b->bytes = bytes;
+    b->jobs = 0;
+    b->host_valid = false;
+    b->next = NULL;
+    c->live++;
+    return b;
+}
+
+/* The handle back to the cache, with its device memory (or freed). */
+static void cuda_handle_recycle(cuda_device *c, devbuf *b)
+{
+    assert(b->jobs == 0);
+    assert(!b->host);
+    c->live--;
+    if (c->nspare < CUDA_KEEP && c->spare_bytes + b->dev_cap <= CUDA_CACHE_BYTES) {
+        b->next = c->spare;
+        c->spare = b;
+        c->nspare++;
+        c->spare_bytes += b->dev_cap;
+        return;
+    }
+    c->gpu->ops->dev_free(c->gpu, b->dev);
+    free(b);
+}
+
+static void cuda_buf_free(device *d, devbuf *b)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    if (b->host) {
+        psbuf_unref(b->host);
+        b->host = NULL;
+    }
+    cuda_handle_recycle(c, b);
+}
+
+static psbuf *cuda_buf_host(device *d, devbuf *b)
+{
+    ((cuda_device *)d)->area_dst = NULL;
+    assert(b->host && b->host_valid && b->jobs == 0);
+    return b->host;
+}
+
+static psbuf *cuda_buf_take_host(device *d, devbuf *b)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    assert(b->host && b->host_valid && b->jobs == 0);
+    psbuf *host = b->host;
+    b->host = NULL;
+    cuda_handle_recycle(c, b);
+    return host;
+}
+
+/* ---- host bytes in ------------------------------------------------------------------- */
+
+static uint8_t *cuda_recv_area(device *d, devbuf *dst, uint64_t off, size_t *max)
+{
+    cuda_device *c = (cuda_device *)d;
+    assert(off < dst->bytes && dst->jobs == 0);
+    size_t left = dst->bytes - off;
+    size_t least = left < DEVICE_AREA_MIN ? left : DEVICE_AREA_MIN;
+    c->area_dst = dst;
+    c->area_off = off;
+    if (c->failed || cuda_stage_room(c, least) < 0) {
+        /* Bytes still have to go somewhere: they are dropped. */
+        c->area_in_sink = true;
+        c->area_max = *max = least;
+        return c->sink;
+    }
+    size_t room = c->cur->cap - c->cur->used;
+    c->area_in_sink = false;
+    c->area_max = *max = room < left ? room : left;
+    return c->cur->host + c->cur->used;
+}
+
+static void cuda_recv_done(device *d, devbuf *dst, uint64_t off, size_t n)
+{
+    cuda_device *c = (cuda_device *)d;
+    assert(c->area_dst == dst && c->area_off == off && n <= c->area_max);
+    c->area_dst = NULL;
+    dst->host_valid = false;
+    if (c->area_in_sink || c->failed || n == 0)
+        return;
+    uint8_t *h = c->cur->host + c->cur->used;
+    if (c->gpu->ops->copy(c->gpu, c->stream, (uint8_t *)dst->dev + off, h, n, CUGPU_H2D) < 0) {
+        cuda_fail(c, c->gpu->err);
+        return;
+    }
+    cuda_stage_take(c, n);
+}
+
+static const int cuda_fold_ops[] = {
+    [FOLD_COPY] = PSB_FOLD_COPY,
+    [FOLD_ADD] = PSB_FOLD_ADD,
+    [FOLD_ADD_SCALE] = PSB_FOLD_ADD_SCALE,
+    [FOLD_COPY_SCALE] = PSB_FOLD_COPY_SCALE,
+};
+
+static void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
+                      float s)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    assert(acc->jobs == 0 && (elem_off + n) * sizeof(float) <= acc->bytes);
+    acc->host_valid = false;
+    while (n > 0 && !c->failed) {
+        size_t take = n < CUDA_CHUNK / sizeof(float) ? n : CUDA_CHUNK / sizeof(float);
+        const float *x = cuda_upload(c, src, take * sizeof(float));
+        if (!x)
+            return;
+        cugpu_launch l = {.kernel = PSB_K_FOLD};
+        l.u.fold.op = cuda_fold_ops[op];
+        l.u.fold.acc = (float *)acc->dev + elem_off;
+        l.u.fold.src = x;
+        l.u.fold.n = take;
+        l.u.fold.s = s;
+        if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0) {
+            cuda_fail(c, c->gpu->err);
+            return;
+        }
+        src += take * sizeof(float);
+        elem_off += take;
+        n -= take;
+    }
+}
+
+/* ---- sparse accumulators: on the host --------------------------------------------------- */
+
+static devsparse *cuda_sparse_new(device *d)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    devsparse *s = device_host_sparse_new();
+    if (s)
+        c->live++;
+    return s;
+}
+
+static void cuda_sparse_free(device *d, devsparse *s)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    assert(s->jobs == 0);
+    c->live--;
+    device_host_sparse_free(s);
+}
+
+static void cuda_sparse_reset(device *d, devsparse *s, uint64_t rows, uint64_t cols)
+{
+    ((cuda_device *)d)->area_dst = NULL;
+    sparse_acc_reset(&s->acc, rows, cols);
+}
+
+static int cuda_sparse_map(device *d, devsparse *s, const uint8_t *idx, uint64_t nnz, uint32_t *slots, int64_t *bad)
+{
+    ((cuda_device *)d)->area_dst = NULL;
+    return sparse_acc_map(&s->acc, idx, nnz, slots, bad);
+}
+
+static void cuda_sparse_fold(device *d, devsparse *s, const uint32_t *slots, uint64_t e0, const uint8_t *src,
+                             size_t n)
+{
+    ((cuda_device *)d)->area_dst = NULL;
+    sparse_acc_add(&s->acc, slots, e0, src, n);
+}
+
+static uint64_t cuda_sparse_result_size(device *d, devsparse *s)
+{
+    ((cuda_device *)d)->area_dst = NULL;
+    return sparse_acc_result_size(&s->acc);
+}
+
+/* ---- jobs ------------------------------------------------------------------------------- */
+
+static cugpu_event *cuda_event_get(cuda_device *c)
+{
+    if (c->nevs)
+        return c->evs[--c->nevs];
+    return c->gpu->ops->event_new(c->gpu);
+}
+
+static void cuda_event_put(cuda_device *c, cugpu_event *e)
+{
+    if (!e)
+        return;
+    if (c->nevs == c->evs_cap) {
+        size_t cap = c->evs_cap ? c->evs_cap * 2 : 16;
+        cugpu_event **evs = realloc(c->evs, cap * sizeof *evs);
+        if (!evs) {
+            c->gpu->ops->event_free(c->gpu, e);
+            return;
+        }
+        c->evs = evs;
+        c->evs_cap = cap;
+    }
+    c->evs[c->nevs++] = e;
+}
+
+static void cuda_claim(devbuf *b, bool writes, void *arg)
+{
+    (void)arg;
+    b->jobs++;
+    if (writes)
+        b->host_valid = false;
+}
+
+static void cuda_unclaim(devbuf *b, bool writes, void *arg)
+{
+    (void)writes;
+    (void)arg;
+    assert(b->jobs > 0);
+    b->jobs--;
+}
+
+/* The pinned image of b (made now if it has none). 0, or -1. */
+static int cuda_host_image(cuda_device *c, devbuf *b)
+{
+    if (b->host)
+        return 0;
+    if (!(b->host = bufpool_get(&c->pinned, b->bytes))) {
+        char why[600];
+        snprintf(why, sizeof why, "no pinned host memory for a %zu-byte result: %s", b->bytes, c->gpu->err);
+        cuda_fail(c, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* The device pointers of a job's sources, uploaded: a device array. */
+static const float *const *cuda_upload_srcs(cuda_device *c, devbuf *const *srcs, uint32_t n)
+{
+    const void *ptrs[64];
+    const void **p = n <= 64 ? ptrs : malloc(n * sizeof *p);
+    if (!p) {
+        cuda_fail(c, "out of host memory");
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        p[i] = srcs[i]->dev;
+    const float *const *dev = cuda_upload(c, p, n * sizeof *p);
+    if (p != ptrs)
+        free(p);
+    return dev;
+}
+
+/* Enqueue a job's work. 0, or -1 (the device failed). */
+static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
+{
+    device_job *j = r->j;
+    cugpu_launch l = {0};
+    switch (j->op) {
+    case JOB_BARRIER:
+        return 0;
+    case JOB_SUM_SCALE:
+        l.kernel = PSB_K_SUM_SCALE;
+        l.u.sum.dst = j->u.sum.dst->dev;
+        if (!(l.u.sum.srcs = cuda_upload_srcs(c, j->u.sum.srcs, j->u.sum.nsrc)))
+            return -1;
+        l.u.sum.nsrc = j->u.sum.nsrc;
+        l.u.sum.n = j->u.sum.n;
+        l.u.sum.scale = j->u.sum.scale;
+        break;
+    case JOB_SPARSE_EMIT:
+        /* On the host, now: the accumulator is host memory and complete
+         * (its folds ran on this thread); the result goes straight into
+         * the output's pinned image. */
+        if (cuda_host_image(c, j->u.emit.out) < 0)
+            return -1;
+        assert(j->u.emit.out->bytes == sparse_acc_result_size(&j->u.emit.acc->acc));
+        j->u.emit.status = sparse_acc_emit(&j->u.emit.acc->acc, j->u.emit.scale, j->u.emit.out->host->data);
+        r->host_side = true;
+        return 0;
+    case JOB_SGD:
+        l.kernel = PSB_K_SGD;
+        l.u.sgd.param = j->u.sgd.param->dev;
+        l.u.sgd.buf = j->u.sgd.momentum_buf->dev;
+        if (!(l.u.sgd.srcs = cuda_upload_srcs(c, j->u.sgd.srcs, j->u.sgd.nsrc)))
+            return -1;
+        l.u.sgd.nsrc = j->u.sgd.nsrc;
+        l.u.sgd.n = j->u.sgd.n;
+        l.u.sgd.scale = j->u.sgd.scale;
+        l.u.sgd.lr = j->u.sgd.lr;
+        l.u.sgd.momentum = j->u.sgd.momentum;
+        l.u.sgd.first = j->u.sgd.first;
+        l.u.sgd.out = j->u.sgd.out ? j->u.sgd.out->dev : NULL;
+        break;
+    case JOB_GATHER:
+    case JOB_SCATTER_SGD:
+        if (j->u.bags.bags == 0 || (j->op == JOB_GATHER && !j->u.bags.out))
+            return 0; /* nothing to compute */
+        l.kernel = j->op == JOB_GATHER ? PSB_K_GATHER : PSB_K_SCATTER_SGD;
+        l.u.bags.table = j->u.bags.table->dev;
+        l.u.bags.cols = j->u.bags.cols;
+        l.u.bags.nnz = j->u.bags.nnz;
+        l.u.bags.bags = j->u.bags.bags;
+        if (!(l.u.bags.idx = cuda_upload(c, j->u.bags.idx, j->u.bags.nnz * sizeof(int64_t))) ||
+            !(l.u.bags.off = cuda_upload(c, j->u.bags.off, j->u.bags.bags * sizeof(int64_t))))
+            return -1;
+        if (j->op == JOB_GATHER) {
+            l.u.bags.out = j->u.bags.out->dev;
+        } else {
+            if (!(l.u.bags.grad = cuda_upload(c, j->u.bags.grad, j->u.bags.bags * j->u.bags.cols * sizeof(float))))
+                return -1;
+            l.u.bags.lr = j->u.bags.lr;
+        }
+        break;
+    }
+    if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0) {
+        cuda_fail(c, c->gpu->err);
+        return -1;
+    }
+    return 0;
+}
+
+/* A job's work, its to-host copy, and the events around them. */
+static void cuda_enqueue(cuda_device *c, cuda_rec *r)
+{
+    device_job *j = r->j;
+    const cugpu_ops *g = c->gpu->ops;
+    r->t0 = cuda_event_get(c);
+    r->t1 = cuda_event_get(c);
+    if (!r->t0 || !r->t1) {
+        cuda_fail(c, c->gpu->err);
+        return;
+    }
+    if (g->event_record(c->gpu, c->stream, r->t0) < 0) {
+        cuda_fail(c, c->gpu->err);
+        return;
+    }
+    if (cuda_enqueue_work(c, r) < 0)
+        return;
+    devbuf *h = j->to_host;
+    /* A sparse emit's output is already in its image. */
+    if (h && !(r->host_side && h == j->u.emit.out)) {
+        if (cuda_host_image(c, h) < 0)
+            return;
+        if (g->copy(c->gpu, c->stream, h->host->data, h->dev, h->bytes, CUGPU_D2H) < 0) {
+            cuda_fail(c, c->gpu->err);
+            return;
+        }
+    }
+    if (g->event_record(c->gpu, c->stream, r->t1) < 0)
+        cuda_fail(c, c->gpu->err);
+}
+
+static void cuda_submit(device *d, device_job *j)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    cuda_rec *r = c->rec_spare;
+    if (r)
+        c->rec_spare = r->next;
+    else if (!(r = calloc(1, sizeof *r))) {
+        /* No record: nothing can track the job; the device fails with a
+         * reason rather than lose it (done runs here, its only way out). */
+        cuda_fail(c, "out of host memory");
+        j->error = c->error;
+        j->gpu_ms = -1;
+        j->done(j);
+        return;
+    }
+    memset(r, 0, sizeof *r);
+    r->j = j;
+    r->seq = ++c->submitted;
+    j->error = NULL;
+    j->gpu_ms = -1;
+    device_host_job_bufs(j, cuda_claim, NULL);
+    if (j->op == JOB_SPARSE_EMIT)
+        j->u.emit.acc->jobs++;
+    if (!c->failed)
+        cuda_enqueue(c, r);
+    if (c->tail)
+        c->tail->next = r;
+    else
+        c->head = r;
+    c->tail = r;
+    if (c->failed) {
+        event_active(c->wake_ev, 0, 0);
+        return;
+    }
+    if (!c->flush_armed) {
+        c->flush_armed = true;
+        event_active(c->flush_ev, 0, 0);
+    }
+    if (!evtimer_pending(c->poll_ev, NULL)) {
+        struct timeval tv = {0, CUDA_POLL_MS * 1000};
+        evtimer_add(c->poll_ev, &tv);
+    }
+}
+
+/* Hand a finished (or failed) job back: its buffers, its GPU time. */
+static void cuda_finish(cuda_device *c, cuda_rec *r)
+{
+    device_job *j = r->j;
+    device_host_job_bufs(j, cuda_unclaim, NULL);
+    if (j->op == JOB_SPARSE_EMIT)
+        j->u.emit.acc->jobs--;
+    if (c->failed) {
+        j->error = c->error;
+    } else {
+        float ms;
+        if (r->t0 && r->t1 && c->gpu->ops->elapsed_ms(c->gpu, r->t0, r->t1, &ms) == 0)
+            j->gpu_ms = ms;
+        if (j->to_host)
+            j->to_host->host_valid = true;
+    }
+    cuda_event_put(c, r->t0);
+    cuda_event_put(c, r->t1);
+    r->next = c->rec_spare;
+    c->rec_spare = r;
+}
+
+/* Every job the GPU has finished (or all, once failed), in order; then the
+ * owner's `after`. */
+static void cuda_deliver(cuda_device *c)
+{
+    uint64_t done = atomic_load(&c->fns_done);
+    while (c->fns_seen < done && c->fn_count) {
+        c->completed = c->fn_seq[c->fn_first];
+        c->fn_first = (c->fn_first + 1) % c->fn_cap;
+        c->fn_count--;
+        c->fns_seen++;
+    }
+    bool any = false;
+    while (c->head && (c->failed || c->head->seq <= c->completed)) {
+        cuda_rec *r = c->head;
+        c->head = r->next;
+        if (!c->head)
+            c->tail = NULL;
+        device_job *j = r->j;
+        cuda_finish(c, r);
+        j->done(j);
+        any = true;
+    }
+    if (any && c->base.after)
+        c->base.after(c->base.after_ctx);
+}
+
+/* CUDA's callback thread: one more host function has run. */
+static void cuda_host_fn(void *arg)
+{
+    cuda_device *c = arg;
+    atomic_fetch_add(&c->fns_done, 1);
+    uint64_t one = 1;
+    ssize_t w = write(c->efd, &one, sizeof one);
+    (void)w; /* an eventfd counter does not overflow at this rate */
+}
+
+/* End of the reactor iteration: one host function for every job submitted
+ * since the last one. */
+static void cuda_on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    cuda_device *c = arg;
+    c->flush_armed = false;
+    if (c->failed || c->submitted == c->flushed)
+        return;
+    if (c->fn_count == c->fn_cap) {
+        size_t cap = c->fn_cap ? c->fn_cap * 2 : 64;
+        uint64_t *q = malloc(cap * sizeof *q);
+        if (!q) {
+            cuda_fail(c, "out of host memory");
+            return;
+        }
+        for (size_t i = 0; i < c->fn_count; i++)
+            q[i] = c->fn_seq[(c->fn_first + i) % c->fn_cap];
+        free(c->fn_seq);
+        c->fn_seq = q;
+        c->fn_cap = cap;
+        c->fn_first = 0;
+    }
+    if (c->gpu->ops->host_fn(c->gpu, c->stream, cuda_host_fn, c) < 0) {
+        cuda_fail(c, c->gpu->err);
+        return;
+    }
+    c->fn_seq[(c->fn_first + c->fn_count) % c->fn_cap] = c->submitted;
+    c->fn_count++;
+    c->flushed = c->submitted;
+}
+
+static void cuda_on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    cuda_device *c = arg;
+    uint64_t n;
+    if (fd >= 0 && (what & EV_READ)) {
+        ssize_t r = read(c->efd, &n, sizeof n);
+        (void)r; /* EAGAIN: activated by hand, nothing written */
+    }
+    cuda_deliver(c);
+}
+
+/* While work is in flight: has the stream failed? (No host function runs
+ * after an error, so completions alone would never say.) */
+static void cuda_on_poll(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    cuda_device *c = arg;
+    if (!c->head || c->failed)
+        return;
+    if (c->gpu->ops->query(c->gpu, c->stream) < 0) {
+        cuda_fail(c, c->gpu->err);
+        return;
+    }
+    struct timeval tv = {0, CUDA_POLL_MS * 1000};
+    evtimer_add(c->poll_ev, &tv);
+}
+
+static void cuda_drain(device *d)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    if (!c->failed && c->stream && c->gpu->ops->sync(c->gpu, c->stream) < 0)
+        cuda_fail(c, c->gpu->err);
+    /* Every host function queued has run (or never will: failed). */
+    c->fns_seen = atomic_load(&c->fns_done);
+    c->fn_count = 0;
+    c->completed = c->flushed = c->submitted;
+    if (!c->failed)
+        cuda_stage_reset(c);
+    cuda_deliver(c);
+    assert(!c->head);
+}
+
+static void cuda_destroy(device *d)
+{
+    cuda_device *c = (cuda_device *)d;
+    cuda_drain(d);
+    assert(c->live == 0);
+    cugpu *g = c->gpu;
+    if (c->stream)
+        g->ops->stream_free(g, c->stream);
+    while (c->spare) {
+        devbuf *b = c->spare;
+        c->spare = b->next;
+        g->ops->dev_free(g, b->dev);
+        free(b);
+    }
+    cuda_chunk *lists[] = {c->cur, c->closed_head, c->idle};
+    for (size_t i = 0; i < 3; i++)
+        while (lists[i]) {
+            cuda_chunk *k = lists[i];
+            lists[i] = k->next;
+            cuda_chunk_free(c, k);
+        }
+    while (c->nevs)
+        g->ops->event_free(g, c->evs[--c->nevs]);
+    free(c->evs);
+    while (c->rec_spare) {
+        cuda_rec *r = c->rec_spare;
+        c->rec_spare = r->next;
+        free(r);
+    }
+    bufpool_destroy(&c->pinned);
+    free(c->fn_seq);
+    free(c->sink);
+    if (c->wake_ev)
+        event_free(c->wake_ev);
+    if (c->flush_ev)
+        event_free(c->flush_ev);
+    if (c->poll_ev)
+        event_free(c->poll_ev);
+    if (c->efd >= 0)
+        close(c->efd);
+    cugpu_destroy(g);
+    free(c);
+}
+
+static void cuda_describe(device *d, char *buf, size_t len)
+{
+    cuda_device *c = (cuda_device *)d;
+    snprintf(buf, len, "cuda (GPU %d: %s)", c->gpu->device, c->gpu->name);
+}
+
+static uint64_t cuda_allocs(device *d)
+{
+    cuda_device *c = (cuda_device *)d;
+    return c->allocs + c->pinned.allocs;
+}
+
+static const device_ops cuda_ops = {
+    .name = "cuda",
+    .buf_new = cuda_buf_new,
+    .buf_free = cuda_buf_free,
+    .buf_host = cuda_buf_host,
+    .buf_take_host = cuda_buf_take_host,
+    .recv_area = cuda_recv_area,
+    .recv_done = cuda_recv_done,
+    .fold = cuda_fold,
+    .sparse_new = cuda_sparse_new,
+    .sparse_free = cuda_sparse_free,
+    .sparse_reset = cuda_sparse_reset,
+    .sparse_map = cuda_sparse_map,
+    .sparse_fold = cuda_sparse_fold,
+    .sparse_result_size = cuda_sparse_result_size,
+    .submit = cuda_submit,
+    .drain = cuda_drain,
+    .destroy = cuda_destroy,
+    .describe = cuda_describe,
+    .allocs = cuda_allocs,
+};
+
+device *device_cuda_new(struct event_base *base, cugpu *gpu, char *err, size_t errlen)
+{
+    cuda_device *c = calloc(1, sizeof *c);
+    if (!c) {
+        cugpu_destroy(gpu);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->base.ops = &cuda_ops;
+    c->gpu = gpu;
+    c->evb = base;
+    c->efd = -1;
+    atomic_init(&c->fns_done, 0);
+    bufpool_mem mem = {.alloc = cuda_pinned_alloc, .free = cuda_pinned_free, .ctx = c};
+    bufpool_init_mem(&c->pinned, CUDA_PINNED_KEEP, &mem);
+    c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    c->sink = malloc(DEVICE_AREA_MIN);
+    c->stream = gpu->ops->stream_new(gpu);
+    if (!c->stream) {
+        snprintf(err, errlen, "--device cuda: GPU %d: %s", gpu->device, gpu->err);
+        cuda_destroy(&c->base);
+        return NULL;
+    }
+    if (c->efd >= 0) {
+        c->wake_ev = event_new(base, c->efd, EV_READ | EV_PERSIST, cuda_on_wake, c);
+        c->flush_ev = event_new(base, -1, 0, cuda_on_flush, c);
+        c->poll_ev = evtimer_new(base, cuda_on_poll, c);
+    }
+    if (c->efd < 0 || !c->sink || !c->wake_ev || !c->flush_ev || !c->poll_ev || event_add(c->wake_ev, NULL) < 0) {
+        snprintf(err, errlen, "cannot set up the cuda device: %s", c->efd < 0 ? strerror(errno) : "out of memory");
+        cuda_destroy(&c->base);
+        return NULL;
+    }
+    return &c->base;
+}
