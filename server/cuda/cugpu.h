@@ -53,6 +53,11 @@ typedef struct cugpu_launch {
             float s;
         } fold;
         struct {
+            const psb_fold_desc *descs; /* device memory */
+            const psb_fold_chain *chains;
+            unsigned nchains;
+        } batch;
+        struct {
             float *dst;
             const float *const *srcs;
             unsigned nsrc;

@@ -118,6 +118,12 @@ static int cg_launch(cugpu *g, cugpu_stream *s, const cugpu_launch *l)
         args[4] = &a.u.fold.s;
         work = a.u.fold.n / 4 + 1;
         break;
+    case PSB_K_FOLD_BATCH:
+        args[0] = &a.u.batch.descs;
+        args[1] = &a.u.batch.chains;
+        args[2] = &a.u.batch.nchains;
+        work = (size_t)a.u.batch.nchains * 256; /* a block per chain */
+        break;
     case PSB_K_SUM_SCALE:
         args[0] = &a.u.sum.dst;
         args[1] = &a.u.sum.srcs;

@@ -80,6 +80,21 @@ static void fake_kernel(const cugpu_launch *l)
                                                           : cumath_fold_copy_scale(x[i], l->u.fold.s);
         break;
     }
+    case PSB_K_FOLD_BATCH:
+        for (unsigned c = 0; c < l->u.batch.nchains; c++) {
+            psb_fold_chain ch = l->u.batch.chains[c];
+            for (uint32_t k = 0; k < ch.count; k++) {
+                psb_fold_desc d = l->u.batch.descs[ch.first + k];
+                cugpu_launch one = {.kernel = PSB_K_FOLD};
+                one.u.fold.op = d.op;
+                one.u.fold.acc = d.acc;
+                one.u.fold.src = d.src;
+                one.u.fold.n = (size_t)d.n;
+                one.u.fold.s = d.s;
+                fake_kernel(&one);
+            }
+        }
+        break;
     case PSB_K_SUM_SCALE:
         for (size_t i = 0; i < l->u.sum.n; i++) {
             float acc = l->u.sum.srcs[0][i];

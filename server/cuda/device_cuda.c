@@ -21,18 +21,29 @@
  *                 sparse emit runs on the reactor at submit, into the
  *                 output's pinned image, and completes in stream order.
  *
- * The path of a bucket: recv_done enqueues the host-to-device copy of the
- * area; a fold copies its source into staging, enqueues its copy and the
- * psb_fold kernel; a job enqueues an event, its kernel(s), the copy of
- * its to-host buffer into the pinned image, another event. Nothing waits.
- * Completion is batched per reactor iteration: the first submit of an
- * iteration makes the device's `flush` event active (libevent runs it
- * after the callbacks already active, before the next poll), which queues
- * one host function for every job submitted so far; that function (on
- * CUDA's callback thread) counts itself done and writes an eventfd; the
- * reactor reads the count, and calls the `done` of every job the finished
- * host functions cover, in submission order, with the GPU time between
- * the job's two events, then the owner's `after` once.
+ * The path of a bucket: a big recv_done enqueues the host-to-device copy of
+ * the area; a big fold copies its source into staging, enqueues its copy
+ * and the psb_fold kernel. Small ones (CUDA_SMALL bytes or less: the
+ * buckets of a many-bucket model) are batched per reactor iteration, as
+ * Redis batches its writes: their bytes go into staging one after the
+ * other, and at the end of the iteration one copy takes them all to the
+ * GPU and one psb_fold_batch launch applies them (folds into one buffer in
+ * the order they came, buffers in parallel). Jobs too are enqueued at the
+ * end of the iteration, after that batch (device.h's ownership rules make
+ * that reordering safe: nothing submitted after a job may touch its
+ * buffers): an event, the job's kernel, the copy of its to-host buffer
+ * into the pinned image, another event. Nothing waits.
+ *
+ * Completion is batched per reactor iteration too: the first deferred op
+ * of an iteration makes the device's `flush` event active (libevent runs
+ * it after the callbacks already active, before the next poll), which
+ * enqueues the batch and the jobs, then one host function for every job
+ * submitted so far; that function (on CUDA's callback thread) counts
+ * itself done and writes an eventfd; the reactor reads the count and calls
+ * the `done` of every job the finished host functions cover, in
+ * submission order, with the GPU time between the job's two events, then
+ * the owner's `after` once. So the buckets that resolve in one iteration
+ * cost one copy in, one launch, their copies back and one wake-up.
  *
  * Failures: an operation that cannot be queued, or a stream that fails
  * later (found by polling cugpu's query every CUDA_POLL_MS while work is
@@ -61,6 +72,10 @@
 
 /* A staging chunk's size (a recv area is at most this long). */
 #define CUDA_CHUNK (4u << 20)
+/* Folds and received areas of at most this many bytes are batched. */
+#define CUDA_SMALL (16u * 1024u)
+/* A batch's chunk of descriptors (a ring of its own: see cuda_emit_batch). */
+#define CUDA_META_CHUNK (256u * 1024u)
 /* Device memory kept in recycled handles; beyond it, freed. */
 #define CUDA_CACHE_BYTES ((size_t)4 << 30)
 /* Handles kept for reuse. */
@@ -77,6 +92,16 @@ typedef struct cuda_chunk {
     cugpu_event *ev; /* recorded when the chunk was closed */
     struct cuda_chunk *next;
 } cuda_chunk;
+
+/* Pinned chunks with device twins, used one after the other: `cur` is
+ * being filled; a full one is closed (an event recorded) and reused once
+ * the GPU is past it. */
+typedef struct cuda_ring {
+    size_t chunk;                          /* a chunk's usual size */
+    cuda_chunk *cur;
+    cuda_chunk *closed_head, *closed_tail; /* waiting for their event, oldest first */
+    cuda_chunk *idle;                      /* reusable */
+} cuda_ring;
 
 /* A job in flight: the device's record of it. */
 typedef struct cuda_rec {
@@ -97,17 +122,25 @@ typedef struct cuda_device {
     devbuf *spare;
     size_t nspare, spare_bytes;
     size_t live; /* devbufs and devsparses not freed */
-    /* staging */
-    cuda_chunk *cur;                   /* being filled */
-    cuda_chunk *closed_head, *closed_tail; /* waiting for their event, oldest first */
-    cuda_chunk *idle;                  /* reusable */
+    /* staging: bytes (stage) and the batches' descriptors (meta) */
+    cuda_ring stage, meta;
     uint8_t *sink;                     /* recv areas once the device has failed */
+    /* the batch of small folds of this iteration: stage.cur's bytes
+     * [bstart, bend), descriptors in arrival order, chained per buffer */
+    psb_fold_desc *bdesc;
+    uint32_t *bnext;                   /* the next descriptor of its chain */
+    size_t nb, bcap;
+    uint32_t *chead, *ctail, *ccount;  /* per chain */
+    size_t nchain, ccap;
+    size_t bstart, bend;
+    uint64_t batch_gen;                /* the batch's number (devbuf.chain_gen) */
     devbuf *area_dst;                  /* the recv area given last */
     uint64_t area_off;
     size_t area_max;
     bool area_in_sink;
     /* jobs */
     cuda_rec *head, *tail, *rec_spare;
+    cuda_rec *unemitted; /* the first job not yet enqueued (they wait for the flush) */
     uint64_t submitted;  /* seq of the last job submitted */
     uint64_t flushed;    /* seq the host functions queued so far cover */
     uint64_t completed;  /* seq of the last job the GPU has finished */
@@ -120,6 +153,7 @@ typedef struct cuda_device {
     int efd;
     struct event *wake_ev, *flush_ev, *poll_ev;
     bool flush_armed;
+    bool emitting;       /* in cuda_emit_batch */
     bool failed;
     char error[640];
     uint64_t allocs; /* device memory and staging chunks made (pinned images: the pool's count) */
@@ -173,46 +207,47 @@ static cuda_chunk *cuda_chunk_new(cuda_device *c, size_t cap)
     return k;
 }
 
-/* Make the current chunk hold `need` more bytes: close it when it cannot
+/* Make r's current chunk hold `need` more bytes: close it when it cannot
  * (an event marks when the GPU is past its last use) and take the oldest
  * closed chunk the GPU is done with, an idle one, or a new one. 0, or -1
- * (the device failed). */
-static int cuda_stage_room(cuda_device *c, size_t need)
+ * (the device failed). Whatever reads the current chunk must have been
+ * enqueued before it is closed (cuda_stage_room sees to the batch's). */
+static int cuda_ring_room(cuda_device *c, cuda_ring *r, size_t need)
 {
-    if (c->cur && c->cur->cap - c->cur->used >= need)
+    if (r->cur && r->cur->cap - r->cur->used >= need)
         return 0;
-    if (c->cur) {
-        if (c->gpu->ops->event_record(c->gpu, c->stream, c->cur->ev) < 0) {
+    if (r->cur) {
+        if (c->gpu->ops->event_record(c->gpu, c->stream, r->cur->ev) < 0) {
             cuda_fail(c, c->gpu->err);
             return -1;
         }
-        c->cur->next = NULL;
-        if (c->closed_tail)
-            c->closed_tail->next = c->cur;
+        r->cur->next = NULL;
+        if (r->closed_tail)
+            r->closed_tail->next = r->cur;
         else
-            c->closed_head = c->cur;
-        c->closed_tail = c->cur;
-        c->cur = NULL;
+            r->closed_head = r->cur;
+        r->closed_tail = r->cur;
+        r->cur = NULL;
     }
     /* Closed chunks the GPU has finished with become idle. */
-    while (c->closed_head && c->gpu->ops->event_query(c->gpu, c->closed_head->ev) == 0) {
-        cuda_chunk *k = c->closed_head;
-        c->closed_head = k->next;
-        if (!c->closed_head)
-            c->closed_tail = NULL;
+    while (r->closed_head && c->gpu->ops->event_query(c->gpu, r->closed_head->ev) == 0) {
+        cuda_chunk *k = r->closed_head;
+        r->closed_head = k->next;
+        if (!r->closed_head)
+            r->closed_tail = NULL;
         k->used = 0;
-        k->next = c->idle;
-        c->idle = k;
+        k->next = r->idle;
+        r->idle = k;
     }
-    for (cuda_chunk **pp = &c->idle; *pp; pp = &(*pp)->next)
+    for (cuda_chunk **pp = &r->idle; *pp; pp = &(*pp)->next)
         if ((*pp)->cap >= need) {
-            c->cur = *pp;
-            *pp = c->cur->next;
-            c->cur->next = NULL;
+            r->cur = *pp;
+            *pp = r->cur->next;
+            r->cur->next = NULL;
             return 0;
         }
-    size_t cap = need > CUDA_CHUNK ? (need + 4095) & ~(size_t)4095 : CUDA_CHUNK;
-    if (!(c->cur = cuda_chunk_new(c, cap))) {
+    size_t cap = need > r->chunk ? (need + 4095) & ~(size_t)4095 : r->chunk;
+    if (!(r->cur = cuda_chunk_new(c, cap))) {
         char why[600];
         snprintf(why, sizeof why, "no staging memory (%zu bytes): %s", cap, c->gpu->err);
         cuda_fail(c, why);
@@ -221,45 +256,197 @@ static int cuda_stage_room(cuda_device *c, size_t need)
     return 0;
 }
 
-/* Bytes taken from the current chunk: the next use starts 64-byte
- * aligned (the kernels load float4 where aligned). */
-static void cuda_stage_take(cuda_device *c, size_t n)
+/* Bytes taken from r's current chunk: the next use starts 64-byte aligned
+ * (the kernels load float4 where aligned). */
+static void cuda_ring_take(cuda_ring *r, size_t n)
 {
     size_t step = (n + 63) & ~(size_t)63;
-    c->cur->used = step < c->cur->cap - c->cur->used ? c->cur->used + step : c->cur->cap;
+    r->cur->used = step < r->cur->cap - r->cur->used ? r->cur->used + step : r->cur->cap;
 }
 
-/* Copy n host bytes to the GPU through staging: their device address, or
- * NULL (the device failed). */
+/* Every chunk is idle (the stream is): after a drain. */
+static void cuda_ring_reset(cuda_ring *r)
+{
+    while (r->closed_head) {
+        cuda_chunk *k = r->closed_head;
+        r->closed_head = k->next;
+        k->used = 0;
+        k->next = r->idle;
+        r->idle = k;
+    }
+    r->closed_tail = NULL;
+    if (r->cur)
+        r->cur->used = 0;
+}
+
+static void cuda_ring_free(cuda_device *c, cuda_ring *r)
+{
+    cuda_chunk *lists[] = {r->cur, r->closed_head, r->idle};
+    for (size_t i = 0; i < 3; i++)
+        while (lists[i]) {
+            cuda_chunk *k = lists[i];
+            lists[i] = k->next;
+            cuda_chunk_free(c, k);
+        }
+    memset(r, 0, sizeof *r);
+}
+
+static void cuda_emit_batch(cuda_device *c);
+
+/* Room for `need` bytes of staging. The batch's bytes are in the current
+ * chunk: it is enqueued before that chunk can be closed. */
+static int cuda_stage_room(cuda_device *c, size_t need)
+{
+    cuda_ring *r = &c->stage;
+    if (c->nb && (!r->cur || r->cur->cap - r->cur->used < need))
+        cuda_emit_batch(c);
+    if (c->failed)
+        return -1;
+    return cuda_ring_room(c, r, need);
+}
+
+/* Copy n host bytes to the GPU through staging, now: their device address,
+ * or NULL (the device failed). */
 static void *cuda_upload(cuda_device *c, const void *src, size_t n)
 {
     if (n == 0)
         n = 1;
     if (cuda_stage_room(c, n) < 0)
         return NULL;
-    uint8_t *h = c->cur->host + c->cur->used, *d = c->cur->dev + c->cur->used;
+    cuda_chunk *k = c->stage.cur;
+    uint8_t *h = k->host + k->used, *d = k->dev + k->used;
     memcpy(h, src, n);
     if (c->gpu->ops->copy(c->gpu, c->stream, d, h, n, CUGPU_H2D) < 0) {
         cuda_fail(c, c->gpu->err);
         return NULL;
     }
-    cuda_stage_take(c, n);
+    cuda_ring_take(&c->stage, n);
     return d;
 }
 
-/* Every chunk is idle (the stream is): after a drain. */
-static void cuda_stage_reset(cuda_device *c)
+/* ---- the batch of small folds -------------------------------------------------- */
+
+static void cuda_arm_flush(cuda_device *c);
+
+/* Grow the batch's arrays for one more descriptor and one more chain. */
+static int cuda_batch_grow(cuda_device *c)
 {
-    while (c->closed_head) {
-        cuda_chunk *k = c->closed_head;
-        c->closed_head = k->next;
-        k->used = 0;
-        k->next = c->idle;
-        c->idle = k;
+    if (c->nb == c->bcap) {
+        size_t cap = c->bcap ? c->bcap * 2 : 256;
+        psb_fold_desc *d = realloc(c->bdesc, cap * sizeof *d);
+        if (!d)
+            return -1;
+        c->bdesc = d;
+        uint32_t *nx = realloc(c->bnext, cap * sizeof *nx);
+        if (!nx)
+            return -1;
+        c->bnext = nx;
+        c->bcap = cap;
     }
-    c->closed_tail = NULL;
-    if (c->cur)
-        c->cur->used = 0;
+    if (c->nchain == c->ccap) {
+        size_t cap = c->ccap ? c->ccap * 2 : 64;
+        uint32_t *h = realloc(c->chead, cap * sizeof *h);
+        if (!h)
+            return -1;
+        c->chead = h;
+        uint32_t *t = realloc(c->ctail, cap * sizeof *t);
+        if (!t)
+            return -1;
+        c->ctail = t;
+        uint32_t *n = realloc(c->ccount, cap * sizeof *n);
+        if (!n)
+            return -1;
+        c->ccount = n;
+        c->ccap = cap;
+    }
+    return 0;
+}
+
+/* A small fold (or copy) into acc's floats [elem_off, elem_off + n), whose
+ * bytes were just put at stage.cur's `used`: into the batch, on acc's
+ * chain; the bytes are taken from the ring. */
+static void cuda_defer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, size_t n, float s)
+{
+    if (cuda_batch_grow(c) < 0) {
+        cuda_fail(c, "out of host memory");
+        return;
+    }
+    cuda_chunk *k = c->stage.cur;
+    const void *src = k->dev + k->used;
+    if (c->nb == 0)
+        c->bstart = k->used;
+    cuda_ring_take(&c->stage, n * sizeof(float));
+    c->bend = k->used;
+    uint32_t i = (uint32_t)c->nb++;
+    c->bdesc[i] = (psb_fold_desc){.acc = (float *)acc->dev + elem_off, .src = src, .n = n, .op = op, .s = s};
+    c->bnext[i] = UINT32_MAX;
+    if (acc->chain_gen == c->batch_gen) {
+        uint32_t ch = acc->chain;
+        c->bnext[c->ctail[ch]] = i;
+        c->ctail[ch] = i;
+        c->ccount[ch]++;
+    } else {
+        uint32_t ch = (uint32_t)c->nchain++;
+        c->chead[ch] = c->ctail[ch] = i;
+        c->ccount[ch] = 1;
+        acc->chain = ch;
+        acc->chain_gen = c->batch_gen;
+    }
+    cuda_arm_flush(c);
+}
+
+/* May small bytes be batched at stage.cur's `used`? Only right after the
+ * batch's own (its bytes go to the GPU in one copy): otherwise the batch
+ * is enqueued first. */
+static void cuda_batch_contiguous(cuda_device *c)
+{
+    if (c->nb && c->stage.cur && c->stage.cur->used != c->bend)
+        cuda_emit_batch(c);
+}
+
+/* Enqueue the batch: its bytes to the GPU in one copy, its descriptors
+ * (chain by chain) in another through the meta ring, one psb_fold_batch
+ * launch. The meta ring is a ring of its own so that this never needs the
+ * staging ring to move on (which would need the batch enqueued first). */
+static void cuda_emit_batch(cuda_device *c)
+{
+    if (!c->nb || c->emitting)
+        return;
+    c->emitting = true;
+    cuda_chunk *k = c->stage.cur;
+    assert(k && c->bend <= k->used && c->bstart < c->bend);
+    size_t meta = c->nchain * sizeof(psb_fold_chain) + c->nb * sizeof(psb_fold_desc);
+    meta = (meta + 63) & ~(size_t)63;
+    if (!c->failed &&
+        c->gpu->ops->copy(c->gpu, c->stream, k->dev + c->bstart, k->host + c->bstart, c->bend - c->bstart,
+                          CUGPU_H2D) < 0)
+        cuda_fail(c, c->gpu->err);
+    if (!c->failed && cuda_ring_room(c, &c->meta, meta) == 0) {
+        cuda_chunk *m = c->meta.cur;
+        psb_fold_chain *chains = (psb_fold_chain *)(void *)(m->host + m->used);
+        psb_fold_desc *descs = (psb_fold_desc *)(void *)(m->host + m->used + c->nchain * sizeof(psb_fold_chain));
+        /* psb_fold_desc is 32 bytes, a chain 8: descs start 8-aligned, and
+         * the GPU reads them as such. */
+        uint32_t at = 0;
+        for (size_t ch = 0; ch < c->nchain; ch++) {
+            chains[ch].first = at;
+            chains[ch].count = c->ccount[ch];
+            for (uint32_t i = c->chead[ch]; i != UINT32_MAX; i = c->bnext[i])
+                descs[at++] = c->bdesc[i];
+        }
+        assert(at == c->nb);
+        cugpu_launch l = {.kernel = PSB_K_FOLD_BATCH};
+        l.u.batch.chains = (const psb_fold_chain *)(void *)(m->dev + m->used);
+        l.u.batch.descs = (const psb_fold_desc *)(void *)(m->dev + m->used + c->nchain * sizeof(psb_fold_chain));
+        l.u.batch.nchains = (unsigned)c->nchain;
+        if (c->gpu->ops->copy(c->gpu, c->stream, m->dev + m->used, m->host + m->used, meta, CUGPU_H2D) < 0 ||
+            c->gpu->ops->launch(c->gpu, c->stream, &l) < 0)
+            cuda_fail(c, c->gpu->err);
+        cuda_ring_take(&c->meta, meta);
+    }
+    c->nb = c->nchain = 0;
+    c->batch_gen++;
+    c->emitting = false;
 }
 
 /* ---- buffers -------------------------------------------------------------------- */
@@ -310,6 +497,7 @@ static devbuf *cuda_buf_new(device *d, size_t bytes)
     b->bytes = bytes;
     b->jobs = 0;
     b->host_valid = false;
+    b->chain_gen = 0;
     b->next = NULL;
     c->live++;
     return b;
@@ -320,6 +508,11 @@ static void cuda_handle_recycle(cuda_device *c, devbuf *b)
 {
     assert(b->jobs == 0);
     assert(!b->host);
+    /* Small folds into it still waiting for the flush go first: its memory
+     * may be freed, or handed out again, now. */
+    if (c->nb && b->chain_gen == c->batch_gen)
+        cuda_emit_batch(c);
+    b->chain_gen = 0;
     c->live--;
     if (c->nspare < CUDA_KEEP && c->spare_bytes + b->dev_cap <= CUDA_CACHE_BYTES) {
         b->next = c->spare;
@@ -377,10 +570,11 @@ static uint8_t *cuda_recv_area(device *d, devbuf *dst, uint64_t off, size_t *max
         c->area_max = *max = least;
         return c->sink;
     }
-    size_t room = c->cur->cap - c->cur->used;
+    cuda_chunk *k = c->stage.cur;
+    size_t room = k->cap - k->used;
     c->area_in_sink = false;
     c->area_max = *max = room < left ? room : left;
-    return c->cur->host + c->cur->used;
+    return k->host + k->used;
 }
 
 static void cuda_recv_done(device *d, devbuf *dst, uint64_t off, size_t n)
@@ -391,12 +585,22 @@ static void cuda_recv_done(device *d, devbuf *dst, uint64_t off, size_t n)
     dst->host_valid = false;
     if (c->area_in_sink || c->failed || n == 0)
         return;
-    uint8_t *h = c->cur->host + c->cur->used;
+    if (n <= CUDA_SMALL && off % sizeof(float) == 0 && n % sizeof(float) == 0) {
+        /* Batched: a copy of whole floats at the end of this iteration. */
+        cuda_batch_contiguous(c);
+        cuda_defer(c, PSB_FOLD_COPY, dst, off / sizeof(float), n / sizeof(float), 0.0f);
+        return;
+    }
+    cuda_emit_batch(c); /* what was folded into dst before these bytes */
+    cuda_chunk *k = c->stage.cur;
+    if (c->failed)
+        return;
+    uint8_t *h = k->host + k->used;
     if (c->gpu->ops->copy(c->gpu, c->stream, (uint8_t *)dst->dev + off, h, n, CUGPU_H2D) < 0) {
         cuda_fail(c, c->gpu->err);
         return;
     }
-    cuda_stage_take(c, n);
+    cuda_ring_take(&c->stage, n);
 }
 
 static const int cuda_fold_ops[] = {
@@ -413,6 +617,20 @@ static void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_o
     c->area_dst = NULL;
     assert(acc->jobs == 0 && (elem_off + n) * sizeof(float) <= acc->bytes);
     acc->host_valid = false;
+    if (c->failed || n == 0)
+        return;
+    if (n * sizeof(float) <= CUDA_SMALL) {
+        /* Batched: the bytes into staging now, the fold at the end of the
+         * iteration with the others. */
+        cuda_batch_contiguous(c);
+        if (cuda_stage_room(c, n * sizeof(float)) < 0)
+            return;
+        cuda_batch_contiguous(c); /* the room may be a new chunk */
+        memcpy(c->stage.cur->host + c->stage.cur->used, src, n * sizeof(float));
+        cuda_defer(c, cuda_fold_ops[op], acc, elem_off, n, s);
+        return;
+    }
+    cuda_emit_batch(c); /* the small folds into acc before this one */
     while (n > 0 && !c->failed) {
         size_t take = n < CUDA_CHUNK / sizeof(float) ? n : CUDA_CHUNK / sizeof(float);
         const float *x = cuda_upload(c, src, take * sizeof(float));
@@ -677,25 +895,33 @@ static void cuda_submit(device *d, device_job *j)
     device_host_job_bufs(j, cuda_claim, NULL);
     if (j->op == JOB_SPARSE_EMIT)
         j->u.emit.acc->jobs++;
-    if (!c->failed)
-        cuda_enqueue(c, r);
+    /* Enqueued at the end of the iteration (cuda_emit_jobs). */
     if (c->tail)
         c->tail->next = r;
     else
         c->head = r;
     c->tail = r;
+    if (!c->unemitted)
+        c->unemitted = r;
     if (c->failed) {
         event_active(c->wake_ev, 0, 0);
         return;
     }
-    if (!c->flush_armed) {
-        c->flush_armed = true;
-        event_active(c->flush_ev, 0, 0);
-    }
+    cuda_arm_flush(c);
     if (!evtimer_pending(c->poll_ev, NULL)) {
         struct timeval tv = {0, CUDA_POLL_MS * 1000};
         evtimer_add(c->poll_ev, &tv);
     }
+}
+
+/* Enqueue the batch, then every job submitted and not yet enqueued, in
+ * order. */
+static void cuda_emit_jobs(cuda_device *c)
+{
+    cuda_emit_batch(c);
+    for (cuda_rec *r = c->unemitted; r && !c->failed; r = r->next)
+        cuda_enqueue(c, r);
+    c->unemitted = NULL;
 }
 
 /* Hand a finished (or failed) job back: its buffers, its GPU time. */
@@ -732,6 +958,8 @@ static void cuda_deliver(cuda_device *c)
         c->fns_seen++;
     }
     bool any = false;
+    if (c->failed)
+        c->unemitted = NULL; /* they fail with the others */
     while (c->head && (c->failed || c->head->seq <= c->completed)) {
         cuda_rec *r = c->head;
         c->head = r->next;
@@ -756,14 +984,24 @@ static void cuda_host_fn(void *arg)
     (void)w; /* an eventfd counter does not overflow at this rate */
 }
 
-/* End of the reactor iteration: one host function for every job submitted
- * since the last one. */
+/* The end of this reactor iteration will flush (once). */
+static void cuda_arm_flush(cuda_device *c)
+{
+    if (!c->flush_armed) {
+        c->flush_armed = true;
+        event_active(c->flush_ev, 0, 0);
+    }
+}
+
+/* End of the reactor iteration: the batch of small folds, the jobs, and one
+ * host function for every job submitted since the last one. */
 static void cuda_on_flush(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     cuda_device *c = arg;
     c->flush_armed = false;
+    cuda_emit_jobs(c);
     if (c->failed || c->submitted == c->flushed)
         return;
     if (c->fn_count == c->fn_cap) {
@@ -821,14 +1059,18 @@ static void cuda_drain(device *d)
 {
     cuda_device *c = (cuda_device *)d;
     c->area_dst = NULL;
+    if (c->stream)
+        cuda_emit_jobs(c);
     if (!c->failed && c->stream && c->gpu->ops->sync(c->gpu, c->stream) < 0)
         cuda_fail(c, c->gpu->err);
     /* Every host function queued has run (or never will: failed). */
     c->fns_seen = atomic_load(&c->fns_done);
     c->fn_count = 0;
     c->completed = c->flushed = c->submitted;
-    if (!c->failed)
-        cuda_stage_reset(c);
+    if (!c->failed) {
+        cuda_ring_reset(&c->stage);
+        cuda_ring_reset(&c->meta);
+    }
     cuda_deliver(c);
     assert(!c->head);
 }
@@ -847,13 +1089,13 @@ static void cuda_destroy(device *d)
         g->ops->dev_free(g, b->dev);
         free(b);
     }
-    cuda_chunk *lists[] = {c->cur, c->closed_head, c->idle};
-    for (size_t i = 0; i < 3; i++)
-        while (lists[i]) {
-            cuda_chunk *k = lists[i];
-            lists[i] = k->next;
-            cuda_chunk_free(c, k);
-        }
+    cuda_ring_free(c, &c->stage);
+    cuda_ring_free(c, &c->meta);
+    free(c->bdesc);
+    free(c->bnext);
+    free(c->chead);
+    free(c->ctail);
+    free(c->ccount);
     while (c->nevs)
         g->ops->event_free(g, c->evs[--c->nevs]);
     free(c->evs);
@@ -923,6 +1165,9 @@ device *device_cuda_new(struct event_base *base, cugpu *gpu, char *err, size_t e
     c->gpu = gpu;
     c->evb = base;
     c->efd = -1;
+    c->stage.chunk = CUDA_CHUNK;
+    c->meta.chunk = CUDA_META_CHUNK;
+    c->batch_gen = 1; /* a handle's chain_gen 0: in no batch */
     atomic_init(&c->fns_done, 0);
     bufpool_mem mem = {.alloc = cuda_pinned_alloc, .free = cuda_pinned_free, .ctx = c};
     bufpool_init_mem(&c->pinned, CUDA_PINNED_KEEP, &mem);

@@ -54,6 +54,23 @@ extern "C" __global__ void psb_fold(int op, float *__restrict__ acc, const float
         acc[i] = psb_fold_one(op, acc[i], src[i], s);
 }
 
+// The small folds of one reactor iteration: block by block over the chains;
+// a chain's folds one after the other (a barrier between them: each
+// element sees them in order), its elements across the block's threads.
+extern "C" __global__ void psb_fold_batch(const psb_fold_desc *__restrict__ descs,
+                                          const psb_fold_chain *__restrict__ chains, unsigned nchains)
+{
+    for (unsigned c = blockIdx.x; c < nchains; c += gridDim.x) {
+        const psb_fold_chain ch = chains[c];
+        for (uint32_t k = 0; k < ch.count; k++) {
+            const psb_fold_desc d = descs[ch.first + k];
+            for (uint64_t i = threadIdx.x; i < d.n; i += blockDim.x)
+                d.acc[i] = psb_fold_one(d.op, d.acc[i], d.src[i], d.s);
+            __syncthreads();
+        }
+    }
+}
+
 // ---- the mean of stored pushes ---------------------------------------------------
 
 // dst[i] = (srcs[0][i] + srcs[1][i] + ... ) * scale, summed in source order.

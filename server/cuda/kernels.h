@@ -6,12 +6,31 @@
 #ifndef PSBENCH_CUDA_KERNELS_H
 #define PSBENCH_CUDA_KERNELS_H
 
+#include <stdint.h>
+
 /* psb_fold's op: the dense folds of server/device.h, per element
  * (cumath.h). */
 enum { PSB_FOLD_COPY = 0, PSB_FOLD_ADD = 1, PSB_FOLD_ADD_SCALE = 2, PSB_FOLD_COPY_SCALE = 3 };
 
+/* psb_fold_batch's arguments, laid out alike by the host (C) and the GPU:
+ * the small folds (and copies) of one reactor iteration in one launch.
+ * A chain is the folds into one buffer, in the order they were made: one
+ * block applies them one after the other (so each element sees them in
+ * that order, bit for bit as one psb_fold each); chains are independent. */
+typedef struct psb_fold_desc {
+    float *acc;
+    const float *src;
+    uint64_t n;
+    int32_t op; /* PSB_FOLD_* */
+    float s;
+} psb_fold_desc;
+typedef struct psb_fold_chain {
+    uint32_t first, count; /* descs[first .. first + count) */
+} psb_fold_chain;
+
 /* The kernels, by name (arguments as in kernels.cu):
  *   psb_fold(int op, float *acc, const float *src, size_t n, float s)
+ *   psb_fold_batch(const psb_fold_desc *descs, const psb_fold_chain *chains, unsigned nchains)
  *   psb_sum_scale(float *dst, const float *const *srcs, unsigned nsrc, size_t n, float scale)
  *   psb_sgd(float *param, float *buf, const float *const *srcs, unsigned nsrc, size_t n, float scale,
  *           float lr, float momentum, int first, float *out)
@@ -19,8 +38,8 @@ enum { PSB_FOLD_COPY = 0, PSB_FOLD_ADD = 1, PSB_FOLD_ADD_SCALE = 2, PSB_FOLD_COP
  *              size_t nnz, size_t bags)
  *   psb_scatter_sgd(float *table, size_t cols, const int64_t *idx, const int64_t *off, size_t nnz,
  *                   size_t bags, const float *grad, float lr) */
-#define PSB_KERNEL_NAMES "psb_fold", "psb_sum_scale", "psb_sgd", "psb_gather", "psb_scatter_sgd"
-enum { PSB_K_FOLD = 0, PSB_K_SUM_SCALE, PSB_K_SGD, PSB_K_GATHER, PSB_K_SCATTER_SGD, PSB_K_COUNT };
+#define PSB_KERNEL_NAMES "psb_fold", "psb_sum_scale", "psb_sgd", "psb_gather", "psb_scatter_sgd", "psb_fold_batch"
+enum { PSB_K_FOLD = 0, PSB_K_SUM_SCALE, PSB_K_SGD, PSB_K_GATHER, PSB_K_SCATTER_SGD, PSB_K_FOLD_BATCH, PSB_K_COUNT };
 
 /* The fatbin, embedded by the build (kernels_fatbin.c, generated from
  * kernels.cu): what cudaLibraryLoadData takes. */

@@ -690,6 +690,75 @@ static void test_cuda_big_buffers(void **state)
     fx_close(&x);
 }
 
+/* Small folds (batched per iteration: one copy, one launch) into many
+ * buffers, interleaved as pushes of many buckets arrive, past a staging
+ * chunk's end; then each buffer's mean read back: the same bits as the
+ * host loops. A buffer freed with folds still batched, and one handed out
+ * again at once, keep their order too. */
+static void test_cuda_small_batches(void **state)
+{
+    (void)state;
+    fixture x;
+    fx_open(&x, cuda_name());
+    enum { NBUF = 150, N = 1000, STEPS = 8 };
+    static float want[NBUF][N];
+    static device_job jobs[NBUF];
+    devbuf *bufs[NBUF];
+    uint8_t *raw = malloc(N * sizeof(float) + 3);
+    float *v = malloc(N * sizeof(float));
+    assert_non_null(raw);
+    assert_non_null(v);
+    for (int round = 0; round < 2; round++) {
+        for (int b = 0; b < NBUF; b++)
+            assert_non_null(bufs[b] = device_buf_new(x.dev, N * sizeof(float)));
+        for (int step = 0; step < STEPS; step++)
+            for (int b = 0; b < NBUF; b++) {
+                device_fold_op op = step == 0 ? FOLD_COPY : step == STEPS - 1 ? FOLD_ADD_SCALE : FOLD_ADD;
+                for (size_t i = 0; i < N; i++)
+                    v[i] = val(i, (unsigned)(b * 31 + step + round));
+                memcpy(raw + 3, v, N * sizeof(float)); /* misaligned, as a socket buffer */
+                device_fold(x.dev, op, bufs[b], 0, raw + 3, N, 0.125f);
+                if (step == 0)
+                    memcpy(want[b], v, sizeof want[b]);
+                else if (op == FOLD_ADD)
+                    reduce_add_f32(want[b], (const uint8_t *)v, N);
+                else
+                    reduce_add_scale_f32(want[b], (const uint8_t *)v, N, 0.125f);
+            }
+        norder = 0;
+        for (int b = 0; b < NBUF; b++) {
+            memset(&jobs[b], 0, sizeof jobs[b]);
+            jobs[b].op = JOB_BARRIER;
+            jobs[b].to_host = bufs[b];
+            jobs[b].done = count_done;
+            device_submit(x.dev, &jobs[b]);
+        }
+        int before = jobs_done;
+        while (jobs_done < before + NBUF)
+            event_base_loop(x.base, EVLOOP_ONCE);
+        for (int b = 0; b < NBUF; b++) {
+            assert_null(jobs[b].error);
+            assert_memory_equal(device_buf_host(x.dev, bufs[b])->data, want[b], sizeof want[b]);
+            device_buf_free(x.dev, bufs[b]);
+        }
+    }
+    /* Freed with a fold batched, then its memory handed out again. */
+    for (size_t i = 0; i < N; i++)
+        v[i] = val(i, 77);
+    devbuf *a = device_buf_new(x.dev, N * sizeof(float));
+    device_fold(x.dev, FOLD_COPY, a, 0, (const uint8_t *)v, N, 0);
+    device_buf_free(x.dev, a);
+    devbuf *b = device_buf_new(x.dev, N * sizeof(float));
+    device_fold(x.dev, FOLD_COPY_SCALE, b, 0, (const uint8_t *)v, N, 2.0f);
+    memcpy(want[0], v, sizeof want[0]);
+    reduce_scale_f32(want[0], N, 2.0f);
+    assert_memory_equal(read_back(&x, b), want[0], sizeof want[0]);
+    device_buf_free(x.dev, b);
+    free(raw);
+    free(v);
+    fx_close(&x);
+}
+
 /* A GPU operation fails: the jobs in flight and every later one complete
  * with the error (naming the GPU), in order, from the loop; nothing hangs. */
 static void test_cuda_failure(void **state)
@@ -763,6 +832,7 @@ int main(void)
         cmocka_unit_test(test_jobs_cuda),
         cmocka_unit_test(test_cuda_completion),
         cmocka_unit_test(test_cuda_big_buffers),
+        cmocka_unit_test(test_cuda_small_batches),
         cmocka_unit_test(test_cuda_failure),
         cmocka_unit_test(test_cuda_out_of_memory),
     };
