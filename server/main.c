@@ -209,11 +209,18 @@ static int server_fail(const char *msg)
  * (shared/hostinfo.h) and which loops its dense folds run ("avx2" or
  * "portable": server/reduce.h; the same bits either way, not the same
  * speed). */
-static json_t *server_environment(void)
+/* What this server computes with: the host, its fold, and with --device
+ * cuda[:N] the GPU (gpu_describe). */
+static json_t *server_environment(int cuda_index)
 {
     json_t *env = hostinfo_json();
-    if (env)
-        json_object_set_new(env, "fold", json_string(reduce_wide_in_use() ? "avx2" : "portable"));
+    if (!env)
+        return NULL;
+    json_object_set_new(env, "fold", json_string(reduce_wide_in_use() ? "avx2" : "portable"));
+    json_t *gpu = NULL;
+    char line[256], err[256];
+    if (cuda_index >= 0 && gpu_describe(cuda_index, line, sizeof line, &gpu, err, sizeof err) == 0 && gpu)
+        json_object_set_new(env, "gpu", gpu);
     return env;
 }
 
@@ -430,8 +437,8 @@ int main(int argc, char **argv)
         const char *d = getenv("PSBENCH_SERVER_DEVICE");
         device_name = d && *d ? d : "cpu";
     }
+    int cuda_index = -1; /* the GPU of --device cuda[:N] */
     if (strcmp(device_name, "test") != 0 && strcmp(device_name, "fake-cuda") != 0) {
-        int cuda_index;
         if (cli_parse_device("--device", device_name, &cuda_index, err, sizeof err) < 0)
             return server_fail(err);
         /* The reason a user can act on first, in one line, before anything
@@ -473,7 +480,7 @@ int main(int argc, char **argv)
         cfg.listen_fd = net_listen(cfg.host, cfg.port, 1024, &cfg.port, err, sizeof err);
         if (cfg.listen_fd < 0)
             return server_fail(err);
-        json_t *env = server_environment();
+        json_t *env = server_environment(cuda_index);
         int joined = master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0        ? "cpu"
                                       : strcmp(device_name, "fake-cuda") == 0 ? "cuda"
                                                                               : device_name,

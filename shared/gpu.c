@@ -30,6 +30,34 @@ int gpu_probe_device(int index, char *err, size_t errlen)
     return 0;
 }
 
+int gpu_describe(int index, char *line, size_t linelen, json_t **json, char *err, size_t errlen)
+{
+    if (gpu_probe_device(index, err, errlen) < 0)
+        return -1;
+    const cudart_api *rt = cudaload_cudart(NULL, 0);
+    struct cudaDeviceProp prop;
+    int driver = 0, runtime = 0;
+    cudaError_t ce = rt->cudaGetDeviceProperties(&prop, index);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "GPU %d: cudaGetDeviceProperties: %s", index, rt->cudaGetErrorString(ce));
+        return -1;
+    }
+    rt->cudaDriverGetVersion(&driver);
+    rt->cudaRuntimeGetVersion(&runtime);
+    snprintf(line, linelen, "%.100s, %.1f GiB, sm_%d%d", prop.name,
+             (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024), prop.major, prop.minor);
+    if (json) {
+        char cc[16], drv[16], rtv[16];
+        snprintf(cc, sizeof cc, "%d.%d", prop.major, prop.minor);
+        snprintf(drv, sizeof drv, "%d.%d", driver / 1000, driver % 1000 / 10);
+        snprintf(rtv, sizeof rtv, "%d.%d", runtime / 1000, runtime % 1000 / 10);
+        *json = json_pack("{s:i, s:s, s:I, s:s, s:i, s:s, s:s}", "index", index, "name", prop.name,
+                          "memory_bytes", (json_int_t)prop.totalGlobalMem, "compute_capability", cc,
+                          "multiprocessors", prop.multiProcessorCount, "driver", drv, "runtime", rtv);
+    }
+    return 0;
+}
+
 #else
 
 bool gpu_built(void) { return false; }
@@ -40,6 +68,14 @@ int gpu_probe_device(int index, char *err, size_t errlen)
     snprintf(err, errlen, "this build has no CUDA (the CUDA toolkit was not found when it was built; use "
                           "--device cpu)");
     return -1;
+}
+
+int gpu_describe(int index, char *line, size_t linelen, json_t **json, char *err, size_t errlen)
+{
+    (void)line;
+    (void)linelen;
+    (void)json;
+    return gpu_probe_device(index, err, errlen);
 }
 
 #endif

@@ -4,6 +4,7 @@
 #ifndef PSBENCH_GPU_H
 #define PSBENCH_GPU_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -17,6 +18,13 @@ bool gpu_built(void);
  * exist (this host has 1, numbered from 0)", or, in a build without CUDA,
  * "this build has no CUDA (...)". */
 int gpu_probe_device(int index, char *err, size_t errlen);
+
+/* GPU `index` (which gpu_probe_device accepted) in words, for start lines
+ * ("NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90"), and, when json is not NULL,
+ * as an object for results and the API: name, memory_bytes,
+ * compute_capability ("9.0"), multiprocessors, driver and runtime
+ * versions ("13.0"). 0, or -1 with the reason. */
+int gpu_describe(int index, char *line, size_t linelen, json_t **json, char *err, size_t errlen);
 
 /* gpu_probe_device for a --device SPEC (cuda or cuda:N, GPU `index`): 0,
  * or -1 with "--device SPEC: <the reason>" in err. */

@@ -11,6 +11,7 @@
  */
 #include "server/cuda/cugpu.h"
 #include "shared/cudaload.h"
+#include "shared/gpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,23 +269,10 @@ static const cugpu_ops cuda_ops = {
 
 cugpu *cugpu_cuda_new(int device, char *err, size_t errlen)
 {
-    char why[512];
-    const cudart_api *rt = cudaload_cudart(why, sizeof why);
-    if (!rt) {
-        snprintf(err, errlen, "%s (install the CUDA runtime or use --device cpu)", why);
+    char name[sizeof ((cugpu *)0)->name];
+    if (gpu_describe(device, name, sizeof name, NULL, err, errlen) < 0)
         return NULL;
-    }
-    int n = 0;
-    cudaError_t e = rt->cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        snprintf(err, errlen, "no CUDA device answers (cudaGetDeviceCount: %s; use --device cpu)",
-                 e != cudaSuccess ? rt->cudaGetErrorString(e) : "0 devices");
-        return NULL;
-    }
-    if (device < 0 || device >= n) {
-        snprintf(err, errlen, "CUDA device %d does not exist (this host has %d, numbered from 0)", device, n);
-        return NULL;
-    }
+    const cudart_api *rt = cudaload_cudart(NULL, 0); /* loaded: gpu_describe did */
     cuda_gpu *cg = calloc(1, sizeof *cg);
     if (!cg) {
         snprintf(err, errlen, "out of memory");
@@ -293,7 +281,9 @@ cugpu *cugpu_cuda_new(int device, char *err, size_t errlen)
     cg->base.ops = &cuda_ops;
     cg->base.device = device;
     cg->rt = rt;
+    snprintf(cg->base.name, sizeof cg->base.name, "%s", name);
     struct cudaDeviceProp prop;
+    cudaError_t e;
     if ((e = rt->cudaSetDevice(device)) != cudaSuccess ||
         (e = rt->cudaGetDeviceProperties(&prop, device)) != cudaSuccess) {
         snprintf(err, errlen, "GPU %d: %s", device, rt->cudaGetErrorString(e));
@@ -301,8 +291,6 @@ cugpu *cugpu_cuda_new(int device, char *err, size_t errlen)
         return NULL;
     }
     cg->sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
-    snprintf(cg->base.name, sizeof cg->base.name, "%.100s, %.1f GiB, sm_%d%d", prop.name,
-             (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024), prop.major, prop.minor);
     e = rt->cudaLibraryLoadData(&cg->lib, psb_kernels_fatbin, NULL, NULL, 0, NULL, NULL, 0);
     if (e != cudaSuccess) {
         snprintf(err, errlen, "GPU %d (%s): the server's kernels do not load (cudaLibraryLoadData: %s; this build "
