@@ -5,17 +5,11 @@
 #include "shared/jobconf.h"
 #include "shared/log.h"
 #include "shared/net.h"
-#include "trainer/batch_update.h"
 #include "trainer/blasinfo.h"
-#include "trainer/client.h"
 #include "trainer/hooks.h"
-#include "trainer/hybrid.h"
 #include "trainer/loss_check.h"
 #include "trainer/master_link.h"
-#include "trainer/params_hash.h"
-#include "trainer/params_out.h"
-#include "trainer/synthetic.h"
-#include "trainer/train.h"
+#include "trainer/workload.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,17 +33,6 @@ typedef struct run_job {
     modelconf model;
     json_t *assign; /* owned: the whole assignment */
 } run_job;
-
-/* The workload of the job and what it communicates through. */
-typedef struct run_work {
-    synthetic *syn;   /* Synthetic: pushes through cl */
-    batch_update *bu; /* Linear: fetch and push through cl */
-    train *tr;        /* DummyModel: buckets through h */
-    hybrid *hy;       /* HybridModel: lookups and updates through cl, the dense bucket through h */
-    hook *h;
-    client cl;        /* syn, bu and hy: their own connections */
-    bool cl_open;
-} run_work;
 
 /* ---- the assignment -------------------------------------------------------- */
 
@@ -168,15 +151,7 @@ static void run_lower_compute_priority(int nice_by)
     log_info("compute thread at nice %d, communication at %d (--compute-nice)", want, cur);
 }
 
-static void run_bytes(void *ctx, uint64_t *in, uint64_t *out)
-{
-    run_work *w = ctx;
-    if (w->cl_open) {
-        *in += w->cl.bytes_in;
-        *out += w->cl.bytes_out;
-    }
-    hook_bytes(w->h, in, out);
-}
+static void run_bytes(void *ctx, uint64_t *in, uint64_t *out) { workload_bytes(ctx, in, out); }
 
 /* ---- setting up the workload ----------------------------------------------- */
 
@@ -211,9 +186,39 @@ static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, con
     return hooks_new(&hs, err, errlen);
 }
 
+/* Each model's setup from the assignment: its workload in *w (NULL with
+ * err on failure; whatever it made is freed). */
+
+/* DummyModel: buckets through the job's hook. */
+static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j, workload **w, char *err,
+                           size_t errlen)
+{
+    train_job tj;
+    train *tr;
+    if (run_train_job(j, &tj, err, errlen) < 0 || !(tr = train_new(&tj, l->m, err, errlen)))
+        return -1;
+    if (train_batches_per_pass(tr) != j->batches) {
+        snprintf(err, errlen, "the master expects %" PRIu64 " batches per pass, the data gives %" PRIu64, j->batches,
+                 train_batches_per_pass(tr));
+        train_free(tr);
+        return -1;
+    }
+    hook *h = run_hook(l, o, j, j->hook, tj.model.sparse, j->servers, err, errlen);
+    if (!h) {
+        train_free(tr);
+        return -1;
+    }
+    if (!(*w = workload_dummy_new(tr, h, err, errlen)))
+        return -1;
+    log_info("trainer %" PRIu64 ": DummyModel through %s%s%s, %" PRIu64 " batches per pass", j->rank, j->hook,
+             j->servers[0] ? ", servers " : "", j->servers, j->batches);
+    run_lower_compute_priority(o->compute_nice);
+    return 0;
+}
+
 /* The HybridModel: the servers' tables through the client, the dense part
  * through allreduce_hook. */
-static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *j, run_work *w, char *err,
+static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *j, workload **w, char *err,
                             size_t errlen)
 {
     json_t *tc = json_object_get(json_object_get(j->assign, "trainer"), "configurations");
@@ -234,15 +239,20 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     hc.rank = j->rank;
     hc.rpc_timeout_s = j->rpc_timeout_s;
     hc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
-    if (!(w->hy = hybrid_new(&hc, l->m, err, errlen)))
+    hybrid *hy = hybrid_new(&hc, l->m, err, errlen);
+    if (!hy)
         return -1;
     /* Only the dense part travels through the hook: no servers for it. */
-    if (!(w->h = run_hook(l, o, j, "allreduce_hook", false, "", err, errlen)))
+    hook *h = run_hook(l, o, j, "allreduce_hook", false, "", err, errlen);
+    if (!h) {
+        hybrid_free(hy);
         return -1;
-    client_sink sink = hybrid_sink(w->hy);
-    if (client_open(&w->cl, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen) < 0)
+    }
+    if (!(*w = workload_hybrid_new(hy, h, err, errlen)))
         return -1;
-    w->cl_open = true;
+    client_sink sink = hybrid_sink(hy);
+    if (workload_open_client(*w, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen) < 0)
+        return -1;
     log_info("trainer %" PRIu64 ": HybridModel, %u embedding server(s) of %" PRIu64 " x %" PRIu64 ", dense part "
              "through allreduce_hook, %" PRIu64 " batches per epoch", j->rank, hc.number_ps, hc.num_embeddings,
              hc.embedding_dim, hc.batches);
@@ -250,25 +260,68 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     return 0;
 }
 
-static int run_setup(mlink *l, const trainer_run_opts *o, const run_job *j, run_work *w, char *err, size_t errlen)
+/* Synthetic: pushes through its client. */
+static int run_setup_synthetic(mlink *l, const trainer_run_opts *o, const run_job *j, workload **w, char *err,
+                               size_t errlen)
 {
-    w->cl.wake_fd = -1;
-    if (j->model.cls == MODEL_DUMMY) {
-        train_job tj;
-        if (run_train_job(j, &tj, err, errlen) < 0 || !(w->tr = train_new(&tj, l->m, err, errlen)))
-            return -1;
-        if (train_batches_per_pass(w->tr) != j->batches) {
-            snprintf(err, errlen, "the master expects %" PRIu64 " batches per pass, the data gives %" PRIu64,
-                     j->batches, train_batches_per_pass(w->tr));
-            return -1;
-        }
-        if (!(w->h = run_hook(l, o, j, j->hook, tj.model.sparse, j->servers, err, errlen)))
-            return -1;
-        log_info("trainer %" PRIu64 ": DummyModel through %s%s%s, %" PRIu64 " batches per pass", j->rank, j->hook,
-                 j->servers[0] ? ", servers " : "", j->servers, j->batches);
-        run_lower_compute_priority(o->compute_nice);
-        return 0;
+    synthetic_config sc = {0};
+    sc.rank = j->data_rank;
+    sc.batches = j->batches;
+    sc.rpc_timeout_s = j->rpc_timeout_s;
+    sc.buckets = j->model.syn.buckets;
+    sc.bucket_floats = j->model.syn.bucket_floats;
+    sc.sizes = j->model.syn.sizes;
+    sc.sparse = j->model.syn.sparse;
+    sc.sparse_cols = j->model.syn.sparse_cols;
+    synthetic *syn = synthetic_new(&sc, l->m);
+    if (!syn) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
+    synthetic_set_tick(syn, mlink_tick, l);
+    client_sink sink = synthetic_sink(syn);
+    if (!(*w = workload_synthetic_new(syn, err, errlen)))
+        return -1;
+    log_info("trainer %" PRIu64 ": model Synthetic, servers %s, %" PRIu64 " batches per pass", j->rank, j->servers,
+             j->batches);
+    return workload_open_client(*w, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen);
+}
+
+/* Linear (batch-update): fetch and push through its client. */
+static int run_setup_linear(mlink *l, const trainer_run_opts *o, const run_job *j, workload **w, char *err,
+                            size_t errlen)
+{
+    json_int_t bs = ctl_int(j->assign, "batch_size", 0);
+    if (bs < 1) {
+        snprintf(err, errlen, "the assignment's batch size is invalid");
+        return -1;
+    }
+    batch_update_config bc = {0};
+    bc.in_features = j->model.linear.in_features;
+    bc.out_features = j->model.linear.out_features;
+    bc.batch_size = (uint64_t)bs;
+    bc.seed = (uint64_t)ctl_int(j->assign, "seed", 0);
+    bc.rank = j->rank;
+    bc.rpc_timeout_s = j->rpc_timeout_s;
+    bc.epochs = (uint64_t)ctl_int(j->assign, "epochs", 1);
+    bc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
+    batch_update *bu = batch_update_new(&bc, l->m, err, errlen);
+    if (!bu)
+        return -1;
+    batch_update_set_tick(bu, mlink_tick, l);
+    client_sink sink = batch_update_sink(bu);
+    if (!(*w = workload_linear_new(bu, j->batches, err, errlen)))
+        return -1;
+    log_info("trainer %" PRIu64 ": model Linear, servers %s, %" PRIu64 " batches per pass", j->rank, j->servers,
+             j->batches);
+    return workload_open_client(*w, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen);
+}
+
+static int run_setup(mlink *l, const trainer_run_opts *o, const run_job *j, workload **w, char *err, size_t errlen)
+{
+    *w = NULL;
+    if (j->model.cls == MODEL_DUMMY)
+        return run_setup_dummy(l, o, j, w, err, errlen);
     if (!j->servers[0]) {
         snprintf(err, errlen, "the assignment names no server (the %s model talks to servers only)",
                  j->model.cls == MODEL_SYNTHETIC ? "Synthetic" : j->model.cls == MODEL_HYBRID ? "HybridModel" : "Linear");
@@ -276,102 +329,19 @@ static int run_setup(mlink *l, const trainer_run_opts *o, const run_job *j, run_
     }
     if (j->model.cls == MODEL_HYBRID)
         return run_setup_hybrid(l, o, j, w, err, errlen);
-    client_sink sink;
-    if (j->model.cls == MODEL_SYNTHETIC) {
-        synthetic_config sc = {0};
-        sc.rank = j->data_rank;
-        sc.batches = j->batches;
-        sc.rpc_timeout_s = j->rpc_timeout_s;
-        sc.buckets = j->model.syn.buckets;
-        sc.bucket_floats = j->model.syn.bucket_floats;
-        sc.sizes = j->model.syn.sizes;
-        sc.sparse = j->model.syn.sparse;
-        sc.sparse_cols = j->model.syn.sparse_cols;
-        if (!(w->syn = synthetic_new(&sc, l->m))) {
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
-        synthetic_set_tick(w->syn, mlink_tick, l);
-        sink = synthetic_sink(w->syn);
-    } else {
-        json_int_t bs = ctl_int(j->assign, "batch_size", 0);
-        if (bs < 1) {
-            snprintf(err, errlen, "the assignment's batch size is invalid");
-            return -1;
-        }
-        batch_update_config bc = {0};
-        bc.in_features = j->model.linear.in_features;
-        bc.out_features = j->model.linear.out_features;
-        bc.batch_size = (uint64_t)bs;
-        bc.seed = (uint64_t)ctl_int(j->assign, "seed", 0);
-        bc.rank = j->rank;
-        bc.rpc_timeout_s = j->rpc_timeout_s;
-        bc.epochs = (uint64_t)ctl_int(j->assign, "epochs", 1);
-        bc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
-        if (!(w->bu = batch_update_new(&bc, l->m, err, errlen)))
-            return -1;
-        batch_update_set_tick(w->bu, mlink_tick, l);
-        sink = batch_update_sink(w->bu);
-    }
-    log_info("trainer %" PRIu64 ": model %s, servers %s, %" PRIu64 " batches per pass", j->rank,
-             j->model.cls == MODEL_SYNTHETIC ? "Synthetic" : "Linear", j->servers, j->batches);
-    if (client_open(&w->cl, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen) < 0)
-        return -1;
-    w->cl_open = true;
-    return 0;
-}
-
-static void run_teardown(run_work *w)
-{
-    hook_free(w->h);
-    if (w->cl_open)
-        client_close(&w->cl);
-    synthetic_free(w->syn);
-    train_free(w->tr);
-    batch_update_free(w->bu);
-    hybrid_free(w->hy);
+    if (j->model.cls == MODEL_SYNTHETIC)
+        return run_setup_synthetic(l, o, j, w, err, errlen);
+    return run_setup_linear(l, o, j, w, err, errlen);
 }
 
 /* ---- passes ----------------------------------------------------------------- */
 
-/* The losses per epoch and the digest of the parameters that every trainer
- * reports with pass_done: synchronous training must leave them identical.
- * A loss that is not finite is written "nan", "inf" or "-inf" (loss_json);
- * a divergence the job allows goes with them as "diverged". */
-static json_t *run_pass_result(const double *loss, uint64_t ne, const float *params, uint64_t n,
-                               const loss_check *lc, const char *pass)
-{
-    json_t *losses = json_array();
-    for (uint64_t e = 0; e < ne; e++)
-        json_array_append_new(losses, loss_json(loss[e]));
-    char hex[65] = "";
-    params_sha256_floats(params, n, hex);
-    json_t *o = json_pack("{s:o, s:s}", "loss_per_epoch", losses, "final_params_sha256", hex);
-    json_t *d = loss_check_json(lc, pass);
-    if (o && d) {
-        char why[256];
-        loss_check_reason(lc, pass, why, sizeof why);
-        log_warn("%s: going on (--allow-divergence)", why);
-        json_object_set_new(o, "diverged", d);
-    } else {
-        json_decref(d);
-    }
-    return o;
-}
-
-/* The workload's record of a diverged loss (NULL: it has none). */
-static const loss_check *run_divergence(const run_work *w)
-{
-    return w->tr ? train_divergence(w->tr) : w->hy ? hybrid_divergence(w->hy) : w->bu ? batch_update_divergence(w->bu)
-                                                                                   : NULL;
-}
-
 /* A pass that failed. When its loss diverged (and the job does not allow
  * that), the reason says where and what to do, and the `failed` report
  * carries where (results.json). -1. */
-static int run_pass_failed(mlink *l, const run_work *w, const char *pass, char *err, size_t errlen)
+static int run_pass_failed(mlink *l, const workload *w, const char *pass, char *err, size_t errlen)
 {
-    const loss_check *lc = run_divergence(w);
+    const loss_check *lc = w->ops->divergence ? w->ops->divergence(w) : NULL;
     if (lc && lc->diverged && !lc->allow) {
         loss_check_reason(lc, pass, err, errlen);
         json_t *d = loss_check_json(lc, pass);
@@ -380,76 +350,23 @@ static int run_pass_failed(mlink *l, const run_work *w, const char *pass, char *
     return -1;
 }
 
-/* One pass of the workload; `pass` names it ("warm-up", "timed"). */
-static int run_pass(mlink *l, run_work *w, const run_job *j, uint64_t batches, const char *pass, char *err,
-                    size_t errlen)
+/* One pass of the workload; `pass` names it ("warm-up", "timed"). Every
+ * trainer reports its losses per epoch and the digest of its parameters
+ * with pass_done: synchronous training must leave them identical. */
+static int run_pass(mlink *l, workload *w, uint64_t batches, const char *pass, char *err, size_t errlen)
 {
-    if (w->hy) {
-        hybrid_report rep;
-        if (hybrid_pass(w->hy, &w->cl, w->h, batches, mlink_tick, l, &rep, err, errlen) < 0)
-            return run_pass_failed(l, w, pass, err, errlen);
-        l->batches_done = rep.batches;
-        uint64_t ne, n;
-        const double *loss = hybrid_loss_per_epoch(w->hy, &ne);
-        const float *p = hybrid_dense_params(w->hy, &n);
-        json_t *extra = run_pass_result(loss, ne, p, n, hybrid_divergence(w->hy), pass);
-        /* "bags": the samples of this benchmark ("samples" is the metrics map) */
-        json_object_set_new(extra, "bags", json_integer((json_int_t)rep.samples));
-        json_object_set_new(extra, "epochs", json_integer((json_int_t)rep.epochs));
-        return mlink_report(l, "pass_done", extra, err, errlen);
-    }
-    if (w->bu) {
-        batch_update_report rep;
-        if (batch_update_pass(w->bu, &w->cl, j->batches, 0, true, &rep, err, errlen) < 0)
-            return run_pass_failed(l, w, pass, err, errlen);
-        l->batches_done = rep.batches;
-        uint64_t ne, n;
-        const double *loss = batch_update_loss_per_epoch(w->bu, &ne);
-        const float *p = batch_update_params(w->bu, &n);
-        return mlink_report(l, "pass_done", run_pass_result(loss, ne, p, n, batch_update_divergence(w->bu), pass),
-                            err, errlen);
-    }
-    if (w->syn) {
-        synthetic_report rep = {0};
-        if (synthetic_run(w->syn, &w->cl, &rep, err, errlen) < 0)
-            return -1;
-        l->batches_done = rep.batches;
-        /* The synthetic model has no parameters and no loss: said as
-         * nulls, so that every trainer's entry has the same keys. */
-        return mlink_report(l, "pass_done", json_pack("{s:n, s:n}", "loss_per_epoch", "final_params_sha256"), err,
-                            errlen);
-    }
-    if (train_pass(w->tr, w->h, mlink_tick, l, err, errlen) < 0)
+    uint64_t done = 0;
+    json_t *extra = NULL;
+    if (w->ops->pass(w, batches, mlink_tick, l, &done, &extra, err, errlen) < 0)
         return run_pass_failed(l, w, pass, err, errlen);
-    uint64_t ne;
-    const double *loss = train_loss_per_epoch(w->tr, &ne);
-    const dummy_model *m = train_model(w->tr);
-    return mlink_report(l, "pass_done",
-                        run_pass_result(loss, ne, model_values_const(m), model_total_size(m), train_divergence(w->tr),
-                                        pass),
-                        err, errlen);
-}
-
-/* The final parameters, raw little-endian float32 in parameter order (what
- * final_params_sha256 digests), for comparisons across runs. */
-static int run_write_params(const run_work *w, const char *path, char *err, size_t errlen)
-{
-    if (w->bu)
-        return batch_update_write_params(w->bu, path, err, errlen);
-    if (w->hy) {
-        uint64_t n;
-        const float *p = hybrid_dense_params(w->hy, &n);
-        return params_write(path, p, n, err, errlen);
-    }
-    if (!w->tr)
-        return 0;
-    const dummy_model *m = train_model(w->tr);
-    return params_write(path, model_values_const(m), model_total_size(m), err, errlen);
+    if (done)
+        l->batches_done = done;
+    return mlink_report(l, "pass_done", workload_pass_report(w, pass, extra), err, errlen);
 }
 
 /* After setup: ready, then the master's passes until stop. Returns the
  * exit code. */
-static int run_loop(mlink *l, const trainer_run_opts *o, run_work *w, const run_job *j, char *err, size_t errlen)
+static int run_loop(mlink *l, const trainer_run_opts *o, workload *w, const run_job *j, char *err, size_t errlen)
 {
     if (ctl_send(&l->c, "ready", NULL, NULL, err, errlen) < 0)
         return 1;
@@ -462,12 +379,12 @@ static int run_loop(mlink *l, const trainer_run_opts *o, run_work *w, const run_
             const char *pass = strcmp(ctl_str(msg.body, "phase", ""), "warmup") == 0 ? "warm-up" : "timed";
             ctl_msg_clear(&msg);
             l->batches_done = 0;
-            if (run_pass(l, w, j, batches, pass, err, errlen) < 0)
+            if (run_pass(l, w, batches, pass, err, errlen) < 0)
                 return 1;
         } else if (strcmp(msg.type, "reset") == 0) {
             ctl_msg_clear(&msg);
             metrics_reset(l->m);
-            hook_reset(w->h);
+            workload_reset(w);
             l->batches_done = 0;
             if (ctl_send(&l->c, "reset_done", NULL, NULL, err, errlen) < 0)
                 return 1;
@@ -477,7 +394,7 @@ static int run_loop(mlink *l, const trainer_run_opts *o, run_work *w, const run_
                 snprintf(err, errlen, "the master stopped the run: %s", l->stop_reason);
                 return l->stop_code;
             }
-            if (o->params_out && run_write_params(w, o->params_out, err, errlen) < 0)
+            if (o->params_out && workload_write_params(w, o->params_out, err, errlen) < 0)
                 return 1;
             return 0;
         } else {
@@ -529,18 +446,17 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
         json_object_set_new(body, "want_rank", json_integer(o->want_rank));
     run_job j;
     memset(&j, 0, sizeof j);
-    run_work w;
-    memset(&w, 0, sizeof w);
+    workload *w = NULL;
     int code = 1;
     json_t *assign = NULL;
     if (mlink_register(&l, o->token, body, &assign, err, errlen) == 0 && run_parse_job(assign, &j, err, errlen) == 0 &&
         run_log_start(&j) == 0 && run_setup(&l, o, &j, &w, err, errlen) == 0) {
         l.bytes = run_bytes;
-        l.bytes_ctx = &w;
-        code = run_loop(&l, o, &w, &j, err, errlen);
+        l.bytes_ctx = w;
+        code = run_loop(&l, o, w, &j, err, errlen);
     }
     l.bytes = NULL;
-    run_teardown(&w);
+    workload_free(w);
     modelconf_free(&j.model);
     json_decref(assign);
     mlink_close(&l, code != 0, err, errlen);

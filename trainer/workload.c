@@ -1,0 +1,319 @@
+/* workload.c — the trainer's four workloads behind workload_ops (see
+ * workload.h), and what every one of them shares: the pass report, the
+ * parameters out, reset, bytes and free. */
+#include "trainer/workload.h"
+#include "shared/log.h"
+#include "trainer/model.h"
+#include "trainer/params_hash.h"
+#include "trainer/params_out.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- DummyModel training (train.c): buckets through the hook ---------------- */
+
+typedef struct dummy_workload {
+    workload base;
+    train *tr;
+} dummy_workload;
+
+static int dummy_pass(workload *w, uint64_t batches, workload_tick_fn tick, void *ctx, uint64_t *done,
+                      json_t **extra, char *err, size_t errlen)
+{
+    (void)batches; /* the data decides: train_batches_per_pass, checked at setup */
+    *done = 0;
+    *extra = NULL;
+    return train_pass(((dummy_workload *)w)->tr, w->h, tick, ctx, err, errlen);
+}
+
+static const double *dummy_loss(const workload *w, uint64_t *n)
+{
+    return train_loss_per_epoch(((const dummy_workload *)w)->tr, n);
+}
+
+static const float *dummy_params(const workload *w, uint64_t *n)
+{
+    const dummy_model *m = train_model(((const dummy_workload *)w)->tr);
+    *n = model_total_size(m);
+    return model_values_const(m);
+}
+
+static const loss_check *dummy_divergence(const workload *w)
+{
+    return train_divergence(((const dummy_workload *)w)->tr);
+}
+
+static void dummy_free(workload *w) { train_free(((dummy_workload *)w)->tr); }
+
+static const workload_ops dummy_ops = {
+    .name = "DummyModel",
+    .pass = dummy_pass,
+    .loss_per_epoch = dummy_loss,
+    .params = dummy_params,
+    .divergence = dummy_divergence,
+    .free = dummy_free,
+};
+
+/* ---- batch-update (batch_update.c): fetch and push through the client ------- */
+
+typedef struct linear_workload {
+    workload base;
+    batch_update *bu;
+    uint64_t batches; /* per pass: the assignment's */
+} linear_workload;
+
+static int linear_pass(workload *w, uint64_t batches, workload_tick_fn tick, void *ctx, uint64_t *done,
+                       json_t **extra, char *err, size_t errlen)
+{
+    (void)batches;
+    (void)tick; /* set once on the object (batch_update_set_tick) */
+    (void)ctx;
+    linear_workload *lw = (linear_workload *)w;
+    batch_update_report rep;
+    *extra = NULL;
+    if (batch_update_pass(lw->bu, &w->cl, lw->batches, 0, true, &rep, err, errlen) < 0)
+        return -1;
+    *done = rep.batches;
+    return 0;
+}
+
+static const double *linear_loss(const workload *w, uint64_t *n)
+{
+    return batch_update_loss_per_epoch(((const linear_workload *)w)->bu, n);
+}
+
+static const float *linear_params(const workload *w, uint64_t *n)
+{
+    return batch_update_params(((const linear_workload *)w)->bu, n);
+}
+
+static const loss_check *linear_divergence(const workload *w)
+{
+    return batch_update_divergence(((const linear_workload *)w)->bu);
+}
+
+static void linear_free(workload *w) { batch_update_free(((linear_workload *)w)->bu); }
+
+static const workload_ops linear_ops = {
+    .name = "Linear",
+    .pass = linear_pass,
+    .loss_per_epoch = linear_loss,
+    .params = linear_params,
+    .divergence = linear_divergence,
+    .free = linear_free,
+};
+
+/* ---- the HybridModel (hybrid.c): tables through the client, dense through the hook */
+
+typedef struct hybrid_workload {
+    workload base;
+    hybrid *hy;
+} hybrid_workload;
+
+static int hybrid_wpass(workload *w, uint64_t batches, workload_tick_fn tick, void *ctx, uint64_t *done,
+                        json_t **extra, char *err, size_t errlen)
+{
+    hybrid_report rep;
+    *extra = NULL;
+    if (hybrid_pass(((hybrid_workload *)w)->hy, &w->cl, w->h, batches, tick, ctx, &rep, err, errlen) < 0)
+        return -1;
+    *done = rep.batches;
+    /* "bags": the samples of this benchmark ("samples" is the metrics map) */
+    *extra = json_pack("{s:I, s:I}", "bags", (json_int_t)rep.samples, "epochs", (json_int_t)rep.epochs);
+    return 0;
+}
+
+static const double *hybrid_loss(const workload *w, uint64_t *n)
+{
+    return hybrid_loss_per_epoch(((const hybrid_workload *)w)->hy, n);
+}
+
+static const float *hybrid_params(const workload *w, uint64_t *n)
+{
+    return hybrid_dense_params(((const hybrid_workload *)w)->hy, n);
+}
+
+static const loss_check *hybrid_wdivergence(const workload *w)
+{
+    return hybrid_divergence(((const hybrid_workload *)w)->hy);
+}
+
+static void hybrid_wfree(workload *w) { hybrid_free(((hybrid_workload *)w)->hy); }
+
+static const workload_ops hybrid_ops = {
+    .name = "HybridModel",
+    .pass = hybrid_wpass,
+    .loss_per_epoch = hybrid_loss,
+    .params = hybrid_params,
+    .divergence = hybrid_wdivergence,
+    .free = hybrid_wfree,
+};
+
+/* ---- the Synthetic model (synthetic.c): pure communication ------------------- */
+
+typedef struct synthetic_workload {
+    workload base;
+    synthetic *syn;
+} synthetic_workload;
+
+static int synthetic_pass(workload *w, uint64_t batches, workload_tick_fn tick, void *ctx, uint64_t *done,
+                          json_t **extra, char *err, size_t errlen)
+{
+    (void)batches; /* its configuration's */
+    (void)tick;    /* set once on the object (synthetic_set_tick) */
+    (void)ctx;
+    synthetic_report rep = {0};
+    *extra = NULL;
+    if (synthetic_run(((synthetic_workload *)w)->syn, &w->cl, &rep, err, errlen) < 0)
+        return -1;
+    *done = rep.batches;
+    return 0;
+}
+
+static void synthetic_wfree(workload *w) { synthetic_free(((synthetic_workload *)w)->syn); }
+
+/* No loss, no parameters: reported as nulls. */
+static const workload_ops synthetic_ops = {
+    .name = "Synthetic",
+    .pass = synthetic_pass,
+    .free = synthetic_wfree,
+};
+
+/* ---- constructors --------------------------------------------------------------- */
+
+/* A zeroed workload of `size` bytes with ops; NULL with err (the caller
+ * frees its object). */
+static workload *workload_alloc(size_t size, const workload_ops *ops, hook *h, char *err, size_t errlen)
+{
+    workload *w = calloc(1, size);
+    if (!w) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    w->ops = ops;
+    w->h = h;
+    w->cl.wake_fd = -1;
+    return w;
+}
+
+workload *workload_dummy_new(train *tr, hook *h, char *err, size_t errlen)
+{
+    dummy_workload *w = (dummy_workload *)workload_alloc(sizeof *w, &dummy_ops, h, err, errlen);
+    if (!w) {
+        train_free(tr);
+        hook_free(h);
+        return NULL;
+    }
+    w->tr = tr;
+    return &w->base;
+}
+
+workload *workload_linear_new(batch_update *bu, uint64_t batches, char *err, size_t errlen)
+{
+    linear_workload *w = (linear_workload *)workload_alloc(sizeof *w, &linear_ops, NULL, err, errlen);
+    if (!w) {
+        batch_update_free(bu);
+        return NULL;
+    }
+    w->bu = bu;
+    w->batches = batches;
+    return &w->base;
+}
+
+workload *workload_hybrid_new(hybrid *hy, hook *h, char *err, size_t errlen)
+{
+    hybrid_workload *w = (hybrid_workload *)workload_alloc(sizeof *w, &hybrid_ops, h, err, errlen);
+    if (!w) {
+        hybrid_free(hy);
+        hook_free(h);
+        return NULL;
+    }
+    w->hy = hy;
+    return &w->base;
+}
+
+workload *workload_synthetic_new(synthetic *syn, char *err, size_t errlen)
+{
+    synthetic_workload *w = (synthetic_workload *)workload_alloc(sizeof *w, &synthetic_ops, NULL, err, errlen);
+    if (!w) {
+        synthetic_free(syn);
+        return NULL;
+    }
+    w->syn = syn;
+    return &w->base;
+}
+
+int workload_open_client(workload *w, const char *servers, uint64_t rank, const char *token,
+                         double connect_timeout_s, const client_sink *sink, char *err, size_t errlen)
+{
+    if (client_open(&w->cl, servers, rank, token, connect_timeout_s, sink, err, errlen) < 0)
+        return -1;
+    w->cl_open = true;
+    return 0;
+}
+
+/* ---- what they share ----------------------------------------------------------- */
+
+json_t *workload_pass_report(const workload *w, const char *pass, json_t *extra)
+{
+    json_t *o;
+    if (!w->ops->loss_per_epoch || !w->ops->params) {
+        /* Nulls, so that every trainer's entry has the same keys. */
+        o = json_pack("{s:n, s:n}", "loss_per_epoch", "final_params_sha256");
+    } else {
+        uint64_t ne = 0, n = 0;
+        const double *loss = w->ops->loss_per_epoch(w, &ne);
+        const float *params = w->ops->params(w, &n);
+        json_t *losses = json_array();
+        for (uint64_t e = 0; e < ne; e++)
+            json_array_append_new(losses, loss_json(loss[e]));
+        char hex[65] = "";
+        params_sha256_floats(params, n, hex);
+        o = json_pack("{s:o, s:s}", "loss_per_epoch", losses, "final_params_sha256", hex);
+    }
+    const loss_check *lc = w->ops->divergence ? w->ops->divergence(w) : NULL;
+    json_t *d = lc ? loss_check_json(lc, pass) : NULL;
+    if (o && d) {
+        char why[256];
+        loss_check_reason(lc, pass, why, sizeof why);
+        log_warn("%s: going on (--allow-divergence)", why);
+        json_object_set_new(o, "diverged", d);
+    } else {
+        json_decref(d);
+    }
+    if (o && extra)
+        json_object_update(o, extra);
+    json_decref(extra);
+    return o;
+}
+
+int workload_write_params(const workload *w, const char *path, char *err, size_t errlen)
+{
+    if (!w->ops->params)
+        return 0;
+    uint64_t n = 0;
+    const float *p = w->ops->params(w, &n);
+    return params_write(path, p, n, err, errlen);
+}
+
+void workload_reset(workload *w) { hook_reset(w->h); }
+
+void workload_bytes(const workload *w, uint64_t *in, uint64_t *out)
+{
+    if (w->cl_open) {
+        *in += w->cl.bytes_in;
+        *out += w->cl.bytes_out;
+    }
+    hook_bytes(w->h, in, out);
+}
+
+void workload_free(workload *w)
+{
+    if (!w)
+        return;
+    hook_free(w->h);
+    if (w->cl_open)
+        client_close(&w->cl);
+    w->ops->free(w);
+    free(w);
+}
