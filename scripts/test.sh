@@ -33,7 +33,9 @@ if command -v clang >/dev/null 2>&1; then cc=clang; else cc=cc; fi
 
 run_suite() { # build-dir, ctest args (quoted as one word), extra cmake args...
   local dir=$1 select=$2; shift 2
-  psb_configure "$dir" "$cc" RelWithDebInfo -DPSBENCH_WERROR=ON "$@"
+  # Every option this script relies on is named, so that a folder left
+  # with other options (a hand-made build without tests) is set right.
+  psb_configure "$dir" "$cc" RelWithDebInfo -DPSBENCH_WERROR=ON -DPSBENCH_TESTS=ON "$@"
   [ "$configure_only" = 1 ] && return 0
   cmake --build "$dir" -j "$jobs"
   # shellcheck disable=SC2086  # $select is a list of ctest flags
@@ -41,7 +43,7 @@ run_suite() { # build-dir, ctest args (quoted as one word), extra cmake args...
 }
 
 echo "== release build + tests (build-test/)"
-run_suite build-test ""
+run_suite build-test "" -DPSBENCH_SANITIZE=OFF -DPSBENCH_TSAN=OFF -DPSBENCH_FUZZ=ON -DPSBENCH_DEVICE_TEST_SUITE=OFF
 
 if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   echo "== ASan + UBSan build + tests (build-asan/)"

@@ -20,7 +20,11 @@
 _Static_assert(CUDART_VERSION / 1000 == PSBENCH_CUDART_MAJOR,
                "PSBENCH_CUDART_MAJOR differs from the CUDART_VERSION of cuda_runtime_api.h");
 #define CUDALOAD_CUDART_SONAME "libcudart.so." CUDALOAD_STR(PSBENCH_CUDART_MAJOR)
+#ifdef PSBENCH_HAVE_NCCL
 #define CUDALOAD_NCCL_SONAME "libnccl.so." CUDALOAD_STR(NCCL_MAJOR)
+#else
+#define CUDALOAD_NCCL_SONAME "libnccl.so" /* never loaded: no nccl.h at build time */
+#endif
 #define CUDALOAD_CUBLAS_SONAME "libcublas.so." CUDALOAD_STR(CUBLAS_VER_MAJOR)
 
 /* One library: its soname, how to fill its table, and what loading gave. */
@@ -33,7 +37,9 @@ typedef struct cudaload_lib {
 } cudaload_lib;
 
 static cudart_api cudaload_cudart_table;
+#ifdef PSBENCH_HAVE_NCCL
 static nccl_api cudaload_nccl_table;
+#endif
 static cublas_api cudaload_cublas_table;
 
 /* One symbol into its slot of a table. POSIX defines the conversion of
@@ -77,6 +83,7 @@ static int cudaload_resolve_cudart(cudaload_lib *l, void *h)
                : 0;
 }
 
+#ifdef PSBENCH_HAVE_NCCL
 static int cudaload_resolve_nccl(cudaload_lib *l, void *h)
 {
     nccl_api *t = &cudaload_nccl_table;
@@ -92,6 +99,7 @@ static int cudaload_resolve_nccl(cudaload_lib *l, void *h)
                ? -1
                : 0;
 }
+#endif
 
 static int cudaload_resolve_cublas(cudaload_lib *l, void *h)
 {
@@ -107,7 +115,9 @@ static int cudaload_resolve_cublas(cudaload_lib *l, void *h)
 enum { CUDALOAD_CUDART = 0, CUDALOAD_NCCL, CUDALOAD_CUBLAS };
 static cudaload_lib cudaload_libs[] = {
     [CUDALOAD_CUDART] = {CUDALOAD_CUDART_SONAME, PTHREAD_ONCE_INIT, cudaload_resolve_cudart, 0, ""},
+#ifdef PSBENCH_HAVE_NCCL
     [CUDALOAD_NCCL] = {CUDALOAD_NCCL_SONAME, PTHREAD_ONCE_INIT, cudaload_resolve_nccl, 0, ""},
+#endif
     [CUDALOAD_CUBLAS] = {CUDALOAD_CUBLAS_SONAME, PTHREAD_ONCE_INIT, cudaload_resolve_cublas, 0, ""},
 };
 
@@ -144,7 +154,9 @@ static void cudaload_load(cudaload_lib *l)
 }
 
 static void cudaload_once_cudart(void) { cudaload_load(&cudaload_libs[CUDALOAD_CUDART]); }
+#ifdef PSBENCH_HAVE_NCCL
 static void cudaload_once_nccl(void) { cudaload_load(&cudaload_libs[CUDALOAD_NCCL]); }
+#endif
 static void cudaload_once_cublas(void) { cudaload_load(&cudaload_libs[CUDALOAD_CUBLAS]); }
 
 /* Loads library `which` once; 1 when it is usable, else 0 with its reason. */
@@ -165,12 +177,14 @@ const cudart_api *cudaload_cudart(char *err, size_t errlen)
 /* NCCL and cuBLAS run on the CUDA runtime's devices and streams: the
  * runtime first, so that a host without it hears of the runtime, the
  * cause. */
+#ifdef PSBENCH_HAVE_NCCL
 const nccl_api *cudaload_nccl(char *err, size_t errlen)
 {
     if (!cudaload_cudart(err, errlen))
         return NULL;
     return cudaload_ready(CUDALOAD_NCCL, cudaload_once_nccl, err, errlen) ? &cudaload_nccl_table : NULL;
 }
+#endif
 
 const cublas_api *cudaload_cublas(char *err, size_t errlen)
 {
@@ -180,5 +194,7 @@ const cublas_api *cudaload_cublas(char *err, size_t errlen)
 }
 
 const char *cudaload_cudart_soname(void) { return CUDALOAD_CUDART_SONAME; }
+#ifdef PSBENCH_HAVE_NCCL
 const char *cudaload_nccl_soname(void) { return CUDALOAD_NCCL_SONAME; }
+#endif
 const char *cudaload_cublas_soname(void) { return CUDALOAD_CUBLAS_SONAME; }

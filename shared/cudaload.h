@@ -28,7 +28,9 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#ifdef PSBENCH_HAVE_NCCL
 #include <nccl.h>
+#endif
 
 /* A field for the library function `fn`, of its declared type. Functions
  * the headers rename by macro (cublasCreate → cublasCreate_v2) get the
@@ -71,7 +73,9 @@ typedef struct cudart_api {
     CUDALOAD_FN(cudaGetLastError);
 } cudart_api;
 
-/* NCCL (libnccl). */
+#ifdef PSBENCH_HAVE_NCCL
+/* NCCL (libnccl): where the build found its header (nccl.h is not part
+ * of every CUDA toolkit; without it the CUDA paths build, NCCL does not). */
 typedef struct nccl_api {
     const char *soname;
     CUDALOAD_FN(ncclGetVersion);
@@ -89,6 +93,7 @@ typedef struct nccl_api {
     CUDALOAD_FN(ncclGroupStart);
     CUDALOAD_FN(ncclGroupEnd);
 } nccl_api;
+#endif
 
 /* cuBLAS (libcublas): the dense products of the CUDA trainers. */
 typedef struct cublas_api {
@@ -105,12 +110,14 @@ typedef struct cublas_api {
  * symbols is missing. Later calls return the same table, or fail with the
  * same reason, at once. */
 const cudart_api *cudaload_cudart(char *err, size_t errlen);
+#ifdef PSBENCH_HAVE_NCCL
 const nccl_api *cudaload_nccl(char *err, size_t errlen);
+const char *cudaload_nccl_soname(void);
+#endif
 const cublas_api *cudaload_cublas(char *err, size_t errlen);
 
 /* The sonames this build loads ("libcudart.so.13", ...). */
 const char *cudaload_cudart_soname(void);
-const char *cudaload_nccl_soname(void);
 const char *cudaload_cublas_soname(void);
 
 #endif

@@ -52,7 +52,9 @@ class ScriptsTests(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.cc_run = real(os.environ.get("CC") or "cc")
+        # script() runs both without CC (a user's CC would choose run.sh's
+        # compiler): run.sh then takes the system's cc.
+        cls.cc_run = real("cc")
         cls.cc_test = real("clang") if shutil.which("clang") else real("cc")
 
     def setUp(self):
@@ -144,6 +146,40 @@ class ScriptsTests(unittest.TestCase):
         self.assertEqual(real(c.get("CMAKE_C_COMPILER", "")), self.cc_test)
         self.assertEqual(c.get("CMAKE_BUILD_TYPE"), "RelWithDebInfo")
         self.assertEqual(c.get("PSBENCH_TESTS"), "ON")
+
+    def test_options_set_again(self):
+        """A build-test/ with test.sh's compiler and build type but other
+        options (configured by hand without tests or the fuzz target) gets
+        test.sh's options back: it names every one it relies on."""
+        tree = self.tree()
+        d = os.path.join(tree, "build-test")
+        r = subprocess.run(["cmake", "-S", tree, "-B", d, "-DCMAKE_C_COMPILER=" + self.cc_test,
+                            "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DPSBENCH_TESTS=OFF", "-DPSBENCH_FUZZ=OFF",
+                            "-DPSBENCH_SANITIZE=ON"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+        self.assertEqual(r.returncode, 0, r.stdout.decode()[-2000:])
+        self.script(tree, "test.sh", {"PSBENCH_NO_SANITIZE": "1"})
+        c = cache(d)
+        self.assertEqual(c.get("PSBENCH_TESTS"), "ON")
+        self.assertEqual(c.get("PSBENCH_FUZZ"), "ON")
+        self.assertEqual(c.get("PSBENCH_SANITIZE"), "OFF")
+
+    def test_cuda_optional(self):
+        """CUDA is optional at build time: PSBENCH_CUDA=OFF configures a
+        CPU-only build where the toolkit is installed, and a toolkit
+        without NCCL's header builds the CUDA paths without NCCL. (The
+        builds themselves were checked by hand: configuring is this
+        test's whole cost.)"""
+        tree = self.tree()
+        for extra, want in ((["-DPSBENCH_CUDA=OFF"], "psbench: CUDA OFF, NCCL OFF"),
+                            (["-DNCCL_INCLUDE_DIR=" + os.path.join(self.tmp, "no-nccl")], ", NCCL OFF")):
+            d = os.path.join(self.tmp, "b%d" % len(os.listdir(self.tmp)))
+            r = subprocess.run(["cmake", "-S", tree, "-B", d, "-DCMAKE_C_COMPILER=" + self.cc_test,
+                                "-DPSBENCH_TESTS=OFF"] + extra,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+            out = r.stdout.decode("utf-8", "replace")
+            self.assertEqual(r.returncode, 0, out[-2000:])
+            self.assertIn(want, out)
 
     def test_packages(self):
         """run.sh's set has what building and running need and none of the

@@ -41,8 +41,10 @@ static void test_sonames(void **state)
     char want[64];
     snprintf(want, sizeof want, "libcudart.so.%d", CUDART_VERSION / 1000);
     assert_string_equal(cudaload_cudart_soname(), want);
+#ifdef PSBENCH_HAVE_NCCL
     snprintf(want, sizeof want, "libnccl.so.%d", NCCL_MAJOR);
     assert_string_equal(cudaload_nccl_soname(), want);
+#endif
     snprintf(want, sizeof want, "libcublas.so.%d", CUBLAS_VER_MAJOR);
     assert_string_equal(cudaload_cublas_soname(), want);
 }
@@ -75,6 +77,7 @@ static void test_present(void **state)
     assert_int_equal(v / 1000, CUDART_VERSION / 1000);
     assert_ptr_equal(cudaload_cudart(NULL, 0), rt); /* loaded once */
 
+#ifdef PSBENCH_HAVE_NCCL
     const nccl_api *nc = cudaload_nccl(err, sizeof err);
     assert_non_null(nc);
     ASSERT_ALL_SET(nc);
@@ -82,11 +85,16 @@ static void test_present(void **state)
     assert_int_equal(nc->ncclGetVersion(&nv), ncclSuccess);
     assert_true(nv / 10000 == NCCL_MAJOR || nv / 1000 == NCCL_MAJOR); /* 2.9+: 10000 * major; older: 1000 */
     assert_string_equal(nc->ncclGetErrorString(ncclInvalidArgument), nc->ncclGetErrorString(ncclInvalidArgument));
+#endif
 
     const cublas_api *cb = cudaload_cublas(err, sizeof err);
     assert_non_null(cb);
     ASSERT_ALL_SET(cb);
+#ifdef PSBENCH_HAVE_NCCL
     print_message("loaded %s (runtime %d), %s (NCCL %d), %s\n", rt->soname, v, nc->soname, nv, cb->soname);
+#else
+    print_message("loaded %s (runtime %d), %s (no NCCL in this build)\n", rt->soname, v, cb->soname);
+#endif
 }
 
 static void test_absent(void **state)
@@ -103,9 +111,11 @@ static void test_absent(void **state)
     assert_string_equal(again, err);
     assert_null(cudaload_cudart(NULL, 0)); /* no buffer: no reason, no crash */
     /* NCCL and cuBLAS need the runtime: its absence is the reason given. */
+#ifdef PSBENCH_HAVE_NCCL
     memset(again, 0, sizeof again);
     assert_null(cudaload_nccl(again, sizeof again));
     assert_string_equal(again, want);
+#endif
     memset(again, 0, sizeof again);
     assert_null(cudaload_cublas(again, sizeof again));
     assert_string_equal(again, want);
