@@ -152,3 +152,13 @@ void psbuf_unref(psbuf *b)
     p->free = b;
     p->free_bytes += b->cap;
 }
+
+void bufpool_trim(bufpool *p, size_t keep_bytes)
+{
+    while (p->free && p->free_bytes > keep_bytes) {
+        psbuf *b = p->free;
+        p->free = b->next;
+        p->free_bytes -= b->cap;
+        bufpool_release(b);
+    }
+}

@@ -67,6 +67,8 @@ void bufpool_init_mem(bufpool *p, size_t keep_bytes, const bufpool_mem *mem);
 void bufpool_destroy(bufpool *p); /* every buffer must have been returned */
 /* A buffer of at least `len` bytes with refs = 1, or NULL. */
 psbuf *bufpool_get(bufpool *p, size_t len);
+/* Release free buffers until at most keep_bytes of them remain. */
+void bufpool_trim(bufpool *p, size_t keep_bytes);
 void psbuf_ref(psbuf *b);
 void psbuf_unref(psbuf *b);
 

@@ -72,7 +72,9 @@ static int cudaload_resolve_cudart(cudaload_lib *l, void *h)
                    CUDALOAD_RESOLVE(l, h, t, cudaStreamSynchronize) ||
                    CUDALOAD_RESOLVE(l, h, t, cudaGetDeviceProperties) || CUDALOAD_RESOLVE(l, h, t, cudaMemGetInfo) ||
                    CUDALOAD_RESOLVE(l, h, t, cudaHostAlloc) || CUDALOAD_RESOLVE(l, h, t, cudaFreeHost) ||
-                   CUDALOAD_RESOLVE(l, h, t, cudaMemsetAsync) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaMemsetAsync) || CUDALOAD_RESOLVE(l, h, t, cudaMallocAsync) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaFreeAsync) || CUDALOAD_RESOLVE(l, h, t, cudaDeviceGetDefaultMemPool) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaMemPoolSetAttribute) ||
                    CUDALOAD_RESOLVE(l, h, t, cudaEventCreateWithFlags) ||
                    CUDALOAD_RESOLVE(l, h, t, cudaEventRecord) || CUDALOAD_RESOLVE(l, h, t, cudaEventQuery) ||
                    CUDALOAD_RESOLVE(l, h, t, cudaEventElapsedTime) || CUDALOAD_RESOLVE(l, h, t, cudaEventDestroy) ||

@@ -60,6 +60,12 @@ typedef struct cudart_api {
     CUDALOAD_FN(cudaHostAlloc);
     CUDALOAD_FN(cudaFreeHost);
     CUDALOAD_FN(cudaMemsetAsync);
+    /* Stream-ordered device memory (CUDA 11.2+): no synchronisation on
+     * the server's data path. */
+    CUDALOAD_FN(cudaMallocAsync);
+    CUDALOAD_FN(cudaFreeAsync);
+    CUDALOAD_FN(cudaDeviceGetDefaultMemPool);
+    CUDALOAD_FN(cudaMemPoolSetAttribute);
     CUDALOAD_FN(cudaEventCreateWithFlags);
     CUDALOAD_FN(cudaEventRecord);
     CUDALOAD_FN(cudaEventQuery);

@@ -89,6 +89,12 @@ typedef struct cugpu_ops {
     const char *name; /* "cuda" or "fake" */
     void *(*dev_alloc)(cugpu *g, size_t bytes);
     void (*dev_free)(cugpu *g, void *p);
+    /* Stream-ordered device memory: usable by what is queued on s after
+     * the allocation; freed once everything queued on s before the free
+     * has run. Neither waits for the GPU (cudaMalloc and cudaFree may
+     * synchronise the device: the reactor calls these instead). */
+    void *(*dev_alloc_async)(cugpu *g, cugpu_stream *s, size_t bytes);
+    void (*dev_free_async)(cugpu *g, cugpu_stream *s, void *p);
     void *(*host_alloc)(cugpu *g, size_t bytes); /* pinned */
     void (*host_free)(cugpu *g, void *p);
     cugpu_stream *(*stream_new)(cugpu *g);

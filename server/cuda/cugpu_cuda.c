@@ -13,6 +13,8 @@
 #include "shared/cudaload.h"
 #include "shared/gpu.h"
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@ typedef struct cuda_gpu {
     cudaLibrary_t lib;
     cudaKernel_t kernels[PSB_K_COUNT];
     int sms;        /* streaming multiprocessors: the grids' size */
+    bool pools;     /* stream-ordered allocation (the default pool) works */
 } cuda_gpu;
 
 static int cg_failed(cugpu *g, const char *call, cudaError_t e)
@@ -47,6 +50,36 @@ static void cg_dev_free(cugpu *g, void *p)
 {
     if (p)
         ((cuda_gpu *)g)->rt->cudaFree(p);
+}
+
+/* Stream-ordered: cudaMallocAsync and cudaFreeAsync from the device's
+ * default pool, which keeps what is freed (its release threshold is set to
+ * the maximum in cugpu_cuda_new) instead of returning it to the driver at
+ * the next synchronisation. Where pools are not supported (an old driver),
+ * the plain calls, which may synchronise. */
+static void *cg_dev_alloc_async(cugpu *g, cugpu_stream *s, size_t bytes)
+{
+    cuda_gpu *cg = (cuda_gpu *)g;
+    if (!cg->pools)
+        return cg_dev_alloc(g, bytes);
+    void *p = NULL;
+    cudaError_t e = cg->rt->cudaMallocAsync(&p, bytes ? bytes : 1, (cudaStream_t)(void *)s);
+    if (e != cudaSuccess) {
+        cg_failed(g, "cudaMallocAsync", e);
+        return NULL;
+    }
+    return p;
+}
+
+static void cg_dev_free_async(cugpu *g, cugpu_stream *s, void *p)
+{
+    cuda_gpu *cg = (cuda_gpu *)g;
+    if (!p)
+        return;
+    if (!cg->pools)
+        cg->rt->cudaFree(p);
+    else
+        cg->rt->cudaFreeAsync(p, (cudaStream_t)(void *)s);
 }
 
 static void *cg_host_alloc(cugpu *g, size_t bytes)
@@ -250,6 +283,8 @@ static const cugpu_ops cuda_ops = {
     .name = "cuda",
     .dev_alloc = cg_dev_alloc,
     .dev_free = cg_dev_free,
+    .dev_alloc_async = cg_dev_alloc_async,
+    .dev_free_async = cg_dev_free_async,
     .host_alloc = cg_host_alloc,
     .host_free = cg_host_free,
     .stream_new = cg_stream_new,
@@ -291,6 +326,12 @@ cugpu *cugpu_cuda_new(int device, char *err, size_t errlen)
         return NULL;
     }
     cg->sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+    cg->pools = rt->cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
+                rt->cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess;
+    if (!cg->pools)
+        rt->cudaGetLastError(); /* not sticky: clear it */
     e = rt->cudaLibraryLoadData(&cg->lib, psb_kernels_fatbin, NULL, NULL, 0, NULL, NULL, 0);
     if (e != cudaSuccess) {
         snprintf(err, errlen, "GPU %d (%s): the server's kernels do not load (cudaLibraryLoadData: %s; this build "

@@ -19,7 +19,10 @@
 #include <string.h>
 #include <time.h>
 
-typedef enum fake_kind { FOP_COPY, FOP_LAUNCH, FOP_HOST_FN, FOP_RECORD } fake_kind;
+/* FOP_FREE: a stream-ordered free (dst is the memory). It runs even on a
+ * failed stream (nothing else of that stream runs any more) and counts in
+ * no injected failure: it is the allocator's, not the GPU's work. */
+typedef enum fake_kind { FOP_COPY, FOP_LAUNCH, FOP_HOST_FN, FOP_RECORD, FOP_FREE } fake_kind;
 
 typedef struct fake_op {
     fake_kind kind;
@@ -158,6 +161,9 @@ static void fake_run(cugpu_stream *s, fake_op *op)
         op->ev->t_ns = clock_now_ns();
         __atomic_store_n(&op->ev->done, true, __ATOMIC_RELEASE);
         break;
+    case FOP_FREE:
+        free(op->dst);
+        break;
     }
     (void)s;
 }
@@ -176,10 +182,12 @@ static void *fake_worker(void *arg)
         s->head = op->next;
         if (!s->head)
             s->tail = NULL;
-        bool skip = s->failed;
+        bool skip = s->failed && op->kind != FOP_FREE;
         s->running = !skip;
         pthread_mutex_unlock(&s->mu);
-        if (!skip) {
+        if (op->kind == FOP_FREE) {
+            fake_run(s, op);
+        } else if (!skip) {
             if (g->delay_us) {
                 unsigned us = (unsigned)rand_r(&s->seed) % (g->delay_us + 1);
                 struct timespec ts = {0, (long)us * 1000};
@@ -252,6 +260,39 @@ static void fake_free(cugpu *g, void *p)
 {
     (void)g;
     free(p);
+}
+
+static void *fake_alloc_async(cugpu *g, cugpu_stream *s, size_t bytes)
+{
+    (void)s; /* host memory: usable at once, so also in stream order */
+    return fake_alloc(g, bytes);
+}
+
+static void fake_free_async(cugpu *g, cugpu_stream *s, void *p)
+{
+    if (!p)
+        return;
+    fake_op *op = calloc(1, sizeof *op);
+    pthread_mutex_lock(&s->mu);
+    if (s->failed || !op) {
+        /* A failed stream runs nothing more; without memory for the
+         * operation, wait for the stream (never on a real GPU's path). */
+        while (!s->failed && (s->head || s->running))
+            pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+        free(op);
+        fake_free(g, p);
+        return;
+    }
+    op->kind = FOP_FREE;
+    op->dst = p;
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 static cugpu_stream *fake_stream_new(cugpu *g)
@@ -392,6 +433,8 @@ static const cugpu_ops fake_ops = {
     .name = "fake",
     .dev_alloc = fake_alloc,
     .dev_free = fake_free,
+    .dev_alloc_async = fake_alloc_async,
+    .dev_free_async = fake_free_async,
     .host_alloc = fake_alloc,
     .host_free = fake_free,
     .stream_new = fake_stream_new,

@@ -64,6 +64,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +81,10 @@
 #define CUDA_CACHE_BYTES ((size_t)4 << 30)
 /* Handles kept for reuse. */
 #define CUDA_KEEP 1024
-/* Pinned host images kept by their pool when free. */
+/* Pinned host images kept by their pool when free, after a drain. During
+ * a session the pool keeps every free image (cudaFreeHost may synchronise
+ * the device: never on the data path); a drain (reset, a session's end)
+ * trims it to this. */
 #define CUDA_PINNED_KEEP ((size_t)1 << 30)
 /* How often the stream is asked for a failure while work is in flight. */
 #define CUDA_POLL_MS 5
@@ -485,7 +489,7 @@ static devbuf *cuda_buf_new(device *d, size_t bytes)
         if (!(b = calloc(1, sizeof *b)))
             return NULL;
         size_t cap = bytes ? (bytes + 255) & ~(size_t)255 : 256;
-        if (!(b->dev = c->gpu->ops->dev_alloc(c->gpu, cap))) {
+        if (!(b->dev = c->gpu->ops->dev_alloc_async(c->gpu, c->stream, cap))) {
             log_warn("device cuda: %s", c->gpu->err);
             free(b);
             return NULL;
@@ -521,7 +525,8 @@ static void cuda_handle_recycle(cuda_device *c, devbuf *b)
         c->spare_bytes += b->dev_cap;
         return;
     }
-    c->gpu->ops->dev_free(c->gpu, b->dev);
+    /* In stream order: after the jobs queued on it, without waiting. */
+    c->gpu->ops->dev_free_async(c->gpu, c->stream, b->dev);
     free(b);
 }
 
@@ -1073,6 +1078,7 @@ static void cuda_drain(device *d)
     }
     cuda_deliver(c);
     assert(!c->head);
+    bufpool_trim(&c->pinned, CUDA_PINNED_KEEP); /* the GPU is idle: freeing waits for nothing */
 }
 
 static void cuda_destroy(device *d)
@@ -1081,14 +1087,14 @@ static void cuda_destroy(device *d)
     cuda_drain(d);
     assert(c->live == 0);
     cugpu *g = c->gpu;
-    if (c->stream)
-        g->ops->stream_free(g, c->stream);
     while (c->spare) {
         devbuf *b = c->spare;
         c->spare = b->next;
-        g->ops->dev_free(g, b->dev);
+        g->ops->dev_free_async(g, c->stream, b->dev); /* a handle exists only with a stream */
         free(b);
     }
+    if (c->stream)
+        g->ops->stream_free(g, c->stream);
     cuda_ring_free(c, &c->stage);
     cuda_ring_free(c, &c->meta);
     free(c->bdesc);
@@ -1170,7 +1176,7 @@ device *device_cuda_new(struct event_base *base, cugpu *gpu, char *err, size_t e
     c->batch_gen = 1; /* a handle's chain_gen 0: in no batch */
     atomic_init(&c->fns_done, 0);
     bufpool_mem mem = {.alloc = cuda_pinned_alloc, .free = cuda_pinned_free, .ctx = c};
-    bufpool_init_mem(&c->pinned, CUDA_PINNED_KEEP, &mem);
+    bufpool_init_mem(&c->pinned, SIZE_MAX, &mem); /* trimmed in drains only */
     c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     c->sink = malloc(DEVICE_AREA_MIN);
     c->stream = gpu->ops->stream_new(gpu);

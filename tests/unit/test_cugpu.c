@@ -153,6 +153,70 @@ static void test_free_waits(void **state)
     cugpu_destroy(g);
 }
 
+/* Stream-ordered memory: buffers allocated on the stream, used by the work
+ * queued after, and freed at once behind it — the free waits for that work
+ * without the caller waiting (on the fake GPU a free that ran early would
+ * be a use after free, which ASan reports); the result is right; memory
+ * freed on a failed stream goes too (ASan's leak check). */
+static void test_stream_ordered_memory(void **state)
+{
+    (void)state;
+    cugpu *g = gpu_new(0);
+    if (!g)
+        skip();
+    cugpu_stream *s = g->ops->stream_new(g);
+    assert_non_null(s);
+    float *h_in = g->ops->host_alloc(g, N * sizeof(float)), *h_out = g->ops->host_alloc(g, N * sizeof(float));
+    float *d_keep = g->ops->dev_alloc(g, N * sizeof(float));
+    assert_non_null(h_in);
+    assert_non_null(h_out);
+    assert_non_null(d_keep);
+    for (size_t i = 0; i < N; i++)
+        h_in[i] = (float)(i % 997) * 0.25f - 3.0f;
+    for (int round = 0; round < 8; round++) {
+        float *d_tmp = g->ops->dev_alloc_async(g, s, N * sizeof(float));
+        assert_non_null(d_tmp);
+        assert_int_equal(g->ops->copy(g, s, d_tmp, h_in, N * sizeof(float), CUGPU_H2D), 0);
+        cugpu_launch l = {.kernel = PSB_K_FOLD};
+        l.u.fold.op = round == 0 ? PSB_FOLD_COPY : PSB_FOLD_ADD;
+        l.u.fold.acc = d_keep;
+        l.u.fold.src = d_tmp;
+        l.u.fold.n = N;
+        assert_int_equal(g->ops->launch(g, s, &l), 0);
+        g->ops->dev_free_async(g, s, d_tmp); /* behind the fold that reads it */
+    }
+    assert_int_equal(g->ops->copy(g, s, h_out, d_keep, N * sizeof(float), CUGPU_D2H), 0);
+    assert_int_equal(g->ops->sync(g, s), 0);
+    for (size_t i = 0; i < N; i++) {
+        float want = h_in[i];
+        for (int r = 1; r < 8; r++)
+            want = cumath_fold_add(want, h_in[i]);
+        if (memcmp(&want, &h_out[i], sizeof want) != 0)
+            fail_msg("element %zu: %g, want %g", i, (double)h_out[i], (double)want);
+    }
+    g->ops->stream_free(g, s);
+    g->ops->dev_free(g, d_keep);
+    g->ops->host_free(g, h_in);
+    g->ops->host_free(g, h_out);
+    cugpu_destroy(g);
+
+    /* A failed stream (its 2nd operation): what is freed on it still goes. */
+    if (!(g = gpu_new(2)))
+        return;
+    s = g->ops->stream_new(g);
+    float *h = g->ops->host_alloc(g, 16 * sizeof(float));
+    memset(h, 0, 16 * sizeof(float));
+    float *d1 = g->ops->dev_alloc_async(g, s, 16 * sizeof(float)), *d2 = g->ops->dev_alloc_async(g, s, 64);
+    assert_int_equal(g->ops->copy(g, s, d1, h, 16 * sizeof(float), CUGPU_H2D), 0); /* 1: runs */
+    assert_int_equal(g->ops->copy(g, s, h, d1, 16 * sizeof(float), CUGPU_D2H), 0); /* 2: fails */
+    g->ops->dev_free_async(g, s, d1); /* queued behind the failure */
+    assert_int_equal(g->ops->sync(g, s), -1);
+    g->ops->dev_free_async(g, s, d2); /* on a stream already failed */
+    g->ops->stream_free(g, s);
+    g->ops->host_free(g, h);
+    cugpu_destroy(g);
+}
+
 /* The 3rd operation fails: the 4th and the host functions never run,
  * query and sync say why, and the stream takes no more work. */
 static void test_failure(void **state)
@@ -188,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_in_order),
         cmocka_unit_test(test_free_waits),
         cmocka_unit_test(test_failure),
+        cmocka_unit_test(test_stream_ordered_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -153,6 +153,35 @@ static void test_free_releases(void **state)
     bufpool_destroy(&pool);
 }
 
+/* A pool that keeps every free buffer (the cuda device's pinned pool during
+ * a session) gives them back down to a bound when trimmed (its drains), and
+ * what it kept is reused without a new allocation. */
+static void test_pool_trim(void **state)
+{
+    (void)state;
+    bufpool pool;
+    bufpool_init(&pool, SIZE_MAX);
+    psbuf *b[4];
+    for (int k = 0; k < 4; k++)
+        assert_non_null(b[k] = bufpool_get(&pool, 1 << 20));
+    for (int k = 0; k < 4; k++)
+        psbuf_unref(b[k]);
+    assert_int_equal(pool.free_bytes, 4u << 20); /* kept, all of them */
+    bufpool_trim(&pool, (3u << 20) / 2);
+    assert_true(pool.free_bytes <= (3u << 20) / 2);
+    assert_int_equal(pool.free_bytes, 1u << 20);
+    uint64_t allocs = pool.allocs;
+    psbuf *again = bufpool_get(&pool, 1 << 20);
+    assert_int_equal(pool.allocs, allocs); /* the one kept */
+    assert_int_equal(pool.free_bytes, 0);
+    bufpool_trim(&pool, 0); /* nothing free: nothing to do */
+    psbuf_unref(again);
+    bufpool_trim(&pool, 0);
+    assert_int_equal(pool.free_bytes, 0);
+    assert_null(pool.free);
+    bufpool_destroy(&pool);
+}
+
 
 /* ---- zero-copy (spliced) payloads ---------------------------------------- */
 
@@ -502,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_order_and_refs),
         cmocka_unit_test(test_partial_writes),
         cmocka_unit_test(test_free_releases),
+        cmocka_unit_test(test_pool_trim),
         cmocka_unit_test(test_splice_lends),
         cmocka_unit_test(test_splice_lend_cap),
         cmocka_unit_test(test_splice_free_no_recycle),
