@@ -208,7 +208,8 @@ class Server(Proc):
         return rc, self.stdout(), self.stderr()
 
 
-_SANITIZER_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|WARNING: ThreadSanitizer")
+_SANITIZER_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|WARNING: ThreadSanitizer|"
+                           r"========= ERROR SUMMARY: [1-9]")
 
 
 def sanitizer_report(text):
@@ -251,8 +252,12 @@ class Registry(object):
 
     def server(self, trainers=2, kind=None, token=None, listen=None, extra=(), env=None,
                ready=True, preexec=None):
-        args = [bin_path("psbench-server"), "--standalone", "--trainers", str(trainers),
-                "--listen", listen or ("%s:0" % HOST)]
+        # $PSBENCH_SERVER_WRAP: a command that runs the server (tools/
+        # gpu-sanitize.sh: compute-sanitizer over the servers of the gpu
+        # suites).
+        wrap = os.environ.get("PSBENCH_SERVER_WRAP", "").split()
+        args = wrap + [bin_path("psbench-server"), "--standalone", "--trainers", str(trainers),
+                       "--listen", listen or ("%s:0" % HOST)]
         if kind:
             args += ["--kind", kind]
         if token is not None:

@@ -2,7 +2,10 @@
 # gpu-sanitize.sh — compute-sanitizer (memcheck, then racecheck) over the
 # tests that run kernels on a GPU: the GPU layer (test_cugpu with
 # PSBENCH_CUGPU=cuda) and the cuda device (test_device with
-# PSBENCH_CUDA_DEVICE=cuda: every job, batches of small folds, big buffers).
+# PSBENCH_CUDA_DEVICE=cuda: every job, batches of small folds, big buffers);
+# then memcheck over the servers of the integration suites of every kind on
+# the GPU (psb.py starts each server under it: $PSBENCH_SERVER_WRAP; a
+# report fails the test that started it, through its stderr).
 #
 #   tests/tools/gpu-sanitize.sh BUILD_DIR
 #
@@ -33,5 +36,15 @@ for tool in memcheck racecheck; do
             rc=1
         fi
     done
+done
+src=$(cd "$HERE/../.." && pwd)
+for t in test_server_kinds test_embedding_server test_batch_update test_cuda_server; do
+    echo "== compute-sanitizer --tool memcheck: the servers of $t (--device cuda)"
+    if ! (cd "$BUILD" && PSBENCH_BIN="$BUILD" PSBENCH_SERVER_DEVICE=cuda \
+            PSBENCH_SERVER_WRAP="$cs --tool memcheck --error-exitcode 99" \
+            /usr/bin/python3 "$src/tests/integration/$t.py"); then
+        echo "FAILED: memcheck over the servers of $t"
+        rc=1
+    fi
 done
 exit $rc
