@@ -1,5 +1,6 @@
 /* diff.c — compare two results.json files (see diff.h). */
 #include "master/diff.h"
+#include "shared/atomicfile.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -447,6 +448,25 @@ static void diff_environment(FILE *out, json_t *a, json_t *b)
         fprintf(out, recorded || ea || eb ? "environment: same\n" : "environment: not recorded\n");
 }
 
+/* Close the in-memory CSV and write it to path whole: a temporary file in
+ * the same directory, fsync, rename (afile_write). 0, or 1 with the error
+ * (the path, the errno by name and text) on err. */
+static int diff_write_csv(FILE *csv, char *const *text, const size_t *len, const char *path, FILE *err)
+{
+    bool ok = !ferror(csv);
+    /* fclose sets *text and *len: read them after it. */
+    if (fclose(csv) != 0 || !ok) {
+        fprintf(err, "psbench-master diff: cannot write %s: out of memory\n", path);
+        return 1;
+    }
+    char msg[4400];
+    if (afile_write(path, *text, *len, msg, sizeof msg) < 0) {
+        fprintf(err, "psbench-master diff: %s\n", msg);
+        return 1;
+    }
+    return 0;
+}
+
 int diff_main(int argc, char **argv, FILE *out, FILE *err)
 {
     const char *files[2] = {NULL, NULL};
@@ -502,11 +522,15 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
         json_decref(a);
         return 1;
     }
+    /* The CSV is built in memory and written whole at the end (afile_write):
+     * a full disk never leaves a cut-short file that looks like a diff. */
     FILE *csv = NULL;
+    char *csv_text = NULL;
+    size_t csv_len = 0;
     if (csv_path) {
-        csv = fopen(csv_path, "w");
+        csv = open_memstream(&csv_text, &csv_len);
         if (!csv) {
-            fprintf(err, "psbench-master diff: cannot write %s: %s\n", csv_path, strerror(errno));
+            fprintf(err, "psbench-master diff: cannot write %s: out of memory\n", csv_path);
             json_decref(a);
             json_decref(b);
             return 1;
@@ -538,10 +562,11 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
                            json_object_get(gb, groups.v[i]));
     }
     keyset_free(&groups);
-    if (csv && fclose(csv) != 0 && rc == 0) {
-        fprintf(err, "psbench-master diff: cannot write %s: %s\n", csv_path, strerror(errno));
-        rc = 1;
-    }
+    if (csv && rc == 0)
+        rc = diff_write_csv(csv, &csv_text, &csv_len, csv_path, err);
+    else if (csv)
+        fclose(csv);
+    free(csv_text);
     json_decref(a);
     json_decref(b);
     return rc;

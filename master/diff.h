@@ -5,7 +5,10 @@
  * shape of GET /api/v1/metrics "groups") and prints, per group and rank
  * ("all" first), one table per metric present in either run: the stat,
  * A, B, B-A and the change in percent of A. Configuration keys that differ
- * are listed first. With --csv FILE the same rows go to a CSV file.
+ * are listed first. With --csv FILE the same rows go to a CSV file,
+ * written whole (shared/atomicfile) after the table: a file that cannot be
+ * written exits 1 naming the path and the errno, and leaves the old file
+ * as it was.
  */
 #ifndef PSBENCH_DIFF_H
 #define PSBENCH_DIFF_H

@@ -3,10 +3,10 @@
 for testing the trainer where the real server lacks that kind, and for
 injecting server errors the real server would not produce on demand.
 
-    bu_mock_server.py --master HOST:PORT [--listen HOST:PORT]
+    bu_mock_server.py --master HOST:PORT [--listen HOST:PORT] [--nan-from-round R]
         joins a psbench-master as a server (register, assign with kind
-        batch-update and its batch_update object, metrics reports with
-        method_metric,update, reset, stop)
+        batch-update and its batch_update object, ready once listening,
+        metrics reports with method_metric,update, reset, stop)
     bu_mock_server.py --standalone --trainers N [--listen HOST:PORT]
         [--kind batch-update] [--in-features IN] [--out-features OUT] [--lr LR]
         [--momentum M] [--batch-update-size K] [--seed S] [--part P/N]
@@ -231,6 +231,10 @@ class Mock(object):
         if self.a.master:
             self.join(self.a.master, ls.getsockname()[1])
             self.sel.register(self.ctl, selectors.EVENT_READ, "ctl")
+            # Nothing to fill: ready at once (the master tells the trainers
+            # where the servers are only after every one said so).
+            self.report()
+            self.ctl_send("ready", {})
         sys.stderr.write("psbench-server: listening on %s:%d (kind batch-update, mock)\n" %
                          ls.getsockname())
         sys.stderr.flush()

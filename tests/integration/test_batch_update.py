@@ -12,6 +12,10 @@ master's BatchUpdateParameterServer / Linear / BatchUpdateTrainer configs.
 - The master: config errors, the args echo, "benchmark warmup done", "Time
   spent training", the seed's debug lines, the metrics in results.json, the
   API and Prometheus, by hand and with --local.
+- A model gone bad under the master (the stand-in's NaN parameters: no lr
+  the real server accepts overflows a Linear model's L1 steps) fails the
+  run where the loss diverged, in results.json (error, trainers[].diverged)
+  and every trainer's last line; --allow-divergence ends it done, warned.
 
 The server is `psbench-server --kind batch-update` when the build has it,
 else the Python stand-in bu_mock_server.py (tests that need --local, which
@@ -362,6 +366,66 @@ class BatchUpdate(psb.PsbTestCase):
         for e in range(2):
             mean = sum(entry["loss_per_epoch"][e] for entry in res["trainers"]) / 2
             self.assertAlmostEqual(mean, sum(losses[4 * e:4 * e + 4]) / 4, delta=1e-5 * abs(mean))
+
+    def master_nan_run(self, *extra):
+        """A run by hand of 2 trainers, 1 epoch of 4 batches per pass, on a
+        stand-in server (joined to the master) whose parameters hold a NaN
+        from round 1 on. Returns (master, trainers, results.json); the
+        master has exited."""
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--ntrainer", "2", "--nserver", "1", "--epochs", "1", *extra, out=out)
+        self.reg.start([sys.executable, MOCK, "--master", m.ctl, "--listen", "127.0.0.1:0", "--nan-from-round",
+                        "1"], name="server")
+        trs = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl], name="trainer%d" % i)
+               for i in range(2)]
+        m.wait(120)
+        with open(os.path.join(out, "results.json")) as f:
+            return m, trs, json.load(f)
+
+    # Rounds 0 and 1 answer numbers; round 1's answer (the parameters of
+    # batch 2) holds the NaN: both trainers' losses diverge there.
+    DIVERGED = "loss diverged at epoch 0, batch 2 of the warm-up pass (loss = nan)"
+
+    def test_master_loss_diverged_fails_the_run(self):
+        """The trainers stop at the batch whose loss is NaN and the run
+        fails: results.json's error and trainers[].diverged say where, as
+        do the master's and every trainer's last line."""
+        m, trs, res = self.master_nan_run()
+        self.assertEqual(m.returncode, 1, m.describe())
+        self.assertEqual(res["phase"], "failed")
+        self.assertRegex(res["error"], r"^trainer \d \(.*\) failed: " + re.escape(self.DIVERGED) +
+                         r": lower the learning rate")
+        self.assertRegex(m.stderr().strip().splitlines()[-1],
+                         r"^psbench-master: run failed: trainer \d \(.*\) failed: " + re.escape(self.DIVERGED))
+        # The trainer the error names records where; the other, if its
+        # report came in time, the same place.
+        named = int(re.match(r"^trainer (\d)", res["error"]).group(1))
+        want = {"pass": "warm-up", "epoch": 0, "batch": 2, "loss": "nan"}
+        self.assertEqual(res["trainers"][named]["diverged"], want, res["trainers"])
+        for t in res["trainers"]:
+            self.assertIn(t["diverged"], (want, None), t)
+        self.assertEqual(res["warnings"], [])
+        for t in trs:
+            self.assertNotEqual(t.wait(60), 0, t.describe())
+            self.assertRegex(t.stderr().strip().splitlines()[-1],
+                             r"^psbench-trainer: the run failed: trainer \d \(.*\) failed: " +
+                             re.escape(self.DIVERGED), t.describe())
+
+    def test_master_loss_diverged_allowed(self):
+        """With --allow-divergence the trainers push on past the NaN loss:
+        the run ends done, each trainer's divergence is in
+        trainers[].diverged and a warning, its losses "nan"."""
+        m, trs, res = self.master_nan_run("--allow-divergence")
+        self.assertEqual(m.returncode, 0, m.describe())
+        self.assertEqual(res["phase"], "done")
+        self.assertEqual(len(res["warnings"]), 2, res["warnings"])
+        for r, (t, w) in enumerate(zip(res["trainers"], res["warnings"])):
+            self.assertEqual(t["diverged"], {"pass": "warm-up", "epoch": 0, "batch": 2, "loss": "nan"}, t)
+            self.assertRegex(w, r"^trainer %d \(.*\): " % r + re.escape(self.DIVERGED) +
+                             r"; the run went on \(--allow-divergence\)$")
+            self.assertEqual(t["loss_per_epoch"], ["nan"], t)
+        for t in trs:
+            self.assertEqual(t.wait(60), 0, t.describe())
 
     def test_master_local_debug_lines(self):
         if not REAL:

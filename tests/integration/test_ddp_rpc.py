@@ -10,6 +10,10 @@ allreduce_hook over Gloo.
 - The seed's flags select the benchmark; a shape the dense part cannot
   take (number_ps x embedding_dim not a multiple of 512) is refused at
   start with the reason.
+- A loss that stops being a number (HybridTrainer's lr 1e30) fails the run
+  where it happens: results.json's error and trainers[].diverged, the
+  master's and every trainer's last line name the epoch and the batch;
+  with --allow-divergence the run goes on and ends done with a warning.
 (The servers' arithmetic and their refusals of bad lookups, with nothing
 changed: test_embedding_server.py.)
 
@@ -18,6 +22,7 @@ Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_ddp_rpc.py
 import array
 import json
 import os
+import re
 import sys
 import time
 
@@ -121,6 +126,85 @@ class DdpRpc(psb.PsbTestCase):
         # 512*256+256 + 256*128+128 + 128*64+64 + 64*32+32 + 32*8+8
         self.assertEqual(len(dense[0]), 174824)
         self.assertEqual(dense[0].tobytes(), dense[1].tobytes())
+
+    def diverging_trainers(self):
+        """The trainer configurations with HybridTrainer's "lr" at 1e30 (a
+        float the configuration checks accept): the dense parameters
+        overflow in the first step and the loss is no longer a number."""
+        tc = os.path.join(self.reg.workdir, "diverging.json")
+        with open(os.path.join(os.path.dirname(psb.HERE), "..", "configs",
+                               "trainer_configurations.json")) as f:
+            t = json.load(f)
+        t["HybridTrainer"]["configurations"]["lr"] = 1e30
+        with open(tc, "w") as f:
+            json.dump(t, f)
+        return tc
+
+    # Batch 0 computes with the initial parameters (a finite loss); its step
+    # at lr 1e30 overflows them, so batch 1 is where the loss diverges, on
+    # both trainers (the allreduce leaves them the same dense parameters).
+    DIVERGED = "loss diverged at epoch 0, batch 1 of the warm-up pass (loss = nan)"
+
+    def test_loss_divergence_fails_the_run(self):
+        """The HybridModel's loss becomes NaN: the trainers stop at that
+        batch, the run fails, and results.json (error, trainers[].diverged)
+        and the master's and each trainer's last line say where; every
+        process exits non-zero."""
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256", "--epochs", "3",
+                        "--warmup-cycles", "1", "--trainer-config-path", self.diverging_trainers(), local=False,
+                        out=out)
+        srvs = [self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
+                               name="server%d" % s) for s in range(2)]
+        trs = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r)],
+                              name="trainer%d" % r) for r in range(2)]
+        self.assertEqual(m.wait(120), 1, m.describe())
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        self.assertEqual(res["phase"], "failed")
+        self.assertIs(res["configuration"]["allow_divergence"], False)
+        self.assertRegex(res["error"], r"^trainer \d \(.*\) failed: " + re.escape(self.DIVERGED) +
+                         r": lower the learning rate")
+        last = m.stderr().strip().splitlines()[-1]
+        self.assertRegex(last, r"^psbench-master: run failed: trainer \d \(.*\) failed: " + re.escape(self.DIVERGED))
+        # The trainer the error names records where; any other that
+        # reported in time records the same place.
+        named = int(re.match(r"^trainer (\d)", res["error"]).group(1))
+        want = {"pass": "warm-up", "epoch": 0, "batch": 1, "loss": "nan"}
+        self.assertEqual(res["trainers"][named]["diverged"], want, res["trainers"])
+        for t in res["trainers"]:
+            self.assertIn(t["diverged"], (want, None), t)
+        self.assertEqual(res["warnings"], [])
+        for t in trs:
+            self.assertNotEqual(t.wait(60), 0, t.describe())
+            tl = t.stderr().strip().splitlines()[-1]
+            self.assertRegex(tl, r"^psbench-trainer: the run failed: trainer \d \(.*\) failed: " +
+                             re.escape(self.DIVERGED), t.describe())
+        for s in srvs:
+            self.assertNotEqual(s.wait(60), 0, s.describe())
+
+    def test_loss_divergence_allowed(self):
+        """With --allow-divergence the HybridTrainers go on past the NaN
+        loss: the run ends done, each trainer's divergence is a warning
+        (output and results.json) and in trainers[].diverged, the losses are
+        recorded as "nan" for every epoch, never dropped."""
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256", "--epochs", "3",
+                        "--warmup-cycles", "1", "--trainer-config-path", self.diverging_trainers(),
+                        "--allow-divergence", out=out)
+        self.assertEqual(m.wait(120), 0, m.describe())
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        self.assertEqual(res["phase"], "done")
+        self.assertIs(res["configuration"]["allow_divergence"], True)
+        self.assertEqual(len(res["warnings"]), 2, res["warnings"])
+        for r, (t, w) in enumerate(zip(res["trainers"], res["warnings"])):
+            self.assertRegex(w, r"^trainer %d \(.*\): " % r + re.escape(self.DIVERGED) +
+                             r"; the run went on \(--allow-divergence\)$")
+            self.assertEqual(t["diverged"], {"pass": "warm-up", "epoch": 0, "batch": 1, "loss": "nan"}, t)
+            self.assertEqual(t["loss_per_epoch"], ["nan"] * 3, t)
+            self.assertIn("warning: " + w, m.stdout())
+        self.assertEqual(len({t["final_params_sha256"] for t in res["trainers"]}), 1, res["trainers"])
 
     def test_shapes_refused(self):
         rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http",

@@ -1,17 +1,24 @@
 /* test_diff.c — unit tests for master/diff (`psbench-master diff A.json
  * B.json`): the table (metrics, values, B-A, percent change, "-" for a
  * metric one run lacks, "all" before ranks, ranks in numeric order), the
- * configuration differences, --csv, and the exit codes for unreadable
- * input (1) and bad usage (2). */
+ * configuration differences, --csv (written whole: a target that cannot be
+ * written gives the path and the errno by name and leaves no temporary
+ * file; a write cut short leaves the old file complete), and the exit codes
+ * for unreadable input (1) and bad usage (2). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "master/diff.h"
@@ -33,6 +40,37 @@ static void write_file(const char *name, const char *text)
     assert_non_null(f);
     fputs(text, f);
     fclose(f);
+}
+
+/* The whole file, NUL-terminated; NULL if it cannot be read. */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    assert_non_null(m);
+    int c;
+    while ((c = fgetc(f)) != EOF)
+        fputc(c, m);
+    fclose(f);
+    fclose(m);
+    return buf;
+}
+
+/* Files in tmpdir whose name holds ".tmp." (an atomic write's temporary). */
+static int temporaries(void)
+{
+    DIR *d = opendir(tmpdir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strstr(e->d_name, ".tmp.") != NULL;
+    closedir(d);
+    return n;
 }
 
 static void assert_contains(const char *hay, const char *needle)
@@ -131,9 +169,10 @@ static int group_teardown(void **state)
 {
     (void)state;
     const char *names[] = {"a.json", "b.json", "bad.json", "nogroups.json", "array.json", "badrank.json",
-                           "out.csv", "env_a.json", "env_b.json"};
+                           "out.csv", "env_a.json", "env_b.json", "keep.csv"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(tmp_path(names[i]));
+    rmdir(tmp_path("adir"));
     rmdir(tmpdir);
     return 0;
 }
@@ -297,6 +336,69 @@ static void test_csv(void **state)
     assert_contains(buf, "trainer,all,\"batch_level_metric,batch_all\",mean,10.000000,12.000000,2.000000,20.000\n");
     assert_contains(buf, "trainer,all,\"hook_future_metric,rpc_dense\",mean,4.000000,,,\n");
     assert_contains(buf, "server,0,\"method_metric,average computation\",mean,0.500000,,,\n");
+    /* The full file, to the last row (server rank 0, max). */
+    assert_true(n < sizeof buf - 1);
+    const char *last = "server,0,\"method_metric,average computation\",max,100.000000,,,\n";
+    assert_true(n > strlen(last));
+    assert_string_equal(buf + n - strlen(last), last);
+    assert_int_equal(temporaries(), 0);
+}
+
+/* A --csv target that cannot be written: exit 1, the path and the errno by
+ * name and text, no temporary file left, an existing file left whole. */
+static void test_csv_unwritable(void **state)
+{
+    (void)state;
+    char want[600];
+    /* A folder that does not exist. */
+    const char *p = tmp_path("no-such-dir/x.csv");
+    result r = run("--csv", p, tmp_path("a.json"), tmp_path("b.json"));
+    assert_int_equal(r.rc, 1);
+    snprintf(want, sizeof want, "psbench-master diff: cannot write %s: ENOENT: %s\n", p, strerror(ENOENT));
+    assert_string_equal(r.err, want);
+    assert_contains(r.out, "== trainer: all ranks ==");
+    result_free(&r);
+
+    /* A directory where the file should go: the temporary is made beside
+     * it, rename refuses, the temporary goes. */
+    const char *d = tmp_path("adir");
+    assert_int_equal(mkdir(d, 0755), 0);
+    r = run("--csv", d, tmp_path("a.json"), tmp_path("b.json"));
+    assert_int_equal(r.rc, 1);
+    snprintf(want, sizeof want, "psbench-master diff: cannot write %s: EISDIR: %s\n", d, strerror(EISDIR));
+    assert_string_equal(r.err, want);
+    result_free(&r);
+    assert_int_equal(temporaries(), 0);
+    assert_int_equal(rmdir(d), 0);
+
+    /* The file size limit stops the write part way, as a full disk does:
+     * the old CSV stays complete, never cut short. */
+    const char *k = tmp_path("keep.csv");
+    r = run("--csv", k, tmp_path("a.json"), tmp_path("b.json"));
+    assert_int_equal(r.rc, 0);
+    result_free(&r);
+    char *before = slurp(k);
+    assert_non_null(before);
+    assert_true(strlen(before) > 1024);
+    struct rlimit saved, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
+    lim = saved;
+    lim.rlim_cur = 512;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN); /* a failed write, not a dead process */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    r = run("--csv", k, tmp_path("a.json"), tmp_path("b.json"));
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
+    signal(SIGXFSZ, old_handler);
+    assert_int_equal(r.rc, 1);
+    snprintf(want, sizeof want, "psbench-master diff: cannot write %s: EFBIG: %s\n", k, strerror(EFBIG));
+    assert_string_equal(r.err, want);
+    result_free(&r);
+    char *after = slurp(k);
+    assert_non_null(after);
+    assert_string_equal(after, before);
+    free(before);
+    free(after);
+    assert_int_equal(temporaries(), 0);
 }
 
 static void test_unreadable(void **state)
@@ -344,11 +446,6 @@ static void test_unreadable(void **state)
     assert_contains(r.err, "badrank.json: groups.trainer.ranks.0.m is not a stats object");
     result_free(&r);
 
-    /* --csv into a folder that does not exist. */
-    r = run("--csv", "/nonexistent-psbench/x.csv", tmp_path("a.json"), tmp_path("b.json"));
-    assert_int_equal(r.rc, 1);
-    assert_contains(r.err, "/nonexistent-psbench/x.csv");
-    result_free(&r);
 }
 
 static void test_usage(void **state)
@@ -393,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_same_file),
         cmocka_unit_test(test_environment),
         cmocka_unit_test(test_csv),
+        cmocka_unit_test(test_csv_unwritable),
         cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_usage),
     };
