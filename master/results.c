@@ -83,6 +83,12 @@ static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n)
 /* The seed's table, from what results_ddp_rpc computed. */
 static void results_print_ddp_rpc(const json_t *d, FILE *out)
 {
+    if (json_array_size(json_object_get(d, "epochs")) == 0) {
+        /* No epoch was timed (the run failed before or during its timed
+         * pass): a header without rows would read as a result. */
+        fprintf(out, "\nDDP + RPC benchmark: no epoch of the timed pass completed\n");
+        return;
+    }
     fprintf(out, "\nDDP + RPC benchmark (timed pass): seconds per epoch, samples per second\n");
     fprintf(out, "%-8s", "trainer");
     for (int k = 0; k < 4; k++)
