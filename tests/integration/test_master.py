@@ -308,6 +308,59 @@ class MasterTests(psb.PsbTestCase):
         for t in trs:
             self.assertEqual(t.wait(20), 0, t.describe())
 
+    def test_seed_placement_cuda_groups_of_two(self):
+        """Seed placement with a CUDA group ratio above 1 over several CUDA
+        servers (the seed's get_cuda_server_rank): --ntrainer 2
+        --ncudatrainer 4 --nserver 1 --ncudaserver 2 puts CPU trainers 0, 1
+        on server 0, CUDA trainers 2, 3 on server 1 and 4, 5 on server 2.
+        The CUDA servers run the cuda device (on the fake GPU unless the
+        suite names a real one); the trainers all run on the CPU (CUDA
+        trainers are not in this version). Each trainer's assignment is
+        checked twice: the server address it was given, and the server whose
+        per-trainer lag metric carries its rank."""
+        cuda_dev = os.environ.get("PSBENCH_SERVER_DEVICE") or ""
+        if not cuda_dev.startswith(("cuda", "fake-cuda")):
+            cuda_dev = "fake-cuda"
+        m = self.master("--ntrainer", "2", "--nserver", "1", "--ncudatrainer", "4",
+                        "--ncudaserver", "2", local=False)
+        srvs = []
+        for i in range(3):
+            dev = [] if i == 0 else ["--device", cuda_dev]
+            srvs.append(self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--rank", str(i),
+                                        "--listen", "127.0.0.1:0"] + dev, name="server%d" % i, cls=psb.Server))
+        for s in srvs:
+            s.wait_ready()
+        trs = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(i)],
+                              name="trainer%d" % i) for i in range(6)]
+        st = self.wait_phase(m, ("done", "failed"))
+        self.assertEqual(st and st["phase"], "done", m.describe())
+        want = {0: 0, 1: 0, 2: 1, 3: 1, 4: 2, 5: 2}
+        # The address each trainer was assigned (its start line).
+        for t, s in want.items():
+            line = re.search(r"trainer %d: model Synthetic, servers (\S+),? " % t, trs[t].stderr())
+            self.assertTrue(line, trs[t].describe())
+            self.assertEqual(line.group(1).rstrip(","), srvs[s].addr, "trainer %d" % t)
+        # Which server each trainer pushed to: its lag metric is there only.
+        met = http_json(m.http + "/api/v1/metrics")
+        ranks = met["groups"]["server"]["ranks"]
+        self.assertEqual(sorted(ranks), ["0", "1", "2"])
+        for s in range(3):
+            lag = sorted(int(k.rsplit("_", 1)[1]) for k in ranks[str(s)]
+                         if k.startswith("parameter_server_straggler_metric,trainer_lag_"))
+            self.assertEqual(lag, [t for t in sorted(want) if want[t] == s], "server %d: %r" % (s, ranks[str(s)]))
+            # 3 buckets a batch, 10 // 6 = 1 batch per epoch, 2 epochs.
+            self.assertEqual(ranks[str(s)]["parameter_server_batch_metric,param_index_batch"]["count"], 3 * 2)
+        # The CUDA slots say so (fake-cuda registers as cuda).
+        nodes = {(n["role"], n["rank"]): n for n in http_json(m.http + "/api/v1/nodes")}
+        for s in (1, 2):
+            self.assertEqual(nodes[("server", s)]["device"], "cuda")
+        for t in range(6):
+            self.assertEqual(nodes[("trainer", t)]["device"], "cpu")
+        m.signal(signal.SIGTERM)
+        self.assertEqual(m.wait(20), 0, m.describe())
+        for t in trs:
+            self.assertEqual(t.wait(20), 0, t.describe())
+
     def test_shard_two_servers(self):
         m = self.master("--nserver", "2", "--ntrainer", "2", "--placement", "shard")
         self.check_done_run(m, 2, 2, self.batches(2, 2))
