@@ -11,6 +11,11 @@ device_fakecuda_* in ctest on the fake GPU, gpu_server_* on a real one.)
     server's log names it once; lookups of an embedding server likewise;
     nothing hangs and the server still ends cleanly on SIGTERM (fake GPU
     only: a real one cannot be made to fail on purpose);
+  - a trainer lost while its bucket's job is in flight on the GPU (held
+    there on the fake GPU, PSBENCH_FAKE_GPU_HOLD): buckets that can no
+    longer complete fail at once with peer_lost naming it, the bucket in
+    flight is answered to the others, a session that ends under a job
+    drains it, and real trainers end naming the lost one;
   - the start line names the GPU.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_cuda_server.py
@@ -18,7 +23,10 @@ The device is $PSBENCH_SERVER_DEVICE (default fake-cuda; cuda on a GPU).
 """
 import os
 import re
+import signal
+import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
@@ -88,6 +96,161 @@ class CudaServer(psb.PsbTestCase):
                 self.assertGreaterEqual(mn, 0.0, out)
                 self.assertGreater(mean, 0.0, out)
                 self.assertLessEqual(mx, rows[psb.PARAM_INDEX_BATCH][2], out)
+
+    # ---- trainers lost, and resets, with work in flight on the GPU --------
+
+    def gpu_hold(self):
+        """(env for the server, hold(), release()): on the fake GPU, while
+        the hold is on no GPU operation starts (PSBENCH_FAKE_GPU_HOLD), so a
+        job is in flight for as long as the test needs; on a real GPU there
+        is no such lever and both are no-ops (the test's assertions hold
+        whether a job is still in flight or not, only the interleaving is
+        then left to chance). The hold always ends before the processes are
+        stopped (the fake GPU's streams finish their work before it goes)."""
+        if not FAKE:
+            return {}, (lambda: None), (lambda: None)
+        path = os.path.join(self.reg.workdir, "gpu-hold")
+
+        def hold():
+            open(path, "w").close()
+
+        def release():
+            if os.path.exists(path):
+                os.unlink(path)
+        self.addCleanup(release)
+        return {"PSBENCH_FAKE_GPU_HOLD": path}, hold, release
+
+    def collect(self, c, keys, timeout=30):
+        """Frames from c until one for each (type, batch, bucket) in keys
+        (type "result" or an error code), in whatever order they come:
+        {key: (header, payload)}. Fails on any other frame."""
+        got = {}
+        while len(got) < len(keys):
+            h, p = c.recv_frame(timeout)
+            key = (h.get("code") if h.get("type") == "error" else h.get("type"), h.get("batch"), h.get("bucket"))
+            self.assertIn(key, keys, "unexpected frame %r" % (h,))
+            self.assertNotIn(key, got, "twice: %r" % (h,))
+            got[key] = (h, p)
+        return got
+
+    def test_trainer_lost_while_its_bucket_is_on_the_gpu(self):
+        """Three trainers; bucket 0 has all three pushes and its job is in
+        flight on the GPU (held there on the fake GPU), bucket 1 has two
+        pushes, their folds in flight too. Trainer 2 is lost. Bucket 1, which
+        can never complete, fails at once with peer_lost naming trainer 2
+        (its buffers go while folds into them are still queued: the device
+        must keep them until the GPU is done); so does a new bucket.
+        Bucket 0 had every push: once its job finishes, the survivors get
+        its exact mean. Trainer 2 comes back and a round works again. Then
+        every trainer leaves with a bucket's job in flight: the new session
+        waits for the GPU, drops the answer nobody waits for, and the next
+        job starts at batch 0. The server ends cleanly."""
+        env, hold, release = self.gpu_hold()
+        s = self.server(trainers=3, env=env)
+        a, b, c = (self.client(s) for _ in range(3))
+        for r, x in enumerate((a, b, c)):
+            self.hello_ok(x, r)
+        n = 50000 if FAKE else 1 << 22  # a real GPU's job should still run at the loss
+        vals = [[float((7 * r + i) % 29) for i in range(n)] for r in range(3)]
+        hold()
+        for x, v in zip((a, b, c), vals):
+            x.push(psb.dense_push(0, 0, v))
+        a.push(psb.dense_push(0, 1, vals[0]))
+        b.push(psb.dense_push(0, 1, vals[1]))
+        for x in (a, b, c):
+            self.barrier(x)
+        c.close()
+        # a push to a bucket nobody has pushed to yet, after the loss
+        # (sent once a has been told about bucket 1 on the fake GPU, so
+        # that it surely comes after the loss)
+        keys = {("result", 0, 0), ("peer_lost", 0, 1), ("peer_lost", 0, 2)}
+        if FAKE:
+            for x in (a, b):
+                h = self.expect_error(x, "peer_lost", batch=0, bucket=1)
+                self.assertIn("trainer rank 2", h["message"], h)
+            a.push(psb.dense_push(0, 2, vals[0][:8]))
+            h = self.expect_error(a, "peer_lost", batch=0, bucket=2)
+            self.assertIn("trainer rank 2", h["message"], h)
+            # bucket 0 is still on the GPU
+            a.expect_nothing(0.3)
+            b.expect_nothing(0.1)
+            release()
+            got = {k: self.collect(x, {("result", 0, 0)}) for k, x in (("a", a), ("b", b))}
+        else:
+            time.sleep(0.2)  # the loss is seen before the push below
+            a.push(psb.dense_push(0, 2, vals[0][:8]))
+            got = {"a": self.collect(a, keys),
+                   "b": self.collect(b, {("result", 0, 0), ("peer_lost", 0, 1)})}
+            for frames in got.values():
+                for key, (h, _) in frames.items():
+                    if key[0] == "peer_lost":
+                        self.assertIn("trainer rank 2", h["message"], h)
+        exp = psb.dense_payload(psb.expected_dense_mean(vals, 3))
+        for frames in got.values():
+            h, p = frames[("result", 0, 0)]
+            self.assertEqual(h.get("count"), n, h)
+            self.assertTrue(p == exp, "bucket 0's mean differs")
+        self.assert_server_alive(s)
+        # trainer 2 back: the three work again
+        c2 = self.client(s)
+        self.hello_ok(c2, 2)
+        self.dense_round([a, b, c2], 1, 0)
+        # everyone leaves with a job in flight: the session's end drains it
+        hold()
+        for x, v in zip((a, b, c2), vals):
+            x.push(psb.dense_push(2, 0, v))
+        for x in (a, b, c2):
+            self.barrier(x)
+        for x in (a, b, c2):
+            x.close()
+        time.sleep(0.3)
+        left = "all trainers left: ready for a new job"
+        if FAKE:
+            # not before the GPU is done with the job
+            self.assertNotIn(left, s.stderr())
+        release()
+        deadline = time.monotonic() + 20
+        while left not in s.stderr() and time.monotonic() < deadline:
+            self.assert_server_alive(s)
+            time.sleep(0.02)
+        self.assertIn(left, s.stderr(), s.describe())
+        self.good_round(s, batch=0, bucket=0, ranks=(0, 1, 2))
+        rc, _, err = s.terminate_and_wait()
+        self.assertEqual(rc, 0, s.describe())
+
+    def test_trainer_killed_with_its_batch_on_the_gpu(self):
+        """Real trainers: while their first batch's jobs are held on the
+        (fake) GPU, trainer 2 is killed. The two others end within their
+        --rpc-timeout, non-zero, naming trainer 2 (whatever their pushes
+        had reached: a bucket without its push fails, and every later
+        one); the server stays up, serves a new job, and ends cleanly."""
+        env, hold, release = self.gpu_hold()
+        s = self.server(trainers=3, env=env)
+        hold()
+        trs = [self.reg.trainer(s, r, buckets=3, floats=50000, batches=100000, extra=["--rpc-timeout", "20"])
+               for r in range(3)]
+        time.sleep(1.0)  # connected, batch 0 pushed (held on the fake GPU)
+        for t in trs:
+            self.assertTrue(t.alive(), t.describe())
+        trs[2].signal(signal.SIGKILL)
+        trs[2].wait(10)
+        release()
+        for t in trs[:2]:
+            try:
+                rc = t.wait(30)
+            except subprocess.TimeoutExpired:
+                self.fail("trainer still running 30 s after trainer 2 was killed:\n" + t.describe())
+            self.assertNotEqual(rc, 0, t.describe())
+            self.assertRegex(t.stderr(), r"peer_lost.*trainer rank 2|trainer rank 2.*peer_lost", t.describe())
+        self.assert_server_alive(s)
+        deadline = time.monotonic() + 20
+        while "all trainers left" not in s.stderr() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        fresh = [self.reg.trainer(s, r, buckets=2, floats=1000, batches=3) for r in range(3)]
+        for t in fresh:
+            self.assertEqual(t.wait(60), 0, t.describe())
+        rc, _, _ = s.terminate_and_wait()
+        self.assertEqual(rc, 0, s.describe())
 
     def test_gpu_failure_fails_buckets_with_code_device(self):
         if not FAKE:
