@@ -4,8 +4,9 @@ device_fakecuda_* in ctest on the fake GPU, gpu_server_* on a real one.)
 
   - a bucket resolves, and is answered, while another bucket's pushes are
     still streaming in (copied to the GPU as they arrive);
-  - the method metrics are GPU times (events on the device's stream): as
-    many as buckets, positive, and never longer than their batch;
+  - the method metrics of every kind are GPU times (events on the
+    device's stream): one per job, strictly positive, and below the wall
+    time of the batch, lookup or update they belong to;
   - a GPU that fails under the work: every bucket it touches, and every one
     after, is answered with the error code `device` naming the GPU; the
     server's log names it once; lookups of an embedding server likewise;
@@ -70,32 +71,112 @@ class CudaServer(psb.PsbTestCase):
         self.expect_dense_result(a, 5, 1, exp, timeout=30)
         self.expect_dense_result(b, 5, 1, exp, timeout=30)
 
+    # The columns of the server's metrics table after `count`, and those
+    # that are order statistics (or the mean): where every sample of one
+    # metric is below its own sample of another (the same futures, calls),
+    # each of these is below the other's too.
+    COLUMNS = ("min", "max", "mean", "variance", "stdev", "p50", "p90", "p99")
+    ORDERED = ("min", "max", "mean", "p50", "p90", "p99")
+
+    def metric_rows(self, out, names):
+        """{name: {"count": n, "min": .., ...}} for each of names in the
+        server's exit table."""
+        rows = {}
+        for line in out.splitlines():
+            for name in names:
+                if line.startswith(name + " "):
+                    v = line[len(name):].split()
+                    rows[name] = dict(zip(("count",) + self.COLUMNS, [int(v[0])] + [float(x) for x in v[1:]]))
+        for name in names:
+            self.assertIn(name, rows, out)
+        return rows
+
+    @staticmethod
+    def summary(samples):
+        """The table's order statistics of samples (numpy's 'linear'
+        quantiles, as shared/stats.c computes them)."""
+        x = sorted(samples)
+
+        def q(p):
+            h = p * (len(x) - 1)
+            lo = int(h)
+            return x[lo] + (h - lo) * (x[min(lo + 1, len(x) - 1)] - x[lo])
+        return {"min": x[0], "max": x[-1], "mean": sum(x) / len(x), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99)}
+
+    def assert_gpu_times(self, gpu, wall, count, out, slack=0.0):
+        """gpu: a method metric's row, GPU times; wall: the row (or
+        summary) of wall times each sample of which is at least its own GPU
+        sample. Counted right, strictly positive, and below the wall times
+        wherever the statistics allow the comparison."""
+        self.assertEqual(gpu["count"], count, out)
+        self.assertGreater(gpu["min"], 0.0, out)
+        for col in self.ORDERED:
+            self.assertLessEqual(gpu[col], wall[col] + slack, "%s: %r above %r\n%s" % (col, gpu, wall, out))
+
     def test_method_metrics_are_gpu_times(self):
-        for kind, metric in (("average", "method_metric,average computation"),
-                             ("average-batch", "method_metric,average computation")):
+        """Each kind's method metrics are GPU times (events around each job
+        on the device's stream): one per job, every one positive, and below
+        the wall time of what the job belongs to — a future's batch metric
+        (first push to results queued) for average, average-batch and
+        batch-update; for embedding, each lookup's round trip seen by the
+        trainer, and for an update the round trip of it and the lookup
+        after it (the device runs them in order)."""
+        # The fake GPU's operations take up to 300 us each: its event times
+        # are never all zero.
+        env = {"PSBENCH_FAKE_GPU_DELAY_US": "300"}
+        batches = 6
+        for kind, metric, buckets in (("average", "method_metric,average computation", 3),
+                                      ("average-batch", "method_metric,average computation", 3),
+                                      ("batch-update", "method_metric,update", 1)):
             with self.subTest(kind=kind):
-                # The fake GPU's operations take up to 300 us each: its
-                # event times are never all zero.
-                s = self.server(kind=kind, env={"PSBENCH_FAKE_GPU_DELAY_US": "300"})
-                batches, buckets = 6, 3
-                trainers = [self.reg.trainer(s, r, buckets=buckets, floats=50000, batches=batches)
-                            for r in range(2)]
+                s = self.server(kind=kind, env=env)
+                if kind == "batch-update":
+                    trainers = [self.reg.start([psb.bin_path("psbench-trainer"), "--server", s.addr, "--rank",
+                                                str(r), "--model", "batch-update", "--batches", str(batches),
+                                                "--connect-timeout", "10"], name="trainer%d" % r)
+                                for r in range(2)]
+                else:
+                    trainers = [self.reg.trainer(s, r, buckets=buckets, floats=50000, batches=batches)
+                                for r in range(2)]
                 for t in trainers:
                     rc = t.wait(120)
                     self.assertEqual(rc, 0, t.describe())
                 rc, out, _ = s.terminate_and_wait()
                 self.assertEqual(rc, 0, s.describe())
-                rows = {}
-                for line in out.splitlines():
-                    for name in (metric, psb.PARAM_INDEX_BATCH):
-                        if line.startswith(name + " "):
-                            rows[name] = [float(x) for x in line[len(name):].split()]
-                self.assertIn(metric, rows, out)
-                count, mn, mx, mean = rows[metric][:4]
-                self.assertEqual(count, batches * buckets, out)
-                self.assertGreaterEqual(mn, 0.0, out)
-                self.assertGreater(mean, 0.0, out)
-                self.assertLessEqual(mx, rows[psb.PARAM_INDEX_BATCH][2], out)
+                rows = self.metric_rows(out, (metric, psb.PARAM_INDEX_BATCH))
+                self.assertEqual(rows[psb.PARAM_INDEX_BATCH]["count"], batches * buckets, out)
+                self.assert_gpu_times(rows[metric], rows[psb.PARAM_INDEX_BATCH], batches * buckets, out)
+        with self.subTest(kind="embedding"):
+            rows_n, cols, bags, per_bag = 1000, 64, 32, 8
+            s = self.server(trainers=1, kind="embedding",
+                            extra=["--num-embeddings", str(rows_n), "--embedding-dim", str(cols), "--lr", "0.01",
+                                   "--seed", "3"], env=env)
+            c = self.client(s)
+            self.hello_ok(c, 0)
+            pack = lambda v: b"".join(int(x).to_bytes(8, "little", signed=True) for x in v)  # noqa: E731
+            offsets = pack([b * per_bag for b in range(bags)])
+            grads = psb.dense_payload([0.001 * ((k % 7) - 3) for k in range(bags * cols)])
+            n, walls_lookup, walls_update = 8, [], []
+            for i in range(n):
+                idx = pack([(i * 37 + k * 11) % rows_n for k in range(bags * per_bag)])
+                look = psb.encode_frame({"type": "lookup", "batch": 2 * i, "nnz": bags * per_bag, "bags": bags},
+                                        idx + offsets)
+                upd = psb.encode_frame({"type": "update", "batch": 2 * i + 1, "nnz": bags * per_bag, "bags": bags,
+                                        "cols": cols}, idx + offsets + grads)
+                for frames, walls in ((look, [walls_lookup]), (upd + look, [walls_update, walls_lookup])):
+                    t0 = time.monotonic()
+                    c.send_raw(frames)
+                    h, _ = c.recv_frame()
+                    ms = (time.monotonic() - t0) * 1000.0
+                    self.assertEqual(h.get("type"), "rows", h)
+                    for w in walls:
+                        w.append(ms)
+            rc, out, _ = s.terminate_and_wait()
+            self.assertEqual(rc, 0, s.describe())
+            rows = self.metric_rows(out, ("method_metric,lookup", "method_metric,update"))
+            # the table's 3 decimals against the client's exact figures
+            self.assert_gpu_times(rows["method_metric,lookup"], self.summary(walls_lookup), 2 * n, out, 0.0006)
+            self.assert_gpu_times(rows["method_metric,update"], self.summary(walls_update), n, out, 0.0006)
 
     # ---- trainers lost, and resets, with work in flight on the GPU --------
 
