@@ -215,6 +215,12 @@ class CudaServer(psb.PsbTestCase):
         return got
 
     def test_trainer_lost_while_its_bucket_is_on_the_gpu(self):
+        self.run_lost_with_bucket_on_the_gpu("average")
+
+    def test_trainer_lost_while_its_bucket_is_on_the_gpu_average_batch(self):
+        self.run_lost_with_bucket_on_the_gpu("average-batch")
+
+    def run_lost_with_bucket_on_the_gpu(self, kind):
         """Three trainers; bucket 0 has all three pushes and its job is in
         flight on the GPU (held there on the fake GPU), bucket 1 has two
         pushes, their folds in flight too. Trainer 2 is lost. Bucket 1, which
@@ -227,7 +233,7 @@ class CudaServer(psb.PsbTestCase):
         waits for the GPU, drops the answer nobody waits for, and the next
         job starts at batch 0. The server ends cleanly."""
         env, hold, release = self.gpu_hold()
-        s = self.server(trainers=3, env=env)
+        s = self.server(trainers=3, kind=kind, env=env)
         a, b, c = (self.client(s) for _ in range(3))
         for r, x in enumerate((a, b, c)):
             self.hello_ok(x, r)
