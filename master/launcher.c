@@ -181,9 +181,29 @@ static int launcher_spawn_kid(launcher *l, size_t i, char *err, size_t errlen)
     /* Children log at the master's level (--log-level debug shows the
      * nodes' debug lines too, e.g. the batch-update trainer's per batch). */
     static const char *const levels[] = {"error", "warn", "info", "debug"};
-    char *argv[] = {bin, "--master", l->master_addr, "--rank", rank_s, "--device", cuda ? "cuda" : "cpu",
-                    "--log-level", (char *)levels[log_get_level()], server ? "--listen" : NULL, l->listen_addr,
-                    NULL};
+    /* A CUDA slot asks for the GPU; any other says no --device, so that
+     * a server takes its default: the CPU, or $PSBENCH_SERVER_DEVICE (the
+     * suites that run every server test on the fake or a real GPU set it,
+     * and a CPU slot saying --device cpu would override it). */
+    char *argv[16];
+    size_t a = 0;
+    argv[a++] = bin;
+    argv[a++] = "--master";
+    argv[a++] = l->master_addr;
+    argv[a++] = "--rank";
+    argv[a++] = rank_s;
+    if (cuda) {
+        argv[a++] = "--device";
+        argv[a++] = "cuda";
+    }
+    argv[a++] = "--log-level";
+    argv[a++] = (char *)levels[log_get_level()];
+    if (server) {
+        argv[a++] = "--listen";
+        argv[a++] = l->listen_addr;
+    }
+    argv[a] = NULL;
+    assert(a < sizeof argv / sizeof *argv);
     if (launcher_spawn(l, c, bin, argv, err, errlen) < 0) {
         c->exited = true; /* nothing to wait for, nothing to kill */
         return -1;

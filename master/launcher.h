@@ -22,15 +22,17 @@ typedef struct launcher launcher;
  * a child's end fails the run. */
 typedef struct launcher_job {
     struct event_base *base;
-    uint32_t nserver, ntrainer;         /* servers then trainers */
-    uint32_t ncudaserver, ncudatrainer; /* the last ones of each get --device cuda */
+    uint32_t nserver, ntrainer; /* servers then trainers */
+    /* The last ones of each get --device cuda; the others no --device:
+     * the CPU, or a server's $PSBENCH_SERVER_DEVICE. */
+    uint32_t ncudaserver, ncudatrainer;
     void (*child_failed)(void *ctx, const char *why);
     void *ctx;
 } launcher_job;
 
 /* Spawn nserver servers then ntrainer trainers, each given `--master
- * CTL_HOST:ctl_port --rank R --device D` (servers also `--listen
- * CTL_HOST:0`), CTL_HOST being the master's listen address, or the
+ * CTL_HOST:ctl_port --rank R` (CUDA slots also `--device cuda`, servers
+ * also `--listen CTL_HOST:0`), CTL_HOST being the master's listen address, or the
  * loopback for a wildcard one. bin_dir holds the psbench-server and psbench-trainer
  * binaries; a job token reaches them through PSBENCH_TOKEN in the
  * environment. NULL with err set. */

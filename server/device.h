@@ -196,10 +196,11 @@ struct device {
  * $PSBENCH_TEST_DEVICE_MAX_DELAY_US microseconds, default 2000) and
  * "fake-cuda" (the cuda device on cugpu's fake GPU, every build:
  * $PSBENCH_FAKE_GPU_DELAY_US, default 200, delays each GPU operation at
- * random; $PSBENCH_FAKE_GPU_FAIL_AT=K fails the K-th). `pool` is where
- * host images come from (cpu, test; it must outlive the device; the cuda
- * device has a pinned pool of its own). Returns NULL with a reason in err
- * for any other name. */
+ * random; $PSBENCH_FAKE_GPU_FAIL_AT=K fails the K-th;
+ * $PSBENCH_FAKE_GPU_HOLD=FILE holds every operation while FILE exists).
+ * `pool` is where host images come from (cpu, test; it must outlive the
+ * device; the cuda device has a pinned pool of its own). Returns NULL with
+ * a reason in err for any other name. */
 device *device_new(const char *name, struct event_base *base, bufpool *pool, char *err, size_t errlen);
 
 device *device_cpu_new(bufpool *pool);

@@ -35,6 +35,11 @@ device *device_new(const char *name, struct event_base *base, bufpool *pool, cha
     if (strcmp(name, "fake-cuda") == 0) {
         cugpu *g = cugpu_fake_new(devices_env("PSBENCH_FAKE_GPU_FAIL_AT", 0),
                                   (unsigned)devices_env("PSBENCH_FAKE_GPU_DELAY_US", 200), err, errlen);
+        if (g && cugpu_fake_hold(g, getenv("PSBENCH_FAKE_GPU_HOLD")) < 0) {
+            snprintf(err, errlen, "%s", g->err);
+            cugpu_destroy(g);
+            return NULL;
+        }
         return g ? device_cuda_new(base, g, err, errlen) : NULL;
     }
     int index = -1;

@@ -27,8 +27,9 @@ int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, s
     t->m_batch = m_batch;
     t->m_straggler = m_straggler;
     t->lost = calloc((nslots + 63) / 64 + 1, sizeof *t->lost);
+    t->lost_rank = calloc(nslots, sizeof *t->lost_rank);
     t->m_lag = calloc(nslots, sizeof *t->m_lag);
-    if (!t->lost || !t->m_lag || pending_init(&t->table, nslots) < 0)
+    if (!t->lost || !t->lost_rank || !t->m_lag || pending_init(&t->table, nslots) < 0)
         return -1;
     k->resolved = futures_on_resolved;
     k->resolved_ctx = t;
@@ -153,7 +154,8 @@ frame_errcode futures_admit(futures *t, const frame_hdr *h, uint32_t slot, uint6
         return ERR_STALE_BATCH;
     }
     if (!f && t->nlost) {
-        snprintf(msg, len, "trainer rank %" PRIu64 " disconnected; no bucket can complete", t->lost_rank);
+        snprintf(msg, len, "trainer rank %" PRIu64 " disconnected; no bucket can complete",
+                 t->lost_rank[t->first_lost]);
         return ERR_PEER_LOST;
     }
     if (f && (pending_has_slot(f, slot) || f->state != FUTURE_OPEN)) {
@@ -271,9 +273,10 @@ void futures_member_lost(futures *t, uint32_t slot, uint64_t rank)
     assert(slot < t->nslots);
     if (!futures_is_lost(t, slot)) {
         t->lost[slot / 64] |= (uint64_t)1 << (slot % 64);
-        t->nlost++;
+        if (t->nlost++ == 0)
+            t->first_lost = slot;
     }
-    t->lost_rank = rank;
+    t->lost_rank[slot] = rank;
     /* Futures this trainer never pushed to can never complete: tell the
      * trainers waiting on them now, rather than let them time out. */
     lost_ctx lc = {.slot = slot};
@@ -292,6 +295,10 @@ void futures_member_back(futures *t, uint32_t slot)
     if (futures_is_lost(t, slot)) {
         t->lost[slot / 64] &= ~((uint64_t)1 << (slot % 64));
         t->nlost--;
+        /* The one named is back: name another still lost (the lowest). */
+        for (uint32_t i = 0; t->nlost && t->first_lost == slot && i < t->nslots; i++)
+            if (futures_is_lost(t, i))
+                t->first_lost = i;
     }
 }
 
@@ -353,6 +360,8 @@ void futures_destroy(futures *t)
     }
     free(t->lost);
     t->lost = NULL;
+    free(t->lost_rank);
+    t->lost_rank = NULL;
     free(t->m_lag);
     t->m_lag = NULL;
 }

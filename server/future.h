@@ -44,7 +44,9 @@ typedef struct futures {
     uint32_t resolving;   /* futures in RESOLVING */
     uint64_t *lost;       /* bitmap over slots: connected once, gone now */
     uint32_t nlost;
-    uint64_t lost_rank;   /* the rank of one lost slot, for messages */
+    uint64_t *lost_rank;  /* per slot: its rank when it was lost */
+    uint32_t first_lost;  /* the lost slot refusals name: the first lost of those
+                           * still lost (the cause; others may have left after it) */
 } futures;
 
 int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, stats *m_batch,

@@ -141,6 +141,13 @@ cugpu *cugpu_cuda_new(int device, char *err, size_t errlen);
  * late, as on a GPU). */
 cugpu *cugpu_fake_new(uint64_t fail_at, unsigned delay_us, char *err, size_t errlen);
 
+/* The fake GPU `g` holds its work while the file `path` exists: no
+ * operation starts (each waits, queued, the stream busy) until the file is
+ * removed. A test holds a job in flight for as long as it needs, e.g. to
+ * lose a trainer under it. `path` is copied; NULL or "" holds nothing.
+ * Call it before any work is queued. Returns -1 (out of memory) or 0. */
+int cugpu_fake_hold(cugpu *g, const char *path);
+
 static inline void cugpu_destroy(cugpu *g)
 {
     if (g)

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* FOP_FREE: a stream-ordered free (dst is the memory). It runs even on a
  * failed stream (nothing else of that stream runs any more) and counts in
@@ -60,6 +61,7 @@ struct fake_gpu {
     cugpu base;
     uint64_t fail_at;
     unsigned delay_us;
+    char *hold; /* while this file exists, no operation starts */
     atomic_uint_fast64_t ops; /* operations run, over every stream */
 };
 
@@ -188,6 +190,10 @@ static void *fake_worker(void *arg)
         if (op->kind == FOP_FREE) {
             fake_run(s, op);
         } else if (!skip) {
+            while (g->hold && access(g->hold, F_OK) == 0) {
+                struct timespec ts = {0, 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
             if (g->delay_us) {
                 unsigned us = (unsigned)rand_r(&s->seed) % (g->delay_us + 1);
                 struct timespec ts = {0, (long)us * 1000};
@@ -427,7 +433,11 @@ static int fake_sync(cugpu *g, cugpu_stream *s)
     return fake_query(g, s) < 0 ? -1 : 0;
 }
 
-static void fake_destroy(cugpu *g) { free(g); }
+static void fake_destroy(cugpu *g)
+{
+    free(((fake_gpu *)g)->hold);
+    free(g);
+}
 
 static const cugpu_ops fake_ops = {
     .name = "fake",
@@ -466,4 +476,17 @@ cugpu *cugpu_fake_new(uint64_t fail_at, unsigned delay_us, char *err, size_t err
     g->delay_us = delay_us;
     atomic_init(&g->ops, 0);
     return &g->base;
+}
+
+int cugpu_fake_hold(cugpu *g, const char *path)
+{
+    fake_gpu *f = (fake_gpu *)g;
+    assert(g->ops == &fake_ops);
+    free(f->hold);
+    f->hold = NULL;
+    if (path && *path && !(f->hold = strdup(path))) {
+        snprintf(g->err, sizeof g->err, "fake GPU: out of memory");
+        return -1;
+    }
+    return 0;
 }

@@ -308,6 +308,128 @@ class MasterTests(psb.PsbTestCase):
         for t in trs:
             self.assertEqual(t.wait(20), 0, t.describe())
 
+    def test_seed_placement_cuda_groups_of_two(self):
+        """Seed placement with a CUDA group ratio above 1 over several CUDA
+        servers (the seed's get_cuda_server_rank): --ntrainer 2
+        --ncudatrainer 4 --nserver 1 --ncudaserver 2 puts CPU trainers 0, 1
+        on server 0, CUDA trainers 2, 3 on server 1 and 4, 5 on server 2.
+        The CUDA servers run the cuda device (on the fake GPU unless the
+        suite names a real one); the trainers all run on the CPU (CUDA
+        trainers are not in this version). Each trainer's assignment is
+        checked twice: the server address it was given, and the server whose
+        per-trainer lag metric carries its rank."""
+        cuda_dev = os.environ.get("PSBENCH_SERVER_DEVICE") or ""
+        if not cuda_dev.startswith(("cuda", "fake-cuda")):
+            cuda_dev = "fake-cuda"
+        m = self.master("--ntrainer", "2", "--nserver", "1", "--ncudatrainer", "4",
+                        "--ncudaserver", "2", local=False)
+        srvs = []
+        for i in range(3):
+            dev = [] if i == 0 else ["--device", cuda_dev]
+            srvs.append(self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--rank", str(i),
+                                        "--listen", "127.0.0.1:0"] + dev, name="server%d" % i, cls=psb.Server))
+        for s in srvs:
+            s.wait_ready()
+        trs = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(i)],
+                              name="trainer%d" % i) for i in range(6)]
+        st = self.wait_phase(m, ("done", "failed"))
+        self.assertEqual(st and st["phase"], "done", m.describe())
+        want = {0: 0, 1: 0, 2: 1, 3: 1, 4: 2, 5: 2}
+        # The address each trainer was assigned (its start line).
+        for t, s in want.items():
+            line = re.search(r"trainer %d: model Synthetic, servers (\S+),? " % t, trs[t].stderr())
+            self.assertTrue(line, trs[t].describe())
+            self.assertEqual(line.group(1).rstrip(","), srvs[s].addr, "trainer %d" % t)
+        # Which server each trainer pushed to: its lag metric is there only.
+        met = http_json(m.http + "/api/v1/metrics")
+        ranks = met["groups"]["server"]["ranks"]
+        self.assertEqual(sorted(ranks), ["0", "1", "2"])
+        for s in range(3):
+            lag = sorted(int(k.rsplit("_", 1)[1]) for k in ranks[str(s)]
+                         if k.startswith("parameter_server_straggler_metric,trainer_lag_"))
+            self.assertEqual(lag, [t for t in sorted(want) if want[t] == s], "server %d: %r" % (s, ranks[str(s)]))
+            # 3 buckets a batch, 10 // 6 = 1 batch per epoch, 2 epochs.
+            self.assertEqual(ranks[str(s)]["parameter_server_batch_metric,param_index_batch"]["count"], 3 * 2)
+        # The CUDA slots say so (fake-cuda registers as cuda).
+        nodes = {(n["role"], n["rank"]): n for n in http_json(m.http + "/api/v1/nodes")}
+        for s in (1, 2):
+            self.assertEqual(nodes[("server", s)]["device"], "cuda")
+        for t in range(6):
+            self.assertEqual(nodes[("trainer", t)]["device"], "cpu")
+        m.signal(signal.SIGTERM)
+        self.assertEqual(m.wait(20), 0, m.describe())
+        for t in trs:
+            self.assertEqual(t.wait(20), 0, t.describe())
+
+    def test_local_cpu_slots_take_the_server_device_default(self):
+        """--local starts a CPU server slot without --device, so the server's
+        default holds: $PSBENCH_SERVER_DEVICE (here fake-cuda, registered as
+        cuda) — what makes the fake-cuda and gpu suites' --local runs run on
+        the device they name."""
+        m = self.master(env=psb.base_env({"PSBENCH_SERVER_DEVICE": "fake-cuda"}))
+        self.check_done_run(m, 2, 1, self.batches(2, 2))
+        nodes = {(n["role"], n["rank"]): n["device"] for n in http_json(m.http + "/api/v1/nodes")}
+        self.assertEqual(nodes, {("server", 0): "cuda", ("trainer", 0): "cpu", ("trainer", 1): "cpu"})
+        m.signal(signal.SIGTERM)
+        self.assertEqual(m.wait(20), 0, m.describe())
+        self.assertRegex(m.stderr(), r"\[server 0\] .*listening on .*device cuda \(GPU 0: fake GPU")
+
+    def test_local_cuda_slots_get_device_cuda(self):
+        """--local gives `--device cuda` to the CUDA slots (the last
+        --ncudaserver servers and --ncudatrainer trainers) and no --device to
+        the others. The master is run from a copy beside wrappers of the two
+        binaries that record their arguments, then start the real ones with
+        `--device cuda` made what this host can run: fake-cuda for a server
+        unless the suite names a real GPU, cpu for a trainer (CUDA trainers
+        are not in this version)."""
+        d = os.path.join(self.reg.workdir, "wrapped", "bin")  # not beside the test's configs/
+        os.makedirs(d)
+        shutil.copy2(psb.bin_path("psbench-master"), d)
+        suite = os.environ.get("PSBENCH_SERVER_DEVICE") or ""
+        for name, cuda_as in (("psbench-server", suite if suite.startswith("cuda") else "fake-cuda"),
+                              ("psbench-trainer", "cpu")):
+            path = os.path.join(d, name)
+            with open(path, "w") as f:
+                f.write('#!/bin/sh\n'
+                        'printf "%%s\\n" "$@" > "%s/$$.args"\n'
+                        'prev=\n'
+                        'for a do\n'
+                        '    shift\n'
+                        '    if [ "$prev" = --device ] && [ "$a" = cuda ]; then a=%s; fi\n'
+                        '    set -- "$@" "$a"\n'
+                        '    prev=$a\n'
+                        'done\n'
+                        'exec "%s" "$@"\n' % (d, cuda_as, psb.bin_path(name)))
+            os.chmod(path, 0o755)
+        args = [os.path.join(d, "psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http",
+                "127.0.0.1:0", "--linger", "30", "--model", "Tiny", "--model-config-path", self.model_cfg,
+                "--epochs", "2", "--rpc-timeout", "15", "--ntrainer", "1", "--ncudatrainer", "1",
+                "--nserver", "1", "--ncudaserver", "1"]
+        m = self.reg.start(args, name="master", cls=Master)
+        m.wait_ports()
+        st = self.wait_phase(m, ("done", "failed"))
+        self.assertEqual(st["phase"], "done", m.describe())
+        nodes = {(n["role"], n["rank"]): n["device"] for n in http_json(m.http + "/api/v1/nodes")}
+        m.signal(signal.SIGTERM)
+        self.assertEqual(m.wait(20), 0, m.describe())
+        slots = {}
+        for fn in os.listdir(d):
+            if fn.endswith(".args"):
+                with open(os.path.join(d, fn)) as f:
+                    argv = f.read().splitlines()
+                role = "server" if "--listen" in argv else "trainer"
+                slots[(role, int(argv[argv.index("--rank") + 1]))] = argv
+        self.assertEqual(sorted(slots), [("server", 0), ("server", 1), ("trainer", 0), ("trainer", 1)])
+        for (role, rank), argv in slots.items():
+            if rank == 1:
+                self.assertEqual(argv[argv.index("--device") + 1], "cuda", (role, argv))
+                self.assertEqual(argv.count("--device"), 1, (role, argv))
+            else:
+                self.assertNotIn("--device", argv, (role, argv))
+        # The CUDA server ran the cuda device; the CPU one its default.
+        self.assertEqual(nodes[("server", 1)], "cuda")
+        self.assertEqual(nodes[("server", 0)], "cuda" if "cuda" in suite else "cpu")
+
     def test_shard_two_servers(self):
         m = self.master("--nserver", "2", "--ntrainer", "2", "--placement", "shard")
         self.check_done_run(m, 2, 2, self.batches(2, 2))

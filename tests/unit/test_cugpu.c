@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "server/cuda/cugpu.h"
 #include "server/cuda/cumath.h"
@@ -246,6 +248,38 @@ static void test_failure(void **state)
     cugpu_destroy(g);
 }
 
+/* The fake GPU's hold (what the integration tests keep a job in flight
+ * with): nothing starts while the file exists, everything runs, in order,
+ * once it is gone. Fake GPU only. */
+static void test_fake_hold(void **state)
+{
+    (void)state;
+    const char *which = getenv("PSBENCH_CUGPU");
+    if (which && strcmp(which, "cuda") == 0)
+        skip();
+    char err[512], path[] = "/tmp/psbench-cugpu-hold-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    cugpu *g = cugpu_fake_new(0, 0, err, sizeof err);
+    assert_non_null(g);
+    assert_int_equal(cugpu_fake_hold(g, path), 0);
+    cugpu_stream *s = g->ops->stream_new(g);
+    assert_non_null(s);
+    seen done = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    assert_int_equal(calls(&done), 0);
+    assert_int_equal(g->ops->query(g, s), 1); /* busy */
+    unlink(path);
+    assert_int_equal(g->ops->sync(g, s), 0);
+    assert_int_equal(calls(&done), 3);
+    g->ops->stream_free(g, s);
+    cugpu_destroy(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_free_waits),
         cmocka_unit_test(test_failure),
         cmocka_unit_test(test_stream_ordered_memory),
+        cmocka_unit_test(test_fake_hold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -198,6 +198,35 @@ static void test_admission_rules(void **state)
     fx_close(&x);
 }
 
+/* Refusals name the trainer lost first (the cause: others may leave
+ * because of it), while it is still lost; once it is back, one still
+ * lost. */
+static void test_refusal_names_the_first_lost(void **state)
+{
+    (void)state;
+    fixture x;
+    kind_config kc = {.id = KIND_AVERAGE, .trainers = 4};
+    fx_open(&x, "cpu", &kc);
+    push_ctx p = {0};
+    char msg[256];
+    frame_hdr h = dense_hdr(0, 0, 4);
+    futures_member_lost(&x.fut, 2, 12);
+    futures_member_lost(&x.fut, 1, 11);
+    futures_member_lost(&x.fut, 3, 13);
+    assert_int_equal(futures_admit(&x.fut, &h, 0, 10, &p, msg, sizeof msg), ERR_PEER_LOST);
+    assert_string_equal(msg, "trainer rank 12 disconnected; no bucket can complete");
+    futures_member_back(&x.fut, 1);
+    assert_int_equal(futures_admit(&x.fut, &h, 0, 10, &p, msg, sizeof msg), ERR_PEER_LOST);
+    assert_non_null(strstr(msg, "trainer rank 12 "));
+    futures_member_back(&x.fut, 2);
+    assert_int_equal(futures_admit(&x.fut, &h, 0, 10, &p, msg, sizeof msg), ERR_PEER_LOST);
+    assert_non_null(strstr(msg, "trainer rank 13 "));
+    futures_member_back(&x.fut, 3);
+    assert_int_equal(futures_admit(&x.fut, &h, 0, 10, &p, msg, sizeof msg), ERR_NONE);
+    futures_push_abort(&x.fut, &p);
+    fx_close(&x);
+}
+
 static void test_push_lost_midway_fails_future(void **state)
 {
     (void)state;
@@ -441,6 +470,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_average_mean_both_kinds),
         cmocka_unit_test(test_admission_rules),
+        cmocka_unit_test(test_refusal_names_the_first_lost),
         cmocka_unit_test(test_push_lost_midway_fails_future),
         cmocka_unit_test(test_drain_in_flight),
         cmocka_unit_test(test_lost_while_resolving),
