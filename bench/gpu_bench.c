@@ -24,7 +24,7 @@
  * program and the script, its figures mean nothing and are labelled so.
  * Exit 0 after printing, 1 on a failure (no GPU answers: the reason).
  */
-#include "server/cuda/cugpu.h"
+#include "server/cuda/kernels_host.h"
 #include "server/device.h"
 #include "shared/clock.h"
 
@@ -42,9 +42,9 @@ static int bench_fail(const char *what, const char *why)
 static cugpu *bench_gpu(bool fake, int index, char *err, size_t errlen)
 {
     if (fake)
-        return cugpu_fake_new(0, 0, err, errlen);
+        return cugpu_fake_new(&psb_kernels, 0, 0, err, errlen);
 #ifdef PSBENCH_HAVE_CUDA
-    return cugpu_cuda_new(index, err, errlen);
+    return cugpu_cuda_new(index, &psb_kernels, err, errlen);
 #else
     (void)index;
     snprintf(err, errlen, "this build has no CUDA (use --fake to check the program)");
@@ -99,7 +99,7 @@ static int op_copy(cugpu *g, cugpu_stream *s, void *ctx)
 static int op_sum(cugpu *g, cugpu_stream *s, void *ctx)
 {
     kctx *k = ctx;
-    cugpu_launch l = {.kernel = PSB_K_SUM_SCALE};
+    psb_launch l = {.kernel = PSB_K_SUM_SCALE};
     l.u.sum.dst = k->dst;
     l.u.sum.srcs = k->srcs;
     l.u.sum.nsrc = k->nsrc;
@@ -111,7 +111,7 @@ static int op_sum(cugpu *g, cugpu_stream *s, void *ctx)
 static int op_fold(cugpu *g, cugpu_stream *s, void *ctx)
 {
     kctx *k = ctx;
-    cugpu_launch l = {.kernel = PSB_K_FOLD};
+    psb_launch l = {.kernel = PSB_K_FOLD};
     l.u.fold.op = PSB_FOLD_ADD_SCALE;
     l.u.fold.acc = k->dst;
     l.u.fold.src = k->src[0];

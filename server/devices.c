@@ -1,6 +1,6 @@
 /* devices.c — the --device names and the device each one makes
  * (device.h's device_new): the one file that knows every device. */
-#include "server/cuda/cugpu.h"
+#include "server/cuda/kernels_host.h"
 #include "server/device.h"
 #include "server/reduce.h"
 #include "shared/cli.h"
@@ -33,7 +33,7 @@ device *device_new(const char *name, struct event_base *base, bufpool *pool, cha
     if (strcmp(name, "test") == 0)
         return device_test_new(base, pool, err, errlen);
     if (strcmp(name, "fake-cuda") == 0) {
-        cugpu *g = cugpu_fake_new(devices_env("PSBENCH_FAKE_GPU_FAIL_AT", 0),
+        cugpu *g = cugpu_fake_new(&psb_kernels, devices_env("PSBENCH_FAKE_GPU_FAIL_AT", 0),
                                   (unsigned)devices_env("PSBENCH_FAKE_GPU_DELAY_US", 200), err, errlen);
         if (g && cugpu_fake_hold(g, getenv("PSBENCH_FAKE_GPU_HOLD")) < 0) {
             snprintf(err, errlen, "%s", g->err);
@@ -46,7 +46,7 @@ device *device_new(const char *name, struct event_base *base, bufpool *pool, cha
     if (strncmp(name, "cuda", 4) == 0 && cli_parse_device("--device", name, &index, err, errlen) == 0 &&
         index >= 0) {
 #ifdef PSBENCH_HAVE_CUDA
-        cugpu *g = cugpu_cuda_new(index, err, errlen);
+        cugpu *g = cugpu_cuda_new(index, &psb_kernels, err, errlen);
         return g ? device_cuda_new(base, g, err, errlen) : NULL;
 #else
         snprintf(err, errlen, "--device %s: this build has no CUDA (configured without the CUDA toolkit, or with "

@@ -56,7 +56,7 @@
  * Threads: everything runs on the reactor thread except the host
  * function, which only bumps an atomic counter and writes the eventfd.
  */
-#include "server/cuda/cugpu.h"
+#include "server/cuda/kernels_host.h"
 #include "server/device_host.h"
 #include "shared/log.h"
 
@@ -439,7 +439,7 @@ static void cuda_emit_batch(cuda_device *c)
                 descs[at++] = c->bdesc[i];
         }
         assert(at == c->nb);
-        cugpu_launch l = {.kernel = PSB_K_FOLD_BATCH};
+        psb_launch l = {.kernel = PSB_K_FOLD_BATCH};
         l.u.batch.chains = (const psb_fold_chain *)(void *)(m->dev + m->used);
         l.u.batch.descs = (const psb_fold_desc *)(void *)(m->dev + m->used + c->nchain * sizeof(psb_fold_chain));
         l.u.batch.nchains = (unsigned)c->nchain;
@@ -641,7 +641,7 @@ static void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_o
         const float *x = cuda_upload(c, src, take * sizeof(float));
         if (!x)
             return;
-        cugpu_launch l = {.kernel = PSB_K_FOLD};
+        psb_launch l = {.kernel = PSB_K_FOLD};
         l.u.fold.op = cuda_fold_ops[op];
         l.u.fold.acc = (float *)acc->dev + elem_off;
         l.u.fold.src = x;
@@ -780,7 +780,7 @@ static const float *const *cuda_upload_srcs(cuda_device *c, devbuf *const *srcs,
 static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
 {
     device_job *j = r->j;
-    cugpu_launch l = {0};
+    psb_launch l = {0};
     switch (j->op) {
     case JOB_BARRIER:
         return 0;

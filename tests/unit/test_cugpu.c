@@ -1,5 +1,5 @@
-/* test_cugpu.c — server/cuda/cugpu.h: the fake GPU everywhere (run under
- * ASan and TSan by scripts/test.sh), and the same checks on the real one
+/* test_cugpu.c — shared/cugpu.h with the server's kernels (psb_kernels):
+ * the fake GPU everywhere (run under ASan and TSan by scripts/test.sh), and the same checks on the real one
  * where a GPU answers (PSBENCH_CUGPU=cuda; ctest unit_cugpu_cuda, label
  * gpu, skipped otherwise).
  *
@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/cuda/cugpu.h"
+#include "server/cuda/kernels_host.h"
 #include "server/cuda/cumath.h"
 #include "shared/gpu.h"
 
@@ -39,13 +39,13 @@ static cugpu *gpu_new(uint64_t fail_at)
         }
         if (fail_at)
             return NULL; /* failures are injected on the fake GPU only */
-        g = cugpu_cuda_new(0, err, sizeof err);
+        g = cugpu_cuda_new(0, &psb_kernels, err, sizeof err);
 #else
         print_message("this build has no CUDA\n");
         return NULL;
 #endif
     } else {
-        g = cugpu_fake_new(fail_at, 300, err, sizeof err);
+        g = cugpu_fake_new(&psb_kernels, fail_at, 300, err, sizeof err);
     }
     if (!g)
         fail_msg("%s", err);
@@ -99,7 +99,7 @@ static void test_in_order(void **state)
     const float scale = 0.5f;
     assert_int_equal(g->ops->event_record(g, s, e0), 0);
     assert_int_equal(g->ops->copy(g, s, d_stage, h_in, 2 * N * sizeof(float), CUGPU_H2D), 0);
-    cugpu_launch l = {.kernel = PSB_K_FOLD};
+    psb_launch l = {.kernel = PSB_K_FOLD};
     l.u.fold.op = PSB_FOLD_COPY;
     l.u.fold.acc = d_acc;
     l.u.fold.src = d_stage;
@@ -179,7 +179,7 @@ static void test_stream_ordered_memory(void **state)
         float *d_tmp = g->ops->dev_alloc_async(g, s, N * sizeof(float));
         assert_non_null(d_tmp);
         assert_int_equal(g->ops->copy(g, s, d_tmp, h_in, N * sizeof(float), CUGPU_H2D), 0);
-        cugpu_launch l = {.kernel = PSB_K_FOLD};
+        psb_launch l = {.kernel = PSB_K_FOLD};
         l.u.fold.op = round == 0 ? PSB_FOLD_COPY : PSB_FOLD_ADD;
         l.u.fold.acc = d_keep;
         l.u.fold.src = d_tmp;
@@ -261,7 +261,7 @@ static void test_fake_hold(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    cugpu *g = cugpu_fake_new(0, 0, err, sizeof err);
+    cugpu *g = cugpu_fake_new(&psb_kernels, 0, 0, err, sizeof err);
     assert_non_null(g);
     assert_int_equal(cugpu_fake_hold(g, path), 0);
     cugpu_stream *s = g->ops->stream_new(g);

@@ -1,19 +1,20 @@
 /* cugpu_fake.c — the fake GPU of cugpu.h: host memory, a worker thread per
- * stream running its operations in order, kernels on the host with
- * cumath.h's arithmetic (the same bits as the GPU's), injected errors.
+ * stream running its operations in order, kernels on the host (the role's
+ * host_run: the same arithmetic, the same bits as its GPU code), injected
+ * errors.
  *
  * A test aid, like the `test` device: it exercises the cuda device's host
  * logic (queues, completions from another thread, drains, failures) on any
  * machine. It is not fast and does not try to be.
  */
-#include "server/cuda/cugpu.h"
-#include "server/cuda/cumath.h"
+#include "shared/cugpu.h"
 #include "shared/clock.h"
 
 #include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,11 +31,11 @@ typedef struct fake_op {
     void *dst;
     const void *src;
     size_t n;
-    cugpu_launch launch;
     void (*fn)(void *);
     void *arg;
     cugpu_event *ev;
     struct fake_op *next;
+    max_align_t launch[]; /* FOP_LAUNCH: a copy of the role's launch (launch_size bytes) */
 } fake_op;
 
 struct cugpu_event {
@@ -65,86 +66,6 @@ struct fake_gpu {
     atomic_uint_fast64_t ops; /* operations run, over every stream */
 };
 
-/* ---- the kernels, on the host (kernels.cu's loops, cumath.h's arithmetic) --- */
-
-static size_t fake_bag_end(const int64_t *off, size_t bags, size_t nnz, size_t b)
-{
-    return b + 1 < bags ? (size_t)off[b + 1] : nnz;
-}
-
-static void fake_kernel(const cugpu_launch *l)
-{
-    switch (l->kernel) {
-    case PSB_K_FOLD: {
-        float *acc = l->u.fold.acc;
-        const float *x = l->u.fold.src;
-        for (size_t i = 0; i < l->u.fold.n; i++)
-            acc[i] = l->u.fold.op == PSB_FOLD_COPY        ? x[i]
-                     : l->u.fold.op == PSB_FOLD_ADD       ? cumath_fold_add(acc[i], x[i])
-                     : l->u.fold.op == PSB_FOLD_ADD_SCALE ? cumath_fold_add_scale(acc[i], x[i], l->u.fold.s)
-                                                          : cumath_fold_copy_scale(x[i], l->u.fold.s);
-        break;
-    }
-    case PSB_K_FOLD_BATCH:
-        for (unsigned c = 0; c < l->u.batch.nchains; c++) {
-            psb_fold_chain ch = l->u.batch.chains[c];
-            for (uint32_t k = 0; k < ch.count; k++) {
-                psb_fold_desc d = l->u.batch.descs[ch.first + k];
-                cugpu_launch one = {.kernel = PSB_K_FOLD};
-                one.u.fold.op = d.op;
-                one.u.fold.acc = d.acc;
-                one.u.fold.src = d.src;
-                one.u.fold.n = (size_t)d.n;
-                one.u.fold.s = d.s;
-                fake_kernel(&one);
-            }
-        }
-        break;
-    case PSB_K_SUM_SCALE:
-        for (size_t i = 0; i < l->u.sum.n; i++) {
-            float acc = l->u.sum.srcs[0][i];
-            for (unsigned s = 1; s < l->u.sum.nsrc; s++)
-                acc = cumath_add(acc, l->u.sum.srcs[s][i]);
-            l->u.sum.dst[i] = cumath_mul(acc, l->u.sum.scale);
-        }
-        break;
-    case PSB_K_SGD:
-        for (size_t i = 0; i < l->u.sgd.n; i++) {
-            float g = l->u.sgd.srcs[0][i];
-            for (unsigned s = 1; s < l->u.sgd.nsrc; s++)
-                g = cumath_add(g, l->u.sgd.srcs[s][i]);
-            cumath_sgd(&l->u.sgd.param[i], &l->u.sgd.buf[i], cumath_mul(g, l->u.sgd.scale), l->u.sgd.lr,
-                       l->u.sgd.momentum, l->u.sgd.first);
-            if (l->u.sgd.out)
-                l->u.sgd.out[i] = l->u.sgd.param[i];
-        }
-        break;
-    case PSB_K_GATHER:
-        for (size_t b = 0; b < l->u.bags.bags; b++)
-            for (size_t c = 0; c < l->u.bags.cols; c++) {
-                float sum = 0.0f;
-                for (size_t i = (size_t)l->u.bags.off[b], end = fake_bag_end(l->u.bags.off, l->u.bags.bags,
-                                                                             l->u.bags.nnz, b);
-                     i < end; i++)
-                    sum = cumath_add(sum, l->u.bags.table[(size_t)l->u.bags.idx[i] * l->u.bags.cols + c]);
-                l->u.bags.out[b * l->u.bags.cols + c] = sum;
-            }
-        break;
-    case PSB_K_SCATTER_SGD:
-        for (size_t c = 0; c < l->u.bags.cols; c++)
-            for (size_t b = 0; b < l->u.bags.bags; b++)
-                for (size_t i = (size_t)l->u.bags.off[b], end = fake_bag_end(l->u.bags.off, l->u.bags.bags,
-                                                                             l->u.bags.nnz, b);
-                     i < end; i++) {
-                    float *e = &l->u.bags.table[(size_t)l->u.bags.idx[i] * l->u.bags.cols + c];
-                    *e = cumath_scatter_step(*e, l->u.bags.grad[b * l->u.bags.cols + c], l->u.bags.lr);
-                }
-        break;
-    default:
-        assert(!"unknown kernel");
-    }
-}
-
 /* ---- the stream's worker ------------------------------------------------------ */
 
 static void fake_run(cugpu_stream *s, fake_op *op)
@@ -154,7 +75,7 @@ static void fake_run(cugpu_stream *s, fake_op *op)
         memmove(op->dst, op->src, op->n);
         break;
     case FOP_LAUNCH:
-        fake_kernel(&op->launch);
+        s->gpu->base.kernels->host_run(op->launch);
         break;
     case FOP_HOST_FN:
         op->fn(op->arg);
@@ -350,12 +271,13 @@ static int fake_copy(cugpu *g, cugpu_stream *s, void *dst, const void *src, size
     return fake_queue(g, s, op);
 }
 
-static int fake_launch(cugpu *g, cugpu_stream *s, const cugpu_launch *l)
+static int fake_launch(cugpu *g, cugpu_stream *s, const void *l)
 {
-    fake_op *op = calloc(1, sizeof *op);
+    size_t n = g->kernels->launch_size;
+    fake_op *op = calloc(1, sizeof *op + n);
     if (op) {
         op->kind = FOP_LAUNCH;
-        op->launch = *l;
+        memcpy(op->launch, l, n);
     }
     return fake_queue(g, s, op);
 }
@@ -462,14 +384,16 @@ static const cugpu_ops fake_ops = {
     .destroy = fake_destroy,
 };
 
-cugpu *cugpu_fake_new(uint64_t fail_at, unsigned delay_us, char *err, size_t errlen)
+cugpu *cugpu_fake_new(const cugpu_kernels *k, uint64_t fail_at, unsigned delay_us, char *err, size_t errlen)
 {
+    assert(k && k->host_run && k->launch_size > 0);
     fake_gpu *g = calloc(1, sizeof *g);
     if (!g) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     g->base.ops = &fake_ops;
+    g->base.kernels = k;
     g->base.device = 0;
     snprintf(g->base.name, sizeof g->base.name, "fake GPU (host memory, a thread per stream)");
     g->fail_at = fail_at;

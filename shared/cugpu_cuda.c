@@ -1,15 +1,15 @@
 /* cugpu_cuda.c — cugpu.h on a real GPU: the CUDA runtime through
- * shared/cudaload.h (nothing linked), the kernels from the fatbin the build
- * embedded (kernels.h) loaded once with cudaLibraryLoadData and launched
- * by name with cudaLaunchKernel.
+ * shared/cudaload.h (nothing linked), a role's kernels from the fatbin its
+ * build embedded (cugpu_kernels) loaded once with cudaLibraryLoadData and
+ * launched by name with cudaLaunchKernel.
  *
- * Every call comes from one thread (the server's reactor), on which the GPU
- * is made current once, here. Streams are non-blocking (no implicit
+ * Every call comes from one thread (the server's reactor), on which the
+ * GPU is made current once, here. Streams are non-blocking (no implicit
  * synchronisation with the legacy default stream); events are created
  * for timing only when asked (cudaEventDefault: the device's method
  * metrics are GPU time between two of them).
  */
-#include "server/cuda/cugpu.h"
+#include "shared/cugpu.h"
 #include "shared/cudaload.h"
 #include "shared/gpu.h"
 
@@ -23,7 +23,7 @@ typedef struct cuda_gpu {
     cugpu base;
     const cudart_api *rt;
     cudaLibrary_t lib;
-    cudaKernel_t kernels[PSB_K_COUNT];
+    cudaKernel_t *kernels; /* by the index in cugpu_kernels.names */
     int sms;        /* streaming multiprocessors: the grids' size */
     bool pools;     /* stream-ordered allocation (the default pool) works */
 } cuda_gpu;
@@ -135,78 +135,21 @@ static unsigned cg_blocks(const cuda_gpu *cg, size_t work)
     return (unsigned)(b == 0 ? 1 : b < cap ? b : cap);
 }
 
-static int cg_launch(cugpu *g, cugpu_stream *s, const cugpu_launch *l)
+/* The most arguments one kernel takes. */
+#define CG_MAX_ARGS 16
+
+static int cg_launch(cugpu *g, cugpu_stream *s, const void *l)
 {
     cuda_gpu *cg = (cuda_gpu *)g;
-    void *args[10];
-    size_t work;
-    /* Local copies: cudaLaunchKernel reads each argument through its
-     * pointer before it returns. */
-    cugpu_launch a = *l;
-    switch (l->kernel) {
-    case PSB_K_FOLD:
-        args[0] = &a.u.fold.op;
-        args[1] = &a.u.fold.acc;
-        args[2] = &a.u.fold.src;
-        args[3] = &a.u.fold.n;
-        args[4] = &a.u.fold.s;
-        work = a.u.fold.n / 4 + 1;
-        break;
-    case PSB_K_FOLD_BATCH:
-        args[0] = &a.u.batch.descs;
-        args[1] = &a.u.batch.chains;
-        args[2] = &a.u.batch.nchains;
-        work = (size_t)a.u.batch.nchains * 256; /* a block per chain */
-        break;
-    case PSB_K_SUM_SCALE:
-        args[0] = &a.u.sum.dst;
-        args[1] = &a.u.sum.srcs;
-        args[2] = &a.u.sum.nsrc;
-        args[3] = &a.u.sum.n;
-        args[4] = &a.u.sum.scale;
-        work = a.u.sum.n;
-        break;
-    case PSB_K_SGD:
-        args[0] = &a.u.sgd.param;
-        args[1] = &a.u.sgd.buf;
-        args[2] = &a.u.sgd.srcs;
-        args[3] = &a.u.sgd.nsrc;
-        args[4] = &a.u.sgd.n;
-        args[5] = &a.u.sgd.scale;
-        args[6] = &a.u.sgd.lr;
-        args[7] = &a.u.sgd.momentum;
-        args[8] = &a.u.sgd.first;
-        args[9] = &a.u.sgd.out;
-        work = a.u.sgd.n;
-        break;
-    case PSB_K_GATHER:
-        args[0] = &a.u.bags.out;
-        args[1] = &a.u.bags.table;
-        args[2] = &a.u.bags.cols;
-        args[3] = &a.u.bags.idx;
-        args[4] = &a.u.bags.off;
-        args[5] = &a.u.bags.nnz;
-        args[6] = &a.u.bags.bags;
-        work = a.u.bags.bags * a.u.bags.cols;
-        break;
-    case PSB_K_SCATTER_SGD:
-        args[0] = &a.u.bags.table;
-        args[1] = &a.u.bags.cols;
-        args[2] = &a.u.bags.idx;
-        args[3] = &a.u.bags.off;
-        args[4] = &a.u.bags.nnz;
-        args[5] = &a.u.bags.bags;
-        args[6] = &a.u.bags.grad;
-        args[7] = &a.u.bags.lr;
-        work = a.u.bags.cols;
-        break;
-    default:
-        snprintf(g->err, sizeof g->err, "unknown kernel %d", l->kernel);
+    void *args[CG_MAX_ARGS];
+    size_t work = 0;
+    int k = g->kernels->args(l, args, &work);
+    if (k < 0 || k >= g->kernels->count) {
+        snprintf(g->err, sizeof g->err, "unknown kernel %d", k);
         return -1;
     }
     dim3 grid = {cg_blocks(cg, work), 1, 1}, block = {256, 1, 1};
-    cudaError_t e = cg->rt->cudaLaunchKernel((const void *)cg->kernels[l->kernel], grid, block, args, 0,
-                                             (cudaStream_t)s);
+    cudaError_t e = cg->rt->cudaLaunchKernel((const void *)cg->kernels[k], grid, block, args, 0, (cudaStream_t)s);
     return e == cudaSuccess ? 0 : cg_failed(g, "cudaLaunchKernel", e);
 }
 
@@ -276,6 +219,7 @@ static void cg_destroy(cugpu *g)
     cuda_gpu *cg = (cuda_gpu *)g;
     if (cg->lib)
         cg->rt->cudaLibraryUnload(cg->lib);
+    free(cg->kernels);
     free(cg);
 }
 
@@ -302,7 +246,7 @@ static const cugpu_ops cuda_ops = {
     .destroy = cg_destroy,
 };
 
-cugpu *cugpu_cuda_new(int device, char *err, size_t errlen)
+cugpu *cugpu_cuda_new(int device, const cugpu_kernels *k, char *err, size_t errlen)
 {
     char name[sizeof ((cugpu *)0)->name];
     if (gpu_describe(device, name, sizeof name, NULL, err, errlen) < 0)
@@ -314,6 +258,7 @@ cugpu *cugpu_cuda_new(int device, char *err, size_t errlen)
         return NULL;
     }
     cg->base.ops = &cuda_ops;
+    cg->base.kernels = k;
     cg->base.device = device;
     cg->rt = rt;
     snprintf(cg->base.name, sizeof cg->base.name, "%s", name);
@@ -332,19 +277,27 @@ cugpu *cugpu_cuda_new(int device, char *err, size_t errlen)
                 rt->cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess;
     if (!cg->pools)
         rt->cudaGetLastError(); /* not sticky: clear it */
-    e = rt->cudaLibraryLoadData(&cg->lib, psb_kernels_fatbin, NULL, NULL, 0, NULL, NULL, 0);
+    if (!k->fatbin) {
+        snprintf(err, errlen, "GPU %d: this build has no code for %s", device, k->what);
+        cg_destroy(&cg->base);
+        return NULL;
+    }
+    e = rt->cudaLibraryLoadData(&cg->lib, k->fatbin, NULL, NULL, 0, NULL, NULL, 0);
     if (e != cudaSuccess) {
-        snprintf(err, errlen, "GPU %d (%s): the server's kernels do not load (cudaLibraryLoadData: %s; this build "
-                 "has code for CUDA architectures " PSBENCH_CUDA_ARCHS ")",
-                 device, cg->base.name, rt->cudaGetErrorString(e));
+        snprintf(err, errlen, "GPU %d (%s): %s do not load (cudaLibraryLoadData: %s; this build has code for CUDA "
+                 "architectures %s)", device, cg->base.name, k->what, rt->cudaGetErrorString(e), k->archs);
         cg->lib = NULL;
         cg_destroy(&cg->base);
         return NULL;
     }
-    static const char *const names[] = {PSB_KERNEL_NAMES};
-    for (int k = 0; k < PSB_K_COUNT; k++)
-        if ((e = rt->cudaLibraryGetKernel(&cg->kernels[k], cg->lib, names[k])) != cudaSuccess) {
-            snprintf(err, errlen, "GPU %d: kernel %s: %s", device, names[k], rt->cudaGetErrorString(e));
+    if (!(cg->kernels = calloc((size_t)k->count, sizeof *cg->kernels))) {
+        snprintf(err, errlen, "out of memory");
+        cg_destroy(&cg->base);
+        return NULL;
+    }
+    for (int i = 0; i < k->count; i++)
+        if ((e = rt->cudaLibraryGetKernel(&cg->kernels[i], cg->lib, k->names[i])) != cudaSuccess) {
+            snprintf(err, errlen, "GPU %d: kernel %s: %s", device, k->names[i], rt->cudaGetErrorString(e));
             cg_destroy(&cg->base);
             return NULL;
         }

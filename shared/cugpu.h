@@ -1,16 +1,18 @@
-/* cugpu.h — a GPU as the server's cuda device uses it: memory (device and
- * pinned host), in-order streams, the kernels of kernels.h, events, host
- * functions. Nothing here knows devices, futures or kinds.
+/* cugpu.h — a GPU as psbench's roles use it: memory (device and pinned
+ * host), in-order streams, a role's kernels (cugpu_kernels), events, host
+ * functions. Nothing here knows devices, futures, kinds or models: the
+ * server's cuda device (server/cuda/device_cuda.c) runs on it with the
+ * server's kernels, and so can the trainer with its own.
  *
  * Two implementations behind one ops table:
  *
  *   cuda   the CUDA runtime, loaded on first use (shared/cudaload.h), the
- *          kernels from the fatbin embedded in the server (kernels.h,
- *          cudaLibraryLoadData); one GPU (cudaSetDevice on every thread
+ *          role's kernels from the fatbin embedded in its binary
+ *          (cudaLibraryLoadData); one GPU (cudaSetDevice on every thread
  *          that calls in).
  *   fake   host memory and a worker thread per stream that runs each
  *          queued operation in order (copies are memcpy, kernels run
- *          cumath.h's arithmetic on the host, host functions run on the
+ *          the role's host loops, host functions run on the
  *          worker as CUDA runs them on its callback thread). It lets the
  *          cuda device's own logic — queues, completion order, drain with
  *          work in flight, a failed operation — run and be tested, under
@@ -31,7 +33,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server/cuda/kernels.h"
 
 typedef struct cugpu cugpu;
 typedef struct cugpu_stream cugpu_stream;
@@ -39,51 +40,31 @@ typedef struct cugpu_event cugpu_event;
 
 typedef enum cugpu_dir { CUGPU_H2D = 0, CUGPU_D2H, CUGPU_D2D } cugpu_dir;
 
-/* One kernel launch: which (PSB_K_*) and its arguments, as kernels.cu
- * takes them (device pointers; srcs is a device array of device
- * pointers). */
-typedef struct cugpu_launch {
-    int kernel;
-    union {
-        struct {
-            int op; /* PSB_FOLD_* */
-            float *acc;
-            const float *src;
-            size_t n;
-            float s;
-        } fold;
-        struct {
-            const psb_fold_desc *descs; /* device memory */
-            const psb_fold_chain *chains;
-            unsigned nchains;
-        } batch;
-        struct {
-            float *dst;
-            const float *const *srcs;
-            unsigned nsrc;
-            size_t n;
-            float scale;
-        } sum;
-        struct {
-            float *param, *buf;
-            const float *const *srcs;
-            unsigned nsrc;
-            size_t n;
-            float scale, lr, momentum;
-            int first;
-            float *out; /* NULL: none */
-        } sgd;
-        struct {
-            float *table; /* the table (gather reads it, scatter steps it) */
-            size_t cols;
-            const int64_t *idx, *off;
-            size_t nnz, bags;
-            float *out;        /* gather */
-            const float *grad; /* scatter */
-            float lr;          /* scatter */
-        } bags;
-    } u;
-} cugpu_launch;
+/* A role's kernels, as the GPU layer runs them: the server's
+ * (server/cuda/kernels_host.c), the trainer's. A launch is the role's own
+ * description of one kernel call (a struct of launch_size bytes, saying
+ * which kernel and its arguments); the layer never looks inside but through
+ * these functions.
+ *
+ *   cuda   the fatbin (embedded by the build: every kernel extern "C",
+ *          found by name) and args: the kernel's index in names, its
+ *          arguments as cudaLaunchKernel takes them (pointers into the
+ *          launch, which stays valid until launch returns) and the number
+ *          of threads' worth of work (blocks of 256, at most 8 per SM: the
+ *          kernels loop over the rest, grid-stride).
+ *   fake   host_run: the kernel's loops on the host, with the per-element
+ *          arithmetic the GPU's code uses (the same bits), given a copy of
+ *          the launch taken when it was queued. */
+typedef struct cugpu_kernels {
+    const char *what;          /* "the server's kernels": for messages */
+    const unsigned char *fatbin; /* NULL: this build has none (fake only) */
+    const char *const *names;
+    int count;
+    const char *archs;         /* the architectures the fatbin has code for */
+    size_t launch_size;
+    int (*args)(const void *launch, void **args, size_t *work); /* the kernel's index, or -1 */
+    void (*host_run)(const void *launch);
+} cugpu_kernels;
 
 typedef struct cugpu_ops {
     const char *name; /* "cuda" or "fake" */
@@ -101,7 +82,8 @@ typedef struct cugpu_ops {
     /* Waits for what the stream holds, then frees it. */
     void (*stream_free)(cugpu *g, cugpu_stream *s);
     int (*copy)(cugpu *g, cugpu_stream *s, void *dst, const void *src, size_t n, cugpu_dir dir);
-    int (*launch)(cugpu *g, cugpu_stream *s, const cugpu_launch *l);
+    /* One of the GPU's kernels (a launch of its cugpu_kernels). */
+    int (*launch)(cugpu *g, cugpu_stream *s, const void *launch);
     /* fn(arg) once every operation queued before has completed; never
      * after the stream failed. It runs on a thread of the GPU's: it may
      * not call into cugpu. */
@@ -125,21 +107,23 @@ typedef struct cugpu_ops {
 
 struct cugpu {
     const cugpu_ops *ops;
+    const cugpu_kernels *kernels;
     int device;       /* the GPU's index */
     char name[160];   /* "NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90" or "fake GPU" */
     char err[512];    /* the last error */
 };
 
-/* GPU `device` through the CUDA runtime: NULL with the reason (no runtime,
- * no such GPU, the kernels would not load). */
-cugpu *cugpu_cuda_new(int device, char *err, size_t errlen);
+/* GPU `device` through the CUDA runtime, with kernels k: NULL with the
+ * reason (no runtime, no such GPU, the kernels would not load). Only in
+ * builds with CUDA (PSBENCH_HAVE_CUDA). */
+cugpu *cugpu_cuda_new(int device, const cugpu_kernels *k, char *err, size_t errlen);
 
 /* The fake GPU. `fail_at`: the 1-based count of operations (copies,
  * launches, records, host functions, over all streams) at which one
  * fails with an injected error; 0: none fails. `delay_us`: at most this
  * long, at random, before each operation runs (so that completions come
  * late, as on a GPU). */
-cugpu *cugpu_fake_new(uint64_t fail_at, unsigned delay_us, char *err, size_t errlen);
+cugpu *cugpu_fake_new(const cugpu_kernels *k, uint64_t fail_at, unsigned delay_us, char *err, size_t errlen);
 
 /* The fake GPU `g` holds its work while the file `path` exists: no
  * operation starts (each waits, queued, the stream busy) until the file is

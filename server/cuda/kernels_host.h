@@ -1,0 +1,62 @@
+/* kernels_host.h — the server's kernels (kernels.h) as the GPU layer
+ * (shared/cugpu.h) runs them: one launch described as a psb_launch, and
+ * psb_kernels, the table that the cuda device gives cugpu_cuda_new (the
+ * embedded fatbin) and cugpu_fake_new (the same loops on the host). */
+#ifndef PSBENCH_CUDA_KERNELS_HOST_H
+#define PSBENCH_CUDA_KERNELS_HOST_H
+
+#include <stddef.h>
+
+#include "server/cuda/kernels.h"
+#include "shared/cugpu.h"
+
+/* One kernel launch: which (PSB_K_*) and its arguments, as kernels.cu
+ * takes them (device pointers; srcs is a device array of device
+ * pointers). */
+typedef struct psb_launch {
+    int kernel;
+    union {
+        struct {
+            int op; /* PSB_FOLD_* */
+            float *acc;
+            const float *src;
+            size_t n;
+            float s;
+        } fold;
+        struct {
+            const psb_fold_desc *descs; /* device memory */
+            const psb_fold_chain *chains;
+            unsigned nchains;
+        } batch;
+        struct {
+            float *dst;
+            const float *const *srcs;
+            unsigned nsrc;
+            size_t n;
+            float scale;
+        } sum;
+        struct {
+            float *param, *buf;
+            const float *const *srcs;
+            unsigned nsrc;
+            size_t n;
+            float scale, lr, momentum;
+            int first;
+            float *out; /* NULL: none */
+        } sgd;
+        struct {
+            float *table; /* the table (gather reads it, scatter steps it) */
+            size_t cols;
+            const int64_t *idx, *off;
+            size_t nnz, bags;
+            float *out;        /* gather */
+            const float *grad; /* scatter */
+            float lr;          /* scatter */
+        } bags;
+    } u;
+} psb_launch;
+
+
+extern const cugpu_kernels psb_kernels;
+
+#endif
