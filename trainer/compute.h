@@ -18,7 +18,8 @@
  *
  *   compute_read / compute_write   a range to / from host memory, enqueued
  *                                  (cpu: memcpy at once; cuda: an async copy,
- *                                  complete at the next mark or sync)
+ *                                  complete at the next mark or sync: until
+ *                                  then the host side must stay as it is)
  *   compute_host_view              the buffer's own host address, or NULL
  *                                  where its memory is not host-visible
  *                                  (cpu: always the address: zero copy)
