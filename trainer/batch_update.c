@@ -1,4 +1,7 @@
-/* batch_update.c — the batch-update trainer (see batch_update.h). */
+/* batch_update.c — the batch-update trainer (see batch_update.h). The
+ * Linear model's arithmetic runs on the compute layer (compute.h); the
+ * parameters cross to the host where the network needs them: the servers'
+ * answers are written into them, the gradient is pushed from it. */
 #include "trainer/batch_update.h"
 #include "trainer/answers.h"
 #include "trainer/params_out.h"
@@ -7,7 +10,6 @@
 #include "shared/part.h"
 #include "shared/rng.h"
 
-#include <cblas.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +19,15 @@ struct batch_update {
     batch_update_config cfg;
     stats *m_batch, *m_fwd, *m_bwd, *m_hook, *m_get;
     uint64_t total;     /* out*in + out */
-    float *params;      /* [W, b] */
-    float *grad;        /* [dW, db] */
-    float *x, *y, *dy;  /* batch x in, batch x out, batch x out */
-    float *x_next;      /* the next batch's inputs, drawn while a round is out */
+    compute *dev;       /* where it computes (cfg.device) */
+    cbuf *params;       /* [W, b] */
+    cbuf *grad;         /* [dW, db] */
+    cbuf *x, *y, *dy;   /* batch x in, batch x out, batch x out */
+    cbuf *x_next;       /* the next batch's inputs, drawn while a round is out */
+    cbuf *loss;         /* 1 double */
+    float *params_h;    /* the parameters on the host: their view, or a staging copy */
+    float *grad_h;      /* staging for the gradient where it has no view (else NULL) */
+    float *x_stage;     /* staging for drawn inputs where they have no view (else NULL) */
     rng inputs;
     /* per pass */
     const client *cl;
@@ -66,15 +73,32 @@ batch_update *batch_update_new(const batch_update_config *cfg, metrics *m, char 
     b->m_bwd = metrics_get(m, "backward_metric,backward");
     b->m_hook = metrics_get(m, "hook_future_metric,update_and_fetch_model");
     b->m_get = metrics_get(m, "method_metric,get_model");
-    b->params = calloc(b->total, sizeof *b->params);
-    b->grad = calloc(b->total, sizeof *b->grad);
-    b->x = malloc(B * in * sizeof *b->x);
-    b->x_next = malloc(B * in * sizeof *b->x_next);
-    b->y = malloc(B * out * sizeof *b->y);
-    b->dy = malloc(B * out * sizeof *b->dy);
+    char cerr[256] = "";
+    if (!(b->dev = compute_new(cfg->device, err, errlen))) {
+        batch_update_free(b);
+        return NULL;
+    }
+    compute *d = b->dev;
+    if (!(b->params = compute_alloc(d, b->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) ||
+        !(b->grad = compute_alloc(d, b->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) ||
+        !(b->x = compute_alloc(d, B * in, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) ||
+        !(b->x_next = compute_alloc(d, B * in, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) ||
+        !(b->y = compute_alloc(d, B * out, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) ||
+        !(b->dy = compute_alloc(d, B * out, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) ||
+        !(b->loss = compute_alloc(d, 1, COMPUTE_F64, COMPUTE_MEM_DEVICE, cerr, sizeof cerr))) {
+        batch_update_free(b);
+        snprintf(err, errlen, "%s", cerr);
+        return NULL;
+    }
+    bool ok = true;
+    if (!(b->params_h = compute_host_view(d, b->params)))
+        ok = (b->params_h = calloc(b->total, sizeof *b->params_h)) != NULL;
+    if (ok && !compute_host_view(d, b->grad))
+        ok = (b->grad_h = malloc(b->total * sizeof *b->grad_h)) != NULL;
+    if (ok && !compute_host_view(d, b->x))
+        ok = (b->x_stage = malloc(B * in * sizeof *b->x_stage)) != NULL;
     b->loss_epoch = b->cfg.epochs <= lim ? calloc(b->cfg.epochs, sizeof *b->loss_epoch) : NULL;
-    if (!b->loss_epoch || !b->m_batch || !b->m_fwd || !b->m_bwd || !b->m_hook || !b->m_get || !b->params || !b->grad || !b->x || !b->x_next ||
-        !b->y || !b->dy) {
+    if (!ok || !b->loss_epoch || !b->m_batch || !b->m_fwd || !b->m_bwd || !b->m_hook || !b->m_get) {
         batch_update_free(b);
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -86,12 +110,20 @@ void batch_update_free(batch_update *b)
 {
     if (!b)
         return;
-    free(b->params);
-    free(b->grad);
-    free(b->x);
-    free(b->x_next);
-    free(b->y);
-    free(b->dy);
+    if (b->dev) {
+        if (b->params && b->params_h != compute_host_view(b->dev, b->params))
+            free(b->params_h);
+        compute_release(b->dev, b->params);
+        compute_release(b->dev, b->grad);
+        compute_release(b->dev, b->x);
+        compute_release(b->dev, b->x_next);
+        compute_release(b->dev, b->y);
+        compute_release(b->dev, b->dy);
+        compute_release(b->dev, b->loss);
+        compute_free(b->dev);
+    }
+    free(b->grad_h);
+    free(b->x_stage);
     free(b->loss_epoch);
     free(b->part_off);
     answers_free(&b->ans);
@@ -107,45 +139,30 @@ void batch_update_set_tick(batch_update *b, batch_update_tick_fn fn, void *ctx)
 const float *batch_update_params(const batch_update *b, uint64_t *total)
 {
     *total = b->total;
-    return b->params;
+    return b->params_h;
 }
 
 int batch_update_write_params(const batch_update *b, const char *path, char *err, size_t errlen)
 {
-    return params_write(path, b->params, b->total, err, errlen);
+    return params_write(path, b->params_h, b->total, err, errlen);
 }
 
 /* ---- arithmetic ------------------------------------------------------------ */
 
-void batch_update_forward(const float *W, const float *bias, const float *x, uint64_t batch, uint64_t in,
-                          uint64_t out, float *y)
+void batch_update_forward(compute *c, cspan W, cspan bias, cspan x, uint64_t batch, uint64_t in, uint64_t out,
+                          cspan y)
 {
-    for (uint64_t i = 0; i < batch; i++)
-        memcpy(y + i * out, bias, out * sizeof *y);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)batch, (int)out, (int)in, 1.0f, x, (int)in, W,
-                (int)in, 1.0f, y, (int)out);
+    compute_bias_rows(c, bias, batch, out, y);
+    compute_gemm(c, false, true, batch, out, in, 1.0f, x, in, W, in, 1.0f, y, out);
 }
 
-double batch_update_backward(const float *x, const float *y, uint64_t batch, uint64_t in, uint64_t out,
-                             float *dy, float *dW, float *db)
+void batch_update_backward(compute *c, cspan x, cspan y, uint64_t batch, uint64_t in, uint64_t out, cspan dy,
+                           cspan dW, cspan db, cspan loss)
 {
     /* L1Loss (mean) against zeros: d/dy mean(|y|) = sign(y) / numel. */
-    uint64_t n = batch * out;
-    float g = 1.0f / (float)n;
-    double loss = 0;
-    for (uint64_t k = 0; k < n; k++) {
-        float v = y[k];
-        loss += v < 0 ? -(double)v : (double)v;
-        dy[k] = v > 0 ? g : v < 0 ? -g : 0.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)batch, 1.0f, dy, (int)out, x,
-                (int)in, 0.0f, dW, (int)in);
-    for (uint64_t j = 0; j < out; j++)
-        db[j] = 0;
-    for (uint64_t i = 0; i < batch; i++)
-        for (uint64_t j = 0; j < out; j++)
-            db[j] += dy[i * out + j];
-    return loss / (double)n;
+    compute_l1(c, y, batch * out, dy, loss);
+    compute_gemm(c, true, false, out, in, batch, 1.0f, dy, out, x, in, 0.0f, dW, in);
+    compute_colsum(c, dy, batch, out, db, COMPUTE_SUM_FROM_ZERO);
 }
 
 /* ---- answers from the servers (client sink) ------------------------------- */
@@ -213,7 +230,7 @@ static int bu_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size_
 {
     batch_update *b = ctx;
     size_t server = answers_server(&b->ans, frame);
-    memcpy((uint8_t *)(b->params + b->part_off[server]) + off, p, n);
+    memcpy((uint8_t *)(b->params_h + b->part_off[server]) + off, p, n);
     return 0;
 }
 
@@ -264,8 +281,21 @@ static void bu_expect(batch_update *b, frame_type t)
 /* Poll until every server answered; t0 (ns) starts the --rpc-timeout. */
 static int bu_wait(batch_update *b, client *cl, uint64_t t0, uint64_t batches_done, char *err, size_t errlen)
 {
-    return answers_wait(&b->ans, cl, t0, b->cfg.rpc_timeout_s, bu_what(b->expect), b->tick, b->tick_ctx,
-                        batches_done, err, errlen);
+    if (answers_wait(&b->ans, cl, t0, b->cfg.rpc_timeout_s, bu_what(b->expect), b->tick, b->tick_ctx,
+                     batches_done, err, errlen) < 0)
+        return -1;
+    /* Every part is in: they are the parameters now. */
+    compute_host_write_end(b->dev, cspan_all(b->params), b->params_h);
+    return 0;
+}
+
+/* The next batch's inputs, drawn on the host into x_next. */
+static void bu_draw(batch_update *b)
+{
+    cspan s = cspan_all(b->x_next);
+    float *p = compute_host_write_begin(b->dev, s, b->x_stage);
+    rng_fill_normal(p, s.n, &b->inputs);
+    compute_host_write_end(b->dev, s, p);
 }
 
 static int bu_fetch(batch_update *b, client *cl, char *err, size_t errlen)
@@ -286,6 +316,7 @@ static int bu_fetch(batch_update *b, client *cl, char *err, size_t errlen)
 
 static int bu_push(batch_update *b, client *cl, uint64_t batch, char *err, size_t errlen)
 {
+    const float *grad = compute_host_read(b->dev, cspan_all(b->grad), b->grad_h);
     for (size_t p = 0; p < b->nparts; p++) {
         frame_hdr h = {0};
         h.type = FT_PUSH;
@@ -298,7 +329,7 @@ static int bu_push(batch_update *b, client *cl, uint64_t batch, char *err, size_
         h.has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_COUNT | FH_PAYLOAD;
         /* The gradient stays unchanged until every result is in, which
          * implies every push was written. */
-        if (client_queue(cl, p, &h, b->grad + b->part_off[p], err, errlen) < 0)
+        if (client_queue(cl, p, &h, grad + b->part_off[p], err, errlen) < 0)
             return -1;
     }
     return 0;
@@ -327,8 +358,8 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
     b->cl = cl;
     uint64_t in = b->cfg.in_features, out = b->cfg.out_features, B = b->cfg.batch_size;
     uint64_t rank = b->cfg.rank;
-    float *W = b->params, *bias = b->params + out * in;
-    float *dW = b->grad, *db = b->grad + out * in;
+    cspan W = cspan_at(b->params, 0, out * in), bias = cspan_at(b->params, out * in, out);
+    cspan dW = cspan_at(b->grad, 0, out * in), db = cspan_at(b->grad, out * in, out);
 
     /* The seed's get_model: a fresh copy of the server's model per pass. */
     uint64_t t_start = clock_now_ns();
@@ -342,18 +373,21 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
     /* Batch i's inputs are drawn while round i-1 is out (the stream's
      * order is the same): the trainer would only wait otherwise. */
     if (batches > 0)
-        rng_fill_normal(b->x_next, B * in, &b->inputs);
+        bu_draw(b);
 
     for (uint64_t i = 0; i < batches; i++) {
         uint64_t t0 = clock_now_ns();
         log_debug("trainer%" PRIu64 " processing one batch", rank);
-        float *x = b->x_next;
+        cbuf *x = b->x_next;
         b->x_next = b->x;
         b->x = x;
         uint64_t t1 = clock_now_ns();
-        batch_update_forward(W, bias, b->x, B, in, out, b->y);
+        batch_update_forward(b->dev, W, bias, cspan_all(b->x), B, in, out, cspan_all(b->y));
+        compute_sync(b->dev);
         uint64_t t2 = clock_now_ns();
-        double loss = batch_update_backward(b->x, b->y, B, in, out, b->dy, dW, db);
+        batch_update_backward(b->dev, cspan_all(b->x), cspan_all(b->y), B, in, out, cspan_all(b->dy), dW, db,
+                              cspan_all(b->loss));
+        double loss = compute_loss(b->dev, cspan_all(b->loss));
         uint64_t t3 = clock_now_ns();
         /* Epoch e holds batches [e*n/E, (e+1)*n/E): equal lengths where E
          * divides n, as the master's passes are. */
@@ -376,7 +410,7 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
             /* Send the pushes first (client_poll writes before it waits). */
             if (client_poll(cl, 0, err, errlen) < 0)
                 return -1;
-            rng_fill_normal(b->x_next, B * in, &b->inputs);
+            bu_draw(b);
         }
         if (bu_wait(b, cl, t_push, i, err, errlen) < 0)
             return -1;

@@ -26,6 +26,7 @@
 
 #include "shared/metrics.h"
 #include "trainer/client.h"
+#include "trainer/compute.h"
 #include "trainer/loss_check.h"
 
 typedef struct batch_update_config {
@@ -38,6 +39,7 @@ typedef struct batch_update_config {
     uint64_t epochs;        /* a pass's batches are this many epochs of equal length, for
                              * loss_per_epoch (0 or 1: the pass is one epoch) */
     bool allow_divergence;  /* a loss that is not finite: go on (else the pass stops there) */
+    const char *device;     /* the compute layer's device (compute_new); NULL: "cpu" */
 } batch_update_config;
 
 typedef struct batch_update_report {
@@ -82,14 +84,14 @@ const float *batch_update_params(const batch_update *b, uint64_t *total);
 /* Write them as raw little-endian float32. Returns 0 or -1 with err. */
 int batch_update_write_params(const batch_update *b, const char *path, char *err, size_t errlen);
 
-/* The arithmetic, exposed for the unit test. W is out x in, row-major;
- * x is batch x in; y and dy are batch x out.
+/* The arithmetic on compute layer c, exposed for the unit test. W is
+ * out x in, row-major; x is batch x in; y and dy are batch x out.
  * forward: y = x W^T + bias.
- * backward: loss = mean(|y|) (returned), dy = sign(y) / (batch*out) with
+ * backward: loss (1 double) = mean(|y|), dy = sign(y) / (batch*out) with
  * sign(0) = 0, dW = dy^T x (out x in), db = column sums of dy. */
-void batch_update_forward(const float *W, const float *bias, const float *x, uint64_t batch, uint64_t in,
-                          uint64_t out, float *y);
-double batch_update_backward(const float *x, const float *y, uint64_t batch, uint64_t in, uint64_t out,
-                             float *dy, float *dW, float *db);
+void batch_update_forward(compute *c, cspan W, cspan bias, cspan x, uint64_t batch, uint64_t in, uint64_t out,
+                          cspan y);
+void batch_update_backward(compute *c, cspan x, cspan y, uint64_t batch, uint64_t in, uint64_t out, cspan dy,
+                           cspan dW, cspan db, cspan loss);
 
 #endif

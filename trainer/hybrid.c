@@ -1,12 +1,16 @@
-/* hybrid.c — the seed's HybridModel trainer (see hybrid.h). */
+/* hybrid.c — the seed's HybridModel trainer (see hybrid.h). The dense part
+ * is described once on the compute layer (compute.h): its parameters,
+ * gradients and activations are the layer's buffers; the host touches them
+ * only where the network does (the looked-up rows in, the rows' gradients
+ * out, the dense bucket through the hook), through host views or staging. */
 #include "trainer/hybrid.h"
 #include "trainer/answers.h"
+#include "trainer/compute.h"
 #include "shared/clock.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
 #include "shared/rng.h"
 
-#include <cblas.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,13 +29,17 @@ struct hybrid {
     hybrid_config cfg;
     uint32_t k;           /* output rows per bag: P*D / 512 */
     stats *m_batch, *m_lookup, *m_fwd, *m_bwd, *m_opt, *m_epoch;
-    /* the dense part */
+    /* the dense part, on the compute layer */
+    compute *dev;
     uint64_t nparams;
-    float *params, *grads;
+    cbuf *params, *grads;
     uint64_t w_off[HYBRID_LAYERS], b_off[HYBRID_LAYERS];
-    float *act[HYBRID_LAYERS + 1]; /* act[0] = the looked-up rows, act[l+1] = layer l's output */
-    float *pre[HYBRID_LAYERS];     /* layer l's output before its ReLU (where it has one) */
-    float *dact, *dnext;           /* backward scratch: R x 512 each */
+    cbuf *act[HYBRID_LAYERS + 1]; /* act[0] = the looked-up rows, act[l+1] = layer l's output */
+    cbuf *pre[HYBRID_LAYERS];     /* layer l's output before its ReLU (where it has one) */
+    cbuf *dact, *dnext;           /* backward scratch: R x 512 each */
+    cbuf *loss;                   /* 1 double */
+    float *rows_in;               /* the looked-up rows on the host: act[0]'s view, or a staging copy */
+    float *rows_grad;             /* staging for dnext's rows where it has no view (else NULL) */
     /* the batch */
     rng data;
     int64_t idx[HYBRID_MAX_INDICES], off[HYBRID_MAX_INDICES];
@@ -51,15 +59,25 @@ struct hybrid {
 
 /* ---- set-up ------------------------------------------------------------------ */
 
-static void hybrid_init_params(hybrid *h)
+/* Drawn on the host (the view of params, or a staging copy written once). */
+static int hybrid_init_params(hybrid *h)
 {
+    cspan all = cspan_all(h->params);
+    float *stage = NULL;
+    if (!compute_span_view(h->dev, all) && !(stage = malloc(h->nparams * sizeof *stage)))
+        return -1;
+    float *p = compute_host_write_begin(h->dev, all, stage);
     rng r;
     rng_seed(&r, h->cfg.seed, RNG_STREAM_MODEL);
     for (int l = 0; l < HYBRID_LAYERS; l++) {
         double bound = 1.0 / sqrt((double)hybrid_width[l]);
-        rng_fill_uniform(h->params + h->w_off[l], (uint64_t)hybrid_width[l + 1] * hybrid_width[l], bound, &r);
-        rng_fill_uniform(h->params + h->b_off[l], hybrid_width[l + 1], bound, &r);
+        rng_fill_uniform(p + h->w_off[l], (uint64_t)hybrid_width[l + 1] * hybrid_width[l], bound, &r);
+        rng_fill_uniform(p + h->b_off[l], hybrid_width[l + 1], bound, &r);
     }
+    compute_host_write_end(h->dev, all, p);
+    compute_sync(h->dev);
+    free(stage);
+    return 0;
 }
 
 hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
@@ -94,18 +112,46 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
     }
     h->nparams = n;
     uint64_t R = (uint64_t)HYBRID_MAX_INDICES * h->k; /* at most one bag per index */
-    h->params = malloc(n * sizeof *h->params);
-    h->grads = malloc(n * sizeof *h->grads);
-    bool ok = h->params && h->grads && h->m_batch && h->m_lookup && h->m_fwd && h->m_bwd && h->m_opt && h->m_epoch;
+    if (!(h->dev = compute_new(c->device, err, errlen))) {
+        hybrid_free(h);
+        return NULL;
+    }
+    /* The layer's buffers: a failure says why in err. */
+    char cerr[256] = "";
+    compute *d = h->dev;
+    bool ok = (h->params = compute_alloc(d, n, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) &&
+              (h->grads = compute_alloc(d, n, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) &&
+              (h->loss = compute_alloc(d, 1, COMPUTE_F64, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) &&
+              (h->dact = compute_alloc(d, R * HYBRID_ROW, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) &&
+              (h->dnext = compute_alloc(d, R * HYBRID_ROW, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr));
     for (int l = 0; l <= HYBRID_LAYERS && ok; l++)
-        ok = (h->act[l] = malloc(R * hybrid_width[l] * sizeof(float))) != NULL;
+        ok = (h->act[l] = compute_alloc(d, R * hybrid_width[l], COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr,
+                                        sizeof cerr)) != NULL;
     for (int l = 0; l < HYBRID_LAYERS && ok; l++)
-        ok = !hybrid_relu_after[l] || (h->pre[l] = malloc(R * hybrid_width[l + 1] * sizeof(float))) != NULL;
-    h->dact = malloc(R * HYBRID_ROW * sizeof(float));
-    h->dnext = malloc(R * HYBRID_ROW * sizeof(float));
+        ok = !hybrid_relu_after[l] || (h->pre[l] = compute_alloc(d, R * hybrid_width[l + 1], COMPUTE_F32,
+                                                                 COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) != NULL;
+    if (!ok) {
+        hybrid_free(h);
+        snprintf(err, errlen, "HybridModel: %s", cerr);
+        return NULL;
+    }
+    /* The host's side: where answers land, where updates are cut from, the
+     * bucket the hook sends (it reads and writes host memory). */
+    h->rows_in = compute_host_view(d, h->act[0]);
+    if (!h->rows_in)
+        ok = (h->rows_in = malloc(R * HYBRID_ROW * sizeof(float))) != NULL;
+    if (ok && !compute_host_view(d, h->dnext))
+        ok = (h->rows_grad = malloc(R * HYBRID_ROW * sizeof(float))) != NULL;
+    if (ok && !compute_host_view(d, h->grads)) {
+        hybrid_free(h);
+        snprintf(err, errlen, "HybridModel: compute on %s: the dense bucket from device memory is not supported yet",
+                 compute_name(d));
+        return NULL;
+    }
+    ok = ok && h->m_batch && h->m_lookup && h->m_fwd && h->m_bwd && h->m_opt && h->m_epoch;
     h->lookup = malloc(2 * HYBRID_MAX_INDICES * 8);
     h->update = calloc(c->number_ps, sizeof *h->update);
-    ok = ok && h->dact && h->dnext && h->lookup && h->update && answers_init(&h->ans, c->number_ps) == 0;
+    ok = ok && h->lookup && h->update && answers_init(&h->ans, c->number_ps) == 0;
     for (uint32_t p = 0; p < c->number_ps && ok; p++)
         ok = (h->update[p] = malloc(2 * HYBRID_MAX_INDICES * 8 + HYBRID_MAX_INDICES * c->embedding_dim * 4)) != NULL;
     if (!ok) {
@@ -114,9 +160,13 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
         return NULL;
     }
     h->bucket.id = 0;
-    h->bucket.data = h->grads;
+    h->bucket.data = compute_host_view(d, h->grads);
     h->bucket.count = n;
-    hybrid_init_params(h);
+    if (hybrid_init_params(h) < 0) {
+        hybrid_free(h);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
     return h;
 }
 
@@ -124,14 +174,21 @@ void hybrid_free(hybrid *h)
 {
     if (!h)
         return;
-    free(h->params);
-    free(h->grads);
-    for (int l = 0; l <= HYBRID_LAYERS; l++)
-        free(h->act[l]);
-    for (int l = 0; l < HYBRID_LAYERS; l++)
-        free(h->pre[l]);
-    free(h->dact);
-    free(h->dnext);
+    if (h->dev) {
+        if (h->act[0] && h->rows_in != compute_host_view(h->dev, h->act[0]))
+            free(h->rows_in);
+        compute_release(h->dev, h->params);
+        compute_release(h->dev, h->grads);
+        compute_release(h->dev, h->loss);
+        for (int l = 0; l <= HYBRID_LAYERS; l++)
+            compute_release(h->dev, h->act[l]);
+        for (int l = 0; l < HYBRID_LAYERS; l++)
+            compute_release(h->dev, h->pre[l]);
+        compute_release(h->dev, h->dact);
+        compute_release(h->dev, h->dnext);
+        compute_free(h->dev);
+    }
+    free(h->rows_grad);
     free(h->lookup);
     for (uint32_t p = 0; h->update && p < h->cfg.number_ps; p++)
         free(h->update[p]);
@@ -156,7 +213,7 @@ const loss_check *hybrid_divergence(const hybrid *h)
 const float *hybrid_dense_params(const hybrid *h, uint64_t *n)
 {
     *n = h->nparams;
-    return h->params;
+    return compute_host_view(h->dev, h->params);
 }
 
 /* ---- data ---------------------------------------------------------------------- */
@@ -208,7 +265,7 @@ static int hybrid_data(void *ctx, void *frame, uint64_t off, const uint8_t *src,
     uint64_t p = answers_server(&h->ans, frame), D = h->cfg.embedding_dim;
     uint64_t width = (uint64_t)h->cfg.number_ps * D;
     uint64_t e = off / 4, left = n / 4;
-    float *x = h->act[0];
+    float *x = h->rows_in;
     while (left > 0) {
         uint64_t b = e / D, c = e % D, take = D - c < left ? D - c : left;
         memcpy(x + b * width + p * D + c, src, take * 4);
@@ -234,63 +291,59 @@ client_sink hybrid_sink(hybrid *h)
 
 /* ---- the dense part -------------------------------------------------------------- */
 
-/* Forward over h->rows rows; returns the mean cross-entropy. */
+static cspan hybrid_w(hybrid *h, int l)
+{
+    return cspan_at(h->params, h->w_off[l], (uint64_t)hybrid_width[l + 1] * hybrid_width[l]);
+}
+
+static cspan hybrid_b(hybrid *h, int l)
+{
+    return cspan_at(h->params, h->b_off[l], hybrid_width[l + 1]);
+}
+
+/* The first rows x width elements of buffer b. */
+static cspan hybrid_rows(cbuf *b, uint64_t rows, uint32_t width) { return cspan_at(b, 0, rows * width); }
+
+/* Forward over h->rows rows (the looked-up rows in rows_in); returns the
+ * mean cross-entropy and leaves the logits' gradient in dnext. */
 static double hybrid_forward(hybrid *h)
 {
-    int R = (int)h->rows;
+    compute *d = h->dev;
+    uint64_t R = h->rows;
+    compute_host_write_end(d, hybrid_rows(h->act[0], R, HYBRID_ROW), h->rows_in);
     for (int l = 0; l < HYBRID_LAYERS; l++) {
-        int in = (int)hybrid_width[l], out = (int)hybrid_width[l + 1];
-        float *y = hybrid_relu_after[l] ? h->pre[l] : h->act[l + 1];
-        for (int i = 0; i < R; i++)
-            memcpy(y + (size_t)i * out, h->params + h->b_off[l], (size_t)out * sizeof *y);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, out, in, 1.0f, h->act[l], in,
-                    h->params + h->w_off[l], in, 1.0f, y, out);
+        uint32_t in = hybrid_width[l], out = hybrid_width[l + 1];
+        cspan y = hybrid_rows(hybrid_relu_after[l] ? h->pre[l] : h->act[l + 1], R, out);
+        compute_bias_rows(d, hybrid_b(h, l), R, out, y);
+        compute_gemm(d, false, true, R, out, in, 1.0f, hybrid_rows(h->act[l], R, in), in, hybrid_w(h, l), in, 1.0f,
+                     y, out);
         if (hybrid_relu_after[l])
-            for (size_t i = 0; i < (size_t)R * out; i++)
-                h->act[l + 1][i] = y[i] > 0 ? y[i] : 0.0f;
+            compute_relu(d, y, hybrid_rows(h->act[l + 1], R, out));
     }
     /* Cross-entropy of the logits; the softmax's gradient goes to dnext. */
-    const float *z = h->act[HYBRID_LAYERS];
-    double loss = 0;
-    for (int i = 0; i < R; i++) {
-        const float *zi = z + (size_t)i * HYBRID_CLASSES;
-        float mx = zi[0];
-        for (int c = 1; c < HYBRID_CLASSES; c++)
-            mx = zi[c] > mx ? zi[c] : mx;
-        double sum = 0;
-        for (int c = 0; c < HYBRID_CLASSES; c++)
-            sum += exp((double)(zi[c] - mx));
-        loss += log(sum) + mx - zi[h->target[i]];
-        float *d = h->dnext + (size_t)i * HYBRID_CLASSES;
-        for (int c = 0; c < HYBRID_CLASSES; c++)
-            d[c] = (float)(exp((double)(zi[c] - mx)) / sum / R);
-        d[h->target[i]] -= 1.0f / (float)R;
-    }
-    return loss / R;
+    compute_ce_logits(d, hybrid_rows(h->act[HYBRID_LAYERS], R, HYBRID_CLASSES), (uint32_t)R, HYBRID_CLASSES,
+                      h->target, hybrid_rows(h->dnext, R, HYBRID_CLASSES), cspan_all(h->loss));
+    return compute_loss(d, cspan_all(h->loss));
 }
 
 /* Backward from the logits' gradient (in dnext) to every dense gradient and
  * to the looked-up rows' gradient (left in dnext, R x 512). */
 static void hybrid_backward(hybrid *h)
 {
-    int R = (int)h->rows;
+    compute *d = h->dev;
+    uint64_t R = h->rows;
     for (int l = HYBRID_LAYERS - 1; l >= 0; l--) {
-        int in = (int)hybrid_width[l], out = (int)hybrid_width[l + 1];
-        float *dy = h->dnext;
+        uint32_t in = hybrid_width[l], out = hybrid_width[l + 1];
+        cspan dy = hybrid_rows(h->dnext, R, out);
         if (hybrid_relu_after[l])
-            for (size_t i = 0; i < (size_t)R * out; i++)
-                dy[i] = h->pre[l][i] > 0 ? dy[i] : 0.0f;
+            compute_relu_bwd(d, hybrid_rows(h->pre[l], R, out), dy);
         /* dW = dy^T x, db = column sums of dy, dx = dy W */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, R, 1.0f, dy, out, h->act[l], in, 0.0f,
-                    h->grads + h->w_off[l], in);
-        float *db = h->grads + h->b_off[l];
-        memset(db, 0, (size_t)out * sizeof *db);
-        for (int i = 0; i < R; i++)
-            for (int j = 0; j < out; j++)
-                db[j] += dy[(size_t)i * out + j];
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, in, out, 1.0f, dy, out, h->params + h->w_off[l],
-                    in, 0.0f, h->dact, in);
-        float *t = h->dnext;
+        compute_gemm(d, true, false, out, in, R, 1.0f, dy, out, hybrid_rows(h->act[l], R, in), in, 0.0f,
+                     cspan_at(h->grads, h->w_off[l], (uint64_t)out * in), in);
+        compute_colsum(d, dy, R, out, cspan_at(h->grads, h->b_off[l], out), COMPUTE_SUM_FROM_ZERO);
+        compute_gemm(d, false, false, R, in, out, 1.0f, dy, out, hybrid_w(h, l), in, 0.0f,
+                     hybrid_rows(h->dact, R, in), in);
+        cbuf *t = h->dnext;
         h->dnext = h->dact;
         h->dact = t;
     }
@@ -322,12 +375,13 @@ static int hybrid_lookups(hybrid *h, client *cl, char *err, size_t errlen)
 static int hybrid_updates(hybrid *h, client *cl, char *err, size_t errlen)
 {
     uint64_t D = h->cfg.embedding_dim, width = (uint64_t)h->cfg.number_ps * D;
+    const float *dx = compute_host_read(h->dev, hybrid_rows(h->dnext, h->rows, HYBRID_ROW), h->rows_grad);
     for (uint32_t p = 0; p < h->cfg.number_ps; p++) {
         uint8_t *u = h->update[p];
         memcpy(u, h->lookup, 8 * (h->nnz + h->bags));
         float *g = (float *)(void *)(u + 8 * (h->nnz + h->bags));
         for (uint64_t b = 0; b < h->bags; b++)
-            memcpy(g + b * D, h->dnext + b * width + p * D, D * sizeof *g);
+            memcpy(g + b * D, dx + b * width + p * D, D * sizeof *g);
         frame_hdr hd = {0};
         hd.type = FT_UPDATE;
         hd.batch = h->batch;
@@ -367,9 +421,10 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
     if (hook_wait(hk, &b, 1, err, errlen) < 0)
         return -1;
     uint64_t t4 = clock_now_ns();
-    float lr = (float)h->cfg.lr;
-    for (uint64_t i = 0; i < h->nparams; i++)
-        h->params[i] -= lr * h->grads[i];
+    /* p -= lr g: the same bits as p + (-lr) g. */
+    compute_sgd_dense(h->dev, cspan_all(h->params), cspan_all(h->grads), cspan_none(), (float)h->cfg.lr, 0.0f,
+                      false);
+    compute_sync(h->dev);
     uint64_t t5 = clock_now_ns();
     metrics_add(h->m_lookup, clock_ms(t0, t1));
     metrics_add(h->m_fwd, clock_ms(t1, t2));
@@ -401,7 +456,10 @@ int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_f
     h->loss_epoch = le;
     h->nepochs = 0;
     h->cl = cl;
-    hybrid_init_params(h); /* the seed builds a fresh model per pass */
+    if (hybrid_init_params(h) < 0) { /* the seed builds a fresh model per pass */
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     loss_check_start(&h->lc, h->cfg.allow_divergence);
     uint64_t t_pass = clock_now_ns();
     h->batch = 0;

@@ -25,6 +25,9 @@
  * weights then biases layer by layer, from stream RNG_STREAM_MODEL (the same
  * on every trainer, as DDP's broadcast makes it); each pass starts from a
  * fresh model, as the seed builds one.
+ *
+ * The dense part runs on the compute layer of hybrid_config.device
+ * (compute.h: the cpu today).
  */
 #ifndef PSBENCH_HYBRID_H
 #define PSBENCH_HYBRID_H
@@ -50,6 +53,7 @@ typedef struct hybrid_config {
     uint64_t seed, rank;
     double rpc_timeout_s;    /* bound on each wait for the servers' answers */
     bool allow_divergence;   /* a loss that is not finite: go on (else the pass stops there) */
+    const char *device;      /* the dense part's compute layer (compute_new); NULL: "cpu" */
 } hybrid_config;
 
 typedef struct hybrid_report {

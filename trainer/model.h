@@ -1,6 +1,7 @@
-/* model.h — the seed's DummyModel on the CPU: forward, backward with a
- * per-parameter "gradient ready" callback, parameters and gradients in flat
- * float32 buffers.
+/* model.h — the seed's DummyModel: forward, backward with a per-parameter
+ * "gradient ready" callback, parameters and gradients in flat float32
+ * buffers of the compute layer (compute.h) it was created on: the cpu's
+ * today; the model does not know which device runs it.
  *
  * DummyModel(num_embeddings, embedding_dim, dense_input_size,
  * dense_output_size, dense_layers_count, sparse):
@@ -39,6 +40,14 @@
  * before every step anyway). model_zero_grad sets them all to zero (and a
  * sparse gradient to nnz = 0).
  *
+ * Host access: model_values, model_grads, model_param_values,
+ * model_param_grad and model_sparse_grad's values are host views of the
+ * layer's buffers (compute_host_view): the memory itself on the cpu, NULL
+ * where the buffers are not host-visible (a GPU's: use the buffers and
+ * spans, model_values_buf / model_grad_span, with compute_read and
+ * compute_write). On the cpu every operation is complete on return, so a
+ * view holds the last forward's, backward's or step's results.
+ *
  * Threads: the model is not thread-safe. The ready callback runs on the
  * thread calling model_backward; from the moment it is called for
  * parameter i until the next model_forward, model_backward neither reads
@@ -54,6 +63,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trainer/compute.h"
 #include "trainer/data.h"
 
 /* The values of a model configuration (configs/model_configurations.json,
@@ -82,12 +92,14 @@ typedef struct dummy_model dummy_model;
  * final, in reverse parameter order. */
 typedef void (*model_ready_fn)(void *ctx, uint32_t param_index);
 
-/* Create a model for cfg, initialized from seed, with activation buffers
- * for batches of up to max_batch samples. Returns NULL with a reason in err
+/* Create a model for cfg on dev (the caller's: it must outlive the model),
+ * initialized from seed, with activation buffers for batches of up to
+ * max_batch samples. Returns NULL with a reason in err
  * on inconsistent shapes (embedding_dim != dense_input_size; more than one
  * layer with dense_output_size != dense_input_size), zero or oversized
  * dimensions, or when out of memory. */
-dummy_model *model_new(const model_config *cfg, uint64_t seed, uint32_t max_batch, char *err, size_t errlen);
+dummy_model *model_new(compute *dev, const model_config *cfg, uint64_t seed, uint32_t max_batch, char *err,
+                       size_t errlen);
 void model_free(dummy_model *m);
 
 /* Check that data d can be fed to m: its indices, drawn from [0, max_val),
@@ -110,6 +122,15 @@ float *model_grads(dummy_model *m);
 /* Parameter i's values / dense gradient (NULL for a sparse parameter). */
 float *model_param_values(dummy_model *m, uint32_t i);
 float *model_param_grad(dummy_model *m, uint32_t i);
+
+/* The same on the compute layer: its context, the two flat buffers, and
+ * parameter i's range of each (a sparse parameter's gradient range holds
+ * the COO values, model_sparse_grad). */
+compute *model_compute(const dummy_model *m);
+cbuf *model_values_buf(dummy_model *m);
+cbuf *model_grads_buf(dummy_model *m);
+cspan model_values_span(dummy_model *m, uint32_t i);
+cspan model_grad_span(dummy_model *m, uint32_t i);
 
 /* The sparse embedding gradient of the last backward: returns nnz and sets
  * *rows to the nnz unique row indices (ascending) and *vals to nnz x

@@ -1,4 +1,6 @@
-/* optim.c — SGD with momentum (see optim.h for the exact semantics). */
+/* optim.c — SGD with momentum (see optim.h for the exact semantics), on
+ * the model's compute layer: the steps are its sgd_dense and sgd_sparse
+ * operations, the momentum buffers its memory. */
 #include "trainer/optim.h"
 #include "shared/log.h"
 
@@ -14,8 +16,10 @@ struct sgd {
     float momentum;
     uint32_t nparams;
     uint64_t total;
-    float *buf;      /* momentum buffers, same layout as the model's values; NULL without momentum */
+    compute *dev;    /* the model's */
+    cbuf *buf;       /* momentum buffers, same layout as the model's values; NULL without momentum */
     bool *has_buf;   /* per parameter: buf holds a value (a first step copies the gradient) */
+    cbuf *stage;     /* a gradient from the host (sgd_step_dense), allocated on first use */
 };
 
 sgd *sgd_new(const dummy_model *m, double lr, double momentum, char *err, size_t errlen)
@@ -44,11 +48,15 @@ sgd *sgd_new(const dummy_model *m, double lr, double momentum, char *err, size_t
     o->momentum = (float)momentum;
     o->nparams = n;
     o->total = model_total_size(m);
+    o->dev = model_compute(m);
     if (momentum > 0) {
-        o->buf = malloc(o->total * sizeof *o->buf);
         o->has_buf = calloc(n, sizeof *o->has_buf);
-        if (!o->buf || !o->has_buf)
+        if (!o->has_buf)
             goto oom;
+        if (!(o->buf = compute_alloc(o->dev, o->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, errlen))) {
+            sgd_free(o);
+            return NULL;
+        }
     }
     return o;
 oom:
@@ -61,34 +69,46 @@ void sgd_free(sgd *o)
 {
     if (!o)
         return;
-    free(o->buf);
+    compute_release(o->dev, o->buf);
+    compute_release(o->dev, o->stage);
     free(o->has_buf);
     free(o);
 }
 
-void sgd_step_dense(sgd *o, dummy_model *m, uint32_t i, const float *grad)
+/* Parameter i's step from g (its size, on the layer). */
+static void sgd_apply(sgd *o, dummy_model *m, uint32_t i, cspan g)
 {
-    assert(i < o->nparams && model_total_size(m) == o->total);
+    assert(i < o->nparams && model_total_size(m) == o->total && model_compute(m) == o->dev);
     const model_param_info *pi = model_param(m, i);
-    assert(!pi->sparse);
-    float *p = model_param_values(m, i);
-    uint64_t n = pi->size;
-    float nlr = -o->lr;
-    if (!o->buf) {
-        for (uint64_t k = 0; k < n; k++)
-            p[k] += nlr * grad[k];
-        return;
-    }
-    float *b = o->buf + pi->offset;
-    if (!o->has_buf[i]) {
-        memcpy(b, grad, n * sizeof *b); /* PyTorch: buf = clone(grad) on the first step */
+    assert(!pi->sparse && g.n == pi->size);
+    cspan buf = cspan_none();
+    bool first = false;
+    if (o->buf) {
+        buf = cspan_at(o->buf, pi->offset, pi->size);
+        first = !o->has_buf[i];
         o->has_buf[i] = true;
-    } else {
-        for (uint64_t k = 0; k < n; k++)
-            b[k] = o->momentum * b[k] + grad[k];
     }
-    for (uint64_t k = 0; k < n; k++)
-        p[k] += nlr * b[k];
+    compute_sgd_dense(o->dev, model_values_span(m, i), g, buf, o->lr, o->momentum, first);
+}
+
+void sgd_step_param(sgd *o, dummy_model *m, uint32_t i)
+{
+    sgd_apply(o, m, i, model_grad_span(m, i));
+}
+
+int sgd_step_dense(sgd *o, dummy_model *m, uint32_t i, const float *grad, char *err, size_t errlen)
+{
+    const model_param_info *pi = model_param(m, i);
+    if (grad == model_param_grad(m, i)) { /* the model's own */
+        sgd_step_param(o, m, i);
+        return 0;
+    }
+    if (!o->stage && !(o->stage = compute_alloc(o->dev, o->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, errlen)))
+        return -1;
+    cspan g = cspan_at(o->stage, 0, pi->size);
+    compute_write(o->dev, g, grad);
+    sgd_apply(o, m, i, g);
+    return 0;
 }
 
 int sgd_step_sparse(sgd *o, dummy_model *m, uint32_t i, const int64_t *rows, const float *vals, uint64_t nnz,
@@ -105,14 +125,7 @@ int sgd_step_sparse(sgd *o, dummy_model *m, uint32_t i, const int64_t *rows, con
             return -1;
         }
     }
-    float *p = model_param_values(m, i);
-    float nlr = -o->lr;
-    for (uint64_t k = 0; k < nnz; k++) {
-        float *row = p + (uint64_t)rows[k] * cols;
-        const float *g = vals + k * cols;
-        for (uint64_t c = 0; c < cols; c++)
-            row[c] += nlr * g[c];
-    }
+    compute_sgd_sparse(o->dev, model_values_span(m, i), cols, rows, vals, nnz, o->lr);
     return 0;
 }
 
@@ -120,15 +133,17 @@ void sgd_step(sgd *o, dummy_model *m)
 {
     for (uint32_t i = 0; i < o->nparams; i++) {
         if (model_param(m, i)->sparse) {
+            /* The model's own rows are in range by construction; its values
+             * are read through the host view (cpu: the buffer itself). */
             const int64_t *rows;
             const float *vals;
             uint64_t nnz = model_sparse_grad(m, &rows, &vals);
-            /* The model's own rows are in range by construction. */
+            assert(vals || nnz == 0);
             int rc = sgd_step_sparse(o, m, i, rows, vals, nnz, NULL, 0);
             assert(rc == 0);
             (void)rc;
         } else {
-            sgd_step_dense(o, m, i, model_param_grad(m, i));
+            sgd_step_param(o, m, i);
         }
     }
 }

@@ -15,9 +15,14 @@
  * gradient does not list, i.e. update every row anyway), so sgd_new
  * rejects momentum > 0 for a model with a sparse parameter.
  *
- * The gradient can be the model's own (sgd_step, after model_backward) or
- * an outside one of the same layout, e.g. the average received from the
- * parameter servers (sgd_step_dense / sgd_step_sparse).
+ * The gradient can be the model's own (sgd_step, sgd_step_param, after
+ * model_backward; the hooks leave the mean there) or an outside one on the
+ * host, e.g. the rows received from the parameter servers (sgd_step_dense /
+ * sgd_step_sparse).
+ *
+ * The steps run on the model's compute layer (compute.h: its sgd_dense and
+ * sgd_sparse operations, cmath.h's arithmetic); the momentum buffers are
+ * its memory.
  */
 #ifndef PSBENCH_OPTIM_H
 #define PSBENCH_OPTIM_H
@@ -39,12 +44,17 @@ void sgd_free(sgd *o);
  * embedding from model_sparse_grad). */
 void sgd_step(sgd *o, dummy_model *m);
 
-/* One step for dense parameter i from grad (model_param(m, i)->size
- * floats; may be model_param_grad(m, i)). */
-void sgd_step_dense(sgd *o, dummy_model *m, uint32_t i, const float *grad);
+/* One step for dense parameter i from the model's own gradient buffer. */
+void sgd_step_param(sgd *o, dummy_model *m, uint32_t i);
 
-/* One step for sparse parameter i from nnz rows: rows[k] < shape[0], vals
- * nnz x shape[1]. Rows need not be sorted or unique. Returns 0, or -1 with
+/* One step for dense parameter i from grad, host memory
+ * (model_param(m, i)->size floats; may be model_param_grad(m, i): then as
+ * sgd_step_param). Another gradient is written to a staging buffer of the
+ * layer first (allocated on first use). 0, or -1 with err (out of memory). */
+int sgd_step_dense(sgd *o, dummy_model *m, uint32_t i, const float *grad, char *err, size_t errlen);
+
+/* One step for sparse parameter i from nnz rows (host memory): rows[k] <
+ * shape[0], vals nnz x shape[1]. Rows need not be sorted or unique. Returns 0, or -1 with
  * a reason in err (and nothing updated) if a row is out of range — the
  * rows may come off the network. */
 int sgd_step_sparse(sgd *o, dummy_model *m, uint32_t i, const int64_t *rows, const float *vals, uint64_t nnz,

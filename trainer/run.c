@@ -195,7 +195,10 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
 {
     train_job tj;
     train *tr;
-    if (run_train_job(j, &tj, err, errlen) < 0 || !(tr = train_new(&tj, l->m, err, errlen)))
+    if (run_train_job(j, &tj, err, errlen) < 0)
+        return -1;
+    tj.device = o->device; /* the compute layer's */
+    if (!(tr = train_new(&tj, l->m, err, errlen)))
         return -1;
     if (train_batches_per_pass(tr) != j->batches) {
         snprintf(err, errlen, "the master expects %" PRIu64 " batches per pass, the data gives %" PRIu64, j->batches,
@@ -239,6 +242,7 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     hc.rank = j->rank;
     hc.rpc_timeout_s = j->rpc_timeout_s;
     hc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
+    hc.device = o->device;
     hybrid *hy = hybrid_new(&hc, l->m, err, errlen);
     if (!hy)
         return -1;
@@ -305,6 +309,7 @@ static int run_setup_linear(mlink *l, const trainer_run_opts *o, const run_job *
     bc.rpc_timeout_s = j->rpc_timeout_s;
     bc.epochs = (uint64_t)ctl_int(j->assign, "epochs", 1);
     bc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
+    bc.device = o->device;
     batch_update *bu = batch_update_new(&bc, l->m, err, errlen);
     if (!bu)
         return -1;

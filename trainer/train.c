@@ -24,6 +24,7 @@ struct train {
     stats *m_span; /* first push to last result: the communication of a step */
     dummy_data *data;
     data_shard *shard;
+    compute *dev;        /* where the model computes (train_job.device) */
     dummy_model *model;
     sgd *opt;
     train_bucket *buckets;
@@ -78,7 +79,14 @@ static int train_make_buckets(train *t, char *err, size_t errlen)
         t->all[k] = &t->buckets[k].hb;
     /* Each dense bucket is the flat range [first_param, last_param] of the
      * gradients; the sparse one is the embedding's touched rows. */
+    /* The hooks send from host memory: the gradients' host view (the
+     * buffer itself on the cpu). */
     float *grads = model_grads(t->model);
+    if (!grads) {
+        snprintf(err, errlen, "compute on %s: buckets from device memory are not supported yet",
+                 compute_name(t->dev));
+        return -1;
+    }
     for (uint32_t k = 0; k < t->nbuckets; k++) {
         train_bucket *tb = &t->buckets[k];
         if (tb->hb.sparse) {
@@ -139,7 +147,9 @@ train *train_new(const train_job *j, metrics *m, char *err, size_t errlen)
     if (t->shard->dropped)
         log_warn("%" PRIu64 " batch(es) of the data set are left out so that every trainer runs %" PRIu64
                  " per epoch", t->shard->dropped, t->shard->nbatches);
-    t->model = model_new(&j->model, j->seed, t->shard->max_len, err, errlen);
+    if (!(t->dev = compute_new(j->device, err, errlen)))
+        goto fail;
+    t->model = model_new(t->dev, &j->model, j->seed, t->shard->max_len, err, errlen);
     if (!t->model || model_check_data(t->model, t->data, err, errlen) < 0)
         goto fail;
     t->opt = sgd_new(t->model, j->lr, j->momentum, err, errlen);
@@ -167,6 +177,7 @@ void train_free(train *t)
     free(t->bucket_of);
     sgd_free(t->opt);
     model_free(t->model);
+    compute_free(t->dev);
     data_shard_free(t->shard);
     data_free(t->data);
     free(t->loss_epoch);
@@ -180,13 +191,15 @@ uint64_t train_batches_per_pass(const train *t)
 
 /* model_backward's callback: a bucket whose last gradient is in leaves now
  * (the sparse one: the embedding's touched rows, which the model keeps
- * until the next backward). */
+ * until the next backward), once the operations that wrote it are done
+ * (the mark recorded now; on the cpu they are). */
 static void train_on_ready(void *ctx, uint32_t param)
 {
     train *t = ctx;
     train_bucket *b = &t->buckets[t->bucket_of[param]];
     if (--b->pending > 0)
         return;
+    compute_wait(t->dev, compute_mark(t->dev));
     if (b->hb.sparse)
         b->hb.nnz = model_sparse_grad(t->model, &b->hb.idx, &b->hb.vals);
     hook_ready(t->h, &b->hb, t->batch);
@@ -214,7 +227,7 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
             last_done = b->hb.t_done_ns;
         if (!b->hb.sparse) {
             for (uint32_t i = b->first_param; i <= b->last_param; i++)
-                sgd_step_dense(t->opt, t->model, i, model_param_grad(t->model, i));
+                sgd_step_param(t->opt, t->model, i); /* the mean, in place */
             continue;
         }
         if (sgd_step_sparse(t->opt, t->model, b->first_param, hook_result_idx(&b->hb), hook_result_vals(&b->hb),

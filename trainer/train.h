@@ -1,4 +1,5 @@
-/* train.h — real training on the CPU: DummyData and DummyModel, gradients
+/* train.h — real training: DummyData and DummyModel (on the compute layer
+ * of train_job.device: the cpu today), gradients
  * cut into DDP-style buckets that go to the communication hook (hook.h:
  * servers or collectives) while the rest of backward runs, SGD once every
  * bucket's mean is back.
@@ -29,6 +30,7 @@ typedef struct train_job {
     uint32_t rank, ntrainer; /* the data is dealt round-robin over all trainers */
     double lr, momentum, bucket_cap_mb;
     bool allow_divergence; /* a loss that is not finite: go on (else the pass stops there) */
+    const char *device;    /* the compute layer's device (compute_new); NULL: "cpu" */
 } train_job;
 
 typedef struct train train;

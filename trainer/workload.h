@@ -5,6 +5,9 @@
  * setup) and then drives it through these calls only: passes, the pass
  * report, parameters out, bytes, reset and free.
  *
+ * Each model computes on the compute layer (compute.h) of the trainer's
+ * --device, which run.c names in the model's configuration.
+ *
  * A workload owns its model object, the hook it sends buckets through
  * (NULL: none) and the client it speaks to servers with (closed: none);
  * workload_free is the one place they are freed.

@@ -16,6 +16,50 @@
 #include "shared/part.h"
 #include "trainer/batch_update.h"
 
+/* The arithmetic on the cpu compute layer, from and to host arrays. */
+static compute *dev;
+
+static cbuf *upload(const float *p, uint64_t n)
+{
+    cbuf *b = compute_alloc(dev, n, COMPUTE_F32, COMPUTE_MEM_DEVICE, NULL, 0);
+    assert_non_null(b);
+    if (p)
+        compute_write(dev, cspan_all(b), p);
+    return b;
+}
+
+static void host_forward(const float *W, const float *bias, const float *x, uint64_t batch, uint64_t in,
+                         uint64_t out, float *y)
+{
+    cbuf *w = upload(W, out * in), *b = upload(bias, out), *xb = upload(x, batch * in), *yb = upload(NULL, batch * out);
+    batch_update_forward(dev, cspan_all(w), cspan_all(b), cspan_all(xb), batch, in, out, cspan_all(yb));
+    compute_read(dev, cspan_all(yb), y);
+    compute_sync(dev);
+    compute_release(dev, w);
+    compute_release(dev, b);
+    compute_release(dev, xb);
+    compute_release(dev, yb);
+}
+
+static double host_backward(const float *x, const float *y, uint64_t batch, uint64_t in, uint64_t out, float *dy,
+                            float *dW, float *db)
+{
+    cbuf *xb = upload(x, batch * in), *yb = upload(y, batch * out), *dyb = upload(NULL, batch * out);
+    cbuf *dWb = upload(NULL, out * in), *dbb = upload(NULL, out);
+    cbuf *loss = compute_alloc(dev, 1, COMPUTE_F64, COMPUTE_MEM_DEVICE, NULL, 0);
+    assert_non_null(loss);
+    batch_update_backward(dev, cspan_all(xb), cspan_all(yb), batch, in, out, cspan_all(dyb), cspan_all(dWb),
+                          cspan_all(dbb), cspan_all(loss));
+    compute_read(dev, cspan_all(dyb), dy);
+    compute_read(dev, cspan_all(dWb), dW);
+    compute_read(dev, cspan_all(dbb), db);
+    double l = compute_loss(dev, cspan_all(loss));
+    cbuf *all[] = {xb, yb, dyb, dWb, dbb, loss};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        compute_release(dev, all[i]);
+    return l;
+}
+
 /* Forward and backward on a 2 x 3 input, Linear(3, 2), against the
  * definitions computed element by element. */
 static void test_small_by_hand(void **state)
@@ -25,12 +69,12 @@ static void test_small_by_hand(void **state)
     const float b[2] = {0.25f, -1};
     const float x[6] = {1, 2, 3, -1, 0, 1};   /* batch 2 x in 3 */
     float y[4], dy[4], dW[6], db[2];
-    batch_update_forward(W, b, x, 2, 3, 2, y);
+    host_forward(W, b, x, 2, 3, 2, y);
     /* row 0: 1-3+0.25 = -1.75; 0.5+4-1 = 3.5. row 1: -1-1+0.25 = -1.75; -0.5-1 = -1.5 */
     const float ye[4] = {-1.75f, 3.5f, -1.75f, -1.5f};
     for (int k = 0; k < 4; k++)
         assert_float_equal(y[k], ye[k], 1e-6);
-    double loss = batch_update_backward(x, y, 2, 3, 2, dy, dW, db);
+    double loss = host_backward(x, y, 2, 3, 2, dy, dW, db);
     assert_float_equal(loss, (1.75 + 3.5 + 1.75 + 1.5) / 4, 1e-9);
     const float g = 0.25f; /* 1 / (batch * out) */
     const float dye[4] = {-g, g, -g, -g};
@@ -50,9 +94,9 @@ static void test_zero_output(void **state)
     (void)state;
     const float W[2] = {0, 0}, b[1] = {0}, x[4] = {3, -2, 1, 5}; /* Linear(2, 1), batch 2 */
     float y[2], dy[2], dW[2] = {9, 9}, db[1] = {9};
-    batch_update_forward(W, b, x, 2, 2, 1, y);
+    host_forward(W, b, x, 2, 2, 1, y);
     assert_true(y[0] == 0 && y[1] == 0);
-    double loss = batch_update_backward(x, y, 2, 2, 1, dy, dW, db);
+    double loss = host_backward(x, y, 2, 2, 1, dy, dW, db);
     assert_true(loss == 0);
     assert_true(dy[0] == 0 && dy[1] == 0);
     assert_true(dW[0] == 0 && dW[1] == 0 && db[0] == 0);
@@ -71,8 +115,8 @@ static void test_seed_size_reference(void **state)
     rng_fill_uniform(bias, OUT, 0.1, &r);
     rng_seed(&r, 7, RNG_STREAM_INPUTS);
     rng_fill_normal(x, B * IN, &r);
-    batch_update_forward(W, bias, x, B, IN, OUT, y);
-    batch_update_backward(x, y, B, IN, OUT, dy, dW, db);
+    host_forward(W, bias, x, B, IN, OUT, y);
+    host_backward(x, y, B, IN, OUT, dy, dW, db);
     static double dWe[OUT * IN], dbe[OUT];
     memset(dWe, 0, sizeof dWe);
     memset(dbe, 0, sizeof dbe);
@@ -118,5 +162,10 @@ int main(void)
         cmocka_unit_test(test_seed_size_reference),
         cmocka_unit_test(test_parts),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    dev = compute_new("cpu", NULL, 0);
+    if (!dev)
+        return 1;
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    compute_free(dev);
+    return rc;
 }

@@ -23,6 +23,7 @@
 
 #include "shared/rng.h"
 #include "trainer/blasinfo.h"
+#include "trainer/compute.h"
 #include "trainer/data.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
@@ -34,6 +35,9 @@
 #define T_L 5
 
 /* The tiny model of the gradient checks: 7 rows of 4, two 4x4 layers. */
+/* The compute layer every model of these tests runs on. */
+static compute *dev;
+
 static const model_config tiny_cfg = {
     .num_embeddings = 7, .embedding_dim = 4, .dense_input_size = 4, .dense_output_size = 4,
     .dense_layers_count = 2, .sparse = false,
@@ -63,7 +67,7 @@ static data_batch tiny_batch(void)
 static dummy_model *new_model(const model_config *cfg, uint64_t seed, uint32_t max_batch)
 {
     char err[256] = "";
-    dummy_model *m = model_new(cfg, seed, max_batch, err, sizeof err);
+    dummy_model *m = model_new(dev, cfg, seed, max_batch, err, sizeof err);
     if (!m)
         print_error("model_new: %s\n", err);
     assert_non_null(m);
@@ -462,18 +466,18 @@ static void test_model_validation(void **state)
     char err[256] = "";
     model_config c = tiny_cfg;
     c.embedding_dim = 5;
-    assert_null(model_new(&c, 1, 1, err, sizeof err));
+    assert_null(model_new(dev, &c, 1, 1, err, sizeof err));
     assert_non_null(strstr(err, "embedding_dim (5) must equal dense_input_size (4)"));
 
     c = tiny_cfg;
     c.dense_output_size = 3; /* two layers 4 -> 3 -> ? cannot chain */
-    assert_null(model_new(&c, 1, 1, err, sizeof err));
+    assert_null(model_new(dev, &c, 1, 1, err, sizeof err));
     assert_non_null(strstr(err, "dense_output_size (3) must equal dense_input_size (4)"));
 
     c = tiny_cfg;
     c.dense_layers_count = 0;
-    assert_null(model_new(&c, 1, 1, err, sizeof err));
-    assert_null(model_new(&tiny_cfg, 1, 0, err, sizeof err)); /* max_batch 0 */
+    assert_null(model_new(dev, &c, 1, 1, err, sizeof err));
+    assert_null(model_new(dev, &tiny_cfg, 1, 0, err, sizeof err)); /* max_batch 0 */
 
     /* Data against the model: indices must be rows, targets classes. */
     dummy_model *m = new_model(&rect_cfg, 1, 4); /* 7 rows, 3 classes */
@@ -676,7 +680,7 @@ static void test_sgd_plain(void **state)
     float g[4] = {1, -2, 0.5f, 0};
     float before[4];
     memcpy(before, model_param_values(m, 2), sizeof before);
-    sgd_step_dense(o, m, 2, g);
+    assert_int_equal(sgd_step_dense(o, m, 2, g, err, sizeof err), 0);
     for (int k = 0; k < 4; k++)
         assert_true(model_param_values(m, 2)[k] == before[k] - 0.5f * g[k]);
     sgd_free(o);
@@ -892,5 +896,10 @@ int main(void)
         cmocka_unit_test(test_training_loss_falls),
         cmocka_unit_test(test_params_sha256),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    dev = compute_new("cpu", NULL, 0);
+    if (!dev)
+        return 1;
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    compute_free(dev);
+    return rc;
 }

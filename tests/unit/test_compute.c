@@ -1,0 +1,411 @@
+/* test_compute.c — the trainer's compute layer (trainer/compute.h) on the
+ * cpu: the device selection, buffers and host access (read, write, zero,
+ * host views and the staging helpers, marks), and every operation against
+ * plain reference loops written out here — bit-equal wherever the
+ * arithmetic is the same operations in the same order (all but GEMM, whose
+ * summation order is BLAS's: within float tolerance). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shared/rng.h"
+#include "trainer/compute.h"
+
+static compute *dev;
+
+static cbuf *mk(uint64_t n)
+{
+    char err[256] = "";
+    cbuf *b = compute_alloc(dev, n, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, sizeof err);
+    assert_non_null(b);
+    return b;
+}
+
+/* A buffer of n floats drawn in [-1, 1) (seeded by n and salt). */
+static cbuf *mk_rand(uint64_t n, uint64_t salt)
+{
+    cbuf *b = mk(n);
+    float *h = malloc(n * sizeof *h);
+    assert_non_null(h);
+    rng r;
+    rng_seed(&r, 1000 + salt, RNG_STREAM_MODEL);
+    rng_fill_uniform(h, n, 1.0, &r);
+    compute_write(dev, cspan_all(b), h);
+    free(h);
+    return b;
+}
+
+static float *hv(cbuf *b) { return compute_host_view(dev, b); }
+static cspan all(cbuf *b) { return cspan_all(b); }
+
+static cbuf *mk_loss(void)
+{
+    cbuf *b = compute_alloc(dev, 1, COMPUTE_F64, COMPUTE_MEM_DEVICE, NULL, 0);
+    assert_non_null(b);
+    return b;
+}
+
+static void test_select(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    assert_string_equal(compute_name(dev), "cpu");
+    assert_null(compute_new("cuda:0", err, sizeof err));
+    assert_non_null(strstr(err, "CPU only"));
+    assert_null(compute_new("tpu", err, sizeof err));
+    assert_non_null(strstr(err, "not a device"));
+    compute *c = compute_new(NULL, err, sizeof err); /* NULL: cpu */
+    assert_non_null(c);
+    assert_string_equal(compute_name(c), "cpu");
+    compute_free(c);
+}
+
+static void test_memory(void **state)
+{
+    (void)state;
+    cbuf *b = mk(10);
+    assert_int_equal(cbuf_count(b), 10);
+    assert_int_equal(cbuf_mem(b), COMPUTE_MEM_DEVICE);
+    assert_int_equal(cbuf_dtype(b), COMPUTE_F32);
+    float *v = hv(b);
+    assert_non_null(v);
+    for (int i = 0; i < 10; i++)
+        assert_true(v[i] == 0.0f); /* zeroed */
+    const float src[4] = {1.5f, -2, 3, 4};
+    compute_write(dev, cspan_at(b, 3, 4), src);
+    float back[6];
+    compute_read(dev, cspan_at(b, 2, 6), back);
+    compute_sync(dev);
+    assert_true(back[0] == 0 && back[1] == 1.5f && back[2] == -2 && back[3] == 3 && back[4] == 4 && back[5] == 0);
+    compute_zero(dev, cspan_sub(cspan_at(b, 2, 6), 2, 2));
+    assert_true(v[3] == 1.5f && v[4] == 0 && v[5] == 0 && v[6] == 4);
+    /* The cpu's host access is zero-copy: views, never the stage. */
+    float stage[4];
+    assert_ptr_equal(compute_span_view(dev, cspan_at(b, 3, 4)), v + 3);
+    assert_ptr_equal(compute_host_read(dev, cspan_at(b, 3, 4), stage), v + 3);
+    float *w = compute_host_write_begin(dev, cspan_at(b, 3, 4), stage);
+    assert_ptr_equal(w, v + 3);
+    w[0] = 9;
+    compute_host_write_end(dev, cspan_at(b, 3, 4), w);
+    assert_true(v[3] == 9);
+    /* Marks: in order, done at once. */
+    cmark m1 = compute_mark(dev);
+    compute_zero(dev, all(b));
+    cmark m2 = compute_mark(dev);
+    assert_true(m2 > m1);
+    assert_true(compute_done(dev, m1) && compute_done(dev, m2));
+    compute_wait(dev, m2);
+    /* Memory kinds and doubles. */
+    cbuf *p = compute_alloc(dev, 3, COMPUTE_F64, COMPUTE_MEM_PINNED, NULL, 0);
+    assert_non_null(p);
+    assert_int_equal(cbuf_mem(p), COMPUTE_MEM_PINNED);
+    const double d[1] = {0.1};
+    compute_write(dev, cspan_at(p, 1, 1), d);
+    assert_true(compute_loss(dev, cspan_at(p, 1, 1)) == 0.1);
+    compute_release(dev, p);
+    compute_release(dev, b);
+    compute_release(dev, NULL);
+}
+
+/* C = alpha op(A) op(B) + beta C in double, against compute_gemm. */
+static void check_gemm(bool ta, bool tb, uint64_t M, uint64_t N, uint64_t K, float alpha, float beta)
+{
+    cbuf *A = mk_rand(M * K, 1), *B = mk_rand(K * N, 2), *C = mk_rand(M * N, 3);
+    uint64_t lda = ta ? M : K, ldb = tb ? K : N;
+    double *want = malloc(M * N * sizeof *want);
+    assert_non_null(want);
+    const float *a = hv(A), *b = hv(B), *c0 = hv(C);
+    for (uint64_t i = 0; i < M; i++)
+        for (uint64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (uint64_t k = 0; k < K; k++)
+                s += (double)(ta ? a[k * lda + i] : a[i * lda + k]) * (tb ? b[j * ldb + k] : b[k * ldb + j]);
+            want[i * N + j] = alpha * s + beta * (double)c0[i * N + j];
+        }
+    compute_gemm(dev, ta, tb, M, N, K, alpha, all(A), lda, all(B), ldb, beta, all(C), N);
+    for (uint64_t i = 0; i < M * N; i++)
+        assert_float_equal(hv(C)[i], want[i], 1e-4);
+    free(want);
+    compute_release(dev, A);
+    compute_release(dev, B);
+    compute_release(dev, C);
+}
+
+static void test_gemm(void **state)
+{
+    (void)state;
+    check_gemm(false, false, 5, 7, 3, 1.0f, 0.0f);
+    check_gemm(false, true, 4, 6, 9, 1.0f, 1.0f);
+    check_gemm(true, false, 8, 3, 5, 1.0f, 0.0f);
+    check_gemm(true, true, 2, 5, 4, 0.5f, 0.25f);
+}
+
+static void test_bias_transpose_colsum(void **state)
+{
+    (void)state;
+    enum { R = 5, C = 7 };
+    cbuf *bias = mk_rand(C, 4), *src = mk_rand(R * C, 5), *y = mk(R * C), *d = mk(C);
+    compute_bias_rows(dev, all(bias), R, C, all(y));
+    for (int i = 0; i < R; i++)
+        assert_memory_equal(hv(y) + i * C, hv(bias), C * sizeof(float));
+    /* src is C x R here: y[i][j] = src[j][i] + bias[j] */
+    compute_transpose_bias(dev, all(src), all(bias), R, C, all(y));
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++)
+            assert_true(hv(y)[i * C + j] == hv(src)[j * R + i] + hv(bias)[j]);
+    /* Column sums of src as R x C, both ways of starting. */
+    compute_colsum(dev, all(src), R, C, all(d), COMPUTE_SUM_FROM_ROW0);
+    for (int j = 0; j < C; j++) {
+        float s = hv(src)[j];
+        for (int i = 1; i < R; i++)
+            s += hv(src)[i * C + j];
+        assert_true(hv(d)[j] == s);
+    }
+    compute_colsum(dev, all(src), R, C, all(d), COMPUTE_SUM_FROM_ZERO);
+    for (int j = 0; j < C; j++) {
+        float s = 0;
+        for (int i = 0; i < R; i++)
+            s += hv(src)[i * C + j];
+        assert_true(hv(d)[j] == s);
+    }
+    /* From zero, -0 sums to +0; from row 0 a lone -0 stays. */
+    const float nz = -0.0f;
+    cbuf *one = mk(1), *o = mk(1);
+    compute_write(dev, all(one), &nz);
+    compute_colsum(dev, all(one), 1, 1, all(o), COMPUTE_SUM_FROM_ROW0);
+    assert_true(signbit(hv(o)[0]));
+    compute_colsum(dev, all(one), 1, 1, all(o), COMPUTE_SUM_FROM_ZERO);
+    assert_false(signbit(hv(o)[0]));
+    cbuf *bufs[] = {bias, src, y, d, one, o};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        compute_release(dev, bufs[i]);
+}
+
+static void test_relu(void **state)
+{
+    (void)state;
+    enum { N = 50 };
+    cbuf *x = mk_rand(N, 6), *y = mk(N), *dy = mk_rand(N, 7);
+    float dy0[N];
+    memcpy(dy0, hv(dy), sizeof dy0);
+    hv(x)[0] = 0.0f;
+    compute_relu(dev, all(x), all(y));
+    compute_relu_bwd(dev, all(x), all(dy));
+    for (int i = 0; i < N; i++) {
+        float v = hv(x)[i];
+        assert_true(hv(y)[i] == (v > 0 ? v : 0.0f));
+        assert_true(hv(dy)[i] == (v > 0 ? dy0[i] : 0.0f));
+    }
+    compute_release(dev, x);
+    compute_release(dev, y);
+    compute_release(dev, dy);
+}
+
+static void test_embedding_bag(void **state)
+{
+    (void)state;
+    enum { ROWS = 9, D = 3, B = 3, L = 4 };
+    const int64_t idx[B * L] = {4, 1, 4, 8, 0, 8, 8, 2, 7, 1, 5, 1};
+    cbuf *W = mk_rand(ROWS * D, 8), *out = mk(B * D), *dx = mk_rand(B * D, 9), *G = mk_rand(ROWS * D, 10);
+    cbuf *vals = mk(ROWS * D);
+    compute_bag_mean(dev, all(W), D, idx, B, L, all(out));
+    for (int s = 0; s < B; s++)
+        for (int k = 0; k < D; k++) {
+            float acc = 0;
+            for (int t = 0; t < L; t++)
+                acc += hv(W)[idx[s * L + t] * D + k];
+            assert_true(hv(out)[s * D + k] == acc / (float)L);
+        }
+    /* Dense backward: dx / L, scattered once per occurrence. */
+    float g[B * D], want[ROWS * D];
+    for (int k = 0; k < B * D; k++)
+        g[k] = hv(dx)[k] / (float)L;
+    memset(want, 0, sizeof want);
+    for (int s = 0; s < B; s++)
+        for (int t = 0; t < L; t++)
+            for (int k = 0; k < D; k++)
+                want[idx[s * L + t] * D + k] += g[s * D + k];
+    float dx0[B * D];
+    memcpy(dx0, hv(dx), sizeof dx0);
+    compute_bag_mean_bwd_dense(dev, all(dx), D, idx, B, L, all(G));
+    assert_memory_equal(hv(G), want, sizeof want);
+    /* Sparse: the unique rows ascending, their rows of the dense result. */
+    compute_write(dev, all(dx), dx0);
+    int64_t rows[ROWS];
+    uint32_t slot[ROWS];
+    for (int r = 0; r < ROWS; r++)
+        slot[r] = COMPUTE_NO_SLOT;
+    uint64_t nnz = compute_bag_mean_bwd_sparse(dev, all(dx), D, idx, B, L, rows, slot, all(vals));
+    const int64_t want_rows[] = {0, 1, 2, 4, 5, 7, 8};
+    assert_int_equal(nnz, 7);
+    assert_memory_equal(rows, want_rows, sizeof want_rows);
+    for (uint64_t k = 0; k < nnz; k++)
+        assert_memory_equal(hv(vals) + k * D, want + rows[k] * D, D * sizeof(float));
+    for (int r = 0; r < ROWS; r++)
+        assert_int_equal(slot[r], COMPUTE_NO_SLOT);
+    cbuf *bufs[] = {W, out, dx, G, vals};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        compute_release(dev, bufs[i]);
+}
+
+/* softmax over n, as DummyModel always computed it. */
+static void ref_softmax(float *dst, const float *src, int n)
+{
+    float mx = src[0];
+    for (int k = 1; k < n; k++)
+        mx = src[k] > mx ? src[k] : mx;
+    double sum = 0;
+    for (int k = 0; k < n; k++) {
+        dst[k] = expf(src[k] - mx);
+        sum += dst[k];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int k = 0; k < n; k++)
+        dst[k] *= inv;
+}
+
+static void test_softmax_ce(void **state)
+{
+    (void)state;
+    enum { B = 4, C = 6 };
+    const int64_t y[B] = {0, 5, 2, 2};
+    cbuf *z = mk_rand(B * C, 11), *p = mk(B * C), *q = mk(B * C), *dz = mk(B * C), *loss = mk_loss();
+    for (int k = 0; k < B * C; k++)
+        hv(z)[k] *= 4;
+    compute_softmax_ce(dev, all(z), B, C, y, all(p), all(q), all(loss));
+    float wp[B * C], wq[B * C], wg[B * C];
+    double wl = 0;
+    for (int s = 0; s < B; s++) {
+        ref_softmax(wp + s * C, hv(z) + s * C, C);
+        ref_softmax(wq + s * C, wp + s * C, C);
+        wl -= log((double)wq[s * C + y[s]]);
+    }
+    assert_memory_equal(hv(p), wp, sizeof wp);
+    assert_memory_equal(hv(q), wq, sizeof wq);
+    assert_true(compute_loss(dev, all(loss)) == wl / B);
+    compute_softmax_ce_bwd(dev, all(p), all(q), B, C, y, all(dz));
+    float invB = 1.0f / (float)B;
+    for (int s = 0; s < B; s++) {
+        float *g = wg + s * C;
+        double dot = 0;
+        for (int k = 0; k < C; k++) {
+            g[k] = (wq[s * C + k] - (k == y[s] ? 1.0f : 0.0f)) * invB;
+            dot += (double)g[k] * wp[s * C + k];
+        }
+        for (int k = 0; k < C; k++)
+            g[k] = wp[s * C + k] * (g[k] - (float)dot);
+    }
+    assert_memory_equal(hv(dz), wg, sizeof wg);
+    cbuf *bufs[] = {z, p, q, dz, loss};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        compute_release(dev, bufs[i]);
+}
+
+static void test_ce_logits_and_l1(void **state)
+{
+    (void)state;
+    enum { R = 5, C = 8 };
+    const int64_t y[R] = {7, 0, 3, 3, 1};
+    cbuf *z = mk_rand(R * C, 12), *dz = mk(R * C), *loss = mk_loss();
+    compute_ce_logits(dev, all(z), R, C, y, all(dz), all(loss));
+    float wd[R * C];
+    double wl = 0;
+    for (int i = 0; i < R; i++) {
+        const float *zi = hv(z) + i * C;
+        float mx = zi[0];
+        for (int c = 1; c < C; c++)
+            mx = zi[c] > mx ? zi[c] : mx;
+        double sum = 0;
+        for (int c = 0; c < C; c++)
+            sum += exp((double)(zi[c] - mx));
+        wl += log(sum) + mx - zi[y[i]];
+        for (int c = 0; c < C; c++)
+            wd[i * C + c] = (float)(exp((double)(zi[c] - mx)) / sum / R);
+        wd[i * C + y[i]] -= 1.0f / (float)R;
+    }
+    assert_memory_equal(hv(dz), wd, sizeof wd);
+    assert_true(compute_loss(dev, all(loss)) == wl / R);
+
+    /* L1 against zeros; sign(0) = 0. */
+    enum { N = 12 };
+    cbuf *v = mk_rand(N, 13), *dv = mk(N);
+    hv(v)[3] = 0.0f;
+    compute_l1(dev, all(v), N, all(dv), all(loss));
+    double l1 = 0;
+    float g = 1.0f / (float)N;
+    for (int k = 0; k < N; k++) {
+        float x = hv(v)[k];
+        l1 += x < 0 ? -(double)x : (double)x;
+        assert_true(hv(dv)[k] == (x > 0 ? g : x < 0 ? -g : 0.0f));
+    }
+    assert_true(compute_loss(dev, all(loss)) == l1 / N);
+    cbuf *bufs[] = {z, dz, loss, v, dv};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        compute_release(dev, bufs[i]);
+}
+
+static void test_sgd(void **state)
+{
+    (void)state;
+    enum { N = 9 };
+    cbuf *p = mk_rand(N, 14), *g = mk_rand(N, 15), *m = mk(N);
+    float w[N], b[N];
+    const float lr = 0.1f, mom = 0.9f;
+    memcpy(w, hv(p), sizeof w);
+    /* plain: p -= lr g */
+    compute_sgd_dense(dev, all(p), all(g), cspan_none(), lr, 0.0f, false);
+    for (int k = 0; k < N; k++)
+        w[k] += -lr * hv(g)[k];
+    assert_memory_equal(hv(p), w, sizeof w);
+    /* momentum: the first step copies g, later ones decay it */
+    for (int step = 0; step < 3; step++) {
+        compute_sgd_dense(dev, all(p), all(g), all(m), lr, mom, step == 0);
+        for (int k = 0; k < N; k++) {
+            b[k] = step == 0 ? hv(g)[k] : mom * b[k] + hv(g)[k];
+            w[k] += -lr * b[k];
+        }
+        assert_memory_equal(hv(m), b, sizeof b);
+        assert_memory_equal(hv(p), w, sizeof w);
+    }
+    /* sparse: rows of a 3 x 3 table, a repeated row applied twice */
+    const int64_t rows[3] = {2, 0, 2};
+    const float vals[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    compute_sgd_sparse(dev, all(p), 3, rows, vals, 3, 0.5f);
+    for (int k = 0; k < 3; k++) {
+        w[6 + k] += -0.5f * vals[k];
+        w[k] += -0.5f * vals[3 + k];
+        w[6 + k] += -0.5f * vals[6 + k];
+    }
+    assert_memory_equal(hv(p), w, sizeof w);
+    compute_release(dev, p);
+    compute_release(dev, g);
+    compute_release(dev, m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_select),
+        cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_bias_transpose_colsum),
+        cmocka_unit_test(test_relu),
+        cmocka_unit_test(test_embedding_bag),
+        cmocka_unit_test(test_softmax_ce),
+        cmocka_unit_test(test_ce_logits_and_l1),
+        cmocka_unit_test(test_sgd),
+    };
+    char err[256];
+    dev = compute_new("cpu", err, sizeof err);
+    if (!dev)
+        return 1;
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    compute_free(dev);
+    return rc;
+}

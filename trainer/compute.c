@@ -1,0 +1,90 @@
+/* compute.c — the compute layer's selection point and what every
+ * implementation shares: buffer handles, spans, host access through a
+ * staging area (see compute.h). */
+#include "trainer/compute_impl.h"
+#include "shared/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+compute *compute_new(const char *name, char *err, size_t errlen)
+{
+    if (!name || strcmp(name, "cpu") == 0)
+        return compute_cpu_new(err, errlen);
+    if (strncmp(name, "cuda", 4) == 0 && (name[4] == '\0' || name[4] == ':')) {
+        errbuf_set(err, errlen, "compute on %s: this version of psbench-trainer computes on the CPU only "
+                   "(use --device cpu)", name);
+        return NULL;
+    }
+    errbuf_set(err, errlen, "compute on '%s': not a device (cpu, or cuda[:N])", name);
+    return NULL;
+}
+
+void compute_free(compute *c)
+{
+    if (c)
+        c->ops->destroy(c);
+}
+
+const char *compute_name(const compute *c) { return c->ops->name; }
+
+cbuf *cbuf_wrap(compute *c, void *ptr, uint64_t n, compute_dtype t, compute_mem mem)
+{
+    cbuf *b = malloc(sizeof *b);
+    if (!b)
+        return NULL;
+    b->ptr = ptr;
+    b->n = n;
+    b->dtype = t;
+    b->mem = mem;
+    b->owner = c;
+    return b;
+}
+
+uint64_t cbuf_count(const cbuf *b) { return b->n; }
+compute_mem cbuf_mem(const cbuf *b) { return b->mem; }
+compute_dtype cbuf_dtype(const cbuf *b) { return b->dtype; }
+
+cspan cspan_all(cbuf *b)
+{
+    cspan s = {b, 0, b->n};
+    return s;
+}
+
+void *compute_span_view(compute *c, cspan s)
+{
+    assert(cspan_valid(s));
+    char *p = compute_host_view(c, s.buf);
+    return p ? p + s.off * compute_dtype_size(s.buf->dtype) : NULL;
+}
+
+const void *compute_host_read(compute *c, cspan s, void *stage)
+{
+    const void *v = compute_span_view(c, s);
+    if (v)
+        return v;
+    compute_read(c, s, stage);
+    compute_sync(c);
+    return stage;
+}
+
+void *compute_host_write_begin(compute *c, cspan s, void *stage)
+{
+    void *v = compute_span_view(c, s);
+    return v ? v : stage;
+}
+
+void compute_host_write_end(compute *c, cspan s, const void *p)
+{
+    if (p != compute_span_view(c, s))
+        compute_write(c, s, p);
+}
+
+double compute_loss(compute *c, cspan loss)
+{
+    assert(loss.n == 1 && loss.buf->dtype == COMPUTE_F64);
+    double v;
+    compute_read(c, loss, &v);
+    compute_sync(c);
+    return v;
+}

@@ -1,0 +1,310 @@
+/* compute.h — where a trainer's model arithmetic runs, and the memory it
+ * runs on: one small table of operations (compute_ops) behind which each
+ * device has an implementation. DummyModel (model.c), the batch-update
+ * Linear (batch_update.c), the HybridModel's dense part (hybrid.c) and SGD
+ * (optim.c) describe their arithmetic once with these calls and never know
+ * which device runs it.
+ *
+ *   device  compute_cpu.c   today's CBLAS loops, run inline; memory is host memory
+ *   cuda    (next)          cuBLAS for the products, kernels for the rest
+ *                           (trainer/cmath.h: the same per-element math),
+ *                           one stream, memory on the GPU
+ *
+ * Where memory lives is a type, as Gloo's host/pinned/device workspaces:
+ * the layer allocates and frees the buffers it computes on (cbuf: a handle
+ * with its element count, element type and memory kind). Models hold
+ * handles and name ranges of them (cspan); they never dereference device
+ * memory. Host access is explicit:
+ *
+ *   compute_read / compute_write   a range to / from host memory, enqueued
+ *                                  (cpu: memcpy at once; cuda: an async copy,
+ *                                  complete at the next mark or sync: until
+ *                                  then the host side must stay as it is)
+ *   compute_host_view              the buffer's own host address, or NULL
+ *                                  where its memory is not host-visible
+ *                                  (cpu: always the address: zero copy)
+ *   compute_host_read / _write_*   the view where there is one, else a
+ *                                  caller's staging area and a copy
+ *
+ * Hooks and the optimizer may use a host view (model_grads, hook buckets,
+ * the parameters out) only where it is not NULL and only for a range whose
+ * writer is done: after compute_wait on the mark recorded once its op was
+ * enqueued, or after compute_sync. Elsewhere (a device) they copy through
+ * compute_read / compute_write into pinned host memory.
+ *
+ * Order. Operations on one context are enqueued in order, as on a stream:
+ * each sees every write enqueued before it. The cpu implementation runs
+ * each one inline, so it is complete on return. compute_mark records a
+ * point in that order (cheap: a counter on the cpu, an event on a stream);
+ * compute_done asks whether everything before it has finished,
+ * compute_wait waits for it, compute_sync for everything. A bucket's
+ * gradient range is handed to a hook with the mark recorded after the op
+ * that wrote it (on the cpu: at once).
+ *
+ * Host arguments. Index arrays (a batch's indices and targets, the sparse
+ * rows and values a server sent) are host memory; an operation reads them
+ * while it is enqueued (cuda: copied into its staging ring then), so the
+ * caller may reuse them once the call returns.
+ *
+ * Shapes are row-major. Sizes are element counts; a cspan's offset and
+ * length are elements of its buffer's type. Every operation asserts that its
+ * spans lie inside their buffers and have the lengths its shape needs.
+ *
+ * Threads: a context is used by one thread (the trainer's). A host view may
+ * be read and written by another thread (a hook's) for a range no enqueued
+ * operation touches meanwhile.
+ */
+#ifndef PSBENCH_COMPUTE_H
+#define PSBENCH_COMPUTE_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Where a buffer's memory is. */
+typedef enum compute_mem {
+    COMPUTE_MEM_DEVICE = 0, /* where the context computes (cpu: host memory) */
+    COMPUTE_MEM_PINNED,     /* page-locked host memory: async copies to and from the device */
+    COMPUTE_MEM_HOST,       /* ordinary host memory */
+} compute_mem;
+
+typedef enum compute_dtype {
+    COMPUTE_F32 = 0,
+    COMPUTE_F64, /* losses: one double each */
+} compute_dtype;
+
+typedef struct compute compute;
+/* A buffer the layer owns (opaque): n elements of one type, in one kind of
+ * memory. */
+typedef struct cbuf cbuf;
+
+/* A range of a buffer: elements [off, off + n). */
+typedef struct cspan {
+    cbuf *buf;
+    uint64_t off, n;
+} cspan;
+
+/* A point in a context's order of operations. */
+typedef uint64_t cmark;
+
+/* COMPUTE_NO_SLOT: the value of every entry of a sparse backward's slot
+ * scratch between calls. */
+#define COMPUTE_NO_SLOT UINT32_MAX
+
+/* Column sums (compute_colsum): how each sum starts. */
+typedef enum compute_sum_from {
+    COMPUTE_SUM_FROM_ROW0 = 0, /* dst = src[0]; dst += src[i], i >= 1 (model.c's) */
+    COMPUTE_SUM_FROM_ZERO,     /* dst = 0; dst += src[i], i >= 0 (hybrid.c's, batch_update.c's) */
+} compute_sum_from;
+
+typedef struct compute_ops {
+    const char *name; /* "cpu", "cuda" */
+    void (*destroy)(compute *c);
+
+    /* ---- memory ---- */
+    /* n elements of type t in memory `mem`, zeroed; NULL with err. */
+    cbuf *(*alloc)(compute *c, uint64_t n, compute_dtype t, compute_mem mem, char *err, size_t errlen);
+    void (*release)(compute *c, cbuf *b);
+    void *(*host_view)(compute *c, cbuf *b);
+    void (*read)(compute *c, cspan src, void *dst);
+    void (*write)(compute *c, cspan dst, const void *src);
+    void (*zero)(compute *c, cspan dst);
+
+    /* ---- order ---- */
+    cmark (*mark)(compute *c);
+    bool (*done)(compute *c, cmark m);
+    void (*wait)(compute *c, cmark m);
+    void (*sync)(compute *c);
+
+    /* ---- arithmetic (float32 unless said) ---- */
+    /* C = alpha op(A) op(B) + beta C, op(X) = X or X^T; M x K times K x N. */
+    void (*gemm)(compute *c, bool ta, bool tb, uint64_t M, uint64_t N, uint64_t K, float alpha, cspan A,
+                 uint64_t lda, cspan B, uint64_t ldb, float beta, cspan C, uint64_t ldc);
+    /* y[i][j] = bias[j], rows x cols. */
+    void (*bias_rows)(compute *c, cspan bias, uint64_t rows, uint64_t cols, cspan y);
+    /* y[i][j] = src[j][i] + bias[j]: src cols x rows, y rows x cols. */
+    void (*transpose_bias)(compute *c, cspan src, cspan bias, uint64_t rows, uint64_t cols, cspan y);
+    /* dst[j] = sum_i src[i][j] over rows x cols, in row order. */
+    void (*colsum)(compute *c, cspan src, uint64_t rows, uint64_t cols, cspan dst, compute_sum_from from);
+    /* y = max(x, 0); dy = pre > 0 ? dy : 0 (in place). */
+    void (*relu)(compute *c, cspan x, cspan y);
+    void (*relu_bwd)(compute *c, cspan pre, cspan dy);
+
+    /* EmbeddingBag(mode=mean), bags of L indices (host, B x L, each a row
+     * of table: rows x D): out[b] = mean of the bag's rows (B x D). */
+    void (*bag_mean)(compute *c, cspan table, uint64_t D, const int64_t *idx, uint32_t B, uint64_t L, cspan out);
+    /* Its backward from dx (B x D; scratch: divided by L in place first, as
+     * PyTorch's mean backward). Dense: G (rows x D) = 0, then dx[b] / L
+     * added to every row of bag b, once per occurrence. */
+    void (*bag_mean_bwd_dense)(compute *c, cspan dx, uint64_t D, const int64_t *idx, uint32_t B, uint64_t L,
+                               cspan G);
+    /* Sparse: the unique rows of the batch, ascending, into rows (host,
+     * capacity: the table's rows) and one compact row of D floats per
+     * unique row into vals; returns their count nnz. slot: host scratch of
+     * the table's rows entries, all COMPUTE_NO_SLOT, left so. The count and
+     * rows are known on return (computed from the host indices); the values
+     * as any enqueued write. */
+    uint64_t (*bag_mean_bwd_sparse)(compute *c, cspan dx, uint64_t D, const int64_t *idx, uint32_t B, uint64_t L,
+                                    int64_t *rows, uint32_t *slot, cspan vals);
+
+    /* DummyModel's head, B samples of C classes, targets y (host):
+     * prob = softmax(z), q = softmax(prob) per sample; loss (1 double) =
+     * mean_b -log q_b[y_b]. Backward: dz from prob and q (cmath.h). */
+    void (*softmax_ce)(compute *c, cspan z, uint32_t B, uint64_t C, const int64_t *y, cspan prob, cspan q,
+                       cspan loss);
+    void (*softmax_ce_bwd)(compute *c, cspan prob, cspan q, uint32_t B, uint64_t C, const int64_t *y, cspan dz);
+    /* HybridModel's head: cross-entropy of logits z (R x C), targets y
+     * (host); dz = its gradient, loss (1 double) = the mean over R. */
+    void (*ce_logits)(compute *c, cspan z, uint32_t R, uint32_t C, const int64_t *y, cspan dz, cspan loss);
+    /* L1 loss against zeros over n outputs: loss (1 double) = mean |y|,
+     * dy = sign(y) / n. */
+    void (*l1)(compute *c, cspan y, uint64_t n, cspan dy, cspan loss);
+
+    /* SGD on p from g (both n floats). buf.buf NULL: p -= lr g. Else
+     * momentum: buf = g on the first step, buf = momentum buf + g after;
+     * p -= lr buf. */
+    void (*sgd_dense)(compute *c, cspan p, cspan g, cspan buf, float lr, float momentum, bool first);
+    /* SGD on the listed rows of table (cols wide) from vals (host, nnz x
+     * cols), rows (host) in range, applied in order (repeats twice). */
+    void (*sgd_sparse)(compute *c, cspan table, uint64_t cols, const int64_t *rows, const float *vals, uint64_t nnz,
+                       float lr);
+} compute_ops;
+
+/* Every implementation's context starts with this. */
+struct compute {
+    const compute_ops *ops;
+};
+
+/* The context for device `name` ("cpu"); NULL with a one-line reason in
+ * err for a device this build cannot compute on. */
+compute *compute_new(const char *name, char *err, size_t errlen);
+/* NULL: nothing. Every buffer must have been released. */
+void compute_free(compute *c);
+const char *compute_name(const compute *c);
+
+uint64_t cbuf_count(const cbuf *b);
+compute_mem cbuf_mem(const cbuf *b);
+compute_dtype cbuf_dtype(const cbuf *b);
+
+/* All of b / elements [off, off + n) of b. */
+cspan cspan_all(cbuf *b);
+static inline cspan cspan_at(cbuf *b, uint64_t off, uint64_t n)
+{
+    cspan s = {b, off, n};
+    return s;
+}
+/* Elements [off, off + n) of s. */
+static inline cspan cspan_sub(cspan s, uint64_t off, uint64_t n)
+{
+    assert(off <= s.n && n <= s.n - off);
+    cspan r = {s.buf, s.off + off, n};
+    return r;
+}
+/* No buffer: "none" where an operation takes an optional one. */
+static inline cspan cspan_none(void)
+{
+    cspan s = {0, 0, 0};
+    return s;
+}
+
+/* Host access through a staging area where the memory is not host-visible.
+ * compute_host_read: s's elements on the host — the view, or `stage`
+ * (s.n elements) filled and synchronised. compute_host_write_begin: where
+ * to write s's new elements — the view, or `stage`;
+ * compute_host_write_end enqueues the copy when p is not the view. */
+const void *compute_host_read(compute *c, cspan s, void *stage);
+void *compute_host_write_begin(compute *c, cspan s, void *stage);
+void compute_host_write_end(compute *c, cspan s, const void *p);
+/* The host address of s's first element, or NULL (not host-visible). */
+void *compute_span_view(compute *c, cspan s);
+
+/* ---- the calls: each is its table's operation ---- */
+
+static inline cbuf *compute_alloc(compute *c, uint64_t n, compute_dtype t, compute_mem mem, char *err, size_t errlen)
+{
+    return c->ops->alloc(c, n, t, mem, err, errlen);
+}
+/* NULL: nothing. */
+static inline void compute_release(compute *c, cbuf *b)
+{
+    if (b)
+        c->ops->release(c, b);
+}
+static inline void *compute_host_view(compute *c, cbuf *b) { return c->ops->host_view(c, b); }
+static inline void compute_read(compute *c, cspan src, void *dst) { c->ops->read(c, src, dst); }
+static inline void compute_write(compute *c, cspan dst, const void *src) { c->ops->write(c, dst, src); }
+static inline void compute_zero(compute *c, cspan dst) { c->ops->zero(c, dst); }
+static inline cmark compute_mark(compute *c) { return c->ops->mark(c); }
+static inline bool compute_done(compute *c, cmark m) { return c->ops->done(c, m); }
+static inline void compute_wait(compute *c, cmark m) { c->ops->wait(c, m); }
+static inline void compute_sync(compute *c) { c->ops->sync(c); }
+
+static inline void compute_gemm(compute *c, bool ta, bool tb, uint64_t M, uint64_t N, uint64_t K, float alpha,
+                                cspan A, uint64_t lda, cspan B, uint64_t ldb, float beta, cspan C, uint64_t ldc)
+{
+    c->ops->gemm(c, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+static inline void compute_bias_rows(compute *c, cspan bias, uint64_t rows, uint64_t cols, cspan y)
+{
+    c->ops->bias_rows(c, bias, rows, cols, y);
+}
+static inline void compute_transpose_bias(compute *c, cspan src, cspan bias, uint64_t rows, uint64_t cols, cspan y)
+{
+    c->ops->transpose_bias(c, src, bias, rows, cols, y);
+}
+static inline void compute_colsum(compute *c, cspan src, uint64_t rows, uint64_t cols, cspan dst,
+                                  compute_sum_from from)
+{
+    c->ops->colsum(c, src, rows, cols, dst, from);
+}
+static inline void compute_relu(compute *c, cspan x, cspan y) { c->ops->relu(c, x, y); }
+static inline void compute_relu_bwd(compute *c, cspan pre, cspan dy) { c->ops->relu_bwd(c, pre, dy); }
+static inline void compute_bag_mean(compute *c, cspan table, uint64_t D, const int64_t *idx, uint32_t B, uint64_t L,
+                                    cspan out)
+{
+    c->ops->bag_mean(c, table, D, idx, B, L, out);
+}
+static inline void compute_bag_mean_bwd_dense(compute *c, cspan dx, uint64_t D, const int64_t *idx, uint32_t B,
+                                              uint64_t L, cspan G)
+{
+    c->ops->bag_mean_bwd_dense(c, dx, D, idx, B, L, G);
+}
+static inline uint64_t compute_bag_mean_bwd_sparse(compute *c, cspan dx, uint64_t D, const int64_t *idx, uint32_t B,
+                                                   uint64_t L, int64_t *rows, uint32_t *slot, cspan vals)
+{
+    return c->ops->bag_mean_bwd_sparse(c, dx, D, idx, B, L, rows, slot, vals);
+}
+static inline void compute_softmax_ce(compute *c, cspan z, uint32_t B, uint64_t C, const int64_t *y, cspan prob,
+                                      cspan q, cspan loss)
+{
+    c->ops->softmax_ce(c, z, B, C, y, prob, q, loss);
+}
+static inline void compute_softmax_ce_bwd(compute *c, cspan prob, cspan q, uint32_t B, uint64_t C, const int64_t *y,
+                                          cspan dz)
+{
+    c->ops->softmax_ce_bwd(c, prob, q, B, C, y, dz);
+}
+static inline void compute_ce_logits(compute *c, cspan z, uint32_t R, uint32_t C, const int64_t *y, cspan dz,
+                                     cspan loss)
+{
+    c->ops->ce_logits(c, z, R, C, y, dz, loss);
+}
+static inline void compute_l1(compute *c, cspan y, uint64_t n, cspan dy, cspan loss)
+{
+    c->ops->l1(c, y, n, dy, loss);
+}
+static inline void compute_sgd_dense(compute *c, cspan p, cspan g, cspan buf, float lr, float momentum, bool first)
+{
+    c->ops->sgd_dense(c, p, g, buf, lr, momentum, first);
+}
+static inline void compute_sgd_sparse(compute *c, cspan table, uint64_t cols, const int64_t *rows, const float *vals,
+                                      uint64_t nnz, float lr)
+{
+    c->ops->sgd_sparse(c, table, cols, rows, vals, nnz, lr);
+}
+
+/* A loss an operation wrote (1 double at loss), on the host: waits for it. */
+double compute_loss(compute *c, cspan loss);
+
+#endif

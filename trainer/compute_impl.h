@@ -1,0 +1,31 @@
+/* compute_impl.h — what compute.c shares with the implementations behind
+ * compute.h (compute_cpu.c; compute_cuda next): the buffer handle's fields
+ * and each implementation's constructor. Models use compute.h only; only
+ * the compute sources include this.
+ */
+#ifndef PSBENCH_COMPUTE_IMPL_H
+#define PSBENCH_COMPUTE_IMPL_H
+
+#include "trainer/compute.h"
+
+struct cbuf {
+    void *ptr;           /* host address (cpu, pinned, host) or device address (cuda's device memory) */
+    uint64_t n;          /* elements */
+    compute_dtype dtype;
+    compute_mem mem;
+    compute *owner;      /* the context that allocated it */
+};
+
+static inline size_t compute_dtype_size(compute_dtype t) { return t == COMPUTE_F64 ? 8 : 4; }
+
+/* The span's elements exist: off + n <= the buffer's count. */
+static inline bool cspan_valid(cspan s) { return s.buf && s.off <= s.buf->n && s.n <= s.buf->n - s.off; }
+
+/* A buffer around ptr (already allocated by the implementation); NULL
+ * when out of memory (ptr is then still the caller's). */
+cbuf *cbuf_wrap(compute *c, void *ptr, uint64_t n, compute_dtype t, compute_mem mem);
+
+/* The implementations: NULL with err. */
+compute *compute_cpu_new(char *err, size_t errlen);
+
+#endif
