@@ -146,6 +146,8 @@ int main(int argc, char **argv)
     set.token = c.token;
     set.server_kind = c.resolved.server_kind;
     set.backend = c.backend;
+    set.nccl_group = c.resolved.hook_collective && c.backend &&
+                     (strcmp(c.backend, "nccl") == 0 || strcmp(c.backend, "multi") == 0);
     if (c.resolved.hybrid) {
         /* Every trainer looks up in every server's table. */
         set.shard = true;

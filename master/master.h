@@ -42,6 +42,8 @@ typedef struct master_settings {
     json_t *data, *trainer;         /* {"id", "class", "configurations"} (borrowed) */
     json_t *config_json;            /* the whole configuration, for results.json (borrowed) */
     const char *backend;            /* trainers' collectives: gloo | nccl | multi */
+    bool nccl_group;                /* the CUDA trainers allreduce with NCCL (a hook with
+                                     * collectives, --backend nccl or multi) */
     const char *out_dir;            /* NULL: no files */
     double linger_s;
     uint32_t runs;                  /* --runs: the job this many times back to back; 0: until stopped */

@@ -418,6 +418,42 @@ static void node_refuse(node *n, const char *reason)
     node_send(n, "stop", json_pack("{s:s, s:s}", "status", "refused", "reason", reason));
 }
 
+/* The GPU a CUDA trainer computes on, as its registration described it
+ * (environment "gpus": each GPU of its host, index order, with its UUID;
+ * "cuda_index": the one asked for, -1: by rank, as the trainer places
+ * plain --device cuda); NULL for a CPU trainer or one that said nothing. */
+static const char *master_trainer_gpu(const node *n)
+{
+    json_t *gpus = json_object_get(n->environment, "gpus");
+    size_t k = json_array_size(gpus);
+    if (strcmp(n->device, "cpu") == 0 || k == 0)
+        return NULL;
+    json_t *ji = json_object_get(n->environment, "cuda_index");
+    json_int_t idx = json_is_integer(ji) ? json_integer_value(ji) : -1;
+    size_t i = idx >= 0 ? (size_t)idx : n->rank % k;
+    return json_string_value(json_object_get(json_array_get(gpus, i), "uuid"));
+}
+
+/* NCCL holds one rank per GPU ("Duplicate GPU detected"): with NCCL among
+ * the CUDA trainers, two of them on one GPU would fail only when the group
+ * forms, after everyone has joined and loaded its data. The run ends at the
+ * second one's registration instead, naming both and what to do. */
+static bool master_nccl_gpu_shared(master *m, const node *n)
+{
+    const char *id = m->set.nccl_group ? master_trainer_gpu(n) : NULL;
+    for (uint32_t t = 0; id && t < m->set.ntrainer; t++) {
+        const node *o = m->trainers[t];
+        const char *oid = o && o != n ? master_trainer_gpu(o) : NULL;
+        if (oid && strcmp(oid, id) == 0 && strcmp(o->host, n->host) == 0) {
+            master_fail(m, "--backend %s: trainers %u and %u would share GPU %s on %s, and NCCL cannot hold two "
+                        "ranks on one GPU: use --backend gloo (staged through host memory), or one GPU per CUDA "
+                        "trainer on each host", m->set.backend, o->rank, n->rank, id, n->host);
+            return true;
+        }
+    }
+    return false;
+}
+
 static void master_on_register(master *m, node *n, ctl_msg *msg)
 {
     if (n->registered) {
@@ -528,6 +564,8 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
         master_maybe_assign_servers(m);
     } else {
         log_info("trainer %u registered from %s", n->rank, n->host);
+        if (master_nccl_gpu_shared(m, n))
+            return;
         /* Said on the trainer's host too, but that may be far away. */
         const char *warn = json_string_value(json_object_get(json_object_get(n->environment, "blas"), "warning"));
         if (warn)

@@ -30,6 +30,68 @@ int gpu_probe_device(int index, char *err, size_t errlen)
     return 0;
 }
 
+int gpu_count(char *err, size_t errlen)
+{
+    if (gpu_probe_device(0, err, errlen) < 0)
+        return -1;
+    int n = 0;
+    cudaload_cudart(NULL, 0)->cudaGetDeviceCount(&n);
+    return n;
+}
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" from the 16 bytes of a UUID. */
+static void gpu_uuid_text(const unsigned char *u, char *buf, size_t len)
+{
+    snprintf(buf, len,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
+             u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+json_t *gpu_uuids(void)
+{
+    char err[256];
+    int n = gpu_count(err, sizeof err);
+    if (n < 1)
+        return NULL;
+    const cudart_api *rt = cudaload_cudart(NULL, 0);
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) {
+        struct cudaDeviceProp prop;
+        char id[64];
+        if (rt->cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+            json_decref(a);
+            return NULL;
+        }
+        gpu_uuid_text((const unsigned char *)prop.uuid.bytes, id, sizeof id);
+        json_array_append_new(a, json_string(id));
+    }
+    return a;
+}
+
+int gpu_nccl_version(char *buf, size_t len, char *err, size_t errlen)
+{
+#ifdef PSBENCH_HAVE_NCCL
+    char why[256];
+    const nccl_api *nc = cudaload_nccl(why, sizeof why);
+    int v = 0;
+    if (!nc || nc->ncclGetVersion(&v) != ncclSuccess) {
+        snprintf(err, errlen, "%s", nc ? "ncclGetVersion failed" : why);
+        return -1;
+    }
+    /* 2.9 and later: 10000 * major + 100 * minor + patch; before, 1000 *. */
+    if (v >= 10000)
+        snprintf(buf, len, "%d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
+    else
+        snprintf(buf, len, "%d.%d.%d", v / 1000, v % 1000 / 100, v % 100);
+    return 0;
+#else
+    (void)buf;
+    (void)len;
+    snprintf(err, errlen, "this build has no NCCL (nccl.h was not found when it was built)");
+    return -1;
+#endif
+}
+
 int gpu_describe(int index, char *line, size_t linelen, json_t **json, char *err, size_t errlen)
 {
     if (gpu_probe_device(index, err, errlen) < 0)
@@ -51,7 +113,9 @@ int gpu_describe(int index, char *line, size_t linelen, json_t **json, char *err
         snprintf(cc, sizeof cc, "%d.%d", prop.major, prop.minor);
         snprintf(drv, sizeof drv, "%d.%d", driver / 1000, driver % 1000 / 10);
         snprintf(rtv, sizeof rtv, "%d.%d", runtime / 1000, runtime % 1000 / 10);
-        *json = json_pack("{s:i, s:s, s:I, s:s, s:i, s:s, s:s}", "index", index, "name", prop.name,
+        char uuid[64];
+        gpu_uuid_text((const unsigned char *)prop.uuid.bytes, uuid, sizeof uuid);
+        *json = json_pack("{s:i, s:s, s:s, s:I, s:s, s:i, s:s, s:s}", "index", index, "name", prop.name, "uuid", uuid,
                           "memory_bytes", (json_int_t)prop.totalGlobalMem, "compute_capability", cc,
                           "multiprocessors", prop.multiProcessorCount, "driver", drv, "runtime", rtv);
     }
@@ -67,6 +131,18 @@ int gpu_probe_device(int index, char *err, size_t errlen)
     (void)index;
     snprintf(err, errlen, "this build has no CUDA (the CUDA toolkit was not found when it was built; use "
                           "--device cpu)");
+    return -1;
+}
+
+int gpu_count(char *err, size_t errlen) { return gpu_probe_device(0, err, errlen); }
+
+json_t *gpu_uuids(void) { return NULL; }
+
+int gpu_nccl_version(char *buf, size_t len, char *err, size_t errlen)
+{
+    (void)buf;
+    (void)len;
+    snprintf(err, errlen, "this build has no CUDA");
     return -1;
 }
 

@@ -2,8 +2,10 @@
  * implementation shares: buffer handles, spans, host access through a
  * staging area (see compute.h). */
 #include "trainer/compute_impl.h"
+#include "shared/gpu.h"
 #include "shared/log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +20,22 @@ compute *compute_new(const char *name, char *err, size_t errlen)
     }
     errbuf_set(err, errlen, "compute on '%s': not a device (cpu, or cuda[:N])", name);
     return NULL;
+}
+
+int compute_place(const char *asked, uint64_t rank, char *out, size_t outlen, char *err, size_t errlen)
+{
+    if (!asked || strcmp(asked, "cuda") != 0) {
+        snprintf(out, outlen, "%s", asked ? asked : "cpu");
+        return 0;
+    }
+    char why[400];
+    int n = gpu_count(why, sizeof why);
+    if (n < 1) {
+        errbuf_set(err, errlen, "--device cuda: %s", why);
+        return -1;
+    }
+    snprintf(out, outlen, "cuda:%d", (int)(rank % (uint64_t)n));
+    return 0;
 }
 
 void compute_free(compute *c)

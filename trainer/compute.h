@@ -179,6 +179,11 @@ struct compute {
 /* The context for device `name` ("cpu"); NULL with a one-line reason in
  * err for a device this build cannot compute on. */
 compute *compute_new(const char *name, char *err, size_t errlen);
+/* The device trainer `rank` computes on, for --device `asked`: the same
+ * name, except plain "cuda", which is the seed's cuda(rank) placement: GPU
+ * (rank mod the GPUs this host shows), "cuda:K". 0, or -1 with the reason
+ * (no GPU answers). */
+int compute_place(const char *asked, uint64_t rank, char *out, size_t outlen, char *err, size_t errlen);
 /* NULL: nothing. Every buffer must have been released. */
 void compute_free(compute *c);
 const char *compute_name(const compute *c);

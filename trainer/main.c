@@ -9,6 +9,7 @@
 #include "trainer/batch_update.h"
 #include "trainer/blasinfo.h"
 #include "trainer/client.h"
+#include "trainer/compute.h"
 #include "trainer/run.h"
 #include "trainer/synthetic.h"
 
@@ -73,9 +74,12 @@ static void trainer_usage(FILE *f)
         "  --token T               the token on the command line (shown by ps: prefer\n"
         "                          --token-file). Precedence: --token, --token-file,\n"
         "                          $PSBENCH_TOKEN\n"
-        "  --device DEV            cpu (default); cuda[:N] is refused with the reason\n"
-        "                          (no CUDA runtime, no GPU, or this version's CPU-only\n"
-        "                          trainer); CUDA libraries are loaded only when asked for\n"
+        "  --device DEV            cpu (default), cuda:N (GPU N), or cuda: the seed's\n"
+        "                          cuda(rank) placement, GPU (rank mod the GPUs this host\n"
+        "                          shows); refused in one line where it cannot compute\n"
+        "                          (no CUDA runtime, no GPU, no CUDA in this build).\n"
+        "                          CUDA libraries are loaded only when asked for.\n"
+        "                          fake-cuda: tests only (a GPU simulated on the host)\n"
         "  --summary-json FILE     write {batches, seconds, rounds_per_s, batch_p50_ms,\n"
         "                          batch_p99_ms, bytes_pushed} to FILE (batch-update: also\n"
         "                          rounds, the server updates in the timed pass)\n"
@@ -371,7 +375,8 @@ int main(int argc, char **argv)
         case OPT_TOKEN: token = optarg; break;
         case OPT_TOKEN_FILE: token_file = optarg; break;
         case OPT_DEVICE:
-            if (cli_parse_device("--device", optarg, &cuda_index, err, sizeof err) < 0)
+            if (strcmp(optarg, "fake-cuda") != 0 && cli_parse_device("--device", optarg, &cuda_index, err,
+                                                                     sizeof err) < 0)
                 return trainer_fail(err);
             device = optarg;
             break;
@@ -405,13 +410,21 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
         return trainer_fail(err);
     }
-    /* The reason a user can act on first: no CUDA here at all. */
+    /* The reason a user can act on first: no CUDA here at all; then
+     * whether the compute layer can run there (a context made and freed:
+     * the refusal comes now, in one line, not after joining a job). */
     if (cuda_index >= 0 && gpu_check_device(device, cuda_index, err, sizeof err) < 0)
         return trainer_fail(err);
-    if (cuda_index >= 0) {
-        snprintf(err, sizeof err, "--device %s: this version of psbench-trainer computes on the CPU only (use "
-                                  "--device cpu)", device);
-        return trainer_fail(err);
+    if (strcmp(device, "cpu") != 0) {
+        char probe[32], why[400];
+        compute *c = NULL;
+        if (compute_place(device, 0, probe, sizeof probe, why, sizeof why) == 0)
+            c = compute_new(probe, why, sizeof why);
+        if (!c) {
+            snprintf(err, sizeof err, "--device %s: %s", device, why);
+            return trainer_fail(err);
+        }
+        compute_free(c);
     }
     /* The token: --token, else --token-file, else $PSBENCH_TOKEN. */
     if (!token && token_file) {
@@ -443,7 +456,7 @@ int main(int argc, char **argv)
         metrics *mm = metrics_new();
         if (!mm)
             return trainer_fail("out of memory");
-        trainer_run_opts lo = {master, have_rank ? (int64_t)cfg.rank : -1, token, "cpu", connect_timeout,
+        trainer_run_opts lo = {master, have_rank ? (int64_t)cfg.rank : -1, token, device, connect_timeout,
                                params_out, (int)compute_nice, coll_host};
         int code = trainer_run_with_master(&lo, mm, err, sizeof err);
         if (code == 0) {
@@ -480,6 +493,10 @@ int main(int argc, char **argv)
     trainer_check_blas();
     signal(SIGPIPE, SIG_IGN);
     if (is_bu) {
+        static char placed[32]; /* outlives the run: bu.device points at it */
+        if (compute_place(device, cfg.rank, placed, sizeof placed, err, sizeof err) < 0)
+            return trainer_fail(err);
+        bu.device = placed;
         bu.rank = cfg.rank;
         bu.rpc_timeout_s = cfg.rpc_timeout_s;
         return trainer_batch_update(&bu, servers, token, connect_timeout, cfg.batches, cfg.warmup, summary,

@@ -1,11 +1,13 @@
 /* run.c — the trainer's run driver under psbench-master (see run.h). */
 #include "trainer/run.h"
 #include "shared/cli.h"
+#include "shared/gpu.h"
 #include "shared/hostinfo.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
 #include "shared/net.h"
 #include "trainer/blasinfo.h"
+#include "trainer/compute.h"
 #include "trainer/hooks.h"
 #include "trainer/loss_check.h"
 #include "trainer/master_link.h"
@@ -30,6 +32,7 @@ typedef struct run_job {
     char servers[16384]; /* "HOST:PORT,..." ("" with no servers) */
     char hook[64];
     char backend[16];
+    char device[32];     /* what this trainer computes on: --device, placed (compute_place) */
     modelconf model;
     json_t *assign; /* owned: the whole assignment */
 } run_job;
@@ -197,7 +200,7 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
     train *tr;
     if (run_train_job(j, &tj, err, errlen) < 0)
         return -1;
-    tj.device = o->device; /* the compute layer's */
+    tj.device = j->device; /* the compute layer's */
     if (!(tr = train_new(&tj, l->m, err, errlen)))
         return -1;
     if (train_batches_per_pass(tr) != j->batches) {
@@ -242,7 +245,7 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     hc.rank = j->rank;
     hc.rpc_timeout_s = j->rpc_timeout_s;
     hc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
-    hc.device = o->device;
+    hc.device = j->device;
     hybrid *hy = hybrid_new(&hc, l->m, err, errlen);
     if (!hy)
         return -1;
@@ -309,7 +312,7 @@ static int run_setup_linear(mlink *l, const trainer_run_opts *o, const run_job *
     bc.rpc_timeout_s = j->rpc_timeout_s;
     bc.epochs = (uint64_t)ctl_int(j->assign, "epochs", 1);
     bc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
-    bc.device = o->device;
+    bc.device = j->device;
     batch_update *bu = batch_update_new(&bc, l->m, err, errlen);
     if (!bu)
         return -1;
@@ -410,7 +413,38 @@ static int run_loop(mlink *l, const trainer_run_opts *o, workload *w, const run_
 
 /* What this trainer computes with, for its register: the host
  * (shared/hostinfo.h) and the BLAS (blasinfo.h). */
-static json_t *run_environment(void)
+/* The GPUs a trainer on `device` may compute on, for the master (which
+ * refuses two NCCL ranks on one GPU) and for results.json: every GPU this
+ * host shows (index order: plain "cuda" picks one by rank), the one asked
+ * for (cuda_index; -1: by rank), and the NCCL version where it loads. */
+static void run_environment_gpu(json_t *env, const char *device)
+{
+    char why[256], host[256] = "";
+    if (strcmp(device, "fake-cuda") == 0) {
+        gethostname(host, sizeof host - 1);
+        json_object_set_new(env, "gpus", json_pack("[{s:s, s:s}]", "name", "fake GPU (host memory; tests only)",
+                                                   "uuid", "fake-GPU"));
+        json_object_set_new(env, "cuda_index", json_integer(0));
+        return;
+    }
+    if (strncmp(device, "cuda", 4) != 0)
+        return;
+    json_t *gpus = json_array();
+    int n = gpu_count(why, sizeof why);
+    for (int i = 0; i < n; i++) {
+        char line[256];
+        json_t *g = NULL;
+        if (gpu_describe(i, line, sizeof line, &g, why, sizeof why) == 0 && g)
+            json_array_append_new(gpus, g);
+    }
+    json_object_set_new(env, "gpus", gpus);
+    json_object_set_new(env, "cuda_index", json_integer(device[4] == ':' ? atoi(device + 5) : -1));
+    char nccl[32];
+    if (gpu_nccl_version(nccl, sizeof nccl, why, sizeof why) == 0)
+        json_object_set_new(env, "nccl", json_string(nccl));
+}
+
+static json_t *run_environment(const char *device)
 {
     json_t *env = hostinfo_json();
     json_t *blas = blasinfo_json();
@@ -423,7 +457,10 @@ static json_t *run_environment(void)
         json_object_set_new(env, "blas", blas);
     else
         json_decref(blas);
-    return env ? env : json_object();
+    if (!env)
+        env = json_object();
+    run_environment_gpu(env, device);
+    return env;
 }
 
 /* The start line: this trainer's rank and what it computes with. */
@@ -434,7 +471,23 @@ static int run_log_start(const run_job *j)
     hostinfo_cpu_model(cpu, sizeof cpu);
     log_info("trainer %" PRIu64 ": psbench %s; BLAS %s; CPU %s, %ld cores; built by %s", j->rank, PSBENCH_VERSION,
              blas, cpu, sysconf(_SC_NPROCESSORS_ONLN), hostinfo_compiler());
+    if (strncmp(j->device, "cuda:", 5) == 0) {
+        char gpu[256], nccl[32], why[256];
+        if (gpu_describe(atoi(j->device + 5), gpu, sizeof gpu, NULL, why, sizeof why) < 0)
+            snprintf(gpu, sizeof gpu, "%s", why);
+        if (gpu_nccl_version(nccl, sizeof nccl, why, sizeof why) < 0)
+            snprintf(nccl, sizeof nccl, "none");
+        log_info("trainer %" PRIu64 ": device %s (%s); NCCL %s", j->rank, j->device, gpu, nccl);
+    } else if (strcmp(j->device, "cpu") != 0) {
+        log_info("trainer %" PRIu64 ": device %s", j->rank, j->device);
+    }
     return 0;
+}
+
+/* --device as given, placed now that the rank is known. */
+static int run_place_device(const trainer_run_opts *o, run_job *j, char *err, size_t errlen)
+{
+    return compute_place(o->device, j->rank, j->device, sizeof j->device, err, errlen);
 }
 
 int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, size_t errlen)
@@ -446,7 +499,7 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     json_t *body = json_pack("{s:s, s:s, s:s, s:I, s:o}", "role", "trainer", "host", host, "device", o->device,
-                             "pid", (json_int_t)getpid(), "environment", run_environment());
+                             "pid", (json_int_t)getpid(), "environment", run_environment(o->device));
     if (o->want_rank >= 0)
         json_object_set_new(body, "want_rank", json_integer(o->want_rank));
     run_job j;
@@ -455,7 +508,8 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
     int code = 1;
     json_t *assign = NULL;
     if (mlink_register(&l, o->token, body, &assign, err, errlen) == 0 && run_parse_job(assign, &j, err, errlen) == 0 &&
-        run_log_start(&j) == 0 && run_setup(&l, o, &j, &w, err, errlen) == 0) {
+        run_place_device(o, &j, err, errlen) == 0 && run_log_start(&j) == 0 &&
+        run_setup(&l, o, &j, &w, err, errlen) == 0) {
         l.bytes = run_bytes;
         l.bytes_ctx = w;
         code = run_loop(&l, o, w, &j, err, errlen);

@@ -717,13 +717,15 @@ class MasterTests(psb.PsbTestCase):
         finally:
             c.close()
 
-    def fake_node(self, m, role):
-        """A raw control connection that registers as `role`."""
+    def fake_node(self, m, role, **extra):
+        """A raw control connection that registers as `role` (extra: more
+        fields of the register body)."""
         import socket
         host, port = m.ctl.rsplit(":", 1)
         c = socket.create_connection((host, int(port)), timeout=10)
         self.addCleanup(c.close)
         body = {"role": role, "host": "fake", "device": "cpu"}
+        body.update(extra)
         if role == "server":
             body.update({"listen_host": "127.0.0.1", "port": 9})
         self.ctl_send(c, "register", body)
@@ -733,6 +735,49 @@ class MasterTests(psb.PsbTestCase):
     def ctl_send(c, kind, body):
         data = json.dumps(body).encode()
         c.sendall(psb.encode_frame({"type": kind, "payload": len(data)}, data))
+
+    def test_nccl_refused_for_two_trainers_on_one_gpu(self):
+        """NCCL cannot hold two ranks on one GPU: CUDA trainers of one NCCL
+        group whose registrations place them on the same GPU of one host
+        (plain --device cuda: GPU rank mod the GPUs it shows) end the run
+        at the second registration, naming both, the GPU and what to do.
+        Other hosts, other GPUs, or --backend gloo: no refusal."""
+        def gpus(*ids):
+            return {"gpus": [{"name": "G", "uuid": u} for u in ids], "cuda_index": -1}
+        job = ("--model", "DummyModel", "--trainer", "DdpTrainer", "--ntrainer", "0", "--ncudatrainer", "2",
+               "--nserver", "0")
+
+        def master(backend):
+            m = self.reg.start([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                                "--linger", "0", "--backend", backend] + list(job), name="master", cls=Master)
+            m.wait_ports()
+            return m
+        # Two trainers on a host with one GPU: refused.
+        m = master("nccl")
+        self.fake_node(m, "trainer", device="cuda", host="h1", environment=gpus("GPU-aaaa"))
+        self.fake_node(m, "trainer", device="cuda", host="h1", environment=gpus("GPU-aaaa"))
+        self.assertEqual(m.wait(20), 1, m.describe())
+        self.assertRegex(m.stderr(), r"--backend nccl: trainers 0 and 1 would share GPU GPU-aaaa on h1, and NCCL "
+                                     r"cannot hold two ranks on one GPU: use --backend gloo")
+        # Two GPUs on the host (ranks 0 and 1 take one each), another host,
+        # an explicit index, or Gloo: the run waits for its servers-less
+        # start as usual (no refusal within a second).
+        for backend, second in (("nccl", dict(host="h1", environment=gpus("GPU-aaaa", "GPU-bbbb"))),
+                                ("nccl", dict(host="h2", environment=gpus("GPU-aaaa"))),
+                                ("multi", dict(host="h1", environment={"gpus": [{"uuid": "GPU-aaaa"}, {"uuid": "GPU-bbbb"}],
+                                                                      "cuda_index": 1})),
+                                ("gloo", dict(host="h1", environment=gpus("GPU-aaaa")))):
+            with self.subTest(backend=backend, second=second):
+                first_env = gpus("GPU-aaaa", "GPU-bbbb") if "GPU-bbbb" in json.dumps(second) else gpus("GPU-aaaa")
+                m = master(backend)
+                a = self.fake_node(m, "trainer", device="cuda", host="h1", environment=first_env)
+                b = self.fake_node(m, "trainer", device="cuda", **second)
+                time.sleep(1.0)
+                self.assertIsNone(m.returncode, m.describe())
+                self.assertNotIn("would share GPU", m.stderr())
+                a.close()
+                b.close()
+                m.stop()
 
     def test_control_messages_out_of_turn_or_bad(self):
         """Control messages a node may not send now, or counters that are
