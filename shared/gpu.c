@@ -47,27 +47,6 @@ static void gpu_uuid_text(const unsigned char *u, char *buf, size_t len)
              u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
-json_t *gpu_uuids(void)
-{
-    char err[256];
-    int n = gpu_count(err, sizeof err);
-    if (n < 1)
-        return NULL;
-    const cudart_api *rt = cudaload_cudart(NULL, 0);
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++) {
-        struct cudaDeviceProp prop;
-        char id[64];
-        if (rt->cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
-            json_decref(a);
-            return NULL;
-        }
-        gpu_uuid_text((const unsigned char *)prop.uuid.bytes, id, sizeof id);
-        json_array_append_new(a, json_string(id));
-    }
-    return a;
-}
-
 int gpu_nccl_version(char *buf, size_t len, char *err, size_t errlen)
 {
 #ifdef PSBENCH_HAVE_NCCL
@@ -135,8 +114,6 @@ int gpu_probe_device(int index, char *err, size_t errlen)
 }
 
 int gpu_count(char *err, size_t errlen) { return gpu_probe_device(0, err, errlen); }
-
-json_t *gpu_uuids(void) { return NULL; }
 
 int gpu_nccl_version(char *buf, size_t len, char *err, size_t errlen)
 {

@@ -30,12 +30,6 @@ int gpu_describe(int index, char *line, size_t linelen, json_t **json, char *err
  * gpu_probe_device's). */
 int gpu_count(char *err, size_t errlen);
 
-/* Every visible GPU's UUID ("GPU-8c2f...", as nvidia-smi writes it), in
- * index order: an array, or NULL where none answers. Two processes on one
- * host name the same GPU by the same UUID, whatever CUDA_VISIBLE_DEVICES
- * renumbered (the master refuses two NCCL ranks on one GPU with it). */
-json_t *gpu_uuids(void);
-
 /* The NCCL library's version ("2.28.9") in buf: 0, or -1 with the reason
  * (no NCCL in this build, or libnccl not found). */
 int gpu_nccl_version(char *buf, size_t len, char *err, size_t errlen);
