@@ -140,6 +140,18 @@ static void *fake_worker(void *arg)
     return NULL;
 }
 
+/* op at the end of s's queue, the worker woken (s->mu held). */
+static void fake_append(cugpu_stream *s, fake_op *op)
+{
+    op->next = NULL;
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    pthread_cond_broadcast(&s->cv);
+}
+
 static int fake_queue(cugpu *g, cugpu_stream *s, fake_op *op)
 {
     if (!op) {
@@ -154,13 +166,7 @@ static int fake_queue(cugpu *g, cugpu_stream *s, fake_op *op)
         free(op);
         return -1;
     }
-    op->next = NULL;
-    if (s->tail)
-        s->tail->next = op;
-    else
-        s->head = op;
-    s->tail = op;
-    pthread_cond_broadcast(&s->cv);
+    fake_append(s, op);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -213,12 +219,7 @@ static void fake_free_async(cugpu *g, cugpu_stream *s, void *p)
     }
     op->kind = FOP_FREE;
     op->dst = p;
-    if (s->tail)
-        s->tail->next = op;
-    else
-        s->head = op;
-    s->tail = op;
-    pthread_cond_broadcast(&s->cv);
+    fake_append(s, op);
     pthread_mutex_unlock(&s->mu);
 }
 
