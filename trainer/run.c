@@ -168,7 +168,10 @@ static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, con
     hook_setup hs = {
         .hook = name,
         .backend = j->backend,
-        .cuda_device = -1,
+        /* NCCL's device: the GPU this trainer computes on (a CPU one, or
+         * the fake GPU of tests, has none: Gloo, or the refusal hooks.c
+         * gives for nccl). */
+        .cuda_device = strncmp(j->device, "cuda:", 5) == 0 ? atoi(j->device + 5) : -1,
         .sparse_model = sparse,
         .rank = (uint32_t)j->rank,
         .ntrainer = (uint32_t)j->ntrainer,
