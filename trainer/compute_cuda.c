@@ -163,8 +163,6 @@ static void cc_launch(compute_cuda *c, const trk_launch *l)
         cc_fatal(c, "a kernel");
 }
 
-static void cc_kernel(compute_cuda *c, trk_launch l) { cc_launch(c, &l); }
-
 /* One call's host arguments in the ring: [off, off + len) of both sides. */
 typedef struct cc_stage {
     size_t off, len, used;
