@@ -785,8 +785,13 @@ static void cc_destroy(compute *base)
     compute_cuda *c = cc(base);
     assert(c->live == 0 && "compute_free with buffers still allocated");
     cugpu *g = c->g;
-    if (c->s) {
+    if (c->s)
         g->ops->sync(g, c->s);
+#ifdef PSBENCH_HAVE_CUDA
+    if (c->blas) /* before its stream goes */
+        ((const cublas_api *)c->blas_api)->cublasDestroy((cublasHandle_t)c->blas);
+#endif
+    if (c->s) {
         if (c->per)
             g->ops->dev_free_async(g, c->s, c->per);
         g->ops->stream_free(g, c->s); /* waits for the frees queued on it */
@@ -795,10 +800,6 @@ static void cc_destroy(compute *base)
         g->ops->event_free(g, c->ev[i]);
     g->ops->host_free(g, c->st_host);
     g->ops->dev_free(g, c->st_dev);
-#ifdef PSBENCH_HAVE_CUDA
-    if (c->blas)
-        ((const cublas_api *)c->blas_api)->cublasDestroy((cublasHandle_t)c->blas);
-#endif
     free(c->occ);
     cugpu_destroy(g);
     free(c);
