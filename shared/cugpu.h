@@ -54,7 +54,14 @@ typedef enum cugpu_dir { CUGPU_H2D = 0, CUGPU_D2H, CUGPU_D2D } cugpu_dir;
  *          kernels loop over the rest, grid-stride).
  *   fake   host_run: the kernel's loops on the host, with the per-element
  *          arithmetic the GPU's code uses (the same bits), given a copy of
- *          the launch taken when it was queued. */
+ *          the launch taken when it was queued.
+ *
+ * Library calls (cuBLAS, ...) are launches too, queued in stream order like
+ * a kernel, when the role's table has `library`: on a GPU, launch asks it
+ * first, handing it the native stream (a cudaStream_t) to enqueue the call
+ * on (1: it did; 0: not a library call, a kernel as above; -1: it failed,
+ * the reason in err). On the fake GPU, host_run runs the host version on
+ * the stream's worker, in order, as any kernel. */
 typedef struct cugpu_kernels {
     const char *what;          /* "the server's kernels": for messages */
     const unsigned char *fatbin; /* NULL: this build has none (fake only) */
@@ -64,6 +71,8 @@ typedef struct cugpu_kernels {
     size_t launch_size;
     int (*args)(const void *launch, void **args, size_t *work); /* the kernel's index, or -1 */
     void (*host_run)(const void *launch);
+    /* NULL: the role has no library calls (the server's). */
+    int (*library)(const void *launch, void *stream, char *err, size_t errlen);
 } cugpu_kernels;
 
 typedef struct cugpu_ops {

@@ -141,6 +141,11 @@ static unsigned cg_blocks(const cuda_gpu *cg, size_t work)
 static int cg_launch(cugpu *g, cugpu_stream *s, const void *l)
 {
     cuda_gpu *cg = (cuda_gpu *)g;
+    if (g->kernels->library) {
+        int lib = g->kernels->library(l, (void *)s, g->err, sizeof g->err);
+        if (lib != 0)
+            return lib < 0 ? -1 : 0;
+    }
     void *args[CG_MAX_ARGS];
     size_t work = 0;
     int k = g->kernels->args(l, args, &work);

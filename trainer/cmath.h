@@ -1,7 +1,10 @@
 /* cmath.h — the trainer's per-element and per-row arithmetic, shared by
- * the compute layer's implementations (compute_cpu.c today; the CUDA
- * kernels of compute_cuda next), so that a CPU and a GPU trainer compute
- * each element with the same operations in the same order.
+ * the compute layer's implementations (compute_cpu.c; the CUDA kernels of
+ * compute_cuda.c, trainer/cuda/kernels.cu, built with -fmad=false, and the
+ * fake GPU's host loops, trainer/cuda/kernels_host.c), so that a CPU and a
+ * GPU trainer compute each element with the same operations in the same
+ * order. expf, exp and log are the exception on a GPU: CUDA's, within an
+ * ulp or two of glibc's, so the softmax heads may differ in the last bits.
  *
  * Every function is `static inline`, and `__host__ __device__` under nvcc.
  * The row functions are written for one thread per row (a row is one

@@ -13,11 +13,10 @@ compute *compute_new(const char *name, char *err, size_t errlen)
 {
     if (!name || strcmp(name, "cpu") == 0)
         return compute_cpu_new(err, errlen);
-    if (strncmp(name, "cuda", 4) == 0 && (name[4] == '\0' || name[4] == ':')) {
-        errbuf_set(err, errlen, "compute on %s: this version of psbench-trainer computes on the CPU only "
-                   "(use --device cpu)", name);
-        return NULL;
-    }
+    /* cuda[:N]: a GPU (refused in one line where none answers or the build
+     * has no CUDA); fake-cuda: the same code on the fake GPU, for tests. */
+    if ((strncmp(name, "cuda", 4) == 0 && (name[4] == '\0' || name[4] == ':')) || strcmp(name, "fake-cuda") == 0)
+        return compute_cuda_new(name, err, errlen);
     errbuf_set(err, errlen, "compute on '%s': not a device (cpu, or cuda[:N])", name);
     return NULL;
 }

@@ -6,9 +6,11 @@
  * which device runs it.
  *
  *   device  compute_cpu.c   today's CBLAS loops, run inline; memory is host memory
- *   cuda    (next)          cuBLAS for the products, kernels for the rest
- *                           (trainer/cmath.h: the same per-element math),
- *                           one stream, memory on the GPU
+ *   cuda    compute_cuda.c  cuBLAS for the products, kernels for the rest
+ *                           (trainer/cuda/kernels.cu; trainer/cmath.h: the
+ *                           same per-element math), one stream, memory on
+ *                           the GPU; "fake-cuda": the same on the fake GPU
+ *                           of shared/cugpu.h (tests, any machine)
  *
  * Where memory lives is a type, as Gloo's host/pinned/device workspaces:
  * the layer allocates and frees the buffers it computes on (cbuf: a handle
@@ -176,8 +178,9 @@ struct compute {
     const compute_ops *ops;
 };
 
-/* The context for device `name` ("cpu"); NULL with a one-line reason in
- * err for a device this build cannot compute on. */
+/* The context for device `name` ("cpu", "cuda", "cuda:N"; "fake-cuda" for
+ * tests); NULL with a one-line reason in err for a device this build or
+ * host cannot compute on (no GPU answers, no CUDA in this build). */
 compute *compute_new(const char *name, char *err, size_t errlen);
 /* The device trainer `rank` computes on, for --device `asked`: the same
  * name, except plain "cuda", which is the seed's cuda(rank) placement: GPU

@@ -1,5 +1,5 @@
 /* compute_impl.h — what compute.c shares with the implementations behind
- * compute.h (compute_cpu.c; compute_cuda next): the buffer handle's fields
+ * compute.h (compute_cpu.c, compute_cuda.c): the buffer handle's fields
  * and each implementation's constructor. Models use compute.h only; only
  * the compute sources include this.
  */
@@ -25,7 +25,9 @@ static inline bool cspan_valid(cspan s) { return s.buf && s.off <= s.buf->n && s
  * when out of memory (ptr is then still the caller's). */
 cbuf *cbuf_wrap(compute *c, void *ptr, uint64_t n, compute_dtype t, compute_mem mem);
 
-/* The implementations: NULL with err. */
+/* The implementations: NULL with err. compute_cuda_new: name is "cuda",
+ * "cuda:N" or "fake-cuda" (compute_cuda.c). */
 compute *compute_cpu_new(char *err, size_t errlen);
+compute *compute_cuda_new(const char *name, char *err, size_t errlen);
 
 #endif

@@ -175,4 +175,5 @@ const cugpu_kernels psb_kernels = {
     .launch_size = sizeof(psb_launch),
     .args = kh_args,
     .host_run = kh_host_run,
+    .library = NULL, /* no library calls */
 };

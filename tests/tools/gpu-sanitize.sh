@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # gpu-sanitize.sh — compute-sanitizer (memcheck, then racecheck) over the
 # tests that run kernels on a GPU: the GPU layer (test_cugpu with
-# PSBENCH_CUGPU=cuda) and the cuda device (test_device with
-# PSBENCH_CUDA_DEVICE=cuda: every job, batches of small folds, big buffers);
+# PSBENCH_CUGPU=cuda), the cuda device (test_device with
+# PSBENCH_CUDA_DEVICE=cuda: every job, batches of small folds, big buffers)
+# and the trainer's cuda compute layer (test_compute with
+# PSBENCH_COMPUTE=cuda: every op, the staging ring);
 # then memcheck over the servers of the integration suites of every kind on
 # the GPU (psb.py starts each server under it: $PSBENCH_SERVER_WRAP; a
 # report fails the test that started it, through its stderr).
@@ -28,7 +30,8 @@ if ! /usr/bin/python3 "$HERE/if_gpu.py" /bin/true; then
 fi
 rc=0
 for tool in memcheck racecheck; do
-    for t in "PSBENCH_CUGPU=cuda $BUILD/tests/test_cugpu" "PSBENCH_CUDA_DEVICE=cuda $BUILD/tests/test_device"; do
+    for t in "PSBENCH_CUGPU=cuda $BUILD/tests/test_cugpu" "PSBENCH_CUDA_DEVICE=cuda $BUILD/tests/test_device" \
+             "PSBENCH_COMPUTE=cuda $BUILD/tests/test_compute"; do
         echo "== compute-sanitizer --tool $tool: $t"
         # shellcheck disable=SC2086  # "VAR=value program": env splits it
         if ! env ${t%% *} "$cs" --tool "$tool" --error-exitcode 99 ${t#* }; then

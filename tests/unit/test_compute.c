@@ -1,9 +1,18 @@
-/* test_compute.c — the trainer's compute layer (trainer/compute.h) on the
- * cpu: the device selection, buffers and host access (read, write, zero,
- * host views and the staging helpers, marks), and every operation against
- * plain reference loops written out here — bit-equal wherever the
- * arithmetic is the same operations in the same order (all but GEMM, whose
- * summation order is BLAS's: within float tolerance). */
+/* test_compute.c — the trainer's compute layer (trainer/compute.h): the
+ * device selection, buffers and host access (read, write, zero, host views
+ * and the staging helpers, marks), and every operation against plain
+ * reference loops written out here — bit-equal wherever the arithmetic is
+ * the same operations in the same order (all but GEMM, whose summation
+ * order is BLAS's: within float tolerance).
+ *
+ * Each check runs on the cpu layer, then on the cuda layer over the fake
+ * GPU ("fake-cuda": device memory without host views, every operation
+ * queued on a worker thread, the kernels' host loops): the same references,
+ * so the same bits as the cpu's. With PSBENCH_COMPUTE=cuda (ctest
+ * unit_compute_cuda, label gpu) they run on GPU 0 instead, exiting 77 with
+ * the reason where none answers; there the softmax heads (expf, exp, log:
+ * CUDA's, not glibc's) and GEMM (cuBLAS) are compared within a tolerance,
+ * the rest bit for bit. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -14,10 +23,66 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared/gpu.h"
 #include "shared/rng.h"
 #include "trainer/compute.h"
 
 static compute *dev;
+static const char *dev_name; /* "cpu", "fake-cuda" or "cuda" */
+static bool exact;           /* transcendental functions are glibc's: bit-equal heads */
+
+/* Host copies made by rd(), freed after each test. */
+static void *copies[256];
+static int ncopies;
+
+/* b's elements on the host (a copy, synchronised). */
+static void *rd(cbuf *b)
+{
+    size_t es = cbuf_dtype(b) == COMPUTE_F64 ? 8 : 4;
+    void *h = malloc(cbuf_count(b) * es + 1);
+    assert_non_null(h);
+    assert_true(ncopies < (int)(sizeof copies / sizeof *copies));
+    copies[ncopies++] = h;
+    compute_read(dev, cspan_all(b), h);
+    compute_sync(dev);
+    return h;
+}
+static float *rdf(cbuf *b) { return rd(b); }
+
+/* h into b, synchronised (so the caller may free h). */
+static void wr(cbuf *b, const void *h)
+{
+    compute_write(dev, cspan_all(b), h);
+    compute_sync(dev);
+}
+
+static int free_copies(void **state)
+{
+    (void)state;
+    while (ncopies > 0)
+        free(copies[--ncopies]);
+    return 0;
+}
+
+/* got == want bit for bit, or (where the arithmetic may differ: a real
+ * GPU's transcendental functions) within a few ulps. */
+static void same_f32(const float *got, const float *want, size_t n, bool transcendental)
+{
+    if (exact || !transcendental) {
+        assert_memory_equal(got, want, n * sizeof *got);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        assert_float_equal(got[i], want[i], 1e-6 + 1e-5 * fabs(want[i]));
+}
+
+static void same_f64(double got, double want, bool transcendental)
+{
+    if (exact || !transcendental)
+        assert_true(got == want);
+    else
+        assert_float_equal(got, want, 1e-9 + 1e-6 * fabs(want));
+}
 
 static cbuf *mk(uint64_t n)
 {
@@ -36,12 +101,11 @@ static cbuf *mk_rand(uint64_t n, uint64_t salt)
     rng r;
     rng_seed(&r, 1000 + salt, RNG_STREAM_MODEL);
     rng_fill_uniform(h, n, 1.0, &r);
-    compute_write(dev, cspan_all(b), h);
+    wr(b, h);
     free(h);
     return b;
 }
 
-static float *hv(cbuf *b) { return compute_host_view(dev, b); }
 static cspan all(cbuf *b) { return cspan_all(b); }
 
 static cbuf *mk_loss(void)
@@ -55,28 +119,45 @@ static void test_select(void **state)
 {
     (void)state;
     char err[256] = "";
-    assert_string_equal(compute_name(dev), "cpu");
-    assert_null(compute_new("cuda:0", err, sizeof err));
-    assert_non_null(strstr(err, "CPU only"));
+    assert_string_equal(compute_name(dev), strcmp(dev_name, "cpu") == 0 ? "cpu" : "cuda");
+    /* cuda:0: a GPU, or refused in one line saying why. */
+    compute *g = compute_new("cuda:0", err, sizeof err);
+    if (g) {
+        assert_string_equal(compute_name(g), "cuda");
+        compute_free(g);
+    } else {
+        assert_non_null(strstr(err, "--device cuda:0: "));
+        assert_null(strchr(err, '\n'));
+        char why[256];
+        assert_int_equal(gpu_probe_device(0, why, sizeof why), -1); /* none answers, or no CUDA */
+    }
+    assert_null(compute_new("cuda:x", err, sizeof err));
+    assert_non_null(strstr(err, "not a device"));
     assert_null(compute_new("tpu", err, sizeof err));
     assert_non_null(strstr(err, "not a device"));
     compute *c = compute_new(NULL, err, sizeof err); /* NULL: cpu */
     assert_non_null(c);
     assert_string_equal(compute_name(c), "cpu");
     compute_free(c);
+    c = compute_new("fake-cuda", err, sizeof err); /* every build */
+    assert_non_null(c);
+    assert_string_equal(compute_name(c), "cuda");
+    compute_free(c);
 }
 
 static void test_memory(void **state)
 {
     (void)state;
+    bool cpu = strcmp(dev_name, "cpu") == 0;
     cbuf *b = mk(10);
     assert_int_equal(cbuf_count(b), 10);
     assert_int_equal(cbuf_mem(b), COMPUTE_MEM_DEVICE);
     assert_int_equal(cbuf_dtype(b), COMPUTE_F32);
-    float *v = hv(b);
-    assert_non_null(v);
+    float *v = compute_host_view(dev, b);
+    assert_true(cpu ? v != NULL : v == NULL); /* device memory has no view on a GPU */
+    float *z = rdf(b);
     for (int i = 0; i < 10; i++)
-        assert_true(v[i] == 0.0f); /* zeroed */
+        assert_true(z[i] == 0.0f); /* zeroed */
     const float src[4] = {1.5f, -2, 3, 4};
     compute_write(dev, cspan_at(b, 3, 4), src);
     float back[6];
@@ -84,33 +165,79 @@ static void test_memory(void **state)
     compute_sync(dev);
     assert_true(back[0] == 0 && back[1] == 1.5f && back[2] == -2 && back[3] == 3 && back[4] == 4 && back[5] == 0);
     compute_zero(dev, cspan_sub(cspan_at(b, 2, 6), 2, 2));
-    assert_true(v[3] == 1.5f && v[4] == 0 && v[5] == 0 && v[6] == 4);
-    /* The cpu's host access is zero-copy: views, never the stage. */
+    z = rdf(b);
+    assert_true(z[3] == 1.5f && z[4] == 0 && z[5] == 0 && z[6] == 4);
+    /* The cpu's host access is zero-copy: views, never the stage; a GPU's
+     * goes through the stage. */
     float stage[4];
-    assert_ptr_equal(compute_span_view(dev, cspan_at(b, 3, 4)), v + 3);
-    assert_ptr_equal(compute_host_read(dev, cspan_at(b, 3, 4), stage), v + 3);
+    const float *r = compute_host_read(dev, cspan_at(b, 3, 4), stage);
+    assert_ptr_equal(compute_span_view(dev, cspan_at(b, 3, 4)), cpu ? v + 3 : NULL);
+    assert_ptr_equal(r, cpu ? v + 3 : stage);
+    assert_true(r[0] == 1.5f && r[1] == 0 && r[3] == 4);
     float *w = compute_host_write_begin(dev, cspan_at(b, 3, 4), stage);
-    assert_ptr_equal(w, v + 3);
+    assert_ptr_equal(w, cpu ? v + 3 : stage);
     w[0] = 9;
     compute_host_write_end(dev, cspan_at(b, 3, 4), w);
-    assert_true(v[3] == 9);
-    /* Marks: in order, done at once. */
+    compute_sync(dev);
+    assert_true(rdf(b)[3] == 9);
+    /* Marks: in order; done once waited for. */
     cmark m1 = compute_mark(dev);
     compute_zero(dev, all(b));
     cmark m2 = compute_mark(dev);
     assert_true(m2 > m1);
-    assert_true(compute_done(dev, m1) && compute_done(dev, m2));
     compute_wait(dev, m2);
-    /* Memory kinds and doubles. */
+    assert_true(compute_done(dev, m1) && compute_done(dev, m2));
+    /* Memory kinds and doubles; pinned memory has a host view everywhere. */
     cbuf *p = compute_alloc(dev, 3, COMPUTE_F64, COMPUTE_MEM_PINNED, NULL, 0);
     assert_non_null(p);
     assert_int_equal(cbuf_mem(p), COMPUTE_MEM_PINNED);
+    double *pv = compute_host_view(dev, p);
+    assert_non_null(pv);
+    assert_true(pv[0] == 0 && pv[1] == 0 && pv[2] == 0);
     const double d[1] = {0.1};
     compute_write(dev, cspan_at(p, 1, 1), d);
     assert_true(compute_loss(dev, cspan_at(p, 1, 1)) == 0.1);
+    assert_true(pv[1] == 0.1);
+    /* A device range read into pinned memory: there once its mark is done. */
+    cbuf *pf = compute_alloc(dev, 4, COMPUTE_F32, COMPUTE_MEM_PINNED, NULL, 0);
+    cbuf *h = compute_alloc(dev, 2, COMPUTE_F32, COMPUTE_MEM_HOST, NULL, 0);
+    assert_non_null(pf);
+    assert_non_null(h);
+    assert_non_null(compute_host_view(dev, h));
+    compute_write(dev, cspan_at(b, 0, 4), src);
+    compute_read(dev, cspan_at(b, 0, 4), compute_host_view(dev, pf));
+    cmark m3 = compute_mark(dev);
+    compute_wait(dev, m3);
+    assert_true(compute_done(dev, m3));
+    assert_memory_equal(compute_host_view(dev, pf), src, sizeof src);
+    compute_release(dev, h);
+    compute_release(dev, pf);
     compute_release(dev, p);
     compute_release(dev, b);
     compute_release(dev, NULL);
+}
+
+/* Many marks (more than a GPU's ring of events): each done once waited
+ * for, and an old one still answers. */
+static void test_marks(void **state)
+{
+    (void)state;
+    cbuf *b = mk(64);
+    cmark first = compute_mark(dev), last = first;
+    for (int i = 0; i < 600; i++) {
+        compute_zero(dev, all(b));
+        cmark m = compute_mark(dev);
+        assert_true(m > last);
+        last = m;
+        if (i % 97 == 0) {
+            compute_wait(dev, m);
+            assert_true(compute_done(dev, m));
+        }
+    }
+    compute_wait(dev, first);
+    compute_wait(dev, last);
+    assert_true(compute_done(dev, first) && compute_done(dev, last));
+    compute_release(dev, b);
 }
 
 /* C = alpha op(A) op(B) + beta C in double, against compute_gemm. */
@@ -120,7 +247,7 @@ static void check_gemm(bool ta, bool tb, uint64_t M, uint64_t N, uint64_t K, flo
     uint64_t lda = ta ? M : K, ldb = tb ? K : N;
     double *want = malloc(M * N * sizeof *want);
     assert_non_null(want);
-    const float *a = hv(A), *b = hv(B), *c0 = hv(C);
+    const float *a = rdf(A), *b = rdf(B), *c0 = rdf(C);
     for (uint64_t i = 0; i < M; i++)
         for (uint64_t j = 0; j < N; j++) {
             double s = 0;
@@ -129,8 +256,9 @@ static void check_gemm(bool ta, bool tb, uint64_t M, uint64_t N, uint64_t K, flo
             want[i * N + j] = alpha * s + beta * (double)c0[i * N + j];
         }
     compute_gemm(dev, ta, tb, M, N, K, alpha, all(A), lda, all(B), ldb, beta, all(C), N);
+    const float *c = rdf(C);
     for (uint64_t i = 0; i < M * N; i++)
-        assert_float_equal(hv(C)[i], want[i], 1e-4);
+        assert_float_equal(c[i], want[i], 1e-4);
     free(want);
     compute_release(dev, A);
     compute_release(dev, B);
@@ -144,6 +272,7 @@ static void test_gemm(void **state)
     check_gemm(false, true, 4, 6, 9, 1.0f, 1.0f);
     check_gemm(true, false, 8, 3, 5, 1.0f, 0.0f);
     check_gemm(true, true, 2, 5, 4, 0.5f, 0.25f);
+    check_gemm(false, false, 33, 17, 65, 1.0f, 0.0f);
 }
 
 static void test_bias_transpose_colsum(void **state)
@@ -151,37 +280,42 @@ static void test_bias_transpose_colsum(void **state)
     (void)state;
     enum { R = 5, C = 7 };
     cbuf *bias = mk_rand(C, 4), *src = mk_rand(R * C, 5), *y = mk(R * C), *d = mk(C);
+    const float *hb = rdf(bias), *hs = rdf(src);
     compute_bias_rows(dev, all(bias), R, C, all(y));
+    const float *hy = rdf(y);
     for (int i = 0; i < R; i++)
-        assert_memory_equal(hv(y) + i * C, hv(bias), C * sizeof(float));
+        assert_memory_equal(hy + i * C, hb, C * sizeof(float));
     /* src is C x R here: y[i][j] = src[j][i] + bias[j] */
     compute_transpose_bias(dev, all(src), all(bias), R, C, all(y));
+    hy = rdf(y);
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++)
-            assert_true(hv(y)[i * C + j] == hv(src)[j * R + i] + hv(bias)[j]);
+            assert_true(hy[i * C + j] == hs[j * R + i] + hb[j]);
     /* Column sums of src as R x C, both ways of starting. */
     compute_colsum(dev, all(src), R, C, all(d), COMPUTE_SUM_FROM_ROW0);
+    const float *hd = rdf(d);
     for (int j = 0; j < C; j++) {
-        float s = hv(src)[j];
+        float s = hs[j];
         for (int i = 1; i < R; i++)
-            s += hv(src)[i * C + j];
-        assert_true(hv(d)[j] == s);
+            s += hs[i * C + j];
+        assert_true(hd[j] == s);
     }
     compute_colsum(dev, all(src), R, C, all(d), COMPUTE_SUM_FROM_ZERO);
+    hd = rdf(d);
     for (int j = 0; j < C; j++) {
         float s = 0;
         for (int i = 0; i < R; i++)
-            s += hv(src)[i * C + j];
-        assert_true(hv(d)[j] == s);
+            s += hs[i * C + j];
+        assert_true(hd[j] == s);
     }
     /* From zero, -0 sums to +0; from row 0 a lone -0 stays. */
     const float nz = -0.0f;
     cbuf *one = mk(1), *o = mk(1);
-    compute_write(dev, all(one), &nz);
+    wr(one, &nz);
     compute_colsum(dev, all(one), 1, 1, all(o), COMPUTE_SUM_FROM_ROW0);
-    assert_true(signbit(hv(o)[0]));
+    assert_true(signbit(rdf(o)[0]));
     compute_colsum(dev, all(one), 1, 1, all(o), COMPUTE_SUM_FROM_ZERO);
-    assert_false(signbit(hv(o)[0]));
+    assert_false(signbit(rdf(o)[0]));
     cbuf *bufs[] = {bias, src, y, d, one, o};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         compute_release(dev, bufs[i]);
@@ -192,15 +326,17 @@ static void test_relu(void **state)
     (void)state;
     enum { N = 50 };
     cbuf *x = mk_rand(N, 6), *y = mk(N), *dy = mk_rand(N, 7);
-    float dy0[N];
-    memcpy(dy0, hv(dy), sizeof dy0);
-    hv(x)[0] = 0.0f;
+    const float *dy0 = rdf(dy);
+    float *hx = rdf(x);
+    hx[0] = 0.0f;
+    wr(x, hx);
     compute_relu(dev, all(x), all(y));
     compute_relu_bwd(dev, all(x), all(dy));
+    const float *hy = rdf(y), *hdy = rdf(dy);
     for (int i = 0; i < N; i++) {
-        float v = hv(x)[i];
-        assert_true(hv(y)[i] == (v > 0 ? v : 0.0f));
-        assert_true(hv(dy)[i] == (v > 0 ? dy0[i] : 0.0f));
+        float v = hx[i];
+        assert_true(hy[i] == (v > 0 ? v : 0.0f));
+        assert_true(hdy[i] == (v > 0 ? dy0[i] : 0.0f));
     }
     compute_release(dev, x);
     compute_release(dev, y);
@@ -211,32 +347,37 @@ static void test_embedding_bag(void **state)
 {
     (void)state;
     enum { ROWS = 9, D = 3, B = 3, L = 4 };
-    const int64_t idx[B * L] = {4, 1, 4, 8, 0, 8, 8, 2, 7, 1, 5, 1};
+    int64_t idx[B * L] = {4, 1, 4, 8, 0, 8, 8, 2, 7, 1, 5, 1};
     cbuf *W = mk_rand(ROWS * D, 8), *out = mk(B * D), *dx = mk_rand(B * D, 9), *G = mk_rand(ROWS * D, 10);
     cbuf *vals = mk(ROWS * D);
+    const float *hW = rdf(W);
     compute_bag_mean(dev, all(W), D, idx, B, L, all(out));
+    memset(idx, 0xff, sizeof idx); /* the caller's to reuse on return */
+    const int64_t idx0[B * L] = {4, 1, 4, 8, 0, 8, 8, 2, 7, 1, 5, 1};
+    memcpy(idx, idx0, sizeof idx);
+    const float *ho = rdf(out);
     for (int s = 0; s < B; s++)
         for (int k = 0; k < D; k++) {
             float acc = 0;
             for (int t = 0; t < L; t++)
-                acc += hv(W)[idx[s * L + t] * D + k];
-            assert_true(hv(out)[s * D + k] == acc / (float)L);
+                acc += hW[idx[s * L + t] * D + k];
+            assert_true(ho[s * D + k] == acc / (float)L);
         }
     /* Dense backward: dx / L, scattered once per occurrence. */
     float g[B * D], want[ROWS * D];
+    const float *dx0 = rdf(dx);
     for (int k = 0; k < B * D; k++)
-        g[k] = hv(dx)[k] / (float)L;
+        g[k] = dx0[k] / (float)L;
     memset(want, 0, sizeof want);
     for (int s = 0; s < B; s++)
         for (int t = 0; t < L; t++)
             for (int k = 0; k < D; k++)
                 want[idx[s * L + t] * D + k] += g[s * D + k];
-    float dx0[B * D];
-    memcpy(dx0, hv(dx), sizeof dx0);
     compute_bag_mean_bwd_dense(dev, all(dx), D, idx, B, L, all(G));
-    assert_memory_equal(hv(G), want, sizeof want);
+    assert_memory_equal(rdf(G), want, sizeof want);
+    assert_memory_equal(rdf(dx), g, sizeof g); /* scratch: divided in place */
     /* Sparse: the unique rows ascending, their rows of the dense result. */
-    compute_write(dev, all(dx), dx0);
+    wr(dx, dx0);
     int64_t rows[ROWS];
     uint32_t slot[ROWS];
     for (int r = 0; r < ROWS; r++)
@@ -245,8 +386,9 @@ static void test_embedding_bag(void **state)
     const int64_t want_rows[] = {0, 1, 2, 4, 5, 7, 8};
     assert_int_equal(nnz, 7);
     assert_memory_equal(rows, want_rows, sizeof want_rows);
+    const float *hv = rdf(vals);
     for (uint64_t k = 0; k < nnz; k++)
-        assert_memory_equal(hv(vals) + k * D, want + rows[k] * D, D * sizeof(float));
+        assert_memory_equal(hv + k * D, want + rows[k] * D, D * sizeof(float));
     for (int r = 0; r < ROWS; r++)
         assert_int_equal(slot[r], COMPUTE_NO_SLOT);
     cbuf *bufs[] = {W, out, dx, G, vals};
@@ -276,32 +418,36 @@ static void test_softmax_ce(void **state)
     enum { B = 4, C = 6 };
     const int64_t y[B] = {0, 5, 2, 2};
     cbuf *z = mk_rand(B * C, 11), *p = mk(B * C), *q = mk(B * C), *dz = mk(B * C), *loss = mk_loss();
+    float *hz = rdf(z);
     for (int k = 0; k < B * C; k++)
-        hv(z)[k] *= 4;
+        hz[k] *= 4;
+    wr(z, hz);
     compute_softmax_ce(dev, all(z), B, C, y, all(p), all(q), all(loss));
     float wp[B * C], wq[B * C], wg[B * C];
     double wl = 0;
     for (int s = 0; s < B; s++) {
-        ref_softmax(wp + s * C, hv(z) + s * C, C);
+        ref_softmax(wp + s * C, hz + s * C, C);
         ref_softmax(wq + s * C, wp + s * C, C);
         wl -= log((double)wq[s * C + y[s]]);
     }
-    assert_memory_equal(hv(p), wp, sizeof wp);
-    assert_memory_equal(hv(q), wq, sizeof wq);
-    assert_true(compute_loss(dev, all(loss)) == wl / B);
+    same_f32(rdf(p), wp, B * C, true);
+    same_f32(rdf(q), wq, B * C, true);
+    same_f64(compute_loss(dev, all(loss)), wl / B, true);
+    /* The backward from the layer's own p and q: bit for bit everywhere. */
+    const float *hp = rdf(p), *hq = rdf(q);
     compute_softmax_ce_bwd(dev, all(p), all(q), B, C, y, all(dz));
     float invB = 1.0f / (float)B;
     for (int s = 0; s < B; s++) {
         float *g = wg + s * C;
         double dot = 0;
         for (int k = 0; k < C; k++) {
-            g[k] = (wq[s * C + k] - (k == y[s] ? 1.0f : 0.0f)) * invB;
-            dot += (double)g[k] * wp[s * C + k];
+            g[k] = (hq[s * C + k] - (k == y[s] ? 1.0f : 0.0f)) * invB;
+            dot += (double)g[k] * hp[s * C + k];
         }
         for (int k = 0; k < C; k++)
-            g[k] = wp[s * C + k] * (g[k] - (float)dot);
+            g[k] = hp[s * C + k] * (g[k] - (float)dot);
     }
-    assert_memory_equal(hv(dz), wg, sizeof wg);
+    same_f32(rdf(dz), wg, B * C, false);
     cbuf *bufs[] = {z, p, q, dz, loss};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         compute_release(dev, bufs[i]);
@@ -314,10 +460,11 @@ static void test_ce_logits_and_l1(void **state)
     const int64_t y[R] = {7, 0, 3, 3, 1};
     cbuf *z = mk_rand(R * C, 12), *dz = mk(R * C), *loss = mk_loss();
     compute_ce_logits(dev, all(z), R, C, y, all(dz), all(loss));
+    const float *hz = rdf(z);
     float wd[R * C];
     double wl = 0;
     for (int i = 0; i < R; i++) {
-        const float *zi = hv(z) + i * C;
+        const float *zi = hz + i * C;
         float mx = zi[0];
         for (int c = 1; c < C; c++)
             mx = zi[c] > mx ? zi[c] : mx;
@@ -329,20 +476,23 @@ static void test_ce_logits_and_l1(void **state)
             wd[i * C + c] = (float)(exp((double)(zi[c] - mx)) / sum / R);
         wd[i * C + y[i]] -= 1.0f / (float)R;
     }
-    assert_memory_equal(hv(dz), wd, sizeof wd);
-    assert_true(compute_loss(dev, all(loss)) == wl / R);
+    same_f32(rdf(dz), wd, R * C, true);
+    same_f64(compute_loss(dev, all(loss)), wl / R, true);
 
     /* L1 against zeros; sign(0) = 0. */
     enum { N = 12 };
     cbuf *v = mk_rand(N, 13), *dv = mk(N);
-    hv(v)[3] = 0.0f;
+    float *hv = rdf(v);
+    hv[3] = 0.0f;
+    wr(v, hv);
     compute_l1(dev, all(v), N, all(dv), all(loss));
+    const float *hdv = rdf(dv);
     double l1 = 0;
     float g = 1.0f / (float)N;
     for (int k = 0; k < N; k++) {
-        float x = hv(v)[k];
+        float x = hv[k];
         l1 += x < 0 ? -(double)x : (double)x;
-        assert_true(hv(dv)[k] == (x > 0 ? g : x < 0 ? -g : 0.0f));
+        assert_true(hdv[k] == (x > 0 ? g : x < 0 ? -g : 0.0f));
     }
     assert_true(compute_loss(dev, all(loss)) == l1 / N);
     cbuf *bufs[] = {z, dz, loss, v, dv};
@@ -357,55 +507,117 @@ static void test_sgd(void **state)
     cbuf *p = mk_rand(N, 14), *g = mk_rand(N, 15), *m = mk(N);
     float w[N], b[N];
     const float lr = 0.1f, mom = 0.9f;
-    memcpy(w, hv(p), sizeof w);
+    const float *hg = rdf(g);
+    memcpy(w, rdf(p), sizeof w);
     /* plain: p -= lr g */
     compute_sgd_dense(dev, all(p), all(g), cspan_none(), lr, 0.0f, false);
     for (int k = 0; k < N; k++)
-        w[k] += -lr * hv(g)[k];
-    assert_memory_equal(hv(p), w, sizeof w);
+        w[k] += -lr * hg[k];
+    assert_memory_equal(rdf(p), w, sizeof w);
     /* momentum: the first step copies g, later ones decay it */
     for (int step = 0; step < 3; step++) {
         compute_sgd_dense(dev, all(p), all(g), all(m), lr, mom, step == 0);
         for (int k = 0; k < N; k++) {
-            b[k] = step == 0 ? hv(g)[k] : mom * b[k] + hv(g)[k];
+            b[k] = step == 0 ? hg[k] : mom * b[k] + hg[k];
             w[k] += -lr * b[k];
         }
-        assert_memory_equal(hv(m), b, sizeof b);
-        assert_memory_equal(hv(p), w, sizeof w);
+        assert_memory_equal(rdf(m), b, sizeof b);
+        assert_memory_equal(rdf(p), w, sizeof w);
     }
     /* sparse: rows of a 3 x 3 table, a repeated row applied twice */
-    const int64_t rows[3] = {2, 0, 2};
-    const float vals[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    int64_t rows[3] = {2, 0, 2};
+    float vals[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     compute_sgd_sparse(dev, all(p), 3, rows, vals, 3, 0.5f);
     for (int k = 0; k < 3; k++) {
         w[6 + k] += -0.5f * vals[k];
         w[k] += -0.5f * vals[3 + k];
         w[6 + k] += -0.5f * vals[6 + k];
     }
-    assert_memory_equal(hv(p), w, sizeof w);
+    memset(rows, 0, sizeof rows); /* the caller's to reuse on return */
+    memset(vals, 0, sizeof vals);
+    assert_memory_equal(rdf(p), w, sizeof w);
     compute_release(dev, p);
     compute_release(dev, g);
     compute_release(dev, m);
 }
 
-int main(void)
+/* Host arguments larger than a GPU's first staging ring, and many calls in
+ * flight around it: each call's own indices and values, checked against
+ * the cpu layer run alongside. */
+static void test_staging(void **state)
+{
+    (void)state;
+    enum { ROWS = 4096, COLS = 64, ROUNDS = 12 };
+    char err[256];
+    compute *cpu = compute_new("cpu", err, sizeof err);
+    assert_non_null(cpu);
+    cbuf *t = mk_rand(ROWS * COLS, 16);
+    cbuf *ct = compute_alloc(cpu, ROWS * COLS, COMPUTE_F32, COMPUTE_MEM_DEVICE, NULL, 0);
+    assert_non_null(ct);
+    compute_write(cpu, cspan_all(ct), rdf(t));
+    rng r;
+    rng_seed(&r, 77, RNG_STREAM_MODEL);
+    for (int round = 0; round < ROUNDS; round++) {
+        /* round 5: 6 MiB of values at once (the ring grows) */
+        uint64_t nnz = round == 5 ? 24576 : 1500 + 100 * round;
+        int64_t *rows = malloc(nnz * sizeof *rows);
+        float *vals = malloc(nnz * COLS * sizeof *vals);
+        assert_non_null(rows);
+        assert_non_null(vals);
+        for (uint64_t k = 0; k < nnz; k++)
+            rows[k] = (int64_t)(rng_next(&r) % ROWS);
+        rng_fill_uniform(vals, nnz * COLS, 1.0, &r);
+        compute_sgd_sparse(dev, all(t), COLS, rows, vals, nnz, 0.01f);
+        compute_sgd_sparse(cpu, cspan_all(ct), COLS, rows, vals, nnz, 0.01f);
+        free(rows); /* at once: the layer took its copy */
+        free(vals);
+    }
+    assert_memory_equal(rdf(t), compute_host_view(cpu, ct), ROWS * COLS * sizeof(float));
+    compute_release(dev, t);
+    compute_release(cpu, ct);
+    compute_free(cpu);
+}
+
+static int run_on(const char *name)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_select),
-        cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_gemm),
-        cmocka_unit_test(test_bias_transpose_colsum),
-        cmocka_unit_test(test_relu),
-        cmocka_unit_test(test_embedding_bag),
-        cmocka_unit_test(test_softmax_ce),
-        cmocka_unit_test(test_ce_logits_and_l1),
-        cmocka_unit_test(test_sgd),
+        cmocka_unit_test_teardown(test_select, free_copies),
+        cmocka_unit_test_teardown(test_memory, free_copies),
+        cmocka_unit_test_teardown(test_marks, free_copies),
+        cmocka_unit_test_teardown(test_gemm, free_copies),
+        cmocka_unit_test_teardown(test_bias_transpose_colsum, free_copies),
+        cmocka_unit_test_teardown(test_relu, free_copies),
+        cmocka_unit_test_teardown(test_embedding_bag, free_copies),
+        cmocka_unit_test_teardown(test_softmax_ce, free_copies),
+        cmocka_unit_test_teardown(test_ce_logits_and_l1, free_copies),
+        cmocka_unit_test_teardown(test_sgd, free_copies),
+        cmocka_unit_test_teardown(test_staging, free_copies),
     };
-    char err[256];
-    dev = compute_new("cpu", err, sizeof err);
-    if (!dev)
+    char err[512], group[64];
+    dev_name = name;
+    exact = strcmp(name, "cuda") != 0;
+    dev = compute_new(name, err, sizeof err);
+    if (!dev) {
+        print_error("compute_new(%s): %s\n", name, err);
         return 1;
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    }
+    snprintf(group, sizeof group, "compute on %s", name);
+    int rc = _cmocka_run_group_tests(group, tests, sizeof tests / sizeof *tests, NULL, NULL);
     compute_free(dev);
     return rc;
+}
+
+int main(void)
+{
+    const char *which = getenv("PSBENCH_COMPUTE");
+    if (which && strcmp(which, "cuda") == 0) {
+        char why[512];
+        if (gpu_probe_device(0, why, sizeof why) < 0) {
+            printf("skipped: %s\n", why);
+            return 77;
+        }
+        return run_on("cuda");
+    }
+    int rc = run_on("cpu");
+    return rc | run_on("fake-cuda");
 }
