@@ -11,6 +11,8 @@ compute *compute_new(const char *name, char *err, size_t errlen)
 {
     if (!name || strcmp(name, "cpu") == 0)
         return compute_cpu_new(err, errlen);
+    if (strcmp(name, "staged") == 0) /* tests only (compute_staged.c) */
+        return compute_staged_new(err, errlen);
     if (strncmp(name, "cuda", 4) == 0 && (name[4] == '\0' || name[4] == ':')) {
         errbuf_set(err, errlen, "compute on %s: this version of psbench-trainer computes on the CPU only "
                    "(use --device cpu)", name);

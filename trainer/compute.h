@@ -9,6 +9,12 @@
  *   cuda    (next)          cuBLAS for the products, kernels for the rest
  *                           (trainer/cmath.h: the same per-element math),
  *                           one stream, memory on the GPU
+ *   staged  compute_staged.c tests only: the cpu's arithmetic, but device
+ *                           memory has no host view and copies complete
+ *                           late (at the next operation, wait, sync or
+ *                           done), a read's destination poisoned until
+ *                           then: the GPU's host-access paths on any
+ *                           machine (compute_new("staged"))
  *
  * Where memory lives is a type, as Gloo's host/pinned/device workspaces:
  * the layer allocates and frees the buffers it computes on (cbuf: a handle
