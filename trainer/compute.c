@@ -13,6 +13,8 @@ compute *compute_new(const char *name, char *err, size_t errlen)
 {
     if (!name || strcmp(name, "cpu") == 0)
         return compute_cpu_new(err, errlen);
+    if (strcmp(name, "staged") == 0) /* tests only (compute_staged.c) */
+        return compute_staged_new(err, errlen);
     /* cuda[:N]: a GPU (refused in one line where none answers or the build
      * has no CUDA); fake-cuda: the same code on the fake GPU, for tests. */
     if ((strncmp(name, "cuda", 4) == 0 && (name[4] == '\0' || name[4] == ':')) || strcmp(name, "fake-cuda") == 0)

@@ -11,6 +11,12 @@
  *                           same per-element math), one stream, memory on
  *                           the GPU; "fake-cuda": the same on the fake GPU
  *                           of shared/cugpu.h (tests, any machine)
+ *   staged  compute_staged.c tests only: the cpu's arithmetic, but device
+ *                           memory has no host view and copies complete
+ *                           late (at the next operation, wait, sync or
+ *                           done), a read's destination poisoned until
+ *                           then: the GPU's host-access paths on any
+ *                           machine (compute_new("staged"))
  *
  * Where memory lives is a type, as Gloo's host/pinned/device workspaces:
  * the layer allocates and frees the buffers it computes on (cbuf: a handle

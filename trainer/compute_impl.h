@@ -29,5 +29,8 @@ cbuf *cbuf_wrap(compute *c, void *ptr, uint64_t n, compute_dtype t, compute_mem 
  * "cuda:N" or "fake-cuda" (compute_cuda.c). */
 compute *compute_cpu_new(char *err, size_t errlen);
 compute *compute_cuda_new(const char *name, char *err, size_t errlen);
+/* Tests only: the cpu's arithmetic on memory without host views, copies
+ * completed late (compute_staged.c). */
+compute *compute_staged_new(char *err, size_t errlen);
 
 #endif

@@ -51,7 +51,9 @@ struct hybrid {
     const client *cl;
     answers ans;              /* one lookup answer per server */
     uint64_t batch;           /* the wire batch number */
-    hook_bucket bucket;       /* the dense gradients */
+    hook_bucket bucket;       /* the dense gradients: grads' view, or twin's */
+    cbuf *twin;               /* staged (grads without a host view): the bucket in pinned memory; else NULL */
+    float *params_host;       /* staged: the parameters read back (hybrid_dense_params) */
     double *loss_epoch;
     uint64_t nepochs;
     loss_check lc;            /* the pass's first loss that is not finite */
@@ -142,10 +144,13 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
         ok = (h->rows_in = malloc(R * HYBRID_ROW * sizeof(float))) != NULL;
     if (ok && !compute_host_view(d, h->dnext))
         ok = (h->rows_grad = malloc(R * HYBRID_ROW * sizeof(float))) != NULL;
-    if (ok && !compute_host_view(d, h->grads)) {
+    /* The dense bucket: the gradients' view, or (a device's memory) a twin
+     * in pinned memory the gradients are copied into after backward and
+     * the mean out of before the step. */
+    if (ok && !compute_host_view(d, h->grads) &&
+        !(h->twin = compute_alloc(d, n, COMPUTE_F32, COMPUTE_MEM_PINNED, cerr, sizeof cerr))) {
         hybrid_free(h);
-        snprintf(err, errlen, "HybridModel: compute on %s: the dense bucket from device memory is not supported yet",
-                 compute_name(d));
+        snprintf(err, errlen, "HybridModel: %s", cerr);
         return NULL;
     }
     ok = ok && h->m_batch && h->m_lookup && h->m_fwd && h->m_bwd && h->m_opt && h->m_epoch;
@@ -160,7 +165,7 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
         return NULL;
     }
     h->bucket.id = 0;
-    h->bucket.data = compute_host_view(d, h->grads);
+    h->bucket.data = compute_host_view(d, h->twin ? h->twin : h->grads);
     h->bucket.count = n;
     if (hybrid_init_params(h) < 0) {
         hybrid_free(h);
@@ -186,9 +191,11 @@ void hybrid_free(hybrid *h)
             compute_release(h->dev, h->pre[l]);
         compute_release(h->dev, h->dact);
         compute_release(h->dev, h->dnext);
+        compute_release(h->dev, h->twin);
         compute_free(h->dev);
     }
     free(h->rows_grad);
+    free(h->params_host);
     free(h->lookup);
     for (uint32_t p = 0; h->update && p < h->cfg.number_ps; p++)
         free(h->update[p]);
@@ -210,10 +217,17 @@ const loss_check *hybrid_divergence(const hybrid *h)
     return &h->lc;
 }
 
-const float *hybrid_dense_params(const hybrid *h, uint64_t *n)
+const float *hybrid_dense_params(hybrid *h, uint64_t *n)
 {
     *n = h->nparams;
-    return compute_host_view(h->dev, h->params);
+    const float *v = compute_host_view(h->dev, h->params);
+    if (v)
+        return v;
+    if (!h->params_host && !(h->params_host = malloc(h->nparams * sizeof *h->params_host)))
+        return NULL;
+    compute_read(h->dev, cspan_all(h->params), h->params_host);
+    compute_sync(h->dev);
+    return h->params_host;
 }
 
 /* ---- data ---------------------------------------------------------------------- */
@@ -408,6 +422,13 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
     *loss = hybrid_forward(h);
     uint64_t t2 = clock_now_ns();
     hybrid_backward(h);
+    /* Staged: the dense gradients into the bucket's twin, handed over
+     * once that copy is done (the updates are cut meanwhile). */
+    cmark copied = 0;
+    if (h->twin) {
+        compute_read(h->dev, cspan_all(h->grads), h->bucket.data);
+        copied = compute_mark(h->dev);
+    }
     uint64_t t3 = clock_now_ns();
     /* The servers' updates leave now (the comm of the dense bucket runs
      * meanwhile); the next lookups queue behind them on each connection,
@@ -415,12 +436,16 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
     if (hybrid_updates(h, cl, err, errlen) < 0)
         return -1;
     hook_bucket *b = &h->bucket;
+    if (h->twin)
+        compute_wait(h->dev, copied);
     hook_ready(hk, b, h->batch);
     if (client_poll(cl, 0, err, errlen) < 0) /* write the updates */
         return -1;
     if (hook_wait(hk, &b, 1, err, errlen) < 0)
         return -1;
     uint64_t t4 = clock_now_ns();
+    if (h->twin) /* the mean back into the gradients, ahead of the step */
+        compute_write(h->dev, cspan_all(h->grads), b->data);
     /* p -= lr g: the same bits as p + (-lr) g. */
     compute_sgd_dense(h->dev, cspan_all(h->params), cspan_all(h->grads), cspan_none(), (float)h->cfg.lr, 0.0f,
                       false);

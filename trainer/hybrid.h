@@ -27,7 +27,10 @@
  * fresh model, as the seed builds one.
  *
  * The dense part runs on the compute layer of hybrid_config.device
- * (compute.h: the cpu today).
+ * (compute.h: the cpu today). Where its gradients have no host view (a
+ * device's memory), the dense bucket is a twin in pinned memory: the
+ * gradients copied into it after backward, handed to the hook once that
+ * copy's mark is done, the mean copied back before the step.
  */
 #ifndef PSBENCH_HYBRID_H
 #define PSBENCH_HYBRID_H
@@ -83,7 +86,9 @@ const double *hybrid_loss_per_epoch(const hybrid *h, uint64_t *n);
 /* The last pass's first loss that was not finite, if any (loss_check.h):
  * hybrid_pass stops there with the reason in err unless allow_divergence. */
 const loss_check *hybrid_divergence(const hybrid *h);
-/* The dense part's parameters (weights and biases, layer by layer). */
-const float *hybrid_dense_params(const hybrid *h, uint64_t *n);
+/* The dense part's parameters (weights and biases, layer by layer) on the
+ * host: their view, or a copy read back now into memory the hybrid owns
+ * (no host view). NULL: out of memory. */
+const float *hybrid_dense_params(hybrid *h, uint64_t *n);
 
 #endif

@@ -20,6 +20,8 @@ struct sgd {
     cbuf *buf;       /* momentum buffers, same layout as the model's values; NULL without momentum */
     bool *has_buf;   /* per parameter: buf holds a value (a first step copies the gradient) */
     cbuf *stage;     /* a gradient from the host (sgd_step_dense), allocated on first use */
+    cbuf *sp_host;   /* the model's own sparse values on the host where they have no view
+                        (pinned; sgd_step); else NULL */
 };
 
 sgd *sgd_new(const dummy_model *m, double lr, double momentum, char *err, size_t errlen)
@@ -58,6 +60,16 @@ sgd *sgd_new(const dummy_model *m, double lr, double momentum, char *err, size_t
             return NULL;
         }
     }
+    /* A sparse embedding whose values have no host view (a device's
+     * memory): sgd_step copies them to pinned memory first. */
+    const int64_t *rows;
+    const float *vals;
+    if (n > 0 && model_param(m, 0)->sparse && (model_sparse_grad(m, &rows, &vals), !vals) &&
+        !(o->sp_host = compute_alloc(o->dev, model_param(m, 0)->size, COMPUTE_F32, COMPUTE_MEM_PINNED, err,
+                                     errlen))) {
+        sgd_free(o);
+        return NULL;
+    }
     return o;
 oom:
     sgd_free(o);
@@ -71,6 +83,7 @@ void sgd_free(sgd *o)
         return;
     compute_release(o->dev, o->buf);
     compute_release(o->dev, o->stage);
+    compute_release(o->dev, o->sp_host);
     free(o->has_buf);
     free(o);
 }
@@ -129,16 +142,33 @@ int sgd_step_sparse(sgd *o, dummy_model *m, uint32_t i, const int64_t *rows, con
     return 0;
 }
 
+/* The model's own sparse gradient of parameter i on the host: its values'
+ * view, or (memory without one) a copy into pinned memory, waited for —
+ * sgd_sparse takes its values from the host. */
+static const float *sgd_own_sparse(sgd *o, dummy_model *m, uint32_t i, const int64_t **rows, uint64_t *nnz)
+{
+    const float *vals;
+    *nnz = model_sparse_grad(m, rows, &vals);
+    if (vals || *nnz == 0)
+        return vals;
+    const model_param_info *pi = model_param(m, i);
+    assert(o->sp_host && i == 0); /* sgd_new's */
+    float *h = compute_host_view(o->dev, o->sp_host);
+    compute_read(o->dev, cspan_sub(model_grad_span(m, i), 0, *nnz * pi->shape[1]), h);
+    compute_wait(o->dev, compute_mark(o->dev));
+    return h;
+}
+
 void sgd_step(sgd *o, dummy_model *m)
 {
     for (uint32_t i = 0; i < o->nparams; i++) {
         if (model_param(m, i)->sparse) {
             /* The model's own rows are in range by construction; its values
-             * are read through the host view (cpu: the buffer itself). */
+             * are read through the host view (cpu: the buffer itself), or a
+             * pinned copy where there is none. */
             const int64_t *rows;
-            const float *vals;
-            uint64_t nnz = model_sparse_grad(m, &rows, &vals);
-            assert(vals || nnz == 0);
+            uint64_t nnz;
+            const float *vals = sgd_own_sparse(o, m, i, &rows, &nnz);
             int rc = sgd_step_sparse(o, m, i, rows, vals, nnz, NULL, 0);
             assert(rc == 0);
             (void)rc;

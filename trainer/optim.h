@@ -18,7 +18,9 @@
  * The gradient can be the model's own (sgd_step, sgd_step_param, after
  * model_backward; the hooks leave the mean there) or an outside one on the
  * host, e.g. the rows received from the parameter servers (sgd_step_dense /
- * sgd_step_sparse).
+ * sgd_step_sparse). sgd_step's sparse embedding takes its values from
+ * the host: their view, or where they have none (a device's memory) a copy
+ * into pinned memory the optimizer owns, waited for.
  *
  * The steps run on the model's compute layer (compute.h: its sgd_dense and
  * sgd_sparse operations, cmath.h's arithmetic); the momentum buffers are

@@ -13,7 +13,8 @@
 #include "trainer/model.h"
 
 /* Write the digest as 64 lowercase hex digits and a NUL to hex. Returns 0,
- * or -1 if libcrypto fails (hex is then the empty string). */
+ * or -1 if libcrypto fails or memory runs out (hex is then the empty
+ * string). Parameters without a host view are read back first. */
 int params_sha256(const dummy_model *m, char hex[65]);
 /* The same digest of n floats. */
 int params_sha256_floats(const float *v, uint64_t n, char hex[65]);

@@ -158,6 +158,20 @@ static void run_bytes(void *ctx, uint64_t *in, uint64_t *out) { workload_bytes(c
 
 /* ---- setting up the workload ----------------------------------------------- */
 
+/* The compute layer's device for the model: --device, or (tests only) the
+ * environment's PSBENCH_TRAINER_COMPUTE — "staged" runs the GPU's host-
+ * access paths on the cpu's arithmetic (compute_staged.c), so that a
+ * --local job on any machine checks them against the cpu's bits. What the
+ * trainer reports as its device stays --device's. */
+static const char *run_compute_device(const run_job *j)
+{
+    const char *e = getenv("PSBENCH_TRAINER_COMPUTE");
+    if (!e || !*e)
+        return j->device;
+    log_warn("computing on '%s' (PSBENCH_TRAINER_COMPUTE: for tests only), not --device %s", e, j->device);
+    return e;
+}
+
 /* The hook `name` for this job (its groups formed through the master). */
 static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, const char *name, bool sparse,
                       const char *servers, char *err, size_t errlen)
@@ -203,7 +217,7 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
     train *tr;
     if (run_train_job(j, &tj, err, errlen) < 0)
         return -1;
-    tj.device = j->device; /* the compute layer's */
+    tj.device = run_compute_device(j); /* the compute layer's */
     if (!(tr = train_new(&tj, l->m, err, errlen)))
         return -1;
     if (train_batches_per_pass(tr) != j->batches) {
@@ -248,7 +262,7 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     hc.rank = j->rank;
     hc.rpc_timeout_s = j->rpc_timeout_s;
     hc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
-    hc.device = j->device;
+    hc.device = run_compute_device(j);
     hybrid *hy = hybrid_new(&hc, l->m, err, errlen);
     if (!hy)
         return -1;
@@ -315,7 +329,7 @@ static int run_setup_linear(mlink *l, const trainer_run_opts *o, const run_job *
     bc.rpc_timeout_s = j->rpc_timeout_s;
     bc.epochs = (uint64_t)ctl_int(j->assign, "epochs", 1);
     bc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
-    bc.device = j->device;
+    bc.device = run_compute_device(j);
     batch_update *bu = batch_update_new(&bc, l->m, err, errlen);
     if (!bu)
         return -1;

@@ -15,6 +15,11 @@ typedef struct train_bucket {
     hook_bucket hb;
     uint32_t first_param, last_param; /* parameter index range, inclusive */
     uint32_t pending;                 /* gradients still to come this batch */
+    /* Staged (the gradients have no host view, train.h): the bucket's
+     * pinned twin, what the hook reads and writes; the mark after the copy
+     * into it. NULL on the host-visible path. */
+    cbuf *twin;
+    cmark copied;
 } train_bucket;
 
 struct train {
@@ -31,6 +36,10 @@ struct train {
     hook_bucket **all; /* every bucket, for hook_wait */
     uint32_t nbuckets;
     uint32_t *bucket_of; /* parameter -> bucket */
+    bool staged;         /* the gradients have no host view: buckets through pinned twins */
+    uint32_t *handoff;   /* staged: buckets copied, not yet handed over (ids, in order) */
+    uint32_t nhand, hand_head;
+    float *params_host;  /* staged: the parameters read back (train_params) */
     hook *h;             /* during a pass */
     uint64_t batch;      /* wire batch number during a pass */
     double *loss_epoch;
@@ -80,25 +89,36 @@ static int train_make_buckets(train *t, char *err, size_t errlen)
     /* Each dense bucket is the flat range [first_param, last_param] of the
      * gradients; the sparse one is the embedding's touched rows. */
     /* The hooks send from host memory: the gradients' host view (the
-     * buffer itself on the cpu). */
+     * buffer itself on the cpu), or else each bucket's pinned twin. */
     float *grads = model_grads(t->model);
-    if (!grads) {
-        snprintf(err, errlen, "compute on %s: buckets from device memory are not supported yet",
-                 compute_name(t->dev));
+    t->staged = grads == NULL;
+    if (t->staged && !(t->handoff = calloc(t->nbuckets, sizeof *t->handoff))) {
+        snprintf(err, errlen, "out of memory");
         return -1;
     }
     for (uint32_t k = 0; k < t->nbuckets; k++) {
         train_bucket *tb = &t->buckets[k];
+        uint64_t twin = 0; /* floats */
         if (tb->hb.sparse) {
             const model_param_info *pi = model_param(t->model, tb->first_param);
             tb->hb.rows = pi->shape[0];
             tb->hb.cols = pi->shape[1];
+            /* at most every index of the largest batch a row of its own */
+            uint64_t touched = (uint64_t)t->shard->max_len * t->data->cfg.sample_length;
+            twin = touched < pi->shape[0] ? touched * pi->shape[1] : pi->size;
         } else {
             const model_param_info *lo = model_param(t->model, tb->first_param);
             const model_param_info *hi = model_param(t->model, tb->last_param);
-            tb->hb.data = grads + lo->offset;
             tb->hb.count = hi->offset + hi->size - lo->offset;
+            tb->hb.data = grads ? grads + lo->offset : NULL;
+            twin = tb->hb.count;
         }
+        if (!t->staged)
+            continue;
+        if (!(tb->twin = compute_alloc(t->dev, twin, COMPUTE_F32, COMPUTE_MEM_PINNED, err, errlen)))
+            return -1;
+        if (!tb->hb.sparse)
+            tb->hb.data = compute_host_view(t->dev, tb->twin);
     }
     log_info("%u bucket(s) for %u parameters (cap %.1f MB)", t->nbuckets, np, t->job.bucket_cap_mb);
     /* Their sizes in one line, in the order they leave (bench/train_step.sh
@@ -170,9 +190,13 @@ void train_free(train *t)
 {
     if (!t)
         return;
-    for (uint32_t k = 0; k < t->nbuckets; k++)
+    for (uint32_t k = 0; k < t->nbuckets; k++) {
         hook_bucket_release(&t->buckets[k].hb);
+        compute_release(t->dev, t->buckets[k].twin);
+    }
     free(t->buckets);
+    free(t->handoff);
+    free(t->params_host);
     free(t->all);
     free(t->bucket_of);
     sgd_free(t->opt);
@@ -189,16 +213,59 @@ uint64_t train_batches_per_pass(const train *t)
     return t->job.epochs * t->shard->nbatches;
 }
 
+/* Staged: hand the copied buckets over in order, each once the copy into
+ * its twin is done — as far as they are done (wait: all of them, waiting
+ * for each). */
+static void train_hand_over(train *t, bool wait)
+{
+    while (t->hand_head < t->nhand) {
+        train_bucket *b = &t->buckets[t->handoff[t->hand_head]];
+        if (wait)
+            compute_wait(t->dev, b->copied);
+        else if (!compute_done(t->dev, b->copied))
+            return;
+        t->hand_head++;
+        hook_ready(t->h, &b->hb, t->batch);
+    }
+}
+
+/* Staged: the finished bucket's gradients into its twin (the sparse one's
+ * values; its rows are host memory already), the copy's mark recorded;
+ * backward goes on, and the bucket leaves once the copy is done. */
+static void train_stage(train *t, train_bucket *b)
+{
+    float *twin = compute_host_view(t->dev, b->twin);
+    cspan src;
+    if (b->hb.sparse) {
+        const float *vals;
+        b->hb.nnz = model_sparse_grad(t->model, &b->hb.idx, &vals);
+        assert(!vals && b->hb.nnz * b->hb.cols <= cbuf_count(b->twin));
+        src = cspan_sub(model_grad_span(t->model, b->first_param), 0, b->hb.nnz * b->hb.cols);
+        b->hb.vals = twin;
+    } else {
+        src = cspan_at(model_grads_buf(t->model), model_param(t->model, b->first_param)->offset, b->hb.count);
+    }
+    compute_read(t->dev, src, twin);
+    b->copied = compute_mark(t->dev);
+    t->handoff[t->nhand++] = b->hb.id;
+    train_hand_over(t, false);
+}
+
 /* model_backward's callback: a bucket whose last gradient is in leaves now
  * (the sparse one: the embedding's touched rows, which the model keeps
  * until the next backward), once the operations that wrote it are done
- * (the mark recorded now; on the cpu they are). */
+ * (the mark recorded now; on the cpu they are). Staged, it leaves from its
+ * pinned twin once the copy into it is done (train_stage). */
 static void train_on_ready(void *ctx, uint32_t param)
 {
     train *t = ctx;
     train_bucket *b = &t->buckets[t->bucket_of[param]];
     if (--b->pending > 0)
         return;
+    if (t->staged) {
+        train_stage(t, b);
+        return;
+    }
     compute_wait(t->dev, compute_mark(t->dev));
     if (b->hb.sparse)
         b->hb.nnz = model_sparse_grad(t->model, &b->hb.idx, &b->hb.vals);
@@ -212,7 +279,10 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     uint64_t t1 = clock_now_ns();
     for (uint32_t k = 0; k < t->nbuckets; k++)
         t->buckets[k].pending = t->buckets[k].last_param - t->buckets[k].first_param + 1;
+    t->nhand = t->hand_head = 0;
     model_backward(t->model, batch, train_on_ready, t);
+    if (t->staged)
+        train_hand_over(t, true); /* the copies still running */
     uint64_t t2 = clock_now_ns();
     if (hook_wait(t->h, t->all, t->nbuckets, err, errlen) < 0)
         return -1;
@@ -226,6 +296,11 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
         if (b->hb.t_done_ns > last_done)
             last_done = b->hb.t_done_ns;
         if (!b->hb.sparse) {
+            if (b->twin) /* staged: the mean back into the gradients, before the steps read it */
+                compute_write(t->dev,
+                              cspan_at(model_grads_buf(t->model), model_param(t->model, b->first_param)->offset,
+                                       b->hb.count),
+                              b->hb.data);
             for (uint32_t i = b->first_param; i <= b->last_param; i++)
                 sgd_step_param(t->opt, t->model, i); /* the mean, in place */
             continue;
@@ -288,4 +363,17 @@ const loss_check *train_divergence(const train *t)
 const dummy_model *train_model(const train *t)
 {
     return t->model;
+}
+
+const float *train_params(train *t, uint64_t *n)
+{
+    *n = model_total_size(t->model);
+    const float *v = model_values_const(t->model);
+    if (v)
+        return v;
+    if (!t->params_host && !(t->params_host = malloc(*n * sizeof *t->params_host)))
+        return NULL;
+    compute_read(t->dev, cspan_all(model_values_buf(t->model)), t->params_host);
+    compute_sync(t->dev);
+    return t->params_host;
 }

@@ -10,6 +10,20 @@
  * touched rows). A dense bucket is a contiguous range of the model's flat
  * gradient buffer, so the hook sends it in place and the mean comes back
  * into the same place.
+ *
+ * Staged buckets: where the gradients have no host view (a device's
+ * memory: compute.h), each bucket has a twin in pinned host memory that
+ * train.c owns (the sparse one sized for the largest batch's rows). When
+ * backward finishes a bucket's last parameter, the copy of its range (the
+ * sparse one: its values; its rows are host memory) into the twin is
+ * enqueued and its mark recorded; backward goes on, and the bucket is
+ * handed to the hook, in bucket order, once that mark is done (polled at
+ * every later bucket, waited for after backward), so a hook never reads a
+ * gradient before the copy — nor the copy before the op that wrote the
+ * gradient. A dense mean comes back in the twin and is copied into the
+ * gradient range before the optimizer's steps, enqueued ahead of them. On
+ * the cpu (host views) none of this runs: the hook gets the gradients
+ * themselves, zero copies.
  */
 #ifndef PSBENCH_TRAIN_H
 #define PSBENCH_TRAIN_H
@@ -54,5 +68,8 @@ const double *train_loss_per_epoch(const train *t, uint64_t *n);
 const loss_check *train_divergence(const train *t);
 /* The model (tests compare parameters across trainers). */
 const dummy_model *train_model(const train *t);
+/* Its parameters on the host (n floats): the values' view, or a copy read
+ * back now into memory the train owns (staged). NULL: out of memory. */
+const float *train_params(train *t, uint64_t *n);
 
 #endif

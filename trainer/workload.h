@@ -43,7 +43,9 @@ typedef struct workload_ops {
                 char *err, size_t errlen);
     /* The last pass's mean loss per epoch; NULL: the model has no loss. */
     const double *(*loss_per_epoch)(const workload *w, uint64_t *n);
-    /* The parameters in the order --params-out writes them; NULL: none. */
+    /* The parameters in the order --params-out writes them, on the host
+     * (read back from a device where they have no view; NULL then: out of
+     * memory); NULL op: none. */
     const float *(*params)(const workload *w, uint64_t *n);
     /* The last pass's first non-finite loss, if any; NULL op: no loss. */
     const loss_check *(*divergence)(const workload *w);

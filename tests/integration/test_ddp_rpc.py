@@ -7,6 +7,8 @@ allreduce_hook over Gloo.
   epochs, the servers report lookups, updates and rows touched, and the
   seed's table (seconds per epoch, samples per second) is printed and in
   results.json.
+- The dense part on the staged test device (PSBENCH_TRAINER_COMPUTE=staged)
+  ends with the cpu's bits.
 - The seed's flags select the benchmark; a shape the dense part cannot
   take (number_ps x embedding_dim not a multiple of 512) is refused at
   start with the reason.
@@ -33,14 +35,14 @@ from test_master import Master, http_get, http_json  # noqa: E402
 
 class DdpRpc(psb.PsbTestCase):
 
-    def master(self, *extra, local=True, out=None, linger="0"):
+    def master(self, *extra, local=True, out=None, linger="0", env=None):
         args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
                 "--rpc-timeout", "30", "--linger", linger]
         if local:
             args.append("--local")
         if out:
             args += ["--out", out]
-        m = self.reg.start(args + list(extra), name="master", cls=Master)
+        m = self.reg.start(args + list(extra), name="master", cls=Master, env=env)
         m.wait_ports()
         return m
 
@@ -98,6 +100,32 @@ class DdpRpc(psb.PsbTestCase):
         self.check_results(res, 2, 15)
         self.assertEqual(res["configuration"]["warmup_cycles"], 2)
         self.assertIn("DDP + RPC benchmark (timed pass): seconds per epoch, samples per second", m.stdout())
+
+    def test_staged_compute_same_bits(self):
+        """The dense part on the staged test device (PSBENCH_TRAINER_COMPUTE=
+        staged: no host view of its memory, copies that complete late): the
+        dense bucket through a pinned twin, the mean copied back before the
+        step; the same parameters as on the cpu. One trainer, so that the
+        servers apply the updates in one order and runs repeat bit for bit
+        (two trainers' updates reach the servers in either order): its
+        mean is the gradient itself, so this checks the staged path end to
+        end, not that the mean is copied back (test_model.c's scaling hook
+        does, for train.c)."""
+        shas = {}
+        for compute in ("cpu", "staged"):
+            out = os.path.join(self.reg.workdir, "out-" + compute)
+            env = psb.base_env({"PSBENCH_TRAINER_COMPUTE": compute} if compute == "staged" else None)
+            m = self.master("--number-trainers", "1", "--number-ps", "2", "--embedding-dim", "256", "--epochs", "3",
+                            out=out, env=env)
+            self.assertEqual(m.wait(120), 0, m.describe())
+            with open(os.path.join(out, "results.json")) as f:
+                res = json.load(f)
+            got = {t["final_params_sha256"] for t in res["trainers"]}
+            self.assertEqual(len(got), 1, res["trainers"])
+            shas[compute] = got.pop()
+            if compute == "staged":
+                self.assertIn("computing on 'staged'", m.stderr(), m.describe())
+        self.assertEqual(shas["staged"], shas["cpu"])
 
     def test_eight_servers_by_hand(self):
         out = os.path.join(self.reg.workdir, "out")

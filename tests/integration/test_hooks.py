@@ -11,6 +11,8 @@ allreduce_hook, sparse_rpc_hook and hybrid_hook over Gloo, next to rpc_hook.
   hook's metrics are in the tables, /api/v1/metrics and /metrics.
 - A trainer killed mid-allreduce: every other process exits with a one-line
   reason within --rpc-timeout, and the master names the killed trainer.
+- The staged test device (PSBENCH_TRAINER_COMPUTE=staged): buckets from
+  memory without host views end with the cpu's bits.
 - Refusals: rpc_hook without servers, --backend nccl on CPU trainers, an
   unknown hook.
 
@@ -49,14 +51,14 @@ class Hooks(psb.PsbTestCase):
         with open(self.models, "w") as f:
             json.dump(MODELS, f)
 
-    def master(self, *extra, local=True, out=None, timeout="30"):
+    def master(self, *extra, local=True, out=None, timeout="30", env=None):
         args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
                 "--rpc-timeout", timeout, "--model-config-path", self.models]
         if local:
             args.append("--local")
         if out:
             args += ["--out", out]
-        m = self.reg.start(args + list(extra), name="master", cls=Master)
+        m = self.reg.start(args + list(extra), name="master", cls=Master, env=env)
         m.wait_ports()
         return m
 
@@ -142,6 +144,32 @@ class Hooks(psb.PsbTestCase):
             self.assertTrue(names <= metrics[hook], (hook, names, metrics[hook]))
             others = {n for n in metrics[hook] if ("allreduce" in n or "rpc_" in n) and n not in names}
             self.assertEqual(others, set(), hook)
+
+    # -- buckets from memory without host views ---------------------------------
+
+    def test_staged_compute_same_bits(self):
+        """--local jobs whose trainers compute on the staged test device
+        (PSBENCH_TRAINER_COMPUTE=staged: no host view of the model's memory,
+        copies that complete late) end with the cpu's parameters: buckets
+        through pinned twins, handed over after their copies, the means
+        copied back before the step (train.c), for rpc_hook and
+        allreduce_hook, dense and sparse."""
+        for model, hook in (("SmallSparse", "rpc_hook"), ("SmallSparse", "allreduce_hook"),
+                            ("Small", "allreduce_hook")):
+            shas = {}
+            for compute in ("cpu", "staged"):
+                out = os.path.join(self.reg.workdir, "out-%s-%s-%s" % (model, hook, compute))
+                nserver = "0" if hook in SERVERLESS else "1"
+                env = psb.base_env({"PSBENCH_TRAINER_COMPUTE": compute} if compute == "staged" else None)
+                m = self.master("--model", model, "--ddp-hook", hook, "--nserver", nserver, "--epochs", "2",
+                                out=out, env=env)
+                res = self.results(m, out)
+                got = {t["final_params_sha256"] for t in res["trainers"]}
+                self.assertEqual(len(got), 1, (model, hook, compute, res["trainers"]))
+                shas[compute] = got.pop()
+                if compute == "staged":
+                    self.assertIn("computing on 'staged'", m.stderr(), m.describe())
+            self.assertEqual(shas["staged"], shas["cpu"], (model, hook))
 
     # -- the pure-DDP baseline from the master ----------------------------------
 

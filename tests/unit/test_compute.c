@@ -119,7 +119,9 @@ static void test_select(void **state)
 {
     (void)state;
     char err[256] = "";
-    assert_string_equal(compute_name(dev), strcmp(dev_name, "cpu") == 0 ? "cpu" : "cuda");
+    assert_string_equal(compute_name(dev), strcmp(dev_name, "cpu") == 0      ? "cpu"
+                                           : strcmp(dev_name, "staged") == 0 ? "staged"
+                                                                             : "cuda");
     /* cuda:0: a GPU, or refused in one line saying why. */
     compute *g = compute_new("cuda:0", err, sizeof err);
     if (g) {
@@ -578,6 +580,77 @@ static void test_staging(void **state)
     compute_free(cpu);
 }
 
+/* The staged test device (compute_staged.c): no host view of device
+ * memory; copies complete late, in order, a read's destination poisoned
+ * until its mark is waited on; the arithmetic is the cpu's. */
+static void test_staged(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    compute *s = compute_new("staged", err, sizeof err);
+    assert_non_null(s);
+    assert_string_equal(compute_name(s), "staged");
+    cbuf *d = compute_alloc(s, 8, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, sizeof err);
+    cbuf *p = compute_alloc(s, 8, COMPUTE_F32, COMPUTE_MEM_PINNED, err, sizeof err);
+    cbuf *h = compute_alloc(s, 8, COMPUTE_F32, COMPUTE_MEM_HOST, err, sizeof err);
+    assert_non_null(d);
+    assert_non_null(p);
+    assert_non_null(h);
+    assert_null(compute_host_view(s, d));
+    assert_null(compute_span_view(s, cspan_at(d, 2, 3)));
+    float *pv = compute_host_view(s, p);
+    assert_non_null(pv);
+    assert_non_null(compute_host_view(s, h));
+    /* A write reads its source late: changing it before the wait shows. */
+    float src[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    compute_write(s, cspan_all(d), src);
+    cmark mw = compute_mark(s);
+    src[0] = 100; /* too early: the device gets 100 */
+    compute_wait(s, mw);
+    src[0] = 200; /* after the wait: the device keeps 100 */
+    /* A read lands late: the destination is poisoned until then. */
+    compute_read(s, cspan_at(d, 0, 4), pv);
+    cmark m = compute_mark(s);
+    assert_true(isnan(pv[0]) && isnan(pv[3]));
+    assert_true(pv[4] == 0.0f); /* outside the read: untouched */
+    assert_false(compute_done(s, m)); /* asked once: not yet, and it progresses */
+    assert_true(compute_done(s, m));
+    assert_true(pv[0] == 100 && pv[1] == 2 && pv[3] == 4);
+    /* An operation sees every copy enqueued before it. */
+    const float two[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+    compute_write(s, cspan_all(d), two);
+    compute_sgd_dense(s, cspan_all(d), cspan_all(d), cspan_none(), 0.25f, 0.0f, false); /* 2 - 0.5 */
+    float back[8];
+    compute_read(s, cspan_all(d), back);
+    compute_sync(s);
+    for (int k = 0; k < 8; k++)
+        assert_true(back[k] == 1.5f);
+    /* The staging helpers copy (and synchronise) where there is no view. */
+    float stage[8];
+    const float *r = compute_host_read(s, cspan_all(d), stage);
+    assert_ptr_equal(r, stage);
+    assert_true(stage[7] == 1.5f);
+    float *w = compute_host_write_begin(s, cspan_at(d, 1, 2), stage);
+    assert_ptr_equal(w, stage);
+    w[0] = -1;
+    w[1] = -2;
+    compute_host_write_end(s, cspan_at(d, 1, 2), w);
+    compute_read(s, cspan_at(d, 0, 4), back);
+    compute_sync(s);
+    assert_true(back[0] == 1.5f && back[1] == -1 && back[2] == -2 && back[3] == 1.5f);
+    /* A loss (a double in device memory) through compute_loss. */
+    cbuf *l = compute_alloc(s, 1, COMPUTE_F64, COMPUTE_MEM_DEVICE, NULL, 0);
+    assert_non_null(l);
+    const double v = 0.1;
+    compute_write(s, cspan_all(l), &v);
+    assert_true(compute_loss(s, cspan_all(l)) == 0.1);
+    compute_release(s, l);
+    compute_release(s, d);
+    compute_release(s, p);
+    compute_release(s, h);
+    compute_free(s);
+}
+
 static int run_on(const char *name)
 {
     const struct CMUnitTest tests[] = {
@@ -619,5 +692,8 @@ int main(void)
         return run_on("cuda");
     }
     int rc = run_on("cpu");
-    return rc | run_on("fake-cuda");
+    rc |= run_on("fake-cuda");
+    rc |= run_on("staged");
+    const struct CMUnitTest staged[] = {cmocka_unit_test(test_staged)};
+    return rc | cmocka_run_group_tests_name("the staged test device", staged, NULL, NULL);
 }

@@ -2,7 +2,10 @@
  * documented PRNG, DummyData generation, round-robin sharding), trainer/model
  * (layout, initialization, forward, backward and its ready callbacks, dense
  * and sparse embedding gradients, shape validation), trainer/optim (SGD,
- * momentum, sparse rows) and trainer/params_hash.
+ * momentum, sparse rows) and trainer/params_hash; and train.c's buckets and
+ * the optimizer on the staged test device (compute_staged.c: no host view
+ * of the model's memory, copies that complete late) against the cpu, bit
+ * for bit.
  *
  * Gradients are checked against central differences of an independent
  * double-precision reference forward written here from the model's
@@ -28,6 +31,7 @@
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/params_hash.h"
+#include "trainer/train.h"
 
 /* ---- fixtures ------------------------------------------------------------- */
 
@@ -871,6 +875,150 @@ static void test_blas_describe(void **state)
     json_decref(j);
 }
 
+/* ---- training on memory without host views (the staged test device) ------ */
+
+/* A hook of one trainer that scales: a dense bucket's "mean" is its data
+ * times 0.5 in place, a sparse one's its rows with values times 0.5 —
+ * not the identity, so a mean that never reaches the gradients shows. It
+ * works in hook_ready, on what it is handed: a bucket handed over before
+ * its copy is done holds the staged device's poison (NaN). */
+typedef struct scale_hook {
+    hook base;
+    uint32_t next_id;  /* buckets are handed over in id order */
+    uint64_t handed;   /* over the whole run */
+    uint64_t poisoned; /* values that were NaN when handed over */
+} scale_hook;
+
+static void scale_ready(hook *h, hook_bucket *b)
+{
+    scale_hook *s = (scale_hook *)h;
+    assert_int_equal(b->id, s->next_id);
+    s->next_id++;
+    s->handed++;
+    if (!b->sparse) {
+        for (uint64_t k = 0; k < b->count; k++) {
+            s->poisoned += isnan(b->data[k]);
+            b->data[k] *= 0.5f;
+        }
+    } else {
+        assert_int_equal(hook_bucket_reserve(b, b->nnz), 0);
+        b->result_nnz = b->nnz;
+        memcpy(b->result, b->idx, b->nnz * 8);
+        float *v = (float *)(void *)(b->result + b->nnz * 8);
+        for (uint64_t k = 0; k < b->nnz * b->cols; k++) {
+            s->poisoned += isnan(b->vals[k]);
+            v[k] = b->vals[k] * 0.5f;
+        }
+    }
+    b->t_ready_ns = b->t_done_ns = 1;
+}
+
+static int scale_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t errlen)
+{
+    (void)bs;
+    (void)err;
+    (void)errlen;
+    scale_hook *s = (scale_hook *)h;
+    assert_int_equal(s->next_id, n); /* every bucket of the batch handed over */
+    s->next_id = 0;
+    return 0;
+}
+
+static void scale_destroy(hook *h) { (void)h; }
+
+static const hook_ops scale_ops = {.ready = scale_ready, .wait = scale_wait, .destroy = scale_destroy};
+
+/* A few epochs of train.c on `device` with the scaling hook; the final
+ * parameters (a copy) and the loss of the last epoch. */
+static float *train_on(const char *device, bool sparse, double momentum, uint64_t *n, double *loss,
+                       uint64_t *handed)
+{
+    train_job j = {
+        .model = {.num_embeddings = 50, .embedding_dim = 8, .dense_input_size = 8, .dense_output_size = 8,
+                  .dense_layers_count = 3, .sparse = sparse},
+        .data = {.max_val = 8, .sample_count = 30, .sample_length = 4, .sparsity_percentage = 0},
+        .seed = 11, .batch_size = 4, .epochs = 2, .rank = 0, .ntrainer = 1,
+        .lr = 0.2, .momentum = momentum,
+        .bucket_cap_mb = 300.0 / (1024 * 1024), /* 75 floats: a layer's weight and bias, several buckets */
+        .device = device,
+    };
+    metrics *m = metrics_new();
+    assert_non_null(m);
+    char err[256] = "";
+    train *t = train_new(&j, m, err, sizeof err);
+    if (!t)
+        print_error("train_new on %s: %s\n", device, err);
+    assert_non_null(t);
+    scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}};
+    assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(sh.poisoned, 0);
+    *handed = sh.handed;
+    uint64_t ne;
+    *loss = train_loss_per_epoch(t, &ne)[ne - 1];
+    const float *p = train_params(t, n);
+    assert_non_null(p);
+    float *copy = malloc(*n * sizeof *copy);
+    assert_non_null(copy);
+    memcpy(copy, p, *n * sizeof *copy);
+    char hex[65];
+    assert_int_equal(params_sha256(train_model(t), hex), 0);
+    train_free(t);
+    metrics_free(m);
+    return copy;
+}
+
+static void check_staged_equals_cpu(bool sparse, double momentum)
+{
+    uint64_t nc, ns, hc, hs;
+    double lc, ls;
+    float *pc = train_on("cpu", sparse, momentum, &nc, &lc, &hc);
+    float *ps = train_on("staged", sparse, momentum, &ns, &ls, &hs);
+    assert_int_equal(nc, ns);
+    assert_int_equal(hc, hs);
+    assert_true(hc >= 2 * 7 * 4); /* 7 batches an epoch, 4 buckets or more */
+    assert_memory_equal(pc, ps, nc * sizeof *pc);
+    assert_memory_equal(&lc, &ls, sizeof lc);
+    free(pc);
+    free(ps);
+}
+
+/* DummyModel trained through train.c's buckets on the staged device (no
+ * host view of the gradients: pinned twins, copies that complete late)
+ * ends with the cpu's parameters, bit for bit. */
+static void test_train_staged_dense(void **state) { check_staged_equals_cpu(false, 0.0); }
+static void test_train_staged_momentum(void **state) { check_staged_equals_cpu(false, 0.9); }
+static void test_train_staged_sparse(void **state) { check_staged_equals_cpu(true, 0.0); }
+
+/* sgd_step on the model's own sparse gradient where it has no host view,
+ * and params_sha256 of parameters without one: as on the cpu. */
+static void test_sgd_step_staged(void **state)
+{
+    model_config sc = tiny_cfg;
+    sc.sparse = true;
+    data_batch b = tiny_batch();
+    char hex[2][65];
+    for (int k = 0; k < 2; k++) {
+        char err[256] = "";
+        compute *d = compute_new(k ? "staged" : "cpu", err, sizeof err);
+        assert_non_null(d);
+        dummy_model *m = model_new(d, &sc, 5, T_B, err, sizeof err);
+        assert_non_null(m);
+        assert_true((model_values(m) == NULL) == (k == 1));
+        sgd *o = sgd_new(m, 0.5, 0.0, err, sizeof err);
+        assert_non_null(o);
+        for (int s = 0; s < 3; s++) {
+            model_forward(m, &b);
+            model_backward(m, &b, NULL, NULL);
+            sgd_step(o, m);
+        }
+        assert_int_equal(params_sha256(m, hex[k]), 0);
+        sgd_free(o);
+        model_free(m);
+        compute_free(d);
+    }
+    assert_string_equal(hex[0], hex[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -895,6 +1043,10 @@ int main(void)
         cmocka_unit_test(test_sgd_sparse),
         cmocka_unit_test(test_training_loss_falls),
         cmocka_unit_test(test_params_sha256),
+        cmocka_unit_test(test_sgd_step_staged),
+        cmocka_unit_test(test_train_staged_dense),
+        cmocka_unit_test(test_train_staged_momentum),
+        cmocka_unit_test(test_train_staged_sparse),
     };
     dev = compute_new("cpu", NULL, 0);
     if (!dev)
