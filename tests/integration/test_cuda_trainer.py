@@ -1,0 +1,139 @@
+"""CUDA trainers (issue 21), from the outside: DummyModel trained with the
+compute layer on a GPU, its buckets staged through pinned memory to the
+hooks, against CUDA and CPU servers.
+
+  - 2 CUDA trainers and 1 CUDA server (the seed's --ncudatrainer /
+    --ncudaserver placement), and 2 CUDA trainers on a CPU server (shard
+    placement): the run is done and both trainers end with the same
+    parameters. On the fake GPU (every machine: the kernels' host loops,
+    cuBLAS's product on CBLAS) those are also the CPU run's, bit for bit;
+  - a CUDA trainer killed mid-run ends the run naming it, as on CPUs;
+  - on a GPU only: a one-rank NCCL allreduce_hook run end to end, and, on a
+    host with one GPU, --backend nccl with 2 CUDA trainers refused at their
+    registration (NCCL cannot hold two ranks on one GPU).
+
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_cuda_trainer.py
+The trainers' device is $PSBENCH_TRAINER_DEVICE (default fake-cuda; cuda on
+a GPU), the CUDA servers' $PSBENCH_SERVER_DEVICE (likewise).
+"""
+import json
+import math
+import os
+import signal
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+from test_master import Master  # noqa: E402
+
+TDEV = os.environ.get("PSBENCH_TRAINER_DEVICE") or "fake-cuda"
+SDEV = os.environ.get("PSBENCH_SERVER_DEVICE") or "fake-cuda"
+FAKE = TDEV == "fake-cuda"
+
+
+class CudaTrainer(psb.PsbTestCase):
+
+    def master(self, *args, out=None):
+        argv = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                "--linger", "0", "--rpc-timeout", "30"]
+        if out:
+            argv += ["--out", out]
+        m = self.reg.start(argv + list(args), name="master", cls=Master)
+        m.wait_ports()
+        return m
+
+    def node(self, m, binary, device, name):
+        return self.reg.start([psb.bin_path(binary), "--master", m.ctl, "--device", device], name=name)
+
+    def results(self, out):
+        with open(os.path.join(out, "results.json")) as f:
+            return json.load(f)
+
+    def run_job(self, job, server_device, ntrainers=2):
+        """The job by hand: its server on server_device (None: none), its
+        trainers on TDEV; returns results.json."""
+        out = os.path.join(self.reg.workdir, "out-%d" % len(os.listdir(self.reg.workdir)))
+        m = self.master(*job, out=out)
+        if server_device:
+            self.node(m, "psbench-server", server_device, "server")
+        trainers = [self.node(m, "psbench-trainer", TDEV, "trainer") for _ in range(ntrainers)]
+        self.assertEqual(m.wait(240), 0, m.describe())
+        for t in trainers:
+            self.assertEqual(t.wait(30), 0, t.describe())
+        return self.results(out)
+
+    def cpu_digest(self, *job):
+        """The same DummyModel job on CPU trainers and a CPU server."""
+        out = os.path.join(self.reg.workdir, "out-cpu")
+        m = self.master("--local", *job, out=out)
+        self.assertEqual(m.wait(240), 0, m.describe())
+        digests = {t["final_params_sha256"] for t in self.results(out)["trainers"]}
+        self.assertEqual(len(digests), 1)
+        return digests.pop()
+
+    def check_trainers(self, res):
+        self.assertEqual(res["phase"], "done", res.get("error"))
+        tr = res["trainers"]
+        self.assertEqual(len(tr), 2)
+        digests = {t["final_params_sha256"] for t in tr}
+        self.assertEqual(len(digests), 1, "the trainers' parameters differ: %r" % tr)
+        for t in tr:
+            self.assertTrue(t["loss_per_epoch"], t)
+            for v in t["loss_per_epoch"]:
+                self.assertTrue(isinstance(v, float) and math.isfinite(v), t)
+        return digests.pop()
+
+    def test_cuda_trainers_on_a_cuda_server(self):
+        res = self.run_job(("--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "0", "--ncudaserver", "1",
+                            "--epochs", "2"), SDEV)
+        digest = self.check_trainers(res)
+        devices = {(n["role"], n["device"]) for n in res.get("nodes", [])} if "nodes" in res else None
+        if devices is not None:
+            self.assertIn(("trainer", TDEV), devices)
+        if FAKE:
+            self.assertEqual(digest, self.cpu_digest("--ntrainer", "2", "--nserver", "1", "--epochs", "2"))
+
+    def test_cuda_trainers_on_a_cpu_server(self):
+        res = self.run_job(("--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "1", "--ncudaserver", "0",
+                            "--placement", "shard", "--epochs", "2"), "cpu")
+        digest = self.check_trainers(res)
+        if FAKE:
+            self.assertEqual(digest, self.cpu_digest("--ntrainer", "2", "--nserver", "1", "--epochs", "2"))
+
+    def test_cuda_trainer_killed_names_it(self):
+        m = self.master("--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "0", "--ncudaserver", "1",
+                        "--epochs", "100")
+        self.node(m, "psbench-server", SDEV, "server")
+        t0 = self.node(m, "psbench-trainer", TDEV, "trainer")
+        t1 = self.node(m, "psbench-trainer", TDEV, "trainer")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "phase warmup" not in m.stderr() and m.alive():
+            time.sleep(0.05)
+        self.assertIn("phase warmup", m.stderr(), m.describe())
+        time.sleep(0.5)  # mid-pass: buckets on their way
+        # Which process is trainer 1: its start line says.
+        victim, other = (t1, t0) if "trainer 1:" in t1.stderr() else (t0, t1)
+        victim.signal(signal.SIGKILL)
+        self.assertEqual(m.wait(60), 1, m.describe())
+        self.assertRegex(m.stderr().strip().splitlines()[-1], r"trainer 1 .*(disconnected|failed|silent)")
+        self.assertNotEqual(other.wait(60), 0, other.describe())
+
+    @unittest.skipIf(FAKE, "NCCL runs on a GPU only (the fake GPU has no NCCL)")
+    def test_nccl_one_rank_allreduce(self):
+        res = self.run_job(("--ntrainer", "0", "--ncudatrainer", "1", "--nserver", "0", "--trainer", "DdpTrainer",
+                            "--backend", "nccl", "--epochs", "2"), None, ntrainers=1)
+        self.assertEqual(res["phase"], "done", res.get("error"))
+        self.assertEqual(res["configuration"]["backend"], "nccl")
+
+    @unittest.skipIf(FAKE or psb.gpu_count() != 1, "needs a host with exactly one GPU")
+    def test_nccl_two_trainers_on_one_gpu_refused(self):
+        m = self.master("--local", "--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "0", "--trainer",
+                        "DdpTrainer", "--backend", "nccl")
+        self.assertEqual(m.wait(120), 1, m.describe())
+        self.assertIn("NCCL cannot hold two ranks on one GPU", m.stderr())
+
+
+if __name__ == "__main__":
+    psb.main()
