@@ -211,7 +211,7 @@ static int server_fail(const char *msg)
  * speed). */
 /* What this server computes with: the host, its fold, and with --device
  * cuda[:N] the GPU (gpu_describe). */
-static json_t *server_environment(int cuda_index)
+static json_t *server_environment(const char *device_name, int cuda_index)
 {
     json_t *env = hostinfo_json();
     if (!env)
@@ -221,6 +221,9 @@ static json_t *server_environment(int cuda_index)
     char line[256], err[256];
     if (cuda_index >= 0 && gpu_describe(cuda_index, line, sizeof line, &gpu, err, sizeof err) == 0 && gpu)
         json_object_set_new(env, "gpu", gpu);
+    else if (strcmp(device_name, "fake-cuda") == 0) /* tests: named as what it is */
+        json_object_set_new(env, "gpu", json_pack("{s:s, s:s}", "name", "fake GPU (host memory; tests only)", "uuid",
+                                                  "fake-GPU"));
     return env;
 }
 
@@ -480,7 +483,7 @@ int main(int argc, char **argv)
         cfg.listen_fd = net_listen(cfg.host, cfg.port, 1024, &cfg.port, err, sizeof err);
         if (cfg.listen_fd < 0)
             return server_fail(err);
-        json_t *env = server_environment(cuda_index);
+        json_t *env = server_environment(device_name, cuda_index);
         int joined = master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0        ? "cpu"
                                       : strcmp(device_name, "fake-cuda") == 0 ? "cuda"
                                                                               : device_name,

@@ -89,9 +89,21 @@ class CudaTrainer(psb.PsbTestCase):
         res = self.run_job(("--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "0", "--ncudaserver", "1",
                             "--epochs", "2"), SDEV)
         digest = self.check_trainers(res)
-        devices = {(n["role"], n["device"]) for n in res.get("nodes", [])} if "nodes" in res else None
-        if devices is not None:
-            self.assertIn(("trainer", TDEV), devices)
+        # What each node computed with: the trainers' GPUs (UUIDs; NCCL's
+        # version where it loads), the CUDA server's GPU.
+        for t in res["trainers"]:
+            self.assertEqual(t["device"], TDEV)
+            env = t["environment"]
+            self.assertTrue(env["gpus"], env)
+            for g in env["gpus"]:
+                self.assertTrue(g["name"] and g["uuid"], g)
+            self.assertIn("cuda_index", env)
+            if not FAKE:
+                self.assertRegex(env.get("nccl", ""), r"^\d+\.\d+\.\d+$", env)
+                self.assertTrue(all(g.get("memory_bytes", 0) > 0 for g in env["gpus"]), env)
+        srv = res["servers"][0]
+        self.assertEqual(srv["device"], "cuda")
+        self.assertTrue(srv["environment"]["gpu"]["name"], srv)
         if FAKE:
             self.assertEqual(digest, self.cpu_digest("--ntrainer", "2", "--nserver", "1", "--epochs", "2"))
 
