@@ -44,7 +44,7 @@ struct hybrid {
     rng data;
     int64_t idx[HYBRID_MAX_INDICES], off[HYBRID_MAX_INDICES];
     uint64_t nnz, bags, rows; /* rows = bags * k */
-    int64_t target[HYBRID_MAX_INDICES * 8];
+    int64_t *target;          /* one per output row: HYBRID_MAX_INDICES * k */
     uint8_t *lookup;          /* the lookup payload: indices, offsets */
     uint8_t **update;         /* per server: indices, offsets, the bags' gradients */
     /* answers */
@@ -155,8 +155,9 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
     }
     ok = ok && h->m_batch && h->m_lookup && h->m_fwd && h->m_bwd && h->m_opt && h->m_epoch;
     h->lookup = malloc(2 * HYBRID_MAX_INDICES * 8);
+    h->target = malloc(R * sizeof *h->target);
     h->update = calloc(c->number_ps, sizeof *h->update);
-    ok = ok && h->lookup && h->update && answers_init(&h->ans, c->number_ps) == 0;
+    ok = ok && h->lookup && h->target && h->update && answers_init(&h->ans, c->number_ps) == 0;
     for (uint32_t p = 0; p < c->number_ps && ok; p++)
         ok = (h->update[p] = malloc(2 * HYBRID_MAX_INDICES * 8 + HYBRID_MAX_INDICES * c->embedding_dim * 4)) != NULL;
     if (!ok) {
@@ -197,6 +198,7 @@ void hybrid_free(hybrid *h)
     free(h->rows_grad);
     free(h->params_host);
     free(h->lookup);
+    free(h->target);
     for (uint32_t p = 0; h->update && p < h->cfg.number_ps; p++)
         free(h->update[p]);
     free(h->update);
