@@ -365,6 +365,37 @@ static void hybrid_backward(hybrid *h)
     }
 }
 
+/* ---- tests only: the dense part on given rows ------------------------------------- */
+
+uint64_t hybrid_dense_max_rows(const hybrid *h) { return (uint64_t)HYBRID_MAX_INDICES * h->k; }
+
+int hybrid_dense_fwd_bwd(hybrid *h, const float *rows, const int64_t *targets, uint64_t R, double *loss,
+                         float *grads, float *rows_grad, char *err, size_t errlen)
+{
+    if (R < 1 || R > hybrid_dense_max_rows(h)) {
+        snprintf(err, errlen, "HybridModel: %" PRIu64 " rows (1..%" PRIu64 ")", R, hybrid_dense_max_rows(h));
+        return -1;
+    }
+    for (uint64_t i = 0; i < R; i++) {
+        if (targets[i] < 0 || targets[i] >= HYBRID_CLASSES) {
+            snprintf(err, errlen, "HybridModel: target %" PRIu64 " is %" PRId64 " (0..%d)", i, targets[i],
+                     HYBRID_CLASSES - 1);
+            return -1;
+        }
+    }
+    memcpy(h->rows_in, rows, R * HYBRID_ROW * sizeof *rows);
+    memcpy(h->target, targets, R * sizeof *targets);
+    h->rows = R;
+    *loss = hybrid_forward(h);
+    hybrid_backward(h);
+    if (grads)
+        compute_read(h->dev, cspan_all(h->grads), grads);
+    if (rows_grad)
+        compute_read(h->dev, hybrid_rows(h->dnext, R, HYBRID_ROW), rows_grad);
+    compute_sync(h->dev);
+    return 0;
+}
+
 /* ---- one batch ----------------------------------------------------------------- */
 
 static int hybrid_lookups(hybrid *h, client *cl, char *err, size_t errlen)
