@@ -344,6 +344,34 @@ static void hybrid_input(uint64_t R, uint64_t salt, float **rows, int64_t **tgt)
         (*tgt)[i] = (int64_t)rng_below(&r, HYBRID_CLASSES);
 }
 
+/* The smallest |ReLU input| of the dense part for these rows, in double on
+ * the host from the parameters p (hybrid.h: Linear(512, 256), then
+ * Linear(256, 128) and the ReLU; weights out x in, row-major, then biases,
+ * layer by layer). A ReLU input this close to 0 could take the other side
+ * on a GPU (its products differ from the cpu's by ~1e-8 here) and switch a
+ * whole term of the gradients: a legitimate difference, not a bug, so the
+ * fixtures must have none. */
+static double hybrid_min_relu_input(const float *p, const float *rows, uint64_t R)
+{
+    const float *W0 = p, *b0 = W0 + 256 * HYBRID_ROW, *W1 = b0 + 256, *b1 = W1 + 128 * 256;
+    double mn = INFINITY, h[256];
+    for (uint64_t r = 0; r < R; r++) {
+        const float *x = rows + r * HYBRID_ROW;
+        for (int o = 0; o < 256; o++) {
+            h[o] = b0[o];
+            for (int i = 0; i < HYBRID_ROW; i++)
+                h[o] += (double)W0[o * HYBRID_ROW + i] * x[i];
+        }
+        for (int o = 0; o < 128; o++) {
+            double pre = b1[o];
+            for (int i = 0; i < 256; i++)
+                pre += (double)W1[o * 256 + i] * h[i];
+            mn = fmin(mn, fabs(pre));
+        }
+    }
+    return mn;
+}
+
 /* The dense part on the cpu and on the device for R rows: loss, dense
  * gradients and the rows' gradient. */
 static void check_hybrid(uint32_t P, uint64_t D, uint64_t R)
@@ -362,6 +390,9 @@ static void check_hybrid(uint32_t P, uint64_t D, uint64_t R)
     float *rows;
     int64_t *tgt;
     hybrid_input(R, 100 + R, &rows, &tgt);
+    double margin = hybrid_min_relu_input(p0, rows, R);
+    print_message("%llu rows: smallest |ReLU input| %.3g\n", (unsigned long long)R, margin);
+    assert_true(margin > 1e-6);
     float *gc = malloc(n * sizeof *gc), *gd = malloc(n * sizeof *gd);
     float *xc = malloc(R * HYBRID_ROW * sizeof *xc), *xd = malloc(R * HYBRID_ROW * sizeof *xd);
     assert_true(gc && gd && xc && xd);
