@@ -44,7 +44,7 @@ struct hybrid {
     rng data;
     int64_t idx[HYBRID_MAX_INDICES], off[HYBRID_MAX_INDICES];
     uint64_t nnz, bags, rows; /* rows = bags * k */
-    int64_t target[HYBRID_MAX_INDICES * 8];
+    int64_t *target;          /* one per output row: HYBRID_MAX_INDICES * k */
     uint8_t *lookup;          /* the lookup payload: indices, offsets */
     uint8_t **update;         /* per server: indices, offsets, the bags' gradients */
     /* answers */
@@ -155,8 +155,9 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
     }
     ok = ok && h->m_batch && h->m_lookup && h->m_fwd && h->m_bwd && h->m_opt && h->m_epoch;
     h->lookup = malloc(2 * HYBRID_MAX_INDICES * 8);
+    h->target = malloc(R * sizeof *h->target);
     h->update = calloc(c->number_ps, sizeof *h->update);
-    ok = ok && h->lookup && h->update && answers_init(&h->ans, c->number_ps) == 0;
+    ok = ok && h->lookup && h->target && h->update && answers_init(&h->ans, c->number_ps) == 0;
     for (uint32_t p = 0; p < c->number_ps && ok; p++)
         ok = (h->update[p] = malloc(2 * HYBRID_MAX_INDICES * 8 + HYBRID_MAX_INDICES * c->embedding_dim * 4)) != NULL;
     if (!ok) {
@@ -197,6 +198,7 @@ void hybrid_free(hybrid *h)
     free(h->rows_grad);
     free(h->params_host);
     free(h->lookup);
+    free(h->target);
     for (uint32_t p = 0; h->update && p < h->cfg.number_ps; p++)
         free(h->update[p]);
     free(h->update);
@@ -361,6 +363,37 @@ static void hybrid_backward(hybrid *h)
         h->dnext = h->dact;
         h->dact = t;
     }
+}
+
+/* ---- tests only: the dense part on given rows ------------------------------------- */
+
+uint64_t hybrid_dense_max_rows(const hybrid *h) { return (uint64_t)HYBRID_MAX_INDICES * h->k; }
+
+int hybrid_dense_fwd_bwd(hybrid *h, const float *rows, const int64_t *targets, uint64_t R, double *loss,
+                         float *grads, float *rows_grad, char *err, size_t errlen)
+{
+    if (R < 1 || R > hybrid_dense_max_rows(h)) {
+        snprintf(err, errlen, "HybridModel: %" PRIu64 " rows (1..%" PRIu64 ")", R, hybrid_dense_max_rows(h));
+        return -1;
+    }
+    for (uint64_t i = 0; i < R; i++) {
+        if (targets[i] < 0 || targets[i] >= HYBRID_CLASSES) {
+            snprintf(err, errlen, "HybridModel: target %" PRIu64 " is %" PRId64 " (0..%d)", i, targets[i],
+                     HYBRID_CLASSES - 1);
+            return -1;
+        }
+    }
+    memcpy(h->rows_in, rows, R * HYBRID_ROW * sizeof *rows);
+    memcpy(h->target, targets, R * sizeof *targets);
+    h->rows = R;
+    *loss = hybrid_forward(h);
+    hybrid_backward(h);
+    if (grads)
+        compute_read(h->dev, cspan_all(h->grads), grads);
+    if (rows_grad)
+        compute_read(h->dev, hybrid_rows(h->dnext, R, HYBRID_ROW), rows_grad);
+    compute_sync(h->dev);
+    return 0;
 }
 
 /* ---- one batch ----------------------------------------------------------------- */

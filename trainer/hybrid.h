@@ -91,4 +91,20 @@ const loss_check *hybrid_divergence(const hybrid *h);
  * (no host view). NULL: out of memory. */
 const float *hybrid_dense_params(hybrid *h, uint64_t *n);
 
+/* Tests only (tests/unit/test_model_device.c compares devices with it):
+ * the dense part's forward and backward on given looked-up rows, without
+ * servers or a hook, at the parameters h holds (hybrid_new's, or where the
+ * last pass left them; nothing is stepped). rows: R x HYBRID_ROW floats,
+ * the rows the lookups' answers would have assembled; targets: R classes in
+ * [0, HYBRID_CLASSES); R in 1..hybrid_dense_max_rows. Sets *loss to the
+ * mean cross-entropy, and copies back through the compute layer (read and
+ * synchronised) the dense gradients into grads (hybrid_dense_params' n
+ * floats) and the rows' gradient (R x HYBRID_ROW: what the updates carry,
+ * before it is cut per server) into rows_grad, each where not NULL.
+ * 0, or -1 with the reason in err (R or a target out of range). */
+int hybrid_dense_fwd_bwd(hybrid *h, const float *rows, const int64_t *targets, uint64_t R, double *loss,
+                         float *grads, float *rows_grad, char *err, size_t errlen);
+/* The most rows one batch can have: HYBRID_MAX_INDICES bags of k rows. */
+uint64_t hybrid_dense_max_rows(const hybrid *h);
+
 #endif

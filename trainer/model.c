@@ -308,6 +308,12 @@ cspan model_grad_span(dummy_model *m, uint32_t i)
     return cspan_at(m->grads, m->info[i].offset, m->info[i].size);
 }
 
+cspan model_prob_span(dummy_model *m, uint32_t B)
+{
+    assert(B >= 1 && B <= m->max_batch);
+    return cspan_sub(m->prob, 0, (uint64_t)B * m->cfg.dense_output_size);
+}
+
 float *model_param_values(dummy_model *m, uint32_t i)
 {
     return compute_span_view(m->dev, model_values_span(m, i));

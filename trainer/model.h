@@ -131,6 +131,12 @@ cbuf *model_values_buf(dummy_model *m);
 cbuf *model_grads_buf(dummy_model *m);
 cspan model_values_span(dummy_model *m, uint32_t i);
 cspan model_grad_span(dummy_model *m, uint32_t i);
+/* The last forward's output probabilities p = softmax(z) (model.h's
+ * definition, before the loss head), B x C floats for its batch of B
+ * samples (B <= max_batch), on the compute layer: read them with
+ * compute_host_read or compute_read. Valid until the next model_forward.
+ * For tests that compare devices (tests/unit/test_model_device.c). */
+cspan model_prob_span(dummy_model *m, uint32_t B);
 
 /* The sparse embedding gradient of the last backward: returns nnz and sets
  * *rows to the nnz unique row indices (ascending) and *vals to nnz x

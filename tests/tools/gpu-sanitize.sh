@@ -4,7 +4,8 @@
 # PSBENCH_CUGPU=cuda), the cuda device (test_device with
 # PSBENCH_CUDA_DEVICE=cuda: every job, batches of small folds, big buffers)
 # and the trainer's cuda compute layer (test_compute with
-# PSBENCH_COMPUTE=cuda: every op, the staging ring);
+# PSBENCH_COMPUTE=cuda: every op, the staging ring; test_model_device:
+# DummyModel and the HybridModel's dense part trained on it);
 # then memcheck over the servers of the integration suites of every kind on
 # the GPU (psb.py starts each server under it: $PSBENCH_SERVER_WRAP; a
 # report fails the test that started it, through its stderr).
@@ -31,7 +32,7 @@ fi
 rc=0
 for tool in memcheck racecheck; do
     for t in "PSBENCH_CUGPU=cuda $BUILD/tests/test_cugpu" "PSBENCH_CUDA_DEVICE=cuda $BUILD/tests/test_device" \
-             "PSBENCH_COMPUTE=cuda $BUILD/tests/test_compute"; do
+             "PSBENCH_COMPUTE=cuda $BUILD/tests/test_compute" "PSBENCH_COMPUTE=cuda $BUILD/tests/test_model_device"; do
         echo "== compute-sanitizer --tool $tool: $t"
         # shellcheck disable=SC2086  # "VAR=value program": env splits it
         if ! env ${t%% *} "$cs" --tool "$tool" --error-exitcode 99 ${t#* }; then
