@@ -76,6 +76,12 @@ BENCH_NAME=train_step
 # shellcheck source=bench/lib.sh
 . bench/lib.sh   # TMP (removed at exit), PIDS (stopped at exit), bench_wait
 work=$TMP
+DEV=${DEVICE:-cuda}   # the device table's CUDA rows (below)
+[[ ${FAKE:-0} == 1 ]] && DEV=fake-cuda
+case $DEV in cpu|cuda|cuda:[0-9]*|fake-cuda) ;;
+  *) bench_die "DEVICE '$DEV' is not cpu, cuda, cuda:N or fake-cuda" ;;
+esac
+[[ $MODEL != DummyModel || -x $BUILD/bare-floor ]] || bench_die "$BUILD/bare-floor not built (the device table's transport floor)"
 
 run() { # out-dir, extra master args...
   local out=$1; shift
@@ -166,12 +172,6 @@ EOF
 # beside the compute alone and the transport floor measured in this run ----
 [[ $MODEL == DummyModel ]] ||
   { echo; echo "device table: DummyModel only (MODEL=$MODEL), skipped"; exit 0; }
-DEV=${DEVICE:-cuda}
-[[ ${FAKE:-0} == 1 ]] && DEV=fake-cuda
-case $DEV in cpu|cuda|cuda:[0-9]*|fake-cuda) ;;
-  *) bench_die "DEVICE '$DEV' is not cpu, cuda, cuda:N or fake-cuda" ;;
-esac
-[[ -x $BUILD/bare-floor ]] || bench_die "$BUILD/bare-floor not built (the transport floor)"
 FLOOR_SECONDS=${FLOOR_SECONDS:-2}
 PYTORCH_PY=${PYTORCH_PY:-python3}   # the python that may have PyTorch
 [[ $DEV == fake-cuda ]] && export PSBENCH_FAKE_GPU_DELAY_US=0
@@ -304,7 +304,7 @@ done
 # The transport floor: one step's gradients through one server, each way,
 # for 2 trainers (bare-floor: no framing, no arithmetic), in the buckets
 # the trainers cut (their logged sizes; equal sizes of the same total).
-buckets=$(grep -h -o -m1 "bucket floats: [0-9 ]*" "$work"/model-*.log "$work"/dev-*.log 2>/dev/null | head -1 |
+buckets=$(grep -h -o -m1 "bucket floats: [0-9 ]*" "$work"/model-25-*.log "$work"/dev-*.log 2>/dev/null | head -1 |
   sed 's/bucket floats: //') || true
 [[ -n $buckets ]] || bench_die "no trainer logged its bucket sizes"
 # shellcheck disable=SC2086  # one argument per bucket
