@@ -308,6 +308,8 @@ int results_write(master *m, char *err, size_t errlen)
         if (t && n && n->timed_result)
             json_object_update(t, n->timed_result);
         json_object_set_new(t, "diverged", n && n->diverged ? json_incref(n->diverged) : json_null());
+        /* The metrics its GPU timed (extension): [] for a CPU trainer. */
+        json_object_set_new(t, "gpu_timed", n && n->gpu_timed ? json_deep_copy(n->gpu_timed) : json_array());
         json_array_append_new(trainers, t);
     }
     for (uint32_t r = 0; r < m->set.nserver; r++)
