@@ -87,6 +87,8 @@ typedef struct node {
     json_t *timed_result;  /* trainer: what its timed pass reported (loss, digest) */
     json_t *environment;   /* what it computes with, from its register (owned), NULL: not reported */
     json_t *diverged;      /* trainer: where its loss first diverged ({pass, epoch, batch, loss}), or NULL */
+    json_t *gpu_timed;     /* trainer: the metric keys its reports say a GPU timed (array of strings), or
+                            * NULL: none said (a CPU trainer) */
     struct node *next;
 } node;
 

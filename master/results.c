@@ -156,11 +156,44 @@ static json_t *results_warnings(const master *m)
     return w;
 }
 
+/* Which trainers' metrics a GPU timed, after the tables: one line per
+ * distinct list, with its ranks ("GPU-timed (CUDA events on the
+ * trainer's stream) on trainers 0, 1: forward_metric,forward_pass ...");
+ * nothing when none (CPU trainers). */
+static void results_print_gpu_timed(const master *m, FILE *out)
+{
+    for (uint32_t r = 0; r < m->set.ntrainer; r++) {
+        const node *n = m->trainers[r];
+        if (!n || !n->gpu_timed || json_array_size(n->gpu_timed) == 0)
+            continue;
+        bool seen = false;
+        for (uint32_t q = 0; q < r && !seen; q++)
+            seen = m->trainers[q] && m->trainers[q]->gpu_timed && json_equal(m->trainers[q]->gpu_timed, n->gpu_timed);
+        if (seen)
+            continue;
+        fprintf(out, "GPU-timed (CUDA events on the trainer's stream) on trainers");
+        const char *sep = " ";
+        for (uint32_t q = r; q < m->set.ntrainer; q++) {
+            if (m->trainers[q] && m->trainers[q]->gpu_timed && json_equal(m->trainers[q]->gpu_timed, n->gpu_timed)) {
+                fprintf(out, "%s%u", sep, q);
+                sep = ", ";
+            }
+        }
+        fprintf(out, ":");
+        size_t i;
+        json_t *k;
+        json_array_foreach(n->gpu_timed, i, k)
+            fprintf(out, " %s", json_string_value(k));
+        fprintf(out, "\n");
+    }
+}
+
 void results_print(master *m)
 {
     printf("\npsbench run %s%s%s\n", m->phase == PH_DONE ? "done" : "failed", m->error[0] ? ": " : "",
            m->error);
     agg_print_tables(&m->agg, stdout);
+    results_print_gpu_timed(m, stdout);
     json_t *warnings = results_warnings(m);
     size_t i;
     json_t *w;
@@ -308,6 +341,8 @@ int results_write(master *m, char *err, size_t errlen)
         if (t && n && n->timed_result)
             json_object_update(t, n->timed_result);
         json_object_set_new(t, "diverged", n && n->diverged ? json_incref(n->diverged) : json_null());
+        /* The metrics its GPU timed (extension): [] for a CPU trainer. */
+        json_object_set_new(t, "gpu_timed", n && n->gpu_timed ? json_deep_copy(n->gpu_timed) : json_array());
         json_array_append_new(trainers, t);
     }
     for (uint32_t r = 0; r < m->set.nserver; r++)

@@ -638,6 +638,21 @@ static void master_on_metrics(master *m, node *n, ctl_msg *msg)
             m->batches_completed_total += done - n->batches_done;
         n->batches_done = done;
     }
+    /* A trainer's GPU-timed metrics (extension): the list replaces the
+     * last one; absent, it stands. */
+    json_t *gpu = json_object_get(msg->body, "gpu_timed");
+    if (gpu) {
+        bool ok = n->role == AGG_TRAINER && json_is_array(gpu);
+        for (size_t i = 0; ok && i < json_array_size(gpu); i++)
+            ok = json_is_string(json_array_get(gpu, i));
+        if (!ok) {
+            master_fail(m, "%s %u (%s) sent bad metrics: gpu_timed must be a trainer's list of metric names",
+                        role_name(n->role), n->rank, n->host);
+            return;
+        }
+        json_decref(n->gpu_timed);
+        n->gpu_timed = json_incref(gpu);
+    }
     json_t *samples = json_object_get(msg->body, "samples");
     char err[160];
     if (samples && !m->resetting && agg_add_report(&m->agg, n->role, n->rank, samples, err, sizeof err) < 0)
@@ -872,6 +887,7 @@ static void node_free(node *n)
     json_decref(n->timed_result);
     json_decref(n->diverged);
     json_decref(n->environment);
+    json_decref(n->gpu_timed);
     free(n);
 }
 
@@ -1297,6 +1313,7 @@ void master_publish(master *m, bool exact)
             sn->init_total_bytes = n->init_total;
             sn->bytes_out = n->bytes_out;
             sn->environment = n->environment;
+            sn->gpu_timed = n->gpu_timed;
         }
     }
     size_t ns = 0;

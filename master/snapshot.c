@@ -154,7 +154,8 @@ static json_t *snapshot_node_json(const snap_node *n)
         snapshot_set(o, "state", snapshot_jstr(n->state)) ||
         snapshot_set(o, "last_seen_s", snapshot_num(round(n->last_seen_s * 1000.0) / 1000.0)) ||
         (n->rows_touched >= 0 && snapshot_set(o, "rows_touched", snapshot_uint((uint64_t)n->rows_touched))) ||
-        (n->environment && snapshot_set(o, "environment", json_deep_copy(n->environment)))) {
+        (n->environment && snapshot_set(o, "environment", json_deep_copy(n->environment))) ||
+        (n->gpu_timed && snapshot_set(o, "gpu_timed", json_deep_copy(n->gpu_timed)))) {
         json_decref(o);
         return NULL;
     }

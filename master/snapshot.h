@@ -27,6 +27,8 @@ typedef struct snap_node {
     uint64_t init_done_bytes, init_total_bytes; /* a server filling its table (total 0: not filling) */
     const void *environment;      /* json_t *: what it computes with, as it registered (borrowed);
                                    * NULL: not reported. void * keeps jansson out of this header */
+    const void *gpu_timed;        /* json_t * (borrowed): a trainer's metric names timed on its GPU,
+                                   * as it reported them; NULL: none */
 } snap_node;
 
 /* One metric of one rank (rank >= 0) or of a whole role (rank == -1, the
@@ -60,7 +62,8 @@ typedef struct snapshot_input {
 char *snapshot_status_json(const snapshot_input *in);
 /* GET /api/v1/nodes: [{"role", "rank", "host", "device", "state", "last_seen_s"}, ...];
  * an embedding server also has "rows_touched", a node that reported it
- * "environment" (extensions). */
+ * "environment", a trainer whose metrics are timed on its GPU "gpu_timed"
+ * (their "type,name" keys) (extensions). */
 char *snapshot_nodes_json(const snapshot_input *in);
 /* GET /api/v1/metrics:
  * {"unit": "ms", "phase", "groups": {"trainer": {"all": {METRIC: STATS},

@@ -13,6 +13,7 @@ typedef struct metric_entry {
     char *key; /* owned */
     stats st;
     bool report;   /* keep pending samples */
+    bool gpu_timed; /* timed on a GPU's stream (metrics_set_gpu_timed) */
     double *pend;  /* samples not yet reported (owned) */
     size_t npend, cap_pend;
 } metric_entry;
@@ -51,6 +52,7 @@ static metric_entry *entry_new(const char *key)
     memcpy(e->key, key, len + 1);
     stats_init(&e->st);
     e->report = false;
+    e->gpu_timed = false;
     e->pend = NULL;
     e->npend = e->cap_pend = 0;
     return e;
@@ -111,6 +113,29 @@ stats *metrics_at(metrics *m, size_t i)
     return &m->v[i]->st;
 }
 
+int metrics_set_gpu_timed(metrics *m, const char *key)
+{
+    stats *st = metrics_get(m, key);
+    if (!st)
+        return -1;
+    ((metric_entry *)(void *)((char *)st - offsetof(metric_entry, st)))->gpu_timed = true;
+    return 0;
+}
+
+bool metrics_gpu_timed_at(const metrics *m, size_t i)
+{
+    assert(i < m->n);
+    return m->v[i]->gpu_timed;
+}
+
+size_t metrics_gpu_timed_count(const metrics *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n; i++)
+        n += m->v[i]->gpu_timed;
+    return n;
+}
+
 void metrics_reset(metrics *m)
 {
     for (size_t i = 0; i < m->n; i++) {
@@ -139,6 +164,14 @@ void metrics_print_table(metrics *m, FILE *out, const char *title)
                 m->v[i]->key, COL_W, (unsigned long long)su.count, COL_W, su.min, COL_W, su.max,
                 COL_W, su.mean, COL_W, su.variance, COL_W, su.stdev, COL_W, su.p50, COL_W, su.p90,
                 COL_W, su.p99);
+    }
+    /* Which rows a GPU timed (a CUDA trainer's step metrics); none: no line. */
+    if (metrics_gpu_timed_count(m) > 0) {
+        fprintf(out, "GPU-timed (events on the trainer's stream):");
+        for (size_t i = 0; i < m->n; i++)
+            if (m->v[i]->gpu_timed)
+                fprintf(out, " %s", m->v[i]->key);
+        fprintf(out, "\n");
     }
 }
 

@@ -10,6 +10,7 @@
 #ifndef PSBENCH_METRICS_H
 #define PSBENCH_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -26,7 +27,15 @@ stats *metrics_get(metrics *m, const char *key);
 size_t metrics_size(const metrics *m);
 const char *metrics_key_at(const metrics *m, size_t i); /* i < metrics_size */
 stats *metrics_at(metrics *m, size_t i);                /* i < metrics_size */
-void metrics_reset(metrics *m); /* every stats back to empty, keys kept */
+void metrics_reset(metrics *m); /* every stats back to empty, keys (and GPU-timed marks) kept */
+
+/* GPU-timed metrics: metric `key` (created if absent) is measured between
+ * two marks on a device's stream (CUDA events: the seed's
+ * record_start(..., cuda=True)), not by the host's clock. A trainer's
+ * reports name them (`gpu_timed`, docs/protocol.md). -1: out of memory. */
+int metrics_set_gpu_timed(metrics *m, const char *key);
+bool metrics_gpu_timed_at(const metrics *m, size_t i); /* i < metrics_size */
+size_t metrics_gpu_timed_count(const metrics *m);
 
 /* Reporting to a master: once enabled, metrics_add also keeps each new
  * sample until metrics_take_pending hands it over, so that a node can

@@ -47,7 +47,19 @@
  * compute_done asks whether everything before it has finished,
  * compute_wait waits for it, compute_sync for everything. A bucket's
  * gradient range is handed to a hook with the mark recorded after the op
- * that wrote it (on the cpu: at once).
+ * that wrote it (on the cpu: at once). Every mark is a point of its own
+ * (two marks with nothing between them are two numbers, in order).
+ *
+ * Time between marks (compute_elapsed): each mark also records when the
+ * context reached it — on a GPU the time its event completes on the
+ * stream (cudaEventElapsedTime: the marks' events keep timing enabled;
+ * the fake GPU's carry the host time its worker reached them), on the cpu
+ * and the staged device the monotonic clock when the mark was taken. A
+ * trainer on a device times forward, backward, the optimizer and the batch
+ * between two marks (the seed's record_start(..., cuda=True)), read once
+ * both are done, so that timing never stalls the next batch
+ * (trainer/steptimer.h). Only a context's latest COMPUTE_TIMED_MARKS
+ * marks can be timed: a GPU's older ones' events have been recorded again.
  *
  * Host arguments. Index arrays (a batch's indices and targets, the sparse
  * rows and values a server sent) are host memory; an operation reads them
@@ -96,6 +108,10 @@ typedef struct cspan {
 /* A point in a context's order of operations. */
 typedef uint64_t cmark;
 
+/* How many of a context's latest marks compute_elapsed can time (a GPU's
+ * ring of events; the cpu's ring of times). */
+#define COMPUTE_TIMED_MARKS 256
+
 /* COMPUTE_NO_SLOT: the value of every entry of a sparse backward's slot
  * scratch between calls. */
 #define COMPUTE_NO_SLOT UINT32_MAX
@@ -124,6 +140,10 @@ typedef struct compute_ops {
     bool (*done)(compute *c, cmark m);
     void (*wait)(compute *c, cmark m);
     void (*sync)(compute *c);
+    /* The time from mark `from` to mark `to` (from <= to) in ms, never
+     * waiting: 0 with *ms once both are done; 1: not yet done; -1: a mark
+     * too old to time (compute_elapsed). */
+    int (*elapsed)(compute *c, cmark from, cmark to, double *ms);
 
     /* ---- arithmetic (float32 unless said) ---- */
     /* C = alpha op(A) op(B) + beta C, op(X) = X or X^T; M x K times K x N. */
@@ -253,6 +273,15 @@ static inline cmark compute_mark(compute *c) { return c->ops->mark(c); }
 static inline bool compute_done(compute *c, cmark m) { return c->ops->done(c, m); }
 static inline void compute_wait(compute *c, cmark m) { c->ops->wait(c, m); }
 static inline void compute_sync(compute *c) { c->ops->sync(c); }
+/* The time from mark `from` to mark `to` (from <= to, both of this
+ * context) in milliseconds, as the device's clock saw it: 0 with *ms
+ * (>= 0) once both are done; 1 while they are not (nothing waits: ask
+ * again after compute_done or compute_wait says so); -1 when a mark is too
+ * old to be timed (only the latest COMPUTE_TIMED_MARKS marks can be). */
+static inline int compute_elapsed(compute *c, cmark from, cmark to, double *ms)
+{
+    return c->ops->elapsed(c, from, to, ms);
+}
 
 static inline void compute_gemm(compute *c, bool ta, bool tb, uint64_t M, uint64_t N, uint64_t K, float alpha,
                                 cspan A, uint64_t lda, cspan B, uint64_t ldb, float beta, cspan C, uint64_t ldc)

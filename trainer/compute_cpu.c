@@ -11,6 +11,7 @@
  */
 #include "trainer/cmath.h"
 #include "trainer/compute_impl.h"
+#include "shared/clock.h"
 #include "shared/log.h"
 
 #include <cblas.h>
@@ -19,8 +20,11 @@
 
 typedef struct compute_cpu {
     compute base;
-    cmark enqueued; /* operations so far (a mark is the count at its time) */
+    cmark enqueued; /* operations and marks so far (a mark is the count at its time) */
     uint64_t live;  /* buffers not yet released */
+    /* when each of the latest marks was taken (compute_elapsed) */
+    cmark t_mark[COMPUTE_TIMED_MARKS];
+    uint64_t t_ns[COMPUTE_TIMED_MARKS];
 } compute_cpu;
 
 static float *cpu_f32(cspan s)
@@ -94,7 +98,16 @@ static void cpu_zero(compute *c, cspan dst)
 
 /* ---- order: everything is done on return -------------------------------------- */
 
-static cmark cpu_mark(compute *c) { return ((compute_cpu *)c)->enqueued; }
+/* The count so far, then the mark counted too (each mark its own point),
+ * with the time it was taken. */
+static cmark cpu_mark(compute *c)
+{
+    compute_cpu *p = (compute_cpu *)c;
+    cmark m = p->enqueued++;
+    p->t_mark[m % COMPUTE_TIMED_MARKS] = m;
+    p->t_ns[m % COMPUTE_TIMED_MARKS] = clock_now_ns();
+    return m;
+}
 
 static bool cpu_done(compute *c, cmark m)
 {
@@ -104,6 +117,18 @@ static bool cpu_done(compute *c, cmark m)
 
 static void cpu_wait(compute *c, cmark m) { assert(m <= ((compute_cpu *)c)->enqueued); }
 static void cpu_sync(compute *c) { (void)c; }
+
+/* The clock between the two marks' times (everything is done). */
+static int cpu_elapsed(compute *c, cmark from, cmark to, double *ms)
+{
+    compute_cpu *p = (compute_cpu *)c;
+    assert(from <= to && to < p->enqueued);
+    size_t a = from % COMPUTE_TIMED_MARKS, b = to % COMPUTE_TIMED_MARKS;
+    if (p->t_mark[a] != from || p->t_mark[b] != to)
+        return -1;
+    *ms = clock_ms(p->t_ns[a], p->t_ns[b]);
+    return 0;
+}
 
 static void cpu_destroy(compute *c)
 {
@@ -406,6 +431,7 @@ static const compute_ops cpu_ops = {
     .done = cpu_done,
     .wait = cpu_wait,
     .sync = cpu_sync,
+    .elapsed = cpu_elapsed,
     .gemm = cpu_gemm,
     .bias_rows = cpu_bias_rows,
     .transpose_bias = cpu_transpose_bias,
@@ -431,5 +457,7 @@ compute *compute_cpu_new(char *err, size_t errlen)
         return NULL;
     }
     c->base.ops = &cpu_ops;
+    for (size_t i = 0; i < COMPUTE_TIMED_MARKS; i++)
+        c->t_mark[i] = UINT64_MAX; /* no mark taken there yet */
     return &c->base;
 }

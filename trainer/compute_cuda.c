@@ -52,8 +52,9 @@
 #include "shared/cudaload.h"
 #endif
 
-/* Events in the marks' ring; staging segments remembered. */
-#define CC_MARKS 256
+/* Events in the marks' ring (each one timed: compute_elapsed); staging
+ * segments remembered. */
+#define CC_MARKS COMPUTE_TIMED_MARKS
 #define CC_SEGS 256
 /* The staging ring's first size (it doubles to fit a larger call). */
 #define CC_STAGE_BYTES ((size_t)1 << 20)
@@ -144,6 +145,29 @@ static void cc_wait(compute *base, cmark m)
         if (ns < 50 * 1000)
             ns *= 2;
     }
+}
+
+/* cudaEventElapsedTime between the marks' events (created with timing:
+ * cugpu's events are), once both completed; a mark whose event was
+ * recorded again for a later mark cannot be timed any more. */
+static int cc_elapsed(compute *base, cmark from, cmark to, double *ms)
+{
+    compute_cuda *c = cc(base);
+    assert(from <= to && to <= c->marks);
+    size_t a = from % CC_MARKS, b = to % CC_MARKS;
+    if (from == 0 || c->ev_mark[a] != from || c->ev_mark[b] != to)
+        return -1;
+    if (!cc_done(base, to) || !cc_done(base, from))
+        return 1;
+    if (from == to) {
+        *ms = 0;
+        return 0;
+    }
+    float f = 0;
+    if (c->g->ops->elapsed_ms(c->g, c->ev[a], c->ev[b], &f) < 0)
+        cc_fatal(c, "an event's time");
+    *ms = f > 0 ? (double)f : 0.0;
+    return 0;
 }
 
 static void cc_sync(compute *base)
@@ -818,6 +842,7 @@ static const compute_ops cuda_ops = {
     .done = cc_done,
     .wait = cc_wait,
     .sync = cc_sync,
+    .elapsed = cc_elapsed,
     .gemm = cc_gemm,
     .bias_rows = cc_bias_rows,
     .transpose_bias = cc_transpose_bias,
@@ -893,9 +918,15 @@ compute *compute_cuda_new(const char *name, char *err, size_t errlen)
 {
     if (strcmp(name, "fake-cuda") == 0) {
         /* Tests: PSBENCH_FAKE_GPU_DELAY_US (0) delays each operation at
-         * random, as the server's fake-cuda device does. */
+         * random, PSBENCH_FAKE_GPU_HOLD (a file) holds every operation
+         * while the file exists, as the server's fake-cuda device does. */
         char why[512];
         cugpu *g = cugpu_fake_new(&trk_kernels, 0, (unsigned)cc_env("PSBENCH_FAKE_GPU_DELAY_US", 0), why, sizeof why);
+        if (g && cugpu_fake_hold(g, getenv("PSBENCH_FAKE_GPU_HOLD")) < 0) {
+            snprintf(why, sizeof why, "%s", g->err);
+            cugpu_destroy(g);
+            g = NULL;
+        }
         if (!g) {
             errbuf_set(err, errlen, "compute on %s: %s", name, why);
             return NULL;

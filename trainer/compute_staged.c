@@ -21,6 +21,7 @@
  * done once no copy enqueued before it is pending.
  */
 #include "trainer/compute_impl.h"
+#include "shared/clock.h"
 #include "shared/log.h"
 
 #include <stdlib.h>
@@ -36,9 +37,12 @@ typedef struct staged_copy {
 typedef struct compute_staged {
     compute base;
     compute *cpu;       /* the arithmetic and the memory */
-    cmark enqueued;     /* operations and copies so far */
+    cmark enqueued;     /* operations, copies and marks so far */
     staged_copy *q;     /* pending copies, in order */
     size_t nq, capq;
+    /* when each of the latest marks was taken (compute_elapsed: the cpu's) */
+    cmark t_mark[COMPUTE_TIMED_MARKS];
+    uint64_t t_ns[COMPUTE_TIMED_MARKS];
 } compute_staged;
 
 static compute_staged *st(compute *c) { return (compute_staged *)c; }
@@ -125,15 +129,42 @@ static void st_zero(compute *c, cspan dst)
 
 /* ---- order ------------------------------------------------------------------ */
 
-static cmark st_mark(compute *c) { return st(c)->enqueued; }
+/* The count so far, then the mark counted too (each mark its own point,
+ * every later copy after it), with the time it was taken. */
+static cmark st_mark(compute *c)
+{
+    compute_staged *s = st(c);
+    cmark m = s->enqueued++;
+    s->t_mark[m % COMPUTE_TIMED_MARKS] = m;
+    s->t_ns[m % COMPUTE_TIMED_MARKS] = clock_now_ns();
+    return m;
+}
+
+/* No copy enqueued before m is pending. */
+static bool st_reached(const compute_staged *s, cmark m) { return s->nq == 0 || s->q[0].seq >= m; }
 
 static bool st_done(compute *c, cmark m)
 {
     compute_staged *s = st(c);
     assert(m <= s->enqueued);
-    bool done = s->nq == 0 || s->q[0].seq >= m;
+    bool done = st_reached(s, m);
     st_flush(c); /* asked once, it progresses: done the next time */
     return done;
+}
+
+/* As the cpu's (the times the marks were taken), once both are done: not
+ * before (asking does not make them progress). */
+static int st_elapsed(compute *c, cmark from, cmark to, double *ms)
+{
+    compute_staged *s = st(c);
+    assert(from <= to && to < s->enqueued);
+    if (!st_reached(s, to))
+        return 1;
+    size_t a = from % COMPUTE_TIMED_MARKS, b = to % COMPUTE_TIMED_MARKS;
+    if (s->t_mark[a] != from || s->t_mark[b] != to)
+        return -1;
+    *ms = clock_ms(s->t_ns[a], s->t_ns[b]);
+    return 0;
 }
 
 static void st_wait(compute *c, cmark m)
@@ -262,6 +293,7 @@ static const compute_ops staged_ops = {
     .done = st_done,
     .wait = st_wait,
     .sync = st_sync,
+    .elapsed = st_elapsed,
     .gemm = st_gemm,
     .bias_rows = st_bias_rows,
     .transpose_bias = st_transpose_bias,
@@ -291,5 +323,7 @@ compute *compute_staged_new(char *err, size_t errlen)
         return NULL;
     }
     s->base.ops = &staged_ops;
+    for (size_t i = 0; i < COMPUTE_TIMED_MARKS; i++)
+        s->t_mark[i] = UINT64_MAX; /* no mark taken there yet */
     return &s->base;
 }

@@ -6,6 +6,7 @@
 #include "trainer/hybrid.h"
 #include "trainer/answers.h"
 #include "trainer/compute.h"
+#include "trainer/steptimer.h"
 #include "shared/clock.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
@@ -29,6 +30,7 @@ struct hybrid {
     hybrid_config cfg;
     uint32_t k;           /* output rows per bag: P*D / 512 */
     stats *m_batch, *m_lookup, *m_fwd, *m_bwd, *m_opt, *m_epoch;
+    steptimer tm; /* on a device: the step's metrics between marks (HM_*) */
     /* the dense part, on the compute layer */
     compute *dev;
     uint64_t nparams;
@@ -82,6 +84,11 @@ static int hybrid_init_params(hybrid *h)
     return 0;
 }
 
+/* A step's marks on a device (steptimer.h): the batch HM_START..HM_END,
+ * forward HM_LOOKED_UP..HM_FWD, backward HM_FWD..HM_BWD (with the dense
+ * bucket's copy to its twin), the optimizer HM_OPT..HM_END. */
+enum { HM_START = 0, HM_LOOKED_UP, HM_FWD, HM_BWD, HM_OPT, HM_END };
+
 hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
 {
     uint64_t width = (uint64_t)c->number_ps * c->embedding_dim;
@@ -115,6 +122,17 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
     h->nparams = n;
     uint64_t R = (uint64_t)HYBRID_MAX_INDICES * h->k; /* at most one bag per index */
     if (!(h->dev = compute_new(c->device, err, errlen))) {
+        hybrid_free(h);
+        return NULL;
+    }
+    /* On a device, the step's own metrics are GPU-timed (the seed's
+     * cuda=True); the lookup and the epoch stay the host's. */
+    steptimer_init(&h->tm, h->dev);
+    if (!steptimer_span(&h->tm, m, "batch_level_metric,batch_all", HM_START, HM_END) ||
+        !steptimer_span(&h->tm, m, "forward_metric,forward_pass", HM_LOOKED_UP, HM_FWD) ||
+        !steptimer_span(&h->tm, m, "backward_metric,backward", HM_FWD, HM_BWD) ||
+        !steptimer_span(&h->tm, m, "optimizer_metric,step", HM_OPT, HM_END)) {
+        snprintf(err, errlen, "out of memory");
         hybrid_free(h);
         return NULL;
     }
@@ -448,11 +466,14 @@ static int hybrid_updates(hybrid *h, client *cl, char *err, size_t errlen)
 static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err, size_t errlen)
 {
     uint64_t t0 = clock_now_ns();
+    steptimer_mark(&h->tm, HM_START);
     hybrid_draw(h);
     if (hybrid_lookups(h, cl, err, errlen) < 0)
         return -1;
     uint64_t t1 = clock_now_ns();
+    steptimer_mark(&h->tm, HM_LOOKED_UP);
     *loss = hybrid_forward(h);
+    steptimer_mark(&h->tm, HM_FWD);
     uint64_t t2 = clock_now_ns();
     hybrid_backward(h);
     /* Staged: the dense gradients into the bucket's twin, handed over
@@ -462,6 +483,7 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
         compute_read(h->dev, cspan_all(h->grads), h->bucket.data);
         copied = compute_mark(h->dev);
     }
+    steptimer_mark(&h->tm, HM_BWD);
     uint64_t t3 = clock_now_ns();
     /* The servers' updates leave now (the comm of the dense bucket runs
      * meanwhile); the next lookups queue behind them on each connection,
@@ -477,14 +499,20 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
     if (hook_wait(hk, &b, 1, err, errlen) < 0)
         return -1;
     uint64_t t4 = clock_now_ns();
+    steptimer_mark(&h->tm, HM_OPT);
     if (h->twin) /* the mean back into the gradients, ahead of the step */
         compute_write(h->dev, cspan_all(h->grads), b->data);
     /* p -= lr g: the same bits as p + (-lr) g. */
     compute_sgd_dense(h->dev, cspan_all(h->params), cspan_all(h->grads), cspan_none(), (float)h->cfg.lr, 0.0f,
                       false);
+    steptimer_mark(&h->tm, HM_END);
     compute_sync(h->dev);
     uint64_t t5 = clock_now_ns();
     metrics_add(h->m_lookup, clock_ms(t0, t1));
+    if (steptimer_on(&h->tm)) { /* synchronised: recorded at once */
+        steptimer_end(&h->tm);
+        return 0;
+    }
     metrics_add(h->m_fwd, clock_ms(t1, t2));
     metrics_add(h->m_bwd, clock_ms(t2, t3));
     metrics_add(h->m_opt, clock_ms(t4, t5));
@@ -519,6 +547,7 @@ int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_f
         return -1;
     }
     loss_check_start(&h->lc, h->cfg.allow_divergence);
+    steptimer_drop(&h->tm);
     uint64_t t_pass = clock_now_ns();
     h->batch = 0;
     for (uint64_t e = 0; e < epochs; e++) {

@@ -113,6 +113,19 @@ void mlink_set_fail_detail(mlink *l, json_t *detail)
     l->fail_detail = detail;
 }
 
+/* The metrics timed on the trainer's GPU (metrics_set_gpu_timed), by key;
+ * NULL when none (a CPU trainer's reports do not carry the list). */
+static json_t *mlink_gpu_timed(metrics *m)
+{
+    if (!m || metrics_gpu_timed_count(m) == 0)
+        return NULL;
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < metrics_size(m); i++)
+        if (metrics_gpu_timed_at(m, i))
+            json_array_append_new(a, json_string(metrics_key_at(m, i)));
+    return a;
+}
+
 int mlink_report(mlink *l, const char *type, json_t *extra, char *err, size_t errlen)
 {
     uint64_t in = 0, out = 0;
@@ -121,6 +134,9 @@ int mlink_report(mlink *l, const char *type, json_t *extra, char *err, size_t er
     json_t *body = json_pack("{s:o, s:I, s:I, s:I}", "samples", ctl_take_samples(l->m), "batches_done",
                              (json_int_t)l->batches_done, "bytes_in", (json_int_t)in, "bytes_out",
                              (json_int_t)out);
+    json_t *gpu = mlink_gpu_timed(l->m);
+    if (gpu)
+        json_object_set_new(body, "gpu_timed", gpu);
     if (extra) {
         json_object_update(body, extra);
         json_decref(extra);

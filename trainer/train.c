@@ -2,6 +2,7 @@
 #include "trainer/train.h"
 #include "shared/clock.h"
 #include "trainer/optim.h"
+#include "trainer/steptimer.h"
 #include "shared/log.h"
 
 #include <cblas.h>
@@ -27,6 +28,9 @@ struct train {
     metrics *m;
     stats *m_batch, *m_fwd, *m_bwd, *m_opt, *m_exposed;
     stats *m_span; /* first push to last result: the communication of a step */
+    /* On a device (not the cpu): forward, backward, the optimizer and the
+     * batch between marks on its stream (TM_*), read once done. */
+    steptimer tm;
     dummy_data *data;
     data_shard *shard;
     compute *dev;        /* where the model computes (train_job.device) */
@@ -46,6 +50,13 @@ struct train {
     loss_check lc;       /* the pass's first loss that is not finite */
 };
 
+
+/* A step's marks on a device (steptimer.h): forward TM_START..TM_FWD,
+ * backward TM_FWD..TM_BWD, the optimizer TM_OPT..TM_END, the batch
+ * TM_START..TM_END; between TM_BWD and TM_OPT the stream waits for the
+ * hook (the exposed wait, timed by the host's clock as every hook
+ * metric). */
+enum { TM_START = 0, TM_FWD, TM_BWD, TM_OPT, TM_END };
 
 /* Reverse parameter order, capped buckets, the sparse embedding alone. */
 static int train_make_buckets(train *t, char *err, size_t errlen)
@@ -152,12 +163,6 @@ train *train_new(const train_job *j, metrics *m, char *err, size_t errlen)
     }
     t->job = *j;
     t->m = m;
-    t->m_batch = metrics_get(m, "batch_level_metric,batch_all");
-    t->m_fwd = metrics_get(m, "forward_metric,forward_pass");
-    t->m_bwd = metrics_get(m, "backward_metric,backward");
-    t->m_opt = metrics_get(m, "optimizer_metric,step");
-    t->m_exposed = metrics_get(m, "hook_future_metric,exposed_wait");
-    t->m_span = metrics_get(m, "hook_future_metric,comm_span");
     t->data = data_generate(&j->data, j->seed, err, errlen);
     if (!t->data)
         goto fail;
@@ -169,6 +174,15 @@ train *train_new(const train_job *j, metrics *m, char *err, size_t errlen)
                  " per epoch", t->shard->dropped, t->shard->nbatches);
     if (!(t->dev = compute_new(j->device, err, errlen)))
         goto fail;
+    /* The metrics in the seed's order; on a device the step's own are
+     * GPU-timed (the seed's cuda=True). */
+    steptimer_init(&t->tm, t->dev);
+    t->m_batch = steptimer_span(&t->tm, m, "batch_level_metric,batch_all", TM_START, TM_END);
+    t->m_fwd = steptimer_span(&t->tm, m, "forward_metric,forward_pass", TM_START, TM_FWD);
+    t->m_bwd = steptimer_span(&t->tm, m, "backward_metric,backward", TM_FWD, TM_BWD);
+    t->m_opt = steptimer_span(&t->tm, m, "optimizer_metric,step", TM_OPT, TM_END);
+    t->m_exposed = metrics_get(m, "hook_future_metric,exposed_wait");
+    t->m_span = metrics_get(m, "hook_future_metric,comm_span");
     t->model = model_new(t->dev, &j->model, j->seed, t->shard->max_len, err, errlen);
     if (!t->model || model_check_data(t->model, t->data, err, errlen) < 0)
         goto fail;
@@ -275,18 +289,22 @@ static void train_on_ready(void *ctx, uint32_t param)
 static int train_step(train *t, const data_batch *batch, double *loss, char *err, size_t errlen)
 {
     uint64_t t0 = clock_now_ns();
+    steptimer_mark(&t->tm, TM_START);
     *loss = model_forward(t->model, batch);
+    steptimer_mark(&t->tm, TM_FWD);
     uint64_t t1 = clock_now_ns();
     for (uint32_t k = 0; k < t->nbuckets; k++)
         t->buckets[k].pending = t->buckets[k].last_param - t->buckets[k].first_param + 1;
     t->nhand = t->hand_head = 0;
     model_backward(t->model, batch, train_on_ready, t);
+    steptimer_mark(&t->tm, TM_BWD); /* after the buckets' copies too */
     if (t->staged)
         train_hand_over(t, true); /* the copies still running */
     uint64_t t2 = clock_now_ns();
     if (hook_wait(t->h, t->all, t->nbuckets, err, errlen) < 0)
         return -1;
     uint64_t t3 = clock_now_ns();
+    steptimer_mark(&t->tm, TM_OPT);
     /* The means are in: the dense ones in place, the sparse one aside. */
     uint64_t first_push = UINT64_MAX, last_done = 0;
     for (uint32_t k = 0; k < t->nbuckets; k++) {
@@ -310,6 +328,15 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
             return -1;
     }
     uint64_t t4 = clock_now_ns();
+    if (steptimer_on(&t->tm)) {
+        /* The hook's are the host's; the step's come in once its marks
+         * are done (usually after the next forward), never waited for. */
+        steptimer_mark(&t->tm, TM_END);
+        metrics_add(t->m_exposed, clock_ms(t2, t3));
+        metrics_add(t->m_span, clock_ms(first_push, last_done));
+        steptimer_end(&t->tm);
+        return 0;
+    }
     metrics_add(t->m_fwd, clock_ms(t0, t1));
     metrics_add(t->m_bwd, clock_ms(t1, t2));
     metrics_add(t->m_exposed, clock_ms(t2, t3));
@@ -323,6 +350,7 @@ int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size
 {
     t->h = h;
     t->batch = 0;
+    steptimer_drop(&t->tm); /* a failed pass's: not this one's */
     loss_check_start(&t->lc, t->job.allow_divergence);
     for (uint64_t e = 0; e < t->job.epochs; e++) {
         double sum = 0;
@@ -345,6 +373,9 @@ int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size
         }
         t->loss_epoch[e] = sum / (double)t->shard->nbatches;
     }
+    /* The last steps' GPU times: the stream synchronised, as the seed's
+     * pass ends (torch.cuda.synchronize). */
+    steptimer_flush(&t->tm);
     t->h = NULL;
     return 0;
 }

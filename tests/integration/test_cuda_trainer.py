@@ -69,7 +69,11 @@ class CudaTrainer(psb.PsbTestCase):
         out = os.path.join(self.reg.workdir, "out-cpu")
         m = self.master("--local", *job, out=out)
         self.assertEqual(m.wait(240), 0, m.describe())
-        digests = {t["final_params_sha256"] for t in self.results(out)["trainers"]}
+        trainers = self.results(out)["trainers"]
+        # CPU trainers time on the host's clock: none GPU-timed.
+        for t in trainers:
+            self.assertEqual(t["gpu_timed"], [], t)
+        digests = {t["final_params_sha256"] for t in trainers}
         self.assertEqual(len(digests), 1)
         return digests.pop()
 
@@ -84,6 +88,29 @@ class CudaTrainer(psb.PsbTestCase):
             for v in t["loss_per_epoch"]:
                 self.assertTrue(isinstance(v, float) and math.isfinite(v), t)
         return digests.pop()
+
+    GPU_TIMED = {"forward_metric,forward_pass", "backward_metric,backward", "optimizer_metric,step",
+                 "batch_level_metric,batch_all"}
+
+    def check_gpu_timed(self, res):
+        """Each CUDA trainer names its step metrics GPU-timed (events on its
+        stream); each is positive, one sample per batch, and no larger than
+        the batch's (the batch's span holds each of them, step by step)."""
+        for t in res["trainers"]:
+            self.assertEqual(set(t["gpu_timed"]), self.GPU_TIMED, t)
+            self.assertEqual(len(t["gpu_timed"]), len(self.GPU_TIMED), t)
+            ranks = res["groups"]["trainer"]["ranks"]
+            mine = ranks[str(t["rank"])]
+            batch = mine["batch_level_metric,batch_all"]
+            self.assertGreater(batch["count"], 0, mine)
+            for name in self.GPU_TIMED:
+                st = mine[name]
+                self.assertEqual(st["count"], batch["count"], (name, mine))
+                self.assertGreater(st["min"], 0, (name, st))
+                for k in ("min", "mean", "max"):
+                    self.assertLessEqual(st[k], batch[k] + 1e-6, (name, k, st, batch))
+            # The hook's stay the host's: not in the list.
+            self.assertNotIn("hook_future_metric,exposed_wait", t["gpu_timed"])
 
     def test_cuda_trainers_on_a_cuda_server(self):
         res = self.run_job(("--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "0", "--ncudaserver", "1",
@@ -104,6 +131,7 @@ class CudaTrainer(psb.PsbTestCase):
         srv = res["servers"][0]
         self.assertEqual(srv["device"], "cuda")
         self.assertTrue(srv["environment"]["gpu"]["name"], srv)
+        self.check_gpu_timed(res)
         if FAKE:
             self.assertEqual(digest, self.cpu_digest("--ntrainer", "2", "--nserver", "1", "--epochs", "2"))
 
@@ -111,6 +139,7 @@ class CudaTrainer(psb.PsbTestCase):
         res = self.run_job(("--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "1", "--ncudaserver", "0",
                             "--placement", "shard", "--epochs", "2"), "cpu")
         digest = self.check_trainers(res)
+        self.check_gpu_timed(res)
         if FAKE:
             self.assertEqual(digest, self.cpu_digest("--ntrainer", "2", "--nserver", "1", "--epochs", "2"))
 

@@ -22,6 +22,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shared/gpu.h"
 #include "shared/rng.h"
@@ -240,6 +241,89 @@ static void test_marks(void **state)
     compute_wait(dev, last);
     assert_true(compute_done(dev, first) && compute_done(dev, last));
     compute_release(dev, b);
+}
+
+/* The time between marks (compute_elapsed): positive across work, in
+ * order (a span holds its parts), zero from a mark to itself, and a mark
+ * too old to be timed refused. */
+static void test_elapsed(void **state)
+{
+    (void)state;
+    cbuf *b = mk(1 << 16);
+    cmark m0 = compute_mark(dev);
+    for (int i = 0; i < 8; i++)
+        compute_zero(dev, all(b));
+    cmark m1 = compute_mark(dev);
+    for (int i = 0; i < 8; i++)
+        compute_zero(dev, all(b));
+    cmark m2 = compute_mark(dev);
+    cmark m3 = compute_mark(dev); /* nothing between: a point of its own */
+    assert_true(m0 < m1 && m1 < m2 && m2 < m3);
+    compute_wait(dev, m3);
+    double a = -1, bb = -1, c = -1, z = -1, e = -1;
+    assert_int_equal(compute_elapsed(dev, m0, m1, &a), 0);
+    assert_int_equal(compute_elapsed(dev, m1, m2, &bb), 0);
+    assert_int_equal(compute_elapsed(dev, m0, m2, &c), 0);
+    assert_int_equal(compute_elapsed(dev, m2, m3, &e), 0);
+    assert_int_equal(compute_elapsed(dev, m1, m1, &z), 0);
+    assert_true(a > 0 && bb > 0 && e >= 0);
+    assert_true(c + 1e-3 >= a && c + 1e-3 >= bb);  /* the whole holds its parts */
+    assert_true(c <= a + bb + 1e-3 && c < 60e3); /* and is no more than them */
+    assert_true(z == 0);
+    /* Only the latest COMPUTE_TIMED_MARKS marks can be timed. */
+    cmark last = m3;
+    for (int i = 0; i < COMPUTE_TIMED_MARKS; i++)
+        last = compute_mark(dev);
+    compute_wait(dev, last);
+    assert_int_equal(compute_elapsed(dev, m0, last, &a), -1);
+    assert_int_equal(compute_elapsed(dev, last, last, &a), 0);
+    compute_release(dev, b);
+}
+
+/* A GPU's marks are not timed before they are done: the fake GPU held
+ * (PSBENCH_FAKE_GPU_HOLD), compute_elapsed answers 1 without waiting, then
+ * the time once the hold is lifted and the marks are done. The staged
+ * device likewise while a copy before its mark is pending. */
+static void test_elapsed_not_before_done(void **state)
+{
+    (void)state;
+    char err[512], path[] = "/tmp/psbench-compute-hold-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    setenv("PSBENCH_FAKE_GPU_HOLD", path, 1);
+    compute *g = compute_new("fake-cuda", err, sizeof err);
+    unsetenv("PSBENCH_FAKE_GPU_HOLD");
+    assert_non_null(g);
+    cbuf *b = compute_alloc(g, 1 << 12, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, sizeof err);
+    assert_non_null(b);
+    cmark m0 = compute_mark(g);
+    compute_zero(g, cspan_all(b));
+    cmark m1 = compute_mark(g);
+    double ms = -1;
+    assert_int_equal(compute_elapsed(g, m0, m1, &ms), 1);
+    assert_false(compute_done(g, m1));
+    assert_true(ms == -1); /* untouched */
+    unlink(path);
+    compute_wait(g, m1);
+    assert_int_equal(compute_elapsed(g, m0, m1, &ms), 0);
+    assert_true(ms > 0);
+    compute_release(g, b);
+    compute_free(g);
+
+    compute *s = compute_new("staged", err, sizeof err);
+    assert_non_null(s);
+    cbuf *d = compute_alloc(s, 8, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, sizeof err);
+    float back[8];
+    cmark s0 = compute_mark(s);
+    compute_read(s, cspan_all(d), back);
+    cmark s1 = compute_mark(s);
+    assert_int_equal(compute_elapsed(s, s0, s1, &ms), 1); /* the copy is pending */
+    compute_wait(s, s1);
+    assert_int_equal(compute_elapsed(s, s0, s1, &ms), 0);
+    assert_true(ms >= 0);
+    compute_release(s, d);
+    compute_free(s);
 }
 
 /* C = alpha op(A) op(B) + beta C in double, against compute_gemm. */
@@ -657,6 +741,7 @@ static int run_on(const char *name)
         cmocka_unit_test_teardown(test_select, free_copies),
         cmocka_unit_test_teardown(test_memory, free_copies),
         cmocka_unit_test_teardown(test_marks, free_copies),
+        cmocka_unit_test_teardown(test_elapsed, free_copies),
         cmocka_unit_test_teardown(test_gemm, free_copies),
         cmocka_unit_test_teardown(test_bias_transpose_colsum, free_copies),
         cmocka_unit_test_teardown(test_relu, free_copies),
@@ -694,6 +779,6 @@ int main(void)
     int rc = run_on("cpu");
     rc |= run_on("fake-cuda");
     rc |= run_on("staged");
-    const struct CMUnitTest staged[] = {cmocka_unit_test(test_staged)};
+    const struct CMUnitTest staged[] = {cmocka_unit_test(test_staged), cmocka_unit_test(test_elapsed_not_before_done)};
     return rc | cmocka_run_group_tests_name("the staged test device", staged, NULL, NULL);
 }

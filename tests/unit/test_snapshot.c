@@ -32,10 +32,10 @@
 /* ---- fixtures ------------------------------------------------------------- */
 
 static const snap_node fixture_nodes[] = {
-    {"trainer", 0, "10.0.0.1", "cpu", "running", 0.25, 1000, 2000, -1, 0, 0, NULL},
-    {"trainer", 1, "10.0.0.2", "cuda:0", "running", 1.23456, 3000, 4000, -1, 0, 0, NULL},
-    {"server", 0, "10.0.0.3", "cpu", "ready", 0.0004, 6000, 5000, -1, 0, 0, NULL},
-    {"trainer", 2, "10.0.0.4", "cpu", "lost", 31.0, 0, 0, -1, 0, 0, NULL},
+    {"trainer", 0, "10.0.0.1", "cpu", "running", 0.25, 1000, 2000, -1, 0, 0, NULL, NULL},
+    {"trainer", 1, "10.0.0.2", "cuda:0", "running", 1.23456, 3000, 4000, -1, 0, 0, NULL, NULL},
+    {"server", 0, "10.0.0.3", "cpu", "ready", 0.0004, 6000, 5000, -1, 0, 0, NULL, NULL},
+    {"trainer", 2, "10.0.0.4", "cpu", "lost", 31.0, 0, 0, -1, 0, 0, NULL, NULL},
 };
 #define NFIXTURE_NODES (sizeof fixture_nodes / sizeof fixture_nodes[0])
 
@@ -211,9 +211,9 @@ static void test_status_servers_initialising(void **state)
 {
     (void)state;
     snap_node nodes[] = {
-        {"server", 0, "h0", "cpu", "assigned", 0.1, 0, 0, 0, 3ull << 30, 8ull << 30, NULL},
-        {"server", 1, "h1", "cpu", "ready", 0.1, 0, 0, 0, 0, 0, NULL},
-        {"trainer", 0, "h2", "cpu", "registered", 0.1, 0, 0, -1, 0, 0, NULL},
+        {"server", 0, "h0", "cpu", "assigned", 0.1, 0, 0, 0, 3ull << 30, 8ull << 30, NULL, NULL},
+        {"server", 1, "h1", "cpu", "ready", 0.1, 0, 0, 0, 0, 0, NULL, NULL},
+        {"trainer", 0, "h2", "cpu", "registered", 0.1, 0, 0, -1, 0, 0, NULL, NULL},
     };
     snapshot_input in = {.phase = "waiting", .nodes = nodes, .nnodes = 3};
     json_t *doc = parse(snapshot_status_json(&in));
@@ -280,6 +280,24 @@ static void test_nodes_environment(void **state)
     json_decref(arr);
     assert_int_equal(env->refcount, 1); /* not taken over by the document */
     json_decref(env);
+}
+
+/* A trainer that reported GPU-timed metrics lists them (a copy); a node
+ * without has no key. */
+static void test_nodes_gpu_timed(void **state)
+{
+    json_t *gpu = json_pack("[s, s]", "forward_metric,forward_pass", "batch_level_metric,batch_all");
+    snap_node nodes[2] = {fixture_nodes[1], fixture_nodes[0]};
+    nodes[0].gpu_timed = gpu;
+    snapshot_input in = fixture();
+    in.nodes = nodes;
+    in.nnodes = 2;
+    json_t *arr = parse(snapshot_nodes_json(&in));
+    assert_true(json_equal(get(json_array_get(arr, 0), "gpu_timed"), gpu));
+    assert_null(json_object_get(json_array_get(arr, 1), "gpu_timed"));
+    json_decref(arr);
+    assert_int_equal(gpu->refcount, 1);
+    json_decref(gpu);
 }
 
 /* Reals are short in the text: rounded to the ms, no 17-digit noise. */
@@ -701,9 +719,9 @@ static void test_prom_locale_independent(void **state)
 static void test_rows_touched(void **state)
 {
     static const snap_node nodes[] = {
-        {"trainer", 0, "h0", "cpu", "running", 0.1, 10, 20, -1, 0, 0, NULL},
-        {"server", 0, "h1", "cpu", "ready", 0.1, 30, 40, 4242, 0, 0, NULL},
-        {"server", 1, "h2", "cpu", "ready", 0.1, 30, 40, 0, 0, 0, NULL},
+        {"trainer", 0, "h0", "cpu", "running", 0.1, 10, 20, -1, 0, 0, NULL, NULL},
+        {"server", 0, "h1", "cpu", "ready", 0.1, 30, 40, 4242, 0, 0, NULL, NULL},
+        {"server", 1, "h2", "cpu", "ready", 0.1, 30, 40, 0, 0, 0, NULL, NULL},
     };
     snapshot_input in = fixture();
     char *plain = snapshot_prometheus(&in);
@@ -774,6 +792,7 @@ int main(void)
         cmocka_unit_test(test_nodes),
         cmocka_unit_test(test_nodes_text),
         cmocka_unit_test(test_nodes_environment),
+        cmocka_unit_test(test_nodes_gpu_timed),
         cmocka_unit_test(test_nodes_empty),
         cmocka_unit_test(test_rows_touched),
         cmocka_unit_test(test_metrics_shape),
