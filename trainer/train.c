@@ -329,9 +329,13 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     }
     uint64_t t4 = clock_now_ns();
     if (steptimer_on(&t->tm)) {
-        /* The hook's are the host's; the step's come in once its marks
-         * are done (usually after the next forward), never waited for. */
+        /* The hook's are the host's; the step's are recorded once its
+         * marks are done (steptimer: never waited for by the timer). */
         steptimer_mark(&t->tm, TM_END);
+        /* The step ends with the stream synchronised, as the seed's ends
+         * with torch.cuda.synchronize: the next one starts from a GPU
+         * that has applied this one's update. */
+        compute_sync(t->dev);
         metrics_add(t->m_exposed, clock_ms(t2, t3));
         metrics_add(t->m_span, clock_ms(first_push, last_done));
         steptimer_end(&t->tm);
