@@ -10,6 +10,11 @@
 # scratch (its cache and CMakeFiles/ removed: everything is built again).
 #
 #   psb_configure DIR COMPILER BUILD_TYPE [cmake -D... args]
+#
+# $PSBENCH_CMAKE_ARGS: more CMake arguments for every folder either script
+# configures, after the script's own (e.g. -DPSBENCH_CUDA=OFF for a CPU-only
+# build where the CUDA toolkit is installed; it also saves the toolkit's
+# detection, about 10 s a folder on 2 cores).
 # shellcheck shell=bash
 
 # A cache entry's value ("" when absent).
@@ -31,5 +36,8 @@ psb_configure() {
       rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
     fi
   fi
-  cmake -S . -B "$dir" -DCMAKE_C_COMPILER="$cc_path" -DCMAKE_BUILD_TYPE="$type" "$@" >/dev/null
+  local extra=()
+  # shellcheck disable=SC2206  # words, as a user writes them
+  [ -n "${PSBENCH_CMAKE_ARGS:-}" ] && extra=(${PSBENCH_CMAKE_ARGS})
+  cmake -S . -B "$dir" -DCMAKE_C_COMPILER="$cc_path" -DCMAKE_BUILD_TYPE="$type" "$@" "${extra[@]}" >/dev/null
 }

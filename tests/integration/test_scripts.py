@@ -70,8 +70,10 @@ class ScriptsTests(unittest.TestCase):
         return dst
 
     def script(self, tree, name, extra_env=None):
-        # Configuring is the cost here (about 3 s a folder on 2 cores).
-        env = psb.base_env({"PSBENCH_CONFIGURE_ONLY": "1"})
+        # Configuring is the cost here (about 3 s a folder on 2 cores; 10 s
+        # more where the CUDA toolkit is detected: PSBENCH_CMAKE_ARGS turns
+        # that off, and the caches show it was passed).
+        env = psb.base_env({"PSBENCH_CONFIGURE_ONLY": "1", "PSBENCH_CMAKE_ARGS": "-DPSBENCH_CUDA=OFF"})
         env.pop("CC", None)
         if extra_env:
             env.update(extra_env)
@@ -86,6 +88,7 @@ class ScriptsTests(unittest.TestCase):
         self.assertEqual(real(c.get("CMAKE_C_COMPILER", "")), self.cc_run, "build/ (run.sh's)")
         self.assertEqual(c.get("CMAKE_BUILD_TYPE"), "RelWithDebInfo")
         self.assertEqual(c.get("PSBENCH_TESTS"), "OFF")
+        self.assertEqual(c.get("PSBENCH_CUDA"), "OFF")  # $PSBENCH_CMAKE_ARGS
         self.assertEqual(c.get("CMAKE_HOME_DIRECTORY"), tree)
 
     def assert_test_builds(self, tree, sanitizers=True):
@@ -96,6 +99,7 @@ class ScriptsTests(unittest.TestCase):
             self.assertEqual(c.get("CMAKE_BUILD_TYPE"), "RelWithDebInfo", d)
             self.assertEqual(c.get("PSBENCH_WERROR"), "ON", d)
             self.assertNotEqual(c.get("PSBENCH_TESTS"), "OFF", d)
+            self.assertEqual(c.get("PSBENCH_CUDA"), "OFF", d)  # $PSBENCH_CMAKE_ARGS
             for k, v in extra.items():
                 self.assertEqual(c.get(k), v, (d, k))
 
@@ -134,7 +138,7 @@ class ScriptsTests(unittest.TestCase):
         tree = self.tree()
         for d, cc in (("build", self.cc_test), ("build-test", self.cc_run)):
             r = subprocess.run(["cmake", "-S", tree, "-B", os.path.join(tree, d), "-DCMAKE_C_COMPILER=" + cc,
-                                "-DCMAKE_BUILD_TYPE=Debug", "-DPSBENCH_TESTS=OFF"],
+                                "-DCMAKE_BUILD_TYPE=Debug", "-DPSBENCH_TESTS=OFF", "-DPSBENCH_CUDA=OFF"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
             self.assertEqual(r.returncode, 0, r.stdout.decode()[-2000:])
         out = self.script(tree, "run.sh")
@@ -155,7 +159,7 @@ class ScriptsTests(unittest.TestCase):
         d = os.path.join(tree, "build-test")
         r = subprocess.run(["cmake", "-S", tree, "-B", d, "-DCMAKE_C_COMPILER=" + self.cc_test,
                             "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DPSBENCH_TESTS=OFF", "-DPSBENCH_FUZZ=OFF",
-                            "-DPSBENCH_SANITIZE=ON"],
+                            "-DPSBENCH_SANITIZE=ON", "-DPSBENCH_CUDA=OFF"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
         self.assertEqual(r.returncode, 0, r.stdout.decode()[-2000:])
         self.script(tree, "test.sh", {"PSBENCH_NO_SANITIZE": "1"})
