@@ -62,11 +62,11 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
     -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF \
     -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"
-  # Not under TSan: the master's and the back-to-back runs' suites on the
-  # fake GPU (long runs that only time out at TSan's pace; the fake GPU's
-  # threads are the other device_fakecuda_ suites' and unit_cugpu's here).
+  # Not under TSan: the back-to-back runs' suite on the fake GPU (long
+  # runs at TSan's pace; the fake GPU's threads are the other
+  # device_fakecuda_ suites' and unit_cugpu's here).
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" run_suite build-tsan \
-    "-L server|threads -E device_fakecuda_master|device_fakecuda_runs" \
+    "-L server|threads -E device_fakecuda_runs" \
     -DPSBENCH_TSAN=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
 fi
 if [ "$configure_only" = 1 ]; then
