@@ -29,8 +29,8 @@
 # 25 MB, 2 trainers — cpu (rpc_hook to a CPU server, allreduce_hook over
 # Gloo; the runs above where cap 25 ran) and cuda (rpc_hook to a CPU server
 # and to a CUDA server, allreduce_hook over Gloo staged through pinned
-# memory, and over NCCL where the GPUs allow: one GPU per rank, so 1 trainer
-# on a 1-GPU host) — with the exposed communication, beside two limits
+# memory, and over NCCL on the gradients' device memory where the GPUs
+# allow: one GPU per rank, so 1 trainer on a 1-GPU host) — with the exposed communication, beside two limits
 # measured in the same run: the compute alone (2 one-trainer jobs at once on
 # the same device, each a 1-rank Gloo allreduce_hook that moves nothing:
 # forward + backward + optimizer) and the transport floor (2 trainers'
@@ -241,7 +241,7 @@ cuda_rows() { # skip reason for every CUDA row ("" runs them)
   ROWS+=("cuda_rpc_cpu|$tdev|rpc_hook|cpu server|2|$why" "cuda_rpc_cuda|$tdev|rpc_hook|cuda server|2|$why"
          "cuda_gloo|$tdev|allreduce_hook|gloo, pinned staging|2|$why")
   if [[ -n $why ]]; then nccl_why=$why
-  elif [[ $DEV == fake-cuda ]]; then nccl_why="the fake GPU has no NCCL"
+  elif [[ $DEV == fake-cuda ]]; then :  # NCCL's stand-in (Gloo on the fake GPU's memory): 2 ranks
   elif [[ $DEV == cuda:* || $GPUS -lt 2 ]]; then nccl_n=1  # NCCL: one GPU per rank
   fi
   ROWS+=("cuda_nccl|$tdev|allreduce_hook|nccl|$nccl_n|$nccl_why")

@@ -109,7 +109,7 @@ static int cudaload_resolve_cublas(cudaload_lib *l, void *h)
     t->soname = l->soname;
     return CUDALOAD_RESOLVE(l, h, t, cublasGetVersion) || CUDALOAD_RESOLVE(l, h, t, cublasCreate) ||
                    CUDALOAD_RESOLVE(l, h, t, cublasDestroy) || CUDALOAD_RESOLVE(l, h, t, cublasSetStream) ||
-                   CUDALOAD_RESOLVE(l, h, t, cublasSgemm)
+                   CUDALOAD_RESOLVE(l, h, t, cublasSgemm) || CUDALOAD_RESOLVE(l, h, t, cublasSscal)
                ? -1
                : 0;
 }

@@ -101,7 +101,8 @@ typedef struct nccl_api {
 } nccl_api;
 #endif
 
-/* cuBLAS (libcublas): the dense products of the CUDA trainers. */
+/* cuBLAS (libcublas): the dense products of the CUDA trainers, the scale
+ * of their NCCL means. */
 typedef struct cublas_api {
     const char *soname;
     CUDALOAD_FN(cublasGetVersion);
@@ -109,6 +110,9 @@ typedef struct cublas_api {
     CUDALOAD_FN(cublasDestroy);
     CUDALOAD_FN(cublasSetStream);
     CUDALOAD_FN(cublasSgemm);
+    /* The mean of an NCCL allreduce on device buffers: the sum times
+     * 1/N, one multiply per element as on the host (trainer/coll_nccl.c). */
+    CUDALOAD_FN(cublasSscal);
 } cublas_api;
 
 /* The table of each library, loaded on the first call: NULL with the

@@ -127,6 +127,30 @@ int coll_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errl
     return 0;
 }
 
+bool coll_on_device(const coll *c) { return c && c->ops->allreduce_mean_f32_device != NULL; }
+
+int coll_allreduce_mean_f32_device(coll *c, float *dbuf, size_t n, float scale, char *err, size_t errlen)
+{
+    char why[COLL_ERR_MAX];
+    if (coll_usable(c, err, errlen) != 0)
+        return -1;
+    if (!c->ops->allreduce_mean_f32_device) {
+        /* A caller's mistake, not the group's: the group stays usable. */
+        errbuf_set(err, errlen, "%s allreduce: not on device memory (this backend takes host buffers)", c->ops->name);
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    if (!dbuf || n > SIZE_MAX / sizeof(float)) {
+        snprintf(why, sizeof why, "%s allreduce: %s", c->ops->name, dbuf ? "too many elements" : "no buffer");
+        return coll_fail(c, why, err, errlen);
+    }
+    why[0] = '\0';
+    if (c->ops->allreduce_mean_f32_device(c, dbuf, n, scale, why, sizeof why) != 0)
+        return coll_fail(c, why, err, errlen);
+    return 0;
+}
+
 int coll_allgather(coll *c, const void *in, size_t bytes, void *out, char *err, size_t errlen)
 {
     char why[COLL_ERR_MAX];

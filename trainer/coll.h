@@ -6,8 +6,9 @@
  *          PyTorch's CPU DDP), reached through coll_gloo.cpp, the one C++
  *          file in the project;
  *   nccl — GPU collectives (compiled in where the CUDA toolkit and NCCL are
- *          found, PSBENCH_HAVE_NCCL); buffers given here are host memory and
- *          are staged through device memory.
+ *          found, PSBENCH_HAVE_NCCL); the host-buffer calls below stage
+ *          through device memory; coll_allreduce_mean_f32_device runs on
+ *          the caller's device buffer itself (a CUDA trainer's gradients).
  *
  * Rendezvous goes through a key-value store the caller provides (the
  * trainer's is the master, over the control connection): every member sets
@@ -57,6 +58,14 @@ coll *coll_gloo_new(uint32_t rank, uint32_t size, const char *host, const coll_s
 coll *coll_nccl_new(uint32_t rank, uint32_t size, int cuda_device, const coll_store *store, const char *prefix,
                     double timeout_s, char *err, size_t errlen);
 
+/* NCCL's stand-in for trainers on the fake GPU (fake-cuda: tests, any
+ * machine): a Gloo group (arguments as coll_gloo_new's) that also takes
+ * device memory (coll_on_device), which on the fake GPU is host memory.
+ * It lets a fake-cuda trainer's NCCL paths — buckets handed over in
+ * device memory, means made there — run end to end without a GPU. */
+coll *coll_nccl_fake_new(uint32_t rank, uint32_t size, const char *host, const coll_store *store, const char *prefix,
+                         double timeout_s, char *err, size_t errlen);
+
 /* Whether this build has NCCL compiled in. */
 bool coll_have_nccl(void);
 
@@ -68,6 +77,19 @@ uint32_t coll_size(const coll *c);
 /* buf[0..n) = the element-wise sum of every member's buf, identical bits on
  * every member. 0, or -1 with err. */
 int coll_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errlen);
+
+/* Whether the group runs collectives on device memory
+ * (coll_allreduce_mean_f32_device): nccl. */
+bool coll_on_device(const coll *c);
+
+/* dbuf[0..n) (device memory of the group's GPU, written by work that is
+ * complete before the call) = the element-wise sum of every member's dbuf,
+ * then times `scale` (one float multiply per element, as a host loop does:
+ * the same bits as coll_allreduce_sum_f32 followed by that loop). Runs on
+ * the group's own stream; returns once an event recorded after it is
+ * complete (polled, bounded by the group's timeout). 0, or -1 with err;
+ * -1 with "not on device memory" for a group without it (gloo). */
+int coll_allreduce_mean_f32_device(coll *c, float *dbuf, size_t n, float scale, char *err, size_t errlen);
 
 /* out = every member's `bytes` bytes of in, in rank order (size * bytes). */
 int coll_allgather(coll *c, const void *in, size_t bytes, void *out, char *err, size_t errlen);

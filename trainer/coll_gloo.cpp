@@ -370,16 +370,32 @@ void gloo_destroy(coll *c) noexcept
     c->impl = nullptr;
 }
 
+/* NCCL's stand-in on the fake GPU: its device memory is host memory
+ * (shared/cugpu.h), so a fake-cuda trainer's device buckets are summed by
+ * Gloo where they are, then scaled as coll.h says. */
+int gloo_fake_device_allreduce(coll *c, float *dbuf, size_t n, float scale, char *err, size_t errlen) noexcept
+{
+    if (gloo_allreduce_sum_f32(c, dbuf, n, err, errlen) != 0)
+        return -1;
+    if (scale != 1.0f)
+        for (size_t i = 0; i < n; i++)
+            dbuf[i] *= scale;
+    return 0;
+}
+
 const coll_ops gloo_ops = {
-    "gloo", gloo_allreduce_sum_f32, gloo_allgather, gloo_allgatherv, gloo_destroy,
+    "gloo", gloo_allreduce_sum_f32, nullptr /* host buffers only */, gloo_allgather, gloo_allgatherv, gloo_destroy,
 };
 
-} // namespace
+const coll_ops fake_nccl_ops = {
+    "nccl (the fake GPU's: Gloo)", gloo_allreduce_sum_f32, gloo_fake_device_allreduce, gloo_allgather,
+    gloo_allgatherv, gloo_destroy,
+};
 
-extern "C" coll *coll_gloo_new(uint32_t rank, uint32_t size, const char *host, const coll_store *store,
-                               const char *prefix, double timeout_s, char *err, size_t errlen)
+coll *gloo_new(const coll_ops *ops, uint32_t rank, uint32_t size, const char *host, const coll_store *store,
+               const char *prefix, double timeout_s, char *err, size_t errlen)
 {
-    if (coll_check_args("gloo", rank, size, store, timeout_s, err, errlen) != 0)
+    if (coll_check_args(ops->name, rank, size, store, timeout_s, err, errlen) != 0)
         return nullptr;
     GlooGroup *g = nullptr;
     try {
@@ -407,8 +423,22 @@ extern "C" coll *coll_gloo_new(uint32_t rank, uint32_t size, const char *host, c
         delete g;
         return nullptr;
     }
-    coll *c = coll_wrap(&gloo_ops, g, rank, size, err, errlen);
+    coll *c = coll_wrap(ops, g, rank, size, err, errlen);
     if (!c)
         delete g;
     return c;
+}
+
+} // namespace
+
+extern "C" coll *coll_gloo_new(uint32_t rank, uint32_t size, const char *host, const coll_store *store,
+                               const char *prefix, double timeout_s, char *err, size_t errlen)
+{
+    return gloo_new(&gloo_ops, rank, size, host, store, prefix, timeout_s, err, errlen);
+}
+
+extern "C" coll *coll_nccl_fake_new(uint32_t rank, uint32_t size, const char *host, const coll_store *store,
+                                    const char *prefix, double timeout_s, char *err, size_t errlen)
+{
+    return gloo_new(&fake_nccl_ops, rank, size, host, store, prefix, timeout_s, err, errlen);
 }

@@ -8,8 +8,12 @@
  * polled with ncclCommGetAsyncError and cudaStreamQuery up to the group's
  * timeout, and a timeout or an error aborts the communicator
  * (ncclCommAbort), so that a dead or silent peer gives -1, never a hang.
- * Buffers given to coll.h are host memory: they are staged through one
- * device buffer of the group's (grown as needed) on the group's stream.
+ * Host buffers given to coll.h are staged through one device buffer of the
+ * group's (grown as needed) on the group's stream. A CUDA trainer's dense
+ * buckets are not: coll_allreduce_mean_f32_device reduces its device
+ * gradients in place, scales them with cuBLAS (cublasSscal: x = scale x,
+ * one multiply per element, the host loop's bits) on the same stream, and
+ * records the group's event; completion is that event, polled.
  * allgatherv is one ncclBroadcast per member with bytes to give, fused in a
  * ncclGroupStart/ncclGroupEnd.
  *
@@ -33,6 +37,9 @@ typedef struct nccl_group {
     const nccl_api *nc;
     ncclComm_t comm;     /* NULL once aborted or destroyed */
     cudaStream_t stream; /* NULL until created */
+    cudaEvent_t done;    /* recorded after a device allreduce; NULL until the first */
+    const cublas_api *cb; /* cuBLAS and its handle on stream: the device means' scale; */
+    cublasHandle_t blas;  /* NULL until the first device allreduce that scales */
     void *dbuf;          /* the device staging buffer */
     size_t dcap;         /* its size in bytes */
     int device;
@@ -173,6 +180,94 @@ static int nccl_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size
     return nccl_finish(g, op, deadline, err, errlen);
 }
 
+/* Waits until the group's event is complete, watching the communicator for
+ * errors, up to `deadline` (completion by event: the stream may hold
+ * nothing else of ours, but an event says exactly what was recorded). */
+static int nccl_event_finish(nccl_group *g, const char *op, double deadline, char *err, size_t errlen)
+{
+    for (;;) {
+        cudaError_t ce = g->rt->cudaEventQuery(g->done);
+        if (ce == cudaSuccess)
+            return 0;
+        if (ce != cudaErrorNotReady)
+            return nccl_cuda_failed(g, op, "cudaEventQuery", ce, err, errlen);
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = g->nc->ncclCommGetAsyncError(g->comm, &state);
+        if (r != ncclSuccess)
+            return nccl_failed(g, op, r, err, errlen);
+        if (state != ncclSuccess && state != ncclInProgress)
+            return nccl_failed(g, op, state, err, errlen);
+        if (coll_now() >= deadline)
+            return nccl_timed_out(g, op, err, errlen);
+        nccl_pause();
+    }
+}
+
+/* cuBLAS on the group's stream, made on first use. */
+static int nccl_blas(nccl_group *g, const char *op, char *err, size_t errlen)
+{
+    if (g->blas)
+        return 0;
+    char why[256];
+    if (!(g->cb = cudaload_cublas(why, sizeof why))) {
+        errbuf_set(err, errlen, "nccl %s: the mean's scale needs cuBLAS: %s", op, why);
+        nccl_abort(g);
+        return -1;
+    }
+    cublasStatus_t st = g->cb->cublasCreate(&g->blas);
+    if (st == CUBLAS_STATUS_SUCCESS && (st = g->cb->cublasSetStream(g->blas, g->stream)) != CUBLAS_STATUS_SUCCESS) {
+        g->cb->cublasDestroy(g->blas);
+        g->blas = NULL;
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        g->blas = NULL;
+        errbuf_set(err, errlen, "nccl %s: cuBLAS handle: status %d", op, (int)st);
+        nccl_abort(g);
+        return -1;
+    }
+    return 0;
+}
+
+static int nccl_allreduce_mean_f32_device(coll *c, float *dbuf, size_t n, float scale, char *err, size_t errlen)
+{
+    nccl_group *g = c->impl;
+    const char *op = "allreduce";
+    const double deadline = coll_now() + g->timeout_s;
+    cudaError_t ce = g->rt->cudaSetDevice(g->device);
+    if (ce != cudaSuccess)
+        return nccl_cuda_failed(g, op, "cudaSetDevice", ce, err, errlen);
+    if (!g->done) {
+        ce = g->rt->cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming);
+        if (ce != cudaSuccess) {
+            g->done = NULL;
+            return nccl_cuda_failed(g, op, "cudaEventCreateWithFlags", ce, err, errlen);
+        }
+    }
+    /* The caller's writes are complete (coll.h): the stream needs no
+     * event of theirs to wait on. In place, as DDP's bucket views. */
+    ncclResult_t r = g->nc->ncclAllReduce(dbuf, dbuf, n, ncclFloat32, ncclSum, g->comm, g->stream);
+    if (nccl_settle(g, op, r, deadline, err, errlen) != 0)
+        return -1;
+    if (scale != 1.0f) {
+        if (nccl_blas(g, op, err, errlen) != 0)
+            return -1;
+        for (size_t off = 0; off < n;) { /* cuBLAS counts in int */
+            int part = n - off > (size_t)INT32_MAX ? INT32_MAX : (int)(n - off);
+            cublasStatus_t st = g->cb->cublasSscal(g->blas, part, &scale, dbuf + off, 1);
+            if (st != CUBLAS_STATUS_SUCCESS) {
+                errbuf_set(err, errlen, "nccl %s: cublasSscal: status %d", op, (int)st);
+                nccl_abort(g);
+                return -1;
+            }
+            off += (size_t)part;
+        }
+    }
+    ce = g->rt->cudaEventRecord(g->done, g->stream);
+    if (ce != cudaSuccess)
+        return nccl_cuda_failed(g, op, "cudaEventRecord", ce, err, errlen);
+    return nccl_event_finish(g, op, deadline, err, errlen);
+}
+
 static int nccl_allgather(coll *c, const void *in, size_t bytes, void *out, char *err, size_t errlen)
 {
     nccl_group *g = c->impl;
@@ -242,6 +337,10 @@ static void nccl_group_free(nccl_group *g, bool clean)
         }
     }
     nccl_abort(g);
+    if (g->blas)
+        g->cb->cublasDestroy(g->blas);
+    if (g->done)
+        g->rt->cudaEventDestroy(g->done);
     if (g->stream)
         g->rt->cudaStreamDestroy(g->stream);
     if (g->dbuf)
@@ -258,6 +357,7 @@ static void nccl_destroy(coll *c)
 static const coll_ops nccl_ops = {
     .name = "nccl",
     .allreduce_sum_f32 = nccl_allreduce_sum_f32,
+    .allreduce_mean_f32_device = nccl_allreduce_mean_f32_device,
     .allgather = nccl_allgather,
     .allgatherv = nccl_allgatherv,
     .destroy = nccl_destroy,

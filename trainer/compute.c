@@ -46,6 +46,13 @@ void *compute_span_view(compute *c, cspan s)
     return p ? p + s.off * compute_dtype_size(s.buf->dtype) : NULL;
 }
 
+void *compute_span_device(compute *c, cspan s)
+{
+    assert(cspan_valid(s));
+    char *p = c->ops->device_view(c, s.buf);
+    return p ? p + s.off * compute_dtype_size(s.buf->dtype) : NULL;
+}
+
 const void *compute_host_read(compute *c, cspan s, void *stage)
 {
     const void *v = compute_span_view(c, s);

@@ -31,6 +31,8 @@
  *   compute_host_view              the buffer's own host address, or NULL
  *                                  where its memory is not host-visible
  *                                  (cpu: always the address: zero copy)
+ *   compute_span_device            a device range's GPU address, for NCCL
+ *                                  on the same GPU (NULL off a GPU)
  *   compute_host_read / _write_*   the view where there is one, else a
  *                                  caller's staging area and a copy
  *
@@ -131,6 +133,10 @@ typedef struct compute_ops {
     cbuf *(*alloc)(compute *c, uint64_t n, compute_dtype t, compute_mem mem, char *err, size_t errlen);
     void (*release)(compute *c, cbuf *b);
     void *(*host_view)(compute *c, cbuf *b);
+    /* The buffer's address on the context's GPU, for a library that takes
+     * device pointers on the same GPU (NCCL); NULL where the context has
+     * no GPU (cpu, staged) or b is not device memory. */
+    void *(*device_view)(compute *c, cbuf *b);
     void (*read)(compute *c, cspan src, void *dst);
     void (*write)(compute *c, cspan dst, const void *src);
     void (*zero)(compute *c, cspan dst);
@@ -252,6 +258,11 @@ void *compute_host_write_begin(compute *c, cspan s, void *stage);
 void compute_host_write_end(compute *c, cspan s, const void *p);
 /* The host address of s's first element, or NULL (not host-visible). */
 void *compute_span_view(compute *c, cspan s);
+/* The GPU address of s's first element (device_view), or NULL. Work
+ * elsewhere (an NCCL stream) may use it only for a range whose writer is
+ * done (compute_done on a mark recorded after it) and no enqueued
+ * operation touches meanwhile. */
+void *compute_span_device(compute *c, cspan s);
 
 /* ---- the calls: each is its table's operation ---- */
 

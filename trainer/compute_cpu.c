@@ -72,6 +72,14 @@ static void *cpu_host_view(compute *c, cbuf *b)
     return b->ptr;
 }
 
+static void *cpu_device_view(compute *c, cbuf *b)
+{
+    assert(b->owner == c);
+    (void)c;
+    (void)b;
+    return NULL; /* no GPU */
+}
+
 static void cpu_read(compute *c, cspan src, void *dst)
 {
     assert(cspan_valid(src));
@@ -424,6 +432,7 @@ static const compute_ops cpu_ops = {
     .alloc = cpu_alloc,
     .release = cpu_release,
     .host_view = cpu_host_view,
+    .device_view = cpu_device_view,
     .read = cpu_read,
     .write = cpu_write,
     .zero = cpu_zero,

@@ -379,6 +379,15 @@ static void *cc_host_view(compute *base, cbuf *b)
     return b->mem == COMPUTE_MEM_DEVICE ? NULL : b->ptr;
 }
 
+/* The fake GPU's device memory is host memory, so its device addresses
+ * are host addresses: a test's stand-in for NCCL may use them as such. */
+static void *cc_device_view(compute *base, cbuf *b)
+{
+    assert(b->owner == base);
+    (void)base;
+    return b->mem == COMPUTE_MEM_DEVICE ? b->ptr : NULL;
+}
+
 static void cc_read(compute *base, cspan src, void *dst)
 {
     compute_cuda *c = cc(base);
@@ -835,6 +844,7 @@ static const compute_ops cuda_ops = {
     .alloc = cc_alloc,
     .release = cc_release,
     .host_view = cc_host_view,
+    .device_view = cc_device_view,
     .read = cc_read,
     .write = cc_write,
     .zero = cc_zero,

@@ -118,6 +118,14 @@ static void *st_host_view(compute *c, cbuf *b)
     return b->mem == COMPUTE_MEM_DEVICE ? NULL : b->ptr;
 }
 
+static void *st_device_view(compute *c, cbuf *b)
+{
+    assert(b->owner == st(c)->cpu);
+    (void)c;
+    (void)b;
+    return NULL; /* host memory posing as a device's: no GPU address */
+}
+
 static void st_read(compute *c, cspan src, void *dst) { st_queue(c, true, src, dst); }
 static void st_write(compute *c, cspan dst, const void *src) { st_queue(c, false, dst, (void *)src); }
 
@@ -286,6 +294,7 @@ static const compute_ops staged_ops = {
     .alloc = st_alloc,
     .release = st_release,
     .host_view = st_host_view,
+    .device_view = st_device_view,
     .read = st_read,
     .write = st_write,
     .zero = st_zero,

@@ -47,8 +47,14 @@ typedef struct hook_bucket {
     uint32_t id;   /* 0.. in the order backward finishes them */
     bool sparse;
     uint64_t batch; /* set by hook_ready */
-    /* dense: count floats, replaced in place by their mean */
+    /* dense: count floats, replaced in place by their mean; in host
+     * memory (data), or — handed to a hook that takes them
+     * (hook.device_dense) by a trainer computing on a GPU — in that GPU's
+     * memory (device_data, written by work that is complete when the
+     * bucket is handed over; a hook never dereferences it on the host).
+     * Exactly one of the two is set. */
     float *data;
+    float *device_data;
     uint64_t count;
     /* sparse: a table of rows x cols; nnz (row index, row) pairs in, the
      * coalesced mean out (shared/sparse.h's layout: nnz int64 indices, then
@@ -86,6 +92,10 @@ typedef struct hook_ops {
 struct hook {
     const hook_ops *ops;
     const char *name; /* "rpc_hook", ... */
+    /* Dense buckets may be handed over in device memory (device_data):
+     * the hook reduces them there (allreduce on an NCCL group). Sparse
+     * buckets are always host memory. */
+    bool device_dense;
 };
 
 static inline void hook_ready(hook *h, hook_bucket *b, uint64_t batch)

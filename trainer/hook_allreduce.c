@@ -6,7 +6,10 @@
  * runs the collectives in queue order (every member queues the same buckets
  * in the same order: backward finishes them in the same order everywhere),
  * so buckets are reduced while the rest of backward runs.
- *   dense:  allreduce (sum) in place, then times mean_scale(N);
+ *   dense:  allreduce (sum) in place, then times mean_scale(N); on an NCCL
+ *           group a CUDA trainer hands them over in its GPU's memory
+ *           (hook.device_dense) and both run there
+ *           (coll_allreduce_mean_f32_device);
  *   sparse: as PyTorch's Gloo process group does a sparse allreduce: every
  *           member's nnz is gathered, then every member's indices and rows
  *           (one allgatherv of [indices | rows]), then the rows are coalesced
@@ -75,6 +78,10 @@ static int ar_grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
 
 static int ar_dense(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, char *err, size_t errlen)
 {
+    *out = *in = b->count * 4;
+    if (b->device_data) /* the sum and its scale on the GPU, in place (NCCL) */
+        return coll_allreduce_mean_f32_device(a->group, b->device_data, (size_t)b->count, mean_scale(a->size), err,
+                                              errlen);
     if (coll_allreduce_sum_f32(a->group, b->data, (size_t)b->count, err, errlen) < 0)
         return -1;
     if (a->size > 1) {
@@ -82,7 +89,6 @@ static int ar_dense(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, cha
         for (uint64_t i = 0; i < b->count; i++)
             b->data[i] *= s;
     }
-    *out = *in = b->count * 4;
     return 0;
 }
 
@@ -277,6 +283,7 @@ hook *hook_allreduce_new(const char *name, coll *group, double timeout_s, metric
     }
     a->base.ops = &ar_ops;
     a->base.name = name;
+    a->base.device_dense = coll_on_device(group); /* NCCL: a CUDA trainer's buckets where they are */
     a->group = group;
     a->size = coll_size(group);
     a->timeout_s = timeout_s;

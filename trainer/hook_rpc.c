@@ -92,6 +92,7 @@ static void rpc_ready(hook *h, hook_bucket *b)
 {
     rpc_hook *r = (rpc_hook *)h;
     assert(b->id < HOOK_MAX_BUCKETS);
+    assert(b->sparse || (b->data && !b->device_data)); /* host memory: device_dense is false */
     rpc_slot *s = &r->slots[b->id];
     if (!s->shaped)
         rpc_shape(s, b);

@@ -83,5 +83,6 @@ hook *hook_split_new(const char *name, hook *sparse, hook *dense, char *err, siz
     s->base.name = name;
     s->sparse = sparse;
     s->dense = dense;
+    s->base.device_dense = dense->device_dense; /* only dense buckets go there */
     return &s->base;
 }

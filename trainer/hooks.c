@@ -6,16 +6,17 @@
 
 /* The backend of the dense collectives: --backend nccl (or multi on a GPU
  * trainer) is NCCL, everything else Gloo. NULL with err when NCCL is asked
- * of a CPU trainer or a build without it. */
+ * of a CPU trainer or a build without it. A trainer on the fake GPU is a
+ * GPU trainer whose NCCL is coll_nccl_fake_new's stand-in. */
 static const char *hooks_dense_backend(const hook_setup *s, char *err, size_t errlen)
 {
     const char *b = s->backend && *s->backend ? s->backend : "gloo";
     if (strcmp(b, "gloo") == 0)
         return "gloo";
     if (strcmp(b, "multi") == 0)
-        return s->cuda_device >= 0 && coll_have_nccl() ? "nccl" : "gloo";
+        return (s->cuda_device >= 0 && coll_have_nccl()) || s->fake_gpu ? "nccl" : "gloo";
     if (strcmp(b, "nccl") == 0) {
-        if (s->cuda_device < 0) {
+        if (s->cuda_device < 0 && !s->fake_gpu) {
             snprintf(err, errlen, "--backend nccl needs CUDA trainers (--ncudatrainer); CPU trainers use gloo "
                      "(--backend gloo, or multi: NCCL on GPUs, Gloo on CPUs)");
             return NULL;
@@ -31,6 +32,9 @@ static coll *hooks_group(const hook_setup *s, const char *backend, const char *p
 {
     char prefix[512];
     snprintf(prefix, sizeof prefix, "%s/%s/%s", s->store_prefix ? s->store_prefix : "psbench", s->hook, part);
+    if (strcmp(backend, "nccl") == 0 && s->fake_gpu)
+        return coll_nccl_fake_new(s->rank, s->ntrainer, s->coll_host, s->store, prefix, s->rpc_timeout_s, err,
+                                  errlen);
     if (strcmp(backend, "nccl") == 0)
         return coll_nccl_new(s->rank, s->ntrainer, s->cuda_device, s->store, prefix, s->rpc_timeout_s, err,
                              errlen);
@@ -66,7 +70,7 @@ hook *hooks_new(const hook_setup *s, char *err, size_t errlen)
                                    "hook_c10d_metric,gloo_sparse_allreduce", err, errlen);
         if (!sp)
             return NULL;
-        const char *hd = s->cuda_device >= 0 ? "nccl" : "gloo";
+        const char *hd = s->cuda_device >= 0 || s->fake_gpu ? "nccl" : "gloo";
         hook *de = hooks_allreduce(s, "hybrid_hook", hd, "dense", true, false, NULL, err, errlen);
         if (!de) {
             hook_free(sp);

@@ -24,6 +24,7 @@ typedef struct hook_setup {
     const char *hook;      /* rpc_hook, allreduce_hook, sparse_rpc_hook, hybrid_hook */
     const char *backend;   /* the collectives' backend: gloo, nccl or multi (gloo on the CPU) */
     int cuda_device;       /* -1: a CPU trainer */
+    bool fake_gpu;         /* a trainer on the fake GPU (tests): NCCL is its stand-in, coll_nccl_fake_new */
     bool sparse_model;     /* the model has a sparse bucket (its metrics exist) */
     uint32_t rank, ntrainer; /* this trainer in the group of all trainers */
     /* rpc */

@@ -53,8 +53,9 @@ struct hybrid {
     const client *cl;
     answers ans;              /* one lookup answer per server */
     uint64_t batch;           /* the wire batch number */
-    hook_bucket bucket;       /* the dense gradients: grads' view, or twin's */
+    hook_bucket bucket;       /* the dense gradients: grads' view, twin's, or grads on the GPU (a device hook) */
     cbuf *twin;               /* staged (grads without a host view): the bucket in pinned memory; else NULL */
+    bool placed;              /* a pass has placed the bucket (hybrid_place_bucket) */
     float *params_host;       /* staged: the parameters read back (hybrid_dense_params) */
     double *loss_epoch;
     uint64_t nepochs;
@@ -477,10 +478,15 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
     uint64_t t2 = clock_now_ns();
     hybrid_backward(h);
     /* Staged: the dense gradients into the bucket's twin, handed over
-     * once that copy is done (the updates are cut meanwhile). */
+     * once that copy is done (the updates are cut meanwhile) — or, for a
+     * hook that takes device memory (NCCL), the gradients themselves once
+     * backward is done, no copy either way. */
+    hook_bucket *b = &h->bucket;
+    const bool on_gpu = b->device_data != NULL; /* hybrid_place_bucket */
     cmark copied = 0;
     if (h->twin) {
-        compute_read(h->dev, cspan_all(h->grads), h->bucket.data);
+        if (!on_gpu)
+            compute_read(h->dev, cspan_all(h->grads), b->data);
         copied = compute_mark(h->dev);
     }
     steptimer_mark(&h->tm, HM_BWD);
@@ -490,7 +496,6 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
      * so a server applies them first. */
     if (hybrid_updates(h, cl, err, errlen) < 0)
         return -1;
-    hook_bucket *b = &h->bucket;
     if (h->twin)
         compute_wait(h->dev, copied);
     hook_ready(hk, b, h->batch);
@@ -500,7 +505,7 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
         return -1;
     uint64_t t4 = clock_now_ns();
     steptimer_mark(&h->tm, HM_OPT);
-    if (h->twin) /* the mean back into the gradients, ahead of the step */
+    if (h->twin && !on_gpu) /* the mean back into the gradients, ahead of the step */
         compute_write(h->dev, cspan_all(h->grads), b->data);
     /* p -= lr g: the same bits as p + (-lr) g. */
     compute_sgd_dense(h->dev, cspan_all(h->params), cspan_all(h->grads), cspan_none(), (float)h->cfg.lr, 0.0f,
@@ -518,6 +523,24 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
     metrics_add(h->m_opt, clock_ms(t4, t5));
     metrics_add(h->m_batch, clock_ms(t0, t5));
     return 0;
+}
+
+/* Where the dense bucket leaves from for hook hk: the gradients' host
+ * view; staged, the pinned twin — or, for a hook that takes device memory
+ * (NCCL), the gradients on the GPU. Said once, and again if it changes. */
+static void hybrid_place_bucket(hybrid *h, const hook *hk)
+{
+    hook_bucket *b = &h->bucket;
+    if (!h->twin)
+        return; /* host view: set at hybrid_new */
+    void *on_gpu = hk->device_dense ? compute_span_device(h->dev, cspan_all(h->grads)) : NULL;
+    bool changed = !h->placed || (on_gpu != NULL) != (b->device_data != NULL);
+    b->device_data = on_gpu;
+    b->data = on_gpu ? NULL : compute_host_view(h->dev, h->twin);
+    if (changed)
+        log_info("%s: the dense bucket is handed over in %s", hk->name,
+                 on_gpu ? "device memory" : "pinned host memory");
+    h->placed = true;
 }
 
 int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_fn tick, void *ctx,
@@ -542,6 +565,7 @@ int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_f
     h->loss_epoch = le;
     h->nepochs = 0;
     h->cl = cl;
+    hybrid_place_bucket(h, hk);
     if (hybrid_init_params(h) < 0) { /* the seed builds a fresh model per pass */
         snprintf(err, errlen, "out of memory");
         return -1;

@@ -182,10 +182,11 @@ static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, con
     hook_setup hs = {
         .hook = name,
         .backend = j->backend,
-        /* NCCL's device: the GPU this trainer computes on (a CPU one, or
-         * the fake GPU of tests, has none: Gloo, or the refusal hooks.c
-         * gives for nccl). */
+        /* NCCL's device: the GPU this trainer computes on (a CPU one has
+         * none: Gloo, or the refusal hooks.c gives for nccl; the fake GPU
+         * of tests has NCCL's stand-in). */
         .cuda_device = strncmp(j->device, "cuda:", 5) == 0 ? atoi(j->device + 5) : -1,
+        .fake_gpu = strcmp(j->device, "fake-cuda") == 0,
         .sparse_model = sparse,
         .rank = (uint32_t)j->rank,
         .ntrainer = (uint32_t)j->ntrainer,
@@ -438,9 +439,14 @@ static void run_environment_gpu(json_t *env, const char *device)
 {
     char why[256], host[256] = "";
     if (strcmp(device, "fake-cuda") == 0) {
+        /* Each process's fake GPU is its own memory: a UUID of its own, so
+         * that the master lets fake-cuda trainers of one host form an NCCL
+         * group (of the stand-in, coll_nccl_fake_new). */
+        char uuid[64];
+        snprintf(uuid, sizeof uuid, "fake-GPU-%ld", (long)getpid());
         gethostname(host, sizeof host - 1);
         json_object_set_new(env, "gpus", json_pack("[{s:s, s:s}]", "name", "fake GPU (host memory; tests only)",
-                                                   "uuid", "fake-GPU"));
+                                                   "uuid", uuid));
         json_object_set_new(env, "cuda_index", json_integer(0));
         return;
     }

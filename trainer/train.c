@@ -17,9 +17,14 @@ typedef struct train_bucket {
     uint32_t first_param, last_param; /* parameter index range, inclusive */
     uint32_t pending;                 /* gradients still to come this batch */
     /* Staged (the gradients have no host view, train.h): the bucket's
-     * pinned twin, what the hook reads and writes; the mark after the copy
-     * into it. NULL on the host-visible path. */
+     * pinned twin, what the hook reads and writes, made at the first pass
+     * that needs it (twin_n floats); the mark after the copy into it. NULL
+     * on the host-visible path. A dense bucket handed to a hook that takes
+     * device memory (on_device, this pass) needs none: it leaves from the
+     * gradients themselves once the mark after their writer is done. */
     cbuf *twin;
+    uint64_t twin_n;
+    bool on_device;
     cmark copied;
 } train_bucket;
 
@@ -41,6 +46,8 @@ struct train {
     uint32_t nbuckets;
     uint32_t *bucket_of; /* parameter -> bucket */
     bool staged;         /* the gradients have no host view: buckets through pinned twins */
+    bool placed;         /* staged: a pass has placed the buckets (train_place_buckets) */
+    uint32_t logged_on_device; /* how many it handed over in device memory (logged when it changes) */
     uint32_t *handoff;   /* staged: buckets copied, not yet handed over (ids, in order) */
     uint32_t nhand, hand_head;
     float *params_host;  /* staged: the parameters read back (train_params) */
@@ -100,7 +107,9 @@ static int train_make_buckets(train *t, char *err, size_t errlen)
     /* Each dense bucket is the flat range [first_param, last_param] of the
      * gradients; the sparse one is the embedding's touched rows. */
     /* The hooks send from host memory: the gradients' host view (the
-     * buffer itself on the cpu), or else each bucket's pinned twin. */
+     * buffer itself on the cpu), or else each bucket's pinned twin (made
+     * by train_place_buckets) — or, for a hook that takes device memory,
+     * from the gradients on the GPU. */
     float *grads = model_grads(t->model);
     t->staged = grads == NULL;
     if (t->staged && !(t->handoff = calloc(t->nbuckets, sizeof *t->handoff))) {
@@ -124,12 +133,8 @@ static int train_make_buckets(train *t, char *err, size_t errlen)
             tb->hb.data = grads ? grads + lo->offset : NULL;
             twin = tb->hb.count;
         }
-        if (!t->staged)
-            continue;
-        if (!(tb->twin = compute_alloc(t->dev, twin, COMPUTE_F32, COMPUTE_MEM_PINNED, err, errlen)))
-            return -1;
-        if (!tb->hb.sparse)
-            tb->hb.data = compute_host_view(t->dev, tb->twin);
+        if (t->staged)
+            tb->twin_n = twin;
     }
     log_info("%u bucket(s) for %u parameters (cap %.1f MB)", t->nbuckets, np, t->job.bucket_cap_mb);
     /* Their sizes in one line, in the order they leave (bench/train_step.sh
@@ -227,6 +232,44 @@ uint64_t train_batches_per_pass(const train *t)
     return t->job.epochs * t->shard->nbatches;
 }
 
+/* Where each bucket's data is for hook h this pass: staged, a dense bucket
+ * stays on the GPU for a hook that takes device memory (NCCL), every other
+ * one gets its pinned twin (made here the first time). 0, or -1 with err. */
+static int train_place_buckets(train *t, const hook *h, char *err, size_t errlen)
+{
+    if (!t->staged)
+        return 0; /* host views: the gradients themselves */
+    for (uint32_t k = 0; k < t->nbuckets; k++) {
+        train_bucket *tb = &t->buckets[k];
+        void *dev = NULL;
+        if (!tb->hb.sparse && h->device_dense)
+            dev = compute_span_device(t->dev, cspan_at(model_grads_buf(t->model),
+                                                       model_param(t->model, tb->first_param)->offset,
+                                                       tb->hb.count));
+        tb->on_device = dev != NULL;
+        if (tb->on_device) {
+            tb->hb.device_data = dev;
+            tb->hb.data = NULL;
+            continue;
+        }
+        tb->hb.device_data = NULL;
+        if (!tb->twin && !(tb->twin = compute_alloc(t->dev, tb->twin_n, COMPUTE_F32, COMPUTE_MEM_PINNED, err, errlen)))
+            return -1;
+        if (!tb->hb.sparse)
+            tb->hb.data = compute_host_view(t->dev, tb->twin);
+    }
+    uint32_t on_device = 0;
+    for (uint32_t k = 0; k < t->nbuckets; k++)
+        on_device += t->buckets[k].on_device;
+    if (!t->placed || on_device != t->logged_on_device) {
+        log_info("%s: %u bucket(s) handed over in device memory, %u through pinned host memory", h->name, on_device,
+                 t->nbuckets - on_device);
+        t->logged_on_device = on_device;
+        t->placed = true;
+    }
+    return 0;
+}
+
 /* Staged: hand the copied buckets over in order, each once the copy into
  * its twin is done — as far as they are done (wait: all of them, waiting
  * for each). */
@@ -248,6 +291,12 @@ static void train_hand_over(train *t, bool wait)
  * backward goes on, and the bucket leaves once the copy is done. */
 static void train_stage(train *t, train_bucket *b)
 {
+    if (b->on_device) { /* no copy: the hook reads the gradients once their writer is done */
+        b->copied = compute_mark(t->dev);
+        t->handoff[t->nhand++] = b->hb.id;
+        train_hand_over(t, false);
+        return;
+    }
     float *twin = compute_host_view(t->dev, b->twin);
     cspan src;
     if (b->hb.sparse) {
@@ -314,7 +363,7 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
         if (b->hb.t_done_ns > last_done)
             last_done = b->hb.t_done_ns;
         if (!b->hb.sparse) {
-            if (b->twin) /* staged: the mean back into the gradients, before the steps read it */
+            if (b->twin && !b->on_device) /* staged: the mean back into the gradients, before the steps read it */
                 compute_write(t->dev,
                               cspan_at(model_grads_buf(t->model), model_param(t->model, b->first_param)->offset,
                                        b->hb.count),
@@ -352,6 +401,8 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
 
 int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size_t errlen)
 {
+    if (train_place_buckets(t, h, err, errlen) < 0)
+        return -1;
     t->h = h;
     t->batch = 0;
     steptimer_drop(&t->tm); /* a failed pass's: not this one's */

@@ -8,9 +8,14 @@ hooks, against CUDA and CPU servers.
     parameters. On the fake GPU (every machine: the kernels' host loops,
     cuBLAS's product on CBLAS) those are also the CPU run's, bit for bit;
   - a CUDA trainer killed mid-run ends the run naming it, as on CPUs;
-  - on a GPU only: a one-rank NCCL allreduce_hook run end to end, and, on a
-    host with one GPU, --backend nccl with 2 CUDA trainers refused at their
-    registration (NCCL cannot hold two ranks on one GPU).
+  - NCCL on the trainers' device buffers: allreduce_hook with --backend
+    nccl hands every dense bucket over in device memory (no pinned twin),
+    and the DDP + RPC benchmark's dense part likewise. On a GPU one rank
+    (one GPU cannot hold two); on the fake GPU two, through NCCL's stand-in
+    (a Gloo group on the fake GPU's memory, coll_nccl_fake_new), ending
+    with the CPU trainers' Gloo parameters bit for bit;
+  - on a host with one GPU, --backend nccl with 2 CUDA trainers refused at
+    their registration (NCCL cannot hold two ranks on one GPU).
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_cuda_trainer.py
 The trainers' device is $PSBENCH_TRAINER_DEVICE (default fake-cuda; cuda on
@@ -51,9 +56,10 @@ class CudaTrainer(psb.PsbTestCase):
         with open(os.path.join(out, "results.json")) as f:
             return json.load(f)
 
-    def run_job(self, job, server_device, ntrainers=2):
+    def run_job(self, job, server_device, ntrainers=2, logs=None):
         """The job by hand: its server on server_device (None: none), its
-        trainers on TDEV; returns results.json."""
+        trainers on TDEV; returns results.json (the trainers' logs appended
+        to `logs` when given)."""
         out = os.path.join(self.reg.workdir, "out-%d" % len(os.listdir(self.reg.workdir)))
         m = self.master(*job, out=out)
         if server_device:
@@ -62,11 +68,13 @@ class CudaTrainer(psb.PsbTestCase):
         self.assertEqual(m.wait(240), 0, m.describe())
         for t in trainers:
             self.assertEqual(t.wait(30), 0, t.describe())
+            if logs is not None:
+                logs.append(t.stderr())
         return self.results(out)
 
     def cpu_digest(self, *job):
         """The same DummyModel job on CPU trainers and a CPU server."""
-        out = os.path.join(self.reg.workdir, "out-cpu")
+        out = os.path.join(self.reg.workdir, "out-cpu-%d" % len(os.listdir(self.reg.workdir)))
         m = self.master("--local", *job, out=out)
         self.assertEqual(m.wait(240), 0, m.describe())
         trainers = self.results(out)["trainers"]
@@ -161,12 +169,43 @@ class CudaTrainer(psb.PsbTestCase):
         self.assertRegex(m.stderr().strip().splitlines()[-1], r"trainer 1 .*(disconnected|failed|silent)")
         self.assertNotEqual(other.wait(60), 0, other.describe())
 
-    @unittest.skipIf(FAKE, "NCCL runs on a GPU only (the fake GPU has no NCCL)")
-    def test_nccl_one_rank_allreduce(self):
-        res = self.run_job(("--ntrainer", "0", "--ncudatrainer", "1", "--nserver", "0", "--trainer", "DdpTrainer",
-                            "--backend", "nccl", "--epochs", "2"), None, ntrainers=1)
+    def test_nccl_allreduce_on_device_buffers(self):
+        """allreduce_hook on NCCL: every dense bucket leaves from the
+        gradients in device memory (the trainer's log counts them), the
+        mean comes back there; one rank on a GPU, two on the fake GPU."""
+        n = 2 if FAKE else 1
+        logs = []
+        res = self.run_job(("--ntrainer", "0", "--ncudatrainer", str(n), "--nserver", "0", "--trainer",
+                            "DdpTrainer", "--backend", "nccl", "--epochs", "2"), None, ntrainers=n, logs=logs)
         self.assertEqual(res["phase"], "done", res.get("error"))
         self.assertEqual(res["configuration"]["backend"], "nccl")
+        for log in logs:
+            self.assertRegex(log, r"allreduce_hook: [1-9]\d* bucket\(s\) handed over in device memory, 0 through "
+                             r"pinned host memory", log)
+        tr = res["groups"]["trainer"]["all"]
+        self.assertGreater(tr["hook_future_metric,nccl_dense_allreduce"]["count"], 0, tr)
+        self.assertNotIn("hook_future_metric,gloo_dense_allreduce", tr)
+        digests = {t["final_params_sha256"] for t in res["trainers"]}
+        self.assertEqual(len(digests), 1, res["trainers"])
+        if FAKE:  # the sum of two, times 1/2: Gloo's bits on CPU trainers
+            self.assertEqual(digests.pop(), self.cpu_digest("--ntrainer", "2", "--nserver", "0", "--trainer",
+                                                            "DdpTrainer", "--backend", "gloo", "--epochs", "2"))
+
+    def test_nccl_ddp_rpc_dense_on_device(self):
+        """The DDP + RPC benchmark's dense part on NCCL: the HybridModel's
+        dense bucket leaves from device memory; the run is done and the
+        trainers agree."""
+        n = 2 if FAKE else 1
+        logs = []
+        res = self.run_job(("--ntrainer", "0", "--ncudatrainer", str(n), "--number-ps", "1", "--embedding-dim",
+                            "512", "--backend", "nccl", "--epochs", "3", "--warmup-cycles", "1"), "cpu", ntrainers=n,
+                           logs=logs)
+        self.assertEqual(res["phase"], "done", res.get("error"))
+        for log in logs:
+            self.assertIn("allreduce_hook: the dense bucket is handed over in device memory", log)
+        tr = res["groups"]["trainer"]["all"]
+        self.assertGreater(tr["hook_future_metric,nccl_dense_allreduce"]["count"], 0, tr)
+        self.assertEqual(len({t["final_params_sha256"] for t in res["trainers"]}), 1, res["trainers"])
 
     @unittest.skipIf(FAKE or psb.gpu_count() != 1, "needs a host with exactly one GPU")
     def test_nccl_two_trainers_on_one_gpu_refused(self):

@@ -270,6 +270,8 @@ static int reap(const pid_t *pids, int n, double limit_s, int *status)
 static coll *member_join(const member *m, file_store *fs, char *err, size_t errlen)
 {
     coll_store store = store_of(fs);
+    if (strcmp(m->backend, "fake-nccl") == 0)
+        return coll_nccl_fake_new(m->rank, m->size, "127.0.0.1", &store, m->prefix, m->timeout_s, err, errlen);
     if (strcmp(m->backend, "nccl") == 0)
         return coll_nccl_new(m->rank, m->size, (int)m->rank, &store, m->prefix, m->timeout_s, err, errlen);
     return coll_gloo_new(m->rank, m->size, "127.0.0.1", &store, m->prefix, m->timeout_s, err, errlen);
@@ -307,6 +309,106 @@ static const uint64_t counts4[4] = {5, 0, 17, 3};
 
 static uint8_t pattern(uint32_t rank, size_t j) { return (uint8_t)(rank * 37 + j * 11 + 1); }
 
+/* Device memory of the member's GPU (nccl: cudaMalloc on GPU `rank`, as
+ * member_join places it; fake-nccl: the fake GPU's, host memory), set to
+ * host's n floats; NULL with err. */
+static float *device_copy(const member *m, const float *host, size_t n, char *err, size_t errlen)
+{
+    if (strcmp(m->backend, "fake-nccl") == 0) {
+        float *d = malloc(n * sizeof *d);
+        if (d)
+            memcpy(d, host, n * sizeof *d);
+        else
+            snprintf(err, errlen, "out of memory");
+        return d;
+    }
+#ifdef PSBENCH_HAVE_NCCL
+    const cudart_api *rt = cudaload_cudart(err, errlen);
+    void *d = NULL;
+    cudaError_t ce;
+    if (!rt || (ce = rt->cudaSetDevice((int)m->rank)) != cudaSuccess || (ce = rt->cudaMalloc(&d, n * 4)) != cudaSuccess ||
+        (ce = rt->cudaMemcpyAsync(d, host, n * 4, cudaMemcpyHostToDevice, NULL)) != cudaSuccess ||
+        (ce = rt->cudaStreamSynchronize(NULL)) != cudaSuccess) {
+        if (rt)
+            snprintf(err, errlen, "device buffer: %s", rt->cudaGetErrorString(ce));
+        return NULL;
+    }
+    return d;
+#else
+    snprintf(err, errlen, "no device memory in this build");
+    return NULL;
+#endif
+}
+
+/* The device buffer d's n floats into host, and d freed. 0, or -1. */
+static int device_back(const member *m, float *d, float *host, size_t n)
+{
+    if (strcmp(m->backend, "fake-nccl") == 0) {
+        memcpy(host, d, n * sizeof *host);
+        free(d);
+        return 0;
+    }
+#ifdef PSBENCH_HAVE_NCCL
+    const cudart_api *rt = cudaload_cudart(NULL, 0);
+    int rc = rt->cudaMemcpyAsync(host, d, n * 4, cudaMemcpyDeviceToHost, NULL) == cudaSuccess &&
+                     rt->cudaStreamSynchronize(NULL) == cudaSuccess
+                 ? 0
+                 : -1;
+    rt->cudaFree(d);
+    return rc;
+#else
+    (void)m, (void)d, (void)host, (void)n;
+    return -1;
+#endif
+}
+
+/* The sum on device memory, times a scale (coll_allreduce_mean_f32_device):
+ * the same bits as the host's sum followed by the host's multiply, with a
+ * scale that is not 1/N (so that a group of one scales too: on a GPU,
+ * cuBLAS's). A group without device memory (gloo) refuses it and stays
+ * usable. 0, or the member's failure. */
+static int member_device_mean(const member *m, coll *c)
+{
+    char err[512] = "";
+    if (!coll_on_device(c)) {
+        float x = 1.0f;
+        if (coll_allreduce_mean_f32_device(c, &x, 1, 0.5f, err, sizeof err) != -1 ||
+            !strstr(err, "not on device memory"))
+            return member_fail(m, 20, "device allreduce on %s: %s", coll_backend(c), err);
+        return 0;
+    }
+    const float scale = 1.0f / 3.0f;
+    float *want = malloc(NOISE_N * sizeof *want), *got = malloc(NOISE_N * sizeof *got);
+    if (!want || !got) {
+        free(want);
+        free(got);
+        return member_fail(m, 4, "out of memory");
+    }
+    int rc = 0;
+    for (size_t i = 0; i < NOISE_N; i++)
+        want[i] = noise(m->rank + 7, i);
+    float *d = device_copy(m, want, NOISE_N, err, sizeof err);
+    if (!d) {
+        rc = member_fail(m, 21, "%s", err);
+    } else if (coll_allreduce_mean_f32_device(c, d, NOISE_N, scale, err, sizeof err) != 0) {
+        rc = member_fail(m, 22, "device allreduce: %s", err);
+        device_back(m, d, got, NOISE_N);
+    } else if (device_back(m, d, got, NOISE_N) != 0) {
+        rc = member_fail(m, 23, "device allreduce: copying the mean back failed");
+    } else if (coll_allreduce_sum_f32(c, want, NOISE_N, err, sizeof err) != 0) {
+        rc = member_fail(m, 24, "host allreduce: %s", err);
+    } else {
+        for (size_t i = 0; i < NOISE_N && rc == 0; i++) {
+            float w = want[i] * scale;
+            if (memcmp(&w, &got[i], sizeof w) != 0)
+                rc = member_fail(m, 25, "device mean [%zu] = %a, the host's %a", i, (double)got[i], (double)w);
+        }
+    }
+    free(want);
+    free(got);
+    return rc;
+}
+
 /* Every collective with known answers; the noisy sum's bytes go to
  * out.<rank> for the parent to compare across members. */
 static int member_collectives(const member *m)
@@ -318,7 +420,8 @@ static int member_collectives(const member *m)
         return member_fail(m, 2, "join: %s", err);
     int rc = 0;
     const uint32_t n = m->size, r = m->rank;
-    if (coll_rank(c) != r || coll_size(c) != n || strcmp(coll_backend(c), m->backend) != 0) {
+    const char *want_backend = strcmp(m->backend, "fake-nccl") == 0 ? "nccl (the fake GPU's: Gloo)" : m->backend;
+    if (coll_rank(c) != r || coll_size(c) != n || strcmp(coll_backend(c), want_backend) != 0) {
         rc = member_fail(m, 3, "rank/size/backend: %u %u %s", coll_rank(c), coll_size(c), coll_backend(c));
         goto out;
     }
@@ -370,6 +473,8 @@ static int member_collectives(const member *m)
     }
     report(m->fs.dir, "out", r, noisy, NOISE_N * sizeof *noisy);
     free(noisy);
+    if ((rc = member_device_mean(m, c)) != 0)
+        goto out;
 
     /* allgather: 13 bytes each, then in place. */
     uint8_t in[32], out[MAX_MEMBERS * 32];
@@ -537,6 +642,14 @@ static void test_gloo_4(void **state)
 }
 
 /* ---- in this process: arguments, a group of one, the failure latch ---- */
+
+/* NCCL's stand-in for fake-cuda trainers: Gloo's collectives, and the
+ * device-memory mean on the fake GPU's (host) memory. */
+static void test_fake_nccl_2(void **state)
+{
+    (void)state;
+    run_collectives("fake-nccl", 2);
+}
 
 static void test_gloo_args(void **state)
 {
@@ -1018,6 +1131,7 @@ int main(void)
         cmocka_unit_test(test_gloo_1),
         cmocka_unit_test(test_gloo_2),
         cmocka_unit_test(test_gloo_4),
+        cmocka_unit_test(test_fake_nccl_2),
         cmocka_unit_test(test_gloo_never_joins),
         cmocka_unit_test(test_gloo_dies_in_rendezvous),
         cmocka_unit_test(test_gloo_killed_before),

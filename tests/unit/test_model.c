@@ -4,8 +4,8 @@
  * and sparse embedding gradients, shape validation), trainer/optim (SGD,
  * momentum, sparse rows) and trainer/params_hash; and train.c's buckets and
  * the optimizer on the staged test device (compute_staged.c: no host view
- * of the model's memory, copies that complete late) against the cpu, bit
- * for bit.
+ * of the model's memory, copies that complete late) and, for a hook that
+ * takes device memory, on the fake GPU, against the cpu, bit for bit.
  *
  * Gradients are checked against central differences of an independent
  * double-precision reference forward written here from the model's
@@ -887,6 +887,7 @@ typedef struct scale_hook {
     uint32_t next_id;  /* buckets are handed over in id order */
     uint64_t handed;   /* over the whole run */
     uint64_t poisoned; /* values that were NaN when handed over */
+    uint64_t on_device; /* dense buckets handed over in device memory */
 } scale_hook;
 
 static void scale_ready(hook *h, hook_bucket *b)
@@ -896,9 +897,18 @@ static void scale_ready(hook *h, hook_bucket *b)
     s->next_id++;
     s->handed++;
     if (!b->sparse) {
+        /* Exactly one of the two; device memory only for a hook that takes
+         * it. On the fake GPU a device address is a host address (cugpu.h),
+         * so this hook scales it in place as NCCL would on a GPU: a bucket
+         * handed over before its writer is done gives other bits than the
+         * cpu's (the fake GPU's workers run late: PSBENCH_FAKE_GPU_DELAY_US). */
+        assert_true((b->data == NULL) != (b->device_data == NULL));
+        assert_true(!b->device_data || s->base.device_dense);
+        float *d = b->device_data ? b->device_data : b->data;
+        s->on_device += b->device_data != NULL;
         for (uint64_t k = 0; k < b->count; k++) {
-            s->poisoned += isnan(b->data[k]);
-            b->data[k] *= 0.5f;
+            s->poisoned += isnan(d[k]);
+            d[k] *= 0.5f;
         }
     } else {
         assert_int_equal(hook_bucket_reserve(b, b->nnz), 0);
@@ -931,7 +941,7 @@ static const hook_ops scale_ops = {.ready = scale_ready, .wait = scale_wait, .de
 /* A few epochs of train.c on `device` with the scaling hook; the final
  * parameters (a copy) and the loss of the last epoch. */
 static float *train_on(const char *device, bool sparse, double momentum, uint64_t *n, double *loss,
-                       uint64_t *handed)
+                       uint64_t *handed, bool device_hook, uint64_t *on_device)
 {
     train_job j = {
         .model = {.num_embeddings = 50, .embedding_dim = 8, .dense_input_size = 8, .dense_output_size = 8,
@@ -949,10 +959,12 @@ static float *train_on(const char *device, bool sparse, double momentum, uint64_
     if (!t)
         print_error("train_new on %s: %s\n", device, err);
     assert_non_null(t);
-    scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}};
+    scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook", .device_dense = device_hook}};
     assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
     assert_int_equal(sh.poisoned, 0);
     *handed = sh.handed;
+    if (on_device)
+        *on_device = sh.on_device;
     uint64_t ne;
     *loss = train_loss_per_epoch(t, &ne)[ne - 1];
     const float *p = train_params(t, n);
@@ -971,8 +983,8 @@ static void check_staged_equals_cpu(bool sparse, double momentum)
 {
     uint64_t nc, ns, hc, hs;
     double lc, ls;
-    float *pc = train_on("cpu", sparse, momentum, &nc, &lc, &hc);
-    float *ps = train_on("staged", sparse, momentum, &ns, &ls, &hs);
+    float *pc = train_on("cpu", sparse, momentum, &nc, &lc, &hc, false, NULL);
+    float *ps = train_on("staged", sparse, momentum, &ns, &ls, &hs, false, NULL);
     assert_int_equal(nc, ns);
     assert_int_equal(hc, hs);
     assert_true(hc >= 2 * 7 * 4); /* 7 batches an epoch, 4 buckets or more */
@@ -988,6 +1000,34 @@ static void check_staged_equals_cpu(bool sparse, double momentum)
 static void test_train_staged_dense(void **state) { check_staged_equals_cpu(false, 0.0); }
 static void test_train_staged_momentum(void **state) { check_staged_equals_cpu(false, 0.9); }
 static void test_train_staged_sparse(void **state) { check_staged_equals_cpu(true, 0.0); }
+
+/* A hook that takes device memory (as allreduce_hook on an NCCL group): on
+ * the fake GPU, with its workers running late, train.c hands dense buckets
+ * over in device memory, each once its writer is done, no twin between,
+ * and the run ends with the cpu's parameters bit for bit (fake-cuda
+ * computes the cpu's bits). On the cpu, and for sparse buckets, the same
+ * hook gets host memory. */
+static void check_device_buckets(bool sparse, double momentum)
+{
+    setenv("PSBENCH_FAKE_GPU_DELAY_US", "300", 1);
+    uint64_t nc, nf, hc, hf, dc = 0, df = 0;
+    double lc, lf;
+    float *pc = train_on("cpu", sparse, momentum, &nc, &lc, &hc, true, &dc);
+    float *pf = train_on("fake-cuda", sparse, momentum, &nf, &lf, &hf, true, &df);
+    unsetenv("PSBENCH_FAKE_GPU_DELAY_US");
+    assert_int_equal(nc, nf);
+    assert_int_equal(hc, hf);
+    assert_int_equal(dc, 0);           /* the cpu's gradients are host memory */
+    assert_true(df >= 2 * 7 * 3);      /* 7 batches an epoch, 3 dense buckets or more */
+    assert_true(df < hf || !sparse);   /* the sparse bucket: host memory */
+    assert_memory_equal(pc, pf, nc * sizeof *pc);
+    assert_memory_equal(&lc, &lf, sizeof lc);
+    free(pc);
+    free(pf);
+}
+
+static void test_train_device_dense(void **state) { check_device_buckets(false, 0.9); }
+static void test_train_device_sparse(void **state) { check_device_buckets(true, 0.0); }
 
 /* sgd_step on the model's own sparse gradient where it has no host view,
  * and params_sha256 of parameters without one: as on the cpu. */
@@ -1047,6 +1087,8 @@ int main(void)
         cmocka_unit_test(test_train_staged_dense),
         cmocka_unit_test(test_train_staged_momentum),
         cmocka_unit_test(test_train_staged_sparse),
+        cmocka_unit_test(test_train_device_dense),
+        cmocka_unit_test(test_train_device_sparse),
     };
     dev = compute_new("cpu", NULL, 0);
     if (!dev)
