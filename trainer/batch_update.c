@@ -9,15 +9,24 @@
 #include "shared/log.h"
 #include "shared/part.h"
 #include "shared/rng.h"
+#include "trainer/steptimer.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* A batch's marks on a device (steptimer.h). */
+enum { BU_START = 0, BU_FWD, BU_BWD };
+
 struct batch_update {
     batch_update_config cfg;
     stats *m_batch, *m_fwd, *m_bwd, *m_hook, *m_get;
+    /* On a device: forward and backward between marks on its stream
+     * (BU_*; the seed's cuda=True), recorded once done (at once: the loss
+     * is read right after backward). The batch and the hook stay on the
+     * host's clock: they hold the wait for the servers. */
+    steptimer tm;
     uint64_t total;     /* out*in + out */
     compute *dev;       /* where it computes (cfg.device) */
     cbuf *params;       /* [W, b] */
@@ -68,16 +77,17 @@ batch_update *batch_update_new(const batch_update_config *cfg, metrics *m, char 
     if (b->cfg.epochs == 0)
         b->cfg.epochs = 1;
     b->total = out * in + out;
-    b->m_batch = metrics_get(m, "batch_level_metric,batch_all");
-    b->m_fwd = metrics_get(m, "forward_metric,forward_pass");
-    b->m_bwd = metrics_get(m, "backward_metric,backward");
-    b->m_hook = metrics_get(m, "hook_future_metric,update_and_fetch_model");
-    b->m_get = metrics_get(m, "method_metric,get_model");
     char cerr[256] = "";
     if (!(b->dev = compute_new(cfg->device, err, errlen))) {
         batch_update_free(b);
         return NULL;
     }
+    steptimer_init(&b->tm, b->dev);
+    b->m_batch = metrics_get(m, "batch_level_metric,batch_all");
+    b->m_fwd = steptimer_span(&b->tm, m, "forward_metric,forward_pass", BU_START, BU_FWD);
+    b->m_bwd = steptimer_span(&b->tm, m, "backward_metric,backward", BU_FWD, BU_BWD);
+    b->m_hook = metrics_get(m, "hook_future_metric,update_and_fetch_model");
+    b->m_get = metrics_get(m, "method_metric,get_model");
     compute *d = b->dev;
     if (!(b->params = compute_alloc(d, b->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) ||
         !(b->grad = compute_alloc(d, b->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) ||
@@ -347,6 +357,7 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
                       batch_update_report *rep, char *err, size_t errlen)
 {
     memset(rep, 0, sizeof *rep);
+    steptimer_drop(&b->tm); /* a failed pass's: not this one's */
     b->nloss = 0;
     loss_check_start(&b->lc, b->cfg.allow_divergence);
     if (batches > 0 && batches < b->cfg.epochs) {
@@ -382,13 +393,21 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         b->x_next = b->x;
         b->x = x;
         uint64_t t1 = clock_now_ns();
+        steptimer_mark(&b->tm, BU_START);
         batch_update_forward(b->dev, W, bias, cspan_all(b->x), B, in, out, cspan_all(b->y));
+        steptimer_mark(&b->tm, BU_FWD);
         compute_sync(b->dev);
         uint64_t t2 = clock_now_ns();
         batch_update_backward(b->dev, cspan_all(b->x), cspan_all(b->y), B, in, out, cspan_all(b->dy), dW, db,
                               cspan_all(b->loss));
+        steptimer_mark(&b->tm, BU_BWD);
         double loss = compute_loss(b->dev, cspan_all(b->loss));
         uint64_t t3 = clock_now_ns();
+        /* A GPU that failed computed nothing to push (compute.h). */
+        if (compute_status(b->dev, err, errlen) < 0)
+            return -1;
+        if (record && steptimer_on(&b->tm))
+            steptimer_end(&b->tm); /* the loss was read: its marks are done */
         /* Epoch e holds batches [e*n/E, (e+1)*n/E): equal lengths where E
          * divides n, as the master's passes are. */
         uint64_t e = i * b->cfg.epochs / batches;
@@ -417,8 +436,10 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         log_debug("trainer%" PRIu64 " got updated model", rank);
         uint64_t t_end = clock_now_ns();
         if (record) {
-            metrics_add(b->m_fwd, clock_ms(t1, t2));
-            metrics_add(b->m_bwd, clock_ms(t2, t3));
+            if (!steptimer_on(&b->tm)) {
+                metrics_add(b->m_fwd, clock_ms(t1, t2));
+                metrics_add(b->m_bwd, clock_ms(t2, t3));
+            }
             metrics_add(b->m_hook, clock_ms(t_push, b->ans.t_last_ns));
             metrics_add(b->m_batch, clock_ms(t0, t_end));
         }
@@ -427,6 +448,7 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         if (b->tick && b->tick(b->tick_ctx, i + 1, err, errlen) < 0)
             return -1;
     }
+    steptimer_flush(&b->tm); /* nothing left in practice: each batch's marks were done */
     rep->seconds = (double)(clock_now_ns() - t_batches) / 1e9;
     for (uint64_t e = 0; e < b->nloss; e++) {
         uint64_t first = (e * batches + b->cfg.epochs - 1) / b->cfg.epochs;        /* ceil(e*n/E) */

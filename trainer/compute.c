@@ -4,6 +4,8 @@
 #include "trainer/compute_impl.h"
 #include "shared/log.h"
 
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,10 +77,30 @@ void compute_host_write_end(compute *c, cspan s, const void *p)
         compute_write(c, s, p);
 }
 
+int compute_status(const compute *c, char *err, size_t errlen)
+{
+    if (!compute_failed(c))
+        return 0;
+    errbuf_set(err, errlen, "%s", c->failure);
+    return -1;
+}
+
+void compute_fail(compute *c, const char *fmt, ...)
+{
+    if (compute_failed(c))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->failure, sizeof c->failure, fmt, ap);
+    va_end(ap);
+    if (!c->failure[0])
+        snprintf(c->failure, sizeof c->failure, "compute (%s): failed", c->ops->name);
+}
+
 double compute_loss(compute *c, cspan loss)
 {
     assert(loss.n == 1 && loss.buf->dtype == COMPUTE_F64);
-    double v;
+    double v = NAN;
     compute_read(c, loss, &v);
     compute_sync(c);
     return v;

@@ -208,7 +208,25 @@ typedef struct compute_ops {
 /* Every implementation's context starts with this. */
 struct compute {
     const compute_ops *ops;
+    /* The first failure ("" while none): set by the implementation
+     * (compute_fail, compute_impl.h), read through compute_status. */
+    char failure[256];
 };
+
+/* Failure. A GPU can fail under a context (a launch or copy that fails, a
+ * lost device, no memory for the context's own scratch): the context keeps
+ * the first reason and from then on does nothing more — every operation
+ * below returns at once (a read leaves its destination as it was, a sparse
+ * backward returns 0 rows), allocations fail with the reason, and marks,
+ * waits and syncs return as if done, so nothing hangs on work that will
+ * never complete. Whoever drives it asks compute_status where a step's
+ * results leave the process (before a bucket goes to a hook, at the end of
+ * a step) and stops there with the reason: a failed trainer reports
+ * `failed`, it does not exit or send what it never computed. The cpu
+ * never fails. */
+static inline bool compute_failed(const compute *c) { return c->failure[0] != '\0'; }
+/* 0, or -1 with the first failure in err. */
+int compute_status(const compute *c, char *err, size_t errlen);
 
 /* The context for device `name` ("cpu", "cuda", "cuda:N"; "fake-cuda" for
  * tests); NULL with a one-line reason in err for a device this build or
@@ -268,6 +286,8 @@ void *compute_span_device(compute *c, cspan s);
 
 static inline cbuf *compute_alloc(compute *c, uint64_t n, compute_dtype t, compute_mem mem, char *err, size_t errlen)
 {
+    if (compute_status(c, err, errlen) < 0)
+        return NULL;
     return c->ops->alloc(c, n, t, mem, err, errlen);
 }
 /* NULL: nothing. */
@@ -277,9 +297,21 @@ static inline void compute_release(compute *c, cbuf *b)
         c->ops->release(c, b);
 }
 static inline void *compute_host_view(compute *c, cbuf *b) { return c->ops->host_view(c, b); }
-static inline void compute_read(compute *c, cspan src, void *dst) { c->ops->read(c, src, dst); }
-static inline void compute_write(compute *c, cspan dst, const void *src) { c->ops->write(c, dst, src); }
-static inline void compute_zero(compute *c, cspan dst) { c->ops->zero(c, dst); }
+static inline void compute_read(compute *c, cspan src, void *dst)
+{
+    if (!compute_failed(c))
+        c->ops->read(c, src, dst);
+}
+static inline void compute_write(compute *c, cspan dst, const void *src)
+{
+    if (!compute_failed(c))
+        c->ops->write(c, dst, src);
+}
+static inline void compute_zero(compute *c, cspan dst)
+{
+    if (!compute_failed(c))
+        c->ops->zero(c, dst);
+}
 static inline cmark compute_mark(compute *c) { return c->ops->mark(c); }
 static inline bool compute_done(compute *c, cmark m) { return c->ops->done(c, m); }
 static inline void compute_wait(compute *c, cmark m) { c->ops->wait(c, m); }
@@ -297,68 +329,103 @@ static inline int compute_elapsed(compute *c, cmark from, cmark to, double *ms)
 static inline void compute_gemm(compute *c, bool ta, bool tb, uint64_t M, uint64_t N, uint64_t K, float alpha,
                                 cspan A, uint64_t lda, cspan B, uint64_t ldb, float beta, cspan C, uint64_t ldc)
 {
+    if (compute_failed(c))
+        return;
     c->ops->gemm(c, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 static inline void compute_bias_rows(compute *c, cspan bias, uint64_t rows, uint64_t cols, cspan y)
 {
+    if (compute_failed(c))
+        return;
     c->ops->bias_rows(c, bias, rows, cols, y);
 }
 static inline void compute_transpose_bias(compute *c, cspan src, cspan bias, uint64_t rows, uint64_t cols, cspan y)
 {
+    if (compute_failed(c))
+        return;
     c->ops->transpose_bias(c, src, bias, rows, cols, y);
 }
 static inline void compute_colsum(compute *c, cspan src, uint64_t rows, uint64_t cols, cspan dst,
                                   compute_sum_from from)
 {
+    if (compute_failed(c))
+        return;
     c->ops->colsum(c, src, rows, cols, dst, from);
 }
-static inline void compute_relu(compute *c, cspan x, cspan y) { c->ops->relu(c, x, y); }
-static inline void compute_relu_bwd(compute *c, cspan pre, cspan dy) { c->ops->relu_bwd(c, pre, dy); }
+static inline void compute_relu(compute *c, cspan x, cspan y)
+{
+    if (!compute_failed(c))
+        c->ops->relu(c, x, y);
+}
+static inline void compute_relu_bwd(compute *c, cspan pre, cspan dy)
+{
+    if (!compute_failed(c))
+        c->ops->relu_bwd(c, pre, dy);
+}
 static inline void compute_bag_mean(compute *c, cspan table, uint64_t D, const int64_t *idx, uint32_t B, uint64_t L,
                                     cspan out)
 {
+    if (compute_failed(c))
+        return;
     c->ops->bag_mean(c, table, D, idx, B, L, out);
 }
 static inline void compute_bag_mean_bwd_dense(compute *c, cspan dx, uint64_t D, const int64_t *idx, uint32_t B,
                                               uint64_t L, cspan G)
 {
+    if (compute_failed(c))
+        return;
     c->ops->bag_mean_bwd_dense(c, dx, D, idx, B, L, G);
 }
 static inline uint64_t compute_bag_mean_bwd_sparse(compute *c, cspan dx, uint64_t D, const int64_t *idx, uint32_t B,
                                                    uint64_t L, int64_t *rows, uint32_t *slot, cspan vals)
 {
+    if (compute_failed(c))
+        return 0;
     return c->ops->bag_mean_bwd_sparse(c, dx, D, idx, B, L, rows, slot, vals);
 }
 static inline void compute_softmax_ce(compute *c, cspan z, uint32_t B, uint64_t C, const int64_t *y, cspan prob,
                                       cspan q, cspan loss)
 {
+    if (compute_failed(c))
+        return;
     c->ops->softmax_ce(c, z, B, C, y, prob, q, loss);
 }
 static inline void compute_softmax_ce_bwd(compute *c, cspan prob, cspan q, uint32_t B, uint64_t C, const int64_t *y,
                                           cspan dz)
 {
+    if (compute_failed(c))
+        return;
     c->ops->softmax_ce_bwd(c, prob, q, B, C, y, dz);
 }
 static inline void compute_ce_logits(compute *c, cspan z, uint32_t R, uint32_t C, const int64_t *y, cspan dz,
                                      cspan loss)
 {
+    if (compute_failed(c))
+        return;
     c->ops->ce_logits(c, z, R, C, y, dz, loss);
 }
 static inline void compute_l1(compute *c, cspan y, uint64_t n, cspan dy, cspan loss)
 {
+    if (compute_failed(c))
+        return;
     c->ops->l1(c, y, n, dy, loss);
 }
 static inline void compute_sgd_dense(compute *c, cspan p, cspan g, cspan buf, float lr, float momentum, bool first)
 {
+    if (compute_failed(c))
+        return;
     c->ops->sgd_dense(c, p, g, buf, lr, momentum, first);
 }
 static inline void compute_sgd_sparse(compute *c, cspan table, uint64_t cols, const int64_t *rows, const float *vals,
                                       uint64_t nnz, float lr)
 {
+    if (compute_failed(c))
+        return;
     c->ops->sgd_sparse(c, table, cols, rows, vals, nnz, lr);
 }
 
-/* A loss an operation wrote (1 double at loss), on the host: waits for it. */
+/* A loss an operation wrote (1 double at loss), on the host: waits for it
+ * (NaN where the context has failed). */
 double compute_loss(compute *c, cspan loss);
 
 #endif

@@ -84,6 +84,9 @@ typedef struct compute_cuda {
     /* per-sample loss terms (device), grown as needed */
     double *per;
     size_t per_cap;
+    /* a failed context's staging sink (cc_stage_sink) */
+    unsigned char *sink;
+    size_t sink_cap;
     /* the host's scratch for grouping occurrences by row */
     struct cc_occ *occ;
     size_t occ_cap;
@@ -97,11 +100,14 @@ typedef struct cc_occ {
 
 static compute_cuda *cc(compute *c) { return (compute_cuda *)c; }
 
+/* The GPU failed under `what` (g->err says how): the context has failed
+ * (compute.h: it does nothing more; the trainer reports the reason). */
 static void cc_fatal(compute_cuda *c, const char *what)
 {
-    log_error("compute (%s): %s: %s", c->name, what, c->g->err);
-    exit(1);
+    compute_fail(&c->base, "compute (%s): %s: %s", c->name, what, c->g->err);
 }
+
+static bool cc_failed(const compute_cuda *c) { return compute_failed(&c->base); }
 
 /* ---- order ---------------------------------------------------------------------- */
 
@@ -110,7 +116,7 @@ static cmark cc_mark(compute *base)
     compute_cuda *c = cc(base);
     cmark m = ++c->marks;
     size_t slot = m % CC_MARKS;
-    if (c->g->ops->event_record(c->g, c->s, c->ev[slot]) < 0)
+    if (!cc_failed(c) && c->g->ops->event_record(c->g, c->s, c->ev[slot]) < 0)
         cc_fatal(c, "an event");
     c->ev_mark[slot] = m;
     return m;
@@ -120,12 +126,14 @@ static bool cc_done(compute *base, cmark m)
 {
     compute_cuda *c = cc(base);
     assert(m <= c->marks);
-    if (m <= c->done_upto)
+    if (m <= c->done_upto || cc_failed(c)) /* failed: nothing more will complete */
         return true;
     size_t slot = m % CC_MARKS;
     int rc = c->g->ops->event_query(c->g, c->ev[slot]);
-    if (rc < 0)
+    if (rc < 0) {
         cc_fatal(c, "an event");
+        return true;
+    }
     if (rc > 0)
         return false;
     if (c->ev_mark[slot] > c->done_upto)
@@ -155,17 +163,21 @@ static int cc_elapsed(compute *base, cmark from, cmark to, double *ms)
     compute_cuda *c = cc(base);
     assert(from <= to && to <= c->marks);
     size_t a = from % CC_MARKS, b = to % CC_MARKS;
-    if (from == 0 || c->ev_mark[a] != from || c->ev_mark[b] != to)
+    if (from == 0 || c->ev_mark[a] != from || c->ev_mark[b] != to || cc_failed(c))
         return -1;
     if (!cc_done(base, to) || !cc_done(base, from))
         return 1;
+    if (cc_failed(c))
+        return -1;
     if (from == to) {
         *ms = 0;
         return 0;
     }
     float f = 0;
-    if (c->g->ops->elapsed_ms(c->g, c->ev[a], c->ev[b], &f) < 0)
+    if (c->g->ops->elapsed_ms(c->g, c->ev[a], c->ev[b], &f) < 0) {
         cc_fatal(c, "an event's time");
+        return -1;
+    }
     *ms = f > 0 ? (double)f : 0.0;
     return 0;
 }
@@ -173,7 +185,7 @@ static int cc_elapsed(compute *base, cmark from, cmark to, double *ms)
 static void cc_sync(compute *base)
 {
     compute_cuda *c = cc(base);
-    if (c->g->ops->sync(c->g, c->s) < 0)
+    if (!cc_failed(c) && c->g->ops->sync(c->g, c->s) < 0)
         cc_fatal(c, "the stream");
     c->done_upto = c->marks;
     c->nseg = 0; /* every staging segment is free */
@@ -183,32 +195,59 @@ static void cc_sync(compute *base)
 
 static void cc_launch(compute_cuda *c, const trk_launch *l)
 {
-    if (c->g->ops->launch(c->g, c->s, l) < 0)
+    if (!cc_failed(c) && c->g->ops->launch(c->g, c->s, l) < 0)
         cc_fatal(c, "a kernel");
 }
 
-/* One call's host arguments in the ring: [off, off + len) of both sides. */
+/* One call's host arguments in the ring: [off, off + len) of both sides.
+ * In a failed context, a sink: host scratch that is never uploaded (the
+ * call's launches are skipped), so that the call finishes its host work
+ * and returns. */
 typedef struct cc_stage {
     size_t off, len, used;
+    bool sink;
 } cc_stage;
 
 static size_t cc_round(size_t n) { return (n + CC_ALIGN - 1) / CC_ALIGN * CC_ALIGN; }
 
 /* Room for `bytes` (the sum of the parts, each rounded to CC_ALIGN). */
+static cc_stage cc_stage_sink(compute_cuda *c, size_t bytes)
+{
+    if (bytes > c->sink_cap) {
+        unsigned char *p = realloc(c->sink, bytes);
+        if (!p) { /* the host itself is out of memory: nothing sensible is left */
+            log_error("compute (%s): out of host memory (%zu bytes) after: %s", c->name, bytes, c->base.failure);
+            abort();
+        }
+        c->sink = p;
+        c->sink_cap = bytes;
+    }
+    cc_stage st = {0, bytes, 0, true};
+    return st;
+}
+
 static cc_stage cc_stage_begin(compute_cuda *c, size_t bytes)
 {
     cugpu *g = c->g;
+    if (cc_failed(c))
+        return cc_stage_sink(c, bytes);
     if (bytes > c->st_cap) {
         size_t cap = c->st_cap;
         while (cap < bytes)
             cap *= 2;
         cc_sync(&c->base);
+        unsigned char *h = g->ops->host_alloc(g, cap);
+        unsigned char *d = h ? g->ops->dev_alloc(g, cap) : NULL;
+        if (!d) { /* the old ring stays (freed at destroy) */
+            if (h)
+                g->ops->host_free(g, h);
+            cc_fatal(c, "the staging ring");
+            return cc_stage_sink(c, bytes);
+        }
         g->ops->host_free(g, c->st_host);
         g->ops->dev_free(g, c->st_dev);
-        c->st_host = g->ops->host_alloc(g, cap);
-        c->st_dev = c->st_host ? g->ops->dev_alloc(g, cap) : NULL;
-        if (!c->st_dev)
-            cc_fatal(c, "the staging ring");
+        c->st_host = h;
+        c->st_dev = d;
         c->st_cap = cap;
         c->st_pos = 0;
     }
@@ -223,7 +262,7 @@ static cc_stage cc_stage_begin(compute_cuda *c, size_t bytes)
         c->seg_first = (c->seg_first + 1) % CC_SEGS;
         c->nseg--;
     }
-    cc_stage st = {lo, bytes, 0};
+    cc_stage st = {lo, bytes, 0, false};
     c->st_pos = hi;
     return st;
 }
@@ -234,6 +273,10 @@ static void *cc_stage_part(compute_cuda *c, cc_stage *st, size_t n, void **dev)
     size_t at = st->off + st->used;
     st->used += cc_round(n);
     assert(st->used <= st->len);
+    if (st->sink) {
+        *dev = NULL;
+        return c->sink + at;
+    }
     *dev = c->st_dev + at;
     return c->st_host + at;
 }
@@ -248,6 +291,8 @@ static const void *cc_stage_copy(compute_cuda *c, cc_stage *st, const void *src,
 /* The parts filled: upload them (before the kernels that read them). */
 static void cc_stage_upload(compute_cuda *c, const cc_stage *st)
 {
+    if (st->sink || cc_failed(c))
+        return;
     if (st->used && c->g->ops->copy(c->g, c->s, c->st_dev + st->off, c->st_host + st->off, st->used, CUGPU_H2D) < 0)
         cc_fatal(c, "a copy");
 }
@@ -256,7 +301,7 @@ static void cc_stage_upload(compute_cuda *c, const cc_stage *st)
  * once a mark recorded now is done. */
 static void cc_stage_end(compute_cuda *c, const cc_stage *st)
 {
-    if (!st->len)
+    if (!st->len || st->sink)
         return;
     if (c->nseg == CC_SEGS) {
         cc_wait(&c->base, c->segs[c->seg_first].m);
@@ -275,12 +320,19 @@ static double *cc_per(compute_cuda *c, size_t n)
 {
     if (n > c->per_cap) {
         cugpu *g = c->g;
-        g->ops->dev_free_async(g, c->s, c->per);
+        if (cc_failed(c))
+            g->ops->dev_free(g, c->per);
+        else
+            g->ops->dev_free_async(g, c->s, c->per);
+        c->per = NULL;
         size_t cap = c->per_cap ? c->per_cap : 256;
         while (cap < n)
             cap *= 2;
-        if (!(c->per = g->ops->dev_alloc_async(g, c->s, cap * sizeof(double))))
+        if (!(c->per = g->ops->dev_alloc_async(g, c->s, cap * sizeof(double)))) {
             cc_fatal(c, "the loss terms");
+            c->per_cap = 0; /* a failed context launches nothing that would use it */
+            return NULL;
+        }
         c->per_cap = cap;
     }
     return c->per;
@@ -360,7 +412,9 @@ static void cc_release(compute *base, cbuf *b)
     compute_cuda *c = cc(base);
     assert(b->owner == base && c->live > 0);
     c->live--;
-    if (b->mem == COMPUTE_MEM_DEVICE) {
+    if (b->mem == COMPUTE_MEM_DEVICE && cc_failed(c)) {
+        c->g->ops->dev_free(c->g, b->ptr); /* a failed stream runs nothing more, a queued free neither */
+    } else if (b->mem == COMPUTE_MEM_DEVICE) {
         c->g->ops->dev_free_async(c->g, c->s, b->ptr); /* after what was queued before */
     } else {
         cc_sync(base); /* a copy in flight may still use it */
@@ -574,8 +628,8 @@ static size_t cc_group(compute_cuda *c, const int64_t *keys, size_t n, uint64_t 
             cap *= 2;
         cc_occ *o = realloc(c->occ, cap * sizeof *o);
         if (!o) {
-            log_error("compute (%s): out of host memory for %zu indices", c->name, n);
-            exit(1);
+            compute_fail(&c->base, "compute (%s): out of host memory for %zu indices", c->name, n);
+            return 0; /* the callers stop there */
         }
         c->occ = o;
         c->occ_cap = cap;
@@ -633,6 +687,8 @@ static uint64_t cc_bag_bwd(compute_cuda *c, cspan dx, uint64_t D, const int64_t 
 {
     const float *g = cc_bag_scale(c, dx, D, B, L);
     size_t n = (size_t)B * L, nu = cc_group(c, idx, n, nrows);
+    if (cc_failed(c))
+        return 0;
     cc_stage st = cc_stage_begin(c, cc_group_bytes(n, nu));
     trk_launch l = {.kernel = TRK_K_BAG_BWD};
     const int64_t *d_rows;
@@ -798,6 +854,8 @@ static void cc_sgd_sparse(compute *base, cspan table, uint64_t cols, const int64
     if (nnz == 0)
         return;
     size_t nu = cc_group(c, rows, nnz, table.n / cols), vbytes = nnz * cols * sizeof *vals;
+    if (cc_failed(c))
+        return;
     cc_stage st = cc_stage_begin(c, cc_group_bytes(nnz, nu) + cc_round(vbytes));
     trk_launch l = {.kernel = TRK_K_SGD_ROWS};
     cc_group_stage(c, &st, nnz, nu, 1, NULL, &l.u.sgd_rows.urows, &l.u.sgd_rows.off, &l.u.sgd_rows.occ);
@@ -825,7 +883,9 @@ static void cc_destroy(compute *base)
         ((const cublas_api *)c->blas_api)->cublasDestroy((cublasHandle_t)c->blas);
 #endif
     if (c->s) {
-        if (c->per)
+        if (c->per && cc_failed(c))
+            g->ops->dev_free(g, c->per); /* a failed stream runs no queued free */
+        else if (c->per)
             g->ops->dev_free_async(g, c->s, c->per);
         g->ops->stream_free(g, c->s); /* waits for the frees queued on it */
     }
@@ -834,6 +894,7 @@ static void cc_destroy(compute *base)
     g->ops->host_free(g, c->st_host);
     g->ops->dev_free(g, c->st_dev);
     free(c->occ);
+    free(c->sink);
     cugpu_destroy(g);
     free(c);
 }
@@ -929,9 +990,11 @@ compute *compute_cuda_new(const char *name, char *err, size_t errlen)
     if (strcmp(name, "fake-cuda") == 0) {
         /* Tests: PSBENCH_FAKE_GPU_DELAY_US (0) delays each operation at
          * random, PSBENCH_FAKE_GPU_HOLD (a file) holds every operation
-         * while the file exists, as the server's fake-cuda device does. */
+         * while the file exists, PSBENCH_FAKE_GPU_FAIL_AT (0: never) fails
+         * that operation (1-based), as the server's fake-cuda device does. */
         char why[512];
-        cugpu *g = cugpu_fake_new(&trk_kernels, 0, (unsigned)cc_env("PSBENCH_FAKE_GPU_DELAY_US", 0), why, sizeof why);
+        cugpu *g = cugpu_fake_new(&trk_kernels, cc_env("PSBENCH_FAKE_GPU_FAIL_AT", 0),
+                                  (unsigned)cc_env("PSBENCH_FAKE_GPU_DELAY_US", 0), why, sizeof why);
         if (g && cugpu_fake_hold(g, getenv("PSBENCH_FAKE_GPU_HOLD")) < 0) {
             snprintf(why, sizeof why, "%s", g->err);
             cugpu_destroy(g);

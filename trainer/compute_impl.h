@@ -25,6 +25,10 @@ static inline bool cspan_valid(cspan s) { return s.buf && s.off <= s.buf->n && s
  * when out of memory (ptr is then still the caller's). */
 cbuf *cbuf_wrap(compute *c, void *ptr, uint64_t n, compute_dtype t, compute_mem mem);
 
+/* The context has failed (compute.h): the first reason is kept, later
+ * ones are dropped. */
+void compute_fail(compute *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The implementations: NULL with err. compute_cuda_new: name is "cuda",
  * "cuda:N" or "fake-cuda" (compute_cuda.c). */
 compute *compute_cpu_new(char *err, size_t errlen);

@@ -442,6 +442,8 @@ static int hybrid_updates(hybrid *h, client *cl, char *err, size_t errlen)
 {
     uint64_t D = h->cfg.embedding_dim, width = (uint64_t)h->cfg.number_ps * D;
     const float *dx = compute_host_read(h->dev, hybrid_rows(h->dnext, h->rows, HYBRID_ROW), h->rows_grad);
+    if (compute_status(h->dev, err, errlen) < 0) /* a failed GPU: no gradient to send the servers */
+        return -1;
     for (uint32_t p = 0; p < h->cfg.number_ps; p++) {
         uint8_t *u = h->update[p];
         memcpy(u, h->lookup, 8 * (h->nnz + h->bags));
@@ -498,6 +500,9 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
         return -1;
     if (h->twin)
         compute_wait(h->dev, copied);
+    /* A GPU that failed (compute.h) computed nothing to send. */
+    if (compute_status(h->dev, err, errlen) < 0)
+        return -1;
     hook_ready(hk, b, h->batch);
     if (client_poll(cl, 0, err, errlen) < 0) /* write the updates */
         return -1;
@@ -512,6 +517,8 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
                       false);
     steptimer_mark(&h->tm, HM_END);
     compute_sync(h->dev);
+    if (compute_status(h->dev, err, errlen) < 0) /* the update did not happen */
+        return -1;
     uint64_t t5 = clock_now_ns();
     metrics_add(h->m_lookup, clock_ms(t0, t1));
     if (steptimer_on(&h->tm)) { /* synchronised: recorded at once */

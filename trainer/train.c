@@ -275,11 +275,15 @@ static int train_place_buckets(train *t, const hook *h, char *err, size_t errlen
  * for each). */
 static void train_hand_over(train *t, bool wait)
 {
-    while (t->hand_head < t->nhand) {
+    /* A failed GPU wrote nothing worth sending: nothing leaves (train_step
+     * stops at its status before waiting for the hook). */
+    while (t->hand_head < t->nhand && !compute_failed(t->dev)) {
         train_bucket *b = &t->buckets[t->handoff[t->hand_head]];
         if (wait)
             compute_wait(t->dev, b->copied);
         else if (!compute_done(t->dev, b->copied))
+            return;
+        if (compute_failed(t->dev)) /* done because it failed */
             return;
         t->hand_head++;
         hook_ready(t->h, &b->hb, t->batch);
@@ -349,6 +353,10 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     steptimer_mark(&t->tm, TM_BWD); /* after the buckets' copies too */
     if (t->staged)
         train_hand_over(t, true); /* the copies still running */
+    /* A GPU that failed (compute.h) has handed nothing more over: stop
+     * with its reason rather than wait for buckets that never left. */
+    if (compute_status(t->dev, err, errlen) < 0)
+        return -1;
     uint64_t t2 = clock_now_ns();
     if (hook_wait(t->h, t->all, t->nbuckets, err, errlen) < 0)
         return -1;
@@ -385,6 +393,8 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
          * with torch.cuda.synchronize: the next one starts from a GPU
          * that has applied this one's update. */
         compute_sync(t->dev);
+        if (compute_status(t->dev, err, errlen) < 0) /* the update did not happen */
+            return -1;
         metrics_add(t->m_exposed, clock_ms(t2, t3));
         metrics_add(t->m_span, clock_ms(first_push, last_done));
         steptimer_end(&t->tm);

@@ -7,7 +7,11 @@ hooks, against CUDA and CPU servers.
     placement): the run is done and both trainers end with the same
     parameters. On the fake GPU (every machine: the kernels' host loops,
     cuBLAS's product on CBLAS) those are also the CPU run's, bit for bit;
-  - a CUDA trainer killed mid-run ends the run naming it, as on CPUs;
+  - a CUDA trainer killed mid-run ends the run naming it, as on CPUs; one
+    whose GPU fails (the fake GPU's injected failure) reports `failed` with
+    the compute layer's reason and exits by itself;
+  - the batch-update Linear on CUDA trainers: forward and backward
+    GPU-timed;
   - NCCL on the trainers' device buffers: allreduce_hook with --backend
     nccl hands every dense bucket over in device memory (no pinned twin),
     and the DDP + RPC benchmark's dense part likewise. On a GPU one rank
@@ -168,6 +172,45 @@ class CudaTrainer(psb.PsbTestCase):
         self.assertEqual(m.wait(60), 1, m.describe())
         self.assertRegex(m.stderr().strip().splitlines()[-1], r"trainer 1 .*(disconnected|failed|silent)")
         self.assertNotEqual(other.wait(60), 0, other.describe())
+
+    def test_batch_update_on_cuda_trainers(self):
+        """The batch-update Linear on CUDA trainers: done; its forward and
+        backward GPU-timed (marks on the stream), its batch and hook (the
+        wait for the servers) the host's."""
+        res = self.run_job(("--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "1", "--ncudaserver", "0",
+                            "--placement", "shard", "--server", "BatchUpdateParameterServer", "--model",
+                            "BatchUpdateLinear", "--trainer", "BatchUpdateTrainer", "--epochs", "2"), "cpu")
+        self.assertEqual(res["phase"], "done", res.get("error"))
+        for t in res["trainers"]:
+            self.assertEqual(sorted(t["gpu_timed"]), ["backward_metric,backward", "forward_metric,forward_pass"], t)
+        ranks = res["groups"]["trainer"]["ranks"]
+        for r, mine in ranks.items():
+            batch = mine["batch_level_metric,batch_all"]
+            for name in ("forward_metric,forward_pass", "backward_metric,backward"):
+                self.assertEqual(mine[name]["count"], batch["count"], (r, name, mine))
+                self.assertGreater(mine[name]["min"], 0, (r, name))
+
+    @unittest.skipIf(not FAKE, "the failure is the fake GPU's, injected")
+    def test_cuda_trainer_gpu_failure_reported(self):
+        """A trainer whose GPU fails mid-run (the fake GPU's injected
+        failure: a launch failure, a lost device) reports `failed` with the
+        compute layer's reason, which ends the run naming it; it exits on
+        its own (no crash, no hang) and so does its peer."""
+        m = self.master("--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "1", "--ncudaserver", "0",
+                        "--placement", "shard", "--epochs", "100")
+        self.node(m, "psbench-server", "cpu", "server")
+        ok = self.node(m, "psbench-trainer", TDEV, "trainer")
+        env = psb.base_env({"PSBENCH_FAKE_GPU_FAIL_AT": "2000"})
+        bad = self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--device", TDEV], env=env,
+                             name="trainer-failing")
+        self.assertEqual(m.wait(120), 1, m.describe())
+        last = m.stderr().strip().splitlines()[-1]
+        self.assertRegex(last, r"trainer \d+ \(.*\) failed: .*compute \(fake-cuda\): .*injected failure of "
+                         r"operation 2000", m.describe())
+        rc = bad.wait(60)
+        self.assertGreater(rc, 0, bad.describe())  # an exit code of its own, not a signal
+        self.assertIn("injected failure of operation 2000", bad.stderr(), bad.describe())
+        self.assertNotEqual(ok.wait(60), 0, ok.describe())
 
     def test_nccl_allreduce_on_device_buffers(self):
         """allreduce_hook on NCCL: every dense bucket leaves from the

@@ -326,6 +326,53 @@ static void test_elapsed_not_before_done(void **state)
     compute_free(s);
 }
 
+/* A GPU that fails under a context (the fake GPU's injected failure of
+ * its Nth operation, as a launch failure or a lost device fails a real
+ * stream): the context keeps the first reason and does nothing more —
+ * later operations return at once, marks, waits and syncs return, reads
+ * leave their destination as it was, the loss reads NaN, an allocation
+ * fails with the reason — and the process goes on (it used to exit). */
+static void test_gpu_failure(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    setenv("PSBENCH_FAKE_GPU_FAIL_AT", "3", 1);
+    compute *g = compute_new("fake-cuda", err, sizeof err);
+    unsetenv("PSBENCH_FAKE_GPU_FAIL_AT");
+    assert_non_null(g);
+    assert_int_equal(compute_status(g, err, sizeof err), 0);
+    cbuf *b = compute_alloc(g, 1 << 10, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, sizeof err);
+    cbuf *l = compute_alloc(g, 1, COMPUTE_F64, COMPUTE_MEM_DEVICE, err, sizeof err);
+    assert_non_null(b);
+    assert_non_null(l);
+    int64_t y[2] = {0, 1};
+    for (int k = 0; k < 6; k++) { /* operations 1.. : the third fails, the rest are refused */
+        compute_zero(g, cspan_all(b));
+        compute_mark(g);
+        compute_softmax_ce(g, cspan_at(b, 0, 8), 2, 4, y, cspan_at(b, 8, 8), cspan_at(b, 16, 8), cspan_all(l));
+    }
+    cmark m = compute_mark(g);
+    compute_wait(g, m); /* returns: nothing will complete */
+    assert_true(compute_done(g, m));
+    compute_sync(g);
+    double ms = -1;
+    assert_int_equal(compute_elapsed(g, m, m, &ms), -1);
+    float back[4] = {7, 7, 7, 7};
+    compute_read(g, cspan_at(b, 0, 4), back);
+    compute_sync(g);
+    assert_true(back[0] == 7 && back[3] == 7);
+    assert_true(isnan(compute_loss(g, cspan_all(l))));
+    assert_int_equal(compute_status(g, err, sizeof err), -1);
+    assert_non_null(strstr(err, "compute (fake-cuda): "));
+    assert_non_null(strstr(err, "injected failure of operation 3"));
+    char again[512] = "";
+    assert_null(compute_alloc(g, 4, COMPUTE_F32, COMPUTE_MEM_DEVICE, again, sizeof again));
+    assert_string_equal(again, err); /* the first reason, kept */
+    compute_release(g, b);
+    compute_release(g, l);
+    compute_free(g);
+}
+
 /* C = alpha op(A) op(B) + beta C in double, against compute_gemm. */
 static void check_gemm(bool ta, bool tb, uint64_t M, uint64_t N, uint64_t K, float alpha, float beta)
 {
@@ -779,6 +826,7 @@ int main(void)
     int rc = run_on("cpu");
     rc |= run_on("fake-cuda");
     rc |= run_on("staged");
-    const struct CMUnitTest staged[] = {cmocka_unit_test(test_staged), cmocka_unit_test(test_elapsed_not_before_done)};
-    return rc | cmocka_run_group_tests_name("the staged test device", staged, NULL, NULL);
+    const struct CMUnitTest staged[] = {cmocka_unit_test(test_staged), cmocka_unit_test(test_elapsed_not_before_done),
+                                        cmocka_unit_test(test_gpu_failure)};
+    return rc | cmocka_run_group_tests_name("the staged test device; a held and a failing fake GPU", staged, NULL, NULL);
 }

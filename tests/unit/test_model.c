@@ -1029,6 +1029,36 @@ static void check_device_buckets(bool sparse, double momentum)
 static void test_train_device_dense(void **state) { check_device_buckets(false, 0.9); }
 static void test_train_device_sparse(void **state) { check_device_buckets(true, 0.0); }
 
+/* A GPU that fails mid-pass (the fake GPU's injected failure): train_pass
+ * stops with the layer's reason — not a divergence, not an exit — and
+ * nothing is handed to the hook after the failure; the train frees. */
+static void test_train_gpu_failure(void **state)
+{
+    (void)state;
+    train_job j = {
+        .model = {.num_embeddings = 50, .embedding_dim = 8, .dense_input_size = 8, .dense_output_size = 8,
+                  .dense_layers_count = 3, .sparse = false},
+        .data = {.max_val = 8, .sample_count = 30, .sample_length = 4, .sparsity_percentage = 0},
+        .seed = 11, .batch_size = 4, .epochs = 2, .rank = 0, .ntrainer = 1, .lr = 0.2,
+        .bucket_cap_mb = 300.0 / (1024 * 1024), .device = "fake-cuda",
+    };
+    metrics *m = metrics_new();
+    assert_non_null(m);
+    char err[512] = "";
+    setenv("PSBENCH_FAKE_GPU_FAIL_AT", "400", 1); /* a few batches in */
+    train *t = train_new(&j, m, err, sizeof err);
+    unsetenv("PSBENCH_FAKE_GPU_FAIL_AT");
+    assert_non_null(t);
+    scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}};
+    assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "compute (fake-cuda): "));
+    assert_non_null(strstr(err, "injected failure of operation 400"));
+    assert_true(sh.handed > 0 && sh.handed < 2 * 7 * 4);
+    assert_int_equal(sh.poisoned, 0);
+    train_free(t);
+    metrics_free(m);
+}
+
 /* sgd_step on the model's own sparse gradient where it has no host view,
  * and params_sha256 of parameters without one: as on the cpu. */
 static void test_sgd_step_staged(void **state)
@@ -1089,6 +1119,7 @@ int main(void)
         cmocka_unit_test(test_train_staged_sparse),
         cmocka_unit_test(test_train_device_dense),
         cmocka_unit_test(test_train_device_sparse),
+        cmocka_unit_test(test_train_gpu_failure),
     };
     dev = compute_new("cpu", NULL, 0);
     if (!dev)
