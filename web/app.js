@@ -211,6 +211,28 @@
 
   const nodeRows = new Map();   /* "role/rank" -> {tr, cells} */
 
+  /* The GPU a node computes on, from its environment: a CUDA server's
+   * "gpu", a CUDA trainer's entry of "gpus" ("cuda_index", or by rank as
+   * plain --device cuda places it). null: none named. */
+  function gpuName(n) {
+    const env = isObj(n.environment) ? n.environment : null;
+    if (!env) return null;
+    if (isObj(env.gpu) && typeof env.gpu.name === "string") return env.gpu.name;
+    if (Array.isArray(env.gpus) && env.gpus.length > 0) {
+      const k = Number.isInteger(env.cuda_index) && env.cuda_index >= 0
+        ? env.cuda_index : Math.abs(Number(n.rank) || 0) % env.gpus.length;
+      const g = env.gpus[k];
+      if (isObj(g) && typeof g.name === "string") return g.name;
+    }
+    return null;
+  }
+
+  function deviceText(n) {
+    if (n.device == null) return "\u2013";
+    const gpu = gpuName(n);
+    return gpu ? String(n.device) + " \u00b7 " + gpu : String(n.device);
+  }
+
   function renderNodes() {
     const nodes = Array.isArray(state.nodes) ? state.nodes.filter(isObj) : [];
     const tbody = $("nodes").tBodies[0];
@@ -237,7 +259,7 @@
       setText(c.role, String(n.role));
       setText(c.rank, String(n.rank));
       setText(c.host, n.host == null ? "\u2013" : String(n.host));
-      setText(c.device, n.device == null ? "\u2013" : String(n.device));
+      setText(c.device, deviceText(n));
       const s = n.state == null ? "unknown" : String(n.state);
       setText(c.stateBadge, s);
       c.stateBadge.className = "state" + (NODE_STATES.includes(s) ? " state-" + s : "");

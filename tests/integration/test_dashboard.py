@@ -92,6 +92,33 @@ def start_ddp_rpc(reg):
     return "http://%s:%d/" % (host, port), p
 
 
+CTL_READY_RE = re.compile(r"control plane on ([0-9.]+):(\d+)")
+
+
+def start_gpu_nodes(reg):
+    """A master started by hand with a CUDA server and a CUDA trainer on
+    the fake GPU (every machine has it) beside a CPU trainer, slow enough
+    for the page to see them: the nodes' devices and GPUs. Returns (base
+    URL, the master's psb.Proc)."""
+    models = os.path.join(reg.workdir, "gpu-models.json")
+    with open(models, "w") as f:
+        json.dump({"SmallGpu": {"model_class": "DummyModel",
+                                "configurations": {"num_embeddings": 128, "embedding_dim": 64,
+                                                   "dense_input_size": 64, "dense_output_size": 128,
+                                                   "dense_layers_count": 1, "sparse": False}}}, f)
+    p = reg.start([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                   "--linger", "60", "--model", "SmallGpu", "--model-config-path", models, "--ntrainer", "1",
+                   "--ncudatrainer", "1", "--nserver", "0", "--ncudaserver", "1", "--placement", "shard",
+                   "--epochs", "300"], name="master-gpu")
+    host, port = wait_for_line(p, HTTP_READY_RE)
+    chost, cport = wait_for_line(p, CTL_READY_RE)
+    ctl = "%s:%d" % (chost, cport)
+    reg.start([psb.bin_path("psbench-server"), "--master", ctl, "--device", "fake-cuda"], name="server-fake-gpu")
+    reg.start([psb.bin_path("psbench-trainer"), "--master", ctl], name="trainer-cpu")
+    reg.start([psb.bin_path("psbench-trainer"), "--master", ctl, "--device", "fake-cuda"], name="trainer-fake-gpu")
+    return "http://%s:%d/" % (host, port), p
+
+
 def wait_for_line(proc, regex, timeout=10.0):
     """The groups of the first match of `regex` in proc's stderr or stdout."""
     deadline = time.monotonic() + timeout
@@ -357,6 +384,35 @@ return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textCo
             self.assertIsNotNone(counters)
             self.assertIn("embedding rows touched by updates: server 0:", counters[0])
             self.assertGreater(int(counters[1]), 0)
+            self.assert_no_severe(driver.get_log("browser"))
+        finally:
+            driver.quit()
+
+    def test_gpu_nodes_named(self):
+        """Each node's device, and for a GPU its name from the node's
+        environment: the CUDA server's GPU, the CUDA trainer's (the fake
+        GPU's here), a CPU trainer's plain `cpu`."""
+        base, _ = start_gpu_nodes(self.reg)
+        driver = self.start_browser()
+        try:
+            driver.get(base)
+            deadline = time.monotonic() + WAIT_S
+            cells = []
+            while time.monotonic() < deadline:
+                cells = driver.execute_script(
+                    "return Array.from(document.querySelectorAll('#nodes tbody tr')).map("
+                    "(tr) => [tr.cells[0].textContent, tr.cells[1].textContent, tr.cells[3].textContent])") or []
+                if len(cells) == 3 and all("\u00b7" in c[2] for c in cells if c[2] != "cpu"):
+                    break
+                time.sleep(0.2)
+            by = {(r, k): d for r, k, d in cells}
+            self.assertEqual(len(by), 3, cells)
+            nodes = {(n["role"], str(n["rank"])): n for n in get_json(base + "api/v1/nodes")}
+            srv = nodes[("server", "0")]
+            self.assertEqual(by[("server", "0")], "cuda \u00b7 " + srv["environment"]["gpu"]["name"], cells)
+            devs = sorted(by[("trainer", r)] for r in ("0", "1"))
+            self.assertEqual(devs[0], "cpu", cells)
+            self.assertEqual(devs[1], "fake-cuda \u00b7 fake GPU (host memory; tests only)", cells)
             self.assert_no_severe(driver.get_log("browser"))
         finally:
             driver.quit()
