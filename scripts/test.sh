@@ -38,8 +38,13 @@ run_suite() { # build-dir, ctest args (quoted as one word), extra cmake args...
   psb_configure "$dir" "$cc" RelWithDebInfo -DPSBENCH_WERROR=ON -DPSBENCH_TESTS=ON "$@"
   [ "$configure_only" = 1 ] && return 0
   cmake --build "$dir" -j "$jobs"
+  # As many tests at once as the machine has cores: most of them wait
+  # (on peers, timeouts, a browser) more than they compute, and each one
+  # uses its own ports, folders and namespaces (tests/integration/psb.py,
+  # tests/multihost/netns.py). On 2 cores the release pass takes 330 s
+  # this way, 580 s one at a time.
   # shellcheck disable=SC2086  # $select is a list of ctest flags
-  (cd "$dir" && ctest --output-on-failure -j 1 $select)
+  (cd "$dir" && ctest --output-on-failure -j "$jobs" $select)
 }
 
 echo "== release build + tests (build-test/)"
@@ -56,9 +61,12 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # deadlines (waits for timeouts; unit_control sniffs peers under ASan).
   # The faults run here too. The server's suites on the fake GPU run in
   # the release and TSan passes (their memory is unit_device's and
-  # integration_cuda_server's, which run here).
+  # integration_cuda_server's, which run here). Of the suites on the test
+  # device, the master's and the training's run under TSan only (the
+  # longest here, 55 and 36 s: their servers' memory is integration_master's
+  # and integration_training's, which run here on the cpu device).
   ASAN_OPTIONS=detect_leaks=1 run_suite build-asan \
-    "-E multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|device_fakecuda_" \
+    "-E multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|device_fakecuda_|device_test_master|device_test_training" \
     -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF \
     -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"

@@ -114,16 +114,17 @@ static int nccl_settle(nccl_group *g, const char *op, ncclResult_t r, double dea
     }
 }
 
-/* Waits until the group's stream has done its work, watching the
- * communicator for errors, up to `deadline`. */
-static int nccl_finish(nccl_group *g, const char *op, double deadline, char *err, size_t errlen)
+/* Waits until the group's stream has done its work — or, given an event,
+ * until the work before the event's record has (completion by event) —
+ * watching the communicator for errors, up to `deadline`. */
+static int nccl_wait(nccl_group *g, const char *op, cudaEvent_t ev, double deadline, char *err, size_t errlen)
 {
     for (;;) {
-        cudaError_t ce = g->rt->cudaStreamQuery(g->stream);
+        cudaError_t ce = ev ? g->rt->cudaEventQuery(ev) : g->rt->cudaStreamQuery(g->stream);
         if (ce == cudaSuccess)
             return 0;
         if (ce != cudaErrorNotReady)
-            return nccl_cuda_failed(g, op, "cudaStreamQuery", ce, err, errlen);
+            return nccl_cuda_failed(g, op, ev ? "cudaEventQuery" : "cudaStreamQuery", ce, err, errlen);
         ncclResult_t state = ncclSuccess;
         ncclResult_t r = g->nc->ncclCommGetAsyncError(g->comm, &state);
         if (r != ncclSuccess)
@@ -177,30 +178,7 @@ static int nccl_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size
     ce = g->rt->cudaMemcpyAsync(buf, g->dbuf, bytes, cudaMemcpyDeviceToHost, g->stream);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
-    return nccl_finish(g, op, deadline, err, errlen);
-}
-
-/* Waits until the group's event is complete, watching the communicator for
- * errors, up to `deadline` (completion by event: the stream may hold
- * nothing else of ours, but an event says exactly what was recorded). */
-static int nccl_event_finish(nccl_group *g, const char *op, double deadline, char *err, size_t errlen)
-{
-    for (;;) {
-        cudaError_t ce = g->rt->cudaEventQuery(g->done);
-        if (ce == cudaSuccess)
-            return 0;
-        if (ce != cudaErrorNotReady)
-            return nccl_cuda_failed(g, op, "cudaEventQuery", ce, err, errlen);
-        ncclResult_t state = ncclSuccess;
-        ncclResult_t r = g->nc->ncclCommGetAsyncError(g->comm, &state);
-        if (r != ncclSuccess)
-            return nccl_failed(g, op, r, err, errlen);
-        if (state != ncclSuccess && state != ncclInProgress)
-            return nccl_failed(g, op, state, err, errlen);
-        if (coll_now() >= deadline)
-            return nccl_timed_out(g, op, err, errlen);
-        nccl_pause();
-    }
+    return nccl_wait(g, op, NULL, deadline, err, errlen);
 }
 
 /* cuBLAS on the group's stream, made on first use. */
@@ -265,7 +243,7 @@ static int nccl_allreduce_mean_f32_device(coll *c, float *dbuf, size_t n, float 
     ce = g->rt->cudaEventRecord(g->done, g->stream);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaEventRecord", ce, err, errlen);
-    return nccl_event_finish(g, op, deadline, err, errlen);
+    return nccl_wait(g, op, g->done, deadline, err, errlen);
 }
 
 static int nccl_allgather(coll *c, const void *in, size_t bytes, void *out, char *err, size_t errlen)
@@ -286,7 +264,7 @@ static int nccl_allgather(coll *c, const void *in, size_t bytes, void *out, char
     ce = g->rt->cudaMemcpyAsync(out, g->dbuf, total, cudaMemcpyDeviceToHost, g->stream);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
-    return nccl_finish(g, op, deadline, err, errlen);
+    return nccl_wait(g, op, NULL, deadline, err, errlen);
 }
 
 static int nccl_allgatherv(coll *c, const void *in, size_t bytes, const uint64_t *counts, uint64_t total, void *out,
@@ -319,7 +297,7 @@ static int nccl_allgatherv(coll *c, const void *in, size_t bytes, const uint64_t
     ce = g->rt->cudaMemcpyAsync(out, d, (size_t)total, cudaMemcpyDeviceToHost, g->stream);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaMemcpyAsync", ce, err, errlen);
-    return nccl_finish(g, op, deadline, err, errlen);
+    return nccl_wait(g, op, NULL, deadline, err, errlen);
 }
 
 /* Frees g and what it holds: the communicator finalised and destroyed when

@@ -64,16 +64,23 @@ def start_target(reg):
     return "http://%s:%d/" % (host, port), p
 
 
+def small_dummy_model(reg, name):
+    """A models file in reg's folder with one small dense DummyModel,
+    `name`; returns its path."""
+    models = os.path.join(reg.workdir, name + "-models.json")
+    with open(models, "w") as f:
+        json.dump({name: {"model_class": "DummyModel",
+                          "configurations": {"num_embeddings": 128, "embedding_dim": 64, "dense_input_size": 64,
+                                             "dense_output_size": 128, "dense_layers_count": 1,
+                                             "sparse": False}}}, f)
+    return models
+
+
 def start_pure_ddp(reg):
     """The real master with --local running the seed's pure-DDP baseline:
     DummyModel (small), --trainer DdpTrainer (allreduce_hook over Gloo), no
     server. Returns (base URL, its psb.Proc)."""
-    models = os.path.join(reg.workdir, "ddp-models.json")
-    with open(models, "w") as f:
-        json.dump({"SmallDdp": {"model_class": "DummyModel",
-                                "configurations": {"num_embeddings": 128, "embedding_dim": 64,
-                                                   "dense_input_size": 64, "dense_output_size": 128,
-                                                   "dense_layers_count": 1, "sparse": False}}}, f)
+    models = small_dummy_model(reg, "SmallDdp")
     p = reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
                    "--http", "127.0.0.1:0", "--linger", "60", "--model", "SmallDdp",
                    "--model-config-path", models, "--trainer", "DdpTrainer", "--epochs", "300"],
@@ -100,12 +107,7 @@ def start_gpu_nodes(reg):
     the fake GPU (every machine has it) beside a CPU trainer, slow enough
     for the page to see them: the nodes' devices and GPUs. Returns (base
     URL, the master's psb.Proc)."""
-    models = os.path.join(reg.workdir, "gpu-models.json")
-    with open(models, "w") as f:
-        json.dump({"SmallGpu": {"model_class": "DummyModel",
-                                "configurations": {"num_embeddings": 128, "embedding_dim": 64,
-                                                   "dense_input_size": 64, "dense_output_size": 128,
-                                                   "dense_layers_count": 1, "sparse": False}}}, f)
+    models = small_dummy_model(reg, "SmallGpu")
     p = reg.start([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
                    "--linger", "60", "--model", "SmallGpu", "--model-config-path", models, "--ntrainer", "1",
                    "--ncudatrainer", "1", "--nserver", "0", "--ncudaserver", "1", "--placement", "shard",

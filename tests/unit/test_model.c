@@ -938,10 +938,9 @@ static void scale_destroy(hook *h) { (void)h; }
 
 static const hook_ops scale_ops = {.ready = scale_ready, .wait = scale_wait, .destroy = scale_destroy};
 
-/* A few epochs of train.c on `device` with the scaling hook; the final
- * parameters (a copy) and the loss of the last epoch. */
-static float *train_on(const char *device, bool sparse, double momentum, uint64_t *n, double *loss,
-                       uint64_t *handed, bool device_hook, uint64_t *on_device)
+/* The small job these tests train: 2 epochs of 7 batches, 4 buckets or
+ * more. */
+static train_job tiny_job(const char *device, bool sparse, double momentum)
 {
     train_job j = {
         .model = {.num_embeddings = 50, .embedding_dim = 8, .dense_input_size = 8, .dense_output_size = 8,
@@ -952,6 +951,15 @@ static float *train_on(const char *device, bool sparse, double momentum, uint64_
         .bucket_cap_mb = 300.0 / (1024 * 1024), /* 75 floats: a layer's weight and bias, several buckets */
         .device = device,
     };
+    return j;
+}
+
+/* A few epochs of train.c on `device` with the scaling hook; the final
+ * parameters (a copy) and the loss of the last epoch. */
+static float *train_on(const char *device, bool sparse, double momentum, uint64_t *n, double *loss,
+                       uint64_t *handed, bool device_hook, uint64_t *on_device)
+{
+    train_job j = tiny_job(device, sparse, momentum);
     metrics *m = metrics_new();
     assert_non_null(m);
     char err[256] = "";
@@ -1035,13 +1043,7 @@ static void test_train_device_sparse(void **state) { check_device_buckets(true, 
 static void test_train_gpu_failure(void **state)
 {
     (void)state;
-    train_job j = {
-        .model = {.num_embeddings = 50, .embedding_dim = 8, .dense_input_size = 8, .dense_output_size = 8,
-                  .dense_layers_count = 3, .sparse = false},
-        .data = {.max_val = 8, .sample_count = 30, .sample_length = 4, .sparsity_percentage = 0},
-        .seed = 11, .batch_size = 4, .epochs = 2, .rank = 0, .ntrainer = 1, .lr = 0.2,
-        .bucket_cap_mb = 300.0 / (1024 * 1024), .device = "fake-cuda",
-    };
+    train_job j = tiny_job("fake-cuda", false, 0.0);
     metrics *m = metrics_new();
     assert_non_null(m);
     char err[512] = "";
