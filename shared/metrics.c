@@ -113,12 +113,17 @@ stats *metrics_at(metrics *m, size_t i)
     return &m->v[i]->st;
 }
 
+void metrics_mark_gpu_timed(stats *st)
+{
+    ((metric_entry *)(void *)((char *)st - offsetof(metric_entry, st)))->gpu_timed = true;
+}
+
 int metrics_set_gpu_timed(metrics *m, const char *key)
 {
     stats *st = metrics_get(m, key);
     if (!st)
         return -1;
-    ((metric_entry *)(void *)((char *)st - offsetof(metric_entry, st)))->gpu_timed = true;
+    metrics_mark_gpu_timed(st);
     return 0;
 }
 

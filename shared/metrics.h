@@ -34,6 +34,8 @@ void metrics_reset(metrics *m); /* every stats back to empty, keys (and GPU-time
  * record_start(..., cuda=True)), not by the host's clock. A trainer's
  * reports name them (`gpu_timed`, docs/protocol.md). -1: out of memory. */
 int metrics_set_gpu_timed(metrics *m, const char *key);
+/* The same for a stats obtained from metrics_get/metrics_at (only those). */
+void metrics_mark_gpu_timed(stats *st);
 bool metrics_gpu_timed_at(const metrics *m, size_t i); /* i < metrics_size */
 size_t metrics_gpu_timed_count(const metrics *m);
 

@@ -16,16 +16,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A batch's marks on a device (steptimer.h). */
-enum { BU_START = 0, BU_FWD, BU_BWD };
+/* A batch's marks on a device (steptimer.h): forward BU_START..BU_FWD,
+ * backward BU_FWD..BU_BWD, the hook BU_BWD..BU_END (the loss read, the
+ * gradient pushed, the servers' parameters written back), the batch
+ * BU_START..BU_END. */
+enum { BU_START = 0, BU_FWD, BU_BWD, BU_END };
 
 struct batch_update {
     batch_update_config cfg;
     stats *m_batch, *m_fwd, *m_bwd, *m_hook, *m_get;
-    /* On a device: forward and backward between marks on its stream
-     * (BU_*; the seed's cuda=True), recorded once done (at once: the loss
-     * is read right after backward). The batch and the hook stay on the
-     * host's clock: they hold the wait for the servers. */
+    /* On a device: forward, backward, the hook (the push to the new
+     * parameters back on the device) and the batch between marks on its
+     * stream (BU_*; the seed's cuda=True), recorded once done (the batch
+     * ends with the parameters' copy, its mark read by the next batch's
+     * loss at the latest). get_model stays the host's. */
     steptimer tm;
     uint64_t total;     /* out*in + out */
     compute *dev;       /* where it computes (cfg.device) */
@@ -83,10 +87,10 @@ batch_update *batch_update_new(const batch_update_config *cfg, metrics *m, char 
         return NULL;
     }
     steptimer_init(&b->tm, b->dev);
-    b->m_batch = metrics_get(m, "batch_level_metric,batch_all");
+    b->m_batch = steptimer_span(&b->tm, m, "batch_level_metric,batch_all", BU_START, BU_END);
     b->m_fwd = steptimer_span(&b->tm, m, "forward_metric,forward_pass", BU_START, BU_FWD);
     b->m_bwd = steptimer_span(&b->tm, m, "backward_metric,backward", BU_FWD, BU_BWD);
-    b->m_hook = metrics_get(m, "hook_future_metric,update_and_fetch_model");
+    b->m_hook = steptimer_span(&b->tm, m, "hook_future_metric,update_and_fetch_model", BU_BWD, BU_END);
     b->m_get = metrics_get(m, "method_metric,get_model");
     compute *d = b->dev;
     if (!(b->params = compute_alloc(d, b->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, cerr, sizeof cerr)) ||
@@ -120,6 +124,7 @@ void batch_update_free(batch_update *b)
 {
     if (!b)
         return;
+    steptimer_release(&b->tm);
     if (b->dev) {
         if (b->params && b->params_h != compute_host_view(b->dev, b->params))
             free(b->params_h);
@@ -406,8 +411,6 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         /* A GPU that failed computed nothing to push (compute.h). */
         if (compute_status(b->dev, err, errlen) < 0)
             return -1;
-        if (record && steptimer_on(&b->tm))
-            steptimer_end(&b->tm); /* the loss was read: its marks are done */
         /* Epoch e holds batches [e*n/E, (e+1)*n/E): equal lengths where E
          * divides n, as the master's passes are. */
         uint64_t e = i * b->cfg.epochs / batches;
@@ -433,13 +436,14 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         }
         if (bu_wait(b, cl, t_push, i, err, errlen) < 0)
             return -1;
+        steptimer_mark(&b->tm, BU_END); /* after the new parameters' copy */
         log_debug("trainer%" PRIu64 " got updated model", rank);
         uint64_t t_end = clock_now_ns();
-        if (record) {
-            if (!steptimer_on(&b->tm)) {
-                metrics_add(b->m_fwd, clock_ms(t1, t2));
-                metrics_add(b->m_bwd, clock_ms(t2, t3));
-            }
+        if (record && steptimer_on(&b->tm)) {
+            steptimer_end(&b->tm); /* recorded once its marks are done, never waited for here */
+        } else if (record) {
+            metrics_add(b->m_fwd, clock_ms(t1, t2));
+            metrics_add(b->m_bwd, clock_ms(t2, t3));
             metrics_add(b->m_hook, clock_ms(t_push, b->ans.t_last_ns));
             metrics_add(b->m_batch, clock_ms(t0, t_end));
         }
@@ -448,7 +452,7 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         if (b->tick && b->tick(b->tick_ctx, i + 1, err, errlen) < 0)
             return -1;
     }
-    steptimer_flush(&b->tm); /* nothing left in practice: each batch's marks were done */
+    steptimer_flush(&b->tm); /* the last batches: their parameters copied */
     rep->seconds = (double)(clock_now_ns() - t_batches) / 1e9;
     for (uint64_t e = 0; e < b->nloss; e++) {
         uint64_t first = (e * batches + b->cfg.epochs - 1) / b->cfg.epochs;        /* ceil(e*n/E) */

@@ -6,7 +6,8 @@
  * a dense bucket in place, a sparse one in its result.
  *
  * The seed's hooks, each with its metric per bucket (the time from
- * hook_ready to the mean being there):
+ * hook_ready to the mean being there, on the host's clock; a trainer on a
+ * GPU times it on its stream instead: hook_bucket.gpu_timed):
  *   rpc_hook        every bucket to the parameter servers
  *                   (hook_future_metric,rpc_dense / rpc_sparse)
  *   allreduce_hook  every bucket allreduced among the trainers
@@ -38,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/clock.h"
 #include "shared/metrics.h"
 
 /* Bucket ids are 0..HOOK_MAX_BUCKETS-1. */
@@ -67,6 +69,13 @@ typedef struct hook_bucket {
     uint64_t result_cap, result_nnz;
     /* when the bucket was handed over, and when its mean was there */
     uint64_t t_ready_ns, t_done_ns;
+    /* Its metric: the hook's stats for this kind of bucket, set when the
+     * hook takes it (NULL: none). hook_wait adds the host's sample,
+     * t_ready_ns to t_done_ns, unless gpu_timed: a trainer computing on a
+     * GPU sets it before handing the bucket over and times the bucket
+     * itself, between marks on its stream (the seed's cuda=True). */
+    stats *metric;
+    bool gpu_timed;
 } hook_bucket;
 
 typedef struct hook hook;
@@ -76,7 +85,7 @@ typedef struct hook_ops {
      * a transport failure is reported by the next wait. */
     void (*ready)(hook *h, hook_bucket *b);
     /* Wait until every bucket of bs (each handed over since the last wait)
-     * holds its mean; record each bucket's metric. 0, or -1 with err. */
+     * holds its mean (hook_wait records their metrics). 0, or -1 with err. */
     int (*wait)(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t errlen);
     /* Between passes (the master's reset). May be NULL. */
     void (*reset)(hook *h);
@@ -103,9 +112,15 @@ static inline void hook_ready(hook *h, hook_bucket *b, uint64_t batch)
     b->batch = batch;
     h->ops->ready(h, b);
 }
+/* The one place a bucket's host-timed metric is recorded. */
 static inline int hook_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t errlen)
 {
-    return h->ops->wait(h, bs, n, err, errlen);
+    if (h->ops->wait(h, bs, n, err, errlen) < 0)
+        return -1;
+    for (uint32_t i = 0; i < n; i++)
+        if (bs[i]->metric && !bs[i]->gpu_timed)
+            metrics_add(bs[i]->metric, clock_ms(bs[i]->t_ready_ns, bs[i]->t_done_ns));
+    return 0;
 }
 static inline void hook_reset(hook *h)
 {

@@ -193,6 +193,7 @@ static void ar_ready(hook *h, hook_bucket *b)
     ar_hook *a = (ar_hook *)h;
     assert(b->id < HOOK_MAX_BUCKETS);
     b->t_ready_ns = clock_now_ns();
+    b->metric = b->sparse ? a->m_sparse : a->m_dense;
     pthread_mutex_lock(&a->mu);
     assert(a->qlen < HOOK_MAX_BUCKETS);
     a->done[b->id] = false;
@@ -223,14 +224,7 @@ static int ar_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t errl
         }
     }
     pthread_mutex_unlock(&a->mu);
-    if (rc < 0)
-        return -1;
-    for (uint32_t i = 0; i < n; i++) {
-        stats *m = bs[i]->sparse ? a->m_sparse : a->m_dense;
-        if (m)
-            metrics_add(m, clock_ms(bs[i]->t_ready_ns, bs[i]->t_done_ns));
-    }
-    return 0;
+    return rc;
 }
 
 static void ar_bytes(const hook *h, uint64_t *in, uint64_t *out)

@@ -102,6 +102,7 @@ static void rpc_ready(hook *h, hook_bucket *b)
         s->cb.payload = (const uint8_t *)b->data;
         s->cb.dense_dst = b->data;
     }
+    b->metric = b->sparse ? r->m_sparse : r->m_dense;
     comm_push(r->c, &s->cb, (uint32_t)(b->id % r->cl.nconns), b->batch);
     b->t_ready_ns = s->cb.t_push_ns;
 }
@@ -134,9 +135,6 @@ static int rpc_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t err
             s->cb.result = res;
             s->cb.result_cap = cap;
         }
-        stats *m = b->sparse ? r->m_sparse : r->m_dense;
-        if (m)
-            metrics_add(m, clock_ms(b->t_ready_ns, b->t_done_ns));
     }
     return 0;
 }

@@ -87,7 +87,9 @@ static int hybrid_init_params(hybrid *h)
 
 /* A step's marks on a device (steptimer.h): the batch HM_START..HM_END,
  * forward HM_LOOKED_UP..HM_FWD, backward HM_FWD..HM_BWD (with the dense
- * bucket's copy to its twin), the optimizer HM_OPT..HM_END. */
+ * bucket's copy to its twin), the optimizer HM_OPT..HM_END; the dense
+ * bucket's hook metric from the mark after its gradients to the mark
+ * after its mean is back in them (hybrid_step). */
 enum { HM_START = 0, HM_LOOKED_UP, HM_FWD, HM_BWD, HM_OPT, HM_END };
 
 hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
@@ -199,6 +201,7 @@ void hybrid_free(hybrid *h)
 {
     if (!h)
         return;
+    steptimer_release(&h->tm);
     if (h->dev) {
         if (h->act[0] && h->rows_in != compute_host_view(h->dev, h->act[0]))
             free(h->rows_in);
@@ -485,11 +488,13 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
      * backward is done, no copy either way. */
     hook_bucket *b = &h->bucket;
     const bool on_gpu = b->device_data != NULL; /* hybrid_place_bucket */
-    cmark copied = 0;
+    cmark ready = 0, copied = 0;
     if (h->twin) {
-        if (!on_gpu)
+        ready = copied = compute_mark(h->dev);
+        if (!on_gpu) {
             compute_read(h->dev, cspan_all(h->grads), b->data);
-        copied = compute_mark(h->dev);
+            copied = compute_mark(h->dev);
+        }
     }
     steptimer_mark(&h->tm, HM_BWD);
     uint64_t t3 = clock_now_ns();
@@ -504,14 +509,18 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
     if (compute_status(h->dev, err, errlen) < 0)
         return -1;
     hook_ready(hk, b, h->batch);
+    if (b->gpu_timed && b->metric) /* the hook named its metric: the GPU times it */
+        metrics_mark_gpu_timed(b->metric);
     if (client_poll(cl, 0, err, errlen) < 0) /* write the updates */
         return -1;
     if (hook_wait(hk, &b, 1, err, errlen) < 0)
         return -1;
     uint64_t t4 = clock_now_ns();
-    steptimer_mark(&h->tm, HM_OPT);
     if (h->twin && !on_gpu) /* the mean back into the gradients, ahead of the step */
         compute_write(h->dev, cspan_all(h->grads), b->data);
+    if (b->gpu_timed)
+        steptimer_sample(&h->tm, b->metric, ready, compute_mark(h->dev));
+    steptimer_mark(&h->tm, HM_OPT);
     /* p -= lr g: the same bits as p + (-lr) g. */
     compute_sgd_dense(h->dev, cspan_all(h->params), cspan_all(h->grads), cspan_none(), (float)h->cfg.lr, 0.0f,
                       false);
@@ -544,6 +553,7 @@ static void hybrid_place_bucket(hybrid *h, const hook *hk)
     bool changed = !h->placed || (on_gpu != NULL) != (b->device_data != NULL);
     b->device_data = on_gpu;
     b->data = on_gpu ? NULL : compute_host_view(h->dev, h->twin);
+    b->gpu_timed = steptimer_on(&h->tm); /* its hook metric: hybrid_step */
     if (changed)
         log_info("%s: the dense bucket is handed over in %s", hk->name,
                  on_gpu ? "device memory" : "pinned host memory");

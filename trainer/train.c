@@ -26,6 +26,10 @@ typedef struct train_bucket {
     uint64_t twin_n;
     bool on_device;
     cmark copied;
+    /* Staged, on a device: the marks after its gradients (before any
+     * copy) and after its mean was back in them — its hook metric, timed
+     * on the stream (steptimer_sample). */
+    cmark ready, back;
 } train_bucket;
 
 struct train {
@@ -61,8 +65,10 @@ struct train {
 /* A step's marks on a device (steptimer.h): forward TM_START..TM_FWD,
  * backward TM_FWD..TM_BWD, the optimizer TM_OPT..TM_END, the batch
  * TM_START..TM_END; between TM_BWD and TM_OPT the stream waits for the
- * hook (the exposed wait, timed by the host's clock as every hook
- * metric). */
+ * hook (the exposed wait). Each bucket's hook metric runs from the mark
+ * after its gradients to the mark after its mean is back, the
+ * communication span from the first bucket's to the last one's
+ * (train_wait_means). */
 enum { TM_START = 0, TM_FWD, TM_BWD, TM_OPT, TM_END };
 
 /* Reverse parameter order, capped buckets, the sparse embedding alone. */
@@ -186,7 +192,7 @@ train *train_new(const train_job *j, metrics *m, char *err, size_t errlen)
     t->m_fwd = steptimer_span(&t->tm, m, "forward_metric,forward_pass", TM_START, TM_FWD);
     t->m_bwd = steptimer_span(&t->tm, m, "backward_metric,backward", TM_FWD, TM_BWD);
     t->m_opt = steptimer_span(&t->tm, m, "optimizer_metric,step", TM_OPT, TM_END);
-    t->m_exposed = metrics_get(m, "hook_future_metric,exposed_wait");
+    t->m_exposed = steptimer_span(&t->tm, m, "hook_future_metric,exposed_wait", TM_BWD, TM_OPT);
     t->m_span = metrics_get(m, "hook_future_metric,comm_span");
     t->model = model_new(t->dev, &j->model, j->seed, t->shard->max_len, err, errlen);
     if (!t->model || model_check_data(t->model, t->data, err, errlen) < 0)
@@ -209,6 +215,7 @@ void train_free(train *t)
 {
     if (!t)
         return;
+    steptimer_release(&t->tm);
     for (uint32_t k = 0; k < t->nbuckets; k++) {
         hook_bucket_release(&t->buckets[k].hb);
         compute_release(t->dev, t->buckets[k].twin);
@@ -248,10 +255,12 @@ static int train_place_buckets(train *t, const hook *h, char *err, size_t errlen
                                                        tb->hb.count));
         tb->on_device = dev != NULL;
         if (tb->on_device) {
+            tb->hb.gpu_timed = steptimer_on(&t->tm);
             tb->hb.device_data = dev;
             tb->hb.data = NULL;
             continue;
         }
+        tb->hb.gpu_timed = steptimer_on(&t->tm); /* its hook metric: train_wait_means */
         tb->hb.device_data = NULL;
         if (!tb->twin && !(tb->twin = compute_alloc(t->dev, tb->twin_n, COMPUTE_F32, COMPUTE_MEM_PINNED, err, errlen)))
             return -1;
@@ -287,6 +296,8 @@ static void train_hand_over(train *t, bool wait)
             return;
         t->hand_head++;
         hook_ready(t->h, &b->hb, t->batch);
+        if (b->hb.gpu_timed && b->hb.metric) /* the hook named its metric: the GPU times it */
+            metrics_mark_gpu_timed(b->hb.metric);
     }
 }
 
@@ -295,8 +306,9 @@ static void train_hand_over(train *t, bool wait)
  * backward goes on, and the bucket leaves once the copy is done. */
 static void train_stage(train *t, train_bucket *b)
 {
+    b->ready = compute_mark(t->dev);
     if (b->on_device) { /* no copy: the hook reads the gradients once their writer is done */
-        b->copied = compute_mark(t->dev);
+        b->copied = b->ready;
         t->handoff[t->nhand++] = b->hb.id;
         train_hand_over(t, false);
         return;
@@ -339,6 +351,33 @@ static void train_on_ready(void *ctx, uint32_t param)
     hook_ready(t->h, &b->hb, t->batch);
 }
 
+/* Every bucket's mean in. Host views: one wait, the means in place.
+ * Staged: bucket by bucket in order, each dense mean copied back into the
+ * gradients as soon as it is in (ahead of the optimizer's steps, enqueued
+ * after it), then a mark that ends the bucket's hook metric on a device. */
+static int train_wait_means(train *t, char *err, size_t errlen)
+{
+    if (!t->staged)
+        return hook_wait(t->h, t->all, t->nbuckets, err, errlen);
+    for (uint32_t k = 0; k < t->nbuckets; k++) {
+        train_bucket *b = &t->buckets[k];
+        if (hook_wait(t->h, &t->all[k], 1, err, errlen) < 0)
+            return -1;
+        if (!b->hb.sparse && !b->on_device)
+            compute_write(t->dev,
+                          cspan_at(model_grads_buf(t->model), model_param(t->model, b->first_param)->offset,
+                                   b->hb.count),
+                          b->hb.data);
+        if (steptimer_on(&t->tm)) {
+            b->back = compute_mark(t->dev);
+            steptimer_sample(&t->tm, b->hb.metric, b->ready, b->back);
+        }
+    }
+    if (steptimer_on(&t->tm) && t->nbuckets > 0) /* handed over in id order */
+        steptimer_sample(&t->tm, t->m_span, t->buckets[0].ready, t->buckets[t->nbuckets - 1].back);
+    return 0;
+}
+
 static int train_step(train *t, const data_batch *batch, double *loss, char *err, size_t errlen)
 {
     uint64_t t0 = clock_now_ns();
@@ -358,7 +397,7 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     if (compute_status(t->dev, err, errlen) < 0)
         return -1;
     uint64_t t2 = clock_now_ns();
-    if (hook_wait(t->h, t->all, t->nbuckets, err, errlen) < 0)
+    if (train_wait_means(t, err, errlen) < 0)
         return -1;
     uint64_t t3 = clock_now_ns();
     steptimer_mark(&t->tm, TM_OPT);
@@ -371,11 +410,6 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
         if (b->hb.t_done_ns > last_done)
             last_done = b->hb.t_done_ns;
         if (!b->hb.sparse) {
-            if (b->twin && !b->on_device) /* staged: the mean back into the gradients, before the steps read it */
-                compute_write(t->dev,
-                              cspan_at(model_grads_buf(t->model), model_param(t->model, b->first_param)->offset,
-                                       b->hb.count),
-                              b->hb.data);
             for (uint32_t i = b->first_param; i <= b->last_param; i++)
                 sgd_step_param(t->opt, t->model, i); /* the mean, in place */
             continue;
@@ -386,7 +420,7 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     }
     uint64_t t4 = clock_now_ns();
     if (steptimer_on(&t->tm)) {
-        /* The hook's are the host's; the step's are recorded once its
+        /* Every metric of the step, the hook's too, is recorded once its
          * marks are done (steptimer: never waited for by the timer). */
         steptimer_mark(&t->tm, TM_END);
         /* The step ends with the stream synchronised, as the seed's ends
@@ -395,8 +429,6 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
         compute_sync(t->dev);
         if (compute_status(t->dev, err, errlen) < 0) /* the update did not happen */
             return -1;
-        metrics_add(t->m_exposed, clock_ms(t2, t3));
-        metrics_add(t->m_span, clock_ms(first_push, last_done));
         steptimer_end(&t->tm);
         return 0;
     }

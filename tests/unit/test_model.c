@@ -885,6 +885,7 @@ static void test_blas_describe(void **state)
 typedef struct scale_hook {
     hook base;
     uint32_t next_id;  /* buckets are handed over in id order */
+    uint32_t waited;   /* and waited for in id order, each once handed over */
     uint64_t handed;   /* over the whole run */
     uint64_t poisoned; /* values that were NaN when handed over */
     uint64_t on_device; /* dense buckets handed over in device memory */
@@ -893,6 +894,10 @@ typedef struct scale_hook {
 static void scale_ready(hook *h, hook_bucket *b)
 {
     scale_hook *s = (scale_hook *)h;
+    if (b->id == 0) { /* a new batch: the last one's buckets were all waited for */
+        assert_int_equal(s->waited, s->next_id);
+        s->next_id = s->waited = 0;
+    }
     assert_int_equal(b->id, s->next_id);
     s->next_id++;
     s->handed++;
@@ -925,12 +930,14 @@ static void scale_ready(hook *h, hook_bucket *b)
 
 static int scale_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t errlen)
 {
-    (void)bs;
     (void)err;
     (void)errlen;
     scale_hook *s = (scale_hook *)h;
-    assert_int_equal(s->next_id, n); /* every bucket of the batch handed over */
-    s->next_id = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        assert_true(bs[i]->id < s->next_id); /* handed over before it is waited for */
+        assert_int_equal(bs[i]->id, s->waited);
+        s->waited++;
+    }
     return 0;
 }
 
@@ -970,6 +977,7 @@ static float *train_on(const char *device, bool sparse, double momentum, uint64_
     scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook", .device_dense = device_hook}};
     assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
     assert_int_equal(sh.poisoned, 0);
+    assert_int_equal(sh.waited, sh.next_id); /* the last batch's too */
     *handed = sh.handed;
     if (on_device)
         *on_device = sh.on_device;
