@@ -111,8 +111,10 @@ typedef struct cspan {
 typedef uint64_t cmark;
 
 /* How many of a context's latest marks compute_elapsed can time (a GPU's
- * ring of events; the cpu's ring of times). */
-#define COMPUTE_TIMED_MARKS 256
+ * ring of events; the cpu's ring of times). A training step takes 5 marks
+ * and 3 per bucket (trainer/train.c): a step of up to 339 buckets is
+ * timed whole. */
+#define COMPUTE_TIMED_MARKS 1024
 
 /* COMPUTE_NO_SLOT: the value of every entry of a sparse backward's slot
  * scratch between calls. */

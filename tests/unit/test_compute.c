@@ -26,7 +26,9 @@
 
 #include "shared/gpu.h"
 #include "shared/rng.h"
+#include "shared/metrics.h"
 #include "trainer/compute.h"
+#include "trainer/steptimer.h"
 
 static compute *dev;
 static const char *dev_name; /* "cpu", "fake-cuda" or "cuda" */
@@ -371,6 +373,80 @@ static void test_gpu_failure(void **state)
     compute_release(g, b);
     compute_release(g, l);
     compute_free(g);
+}
+
+/* The step timer (trainer/steptimer.h) on the fake GPU, held: steps end
+ * without waiting and without a sample while their marks are not done;
+ * once the GPU goes on, a flush records every span and every own sample
+ * (a bucket's, steptimer_sample) of every kept step, all marked GPU-timed;
+ * a step whose sample reaches further back than the marks a context can
+ * time is left out whole and counted; dropped steps are never recorded. */
+static void test_steptimer(void **state)
+{
+    (void)state;
+    char err[512], path[] = "/tmp/psbench-stept-hold-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    setenv("PSBENCH_FAKE_GPU_HOLD", path, 1);
+    compute *g = compute_new("fake-cuda", err, sizeof err);
+    unsetenv("PSBENCH_FAKE_GPU_HOLD");
+    assert_non_null(g);
+    metrics *m = metrics_new();
+    assert_non_null(m);
+    steptimer t;
+    steptimer_init(&t, g);
+    assert_true(steptimer_on(&t));
+    stats *first = steptimer_span(&t, m, "span,first", 0, 1), *whole = steptimer_span(&t, m, "span,whole", 0, 2);
+    stats *own = metrics_get(m, "hook,own");
+    assert_non_null(first);
+    assert_non_null(whole);
+    assert_non_null(own);
+    cbuf *b = compute_alloc(g, 1 << 12, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, sizeof err);
+    assert_non_null(b);
+    for (int step = 0; step < 5; step++) {
+        if (step == 2) /* the first two dropped, kept and not done (a failed pass's) */
+            steptimer_drop(&t);
+        steptimer_mark(&t, 0);
+        compute_zero(g, cspan_all(b));
+        steptimer_mark(&t, 1);
+        cmark x = compute_mark(g);
+        compute_zero(g, cspan_all(b));
+        cmark y = compute_mark(g);
+        steptimer_sample(&t, own, x, y);
+        steptimer_sample(&t, own, x, y);
+        steptimer_mark(&t, 2);
+        steptimer_end(&t); /* held: kept, nothing recorded, no wait */
+    }
+    assert_int_equal(first->count, 0);
+    assert_int_equal(own->count, 0);
+    unlink(path); /* the GPU goes on */
+    steptimer_flush(&t);
+    assert_int_equal(first->count, 3);
+    assert_int_equal(whole->count, 3);
+    assert_int_equal(own->count, 6);
+    assert_true(own->min >= 0 && own->max <= whole->max && first->max <= whole->max);
+    assert_int_equal(metrics_gpu_timed_count(m), 3);
+    assert_int_equal(t.lost, 0);
+
+    /* Too far back: the step is left out whole (its spans too). */
+    steptimer_mark(&t, 0);
+    cmark old = compute_mark(g);
+    for (int k = 0; k < COMPUTE_TIMED_MARKS + 1; k++)
+        compute_mark(g);
+    steptimer_sample(&t, own, old, compute_mark(g));
+    steptimer_mark(&t, 1);
+    steptimer_mark(&t, 2);
+    steptimer_end(&t);
+    steptimer_flush(&t);
+    assert_int_equal(t.lost, 1);
+    assert_int_equal(whole->count, 3);
+    assert_int_equal(own->count, 6);
+
+    steptimer_release(&t);
+    compute_release(g, b);
+    compute_free(g);
+    metrics_free(m);
 }
 
 /* C = alpha op(A) op(B) + beta C in double, against compute_gemm. */
@@ -827,6 +903,6 @@ int main(void)
     rc |= run_on("fake-cuda");
     rc |= run_on("staged");
     const struct CMUnitTest staged[] = {cmocka_unit_test(test_staged), cmocka_unit_test(test_elapsed_not_before_done),
-                                        cmocka_unit_test(test_gpu_failure)};
+                                        cmocka_unit_test(test_gpu_failure), cmocka_unit_test(test_steptimer)};
     return rc | cmocka_run_group_tests_name("the staged test device; a held and a failing fake GPU", staged, NULL, NULL);
 }
