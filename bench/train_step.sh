@@ -393,7 +393,7 @@ for r in rows:
 print("exposed: the optimizer's wait for buckets after backward. compute: a step with nothing moved,")
 print("on the same device shared the same way: 2 one-trainer jobs at once (1 alone for a 1-trainer row),")
 print("each a 1-rank Gloo allreduce_hook; their forward + backward + optimizer (on CUDA trainers that")
-print("includes the buckets' staging copies device <-> pinned host, which every hook pays today).")
+print("includes the buckets' staging copies device <-> pinned host, which NCCL's rows do not pay).")
 print("floor: 2 trainers' %d-bucket gradients (%.1f MB each) into one server and the mean back," % (nb, nb * bucket_bytes / 1e6))
 print("%.1f MB a step, at this run's loopback rate (bare-floor: %.0f MB/s, %.2f ms a round); Gloo's" % (
     moved / 1e6, moved * rps / 1e6, floor_rpc))
