@@ -11,6 +11,7 @@ relative to this file. Run with /usr/bin/python3 (python3-msgpack).
 """
 import array
 import atexit
+import json
 import os
 import re
 import shutil
@@ -29,6 +30,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HOST = "127.0.0.1"
 READY_TIMEOUT = 10.0
 STOP_GRACE = 5.0
+
+
+# ---- the repository's configurations -------------------------------------
+
+def trainer_config_with(workdir, trainer_class, name, **values):
+    """configs/trainer_configurations.json with `values` set in
+    trainer_class's configurations, written to workdir/NAME; its path."""
+    with open(os.path.join(os.path.dirname(HERE), "..", "configs", "trainer_configurations.json")) as f:
+        t = json.load(f)
+    t[trainer_class]["configurations"].update(values)
+    path = os.path.join(workdir, name)
+    with open(path, "w") as f:
+        json.dump(t, f)
+    return path
 
 
 # ---- binaries ------------------------------------------------------------

@@ -159,14 +159,7 @@ class DdpRpc(psb.PsbTestCase):
         """The trainer configurations with HybridTrainer's "lr" at 1e30 (a
         float the configuration checks accept): the dense parameters
         overflow in the first step and the loss is no longer a number."""
-        tc = os.path.join(self.reg.workdir, "diverging.json")
-        with open(os.path.join(os.path.dirname(psb.HERE), "..", "configs",
-                               "trainer_configurations.json")) as f:
-            t = json.load(f)
-        t["HybridTrainer"]["configurations"]["lr"] = 1e30
-        with open(tc, "w") as f:
-            json.dump(t, f)
-        return tc
+        return psb.trainer_config_with(self.reg.workdir, "HybridTrainer", "diverging.json", lr=1e30)
 
     # Batch 0 computes with the initial parameters (a finite loss); its step
     # at lr 1e30 overflows them, so batch 1 is where the loss diverges, on

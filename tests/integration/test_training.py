@@ -149,14 +149,7 @@ class Training(psb.PsbTestCase):
         """The default trainer configuration with "lr": 1e30 (a float; 1e308,
         which no float holds, is refused with the configuration): the
         parameters overflow at once and the loss is no longer a number."""
-        tc = os.path.join(self.reg.workdir, "diverging.json")
-        with open(os.path.join(os.path.dirname(psb.HERE), "..", "configs",
-                               "trainer_configurations.json")) as f:
-            t = json.load(f)
-        t["DdpRpcTrainer"]["configurations"]["lr"] = 1e30
-        with open(tc, "w") as f:
-            json.dump(t, f)
-        return tc
+        return psb.trainer_config_with(self.reg.workdir, "DdpRpcTrainer", "diverging.json", lr=1e30)
 
     DIVERGED_RE = (r"loss diverged at epoch (\d+), batch (\d+) of the warm-up pass \(loss = (nan|inf|-inf)\)")
 
@@ -270,13 +263,7 @@ class Training(psb.PsbTestCase):
 
     def run_init(self, cfg):
         """Parameters after 0 steps: a run whose learning rate is 0."""
-        tc = os.path.join(self.reg.workdir, "trainers.json")
-        with open(os.path.join(os.path.dirname(psb.HERE), "..", "configs",
-                               "trainer_configurations.json")) as f:
-            t = json.load(f)
-        t["DdpRpcTrainer"]["configurations"]["lr"] = 1e-30
-        with open(tc, "w") as f:
-            json.dump(t, f)
+        tc = psb.trainer_config_with(self.reg.workdir, "DdpRpcTrainer", "trainers.json", lr=1e-30)
         m = self.master("--model", "Small", "--model-config-path", cfg, "--epochs", "1",
                         "--ntrainer", "1", "--trainer-config-path", tc, local=False)
         self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],

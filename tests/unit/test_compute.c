@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shared/gpu.h"
+#include "gpu_variant.h"
 #include "shared/rng.h"
 #include "shared/metrics.h"
 #include "trainer/compute.h"
@@ -282,6 +282,21 @@ static void test_elapsed(void **state)
     compute_release(dev, b);
 }
 
+/* A fake-cuda context whose GPU holds every operation while the file
+ * `path` (a mkstemp template, filled in) exists: unlink it to go on. */
+static compute *held_fake_gpu(char *path)
+{
+    char err[512];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    setenv("PSBENCH_FAKE_GPU_HOLD", path, 1);
+    compute *g = compute_new("fake-cuda", err, sizeof err);
+    unsetenv("PSBENCH_FAKE_GPU_HOLD");
+    assert_non_null(g);
+    return g;
+}
+
 /* A GPU's marks are not timed before they are done: the fake GPU held
  * (PSBENCH_FAKE_GPU_HOLD), compute_elapsed answers 1 without waiting, then
  * the time once the hold is lifted and the marks are done. The staged
@@ -290,13 +305,7 @@ static void test_elapsed_not_before_done(void **state)
 {
     (void)state;
     char err[512], path[] = "/tmp/psbench-compute-hold-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    setenv("PSBENCH_FAKE_GPU_HOLD", path, 1);
-    compute *g = compute_new("fake-cuda", err, sizeof err);
-    unsetenv("PSBENCH_FAKE_GPU_HOLD");
-    assert_non_null(g);
+    compute *g = held_fake_gpu(path);
     cbuf *b = compute_alloc(g, 1 << 12, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, sizeof err);
     assert_non_null(b);
     cmark m0 = compute_mark(g);
@@ -385,13 +394,7 @@ static void test_steptimer(void **state)
 {
     (void)state;
     char err[512], path[] = "/tmp/psbench-stept-hold-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    setenv("PSBENCH_FAKE_GPU_HOLD", path, 1);
-    compute *g = compute_new("fake-cuda", err, sizeof err);
-    unsetenv("PSBENCH_FAKE_GPU_HOLD");
-    assert_non_null(g);
+    compute *g = held_fake_gpu(path);
     metrics *m = metrics_new();
     assert_non_null(m);
     steptimer t;
@@ -890,15 +893,9 @@ static int run_on(const char *name)
 
 int main(void)
 {
-    const char *which = getenv("PSBENCH_COMPUTE");
-    if (which && strcmp(which, "cuda") == 0) {
-        char why[512];
-        if (gpu_probe_device(0, why, sizeof why) < 0) {
-            printf("skipped: %s\n", why);
-            return 77;
-        }
-        return run_on("cuda");
-    }
+    bool ready;
+    if (gpu_variant(&ready))
+        return ready ? run_on("cuda") : GPU_VARIANT_SKIP;
     int rc = run_on("cpu");
     rc |= run_on("fake-cuda");
     rc |= run_on("staged");

@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shared/gpu.h"
+#include "gpu_variant.h"
 #include "shared/metrics.h"
 #include "shared/rng.h"
 #include "trainer/compute.h"
@@ -493,15 +493,9 @@ static int run_on(const char *name)
 
 int main(void)
 {
-    const char *which = getenv("PSBENCH_COMPUTE");
-    if (which && strcmp(which, "cuda") == 0) {
-        char why[512];
-        if (gpu_probe_device(0, why, sizeof why) < 0) {
-            printf("skipped: %s\n", why);
-            return 77;
-        }
-        return run_on("cuda:0"); /* the GPU gpu_probe_device answered for */
-    }
+    bool ready;
+    if (gpu_variant(&ready))
+        return ready ? run_on("cuda:0") /* the GPU gpu_probe_device answered for */ : GPU_VARIANT_SKIP;
     int rc = run_on("fake-cuda");
     return rc | run_on("staged");
 }
