@@ -194,6 +194,43 @@ class Server(Proc):
         Proc.__init__(self, *a, **kw)
         self.port = None
 
+    def _wrapped(self):
+        """Under $PSBENCH_SERVER_WRAP (compute-sanitizer) the process
+        started is the wrapper: the server's pids among its descendants."""
+        if os.path.basename(self.args[0]) == "psbench-server":
+            return []
+        found, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            for k in kids:
+                try:
+                    with open("/proc/%d/comm" % k) as f:
+                        if f.read().strip() == "psbench-server":
+                            found.append(k)
+                except OSError:
+                    pass
+                todo.append(k)
+        return found
+
+    def signal(self, sig):
+        """To the server itself, also when a wrapper started it (a wrapper
+        such as compute-sanitizer dies of a SIGTERM instead of passing it
+        on; the server exits cleanly and the wrapper with its code)."""
+        pids = self._wrapped() if self.alive() else []
+        if not pids:
+            Proc.signal(self, sig)
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
     def wait_ready(self, timeout=READY_TIMEOUT):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
@@ -214,9 +215,14 @@ class CudaServer(psb.PsbTestCase):
             got[key] = (h, p)
         return got
 
+    # Only the fake GPU can hold a job in flight for as long as the test
+    # needs; a real one (seen: an H200) may finish a 16 MiB job before the
+    # loss arrives, and no size makes that certain without a timing bet.
+    @unittest.skipUnless(FAKE, "a job held in flight at the loss needs the fake GPU's hold")
     def test_trainer_lost_while_its_bucket_is_on_the_gpu(self):
         self.run_lost_with_bucket_on_the_gpu("average")
 
+    @unittest.skipUnless(FAKE, "a job held in flight at the loss needs the fake GPU's hold")
     def test_trainer_lost_while_its_bucket_is_on_the_gpu_average_batch(self):
         self.run_lost_with_bucket_on_the_gpu("average-batch")
 
