@@ -553,25 +553,20 @@ static void cc_colsum(compute *base, cspan src, uint64_t rows, uint64_t cols, cs
     cc_launch(cc(base), &l);
 }
 
-static void cc_relu(compute *base, cspan x, cspan y)
+/* ReLU forward (y from x) and backward (dy masked by pre, in place): one
+ * launch shape, x read and y written element by element. */
+static void cc_relu_launch(compute *base, int kernel, cspan x, cspan y)
 {
     assert(x.n == y.n);
-    trk_launch l = {.kernel = TRK_K_RELU};
+    trk_launch l = {.kernel = kernel};
     l.u.relu.y = cc_f32(y);
     l.u.relu.x = cc_f32(x);
     l.u.relu.n = x.n;
     cc_launch(cc(base), &l);
 }
 
-static void cc_relu_bwd(compute *base, cspan pre, cspan dy)
-{
-    assert(pre.n == dy.n);
-    trk_launch l = {.kernel = TRK_K_RELU_BWD};
-    l.u.relu.y = cc_f32(dy);
-    l.u.relu.x = cc_f32(pre);
-    l.u.relu.n = dy.n;
-    cc_launch(cc(base), &l);
-}
+static void cc_relu(compute *base, cspan x, cspan y) { cc_relu_launch(base, TRK_K_RELU, x, y); }
+static void cc_relu_bwd(compute *base, cspan pre, cspan dy) { cc_relu_launch(base, TRK_K_RELU_BWD, pre, dy); }
 
 /* ---- EmbeddingBag (mean) ------------------------------------------------------------------ */
 

@@ -72,7 +72,7 @@ void steptimer_sample(steptimer *t, stats *st, cmark from, cmark to)
         c->cap = cap;
     }
     metrics_mark_gpu_timed(st);
-    c->sample[c->nsample++] = (stept_sample){st, from, to};
+    c->sample[c->nsample++] = (stept_sample){st, from, to, 0};
 }
 
 /* The oldest kept step's samples, its marks done. */
@@ -87,13 +87,10 @@ static void stept_record_oldest(steptimer *t)
         assert(rc <= 0); /* done: its last mark is */
         ok = rc == 0;
     }
-    /* Each own sample's time into its `from` (read all first: a step is
-     * recorded whole or not at all). */
-    double *own = NULL;
-    if (ok && s->nsample > 0 && !(own = malloc(s->nsample * sizeof *own)))
-        ok = false;
+    /* Every own sample's time read first: a step is recorded whole or not
+     * at all. */
     for (uint32_t k = 0; k < s->nsample && ok; k++) {
-        int rc = compute_elapsed(t->dev, s->sample[k].from, s->sample[k].to, &own[k]);
+        int rc = compute_elapsed(t->dev, s->sample[k].from, s->sample[k].to, &s->sample[k].ms);
         assert(rc <= 0);
         ok = rc == 0;
     }
@@ -101,13 +98,12 @@ static void stept_record_oldest(steptimer *t)
         for (uint32_t k = 0; k < t->nspans; k++)
             metrics_add(t->span[k].st, ms[k]);
         for (uint32_t k = 0; k < s->nsample; k++)
-            metrics_add(s->sample[k].st, own[k]);
+            metrics_add(s->sample[k].st, s->sample[k].ms);
     } else {
         char why[96];
         snprintf(why, sizeof why, "more than %d marks in one step: many buckets?", COMPUTE_TIMED_MARKS);
         stept_lost(t, why);
     }
-    free(own);
     s->nsample = 0;
     t->head = (t->head + 1) % STEPT_PENDING;
     t->npend--;

@@ -44,6 +44,7 @@ typedef struct stept_span {
 typedef struct stept_sample {
     stats *st;
     cmark from, to;
+    double ms; /* read when the step is recorded */
 } stept_sample;
 
 /* One step's marks and its own samples (grown as needed, kept for the
