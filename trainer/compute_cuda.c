@@ -755,6 +755,7 @@ static void cc_softmax_ce(compute *base, cspan z, uint32_t B, uint64_t C, const 
     compute_cuda *c = cc(base);
     uint64_t n = (uint64_t)B * C;
     assert(B >= 1 && z.n >= n && prob.n >= n && q.n >= n && loss.n == 1);
+    (void)n; /* only the assertion reads it */
     cc_stage st;
     trk_launch l = {.kernel = TRK_K_SOFTMAX_CE};
     l.u.head.y = cc_targets(c, &st, y, B, C);
@@ -774,6 +775,7 @@ static void cc_softmax_ce_bwd(compute *base, cspan prob, cspan q, uint32_t B, ui
     compute_cuda *c = cc(base);
     uint64_t n = (uint64_t)B * C;
     assert(B >= 1 && prob.n >= n && q.n >= n && dz.n >= n);
+    (void)n; /* only the assertion reads it */
     cc_stage st;
     trk_launch l = {.kernel = TRK_K_SOFTMAX_CE_BWD};
     l.u.head.y = cc_targets(c, &st, y, B, C);
@@ -792,6 +794,7 @@ static void cc_ce_logits(compute *base, cspan z, uint32_t R, uint32_t C, const i
     compute_cuda *c = cc(base);
     uint64_t n = (uint64_t)R * C;
     assert(R >= 1 && R <= INT32_MAX && C <= INT32_MAX && z.n >= n && dz.n >= n && loss.n == 1);
+    (void)n; /* only the assertion reads it */
     cc_stage st;
     trk_launch l = {.kernel = TRK_K_CE_LOGITS};
     l.u.head.y = cc_targets(c, &st, y, R, C);
