@@ -538,9 +538,12 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
         code = run_loop(&l, o, w, &j, err, errlen);
     }
     l.bytes = NULL;
+    /* The master hears why before the servers and peers see this trainer
+     * leave: its failure (held for a cause) is then the first it has, not a
+     * peer's `peer_lost` that this trainer's departure would cause. */
+    mlink_close(&l, code != 0, err, errlen);
     workload_free(w);
     modelconf_free(&j.model);
     json_decref(assign);
-    mlink_close(&l, code != 0, err, errlen);
     return code;
 }

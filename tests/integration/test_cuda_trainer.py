@@ -222,6 +222,10 @@ class CudaTrainer(psb.PsbTestCase):
         self.assertGreater(rc, 0, bad.describe())  # an exit code of its own, not a signal
         self.assertIn("injected failure of operation 2000", bad.stderr(), bad.describe())
         self.assertNotEqual(ok.wait(60), 0, ok.describe())
+        # The peer ends on the master's verdict, which names the GPU: the
+        # failing trainer told the master before it left the server (else
+        # the peer's peer_lost could reach the master first and be named).
+        self.assertIn("injected failure of operation 2000", ok.stderr(), ok.describe())
 
     def test_nccl_allreduce_on_device_buffers(self):
         """allreduce_hook on NCCL: every dense bucket leaves from the
