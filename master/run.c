@@ -12,8 +12,10 @@
  *   (reset)  — servers clear their futures, everyone clears metrics; the
  *              master waits for every reset_done.
  *   running  — the timed pass.
- *   done | failed — stop is sent to every node; tables and files written;
- *              HTTP stays up for --linger seconds.
+ *   done | failed — stop is sent to every node; tables and files written
+ *              (the API shows `done` only then: whoever sees it can read
+ *              results.json; `failed` at once); HTTP stays up for --linger
+ *              seconds.
  *   done → waiting — with --runs, while runs remain: the trainers get stop
  *              (done), the servers a `reset` with "new_run" instead (they
  *              flush their metrics, wait until the run's trainers have left
@@ -109,7 +111,12 @@ static void master_set_phase(master *m, run_phase ph)
     m->phase = ph;
     m->t_phase = master_now();
     log_info("phase %s", phase_names[ph]);
-    master_publish(m, ph == PH_DONE || ph == PH_FAILED);
+    /* `done` is published once the run's files are written (master_on_tick):
+     * a client that sees it may read results.json. `failed` at once: it is
+     * the verdict a watcher needs now, and with --linger 0 the master may
+     * be gone when its files are. */
+    if (ph != PH_DONE)
+        master_publish(m, ph == PH_FAILED);
 }
 
 void master_fail(master *m, const char *fmt, ...)
@@ -1210,7 +1217,6 @@ static void master_on_tick(evutil_socket_t fd, short what, void *arg)
         }
         if (!m->finished_output) {
             m->finished_output = true;
-            master_publish(m, true);
             results_print(m);
             char err[256];
             if (results_write(m, err, sizeof err) < 0) {
@@ -1218,6 +1224,7 @@ static void master_on_tick(evutil_socket_t fd, short what, void *arg)
                 if (m->exit_code == 0)
                     m->exit_code = 1;
             }
+            master_publish(m, true); /* the end, now that its files are there */
             if (m->set.linger_s > 0 && !master_runs_remain(m))
                 log_info("HTTP stays up for %.0f s (--linger)", m->set.linger_s);
         }

@@ -184,6 +184,28 @@ class MasterTests(psb.PsbTestCase):
     def batches(self, ntrainer, epochs):
         return epochs * (10 // ntrainer)
 
+    def test_done_shown_once_files_are_written(self):
+        """A script that polls /api/v1/status for `done` may read the run's
+        files the moment it sees it: the master publishes `done` only after
+        results.json and the CSVs are written (it once published first)."""
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master(out=out)
+        deadline = time.monotonic() + RUN_TIMEOUT
+        phase = None
+        while time.monotonic() < deadline and phase != "done":
+            try:  # as fast as the API answers: the window was milliseconds
+                phase = http_json(m.http + "/api/v1/status")["phase"]
+            except OSError:
+                continue
+            self.assertNotEqual(phase, "failed", m.describe())
+        self.assertEqual(phase, "done", m.describe())
+        with open(os.path.join(out, "results.json")) as f:
+            self.assertEqual(json.load(f)["phase"], "done")
+        for name in ("trainer.csv", "server.csv"):
+            self.assertTrue(os.path.exists(os.path.join(out, name)), name)
+        m.signal(signal.SIGTERM)  # leave --linger early
+        self.assertEqual(m.wait(20), 0, m.describe())
+
     def test_local_default_shape(self):
         out = os.path.join(self.reg.workdir, "out")
         m = self.master(out=out)
