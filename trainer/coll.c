@@ -110,6 +110,17 @@ static int coll_usable(coll *c, char *err, size_t errlen)
     return 0;
 }
 
+/* An allreduce's buffer of n floats (host or device memory) that no
+ * backend can take: none, or more floats than bytes can count. why says
+ * which (for coll_fail). */
+static bool coll_bad_f32(const coll *c, const float *buf, size_t n, char *why, size_t whylen)
+{
+    if (buf && n <= SIZE_MAX / sizeof(float))
+        return false;
+    snprintf(why, whylen, "%s allreduce: %s", c->ops->name, buf ? "too many elements" : "no buffer");
+    return true;
+}
+
 int coll_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errlen)
 {
     char why[COLL_ERR_MAX];
@@ -117,10 +128,8 @@ int coll_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errl
         return -1;
     if (n == 0)
         return 0;
-    if (!buf || n > SIZE_MAX / sizeof(float)) {
-        snprintf(why, sizeof why, "%s allreduce: %s", c->ops->name, buf ? "too many elements" : "no buffer");
+    if (coll_bad_f32(c, buf, n, why, sizeof why))
         return coll_fail(c, why, err, errlen);
-    }
     why[0] = '\0';
     if (c->ops->allreduce_sum_f32(c, buf, n, why, sizeof why) != 0)
         return coll_fail(c, why, err, errlen);
@@ -141,10 +150,8 @@ int coll_allreduce_mean_f32_device(coll *c, float *dbuf, size_t n, float scale, 
     }
     if (n == 0)
         return 0;
-    if (!dbuf || n > SIZE_MAX / sizeof(float)) {
-        snprintf(why, sizeof why, "%s allreduce: %s", c->ops->name, dbuf ? "too many elements" : "no buffer");
+    if (coll_bad_f32(c, dbuf, n, why, sizeof why))
         return coll_fail(c, why, err, errlen);
-    }
     why[0] = '\0';
     if (c->ops->allreduce_mean_f32_device(c, dbuf, n, scale, why, sizeof why) != 0)
         return coll_fail(c, why, err, errlen);

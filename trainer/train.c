@@ -254,14 +254,12 @@ static int train_place_buckets(train *t, const hook *h, char *err, size_t errlen
                                                        model_param(t->model, tb->first_param)->offset,
                                                        tb->hb.count));
         tb->on_device = dev != NULL;
+        tb->hb.gpu_timed = steptimer_on(&t->tm); /* its hook metric: train_wait_means */
+        tb->hb.device_data = dev;
         if (tb->on_device) {
-            tb->hb.gpu_timed = steptimer_on(&t->tm);
-            tb->hb.device_data = dev;
             tb->hb.data = NULL;
             continue;
         }
-        tb->hb.gpu_timed = steptimer_on(&t->tm); /* its hook metric: train_wait_means */
-        tb->hb.device_data = NULL;
         if (!tb->twin && !(tb->twin = compute_alloc(t->dev, tb->twin_n, COMPUTE_F32, COMPUTE_MEM_PINNED, err, errlen)))
             return -1;
         if (!tb->hb.sparse)
