@@ -85,6 +85,7 @@ typedef struct node {
     uint64_t mem_total, mem_available; /* server: its host's memory at register (0: not said) */
     uint64_t init_done, init_total;    /* server: its table's fill while it fills (total 0: not filling) */
     json_t *timed_result;  /* trainer: what its timed pass reported (loss, digest) */
+    json_t *warmup_result; /* trainer: what its warm-up pass reported (loss, digest): results.json "warmup" */
     json_t *environment;   /* what it computes with, from its register (owned), NULL: not reported */
     json_t *diverged;      /* trainer: where its loss first diverged ({pass, epoch, batch, loss}), or NULL */
     json_t *gpu_timed;     /* trainer: the metric keys its reports say a GPU timed (array of strings), or

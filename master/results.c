@@ -340,6 +340,8 @@ int results_write(master *m, char *err, size_t errlen)
         json_t *t = results_node(r, n);
         if (t && n && n->timed_result)
             json_object_update(t, n->timed_result);
+        /* The warm-up pass's loss and digest (null: none reported). */
+        json_object_set_new(t, "warmup", n && n->warmup_result ? json_incref(n->warmup_result) : json_null());
         json_object_set_new(t, "diverged", n && n->diverged ? json_incref(n->diverged) : json_null());
         /* The metrics its GPU timed (extension): [] for a CPU trainer. */
         json_object_set_new(t, "gpu_timed", n && n->gpu_timed ? json_deep_copy(n->gpu_timed) : json_array());

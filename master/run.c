@@ -849,11 +849,22 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
             /* Later issues' per-trainer results: kept for results.json. */
             json_decref(n->timed_result);
             n->timed_result = json_object();
-            const char *keys[] = {"loss_per_epoch", "final_params_sha256", "bags", "epochs"};
+            const char *keys[] = {"loss_per_epoch", "final_params_sha256", "bags", "epochs", "buckets"};
             for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
                 json_t *v = json_object_get(msg->body, keys[k]);
                 if (v)
                     json_object_set(n->timed_result, keys[k], v);
+            }
+        } else {
+            /* The warm-up's: each pass starts from the same fresh model, so
+             * a reader can see both passes begin alike. */
+            json_decref(n->warmup_result);
+            n->warmup_result = json_object();
+            const char *keys[] = {"loss_per_epoch", "final_params_sha256"};
+            for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+                json_t *v = json_object_get(msg->body, keys[k]);
+                if (v)
+                    json_object_set(n->warmup_result, keys[k], v);
             }
         }
         n->state = NS_PASS_DONE;
@@ -892,6 +903,7 @@ static void node_free(node *n)
 {
     node_detach(n);
     json_decref(n->timed_result);
+    json_decref(n->warmup_result);
     json_decref(n->diverged);
     json_decref(n->environment);
     json_decref(n->gpu_timed);

@@ -112,6 +112,8 @@ static const jc_key ddp_trainer_keys[] = {
     LR(JC_REQUIRED, 0, LR_TRAINER),
     MOMENTUM(0), /* PyTorch's SGD default */
     {.key = "bucket_cap_mb", .type = JC_NUM, .flags = JC_MIN_OPEN, .min = 0, .max = 1048576, .def = 25}, /* DDP's */
+    /* DDP's first bucket (its _DEFAULT_FIRST_BUCKET_BYTES, 1 MiB) */
+    {.key = "first_bucket_mb", .type = JC_NUM, .min = 0, .max = 1048576, .def = 1},
     ONE_OF("hook_state", 0, hook_states),
     ONE_OF("iteration_step", 0, iteration_steps),
     ONE_OF("preprocess_data", 0, preprocessors),

@@ -38,7 +38,9 @@ typedef struct rpc_hook {
     rpc_slot slots[HOOK_MAX_BUCKETS];
 } rpc_hook;
 
-/* The push header for bucket b (its shape does not change between batches). */
+/* The push header for bucket b. A bucket id's shape changes between a
+ * pass's first iteration (DDP's one dense bucket) and the later ones (the
+ * rebuilt buckets): rpc_ready shapes the slot again when it differs. */
 static void rpc_shape(rpc_slot *s, const hook_bucket *b)
 {
     frame_hdr *h = &s->cb.hdr;
@@ -88,13 +90,22 @@ static void rpc_pack_sparse(rpc_slot *s, const hook_bucket *b)
     s->cb.payload = s->pack;
 }
 
+/* The slot's header describes bucket b as it is now. */
+static bool rpc_shaped_as(const rpc_slot *s, const hook_bucket *b)
+{
+    const frame_hdr *h = &s->cb.hdr;
+    if (!s->shaped || (h->layout == LAYOUT_SPARSE) != b->sparse)
+        return false;
+    return b->sparse ? h->rows == b->rows && h->cols == b->cols : h->count == b->count;
+}
+
 static void rpc_ready(hook *h, hook_bucket *b)
 {
     rpc_hook *r = (rpc_hook *)h;
     assert(b->id < HOOK_MAX_BUCKETS);
     assert(b->sparse || (b->data && !b->device_data)); /* host memory: device_dense is false */
     rpc_slot *s = &r->slots[b->id];
-    if (!s->shaped)
+    if (!rpc_shaped_as(s, b))
         rpc_shape(s, b);
     if (b->sparse) {
         rpc_pack_sparse(s, b);

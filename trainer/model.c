@@ -225,20 +225,32 @@ dummy_model *model_new(compute *dev, const model_config *cfg, uint64_t seed, uin
         for (uint64_t r = 0; r < cfg->num_embeddings; r++)
             m->sp_slot[r] = COMPUTE_NO_SLOT;
     }
-    if (!compute_span_view(m->dev, cspan_all(m->values))) {
-        float *stage = malloc(m->total * sizeof *stage);
-        if (!stage)
-            goto oom;
-        model_init_values(m, seed, stage);
-        free(stage);
-    } else {
-        model_init_values(m, seed, NULL);
+    if (model_reinit(m, seed, err, errlen) < 0) {
+        model_free(m);
+        return NULL;
     }
     return m;
 oom:
     model_free(m);
     errbuf_set(err, errlen, "model: out of memory");
     return NULL;
+}
+
+int model_reinit(dummy_model *m, uint64_t seed, char *err, size_t errlen)
+{
+    if (!compute_span_view(m->dev, cspan_all(m->values))) {
+        float *stage = malloc(m->total * sizeof *stage);
+        if (!stage) {
+            errbuf_set(err, errlen, "model: out of memory");
+            return -1;
+        }
+        model_init_values(m, seed, stage);
+        free(stage);
+    } else {
+        model_init_values(m, seed, NULL);
+    }
+    model_zero_grad(m);
+    return 0;
 }
 
 void model_free(dummy_model *m)

@@ -101,6 +101,9 @@ typedef void (*model_ready_fn)(void *ctx, uint32_t param_index);
 dummy_model *model_new(compute *dev, const model_config *cfg, uint64_t seed, uint32_t max_batch, char *err,
                        size_t errlen);
 void model_free(dummy_model *m);
+/* The parameters model_new(seed) gives, again, and every gradient zero (a
+ * fresh model for a new pass). 0, or -1 with err (out of memory). */
+int model_reinit(dummy_model *m, uint64_t seed, char *err, size_t errlen);
 
 /* Check that data d can be fed to m: its indices, drawn from [0, max_val),
  * must be rows of the embedding (max_val <= num_embeddings) and its

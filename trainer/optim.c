@@ -88,6 +88,12 @@ void sgd_free(sgd *o)
     free(o);
 }
 
+void sgd_reset(sgd *o)
+{
+    if (o->has_buf)
+        memset(o->has_buf, 0, o->nparams * sizeof *o->has_buf);
+}
+
 /* Parameter i's step from g (its size, on the layer). */
 static void sgd_apply(sgd *o, dummy_model *m, uint32_t i, cspan g)
 {

@@ -41,6 +41,9 @@ typedef struct sgd sgd;
  * for invalid values, momentum with a sparse model, or out of memory. */
 sgd *sgd_new(const dummy_model *m, double lr, double momentum, char *err, size_t errlen);
 void sgd_free(sgd *o);
+/* Forget the momentum: the next step of every parameter is a first one (a
+ * fresh optimizer for a new pass). */
+void sgd_reset(sgd *o);
 
 /* One step for every parameter from the model's own gradients (a sparse
  * embedding from model_sparse_grad). */

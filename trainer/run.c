@@ -103,6 +103,7 @@ static int run_train_job(const run_job *rj, train_job *j, char *err, size_t errl
     j->lr = jobconf_f64(tc, "lr");
     j->momentum = jobconf_f64(tc, "momentum");
     j->bucket_cap_mb = jobconf_f64(tc, "bucket_cap_mb");
+    j->first_bucket_mb = jobconf_f64(tc, "first_bucket_mb");
     j->seed = (uint64_t)ctl_int(a, "seed", 0);
     j->batch_size = (uint64_t)ctl_int(a, "batch_size", 10);
     j->epochs = (uint64_t)ctl_int(a, "epochs", 1);

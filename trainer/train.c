@@ -1,10 +1,12 @@
 /* train.c — real training with buckets overlapped with backward (see train.h). */
 #include "trainer/train.h"
 #include "shared/clock.h"
+#include "trainer/ddp_buckets.h"
 #include "trainer/optim.h"
 #include "trainer/steptimer.h"
 #include "shared/log.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,10 +34,25 @@ typedef struct train_bucket {
     cmark ready, back;
 } train_bucket;
 
+/* One bucket layout (ddp_buckets.h): the first iteration's or the rebuilt
+ * one. During a step the buckets are handed over in id order, as DDP
+ * reduces them: bucket k once buckets 0..k are ready (launched), and,
+ * staged, once its copy is done too (handed). */
+typedef struct train_layout {
+    const char *what;    /* "first iteration", "rebuilt" */
+    bool ascending;      /* a bucket's parameters in DDP's order: ascending (the first iteration's) or not */
+    train_bucket *buckets;
+    hook_bucket **all;   /* every bucket, for hook_wait */
+    uint32_t nbuckets;
+    uint32_t *bucket_of; /* parameter -> bucket */
+    uint32_t launched;   /* during a step: buckets 0..launched-1 are ready (staged: their copies enqueued) */
+    uint32_t handed;     /* ... and 0..handed-1 handed to the hook */
+} train_layout;
+
 struct train {
     train_job job;
     metrics *m;
-    stats *m_batch, *m_fwd, *m_bwd, *m_opt, *m_exposed;
+    stats *m_batch, *m_fwd, *m_bwd, *m_bwd_compute, *m_opt, *m_exposed;
     stats *m_span; /* first push to last result: the communication of a step */
     /* On a device (not the cpu): forward, backward, the optimizer and the
      * batch between marks on its stream (TM_*), read once done. */
@@ -45,15 +62,14 @@ struct train {
     compute *dev;        /* where the model computes (train_job.device) */
     dummy_model *model;
     sgd *opt;
-    train_bucket *buckets;
-    hook_bucket **all; /* every bucket, for hook_wait */
-    uint32_t nbuckets;
-    uint32_t *bucket_of; /* parameter -> bucket */
+    /* DDP's two layouts: every pass's first batch uses `first` (all dense
+     * gradients one bucket), the others `rebuilt` (ddp_buckets.h); cur is
+     * the step's. */
+    train_layout first, rebuilt, *cur;
     bool staged;         /* the gradients have no host view: buckets through pinned twins */
     bool placed;         /* staged: a pass has placed the buckets (train_place_buckets) */
     uint32_t logged_on_device; /* how many it handed over in device memory (logged when it changes) */
-    uint32_t *handoff;   /* staged: buckets copied, not yet handed over (ids, in order) */
-    uint32_t nhand, hand_head;
+    uint64_t passes;     /* passes begun: each after the first starts from a fresh model */
     float *params_host;  /* staged: the parameters read back (train_params) */
     hook *h;             /* during a pass */
     uint64_t batch;      /* wire batch number during a pass */
@@ -71,94 +87,164 @@ struct train {
  * (train_wait_means). */
 enum { TM_START = 0, TM_FWD, TM_BWD, TM_OPT, TM_END };
 
-/* Reverse parameter order, capped buckets, the sparse embedding alone. */
-static int train_make_buckets(train *t, char *err, size_t errlen)
+/* Layout L's buckets from DDP's assignment d: a dense bucket is the
+ * contiguous range of the flat gradients its parameters cover, a sparse
+ * one the embedding's touched rows. 0, or -1 with err. */
+static int train_make_layout(train *t, train_layout *L, const char *what, bool ascending, const ddpb_layout *d,
+                             char *err, size_t errlen)
 {
     uint32_t np = model_nparams(t->model);
-    t->buckets = calloc(np, sizeof *t->buckets);
-    t->bucket_of = calloc(np, sizeof *t->bucket_of);
-    if (!t->buckets || !t->bucket_of) {
+    L->what = what;
+    L->ascending = ascending;
+    L->buckets = calloc(d->nbuckets ? d->nbuckets : 1, sizeof *L->buckets);
+    L->bucket_of = calloc(np, sizeof *L->bucket_of);
+    L->all = calloc(d->nbuckets ? d->nbuckets : 1, sizeof *L->all);
+    if (!L->buckets || !L->bucket_of || !L->all) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    uint64_t cap = (uint64_t)(t->job.bucket_cap_mb * 1024 * 1024);
-    uint64_t fill = 0;
-    train_bucket *b = NULL;
-    for (int64_t i = (int64_t)np - 1; i >= 0; i--) {
-        const model_param_info *pi = model_param(t->model, (uint32_t)i);
-        uint64_t bytes = pi->size * 4;
-        bool alone = pi->sparse;
-        if (!b || alone || b->hb.sparse || (fill > 0 && fill + bytes > cap)) {
-            b = &t->buckets[t->nbuckets];
-            b->hb.id = t->nbuckets++;
-            b->last_param = (uint32_t)i;
-            b->hb.sparse = alone;
-            fill = 0;
-        }
-        b->first_param = (uint32_t)i;
-        fill += bytes;
-        t->bucket_of[i] = b->hb.id;
-    }
-    if (t->nbuckets > HOOK_MAX_BUCKETS) {
-        snprintf(err, errlen, "%u buckets (bucket_cap_mb %g): at most %d; raise bucket_cap_mb", t->nbuckets,
-                 t->job.bucket_cap_mb, HOOK_MAX_BUCKETS);
+    if (d->nbuckets > HOOK_MAX_BUCKETS) {
+        snprintf(err, errlen, "%u buckets (bucket_cap_mb %g, first_bucket_mb %g): at most %d; raise bucket_cap_mb",
+                 d->nbuckets, t->job.bucket_cap_mb, t->job.first_bucket_mb, HOOK_MAX_BUCKETS);
         return -1;
     }
-    if (!(t->all = calloc(t->nbuckets, sizeof *t->all))) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    for (uint32_t k = 0; k < t->nbuckets; k++)
-        t->all[k] = &t->buckets[k].hb;
-    /* Each dense bucket is the flat range [first_param, last_param] of the
-     * gradients; the sparse one is the embedding's touched rows. */
-    /* The hooks send from host memory: the gradients' host view (the
-     * buffer itself on the cpu), or else each bucket's pinned twin (made
-     * by train_place_buckets) — or, for a hook that takes device memory,
-     * from the gradients on the GPU. */
+    L->nbuckets = d->nbuckets;
     float *grads = model_grads(t->model);
-    t->staged = grads == NULL;
-    if (t->staged && !(t->handoff = calloc(t->nbuckets, sizeof *t->handoff))) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    for (uint32_t k = 0; k < t->nbuckets; k++) {
-        train_bucket *tb = &t->buckets[k];
+    for (uint32_t k = 0; k < d->nbuckets; k++) {
+        train_bucket *tb = &L->buckets[k];
+        uint32_t lo = UINT32_MAX, hi = 0;
+        for (uint32_t j = d->start[k]; j < d->start[k + 1]; j++) {
+            uint32_t i = d->param[j];
+            lo = i < lo ? i : lo;
+            hi = i > hi ? i : hi;
+            L->bucket_of[i] = k;
+        }
+        /* The model's parameters are dense ranges apart from a sparse
+         * embedding (model.h), which DDP puts alone: every dense bucket is
+         * a run of consecutive parameters. */
+        if (hi - lo + 1 != ddpb_count(d, k)) {
+            snprintf(err, errlen, "bucket %u's parameters are not consecutive (%u..%u): not a range", k, lo, hi);
+            return -1;
+        }
+        tb->hb.id = k;
+        tb->first_param = lo;
+        tb->last_param = hi;
+        tb->hb.sparse = model_param(t->model, lo)->sparse;
+        assert(!tb->hb.sparse || lo == hi);
         uint64_t twin = 0; /* floats */
         if (tb->hb.sparse) {
-            const model_param_info *pi = model_param(t->model, tb->first_param);
+            const model_param_info *pi = model_param(t->model, lo);
             tb->hb.rows = pi->shape[0];
             tb->hb.cols = pi->shape[1];
             /* at most every index of the largest batch a row of its own */
             uint64_t touched = (uint64_t)t->shard->max_len * t->data->cfg.sample_length;
             twin = touched < pi->shape[0] ? touched * pi->shape[1] : pi->size;
         } else {
-            const model_param_info *lo = model_param(t->model, tb->first_param);
-            const model_param_info *hi = model_param(t->model, tb->last_param);
-            tb->hb.count = hi->offset + hi->size - lo->offset;
-            tb->hb.data = grads ? grads + lo->offset : NULL;
+            const model_param_info *plo = model_param(t->model, lo);
+            const model_param_info *phi = model_param(t->model, hi);
+            tb->hb.count = phi->offset + phi->size - plo->offset;
+            tb->hb.data = grads ? grads + plo->offset : NULL;
             twin = tb->hb.count;
         }
         if (t->staged)
             tb->twin_n = twin;
+        L->all[k] = &tb->hb;
     }
-    log_info("%u bucket(s) for %u parameters (cap %.1f MB)", t->nbuckets, np, t->job.bucket_cap_mb);
-    /* Their sizes in one line, in the order they leave (bench/train_step.sh
-     * replays them through the Synthetic model). */
+    return 0;
+}
+
+/* A bucket's floats as the log and the results list them. */
+static uint64_t train_bucket_floats(const train *t, const train_bucket *tb)
+{
+    return tb->hb.sparse ? model_param(t->model, tb->first_param)->size : tb->hb.count;
+}
+
+/* Layout L's sizes in one line, in the order its buckets leave
+ * (bench/train_step.sh replays the rebuilt ones through the Synthetic
+ * model: "bucket floats: ..."). */
+static void train_log_layout(const train *t, const train_layout *L, const char *label)
+{
     char line[1024];
     size_t used = 0;
-    for (uint32_t k = 0; k < t->nbuckets && used < sizeof line; k++) {
-        const train_bucket *tb = &t->buckets[k];
-        uint64_t floats = tb->hb.sparse ? model_param(t->model, tb->first_param)->size : tb->hb.count;
-        int w = snprintf(line + used, sizeof line - used, "%s%" PRIu64 "%s", k ? " " : "", floats,
-                         tb->hb.sparse ? "s" : "");
+    for (uint32_t k = 0; k < L->nbuckets && used < sizeof line; k++) {
+        const train_bucket *tb = &L->buckets[k];
+        int w = snprintf(line + used, sizeof line - used, "%s%" PRIu64 "%s", k ? " " : "",
+                         train_bucket_floats(t, tb), tb->hb.sparse ? "s" : "");
         used += w > 0 ? (size_t)w : 0;
     }
     if (used >= sizeof line)
-        log_info("bucket floats: (%u buckets, too many to list)", t->nbuckets);
+        log_info("%s: (%u buckets, too many to list)", label, L->nbuckets);
     else
-        log_info("bucket floats: %s", line);
-    return 0;
+        log_info("%s: %s", label, line);
+}
+
+/* DDP's buckets (ddp_buckets.h): the first iteration's and the rebuilt
+ * ones, from the order backward finishes the gradients (model.h: the
+ * reverse of the parameters'). */
+static int train_make_buckets(train *t, char *err, size_t errlen)
+{
+    uint32_t np = model_nparams(t->model);
+    uint64_t *bytes = calloc(np, sizeof *bytes);
+    bool *sparse = calloc(np, sizeof *sparse);
+    uint32_t *ready = calloc(np, sizeof *ready);
+    ddpb_layout d0 = {0}, d1 = {0};
+    int rc = -1;
+    if (!bytes || !sparse || !ready) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    for (uint32_t i = 0; i < np; i++) {
+        bytes[i] = model_param(t->model, i)->size * 4;
+        sparse[i] = model_param(t->model, i)->sparse;
+        ready[i] = np - 1 - i;
+    }
+    t->staged = model_grads(t->model) == NULL;
+    if (ddpb_initial(bytes, sparse, np, &d0) < 0 ||
+        ddpb_rebuilt(bytes, sparse, ready, np, ddpb_cap_bytes(t->job.first_bucket_mb),
+                     ddpb_cap_bytes(t->job.bucket_cap_mb), &d1) < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    if (train_make_layout(t, &t->first, "first iteration", true, &d0, err, errlen) < 0 ||
+        train_make_layout(t, &t->rebuilt, "rebuilt", false, &d1, err, errlen) < 0)
+        goto out;
+    log_info("%u bucket(s) for %u parameters (DDP's: first bucket %g MB, then cap %g MB; the first iteration of "
+             "a pass: %u)",
+             t->rebuilt.nbuckets, np, t->job.first_bucket_mb, t->job.bucket_cap_mb, t->first.nbuckets);
+    train_log_layout(t, &t->rebuilt, "bucket floats");
+    train_log_layout(t, &t->first, "bucket floats of a pass's first iteration");
+    rc = 0;
+out:
+    ddpb_free(&d0);
+    ddpb_free(&d1);
+    free(bytes);
+    free(sparse);
+    free(ready);
+    return rc;
+}
+
+static json_t *train_layout_json(const train *t, const train_layout *L)
+{
+    json_t *a = json_array();
+    for (uint32_t k = 0; a && k < L->nbuckets; k++) {
+        const train_bucket *tb = &L->buckets[k];
+        json_t *names = json_array();
+        /* in DDP's order inside the bucket */
+        for (uint32_t j = 0; names && j <= tb->last_param - tb->first_param; j++) {
+            uint32_t i = L->ascending ? tb->first_param + j : tb->last_param - j;
+            json_array_append_new(names, json_string(model_param(t->model, i)->name));
+        }
+        json_array_append_new(a, json_pack("{s:I, s:b, s:o}", "floats", (json_int_t)train_bucket_floats(t, tb),
+                                           "sparse", tb->hb.sparse, "parameters", names ? names : json_null()));
+    }
+    return a;
+}
+
+json_t *train_buckets_json(const train *t)
+{
+    return json_pack("{s:s, s:f, s:f, s:o, s:o}", "layout", "ddp", "first_bucket_mb", t->job.first_bucket_mb,
+                     "bucket_cap_mb", t->job.bucket_cap_mb, "first_iteration", train_layout_json(t, &t->first),
+                     "rebuilt", train_layout_json(t, &t->rebuilt));
 }
 
 train *train_new(const train_job *j, metrics *m, char *err, size_t errlen)
@@ -190,7 +276,11 @@ train *train_new(const train_job *j, metrics *m, char *err, size_t errlen)
     steptimer_init(&t->tm, t->dev);
     t->m_batch = steptimer_span(&t->tm, m, "batch_level_metric,batch_all", TM_START, TM_END);
     t->m_fwd = steptimer_span(&t->tm, m, "forward_metric,forward_pass", TM_START, TM_FWD);
-    t->m_bwd = steptimer_span(&t->tm, m, "backward_metric,backward", TM_FWD, TM_BWD);
+    /* backward as the seed times loss.backward(), which under DDP returns
+     * once every bucket's reduction is done: compute and the exposed wait;
+     * the compute alone is psbench's backward_compute. */
+    t->m_bwd = steptimer_span(&t->tm, m, "backward_metric,backward", TM_FWD, TM_OPT);
+    t->m_bwd_compute = steptimer_span(&t->tm, m, "backward_metric,backward_compute", TM_FWD, TM_BWD);
     t->m_opt = steptimer_span(&t->tm, m, "optimizer_metric,step", TM_OPT, TM_END);
     t->m_exposed = steptimer_span(&t->tm, m, "hook_future_metric,exposed_wait", TM_BWD, TM_OPT);
     t->m_span = metrics_get(m, "hook_future_metric,comm_span");
@@ -211,20 +301,25 @@ fail:
     return NULL;
 }
 
+static void train_layout_free(train *t, train_layout *L)
+{
+    for (uint32_t k = 0; L->buckets && k < L->nbuckets; k++) {
+        hook_bucket_release(&L->buckets[k].hb);
+        compute_release(t->dev, L->buckets[k].twin);
+    }
+    free(L->buckets);
+    free(L->all);
+    free(L->bucket_of);
+}
+
 void train_free(train *t)
 {
     if (!t)
         return;
     steptimer_release(&t->tm);
-    for (uint32_t k = 0; k < t->nbuckets; k++) {
-        hook_bucket_release(&t->buckets[k].hb);
-        compute_release(t->dev, t->buckets[k].twin);
-    }
-    free(t->buckets);
-    free(t->handoff);
+    train_layout_free(t, &t->first);
+    train_layout_free(t, &t->rebuilt);
     free(t->params_host);
-    free(t->all);
-    free(t->bucket_of);
     sgd_free(t->opt);
     model_free(t->model);
     compute_free(t->dev);
@@ -239,15 +334,14 @@ uint64_t train_batches_per_pass(const train *t)
     return t->job.epochs * t->shard->nbatches;
 }
 
-/* Where each bucket's data is for hook h this pass: staged, a dense bucket
- * stays on the GPU for a hook that takes device memory (NCCL), every other
- * one gets its pinned twin (made here the first time). 0, or -1 with err. */
-static int train_place_buckets(train *t, const hook *h, char *err, size_t errlen)
+/* Where each bucket's data is for hook h this pass, in both layouts:
+ * staged, a dense bucket stays on the GPU for a hook that takes device
+ * memory (NCCL), every other one gets its pinned twin (made here the first
+ * time). 0, or -1 with err. */
+static int train_place_layout(train *t, train_layout *L, const hook *h, char *err, size_t errlen)
 {
-    if (!t->staged)
-        return 0; /* host views: the gradients themselves */
-    for (uint32_t k = 0; k < t->nbuckets; k++) {
-        train_bucket *tb = &t->buckets[k];
+    for (uint32_t k = 0; k < L->nbuckets; k++) {
+        train_bucket *tb = &L->buckets[k];
         void *dev = NULL;
         if (!tb->hb.sparse && h->device_dense)
             dev = compute_span_device(t->dev, cspan_at(model_grads_buf(t->model),
@@ -265,50 +359,58 @@ static int train_place_buckets(train *t, const hook *h, char *err, size_t errlen
         if (!tb->hb.sparse)
             tb->hb.data = compute_host_view(t->dev, tb->twin);
     }
+    return 0;
+}
+
+static int train_place_buckets(train *t, const hook *h, char *err, size_t errlen)
+{
+    if (!t->staged)
+        return 0; /* host views: the gradients themselves */
+    if (train_place_layout(t, &t->first, h, err, errlen) < 0 || train_place_layout(t, &t->rebuilt, h, err, errlen) < 0)
+        return -1;
     uint32_t on_device = 0;
-    for (uint32_t k = 0; k < t->nbuckets; k++)
-        on_device += t->buckets[k].on_device;
+    for (uint32_t k = 0; k < t->rebuilt.nbuckets; k++)
+        on_device += t->rebuilt.buckets[k].on_device;
     if (!t->placed || on_device != t->logged_on_device) {
         log_info("%s: %u bucket(s) handed over in device memory, %u through pinned host memory", h->name, on_device,
-                 t->nbuckets - on_device);
+                 t->rebuilt.nbuckets - on_device);
         t->logged_on_device = on_device;
         t->placed = true;
     }
     return 0;
 }
 
-/* Staged: hand the copied buckets over in order, each once the copy into
- * its twin is done — as far as they are done (wait: all of them, waiting
- * for each). */
+/* Staged: hand the launched buckets over in order, each once the copy
+ * into its twin is done — as far as they are done (wait: all of them,
+ * waiting for each). */
 static void train_hand_over(train *t, bool wait)
 {
+    train_layout *L = t->cur;
     /* A failed GPU wrote nothing worth sending: nothing leaves (train_step
      * stops at its status before waiting for the hook). */
-    while (t->hand_head < t->nhand && !compute_failed(t->dev)) {
-        train_bucket *b = &t->buckets[t->handoff[t->hand_head]];
+    while (L->handed < L->launched && !compute_failed(t->dev)) {
+        train_bucket *b = &L->buckets[L->handed];
         if (wait)
             compute_wait(t->dev, b->copied);
         else if (!compute_done(t->dev, b->copied))
             return;
         if (compute_failed(t->dev)) /* done because it failed */
             return;
-        t->hand_head++;
+        L->handed++;
         hook_ready(t->h, &b->hb, t->batch);
         if (b->hb.gpu_timed && b->hb.metric) /* the hook named its metric: the GPU times it */
             metrics_mark_gpu_timed(b->hb.metric);
     }
 }
 
-/* Staged: the finished bucket's gradients into its twin (the sparse one's
- * values; its rows are host memory already), the copy's mark recorded;
- * backward goes on, and the bucket leaves once the copy is done. */
+/* Staged: the bucket's gradients into its twin (the sparse one's values;
+ * its rows are host memory already), the copy's mark recorded; backward
+ * goes on, and the bucket leaves once the copy is done. */
 static void train_stage(train *t, train_bucket *b)
 {
     b->ready = compute_mark(t->dev);
     if (b->on_device) { /* no copy: the hook reads the gradients once their writer is done */
         b->copied = b->ready;
-        t->handoff[t->nhand++] = b->hb.id;
-        train_hand_over(t, false);
         return;
     }
     float *twin = compute_host_view(t->dev, b->twin);
@@ -324,29 +426,44 @@ static void train_stage(train *t, train_bucket *b)
     }
     compute_read(t->dev, src, twin);
     b->copied = compute_mark(t->dev);
-    t->handoff[t->nhand++] = b->hb.id;
-    train_hand_over(t, false);
 }
 
-/* model_backward's callback: a bucket whose last gradient is in leaves now
- * (the sparse one: the embedding's touched rows, which the model keeps
- * until the next backward), once the operations that wrote it are done
- * (the mark recorded now; on the cpu they are). Staged, it leaves from its
- * pinned twin once the copy into it is done (train_stage). */
+/* Bucket b's gradients are all in: launch it, and every bucket after it
+ * whose gradients are in too, in id order — DDP reduces its buckets in
+ * sequence (bucket k once 0..k are ready). A bucket leaves once the
+ * operations that wrote it are done (the mark recorded now; on the cpu
+ * they are); the sparse one carries the embedding's touched rows, which
+ * the model keeps until the next backward. Staged, it leaves from its
+ * pinned twin once the copy into it is done (train_stage, train_hand_over). */
+static void train_launch(train *t)
+{
+    train_layout *L = t->cur;
+    bool any = false;
+    while (L->launched < L->nbuckets && L->buckets[L->launched].pending == 0) {
+        train_bucket *b = &L->buckets[L->launched++];
+        any = true;
+        if (t->staged) {
+            train_stage(t, b);
+            continue;
+        }
+        compute_wait(t->dev, compute_mark(t->dev));
+        if (b->hb.sparse)
+            b->hb.nnz = model_sparse_grad(t->model, &b->hb.idx, &b->hb.vals);
+        L->handed++;
+        hook_ready(t->h, &b->hb, t->batch);
+    }
+    if (any && t->staged)
+        train_hand_over(t, false);
+}
+
+/* model_backward's callback: parameter param's gradient is final. */
 static void train_on_ready(void *ctx, uint32_t param)
 {
     train *t = ctx;
-    train_bucket *b = &t->buckets[t->bucket_of[param]];
-    if (--b->pending > 0)
-        return;
-    if (t->staged) {
-        train_stage(t, b);
-        return;
-    }
-    compute_wait(t->dev, compute_mark(t->dev));
-    if (b->hb.sparse)
-        b->hb.nnz = model_sparse_grad(t->model, &b->hb.idx, &b->hb.vals);
-    hook_ready(t->h, &b->hb, t->batch);
+    train_bucket *b = &t->cur->buckets[t->cur->bucket_of[param]];
+    assert(b->pending > 0);
+    if (--b->pending == 0)
+        train_launch(t);
 }
 
 /* Every bucket's mean in. Host views: one wait, the means in place.
@@ -355,11 +472,12 @@ static void train_on_ready(void *ctx, uint32_t param)
  * after it), then a mark that ends the bucket's hook metric on a device. */
 static int train_wait_means(train *t, char *err, size_t errlen)
 {
+    train_layout *L = t->cur;
     if (!t->staged)
-        return hook_wait(t->h, t->all, t->nbuckets, err, errlen);
-    for (uint32_t k = 0; k < t->nbuckets; k++) {
-        train_bucket *b = &t->buckets[k];
-        if (hook_wait(t->h, &t->all[k], 1, err, errlen) < 0)
+        return hook_wait(t->h, L->all, L->nbuckets, err, errlen);
+    for (uint32_t k = 0; k < L->nbuckets; k++) {
+        train_bucket *b = &L->buckets[k];
+        if (hook_wait(t->h, &L->all[k], 1, err, errlen) < 0)
             return -1;
         if (!b->hb.sparse && !b->on_device)
             compute_write(t->dev,
@@ -371,8 +489,8 @@ static int train_wait_means(train *t, char *err, size_t errlen)
             steptimer_sample(&t->tm, b->hb.metric, b->ready, b->back);
         }
     }
-    if (steptimer_on(&t->tm) && t->nbuckets > 0) /* handed over in id order */
-        steptimer_sample(&t->tm, t->m_span, t->buckets[0].ready, t->buckets[t->nbuckets - 1].back);
+    if (steptimer_on(&t->tm) && L->nbuckets > 0) /* handed over in id order */
+        steptimer_sample(&t->tm, t->m_span, L->buckets[0].ready, L->buckets[L->nbuckets - 1].back);
     return 0;
 }
 
@@ -383,11 +501,15 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     *loss = model_forward(t->model, batch);
     steptimer_mark(&t->tm, TM_FWD);
     uint64_t t1 = clock_now_ns();
-    for (uint32_t k = 0; k < t->nbuckets; k++)
-        t->buckets[k].pending = t->buckets[k].last_param - t->buckets[k].first_param + 1;
-    t->nhand = t->hand_head = 0;
+    /* DDP's first iteration reduces every dense gradient as one bucket
+     * after backward; from the second on, the rebuilt buckets. */
+    train_layout *L = t->cur = t->batch == 0 ? &t->first : &t->rebuilt;
+    for (uint32_t k = 0; k < L->nbuckets; k++)
+        L->buckets[k].pending = L->buckets[k].last_param - L->buckets[k].first_param + 1;
+    L->launched = L->handed = 0;
     model_backward(t->model, batch, train_on_ready, t);
     steptimer_mark(&t->tm, TM_BWD); /* after the buckets' copies too */
+    assert(compute_failed(t->dev) || L->launched == L->nbuckets);
     if (t->staged)
         train_hand_over(t, true); /* the copies still running */
     /* A GPU that failed (compute.h) has handed nothing more over: stop
@@ -401,8 +523,8 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     steptimer_mark(&t->tm, TM_OPT);
     /* The means are in: the dense ones in place, the sparse one aside. */
     uint64_t first_push = UINT64_MAX, last_done = 0;
-    for (uint32_t k = 0; k < t->nbuckets; k++) {
-        train_bucket *b = &t->buckets[k];
+    for (uint32_t k = 0; k < L->nbuckets; k++) {
+        train_bucket *b = &L->buckets[k];
         if (b->hb.t_ready_ns < first_push)
             first_push = b->hb.t_ready_ns;
         if (b->hb.t_done_ns > last_done)
@@ -431,7 +553,8 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
         return 0;
     }
     metrics_add(t->m_fwd, clock_ms(t0, t1));
-    metrics_add(t->m_bwd, clock_ms(t1, t2));
+    metrics_add(t->m_bwd, clock_ms(t1, t3));
+    metrics_add(t->m_bwd_compute, clock_ms(t1, t2));
     metrics_add(t->m_exposed, clock_ms(t2, t3));
     metrics_add(t->m_span, clock_ms(first_push, last_done));
     metrics_add(t->m_opt, clock_ms(t3, t4));
@@ -441,6 +564,15 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
 
 int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size_t errlen)
 {
+    /* The seed builds a fresh model, optimizer and DDP wrapper for every
+     * pass: each pass after the first starts again from the parameters the
+     * seed gives (the same on every pass) with no momentum, and its first
+     * iteration is DDP's first (train_step). */
+    if (t->passes++ > 0) {
+        if (model_reinit(t->model, t->job.seed, err, errlen) < 0)
+            return -1;
+        sgd_reset(t->opt);
+    }
     if (train_place_buckets(t, h, err, errlen) < 0)
         return -1;
     t->h = h;

@@ -4,12 +4,23 @@
  * servers or collectives) while the rest of backward runs, SGD once every
  * bucket's mean is back.
  *
- * Buckets: parameters in reverse order (the order backward finishes them),
- * grouped until a bucket would pass bucket_cap_mb (DDP's 25 MB default); a
- * sparse embedding is a bucket of its own and travels sparse (only the
- * touched rows). A dense bucket is a contiguous range of the model's flat
- * gradient buffer, so the hook sends it in place and the mean comes back
- * into the same place.
+ * Buckets: exactly DDP's (ddp_buckets.h): in the first iteration of every
+ * pass every dense gradient is one bucket, handed over once backward has
+ * finished them; from the second, the parameters in the order backward
+ * finishes them (the reverse of theirs), a bucket closed once it reaches
+ * first_bucket_mb (the first) or bucket_cap_mb (every later one); a sparse
+ * embedding is a bucket of its own and travels sparse (only the touched
+ * rows). Buckets leave in id order, as DDP reduces them. A dense bucket is
+ * a contiguous range of the model's flat gradient buffer, so the hook
+ * sends it in place and the mean comes back into the same place.
+ *
+ * Passes: each starts from a fresh model (the seed's initial parameters,
+ * no momentum), as the seed builds a new model and DDP wrapper for its
+ * warm-up and again for its timed pass.
+ *
+ * Metrics (the seed's names keep the seed's meanings): backward is
+ * loss.backward() under DDP — the compute and the wait for every bucket's
+ * mean (exposed_wait) —, backward_compute the compute alone.
  *
  * Staged buckets: where the gradients have no host view (a device's
  * memory: compute.h), each bucket has a twin in pinned host memory that
@@ -31,6 +42,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "shared/metrics.h"
 #include "trainer/hook.h"
 #include "trainer/data.h"
@@ -43,6 +56,7 @@ typedef struct train_job {
     uint64_t seed, batch_size, epochs;
     uint32_t rank, ntrainer; /* the data is dealt round-robin over all trainers */
     double lr, momentum, bucket_cap_mb;
+    double first_bucket_mb; /* DDP's first bucket (ddp_buckets.h; DDPB_FIRST_BUCKET_MB) */
     bool allow_divergence; /* a loss that is not finite: go on (else the pass stops there) */
     const char *device;    /* the compute layer's device (compute_new); NULL: "cpu" */
 } train_job;
@@ -61,6 +75,11 @@ uint64_t train_batches_per_pass(const train *t);
  * Batch numbers restart at 0 each pass. 0 or -1 with err (among the
  * reasons: the loss diverged, train_divergence). */
 int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size_t errlen);
+/* The bucket layouts, for the pass's report (results.json):
+ * {"layout": "ddp", "first_bucket_mb", "bucket_cap_mb", "first_iteration":
+ * [BUCKET, ...], "rebuilt": [BUCKET, ...]}, BUCKET = {"floats", "sparse",
+ * "parameters": [names in DDP's order]}. New reference (NULL: memory). */
+json_t *train_buckets_json(const train *t);
 /* Mean loss of each epoch of the last pass. */
 const double *train_loss_per_epoch(const train *t, uint64_t *n);
 /* The last pass's first loss that was not finite, if any (loss_check.h):

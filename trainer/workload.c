@@ -21,9 +21,15 @@ static int dummy_pass(workload *w, uint64_t batches, workload_tick_fn tick, void
                       json_t **extra, char *err, size_t errlen)
 {
     (void)batches; /* the data decides: train_batches_per_pass, checked at setup */
+    train *tr = ((dummy_workload *)w)->tr;
     *done = 0;
     *extra = NULL;
-    return train_pass(((dummy_workload *)w)->tr, w->h, tick, ctx, err, errlen);
+    if (train_pass(tr, w->h, tick, ctx, err, errlen) < 0)
+        return -1;
+    /* DDP's bucket layouts, for results.json */
+    json_t *b = train_buckets_json(tr);
+    *extra = b ? json_pack("{s:o}", "buckets", b) : NULL;
+    return 0;
 }
 
 static const double *dummy_loss(const workload *w, uint64_t *n)

@@ -101,8 +101,8 @@ class CudaTrainer(psb.PsbTestCase):
                 self.assertTrue(isinstance(v, float) and math.isfinite(v), t)
         return digests.pop()
 
-    STEP = {"forward_metric,forward_pass", "backward_metric,backward", "optimizer_metric,step",
-            "batch_level_metric,batch_all"}
+    STEP = {"forward_metric,forward_pass", "backward_metric,backward", "backward_metric,backward_compute",
+            "optimizer_metric,step", "batch_level_metric,batch_all"}
     HOOK = {"hook_future_metric,exposed_wait", "hook_future_metric,comm_span", "hook_future_metric,rpc_dense"}
 
     def check_gpu_timed(self, res):
@@ -130,6 +130,12 @@ class CudaTrainer(psb.PsbTestCase):
                     self.assertGreater(st["count"], 0, (name, mine))
                     self.assertGreaterEqual(st["min"], 0, (name, st))
                 self.assertLessEqual(st["max"], batch["max"] + 1e-6, (name, st, batch))
+            # backward is the seed's (loss.backward() under DDP): each
+            # step's compute on the stream and its wait for the means
+            bwd, cmp, exp = (mine[k] for k in ("backward_metric,backward", "backward_metric,backward_compute",
+                                               "hook_future_metric,exposed_wait"))
+            self.assertAlmostEqual(bwd["mean"], cmp["mean"] + exp["mean"], delta=1e-3)
+            self.assertGreaterEqual(bwd["min"] + 1e-6, cmp["min"])
 
     def test_cuda_trainers_on_a_cuda_server(self):
         res = self.run_job(("--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "0", "--ncudaserver", "1",

@@ -60,10 +60,28 @@ class Training(psb.PsbTestCase):
             for a, b in zip(loss, loss[1:]):
                 self.assertLess(b, a, loss)
         tr = res["groups"]["trainer"]["all"]
-        for k in ("forward_metric,forward_pass", "backward_metric,backward",
+        for k in ("forward_metric,forward_pass", "backward_metric,backward", "backward_metric,backward_compute",
                   "hook_future_metric,rpc_dense", "batch_level_metric,batch_all"):
             self.assertIn(k, tr)
         self.assertEqual(tr["batch_level_metric,batch_all"]["count"], 2 * 4 * 5)
+        # backward is the seed's loss.backward() under DDP: each step's
+        # compute and its wait for the means (exposed_wait).
+        bwd, cmp, exp = (tr[k] for k in ("backward_metric,backward", "backward_metric,backward_compute",
+                                         "hook_future_metric,exposed_wait"))
+        self.assertEqual(bwd["count"], cmp["count"])
+        self.assertAlmostEqual(bwd["mean"], cmp["mean"] + exp["mean"], delta=1e-3)
+        self.assertGreaterEqual(bwd["min"], cmp["min"])
+        for t in res["trainers"]:
+            # DDP's buckets for the DummyModel at 25 MB (1 MiB first bucket),
+            # the whole model one bucket in a pass's first iteration
+            b = t["buckets"]
+            self.assertEqual([k["floats"] for k in b["rebuilt"]], [1049600, 7347200, 1048576], b)
+            self.assertEqual([k["floats"] for k in b["first_iteration"]], [9445376], b)
+            self.assertEqual(b["rebuilt"][0]["parameters"], ["dense.7.bias", "dense.7.weight"])
+            # each pass from a fresh model (the seed builds one per pass):
+            # the warm-up and the timed pass run the same training
+            self.assertEqual(t["warmup"]["loss_per_epoch"], t["loss_per_epoch"], t)
+            self.assertEqual(t["warmup"]["final_params_sha256"], t["final_params_sha256"], t)
 
     def test_two_servers_same_parameters(self):
         """Buckets sharded over two servers: their results arrive
@@ -82,8 +100,9 @@ class Training(psb.PsbTestCase):
         self.assertEqual(shas[0], shas[1])
 
     def test_many_buckets(self):
-        """One bucket per parameter, 261 of them: the optimizer waits for
-        every one (it once waited for the first 256 only)."""
+        """One bucket per parameter, 261 of them (a tiny cap and first
+        bucket): the optimizer waits for every one (it once waited for the
+        first 256 only)."""
         models = os.path.join(self.reg.workdir, "deep.json")
         with open(models, "w") as f:
             json.dump({"Deep": {"model_class": "DummyModel",
@@ -94,7 +113,8 @@ class Training(psb.PsbTestCase):
         with open(trainers, "w") as f:
             json.dump({"Tiny": {"trainer_class": "DdpTrainer",
                                 "configurations": {"ddp_hook": "rpc_hook", "lr": 0.5,
-                                                   "bucket_cap_mb": 0.000001}}}, f)
+                                                   "bucket_cap_mb": 0.000001,
+                                                   "first_bucket_mb": 0.000001}}}, f)
         out = os.path.join(self.reg.workdir, "out")
         m = self.master("--model", "Deep", "--model-config-path", models, "--trainer", "Tiny",
                         "--trainer-config-path", trainers, "--epochs", "1", out=out)

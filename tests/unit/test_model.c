@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shared/rng.h"
 #include "trainer/blasinfo.h"
@@ -889,6 +890,11 @@ typedef struct scale_hook {
     uint64_t handed;   /* over the whole run */
     uint64_t poisoned; /* values that were NaN when handed over */
     uint64_t on_device; /* dense buckets handed over in device memory */
+    /* the first two batches' buckets as handed over: floats (dense) or
+     * rows' floats (sparse, negative), in order */
+    int64_t seen[2][16];
+    uint32_t nseen[2];
+    unsigned wait_sleep_us; /* each wait sleeps this long: an exposed wait of at least that */
 } scale_hook;
 
 static void scale_ready(hook *h, hook_bucket *b)
@@ -901,6 +907,8 @@ static void scale_ready(hook *h, hook_bucket *b)
     assert_int_equal(b->id, s->next_id);
     s->next_id++;
     s->handed++;
+    if (b->batch < 2 && s->nseen[b->batch] < 16)
+        s->seen[b->batch][s->nseen[b->batch]++] = b->sparse ? -(int64_t)(b->rows * b->cols) : (int64_t)b->count;
     if (!b->sparse) {
         /* Exactly one of the two; device memory only for a hook that takes
          * it. On the fake GPU a device address is a host address (cugpu.h),
@@ -933,6 +941,8 @@ static int scale_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t e
     (void)err;
     (void)errlen;
     scale_hook *s = (scale_hook *)h;
+    if (s->wait_sleep_us)
+        usleep(s->wait_sleep_us);
     for (uint32_t i = 0; i < n; i++) {
         assert_true(bs[i]->id < s->next_id); /* handed over before it is waited for */
         assert_int_equal(bs[i]->id, s->waited);
@@ -945,8 +955,11 @@ static void scale_destroy(hook *h) { (void)h; }
 
 static const hook_ops scale_ops = {.ready = scale_ready, .wait = scale_wait, .destroy = scale_destroy};
 
-/* The small job these tests train: 2 epochs of 7 batches, 4 buckets or
- * more. */
+/* The small job these tests train: 2 epochs of 8 batches, DDP's buckets:
+ * the first iteration of the pass one dense bucket (and the sparse
+ * embedding's), every later one 4 (TINY_BUCKETS). */
+#define TINY_BATCHES (2 * 8)
+#define TINY_BUCKETS 4
 static train_job tiny_job(const char *device, bool sparse, double momentum)
 {
     train_job j = {
@@ -955,7 +968,9 @@ static train_job tiny_job(const char *device, bool sparse, double momentum)
         .data = {.max_val = 8, .sample_count = 30, .sample_length = 4, .sparsity_percentage = 0},
         .seed = 11, .batch_size = 4, .epochs = 2, .rank = 0, .ntrainer = 1,
         .lr = 0.2, .momentum = momentum,
-        .bucket_cap_mb = 300.0 / (1024 * 1024), /* 75 floats: a layer's weight and bias, several buckets */
+        /* 60 floats, the first bucket too: a layer's bias and weight (72) a
+         * bucket, the embedding one of its own */
+        .bucket_cap_mb = 240.0 / (1024 * 1024), .first_bucket_mb = 240.0 / (1024 * 1024),
         .device = device,
     };
     return j;
@@ -1003,7 +1018,7 @@ static void check_staged_equals_cpu(bool sparse, double momentum)
     float *ps = train_on("staged", sparse, momentum, &ns, &ls, &hs, false, NULL);
     assert_int_equal(nc, ns);
     assert_int_equal(hc, hs);
-    assert_true(hc >= 2 * 7 * 4); /* 7 batches an epoch, 4 buckets or more */
+    assert_int_equal(hc, (sparse ? 2 : 1) + (TINY_BATCHES - 1) * TINY_BUCKETS);
     assert_memory_equal(pc, ps, nc * sizeof *pc);
     assert_memory_equal(&lc, &ls, sizeof lc);
     free(pc);
@@ -1013,6 +1028,133 @@ static void check_staged_equals_cpu(bool sparse, double momentum)
 /* DummyModel trained through train.c's buckets on the staged device (no
  * host view of the gradients: pinned twins, copies that complete late)
  * ends with the cpu's parameters, bit for bit. */
+/* DDP's buckets (ddp_buckets.h) through train.c, handed over in id order
+ * (scale_ready asserts it): the pass's first batch one bucket of every
+ * dense gradient (and the sparse embedding's), every later batch the
+ * rebuilt ones — a layer's bias and weight, first the last layer's, the
+ * embedding alone; the layout as results.json lists it. */
+static void check_ddp_buckets(const char *device, bool sparse)
+{
+    train_job j = tiny_job(device, sparse, 0.0);
+    metrics *m = metrics_new();
+    char err[256] = "";
+    train *t = train_new(&j, m, err, sizeof err);
+    assert_non_null(t);
+    scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}};
+    assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
+    const int64_t layer = 8 * 8 + 8, emb = 50 * 8;
+    if (sparse) {
+        assert_int_equal(sh.nseen[0], 2);
+        assert_int_equal(sh.seen[0][0], 3 * layer);
+        assert_int_equal(sh.seen[0][1], -emb);
+    } else {
+        assert_int_equal(sh.nseen[0], 1);
+        assert_int_equal(sh.seen[0][0], 3 * layer + emb);
+    }
+    assert_int_equal(sh.nseen[1], TINY_BUCKETS);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(sh.seen[1][k], layer);
+    assert_int_equal(sh.seen[1][3], sparse ? -emb : emb);
+    assert_int_equal(sh.handed, (sparse ? 2 : 1) + (TINY_BATCHES - 1) * TINY_BUCKETS);
+    json_t *b = train_buckets_json(t);
+    assert_non_null(b);
+    json_t *first = json_object_get(b, "first_iteration"), *rebuilt = json_object_get(b, "rebuilt");
+    assert_int_equal(json_array_size(first), sparse ? 2 : 1);
+    assert_int_equal(json_array_size(rebuilt), TINY_BUCKETS);
+    /* DDP's order inside a bucket: definition order in the first
+     * iteration's, backward's in the rebuilt ones */
+    json_t *p0 = json_object_get(json_array_get(first, 0), "parameters");
+    assert_string_equal(json_string_value(json_array_get(p0, 0)), sparse ? "dense.0.weight" : "embedding.weight");
+    json_t *r0 = json_array_get(rebuilt, 0);
+    assert_int_equal(json_integer_value(json_object_get(r0, "floats")), layer);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(r0, "parameters"), 0)), "dense.2.bias");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(r0, "parameters"), 1)), "dense.2.weight");
+    json_t *r3 = json_array_get(rebuilt, 3);
+    assert_int_equal(json_is_true(json_object_get(r3, "sparse")), sparse);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(r3, "parameters"), 0)), "embedding.weight");
+    json_decref(b);
+    train_free(t);
+    metrics_free(m);
+}
+
+static void test_train_ddp_buckets(void **state)
+{
+    (void)state;
+    check_ddp_buckets("cpu", false);
+    check_ddp_buckets("cpu", true);
+    check_ddp_buckets("staged", false);
+    check_ddp_buckets("staged", true);
+}
+
+/* Every pass starts from a fresh model and optimizer, as the seed's: a
+ * second pass repeats the first bit for bit (losses and parameters), with
+ * momentum too (a momentum kept from the first pass would show). */
+static void check_fresh_pass(const char *device)
+{
+    train_job j = tiny_job(device, false, 0.9);
+    metrics *m = metrics_new();
+    char err[256] = "";
+    train *t = train_new(&j, m, err, sizeof err);
+    assert_non_null(t);
+    double loss[2][2];
+    float *params[2];
+    for (int pass = 0; pass < 2; pass++) {
+        scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}};
+        assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
+        uint64_t ne, n;
+        const double *l = train_loss_per_epoch(t, &ne);
+        assert_int_equal(ne, 2);
+        memcpy(loss[pass], l, sizeof loss[pass]);
+        const float *p = train_params(t, &n);
+        params[pass] = malloc(n * sizeof *params[pass]);
+        assert_non_null(params[pass]);
+        memcpy(params[pass], p, n * sizeof *params[pass]);
+        if (pass == 1)
+            assert_memory_equal(params[0], params[1], n * sizeof *params[0]);
+    }
+    assert_memory_equal(loss[0], loss[1], sizeof loss[0]);
+    free(params[0]);
+    free(params[1]);
+    train_free(t);
+    metrics_free(m);
+}
+
+static void test_train_fresh_model_per_pass(void **state)
+{
+    (void)state;
+    check_fresh_pass("cpu");
+    check_fresh_pass("staged");
+}
+
+/* backward is the seed's loss.backward() under DDP: the compute and the
+ * wait for the means; backward_compute the compute alone. A hook whose
+ * every wait takes at least 2 ms: each step's backward is its compute plus
+ * its exposed wait (>= 2 ms). */
+static void test_train_backward_includes_wait(void **state)
+{
+    (void)state;
+    train_job j = tiny_job("cpu", false, 0.0);
+    metrics *m = metrics_new();
+    char err[256] = "";
+    train *t = train_new(&j, m, err, sizeof err);
+    assert_non_null(t);
+    scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}, .wait_sleep_us = 2000};
+    assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
+    stats *bwd = metrics_get(m, "backward_metric,backward");
+    stats *cmp = metrics_get(m, "backward_metric,backward_compute");
+    stats *exp = metrics_get(m, "hook_future_metric,exposed_wait");
+    assert_int_equal(bwd->count, TINY_BATCHES);
+    assert_int_equal(cmp->count, TINY_BATCHES);
+    assert_int_equal(exp->count, TINY_BATCHES);
+    assert_true(exp->min >= 2.0);
+    assert_true(bwd->min >= 2.0);
+    assert_true(fabs(bwd->sum - (cmp->sum + exp->sum)) < 1e-6 * TINY_BATCHES);
+    for (size_t i = 0; i < bwd->nsamples; i++)
+        assert_true(bwd->samples[i] >= cmp->samples[i] + exp->samples[i] - 1e-6);
+    train_free(t);
+    metrics_free(m);
+}
+
 static void test_train_staged_dense(void **state) { check_staged_equals_cpu(false, 0.0); }
 static void test_train_staged_momentum(void **state) { check_staged_equals_cpu(false, 0.9); }
 static void test_train_staged_sparse(void **state) { check_staged_equals_cpu(true, 0.0); }
@@ -1063,7 +1205,7 @@ static void test_train_gpu_failure(void **state)
     assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "compute (fake-cuda): "));
     assert_non_null(strstr(err, "injected failure of operation 400"));
-    assert_true(sh.handed > 0 && sh.handed < 2 * 7 * 4);
+    assert_true(sh.handed > 0 && sh.handed < 1 + (TINY_BATCHES - 1) * TINY_BUCKETS);
     assert_int_equal(sh.poisoned, 0);
     train_free(t);
     metrics_free(m);
@@ -1124,6 +1266,9 @@ int main(void)
         cmocka_unit_test(test_training_loss_falls),
         cmocka_unit_test(test_params_sha256),
         cmocka_unit_test(test_sgd_step_staged),
+        cmocka_unit_test(test_train_ddp_buckets),
+        cmocka_unit_test(test_train_fresh_model_per_pass),
+        cmocka_unit_test(test_train_backward_includes_wait),
         cmocka_unit_test(test_train_staged_dense),
         cmocka_unit_test(test_train_staged_momentum),
         cmocka_unit_test(test_train_staged_sparse),
