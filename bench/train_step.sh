@@ -147,7 +147,7 @@ for cap in caps:
     pure = mean(json.load(open(replay)), "batch_level_metric,batch_all") if os.path.exists(replay) else None
     for hook in hooks:
         m = json.load(open(work + "/model-" + cap + "-" + hook + "/results.json"))
-        fwd, bwd = mean(m, "forward_metric,forward_pass"), mean(m, "backward_metric,backward")
+        fwd, bwd = mean(m, "forward_metric,forward_pass"), mean(m, "backward_metric,backward_compute")
         exposed, span = mean(m, "hook_future_metric,exposed_wait"), mean(m, "hook_future_metric,comm_span")
         opt, step = mean(m, "optimizer_metric,step"), mean(m, "batch_level_metric,batch_all")
         steps[(cap, hook)] = step
@@ -157,6 +157,7 @@ for cap in caps:
             cap, hook, fwd, bwd, exposed, 100 * exposed / compute, opt, step, span, overlap,
             "%.2f" % pure if pure is not None and hook == "rpc_hook" else "-",
             "met" if exposed <= 0.25 * compute else "not met"))
+print("backward: its compute alone (backward_compute: the seed's backward holds the exposed wait too);")
 print("exposed: the optimizer's wait for buckets after backward; span: first bucket handed")
 print("over to last mean back; overlap: share of the span hidden behind backward; pure_comm:")
 print("rpc_hook's traffic through the Synthetic model, ms per step.")
@@ -336,7 +337,7 @@ def metrics(name):
 def mean(m, k):
     return m[k]["mean"] if k in m else float("nan")
 def compute(*names):   # forward + backward + optimizer, the mean over the jobs' trainers
-    c = [mean(m, "forward_metric,forward_pass") + mean(m, "backward_metric,backward") + mean(m, "optimizer_metric,step")
+    c = [mean(m, "forward_metric,forward_pass") + mean(m, "backward_metric,backward_compute") + mean(m, "optimizer_metric,step")
          for m in map(metrics, names)]
     return sum(c) / len(c)
 floor = open(work + "/floor").read()
@@ -359,7 +360,7 @@ for r in rows:
         print("%-9s %-14s %-20s %2s  not measured: %s" % (tdev, hook, comm, ntr, why))
         continue
     m = metrics(name)
-    fwd, bwd = mean(m, "forward_metric,forward_pass"), mean(m, "backward_metric,backward")
+    fwd, bwd = mean(m, "forward_metric,forward_pass"), mean(m, "backward_metric,backward_compute")
     exp, opt, step = mean(m, "hook_future_metric,exposed_wait"), mean(m, "optimizer_metric,step"), mean(m, "batch_level_metric,batch_all")
     if tdev == "cpu":
         comp = compute("compute_cpu_a", "compute_cpu_b")
@@ -390,6 +391,7 @@ for r in rows:
     print("%-9s %-14s %-20s %2s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8s %8.3f  %s" % (
         tdev, hook, comm, ntr, fwd, bwd, exp, opt, step, comp, "%.2f" % fl if fl is not None else "-", ratio,
         "; ".join(verdict)))
+print("backward: its compute alone (backward_compute: the seed's backward holds the exposed wait too).")
 print("exposed: the optimizer's wait for buckets after backward. compute: a step with nothing moved,")
 print("on the same device shared the same way: 2 one-trainer jobs at once (1 alone for a 1-trainer row),")
 print("each a 1-rank Gloo allreduce_hook; their forward + backward + optimizer (on CUDA trainers that")
