@@ -431,6 +431,148 @@ static void test_bad_usage(void **state)
     free(buf);
 }
 
+/* The seed launcher's flags that set a trainer configuration key (issue
+ * 26): --preprocess-data, --create-criterion, --create-ddp-model,
+ * --hook-state, --iteration-step, and its scripts' --create-optimizer and
+ * --lr. Each, in both spellings, reaches the trainers' configuration (what
+ * the assignment and results.json carry) and the echo; a value psbench
+ * does not have is refused, naming the allowed ones. */
+static const struct {
+    const char *dash, *underscore, *key, *good, *bad, *allowed;
+} seed_trainer_flags[] = {
+    {"--preprocess-data", "--preprocess_data", "preprocess_data", "preprocess_dummy_data", "preprocess_real_data",
+     "\"preprocess_dummy_data\""},
+    {"--create-criterion", "--create_criterion", "create_criterion", "cel", "mse", "\"cel\""},
+    {"--create-ddp-model", "--create_ddp_model", "create_ddp_model", "basic_ddp_model", "fancy_ddp_model",
+     "\"basic_ddp_model\""},
+    {"--hook-state", "--hook_state", "hook_state", "BasicHookState", "FancyHookState", "\"BasicHookState\""},
+    {"--iteration-step", "--iteration_step", "iteration_step", "basic_iteration_step", "fancy_step",
+     "\"basic_iteration_step\""},
+    {"--create-optimizer", "--create_optimizer", "create_optimizer", "sgd_optimizer", "adam_optimizer",
+     "\"sgd_optimizer\""},
+    {"--lr", "--lr", "lr", "0.25", "0", "a number in (0, 3.40282346638529e+38]"},
+};
+
+/* The value the flag gives, as the configuration holds it. */
+static void assert_flag_value(json_t *v, const char *key, const char *good)
+{
+    if (strcmp(key, "lr") == 0) {
+        assert_true(json_is_number(v));
+        assert_true(json_number_value(v) == 0.25);
+    } else {
+        assert_string_equal(json_string_value(v), good);
+    }
+}
+
+static void test_seed_trainer_flags(void **state)
+{
+    (void)state;
+    char err[512];
+    const size_t n = sizeof seed_trainer_flags / sizeof seed_trainer_flags[0];
+    /* Not given: the trainer configuration's values, and null in the echo. */
+    run_config c;
+    assert_int_equal(parse(&c, err, sizeof err, NULL), 0);
+    json_t *j = config_to_json(&c);
+    for (size_t i = 0; i < n; i++)
+        assert_true(json_is_null(json_object_get(j, seed_trainer_flags[i].key)));
+    json_decref(j);
+    assert_int_equal(config_load(&c, err, sizeof err), 0);
+    assert_true(json_number_value(json_object_get(c.resolved.trainer.conf, "lr")) == 50.0);
+    config_free(&c);
+
+    for (size_t i = 0; i < n; i++) {
+        for (int sp = 0; sp < 3; sp++) {
+            const char *name = seed_trainer_flags[i].key, *good = seed_trainer_flags[i].good;
+            const char *flag = sp == 1 ? seed_trainer_flags[i].underscore : seed_trainer_flags[i].dash;
+            char eq[128];
+            snprintf(eq, sizeof eq, "%s=%s", seed_trainer_flags[i].underscore, good);
+            int rc = sp == 2 ? parse(&c, err, sizeof err, "--trainer", "DdpTrainer", eq, NULL)
+                             : parse(&c, err, sizeof err, "--trainer", "DdpTrainer", flag, good, NULL);
+            if (rc != 0)
+                print_error("%s %s: %s\n", flag, good, err);
+            assert_int_equal(rc, 0);
+            j = config_to_json(&c);
+            assert_flag_value(json_object_get(j, name), name, good);
+            json_decref(j);
+            assert_int_equal(config_load(&c, err, sizeof err), 0);
+            /* What the trainers are assigned, and results.json records. */
+            assert_flag_value(json_object_get(c.resolved.trainer.conf, name), name, good);
+            j = config_to_json(&c);
+            json_t *tc = json_object_get(json_object_get(json_object_get(json_object_get(j, "resolved"), "trainer"),
+                                                         "configurations"),
+                                         name);
+            assert_flag_value(tc, name, good);
+            json_decref(j);
+            config_free(&c);
+        }
+        /* A bad value: refused at once with the flag's name and what is allowed. */
+        for (int sp = 0; sp < 2; sp++) {
+            const char *flag = sp ? seed_trainer_flags[i].underscore : seed_trainer_flags[i].dash;
+            assert_int_equal(parse(&c, err, sizeof err, flag, seed_trainer_flags[i].bad, NULL), -1);
+            char want[160];
+            snprintf(want, sizeof want, "%s: must be %s", seed_trainer_flags[i].dash, seed_trainer_flags[i].allowed);
+            assert_contains(err, want);
+            assert_contains(err, seed_trainer_flags[i].bad);
+            assert_null(strchr(err, '\n'));
+            config_free(&c);
+        }
+    }
+    /* --lr: a number in the trainer configuration's range, text refused as such. */
+    const char *bad_lr[] = {"fast", "", "nan", "inf", "1e999", "-1", "1e39", "0.5x"};
+    for (size_t i = 0; i < sizeof bad_lr / sizeof bad_lr[0]; i++) {
+        assert_int_equal(parse(&c, err, sizeof err, "--lr", bad_lr[i], NULL), -1);
+        assert_contains(err, "--lr: must be a number in (0, 3.40282346638529e+38], got ");
+        config_free(&c);
+    }
+    /* The flag wins over the file's value, as --ddp-hook does. */
+    write_file("trainers.json", "{\"T\": {\"trainer_class\": \"DdpTrainer\", \"configurations\": {\"ddp_hook\": "
+                                "\"rpc_hook\", \"lr\": 3, \"hook_state\": \"Fancy\"}}}\n");
+    assert_int_equal(parse(&c, err, sizeof err, "--trainer", "T", "--trainer-config-path", tmp_path("trainers.json"),
+                           "--lr", "0.25", "--hook_state", "BasicHookState", NULL),
+                     0);
+    assert_int_equal(config_load(&c, err, sizeof err), 0);
+    assert_true(json_number_value(json_object_get(c.resolved.trainer.conf, "lr")) == 0.25);
+    assert_string_equal(json_string_value(json_object_get(c.resolved.trainer.conf, "hook_state")), "BasicHookState");
+    config_free(&c);
+    /* Without the flag the file's bad value is refused, naming the file. */
+    assert_int_equal(parse(&c, err, sizeof err, "--trainer", "T", "--trainer-config-path", tmp_path("trainers.json"),
+                           NULL),
+                     0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "\"hook_state\" must be \"BasicHookState\" (the only one psbench has), got \"Fancy\"");
+    config_free(&c);
+    unlink(tmp_path("trainers.json"));
+    /* HybridTrainer takes lr (its own range), not the DdpTrainer's parts. */
+    assert_int_equal(parse(&c, err, sizeof err, "--number-ps", "2", "--lr", "0.25", NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), 0);
+    assert_true(json_number_value(json_object_get(c.resolved.trainer.conf, "lr")) == 0.25);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--number-ps", "2", "--hook-state", "BasicHookState", NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "--hook-state BasicHookState: trainer 'HybridTrainer' (HybridTrainer) has no \"hook_state\" "
+                         "(it takes ddp_hook, lr, batches)");
+    config_free(&c);
+    /* A BatchUpdateTrainer has no lr: its servers step. */
+    assert_int_equal(parse(&c, err, sizeof err, "--server", "BatchUpdateParameterServer", "--model",
+                           "BatchUpdateLinear", "--trainer", "BatchUpdateTrainer", "--lr", "0.25", NULL),
+                     0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "--lr 0.25: trainer 'BatchUpdateTrainer' (BatchUpdateTrainer) has no \"lr\"");
+    config_free(&c);
+
+    /* --help names every one and where psbench's defaults differ. */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_usage(f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+        assert_contains(buf, seed_trainer_flags[i].dash);
+    assert_contains(buf, "Where psbench's defaults differ from the seed's launcher");
+    assert_contains(buf, "allreduce_hook");
+    free(buf);
+}
+
 /* ---- validation ------------------------------------------------------------ */
 
 static int parse_validate(char *err, size_t errlen, ...)
@@ -899,6 +1041,7 @@ int main(void)
         cmocka_unit_test(test_both_spellings),
         cmocka_unit_test(test_all_flags),
         cmocka_unit_test(test_seed_compat_flags),
+        cmocka_unit_test(test_seed_trainer_flags),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_bad_usage),
         cmocka_unit_test(test_validate),
