@@ -332,6 +332,7 @@ void config_usage(FILE *f)
         "                            the seed's spelling of --listen HOST:PORT (--master-port\n"
         "                            alone keeps the default host)\n"
         "  --filestore PATH          accepted for the seed's scripts; psbench needs no file store\n"
+        "\n"
         "Where psbench's defaults differ from the seed's launcher: the launcher has a default\n"
         "only for --ddp-hook (allreduce_hook, which then replaces every trainer\n"
         "configuration's hook) and needs every other flag it uses given. psbench has the\n"
@@ -433,8 +434,8 @@ static int parse_nonneg_seconds(const char *opt, const char *s, double *out, cha
 }
 
 /* One of trainer_key_flags: its value as the configuration file would
- * hold it (--lr: a number when the text is one, else the text, which the
- * check then names as a string), checked against the DdpTrainer's key. */
+ * hold it (--lr: a finite number, else refused as text), checked against
+ * the DdpTrainer's key with the file's message: what it must be. */
 static int parse_trainer_key_flag(run_config *c, int opt, const char *s, char *err, size_t errlen)
 {
     size_t i = 0;
