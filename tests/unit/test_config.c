@@ -573,6 +573,81 @@ static void test_seed_trainer_flags(void **state)
     free(buf);
 }
 
+/* Every flag of the seed's launcher (launcher.py), and its experiment
+ * scripts' --create_optimizer and --lr, in both spellings: each is
+ * accepted and the two spellings resolve to the same configuration, every
+ * value in it the flag's (the echo: config_to_json). */
+static void test_seed_launcher_flags_both_spellings(void **state)
+{
+    (void)state;
+    static const char *const flags[][2] = {
+        {"--master-addr", "127.0.0.2"}, {"--master-port", "29511"}, {"--trainer", "DdpTrainer"},
+        {"--ntrainer", "4"}, {"--ncudatrainer", "0"}, {"--filestore", "/tmp/psbench-fs"},
+        {"--server", "AverageBatchParameterServer"}, {"--nserver", "2"}, {"--ncudaserver", "0"},
+        {"--rpc-timeout", "12"}, {"--backend", "gloo"}, {"--epochs", "3"}, {"--batch-size", "5"},
+        {"--data", "DummyData2"}, {"--model", "DummyModelSparse"}, {"--data-config-path", "/x/d.json"},
+        {"--model-config-path", "/x/m.json"}, {"--server-config-path", "/x/s.json"},
+        {"--trainer-config-path", "/x/t.json"}, {"--torch-seed", "11"}, {"--cuda-seed", "11"},
+        {"--preprocess-data", "preprocess_dummy_data"}, {"--create-criterion", "cel"},
+        {"--create-ddp-model", "basic_ddp_model"}, {"--hook-state", "BasicHookState"},
+        {"--ddp-hook", "hybrid_hook"}, {"--iteration-step", "basic_iteration_step"},
+        {"--create-optimizer", "sgd_optimizer"}, {"--lr", "0.125"},
+    };
+    const size_t n = sizeof flags / sizeof flags[0];
+    json_t *conf[2];
+    for (int sp = 0; sp < 2; sp++) {
+        args a;
+        a.argc = 0;
+        a.argv[a.argc++] = strdup("psbench-master");
+        for (size_t i = 0; i < n; i++) {
+            char *f = strdup(flags[i][0]);
+            for (char *p = f + 2; sp && *p; p++)
+                if (*p == '-')
+                    *p = '_';
+            a.argv[a.argc++] = f;
+            a.argv[a.argc++] = strdup(flags[i][1]);
+        }
+        a.argv[a.argc] = NULL;
+        run_config c;
+        char err[256] = "";
+        int rc = config_parse_args(&c, a.argc, a.argv, err, sizeof err);
+        args_free(&a);
+        if (rc != 0)
+            print_error("%s spelling: %s\n", sp ? "underscore" : "dash", err);
+        assert_int_equal(rc, 0);
+        conf[sp] = config_to_json(&c);
+        assert_non_null(conf[sp]);
+        config_free(&c);
+    }
+    assert_true(json_equal(conf[0], conf[1]));
+    json_t *j = conf[0];
+    assert_string_equal(json_string_value(json_object_get(j, "listen")), "127.0.0.2:29511");
+    assert_string_equal(json_string_value(json_object_get(j, "trainer")), "DdpTrainer");
+    assert_int_equal(json_integer_value(json_object_get(j, "ntrainer")), 4);
+    assert_string_equal(json_string_value(json_object_get(j, "server")), "AverageBatchParameterServer");
+    assert_int_equal(json_integer_value(json_object_get(j, "nserver")), 2);
+    assert_true(json_real_value(json_object_get(j, "rpc_timeout")) == 12.0);
+    assert_int_equal(json_integer_value(json_object_get(j, "epochs")), 3);
+    assert_int_equal(json_integer_value(json_object_get(j, "batch_size")), 5);
+    assert_string_equal(json_string_value(json_object_get(j, "data")), "DummyData2");
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "DummyModelSparse");
+    assert_string_equal(json_string_value(json_object_get(j, "data_config_path")), "/x/d.json");
+    assert_string_equal(json_string_value(json_object_get(j, "model_config_path")), "/x/m.json");
+    assert_string_equal(json_string_value(json_object_get(j, "server_config_path")), "/x/s.json");
+    assert_string_equal(json_string_value(json_object_get(j, "trainer_config_path")), "/x/t.json");
+    assert_int_equal(json_integer_value(json_object_get(j, "seed")), 11);
+    assert_string_equal(json_string_value(json_object_get(j, "ddp_hook")), "hybrid_hook");
+    assert_string_equal(json_string_value(json_object_get(j, "preprocess_data")), "preprocess_dummy_data");
+    assert_string_equal(json_string_value(json_object_get(j, "create_criterion")), "cel");
+    assert_string_equal(json_string_value(json_object_get(j, "create_ddp_model")), "basic_ddp_model");
+    assert_string_equal(json_string_value(json_object_get(j, "hook_state")), "BasicHookState");
+    assert_string_equal(json_string_value(json_object_get(j, "iteration_step")), "basic_iteration_step");
+    assert_string_equal(json_string_value(json_object_get(j, "create_optimizer")), "sgd_optimizer");
+    assert_true(json_real_value(json_object_get(j, "lr")) == 0.125);
+    json_decref(conf[0]);
+    json_decref(conf[1]);
+}
+
 /* ---- validation ------------------------------------------------------------ */
 
 static int parse_validate(char *err, size_t errlen, ...)
@@ -1042,6 +1117,7 @@ int main(void)
         cmocka_unit_test(test_all_flags),
         cmocka_unit_test(test_seed_compat_flags),
         cmocka_unit_test(test_seed_trainer_flags),
+        cmocka_unit_test(test_seed_launcher_flags_both_spellings),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_bad_usage),
         cmocka_unit_test(test_validate),
