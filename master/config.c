@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,8 @@ void config_free(run_config *c)
     if (!c)
         return;
     resolved_free(c);
+    json_decref(c->trainer_flags);
+    c->trainer_flags = NULL;
     char **s[] = {&c->trainer, &c->server, &c->data, &c->model, &c->backend, &c->data_config_path,
                   &c->model_config_path, &c->trainer_config_path, &c->server_config_path, &c->ddp_hook,
                   &c->placement, &c->listen, &c->http, &c->out_dir, &c->token, &c->token_file};
@@ -165,6 +168,13 @@ enum {
     OPT_TORCH_SEED,
     OPT_CUDA_SEED,
     OPT_DDP_HOOK,
+    OPT_PREPROCESS_DATA,
+    OPT_CREATE_CRITERION,
+    OPT_CREATE_DDP_MODEL,
+    OPT_HOOK_STATE,
+    OPT_ITERATION_STEP,
+    OPT_CREATE_OPTIMIZER,
+    OPT_LR,
     OPT_MASTER_ADDR,
     OPT_MASTER_PORT,
     OPT_FILESTORE,
@@ -208,6 +218,13 @@ static const struct option long_opts[] = {
     {"torch-seed", required_argument, NULL, OPT_TORCH_SEED},
     {"cuda-seed", required_argument, NULL, OPT_CUDA_SEED},
     {"ddp-hook", required_argument, NULL, OPT_DDP_HOOK},
+    {"preprocess-data", required_argument, NULL, OPT_PREPROCESS_DATA},
+    {"create-criterion", required_argument, NULL, OPT_CREATE_CRITERION},
+    {"create-ddp-model", required_argument, NULL, OPT_CREATE_DDP_MODEL},
+    {"hook-state", required_argument, NULL, OPT_HOOK_STATE},
+    {"iteration-step", required_argument, NULL, OPT_ITERATION_STEP},
+    {"create-optimizer", required_argument, NULL, OPT_CREATE_OPTIMIZER},
+    {"lr", required_argument, NULL, OPT_LR},
     {"master-addr", required_argument, NULL, OPT_MASTER_ADDR},
     {"master-port", required_argument, NULL, OPT_MASTER_PORT},
     {"filestore", required_argument, NULL, OPT_FILESTORE},
@@ -231,6 +248,26 @@ static const struct option long_opts[] = {
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
+
+/* The seed launcher's flags that name a key of the trainer configuration
+ * (besides --ddp-hook), with the seed's experiment scripts' --create-optimizer
+ * and --lr: the value replaces the key's (config_load). Their values are
+ * the seed's DdpTrainer's, which psbench's table (shared/jobconf.c) holds. */
+static const struct {
+    int opt;
+    const char *flag, *key;
+    bool number; /* a JSON number (else a string) */
+} trainer_key_flags[] = {
+    {OPT_PREPROCESS_DATA, "--preprocess-data", "preprocess_data", false},
+    {OPT_CREATE_CRITERION, "--create-criterion", "create_criterion", false},
+    {OPT_CREATE_DDP_MODEL, "--create-ddp-model", "create_ddp_model", false},
+    {OPT_HOOK_STATE, "--hook-state", "hook_state", false},
+    {OPT_ITERATION_STEP, "--iteration-step", "iteration_step", false},
+    {OPT_CREATE_OPTIMIZER, "--create-optimizer", "create_optimizer", false},
+    {OPT_LR, "--lr", "lr", true},
+};
+#define N_TRAINER_KEY_FLAGS (sizeof trainer_key_flags / sizeof trainer_key_flags[0])
+#define TRAINER_KEY_FLAGS_CLASS "DdpTrainer" /* the seed's trainer, whose values these are */
 
 void config_usage(FILE *f)
 {
@@ -276,10 +313,36 @@ void config_usage(FILE *f)
         "                            rpc_hook (buckets to the servers), allreduce_hook (among\n"
         "                            trainers), sparse_rpc_hook (sparse to servers, dense\n"
         "                            allreduced), hybrid_hook (sparse on Gloo, dense on NCCL)\n"
+        "  --preprocess-data NAME    the seed's DdpTrainer parts: each replaces the trainer\n"
+        "  --create-criterion NAME   configuration's key of that name (preprocess_data, ...),\n"
+        "  --create-ddp-model NAME   as --ddp-hook does ddp_hook. psbench has exactly the\n"
+        "  --hook-state NAME         seed's: preprocess_dummy_data, cel, basic_ddp_model,\n"
+        "  --iteration-step NAME     BasicHookState, basic_iteration_step; any other value is\n"
+        "                            refused, naming the one allowed\n"
+        "  --create-optimizer NAME   (the seed's experiment scripts) the same for\n"
+        "                            create_optimizer: sgd_optimizer\n"
+        "  --lr LR                   (the seed's experiment scripts) the trainers' learning\n"
+        "                            rate, replacing the trainer configuration's lr: a number\n"
+        "                            in (0, 3.4e38] (a DdpTrainer's or a HybridTrainer's; a\n"
+        "                            BatchUpdateTrainer's servers step with the server\n"
+        "                            configuration's). Each of these seven is refused for a\n"
+        "                            trainer class without that key, and echoed in the args\n"
+        "                            line and results.json (configuration)\n"
         "  --master-addr HOST, --master-port PORT\n"
         "                            the seed's spelling of --listen HOST:PORT (--master-port\n"
         "                            alone keeps the default host)\n"
         "  --filestore PATH          accepted for the seed's scripts; psbench needs no file store\n"
+        "\n"
+        "Where psbench's defaults differ from the seed's launcher: the launcher has a default\n"
+        "only for --ddp-hook (allreduce_hook, which then replaces every trainer\n"
+        "configuration's hook) and needs every other flag it uses given. psbench has the\n"
+        "defaults shown above for all of them: the counts (--ntrainer, --nserver), --epochs,\n"
+        "--batch-size, the ids, --backend, --rpc-timeout, the configuration files, one --seed\n"
+        "for --torch-seed and --cuda-seed alike, and --listen for --master-addr and\n"
+        "--master-port. Without --ddp-hook the trainer configuration's ddp_hook runs (the\n"
+        "default DdpRpcTrainer's: rpc_hook, not allreduce_hook); without --preprocess-data,\n"
+        "--create-criterion, --create-ddp-model, --hook-state, --iteration-step,\n"
+        "--create-optimizer and --lr, the trainer configuration's values.\n"
         "\n"
         "the seed's DDP + RPC benchmark (benchmark_ddp_rpc.py; any of these selects --model\n"
         "HybridModel, --trainer HybridTrainer, --server EmbeddingParameterServer and 100\n"
@@ -368,6 +431,49 @@ static int parse_nonneg_seconds(const char *opt, const char *s, double *out, cha
         return 0;
     }
     return cli_parse_seconds(opt, s, out, err, errlen);
+}
+
+/* One of trainer_key_flags: its value as the configuration file would
+ * hold it (--lr: a finite number, else refused as text), checked against
+ * the DdpTrainer's key with the file's message: what it must be. */
+static int parse_trainer_key_flag(run_config *c, int opt, const char *s, char *err, size_t errlen)
+{
+    size_t i = 0;
+    while (i < N_TRAINER_KEY_FLAGS && trainer_key_flags[i].opt != opt)
+        i++;
+    assert(i < N_TRAINER_KEY_FLAGS);
+    const char *flag = trainer_key_flags[i].flag, *key = trainer_key_flags[i].key;
+    s = s ? s : "";
+    json_t *v = NULL;
+    if (trainer_key_flags[i].number) {
+        char *end = NULL;
+        double x = strtod(s, &end); /* as JSON would: an underflow is its tiny number */
+        if (!*s || !end || *end != '\0' || !isfinite(x)) {
+            char want[160];
+            jobconf_key_expect("trainer", TRAINER_KEY_FLAGS_CLASS, key, want, sizeof want);
+            errbuf_set(err, errlen, "%s: must be %s, got '%s'", flag, want, s);
+            return -1;
+        }
+        v = json_real(x);
+    } else {
+        v = json_string(s);
+    }
+    if (!v || (!c->trainer_flags && !(c->trainer_flags = json_object()))) {
+        json_decref(v);
+        errbuf_set(err, errlen, "%s: out of memory", flag);
+        return -1;
+    }
+    char why[256];
+    if (jobconf_check_value("trainer", TRAINER_KEY_FLAGS_CLASS, key, v, why, sizeof why) < 0) {
+        json_decref(v);
+        errbuf_set(err, errlen, "%s: %s", flag, why);
+        return -1;
+    }
+    if (json_object_set_new(c->trainer_flags, key, v) < 0) {
+        errbuf_set(err, errlen, "%s: out of memory", flag);
+        return -1;
+    }
+    return 0;
 }
 
 /* Replace the host or the port of c->listen. */
@@ -486,6 +592,13 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
             }
             break;
         }
+        case OPT_PREPROCESS_DATA:
+        case OPT_CREATE_CRITERION:
+        case OPT_CREATE_DDP_MODEL:
+        case OPT_HOOK_STATE:
+        case OPT_ITERATION_STEP:
+        case OPT_CREATE_OPTIMIZER:
+        case OPT_LR: rc = parse_trainer_key_flag(c, o, a, err, errlen); break;
         case OPT_MASTER_ADDR:
             if (!a || !*a) {
                 errbuf_set(err, errlen, "--master-addr: needs a non-empty value");
@@ -1042,6 +1155,45 @@ static int load_hook_flag(run_config *c, bool after_checks, char *err, size_t er
     return -1;
 }
 
+/* trainer_key_flags (--hook-state, --lr, ...): as --ddp-hook, each value
+ * replaces the trainer configuration's key before the entry is checked,
+ * where the class takes that key; a class that does not (BatchUpdateTrainer
+ * has no lr of its own, HybridTrainer none of the seed's DdpTrainer
+ * functions) is refused once every entry is checked, naming what it takes. */
+static int load_trainer_key_flags(run_config *c, bool after_checks, char *err, size_t errlen)
+{
+    const config_entry *tr = &c->resolved.trainer;
+    for (size_t i = 0; c->trainer_flags && i < N_TRAINER_KEY_FLAGS; i++) {
+        const char *key = trainer_key_flags[i].key;
+        json_t *v = json_object_get(c->trainer_flags, key);
+        if (!v)
+            continue;
+        bool takes = jobconf_class_takes("trainer", tr->cls, key);
+        if (!after_checks) {
+            if (takes && json_object_set(tr->conf, key, v) < 0) {
+                errbuf_set(err, errlen, "out of memory");
+                return -1;
+            }
+            continue;
+        }
+        if (takes)
+            continue;
+        char *val = json_is_string(v) ? strdup(json_string_value(v))
+                                      : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
+        char list[256] = "";
+        const char *k;
+        for (size_t j = 0; (k = jobconf_key_name("trainer", tr->cls, j)) != NULL; j++) {
+            size_t n = strlen(list);
+            snprintf(list + n, sizeof list - n, "%s%s", j ? ", " : "", k);
+        }
+        errbuf_set(err, errlen, "%s %s: trainer '%s' (%s) has no \"%s\" (it takes %s)", trainer_key_flags[i].flag,
+                   val ? val : "", tr->id, tr->cls, key, list[0] ? list : "no keys");
+        free(val);
+        return -1;
+    }
+    return 0;
+}
+
 /* The trainers' hook: DummyModel trains through the configuration's; the
  * Synthetic model pushes to the servers (what rpc_hook does) and takes no
  * other. */
@@ -1132,9 +1284,10 @@ int config_load(run_config *c, char *err, size_t errlen)
             goto fail;
         }
     }
-    if (load_hook_flag(c, false, err, errlen) < 0 ||
+    if (load_hook_flag(c, false, err, errlen) < 0 || load_trainer_key_flags(c, false, err, errlen) < 0 ||
         load_check("trainer", c->trainer_config_path, tr, err, errlen) < 0 ||
-        load_check("server", c->server_config_path, sv, err, errlen) < 0 || load_hook_flag(c, true, err, errlen) < 0)
+        load_check("server", c->server_config_path, sv, err, errlen) < 0 || load_hook_flag(c, true, err, errlen) < 0 ||
+        load_trainer_key_flags(c, true, err, errlen) < 0)
         goto fail;
 
     /* Server class -> psbench server kind (jobconf_check knows no other). */
@@ -1262,6 +1415,10 @@ json_t *config_to_json(const run_config *c)
         SET("seed", json_string(buf));
     }
     SET("ddp_hook", str_or_null(c->ddp_hook));
+    for (size_t i = 0; i < N_TRAINER_KEY_FLAGS; i++) {
+        json_t *v = c->trainer_flags ? json_object_get(c->trainer_flags, trainer_key_flags[i].key) : NULL;
+        SET(trainer_key_flags[i].key, v ? json_incref(v) : json_null());
+    }
     SET("warmup_cycles", json_integer((json_int_t)c->warmup_cycles));
     SET("placement", str_or_null(c->placement));
     SET("listen", str_or_null(c->listen));

@@ -107,6 +107,12 @@ typedef struct run_config {
     char *server_config_path;         /* --server-config-path */
     uint64_t seed;                    /* --seed (also --torch-seed / --cuda-seed) */
     char *ddp_hook;                   /* --ddp-hook: NULL, or overrides the trainer config's */
+    json_t *trainer_flags;            /* --preprocess-data, --create-criterion, --create-ddp-model,
+                                       * --hook-state, --iteration-step, and the seed's scripts'
+                                       * --create-optimizer and --lr: NULL, or {KEY: value} of those
+                                       * given, each checked against the DdpTrainer's KEY (shared/
+                                       * jobconf.c) and replacing the trainer configuration's KEY
+                                       * (config_load), as --ddp-hook does ddp_hook */
 
     /* --- psbench's own --- */
     char *placement;                  /* --placement seed|shard */

@@ -17,15 +17,14 @@ static bool futures_is_lost(const futures *t, uint32_t slot)
     return (t->lost[slot / 64] >> (slot % 64)) & 1;
 }
 
-int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, stats *m_batch,
-                 stats *m_straggler)
+int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, const futures_metrics *m)
 {
+    assert(m->batch && m->straggler && m->batch_from_header && m->straggler_from_header);
     memset(t, 0, sizeof *t);
     t->k = k;
     t->nslots = nslots;
     t->hooks = *h;
-    t->m_batch = m_batch;
-    t->m_straggler = m_straggler;
+    t->m = *m;
     t->lost = calloc((nslots + 63) / 64 + 1, sizeof *t->lost);
     t->lost_rank = calloc(nslots, sizeof *t->lost_rank);
     t->m_lag = calloc(nslots, sizeof *t->m_lag);
@@ -92,8 +91,10 @@ static void futures_fail(futures *t, future *f, frame_errcode code, const char *
 static void futures_resolve(futures *t, future *f, uint64_t now_ns)
 {
     assert(f->state == FUTURE_OPEN && f->completed == t->k->expected && f->started == t->k->expected);
+    assert(f->t_first_whole_ns && f->t_first_ns <= f->t_first_whole_ns && f->t_first_whole_ns <= now_ns);
     f->t_last_ns = now_ns;
-    metrics_add(t->m_straggler, clock_ms(f->t_first_ns, f->t_last_ns));
+    metrics_add(t->m.straggler, clock_ms(f->t_first_whole_ns, f->t_last_ns));
+    metrics_add(t->m.straggler_from_header, clock_ms(f->t_first_ns, f->t_last_ns));
     f->state = FUTURE_RESOLVING;
     f->t_resolve_ns = f->t_last_ns;
     t->resolving++;
@@ -120,7 +121,9 @@ static void futures_on_resolved(void *ctx, future *f, psbuf *result, frame_errco
     }
     f->state = FUTURE_DONE;
     t->hooks.answer(t->hooks.ctx, f, result);
-    metrics_add(t->m_batch, clock_ms(f->t_first_ns, clock_now_ns()));
+    uint64_t now = clock_now_ns();
+    metrics_add(t->m.batch, clock_ms(f->t_first_whole_ns, now));
+    metrics_add(t->m.batch_from_header, clock_ms(f->t_first_ns, now));
     psbuf_unref(result);
     futures_retire(t, f, true);
 }
@@ -213,10 +216,11 @@ void futures_push_done(futures *t, push_ctx *p)
     future *f = p->f;
     assert(f && f->state == FUTURE_OPEN);
     futures_unbind(p);
-    f->completed++;
     uint64_t now = clock_now_ns();
+    if (f->completed++ == 0)
+        f->t_first_whole_ns = now; /* where the seed's clock starts */
     if (t->m_lag[p->slot] && t->k->expected > 1)
-        metrics_add(t->m_lag[p->slot], clock_ms(f->t_first_ns, now));
+        metrics_add(t->m_lag[p->slot], clock_ms(f->t_first_whole_ns, now));
     if (f->completed == t->k->expected)
         futures_resolve(t, f, now);
 }

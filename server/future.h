@@ -33,14 +33,25 @@ typedef struct futures_hooks {
     void *ctx;
 } futures_hooks;
 
+/* Where a future's times go (docs/protocol.md, "Server metrics"). The
+ * seed's clock starts when the first push has been received whole, as its
+ * RPC handler first runs once a gradient's whole message is in; psbench's
+ * *_from_header figures start at the first push's header, so the first
+ * push's transfer is in them. */
+typedef struct futures_metrics {
+    stats *batch;                 /* first push whole to the answer queued */
+    stats *straggler;             /* first push whole to the last push whole */
+    stats *batch_from_header;     /* first push's header to the answer queued */
+    stats *straggler_from_header; /* first push's header to the last push whole */
+} futures_metrics;
+
 typedef struct futures {
     pending_table table;
     kind *k;
     uint32_t nslots;      /* trainer slots */
     futures_hooks hooks;
-    stats *m_batch;       /* first push to answer queued */
-    stats *m_straggler;   /* first push to last push complete */
-    stats **m_lag;        /* per slot: first push to this slot's push complete */
+    futures_metrics m;
+    stats **m_lag;        /* per slot: first push whole to this slot's push whole */
     uint32_t resolving;   /* futures in RESOLVING */
     uint64_t *lost;       /* bitmap over slots: connected once, gone now */
     uint32_t nlost;
@@ -49,13 +60,14 @@ typedef struct futures {
                            * still lost (the cause; others may have left after it) */
 } futures;
 
-int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, stats *m_batch,
-                 stats *m_straggler);
+/* m: every one of its metrics must be there. */
+int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, const futures_metrics *m);
 /* Drain, then free every future. */
 void futures_destroy(futures *t);
-/* Where slot's lag behind each future's first push goes (the per-trainer
- * straggler metric; NULL: nowhere). Futures of one push (a lookup) have no
- * lag. */
+/* Where slot's lag goes (the per-trainer straggler metric; NULL: nowhere):
+ * for each future, from its first push received whole to this slot's push
+ * received whole, so the slowest slot's lag is the straggler figure and
+ * the first slot's is 0. Futures of one push have no lag. */
 void futures_set_lag_metric(futures *t, uint32_t slot, stats *m);
 
 /* Admit a push header from slot (rank for messages) into p. ERR_NONE: p is

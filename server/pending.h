@@ -37,8 +37,10 @@ typedef struct future {
     uint32_t started;    /* pushes whose header was accepted */
     uint32_t completed;  /* pushes whose payload has fully arrived */
     uint64_t *pushed;    /* bitmap over trainer slots: header accepted */
-    uint64_t t_first_ns; /* first push header */
-    uint64_t t_last_ns;  /* the last push's payload complete */
+    uint64_t t_first_ns; /* the first push's header admitted */
+    uint64_t t_first_whole_ns; /* the first push received whole (its payload complete);
+                                * 0 until then */
+    uint64_t t_last_ns;  /* the last push received whole */
     uint64_t t_resolve_ns; /* handed to the kind to resolve */
     uint64_t round;      /* batch-update: updates applied once this resolves; 0: none */
     struct push_ctx *pushes; /* pushes streaming into it now */

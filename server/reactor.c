@@ -319,10 +319,16 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
         return -1;
     }
     /* The seed's metrics, created in its order so the table reads the
-     * same whatever happens first: batch, straggler, then the kind's. */
-    stats *m_batch = metrics_get(s->metrics, "parameter_server_batch_metric,param_index_batch");
-    stats *m_straggler = metrics_get(s->metrics, "parameter_server_straggler_metric,param_index_straggler");
-    if (!m_batch || !m_straggler) {
+     * same whatever happens first: batch, straggler, then the same two
+     * from the first push's header (psbench's), then the kind's. */
+    futures_metrics fm = {
+        .batch = metrics_get(s->metrics, "parameter_server_batch_metric,param_index_batch"),
+        .straggler = metrics_get(s->metrics, "parameter_server_straggler_metric,param_index_straggler"),
+        .batch_from_header = metrics_get(s->metrics, "parameter_server_batch_metric,param_index_batch_from_header"),
+        .straggler_from_header =
+            metrics_get(s->metrics, "parameter_server_straggler_metric,param_index_straggler_from_header"),
+    };
+    if (!fm.batch || !fm.straggler || !fm.batch_from_header || !fm.straggler_from_header) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -335,7 +341,7 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
     if (!s->kind)
         return -1;
     futures_hooks hooks = {.answer = members_on_answer, .fail = members_on_fail, .ctx = &s->members};
-    if (futures_init(&s->fut, s->kind, cfg->trainers, &hooks, m_batch, m_straggler) < 0) {
+    if (futures_init(&s->fut, s->kind, cfg->trainers, &hooks, &fm) < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }

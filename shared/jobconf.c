@@ -424,6 +424,34 @@ const char *jobconf_str(json_t *conf, const char *key)
     return s;
 }
 
+bool jobconf_class_takes(const char *kind, const char *cls, const char *key)
+{
+    const jc_class *c = jc_class_find(kind, cls);
+    return c && jc_key_find(c, key);
+}
+
+void jobconf_key_expect(const char *kind, const char *cls, const char *key, char *buf, size_t len)
+{
+    const jc_class *c = jc_class_find(kind, cls);
+    const jc_key *k = c ? jc_key_find(c, key) : NULL;
+    assert(k && len > 0);
+    jc_expect(k, buf, len);
+}
+
+int jobconf_check_value(const char *kind, const char *cls, const char *key, json_t *v, char *err, size_t errlen)
+{
+    const jc_class *c = jc_class_find(kind, cls);
+    const jc_key *k = c ? jc_key_find(c, key) : NULL;
+    assert(k && v); /* the caller's own flag: a key of its class */
+    if (jc_value_ok(k, v))
+        return 0;
+    char want[160], got[96];
+    jc_expect(k, want, sizeof want);
+    jc_found(k, v, got, sizeof got);
+    errbuf_set(err, errlen, "must be %s, got %s", want, got);
+    return -1;
+}
+
 const char *jobconf_class_name(const char *kind, size_t i)
 {
     for (size_t n = 0; n < JC_NCLASSES; n++)

@@ -43,6 +43,18 @@ double jobconf_f64(json_t *conf, const char *key);
 bool jobconf_flag(json_t *conf, const char *key);
 const char *jobconf_str(json_t *conf, const char *key);
 
+/* Whether class `cls` of `kind` takes `key` (false for a class psbench
+ * does not have). */
+bool jobconf_class_takes(const char *kind, const char *cls, const char *key);
+/* One value v for `key` as class `cls` of `kind` checks it in a file (the
+ * key must be one the class takes): 0, or -1 with what it must be and what
+ * it is, for a flag's message to follow its name:
+ *     must be "BasicHookState" (the only one psbench has), got "Fancy" */
+int jobconf_check_value(const char *kind, const char *cls, const char *key, json_t *v, char *err, size_t errlen);
+/* What `key` of class `cls` must be, as jobconf_check_value says it ("a
+ * number in (0, 1]", "one of \"a\", \"b\""); the key must be one the class takes. */
+void jobconf_key_expect(const char *kind, const char *cls, const char *key, char *buf, size_t len);
+
 /* The table, for tests and messages: the i-th class of a kind, the i-th key
  * of a class (NULL past the end). */
 const char *jobconf_class_name(const char *kind, size_t i);

@@ -46,6 +46,8 @@ M_BWD = "backward_metric,backward"
 M_RPC = "hook_future_metric,rpc_dense"
 M_PS_BATCH = "parameter_server_batch_metric,param_index_batch"
 M_PS_STRAG = "parameter_server_straggler_metric,param_index_straggler"
+M_PS_BATCH_H = "parameter_server_batch_metric,param_index_batch_from_header"
+M_PS_STRAG_H = "parameter_server_straggler_metric,param_index_straggler_from_header"
 M_AVG = "method_metric,average computation"
 
 
@@ -120,8 +122,15 @@ class Job(object):
                 srv = r // max(1, self.ntrainer // self.nserver) if self.nserver else 0
                 srv = min(srv, self.nserver - 1)
                 if srv >= 0:
-                    self._add("server", srv, M_PS_BATCH, 3.0 + srv + self.rng.random() * wave)
-                    self._add("server", srv, M_PS_STRAG, 1.0 + 2.0 * self.rng.random() * wave)
+                    # A real server's rows: the seed's two, then the same
+                    # from the first push's header (its transfer on top).
+                    ps_batch = 3.0 + srv + self.rng.random() * wave
+                    ps_strag = 1.0 + 2.0 * self.rng.random() * wave
+                    xfer = 0.5 + self.rng.random()
+                    self._add("server", srv, M_PS_BATCH, ps_batch)
+                    self._add("server", srv, M_PS_STRAG, ps_strag)
+                    self._add("server", srv, M_PS_BATCH_H, ps_batch + xfer)
+                    self._add("server", srv, M_PS_STRAG_H, ps_strag + xfer)
                     self._add("server", srv, M_AVG, 0.2 + 0.05 * self.rng.random())
                 self.done_batches[r] += 1
         return now

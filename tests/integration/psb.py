@@ -282,7 +282,41 @@ def metric_count(table_text, metric):
     return None
 
 
+def metric_row(table_text, metric):
+    """The row of `metric` in a metrics table as a dict (count, min, max,
+    mean, variance, stdev, p50, p90, p99; values as printed, in ms), or
+    None. Metric names with spaces are not found (split on whitespace)."""
+    cols = ("count", "min", "max", "mean", "variance", "stdev", "p50", "p90", "p99")
+    for line in table_text.splitlines():
+        f = line.split()
+        if len(f) == 1 + len(cols) and f[0] == metric:
+            row = dict(zip(cols, (float(x) for x in f[1:])))
+            row["count"] = int(row["count"])
+            return row
+    return None
+
+
+def metric_names(table_text):
+    """The metrics of a metrics table, in the order it prints them (the
+    first word of each row below the header)."""
+    names, seen_header = [], False
+    for line in table_text.splitlines():
+        f = line.split()
+        if f[:2] == ["metric", "count"]:
+            seen_header = True
+            continue
+        if seen_header and len(f) >= 10:
+            names.append(" ".join(f[:-9]))
+        elif seen_header:
+            break
+    return names
+
+
 PARAM_INDEX_BATCH = "parameter_server_batch_metric,param_index_batch"
+PARAM_INDEX_STRAGGLER = "parameter_server_straggler_metric,param_index_straggler"
+# The same two measured from the first push's header (psbench's extension).
+PARAM_INDEX_BATCH_FROM_HEADER = "parameter_server_batch_metric,param_index_batch_from_header"
+PARAM_INDEX_STRAGGLER_FROM_HEADER = "parameter_server_straggler_metric,param_index_straggler_from_header"
 
 
 class Registry(object):

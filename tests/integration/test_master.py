@@ -833,6 +833,72 @@ class MasterTests(psb.PsbTestCase):
         self.assertEqual(rc, 0)
         self.assertIn("--batch-size", out)
 
+    # The seed launcher's flags that set a trainer configuration key, and
+    # its experiment scripts' --create_optimizer and --lr (issue 26):
+    # (dash spelling, underscore spelling, key, allowed value, refused value,
+    # what the refusal names as allowed).
+    SEED_TRAINER_FLAGS = (
+        ("--preprocess-data", "--preprocess_data", "preprocess_data", "preprocess_dummy_data", "real",
+         '"preprocess_dummy_data" (the only one psbench has)'),
+        ("--create-criterion", "--create_criterion", "create_criterion", "cel", "mse",
+         '"cel" (the only one psbench has)'),
+        ("--create-ddp-model", "--create_ddp_model", "create_ddp_model", "basic_ddp_model", "fancy",
+         '"basic_ddp_model" (the only one psbench has)'),
+        ("--hook-state", "--hook_state", "hook_state", "BasicHookState", "FancyHookState",
+         '"BasicHookState" (the only one psbench has)'),
+        ("--iteration-step", "--iteration_step", "iteration_step", "basic_iteration_step", "fancy_step",
+         '"basic_iteration_step" (the only one psbench has)'),
+        ("--create-optimizer", "--create_optimizer", "create_optimizer", "sgd_optimizer", "adam_optimizer",
+         '"sgd_optimizer" (the only one psbench has)'),
+        ("--lr", "--lr", "lr", "0.25", "fast", "a number in (0, 3.40282346638529e+38]"),
+    )
+
+    def test_seed_trainer_flags_reach_the_trainers(self):
+        """Every one of them, in the spellings the seed's scripts use
+        (--hook_state X, --create_optimizer=X), reaches the configuration
+        the trainers are assigned: the args line and results.json
+        (configuration, and its resolved trainer entry: the assignment's)."""
+        out = os.path.join(self.reg.workdir, "out")
+        args = []
+        for i, (dash, under, key, good, bad, allowed) in enumerate(self.SEED_TRAINER_FLAGS):
+            spelling = (dash, under)[i % 2]
+            args += ["%s=%s" % (spelling, good)] if i % 3 == 0 else [spelling, good]
+        m = self.master(*args, out=out, epochs=1, linger=0)
+        self.assertEqual(m.wait(RUN_TIMEOUT), 0, m.describe())
+        echo = [l for l in m.stdout().splitlines() if l.startswith("args: ")]
+        self.assertEqual(len(echo), 1, m.stdout())
+        echo = json.loads(echo[0][len("args: "):])
+        with open(os.path.join(out, "results.json")) as f:
+            conf = json.load(f)["configuration"]
+        tc = conf["resolved"]["trainer"]["configurations"]
+        for dash, under, key, good, bad, allowed in self.SEED_TRAINER_FLAGS:
+            want = 0.25 if key == "lr" else good
+            self.assertEqual(echo[key], want, (key, echo))
+            self.assertEqual(conf[key], want, (key, conf))
+            self.assertEqual(tc[key], want, (key, tc))
+        self.assertNotEqual(tc["lr"], 50.0)  # the file's, replaced
+
+    def test_seed_trainer_flags_refused(self):
+        """A value psbench does not have, in either spelling: exit 2, one
+        line naming the flag and what it must be."""
+        for dash, under, key, good, bad, allowed in self.SEED_TRAINER_FLAGS:
+            for spelling in {dash, under}:
+                self.assert_refused([spelling, bad], ["%s: must be %s, got " % (dash, allowed), bad])
+        # The seed's --ddp-hook too, with its list.
+        for spelling in ("--ddp-hook", "--ddp_hook"):
+            self.assert_refused([spelling, "ring_hook"], ["--ddp-hook: 'ring_hook' is not rpc_hook, allreduce_hook, "
+                                                          "sparse_rpc_hook or hybrid_hook"])
+        # A class without the key is refused, naming what it takes.
+        self.assert_refused(["--server", "BatchUpdateParameterServer", "--model", "BatchUpdateLinear",
+                             "--trainer", "BatchUpdateTrainer", "--lr", "0.1"],
+                            ["--lr 0.1: trainer 'BatchUpdateTrainer' (BatchUpdateTrainer) has no \"lr\" "
+                             "(it takes batch_size, batches)"])
+        rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--help"])
+        self.assertEqual(rc, 0)
+        for dash, _, _, _, _, _ in self.SEED_TRAINER_FLAGS:
+            self.assertIn(dash, out)
+        self.assertIn("Where psbench's defaults differ from the seed's launcher", out)
+
     def config_copy(self, name, edit):
         """configs/NAME with edit(dict) applied, written to the test's dir."""
         with open(os.path.join(os.path.dirname(psb.HERE), "..", "configs", name)) as f:

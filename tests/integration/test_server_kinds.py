@@ -1,13 +1,17 @@
 """The batch-update kind of psbench-server, spoken to by hand (raw frames):
 fetch, rounds, the update's arithmetic, the admission errors, a trainer lost
 mid-round, and a new job on the same server afterwards. Also: message types
-a kind does not have are refused without closing the connection.
+a kind does not have are refused without closing the connection; and the
+server's clock for every kind with futures (average, average-batch,
+batch-update): the seed's batch and straggler metrics start when the first
+push has been received whole, the *_from_header ones at its header.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_server_kinds.py
 (PSBENCH_SERVER_DEVICE=test runs the same on the test device.)
 """
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
@@ -147,6 +151,75 @@ class BatchUpdateServer(psb.PsbTestCase):
             self.assertNotEqual(rc, 0, args)
             self.assertIn(why, err, (args, err))
             self.assertEqual(len(err.strip().splitlines()), 1, err)
+
+
+class ServerClock(psb.PsbTestCase):
+    """Where the server's clock starts (issue 26). Trainer A sends its push
+    header and trickles the payload over DELAY_S; trainer B pushes whole
+    only once the server has A's push whole. By construction (no timing
+    threshold): A's header arrived at least DELAY_S before A's push was
+    whole, so each *_from_header figure is at least DELAY_S above the
+    seed's figure, which starts when A's push was whole and so holds none
+    of the trickle. Per trainer, trainer_lag_R starts there too: 0 for A,
+    and B's lag is the straggler figure itself."""
+
+    DELAY_S = 0.25
+    TOL_MS = 0.002  # the table prints 3 decimals: two roundings of 0.0005
+
+    def one_future(self, kind, extra=()):
+        s = self.reg.server(trainers=2, kind=kind, extra=list(extra))
+        a, b = self.client(s), self.client(s)
+        self.hello_ok(a, 0)
+        self.hello_ok(b, 1)
+        # 8 floats: any count for the average kinds, the whole Linear(3, 2)
+        # for batch-update (its push is the model's gradient).
+        frame = psb.encode_frame(*psb.dense_push(0, 0, [1.0] * 8))
+        a.send_raw(frame[:-16])       # the header and half the payload
+        time.sleep(self.DELAY_S)
+        a.send_raw(frame[-16:])
+        self.barrier(a)               # the server has A's push whole
+        b.push(psb.dense_push(0, 0, [3.0] * 8))
+        for c in (a, b):
+            h, _ = c.recv_frame()
+            self.assertEqual(h.get("type"), "result", h)
+        rc, out, err = s.terminate_and_wait()
+        self.assertEqual(rc, 0, s.describe())
+        return out
+
+    def check_clock(self, kind, extra=()):
+        out = self.one_future(kind, extra)
+        names = [psb.PARAM_INDEX_BATCH, psb.PARAM_INDEX_STRAGGLER, psb.PARAM_INDEX_BATCH_FROM_HEADER,
+                 psb.PARAM_INDEX_STRAGGLER_FROM_HEADER]
+        # Created in this order before anything else: every table reads the same.
+        self.assertEqual(psb.metric_names(out)[:4], names, out)
+        row = {}
+        for n in names + ["parameter_server_straggler_metric,trainer_lag_0",
+                          "parameter_server_straggler_metric,trainer_lag_1"]:
+            row[n] = psb.metric_row(out, n)
+            self.assertIsNotNone(row[n], "%s: no row %s in\n%s" % (kind, n, out))
+            self.assertEqual(row[n]["count"], 1, (kind, n, out))
+        d_ms = 1000.0 * self.DELAY_S
+        batch, strag = row[names[0]]["max"], row[names[1]]["max"]
+        batch_h, strag_h = row[names[2]]["max"], row[names[3]]["max"]
+        # The header-start figures hold the trickle; the seed's do not.
+        self.assertGreaterEqual(strag_h, strag + d_ms - self.TOL_MS, (kind, out))
+        self.assertGreaterEqual(batch_h, batch + d_ms - self.TOL_MS, (kind, out))
+        # Results are queued after the last push is whole.
+        self.assertGreaterEqual(batch, strag - self.TOL_MS, (kind, out))
+        self.assertGreaterEqual(batch_h, strag_h - self.TOL_MS, (kind, out))
+        # Per trainer, from the first push received whole: A's was that push,
+        # B's lag is the straggler figure (the same two clock readings).
+        self.assertEqual(row["parameter_server_straggler_metric,trainer_lag_0"]["max"], 0.0, (kind, out))
+        self.assertEqual(row["parameter_server_straggler_metric,trainer_lag_1"]["max"], strag, (kind, out))
+
+    def test_average(self):
+        self.check_clock("average")
+
+    def test_average_batch(self):
+        self.check_clock("average-batch")
+
+    def test_batch_update(self):
+        self.check_clock("batch-update", ["--in-features", "3", "--out-features", "2"])
 
 
 if __name__ == "__main__":

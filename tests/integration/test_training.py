@@ -9,6 +9,7 @@ DDP-style buckets, SGD.
 - The sparse model trains end to end (the other hooks: test_hooks.py).
 - --compute-nice lowers the compute thread only: the communication thread
   stays at the process's level.
+- The master's --lr (the seed's scripts') is the lr the trainers step with.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_training.py
 """
@@ -234,6 +235,22 @@ class Training(psb.PsbTestCase):
                 self.assertIn(v, ("nan", "inf", "-inf"), t)
             self.assertIn("warning: " + w, m.stdout())
         self.assertRegex(m.stderr(), r"psbench-master: warn: trainer 0 \(.*\): " + self.DIVERGED_RE)
+
+    def test_lr_flag_reaches_the_trainers(self):
+        """The seed's scripts' --lr replaces the trainer configuration's lr
+        (50 in configs/, which trains) in the trainers' steps: with --lr=1e30
+        (the seed's `--lr=` spelling) the loss diverges, as it does with
+        that lr in the file (test_loss_divergence_allowed)."""
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--model", "DummyModel", "--epochs", "1", "--lr=1e30", "--allow-divergence", "--linger", "0",
+                        out=out)
+        res = self.results(m, out)
+        self.assertEqual(res["phase"], "done")
+        self.assertEqual(res["configuration"]["lr"], 1e30)
+        self.assertEqual(res["configuration"]["resolved"]["trainer"]["configurations"]["lr"], 1e30)
+        self.assertEqual(len(res["warnings"]), 2, res["warnings"])
+        for t in res["trainers"]:
+            self.assertTrue(t["diverged"], t)
 
     @staticmethod
     def thread_nices(pid):

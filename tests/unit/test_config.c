@@ -431,6 +431,223 @@ static void test_bad_usage(void **state)
     free(buf);
 }
 
+/* The seed launcher's flags that set a trainer configuration key (issue
+ * 26): --preprocess-data, --create-criterion, --create-ddp-model,
+ * --hook-state, --iteration-step, and its scripts' --create-optimizer and
+ * --lr. Each, in both spellings, reaches the trainers' configuration (what
+ * the assignment and results.json carry) and the echo; a value psbench
+ * does not have is refused, naming the allowed ones. */
+static const struct {
+    const char *dash, *underscore, *key, *good, *bad, *allowed;
+} seed_trainer_flags[] = {
+    {"--preprocess-data", "--preprocess_data", "preprocess_data", "preprocess_dummy_data", "preprocess_real_data",
+     "\"preprocess_dummy_data\""},
+    {"--create-criterion", "--create_criterion", "create_criterion", "cel", "mse", "\"cel\""},
+    {"--create-ddp-model", "--create_ddp_model", "create_ddp_model", "basic_ddp_model", "fancy_ddp_model",
+     "\"basic_ddp_model\""},
+    {"--hook-state", "--hook_state", "hook_state", "BasicHookState", "FancyHookState", "\"BasicHookState\""},
+    {"--iteration-step", "--iteration_step", "iteration_step", "basic_iteration_step", "fancy_step",
+     "\"basic_iteration_step\""},
+    {"--create-optimizer", "--create_optimizer", "create_optimizer", "sgd_optimizer", "adam_optimizer",
+     "\"sgd_optimizer\""},
+    {"--lr", "--lr", "lr", "0.25", "0", "a number in (0, 3.40282346638529e+38]"},
+};
+
+/* The value the flag gives, as the configuration holds it. */
+static void assert_flag_value(json_t *v, const char *key, const char *good)
+{
+    if (strcmp(key, "lr") == 0) {
+        assert_true(json_is_number(v));
+        assert_true(json_number_value(v) == 0.25);
+    } else {
+        assert_string_equal(json_string_value(v), good);
+    }
+}
+
+static void test_seed_trainer_flags(void **state)
+{
+    (void)state;
+    char err[512];
+    const size_t n = sizeof seed_trainer_flags / sizeof seed_trainer_flags[0];
+    /* Not given: the trainer configuration's values, and null in the echo. */
+    run_config c;
+    assert_int_equal(parse(&c, err, sizeof err, NULL), 0);
+    json_t *j = config_to_json(&c);
+    for (size_t i = 0; i < n; i++)
+        assert_true(json_is_null(json_object_get(j, seed_trainer_flags[i].key)));
+    json_decref(j);
+    assert_int_equal(config_load(&c, err, sizeof err), 0);
+    assert_true(json_number_value(json_object_get(c.resolved.trainer.conf, "lr")) == 50.0);
+    config_free(&c);
+
+    for (size_t i = 0; i < n; i++) {
+        for (int sp = 0; sp < 3; sp++) {
+            const char *name = seed_trainer_flags[i].key, *good = seed_trainer_flags[i].good;
+            const char *flag = sp == 1 ? seed_trainer_flags[i].underscore : seed_trainer_flags[i].dash;
+            char eq[128];
+            snprintf(eq, sizeof eq, "%s=%s", seed_trainer_flags[i].underscore, good);
+            int rc = sp == 2 ? parse(&c, err, sizeof err, "--trainer", "DdpTrainer", eq, NULL)
+                             : parse(&c, err, sizeof err, "--trainer", "DdpTrainer", flag, good, NULL);
+            if (rc != 0)
+                print_error("%s %s: %s\n", flag, good, err);
+            assert_int_equal(rc, 0);
+            j = config_to_json(&c);
+            assert_flag_value(json_object_get(j, name), name, good);
+            json_decref(j);
+            assert_int_equal(config_load(&c, err, sizeof err), 0);
+            /* What the trainers are assigned, and results.json records. */
+            assert_flag_value(json_object_get(c.resolved.trainer.conf, name), name, good);
+            j = config_to_json(&c);
+            json_t *tc = json_object_get(json_object_get(json_object_get(json_object_get(j, "resolved"), "trainer"),
+                                                         "configurations"),
+                                         name);
+            assert_flag_value(tc, name, good);
+            json_decref(j);
+            config_free(&c);
+        }
+        /* A bad value: refused at once with the flag's name and what is allowed. */
+        for (int sp = 0; sp < 2; sp++) {
+            const char *flag = sp ? seed_trainer_flags[i].underscore : seed_trainer_flags[i].dash;
+            assert_int_equal(parse(&c, err, sizeof err, flag, seed_trainer_flags[i].bad, NULL), -1);
+            char want[160];
+            snprintf(want, sizeof want, "%s: must be %s", seed_trainer_flags[i].dash, seed_trainer_flags[i].allowed);
+            assert_contains(err, want);
+            assert_contains(err, seed_trainer_flags[i].bad);
+            assert_null(strchr(err, '\n'));
+            config_free(&c);
+        }
+    }
+    /* --lr: a number in the trainer configuration's range, text refused as such. */
+    const char *bad_lr[] = {"fast", "", "nan", "inf", "1e999", "-1", "1e39", "0.5x"};
+    for (size_t i = 0; i < sizeof bad_lr / sizeof bad_lr[0]; i++) {
+        assert_int_equal(parse(&c, err, sizeof err, "--lr", bad_lr[i], NULL), -1);
+        assert_contains(err, "--lr: must be a number in (0, 3.40282346638529e+38], got ");
+        config_free(&c);
+    }
+    /* The flag wins over the file's value, as --ddp-hook does. */
+    write_file("trainers.json", "{\"T\": {\"trainer_class\": \"DdpTrainer\", \"configurations\": {\"ddp_hook\": "
+                                "\"rpc_hook\", \"lr\": 3, \"hook_state\": \"Fancy\"}}}\n");
+    assert_int_equal(parse(&c, err, sizeof err, "--trainer", "T", "--trainer-config-path", tmp_path("trainers.json"),
+                           "--lr", "0.25", "--hook_state", "BasicHookState", NULL),
+                     0);
+    assert_int_equal(config_load(&c, err, sizeof err), 0);
+    assert_true(json_number_value(json_object_get(c.resolved.trainer.conf, "lr")) == 0.25);
+    assert_string_equal(json_string_value(json_object_get(c.resolved.trainer.conf, "hook_state")), "BasicHookState");
+    config_free(&c);
+    /* Without the flag the file's bad value is refused, naming the file. */
+    assert_int_equal(parse(&c, err, sizeof err, "--trainer", "T", "--trainer-config-path", tmp_path("trainers.json"),
+                           NULL),
+                     0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "\"hook_state\" must be \"BasicHookState\" (the only one psbench has), got \"Fancy\"");
+    config_free(&c);
+    unlink(tmp_path("trainers.json"));
+    /* HybridTrainer takes lr (its own range), not the DdpTrainer's parts. */
+    assert_int_equal(parse(&c, err, sizeof err, "--number-ps", "2", "--lr", "0.25", NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), 0);
+    assert_true(json_number_value(json_object_get(c.resolved.trainer.conf, "lr")) == 0.25);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, sizeof err, "--number-ps", "2", "--hook-state", "BasicHookState", NULL), 0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "--hook-state BasicHookState: trainer 'HybridTrainer' (HybridTrainer) has no \"hook_state\" "
+                         "(it takes ddp_hook, lr, batches)");
+    config_free(&c);
+    /* A BatchUpdateTrainer has no lr: its servers step. */
+    assert_int_equal(parse(&c, err, sizeof err, "--server", "BatchUpdateParameterServer", "--model",
+                           "BatchUpdateLinear", "--trainer", "BatchUpdateTrainer", "--lr", "0.25", NULL),
+                     0);
+    assert_int_equal(config_load(&c, err, sizeof err), -1);
+    assert_contains(err, "--lr 0.25: trainer 'BatchUpdateTrainer' (BatchUpdateTrainer) has no \"lr\"");
+    config_free(&c);
+
+    /* --help names every one and where psbench's defaults differ. */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_usage(f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+        assert_contains(buf, seed_trainer_flags[i].dash);
+    assert_contains(buf, "Where psbench's defaults differ from the seed's launcher");
+    assert_contains(buf, "allreduce_hook");
+    free(buf);
+}
+
+/* Every flag of the seed's launcher (launcher.py), and its experiment
+ * scripts' --create_optimizer and --lr, in both spellings: each is
+ * accepted and the two spellings resolve to the same configuration, every
+ * value in it the flag's (the echo: config_to_json). */
+static void test_seed_launcher_flags_both_spellings(void **state)
+{
+    (void)state;
+    static const char *const flags[][2] = {
+        {"--master-addr", "127.0.0.2"}, {"--master-port", "29511"}, {"--trainer", "DdpTrainer"},
+        {"--ntrainer", "4"}, {"--ncudatrainer", "0"}, {"--filestore", "/tmp/psbench-fs"},
+        {"--server", "AverageBatchParameterServer"}, {"--nserver", "2"}, {"--ncudaserver", "0"},
+        {"--rpc-timeout", "12"}, {"--backend", "gloo"}, {"--epochs", "3"}, {"--batch-size", "5"},
+        {"--data", "DummyData2"}, {"--model", "DummyModelSparse"}, {"--data-config-path", "/x/d.json"},
+        {"--model-config-path", "/x/m.json"}, {"--server-config-path", "/x/s.json"},
+        {"--trainer-config-path", "/x/t.json"}, {"--torch-seed", "11"}, {"--cuda-seed", "11"},
+        {"--preprocess-data", "preprocess_dummy_data"}, {"--create-criterion", "cel"},
+        {"--create-ddp-model", "basic_ddp_model"}, {"--hook-state", "BasicHookState"},
+        {"--ddp-hook", "hybrid_hook"}, {"--iteration-step", "basic_iteration_step"},
+        {"--create-optimizer", "sgd_optimizer"}, {"--lr", "0.125"},
+    };
+    const size_t n = sizeof flags / sizeof flags[0];
+    json_t *conf[2];
+    for (int sp = 0; sp < 2; sp++) {
+        args a;
+        a.argc = 0;
+        a.argv[a.argc++] = strdup("psbench-master");
+        for (size_t i = 0; i < n; i++) {
+            char *f = strdup(flags[i][0]);
+            for (char *p = f + 2; sp && *p; p++)
+                if (*p == '-')
+                    *p = '_';
+            a.argv[a.argc++] = f;
+            a.argv[a.argc++] = strdup(flags[i][1]);
+        }
+        a.argv[a.argc] = NULL;
+        run_config c;
+        char err[256] = "";
+        int rc = config_parse_args(&c, a.argc, a.argv, err, sizeof err);
+        args_free(&a);
+        if (rc != 0)
+            print_error("%s spelling: %s\n", sp ? "underscore" : "dash", err);
+        assert_int_equal(rc, 0);
+        conf[sp] = config_to_json(&c);
+        assert_non_null(conf[sp]);
+        config_free(&c);
+    }
+    assert_true(json_equal(conf[0], conf[1]));
+    json_t *j = conf[0];
+    assert_string_equal(json_string_value(json_object_get(j, "listen")), "127.0.0.2:29511");
+    assert_string_equal(json_string_value(json_object_get(j, "trainer")), "DdpTrainer");
+    assert_int_equal(json_integer_value(json_object_get(j, "ntrainer")), 4);
+    assert_string_equal(json_string_value(json_object_get(j, "server")), "AverageBatchParameterServer");
+    assert_int_equal(json_integer_value(json_object_get(j, "nserver")), 2);
+    assert_true(json_real_value(json_object_get(j, "rpc_timeout")) == 12.0);
+    assert_int_equal(json_integer_value(json_object_get(j, "epochs")), 3);
+    assert_int_equal(json_integer_value(json_object_get(j, "batch_size")), 5);
+    assert_string_equal(json_string_value(json_object_get(j, "data")), "DummyData2");
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "DummyModelSparse");
+    assert_string_equal(json_string_value(json_object_get(j, "data_config_path")), "/x/d.json");
+    assert_string_equal(json_string_value(json_object_get(j, "model_config_path")), "/x/m.json");
+    assert_string_equal(json_string_value(json_object_get(j, "server_config_path")), "/x/s.json");
+    assert_string_equal(json_string_value(json_object_get(j, "trainer_config_path")), "/x/t.json");
+    assert_int_equal(json_integer_value(json_object_get(j, "seed")), 11);
+    assert_string_equal(json_string_value(json_object_get(j, "ddp_hook")), "hybrid_hook");
+    assert_string_equal(json_string_value(json_object_get(j, "preprocess_data")), "preprocess_dummy_data");
+    assert_string_equal(json_string_value(json_object_get(j, "create_criterion")), "cel");
+    assert_string_equal(json_string_value(json_object_get(j, "create_ddp_model")), "basic_ddp_model");
+    assert_string_equal(json_string_value(json_object_get(j, "hook_state")), "BasicHookState");
+    assert_string_equal(json_string_value(json_object_get(j, "iteration_step")), "basic_iteration_step");
+    assert_string_equal(json_string_value(json_object_get(j, "create_optimizer")), "sgd_optimizer");
+    assert_true(json_real_value(json_object_get(j, "lr")) == 0.125);
+    json_decref(conf[0]);
+    json_decref(conf[1]);
+}
+
 /* ---- validation ------------------------------------------------------------ */
 
 static int parse_validate(char *err, size_t errlen, ...)
@@ -899,6 +1116,8 @@ int main(void)
         cmocka_unit_test(test_both_spellings),
         cmocka_unit_test(test_all_flags),
         cmocka_unit_test(test_seed_compat_flags),
+        cmocka_unit_test(test_seed_trainer_flags),
+        cmocka_unit_test(test_seed_launcher_flags_both_spellings),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_bad_usage),
         cmocka_unit_test(test_validate),

@@ -31,6 +31,7 @@ typedef struct fixture {
     metrics *m;
     kind *k;
     futures fut;
+    futures_metrics fm;
     /* what the hooks saw */
     int answers, fails;
     uint64_t answered_batch, answered_round;
@@ -71,11 +72,14 @@ static void fx_open(fixture *x, const char *dev, const kind_config *kc)
     x->dev = device_new(dev, x->base, &x->pool, err, sizeof err);
     assert_non_null(x->dev);
     x->m = metrics_new();
-    stats *mb = metrics_get(x->m, "batch"), *ms = metrics_get(x->m, "straggler");
+    x->fm = (futures_metrics){.batch = metrics_get(x->m, "batch"),
+                              .straggler = metrics_get(x->m, "straggler"),
+                              .batch_from_header = metrics_get(x->m, "batch_from_header"),
+                              .straggler_from_header = metrics_get(x->m, "straggler_from_header")};
     x->k = kind_new(kc, x->dev, &x->pool, x->m, err, sizeof err);
     assert_non_null(x->k);
     futures_hooks h = {.answer = on_answer, .fail = on_fail, .ctx = x};
-    assert_int_equal(futures_init(&x->fut, x->k, kc->trainers, &h, mb, ms), 0);
+    assert_int_equal(futures_init(&x->fut, x->k, kc->trainers, &h, &x->fm), 0);
 }
 
 static void fx_close(fixture *x)
@@ -403,8 +407,9 @@ static int order_seen[32], norder;
 static void order_done(device_job *j) { order_seen[norder++] = (int)(intptr_t)j->arg; }
 
 /* The per-trainer straggler metric: each slot's push complete, measured
- * from the future's first push, goes to that slot's stats only; a slot
- * without one (NULL) records nothing; the last pusher lags the most. */
+ * from the future's first push received whole, goes to that slot's stats
+ * only; a slot without one (NULL) records nothing; the last pusher lags
+ * the most. */
 static void test_lag_per_slot(void **state)
 {
     (void)state;
@@ -430,6 +435,54 @@ static void test_lag_per_slot(void **state)
     assert_true(lag0->max < lag2->min);
     futures_set_lag_metric(&x.fut, 2, NULL);
     fx_close(&x);
+}
+
+/* Where the clock starts (issue 26), for every kind with futures on both
+ * devices: slot 0's header is admitted, its payload arrives DELAY later,
+ * then slot 1 pushes whole. The seed's figures start when slot 0's push is
+ * whole, the *_from_header ones at its header: by construction each of the
+ * latter is at least DELAY more (no timing threshold). Slot 0, whole first,
+ * lags 0; slot 1's lag is the straggler figure itself. */
+static void test_clock_starts_when_the_first_push_is_whole(void **state)
+{
+    (void)state;
+    const double delay_ms = 20;
+    for (int d = 0; d < 2; d++)
+        for (int kid = 0; kid < 3; kid++) {
+            fixture x;
+            kind_config kc = {.id = kid == 0 ? KIND_AVERAGE : kid == 1 ? KIND_AVERAGE_BATCH : KIND_BATCH_UPDATE,
+                              .trainers = 2,
+                              .bu = {.in_features = 2, .out_features = 2, .lr = 0.5f, .momentum = 0.9f,
+                                     .seed = 42, .parts = 1}};
+            fx_open(&x, devices[d], &kc);
+            stats *lag0 = metrics_get(x.m, "lag0"), *lag1 = metrics_get(x.m, "lag1");
+            futures_set_lag_metric(&x.fut, 0, lag0);
+            futures_set_lag_metric(&x.fut, 1, lag1);
+            const size_t n = 6; /* batch-update: W 2x2 + b 2 */
+            float v[6] = {1, 2, 3, 4, 5, 6};
+            frame_hdr h = dense_hdr(0, 0, n);
+            char msg[256];
+            push_ctx p0 = {0}, p1 = {0};
+            assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p0, msg, sizeof msg), ERR_NONE);
+            struct timespec ts = {0, (long)(delay_ms * 1e6)};
+            nanosleep(&ts, NULL);
+            assert_int_equal(futures_push_data(&x.fut, &p0, 0, (const uint8_t *)v, n * 4), 0);
+            futures_push_done(&x.fut, &p0);
+            assert_int_equal(push_dense(&x, &p1, 1, 0, v, n, n), ERR_NONE);
+            fx_wait(&x, 1);
+            assert_int_equal(x.answers, 1);
+            stats *m[] = {x.fm.batch, x.fm.straggler, x.fm.batch_from_header, x.fm.straggler_from_header, lag0,
+                          lag1};
+            for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+                assert_int_equal(m[i]->count, 1);
+            /* (1e-9: the ms are quotients of whole ns; one rounding each) */
+            assert_true(x.fm.straggler_from_header->min >= x.fm.straggler->max + delay_ms - 1e-9);
+            assert_true(x.fm.batch_from_header->min >= x.fm.batch->max + delay_ms - 1e-9);
+            assert_true(x.fm.batch->min >= x.fm.straggler->max);
+            assert_true(lag0->max == 0.0);
+            assert_true(lag1->max == x.fm.straggler->max);
+            fx_close(&x);
+        }
 }
 
 static void test_device_order(void **state)
@@ -478,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_batch_update_parts),
         cmocka_unit_test(test_device_order),
         cmocka_unit_test(test_lag_per_slot),
+        cmocka_unit_test(test_clock_starts_when_the_first_push_is_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,14 +82,17 @@ static void fx_open(fixture *x, uint32_t trainers)
     x->dev = device_new("cpu", x->base, &x->pool, err, sizeof err);
     assert_non_null(x->dev);
     x->m = metrics_new();
-    stats *mb = metrics_get(x->m, "batch"), *ms = metrics_get(x->m, "straggler");
+    futures_metrics fm = {.batch = metrics_get(x->m, "batch"),
+                          .straggler = metrics_get(x->m, "straggler"),
+                          .batch_from_header = metrics_get(x->m, "batch_from_header"),
+                          .straggler_from_header = metrics_get(x->m, "straggler_from_header")};
     kind_config kc = {.id = KIND_AVERAGE, .trainers = trainers};
     x->k = kind_new(&kc, x->dev, &x->pool, x->m, err, sizeof err);
     assert_non_null(x->k);
     members_ops ops = {.answer = on_answer, .fail = on_fail, .session_end = on_session_end, .ctx = x};
     assert_int_equal(members_init(&x->mem, trainers, &x->fut, x->m, &ops), 0);
     futures_hooks h = {.answer = members_on_answer, .fail = members_on_fail, .ctx = &x->mem};
-    assert_int_equal(futures_init(&x->fut, x->k, trainers, &h, mb, ms), 0);
+    assert_int_equal(futures_init(&x->fut, x->k, trainers, &h, &fm), 0);
 }
 
 static void fx_close(fixture *x)
