@@ -99,7 +99,7 @@ class DdpRpc(psb.PsbTestCase):
             res = json.load(f)
         self.check_results(res, 2, 15)
         self.assertEqual(res["configuration"]["warmup_cycles"], 2)
-        self.assertIn("DDP + RPC benchmark (timed pass): seconds per epoch, samples per second", m.stdout())
+        self.assertIn("DDP + RPC benchmark (timed pass, rpc_pattern seed): seconds per epoch, samples per second", m.stdout())
 
     def test_staged_compute_same_bits(self):
         """The dense part on the staged test device (PSBENCH_TRAINER_COMPUTE=
