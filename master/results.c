@@ -142,7 +142,7 @@ static void results_print_ddp_rpc(const json_t *d, FILE *out)
     if (json_array_size(json_object_get(d, "epochs")) == 0) {
         /* No epoch was timed (the run failed before or during its timed
          * pass): a header without rows would read as a result. */
-        fprintf(out, "\nDDP + RPC benchmark (rpc_pattern %s): no epoch of the timed pass completed\n", pattern);
+        fprintf(out, "\nDDP + RPC benchmark: no epoch of the timed pass completed (rpc_pattern %s)\n", pattern);
         return;
     }
     fprintf(out, "\nDDP + RPC benchmark (timed pass, rpc_pattern %s): seconds per epoch, samples per second\n",
