@@ -100,7 +100,7 @@ void config_free(run_config *c)
     c->trainer_flags = NULL;
     char **s[] = {&c->trainer, &c->server, &c->data, &c->model, &c->backend, &c->data_config_path,
                   &c->model_config_path, &c->trainer_config_path, &c->server_config_path, &c->ddp_hook,
-                  &c->placement, &c->listen, &c->http, &c->out_dir, &c->token, &c->token_file};
+                  &c->rpc_pattern, &c->placement, &c->listen, &c->http, &c->out_dir, &c->token, &c->token_file};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         free(*s[i]);
         *s[i] = NULL;
@@ -195,6 +195,7 @@ enum {
     OPT_NUMBER_EMBEDDINGS,
     OPT_EMBEDDING_DIM,
     OPT_WARMUP_CYCLES,
+    OPT_RPC_PATTERN,
 };
 
 static const struct option long_opts[] = {
@@ -245,6 +246,7 @@ static const struct option long_opts[] = {
     {"number-embeddings", required_argument, NULL, OPT_NUMBER_EMBEDDINGS},
     {"embedding-dim", required_argument, NULL, OPT_EMBEDDING_DIM},
     {"warmup-cycles", required_argument, NULL, OPT_WARMUP_CYCLES},
+    {"rpc-pattern", required_argument, NULL, OPT_RPC_PATTERN},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -353,6 +355,13 @@ void config_usage(FILE *f)
         "  --embedding-dim N         columns of every table (64); number-ps x embedding-dim must\n"
         "                            be a multiple of 512\n"
         "  --warmup-cycles N         epochs of the warm-up pass (default 5)\n"
+        "  --rpc-pattern seed|psbench  how trainers use the servers (the HybridTrainer\n"
+        "                            configuration's rpc_pattern, default seed): seed = the\n"
+        "                            seed's (lookups one server at a time, each update awaited,\n"
+        "                            the table's dense gradient applied to every row); psbench =\n"
+        "                            every lookup at once, updates unanswered, a step per named\n"
+        "                            row (fewer waits and less server work, about the same\n"
+        "                            bytes; results.json and the tables name the pattern)\n"
         "\n"
         "psbench's options:\n"
         "  --placement seed|shard    seed: trainer r uses server r / (ntrainer / nserver);\n"
@@ -541,6 +550,15 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
             break;
         case OPT_WARMUP_CYCLES:
             rc = cli_parse_u64("--warmup-cycles", a, 1, CONFIG_MAX_EPOCHS, 0, &c->warmup_cycles, err, errlen);
+            c->ddp_rpc_flags = true;
+            break;
+        case OPT_RPC_PATTERN:
+            if (!a || (strcmp(a, "seed") != 0 && strcmp(a, "psbench") != 0)) {
+                errbuf_set(err, errlen, "--rpc-pattern: '%s' is not seed or psbench", a ? a : "");
+                rc = -1;
+            } else {
+                rc = parse_str("--rpc-pattern", a, &c->rpc_pattern, err, errlen);
+            }
             c->ddp_rpc_flags = true;
             break;
         case OPT_TRAINER:
@@ -1032,6 +1050,11 @@ static int load_hybrid(run_config *c, char *err, size_t errlen)
                    emb ? sv->cls : tr->cls, mo->id, mo->cls);
         return -1;
     }
+    if (!hy && c->rpc_pattern) {
+        errbuf_set(err, errlen, "--rpc-pattern belongs to the DDP + RPC benchmark, whose model is a HybridModel; "
+                   "model '%s' is %s", mo->id, mo->cls);
+        return -1;
+    }
     if (!hy)
         return 0;
     if (!emb) {
@@ -1068,6 +1091,11 @@ static int load_hybrid(run_config *c, char *err, size_t errlen)
     }
     c->resolved.hy.batches = jobconf_u64(tr->conf, "batches");
     c->resolved.hy.server_lr = jobconf_f64(sv->conf, "lr");
+    /* --rpc-pattern wins over the configuration (checked by the parser);
+     * trainers get the result in their assignment's trainer entry. */
+    if (c->rpc_pattern && json_object_set_new(tr->conf, "rpc_pattern", json_string(c->rpc_pattern)) < 0)
+        goto oom;
+    c->resolved.hy.rpc_pattern = jobconf_str(tr->conf, "rpc_pattern");
     return 0; /* the shape over the servers: config_validate */
 oom:
     errbuf_set(err, errlen, "out of memory");
@@ -1420,6 +1448,7 @@ json_t *config_to_json(const run_config *c)
         SET(trainer_key_flags[i].key, v ? json_incref(v) : json_null());
     }
     SET("warmup_cycles", json_integer((json_int_t)c->warmup_cycles));
+    SET("rpc_pattern", str_or_null(c->rpc_pattern));
     SET("placement", str_or_null(c->placement));
     SET("listen", str_or_null(c->listen));
     SET("http", str_or_null(c->http));

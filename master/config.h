@@ -95,6 +95,8 @@ typedef struct run_config {
     uint64_t number_embeddings;       /* --number-embeddings: 0, or the table's rows */
     uint64_t embedding_dim;           /* --embedding-dim: 0, or its columns */
     uint64_t warmup_cycles;           /* --warmup-cycles: the warm-up pass's epochs (5) */
+    char *rpc_pattern;                /* --rpc-pattern seed|psbench: NULL, or overrides the
+                                       * HybridTrainer configuration's rpc_pattern (psbench's) */
     bool ddp_rpc_flags;               /* any of the above or --number-ps was given */
     bool model_set, trainer_set, server_set, epochs_set; /* given on the command line */
     bool nserver_set;                 /* --nserver was given (a hook without servers
@@ -143,6 +145,7 @@ typedef struct run_config {
         struct {
             uint64_t batches;         /* the trainer configuration's batches per epoch (10) */
             double server_lr;         /* the servers' SGD on the table rows (0.05) */
+            const char *rpc_pattern;  /* "seed" or "psbench" (the trainer configuration's, borrowed) */
         } hy;
         const char *server_kind;      /* "average" | "average-batch" | "batch-update" (static) */
         bool batch_update;            /* server kind "batch-update" */

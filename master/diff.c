@@ -322,6 +322,33 @@ static void diff_configuration(FILE *out, json_t *ca, json_t *cb)
     keyset_free(&keys);
 }
 
+/* The DDP + RPC benchmark's RPC pattern of a result (its ddp_rpc), or NULL
+ * when it has none: a result written before the pattern existed ran
+ * psbench's. */
+static const char *diff_rpc_pattern_of(json_t *doc)
+{
+    json_t *d = json_object_get(doc, "ddp_rpc");
+    if (!d)
+        return NULL;
+    const char *p = json_string_value(json_object_get(d, "rpc_pattern"));
+    return p ? p : "psbench (a result from before rpc_pattern: psbench's way)";
+}
+
+/* Runs of the DDP + RPC benchmark in different RPC patterns differ in what
+ * they measure (trainer/hybrid.h): said before any figure, never left to
+ * the configuration's details. */
+static void diff_rpc_pattern(FILE *out, json_t *a, json_t *b)
+{
+    const char *pa = diff_rpc_pattern_of(a), *pb = diff_rpc_pattern_of(b);
+    if (!pa && !pb)
+        return;
+    if (pa && pb && strcmp(pa, pb) == 0)
+        fprintf(out, "DDP + RPC rpc_pattern: %s (both)\n", pa);
+    else
+        fprintf(out, "DDP + RPC rpc_pattern differs: %s -> %s (the runs measure different patterns)\n",
+                pa ? pa : "-", pb ? pb : "-");
+}
+
 /* ---- environments -------------------------------------------------------- */
 
 /* Keys of an environment that differ between any two runs by nature. */
@@ -541,6 +568,7 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
     fprintf(out, "A: %s\nB: %s\n", files[0], files[1]);
     fprintf(out, "values in ms; B-A and change are B relative to A (negative: B is faster)\n");
     diff_configuration(out, json_object_get(a, "configuration"), json_object_get(b, "configuration"));
+    diff_rpc_pattern(out, a, b);
     diff_environment(out, a, b);
 
     json_t *ga = json_object_get(a, "groups"), *gb = json_object_get(b, "groups");

@@ -152,6 +152,7 @@ int main(int argc, char **argv)
         /* Every trainer looks up in every server's table. */
         set.shard = true;
         set.embedding = config_embedding_json(&c);
+        set.rpc_pattern = c.resolved.hy.rpc_pattern;
         if (!set.embedding) {
             config_free(&c);
             return master_fail_usage("out of memory");
@@ -201,6 +202,12 @@ int main(int argc, char **argv)
              : set.shard        ? "shard placement"
                                 : "seed placement",
              c.model, set.batches_per_pass);
+    if (set.embedding)
+        log_info("DDP + RPC: rpc_pattern %s (%s)", set.rpc_pattern,
+                 strcmp(set.rpc_pattern, "seed") == 0
+                     ? "the seed's: lookups one server at a time, every update awaited, dense table gradients"
+                     : "psbench's, not the seed's: lookups to every server at once, updates unanswered, a step per "
+                       "named row");
     if (set.runs == 0)
         log_info("the job runs back to back until stopped (--runs 0): the servers stay, the trainers join "
                  "again for every run");

@@ -38,6 +38,8 @@ typedef struct master_settings {
     json_t *batch_update;           /* batch-update: the servers' "batch_update" minus part/parts
                                      * (owned by main); NULL for other kinds */
     json_t *embedding;              /* embedding: the servers' "embedding" object (owned by main) */
+    const char *rpc_pattern;        /* embedding: the trainers' rpc_pattern, "seed" or "psbench"
+                                     * (trainer/hybrid.h); NULL for other kinds */
     json_t *model;                  /* {"class": ..., "configurations": {...}} (borrowed) */
     json_t *data, *trainer;         /* {"id", "class", "configurations"} (borrowed) */
     json_t *config_json;            /* the whole configuration, for results.json (borrowed) */
@@ -81,6 +83,8 @@ typedef struct node {
     uint64_t bytes_in, bytes_out;
     int64_t rows_touched;  /* an embedding server's report, -1 before any */
     int64_t rows_base;     /* rows_touched when the current run began (--runs) */
+    json_t *calls;         /* an embedding server's last `calls` (frames and bytes by message type since
+                            * its last reset), or NULL (owned) */
     uint64_t batches_done; /* in the current pass */
     uint64_t mem_total, mem_available; /* server: its host's memory at register (0: not said) */
     uint64_t init_done, init_total;    /* server: its table's fill while it fills (total 0: not filling) */

@@ -37,10 +37,63 @@ static double results_samples_per_epoch(const master *m, uint32_t r)
 
 static const char *const results_pct[] = {"p50", "p75", "p90", "p95"};
 
+/* How the trainers used the servers (trainer/hybrid.h), in words. */
+static const char *results_pattern_words(const char *pattern)
+{
+    return pattern && strcmp(pattern, "psbench") == 0
+               ? "psbench's: lookups to every server at once, updates unanswered, a step per named row"
+               : "the seed's: lookups one server at a time, every update awaited, dense table gradients";
+}
+
+/* The servers' traffic in the timed pass (their `calls`, counted since the
+ * reset that began it): each server's as reported, and per trainer and
+ * batch, all servers together — frames and bytes of each message type and
+ * in all. NULL when no server reported any. */
+static json_t *results_traffic(const master *m)
+{
+    static const char *const types[] = {"lookup", "rows", "update", "updated"};
+    json_t *servers = json_object();
+    double frames[4] = {0}, bytes[4] = {0};
+    bool any = false;
+    for (uint32_t r = 0; servers && r < m->set.nserver; r++) {
+        const node *sv = m->servers[r];
+        if (!sv || !sv->calls)
+            continue;
+        any = true;
+        char key[24];
+        snprintf(key, sizeof key, "%u", r);
+        json_object_set(servers, key, sv->calls);
+        for (int t = 0; t < 4; t++) {
+            json_t *c = json_object_get(sv->calls, types[t]);
+            frames[t] += (double)json_integer_value(json_object_get(c, "frames"));
+            bytes[t] += (double)json_integer_value(json_object_get(c, "bytes"));
+        }
+    }
+    if (!any) {
+        json_decref(servers);
+        return NULL;
+    }
+    double batches = (double)m->set.ntrainer * (double)m->set.batches_per_pass;
+    json_t *per = json_object();
+    double all_frames = 0, all_bytes = 0;
+    for (int t = 0; per && t < 4; t++) {
+        json_object_set_new(per, types[t], json_pack("{s:f, s:f}", "frames", batches > 0 ? frames[t] / batches : 0.0,
+                                                     "bytes", batches > 0 ? bytes[t] / batches : 0.0));
+        all_frames += frames[t];
+        all_bytes += bytes[t];
+    }
+    if (per)
+        json_object_set_new(per, "all", json_pack("{s:f, s:f}", "frames", batches > 0 ? all_frames / batches : 0.0,
+                                                  "bytes", batches > 0 ? all_bytes / batches : 0.0));
+    return json_pack("{s:o, s:o}", "servers", servers, "per_trainer_batch", per);
+}
+
 /* One row per trainer and one for all: p50, p75, p90 and p95 of seconds per
  * epoch, and the samples per second at each (a trainer's mean samples per
  * epoch over that time; for all, every trainer's together); then each
- * server's rows touched: {"epochs": [rows], "rows_touched": {rank: n}}. */
+ * server's rows touched, the trainers' rpc_pattern and the servers'
+ * traffic: {"epochs": [rows], "rows_touched": {rank: n}, "rpc_pattern",
+ * "traffic": results_traffic's or null}. */
 static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n)
 {
     json_t *rows = json_array();
@@ -77,19 +130,24 @@ static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n)
         snprintf(key, sizeof key, "%u", r);
         json_object_set_new(touched, key, sv && sv->rows_touched >= 0 ? json_integer(node_rows_touched(sv)) : json_null());
     }
-    return json_pack("{s:o, s:o}", "epochs", rows, "rows_touched", touched);
+    json_t *traffic = results_traffic(m);
+    return json_pack("{s:o, s:o, s:s, s:o}", "epochs", rows, "rows_touched", touched, "rpc_pattern",
+                     m->set.rpc_pattern ? m->set.rpc_pattern : "seed", "traffic", traffic ? traffic : json_null());
 }
 
 /* The seed's table, from what results_ddp_rpc computed. */
 static void results_print_ddp_rpc(const json_t *d, FILE *out)
 {
+    const char *pattern = json_string_value(json_object_get(d, "rpc_pattern"));
     if (json_array_size(json_object_get(d, "epochs")) == 0) {
         /* No epoch was timed (the run failed before or during its timed
          * pass): a header without rows would read as a result. */
-        fprintf(out, "\nDDP + RPC benchmark: no epoch of the timed pass completed\n");
+        fprintf(out, "\nDDP + RPC benchmark: no epoch of the timed pass completed (rpc_pattern %s)\n", pattern);
         return;
     }
-    fprintf(out, "\nDDP + RPC benchmark (timed pass): seconds per epoch, samples per second\n");
+    fprintf(out, "\nDDP + RPC benchmark (timed pass, rpc_pattern %s): seconds per epoch, samples per second\n",
+            pattern);
+    fprintf(out, "rpc_pattern %s: %s\n", pattern, results_pattern_words(pattern));
     fprintf(out, "%-8s", "trainer");
     for (int k = 0; k < 4; k++)
         fprintf(out, " %10s %12s", results_pct[k], "samples/s");
@@ -113,6 +171,16 @@ static void results_print_ddp_rpc(const json_t *d, FILE *out)
     json_object_foreach((json_t *)json_object_get(d, "rows_touched"), rank, v)
         fprintf(out, " %s: %lld", rank, (long long)json_integer_value(v));
     fprintf(out, "\n");
+    json_t *per = json_object_get(json_object_get(d, "traffic"), "per_trainer_batch");
+    if (per) {
+        fprintf(out, "traffic per trainer and batch, all servers (rpc_pattern %s):", pattern);
+        const char *type;
+        json_t *t;
+        json_object_foreach(per, type, t)
+            fprintf(out, " %s %.2f frames %.0f bytes%s", type, json_number_value(json_object_get(t, "frames")),
+                    json_number_value(json_object_get(t, "bytes")), strcmp(type, "all") == 0 ? "" : ",");
+        fprintf(out, "\n");
+    }
 }
 
 void results_divergence_line(const node *n, char *buf, size_t len)

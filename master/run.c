@@ -286,6 +286,13 @@ static void master_assign_server(master *m, node *n)
     n->state = NS_ASSIGNED; /* ready once its kind is (its table filled) */
 }
 
+/* The tables a server holds: the seed's pattern adds the table's dense
+ * gradient, a second table-sized buffer (trainer/hybrid.h). */
+static unsigned master_tables_per_server(const master *m)
+{
+    return m->set.rpc_pattern && strcmp(m->set.rpc_pattern, "seed") == 0 ? 2 : 1;
+}
+
 /* The bytes of one server's embedding table (0: no embedding kind). */
 static uint64_t master_table_bytes(const master *m)
 {
@@ -329,17 +336,20 @@ static int master_check_memory(master *m)
             if (rl < sizeof ranks - 16)
                 rl += (size_t)snprintf(ranks + rl, sizeof ranks - rl, "%s%u", rl ? ", " : "", o->rank);
         }
-        if (avail == 0 || (uint64_t)count * table <= avail)
+        unsigned per = master_tables_per_server(m);
+        if (avail == 0 || (uint64_t)count * per * table <= avail)
             continue; /* not reported (no check), or it fits */
         char t[32], a[32], all[32];
         cli_format_bytes(table, t, sizeof t);
         cli_format_bytes(avail, a, sizeof a);
         cli_format_bytes(total, all, sizeof all);
         master_fail(m,
-                    "embedding tables too big for host %s: %u table%s of %s on a host with %s of memory available "
+                    "embedding tables too big for host %s: %u table%s of %s%s on a host with %s of memory available "
                     "(%s in all; server%s %s): run fewer servers there or smaller tables (--number-embeddings, "
-                    "--embedding-dim)",
-                    n->host, count, count == 1 ? "" : "s", t, a, all, count == 1 ? "" : "s", ranks);
+                    "--embedding-dim)%s",
+                    n->host, count, count == 1 ? "" : "s", t,
+                    per == 2 ? ", each with its dense gradient of the same size (rpc_pattern seed)" : "", a, all,
+                    count == 1 ? "" : "s", ranks, per == 2 ? ", or --rpc-pattern psbench" : "");
         return -1;
     }
     return 0;
@@ -596,6 +606,27 @@ static bool master_counter(json_t *body, const char *key, uint64_t cur, uint64_t
     return true;
 }
 
+/* An embedding server's `calls`: {TYPE: {"frames", "bytes", "payload_bytes"}},
+ * whole numbers >= 0. */
+static bool master_calls_ok(json_t *calls)
+{
+    if (!json_is_object(calls))
+        return false;
+    const char *type;
+    json_t *v;
+    json_object_foreach(calls, type, v) {
+        const char *keys[] = {"frames", "bytes", "payload_bytes"};
+        if (!json_is_object(v))
+            return false;
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+            json_t *x = json_object_get(v, keys[k]);
+            if (!json_is_integer(x) || json_integer_value(x) < 0)
+                return false;
+        }
+    }
+    return true;
+}
+
 static void master_on_metrics(master *m, node *n, ctl_msg *msg)
 {
     uint64_t in, out, done = n->batches_done;
@@ -616,6 +647,16 @@ static void master_on_metrics(master *m, node *n, ctl_msg *msg)
             return;
         }
         n->rows_touched = json_integer_value(rt);
+    }
+    json_t *calls = json_object_get(msg->body, "calls");
+    if (calls && n->role == AGG_SERVER) {
+        if (!master_calls_ok(calls)) {
+            master_fail(m, "server %u (%s) sent bad metrics: calls must map message types to {frames, bytes, "
+                        "payload_bytes}, whole numbers >= 0", n->rank, n->host);
+            return;
+        }
+        json_decref(n->calls);
+        n->calls = json_incref(calls);
     }
     if (n->role == AGG_SERVER) {
         /* A server filling its table says how far it has got; the wait for
@@ -849,7 +890,7 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
             /* Later issues' per-trainer results: kept for results.json. */
             json_decref(n->timed_result);
             n->timed_result = json_object();
-            const char *keys[] = {"loss_per_epoch", "final_params_sha256", "bags", "epochs", "buckets"};
+            const char *keys[] = {"loss_per_epoch", "final_params_sha256", "bags", "indices", "epochs", "buckets"};
             for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
                 json_t *v = json_object_get(msg->body, keys[k]);
                 if (v)
@@ -907,6 +948,7 @@ static void node_free(node *n)
     json_decref(n->diverged);
     json_decref(n->environment);
     json_decref(n->gpu_timed);
+    json_decref(n->calls);
     free(n);
 }
 
@@ -1086,6 +1128,10 @@ static void master_next_run(master *m, double now)
     kv_init(&m->kv);
     for (uint32_t i = 0; i < m->set.nserver; i++)
         m->servers[i]->rows_base = m->servers[i]->rows_touched;
+    for (uint32_t i = 0; i < m->set.nserver; i++) { /* the next report's are the next run's */
+        json_decref(m->servers[i]->calls);
+        m->servers[i]->calls = NULL;
+    }
     m->held_until = 0;
     m->training_s = 0;
     m->finished_output = false;

@@ -499,6 +499,20 @@ static void conn_call_done(kind_call *kc)
         if (!c->closing && !conn_over_cap(c, "rows") &&
             outq_push_copy(&c->out, buf, n, kc->answer && kc->answer->len ? kc->answer : NULL) == 0) {
             c->srv->results++;
+            call_count_add(&c->srv->calls[CALLS_ROWS], n, h.payload);
+            conn_want_flush(c);
+        }
+    } else if (c && kc->confirm) {
+        /* An update that asked for it: applied (its job completed). */
+        frame_hdr h = {0};
+        h.type = FT_UPDATED;
+        h.batch = kc->batch;
+        h.has = FH_BATCH;
+        uint8_t buf[64];
+        size_t n = frame_encode_header(&h, buf, sizeof buf);
+        assert(n > 0);
+        if (!c->closing && !conn_over_cap(c, "updated") && outq_push(&c->out, buf, n, NULL, 0) == 0) {
+            call_count_add(&c->srv->calls[CALLS_UPDATED], n, 0);
             conn_want_flush(c);
         }
     }
@@ -569,6 +583,16 @@ static frame_errcode conn_check_call(conn *c, const frame_hdr *h, bool update, c
                  h->dtype.p);
         return ERR_UNSUPPORTED;
     }
+    /* An update's optional `confirm` and `grad` (a lookup ignores them). */
+    if (update && (h->has & FH_CONFIRM) && h->confirm > 1) {
+        snprintf(msg, len, "update: confirm %" PRIu64 " is not supported (0 or 1)", h->confirm);
+        return ERR_UNSUPPORTED;
+    }
+    if (update && (h->has & FH_GRAD) && !frame_str_eq(h->grad, "sparse") && !frame_str_eq(h->grad, "dense")) {
+        snprintf(msg, len, "update: grad '%.*s' is not supported (sparse or dense)",
+                 (int)(h->grad.n > 32 ? 32 : h->grad.n), h->grad.p);
+        return ERR_UNSUPPORTED;
+    }
     /* The payload's size must follow from the header (the kind checks cols
      * against its table). */
     uint64_t want = UINT64_MAX;
@@ -596,6 +620,7 @@ static void conn_on_call(conn *c, const frame_hdr *h)
 {
     bool update = h->type == FT_UPDATE;
     char msg[256];
+    call_count_add(&c->srv->calls[update ? CALLS_UPDATE : CALLS_LOOKUP], c->hlen, h->payload);
     if (!c->hello_done) {
         conn_send_error(c, ERR_BAD_FRAME, update ? "update before hello" : "lookup before hello", h);
         return;
@@ -622,6 +647,8 @@ static void conn_on_call(conn *c, const frame_hdr *h)
     kc->nnz = h->nnz;
     kc->bags = h->bags;
     kc->cols = update ? h->cols : 0;
+    kc->dense = update && (h->has & FH_GRAD) && frame_str_eq(h->grad, "dense");
+    kc->confirm = update && (h->has & FH_CONFIRM) && h->confirm == 1;
     kc->payload = payload;
     c->call = kc;
     c->sink = SINK_CALL;
@@ -771,6 +798,7 @@ static void conn_process(conn *c)
                 conn_call_finish(c);
             break;
         case FRAMED_HEADER:
+            c->hlen = ev.hlen;
             conn_dispatch(c, &ev.hdr);
             break;
         case FRAMED_BAD:

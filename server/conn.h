@@ -45,6 +45,7 @@ typedef struct conn {
     conn_sink sink; /* what the current payload's bytes are for */
     push_ctx push;  /* the push being received (SINK_PUSH) */
     kind_call *call; /* the lookup/update being received (SINK_CALL) */
+    size_t hlen;     /* the prefix and header bytes of the frame being handled */
     kind_call *calls_head, *calls_tail; /* handed to the kind, not yet done (in order) */
     outq out;
     bool hello_done;

@@ -78,6 +78,7 @@ typedef enum device_job_op {
     JOB_SGD,         /* one SGD-with-momentum step from the mean of gradients */
     JOB_GATHER,      /* EmbeddingBag(mode=sum): each bag's rows of a table, summed */
     JOB_SCATTER_SGD, /* SGD on the rows a lookup named, from each bag's gradient */
+    JOB_DENSE_SGD,   /* SGD on the whole table from its dense gradient (EmbeddingBag sparse=False) */
 } device_job_op;
 
 typedef struct device_job {
@@ -115,20 +116,24 @@ typedef struct device_job {
             bool first;   /* the first step: momentum_buf = g (never read before) */
             devbuf *out;  /* NULL, or n floats: a copy of param after the step */
         } sgd;
-        /* Embedding bags (reduce.h), for JOB_GATHER and JOB_SCATTER_SGD:
-         * indices and offsets already checked against the table; bag b is
-         * idx[off[b] .. off[b+1]), the last one ends at nnz. idx, off and
-         * grad are host memory kept valid until done. cuda: submit copies
-         * them into the pinned staging ring (a host memcpy), enqueues the
-         * copy to the device and the kernel. */
+        /* Embedding bags (reduce.h), for JOB_GATHER, JOB_SCATTER_SGD and
+         * JOB_DENSE_SGD: indices and offsets already checked against the
+         * table; bag b is idx[off[b] .. off[b+1]), the last one ends at
+         * nnz. idx, off and grad are host memory kept valid until done.
+         * cuda: submit copies them into the pinned staging ring (a host
+         * memcpy), enqueues the copy to the device and the kernel(s): for
+         * a dense step, the gradient's zeroing, the bags' sums into it,
+         * the step over the whole table. */
         struct {
             devbuf *table;          /* rows x cols, row-major (only read by a gather) */
             size_t cols;
             const int64_t *idx, *off;
             size_t nnz, bags;
             devbuf *out;            /* gather: bags x cols, the bags' sums */
-            const float *grad;      /* scatter: bags x cols, the gradient of each bag's row */
-            float lr;               /* scatter */
+            const float *grad;      /* scatter, dense: bags x cols, the gradient of each bag's row */
+            float lr;               /* scatter, dense */
+            devbuf *gsum;           /* dense: rows x cols floats, the table's gradient (scratch) */
+            size_t rows;            /* dense: the table's rows */
         } bags;
     } u;
     /* NULL, or a devbuf whose host image must hold its bytes when `done`

@@ -122,6 +122,13 @@ void device_host_job_run(device_job *j)
         reduce_scatter_sgd_f32(device_host_f32(j->u.bags.table), j->u.bags.cols, j->u.bags.idx, j->u.bags.nnz,
                                j->u.bags.off, j->u.bags.bags, j->u.bags.grad, j->u.bags.lr);
         break;
+    case JOB_DENSE_SGD:
+        assert(j->u.bags.gsum->host->len >= j->u.bags.rows * j->u.bags.cols * sizeof(float));
+        assert(j->u.bags.table->host->len >= j->u.bags.rows * j->u.bags.cols * sizeof(float));
+        reduce_dense_bag_sgd_f32(device_host_f32(j->u.bags.table), device_host_f32(j->u.bags.gsum), j->u.bags.rows,
+                                 j->u.bags.cols, j->u.bags.idx, j->u.bags.nnz, j->u.bags.off, j->u.bags.bags,
+                                 j->u.bags.grad, j->u.bags.lr);
+        break;
     }
 }
 
@@ -153,6 +160,10 @@ void device_host_job_bufs(const device_job *j, void (*fn)(devbuf *b, bool writes
         break;
     case JOB_SCATTER_SGD:
         fn(j->u.bags.table, true, arg);
+        break;
+    case JOB_DENSE_SGD:
+        fn(j->u.bags.table, true, arg);
+        fn(j->u.bags.gsum, true, arg);
         break;
     }
     if (j->to_host)

@@ -76,6 +76,8 @@ typedef struct kind_call {
     bool update;            /* false: a lookup */
     uint64_t batch;         /* echoed in the answer */
     uint64_t nnz, bags, cols; /* the header's (cols: updates only) */
+    bool dense;             /* update: grad "dense" (the table's dense gradient, whole-table SGD) */
+    bool confirm;           /* update: answered `updated` once applied (the transport's) */
     psbuf *payload;         /* the frame's payload; NULL when it is empty */
     uint64_t t_ns;          /* when the call was handed over (the method metric) */
     const char *error;      /* set by the kind before done: NULL, or why the

@@ -10,7 +10,10 @@
  * bags' gradients); this file checks it against the table — every rule
  * before anything changes, so a refused call leaves the table as it was —
  * and submits one device job: a gather (the bags' sums into an output
- * devbuf, made host-visible: the answer) or a scatter SGD (the update).
+ * devbuf, made host-visible: the answer), a scatter SGD (an update with
+ * the sparse rule: a step per named row) or a dense SGD (an update with
+ * `grad` "dense", the seed's: the table-sized gradient, then every row
+ * stepped; its scratch gradient is a second table-sized devbuf).
  * Device jobs complete in submission order, so a trainer's lookup sees
  * every update it sent before, whatever the device.
  *
@@ -52,6 +55,8 @@ typedef struct emb_kind {
     kind base;
     uint64_t rows, cols;
     devbuf *table;                  /* rows x cols floats, row-major */
+    devbuf *gsum;                   /* rows x cols floats: a dense update's gradient (scratch);
+                                     * made at the first dense update, NULL before */
     uint64_t submitted, completed;  /* device jobs */
     rng fill_rng;                   /* the table's stream, where the fill is */
     uint64_t filled;                /* floats of the table filled from it */
@@ -199,6 +204,7 @@ static void emb_done(device_job *j)
  * lr). */
 static void emb_submit(emb_kind *ek, kind_call *c, device_job_op op, devbuf *out, const float *grad)
 {
+    assert(op != JOB_DENSE_SGD || ek->gsum);
     const int64_t *p = c->payload ? (const int64_t *)(const void *)c->payload->data : NULL;
     device_job *j = &c->job;
     memset(j, 0, sizeof *j);
@@ -212,6 +218,8 @@ static void emb_submit(emb_kind *ek, kind_call *c, device_job_op op, devbuf *out
     j->u.bags.out = out;
     j->u.bags.grad = grad;
     j->u.bags.lr = ek->base.cfg.emb.lr;
+    j->u.bags.gsum = op == JOB_DENSE_SGD ? ek->gsum : NULL;
+    j->u.bags.rows = ek->rows;
     j->to_host = out;
     j->done = emb_done;
     j->arg = ek;
@@ -248,7 +256,15 @@ static frame_errcode emb_update(kind *k, kind_call *c, char *msg, size_t len)
     if (code != ERR_NONE)
         return code;
     const float *grad = c->payload ? (const float *)(const void *)(c->payload->data + 8 * (c->nnz + c->bags)) : NULL;
-    emb_submit(ek, c, JOB_SCATTER_SGD, NULL, grad);
+    /* The seed's EmbeddingBag is not sparse: its gradient is the table's
+     * size, and SGD steps every row. The scratch for it is made once, at
+     * the first such update (a table's worth of memory). */
+    if (c->dense && !ek->gsum && !(ek->gsum = device_buf_new(k->dev, ek->rows * ek->cols * sizeof(float)))) {
+        snprintf(msg, len, "server out of memory for the table's dense gradient (%" PRIu64 " x %" PRIu64 " floats)",
+                 ek->rows, ek->cols);
+        return ERR_TOO_LARGE;
+    }
+    emb_submit(ek, c, c->dense ? JOB_DENSE_SGD : JOB_SCATTER_SGD, NULL, grad);
     return ERR_NONE;
 }
 
@@ -335,6 +351,7 @@ static void emb_destroy(kind *k)
     emb_kind *ek = (emb_kind *)k;
     assert(ek->submitted == ek->completed); /* nothing may still write the table */
     device_buf_free(k->dev, ek->table);
+    device_buf_free(k->dev, ek->gsum);
     free(ek);
 }
 

@@ -541,6 +541,14 @@ int main(int argc, char **argv)
         printf(", %" PRIu64 " lookups, %" PRIu64 " updates, %" PRIu64 " rows touched", s.lookups, s.updates,
                s.kind->rows_touched);
     printf("\n");
+    if (cfg.kind.id == KIND_EMBEDDING) {
+        /* Since the start or the last reset: frames (bytes, payload bytes). */
+        printf("psbench-server %u: calls:", cfg.rank);
+        for (int t = 0; t < CALLS_TYPES; t++)
+            printf("%s %s %" PRIu64 " (%" PRIu64 " bytes, %" PRIu64 " payload)", t ? "," : "", server_calls_names[t],
+                   s.calls[t].frames, s.calls[t].bytes, s.calls[t].payload);
+        printf("\n");
+    }
     printf("psbench-server %u: result payload bytes: %" PRIu64 " spliced (zero-copy), %" PRIu64 " copied\n",
            cfg.rank, s.bytes_spliced, s.bytes_copied);
     metrics_print_table(s.metrics, stdout, "server metrics (ms)");

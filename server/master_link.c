@@ -165,6 +165,18 @@ static void link_report(struct master_link *l)
     json_t *body = json_pack("{s:o, s:I, s:I, s:I}", "samples", ctl_take_samples(s->metrics), "bytes_in",
                              (json_int_t)s->bytes_in, "bytes_out", (json_int_t)s->bytes_out, "rows_touched",
                              (json_int_t)s->kind->rows_touched);
+    /* The embedding kind's traffic by message type since the last reset
+     * (the pass's): frames, bytes on the wire, payload bytes. */
+    if (body && s->kind->cfg.id == KIND_EMBEDDING) {
+        json_t *calls = json_object();
+        for (int t = 0; calls && t < CALLS_TYPES; t++)
+            json_object_set_new(calls, server_calls_names[t],
+                                json_pack("{s:I, s:I, s:I}", "frames", (json_int_t)s->calls[t].frames, "bytes",
+                                          (json_int_t)s->calls[t].bytes, "payload_bytes",
+                                          (json_int_t)s->calls[t].payload));
+        if (calls)
+            json_object_set_new(body, "calls", calls);
+    }
     /* While the kind fills its table: how far it has got (the master's
      * status shows it, and its deadlines wait while it moves). */
     if (body && !kind_ready(s->kind))

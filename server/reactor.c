@@ -262,6 +262,8 @@ static void server_fill_begin(server *s)
 
 /* ---- reset, and the end of a session --------------------------------------- */
 
+const char *const server_calls_names[CALLS_TYPES] = {"lookup", "rows", "update", "updated"};
+
 void server_reset(server *s)
 {
     /* Drains the device first: nothing is freed under work in flight. */
@@ -272,6 +274,7 @@ void server_reset(server *s)
         outq_return_all(&c->out);
     }
     metrics_reset(s->metrics);
+    memset(s->calls, 0, sizeof s->calls); /* the calls of the pass to come */
     log_info("reset: futures and metrics cleared");
     server_fill_begin(s);
 }

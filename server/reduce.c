@@ -177,3 +177,26 @@ void reduce_scatter_sgd_f32(float *table, size_t cols, const int64_t *idx, size_
         }
     }
 }
+
+void reduce_dense_bag_sgd_f32(float *restrict table, float *restrict gsum, size_t rows, size_t cols,
+                              const int64_t *idx, size_t nnz, const int64_t *off, size_t bags,
+                              const float *restrict grad, float lr)
+{
+    size_t n = rows * cols;
+    memset(gsum, 0, n * sizeof *gsum); /* all-zero bytes are 0.0f */
+    for (size_t b = 0; b < bags; b++) {
+        const float *g = grad + b * cols;
+        size_t end = reduce_bag_end(off, bags, nnz, b);
+        assert((size_t)off[b] <= end && end <= nnz);
+        for (size_t i = (size_t)off[b]; i < end; i++) {
+            assert(idx[i] >= 0 && (size_t)idx[i] < rows);
+            float *row = gsum + (size_t)idx[i] * cols;
+            for (size_t c = 0; c < cols; c++)
+                row[c] += g[c];
+        }
+    }
+    for (size_t e = 0; e < n; e++) {
+        float step = lr * gsum[e]; /* rounded before the subtraction */
+        table[e] = table[e] - step;
+    }
+}

@@ -56,6 +56,16 @@ void reduce_gather_sum_f32(float *out, const float *table, size_t cols, const in
  * steps. */
 void reduce_scatter_sgd_f32(float *table, size_t cols, const int64_t *idx, size_t nnz, const int64_t *off,
                             size_t bags, const float *grad, float lr);
+/* Dense SGD (PyTorch's EmbeddingBag(mode="sum", sparse=False) and SGD): the
+ * table-sized gradient gsum (rows x cols floats, scratch) is zeroed, each
+ * bag's gradient is added to the rows its positions name — for each bag b
+ * in order, each of its positions i in order, gsum[idx[i]][c] += grad[b][c]
+ * in float (a row named twice gets both, summed before any step) — then
+ * every element of the table takes one step, table[e] = table[e] - lr *
+ * gsum[e] (lr * gsum rounded first). Rows no bag names are stepped by
+ * lr * 0 and keep their bits; the work is the whole table's, as PyTorch's. */
+void reduce_dense_bag_sgd_f32(float *table, float *gsum, size_t rows, size_t cols, const int64_t *idx, size_t nnz,
+                              const int64_t *off, size_t bags, const float *grad, float lr);
 
 /* Which compiled loops the dense folds above use: want 0 the portable
  * ones, 1 the AVX2 ones where the CPU has them, -1 whatever the CPU

@@ -48,6 +48,24 @@ typedef struct server_config {
     double master_timeout_s; /* with a master: the run's --rpc-timeout (its assignment) */
 } server_config;
 
+/* The embedding kind's traffic by message type (extension: the metrics'
+ * `calls`, docs/protocol.md): frames, their bytes on the wire (prefix,
+ * header and payload) and their payload bytes. Counted as frames arrive
+ * (every lookup and update, refused or not) and as answers are queued. */
+typedef struct call_count {
+    uint64_t frames, bytes, payload;
+} call_count;
+enum { CALLS_LOOKUP = 0, CALLS_ROWS, CALLS_UPDATE, CALLS_UPDATED, CALLS_TYPES };
+/* The message type each CALLS_* counts ("lookup", "rows", ...). */
+extern const char *const server_calls_names[CALLS_TYPES];
+
+static inline void call_count_add(call_count *c, uint64_t hlen, uint64_t payload)
+{
+    c->frames++;
+    c->bytes += hlen + payload;
+    c->payload += payload;
+}
+
 typedef struct server {
     server_config cfg;
     struct event_base *base;
@@ -78,6 +96,7 @@ typedef struct server {
     loopend pass;             /* the end of each loop iteration: write, then free */
     uint64_t bytes_in, bytes_out, pushes, results;
     uint64_t lookups, updates; /* embedding: calls handed to the kind */
+    call_count calls[CALLS_TYPES]; /* embedding: frames by type since the start or the last reset */
     uint64_t bytes_spliced, bytes_copied; /* result payload bytes, by how they left */
     bool splice_warned;                   /* a connection fell back to copies (said once) */
     struct master_link *link; /* NULL standalone */

@@ -32,7 +32,7 @@ static const char *const type_names[] = {
     [FT_OTHER] = "", [FT_HELLO] = "hello",   [FT_WELCOME] = "welcome",
     [FT_PUSH] = "push", [FT_RESULT] = "result", [FT_ERROR] = "error",
     [FT_FETCH] = "fetch", [FT_PARAMS] = "params", [FT_LOOKUP] = "lookup",
-    [FT_ROWS] = "rows", [FT_UPDATE] = "update",
+    [FT_ROWS] = "rows", [FT_UPDATE] = "update", [FT_UPDATED] = "updated",
 };
 
 const char *frame_type_name(frame_type t)
@@ -86,6 +86,7 @@ static field_spec fields[] = {
     S("message", FH_MESSAGE, message), U("zerocopy", FH_ZEROCOPY, zerocopy),
     U("round", FH_ROUND, round),       U("offset", FH_OFFSET, offset),
     U("total", FH_TOTAL, total),       U("bags", FH_BAGS, bags),
+    U("confirm", FH_CONFIRM, confirm), S("grad", FH_GRAD, grad),
 };
 #undef U
 #undef S

@@ -41,8 +41,9 @@ typedef enum frame_type {
     FT_LOOKUP, /* extension (embedding): rows of the server's table, summed per bag */
     FT_ROWS,   /* extension (embedding): the answer to lookup */
     FT_UPDATE, /* extension (embedding): SGD on the rows a lookup named */
+    FT_UPDATED, /* extension (embedding): an update asked with `ack` has been applied */
 } frame_type;
-#define FT_LAST FT_UPDATE
+#define FT_LAST FT_UPDATED
 
 typedef enum frame_layout { LAYOUT_NONE = 0, LAYOUT_DENSE, LAYOUT_SPARSE, LAYOUT_OTHER } frame_layout;
 
@@ -104,6 +105,8 @@ enum {
     FH_OFFSET = 1u << 19,   /* extension (batch-update): first element of a server's part */
     FH_TOTAL = 1u << 20,    /* extension (batch-update): elements of the whole model */
     FH_BAGS = 1u << 21,     /* extension (embedding): bags of a lookup/update/rows */
+    FH_CONFIRM = 1u << 22,  /* extension (embedding): update: answer `updated` once applied */
+    FH_GRAD = 1u << 23,     /* extension (embedding): update: the table's gradient, sparse or dense */
 };
 
 /* Every header field protocol v1 knows, decoded. `has` says which were
@@ -135,6 +138,8 @@ typedef struct frame_hdr {
     uint64_t offset;   /* batch-update: params: the part's first element */
     uint64_t total;    /* batch-update: params: elements of the whole model */
     uint64_t bags;     /* embedding: lookup/update/rows: the number of bags */
+    uint64_t confirm;  /* embedding: update: 1 = answer `updated` once it is applied */
+    frame_str grad;    /* embedding: update: "sparse" (absent) or "dense" (docs/protocol.md) */
 } frame_hdr;
 
 /* Result of frame_decode_header. */

@@ -73,6 +73,7 @@ framed_ev framed_next_header(framed *r, framed_event *ev)
         r->failed = FRAMED_BAD;
         return FRAMED_BAD;
     case FRAME_TOO_LARGE:
+        ev->hlen = used;
         r->off += used;
         r->state = FRAMED_S_FAILED;
         r->failed = FRAMED_TOO_LARGE;
@@ -80,6 +81,7 @@ framed_ev framed_next_header(framed *r, framed_event *ev)
     case FRAME_OK:
         break;
     }
+    ev->hlen = used;
     r->off += used;
     r->pay_off = 0;
     r->pay_len = ev->hdr.payload;

@@ -57,6 +57,7 @@ typedef enum framed_ev {
 /* One event. Only the fields of its kind are set. */
 typedef struct framed_event {
     frame_hdr hdr;       /* FRAMED_HEADER, FRAMED_TOO_LARGE */
+    size_t hlen;         /* FRAMED_HEADER, FRAMED_TOO_LARGE: the prefix and header's bytes (4 + H) */
     const uint8_t *data; /* FRAMED_DATA */
     size_t n;            /* FRAMED_DATA */
     uint64_t off;        /* FRAMED_DATA: offset of data in the payload */

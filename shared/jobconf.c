@@ -61,6 +61,8 @@ static const struct {
 _Static_assert(sizeof hook_kinds / sizeof hook_kinds[0] == sizeof hook_names / sizeof hook_names[0] - 1,
                "a kind for every hook name");
 static const char *const allreduce_only[] = {"allreduce_hook", NULL};
+/* HybridTrainer's rpc_pattern (trainer/hybrid.h): the seed's first, the default. */
+static const char *const rpc_patterns[] = {"seed", "psbench", NULL};
 /* The seed's DdpTrainer names the functions it is built from; psbench has
  * exactly these, so any other value is refused, not ignored. */
 static const char *const hook_states[] = {"BasicHookState", NULL};
@@ -131,6 +133,7 @@ static const jc_key hybrid_trainer_keys[] = {
     ONE_OF("ddp_hook", 0, allreduce_only), /* the dense part; the tables are on the servers */
     LR(0, 0.05, LR_TRAINER),               /* the seed's benchmark_ddp_rpc.py */
     OPT_INT("batches", 1, P2(20), 10),
+    ONE_OF("rpc_pattern", 0, rpc_patterns),
     {.key = NULL},
 };
 static const jc_key no_keys[] = {{.key = NULL}};

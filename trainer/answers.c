@@ -3,6 +3,7 @@
 #include "shared/clock.h"
 
 #include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -27,6 +28,22 @@ void answers_expect(answers *a)
     a->remaining = a->n;
     for (size_t p = 0; p < a->n; p++)
         a->rx[p].done = a->rx[p].receiving = false;
+}
+
+void answers_expect_one(answers *a, size_t server)
+{
+    assert(server < a->n);
+    for (size_t p = 0; p < a->n; p++) {
+        a->rx[p].done = p != server;
+        a->rx[p].receiving = false;
+    }
+    a->remaining = 1;
+}
+
+bool answers_owns(const answers *a, const void *frame)
+{
+    uintptr_t f = (uintptr_t)frame, lo = (uintptr_t)a->rx;
+    return a->rx && f >= lo && f < lo + a->n * sizeof *a->rx;
 }
 
 bool answers_begin(answers *a, size_t server, void **frame)

@@ -32,6 +32,10 @@ int answers_init(answers *a, size_t n);
 void answers_free(answers *a);
 /* Await one answer from every server. */
 void answers_expect(answers *a);
+/* Await one answer from `server` only (a call to one server at a time). */
+void answers_expect_one(answers *a, size_t server);
+/* Whether frame (a cookie of answers_begin) is one of a's. */
+bool answers_owns(const answers *a, const void *frame);
 /* A frame from `server` begins: false when it is not awaited (already
  * answered, or an answer of it is being received); else *frame is the
  * cookie the sink hands back to answers_server / answers_end. */

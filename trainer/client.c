@@ -306,8 +306,9 @@ static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
                 client_error_frame(c, h, err, errlen);
                 return -1;
             }
-            /* params: batch-update's fetch; rows: an embedding lookup */
-            if (h->type != FT_RESULT && h->type != FT_PARAMS && h->type != FT_ROWS) {
+            /* params: batch-update's fetch; rows: an embedding lookup;
+             * updated: an embedding update sent with confirm */
+            if (h->type != FT_RESULT && h->type != FT_PARAMS && h->type != FT_ROWS && h->type != FT_UPDATED) {
                 snprintf(err, errlen, "server %s sent an unexpected '%.*s' frame", c->addr,
                          (int)h->type_str.n, h->type_str.p);
                 return -1;

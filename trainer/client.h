@@ -24,8 +24,9 @@
  * may arrive interleaved, chunk by chunk: begin sets *frame to whatever
  * identifies that result, and data and end get it back. `server` is the
  * connection's index in the list given to client_open. Frames handed over:
- * `result`, `params` (the answer to a batch-update `fetch`) and `rows` (the
- * answer to an embedding `lookup`). */
+ * `result`, `params` (the answer to a batch-update `fetch`), `rows` (the
+ * answer to an embedding `lookup`) and `updated` (an embedding `update`
+ * sent with confirm, applied). */
 typedef struct client_sink {
     int (*begin)(void *ctx, uint32_t server, const frame_hdr *h, void **frame, char *err, size_t errlen);
     /* off + n is a multiple of 4 except at the payload's end. */

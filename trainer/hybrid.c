@@ -12,6 +12,7 @@
 #include "shared/log.h"
 #include "shared/rng.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@ struct hybrid {
     hybrid_config cfg;
     uint32_t k;           /* output rows per bag: P*D / 512 */
     stats *m_batch, *m_lookup, *m_fwd, *m_bwd, *m_opt, *m_epoch;
+    stats *m_update;      /* seed pattern: from the updates sent to the last `updated` */
     steptimer tm; /* on a device: the step's metrics between marks (HM_*) */
     /* the dense part, on the compute layer */
     compute *dev;
@@ -51,8 +53,10 @@ struct hybrid {
     uint8_t **update;         /* per server: indices, offsets, the bags' gradients */
     /* answers */
     const client *cl;
-    answers ans;              /* one lookup answer per server */
+    answers ans;              /* one lookup answer per server (the seed's pattern: one server at a time) */
+    answers acks;             /* one `updated` per server (updates sent with confirm) */
     uint64_t batch;           /* the wire batch number */
+    uint64_t ack_batch;       /* the batch whose updates asked for `updated` last */
     hook_bucket bucket;       /* the dense gradients: grads' view, twin's, or grads on the GPU (a device hook) */
     cbuf *twin;               /* staged (grads without a host view): the bucket in pinned memory; else NULL */
     bool placed;              /* a pass has placed the bucket (hybrid_place_bucket) */
@@ -63,6 +67,24 @@ struct hybrid {
 };
 
 /* ---- set-up ------------------------------------------------------------------ */
+
+static const char *const hybrid_pattern_names[] = {"seed", "psbench"};
+
+const char *hybrid_pattern_name(hybrid_pattern p)
+{
+    assert((unsigned)p < sizeof hybrid_pattern_names / sizeof *hybrid_pattern_names);
+    return hybrid_pattern_names[p];
+}
+
+int hybrid_pattern_parse(const char *name, hybrid_pattern *out)
+{
+    for (unsigned p = 0; name && p < sizeof hybrid_pattern_names / sizeof *hybrid_pattern_names; p++)
+        if (strcmp(name, hybrid_pattern_names[p]) == 0) {
+            *out = (hybrid_pattern)p;
+            return 0;
+        }
+    return -1;
+}
 
 /* Drawn on the host (the view of params, or a staging copy written once). */
 static int hybrid_init_params(hybrid *h)
@@ -115,6 +137,11 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
     h->m_bwd = metrics_get(m, "backward_metric,backward");
     h->m_opt = metrics_get(m, "optimizer_metric,step");
     h->m_epoch = metrics_get(m, "epoch_metric,epoch");
+    if (c->pattern == HYBRID_SEED && !(h->m_update = metrics_get(m, "embedding_metric,remote_update"))) {
+        snprintf(err, errlen, "out of memory");
+        hybrid_free(h);
+        return NULL;
+    }
     uint64_t n = 0;
     for (int l = 0; l < HYBRID_LAYERS; l++) {
         h->w_off[l] = n;
@@ -178,7 +205,8 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
     h->lookup = malloc(2 * HYBRID_MAX_INDICES * 8);
     h->target = malloc(R * sizeof *h->target);
     h->update = calloc(c->number_ps, sizeof *h->update);
-    ok = ok && h->lookup && h->target && h->update && answers_init(&h->ans, c->number_ps) == 0;
+    ok = ok && h->lookup && h->target && h->update && answers_init(&h->ans, c->number_ps) == 0 &&
+         answers_init(&h->acks, c->number_ps) == 0;
     for (uint32_t p = 0; p < c->number_ps && ok; p++)
         ok = (h->update[p] = malloc(2 * HYBRID_MAX_INDICES * 8 + HYBRID_MAX_INDICES * c->embedding_dim * 4)) != NULL;
     if (!ok) {
@@ -225,6 +253,7 @@ void hybrid_free(hybrid *h)
         free(h->update[p]);
     free(h->update);
     answers_free(&h->ans);
+    answers_free(&h->acks);
     free(h->loss_epoch);
     hook_bucket_release(&h->bucket);
     free(h);
@@ -279,6 +308,16 @@ static void hybrid_draw(hybrid *h)
 static int hybrid_begin(void *ctx, uint32_t server, const frame_hdr *hd, void **frame, char *err, size_t errlen)
 {
     hybrid *h = ctx;
+    if (hd->type == FT_UPDATED && answers_begin(&h->acks, server, frame)) {
+        /* An update sent with confirm has been applied: this batch's. */
+        if (hd->batch != h->ack_batch || hd->payload != 0) {
+            snprintf(err, errlen, "server %s confirmed the update of batch %" PRIu64 " (with %" PRIu64 " payload "
+                     "bytes); this trainer waits for batch %" PRIu64 "'s", h->cl->conns[server].addr, hd->batch,
+                     hd->payload, h->ack_batch);
+            return -1;
+        }
+        return 0;
+    }
     if (hd->type != FT_ROWS || !answers_begin(&h->ans, server, frame)) {
         snprintf(err, errlen, "server %u sent an unexpected '%.*s' (this trainer waits for lookup answers)", server,
                  (int)hd->type_str.n, hd->type_str.p);
@@ -317,7 +356,9 @@ static int hybrid_data(void *ctx, void *frame, uint64_t off, const uint8_t *src,
 static int hybrid_end(void *ctx, void *frame, char *err, size_t errlen)
 {
     hybrid *h = ctx;
-    answers_end(&h->ans, frame, h->cl->rx_ns);
+    (void)err;
+    (void)errlen;
+    answers_end(answers_owns(&h->acks, frame) ? &h->acks : &h->ans, frame, h->cl->rx_ns);
     return 0;
 }
 
@@ -420,29 +461,52 @@ int hybrid_dense_fwd_bwd(hybrid *h, const float *rows, const int64_t *targets, u
 
 /* ---- one batch ----------------------------------------------------------------- */
 
+static int hybrid_lookup_queue(hybrid *h, client *cl, uint32_t p, char *err, size_t errlen)
+{
+    frame_hdr hd = {0};
+    hd.type = FT_LOOKUP;
+    hd.batch = h->batch;
+    hd.nnz = h->nnz;
+    hd.bags = h->bags;
+    hd.payload = 8 * (h->nnz + h->bags);
+    hd.has = FH_BATCH | FH_NNZ | FH_BAGS | FH_PAYLOAD;
+    return client_queue(cl, p, &hd, h->lookup, err, errlen);
+}
+
+/* The batch's lookups: the seed's one server after the other, each answer
+ * awaited before the next lookup leaves (its rpc_sync in a loop); psbench's
+ * to every server at once. */
 static int hybrid_lookups(hybrid *h, client *cl, char *err, size_t errlen)
 {
+    if (h->cfg.pattern == HYBRID_SEED) {
+        for (uint32_t p = 0; p < h->cfg.number_ps; p++) {
+            answers_expect_one(&h->ans, p);
+            uint64_t t0 = clock_now_ns();
+            if (hybrid_lookup_queue(h, cl, p, err, errlen) < 0 ||
+                answers_wait(&h->ans, cl, t0, h->cfg.rpc_timeout_s, "the answer to a lookup", NULL, NULL, 0, err,
+                             errlen) < 0)
+                return -1;
+        }
+        return 0;
+    }
     answers_expect(&h->ans);
     uint64_t t0 = clock_now_ns();
-    for (uint32_t p = 0; p < h->cfg.number_ps; p++) {
-        frame_hdr hd = {0};
-        hd.type = FT_LOOKUP;
-        hd.batch = h->batch;
-        hd.nnz = h->nnz;
-        hd.bags = h->bags;
-        hd.payload = 8 * (h->nnz + h->bags);
-        hd.has = FH_BATCH | FH_NNZ | FH_BAGS | FH_PAYLOAD;
-        if (client_queue(cl, p, &hd, h->lookup, err, errlen) < 0)
+    for (uint32_t p = 0; p < h->cfg.number_ps; p++)
+        if (hybrid_lookup_queue(h, cl, p, err, errlen) < 0)
             return -1;
-    }
     return answers_wait(&h->ans, cl, t0, h->cfg.rpc_timeout_s, "the answer to a lookup", NULL, NULL, 0, err, errlen);
 }
 
 /* Every server's update: its lookup, and the gradient of its D columns of
  * every bag's concatenated row (the k rows of 512 a bag became, summed
- * back into the bag's row). */
-static int hybrid_updates(hybrid *h, client *cl, char *err, size_t errlen)
+ * back into the bag's row). With confirm, each server answers `updated`
+ * once it has applied it (h->acks awaits them). */
+static int hybrid_updates(hybrid *h, client *cl, bool confirm, char *err, size_t errlen)
 {
+    if (confirm) {
+        answers_expect(&h->acks);
+        h->ack_batch = h->batch;
+    }
     uint64_t D = h->cfg.embedding_dim, width = (uint64_t)h->cfg.number_ps * D;
     const float *dx = compute_host_read(h->dev, hybrid_rows(h->dnext, h->rows, HYBRID_ROW), h->rows_grad);
     if (compute_status(h->dev, err, errlen) < 0) /* a failed GPU: no gradient to send the servers */
@@ -462,6 +526,14 @@ static int hybrid_updates(hybrid *h, client *cl, char *err, size_t errlen)
         hd.dtype = frame_str_c("f32");
         hd.payload = 8 * (h->nnz + h->bags) + 4 * h->bags * D;
         hd.has = FH_BATCH | FH_NNZ | FH_BAGS | FH_COLS | FH_DTYPE | FH_PAYLOAD;
+        if (h->cfg.pattern == HYBRID_SEED) { /* the seed's EmbeddingBag is not sparse */
+            hd.grad = frame_str_c("dense");
+            hd.has |= FH_GRAD;
+        }
+        if (confirm) {
+            hd.confirm = 1;
+            hd.has |= FH_CONFIRM;
+        }
         if (client_queue(cl, p, &hd, u, err, errlen) < 0)
             return -1;
     }
@@ -469,8 +541,11 @@ static int hybrid_updates(hybrid *h, client *cl, char *err, size_t errlen)
 }
 
 
-static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err, size_t errlen)
+/* One batch; `last`: the pass's last (its updates are confirmed in either
+ * pattern: hybrid_pass waits for them). */
+static int hybrid_step(hybrid *h, client *cl, hook *hk, bool last, double *loss, char *err, size_t errlen)
 {
+    const bool seed = h->cfg.pattern == HYBRID_SEED;
     uint64_t t0 = clock_now_ns();
     steptimer_mark(&h->tm, HM_START);
     hybrid_draw(h);
@@ -499,9 +574,11 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
     steptimer_mark(&h->tm, HM_BWD);
     uint64_t t3 = clock_now_ns();
     /* The servers' updates leave now (the comm of the dense bucket runs
-     * meanwhile); the next lookups queue behind them on each connection,
-     * so a server applies them first. */
-    if (hybrid_updates(h, cl, err, errlen) < 0)
+     * meanwhile). psbench: the next lookups queue behind them on each
+     * connection, so a server applies them first; seed: every server's
+     * `updated` is awaited before the step (below). */
+    uint64_t t_upd = clock_now_ns();
+    if (hybrid_updates(h, cl, seed || last, err, errlen) < 0)
         return -1;
     if (h->twin)
         compute_wait(h->dev, copied);
@@ -515,6 +592,13 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, double *loss, char *err,
         return -1;
     if (hook_wait(hk, &b, 1, err, errlen) < 0)
         return -1;
+    /* The seed's synchronous backward and optimizer step: every server has
+     * applied this batch's update before the next batch begins. */
+    if (seed && (answers_wait(&h->acks, cl, t_upd, h->cfg.rpc_timeout_s, "the confirmation of an update", NULL, NULL,
+                              0, err, errlen) < 0))
+        return -1;
+    if (seed)
+        metrics_add(h->m_update, clock_ms(t_upd, h->acks.t_last_ns));
     uint64_t t4 = clock_now_ns();
     if (h->twin && !on_gpu) /* the mean back into the gradients, ahead of the step */
         compute_write(h->dev, cspan_all(h->grads), b->data);
@@ -598,12 +682,14 @@ int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_f
         double sum = 0;
         for (uint64_t i = 0; i < h->cfg.batches; i++) {
             double loss;
-            if (hybrid_step(h, cl, hk, &loss, err, errlen) < 0 ||
+            bool last = e + 1 == epochs && i + 1 == h->cfg.batches;
+            if (hybrid_step(h, cl, hk, last, &loss, err, errlen) < 0 ||
                 loss_check_batch(&h->lc, e, i, loss, err, errlen) < 0)
                 return -1;
             sum += loss;
             rep->batches++;
             rep->samples += h->bags;
+            rep->indices += h->nnz;
             h->batch++;
             if (tick && tick(ctx, rep->batches, err, errlen) < 0)
                 return -1;
@@ -613,16 +699,12 @@ int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_f
         h->nepochs = e + 1;
         rep->epochs++;
     }
-    /* The last updates reach their servers before the pass is reported. */
-    uint64_t t_flush = clock_now_ns();
-    while (!client_idle_out(cl)) {
-        if (clock_now_ns() - t_flush > (uint64_t)(h->cfg.rpc_timeout_s * 1e9)) {
-            snprintf(err, errlen, "timed out after %g s sending the last updates (--rpc-timeout)", h->cfg.rpc_timeout_s);
-            return -1;
-        }
-        if (client_poll(cl, 50, err, errlen) < 0)
-            return -1;
-    }
+    /* The pass's last updates are applied before the pass is reported
+     * (they asked for `updated`; the seed's pattern has waited already):
+     * the master's reset then finds nothing of this pass in flight. */
+    if (answers_wait(&h->acks, cl, clock_now_ns(), h->cfg.rpc_timeout_s, "the confirmation of the pass's last update",
+                     NULL, NULL, 0, err, errlen) < 0)
+        return -1;
     rep->seconds = (double)(clock_now_ns() - t_pass) / 1e9;
     return 0;
 }

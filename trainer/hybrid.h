@@ -12,8 +12,23 @@
  * Backward: the dense gradients are one bucket through the hook
  * (allreduce_hook: averaged over the trainers), then SGD (lr) on the dense
  * part; every server gets an `update` with the gradient of its lookup —
- * one row per bag, not a table-sized gradient — and applies SGD to the
- * rows that lookup touched (docs/protocol.md, "Kind `embedding`").
+ * one row per bag: what PyTorch's distributed autograd sends too
+ * (bench/pytorch_ddp_rpc_traffic.py measured it) — and applies SGD
+ * (docs/protocol.md, "Kind `embedding`").
+ *
+ * How the trainer talks to the servers is the trainer configuration's
+ * `rpc_pattern`:
+ *   seed (the default): the seed's — the lookups one server after the
+ *     other, each awaited (its rpc_sync); the updates with `grad` "dense"
+ *     (its EmbeddingBag is not sparse: the server forms the table-sized
+ *     gradient and steps every row) and `confirm`, every server's
+ *     `updated` awaited before the step (its synchronous backward and
+ *     DistributedOptimizer.step): the next batch starts once every server
+ *     has applied this one's update;
+ *   psbench: every server's lookup at once, the updates with the sparse
+ *     rule (a step per named row) and not answered — except the pass's
+ *     last, so that a pass ends with every update applied; the next
+ *     batch's lookups queue behind them on each connection.
  *
  * Data as the seed makes it, per batch: 20..50 indices in
  * [0, num_embeddings), bag offsets from 0 advancing by 1..10 while below the
@@ -47,6 +62,12 @@
 #define HYBRID_ROW 512     /* the dense part's input width */
 #define HYBRID_CLASSES 8
 
+/* The trainer configuration's rpc_pattern (hybrid.h's top). */
+typedef enum hybrid_pattern { HYBRID_SEED = 0, HYBRID_PSBENCH } hybrid_pattern;
+/* "seed" or "psbench"; and back: 0, or -1 for another name. */
+const char *hybrid_pattern_name(hybrid_pattern p);
+int hybrid_pattern_parse(const char *name, hybrid_pattern *out);
+
 typedef struct hybrid_config {
     uint32_t number_ps;      /* servers (the client's connections, in rank order) */
     uint64_t num_embeddings; /* rows of every server's table (seed: 300) */
@@ -57,11 +78,13 @@ typedef struct hybrid_config {
     double rpc_timeout_s;    /* bound on each wait for the servers' answers */
     bool allow_divergence;   /* a loss that is not finite: go on (else the pass stops there) */
     const char *device;      /* the dense part's compute layer (compute_new); NULL: "cpu" */
+    hybrid_pattern pattern;  /* how lookups and updates go (the top of this file) */
 } hybrid_config;
 
 typedef struct hybrid_report {
     uint64_t epochs, batches;
     uint64_t samples;        /* bags looked up over the pass */
+    uint64_t indices;        /* their indices (the lookups' nnz), over the pass */
     double seconds;
 } hybrid_report;
 

@@ -265,6 +265,11 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     hc.rpc_timeout_s = j->rpc_timeout_s;
     hc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
     hc.device = run_compute_device(j);
+    const char *pattern = jobconf_str(tc, "rpc_pattern"); /* checked (and defaulted) by run_parse_job */
+    if (hybrid_pattern_parse(pattern, &hc.pattern) < 0) {
+        snprintf(err, errlen, "HybridTrainer: rpc_pattern '%s' is not seed or psbench", pattern ? pattern : "");
+        return -1;
+    }
     hybrid *hy = hybrid_new(&hc, l->m, err, errlen);
     if (!hy)
         return -1;
@@ -280,8 +285,12 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     if (workload_open_client(*w, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen) < 0)
         return -1;
     log_info("trainer %" PRIu64 ": HybridModel, %u embedding server(s) of %" PRIu64 " x %" PRIu64 ", dense part "
-             "through allreduce_hook, %" PRIu64 " batches per epoch", j->rank, hc.number_ps, hc.num_embeddings,
-             hc.embedding_dim, hc.batches);
+             "through allreduce_hook, %" PRIu64 " batches per epoch, rpc_pattern %s (%s)", j->rank, hc.number_ps,
+             hc.num_embeddings, hc.embedding_dim, hc.batches, hybrid_pattern_name(hc.pattern),
+             hc.pattern == HYBRID_SEED ? "the seed's: lookups one server at a time, updates awaited, dense table "
+                                         "gradients"
+                                       : "psbench's: lookups to every server at once, updates unanswered, sparse row "
+                                         "steps");
     run_lower_compute_priority(o->compute_nice);
     return 0;
 }

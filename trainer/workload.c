@@ -122,8 +122,10 @@ static int hybrid_wpass(workload *w, uint64_t batches, workload_tick_fn tick, vo
     if (hybrid_pass(((hybrid_workload *)w)->hy, &w->cl, w->h, batches, tick, ctx, &rep, err, errlen) < 0)
         return -1;
     *done = rep.batches;
-    /* "bags": the samples of this benchmark ("samples" is the metrics map) */
-    *extra = json_pack("{s:I, s:I}", "bags", (json_int_t)rep.samples, "epochs", (json_int_t)rep.epochs);
+    /* "bags": the samples of this benchmark ("samples" is the metrics map);
+     * "indices": theirs (what a lookup's payload carries with the bags) */
+    *extra = json_pack("{s:I, s:I, s:I}", "bags", (json_int_t)rep.samples, "indices", (json_int_t)rep.indices,
+                       "epochs", (json_int_t)rep.epochs);
     return 0;
 }
 

@@ -776,6 +776,45 @@ static const float *const *cuda_upload_srcs(cuda_device *c, devbuf *const *srcs,
     return dev;
 }
 
+/* A dense embedding step: the gradient zeroed, the bags' gradients summed
+ * into it, the step over the whole table — three launches in stream order
+ * (kernels.cu). 0, or -1 (the device failed). */
+static int cuda_enqueue_dense(cuda_device *c, const device_job *j)
+{
+    size_t n = j->u.bags.rows * j->u.bags.cols;
+    psb_launch z = {.kernel = PSB_K_ZERO}, g = {.kernel = PSB_K_BAG_GRAD}, sgd = {.kernel = PSB_K_DENSE_SGD};
+    z.u.dense.table = j->u.bags.gsum->dev;
+    z.u.dense.n = n;
+    g.u.bags.table = j->u.bags.gsum->dev;
+    g.u.bags.cols = j->u.bags.cols;
+    g.u.bags.nnz = j->u.bags.nnz;
+    g.u.bags.bags = j->u.bags.bags;
+    sgd.u.dense.table = j->u.bags.table->dev;
+    sgd.u.dense.gsum = j->u.bags.gsum->dev;
+    sgd.u.dense.n = n;
+    sgd.u.dense.lr = j->u.bags.lr;
+    const cugpu_ops *o = c->gpu->ops;
+    if (o->launch(c->gpu, c->stream, &z) < 0) {
+        cuda_fail(c, c->gpu->err);
+        return -1;
+    }
+    if (j->u.bags.bags > 0) { /* no bag: a zero gradient, the step alone */
+        if (!(g.u.bags.idx = cuda_upload(c, j->u.bags.idx, j->u.bags.nnz * sizeof(int64_t))) ||
+            !(g.u.bags.off = cuda_upload(c, j->u.bags.off, j->u.bags.bags * sizeof(int64_t))) ||
+            !(g.u.bags.grad = cuda_upload(c, j->u.bags.grad, j->u.bags.bags * j->u.bags.cols * sizeof(float))))
+            return -1;
+        if (o->launch(c->gpu, c->stream, &g) < 0) {
+            cuda_fail(c, c->gpu->err);
+            return -1;
+        }
+    }
+    if (o->launch(c->gpu, c->stream, &sgd) < 0) {
+        cuda_fail(c, c->gpu->err);
+        return -1;
+    }
+    return 0;
+}
+
 /* Enqueue a job's work. 0, or -1 (the device failed). */
 static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
 {
@@ -837,6 +876,8 @@ static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
             l.u.bags.lr = j->u.bags.lr;
         }
         break;
+    case JOB_DENSE_SGD:
+        return cuda_enqueue_dense(c, j);
     }
     if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0) {
         cuda_fail(c, c->gpu->err);

@@ -151,3 +151,55 @@ extern "C" __global__ void psb_scatter_sgd(float *__restrict__ table, size_t col
             }
         }
 }
+
+// ---- dense embedding steps (EmbeddingBag sparse=False, then SGD) -------------------
+//
+// Three launches in stream order: psb_zero(gsum), psb_bag_grad, psb_dense_sgd
+// — the bits of reduce_dense_bag_sgd_f32 (server/reduce.c).
+
+// x[i] = 0 for i < n.
+extern "C" __global__ void psb_zero(float *__restrict__ x, size_t n)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        x[i] = 0.0f;
+}
+
+// For each bag b in order, each of its positions i in order:
+// gsum[idx[i]][c] += grad[b][c]. One thread owns a column for the whole
+// update, so that a row's repeats are summed in position order.
+extern "C" __global__ void psb_bag_grad(float *__restrict__ gsum, size_t cols, const int64_t *__restrict__ idx,
+                                        const int64_t *__restrict__ off, size_t nnz, size_t bags,
+                                        const float *__restrict__ grad)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += stride)
+        for (size_t b = 0; b < bags; b++) {
+            float g = grad[b * cols + c];
+            for (size_t i = (size_t)off[b], end = psb_bag_end(off, bags, nnz, b); i < end; i++) {
+                float *e = &gsum[(size_t)idx[i] * cols + c];
+                *e = cumath_add(*e, g);
+            }
+        }
+}
+
+// table[i] = table[i] - lr * gsum[i] over the whole table.
+extern "C" __global__ void psb_dense_sgd(float *__restrict__ table, const float *__restrict__ gsum, size_t n, float lr)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    bool vec = ((uintptr_t)table % 16 == 0) && ((uintptr_t)gsum % 16 == 0);
+    size_t n4 = vec ? n / 4 : 0;
+    float4 *t4 = (float4 *)table;
+    const float4 *g4 = (const float4 *)gsum;
+    for (size_t i = t; i < n4; i += stride) {
+        float4 a = t4[i], g = g4[i];
+        a.x = cumath_scatter_step(a.x, g.x, lr);
+        a.y = cumath_scatter_step(a.y, g.y, lr);
+        a.z = cumath_scatter_step(a.z, g.z, lr);
+        a.w = cumath_scatter_step(a.w, g.w, lr);
+        t4[i] = a;
+    }
+    for (size_t i = n4 * 4 + t; i < n; i += stride)
+        table[i] = cumath_scatter_step(table[i], gsum[i], lr);
+}

@@ -37,9 +37,27 @@ typedef struct psb_fold_chain {
  *   psb_gather(float *out, const float *table, size_t cols, const int64_t *idx, const int64_t *off,
  *              size_t nnz, size_t bags)
  *   psb_scatter_sgd(float *table, size_t cols, const int64_t *idx, const int64_t *off, size_t nnz,
- *                   size_t bags, const float *grad, float lr) */
-#define PSB_KERNEL_NAMES "psb_fold", "psb_sum_scale", "psb_sgd", "psb_gather", "psb_scatter_sgd", "psb_fold_batch"
-enum { PSB_K_FOLD = 0, PSB_K_SUM_SCALE, PSB_K_SGD, PSB_K_GATHER, PSB_K_SCATTER_SGD, PSB_K_FOLD_BATCH, PSB_K_COUNT };
+ *                   size_t bags, const float *grad, float lr)
+ *   psb_zero(float *x, size_t n)
+ *   psb_bag_grad(float *gsum, size_t cols, const int64_t *idx, const int64_t *off, size_t nnz, size_t bags,
+ *                const float *grad)
+ *   psb_dense_sgd(float *table, const float *gsum, size_t n, float lr)
+ * (the last three, in that order, are a dense embedding step: JOB_DENSE_SGD) */
+#define PSB_KERNEL_NAMES                                                                                          \
+    "psb_fold", "psb_sum_scale", "psb_sgd", "psb_gather", "psb_scatter_sgd", "psb_fold_batch", "psb_zero",       \
+        "psb_bag_grad", "psb_dense_sgd"
+enum {
+    PSB_K_FOLD = 0,
+    PSB_K_SUM_SCALE,
+    PSB_K_SGD,
+    PSB_K_GATHER,
+    PSB_K_SCATTER_SGD,
+    PSB_K_FOLD_BATCH,
+    PSB_K_ZERO,
+    PSB_K_BAG_GRAD,
+    PSB_K_DENSE_SGD,
+    PSB_K_COUNT
+};
 
 /* The fatbin, embedded by the build (kernels_fatbin.c, generated from
  * kernels.cu): what cudaLibraryLoadData takes. */

@@ -82,6 +82,24 @@ static void kh_run(const psb_launch *l)
                     *e = cumath_scatter_step(*e, l->u.bags.grad[b * l->u.bags.cols + c], l->u.bags.lr);
                 }
         break;
+    case PSB_K_ZERO:
+        for (size_t i = 0; i < l->u.dense.n; i++)
+            l->u.dense.table[i] = 0.0f;
+        break;
+    case PSB_K_BAG_GRAD:
+        for (size_t c = 0; c < l->u.bags.cols; c++)
+            for (size_t b = 0; b < l->u.bags.bags; b++)
+                for (size_t i = (size_t)l->u.bags.off[b], end = kh_bag_end(l->u.bags.off, l->u.bags.bags,
+                                                                             l->u.bags.nnz, b);
+                     i < end; i++) {
+                    float *e = &l->u.bags.table[(size_t)l->u.bags.idx[i] * l->u.bags.cols + c];
+                    *e = cumath_add(*e, l->u.bags.grad[b * l->u.bags.cols + c]);
+                }
+        break;
+    case PSB_K_DENSE_SGD:
+        for (size_t i = 0; i < l->u.dense.n; i++)
+            l->u.dense.table[i] = cumath_scatter_step(l->u.dense.table[i], l->u.dense.gsum[i], l->u.dense.lr);
+        break;
     default:
         assert(!"unknown kernel");
     }
@@ -152,6 +170,28 @@ static int kh_args(const void *launch, void **a, size_t *work)
         a[6] = &l->u.bags.grad;
         a[7] = &l->u.bags.lr;
         *work = l->u.bags.cols;
+        break;
+    case PSB_K_ZERO:
+        a[0] = &l->u.dense.table;
+        a[1] = &l->u.dense.n;
+        *work = l->u.dense.n;
+        break;
+    case PSB_K_BAG_GRAD:
+        a[0] = &l->u.bags.table;
+        a[1] = &l->u.bags.cols;
+        a[2] = &l->u.bags.idx;
+        a[3] = &l->u.bags.off;
+        a[4] = &l->u.bags.nnz;
+        a[5] = &l->u.bags.bags;
+        a[6] = &l->u.bags.grad;
+        *work = l->u.bags.cols;
+        break;
+    case PSB_K_DENSE_SGD:
+        a[0] = &l->u.dense.table;
+        a[1] = &l->u.dense.gsum;
+        a[2] = &l->u.dense.n;
+        a[3] = &l->u.dense.lr;
+        *work = l->u.dense.n / 4 + 1;
         break;
     default:
         return -1;

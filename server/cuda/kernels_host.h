@@ -45,14 +45,20 @@ typedef struct psb_launch {
             float *out; /* NULL: none */
         } sgd;
         struct {
-            float *table; /* the table (gather reads it, scatter steps it) */
+            float *table; /* the table (gather reads it, scatter steps it); bag_grad: the gradient it sums into */
             size_t cols;
             const int64_t *idx, *off;
             size_t nnz, bags;
             float *out;        /* gather */
-            const float *grad; /* scatter */
+            const float *grad; /* scatter, bag_grad */
             float lr;          /* scatter */
         } bags;
+        struct {
+            float *table;      /* zero: the buffer zeroed; dense_sgd: the table stepped */
+            const float *gsum; /* dense_sgd: the table's gradient */
+            size_t n;
+            float lr;          /* dense_sgd */
+        } dense;
     } u;
 } psb_launch;
 

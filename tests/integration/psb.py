@@ -582,6 +582,7 @@ class RawClient(object):
         self._fill(4 + hl + plen, deadline)
         payload = self.buf[4 + hl:4 + hl + plen]
         self.buf = self.buf[4 + hl + plen:]
+        self.last_size = 4 + hl + plen  # the frame's bytes on the wire
         return header, payload
 
     def expect_closed(self, timeout=10.0):

@@ -38,9 +38,12 @@ class BigTable(psb.PsbTestCase):
     def test_slow_table_keeps_the_heartbeat(self):
         rows, cols = 3 << 19, 512  # 3 * 2^28 floats: 3 GiB
         total = rows * cols * 4
+        # psbench's RPC pattern: the seed's would step the whole 3 GiB table
+        # (and hold a second one, its dense gradient) at every update, for
+        # longer than the 2 s this test allows; the fill is what it checks.
         m = self.master("--number-trainers", "1", "--number-ps", "1", "--number-embeddings", str(rows),
                         "--embedding-dim", str(cols), "--epochs", "1", "--warmup-cycles", "1",
-                        "--rpc-timeout", "2")
+                        "--rpc-timeout", "2", "--rpc-pattern", "psbench")
         seen = []  # (phase, done_bytes) while a table was being filled
         fields = set()  # whether the status had servers_initialising
         deadline = time.monotonic() + 600
@@ -84,7 +87,7 @@ class BigTable(psb.PsbTestCase):
             self.fail("the run was not refused:\n" + m.describe())
         self.assertEqual(rc, 1, m.describe())
         last = m.stderr().strip().splitlines()[-1]
-        self.assertIn("2 tables of 256 MiB", last)
+        self.assertIn("2 tables of 256 MiB, each with its dense gradient of the same size (rpc_pattern seed)", last)
         self.assertIn("on a host with 400 MiB", last)
         # Refused before any server allocated its table; each server's last
         # line is the master's verdict.

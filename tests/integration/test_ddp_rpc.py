@@ -16,6 +16,17 @@ allreduce_hook over Gloo.
   where it happens: results.json's error and trainers[].diverged, the
   master's and every trainer's last line name the epoch and the batch;
   with --allow-divergence the run goes on and ends done with a warning.
+- The RPC pattern (issue 26): the seed's by default, psbench's with
+  --rpc-pattern psbench; both complete with equal dense parameters on the
+  trainers, results.json and the tables name the pattern, and the traffic
+  each server counted per batch is what the batches' shapes make it: per
+  trainer, server and batch one lookup, one rows, one update and (seed)
+  one updated; psbench: one updated per trainer and server a pass.
+- On stand-in servers that log when calls arrive and answers leave
+  (emb_mock_server.py, answers held 50 ms): the seed's pattern has at most
+  one lookup of a trainer outstanding, server after server, and no lookup
+  while an update is unconfirmed; psbench's visibly has both (so the
+  checks can fail).
 (The servers' arithmetic and their refusals of bad lookups, with nothing
 changed: test_embedding_server.py.)
 
@@ -28,9 +39,47 @@ import re
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import psb  # noqa: E402
 from test_master import Master, http_get, http_json  # noqa: E402
+
+EMB_MOCK = os.path.join(HERE, "emb_mock_server.py")
+
+
+def check_pattern_log(events, nserver):
+    """Replays a stand-in server log (emb_mock_server.py: every server's
+    events of every trainer) trainer by trainer, in time order. Returns
+    {"max_outstanding": the most lookups of one trainer unanswered at once,
+     "out_of_order": lookups not to the server after the last one's (0, 1,
+     ..., nserver-1, 0, ...), "unconfirmed_lookups": lookups that arrived
+     while an update of that trainer asked for confirm had none yet, or
+     while an unconfirmed update of it was the last call it made,
+     "updates": [(confirm, grad), ...] per trainer}."""
+    out = {"max_outstanding": 0, "out_of_order": 0, "unconfirmed_lookups": 0, "updates": {}}
+    for tr in sorted({e["trainer"] for e in events if e["trainer"] is not None}):
+        evs = sorted((e for e in events if e["trainer"] == tr), key=lambda e: e["t"])
+        outstanding, expect, pending = 0, 0, set()
+        ups = out["updates"].setdefault(tr, [])
+        for e in evs:
+            if e["ev"] == "lookup":
+                outstanding += 1
+                out["max_outstanding"] = max(out["max_outstanding"], outstanding)
+                if e["server"] != expect:
+                    out["out_of_order"] += 1
+                expect = (e["server"] + 1) % nserver
+                if pending:
+                    out["unconfirmed_lookups"] += 1
+            elif e["ev"] == "rows":
+                outstanding -= 1
+            elif e["ev"] == "update":
+                ups.append((e["confirm"], e["grad"]))
+                pending.add(e["server"])
+            elif e["ev"] == "updated":
+                pending.discard(e["server"])
+        # psbench: updates are never confirmed but the pass's last; forget
+        # them once a lookup came after them (that lookup was counted).
+    return out
 
 
 class DdpRpc(psb.PsbTestCase):
@@ -46,7 +95,9 @@ class DdpRpc(psb.PsbTestCase):
         m.wait_ports()
         return m
 
-    def check_results(self, res, nserver, epochs):
+    def check_results(self, res, nserver, epochs, pattern="seed"):
+        self.assertEqual(res["ddp_rpc"]["rpc_pattern"], pattern)
+        self.assertEqual(res["configuration"]["resolved"]["trainer"]["configurations"]["rpc_pattern"], pattern)
         trainers = res["trainers"]
         self.assertEqual(len(trainers), 2)
         self.assertEqual(len({t["final_params_sha256"] for t in trainers}), 1, trainers)
@@ -99,7 +150,92 @@ class DdpRpc(psb.PsbTestCase):
             res = json.load(f)
         self.check_results(res, 2, 15)
         self.assertEqual(res["configuration"]["warmup_cycles"], 2)
-        self.assertIn("DDP + RPC benchmark (timed pass): seconds per epoch, samples per second", m.stdout())
+        self.assertIn("DDP + RPC benchmark (timed pass, rpc_pattern seed): seconds per epoch, samples per second", m.stdout())
+
+    def test_traffic_per_batch_in_each_pattern(self):
+        """Both patterns complete (2 trainers, 2 servers), each labelled; the
+        traffic the servers counted in the timed pass, per trainer and
+        batch, is one lookup, rows and update per server (and, seed, one
+        updated; psbench, one updated per trainer and server in the pass),
+        with payloads the batches' shapes give: lookup 8 x (indices +
+        bags), rows 4 x bags x D, update both, updated none."""
+        T, P, D, epochs = 2, 2, 256, 10
+        B = epochs * 10  # the HybridTrainer's 10 batches per epoch
+        for pattern in ("seed", "psbench"):
+            out = os.path.join(self.reg.workdir, "out-" + pattern)
+            m = self.master("--number-trainers", str(T), "--number-ps", str(P), "--embedding-dim", str(D),
+                            "--epochs", str(epochs), "--warmup-cycles", "1", "--rpc-pattern", pattern, out=out)
+            self.assertEqual(m.wait(240), 0, m.describe())
+            with open(os.path.join(out, "results.json")) as f:
+                res = json.load(f)
+            self.check_results(res, P, epochs, pattern)
+            self.assertEqual(res["configuration"]["rpc_pattern"], pattern)
+            bags = sum(t["bags"] for t in res["trainers"])
+            indices = sum(t["indices"] for t in res["trainers"])
+            self.assertGreater(indices, bags)
+            traffic = res["ddp_rpc"]["traffic"]
+            self.assertEqual(sorted(traffic["servers"]), [str(p) for p in range(P)])
+            want_updated = T * B if pattern == "seed" else T
+            for p, calls in traffic["servers"].items():
+                self.assertEqual({k: v["frames"] for k, v in calls.items()},
+                                 {"lookup": T * B, "rows": T * B, "update": T * B, "updated": want_updated},
+                                 (pattern, p, calls))
+                self.assertEqual(calls["lookup"]["payload_bytes"], 8 * (indices + bags), (pattern, p))
+                self.assertEqual(calls["rows"]["payload_bytes"], 4 * bags * D, (pattern, p))
+                self.assertEqual(calls["update"]["payload_bytes"], 8 * (indices + bags) + 4 * bags * D, (pattern, p))
+                self.assertEqual(calls["updated"]["payload_bytes"], 0)
+                for k, v in calls.items():  # a prefix and a small header per frame
+                    per = (v["bytes"] - v["payload_bytes"]) / v["frames"]
+                    self.assertTrue(4 + 10 <= per <= 4 + 120, (pattern, k, per))
+            per = traffic["per_trainer_batch"]
+            self.assertEqual(per["lookup"]["frames"], P)
+            self.assertEqual(per["update"]["frames"], P)
+            self.assertAlmostEqual(per["updated"]["frames"], P if pattern == "seed" else P / B)
+            self.assertAlmostEqual(per["all"]["bytes"], sum(per[k]["bytes"] for k in ("lookup", "rows", "update",
+                                                                                       "updated")))
+            self.assertIn("DDP + RPC benchmark (timed pass, rpc_pattern %s)" % pattern, m.stdout())
+            self.assertIn("traffic per trainer and batch, all servers (rpc_pattern %s)" % pattern, m.stdout())
+            self.assertIn("rpc_pattern %s (" % pattern, m.stderr())  # the master's and trainers' start lines
+            self.assertEqual(m.stderr().count("10 batches per epoch, rpc_pattern %s" % pattern), T, m.stderr())
+
+    def test_patterns_on_logging_servers(self):
+        """Stand-in servers log when calls arrive and answers leave, each
+        answer held 50 ms: the seed's pattern never has two lookups of a
+        trainer outstanding, asks the servers in order, and sends no lookup
+        before every update of the batch is confirmed; every update asks
+        for the dense rule and confirm. psbench's visibly overlaps its
+        lookups and does not wait (so these checks can fail)."""
+        P = 2
+        for pattern in ("seed", "psbench"):
+            log = os.path.join(self.reg.workdir, "calls-%s.jsonl" % pattern)
+            m = self.master("--model", "HybridModel", "--trainer", "HybridTrainer", "--server",
+                            "EmbeddingParameterServer", "--nserver", str(P), "--ntrainer", "2", "--embedding-dim",
+                            "256", "--epochs", "1", "--warmup-cycles", "1", "--rpc-pattern", pattern, local=False)
+            for s in range(P):
+                self.reg.start([sys.executable, EMB_MOCK, "--master", m.ctl, "--log", log], name="mock%d" % s)
+            for r in range(2):
+                self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r)],
+                               name="trainer%d" % r)
+            self.assertEqual(m.wait(240), 0, m.describe())
+            with open(log) as f:
+                events = [json.loads(line) for line in f]
+            got = check_pattern_log(events, P)
+            lookups = sum(1 for e in events if e["ev"] == "lookup")
+            self.assertEqual(lookups, 2 * P * 20, pattern)  # 2 trainers, 2 passes of 10 batches
+            if pattern == "seed":
+                self.assertEqual(got["max_outstanding"], 1, got)
+                self.assertEqual(got["out_of_order"], 0, got)
+                self.assertEqual(got["unconfirmed_lookups"], 0, got)
+                for ups in got["updates"].values():
+                    self.assertEqual(set(ups), {(1, "dense")}, ups)
+            else:
+                self.assertEqual(got["max_outstanding"], P, got)
+                self.assertGreater(got["unconfirmed_lookups"], 0, got)
+                for ups in got["updates"].values():
+                    # Unconfirmed, the sparse rule (no grad); each pass's
+                    # last update on each server asks for confirm.
+                    self.assertEqual(ups.count((1, None)), 2 * P, ups)
+                    self.assertEqual(ups.count((None, None)), len(ups) - 2 * P, ups)
 
     def test_staged_compute_same_bits(self):
         """The dense part on the staged test device (PSBENCH_TRAINER_COMPUTE=

@@ -4,6 +4,12 @@ computed from the same initial table, updates (SGD on the named rows), the
 refusals (bad_index, shape_mismatch, unsupported) that keep the connection
 and change nothing, and a trainer's update seen by its next lookup.
 
+The seed's pattern (issue 26): an update with `grad` "dense" (the table's
+dense gradient, then a step on every row) against a reference in float32,
+bit for bit; `confirm` answered `updated` once applied, and only then; the
+new fields' refusals; and the traffic the server counts by message type
+(frames, bytes, payload bytes) equal to what crossed the socket.
+
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_embedding_server.py
 (PSBENCH_SERVER_DEVICE=test runs the same on the test device, where every
 lookup and update completes late, from a worker thread.)
@@ -54,6 +60,21 @@ def apply_update(table, indices, offsets, grads, lr):
         for i in range(offsets[b], end):
             r = indices[i]
             table[r] = [f32(t - f32(lr * g)) for t, g in zip(table[r], grads[b])]
+
+
+def apply_dense_update(table, indices, offsets, grads, lr):
+    """The dense rule (EmbeddingBag sparse=False, then SGD): the table-sized
+    gradient from 0.0, each bag's gradient added to the rows its positions
+    name in order, in float32; then every element t - lr * g."""
+    lr = f32(lr)
+    cols = len(table[0])
+    g = [[0.0] * cols for _ in table]
+    for b, end in enumerate(bag_ends(offsets, len(indices))):
+        for i in range(offsets[b], end):
+            r = indices[i]
+            g[r] = [f32(a + x) for a, x in zip(g[r], grads[b])]
+    for r in range(len(table)):
+        table[r] = [f32(t - f32(lr * x)) for t, x in zip(table[r], g[r])]
 
 
 def pack_q(values):
@@ -203,6 +224,149 @@ class EmbeddingServer(psb.PsbTestCase):
         self.barrier(a)                                   # a's update is applied
         apply_update(table, [3], [0], [[1.0] * COLS], LR)
         self.assert_rows_equal(self.lookup(b, 0, [3], [0]), [table[3]])
+
+    # ---- the seed's pattern: dense gradients, confirmed updates -----------
+
+    def test_dense_update_steps_the_whole_table(self):
+        s = self.server_emb()
+        c = self.trainer(s)
+        table = initial_table(ROWS, COLS, SEED, 0)
+        # Row 4 three times (twice in bag 0, once in bag 2), row 9 twice,
+        # bag 1 empty: the dense rule sums a row's gradients before its one
+        # step, which rounds otherwise than the sparse rule's step each.
+        indices = [4, 9, 4, 4, 9, 13]
+        offsets = [0, 3, 3]
+        grads = [[f32(0.1 * (b + 1) + 0.37 * k) for k in range(COLS)] for b in range(3)]  # as sent
+        dense = [list(r) for r in table]
+        apply_dense_update(dense, indices, offsets, grads, LR)
+        sparse = [list(r) for r in table]
+        apply_update(sparse, indices, offsets, grads, LR)
+        self.assertNotEqual(dense, sparse)  # the data tells the rules apart
+        c.send_frame(*update_frame(5, indices, offsets, grads, COLS, grad="dense", confirm=1))
+        h, p = c.recv_frame()
+        self.assertEqual(h, {"type": "updated", "batch": 5})
+        self.assertEqual(p, b"")
+        got = self.read_table(c)
+        self.assert_rows_equal(got, dense, "after a dense update")
+        for r in range(ROWS):
+            self.assertEqual(got[r] != table[r], r in (4, 9, 13), r)
+        # grad "sparse" is the default's rule.
+        c.send_frame(*update_frame(6, indices, offsets, grads, COLS, grad="sparse"))
+        apply_update(dense, indices, offsets, grads, LR)
+        self.assert_rows_equal(self.read_table(c), dense, "after a sparse update")
+        rc, out, err = s.terminate_and_wait()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("2 updates, 12 rows touched", out)
+
+    def test_confirm_answers_once_applied(self):
+        s = self.server_emb(trainers=2)
+        a, b = self.trainer(s, 0), self.trainer(s, 1)
+        table = initial_table(ROWS, COLS, SEED, 0)
+        # Without confirm (or with 0) an update is not answered: the next
+        # frame is the lookup's rows, which see it.
+        a.send_frame(*update_frame(0, [3], [0], [[1.0] * COLS], COLS))
+        a.send_frame(*update_frame(1, [3], [0], [[1.0] * COLS], COLS, confirm=0))
+        for g in range(2):
+            apply_update(table, [3], [0], [[1.0] * COLS], LR)
+        self.assert_rows_equal(self.lookup(a, 2, [3], [0]), [table[3]])
+        # With confirm: `updated` with the update's batch, once applied —
+        # another trainer's lookup after it sees the update; many in a row
+        # are answered in order.
+        for k in range(5):
+            a.send_frame(*update_frame(10 + k, [k], [0], [[0.5] * COLS], COLS, confirm=1, grad="dense"))
+            apply_dense_update(table, [k], [0], [[0.5] * COLS], LR)
+        for k in range(5):
+            h, p = a.recv_frame()
+            self.assertEqual((h.get("type"), h.get("batch"), p), ("updated", 10 + k, b""), h)
+        self.assert_rows_equal(self.lookup(b, 0, list(range(5)), list(range(5))), table[:5])
+        a.expect_nothing()
+
+    def test_new_fields_refused_and_nothing_changes(self):
+        s = self.server_emb()
+        c = self.trainer(s)
+        before = self.read_table(c)
+        g = [[100.0] * COLS]
+        # Values the fields do not take: unsupported, the payload skipped,
+        # no `updated`, the table as it was.
+        c.send_frame(*update_frame(1, [0], [0], g, COLS, grad="sparsest", confirm=1))
+        self.expect_error(c, "unsupported", batch=1)
+        c.send_frame(*update_frame(2, [0], [0], g, COLS, confirm=2))
+        self.expect_error(c, "unsupported", batch=2)
+        # A refused call that asked for confirm is answered by its error
+        # only; the dense rule refuses what the sparse one does, first.
+        for batch, (idx, off, code) in enumerate((([0, ROWS], [0], "bad_index"), ([0, 1], [1], "bad_index"),
+                                                  ([0, 1], [0, 3], "bad_index")), start=3):
+            c.send_frame(*update_frame(batch, idx, off, g * len(off), COLS, grad="dense", confirm=1))
+            self.expect_error(c, code, batch=batch)
+        c.send_frame(*update_frame(8, [0], [0], [[1.0] * (COLS + 1)], COLS + 1, grad="dense", confirm=1))
+        self.expect_error(c, "shape_mismatch", batch=8)
+        h, p = update_frame(9, [0, 1], [0], g, COLS, grad="dense", confirm=1)
+        c.send_frame(h, p[:-4])
+        self.expect_error(c, "shape_mismatch", batch=9)
+        # On a lookup both fields mean nothing (ignored).
+        self.assert_rows_equal(self.lookup_with(c, 10, [0], [0], grad="dense", confirm=1), [before[0]])
+        self.barrier(c)                               # no `updated` came before the barrier's answer
+        self.assert_rows_equal(self.read_table(c), before, "after the refusals")
+        rc, out, err = s.terminate_and_wait()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("0 updates, 0 rows touched", out)
+        # The wrong type is a malformed header: bad_frame, the connection closes.
+        s = self.server_emb()
+        c = self.trainer(s)
+        c.send_frame(*update_frame(1, [0], [0], g, COLS, confirm="yes"))
+        self.expect_error(c, "bad_frame")
+        c.expect_closed()
+        self.assert_server_alive(s)
+
+    def lookup_with(self, c, batch, indices, offsets, **extra):
+        c.send_frame(*lookup_frame(batch, indices, offsets, **extra))
+        h, p = c.recv_frame()
+        self.assertEqual((h.get("type"), h.get("batch")), ("rows", batch), h)
+        flat = psb.parse_dense(p)
+        return [flat[b * COLS:(b + 1) * COLS] for b in range(len(offsets))]
+
+    def test_traffic_counted_by_message_type(self):
+        """The server's `calls` (its exit line here; the master's results
+        from its reports): every lookup and update received, every rows and
+        updated sent — frames, bytes on the wire, payload bytes — equal to
+        what the socket carried."""
+        s = self.server_emb()
+        c = self.trainer(s)
+        sent = {"lookup": [0, 0, 0], "update": [0, 0, 0]}
+        got = {"rows": [0, 0, 0], "updated": [0, 0, 0]}
+
+        def send(kind, hp):
+            frame = psb.encode_frame(*hp)
+            c.send_raw(frame)
+            sent[kind] = [sent[kind][0] + 1, sent[kind][1] + len(frame), sent[kind][2] + len(hp[1])]
+
+        def recv(kind):
+            h, p = c.recv_frame()
+            self.assertEqual(h.get("type"), kind, h)
+            got[kind] = [got[kind][0] + 1, got[kind][1] + c.last_size, got[kind][2] + len(p)]
+
+        for b in range(7):
+            idx = [(b * 3 + k) % ROWS for k in range(2 + b)]
+            off = [0, 1] if b % 2 else [0]
+            send("lookup", lookup_frame(b, idx, off))
+            recv("rows")
+            send("update", update_frame(b, idx, off, [[0.25] * COLS] * len(off), COLS, grad="dense",
+                                        confirm=1))
+            recv("updated")
+            send("update", update_frame(100 + b, idx, off, [[0.25] * COLS] * len(off), COLS))
+        send("lookup", lookup_frame(99, [ROWS], [0]))        # refused: counted as received
+        self.expect_error(c, "bad_index", batch=99)
+        self.barrier(c)
+        rc, out, err = s.terminate_and_wait()
+        self.assertEqual(rc, 0, err)
+        want = dict(sent, **got)
+        line = [l for l in out.splitlines() if ": calls:" in l]
+        self.assertEqual(len(line), 1, out)
+        for kind in ("lookup", "rows", "update", "updated"):
+            f, b, p = want[kind]
+            self.assertIn("%s %d (%d bytes, %d payload)" % (kind, f, b, p), line[0])
+        self.assertEqual(want["lookup"][0], 8)
+        self.assertEqual(want["updated"], [7, got["updated"][1], 0])
 
     # ---- refusals -------------------------------------------------------
 

@@ -201,6 +201,7 @@ static const vcase cases[] = {
     {"HybridTrainer", "ddp_hook", "1", NULL, "\"rpc_hook\"", OPT, "\"allreduce_hook\"", NULL},
     {"HybridTrainer", "lr", "\"0.05\"", "0", "1e308", OPT, "0.05", NULL},
     {"HybridTrainer", "batches", "[10]", "0", "1048577", OPT, "10", NULL},
+    {"HybridTrainer", "rpc_pattern", "2", NULL, "\"pytorch\"", OPT, "\"seed\"", NULL},
 
     {"BatchUpdateParameterServer", "lr", "\"fast\"", "-0.001", "1e7", OPT, "0.001", NULL},
     {"BatchUpdateParameterServer", "momentum", "null", "-1", "1.5", OPT, "0.9", NULL},

@@ -274,6 +274,29 @@ static void check_jobs(const char *name)
     reduce_scatter_sgd_f32(p, 100, idx, 6, off, 4, want_rows, 0.5f);
     assert_memory_equal(read_back(&x, param), p, N * sizeof(float));
 
+    /* Dense SGD (the seed's pattern) on the same 30 x 100 table: a
+     * table-sized gradient, its scratch full of garbage first (it must be
+     * zeroed), every element stepped — reduce.c's bits on every device. */
+    float *garbage = malloc(3000 * sizeof(float)), *gref = malloc(3000 * sizeof(float));
+    assert_non_null(garbage);
+    assert_non_null(gref);
+    memset(garbage, 0x7f, 3000 * sizeof(float));
+    devbuf *gsum = buf_of(&x, garbage, 3000);
+    device_job dn = {.op = JOB_DENSE_SGD};
+    dn.u.bags = sc.u.bags;
+    dn.u.bags.gsum = gsum;
+    dn.u.bags.rows = 30;
+    dn.u.bags.lr = 0.125f;
+    for (int step = 0; step < 2; step++) {
+        run_job(&x, &dn);
+        reduce_dense_bag_sgd_f32(p, gref, 30, 100, idx, 6, off, 4, want_rows, 0.125f);
+    }
+    assert_memory_equal(read_back(&x, param), p, N * sizeof(float));
+    assert_memory_equal(read_back(&x, gsum), gref, 3000 * sizeof(float));
+    device_buf_free(x.dev, gsum);
+    free(garbage);
+    free(gref);
+
     /* A sparse accumulator: two pushes with a shared row, emitted. */
     devsparse *sp = device_sparse_new(x.dev);
     sparse_acc ref;

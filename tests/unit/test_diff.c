@@ -152,12 +152,24 @@ static const char *env_b =
     " \"servers\": [{\"rank\": 0, \"environment\": " SENV("avx2") "},"
     "               {\"rank\": 1, \"environment\": " SENV("portable") "}]}\n";
 
+/* DDP + RPC runs: the seed's pattern, psbench's, and one from before the
+ * pattern was recorded (psbench's way). */
+#define DDP(pattern) \
+    "{\"configuration\": {}, \"groups\": {\"trainer\": {\"all\": {\"epoch_metric,epoch\": " \
+    STATS(10.0, 9.0, 12.0, 20.0, 100) "}}}, \"ddp_rpc\": {\"epochs\": []" pattern "}}\n"
+static const char *ddp_seed = DDP(", \"rpc_pattern\": \"seed\"");
+static const char *ddp_psbench = DDP(", \"rpc_pattern\": \"psbench\"");
+static const char *ddp_old = DDP("");
+
 static int group_setup(void **state)
 {
     (void)state;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/psbench_test_diff_XXXXXX");
     if (!mkdtemp(tmpdir))
         return -1;
+    write_file("ddp_seed.json", ddp_seed);
+    write_file("ddp_psbench.json", ddp_psbench);
+    write_file("ddp_old.json", ddp_old);
     write_file("a.json", run_a);
     write_file("b.json", run_b);
     write_file("env_a.json", env_a);
@@ -169,7 +181,8 @@ static int group_teardown(void **state)
 {
     (void)state;
     const char *names[] = {"a.json", "b.json", "bad.json", "nogroups.json", "array.json", "badrank.json",
-                           "out.csv", "env_a.json", "env_b.json", "keep.csv"};
+                           "out.csv", "env_a.json", "env_b.json", "keep.csv", "ddp_seed.json",
+                           "ddp_psbench.json", "ddp_old.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(tmp_path(names[i]));
     rmdir(tmp_path("adir"));
@@ -306,6 +319,27 @@ static void test_environment(void **state)
     result_free(&r);
     r = run(tmp_path("a.json"), tmp_path("b.json"), NULL, NULL);
     assert_contains(r.out, "environment: not recorded\n");
+    result_free(&r);
+}
+
+/* Runs in different RPC patterns say so before any figure. */
+static void test_rpc_pattern(void **state)
+{
+    (void)state;
+    result r = run(tmp_path("ddp_seed.json"), tmp_path("ddp_psbench.json"), NULL, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_contains(r.out, "DDP + RPC rpc_pattern differs: seed -> psbench (the runs measure different patterns)\n");
+    assert_true(strstr(r.out, "rpc_pattern differs") < strstr(r.out, "== trainer: all ranks =="));
+    result_free(&r);
+    r = run(tmp_path("ddp_old.json"), tmp_path("ddp_seed.json"), NULL, NULL);
+    assert_contains(r.out, "DDP + RPC rpc_pattern differs: psbench (a result from before rpc_pattern: psbench's "
+                           "way) -> seed");
+    result_free(&r);
+    r = run(tmp_path("ddp_seed.json"), tmp_path("ddp_seed.json"), NULL, NULL);
+    assert_contains(r.out, "DDP + RPC rpc_pattern: seed (both)\n");
+    result_free(&r);
+    r = run(tmp_path("a.json"), tmp_path("b.json"), NULL, NULL); /* not DDP + RPC: nothing said */
+    assert_null(strstr(r.out, "rpc_pattern"));
     result_free(&r);
 }
 
@@ -488,6 +522,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_same_file),
+        cmocka_unit_test(test_rpc_pattern),
         cmocka_unit_test(test_environment),
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_csv_unwritable),

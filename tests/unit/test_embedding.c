@@ -1,5 +1,5 @@
 /* test_embedding.c — the embedding kind (server/kind_embedding.c) and its
- * arithmetic (reduce.c's gather and scatter SGD).
+ * arithmetic (reduce.c's gather, scatter SGD and dense SGD).
  *
  * The loops are compared with a plain reimplementation of the protocol's
  * rules (docs/protocol.md, "Kind `embedding`"), bit for bit: bags of 0, 1
@@ -55,6 +55,25 @@ static void ref_scatter(float *table, size_t cols, const int64_t *idx, size_t nn
                 float step = lr * grad[b * cols + c];
                 table[(size_t)idx[i] * cols + c] -= step;
             }
+}
+
+/* The dense rule (EmbeddingBag sparse=False, then SGD): a zeroed
+ * table-sized gradient, each bag's gradient added to its positions' rows
+ * in order, then every element stepped. */
+static void ref_dense(float *table, size_t rows, size_t cols, const int64_t *idx, size_t nnz, const int64_t *off,
+                      size_t bags, const float *grad, float lr)
+{
+    float *g = calloc(rows * cols, sizeof *g);
+    assert_non_null(g);
+    for (size_t b = 0; b < bags; b++)
+        for (size_t i = (size_t)off[b]; i < ref_end(off, bags, nnz, b); i++)
+            for (size_t c = 0; c < cols; c++)
+                g[(size_t)idx[i] * cols + c] = g[(size_t)idx[i] * cols + c] + grad[b * cols + c];
+    for (size_t e = 0; e < rows * cols; e++) {
+        float step = lr * g[e];
+        table[e] = table[e] - step;
+    }
+    free(g);
 }
 
 /* Bags of sizes 0, 1, 5, 0, 1, 12 (some indices repeated, one row named
@@ -123,6 +142,41 @@ static void test_scatter_matches_reference(void **state)
     assert_true(a[8 * T_COLS + 4] == c[8 * T_COLS + 4] - step8);
 }
 
+static void test_dense_matches_reference(void **state)
+{
+    (void)state;
+    float a[T_ROWS * T_COLS], b[T_ROWS * T_COLS], s[T_ROWS * T_COLS], grad[T_BAGS * T_COLS];
+    float gsum[T_ROWS * T_COLS];
+    fill_table(a, T_ROWS * T_COLS, 2);
+    memcpy(b, a, sizeof a);
+    memcpy(s, a, sizeof a);
+    fill_table(grad, T_BAGS * T_COLS, 3);
+    memset(gsum, 0xff, sizeof gsum); /* NaNs: the scratch must be zeroed first */
+    reduce_dense_bag_sgd_f32(a, gsum, T_ROWS, T_COLS, t_idx, T_NNZ, t_off, T_BAGS, grad, 0.3f);
+    ref_dense(b, T_ROWS, T_COLS, t_idx, T_NNZ, t_off, T_BAGS, grad, 0.3f);
+    assert_memory_equal(a, b, sizeof a);
+    /* Row 1 is named three times in bag 5: its gradient summed first, one
+     * step — which rounds otherwise than three steps (the sparse rule). */
+    float g1 = 0.0f;
+    for (int k = 0; k < 3; k++)
+        g1 = g1 + grad[5 * T_COLS];
+    float step = 0.3f * g1;
+    assert_true(a[1 * T_COLS] == s[1 * T_COLS] - step);
+    reduce_scatter_sgd_f32(s, T_COLS, t_idx, T_NNZ, t_off, T_BAGS, grad, 0.3f);
+    assert_memory_not_equal(a, s, sizeof a);
+    /* Every row no bag names keeps its bits (t - lr * 0 = t). */
+    float init[T_ROWS * T_COLS];
+    fill_table(init, T_ROWS * T_COLS, 2);
+    int64_t one_idx[] = {6}, one_off[] = {0};
+    memcpy(a, init, sizeof a);
+    reduce_dense_bag_sgd_f32(a, gsum, T_ROWS, T_COLS, one_idx, 1, one_off, 1, grad, 0.3f);
+    for (size_t r = 0; r < T_ROWS; r++)
+        if (r == 6)
+            assert_memory_not_equal(a + r * T_COLS, init + r * T_COLS, T_COLS * sizeof(float));
+        else
+            assert_memory_equal(a + r * T_COLS, init + r * T_COLS, T_COLS * sizeof(float));
+}
+
 /* ---- the kind, through its ops ---------------------------------------- */
 
 #define K_ROWS 12
@@ -138,6 +192,7 @@ typedef struct fixture {
     int order[64];     /* the update flag of each completed call */
     float rows[K_ROWS * K_COLS]; /* the last lookup's answer */
     uint64_t last_bags, last_cols, last_batch;
+    bool dense;        /* mk_call's updates ask for the dense rule */
 } fixture;
 
 static void fx_open(fixture *x, const char *dev)
@@ -201,6 +256,7 @@ static kind_call *mk_call(fixture *x, bool update, uint64_t batch, const int64_t
     kind_call *c = calloc(1, sizeof *c);
     assert_non_null(c);
     c->update = update;
+    c->dense = update && x->dense;
     c->batch = batch;
     c->nnz = nnz;
     c->bags = bags;
@@ -419,6 +475,59 @@ static void run_refusals(const char *dev)
     fx_close(&x);
 }
 
+/* Dense updates (the seed's pattern) on a device, against ref_dense: in
+ * order with lookups, refused as sparse ones are, the gradient's scratch
+ * made at the first and reused. */
+static void run_dense(const char *dev)
+{
+    fixture x;
+    fx_open(&x, dev);
+    x.dense = true;
+    float want[K_ROWS * K_COLS], t[K_ROWS * K_COLS];
+    initial_table(want);
+    int64_t idx[] = {4, 11, 2, 11, 11}, off[] = {0, 0, 1, 4};
+    float g1[4 * K_COLS], g2[1 * K_COLS];
+    for (int i = 0; i < 4 * K_COLS; i++)
+        g1[i] = 0.37f * (float)(i % 7) - 1.1f;
+    for (int i = 0; i < K_COLS; i++)
+        g2[i] = 0.5f * (float)i + 0.01f;
+    int64_t idx2[] = {11}, off2[] = {0};
+    /* Two updates and a lookup without waiting: the lookup sees both. */
+    assert_int_equal(call(&x, mk_call(&x, true, 1, idx, 5, off, 4, g1, K_COLS, SIZE_MAX)), ERR_NONE);
+    assert_int_equal(call(&x, mk_call(&x, true, 2, idx2, 1, off2, 1, g2, K_COLS, SIZE_MAX)), ERR_NONE);
+    int64_t bad[] = {K_ROWS}, boff[] = {0};
+    assert_int_equal(call(&x, mk_call(&x, true, 3, bad, 1, boff, 1, g2, K_COLS, SIZE_MAX)), ERR_BAD_INDEX);
+    read_table(&x, t);
+    ref_dense(want, K_ROWS, K_COLS, idx, 5, off, 4, g1, 0.25f);
+    ref_dense(want, K_ROWS, K_COLS, idx2, 1, off2, 1, g2, 0.25f);
+    assert_memory_equal(t, want, sizeof t);
+    assert_int_equal(x.k->rows_touched, 6);
+    /* No bags at all: a zero gradient, the table unchanged. */
+    assert_int_equal(call(&x, mk_call(&x, true, 4, NULL, 0, NULL, 0, NULL, K_COLS, SIZE_MAX)), ERR_NONE);
+    read_table(&x, t);
+    assert_memory_equal(t, want, sizeof t);
+    fx_close(&x);
+}
+
+static void test_dense_cpu(void **state)
+{
+    (void)state;
+    run_dense("cpu");
+}
+
+static void test_dense_test_device(void **state)
+{
+    (void)state;
+    run_dense("test");
+}
+
+/* The cuda device's kernels on the fake GPU: the cpu's bits. */
+static void test_dense_fake_cuda(void **state)
+{
+    (void)state;
+    run_dense("fake-cuda");
+}
+
 static void test_refusals_cpu(void **state)
 {
     (void)state;
@@ -569,6 +678,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gather_matches_reference),
         cmocka_unit_test(test_scatter_matches_reference),
+        cmocka_unit_test(test_dense_matches_reference),
+        cmocka_unit_test(test_dense_cpu),
+        cmocka_unit_test(test_dense_test_device),
+        cmocka_unit_test(test_dense_fake_cuda),
         cmocka_unit_test(test_lookup_update_cpu),
         cmocka_unit_test(test_lookup_update_test_device),
         cmocka_unit_test(test_refusals_cpu),
