@@ -74,12 +74,13 @@ for run in runs:
     print("%-13s %9.4f %9.4f %10.0f %9.3f %9.3f %8.3f %8.3f %9.3f %8.3f %9.0f %7.2f  %.3f (%s)" % (
         run.replace("-", "/"), row["p50_s_per_epoch"], row["p90_s_per_epoch"], row["p50_samples_per_s"],
         mean("embedding_metric,remote_lookup"), mean("embedding_metric,remote_update"),
-        mean("forward_metric,forward_pass"), mean("backward_metric,backward"),
+        mean("forward_metric,forward_pass"), mean("backward_metric,backward_compute"),
         mean("hook_future_metric,gloo_dense_allreduce"), mean("batch_level_metric,batch_all"),
         per.get("bytes", float("nan")), per.get("frames", float("nan")), ratio,
         ("met" if ratio <= 0.2 else "not met") if run.endswith("small") else "informational"))
 print("samples/s: both trainers' bags per epoch over the p50 epoch; update_ms: from a batch's updates")
 print("sent to the last server's confirmation (the seed's pattern only); the other _ms columns are")
-print("means per batch over the timed pass (allred: the dense bucket's allreduce). B/batch, fr/bat:")
+print("means per batch over the timed pass (bwd: backward's compute, backward_compute; allred: the")
+print("dense bucket's allreduce). B/batch, fr/bat:")
 print("bytes and frames (lookup, rows, update, updated) the servers counted per trainer and batch.")
 EOF2

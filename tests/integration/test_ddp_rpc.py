@@ -108,8 +108,12 @@ class DdpRpc(psb.PsbTestCase):
             self.assertGreater(t["bags"], 0)
         tr = res["groups"]["trainer"]["all"]
         for k in ("batch_level_metric,batch_all", "embedding_metric,remote_lookup", "forward_metric,forward_pass",
-                  "backward_metric,backward", "hook_future_metric,gloo_dense_allreduce", "epoch_metric,epoch"):
+                  "backward_metric,backward", "backward_metric,backward_compute",
+                  "hook_future_metric,gloo_dense_allreduce", "epoch_metric,epoch"):
             self.assertIn(k, tr)
+        # backward holds its compute and the waits before the step
+        self.assertGreaterEqual(tr["backward_metric,backward"]["mean"] + 1e-6,
+                                tr["backward_metric,backward_compute"]["mean"])
         self.assertEqual(tr["epoch_metric,epoch"]["count"], 2 * epochs)
         sv = res["groups"]["server"]
         self.assertEqual(sorted(sv["ranks"]), [str(r) for r in range(nserver)])
