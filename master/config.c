@@ -3,6 +3,7 @@
 #include "master/config.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
+#include "shared/userpath.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -835,14 +836,17 @@ static void keys_list(json_t *obj, char *buf, size_t len)
 static int load_entry(const char *what, const char *path, const char *id, const char *const *class_keys,
                       config_entry *e, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        errbuf_set(err, errlen, "cannot read %s configurations %s: %s", what, path, strerror(errno));
+    /* A regular file only: a FIFO would block the master without a word,
+     * a directory read as "'[' or '{' expected" (userpath.h). */
+    char why[256];
+    int fd = userpath_open_read(path, why, sizeof why);
+    if (fd < 0) {
+        errbuf_set(err, errlen, "cannot read %s configurations %s: %s", what, path, why);
         return -1;
     }
     json_error_t je;
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
-    fclose(f);
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
     if (!root) {
         errbuf_set(err, errlen, "%s configurations %s:%d:%d: %s", what, path, je.line, je.column, je.text);
         return -1;

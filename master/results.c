@@ -8,6 +8,7 @@
 #include "shared/hostinfo.h"
 #include "shared/atomicfile.h"
 #include "shared/log.h"
+#include "shared/userpath.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -293,32 +294,37 @@ static int results_csv(const char *dir, const snap_stat *st, size_t n, const cha
     return rc;
 }
 
-int results_prepare_dir(const char *dir, char *err, size_t errlen)
+/* The files of one run, in the order results_write writes them. */
+static const char *const results_files[] = {"results.json", "trainer.csv", "server.csv"};
+
+/* Make dir (a run's folder under --out) and check its files can be
+ * written; errors start "--out OUT: ". */
+static int results_prepare_dir(const char *out, const char *dir, char *err, size_t errlen)
 {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+    char why[4400];
+    if (userpath_make_dir(dir, why, sizeof why) < 0) {
+        snprintf(err, errlen, "--out %s: %s", out, why);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof results_files / sizeof results_files[0]; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, results_files[i]);
+        if (userpath_check_out_file(path, why, sizeof why) < 0) {
+            snprintf(err, errlen, "--out %s: %s", out, why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int results_check_out(const char *out_dir, uint32_t runs, char *err, size_t errlen)
+{
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, runs == 1 ? "%s" : "%s/run-001", out_dir) >= (int)sizeof dir) {
         snprintf(err, errlen, "--out: path too long");
         return -1;
     }
-    /* Like mkdir -p: every missing parent, then the folder itself. */
-    for (char *p = path + 1; ; p++) {
-        bool end = *p == '\0';
-        if (*p != '/' && !end)
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-            snprintf(err, errlen, "--out %s: cannot create %s: %s", dir, path, strerror(errno));
-            return -1;
-        }
-        if (end)
-            break;
-        *p = '/';
-    }
-    if (access(dir, W_OK | X_OK) < 0) {
-        snprintf(err, errlen, "--out %s: %s", dir, strerror(errno));
-        return -1;
-    }
-    return 0;
+    return results_prepare_dir(out_dir, dir, err, errlen);
 }
 
 int results_write(master *m, char *err, size_t errlen)
@@ -327,8 +333,13 @@ int results_write(master *m, char *err, size_t errlen)
         return 0;
     char dir[4096];
     results_dir(m, dir, sizeof dir);
-    if (results_prepare_dir(dir, err, errlen) < 0)
+    /* The folder (a later run's is new); the files were checked at start
+     * (results_check_out), and a write's own error says more now. */
+    char why[4400];
+    if (userpath_make_dir(dir, why, sizeof why) < 0) {
+        snprintf(err, errlen, "--out %s: %s", m->set.out_dir, why);
         return -1;
+    }
     size_t ns = 0;
     snap_stat *st = agg_snapshot(&m->agg, true, &ns);
     snapshot_input in = {0};

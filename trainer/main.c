@@ -6,6 +6,7 @@
 #include "shared/gpu.h"
 #include "shared/log.h"
 #include "shared/metrics.h"
+#include "shared/userpath.h"
 #include "trainer/batch_update.h"
 #include "trainer/blasinfo.h"
 #include "trainer/client.h"
@@ -174,6 +175,18 @@ static int trainer_write_summary(const char *path, metrics *m, uint64_t batches,
     int rc = afile_write_json(path, o, JSON_INDENT(2), err + n, errlen - (size_t)n);
     json_decref(o);
     return rc;
+}
+
+/* An output file's path, checked before any work (userpath.h: its
+ * directory made, no folder or FIFO in its place, a file creatable there),
+ * so that a run never ends with "cannot write". 0, or -1 with err. */
+static int trainer_check_out(const char *flag, const char *path, char *err, size_t errlen)
+{
+    char why[1024];
+    if (!path || userpath_check_out_file(path, why, sizeof why) == 0)
+        return 0;
+    snprintf(err, errlen, "%s %s: %s", flag, path, why);
+    return -1;
 }
 
 /* After a failed pass: where the loss diverged and what to do, when that
@@ -450,6 +463,8 @@ int main(int argc, char **argv)
             return trainer_fail("--master: the master assigns servers and model; drop --server/--model");
         if (cfg.warmup)
             return trainer_fail("--warmup-batches: with --master, the master runs the warm-up pass");
+        if (trainer_check_out("--params-out", params_out, err, sizeof err) < 0)
+            return trainer_fail(err);
         log_init("psbench-trainer", level);
         trainer_check_blas();
         signal(SIGPIPE, SIG_IGN);
@@ -489,6 +504,9 @@ int main(int argc, char **argv)
         nservers += *p == ',';
     if (nservers > 64)
         return trainer_fail("--server: at most 64 servers");
+    if (trainer_check_out("--params-out", params_out, err, sizeof err) < 0 ||
+        trainer_check_out("--summary-json", summary, err, sizeof err) < 0)
+        return trainer_fail(err);
     log_init("psbench-trainer", level);
     trainer_check_blas();
     signal(SIGPIPE, SIG_IGN);
