@@ -106,6 +106,9 @@ typedef struct master {
     node *nodes;
     node **trainers, **servers; /* by rank, NULL while free */
     run_phase phase;
+    run_phase metrics_pass; /* the pass agg's metrics are from: PH_WARMUP or PH_RUNNING (the
+                             * timed one), PH_WAITING before any; kept when the run ends, so
+                             * that a failed run's figures say which pass they are */
     uint32_t run;        /* 1-based: which of set.runs this is */
     bool runs_ended;     /* a signal between runs: no further run */
     bool resetting;      /* between the warm-up and the timed pass */

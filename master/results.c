@@ -25,14 +25,28 @@
 
 #define RESULTS_EPOCH_METRIC "epoch_metric,epoch"
 
-/* Trainer r's samples (bags) per epoch in the timed pass, 0 if unknown. */
+/* The pass the run's metrics are from, as the tables and results.json name
+ * it ("timed", "warm-up"), or NULL before any pass began. A failed run's
+ * figures may be the warm-up's: the metrics are reset only as the timed
+ * pass starts. */
+static const char *results_pass_name(const master *m)
+{
+    return m->metrics_pass == PH_RUNNING ? "timed" : m->metrics_pass == PH_WARMUP ? "warm-up" : NULL;
+}
+
+/* Trainer r's samples (bags) per epoch in the timed pass, or -1 where not
+ * known: the figures are not the timed pass's, or the trainer did not
+ * finish it (a failed run). Never 0 in place of unknown: 0 samples/s
+ * would read as a result. */
 static double results_samples_per_epoch(const master *m, uint32_t r)
 {
     const node *n = m->trainers[r];
-    json_t *s = n && n->timed_result ? json_object_get(n->timed_result, "bags") : NULL;
-    json_t *e = n && n->timed_result ? json_object_get(n->timed_result, "epochs") : NULL;
+    if (m->metrics_pass != PH_RUNNING || !n || !n->timed_result)
+        return -1;
+    json_t *s = json_object_get(n->timed_result, "bags");
+    json_t *e = json_object_get(n->timed_result, "epochs");
     if (!json_is_integer(s) || !json_is_integer(e) || json_integer_value(e) <= 0)
-        return 0;
+        return -1;
     return (double)json_integer_value(s) / (double)json_integer_value(e);
 }
 
@@ -40,21 +54,24 @@ static const char *const results_pct[] = {"p50", "p75", "p90", "p95"};
 
 /* One row per trainer and one for all: p50, p75, p90 and p95 of seconds per
  * epoch, and the samples per second at each (a trainer's mean samples per
- * epoch over that time; for all, every trainer's together); then each
- * server's rows touched: {"epochs": [rows], "rows_touched": {rank: n}}. */
+ * epoch over that time; for all, every trainer's together; null where not
+ * known); then each server's rows touched: {"pass": "timed" | "warm-up" |
+ * null, "epochs": [rows], "rows_touched": {rank: n}}. */
 static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n)
 {
     json_t *rows = json_array();
     double all_samples = 0;
-    for (uint32_t r = 0; r < m->set.ntrainer; r++)
-        all_samples += results_samples_per_epoch(m, r);
+    for (uint32_t r = 0; r < m->set.ntrainer && all_samples >= 0; r++) {
+        double s = results_samples_per_epoch(m, r);
+        all_samples = s < 0 ? -1 : all_samples + s;
+    }
     for (size_t i = 0; i < n; i++) {
         if (strcmp(st[i].role, "trainer") != 0 || strcmp(st[i].metric, RESULTS_EPOCH_METRIC) != 0)
             continue;
         const stats_summary *s = &st[i].s;
         double samples = st[i].rank < 0 ? all_samples
                          : st[i].rank < m->set.ntrainer ? results_samples_per_epoch(m, (uint32_t)st[i].rank)
-                                                        : 0;
+                                                        : -1;
         double v[4] = {s->p50 / 1e3, s->p75 / 1e3, s->p90 / 1e3, s->p95 / 1e3};
         char who[24];
         if (st[i].rank < 0)
@@ -67,7 +84,7 @@ static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n)
             snprintf(key, sizeof key, "%s_s_per_epoch", results_pct[k]);
             json_object_set_new(row, key, json_real(v[k]));
             snprintf(key, sizeof key, "%s_samples_per_s", results_pct[k]);
-            json_object_set_new(row, key, json_real(v[k] > 0 ? samples / v[k] : 0));
+            json_object_set_new(row, key, samples >= 0 && v[k] > 0 ? json_real(samples / v[k]) : json_null());
         }
         json_array_append_new(rows, row);
     }
@@ -78,19 +95,29 @@ static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n)
         snprintf(key, sizeof key, "%u", r);
         json_object_set_new(touched, key, sv && sv->rows_touched >= 0 ? json_integer(node_rows_touched(sv)) : json_null());
     }
-    return json_pack("{s:o, s:o}", "epochs", rows, "rows_touched", touched);
+    const char *pass = results_pass_name(m);
+    return json_pack("{s:o, s:o, s:o}", "pass", pass ? json_string(pass) : json_null(), "epochs", rows,
+                     "rows_touched", touched);
 }
 
-/* The seed's table, from what results_ddp_rpc computed. */
-static void results_print_ddp_rpc(const json_t *d, FILE *out)
+/* The seed's table, from what results_ddp_rpc computed; "-" for samples
+ * per second not known. */
+static void results_print_ddp_rpc(const json_t *d, bool failed, FILE *out)
 {
+    const char *pass = json_string_value(json_object_get(d, "pass"));
+    bool timed = pass && strcmp(pass, "timed") == 0;
     if (json_array_size(json_object_get(d, "epochs")) == 0) {
         /* No epoch was timed (the run failed before or during its timed
          * pass): a header without rows would read as a result. */
         fprintf(out, "\nDDP + RPC benchmark: no epoch of the timed pass completed\n");
         return;
     }
-    fprintf(out, "\nDDP + RPC benchmark (timed pass): seconds per epoch, samples per second\n");
+    if (timed)
+        fprintf(out, "\nDDP + RPC benchmark (timed pass%s): seconds per epoch, samples per second\n",
+                failed ? ", cut short: the run failed" : "");
+    else
+        fprintf(out, "\nDDP + RPC benchmark (%s pass: the run failed before its timed pass): seconds per epoch, "
+                "samples per second (-: not known)\n", pass ? pass : "no");
     fprintf(out, "%-8s", "trainer");
     for (int k = 0; k < 4; k++)
         fprintf(out, " %10s %12s", results_pct[k], "samples/s");
@@ -104,7 +131,11 @@ static void results_print_ddp_rpc(const json_t *d, FILE *out)
             snprintf(key, sizeof key, "%s_s_per_epoch", results_pct[k]);
             fprintf(out, " %10.4f", json_real_value(json_object_get(row, key)));
             snprintf(key, sizeof key, "%s_samples_per_s", results_pct[k]);
-            fprintf(out, " %12.1f", json_real_value(json_object_get(row, key)));
+            json_t *sps = json_object_get(row, key);
+            if (json_is_number(sps))
+                fprintf(out, " %12.1f", json_number_value(sps));
+            else
+                fprintf(out, " %12s", "-");
         }
         fprintf(out, "\n");
     }
@@ -193,6 +224,11 @@ void results_print(master *m)
 {
     printf("\npsbench run %s%s%s\n", m->phase == PH_DONE ? "done" : "failed", m->error[0] ? ": " : "",
            m->error);
+    /* A failed run's figures: which pass, before any of them. */
+    const char *pass = results_pass_name(m);
+    if (m->phase != PH_DONE && pass)
+        printf("the figures below are the %s pass's%s\n", pass,
+               m->metrics_pass == PH_WARMUP ? " (the run failed before its timed pass)" : ", up to the failure");
     agg_print_tables(&m->agg, stdout);
     results_print_gpu_timed(m, stdout);
     json_t *warnings = results_warnings(m);
@@ -206,7 +242,7 @@ void results_print(master *m)
         snap_stat *st = agg_snapshot(&m->agg, true, &ns);
         json_t *d = st ? results_ddp_rpc(m, st, ns) : NULL;
         if (d)
-            results_print_ddp_rpc(d, stdout);
+            results_print_ddp_rpc(d, m->phase != PH_DONE, stdout);
         json_decref(d);
         free(st);
     }
@@ -368,6 +404,13 @@ int results_write(master *m, char *err, size_t errlen)
                             "warnings", results_warnings(m));
     if (doc && m->set.embedding && st)
         json_object_set_new(doc, "ddp_rpc", results_ddp_rpc(m, st, ns));
+    /* Which pass the groups' figures are from (extension): "timed", or
+     * "warm-up" when the run failed before its timed pass; null when none
+     * began. */
+    if (doc) {
+        const char *pass = results_pass_name(m);
+        json_object_set_new(doc, "metrics_pass", pass ? json_string(pass) : json_null());
+    }
     /* The timed pass's duration ("Time spent training"), once it ended. */
     if (doc && m->training_s > 0)
         json_object_set_new(doc, "training_seconds", json_real(m->training_s));
