@@ -11,6 +11,7 @@
 #include "trainer/blasinfo.h"
 #include "trainer/client.h"
 #include "trainer/compute.h"
+#include "trainer/memneed.h"
 #include "trainer/run.h"
 #include "trainer/synthetic.h"
 
@@ -189,6 +190,17 @@ static int trainer_check_out(const char *flag, const char *path, char *err, size
     return -1;
 }
 
+/* The job's memory against this process's limits and its host's, and
+ * OpenBLAS's buffer mapped while that can be checked (memneed.h). */
+static int trainer_check_memory(const memneed *need, char *err, size_t errlen)
+{
+    memroom room;
+    memneed_room(&room);
+    if (memneed_check(need, &room, err, errlen) < 0)
+        return -1;
+    return memneed_reserve_blas(need, err, errlen);
+}
+
 /* After a failed pass: where the loss diverged and what to do, when that
  * was the cause (loss_check.h). */
 static void trainer_divergence_reason(const batch_update *b, const char *pass, char *err, size_t errlen)
@@ -205,6 +217,12 @@ static int trainer_batch_update(const batch_update_config *bu, const char *serve
                                 const char *params_out)
 {
     char err[1536];
+    memneed need;
+    memneed_linear(bu->in_features, bu->out_features, bu->batch_size, memneed_host_device(bu->device), &need);
+    if (trainer_check_memory(&need, err, sizeof err) < 0) {
+        fprintf(stderr, "psbench-trainer: rank %" PRIu64 ": %s\n", bu->rank, err);
+        return 1;
+    }
     metrics *m = metrics_new();
     batch_update *b = m ? batch_update_new(bu, m, err, sizeof err) : NULL;
     if (!m)
@@ -521,6 +539,12 @@ int main(int argc, char **argv)
                                     params_out);
     }
 
+    memneed need;
+    memneed_synthetic((uint64_t)cfg.buckets * cfg.bucket_floats, &need);
+    if (trainer_check_memory(&need, err, sizeof err) < 0) {
+        fprintf(stderr, "psbench-trainer: rank %" PRIu64 ": %s\n", cfg.rank, err);
+        return 1;
+    }
     metrics *m = metrics_new();
     synthetic *syn = m ? synthetic_new(&cfg, m) : NULL;
     if (!syn) {
