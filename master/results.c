@@ -115,9 +115,9 @@ static void results_print_ddp_rpc(const json_t *d, bool failed, FILE *out)
     if (timed)
         fprintf(out, "\nDDP + RPC benchmark (timed pass%s): seconds per epoch, samples per second\n",
                 failed ? ", cut short: the run failed" : "");
-    else
+    else /* epochs were timed, so a pass began: the warm-up */
         fprintf(out, "\nDDP + RPC benchmark (%s pass: the run failed before its timed pass): seconds per epoch, "
-                "samples per second (-: not known)\n", pass ? pass : "no");
+                "samples per second (-: not known)\n", pass ? pass : "warm-up");
     fprintf(out, "%-8s", "trainer");
     for (int k = 0; k < 4; k++)
         fprintf(out, " %10s %12s", results_pct[k], "samples/s");

@@ -355,7 +355,7 @@ static int run_check_memory(const run_job *j, char *err, size_t errlen)
 {
     const char *e = getenv("PSBENCH_TRAINER_COMPUTE"); /* run_compute_device's, without its warning */
     bool host = memneed_host_device(e && *e ? e : j->device);
-    memneed need;
+    memneed need = {0};
     switch (j->model.cls) {
     case MODEL_DUMMY: {
         train_job tj;
@@ -373,7 +373,7 @@ static int run_check_memory(const run_job *j, char *err, size_t errlen)
         memneed_hybrid(host, &need);
         memneed_add_threads(&need, 1); /* allreduce_hook's */
         break;
-    default: {
+    case MODEL_SYNTHETIC: {
         const modelconf *mc = &j->model;
         uint64_t floats = 0;
         for (uint32_t b = 0; b < mc->syn.buckets; b++)
@@ -385,9 +385,9 @@ static int run_check_memory(const run_job *j, char *err, size_t errlen)
     memroom room;
     memneed_room(&room);
     log_debug("trainer %" PRIu64 ": memory needed: model %" PRIu64 " B, data %" PRIu64 " B, OpenBLAS %" PRIu64
-              " B, stacks %" PRIu64 " B; address space %" PRIu64 " of %" PRIu64 " B, data %" PRIu64 " of %" PRIu64 " B, host %" PRIu64
-              " B available", j->rank, need.model, need.data, need.blas, need.stacks, room.as_used, room.as_limit,
-              room.data_used, room.data_limit, room.available);
+              " B, stacks %" PRIu64 " B; address space %" PRIu64 " of %" PRIu64 " B, data %" PRIu64 " of %" PRIu64
+              " B, host %" PRIu64 " B available", j->rank, need.model, need.data, need.blas, need.stacks,
+              room.as_used, room.as_limit, room.data_used, room.data_limit, room.available);
     if (memneed_check(&need, &room, err, errlen) < 0)
         return -1;
     return memneed_reserve_blas(&need, err, errlen);
