@@ -3,6 +3,7 @@
 #include "master/config.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
+#include "shared/userpath.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -385,7 +386,8 @@ void config_usage(FILE *f)
         "                            the run ends done with a warning (default: the trainer\n"
         "                            stops there and the run fails, naming epoch and batch)\n"
         "  --out DIR                 write results.json and a CSV per group into DIR (with\n"
-        "                            --runs other than 1: into DIR/run-001/, DIR/run-002/, ...)\n"
+        "                            --runs other than 1: into DIR/run-001/, DIR/run-002/, ...);\n"
+        "                            made and checked before the run starts\n"
         "  --token-file FILE         the job's token, a shared secret every node must present:\n"
         "                            FILE's first line (keep it mode 600; the nodes take the\n"
         "                            same flag). Without a token a master listening beyond\n"
@@ -966,14 +968,17 @@ static void keys_list(json_t *obj, char *buf, size_t len)
 static int load_entry(const char *what, const char *path, const char *id, const char *const *class_keys,
                       config_entry *e, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        errbuf_set(err, errlen, "cannot read %s configurations %s: %s", what, path, strerror(errno));
+    /* A regular file only: a FIFO would block the master without a word,
+     * a directory read as "'[' or '{' expected" (userpath.h). */
+    char why[256];
+    int fd = userpath_open_read(path, why, sizeof why);
+    if (fd < 0) {
+        errbuf_set(err, errlen, "cannot read %s configurations %s: %s", what, path, why);
         return -1;
     }
     json_error_t je;
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
-    fclose(f);
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
     if (!root) {
         errbuf_set(err, errlen, "%s configurations %s:%d:%d: %s", what, path, je.line, je.column, je.text);
         return -1;

@@ -1,6 +1,7 @@
 /* diff.c — compare two results.json files (see diff.h). */
 #include "master/diff.h"
 #include "shared/atomicfile.h"
+#include "shared/userpath.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -8,6 +9,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The stats shown, in this order. */
 static const char *const diff_stats[] = {"count", "mean", "p50", "p90", "p99", "max"};
@@ -16,15 +18,22 @@ static const char *const diff_stats[] = {"count", "mean", "p50", "p90", "p99", "
 void diff_usage(FILE *f)
 {
     fprintf(f,
-            "usage: psbench-master diff [--csv FILE] A.json B.json\n"
+            "usage: psbench-master diff [--csv FILE] [--allow-failed] A.json B.json\n"
             "\n"
             "Compares two runs' results.json (written by --out DIR): first where their\n"
             "configurations and environments differ (what each node computed with:\n"
             "CPU, BLAS and its kernels, the server's folds, compiler, kernel), then per\n"
             "group and rank every metric's count, mean, p50, p90, p99 and max in ms,\n"
             "with B-A and the change in percent of A (negative: B is faster).\n"
-            "  --csv FILE   also write the rows as CSV\n"
-            "Exit status: 0 ok, 1 unreadable or invalid input, 2 usage error.\n");
+            "A run that failed is said first, and not compared unless --allow-failed:\n"
+            "its figures stop where it failed (and may be the warm-up pass's).\n"
+            "A run's warnings (e.g. a loss that diverged under --allow-divergence)\n"
+            "are shown before the figures.\n"
+            "  --csv FILE       also write the rows as CSV (checked before comparing:\n"
+            "                   its folder is made, the name must be free for a file)\n"
+            "  --allow-failed   compare a failed run too (exit 0)\n"
+            "Exit status: 0 ok, 1 unreadable or invalid input, or a failed run without\n"
+            "--allow-failed, 2 usage error (a --csv FILE that cannot be written too).\n");
 }
 
 /* ---- a sorted, unique list of keys ------------------------------------- */
@@ -123,14 +132,16 @@ static const char *check_section(json_t *sec, const char *prefix, char *where, s
 
 static json_t *diff_load(const char *path, FILE *err)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(err, "psbench-master diff: cannot read %s: %s\n", path, strerror(errno));
+    /* A regular file only: a FIFO would block for ever (userpath.h). */
+    char why[256];
+    int fd = userpath_open_read(path, why, sizeof why);
+    if (fd < 0) {
+        fprintf(err, "psbench-master diff: cannot read %s: %s\n", path, why);
         return NULL;
     }
     json_error_t je;
-    json_t *root = json_loadf(f, 0, &je);
-    fclose(f);
+    json_t *root = json_loadfd(fd, 0, &je);
+    close(fd);
     if (!root) {
         fprintf(err, "psbench-master diff: %s:%d:%d: invalid JSON: %s\n", path, je.line, je.column, je.text);
         return NULL;
@@ -475,6 +486,49 @@ static void diff_environment(FILE *out, json_t *a, json_t *b)
         fprintf(out, recorded || ea || eb ? "environment: same\n" : "environment: not recorded\n");
 }
 
+/* ---- how each run ended ----------------------------------------------------- */
+
+/* Whether a results document is of a run that did not finish: "phase"
+ * other than "done" (results.json says "done" or "failed"; a file
+ * without it, from before it was written, counts as finished). */
+static bool diff_unfinished(json_t *doc)
+{
+    const char *phase = json_string_value(json_object_get(doc, "phase"));
+    return phase && strcmp(phase, "done") != 0;
+}
+
+/* "is a failed run: ERROR" (or "is not a finished run (phase 'x')") into buf. */
+static void diff_unfinished_line(json_t *doc, char *buf, size_t len)
+{
+    const char *phase = json_string_value(json_object_get(doc, "phase"));
+    const char *error = json_string_value(json_object_get(doc, "error"));
+    if (strcmp(phase, "failed") == 0)
+        snprintf(buf, len, "is a failed run: %.900s", error ? error : "(no reason recorded)");
+    else
+        snprintf(buf, len, "is not a finished run (phase '%.64s')", phase);
+}
+
+/* The runs' states and warnings, before anything else: a failed run's
+ * figures stop where it failed, a run with warnings went on past them. */
+static void diff_states(FILE *out, const char *const *files, json_t *const *docs)
+{
+    static const char *const who[] = {"A", "B"};
+    for (int d = 0; d < 2; d++) {
+        if (diff_unfinished(docs[d])) {
+            char line[1024];
+            diff_unfinished_line(docs[d], line, sizeof line);
+            fprintf(out, "%s (%s) %s\n", who[d], files[d], line);
+        }
+    }
+    for (int d = 0; d < 2; d++) {
+        size_t i;
+        json_t *w;
+        json_array_foreach(json_object_get(docs[d], "warnings"), i, w)
+            if (json_is_string(w))
+                fprintf(out, "%s: warning: %s\n", who[d], json_string_value(w));
+    }
+}
+
 /* Close the in-memory CSV and write it to path whole: a temporary file in
  * the same directory, fsync, rename (afile_write). 0, or 1 with the error
  * (the path, the errno by name and text) on err. */
@@ -498,6 +552,7 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
 {
     const char *files[2] = {NULL, NULL};
     const char *csv_path = NULL;
+    bool allow_failed = false;
     int nfiles = 0;
     bool opts_done = false;
     for (int i = 1; i < argc; i++) {
@@ -517,6 +572,8 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
                 csv_path = argv[++i];
             } else if (strncmp(a, "--csv=", 6) == 0) {
                 csv_path = a + 6;
+            } else if (strcmp(a, "--allow-failed") == 0) {
+                allow_failed = true;
             } else {
                 fprintf(err, "psbench-master diff: unknown option '%s'\n", a);
                 diff_usage(err);
@@ -540,6 +597,12 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
         fprintf(err, "psbench-master diff: --csv needs a file name\n");
         return 2;
     }
+    /* The output first: a comparison must not end with "cannot write". */
+    char why[4400];
+    if (csv_path && userpath_check_out_file(csv_path, why, sizeof why) < 0) {
+        fprintf(err, "psbench-master diff: --csv %s: %s\n", csv_path, why);
+        return 2;
+    }
 
     json_t *a = diff_load(files[0], err);
     if (!a)
@@ -548,6 +611,19 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
     if (!b) {
         json_decref(a);
         return 1;
+    }
+    /* A failed run is said first; compared only when asked. */
+    json_t *docs[2] = {a, b};
+    for (int d = 0; d < 2 && !allow_failed; d++) {
+        if (diff_unfinished(docs[d])) {
+            char line[1024];
+            diff_unfinished_line(docs[d], line, sizeof line);
+            fprintf(err, "psbench-master diff: %s %s (its figures stop where it ended; --allow-failed compares "
+                    "it anyway)\n", files[d], line);
+            json_decref(a);
+            json_decref(b);
+            return 1;
+        }
     }
     /* The CSV is built in memory and written whole at the end (afile_write):
      * a full disk never leaves a cut-short file that looks like a diff. */
@@ -565,6 +641,7 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
         fprintf(csv, "group,rank,metric,stat,a,b,b_minus_a,change_pct\n");
     }
 
+    diff_states(out, files, docs);
     fprintf(out, "A: %s\nB: %s\n", files[0], files[1]);
     fprintf(out, "values in ms; B-A and change are B relative to A (negative: B is faster)\n");
     diff_configuration(out, json_object_get(a, "configuration"), json_object_get(b, "configuration"));

@@ -108,6 +108,9 @@ int main(int argc, char **argv)
      * rather than the placement it would upset. */
     if (rc == 0)
         rc = config_resolve(&c, err, sizeof err);
+    /* Then where the results go: a run must not end with "cannot write". */
+    if (rc == 0 && c.out_dir && results_check_out(c.out_dir, c.runs, err, sizeof err) < 0)
+        rc = -1;
     if (rc != 0) {
         config_free(&c);
         return master_fail_usage(err);
@@ -121,10 +124,6 @@ int main(int argc, char **argv)
     uint16_t lport, hport;
     if (net_parse_hostport(c.listen, lhost, sizeof lhost, &lport, 1, err, sizeof err) < 0 ||
         net_parse_hostport(c.http, hhost, sizeof hhost, &hport, 1, err, sizeof err) < 0) {
-        config_free(&c);
-        return master_fail_usage(err);
-    }
-    if (c.out_dir && results_prepare_dir(c.out_dir, err, sizeof err) < 0) {
         config_free(&c);
         return master_fail_usage(err);
     }

@@ -110,6 +110,9 @@ typedef struct master {
     node *nodes;
     node **trainers, **servers; /* by rank, NULL while free */
     run_phase phase;
+    run_phase metrics_pass; /* the pass agg's metrics are from: PH_WARMUP or PH_RUNNING (the
+                             * timed one), PH_WAITING before any; kept when the run ends, so
+                             * that a failed run's figures say which pass they are */
     uint32_t run;        /* 1-based: which of set.runs this is */
     bool runs_ended;     /* a signal between runs: no further run */
     bool resetting;      /* between the warm-up and the timed pass */
@@ -162,9 +165,13 @@ static inline int64_t node_rows_touched(const node *n)
 /* results.c: tables on stdout, results.json and CSVs under out_dir
  * (out_dir/run-NNN with --runs other than 1). */
 int results_write(master *m, char *err, size_t errlen);
-/* Create --out (and missing parents) and check it is writable: done at
- * start, so that a bad path fails before the run rather than after it. */
-int results_prepare_dir(const char *dir, char *err, size_t errlen);
+/* Create --out (and missing parents) and check every file the first run
+ * writes there (results.json, trainer.csv, server.csv; in run-001/ with
+ * --runs other than 1) can be written: done at start, so that a bad path
+ * (a file where the folder should be, a folder where a file should be, a
+ * read-only place) fails before the run rather than after it. 0, or -1
+ * with "--out DIR: ..." in err. */
+int results_check_out(const char *out_dir, uint32_t runs, char *err, size_t errlen);
 void results_print(master *m);
 /* A trainer's diverged loss as the run's warning: "trainer R (HOST): loss
  * diverged at epoch E, batch B of the P pass (loss = nan); the run went on

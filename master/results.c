@@ -8,6 +8,7 @@
 #include "shared/hostinfo.h"
 #include "shared/atomicfile.h"
 #include "shared/log.h"
+#include "shared/userpath.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,14 +25,28 @@
 
 #define RESULTS_EPOCH_METRIC "epoch_metric,epoch"
 
-/* Trainer r's samples (bags) per epoch in the timed pass, 0 if unknown. */
+/* The pass the run's metrics are from, as the tables and results.json name
+ * it ("timed", "warm-up"), or NULL before any pass began. A failed run's
+ * figures may be the warm-up's: the metrics are reset only as the timed
+ * pass starts. */
+static const char *results_pass_name(const master *m)
+{
+    return m->metrics_pass == PH_RUNNING ? "timed" : m->metrics_pass == PH_WARMUP ? "warm-up" : NULL;
+}
+
+/* Trainer r's samples (bags) per epoch in the timed pass, or -1 where not
+ * known: the figures are not the timed pass's, or the trainer did not
+ * finish it (a failed run). Never 0 in place of unknown: 0 samples/s
+ * would read as a result. */
 static double results_samples_per_epoch(const master *m, uint32_t r)
 {
     const node *n = m->trainers[r];
-    json_t *s = n && n->timed_result ? json_object_get(n->timed_result, "bags") : NULL;
-    json_t *e = n && n->timed_result ? json_object_get(n->timed_result, "epochs") : NULL;
+    if (m->metrics_pass != PH_RUNNING || !n || !n->timed_result)
+        return -1;
+    json_t *s = json_object_get(n->timed_result, "bags");
+    json_t *e = json_object_get(n->timed_result, "epochs");
     if (!json_is_integer(s) || !json_is_integer(e) || json_integer_value(e) <= 0)
-        return 0;
+        return -1;
     return (double)json_integer_value(s) / (double)json_integer_value(e);
 }
 
@@ -90,23 +105,26 @@ static json_t *results_traffic(const master *m)
 
 /* One row per trainer and one for all: p50, p75, p90 and p95 of seconds per
  * epoch, and the samples per second at each (a trainer's mean samples per
- * epoch over that time; for all, every trainer's together); then each
- * server's rows touched, the trainers' rpc_pattern and the servers'
- * traffic: {"epochs": [rows], "rows_touched": {rank: n}, "rpc_pattern",
- * "traffic": results_traffic's or null}. */
+ * epoch over that time; for all, every trainer's together; null where not
+ * known); then each server's rows touched, the trainers' rpc_pattern and
+ * the servers' traffic: {"pass": "timed" | "warm-up" | null, "epochs":
+ * [rows], "rows_touched": {rank: n}, "rpc_pattern", "traffic":
+ * results_traffic's or null}. */
 static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n)
 {
     json_t *rows = json_array();
     double all_samples = 0;
-    for (uint32_t r = 0; r < m->set.ntrainer; r++)
-        all_samples += results_samples_per_epoch(m, r);
+    for (uint32_t r = 0; r < m->set.ntrainer && all_samples >= 0; r++) {
+        double s = results_samples_per_epoch(m, r);
+        all_samples = s < 0 ? -1 : all_samples + s;
+    }
     for (size_t i = 0; i < n; i++) {
         if (strcmp(st[i].role, "trainer") != 0 || strcmp(st[i].metric, RESULTS_EPOCH_METRIC) != 0)
             continue;
         const stats_summary *s = &st[i].s;
         double samples = st[i].rank < 0 ? all_samples
                          : st[i].rank < m->set.ntrainer ? results_samples_per_epoch(m, (uint32_t)st[i].rank)
-                                                        : 0;
+                                                        : -1;
         double v[4] = {s->p50 / 1e3, s->p75 / 1e3, s->p90 / 1e3, s->p95 / 1e3};
         char who[24];
         if (st[i].rank < 0)
@@ -119,7 +137,7 @@ static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n)
             snprintf(key, sizeof key, "%s_s_per_epoch", results_pct[k]);
             json_object_set_new(row, key, json_real(v[k]));
             snprintf(key, sizeof key, "%s_samples_per_s", results_pct[k]);
-            json_object_set_new(row, key, json_real(v[k] > 0 ? samples / v[k] : 0));
+            json_object_set_new(row, key, samples >= 0 && v[k] > 0 ? json_real(samples / v[k]) : json_null());
         }
         json_array_append_new(rows, row);
     }
@@ -131,22 +149,33 @@ static json_t *results_ddp_rpc(const master *m, const snap_stat *st, size_t n)
         json_object_set_new(touched, key, sv && sv->rows_touched >= 0 ? json_integer(node_rows_touched(sv)) : json_null());
     }
     json_t *traffic = results_traffic(m);
-    return json_pack("{s:o, s:o, s:s, s:o}", "epochs", rows, "rows_touched", touched, "rpc_pattern",
-                     m->set.rpc_pattern ? m->set.rpc_pattern : "seed", "traffic", traffic ? traffic : json_null());
+    const char *pass = results_pass_name(m);
+    return json_pack("{s:o, s:o, s:o, s:s, s:o}", "pass", pass ? json_string(pass) : json_null(), "epochs", rows,
+                     "rows_touched", touched, "rpc_pattern", m->set.rpc_pattern ? m->set.rpc_pattern : "seed",
+                     "traffic", traffic ? traffic : json_null());
 }
 
-/* The seed's table, from what results_ddp_rpc computed. */
-static void results_print_ddp_rpc(const json_t *d, FILE *out)
+/* The seed's table, from what results_ddp_rpc computed; "-" for samples
+ * per second not known. */
+static void results_print_ddp_rpc(const json_t *d, bool failed, FILE *out)
 {
     const char *pattern = json_string_value(json_object_get(d, "rpc_pattern"));
+    const char *pass = json_string_value(json_object_get(d, "pass"));
+    bool timed = pass && strcmp(pass, "timed") == 0;
     if (json_array_size(json_object_get(d, "epochs")) == 0) {
         /* No epoch was timed (the run failed before or during its timed
          * pass): a header without rows would read as a result. */
         fprintf(out, "\nDDP + RPC benchmark: no epoch of the timed pass completed (rpc_pattern %s)\n", pattern);
         return;
     }
-    fprintf(out, "\nDDP + RPC benchmark (timed pass, rpc_pattern %s): seconds per epoch, samples per second\n",
-            pattern);
+    if (timed)
+        fprintf(out, "\nDDP + RPC benchmark (timed pass%s, rpc_pattern %s): seconds per epoch, samples per second\n",
+                failed ? ", cut short: the run failed" : "", pattern);
+    else /* epochs were timed, so a pass began: the warm-up */
+        fprintf(out,
+                "\nDDP + RPC benchmark (%s pass: the run failed before its timed pass, rpc_pattern %s): seconds per "
+                "epoch, samples per second (-: not known)\n",
+                pass ? pass : "warm-up", pattern);
     fprintf(out, "rpc_pattern %s: %s\n", pattern, results_pattern_words(pattern));
     fprintf(out, "%-8s", "trainer");
     for (int k = 0; k < 4; k++)
@@ -161,7 +190,11 @@ static void results_print_ddp_rpc(const json_t *d, FILE *out)
             snprintf(key, sizeof key, "%s_s_per_epoch", results_pct[k]);
             fprintf(out, " %10.4f", json_real_value(json_object_get(row, key)));
             snprintf(key, sizeof key, "%s_samples_per_s", results_pct[k]);
-            fprintf(out, " %12.1f", json_real_value(json_object_get(row, key)));
+            json_t *sps = json_object_get(row, key);
+            if (json_is_number(sps))
+                fprintf(out, " %12.1f", json_number_value(sps));
+            else
+                fprintf(out, " %12s", "-");
         }
         fprintf(out, "\n");
     }
@@ -260,6 +293,11 @@ void results_print(master *m)
 {
     printf("\npsbench run %s%s%s\n", m->phase == PH_DONE ? "done" : "failed", m->error[0] ? ": " : "",
            m->error);
+    /* A failed run's figures: which pass, before any of them. */
+    const char *pass = results_pass_name(m);
+    if (m->phase != PH_DONE && pass)
+        printf("the figures below are the %s pass's%s\n", pass,
+               m->metrics_pass == PH_WARMUP ? " (the run failed before its timed pass)" : ", up to the failure");
     agg_print_tables(&m->agg, stdout);
     results_print_gpu_timed(m, stdout);
     json_t *warnings = results_warnings(m);
@@ -273,7 +311,7 @@ void results_print(master *m)
         snap_stat *st = agg_snapshot(&m->agg, true, &ns);
         json_t *d = st ? results_ddp_rpc(m, st, ns) : NULL;
         if (d)
-            results_print_ddp_rpc(d, stdout);
+            results_print_ddp_rpc(d, m->phase != PH_DONE, stdout);
         json_decref(d);
         free(st);
     }
@@ -361,32 +399,37 @@ static int results_csv(const char *dir, const snap_stat *st, size_t n, const cha
     return rc;
 }
 
-int results_prepare_dir(const char *dir, char *err, size_t errlen)
+/* The files of one run, in the order results_write writes them. */
+static const char *const results_files[] = {"results.json", "trainer.csv", "server.csv"};
+
+/* Make dir (a run's folder under --out) and check its files can be
+ * written; errors start "--out OUT: ". */
+static int results_prepare_dir(const char *out, const char *dir, char *err, size_t errlen)
 {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+    char why[4400];
+    if (userpath_make_dir(dir, why, sizeof why) < 0) {
+        snprintf(err, errlen, "--out %s: %s", out, why);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof results_files / sizeof results_files[0]; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, results_files[i]);
+        if (userpath_check_out_file(path, why, sizeof why) < 0) {
+            snprintf(err, errlen, "--out %s: %s", out, why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int results_check_out(const char *out_dir, uint32_t runs, char *err, size_t errlen)
+{
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, runs == 1 ? "%s" : "%s/run-001", out_dir) >= (int)sizeof dir) {
         snprintf(err, errlen, "--out: path too long");
         return -1;
     }
-    /* Like mkdir -p: every missing parent, then the folder itself. */
-    for (char *p = path + 1; ; p++) {
-        bool end = *p == '\0';
-        if (*p != '/' && !end)
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-            snprintf(err, errlen, "--out %s: cannot create %s: %s", dir, path, strerror(errno));
-            return -1;
-        }
-        if (end)
-            break;
-        *p = '/';
-    }
-    if (access(dir, W_OK | X_OK) < 0) {
-        snprintf(err, errlen, "--out %s: %s", dir, strerror(errno));
-        return -1;
-    }
-    return 0;
+    return results_prepare_dir(out_dir, dir, err, errlen);
 }
 
 int results_write(master *m, char *err, size_t errlen)
@@ -395,8 +438,13 @@ int results_write(master *m, char *err, size_t errlen)
         return 0;
     char dir[4096];
     results_dir(m, dir, sizeof dir);
-    if (results_prepare_dir(dir, err, errlen) < 0)
+    /* The folder (a later run's is new); the files were checked at start
+     * (results_check_out), and a write's own error says more now. */
+    char why[4400];
+    if (userpath_make_dir(dir, why, sizeof why) < 0) {
+        snprintf(err, errlen, "--out %s: %s", m->set.out_dir, why);
         return -1;
+    }
     size_t ns = 0;
     snap_stat *st = agg_snapshot(&m->agg, true, &ns);
     snapshot_input in = {0};
@@ -425,6 +473,13 @@ int results_write(master *m, char *err, size_t errlen)
                             "warnings", results_warnings(m));
     if (doc && m->set.embedding && st)
         json_object_set_new(doc, "ddp_rpc", results_ddp_rpc(m, st, ns));
+    /* Which pass the groups' figures are from (extension): "timed", or
+     * "warm-up" when the run failed before its timed pass; null when none
+     * began. */
+    if (doc) {
+        const char *pass = results_pass_name(m);
+        json_object_set_new(doc, "metrics_pass", pass ? json_string(pass) : json_null());
+    }
     /* The timed pass's duration ("Time spent training"), once it ended. */
     if (doc && m->training_s > 0)
         json_object_set_new(doc, "training_seconds", json_real(m->training_s));

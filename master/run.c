@@ -109,6 +109,10 @@ static void master_send_all(master *m, const char *type, json_t *body)
 static void master_set_phase(master *m, run_phase ph)
 {
     m->phase = ph;
+    /* agg holds one pass's metrics (reset as the timed pass starts and
+     * for each run): which one, through done or failed. */
+    if (ph == PH_WAITING || ph == PH_WARMUP || ph == PH_RUNNING)
+        m->metrics_pass = ph;
     m->t_phase = master_now();
     log_info("phase %s", phase_names[ph]);
     /* `done` is published once the run's files are written (master_on_tick):

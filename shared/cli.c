@@ -1,5 +1,6 @@
 /* cli.c — strict command-line value parsing (see cli.h). */
 #include "shared/cli.h"
+#include "shared/userpath.h"
 
 #include <errno.h>
 #include <math.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, int sizes,
                   uint64_t *out, char *err, size_t errlen)
@@ -85,13 +87,21 @@ int cli_read_token_file(const char *path, char *buf, size_t len, int *loose, cha
         snprintf(err, errlen, "--token-file: needs a file name");
         return -1;
     }
-    FILE *f = fopen(path, "r");
+    /* A regular file only: a FIFO would block the binary before it said
+     * a word (userpath.h). */
+    char why[256];
+    int fd = userpath_open_read(path, why, sizeof why);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
     if (!f) {
-        snprintf(err, errlen, "--token-file %s: %s", path, strerror(errno));
+        if (fd >= 0) {
+            snprintf(why, sizeof why, "%s", strerror(errno));
+            close(fd);
+        }
+        snprintf(err, errlen, "--token-file %s: %s", path, why);
         return -1;
     }
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & (S_IRGRP | S_IROTH)))
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
         *loose = 1;
     char line[4096];
     int rc = 0;

@@ -147,6 +147,7 @@ comm *comm_start(client *cl, double rpc_timeout_s, char *err, size_t errlen)
     c->cl = cl;
     c->rpc_timeout_s = rpc_timeout_s;
     c->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    int rc = c->wake < 0 ? errno : 0;
     pthread_mutex_init(&c->mu, NULL);
     clock_cond_init(&c->cv);
     cl->sink.begin = comm_begin;
@@ -154,8 +155,12 @@ comm *comm_start(client *cl, double rpc_timeout_s, char *err, size_t errlen)
     cl->sink.end = comm_end;
     cl->sink.ctx = c;
     cl->wake_fd = c->wake;
-    if (c->wake < 0 || pthread_create(&c->th, NULL, comm_main, c) != 0) {
-        snprintf(err, errlen, "cannot start the communication thread");
+    if (rc == 0)
+        rc = pthread_create(&c->th, NULL, comm_main, c);
+    if (rc != 0) {
+        /* EAGAIN: no memory for its stack (`ulimit -v`), or no thread left. */
+        snprintf(err, errlen, "cannot start the communication thread: %s%s", strerror(rc),
+                 rc == EAGAIN ? " (out of memory for its stack, or out of threads)" : "");
         if (c->wake >= 0)
             close(c->wake);
         cl->wake_fd = -1;

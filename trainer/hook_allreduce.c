@@ -288,8 +288,11 @@ hook *hook_allreduce_new(const char *name, coll *group, double timeout_s, metric
     clock_cond_init(&a->cv);
     a->counts = calloc(a->size, sizeof *a->counts);
     a->bytes = calloc(a->size, sizeof *a->bytes);
-    if (!a->counts || !a->bytes || pthread_create(&a->th, NULL, ar_main, a) != 0) {
-        snprintf(err, errlen, "cannot start the %s thread", name);
+    int rc = !a->counts || !a->bytes ? ENOMEM : pthread_create(&a->th, NULL, ar_main, a);
+    if (rc != 0) {
+        /* EAGAIN: no memory for its stack (`ulimit -v`), or no thread left. */
+        snprintf(err, errlen, "cannot start the %s thread: %s%s", name, strerror(rc),
+                 rc == EAGAIN ? " (out of memory for its stack, or out of threads)" : "");
         ar_destroy(&a->base);
         return NULL;
     }

@@ -6,10 +6,12 @@
 #include "shared/gpu.h"
 #include "shared/log.h"
 #include "shared/metrics.h"
+#include "shared/userpath.h"
 #include "trainer/batch_update.h"
 #include "trainer/blasinfo.h"
 #include "trainer/client.h"
 #include "trainer/compute.h"
+#include "trainer/memneed.h"
 #include "trainer/run.h"
 #include "trainer/synthetic.h"
 
@@ -176,6 +178,29 @@ static int trainer_write_summary(const char *path, metrics *m, uint64_t batches,
     return rc;
 }
 
+/* An output file's path, checked before any work (userpath.h: its
+ * directory made, no folder or FIFO in its place, a file creatable there),
+ * so that a run never ends with "cannot write". 0, or -1 with err. */
+static int trainer_check_out(const char *flag, const char *path, char *err, size_t errlen)
+{
+    char why[1024];
+    if (!path || userpath_check_out_file(path, why, sizeof why) == 0)
+        return 0;
+    snprintf(err, errlen, "%s %s: %s", flag, path, why);
+    return -1;
+}
+
+/* The job's memory against this process's limits and its host's, and
+ * OpenBLAS's buffer mapped while that can be checked (memneed.h). */
+static int trainer_check_memory(const memneed *need, char *err, size_t errlen)
+{
+    memroom room;
+    memneed_room(&room);
+    if (memneed_check(need, &room, err, errlen) < 0)
+        return -1;
+    return memneed_reserve_blas(need, err, errlen);
+}
+
 /* After a failed pass: where the loss diverged and what to do, when that
  * was the cause (loss_check.h). */
 static void trainer_divergence_reason(const batch_update *b, const char *pass, char *err, size_t errlen)
@@ -192,6 +217,12 @@ static int trainer_batch_update(const batch_update_config *bu, const char *serve
                                 const char *params_out)
 {
     char err[1536];
+    memneed need;
+    memneed_linear(bu->in_features, bu->out_features, bu->batch_size, memneed_host_device(bu->device), &need);
+    if (trainer_check_memory(&need, err, sizeof err) < 0) {
+        fprintf(stderr, "psbench-trainer: rank %" PRIu64 ": %s\n", bu->rank, err);
+        return 1;
+    }
     metrics *m = metrics_new();
     batch_update *b = m ? batch_update_new(bu, m, err, sizeof err) : NULL;
     if (!m)
@@ -450,6 +481,8 @@ int main(int argc, char **argv)
             return trainer_fail("--master: the master assigns servers and model; drop --server/--model");
         if (cfg.warmup)
             return trainer_fail("--warmup-batches: with --master, the master runs the warm-up pass");
+        if (trainer_check_out("--params-out", params_out, err, sizeof err) < 0)
+            return trainer_fail(err);
         log_init("psbench-trainer", level);
         trainer_check_blas();
         signal(SIGPIPE, SIG_IGN);
@@ -489,6 +522,9 @@ int main(int argc, char **argv)
         nservers += *p == ',';
     if (nservers > 64)
         return trainer_fail("--server: at most 64 servers");
+    if (trainer_check_out("--params-out", params_out, err, sizeof err) < 0 ||
+        trainer_check_out("--summary-json", summary, err, sizeof err) < 0)
+        return trainer_fail(err);
     log_init("psbench-trainer", level);
     trainer_check_blas();
     signal(SIGPIPE, SIG_IGN);
@@ -503,6 +539,12 @@ int main(int argc, char **argv)
                                     params_out);
     }
 
+    memneed need;
+    memneed_synthetic((uint64_t)cfg.buckets * cfg.bucket_floats, &need);
+    if (trainer_check_memory(&need, err, sizeof err) < 0) {
+        fprintf(stderr, "psbench-trainer: rank %" PRIu64 ": %s\n", cfg.rank, err);
+        return 1;
+    }
     metrics *m = metrics_new();
     synthetic *syn = m ? synthetic_new(&cfg, m) : NULL;
     if (!syn) {

@@ -11,6 +11,7 @@
 #include "trainer/hooks.h"
 #include "trainer/loss_check.h"
 #include "trainer/master_link.h"
+#include "trainer/memneed.h"
 #include "trainer/workload.h"
 
 #include <arpa/inet.h>
@@ -353,6 +354,54 @@ static int run_setup_linear(mlink *l, const trainer_run_opts *o, const run_job *
     return workload_open_client(*w, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen);
 }
 
+/* ---- memory ------------------------------------------------------------------ */
+
+/* The job's memory against this process's limits and its host's memory,
+ * then OpenBLAS's buffer mapped while that can be checked (memneed.h):
+ * "out of memory" with the figures now, not a failure part way or a
+ * trainer spinning inside OpenBLAS. */
+static int run_check_memory(const run_job *j, char *err, size_t errlen)
+{
+    const char *e = getenv("PSBENCH_TRAINER_COMPUTE"); /* run_compute_device's, without its warning */
+    bool host = memneed_host_device(e && *e ? e : j->device);
+    memneed need = {0};
+    switch (j->model.cls) {
+    case MODEL_DUMMY: {
+        train_job tj;
+        if (run_train_job(j, &tj, err, errlen) < 0)
+            return -1;
+        memneed_dummy(&tj, host, &need);
+        memneed_add_threads(&need, 1); /* the hook's */
+        break;
+    }
+    case MODEL_LINEAR:
+        memneed_linear(j->model.linear.in_features, j->model.linear.out_features,
+                       (uint64_t)ctl_int(j->assign, "batch_size", 1), host, &need);
+        break;
+    case MODEL_HYBRID:
+        memneed_hybrid(host, &need);
+        memneed_add_threads(&need, 1); /* allreduce_hook's */
+        break;
+    case MODEL_SYNTHETIC: {
+        const modelconf *mc = &j->model;
+        uint64_t floats = 0;
+        for (uint32_t b = 0; b < mc->syn.buckets; b++)
+            floats += mc->syn.sizes ? mc->syn.sizes[b] : mc->syn.bucket_floats;
+        memneed_synthetic(floats, &need);
+        break;
+    }
+    }
+    memroom room;
+    memneed_room(&room);
+    log_debug("trainer %" PRIu64 ": memory needed: model %" PRIu64 " B, data %" PRIu64 " B, OpenBLAS %" PRIu64
+              " B, stacks %" PRIu64 " B; address space %" PRIu64 " of %" PRIu64 " B, data %" PRIu64 " of %" PRIu64
+              " B, host %" PRIu64 " B available", j->rank, need.model, need.data, need.blas, need.stacks,
+              room.as_used, room.as_limit, room.data_used, room.data_limit, room.available);
+    if (memneed_check(&need, &room, err, errlen) < 0)
+        return -1;
+    return memneed_reserve_blas(&need, err, errlen);
+}
+
 static int run_setup(mlink *l, const trainer_run_opts *o, const run_job *j, workload **w, char *err, size_t errlen)
 {
     *w = NULL;
@@ -542,7 +591,7 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
     json_t *assign = NULL;
     if (mlink_register(&l, o->token, body, &assign, err, errlen) == 0 && run_parse_job(assign, &j, err, errlen) == 0 &&
         run_place_device(o, &j, err, errlen) == 0 && run_log_start(&j) == 0 &&
-        run_setup(&l, o, &j, &w, err, errlen) == 0) {
+        run_check_memory(&j, err, errlen) == 0 && run_setup(&l, o, &j, &w, err, errlen) == 0) {
         l.bytes = run_bytes;
         l.bytes_ctx = w;
         code = run_loop(&l, o, w, &j, err, errlen);

@@ -155,6 +155,8 @@ class DdpRpc(psb.PsbTestCase):
         self.check_results(res, 2, 15)
         self.assertEqual(res["configuration"]["warmup_cycles"], 2)
         self.assertIn("DDP + RPC benchmark (timed pass, rpc_pattern seed): seconds per epoch, samples per second", m.stdout())
+        self.assertEqual(res["metrics_pass"], "timed")
+        self.assertEqual(res["ddp_rpc"]["pass"], "timed")
 
     def test_traffic_per_batch_in_each_pattern(self):
         """Both patterns complete (2 trainers, 2 servers), each labelled; the
@@ -346,6 +348,51 @@ class DdpRpc(psb.PsbTestCase):
                              re.escape(self.DIVERGED), t.describe())
         for s in srvs:
             self.assertNotEqual(s.wait(60), 0, s.describe())
+
+    def test_failed_in_warmup_labels_its_epochs(self):
+        """A run that fails in its warm-up pass, after epochs of it were
+        timed: its figures are the warm-up's and say so (the DDP + RPC
+        table, the line before the tables, results.json's metrics_pass and
+        ddp_rpc.pass), never as the timed pass's with 0.0 samples/s: the
+        samples per second are not known ("-", null)."""
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--number-trainers", "2", "--number-ps", "1", "--embedding-dim", "512", "--epochs", "1",
+                        "--warmup-cycles", "100000", local=False, out=out)
+        self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"], name="server")
+        trs = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r)],
+                              name="trainer%d" % r) for r in range(2)]
+        # Once the master has an epoch of each trainer (the warm-up pass has
+        # 100000: it is still running), a trainer dies.
+        deadline = time.monotonic() + 120
+        while True:
+            self.assertLess(time.monotonic(), deadline, m.describe())
+            self.assertTrue(m.alive(), m.describe())
+            met = http_json(m.http + "/api/v1/metrics")
+            ranks = met.get("groups", {}).get("trainer", {}).get("ranks", {})
+            if all(ranks.get(str(r), {}).get("epoch_metric,epoch", {}).get("count", 0) >= 1 for r in range(2)):
+                break
+            time.sleep(0.2)
+        self.assertEqual(met["phase"], "warmup")
+        trs[1].signal(9)
+        self.assertEqual(m.wait(60), 1, m.describe())
+        text = m.stdout()
+        self.assertIn("the figures below are the warm-up pass's (the run failed before its timed pass)", text)
+        self.assertIn("DDP + RPC benchmark (warm-up pass: the run failed before its timed pass, rpc_pattern seed): "
+                      "seconds per epoch, samples per second (-: not known)", text)
+        self.assertNotIn("(timed pass", text)
+        rows = [ln.split() for ln in text[text.index("DDP + RPC benchmark"):].splitlines()[3:6]]
+        self.assertEqual(sorted(r[0] for r in rows), ["0", "1", "all"], text)
+        for r in rows:
+            self.assertEqual(r[2::2], ["-"] * 4, r)
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        self.assertEqual(res["phase"], "failed")
+        self.assertEqual(res["metrics_pass"], "warm-up")
+        self.assertEqual(res["ddp_rpc"]["pass"], "warm-up")
+        for row in res["ddp_rpc"]["epochs"]:
+            self.assertGreater(row["p50_s_per_epoch"], 0)
+            for k in ("p50", "p75", "p90", "p95"):
+                self.assertIsNone(row[k + "_samples_per_s"], row)
 
     def test_loss_divergence_allowed(self):
         """With --allow-divergence the HybridTrainers go on past the NaN

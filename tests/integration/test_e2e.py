@@ -218,11 +218,18 @@ class E2E(psb.PsbTestCase):
             self.assertIn(k, s)
         # Written whole (a temporary renamed): none is left beside it.
         self.assertEqual([n for n in os.listdir(self.reg.workdir) if ".tmp." in n], [])
-        # A summary that cannot be written fails the trainer, naming why.
-        bad = os.path.join(self.reg.workdir, "no-such-dir", "summary.json")
+        # A missing folder is made at start; a summary that cannot be
+        # written (a file where its folder must be) is refused at start,
+        # naming why, before the trainer pushes anything.
+        made = os.path.join(self.reg.workdir, "no-such-dir", "summary.json")
+        t = self.reg.trainer(server, 0, buckets=2, floats=256, batches=7, extra=["--summary-json", made])
+        self.wait_trainers([t])
+        self.assertTrue(os.path.isfile(made))
+        bad = os.path.join(path, "summary.json")
         t = self.reg.trainer(server, 0, buckets=2, floats=256, batches=7, extra=["--summary-json", bad])
-        self.assertNotEqual(t.wait(60), 0, t.describe())
-        self.assertIn("--summary-json: cannot write %s: ENOENT: No such file or directory" % bad, t.stderr())
+        self.assertEqual(t.wait(60), 2, t.describe())
+        self.assertEqual(t.stderr().strip(), "psbench-trainer: --summary-json %s: %s is a regular file, not a "
+                         "directory" % (bad, path))
         self.stop_server(server, 28)
 
     def test_interleaved_odd_chunks(self):

@@ -6,7 +6,10 @@ what building and running need, test.sh also what only the tests use.
 
 Cheap by design: the scripts' configure steps alone (PSBENCH_CONFIGURE_ONLY=1:
 no packages, no build, no tests) run against a throw-away copy of the source
-tree, in both orders, and the resulting CMake caches are read.
+tree, in both orders, and the resulting CMake caches are read. The scripts
+and cmake run in a fresh environment (clean_env): nothing of the caller's
+(test.sh's own PSBENCH_NO_SANITIZE=1, a user's CC or CFLAGS) reaches them;
+ctest runs this suite with such variables set to prove it.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_scripts.py
 """
@@ -28,6 +31,23 @@ TEST_ONLY = ("libcmocka-dev", "clang", "libclang-rt-14-dev", "python3-msgpack", 
 # What building and running cannot do without.
 RUN_NEEDS = ("cmake", "pkg-config", "libevent-dev", "libmsgpack-dev", "libjansson-dev", "libmicrohttpd-dev",
              "libopenblas-dev", "libssl-dev", "libgloo-dev", "g++")
+
+
+# What a login shell has, kept for the scripts and cmake; nothing else of
+# the caller's environment reaches them. test.sh's own quick form
+# (PSBENCH_NO_SANITIZE=1 scripts/test.sh) runs this suite with that
+# variable set, and a user's CC, CFLAGS, CMAKE_GENERATOR or
+# PSBENCH_CMAKE_ARGS would choose the folders' options in its place:
+# the scripts must be checked as a fresh shell runs them.
+KEPT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TERM")
+
+
+def clean_env(extra=None):
+    """A fresh environment for the scripts and cmake: KEPT_ENV from ours,
+    then `extra`."""
+    env = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
+    env.update(extra or {})
+    return env
 
 
 def cache(build):
@@ -73,8 +93,7 @@ class ScriptsTests(unittest.TestCase):
         # Configuring is the cost here (about 3 s a folder on 2 cores; 10 s
         # more where the CUDA toolkit is detected: PSBENCH_CMAKE_ARGS turns
         # that off, and the caches show it was passed).
-        env = psb.base_env({"PSBENCH_CONFIGURE_ONLY": "1", "PSBENCH_CMAKE_ARGS": "-DPSBENCH_CUDA=OFF"})
-        env.pop("CC", None)
+        env = clean_env({"PSBENCH_CONFIGURE_ONLY": "1", "PSBENCH_CMAKE_ARGS": "-DPSBENCH_CUDA=OFF"})
         if extra_env:
             env.update(extra_env)
         r = subprocess.run([os.path.join(tree, "scripts", name)], cwd=tree, env=env, stdin=subprocess.DEVNULL,
@@ -139,7 +158,7 @@ class ScriptsTests(unittest.TestCase):
         for d, cc in (("build", self.cc_test), ("build-test", self.cc_run)):
             r = subprocess.run(["cmake", "-S", tree, "-B", os.path.join(tree, d), "-DCMAKE_C_COMPILER=" + cc,
                                 "-DCMAKE_BUILD_TYPE=Debug", "-DPSBENCH_TESTS=OFF", "-DPSBENCH_CUDA=OFF"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240, env=clean_env())
             self.assertEqual(r.returncode, 0, r.stdout.decode()[-2000:])
         out = self.script(tree, "run.sh")
         self.assertIn("configuring it again", out)
@@ -160,7 +179,7 @@ class ScriptsTests(unittest.TestCase):
         r = subprocess.run(["cmake", "-S", tree, "-B", d, "-DCMAKE_C_COMPILER=" + self.cc_test,
                             "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DPSBENCH_TESTS=OFF", "-DPSBENCH_FUZZ=OFF",
                             "-DPSBENCH_SANITIZE=ON", "-DPSBENCH_CUDA=OFF"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240, env=clean_env())
         self.assertEqual(r.returncode, 0, r.stdout.decode()[-2000:])
         self.script(tree, "test.sh", {"PSBENCH_NO_SANITIZE": "1"})
         c = cache(d)
@@ -180,7 +199,7 @@ class ScriptsTests(unittest.TestCase):
             d = os.path.join(self.tmp, "b%d" % len(os.listdir(self.tmp)))
             r = subprocess.run(["cmake", "-S", tree, "-B", d, "-DCMAKE_C_COMPILER=" + self.cc_test,
                                 "-DPSBENCH_TESTS=OFF"] + extra,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240, env=clean_env())
             out = r.stdout.decode("utf-8", "replace")
             self.assertEqual(r.returncode, 0, out[-2000:])
             self.assertIn(want, out)
@@ -190,7 +209,7 @@ class ScriptsTests(unittest.TestCase):
         test-only packages; test.sh's has both."""
         def pkgs(which):
             r = subprocess.run([os.path.join(SRC, "scripts", "install-deps.sh"), "--list", which],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30, env=clean_env())
             self.assertEqual(r.returncode, 0, r.stdout.decode())
             return r.stdout.decode().split()
         run, test = pkgs("run"), pkgs("test")

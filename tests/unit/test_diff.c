@@ -3,8 +3,11 @@
  * metric one run lacks, "all" before ranks, ranks in numeric order), the
  * configuration differences, --csv (written whole: a target that cannot be
  * written gives the path and the errno by name and leaves no temporary
- * file; a write cut short leaves the old file complete), and the exit codes
- * for unreadable input (1) and bad usage (2). */
+ * file; a write cut short leaves the old file complete; checked before
+ * comparing: its folder made, a folder or FIFO in its place refused), a
+ * failed run said first and compared only with --allow-failed, inputs that
+ * are not regular files refused without blocking, and the exit codes for
+ * unreadable input or a failed run (1) and bad usage (2). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -384,26 +387,47 @@ static void test_csv_unwritable(void **state)
 {
     (void)state;
     char want[600];
-    /* A folder that does not exist. */
+    /* A folder that does not exist is made (like mkdir -p). */
     const char *p = tmp_path("no-such-dir/x.csv");
     result r = run("--csv", p, tmp_path("a.json"), tmp_path("b.json"));
-    assert_int_equal(r.rc, 1);
-    snprintf(want, sizeof want, "psbench-master diff: cannot write %s: ENOENT: %s\n", p, strerror(ENOENT));
-    assert_string_equal(r.err, want);
+    assert_int_equal(r.rc, 0);
     assert_contains(r.out, "== trainer: all ranks ==");
     result_free(&r);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(rmdir(tmp_path("no-such-dir")), 0);
 
-    /* A directory where the file should go: the temporary is made beside
-     * it, rename refuses, the temporary goes. */
+    /* Checked before anything is compared (exit 2, nothing on out): a
+     * directory where the file should go, a FIFO there, a regular file
+     * where its folder should be. */
     const char *d = tmp_path("adir");
     assert_int_equal(mkdir(d, 0755), 0);
     r = run("--csv", d, tmp_path("a.json"), tmp_path("b.json"));
-    assert_int_equal(r.rc, 1);
-    snprintf(want, sizeof want, "psbench-master diff: cannot write %s: EISDIR: %s\n", d, strerror(EISDIR));
+    assert_int_equal(r.rc, 2);
+    snprintf(want, sizeof want, "psbench-master diff: --csv %s: %s is a directory, not a regular file\n", d, d);
     assert_string_equal(r.err, want);
+    assert_string_equal(r.out, "");
     result_free(&r);
     assert_int_equal(temporaries(), 0);
     assert_int_equal(rmdir(d), 0);
+    const char *fifo = tmp_path("fifo.csv");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    r = run("--csv", fifo, tmp_path("a.json"), tmp_path("b.json"));
+    assert_int_equal(r.rc, 2);
+    snprintf(want, sizeof want, "psbench-master diff: --csv %s: %s is a FIFO (named pipe), not a regular file\n",
+             fifo, fifo);
+    assert_string_equal(r.err, want);
+    assert_string_equal(r.out, "");
+    result_free(&r);
+    assert_int_equal(unlink(fifo), 0);
+    const char *under = tmp_path("a.json/x.csv");
+    r = run("--csv", under, tmp_path("a.json"), tmp_path("b.json"));
+    assert_int_equal(r.rc, 2);
+    snprintf(want, sizeof want, "psbench-master diff: --csv %s: %s is a regular file, not a directory\n", under,
+             tmp_path("a.json"));
+    assert_string_equal(r.err, want);
+    assert_string_equal(r.out, "");
+    result_free(&r);
+    assert_int_equal(temporaries(), 0);
 
     /* The file size limit stops the write part way, as a full disk does:
      * the old CSV stays complete, never cut short. */
@@ -482,6 +506,75 @@ static void test_unreadable(void **state)
 
 }
 
+/* Inputs that are not regular files: refused at once, naming the path and
+ * what it is, never read (a FIFO would block for ever; alarm() turns a
+ * hang into a failure). */
+static void test_not_regular(void **state)
+{
+    (void)state;
+    const char *fifo = tmp_path("in.fifo");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    result r = run(fifo, tmp_path("b.json"), NULL, NULL);
+    alarm(0);
+    assert_int_equal(r.rc, 1);
+    char want[600];
+    snprintf(want, sizeof want, "psbench-master diff: cannot read %s: a FIFO (named pipe), not a regular file\n",
+             fifo);
+    assert_string_equal(r.err, want);
+    result_free(&r);
+    assert_int_equal(unlink(fifo), 0);
+    r = run(tmp_path("a.json"), tmpdir, NULL, NULL);
+    assert_int_equal(r.rc, 1);
+    snprintf(want, sizeof want, "psbench-master diff: cannot read %s: a directory, not a regular file\n", tmpdir);
+    assert_string_equal(r.err, want);
+    result_free(&r);
+}
+
+/* A failed run: said first; not compared (exit 1) unless --allow-failed,
+ * which compares it with the failure as the output's first line. A run's
+ * warnings come before its figures. */
+static void test_failed_run(void **state)
+{
+    (void)state;
+    /* run_a with how it ended: failed, and a warning. */
+    char failed[4096];
+    snprintf(failed, sizeof failed, "{\"phase\": \"failed\", \"error\": \"server 0 (h1) disconnected\", "
+             "\"warnings\": [\"trainer 1 (h2): loss diverged\"], %s", strchr(run_a, '{') + 1);
+    write_file("failed.json", failed);
+    write_file("done.json", "{\"phase\": \"done\", \"error\": null, \"groups\": {}}\n");
+    const char *fp = tmp_path("failed.json"), *dp = tmp_path("done.json");
+    char want[1200];
+    result r = run(dp, fp, NULL, NULL);
+    assert_int_equal(r.rc, 1);
+    snprintf(want, sizeof want, "psbench-master diff: %s is a failed run: server 0 (h1) disconnected (its figures "
+             "stop where it ended; --allow-failed compares it anyway)\n", fp);
+    assert_string_equal(r.err, want);
+    assert_string_equal(r.out, "");
+    result_free(&r);
+    r = run(fp, dp, NULL, NULL); /* as A too */
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.err, "is a failed run: server 0 (h1) disconnected");
+    result_free(&r);
+
+    r = run("--allow-failed", dp, fp, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.err, "");
+    snprintf(want, sizeof want, "B (%s) is a failed run: server 0 (h1) disconnected\nB: warning: trainer 1 (h2): "
+             "loss diverged\nA: %s\nB: %s\n", fp, dp, fp);
+    assert_true(strncmp(r.out, want, strlen(want)) == 0);
+    assert_contains(r.out, "== trainer: all ranks ==");
+    result_free(&r);
+
+    /* Two finished runs: no such line. */
+    r = run(dp, dp, NULL, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_true(strncmp(r.out, "A: ", 3) == 0);
+    result_free(&r);
+    unlink(fp);
+    unlink(dp);
+}
+
 static void test_usage(void **state)
 {
     (void)state;
@@ -527,6 +620,8 @@ int main(void)
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_csv_unwritable),
         cmocka_unit_test(test_unreadable),
+        cmocka_unit_test(test_not_regular),
+        cmocka_unit_test(test_failed_run),
         cmocka_unit_test(test_usage),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

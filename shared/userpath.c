@@ -1,0 +1,167 @@
+/* userpath.c — the files a user names, opened and checked one way (see
+ * userpath.h). */
+#include "shared/userpath.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Longest path handled (Linux's PATH_MAX). */
+#define USERPATH_MAX 4096
+
+const char *userpath_kind(mode_t mode)
+{
+    if (S_ISREG(mode))
+        return "a regular file";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO (named pipe)";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISLNK(mode))
+        return "a symbolic link";
+    return "not a regular file";
+}
+
+static void userpath_not_regular(mode_t mode, char *why, size_t whylen)
+{
+    snprintf(why, whylen, "%s, not a regular file", userpath_kind(mode));
+}
+
+int userpath_open_read(const char *path, char *why, size_t whylen)
+{
+    /* stat first: a device is refused without being opened at all (an
+     * open alone can have effects on some); fstat after the open is what
+     * counts, should the name change in between. */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        userpath_not_regular(st.st_mode, why, whylen);
+        return -1;
+    }
+    /* O_NONBLOCK: should a FIFO take the name after all, the open returns
+     * at once instead of waiting for a writer. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, whylen, "%s", strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) < 0) {
+        snprintf(why, whylen, "%s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        userpath_not_regular(st.st_mode, why, whylen);
+        close(fd);
+        return -1;
+    }
+    /* A regular file never blocks; readers expect a plain descriptor. */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
+/* One part of a directory path: made, or there already as a directory. */
+static int userpath_make_one(const char *part, char *why, size_t whylen)
+{
+    if (mkdir(part, 0755) == 0)
+        return 0;
+    int e = errno;
+    struct stat st;
+    if (stat(part, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return 0;
+        snprintf(why, whylen, "%s is %s, not a directory", part, userpath_kind(st.st_mode));
+        return -1;
+    }
+    snprintf(why, whylen, "cannot create %s: %s", part, strerror(e));
+    return -1;
+}
+
+int userpath_make_dir(const char *dir, char *why, size_t whylen)
+{
+    char path[USERPATH_MAX];
+    if (!dir || !*dir) {
+        snprintf(why, whylen, "needs a directory name");
+        return -1;
+    }
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        snprintf(why, whylen, "%s", strerror(ENAMETOOLONG));
+        return -1;
+    }
+    /* Like mkdir -p: every part in turn, from the first. */
+    for (char *p = path + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p != '/' && !end)
+            continue;
+        if (p[-1] != '/') { /* "a//b", "a/": no empty part */
+            *p = '\0';
+            if (userpath_make_one(path, why, whylen) < 0)
+                return -1;
+        }
+        if (end)
+            break;
+        *p = '/';
+    }
+    if (access(dir, W_OK | X_OK) < 0) {
+        snprintf(why, whylen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int userpath_check_out_file(const char *path, char *why, size_t whylen)
+{
+    char dir[USERPATH_MAX];
+    size_t n = path ? strlen(path) : 0;
+    if (n == 0) {
+        snprintf(why, whylen, "needs a file name");
+        return -1;
+    }
+    if (n + 32 >= sizeof dir) { /* room for the probe's ".tmp.PID" */
+        snprintf(why, whylen, "%s", strerror(ENAMETOOLONG));
+        return -1;
+    }
+    if (path[n - 1] == '/') {
+        snprintf(why, whylen, "%s names a directory: give a file name", path);
+        return -1;
+    }
+    /* The directory: everything before the last '/', or "." */
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (userpath_make_dir(dir, why, whylen) < 0)
+        return -1;
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(why, whylen, "%s is %s, not a regular file", path, userpath_kind(st.st_mode));
+        return -1;
+    }
+    /* What afile_write does first, done now: a read-only file system, a
+     * quota on files or a directory that refuses new names shows here. */
+    char tmp[USERPATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        snprintf(why, whylen, "cannot create a file in %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(tmp);
+    return 0;
+}
