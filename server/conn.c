@@ -353,16 +353,17 @@ static void conn_skip_payload(conn *c)
 static frame_errcode conn_check_push(const frame_hdr *h, char *msg, size_t len)
 {
     const uint32_t need = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT;
-    if ((h->has & need) != need) {
-        snprintf(msg, len, "push needs batch, bucket, dtype and layout");
+    char missing[96];
+    if (frame_missing(h->has, need, missing, sizeof missing)) {
+        snprintf(msg, len, "push needs batch, bucket, dtype and layout (missing: %s)", missing);
         return ERR_BAD_FRAME;
     }
     if (h->layout == LAYOUT_DENSE && !(h->has & FH_COUNT)) {
-        snprintf(msg, len, "dense push needs count");
+        snprintf(msg, len, "dense push needs count (missing)");
         return ERR_BAD_FRAME;
     }
-    if (h->layout == LAYOUT_SPARSE && (h->has & (FH_ROWS | FH_COLS | FH_NNZ)) != (FH_ROWS | FH_COLS | FH_NNZ)) {
-        snprintf(msg, len, "sparse push needs rows, cols and nnz");
+    if (h->layout == LAYOUT_SPARSE && frame_missing(h->has, FH_ROWS | FH_COLS | FH_NNZ, missing, sizeof missing)) {
+        snprintf(msg, len, "sparse push needs rows, cols and nnz (missing: %s)", missing);
         return ERR_BAD_FRAME;
     }
     if (h->layout == LAYOUT_SPARSE && h->cols == 0) {
@@ -560,8 +561,10 @@ static frame_errcode conn_check_call(conn *c, const frame_hdr *h, bool update, c
         return ERR_UNSUPPORTED;
     }
     const uint32_t need = FH_BATCH | FH_NNZ | FH_BAGS | (update ? FH_COLS : 0);
-    if ((h->has & need) != need) {
-        snprintf(msg, len, update ? "update needs batch, nnz, bags and cols" : "lookup needs batch, nnz and bags");
+    char missing[96];
+    if (frame_missing(h->has, need, missing, sizeof missing)) {
+        snprintf(msg, len, "%s (missing: %s)",
+                 update ? "update needs batch, nnz, bags and cols" : "lookup needs batch, nnz and bags", missing);
         return ERR_BAD_FRAME;
     }
     if ((h->has & FH_DTYPE) && !frame_str_eq(h->dtype, "f32")) {
@@ -653,9 +656,16 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_UNSUPPORTED, "hello already done on this connection", h);
         return;
     }
-    if (!(h->has & FH_VERSION) || h->version != FRAME_PROTOCOL_VERSION) {
+    /* A field that is missing says so: "version 0" would send the user
+     * looking for a peer that speaks protocol 0. */
+    if (!(h->has & FH_VERSION)) {
+        snprintf(msg, sizeof msg, "hello needs a version (this server speaks protocol %u)", FRAME_PROTOCOL_VERSION);
+        conn_send_error(c, ERR_UNSUPPORTED, msg, h);
+        return;
+    }
+    if (h->version != FRAME_PROTOCOL_VERSION) {
         snprintf(msg, sizeof msg, "protocol version %" PRIu64 " is not supported (this server speaks %u)",
-                 (h->has & FH_VERSION) ? h->version : 0, FRAME_PROTOCOL_VERSION);
+                 h->version, FRAME_PROTOCOL_VERSION);
         conn_send_error(c, ERR_UNSUPPORTED, msg, h);
         return;
     }
@@ -663,7 +673,11 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_AUTH, (h->has & FH_TOKEN) ? "wrong token" : "this server needs a token", h);
         return;
     }
-    if (!(h->has & FH_ROLE) || !frame_str_eq(h->role, "trainer")) {
+    if (!(h->has & FH_ROLE)) {
+        conn_send_error(c, ERR_UNSUPPORTED, "hello needs a role (\"trainer\")", h);
+        return;
+    }
+    if (!frame_str_eq(h->role, "trainer")) {
         conn_send_error(c, ERR_UNSUPPORTED, "only role \"trainer\" may connect to a server", h);
         return;
     }

@@ -1,0 +1,186 @@
+"""Bounds and reasons on the data plane (issue 27): what one trainer
+connection may make a server hold, the top of every counter's range, a
+missing field said to be missing, ports checked where they are read, and a
+node that fails while it sets up telling the master why.
+
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_bounds.py
+"""
+import json
+import os
+import resource
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import msgpack
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+from psb import dense_push, expected_dense_mean  # noqa: E402
+
+U64_MAX = (1 << 64) - 1
+
+
+# ---- the top of the counters' range ------------------------------------------
+
+class TopOfRange(psb.PsbTestCase):
+
+    def test_batch_max_resolves_once(self):
+        """Batch 2^64-1 resolves once; pushed again it is stale, and so
+        are the older batches of its bucket (the mark used to wrap to 0:
+        the same key answered twice, older batches no longer stale)."""
+        s = self.reg.server(trainers=2)
+        a, b = self.client(s), self.client(s)
+        self.hello_ok(a, 0)
+        self.hello_ok(b, 1)
+        self.dense_round([a, b], U64_MAX, 3)
+        for c in (a, b):
+            c.push(dense_push(U64_MAX, 3, [1.0] * 8))
+            self.expect_error(c, "stale_batch", batch=U64_MAX, bucket=3)
+            c.push(dense_push(17, 3, [1.0] * 8))
+            self.expect_error(c, "stale_batch", batch=17, bucket=3)
+        # Another bucket is untouched; bucket 2^64-1 is a bucket like any.
+        self.dense_round([a, b], 17, U64_MAX)
+        self.dense_round([a, b], 0, 4)
+
+    def test_welcome_trainer_count_beyond_range(self):
+        """A server whose welcome says 2^32+2 trainers is refused by the
+        trainer, not read as 2."""
+        with MockServer(welcome={"type": "welcome", "version": 1, "server": 0,
+                                 "trainers": (1 << 32) + 2}) as m:
+            out = self.run_trainer(m.port)
+        self.assertIn("says 4294967298 trainers (1..65536)", out)
+
+
+# ---- a missing field is said to be missing --------------------------------
+
+class MissingFields(psb.PsbTestCase):
+
+    def test_hello_without_version(self):
+        s = self.reg.server(trainers=1)
+        c = self.client(s)
+        c.send_frame({"type": "hello", "role": "trainer", "rank": 0})
+        h = self.expect_error(c, "unsupported")
+        self.assertIn("needs a version", h["message"])
+        self.assertNotIn("version 0", h["message"])
+        # The connection stays: a good hello then works.
+        self.hello_ok(c, 0)
+
+    def test_hello_without_role(self):
+        s = self.reg.server(trainers=1)
+        c = self.client(s)
+        c.send_frame({"type": "hello", "version": 1, "rank": 0})
+        h = self.expect_error(c, "unsupported")
+        self.assertIn("needs a role", h["message"])
+
+    def test_push_names_the_missing_field(self):
+        s = self.reg.server(trainers=1)
+        c = self.client(s)
+        self.hello_ok(c, 0)
+        h, p = dense_push(0, 0, [1.0, 2.0])
+        del h["bucket"]
+        c.send_frame(h, p)
+        h = self.expect_error(c, "bad_frame")
+        self.assertIn("missing: bucket", h["message"])
+
+    def test_lookup_names_the_missing_field(self):
+        s = self.reg.server(trainers=1, kind="embedding")
+        c = self.client(s)
+        self.hello_ok(c, 0)
+        c.send_frame({"type": "lookup", "batch": 0, "bags": 0})
+        h = self.expect_error(c, "bad_frame")
+        self.assertIn("missing: nnz", h["message"])
+
+    def test_welcome_without_version(self):
+        with MockServer(welcome={"type": "welcome", "server": 0, "trainers": 1}) as m:
+            out = self.run_trainer(m.port)
+        self.assertIn("welcome without version", out)
+
+    def test_result_without_batch(self):
+        """A result that lacks its batch is refused naming the field, not
+        taken for batch 0."""
+        with MockServer(welcome={"type": "welcome", "version": 1, "server": 0, "trainers": 1},
+                        result_drop="batch") as m:
+            out = self.run_trainer(m.port)
+        self.assertIn("sent a 'result' without batch", out)
+
+
+def _run_trainer(self, port):
+    """A synthetic trainer against `port` (1 bucket, 1 batch); its stderr.
+    It must fail (non-zero) within its timeouts."""
+    r = subprocess.run([psb.bin_path("psbench-trainer"), "--server", "%s:%d" % (psb.HOST, port), "--rank", "0",
+                        "--model", "synthetic", "--buckets", "1", "--bucket-floats", "4", "--batches", "1",
+                        "--connect-timeout", "5", "--rpc-timeout", "5"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=psb.base_env(), timeout=30)
+    err = r.stderr.decode(errors="replace")
+    self.assertNotEqual(r.returncode, 0, err)
+    return err
+
+
+psb.PsbTestCase.run_trainer = _run_trainer
+
+
+class MockServer(object):
+    """A data-plane peer that answers a hello with `welcome` and each push
+    with a result (less the field `result_drop`), from a thread."""
+
+    def __init__(self, welcome, result_drop=None):
+        self.welcome = welcome
+        self.result_drop = result_drop
+        self.lsock = socket.socket()
+        self.lsock.bind((psb.HOST, 0))
+        self.lsock.listen(4)
+        self.lsock.settimeout(20)
+        self.port = self.lsock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.lsock.close()
+        self.thread.join(10)
+
+    def _serve(self):
+        try:
+            conn, _ = self.lsock.accept()
+        except OSError:
+            return
+        conn.settimeout(20)
+        buf = b""
+        try:
+            while True:
+                while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                hl = struct.unpack(">I", buf[:4])[0]
+                h = msgpack.unpackb(buf[4:4 + hl], raw=False)
+                plen = h.get("payload", 0)
+                while len(buf) < 4 + hl + plen:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                payload = buf[4 + hl:4 + hl + plen]
+                buf = buf[4 + hl + plen:]
+                if h.get("type") == "hello":
+                    conn.sendall(psb.encode_frame(self.welcome))
+                elif h.get("type") == "push":
+                    r = {"type": "result", "batch": h["batch"], "bucket": h["bucket"], "dtype": "f32",
+                         "layout": "dense", "count": h["count"]}
+                    r.pop(self.result_drop, None)
+                    conn.sendall(psb.encode_frame(r, payload))
+        except OSError:
+            return
+        finally:
+            conn.close()
+
+
+if __name__ == "__main__":
+    psb.main()
