@@ -205,6 +205,13 @@ static int server_fail(const char *msg)
     return 2;
 }
 
+/* A flag's bad value: the line names the flag. */
+static int server_fail_flag(const char *flag, const char *msg)
+{
+    fprintf(stderr, "psbench-server: %s: %s\n", flag, msg);
+    return 2;
+}
+
 /* What this server computes with, for its register: the host
  * (shared/hostinfo.h) and which loops its dense folds run ("avx2" or
  * "portable": server/reduce.h; the same bits either way, not the same
@@ -266,7 +273,7 @@ int main(int argc, char **argv)
             break;
         case OPT_LISTEN:
             if (net_parse_hostport(optarg, cfg.host, sizeof cfg.host, &cfg.port, 1, err, sizeof err) < 0)
-                return server_fail(err);
+                return server_fail_flag("--listen", err);
             break;
         case OPT_KIND:
             if (kind_parse(optarg, &cfg.kind.id) < 0) {
@@ -363,10 +370,18 @@ int main(int argc, char **argv)
         case OPT_TOKEN_FILE:
             token_file = optarg;
             break;
-        case OPT_MASTER:
+        case OPT_MASTER: {
+            /* Checked here, with the flag's name, not when connecting. */
+            char mh[256];
+            uint16_t mp;
+            if (net_parse_hostport(optarg, mh, sizeof mh, &mp, 0, err, sizeof err) < 0)
+                return server_fail_flag("--master", err);
             master = optarg;
             break;
+        }
         case OPT_ADVERTISE:
+            if (net_parse_host(optarg, err, sizeof err) < 0)
+                return server_fail_flag("--advertise", err);
             advertise = optarg;
             break;
         case OPT_SPLICE:

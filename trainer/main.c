@@ -6,6 +6,7 @@
 #include "shared/gpu.h"
 #include "shared/log.h"
 #include "shared/metrics.h"
+#include "shared/net.h"
 #include "trainer/batch_update.h"
 #include "trainer/blasinfo.h"
 #include "trainer/client.h"
@@ -148,6 +149,13 @@ static const struct option trainer_opts[] = {
 static int trainer_fail(const char *msg)
 {
     fprintf(stderr, "psbench-trainer: %s\n", msg);
+    return 2;
+}
+
+/* A flag's bad value: the line names the flag. */
+static int trainer_fail_flag(const char *flag, const char *msg)
+{
+    fprintf(stderr, "psbench-trainer: %s: %s\n", flag, msg);
     return 2;
 }
 
@@ -313,7 +321,13 @@ int main(int argc, char **argv)
     int opt;
     while ((opt = getopt_long(argc, argv, "h", trainer_opts, NULL)) != -1) {
         switch (opt) {
-        case OPT_SERVER: servers = optarg; break;
+        case OPT_SERVER:
+            /* Every address now, with the flag's name: not after the
+             * first servers have been joined. */
+            if (net_check_hostport_list(optarg, err, sizeof err) < 0)
+                return trainer_fail_flag("--server", err);
+            servers = optarg;
+            break;
         case OPT_RANK:
             if (cli_parse_u64("--rank", optarg, 0, 1u << 30, 0, &cfg.rank, err, sizeof err) < 0)
                 return trainer_fail(err);
@@ -381,9 +395,20 @@ int main(int argc, char **argv)
             device = optarg;
             break;
         case OPT_SUMMARY: summary = optarg; break;
-        case OPT_MASTER: master = optarg; break;
+        case OPT_MASTER:
+            if (net_check_hostport_list(optarg, err, sizeof err) < 0 || strchr(optarg, ',')) {
+                if (strchr(optarg, ','))
+                    snprintf(err, sizeof err, "'%s' is one HOST:PORT, not a list", optarg);
+                return trainer_fail_flag("--master", err);
+            }
+            master = optarg;
+            break;
         case OPT_PARAMS_OUT: params_out = optarg; break;
-        case OPT_COLL_HOST: coll_host = optarg; break;
+        case OPT_COLL_HOST:
+            if (net_parse_host(optarg, err, sizeof err) < 0)
+                return trainer_fail_flag("--collective-host", err);
+            coll_host = optarg;
+            break;
         case OPT_COMPUTE_NICE:
             if (cli_parse_u64("--compute-nice", optarg, 0, 19, 0, &compute_nice, err, sizeof err) < 0)
                 return trainer_fail(err);

@@ -20,6 +20,7 @@ import msgpack
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 from psb import dense_push, expected_dense_mean  # noqa: E402
+from test_master import Master, http_get, wait_phase  # noqa: E402
 
 U64_MAX = (1 << 64) - 1
 
@@ -106,6 +107,108 @@ class MissingFields(psb.PsbTestCase):
                         result_drop="batch") as m:
             out = self.run_trainer(m.port)
         self.assertIn("sent a 'result' without batch", out)
+
+
+# ---- ports, checked where they are read ------------------------------------
+
+class Ports(psb.PsbTestCase):
+
+    def flag_error(self, args):
+        """Run args (a binary and its flags); it must exit 2 at once with
+        one line: that line."""
+        r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=psb.base_env(),
+                           timeout=20)
+        err = r.stderr.decode(errors="replace").strip()
+        self.assertEqual(r.returncode, 2, err)
+        self.assertEqual(len(err.splitlines()), 1, err)
+        return err
+
+    def test_server_flags(self):
+        srv = psb.bin_path("psbench-server")
+        for flag, args, want in (
+                ("--listen", ["--standalone", "--trainers", "1", "--listen", "127.0.0.1:70000"],
+                 "port 70000 is outside 0..65535"),
+                ("--listen", ["--standalone", "--trainers", "1", "--listen", "127.0.0.1:+80"],
+                 "the port must be a number"),
+                ("--master", ["--master", "127.0.0.1:70000"], "port 70000 is outside 1..65535"),
+                ("--master", ["--master", "127.0.0.1:0"], "port 0 is outside 1..65535"),
+                ("--advertise", ["--master", "127.0.0.1:1", "--connect-timeout", "1", "--advertise",
+                                 "10.0.0.1:5000"], "without a port"),
+                ("--advertise", ["--master", "127.0.0.1:1", "--connect-timeout", "1", "--advertise",
+                                 "vm\npsbench-master: x"], "not a host name or address")):
+            with self.subTest(flag=flag, args=args):
+                err = self.flag_error([srv] + args)
+                self.assertIn("psbench-server: %s: " % flag, err)
+                self.assertIn(want, err)
+
+    def test_trainer_flags(self):
+        tr = psb.bin_path("psbench-trainer")
+        base = ["--rank", "0", "--model", "synthetic", "--connect-timeout", "1"]
+        for flag, args, want in (
+                ("--server", ["--server", "127.0.0.1:1,127.0.0.1:70000"] + base, "port 70000 is outside 1..65535"),
+                ("--server", ["--server", "127.0.0.1:1,,127.0.0.1:2"] + base, "empty or too long address"),
+                ("--master", ["--master", "127.0.0.1:99999"], "port 99999 is outside 1..65535"),
+                ("--collective-host", ["--master", "127.0.0.1:1", "--collective-host", "10.0.0.1:7"],
+                 "without a port")):
+            with self.subTest(flag=flag, args=args):
+                err = self.flag_error([tr] + args)
+                self.assertIn("psbench-trainer: %s: " % flag, err)
+                self.assertIn(want, err)
+
+    def test_master_flags(self):
+        r = subprocess.run([psb.bin_path("psbench-master"), "--http", "127.0.0.1:99999"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=psb.base_env(), timeout=20)
+        err = r.stderr.decode(errors="replace")
+        self.assertEqual(r.returncode, 2, err)
+        self.assertIn("--http '127.0.0.1:99999': port 99999 is outside 0..65535", err)
+
+    def test_register_port_out_of_range(self):
+        """A server registering port 70000 (or none, or a host with a port
+        or control characters in `advertise`) is refused with the field
+        and value named; the master keeps waiting for a good server."""
+        m = self.reg.start([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                            "--ntrainer", "1", "--nserver", "1", "--linger", "0", "--rpc-timeout", "20"],
+                           name="master", cls=Master)
+        m.wait_ports()
+        for extra, want in (({"port": 70000}, "port 70000 is outside 1..65535"),
+                            ({"port": "80"}, "must be a whole number"),
+                            ({}, "\"port\" is missing"),
+                            ({"port": 9, "advertise": "10.0.0.1:5000"}, "\"advertise\": '10.0.0.1:5000' is not a host"),
+                            ({"port": 9, "advertise": "vm\n\x1b[31m"}, "not a host name or address")):
+            with self.subTest(extra=extra):
+                body = {"role": "server", "host": "fake", "device": "cpu", "listen_host": "127.0.0.1", "pid": 1}
+                body.update(extra)
+                ans = ctl_exchange(m.ctl, "register", body)
+                self.assertEqual(ans[0]["type"], "stop", ans)
+                self.assertEqual(ans[1].get("status"), "refused", ans)
+                self.assertIn(want, ans[1].get("reason", ""))
+        st = wait_phase(self, m, ("waiting",), timeout=5)
+        self.assertIsNone(st.get("error"), st)
+        self.assertTrue(m.alive(), m.describe())
+
+
+def ctl_exchange(addr, kind, body, timeout=10.0):
+    """Send one control message on a new connection; the first answer as
+    (header, JSON body)."""
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as c:
+        data = json.dumps(body).encode()
+        c.sendall(psb.encode_frame({"type": kind, "payload": len(data)}, data))
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+            chunk = c.recv(65536)
+            if not chunk:
+                raise AssertionError("the master closed the connection without an answer")
+            buf += chunk
+        hl = struct.unpack(">I", buf[:4])[0]
+        h = msgpack.unpackb(buf[4:4 + hl], raw=False)
+        plen = h.get("payload", 0)
+        while len(buf) < 4 + hl + plen:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        return h, json.loads(buf[4 + hl:4 + hl + plen] or b"{}")
 
 
 def _run_trainer(self, port):
