@@ -205,6 +205,14 @@ static int server_fail(const char *msg)
     return 2;
 }
 
+/* The run failed (this server's setup, reported to the master): its
+ * reason or the master's verdict, exit 1 as for any failed run. */
+static int server_fail_run(const char *msg)
+{
+    fprintf(stderr, "psbench-server: %s\n", msg);
+    return 1;
+}
+
 /* A flag's bad value: the line names the flag. */
 static int server_fail_flag(const char *flag, const char *msg)
 {
@@ -456,14 +464,21 @@ int main(int argc, char **argv)
         device_name = d && *d ? d : "cpu";
     }
     int cuda_index = -1; /* the GPU of --device cuda[:N] */
+    /* Why this server cannot serve, found before it joined its master: the
+     * master hears it (`failed`) once joined, so that its verdict gives the
+     * reason rather than "server 0 exited with status 2". */
+    char setup_err[512] = "";
     if (strcmp(device_name, "test") != 0 && strcmp(device_name, "fake-cuda") != 0) {
         if (cli_parse_device("--device", device_name, &cuda_index, err, sizeof err) < 0)
             return server_fail(err);
         /* The reason a user can act on first, in one line, before anything
          * starts: no CUDA runtime, no GPU, no such GPU, or a build without
          * CUDA. */
-        if (cuda_index >= 0 && gpu_check_device(device_name, cuda_index, err, sizeof err) < 0)
-            return server_fail(err);
+        if (cuda_index >= 0 && gpu_check_device(device_name, cuda_index, err, sizeof err) < 0) {
+            if (!master)
+                return server_fail(err);
+            snprintf(setup_err, sizeof setup_err, "%s", err);
+        }
     }
     snprintf(cfg.device, sizeof cfg.device, "%s", device_name);
     log_init("psbench-server", level);
@@ -494,21 +509,27 @@ int main(int argc, char **argv)
 
     ctl_conn link = {.fd = -1};
     if (master) {
-        /* Listen first: the master tells trainers where to find us. */
+        /* Listen first: the master tells trainers where to find us. A port
+         * that is taken is said to the master too (the register names the
+         * port asked for); an ephemeral one that fails leaves nothing to
+         * register. */
         cfg.listen_fd = net_listen(cfg.host, cfg.port, 1024, &cfg.port, err, sizeof err);
+        if (cfg.listen_fd < 0 && (cfg.port == 0 || setup_err[0]))
+            return server_fail(setup_err[0] ? setup_err : err);
         if (cfg.listen_fd < 0)
-            return server_fail(err);
+            snprintf(setup_err, sizeof setup_err, "--listen: %s", err);
         json_t *env = server_environment(device_name, cuda_index);
         int joined = master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0        ? "cpu"
                                       : strcmp(device_name, "fake-cuda") == 0 ? "cuda"
                                                                               : device_name,
-                                      advertise, have_rank ? (int64_t)cfg.rank : -1, env, connect_timeout_s, err,
-                                      sizeof err);
+                                      advertise, have_rank ? (int64_t)cfg.rank : -1, env, connect_timeout_s,
+                                      setup_err[0] ? setup_err : NULL, err, sizeof err);
         json_decref(env);
         if (joined < 0) {
             ctl_close(&link);
-            close(cfg.listen_fd);
-            return server_fail(err);
+            if (cfg.listen_fd >= 0)
+                close(cfg.listen_fd);
+            return setup_err[0] ? server_fail_run(err) : server_fail(err);
         }
         log_info("joined master %s as server %u (%u trainers per bucket)", master, cfg.rank, cfg.trainers);
     }
@@ -516,9 +537,18 @@ int main(int argc, char **argv)
     server s;
     if (server_init(&s, &cfg, err, sizeof err) < 0 ||
         (master && master_link_attach(&s, &link, err, sizeof err) < 0)) {
+        /* Joined: the master hears why (an embedding table it could not
+         * allocate, a device that would not start), not only that the
+         * connection closed. */
+        bool joined = master != NULL;
+        if (joined) {
+            char verdict[sizeof err];
+            master_link_report_failure(&link, err, verdict, sizeof verdict);
+            snprintf(err, sizeof err, "%s", verdict);
+        }
         ctl_close(&link);
         server_free(&s);
-        return server_fail(err);
+        return joined ? server_fail_run(err) : server_fail(err);
     }
     ctl_close(&link);
     /* Before the ready line, which scripts wait for. */

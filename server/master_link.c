@@ -2,6 +2,7 @@
 #include "server/master_link.h"
 #include "server/conn.h"
 #include "server/hostmem.h"
+#include "shared/clock.h"
 #include "shared/log.h"
 #include "shared/net.h"
 
@@ -72,9 +73,38 @@ static int master_link_embedding(json_t *body, embedding_config *emb, char *err,
     return 0;
 }
 
+/* How long a server that reported its failure waits for the master's
+ * verdict (as a trainer does): its last line is then the verdict. */
+#define MASTER_LINK_VERDICT_S 3.0
+
+void master_link_report_failure(ctl_conn *c, const char *reason, char *err, size_t errlen)
+{
+    char local[512], why[256];
+    snprintf(local, sizeof local, "%s", reason);
+    snprintf(err, errlen, "%s", local);
+    json_t *body = json_pack("{s:s}", "reason", local);
+    int sent = body ? ctl_send(c, "failed", NULL, body, why, sizeof why) : -1;
+    json_decref(body);
+    if (sent < 0)
+        return;
+    double deadline = clock_now_s() + MASTER_LINK_VERDICT_S;
+    for (;;) {
+        double left = deadline - clock_now_s();
+        ctl_msg m;
+        if (left <= 0 || ctl_recv(c, (int)(left * 1000) + 1, &m, why, sizeof why) <= 0)
+            return; /* no verdict: the local reason stands */
+        bool stop = strcmp(m.type, "stop") == 0;
+        if (stop)
+            snprintf(err, errlen, "the run failed: %s", ctl_str(m.body, "reason", local));
+        ctl_msg_clear(&m);
+        if (stop)
+            return;
+    }
+}
+
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
                      const char *advertise, int64_t want_rank, json_t *environment, double connect_timeout_s,
-                     char *err, size_t errlen)
+                     const char *fail_reason, char *err, size_t errlen)
 {
     if (ctl_connect(c, master, connect_timeout_s, err, errlen) < 0)
         return -1;
@@ -107,10 +137,18 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
             return -1;
         if (got == 0)
             continue; /* after `registered`: the master bounds the wait (its join timeout) */
+        if (fail_reason && (strcmp(m.type, "registered") == 0 || strcmp(m.type, "assign") == 0)) {
+            /* Joined only to say why this server cannot serve. */
+            ctl_msg_clear(&m);
+            master_link_report_failure(c, fail_reason, err, errlen);
+            return -1;
+        }
         if (strcmp(m.type, "stop") == 0) {
             /* Refused (a wrong token, no slot), or the run failed before
              * the assignment (tables too big for their hosts). */
-            if (strcmp(ctl_str(m.body, "status", "refused"), "refused") == 0)
+            if (fail_reason) /* refused or not, the cause here is this server's own */
+                snprintf(err, errlen, "%s", fail_reason);
+            else if (strcmp(ctl_str(m.body, "status", "refused"), "refused") == 0)
                 snprintf(err, errlen, "the master refused this server: %s", ctl_str(m.body, "reason", "?"));
             else
                 snprintf(err, errlen, "the run failed: %s", ctl_str(m.body, "reason", "?"));

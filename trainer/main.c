@@ -438,16 +438,24 @@ int main(int argc, char **argv)
     /* The reason a user can act on first: no CUDA here at all; then
      * whether the compute layer can run there (a context made and freed:
      * the refusal comes now, in one line, not after joining a job). */
-    if (cuda_index >= 0 && gpu_check_device(device, cuda_index, err, sizeof err) < 0)
-        return trainer_fail(err);
-    if (strcmp(device, "cpu") != 0) {
+    /* With --master, the reason also goes to the master (`failed`, once
+     * joined): its verdict then names it, not only this process's exit. */
+    static char setup_err[1536];
+    if (cuda_index >= 0 && gpu_check_device(device, cuda_index, err, sizeof err) < 0) {
+        if (!master)
+            return trainer_fail(err);
+        snprintf(setup_err, sizeof setup_err, "%s", err);
+    }
+    if (strcmp(device, "cpu") != 0 && !setup_err[0]) {
         char probe[32], why[400];
         compute *c = NULL;
         if (compute_place(device, 0, probe, sizeof probe, why, sizeof why) == 0)
             c = compute_new(probe, why, sizeof why);
         if (!c) {
             snprintf(err, sizeof err, "--device %s: %s", device, why);
-            return trainer_fail(err);
+            if (!master)
+                return trainer_fail(err);
+            snprintf(setup_err, sizeof setup_err, "%s", err);
         }
         compute_free(c);
     }
@@ -482,7 +490,7 @@ int main(int argc, char **argv)
         if (!mm)
             return trainer_fail("out of memory");
         trainer_run_opts lo = {master, have_rank ? (int64_t)cfg.rank : -1, token, device, connect_timeout,
-                               params_out, (int)compute_nice, coll_host};
+                               params_out, (int)compute_nice, coll_host, setup_err[0] ? setup_err : NULL};
         int code = trainer_run_with_master(&lo, mm, err, sizeof err);
         if (code == 0) {
             metrics_print_table(mm, stdout, "trainer metrics, timed pass (ms)");

@@ -518,14 +518,25 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
 {
     mlink l;
     metrics_enable_reporting(m);
-    if (mlink_open(&l, o->master, o->connect_timeout_s, m, err, errlen) < 0)
+    if (mlink_open(&l, o->master, o->connect_timeout_s, m, err, errlen) < 0) {
+        if (o->setup_err)
+            snprintf(err, errlen, "%s", o->setup_err);
         return 1;
+    }
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     json_t *body = json_pack("{s:s, s:s, s:s, s:I, s:o}", "role", "trainer", "host", host, "device", o->device,
                              "pid", (json_int_t)getpid(), "environment", run_environment(o->device));
     if (o->want_rank >= 0)
         json_object_set_new(body, "want_rank", json_integer(o->want_rank));
+    if (o->setup_err) {
+        /* The master's verdict then names this trainer and the reason,
+         * instead of "trainer 0 (pid N) exited with status 2". */
+        (void)mlink_register(&l, o->token, body, NULL, err, errlen);
+        snprintf(err, errlen, "%s", o->setup_err); /* refused or not: the cause is this trainer's */
+        mlink_close(&l, true, err, errlen);
+        return 1;
+    }
     run_job j;
     memset(&j, 0, sizeof j);
     workload *w = NULL;

@@ -187,6 +187,86 @@ class Ports(psb.PsbTestCase):
         self.assertTrue(m.alive(), m.describe())
 
 
+# ---- a node that cannot set up says why -------------------------------------
+
+def sanitized(binary):
+    """Whether `binary` is built with ASan or TSan (which cannot run under
+    an address-space limit: their shadow memory is terabytes of it)."""
+    with open(binary, "rb") as f:
+        data = f.read()
+    return b"__asan_init" in data or b"__tsan_init" in data
+
+
+class SetupFailures(psb.PsbTestCase):
+
+    def master(self, *extra, local=False):
+        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                "--linger", "0", "--rpc-timeout", "20"] + (["--local"] if local else [])
+        m = self.reg.start(args + list(extra), name="master", cls=Master)
+        m.wait_ports()
+        return m
+
+    def tiny_model(self):
+        path = os.path.join(self.reg.workdir, "models.json")
+        with open(path, "w") as f:
+            json.dump({"Tiny": {"model_class": "Synthetic",
+                                "configurations": {"buckets": 3, "bucket_floats": 2000, "sparse": False}}}, f)
+        return ["--model", "Tiny", "--model-config-path", path, "--epochs", "1"]
+
+    def test_server_without_memory_for_its_table(self):
+        """A server that cannot allocate its embedding table (an address
+        space limit stands for a host without the memory) reports
+        `failed`: the master's verdict names the out-of-memory and the
+        size, not "server 0 disconnected"."""
+        srv = psb.bin_path("psbench-server")
+        if sanitized(srv):
+            self.skipTest("sanitizer build: no address-space limit possible")
+        rows, cols = 1 << 22, 512  # 2^31 floats: 8 GiB
+        m = self.master("--number-trainers", "1", "--number-ps", "1", "--number-embeddings", str(rows),
+                        "--embedding-dim", str(cols), "--warmup-cycles", "1")
+
+        def limit_as():
+            resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        s = self.reg.start([srv, "--master", m.ctl, "--listen", "127.0.0.1:0"],
+                           env=psb.base_env({"PSBENCH_TEST_MEM_BYTES": str(64 << 30)}), name="server",
+                           preexec=limit_as)
+        self.assertEqual(s.wait(30), 1, s.describe())
+        st = wait_phase(self, m, ("failed",), timeout=10)
+        self.assertRegex(st["error"], r"^server 0 \(.*\) failed: embedding: out of memory for a table of "
+                                      r"4194304 x 512 floats \(8(\.0)? GiB\)")
+        last = s.stderr().strip().splitlines()[-1]
+        self.assertEqual(last, "psbench-server: the run failed: " + st["error"])
+
+    def test_cuda_server_without_gpu(self):
+        """--local with a CUDA server where no GPU answers: the master's
+        verdict gives the reason in words (from the server's `failed`),
+        not "server 0 (pid N) exited with status 2"."""
+        if psb.gpu_count() > 0:
+            self.skipTest("a GPU answers here")
+        m = self.master(*(self.tiny_model() + ["--ntrainer", "0", "--ncudatrainer", "1", "--nserver", "0",
+                                               "--ncudaserver", "1"]), local=True)
+        self.assertEqual(m.wait(60), 1, m.describe())
+        last = m.stderr().strip().splitlines()[-1]
+        self.assertRegex(last, r"^psbench-master: run failed: server 0 \(.*\) failed: --device cuda: "
+                               r"(no CUDA device answers|libcudart|this build has no CUDA)")
+
+    def test_cuda_trainer_without_gpu(self):
+        """A trainer asked for --device cuda where no GPU answers joins
+        only to report it: the master's verdict names the trainer and the
+        reason, and so does the trainer's last line."""
+        if psb.gpu_count() > 0:
+            self.skipTest("a GPU answers here")
+        m = self.master(*(self.tiny_model() + ["--ntrainer", "0", "--ncudatrainer", "1", "--nserver", "0",
+                                               "--ncudaserver", "1"]))
+        t = self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--device", "cuda"],
+                           name="trainer")
+        self.assertEqual(t.wait(30), 1, t.describe())
+        st = wait_phase(self, m, ("failed",), timeout=10)
+        self.assertRegex(st["error"], r"^trainer 0 \(.*\) failed: --device cuda: ")
+        last = t.stderr().strip().splitlines()[-1]
+        self.assertEqual(last, "psbench-trainer: the run failed: " + st["error"])
+
+
 def ctl_exchange(addr, kind, body, timeout=10.0):
     """Send one control message on a new connection; the first answer as
     (header, JSON body)."""
