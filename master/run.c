@@ -282,6 +282,10 @@ static void master_assign_server(master *m, node *n)
     }
     if (body && m->set.embedding)
         json_object_set(body, "embedding", m->set.embedding);
+    /* The job's model: the server bounds what one trainer may hold by it
+     * (server/bounds.h). */
+    if (body && m->set.model)
+        json_object_set(body, "model", m->set.model);
     node_send(n, "assign", body);
     n->state = NS_ASSIGNED; /* ready once its kind is (its table filled) */
 }

@@ -33,8 +33,26 @@ typedef struct futures_hooks {
     void *ctx;
 } futures_hooks;
 
+/* What one trainer may make the server hold (docs/protocol.md, "Bounds"):
+ * its pushes waiting for their answer — how many, and their payload bytes
+ * — and the distinct buckets a session may resolve. A trainer pushes a
+ * batch only once it has every result of the one before, so it needs one
+ * batch of its buckets; the bounds are two batches' worth (derived from
+ * the job's model when the master sends it, else --max-open-pushes and
+ * --max-open-bytes). A push past them is refused `too_large`. */
+typedef struct futures_limits {
+    uint32_t pushes;   /* per trainer slot; 0: no bound */
+    uint64_t bytes;    /* per trainer slot; 0: no bound */
+    uint32_t buckets;  /* distinct buckets per session; 0: no bound */
+    char source[160];  /* where they come from, for the refusal's message */
+} futures_limits;
+
 typedef struct futures {
     pending_table table;
+    futures_limits lim;
+    uint32_t *held_n;     /* per slot: its pushes in futures not yet answered or failed */
+    uint64_t *held_bytes; /* per slot: their payload bytes */
+    uint32_t ntomb;       /* failed futures kept as tombstones */
     kind *k;
     uint32_t nslots;      /* trainer slots */
     futures_hooks hooks;
@@ -53,6 +71,8 @@ int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, s
                  stats *m_straggler);
 /* Drain, then free every future. */
 void futures_destroy(futures *t);
+/* The bounds of what one trainer may hold (futures_limits). */
+void futures_set_limits(futures *t, const futures_limits *lim);
 /* Where slot's lag behind each future's first push goes (the per-trainer
  * straggler metric; NULL: nowhere). Futures of one push (a lookup) have no
  * lag. */
@@ -87,8 +107,9 @@ void futures_push_abort(futures *t, push_ctx *p);
 void futures_push_lost(futures *t, push_ctx *p);
 
 /* A trainer slot's connection went away: every open future it has not
- * pushed to can never complete, and fails; until it is back, pushes that
- * would open a future get peer_lost. */
+ * pushed to can never complete, and fails; so does every open future
+ * whose pushers are all gone (nobody waits for it, and its memory goes
+ * back). Until it is back, pushes that would open a future get peer_lost. */
 void futures_member_lost(futures *t, uint32_t slot, uint64_t rank);
 void futures_member_back(futures *t, uint32_t slot);
 

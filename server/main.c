@@ -7,6 +7,7 @@
  * server, holds an EmbeddingBag table that trainers look rows up in and
  * update.
  */
+#include "server/bounds.h"
 #include "server/hostmem.h"
 #include "server/master_link.h"
 #include "server/reduce.h"
@@ -65,6 +66,11 @@ static void server_usage(FILE *f)
         "  --max-queued BYTES      results queued to one trainer that is not reading\n"
         "                          before it is disconnected (default 256M); also\n"
         "                          the most result bytes lent to one trainer (below)\n"
+        "  --max-open-pushes N     pushes of one trainer waiting for their answer, at\n"
+        "                          most (default 8192); more is refused too_large\n"
+        "  --max-open-bytes BYTES  their payload bytes, at most (default 64M). With\n"
+        "                          --master both follow from the job's model (two\n"
+        "                          batches of one trainer's buckets) unless given"
         "  --splice                splice results of 64 KiB or more (zero-copy) to\n"
         "                          trainers whose hello promised to read a batch's\n"
         "                          results before pushing on (psbench's trainers do):\n"
@@ -124,7 +130,8 @@ static void server_usage(FILE *f)
 enum {
     OPT_STANDALONE = 256, OPT_TRAINERS, OPT_LISTEN, OPT_KIND, OPT_DEVICE, OPT_RANK,
     OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_TOKEN, OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
-    OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_IN_FEATURES, OPT_OUT_FEATURES,
+    OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT, OPT_MAX_OPEN_PUSHES, OPT_MAX_OPEN_BYTES,
+    OPT_CONNECT_TIMEOUT, OPT_IN_FEATURES, OPT_OUT_FEATURES,
     OPT_LR, OPT_MOMENTUM, OPT_BU_SIZE, OPT_SEED, OPT_PART, OPT_NUM_EMBEDDINGS, OPT_EMBEDDING_DIM,
     OPT_TOKEN_FILE,
 };
@@ -145,6 +152,8 @@ static const struct option server_opts[] = {
     {"splice", no_argument, NULL, OPT_SPLICE},
     {"no-splice", no_argument, NULL, OPT_NO_SPLICE},
     {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
+    {"max-open-pushes", required_argument, NULL, OPT_MAX_OPEN_PUSHES},
+    {"max-open-bytes", required_argument, NULL, OPT_MAX_OPEN_BYTES},
     {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
     {"in-features", required_argument, NULL, OPT_IN_FEATURES},
     {"out-features", required_argument, NULL, OPT_OUT_FEATURES},
@@ -249,6 +258,8 @@ int main(int argc, char **argv)
     cfg.max_payload = FRAME_MAX_PAYLOAD_DEFAULT;
     cfg.max_queued = 256ull << 20;
     cfg.hello_timeout_s = 30;
+    uint32_t open_pushes = BOUNDS_DEFAULT_PUSHES;
+    uint64_t open_bytes = BOUNDS_DEFAULT_BYTES;
     cfg.kind.id = KIND_AVERAGE;
     cfg.kind.bu = (batch_update_config){.in_features = 100, .out_features = 30, .lr = 0.001f,
                                         .momentum = 0.9f, .parts = 1};
@@ -402,6 +413,17 @@ int main(int argc, char **argv)
             if (cli_parse_seconds("--connect-timeout", optarg, &connect_timeout_s, err, sizeof err) < 0)
                 return server_fail(err);
             break;
+        case OPT_MAX_OPEN_PUSHES:
+            if (cli_parse_u64("--max-open-pushes", optarg, 1, UINT32_MAX, 0, &v, err, sizeof err) < 0)
+                return server_fail(err);
+            open_pushes = (uint32_t)v;
+            cfg.open_flags = true;
+            break;
+        case OPT_MAX_OPEN_BYTES:
+            if (cli_parse_u64("--max-open-bytes", optarg, 1, UINT64_MAX, 1, &open_bytes, err, sizeof err) < 0)
+                return server_fail(err);
+            cfg.open_flags = true;
+            break;
         case OPT_HELLO_TIMEOUT:
             if (cli_parse_seconds("--hello-timeout", optarg, &cfg.hello_timeout_s, err, sizeof err) < 0)
                 return server_fail(err);
@@ -428,6 +450,7 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
         return server_fail(err);
     }
+    bounds_from_flags(open_pushes, open_bytes, &cfg.open); /* the job's replace them (master_link.c) */
     if (master && standalone)
         return server_fail("--master and --standalone exclude each other");
     if (!master && !standalone)

@@ -1,5 +1,6 @@
 /* master_link.c — a server's control connection (see master_link.h). */
 #include "server/master_link.h"
+#include "server/bounds.h"
 #include "server/conn.h"
 #include "server/hostmem.h"
 #include "shared/clock.h"
@@ -102,6 +103,27 @@ void master_link_report_failure(ctl_conn *c, const char *reason, char *err, size
     }
 }
 
+/* The job's model (an assignment's `model`, extension): what one trainer
+ * may hold here follows from it (bounds.h), unless --max-open-* said. A
+ * master that sends none leaves the flags' defaults. */
+static int master_link_bounds(json_t *body, server_config *cfg, char *err, size_t errlen)
+{
+    json_t *model = json_object_get(body, "model");
+    if (!model || cfg->open_flags)
+        return 0;
+    modelconf mc;
+    char why[256];
+    if (modelconf_from_entry(model, &mc, why, sizeof why) < 0) {
+        snprintf(err, errlen, "the master sent a model this server cannot read: %s", why);
+        return -1;
+    }
+    bounds_from_model(&mc, &cfg->open);
+    modelconf_free(&mc);
+    log_info("one trainer may have %u pushes and %" PRIu64 " bytes waiting here (%s)", cfg->open.pushes,
+             cfg->open.bytes, cfg->open.source);
+    return 0;
+}
+
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
                      const char *advertise, int64_t want_rank, json_t *environment, double connect_timeout_s,
                      const char *fail_reason, char *err, size_t errlen)
@@ -178,6 +200,8 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
         int kind_rc = cfg->kind.id == KIND_BATCH_UPDATE ? master_link_batch_update(m.body, &cfg->kind.bu, err, errlen)
                       : cfg->kind.id == KIND_EMBEDDING ? master_link_embedding(m.body, &cfg->kind.emb, err, errlen)
                                                        : 0;
+        if (kind_rc == 0)
+            kind_rc = master_link_bounds(m.body, cfg, err, errlen);
         ctl_msg_clear(&m);
         return kind_rc;
     }

@@ -36,6 +36,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,21 +64,41 @@ static void server_flush(server *s)
 }
 
 /* Free the connections closed since the last pass: no callback holds them
- * any more (their events were deleted when they closed). */
-static void server_reap(server *s)
+ * any more (their events were deleted when they closed). Returns how many
+ * of them were trainers (had said hello). */
+static unsigned server_reap(server *s)
 {
+    unsigned trainers = 0;
     while (s->graveyard) {
         conn *c = s->graveyard;
         s->graveyard = c->next;
+        trainers += c->hello_done;
         conn_free(c);
     }
+    return trainers;
+}
+
+/* A trainer has left: what its futures and its unread results held is
+ * back in the pool (members.c failed the futures nobody waits for), and
+ * the pool keeps free buffers for the next batches — up to a GiB. Give
+ * them, and the heap's free pages, back to the system: what a trainer
+ * made the server hold must not stay after it (issue 27's probe kept 617
+ * MB). The next batches, if any, allocate again. */
+static void server_give_back(server *s)
+{
+    size_t kept = s->pool.free_bytes;
+    bufpool_trim(&s->pool, 0);
+    malloc_trim(0);
+    if (kept)
+        log_debug("a trainer left: %zu bytes of free buffers given back", kept);
 }
 
 static void server_on_pass(void *arg)
 {
     server *s = arg;
     server_flush(s);
-    server_reap(s);
+    if (server_reap(s))
+        server_give_back(s);
 }
 
 /* device->after: completions delivered from the device's wake-up. What they
@@ -339,6 +360,7 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    futures_set_limits(&s->fut, &s->cfg.open);
     if (cfg->listen_fd >= 0) {
         s->listen_fd = cfg->listen_fd;
         s->bound_port = cfg->port;

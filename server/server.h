@@ -46,6 +46,8 @@ typedef struct server_config {
                            * zero-copy); false: copy every result */
     double hello_timeout_s; /* a connection that has not said hello by then is closed */
     double master_timeout_s; /* with a master: the run's --rpc-timeout (its assignment) */
+    futures_limits open;     /* what one trainer may hold (future.h): --max-open-*, or the job's */
+    bool open_flags;         /* --max-open-* given: they win over the job's */
 } server_config;
 
 typedef struct server {

@@ -25,6 +25,145 @@ from test_master import Master, http_get, wait_phase  # noqa: E402
 U64_MAX = (1 << 64) - 1
 
 
+# ---- what one trainer may make a server hold ---------------------------------
+
+MIB = 1 << 20
+
+
+def proc_status(pid):
+    """VmRSS and VmHWM of pid, in bytes."""
+    out = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+def push_until_refused(test, c, n, floats, batch0=10 ** 9, bucket=0):
+    """Push n dense pushes of `floats` floats for far-future batches
+    (batch0, batch0 + 1, ...) without reading; stop at the server's
+    too_large. Returns how many pushes went out before it."""
+    vals = [1.0] * floats
+    frame0 = None
+    for i in range(n):
+        h, p = dense_push(batch0 + i, bucket, vals)
+        try:
+            c.send_frame(h, p, timeout=5)
+        except (OSError, psb.Closed):
+            break
+        try:
+            h, _ = c.recv_frame(0.05)
+        except Exception:  # nothing yet: the push was taken
+            continue
+        frame0 = h
+        break
+    if frame0 is None:
+        try:
+            frame0, _ = c.recv_frame(2)
+        except Exception:
+            frame0 = None
+    test.assertIsNotNone(frame0, "%d pushes of %d floats for far-future batches were all taken" % (n, floats))
+    test.assertEqual(frame0.get("type"), "error", frame0)
+    test.assertEqual(frame0.get("code"), "too_large", frame0)
+    c.expect_closed()
+    return frame0
+
+
+class Held(psb.PsbTestCase):
+
+    def wait_rss_below(self, server, limit, timeout=10):
+        deadline = time.monotonic() + timeout
+        st = proc_status(server.pid)
+        while st["VmRSS"] > limit and time.monotonic() < deadline:
+            time.sleep(0.05)
+            st = proc_status(server.pid)
+        return st
+
+    def test_far_future_pushes_bounded_and_given_back(self):
+        """The issue's probe: one trainer pushes buckets of 4 MiB for
+        batches far in the future. The server takes 64 MiB of them (the
+        standalone default), refuses the next one `too_large` and closes;
+        its peak memory stays near that, and once the trainer has left the
+        memory is given back."""
+        s = self.reg.server(trainers=2)
+        base = proc_status(s.pid)["VmRSS"]
+        c = self.client(s)
+        self.hello_ok(c, 0)
+        h = push_until_refused(self, c, 40, MIB)  # 40 x 4 MiB: 160 MiB asked for
+        self.assertIn("has 16 pushes (67108864 bytes) waiting", h["message"])
+        self.assertIn("at most 8192 pushes and 67108864 bytes waiting", h["message"])
+        hwm = proc_status(s.pid)["VmHWM"]
+        self.assertLess(hwm - base, 64 * MIB + 48 * MIB, "peak %d MiB over the start" % ((hwm - base) >> 20))
+        st = self.wait_rss_below(s, base + 24 * MIB)
+        self.assertLess(st["VmRSS"] - base, 24 * MIB, "%d MiB kept after the trainer left" %
+                        ((st["VmRSS"] - base) >> 20))
+        # The server serves the next job.
+        a, b = self.client(s), self.client(s)
+        self.hello_ok(a, 0)
+        self.hello_ok(b, 1)
+        self.dense_round([a, b], 0, 0)
+
+    def test_lost_trainer_futures_freed_while_others_stay(self):
+        """A trainer that pushed far ahead leaves while another stays: the
+        futures only it had pushed fail (nobody waits for them) and their
+        memory goes back; the one that stays is told nothing it did not
+        push."""
+        s = self.reg.server(trainers=2)
+        base = proc_status(s.pid)["VmRSS"]
+        a, b = self.client(s), self.client(s)
+        self.hello_ok(a, 0)
+        self.hello_ok(b, 1)
+        for i in range(12):  # 48 MiB, under the bound
+            a.push(dense_push(10 ** 9 + i, 0, [1.0] * MIB))
+        self.barrier(a)
+        self.assertGreater(proc_status(s.pid)["VmRSS"] - base, 40 * MIB)
+        a.close()
+        st = self.wait_rss_below(s, base + 16 * MIB)
+        self.assertLess(st["VmRSS"] - base, 16 * MIB, "%d MiB kept after the trainer left" %
+                        ((st["VmRSS"] - base) >> 20))
+        b.expect_nothing(0.2)
+        self.assertTrue(s.alive(), s.describe())
+
+    def test_bounds_follow_the_job(self):
+        """With a master, the bounds come from the job's model: Tiny has 3
+        buckets of 2000 floats, so one trainer may have 6 pushes (48000
+        bytes) waiting and the session 3 buckets; beyond either, too_large
+        naming the job."""
+        path = os.path.join(self.reg.workdir, "models.json")
+        with open(path, "w") as f:
+            json.dump({"Tiny": {"model_class": "Synthetic",
+                                "configurations": {"buckets": 3, "bucket_floats": 2000, "sparse": False}}}, f)
+        m = self.reg.start([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                            "--linger", "0", "--rpc-timeout", "30", "--model", "Tiny", "--model-config-path", path,
+                            "--epochs", "1", "--ntrainer", "2", "--nserver", "1"], name="master", cls=Master)
+        m.wait_ports()
+        s = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
+                           name="server", cls=psb.Server)
+        s.wait_ready()
+        self.assertIn("one trainer may have 6 pushes and 48000 bytes waiting here", s.stderr())
+        # A push bigger than two batches of the job: refused at once.
+        c = self.client(s)
+        self.hello_ok(c, 0)
+        h = push_until_refused(self, c, 1, MIB)
+        self.assertIn("this job: 3 buckets of 24000 bytes per batch at most", h["message"])
+        # Pushes of the job's size: six wait, the seventh is refused.
+        c = self.client(s)
+        self.hello_ok(c, 0)
+        h = push_until_refused(self, c, 7, 2000)
+        self.assertIn("has 6 pushes (48000 bytes) waiting", h["message"])
+        # Buckets: the session's first three resolve; a fourth is refused.
+        a, b = self.client(s), self.client(s)
+        self.hello_ok(a, 0)
+        self.hello_ok(b, 1)
+        for k in range(3):
+            self.dense_round([a, b], 0, k)
+        a.push(dense_push(0, 7, [1.0] * 8))
+        h = self.expect_error(a, "too_large")
+        self.assertIn("bucket 7 would be the 4-th bucket of this session: it has at most 3", h["message"])
+
+
 # ---- the top of the counters' range ------------------------------------------
 
 class TopOfRange(psb.PsbTestCase):
