@@ -115,8 +115,12 @@ void conn_hold(conn *c, bool hold)
     if (hold) {
         event_del(c->rev);
         evtimer_del(c->hello_ev);
+    } else if (c->calls_held) {
+        /* still not read: its calls in flight release it (conn_calls_untrack) */
     } else if (conn_arm(c) < 0) {
         conn_close(c, "cannot watch the connection");
+    } else if (c->calls_resume) {
+        event_active(c->rev, EV_READ, 0);
     }
 }
 
@@ -464,6 +468,54 @@ static void conn_call_free(kind_call *kc)
     free(kc);
 }
 
+/* Calls handed to the kind and not yet done are bounded per connection:
+ * on a device that completes later (a GPU), a trainer that sends calls
+ * faster than they complete would otherwise make the server hold every
+ * payload. Past CONN_MAX_CALLS calls or --max-queued bytes of them, the
+ * connection is not read until calls complete — they always do, so this
+ * waits, it never deadlocks; a psbench trainer has two at most (an update,
+ * then the next lookup, whose rows it waits for). */
+#define CONN_MAX_CALLS 64u
+
+static bool conn_calls_over(const conn *c)
+{
+    return c->ncalls >= CONN_MAX_CALLS || c->calls_bytes >= c->srv->cfg.max_queued;
+}
+
+static void conn_calls_throttle(conn *c)
+{
+    if (c->calls_held || c->fd < 0 || c->closing || !conn_calls_over(c))
+        return;
+    c->calls_held = true;
+    event_del(c->rev);
+    log_debug("%s: %u calls (%" PRIu64 " bytes) in flight: not reading until they complete", c->peer, c->ncalls,
+              c->calls_bytes);
+}
+
+/* kc leaves c's calls in flight (done, or refused). */
+static void conn_calls_untrack(conn *c, const kind_call *kc)
+{
+    assert(c->ncalls > 0);
+    c->ncalls--;
+    c->calls_bytes -= kc->payload ? kc->payload->len : 0;
+    if (c->calls_held && !conn_calls_over(c)) {
+        c->calls_held = false;
+        if (c->fd < 0 || c->closing)
+            return;
+        /* Frames already in the input buffer wait for no socket event:
+         * the read callback takes them first (from the loop, not from
+         * inside this completion). While the kind fills, conn_hold
+         * releases the connection later. */
+        c->calls_resume = true;
+        if (c->srv->filling)
+            return;
+        if (event_add(c->rev, NULL) < 0)
+            conn_close(c, "cannot watch the connection");
+        else
+            event_active(c->rev, EV_READ, 0);
+    }
+}
+
 /* The kind has applied a call (on the reactor thread, in call order): a
  * lookup is answered with its rows. A call whose connection closed meanwhile
  * is only freed. */
@@ -475,6 +527,7 @@ static void conn_call_done(kind_call *kc)
         c->calls_head = kc->next;
         if (!c->calls_head)
             c->calls_tail = NULL;
+        conn_calls_untrack(c, kc);
     }
     if (c && kc->error) {
         /* The device failed the call: the trainer is told, lookup or
@@ -525,6 +578,8 @@ static void conn_call_finish(conn *c)
     else
         c->calls_head = kc;
     c->calls_tail = kc;
+    c->ncalls++;
+    c->calls_bytes += kc->payload ? kc->payload->len : 0;
     char msg[256];
     bool update = kc->update; /* kc may be gone once the kind has it (done ran inline) */
     frame_errcode code = update ? s->kind->ops->update(s->kind, kc, msg, sizeof msg)
@@ -534,6 +589,7 @@ static void conn_call_finish(conn *c)
             s->updates++;
         else
             s->lookups++;
+        conn_calls_throttle(c);
         return;
     }
     /* Refused: done will never run; take it off the list again (it is the
@@ -544,6 +600,7 @@ static void conn_call_finish(conn *c)
         prev_tail->next = NULL;
     else
         c->calls_head = NULL;
+    conn_calls_untrack(c, kc);
     frame_hdr about = {0};
     about.batch = kc->batch;
     about.has = FH_BATCH;
@@ -770,7 +827,7 @@ static void conn_payload(conn *c, const uint8_t *p, size_t n, uint64_t off)
  * and a payload's end before anything after it. */
 static void conn_process(conn *c)
 {
-    while (!c->closing) {
+    while (!c->closing && !c->calls_held) {
         framed_event ev;
         switch (framed_next(&c->rd, &ev)) {
         case FRAMED_NEED_MORE:
@@ -823,7 +880,11 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
 {
     conn *c = arg;
     server *s = c->srv;
-    for (int i = 0; i < CONN_READS_PER_EVENT && !c->closing; i++) {
+    if (c->calls_resume) {
+        c->calls_resume = false;
+        conn_process(c);
+    }
+    for (int i = 0; i < CONN_READS_PER_EVENT && !c->closing && !c->calls_held; i++) {
         ssize_t r;
         size_t want;
         uint8_t *dst = NULL;
@@ -900,6 +961,9 @@ void conn_close(conn *c, const char *why)
     for (kind_call *kc = c->calls_head; kc; kc = kc->next)
         kc->owner = NULL;
     c->calls_head = c->calls_tail = NULL;
+    c->ncalls = 0;
+    c->calls_bytes = 0;
+    c->calls_held = false;
     c->sink = SINK_DISCARD;
     if (c->hello_done)
         members_lost(&s->members, c->slot, c);

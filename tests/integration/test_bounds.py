@@ -164,6 +164,32 @@ class Held(psb.PsbTestCase):
         self.assertIn("bucket 7 would be the 4-th bucket of this session: it has at most 3", h["message"])
 
 
+class CallsInFlight(psb.PsbTestCase):
+
+    def test_lookups_faster_than_the_device(self):
+        """An embedding server on a device that completes later (the test
+        device, a GPU's stand-in) reads no more from a trainer that has 64
+        calls in flight until some complete: 400 lookups sent without
+        reading are all answered, in order, and the server held them back
+        rather than all at once."""
+        env = psb.base_env({"PSBENCH_TEST_DEVICE_MAX_DELAY_US": "3000"})
+        s = self.reg.server(trainers=1, kind="embedding", env=env,
+                            extra=["--device", "test", "--num-embeddings", "16", "--embedding-dim", "8",
+                                   "--log-level", "debug"])
+        c = self.client(s)
+        self.hello_ok(c, 0)
+        n = 400
+        frames = b"".join(psb.encode_frame({"type": "lookup", "batch": b, "nnz": 1, "bags": 1},
+                                           struct.pack("<2q", b % 16, 0)) for b in range(n))
+        c.send_raw(frames, timeout=30)
+        for b in range(n):
+            h, p = c.recv_frame(timeout=30)
+            self.assertEqual((h.get("type"), h.get("batch"), h.get("bags")), ("rows", b, 1), h)
+            self.assertEqual(len(p), 4 * 8)
+        self.assertIn("calls (", s.stderr())
+        self.assertIn("in flight: not reading until they complete", s.stderr())
+
+
 # ---- the top of the counters' range ------------------------------------------
 
 class TopOfRange(psb.PsbTestCase):
