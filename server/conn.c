@@ -92,6 +92,10 @@ static void conn_bury(conn *c)
     }
     assert(s->nconns > 0);
     s->nconns--;
+    if (!c->hello_done) {
+        assert(s->nwaiting > 0);
+        s->nwaiting--;
+    }
     c->prev = NULL;
     c->next = s->graveyard;
     s->graveyard = c;
@@ -157,6 +161,7 @@ conn *conn_new(server *s, int fd)
         s->conns->prev = c;
     s->conns = c;
     s->nconns++;
+    s->nwaiting++;
     log_debug("connection from %s", c->peer);
     return c;
 }
@@ -748,6 +753,8 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         return;
     }
     c->hello_done = true;
+    assert(s->nwaiting > 0);
+    s->nwaiting--;
     evtimer_del(c->hello_ev);
     /* Results are lent only to a trainer that promises to read them before
      * it pushes a later batch: the protocol does not otherwise forbid

@@ -164,6 +164,34 @@ class Held(psb.PsbTestCase):
         self.assertIn("bucket 7 would be the 4-th bucket of this session: it has at most 3", h["message"])
 
 
+class WaitingConnections(psb.PsbTestCase):
+
+    def test_connections_without_hello_are_bounded(self):
+        """Connections that never say hello (no token needed to open them)
+        are held at most the trainer count + 64 at a time; more are told
+        `resources` and closed at once, and a trainer still gets in once
+        they are gone."""
+        s = self.reg.server(trainers=1)
+        idle = [self.client(s) for _ in range(65)]
+        for c in idle:
+            c.send_raw(b"\0\0")  # half a frame prefix: read, never a hello
+        extra = self.client(s)
+        h = self.expect_error(extra, "resources")
+        self.assertIn("65 connections that have not said hello yet (at most its 1 trainers + 64)", h["message"])
+        extra.expect_closed()
+        for c in idle:
+            c.close()
+        deadline = time.monotonic() + 10
+        while True:
+            c = self.client(s)
+            h, _ = c.hello(0)
+            if h.get("type") == "welcome" or time.monotonic() > deadline:
+                break
+            c.close()
+            time.sleep(0.05)
+        self.assertEqual(h.get("type"), "welcome", h)
+
+
 class CallsInFlight(psb.PsbTestCase):
 
     def test_lookups_faster_than_the_device(self):
