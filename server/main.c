@@ -537,9 +537,9 @@ int main(int argc, char **argv)
          * port asked for); an ephemeral one that fails leaves nothing to
          * register. */
         cfg.listen_fd = net_listen(cfg.host, cfg.port, 1024, &cfg.port, err, sizeof err);
-        if (cfg.listen_fd < 0 && (cfg.port == 0 || setup_err[0]))
+        if (cfg.listen_fd < 0 && cfg.port == 0)
             return server_fail(setup_err[0] ? setup_err : err);
-        if (cfg.listen_fd < 0)
+        if (cfg.listen_fd < 0 && !setup_err[0])
             snprintf(setup_err, sizeof setup_err, "--listen: %s", err);
         json_t *env = server_environment(device_name, cuda_index);
         int joined = master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0        ? "cpu"

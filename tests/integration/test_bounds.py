@@ -430,6 +430,21 @@ class SetupFailures(psb.PsbTestCase):
         last = s.stderr().strip().splitlines()[-1]
         self.assertEqual(last, "psbench-server: the run failed: " + st["error"])
 
+    def test_server_port_taken(self):
+        """A server whose fixed --listen port is taken tells the master so
+        (its register names the port it asked for)."""
+        m = self.master(*(self.tiny_model() + ["--ntrainer", "1", "--nserver", "1"]))
+        taken = socket.socket()
+        taken.bind((psb.HOST, 0))
+        taken.listen(1)
+        self.addCleanup(taken.close)
+        port = taken.getsockname()[1]
+        s = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen",
+                            "%s:%d" % (psb.HOST, port)], name="server")
+        self.assertEqual(s.wait(30), 1, s.describe())
+        st = wait_phase(self, m, ("failed",), timeout=10)
+        self.assertRegex(st["error"], r"^server 0 \(.*\) failed: --listen: .*%d" % port)
+
     def test_cuda_server_without_gpu(self):
         """--local with a CUDA server where no GPU answers: the master's
         verdict gives the reason in words (from the server's `failed`),
