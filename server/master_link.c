@@ -183,8 +183,14 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
         }
         int64_t rank = ctl_int(m.body, "rank", -1), trainers = ctl_int(m.body, "trainers", 0);
         const char *kind_str = ctl_str(m.body, "kind", "average");
-        if (rank < 0 || trainers < 1 || trainers > 65536) {
-            snprintf(err, errlen, "the master sent a bad assignment");
+        /* Missing is said as missing, a value out of range with the value. */
+        const char *bad = !json_is_integer(json_object_get(m.body, "rank"))       ? "no rank (a whole number)"
+                          : !json_is_integer(json_object_get(m.body, "trainers")) ? "no trainer count"
+                          : rank < 0 || rank > UINT32_MAX                          ? "a rank outside 0..2^32-1"
+                          : trainers < 1 || trainers > 65536                       ? "a trainer count outside 1..65536"
+                                                                                   : NULL;
+        if (bad) {
+            snprintf(err, errlen, "the master sent a bad assignment: %s", bad);
             ctl_msg_clear(&m);
             return -1;
         }

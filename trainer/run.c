@@ -42,6 +42,20 @@ typedef struct run_job {
 static int run_parse_job(json_t *a, run_job *j, char *err, size_t errlen)
 {
     j->assign = a;
+    /* The counts every assignment carries: one that is missing is said to
+     * be, not read as a default (rank 0 would be another trainer's). */
+    static const struct {
+        const char *key;
+        int64_t min;
+    } need[] = {{"rank", 0}, {"batches", 0}, {"data_rank", 0}, {"ntrainer", 1}};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        json_t *v = json_object_get(a, need[i].key);
+        if (!json_is_integer(v) || json_integer_value(v) < need[i].min) {
+            snprintf(err, errlen, "the master's assignment has %s \"%s\" (a whole number >= %lld)",
+                     v ? "a bad" : "no", need[i].key, (long long)need[i].min);
+            return -1;
+        }
+    }
     j->rank = (uint64_t)ctl_int(a, "rank", 0);
     j->batches = (uint64_t)ctl_int(a, "batches", 1);
     j->data_rank = (uint64_t)ctl_int(a, "data_rank", 0);
