@@ -11,6 +11,7 @@ void bounds_from_flags(uint32_t pushes, uint64_t bytes, futures_limits *out)
     out->pushes = pushes;
     out->bytes = bytes;
     out->buckets = BOUNDS_DEFAULT_BUCKETS;
+    out->first_free = true; /* one push of any size up to --max-payload, as before the bounds */
     snprintf(out->source, sizeof out->source, "--max-open-pushes %u, --max-open-bytes %" PRIu64, pushes, bytes);
 }
 

@@ -10,7 +10,9 @@
  * it (the `model` of a server's assignment): how many buckets a trainer
  * pushes per batch, their bytes, and how many distinct buckets the job
  * has. Standalone (no model), the --max-open-pushes and --max-open-bytes
- * flags, or their defaults, stand for it.
+ * flags, or their defaults, stand for it; then a trainer that holds
+ * nothing may push one payload of any size (--max-payload bounds it), as
+ * before there were bounds: without the model one push's size is unknown.
  */
 #ifndef PSBENCH_BOUNDS_H
 #define PSBENCH_BOUNDS_H

@@ -92,8 +92,10 @@ static frame_errcode futures_check_hold(const futures *t, uint32_t slot, uint64_
                                         size_t len)
 {
     const futures_limits *l = &t->lim;
-    if ((l->pushes && t->held_n[slot] >= l->pushes) ||
-        (l->bytes && (t->held_bytes[slot] > l->bytes || bytes > l->bytes - t->held_bytes[slot]))) {
+    bool over_bytes = l->bytes && (t->held_bytes[slot] > l->bytes || bytes > l->bytes - t->held_bytes[slot]);
+    if (over_bytes && l->first_free && t->held_n[slot] == 0)
+        over_bytes = false;
+    if ((l->pushes && t->held_n[slot] >= l->pushes) || over_bytes) {
         snprintf(msg, len,
                  "trainer rank %" PRIu64 " has %u pushes (%" PRIu64 " bytes) waiting for their answer and this one "
                  "has %" PRIu64 " more: one trainer may have at most %u pushes and %" PRIu64 " bytes waiting (%s)",

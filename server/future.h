@@ -44,6 +44,8 @@ typedef struct futures_limits {
     uint32_t pushes;   /* per trainer slot; 0: no bound */
     uint64_t bytes;    /* per trainer slot; 0: no bound */
     uint32_t buckets;  /* distinct buckets per session; 0: no bound */
+    bool first_free;   /* a trainer holding nothing may push any size (--max-payload bounds
+                        * it): without the job's model one push's size is not known */
     char source[160];  /* where they come from, for the refusal's message */
 } futures_limits;
 

@@ -263,6 +263,20 @@ static void test_hold_bounds(void **state)
         assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p[4], msg, sizeof msg), ERR_TOO_LARGE);
         assert_non_null(strstr(msg, "bucket 2 would be the 3-th bucket"));
         futures_reset(&x.fut);
+        /* Without the job's model (the flags' bounds), a trainer holding
+         * nothing may push any size: --max-payload bounds that one. */
+        lim.first_free = true;
+        lim.buckets = 0;
+        futures_set_limits(&x.fut, &lim);
+        assert_int_equal(push_dense(&x, &p[0], 0, 400, v, 8, 8), ERR_NONE); /* 32 bytes */
+        h = dense_hdr(401, 0, 3);
+        assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p[1], msg, sizeof msg), ERR_TOO_LARGE); /* 32 + 12 > 40 */
+        futures_reset(&x.fut);
+        float big[16] = {0};
+        assert_int_equal(push_dense(&x, &p[0], 0, 500, big, 16, 16), ERR_NONE); /* 64 bytes > 40: the first */
+        h = dense_hdr(501, 0, 1);
+        assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p[1], msg, sizeof msg), ERR_TOO_LARGE);
+        futures_reset(&x.fut);
         assert_int_equal(x.fut.held_n[0], 0);
         fx_close(&x);
     }
