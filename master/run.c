@@ -531,9 +531,19 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
         return;
     }
     if (m->phase != PH_WAITING) {
-        node_refuse(n, m->finishing && master_runs_remain(m)
-                           ? "the last run is finishing: join once the next one waits for trainers"
-                           : "the run has already started");
+        /* Why it cannot join, in words: a failed run says why it failed
+         * (a server that could not allocate its table), a finished one
+         * that it is over. */
+        char late[sizeof m->error + 64];
+        if (m->phase == PH_FAILED)
+            snprintf(late, sizeof late, "the run has failed: %s", m->error);
+        else if (m->phase == PH_DONE && !(m->finishing && master_runs_remain(m)))
+            snprintf(late, sizeof late, "the run is over (done): this master takes no more nodes");
+        else
+            snprintf(late, sizeof late, "%s", m->finishing && master_runs_remain(m)
+                                                  ? "the last run is finishing: join once the next one waits for trainers"
+                                                  : "the run has already started");
+        node_refuse(n, late);
         return;
     }
     uint32_t cap = r == AGG_TRAINER ? m->set.ntrainer : m->set.nserver;

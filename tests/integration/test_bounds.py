@@ -429,6 +429,11 @@ class SetupFailures(psb.PsbTestCase):
                                       r"4194304 x 512 floats \(8(\.0)? GiB\)")
         last = s.stderr().strip().splitlines()[-1]
         self.assertEqual(last, "psbench-server: the run failed: " + st["error"])
+        # A trainer that comes now is told why the run failed, not that it
+        # "has already started".
+        ans = ctl_exchange(m.ctl, "register", {"role": "trainer", "host": "late", "device": "cpu", "pid": 1})
+        self.assertEqual((ans[0]["type"], ans[1].get("status")), ("stop", "refused"), ans)
+        self.assertEqual(ans[1].get("reason"), "the run has failed: " + st["error"])
 
     def test_server_port_taken(self):
         """A server whose fixed --listen port is taken tells the master so
@@ -444,6 +449,8 @@ class SetupFailures(psb.PsbTestCase):
         self.assertEqual(s.wait(30), 1, s.describe())
         st = wait_phase(self, m, ("failed",), timeout=10)
         self.assertRegex(st["error"], r"^server 0 \(.*\) failed: --listen: .*%d" % port)
+        ans = ctl_exchange(m.ctl, "register", {"role": "trainer", "host": "late", "device": "cpu", "pid": 1})
+        self.assertEqual(ans[1].get("reason"), "the run has failed: " + st["error"])
 
     def test_cuda_server_without_gpu(self):
         """--local with a CUDA server where no GPU answers: the master's
