@@ -890,6 +890,8 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
     if (c->calls_resume) {
         c->calls_resume = false;
         conn_process(c);
+        if (c->fd < 0)
+            return; /* closed by what it held */
     }
     for (int i = 0; i < CONN_READS_PER_EVENT && !c->closing && !c->calls_held; i++) {
         ssize_t r;
