@@ -119,11 +119,16 @@ static void futures_retire(futures *t, future *f, bool resolved)
     pending_recycle(&t->table, f);
 }
 
-static void futures_fail(futures *t, future *f, frame_errcode code, const char *why)
+/* f fails: its pushers are told `code` with why. `quiet`: a debug line
+ * rather than a warning (the caller sums many up in one). */
+static void futures_fail_ex(futures *t, future *f, frame_errcode code, const char *why, bool quiet)
 {
     assert(f->state == FUTURE_OPEN || f->state == FUTURE_RESOLVING);
     f->state = FUTURE_FAILED;
-    log_warn("batch %" PRIu64 " bucket %" PRIu64 " failed: %s", f->batch, f->bucket, why);
+    if (quiet)
+        log_debug("batch %" PRIu64 " bucket %" PRIu64 " failed: %s", f->batch, f->bucket, why);
+    else
+        log_warn("batch %" PRIu64 " bucket %" PRIu64 " failed: %s", f->batch, f->bucket, why);
     /* Stop the pushes still streaming into it before its buffers go. */
     while (f->pushes) {
         push_ctx *p = f->pushes;
@@ -148,6 +153,11 @@ static void futures_fail(futures *t, future *f, frame_errcode code, const char *
         return;
     }
     t->ntomb++;
+}
+
+static void futures_fail(futures *t, future *f, frame_errcode code, const char *why)
+{
+    futures_fail_ex(t, f, code, why, false);
 }
 
 static void futures_resolve(futures *t, future *f, uint64_t now_ns)
@@ -369,10 +379,20 @@ void futures_member_lost(futures *t, uint32_t slot, uint64_t rank)
      * trainers waiting on them now, rather than let them time out. */
     lost_ctx lc = {.t = t, .slot = slot};
     pending_foreach(&t->table, futures_collect_lost, &lc);
-    char why[96];
+    char why[96], alone[96];
     snprintf(why, sizeof why, "trainer rank %" PRIu64 " disconnected before pushing", rank);
-    for (size_t i = 0; i < lc.n; i++)
-        futures_fail(t, lc.victims[i], ERR_PEER_LOST, why);
+    snprintf(alone, sizeof alone, "trainer rank %" PRIu64 " disconnected, and nobody else pushed it", rank);
+    size_t nalone = 0;
+    for (size_t i = 0; i < lc.n; i++) {
+        /* Those only lost trainers pushed: nobody waits for them, and they
+         * may be many (a trainer that pushed far ahead): one line for all. */
+        bool mine = pending_has_slot(lc.victims[i], slot);
+        nalone += mine;
+        futures_fail_ex(t, lc.victims[i], ERR_PEER_LOST, mine ? alone : why, mine);
+    }
+    if (nalone)
+        log_warn("trainer rank %" PRIu64 " left %zu batch/bucket(s) that no connected trainer pushed: failed, "
+                 "their memory given back", rank, nalone);
     free(lc.victims);
     if (lc.oom)
         log_warn("out of memory failing the futures of a lost trainer; its peers will time out");
