@@ -539,10 +539,10 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
             snprintf(late, sizeof late, "the run has failed: %s", m->error);
         else if (m->phase == PH_DONE && !(m->finishing && master_runs_remain(m)))
             snprintf(late, sizeof late, "the run is over (done): this master takes no more nodes");
+        else if (m->finishing && master_runs_remain(m))
+            snprintf(late, sizeof late, "the last run is finishing: join once the next one waits for trainers");
         else
-            snprintf(late, sizeof late, "%s", m->finishing && master_runs_remain(m)
-                                                  ? "the last run is finishing: join once the next one waits for trainers"
-                                                  : "the run has already started");
+            snprintf(late, sizeof late, "the run has already started");
         node_refuse(n, late);
         return;
     }
