@@ -87,7 +87,9 @@ class Held(psb.PsbTestCase):
         standalone default), refuses the next one `too_large` and closes;
         its peak memory stays near that, and once the trainer has left the
         memory is given back."""
-        s = self.reg.server(trainers=2)
+        # The cpu device: a GPU's device keeps bounded caches of pinned and
+        # device memory for reuse (server/cuda/device_cuda.c).
+        s = self.reg.server(trainers=2, extra=["--device", "cpu"])
         base = proc_status(s.pid)["VmRSS"]
         c = self.client(s)
         self.hello_ok(c, 0)
@@ -110,7 +112,7 @@ class Held(psb.PsbTestCase):
         futures only it had pushed fail (nobody waits for them) and their
         memory goes back; the one that stays is told nothing it did not
         push."""
-        s = self.reg.server(trainers=2)
+        s = self.reg.server(trainers=2, extra=["--device", "cpu"])
         base = proc_status(s.pid)["VmRSS"]
         a, b = self.client(s), self.client(s)
         self.hello_ok(a, 0)
