@@ -70,7 +70,7 @@ static void server_usage(FILE *f)
         "                          most (default 8192); more is refused too_large\n"
         "  --max-open-bytes BYTES  their payload bytes, at most (default 64M). With\n"
         "                          --master both follow from the job's model (two\n"
-        "                          batches of one trainer's buckets) unless given"
+        "                          batches of one trainer's buckets) unless given\n"
         "  --splice                splice results of 64 KiB or more (zero-copy) to\n"
         "                          trainers whose hello promised to read a batch's\n"
         "                          results before pushing on (psbench's trainers do):\n"
