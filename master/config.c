@@ -4,6 +4,7 @@
 #include "shared/jobconf.h"
 #include "shared/log.h"
 #include "shared/userpath.h"
+#include "shared/net.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -790,12 +791,12 @@ int config_check_flags(const run_config *c, char *err, size_t errlen)
     }
     struct { const char *opt, *v; } addr[] = {{"--listen", c->listen}, {"--http", c->http}};
     for (size_t i = 0; i < 2; i++) {
-        const char *colon = strrchr(addr[i].v, ':');
-        uint64_t port;
-        char perr[128];
-        if (!colon || colon == addr[i].v ||
-            cli_parse_u64(addr[i].opt, colon + 1, 0, 65535, 0, &port, perr, sizeof perr) < 0) {
-            errbuf_set(err, errlen, "%s '%s' is not HOST:PORT", addr[i].opt, addr[i].v);
+        char host[256], perr[400];
+        uint16_t port;
+        /* net_parse_hostport's reason: "'h:99999': port 99999 is outside
+         * 0..65535" says what is wrong, not only that something is. */
+        if (net_parse_hostport(addr[i].v, host, sizeof host, &port, 1, perr, sizeof perr) < 0) {
+            errbuf_set(err, errlen, "%s %s", addr[i].opt, perr);
             return -1;
         }
     }

@@ -286,6 +286,10 @@ static void master_assign_server(master *m, node *n)
     }
     if (body && m->set.embedding)
         json_object_set(body, "embedding", m->set.embedding);
+    /* The job's model: the server bounds what one trainer may hold by it
+     * (server/bounds.h). */
+    if (body && m->set.model)
+        json_object_set(body, "model", m->set.model);
     node_send(n, "assign", body);
     n->state = NS_ASSIGNED; /* ready once its kind is (its table filled) */
 }
@@ -475,6 +479,46 @@ static bool master_nccl_gpu_shared(master *m, const node *n)
     return false;
 }
 
+/* A server's register carries where trainers reach it: `port` (required,
+ * 1..65535), and optionally `advertise` and `listen_host` (hosts alone).
+ * Checked before a rank is taken, so that a bad value refuses that node
+ * with the field and the value named, and the run goes on. 0, or -1 with
+ * the reason. */
+static int master_check_server_fields(json_t *body, char *why, size_t len)
+{
+    json_t *p = json_object_get(body, "port");
+    if (!p) {
+        snprintf(why, len, "a server's register needs its data-plane port (\"port\" is missing)");
+        return -1;
+    }
+    if (!json_is_integer(p)) {
+        snprintf(why, len, "\"port\" must be a whole number 1..65535");
+        return -1;
+    }
+    if (json_integer_value(p) < 1 || json_integer_value(p) > 65535) {
+        snprintf(why, len, "port %lld is outside 1..65535", (long long)json_integer_value(p));
+        return -1;
+    }
+    const char *keys[] = {"advertise", "listen_host"};
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_object_get(body, keys[i]);
+        char herr[300];
+        if (!v || json_is_null(v))
+            continue;
+        if (!json_is_string(v)) {
+            snprintf(why, len, "\"%s\" must be a string (a host)", keys[i]);
+            return -1;
+        }
+        if (json_string_length(v) == 0)
+            continue; /* empty: none (advertise), a wildcard (listen_host) */
+        if (net_parse_host(json_string_value(v), herr, sizeof herr) < 0) {
+            snprintf(why, len, "\"%s\": %s", keys[i], herr);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static void master_on_register(master *m, node *n, ctl_msg *msg)
 {
     if (n->registered) {
@@ -495,10 +539,25 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
         node_refuse(n, "role must be trainer or server");
         return;
     }
+    char bad[400];
+    if (r == AGG_SERVER && master_check_server_fields(msg->body, bad, sizeof bad) < 0) {
+        node_refuse(n, bad);
+        return;
+    }
     if (m->phase != PH_WAITING) {
-        node_refuse(n, m->finishing && master_runs_remain(m)
-                           ? "the last run is finishing: join once the next one waits for trainers"
-                           : "the run has already started");
+        /* Why it cannot join, in words: a failed run says why it failed
+         * (a server that could not allocate its table), a finished one
+         * that it is over. */
+        char late[sizeof m->error + 64];
+        if (m->phase == PH_FAILED)
+            snprintf(late, sizeof late, "the run has failed: %s", m->error);
+        else if (m->phase == PH_DONE && !(m->finishing && master_runs_remain(m)))
+            snprintf(late, sizeof late, "the run is over (done): this master takes no more nodes");
+        else if (m->finishing && master_runs_remain(m))
+            snprintf(late, sizeof late, "the last run is finishing: join once the next one waits for trainers");
+        else
+            snprintf(late, sizeof late, "the run has already started");
+        node_refuse(n, late);
         return;
     }
     uint32_t cap = r == AGG_TRAINER ? m->set.ntrainer : m->set.nserver;
@@ -567,10 +626,7 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
         const char *adv = ctl_str(msg->body, "advertise", NULL);
         const char *lh = ctl_str(msg->body, "listen_host", "0.0.0.0");
         int64_t port = ctl_int(msg->body, "port", 0);
-        if (port <= 0 || port > 65535) {
-            master_fail(m, "server %u (%s) registered without a data-plane port", n->rank, n->host);
-            return;
-        }
+        assert(port > 0 && port <= 65535); /* master_check_server_fields */
         const char *h = adv && *adv ? adv
                         : (strcmp(lh, "0.0.0.0") == 0 || strcmp(lh, "::") == 0 || !*lh) ? n->peer_ip
                                                                                       : lh;

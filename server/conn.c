@@ -92,6 +92,10 @@ static void conn_bury(conn *c)
     }
     assert(s->nconns > 0);
     s->nconns--;
+    if (!c->hello_done) {
+        assert(s->nwaiting > 0);
+        s->nwaiting--;
+    }
     c->prev = NULL;
     c->next = s->graveyard;
     s->graveyard = c;
@@ -115,8 +119,12 @@ void conn_hold(conn *c, bool hold)
     if (hold) {
         event_del(c->rev);
         evtimer_del(c->hello_ev);
+    } else if (c->calls_held) {
+        /* still not read: its calls in flight release it (conn_calls_untrack) */
     } else if (conn_arm(c) < 0) {
         conn_close(c, "cannot watch the connection");
+    } else if (c->calls_resume) {
+        event_active(c->rev, EV_READ, 0);
     }
 }
 
@@ -153,6 +161,7 @@ conn *conn_new(server *s, int fd)
         s->conns->prev = c;
     s->conns = c;
     s->nconns++;
+    s->nwaiting++;
     log_debug("connection from %s", c->peer);
     return c;
 }
@@ -353,16 +362,17 @@ static void conn_skip_payload(conn *c)
 static frame_errcode conn_check_push(const frame_hdr *h, char *msg, size_t len)
 {
     const uint32_t need = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT;
-    if ((h->has & need) != need) {
-        snprintf(msg, len, "push needs batch, bucket, dtype and layout");
+    char missing[96];
+    if (frame_missing(h->has, need, missing, sizeof missing)) {
+        snprintf(msg, len, "push needs batch, bucket, dtype and layout (missing: %s)", missing);
         return ERR_BAD_FRAME;
     }
     if (h->layout == LAYOUT_DENSE && !(h->has & FH_COUNT)) {
-        snprintf(msg, len, "dense push needs count");
+        snprintf(msg, len, "dense push needs count (missing)");
         return ERR_BAD_FRAME;
     }
-    if (h->layout == LAYOUT_SPARSE && (h->has & (FH_ROWS | FH_COLS | FH_NNZ)) != (FH_ROWS | FH_COLS | FH_NNZ)) {
-        snprintf(msg, len, "sparse push needs rows, cols and nnz");
+    if (h->layout == LAYOUT_SPARSE && frame_missing(h->has, FH_ROWS | FH_COLS | FH_NNZ, missing, sizeof missing)) {
+        snprintf(msg, len, "sparse push needs rows, cols and nnz (missing: %s)", missing);
         return ERR_BAD_FRAME;
     }
     if (h->layout == LAYOUT_SPARSE && h->cols == 0) {
@@ -463,6 +473,54 @@ static void conn_call_free(kind_call *kc)
     free(kc);
 }
 
+/* Calls handed to the kind and not yet done are bounded per connection:
+ * on a device that completes later (a GPU), a trainer that sends calls
+ * faster than they complete would otherwise make the server hold every
+ * payload. Past CONN_MAX_CALLS calls or --max-queued bytes of them, the
+ * connection is not read until calls complete — they always do, so this
+ * waits, it never deadlocks; a psbench trainer has two at most (an update,
+ * then the next lookup, whose rows it waits for). */
+#define CONN_MAX_CALLS 64u
+
+static bool conn_calls_over(const conn *c)
+{
+    return c->ncalls >= CONN_MAX_CALLS || c->calls_bytes >= c->srv->cfg.max_queued;
+}
+
+static void conn_calls_throttle(conn *c)
+{
+    if (c->calls_held || c->fd < 0 || c->closing || !conn_calls_over(c))
+        return;
+    c->calls_held = true;
+    event_del(c->rev);
+    log_debug("%s: %u calls (%" PRIu64 " bytes) in flight: not reading until they complete", c->peer, c->ncalls,
+              c->calls_bytes);
+}
+
+/* kc leaves c's calls in flight (done, or refused). */
+static void conn_calls_untrack(conn *c, const kind_call *kc)
+{
+    assert(c->ncalls > 0);
+    c->ncalls--;
+    c->calls_bytes -= kc->payload ? kc->payload->len : 0;
+    if (c->calls_held && !conn_calls_over(c)) {
+        c->calls_held = false;
+        if (c->fd < 0 || c->closing)
+            return;
+        /* Frames already in the input buffer wait for no socket event:
+         * the read callback takes them first (from the loop, not from
+         * inside this completion). While the kind fills, conn_hold
+         * releases the connection later. */
+        c->calls_resume = true;
+        if (c->srv->filling)
+            return;
+        if (event_add(c->rev, NULL) < 0)
+            conn_close(c, "cannot watch the connection");
+        else
+            event_active(c->rev, EV_READ, 0);
+    }
+}
+
 /* The kind has applied a call (on the reactor thread, in call order): a
  * lookup is answered with its rows. A call whose connection closed meanwhile
  * is only freed. */
@@ -474,6 +532,7 @@ static void conn_call_done(kind_call *kc)
         c->calls_head = kc->next;
         if (!c->calls_head)
             c->calls_tail = NULL;
+        conn_calls_untrack(c, kc);
     }
     if (c && kc->error) {
         /* The device failed the call: the trainer is told, lookup or
@@ -538,6 +597,8 @@ static void conn_call_finish(conn *c)
     else
         c->calls_head = kc;
     c->calls_tail = kc;
+    c->ncalls++;
+    c->calls_bytes += kc->payload ? kc->payload->len : 0;
     char msg[256];
     bool update = kc->update; /* kc may be gone once the kind has it (done ran inline) */
     frame_errcode code = update ? s->kind->ops->update(s->kind, kc, msg, sizeof msg)
@@ -547,6 +608,7 @@ static void conn_call_finish(conn *c)
             s->updates++;
         else
             s->lookups++;
+        conn_calls_throttle(c);
         return;
     }
     /* Refused: done will never run; take it off the list again (it is the
@@ -557,6 +619,7 @@ static void conn_call_finish(conn *c)
         prev_tail->next = NULL;
     else
         c->calls_head = NULL;
+    conn_calls_untrack(c, kc);
     frame_hdr about = {0};
     about.batch = kc->batch;
     about.has = FH_BATCH;
@@ -574,8 +637,10 @@ static frame_errcode conn_check_call(conn *c, const frame_hdr *h, bool update, c
         return ERR_UNSUPPORTED;
     }
     const uint32_t need = FH_BATCH | FH_NNZ | FH_BAGS | (update ? FH_COLS : 0);
-    if ((h->has & need) != need) {
-        snprintf(msg, len, update ? "update needs batch, nnz, bags and cols" : "lookup needs batch, nnz and bags");
+    char missing[96];
+    if (frame_missing(h->has, need, missing, sizeof missing)) {
+        snprintf(msg, len, "%s (missing: %s)",
+                 update ? "update needs batch, nnz, bags and cols" : "lookup needs batch, nnz and bags", missing);
         return ERR_BAD_FRAME;
     }
     if ((h->has & FH_DTYPE) && !frame_str_eq(h->dtype, "f32")) {
@@ -680,9 +745,16 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_UNSUPPORTED, "hello already done on this connection", h);
         return;
     }
-    if (!(h->has & FH_VERSION) || h->version != FRAME_PROTOCOL_VERSION) {
+    /* A field that is missing says so: "version 0" would send the user
+     * looking for a peer that speaks protocol 0. */
+    if (!(h->has & FH_VERSION)) {
+        snprintf(msg, sizeof msg, "hello needs a version (this server speaks protocol %u)", FRAME_PROTOCOL_VERSION);
+        conn_send_error(c, ERR_UNSUPPORTED, msg, h);
+        return;
+    }
+    if (h->version != FRAME_PROTOCOL_VERSION) {
         snprintf(msg, sizeof msg, "protocol version %" PRIu64 " is not supported (this server speaks %u)",
-                 (h->has & FH_VERSION) ? h->version : 0, FRAME_PROTOCOL_VERSION);
+                 h->version, FRAME_PROTOCOL_VERSION);
         conn_send_error(c, ERR_UNSUPPORTED, msg, h);
         return;
     }
@@ -690,7 +762,11 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_AUTH, (h->has & FH_TOKEN) ? "wrong token" : "this server needs a token", h);
         return;
     }
-    if (!(h->has & FH_ROLE) || !frame_str_eq(h->role, "trainer")) {
+    if (!(h->has & FH_ROLE)) {
+        conn_send_error(c, ERR_UNSUPPORTED, "hello needs a role (\"trainer\")", h);
+        return;
+    }
+    if (!frame_str_eq(h->role, "trainer")) {
         conn_send_error(c, ERR_UNSUPPORTED, "only role \"trainer\" may connect to a server", h);
         return;
     }
@@ -704,6 +780,8 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         return;
     }
     c->hello_done = true;
+    assert(s->nwaiting > 0);
+    s->nwaiting--;
     evtimer_del(c->hello_ev);
     /* Results are lent only to a trainer that promises to read them before
      * it pushes a later batch: the protocol does not otherwise forbid
@@ -783,7 +861,7 @@ static void conn_payload(conn *c, const uint8_t *p, size_t n, uint64_t off)
  * and a payload's end before anything after it. */
 static void conn_process(conn *c)
 {
-    while (!c->closing) {
+    while (!c->closing && !c->calls_held) {
         framed_event ev;
         switch (framed_next(&c->rd, &ev)) {
         case FRAMED_NEED_MORE:
@@ -837,7 +915,13 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
 {
     conn *c = arg;
     server *s = c->srv;
-    for (int i = 0; i < CONN_READS_PER_EVENT && !c->closing; i++) {
+    if (c->calls_resume) {
+        c->calls_resume = false;
+        conn_process(c);
+        if (c->fd < 0)
+            return; /* closed by what it held */
+    }
+    for (int i = 0; i < CONN_READS_PER_EVENT && !c->closing && !c->calls_held; i++) {
         ssize_t r;
         size_t want;
         uint8_t *dst = NULL;
@@ -914,6 +998,9 @@ void conn_close(conn *c, const char *why)
     for (kind_call *kc = c->calls_head; kc; kc = kc->next)
         kc->owner = NULL;
     c->calls_head = c->calls_tail = NULL;
+    c->ncalls = 0;
+    c->calls_bytes = 0;
+    c->calls_held = false;
     c->sink = SINK_DISCARD;
     if (c->hello_done)
         members_lost(&s->members, c->slot, c);

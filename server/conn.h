@@ -47,6 +47,10 @@ typedef struct conn {
     kind_call *call; /* the lookup/update being received (SINK_CALL) */
     size_t hlen;     /* the prefix and header bytes of the frame being handled */
     kind_call *calls_head, *calls_tail; /* handed to the kind, not yet done (in order) */
+    uint32_t ncalls;      /* of them */
+    uint64_t calls_bytes; /* their payload bytes */
+    bool calls_held;      /* not read until some complete (conn.c: conn_calls_throttle) */
+    bool calls_resume;    /* released: parse what the input buffer holds first */
     outq out;
     bool hello_done;
     bool closing; /* stop reading; close once the output is written */

@@ -12,6 +12,9 @@
 
 static void futures_on_resolved(void *ctx, future *f, psbuf *result, frame_errcode code, const char *why);
 
+/* Failed futures kept as tombstones, at most (see futures_fail). */
+#define FUTURES_TOMB_MAX 65536u
+
 static bool futures_is_lost(const futures *t, uint32_t slot)
 {
     return (t->lost[slot / 64] >> (slot % 64)) & 1;
@@ -28,7 +31,10 @@ int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, c
     t->lost = calloc((nslots + 63) / 64 + 1, sizeof *t->lost);
     t->lost_rank = calloc(nslots, sizeof *t->lost_rank);
     t->m_lag = calloc(nslots, sizeof *t->m_lag);
-    if (!t->lost || !t->lost_rank || !t->m_lag || pending_init(&t->table, nslots) < 0)
+    t->held_n = calloc(nslots ? nslots : 1, sizeof *t->held_n);
+    t->held_bytes = calloc(nslots ? nslots : 1, sizeof *t->held_bytes);
+    if (!t->lost || !t->lost_rank || !t->m_lag || !t->held_n || !t->held_bytes ||
+        pending_init(&t->table, nslots) < 0)
         return -1;
     k->resolved = futures_on_resolved;
     k->resolved_ctx = t;
@@ -55,6 +61,49 @@ static void futures_unbind(push_ctx *p)
     p->f = NULL;
 }
 
+/* ---- what each trainer holds --------------------------------------------------- */
+
+void futures_set_limits(futures *t, const futures_limits *lim)
+{
+    t->lim = *lim;
+}
+
+/* f's pushes stop counting against their slots: it was answered, failed
+ * or forgotten. Once per future. */
+static void futures_unhold(futures *t, future *f)
+{
+    if (!f->holds)
+        return;
+    f->holds = false;
+    for (uint32_t s = 0; s < t->nslots; s++) {
+        if (!pending_has_slot(f, s))
+            continue;
+        assert(t->held_n[s] > 0 && t->held_bytes[s] >= f->slot_bytes[s]);
+        t->held_n[s]--;
+        t->held_bytes[s] -= f->slot_bytes[s];
+        f->slot_bytes[s] = 0;
+    }
+}
+
+/* Whether a push of `bytes` from slot fits what one trainer may hold;
+ * ERR_NONE, or too_large with the reason. */
+static frame_errcode futures_check_hold(const futures *t, uint32_t slot, uint64_t rank, uint64_t bytes, char *msg,
+                                        size_t len)
+{
+    const futures_limits *l = &t->lim;
+    bool over_bytes = l->bytes && (t->held_bytes[slot] > l->bytes || bytes > l->bytes - t->held_bytes[slot]);
+    if (over_bytes && l->first_free && t->held_n[slot] == 0)
+        over_bytes = false;
+    if ((l->pushes && t->held_n[slot] >= l->pushes) || over_bytes) {
+        snprintf(msg, len,
+                 "trainer rank %" PRIu64 " has %u pushes (%" PRIu64 " bytes) waiting for their answer and this one "
+                 "has %" PRIu64 " more: one trainer may have at most %u pushes and %" PRIu64 " bytes waiting (%s)",
+                 rank, t->held_n[slot], t->held_bytes[slot], bytes, l->pushes, l->bytes, l->source);
+        return ERR_TOO_LARGE;
+    }
+    return ERR_NONE;
+}
+
 /* ---- retirement ------------------------------------------------------------- */
 
 /* The one way out of the table for a future that is not a tombstone:
@@ -63,29 +112,51 @@ static void futures_unbind(push_ctx *p)
 static void futures_retire(futures *t, future *f, bool resolved)
 {
     assert(!f->pushes);
+    futures_unhold(t, f);
     t->k->ops->release(t->k, f);
     pending_remove(&t->table, f, resolved);
     pending_recycle(&t->table, f);
 }
 
-static void futures_fail(futures *t, future *f, frame_errcode code, const char *why)
+/* f fails: its pushers are told `code` with why. `quiet`: a debug line
+ * rather than a warning (the caller sums many up in one). */
+static void futures_fail_ex(futures *t, future *f, frame_errcode code, const char *why, bool quiet)
 {
     assert(f->state == FUTURE_OPEN || f->state == FUTURE_RESOLVING);
     f->state = FUTURE_FAILED;
-    log_warn("batch %" PRIu64 " bucket %" PRIu64 " failed: %s", f->batch, f->bucket, why);
+    if (quiet)
+        log_debug("batch %" PRIu64 " bucket %" PRIu64 " failed: %s", f->batch, f->bucket, why);
+    else
+        log_warn("batch %" PRIu64 " bucket %" PRIu64 " failed: %s", f->batch, f->bucket, why);
     /* Stop the pushes still streaming into it before its buffers go. */
     while (f->pushes) {
         push_ctx *p = f->pushes;
         t->k->ops->push_abort(t->k, p);
         futures_unbind(p);
     }
+    futures_unhold(t, f);
     t->k->ops->release(t->k, f);
     char msg[256];
     snprintf(msg, sizeof msg, "batch %" PRIu64 " bucket %" PRIu64 " cannot complete: %s", f->batch, f->bucket,
              why);
     t->hooks.fail(t->hooks.ctx, f, code, msg);
     /* It stays as a tombstone so that late pushes to it are told peer_lost
-     * too; it goes with the session. */
+     * too; it goes with the session. Tombstones are small, but a trainer
+     * that comes and goes could pile them up: past FUTURES_TOMB_MAX a
+     * failed future is forgotten instead (a push to it then opens a new
+     * one, which fails as its trainers are told why). */
+    if (t->ntomb >= FUTURES_TOMB_MAX) {
+        f->state = FUTURE_DONE;
+        pending_remove(&t->table, f, false);
+        pending_recycle(&t->table, f);
+        return;
+    }
+    t->ntomb++;
+}
+
+static void futures_fail(futures *t, future *f, frame_errcode code, const char *why)
+{
+    futures_fail_ex(t, f, code, why, false);
 }
 
 static void futures_resolve(futures *t, future *f, uint64_t now_ns)
@@ -181,6 +252,15 @@ frame_errcode futures_admit(futures *t, const frame_hdr *h, uint32_t slot, uint6
         return ERR_SHAPE_MISMATCH;
     }
 
+    code = futures_check_hold(t, slot, rank, h->payload, msg, len);
+    if (code != ERR_NONE)
+        return code;
+    if (!f && t->lim.buckets && t->table.nmarks >= t->lim.buckets && !pending_has_mark(&t->table, h->bucket)) {
+        snprintf(msg, len, "bucket %" PRIu64 " would be the %zu-th bucket of this session: it has at most %u (%s)",
+                 h->bucket, t->table.nmarks + 1, t->lim.buckets, t->lim.source);
+        return ERR_TOO_LARGE;
+    }
+
     bool first = false;
     if (!f) {
         f = pending_create(&t->table, batch, h->bucket);
@@ -194,9 +274,13 @@ frame_errcode futures_admit(futures *t, const frame_hdr *h, uint32_t slot, uint6
         f->rows = h->rows;
         f->cols = h->cols;
         f->t_first_ns = clock_now_ns();
+        f->holds = true;
         first = true;
     }
     pending_set_slot(f, slot);
+    f->slot_bytes[slot] = h->payload;
+    t->held_n[slot]++;
+    t->held_bytes[slot] += h->payload;
     f->started++;
     futures_bind(f, p);
     p->slot = slot;
@@ -231,6 +315,10 @@ void futures_push_abort(futures *t, push_ctx *p)
     assert(f && f->state == FUTURE_OPEN && f->started > 0);
     t->k->ops->push_abort(t->k, p);
     futures_unbind(p);
+    assert(f->holds && t->held_n[p->slot] > 0);
+    t->held_n[p->slot]--;
+    t->held_bytes[p->slot] -= f->slot_bytes[p->slot];
+    f->slot_bytes[p->slot] = 0;
     pending_clear_slot(f, p->slot);
     f->started--;
     if (f->started == 0)
@@ -248,16 +336,26 @@ void futures_push_lost(futures *t, push_ctx *p)
 /* ---- members ----------------------------------------------------------------------- */
 
 typedef struct lost_ctx {
+    const futures *t;
     uint32_t slot;
     future **victims;
     size_t n, cap;
     bool oom;
 } lost_ctx;
 
+/* Whether every trainer that pushed into f is gone: nobody waits for it. */
+static bool futures_pushers_all_lost(const futures *t, const future *f)
+{
+    for (uint32_t w = 0; w < (t->nslots + 63) / 64; w++)
+        if (f->pushed[w] & ~t->lost[w])
+            return false;
+    return true;
+}
+
 static void futures_collect_lost(future *f, void *arg)
 {
     lost_ctx *lc = arg;
-    if (f->state != FUTURE_OPEN || pending_has_slot(f, lc->slot))
+    if (f->state != FUTURE_OPEN || (pending_has_slot(f, lc->slot) && !futures_pushers_all_lost(lc->t, f)))
         return;
     if (lc->n == lc->cap) {
         size_t cap = lc->cap ? lc->cap * 2 : 16;
@@ -283,12 +381,22 @@ void futures_member_lost(futures *t, uint32_t slot, uint64_t rank)
     t->lost_rank[slot] = rank;
     /* Futures this trainer never pushed to can never complete: tell the
      * trainers waiting on them now, rather than let them time out. */
-    lost_ctx lc = {.slot = slot};
+    lost_ctx lc = {.t = t, .slot = slot};
     pending_foreach(&t->table, futures_collect_lost, &lc);
-    char why[96];
+    char why[96], alone[96];
     snprintf(why, sizeof why, "trainer rank %" PRIu64 " disconnected before pushing", rank);
-    for (size_t i = 0; i < lc.n; i++)
-        futures_fail(t, lc.victims[i], ERR_PEER_LOST, why);
+    snprintf(alone, sizeof alone, "trainer rank %" PRIu64 " disconnected, and nobody else pushed it", rank);
+    size_t nalone = 0;
+    for (size_t i = 0; i < lc.n; i++) {
+        /* Those only lost trainers pushed: nobody waits for them, and they
+         * may be many (a trainer that pushed far ahead): one line for all. */
+        bool mine = pending_has_slot(lc.victims[i], slot);
+        nalone += mine;
+        futures_fail_ex(t, lc.victims[i], ERR_PEER_LOST, mine ? alone : why, mine);
+    }
+    if (nalone)
+        log_warn("trainer rank %" PRIu64 " left %zu batch/bucket(s) that no connected trainer pushed: failed, "
+                 "their memory given back", rank, nalone);
     free(lc.victims);
     if (lc.oom)
         log_warn("out of memory failing the futures of a lost trainer; its peers will time out");
@@ -339,12 +447,18 @@ static void futures_free_one(future *f, void *arg)
     }
     if (f->state == FUTURE_OPEN)
         t->k->ops->release(t->k, f); /* a tombstone released when it failed */
+    futures_unhold(t, f);
 }
 
 void futures_reset(futures *t)
 {
     futures_drain(t);
     pending_clear(&t->table, futures_free_one, t);
+    t->ntomb = 0;
+#ifndef NDEBUG
+    for (uint32_t s = 0; s < t->nslots; s++)
+        assert(t->held_n[s] == 0 && t->held_bytes[s] == 0); /* every future is gone */
+#endif
     if (t->k->ops->reset)
         t->k->ops->reset(t->k);
 }
@@ -368,6 +482,10 @@ void futures_destroy(futures *t)
     t->lost_rank = NULL;
     free(t->m_lag);
     t->m_lag = NULL;
+    free(t->held_n);
+    t->held_n = NULL;
+    free(t->held_bytes);
+    t->held_bytes = NULL;
 }
 
 void futures_set_lag_metric(futures *t, uint32_t slot, stats *m)

@@ -45,8 +45,28 @@ typedef struct futures_metrics {
     stats *straggler_from_header; /* first push's header to the last push whole */
 } futures_metrics;
 
+/* What one trainer may make the server hold (docs/protocol.md, "Bounds"):
+ * its pushes waiting for their answer — how many, and their payload bytes
+ * — and the distinct buckets a session may resolve. A trainer pushes a
+ * batch only once it has every result of the one before, so it needs one
+ * batch of its buckets; the bounds are two batches' worth (derived from
+ * the job's model when the master sends it, else --max-open-pushes and
+ * --max-open-bytes). A push past them is refused `too_large`. */
+typedef struct futures_limits {
+    uint32_t pushes;   /* per trainer slot; 0: no bound */
+    uint64_t bytes;    /* per trainer slot; 0: no bound */
+    uint32_t buckets;  /* distinct buckets per session; 0: no bound */
+    bool first_free;   /* a trainer holding nothing may push any size (--max-payload bounds
+                        * it): without the job's model one push's size is not known */
+    char source[160];  /* where they come from, for the refusal's message */
+} futures_limits;
+
 typedef struct futures {
     pending_table table;
+    futures_limits lim;
+    uint32_t *held_n;     /* per slot: its pushes in futures not yet answered or failed */
+    uint64_t *held_bytes; /* per slot: their payload bytes */
+    uint32_t ntomb;       /* failed futures kept as tombstones */
     kind *k;
     uint32_t nslots;      /* trainer slots */
     futures_hooks hooks;
@@ -64,6 +84,8 @@ typedef struct futures {
 int futures_init(futures *t, kind *k, uint32_t nslots, const futures_hooks *h, const futures_metrics *m);
 /* Drain, then free every future. */
 void futures_destroy(futures *t);
+/* The bounds of what one trainer may hold (futures_limits). */
+void futures_set_limits(futures *t, const futures_limits *lim);
 /* Where slot's lag goes (the per-trainer straggler metric; NULL: nowhere):
  * for each future, from its first push received whole to this slot's push
  * received whole, so the slowest slot's lag is the straggler figure and
@@ -99,8 +121,9 @@ void futures_push_abort(futures *t, push_ctx *p);
 void futures_push_lost(futures *t, push_ctx *p);
 
 /* A trainer slot's connection went away: every open future it has not
- * pushed to can never complete, and fails; until it is back, pushes that
- * would open a future get peer_lost. */
+ * pushed to can never complete, and fails; so does every open future
+ * whose pushers are all gone (nobody waits for it, and its memory goes
+ * back). Until it is back, pushes that would open a future get peer_lost. */
 void futures_member_lost(futures *t, uint32_t slot, uint64_t rank);
 void futures_member_back(futures *t, uint32_t slot);
 

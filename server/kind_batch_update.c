@@ -105,6 +105,14 @@ static frame_errcode bu_admit(kind *k, const frame_hdr *h, uint64_t *batch, char
                  h->count, bk->count, bk->begin, bk->begin + bk->count, bk->total);
         return ERR_SHAPE_MISMATCH;
     }
+    /* The round's answer carries round + 1 (updates applied): the last
+     * round that can be answered without a wrap is 2^64-2. Unreachable in
+     * practice (one round per batch), refused rather than wrapped. */
+    if (bk->open_round >= UINT64_MAX - 1) {
+        snprintf(msg, len, "this server has applied %" PRIu64 " updates, the most its round counter holds: "
+                 "restart it", bk->open_round);
+        return ERR_UNSUPPORTED;
+    }
     *batch = bk->open_round;
     return ERR_NONE;
 }
@@ -188,7 +196,7 @@ static void bu_resolve(kind *k, future *f)
     bu_kind *bk = (bu_kind *)k;
     bu_future *st = f->kstate;
     uint32_t n = k->cfg.trainers;
-    assert(f->batch == bk->open_round);
+    assert(f->batch == bk->open_round && bk->open_round < UINT64_MAX - 1); /* bu_admit */
     bk->open_round++; /* later pushes open the next round */
     f->round = f->batch + 1;
     st->srcs = malloc(n * sizeof *st->srcs);

@@ -25,6 +25,7 @@
  * the reactor hands no call to a kind that is not ready.
  */
 #include "server/kind.h"
+#include "shared/cli.h"
 #include "shared/clock.h"
 #include "shared/log.h"
 #include "shared/rng.h"
@@ -401,8 +402,10 @@ kind *kind_embedding_new(const kind_config *cfg, device *dev, char *err, size_t 
     ek->table = device_buf_new(dev, ek->rows * ek->cols * sizeof(float));
     if (!ek->table) {
         free(ek);
-        snprintf(err, errlen, "embedding: out of memory for a table of %" PRIu64 " x %" PRIu64 " floats",
-                 c->num_embeddings, c->embedding_dim);
+        char size[32];
+        cli_format_bytes(c->num_embeddings * c->embedding_dim * sizeof(float), size, sizeof size);
+        snprintf(err, errlen, "embedding: out of memory for a table of %" PRIu64 " x %" PRIu64 " floats (%s)",
+                 c->num_embeddings, c->embedding_dim, size);
         return NULL;
     }
     return &ek->base;

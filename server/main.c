@@ -7,6 +7,7 @@
  * server, holds an EmbeddingBag table that trainers look rows up in and
  * update.
  */
+#include "server/bounds.h"
 #include "server/hostmem.h"
 #include "server/master_link.h"
 #include "server/reduce.h"
@@ -65,6 +66,11 @@ static void server_usage(FILE *f)
         "  --max-queued BYTES      results queued to one trainer that is not reading\n"
         "                          before it is disconnected (default 256M); also\n"
         "                          the most result bytes lent to one trainer (below)\n"
+        "  --max-open-pushes N     pushes of one trainer waiting for their answer, at\n"
+        "                          most (default 8192); more is refused too_large\n"
+        "  --max-open-bytes BYTES  their payload bytes, at most (default 64M). With\n"
+        "                          --master both follow from the job's model (two\n"
+        "                          batches of one trainer's buckets) unless given\n"
         "  --splice                splice results of 64 KiB or more (zero-copy) to\n"
         "                          trainers whose hello promised to read a batch's\n"
         "                          results before pushing on (psbench's trainers do):\n"
@@ -137,7 +143,8 @@ static void server_usage(FILE *f)
 enum {
     OPT_STANDALONE = 256, OPT_TRAINERS, OPT_LISTEN, OPT_KIND, OPT_DEVICE, OPT_RANK,
     OPT_MAX_PAYLOAD, OPT_MAX_QUEUED, OPT_TOKEN, OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION,
-    OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_IN_FEATURES, OPT_OUT_FEATURES,
+    OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT, OPT_MAX_OPEN_PUSHES, OPT_MAX_OPEN_BYTES,
+    OPT_CONNECT_TIMEOUT, OPT_IN_FEATURES, OPT_OUT_FEATURES,
     OPT_LR, OPT_MOMENTUM, OPT_BU_SIZE, OPT_SEED, OPT_PART, OPT_NUM_EMBEDDINGS, OPT_EMBEDDING_DIM,
     OPT_TOKEN_FILE,
 };
@@ -158,6 +165,8 @@ static const struct option server_opts[] = {
     {"splice", no_argument, NULL, OPT_SPLICE},
     {"no-splice", no_argument, NULL, OPT_NO_SPLICE},
     {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
+    {"max-open-pushes", required_argument, NULL, OPT_MAX_OPEN_PUSHES},
+    {"max-open-bytes", required_argument, NULL, OPT_MAX_OPEN_BYTES},
     {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
     {"in-features", required_argument, NULL, OPT_IN_FEATURES},
     {"out-features", required_argument, NULL, OPT_OUT_FEATURES},
@@ -218,6 +227,21 @@ static int server_fail(const char *msg)
     return 2;
 }
 
+/* The run failed (this server's setup, reported to the master): its
+ * reason or the master's verdict, exit 1 as for any failed run. */
+static int server_fail_run(const char *msg)
+{
+    fprintf(stderr, "psbench-server: %s\n", msg);
+    return 1;
+}
+
+/* A flag's bad value: the line names the flag. */
+static int server_fail_flag(const char *flag, const char *msg)
+{
+    fprintf(stderr, "psbench-server: %s: %s\n", flag, msg);
+    return 2;
+}
+
 /* What this server computes with, for its register: the host
  * (shared/hostinfo.h) and which loops its dense folds run ("avx2" or
  * "portable": server/reduce.h; the same bits either way, not the same
@@ -247,6 +271,8 @@ int main(int argc, char **argv)
     cfg.max_payload = FRAME_MAX_PAYLOAD_DEFAULT;
     cfg.max_queued = 256ull << 20;
     cfg.hello_timeout_s = 30;
+    uint32_t open_pushes = BOUNDS_DEFAULT_PUSHES;
+    uint64_t open_bytes = BOUNDS_DEFAULT_BYTES;
     cfg.kind.id = KIND_AVERAGE;
     cfg.kind.bu = (batch_update_config){.in_features = 100, .out_features = 30, .lr = 0.001f,
                                         .momentum = 0.9f, .parts = 1};
@@ -279,7 +305,7 @@ int main(int argc, char **argv)
             break;
         case OPT_LISTEN:
             if (net_parse_hostport(optarg, cfg.host, sizeof cfg.host, &cfg.port, 1, err, sizeof err) < 0)
-                return server_fail(err);
+                return server_fail_flag("--listen", err);
             break;
         case OPT_KIND:
             if (kind_parse(optarg, &cfg.kind.id) < 0) {
@@ -376,10 +402,18 @@ int main(int argc, char **argv)
         case OPT_TOKEN_FILE:
             token_file = optarg;
             break;
-        case OPT_MASTER:
+        case OPT_MASTER: {
+            /* Checked here, with the flag's name, not when connecting. */
+            char mh[256];
+            uint16_t mp;
+            if (net_parse_hostport(optarg, mh, sizeof mh, &mp, 0, err, sizeof err) < 0)
+                return server_fail_flag("--master", err);
             master = optarg;
             break;
+        }
         case OPT_ADVERTISE:
+            if (net_parse_host(optarg, err, sizeof err) < 0)
+                return server_fail_flag("--advertise", err);
             advertise = optarg;
             break;
         case OPT_SPLICE:
@@ -391,6 +425,17 @@ int main(int argc, char **argv)
         case OPT_CONNECT_TIMEOUT:
             if (cli_parse_seconds("--connect-timeout", optarg, &connect_timeout_s, err, sizeof err) < 0)
                 return server_fail(err);
+            break;
+        case OPT_MAX_OPEN_PUSHES:
+            if (cli_parse_u64("--max-open-pushes", optarg, 1, UINT32_MAX, 0, &v, err, sizeof err) < 0)
+                return server_fail(err);
+            open_pushes = (uint32_t)v;
+            cfg.open_flags = true;
+            break;
+        case OPT_MAX_OPEN_BYTES:
+            if (cli_parse_u64("--max-open-bytes", optarg, 1, UINT64_MAX, 1, &open_bytes, err, sizeof err) < 0)
+                return server_fail(err);
+            cfg.open_flags = true;
             break;
         case OPT_HELLO_TIMEOUT:
             if (cli_parse_seconds("--hello-timeout", optarg, &cfg.hello_timeout_s, err, sizeof err) < 0)
@@ -418,6 +463,7 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
         return server_fail(err);
     }
+    bounds_from_flags(open_pushes, open_bytes, &cfg.open); /* the job's replace them (master_link.c) */
     if (master && standalone)
         return server_fail("--master and --standalone exclude each other");
     if (!master && !standalone)
@@ -454,14 +500,21 @@ int main(int argc, char **argv)
         device_name = d && *d ? d : "cpu";
     }
     int cuda_index = -1; /* the GPU of --device cuda[:N] */
+    /* Why this server cannot serve, found before it joined its master: the
+     * master hears it (`failed`) once joined, so that its verdict gives the
+     * reason rather than "server 0 exited with status 2". */
+    char setup_err[512] = "";
     if (strcmp(device_name, "test") != 0 && strcmp(device_name, "fake-cuda") != 0) {
         if (cli_parse_device("--device", device_name, &cuda_index, err, sizeof err) < 0)
             return server_fail(err);
         /* The reason a user can act on first, in one line, before anything
          * starts: no CUDA runtime, no GPU, no such GPU, or a build without
          * CUDA. */
-        if (cuda_index >= 0 && gpu_check_device(device_name, cuda_index, err, sizeof err) < 0)
-            return server_fail(err);
+        if (cuda_index >= 0 && gpu_check_device(device_name, cuda_index, err, sizeof err) < 0) {
+            if (!master)
+                return server_fail(err);
+            snprintf(setup_err, sizeof setup_err, "%s", err);
+        }
     }
     snprintf(cfg.device, sizeof cfg.device, "%s", device_name);
     log_init("psbench-server", level);
@@ -492,21 +545,27 @@ int main(int argc, char **argv)
 
     ctl_conn link = {.fd = -1};
     if (master) {
-        /* Listen first: the master tells trainers where to find us. */
+        /* Listen first: the master tells trainers where to find us. A port
+         * that is taken is said to the master too (the register names the
+         * port asked for); an ephemeral one that fails leaves nothing to
+         * register. */
         cfg.listen_fd = net_listen(cfg.host, cfg.port, 1024, &cfg.port, err, sizeof err);
-        if (cfg.listen_fd < 0)
-            return server_fail(err);
+        if (cfg.listen_fd < 0 && cfg.port == 0)
+            return server_fail(setup_err[0] ? setup_err : err);
+        if (cfg.listen_fd < 0 && !setup_err[0])
+            snprintf(setup_err, sizeof setup_err, "--listen: %s", err);
         json_t *env = server_environment(device_name, cuda_index);
         int joined = master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0        ? "cpu"
                                       : strcmp(device_name, "fake-cuda") == 0 ? "cuda"
                                                                               : device_name,
-                                      advertise, have_rank ? (int64_t)cfg.rank : -1, env, connect_timeout_s, err,
-                                      sizeof err);
+                                      advertise, have_rank ? (int64_t)cfg.rank : -1, env, connect_timeout_s,
+                                      setup_err[0] ? setup_err : NULL, err, sizeof err);
         json_decref(env);
         if (joined < 0) {
             ctl_close(&link);
-            close(cfg.listen_fd);
-            return server_fail(err);
+            if (cfg.listen_fd >= 0)
+                close(cfg.listen_fd);
+            return setup_err[0] ? server_fail_run(err) : server_fail(err);
         }
         log_info("joined master %s as server %u (%u trainers per bucket)", master, cfg.rank, cfg.trainers);
     }
@@ -514,9 +573,18 @@ int main(int argc, char **argv)
     server s;
     if (server_init(&s, &cfg, err, sizeof err) < 0 ||
         (master && master_link_attach(&s, &link, err, sizeof err) < 0)) {
+        /* Joined: the master hears why (an embedding table it could not
+         * allocate, a device that would not start), not only that the
+         * connection closed. */
+        bool joined = master != NULL;
+        if (joined) {
+            char verdict[sizeof err];
+            master_link_report_failure(&link, err, verdict, sizeof verdict);
+            snprintf(err, sizeof err, "%s", verdict);
+        }
         ctl_close(&link);
         server_free(&s);
-        return server_fail(err);
+        return joined ? server_fail_run(err) : server_fail(err);
     }
     ctl_close(&link);
     /* Before the ready line, which scripts wait for. */

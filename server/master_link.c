@@ -1,7 +1,9 @@
 /* master_link.c — a server's control connection (see master_link.h). */
 #include "server/master_link.h"
+#include "server/bounds.h"
 #include "server/conn.h"
 #include "server/hostmem.h"
+#include "shared/clock.h"
 #include "shared/log.h"
 #include "shared/net.h"
 
@@ -72,9 +74,59 @@ static int master_link_embedding(json_t *body, embedding_config *emb, char *err,
     return 0;
 }
 
+/* How long a server that reported its failure waits for the master's
+ * verdict (as a trainer does): its last line is then the verdict. */
+#define MASTER_LINK_VERDICT_S 3.0
+
+void master_link_report_failure(ctl_conn *c, const char *reason, char *err, size_t errlen)
+{
+    char local[512], why[256];
+    snprintf(local, sizeof local, "%s", reason);
+    snprintf(err, errlen, "%s", local);
+    json_t *body = json_pack("{s:s}", "reason", local);
+    int sent = body ? ctl_send(c, "failed", NULL, body, why, sizeof why) : -1;
+    json_decref(body);
+    if (sent < 0)
+        return;
+    double deadline = clock_now_s() + MASTER_LINK_VERDICT_S;
+    for (;;) {
+        double left = deadline - clock_now_s();
+        ctl_msg m;
+        if (left <= 0 || ctl_recv(c, (int)(left * 1000) + 1, &m, why, sizeof why) <= 0)
+            return; /* no verdict: the local reason stands */
+        bool stop = strcmp(m.type, "stop") == 0;
+        if (stop)
+            snprintf(err, errlen, "the run failed: %s", ctl_str(m.body, "reason", local));
+        ctl_msg_clear(&m);
+        if (stop)
+            return;
+    }
+}
+
+/* The job's model (an assignment's `model`, extension): what one trainer
+ * may hold here follows from it (bounds.h), unless --max-open-* said. A
+ * master that sends none leaves the flags' defaults. */
+static int master_link_bounds(json_t *body, server_config *cfg, char *err, size_t errlen)
+{
+    json_t *model = json_object_get(body, "model");
+    if (!model || cfg->open_flags)
+        return 0;
+    modelconf mc;
+    char why[256];
+    if (modelconf_from_entry(model, &mc, why, sizeof why) < 0) {
+        snprintf(err, errlen, "the master sent a model this server cannot read: %s", why);
+        return -1;
+    }
+    bounds_from_model(&mc, &cfg->open);
+    modelconf_free(&mc);
+    log_info("one trainer may have %u pushes and %" PRIu64 " bytes waiting here (%s)", cfg->open.pushes,
+             cfg->open.bytes, cfg->open.source);
+    return 0;
+}
+
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
                      const char *advertise, int64_t want_rank, json_t *environment, double connect_timeout_s,
-                     char *err, size_t errlen)
+                     const char *fail_reason, char *err, size_t errlen)
 {
     if (ctl_connect(c, master, connect_timeout_s, err, errlen) < 0)
         return -1;
@@ -107,10 +159,18 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
             return -1;
         if (got == 0)
             continue; /* after `registered`: the master bounds the wait (its join timeout) */
+        if (fail_reason && (strcmp(m.type, "registered") == 0 || strcmp(m.type, "assign") == 0)) {
+            /* Joined only to say why this server cannot serve. */
+            ctl_msg_clear(&m);
+            master_link_report_failure(c, fail_reason, err, errlen);
+            return -1;
+        }
         if (strcmp(m.type, "stop") == 0) {
             /* Refused (a wrong token, no slot), or the run failed before
              * the assignment (tables too big for their hosts). */
-            if (strcmp(ctl_str(m.body, "status", "refused"), "refused") == 0)
+            if (fail_reason) /* refused or not, the cause here is this server's own */
+                snprintf(err, errlen, "%s", fail_reason);
+            else if (strcmp(ctl_str(m.body, "status", "refused"), "refused") == 0)
                 snprintf(err, errlen, "the master refused this server: %s", ctl_str(m.body, "reason", "?"));
             else
                 snprintf(err, errlen, "the run failed: %s", ctl_str(m.body, "reason", "?"));
@@ -123,8 +183,14 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
         }
         int64_t rank = ctl_int(m.body, "rank", -1), trainers = ctl_int(m.body, "trainers", 0);
         const char *kind_str = ctl_str(m.body, "kind", "average");
-        if (rank < 0 || trainers < 1 || trainers > 65536) {
-            snprintf(err, errlen, "the master sent a bad assignment");
+        /* Missing is said as missing, a value out of range with the value. */
+        const char *bad = !json_is_integer(json_object_get(m.body, "rank"))       ? "no rank (a whole number)"
+                          : !json_is_integer(json_object_get(m.body, "trainers")) ? "no trainer count"
+                          : rank < 0 || rank > UINT32_MAX                          ? "a rank outside 0..2^32-1"
+                          : trainers < 1 || trainers > 65536                       ? "a trainer count outside 1..65536"
+                                                                                   : NULL;
+        if (bad) {
+            snprintf(err, errlen, "the master sent a bad assignment: %s", bad);
             ctl_msg_clear(&m);
             return -1;
         }
@@ -140,6 +206,8 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
         int kind_rc = cfg->kind.id == KIND_BATCH_UPDATE ? master_link_batch_update(m.body, &cfg->kind.bu, err, errlen)
                       : cfg->kind.id == KIND_EMBEDDING ? master_link_embedding(m.body, &cfg->kind.emb, err, errlen)
                                                        : 0;
+        if (kind_rc == 0)
+            kind_rc = master_link_bounds(m.body, cfg, err, errlen);
         ctl_msg_clear(&m);
         return kind_rc;
     }

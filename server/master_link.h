@@ -23,10 +23,20 @@
 #include "shared/control.h"
 
 /* `environment` (borrowed; may be NULL): what this server computes with
- * (shared/hostinfo.h, and its fold), sent in the register. */
+ * (shared/hostinfo.h, and its fold), sent in the register. `fail_reason`
+ * (NULL: none): this server's setup has failed already (no GPU answers,
+ * its port is taken): it registers only to report that as `failed`, and
+ * returns -1 with the master's verdict in err (master_link_report_failure). */
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
                      const char *advertise, int64_t want_rank, json_t *environment, double connect_timeout_s,
-                     char *err, size_t errlen);
+                     const char *fail_reason, char *err, size_t errlen);
+/* The server cannot serve (its setup failed after it joined: no memory
+ * for its table, its device): tell the master (`failed` with the reason,
+ * so that its verdict names this server and the reason, not "server 0
+ * disconnected"), and wait up to 3 s for that verdict, which becomes err
+ * ("the run failed: server 0 (HOST) failed: ..."); without one, err is
+ * the reason itself. */
+void master_link_report_failure(ctl_conn *c, const char *reason, char *err, size_t errlen);
 /* Hand the joined connection to the reactor (s takes it over). */
 int master_link_attach(server *s, ctl_conn *c, char *err, size_t errlen);
 void master_link_free(server *s);

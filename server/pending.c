@@ -25,8 +25,20 @@ int pending_init(pending_table *t, uint32_t nslots)
 
 void pending_free_entry(future *e)
 {
-    free(e->pushed);
+    free(e->pushed); /* slot_bytes lives in the same block */
     free(e);
+}
+
+/* The words of an entry's per-slot block: the pushed bitmap, then one
+ * byte count per slot. */
+static size_t pending_bitmap_words(const pending_table *t)
+{
+    return (t->nslots + 63) / 64 + 1;
+}
+
+static size_t pending_block_words(const pending_table *t)
+{
+    return pending_bitmap_words(t) + t->nslots;
 }
 
 void pending_clear(pending_table *t, void (*free_fn)(future *, void *), void *arg)
@@ -44,6 +56,8 @@ void pending_clear(pending_table *t, void (*free_fn)(future *, void *), void *ar
     }
     t->count = 0;
     t->nmarks = 0;
+    if (t->mark_idx)
+        memset(t->mark_idx, 0, t->mark_slots * sizeof *t->mark_idx);
 }
 
 void pending_destroy(pending_table *t, void (*free_fn)(future *, void *), void *arg)
@@ -56,6 +70,7 @@ void pending_destroy(pending_table *t, void (*free_fn)(future *, void *), void *
     }
     free(t->heads);
     free(t->marks);
+    free(t->mark_idx);
     memset(t, 0, sizeof *t);
 }
 
@@ -80,20 +95,67 @@ future *pending_find(pending_table *t, uint64_t batch, uint64_t bucket)
     return e;
 }
 
-/* The marks are few (one per bucket of the model): a linear scan with the
- * last hit cached is cheaper than a second hash table. */
+static size_t pending_mark_hash(uint64_t bucket, size_t nslots)
+{
+    return pending_hash(bucket, 0x5bd1e995u) & (nslots - 1);
+}
+
+/* The mark of `bucket`, or NULL. */
 static struct pending_mark *pending_mark_find(const pending_table *t, uint64_t bucket)
 {
-    for (size_t i = 0; i < t->nmarks; i++)
-        if (t->marks[i].bucket == bucket)
-            return &t->marks[i];
-    return NULL;
+    if (!t->mark_idx)
+        return NULL;
+    for (size_t i = pending_mark_hash(bucket, t->mark_slots);; i = (i + 1) & (t->mark_slots - 1)) {
+        uint32_t m = t->mark_idx[i];
+        if (m == 0)
+            return NULL;
+        if (t->marks[m - 1].bucket == bucket)
+            return &t->marks[m - 1];
+    }
 }
 
 bool pending_is_stale(const pending_table *t, uint64_t batch, uint64_t bucket)
 {
     const struct pending_mark *m = pending_mark_find(t, bucket);
-    return m && batch < m->next_batch;
+    return m && batch <= m->newest;
+}
+
+bool pending_has_mark(const pending_table *t, uint64_t bucket)
+{
+    return pending_mark_find(t, bucket) != NULL;
+}
+
+/* Index mark number i (from 0) by its bucket; the index has room. */
+static void pending_mark_index(pending_table *t, size_t i)
+{
+    size_t k = pending_mark_hash(t->marks[i].bucket, t->mark_slots);
+    while (t->mark_idx[k])
+        k = (k + 1) & (t->mark_slots - 1);
+    t->mark_idx[k] = (uint32_t)(i + 1);
+}
+
+/* Room for one more mark: the array and its index (at most half full). */
+static int pending_marks_reserve(pending_table *t)
+{
+    if (t->nmarks < t->marks_cap)
+        return 0;
+    size_t n = t->marks_cap ? t->marks_cap * 2 : 64;
+    if (n > UINT32_MAX / 2)
+        return -1;
+    struct pending_mark *nm = realloc(t->marks, n * sizeof *nm);
+    if (!nm)
+        return -1;
+    t->marks = nm;
+    uint32_t *idx = calloc(2 * n, sizeof *idx);
+    if (!idx)
+        return -1; /* the array grew; the old index still serves its marks */
+    free(t->mark_idx);
+    t->mark_idx = idx;
+    t->mark_slots = 2 * n;
+    t->marks_cap = n;
+    for (size_t i = 0; i < t->nmarks; i++)
+        pending_mark_index(t, i);
+    return 0;
 }
 
 static int pending_grow(pending_table *t)
@@ -123,7 +185,7 @@ future *pending_create(pending_table *t, uint64_t batch, uint64_t bucket)
     assert(!pending_find(t, batch, bucket));
     if (t->count + 1 > t->nheads && pending_grow(t) < 0)
         return NULL;
-    size_t words = (t->nslots + 63) / 64 + 1;
+    size_t words = pending_block_words(t);
     future *e = t->spare;
     if (e) {
         t->spare = e->next;
@@ -142,6 +204,7 @@ future *pending_create(pending_table *t, uint64_t batch, uint64_t bucket)
             return NULL;
         }
     }
+    e->slot_bytes = e->pushed + pending_bitmap_words(t);
     e->batch = batch;
     e->bucket = bucket;
     size_t b = pending_hash(batch, bucket) & (t->nheads - 1);
@@ -154,21 +217,17 @@ future *pending_create(pending_table *t, uint64_t batch, uint64_t bucket)
 static void pending_mark_resolved(pending_table *t, uint64_t batch, uint64_t bucket)
 {
     struct pending_mark *m = pending_mark_find(t, bucket);
-    if (!m) {
-        if (t->nmarks == t->marks_cap) {
-            size_t n = t->marks_cap ? t->marks_cap * 2 : 64;
-            struct pending_mark *nm = realloc(t->marks, n * sizeof *nm);
-            if (!nm)
-                return; /* stale detection degrades; nothing breaks */
-            t->marks = nm;
-            t->marks_cap = n;
-        }
-        m = &t->marks[t->nmarks++];
-        m->bucket = bucket;
-        m->next_batch = 0;
+    if (m) {
+        if (batch > m->newest)
+            m->newest = batch;
+        return;
     }
-    if (batch + 1 > m->next_batch)
-        m->next_batch = batch + 1;
+    if (pending_marks_reserve(t) < 0)
+        return; /* stale detection degrades; nothing breaks */
+    m = &t->marks[t->nmarks];
+    m->bucket = bucket;
+    m->newest = batch;
+    pending_mark_index(t, t->nmarks++);
 }
 
 void pending_remove(pending_table *t, future *e, bool resolved)

@@ -37,6 +37,8 @@ typedef struct future {
     uint32_t started;    /* pushes whose header was accepted */
     uint32_t completed;  /* pushes whose payload has fully arrived */
     uint64_t *pushed;    /* bitmap over trainer slots: header accepted */
+    uint64_t *slot_bytes; /* per trainer slot: its push's payload bytes (what it holds here) */
+    bool holds;          /* its pushes count against their slots' bounds (future.c) */
     uint64_t t_first_ns; /* the first push's header admitted */
     uint64_t t_first_whole_ns; /* the first push received whole (its payload complete);
                                 * 0 until then */
@@ -53,11 +55,20 @@ typedef struct pending_table {
     size_t nheads; /* power of two */
     size_t count;
     uint32_t nslots; /* trainer slots, for bitmaps */
-    /* Per bucket: newest resolved batch + 1 (0 = none). */
+    /* Per bucket: the newest batch resolved. A mark exists only once a
+     * batch of the bucket has resolved, so every batch number, 2^64-1
+     * included, can be recorded without a wrap (a "newest + 1" would turn
+     * 2^64-1 into 0, and the bucket would forget what it had answered). */
     struct pending_mark {
-        uint64_t bucket, next_batch;
+        uint64_t bucket, newest;
     } *marks;
     size_t nmarks, marks_cap;
+    /* The marks' index by bucket: open addressing, mark number + 1 (0:
+     * empty), mark_slots a power of two at least twice marks_cap. A model
+     * may have thousands of buckets: a linear scan per push would cost
+     * their square per batch. */
+    uint32_t *mark_idx;
+    size_t mark_slots;
     /* Entries that resolved, kept for the next batch's futures: a round of
      * K buckets would otherwise allocate and free 2K blocks. */
     future *spare;
@@ -74,6 +85,8 @@ future *pending_find(pending_table *t, uint64_t batch, uint64_t bucket);
 /* True when (batch, bucket) was resolved already or is older than the
  * newest resolved batch of that bucket. */
 bool pending_is_stale(const pending_table *t, uint64_t batch, uint64_t bucket);
+/* True when some batch of `bucket` has resolved (the bucket is known). */
+bool pending_has_mark(const pending_table *t, uint64_t bucket);
 /* New zeroed entry in the table, or NULL on allocation failure. */
 future *pending_create(pending_table *t, uint64_t batch, uint64_t bucket);
 /* Unlink e (does not free its buffers: that is the caller's). If

@@ -36,6 +36,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,21 +64,41 @@ static void server_flush(server *s)
 }
 
 /* Free the connections closed since the last pass: no callback holds them
- * any more (their events were deleted when they closed). */
-static void server_reap(server *s)
+ * any more (their events were deleted when they closed). Returns how many
+ * of them were trainers (had said hello). */
+static unsigned server_reap(server *s)
 {
+    unsigned trainers = 0;
     while (s->graveyard) {
         conn *c = s->graveyard;
         s->graveyard = c->next;
+        trainers += c->hello_done;
         conn_free(c);
     }
+    return trainers;
+}
+
+/* A trainer has left: what its futures and its unread results held is
+ * back in the pool (members.c failed the futures nobody waits for), and
+ * the pool keeps free buffers for the next batches — up to a GiB. Give
+ * them, and the heap's free pages, back to the system: what a trainer
+ * made the server hold must not stay after it (issue 27's probe kept 617
+ * MB). The next batches, if any, allocate again. */
+static void server_give_back(server *s)
+{
+    size_t kept = s->pool.free_bytes;
+    bufpool_trim(&s->pool, 0);
+    malloc_trim(0);
+    if (kept)
+        log_debug("a trainer left: %zu bytes of free buffers given back", kept);
 }
 
 static void server_on_pass(void *arg)
 {
     server *s = arg;
     server_flush(s);
-    server_reap(s);
+    if (server_reap(s))
+        server_give_back(s);
 }
 
 /* device->after: completions delivered from the device's wake-up. What they
@@ -89,6 +110,10 @@ static void server_on_device_after(void *arg)
 }
 
 /* ---- the listener ---------------------------------------------------------- */
+
+/* Connections without a hello beyond the trainer count (reconnects, a
+ * probe, a health check of the port). */
+#define SERVER_WAITING_SLACK 64u
 
 static void server_on_accept_resume(evutil_socket_t fd, short what, void *arg)
 {
@@ -117,6 +142,31 @@ static void server_fd_reason(const server *s, int e, char *why, size_t len)
                  s->cfg.rank);
 }
 
+/* Tell a connection just accepted why it cannot be taken (`resources`,
+ * `why`) and close it. The error is written at once, without the
+ * connection machinery (that would need more descriptors and buffers): a
+ * short frame always fits an empty socket buffer. */
+static void server_refuse_fd(int cfd, const char *why, const char *peer)
+{
+    frame_hdr h = {0};
+    h.type = FT_ERROR;
+    h.code = frame_str_c(frame_errcode_name(ERR_RESOURCES));
+    h.message = frame_str_c(why);
+    h.has = FH_CODE | FH_MESSAGE;
+    uint8_t buf[512];
+    size_t n = frame_encode_header(&h, buf, sizeof buf);
+    assert(n > 0);
+    if (send(cfd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)n)
+        log_debug("%s: could not write the refusal", peer);
+    /* Our side ends after the error; what the trainer sent already (its
+     * hello: a few bytes, a bounded read) is dropped, so that the close is
+     * a FIN, not a reset that could reach the trainer before the error. */
+    shutdown(cfd, SHUT_WR);
+    for (int i = 0; i < 8 && recv(cfd, buf, sizeof buf, MSG_DONTWAIT) > 0; i++)
+        ;
+    close(cfd);
+}
+
 /* accept failed with EMFILE or ENFILE: give up the spare descriptor to take
  * the waiting connection, tell it why (`resources`), close it, take the
  * spare back. Returns 0 when one was refused, 1 when none was waiting
@@ -139,23 +189,7 @@ static int server_refuse_one(server *s, int e)
     char why[256], peer[64];
     server_fd_reason(s, e, why, sizeof why);
     net_peer_name(cfd, peer, sizeof peer);
-    frame_hdr h = {0};
-    h.type = FT_ERROR;
-    h.code = frame_str_c(frame_errcode_name(ERR_RESOURCES));
-    h.message = frame_str_c(why);
-    h.has = FH_CODE | FH_MESSAGE;
-    uint8_t buf[512];
-    size_t n = frame_encode_header(&h, buf, sizeof buf);
-    assert(n > 0);
-    if (send(cfd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)n)
-        log_debug("%s: could not write the refusal", peer);
-    /* Our side ends after the error; what the trainer sent already (its
-     * hello: a few bytes, a bounded read) is dropped, so that the close is
-     * a FIN, not a reset that could reach the trainer before the error. */
-    shutdown(cfd, SHUT_WR);
-    for (int i = 0; i < 8 && recv(cfd, buf, sizeof buf, MSG_DONTWAIT) > 0; i++)
-        ;
-    close(cfd);
+    server_refuse_fd(cfd, why, peer);
     s->spare_fd = server_open_spare();
     /* A warning the first time and then at most once a minute (with the
      * count), not once per trainer. */
@@ -198,6 +232,25 @@ static void server_on_accept(evutil_socket_t fd, short what, void *arg)
                 log_warn("accept: %s", strerror(e));
             }
             break;
+        }
+        /* Connections that have not said hello yet cost a descriptor and an
+         * input buffer each and, without a token, anyone may open them:
+         * more than every trainer at once (plus slack for reconnects) are
+         * refused, so that a flood of idle ones cannot hold the server's
+         * memory for --hello-timeout. Trainers held while the kind fills
+         * its table count too: they are at most the trainer count. */
+        if (s->nwaiting >= s->cfg.trainers + SERVER_WAITING_SLACK) {
+            char why[160], peer[64];
+            snprintf(why, sizeof why, "server %u has %u connections that have not said hello yet (at most its %u "
+                     "trainers + %u): try again", s->cfg.rank, s->nwaiting, s->cfg.trainers, SERVER_WAITING_SLACK);
+            net_peer_name(cfd, peer, sizeof peer);
+            server_refuse_fd(cfd, why, peer);
+            double now = clock_now_s();
+            if (now - s->t_waiting_warn >= 1) {
+                log_warn("refused a connection from %s: %s", peer, why);
+                s->t_waiting_warn = now;
+            }
+            continue;
         }
         net_set_nodelay(cfd);
         if (!conn_new(s, cfd))
@@ -348,6 +401,7 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    futures_set_limits(&s->fut, &s->cfg.open);
     if (cfg->listen_fd >= 0) {
         s->listen_fd = cfg->listen_fd;
         s->bound_port = cfg->port;

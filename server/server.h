@@ -46,6 +46,8 @@ typedef struct server_config {
                            * zero-copy); false: copy every result */
     double hello_timeout_s; /* a connection that has not said hello by then is closed */
     double master_timeout_s; /* with a master: the run's --rpc-timeout (its assignment) */
+    futures_limits open;     /* what one trainer may hold (future.h): --max-open-*, or the job's */
+    bool open_flags;         /* --max-open-* given: they win over the job's */
 } server_config;
 
 /* The embedding kind's traffic by message type (extension: the metrics'
@@ -74,6 +76,7 @@ typedef struct server {
     int spare_fd;                  /* /dev/null, given up to answer a trainer when out of descriptors */
     uint64_t refused_fds;          /* trainers refused for want of a descriptor */
     double t_refused_warn;         /* when that was last a warning */
+    double t_waiting_warn;         /* when a refusal for too many connections without hello was */
     struct event *fill_ev;         /* the kind's next fill slice */
     bool filling;                  /* the kind is not ready: trainers' input is held */
     double t_fill;                 /* when the fill began (seconds, CLOCK_MONOTONIC) */
@@ -88,6 +91,7 @@ typedef struct server {
     metrics *metrics;
     members members;          /* the trainer slots (members.h) */
     uint32_t nconns;
+    uint32_t nwaiting;        /* of them, those that have not said hello yet */
     /* conn.c keeps these lists and asks for the pass (loopend_want) when
      * it adds to the last two; the pass (reactor.c) empties them. */
     struct conn *conns;       /* every open connection */

@@ -92,6 +92,22 @@ static field_spec fields[] = {
 #undef S
 #define NFIELDS (sizeof fields / sizeof fields[0])
 
+size_t frame_missing(uint32_t has, uint32_t need, char *buf, size_t len)
+{
+    size_t used = 0;
+    if (len)
+        buf[0] = '\0';
+    for (size_t i = 0; i < NFIELDS; i++) {
+        if (!(need & fields[i].bit) || (has & fields[i].bit))
+            continue;
+        int w = snprintf(buf + used, len > used ? len - used : 0, "%s%s", used ? ", " : "", fields[i].key);
+        if (w < 0 || (size_t)w >= (len > used ? len - used : 0))
+            break;
+        used += (size_t)w;
+    }
+    return used;
+}
+
 /* The header is read straight from its bytes rather than through
  * msgpack_unpack: msgpack-c reserves memory for as many elements as an
  * array or map header announces before it checks that the bytes exist (9

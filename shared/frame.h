@@ -179,6 +179,12 @@ size_t frame_encode_header(const frame_hdr *h, uint8_t *buf, size_t cap);
 frame_str frame_str_c(const char *s);
 const char *frame_type_name(frame_type t);
 
+/* The names of the fields in `need` that `has` lacks, in the header's
+ * key order, comma-separated, into buf ("" when none): so that a refusal
+ * says which field is missing rather than what its absence reads as (a
+ * missing version is not "version 0"). Returns the length written. */
+size_t frame_missing(uint32_t has, uint32_t need, char *buf, size_t len);
+
 /* Payload size of a push/result described by h, or UINT64_MAX on overflow
  * (dense: count*4; sparse: nnz*8 + nnz*cols*4). */
 uint64_t frame_push_payload_size(const frame_hdr *h);

@@ -44,16 +44,73 @@ int net_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port
         snprintf(err, errlen, "'%s': missing or too long host", s);
         return -1;
     }
-    char *end;
-    errno = 0;
-    long p = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || errno || p < 0 || p > 65535 || (p == 0 && !allow_zero)) {
-        snprintf(err, errlen, "'%s': port must be %s..65535", s, allow_zero ? "0" : "1");
+    /* Digits only: strtol would take " 80", "+80" or "-0", and a port of
+     * 70000 must be named as such, not turned into another one. */
+    const char *ps = colon + 1;
+    size_t nd = strspn(ps, "0123456789");
+    unsigned long p = 0;
+    for (size_t i = 0; i < nd && p <= 65535; i++)
+        p = p * 10 + (unsigned long)(ps[i] - '0');
+    if (nd == 0 || ps[nd] != '\0') {
+        snprintf(err, errlen, "'%s': the port must be a number in %s..65535", s, allow_zero ? "0" : "1");
+        return -1;
+    }
+    if (p > 65535 || (p == 0 && !allow_zero)) {
+        snprintf(err, errlen, "'%s': port %.*s%s is outside %s..65535", s, nd > 12 ? 12 : (int)nd, ps,
+                 nd > 12 ? "..." : "", allow_zero ? "0" : "1");
         return -1;
     }
     memcpy(host, h, hl);
     host[hl] = '\0';
     *port = (uint16_t)p;
+    return 0;
+}
+
+int net_check_hostport_list(const char *list, char *err, size_t errlen)
+{
+    const char *p = list;
+    do {
+        size_t len = strcspn(p, ",");
+        char one[300], host[256];
+        uint16_t port;
+        if (len == 0 || len >= sizeof one) {
+            snprintf(err, errlen, "empty or too long address in '%s'", list);
+            return -1;
+        }
+        memcpy(one, p, len);
+        one[len] = '\0';
+        if (net_parse_hostport(one, host, sizeof host, &port, 0, err, errlen) < 0)
+            return -1;
+        p += len;
+    } while (*p++ == ',');
+    return 0;
+}
+
+int net_parse_host(const char *s, char *err, size_t errlen)
+{
+    size_t n = strlen(s);
+    /* Checked before anything of s is printed: a host named in a message
+     * must not carry a terminal's control characters. */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (!(ch == '.' || ch == '-' || ch == '_' || ch == ':' || ch == '%' || (ch >= '0' && ch <= '9') ||
+              ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z'))) {
+            snprintf(err, errlen, "not a host name or address: character 0x%02x at position %zu", ch, i);
+            return -1;
+        }
+    }
+    if (n == 0 || n > 253) {
+        snprintf(err, errlen, "'%.64s%s': a host has 1..253 characters", s, n > 64 ? "..." : "");
+        return -1;
+    }
+    struct in6_addr a6;
+    if (strchr(s, ':') && inet_pton(AF_INET6, s, &a6) != 1) {
+        /* Only an IPv6 address has a colon: "HOST:PORT" is a mistake here
+         * (the port is the listener's). */
+        snprintf(err, errlen, "'%s' is not a host: give the name or address alone, without a port (an IPv6 "
+                 "address without brackets)", s);
+        return -1;
+    }
     return 0;
 }
 

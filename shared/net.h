@@ -6,10 +6,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Split "HOST:PORT" (or "[v6]:PORT") into host and port. Port 0 is allowed
- * (an ephemeral port) only when allow_zero. Returns 0 or -1 with err set. */
+/* Split "HOST:PORT" (or "[v6]:PORT") into host and port. The port is
+ * decimal digits only, 1..65535 (0 too, an ephemeral port, when
+ * allow_zero); a value outside is named ("port 70000 is outside
+ * 1..65535"). Returns 0 or -1 with err set (the caller adds the flag). */
 int net_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port, int allow_zero,
                        char *err, size_t errlen);
+/* Check every entry of "HOST:PORT[,HOST:PORT...]" as net_parse_hostport
+ * does (port 0 refused: these are peers to connect to). 0, or -1 with
+ * err naming the first bad entry. */
+int net_check_hostport_list(const char *list, char *err, size_t errlen);
+/* Whether s is a host alone (a name, an IPv4 or a bare IPv6 address), as
+ * --advertise and a register's `advertise` take: no port, no characters a
+ * name or address never has. Returns 0 or -1 with err set. */
+int net_parse_host(const char *s, char *err, size_t errlen);
 
 /* Bind and listen on host:port (nonblocking, SO_REUSEADDR). Returns the fd
  * or -1 with err set. *bound_port gets the real port (for port 0). */

@@ -18,6 +18,8 @@
 
 #define CLIENT_IBUF_SIZE (256u * 1024u)
 #define CLIENT_IOV_MAX 64
+/* A server's trainer count: what psbench-server and the master allow. */
+#define CLIENT_MAX_TRAINERS 65536u
 
 /* Format an `error` frame from a server as a one-line reason. */
 static void client_error_frame(const client_conn *c, const frame_hdr *h, char *err, size_t errlen)
@@ -25,6 +27,11 @@ static void client_error_frame(const client_conn *c, const frame_hdr *h, char *e
     char where[96] = "";
     if ((h->has & FH_BATCH) && (h->has & FH_BUCKET))
         snprintf(where, sizeof where, " (batch %" PRIu64 " bucket %" PRIu64 ")", h->batch, h->bucket);
+    if (!(h->has & FH_CODE)) {
+        snprintf(err, errlen, "server %s answered an error without a code%s: %.*s", c->addr, where,
+                 (int)h->message.n, h->message.p ? h->message.p : "");
+        return;
+    }
     snprintf(err, errlen, "server %s answered %.*s%s: %.*s", c->addr, (int)h->code.n,
              h->code.p ? h->code.p : "", where, (int)h->message.n, h->message.p ? h->message.p : "");
 }
@@ -94,6 +101,26 @@ static int client_read_welcome(client_conn *c, double timeout_s, frame_hdr *h, c
     }
 }
 
+/* The fields every answer of its type carries (docs/protocol.md): one
+ * that lacks any is refused naming them, before a sink reads an absent
+ * batch or count as 0. */
+static int client_check_answer(const client_conn *c, const frame_hdr *h, char *err, size_t errlen)
+{
+    uint32_t need = h->type == FT_ROWS ? FH_BATCH | FH_BAGS | FH_COLS
+                    : h->type == FT_PARAMS ? FH_COUNT
+                                           : FH_BATCH | FH_BUCKET | FH_LAYOUT;
+    if (h->type == FT_RESULT && h->layout == LAYOUT_DENSE)
+        need |= FH_COUNT;
+    else if (h->type == FT_RESULT && h->layout == LAYOUT_SPARSE)
+        need |= FH_ROWS | FH_COLS | FH_NNZ;
+    char missing[96];
+    if (!frame_missing(h->has, need, missing, sizeof missing))
+        return 0;
+    snprintf(err, errlen, "server %s sent a '%s' without %s (a psbench server always sends it)", c->addr,
+             frame_type_name(h->type), missing);
+    return -1;
+}
+
 static int client_handshake(client *cl, client_conn *c, uint64_t rank, const char *token, double timeout_s,
                             char *err, size_t errlen)
 {
@@ -120,8 +147,26 @@ static int client_handshake(client *cl, client_conn *c, uint64_t rank, const cha
     frame_hdr w;
     if (client_read_welcome(c, timeout_s, &w, err, errlen) < 0)
         return -1;
-    if (!(w.has & FH_TRAINERS) || w.trainers == 0) {
-        snprintf(err, errlen, "server %s: welcome without a trainer count", c->addr);
+    /* Each field checked for presence first, then for its range: "0
+     * trainers" is what a missing count would read as. */
+    char missing[96];
+    if (frame_missing(w.has, FH_VERSION | FH_SERVER | FH_TRAINERS, missing, sizeof missing)) {
+        snprintf(err, errlen, "server %s: welcome without %s (a psbench server always sends it)", c->addr, missing);
+        return -1;
+    }
+    if (w.version != FRAME_PROTOCOL_VERSION) {
+        snprintf(err, errlen, "server %s speaks protocol version %" PRIu64 "; this trainer speaks %u", c->addr,
+                 w.version, FRAME_PROTOCOL_VERSION);
+        return -1;
+    }
+    if (w.trainers == 0 || w.trainers > CLIENT_MAX_TRAINERS) {
+        snprintf(err, errlen, "server %s: its welcome says %" PRIu64 " trainers (1..%u)", c->addr, w.trainers,
+                 CLIENT_MAX_TRAINERS);
+        return -1;
+    }
+    if (w.server > UINT32_MAX) {
+        snprintf(err, errlen, "server %s: its welcome says server rank %" PRIu64 " (at most %u)", c->addr, w.server,
+                 UINT32_MAX);
         return -1;
     }
     if (cl->trainers && cl->trainers != w.trainers) {
@@ -313,6 +358,8 @@ static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
                          (int)h->type_str.n, h->type_str.p);
                 return -1;
             }
+            if (client_check_answer(c, h, err, errlen) < 0)
+                return -1;
             c->frame = NULL;
             if (cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), h, &c->frame, err, errlen) < 0)
                 return -1;

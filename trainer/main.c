@@ -7,6 +7,7 @@
 #include "shared/log.h"
 #include "shared/metrics.h"
 #include "shared/userpath.h"
+#include "shared/net.h"
 #include "trainer/batch_update.h"
 #include "trainer/blasinfo.h"
 #include "trainer/client.h"
@@ -150,6 +151,13 @@ static const struct option trainer_opts[] = {
 static int trainer_fail(const char *msg)
 {
     fprintf(stderr, "psbench-trainer: %s\n", msg);
+    return 2;
+}
+
+/* A flag's bad value: the line names the flag. */
+static int trainer_fail_flag(const char *flag, const char *msg)
+{
+    fprintf(stderr, "psbench-trainer: %s: %s\n", flag, msg);
     return 2;
 }
 
@@ -344,7 +352,13 @@ int main(int argc, char **argv)
     int opt;
     while ((opt = getopt_long(argc, argv, "h", trainer_opts, NULL)) != -1) {
         switch (opt) {
-        case OPT_SERVER: servers = optarg; break;
+        case OPT_SERVER:
+            /* Every address now, with the flag's name: not after the
+             * first servers have been joined. */
+            if (net_check_hostport_list(optarg, err, sizeof err) < 0)
+                return trainer_fail_flag("--server", err);
+            servers = optarg;
+            break;
         case OPT_RANK:
             if (cli_parse_u64("--rank", optarg, 0, 1u << 30, 0, &cfg.rank, err, sizeof err) < 0)
                 return trainer_fail(err);
@@ -412,9 +426,20 @@ int main(int argc, char **argv)
             device = optarg;
             break;
         case OPT_SUMMARY: summary = optarg; break;
-        case OPT_MASTER: master = optarg; break;
+        case OPT_MASTER:
+            if (net_check_hostport_list(optarg, err, sizeof err) < 0 || strchr(optarg, ',')) {
+                if (strchr(optarg, ','))
+                    snprintf(err, sizeof err, "'%s' is one HOST:PORT, not a list", optarg);
+                return trainer_fail_flag("--master", err);
+            }
+            master = optarg;
+            break;
         case OPT_PARAMS_OUT: params_out = optarg; break;
-        case OPT_COLL_HOST: coll_host = optarg; break;
+        case OPT_COLL_HOST:
+            if (net_parse_host(optarg, err, sizeof err) < 0)
+                return trainer_fail_flag("--collective-host", err);
+            coll_host = optarg;
+            break;
         case OPT_COMPUTE_NICE:
             if (cli_parse_u64("--compute-nice", optarg, 0, 19, 0, &compute_nice, err, sizeof err) < 0)
                 return trainer_fail(err);
@@ -444,16 +469,24 @@ int main(int argc, char **argv)
     /* The reason a user can act on first: no CUDA here at all; then
      * whether the compute layer can run there (a context made and freed:
      * the refusal comes now, in one line, not after joining a job). */
-    if (cuda_index >= 0 && gpu_check_device(device, cuda_index, err, sizeof err) < 0)
-        return trainer_fail(err);
-    if (strcmp(device, "cpu") != 0) {
+    /* With --master, the reason also goes to the master (`failed`, once
+     * joined): its verdict then names it, not only this process's exit. */
+    static char setup_err[1536];
+    if (cuda_index >= 0 && gpu_check_device(device, cuda_index, err, sizeof err) < 0) {
+        if (!master)
+            return trainer_fail(err);
+        snprintf(setup_err, sizeof setup_err, "%s", err);
+    }
+    if (strcmp(device, "cpu") != 0 && !setup_err[0]) {
         char probe[32], why[400];
         compute *c = NULL;
         if (compute_place(device, 0, probe, sizeof probe, why, sizeof why) == 0)
             c = compute_new(probe, why, sizeof why);
         if (!c) {
             snprintf(err, sizeof err, "--device %s: %s", device, why);
-            return trainer_fail(err);
+            if (!master)
+                return trainer_fail(err);
+            snprintf(setup_err, sizeof setup_err, "%s", err);
         }
         compute_free(c);
     }
@@ -490,7 +523,7 @@ int main(int argc, char **argv)
         if (!mm)
             return trainer_fail("out of memory");
         trainer_run_opts lo = {master, have_rank ? (int64_t)cfg.rank : -1, token, device, connect_timeout,
-                               params_out, (int)compute_nice, coll_host};
+                               params_out, (int)compute_nice, coll_host, setup_err[0] ? setup_err : NULL};
         int code = trainer_run_with_master(&lo, mm, err, sizeof err);
         if (code == 0) {
             metrics_print_table(mm, stdout, "trainer metrics, timed pass (ms)");

@@ -165,7 +165,8 @@ int mlink_wait(mlink *l, ctl_msg *msg, char *err, size_t errlen)
 
 int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, char *err, size_t errlen)
 {
-    *assign = NULL;
+    if (assign)
+        *assign = NULL;
     int rc = ctl_send(&l->c, "register", token, body, err, errlen);
     json_decref(body);
     if (rc < 0)
@@ -174,6 +175,11 @@ int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, c
     if (ctl_recv_first(&l->c, l->connect_timeout_s, &msg, err, errlen) < 0)
         return -1;
     l->joined = true;
+    if (!assign && (strcmp(msg.type, "registered") == 0 || strcmp(msg.type, "assign") == 0)) {
+        /* Joined only to report a failure (mlink_close): no assignment. */
+        ctl_msg_clear(&msg);
+        return 0;
+    }
     if (strcmp(msg.type, "registered") == 0) {
         /* A master: the assignment comes once every server is ready. */
         ctl_msg_clear(&msg);

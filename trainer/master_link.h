@@ -58,7 +58,8 @@ void mlink_set_fail_detail(mlink *l, json_t *detail);
  * or the assignment, or a refusal): a peer that does not within
  * --connect-timeout, or answers in another protocol, is named
  * (ctl_recv_first). The assignment itself may take as long as the master's
- * join takes: heartbeats meanwhile. */
+ * join takes: heartbeats meanwhile. With assign NULL, it returns once
+ * registered (a trainer that joins only to report its failure). */
 int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, char *err, size_t errlen);
 /* A report: `type` with the samples and counters, `extra` fields (stolen,
  * may be NULL) merged in. */

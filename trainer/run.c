@@ -43,6 +43,20 @@ typedef struct run_job {
 static int run_parse_job(json_t *a, run_job *j, char *err, size_t errlen)
 {
     j->assign = a;
+    /* The counts every assignment carries: one that is missing is said to
+     * be, not read as a default (rank 0 would be another trainer's). */
+    static const struct {
+        const char *key;
+        int64_t min;
+    } need[] = {{"rank", 0}, {"batches", 0}, {"data_rank", 0}, {"ntrainer", 1}};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        json_t *v = json_object_get(a, need[i].key);
+        if (!json_is_integer(v) || json_integer_value(v) < need[i].min) {
+            snprintf(err, errlen, "the master's assignment has %s \"%s\" (a whole number >= %lld)",
+                     v ? "a bad" : "no", need[i].key, (long long)need[i].min);
+            return -1;
+        }
+    }
     j->rank = (uint64_t)ctl_int(a, "rank", 0);
     j->batches = (uint64_t)ctl_int(a, "batches", 1);
     j->data_rank = (uint64_t)ctl_int(a, "data_rank", 0);
@@ -576,14 +590,25 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
 {
     mlink l;
     metrics_enable_reporting(m);
-    if (mlink_open(&l, o->master, o->connect_timeout_s, m, err, errlen) < 0)
+    if (mlink_open(&l, o->master, o->connect_timeout_s, m, err, errlen) < 0) {
+        if (o->setup_err)
+            snprintf(err, errlen, "%s", o->setup_err);
         return 1;
+    }
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     json_t *body = json_pack("{s:s, s:s, s:s, s:I, s:o}", "role", "trainer", "host", host, "device", o->device,
                              "pid", (json_int_t)getpid(), "environment", run_environment(o->device));
     if (o->want_rank >= 0)
         json_object_set_new(body, "want_rank", json_integer(o->want_rank));
+    if (o->setup_err) {
+        /* The master's verdict then names this trainer and the reason,
+         * instead of "trainer 0 (pid N) exited with status 2". */
+        (void)mlink_register(&l, o->token, body, NULL, err, errlen);
+        snprintf(err, errlen, "%s", o->setup_err); /* refused or not: the cause is this trainer's */
+        mlink_close(&l, true, err, errlen);
+        return 1;
+    }
     run_job j;
     memset(&j, 0, sizeof j);
     workload *w = NULL;

@@ -29,6 +29,8 @@ typedef struct trainer_run_opts {
     const char *params_out;   /* NULL, or where the final parameters go (raw LE float32) */
     int compute_nice;         /* the compute thread's nice level above the comm threads' */
     const char *coll_host;    /* NULL, or where this trainer's Gloo transport listens */
+    const char *setup_err;    /* NULL, or why this trainer cannot run here (found before it joined:
+                               * no GPU answers): it joins only to tell the master, as `failed` */
 } trainer_run_opts;
 
 /* Returns the exit code; err holds the reason when it is not 0. */

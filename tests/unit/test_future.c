@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/bounds.h"
 #include "server/future.h"
 #include "server/kinds.h"
 #include "shared/mean.h"
@@ -200,6 +201,161 @@ static void test_admission_rules(void **state)
     futures_member_back(&x.fut, 1);
     assert_int_equal(push_dense(&x, &b, 0, 1, v, 4, 4), ERR_NONE);
     fx_close(&x);
+}
+
+/* What one trainer may hold (futures_limits): pushes and bytes per slot,
+ * counted from admission until the answer, a failure or an abort, and the
+ * distinct buckets of a session. */
+static void test_hold_bounds(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 2; d++) {
+        fixture x;
+        kind_config kc = {.id = KIND_AVERAGE, .trainers = 2};
+        fx_open(&x, devices[d], &kc);
+        futures_limits lim = {.pushes = 3, .bytes = 40, .buckets = 2};
+        snprintf(lim.source, sizeof lim.source, "test");
+        futures_set_limits(&x.fut, &lim);
+        push_ctx p[8] = {{0}};
+        float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        char msg[256];
+        /* Slot 0: three pushes of 8 bytes wait (far ahead); the fourth is
+         * refused. */
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(push_dense(&x, &p[i], 0, 100 + (uint64_t)i, v, 2, 2), ERR_NONE);
+        assert_int_equal(x.fut.held_n[0], 3);
+        assert_int_equal(x.fut.held_bytes[0], 24);
+        frame_hdr h = dense_hdr(103, 0, 2);
+        assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p[3], msg, sizeof msg), ERR_TOO_LARGE);
+        assert_non_null(strstr(msg, "has 3 pushes (24 bytes) waiting"));
+        assert_non_null(strstr(msg, "(test)"));
+        /* Slot 1 is counted on its own: joining slot 0's futures resolves
+         * them, and both slots hold nothing after the answers. */
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(push_dense(&x, &p[4], 1, 100 + (uint64_t)i, v, 2, 2), ERR_NONE);
+        fx_wait(&x, 3);
+        assert_int_equal(x.fut.held_n[0], 0);
+        assert_int_equal(x.fut.held_n[1], 0);
+        assert_int_equal(x.fut.held_bytes[0], 0);
+        /* Bytes: 5 floats (20 bytes) twice fit 40, a third does not. */
+        assert_int_equal(push_dense(&x, &p[0], 0, 200, v, 5, 5), ERR_NONE);
+        assert_int_equal(push_dense(&x, &p[1], 0, 201, v, 5, 5), ERR_NONE);
+        h = dense_hdr(202, 0, 5);
+        assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p[2], msg, sizeof msg), ERR_TOO_LARGE);
+        /* A push refused half-way gives its share back. */
+        assert_int_equal(x.fut.held_bytes[0], 40);
+        futures_member_lost(&x.fut, 0, 0); /* nobody else pushed them: they fail, memory back */
+        assert_int_equal(x.fut.held_n[0], 0);
+        assert_int_equal(x.fut.held_bytes[0], 0);
+        futures_member_back(&x.fut, 0);
+        /* Buckets: bucket 0 resolved above; one more new bucket, then no more. */
+        assert_int_equal(push_dense(&x, &p[0], 0, 300, v, 2, 2), ERR_NONE);
+        assert_int_equal(push_dense(&x, &p[1], 1, 300, v, 2, 2), ERR_NONE);
+        fx_wait(&x, 6); /* 3 answers, 2 failures, and this one */
+        h = dense_hdr(300, 1, 2);
+        assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p[2], msg, sizeof msg), ERR_NONE);
+        assert_int_equal(futures_push_data(&x.fut, &p[2], 0, (const uint8_t *)v, 8), 0);
+        futures_push_done(&x.fut, &p[2]);
+        h = dense_hdr(300, 1, 2);
+        assert_int_equal(futures_admit(&x.fut, &h, 1, 1, &p[3], msg, sizeof msg), ERR_NONE);
+        assert_int_equal(futures_push_data(&x.fut, &p[3], 0, (const uint8_t *)v, 8), 0);
+        futures_push_done(&x.fut, &p[3]);
+        for (int i = 0; i < 1000 && x.fut.table.nmarks < 2; i++)
+            event_base_loop(x.base, EVLOOP_ONCE);
+        assert_int_equal(x.fut.table.nmarks, 2);
+        h = dense_hdr(300, 2, 2);
+        assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p[4], msg, sizeof msg), ERR_TOO_LARGE);
+        assert_non_null(strstr(msg, "bucket 2 would be the 3-th bucket"));
+        futures_reset(&x.fut);
+        /* Without the job's model (the flags' bounds), a trainer holding
+         * nothing may push any size: --max-payload bounds that one. */
+        lim.first_free = true;
+        lim.buckets = 0;
+        futures_set_limits(&x.fut, &lim);
+        assert_int_equal(push_dense(&x, &p[0], 0, 400, v, 8, 8), ERR_NONE); /* 32 bytes */
+        h = dense_hdr(401, 0, 3);
+        assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p[1], msg, sizeof msg), ERR_TOO_LARGE); /* 32 + 12 > 40 */
+        futures_reset(&x.fut);
+        float big[16] = {0};
+        assert_int_equal(push_dense(&x, &p[0], 0, 500, big, 16, 16), ERR_NONE); /* 64 bytes > 40: the first */
+        h = dense_hdr(501, 0, 1);
+        assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p[1], msg, sizeof msg), ERR_TOO_LARGE);
+        futures_reset(&x.fut);
+        assert_int_equal(x.fut.held_n[0], 0);
+        fx_close(&x);
+    }
+}
+
+/* A trainer that pushed alone and left: its futures fail (nobody waits
+ * for them, and their memory goes back), while a future a connected
+ * trainer pushed to stays open (the lost one's push in it is whole). */
+static void test_lost_alone_futures_fail(void **state)
+{
+    (void)state;
+    fixture x;
+    kind_config kc = {.id = KIND_AVERAGE, .trainers = 3};
+    fx_open(&x, "cpu", &kc);
+    push_ctx a = {0}, b = {0}, c = {0};
+    float v[4] = {1, 2, 3, 4};
+    assert_int_equal(push_dense(&x, &a, 0, 7, v, 4, 4), ERR_NONE); /* slot 0 alone */
+    assert_int_equal(push_dense(&x, &b, 0, 8, v, 4, 4), ERR_NONE); /* slots 0 and 1 */
+    assert_int_equal(push_dense(&x, &c, 1, 8, v, 4, 4), ERR_NONE);
+    futures_member_lost(&x.fut, 0, 0);
+    /* batch 7 failed (its only pusher left); batch 8 waits: slot 1 is in it */
+    assert_non_null(pending_find(&x.fut.table, 7, 0));
+    assert_int_equal(pending_find(&x.fut.table, 7, 0)->state, FUTURE_FAILED);
+    assert_int_equal(pending_find(&x.fut.table, 8, 0)->state, FUTURE_OPEN);
+    assert_int_equal(x.fut.held_n[0], 1); /* its push into batch 8 still counts */
+    assert_int_equal(x.fut.held_n[1], 1);
+    assert_int_equal(x.fails, 1);
+    fx_close(&x);
+}
+
+/* The bounds a job's model gives (server/bounds.h): two batches of one
+ * trainer's buckets. */
+static void test_bounds_from_model(void **state)
+{
+    (void)state;
+    futures_limits l;
+    modelconf m;
+    memset(&m, 0, sizeof m);
+    m.cls = MODEL_SYNTHETIC;
+    m.syn.buckets = 3;
+    m.syn.bucket_floats = 2000;
+    bounds_from_model(&m, &l);
+    assert_int_equal(l.pushes, 6);
+    assert_int_equal(l.bytes, 48000);
+    assert_int_equal(l.buckets, 3);
+    m.syn.sparse = true;
+    m.syn.sparse_cols = 16; /* 125 rows of 16 floats and an index each */
+    bounds_from_model(&m, &l);
+    assert_int_equal(l.bytes, 2 * 3 * 125 * (8 + 64));
+    uint64_t sizes[2] = {10, 30};
+    m.syn.sparse = false;
+    m.syn.buckets = 2;
+    m.syn.sizes = sizes;
+    bounds_from_model(&m, &l);
+    assert_int_equal(l.bytes, 2 * 160);
+    memset(&m, 0, sizeof m);
+    m.cls = MODEL_DUMMY; /* 2 layers of 4x4 (+4), a 5x4 embedding */
+    m.dummy.num_embeddings = 5;
+    m.dummy.embedding_dim = 4;
+    m.dummy.dense_input_size = 4;
+    m.dummy.dense_output_size = 4;
+    m.dummy.dense_layers_count = 2;
+    bounds_from_model(&m, &l);
+    assert_int_equal(l.pushes, 2 * 5);
+    assert_int_equal(l.bytes, 2 * 4 * (2 * 20 + 20));
+    m.dummy.sparse = true; /* the embedding's rows travel sparse, with their indices */
+    bounds_from_model(&m, &l);
+    assert_int_equal(l.bytes, 2 * (4 * 40 + 5 * (8 + 16)));
+    memset(&m, 0, sizeof m);
+    m.cls = MODEL_LINEAR;
+    m.linear.in_features = 100;
+    m.linear.out_features = 30;
+    bounds_from_model(&m, &l);
+    assert_int_equal(l.pushes, 2);
+    assert_int_equal(l.bytes, 2 * 4 * 3030);
 }
 
 /* Refusals name the trainer lost first (the cause: others may leave
@@ -523,6 +679,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_average_mean_both_kinds),
         cmocka_unit_test(test_admission_rules),
+        cmocka_unit_test(test_hold_bounds),
+        cmocka_unit_test(test_bounds_from_model),
+        cmocka_unit_test(test_lost_alone_futures_fail),
         cmocka_unit_test(test_refusal_names_the_first_lost),
         cmocka_unit_test(test_push_lost_midway_fails_future),
         cmocka_unit_test(test_drain_in_flight),

@@ -196,6 +196,48 @@ static void test_stale(void **state)
     pending_destroy(&t, NULL, NULL);
 }
 
+/* The top of the batch range (issue 27): batch 2^64-1 resolved stays
+ * resolved, and older batches of its bucket stay stale, instead of the
+ * mark wrapping to "nothing resolved". Bucket 2^64-1 is a bucket like any
+ * other. */
+static void test_stale_top_of_range(void **state)
+{
+    (void)state;
+    pending_table t;
+    assert_int_equal(pending_init(&t, 2), 0);
+    future *e = pending_create(&t, 7, 1);
+    assert_non_null(e);
+    pending_remove(&t, e, true);
+    pending_free_entry(e);
+    e = pending_create(&t, UINT64_MAX, 1);
+    assert_non_null(e);
+    pending_remove(&t, e, true);
+    pending_free_entry(e);
+    assert_true(pending_is_stale(&t, UINT64_MAX, 1)); /* answered once: never again */
+    assert_true(pending_is_stale(&t, UINT64_MAX - 1, 1));
+    assert_true(pending_is_stale(&t, 7, 1));
+    assert_true(pending_is_stale(&t, 0, 1));
+    assert_false(pending_is_stale(&t, 0, 2));
+    assert_true(pending_has_mark(&t, 1));
+    assert_false(pending_has_mark(&t, 2));
+
+    e = pending_create(&t, UINT64_MAX, UINT64_MAX);
+    assert_non_null(e);
+    pending_remove(&t, e, true);
+    pending_free_entry(e);
+    assert_true(pending_is_stale(&t, UINT64_MAX, UINT64_MAX));
+    assert_true(pending_is_stale(&t, 0, UINT64_MAX));
+    assert_true(pending_has_mark(&t, UINT64_MAX));
+    /* Batch 0 resolved is a mark too (nothing is "0 = none"). */
+    e = pending_create(&t, 0, 5);
+    assert_non_null(e);
+    pending_remove(&t, e, true);
+    pending_free_entry(e);
+    assert_true(pending_is_stale(&t, 0, 5));
+    assert_false(pending_is_stale(&t, 1, 5));
+    pending_destroy(&t, NULL, NULL);
+}
+
 /* More buckets than the initial mark capacity: every mark survives the
  * realloc. */
 static void test_stale_many_buckets(void **state)
@@ -535,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_many_entries),
         cmocka_unit_test(test_stale),
         cmocka_unit_test(test_stale_many_buckets),
+        cmocka_unit_test(test_stale_top_of_range),
         cmocka_unit_test(test_slots),
         cmocka_unit_test(test_foreach),
         cmocka_unit_test(test_destroy_calls_free_fn),
