@@ -106,9 +106,10 @@ static int client_read_welcome(client_conn *c, double timeout_s, frame_hdr *h, c
  * batch or count as 0. */
 static int client_check_answer(const client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
-    uint32_t need = h->type == FT_ROWS ? FH_BATCH | FH_BAGS | FH_COLS
-                    : h->type == FT_PARAMS ? FH_COUNT
-                                           : FH_BATCH | FH_BUCKET | FH_LAYOUT;
+    uint32_t need = h->type == FT_ROWS      ? FH_BATCH | FH_BAGS | FH_COLS
+                    : h->type == FT_PARAMS  ? FH_COUNT
+                    : h->type == FT_UPDATED ? FH_BATCH /* the confirmed update's */
+                                            : FH_BATCH | FH_BUCKET | FH_LAYOUT;
     if (h->type == FT_RESULT && h->layout == LAYOUT_DENSE)
         need |= FH_COUNT;
     else if (h->type == FT_RESULT && h->layout == LAYOUT_SPARSE)
