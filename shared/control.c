@@ -73,8 +73,12 @@ frame_status ctl_decode_view(frame_decoder *d, const uint8_t *p, size_t len, ctl
     }
     memset(m, 0, sizeof *m);
     memcpy(m->type, h.type_str.p, h.type_str.n);
+    /* A token over the limit is said, not dropped: the master names it
+     * rather than asking for a token the node did send. */
     if ((h.has & FH_TOKEN) && h.token.n < sizeof m->token)
         memcpy(m->token, h.token.p, h.token.n);
+    else if (h.has & FH_TOKEN)
+        m->token_too_long = true;
     json_error_t je;
     if (h.payload == 0) {
         m->body = json_object();

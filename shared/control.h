@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/cli.h"
 #include "shared/frame.h"
 
 #define CTL_MAX_BODY (16u << 20) /* a control message's JSON, at most */
@@ -26,7 +27,8 @@ int ctl_encode(const char *type, const char *token, json_t *body, uint8_t **out,
 /* One decoded control message. */
 typedef struct ctl_msg {
     char type[32];
-    char token[256];
+    char token[CLI_TOKEN_MAX + 1];
+    bool token_too_long; /* the header's token has more than CLI_TOKEN_MAX bytes (token is then "") */
     json_t *body; /* owned by the message; ctl_msg_clear frees it */
 } ctl_msg;
 
