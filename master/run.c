@@ -729,7 +729,8 @@ static json_t *master_divergence(json_t *body, bool *bad)
     const char *ls = json_string_value(l);
     if (!json_is_integer(e) || json_integer_value(e) < 0 || !json_is_integer(b) || json_integer_value(b) < 0 ||
         !(json_is_number(l) || (ls && (strcmp(ls, "nan") == 0 || strcmp(ls, "inf") == 0 || strcmp(ls, "-inf") == 0))) ||
-        (p && !(json_is_string(p) && strlen(json_string_value(p)) < 32))) {
+        (p && !(json_is_string(p) && (strcmp(json_string_value(p), "warm-up") == 0 ||
+                                      strcmp(json_string_value(p), "timed") == 0)))) {
         *bad = true;
         return NULL;
     }
@@ -812,20 +813,26 @@ static bool master_feeds(const master *m, uint32_t s, uint32_t t)
     return master_seed_server(m, t, &group, &index) == s;
 }
 
-/* The node to name when nodes fall silent, among the registered,
- * connected ones silent for min_s or more (NULL: none). A server before
- * any trainer: a server's loop waits on no one and reports twice a second
- * whatever its trainers do, while a trainer reports between batches — so
- * every trainer waiting on a stopped server falls silent with it, and one
- * whose last report came just before the server's looks silent longer.
- * Among the servers (or the trainers, when no server is silent), the one
- * silent longest. A node that reported its failure is not silent: it
- * waits for the verdict. */
+/* The node to name when nodes fall silent (NULL: none is). Candidates are
+ * the registered, connected nodes silent for min_s or more that fell
+ * silent within MASTER_SILENT_S of the first one to: those that stopped
+ * together. A server before any trainer among them: a server's loop waits
+ * on no one and reports twice a second whatever its trainers do, while a
+ * trainer reports between batches — so every trainer waiting on a stopped
+ * server falls silent with it, and one whose last report came just before
+ * the server's looks silent longer. Among the servers (or the trainers,
+ * when no server is a candidate), the one silent longest. A node that
+ * reported its failure is not silent: it waits for the verdict. */
 static node *master_blame_silent(master *m, double now, double min_s)
 {
+    double longest = 0;
+    for (node *n = m->nodes; n; n = n->next)
+        if (n->registered && n->bev && n->state != NS_FAILED && node_silence(m, n, now) > longest)
+            longest = node_silence(m, n, now);
+    double floor = longest - MASTER_SILENT_S > min_s ? longest - MASTER_SILENT_S : min_s;
     node *worst = NULL;
     for (node *n = m->nodes; n; n = n->next) {
-        if (!n->registered || !n->bev || n->state == NS_FAILED || node_silence(m, n, now) < min_s)
+        if (!n->registered || !n->bev || n->state == NS_FAILED || node_silence(m, n, now) < floor)
             continue;
         if (!worst || (n->role == AGG_SERVER && worst->role != AGG_SERVER) ||
             (n->role == worst->role && n->last_seen < worst->last_seen))
@@ -1330,7 +1337,9 @@ static void master_check_silence(master *m, double now)
             late = n;
     if (!late)
         return;
-    double min_s = limit < MASTER_SILENT_S ? limit : MASTER_SILENT_S;
+    /* Silent, for naming: half the timeout (a short --rpc-timeout) or five
+     * missed heartbeats, whichever is less. */
+    double min_s = limit / 2 < MASTER_SILENT_S ? limit / 2 : MASTER_SILENT_S;
     node *blame = master_blame_silent(m, now, min_s);
     assert(blame);
     char who[300], waiting[300];

@@ -5,6 +5,7 @@
 #include "shared/metrics.h"
 #include "shared/net.h"
 #include "shared/peer.h"
+#include "shared/text.h"
 #include "shared/clock.h"
 
 #include <errno.h>
@@ -246,6 +247,12 @@ const char *ctl_str(json_t *o, const char *key, const char *dflt)
 {
     json_t *v = json_object_get(o, key);
     return json_is_string(v) ? json_string_value(v) : dflt;
+}
+
+const char *ctl_text(json_t *o, const char *key, const char *dflt, char *buf, size_t len)
+{
+    text_escape(ctl_str(o, key, dflt), buf, len);
+    return buf;
 }
 
 int64_t ctl_int(json_t *o, const char *key, int64_t dflt)

@@ -90,6 +90,9 @@ json_t *ctl_take_samples(struct metrics *m);
 
 /* Helpers to read a JSON body with defaults. */
 const char *ctl_str(json_t *o, const char *key, const char *dflt);
+/* ctl_str escaped for printing (shared/text.h) into buf: the peer's free
+ * text (a reason) as it may go into a log line. Returns buf. */
+const char *ctl_text(json_t *o, const char *key, const char *dflt, char *buf, size_t len);
 int64_t ctl_int(json_t *o, const char *key, int64_t dflt);
 double ctl_num(json_t *o, const char *key, double dflt);
 
