@@ -38,6 +38,7 @@ struct admit {
     uint64_t refused;        /* connections refused for want of descriptors */
     uint64_t refused_logged; /* ... of which the warnings said */
     double t_warned;         /* when the last warning went out */
+    double t_held_warned;    /* when the last "have not registered" warning went out */
     char why[256];           /* the last refusal's reason */
 };
 
@@ -250,8 +251,11 @@ void admit_set_pending(admit *a, unsigned pending)
     if (held == a->held)
         return;
     a->held = held;
-    if (held)
+    double now = clock_now_s();
+    if (held && now - a->t_held_warned >= 1.0) { /* at most once a second: the bound may be met often */
         log_warn("%u connections have not registered yet: not accepting more until one does or goes", pending);
+        a->t_held_warned = now;
+    }
     admit_update(a);
 }
 

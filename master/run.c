@@ -433,9 +433,9 @@ static bool master_token_ok(const master *m, const char *got)
 }
 
 /* Refuse a node that has not registered: `stop` (refused) with the reason,
- * then nothing more from it is read (node_on_read drops it); once the
- * reason is out our side ends (node_on_write), and the node closes — or
- * is dropped after MASTER_REFUSED_LINGER_S (master_drop_silent). */
+ * then nothing more from it is parsed (node_on_read); once the reason is
+ * out our side ends (node_on_write), and the node closes — or is dropped
+ * after MASTER_REFUSED_LINGER_S (master_drop_silent). */
 static void node_refuse(node *n, const char *reason)
 {
     assert(!n->registered);
@@ -1052,16 +1052,19 @@ static void node_on_read(struct bufferevent *bev, void *arg)
     master *m = n->m;
     struct evbuffer *in = bufferevent_get_input(bev);
     if (n->refused) {
-        /* Told why already: whatever follows is dropped unread. */
-        evbuffer_drain(in, evbuffer_get_length(in));
+        /* Told why already: whatever follows stays unread. The read mark
+         * (at most one register) stops libevent reading it, so that a peer
+         * that goes on sending costs no memory and no work; one that
+         * closes is seen (its EOF fits under the mark) and freed. */
         return;
     }
     frame_decoder dec;
+    frame_decoder_init(&dec, CTL_MAX_BODY);
     while (n->bev && !n->refused) {
-        /* The bounds before registration: a register's size at most. */
-        frame_decoder_init(&dec, n->registered ? CTL_MAX_BODY : MASTER_PREAUTH_BODY);
-        if (!n->registered)
-            dec.max_header = MASTER_PREAUTH_HEADER;
+        /* The bounds before registration: a register's size at most (a
+         * register earlier in this loop lifts them). */
+        dec.max_payload = n->registered ? CTL_MAX_BODY : MASTER_PREAUTH_BODY;
+        dec.max_header = n->registered ? FRAME_HDR_MAX : MASTER_PREAUTH_HEADER;
         ctl_msg msg;
         size_t used;
         frame_status st = ctl_read_stream(&dec, evbuffer_get_length(in), node_pullup, in, &msg, &used);
@@ -1082,7 +1085,6 @@ static void node_on_read(struct bufferevent *bev, void *arg)
             snprintf(why, sizeof why, "a node's first message must be a register of at most %u bytes (%s)",
                      MASTER_PREAUTH_FRAME, dec.err);
             node_refuse(n, why);
-            evbuffer_drain(in, evbuffer_get_length(in));
             break;
         }
         if (n->registered && m->phase != PH_DONE && m->phase != PH_FAILED)
@@ -1683,6 +1685,12 @@ void master_free(master *m)
         m->nodes = n->next;
         node_free(n);
     }
+    /* libevent frees a bufferevent from its loop (finalizers), and
+     * event_base_free does not run them all (one whose reading stopped at
+     * its read mark stays): run the loop once more so that none freed just
+     * now outlives the base. */
+    if (m->base)
+        event_base_loop(m->base, EVLOOP_NONBLOCK);
     admit_free(m->admit);
     if (m->tick_ev)
         event_free(m->tick_ev);

@@ -135,6 +135,17 @@ class Verdicts(psb.PsbTestCase):
                 pass
             n.sock.close()
 
+    def wait_failed(self, m, timeout=30):
+        """Wait for the master's verdict (status failed)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and m.alive():
+            try:
+                if http_json(m.http + "/api/v1/status")["phase"] == "failed":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+
     def stop_later(self, pid):
         """SIGSTOP pid; at the end, SIGCONT it so that it can be stopped."""
         os.kill(pid, signal.SIGSTOP)
@@ -162,6 +173,8 @@ class Verdicts(psb.PsbTestCase):
         self.stop_later(late.pid)  # registered, waiting for its assignment
         self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"], name="server")
         self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", "0"], name="trainer0")
+        self.wait_failed(m)
+        os.kill(late.pid, signal.SIGCONT)  # it hears the verdict and leaves
         self.assertEqual(self.wait_exit(m, 20), 1, m.describe())
         self.assertRegex(self.last_line(m), r"run failed: trainer 1 \([^)]*\) sent nothing for [0-9.]+ s "
                                             r"\(--rpc-timeout\)")
@@ -180,6 +193,8 @@ class Verdicts(psb.PsbTestCase):
         self.assertIsNotNone(server, m.describe())
         time.sleep(0.5)  # in the pass: the trainers wait on it batch after batch
         self.stop_later(server)
+        self.wait_failed(m)
+        os.kill(server, signal.SIGCONT)
         self.assertEqual(self.wait_exit(m, 30), 1, m.describe())
         last = self.last_line(m)
         self.assertRegex(last, r"run failed: server 0 \([^)]*\) (sent nothing for|went silent)", m.stderr()[-3000:])
