@@ -488,12 +488,13 @@ static bool master_refuse_late(master *m, node *n)
 {
     if (m->phase == PH_WAITING)
         return false;
-    char why[300];
+    char why[sizeof m->error + 100];
     if (m->finishing && master_runs_remain(m))
         snprintf(why, sizeof why, "the last run is finishing: join once the next one waits for trainers");
-    else if (m->finishing || m->phase == PH_DONE || m->phase == PH_FAILED)
-        snprintf(why, sizeof why, "the run is over (%s): this master only serves its results now (--linger)",
-                 m->phase == PH_FAILED ? "failed" : "done");
+    else if (m->phase == PH_FAILED) /* the verdict: a node started late learns the cause */
+        snprintf(why, sizeof why, "the run is over (failed: %s)", m->error);
+    else if (m->finishing || m->phase == PH_DONE)
+        snprintf(why, sizeof why, "the run is over (done): this master only serves its results now (--linger)");
     else
         snprintf(why, sizeof why, "the run has already started");
     node_refuse(n, why);

@@ -198,6 +198,37 @@ class MasterLimits(psb.PsbTestCase):
         self.register_server(m)
         self.assertTrue(m.alive(), m.describe())
 
+    def test_out_of_descriptors_taken_by_http_clients(self):
+        """Descriptors taken by HTTP clients, not nodes: accept() itself
+        fails (EMFILE) and a node is refused on the spare descriptor with
+        the reason, at once; nothing spins."""
+        limit = 64
+
+        def low_nofile():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+        m = self.master(preexec=low_nofile)
+        host, port = m.http[len("http://"):].rsplit(":", 1)
+        idle = []
+        for _ in range(limit):  # idle HTTP connections: MHD holds each (5 s)
+            try:
+                s = socket.create_connection((host, int(port)), timeout=2)
+            except OSError:
+                break
+            self.addCleanup(s.close)
+            idle.append(s)
+        time.sleep(0.3)
+        cpu0 = proc_cpu_s(m.pid)
+        node = self.connect(m)
+        h, body = read_frame(node, timeout=5)
+        self.assertEqual((h.get("type"), body.get("status")), ("stop", "refused"), body)
+        self.assertIn("the master is out of file descriptors (limit %d)" % limit, body.get("reason"))
+        time.sleep(1.0)
+        self.assertLess(proc_cpu_s(m.pid) - cpu0, 0.5, "the master spins while out of descriptors")
+        for s in idle:
+            s.close()
+        time.sleep(0.5)
+        self.register_server(m)
+
     def test_http_answers_many_query_parameters(self):
         m = self.master()
         host, port = m.http[len("http://"):].rsplit(":", 1)
@@ -255,7 +286,7 @@ class MasterLimits(psb.PsbTestCase):
         t.sendall(ctl_frame("register", {"role": "trainer", "host": "late", "device": "cpu"}))
         h, body = read_frame(t)
         self.assertEqual((h.get("type"), body.get("status")), ("stop", "refused"), body)
-        self.assertIn("the run is over (failed)", body.get("reason"))
+        self.assertIn("the run is over (failed: server 0 (fake) disconnected)", body.get("reason"))
         self.assertNotIn("already started", body.get("reason"))
 
 
