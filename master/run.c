@@ -472,9 +472,11 @@ static bool master_nccl_gpu_shared(master *m, const node *n)
         const node *o = m->trainers[t];
         const char *oid = o && o != n ? master_trainer_gpu(o) : NULL;
         if (oid && strcmp(oid, id) == 0 && strcmp(o->host, n->host) == 0) {
+            char gpu[200]; /* the trainer's words (its environment): escaped */
+            text_escape(id, gpu, sizeof gpu);
             master_fail(m, "--backend %s: trainers %u and %u would share GPU %s on %s, and NCCL cannot hold two "
                         "ranks on one GPU: use --backend gloo (staged through host memory), or one GPU per CUDA "
-                        "trainer on each host", m->set.backend, o->rank, n->rank, id, n->host);
+                        "trainer on each host", m->set.backend, o->rank, n->rank, gpu, n->host);
             return true;
         }
     }
