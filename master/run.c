@@ -94,7 +94,6 @@ static void master_count_pending(master *m)
         admit_set_pending(m->admit, pending);
 }
 
-
 static void node_send(node *n, const char *type, json_t *body)
 {
     if (!n->bev) {
@@ -1683,6 +1682,14 @@ int master_run(master *m)
 
 void master_free(master *m)
 {
+    /* Nothing may call back into the master from here on: its events and
+     * the listener go first. */
+    if (m->tick_ev)
+        event_free(m->tick_ev);
+    for (int i = 0; i < MASTER_NSIGNALS; i++)
+        if (m->sig_ev[i])
+            event_free(m->sig_ev[i]);
+    admit_free(m->admit);
     while (m->nodes) {
         node *n = m->nodes;
         m->nodes = n->next;
@@ -1690,18 +1697,12 @@ void master_free(master *m)
     }
     /* libevent frees a bufferevent from its loop (finalizers), and
      * event_base_free does not run them all (one whose reading stopped at
-     * its read mark stays): run the loop once more so that none freed just
-     * now outlives the base. */
-    if (m->base)
+     * its read mark stays): run the loop once more, with nothing of the
+     * master's left on it, so that none freed just now outlives the base. */
+    if (m->base) {
         event_base_loop(m->base, EVLOOP_NONBLOCK);
-    admit_free(m->admit);
-    if (m->tick_ev)
-        event_free(m->tick_ev);
-    for (int i = 0; i < MASTER_NSIGNALS; i++)
-        if (m->sig_ev[i])
-            event_free(m->sig_ev[i]);
-    if (m->base)
         event_base_free(m->base);
+    }
     agg_free(&m->agg);
     kv_free(&m->kv);
     free(m->trainers);
