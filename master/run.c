@@ -32,8 +32,16 @@
  * A node that disconnects, reports a failure or stops sending (its metrics
  * messages are its heartbeat) fails the run, named by role, rank and host.
  * Every wait is bounded: registrations by the join timeout, everything else
- * by --rpc-timeout. While a server fills its table and reports progress,
- * those deadlines count from its last progress.
+ * by --rpc-timeout — a registered node's silence in every phase, the one
+ * named being a silent server before the trainers that wait on it. While a
+ * server fills its table and reports progress, those deadlines count from
+ * its last progress; after a pause of the master's own (its tick late),
+ * from when it runs again.
+ *
+ * What comes in is gated before it gets here: admit.c takes connections
+ * (bounds on those that have not registered and on descriptors), a node
+ * that has not registered may send one register of bounded size
+ * (node_on_read), and validate.c checks every field of every message.
  */
 #include "master/master.h"
 #include "shared/clock.h"
