@@ -57,6 +57,15 @@ static metrics *agg_rank(struct agg_group *g, uint32_t rank)
     return g->ranks[rank];
 }
 
+/* Whether metric `key` is in m already. */
+static bool agg_has(const metrics *m, const char *key)
+{
+    for (size_t i = 0; i < metrics_size(m); i++)
+        if (strcmp(metrics_key_at(m, i), key) == 0)
+            return true;
+    return false;
+}
+
 int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, char *err, size_t errlen)
 {
     if (!json_is_object(samples)) {
@@ -69,13 +78,34 @@ int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, 
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    /* The whole report is checked before any sample is counted: one taken
+     * in part would leave the totals of a failed report. */
     const char *key;
     json_t *arr;
+    size_t fresh = 0;
     json_object_foreach(samples, key, arr) {
         if (!json_is_array(arr) || strlen(key) > 200) {
             snprintf(err, errlen, "samples of '%.64s' are not an array", key);
             return -1;
         }
+        size_t i;
+        json_t *v;
+        json_array_foreach(arr, i, v) {
+            double ms = json_number_value(v);
+            if (!json_is_number(v) || !isfinite(ms) || ms < 0 || ms > AGG_MAX_SAMPLE_MS) {
+                snprintf(err, errlen, "a sample of '%.64s' is not a duration in [0, %g] ms", key, AGG_MAX_SAMPLE_MS);
+                return -1;
+            }
+        }
+        /* Only near the bound is it worth finding which names are new. */
+        if (metrics_size(mr) + json_object_size(samples) > AGG_MAX_METRICS)
+            fresh += !agg_has(mr, key);
+    }
+    if (metrics_size(mr) + fresh > AGG_MAX_METRICS) {
+        snprintf(err, errlen, "more than %d distinct metrics", AGG_MAX_METRICS);
+        return -1;
+    }
+    json_object_foreach(samples, key, arr) {
         stats *sr = metrics_get(mr, key);
         stats *sa = metrics_get(g->all, key);
         if (!sr || !sa) {
@@ -85,10 +115,6 @@ int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, 
         size_t i;
         json_t *v;
         json_array_foreach(arr, i, v) {
-            if (!json_is_number(v) || !isfinite(json_number_value(v))) {
-                snprintf(err, errlen, "a sample of '%.64s' is not a number", key);
-                return -1;
-            }
             double ms = json_number_value(v);
             stats_add(sr, ms);
             stats_add(sa, ms);

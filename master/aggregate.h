@@ -30,8 +30,17 @@ const char *agg_role_name(agg_role r);
 int agg_init(aggregate *a);
 void agg_free(aggregate *a);
 void agg_reset(aggregate *a);
-/* Add a node's report: {"samples": {"type,name": [ms, ...], ...}}. Returns 0
- * or -1 (malformed: a reason in err). */
+/* Distinct metrics one rank may report, at most: the seed's and psbench's
+ * are a few dozen (a server adds one per trainer it feeds); a node that
+ * sends ever new names must not grow the master or its tables without
+ * bound. */
+#define AGG_MAX_METRICS 4096
+/* A sample, at most (ms): see validate.h's VALIDATE_MAX_SAMPLE_MS. */
+#define AGG_MAX_SAMPLE_MS 1e9
+/* Add a node's report: {"samples": {"type,name": [ms, ...], ...}}, all of
+ * it or, when any of it is malformed (not a list of durations in
+ * [0, AGG_MAX_SAMPLE_MS] ms, or more than AGG_MAX_METRICS names for the
+ * rank), none of it. Returns 0 or -1 (a reason in err). */
 int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, char *err, size_t errlen);
 /* The snap_stat list for a snapshot (malloc'd; *n entries), rank stats
  * then the role's combined stats. `exact`: sorted quantiles; otherwise the

@@ -705,7 +705,7 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
     }
     /* The token: --token, else --token-file, else $PSBENCH_TOKEN (config_init). */
     if (!token_flag && c->token_file) {
-        char tok[256];
+        char tok[CLI_TOKEN_MAX + 1];
         int loose = 0;
         if (cli_read_token_file(c->token_file, tok, sizeof tok, &loose, err, errlen) < 0)
             return -1;
@@ -714,6 +714,8 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
             return -1;
         }
         c->token_file_loose = loose != 0;
+    } else if (cli_check_token(token_flag ? "--token" : "PSBENCH_TOKEN", c->token, err, errlen) < 0) {
+        return -1;
     }
     /* The seed's DDP + RPC flags select that benchmark's configurations
      * (and its 100 epochs) wherever the command line names no other. */

@@ -2,6 +2,7 @@
 #include "master/diff.h"
 #include "shared/atomicfile.h"
 #include "shared/userpath.h"
+#include "shared/text.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -14,6 +15,8 @@
 /* The stats shown, in this order. */
 static const char *const diff_stats[] = {"count", "mean", "p50", "p90", "p99", "max"};
 #define NSTATS (sizeof diff_stats / sizeof diff_stats[0])
+/* A metric name as shown (escaped: the file may come from anywhere). */
+#define DIFF_NAME_SHOWN 1024
 
 void diff_usage(FILE *f)
 {
@@ -236,9 +239,11 @@ static void diff_section(FILE *out, FILE *csv, const char *group, const char *ra
         return;
     }
     int mw = (int)strlen("metric");
-    for (size_t i = 0; i < metrics.n; i++)
-        if ((int)strlen(metrics.v[i]) > mw)
-            mw = (int)strlen(metrics.v[i]);
+    for (size_t i = 0; i < metrics.n; i++) {
+        char m[DIFF_NAME_SHOWN];
+        if ((int)text_escape(metrics.v[i], m, sizeof m) > mw)
+            mw = (int)strlen(m);
+    }
 
     if (strcmp(rank, "all") == 0)
         fprintf(out, "\n== %s: all ranks ==\n", group);
@@ -246,12 +251,13 @@ static void diff_section(FILE *out, FILE *csv, const char *group, const char *ra
         fprintf(out, "\n== %s: rank %s ==\n", group, rank);
     fprintf(out, "%-*s  %-5s  %12s  %12s  %12s  %8s\n", mw, "metric", "stat", "A", "B", "B-A", "change");
     for (size_t i = 0; i < metrics.n; i++) {
-        const char *m = metrics.v[i];
+        char m[DIFF_NAME_SHOWN];
+        text_escape(metrics.v[i], m, sizeof m); /* from a file: escaped for the terminal */
         for (size_t s = 0; s < NSTATS; s++) {
             bool count = strcmp(diff_stats[s], "count") == 0;
             double a = 0, b = 0;
-            bool ha = stat_get(sa, m, diff_stats[s], &a);
-            bool hb = stat_get(sb, m, diff_stats[s], &b);
+            bool ha = stat_get(sa, metrics.v[i], diff_stats[s], &a);
+            bool hb = stat_get(sb, metrics.v[i], diff_stats[s], &b);
             char ca[32], cb[32], cd[32], cp[32];
             fmt_val(ca, sizeof ca, ha, a, count);
             fmt_val(cb, sizeof cb, hb, b, count);
@@ -375,8 +381,11 @@ static void env_compare(const char *prefix, json_t *a, json_t *b, json_t *lines)
         if (keyset_add_object(&keys, a) == 0 && keyset_add_object(&keys, b) == 0) {
             keyset_finish(&keys, cmp_str);
             for (size_t i = 0; i < keys.n; i++) {
-                char path[512];
-                snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", keys.v[i]);
+                /* A key as the node sent it (values are shown as JSON,
+                 * escaped): escaped for the terminal (shared/text.h). */
+                char path[512], key[256];
+                text_escape(keys.v[i], key, sizeof key);
+                snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", key);
                 env_compare(path, json_object_get(a, keys.v[i]), json_object_get(b, keys.v[i]), lines);
             }
         }

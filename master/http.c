@@ -55,6 +55,16 @@ enum { DOC_STATUS, DOC_NODES, DOC_METRICS, DOC_PROM, NDOCS };
 #define HTTP_REQUEST_TIMEOUT_S 5u
 #define HTTP_TIMEOUT_S 30u
 #define HTTP_CONN_MEMORY ((size_t)32 * 1024)
+/* Query parameters a request may carry (the API reads none). MHD parses
+ * every one into a record in the connection's memory pool before any
+ * handler runs; about 450 fill the pool, and MHD 0.9.75 then has no room
+ * left even for its own 431 and closes the connection without a word. So
+ * a request with more is answered here instead: http_uri sees the request
+ * line first, empties the query before MHD parses it, and the handler
+ * answers 414 with the reason. */
+#define HTTP_MAX_QUERY_ARGS 64
+#define HTTP_XSTR(x) HTTP_STR(x)
+#define HTTP_STR(x) #x
 
 /* One address's open connections, counted for HTTP_MAX_PER_IP: the family
  * (4 or 6) and the address bytes; conns 0 is a free entry. An IPv4 address
@@ -247,6 +257,33 @@ static void http_connection(void *cls, struct MHD_Connection *c, void **socket_c
 
 /* ---- requests ------------------------------------------------------------------ */
 
+/* A request's state (the handler's *state) when http_uri refused its query. */
+static int http_query_refused;
+
+/* MHD's URI callback: it runs with the request line, before MHD parses the
+ * query (MHD_OPTION_URI_LOG_CALLBACK; libmicrohttpd's connection.c says as
+ * much: "log callback before we modify URI *or* args"). Its result becomes
+ * the request's state. A query with more than HTTP_MAX_QUERY_ARGS
+ * parameters is cut to nothing where it starts, in MHD's own read buffer
+ * (the string it hands us is that buffer: writable, though typed const),
+ * so that MHD parses no parameter of it; the handler then refuses the
+ * request (http_handler). */
+static void *http_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    (void)cls;
+    (void)c;
+    const char *q = strchr(uri, '?');
+    if (!q)
+        return NULL;
+    int args = 1;
+    for (const char *p = q + 1; *p; p++)
+        args += *p == '&' || *p == ';';
+    if (args <= HTTP_MAX_QUERY_ARGS)
+        return NULL;
+    ((char *)q)[1] = '\0';
+    return &http_query_refused;
+}
+
 static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                     const char *version, const char *upload, size_t *upload_size,
                                     void **state)
@@ -256,8 +293,13 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const c
     (void)upload;
     /* The request's headers are complete (this is the first call for it):
      * the short wait for them is over; answering gets the longer one. */
-    if (!*state)
+    if (!*state || *state == &http_query_refused)
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, HTTP_TIMEOUT_S);
+    if (*state == &http_query_refused) {
+        *upload_size = 0;
+        return http_text(c, MHD_HTTP_URI_TOO_LONG,
+                         "too many query parameters: at most " HTTP_XSTR(HTTP_MAX_QUERY_ARGS) " (this API reads none)\n");
+    }
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         *upload_size = 0; /* a body, if any, is ignored */
         return http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "read-only API: GET or HEAD\n");
@@ -313,7 +355,8 @@ http_server *http_start(const char *host, uint16_t port, uint16_t *bound, char *
                             MHD_OPTION_EXTERNAL_LOGGER, http_log, h, MHD_OPTION_LISTEN_SOCKET, fd,
                             MHD_OPTION_CONNECTION_TIMEOUT, HTTP_REQUEST_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
                             HTTP_MAX_CONNS, MHD_OPTION_NOTIFY_CONNECTION, http_connection, h,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONN_MEMORY, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONN_MEMORY, MHD_OPTION_URI_LOG_CALLBACK,
+                            http_uri, h, MHD_OPTION_END);
     if (!h->d) {
         close(fd);
         snprintf(err, errlen, "cannot serve HTTP on %s:%u", host, port);

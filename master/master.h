@@ -18,7 +18,7 @@
 
 struct event_base;
 struct event;
-struct evconnlistener;
+struct admit;
 struct bufferevent;
 struct http_server;
 struct launcher;
@@ -94,6 +94,9 @@ typedef struct node {
     json_t *diverged;      /* trainer: where its loss first diverged ({pass, epoch, batch, loss}), or NULL */
     json_t *gpu_timed;     /* trainer: the metric keys its reports say a GPU timed (array of strings), or
                             * NULL: none said (a CPU trainer) */
+    bool refused;          /* not registered: told `stop` (refused); what it sends is dropped unread
+                            * until it closes, or MASTER_REFUSED_LINGER_S pass */
+    double t_refused;
     struct node *next;
 } node;
 
@@ -104,8 +107,12 @@ typedef enum run_phase { PH_WAITING = 0, PH_WARMUP, PH_RUNNING, PH_DONE, PH_FAIL
 typedef struct master {
     master_settings set;
     struct event_base *base;
-    struct evconnlistener *listener;
+    struct admit *admit;        /* the control listener and its bounds (admit.h) */
     uint16_t ctl_port;
+    double t_last_tick;         /* when the tick last ran: a much later one means the master itself was
+                                 * paused (SIGSTOP, a suspended VM), not its nodes */
+    double t_resumed;           /* when it ran again after such a pause (0: never paused): silence and
+                                 * deadlines count from then at the earliest */
     struct event *tick_ev, *sig_ev[MASTER_NSIGNALS]; /* SIGINT, SIGTERM, SIGHUP */
     node *nodes;
     node **trainers, **servers; /* by rank, NULL while free */

@@ -6,6 +6,7 @@
 #include "master/master.h"
 #include "master/snapshot.h"
 #include "shared/hostinfo.h"
+#include "shared/text.h"
 #include "shared/atomicfile.h"
 #include "shared/log.h"
 #include "shared/userpath.h"
@@ -246,7 +247,9 @@ static json_t *results_warnings(const master *m)
         const char *blas = json_string_value(json_object_get(json_object_get(n->environment, "blas"), "warning"));
         char line[768];
         if (blas) {
-            snprintf(line, sizeof line, "trainer %u (%s): %s", r, n->host, blas);
+            char shown[400]; /* the trainer's words, printed after the tables: escaped */
+            text_escape(blas, shown, sizeof shown);
+            snprintf(line, sizeof line, "trainer %u (%s): %s", r, n->host, shown);
             json_array_append_new(w, json_string(line));
         }
         if (n->diverged && m->set.allow_divergence) {

@@ -32,24 +32,34 @@
  * A node that disconnects, reports a failure or stops sending (its metrics
  * messages are its heartbeat) fails the run, named by role, rank and host.
  * Every wait is bounded: registrations by the join timeout, everything else
- * by --rpc-timeout. While a server fills its table and reports progress,
- * those deadlines count from its last progress.
+ * by --rpc-timeout — a registered node's silence in every phase, the one
+ * named being a silent server before the trainers that wait on it. While a
+ * server fills its table and reports progress, those deadlines count from
+ * its last progress; after a pause of the master's own (its tick late),
+ * from when it runs again.
+ *
+ * What comes in is gated before it gets here: admit.c takes connections
+ * (bounds on those that have not registered and on descriptors), a node
+ * that has not registered may send one register of bounded size
+ * (node_on_read), and validate.c checks every field of every message.
  */
 #include "master/master.h"
 #include "shared/clock.h"
 #include "shared/cli.h"
+#include "master/admit.h"
 #include "master/http.h"
 #include "master/launcher.h"
+#include "master/validate.h"
 #include "shared/control.h"
 #include "shared/log.h"
 #include "shared/net.h"
+#include "shared/text.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/listener.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -80,6 +90,17 @@ static void node_describe(const node *n, char *buf, size_t len)
 }
 
 /* ---- sending ------------------------------------------------------------ */
+
+/* Tell the listener how many connections have not registered (its bound,
+ * admit.h). */
+static void master_count_pending(master *m)
+{
+    unsigned pending = 0;
+    for (node *n = m->nodes; n; n = n->next)
+        pending += !n->registered && n->bev != NULL;
+    if (m->admit)
+        admit_set_pending(m->admit, pending);
+}
 
 static void node_send(node *n, const char *type, json_t *body)
 {
@@ -436,11 +457,17 @@ static bool master_token_ok(const master *m, const char *got)
     return diff == 0;
 }
 
+/* Refuse a node that has not registered: `stop` (refused) with the reason,
+ * then nothing more from it is parsed (node_on_read); once the reason is
+ * out our side ends (node_on_write), and the node closes — or is dropped
+ * after MASTER_REFUSED_LINGER_S (master_drop_silent). */
 static void node_refuse(node *n, const char *reason)
 {
+    assert(!n->registered);
     log_warn("refused %s: %s", n->peer_ip, reason);
-    /* The node reads the reason and closes; its EOF detaches it here. */
     node_send(n, "stop", json_pack("{s:s, s:s}", "status", "refused", "reason", reason));
+    n->refused = true;
+    n->t_refused = master_now();
 }
 
 /* The GPU a CUDA trainer computes on, as its registration described it
@@ -470,53 +497,35 @@ static bool master_nccl_gpu_shared(master *m, const node *n)
         const node *o = m->trainers[t];
         const char *oid = o && o != n ? master_trainer_gpu(o) : NULL;
         if (oid && strcmp(oid, id) == 0 && strcmp(o->host, n->host) == 0) {
+            char gpu[200]; /* the trainer's words (its environment): escaped */
+            text_escape(id, gpu, sizeof gpu);
             master_fail(m, "--backend %s: trainers %u and %u would share GPU %s on %s, and NCCL cannot hold two "
                         "ranks on one GPU: use --backend gloo (staged through host memory), or one GPU per CUDA "
-                        "trainer on each host", m->set.backend, o->rank, n->rank, id, n->host);
+                        "trainer on each host", m->set.backend, o->rank, n->rank, gpu, n->host);
             return true;
         }
     }
     return false;
 }
 
-/* A server's register carries where trainers reach it: `port` (required,
- * 1..65535), and optionally `advertise` and `listen_host` (hosts alone).
- * Checked before a rank is taken, so that a bad value refuses that node
- * with the field and the value named, and the run goes on. 0, or -1 with
- * the reason. */
-static int master_check_server_fields(json_t *body, char *why, size_t len)
+/* A register the run can no longer take: it started, is finishing before
+ * the next run, or is over (the master only serves its results while it
+ * lingers). The node is told which, in words. */
+static bool master_refuse_late(master *m, node *n)
 {
-    json_t *p = json_object_get(body, "port");
-    if (!p) {
-        snprintf(why, len, "a server's register needs its data-plane port (\"port\" is missing)");
-        return -1;
-    }
-    if (!json_is_integer(p)) {
-        snprintf(why, len, "\"port\" must be a whole number 1..65535");
-        return -1;
-    }
-    if (json_integer_value(p) < 1 || json_integer_value(p) > 65535) {
-        snprintf(why, len, "port %lld is outside 1..65535", (long long)json_integer_value(p));
-        return -1;
-    }
-    const char *keys[] = {"advertise", "listen_host"};
-    for (size_t i = 0; i < 2; i++) {
-        json_t *v = json_object_get(body, keys[i]);
-        char herr[300];
-        if (!v || json_is_null(v))
-            continue;
-        if (!json_is_string(v)) {
-            snprintf(why, len, "\"%s\" must be a string (a host)", keys[i]);
-            return -1;
-        }
-        if (json_string_length(v) == 0)
-            continue; /* empty: none (advertise), a wildcard (listen_host) */
-        if (net_parse_host(json_string_value(v), herr, sizeof herr) < 0) {
-            snprintf(why, len, "\"%s\": %s", keys[i], herr);
-            return -1;
-        }
-    }
-    return 0;
+    if (m->phase == PH_WAITING)
+        return false;
+    char why[sizeof m->error + 100];
+    if (m->finishing && master_runs_remain(m))
+        snprintf(why, sizeof why, "the last run is finishing: join once the next one waits for trainers");
+    else if (m->phase == PH_FAILED) /* the verdict: a node started late learns the cause */
+        snprintf(why, sizeof why, "the run is over (failed: %s)", m->error);
+    else if (m->finishing || m->phase == PH_DONE)
+        snprintf(why, sizeof why, "the run is over (done): this master only serves its results now (--linger)");
+    else
+        snprintf(why, sizeof why, "the run has already started");
+    node_refuse(n, why);
+    return true;
 }
 
 static void master_on_register(master *m, node *n, ctl_msg *msg)
@@ -525,41 +534,27 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
         master_fail(m, "%s %u sent register twice", role_name(n->role), n->rank);
         return;
     }
+    char why[512];
+    if (msg->token_too_long) {
+        snprintf(why, sizeof why, "its token is longer than %d bytes (the most psbench takes), so it cannot be "
+                 "this job's", CLI_TOKEN_MAX);
+        node_refuse(n, why);
+        return;
+    }
     if (!master_token_ok(m, msg->token)) {
         node_refuse(n, msg->token[0] ? "wrong token" : "this master needs a token (--token-file FILE or PSBENCH_TOKEN)");
         return;
     }
-    const char *role = ctl_str(msg->body, "role", "");
-    agg_role r;
-    if (strcmp(role, "trainer") == 0)
-        r = AGG_TRAINER;
-    else if (strcmp(role, "server") == 0)
-        r = AGG_SERVER;
-    else {
-        node_refuse(n, "role must be trainer or server");
+    if (master_refuse_late(m, n))
         return;
-    }
     char bad[400];
-    if (r == AGG_SERVER && master_check_server_fields(msg->body, bad, sizeof bad) < 0) {
-        node_refuse(n, bad);
+    if (validate_register(msg->body, bad, sizeof bad) < 0) {
+        snprintf(why, sizeof why, "bad register: %s", bad);
+        node_refuse(n, why);
         return;
     }
-    if (m->phase != PH_WAITING) {
-        /* Why it cannot join, in words: a failed run says why it failed
-         * (a server that could not allocate its table), a finished one
-         * that it is over. */
-        char late[sizeof m->error + 64];
-        if (m->phase == PH_FAILED)
-            snprintf(late, sizeof late, "the run has failed: %s", m->error);
-        else if (m->phase == PH_DONE && !(m->finishing && master_runs_remain(m)))
-            snprintf(late, sizeof late, "the run is over (done): this master takes no more nodes");
-        else if (m->finishing && master_runs_remain(m))
-            snprintf(late, sizeof late, "the last run is finishing: join once the next one waits for trainers");
-        else
-            snprintf(late, sizeof late, "the run has already started");
-        node_refuse(n, late);
-        return;
-    }
+    const char *role = ctl_str(msg->body, "role", "");
+    agg_role r = strcmp(role, "trainer") == 0 ? AGG_TRAINER : AGG_SERVER;
     uint32_t cap = r == AGG_TRAINER ? m->set.ntrainer : m->set.nserver;
     node **v = r == AGG_TRAINER ? m->trainers : m->servers;
     /* A rank asked for (--rank) is that rank or a refusal, never another
@@ -567,13 +562,8 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
      * taking another would turn the node that owns it away later. */
     json_t *jw = json_object_get(msg->body, "want_rank");
     int64_t rank = -1;
-    char why[512];
     if (jw && !json_is_null(jw)) {
-        if (!json_is_integer(jw)) {
-            node_refuse(n, "want_rank must be a whole number");
-            return;
-        }
-        json_int_t want = json_integer_value(jw);
+        json_int_t want = json_integer_value(jw); /* a whole number >= 0 (validate_register) */
         if (want < 0 || (uint64_t)want >= cap) {
             if (cap == 0)
                 snprintf(why, sizeof why, "--rank %lld: this job has no %ss", (long long)want, role);
@@ -608,9 +598,16 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
     n->rank = (uint32_t)rank;
     n->registered = true;
     n->state = NS_REGISTERED;
+    /* Authenticated: its messages may now be as large as the control plane
+     * allows (no read mark), and it no longer counts against the bound on
+     * connections that have not registered. */
+    bufferevent_setwatermark(n->bev, EV_READ, 0, 0);
+    master_count_pending(m);
     /* The first answer, at once: the node bounds its wait for it. */
     node_send(n, "registered", json_pack("{s:I}", "rank", (json_int_t)rank));
-    snprintf(n->host, sizeof n->host, "%s", ctl_str(msg->body, "host", n->peer_ip));
+    /* Kept as it will be shown: every log line, verdict and table prints
+     * the host, so it is escaped once here (shared/text.h). */
+    text_escape(ctl_str(msg->body, "host", n->peer_ip), n->host, sizeof n->host);
     snprintf(n->device, sizeof n->device, "%s", ctl_str(msg->body, "device", "cpu"));
     n->pid = ctl_int(msg->body, "pid", 0);
     /* What it computes with (shared/hostinfo.h): kept as sent, for
@@ -625,8 +622,8 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
          * address this master saw it connect from. */
         const char *adv = ctl_str(msg->body, "advertise", NULL);
         const char *lh = ctl_str(msg->body, "listen_host", "0.0.0.0");
-        int64_t port = ctl_int(msg->body, "port", 0);
-        assert(port > 0 && port <= 65535); /* master_check_server_fields */
+        int64_t port = ctl_int(msg->body, "port", 0); /* 1..65535 (validate_register) */
+        assert(port > 0 && port <= 65535);
         const char *h = adv && *adv ? adv
                         : (strcmp(lh, "0.0.0.0") == 0 || strcmp(lh, "::") == 0 || !*lh) ? n->peer_ip
                                                                                       : lh;
@@ -645,76 +642,54 @@ static void master_on_register(master *m, node *n, ctl_msg *msg)
             return;
         /* Said on the trainer's host too, but that may be far away. */
         const char *warn = json_string_value(json_object_get(json_object_get(n->environment, "blas"), "warning"));
-        if (warn)
-            log_warn("trainer %u (%s): %s", n->rank, n->host, warn);
+        if (warn) {
+            char shown[512];
+            text_escape(warn, shown, sizeof shown);
+            log_warn("trainer %u (%s): %s", n->rank, n->host, shown);
+        }
     }
     master_maybe_assign_trainers(m);
 }
 
-/* A counter from a node's report: absent keeps `cur`; anything but a
- * whole number >= 0 is refused. */
-static bool master_counter(json_t *body, const char *key, uint64_t cur, uint64_t *out)
+/* A counter from a node's report (checked by validate_report): absent
+ * keeps `cur`. */
+static uint64_t master_counter(json_t *body, const char *key, uint64_t cur)
 {
     json_t *v = json_object_get(body, key);
-    if (!v) {
-        *out = cur;
-        return true;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < 0)
-        return false;
-    *out = (uint64_t)json_integer_value(v);
-    return true;
+    return v ? (uint64_t)json_integer_value(v) : cur;
 }
 
-/* An embedding server's `calls`: {TYPE: {"frames", "bytes", "payload_bytes"}},
- * whole numbers >= 0. */
-static bool master_calls_ok(json_t *calls)
-{
-    if (!json_is_object(calls))
-        return false;
-    const char *type;
-    json_t *v;
-    json_object_foreach(calls, type, v) {
-        const char *keys[] = {"frames", "bytes", "payload_bytes"};
-        if (!json_is_object(v))
-            return false;
-        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
-            json_t *x = json_object_get(v, keys[k]);
-            if (!json_is_integer(x) || json_integer_value(x) < 0)
-                return false;
-        }
-    }
-    return true;
-}
-
+/* A metrics report (or the metrics part of pass_done): every field checked
+ * first (validate.h), then applied whole; a bad one fails the run naming
+ * the node and the field. */
 static void master_on_metrics(master *m, node *n, ctl_msg *msg)
 {
-    uint64_t in, out, done = n->batches_done;
-    if (!master_counter(msg->body, "bytes_in", n->bytes_in, &in) ||
-        !master_counter(msg->body, "bytes_out", n->bytes_out, &out) ||
-        (n->role == AGG_TRAINER && !master_counter(msg->body, "batches_done", n->batches_done, &done))) {
-        master_fail(m, "%s %u (%s) sent bad metrics: counters must be whole numbers >= 0", role_name(n->role),
-                    n->rank, n->host);
+    char err[400];
+    if (validate_report(msg->body, n->role == AGG_TRAINER, err, sizeof err) < 0) {
+        master_fail(m, "%s %u (%s) sent bad metrics: %s", role_name(n->role), n->rank, n->host, err);
         return;
     }
-    n->bytes_in = in;
-    n->bytes_out = out;
-    json_t *rt = json_object_get(msg->body, "rows_touched");
-    if (rt && n->role == AGG_SERVER) {
-        if (!json_is_integer(rt) || json_integer_value(rt) < 0) {
-            master_fail(m, "server %u (%s) sent bad metrics: rows_touched must be a whole number >= 0", n->rank,
-                        n->host);
+    uint64_t done = n->batches_done;
+    if (n->role == AGG_TRAINER) {
+        done = master_counter(msg->body, "batches_done", n->batches_done);
+        if (done > master_pass_batches(m, m->phase)) {
+            master_fail(m, "trainer %u (%s) reports %" PRIu64 " batches done of a %" PRIu64 "-batch pass", n->rank,
+                        n->host, done, master_pass_batches(m, m->phase));
             return;
         }
-        n->rows_touched = json_integer_value(rt);
     }
+    json_t *samples = json_object_get(msg->body, "samples");
+    if (samples && !m->resetting && agg_add_report(&m->agg, n->role, n->rank, samples, err, sizeof err) < 0) {
+        master_fail(m, "%s %u (%s) sent bad metrics: %s", role_name(n->role), n->rank, n->host, err);
+        return;
+    }
+    n->bytes_in = master_counter(msg->body, "bytes_in", n->bytes_in);
+    n->bytes_out = master_counter(msg->body, "bytes_out", n->bytes_out);
+    json_t *rt = json_object_get(msg->body, "rows_touched");
+    if (rt && n->role == AGG_SERVER)
+        n->rows_touched = json_integer_value(rt);
     json_t *calls = json_object_get(msg->body, "calls");
-    if (calls && n->role == AGG_SERVER) {
-        if (!master_calls_ok(calls)) {
-            master_fail(m, "server %u (%s) sent bad metrics: calls must map message types to {frames, bytes, "
-                        "payload_bytes}, whole numbers >= 0", n->rank, n->host);
-            return;
-        }
+    if (calls && n->role == AGG_SERVER) { /* an embedding server's traffic (validate_report) */
         json_decref(n->calls);
         n->calls = json_incref(calls);
     }
@@ -722,49 +697,25 @@ static void master_on_metrics(master *m, node *n, ctl_msg *msg)
         /* A server filling its table says how far it has got; the wait for
          * it (join, reset) counts from its last progress. */
         json_t *init = json_object_get(msg->body, "initialising");
-        json_int_t idone = json_integer_value(json_object_get(init, "done_bytes"));
-        json_int_t total = json_integer_value(json_object_get(init, "total_bytes"));
-        if (init && (!json_is_integer(json_object_get(init, "done_bytes")) ||
-                     !json_is_integer(json_object_get(init, "total_bytes")) || total <= 0 || idone < 0 ||
-                     idone > total)) {
-            master_fail(m, "server %u (%s) sent bad metrics: initialising needs 0 <= done_bytes <= total_bytes",
-                        n->rank, n->host);
-            return;
-        }
-        if (init && ((uint64_t)idone != n->init_done || (uint64_t)total != n->init_total))
+        uint64_t idone = (uint64_t)json_integer_value(json_object_get(init, "done_bytes"));
+        uint64_t total = (uint64_t)json_integer_value(json_object_get(init, "total_bytes"));
+        if (init && (idone != n->init_done || total != n->init_total))
             m->t_init_progress = master_now();
-        n->init_done = init ? (uint64_t)idone : 0;
-        n->init_total = init ? (uint64_t)total : 0;
+        n->init_done = init ? idone : 0;
+        n->init_total = init ? total : 0;
     }
     if (n->role == AGG_TRAINER) {
-        if (done > master_pass_batches(m, m->phase)) {
-            master_fail(m, "trainer %u (%s) reports %" PRIu64 " batches done of a %" PRIu64 "-batch pass", n->rank,
-                        n->host, done, master_pass_batches(m, m->phase));
-            return;
-        }
         if (done > n->batches_done)
             m->batches_completed_total += done - n->batches_done;
         n->batches_done = done;
-    }
-    /* A trainer's GPU-timed metrics (extension): the list replaces the
-     * last one; absent, it stands. */
-    json_t *gpu = json_object_get(msg->body, "gpu_timed");
-    if (gpu) {
-        bool ok = n->role == AGG_TRAINER && json_is_array(gpu);
-        for (size_t i = 0; ok && i < json_array_size(gpu); i++)
-            ok = json_is_string(json_array_get(gpu, i));
-        if (!ok) {
-            master_fail(m, "%s %u (%s) sent bad metrics: gpu_timed must be a trainer's list of metric names",
-                        role_name(n->role), n->rank, n->host);
-            return;
+        /* A trainer's GPU-timed metrics (extension): the list replaces the
+         * last one; absent, it stands. */
+        json_t *gpu = json_object_get(msg->body, "gpu_timed");
+        if (gpu) {
+            json_decref(n->gpu_timed);
+            n->gpu_timed = json_incref(gpu);
         }
-        json_decref(n->gpu_timed);
-        n->gpu_timed = json_incref(gpu);
     }
-    json_t *samples = json_object_get(msg->body, "samples");
-    char err[160];
-    if (samples && !m->resetting && agg_add_report(&m->agg, n->role, n->rank, samples, err, sizeof err) < 0)
-        master_fail(m, "%s %u (%s) sent bad metrics: %s", role_name(n->role), n->rank, n->host, err);
 }
 
 /* ---- the rendezvous store ------------------------------------------------ */
@@ -811,7 +762,8 @@ static json_t *master_divergence(json_t *body, bool *bad)
     const char *ls = json_string_value(l);
     if (!json_is_integer(e) || json_integer_value(e) < 0 || !json_is_integer(b) || json_integer_value(b) < 0 ||
         !(json_is_number(l) || (ls && (strcmp(ls, "nan") == 0 || strcmp(ls, "inf") == 0 || strcmp(ls, "-inf") == 0))) ||
-        (p && !(json_is_string(p) && strlen(json_string_value(p)) < 32))) {
+        (p && !(json_is_string(p) && (strcmp(json_string_value(p), "warm-up") == 0 ||
+                                      strcmp(json_string_value(p), "timed") == 0)))) {
         *bad = true;
         return NULL;
     }
@@ -836,9 +788,16 @@ static void master_on_failed(master *m, node *n, ctl_msg *msg)
         n->diverged = d;
     else
         json_decref(d);
-    char why[512];
-    snprintf(why, sizeof why, "%s %u (%s) failed: %s", role_name(n->role), n->rank, n->host,
-             ctl_str(msg->body, "reason", "no reason given"));
+    /* The node's own words, escaped: they end up in every process's last
+     * line, the API and results.json. */
+    char reason[400], why[512];
+    if (validate_failed(msg->body, reason, sizeof reason) < 0) {
+        snprintf(why, sizeof why, "%s %u (%s) failed (its report is malformed: %s)", role_name(n->role), n->rank,
+                 n->host, reason);
+    } else {
+        text_escape(ctl_str(msg->body, "reason", "no reason given"), reason, sizeof reason);
+        snprintf(why, sizeof why, "%s %u (%s) failed: %s", role_name(n->role), n->rank, n->host, reason);
+    }
     if (m->phase == PH_DONE || m->phase == PH_FAILED || m->finishing)
         return;
     if (n->role == AGG_SERVER) {
@@ -854,22 +813,89 @@ static void master_on_failed(master *m, node *n, ctl_msg *msg)
     log_info("%s (waiting %.0f s for its cause)", why, MASTER_HOLD_FAILURE_S);
 }
 
+/* ---- silence: which node to name ------------------------------------------ */
+
 /* A node is silent when nothing came from it for this long: its heartbeat
  * (metrics) comes twice a second, so 5 missed ones. */
 #define MASTER_SILENT_S 2.5
 
-/* The registered, connected node that has been silent longest, if any has
- * been silent for MASTER_SILENT_S or more; else NULL. */
-static node *master_silent_node(master *m, double now)
+/* Where a deadline counts from: t, or later — a server's table fill's last
+ * progress (a fill of several GiB may take longer than --rpc-timeout, and
+ * keeps moving), or the moment this master ran again after a pause of its
+ * own (master_check_paused). */
+static double master_since(const master *m, double t)
 {
+    double s = m->t_init_progress > t ? m->t_init_progress : t;
+    return m->t_resumed > s ? m->t_resumed : s;
+}
+
+/* How long node n has said nothing, as far as this master can tell: not
+ * across a pause of the master's own, when it heard no one. */
+static double node_silence(const master *m, const node *n, double now)
+{
+    return now - (m->t_resumed > n->last_seen ? m->t_resumed : n->last_seen);
+}
+
+/* Whether server s gets trainer t's buckets (seed placement: t's group's
+ * server; shard: every server). */
+static bool master_feeds(const master *m, uint32_t s, uint32_t t)
+{
+    if (m->set.shard)
+        return true;
+    uint32_t group, index;
+    return master_seed_server(m, t, &group, &index) == s;
+}
+
+/* The node to name when nodes fall silent (NULL: none is). Candidates are
+ * the registered, connected nodes silent for min_s or more that fell
+ * silent within MASTER_SILENT_S of the first one to: those that stopped
+ * together. A server before any trainer among them: a server's loop waits
+ * on no one and reports twice a second whatever its trainers do, while a
+ * trainer reports between batches — so every trainer waiting on a stopped
+ * server falls silent with it, and one whose last report came just before
+ * the server's looks silent longer. Among the servers (or the trainers,
+ * when no server is a candidate), the one silent longest. A node that
+ * reported its failure is not silent: it waits for the verdict. */
+static node *master_blame_silent(master *m, double now, double min_s)
+{
+    double longest = 0;
+    for (node *n = m->nodes; n; n = n->next)
+        if (n->registered && n->bev && n->state != NS_FAILED && node_silence(m, n, now) > longest)
+            longest = node_silence(m, n, now);
+    double floor = longest - MASTER_SILENT_S > min_s ? longest - MASTER_SILENT_S : min_s;
     node *worst = NULL;
     for (node *n = m->nodes; n; n = n->next) {
-        if (!n->registered || !n->bev || n->state == NS_FAILED)
+        if (!n->registered || !n->bev || n->state == NS_FAILED || node_silence(m, n, now) < floor)
             continue;
-        if (now - n->last_seen >= MASTER_SILENT_S && (!worst || n->last_seen < worst->last_seen))
+        if (!worst || (n->role == AGG_SERVER && worst->role != AGG_SERVER) ||
+            (n->role == worst->role && n->last_seen < worst->last_seen))
             worst = n;
     }
     return worst;
+}
+
+/* For a silent server: "; trainers 0, 1, which wait on it, went silent
+ * too" — the trainers it feeds that are silent as well (empty if none). */
+static void master_waiting_on(master *m, const node *s, double now, double min_s, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (s->role != AGG_SERVER)
+        return;
+    char ranks[200] = "";
+    size_t k = 0, count = 0;
+    for (uint32_t t = 0; t < m->set.ntrainer; t++) {
+        const node *n = m->trainers[t];
+        if (!n || !n->bev || node_silence(m, n, now) < min_s || !master_feeds(m, s->rank, t))
+            continue;
+        if (k + 16 < sizeof ranks)
+            k += (size_t)snprintf(ranks + k, sizeof ranks - k, "%s%u", count ? ", " : "", t);
+        else if (k + 4 < sizeof ranks)
+            k += (size_t)snprintf(ranks + k, sizeof ranks - k, " ...");
+        count++;
+    }
+    if (count)
+        snprintf(buf, len, "; trainer%s %s, which wait%s on it, went silent too", count == 1 ? "" : "s", ranks,
+                 count == 1 ? "s" : "");
 }
 
 /* The held failure, once its time is up. A node that went silent (a host
@@ -880,13 +906,13 @@ static void master_release_failure(master *m, double now)
 {
     if (m->held_until > 0 && now >= m->held_until) {
         m->held_until = 0;
-        node *silent = master_silent_node(m, now);
+        node *silent = master_blame_silent(m, now, MASTER_SILENT_S);
         if (silent) {
             char who[300];
             node_describe(silent, who, sizeof who);
             silent->state = NS_LOST;
             master_fail(m, "%s went silent %.1f s ago (its host or link is down, or it is stopped) (then %s)", who,
-                        now - silent->last_seen, m->held_failure);
+                        node_silence(m, silent, now), m->held_failure);
             return;
         }
         master_fail(m, "%s", m->held_failure);
@@ -929,6 +955,11 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
         master_on_metrics(m, n, msg);
         if (m->phase == PH_FAILED)
             return;
+        char perr[400];
+        if (validate_pass_results(msg->body, perr, sizeof perr) < 0) {
+            master_fail(m, "trainer %u (%s) sent a bad pass_done: %s", n->rank, n->host, perr);
+            return;
+        }
         bool bad;
         json_t *d = master_divergence(msg->body, &bad);
         if (bad || (d && !m->set.allow_divergence)) {
@@ -985,11 +1016,27 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
     } else if (strcmp(msg->type, "kv_set") == 0 || strcmp(msg->type, "kv_get") == 0) {
         master_on_kv(m, n, msg);
     } else {
-        log_warn("%s %u sent unknown control message '%s'", role_name(n->role), n->rank, msg->type);
+        char type[sizeof msg->type * 4];
+        text_escape(msg->type, type, sizeof type);
+        log_warn("%s %u sent unknown control message '%s'", role_name(n->role), n->rank, type);
     }
 }
 
 /* ---- connections -------------------------------------------------------- */
+
+/* Before a node has registered, the master takes no more than a register
+ * needs: a header of MASTER_PREAUTH_HEADER bytes (type, token, payload) and
+ * a body of MASTER_PREAUTH_BODY (a register with its environment is under
+ * 2 KiB; a host with 16 GPUs, 6). A frame that declares more is refused at
+ * its header, before any of it is buffered, and the connection goes: a peer
+ * without the token cannot make the master hold more than this (times
+ * ADMIT_MAX_PENDING connections) however much it declares. Once registered,
+ * a node's messages may have up to CTL_MAX_BODY. */
+#define MASTER_PREAUTH_HEADER 1024u
+#define MASTER_PREAUTH_BODY (16u << 10)
+#define MASTER_PREAUTH_FRAME (FRAME_PREFIX_LEN + MASTER_PREAUTH_HEADER + MASTER_PREAUTH_BODY)
+/* A refused node has this long to read its reason and close. */
+#define MASTER_REFUSED_LINGER_S 5.0
 
 static void node_detach(node *n)
 {
@@ -1012,6 +1059,21 @@ static void node_free(node *n)
     free(n);
 }
 
+/* A connection that never registered is gone (closed, malformed, refused,
+ * silent): free it now, so that nothing of it stays however many come and
+ * go. Only from the end of its own callbacks, or the tick. */
+static void node_forget(master *m, node *n)
+{
+    assert(!n->registered);
+    for (node **pp = &m->nodes; *pp; pp = &(*pp)->next)
+        if (*pp == n) {
+            *pp = n->next;
+            break;
+        }
+    node_free(n);
+    master_count_pending(m);
+}
+
 /* ctl_read_stream's view of an input evbuffer. */
 static const uint8_t *node_pullup(void *in, size_t n)
 {
@@ -1023,9 +1085,20 @@ static void node_on_read(struct bufferevent *bev, void *arg)
     node *n = arg;
     master *m = n->m;
     struct evbuffer *in = bufferevent_get_input(bev);
+    if (n->refused) {
+        /* Told why already: whatever follows stays unread. The read mark
+         * (at most one register) stops libevent reading it, so that a peer
+         * that goes on sending costs no memory and no work; one that
+         * closes is seen (its EOF fits under the mark) and freed. */
+        return;
+    }
     frame_decoder dec;
     frame_decoder_init(&dec, CTL_MAX_BODY);
-    while (n->bev) {
+    while (n->bev && !n->refused) {
+        /* The bounds before registration: a register's size at most (a
+         * register earlier in this loop lifts them). */
+        dec.max_payload = n->registered ? CTL_MAX_BODY : MASTER_PREAUTH_BODY;
+        dec.max_header = n->registered ? FRAME_HDR_MAX : MASTER_PREAUTH_HEADER;
         ctl_msg msg;
         size_t used;
         frame_status st = ctl_read_stream(&dec, evbuffer_get_length(in), node_pullup, in, &msg, &used);
@@ -1037,17 +1110,37 @@ static void node_on_read(struct bufferevent *bev, void *arg)
             ctl_msg_clear(&msg);
             continue;
         }
-        char who[300];
+        char who[300], what[sizeof dec.err * 2];
         node_describe(n, who, sizeof who);
+        text_escape(dec.err, what, sizeof what); /* it may quote the peer's bytes */
+        if (!n->registered && st == FRAME_TOO_LARGE) {
+            /* Refused at the header: none of the rest is read. */
+            char why[300];
+            snprintf(why, sizeof why, "a node's first message must be a register of at most %u bytes (%s)",
+                     MASTER_PREAUTH_FRAME, dec.err);
+            node_refuse(n, why);
+            break;
+        }
         if (n->registered && m->phase != PH_DONE && m->phase != PH_FAILED)
-            master_fail(m, "%s sent a malformed control message: %s", who, dec.err);
+            master_fail(m, "%s sent a malformed control message: %s", who, what);
         else
-            log_warn("%s sent a malformed control message: %s", who, dec.err);
+            log_warn("%s sent a malformed control message: %s", who, what);
         n->state = n->registered ? NS_FAILED : n->state;
         node_detach(n);
         break;
     }
     frame_decoder_free(&dec);
+    if (!n->bev && !n->registered)
+        node_forget(m, n);
+}
+
+/* Output written: a refused node's reason is out, so our side ends (a FIN
+ * after the reason; the node closes once it has read it). */
+static void node_on_write(struct bufferevent *bev, void *arg)
+{
+    node *n = arg;
+    if (n->refused && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        shutdown(bufferevent_getfd(bev), SHUT_WR);
 }
 
 static void node_on_event(struct bufferevent *bev, short what, void *arg)
@@ -1058,8 +1151,10 @@ static void node_on_event(struct bufferevent *bev, short what, void *arg)
         return;
     node_detach(n);
     kv_forget(&m->kv, n);
-    if (!n->registered)
+    if (!n->registered) {
+        node_forget(m, n);
         return;
+    }
     char who[300];
     node_describe(n, who, sizeof who);
     if (m->phase == PH_DONE || m->finishing || n->state == NS_DONE) {
@@ -1084,9 +1179,10 @@ static void node_on_event(struct bufferevent *bev, short what, void *arg)
     master_fail(m, "%s disconnected", who);
 }
 
-static void master_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
-                             void *arg)
+/* admit.h's callback: a connection within the bounds. */
+static void master_on_accept(void *arg, int fd, const struct sockaddr *sa, int salen)
 {
+    (void)salen;
     master *m = arg;
     node *n = calloc(1, sizeof *n);
     if (!n) {
@@ -1097,19 +1193,26 @@ static void master_on_accept(struct evconnlistener *l, evutil_socket_t fd, struc
     n->last_seen = master_now();
     n->rows_touched = -1;
     if (sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, n->peer_ip, sizeof n->peer_ip);
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, n->peer_ip,
+                  sizeof n->peer_ip);
     else if (sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, n->peer_ip, sizeof n->peer_ip);
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, n->peer_ip,
+                  sizeof n->peer_ip);
     n->bev = bufferevent_socket_new(m->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!n->bev) {
         evutil_closesocket(fd);
         free(n);
         return;
     }
-    bufferevent_setcb(n->bev, node_on_read, NULL, node_on_event, n);
+    bufferevent_setcb(n->bev, node_on_read, node_on_write, node_on_event, n);
+    /* Until it registers, the input buffer holds one register at most:
+     * libevent stops reading at the mark (node_on_read has refused any
+     * frame that would not fit by then). */
+    bufferevent_setwatermark(n->bev, EV_READ, 0, MASTER_PREAUTH_FRAME);
     bufferevent_enable(n->bev, EV_READ | EV_WRITE);
     n->next = m->nodes;
     m->nodes = n;
+    master_count_pending(m);
 }
 
 /* ---- runs (--runs): from one run to the next ---------------------------- */
@@ -1247,64 +1350,151 @@ static void master_progress_line(master *m, double now)
              total ? 100.0 * (double)done / (double)total : 0.0, now - m->t_phase);
 }
 
-/* Where a deadline counts from: t, or a server's table fill's last
- * progress if that is later (a fill of several GiB may take longer than
- * --rpc-timeout, and keeps moving). */
-static double master_since(const master *m, double t)
+/* What a node was doing when it fell silent, for the verdict (empty in a
+ * pass, where the phase says it). */
+static const char *node_doing(const node *n)
 {
-    return m->t_init_progress > t ? m->t_init_progress : t;
+    switch (n->state) {
+    case NS_REGISTERED: return " (it had registered and was waiting for its assignment)";
+    case NS_ASSIGNED: return " (it was setting up after its assignment)";
+    case NS_READY: return " (it was ready, waiting for the pass to start)";
+    case NS_RESETTING: return " (it was resetting)";
+    default: return "";
+    }
+}
+
+/* Every registered node must be heard from within --rpc-timeout, in every
+ * phase (from its register on): the one to blame is named
+ * (master_blame_silent) — the first to time out may be a trainer that
+ * only waits on it. */
+static void master_check_silence(master *m, double now)
+{
+    double limit = m->set.rpc_timeout_s;
+    node *late = NULL;
+    for (node *n = m->nodes; n; n = n->next)
+        if (n->registered && n->bev && n->state != NS_FAILED && node_silence(m, n, now) > limit &&
+            (!late || n->last_seen < late->last_seen))
+            late = n;
+    if (!late)
+        return;
+    /* Silent, for naming: half the timeout (a short --rpc-timeout) or five
+     * missed heartbeats, whichever is less. */
+    double min_s = limit / 2 < MASTER_SILENT_S ? limit / 2 : MASTER_SILENT_S;
+    node *blame = master_blame_silent(m, now, min_s);
+    assert(blame);
+    char who[300], waiting[300];
+    node_describe(blame, who, sizeof who);
+    master_waiting_on(m, blame, now, min_s, waiting, sizeof waiting);
+    blame->state = NS_LOST;
+    if (node_silence(m, blame, now) > limit) {
+        master_fail(m, "%s sent nothing for %.1f s (--rpc-timeout)%s%s", who, node_silence(m, blame, now),
+                    node_doing(blame), waiting);
+    } else {
+        /* A silent server, not at the timeout yet, and its trainers, which
+         * are: the server is the cause. */
+        char then[300];
+        node_describe(late, then, sizeof then);
+        master_fail(m, "%s went silent %.1f s ago (its host or link is down, or it is stopped)%s (then %s sent "
+                    "nothing for %.1f s (--rpc-timeout))", who, node_silence(m, blame, now), waiting, then,
+                    node_silence(m, late, now));
+    }
+}
+
+/* The join's verdict: who is missing, and who is there but not ready. */
+static void master_join_failed(master *m)
+{
+    uint32_t tr = 0, sv = 0;
+    for (uint32_t i = 0; i < m->set.ntrainer; i++)
+        tr += m->trainers[i] && m->trainers[i]->state == NS_READY;
+    for (uint32_t i = 0; i < m->set.nserver; i++)
+        sv += m->servers[i] != NULL;
+    char detail[600] = "";
+    size_t k = 0;
+    for (node *n = m->nodes; n; n = n->next) {
+        if (!n->registered || n->state == NS_READY || k + 100 >= sizeof detail)
+            continue;
+        char who[300];
+        node_describe(n, who, sizeof who);
+        k += (size_t)snprintf(detail + k, sizeof detail - k, "%s%s is %s", k ? "; " : " (", who,
+                              node_state_name(n->state));
+    }
+    char fds[300];
+    uint64_t refused = m->admit ? admit_refused(m->admit, fds, sizeof fds) : 0;
+    if (refused)
+        k += (size_t)snprintf(detail + k, sizeof detail - k, "%s%" PRIu64 " connection%s refused: %s", k ? "; " : " (",
+                              refused, refused == 1 ? "" : "s", fds);
+    if (k && k < sizeof detail - 1)
+        snprintf(detail + k, sizeof detail - k, ")");
+    master_fail(m, "only %u of %u trainers and %u of %u servers joined within %.0f s%s", tr, m->set.ntrainer, sv,
+                m->set.nserver, m->set.join_timeout_s, detail);
 }
 
 static void master_check_timeouts(master *m, double now)
 {
     if (m->phase == PH_DONE || m->phase == PH_FAILED)
         return;
+    master_check_silence(m, now);
+    if (m->phase == PH_FAILED)
+        return;
     if (m->phase == PH_WAITING) {
-        uint32_t tr = 0, sv = 0;
-        for (uint32_t i = 0; i < m->set.ntrainer; i++)
-            tr += m->trainers[i] && m->trainers[i]->state == NS_READY;
-        for (uint32_t i = 0; i < m->set.nserver; i++)
-            sv += m->servers[i] != NULL;
         if (now - master_since(m, m->t_start) > m->set.join_timeout_s)
-            master_fail(m, "only %u of %u trainers and %u of %u servers joined within %.0f s", tr,
-                        m->set.ntrainer, sv, m->set.nserver, m->set.join_timeout_s);
+            master_join_failed(m);
         return;
     }
-    if (m->resetting && now - master_since(m, m->t_phase) > m->set.rpc_timeout_s) {
+    if (m->resetting && now - master_since(m, m->t_phase) > m->set.rpc_timeout_s)
         master_fail(m, "reset after the warm-up did not complete within %.0f s", m->set.rpc_timeout_s);
+}
+
+/* The tick is due every MASTER_TICK_S. One MASTER_PAUSE_S or more late
+ * means this master did not run meanwhile — stopped (SIGSTOP), its host or
+ * VM suspended, its host starved — and heard no one: that is no node's
+ * silence. Every silence and deadline counts again from now
+ * (master_since, node_silence); a held failure waits its second again. A
+ * tick late for a slow callback restarts them too, which only postpones a
+ * verdict by that much. */
+#define MASTER_TICK_S 0.5
+#define MASTER_PAUSE_S 2.0
+
+static void master_check_paused(master *m, double now)
+{
+    double gap = now - m->t_last_tick;
+    m->t_last_tick = now;
+    if (gap < MASTER_TICK_S + MASTER_PAUSE_S)
         return;
-    }
-    for (node *n = m->nodes; n; n = n->next) {
-        if (!n->registered || !n->bev)
-            continue;
-        if (now - n->last_seen > m->set.rpc_timeout_s) {
-            char who[300];
-            node_describe(n, who, sizeof who);
-            n->state = NS_LOST;
-            master_fail(m, "%s sent nothing for %.1f s (--rpc-timeout)", who, now - n->last_seen);
-            return;
-        }
-    }
+    m->t_resumed = now;
+    if (m->held_until > 0)
+        m->held_until = now + MASTER_HOLD_FAILURE_S;
+    log_warn("this master did not run for %.1f s (stopped, or its host suspended): the nodes' silence counts "
+             "from now", gap);
 }
 
 /* A connection that has not registered within this long is dropped: idle
  * ones would otherwise pile up (each holds a descriptor). */
 #define MASTER_REGISTER_TIMEOUT_S 30.0
 
+/* Connections that never registered and are done with: silent for the
+ * register timeout, or refused and given their time to read why. Freed. */
 static void master_drop_silent(master *m, double now)
 {
-    for (node *n = m->nodes; n; n = n->next)
-        if (!n->registered && n->bev && now - n->last_seen > MASTER_REGISTER_TIMEOUT_S) {
+    for (node *n = m->nodes, *next; n; n = next) {
+        next = n->next;
+        if (n->registered)
+            continue;
+        if (n->refused && now - n->t_refused > MASTER_REFUSED_LINGER_S) {
+            node_forget(m, n);
+        } else if (!n->refused && now - n->last_seen > MASTER_REGISTER_TIMEOUT_S) {
             log_warn("dropping a connection from %s: no register within %.0f s", n->peer_ip,
                      MASTER_REGISTER_TIMEOUT_S);
-            node_detach(n);
+            node_forget(m, n);
         }
+    }
 }
 
 static void master_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     master *m = arg;
     double now = master_now();
+    master_check_paused(m, now);
     master_drop_silent(m, now);
     if (!m->finishing) {
         master_release_failure(m, now);
@@ -1483,18 +1673,20 @@ int master_init(master *m, const master_settings *set, const char *listen_host, 
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    /* A connection per node, the HTTP API's, the --local children's pipes:
+     * as many descriptors as the hard limit allows, as servers do. */
+    unsigned long long was, now;
+    if (net_raise_fd_limit(&was, &now) == 0 && now != was)
+        log_debug("descriptor limit raised from %llu to %llu", was, now);
     /* net_listen: the same socket set-up as the servers' data plane. */
     int fd = net_listen(listen_host, listen_port, 128, &m->ctl_port, err, errlen);
     if (fd < 0)
         return -1;
-    m->listener = evconnlistener_new(m->base, master_on_accept, m, LEV_OPT_CLOSE_ON_FREE, -1, fd);
-    if (!m->listener) {
-        close(fd);
-        snprintf(err, errlen, "cannot listen on %s:%u", listen_host, listen_port);
+    m->admit = admit_new(m->base, fd, master_on_accept, m, err, errlen);
+    if (!m->admit)
         return -1;
-    }
     m->tick_ev = event_new(m->base, -1, EV_PERSIST, master_on_tick, m);
-    struct timeval half = {0, 500000};
+    struct timeval half = {0, (int)(MASTER_TICK_S * 1e6)};
     bool ok = m->tick_ev && event_add(m->tick_ev, &half) == 0;
     for (int i = 0; ok && i < MASTER_NSIGNALS; i++) {
         m->sig_ev[i] = evsignal_new(m->base, master_signals[i], master_on_signal, m);
@@ -1511,6 +1703,7 @@ int master_run(master *m)
 {
     signal(SIGPIPE, SIG_IGN);
     master_publish(m, false);
+    m->t_last_tick = master_now();
     event_base_dispatch(m->base);
     if (!m->finished_output) {
         /* Left the loop early (a second signal): still report. */
@@ -1525,20 +1718,27 @@ int master_run(master *m)
 
 void master_free(master *m)
 {
-    while (m->nodes) {
-        node *n = m->nodes;
-        m->nodes = n->next;
-        node_free(n);
-    }
-    if (m->listener)
-        evconnlistener_free(m->listener);
+    /* Nothing may call back into the master from here on: its events and
+     * the listener go first. */
     if (m->tick_ev)
         event_free(m->tick_ev);
     for (int i = 0; i < MASTER_NSIGNALS; i++)
         if (m->sig_ev[i])
             event_free(m->sig_ev[i]);
-    if (m->base)
+    admit_free(m->admit);
+    while (m->nodes) {
+        node *n = m->nodes;
+        m->nodes = n->next;
+        node_free(n);
+    }
+    /* libevent frees a bufferevent from its loop (finalizers), and
+     * event_base_free does not run them all (one whose reading stopped at
+     * its read mark stays): run the loop once more, with nothing of the
+     * master's left on it, so that none freed just now outlives the base. */
+    if (m->base) {
+        event_base_loop(m->base, EVLOOP_NONBLOCK);
         event_base_free(m->base);
+    }
     agg_free(&m->agg);
     kv_free(&m->kv);
     free(m->trainers);

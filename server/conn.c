@@ -32,6 +32,7 @@
 #include "server/members.h"
 #include "server/server.h"
 #include "shared/clock.h"
+#include "shared/text.h"
 #include "shared/log.h"
 #include "shared/net.h"
 
@@ -221,14 +222,16 @@ static void conn_send_error(conn *c, frame_errcode code, const char *msg, const 
     uint8_t buf[FRAME_PREFIX_LEN + 1024 + 256];
     size_t n = frame_encode_header(&h, buf, sizeof buf);
     assert(n > 0);
-    log_debug("%s: error %s: %s", c->peer, frame_errcode_name(code), msg);
+    char shown[2048]; /* msg may quote the trainer's strings (dtype, layout, type): escaped for the log */
+    text_escape(msg, shown, sizeof shown);
+    log_debug("%s: error %s: %s", c->peer, frame_errcode_name(code), shown);
     if (c->closing || conn_over_cap(c, "error frames"))
         return;
     outq_push(&c->out, buf, n, NULL, 0);
     if (conn_code_is_fatal(code)) {
         c->closing = true;
         event_del(c->rev);
-        log_warn("closing %s: %s: %s", c->peer, frame_errcode_name(code), msg);
+        log_warn("closing %s: %s: %s", c->peer, frame_errcode_name(code), shown);
     }
     conn_want_flush(c);
 }

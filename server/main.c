@@ -188,14 +188,9 @@ static const struct option server_opts[] = {
  * limit does, as servers do, rather than stop at a soft limit of 1024. */
 static void server_raise_fd_limit(void)
 {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rlim_t was = rl.rlim_cur;
-        rl.rlim_cur = rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
-            log_debug("descriptor limit raised from %llu to %llu", (unsigned long long)was,
-                      (unsigned long long)rl.rlim_cur);
-    }
+    unsigned long long was, now;
+    if (net_raise_fd_limit(&was, &now) == 0 && now != was)
+        log_debug("descriptor limit raised from %llu to %llu", was, now);
 }
 
 /* A standalone embedding server's table must fit this host's memory: it
@@ -284,7 +279,7 @@ int main(int argc, char **argv)
     bool have_rank = false;
     double connect_timeout_s = 30; /* --connect-timeout: keep trying the master */
     const char *master = NULL, *advertise = NULL, *device_name = NULL, *token_file = NULL;
-    static char token_buf[256]; /* --token-file's token */
+    static char token_buf[CLI_TOKEN_MAX + 1]; /* --token-file's token */
     cfg.listen_fd = -1;
     log_level level = LOG_INFO;
     char err[256];
@@ -527,11 +522,16 @@ int main(int argc, char **argv)
             log_warn("--token-file %s is readable by other users: chmod 600 it", token_file);
         cfg.token = token_buf;
     }
+    const char *token_source = cfg.token && cfg.token != token_buf ? "--token" : NULL;
     if (!cfg.token) {
         const char *t = getenv("PSBENCH_TOKEN");
-        if (t && *t)
+        if (t && *t) {
             cfg.token = t;
+            token_source = "PSBENCH_TOKEN";
+        }
     }
+    if (token_source && cli_check_token(token_source, cfg.token, err, sizeof err) < 0)
+        return server_fail(err);
     server_raise_fd_limit();
     if (standalone && cfg.kind.id == KIND_EMBEDDING &&
         server_check_table_memory(&cfg.kind.emb, err, sizeof err) < 0)

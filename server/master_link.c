@@ -168,12 +168,14 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
         if (strcmp(m.type, "stop") == 0) {
             /* Refused (a wrong token, no slot), or the run failed before
              * the assignment (tables too big for their hosts). */
+            char why[512];
+            ctl_text(m.body, "reason", "?", why, sizeof why); /* the master's words: escaped */
             if (fail_reason) /* refused or not, the cause here is this server's own */
                 snprintf(err, errlen, "%s", fail_reason);
             else if (strcmp(ctl_str(m.body, "status", "refused"), "refused") == 0)
-                snprintf(err, errlen, "the master refused this server: %s", ctl_str(m.body, "reason", "?"));
+                snprintf(err, errlen, "the master refused this server: %s", why);
             else
-                snprintf(err, errlen, "the run failed: %s", ctl_str(m.body, "reason", "?"));
+                snprintf(err, errlen, "the run failed: %s", why);
             ctl_msg_clear(&m);
             return -1;
         }
@@ -344,8 +346,9 @@ static void link_on_message(struct master_link *l, ctl_msg *m)
         } else {
             /* The master's verdict names the node at fault: it becomes
              * this server's last line. */
-            char why[600];
-            snprintf(why, sizeof why, "the run failed: %s", ctl_str(m->body, "reason", "no reason given"));
+            char why[600], reason[512];
+            snprintf(why, sizeof why, "the run failed: %s",
+                     ctl_text(m->body, "reason", "no reason given", reason, sizeof reason));
             link_stop(s, 1, why);
         }
     } else {

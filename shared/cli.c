@@ -119,8 +119,9 @@ int cli_read_token_file(const char *path, char *buf, size_t len, int *loose, cha
         if (n == 0) {
             snprintf(err, errlen, "--token-file %s: the first line is empty (the token is the first line)", path);
             rc = -1;
-        } else if (n >= len || (n == sizeof line - 1 && !strchr(line, '\n'))) {
-            snprintf(err, errlen, "--token-file %s: the token is longer than %zu bytes", path, len - 1);
+        } else if (n > CLI_TOKEN_MAX || n >= len || (n == sizeof line - 1 && !strchr(line, '\n'))) {
+            snprintf(err, errlen, "--token-file %s: the token is longer than %d bytes (the most psbench takes)",
+                     path, len - 1 < CLI_TOKEN_MAX ? (int)(len - 1) : CLI_TOKEN_MAX);
             rc = -1;
         } else {
             memcpy(buf, line, n);
@@ -129,6 +130,16 @@ int cli_read_token_file(const char *path, char *buf, size_t len, int *loose, cha
     }
     fclose(f);
     return rc;
+}
+
+int cli_check_token(const char *source, const char *token, char *err, size_t errlen)
+{
+    if (token && strlen(token) > CLI_TOKEN_MAX) {
+        snprintf(err, errlen, "%s: the token is longer than %d bytes (the most psbench takes)", source,
+                 CLI_TOKEN_MAX);
+        return -1;
+    }
+    return 0;
 }
 
 int cli_parse_device(const char *opt, const char *s, int *cuda_index, char *err, size_t errlen)

@@ -20,13 +20,25 @@ void cli_format_bytes(uint64_t n, char *buf, size_t len);
 #define CLI_MAX_SECONDS 1e6
 int cli_parse_seconds(const char *opt, const char *s, double *out, char *err, size_t errlen);
 
+/* The longest job token, in bytes: one limit for every binary and every
+ * source of the token (--token, --token-file, $PSBENCH_TOKEN), checked
+ * where the token is read, so that a token every node would be refused
+ * with (the control plane carries at most this many bytes) never starts a
+ * run. */
+#define CLI_TOKEN_MAX 255
+
 /* The job token from a file (--token-file FILE): its first line, trailing
- * whitespace (newline, CR, blanks) stripped, into buf. Returns 0, or -1
- * with a one-line reason naming the file in err (unreadable, empty, longer
- * than len - 1 bytes). *loose is set when FILE is a regular file that
- * group or others may read (the caller warns, as ssh does for keys). The
- * token itself never goes into err. */
+ * whitespace (newline, CR, blanks) stripped, into buf (at least
+ * CLI_TOKEN_MAX + 1 bytes). Returns 0, or -1 with a one-line reason naming
+ * the file in err (unreadable, empty, longer than CLI_TOKEN_MAX bytes).
+ * *loose is set when FILE is a regular file that group or others may read
+ * (the caller warns, as ssh does for keys). The token itself never goes
+ * into err. */
 int cli_read_token_file(const char *path, char *buf, size_t len, int *loose, char *err, size_t errlen);
+/* A token given as `source` ("--token", "PSBENCH_TOKEN"): 0, or -1 with a
+ * one-line reason naming the source (never the token) when it is longer
+ * than CLI_TOKEN_MAX bytes. */
+int cli_check_token(const char *source, const char *token, char *err, size_t errlen);
 
 /* A --device value: "cpu" (*cuda_index = -1), "cuda" (0) or "cuda:N"
  * (N in 0..255). Returns 0, or -1 with a message naming `opt` in err. */

@@ -5,6 +5,7 @@
 #include "shared/metrics.h"
 #include "shared/net.h"
 #include "shared/peer.h"
+#include "shared/text.h"
 #include "shared/clock.h"
 
 #include <errno.h>
@@ -72,17 +73,25 @@ frame_status ctl_decode_view(frame_decoder *d, const uint8_t *p, size_t len, ctl
         return FRAME_BAD;
     }
     memset(m, 0, sizeof *m);
-    memcpy(m->type, h.type_str.p, h.type_str.n);
+    /* Kept printable: the type goes into log lines ("unknown control
+     * message '...'") and no known type needs an escape. */
+    text_escape_n(h.type_str.p, h.type_str.n, m->type, sizeof m->type);
+    /* A token over the limit is said, not dropped: the master names it
+     * rather than asking for a token the node did send. */
     if ((h.has & FH_TOKEN) && h.token.n < sizeof m->token)
         memcpy(m->token, h.token.p, h.token.n);
+    else if (h.has & FH_TOKEN)
+        m->token_too_long = true;
     json_error_t je;
     if (h.payload == 0) {
         m->body = json_object();
     } else {
         m->body = json_loadb((const char *)payload, h.payload, JSON_REJECT_DUPLICATES, &je);
         if (!m->body || !json_is_object(m->body)) {
-            snprintf(d->err, sizeof d->err, "control '%.31s': payload is not a JSON object%s%.80s",
-                     m->type, m->body ? "" : ": ", m->body ? "" : je.text);
+            char why[100];
+            text_escape(m->body ? "" : je.text, why, sizeof why); /* it may quote the peer's bytes */
+            snprintf(d->err, sizeof d->err, "control '%.31s': payload is not a JSON object%s%.80s", m->type,
+                     m->body ? "" : ": ", why);
             json_decref(m->body);
             m->body = NULL;
             return FRAME_BAD;
@@ -242,6 +251,12 @@ const char *ctl_str(json_t *o, const char *key, const char *dflt)
 {
     json_t *v = json_object_get(o, key);
     return json_is_string(v) ? json_string_value(v) : dflt;
+}
+
+const char *ctl_text(json_t *o, const char *key, const char *dflt, char *buf, size_t len)
+{
+    text_escape(ctl_str(o, key, dflt), buf, len);
+    return buf;
 }
 
 int64_t ctl_int(json_t *o, const char *key, int64_t dflt)

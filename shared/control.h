@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/cli.h"
 #include "shared/frame.h"
 
 #define CTL_MAX_BODY (16u << 20) /* a control message's JSON, at most */
@@ -26,7 +27,8 @@ int ctl_encode(const char *type, const char *token, json_t *body, uint8_t **out,
 /* One decoded control message. */
 typedef struct ctl_msg {
     char type[32];
-    char token[256];
+    char token[CLI_TOKEN_MAX + 1];
+    bool token_too_long; /* the header's token has more than CLI_TOKEN_MAX bytes (token is then "") */
     json_t *body; /* owned by the message; ctl_msg_clear frees it */
 } ctl_msg;
 
@@ -88,6 +90,9 @@ json_t *ctl_take_samples(struct metrics *m);
 
 /* Helpers to read a JSON body with defaults. */
 const char *ctl_str(json_t *o, const char *key, const char *dflt);
+/* ctl_str escaped for printing (shared/text.h) into buf: the peer's free
+ * text (a reason) as it may go into a log line. Returns buf. */
+const char *ctl_text(json_t *o, const char *key, const char *dflt, char *buf, size_t len);
 int64_t ctl_int(json_t *o, const char *key, int64_t dflt);
 double ctl_num(json_t *o, const char *key, double dflt);
 

@@ -51,6 +51,7 @@ frame_str frame_str_c(const char *s)
 void frame_decoder_init(frame_decoder *d, uint64_t max_payload)
 {
     d->max_payload = max_payload;
+    d->max_header = FRAME_HDR_MAX;
     d->err[0] = '\0';
 }
 
@@ -421,6 +422,11 @@ frame_status frame_decode_header(frame_decoder *d, const uint8_t *p, size_t len,
     if (h == 0 || h > FRAME_HDR_MAX) {
         snprintf(d->err, sizeof d->err, "header length %u outside 1..%u", h, FRAME_HDR_MAX);
         return FRAME_BAD;
+    }
+    if (h > d->max_header) {
+        memset(out, 0, sizeof *out);
+        snprintf(d->err, sizeof d->err, "header of %u bytes exceeds the limit of %u", h, d->max_header);
+        return FRAME_TOO_LARGE;
     }
     if (len - FRAME_PREFIX_LEN < h)
         return FRAME_NEED_MORE;

@@ -154,6 +154,10 @@ typedef enum frame_status {
  * allocates nothing. */
 typedef struct frame_decoder {
     uint64_t max_payload;
+    /* Longest header taken (FRAME_HDR_MAX unless the owner lowers it: the
+     * master does before a node has registered). A longer one, well-formed
+     * or not, is FRAME_TOO_LARGE before any byte of it is looked at. */
+    uint32_t max_header;
     char err[160]; /* reason of the last FRAME_BAD / FRAME_TOO_LARGE */
 } frame_decoder;
 
@@ -163,7 +167,9 @@ void frame_decoder_free(frame_decoder *d);
 /* Look at the `len` bytes at `p`, the start of a frame. On FRAME_OK the
  * header is in *out and *consumed is 4 + H (payload bytes, if any, follow).
  * On FRAME_TOO_LARGE *out holds the decoded header too (so an error reply
- * can name the batch and bucket) and *consumed is 4 + H. On FRAME_NEED_MORE
+ * can name the batch and bucket) and *consumed is 4 + H — except for a
+ * header longer than d->max_header: nothing decoded (*out zeroed), nothing
+ * consumed. On FRAME_NEED_MORE
  * and FRAME_BAD nothing is consumed; d->err says what is wrong.
  * Never reads beyond p[len - 1]. */
 frame_status frame_decode_header(frame_decoder *d, const uint8_t *p, size_t len, frame_hdr *out,

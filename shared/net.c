@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -281,4 +282,22 @@ void net_peer_name(int fd, char *buf, size_t len)
         }
     }
     snprintf(buf, len, "%s:%u", h, p);
+}
+
+int net_raise_fd_limit(unsigned long long *was, unsigned long long *now)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return -1;
+    if (was)
+        *was = (unsigned long long)rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit up = rl;
+        up.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl = up;
+    }
+    if (now)
+        *now = (unsigned long long)rl.rlim_cur;
+    return 0;
 }

@@ -44,5 +44,10 @@ int net_set_nodelay(int fd);
 int net_set_user_timeout(int fd, double seconds);
 /* Describe the peer of fd as "host:port" into buf. */
 void net_peer_name(int fd, char *buf, size_t len);
+/* Raise the soft descriptor limit (RLIMIT_NOFILE) to the hard one, as
+ * servers do: a process that holds a connection per peer should not stop
+ * at a soft limit of 1024. *was and *now (may be NULL) get the soft limit
+ * before and after. Returns 0, or -1 when it could not be read. */
+int net_raise_fd_limit(unsigned long long *was, unsigned long long *now);
 
 #endif

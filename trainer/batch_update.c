@@ -6,6 +6,7 @@
 #include "trainer/answers.h"
 #include "trainer/params_out.h"
 #include "shared/clock.h"
+#include "shared/text.h"
 #include "shared/log.h"
 #include "shared/part.h"
 #include "shared/rng.h"
@@ -196,8 +197,10 @@ static int bu_begin(void *ctx, uint32_t server, const frame_hdr *h, void **frame
     }
     const char *addr = b->cl->conns[server].addr;
     if (h->type != b->expect || !answers_begin(&b->ans, server, frame)) {
-        snprintf(err, errlen, "server %s sent an unexpected '%.*s' while this trainer waits for %s", addr,
-                 (int)h->type_str.n, h->type_str.p, bu_what(b->expect));
+        char type[160];
+        text_escape_n((const char *)h->type_str.p, h->type_str.n > 32 ? 32 : h->type_str.n, type, sizeof type);
+        snprintf(err, errlen, "server %s sent an unexpected '%s' while this trainer waits for %s", addr, type,
+                 bu_what(b->expect));
         return -1;
     }
     uint64_t off = b->part_off[server], count = b->part_off[server + 1] - off;
@@ -220,8 +223,9 @@ static int bu_begin(void *ctx, uint32_t server, const frame_hdr *h, void **frame
         return -1;
     }
     if ((h->has & FH_DTYPE) && !frame_str_eq(h->dtype, "f32")) {
-        snprintf(err, errlen, "server %s sent %s of dtype '%.*s', not f32", addr, bu_what(b->expect),
-                 (int)h->dtype.n, h->dtype.p);
+        char dtype[160];
+        text_escape_n((const char *)h->dtype.p, h->dtype.n > 32 ? 32 : h->dtype.n, dtype, sizeof dtype);
+        snprintf(err, errlen, "server %s sent %s of dtype '%s', not f32", addr, bu_what(b->expect), dtype);
         return -1;
     }
     if (!(h->has & FH_COUNT) || h->count != count || h->payload != count * 4) {

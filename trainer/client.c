@@ -1,6 +1,7 @@
 /* client.c — a trainer's data-plane connections (see client.h). */
 #include "trainer/client.h"
 #include "shared/clock.h"
+#include "shared/text.h"
 #include "shared/net.h"
 #include "shared/peer.h"
 
@@ -24,16 +25,17 @@
 /* Format an `error` frame from a server as a one-line reason. */
 static void client_error_frame(const client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
-    char where[96] = "";
+    char where[96] = "", code[64], msg[512];
     if ((h->has & FH_BATCH) && (h->has & FH_BUCKET))
         snprintf(where, sizeof where, " (batch %" PRIu64 " bucket %" PRIu64 ")", h->batch, h->bucket);
+    /* The server's words go into this trainer's last line: escaped. */
+    text_escape_n(h->message.p ? (const char *)h->message.p : "", h->message.p ? h->message.n : 0, msg, sizeof msg);
     if (!(h->has & FH_CODE)) {
-        snprintf(err, errlen, "server %s answered an error without a code%s: %.*s", c->addr, where,
-                 (int)h->message.n, h->message.p ? h->message.p : "");
+        snprintf(err, errlen, "server %s answered an error without a code%s: %s", c->addr, where, msg);
         return;
     }
-    snprintf(err, errlen, "server %s answered %.*s%s: %.*s", c->addr, (int)h->code.n,
-             h->code.p ? h->code.p : "", where, (int)h->message.n, h->message.p ? h->message.p : "");
+    text_escape_n(h->code.p ? (const char *)h->code.p : "", h->code.p ? h->code.n : 0, code, sizeof code);
+    snprintf(err, errlen, "server %s answered %s%s: %s", c->addr, code, where, msg);
 }
 
 /* The first bytes the server sent, before any frame was handed out: what
@@ -61,8 +63,9 @@ static int client_read_welcome(client_conn *c, double timeout_s, frame_hdr *h, c
                 return -1;
             }
             if (h->type != FT_WELCOME || h->payload) {
-                snprintf(err, errlen, "%s is not a psbench server (it answered a psbench '%.*s' frame%s)", c->addr,
-                         (int)(h->type_str.n > 32 ? 32 : h->type_str.n), h->type_str.p,
+                char type[160];
+                text_escape_n((const char *)h->type_str.p, h->type_str.n > 32 ? 32 : h->type_str.n, type, sizeof type);
+                snprintf(err, errlen, "%s is not a psbench server (it answered a psbench '%s' frame%s)", c->addr, type,
                          h->type == FT_OTHER ? ", as the master's control port does" : ", not welcome");
                 return -1;
             }
@@ -355,8 +358,9 @@ static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
             /* params: batch-update's fetch; rows: an embedding lookup;
              * updated: an embedding update sent with confirm */
             if (h->type != FT_RESULT && h->type != FT_PARAMS && h->type != FT_ROWS && h->type != FT_UPDATED) {
-                snprintf(err, errlen, "server %s sent an unexpected '%.*s' frame", c->addr,
-                         (int)h->type_str.n, h->type_str.p);
+                char type[160];
+                text_escape_n((const char *)h->type_str.p, h->type_str.n > 32 ? 32 : h->type_str.n, type, sizeof type);
+                snprintf(err, errlen, "server %s sent an unexpected '%s' frame", c->addr, type);
                 return -1;
             }
             if (client_check_answer(c, h, err, errlen) < 0)

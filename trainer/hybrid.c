@@ -8,6 +8,7 @@
 #include "trainer/compute.h"
 #include "trainer/steptimer.h"
 #include "shared/clock.h"
+#include "shared/text.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
 #include "shared/rng.h"
@@ -327,8 +328,10 @@ static int hybrid_begin(void *ctx, uint32_t server, const frame_hdr *hd, void **
         return 0;
     }
     if (hd->type != FT_ROWS || !answers_begin(&h->ans, server, frame)) {
-        snprintf(err, errlen, "server %u sent an unexpected '%.*s' (this trainer waits for lookup answers)", server,
-                 (int)hd->type_str.n, hd->type_str.p);
+        char type[160];
+        text_escape_n((const char *)hd->type_str.p, hd->type_str.n > 32 ? 32 : hd->type_str.n, type, sizeof type);
+        snprintf(err, errlen, "server %u sent an unexpected '%s' (this trainer waits for lookup answers)", server,
+                 type);
         return -1;
     }
     if (hd->batch != h->batch || hd->bags != h->bags || hd->cols != h->cfg.embedding_dim ||

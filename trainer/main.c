@@ -333,7 +333,7 @@ int main(int argc, char **argv)
     double connect_timeout = 30;
     const char *servers = NULL, *model = NULL, *token = NULL, *summary = NULL, *master = NULL;
     const char *params_out = NULL, *coll_host = NULL, *token_file = NULL;
-    static char token_buf[256]; /* --token-file's token */
+    static char token_buf[CLI_TOKEN_MAX + 1]; /* --token-file's token */
     uint64_t compute_nice = 10;
     batch_update_config bu = {0};
     bu.in_features = 100; /* the seed's Linear(100, 30), batch size 20 */
@@ -501,11 +501,16 @@ int main(int argc, char **argv)
         }
         token = token_buf;
     }
+    const char *token_source = token && token != token_buf ? "--token" : NULL;
     if (!token) {
         const char *t = getenv("PSBENCH_TOKEN");
-        if (t && *t)
+        if (t && *t) {
             token = t;
+            token_source = "PSBENCH_TOKEN";
+        }
     }
+    if (token_source && cli_check_token(token_source, token, err, sizeof err) < 0)
+        return trainer_fail(err);
     if (master) {
         if (bu_flags)
             return trainer_fail("--in-features/--out-features/--batch-size/--seed: with --master, the master "

@@ -29,8 +29,8 @@ static void mlink_on_stop(mlink *l, ctl_msg *msg)
     l->stopped = true;
     const char *st = ctl_str(msg->body, "status", "failed");
     l->stop_code = strcmp(st, "done") == 0 ? 0 : 1;
-    snprintf(l->stop_reason, sizeof l->stop_reason, "%s",
-             ctl_str(msg->body, "reason", l->stop_code ? "the run failed" : ""));
+    /* The master's words go into this trainer's last line: escaped. */
+    ctl_text(msg->body, "reason", l->stop_code ? "the run failed" : "", l->stop_reason, sizeof l->stop_reason);
 }
 
 /* How long a failing trainer waits for the master's verdict: the master
@@ -190,7 +190,11 @@ int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, c
     }
     if (strcmp(msg.type, "stop") == 0) {
         if (strcmp(ctl_str(msg.body, "status", "refused"), "refused") == 0)
-            snprintf(err, errlen, "the master refused this trainer: %s", ctl_str(msg.body, "reason", "?"));
+        {
+            char why[512];
+            snprintf(err, errlen, "the master refused this trainer: %s",
+                     ctl_text(msg.body, "reason", "?", why, sizeof why));
+        }
         else
             snprintf(err, errlen, "the run failed: %s", l->stop_reason);
         ctl_msg_clear(&msg);

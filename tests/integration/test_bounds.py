@@ -369,7 +369,7 @@ class Ports(psb.PsbTestCase):
                             ({"port": "80"}, "must be a whole number"),
                             ({}, "\"port\" is missing"),
                             ({"port": 9, "advertise": "10.0.0.1:5000"}, "\"advertise\": '10.0.0.1:5000' is not a host"),
-                            ({"port": 9, "advertise": "vm\n\x1b[31m"}, "not a host name or address")):
+                            ({"port": 9, "advertise": "vm\n\x1b[31m"}, "advertise must be printable text")):
             with self.subTest(extra=extra):
                 body = {"role": "server", "host": "fake", "device": "cpu", "listen_host": "127.0.0.1", "pid": 1}
                 body.update(extra)

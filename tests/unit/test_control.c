@@ -45,6 +45,56 @@ static void test_roundtrip_and_partial(void **state)
     frame_decoder_free(&d);
 }
 
+/* A token longer than CLI_TOKEN_MAX is said (token_too_long), not dropped
+ * as if none had been sent; one of CLI_TOKEN_MAX bytes is kept whole. */
+static void test_token_limit(void **state)
+{
+    (void)state;
+    char tok[CLI_TOKEN_MAX + 2];
+    for (size_t len = CLI_TOKEN_MAX; len <= CLI_TOKEN_MAX + 1; len++) {
+        memset(tok, 't', len);
+        tok[len] = '\0';
+        uint8_t *buf;
+        size_t n, used;
+        assert_int_equal(ctl_encode("register", tok, NULL, &buf, &n), 0);
+        frame_decoder d;
+        frame_decoder_init(&d, CTL_MAX_BODY);
+        ctl_msg m;
+        assert_int_equal(ctl_decode(&d, buf, n, &m, &used), FRAME_OK);
+        assert_int_equal(m.token_too_long, len > CLI_TOKEN_MAX);
+        assert_string_equal(m.token, len > CLI_TOKEN_MAX ? "" : tok);
+        ctl_msg_clear(&m);
+        free(buf);
+    }
+    char err[200];
+    assert_int_equal(cli_check_token("--token", tok, err, sizeof err), -1);
+    assert_string_equal(err, "--token: the token is longer than 255 bytes (the most psbench takes)");
+    tok[CLI_TOKEN_MAX] = '\0';
+    assert_int_equal(cli_check_token("--token", tok, err, sizeof err), 0);
+}
+
+/* A decoder's max_header (the master's, before a node registers) refuses
+ * a longer header at its length, before any of it arrives. */
+static void test_header_limit(void **state)
+{
+    (void)state;
+    json_t *body = json_pack("{s:s}", "role", "trainer");
+    uint8_t *buf;
+    size_t n, used;
+    assert_int_equal(ctl_encode("register", "tok", body, &buf, &n), 0);
+    json_decref(body);
+    frame_decoder d;
+    frame_decoder_init(&d, 1 << 20);
+    d.max_header = 4;
+    ctl_msg m;
+    assert_int_equal(ctl_decode(&d, buf, FRAME_PREFIX_LEN, &m, &used), FRAME_TOO_LARGE);
+    assert_non_null(strstr(d.err, "exceeds the limit of 4"));
+    d.max_header = FRAME_HDR_MAX;
+    d.max_payload = 2;
+    assert_int_equal(ctl_decode(&d, buf, n, &m, &used), FRAME_TOO_LARGE);
+    free(buf);
+}
+
 /* A frame whose payload is not a JSON object is malformed. */
 static void test_bad_bodies(void **state)
 {
@@ -322,6 +372,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_and_partial),
         cmocka_unit_test(test_bad_bodies),
+        cmocka_unit_test(test_token_limit),
+        cmocka_unit_test(test_header_limit),
         cmocka_unit_test(test_read_stream),
         cmocka_unit_test(test_take_samples),
         cmocka_unit_test(test_aggregate),

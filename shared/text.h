@@ -1,0 +1,33 @@
+/* text.h — peer-supplied strings made safe to print.
+ *
+ * A node's host name, a failure's reason, an error message a server sends,
+ * a metric name, an environment string: any of them reaches a log line or a
+ * table, and none of them may forge a line (a newline followed by
+ * "psbench-master: phase done") or drive the terminal (ESC sequences,
+ * C1 controls, bidirectional overrides). Every such string is printed
+ * through text_escape, the one helper for it: what is printable passes
+ * unchanged, the rest is spelt out as C-like escapes, so that a reader still
+ * sees what the peer sent.
+ */
+#ifndef PSBENCH_TEXT_H
+#define PSBENCH_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Copy the n bytes at s into out (outlen bytes, always NUL-terminated when
+ * outlen > 0), escaping: backslash as \\, newline, carriage return and tab
+ * as \n, \r, \t, other C0 controls, DEL and bytes that are not UTF-8 as
+ * \xHH, and the code points a terminal acts on — C1 controls
+ * (U+0080..U+009F) and the bidirectional overrides and isolates
+ * (U+202A..U+202E, U+2066..U+2069) — as \uHHHH. Valid UTF-8 otherwise
+ * passes unchanged. An escape is never cut: when out is too small the copy
+ * stops before the first character that does not fit. Returns the length
+ * written. */
+size_t text_escape_n(const char *s, size_t n, char *out, size_t outlen);
+/* text_escape_n of a NUL-terminated string (NULL: ""). */
+size_t text_escape(const char *s, char *out, size_t outlen);
+/* Whether s (n bytes) needs no escape: text_escape_n would copy it as is. */
+bool text_is_printable(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,71 @@
+/* test_text.c — escaping peer strings for logs and tables (shared/text.c):
+ * what a terminal would act on is spelt out, printable UTF-8 passes, and
+ * an escape is never cut. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "shared/text.h"
+
+static void check(const char *in, size_t n, const char *want)
+{
+    char out[256];
+    size_t len = text_escape_n(in, n, out, sizeof out);
+    assert_string_equal(out, want);
+    assert_int_equal(len, strlen(want));
+    assert_int_equal(text_is_printable(in, n), strcmp(in, want) == 0 && strlen(want) == n);
+}
+
+/* A literal with its length (it may hold a NUL). */
+#define CHECK(lit, want) check(lit, sizeof lit - 1, want)
+
+static void test_escapes(void **state)
+{
+    (void)state;
+    CHECK("vm", "vm");
+    CHECK("vm\npsbench-master: phase done\x1b[31m", "vm\\npsbench-master: phase done\\x1b[31m");
+    CHECK("a\rb\tc\\d", "a\\rb\\tc\\\\d");
+    CHECK("\x7f\x01", "\\x7f\\x01");
+    CHECK("nul\0x", "nul\\x00x");
+    /* UTF-8 passes; C1 controls and bidirectional overrides do not. */
+    CHECK("caf\xc3\xa9 \xe2\x82\xac", "caf\xc3\xa9 \xe2\x82\xac");
+    CHECK("\xc2\x9b" "31m", "\\u009b31m");
+    CHECK("x\xe2\x80\xaey", "x\\u202ey");
+    CHECK("\xe2\x81\xa6", "\\u2066");
+    /* Not UTF-8: a stray continuation byte, an overlong form, a surrogate,
+     * a sequence cut short. */
+    CHECK("\x80", "\\x80");
+    CHECK("\xc0\xaf", "\\xc0\\xaf");
+    CHECK("\xed\xa0\x80", "\\xed\\xa0\\x80");
+    CHECK("\xe2\x82", "\\xe2\\x82");
+}
+
+static void test_never_cut(void **state)
+{
+    (void)state;
+    char out[6];
+    /* "ab" fits, "\n" (2) would leave no room for the NUL after "ab\n". */
+    assert_int_equal(text_escape("ab\ncd", out, 5), 4);
+    assert_string_equal(out, "ab\\n");
+    assert_int_equal(text_escape("ab\ncd", out, 4), 2);
+    assert_string_equal(out, "ab");
+    assert_int_equal(text_escape("\xe2\x82\xac\xe2\x82\xac", out, sizeof out), 3);
+    assert_string_equal(out, "\xe2\x82\xac");
+    assert_int_equal(text_escape(NULL, out, sizeof out), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(text_escape("x", out, 1), 0);
+    assert_string_equal(out, "");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_escapes),
+        cmocka_unit_test(test_never_cut),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
