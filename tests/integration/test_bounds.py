@@ -435,7 +435,7 @@ class SetupFailures(psb.PsbTestCase):
         # "has already started".
         ans = ctl_exchange(m.ctl, "register", {"role": "trainer", "host": "late", "device": "cpu", "pid": 1})
         self.assertEqual((ans[0]["type"], ans[1].get("status")), ("stop", "refused"), ans)
-        self.assertEqual(ans[1].get("reason"), "the run has failed: " + st["error"])
+        self.assertEqual(ans[1].get("reason"), "the run is over (failed: %s)" % st["error"])
 
     def test_server_port_taken(self):
         """A server whose fixed --listen port is taken tells the master so
@@ -452,7 +452,7 @@ class SetupFailures(psb.PsbTestCase):
         st = wait_phase(self, m, ("failed",), timeout=10)
         self.assertRegex(st["error"], r"^server 0 \(.*\) failed: --listen: .*%d" % port)
         ans = ctl_exchange(m.ctl, "register", {"role": "trainer", "host": "late", "device": "cpu", "pid": 1})
-        self.assertEqual(ans[1].get("reason"), "the run has failed: " + st["error"])
+        self.assertEqual(ans[1].get("reason"), "the run is over (failed: %s)" % st["error"])
 
     def test_cuda_server_without_gpu(self):
         """--local with a CUDA server where no GPU answers: the master's
