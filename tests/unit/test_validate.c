@@ -51,9 +51,9 @@ static void test_register(void **state)
            NULL);
     expect(validate_register, "{\"role\": \"trainer\", \"want_rank\": null, \"environment\": null}", NULL);
     expect(validate_register, "{\"role\": \"boss\"}", "role must be trainer or server");
-    expect(validate_register, "{\"role\": \"server\"}", "a server must give port");
-    expect(validate_register, "{\"role\": \"server\", \"port\": 70000}", "port must be a whole number in 1..65535, got 70000");
-    expect(validate_register, "{\"role\": \"server\", \"port\": 0}", "got 0");
+    expect(validate_register, "{\"role\": \"server\"}", "\"port\" is missing");
+    expect(validate_register, "{\"role\": \"server\", \"port\": 70000}", "port 70000 is outside 1..65535");
+    expect(validate_register, "{\"role\": \"server\", \"port\": 0}", "port 0 is outside 1..65535");
     expect(validate_register, "{\"role\": \"server\", \"port\": 9.5}", "got a number");
     expect(validate_register, "{\"role\": \"trainer\", \"pid\": -1}", "pid must be");
     expect(validate_register, "{\"role\": \"trainer\", \"want_rank\": -2}", "want_rank must be");
