@@ -6,12 +6,29 @@
 #include "server/cuda/cumath.h"
 
 #include <assert.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 
 static size_t kh_bag_end(const int64_t *off, size_t bags, size_t nnz, size_t b)
 {
     return b + 1 < bags ? (size_t)off[b + 1] : nnz;
+}
+
+/* Column by column, each bag b in order, each of its positions in order:
+ * the named row's element c takes bag b's gradient — an SGD step (scatter
+ * SGD) or a sum (the dense rule's gradient): their kernels' order. */
+static void kh_bags_apply(const psb_launch *l, bool step)
+{
+    for (size_t c = 0; c < l->u.bags.cols; c++)
+        for (size_t b = 0; b < l->u.bags.bags; b++) {
+            float g = l->u.bags.grad[b * l->u.bags.cols + c];
+            for (size_t i = (size_t)l->u.bags.off[b], end = kh_bag_end(l->u.bags.off, l->u.bags.bags, l->u.bags.nnz, b);
+                 i < end; i++) {
+                float *e = &l->u.bags.table[(size_t)l->u.bags.idx[i] * l->u.bags.cols + c];
+                *e = step ? cumath_scatter_step(*e, g, l->u.bags.lr) : cumath_add(*e, g);
+            }
+        }
 }
 
 static void kh_run(const psb_launch *l)
@@ -73,28 +90,14 @@ static void kh_run(const psb_launch *l)
             }
         break;
     case PSB_K_SCATTER_SGD:
-        for (size_t c = 0; c < l->u.bags.cols; c++)
-            for (size_t b = 0; b < l->u.bags.bags; b++)
-                for (size_t i = (size_t)l->u.bags.off[b], end = kh_bag_end(l->u.bags.off, l->u.bags.bags,
-                                                                             l->u.bags.nnz, b);
-                     i < end; i++) {
-                    float *e = &l->u.bags.table[(size_t)l->u.bags.idx[i] * l->u.bags.cols + c];
-                    *e = cumath_scatter_step(*e, l->u.bags.grad[b * l->u.bags.cols + c], l->u.bags.lr);
-                }
+        kh_bags_apply(l, true);
         break;
     case PSB_K_ZERO:
         for (size_t i = 0; i < l->u.dense.n; i++)
             l->u.dense.table[i] = 0.0f;
         break;
     case PSB_K_BAG_GRAD:
-        for (size_t c = 0; c < l->u.bags.cols; c++)
-            for (size_t b = 0; b < l->u.bags.bags; b++)
-                for (size_t i = (size_t)l->u.bags.off[b], end = kh_bag_end(l->u.bags.off, l->u.bags.bags,
-                                                                             l->u.bags.nnz, b);
-                     i < end; i++) {
-                    float *e = &l->u.bags.table[(size_t)l->u.bags.idx[i] * l->u.bags.cols + c];
-                    *e = cumath_add(*e, l->u.bags.grad[b * l->u.bags.cols + c]);
-                }
+        kh_bags_apply(l, false);
         break;
     case PSB_K_DENSE_SGD:
         for (size_t i = 0; i < l->u.dense.n; i++)

@@ -20,31 +20,23 @@ line psb.Server waits for). One thread, selectors; exits on SIGTERM.
 Run with /usr/bin/python3 (python3-msgpack).
 """
 import argparse
-import json
 import os
-import selectors
 import signal
-import socket
 import struct
 import sys
 import time
 
-import msgpack
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bu_reference as ref  # noqa: E402
+from mock_node import MockNode  # noqa: E402
 
 
-class Conn(object):
-    def __init__(self, sock):
-        self.sock = sock
-        self.buf = b""
-        self.rank = None
 
+class Mock(MockNode):
+    KIND = "batch-update"
 
-class Mock(object):
     def __init__(self, a):
-        self.a = a
+        MockNode.__init__(self, a)
         p, n = a.part.split("/")
         self.p, self.n = int(p), int(n)
         self.total = a.out_features * a.in_features + a.out_features
@@ -56,11 +48,7 @@ class Mock(object):
         self.round = 0
         self.pushes = []  # (conn, grads)
         self.failed = False
-        self.sel = selectors.DefaultSelector()
-        self.ctl = None          # the master link, when there is one
-        self.ctl_buf = b""
         self.samples = []        # method_metric,update (ms) since the last report
-        self.last_report = 0.0
 
     def configure(self, bu, trainers):
         """Settings from a master's assignment."""
@@ -82,91 +70,23 @@ class Mock(object):
         self.round = 0
         self.pushes = []
 
-    # ---- control plane ----
-    def ctl_send(self, typ, body):
-        js = json.dumps(body).encode()
-        hdr = msgpack.packb({"type": typ, "payload": len(js)}, use_bin_type=True)
-        self.ctl.sendall(struct.pack(">I", len(hdr)) + hdr + js)
+    # ---- the master link (mock_node.py) ----
+    def assigned(self, body):
+        if body.get("kind") != "batch-update" or "batch_update" not in body:
+            return "assignment is not batch-update"
+        self.configure(body["batch_update"], body["trainers"])
+        sys.stderr.write("mock server: assigned %r\n" % body)
+        sys.stderr.flush()
+        return None
 
-    def ctl_recv(self):
-        """Complete control messages in the buffer: [(type, body)]."""
-        out = []
-        while len(self.ctl_buf) >= 4:
-            h = struct.unpack(">I", self.ctl_buf[:4])[0]
-            if len(self.ctl_buf) < 4 + h:
-                break
-            hdr = msgpack.unpackb(self.ctl_buf[4:4 + h], raw=False)
-            p = hdr.get("payload", 0)
-            if len(self.ctl_buf) < 4 + h + p:
-                break
-            body = json.loads(self.ctl_buf[4 + h:4 + h + p] or b"{}")
-            self.ctl_buf = self.ctl_buf[4 + h + p:]
-            out.append((hdr["type"], body))
-        return out
-
-    def report(self, typ="metrics"):
-        self.ctl_send(typ, {"samples": {"method_metric,update": self.samples}, "bytes_in": 0,
-                            "bytes_out": 0})
+    def report_body(self):
+        body = {"samples": {"method_metric,update": self.samples}, "bytes_in": 0, "bytes_out": 0}
         self.samples = []
-        self.last_report = time.monotonic()
+        return body
 
-    def join(self, master, port):
-        host, mport = master.rsplit(":", 1)
-        self.ctl = socket.create_connection((host, int(mport)))
-        self.ctl_send("register", {"role": "server", "host": socket.gethostname(), "device": "cpu",
-                                   "pid": os.getpid(), "listen_host": "127.0.0.1", "port": port})
-        while True:
-            data = self.ctl.recv(65536)
-            if not data:
-                sys.exit("mock server: the master closed the connection")
-            self.ctl_buf += data
-            for typ, body in self.ctl_recv():
-                if typ == "stop":
-                    sys.exit("mock server: refused: %s" % body.get("reason"))
-                if typ == "assign":
-                    if body.get("kind") != "batch-update" or "batch_update" not in body:
-                        sys.exit("mock server: assignment is not batch-update: %r" % body)
-                    self.configure(body["batch_update"], body["trainers"])
-                    sys.stderr.write("mock server: assigned %r\n" % body)
-                    sys.stderr.flush()
-                    return
-
-    def on_ctl(self):
-        data = self.ctl.recv(65536)
-        if not data:
-            sys.exit(0)
-        self.ctl_buf += data
-        for typ, _ in self.ctl_recv():
-            if typ == "reset":
-                self.reset()
-                self.samples = []
-                self.ctl_send("reset_done", {})
-            elif typ == "stop":
-                self.report()
-                sys.exit(0)
-
-    def send(self, c, hdr, payload=b""):
-        if payload:
-            hdr["payload"] = len(payload)
-        body = msgpack.packb(hdr, use_bin_type=True)
-        try:
-            c.sock.sendall(struct.pack(">I", len(body)) + body + payload)
-        except OSError:
-            pass
-
-    def frame(self, c):
-        if len(c.buf) < 4:
-            return None
-        h = struct.unpack(">I", c.buf[:4])[0]
-        if len(c.buf) < 4 + h:
-            return None
-        hdr = msgpack.unpackb(c.buf[4:4 + h], raw=False)
-        p = hdr.get("payload", 0)
-        if len(c.buf) < 4 + h + p:
-            return None
-        payload = c.buf[4 + h:4 + h + p]
-        c.buf = c.buf[4 + h + p:]
-        return hdr, payload
+    def on_reset(self):
+        self.reset()
+        self.samples = []
 
     def params_payload(self):
         return struct.pack("<%df" % len(self.opt.p), *self.opt.p)
@@ -220,54 +140,6 @@ class Mock(object):
                                    "bucket": 0, "message": "trainer %r disconnected" % c.rank})
             self.pushes = []
 
-    def run(self):
-        host, port = self.a.listen.rsplit(":", 1)
-        ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind((host, int(port)))
-        ls.listen(64)
-        ls.setblocking(False)
-        self.sel.register(ls, selectors.EVENT_READ, None)
-        if self.a.master:
-            self.join(self.a.master, ls.getsockname()[1])
-            self.sel.register(self.ctl, selectors.EVENT_READ, "ctl")
-            # Nothing to fill: ready at once (the master tells the trainers
-            # where the servers are only after every one said so).
-            self.report()
-            self.ctl_send("ready", {})
-        sys.stderr.write("psbench-server: listening on %s:%d (kind batch-update, mock)\n" %
-                         ls.getsockname())
-        sys.stderr.flush()
-        while True:
-            if self.ctl and time.monotonic() - self.last_report >= 0.5:
-                self.report()
-            for key, _ in self.sel.select(timeout=0.5):
-                if key.data == "ctl":
-                    self.on_ctl()
-                    continue
-                if key.data is None:
-                    s, _ = ls.accept()
-                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    s.setblocking(True)
-                    self.sel.register(s, selectors.EVENT_READ, Conn(s))
-                    continue
-                c = key.data
-                try:
-                    data = c.sock.recv(1 << 20)
-                except OSError:
-                    data = b""
-                if not data:
-                    self.sel.unregister(c.sock)
-                    c.sock.close()
-                    self.on_lost(c)
-                    continue
-                c.buf += data
-                while True:
-                    f = self.frame(c)
-                    if f is None:
-                        break
-                    self.on_frame(c, *f)
-
 
 def main():
     ap = argparse.ArgumentParser()
@@ -287,7 +159,7 @@ def main():
     ap.add_argument("--nan-from-round", type=int, default=None)
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    Mock(a).run()
+    Mock(a).run(a.master, a.listen)
 
 
 if __name__ == "__main__":

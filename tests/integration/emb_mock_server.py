@@ -25,33 +25,23 @@ exits on the master's stop or SIGTERM. Run with /usr/bin/python3.
 import argparse
 import json
 import os
-import selectors
 import signal
-import socket
-import struct
 import sys
 import time
 
-import msgpack
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mock_node import MockNode  # noqa: E402
 
 
-class Conn(object):
-    def __init__(self, sock):
-        self.sock = sock
-        self.buf = b""
-        self.rank = None
 
+class Mock(MockNode):
+    KIND = "embedding"
 
-class Mock(object):
     def __init__(self, a):
-        self.a = a
+        MockNode.__init__(self, a)
         self.rank = None
         self.trainers = 1
         self.cols = 64
-        self.sel = selectors.DefaultSelector()
-        self.ctl = None
-        self.ctl_buf = b""
-        self.last_report = 0.0
         self.log = open(a.log, "a", buffering=1)
 
     def event(self, c, ev, hdr=None):
@@ -60,89 +50,21 @@ class Mock(object):
                                    "ev": ev, "batch": hdr.get("batch"), "confirm": hdr.get("confirm"),
                                    "grad": hdr.get("grad")}) + "\n")
 
-    # ---- control plane ----
-    def ctl_send(self, typ, body):
-        js = json.dumps(body).encode()
-        hdr = msgpack.packb({"type": typ, "payload": len(js)}, use_bin_type=True)
-        self.ctl.sendall(struct.pack(">I", len(hdr)) + hdr + js)
+    # ---- the master link (mock_node.py) ----
+    def assigned(self, body):
+        if body.get("kind") != "embedding" or "embedding" not in body:
+            return "assignment is not embedding"
+        self.rank = body["rank"]
+        self.trainers = body["trainers"]
+        self.cols = body["embedding"]["embedding_dim"]
+        return None
 
-    def ctl_recv(self):
-        out = []
-        while len(self.ctl_buf) >= 4:
-            h = struct.unpack(">I", self.ctl_buf[:4])[0]
-            if len(self.ctl_buf) < 4 + h:
-                break
-            hdr = msgpack.unpackb(self.ctl_buf[4:4 + h], raw=False)
-            p = hdr.get("payload", 0)
-            if len(self.ctl_buf) < 4 + h + p:
-                break
-            body = json.loads(self.ctl_buf[4 + h:4 + h + p] or b"{}")
-            self.ctl_buf = self.ctl_buf[4 + h + p:]
-            out.append((hdr["type"], body))
-        return out
+    def report_body(self):
+        return {"samples": {}, "bytes_in": 0, "bytes_out": 0, "rows_touched": 0}
 
-    def report(self, typ="metrics"):
-        self.ctl_send(typ, {"samples": {}, "bytes_in": 0, "bytes_out": 0, "rows_touched": 0})
-        self.last_report = time.monotonic()
-
-    def join(self, master, port):
-        host, mport = master.rsplit(":", 1)
-        self.ctl = socket.create_connection((host, int(mport)))
-        self.ctl_send("register", {"role": "server", "host": socket.gethostname(), "device": "cpu",
-                                   "pid": os.getpid(), "listen_host": "127.0.0.1", "port": port})
-        while True:
-            data = self.ctl.recv(65536)
-            if not data:
-                sys.exit("mock server: the master closed the connection")
-            self.ctl_buf += data
-            for typ, body in self.ctl_recv():
-                if typ == "stop":
-                    sys.exit("mock server: refused: %s" % body.get("reason"))
-                if typ == "assign":
-                    if body.get("kind") != "embedding" or "embedding" not in body:
-                        sys.exit("mock server: assignment is not embedding: %r" % body)
-                    self.rank = body["rank"]
-                    self.trainers = body["trainers"]
-                    self.cols = body["embedding"]["embedding_dim"]
-                    return
-
-    def on_ctl(self):
-        data = self.ctl.recv(65536)
-        if not data:
-            sys.exit(0)
-        self.ctl_buf += data
-        for typ, _ in self.ctl_recv():
-            if typ == "reset":
-                self.event(None, "reset")
-                self.report()
-                self.ctl_send("reset_done", {})
-            elif typ == "stop":
-                self.report()
-                sys.exit(0)
-
-    # ---- data plane ----
-    def send(self, c, hdr, payload=b""):
-        if payload:
-            hdr["payload"] = len(payload)
-        body = msgpack.packb(hdr, use_bin_type=True)
-        try:
-            c.sock.sendall(struct.pack(">I", len(body)) + body + payload)
-        except OSError:
-            pass
-
-    def frame(self, c):
-        if len(c.buf) < 4:
-            return None
-        h = struct.unpack(">I", c.buf[:4])[0]
-        if len(c.buf) < 4 + h:
-            return None
-        hdr = msgpack.unpackb(c.buf[4:4 + h], raw=False)
-        p = hdr.get("payload", 0)
-        if len(c.buf) < 4 + h + p:
-            return None
-        payload = c.buf[4 + h:4 + h + p]
-        c.buf = c.buf[4 + h + p:]
-        return hdr, payload
+    def on_reset(self):
+        self.event(None, "reset")
+        self.report()
 
     def hold(self):
         time.sleep(self.a.delay_ms / 1000.0)
@@ -168,49 +90,6 @@ class Mock(object):
         else:
             self.send(c, {"type": "error", "code": "unsupported", "message": "mock: %r" % t})
 
-    def run(self):
-        host, port = self.a.listen.rsplit(":", 1)
-        ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind((host, int(port)))
-        ls.listen(64)
-        ls.setblocking(False)
-        self.sel.register(ls, selectors.EVENT_READ, None)
-        self.join(self.a.master, ls.getsockname()[1])
-        self.sel.register(self.ctl, selectors.EVENT_READ, "ctl")
-        self.report()
-        self.ctl_send("ready", {})
-        sys.stderr.write("psbench-server: listening on %s:%d (kind embedding, mock)\n" % ls.getsockname())
-        sys.stderr.flush()
-        while True:
-            if time.monotonic() - self.last_report >= 0.5:
-                self.report()
-            for key, _ in self.sel.select(timeout=0.25):
-                if key.data == "ctl":
-                    self.on_ctl()
-                    continue
-                if key.data is None:
-                    s, _ = ls.accept()
-                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    s.setblocking(True)
-                    self.sel.register(s, selectors.EVENT_READ, Conn(s))
-                    continue
-                c = key.data
-                try:
-                    data = c.sock.recv(1 << 20)
-                except OSError:
-                    data = b""
-                if not data:
-                    self.sel.unregister(c.sock)
-                    c.sock.close()
-                    continue
-                c.buf += data
-                while True:
-                    f = self.frame(c)
-                    if f is None:
-                        break
-                    self.on_frame(c, *f)
-
 
 def main():
     ap = argparse.ArgumentParser()
@@ -220,7 +99,7 @@ def main():
     ap.add_argument("--delay-ms", type=float, default=50.0)
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    Mock(a).run()
+    Mock(a).run(a.master, a.listen, tick_s=0.25)
 
 
 if __name__ == "__main__":
