@@ -183,8 +183,8 @@ static int client_handshake(client *cl, client_conn *c, uint64_t rank, const cha
     return 0;
 }
 
-int client_open(client *cl, const char *servers, uint64_t rank, const char *token, double timeout_s,
-                const client_sink *sink, char *err, size_t errlen)
+static int client_open_all(client *cl, const char *servers, uint64_t rank, const char *token, double timeout_s,
+                           const client_sink *sink, char *err, size_t errlen)
 {
     memset(cl, 0, sizeof *cl);
     cl->wake_fd = -1;
@@ -233,6 +233,18 @@ int client_open(client *cl, const char *servers, uint64_t rank, const char *toke
         net_set_nonblock(c->fd, 1);
     }
     return 0;
+}
+
+int client_open(client *cl, const char *servers, uint64_t rank, const char *token, double timeout_s,
+                const client_sink *sink, char *err, size_t errlen)
+{
+    if (client_open_all(cl, servers, rank, token, timeout_s, sink, err, errlen) == 0)
+        return 0;
+    /* What the connections got so far goes back here: a caller that does
+     * not close a client it could not open holds nothing. */
+    client_close(cl);
+    cl->wake_fd = -1;
+    return -1;
 }
 
 void client_close(client *cl)

@@ -74,7 +74,8 @@ typedef struct client {
  * for each welcome at most timeout_s from its connection. Returns 0 or -1
  * with err set: a peer that answers in another protocol, or not at all, is
  * named (shared/peer.h: "HOST:PORT is not a psbench server (it answered
- * like an HTTP server)"). */
+ * like an HTTP server)"). On -1 it holds nothing (client_close on it is a
+ * no-op). */
 int client_open(client *cl, const char *servers, uint64_t rank, const char *token, double timeout_s,
                 const client_sink *sink, char *err, size_t errlen);
 void client_close(client *cl);
