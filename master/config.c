@@ -121,6 +121,7 @@ int config_init(run_config *c)
     c->seed = 0;
     c->local = false;
     c->linger_s = 0;
+    c->transport = psb_transport_default();
     c->runs = 1;
     c->log_level = LOG_INFO;
 
@@ -185,6 +186,7 @@ enum {
     OPT_HTTP,
     OPT_LOCAL,
     OPT_LINGER,
+    OPT_TRANSPORT,
     OPT_RUNS,
     OPT_ALLOW_DIVERGENCE,
     OPT_OUT,
@@ -236,6 +238,7 @@ static const struct option long_opts[] = {
     {"http", required_argument, NULL, OPT_HTTP},
     {"local", no_argument, NULL, OPT_LOCAL},
     {"linger", required_argument, NULL, OPT_LINGER},
+    {"transport", required_argument, NULL, OPT_TRANSPORT},
     {"runs", required_argument, NULL, OPT_RUNS},
     {"allow-divergence", no_argument, NULL, OPT_ALLOW_DIVERGENCE},
     {"out", required_argument, NULL, OPT_OUT},
@@ -377,6 +380,12 @@ void config_usage(FILE *f)
         "                            ranks) with --device cuda, the others without\n"
         "                            --device (a server's $PSBENCH_SERVER_DEVICE, else cpu)\n"
         "  --linger SECONDS          keep serving HTTP after the run (default 0)\n"
+        "  --transport T             with --local, between trainers and servers: auto\n"
+        "                            (default; $PSBENCH_TRANSPORT sets it): shared memory\n"
+        "                            on this host (Unix sockets, sealed memfd segments),\n"
+        "                            TCP where not; shm: shared memory or a clear error;\n"
+        "                            tcp: TCP only. Each trainer's links are shown in\n"
+        "                            /api/v1/nodes and results.json (\"links\")\n"
         "  --runs N                  run the job N times back to back (default 1; 0: until\n"
         "                            stopped). The servers stay connected between runs (told\n"
         "                            to reset, not to stop); trainers join again for every run\n"
@@ -654,6 +663,12 @@ int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t er
         case OPT_LOCAL: c->local = true; break;
         case OPT_ALLOW_DIVERGENCE: c->allow_divergence = true; break;
         case OPT_LINGER: rc = parse_nonneg_seconds("--linger", a, &c->linger_s, err, errlen); break;
+        case OPT_TRANSPORT:
+            if (psb_transport_parse(a, &c->transport) < 0) {
+                errbuf_set(err, errlen, "--transport: '%.64s' is not a transport (auto, tcp or shm)", a);
+                rc = -1;
+            }
+            break;
         case OPT_RUNS:
             rc = cli_parse_u64("--runs", a, 0, CONFIG_MAX_RUNS, 0, &v, err, errlen);
             if (rc == 0)
@@ -1462,6 +1477,7 @@ json_t *config_to_json(const run_config *c)
     SET("http", str_or_null(c->http));
     SET("local", json_boolean(c->local));
     SET("linger", json_real(c->linger_s));
+    SET("transport", json_string(psb_transport_name(c->transport)));
     SET("runs", json_integer((json_int_t)c->runs));
     SET("allow_divergence", json_boolean(c->allow_divergence));
     SET("out", str_or_null(c->out_dir));

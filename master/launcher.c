@@ -198,6 +198,8 @@ static int launcher_spawn_kid(launcher *l, size_t i, char *err, size_t errlen)
     }
     argv[a++] = "--log-level";
     argv[a++] = (char *)levels[log_get_level()];
+    argv[a++] = "--transport";
+    argv[a++] = (char *)psb_transport_name(l->job.transport);
     if (server) {
         argv[a++] = "--listen";
         argv[a++] = l->listen_addr;

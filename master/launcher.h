@@ -10,6 +10,7 @@
 #ifndef PSBENCH_LAUNCHER_H
 #define PSBENCH_LAUNCHER_H
 
+#include "shared/shm.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +27,7 @@ typedef struct launcher_job {
     /* The last ones of each get --device cuda; the others no --device:
      * the CPU, or a server's $PSBENCH_SERVER_DEVICE. */
     uint32_t ncudaserver, ncudatrainer;
+    psb_transport transport; /* given to every child as --transport */
     void (*child_failed)(void *ctx, const char *why);
     void *ctx;
 } launcher_job;

@@ -218,8 +218,14 @@ int main(int argc, char **argv)
         master_bin_dir(bin, sizeof bin);
         if (c.token)
             setenv("PSBENCH_TOKEN", c.token, 1); /* the children read it from there */
-        launcher_job job = {m.base, set.nserver, set.ntrainer, set.ncudaserver, set.ncudatrainer,
-                            master_child_failed, &m};
+        launcher_job job = {.base = m.base,
+                            .nserver = set.nserver,
+                            .ntrainer = set.ntrainer,
+                            .ncudaserver = set.ncudaserver,
+                            .ncudatrainer = set.ncudatrainer,
+                            .transport = c.transport,
+                            .child_failed = master_child_failed,
+                            .ctx = &m};
         m.launcher = launcher_start(&job, bin, lhost, m.ctl_port, err, sizeof err);
         if (!m.launcher) {
             fprintf(stderr, "psbench-master: %s\n", err);

@@ -92,6 +92,7 @@ typedef struct node {
     json_t *warmup_result; /* trainer: what its warm-up pass reported (loss, digest): results.json "warmup" */
     json_t *environment;   /* what it computes with, from its register (owned), NULL: not reported */
     json_t *diverged;      /* trainer: where its loss first diverged ({pass, epoch, batch, loss}), or NULL */
+    json_t *links;         /* trainer: its links to servers, from `ready` (validate_ready), or NULL */
     json_t *gpu_timed;     /* trainer: the metric keys its reports say a GPU timed (array of strings), or
                             * NULL: none said (a CPU trainer) */
     bool refused;          /* not registered: told `stop` (refused); what it sends is dropped unread

@@ -462,6 +462,9 @@ int results_write(master *m, char *err, size_t errlen)
         /* The warm-up pass's loss and digest (null: none reported). */
         json_object_set_new(t, "warmup", n && n->warmup_result ? json_incref(n->warmup_result) : json_null());
         json_object_set_new(t, "diverged", n && n->diverged ? json_incref(n->diverged) : json_null());
+        /* Its links to servers and how each travels (shared memory or
+         * TCP, and why TCP where shared memory was tried): [] without. */
+        json_object_set_new(t, "links", n && n->links ? json_deep_copy(n->links) : json_array());
         /* The metrics its GPU timed (extension): [] for a CPU trainer. */
         json_object_set_new(t, "gpu_timed", n && n->gpu_timed ? json_deep_copy(n->gpu_timed) : json_array());
         json_array_append_new(trainers, t);

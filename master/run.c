@@ -933,6 +933,16 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
     if (strcmp(msg->type, "metrics") == 0) {
         master_on_metrics(m, n, msg);
     } else if (strcmp(msg->type, "ready") == 0) {
+        char why[300];
+        if (validate_ready(msg->body, why, sizeof why) < 0) {
+            master_fail(m, "%s %u (%s) sent a bad ready: %s", role_name(n->role), n->rank, n->host, why);
+            return;
+        }
+        json_t *links = json_object_get(msg->body, "links");
+        if (n->role == AGG_TRAINER && json_is_array(links)) {
+            json_decref(n->links);
+            n->links = json_incref(links);
+        }
         if (n->state == NS_ASSIGNED)
             n->state = NS_READY;
         if (n->role == AGG_SERVER) {
@@ -1055,6 +1065,7 @@ static void node_free(node *n)
     json_decref(n->diverged);
     json_decref(n->environment);
     json_decref(n->gpu_timed);
+    json_decref(n->links);
     json_decref(n->calls);
     free(n);
 }
@@ -1629,6 +1640,7 @@ void master_publish(master *m, bool exact)
             sn->bytes_out = n->bytes_out;
             sn->environment = n->environment;
             sn->gpu_timed = n->gpu_timed;
+            sn->links = n->links;
         }
     }
     size_t ns = 0;

@@ -144,8 +144,25 @@ char *snapshot_status_json(const snapshot_input *in)
 
 /* ---- /api/v1/nodes ---------------------------------------------------------- */
 
+/* A trainer's transport to its servers in a word: "shm", "tcp", or
+ * "shm+tcp" where its links differ; NULL: no link (no servers, or not
+ * ready yet). */
+static const char *snapshot_transport(const json_t *links)
+{
+    bool shm = false, tcp = false;
+    size_t i;
+    json_t *l;
+    json_array_foreach((json_t *)links, i, l) {
+        const char *t = json_string_value(json_object_get(l, "transport"));
+        shm |= t && strcmp(t, "shm") == 0;
+        tcp |= t && strcmp(t, "tcp") == 0;
+    }
+    return shm && tcp ? "shm+tcp" : shm ? "shm" : tcp ? "tcp" : NULL;
+}
+
 static json_t *snapshot_node_json(const snap_node *n)
 {
+    const char *transport = n->links ? snapshot_transport(n->links) : NULL;
     json_t *o = json_object();
     if (!o || snapshot_set(o, "role", snapshot_jstr(n->role)) ||
         snapshot_set(o, "rank", json_integer(n->rank)) ||
@@ -155,7 +172,9 @@ static json_t *snapshot_node_json(const snap_node *n)
         snapshot_set(o, "last_seen_s", snapshot_num(round(n->last_seen_s * 1000.0) / 1000.0)) ||
         (n->rows_touched >= 0 && snapshot_set(o, "rows_touched", snapshot_uint((uint64_t)n->rows_touched))) ||
         (n->environment && snapshot_set(o, "environment", json_deep_copy(n->environment))) ||
-        (n->gpu_timed && snapshot_set(o, "gpu_timed", json_deep_copy(n->gpu_timed)))) {
+        (n->gpu_timed && snapshot_set(o, "gpu_timed", json_deep_copy(n->gpu_timed))) ||
+        (transport && snapshot_set(o, "transport", snapshot_jstr(transport))) ||
+        (n->links && snapshot_set(o, "links", json_deep_copy(n->links)))) {
         json_decref(o);
         return NULL;
     }

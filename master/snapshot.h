@@ -29,6 +29,7 @@ typedef struct snap_node {
                                    * NULL: not reported. void * keeps jansson out of this header */
     const void *gpu_timed;        /* json_t * (borrowed): a trainer's metric names timed on its GPU,
                                    * as it reported them; NULL: none */
+    const void *links;            /* json_t * (borrowed): a trainer's links to servers (`ready`); NULL: none */
 } snap_node;
 
 /* One metric of one rank (rank >= 0) or of a whole role (rank == -1, the

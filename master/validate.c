@@ -397,6 +397,38 @@ int validate_pass_results(json_t *body, char *err, size_t errlen)
     return val_buckets(body, err, errlen);
 }
 
+int validate_ready(json_t *body, char *err, size_t errlen)
+{
+    json_t *links = json_object_get(body, "links");
+    if (!links || json_is_null(links))
+        return 0;
+    if (!json_is_array(links) || json_array_size(links) > 65536) {
+        snprintf(err, errlen, "links must be a list of at most 65536 entries");
+        return -1;
+    }
+    size_t i;
+    json_t *l;
+    json_array_foreach(links, i, l) {
+        json_t *srv = json_object_get(l, "server"), *note = json_object_get(l, "note");
+        const char *addr = json_string_value(json_object_get(l, "address"));
+        const char *tr = json_string_value(json_object_get(l, "transport"));
+        bool ok = json_is_object(l) && json_is_integer(srv) && json_integer_value(srv) >= 0 &&
+                  json_integer_value(srv) <= UINT32_MAX && addr && strlen(addr) <= 300 &&
+                  text_is_printable(addr, strlen(addr)) && tr && (!strcmp(tr, "shm") || !strcmp(tr, "tcp")) &&
+                  (!note || json_is_null(note) ||
+                   (json_is_string(note) && json_string_length(note) <= 300 &&
+                    text_is_printable(json_string_value(note), json_string_length(note))));
+        if (!ok) {
+            snprintf(err, errlen,
+                     "links[%zu] must be {\"server\": a rank, \"address\": printable text, \"transport\": \"shm\" or "
+                     "\"tcp\", \"note\": printable text or null}",
+                     i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int validate_failed(json_t *body, char *err, size_t errlen)
 {
     json_t *r = json_object_get(body, "reason");

@@ -48,6 +48,10 @@ int validate_report(json_t *body, bool trainer, char *err, size_t errlen);
 /* What a trainer's pass_done adds: loss_per_epoch, final_params_sha256,
  * bags, epochs, buckets (diverged has its own check in run.c). */
 int validate_pass_results(json_t *body, char *err, size_t errlen);
+/* A trainer's `ready`: its optional `links` to servers ([{"server": rank,
+ * "address": printable, "transport": "shm" or "tcp", "note": printable or
+ * null}], at most 65536). */
+int validate_ready(json_t *body, char *err, size_t errlen);
 /* failed: reason (a string, when present). */
 int validate_failed(json_t *body, char *err, size_t errlen);
 /* One metric name (see VALIDATE_MAX_NAME). */

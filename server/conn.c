@@ -60,6 +60,9 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg);
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
 static int conn_flush_out(conn *c);
 static void conn_on_hello_timeout(evutil_socket_t fd, short what, void *arg);
+static void conn_send_welcome_fd(conn *c, uint8_t *buf, size_t n);
+static int conn_take_segment(conn *c, const frame_hdr *h);
+static void conn_payload(conn *c, const uint8_t *p, size_t n, uint64_t off);
 
 /* Write c's output in the reactor's pass at the end of this iteration. */
 static void conn_want_flush(conn *c)
@@ -129,7 +132,7 @@ void conn_hold(conn *c, bool hold)
     }
 }
 
-conn *conn_new(server *s, int fd)
+conn *conn_new(server *s, int fd, bool shm)
 {
     conn *c = calloc(1, sizeof *c);
     if (!c) {
@@ -138,8 +141,14 @@ conn *conn_new(server *s, int fd)
     }
     c->srv = s;
     c->fd = fd;
+    c->shm = shm;
+    c->seg = SHM_SEG_NONE;
+    c->rx_fd = -1;
     c->slot = MEMBERS_NO_SLOT;
-    net_peer_name(fd, c->peer, sizeof c->peer);
+    if (shm)
+        shm_peer_name(fd, c->peer, sizeof c->peer);
+    else
+        net_peer_name(fd, c->peer, sizeof c->peer);
     int rd_ok = framed_init(&c->rd, CONN_IBUF_SIZE, s->cfg.max_payload, 4);
     outq_init(&c->out);
     c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
@@ -185,16 +194,54 @@ static bool conn_over_cap(conn *c, const char *what)
     return true;
 }
 
+/* Where payload lies in the server's shared segment, for a connection
+ * that reads results in place: its offset. */
+static bool conn_in_place(const conn *c, const psbuf *payload, uint64_t *at)
+{
+    return c->in_place && payload && payload->len && shm_arena_owns(&c->srv->arena, payload->data, payload->len, at);
+}
+
 /* Queue the result of `batch`: hdr bytes are copied, the payload added by
- * reference (NULL or empty: none). */
-static int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t batch)
+ * reference (NULL or empty: none). A connection that reads it in place
+ * gets hdr_at instead (the same header naming the payload by offset:
+ * conn_encode_at) and the payload stays lent until it pushes a later
+ * batch. */
+static int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, const uint8_t *hdr_at, size_t hlen_at,
+                             psbuf *payload, uint64_t batch)
 {
     if (c->closing || conn_over_cap(c, "results"))
         return -1;
+    uint64_t at;
+    if (hdr_at && conn_in_place(c, payload, &at)) {
+        int r = outq_push_shared(&c->out, hdr_at, hlen_at, payload, batch, c->srv->cfg.max_queued);
+        if (r < 0)
+            return -1;
+        if (r == 0) {
+            c->srv->bytes_out += payload->len;
+            conn_want_flush(c);
+            return 0;
+        }
+        /* past the loans' cap: sent on the socket like any other */
+    }
     if (outq_push(&c->out, hdr, hlen, payload && payload->len ? payload : NULL, batch) < 0)
         return -1;
     conn_want_flush(c);
     return 0;
+}
+
+/* h as read in place from the server's segment: `at` instead of a payload
+ * after the header. 0 when payload is not in the segment. */
+static size_t conn_encode_at(const server *s, const frame_hdr *h, const psbuf *payload, uint8_t *buf, size_t cap)
+{
+    uint64_t at;
+    if (!payload || !payload->len || !shm_arena_owns(&s->arena, payload->data, payload->len, &at))
+        return 0;
+    frame_hdr ha = *h;
+    ha.payload = 0;
+    ha.has &= ~(uint32_t)FH_PAYLOAD;
+    ha.at = at;
+    ha.has |= FH_AT;
+    return frame_encode_header(&ha, buf, cap);
 }
 
 static bool conn_code_is_fatal(frame_errcode code)
@@ -403,13 +450,63 @@ static frame_errcode conn_check_push(const frame_hdr *h, char *msg, size_t len)
     return ERR_NONE;
 }
 
-static void conn_on_push(conn *c, const frame_hdr *h)
+/* A push whose payload lies in the trainer's segment (`at`): where its
+ * bytes are, checked against the segment before anything reads them. The
+ * header is seen as if its payload followed it (hv: `payload` = the
+ * shape's bytes), so that everything after — the shape checks, admission,
+ * the kind — is TCP's. NULL after an error was sent (a lie about where the
+ * bytes are closes the connection: bad_frame). */
+static const uint8_t *conn_shm_payload(conn *c, const frame_hdr *h, frame_hdr *hv)
+{
+    char msg[256];
+    *hv = *h;
+    if (!c->seg.base) {
+        conn_send_error(c, ERR_BAD_FRAME,
+                        c->shm ? "push names shared memory (at) but this trainer's hello handed over no segment"
+                               : "push names shared memory (at) on a TCP connection",
+                        h);
+        return NULL;
+    }
+    if (h->payload) {
+        conn_send_error(c, ERR_BAD_FRAME, "push has both a payload and at: one or the other", h);
+        return NULL;
+    }
+    uint64_t want = frame_push_payload_size(h);
+    if (want == UINT64_MAX)
+        return (const uint8_t *)""; /* conn_check_push names what is wrong with the shape */
+    if (want > c->srv->cfg.max_payload) {
+        snprintf(msg, sizeof msg, "push of %" PRIu64 " bytes: more than this server's --max-payload %" PRIu64, want,
+                 c->srv->cfg.max_payload);
+        conn_send_error(c, ERR_TOO_LARGE, msg, h);
+        return NULL;
+    }
+    if (h->at % 4 || !shm_seg_holds(&c->seg, h->at, want)) {
+        snprintf(msg, sizeof msg,
+                 "push names bytes %" PRIu64 "..%" PRIu64 " of a segment of %" PRIu64 " bytes%s", h->at,
+                 h->at + want, c->seg.size, h->at % 4 ? " (not on a float boundary)" : "");
+        conn_send_error(c, ERR_BAD_FRAME, msg, h);
+        return NULL;
+    }
+    hv->payload = want;
+    hv->has |= FH_PAYLOAD;
+    return c->seg.base + h->at;
+}
+
+static void conn_on_push(conn *c, const frame_hdr *h0)
 {
     server *s = c->srv;
     char msg[256];
     if (!c->hello_done) {
-        conn_send_error(c, ERR_BAD_FRAME, "push before hello", h);
+        conn_send_error(c, ERR_BAD_FRAME, "push before hello", h0);
         return;
+    }
+    frame_hdr hv;
+    const frame_hdr *h = h0;
+    const uint8_t *shared = NULL; /* the payload, in the trainer's segment */
+    if (h0->has & FH_AT) {
+        if (!(shared = conn_shm_payload(c, h0, &hv)))
+            return;
+        h = &hv;
     }
     /* A trainer pushes a batch only once it has read every result of the
      * batches before: the results of those it was lent are free again. */
@@ -425,10 +522,18 @@ static void conn_on_push(conn *c, const frame_hdr *h)
         return;
     }
     c->sink = SINK_PUSH;
-    c->big_pushes = h->payload >= CONN_DIRECT_MIN;
-    if (h->payload == 0)
+    c->big_pushes = !shared && h->payload >= CONN_DIRECT_MIN;
+    if (shared && h->payload) {
+        /* Folded straight from the trainer's pages: no socket, no copy
+         * into a buffer first. */
+        s->bytes_in += h->payload;
+        conn_payload(c, shared, h->payload, 0);
+        if (c->sink == SINK_PUSH)
+            conn_push_finish(c);
+    } else if (h->payload == 0) {
         conn_push_finish(c); /* sink is SINK_DISCARD again: the reader's
                               * FRAMED_END for it does nothing more */
+    }
 }
 
 /* `fetch` (batch-update): the current parameters of this server's part. */
@@ -454,14 +559,15 @@ static void conn_on_fetch(conn *c, const frame_hdr *h)
     }
     out.payload = payload->len;
     out.has |= FH_PAYLOAD;
-    uint8_t buf[256];
+    uint8_t buf[256], buf_at[256];
     size_t n = frame_encode_header(&out, buf, sizeof buf);
     assert(n > 0);
-    /* Tagged batch 0: if it is spliced, the loan ends at the trainer's
-     * first push of a later batch. The kind never writes this buffer again
-     * (each step answers with a new one), so a loan is safe either way. */
-    if (!c->closing && !conn_over_cap(c, "parameters") && outq_push(&c->out, buf, n, payload, 0) == 0)
-        conn_want_flush(c);
+    size_t n_at = conn_encode_at(s, &out, payload, buf_at, sizeof buf_at);
+    /* Tagged batch 0: if it is spliced or read in place, the loan ends at
+     * the trainer's first push of a later batch. The kind never writes
+     * this buffer again (each step answers with a new one), so a loan is
+     * safe either way. */
+    conn_queue_result(c, buf, n, n_at ? buf_at : NULL, n_at, payload, 0);
     psbuf_unref(payload);
 }
 
@@ -777,6 +883,15 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_BAD_FRAME, "hello needs a rank", h);
         return;
     }
+    if (!c->shm && s->cfg.transport == PSB_TRANSPORT_SHM) {
+        conn_send_error(c, ERR_UNSUPPORTED,
+                        "this server takes trainers over shared memory only (--transport shm): run the trainer on "
+                        "this host, or the server with --transport auto",
+                        h);
+        return;
+    }
+    if (conn_take_segment(c, h) < 0)
+        return;
     uint32_t slot = members_join(&s->members, c, c->peer, h->rank, msg, sizeof msg);
     if (slot == MEMBERS_NO_SLOT) {
         conn_send_error(c, ERR_BAD_FRAME, msg, h);
@@ -789,8 +904,10 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
     /* Results are lent only to a trainer that promises to read them before
      * it pushes a later batch: the protocol does not otherwise forbid
      * pushing ahead, and such a client would read reused pages. */
-    if (s->cfg.splice && (h->has & FH_ZEROCOPY) && h->zerocopy == 1)
+    bool reads_first = (h->has & FH_ZEROCOPY) && h->zerocopy == 1;
+    if (s->cfg.splice && reads_first && !c->shm)
         outq_splice_on(&c->out, s->cfg.max_queued);
+    c->in_place = c->shm && reads_first && s->arena.seg.base;
     c->slot = slot;
     c->rank = h->rank;
 
@@ -800,12 +917,117 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
     w.server = s->cfg.rank;
     w.trainers = s->cfg.trainers;
     w.has = FH_VERSION | FH_SERVER | FH_TRAINERS;
+    if (c->in_place) {
+        w.segment = s->arena.seg.size;
+        w.has |= FH_SEGMENT;
+    }
     uint8_t buf[128];
     size_t n = frame_encode_header(&w, buf, sizeof buf);
     assert(n > 0);
+    if (c->in_place)
+        conn_send_welcome_fd(c, buf, n);
+    else
+        outq_push(&c->out, buf, n, NULL, 0);
+    conn_want_flush(c);
+    log_debug("trainer rank %" PRIu64 " joined from %s (slot %u, %s)", c->rank, c->peer, slot,
+              c->shm ? (c->seg.base ? "shared memory" : "Unix socket, payloads inline") : "TCP");
+}
+
+/* A welcome that hands over the server's segment: its descriptor rides
+ * with the frame's first byte, so it is sent here, at once, rather than
+ * through the output queue (which writes with writev). Nothing is queued
+ * before a hello is answered but errors; a short frame always fits an
+ * empty socket buffer. Where it does not (or errors wait), the welcome
+ * goes without the segment and results travel on the socket. */
+static void conn_send_welcome_fd(conn *c, uint8_t *buf, size_t n)
+{
+    if (c->out.len == 0) {
+        struct iovec iov = {buf, n};
+        ssize_t w = shm_send_fd(c->fd, &iov, 1, c->srv->arena.seg.fd);
+        if (w == (ssize_t)n) {
+            c->srv->bytes_out += n;
+            return;
+        }
+        if (w > 0) {
+            conn_close(c, "the welcome did not fit the socket");
+            return;
+        }
+    }
+    c->in_place = false;
+    frame_hdr w = {0};
+    w.type = FT_WELCOME;
+    w.version = FRAME_PROTOCOL_VERSION;
+    w.server = c->srv->cfg.rank;
+    w.trainers = c->srv->cfg.trainers;
+    w.has = FH_VERSION | FH_SERVER | FH_TRAINERS;
+    n = frame_encode_header(&w, buf, 128);
+    assert(n > 0);
+    outq_push(&c->out, buf, n, NULL, 0);
+}
+
+/* A hello over the Unix socket may hand over the trainer's segment (`segment`:
+ * its size, the descriptor with the frame): mapped read-only once checked
+ * (shared/shm.h: a memfd sealed against shrinking, of at most --max-shm
+ * bytes). -1 after the error was sent. */
+static int conn_take_segment(conn *c, const frame_hdr *h)
+{
+    char msg[256], why[200];
+    if (!(h->has & FH_SEGMENT)) {
+        if (c->rx_fd >= 0) {
+            conn_send_error(c, ERR_BAD_FRAME, "a descriptor came with a hello that names no segment", h);
+            return -1;
+        }
+        return 0;
+    }
+    if (!c->shm) {
+        conn_send_error(c, ERR_BAD_FRAME, "hello names a segment on a TCP connection", h);
+        return -1;
+    }
+    if (c->rx_fd < 0) {
+        conn_send_error(c, ERR_BAD_FRAME, "hello names a segment but no descriptor came with it", h);
+        return -1;
+    }
+    int fd = c->rx_fd;
+    c->rx_fd = -1;
+    if (shm_seg_map_peer(&c->seg, fd, c->srv->cfg.max_shm, why, sizeof why) < 0) {
+        snprintf(msg, sizeof msg, "%s (--max-shm %" PRIu64 ")", why, c->srv->cfg.max_shm);
+        conn_send_error(c, ERR_BAD_FRAME, msg, h);
+        return -1;
+    }
+    if (c->seg.size != h->segment) {
+        snprintf(msg, sizeof msg, "hello says its segment is %" PRIu64 " bytes; it is %" PRIu64, h->segment,
+                 c->seg.size);
+        shm_seg_close(&c->seg);
+        conn_send_error(c, ERR_BAD_FRAME, msg, h);
+        return -1;
+    }
+    return 0;
+}
+
+/* `probe` (before hello): which transports this server offers. The answer
+ * names its Unix socket when it has one; the trainer connects there if it
+ * can (one host), or says hello on this connection. */
+static void conn_on_probe(conn *c, const frame_hdr *h)
+{
+    server *s = c->srv;
+    if (h->payload || c->hello_done) {
+        conn_send_error(c, ERR_BAD_FRAME, h->payload ? "probe carries no payload" : "probe after hello", h);
+        return;
+    }
+    frame_hdr a = {0};
+    a.type = FT_PROBE;
+    a.version = FRAME_PROTOCOL_VERSION;
+    a.server = s->cfg.rank;
+    a.has = FH_VERSION | FH_SERVER;
+    if (s->shm_fd >= 0) {
+        a.shm = frame_str_c(s->shm_name);
+        a.has |= FH_SHM;
+    }
+    uint8_t buf[256];
+    size_t n = frame_encode_header(&a, buf, sizeof buf);
+    assert(n > 0);
     outq_push(&c->out, buf, n, NULL, 0);
     conn_want_flush(c);
-    log_debug("trainer rank %" PRIu64 " joined from %s (slot %u)", c->rank, c->peer, slot);
 }
 
 /* ---- input ------------------------------------------------------------- */
@@ -830,11 +1052,27 @@ static void (*const conn_handlers[])(conn *, const frame_hdr *) = {
     [FT_FETCH] = conn_on_fetch,
     [FT_LOOKUP] = conn_on_call,
     [FT_UPDATE] = conn_on_call,
+    [FT_PROBE] = conn_on_probe,
 };
 
 static void conn_dispatch(conn *c, const frame_hdr *h)
 {
     void (*fn)(conn *, const frame_hdr *) = NULL;
+    /* Shared memory's fields where they mean something, nowhere else: a
+     * frame that names bytes elsewhere would otherwise be read as one
+     * without a payload. */
+    if ((h->has & FH_AT) && h->type != FT_PUSH) {
+        conn_send_error(c, ERR_BAD_FRAME, "at (a payload in shared memory) is only for push", h);
+        return;
+    }
+    if ((h->has & FH_SEGMENT) && h->type != FT_HELLO) {
+        conn_send_error(c, ERR_BAD_FRAME, "segment is only for hello", h);
+        return;
+    }
+    if (c->rx_fd >= 0 && (h->type != FT_HELLO || c->hello_done)) {
+        conn_send_error(c, ERR_BAD_FRAME, "a descriptor came with a frame that takes none", h);
+        return;
+    }
     if ((size_t)h->type < sizeof conn_handlers / sizeof conn_handlers[0])
         fn = conn_handlers[h->type];
     (fn ? fn : conn_on_other)(c, h);
@@ -914,6 +1152,37 @@ static ssize_t conn_read_direct(conn *c, uint8_t *dst, size_t max)
     return r;
 }
 
+/* recv, or on the Unix socket recvmsg: a descriptor that comes with the
+ * bytes waits in c->rx_fd for the frame that takes it (a hello with a
+ * segment). More than one, or any after the hello, is a broken peer:
+ * closed with bad_frame (conn_dispatch), never kept. */
+static ssize_t conn_recv(conn *c, uint8_t *buf, size_t want)
+{
+    if (!c->shm)
+        return recv(c->fd, buf, want, 0);
+    int fds[4];
+    int nfds = 0;
+    bool trunc = false;
+    ssize_t r = shm_recv_fds(c->fd, buf, want, fds, &nfds, 4, &trunc);
+    if (nfds == 0 && !trunc)
+        return r;
+    for (int i = 0; i < nfds; i++) {
+        if (c->rx_fd < 0 && nfds == 1 && !trunc && !c->hello_done)
+            c->rx_fd = fds[i];
+        else
+            close(fds[i]);
+    }
+    if (trunc || nfds > 1 || c->hello_done) {
+        if (c->rx_fd >= 0) {
+            close(c->rx_fd);
+            c->rx_fd = -1;
+        }
+        conn_send_error(c, ERR_BAD_FRAME, "descriptors came that no frame takes (one, with the hello, at most)",
+                        NULL);
+    }
+    return r;
+}
+
 static void conn_on_read(evutil_socket_t fd, short what, void *arg)
 {
     conn *c = arg;
@@ -946,7 +1215,7 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
             else if (!framed_in_payload(&c->rd) && c->big_pushes && want > CONN_HEADER_READ)
                 want = CONN_HEADER_READ; /* the header, not the payload behind it:
                                           * that one may go straight to its place */
-            r = recv(fd, buf, want, 0);
+            r = conn_recv(c, buf, want);
             if (r > 0) {
                 framed_wrote(&c->rd, (size_t)r);
                 s->bytes_in += (uint64_t)r;
@@ -986,6 +1255,10 @@ void conn_close(conn *c, const char *why)
     evtimer_del(c->hello_ev);
     close(c->fd);
     c->fd = -1;
+    if (c->rx_fd >= 0) {
+        close(c->rx_fd);
+        c->rx_fd = -1;
+    }
     if (c->push.f) {
         /* Part of this push may already be summed into the accumulator:
          * the future cannot be trusted any more. */
@@ -1051,11 +1324,12 @@ void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *
         h.round = f->round;
         h.has |= FH_ROUND;
     }
-    uint8_t buf[256];
+    uint8_t buf[256], buf_at[256];
     size_t len = frame_encode_header(&h, buf, sizeof buf);
     assert(len > 0);
+    size_t len_at = conn_encode_at(s, &h, result, buf_at, sizeof buf_at);
     for (uint32_t i = 0; i < n; i++)
-        if (conn_queue_result(eps[i], buf, len, result, f->batch) == 0)
+        if (conn_queue_result(eps[i], buf, len, len_at ? buf_at : NULL, len_at, result, f->batch) == 0)
             s->results++;
 }
 
@@ -1068,6 +1342,7 @@ void conn_free(conn *c)
     event_free(c->wev);
     event_free(c->hello_ev);
     outq_free(&c->out); /* drops the references to shared results */
+    shm_seg_close(&c->seg); /* nothing reads it after the close: no push in flight */
     push_ctx_free(&c->push);
     framed_free(&c->rd);
     free(c);

@@ -22,6 +22,7 @@
 #include "server/outq.h"
 #include "shared/frame.h"
 #include "shared/framed.h"
+#include "shared/shm.h"
 
 struct server;
 struct event;
@@ -38,6 +39,15 @@ typedef enum conn_sink {
 typedef struct conn {
     struct server *srv;
     int fd;
+    /* Over the server's Unix socket (shared memory, docs/protocol.md): the
+     * trainer's segment, mapped read-only once its hello handed it over
+     * (pushes name their payload in it by offset), and a descriptor that
+     * came with the bytes read and is not taken yet (at most one: the
+     * hello's). */
+    bool shm;
+    shm_seg seg;
+    int rx_fd;
+    bool in_place; /* results may be read in place: shm, and the hello's zerocopy promise */
     char peer[64];
     struct event *rev, *wev;
     struct event *hello_ev; /* closes a connection that never says hello */
@@ -62,9 +72,9 @@ typedef struct conn {
     struct conn *prev, *next; /* server->conns, or server->graveyard once closed */
 } conn;
 
-/* Accept fd as a new connection. Returns NULL on allocation failure (fd is
- * closed then). */
-conn *conn_new(struct server *s, int fd);
+/* Accept fd as a new connection (shm: from the Unix socket). Returns NULL
+ * on allocation failure (fd is closed then). */
+conn *conn_new(struct server *s, int fd, bool shm);
 /* Close now: release everything; a push in flight fails its entry. The
  * connection goes on the graveyard, freed by the reactor's pass. */
 void conn_close(conn *c, const char *why);

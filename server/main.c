@@ -79,6 +79,16 @@ static void server_usage(FILE *f)
         "                          batch. Faster where page references cost less than\n"
         "                          copies; measure it with bench/server_throughput.sh\n"
         "  --no-splice             copy every result into the sockets (default)\n"
+        "  --transport T           auto (default; $PSBENCH_TRANSPORT sets it): TCP,\n"
+        "                          and trainers on this host over shared memory — a\n"
+        "                          Unix socket (abstract, named to a TCP `probe`),\n"
+        "                          pushes folded from the trainer's pages, each mean\n"
+        "                          written once into a segment trainers map\n"
+        "                          read-only; shm: shared memory only (a TCP hello\n"
+        "                          is refused); tcp: TCP only (docs/protocol.md)\n"
+        "  --max-shm BYTES         the largest segment one trainer may hand over\n"
+        "                          (default 64G, virtual: its pages are the\n"
+        "                          trainer's); K/M/G ok\n"
         "batch-update (standalone; from a master, its configuration decides):\n"
         "  --in-features N         the model is Linear(N, M): default 100\n"
         "  --out-features M        default 30\n"
@@ -146,7 +156,7 @@ enum {
     OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT, OPT_MAX_OPEN_PUSHES, OPT_MAX_OPEN_BYTES,
     OPT_CONNECT_TIMEOUT, OPT_IN_FEATURES, OPT_OUT_FEATURES,
     OPT_LR, OPT_MOMENTUM, OPT_BU_SIZE, OPT_SEED, OPT_PART, OPT_NUM_EMBEDDINGS, OPT_EMBEDDING_DIM,
-    OPT_TOKEN_FILE,
+    OPT_TOKEN_FILE, OPT_TRANSPORT, OPT_MAX_SHM,
 };
 
 static const struct option server_opts[] = {
@@ -164,6 +174,8 @@ static const struct option server_opts[] = {
     {"advertise", required_argument, NULL, OPT_ADVERTISE},
     {"splice", no_argument, NULL, OPT_SPLICE},
     {"no-splice", no_argument, NULL, OPT_NO_SPLICE},
+    {"transport", required_argument, NULL, OPT_TRANSPORT},
+    {"max-shm", required_argument, NULL, OPT_MAX_SHM},
     {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
     {"max-open-pushes", required_argument, NULL, OPT_MAX_OPEN_PUSHES},
     {"max-open-bytes", required_argument, NULL, OPT_MAX_OPEN_BYTES},
@@ -266,6 +278,8 @@ int main(int argc, char **argv)
     cfg.max_payload = FRAME_MAX_PAYLOAD_DEFAULT;
     cfg.max_queued = 256ull << 20;
     cfg.hello_timeout_s = 30;
+    cfg.transport = psb_transport_default();
+    cfg.max_shm = 64ull << 30;
     uint32_t open_pushes = BOUNDS_DEFAULT_PUSHES;
     uint64_t open_bytes = BOUNDS_DEFAULT_BYTES;
     cfg.kind.id = KIND_AVERAGE;
@@ -416,6 +430,16 @@ int main(int argc, char **argv)
             break;
         case OPT_NO_SPLICE:
             cfg.splice = false;
+            break;
+        case OPT_TRANSPORT:
+            if (psb_transport_parse(optarg, &cfg.transport) < 0) {
+                snprintf(err, sizeof err, "'%.64s' is not a transport (auto, tcp or shm)", optarg);
+                return server_fail_flag("--transport", err);
+            }
+            break;
+        case OPT_MAX_SHM:
+            if (cli_parse_u64("--max-shm", optarg, 4096, UINT64_MAX, 1, &cfg.max_shm, err, sizeof err) < 0)
+                return server_fail(err);
             break;
         case OPT_CONNECT_TIMEOUT:
             if (cli_parse_seconds("--connect-timeout", optarg, &connect_timeout_s, err, sizeof err) < 0)

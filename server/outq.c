@@ -76,8 +76,10 @@ void outq_free(outq *q)
     for (size_t i = 0; i < q->len; i++)
         outq_item_release(outq_at(q, i));
     for (size_t i = 0; i < q->nloans; i++) {
-        /* Whether the peer read these is unknown now: never reuse them. */
-        q->loans[i].buf->no_recycle = true;
+        /* Whether the peer read these is unknown now: never reuse pages
+         * that may still be in a socket. */
+        if (!q->loans[i].shared)
+            q->loans[i].buf->no_recycle = true;
         psbuf_unref(q->loans[i].buf);
     }
     free(q->loans);
@@ -137,7 +139,7 @@ int outq_push_copy(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload)
 
 /* A payload spliced in full: keep it (our reference) until the peer has
  * provably read it. */
-static void outq_lend(outq *q, psbuf *b, uint64_t tag)
+static void outq_lend_as(outq *q, psbuf *b, uint64_t tag, bool shared)
 {
     if (q->nloans == q->loans_cap) {
         size_t cap = q->loans_cap ? q->loans_cap * 2 : 16;
@@ -153,8 +155,33 @@ static void outq_lend(outq *q, psbuf *b, uint64_t tag)
     }
     q->loans[q->nloans].buf = b;
     q->loans[q->nloans].tag = tag;
+    q->loans[q->nloans].shared = shared;
     q->nloans++;
     q->lent_bytes += b->len;
+}
+
+static void outq_lend(outq *q, psbuf *b, uint64_t tag)
+{
+    outq_lend_as(q, b, tag, false);
+}
+
+int outq_push_shared(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t tag, uint64_t cap)
+{
+    if (q->lent_bytes + payload->len > cap)
+        return 1;
+    if (q->nloans == q->loans_cap) {
+        size_t lc = q->loans_cap ? q->loans_cap * 2 : 16;
+        outq_loan *l = realloc(q->loans, lc * sizeof *l);
+        if (!l)
+            return -1;
+        q->loans = l;
+        q->loans_cap = lc;
+    }
+    if (outq_push(q, hdr, hlen, NULL, 0) < 0)
+        return -1;
+    psbuf_ref(payload);
+    outq_lend_as(q, payload, tag, true); /* room made above: cannot fail */
+    return 0;
 }
 
 void outq_return(outq *q, uint64_t batch)

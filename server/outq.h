@@ -49,6 +49,7 @@ typedef struct outq_item {
 typedef struct outq_loan {
     psbuf *buf;
     uint64_t tag;
+    bool shared; /* read in place from shared memory (outq_push_shared), not spliced */
 } outq_loan;
 
 typedef struct outq {
@@ -70,8 +71,10 @@ void outq_init(outq *q);
  * pages, holding at most lend_cap bytes of them on loan. Only for a peer
  * that reads every result of a batch before pushing a later one. */
 void outq_splice_on(outq *q, uint64_t lend_cap);
-/* Drop everything (payload references released; loans and a payload that
- * was partly spliced are marked no_recycle). */
+/* Drop everything (payload references released; spliced loans and a
+ * payload that was partly spliced are marked no_recycle; a shared loan is
+ * only released: its peer could at most read the pages again, never
+ * change them). */
 void outq_free(outq *q);
 /* Append a frame; takes a new reference on payload. tag: the batch the
  * frame answers (used only if the payload is spliced). 0 or -1 (memory). */
@@ -79,6 +82,12 @@ int outq_push(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t
 /* Append a frame whose payload is always copied, never lent: for answers
  * no later push of the peer gives back (an embedding lookup's rows). */
 int outq_push_copy(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload);
+/* Append a frame whose payload the peer reads where it lies, in shared
+ * memory its header names by offset (docs/protocol.md, "Shared memory"):
+ * only the header is written; the payload is lent at once, tagged `tag`,
+ * until outq_return says the peer has read it. Returns 0; 1 when lending it
+ * would pass cap bytes on loan (send it another way); -1 on no memory. */
+int outq_push_shared(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t tag, uint64_t cap);
 /* Write as much as the socket takes (one writev, or one splice step).
  * Returns bytes written, or -1 with errno (EAGAIN when the socket is full). */
 ssize_t outq_write(outq *q, int fd);

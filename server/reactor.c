@@ -121,6 +121,8 @@ static void server_on_accept_resume(evutil_socket_t fd, short what, void *arg)
     (void)what;
     server *s = arg;
     event_add(s->listen_ev, NULL);
+    if (s->shm_ev)
+        event_add(s->shm_ev, NULL);
 }
 
 static int server_open_spare(void)
@@ -174,13 +176,13 @@ static void server_refuse_fd(int cfd, const char *why, const char *peer)
  * The error is written at once, without the
  * connection machinery (that would need more descriptors and buffers):
  * a short frame always fits an empty socket buffer. */
-static int server_refuse_one(server *s, int e)
+static int server_refuse_one(server *s, int lfd, int e)
 {
     if (s->spare_fd < 0)
         return -1;
     close(s->spare_fd);
     s->spare_fd = -1;
-    int cfd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (cfd < 0) {
         int ae = errno;
         s->spare_fd = server_open_spare();
@@ -214,7 +216,7 @@ static void server_on_accept(evutil_socket_t fd, short what, void *arg)
         int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd < 0) {
             int e = errno;
-            int refused = e == EMFILE || e == ENFILE ? server_refuse_one(s, e) : -1;
+            int refused = e == EMFILE || e == ENFILE ? server_refuse_one(s, fd, e) : -1;
             if (refused == 0)
                 continue; /* the next one waiting, if any */
             if (refused == 1)
@@ -227,6 +229,8 @@ static void server_on_accept(evutil_socket_t fd, short what, void *arg)
                 log_warn("accept: %s: not accepting for 1 s (%u connections open)", strerror(e), s->nconns);
                 struct timeval tv = {1, 0};
                 event_del(s->listen_ev);
+                if (s->shm_ev)
+                    event_del(s->shm_ev);
                 evtimer_add(s->accept_pause_ev, &tv);
             } else if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR && e != ECONNABORTED) {
                 log_warn("accept: %s", strerror(e));
@@ -252,8 +256,10 @@ static void server_on_accept(evutil_socket_t fd, short what, void *arg)
             }
             continue;
         }
-        net_set_nodelay(cfd);
-        if (!conn_new(s, cfd))
+        bool shm = fd == s->shm_fd;
+        if (!shm)
+            net_set_nodelay(cfd);
+        if (!conn_new(s, cfd, shm))
             log_warn("out of memory: refused a connection");
     }
 }
@@ -343,6 +349,69 @@ static void server_on_session_end(void *arg)
         s->trainers_left(s);
 }
 
+/* ---- shared memory ------------------------------------------------------- */
+
+/* The pool's memory with shared memory on: large buffers (accumulators,
+ * results) from the arena, whole pages, so that a trainer on this host
+ * reads a result where the server wrote it; small ones from the heap. */
+static void *server_pool_alloc(void *ctx, size_t bytes)
+{
+    server *s = ctx;
+    if (bytes >= BUFPOOL_MAP_MIN) {
+        void *p = shm_arena_alloc(&s->arena, bytes);
+        if (p)
+            return p;
+    }
+    void *p;
+    return posix_memalign(&p, 64, bytes ? bytes : 64) == 0 ? p : NULL;
+}
+
+static void server_pool_free(void *ctx, void *p)
+{
+    server *s = ctx;
+    uint64_t off;
+    if (shm_arena_owns(&s->arena, p, 0, &off))
+        shm_arena_free(&s->arena, p);
+    else
+        free(p);
+}
+
+static int server_pool_init(server *s, char *err, size_t errlen)
+{
+    const size_t keep = (size_t)1 << 30;
+    if (s->cfg.transport == PSB_TRANSPORT_TCP) {
+        bufpool_init(&s->pool, keep);
+        return 0;
+    }
+    if (shm_arena_init(&s->arena, "psbench-server", shm_default_size(), true, err, errlen) < 0)
+        return -1;
+    bufpool_mem mem = {.alloc = server_pool_alloc, .free = server_pool_free, .ctx = s};
+    bufpool_init_mem(&s->pool, keep, &mem);
+    return 0;
+}
+
+/* The Unix socket trainers on this host connect to (abstract: no file; a
+ * probe on the TCP port names it). */
+static int server_shm_listen(server *s, char *err, size_t errlen)
+{
+    if (s->cfg.transport == PSB_TRANSPORT_TCP)
+        return 0;
+    char role[32];
+    snprintf(role, sizeof role, "server%u", s->cfg.rank);
+    shm_socket_name(s->shm_name, sizeof s->shm_name, role);
+    s->shm_fd = shm_listen(s->shm_name, 1024, err, errlen);
+    if (s->shm_fd < 0)
+        return -1;
+    s->shm_ev = event_new(s->base, s->shm_fd, EV_READ | EV_PERSIST, server_on_accept, s);
+    if (!s->shm_ev || event_add(s->shm_ev, NULL) < 0) {
+        snprintf(err, errlen, "cannot set up the event loop");
+        return -1;
+    }
+    log_debug("shared memory: Unix socket @%s, results in a segment of %" PRIu64 " MiB (virtual)", s->shm_name,
+              s->arena.seg.size >> 20);
+    return 0;
+}
+
 /* ---- lifecycle --------------------------------------------------------- */
 
 static void server_on_signal(evutil_socket_t sig, short what, void *arg)
@@ -360,7 +429,10 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
         s->cfg.hello_timeout_s = 30; /* a config that left it out */
     s->listen_fd = -1;
     s->spare_fd = -1;
-    bufpool_init(&s->pool, (size_t)1 << 30);
+    s->shm_fd = -1;
+    s->arena.seg = SHM_SEG_NONE;
+    if (server_pool_init(s, err, errlen) < 0)
+        return -1;
     s->cfg.kind.trainers = cfg->trainers;
     s->cfg.kind.emb.rank = cfg->rank; /* each server's table has a stream of its own */
     s->metrics = metrics_new();
@@ -410,6 +482,8 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
         if (s->listen_fd < 0)
             return -1;
     }
+    if (server_shm_listen(s, err, errlen) < 0)
+        return -1;
     s->listen_ev = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, server_on_accept, s);
     s->accept_pause_ev = evtimer_new(s->base, server_on_accept_resume, s);
     s->fill_ev = evtimer_new(s->base, server_on_fill, s);
@@ -460,10 +534,15 @@ void server_free(server *s)
         close(s->spare_fd);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
+    if (s->shm_ev)
+        event_free(s->shm_ev);
+    if (s->shm_fd >= 0)
+        close(s->shm_fd);
     loopend_free(&s->pass);
     if (s->base)
         event_base_free(s->base);
     bufpool_destroy(&s->pool);
+    shm_arena_destroy(&s->arena); /* after the pool: its buffers lived here */
     metrics_free(s->metrics);
     members_free(&s->members);
 }

@@ -26,6 +26,7 @@
 #include "server/kind.h"
 #include "server/loopend.h"
 #include "server/members.h"
+#include "shared/shm.h"
 
 struct event_base;
 struct event;
@@ -48,6 +49,8 @@ typedef struct server_config {
     double master_timeout_s; /* with a master: the run's --rpc-timeout (its assignment) */
     futures_limits open;     /* what one trainer may hold (future.h): --max-open-*, or the job's */
     bool open_flags;         /* --max-open-* given: they win over the job's */
+    psb_transport transport; /* auto/shm: also on a Unix socket, results in shared memory; tcp: TCP only */
+    uint64_t max_shm;        /* the largest segment a trainer may hand over (--max-shm) */
 } server_config;
 
 /* The embedding kind's traffic by message type (extension: the metrics'
@@ -84,6 +87,14 @@ typedef struct server {
     struct event *sig_ev[2];
     int listen_fd;
     uint16_t bound_port;
+    /* Shared memory (cfg.transport auto or shm; docs/protocol.md): trainers
+     * on this host connect to an abstract Unix socket, and the pool's large
+     * buffers — accumulators, hence results — live in one segment they map
+     * read-only. shm_fd -1: none. */
+    int shm_fd;
+    struct event *shm_ev;
+    char shm_name[96];
+    shm_arena arena;
     futures fut;
     kind *kind;
     device *dev;

@@ -42,8 +42,9 @@ typedef enum frame_type {
     FT_ROWS,   /* extension (embedding): the answer to lookup */
     FT_UPDATE, /* extension (embedding): SGD on the rows a lookup named */
     FT_UPDATED, /* extension (embedding): an update asked with `ack` has been applied */
+    FT_PROBE,   /* extension (transport): before hello, which transports a server offers */
 } frame_type;
-#define FT_LAST FT_UPDATED
+#define FT_LAST FT_PROBE
 
 typedef enum frame_layout { LAYOUT_NONE = 0, LAYOUT_DENSE, LAYOUT_SPARSE, LAYOUT_OTHER } frame_layout;
 
@@ -107,6 +108,9 @@ enum {
     FH_BAGS = 1u << 21,     /* extension (embedding): bags of a lookup/update/rows */
     FH_CONFIRM = 1u << 22,  /* extension (embedding): update: answer `updated` once applied */
     FH_GRAD = 1u << 23,     /* extension (embedding): update: the table's gradient, sparse or dense */
+    FH_AT = 1u << 24,       /* extension (shm): the payload is in the sender's segment, at this offset */
+    FH_SEGMENT = 1u << 25,  /* extension (shm): hello/welcome: a segment's size; its descriptor rides along */
+    FH_SHM = 1u << 26,      /* extension (shm): probe: the server's Unix socket (abstract name) */
 };
 
 /* Every header field protocol v1 knows, decoded. `has` says which were
@@ -140,6 +144,9 @@ typedef struct frame_hdr {
     uint64_t bags;     /* embedding: lookup/update/rows: the number of bags */
     uint64_t confirm;  /* embedding: update: 1 = answer `updated` once it is applied */
     frame_str grad;    /* embedding: update: "sparse" (absent) or "dense" (docs/protocol.md) */
+    uint64_t at;       /* shm: push/result/params: where the payload lies in the sender's segment */
+    uint64_t segment;  /* shm: hello/welcome: the size of the segment passed with the frame */
+    frame_str shm;     /* shm: probe (answer): the abstract Unix socket name; absent: TCP only */
 } frame_hdr;
 
 /* Result of frame_decode_header. */

@@ -47,10 +47,30 @@ static const uint8_t *client_first_bytes(const client_conn *c, size_t *n)
     return c->rd.buf + c->rd.off;
 }
 
+/* recv; on a Unix socket recvmsg, keeping the one descriptor a welcome may
+ * bring (c->rx_fd) and closing any other. */
+static ssize_t client_recv(client_conn *c, uint8_t *dst, size_t room)
+{
+    if (!c->shm)
+        return recv(c->fd, dst, room, 0);
+    int fds[4], nfds = 0;
+    bool trunc = false;
+    ssize_t r = shm_recv_fds(c->fd, dst, room, fds, &nfds, 4, &trunc);
+    for (int i = 0; i < nfds; i++) {
+        if (c->rx_fd < 0)
+            c->rx_fd = fds[i];
+        else
+            close(fds[i]);
+    }
+    return r;
+}
+
 /* Blocking read of exactly one frame header (no payload) during the
- * handshake, for at most timeout_s: the server's first answer. A peer that
- * is not a psbench server is named (shared/peer.h). */
-static int client_read_welcome(client_conn *c, double timeout_s, frame_hdr *h, char *err, size_t errlen)
+ * handshake, for at most timeout_s: the server's first answer (`want`:
+ * welcome, or probe). A peer that is not a psbench server is named
+ * (shared/peer.h). */
+static int client_read_answer(client_conn *c, frame_type want, double timeout_s, frame_hdr *h, char *err,
+                              size_t errlen)
 {
     long long deadline = clock_now_ms() + (long long)(timeout_s * 1000);
     for (;;) {
@@ -62,11 +82,13 @@ static int client_read_welcome(client_conn *c, double timeout_s, frame_hdr *h, c
                 client_error_frame(c, h, err, errlen);
                 return -1;
             }
-            if (h->type != FT_WELCOME || h->payload) {
+            if (h->type != want || h->payload) {
                 char type[160];
                 text_escape_n((const char *)h->type_str.p, h->type_str.n > 32 ? 32 : h->type_str.n, type, sizeof type);
                 snprintf(err, errlen, "%s is not a psbench server (it answered a psbench '%s' frame%s)", c->addr, type,
-                         h->type == FT_OTHER ? ", as the master's control port does" : ", not welcome");
+                         h->type == FT_OTHER ? ", as the master's control port does"
+                         : want == FT_WELCOME ? ", not welcome"
+                                              : ", not probe");
                 return -1;
             }
             k = framed_next(&c->rd, &ev); /* the end of its (empty) payload */
@@ -89,7 +111,7 @@ static int client_read_welcome(client_conn *c, double timeout_s, frame_hdr *h, c
         }
         size_t room;
         uint8_t *dst = framed_space(&c->rd, &room);
-        ssize_t r = recv(c->fd, dst, room, 0);
+        ssize_t r = client_recv(c, dst, room);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
@@ -125,6 +147,35 @@ static int client_check_answer(const client_conn *c, const frame_hdr *h, char *e
     return -1;
 }
 
+/* A welcome over the Unix socket may hand over the server's segment,
+ * where results are read in place: mapped read-only once checked. */
+static int client_take_segment(client_conn *c, const frame_hdr *w, char *err, size_t errlen)
+{
+    char why[200];
+    int fd = c->rx_fd;
+    c->rx_fd = -1;
+    if (!(w->has & FH_SEGMENT)) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    if (!c->shm || fd < 0) {
+        if (fd >= 0)
+            close(fd);
+        snprintf(err, errlen, "server %s: its welcome names a segment %s", c->addr,
+                 c->shm ? "but no descriptor came with it" : "on a TCP connection");
+        return -1;
+    }
+    if (shm_seg_map_peer(&c->seg, fd, UINT64_MAX, why, sizeof why) < 0 || c->seg.size != w->segment) {
+        if (c->seg.base)
+            snprintf(why, sizeof why, "its welcome says %" PRIu64 " bytes, the segment has %" PRIu64, w->segment,
+                     c->seg.size);
+        snprintf(err, errlen, "server %s: its segment: %s", c->addr, why);
+        return -1;
+    }
+    return 0;
+}
+
 static int client_handshake(client *cl, client_conn *c, uint64_t rank, const char *token, double timeout_s,
                             char *err, size_t errlen)
 {
@@ -142,14 +193,24 @@ static int client_handshake(client *cl, client_conn *c, uint64_t rank, const cha
         h.token = frame_str_c(token);
         h.has |= FH_TOKEN;
     }
+    /* Over shared memory the hello hands over the client's segment: the
+     * server maps it read-only and pushes name their bytes in it. */
+    int seg_fd = c->shm && cl->arena.seg.base ? cl->arena.seg.fd : -1;
+    if (seg_fd >= 0) {
+        h.segment = cl->arena.seg.size;
+        h.has |= FH_SEGMENT;
+    }
     uint8_t buf[1024];
     size_t n = frame_encode_header(&h, buf, sizeof buf);
-    if (!n || send(c->fd, buf, n, MSG_NOSIGNAL) != (ssize_t)n) {
+    struct iovec iov = {buf, n};
+    if (!n || shm_send_fd(c->fd, &iov, 1, seg_fd) != (ssize_t)n) {
         snprintf(err, errlen, "server %s: cannot send hello", c->addr);
         return -1;
     }
     frame_hdr w;
-    if (client_read_welcome(c, timeout_s, &w, err, errlen) < 0)
+    if (client_read_answer(c, FT_WELCOME, timeout_s, &w, err, errlen) < 0)
+        return -1;
+    if (client_take_segment(c, &w, err, errlen) < 0)
         return -1;
     /* Each field checked for presence first, then for its range: "0
      * trainers" is what a missing count would read as. */
@@ -183,12 +244,81 @@ static int client_handshake(client *cl, client_conn *c, uint64_t rank, const cha
     return 0;
 }
 
-static int client_open_all(client *cl, const char *servers, uint64_t rank, const char *token, double timeout_s,
-                           const client_sink *sink, char *err, size_t errlen)
+/* Ask the server at c->fd (TCP, connected) which transports it offers:
+ * its Unix socket's name in *name, or "" (TCP only). -1 with err when it
+ * did not answer as a psbench server. */
+static int client_probe(client_conn *c, double timeout_s, char *name, size_t namelen, char *err, size_t errlen)
+{
+    frame_hdr h = {0};
+    h.type = FT_PROBE;
+    h.version = FRAME_PROTOCOL_VERSION;
+    h.has = FH_VERSION;
+    uint8_t buf[128];
+    size_t n = frame_encode_header(&h, buf, sizeof buf);
+    if (!n || send(c->fd, buf, n, MSG_NOSIGNAL) != (ssize_t)n) {
+        snprintf(err, errlen, "server %s: cannot send probe", c->addr);
+        return -1;
+    }
+    frame_hdr a;
+    if (client_read_answer(c, FT_PROBE, timeout_s, &a, err, errlen) < 0)
+        return -1;
+    name[0] = '\0';
+    if ((a.has & FH_SHM) && shm_name_ok(a.shm.p, a.shm.n) && a.shm.n < namelen) {
+        memcpy(name, a.shm.p, a.shm.n);
+        name[a.shm.n] = '\0';
+    }
+    return 0;
+}
+
+/* The client's segment, made before the first hello that hands it over. */
+static int client_arena(client *cl, char *err, size_t errlen)
+{
+    if (cl->arena.seg.base)
+        return 0;
+    return shm_arena_init(&cl->arena, "psbench-trainer", shm_default_size(), true, err, errlen);
+}
+
+/* c is connected over TCP: where the transport allows, move it to the
+ * server's Unix socket (same host: the abstract name is reachable). auto
+ * stays on TCP, saying why in link_note, where shared memory is not
+ * possible; shm fails instead. */
+static int client_try_shm(client *cl, client_conn *c, psb_transport t, double timeout_s, char *err, size_t errlen)
+{
+    char name[128], why[256];
+    if (client_probe(c, timeout_s, name, sizeof name, err, errlen) < 0)
+        return -1;
+    int ufd = -1;
+    if (!name[0])
+        snprintf(why, sizeof why, "the server offers TCP only (its --transport is tcp)");
+    else if ((ufd = shm_connect(name, why, sizeof why)) >= 0 && client_arena(cl, why, sizeof why) < 0) {
+        close(ufd);
+        ufd = -1;
+    }
+    if (ufd < 0) {
+        if (t == PSB_TRANSPORT_SHM) {
+            snprintf(err, errlen, "server %s: no shared memory (--transport shm): %s", c->addr, why);
+            return -1;
+        }
+        snprintf(c->link_note, sizeof c->link_note, "%s", why);
+        return 0;
+    }
+    /* What the probe left in the reader is nothing: its answer was read
+     * whole, and the server sends nothing unasked. */
+    close(c->fd);
+    c->fd = ufd;
+    c->shm = true;
+    return 0;
+}
+
+static int client_open_all(client *cl, const client_cfg *cfg, const client_sink *sink, char *err, size_t errlen)
 {
     memset(cl, 0, sizeof *cl);
     cl->wake_fd = -1;
     cl->sink = *sink;
+    cl->arena.seg = SHM_SEG_NONE;
+    const char *stage = getenv("PSBENCH_SHM_PUSH");
+    cl->stage_pushes = !(stage && strcmp(stage, "inline") == 0);
+    const char *servers = cfg->servers;
     size_t n = 1;
     for (const char *p = servers; *p; p++)
         n += *p == ',';
@@ -198,11 +328,13 @@ static int client_open_all(client *cl, const char *servers, uint64_t rank, const
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    long long deadline = clock_now_ms() + (long long)(timeout_s * 1000);
+    long long deadline = clock_now_ms() + (long long)(cfg->timeout_s * 1000);
     const char *p = servers;
     for (size_t i = 0; i < n; i++) {
         client_conn *c = &cl->conns[i];
         c->fd = -1;
+        c->rx_fd = -1;
+        c->seg = SHM_SEG_NONE;
         cl->nconns++;
         size_t len = strcspn(p, ",");
         if (len == 0 || len >= sizeof c->addr) {
@@ -225,20 +357,21 @@ static int client_open_all(client *cl, const char *servers, uint64_t rank, const
         c->fd = net_connect(host, port, (int)(left > 0 ? left : 1), err, errlen);
         if (c->fd < 0)
             return -1;
+        if (cfg->transport != PSB_TRANSPORT_TCP && client_try_shm(cl, c, cfg->transport, cfg->timeout_s, err, errlen) < 0)
+            return -1;
         /* The welcome: the server's first answer, within timeout_s of the
          * connection (a big table is filled before the master hands out
          * its address, so a psbench server answers at once). */
-        if (client_handshake(cl, c, rank, token, timeout_s, err, errlen) < 0)
+        if (client_handshake(cl, c, cfg->rank, cfg->token, cfg->timeout_s, err, errlen) < 0)
             return -1;
         net_set_nonblock(c->fd, 1);
     }
     return 0;
 }
 
-int client_open(client *cl, const char *servers, uint64_t rank, const char *token, double timeout_s,
-                const client_sink *sink, char *err, size_t errlen)
+int client_open(client *cl, const client_cfg *cfg, const client_sink *sink, char *err, size_t errlen)
 {
-    if (client_open_all(cl, servers, rank, token, timeout_s, sink, err, errlen) == 0)
+    if (client_open_all(cl, cfg, sink, err, errlen) == 0)
         return 0;
     /* What the connections got so far goes back here: a caller that does
      * not close a client it could not open holds nothing. */
@@ -253,17 +386,92 @@ void client_close(client *cl)
         client_conn *c = &cl->conns[i];
         if (c->fd >= 0)
             close(c->fd);
+        if (c->rx_fd >= 0)
+            close(c->rx_fd);
+        shm_seg_close(&c->seg);
         framed_free(&c->rd);
         free(c->q);
+        free(c->stage); /* its pages are the arena's, released below */
     }
     free(cl->conns);
     free(cl->pfd);
+    shm_arena_destroy(&cl->arena);
     memset(cl, 0, sizeof *cl);
+    cl->arena.seg = SHM_SEG_NONE;
 }
 
-int client_queue(client *cl, size_t i, const frame_hdr *h, const void *payload, char *err, size_t errlen)
+void *client_shared_alloc(client *cl, size_t bytes)
+{
+    return cl->arena.seg.base ? shm_arena_alloc(&cl->arena, bytes) : NULL;
+}
+
+void client_shared_free(client *cl, void *p)
+{
+    if (p && cl->arena.seg.base)
+        shm_arena_free(&cl->arena, p);
+}
+
+const char *client_link(const client *cl, size_t i)
+{
+    return cl->conns[i].shm ? "shm" : "tcp";
+}
+
+/* Where a push of `bucket` with len payload bytes is staged on c: its
+ * pages in the client's segment, grown when a bucket grows. NULL: no room
+ * (the push goes inline). */
+static uint8_t *client_stage_for(client *cl, client_conn *c, uint64_t bucket, size_t len)
+{
+    client_stage *st = NULL;
+    for (size_t k = 0; k < c->nstage; k++)
+        if (c->stage[k].bucket == bucket)
+            st = &c->stage[k];
+    if (!st) {
+        client_stage *v = realloc(c->stage, (c->nstage + 1) * sizeof *v);
+        if (!v)
+            return NULL;
+        c->stage = v;
+        st = &c->stage[c->nstage++];
+        *st = (client_stage){.bucket = bucket};
+    }
+    if (st->cap < len) {
+        shm_arena_free(&cl->arena, st->p);
+        st->p = shm_arena_alloc(&cl->arena, len);
+        st->cap = st->p ? len : 0;
+    }
+    return st->p;
+}
+
+/* h as sent over shared memory: the payload named by offset in the
+ * client's segment (copied there first when it lies elsewhere and staging
+ * is on). false: it goes inline, on the socket. */
+static bool client_push_at(client *cl, client_conn *c, frame_hdr *h, const void **payload)
+{
+    uint64_t at;
+    if (!c->shm || !cl->arena.seg.base || h->type != FT_PUSH || !h->payload || !*payload)
+        return false;
+    if (!shm_arena_owns(&cl->arena, *payload, h->payload, &at)) {
+        uint8_t *st = cl->stage_pushes && h->payload <= SIZE_MAX ? client_stage_for(cl, c, h->bucket, (size_t)h->payload)
+                                                                  : NULL;
+        if (!st)
+            return false;
+        memcpy(st, *payload, (size_t)h->payload);
+        at = (uint64_t)(st - cl->arena.seg.base);
+    }
+    atomic_fetch_add_explicit(&cl->bytes_out, h->payload, memory_order_relaxed);
+    h->at = at;
+    h->has |= FH_AT;
+    h->payload = 0;
+    h->has &= ~(uint32_t)FH_PAYLOAD;
+    *payload = NULL;
+    return true;
+}
+
+int client_queue(client *cl, size_t i, const frame_hdr *h0, const void *payload, char *err, size_t errlen)
 {
     client_conn *c = &cl->conns[i];
+    frame_hdr hv = *h0;
+    const frame_hdr *h = &hv;
+    client_push_at(cl, c, &hv, &payload);
     if (c->qhead + c->qlen == c->qcap) {
         if (c->qhead > 0) {
             memmove(c->q, c->q + c->qhead, c->qlen * sizeof *c->q);
@@ -345,6 +553,27 @@ static int client_write(client *cl, client_conn *c, char *err, size_t errlen)
     return 0;
 }
 
+/* An answer whose payload lies in the server's segment (`at`): where,
+ * checked before anything reads it; hv is h as if the payload followed. */
+static const uint8_t *client_answer_at(const client_conn *c, const frame_hdr *h, frame_hdr *hv, char *err,
+                                       size_t errlen)
+{
+    uint64_t want = h->type == FT_RESULT ? frame_push_payload_size(h)
+                    : h->type == FT_PARAMS && h->count <= UINT64_MAX / 4 ? h->count * 4
+                                                                        : UINT64_MAX;
+    if (!c->seg.base || h->payload || want == UINT64_MAX || h->at % 4 || !shm_seg_holds(&c->seg, h->at, want)) {
+        snprintf(err, errlen, "server %s sent a '%s' naming bytes %" PRIu64 "..+%" PRIu64 " of %s", c->addr,
+                 frame_type_name(h->type), h->at, want == UINT64_MAX ? 0 : want,
+                 c->seg.base ? "its segment, outside it (or with a payload too)" : "a segment it never handed over");
+        return NULL;
+    }
+    *hv = *h;
+    hv->payload = want;
+    hv->has |= FH_PAYLOAD;
+    hv->has &= ~(uint32_t)FH_AT;
+    return c->seg.base + h->at;
+}
+
 /* Dispatch the frames and payload chunks that have arrived on c. */
 static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
 {
@@ -377,9 +606,20 @@ static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
             }
             if (client_check_answer(c, h, err, errlen) < 0)
                 return -1;
-            c->frame = NULL;
-            if (cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), h, &c->frame, err, errlen) < 0)
+            frame_hdr hv;
+            const uint8_t *shared = NULL;
+            if ((h->has & FH_AT) && !(shared = client_answer_at(c, h, &hv, err, errlen)))
                 return -1;
+            c->frame = NULL;
+            if (cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), shared ? &hv : h, &c->frame, err, errlen) < 0)
+                return -1;
+            /* Read where the server wrote it; the reader's end of this
+             * (empty) frame follows. */
+            if (shared && hv.payload) {
+                atomic_fetch_add_explicit(&cl->bytes_in, hv.payload, memory_order_relaxed);
+                if (cl->sink.data(cl->sink.ctx, c->frame, 0, shared, hv.payload, err, errlen) < 0)
+                    return -1;
+            }
             break;
         }
         case FRAMED_BAD:

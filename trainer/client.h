@@ -18,6 +18,7 @@
 
 #include "shared/frame.h"
 #include "shared/framed.h"
+#include "shared/shm.h"
 
 /* What the client calls as results arrive. Each returns 0, or -1 with a
  * reason in err (the client then fails). Results from different servers
@@ -43,10 +44,29 @@ typedef struct client_out {
     uint64_t done; /* bytes of hdr + payload written */
 } client_out;
 
+/* A push's payload copied into the client's segment, per bucket id: the
+ * next push of that bucket on that connection comes after its result,
+ * hence after the server has read this one (the hello's zerocopy
+ * promise), so the pages are reused then. */
+typedef struct client_stage {
+    uint64_t bucket;
+    uint8_t *p;
+    size_t cap;
+} client_stage;
+
 typedef struct client_conn {
     int fd;
     char addr[300];
     uint32_t server_rank;
+    /* Shared memory (docs/protocol.md): over the server's Unix socket,
+     * pushes name their payload in the client's segment (cl->arena) and
+     * results theirs in the server's (seg, mapped read-only). */
+    bool shm;
+    shm_seg seg;
+    int rx_fd;           /* a descriptor received and not taken yet */
+    char link_note[200]; /* why this link is TCP where shared memory was tried ("": not tried) */
+    client_stage *stage;
+    size_t nstage;
     client_out *q;
     size_t qhead, qlen, qcap;
     framed rd;   /* the results arriving */
@@ -56,6 +76,8 @@ typedef struct client_conn {
 typedef struct client {
     client_conn *conns;
     size_t nconns;
+    shm_arena arena; /* the segment every shm link was handed (none: seg.base NULL) */
+    bool stage_pushes; /* copy payloads that are elsewhere into the segment (else: inline) */
     struct pollfd *pfd; /* nconns + 1 (the wake fd) */
     uint32_t trainers; /* from the servers' welcome */
     client_sink sink;
@@ -70,14 +92,31 @@ typedef struct client {
 } client;
 
 /* Connect to every "HOST:PORT" in the comma-separated list (retrying while
- * refused, all of them within timeout_s), say hello as trainer `rank`, wait
+ * refused, all of them within timeout_s) — over the server's Unix socket
+ * and shared memory where the transport allows and the server is on this
+ * host (a `probe` on its TCP port names the socket; auto falls back to TCP
+ * saying why in link_note, shm fails) —, say hello as trainer `rank`, wait
  * for each welcome at most timeout_s from its connection. Returns 0 or -1
  * with err set: a peer that answers in another protocol, or not at all, is
  * named (shared/peer.h: "HOST:PORT is not a psbench server (it answered
  * like an HTTP server)"). On -1 it holds nothing (client_close on it is a
  * no-op). */
-int client_open(client *cl, const char *servers, uint64_t rank, const char *token, double timeout_s,
-                const client_sink *sink, char *err, size_t errlen);
+typedef struct client_cfg {
+    const char *servers; /* "HOST:PORT[,...]" */
+    uint64_t rank;
+    const char *token;   /* NULL: none */
+    double timeout_s;
+    psb_transport transport; /* auto: shared memory with a server on this host (probed), TCP otherwise */
+} client_cfg;
+
+int client_open(client *cl, const client_cfg *cfg, const client_sink *sink, char *err, size_t errlen);
+/* Memory in the client's shared segment (NULL: none, or no shm link): a
+ * push whose payload lies there is named by offset, copying nothing.
+ * Freed with client_shared_free, before client_close. */
+void *client_shared_alloc(client *cl, size_t bytes);
+void client_shared_free(client *cl, void *p);
+/* How connection i travels: "shm" or "tcp". */
+const char *client_link(const client *cl, size_t i);
 void client_close(client *cl);
 /* Queue a frame (header fields in h; payload bytes stay the caller's
  * until written) on connection i. Returns 0 or -1. */

@@ -95,6 +95,9 @@ typedef struct hook_ops {
      * monotonic and only ever reported, so a torn read is off by a batch at
      * most. May be NULL. */
     void (*bytes)(const hook *h, uint64_t *in, uint64_t *out);
+    /* Its connections to servers (their links: workload_links), or NULL
+     * (a hook that talks to none). May be NULL. */
+    const struct client *(*client)(const hook *h);
     void (*destroy)(hook *h);
 } hook_ops;
 
@@ -131,6 +134,10 @@ static inline void hook_bytes(const hook *h, uint64_t *in, uint64_t *out)
 {
     if (h && h->ops->bytes)
         h->ops->bytes(h, in, out);
+}
+static inline const struct client *hook_client(const hook *h)
+{
+    return h && h->ops->client ? h->ops->client(h) : NULL;
 }
 static inline void hook_free(hook *h)
 {

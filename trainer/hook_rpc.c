@@ -157,6 +157,11 @@ static void rpc_bytes(const hook *h, uint64_t *in, uint64_t *out)
     *out += atomic_load_explicit(&r->cl.bytes_out, memory_order_relaxed);
 }
 
+static const struct client *rpc_client(const hook *h)
+{
+    return &((const rpc_hook *)h)->cl;
+}
+
 static void rpc_destroy(hook *h)
 {
     rpc_hook *r = (rpc_hook *)h;
@@ -173,6 +178,7 @@ static const hook_ops rpc_ops = {
     .ready = rpc_ready,
     .wait = rpc_wait,
     .bytes = rpc_bytes,
+    .client = rpc_client,
     .destroy = rpc_destroy,
 };
 
@@ -194,7 +200,12 @@ hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool spars
     r->m_dense = dense ? metrics_get(s->m, "hook_future_metric,rpc_dense") : NULL;
     r->m_sparse = sparse ? metrics_get(s->m, "hook_future_metric,rpc_sparse") : NULL;
     client_sink none = {0};
-    if (client_open(&r->cl, s->servers, s->rank, s->token, s->connect_timeout_s, &none, err, errlen) < 0 ||
+    client_cfg cc = {.servers = s->servers,
+                     .rank = s->rank,
+                     .token = s->token,
+                     .timeout_s = s->connect_timeout_s,
+                     .transport = s->transport};
+    if (client_open(&r->cl, &cc, &none, err, errlen) < 0 ||
         !(r->c = comm_start(&r->cl, s->rpc_timeout_s, err, errlen))) {
         client_close(&r->cl);
         free(r);

@@ -19,6 +19,7 @@
 #include "shared/metrics.h"
 #include "trainer/coll.h"
 #include "trainer/hook.h"
+#include "shared/shm.h"
 
 typedef struct hook_setup {
     const char *hook;      /* rpc_hook, allreduce_hook, sparse_rpc_hook, hybrid_hook */
@@ -32,6 +33,7 @@ typedef struct hook_setup {
     const char *token;
     double connect_timeout_s;
     double rpc_timeout_s;  /* every wait, and every collective */
+    psb_transport transport; /* to the servers */
     /* collectives */
     const coll_store *store; /* rendezvous */
     const char *store_prefix; /* keys of this job's groups start with it */

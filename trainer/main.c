@@ -77,6 +77,13 @@ static void trainer_usage(FILE *f)
         "  --token T               the token on the command line (shown by ps: prefer\n"
         "                          --token-file). Precedence: --token, --token-file,\n"
         "                          $PSBENCH_TOKEN\n"
+        "  --transport T           to the servers: auto (default; $PSBENCH_TRANSPORT\n"
+        "                          sets it): shared memory with a server on this\n"
+        "                          host (its Unix socket, named to a probe on its TCP\n"
+        "                          port), TCP otherwise, saying why; shm: shared\n"
+        "                          memory or a one-line error; tcp: TCP only.\n"
+        "                          $PSBENCH_SHM_PUSH=inline sends push payloads on the\n"
+        "                          Unix socket instead of copying them into the segment\n"
         "  --device DEV            cpu (default), cuda:N (GPU N), or cuda: the seed's\n"
         "                          cuda(rank) placement, GPU (rank mod the GPUs this host\n"
         "                          shows); refused in one line where it cannot compute\n"
@@ -113,7 +120,7 @@ static void trainer_usage(FILE *f)
 
 enum {
     OPT_SERVER = 256, OPT_RANK, OPT_MODEL, OPT_BUCKETS, OPT_BUCKET_FLOATS, OPT_BATCHES, OPT_SPARSE,
-    OPT_SPARSE_COLS, OPT_RPC_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_TOKEN, OPT_DEVICE, OPT_SUMMARY,
+    OPT_SPARSE_COLS, OPT_RPC_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_TRANSPORT, OPT_TOKEN, OPT_DEVICE, OPT_SUMMARY,
     OPT_MASTER, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION, OPT_PARAMS_OUT, OPT_COMPUTE_NICE, OPT_WARMUP,
     OPT_IN_FEATURES, OPT_OUT_FEATURES, OPT_BATCH_SIZE, OPT_SEED, OPT_COLL_HOST, OPT_TOKEN_FILE,
 };
@@ -134,6 +141,7 @@ static const struct option trainer_opts[] = {
     {"sparse-cols", required_argument, NULL, OPT_SPARSE_COLS},
     {"rpc-timeout", required_argument, NULL, OPT_RPC_TIMEOUT},
     {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
+    {"transport", required_argument, NULL, OPT_TRANSPORT},
     {"token", required_argument, NULL, OPT_TOKEN},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"device", required_argument, NULL, OPT_DEVICE},
@@ -221,7 +229,7 @@ static void trainer_divergence_reason(const batch_update *b, const char *pass, c
 /* --model batch-update without a master: an optional warm-up pass, then the
  * timed pass; prints the servers' update rounds per second. */
 static int trainer_batch_update(const batch_update_config *bu, const char *servers, const char *token,
-                                double connect_timeout, uint64_t batches, uint64_t warmup, const char *summary,
+                                double connect_timeout, psb_transport transport, uint64_t batches, uint64_t warmup, const char *summary,
                                 const char *params_out)
 {
     char err[1536];
@@ -241,7 +249,9 @@ static int trainer_batch_update(const batch_update_config *bu, const char *serve
     int rc = 1;
     batch_update_report rep = {0};
     client_sink sink = b ? batch_update_sink(b) : (client_sink){0};
-    if (!b || client_open(&cl, servers, bu->rank, token, connect_timeout, &sink, err, sizeof err) < 0)
+    client_cfg cc = {.servers = servers, .rank = bu->rank, .token = token, .timeout_s = connect_timeout,
+                     .transport = transport};
+    if (!b || client_open(&cl, &cc, &sink, err, sizeof err) < 0)
         goto out;
     if (bu->rank >= cl.trainers) {
         snprintf(err, sizeof err, "--rank %" PRIu64 " is outside 0..%u: the servers expect %u trainers", bu->rank,
@@ -331,6 +341,7 @@ int main(int argc, char **argv)
     cfg.sparse_cols = 16;
     cfg.rpc_timeout_s = 60;
     double connect_timeout = 30;
+    psb_transport transport = psb_transport_default();
     const char *servers = NULL, *model = NULL, *token = NULL, *summary = NULL, *master = NULL;
     const char *params_out = NULL, *coll_host = NULL, *token_file = NULL;
     static char token_buf[CLI_TOKEN_MAX + 1]; /* --token-file's token */
@@ -412,6 +423,12 @@ int main(int argc, char **argv)
         case OPT_RPC_TIMEOUT:
             if (cli_parse_seconds("--rpc-timeout", optarg, &cfg.rpc_timeout_s, err, sizeof err) < 0)
                 return trainer_fail(err);
+            break;
+        case OPT_TRANSPORT:
+            if (psb_transport_parse(optarg, &transport) < 0) {
+                snprintf(err, sizeof err, "--transport: '%.64s' is not a transport (auto, tcp or shm)", optarg);
+                return trainer_fail(err);
+            }
             break;
         case OPT_CONNECT_TIMEOUT:
             if (cli_parse_seconds("--connect-timeout", optarg, &connect_timeout, err, sizeof err) < 0)
@@ -527,8 +544,16 @@ int main(int argc, char **argv)
         metrics *mm = metrics_new();
         if (!mm)
             return trainer_fail("out of memory");
-        trainer_run_opts lo = {master, have_rank ? (int64_t)cfg.rank : -1, token, device, connect_timeout,
-                               params_out, (int)compute_nice, coll_host, setup_err[0] ? setup_err : NULL};
+        trainer_run_opts lo = {.master = master,
+                               .want_rank = have_rank ? (int64_t)cfg.rank : -1,
+                               .token = token,
+                               .device = device,
+                               .connect_timeout_s = connect_timeout,
+                               .params_out = params_out,
+                               .compute_nice = (int)compute_nice,
+                               .coll_host = coll_host,
+                               .setup_err = setup_err[0] ? setup_err : NULL,
+                               .transport = transport};
         int code = trainer_run_with_master(&lo, mm, err, sizeof err);
         if (code == 0) {
             metrics_print_table(mm, stdout, "trainer metrics, timed pass (ms)");
@@ -573,7 +598,7 @@ int main(int argc, char **argv)
         bu.device = placed;
         bu.rank = cfg.rank;
         bu.rpc_timeout_s = cfg.rpc_timeout_s;
-        return trainer_batch_update(&bu, servers, token, connect_timeout, cfg.batches, cfg.warmup, summary,
+        return trainer_batch_update(&bu, servers, token, connect_timeout, transport, cfg.batches, cfg.warmup, summary,
                                     params_out);
     }
 
@@ -593,7 +618,9 @@ int main(int argc, char **argv)
     client_sink sink = synthetic_sink(syn);
     int rc = 0;
     synthetic_report rep = {0};
-    if (client_open(&cl, servers, cfg.rank, token, connect_timeout, &sink, err, sizeof err) < 0) {
+    client_cfg cc = {.servers = servers, .rank = cfg.rank, .token = token, .timeout_s = connect_timeout,
+                     .transport = transport};
+    if (client_open(&cl, &cc, &sink, err, sizeof err) < 0) {
         rc = 1;
     } else if (cfg.rank >= cl.trainers) {
         snprintf(err, sizeof err, "--rank %" PRIu64 " is outside 0..%u: the server expects %u trainers",

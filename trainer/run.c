@@ -210,6 +210,7 @@ static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, con
         .token = o->token,
         .connect_timeout_s = o->connect_timeout_s,
         .rpc_timeout_s = j->rpc_timeout_s,
+        .transport = o->transport,
         .store = &store,
         .store_prefix = "psbench",
         .coll_host = o->coll_host ? o->coll_host : here[0] ? here : NULL,
@@ -297,7 +298,7 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     if (!(*w = workload_hybrid_new(hy, h, err, errlen)))
         return -1;
     client_sink sink = hybrid_sink(hy);
-    if (workload_open_client(*w, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen) < 0)
+    if (workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport}, &sink, err, errlen) < 0)
         return -1;
     log_info("trainer %" PRIu64 ": HybridModel, %u embedding server(s) of %" PRIu64 " x %" PRIu64 ", dense part "
              "through allreduce_hook, %" PRIu64 " batches per epoch, rpc_pattern %s (%s)", j->rank, hc.number_ps,
@@ -334,7 +335,7 @@ static int run_setup_synthetic(mlink *l, const trainer_run_opts *o, const run_jo
         return -1;
     log_info("trainer %" PRIu64 ": model Synthetic, servers %s, %" PRIu64 " batches per pass", j->rank, j->servers,
              j->batches);
-    return workload_open_client(*w, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen);
+    return workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport}, &sink, err, errlen);
 }
 
 /* Linear (batch-update): fetch and push through its client. */
@@ -365,7 +366,7 @@ static int run_setup_linear(mlink *l, const trainer_run_opts *o, const run_job *
         return -1;
     log_info("trainer %" PRIu64 ": model Linear, servers %s, %" PRIu64 " batches per pass", j->rank, j->servers,
              j->batches);
-    return workload_open_client(*w, j->servers, j->rank, o->token, o->connect_timeout_s, &sink, err, errlen);
+    return workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport}, &sink, err, errlen);
 }
 
 /* ---- memory ------------------------------------------------------------------ */
@@ -463,11 +464,39 @@ static int run_pass(mlink *l, workload *w, uint64_t batches, const char *pass, c
     return mlink_report(l, "pass_done", workload_pass_report(w, pass, extra), err, errlen);
 }
 
+/* The start line's second half: how each link to a server travels. */
+static void run_log_links(uint64_t rank, const json_t *links)
+{
+    char line[1024] = "";
+    size_t used = 0, i;
+    json_t *l;
+    json_array_foreach((json_t *)links, i, l) {
+        const char *note = json_string_value(json_object_get(l, "note"));
+        int w = snprintf(line + used, sizeof line - used, "%sserver %" JSON_INTEGER_FORMAT " %s%s%s%s",
+                         i ? ", " : "", json_integer_value(json_object_get(l, "server")),
+                         strcmp(json_string_value(json_object_get(l, "transport")), "shm") == 0 ? "shared memory"
+                                                                                                : "TCP",
+                         note ? " (" : "", note ? note : "", note ? ")" : "");
+        if (w < 0 || (size_t)w >= sizeof line - used)
+            break;
+        used += (size_t)w;
+    }
+    if (used)
+        log_info("trainer %" PRIu64 ": transport: %s", rank, line);
+}
+
 /* After setup: ready, then the master's passes until stop. Returns the
  * exit code. */
 static int run_loop(mlink *l, const trainer_run_opts *o, workload *w, const run_job *j, char *err, size_t errlen)
 {
-    if (ctl_send(&l->c, "ready", NULL, NULL, err, errlen) < 0)
+    /* With where its links go: shown by the master (/api/v1/nodes,
+     * results.json). */
+    json_t *links = workload_links(w);
+    run_log_links(j->rank, links);
+    json_t *body = links ? json_pack("{s:o}", "links", links) : NULL;
+    int sent = ctl_send(&l->c, "ready", NULL, body, err, errlen);
+    json_decref(body);
+    if (sent < 0)
         return 1;
     for (;;) {
         ctl_msg msg;

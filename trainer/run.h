@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "shared/metrics.h"
+#include "shared/shm.h"
 
 typedef struct trainer_run_opts {
     const char *master;
@@ -31,6 +32,7 @@ typedef struct trainer_run_opts {
     const char *coll_host;    /* NULL, or where this trainer's Gloo transport listens */
     const char *setup_err;    /* NULL, or why this trainer cannot run here (found before it joined:
                                * no GPU answers): it joins only to tell the master, as `failed` */
+    psb_transport transport;  /* to the servers (--transport) */
 } trainer_run_opts;
 
 /* Returns the exit code; err holds the reason when it is not 0. */

@@ -249,10 +249,9 @@ workload *workload_synthetic_new(synthetic *syn, char *err, size_t errlen)
     return &w->base;
 }
 
-int workload_open_client(workload *w, const char *servers, uint64_t rank, const char *token,
-                         double connect_timeout_s, const client_sink *sink, char *err, size_t errlen)
+int workload_open_client(workload *w, const client_cfg *cfg, const client_sink *sink, char *err, size_t errlen)
 {
-    if (client_open(&w->cl, servers, rank, token, connect_timeout_s, sink, err, errlen) < 0)
+    if (client_open(&w->cl, cfg, sink, err, errlen) < 0)
         return -1;
     w->cl_open = true;
     return 0;
@@ -318,6 +317,27 @@ void workload_bytes(const workload *w, uint64_t *in, uint64_t *out)
         *out += w->cl.bytes_out;
     }
     hook_bytes(w->h, in, out);
+}
+
+static void workload_client_links(const client *cl, json_t *arr)
+{
+    for (size_t i = 0; cl && i < cl->nconns; i++) {
+        const client_conn *c = &cl->conns[i];
+        json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:o}", "server", (json_int_t)c->server_rank, "address",
+                                             c->addr, "transport", client_link(cl, i), "note",
+                                             c->link_note[0] ? json_string(c->link_note) : json_null()));
+    }
+}
+
+json_t *workload_links(const workload *w)
+{
+    json_t *arr = json_array();
+    if (!arr)
+        return NULL;
+    if (w->cl_open)
+        workload_client_links(&w->cl, arr);
+    workload_client_links(hook_client(w->h), arr);
+    return arr;
 }
 
 void workload_free(workload *w)

@@ -67,9 +67,13 @@ workload *workload_linear_new(batch_update *bu, uint64_t batches, char *err, siz
 workload *workload_hybrid_new(hybrid *hy, hook *h, char *err, size_t errlen);
 workload *workload_synthetic_new(synthetic *syn, char *err, size_t errlen);
 
+/* Its links to servers, for the master: [{"server", "address",
+ * "transport": "shm" or "tcp", "note": why TCP where shared memory was
+ * tried, or null}] (NULL: out of memory). */
+json_t *workload_links(const workload *w);
+
 /* Open the workload's client to `servers` (the model's sink). 0 or -1. */
-int workload_open_client(workload *w, const char *servers, uint64_t rank, const char *token,
-                         double connect_timeout_s, const client_sink *sink, char *err, size_t errlen);
+int workload_open_client(workload *w, const client_cfg *cfg, const client_sink *sink, char *err, size_t errlen);
 
 /* pass_done's body for the pass just run (named `pass`, "warm-up" or
  * "timed"): loss_per_epoch and final_params_sha256 (nulls for a model

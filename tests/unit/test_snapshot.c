@@ -32,10 +32,10 @@
 /* ---- fixtures ------------------------------------------------------------- */
 
 static const snap_node fixture_nodes[] = {
-    {"trainer", 0, "10.0.0.1", "cpu", "running", 0.25, 1000, 2000, -1, 0, 0, NULL, NULL},
-    {"trainer", 1, "10.0.0.2", "cuda:0", "running", 1.23456, 3000, 4000, -1, 0, 0, NULL, NULL},
-    {"server", 0, "10.0.0.3", "cpu", "ready", 0.0004, 6000, 5000, -1, 0, 0, NULL, NULL},
-    {"trainer", 2, "10.0.0.4", "cpu", "lost", 31.0, 0, 0, -1, 0, 0, NULL, NULL},
+    {"trainer", 0, "10.0.0.1", "cpu", "running", 0.25, 1000, 2000, -1, 0, 0, NULL, NULL, NULL},
+    {"trainer", 1, "10.0.0.2", "cuda:0", "running", 1.23456, 3000, 4000, -1, 0, 0, NULL, NULL, NULL},
+    {"server", 0, "10.0.0.3", "cpu", "ready", 0.0004, 6000, 5000, -1, 0, 0, NULL, NULL, NULL},
+    {"trainer", 2, "10.0.0.4", "cpu", "lost", 31.0, 0, 0, -1, 0, 0, NULL, NULL, NULL},
 };
 #define NFIXTURE_NODES (sizeof fixture_nodes / sizeof fixture_nodes[0])
 
@@ -211,9 +211,9 @@ static void test_status_servers_initialising(void **state)
 {
     (void)state;
     snap_node nodes[] = {
-        {"server", 0, "h0", "cpu", "assigned", 0.1, 0, 0, 0, 3ull << 30, 8ull << 30, NULL, NULL},
-        {"server", 1, "h1", "cpu", "ready", 0.1, 0, 0, 0, 0, 0, NULL, NULL},
-        {"trainer", 0, "h2", "cpu", "registered", 0.1, 0, 0, -1, 0, 0, NULL, NULL},
+        {"server", 0, "h0", "cpu", "assigned", 0.1, 0, 0, 0, 3ull << 30, 8ull << 30, NULL, NULL, NULL},
+        {"server", 1, "h1", "cpu", "ready", 0.1, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+        {"trainer", 0, "h2", "cpu", "registered", 0.1, 0, 0, -1, 0, 0, NULL, NULL, NULL},
     };
     snapshot_input in = {.phase = "waiting", .nodes = nodes, .nnodes = 3};
     json_t *doc = parse(snapshot_status_json(&in));
@@ -719,9 +719,9 @@ static void test_prom_locale_independent(void **state)
 static void test_rows_touched(void **state)
 {
     static const snap_node nodes[] = {
-        {"trainer", 0, "h0", "cpu", "running", 0.1, 10, 20, -1, 0, 0, NULL, NULL},
-        {"server", 0, "h1", "cpu", "ready", 0.1, 30, 40, 4242, 0, 0, NULL, NULL},
-        {"server", 1, "h2", "cpu", "ready", 0.1, 30, 40, 0, 0, 0, NULL, NULL},
+        {"trainer", 0, "h0", "cpu", "running", 0.1, 10, 20, -1, 0, 0, NULL, NULL, NULL},
+        {"server", 0, "h1", "cpu", "ready", 0.1, 30, 40, 4242, 0, 0, NULL, NULL, NULL},
+        {"server", 1, "h2", "cpu", "ready", 0.1, 30, 40, 0, 0, 0, NULL, NULL, NULL},
     };
     snapshot_input in = fixture();
     char *plain = snapshot_prometheus(&in);

@@ -1,0 +1,403 @@
+/* shm.c — sealed memfd segments, an arena of pages, descriptors over Unix
+ * sockets (see shm.h). */
+#include "shared/shm.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+static uint64_t shm_page(void)
+{
+    return (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+int shm_seg_create(shm_seg *s, const char *name, uint64_t size, bool peers_read_only, char *err, size_t errlen)
+{
+    *s = SHM_SEG_NONE;
+    uint64_t page = shm_page();
+    size = (size + page - 1) / page * page;
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        snprintf(err, errlen, "memfd_create: %s", strerror(errno));
+        return -1;
+    }
+    if (ftruncate(fd, (off_t)size) < 0) {
+        snprintf(err, errlen, "cannot size a shared segment to %llu bytes: %s", (unsigned long long)size,
+                 strerror(errno));
+        close(fd);
+        return -1;
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map a shared segment of %llu bytes: %s", (unsigned long long)size,
+                 strerror(errno));
+        close(fd);
+        return -1;
+    }
+    /* The future-write seal only refuses mappings made after it: ours,
+     * made before, stays writable. */
+    int seals = F_SEAL_SHRINK | F_SEAL_GROW | (peers_read_only ? F_SEAL_FUTURE_WRITE : 0) | F_SEAL_SEAL;
+    if (fcntl(fd, F_ADD_SEALS, seals) < 0) {
+        snprintf(err, errlen, "cannot seal a shared segment: %s", strerror(errno));
+        munmap(p, size);
+        close(fd);
+        return -1;
+    }
+    s->fd = fd;
+    s->base = p;
+    s->size = size;
+    s->writable = true;
+    return 0;
+}
+
+int shm_seg_map_peer(shm_seg *s, int fd, uint64_t max, char *err, size_t errlen)
+{
+    *s = SHM_SEG_NONE;
+    int seals = fcntl(fd, F_GET_SEALS);
+    struct stat st;
+    if (seals < 0) {
+        snprintf(err, errlen, "the segment sent is not a memfd (%s)", strerror(errno));
+        goto fail;
+    }
+    if (!(seals & F_SEAL_SHRINK)) {
+        snprintf(err, errlen, "the segment sent is not sealed against shrinking (F_SEAL_SHRINK)");
+        goto fail;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "the segment sent cannot be examined");
+        goto fail;
+    }
+    if (st.st_size <= 0 || (uint64_t)st.st_size > max) {
+        snprintf(err, errlen, "the segment sent is %lld bytes (at most %llu taken)", (long long)st.st_size,
+                 (unsigned long long)max);
+        goto fail;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map the segment sent: %s", strerror(errno));
+        goto fail;
+    }
+    s->fd = fd;
+    s->base = p;
+    s->size = (uint64_t)st.st_size;
+    s->writable = false;
+    return 0;
+fail:
+    close(fd);
+    return -1;
+}
+
+void shm_seg_close(shm_seg *s)
+{
+    if (s->base)
+        munmap(s->base, s->size);
+    if (s->fd >= 0)
+        close(s->fd);
+    *s = SHM_SEG_NONE;
+}
+
+/* ---- transports ------------------------------------------------------------ */
+
+int psb_transport_parse(const char *s, psb_transport *t)
+{
+    static const char *const names[] = {"auto", "tcp", "shm"};
+    for (int i = 0; i < 3; i++)
+        if (s && strcmp(s, names[i]) == 0) {
+            *t = (psb_transport)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *psb_transport_name(psb_transport t)
+{
+    return t == PSB_TRANSPORT_TCP ? "tcp" : t == PSB_TRANSPORT_SHM ? "shm" : "auto";
+}
+
+psb_transport psb_transport_default(void)
+{
+    psb_transport t = PSB_TRANSPORT_AUTO;
+    const char *e = getenv("PSBENCH_TRANSPORT");
+    if (e && *e)
+        (void)psb_transport_parse(e, &t);
+    return t;
+}
+
+/* ---- the arena ---------------------------------------------------------- */
+
+static int shm_ranges_grow(shm_range **v, size_t n, size_t *cap)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 16;
+    shm_range *nv = realloc(*v, c * sizeof *nv);
+    if (!nv)
+        return -1;
+    *v = nv;
+    *cap = c;
+    return 0;
+}
+
+int shm_arena_init(shm_arena *a, const char *name, uint64_t size, bool peers_read_only, char *err, size_t errlen)
+{
+    memset(a, 0, sizeof *a);
+    if (shm_seg_create(&a->seg, name, size, peers_read_only, err, errlen) < 0)
+        return -1;
+    if (shm_ranges_grow(&a->free, 0, &a->free_cap) < 0) {
+        shm_seg_close(&a->seg);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    a->free[0] = (shm_range){0, a->seg.size};
+    a->nfree = 1;
+    return 0;
+}
+
+void shm_arena_destroy(shm_arena *a)
+{
+    shm_seg_close(&a->seg);
+    free(a->free);
+    free(a->used);
+    memset(a, 0, sizeof *a);
+    a->seg = SHM_SEG_NONE;
+}
+
+void *shm_arena_alloc(shm_arena *a, size_t bytes)
+{
+    uint64_t page = shm_page();
+    if (!a->seg.base || bytes == 0 || bytes > a->seg.size)
+        return NULL;
+    uint64_t len = (bytes + page - 1) / page * page;
+    if (shm_ranges_grow(&a->used, a->nused, &a->used_cap) < 0)
+        return NULL;
+    for (size_t i = 0; i < a->nfree; i++) {
+        shm_range *r = &a->free[i];
+        if (r->len < len)
+            continue;
+        uint64_t off = r->off;
+        r->off += len;
+        r->len -= len;
+        if (r->len == 0) {
+            memmove(r, r + 1, (a->nfree - i - 1) * sizeof *r);
+            a->nfree--;
+        }
+        a->used[a->nused++] = (shm_range){off, len};
+        a->used_bytes += len;
+        return a->seg.base + off;
+    }
+    return NULL;
+}
+
+void shm_arena_free(shm_arena *a, void *p)
+{
+    uint64_t off;
+    if (!p)
+        return;
+    bool ours = shm_arena_owns(a, p, 0, &off);
+    assert(ours);
+    (void)ours;
+    size_t u = 0;
+    while (u < a->nused && a->used[u].off != off)
+        u++;
+    assert(u < a->nused); /* p came from shm_arena_alloc */
+    if (u == a->nused)
+        return;
+    shm_range r = a->used[u];
+    a->used[u] = a->used[--a->nused];
+    a->used_bytes -= r.len;
+    /* Its pages go back: memory a pool trimmed is memory returned. */
+    (void)fallocate(a->seg.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)r.off, (off_t)r.len);
+    size_t i = 0;
+    while (i < a->nfree && a->free[i].off < r.off)
+        i++;
+    bool merge_prev = i > 0 && a->free[i - 1].off + a->free[i - 1].len == r.off;
+    bool merge_next = i < a->nfree && r.off + r.len == a->free[i].off;
+    if (merge_prev && merge_next) {
+        a->free[i - 1].len += r.len + a->free[i].len;
+        memmove(&a->free[i], &a->free[i + 1], (a->nfree - i - 1) * sizeof *a->free);
+        a->nfree--;
+    } else if (merge_prev) {
+        a->free[i - 1].len += r.len;
+    } else if (merge_next) {
+        a->free[i].off = r.off;
+        a->free[i].len += r.len;
+    } else {
+        /* The free list may need one more entry; on no memory the pages are
+         * lost to the arena (not to the process: they were given back). */
+        if (shm_ranges_grow(&a->free, a->nfree, &a->free_cap) < 0)
+            return;
+        memmove(&a->free[i + 1], &a->free[i], (a->nfree - i) * sizeof *a->free);
+        a->free[i] = r;
+        a->nfree++;
+    }
+}
+
+uint64_t shm_default_size(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES);
+    uint64_t mem = pages > 0 ? (uint64_t)pages * shm_page() : (64ull << 30);
+    if (mem > (1ull << 40))
+        mem = 1ull << 40;
+    if (mem < (64ull << 20))
+        mem = 64ull << 20;
+    return mem;
+}
+
+/* ---- descriptors ----------------------------------------------------------- */
+
+ssize_t shm_send_fd(int sock, const struct iovec *iov, int iovcnt, int fd)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr m = {0};
+    m.msg_iov = (struct iovec *)iov;
+    m.msg_iovlen = (size_t)iovcnt;
+    if (fd >= 0) {
+        memset(&u, 0, sizeof u);
+        m.msg_control = u.buf;
+        m.msg_controllen = sizeof u.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    ssize_t r;
+    do
+        r = sendmsg(sock, &m, MSG_NOSIGNAL);
+    while (r < 0 && errno == EINTR);
+    return r;
+}
+
+ssize_t shm_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int maxfds, bool *ctrunc)
+{
+    union {
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {buf, len};
+    struct msghdr m = {0};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = u.buf;
+    m.msg_controllen = sizeof u.buf;
+    ssize_t r = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+    if (r < 0)
+        return r;
+    if (m.msg_flags & MSG_CTRUNC)
+        *ctrunc = true;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t k = 0; k < n; k++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof fd);
+            if (*nfds < maxfds)
+                fds[(*nfds)++] = fd;
+            else
+                close(fd);
+        }
+    }
+    return r;
+}
+
+/* ---- abstract socket names ------------------------------------------------- */
+
+void shm_socket_name(char *buf, size_t len, const char *role)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
+    int ufd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (ufd >= 0) {
+        uint64_t r;
+        if (read(ufd, &r, sizeof r) == (ssize_t)sizeof r)
+            x ^= r;
+        close(ufd);
+    }
+    snprintf(buf, len, "psbench-%s-%d-%016llx", role, (int)getpid(), (unsigned long long)x);
+}
+
+void shm_peer_name(int fd, char *buf, size_t len)
+{
+    struct ucred cr;
+    socklen_t cl = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+        snprintf(buf, len, "pid %d (Unix socket)", (int)cr.pid);
+    else
+        snprintf(buf, len, "a Unix-socket peer");
+}
+
+bool shm_name_ok(const char *p, size_t n)
+{
+    if (n == 0 || n > 100)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] < 0x21 || (unsigned char)p[i] > 0x7e || p[i] == '/')
+            return false;
+    return true;
+}
+
+static socklen_t shm_addr(struct sockaddr_un *sa, const char *name)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    size_t n = strlen(name);
+    if (n > sizeof sa->sun_path - 1)
+        n = sizeof sa->sun_path - 1;
+    memcpy(sa->sun_path + 1, name, n); /* sun_path[0] = 0: abstract */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+int shm_listen(const char *name, int backlog, char *err, size_t errlen)
+{
+    struct sockaddr_un sa;
+    socklen_t sl = shm_addr(&sa, name);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sl) < 0 || listen(fd, backlog) < 0) {
+        snprintf(err, errlen, "cannot listen on Unix socket @%s: %s", name, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int shm_connect(const char *name, char *err, size_t errlen)
+{
+    struct sockaddr_un sa;
+    socklen_t sl = shm_addr(&sa, name);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    int r;
+    do
+        r = connect(fd, (struct sockaddr *)&sa, sl);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) {
+        snprintf(err, errlen, "Unix socket @%s: %s", name,
+                 errno == ECONNREFUSED ? "not reachable from here (another host or network namespace)"
+                                       : strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
