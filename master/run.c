@@ -939,7 +939,7 @@ static void master_on_message(master *m, node *n, ctl_msg *msg)
             return;
         }
         json_t *links = json_object_get(msg->body, "links");
-        if (n->role == AGG_TRAINER && json_is_array(links)) {
+        if (n->role == AGG_TRAINER && json_is_array(links) && json_array_size(links)) {
             json_decref(n->links);
             n->links = json_incref(links);
         }

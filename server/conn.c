@@ -62,6 +62,7 @@ static int conn_flush_out(conn *c);
 static void conn_on_hello_timeout(evutil_socket_t fd, short what, void *arg);
 static void conn_send_welcome_fd(conn *c, uint8_t *buf, size_t n);
 static int conn_take_segment(conn *c, const frame_hdr *h);
+static void conn_send_redirect(conn *c, const frame_hdr *h);
 static void conn_payload(conn *c, const uint8_t *p, size_t n, uint64_t off);
 
 /* Write c's output in the reactor's pass at the end of this iteration. */
@@ -218,6 +219,7 @@ static int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, const uin
             return -1;
         if (r == 0) {
             c->srv->bytes_out += payload->len;
+            c->srv->bytes_in_place += payload->len;
             conn_want_flush(c);
             return 0;
         }
@@ -527,6 +529,7 @@ static void conn_on_push(conn *c, const frame_hdr *h0)
         /* Folded straight from the trainer's pages: no socket, no copy
          * into a buffer first. */
         s->bytes_in += h->payload;
+        s->pushes_in_place++;
         conn_payload(c, shared, h->payload, 0);
         if (c->sink == SINK_PUSH)
             conn_push_finish(c);
@@ -883,6 +886,11 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_BAD_FRAME, "hello needs a rank", h);
         return;
     }
+    bool asks_shm = (h->has & FH_TRANSPORT) && frame_str_eq(h->transport, "shm");
+    if (!c->shm && asks_shm && s->shm_fd >= 0) {
+        conn_send_redirect(c, h);
+        return;
+    }
     if (!c->shm && s->cfg.transport == PSB_TRANSPORT_SHM) {
         conn_send_error(c, ERR_UNSUPPORTED,
                         "this server takes trainers over shared memory only (--transport shm): run the trainer on "
@@ -1004,30 +1012,28 @@ static int conn_take_segment(conn *c, const frame_hdr *h)
     return 0;
 }
 
-/* `probe` (before hello): which transports this server offers. The answer
- * names its Unix socket when it has one; the trainer connects there if it
- * can (one host), or says hello on this connection. */
-static void conn_on_probe(conn *c, const frame_hdr *h)
+/* A hello on TCP that asks for shared memory (`transport` "shm") from a
+ * server that offers it: not a join, but `redirect` naming the Unix
+ * socket (and the size of the segment results would be read from, so the
+ * trainer can tell whether it could map it). The trainer connects there
+ * if it is on this host, or says hello again here without asking. */
+static void conn_send_redirect(conn *c, const frame_hdr *h)
 {
     server *s = c->srv;
-    if (h->payload || c->hello_done) {
-        conn_send_error(c, ERR_BAD_FRAME, h->payload ? "probe carries no payload" : "probe after hello", h);
-        return;
-    }
+    (void)h;
     frame_hdr a = {0};
-    a.type = FT_PROBE;
+    a.type = FT_REDIRECT;
     a.version = FRAME_PROTOCOL_VERSION;
     a.server = s->cfg.rank;
-    a.has = FH_VERSION | FH_SERVER;
-    if (s->shm_fd >= 0) {
-        a.shm = frame_str_c(s->shm_name);
-        a.has |= FH_SHM;
-    }
+    a.shm = frame_str_c(s->shm_name);
+    a.segment = s->arena.seg.size;
+    a.has = FH_VERSION | FH_SERVER | FH_SHM | FH_SEGMENT;
     uint8_t buf[256];
     size_t n = frame_encode_header(&a, buf, sizeof buf);
     assert(n > 0);
     outq_push(&c->out, buf, n, NULL, 0);
     conn_want_flush(c);
+    log_debug("%s asks for shared memory: redirected to @%s", c->peer, s->shm_name);
 }
 
 /* ---- input ------------------------------------------------------------- */
@@ -1052,7 +1058,6 @@ static void (*const conn_handlers[])(conn *, const frame_hdr *) = {
     [FT_FETCH] = conn_on_fetch,
     [FT_LOOKUP] = conn_on_call,
     [FT_UPDATE] = conn_on_call,
-    [FT_PROBE] = conn_on_probe,
 };
 
 static void conn_dispatch(conn *c, const frame_hdr *h)
@@ -1065,8 +1070,8 @@ static void conn_dispatch(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_BAD_FRAME, "at (a payload in shared memory) is only for push", h);
         return;
     }
-    if ((h->has & FH_SEGMENT) && h->type != FT_HELLO) {
-        conn_send_error(c, ERR_BAD_FRAME, "segment is only for hello", h);
+    if ((h->has & (FH_SEGMENT | FH_TRANSPORT)) && h->type != FT_HELLO) {
+        conn_send_error(c, ERR_BAD_FRAME, "segment and transport are only for hello", h);
         return;
     }
     if (c->rx_fd >= 0 && (h->type != FT_HELLO || c->hello_done)) {

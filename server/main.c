@@ -641,8 +641,10 @@ int main(int argc, char **argv)
                    s.calls[t].frames, s.calls[t].bytes, s.calls[t].payload);
         printf("\n");
     }
-    printf("psbench-server %u: result payload bytes: %" PRIu64 " spliced (zero-copy), %" PRIu64 " copied\n",
-           cfg.rank, s.bytes_spliced, s.bytes_copied);
+    printf("psbench-server %u: result payload bytes: %" PRIu64 " spliced (zero-copy), %" PRIu64
+           " copied, %" PRIu64 " read in place (shared memory); %" PRIu64 " pushes folded from trainers' "
+           "segments\n",
+           cfg.rank, s.bytes_spliced, s.bytes_copied, s.bytes_in_place, s.pushes_in_place);
     metrics_print_table(s.metrics, stdout, "server metrics (ms)");
     fflush(stdout);
     int code = s.exit_code ? s.exit_code : (rc < 0 ? 1 : 0);

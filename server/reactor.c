@@ -379,12 +379,26 @@ static void server_pool_free(void *ctx, void *p)
 static int server_pool_init(server *s, char *err, size_t errlen)
 {
     const size_t keep = (size_t)1 << 30;
+    char why[256];
     if (s->cfg.transport == PSB_TRANSPORT_TCP) {
         bufpool_init(&s->pool, keep);
         return 0;
     }
-    if (shm_arena_init(&s->arena, "psbench-server", shm_default_size(), true, err, errlen) < 0)
-        return -1;
+    /* Not sealed against trainers' writable mappings (they map it
+     * read-only by choice): a pool that gives buffers back punches holes
+     * in the segment, which that seal forbids — and a trainer could only
+     * spoil results it has a share in anyway, as it can by pushing
+     * garbage (docs/protocol.md). */
+    if (shm_arena_init(&s->arena, "psbench-server", shm_default_size(), false, why, sizeof why) < 0) {
+        if (s->cfg.transport == PSB_TRANSPORT_SHM) {
+            snprintf(err, errlen, "--transport shm: %s", why);
+            return -1;
+        }
+        log_warn("shared memory off (TCP only): %s", why);
+        s->cfg.transport = PSB_TRANSPORT_TCP;
+        bufpool_init(&s->pool, keep);
+        return 0;
+    }
     bufpool_mem mem = {.alloc = server_pool_alloc, .free = server_pool_free, .ctx = s};
     bufpool_init_mem(&s->pool, keep, &mem);
     return 0;

@@ -113,6 +113,8 @@ typedef struct server {
     uint64_t lookups, updates; /* embedding: calls handed to the kind */
     call_count calls[CALLS_TYPES]; /* embedding: frames by type since the start or the last reset */
     uint64_t bytes_spliced, bytes_copied; /* result payload bytes, by how they left */
+    uint64_t bytes_in_place;              /* result payload bytes read in place (shared memory) */
+    uint64_t pushes_in_place;             /* pushes folded from a trainer's segment */
     bool splice_warned;                   /* a connection fell back to copies (said once) */
     struct master_link *link; /* NULL standalone */
     /* Called when the last trainer has left (a session ends): the master

@@ -33,7 +33,7 @@ static const char *const type_names[] = {
     [FT_PUSH] = "push", [FT_RESULT] = "result", [FT_ERROR] = "error",
     [FT_FETCH] = "fetch", [FT_PARAMS] = "params", [FT_LOOKUP] = "lookup",
     [FT_ROWS] = "rows", [FT_UPDATE] = "update", [FT_UPDATED] = "updated",
-    [FT_PROBE] = "probe",
+    [FT_REDIRECT] = "redirect",
 };
 
 const char *frame_type_name(frame_type t)
@@ -90,7 +90,7 @@ static field_spec fields[] = {
     U("total", FH_TOTAL, total),       U("bags", FH_BAGS, bags),
     U("confirm", FH_CONFIRM, confirm), S("grad", FH_GRAD, grad),
     U("at", FH_AT, at),                U("segment", FH_SEGMENT, segment),
-    S("shm", FH_SHM, shm),
+    S("shm", FH_SHM, shm),             S("link", FH_TRANSPORT, transport),
 };
 #undef U
 #undef S

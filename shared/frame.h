@@ -42,9 +42,9 @@ typedef enum frame_type {
     FT_ROWS,   /* extension (embedding): the answer to lookup */
     FT_UPDATE, /* extension (embedding): SGD on the rows a lookup named */
     FT_UPDATED, /* extension (embedding): an update asked with `ack` has been applied */
-    FT_PROBE,   /* extension (transport): before hello, which transports a server offers */
+    FT_REDIRECT, /* extension (shm): the answer to a hello asking for shared memory: connect there */
 } frame_type;
-#define FT_LAST FT_PROBE
+#define FT_LAST FT_REDIRECT
 
 typedef enum frame_layout { LAYOUT_NONE = 0, LAYOUT_DENSE, LAYOUT_SPARSE, LAYOUT_OTHER } frame_layout;
 
@@ -110,7 +110,8 @@ enum {
     FH_GRAD = 1u << 23,     /* extension (embedding): update: the table's gradient, sparse or dense */
     FH_AT = 1u << 24,       /* extension (shm): the payload is in the sender's segment, at this offset */
     FH_SEGMENT = 1u << 25,  /* extension (shm): hello/welcome: a segment's size; its descriptor rides along */
-    FH_SHM = 1u << 26,      /* extension (shm): probe: the server's Unix socket (abstract name) */
+    FH_SHM = 1u << 26,      /* extension (shm): redirect: the server's Unix socket (abstract name) */
+    FH_TRANSPORT = 1u << 27, /* extension (shm): hello on TCP: `link` "shm" asks for shared memory */
 };
 
 /* Every header field protocol v1 knows, decoded. `has` says which were
@@ -146,7 +147,8 @@ typedef struct frame_hdr {
     frame_str grad;    /* embedding: update: "sparse" (absent) or "dense" (docs/protocol.md) */
     uint64_t at;       /* shm: push/result/params: where the payload lies in the sender's segment */
     uint64_t segment;  /* shm: hello/welcome: the size of the segment passed with the frame */
-    frame_str shm;     /* shm: probe (answer): the abstract Unix socket name; absent: TCP only */
+    frame_str shm;     /* shm: redirect: the abstract Unix socket name */
+    frame_str transport; /* shm: hello on TCP: "shm" = redirect me if you can */
 } frame_hdr;
 
 /* Result of frame_decode_header. */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -253,7 +254,12 @@ uint64_t shm_default_size(void)
         mem = 1ull << 40;
     if (mem < (64ull << 20))
         mem = 64ull << 20;
-    return mem;
+    /* Under an address-space limit (ulimit -v) an eighth of it at most:
+     * the rest is the process's own memory, and its peers' segments. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && mem > rl.rlim_cur / 8)
+        mem = rl.rlim_cur / 8 / shm_page() * shm_page();
+    return mem ? mem : shm_page();
 }
 
 /* ---- descriptors ----------------------------------------------------------- */

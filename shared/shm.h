@@ -103,7 +103,8 @@ static inline bool shm_arena_owns(const shm_arena *a, const void *p, uint64_t n,
 }
 
 /* The virtual size for a process's arena: the host's memory, at most
- * 1 TiB, at least 64 MiB (pages exist only once written). */
+ * 1 TiB, at least 64 MiB, and an eighth of an address-space limit (pages
+ * exist only once written). */
 uint64_t shm_default_size(void);
 
 /* ---- descriptors over Unix-domain sockets ----------------------------- */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -67,8 +68,8 @@ static ssize_t client_recv(client_conn *c, uint8_t *dst, size_t room)
 
 /* Blocking read of exactly one frame header (no payload) during the
  * handshake, for at most timeout_s: the server's first answer (`want`:
- * welcome, or probe). A peer that is not a psbench server is named
- * (shared/peer.h). */
+ * welcome; FT_REDIRECT: a redirect or a welcome). A peer that is not a
+ * psbench server is named (shared/peer.h). */
 static int client_read_answer(client_conn *c, frame_type want, double timeout_s, frame_hdr *h, char *err,
                               size_t errlen)
 {
@@ -82,13 +83,11 @@ static int client_read_answer(client_conn *c, frame_type want, double timeout_s,
                 client_error_frame(c, h, err, errlen);
                 return -1;
             }
-            if (h->type != want || h->payload) {
+            if ((h->type != want && !(want == FT_REDIRECT && h->type == FT_WELCOME)) || h->payload) {
                 char type[160];
                 text_escape_n((const char *)h->type_str.p, h->type_str.n > 32 ? 32 : h->type_str.n, type, sizeof type);
                 snprintf(err, errlen, "%s is not a psbench server (it answered a psbench '%s' frame%s)", c->addr, type,
-                         h->type == FT_OTHER ? ", as the master's control port does"
-                         : want == FT_WELCOME ? ", not welcome"
-                                              : ", not probe");
+                         h->type == FT_OTHER ? ", as the master's control port does" : ", not welcome");
                 return -1;
             }
             k = framed_next(&c->rd, &ev); /* the end of its (empty) payload */
@@ -176,8 +175,10 @@ static int client_take_segment(client_conn *c, const frame_hdr *w, char *err, si
     return 0;
 }
 
-static int client_handshake(client *cl, client_conn *c, uint64_t rank, const char *token, double timeout_s,
-                            char *err, size_t errlen)
+/* Say hello on c: over the Unix socket with the client's segment; on TCP
+ * asking for shared memory when ask_shm. 0, or -1 with err. */
+static int client_send_hello(client *cl, client_conn *c, uint64_t rank, const char *token, bool ask_shm, char *err,
+                             size_t errlen)
 {
     frame_hdr h = {0};
     h.type = FT_HELLO;
@@ -193,6 +194,10 @@ static int client_handshake(client *cl, client_conn *c, uint64_t rank, const cha
         h.token = frame_str_c(token);
         h.has |= FH_TOKEN;
     }
+    if (ask_shm) {
+        h.transport = frame_str_c("shm");
+        h.has |= FH_TRANSPORT;
+    }
     /* Over shared memory the hello hands over the client's segment: the
      * server maps it read-only and pushes name their bytes in it. */
     int seg_fd = c->shm && cl->arena.seg.base ? cl->arena.seg.fd : -1;
@@ -207,9 +212,13 @@ static int client_handshake(client *cl, client_conn *c, uint64_t rank, const cha
         snprintf(err, errlen, "server %s: cannot send hello", c->addr);
         return -1;
     }
-    frame_hdr w;
-    if (client_read_answer(c, FT_WELCOME, timeout_s, &w, err, errlen) < 0)
-        return -1;
+    return 0;
+}
+
+/* The server's welcome, checked; w is read already. */
+static int client_welcomed(client *cl, client_conn *c, const frame_hdr *wp, char *err, size_t errlen)
+{
+    frame_hdr w = *wp;
     if (client_take_segment(c, &w, err, errlen) < 0)
         return -1;
     /* Each field checked for presence first, then for its range: "0
@@ -244,32 +253,6 @@ static int client_handshake(client *cl, client_conn *c, uint64_t rank, const cha
     return 0;
 }
 
-/* Ask the server at c->fd (TCP, connected) which transports it offers:
- * its Unix socket's name in *name, or "" (TCP only). -1 with err when it
- * did not answer as a psbench server. */
-static int client_probe(client_conn *c, double timeout_s, char *name, size_t namelen, char *err, size_t errlen)
-{
-    frame_hdr h = {0};
-    h.type = FT_PROBE;
-    h.version = FRAME_PROTOCOL_VERSION;
-    h.has = FH_VERSION;
-    uint8_t buf[128];
-    size_t n = frame_encode_header(&h, buf, sizeof buf);
-    if (!n || send(c->fd, buf, n, MSG_NOSIGNAL) != (ssize_t)n) {
-        snprintf(err, errlen, "server %s: cannot send probe", c->addr);
-        return -1;
-    }
-    frame_hdr a;
-    if (client_read_answer(c, FT_PROBE, timeout_s, &a, err, errlen) < 0)
-        return -1;
-    name[0] = '\0';
-    if ((a.has & FH_SHM) && shm_name_ok(a.shm.p, a.shm.n) && a.shm.n < namelen) {
-        memcpy(name, a.shm.p, a.shm.n);
-        name[a.shm.n] = '\0';
-    }
-    return 0;
-}
-
 /* The client's segment, made before the first hello that hands it over. */
 static int client_arena(client *cl, char *err, size_t errlen)
 {
@@ -278,36 +261,82 @@ static int client_arena(client *cl, char *err, size_t errlen)
     return shm_arena_init(&cl->arena, "psbench-trainer", shm_default_size(), true, err, errlen);
 }
 
-/* c is connected over TCP: where the transport allows, move it to the
- * server's Unix socket (same host: the abstract name is reachable). auto
- * stays on TCP, saying why in link_note, where shared memory is not
- * possible; shm fails instead. */
-static int client_try_shm(client *cl, client_conn *c, psb_transport t, double timeout_s, char *err, size_t errlen)
+/* Whether `bytes` of address space are there to map a server's segment
+ * (an address-space limit, ulimit -v, may leave less): tried, not kept. */
+static bool client_room_for(uint64_t bytes, char *why, size_t len)
 {
-    char name[128], why[256];
-    if (client_probe(c, timeout_s, name, sizeof name, err, errlen) < 0)
-        return -1;
-    int ufd = -1;
-    if (!name[0])
-        snprintf(why, sizeof why, "the server offers TCP only (its --transport is tcp)");
-    else if ((ufd = shm_connect(name, why, sizeof why)) >= 0 && client_arena(cl, why, sizeof why) < 0) {
-        close(ufd);
-        ufd = -1;
+    void *p = bytes <= SIZE_MAX ? mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                                : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        snprintf(why, len, "no address space to map the server's segment of %" PRIu64 " MiB (ulimit -v?)", bytes >> 20);
+        return false;
     }
-    if (ufd < 0) {
-        if (t == PSB_TRANSPORT_SHM) {
-            snprintf(err, errlen, "server %s: no shared memory (--transport shm): %s", c->addr, why);
-            return -1;
-        }
-        snprintf(c->link_note, sizeof c->link_note, "%s", why);
+    munmap(p, (size_t)bytes);
+    return true;
+}
+
+/* The server redirected c (TCP) to its Unix socket: connect there when
+ * that is possible from here, handing over the client's segment. 1 when c
+ * is now on the Unix socket; 0 when not, with why (c still on TCP). */
+static int client_follow(client *cl, client_conn *c, const frame_hdr *r, char *why, size_t len)
+{
+    char name[128];
+    if (!(r->has & FH_SHM) || !shm_name_ok(r->shm.p, r->shm.n) || r->shm.n >= sizeof name) {
+        snprintf(why, len, "the server's redirect names no usable socket");
         return 0;
     }
-    /* What the probe left in the reader is nothing: its answer was read
+    memcpy(name, r->shm.p, r->shm.n);
+    name[r->shm.n] = '\0';
+    if ((r->has & FH_SEGMENT) && !client_room_for(r->segment, why, len))
+        return 0;
+    int ufd = shm_connect(name, why, len);
+    if (ufd < 0)
+        return 0;
+    if (client_arena(cl, why, len) < 0) {
+        close(ufd);
+        return 0;
+    }
+    /* Nothing more comes on the TCP connection: the redirect was read
      * whole, and the server sends nothing unasked. */
     close(c->fd);
     c->fd = ufd;
     c->shm = true;
-    return 0;
+    return 1;
+}
+
+/* Hello and welcome on c, connected over TCP: asking for shared memory
+ * unless the transport is tcp, following a redirect where it can (auto:
+ * else on TCP, the reason in link_note; shm: else an error). */
+static int client_handshake(client *cl, client_conn *c, const client_cfg *cfg, char *err, size_t errlen)
+{
+    bool ask = cfg->transport != PSB_TRANSPORT_TCP;
+    frame_hdr a;
+    if (client_send_hello(cl, c, cfg->rank, cfg->token, ask, err, errlen) < 0 ||
+        client_read_answer(c, ask ? FT_REDIRECT : FT_WELCOME, cfg->timeout_s, &a, err, errlen) < 0)
+        return -1;
+    if (a.type == FT_REDIRECT) {
+        char why[256];
+        int moved = client_follow(cl, c, &a, why, sizeof why);
+        if (!moved && cfg->transport == PSB_TRANSPORT_SHM) {
+            snprintf(err, errlen, "server %s: no shared memory (--transport shm): %s", c->addr, why);
+            return -1;
+        }
+        if (!moved)
+            snprintf(c->link_note, sizeof c->link_note, "%s", why);
+        /* Again: on the Unix socket with the segment, or here without
+         * asking. */
+        if (client_send_hello(cl, c, cfg->rank, cfg->token, false, err, errlen) < 0 ||
+            client_read_answer(c, FT_WELCOME, cfg->timeout_s, &a, err, errlen) < 0)
+            return -1;
+    } else if (ask) {
+        if (cfg->transport == PSB_TRANSPORT_SHM) {
+            snprintf(err, errlen, "server %s offers no shared memory (--transport shm; the server's is tcp)",
+                     c->addr);
+            return -1;
+        }
+        snprintf(c->link_note, sizeof c->link_note, "the server offers TCP only (its --transport is tcp)");
+    }
+    return client_welcomed(cl, c, &a, err, errlen);
 }
 
 static int client_open_all(client *cl, const client_cfg *cfg, const client_sink *sink, char *err, size_t errlen)
@@ -357,12 +386,10 @@ static int client_open_all(client *cl, const client_cfg *cfg, const client_sink 
         c->fd = net_connect(host, port, (int)(left > 0 ? left : 1), err, errlen);
         if (c->fd < 0)
             return -1;
-        if (cfg->transport != PSB_TRANSPORT_TCP && client_try_shm(cl, c, cfg->transport, cfg->timeout_s, err, errlen) < 0)
-            return -1;
         /* The welcome: the server's first answer, within timeout_s of the
          * connection (a big table is filled before the master hands out
          * its address, so a psbench server answers at once). */
-        if (client_handshake(cl, c, cfg->rank, cfg->token, cfg->timeout_s, err, errlen) < 0)
+        if (client_handshake(cl, c, cfg, err, errlen) < 0)
             return -1;
         net_set_nonblock(c->fd, 1);
     }

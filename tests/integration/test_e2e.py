@@ -76,19 +76,37 @@ class E2E(psb.PsbTestCase):
 
     # -- zero-copy results (--splice): big results are spliced, lent to each
     #    trainer until it pushes a later batch, then recycled like the others
-    def spliced_run(self, kind, batches, extra=("--splice",)):
+    def spliced_run(self, kind, batches, extra=("--splice",), transport="tcp"):
+        # Splicing is TCP's: over shared memory results are read in place.
         n, buckets, floats = 2, 3, 65536  # 256 KiB results: spliced
-        server = self.reg.server(trainers=n, kind=kind, extra=extra)
-        trainers = [self.reg.trainer(server, r, buckets=buckets, floats=floats, batches=batches)
-                    for r in range(n)]
+        server = self.reg.server(trainers=n, kind=kind, extra=tuple(extra) + ("--transport", transport))
+        trainers = [self.reg.trainer(server, r, buckets=buckets, floats=floats, batches=batches,
+                                     extra=("--transport", transport)) for r in range(n)]
         self.wait_trainers(trainers)
         out, _ = self.stop_server(server, batches * buckets)
         m = re.search(r"(\d+) payload buffers allocated", out)
-        z = re.search(r"result payload bytes: (\d+) spliced \(zero-copy\), (\d+) copied", out)
+        z = re.search(r"result payload bytes: (\d+) spliced \(zero-copy\), (\d+) copied, (\d+) read in place", out)
         self.assertIsNotNone(m, out)
         self.assertIsNotNone(z, out)
         result_bytes = n * batches * buckets * floats * 4  # every result to every trainer
-        return int(m.group(1)), int(z.group(1)), int(z.group(2)), result_bytes
+        if transport == "tcp":
+            self.assertEqual(int(z.group(3)), 0, out)
+            return int(m.group(1)), int(z.group(1)), int(z.group(2)), result_bytes
+        return int(m.group(1)), int(z.group(3)), int(z.group(1)) + int(z.group(2)), result_bytes
+
+    def test_results_read_in_place_and_recycled(self):
+        """Over shared memory every result is read where the server wrote
+        it (nothing spliced or copied), lent until the trainer pushes a
+        later batch, then recycled: buffers in use stay about two batches'
+        worth, whatever the batch count (as with splicing)."""
+        if os.environ.get("PSBENCH_SERVER_DEVICE", "cpu") not in ("cpu", "test"):
+            self.skipTest("a GPU device's results are pinned host images, sent on the socket")
+        for kind in ("average", "average-batch"):
+            few, in_place, other, total = self.spliced_run(kind, 3, extra=(), transport="shm")
+            self.assertEqual((in_place, other), (total, 0), kind)
+            many, in_place, other, total = self.spliced_run(kind, 40, extra=(), transport="shm")
+            self.assertEqual((in_place, other), (total, 0), kind)
+            self.assertLessEqual(many, few + 6, (kind, few, many))
 
     def test_results_spliced_and_recycled(self):
         for kind in ("average", "average-batch"):

@@ -130,7 +130,20 @@ class MasterTests(psb.PsbTestCase):
         for n in nodes:
             # The contract's keys, and psbench's extension: what the node
             # computes with (issue 18).
-            self.assertEqual(set(n), {"role", "rank", "host", "device", "state", "last_seen_s", "environment"})
+            # psbench's too: a trainer's links to its servers and their
+            # transport in a word (issue 28): shared memory on one host
+            # unless the suite runs on TCP (PSBENCH_TRANSPORT=tcp).
+            want = {"role", "rank", "host", "device", "state", "last_seen_s", "environment"}
+            if n["role"] == "trainer" and nserver:
+                want |= {"transport", "links"}
+                tr = "tcp" if os.environ.get("PSBENCH_TRANSPORT") == "tcp" else "shm"
+                self.assertEqual(n["transport"], tr, n)
+                self.assertEqual(sorted(l["server"] for l in n["links"]),
+                                 sorted(set(l["server"] for l in n["links"])), n)
+                for l in n["links"]:
+                    self.assertEqual(l["transport"], tr, n)
+                    self.assertIsNone(l["note"], n)
+            self.assertEqual(set(n), want)
             env = n["environment"]
             for k in ("cpu_model", "cpus", "kernel", "compiler", "simd", "psbench_version"):
                 self.assertIn(k, env)
