@@ -59,14 +59,16 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # (no binary of the build in it), the 3 GiB table (its fill is the rng's
   # loop; unit_embedding fills in slices under ASan) and the first-answer
   # deadlines (waits for timeouts; unit_control sniffs peers under ASan).
-  # The faults run here too. The server's suites on the fake GPU run in
+  # The faults run here too. The server's suites over TCP run here on the
+  # test device (device_test_*; tcp_* are the release pass's). The
+  # server's suites on the fake GPU run in
   # the release and TSan passes (their memory is unit_device's and
   # integration_cuda_server's, which run here). Of the suites on the test
   # device, the master's and the training's run under TSan only (the
   # longest here, 55 and 36 s: their servers' memory is integration_master's
   # and integration_training's, which run here on the cpu device).
   ASAN_OPTIONS=detect_leaks=1 run_suite build-asan \
-    "-E multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|device_fakecuda_|device_test_master|device_test_training" \
+    "-E multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|device_fakecuda_|device_test_master|device_test_training|tcp_" \
     -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF \
     -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"

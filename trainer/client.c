@@ -345,8 +345,10 @@ static int client_open_all(client *cl, const client_cfg *cfg, const client_sink 
     cl->wake_fd = -1;
     cl->sink = *sink;
     cl->arena.seg = SHM_SEG_NONE;
-    const char *stage = getenv("PSBENCH_SHM_PUSH");
-    cl->stage_pushes = !(stage && strcmp(stage, "inline") == 0);
+    const char *mode = getenv("PSBENCH_SHM_PUSH");
+    cl->push_mode = mode && strcmp(mode, "inline") == 0  ? CLIENT_PUSH_INLINE
+                    : mode && strcmp(mode, "stage") == 0 ? CLIENT_PUSH_STAGE
+                                                         : CLIENT_PUSH_AUTO;
     const char *servers = cfg->servers;
     size_t n = 1;
     for (const char *p = servers; *p; p++)
@@ -429,7 +431,7 @@ void client_close(client *cl)
 
 void *client_shared_alloc(client *cl, size_t bytes)
 {
-    return cl->arena.seg.base ? shm_arena_alloc(&cl->arena, bytes) : NULL;
+    return cl->arena.seg.base && cl->push_mode == CLIENT_PUSH_AUTO ? shm_arena_alloc(&cl->arena, bytes) : NULL;
 }
 
 void client_shared_free(client *cl, void *p)
@@ -474,11 +476,11 @@ static uint8_t *client_stage_for(client *cl, client_conn *c, uint64_t bucket, si
 static bool client_push_at(client *cl, client_conn *c, frame_hdr *h, const void **payload)
 {
     uint64_t at;
-    if (!c->shm || !cl->arena.seg.base || h->type != FT_PUSH || !h->payload || !*payload)
+    if (!c->shm || !cl->arena.seg.base || h->type != FT_PUSH || !h->payload || !*payload ||
+        cl->push_mode == CLIENT_PUSH_INLINE)
         return false;
     if (!shm_arena_owns(&cl->arena, *payload, h->payload, &at)) {
-        uint8_t *st = cl->stage_pushes && h->payload <= SIZE_MAX ? client_stage_for(cl, c, h->bucket, (size_t)h->payload)
-                                                                  : NULL;
+        uint8_t *st = h->payload <= SIZE_MAX ? client_stage_for(cl, c, h->bucket, (size_t)h->payload) : NULL;
         if (!st)
             return false;
         memcpy(st, *payload, (size_t)h->payload);

@@ -77,7 +77,12 @@ typedef struct client {
     client_conn *conns;
     size_t nconns;
     shm_arena arena; /* the segment every shm link was handed (none: seg.base NULL) */
-    bool stage_pushes; /* copy payloads that are elsewhere into the segment (else: inline) */
+    /* Where push payloads go over shared memory ($PSBENCH_SHM_PUSH, for
+     * measurements): CLIENT_PUSH_AUTO names payloads where they lie in
+     * the segment (client_shared_alloc) and stages the others into it;
+     * STAGE: client_shared_alloc gives nothing, every payload is staged;
+     * INLINE: every payload goes on the Unix socket. */
+    enum { CLIENT_PUSH_AUTO = 0, CLIENT_PUSH_STAGE, CLIENT_PUSH_INLINE } push_mode;
     struct pollfd *pfd; /* nconns + 1 (the wake fd) */
     uint32_t trainers; /* from the servers' welcome */
     client_sink sink;
@@ -110,9 +115,10 @@ typedef struct client_cfg {
 } client_cfg;
 
 int client_open(client *cl, const client_cfg *cfg, const client_sink *sink, char *err, size_t errlen);
-/* Memory in the client's shared segment (NULL: none, or no shm link): a
- * push whose payload lies there is named by offset, copying nothing.
- * Freed with client_shared_free, before client_close. */
+/* Memory in the client's shared segment (NULL: none, no shm link, or
+ * $PSBENCH_SHM_PUSH says otherwise): a push whose payload lies there is
+ * named by offset, copying nothing. Freed with client_shared_free, or
+ * with the client (client_close). */
 void *client_shared_alloc(client *cl, size_t bytes);
 void client_shared_free(client *cl, void *p);
 /* How connection i travels: "shm" or "tcp". */

@@ -44,6 +44,8 @@ struct synthetic {
     float scale;
     /* dense */
     float *base;       /* bucket_floats + SYN_P */
+    float *push_base;  /* what pushes send: base, or during a run its copy in the client's shared
+                        * segment (the server reads it there: nothing is copied per push) */
     float *expect;     /* 2 x SYN_P: expected mean at ramp phase j (see syn_expect_dense) */
     /* sparse */
     uint64_t nnz, rows;
@@ -363,7 +365,7 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
             h.count = syn_floats(s, k);
             h.has |= FH_COUNT;
             h.payload = h.count * 4;
-            payload = s->base + syn_off(s->cfg.rank, b, k);
+            payload = s->push_base + syn_off(s->cfg.rank, b, k);
         } else {
             h.layout_str = frame_str_c("sparse");
             h.rows = s->rows;
@@ -383,7 +385,7 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
     return 0;
 }
 
-int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, size_t errlen)
+static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, size_t errlen)
 {
     s->trainers = cl->trainers;
     s->cl = cl;
@@ -432,4 +434,20 @@ int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, si
     rep->batches = s->cfg.batches;
     rep->seconds = (double)(clock_now_ns() - t_start) / 1e9;
     return 0;
+}
+
+/* The pushes' data lives in the client's shared segment for the run when
+ * there is one (a push then copies nothing: the server folds from these
+ * pages), else where it always is. */
+int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, size_t errlen)
+{
+    size_t bytes = (s->cfg.bucket_floats + SYN_P) * sizeof *s->base;
+    float *shared = s->cfg.sparse ? NULL : client_shared_alloc(cl, bytes);
+    if (shared)
+        memcpy(shared, s->base, bytes);
+    s->push_base = shared ? shared : s->base;
+    int rc = syn_run(s, cl, rep, err, errlen);
+    s->push_base = s->base;
+    client_shared_free(cl, shared);
+    return rc;
 }

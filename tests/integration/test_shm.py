@@ -1,0 +1,444 @@
+#!/usr/bin/env python3
+"""Shared memory between roles on one host (issue 28; docs/protocol.md,
+"Shared memory on one host"): the redirect, the segments and their checks,
+pushes and results by offset, what a bad peer gets, failures, and the
+kinds' results over shared memory equal to TCP's, bit for bit."""
+import fcntl
+import json
+import mmap
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import msgpack
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+from psb import RawClient, Closed, encode_frame, dense_payload, expected_dense_mean, parse_dense  # noqa: E402
+
+MIB = 1 << 20
+
+
+def sealed_memfd(size, seals=fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW):
+    fd = os.memfd_create("psbench-test", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+    os.ftruncate(fd, size)
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+class ShmClient(RawClient):
+    """A trainer by hand over the server's Unix socket: TCP hello asking
+    for shared memory, the redirect followed, then hello with a segment."""
+
+    def __init__(self, port, size=4 * MIB, seg_fd=None, send_segment=True, **kw):
+        super().__init__(port, **kw)
+        self.fds = []
+        self.seg_fd = seg_fd if seg_fd is not None else sealed_memfd(size)
+        self.seg = mmap.mmap(self.seg_fd, os.fstat(self.seg_fd).st_size)
+        self.send_segment = send_segment
+        self.server_seg = None
+
+    def redirect(self, rank):
+        h, _ = super().hello(rank, extra={"link": "shm"})
+        assert h["type"] == "redirect", h
+        self.sock.close()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect("\0" + h["shm"])
+        self.buf = b""
+        return h
+
+    def hello_shm(self, rank, extra=None):
+        self.redirect(rank)
+        h = {"type": "hello", "version": 1, "role": "trainer", "rank": rank, "zerocopy": 1}
+        fds = []
+        if self.send_segment:
+            h["segment"] = os.fstat(self.seg_fd).st_size
+            fds = [self.seg_fd]
+        h.update(extra or {})
+        socket.send_fds(self.sock, [encode_frame(h)], fds)
+        w, _ = self.recv_frame()
+        if w.get("segment") and self.fds:
+            fd = self.fds.pop(0)
+            self.server_seg = mmap.mmap(fd, w["segment"], prot=mmap.PROT_READ)
+            self.server_seg_fd = fd
+        return w
+
+    def _fill(self, n, deadline):
+        if self.sock.family != socket.AF_UNIX:
+            return super()._fill(n, deadline)
+        while len(self.buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("timed out waiting for %d bytes" % n)
+            self.sock.settimeout(left)
+            try:
+                data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 4)
+            except (ConnectionResetError, BrokenPipeError) as e:
+                raise Closed(str(e))
+            self.fds += fds
+            if not data:
+                raise Closed("EOF")
+            self.buf += data
+
+    def put(self, at, values):
+        b = dense_payload(values)
+        self.seg[at:at + len(b)] = b
+        return len(b)
+
+    def push_at(self, batch, bucket, count, at):
+        self.send_frame({"type": "push", "batch": batch, "bucket": bucket, "dtype": "f32", "layout": "dense",
+                         "count": count, "at": at})
+
+    def result(self, timeout=10.0):
+        """The next frame; a result's payload read from the server's
+        segment when it names one."""
+        h, p = self.recv_frame(timeout)
+        if h.get("type") == "result" and "at" in h:
+            n = 4 * h["count"]
+            p = bytes(self.server_seg[h["at"]:h["at"] + n])
+        return h, p
+
+    def close(self):
+        super().close()
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+class Shm(psb.PsbTestCase):
+    def shm_client(self, server, **kw):
+        c = ShmClient(server.port, **kw)
+        self._clients.append(c)
+        return c
+
+    # -- the protocol by hand -------------------------------------------------
+    def test_round_by_offset_and_result_in_place(self):
+        """Two trainers push by offset; both read the mean where the server
+        wrote it, once; it equals TCP's (and the kind's rule) bit for bit."""
+        s = self.reg.server(trainers=2, extra=["--device", "cpu"])
+        a, b = self.shm_client(s), self.shm_client(s)
+        wa, wb = a.hello_shm(0), b.hello_shm(1)
+        self.assertEqual(wa["type"], "welcome", wa)
+        self.assertGreater(wa["segment"], 0)
+        n = 65536
+        va = [float(i % 97) * 0.25 for i in range(n)]
+        vb = [float(i % 13) - 3.5 for i in range(n)]
+        a.put(8192, va)
+        b.put(0, vb)
+        a.push_at(0, 0, n, 8192)
+        b.push_at(0, 0, n, 0)
+        ha, pa = a.result()
+        hb, pb = b.result()
+        self.assertEqual((ha["type"], hb["type"]), ("result", "result"), (ha, hb))
+        self.assertIn("at", ha)
+        self.assertEqual(ha["at"], hb["at"])  # written once, read by both
+        self.assertNotIn("payload", ha)
+        self.assertEqual(parse_dense(pa), expected_dense_mean([va, vb], 2))
+        self.assertEqual(pa, pb)
+        # The server's segment: sealed against shrinking and growing.
+        with self.assertRaises(PermissionError):
+            os.ftruncate(a.server_seg_fd, 0)
+        with self.assertRaises(PermissionError):
+            os.ftruncate(a.server_seg_fd, 1 << 40)
+
+    def test_offset_outside_the_segment(self):
+        """A push naming bytes beyond its segment (or straddling its end, or
+        off a float boundary) is bad_frame and the connection closes; the
+        server reads nothing there and serves the next trainers."""
+        s = self.reg.server(trainers=1, extra=["--device", "cpu"])
+        for at, count in ((4 * MIB, 1), (4 * MIB - 8, 4), (2, 4), ((1 << 64) - 4, 2)):
+            c = self.shm_client(s)
+            c.hello_shm(0)
+            c.push_at(0, 0, count, at)
+            h, _ = c.recv_frame()
+            self.assertEqual((h["type"], h["code"]), ("error", "bad_frame"), (at, h))
+            self.assertRegex(h["message"], r"push names bytes \d+\.\.\d+ of a segment of 4194304 bytes")
+            c.expect_closed()
+            c.close()
+        self.good_round(s, ranks=(0,))
+
+    def test_at_where_it_means_nothing(self):
+        """`at` on TCP, or on a frame other than push; a payload and `at`
+        at once: bad_frame, closed."""
+        s = self.reg.server(trainers=1, extra=["--device", "cpu"])
+        c = self.client(s)
+        self.hello_ok(c, 0)
+        c.send_frame({"type": "push", "batch": 0, "bucket": 0, "dtype": "f32", "layout": "dense", "count": 1,
+                      "at": 0})
+        h = self.expect_error(c, "bad_frame")
+        self.assertIn("on a TCP connection", h["message"])
+        c.expect_closed()
+        d = self.shm_client(s)
+        d.hello_shm(0)
+        d.send_frame({"type": "fetch", "at": 0})
+        self.assertIn("only for push", self.expect_error(d, "bad_frame")["message"])
+        e = self.shm_client(s)
+        e.hello_shm(0)
+        e.send_frame({"type": "push", "batch": 0, "bucket": 0, "dtype": "f32", "layout": "dense", "count": 1,
+                      "at": 0}, dense_payload([1.0]))
+        self.assertIn("both a payload and at", self.expect_error(e, "bad_frame")["message"])
+        self.good_round(s, ranks=(0,))
+
+    def test_segments_refused(self):
+        """Segments a server does not map: not sealed against shrinking,
+        larger than --max-shm, not what the hello says, or promised and not
+        sent. Each is bad_frame naming why; the server stays."""
+        s = self.reg.server(trainers=1, extra=["--device", "cpu", "--max-shm", "8M"])
+        cases = [
+            (dict(seg_fd=sealed_memfd(MIB, seals=0)), None, "not sealed against shrinking"),
+            (dict(size=16 * MIB), None, "at most 8388608 taken"),
+            (dict(size=MIB), {"segment": 2 * MIB}, "its segment is 2097152 bytes; it is 1048576"),
+            (dict(size=MIB, send_segment=False), {"segment": MIB}, "no descriptor came with it"),
+        ]
+        for kw, extra, why in cases:
+            c = self.shm_client(s, **kw)
+            w = c.hello_shm(0, extra=extra)
+            self.assertEqual((w["type"], w.get("code")), ("error", "bad_frame"), (why, w))
+            self.assertIn(why, w["message"])
+            c.expect_closed()
+        # A pipe is not a segment.
+        r, wfd = os.pipe()
+        try:
+            c = self.shm_client(s, size=MIB)
+            c.redirect(0)
+            socket.send_fds(c.sock, [encode_frame({"type": "hello", "version": 1, "role": "trainer", "rank": 0,
+                                                   "segment": MIB})], [r])
+            h, _ = c.recv_frame()
+            self.assertIn("not a memfd", h["message"])
+        finally:
+            os.close(r)
+            os.close(wfd)
+        self.good_round(s, ranks=(0,))
+
+    def test_descriptor_with_another_frame(self):
+        """A descriptor sent with anything but the hello is bad_frame: the
+        server closes it and the connection, and keeps no descriptor."""
+        s = self.reg.server(trainers=1, extra=["--device", "cpu"])
+        before = len(os.listdir("/proc/%d/fd" % s.pid))
+        for _ in range(5):
+            c = self.shm_client(s, size=MIB)
+            c.hello_shm(0)
+            extra = sealed_memfd(MIB)
+            socket.send_fds(c.sock, [encode_frame({"type": "fetch"})], [extra, extra])
+            os.close(extra)
+            h, _ = c.recv_frame()
+            self.assertEqual((h["type"], h["code"]), ("error", "bad_frame"), h)
+            self.assertIn("descriptor", h["message"])
+            c.expect_closed()
+            c.close()
+        deadline = time.monotonic() + 5
+        while len(os.listdir("/proc/%d/fd" % s.pid)) > before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertLessEqual(len(os.listdir("/proc/%d/fd" % s.pid)), before)
+
+    def test_peer_that_stops_reading(self):
+        """A trainer that pushes on and never reads: its results are lent
+        in place up to --max-queued, then go on the socket, and once more
+        than --max-queued bytes wait unread it is dropped; the server
+        stays."""
+        s = self.reg.server(trainers=1, extra=["--device", "cpu", "--max-queued", "256K", "--log-level", "debug"])
+        c = self.shm_client(s, size=MIB)
+        c.hello_shm(0)
+        # Each push of a later batch ends the earlier results' loans (the
+        # hello's promise), so what waits unread is headers: many rounds.
+        n = 1024
+        c.put(0, [1.0] * n)
+        dropped = False
+        for batch in range(100000):
+            try:
+                c.push_at(batch, 0, n, 0)
+            except (BrokenPipeError, ConnectionResetError, socket.timeout):
+                dropped = True
+                break
+        if not dropped:
+            c.drain_until_closed(timeout=10)
+        deadline = time.monotonic() + 10
+        while "bytes of results queued and not read" not in s.stderr() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertIn("bytes of results queued and not read", s.stderr())
+        self.good_round(s, ranks=(0,))
+
+    # -- psbench's trainers -----------------------------------------------------
+    def run_pair(self, server_extra, trainer_extra, batches=5, floats=100000):
+        s = self.reg.server(trainers=2, extra=list(server_extra))
+        ts = [self.reg.trainer(s, r, buckets=3, floats=floats, batches=batches, extra=tuple(trainer_extra))
+              for r in range(2)]
+        for t in ts:
+            t.wait(60)
+        return s, ts
+
+    def test_transport_choices(self):
+        """auto takes shared memory on one host; shm insists (a one-line
+        error where the server offers TCP only); a server with --transport
+        shm refuses a TCP hello, saying why; tcp never asks."""
+        s, ts = self.run_pair(["--transport", "tcp"], ["--transport", "shm"])
+        for t in ts:
+            self.assertNotEqual(t.returncode, 0)
+            self.assertRegex(t.stderr().strip().splitlines()[-1], r"offers no shared memory \(--transport shm")
+        s.stop()
+        s, ts = self.run_pair(["--transport", "shm"], ["--transport", "tcp"])
+        for t in ts:
+            self.assertNotEqual(t.returncode, 0)
+            self.assertIn("shared memory only (--transport shm)", t.stderr())
+        s.stop()
+        s, ts = self.run_pair(["--transport", "shm"], ["--transport", "auto"])
+        for t in ts:
+            self.assertEqual(t.returncode, 0, t.describe())
+        rc, out, _ = s.terminate_and_wait()
+        self.assertRegex(out, r" 30 pushes folded from trainers' segments")
+
+    def test_push_payloads_inline_on_the_socket(self):
+        """PSBENCH_SHM_PUSH=inline: pushes travel on the Unix socket (the
+        results are still read in place); the same checks pass."""
+        s = self.reg.server(trainers=2)
+        env = psb.base_env({"PSBENCH_SHM_PUSH": "inline"})
+        ts = [self.reg.trainer(s, r, buckets=2, floats=70000, batches=4, env=env) for r in range(2)]
+        for t in ts:
+            self.assertEqual(t.wait(60), 0, t.describe())
+        rc, out, _ = s.terminate_and_wait()
+        self.assertRegex(out, r" 0 pushes folded from trainers' segments")
+        m = re.search(r"(\d+) read in place", out)
+        self.assertEqual(int(m.group(1)), 2 * 2 * 4 * 70000 * 4, out)
+
+    def test_trainer_killed_mid_run(self):
+        """A trainer killed while buckets are in flight: the other is told
+        peer_lost (one line), the server stays and serves a new session."""
+        for delay in (0.3, 0.6):
+            s = self.reg.server(trainers=2)
+            ts = [self.reg.trainer(s, r, buckets=4, floats=262144, batches=100000) for r in range(2)]
+            time.sleep(delay)
+            ts[0].signal(signal.SIGKILL)
+            self.assertNotEqual(ts[1].wait(60), 0)
+            self.assertRegex(ts[1].stderr(), r"peer_lost|closed the connection")
+            self.assertTrue(s.alive(), s.describe())
+            self.good_round(s)
+            s.stop()
+
+    def test_server_killed_while_trainers_hold_its_segment(self):
+        """The server dies under trainers that map its segment: they end
+        with a one-line error naming it, never SIGBUS."""
+        s = self.reg.server(trainers=2)
+        ts = [self.reg.trainer(s, r, buckets=4, floats=262144, batches=100000) for r in range(2)]
+        time.sleep(0.5)
+        s.signal(signal.SIGKILL)
+        for t in ts:
+            rc = t.wait(60)
+            self.assertEqual(rc, 1, t.describe())
+            self.assertIn("server 127.0.0.1:%d" % s.port, t.stderr().strip().splitlines()[-1])
+
+    def test_trainer_segment_sealed(self):
+        """What a psbench trainer hands over cannot be shrunk by anyone, and
+        the server maps it read-only (no writable mapping of it exists)."""
+        s = self.reg.server(trainers=2)
+        t = self.reg.trainer(s, 0, buckets=2, floats=1000, batches=100000)  # waits for rank 1
+        deadline = time.monotonic() + 20
+        seg = None
+        while seg is None and time.monotonic() < deadline:
+            for fd in os.listdir("/proc/%d/fd" % t.pid):
+                try:
+                    if os.readlink("/proc/%d/fd/%s" % (t.pid, fd)).startswith("/memfd:psbench-trainer"):
+                        seg = "/proc/%d/fd/%s" % (t.pid, fd)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        self.assertIsNotNone(seg, t.describe())
+        fd = os.open(seg, os.O_RDWR)
+        try:
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            self.assertTrue(seals & fcntl.F_SEAL_SHRINK and seals & fcntl.F_SEAL_GROW, seals)
+            with self.assertRaises(PermissionError):
+                os.ftruncate(fd, 0)
+            with self.assertRaises(PermissionError):  # future writes sealed: no writable mapping
+                mmap.mmap(fd, 4096)
+        finally:
+            os.close(fd)
+        with open("/proc/%d/maps" % s.pid) as f:
+            maps = [ln for ln in f if "memfd:psbench-trainer" in ln]
+        self.assertTrue(maps, "the server maps the trainer's segment")
+        for ln in maps:
+            self.assertEqual(ln.split()[1][:2], "r-", ln)
+        t.stop()
+
+
+# -- whole runs: the kinds over each transport ------------------------------------
+
+def master_run(transport, args, out):
+    cmd = [psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+           "--linger", "0", "--out", out, "--transport", transport] + list(args)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=psb.base_env(), timeout=240,
+                       text=True)
+    return p
+
+
+class Runs(psb.PsbTestCase):
+    JOBS = {
+        "average": ["--epochs", "1"],
+        "average-batch": ["--epochs", "1", "--server", "AverageBatchParameterServer"],
+        "batch-update": ["--server", "BatchUpdateParameterServer", "--model", "BatchUpdateLinear", "--trainer",
+                         "BatchUpdateTrainer", "--epochs", "1"],
+        # One trainer: two trainers' sparse updates reach the tables in
+        # an order no transport fixes (the seed's Hogwild-style updates).
+        "embedding": ["--number-trainers", "1", "--number-ps", "2", "--embedding-dim", "256", "--epochs", "1",
+                      "--warmup-cycles", "1"],
+    }
+
+    def test_kinds_equal_over_both_transports(self):
+        """Each kind trains the same bits over shared memory as over TCP:
+        losses and final parameters' digests equal, every link as asked."""
+        for kind, args in self.JOBS.items():
+            got = {}
+            for transport in ("tcp", "shm"):
+                out = os.path.join(self.reg.workdir, "%s-%s" % (kind, transport))
+                p = master_run(transport, args, out)
+                self.assertEqual(p.returncode, 0, (kind, transport, p.stderr[-3000:]))
+                with open(os.path.join(out, "results.json")) as f:
+                    res = json.load(f)
+                links = [l for t in res["trainers"] for l in t["links"]]
+                self.assertTrue(links, (kind, transport))
+                self.assertEqual({l["transport"] for l in links}, {transport}, (kind, links))
+                got[transport] = [(t.get("loss_per_epoch"), t.get("final_params_sha256")) for t in res["trainers"]]
+                self.assertTrue(all(d for _, d in got[transport]), (kind, got))
+            self.assertEqual(got["tcp"], got["shm"], kind)
+
+    def test_runs_keep_descriptors_and_mappings_flat(self):
+        """--runs 20 on one master: the server's descriptors and mappings
+        after the last run are what they were after the second."""
+        cmd = [psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+               "--linger", "0", "--transport", "shm", "--runs", "20", "--model", "Synthetic", "--epochs", "1",
+               "--log-level", "info"]
+        m = self.reg.start(cmd, name="master")
+        counts = {}
+        deadline = time.monotonic() + 240
+        server_pid = None
+        while m.alive() and time.monotonic() < deadline:
+            if server_pid is None:
+                for line in subprocess.run(["pgrep", "-P", str(m.pid), "psbench-server"], stdout=subprocess.PIPE,
+                                           text=True).stdout.split():
+                    server_pid = int(line)
+            runs = re.findall(r"run (\d+) of 20", m.stdout() + m.stderr())
+            if server_pid and runs:
+                r = int(runs[-1])
+                try:
+                    fds = len(os.listdir("/proc/%d/fd" % server_pid))
+                    with open("/proc/%d/maps" % server_pid) as f:
+                        maps = sum(1 for _ in f)
+                except OSError:
+                    break
+                counts.setdefault(r, []).append((fds, maps))
+            time.sleep(0.02)
+        self.assertEqual(m.wait(60), 0, m.describe())
+        self.assertIn(2, counts, (counts.keys(), m.describe()))
+        late = max(counts)
+        self.assertGreaterEqual(late, 15, counts.keys())
+        self.assertLessEqual(min(counts[late]), max(counts[2]), counts)
+
+
+if __name__ == "__main__":
+    psb.main()
