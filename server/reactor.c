@@ -351,13 +351,16 @@ static void server_on_session_end(void *arg)
 
 /* ---- shared memory ------------------------------------------------------- */
 
-/* The pool's memory with shared memory on: large buffers (accumulators,
- * results) from the arena, whole pages, so that a trainer on this host
- * reads a result where the server wrote it; small ones from the heap. */
+/* The pool's memory with shared memory on: buffers of a KiB or more
+ * (accumulators, results: a bucket of 256 floats is one) from the arena,
+ * whole pages each, so that a trainer on this host reads a result where
+ * the server wrote it; smaller ones from the heap (a page each would cost
+ * more than reading them from the socket). */
+#define SERVER_SHARED_MIN 1024u
 static void *server_pool_alloc(void *ctx, size_t bytes)
 {
     server *s = ctx;
-    if (bytes >= BUFPOOL_MAP_MIN) {
+    if (bytes >= SERVER_SHARED_MIN) {
         void *p = shm_arena_alloc(&s->arena, bytes);
         if (p)
             return p;
