@@ -3,14 +3,19 @@
 # and bucket size.
 #
 # DummyModel, 2 trainers on this host (psbench-master --local), once per
-# hook and bucket cap: rpc_hook and sparse_rpc_hook with 1 server,
-# allreduce_hook with none (the seed's pure-DDP baseline, Gloo). The step
-# is split into forward, backward, exposed communication (how long the
-# optimizer waits for buckets after backward ends) and the overlap fraction
-# (the part of the communication span hidden behind backward). Then, per
-# cap, rpc_hook's buckets (sizes and order, as the trainer logs them)
+# hook and bucket cap: rpc_hook and sparse_rpc_hook with 1 server, once per
+# transport between trainers and server (psbench-master --transport tcp,
+# then shm: shared memory, docs/protocol.md), allreduce_hook with none (the
+# seed's pure-DDP baseline, Gloo; one row, no transport). The step is split
+# into forward, backward, exposed communication (how long the optimizer
+# waits for buckets after backward ends) and the overlap fraction (the part
+# of the communication span hidden behind backward). Then, per cap and
+# transport, rpc_hook's buckets (sizes and order, as the trainer logs them)
 # through the Synthetic model: pure communication, the floor for that
-# traffic on this host.
+# traffic on this host. Per cap, the ratio of the step over TCP to the step
+# over shared memory; target (issue 28, informational): rpc_hook's DummyModel
+# step over shm at least 20 % faster than over TCP (step_tcp / step_shm
+# >= 1.2).
 #
 #   bench/train_step.sh [BUILD_DIR] [EPOCHS] [CAP_MB ...]
 #                       (defaults: build, 10, caps 25 and 4)
@@ -26,8 +31,9 @@
 # default --compute-nice (communication scheduled ahead of backward).
 #
 # Then (DummyModel only) the device table: the step per trainer device, cap
-# 25 MB, 2 trainers — cpu (rpc_hook to a CPU server, allreduce_hook over
-# Gloo; the runs above where cap 25 ran) and cuda (rpc_hook to a CPU server
+# 25 MB, 2 trainers — cpu (rpc_hook to a CPU server over the default
+# transport, shared memory on one host, allreduce_hook over Gloo; the runs
+# above where cap 25 ran: rpc_hook's over shm) and cuda (rpc_hook to a CPU server
 # and to a CUDA server, allreduce_hook over Gloo staged through pinned
 # memory, and over NCCL on the gradients' device memory where the GPUs
 # allow: one GPU per rank, so 1 trainer on a 1-GPU host) — with the exposed communication, beside two limits
@@ -103,21 +109,31 @@ for cap in caps:
 json.dump(out, open(work + "/trainers.json", "w"), indent=1)
 EOF
 
+# The transports a hook with a server runs over, each its own row (results
+# in model-CAP-HOOK-TRANSPORT); a hook without one: one row (model-CAP-HOOK).
+TRANSPORTS=(tcp shm)
 for cap in "${CAPS[@]}"; do
   for hook in "${HOOK_LIST[@]}"; do
-    nserver=1
-    [[ $hook == allreduce_hook || $hook == hybrid_hook ]] && nserver=0
-    echo "$MODEL, $hook, bucket_cap_mb $cap, 2 trainers, $nserver server(s), $EPOCHS epochs (timed pass) ..." >&2
-    run "$work/model-$cap-$hook" --model "$MODEL" --trainer "Cap$cap" --trainer-config-path "$work/trainers.json" \
-      --ddp-hook "$hook" --nserver "$nserver"
+    if [[ $hook == allreduce_hook || $hook == hybrid_hook ]]; then
+      echo "$MODEL, $hook, bucket_cap_mb $cap, 2 trainers, 0 servers, $EPOCHS epochs (timed pass) ..." >&2
+      run "$work/model-$cap-$hook" --model "$MODEL" --trainer "Cap$cap" --trainer-config-path "$work/trainers.json" \
+        --ddp-hook "$hook" --nserver 0
+      continue
+    fi
+    for tr in "${TRANSPORTS[@]}"; do
+      echo "$MODEL, $hook, bucket_cap_mb $cap, 2 trainers, 1 server over $tr, $EPOCHS epochs (timed pass) ..." >&2
+      run "$work/model-$cap-$hook-$tr" --model "$MODEL" --trainer "Cap$cap" --trainer-config-path "$work/trainers.json" \
+        --ddp-hook "$hook" --nserver 1 --transport "$tr"
+    done
   done
   [[ " ${HOOK_LIST[*]} " == *" rpc_hook "* ]] || continue
   # rpc_hook's buckets (the trainer logs their sizes), replayed through
-  # the Synthetic model: the same sizes in the same order.
+  # the Synthetic model: the same sizes in the same order, over each
+  # transport.
   $PY - "$work" "$cap" <<'EOF'
 import json, re, sys
 work, cap = sys.argv[1], sys.argv[2]
-log = open(work + "/model-" + cap + "-rpc_hook.log").read()
+log = open(work + "/model-" + cap + "-rpc_hook-tcp.log").read()
 found = re.search(r"\[trainer 0\] psbench-trainer: bucket floats: ([0-9 s]+)$", log, re.M)
 if not found:
     sys.exit("train_step.sh: the trainer did not log its bucket sizes")
@@ -126,45 +142,70 @@ json.dump({"Replay": {"model_class": "Synthetic", "configurations": {"bucket_siz
           open(work + "/replay-" + cap + ".json", "w"))
 print("  %d buckets, %d floats in all; replay: the same sizes" % (len(sizes), sum(sizes)), file=sys.stderr)
 EOF
-  echo "Synthetic replay of the same traffic ..." >&2
-  run "$work/replay-$cap" --model Replay --model-config-path "$work/replay-$cap.json"
+  for tr in "${TRANSPORTS[@]}"; do
+    echo "Synthetic replay of the same traffic over $tr ..." >&2
+    run "$work/replay-$cap-$tr" --model Replay --model-config-path "$work/replay-$cap.json" --transport "$tr"
+  done
 done
 
-$PY - "$work" "$PYTORCH_DDP_MS" "$MODEL" "${#CAPS[@]}" "${CAPS[@]}" "${HOOK_LIST[@]}" <<'EOF'
+$PY - "$work" "$PYTORCH_DDP_MS" "$MODEL" "${#CAPS[@]}" "${CAPS[@]}" "${HOOK_LIST[@]}" -- "${TRANSPORTS[@]}" <<'EOF'
 import json, os, sys
 work, torch_ms, model, ncaps = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-caps, hooks = sys.argv[5:5 + ncaps], sys.argv[5 + ncaps:]
+caps, rest = sys.argv[5:5 + ncaps], sys.argv[5 + ncaps:]
+hooks, transports = rest[:rest.index("--")], rest[rest.index("--") + 1:]
+SERVER_HOOKS = ("rpc_hook", "sparse_rpc_hook")
 def mean(r, k):
     s = r["groups"]["trainer"]["all"].get(k)
     return s["mean"] if s else float("nan")
 print("%s step (ms, means over the timed pass of both trainers)" % model)
-print("%-6s %-16s %8s %8s %8s %8s %8s %8s %8s %8s %10s  %s" % (
-    "cap_MB", "hook", "forward", "backward", "exposed", "exp/comp", "optim", "step", "span", "overlap",
+print("%-6s %-16s %-9s %8s %8s %8s %8s %8s %8s %8s %8s %10s  %s" % (
+    "cap_MB", "hook", "transport", "forward", "backward", "exposed", "exp/comp", "optim", "step", "span", "overlap",
     "pure_comm", "target (exposed <= 25% of compute)"))
-steps = {}
+steps, parts = {}, {}
 for cap in caps:
-    replay = work + "/replay-" + cap + "/results.json"
-    pure = mean(json.load(open(replay)), "batch_level_metric,batch_all") if os.path.exists(replay) else None
     for hook in hooks:
-        m = json.load(open(work + "/model-" + cap + "-" + hook + "/results.json"))
-        fwd, bwd = mean(m, "forward_metric,forward_pass"), mean(m, "backward_metric,backward_compute")
-        exposed, span = mean(m, "hook_future_metric,exposed_wait"), mean(m, "hook_future_metric,comm_span")
-        opt, step = mean(m, "optimizer_metric,step"), mean(m, "batch_level_metric,batch_all")
-        steps[(cap, hook)] = step
-        compute = fwd + bwd
-        overlap = 1 - exposed / span if span > 0 else float("nan")
-        print("%-6s %-16s %8.2f %8.2f %8.2f %7.0f%% %8.2f %8.2f %8.2f %8.3f %10s  %s" % (
-            cap, hook, fwd, bwd, exposed, 100 * exposed / compute, opt, step, span, overlap,
-            "%.2f" % pure if pure is not None and hook == "rpc_hook" else "-",
-            "met" if exposed <= 0.25 * compute else "not met"))
+        for tr in transports if hook in SERVER_HOOKS else [None]:
+            m = json.load(open(work + "/model-" + cap + "-" + hook + ("-" + tr if tr else "") + "/results.json"))
+            fwd, bwd = mean(m, "forward_metric,forward_pass"), mean(m, "backward_metric,backward_compute")
+            exposed, span = mean(m, "hook_future_metric,exposed_wait"), mean(m, "hook_future_metric,comm_span")
+            opt, step = mean(m, "optimizer_metric,step"), mean(m, "batch_level_metric,batch_all")
+            steps[(cap, hook, tr)] = step
+            parts[(cap, hook, tr)] = (fwd + bwd + opt, exposed)
+            compute = fwd + bwd
+            overlap = 1 - exposed / span if span > 0 else float("nan")
+            replay = "%s/replay-%s-%s/results.json" % (work, cap, tr)
+            pure = None
+            if hook == "rpc_hook" and os.path.exists(replay):
+                pure = mean(json.load(open(replay)), "batch_level_metric,batch_all")
+            print("%-6s %-16s %-9s %8.2f %8.2f %8.2f %7.0f%% %8.2f %8.2f %8.2f %8.3f %10s  %s" % (
+                cap, hook, tr or "-", fwd, bwd, exposed, 100 * exposed / compute, opt, step, span, overlap,
+                "%.2f" % pure if pure is not None else "-",
+                "met" if exposed <= 0.25 * compute else "not met"))
 print("backward: its compute alone (backward_compute: the seed's backward holds the exposed wait too);")
 print("exposed: the optimizer's wait for buckets after backward; span: first bucket handed")
 print("over to last mean back; overlap: share of the span hidden behind backward; pure_comm:")
-print("rpc_hook's traffic through the Synthetic model, ms per step.")
+print("rpc_hook's traffic through the Synthetic model over the same transport, ms per step.")
+print("transport: between trainers and server (psbench-master --transport): tcp, or shm (shared memory).")
+print("step over tcp / step over shm: with the step's compute and exposed wait of each; compute that")
+print("differs between the two runs is this host's noise, or the transport's own CPU work (the server's,")
+print("the kernel's socket copies) taking the cores from backward, which it overlaps.")
+for cap in caps:
+    for hook in hooks:
+        if (cap, hook, "tcp") in steps and (cap, hook, "shm") in steps:
+            t, s = steps[(cap, hook, "tcp")], steps[(cap, hook, "shm")]
+            r = t / s if s > 0 else float("nan")
+            if hook == "rpc_hook" and model == "DummyModel":
+                verdict = "target (issue 28) >= 1.20: %s" % ("met" if r >= 1.2 else "not met")
+            else:
+                verdict = "informational"
+            print("cap %s MB: %s step over tcp %.2f ms / over shm %.2f ms = %.3f (%s)" % (cap, hook, t, s, r, verdict))
+            (ct, et), (cs, es) = parts[(cap, hook, "tcp")], parts[(cap, hook, "shm")]
+            print("    tcp / shm: compute (forward + backward + optim) %.2f / %.2f ms, exposed %.2f / %.2f ms"
+                  % (ct, cs, et, es))
 if model == "DummyModel":
     for cap in caps:
-        if (cap, "allreduce_hook") in steps:
-            s = steps[(cap, "allreduce_hook")]
+        if (cap, "allreduce_hook", None) in steps:
+            s = steps[(cap, "allreduce_hook", None)]
             print("cap %s MB: allreduce_hook step %.1f ms = %.2f of PyTorch 1.13 DDP's ~%.0f ms on this host "
                   "(target <= 0.80: %s)" % (cap, s, s / torch_ms, torch_ms, "met" if s <= 0.8 * torch_ms else "not met"))
 EOF
@@ -269,7 +310,8 @@ for r in "${ROWS[@]}"; do
   [[ -z $why ]] || continue
   case $name in
     cpu_rpc)
-      if [[ -f $work/model-25-rpc_hook/results.json ]]; then ln -s "$work/model-25-rpc_hook" "$work/dev-$name"; continue; fi
+      # The default transport, as the rows run by hand below: shm on one host.
+      if [[ -f $work/model-25-rpc_hook-shm/results.json ]]; then ln -s "$work/model-25-rpc_hook-shm" "$work/dev-$name"; continue; fi
       args=(--ntrainer 2 --nserver 1 --trainer DdpRpcTrainer); sdev=cpu ;;
     cpu_gloo)
       if [[ -f $work/model-25-allreduce_hook/results.json ]]; then ln -s "$work/model-25-allreduce_hook" "$work/dev-$name"; continue; fi

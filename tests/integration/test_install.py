@@ -162,7 +162,7 @@ class InstallTests(unittest.TestCase):
         self.assertTrue(os.path.isfile(os.path.join(prefix, "share", "doc", "psbench", "README.md")))
         for root, _, files in os.walk(prefix):
             for f in files:
-                self.assertFalse(f.startswith(("test_", "fuzz_", "bare-floor")),
+                self.assertFalse(f.startswith(("test_", "fuzz_", "bare-floor", "mem-floor")),
                                  os.path.join(root, f))
         return confdir
 
