@@ -64,7 +64,10 @@
  *          cannot be told (its pid reused), after FAKE_IPC_WAIT_S (120 s)
  *          of waiting on another process's record. The fake also opens a
  *          handle in the process that exported it (two fake GPUs in one
- *          test).
+ *          test). Its events (local ones too) count records: the latest
+ *          one reached is what is complete, so where one event is recorded
+ *          on several streams at once, a wait may end when a later record
+ *          on another stream completes first (CUDA tracks each record).
  */
 #ifndef PSBENCH_CUGPU_H
 #define PSBENCH_CUGPU_H
