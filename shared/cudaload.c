@@ -80,7 +80,11 @@ static int cudaload_resolve_cudart(cudaload_lib *l, void *h)
                    CUDALOAD_RESOLVE(l, h, t, cudaEventElapsedTime) || CUDALOAD_RESOLVE(l, h, t, cudaEventDestroy) ||
                    CUDALOAD_RESOLVE(l, h, t, cudaLibraryLoadData) || CUDALOAD_RESOLVE(l, h, t, cudaLibraryUnload) ||
                    CUDALOAD_RESOLVE(l, h, t, cudaLibraryGetKernel) || CUDALOAD_RESOLVE(l, h, t, cudaLaunchKernel) ||
-                   CUDALOAD_RESOLVE(l, h, t, cudaLaunchHostFunc) || CUDALOAD_RESOLVE(l, h, t, cudaGetLastError)
+                   CUDALOAD_RESOLVE(l, h, t, cudaLaunchHostFunc) || CUDALOAD_RESOLVE(l, h, t, cudaGetLastError) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaIpcGetMemHandle) || CUDALOAD_RESOLVE(l, h, t, cudaIpcOpenMemHandle) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaIpcCloseMemHandle) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaIpcGetEventHandle) ||
+                   CUDALOAD_RESOLVE(l, h, t, cudaIpcOpenEventHandle) || CUDALOAD_RESOLVE(l, h, t, cudaStreamWaitEvent)
                ? -1
                : 0;
 }

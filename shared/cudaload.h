@@ -77,6 +77,15 @@ typedef struct cudart_api {
     CUDALOAD_FN(cudaLaunchKernel);
     CUDALOAD_FN(cudaLaunchHostFunc);
     CUDALOAD_FN(cudaGetLastError);
+    /* CUDA IPC between roles on one host: device memory and events
+     * exported by handle, opened by the peer; a stream that waits for an
+     * event (local or opened) on the GPU, not on the host. */
+    CUDALOAD_FN(cudaIpcGetMemHandle);
+    CUDALOAD_FN(cudaIpcOpenMemHandle);
+    CUDALOAD_FN(cudaIpcCloseMemHandle);
+    CUDALOAD_FN(cudaIpcGetEventHandle);
+    CUDALOAD_FN(cudaIpcOpenEventHandle);
+    CUDALOAD_FN(cudaStreamWaitEvent);
 } cudart_api;
 
 #ifdef PSBENCH_HAVE_NCCL

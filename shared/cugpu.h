@@ -26,6 +26,48 @@
  * called (CUDA calls no host function after an error), so whoever waits
  * on them must ask cugpu_query, which then answers -1 with the reason —
  * the cuda device polls it while work is in flight.
+ *
+ * IPC between processes on one host (a CUDA trainer and a CUDA server):
+ * device memory and events are exported as handles — plain bytes
+ * (cugpu_ipc_handle), which a protocol carries in a frame — and opened by
+ * the peer, once (opening is expensive: the peer caches what it opened).
+ * The exporter allocates the memory with dev_alloc_ipc (only such memory
+ * can be exported) and makes its events with event_new_ipc; the peer opens
+ * them (ipc_open, event_open), makes its stream wait for the exporter's
+ * event (stream_wait: on the GPU, the host never waits) and reads or
+ * writes the exporter's memory on that stream, device to device.
+ *
+ *   cuda   cudaMalloc'ed memory (not the stream-ordered pool's: memory from
+ *          cudaMallocAsync's default pool cannot be exported) and
+ *          cudaIpcGetMemHandle / cudaIpcOpenMemHandle (peer access enabled
+ *          lazily) / cudaIpcCloseMemHandle; events made with
+ *          cudaEventInterprocess | cudaEventDisableTiming,
+ *          cudaIpcGetEventHandle / cudaIpcOpenEventHandle; stream_wait is
+ *          cudaStreamWaitEvent. CUDA refuses to open a handle in the
+ *          process that exported it, and the size given to ipc_open is the
+ *          caller's word (the runtime cannot check it).
+ *   fake   the memory is a memfd (sealed against shrinking and growing, so
+ *          no one can truncate it under a mapping), mapped shared; its
+ *          handle says the exporter's pid, the memfd's descriptor number
+ *          there, its size and its identity (device and inode), and
+ *          ipc_open maps it by opening /proc/<pid>/fd/<n> — same host,
+ *          same user: what the fake GPU is for — after checking all of
+ *          that (a descriptor closed, or reused by another file, is refused
+ *          with the reason). An IPC event's state is a page of its own
+ *          memfd, opened the same way: a record counts itself there when
+ *          queued and marks itself complete when its stream's worker
+ *          reaches it (atomics in the shared page), and a stream_wait's
+ *          worker polls the page until the record it waits for is
+ *          complete. Such a wait gives up, failing its stream, when the
+ *          record can never complete: its stream failed, or the process
+ *          that made it is gone; or, to bound it where a dead process
+ *          cannot be told (its pid reused), after FAKE_IPC_WAIT_S (120 s)
+ *          of waiting on another process's record. The fake also opens a
+ *          handle in the process that exported it (two fake GPUs in one
+ *          test). Its events (local ones too) count records: the latest
+ *          one reached is what is complete, so where one event is recorded
+ *          on several streams at once, a wait may end when a later record
+ *          on another stream completes first (CUDA tracks each record).
  */
 #ifndef PSBENCH_CUGPU_H
 #define PSBENCH_CUGPU_H
@@ -39,6 +81,14 @@ typedef struct cugpu_stream cugpu_stream;
 typedef struct cugpu_event cugpu_event;
 
 typedef enum cugpu_dir { CUGPU_H2D = 0, CUGPU_D2H, CUGPU_D2D } cugpu_dir;
+
+/* An exported device allocation or event, as bytes that mean something
+ * only to the GPU layer that made them (CUDA's cudaIpcMemHandle_t and
+ * cudaIpcEventHandle_t are 64 bytes each; the fake GPU's fit). */
+#define CUGPU_IPC_HANDLE_SIZE 64
+typedef struct cugpu_ipc_handle {
+    unsigned char bytes[CUGPU_IPC_HANDLE_SIZE];
+} cugpu_ipc_handle;
 
 /* A role's kernels, as the GPU layer runs them: the server's
  * (server/cuda/kernels_host.c), the trainer's. A launch is the role's own
@@ -103,8 +153,43 @@ typedef struct cugpu_ops {
     /* 0: the work before the event's last record is done (or it was
      * never recorded, as CUDA answers); 1: not yet; -1: an error. */
     int (*event_query)(cugpu *g, cugpu_event *e);
-    /* The time between two recorded events, both complete. */
+    /* The time between two recorded events, both complete (never IPC
+     * events: they keep no time). */
     int (*elapsed_ms)(cugpu *g, cugpu_event *from, cugpu_event *to, float *ms);
+    /* The work queued on s from now on waits until the work before e's
+     * most recent record, as it stands at this call, is complete; a later
+     * record of e changes nothing for this wait, and an event never
+     * recorded makes no wait (cudaStreamWaitEvent). On the GPU: the caller
+     * does not wait. e: an event of this GPU, local or opened (event_open);
+     * it may be freed once this returns. 0, or -1 with g->err; on the fake
+     * GPU a wait that cannot end fails s (see IPC above). */
+    int (*stream_wait)(cugpu *g, cugpu_stream *s, cugpu_event *e);
+
+    /* ---- IPC (see the top of this file) ---- */
+    /* Device memory another process can open: as dev_alloc's otherwise
+     * (copies and launches use it alike), freed with dev_free_ipc only
+     * (NULL: nothing), once no peer uses it any more. NULL with g->err. */
+    void *(*dev_alloc_ipc)(cugpu *g, size_t bytes);
+    void (*dev_free_ipc)(cugpu *g, void *p);
+    /* The handle of the allocation whose base dev_alloc_ipc returned: the
+     * same each time it is asked. 0, or -1 with g->err. */
+    int (*ipc_export)(cugpu *g, void *base, cugpu_ipc_handle *h);
+    /* Another process's allocation (h from its ipc_export) mapped here,
+     * `bytes` of it usable: a device pointer of this GPU, NULL with
+     * g->err (a handle that is no allocation, or no longer one, or smaller
+     * than bytes, is refused). Closed with ipc_close. */
+    void *(*ipc_open)(cugpu *g, const cugpu_ipc_handle *h, size_t bytes);
+    void (*ipc_close)(cugpu *g, void *p);
+    /* An event another process can open and wait for (no timing), freed
+     * with event_free. NULL with g->err. */
+    cugpu_event *(*event_new_ipc)(cugpu *g);
+    /* The handle of an event from event_new_ipc. 0, or -1 with g->err
+     * (any other event). */
+    int (*event_export)(cugpu *g, cugpu_event *e, cugpu_ipc_handle *h);
+    /* Another process's IPC event (h from its event_export), here: record,
+     * query and stream_wait as on a local one; event_free releases it (the
+     * exporter's event lives on). NULL with g->err. */
+    cugpu_event *(*event_open)(cugpu *g, const cugpu_ipc_handle *h);
     /* 0: everything queued is done; 1: work is in flight; -1: the stream
      * failed (g->err says how). */
     int (*query)(cugpu *g, cugpu_stream *s);
@@ -128,7 +213,7 @@ struct cugpu {
 cugpu *cugpu_cuda_new(int device, const cugpu_kernels *k, char *err, size_t errlen);
 
 /* The fake GPU. `fail_at`: the 1-based count of operations (copies,
- * launches, records, host functions, over all streams) at which one
+ * launches, records, waits, host functions, over all streams) at which one
  * fails with an injected error; 0: none fails. `delay_us`: at most this
  * long, at random, before each operation runs (so that completions come
  * late, as on a GPU). */

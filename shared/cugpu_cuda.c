@@ -203,6 +203,91 @@ static int cg_elapsed_ms(cugpu *g, cugpu_event *from, cugpu_event *to, float *ms
     return e == cudaSuccess ? 0 : cg_failed(g, "cudaEventElapsedTime", e);
 }
 
+static int cg_stream_wait(cugpu *g, cugpu_stream *s, cugpu_event *ev)
+{
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)ev, 0);
+    return e == cudaSuccess ? 0 : cg_failed(g, "cudaStreamWaitEvent", e);
+}
+
+/* ---- IPC: CUDA's handles are our bytes ------------------------------------------ */
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(cugpu_ipc_handle), "a CUDA IPC memory handle is 64 bytes");
+_Static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(cugpu_ipc_handle), "a CUDA IPC event handle is 64 bytes");
+
+/* cudaMalloc, never the stream-ordered pool: the default pool's memory
+ * cannot be exported with cudaIpcGetMemHandle. */
+static void *cg_dev_alloc_ipc(cugpu *g, size_t bytes) { return cg_dev_alloc(g, bytes); }
+
+static void cg_dev_free_ipc(cugpu *g, void *p) { cg_dev_free(g, p); }
+
+static int cg_ipc_export(cugpu *g, void *base, cugpu_ipc_handle *h)
+{
+    cudaIpcMemHandle_t mh;
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaIpcGetMemHandle(&mh, base);
+    if (e != cudaSuccess)
+        return cg_failed(g, "cudaIpcGetMemHandle", e);
+    memcpy(h->bytes, &mh, sizeof h->bytes);
+    return 0;
+}
+
+/* `bytes` is the caller's word: the runtime has no call that says an
+ * opened allocation's size. */
+static void *cg_ipc_open(cugpu *g, const cugpu_ipc_handle *h, size_t bytes)
+{
+    (void)bytes;
+    cudaIpcMemHandle_t mh;
+    memcpy(&mh, h->bytes, sizeof mh);
+    void *p = NULL;
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+        cg_failed(g, "cudaIpcOpenMemHandle", e);
+        return NULL;
+    }
+    return p;
+}
+
+static void cg_ipc_close(cugpu *g, void *p)
+{
+    if (p)
+        ((cuda_gpu *)g)->rt->cudaIpcCloseMemHandle(p);
+}
+
+/* Interprocess events must be made without timing. */
+static cugpu_event *cg_event_new_ipc(cugpu *g)
+{
+    cudaEvent_t ev = NULL;
+    cudaError_t e =
+        ((cuda_gpu *)g)->rt->cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        cg_failed(g, "cudaEventCreateWithFlags(cudaEventInterprocess)", e);
+        return NULL;
+    }
+    return (cugpu_event *)ev;
+}
+
+static int cg_event_export(cugpu *g, cugpu_event *ev, cugpu_ipc_handle *h)
+{
+    cudaIpcEventHandle_t eh;
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaIpcGetEventHandle(&eh, (cudaEvent_t)ev);
+    if (e != cudaSuccess)
+        return cg_failed(g, "cudaIpcGetEventHandle", e);
+    memcpy(h->bytes, &eh, sizeof h->bytes);
+    return 0;
+}
+
+static cugpu_event *cg_event_open(cugpu *g, const cugpu_ipc_handle *h)
+{
+    cudaIpcEventHandle_t eh;
+    memcpy(&eh, h->bytes, sizeof eh);
+    cudaEvent_t ev = NULL;
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaIpcOpenEventHandle(&ev, eh);
+    if (e != cudaSuccess) {
+        cg_failed(g, "cudaIpcOpenEventHandle", e);
+        return NULL;
+    }
+    return (cugpu_event *)ev;
+}
+
 static int cg_query(cugpu *g, cugpu_stream *s)
 {
     cudaError_t e = ((cuda_gpu *)g)->rt->cudaStreamQuery((cudaStream_t)s);
@@ -246,6 +331,15 @@ static const cugpu_ops cuda_ops = {
     .event_record = cg_event_record,
     .event_query = cg_event_query,
     .elapsed_ms = cg_elapsed_ms,
+    .stream_wait = cg_stream_wait,
+    .dev_alloc_ipc = cg_dev_alloc_ipc,
+    .dev_free_ipc = cg_dev_free_ipc,
+    .ipc_export = cg_ipc_export,
+    .ipc_open = cg_ipc_open,
+    .ipc_close = cg_ipc_close,
+    .event_new_ipc = cg_event_new_ipc,
+    .event_export = cg_event_export,
+    .event_open = cg_event_open,
     .query = cg_query,
     .sync = cg_sync,
     .destroy = cg_destroy,
