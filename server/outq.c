@@ -137,31 +137,37 @@ int outq_push_copy(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload)
 
 /* ---- loans ------------------------------------------------------------- */
 
-/* A payload spliced in full: keep it (our reference) until the peer has
- * provably read it. */
+/* Room for one more loan. 0, or -1 (no memory). */
+static int outq_loans_room(outq *q)
+{
+    if (q->nloans < q->loans_cap)
+        return 0;
+    size_t cap = q->loans_cap ? q->loans_cap * 2 : 16;
+    outq_loan *l = realloc(q->loans, cap * sizeof *l);
+    if (!l)
+        return -1;
+    q->loans = l;
+    q->loans_cap = cap;
+    return 0;
+}
+
+/* Keep b (our reference) on loan, tagged; there is room (outq_loans_room). */
 static void outq_lend_as(outq *q, psbuf *b, uint64_t tag, bool shared)
 {
-    if (q->nloans == q->loans_cap) {
-        size_t cap = q->loans_cap ? q->loans_cap * 2 : 16;
-        outq_loan *l = realloc(q->loans, cap * sizeof *l);
-        if (!l) {
-            /* Cannot keep track of it: make sure it is never reused. */
-            b->no_recycle = true;
-            psbuf_unref(b);
-            return;
-        }
-        q->loans = l;
-        q->loans_cap = cap;
-    }
-    q->loans[q->nloans].buf = b;
-    q->loans[q->nloans].tag = tag;
-    q->loans[q->nloans].shared = shared;
-    q->nloans++;
+    assert(q->nloans < q->loans_cap);
+    q->loans[q->nloans++] = (outq_loan){.buf = b, .tag = tag, .shared = shared};
     q->lent_bytes += b->len;
 }
 
+/* A payload spliced in full: keep it until the peer has provably read it. */
 static void outq_lend(outq *q, psbuf *b, uint64_t tag)
 {
+    if (outq_loans_room(q) < 0) {
+        /* Cannot keep track of it: make sure it is never reused. */
+        b->no_recycle = true;
+        psbuf_unref(b);
+        return;
+    }
     outq_lend_as(q, b, tag, false);
 }
 
@@ -169,18 +175,10 @@ int outq_push_shared(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload, u
 {
     if (q->lent_bytes + payload->len > cap)
         return 1;
-    if (q->nloans == q->loans_cap) {
-        size_t lc = q->loans_cap ? q->loans_cap * 2 : 16;
-        outq_loan *l = realloc(q->loans, lc * sizeof *l);
-        if (!l)
-            return -1;
-        q->loans = l;
-        q->loans_cap = lc;
-    }
-    if (outq_push(q, hdr, hlen, NULL, 0) < 0)
+    if (outq_loans_room(q) < 0 || outq_push(q, hdr, hlen, NULL, 0) < 0)
         return -1;
     psbuf_ref(payload);
-    outq_lend_as(q, payload, tag, true); /* room made above: cannot fail */
+    outq_lend_as(q, payload, tag, true);
     return 0;
 }
 

@@ -556,6 +556,10 @@ class RawClient(object):
         return self.recv_frame(timeout)
 
     # receiving
+    def _recv_chunk(self, n):
+        """One read of up to n bytes (a subclass may take descriptors too)."""
+        return self.sock.recv(n)
+
     def _fill(self, n, deadline):
         while len(self.buf) < n:
             left = deadline - time.monotonic()
@@ -563,7 +567,7 @@ class RawClient(object):
                 raise socket.timeout("timed out waiting for %d bytes" % n)
             self.sock.settimeout(left)
             try:
-                chunk = self.sock.recv(max(65536, n - len(self.buf)))
+                chunk = self._recv_chunk(max(65536, n - len(self.buf)))
             except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as e:
                 raise Closed(str(e))
             if not chunk:

@@ -494,7 +494,7 @@ class MasterTests(psb.PsbTestCase):
         self.assertEqual(m.wait(20), 0, m.describe())
 
     def test_trainer_killed(self):
-        m = self.master(model="Slow", epochs=400, linger=0)
+        m = self.master("--transport", "tcp", model="Slow", epochs=400, linger=0)  # TCP: see test_live_metrics_during_run
         self.wait_phase(m, ("warmup", "running"))
         # Trainer 1 is the master's child started with --rank 1.
         out = subprocess.run(["pgrep", "-P", str(m.pid), "-f", "psbench-trainer.*--rank 1"],
@@ -514,8 +514,9 @@ class MasterTests(psb.PsbTestCase):
     def test_live_metrics_during_run(self):
         # Long enough (some 5 s here) that the live checks below happen
         # while it runs even on a loaded machine: with --linger 0 the
-        # master is gone once the run is done.
-        m = self.master(model="Slow", epochs=150, linger=0)
+        # master is gone once the run is done. Over TCP: the Slow model's
+        # time is its traffic, which shared memory moves 5 times faster.
+        m = self.master("--transport", "tcp", model="Slow", epochs=150, linger=0)
         st = self.wait_phase(m, ("running",))
         self.assertIsNone(st["error"])
         # While the timed pass runs, counts grow and every view is well-formed.
@@ -564,7 +565,7 @@ class MasterTests(psb.PsbTestCase):
         shells expect (130, 143, 129)."""
         for sig, name in ((signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")):
             out = os.path.join(self.reg.workdir, "out-" + name)
-            m = self.master(model="Slow", epochs=400, linger=0, out=out)
+            m = self.master("--transport", "tcp", model="Slow", epochs=400, linger=0, out=out)  # TCP: see test_live_metrics_during_run
             self.wait_phase(m, ("warmup", "running"))
             kids = subprocess.run(["pgrep", "-P", str(m.pid)], stdout=subprocess.PIPE).stdout.split()
             self.assertEqual(len(kids), 3)

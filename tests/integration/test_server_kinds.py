@@ -165,6 +165,7 @@ class ServerClock(psb.PsbTestCase):
 
     DELAY_S = 0.25
     TOL_MS = 0.002  # the table prints 3 decimals: two roundings of 0.0005
+    LATE_MS = 50.0  # how much later than sent a loaded server may read A's header
 
     def one_future(self, kind, extra=()):
         s = self.reg.server(trainers=2, kind=kind, extra=list(extra))
@@ -201,9 +202,12 @@ class ServerClock(psb.PsbTestCase):
         d_ms = 1000.0 * self.DELAY_S
         batch, strag = row[names[0]]["max"], row[names[1]]["max"]
         batch_h, strag_h = row[names[2]]["max"], row[names[3]]["max"]
-        # The header-start figures hold the trickle; the seed's do not.
-        self.assertGreaterEqual(strag_h, strag + d_ms - self.TOL_MS, (kind, out))
-        self.assertGreaterEqual(batch_h, batch + d_ms - self.TOL_MS, (kind, out))
+        # The header-start figures hold the trickle; the seed's do not. At
+        # least most of it: a server that was busy when A's header arrived
+        # reads it a little after it was sent (seen under load: 0.13 ms),
+        # while the old clock would differ by nothing at all.
+        self.assertGreaterEqual(strag_h, strag + d_ms - self.LATE_MS, (kind, out))
+        self.assertGreaterEqual(batch_h, batch + d_ms - self.LATE_MS, (kind, out))
         # Results are queued after the last push is whole.
         self.assertGreaterEqual(batch, strag - self.TOL_MS, (kind, out))
         self.assertGreaterEqual(batch_h, strag_h - self.TOL_MS, (kind, out))

@@ -70,22 +70,12 @@ class ShmClient(RawClient):
             self.server_seg_fd = fd
         return w
 
-    def _fill(self, n, deadline):
+    def _recv_chunk(self, n):
         if self.sock.family != socket.AF_UNIX:
-            return super()._fill(n, deadline)
-        while len(self.buf) < n:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise socket.timeout("timed out waiting for %d bytes" % n)
-            self.sock.settimeout(left)
-            try:
-                data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 4)
-            except (ConnectionResetError, BrokenPipeError) as e:
-                raise Closed(str(e))
-            self.fds += fds
-            if not data:
-                raise Closed("EOF")
-            self.buf += data
+            return super()._recv_chunk(n)
+        data, fds, _, _ = socket.recv_fds(self.sock, n, 4)
+        self.fds += fds
+        return data
 
     def put(self, at, values):
         b = dense_payload(values)
