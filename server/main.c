@@ -279,7 +279,7 @@ int main(int argc, char **argv)
     cfg.max_queued = 256ull << 20;
     cfg.hello_timeout_s = 30;
     cfg.transport = psb_transport_default();
-    cfg.max_shm = 64ull << 30;
+    cfg.max_shm = SHM_SEG_DEFAULT_MAX;
     uint32_t open_pushes = BOUNDS_DEFAULT_PUSHES;
     uint64_t open_bytes = BOUNDS_DEFAULT_BYTES;
     cfg.kind.id = KIND_AVERAGE;

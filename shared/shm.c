@@ -250,8 +250,11 @@ uint64_t shm_default_size(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES);
     uint64_t mem = pages > 0 ? (uint64_t)pages * shm_page() : (64ull << 30);
-    if (mem > (1ull << 40))
-        mem = 1ull << 40;
+    /* At most a server's default --max-shm, so that on any host a
+     * trainer's segment is one a default server takes (and a server maps
+     * at most 64 GiB of address space per trainer). */
+    if (mem > SHM_SEG_DEFAULT_MAX)
+        mem = SHM_SEG_DEFAULT_MAX;
     if (mem < (64ull << 20))
         mem = 64ull << 20;
     /* Under an address-space limit (ulimit -v) an eighth of it at most:

@@ -102,8 +102,11 @@ static inline bool shm_arena_owns(const shm_arena *a, const void *p, uint64_t n,
     return true;
 }
 
+/* The largest segment a server takes by default (--max-shm), and so the
+ * largest a trainer makes. */
+#define SHM_SEG_DEFAULT_MAX (64ull << 30)
 /* The virtual size for a process's arena: the host's memory, at most
- * 1 TiB, at least 64 MiB, and an eighth of an address-space limit (pages
+ * SHM_SEG_DEFAULT_MAX, at least 64 MiB, and an eighth of an address-space limit (pages
  * exist only once written). */
 uint64_t shm_default_size(void);
 
