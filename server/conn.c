@@ -1012,11 +1012,12 @@ static int conn_take_segment(conn *c, const frame_hdr *h)
     return 0;
 }
 
-/* A hello on TCP that asks for shared memory (`transport` "shm") from a
+/* A hello on TCP that asks for shared memory (`link` "shm") from a
  * server that offers it: not a join, but `redirect` naming the Unix
- * socket (and the size of the segment results would be read from, so the
- * trainer can tell whether it could map it). The trainer connects there
- * if it is on this host, or says hello again here without asking. */
+ * socket, the size of the segment results would be read from (so the
+ * trainer can tell whether it could map it) and the largest segment this
+ * server takes (--max-shm). The trainer connects there if it is on this
+ * host, or says hello again here without asking. */
 static void conn_send_redirect(conn *c, const frame_hdr *h)
 {
     server *s = c->srv;
@@ -1027,7 +1028,8 @@ static void conn_send_redirect(conn *c, const frame_hdr *h)
     a.server = s->cfg.rank;
     a.shm = frame_str_c(s->shm_name);
     a.segment = s->arena.seg.size;
-    a.has = FH_VERSION | FH_SERVER | FH_SHM | FH_SEGMENT;
+    a.segmax = s->cfg.max_shm;
+    a.has = FH_VERSION | FH_SERVER | FH_SHM | FH_SEGMENT | FH_SEGMAX;
     uint8_t buf[256];
     size_t n = frame_encode_header(&a, buf, sizeof buf);
     assert(n > 0);

@@ -408,7 +408,7 @@ static int server_pool_init(server *s, char *err, size_t errlen)
 }
 
 /* The Unix socket trainers on this host connect to (abstract: no file; a
- * probe on the TCP port names it). */
+ * TCP hello that asks for shared memory is redirected to it). */
 static int server_shm_listen(server *s, char *err, size_t errlen)
 {
     if (s->cfg.transport == PSB_TRANSPORT_TCP)

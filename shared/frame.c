@@ -91,6 +91,7 @@ static field_spec fields[] = {
     U("confirm", FH_CONFIRM, confirm), S("grad", FH_GRAD, grad),
     U("at", FH_AT, at),                U("segment", FH_SEGMENT, segment),
     S("shm", FH_SHM, shm),             S("link", FH_TRANSPORT, transport),
+    U("maxshm", FH_SEGMAX, segmax),
 };
 #undef U
 #undef S

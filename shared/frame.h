@@ -112,6 +112,7 @@ enum {
     FH_SEGMENT = 1u << 25,  /* extension (shm): hello/welcome: a segment's size; its descriptor rides along */
     FH_SHM = 1u << 26,      /* extension (shm): redirect: the server's Unix socket (abstract name) */
     FH_TRANSPORT = 1u << 27, /* extension (shm): hello on TCP: `link` "shm" asks for shared memory */
+    FH_SEGMAX = 1u << 28,   /* extension (shm): redirect: `maxshm`, the largest segment the server takes */
 };
 
 /* Every header field protocol v1 knows, decoded. `has` says which were
@@ -149,6 +150,7 @@ typedef struct frame_hdr {
     uint64_t segment;  /* shm: hello/welcome: the size of the segment passed with the frame */
     frame_str shm;     /* shm: redirect: the abstract Unix socket name */
     frame_str transport; /* shm: hello on TCP: "shm" = redirect me if you can */
+    uint64_t segmax;   /* shm: redirect: the largest segment the server maps (--max-shm) */
 } frame_hdr;
 
 /* Result of frame_decode_header. */

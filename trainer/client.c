@@ -200,7 +200,7 @@ static int client_send_hello(client *cl, client_conn *c, uint64_t rank, const ch
     }
     /* Over shared memory the hello hands over the client's segment: the
      * server maps it read-only and pushes name their bytes in it. */
-    int seg_fd = c->shm && cl->arena.seg.base ? cl->arena.seg.fd : -1;
+    int seg_fd = c->shm && !c->no_segment && cl->arena.seg.base ? cl->arena.seg.fd : -1;
     if (seg_fd >= 0) {
         h.segment = cl->arena.seg.size;
         h.has |= FH_SEGMENT;
@@ -253,12 +253,16 @@ static int client_welcomed(client *cl, client_conn *c, const frame_hdr *wp, char
     return 0;
 }
 
-/* The client's segment, made before the first hello that hands it over. */
-static int client_arena(client *cl, char *err, size_t errlen)
+/* The client's segment, made before the first hello that hands it over:
+ * no larger than that server takes (max; 0: not said). */
+static int client_arena(client *cl, uint64_t max, char *err, size_t errlen)
 {
     if (cl->arena.seg.base)
         return 0;
-    return shm_arena_init(&cl->arena, "psbench-trainer", shm_default_size(), true, err, errlen);
+    uint64_t size = shm_default_size();
+    if (max && size > max)
+        size = max;
+    return shm_arena_init(&cl->arena, "psbench-trainer", size, true, err, errlen);
 }
 
 /* Whether `bytes` of address space are there to map a server's segment
@@ -292,10 +296,14 @@ static int client_follow(client *cl, client_conn *c, const frame_hdr *r, char *w
     int ufd = shm_connect(name, why, len);
     if (ufd < 0)
         return 0;
-    if (client_arena(cl, why, len) < 0) {
+    uint64_t max = (r->has & FH_SEGMAX) ? r->segmax : 0;
+    if (client_arena(cl, max, why, len) < 0) {
         close(ufd);
         return 0;
     }
+    /* Made for an earlier server that takes more: this one gets none, and
+     * pushes go on its socket (results are still read in place). */
+    c->no_segment = max && cl->arena.seg.size > max;
     /* Nothing more comes on the TCP connection: the redirect was read
      * whole, and the server sends nothing unasked. */
     close(c->fd);
@@ -476,7 +484,7 @@ static uint8_t *client_stage_for(client *cl, client_conn *c, uint64_t bucket, si
 static bool client_push_at(client *cl, client_conn *c, frame_hdr *h, const void **payload)
 {
     uint64_t at;
-    if (!c->shm || !cl->arena.seg.base || h->type != FT_PUSH || !h->payload || !*payload ||
+    if (!c->shm || c->no_segment || !cl->arena.seg.base || h->type != FT_PUSH || !h->payload || !*payload ||
         cl->push_mode == CLIENT_PUSH_INLINE)
         return false;
     if (!shm_arena_owns(&cl->arena, *payload, h->payload, &at)) {

@@ -65,6 +65,7 @@ typedef struct client_conn {
     shm_seg seg;
     int rx_fd;           /* a descriptor received and not taken yet */
     char link_note[200]; /* why this link is TCP where shared memory was tried ("": not tried) */
+    bool no_segment;     /* shm, but the client's segment is larger than the server takes: pushes inline */
     client_stage *stage;
     size_t nstage;
     client_out *q;

@@ -297,6 +297,24 @@ class Shm(psb.PsbTestCase):
         m = re.search(r"(\d+) read in place", out)
         self.assertEqual(int(m.group(1)), 2 * 2 * 4 * 70000 * 4, out)
 
+    def test_server_taking_smaller_segments(self):
+        """A server whose --max-shm is below the trainers' usual segment:
+        they make theirs that small (the redirect says the bound), and run
+        over shared memory; a second server taking less than the segment
+        made for the first gets none (its pushes on the socket) and still
+        serves."""
+        a = self.reg.server(trainers=2, extra=["--max-shm", "64M"])
+        b = self.reg.server(trainers=2, extra=["--max-shm", "8M"])
+        ts = [self.reg.trainer([a, b], r, buckets=4, floats=70000, batches=4, extra=("--transport", "shm"))
+              for r in range(2)]
+        for t in ts:
+            self.assertEqual(t.wait(60), 0, t.describe())
+        rc, out_a, _ = a.terminate_and_wait()
+        rc, out_b, _ = b.terminate_and_wait()
+        self.assertRegex(out_a, r" 16 pushes folded from trainers' segments")  # buckets 0, 2 x 4 batches x 2
+        self.assertRegex(out_b, r" 0 pushes folded from trainers' segments")
+        self.assertRegex(out_b, r"[1-9]\d* read in place")
+
     def test_trainer_killed_mid_run(self):
         """A trainer killed while buckets are in flight: the other is told
         peer_lost (one line), the server stays and serves a new session."""
