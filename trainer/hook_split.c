@@ -54,6 +54,14 @@ static void split_bytes(const hook *h, uint64_t *in, uint64_t *out)
     hook_bytes(s->dense, in, out);
 }
 
+/* The part that talks to servers (sparse_rpc_hook: the sparse one). */
+static const struct client *split_client(const hook *h)
+{
+    const split_hook *s = (const split_hook *)h;
+    const struct client *c = hook_client(s->sparse);
+    return c ? c : hook_client(s->dense);
+}
+
 static void split_destroy(hook *h)
 {
     split_hook *s = (split_hook *)h;
@@ -67,6 +75,7 @@ static const hook_ops split_ops = {
     .wait = split_wait,
     .reset = split_reset,
     .bytes = split_bytes,
+    .client = split_client,
     .destroy = split_destroy,
 };
 

@@ -133,6 +133,10 @@ class Hooks(psb.PsbTestCase):
             shas[hook] = got.pop()
             metrics[hook] = set(res["groups"]["trainer"]["all"])
             self.assertEqual(len(res["groups"].get("server", {}).get("ranks", {})), int(nserver), hook)
+            # Hooks that talk to a server say how (the split hook through
+            # its sparse part): one link per trainer, none without servers.
+            for t in res["trainers"]:
+                self.assertEqual(len(t["links"]), int(nserver), (hook, t["links"]))
         self.assertEqual(len(set(shas.values())), 1, shas)
         want = {
             "rpc_hook": {"hook_future_metric,rpc_dense", "hook_future_metric,rpc_sparse"},
