@@ -410,6 +410,7 @@ int validate_ready(json_t *body, char *err, size_t errlen)
     json_t *l;
     json_array_foreach(links, i, l) {
         json_t *srv = json_object_get(l, "server"), *note = json_object_get(l, "note");
+        json_t *ipc = json_object_get(l, "cuda_ipc"), *ipc_note = json_object_get(l, "cuda_ipc_note");
         const char *addr = json_string_value(json_object_get(l, "address"));
         const char *tr = json_string_value(json_object_get(l, "transport"));
         bool ok = json_is_object(l) && json_is_integer(srv) && json_integer_value(srv) >= 0 &&
@@ -417,11 +418,16 @@ int validate_ready(json_t *body, char *err, size_t errlen)
                   text_is_printable(addr, strlen(addr)) && tr && (!strcmp(tr, "shm") || !strcmp(tr, "tcp")) &&
                   (!note || json_is_null(note) ||
                    (json_is_string(note) && json_string_length(note) <= 300 &&
-                    text_is_printable(json_string_value(note), json_string_length(note))));
+                    text_is_printable(json_string_value(note), json_string_length(note)))) &&
+                  (!ipc || json_is_boolean(ipc)) &&
+                  (!ipc_note || json_is_null(ipc_note) ||
+                   (json_is_string(ipc_note) && json_string_length(ipc_note) <= 300 &&
+                    text_is_printable(json_string_value(ipc_note), json_string_length(ipc_note))));
         if (!ok) {
             snprintf(err, errlen,
                      "links[%zu] must be {\"server\": a rank, \"address\": printable text, \"transport\": \"shm\" or "
-                     "\"tcp\", \"note\": printable text or null}",
+                     "\"tcp\", \"note\": printable text or null, \"cuda_ipc\": true or false, \"cuda_ipc_note\": "
+                     "printable text or null}",
                      i);
             return -1;
         }

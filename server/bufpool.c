@@ -120,6 +120,7 @@ psbuf *bufpool_get(bufpool *p, size_t len)
     b->len = len;
     b->refs = 1;
     b->no_recycle = false;
+    b->twin = 0;
     b->next = NULL;
     p->live++;
     return b;
@@ -139,6 +140,11 @@ void psbuf_unref(psbuf *b)
     bufpool *p = b->pool;
     assert(p->live > 0);
     p->live--;
+    if (b->twin) {
+        assert(p->mem.twin_free);
+        p->mem.twin_free(p->mem.ctx, b->twin);
+        b->twin = 0;
+    }
     if (b->no_recycle && b->custom) {
         b->next = p->aside; /* see bufpool_mem */
         p->aside = b;

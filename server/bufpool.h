@@ -36,6 +36,9 @@ typedef struct bufpool bufpool;
 typedef struct bufpool_mem {
     void *(*alloc)(void *ctx, size_t bytes);
     void (*free)(void *ctx, void *p);
+    /* NULL, or: a buffer's device twin (psbuf.twin) is given back, as the
+     * buffer's last reference drops. */
+    void (*twin_free)(void *ctx, uint64_t twin);
     void *ctx;
 } bufpool_mem;
 
@@ -48,6 +51,11 @@ typedef struct psbuf {
     bool mapped;     /* data is an mmap of its own (cap is whole pages) */
     bool custom;     /* data came from the pool's bufpool_mem */
     bool no_recycle; /* pages may still be in a socket: unmap, never reuse */
+    /* 0, or the same bytes in the GPU memory the cuda device shares with
+     * its peers (device.h, device_share): their offset there plus one.
+     * Owned by the buffer while it lives: given back with its last
+     * reference (bufpool_mem.twin_free). */
+    uint64_t twin;
     struct psbuf *next; /* free list */
 } psbuf;
 

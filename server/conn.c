@@ -29,6 +29,7 @@
  * payload and keeps the connection.
  */
 #include "server/conn.h"
+#include "server/conn_ipc.h"
 #include "server/members.h"
 #include "server/server.h"
 #include "shared/clock.h"
@@ -202,30 +203,51 @@ static bool conn_in_place(const conn *c, const psbuf *payload, uint64_t *at)
     return c->in_place && payload && payload->len && shm_arena_owns(&c->srv->arena, payload->data, payload->len, at);
 }
 
-/* Queue the result of `batch`: hdr bytes are copied, the payload added by
- * reference (NULL or empty: none). A connection that reads it in place
- * gets hdr_at instead (the same header naming the payload by offset:
- * conn_encode_at) and the payload stays lent until it pushes a later
- * batch. */
-static int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, const uint8_t *hdr_at, size_t hlen_at,
-                             psbuf *payload, uint64_t batch)
+/* A result's header, encoded once for every way a trainer may read it. */
+typedef struct conn_result_hdrs {
+    const uint8_t *hdr;     /* the payload on the socket */
+    size_t hlen;
+    const uint8_t *hdr_at;  /* NULL, or: read in place in the server's segment (conn_encode_at) */
+    size_t hlen_at;
+    const uint8_t *hdr_dev; /* NULL, or: read in the GPU memory the device shares (conn_ipc.h) */
+    size_t hlen_dev;
+} conn_result_hdrs;
+
+/* Queue the result of `batch`: the header bytes are copied, the payload
+ * added by reference (NULL or empty: none). A connection that reads it
+ * in place — in the GPU memory its CUDA IPC export made it a reader of,
+ * or in the server's segment — gets that header instead (the payload named
+ * by offset), and the payload stays lent until it pushes a later batch. */
+static int conn_queue_result(conn *c, const conn_result_hdrs *rh, psbuf *payload, uint64_t batch)
 {
     if (c->closing || conn_over_cap(c, "results"))
         return -1;
     uint64_t at;
-    if (hdr_at && conn_in_place(c, payload, &at)) {
-        int r = outq_push_shared(&c->out, hdr_at, hlen_at, payload, batch, c->srv->cfg.max_queued);
+    const uint8_t *lent = NULL;
+    size_t lent_len = 0;
+    if (rh->hdr_dev && c->gpu_peer) {
+        lent = rh->hdr_dev;
+        lent_len = rh->hlen_dev;
+    } else if (rh->hdr_at && conn_in_place(c, payload, &at)) {
+        lent = rh->hdr_at;
+        lent_len = rh->hlen_at;
+    }
+    if (lent) {
+        int r = outq_push_shared(&c->out, lent, lent_len, payload, batch, c->srv->cfg.max_queued);
         if (r < 0)
             return -1;
         if (r == 0) {
             c->srv->bytes_out += payload->len;
-            c->srv->bytes_in_place += payload->len;
+            if (lent == rh->hdr_dev)
+                c->srv->bytes_gpu_lent += payload->len;
+            else
+                c->srv->bytes_in_place += payload->len;
             conn_want_flush(c);
             return 0;
         }
         /* past the loans' cap: sent on the socket like any other */
     }
-    if (outq_push(&c->out, hdr, hlen, payload && payload->len ? payload : NULL, batch) < 0)
+    if (outq_push(&c->out, rh->hdr, rh->hlen, payload && payload->len ? payload : NULL, batch) < 0)
         return -1;
     conn_want_flush(c);
     return 0;
@@ -505,11 +527,25 @@ static void conn_on_push(conn *c, const frame_hdr *h0)
     frame_hdr hv;
     const frame_hdr *h = h0;
     const uint8_t *shared = NULL; /* the payload, in the trainer's segment */
-    if (h0->has & FH_AT) {
+    bool on_gpu = false;          /* the payload, in the trainer's GPU memory (CUDA IPC) */
+    if (h0->has & FH_DEV) {
+        frame_errcode code = conn_ipc_push(c, h0, s->cfg.max_payload, &hv, msg, sizeof msg);
+        if (code != ERR_NONE) {
+            conn_send_error(c, code, msg, h0);
+            return;
+        }
+        h = &hv;
+        on_gpu = true;
+    } else if (h0->has & FH_AT) {
         if (!(shared = conn_shm_payload(c, h0, &hv)))
             return;
         h = &hv;
     }
+    /* The device's later work waits for what the trainer recorded before
+     * this push: its gradients written, and its reads of results lent to
+     * it done (docs/protocol.md, CUDA IPC). */
+    if (c->gpu_peer)
+        device_peer_wait(s->dev, c->gpu_peer);
     /* A trainer pushes a batch only once it has read every result of the
      * batches before: the results of those it was lent are free again. */
     if (h->has & FH_BATCH)
@@ -524,8 +560,15 @@ static void conn_on_push(conn *c, const frame_hdr *h0)
         return;
     }
     c->sink = SINK_PUSH;
-    c->big_pushes = !shared && h->payload >= CONN_DIRECT_MIN;
-    if (shared && h->payload) {
+    c->big_pushes = !shared && !on_gpu && h->payload >= CONN_DIRECT_MIN;
+    if (on_gpu && h->payload) {
+        /* Folded on the GPU from the trainer's memory. */
+        s->bytes_in += h->payload;
+        s->pushes_gpu++;
+        if (c->push.f)
+            futures_push_peer(&s->fut, &c->push, c->gpu_peer, h->dev);
+        conn_push_finish(c);
+    } else if (shared && h->payload) {
         /* Folded straight from the trainer's pages: no socket, no copy
          * into a buffer first. */
         s->bytes_in += h->payload;
@@ -562,15 +605,17 @@ static void conn_on_fetch(conn *c, const frame_hdr *h)
     }
     out.payload = payload->len;
     out.has |= FH_PAYLOAD;
-    uint8_t buf[256], buf_at[256];
+    uint8_t buf[256], buf_at[256], buf_dev[256];
     size_t n = frame_encode_header(&out, buf, sizeof buf);
     assert(n > 0);
     size_t n_at = conn_encode_at(s, &out, payload, buf_at, sizeof buf_at);
+    size_t n_dev = conn_ipc_encode_result(&out, payload, buf_dev, sizeof buf_dev);
+    conn_result_hdrs rh = {buf, n, n_at ? buf_at : NULL, n_at, n_dev ? buf_dev : NULL, n_dev};
     /* Tagged batch 0: if it is spliced or read in place, the loan ends at
      * the trainer's first push of a later batch. The kind never writes
      * this buffer again (each step answers with a new one), so a loan is
      * safe either way. */
-    conn_queue_result(c, buf, n, n_at ? buf_at : NULL, n_at, payload, 0);
+    conn_queue_result(c, &rh, payload, 0);
     psbuf_unref(payload);
 }
 
@@ -916,6 +961,7 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
     if (s->cfg.splice && reads_first && !c->shm)
         outq_splice_on(&c->out, s->cfg.max_queued);
     c->in_place = c->shm && reads_first && s->arena.seg.base;
+    c->ipc_offered = reads_first && conn_ipc_offer(c);
     c->slot = slot;
     c->rank = h->rank;
 
@@ -929,7 +975,11 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         w.segment = s->arena.seg.size;
         w.has |= FH_SEGMENT;
     }
-    uint8_t buf[128];
+    if (c->ipc_offered) {
+        w.gpu = frame_str_c(device_gpu_id(s->dev));
+        w.has |= FH_GPU;
+    }
+    uint8_t buf[192];
     size_t n = frame_encode_header(&w, buf, sizeof buf);
     assert(n > 0);
     if (c->in_place)
@@ -1038,6 +1088,23 @@ static void conn_send_redirect(conn *c, const frame_hdr *h)
     log_debug("%s asks for shared memory: redirected to @%s", c->peer, s->shm_name);
 }
 
+/* `export` (CUDA IPC): the trainer's GPU memory and event for the server's
+ * shared GPU memory (conn_ipc.c decides). */
+static void conn_on_export(conn *c, const frame_hdr *h)
+{
+    char msg[400];
+    uint8_t reply[512];
+    size_t n = 0;
+    frame_errcode code = conn_ipc_export(c, h, reply, sizeof reply, &n, msg, sizeof msg);
+    if (code != ERR_NONE) {
+        conn_send_error(c, code, msg, h);
+        conn_skip_payload(c);
+        return;
+    }
+    outq_push(&c->out, reply, n, NULL, 0);
+    conn_want_flush(c);
+}
+
 /* ---- input ------------------------------------------------------------- */
 
 static void conn_on_other(conn *c, const frame_hdr *h)
@@ -1060,6 +1127,7 @@ static void (*const conn_handlers[])(conn *, const frame_hdr *) = {
     [FT_FETCH] = conn_on_fetch,
     [FT_LOOKUP] = conn_on_call,
     [FT_UPDATE] = conn_on_call,
+    [FT_EXPORT] = conn_on_export,
 };
 
 static void conn_dispatch(conn *c, const frame_hdr *h)
@@ -1072,8 +1140,16 @@ static void conn_dispatch(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_BAD_FRAME, "at (a payload in shared memory) is only for push", h);
         return;
     }
-    if ((h->has & (FH_SEGMENT | FH_TRANSPORT)) && h->type != FT_HELLO) {
-        conn_send_error(c, ERR_BAD_FRAME, "segment and transport are only for hello", h);
+    if ((h->has & FH_TRANSPORT) && h->type != FT_HELLO) {
+        conn_send_error(c, ERR_BAD_FRAME, "transport is only for hello", h);
+        return;
+    }
+    if ((h->has & FH_SEGMENT) && h->type != FT_HELLO && h->type != FT_EXPORT) {
+        conn_send_error(c, ERR_BAD_FRAME, "segment is only for hello and export", h);
+        return;
+    }
+    if ((h->has & FH_DEV) && h->type != FT_PUSH) {
+        conn_send_error(c, ERR_BAD_FRAME, "dev (a payload in GPU memory) is only for push", h);
         return;
     }
     if (c->rx_fd >= 0 && (h->type != FT_HELLO || c->hello_done)) {
@@ -1331,12 +1407,14 @@ void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *
         h.round = f->round;
         h.has |= FH_ROUND;
     }
-    uint8_t buf[256], buf_at[256];
+    uint8_t buf[256], buf_at[256], buf_dev[256];
     size_t len = frame_encode_header(&h, buf, sizeof buf);
     assert(len > 0);
     size_t len_at = conn_encode_at(s, &h, result, buf_at, sizeof buf_at);
+    size_t len_dev = conn_ipc_encode_result(&h, result, buf_dev, sizeof buf_dev);
+    conn_result_hdrs rh = {buf, len, len_at ? buf_at : NULL, len_at, len_dev ? buf_dev : NULL, len_dev};
     for (uint32_t i = 0; i < n; i++)
-        if (conn_queue_result(eps[i], buf, len, len_at ? buf_at : NULL, len_at, result, f->batch) == 0)
+        if (conn_queue_result(eps[i], &rh, result, f->batch) == 0)
             s->results++;
 }
 
@@ -1349,6 +1427,7 @@ void conn_free(conn *c)
     event_free(c->wev);
     event_free(c->hello_ev);
     outq_free(&c->out); /* drops the references to shared results */
+    conn_ipc_close(c);    /* unmapped once the device's folds from it are done */
     shm_seg_close(&c->seg); /* nothing reads it after the close: no push in flight */
     push_ctx_free(&c->push);
     framed_free(&c->rd);

@@ -60,6 +60,20 @@ typedef struct devbuf devbuf;
 /* A sparse accumulator the device owns (opaque): rows coalesced by index,
  * the protocol's rule (shared/sparse.h). */
 typedef struct devsparse devsparse;
+/* Another process's GPU memory and event, opened on this device (CUDA IPC:
+ * a trainer on the same GPU; opaque). */
+typedef struct devpeer devpeer;
+
+/* An exported handle's bytes (CUDA's IPC handles are 64 bytes). */
+#define DEVICE_IPC_HANDLE 64
+
+/* Where a fold's floats come from: host bytes (any alignment; valid only
+ * during the call), or a peer's GPU memory at a byte offset. */
+typedef struct devsrc {
+    const uint8_t *host;
+    devpeer *peer;
+    uint64_t at;
+} devsrc;
 
 /* Every recv area is at least this long, or reaches the buffer's end. */
 #define DEVICE_AREA_MIN (64u * 1024u)
@@ -184,6 +198,16 @@ typedef struct device_ops {
      * the cpu and test devices take theirs from the server's pool. */
     void (*describe)(device *d, char *buf, size_t len);
     uint64_t (*allocs)(device *d);
+    /* ---- peers (CUDA IPC; NULL on devices that have none: cpu, test) ----
+     * See "peers" below. */
+    const char *(*gpu_id)(device *d);
+    devpeer *(*peer_open)(device *d, const uint8_t *mem, uint64_t bytes, const uint8_t *ev, char *err,
+                          size_t errlen);
+    void (*peer_close)(device *d, devpeer *p);
+    void (*peer_wait)(device *d, devpeer *p);
+    void (*fold_peer)(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at,
+                      size_t n, float s);
+    int (*share)(device *d, uint64_t want, uint8_t *mem, uint64_t *bytes, char *err, size_t errlen);
 } device_ops;
 
 struct device {
@@ -300,6 +324,22 @@ static inline void device_fold(device *d, device_fold_op op, devbuf *acc, uint64
     d->ops->fold(d, op, acc, elem_off, src, n, s);
 }
 
+/* device_fold_from: as device_fold, from src advanced by skip bytes (a
+ * peer's memory: device_fold_peer, below). */
+static inline void device_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p,
+                                    uint64_t at, size_t n, float s)
+{
+    d->ops->fold_peer(d, op, acc, elem_off, p, at, n, s);
+}
+static inline void device_fold_from(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devsrc src,
+                                    uint64_t skip, size_t n, float s)
+{
+    if (src.peer)
+        device_fold_peer(d, op, acc, elem_off, src.peer, src.at + skip, n, s);
+    else
+        device_fold(d, op, acc, elem_off, src.host + skip, n, s);
+}
+
 /* ---- sparse accumulators ----------------------------------------------------
  *
  * A sparse push folds into a devsparse: its row indices are mapped to
@@ -370,6 +410,52 @@ static inline void device_describe(device *d, char *buf, size_t len)
         snprintf(buf, len, "%s", d->ops->name);
 }
 static inline uint64_t device_allocs(device *d) { return d->ops->allocs ? d->ops->allocs(d) : 0; }
+
+/* ---- peers: another process's GPU memory (CUDA IPC) ---------------------------
+ *
+ * A GPU device can fold from the memory of a process on the same GPU (a
+ * CUDA trainer) and lend it the results it computes in memory that process
+ * can open (docs/protocol.md, "CUDA IPC on one GPU"); cpu and test cannot
+ * (their ops are NULL: device_has_peers is false).
+ *
+ * device_gpu_id: the GPU's UUID, which a peer compares with its own.
+ * device_peer_open: the peer's exported memory (`mem`, its handle; `bytes`
+ *   of it usable) and its IPC event (`ev`), opened once; NULL with the
+ *   reason (not openable, another GPU, out of memory). Closed with
+ *   device_peer_close, once no fold in flight reads it (cuda: the device
+ *   waits for its stream before unmapping; close is rare: a connection's
+ *   end).
+ * device_peer_wait: work submitted from now on waits until the peer's
+ *   event's latest record (as it stands now) is complete; the host never
+ *   waits (cudaStreamWaitEvent).
+ * device_fold_peer: as device_fold, from the peer's memory at byte offset
+ *   `at` (the caller checked at + 4n against the peer's size).
+ * device_share: the device's own exported memory, `want` bytes made at the
+ *   first call (the server's --gpu-share; later calls get that one): its
+ *   handle into mem and its size; 0, or -1 with why (then the device lends
+ *   nothing). From then
+ *   on device_buf_new places buffers there while it has room, and
+ *   device_buf_take_host hands over, with the host image of a buffer whose
+ *   device memory holds its bytes, that memory (psbuf.twin: its offset in
+ *   the shared memory, plus one): a peer reads the result there, device
+ *   to device, for as long as the psbuf lives. */
+static inline bool device_has_peers(const device *d) { return d->ops->peer_open != NULL; }
+static inline const char *device_gpu_id(device *d) { return d->ops->gpu_id(d); }
+static inline devpeer *device_peer_open(device *d, const uint8_t *mem, uint64_t bytes, const uint8_t *ev,
+                                        char *err, size_t errlen)
+{
+    return d->ops->peer_open(d, mem, bytes, ev, err, errlen);
+}
+static inline void device_peer_close(device *d, devpeer *p)
+{
+    if (p)
+        d->ops->peer_close(d, p);
+}
+static inline void device_peer_wait(device *d, devpeer *p) { d->ops->peer_wait(d, p); }
+static inline int device_share(device *d, uint64_t want, uint8_t *mem, uint64_t *bytes, char *err, size_t errlen)
+{
+    return d->ops->share(d, want, mem, bytes, err, errlen);
+}
 
 static inline void device_submit(device *d, device_job *j) { d->ops->submit(d, j); }
 static inline void device_drain(device *d) { d->ops->drain(d); }

@@ -29,6 +29,8 @@ struct devbuf {
     size_t bytes;        /* the size asked for */
     uint32_t jobs;       /* test, cuda: times jobs in flight name it */
     bool host_valid;     /* test, cuda: a to-host completed and nothing wrote it since */
+    uint64_t share_off;  /* cuda: dev lies in the device's shared memory, at this offset (else RANGES_NONE) */
+    bool host_only;      /* cuda: only the host image was written (a sparse emit): dev holds nothing */
     uint32_t chain;      /* cuda: its chain in the batch of small folds ... */
     uint64_t chain_gen;  /* ... when this is that batch's number (else none) */
     struct devbuf *next; /* the spare list */

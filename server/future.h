@@ -112,6 +112,11 @@ static inline int futures_push_data(futures *t, push_ctx *p, uint64_t off, const
 {
     return t->k->ops->push_data(t->k, p, off, src, n);
 }
+/* The whole dense payload of p from a peer's GPU memory (kind push_peer). */
+static inline void futures_push_peer(futures *t, push_ctx *p, devpeer *peer, uint64_t at)
+{
+    t->k->ops->push_peer(t->k, p, peer, at);
+}
 /* The push's payload is complete: the future resolves if it was the last. */
 void futures_push_done(futures *t, push_ctx *p);
 /* The push was refused half-way (push_data failed): forget it. */

@@ -45,6 +45,14 @@ void kind_stored_data(kind *k, kind_slot *stored, const push_ctx *p, uint64_t of
         device_write(k->dev, st->dev, off, src, n);
 }
 
+void kind_stored_peer(kind *k, kind_slot *stored, const push_ctx *p, devpeer *peer, uint64_t at)
+{
+    kind_slot *st = &stored[p->slot];
+    assert(st->dev && !st->host && p->len % 4 == 0);
+    devsrc src = {.peer = peer, .at = at};
+    device_fold_from(k->dev, FOLD_COPY, st->dev, 0, src, 0, p->len / 4, 0);
+}
+
 void kind_stored_abort(kind *k, kind_slot *stored, const push_ctx *p)
 {
     kind_slot *st = &stored[p->slot];

@@ -137,6 +137,12 @@ typedef struct kind_ops {
      * off + n is a multiple of 4 unless it is the end of the payload).
      * Returns 0, or -1 when the push is invalid (p->err says why). */
     int (*push_data)(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n);
+    /* A dense push's whole payload (p->len bytes) lies in a peer's GPU
+     * memory at byte offset `at` (CUDA IPC, checked against the peer's
+     * size): fold it from there, as push_data would from host bytes (the
+     * transport made the device wait for the peer first). NULL: the kind
+     * takes no such push (the server offers none). */
+    void (*push_peer)(kind *k, push_ctx *p, devpeer *peer, uint64_t at);
     /* The push stops before its payload is complete: forget its bytes. */
     void (*push_abort)(kind *k, push_ctx *p);
     /* Every push of f is in: compute the answer and report it through
@@ -215,6 +221,8 @@ uint8_t *kind_stored_direct(kind *k, kind_slot *stored, const push_ctx *p, uint6
                             size_t *max);
 void kind_stored_direct_done(kind *k, kind_slot *stored, const push_ctx *p, uint64_t off, size_t n);
 void kind_stored_data(kind *k, kind_slot *stored, const push_ctx *p, uint64_t off, const uint8_t *src, size_t n);
+/* A dense push's payload, whole, from a peer's GPU memory (push_peer). */
+void kind_stored_peer(kind *k, kind_slot *stored, const push_ctx *p, devpeer *peer, uint64_t at);
 void kind_stored_abort(kind *k, kind_slot *stored, const push_ctx *p);
 void kind_stored_release(kind *k, kind_slot *stored, uint32_t nslots);
 

@@ -143,7 +143,7 @@ static uint64_t avg_others_min(const avg_future *st, uint32_t n, uint32_t slot)
 }
 
 /* Dense: see the comment at the top of the file. */
-static void avg_dense_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
+static void avg_dense_data(kind *k, push_ctx *p, uint64_t off, devsrc src, size_t n)
 {
     avg_future *st = p->f->kstate;
     uint32_t ntr = k->cfg.trainers;
@@ -152,7 +152,7 @@ static void avg_dense_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *sr
     uint64_t end = off + n;
     assert(off % 4 == 0 && st->frontier % 4 == 0 && off == st->progress[p->slot]);
     if (ntr == 1) { /* the only push: copy and scale (by 1) at once */
-        device_fold(k->dev, FOLD_COPY_SCALE, acc, off / 4, src, n / 4, scale);
+        device_fold_from(k->dev, FOLD_COPY_SCALE, acc, off / 4, src, 0, n / 4, scale);
     } else {
         uint64_t last_upto = avg_others_min(st, ntr, p->slot);
         uint64_t add_end = end < st->frontier ? end : st->frontier;
@@ -160,16 +160,16 @@ static void avg_dense_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *sr
         uint64_t x = off;
         uint64_t fin = last_upto < add_end ? last_upto : add_end;
         if (fin > x) {
-            device_fold(k->dev, FOLD_ADD_SCALE, acc, x / 4, src + (x - off), (fin - x) / 4, scale);
+            device_fold_from(k->dev, FOLD_ADD_SCALE, acc, x / 4, src, x - off, (fin - x) / 4, scale);
             x = fin;
         }
         if (add_end > x) { /* others still to come: plain add */
-            device_fold(k->dev, FOLD_ADD, acc, x / 4, src + (x - off), (add_end - x) / 4, 0);
+            device_fold_from(k->dev, FOLD_ADD, acc, x / 4, src, x - off, (add_end - x) / 4, 0);
             x = add_end;
         }
         if (end > x) { /* beyond the frontier: first to arrive, copy */
             assert(x == st->frontier);
-            device_fold(k->dev, FOLD_COPY, acc, x / 4, src + (x - off), (end - x) / 4, 0);
+            device_fold_from(k->dev, FOLD_COPY, acc, x / 4, src, x - off, (end - x) / 4, 0);
             st->frontier = end;
         }
     }
@@ -211,8 +211,14 @@ static int avg_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src,
 {
     if (p->f->layout == LAYOUT_SPARSE)
         return avg_sparse_data(k, p, off, src, n);
-    avg_dense_data(k, p, off, src, n);
+    avg_dense_data(k, p, off, (devsrc){.host = src}, n);
     return 0;
+}
+
+static void avg_push_peer(kind *k, push_ctx *p, devpeer *peer, uint64_t at)
+{
+    assert(p->f->layout == LAYOUT_DENSE);
+    avg_dense_data(k, p, 0, (devsrc){.peer = peer, .at = at}, p->len);
 }
 
 static void avg_push_abort(kind *k, push_ctx *p)
@@ -311,6 +317,7 @@ static const kind_ops avg_ops = {
     .push_direct = avg_push_direct,
     .push_direct_done = avg_push_direct_done,
     .push_data = avg_push_data,
+    .push_peer = avg_push_peer,
     .push_abort = avg_push_abort,
     .resolve = avg_resolve,
     .release = avg_release,

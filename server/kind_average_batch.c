@@ -72,6 +72,12 @@ static void avgb_push_direct_done(kind *k, push_ctx *p, uint64_t off, size_t n)
     kind_stored_direct_done(k, st->stored, p, off, n);
 }
 
+static void avgb_push_peer(kind *k, push_ctx *p, devpeer *peer, uint64_t at)
+{
+    avgb_future *st = p->f->kstate;
+    kind_stored_peer(k, st->stored, p, peer, at);
+}
+
 static int avgb_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, size_t n)
 {
     future *f = p->f;
@@ -211,6 +217,7 @@ static const kind_ops avgb_ops = {
     .push_direct = avgb_push_direct,
     .push_direct_done = avgb_push_direct_done,
     .push_data = avgb_push_data,
+    .push_peer = avgb_push_peer,
     .push_abort = avgb_push_abort,
     .resolve = avgb_resolve,
     .release = avgb_release,

@@ -160,6 +160,13 @@ static int bu_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src, 
     return 0;
 }
 
+static void bu_push_peer(kind *k, push_ctx *p, devpeer *peer, uint64_t at)
+{
+    bu_future *st = p->f->kstate;
+    kind_stored_peer(k, st->stored, p, peer, at);
+    bu_log_got(k, p, p->len);
+}
+
 static void bu_push_abort(kind *k, push_ctx *p)
 {
     bu_future *st = p->f->kstate;
@@ -288,6 +295,7 @@ static const kind_ops bu_ops = {
     .push_direct = bu_push_direct,
     .push_direct_done = bu_push_direct_done,
     .push_data = bu_push_data,
+    .push_peer = bu_push_peer,
     .push_abort = bu_push_abort,
     .resolve = bu_resolve,
     .release = bu_release,

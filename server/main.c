@@ -90,6 +90,11 @@ static void server_usage(FILE *f)
         "  --max-shm BYTES         the largest segment one trainer may hand over\n"
         "                          (default 64G, virtual: its pages are the\n"
         "                          trainer's); K/M/G ok\n"
+        "  --gpu-share BYTES       --device cuda: GPU memory shared with CUDA\n"
+        "                          trainers on this GPU (CUDA IPC over a shared-memory\n"
+        "                          link: their pushes folded from their GPU memory,\n"
+        "                          the means they read kept here); made at the first\n"
+        "                          trainer's export (default 1G; 0: no CUDA IPC)\n"
         "batch-update (standalone; from a master, its configuration decides):\n"
         "  --in-features N         the model is Linear(N, M): default 100\n"
         "  --out-features M        default 30\n"
@@ -157,7 +162,7 @@ enum {
     OPT_ADVERTISE, OPT_SPLICE, OPT_NO_SPLICE, OPT_HELLO_TIMEOUT, OPT_MAX_OPEN_PUSHES, OPT_MAX_OPEN_BYTES,
     OPT_CONNECT_TIMEOUT, OPT_IN_FEATURES, OPT_OUT_FEATURES,
     OPT_LR, OPT_MOMENTUM, OPT_BU_SIZE, OPT_SEED, OPT_PART, OPT_NUM_EMBEDDINGS, OPT_EMBEDDING_DIM,
-    OPT_TOKEN_FILE, OPT_TRANSPORT, OPT_MAX_SHM,
+    OPT_TOKEN_FILE, OPT_TRANSPORT, OPT_MAX_SHM, OPT_GPU_SHARE,
 };
 
 static const struct option server_opts[] = {
@@ -177,6 +182,7 @@ static const struct option server_opts[] = {
     {"no-splice", no_argument, NULL, OPT_NO_SPLICE},
     {"transport", required_argument, NULL, OPT_TRANSPORT},
     {"max-shm", required_argument, NULL, OPT_MAX_SHM},
+    {"gpu-share", required_argument, NULL, OPT_GPU_SHARE},
     {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
     {"max-open-pushes", required_argument, NULL, OPT_MAX_OPEN_PUSHES},
     {"max-open-bytes", required_argument, NULL, OPT_MAX_OPEN_BYTES},
@@ -281,6 +287,7 @@ int main(int argc, char **argv)
     cfg.hello_timeout_s = 30;
     cfg.transport = psb_transport_default();
     cfg.max_shm = SHM_SEG_DEFAULT_MAX;
+    cfg.gpu_share = (uint64_t)1 << 30;
     uint32_t open_pushes = BOUNDS_DEFAULT_PUSHES;
     uint64_t open_bytes = BOUNDS_DEFAULT_BYTES;
     cfg.kind.id = KIND_AVERAGE;
@@ -440,6 +447,10 @@ int main(int argc, char **argv)
             break;
         case OPT_MAX_SHM:
             if (cli_parse_u64("--max-shm", optarg, 4096, UINT64_MAX, 1, &cfg.max_shm, err, sizeof err) < 0)
+                return server_fail(err);
+            break;
+        case OPT_GPU_SHARE:
+            if (cli_parse_u64("--gpu-share", optarg, 0, (uint64_t)1 << 40, 1, &cfg.gpu_share, err, sizeof err) < 0)
                 return server_fail(err);
             break;
         case OPT_CONNECT_TIMEOUT:
@@ -646,6 +657,10 @@ int main(int argc, char **argv)
            " copied, %" PRIu64 " read in place (shared memory); %" PRIu64 " pushes folded from trainers' "
            "segments\n",
            cfg.rank, s.bytes_spliced, s.bytes_copied, s.bytes_in_place, s.pushes_in_place);
+    if (s.dev && device_has_peers(s.dev))
+        printf("psbench-server %u: CUDA IPC: %" PRIu64 " pushes folded from trainers' GPU memory, %" PRIu64
+               " result bytes read by trainers from the server's\n",
+               cfg.rank, s.pushes_gpu, s.bytes_gpu_lent);
     metrics_print_table(s.metrics, stdout, "server metrics (ms)");
     fflush(stdout);
     int code = s.exit_code ? s.exit_code : (rc < 0 ? 1 : 0);

@@ -329,7 +329,11 @@ void server_reset(server *s)
     futures_reset(&s->fut);
     for (conn *c = s->conns; c; c = c->next) {
         conn_push_forget(c);
-        /* A pass ends when every trainer has read all its results. */
+        /* A pass ends when every trainer has read all its results (a CUDA
+         * trainer's reads of GPU memory: done by its last record, or by
+         * the stream synchronisation that ends its pass). */
+        if (c->gpu_peer)
+            device_peer_wait(s->dev, c->gpu_peer);
         outq_return_all(&c->out);
     }
     metrics_reset(s->metrics);

@@ -51,6 +51,7 @@ typedef struct server_config {
     bool open_flags;         /* --max-open-* given: they win over the job's */
     psb_transport transport; /* auto/shm: also on a Unix socket, results in shared memory; tcp: TCP only */
     uint64_t max_shm;        /* the largest segment a trainer may hand over (--max-shm) */
+    uint64_t gpu_share;      /* GPU memory shared with CUDA trainers on the GPU (--gpu-share; 0: no CUDA IPC) */
 } server_config;
 
 /* The embedding kind's traffic by message type (extension: the metrics'
@@ -115,6 +116,8 @@ typedef struct server {
     uint64_t bytes_spliced, bytes_copied; /* result payload bytes, by how they left */
     uint64_t bytes_in_place;              /* result payload bytes read in place (shared memory) */
     uint64_t pushes_in_place;             /* pushes folded from a trainer's segment */
+    uint64_t pushes_gpu, bytes_gpu_lent;  /* CUDA IPC: pushes folded from a trainer's GPU memory; result
+                                           * bytes trainers read from the server's */
     bool splice_warned;                   /* a connection fell back to copies (said once) */
     struct master_link *link; /* NULL standalone */
     /* Called when the last trainer has left (a session ends): the master

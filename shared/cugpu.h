@@ -204,6 +204,10 @@ struct cugpu {
     const cugpu_kernels *kernels;
     int device;       /* the GPU's index */
     char name[160];   /* "NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90" or "fake GPU" */
+    /* Which GPU this is, for peers on the host to compare (CUDA IPC):
+     * "GPU-" and CUDA's UUID (nvidia-smi's spelling), or "fake" (every
+     * fake GPU is host memory: any two can open each other's). */
+    char uuid[48];
     char err[512];    /* the last error */
 };
 

@@ -370,6 +370,10 @@ cugpu *cugpu_cuda_new(int device, const cugpu_kernels *k, char *err, size_t errl
         return NULL;
     }
     cg->sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+    snprintf(cg->base.uuid, sizeof cg->base.uuid,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
+             u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
     cudaMemPool_t pool;
     uint64_t keep = UINT64_MAX;
     cg->pools = rt->cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&

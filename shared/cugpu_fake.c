@@ -884,6 +884,7 @@ cugpu *cugpu_fake_new(const cugpu_kernels *k, uint64_t fail_at, unsigned delay_u
     g->base.kernels = k;
     g->base.device = 0;
     snprintf(g->base.name, sizeof g->base.name, "fake GPU (host memory, a thread per stream)");
+    snprintf(g->base.uuid, sizeof g->base.uuid, "fake");
     g->fail_at = fail_at;
     g->delay_us = delay_us;
     atomic_init(&g->ops, 0);

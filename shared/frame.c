@@ -33,7 +33,7 @@ static const char *const type_names[] = {
     [FT_PUSH] = "push", [FT_RESULT] = "result", [FT_ERROR] = "error",
     [FT_FETCH] = "fetch", [FT_PARAMS] = "params", [FT_LOOKUP] = "lookup",
     [FT_ROWS] = "rows", [FT_UPDATE] = "update", [FT_UPDATED] = "updated",
-    [FT_REDIRECT] = "redirect",
+    [FT_REDIRECT] = "redirect", [FT_EXPORT] = "export",
 };
 
 const char *frame_type_name(frame_type t)
@@ -91,7 +91,8 @@ static field_spec fields[] = {
     U("confirm", FH_CONFIRM, confirm), S("grad", FH_GRAD, grad),
     U("at", FH_AT, at),                U("segment", FH_SEGMENT, segment),
     S("shm", FH_SHM, shm),             S("link", FH_TRANSPORT, transport),
-    U("maxshm", FH_SEGMAX, segmax),
+    U("maxshm", FH_SEGMAX, segmax),    U("dev", FH_DEV, dev),
+    S("gpu", FH_GPU, gpu),             S("ipc", FH_IPC, ipc),
 };
 #undef U
 #undef S

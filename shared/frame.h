@@ -43,8 +43,9 @@ typedef enum frame_type {
     FT_UPDATE, /* extension (embedding): SGD on the rows a lookup named */
     FT_UPDATED, /* extension (embedding): an update asked with `ack` has been applied */
     FT_REDIRECT, /* extension (shm): the answer to a hello asking for shared memory: connect there */
+    FT_EXPORT,   /* extension (CUDA IPC): device memory and an event, exported to the peer */
 } frame_type;
-#define FT_LAST FT_REDIRECT
+#define FT_LAST FT_EXPORT
 
 typedef enum frame_layout { LAYOUT_NONE = 0, LAYOUT_DENSE, LAYOUT_SPARSE, LAYOUT_OTHER } frame_layout;
 
@@ -113,6 +114,9 @@ enum {
     FH_SHM = 1u << 26,      /* extension (shm): redirect: the server's Unix socket (abstract name) */
     FH_TRANSPORT = 1u << 27, /* extension (shm): hello on TCP: `link` "shm" asks for shared memory */
     FH_SEGMAX = 1u << 28,   /* extension (shm): redirect: `maxshm`, the largest segment the server takes */
+    FH_DEV = 1u << 29,      /* extension (CUDA IPC): the payload is in the sender's exported GPU memory, at this offset */
+    FH_GPU = 1u << 30,      /* extension (CUDA IPC): welcome/export: the GPU's UUID */
+    FH_IPC = 1u << 31,      /* extension (CUDA IPC): export: the IPC handles, hex (the last bit: `has` is full) */
 };
 
 /* Every header field protocol v1 knows, decoded. `has` says which were
@@ -151,6 +155,9 @@ typedef struct frame_hdr {
     frame_str shm;     /* shm: redirect: the abstract Unix socket name */
     frame_str transport; /* shm: hello on TCP: "shm" = redirect me if you can */
     uint64_t segmax;   /* shm: redirect: the largest segment the server maps (--max-shm) */
+    uint64_t dev;      /* CUDA IPC: push/result/params: where the payload lies in the sender's exported GPU memory */
+    frame_str gpu;     /* CUDA IPC: welcome/export: the GPU's UUID ("GPU-...", or "fake") */
+    frame_str ipc;     /* CUDA IPC: export: hex of the memory handle (and, from a trainer, the event's) */
 } frame_hdr;
 
 /* Result of frame_decode_header. */

@@ -139,67 +139,33 @@ psb_transport psb_transport_default(void)
 
 /* ---- the arena ---------------------------------------------------------- */
 
-static int shm_ranges_grow(shm_range **v, size_t n, size_t *cap)
-{
-    if (n < *cap)
-        return 0;
-    size_t c = *cap ? *cap * 2 : 16;
-    shm_range *nv = realloc(*v, c * sizeof *nv);
-    if (!nv)
-        return -1;
-    *v = nv;
-    *cap = c;
-    return 0;
-}
-
 int shm_arena_init(shm_arena *a, const char *name, uint64_t size, bool peers_read_only, char *err, size_t errlen)
 {
     memset(a, 0, sizeof *a);
     if (shm_seg_create(&a->seg, name, size, peers_read_only, err, errlen) < 0)
         return -1;
-    if (shm_ranges_grow(&a->free, 0, &a->free_cap) < 0) {
+    if (ranges_init(&a->pages, a->seg.size, shm_page()) < 0) {
         shm_seg_close(&a->seg);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    a->free[0] = (shm_range){0, a->seg.size};
-    a->nfree = 1;
     return 0;
 }
 
 void shm_arena_destroy(shm_arena *a)
 {
     shm_seg_close(&a->seg);
-    free(a->free);
-    free(a->used);
+    ranges_destroy(&a->pages);
     memset(a, 0, sizeof *a);
     a->seg = SHM_SEG_NONE;
 }
 
 void *shm_arena_alloc(shm_arena *a, size_t bytes)
 {
-    uint64_t page = shm_page();
-    if (!a->seg.base || bytes == 0 || bytes > a->seg.size)
+    if (!a->seg.base)
         return NULL;
-    uint64_t len = (bytes + page - 1) / page * page;
-    if (shm_ranges_grow(&a->used, a->nused, &a->used_cap) < 0)
-        return NULL;
-    for (size_t i = 0; i < a->nfree; i++) {
-        shm_range *r = &a->free[i];
-        if (r->len < len)
-            continue;
-        uint64_t off = r->off;
-        r->off += len;
-        r->len -= len;
-        if (r->len == 0) {
-            memmove(r, r + 1, (a->nfree - i - 1) * sizeof *r);
-            a->nfree--;
-        }
-        a->used[a->nused++] = (shm_range){off, len};
-        a->used_bytes += len;
-        return a->seg.base + off;
-    }
-    return NULL;
+    uint64_t off = ranges_alloc(&a->pages, bytes);
+    return off == RANGES_NONE ? NULL : a->seg.base + off;
 }
 
 void shm_arena_free(shm_arena *a, void *p)
@@ -210,40 +176,11 @@ void shm_arena_free(shm_arena *a, void *p)
     bool ours = shm_arena_owns(a, p, 0, &off);
     assert(ours);
     (void)ours;
-    size_t u = 0;
-    while (u < a->nused && a->used[u].off != off)
-        u++;
-    assert(u < a->nused); /* p came from shm_arena_alloc */
-    if (u == a->nused)
-        return;
-    shm_range r = a->used[u];
-    a->used[u] = a->used[--a->nused];
-    a->used_bytes -= r.len;
+    uint64_t len = ranges_free(&a->pages, off);
+    assert(len > 0); /* p came from shm_arena_alloc */
     /* Its pages go back: memory a pool trimmed is memory returned. */
-    (void)fallocate(a->seg.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)r.off, (off_t)r.len);
-    size_t i = 0;
-    while (i < a->nfree && a->free[i].off < r.off)
-        i++;
-    bool merge_prev = i > 0 && a->free[i - 1].off + a->free[i - 1].len == r.off;
-    bool merge_next = i < a->nfree && r.off + r.len == a->free[i].off;
-    if (merge_prev && merge_next) {
-        a->free[i - 1].len += r.len + a->free[i].len;
-        memmove(&a->free[i], &a->free[i + 1], (a->nfree - i - 1) * sizeof *a->free);
-        a->nfree--;
-    } else if (merge_prev) {
-        a->free[i - 1].len += r.len;
-    } else if (merge_next) {
-        a->free[i].off = r.off;
-        a->free[i].len += r.len;
-    } else {
-        /* The free list may need one more entry; on no memory the pages are
-         * lost to the arena (not to the process: they were given back). */
-        if (shm_ranges_grow(&a->free, a->nfree, &a->free_cap) < 0)
-            return;
-        memmove(&a->free[i + 1], &a->free[i], (a->nfree - i) * sizeof *a->free);
-        a->free[i] = r;
-        a->nfree++;
-    }
+    if (len)
+        (void)fallocate(a->seg.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
 }
 
 uint64_t shm_default_size(void)

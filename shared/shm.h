@@ -30,6 +30,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "shared/ranges.h"
+
 typedef struct shm_seg {
     int fd;         /* -1: none */
     uint8_t *base;  /* NULL: not mapped */
@@ -70,17 +72,9 @@ psb_transport psb_transport_default(void);
 
 /* ---- an arena of pages over one segment ------------------------------- */
 
-typedef struct shm_range {
-    uint64_t off, len;
-} shm_range;
-
 typedef struct shm_arena {
     shm_seg seg;
-    shm_range *free; /* sorted by offset, neighbours merged */
-    size_t nfree, free_cap;
-    shm_range *used; /* unsorted: few, and looked up only on free */
-    size_t nused, used_cap;
-    uint64_t used_bytes;
+    ranges pages; /* the segment's pages handed out */
 } shm_arena;
 
 /* A writable segment of `size` bytes to hand out (peers map it read-only

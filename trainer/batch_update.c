@@ -262,7 +262,7 @@ static int bu_end(void *ctx, void *frame, char *err, size_t errlen)
 
 client_sink batch_update_sink(batch_update *b)
 {
-    client_sink k = {bu_begin, bu_data, bu_end, b};
+    client_sink k = {bu_begin, bu_data, bu_end, b, NULL};
     return k;
 }
 

@@ -68,8 +68,9 @@ static ssize_t client_recv(client_conn *c, uint8_t *dst, size_t room)
 
 /* Blocking read of exactly one frame header (no payload) during the
  * handshake, for at most timeout_s: the server's first answer (`want`:
- * welcome; FT_REDIRECT: a redirect or a welcome). A peer that is not a
- * psbench server is named (shared/peer.h). */
+ * welcome; FT_REDIRECT: a redirect or a welcome), or its answer to an
+ * export (FT_EXPORT: 1 when it is an error, which *h describes). A peer
+ * that is not a psbench server is named (shared/peer.h). */
 static int client_read_answer(client_conn *c, frame_type want, double timeout_s, frame_hdr *h, char *err,
                               size_t errlen)
 {
@@ -79,6 +80,12 @@ static int client_read_answer(client_conn *c, frame_type want, double timeout_s,
         framed_ev k = framed_next(&c->rd, &ev);
         if (k == FRAMED_HEADER) {
             *h = ev.hdr;
+            if (h->type == FT_ERROR && want == FT_EXPORT && !h->payload) {
+                /* A refused export: the caller goes on without it. */
+                k = framed_next(&c->rd, &ev);
+                assert(k == FRAMED_END);
+                return 1;
+            }
             if (h->type == FT_ERROR) {
                 client_error_frame(c, h, err, errlen);
                 return -1;
@@ -315,6 +322,92 @@ static int client_follow(client *cl, client_conn *c, const frame_hdr *r, char *w
 /* Hello and welcome on c, connected over TCP: asking for shared memory
  * unless the transport is tcp, following a redirect where it can (auto:
  * else on TCP, the reason in link_note; shm: else an error). */
+static int client_unhex(const char *p, size_t n, unsigned char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v = 0;
+        for (int k = 0; k < 2; k++) {
+            char ch = p[2 * i + k];
+            unsigned d = ch >= '0' && ch <= '9' ? (unsigned)(ch - '0')
+                         : ch >= 'a' && ch <= 'f' ? (unsigned)(ch - 'a' + 10)
+                                                  : 16;
+            if (d > 15)
+                return -1;
+            v = v << 4 | d;
+        }
+        out[i] = (unsigned char)v;
+    }
+    return 0;
+}
+
+static void client_hex(const unsigned char *b, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* CUDA IPC (docs/protocol.md): the server's welcome offered it (`gpu`);
+ * on the same GPU, export the gradients' memory and event and open the
+ * server's memory. A refusal, or another GPU, is a note, not an error:
+ * the link goes on over pinned memory. 0, or -1 with err (the connection
+ * failed). */
+static int client_export(client *cl, client_conn *c, const frame_hdr *w, double timeout_s, char *err, size_t errlen)
+{
+    const gpushare *g = cl->gpu;
+    if (!frame_str_eq(w->gpu, g->gpu)) {
+        snprintf(c->gpu_note, sizeof c->gpu_note, "the server computes on GPU %.*s, this trainer on %s",
+                 (int)(w->gpu.n > 48 ? 48 : w->gpu.n), w->gpu.p, g->gpu);
+        return 0;
+    }
+    char hex[4 * GPUSHARE_HANDLE + 1];
+    client_hex(g->mem, GPUSHARE_HANDLE, hex);
+    client_hex(g->ev, GPUSHARE_HANDLE, hex + 2 * GPUSHARE_HANDLE);
+    frame_hdr h = {0};
+    h.type = FT_EXPORT;
+    h.gpu = frame_str_c(g->gpu);
+    h.segment = g->bytes;
+    h.ipc = frame_str_c(hex);
+    h.has = FH_GPU | FH_SEGMENT | FH_IPC;
+    uint8_t buf[1024];
+    size_t n = frame_encode_header(&h, buf, sizeof buf);
+    struct iovec iov = {buf, n};
+    if (!n || shm_send_fd(c->fd, &iov, 1, -1) != (ssize_t)n) {
+        snprintf(err, errlen, "server %s: cannot send export", c->addr);
+        return -1;
+    }
+    frame_hdr a;
+    int r = client_read_answer(c, FT_EXPORT, timeout_s, &a, err, errlen);
+    if (r < 0)
+        return -1;
+    if (r == 1) {
+        char msg[160];
+        text_escape_n(a.message.p, a.message.n > 120 ? 120 : a.message.n, msg, sizeof msg);
+        snprintf(c->gpu_note, sizeof c->gpu_note, "the server refused the export: %s", msg);
+        return 0;
+    }
+    unsigned char mem[GPUSHARE_HANDLE];
+    char missing[64];
+    if (frame_missing(a.has, FH_GPU | FH_SEGMENT | FH_IPC, missing, sizeof missing) || !frame_str_eq(a.gpu, g->gpu) ||
+        a.ipc.n != 2 * GPUSHARE_HANDLE || client_unhex(a.ipc.p, GPUSHARE_HANDLE, mem) < 0 || a.segment == 0) {
+        snprintf(err, errlen, "server %s: its export answer is not one (gpu, segment, ipc: a %u-byte handle)",
+                 c->addr, GPUSHARE_HANDLE);
+        return -1;
+    }
+    char why[300];
+    if (!(c->srv_gpu = g->open(g->ctx, mem, a.segment, why, sizeof why))) {
+        /* The server holds our export; we cannot read its results there:
+         * a server that sends one ends the link with a clear error. */
+        snprintf(err, errlen, "server %s: cannot open its GPU memory: %s", c->addr, why);
+        return -1;
+    }
+    c->srv_gpu_bytes = a.segment;
+    return 0;
+}
+
 static int client_handshake(client *cl, client_conn *c, const client_cfg *cfg, char *err, size_t errlen)
 {
     bool ask = cfg->transport != PSB_TRANSPORT_TCP;
@@ -344,7 +437,15 @@ static int client_handshake(client *cl, client_conn *c, const client_cfg *cfg, c
         }
         snprintf(c->link_note, sizeof c->link_note, "the server offers TCP only (its --transport is tcp)");
     }
-    return client_welcomed(cl, c, &a, err, errlen);
+    if (client_welcomed(cl, c, &a, err, errlen) < 0)
+        return -1;
+    if (c->shm && (a.has & FH_GPU)) {
+        if (!cl->gpu)
+            snprintf(c->gpu_note, sizeof c->gpu_note, "this trainer's gradients are not in shareable GPU memory");
+        else if (client_export(cl, c, &a, cfg->timeout_s, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 static int client_open_all(client *cl, const client_cfg *cfg, const client_sink *sink, char *err, size_t errlen)
@@ -352,6 +453,7 @@ static int client_open_all(client *cl, const client_cfg *cfg, const client_sink 
     memset(cl, 0, sizeof *cl);
     cl->wake_fd = -1;
     cl->sink = *sink;
+    cl->gpu = cfg->gpu;
     cl->arena.seg = SHM_SEG_NONE;
     const char *mode = getenv("PSBENCH_SHM_PUSH");
     cl->push_mode = mode && strcmp(mode, "inline") == 0  ? CLIENT_PUSH_INLINE
@@ -425,6 +527,8 @@ void client_close(client *cl)
             close(c->fd);
         if (c->rx_fd >= 0)
             close(c->rx_fd);
+        if (c->srv_gpu)
+            cl->gpu->close(cl->gpu->ctx, c->srv_gpu);
         shm_seg_close(&c->seg);
         framed_free(&c->rd);
         free(c->q);
@@ -451,6 +555,21 @@ void client_shared_free(client *cl, void *p)
 const char *client_link(const client *cl, size_t i)
 {
     return cl->conns[i].shm ? "shm" : "tcp";
+}
+
+bool client_link_gpu(const client *cl, size_t i, const char **note)
+{
+    if (note)
+        *note = cl->conns[i].gpu_note;
+    return cl->conns[i].srv_gpu != NULL;
+}
+
+bool client_all_gpu(const client *cl)
+{
+    for (size_t i = 0; i < cl->nconns; i++)
+        if (!cl->conns[i].srv_gpu)
+            return false;
+    return cl->nconns > 0;
 }
 
 /* Where a push of `bucket` with len payload bytes is staged on c: its
@@ -508,7 +627,13 @@ int client_queue(client *cl, size_t i, const frame_hdr *h0, const void *payload,
     client_conn *c = &cl->conns[i];
     frame_hdr hv = *h0;
     const frame_hdr *h = &hv;
-    client_push_at(cl, c, &hv, &payload);
+    if (h0->has & FH_DEV) {
+        /* Its bytes are in the trainer's GPU memory: the header says where. */
+        assert(c->srv_gpu && !payload && !h0->payload);
+        atomic_fetch_add_explicit(&cl->bytes_out, h0->count * 4, memory_order_relaxed);
+    } else {
+        client_push_at(cl, c, &hv, &payload);
+    }
     if (c->qhead + c->qlen == c->qcap) {
         if (c->qhead > 0) {
             memmove(c->q, c->q + c->qhead, c->qlen * sizeof *c->q);
@@ -611,6 +736,30 @@ static const uint8_t *client_answer_at(const client_conn *c, const frame_hdr *h,
     return c->seg.base + h->at;
 }
 
+/* A dense result whose mean lies in the server's GPU memory (`dev`):
+ * where, checked before anything reads it; hv is h as if the payload
+ * followed. */
+static const uint8_t *client_answer_dev(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv,
+                                        char *err, size_t errlen)
+{
+    uint64_t want = h->type == FT_RESULT && h->layout == LAYOUT_DENSE ? frame_push_payload_size(h)
+                    : h->type == FT_PARAMS && h->count <= UINT64_MAX / 4 ? h->count * 4
+                                                                        : UINT64_MAX;
+    if (!c->srv_gpu || !cl->sink.dev || h->payload || (h->has & FH_AT) || want == UINT64_MAX || h->dev % 4 ||
+        h->dev > c->srv_gpu_bytes || want > c->srv_gpu_bytes - h->dev) {
+        snprintf(err, errlen, "server %s sent a '%s' naming bytes %" PRIu64 "..+%" PRIu64 " of %s", c->addr,
+                 frame_type_name(h->type), h->dev, want == UINT64_MAX ? 0 : want,
+                 c->srv_gpu ? "its GPU memory, outside it (or not a dense result, or with a payload too)"
+                            : "GPU memory it never exported to this trainer");
+        return NULL;
+    }
+    *hv = *h;
+    hv->payload = want;
+    hv->has |= FH_PAYLOAD;
+    hv->has &= ~(uint32_t)FH_DEV;
+    return (const uint8_t *)c->srv_gpu + h->dev;
+}
+
 /* Dispatch the frames and payload chunks that have arrived on c. */
 static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
 {
@@ -645,11 +794,20 @@ static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
                 return -1;
             frame_hdr hv;
             const uint8_t *shared = NULL;
+            const uint8_t *on_gpu = NULL;
+            if ((h->has & FH_DEV) && !(on_gpu = client_answer_dev(cl, c, h, &hv, err, errlen)))
+                return -1;
             if ((h->has & FH_AT) && !(shared = client_answer_at(c, h, &hv, err, errlen)))
                 return -1;
             c->frame = NULL;
-            if (cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), shared ? &hv : h, &c->frame, err, errlen) < 0)
+            if (cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), shared || on_gpu ? &hv : h, &c->frame, err,
+                               errlen) < 0)
                 return -1;
+            if (on_gpu) { /* in the server's GPU memory: copied device to device */
+                atomic_fetch_add_explicit(&cl->bytes_in, hv.payload, memory_order_relaxed);
+                if (cl->sink.dev(cl->sink.ctx, c->frame, on_gpu, hv.payload, err, errlen) < 0)
+                    return -1;
+            }
             /* Read where the server wrote it; the reader's end of this
              * (empty) frame follows. */
             if (shared && hv.payload) {

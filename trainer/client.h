@@ -19,6 +19,7 @@
 #include "shared/frame.h"
 #include "shared/framed.h"
 #include "shared/shm.h"
+#include "trainer/gpushare.h"
 
 /* What the client calls as results arrive. Each returns 0, or -1 with a
  * reason in err (the client then fails). Results from different servers
@@ -34,6 +35,11 @@ typedef struct client_sink {
     int (*data)(void *ctx, void *frame, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen);
     int (*end)(void *ctx, void *frame, char *err, size_t errlen);
     void *ctx;
+    /* A dense result whose mean lies in the server's GPU memory (CUDA IPC,
+     * docs/protocol.md): n bytes at device address src, complete on the
+     * GPU; between begin and end, instead of data. NULL: the client never
+     * exports (client_cfg.gpu NULL), so no server sends one. */
+    int (*dev)(void *ctx, void *frame, const void *src, uint64_t n, char *err, size_t errlen);
 } client_sink;
 
 typedef struct client_out {
@@ -66,6 +72,12 @@ typedef struct client_conn {
     int rx_fd;           /* a descriptor received and not taken yet */
     char link_note[200]; /* why this link is TCP where shared memory was tried ("": not tried) */
     bool no_segment;     /* shm, but the client's segment is larger than the server takes: pushes inline */
+    /* CUDA IPC (shm links to a CUDA server on this trainer's GPU): the
+     * server's exported GPU memory, mapped here (NULL: none), and why
+     * there is none where the server offered it. */
+    void *srv_gpu;
+    uint64_t srv_gpu_bytes;
+    char gpu_note[200];
     client_stage *stage;
     size_t nstage;
     client_out *q;
@@ -87,6 +99,7 @@ typedef struct client {
     struct pollfd *pfd; /* nconns + 1 (the wake fd) */
     uint32_t trainers; /* from the servers' welcome */
     client_sink sink;
+    const gpushare *gpu; /* client_cfg's */
     /* Written by the polling thread, read by others (a trainer's reports):
      * relaxed atomics, one per read or write call. */
     _Atomic uint64_t bytes_out, bytes_in;
@@ -113,6 +126,10 @@ typedef struct client_cfg {
     const char *token;   /* NULL: none */
     double timeout_s;
     psb_transport transport; /* auto: shared memory with a server on this host (probed), TCP otherwise */
+    /* NULL, or the trainer's GPU and the memory its gradients live in:
+     * exported to a server on the same GPU that offers CUDA IPC (the
+     * sink then needs `dev`). */
+    const gpushare *gpu;
 } client_cfg;
 
 int client_open(client *cl, const client_cfg *cfg, const client_sink *sink, char *err, size_t errlen);
@@ -124,6 +141,11 @@ void *client_shared_alloc(client *cl, size_t bytes);
 void client_shared_free(client *cl, void *p);
 /* How connection i travels: "shm" or "tcp". */
 const char *client_link(const client *cl, size_t i);
+/* Whether connection i exchanges dense buckets by CUDA IPC; else, where
+ * its server offered it, why not (note: "" when not offered). */
+bool client_link_gpu(const client *cl, size_t i, const char **note);
+/* Whether every connection exchanges dense buckets by CUDA IPC. */
+bool client_all_gpu(const client *cl);
 void client_close(client *cl);
 /* Queue a frame (header fields in h; payload bytes stay the caller's
  * until written) on connection i. Returns 0 or -1. */

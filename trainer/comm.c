@@ -44,6 +44,17 @@ static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, void **fra
             snprintf(err, errlen, "result for bucket %" PRIu64 " has the wrong size", h->bucket);
             return -1;
         }
+        /* A bucket pushed from GPU memory (no host destination) whose mean
+         * comes on the socket: kept here, uploaded by the hook. */
+        if (!b->dense_dst && h->payload > b->result_cap) {
+            uint8_t *r = realloc(b->result, h->payload);
+            if (!r) {
+                snprintf(err, errlen, "out of memory for a result");
+                return -1;
+            }
+            b->result = r;
+            b->result_cap = h->payload;
+        }
     } else {
         if (h->cols != b->hdr.cols || h->rows != b->hdr.rows || h->nnz > h->rows ||
             h->payload != h->nnz * (8 + 4 * h->cols)) {
@@ -73,9 +84,21 @@ static int comm_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, siz
 {
     comm_bucket *b = frame;
     if (b->hdr.layout == LAYOUT_DENSE)
-        memcpy((uint8_t *)b->dense_dst + off, p, n);
+        memcpy(b->dense_dst ? (uint8_t *)b->dense_dst + off : b->result + off, p, n);
     else
         memcpy(b->result + off, p, n);
+    return 0;
+}
+
+static int comm_dev(void *ctx, void *frame, const void *src, uint64_t n, char *err, size_t errlen)
+{
+    comm_bucket *b = frame;
+    (void)ctx;
+    if (b->hdr.layout != LAYOUT_DENSE || n != b->hdr.count * 4) {
+        snprintf(err, errlen, "a result in GPU memory for bucket %u that is not its dense mean", b->id);
+        return -1;
+    }
+    b->result_dev = src; /* copied by the hook, in the trainer's stream order */
     return 0;
 }
 
@@ -153,6 +176,7 @@ comm *comm_start(client *cl, double rpc_timeout_s, char *err, size_t errlen)
     cl->sink.begin = comm_begin;
     cl->sink.data = comm_data;
     cl->sink.end = comm_end;
+    cl->sink.dev = comm_dev;
     cl->sink.ctx = c;
     cl->wake_fd = c->wake;
     if (rc == 0)
@@ -177,6 +201,7 @@ void comm_push(comm *c, comm_bucket *b, uint32_t server, uint64_t batch)
     b->server = server;
     b->hdr.batch = batch;
     b->done = false;
+    b->result_dev = NULL;
     b->t_push_ns = clock_now_ns();
     assert(b->id < COMM_MAX_BUCKETS);
     pthread_mutex_lock(&c->mu);

@@ -28,6 +28,7 @@ cbuf *cbuf_wrap(compute *c, void *ptr, uint64_t n, compute_dtype t, compute_mem 
     b->dtype = t;
     b->mem = mem;
     b->owner = c;
+    b->shared = false;
     return b;
 }
 
@@ -104,4 +105,37 @@ double compute_loss(compute *c, cspan loss)
     compute_read(c, loss, &v);
     compute_sync(c);
     return v;
+}
+
+cbuf *compute_alloc_shared(compute *c, uint64_t n, compute_dtype t, char *err, size_t errlen)
+{
+    if (compute_status(c, err, errlen) < 0)
+        return NULL;
+    if (!c->ops->alloc_shared) {
+        snprintf(err, errlen, "compute (%s): no GPU memory to share (the trainer computes on the host)", c->ops->name);
+        return NULL;
+    }
+    return c->ops->alloc_shared(c, n, t, err, errlen);
+}
+
+int compute_share_export(compute *c, cbuf *b, compute_share *x, char *err, size_t errlen)
+{
+    if (compute_status(c, err, errlen) < 0)
+        return -1;
+    if (!c->ops->share_export || !b->shared) {
+        snprintf(err, errlen, "compute (%s): this buffer cannot be shared", c->ops->name);
+        return -1;
+    }
+    return c->ops->share_export(c, b, x, err, errlen);
+}
+
+void *compute_peer_open(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen)
+{
+    if (compute_status(c, err, errlen) < 0)
+        return NULL;
+    if (!c->ops->peer_open) {
+        snprintf(err, errlen, "compute (%s): no GPU to open a peer's memory on", c->ops->name);
+        return NULL;
+    }
+    return c->ops->peer_open(c, mem, bytes, err, errlen);
 }

@@ -126,6 +126,19 @@ typedef enum compute_sum_from {
     COMPUTE_SUM_FROM_ZERO,     /* dst = 0; dst += src[i], i >= 0 (hybrid.c's, batch_update.c's) */
 } compute_sum_from;
 
+/* A buffer of device memory exported for another process on the same GPU
+ * (CUDA IPC: a CUDA server folding a trainer's gradients where they are):
+ * what that process needs to open it, and the context's IPC event, which
+ * compute_share_record records in the context's order. */
+#define COMPUTE_IPC_HANDLE 64
+typedef struct compute_share {
+    char gpu[48];                           /* the GPU's UUID (cugpu.h) */
+    unsigned char mem[COMPUTE_IPC_HANDLE];  /* the buffer's memory handle */
+    unsigned char ev[COMPUTE_IPC_HANDLE];   /* the context's IPC event's handle */
+    uint64_t bytes;                         /* the buffer's size */
+    const void *base;                       /* its device address here (compute_span_device's) */
+} compute_share;
+
 typedef struct compute_ops {
     const char *name; /* "cpu", "cuda" */
     void (*destroy)(compute *c);
@@ -205,6 +218,14 @@ typedef struct compute_ops {
      * cols), rows (host) in range, applied in order (repeats twice). */
     void (*sgd_sparse)(compute *c, cspan table, uint64_t cols, const int64_t *rows, const float *vals, uint64_t nnz,
                        float lr);
+
+    /* ---- CUDA IPC (NULL where the context has no GPU: cpu, staged) ---- */
+    cbuf *(*alloc_shared)(compute *c, uint64_t n, compute_dtype t, char *err, size_t errlen);
+    int (*share_export)(compute *c, cbuf *b, compute_share *x, char *err, size_t errlen);
+    void (*share_record)(compute *c);
+    void *(*peer_open)(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
+    void (*peer_close)(compute *c, void *p);
+    void (*copy_from_peer)(compute *c, cspan dst, const void *src);
 } compute_ops;
 
 /* Every implementation's context starts with this. */
@@ -283,6 +304,40 @@ void *compute_span_view(compute *c, cspan s);
  * done (compute_done on a mark recorded after it) and no enqueued
  * operation touches meanwhile. */
 void *compute_span_device(compute *c, cspan s);
+
+/* ---- CUDA IPC: memory shared with a process on the same GPU ----
+ *
+ * compute_alloc_shared: n zeroed elements of device memory another process
+ *   on this GPU can open (a COMPUTE_MEM_DEVICE buffer in every other
+ *   respect), NULL with err where the context cannot (no GPU: cpu, staged;
+ *   no IPC memory left).
+ * compute_share_export: b's handle (b from compute_alloc_shared) and the
+ *   context's IPC event (made at the first call). 0, or -1 with err.
+ * compute_share_record: that event, recorded now in the context's order:
+ *   a process waiting for it waits for everything enqueued so far.
+ * compute_peer_open / _close: another process's exported memory (`bytes`
+ *   of it), mapped here: a device address, NULL with err.
+ * compute_copy_from_peer: dst's elements from device address src (a
+ *   peer's memory), device to device, enqueued in the context's order. */
+static inline bool compute_can_share(const compute *c) { return c->ops->alloc_shared != NULL; }
+cbuf *compute_alloc_shared(compute *c, uint64_t n, compute_dtype t, char *err, size_t errlen);
+int compute_share_export(compute *c, cbuf *b, compute_share *x, char *err, size_t errlen);
+static inline void compute_share_record(compute *c)
+{
+    if (!compute_failed(c))
+        c->ops->share_record(c);
+}
+void *compute_peer_open(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
+static inline void compute_peer_close(compute *c, void *p)
+{
+    if (p)
+        c->ops->peer_close(c, p);
+}
+static inline void compute_copy_from_peer(compute *c, cspan dst, const void *src)
+{
+    if (!compute_failed(c))
+        c->ops->copy_from_peer(c, dst, src);
+}
 
 /* ---- the calls: each is its table's operation ---- */
 

@@ -44,6 +44,7 @@
 #include "shared/gpu.h"
 #include "shared/log.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -91,6 +92,7 @@ typedef struct compute_cuda {
     struct cc_occ *occ;
     size_t occ_cap;
     uint64_t live; /* buffers not yet released */
+    cugpu_event *ipc_ev; /* CUDA IPC: the event a peer waits for (compute_share_record); NULL: not made */
 } compute_cuda;
 
 typedef struct cc_occ {
@@ -412,7 +414,12 @@ static void cc_release(compute *base, cbuf *b)
     compute_cuda *c = cc(base);
     assert(b->owner == base && c->live > 0);
     c->live--;
-    if (b->mem == COMPUTE_MEM_DEVICE && cc_failed(c)) {
+    if (b->shared) {
+        /* Not stream-ordered: wait for what may use it (a peer's folds
+         * are the peer's business: it has closed or will close it). */
+        cc_sync(base);
+        c->g->ops->dev_free_ipc(c->g, b->ptr);
+    } else if (b->mem == COMPUTE_MEM_DEVICE && cc_failed(c)) {
         c->g->ops->dev_free(c->g, b->ptr); /* a failed stream runs nothing more, a queued free neither */
     } else if (b->mem == COMPUTE_MEM_DEVICE) {
         c->g->ops->dev_free_async(c->g, c->s, b->ptr); /* after what was queued before */
@@ -889,6 +896,8 @@ static void cc_destroy(compute *base)
     }
     for (int i = 0; i < CC_MARKS; i++)
         g->ops->event_free(g, c->ev[i]);
+    if (c->ipc_ev)
+        g->ops->event_free(g, c->ipc_ev);
     g->ops->host_free(g, c->st_host);
     g->ops->dev_free(g, c->st_dev);
     free(c->occ);
@@ -896,6 +905,95 @@ static void cc_destroy(compute *base)
     cugpu_destroy(g);
     free(c);
 }
+
+/* ---- CUDA IPC (compute.h) ----------------------------------------------------------- */
+
+static cbuf *cc_alloc_shared(compute *base, uint64_t n, compute_dtype t, char *err, size_t errlen)
+{
+    compute_cuda *c = cc(base);
+    cugpu *g = c->g;
+    size_t es = compute_dtype_size(t);
+    if (n == 0 || n > SIZE_MAX / es) {
+        errbuf_set(err, errlen, "compute (%s): %llu elements cannot be shared", c->name, (unsigned long long)n);
+        return NULL;
+    }
+    size_t bytes = (size_t)n * es;
+    void *p = g->ops->dev_alloc_ipc(g, bytes);
+    if (!p) {
+        errbuf_set(err, errlen, "compute (%s): no shareable device memory for %llu elements: %s", c->name,
+                   (unsigned long long)n, g->err);
+        return NULL;
+    }
+    cc_zero_dev(c, p, bytes);
+    cbuf *b = cbuf_wrap(base, p, n, t, COMPUTE_MEM_DEVICE);
+    if (!b) {
+        cc_sync(base);
+        g->ops->dev_free_ipc(g, p);
+        errbuf_set(err, errlen, "compute (%s): out of memory", c->name);
+        return NULL;
+    }
+    b->shared = true;
+    c->live++;
+    return b;
+}
+
+static int cc_share_export(compute *base, cbuf *b, compute_share *x, char *err, size_t errlen)
+{
+    compute_cuda *c = cc(base);
+    cugpu *g = c->g;
+    if (!c->ipc_ev && !(c->ipc_ev = g->ops->event_new_ipc(g))) {
+        errbuf_set(err, errlen, "compute (%s): an IPC event: %s", c->name, g->err);
+        return -1;
+    }
+    cugpu_ipc_handle hm, he;
+    if (g->ops->ipc_export(g, b->ptr, &hm) < 0 || g->ops->event_export(g, c->ipc_ev, &he) < 0) {
+        errbuf_set(err, errlen, "compute (%s): exporting: %s", c->name, g->err);
+        return -1;
+    }
+    memset(x, 0, sizeof *x);
+    snprintf(x->gpu, sizeof x->gpu, "%s", g->uuid);
+    memcpy(x->mem, hm.bytes, sizeof x->mem);
+    memcpy(x->ev, he.bytes, sizeof x->ev);
+    x->bytes = b->n * compute_dtype_size(b->dtype);
+    x->base = b->ptr;
+    return 0;
+}
+
+static void cc_share_record(compute *base)
+{
+    compute_cuda *c = cc(base);
+    assert(c->ipc_ev);
+    if (c->g->ops->event_record(c->g, c->s, c->ipc_ev) < 0)
+        cc_fatal(c, "recording the IPC event");
+}
+
+static void *cc_peer_open(compute *base, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen)
+{
+    compute_cuda *c = cc(base);
+    cugpu_ipc_handle h;
+    memcpy(h.bytes, mem, sizeof h.bytes);
+    void *p = c->g->ops->ipc_open(c->g, &h, bytes);
+    if (!p)
+        errbuf_set(err, errlen, "compute (%s): %s", c->name, c->g->err);
+    return p;
+}
+
+static void cc_peer_close(compute *base, void *p)
+{
+    compute_cuda *c = cc(base);
+    cc_sync(base); /* no copy from it in flight */
+    c->g->ops->ipc_close(c->g, p);
+}
+
+static void cc_copy_from_peer(compute *base, cspan dst, const void *src)
+{
+    compute_cuda *c = cc(base);
+    assert(cspan_valid(dst) && dst.buf->mem == COMPUTE_MEM_DEVICE);
+    size_t bytes = dst.n * compute_dtype_size(dst.buf->dtype);
+    if (bytes && c->g->ops->copy(c->g, c->s, cc_addr(dst), src, bytes, CUGPU_D2D) < 0)
+        cc_fatal(c, "a copy from a peer's GPU memory");
+}
+
 
 static const compute_ops cuda_ops = {
     .name = "cuda",
@@ -927,6 +1025,12 @@ static const compute_ops cuda_ops = {
     .l1 = cc_l1,
     .sgd_dense = cc_sgd_dense,
     .sgd_sparse = cc_sgd_sparse,
+    .alloc_shared = cc_alloc_shared,
+    .share_export = cc_share_export,
+    .share_record = cc_share_record,
+    .peer_open = cc_peer_open,
+    .peer_close = cc_peer_close,
+    .copy_from_peer = cc_copy_from_peer,
 };
 
 /* The context on g (taken over: destroyed with it, or here on failure). */

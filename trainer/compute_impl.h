@@ -14,6 +14,7 @@ struct cbuf {
     compute_dtype dtype;
     compute_mem mem;
     compute *owner;      /* the context that allocated it */
+    bool shared;         /* device memory another process may open (compute_alloc_shared) */
 };
 
 static inline size_t compute_dtype_size(compute_dtype t) { return t == COMPUTE_F64 ? 8 : 4; }

@@ -33,6 +33,7 @@ typedef struct rpc_slot {
 typedef struct rpc_hook {
     hook base;
     client cl;
+    const gpushare *gpu; /* every link exchanges dense buckets by CUDA IPC: they come in GPU memory */
     comm *c;
     stats *m_dense, *m_sparse;
     rpc_slot slots[HOOK_MAX_BUCKETS];
@@ -103,13 +104,27 @@ static void rpc_ready(hook *h, hook_bucket *b)
 {
     rpc_hook *r = (rpc_hook *)h;
     assert(b->id < HOOK_MAX_BUCKETS);
-    assert(b->sparse || (b->data && !b->device_data)); /* host memory: device_dense is false */
+    assert(b->sparse || (b->data != NULL) != (b->device_data != NULL));
+    assert(!b->device_data || r->gpu); /* device_dense only then */
     rpc_slot *s = &r->slots[b->id];
     if (!rpc_shaped_as(s, b))
         rpc_shape(s, b);
+    frame_hdr *hd = &s->cb.hdr;
     if (b->sparse) {
         rpc_pack_sparse(s, b);
+    } else if (b->device_data) {
+        /* Named where it lies in the exported gradients; the server's
+         * stream waits for the event recorded now, after its writer (and
+         * after the copies of earlier means: the loans' end). */
+        hd->dev = (uint64_t)((const uint8_t *)b->device_data - (const uint8_t *)r->gpu->base);
+        hd->has = (hd->has | FH_DEV) & ~(uint32_t)FH_PAYLOAD;
+        hd->payload = 0;
+        s->cb.payload = NULL;
+        s->cb.dense_dst = NULL;
+        r->gpu->record(r->gpu->ctx);
     } else {
+        hd->has = (hd->has | FH_PAYLOAD) & ~(uint32_t)FH_DEV;
+        hd->payload = b->count * 4;
         s->cb.payload = (const uint8_t *)b->data;
         s->cb.dense_dst = b->data;
     }
@@ -135,7 +150,15 @@ static int rpc_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t err
             return -1;
         }
         b->t_done_ns = s->cb.t_done_ns;
-        if (b->sparse) {
+        if (b->device_data) {
+            /* The mean into the bucket, device to device from the
+             * server's memory (or up from the socket's bytes), in the
+             * trainer's stream order: what it enqueues next sees it. */
+            if (s->cb.result_dev)
+                r->gpu->copy(r->gpu->ctx, b->device_data, s->cb.result_dev, b->count * 4);
+            else
+                r->gpu->upload(r->gpu->ctx, b->device_data, s->cb.result, b->count * 4);
+        } else if (b->sparse) {
             /* The result was read into the comm bucket's buffer: trade
              * buffers with the bucket instead of copying. */
             uint8_t *res = b->result;
@@ -204,12 +227,17 @@ hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool spars
                      .rank = s->rank,
                      .token = s->token,
                      .timeout_s = s->connect_timeout_s,
-                     .transport = s->transport};
+                     .transport = s->transport,
+                     .gpu = s->gpu};
     if (client_open(&r->cl, &cc, &none, err, errlen) < 0 ||
         !(r->c = comm_start(&r->cl, s->rpc_timeout_s, err, errlen))) {
         client_close(&r->cl);
         free(r);
         return NULL;
+    }
+    if (s->gpu && client_all_gpu(&r->cl)) {
+        r->gpu = s->gpu;
+        r->base.device_dense = true;
     }
     return &r->base;
 }

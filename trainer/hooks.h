@@ -34,6 +34,10 @@ typedef struct hook_setup {
     double connect_timeout_s;
     double rpc_timeout_s;  /* every wait, and every collective */
     psb_transport transport; /* to the servers */
+    /* NULL, or the trainer's GPU and its gradients' shared memory: rpc
+     * takes dense buckets in GPU memory where every server it talks to
+     * exchanges them by CUDA IPC (gpushare.h). */
+    const struct gpushare *gpu;
     /* collectives */
     const coll_store *store; /* rendezvous */
     const char *store_prefix; /* keys of this job's groups start with it */

@@ -375,7 +375,7 @@ static int hybrid_end(void *ctx, void *frame, char *err, size_t errlen)
 
 client_sink hybrid_sink(hybrid *h)
 {
-    client_sink k = {hybrid_begin, hybrid_data, hybrid_end, h};
+    client_sink k = {hybrid_begin, hybrid_data, hybrid_end, h, NULL};
     return k;
 }
 

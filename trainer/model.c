@@ -212,7 +212,14 @@ dummy_model *model_new(compute *dev, const model_config *cfg, uint64_t seed, uin
         goto oom;
     model_layout(m);
     m->values = compute_alloc(dev, m->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, errlen);
-    m->grads = m->values ? compute_alloc(dev, m->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, errlen) : NULL;
+    m->grads = NULL;
+    if (m->values && cfg->grads_shared && compute_can_share(dev)) {
+        char why[256];
+        if (!(m->grads = compute_alloc_shared(dev, m->total, COMPUTE_F32, why, sizeof why)))
+            log_warn("gradients in ordinary device memory: %s", why);
+    }
+    if (m->values && !m->grads)
+        m->grads = compute_alloc(dev, m->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, errlen);
     if (!m->grads || model_alloc_activations(m, err, errlen) < 0) {
         model_free(m);
         return NULL;

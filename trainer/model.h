@@ -75,6 +75,10 @@ typedef struct model_config {
     uint64_t dense_output_size; /* the number of classes */
     uint32_t dense_layers_count;
     bool sparse;
+    /* The gradients in device memory a process on the same GPU can open
+     * (compute_alloc_shared: a CUDA server folds them where they are);
+     * where the compute layer cannot share, ordinary device memory. */
+    bool grads_shared;
 } model_config;
 
 typedef struct model_param_info {

@@ -190,7 +190,7 @@ static const char *run_compute_device(const run_job *j)
 
 /* The hook `name` for this job (its groups formed through the master). */
 static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, const char *name, bool sparse,
-                      const char *servers, char *err, size_t errlen)
+                      const char *servers, const gpushare *gpu, char *err, size_t errlen)
 {
     char here[64];
     run_local_address(l->c.fd, here, sizeof here);
@@ -211,6 +211,7 @@ static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, con
         .connect_timeout_s = o->connect_timeout_s,
         .rpc_timeout_s = j->rpc_timeout_s,
         .transport = o->transport,
+        .gpu = gpu,
         .store = &store,
         .store_prefix = "psbench",
         .coll_host = o->coll_host ? o->coll_host : here[0] ? here : NULL,
@@ -236,6 +237,10 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
     if (run_train_job(j, &tj, err, errlen) < 0)
         return -1;
     tj.device = run_compute_device(j); /* the compute layer's */
+    /* rpc_hook to servers that may be on this GPU: gradients where a CUDA
+     * server can fold them (CUDA IPC; ordinary memory on the CPU). */
+    bool ipc = strcmp(j->hook, "rpc_hook") == 0 && j->servers[0] && o->transport != PSB_TRANSPORT_TCP;
+    tj.model.grads_shared = ipc;
     if (!(tr = train_new(&tj, l->m, err, errlen)))
         return -1;
     if (train_batches_per_pass(tr) != j->batches) {
@@ -244,7 +249,11 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
         train_free(tr);
         return -1;
     }
-    hook *h = run_hook(l, o, j, j->hook, tj.model.sparse, j->servers, err, errlen);
+    char why[256] = "";
+    const gpushare *gpu = ipc ? train_gpushare(tr, why, sizeof why) : NULL;
+    if (ipc && !gpu && strncmp(tj.device, "cpu", 3) != 0)
+        log_info("trainer %" PRIu64 ": no CUDA IPC with the servers: %s", j->rank, why);
+    hook *h = run_hook(l, o, j, j->hook, tj.model.sparse, j->servers, gpu, err, errlen);
     if (!h) {
         train_free(tr);
         return -1;
@@ -290,7 +299,7 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     if (!hy)
         return -1;
     /* Only the dense part travels through the hook: no servers for it. */
-    hook *h = run_hook(l, o, j, "allreduce_hook", false, "", err, errlen);
+    hook *h = run_hook(l, o, j, "allreduce_hook", false, "", NULL, err, errlen);
     if (!h) {
         hybrid_free(hy);
         return -1;
@@ -472,11 +481,14 @@ static void run_log_links(uint64_t rank, const json_t *links)
     json_t *l;
     json_array_foreach((json_t *)links, i, l) {
         const char *note = json_string_value(json_object_get(l, "note"));
-        int w = snprintf(line + used, sizeof line - used, "%sserver %" JSON_INTEGER_FORMAT " %s%s%s%s",
+        const char *gnote = json_string_value(json_object_get(l, "cuda_ipc_note"));
+        bool gpu = json_is_true(json_object_get(l, "cuda_ipc"));
+        int w = snprintf(line + used, sizeof line - used, "%sserver %" JSON_INTEGER_FORMAT " %s%s%s%s%s%s%s%s",
                          i ? ", " : "", json_integer_value(json_object_get(l, "server")),
                          strcmp(json_string_value(json_object_get(l, "transport")), "shm") == 0 ? "shared memory"
                                                                                                 : "TCP",
-                         note ? " (" : "", note ? note : "", note ? ")" : "");
+                         gpu ? " + CUDA IPC" : "", note ? " (" : "", note ? note : "", note ? ")" : "",
+                         gnote ? " (no CUDA IPC: " : "", gnote ? gnote : "", gnote ? ")" : "");
         if (w < 0 || (size_t)w >= sizeof line - used)
             break;
         used += (size_t)w;

@@ -342,7 +342,7 @@ static int syn_end(void *ctx, void *frame, char *err, size_t errlen)
 
 client_sink synthetic_sink(synthetic *s)
 {
-    client_sink k = {syn_begin, syn_data, syn_end, s};
+    client_sink k = {syn_begin, syn_data, syn_end, s, NULL};
     return k;
 }
 

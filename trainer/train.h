@@ -68,6 +68,11 @@ typedef struct train train;
 typedef int (*train_tick_fn)(void *ctx, uint64_t batches_done, char *err, size_t errlen);
 
 train *train_new(const train_job *j, metrics *m, char *err, size_t errlen);
+/* The gradients as shared with a CUDA server on this GPU (the job's
+ * model.grads_shared, on a GPU): NULL with why where they are not
+ * shareable. Valid until train_free. */
+struct gpushare;
+const struct gpushare *train_gpushare(train *t, char *why, size_t whylen);
 void train_free(train *t);
 /* Batches in one pass (epochs x this trainer's batches per epoch). */
 uint64_t train_batches_per_pass(const train *t);

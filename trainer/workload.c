@@ -323,9 +323,12 @@ static void workload_client_links(const client *cl, json_t *arr)
 {
     for (size_t i = 0; cl && i < cl->nconns; i++) {
         const client_conn *c = &cl->conns[i];
-        json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:o}", "server", (json_int_t)c->server_rank, "address",
-                                             c->addr, "transport", client_link(cl, i), "note",
-                                             c->link_note[0] ? json_string(c->link_note) : json_null()));
+        const char *gpu_note;
+        bool gpu = client_link_gpu(cl, i, &gpu_note);
+        json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:o, s:b, s:o}", "server", (json_int_t)c->server_rank,
+                                             "address", c->addr, "transport", client_link(cl, i), "note",
+                                             c->link_note[0] ? json_string(c->link_note) : json_null(), "cuda_ipc",
+                                             gpu, "cuda_ipc_note", gpu_note[0] ? json_string(gpu_note) : json_null()));
     }
 }
 

@@ -53,16 +53,33 @@
  * the GPU and CUDA's words; the kinds fail their futures with the code
  * `device`; the log names the GPU once. The reactor never hangs on it.
  *
+ * Peers (CUDA IPC, device.h): a trainer on this GPU exports the memory its
+ * gradients live in and an event; the device opens both once (devpeer),
+ * makes its stream wait for the event's latest record when the transport
+ * says a push from it came (peer_wait), and folds from that memory with the
+ * same kernel that folds from staging — the source pointer is the peer's.
+ * Its own side is one allocation of shared memory (share: made at the
+ * first export, `--gpu-share` bytes, handed out in ranges): while it has
+ * room, buffers live there, and a result taken to the host takes its
+ * device bytes along (psbuf.twin), so that peers read the mean where the
+ * arithmetic wrote it; the range comes back with the psbuf's last
+ * reference (cuda_twin_free) — after the transport made the stream wait
+ * for every reader (docs/protocol.md). A peer is closed once the next job
+ * submitted after its close has completed (every fold from it was
+ * enqueued before that job), or at a drain.
+ *
  * Threads: everything runs on the reactor thread except the host
  * function, which only bumps an atomic counter and writes the eventfd.
  */
 #include "server/cuda/kernels_host.h"
 #include "server/device_host.h"
 #include "shared/log.h"
+#include "shared/ranges.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -88,6 +105,22 @@
 #define CUDA_PINNED_KEEP ((size_t)1 << 30)
 /* How often the stream is asked for a failure while work is in flight. */
 #define CUDA_POLL_MS 5
+/* Buffers of at least this many bytes go into the shared memory while it
+ * has room (smaller ones: the cache, as before; a result that small costs
+ * less on the socket than a kernel launch). */
+#define CUDA_SHARE_MIN 1024u
+/* Ranges of the shared memory: a fold's kernel reads floats, 256-byte
+ * aligned like every allocation of the cache. */
+#define CUDA_SHARE_UNIT 256u
+
+/* A peer's memory and event, opened here (device.h: devpeer). */
+struct devpeer {
+    uint8_t *base;
+    uint64_t bytes;
+    cugpu_event *ev;
+    uint64_t close_after; /* closing: once the job of this seq has completed */
+    struct devpeer *next; /* the closing list */
+};
 
 typedef struct cuda_chunk {
     uint8_t *host; /* pinned */
@@ -161,6 +194,11 @@ typedef struct cuda_device {
     bool failed;
     char error[640];
     uint64_t allocs; /* device memory and staging chunks made (pinned images: the pool's count) */
+    /* the shared memory (peers) */
+    uint8_t *share;       /* NULL: none made */
+    ranges share_r;
+    devpeer *closing;     /* peers closed by the transport, unmapped once folds from them are done */
+    uint32_t npeers;      /* open (closing ones included) */
 } cuda_device;
 
 /* ---- failure ------------------------------------------------------------- */
@@ -467,10 +505,35 @@ static void cuda_pinned_free(void *ctx, void *p)
     c->gpu->ops->host_free(c->gpu, p);
 }
 
+/* A buffer in the shared memory, or NULL when it has no room (or there is
+ * none). */
+static devbuf *cuda_buf_new_shared(cuda_device *c, size_t bytes)
+{
+    if (!c->share || bytes < CUDA_SHARE_MIN)
+        return NULL;
+    uint64_t off = ranges_alloc(&c->share_r, bytes);
+    if (off == RANGES_NONE)
+        return NULL;
+    devbuf *b = calloc(1, sizeof *b);
+    if (!b) {
+        ranges_free(&c->share_r, off);
+        return NULL;
+    }
+    b->dev = c->share + off;
+    b->dev_cap = (bytes + CUDA_SHARE_UNIT - 1) / CUDA_SHARE_UNIT * CUDA_SHARE_UNIT;
+    b->share_off = off;
+    b->bytes = bytes;
+    c->live++;
+    return b;
+}
+
 static devbuf *cuda_buf_new(device *d, size_t bytes)
 {
     cuda_device *c = (cuda_device *)d;
     c->area_dst = NULL;
+    devbuf *shared = cuda_buf_new_shared(c, bytes);
+    if (shared)
+        return shared;
     /* The recycled handle whose memory fits best, no more than twice the
      * size (the bufpool's rule: a bucket finds last round's memory). */
     devbuf **best = NULL;
@@ -501,6 +564,8 @@ static devbuf *cuda_buf_new(device *d, size_t bytes)
     b->bytes = bytes;
     b->jobs = 0;
     b->host_valid = false;
+    b->share_off = RANGES_NONE;
+    b->host_only = false;
     b->chain_gen = 0;
     b->next = NULL;
     c->live++;
@@ -518,6 +583,17 @@ static void cuda_handle_recycle(cuda_device *c, devbuf *b)
         cuda_emit_batch(c);
     b->chain_gen = 0;
     c->live--;
+    if (b->share_off != RANGES_NONE) {
+        /* Reused by work queued on the stream from now on: after every
+         * use of it so far. */
+        ranges_free(&c->share_r, b->share_off);
+        free(b);
+        return;
+    }
+    if (!b->dev) {
+        free(b); /* lent: its range went with the host image (psbuf.twin) */
+        return;
+    }
     if (c->nspare < CUDA_KEEP && c->spare_bytes + b->dev_cap <= CUDA_CACHE_BYTES) {
         b->next = c->spare;
         c->spare = b;
@@ -555,8 +631,25 @@ static psbuf *cuda_buf_take_host(device *d, devbuf *b)
     assert(b->host && b->host_valid && b->jobs == 0);
     psbuf *host = b->host;
     b->host = NULL;
+    if (b->share_off != RANGES_NONE && !b->host_only) {
+        /* The device bytes go along: peers read the result there. */
+        assert(!host->twin);
+        host->twin = b->share_off + 1;
+        b->share_off = RANGES_NONE;
+        b->dev = NULL;
+    }
     cuda_handle_recycle(c, b);
     return host;
+}
+
+/* bufpool_mem.twin_free: a lent result's range, back (device.h). */
+static void cuda_twin_free(void *ctx, uint64_t twin)
+{
+    cuda_device *c = ctx;
+    assert(twin && c->share);
+    uint64_t len = ranges_free(&c->share_r, twin - 1);
+    assert(len > 0);
+    (void)len;
 }
 
 /* ---- host bytes in ------------------------------------------------------------------- */
@@ -840,6 +933,7 @@ static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
             return -1;
         assert(j->u.emit.out->bytes == sparse_acc_result_size(&j->u.emit.acc->acc));
         j->u.emit.status = sparse_acc_emit(&j->u.emit.acc->acc, j->u.emit.scale, j->u.emit.out->host->data);
+        j->u.emit.out->host_only = true;
         r->host_side = true;
         return 0;
     case JOB_SGD:
@@ -992,6 +1086,8 @@ static void cuda_finish(cuda_device *c, cuda_rec *r)
     c->rec_spare = r;
 }
 
+static void cuda_peers_reap(cuda_device *c, bool all);
+
 /* Every job the GPU has finished (or all, once failed), in order; then the
  * owner's `after`. */
 static void cuda_deliver(cuda_device *c)
@@ -1016,6 +1112,8 @@ static void cuda_deliver(cuda_device *c)
         j->done(j);
         any = true;
     }
+    if (c->closing)
+        cuda_peers_reap(c, false);
     if (any && c->base.after)
         c->base.after(c->base.after_ctx);
 }
@@ -1119,6 +1217,7 @@ static void cuda_drain(device *d)
     }
     cuda_deliver(c);
     assert(!c->head);
+    cuda_peers_reap(c, true); /* the stream is idle: no fold reads them */
     bufpool_trim(&c->pinned, CUDA_PINNED_KEEP); /* the GPU is idle: freeing waits for nothing */
 }
 
@@ -1127,6 +1226,7 @@ static void cuda_destroy(device *d)
     cuda_device *c = (cuda_device *)d;
     cuda_drain(d);
     assert(c->live == 0);
+    assert(c->npeers == 0); /* every connection closed its peer */
     cugpu *g = c->gpu;
     while (c->spare) {
         devbuf *b = c->spare;
@@ -1151,7 +1251,12 @@ static void cuda_destroy(device *d)
         c->rec_spare = r->next;
         free(r);
     }
-    bufpool_destroy(&c->pinned);
+    bufpool_destroy(&c->pinned); /* every lent twin is back */
+    if (c->share) {
+        assert(c->share_r.used_bytes == 0);
+        g->ops->dev_free_ipc(g, c->share);
+        ranges_destroy(&c->share_r);
+    }
     free(c->fn_seq);
     free(c->sink);
     if (c->wake_ev)
@@ -1164,6 +1269,154 @@ static void cuda_destroy(device *d)
         close(c->efd);
     cugpu_destroy(g);
     free(c);
+}
+
+/* ---- peers (CUDA IPC) ---------------------------------------------------------------------- */
+
+static const char *cuda_gpu_id(device *d)
+{
+    return ((cuda_device *)d)->gpu->uuid;
+}
+
+static devpeer *cuda_peer_open(device *d, const uint8_t *mem, uint64_t bytes, const uint8_t *ev, char *err,
+                               size_t errlen)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    const cugpu_ops *o = c->gpu->ops;
+    devpeer *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    cugpu_ipc_handle hm, he;
+    memcpy(hm.bytes, mem, sizeof hm.bytes);
+    memcpy(he.bytes, ev, sizeof he.bytes);
+    if (c->failed) {
+        snprintf(err, errlen, "%s", c->error);
+        free(p);
+        return NULL;
+    }
+    if (!(p->base = o->ipc_open(c->gpu, &hm, bytes))) {
+        snprintf(err, errlen, "GPU memory: %s", c->gpu->err);
+        free(p);
+        return NULL;
+    }
+    if (!(p->ev = o->event_open(c->gpu, &he))) {
+        snprintf(err, errlen, "event: %s", c->gpu->err);
+        o->ipc_close(c->gpu, p->base);
+        free(p);
+        return NULL;
+    }
+    p->bytes = bytes;
+    c->npeers++;
+    return p;
+}
+
+static void cuda_peer_unmap(cuda_device *c, devpeer *p)
+{
+    assert(c->npeers > 0);
+    c->npeers--;
+    c->gpu->ops->event_free(c->gpu, p->ev);
+    c->gpu->ops->ipc_close(c->gpu, p->base);
+    free(p);
+}
+
+/* Closed peers whose folds are all done (every one of them, after a drain
+ * or once the device failed: nothing runs any more). */
+static void cuda_peers_reap(cuda_device *c, bool all)
+{
+    for (devpeer **pp = &c->closing; *pp;) {
+        devpeer *p = *pp;
+        if (all || c->failed || c->completed >= p->close_after) {
+            *pp = p->next;
+            cuda_peer_unmap(c, p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
+static void cuda_peer_close(device *d, devpeer *p)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    /* Folds from p were enqueued before the next job (jobs go on the
+     * stream after every fold before them): unmapped once it completes —
+     * never waiting here; a drain does it at the latest. */
+    cuda_emit_batch(c);
+    p->close_after = c->submitted + 1;
+    p->next = c->closing;
+    c->closing = p;
+    cuda_peers_reap(c, false);
+}
+
+static void cuda_peer_wait(device *d, devpeer *p)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    if (c->failed)
+        return;
+    if (c->gpu->ops->stream_wait(c->gpu, c->stream, p->ev) < 0)
+        cuda_fail(c, c->gpu->err);
+}
+
+static void cuda_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at,
+                           size_t n, float s)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    assert(acc->jobs == 0 && (elem_off + n) * sizeof(float) <= acc->bytes);
+    assert(at % sizeof(float) == 0 && at <= p->bytes && n * sizeof(float) <= p->bytes - at);
+    acc->host_valid = false;
+    if (c->failed || n == 0)
+        return;
+    cuda_emit_batch(c); /* the small folds into acc before this one */
+    psb_launch l = {.kernel = PSB_K_FOLD};
+    l.u.fold.op = cuda_fold_ops[op];
+    l.u.fold.acc = (float *)acc->dev + elem_off;
+    l.u.fold.src = (const float *)(const void *)(p->base + at);
+    l.u.fold.n = n;
+    l.u.fold.s = s;
+    if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0)
+        cuda_fail(c, c->gpu->err);
+}
+
+static int cuda_share(device *d, uint64_t want, uint8_t *mem, uint64_t *bytes, char *err, size_t errlen)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    const cugpu_ops *o = c->gpu->ops;
+    if (!c->share) {
+        if (c->failed) {
+            snprintf(err, errlen, "%s", c->error);
+            return -1;
+        }
+        want = (want + CUDA_SHARE_UNIT - 1) / CUDA_SHARE_UNIT * CUDA_SHARE_UNIT;
+        if (!want) {
+            snprintf(err, errlen, "no GPU memory to share (--gpu-share 0)");
+            return -1;
+        }
+        if (!(c->share = o->dev_alloc_ipc(c->gpu, want))) {
+            snprintf(err, errlen, "%" PRIu64 " bytes of GPU memory to share: %s", want, c->gpu->err);
+            return -1;
+        }
+        if (ranges_init(&c->share_r, want, CUDA_SHARE_UNIT) < 0) {
+            o->dev_free_ipc(c->gpu, c->share);
+            c->share = NULL;
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        c->allocs++;
+    }
+    cugpu_ipc_handle h;
+    if (o->ipc_export(c->gpu, c->share, &h) < 0) {
+        snprintf(err, errlen, "%s", c->gpu->err);
+        return -1;
+    }
+    memcpy(mem, h.bytes, sizeof h.bytes);
+    *bytes = c->share_r.size;
+    return 0;
 }
 
 static void cuda_describe(device *d, char *buf, size_t len)
@@ -1198,6 +1451,12 @@ static const device_ops cuda_ops = {
     .destroy = cuda_destroy,
     .describe = cuda_describe,
     .allocs = cuda_allocs,
+    .gpu_id = cuda_gpu_id,
+    .peer_open = cuda_peer_open,
+    .peer_close = cuda_peer_close,
+    .peer_wait = cuda_peer_wait,
+    .fold_peer = cuda_fold_peer,
+    .share = cuda_share,
 };
 
 device *device_cuda_new(struct event_base *base, cugpu *gpu, char *err, size_t errlen)
@@ -1216,7 +1475,7 @@ device *device_cuda_new(struct event_base *base, cugpu *gpu, char *err, size_t e
     c->meta.chunk = CUDA_META_CHUNK;
     c->batch_gen = 1; /* a handle's chain_gen 0: in no batch */
     atomic_init(&c->fns_done, 0);
-    bufpool_mem mem = {.alloc = cuda_pinned_alloc, .free = cuda_pinned_free, .ctx = c};
+    bufpool_mem mem = {.alloc = cuda_pinned_alloc, .free = cuda_pinned_free, .twin_free = cuda_twin_free, .ctx = c};
     bufpool_init_mem(&c->pinned, SIZE_MAX, &mem); /* trimmed in drains only */
     c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     c->sink = malloc(DEVICE_AREA_MIN);

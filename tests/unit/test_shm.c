@@ -93,7 +93,7 @@ static void test_arena(void **state)
     assert_non_null(p1);
     assert_ptr_equal(p2, p1 + 4096);
     assert_ptr_equal(p3, p2 + 2 * 4096);
-    assert_int_equal(a.used_bytes, 6 * 4096);
+    assert_int_equal(a.pages.used_bytes, 6 * 4096);
     uint64_t off;
     assert_true(shm_arena_owns(&a, p3, 3 * 4096, &off));
     assert_int_equal(off, 3 * 4096);
@@ -104,7 +104,7 @@ static void test_arena(void **state)
     /* Freed pages come back zeroed (given back to the kernel), and the
      * hole is reused first fit. */
     shm_arena_free(&a, p2);
-    assert_int_equal(a.used_bytes, 4 * 4096);
+    assert_int_equal(a.pages.used_bytes, 4 * 4096);
     uint8_t *q = shm_arena_alloc(&a, 4096);
     assert_ptr_equal(q, p2);
     assert_int_equal(q[0], 0);
@@ -112,8 +112,8 @@ static void test_arena(void **state)
     shm_arena_free(&a, p1);
     shm_arena_free(&a, p3);
     shm_arena_free(&a, q);
-    assert_int_equal(a.used_bytes, 0);
-    assert_int_equal(a.nfree, 1);
+    assert_int_equal(a.pages.used_bytes, 0);
+    assert_int_equal(a.pages.nfree, 1);
     uint8_t *all = shm_arena_alloc(&a, 16 * 4096);
     assert_ptr_equal(all, a.seg.base);
     assert_null(shm_arena_alloc(&a, 1)); /* full */
@@ -140,9 +140,9 @@ static void test_arena_many(void **state)
         shm_arena_free(&a, p[i]);
     for (int i = N - 1; i > 0; i -= 2)
         shm_arena_free(&a, p[i]);
-    assert_int_equal(a.used_bytes, 0);
-    assert_int_equal(a.nfree, 1);
-    assert_int_equal(a.free[0].len, a.seg.size);
+    assert_int_equal(a.pages.used_bytes, 0);
+    assert_int_equal(a.pages.nfree, 1);
+    assert_int_equal(a.pages.free[0].len, a.seg.size);
     shm_arena_destroy(&a);
 }
 

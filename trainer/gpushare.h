@@ -1,0 +1,43 @@
+/* gpushare.h — a trainer's GPU as the transport sees it for CUDA IPC with
+ * a server on the same GPU (docs/protocol.md, "CUDA IPC on one GPU").
+ *
+ * The training layer (train.c) owns the GPU and the memory its gradients
+ * live in; the client (the export handshake) and rpc_hook (pushes by
+ * offset, means copied device to device) only need these few things of
+ * it, so they get them as this table and never see the compute layer.
+ * Every call runs on the training thread (the client's handshake and
+ * rpc_hook's ready and wait do).
+ */
+#ifndef PSBENCH_GPUSHARE_H
+#define PSBENCH_GPUSHARE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPUSHARE_HANDLE 64
+
+typedef struct gpushare {
+    char gpu[48];                        /* the GPU's UUID, as the server's welcome says its own */
+    unsigned char mem[GPUSHARE_HANDLE];  /* the exported memory (the gradients) */
+    unsigned char ev[GPUSHARE_HANDLE];   /* the event recorded before each push */
+    uint64_t bytes;                      /* the exported memory's size */
+    const void *base;                    /* its device address: a bucket's `dev` is its offset from here */
+    void *ctx;
+    /* The event, now: everything enqueued so far (the bucket's writer, the
+     * copies of earlier means) comes before it. */
+    void (*record)(void *ctx);
+    /* A server's exported memory, mapped here (NULL with err); closed once
+     * no copy from it is in flight. */
+    void *(*open)(void *ctx, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
+    void (*close)(void *ctx, void *p);
+    /* bytes from src (a server's memory) to dst (inside the exported
+     * memory), device to device, enqueued before whatever the trainer
+     * enqueues next. */
+    void (*copy)(void *ctx, void *dst, const void *src, uint64_t bytes);
+    /* bytes from host memory src to dst (inside the exported memory),
+     * enqueued likewise: a mean that came on the socket after all (src
+     * stays as it is until the trainer's next step). */
+    void (*upload)(void *ctx, void *dst, const void *src, uint64_t bytes);
+} gpushare;
+
+#endif
