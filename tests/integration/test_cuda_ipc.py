@@ -1,0 +1,446 @@
+#!/usr/bin/env python3
+"""CUDA IPC between a CUDA trainer and a CUDA server on one GPU (issue 28;
+docs/protocol.md, "CUDA IPC on one GPU"), on the fake GPU of every machine
+(shared/cugpu.h: IPC memory and events are sealed memfds a peer opens
+through /proc; the tests' stand-in trainer makes its own the same way).
+
+  - the protocol by hand: the welcome's offer, the export exchange, pushes
+    folded from the trainer's GPU memory (after the trainer's event) and
+    means read where the server wrote them, bit for bit; every refusal
+    (export before hello, on TCP, another GPU, a bad or unopenable handle,
+    twice, a server that offers none) and every lie about an offset;
+  - real trainers: 2 fake-cuda trainers through rpc_hook on a fake-cuda
+    server exchange every dense bucket by CUDA IPC (their start line,
+    results.json's links, the server's exit line) and train the very bits
+    of the same run over TCP and of CPU trainers; average-batch likewise;
+    no CUDA IPC with --transport tcp, --gpu-share 0 or a CPU server, each
+    saying so; a trainer killed mid-run ends the run naming it and the
+    server lives on; --runs keeps the server's descriptors and mappings
+    flat.
+
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_cuda_ipc.py
+The real trainers' devices are $PSBENCH_TRAINER_DEVICE and
+$PSBENCH_SERVER_DEVICE (default fake-cuda; cuda on a GPU: run the class
+Trainers there, the protocol by hand needs the fake GPU's handles).
+"""
+import fcntl
+import json
+import mmap
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+from psb import Closed, expected_dense_mean, parse_dense, dense_payload  # noqa: E402
+from test_shm import ShmClient, sealed_memfd  # noqa: E402
+from test_master import Master  # noqa: E402
+
+MIB = 1 << 20
+TDEV = os.environ.get("PSBENCH_TRAINER_DEVICE") or "fake-cuda"
+SDEV = os.environ.get("PSBENCH_SERVER_DEVICE") or "fake-cuda"
+# shared/cugpu_fake.c: a handle's bytes, and an IPC event's shared page.
+FAKE_IPC_MAGIC = 0x3143504955504746
+FAKE_EV_MAGIC = 0x56454B4146425350
+IPC_MEM, IPC_EVENT = 1, 2
+WIRE = struct.Struct("<QIiiIQQQ")  # magic, kind, pid, fd, zero, size, dev, ino
+EVSYNC = struct.Struct("<QQQQQi")  # magic, recorded, completed, failed, t_ns, pid
+
+
+def fake_handle(kind, fd, size, pid=None):
+    st = os.fstat(fd)
+    b = WIRE.pack(FAKE_IPC_MAGIC, kind, pid or os.getpid(), fd, 0, size, st.st_dev, st.st_ino)
+    return b + bytes(64 - len(b))
+
+
+def open_fake_handle(h):
+    """Map the memory a fake GPU handle (bytes) names: (mmap, size)."""
+    magic, kind, pid, fd, _, size, _, _ = WIRE.unpack(h[:WIRE.size])
+    assert magic == FAKE_IPC_MAGIC and kind == IPC_MEM, (magic, kind)
+    f = os.open("/proc/%d/fd/%d" % (pid, fd), os.O_RDONLY)
+    try:
+        return mmap.mmap(f, size, prot=mmap.PROT_READ), size
+    finally:
+        os.close(f)
+
+
+class IpcClient(ShmClient):
+    """A CUDA trainer by hand on the fake GPU: its 'GPU memory' and event
+    are sealed memfds, exported as the fake GPU exports them."""
+
+    def __init__(self, port, gpu_bytes=1 * MIB, **kw):
+        super().__init__(port, **kw)
+        self.gpu_fd = sealed_memfd(gpu_bytes)
+        self.gpu = mmap.mmap(self.gpu_fd, gpu_bytes)
+        self.gpu_bytes = gpu_bytes
+        self.ev_fd = sealed_memfd(4096)
+        self.ev = mmap.mmap(self.ev_fd, 4096)
+        self.ev[0:EVSYNC.size] = EVSYNC.pack(FAKE_EV_MAGIC, 0, 0, 0, 0, 0)
+        self.server_gpu = None
+
+    def ipc_hex(self):
+        return (fake_handle(IPC_MEM, self.gpu_fd, self.gpu_bytes) +
+                fake_handle(IPC_EVENT, self.ev_fd, 4096)).hex()
+
+    def export(self, gpu="fake", ipc=None, segment=None):
+        self.send_frame({"type": "export", "gpu": gpu, "segment": self.gpu_bytes if segment is None else segment,
+                         "ipc": self.ipc_hex() if ipc is None else ipc})
+        h, _ = self.recv_frame()
+        if h.get("type") == "export":
+            self.server_gpu, size = open_fake_handle(bytes.fromhex(h["ipc"]))
+            assert size == h["segment"], (size, h)
+        return h
+
+    def put_gpu(self, at, values):
+        b = dense_payload(values)
+        self.gpu[at:at + len(b)] = b
+        return len(b)
+
+    def record(self, complete):
+        """The event recorded (number n + 1), complete or not yet."""
+        _, rec, done, failed, t, _ = EVSYNC.unpack(self.ev[0:EVSYNC.size])
+        rec += 1
+        self.ev[0:EVSYNC.size] = EVSYNC.pack(FAKE_EV_MAGIC, rec, rec if complete else done, failed, t, os.getpid())
+
+    def complete(self):
+        _, rec, _, failed, t, pid = EVSYNC.unpack(self.ev[0:EVSYNC.size])
+        self.ev[0:EVSYNC.size] = EVSYNC.pack(FAKE_EV_MAGIC, rec, rec, failed, t, pid)
+
+    def push_dev(self, batch, bucket, count, dev, extra=None):
+        h = {"type": "push", "batch": batch, "bucket": bucket, "dtype": "f32", "layout": "dense", "count": count,
+             "dev": dev}
+        h.update(extra or {})
+        self.send_frame(h)
+
+    def result(self, timeout=10.0):
+        h, p = self.recv_frame(timeout)
+        if h.get("type") == "result" and "dev" in h:
+            n = 4 * h["count"]
+            p = bytes(self.server_gpu[h["dev"]:h["dev"] + n])
+        return h, p
+
+    def close(self):
+        super().close()
+        for m in (self.gpu, self.ev, self.server_gpu):
+            if m is not None:
+                m.close()
+        for fd in (self.gpu_fd, self.ev_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.gpu_fd = self.ev_fd = -1
+        self.gpu = self.ev = self.server_gpu = None
+
+
+class Protocol(psb.PsbTestCase):
+    def assertSame(self, got, want):
+        """Long float lists, equal bit for bit (the first difference named:
+        unittest's diff of 65536 floats takes minutes)."""
+        self.assertEqual(len(got), len(want))
+        bad = next((i for i, (g, w) in enumerate(zip(got, want)) if struct.pack("<f", g) != struct.pack("<f", w)),
+                   None)
+        self.assertIsNone(bad, None if bad is None else "element %d: %r, want %r" % (bad, got[bad], want[bad]))
+
+    def ipc_client(self, server, **kw):
+        c = IpcClient(server.port, **kw)
+        self._clients.append(c)
+        return c
+
+    def fake_server(self, trainers, extra=()):
+        return self.reg.server(trainers=trainers, extra=["--device", "fake-cuda"] + list(extra))
+
+    def test_round_by_device_offset(self):
+        """Two trainers export, push by offset in their GPU memory, and read
+        the mean where the server wrote it — once, in its shared memory —
+        equal to the kind's rule bit for bit; the server folds a push only
+        once the trainer's event has completed (values written after the
+        push, before the event completes, are the ones averaged)."""
+        s = self.fake_server(2)
+        a, b = self.ipc_client(s), self.ipc_client(s)
+        wa, wb = a.hello_shm(0), b.hello_shm(1)
+        self.assertEqual((wa.get("gpu"), wb.get("gpu")), ("fake", "fake"), (wa, wb))
+        ea, eb = a.export(), b.export()
+        self.assertEqual((ea["type"], eb["type"]), ("export", "export"), (ea, eb))
+        self.assertEqual(ea["gpu"], "fake")
+        self.assertEqual(ea["ipc"], eb["ipc"])  # one shared memory for every trainer
+        n = 65536
+        va = [float(i % 97) * 0.25 for i in range(n)]
+        vb = [float(i % 13) - 3.5 for i in range(n)]
+        a.put_gpu(4096, va)
+        a.record(complete=True)
+        a.push_dev(0, 0, n, 4096)
+        # b's gradients are "still being written" when it pushes: garbage
+        # now, the real values only once its event completes.
+        b.put_gpu(0, [1e30] * n)
+        b.record(complete=False)
+        b.push_dev(0, 0, n, 0)
+        time.sleep(0.3)
+        b.put_gpu(0, vb)
+        b.complete()
+        ha, pa = a.result()
+        hb, pb = b.result()
+        self.assertEqual((ha["type"], hb["type"]), ("result", "result"), (ha, hb))
+        self.assertIn("dev", ha)
+        self.assertNotIn("payload", ha)
+        self.assertEqual(ha["dev"], hb["dev"])  # written once, read by both
+        self.assertSame(parse_dense(pa), expected_dense_mean([va, vb], 2))
+        self.assertEqual(pa, pb)
+        # A second round: the first result's memory is lent until each
+        # pushes a later batch; the means stay right.
+        va2 = [x + 1.0 for x in va]
+        a.put_gpu(4096, va2)
+        a.record(complete=True)
+        b.record(complete=True)
+        a.push_dev(1, 0, n, 4096)
+        b.push_dev(1, 0, n, 0)
+        _, pa2 = a.result()
+        _, pb2 = b.result()
+        self.assertSame(parse_dense(pa2), expected_dense_mean([va2, vb], 2))
+        self.assertEqual(pa2, pb2)
+        a.close()
+        b.close()
+        rc, out, err = s.terminate_and_wait()
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"CUDA IPC: 4 pushes folded from trainers' GPU memory, %d result bytes" % (4 * 4 * n))
+
+    def test_export_refused(self):
+        """What cannot be taken is refused with the reason (unsupported:
+        the trainer goes on without CUDA IPC) or, for a frame in the wrong
+        place, bad_frame and the connection closes."""
+        s = self.fake_server(1)
+        # before hello; on TCP
+        c = self.ipc_client(s)
+        c.send_frame({"type": "export", "gpu": "fake", "segment": 4096, "ipc": "00" * 128})
+        h = self.expect_error(c, "bad_frame")
+        self.assertIn("export before hello", h["message"])
+        c.expect_closed()
+        t = self.client(s)
+        self.hello_ok(t, 0)
+        t.send_frame({"type": "export", "gpu": "fake", "segment": 4096, "ipc": "00" * 128})
+        h = self.expect_error(t, "bad_frame")
+        self.assertIn("TCP", h["message"])
+        t.expect_closed()
+        # over shared memory: each lie refused, the connection stays
+        c = self.ipc_client(s)
+        c.hello_shm(0)
+        for kw, pat in (({"gpu": "GPU-0000"}, r"names GPU GPU-0000; this server computes on fake"),
+                        ({"ipc": "zz" * 128}, r"must be 256 hex digits"),
+                        ({"ipc": "00" * 64}, r"must be 256 hex digits"),
+                        ({"ipc": "00" * 128}, r"cannot open the trainer's export: .*not an IPC handle"),
+                        ({"segment": 0}, r"export of 0 bytes"),
+                        ({"segment": 2 * MIB}, r"cannot open the trainer's export: .*holds 1048576 bytes")):
+            h = c.export(**kw)
+            self.assertEqual((h["type"], h.get("code")), ("error", "unsupported"), (kw, h))
+            self.assertRegex(h["message"], pat)
+        # a handle of a descriptor this process does not have
+        bad = (fake_handle(IPC_MEM, c.gpu_fd, c.gpu_bytes)[:16] + struct.pack("<i", 999) +
+               fake_handle(IPC_MEM, c.gpu_fd, c.gpu_bytes)[20:]).hex() + fake_handle(IPC_EVENT, c.ev_fd, 4096).hex()
+        h = c.export(ipc=bad)
+        self.assertRegex(h["message"], r"has no descriptor 999")
+        self.assertEqual(c.export()["type"], "export")
+        h = c.export()
+        self.assertEqual((h["type"], h.get("code")), ("error", "unsupported"))
+        self.assertIn("already", h["message"])
+        # a server that offers none: --gpu-share 0, or a CPU device
+        for extra in (["--device", "fake-cuda", "--gpu-share", "0"], ["--device", "cpu"]):
+            s2 = self.reg.server(trainers=1, extra=extra)
+            c = self.ipc_client(s2)
+            w = c.hello_shm(0)
+            self.assertNotIn("gpu", w)
+            h = c.export()
+            self.assertEqual((h["type"], h.get("code")), ("error", "unsupported"), (extra, h))
+            self.assertIn("offered no CUDA IPC", h["message"])
+
+    def test_device_offsets_checked(self):
+        """A push naming `dev` is checked against what the trainer exported
+        before the GPU reads a byte: outside it, off a float boundary, with
+        no export, sparse, or with `at` too: bad_frame, closed; more than
+        --max-payload: too_large. `dev` on any other frame: bad_frame."""
+        s = self.fake_server(1, extra=["--max-payload", "65536"])
+        cases = (
+            (True, 1 * MIB, 1, None, r"push names bytes 1048576\.\.1048580 of 1048576 bytes of exported GPU"),
+            (True, 1 * MIB - 8, 4, None, r"push names bytes"),
+            (True, 2, 4, None, r"not on a float boundary"),
+            (True, (1 << 64) - 4, 2, None, r"push names bytes"),
+            (False, 0, 4, None, r"without an export"),
+            (True, 0, 4, {"at": 0}, r"names dev and also at"),
+            (True, 0, 4, {"layout": "sparse", "rows": 4, "cols": 1, "nnz": 1}, r"dense, with a count"),
+        )
+        for export, dev, count, extra, pat in cases:
+            c = self.ipc_client(s)
+            c.hello_shm(0)
+            if export:
+                self.assertEqual(c.export()["type"], "export")
+            c.push_dev(0, 0, count, dev, extra)
+            h = self.expect_error(c, "bad_frame")
+            self.assertRegex(h["message"], pat, (dev, count, extra))
+            c.expect_closed()
+            c.close()
+        c = self.ipc_client(s)
+        c.hello_shm(0)
+        c.export()
+        c.push_dev(0, 0, 65536, 0)
+        h = self.expect_error(c, "too_large")
+        c.close()
+        c = self.ipc_client(s)
+        c.hello_shm(0)
+        c.send_frame({"type": "fetch", "dev": 0})
+        h = self.expect_error(c, "bad_frame")
+        self.assertIn("dev (a payload in GPU memory) is only for push", h["message"])
+        c.close()
+        # the server is fine: a good round by device offset
+        c = self.ipc_client(s)
+        c.hello_shm(0)
+        c.export()
+        c.put_gpu(0, [1.5, 2.5, -3.0])
+        c.record(complete=True)
+        c.push_dev(0, 0, 3, 0)
+        h, p = c.result()
+        self.assertEqual(parse_dense(p), [1.5, 2.5, -3.0])
+
+    def test_trainer_lost_with_its_memory_open(self):
+        """A trainer that vanishes after its push (its memory and event
+        still open on the server) fails the bucket as on TCP (peer_lost to
+        the others); the server unmaps it and serves the next round."""
+        s = self.fake_server(2)
+        a, b = self.ipc_client(s), self.ipc_client(s)
+        a.hello_shm(0)
+        b.hello_shm(1)
+        a.export()
+        b.export()
+        a.put_gpu(0, [1.0] * 1024)
+        a.record(complete=True)
+        a.push_dev(0, 0, 1024, 0)
+        time.sleep(0.2)
+        maps_before = self.server_maps(s)
+        b.close()
+        h = self.expect_error(a, "peer_lost")
+        # b's memory is unmapped once the device is past its folds.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.server_maps(s) >= maps_before:
+            time.sleep(0.05)
+        self.assertLess(self.server_maps(s), maps_before)
+        c = self.ipc_client(s)
+        c.hello_shm(1)
+        c.export()
+        for t in (a, c):
+            t.put_gpu(0, [2.0] * 8)
+            t.record(complete=True)
+            t.push_dev(1, 0, 8, 0)
+        for t in (a, c):
+            h, p = t.result()
+            self.assertEqual(parse_dense(p), [2.0] * 8)
+
+    def server_maps(self, s):
+        with open("/proc/%d/maps" % s.pid) as f:
+            return sum(1 for line in f if "psbench-test" in line)
+
+
+class Trainers(psb.PsbTestCase):
+    """Real trainers on the fake GPU, their nodes started by hand."""
+
+    def master(self, *args, out=None):
+        argv = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                "--linger", "0", "--rpc-timeout", "30"]
+        if out:
+            argv += ["--out", out]
+        m = self.reg.start(argv + list(args), name="master", cls=Master)
+        m.wait_ports()
+        return m
+
+    def node(self, m, binary, device, name, extra=()):
+        return self.reg.start([psb.bin_path(binary), "--master", m.ctl, "--device", device] + list(extra), name=name)
+
+    def run_job(self, job, server_device=SDEV, trainer_device=TDEV, server_extra=(), trainer_extra=()):
+        """(results.json, the server's stdout, the trainers' stderr)."""
+        out = os.path.join(self.reg.workdir, "out-%d" % len(os.listdir(self.reg.workdir)))
+        m = self.master(*job, out=out)
+        s = self.node(m, "psbench-server", server_device, "server", server_extra)
+        trainers = [self.node(m, "psbench-trainer", trainer_device, "trainer", trainer_extra) for _ in range(2)]
+        self.assertEqual(m.wait(240), 0, m.describe())
+        logs = []
+        for t in trainers:
+            self.assertEqual(t.wait(30), 0, t.describe())
+            logs.append(t.stderr())
+        self.assertEqual(s.wait(30), 0, s.describe())
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        self.assertEqual(res["phase"], "done", res.get("error"))
+        return res, s.stdout(), logs
+
+    JOB = ("--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "0", "--ncudaserver", "1", "--epochs", "2")
+
+    def digests(self, res):
+        d = {t["final_params_sha256"] for t in res["trainers"]}
+        self.assertEqual(len(d), 1, res["trainers"])
+        return d.pop()
+
+    def ipc_pushes(self, server_out):
+        m = re.search(r"CUDA IPC: (\d+) pushes folded from trainers' GPU memory, (\d+) result bytes", server_out)
+        self.assertTrue(m, server_out)
+        return int(m.group(1)), int(m.group(2))
+
+    def test_rpc_hook_over_cuda_ipc_equals_tcp(self):
+        """Every dense bucket by CUDA IPC (the start line, results.json's
+        links, the server's count: every push), the same bits as the run
+        over TCP, for average and average-batch servers."""
+        for kind in ((), ("--server", "AverageBatchParameterServer")):
+            res, sout, logs = self.run_job(self.JOB + kind)
+            for log in logs:
+                self.assertRegex(log, r"trainer \d: transport: server 0 shared memory \+ CUDA IPC")
+                self.assertRegex(log, r"rpc_hook: \d+ bucket\(s\) handed over in device memory, 0 through pinned")
+            for t in res["trainers"]:
+                self.assertEqual([(l["transport"], l["cuda_ipc"], l["cuda_ipc_note"]) for l in t["links"]],
+                                 [("shm", True, None)], t["links"])
+            pushes, lent = self.ipc_pushes(sout)
+            self.assertGreater(pushes, 0)
+            self.assertGreater(lent, 0)
+            tcp, tout, tlogs = self.run_job(self.JOB + kind, server_extra=("--transport", "tcp"),
+                                            trainer_extra=("--transport", "tcp"))
+            self.assertEqual(self.ipc_pushes(tout), (0, 0))
+            for t in tcp["trainers"]:
+                self.assertEqual([(l["transport"], l["cuda_ipc"]) for l in t["links"]], [("tcp", False)])
+            self.assertEqual(self.digests(res), self.digests(tcp), kind)
+            self.assertEqual([t["loss_per_epoch"] for t in res["trainers"]],
+                             [t["loss_per_epoch"] for t in tcp["trainers"]])
+
+    def test_no_cuda_ipc_where_the_server_offers_none(self):
+        """--gpu-share 0 on the server: shared memory with pinned staging,
+        the same bits; a CPU server likewise (no offer: no note)."""
+        res, sout, logs = self.run_job(self.JOB, server_extra=("--gpu-share", "0"))
+        self.assertEqual(self.ipc_pushes(sout), (0, 0))
+        for t in res["trainers"]:
+            self.assertEqual([(l["transport"], l["cuda_ipc"]) for l in t["links"]], [("shm", False)])
+        for log in logs:
+            self.assertRegex(log, r"transport: server 0 shared memory\n")
+        cpu, cout, _ = self.run_job(self.JOB, server_device="cpu")
+        self.assertNotIn("CUDA IPC", cout)
+        self.assertEqual(self.digests(res), self.digests(cpu))
+
+    def test_trainer_killed_mid_run(self):
+        """A CUDA trainer killed while it exchanges buckets by CUDA IPC: the
+        run ends naming it; the server ends by itself with the run's reason
+        (its peers unmapped, its exit lines written: no crash, no hang)."""
+        out = os.path.join(self.reg.workdir, "killed")
+        m = self.master(*(self.JOB[:-1] + ("50",)), out=out)
+        s = self.node(m, "psbench-server", SDEV, "server")
+        t0 = self.node(m, "psbench-trainer", TDEV, "trainer")
+        t1 = self.node(m, "psbench-trainer", TDEV, "trainer")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "CUDA IPC" not in t1.stderr():
+            time.sleep(0.05)
+        time.sleep(0.5)
+        t1.signal(signal.SIGKILL)
+        self.assertNotEqual(m.wait(120), 0)
+        self.assertRegex(m.stderr() + m.stdout(), r"trainer \d+ \(.*\)")
+        t0.wait(60)
+        self.assertEqual(s.wait(60), 1, s.describe())
+        self.assertRegex(s.stderr(), r"the run failed: trainer \d+ .*disconnected")
+        self.assertRegex(s.stdout(), r"CUDA IPC: [1-9]\d* pushes folded")
+
+
+if __name__ == "__main__":
+    psb.main()
