@@ -236,17 +236,21 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
     if (run_train_job(j, &tj, err, errlen) < 0)
         return -1;
     tj.device = run_compute_device(j); /* the compute layer's */
-    if (!(tr = train_new(&tj, l->m, err, errlen)))
+    /* The hook first: the model's gradients may live in memory it lends
+     * (train_new). Its memory outlives the model's handle on it: the
+     * workload frees the hook, then the training (workload_free). */
+    hook *h = run_hook(l, o, j, j->hook, tj.model.sparse, j->servers, err, errlen);
+    if (!h)
         return -1;
+    if (!(tr = train_new(&tj, h, l->m, err, errlen))) {
+        hook_free(h);
+        return -1;
+    }
     if (train_batches_per_pass(tr) != j->batches) {
         snprintf(err, errlen, "the master expects %" PRIu64 " batches per pass, the data gives %" PRIu64, j->batches,
                  train_batches_per_pass(tr));
         train_free(tr);
-        return -1;
-    }
-    hook *h = run_hook(l, o, j, j->hook, tj.model.sparse, j->servers, err, errlen);
-    if (!h) {
-        train_free(tr);
+        hook_free(h);
         return -1;
     }
     if (!(*w = workload_dummy_new(tr, h, err, errlen)))
@@ -461,6 +465,13 @@ static int run_pass(mlink *l, workload *w, uint64_t batches, const char *pass, c
         return run_pass_failed(l, w, pass, err, errlen);
     if (done)
         l->batches_done = done;
+    /* Whether pushes over shared memory copied their payloads (staged)
+     * or were named where they lay (the gradients in the segment). */
+    uint64_t at = 0, staged = 0;
+    workload_shm_pushes(w, &at, &staged);
+    if (at)
+        log_info("%s pass done: %" PRIu64 " pushes so far by offset in the shared segment, %" PRIu64
+                 " of them staged (copied into it first)", pass, at, staged);
     return mlink_report(l, "pass_done", workload_pass_report(w, pass, extra), err, errlen);
 }
 
