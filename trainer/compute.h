@@ -20,7 +20,9 @@
  *
  * Where memory lives is a type, as Gloo's host/pinned/device workspaces:
  * the layer allocates and frees the buffers it computes on (cbuf: a handle
- * with its element count, element type and memory kind). Models hold
+ * with its element count, element type and memory kind), or, on the cpu,
+ * computes on host memory someone else owns and lends it (compute_lend:
+ * gradients in the shared segment a hook sends from). Models hold
  * handles and name ranges of them (cspan); they never dereference device
  * memory. Host access is explicit:
  *

@@ -20,7 +20,9 @@
  *   2+2i:   dense.i.bias     [dense_output_size]
  * All values live in one flat float32 allocation in that order (and all
  * gradients in another, same offsets), so a caller can cut buckets as
- * contiguous ranges.
+ * contiguous ranges. The gradients' may be memory lent by whoever sends
+ * them (model_new_lent: a hook's shared segment), so that buckets leave
+ * from where backward wrote them.
  *
  * Initialization, deterministic from the seed (stream RNG_STREAM_MODEL of
  * shared/rng.h), in parameter order, each tensor row-major:
