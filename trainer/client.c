@@ -603,6 +603,7 @@ static uint8_t *client_stage_for(client *cl, client_conn *c, uint64_t bucket, si
 static bool client_push_at(client *cl, client_conn *c, frame_hdr *h, const void **payload)
 {
     uint64_t at;
+    bool staged = false;
     if (!c->shm || c->no_segment || !cl->arena.seg.base || h->type != FT_PUSH || !h->payload || !*payload ||
         cl->push_mode == CLIENT_PUSH_INLINE)
         return false;
@@ -612,8 +613,12 @@ static bool client_push_at(client *cl, client_conn *c, frame_hdr *h, const void 
             return false;
         memcpy(st, *payload, (size_t)h->payload);
         at = (uint64_t)(st - cl->arena.seg.base);
+        staged = true;
     }
     atomic_fetch_add_explicit(&cl->bytes_out, h->payload, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cl->pushes_at, 1, memory_order_relaxed);
+    if (staged)
+        atomic_fetch_add_explicit(&cl->pushes_staged, 1, memory_order_relaxed);
     h->at = at;
     h->has |= FH_AT;
     h->payload = 0;

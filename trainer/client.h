@@ -103,6 +103,10 @@ typedef struct client {
     /* Written by the polling thread, read by others (a trainer's reports):
      * relaxed atomics, one per read or write call. */
     _Atomic uint64_t bytes_out, bytes_in;
+    /* Pushes named by offset in the segment, and how many of them were
+     * copied there first (staged: their payload lay elsewhere). Same
+     * rules as the byte counts. */
+    _Atomic uint64_t pushes_at, pushes_staged;
     uint64_t rx_ns; /* CLOCK_MONOTONIC ns of the read that brought the bytes
                      * being dispatched: one clock read serves every result
                      * in them */

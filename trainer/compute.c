@@ -27,9 +27,22 @@ cbuf *cbuf_wrap(compute *c, void *ptr, uint64_t n, compute_dtype t, compute_mem 
     b->n = n;
     b->dtype = t;
     b->mem = mem;
+    b->lent = false;
     b->owner = c;
     b->shared = false;
     return b;
+}
+
+cbuf *compute_lend(compute *c, void *p, uint64_t n, compute_dtype t, char *err, size_t errlen)
+{
+    if (compute_status(c, err, errlen) < 0)
+        return NULL;
+    if (!compute_lends(c)) {
+        errbuf_set(err, errlen, "compute (%s): computes on memory of its own only", c->ops->name);
+        return NULL;
+    }
+    assert(p && (uintptr_t)p % compute_dtype_size(t) == 0);
+    return c->ops->lend(c, p, n, t, err, errlen);
 }
 
 uint64_t cbuf_count(const cbuf *b) { return b->n; }

@@ -20,7 +20,9 @@
  *
  * Where memory lives is a type, as Gloo's host/pinned/device workspaces:
  * the layer allocates and frees the buffers it computes on (cbuf: a handle
- * with its element count, element type and memory kind). Models hold
+ * with its element count, element type and memory kind), or, on the cpu,
+ * computes on host memory someone else owns and lends it (compute_lend:
+ * gradients in the shared segment a hook sends from). Models hold
  * handles and name ranges of them (cspan); they never dereference device
  * memory. Host access is explicit:
  *
@@ -147,6 +149,10 @@ typedef struct compute_ops {
     /* n elements of type t in memory `mem`, zeroed; NULL with err. */
     cbuf *(*alloc)(compute *c, uint64_t n, compute_dtype t, compute_mem mem, char *err, size_t errlen);
     void (*release)(compute *c, cbuf *b);
+    /* A buffer over n elements of type t at p, host memory lent by the
+     * caller (compute_lend). NULL where the context cannot compute on
+     * host memory it did not allocate (a GPU, the staged device). */
+    cbuf *(*lend)(compute *c, void *p, uint64_t n, compute_dtype t, char *err, size_t errlen);
     void *(*host_view)(compute *c, cbuf *b);
     /* The buffer's address on the context's GPU, for a library that takes
      * device pointers on the same GPU (NCCL); NULL where the context has
@@ -347,6 +353,17 @@ static inline cbuf *compute_alloc(compute *c, uint64_t n, compute_dtype t, compu
         return NULL;
     return c->ops->alloc(c, n, t, mem, err, errlen);
 }
+/* Lent memory. Someone who moves a buffer's bytes from memory of their own
+ * (a hook sending gradients from a shared segment, hook.h) may lend it to
+ * a context that computes on host memory: compute_lends says whether c
+ * does (the cpu: its device memory is host memory), compute_lend wraps n
+ * elements of type t at p (host memory, aligned for t, kept by the lender
+ * until after compute_release) in a buffer of kind COMPUTE_MEM_DEVICE that
+ * the context computes on as on its own. It is not zeroed; releasing it
+ * frees the handle, never the memory. NULL with err where the context
+ * cannot (compute_lends false, or no memory for the handle). */
+static inline bool compute_lends(const compute *c) { return c->ops->lend != NULL; }
+cbuf *compute_lend(compute *c, void *p, uint64_t n, compute_dtype t, char *err, size_t errlen);
 /* NULL: nothing. */
 static inline void compute_release(compute *c, cbuf *b)
 {

@@ -57,12 +57,27 @@ static cbuf *cpu_alloc(compute *c, uint64_t n, compute_dtype t, compute_mem mem,
     return b;
 }
 
+/* Host memory someone else owns (compute_lend): computed on as the
+ * cpu's own, since all of its memory is host memory. */
+static cbuf *cpu_lend(compute *c, void *p, uint64_t n, compute_dtype t, char *err, size_t errlen)
+{
+    cbuf *b = cbuf_wrap(c, p, n, t, COMPUTE_MEM_DEVICE);
+    if (!b) {
+        errbuf_set(err, errlen, "compute (cpu): out of memory");
+        return NULL;
+    }
+    b->lent = true;
+    ((compute_cpu *)c)->live++;
+    return b;
+}
+
 static void cpu_release(compute *c, cbuf *b)
 {
     assert(b->owner == c);
     assert(((compute_cpu *)c)->live > 0);
     ((compute_cpu *)c)->live--;
-    free(b->ptr);
+    if (!b->lent)
+        free(b->ptr);
     free(b);
 }
 
@@ -431,6 +446,7 @@ static const compute_ops cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .release = cpu_release,
+    .lend = cpu_lend,
     .host_view = cpu_host_view,
     .device_view = cpu_device_view,
     .read = cpu_read,

@@ -13,6 +13,7 @@ struct cbuf {
     uint64_t n;          /* elements */
     compute_dtype dtype;
     compute_mem mem;
+    bool lent;           /* ptr is the lender's (compute_lend): release frees the handle only */
     compute *owner;      /* the context that allocated it */
     bool shared;         /* device memory another process may open (compute_alloc_shared) */
 };

@@ -98,6 +98,9 @@ typedef struct hook_ops {
     /* Its connections to servers (their links: workload_links), or NULL
      * (a hook that talks to none). May be NULL. */
     const struct client *(*client)(const hook *h);
+    /* Memory dense buckets leave from without a copy (hook_send_memory).
+     * May be NULL: none. */
+    void *(*send_memory)(hook *h, size_t bytes);
     void (*destroy)(hook *h);
 } hook_ops;
 
@@ -138,6 +141,18 @@ static inline void hook_bytes(const hook *h, uint64_t *in, uint64_t *out)
 static inline const struct client *hook_client(const hook *h)
 {
     return h && h->ops->client ? h->ops->client(h) : NULL;
+}
+/* `bytes` of host memory (page-aligned) from which a dense bucket is sent
+ * without a copy — rpc_hook whose links share memory with their servers:
+ * its client's segment, where a push is named by offset (else each is
+ * first copied there, docs/protocol.md) — for the gradients to be computed
+ * in. NULL: the hook has none (TCP, collectives: they send from anywhere at
+ * the same cost), or no room left (it says why, once, in the log). The
+ * memory is the hook's, valid until hook_free; ask before the first bucket
+ * is handed over (the hook's threads use the same memory afterwards). */
+static inline void *hook_send_memory(hook *h, size_t bytes)
+{
+    return h && h->ops->send_memory ? h->ops->send_memory(h, bytes) : NULL;
 }
 static inline void hook_free(hook *h)
 {

@@ -36,6 +36,8 @@ typedef struct rpc_hook {
     const gpushare *gpu; /* every link exchanges dense buckets by CUDA IPC: they come in GPU memory */
     comm *c;
     stats *m_dense, *m_sparse;
+    bool pushed;        /* a bucket has been handed over (training thread) */
+    bool said_no_room;  /* send memory refused, and the log told why */
     rpc_slot slots[HOOK_MAX_BUCKETS];
 } rpc_hook;
 
@@ -107,6 +109,7 @@ static void rpc_ready(hook *h, hook_bucket *b)
     assert(b->sparse || (b->data != NULL) != (b->device_data != NULL));
     assert(!b->device_data || r->gpu); /* device_dense only then */
     rpc_slot *s = &r->slots[b->id];
+    r->pushed = true;
     if (!rpc_shaped_as(s, b))
         rpc_shape(s, b);
     frame_hdr *hd = &s->cb.hdr;
@@ -185,6 +188,34 @@ static const struct client *rpc_client(const hook *h)
     return &((const rpc_hook *)h)->cl;
 }
 
+/* Memory in the client's segment (hook_send_memory): a dense bucket that
+ * lies there is pushed by offset, where one elsewhere is first copied into
+ * the segment, per push (client.c). The client owns it until client_close.
+ * The segment's free list is the comm thread's once pushes flow (staging
+ * areas), hence only before the first bucket. */
+static void *rpc_send_memory(hook *h, size_t bytes)
+{
+    rpc_hook *r = (rpc_hook *)h;
+    assert(!r->pushed);
+    if (!r->cl.arena.seg.base)
+        return NULL; /* no link shares memory: TCP sends from anywhere alike */
+    void *p = client_shared_alloc(&r->cl, bytes);
+    if (p || r->said_no_room)
+        return p;
+    r->said_no_room = true;
+    if (r->cl.push_mode != CLIENT_PUSH_AUTO)
+        log_info("%s: gradients in ordinary memory ($PSBENCH_SHM_PUSH=%s): every dense push %s", h->name,
+                 r->cl.push_mode == CLIENT_PUSH_STAGE ? "stage" : "inline",
+                 r->cl.push_mode == CLIENT_PUSH_STAGE ? "is copied into the shared segment first"
+                                                      : "goes on the socket");
+    else
+        log_warn("%s: no room for %.1f MiB of gradients in the shared segment (%.1f MiB): they stay in "
+                 "ordinary memory, and every dense push is copied into the segment first (or sent on the "
+                 "socket where no room is left for that either)",
+                 h->name, (double)bytes / (1 << 20), (double)r->cl.arena.seg.size / (1 << 20));
+    return NULL;
+}
+
 static void rpc_destroy(hook *h)
 {
     rpc_hook *r = (rpc_hook *)h;
@@ -202,6 +233,7 @@ static const hook_ops rpc_ops = {
     .wait = rpc_wait,
     .bytes = rpc_bytes,
     .client = rpc_client,
+    .send_memory = rpc_send_memory,
     .destroy = rpc_destroy,
 };
 

@@ -62,6 +62,13 @@ static const struct client *split_client(const hook *h)
     return c ? c : hook_client(s->dense);
 }
 
+/* Dense buckets go to the dense part: its memory, if any
+ * (sparse_rpc_hook's and hybrid_hook's: collectives, none). */
+static void *split_send_memory(hook *h, size_t bytes)
+{
+    return hook_send_memory(((split_hook *)h)->dense, bytes);
+}
+
 static void split_destroy(hook *h)
 {
     split_hook *s = (split_hook *)h;
@@ -76,6 +83,7 @@ static const hook_ops split_ops = {
     .reset = split_reset,
     .bytes = split_bytes,
     .client = split_client,
+    .send_memory = split_send_memory,
     .destroy = split_destroy,
 };
 

@@ -41,6 +41,7 @@ struct dummy_model {
     compute *dev;           /* where it computes (the caller's) */
     cbuf *values;           /* all parameters, flat, parameter order */
     cbuf *grads;            /* same layout; sparse: region 0 holds the COO rows */
+    bool grads_lent;        /* grads is memory a lender keeps (model_new_lent) */
 
     cbuf *act;              /* one buffer for everything below */
     cspan *x;               /* NL + 1 ranges of act: layer inputs, then z */
@@ -195,8 +196,31 @@ static int model_alloc_activations(dummy_model *m, char *err, size_t errlen)
     return 0;
 }
 
+/* The gradient buffer: in lent memory where the lender has some and the
+ * layer computes on it, else the layer's own. */
+static cbuf *model_alloc_grads(dummy_model *m, const model_grads_lender *lender, char *err, size_t errlen)
+{
+    if (lender && compute_lends(m->dev) && m->total <= SIZE_MAX / sizeof(float)) {
+        void *p = lender->get(lender->ctx, (size_t)m->total * sizeof(float));
+        /* The handle alone may fail (memory): then the layer's own, the
+         * lent bytes left to their lender, who keeps them anyway. */
+        cbuf *b = p ? compute_lend(m->dev, p, m->total, COMPUTE_F32, err, errlen) : NULL;
+        if (b) {
+            m->grads_lent = true;
+            return b;
+        }
+    }
+    return compute_alloc(m->dev, m->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, errlen);
+}
+
 dummy_model *model_new(compute *dev, const model_config *cfg, uint64_t seed, uint32_t max_batch, char *err,
                        size_t errlen)
+{
+    return model_new_lent(dev, cfg, seed, max_batch, NULL, err, errlen);
+}
+
+dummy_model *model_new_lent(compute *dev, const model_config *cfg, uint64_t seed, uint32_t max_batch,
+                            const model_grads_lender *lender, char *err, size_t errlen)
 {
     if (model_check_config(cfg, max_batch, err, errlen) < 0)
         return NULL;
@@ -219,7 +243,7 @@ dummy_model *model_new(compute *dev, const model_config *cfg, uint64_t seed, uin
             log_warn("gradients in ordinary device memory: %s", why);
     }
     if (m->values && !m->grads)
-        m->grads = compute_alloc(dev, m->total, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, errlen);
+        m->grads = model_alloc_grads(m, lender, err, errlen);
     if (!m->grads || model_alloc_activations(m, err, errlen) < 0) {
         model_free(m);
         return NULL;
@@ -305,6 +329,7 @@ uint64_t model_total_size(const dummy_model *m) { return m->total; }
 compute *model_compute(const dummy_model *m) { return m->dev; }
 cbuf *model_values_buf(dummy_model *m) { return m->values; }
 cbuf *model_grads_buf(dummy_model *m) { return m->grads; }
+bool model_grads_lent(const dummy_model *m) { return m->grads_lent; }
 float *model_values(dummy_model *m) { return compute_host_view(m->dev, m->values); }
 const float *model_values_const(const dummy_model *m) { return compute_host_view(m->dev, m->values); }
 float *model_grads(dummy_model *m) { return compute_host_view(m->dev, m->grads); }

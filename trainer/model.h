@@ -20,7 +20,9 @@
  *   2+2i:   dense.i.bias     [dense_output_size]
  * All values live in one flat float32 allocation in that order (and all
  * gradients in another, same offsets), so a caller can cut buckets as
- * contiguous ranges.
+ * contiguous ranges. The gradients' may be memory lent by whoever sends
+ * them (model_new_lent: a hook's shared segment), so that buckets leave
+ * from where backward wrote them.
  *
  * Initialization, deterministic from the seed (stream RNG_STREAM_MODEL of
  * shared/rng.h), in parameter order, each tensor row-major:
@@ -104,6 +106,23 @@ typedef void (*model_ready_fn)(void *ctx, uint32_t param_index);
  * dimensions, or when out of memory. */
 dummy_model *model_new(compute *dev, const model_config *cfg, uint64_t seed, uint32_t max_batch, char *err,
                        size_t errlen);
+/* Memory for the flat gradient buffer from whoever sends the gradients (a
+ * hook that sends from its shared segment without a copy, hook.h): get
+ * returns `bytes` of host memory, aligned for floats and kept by the lender
+ * until after model_free, or NULL (none to lend). */
+typedef struct model_grads_lender {
+    void *(*get)(void *ctx, size_t bytes);
+    void *ctx;
+} model_grads_lender;
+/* model_new, the gradients in memory from lender (NULL: as model_new)
+ * where dev computes on host memory it is lent (compute_lends: the cpu);
+ * elsewhere, or when the lender has none, in the layer's own memory as
+ * model_new puts them (model_grads_lent says which). Nothing else
+ * changes: the same arithmetic on the same bits. */
+dummy_model *model_new_lent(compute *dev, const model_config *cfg, uint64_t seed, uint32_t max_batch,
+                            const model_grads_lender *lender, char *err, size_t errlen);
+/* The gradients live in lent memory (model_new_lent). */
+bool model_grads_lent(const dummy_model *m);
 void model_free(dummy_model *m);
 /* The parameters model_new(seed) gives, again, and every gradient zero (a
  * fresh model for a new pass). 0, or -1 with err (out of memory). */

@@ -237,26 +237,40 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
     if (run_train_job(j, &tj, err, errlen) < 0)
         return -1;
     tj.device = run_compute_device(j); /* the compute layer's */
-    /* rpc_hook to servers that may be on this GPU: gradients where a CUDA
-     * server can fold them (CUDA IPC; ordinary memory on the CPU). */
-    bool ipc = strcmp(j->hook, "rpc_hook") == 0 && j->servers[0] && o->transport != PSB_TRANSPORT_TCP;
+    /* Where the gradients live decides the order. On a GPU, with rpc_hook
+     * to servers that may be on it: in device memory a CUDA server can
+     * fold them from (CUDA IPC), exported by the hook's client — the
+     * training first, then the hook. On the CPU: the hook first, the
+     * gradients maybe in memory it lends (train_new). Either way the
+     * workload frees the hook, then the training (workload_free): the
+     * hook's GPU links go through the training's compute context, and lent
+     * memory outlives the model's handle on it. */
+    bool on_gpu = strncmp(tj.device, "cuda", 4) == 0 || strcmp(tj.device, "fake-cuda") == 0;
+    bool ipc = on_gpu && strcmp(j->hook, "rpc_hook") == 0 && j->servers[0] && o->transport != PSB_TRANSPORT_TCP;
     tj.model.grads_shared = ipc;
-    if (!(tr = train_new(&tj, l->m, err, errlen)))
+    hook *h = NULL;
+    if (!on_gpu && !(h = run_hook(l, o, j, j->hook, tj.model.sparse, j->servers, NULL, err, errlen)))
         return -1;
+    if (!(tr = train_new(&tj, h, l->m, err, errlen))) {
+        hook_free(h);
+        return -1;
+    }
     if (train_batches_per_pass(tr) != j->batches) {
         snprintf(err, errlen, "the master expects %" PRIu64 " batches per pass, the data gives %" PRIu64, j->batches,
                  train_batches_per_pass(tr));
+        hook_free(h);
         train_free(tr);
         return -1;
     }
-    char why[256] = "";
-    const gpushare *gpu = ipc ? train_gpushare(tr, why, sizeof why) : NULL;
-    if (ipc && !gpu && strncmp(tj.device, "cpu", 3) != 0)
-        log_info("trainer %" PRIu64 ": no CUDA IPC with the servers: %s", j->rank, why);
-    hook *h = run_hook(l, o, j, j->hook, tj.model.sparse, j->servers, gpu, err, errlen);
-    if (!h) {
-        train_free(tr);
-        return -1;
+    if (on_gpu) {
+        char why[256] = "";
+        const gpushare *gpu = ipc ? train_gpushare(tr, why, sizeof why) : NULL;
+        if (ipc && !gpu)
+            log_info("trainer %" PRIu64 ": no CUDA IPC with the servers: %s", j->rank, why);
+        if (!(h = run_hook(l, o, j, j->hook, tj.model.sparse, j->servers, gpu, err, errlen))) {
+            train_free(tr);
+            return -1;
+        }
     }
     if (!(*w = workload_dummy_new(tr, h, err, errlen)))
         return -1;
@@ -470,6 +484,13 @@ static int run_pass(mlink *l, workload *w, uint64_t batches, const char *pass, c
         return run_pass_failed(l, w, pass, err, errlen);
     if (done)
         l->batches_done = done;
+    /* Whether pushes over shared memory copied their payloads (staged)
+     * or were named where they lay (the gradients in the segment). */
+    uint64_t at = 0, staged = 0;
+    workload_shm_pushes(w, &at, &staged);
+    if (at)
+        log_info("%s pass done: %" PRIu64 " pushes so far by offset in the shared segment, %" PRIu64
+                 " of them staged (copied into it first)", pass, at, staged);
     return mlink_report(l, "pass_done", workload_pass_report(w, pass, extra), err, errlen);
 }
 

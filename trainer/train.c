@@ -251,7 +251,10 @@ json_t *train_buckets_json(const train *t)
                      "rebuilt", train_layout_json(t, &t->rebuilt));
 }
 
-train *train_new(const train_job *j, metrics *m, char *err, size_t errlen)
+/* The model's gradient memory from the hook (model_grads_lender). */
+static void *train_grads_from_hook(void *ctx, size_t bytes) { return hook_send_memory(ctx, bytes); }
+
+train *train_new(const train_job *j, hook *h, metrics *m, char *err, size_t errlen)
 {
     /* Trainers share hosts with each other, their servers and their own
      * communication thread: one BLAS thread each unless the user says. */
@@ -288,9 +291,13 @@ train *train_new(const train_job *j, metrics *m, char *err, size_t errlen)
     t->m_opt = steptimer_span(&t->tm, m, "optimizer_metric,step", TM_OPT, TM_END);
     t->m_exposed = steptimer_span(&t->tm, m, "hook_future_metric,exposed_wait", TM_BWD, TM_OPT);
     t->m_span = metrics_get(m, "hook_future_metric,comm_span");
-    t->model = model_new(t->dev, &j->model, j->seed, t->shard->max_len, err, errlen);
+    model_grads_lender lender = {train_grads_from_hook, h};
+    t->model = model_new_lent(t->dev, &j->model, j->seed, t->shard->max_len, h ? &lender : NULL, err, errlen);
     if (!t->model || model_check_data(t->model, t->data, err, errlen) < 0)
         goto fail;
+    if (model_grads_lent(t->model))
+        log_info("gradients (%.1f MiB) in %s's shared memory: dense buckets are sent without a copy",
+                 (double)model_total_size(t->model) * sizeof(float) / (1 << 20), h->name);
     t->opt = sgd_new(t->model, j->lr, j->momentum, err, errlen);
     if (!t->opt || train_make_buckets(t, err, errlen) < 0)
         goto fail;

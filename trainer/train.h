@@ -34,7 +34,8 @@
  * gradient. A dense mean comes back in the twin and is copied into the
  * gradient range before the optimizer's steps, enqueued ahead of them. On
  * the cpu (host views) none of this runs: the hook gets the gradients
- * themselves, zero copies.
+ * themselves, zero copies — in memory the hook lends where it has some
+ * (train_new), so that it sends them without a copy either.
  */
 #ifndef PSBENCH_TRAIN_H
 #define PSBENCH_TRAIN_H
@@ -67,7 +68,13 @@ typedef struct train train;
  * stop with a reason in err. */
 typedef int (*train_tick_fn)(void *ctx, uint64_t batches_done, char *err, size_t errlen);
 
-train *train_new(const train_job *j, metrics *m, char *err, size_t errlen);
+/* h: the hook its buckets will go to (train_pass's), or NULL (not known
+ * yet). Where h lends memory that dense buckets leave from without a copy
+ * (hook_send_memory: rpc_hook over shared memory) and the model computes
+ * on host memory (the cpu), the model's gradients are computed there
+ * (model_new_lent), so that no push copies them; elsewhere, and when h has
+ * none to lend, in the compute layer's own memory. The log says which. */
+train *train_new(const train_job *j, hook *h, metrics *m, char *err, size_t errlen);
 /* The gradients as shared with a CUDA server on this GPU (the job's
  * model.grads_shared, on a GPU): NULL with why where they are not
  * shareable. Valid until train_free. */

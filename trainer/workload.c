@@ -319,6 +319,21 @@ void workload_bytes(const workload *w, uint64_t *in, uint64_t *out)
     hook_bytes(w->h, in, out);
 }
 
+static void workload_client_pushes(const client *cl, uint64_t *at, uint64_t *staged)
+{
+    if (!cl)
+        return;
+    *at += atomic_load_explicit(&cl->pushes_at, memory_order_relaxed);
+    *staged += atomic_load_explicit(&cl->pushes_staged, memory_order_relaxed);
+}
+
+void workload_shm_pushes(const workload *w, uint64_t *at, uint64_t *staged)
+{
+    if (w->cl_open)
+        workload_client_pushes(&w->cl, at, staged);
+    workload_client_pushes(hook_client(w->h), at, staged);
+}
+
 static void workload_client_links(const client *cl, json_t *arr)
 {
     for (size_t i = 0; cl && i < cl->nconns; i++) {

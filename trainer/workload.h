@@ -86,7 +86,13 @@ int workload_write_params(const workload *w, const char *path, char *err, size_t
 void workload_reset(workload *w);
 /* Bytes through its client and hook (added to *in and *out). */
 void workload_bytes(const workload *w, uint64_t *in, uint64_t *out);
-/* NULL: nothing. */
+/* Pushes so far named by offset in a shared segment, and how many of
+ * them were copied there first (staged), over its client and hook (added
+ * to *at and *staged). */
+void workload_shm_pushes(const workload *w, uint64_t *at, uint64_t *staged);
+/* NULL: nothing. The hook goes first (its threads stop before the memory
+ * they send from goes), then the client, then the model's object: memory
+ * the hook lent the model (train_new) is never touched after the hook. */
 void workload_free(workload *w);
 
 #endif

@@ -20,6 +20,7 @@ import msgpack
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 from psb import RawClient, Closed, encode_frame, dense_payload, expected_dense_mean, parse_dense  # noqa: E402
+from test_master import Master  # noqa: E402
 
 MIB = 1 << 20
 
@@ -446,6 +447,128 @@ class Runs(psb.PsbTestCase):
         late = max(counts)
         self.assertGreaterEqual(late, 15, counts.keys())
         self.assertLessEqual(min(counts[late]), max(counts[2]), counts)
+
+
+# -- a real model's gradients in the trainer's segment ----------------------------
+
+# DummyModels small enough for a quick run; Roomy's gradients (1.5 MiB)
+# do not fit a 1 MiB segment.
+GRAD_MODELS = {
+    "Small": {"model_class": "DummyModel",
+              "configurations": {"num_embeddings": 128, "embedding_dim": 64, "dense_input_size": 64,
+                                 "dense_output_size": 128, "dense_layers_count": 1, "sparse": False}},
+    "Roomy": {"model_class": "DummyModel",
+              "configurations": {"num_embeddings": 1024, "embedding_dim": 256, "dense_input_size": 256,
+                                 "dense_output_size": 256, "dense_layers_count": 2, "sparse": False}},
+}
+PUSHES_RE = re.compile(r"\[trainer (\d+)\] psbench-trainer: timed pass done: (\d+) pushes so far by offset in the "
+                       r"shared segment, (\d+) of them staged")
+FOLDED_RE = re.compile(r" (\d+) pushes folded from trainers' segments")
+
+
+class ModelGradients(psb.PsbTestCase):
+    """DummyModel through rpc_hook over shared memory: its gradients are
+    computed in the trainer's segment (train_new, hook_send_memory), so
+    every dense push is named where it lies — none staged —, with the bits
+    of a TCP run; where the segment has no room, or PSBENCH_SHM_PUSH=stage
+    keeps them out, they stay in ordinary memory, every push staged, the
+    same bits again."""
+
+    def setUp(self):
+        super().setUp()
+        self.models = os.path.join(self.reg.workdir, "models.json")
+        with open(self.models, "w") as f:
+            json.dump(GRAD_MODELS, f)
+
+    def local_run(self, name, transport, env=None):
+        """A --local job (2 trainers, rpc_hook, 1 server); its output and results."""
+        out = os.path.join(self.reg.workdir, name)
+        cmd = [psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+               "--linger", "0", "--out", out, "--transport", transport, "--model-config-path", self.models,
+               "--model", "Small", "--ddp-hook", "rpc_hook", "--nserver", "1", "--epochs", "1"]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=psb.base_env(env),
+                           timeout=240, text=True)
+        self.assertEqual(p.returncode, 0, (name, p.stderr[-3000:]))
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        return p.stdout + p.stderr, res
+
+    def pushes(self, log):
+        """{rank: (pushes by offset, staged)} from the trainers' timed pass lines."""
+        return {int(r): (int(n), int(st)) for r, n, st in PUSHES_RE.findall(log)}
+
+    @staticmethod
+    def shas(res):
+        return [t["final_params_sha256"] for t in res["trainers"]]
+
+    def test_pushes_from_the_segment_copy_nothing(self):
+        """Over shared memory no push of the model's is staged, and the
+        server folds each from the segment; with PSBENCH_SHM_PUSH=stage
+        every one is; both with TCP's bits."""
+        tcp_log, tcp = self.local_run("tcp", "tcp")
+        self.assertEqual(self.pushes(tcp_log), {}, "TCP names nothing in a segment")
+        self.assertNotIn("shared memory: dense buckets", tcp_log)
+        self.assertTrue(all(self.shas(tcp)), tcp["trainers"])
+
+        log, res = self.local_run("shm", "shm")
+        self.assertEqual(log.count("in rpc_hook's shared memory: dense buckets are sent without a copy"), 2, log)
+        got = self.pushes(log)
+        self.assertEqual(sorted(got), [0, 1], log)
+        for rank, (n, staged) in got.items():
+            self.assertGreater(n, 0, rank)
+            self.assertEqual(staged, 0, (rank, log))
+        self.assertEqual(int(FOLDED_RE.search(log).group(1)), sum(n for n, _ in got.values()), log)
+        self.assertEqual(self.shas(res), self.shas(tcp))
+
+        # Kept out of the segment: every push copied there first.
+        log, res = self.local_run("stage", "shm", {"PSBENCH_SHM_PUSH": "stage"})
+        self.assertNotIn("shared memory: dense buckets", log)
+        self.assertIn("gradients in ordinary memory ($PSBENCH_SHM_PUSH=stage)", log)
+        got = self.pushes(log)
+        self.assertEqual(sorted(got), [0, 1], log)
+        for rank, (n, staged) in got.items():
+            self.assertGreater(n, 0, rank)
+            self.assertEqual(staged, n, (rank, log))
+        self.assertEqual(self.shas(res), self.shas(tcp))
+
+    def by_hand(self, name, transport, max_shm=None):
+        """Master, a server (--max-shm) and 2 trainers, each a process of
+        its own; the trainers' final parameters and logs."""
+        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                "--model-config-path", self.models, "--model", "Roomy", "--ddp-hook", "rpc_hook",
+                "--nserver", "1", "--ntrainer", "2", "--epochs", "1"]
+        m = self.reg.start(args, name="master-" + name, cls=Master)
+        m.wait_ports()
+        extra = ["--max-shm", str(max_shm)] if max_shm else []
+        self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"] + extra,
+                       name="server-" + name)
+        ts, paths = [], []
+        for r in range(2):
+            p = os.path.join(self.reg.workdir, "params-%s-%d.bin" % (name, r))
+            paths.append(p)
+            ts.append(self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r),
+                                      "--transport", transport, "--params-out", p], name="trainer-%s-%d" % (name, r)))
+        self.assertEqual(m.wait(180), 0, m.describe())
+        for t in ts:
+            self.assertEqual(t.wait(60), 0, t.describe())
+        params = []
+        for p in paths:
+            with open(p, "rb") as f:
+                params.append(f.read())
+        return params, [t.stderr() for t in ts]
+
+    def test_segment_without_room_for_the_gradients(self):
+        """A segment of 1 MiB (the server's --max-shm) cannot hold Roomy's
+        1.5 MiB of gradients: each trainer says so once and trains from
+        ordinary memory over shared memory, with TCP's bits."""
+        tcp, _ = self.by_hand("tcp", "tcp")
+        got, logs = self.by_hand("small-segment", "shm", max_shm=1 << 20)
+        for log in logs:
+            self.assertEqual(log.count("no room for 1.5 MiB of gradients in the shared segment (1.0 MiB)"), 1, log)
+            self.assertNotIn("dense buckets are sent without a copy", log)
+            self.assertIn("transport: server 0 shared memory", log)
+        self.assertEqual(got[0], got[1])
+        self.assertEqual(got, tcp)
 
 
 if __name__ == "__main__":

@@ -324,6 +324,7 @@ static void test_elapsed_not_before_done(void **state)
 
     compute *s = compute_new("staged", err, sizeof err);
     assert_non_null(s);
+    assert_false(compute_lends(s)); /* its memory has no host view: nothing lent is computed on */
     cbuf *d = compute_alloc(s, 8, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, sizeof err);
     float back[8];
     cmark s0 = compute_mark(s);
@@ -790,6 +791,49 @@ static void test_staging(void **state)
     compute_free(cpu);
 }
 
+/* Lent memory (compute_lend): the cpu computes on the lender's bytes as
+ * on its own, and releasing the buffer leaves them to the lender (freed
+ * here after the release: a release that freed them too would be a double
+ * free under ASan); a device with memory of its own refuses, saying why. */
+static void test_lend(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    char err[256] = "";
+    float *mine = aligned_alloc(4096, 4096);
+    assert_non_null(mine);
+    for (int k = 0; k < N; k++)
+        mine[k] = (float)k;
+    if (strcmp(dev_name, "cpu") != 0) {
+        assert_false(compute_lends(dev));
+        assert_null(compute_lend(dev, mine, N, COMPUTE_F32, err, sizeof err));
+        assert_non_null(strstr(err, "memory of its own only"));
+        free(mine);
+        return;
+    }
+    assert_true(compute_lends(dev));
+    cbuf *b = compute_lend(dev, mine, N, COMPUTE_F32, err, sizeof err);
+    assert_non_null(b);
+    assert_ptr_equal(compute_host_view(dev, b), mine);
+    assert_int_equal(cbuf_count(b), N);
+    assert_int_equal(cbuf_mem(b), COMPUTE_MEM_DEVICE);
+    cbuf *g = compute_alloc(dev, N, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, sizeof err);
+    assert_non_null(g);
+    float ones[N];
+    for (int k = 0; k < N; k++)
+        ones[k] = 1.0f;
+    compute_write(dev, cspan_all(g), ones);
+    compute_sgd_dense(dev, cspan_all(b), cspan_all(g), cspan_none(), 0.5f, 0.0f, true);
+    compute_zero(dev, cspan_at(b, 0, 10));
+    compute_sync(dev);
+    for (int k = 0; k < N; k++)
+        assert_true(mine[k] == (k < 10 ? 0.0f : (float)k - 0.5f));
+    compute_release(dev, g);
+    compute_release(dev, b);
+    assert_true(mine[N - 1] == (float)(N - 1) - 0.5f); /* still the lender's, untouched */
+    free(mine);
+}
+
 /* The staged test device (compute_staged.c): no host view of device
  * memory; copies complete late, in order, a read's destination poisoned
  * until its mark is waited on; the arithmetic is the cpu's. */
@@ -876,6 +920,7 @@ static int run_on(const char *name)
         cmocka_unit_test_teardown(test_ce_logits_and_l1, free_copies),
         cmocka_unit_test_teardown(test_sgd, free_copies),
         cmocka_unit_test_teardown(test_staging, free_copies),
+        cmocka_unit_test_teardown(test_lend, free_copies),
     };
     char err[512], group[64];
     dev_name = name;

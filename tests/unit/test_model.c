@@ -895,6 +895,14 @@ typedef struct scale_hook {
     int64_t seen[2][16];
     uint32_t nseen[2];
     unsigned wait_sleep_us; /* each wait sleeps this long: an exposed wait of at least that */
+    /* Lending (scale_lend_ops: hook_send_memory): memory it owns, asked
+     * for how many times, and the dense buckets handed over that lay in
+     * it. lend_none: it has none to lend. */
+    float *lent;
+    size_t lent_bytes;
+    uint32_t asked;
+    bool lend_none;
+    uint64_t in_lent;
 } scale_hook;
 
 static void scale_ready(hook *h, hook_bucket *b)
@@ -919,6 +927,7 @@ static void scale_ready(hook *h, hook_bucket *b)
         assert_true(!b->device_data || s->base.device_dense);
         float *d = b->device_data ? b->device_data : b->data;
         s->on_device += b->device_data != NULL;
+        s->in_lent += s->lent && d >= s->lent && d + b->count <= s->lent + s->lent_bytes / sizeof(float);
         for (uint64_t k = 0; k < b->count; k++) {
             s->poisoned += isnan(d[k]);
             d[k] *= 0.5f;
@@ -955,6 +964,27 @@ static void scale_destroy(hook *h) { (void)h; }
 
 static const hook_ops scale_ops = {.ready = scale_ready, .wait = scale_wait, .destroy = scale_destroy};
 
+/* Memory to send from (hook_send_memory), the hook's own: NaN, so that
+ * gradients the model did not write show (it is lent as it is). */
+static void *scale_send_memory(hook *h, size_t bytes)
+{
+    scale_hook *s = (scale_hook *)h;
+    s->asked++;
+    assert_int_equal(s->handed, 0); /* before the first bucket, as hook.h says */
+    assert_null(s->lent);            /* once: one model */
+    if (s->lend_none)
+        return NULL;
+    s->lent = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    assert_non_null(s->lent);
+    s->lent_bytes = bytes;
+    for (size_t k = 0; k < bytes / sizeof(float); k++)
+        s->lent[k] = NAN;
+    return s->lent;
+}
+
+static const hook_ops scale_lend_ops = {
+    .ready = scale_ready, .wait = scale_wait, .send_memory = scale_send_memory, .destroy = scale_destroy};
+
 /* The small job these tests train: 2 epochs of 8 batches, DDP's buckets:
  * the first iteration of the pass one dense bucket (and the sparse
  * embedding's), every later one 4 (TINY_BUCKETS). */
@@ -985,7 +1015,7 @@ static float *train_on(const char *device, bool sparse, double momentum, uint64_
     metrics *m = metrics_new();
     assert_non_null(m);
     char err[256] = "";
-    train *t = train_new(&j, m, err, sizeof err);
+    train *t = train_new(&j, NULL, m, err, sizeof err);
     if (!t)
         print_error("train_new on %s: %s\n", device, err);
     assert_non_null(t);
@@ -1038,7 +1068,7 @@ static void check_ddp_buckets(const char *device, bool sparse)
     train_job j = tiny_job(device, sparse, 0.0);
     metrics *m = metrics_new();
     char err[256] = "";
-    train *t = train_new(&j, m, err, sizeof err);
+    train *t = train_new(&j, NULL, m, err, sizeof err);
     assert_non_null(t);
     scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}};
     assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
@@ -1094,7 +1124,7 @@ static void check_fresh_pass(const char *device)
     train_job j = tiny_job(device, false, 0.9);
     metrics *m = metrics_new();
     char err[256] = "";
-    train *t = train_new(&j, m, err, sizeof err);
+    train *t = train_new(&j, NULL, m, err, sizeof err);
     assert_non_null(t);
     double loss[2][2];
     float *params[2];
@@ -1136,7 +1166,7 @@ static void test_train_backward_includes_wait(void **state)
     train_job j = tiny_job("cpu", false, 0.0);
     metrics *m = metrics_new();
     char err[256] = "";
-    train *t = train_new(&j, m, err, sizeof err);
+    train *t = train_new(&j, NULL, m, err, sizeof err);
     assert_non_null(t);
     scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}, .wait_sleep_us = 2000};
     assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
@@ -1184,6 +1214,81 @@ static void check_device_buckets(bool sparse, double momentum)
     free(pf);
 }
 
+/* A run through a hook that lends memory to send from (train_new with the
+ * hook): the final parameters and loss, as train_on's; whether the model's
+ * gradients were lent. */
+static float *train_lending(const char *device, bool sparse, double momentum, scale_hook *sh, uint64_t *n,
+                            double *loss, bool *lent)
+{
+    train_job j = tiny_job(device, sparse, momentum);
+    metrics *m = metrics_new();
+    assert_non_null(m);
+    char err[256] = "";
+    sh->base.ops = &scale_lend_ops;
+    sh->base.name = "scale_hook";
+    train *t = train_new(&j, &sh->base, m, err, sizeof err);
+    assert_non_null(t);
+    *lent = model_grads_lent(train_model(t));
+    assert_int_equal(train_pass(t, &sh->base, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(sh->poisoned, 0);
+    uint64_t ne;
+    *loss = train_loss_per_epoch(t, &ne)[ne - 1];
+    const float *p = train_params(t, n);
+    assert_non_null(p);
+    float *copy = malloc(*n * sizeof *copy);
+    assert_non_null(copy);
+    memcpy(copy, p, *n * sizeof *copy);
+    train_free(t);
+    free(sh->lent); /* the hook's, after the model: as a workload frees them */
+    metrics_free(m);
+    return copy;
+}
+
+/* A hook that lends memory to send from (rpc_hook's shared segment): on
+ * the cpu the model's gradients are computed there — every dense bucket
+ * handed over lies in it — with the bits of a run in the layer's own
+ * memory; a hook with none to lend, and a device that computes on memory
+ * of its own only (staged), leave them in the layer's memory, the same
+ * bits again. */
+static void check_lent_grads(bool sparse, double momentum)
+{
+    uint64_t n0, n, h0;
+    double l0, l;
+    bool lent;
+    float *p0 = train_on("cpu", sparse, momentum, &n0, &l0, &h0, false, NULL);
+
+    scale_hook sh = {0};
+    float *p = train_lending("cpu", sparse, momentum, &sh, &n, &l, &lent);
+    assert_true(lent);
+    assert_int_equal(sh.asked, 1);
+    assert_int_equal(n, n0);
+    assert_int_equal(sh.handed, h0);
+    /* every dense bucket: all but the sparse embedding's, one a batch */
+    assert_int_equal(sh.in_lent, h0 - (sparse ? TINY_BATCHES : 0));
+    assert_memory_equal(p, p0, n * sizeof *p);
+    assert_memory_equal(&l, &l0, sizeof l);
+    free(p);
+
+    scale_hook none = {.lend_none = true};
+    p = train_lending("cpu", sparse, momentum, &none, &n, &l, &lent);
+    assert_false(lent);
+    assert_int_equal(none.asked, 1);
+    assert_int_equal(none.in_lent, 0);
+    assert_memory_equal(p, p0, n * sizeof *p);
+    free(p);
+
+    scale_hook staged = {0};
+    p = train_lending("staged", sparse, momentum, &staged, &n, &l, &lent);
+    assert_false(lent);
+    assert_int_equal(staged.asked, 0); /* not asked: it could not compute there */
+    assert_memory_equal(p, p0, n * sizeof *p);
+    free(p);
+    free(p0);
+}
+
+static void test_train_lent_dense(void **state) { check_lent_grads(false, 0.9); }
+static void test_train_lent_sparse(void **state) { check_lent_grads(true, 0.0); }
+
 static void test_train_device_dense(void **state) { check_device_buckets(false, 0.9); }
 static void test_train_device_sparse(void **state) { check_device_buckets(true, 0.0); }
 
@@ -1198,7 +1303,7 @@ static void test_train_gpu_failure(void **state)
     assert_non_null(m);
     char err[512] = "";
     setenv("PSBENCH_FAKE_GPU_FAIL_AT", "400", 1); /* a few batches in */
-    train *t = train_new(&j, m, err, sizeof err);
+    train *t = train_new(&j, NULL, m, err, sizeof err);
     unsetenv("PSBENCH_FAKE_GPU_FAIL_AT");
     assert_non_null(t);
     scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}};
@@ -1272,6 +1377,8 @@ int main(void)
         cmocka_unit_test(test_train_staged_dense),
         cmocka_unit_test(test_train_staged_momentum),
         cmocka_unit_test(test_train_staged_sparse),
+        cmocka_unit_test(test_train_lent_dense),
+        cmocka_unit_test(test_train_lent_sparse),
         cmocka_unit_test(test_train_device_dense),
         cmocka_unit_test(test_train_device_sparse),
         cmocka_unit_test(test_train_gpu_failure),
