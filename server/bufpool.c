@@ -121,6 +121,7 @@ psbuf *bufpool_get(bufpool *p, size_t len)
     b->refs = 1;
     b->no_recycle = false;
     b->twin = 0;
+    b->twin_only = false;
     b->next = NULL;
     p->live++;
     return b;

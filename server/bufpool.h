@@ -56,6 +56,7 @@ typedef struct psbuf {
      * Owned by the buffer while it lives: given back with its last
      * reference (bufpool_mem.twin_free). */
     uint64_t twin;
+    bool twin_only;  /* only the twin holds the bytes (nobody reads them on the host) */
     struct psbuf *next; /* free list */
 } psbuf;
 

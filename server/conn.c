@@ -232,8 +232,15 @@ static int conn_queue_result(conn *c, const conn_result_hdrs *rh, psbuf *payload
         lent = rh->hdr_at;
         lent_len = rh->hlen_at;
     }
+    /* A result kept on the device only (every pusher reads it there):
+     * only a CUDA IPC link can have pushed into it. */
+    assert(!payload || !payload->twin_only || lent == rh->hdr_dev);
     if (lent) {
-        int r = outq_push_shared(&c->out, lent, lent_len, payload, batch, c->srv->cfg.max_queued);
+        /* Within --max-queued of loans; a twin-only result is lent
+         * whatever the loans (it has nothing to send on the socket; its
+         * memory is the device's share, bounded by --gpu-share). */
+        uint64_t cap = payload->twin_only ? UINT64_MAX : c->srv->cfg.max_queued;
+        int r = outq_push_shared(&c->out, lent, lent_len, payload, batch, cap);
         if (r < 0)
             return -1;
         if (r == 0) {
@@ -565,8 +572,10 @@ static void conn_on_push(conn *c, const frame_hdr *h0)
         /* Folded on the GPU from the trainer's memory. */
         s->bytes_in += h->payload;
         s->pushes_gpu++;
-        if (c->push.f)
+        if (c->push.f) {
+            c->push.f->gpu_pushes++;
             futures_push_peer(&s->fut, &c->push, c->gpu_peer, h->dev);
+        }
         conn_push_finish(c);
     } else if (shared && h->payload) {
         /* Folded straight from the trainer's pages: no socket, no copy
@@ -1416,6 +1425,8 @@ void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *
     for (uint32_t i = 0; i < n; i++)
         if (conn_queue_result(eps[i], &rh, result, f->batch) == 0)
             s->results++;
+    if (result && result->twin_only)
+        s->results_gpu_only++;
 }
 
 /* ---- free ---------------------------------------------------------------- */

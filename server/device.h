@@ -208,6 +208,8 @@ typedef struct device_ops {
     void (*fold_peer)(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at,
                       size_t n, float s);
     int (*share)(device *d, uint64_t want, uint8_t *mem, uint64_t *bytes, char *err, size_t errlen);
+    bool (*buf_lendable)(device *d, devbuf *b);
+    psbuf *(*buf_lend)(device *d, devbuf *b);
 } device_ops;
 
 struct device {
@@ -456,6 +458,12 @@ static inline int device_share(device *d, uint64_t want, uint8_t *mem, uint64_t 
 {
     return d->ops->share(d, want, mem, bytes, err, errlen);
 }
+
+static inline bool device_buf_lendable(device *d, devbuf *b)
+{
+    return d->ops->buf_lendable && d->ops->buf_lendable(d, b);
+}
+static inline psbuf *device_buf_lend(device *d, devbuf *b) { return d->ops->buf_lend(d, b); }
 
 static inline void device_submit(device *d, device_job *j) { d->ops->submit(d, j); }
 static inline void device_drain(device *d) { d->ops->drain(d); }

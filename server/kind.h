@@ -241,6 +241,23 @@ static inline bool kind_ready(const kind *k)
 uint64_t kind_fill(kind *k, uint64_t budget);
 
 
+/* Whether f's dense result, computed into b, may stay on the device (CUDA
+ * IPC): every push of f was folded from a trainer's GPU memory — so every
+ * reader of the result is such a trainer, reading it where b is — and b
+ * lives in the memory the device shares. Then no to-host job is needed:
+ * kind_result_take lends b instead (device.h, device_buf_lend). */
+static inline bool kind_result_stays(kind *k, const future *f, devbuf *b)
+{
+    return f->layout == LAYOUT_DENSE && f->gpu_pushes > 0 && f->gpu_pushes == f->completed &&
+           device_buf_lendable(k->dev, b);
+}
+/* The result leaves the kind (b is freed): lent where it stays on the
+ * device, else its host image. NULL: out of memory. */
+static inline psbuf *kind_result_take(kind *k, devbuf *b, bool stays)
+{
+    return stays ? device_buf_lend(k->dev, b) : device_buf_take_host(k->dev, b);
+}
+
 /* A job's time for a method metric: the device's own measure where it has
  * one (cuda: GPU time between two events on its stream, the seed's
  * cuda=True), else the host's time since t0_ns. */

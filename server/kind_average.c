@@ -45,6 +45,7 @@ typedef struct avg_future {
     devsparse *sacc;     /* sparse: coalesced rows */
     devbuf *out;         /* sparse: the emitted result */
     device_job job;
+    bool stays;          /* dense: the result stays on the device (kind_result_stays) */
     uint64_t frontier;   /* dense: [0, frontier) of acc is written */
     uint64_t progress[]; /* dense, per trainer slot: bytes of its push folded in */
 } avg_future;
@@ -244,8 +245,12 @@ static void avg_done(device_job *j)
         code = ERR_DEVICE;
     } else if (f->layout == LAYOUT_DENSE) {
         /* Already scaled: every element's last push applied 1/N. */
-        result = device_buf_take_host(k->dev, st->acc);
+        result = kind_result_take(k, st->acc, st->stays);
         st->acc = NULL;
+        if (!result) {
+            why = "out of memory for the result";
+            code = ERR_DEVICE;
+        }
     } else if (j->u.emit.status < 0) {
         why = "out of memory computing the mean";
     } else {
@@ -263,7 +268,8 @@ static void avg_resolve(kind *k, future *f)
     st->job.arg = st;
     if (f->layout == LAYOUT_DENSE) {
         st->job.op = JOB_BARRIER;
-        st->job.to_host = st->acc;
+        st->stays = kind_result_stays(k, f, st->acc);
+        st->job.to_host = st->stays ? NULL : st->acc;
     } else {
         st->out = device_buf_new(k->dev, device_sparse_result_size(k->dev, st->sacc));
         if (!st->out) {

@@ -27,6 +27,7 @@ typedef struct avgb_future {
     future *f;
     device_job job;
     devbuf *result;         /* the buffer the answer is written to */
+    bool stays;             /* dense: the result stays on the device (kind_result_stays) */
     devsparse *sacc;        /* sparse: the coalesced rows */
     devbuf **srcs;          /* dense: the stored pushes in slot order */
     kind_slot stored[];     /* per slot: the raw push */
@@ -117,8 +118,12 @@ static void avgb_done(device_job *j)
     } else if (f->layout == LAYOUT_SPARSE && j->u.emit.status < 0) {
         why = "out of memory computing the mean";
     } else {
-        result = device_buf_take_host(k->dev, st->result);
+        result = kind_result_take(k, st->result, st->stays);
         st->result = NULL;
+        if (!result) {
+            why = "out of memory for the result";
+            code = ERR_DEVICE;
+        }
     }
     k->resolved(k->resolved_ctx, f, result, code, why);
 }
@@ -191,7 +196,8 @@ static void avgb_resolve(kind *k, future *f)
         st->job.u.emit.out = st->result;
         st->job.u.emit.scale = mean_scale(n);
     }
-    st->job.to_host = st->result;
+    st->stays = kind_result_stays(k, f, st->result);
+    st->job.to_host = st->stays ? NULL : st->result;
     device_submit(k->dev, &st->job);
 }
 

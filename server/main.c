@@ -659,8 +659,8 @@ int main(int argc, char **argv)
            cfg.rank, s.bytes_spliced, s.bytes_copied, s.bytes_in_place, s.pushes_in_place);
     if (s.dev && device_has_peers(s.dev))
         printf("psbench-server %u: CUDA IPC: %" PRIu64 " pushes folded from trainers' GPU memory, %" PRIu64
-               " result bytes read by trainers from the server's\n",
-               cfg.rank, s.pushes_gpu, s.bytes_gpu_lent);
+               " result bytes read by trainers from the server's, %" PRIu64 " results never copied to the host\n",
+               cfg.rank, s.pushes_gpu, s.bytes_gpu_lent, s.results_gpu_only);
     metrics_print_table(s.metrics, stdout, "server metrics (ms)");
     fflush(stdout);
     int code = s.exit_code ? s.exit_code : (rc < 0 ? 1 : 0);

@@ -45,6 +45,8 @@ typedef struct future {
     uint64_t t_last_ns;  /* the last push received whole */
     uint64_t t_resolve_ns; /* handed to the kind to resolve */
     uint64_t round;      /* batch-update: updates applied once this resolves; 0: none */
+    uint32_t gpu_pushes; /* pushes folded from a trainer's GPU memory (CUDA IPC): when all were, every
+                          * reader of the result reads it there, and no host copy of it is made */
     struct push_ctx *pushes; /* pushes streaming into it now */
     void *kstate;        /* the kind's per-future state */
     struct future *next; /* hash chain */

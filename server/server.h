@@ -118,6 +118,7 @@ typedef struct server {
     uint64_t pushes_in_place;             /* pushes folded from a trainer's segment */
     uint64_t pushes_gpu, bytes_gpu_lent;  /* CUDA IPC: pushes folded from a trainer's GPU memory; result
                                            * bytes trainers read from the server's */
+    uint64_t results_gpu_only;            /* CUDA IPC: results never copied to the host (every reader a peer) */
     bool splice_warned;                   /* a connection fell back to copies (said once) */
     struct master_link *link; /* NULL standalone */
     /* Called when the last trainer has left (a session ends): the master

@@ -642,6 +642,32 @@ static psbuf *cuda_buf_take_host(device *d, devbuf *b)
     return host;
 }
 
+static int cuda_host_image(cuda_device *c, devbuf *b);
+
+static bool cuda_buf_lendable(device *d, devbuf *b)
+{
+    (void)d;
+    return b->share_off != RANGES_NONE && !b->host_only;
+}
+
+static psbuf *cuda_buf_lend(device *d, devbuf *b)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    assert(cuda_buf_lendable(d, b) && b->jobs == 0);
+    /* A host image of the right length from the pinned pool (recycled:
+     * nothing is copied into it), carrying the device bytes. */
+    if (!b->host && cuda_host_image(c, b) < 0) {
+        cuda_buf_free(d, b);
+        return NULL;
+    }
+    b->host_valid = true;
+    psbuf *host = cuda_buf_take_host(d, b);
+    assert(host->twin);
+    host->twin_only = true;
+    return host;
+}
+
 /* bufpool_mem.twin_free: a lent result's range, back (device.h). */
 static void cuda_twin_free(void *ctx, uint64_t twin)
 {
@@ -1457,6 +1483,8 @@ static const device_ops cuda_ops = {
     .peer_wait = cuda_peer_wait,
     .fold_peer = cuda_fold_peer,
     .share = cuda_share,
+    .buf_lendable = cuda_buf_lendable,
+    .buf_lend = cuda_buf_lend,
 };
 
 device *device_cuda_new(struct event_base *base, cugpu *gpu, char *err, size_t errlen)

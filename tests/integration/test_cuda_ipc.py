@@ -204,7 +204,42 @@ class Protocol(psb.PsbTestCase):
         b.close()
         rc, out, err = s.terminate_and_wait()
         self.assertEqual(rc, 0, err)
-        self.assertRegex(out, r"CUDA IPC: 4 pushes folded from trainers' GPU memory, %d result bytes" % (4 * 4 * n))
+        self.assertRegex(out, r"CUDA IPC: 4 pushes folded from trainers' GPU memory, %d result bytes read by "
+                              r"trainers from the server's, 2 results never copied to the host" % (4 * 4 * n))
+
+    def test_mixed_readers(self):
+        """One trainer by CUDA IPC, one over shared memory without an
+        export: the mean is copied to the host for the second (on its
+        socket), read in GPU memory by the first; the same bits."""
+        s = self.fake_server(2)
+        a = self.ipc_client(s)
+        b = self.shm_client(s)
+        a.hello_shm(0)
+        b.hello_shm(1)
+        a.export()
+        n = 4096
+        va = [float(i) * 0.5 for i in range(n)]
+        vb = [1.0 - float(i) for i in range(n)]
+        a.put_gpu(0, va)
+        a.record(complete=True)
+        a.push_dev(0, 0, n, 0)
+        b.put(0, vb)
+        b.push_at(0, 0, n, 0)
+        ha, pa = a.result()
+        hb, pb = b.result()
+        self.assertIn("dev", ha)
+        self.assertNotIn("dev", hb)
+        self.assertSame(parse_dense(pa), expected_dense_mean([va, vb], 2))
+        self.assertEqual(pa, pb)
+        a.close()
+        b.close()
+        rc, out, _ = s.terminate_and_wait()
+        self.assertRegex(out, r"CUDA IPC: 1 pushes folded .*, 0 results never copied to the host")
+
+    def shm_client(self, server, **kw):
+        c = ShmClient(server.port, **kw)
+        self._clients.append(c)
+        return c
 
     def test_export_refused(self):
         """What cannot be taken is refused with the reason (unsupported:
@@ -379,8 +414,10 @@ class Trainers(psb.PsbTestCase):
         return d.pop()
 
     def ipc_pushes(self, server_out):
-        m = re.search(r"CUDA IPC: (\d+) pushes folded from trainers' GPU memory, (\d+) result bytes", server_out)
+        m = re.search(r"CUDA IPC: (\d+) pushes folded from trainers' GPU memory, (\d+) result bytes read by trainers "
+                      r"from the server's, (\d+) results never copied", server_out)
         self.assertTrue(m, server_out)
+        self.assertLessEqual(int(m.group(3)) * 2, int(m.group(1)))
         return int(m.group(1)), int(m.group(2))
 
     def test_rpc_hook_over_cuda_ipc_equals_tcp(self):
@@ -398,6 +435,8 @@ class Trainers(psb.PsbTestCase):
             pushes, lent = self.ipc_pushes(sout)
             self.assertGreater(pushes, 0)
             self.assertGreater(lent, 0)
+            # every result read on the GPU only: none copied to the host
+            self.assertRegex(sout, r", %d results never copied to the host" % (pushes // 2))
             tcp, tout, tlogs = self.run_job(self.JOB + kind, server_extra=("--transport", "tcp"),
                                             trainer_extra=("--transport", "tcp"))
             self.assertEqual(self.ipc_pushes(tout), (0, 0))
