@@ -41,6 +41,8 @@
 #include <unistd.h>
 
 #include "server/device.h"
+#include "server/cuda/kernels_host.h"
+#include "shared/cugpu.h"
 #include "shared/clock.h"
 #include "shared/cli.h"
 #include "shared/gpu.h"
@@ -836,6 +838,133 @@ static void test_cuda_failure(void **state)
 }
 
 /* Out of device memory is NULL from buf_new, and the device goes on. */
+/* ---- peers: CUDA IPC on the fake GPU ------------------------------------------
+ *
+ * A "trainer" is a second fake GPU in this process (the fake opens its own
+ * exports): its IPC memory holds pushes, its IPC event orders them. The
+ * device folds from that memory (after waiting for the event's record,
+ * which a held stream keeps incomplete while the pushed bytes are still
+ * being written), keeps a dense result in its shared memory, lends it with
+ * no host copy (psbuf.twin), gets the range back with the psbuf's last
+ * reference, and unmaps a closed peer once the job after it completes. */
+
+static int count_maps(const char *needle)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+static void test_cuda_peers(void **state)
+{
+    (void)state;
+    if (strcmp(cuda_name(), "fake-cuda") != 0)
+        skip(); /* CUDA opens no handle in the process that exported it: integration gpu_cuda_ipc covers it */
+    char err[512], hold[64];
+    snprintf(hold, sizeof hold, "/tmp/psb-peer-hold-%d", (int)getpid());
+    cugpu *tg = cugpu_fake_new(&psb_kernels, 0, 0, err, sizeof err);
+    assert_non_null(tg);
+    assert_int_equal(cugpu_fake_hold(tg, hold), 0);
+    cugpu_stream *ts = tg->ops->stream_new(tg);
+    assert_non_null(ts);
+    enum { N = 4096 };
+    float *mem = tg->ops->dev_alloc_ipc(tg, 4 * N * sizeof(float)); /* the fake's device memory is the host's */
+    assert_non_null(mem);
+    cugpu_event *ev = tg->ops->event_new_ipc(tg);
+    assert_non_null(ev);
+    cugpu_ipc_handle hm, he;
+    assert_int_equal(tg->ops->ipc_export(tg, mem, &hm), 0);
+    assert_int_equal(tg->ops->event_export(tg, ev, &he), 0);
+
+    fixture x;
+    fx_open(&x, "fake-cuda");
+    assert_true(device_has_peers(x.dev));
+    assert_string_equal(device_gpu_id(x.dev), "fake");
+    int maps0 = count_maps("memfd:");
+    devpeer *p = device_peer_open(x.dev, hm.bytes, 4 * N * sizeof(float), he.bytes, err, sizeof err);
+    assert_non_null(p);
+    /* A handle that is no allocation, or smaller than its word: refused. */
+    uint8_t junk[DEVICE_IPC_HANDLE] = {0};
+    assert_null(device_peer_open(x.dev, junk, 64, he.bytes, err, sizeof err));
+    assert_null(device_peer_open(x.dev, hm.bytes, 8 * N * sizeof(float), he.bytes, err, sizeof err));
+    assert_non_null(strstr(err, "holds"));
+    uint8_t share[DEVICE_IPC_HANDLE];
+    uint64_t share_bytes = 0;
+    assert_int_equal(device_share(x.dev, 1 << 20, share, &share_bytes, err, sizeof err), 0);
+    assert_int_equal(share_bytes, 1 << 20);
+    cugpu_ipc_handle hs;
+    memcpy(hs.bytes, share, sizeof hs.bytes);
+    float *shared = tg->ops->ipc_open(tg, &hs, share_bytes); /* as a trainer reads results */
+    assert_non_null(shared);
+
+    float want[N];
+    for (size_t i = 0; i < N; i++) {
+        mem[N + i] = val(i, 3); /* second push: complete from the start */
+        mem[i] = 1e30f;         /* first push: not written yet */
+        want[i] = val(i, 4);
+    }
+    /* The first push is "being written": its record waits behind the hold. */
+    FILE *h = fopen(hold, "w");
+    assert_non_null(h);
+    fclose(h);
+    assert_int_equal(tg->ops->event_record(tg, ts, ev), 0);
+    devbuf *acc = device_buf_new(x.dev, N * sizeof(float));
+    assert_non_null(acc);
+    assert_true(device_buf_lendable(x.dev, acc));
+    device_peer_wait(x.dev, p);
+    device_fold_peer(x.dev, FOLD_COPY, acc, 0, p, 0, N, 0);
+    device_fold_peer(x.dev, FOLD_ADD_SCALE, acc, 0, p, N * sizeof(float), N, 0.5f);
+    device_job j = {.op = JOB_BARRIER}; /* no to_host: the result stays on the GPU */
+    j.done = count_done;
+    int before = jobs_done;
+    device_submit(x.dev, &j);
+    event_base_loop(x.base, EVLOOP_NONBLOCK);
+    usleep(50 * 1000);
+    memcpy(mem, want, sizeof want); /* written, then the record completes */
+    unlink(hold);
+    device_drain(x.dev);
+    assert_int_equal(jobs_done, before + 1);
+    assert_null(j.error);
+    float mean[N];
+    memcpy(mean, want, sizeof mean);
+    reduce_add_scale_f32(mean, (const uint8_t *)(mem + N), N, 0.5f);
+    psbuf *r = device_buf_lend(x.dev, acc);
+    assert_non_null(r);
+    assert_true(r->twin && r->twin_only);
+    assert_int_equal(r->len, N * sizeof(float));
+    assert_memory_equal((const uint8_t *)shared + (r->twin - 1), mean, sizeof mean);
+    /* Lent: its range is the psbuf's. A buffer as large as the rest of the
+     * shared memory does not fit there until the psbuf goes. */
+    uint64_t rest = share_bytes - N * sizeof(float);
+    devbuf *big = device_buf_new(x.dev, rest + 1);
+    assert_non_null(big);
+    assert_false(device_buf_lendable(x.dev, big)); /* ordinary device memory */
+    device_buf_free(x.dev, big);
+    psbuf_unref(r);
+    big = device_buf_new(x.dev, share_bytes);
+    assert_non_null(big);
+    assert_true(device_buf_lendable(x.dev, big)); /* the whole of it again */
+    device_buf_free(x.dev, big);
+    /* A closed peer stays mapped until the job after it completes. */
+    int maps_open = count_maps("memfd:");
+    assert_true(maps_open > maps0);
+    device_peer_close(x.dev, p);
+    device_job j2 = {.op = JOB_BARRIER};
+    run_job(&x, &j2);
+    assert_true(count_maps("memfd:") < maps_open);
+    fx_close(&x);
+    tg->ops->ipc_close(tg, shared);
+    tg->ops->event_free(tg, ev);
+    tg->ops->dev_free_ipc(tg, mem);
+    tg->ops->stream_free(tg, ts);
+    cugpu_destroy(tg);
+}
+
 static void test_cuda_out_of_memory(void **state)
 {
     (void)state;
@@ -858,6 +987,7 @@ int main(void)
         cmocka_unit_test(test_cuda_small_batches),
         cmocka_unit_test(test_cuda_failure),
         cmocka_unit_test(test_cuda_out_of_memory),
+        cmocka_unit_test(test_cuda_peers),
     };
     if (strcmp(cuda_name(), "fake-cuda") != 0) {
         /* The gpu-labelled run: the cuda tests only, on a GPU that answers. */
