@@ -22,7 +22,10 @@ typedef struct gpushare {
     unsigned char ev[GPUSHARE_HANDLE];   /* the event recorded before each push */
     uint64_t bytes;                      /* the exported memory's size */
     const void *base;                    /* its device address: a bucket's `dev` is its offset from here */
-    void *ctx;
+    void *ctx;                           /* the calls' first argument */
+    /* gpushare_init's: the compute context and buffer behind the calls
+     * (opaque to the client and hooks) */
+    void *impl_compute, *impl_buf;
     /* The event, now: everything enqueued so far (the bucket's writer, the
      * copies of earlier means) comes before it. */
     void (*record)(void *ctx);
@@ -39,5 +42,12 @@ typedef struct gpushare {
      * stays as it is until the trainer's next step). */
     void (*upload)(void *ctx, void *dst, const void *src, uint64_t bytes);
 } gpushare;
+
+/* The calls over a compute context `c` (compute.h) and its buffer `b` from
+ * compute_alloc_shared, exported: 0, or -1 with err (c has no GPU, b is
+ * not shareable). g->ctx is g; c and b must outlive every call. */
+struct compute;
+struct cbuf;
+int gpushare_init(gpushare *g, struct compute *c, struct cbuf *b, char *err, size_t errlen);
 
 #endif

@@ -342,58 +342,11 @@ void train_free(train *t)
 
 /* ---- CUDA IPC: the gradients shared with a server on this GPU ---------------- */
 
-static void train_share_record(void *ctx)
-{
-    compute_share_record(((train *)ctx)->dev);
-}
-
-static void *train_share_open(void *ctx, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen)
-{
-    return compute_peer_open(((train *)ctx)->dev, mem, bytes, err, errlen);
-}
-
-static void train_share_close(void *ctx, void *p)
-{
-    compute_peer_close(((train *)ctx)->dev, p);
-}
-
-/* dst lies in the gradients (a bucket's device_data). */
-static void train_share_copy(void *ctx, void *dst, const void *src, uint64_t bytes)
-{
-    train *t = ctx;
-    uint64_t off = (uint64_t)((const uint8_t *)dst - (const uint8_t *)t->share.base);
-    assert(off % 4 == 0 && bytes % 4 == 0 && off + bytes <= t->share.bytes);
-    compute_copy_from_peer(t->dev, cspan_at(model_grads_buf(t->model), off / 4, bytes / 4), src);
-}
-
-static void train_share_upload(void *ctx, void *dst, const void *src, uint64_t bytes)
-{
-    train *t = ctx;
-    uint64_t off = (uint64_t)((const uint8_t *)dst - (const uint8_t *)t->share.base);
-    assert(off % 4 == 0 && bytes % 4 == 0 && off + bytes <= t->share.bytes);
-    compute_write(t->dev, cspan_at(model_grads_buf(t->model), off / 4, bytes / 4), src);
-}
-
 const gpushare *train_gpushare(train *t, char *why, size_t whylen)
 {
-    if (t->share.gpu[0])
-        return &t->share;
-    compute_share x;
-    if (compute_share_export(t->dev, model_grads_buf(t->model), &x, why, whylen) < 0)
+    if (!t->share.gpu[0] && gpushare_init(&t->share, t->dev, model_grads_buf(t->model), why, whylen) < 0)
         return NULL;
-    gpushare *g = &t->share;
-    memcpy(g->mem, x.mem, sizeof g->mem);
-    memcpy(g->ev, x.ev, sizeof g->ev);
-    g->bytes = x.bytes;
-    g->base = x.base;
-    g->ctx = t;
-    g->record = train_share_record;
-    g->open = train_share_open;
-    g->close = train_share_close;
-    g->copy = train_share_copy;
-    g->upload = train_share_upload;
-    snprintf(g->gpu, sizeof g->gpu, "%s", x.gpu);
-    return g;
+    return &t->share;
 }
 
 uint64_t train_batches_per_pass(const train *t)

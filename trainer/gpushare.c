@@ -1,0 +1,66 @@
+/* gpushare.c — the calls of gpushare.h over the compute layer: the one
+ * place where a trainer's shared GPU memory meets its compute context. */
+#include "trainer/gpushare.h"
+#include "trainer/compute.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+static compute *gs_compute(const gpushare *g) { return g->impl_compute; }
+
+/* dst (a device address inside the exported buffer) as a span of it. */
+static cspan gs_span(const gpushare *g, const void *dst, uint64_t bytes)
+{
+    uint64_t off = (uint64_t)((const uint8_t *)dst - (const uint8_t *)g->base);
+    assert(off % 4 == 0 && bytes % 4 == 0 && off <= g->bytes && bytes <= g->bytes - off);
+    return cspan_at(g->impl_buf, off / 4, bytes / 4);
+}
+
+static void gs_record(void *ctx)
+{
+    compute_share_record(gs_compute(ctx));
+}
+
+static void *gs_open(void *ctx, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen)
+{
+    return compute_peer_open(gs_compute(ctx), mem, bytes, err, errlen);
+}
+
+static void gs_close(void *ctx, void *p)
+{
+    compute_peer_close(gs_compute(ctx), p);
+}
+
+static void gs_copy(void *ctx, void *dst, const void *src, uint64_t bytes)
+{
+    compute_copy_from_peer(gs_compute(ctx), gs_span(ctx, dst, bytes), src);
+}
+
+static void gs_upload(void *ctx, void *dst, const void *src, uint64_t bytes)
+{
+    compute_write(gs_compute(ctx), gs_span(ctx, dst, bytes), src);
+}
+
+int gpushare_init(gpushare *g, compute *c, cbuf *b, char *err, size_t errlen)
+{
+    compute_share x;
+    memset(g, 0, sizeof *g);
+    if (compute_share_export(c, b, &x, err, errlen) < 0)
+        return -1;
+    assert(cbuf_dtype(b) == COMPUTE_F32);
+    snprintf(g->gpu, sizeof g->gpu, "%s", x.gpu);
+    memcpy(g->mem, x.mem, sizeof g->mem);
+    memcpy(g->ev, x.ev, sizeof g->ev);
+    g->bytes = x.bytes;
+    g->base = x.base;
+    g->ctx = g;
+    g->impl_compute = c;
+    g->impl_buf = b;
+    g->record = gs_record;
+    g->open = gs_open;
+    g->close = gs_close;
+    g->copy = gs_copy;
+    g->upload = gs_upload;
+    return 0;
+}
