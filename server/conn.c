@@ -215,17 +215,19 @@ typedef struct conn_result_hdrs {
 
 /* Queue the result of `batch`: the header bytes are copied, the payload
  * added by reference (NULL or empty: none). A connection that reads it
- * in place — in the GPU memory its CUDA IPC export made it a reader of,
- * or in the server's segment — gets that header instead (the payload named
- * by offset), and the payload stays lent until it pushes a later batch. */
-static int conn_queue_result(conn *c, const conn_result_hdrs *rh, psbuf *payload, uint64_t batch)
+ * in place — in GPU memory, when its push came from its own (on_gpu: it
+ * takes the mean device to device into the same bucket), or in the
+ * server's segment — gets that header instead (the payload named by
+ * offset), and the payload stays lent until it pushes a later batch. */
+static int conn_queue_result(conn *c, const conn_result_hdrs *rh, psbuf *payload, uint64_t batch, bool on_gpu)
 {
     if (c->closing || conn_over_cap(c, "results"))
         return -1;
     uint64_t at;
     const uint8_t *lent = NULL;
     size_t lent_len = 0;
-    if (rh->hdr_dev && c->gpu_peer) {
+    if (rh->hdr_dev && on_gpu) {
+        assert(c->gpu_peer);
         lent = rh->hdr_dev;
         lent_len = rh->hlen_dev;
     } else if (rh->hdr_at && conn_in_place(c, payload, &at)) {
@@ -573,7 +575,7 @@ static void conn_on_push(conn *c, const frame_hdr *h0)
         s->bytes_in += h->payload;
         s->pushes_gpu++;
         if (c->push.f) {
-            c->push.f->gpu_pushes++;
+            pending_set_gpu_slot(c->push.f, c->slot);
             futures_push_peer(&s->fut, &c->push, c->gpu_peer, h->dev);
         }
         conn_push_finish(c);
@@ -624,7 +626,7 @@ static void conn_on_fetch(conn *c, const frame_hdr *h)
      * the trainer's first push of a later batch. The kind never writes
      * this buffer again (each step answers with a new one), so a loan is
      * safe either way. */
-    conn_queue_result(c, &rh, payload, 0);
+    conn_queue_result(c, &rh, payload, 0, false);
     psbuf_unref(payload);
 }
 
@@ -1423,7 +1425,7 @@ void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *
     size_t len_dev = conn_ipc_encode_result(&h, result, buf_dev, sizeof buf_dev);
     conn_result_hdrs rh = {buf, len, len_at ? buf_at : NULL, len_at, len_dev ? buf_dev : NULL, len_dev};
     for (uint32_t i = 0; i < n; i++)
-        if (conn_queue_result(eps[i], &rh, result, f->batch) == 0)
+        if (conn_queue_result(eps[i], &rh, result, f->batch, pending_gpu_slot(f, ((conn *)eps[i])->slot)) == 0)
             s->results++;
     if (result && result->twin_only)
         s->results_gpu_only++;

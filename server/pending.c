@@ -29,8 +29,8 @@ void pending_free_entry(future *e)
     free(e);
 }
 
-/* The words of an entry's per-slot block: the pushed bitmap, then one
- * byte count per slot. */
+/* The words of an entry's per-slot block: the pushed bitmap, one byte
+ * count per slot, then the bitmap of pushes from GPU memory. */
 static size_t pending_bitmap_words(const pending_table *t)
 {
     return (t->nslots + 63) / 64 + 1;
@@ -38,7 +38,7 @@ static size_t pending_bitmap_words(const pending_table *t)
 
 static size_t pending_block_words(const pending_table *t)
 {
-    return pending_bitmap_words(t) + t->nslots;
+    return 2 * pending_bitmap_words(t) + t->nslots;
 }
 
 void pending_clear(pending_table *t, void (*free_fn)(future *, void *), void *arg)
@@ -205,6 +205,7 @@ future *pending_create(pending_table *t, uint64_t batch, uint64_t bucket)
         }
     }
     e->slot_bytes = e->pushed + pending_bitmap_words(t);
+    e->gpu_pushed = e->slot_bytes + t->nslots;
     e->batch = batch;
     e->bucket = bucket;
     size_t b = pending_hash(batch, bucket) & (t->nheads - 1);

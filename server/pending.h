@@ -38,6 +38,7 @@ typedef struct future {
     uint32_t completed;  /* pushes whose payload has fully arrived */
     uint64_t *pushed;    /* bitmap over trainer slots: header accepted */
     uint64_t *slot_bytes; /* per trainer slot: its push's payload bytes (what it holds here) */
+    uint64_t *gpu_pushed; /* bitmap over trainer slots: its push came from its GPU memory (CUDA IPC) */
     bool holds;          /* its pushes count against their slots' bounds (future.c) */
     uint64_t t_first_ns; /* the first push's header admitted */
     uint64_t t_first_whole_ns; /* the first push received whole (its payload complete);
@@ -106,8 +107,24 @@ static inline void pending_set_slot(future *e, uint32_t slot)
 {
     e->pushed[slot / 64] |= (uint64_t)1 << (slot % 64);
 }
+/* Slot's push into e came from its GPU memory (CUDA IPC): it reads the
+ * result there too. */
+static inline bool pending_gpu_slot(const future *e, uint32_t slot)
+{
+    return (e->gpu_pushed[slot / 64] >> (slot % 64)) & 1;
+}
+static inline void pending_set_gpu_slot(future *e, uint32_t slot)
+{
+    if (!pending_gpu_slot(e, slot))
+        e->gpu_pushes++;
+    e->gpu_pushed[slot / 64] |= (uint64_t)1 << (slot % 64);
+}
 static inline void pending_clear_slot(future *e, uint32_t slot)
 {
+    if (pending_gpu_slot(e, slot)) {
+        e->gpu_pushes--;
+        e->gpu_pushed[slot / 64] &= ~((uint64_t)1 << (slot % 64));
+    }
     e->pushed[slot / 64] &= ~((uint64_t)1 << (slot % 64));
 }
 

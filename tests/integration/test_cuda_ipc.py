@@ -231,6 +231,16 @@ class Protocol(psb.PsbTestCase):
         self.assertNotIn("dev", hb)
         self.assertSame(parse_dense(pa), expected_dense_mean([va, vb], 2))
         self.assertEqual(pa, pb)
+        # A trainer with an export that pushes from host memory (its
+        # segment) reads that bucket's mean as such a push's: not by dev.
+        a.put(0, va)
+        a.push_at(1, 0, n, 0)
+        b.push_at(1, 0, n, 0)
+        ha, pa = a.result()
+        hb, pb = b.result()
+        self.assertNotIn("dev", ha)
+        self.assertEqual(pa, pb)
+        self.assertSame(parse_dense(pa), expected_dense_mean([va, vb], 2))
         a.close()
         b.close()
         rc, out, _ = s.terminate_and_wait()
