@@ -33,6 +33,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
@@ -488,6 +489,59 @@ class Trainers(psb.PsbTestCase):
         t0.wait(60)
         self.assertEqual(s.wait(60), 1, s.describe())
         self.assertRegex(s.stderr(), r"the run failed: trainer \d+ .*disconnected")
+        self.assertRegex(s.stdout(), r"CUDA IPC: [1-9]\d* pushes folded")
+
+    def test_server_killed_mid_run(self):
+        """The CUDA server killed while trainers read means in its GPU
+        memory: the run ends naming it, every trainer ends by itself."""
+        out = os.path.join(self.reg.workdir, "server-killed")
+        m = self.master(*(self.JOB[:-1] + ("50",)), out=out)
+        s = self.node(m, "psbench-server", SDEV, "server")
+        ts = [self.node(m, "psbench-trainer", TDEV, "trainer") for _ in range(2)]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "phase running" not in m.stderr() and m.alive():
+            time.sleep(0.05)
+        time.sleep(0.5)
+        s.signal(signal.SIGKILL)
+        self.assertNotEqual(m.wait(120), 0)
+        self.assertRegex(m.stderr().strip().splitlines()[-1], r"server 0 .*disconnected")
+        for t in ts:
+            self.assertNotEqual(t.wait(60), 0, t.describe())
+            self.assertNotIn("Sanitizer", t.stderr())
+
+    def test_runs_keep_descriptors_and_mappings_flat(self):
+        """Five runs of CUDA IPC trainers on one CUDA server (trainers come
+        and go, the server stays): its descriptors and mappings after the
+        last run are what they were after the second — every trainer's
+        memory and event unmapped, nothing lent left behind."""
+        m = self.master(*(self.JOB[:-1] + ("1", "--runs", "0")))
+        s = self.node(m, "psbench-server", SDEV, "server")
+        counts = {}
+        for run in range(1, 6):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # run `run` waits for its trainers
+                with urllib.request.urlopen(m.http + "/api/v1/status", timeout=10) as r:
+                    st = json.load(r)
+                if st["run"] == run and st["phase"] == "waiting":
+                    break
+                time.sleep(0.05)
+            ts = [self.node(m, "psbench-trainer", TDEV, "trainer%d" % run) for _ in range(2)]
+            for t in ts:
+                self.assertEqual(t.wait(120), 0, t.describe())
+                self.assertIn("+ CUDA IPC", t.stderr())
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and s.stderr().count("all trainers left") < run:
+                time.sleep(0.05)
+            self.assertEqual(s.stderr().count("all trainers left"), run, s.describe())
+            time.sleep(0.2)
+            with open("/proc/%d/maps" % s.pid) as f:
+                maps = sum(1 for _ in f)
+            counts[run] = (len(os.listdir("/proc/%d/fd" % s.pid)), maps)
+        self.assertLessEqual(counts[5][0], counts[2][0], counts)
+        self.assertLessEqual(counts[5][1], counts[2][1], counts)
+        m.signal(signal.SIGTERM)
+        self.assertEqual(m.wait(30), 0, m.describe())
+        self.assertEqual(s.wait(30), 0, s.describe())
         self.assertRegex(s.stdout(), r"CUDA IPC: [1-9]\d* pushes folded")
 
 
