@@ -512,7 +512,7 @@ class Trainers(psb.PsbTestCase):
     def test_runs_keep_descriptors_and_mappings_flat(self):
         """Five runs of CUDA IPC trainers on one CUDA server (trainers come
         and go, the server stays): its descriptors and mappings after the
-        last run are what they were after the second — every trainer's
+        last run are what they were after the third — every trainer's
         memory and event unmapped, nothing lent left behind."""
         m = self.master(*(self.JOB[:-1] + ("1", "--runs", "0")))
         s = self.node(m, "psbench-server", SDEV, "server")
@@ -537,8 +537,10 @@ class Trainers(psb.PsbTestCase):
             with open("/proc/%d/maps" % s.pid) as f:
                 maps = sum(1 for _ in f)
             counts[run] = (len(os.listdir("/proc/%d/fd" % s.pid)), maps)
-        self.assertLessEqual(counts[5][0], counts[2][0], counts)
-        self.assertLessEqual(counts[5][1], counts[2][1], counts)
+        # Run 3 as the baseline: pools grow to the job's size over the first
+        # runs (TSan's own mappings too); a leak grows every run.
+        self.assertLessEqual(counts[5][0], counts[3][0], counts)
+        self.assertLessEqual(counts[5][1], counts[3][1], counts)
         m.signal(signal.SIGTERM)
         self.assertEqual(m.wait(30), 0, m.describe())
         self.assertEqual(s.wait(30), 0, s.describe())
