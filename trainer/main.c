@@ -211,8 +211,6 @@ static int trainer_check_out(const char *flag, const char *path, char *err, size
     return -1;
 }
 
-/* The job's memory against this process's limits and its host's, and
- * OpenBLAS's buffer mapped while that can be checked (memneed.h). */
 /* With the pushes in GPU memory (--device on a GPU): how each link went,
  * CUDA IPC or not and why not. */
 static void trainer_log_links(const client *cl, uint64_t rank)
@@ -222,12 +220,15 @@ static void trainer_log_links(const client *cl, uint64_t rank)
     for (size_t i = 0; i < cl->nconns; i++) {
         const char *note;
         bool ipc = client_link_gpu(cl, i, &note);
-        log_info("rank %" PRIu64 ": server %s: %s%s%s%s%s", rank, cl->conns[i].addr,
-                 strcmp(client_link(cl, i), "shm") == 0 ? "shared memory" : "TCP", ipc ? " + CUDA IPC" : "",
-                 ipc ? "" : " (no CUDA IPC: ", ipc ? "" : note[0] ? note : "the server offered none", ipc ? "" : ")");
+        bool shm = strcmp(client_link(cl, i), "shm") == 0;
+        const char *why = note[0] ? note : shm ? "the server offered none" : "it runs over shared memory only";
+        log_info("rank %" PRIu64 ": server %s: %s%s%s%s", rank, cl->conns[i].addr, shm ? "shared memory" : "TCP",
+                 ipc ? " + CUDA IPC" : " (no CUDA IPC: ", ipc ? "" : why, ipc ? "" : ")");
     }
 }
 
+/* The job's memory against this process's limits and its host's, and
+ * OpenBLAS's buffer mapped while that can be checked (memneed.h). */
 static int trainer_check_memory(const memneed *need, char *err, size_t errlen)
 {
     memroom room;

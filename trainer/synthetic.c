@@ -506,6 +506,13 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
     /* Every bucket is queued now, within microseconds: one clock read. */
     uint64_t now = clock_now_ns();
     bool recorded = false;
+    /* A failed GPU records no event: a push by offset would leave the
+     * server waiting for one. Stop here with the reason instead. */
+    char why[300];
+    if (s->dev && compute_status(s->dev, why, sizeof why) < 0) {
+        snprintf(err, errlen, "the GPU the pushes live on failed: %s", why);
+        return -1;
+    }
     for (uint32_t k = 0; k < s->cfg.buckets; k++) {
         size_t link = k % cl->nconns; /* buckets go round-robin over the servers (shard placement) */
         frame_hdr h = {0};

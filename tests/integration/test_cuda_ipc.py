@@ -16,7 +16,10 @@ through /proc; the tests' stand-in trainer makes its own the same way).
     no CUDA IPC with --transport tcp, --gpu-share 0 or a CPU server, each
     saying so; a trainer killed mid-run ends the run naming it and the
     server lives on; --runs keeps the server's descriptors and mappings
-    flat.
+    flat;
+  - Synthetic trainers (the benchmark's): every push by CUDA IPC from a
+    master's job and from standalone trainers, results checked on a sample
+    (a wrong mean at either end of it caught), none over TCP or sparse.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_cuda_ipc.py
 The real trainers' devices are $PSBENCH_TRAINER_DEVICE and
@@ -490,7 +493,9 @@ class Synthetic(MasterJob, psb.PsbTestCase):
     """The Synthetic trainer on the fake GPU: its ramp in exported GPU
     memory, pushes by device offset, results read in the server's GPU
     memory and checked on a sample (their first and last 1024 floats,
-    copied device to device and read back per batch)."""
+    copied device to device and read back per batch). The first two tests
+    take $PSBENCH_TRAINER_DEVICE and $PSBENCH_SERVER_DEVICE (gpu_cuda_ipc
+    runs them on a GPU); the wrong mean needs the fake GPU's handles."""
 
     # A mean under 1 KiB comes on the socket (the server's choice: it costs
     # less than a kernel), checked whole; the others are sampled: exactly
@@ -553,9 +558,9 @@ class Synthetic(MasterJob, psb.PsbTestCase):
         bench/server_throughput.sh starts them): CUDA IPC over shm, its
         results counted as sampled; --sparse stays off the GPU (sparse
         pushes never travel by CUDA IPC)."""
-        s = self.reg.server(trainers=2, extra=["--device", "fake-cuda"])
+        s = self.reg.server(trainers=2, extra=["--device", SDEV])
         ts = [self.reg.trainer(s, r, buckets=3, floats=5000, batches=4,
-                               extra=["--device", "fake-cuda", "--transport", "shm"]) for r in range(2)]
+                               extra=["--device", TDEV, "--transport", "shm"]) for r in range(2)]
         for t in ts:
             self.assertEqual(t.wait(60), 0, t.describe())
             self.assertIn("every result checked (12 of them over CUDA IPC, on a sample: their first and last 1024 "
@@ -563,9 +568,9 @@ class Synthetic(MasterJob, psb.PsbTestCase):
             self.assertIn(": shared memory + CUDA IPC", t.stderr())
         rc, out, err = s.terminate_and_wait()
         self.assertEqual(self.server_counts(out), (24, 24, 12), out)
-        s = self.reg.server(trainers=2, extra=["--device", "fake-cuda"])
+        s = self.reg.server(trainers=2, extra=["--device", SDEV])
         ts = [self.reg.trainer(s, r, buckets=2, floats=640, batches=3, sparse=True,
-                               extra=["--device", "fake-cuda", "--transport", "shm"]) for r in range(2)]
+                               extra=["--device", TDEV, "--transport", "shm"]) for r in range(2)]
         for t in ts:
             self.assertEqual(t.wait(60), 0, t.describe())
             self.assertNotIn("CUDA IPC", t.stderr())
