@@ -29,6 +29,14 @@
 #                   every push copied into the trainer's segment first, the
 #                   case of a real model whose gradients are not allocated
 #                   there;
+#        shm+ipc    only with trainers on a GPU (below): --transport shm,
+#                   the trainers given --device TRAINER_DEVICE, so that with
+#                   a server on that GPU every push and every result of 1
+#                   KiB or more goes by CUDA IPC (docs/protocol.md): folded
+#                   from the trainers' GPU memory, the mean read in the
+#                   server's (each checked on a sample: synthetic.h); the
+#                   run fails unless the server's "CUDA IPC: N pushes
+#                   folded" counts every push it took;
 #      each with as many batches as it should do in SECONDS (at least 20): tcp
 #      at the floor's rate of the same repetition, the shm runs at their own
 #      rate in the previous repetition (the first time: that of the run just
@@ -36,18 +44,26 @@
 # The floor and psbench over TCP copy replies into the sockets;
 # SERVER_ARGS=--splice measures psbench-server splicing results of 64 KiB
 # and more (zero-copy) instead (every psbench-server run gets SERVER_ARGS).
+# Trainers on a GPU: TRAINER_DEVICE=cuda[:N] or fake-cuda; by default the
+# device SERVER_ARGS gives the server when it is one (--device cuda...,
+# fake-cuda), none otherwise (TRAINER_DEVICE=cpu: none either). With one,
+# each workload also runs shm+ipc; tcp, shm and shm-stage keep CPU
+# trainers (the server's pinned-memory path), so the figures sit side by
+# side.
 # Verdicts use medians of the repetitions' paired ratios (one pair's ratio
 # swings by 10-20 % on a noisy 2-core VM). Also, once, iperf3's single-stream
 # loopback rate as a reference (when iperf3 is installed). Prints a table
 # per workload (with a transport column), each impl's median rounds/s, the
-# ratios tcp/floor, shm/tcp and shm/copy limit (and shm-stage's), and the
+# ratios tcp/floor, shm/tcp and shm/copy limit (and shm-stage's, and
+# shm+ipc/tcp and shm+ipc/shm), and the
 # targets as met / not met:
 #   psbench over TCP at >= 1.0 of the floor on big, >= 0.5 on small;
 #   issue 28: big: shm >= 3x tcp and >= 0.6 of the copy limit; small: shm
 #   >= 1.5x tcp.
 # This is a benchmark, not a test: missed targets still exit 0; a failing run
 # (a binary missing, a trainer exiting non-zero, a server that never
-# listens, a shm run that folded no push from a segment) exits 1. Every
+# listens, a shm run that folded no push from a segment, a shm+ipc run
+# whose server folded a push other than by CUDA IPC) exits 1. Every
 # process the script starts is killed on any exit path.
 set -euo pipefail
 
@@ -58,6 +74,26 @@ WARMUP=3   # rounds every side runs before timing starts
 # Extra psbench-server flags, e.g. SERVER_ARGS=--splice to measure the
 # server splicing big results (zero-copy) instead of copying them.
 read -r -a SERVER_EXTRA <<<"${SERVER_ARGS:-}"
+# The trainers' GPU for shm+ipc ("": none): TRAINER_DEVICE, else the
+# server's --device where it is a GPU (the server's plain `cuda` is GPU 0,
+# a trainer's is GPU rank mod GPUs: hence cuda:0).
+bs_trainer_device() {
+    local i d=${TRAINER_DEVICE:-}
+    if [[ -z $d ]]; then
+        for ((i = 0; i < ${#SERVER_EXTRA[@]}; i++)); do
+            case ${SERVER_EXTRA[$i]} in
+                --device) d=${SERVER_EXTRA[$((i + 1))]:-} ;;
+                --device=*) d=${SERVER_EXTRA[$i]#--device=} ;;
+            esac
+        done
+        [[ $d != cuda ]] || d=cuda:0
+    fi
+    case $d in
+        cuda | cuda:* | fake-cuda) echo "$d" ;;
+        *) echo "" ;;
+    esac
+}
+GPU_TRAINERS=$(bs_trainer_device)
 PY=/usr/bin/python3
 BENCH_NAME=server_throughput
 
@@ -187,17 +223,22 @@ bs_mem() {
 
 # bs_psbench NAME N K F BATCHES IMPL: one standalone server, N synthetic
 # trainers, over IMPL's transport (tcp, shm, shm-stage: shm with
-# PSBENCH_SHM_PUSH=stage in the trainers' environment); sets PS_RPS PS_P50
-# PS_P99 (means over the trainers' --summary-json) and PS_SERVER (the
-# server's result payload bytes spliced, copied, read in place, and pushes
-# folded from trainers' segments).
+# PSBENCH_SHM_PUSH=stage in the trainers' environment, shm+ipc: shm with
+# the trainers on GPU_TRAINERS); sets PS_RPS PS_P50 PS_P99 (means over the
+# trainers' --summary-json) and PS_SERVER (the server's result payload
+# bytes spliced, copied, read in place, pushes folded from trainers'
+# segments, and pushes folded from their GPU memory: CUDA IPC).
 bs_psbench() {
     local name=$1 n=$2 k=$3 f=$4 batches=$5 impl=$6 port spid rc r transport
-    local dir="$TMP/psbench-$name-$impl" push_env=(-u PSBENCH_SHM_PUSH) push_note=""
+    local dir="$TMP/psbench-$name-$impl" push_env=(-u PSBENCH_SHM_PUSH) push_note="" dev_args=()
     case $impl in
         tcp) transport=tcp ;;
         shm) transport=shm ;;
         shm-stage) transport=shm push_env=(PSBENCH_SHM_PUSH=stage) push_note=", PSBENCH_SHM_PUSH=stage" ;;
+        shm+ipc)
+            [[ -n $GPU_TRAINERS ]] || bench_die "shm+ipc needs trainers on a GPU (TRAINER_DEVICE)"
+            transport=shm dev_args=(--device "$GPU_TRAINERS") push_note=", trainers on --device $GPU_TRAINERS"
+            ;;
         *) bench_die "unknown psbench impl '$impl'" ;;
     esac
     rm -rf "$dir"
@@ -222,7 +263,8 @@ bs_psbench() {
         env "${push_env[@]}" timeout --kill-after=5 "$limit" \
             "$BUILD/psbench-trainer" --server "127.0.0.1:$port" --rank "$r" --transport "$transport" \
             --model synthetic --buckets "$k" --bucket-floats "$f" --batches "$batches" \
-            --warmup-batches "$WARMUP" --summary-json "$dir/trainer$r.json" >"$dir/trainer$r.log" 2>&1 &
+            --warmup-batches "$WARMUP" --summary-json "$dir/trainer$r.json" ${dev_args[@]+"${dev_args[@]}"} \
+            >"$dir/trainer$r.log" 2>&1 &
         tpids+=("$!")
         PIDS+=("$!")
     done
@@ -267,8 +309,20 @@ EOF
     PS_SERVER=$(sed -n 's/.*result payload bytes: \([0-9]*\) spliced (zero-copy), \([0-9]*\) copied, \([0-9]*\) read in place (shared memory); \([0-9]*\) pushes folded.*/\1 \2 \3 \4/p' \
         "$dir/server.out")
     [[ -n $PS_SERVER ]] || bench_die "psbench-server ($name, $impl) printed no result payload line"
-    local folded=${PS_SERVER##* }
-    if [[ $transport == shm && $folded -eq 0 ]]; then
+    local folded=${PS_SERVER##* } pushes ipc
+    pushes=$(sed -n 's/^psbench-server [0-9]*: \([0-9]*\) pushes in,.*/\1/p' "$dir/server.out")
+    [[ -n $pushes ]] || bench_die "psbench-server ($name, $impl) printed no pushes-in line"
+    # Pushes folded from the trainers' GPU memory (CUDA IPC): the server
+    # prints the line only where a trainer exported.
+    ipc=$(sed -n "s/.*CUDA IPC: \([0-9]*\) pushes folded from trainers' GPU memory.*/\1/p" "$dir/server.out")
+    ipc=${ipc:-0}
+    PS_SERVER+=" $ipc"
+    if [[ $impl == shm+ipc ]]; then
+        [[ $pushes -gt 0 && $ipc -eq $pushes ]] ||
+            bench_die "psbench ($name, $impl): the server folded $ipc of its $pushes pushes from trainers' GPU memory: not (all) CUDA IPC (see $dir)"
+    elif [[ $ipc -ne 0 ]]; then
+        bench_die "psbench ($name, $impl): $ipc pushes by CUDA IPC with trainers on the CPU"
+    elif [[ $transport == shm && $folded -eq 0 ]]; then
         bench_die "psbench ($name, $impl): the server folded no push from a trainer's segment: not shared memory"
     elif [[ $transport == tcp && $folded -ne 0 ]]; then
         bench_die "psbench ($name, $impl): the server folded $folded pushes from trainers' segments over --transport tcp"
@@ -292,6 +346,7 @@ echo
 : >"$TMP/targets"
 for w in "${WORKLOADS[@]}"; do
     read -r name n k f t_floor t_shm t_copy impls <<<"$w"
+    [[ -z $GPU_TRAINERS ]] || impls+=",shm+ipc"
     IFS=, read -r -a IMPLS <<<"$impls"
     s=$((f * 4))
     round_bytes=$((n * k * s))   # pushed per round, all trainers together
@@ -312,7 +367,7 @@ for w in "${WORKLOADS[@]}"; do
             # runs at their own previous rate (the first time: the rate of
             # the impl run just before).
             rate=$FLOOR_RPS
-            if [[ $impl != tcp ]]; then
+            if [[ $impl != tcp ]]; then # shm+ipc: the first time at shm's rate
                 read -r -a prev <<<"${VALS[$impl]:-}"
                 if [[ ${#prev[@]} -gt 0 ]]; then rate=${prev[-1]}; else rate=$PS_RPS; fi
             fi
@@ -340,11 +395,12 @@ for arg in sys.argv[7:]:
         v[key] = [float(x) for x in val.split()]
 reps = len(v["floor"])
 med = statistics.median
+IMPLS = ("tcp", "shm", "shm-stage", "shm+ipc")
 label = {"floor": "bare-floor", "copy": "copy-limit", "add": "add-limit",
-         "tcp": "psbench tcp", "shm": "psbench shm", "shm-stage": "psbench shm-stage"}
+         "tcp": "psbench tcp", "shm": "psbench shm", "shm-stage": "psbench shm-stage", "shm+ipc": "psbench shm+ipc"}
 note = {"copy": ": one core's memcpy of the %s bytes pushed a round" % format(round(round_bytes), ","),
         "add": ": one core's a[i] += b[i] over the %s bytes pushed a round" % format(round(round_bytes), ",")}
-for key in ["floor", "copy", "add"] + [k for k in ("tcp", "shm", "shm-stage") if k in v]:
+for key in ["floor", "copy", "add"] + [k for k in IMPLS if k in v]:
     print("%-9s %-6s %-19s %10.1f  rounds/s (median of %d)%s" % (name, "median", label[key], med(v[key]), reps,
                                                                 note.get(key, "")))
 def ratio(a, b):   # the median of the repetitions' paired ratios, its range
@@ -352,20 +408,22 @@ def ratio(a, b):   # the median of the repetitions' paired ratios, its range
     return med(r), min(r), max(r)
 shown = {}
 for a, b in (("tcp", "floor"), ("shm", "tcp"), ("shm", "copy"), ("shm", "add"),
-             ("shm-stage", "tcp"), ("shm-stage", "copy"), ("shm-stage", "shm")):
+             ("shm-stage", "tcp"), ("shm-stage", "copy"), ("shm-stage", "shm"),
+             ("shm+ipc", "tcp"), ("shm+ipc", "shm")):
     if a in v and b in v:
         m, lo, hi = ratio(a, b)
         shown[(a, b)] = m
         what = "%s / %s" % (a, {"floor": "floor", "copy": "copy limit", "add": "add limit"}.get(b, b))
         print("%-9s %-6s %-22s %7.3f  (median of %d paired ratios, range %.3f..%.3f)" % (name, "ratio", what, m, reps, lo, hi))
-for impl in ("tcp", "shm", "shm-stage"):
-    if impl not in srv or len(srv[impl]) != 4:
+for impl in IMPLS:
+    if impl not in srv or len(srv[impl]) != 5:
         continue
-    sp, cp, inplace, folded = srv[impl]
+    sp, cp, inplace, folded, ipc = srv[impl]
     total = sp + cp + inplace
     pct = lambda x: 100.0 * x / total if total else 0.0
     print("%-9s server psbench over %s (last run): result bytes %.0f %% spliced, %.0f %% copied, %.0f %% read in place; "
-          "%d pushes folded from trainers' segments" % (name, impl, pct(sp), pct(cp), pct(inplace), folded))
+          "%d pushes folded from trainers' segments, %d from their GPU memory (CUDA IPC)"
+          % (name, impl, pct(sp), pct(cp), pct(inplace), folded, ipc))
 with open(targets, "a") as out:
     def verdict(what, got, want):
         out.write("  %-6s %-28s %7.3f  target >= %.2f  %s\n" % (name, what, got, float(want),

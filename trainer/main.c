@@ -93,7 +93,11 @@ static void trainer_usage(FILE *f)
         "                          shows); refused in one line where it cannot compute\n"
         "                          (no CUDA runtime, no GPU, no CUDA in this build).\n"
         "                          CUDA libraries are loaded only when asked for.\n"
-        "                          fake-cuda: tests only (a GPU simulated on the host)\n"
+        "                          fake-cuda: tests only (a GPU simulated on the host).\n"
+        "                          --model synthetic (dense, not over tcp): its pushes\n"
+        "                          in that GPU's memory, for servers on it (CUDA IPC);\n"
+        "                          results that come that way are checked on a sample\n"
+        "                          (their first and last 1024 floats)\n"
         "  --summary-json FILE     write {batches, seconds, rounds_per_s, batch_p50_ms,\n"
         "                          batch_p99_ms, bytes_pushed} to FILE (batch-update: also\n"
         "                          rounds, the server updates in the timed pass)\n"
@@ -208,6 +212,22 @@ static int trainer_check_out(const char *flag, const char *path, char *err, size
         return 0;
     snprintf(err, errlen, "%s %s: %s", flag, path, why);
     return -1;
+}
+
+/* With the pushes in GPU memory (--device on a GPU): how each link went,
+ * CUDA IPC or not and why not. */
+static void trainer_log_links(const client *cl, uint64_t rank)
+{
+    if (!cl->gpu)
+        return;
+    for (size_t i = 0; i < cl->nconns; i++) {
+        const char *note;
+        bool ipc = client_link_gpu(cl, i, &note);
+        bool shm = strcmp(client_link(cl, i), "shm") == 0;
+        const char *why = note[0] ? note : shm ? "the server offered none" : "it runs over shared memory only";
+        log_info("rank %" PRIu64 ": server %s: %s%s%s%s", rank, cl->conns[i].addr, shm ? "shared memory" : "TCP",
+                 ipc ? " + CUDA IPC" : " (no CUDA IPC: ", ipc ? "" : why, ipc ? "" : ")");
+    }
 }
 
 /* The job's memory against this process's limits and its host's, and
@@ -622,8 +642,17 @@ int main(int argc, char **argv)
     client_sink sink = synthetic_sink(syn);
     int rc = 0;
     synthetic_report rep = {0};
+    /* --device on a GPU: dense pushes from GPU memory to servers on that
+     * GPU (CUDA IPC); syn owns it, and the client is closed first. */
+    const gpushare *gpu = NULL;
+    if (strcmp(device, "cpu") != 0 && !cfg.sparse && transport != PSB_TRANSPORT_TCP) {
+        char placed[32], why[400];
+        if (compute_place(device, cfg.rank, placed, sizeof placed, why, sizeof why) < 0 ||
+            !(gpu = synthetic_gpu(syn, placed, why, sizeof why)))
+            log_info("rank %" PRIu64 ": no CUDA IPC with the servers: %s", cfg.rank, why);
+    }
     client_cfg cc = {.servers = servers, .rank = cfg.rank, .token = token, .timeout_s = connect_timeout,
-                     .transport = transport};
+                     .transport = transport, .gpu = gpu};
     if (client_open(&cl, &cc, &sink, err, sizeof err) < 0) {
         rc = 1;
     } else if (cfg.rank >= cl.trainers) {
@@ -634,13 +663,18 @@ int main(int argc, char **argv)
         log_info("rank %" PRIu64 ": %zu server(s), %u trainers, %u buckets x %" PRIu64 " floats, %" PRIu64
                  " batches%s", cfg.rank, cl.nconns, cl.trainers, cfg.buckets, cfg.bucket_floats,
                  cfg.batches, cfg.sparse ? " (sparse)" : "");
+        trainer_log_links(&cl, cfg.rank);
         if (synthetic_run(syn, &cl, &rep, err, sizeof err) < 0)
             rc = 1;
     }
     client_close(&cl);
     if (rc == 0) {
-        printf("psbench-trainer %" PRIu64 ": %" PRIu64 " batches in %.3f s (%.1f batches/s), every result checked\n",
+        printf("psbench-trainer %" PRIu64 ": %" PRIu64 " batches in %.3f s (%.1f batches/s), every result checked",
                cfg.rank, rep.batches, rep.seconds, rep.seconds > 0 ? (double)rep.batches / rep.seconds : 0.0);
+        if (rep.results_sampled)
+            printf(" (%" PRIu64 " of them over CUDA IPC, on a sample: their first and last %u floats)",
+                   rep.results_sampled, SYNTHETIC_SAMPLE);
+        printf("\n");
         char title[64];
         snprintf(title, sizeof title, "trainer %" PRIu64 " metrics (ms)", cfg.rank);
         metrics_print_table(m, stdout, title);

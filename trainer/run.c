@@ -354,11 +354,22 @@ static int run_setup_synthetic(mlink *l, const trainer_run_opts *o, const run_jo
     }
     synthetic_set_tick(syn, mlink_tick, l);
     client_sink sink = synthetic_sink(syn);
+    /* On a GPU, dense, to servers that may be on it: the pushes in
+     * shareable GPU memory (CUDA IPC), which the synthetic owns; the
+     * workload closes the client before it frees the synthetic. */
+    const char *dev = run_compute_device(j);
+    bool on_gpu = strncmp(dev, "cuda", 4) == 0 || strcmp(dev, "fake-cuda") == 0;
+    const gpushare *gpu = NULL;
+    if (on_gpu && !sc.sparse && o->transport != PSB_TRANSPORT_TCP) {
+        char why[300] = "";
+        if (!(gpu = synthetic_gpu(syn, dev, why, sizeof why)))
+            log_info("trainer %" PRIu64 ": no CUDA IPC with the servers: %s", j->rank, why);
+    }
     if (!(*w = workload_synthetic_new(syn, err, errlen)))
         return -1;
     log_info("trainer %" PRIu64 ": model Synthetic, servers %s, %" PRIu64 " batches per pass", j->rank, j->servers,
              j->batches);
-    return workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport}, &sink, err, errlen);
+    return workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport, .gpu = gpu}, &sink, err, errlen);
 }
 
 /* Linear (batch-update): fetch and push through its client. */

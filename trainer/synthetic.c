@@ -9,10 +9,30 @@
  * Sparse data: push (r, b, k) touches nnz rows of a rows x cols table with
  * a stride that makes some indices repeat inside one push (the server must
  * coalesce those too); values are small integers.
+ *
+ * CUDA IPC (synthetic_gpu): the ramp also lies in shareable GPU memory,
+ *
+ *     [ ramp: bucket_floats + P ][ scratch: buckets x 2P ]
+ *
+ * exported to servers on the same GPU. A push on such a link names its
+ * window's byte offset (`dev`) after the batch's one event record (which
+ * also ends the previous batch's reads of the servers' memory: the means
+ * they lent). A mean the server keeps in its GPU memory arrives as a device
+ * address (sink.dev): its first and last P floats (all of it when it has
+ * at most 2P) are copied device to device into the bucket's scratch slot,
+ * and once every result of the batch is in, the scratch is read back and
+ * those floats checked against the same table as syn_data's. A sample,
+ * not the whole: reading every mean back would be the host copy CUDA IPC
+ * does away with. Each end sees a full period of the ramp, so a wrong scale
+ * or a wrong trainer count or window shows there; a fault confined to the
+ * middle of a big bucket does not (the same runs over shared memory or TCP
+ * check every element).
  */
 #include "trainer/synthetic.h"
 #include "shared/clock.h"
+#include "shared/log.h"
 #include "shared/mean.h"
+#include "trainer/compute.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -22,6 +42,7 @@
 #include <time.h>
 
 #define SYN_P 1024u /* period of the dense ramp: a power of two */
+_Static_assert(SYN_P == SYNTHETIC_SAMPLE, "a sample's ends are a period of the ramp each");
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "payloads are little-endian");
 
@@ -47,6 +68,16 @@ struct synthetic {
     float *push_base;  /* what pushes send: base, or during a run its copy in the client's shared
                         * segment (the server reads it there: nothing is copied per push) */
     float *expect;     /* 2 x SYN_P: expected mean at ramp phase j (see syn_expect_dense) */
+    /* CUDA IPC (synthetic_gpu; dev NULL: none). Owned; the client that
+     * uses `share` is closed first. */
+    compute *dev;
+    cbuf *shbuf;       /* the ramp (ramp_floats), then the scratch (buckets x 2 SYN_P) */
+    gpushare share;
+    uint64_t ramp_floats;
+    float *sample;     /* host: the scratch read back */
+    uint32_t *nsample; /* per bucket: floats copied into its scratch slot this batch (0: none) */
+    uint32_t sampled;  /* buckets with a sample this batch */
+    uint64_t results_sampled, floats_sampled; /* this run's timed batches */
     /* sparse */
     uint64_t nnz, rows;
     uint8_t **spush;   /* per bucket: this rank's push payload */
@@ -160,6 +191,12 @@ void synthetic_free(synthetic *s)
     free(s->rx);
     free(s->base);
     free(s->expect);
+    free(s->sample);
+    free(s->nsample);
+    if (s->dev) {
+        compute_release(s->dev, s->shbuf);
+        compute_free(s->dev);
+    }
     for (uint32_t k = 0; s->spush && k < s->cfg.buckets; k++)
         free(s->spush[k]);
     for (uint32_t k = 0; s->sexp_b && k < s->cfg.buckets; k++)
@@ -326,6 +363,75 @@ static int syn_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size
     return 0;
 }
 
+/* A mean in a server's GPU memory (CUDA IPC): its ends into bucket k's
+ * scratch slot, device to device, enqueued now (the server lent the memory
+ * until our next push of a later batch, whose event record comes after
+ * these copies); checked at the end of the batch (syn_check_sample). */
+static int syn_dev(void *ctx, void *frame, const void *src, uint64_t n, char *err, size_t errlen)
+{
+    synthetic *s = ctx;
+    syn_rx *rx = frame;
+    uint64_t k = rx->k;
+    (void)err;
+    (void)errlen;
+    /* The client hands results over by device address only to a client
+     * that exported (ours: synthetic_gpu), and syn_begin checked the shape. */
+    assert(rx->receiving && s->dev && !s->cfg.sparse && n == syn_floats(s, k) * 4);
+    uint64_t f = n / 4;
+    uint8_t *slot = (uint8_t *)s->share.base + (s->ramp_floats + k * 2 * SYN_P) * 4;
+    const uint8_t *p = src;
+    if (f <= 2 * SYN_P) {
+        s->share.copy(s->share.ctx, slot, p, n);
+    } else {
+        s->share.copy(s->share.ctx, slot, p, SYN_P * 4);
+        s->share.copy(s->share.ctx, slot + SYN_P * 4, p + (f - SYN_P) * 4, SYN_P * 4);
+    }
+    assert(s->nsample[k] == 0);
+    s->nsample[k] = (uint32_t)(f <= 2 * SYN_P ? f : 2 * SYN_P);
+    s->sampled++;
+    return 0;
+}
+
+/* The batch's samples (syn_dev) read back and checked: element i of slot
+ * k is the result's element i, or in the last half of a long result's
+ * sample, element f - 2P + i. */
+static int syn_check_sample(synthetic *s, char *err, size_t errlen)
+{
+    if (!s->sampled)
+        return 0;
+    compute_read(s->dev, cspan_at(s->shbuf, s->ramp_floats, (uint64_t)s->cfg.buckets * 2 * SYN_P), s->sample);
+    compute_sync(s->dev);
+    char why[300];
+    if (compute_status(s->dev, why, sizeof why) < 0) {
+        snprintf(err, errlen, "reading back batch %" PRIu64 "'s results over CUDA IPC: %s", s->batch, why);
+        return -1;
+    }
+    for (uint32_t k = 0; k < s->cfg.buckets; k++) {
+        uint64_t f = syn_floats(s, k), m = s->nsample[k];
+        if (!m)
+            continue;
+        s->nsample[k] = 0;
+        const float *got = s->sample + (uint64_t)k * 2 * SYN_P;
+        uint32_t c = syn_off(0, s->batch, k);
+        for (uint64_t i = 0; i < m; i++) {
+            uint64_t e = i < SYN_P || f <= 2 * SYN_P ? i : f - 2 * SYN_P + i;
+            float want = s->expect[(c + e) & (SYN_P - 1)];
+            if (got[i] != want) {
+                syn_mismatch(s, k, e, got[i], want, err, errlen);
+                size_t used = strlen(err);
+                snprintf(err + used, errlen - used, " (a result over CUDA IPC, read back from the GPU)");
+                return -1;
+            }
+        }
+        if (s->batch >= s->cfg.warmup) {
+            s->results_sampled++;
+            s->floats_sampled += m;
+        }
+    }
+    s->sampled = 0;
+    return 0;
+}
+
 static int syn_end(void *ctx, void *frame, char *err, size_t errlen)
 {
     synthetic *s = ctx;
@@ -342,8 +448,55 @@ static int syn_end(void *ctx, void *frame, char *err, size_t errlen)
 
 client_sink synthetic_sink(synthetic *s)
 {
-    client_sink k = {syn_begin, syn_data, syn_end, s, NULL};
+    client_sink k = {syn_begin, syn_data, syn_end, s, syn_dev};
     return k;
+}
+
+const gpushare *synthetic_gpu(synthetic *s, const char *device, char *why, size_t whylen)
+{
+    assert(!s->dev);
+    if (s->cfg.sparse) {
+        snprintf(why, whylen, "sparse pushes do not travel by CUDA IPC");
+        return NULL;
+    }
+    compute *c = compute_new(device, why, whylen);
+    if (!c)
+        return NULL;
+    if (!compute_can_share(c)) {
+        snprintf(why, whylen, "device %s shares no GPU memory", compute_name(c));
+        compute_free(c);
+        return NULL;
+    }
+    s->ramp_floats = s->cfg.bucket_floats + SYN_P;
+    uint64_t scratch = (uint64_t)s->cfg.buckets * 2 * SYN_P;
+    s->sample = malloc(scratch * sizeof *s->sample);
+    s->nsample = calloc(s->cfg.buckets, sizeof *s->nsample);
+    cbuf *b = NULL;
+    if (!s->sample || !s->nsample)
+        snprintf(why, whylen, "out of memory");
+    else if ((b = compute_alloc_shared(c, s->ramp_floats + scratch, COMPUTE_F32, why, whylen))) {
+        /* The ramp up once (the host copy stays: links without CUDA IPC
+         * send from it), complete before anything is exported. */
+        compute_write(c, cspan_at(b, 0, s->ramp_floats), s->base);
+        compute_sync(c);
+        if (compute_status(c, why, whylen) == 0 && gpushare_init(&s->share, c, b, why, whylen) == 0) {
+            s->dev = c;
+            s->shbuf = b;
+            log_info("synthetic: pushes from GPU memory on %s for servers on that GPU (CUDA IPC); results over "
+                     "CUDA IPC checked on a sample: the first and last %u floats of each (all of a shorter one), "
+                     "copied device to device and read back once per batch",
+                     device, SYN_P);
+            return &s->share;
+        }
+    }
+    compute_release(c, b);
+    compute_free(c);
+    free(s->sample);
+    free(s->nsample);
+    s->sample = NULL;
+    s->nsample = NULL;
+    memset(&s->share, 0, sizeof s->share);
+    return NULL;
 }
 
 /* ---- the run ----------------------------------------------------------- */
@@ -352,7 +505,16 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
 {
     /* Every bucket is queued now, within microseconds: one clock read. */
     uint64_t now = clock_now_ns();
+    bool recorded = false;
+    /* A failed GPU records no event: a push by offset would leave the
+     * server waiting for one. Stop here with the reason instead. */
+    char why[300];
+    if (s->dev && compute_status(s->dev, why, sizeof why) < 0) {
+        snprintf(err, errlen, "the GPU the pushes live on failed: %s", why);
+        return -1;
+    }
     for (uint32_t k = 0; k < s->cfg.buckets; k++) {
+        size_t link = k % cl->nconns; /* buckets go round-robin over the servers (shard placement) */
         frame_hdr h = {0};
         h.type = FT_PUSH;
         h.batch = b;
@@ -366,6 +528,20 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
             h.has |= FH_COUNT;
             h.payload = h.count * 4;
             payload = s->push_base + syn_off(s->cfg.rank, b, k);
+            if (s->dev && client_link_gpu(cl, link, NULL)) {
+                /* Named where it lies in our exported GPU memory. One event
+                 * record per batch, before its first such push: the server
+                 * waits for it, so it follows the ramp's upload and the
+                 * copies out of the means it lent us last batch. */
+                if (!recorded) {
+                    s->share.record(s->share.ctx);
+                    recorded = true;
+                }
+                h.dev = (uint64_t)syn_off(s->cfg.rank, b, k) * 4;
+                h.has = (h.has | FH_DEV) & ~(uint32_t)FH_PAYLOAD;
+                h.payload = 0;
+                payload = NULL;
+            }
         } else {
             h.layout_str = frame_str_c("sparse");
             h.rows = s->rows;
@@ -377,8 +553,7 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
         }
         s->t_push_ns[k] = now;
         s->done[k] = false;
-        /* Buckets go round-robin over the servers (shard placement). */
-        if (client_queue(cl, k % cl->nconns, &h, payload, err, errlen) < 0)
+        if (client_queue(cl, link, &h, payload, err, errlen) < 0)
             return -1;
     }
     s->remaining = s->cfg.buckets;
@@ -396,6 +571,10 @@ static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, s
     uint64_t timeout_ns = (uint64_t)(s->cfg.rpc_timeout_s * 1e9);
     uint64_t total = s->cfg.warmup + s->cfg.batches;
     rep->bytes_pushed = 0;
+    s->results_sampled = s->floats_sampled = 0;
+    s->sampled = 0; /* a failed pass may have left samples behind */
+    if (s->nsample)
+        memset(s->nsample, 0, s->cfg.buckets * sizeof *s->nsample);
     for (uint64_t b = 0; b < total; b++) {
         s->batch = b;
         uint64_t t0 = clock_now_ns();
@@ -422,6 +601,8 @@ static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, s
             if (s->tick && s->remaining > 0 && s->tick(s->tick_ctx, b, err, errlen) < 0)
                 return -1;
         }
+        if (syn_check_sample(s, err, errlen) < 0)
+            return -1;
         if (b < s->cfg.warmup)
             continue; /* no tick either: warm-up is for runs without a master */
         metrics_add(s->m_batch, clock_ms(t0, clock_now_ns()));
@@ -433,6 +614,12 @@ static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, s
     }
     rep->batches = s->cfg.batches;
     rep->seconds = (double)(clock_now_ns() - t_start) / 1e9;
+    rep->results_sampled = s->results_sampled;
+    rep->floats_sampled = s->floats_sampled;
+    if (s->results_sampled)
+        log_info("synthetic: %" PRIu64 " results over CUDA IPC checked on a sample (%" PRIu64 " floats: the first "
+                 "and last %u of each); results that came otherwise were checked whole",
+                 s->results_sampled, s->floats_sampled, SYN_P);
     return 0;
 }
 

@@ -6,6 +6,15 @@
  * exact in float32 whatever the order the server adds them in; the mean is
  * the sum times 1/N, the same operation the server performs, so results
  * are compared bit for bit.
+ *
+ * CUDA IPC (docs/protocol.md, "CUDA IPC on one GPU"): a dense synthetic
+ * trainer on a GPU may keep its pushes in shareable GPU memory
+ * (synthetic_gpu) for servers on that GPU to fold from. A result that then
+ * comes in the server's GPU memory is checked on a sample only: its first
+ * and last SYNTHETIC_SAMPLE floats (all of a shorter one) are copied device
+ * to device and read back once per batch — checking every element would
+ * copy every mean to the host, which CUDA IPC exists to avoid. Results
+ * that come on the socket or in a shared segment are still checked whole.
  */
 #ifndef PSBENCH_SYNTHETIC_H
 #define PSBENCH_SYNTHETIC_H
@@ -15,6 +24,11 @@
 
 #include "shared/metrics.h"
 #include "trainer/client.h"
+#include "trainer/gpushare.h"
+
+/* Floats at each end of a result over CUDA IPC that are checked (the
+ * dense ramp's period). */
+#define SYNTHETIC_SAMPLE 1024u
 
 typedef struct synthetic_config {
     uint64_t rank; /* data rank: 0..N-1 among the trainers sharing these servers */
@@ -33,6 +47,9 @@ typedef struct synthetic_report {
     uint64_t batches;
     double seconds;
     uint64_t bytes_pushed;
+    /* Results of the timed batches checked on a sample (they came over
+     * CUDA IPC), and the floats of theirs checked. */
+    uint64_t results_sampled, floats_sampled;
 } synthetic_report;
 
 typedef struct synthetic synthetic;
@@ -41,6 +58,15 @@ typedef struct synthetic synthetic;
 synthetic *synthetic_new(const synthetic_config *cfg, metrics *m);
 void synthetic_free(synthetic *s);
 client_sink synthetic_sink(synthetic *s);
+/* CUDA IPC: a compute context on `device` (a GPU: "cuda:N", "fake-cuda"),
+ * the dense ramp in shareable memory there (pushes over links whose server
+ * took the export name their window in it), and after it a scratch area
+ * for the sampled results. Returns the table to give client_cfg.gpu (it
+ * lives as long as s), or NULL with why where it cannot be made (not a GPU,
+ * no shareable memory, sparse): the run then goes on from host memory. s
+ * owns the context and the buffer: close the client before synthetic_free
+ * (it closes servers' memory through them). */
+const gpushare *synthetic_gpu(synthetic *s, const char *device, char *why, size_t whylen);
 /* Called after every batch and at least every 250 ms while waiting for
  * results (the master link reports metrics and reads control messages
  * there). Returns 0, or -1 to abort the run with a reason in err. */
