@@ -232,6 +232,7 @@ typedef struct compute_ops {
     void *(*peer_open)(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
     void (*peer_close)(compute *c, void *p);
     void (*copy_from_peer)(compute *c, cspan dst, const void *src);
+    void (*first_ne)(compute *c, cspan a, cspan b, cspan first);
 } compute_ops;
 
 /* Every implementation's context starts with this. */
@@ -324,7 +325,12 @@ void *compute_span_device(compute *c, cspan s);
  * compute_peer_open / _close: another process's exported memory (`bytes`
  *   of it), mapped here: a device address, NULL with err.
  * compute_copy_from_peer: dst's elements from device address src (a
- *   peer's memory), device to device, enqueued in the context's order. */
+ *   peer's memory), device to device, enqueued in the context's order.
+ * compute_first_ne: the index of the first element where float spans a
+ *   and b (as long) differ (NaN differs from everything), or UINT64_MAX
+ *   when none does, into `first` (one 8-byte element: a COMPUTE_F64
+ *   buffer's, read back as a uint64_t), enqueued: a check of a peer's
+ *   result where it is, with nothing copied to the host but that. */
 static inline bool compute_can_share(const compute *c) { return c->ops->alloc_shared != NULL; }
 cbuf *compute_alloc_shared(compute *c, uint64_t n, compute_dtype t, char *err, size_t errlen);
 int compute_share_export(compute *c, cbuf *b, compute_share *x, char *err, size_t errlen);
@@ -343,6 +349,11 @@ static inline void compute_copy_from_peer(compute *c, cspan dst, const void *src
 {
     if (!compute_failed(c))
         c->ops->copy_from_peer(c, dst, src);
+}
+static inline void compute_first_ne(compute *c, cspan a, cspan b, cspan first)
+{
+    if (!compute_failed(c))
+        c->ops->first_ne(c, a, b, first);
 }
 
 /* ---- the calls: each is its table's operation ---- */

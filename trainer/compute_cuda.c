@@ -985,6 +985,24 @@ static void cc_peer_close(compute *base, void *p)
     c->g->ops->ipc_close(c->g, p);
 }
 
+static void cc_first_ne(compute *base, cspan a, cspan b, cspan first)
+{
+    compute_cuda *c = cc(base);
+    /* Constant host memory: valid however late the copy runs. */
+    static const uint64_t none = UINT64_MAX;
+    assert(a.n == b.n && first.n == 1 && first.buf->dtype == COMPUTE_F64);
+    assert(a.buf->dtype == COMPUTE_F32 && b.buf->dtype == COMPUTE_F32);
+    cc_write(base, first, &none);
+    if (!a.n)
+        return;
+    trk_launch l = {.kernel = TRK_K_FIRST_NE};
+    l.u.ne.a = cc_f32(a);
+    l.u.ne.b = cc_f32(b);
+    l.u.ne.n = a.n;
+    l.u.ne.first = (unsigned long long *)cc_addr(first);
+    cc_launch(c, &l);
+}
+
 static void cc_copy_from_peer(compute *base, cspan dst, const void *src)
 {
     compute_cuda *c = cc(base);
@@ -1031,6 +1049,7 @@ static const compute_ops cuda_ops = {
     .peer_open = cc_peer_open,
     .peer_close = cc_peer_close,
     .copy_from_peer = cc_copy_from_peer,
+    .first_ne = cc_first_ne,
 };
 
 /* The context on g (taken over: destroyed with it, or here on failure). */

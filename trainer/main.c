@@ -96,8 +96,8 @@ static void trainer_usage(FILE *f)
         "                          fake-cuda: tests only (a GPU simulated on the host).\n"
         "                          --model synthetic (dense, not over tcp): its pushes\n"
         "                          in that GPU's memory, for servers on it (CUDA IPC);\n"
-        "                          results that come that way are checked on a sample\n"
-        "                          (their first and last 1024 floats)\n"
+        "                          results that come that way are checked whole on\n"
+        "                          the GPU\n"
         "  --summary-json FILE     write {batches, seconds, rounds_per_s, batch_p50_ms,\n"
         "                          batch_p99_ms, bytes_pushed} to FILE (batch-update: also\n"
         "                          rounds, the server updates in the timed pass)\n"
@@ -671,9 +671,8 @@ int main(int argc, char **argv)
     if (rc == 0) {
         printf("psbench-trainer %" PRIu64 ": %" PRIu64 " batches in %.3f s (%.1f batches/s), every result checked",
                cfg.rank, rep.batches, rep.seconds, rep.seconds > 0 ? (double)rep.batches / rep.seconds : 0.0);
-        if (rep.results_sampled)
-            printf(" (%" PRIu64 " of them over CUDA IPC, on a sample: their first and last %u floats)",
-                   rep.results_sampled, SYNTHETIC_SAMPLE);
+        if (rep.results_gpu)
+            printf(" (%" PRIu64 " of them over CUDA IPC, on the GPU)", rep.results_gpu);
         printf("\n");
         char title[64];
         snprintf(title, sizeof title, "trainer %" PRIu64 " metrics (ms)", cfg.rank);

@@ -12,21 +12,21 @@
  *
  * CUDA IPC (synthetic_gpu): the ramp also lies in shareable GPU memory,
  *
- *     [ ramp: bucket_floats + P ][ scratch: buckets x 2P ]
+ *     [ ramp: bucket_floats + P ][ scratch: the largest bucket ]
  *
  * exported to servers on the same GPU. A push on such a link names its
  * window's byte offset (`dev`) after the batch's one event record (which
  * also ends the previous batch's reads of the servers' memory: the means
  * they lent). A mean the server keeps in its GPU memory arrives as a device
- * address (sink.dev): its first and last P floats (all of it when it has
- * at most 2P) are copied device to device into the bucket's scratch slot,
- * and once every result of the batch is in, the scratch is read back and
- * those floats checked against the same table as syn_data's. A sample,
- * not the whole: reading every mean back would be the host copy CUDA IPC
- * does away with. Each end sees a full period of the ramp, so a wrong scale
- * or a wrong trainer count or window shows there; a fault confined to the
- * middle of a big bucket does not (the same runs over shared memory or TCP
- * check every element).
+ * address (sink.dev) and is checked whole on the GPU, without a copy to the
+ * host: copied device to device into the scratch and compared element by
+ * element with the expected mean — the window of an expected ramp on the
+ * GPU, expect[] repeated, whose phase at element e is the host check's —
+ * by a kernel that finds the first element that differs (compute_first_ne;
+ * NaN differs from everything). At the end of the batch that index, 8
+ * bytes per bucket, is read back; a bucket with one is named with the
+ * element, its value read back.
+ * One stream orders it all, so one scratch serves every bucket in turn.
  */
 #include "trainer/synthetic.h"
 #include "shared/clock.h"
@@ -42,7 +42,6 @@
 #include <time.h>
 
 #define SYN_P 1024u /* period of the dense ramp: a power of two */
-_Static_assert(SYN_P == SYNTHETIC_SAMPLE, "a sample's ends are a period of the ramp each");
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "payloads are little-endian");
 
@@ -71,13 +70,16 @@ struct synthetic {
     /* CUDA IPC (synthetic_gpu; dev NULL: none). Owned; the client that
      * uses `share` is closed first. */
     compute *dev;
-    cbuf *shbuf;       /* the ramp (ramp_floats), then the scratch (buckets x 2 SYN_P) */
+    cbuf *shbuf;       /* shared: the ramp (ramp_floats), then the scratch (the largest bucket) */
+    cbuf *expbuf;      /* the expected ramp (ramp_floats): expect[] repeated */
+    cbuf *firstbuf;    /* per bucket: the first element of its last mean over CUDA IPC that differs
+                        * (8 bytes: UINT64_MAX, none) */
     gpushare share;
     uint64_t ramp_floats;
-    float *sample;     /* host: the scratch read back */
-    uint32_t *nsample; /* per bucket: floats copied into its scratch slot this batch (0: none) */
-    uint32_t sampled;  /* buckets with a sample this batch */
-    uint64_t results_sampled, floats_sampled; /* this run's timed batches */
+    uint64_t *first_host; /* firstbuf read back */
+    const void **gsrc; /* per bucket: this batch's mean in the server's GPU memory (NULL: none) */
+    uint32_t ngpu;     /* buckets with one this batch */
+    uint64_t results_gpu; /* this run's timed batches: results over CUDA IPC, checked whole on the GPU */
     /* sparse */
     uint64_t nnz, rows;
     uint8_t **spush;   /* per bucket: this rank's push payload */
@@ -181,6 +183,24 @@ fail:
     return NULL;
 }
 
+/* The CUDA IPC side (synthetic_gpu), whatever of it was made. */
+static void syn_gpu_free(synthetic *s)
+{
+    if (s->dev) {
+        compute_release(s->dev, s->shbuf);
+        compute_release(s->dev, s->expbuf);
+        compute_release(s->dev, s->firstbuf);
+        compute_free(s->dev);
+    }
+    free(s->first_host);
+    free(s->gsrc);
+    s->dev = NULL;
+    s->shbuf = s->expbuf = s->firstbuf = NULL;
+    s->first_host = NULL;
+    s->gsrc = NULL;
+    memset(&s->share, 0, sizeof s->share);
+}
+
 void synthetic_free(synthetic *s)
 {
     if (!s)
@@ -191,12 +211,7 @@ void synthetic_free(synthetic *s)
     free(s->rx);
     free(s->base);
     free(s->expect);
-    free(s->sample);
-    free(s->nsample);
-    if (s->dev) {
-        compute_release(s->dev, s->shbuf);
-        compute_free(s->dev);
-    }
+    syn_gpu_free(s);
     for (uint32_t k = 0; s->spush && k < s->cfg.buckets; k++)
         free(s->spush[k]);
     for (uint32_t k = 0; s->sexp_b && k < s->cfg.buckets; k++)
@@ -363,10 +378,13 @@ static int syn_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size
     return 0;
 }
 
-/* A mean in a server's GPU memory (CUDA IPC): its ends into bucket k's
- * scratch slot, device to device, enqueued now (the server lent the memory
- * until our next push of a later batch, whose event record comes after
- * these copies); checked at the end of the batch (syn_check_sample). */
+/* A mean in a server's GPU memory (CUDA IPC), checked whole on the GPU
+ * (see the top of the file): copied into the scratch and compared with the
+ * expected window, the first element that differs into bucket k's slot —
+ * all enqueued now (the server lent the memory until our next push of a
+ * later batch, whose event record comes after these), read at the end of
+ * the batch (syn_check_gpu). One stream orders it all, so one scratch
+ * serves every bucket in turn. */
 static int syn_dev(void *ctx, void *frame, const void *src, uint64_t n, char *err, size_t errlen)
 {
     synthetic *s = ctx;
@@ -376,59 +394,51 @@ static int syn_dev(void *ctx, void *frame, const void *src, uint64_t n, char *er
     (void)errlen;
     /* The client hands results over by device address only to a client
      * that exported (ours: synthetic_gpu), and syn_begin checked the shape. */
-    assert(rx->receiving && s->dev && !s->cfg.sparse && n == syn_floats(s, k) * 4);
+    assert(rx->receiving && s->dev && !s->cfg.sparse && n == syn_floats(s, k) * 4 && !s->gsrc[k]);
     uint64_t f = n / 4;
-    uint8_t *slot = (uint8_t *)s->share.base + (s->ramp_floats + k * 2 * SYN_P) * 4;
-    const uint8_t *p = src;
-    if (f <= 2 * SYN_P) {
-        s->share.copy(s->share.ctx, slot, p, n);
-    } else {
-        s->share.copy(s->share.ctx, slot, p, SYN_P * 4);
-        s->share.copy(s->share.ctx, slot + SYN_P * 4, p + (f - SYN_P) * 4, SYN_P * 4);
-    }
-    assert(s->nsample[k] == 0);
-    s->nsample[k] = (uint32_t)(f <= 2 * SYN_P ? f : 2 * SYN_P);
-    s->sampled++;
+    s->share.copy(s->share.ctx, (uint8_t *)s->share.base + s->ramp_floats * 4, src, n);
+    compute_first_ne(s->dev, cspan_at(s->shbuf, s->ramp_floats, f), cspan_at(s->expbuf, syn_off(0, s->batch, k), f),
+                     cspan_at(s->firstbuf, k, 1));
+    s->gsrc[k] = src;
+    s->ngpu++;
     return 0;
 }
 
-/* The batch's samples (syn_dev) read back and checked: element i of slot
- * k is the result's element i, or in the last half of a long result's
- * sample, element f - 2P + i. */
-static int syn_check_sample(synthetic *s, char *err, size_t errlen)
+/* The batch's means over CUDA IPC (syn_dev): for each, the first element
+ * that differs read back (8 bytes a bucket); one that does is named with
+ * the value it has (one float read back from the mean). */
+static int syn_check_gpu(synthetic *s, char *err, size_t errlen)
 {
-    if (!s->sampled)
+    if (!s->ngpu)
         return 0;
-    compute_read(s->dev, cspan_at(s->shbuf, s->ramp_floats, (uint64_t)s->cfg.buckets * 2 * SYN_P), s->sample);
+    compute_read(s->dev, cspan_all(s->firstbuf), s->first_host);
     compute_sync(s->dev);
     char why[300];
     if (compute_status(s->dev, why, sizeof why) < 0) {
-        snprintf(err, errlen, "reading back batch %" PRIu64 "'s results over CUDA IPC: %s", s->batch, why);
+        snprintf(err, errlen, "checking batch %" PRIu64 "'s results over CUDA IPC: %s", s->batch, why);
         return -1;
     }
     for (uint32_t k = 0; k < s->cfg.buckets; k++) {
-        uint64_t f = syn_floats(s, k), m = s->nsample[k];
-        if (!m)
+        if (!s->gsrc[k])
             continue;
-        s->nsample[k] = 0;
-        const float *got = s->sample + (uint64_t)k * 2 * SYN_P;
-        uint32_t c = syn_off(0, s->batch, k);
-        for (uint64_t i = 0; i < m; i++) {
-            uint64_t e = i < SYN_P || f <= 2 * SYN_P ? i : f - 2 * SYN_P + i;
-            float want = s->expect[(c + e) & (SYN_P - 1)];
-            if (got[i] != want) {
-                syn_mismatch(s, k, e, got[i], want, err, errlen);
-                size_t used = strlen(err);
-                snprintf(err + used, errlen - used, " (a result over CUDA IPC, read back from the GPU)");
-                return -1;
-            }
+        uint64_t e = s->first_host[k];
+        if (e != UINT64_MAX) {
+            float got;
+            assert(e < syn_floats(s, k));
+            s->share.copy(s->share.ctx, (uint8_t *)s->share.base + s->ramp_floats * 4,
+                          (const uint8_t *)s->gsrc[k] + e * 4, 4);
+            compute_read(s->dev, cspan_at(s->shbuf, s->ramp_floats, 1), &got);
+            compute_sync(s->dev);
+            syn_mismatch(s, k, e, got, s->expect[(syn_off(0, s->batch, k) + e) & (SYN_P - 1)], err, errlen);
+            size_t used = strlen(err);
+            snprintf(err + used, errlen - used, " (a result over CUDA IPC, checked on the GPU)");
+            return -1;
         }
-        if (s->batch >= s->cfg.warmup) {
-            s->results_sampled++;
-            s->floats_sampled += m;
-        }
+        s->gsrc[k] = NULL;
+        if (s->batch >= s->cfg.warmup)
+            s->results_gpu++;
     }
-    s->sampled = 0;
+    s->ngpu = 0;
     return 0;
 }
 
@@ -468,34 +478,27 @@ const gpushare *synthetic_gpu(synthetic *s, const char *device, char *why, size_
         return NULL;
     }
     s->ramp_floats = s->cfg.bucket_floats + SYN_P;
-    uint64_t scratch = (uint64_t)s->cfg.buckets * 2 * SYN_P;
-    s->sample = malloc(scratch * sizeof *s->sample);
-    s->nsample = calloc(s->cfg.buckets, sizeof *s->nsample);
-    cbuf *b = NULL;
-    if (!s->sample || !s->nsample)
+    uint64_t largest = s->cfg.bucket_floats; /* every bucket's floats are at most this */
+    s->dev = c;
+    s->first_host = calloc(s->cfg.buckets, sizeof *s->first_host);
+    s->gsrc = calloc(s->cfg.buckets, sizeof *s->gsrc);
+    if (!s->first_host || !s->gsrc) {
         snprintf(why, whylen, "out of memory");
-    else if ((b = compute_alloc_shared(c, s->ramp_floats + scratch, COMPUTE_F32, why, whylen))) {
+    } else if ((s->shbuf = compute_alloc_shared(c, s->ramp_floats + largest, COMPUTE_F32, why, whylen)) &&
+               (s->expbuf = compute_alloc(c, s->ramp_floats, COMPUTE_F32, COMPUTE_MEM_DEVICE, why, whylen)) &&
+               (s->firstbuf = compute_alloc(c, s->cfg.buckets, COMPUTE_F64, COMPUTE_MEM_DEVICE, why, whylen))) {
         /* The ramp up once (the host copy stays: links without CUDA IPC
          * send from it), complete before anything is exported. */
-        compute_write(c, cspan_at(b, 0, s->ramp_floats), s->base);
+        compute_write(c, cspan_at(s->shbuf, 0, s->ramp_floats), s->base);
         compute_sync(c);
-        if (compute_status(c, why, whylen) == 0 && gpushare_init(&s->share, c, b, why, whylen) == 0) {
-            s->dev = c;
-            s->shbuf = b;
-            log_info("synthetic: pushes from GPU memory on %s for servers on that GPU (CUDA IPC); results over "
-                     "CUDA IPC checked on a sample: the first and last %u floats of each (all of a shorter one), "
-                     "copied device to device and read back once per batch",
-                     device, SYN_P);
+        if (compute_status(c, why, whylen) == 0 && gpushare_init(&s->share, c, s->shbuf, why, whylen) == 0) {
+            log_info("synthetic: pushes from GPU memory on %s for servers on that GPU (CUDA IPC); every result "
+                     "over CUDA IPC checked whole on the GPU (every element compared with the expected mean there)",
+                     device);
             return &s->share;
         }
     }
-    compute_release(c, b);
-    compute_free(c);
-    free(s->sample);
-    free(s->nsample);
-    s->sample = NULL;
-    s->nsample = NULL;
-    memset(&s->share, 0, sizeof s->share);
+    syn_gpu_free(s);
     return NULL;
 }
 
@@ -560,6 +563,30 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
     return 0;
 }
 
+/* The expected ramp on the GPU for this run's trainer count (expect[],
+ * repeated), and no mean pending from a pass that failed. */
+static int syn_gpu_expect(synthetic *s, char *err, size_t errlen)
+{
+    memset(s->gsrc, 0, s->cfg.buckets * sizeof *s->gsrc);
+    s->ngpu = 0;
+    float *e = malloc(s->ramp_floats * sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (uint64_t j = 0; j < s->ramp_floats; j++)
+        e[j] = s->expect[j & (SYN_P - 1)];
+    compute_write(s->dev, cspan_all(s->expbuf), e);
+    compute_sync(s->dev);
+    free(e);
+    char why[300];
+    if (compute_status(s->dev, why, sizeof why) < 0) {
+        snprintf(err, errlen, "the GPU the results are checked on failed: %s", why);
+        return -1;
+    }
+    return 0;
+}
+
 static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, size_t errlen)
 {
     s->trainers = cl->trainers;
@@ -571,10 +598,9 @@ static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, s
     uint64_t timeout_ns = (uint64_t)(s->cfg.rpc_timeout_s * 1e9);
     uint64_t total = s->cfg.warmup + s->cfg.batches;
     rep->bytes_pushed = 0;
-    s->results_sampled = s->floats_sampled = 0;
-    s->sampled = 0; /* a failed pass may have left samples behind */
-    if (s->nsample)
-        memset(s->nsample, 0, s->cfg.buckets * sizeof *s->nsample);
+    s->results_gpu = 0;
+    if (s->dev && syn_gpu_expect(s, err, errlen) < 0)
+        return -1;
     for (uint64_t b = 0; b < total; b++) {
         s->batch = b;
         uint64_t t0 = clock_now_ns();
@@ -601,7 +627,7 @@ static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, s
             if (s->tick && s->remaining > 0 && s->tick(s->tick_ctx, b, err, errlen) < 0)
                 return -1;
         }
-        if (syn_check_sample(s, err, errlen) < 0)
+        if (syn_check_gpu(s, err, errlen) < 0)
             return -1;
         if (b < s->cfg.warmup)
             continue; /* no tick either: warm-up is for runs without a master */
@@ -614,12 +640,10 @@ static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, s
     }
     rep->batches = s->cfg.batches;
     rep->seconds = (double)(clock_now_ns() - t_start) / 1e9;
-    rep->results_sampled = s->results_sampled;
-    rep->floats_sampled = s->floats_sampled;
-    if (s->results_sampled)
-        log_info("synthetic: %" PRIu64 " results over CUDA IPC checked on a sample (%" PRIu64 " floats: the first "
-                 "and last %u of each); results that came otherwise were checked whole",
-                 s->results_sampled, s->floats_sampled, SYN_P);
+    rep->results_gpu = s->results_gpu;
+    if (s->results_gpu)
+        log_info("synthetic: %" PRIu64 " results over CUDA IPC checked whole on the GPU; the others on the host",
+                 s->results_gpu);
     return 0;
 }
 

@@ -10,11 +10,9 @@
  * CUDA IPC (docs/protocol.md, "CUDA IPC on one GPU"): a dense synthetic
  * trainer on a GPU may keep its pushes in shareable GPU memory
  * (synthetic_gpu) for servers on that GPU to fold from. A result that then
- * comes in the server's GPU memory is checked on a sample only: its first
- * and last SYNTHETIC_SAMPLE floats (all of a shorter one) are copied device
- * to device and read back once per batch — checking every element would
- * copy every mean to the host, which CUDA IPC exists to avoid. Results
- * that come on the socket or in a shared segment are still checked whole.
+ * comes in the server's GPU memory is checked whole on the GPU, where it
+ * is (synthetic.c): no mean is copied to the host, only one number per
+ * bucket that is 0 when every element is the expected one.
  */
 #ifndef PSBENCH_SYNTHETIC_H
 #define PSBENCH_SYNTHETIC_H
@@ -25,10 +23,6 @@
 #include "shared/metrics.h"
 #include "trainer/client.h"
 #include "trainer/gpushare.h"
-
-/* Floats at each end of a result over CUDA IPC that are checked (the
- * dense ramp's period). */
-#define SYNTHETIC_SAMPLE 1024u
 
 typedef struct synthetic_config {
     uint64_t rank; /* data rank: 0..N-1 among the trainers sharing these servers */
@@ -47,9 +41,9 @@ typedef struct synthetic_report {
     uint64_t batches;
     double seconds;
     uint64_t bytes_pushed;
-    /* Results of the timed batches checked on a sample (they came over
-     * CUDA IPC), and the floats of theirs checked. */
-    uint64_t results_sampled, floats_sampled;
+    /* Results of the timed batches that came over CUDA IPC (checked
+     * whole on the GPU). */
+    uint64_t results_gpu;
 } synthetic_report;
 
 typedef struct synthetic synthetic;
@@ -60,8 +54,8 @@ void synthetic_free(synthetic *s);
 client_sink synthetic_sink(synthetic *s);
 /* CUDA IPC: a compute context on `device` (a GPU: "cuda:N", "fake-cuda"),
  * the dense ramp in shareable memory there (pushes over links whose server
- * took the export name their window in it), and after it a scratch area
- * for the sampled results. Returns the table to give client_cfg.gpu (it
+ * took the export name their window in it), and what checking results on
+ * the GPU takes (synthetic.c). Returns the table to give client_cfg.gpu (it
  * lives as long as s), or NULL with why where it cannot be made (not a GPU,
  * no shareable memory, sparse): the run then goes on from host memory. s
  * owns the context and the buffer: close the client before synthetic_free

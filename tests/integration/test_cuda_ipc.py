@@ -18,7 +18,7 @@ through /proc; the tests' stand-in trainer makes its own the same way).
     server lives on; --runs keeps the server's descriptors and mappings
     flat;
   - Synthetic trainers (the benchmark's): every push by CUDA IPC from a
-    master's job and from standalone trainers, results checked on a sample
+    master's job and from standalone trainers, results checked on the GPU
     (a wrong mean at either end of it caught), none over TCP or sparse.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_cuda_ipc.py
@@ -558,14 +558,14 @@ class Trainers(MasterJob, psb.PsbTestCase):
 class Synthetic(MasterJob, psb.PsbTestCase):
     """The Synthetic trainer on the fake GPU: its ramp in exported GPU
     memory, pushes by device offset, results read in the server's GPU
-    memory and checked on a sample (their first and last 1024 floats,
-    copied device to device and read back per batch). The first two tests
-    take $PSBENCH_TRAINER_DEVICE and $PSBENCH_SERVER_DEVICE (gpu_cuda_ipc
-    runs them on a GPU); the wrong mean needs the fake GPU's handles."""
+    memory and checked whole there (every element compared with the
+    expected mean by a kernel; only the first that differs comes back).
+    The first two tests take $PSBENCH_TRAINER_DEVICE and
+    $PSBENCH_SERVER_DEVICE (gpu_cuda_ipc runs them on a GPU); the wrong
+    mean needs the fake GPU's handles."""
 
     # A mean under 1 KiB comes on the socket (the server's choice: it costs
-    # less than a kernel), checked whole; the others are sampled: exactly
-    # 2 x 1024 floats (all of it), ends that nearly touch, ends only.
+    # less than a kernel), checked on the host; the others on the GPU.
     SIZES = [17, 2048, 2049, 70000]
     ON_GPU = [n for n in SIZES if n * 4 >= 1024]
 
@@ -583,16 +583,15 @@ class Synthetic(MasterJob, psb.PsbTestCase):
                       r"from the server's, (\d+) results never copied", out)
         return pushes, int(m.group(1)) if m else 0, int(m.group(2)) if m else 0
 
-    def sampled(self, log):
-        m = re.findall(r"synthetic: (\d+) results over CUDA IPC checked on a sample \((\d+) floats", log)
-        return [(int(a), int(b)) for a, b in m]
+    def on_gpu(self, log):
+        return [int(a) for a in re.findall(r"synthetic: (\d+) results over CUDA IPC checked whole on the GPU", log)]
 
     def test_job_over_cuda_ipc_and_over_tcp(self):
         """A master's job, 2 fake-cuda trainers and a fake-cuda server:
         every push by CUDA IPC (the server's count is all of them), every
-        result of 1 KiB or more read on the GPU and checked on its sample,
-        the small one on the socket in the same batches; the same job over
-        TCP passes with no CUDA IPC and every result checked whole."""
+        result of 1 KiB or more read and checked on the GPU, the small one
+        on the socket in the same batches; the same job over TCP passes
+        with no CUDA IPC, every result checked on the host."""
         job = ("--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "0", "--ncudaserver", "1", "--epochs", "2",
                "--model", "Sizes", "--model-config-path", self.model_cfg)
         res, sout, logs = self.run_job(job)
@@ -601,36 +600,32 @@ class Synthetic(MasterJob, psb.PsbTestCase):
         self.assertEqual(ipc, pushes, sout)
         # every mean of 1 KiB or more stayed on the GPU
         self.assertEqual(never * 2 * len(self.SIZES), pushes * len(self.ON_GPU), sout)
-        # each batch's sample: all of 2048, the first and last 1024 of the others
-        per_batch = sum(min(n, 2048) for n in self.ON_GPU)
         for t, log in zip(res["trainers"], logs):
             self.assertEqual([(l["transport"], l["cuda_ipc"]) for l in t["links"]], [("shm", True)], t["links"])
-            self.assertIn("results over CUDA IPC checked on a sample: the first and last 1024 floats", log)
-            passes = self.sampled(log)
+            self.assertIn("every result over CUDA IPC checked whole on the GPU", log)
+            passes = self.on_gpu(log)
             self.assertTrue(passes, log)
-            for results, floats in passes:
+            for results in passes:
                 self.assertGreater(results, 0, log)
                 self.assertEqual(results % len(self.ON_GPU), 0, log)
-                self.assertEqual(floats, results // len(self.ON_GPU) * per_batch, log)
         tcp, tout, tlogs = self.run_job(job, server_extra=("--transport", "tcp"),
                                         trainer_extra=("--transport", "tcp"))
         self.assertEqual(self.server_counts(tout)[1:], (0, 0), tout)
         for t, log in zip(tcp["trainers"], tlogs):
             self.assertEqual([(l["transport"], l["cuda_ipc"]) for l in t["links"]], [("tcp", False)])
-            self.assertEqual(self.sampled(log), [], log)
+            self.assertEqual(self.on_gpu(log), [], log)
 
     def test_standalone_trainers(self):
         """psbench-trainer --model synthetic --device fake-cuda by hand (as
         bench/server_throughput.sh starts them): CUDA IPC over shm, its
-        results counted as sampled; --sparse stays off the GPU (sparse
+        results checked on the GPU; --sparse stays off the GPU (sparse
         pushes never travel by CUDA IPC)."""
         s = self.reg.server(trainers=2, extra=["--device", SDEV])
         ts = [self.reg.trainer(s, r, buckets=3, floats=5000, batches=4,
                                extra=["--device", TDEV, "--transport", "shm"]) for r in range(2)]
         for t in ts:
             self.assertEqual(t.wait(60), 0, t.describe())
-            self.assertIn("every result checked (12 of them over CUDA IPC, on a sample: their first and last 1024 "
-                          "floats)", t.stdout())
+            self.assertIn("every result checked (12 of them over CUDA IPC, on the GPU)", t.stdout())
             self.assertIn(": shared memory + CUDA IPC", t.stderr())
         rc, out, err = s.terminate_and_wait()
         self.assertEqual(self.server_counts(out), (24, 24, 12), out)
@@ -644,13 +639,14 @@ class Synthetic(MasterJob, psb.PsbTestCase):
         rc, out, err = s.terminate_and_wait()
         self.assertEqual(self.server_counts(out), (12, 0, 0), out)
 
-    def test_wrong_mean_caught_in_the_sample(self):
+    def test_wrong_mean_caught_on_the_gpu(self):
         """A real synthetic trainer (rank 0) and rank 1 by hand, whose push
-        is its ramp window but for one element at either end of the
-        sample: the trainer fails naming the bucket and element of the mean
-        it read back from the GPU. Without the fault, it passes."""
+        is its ramp window but for one element — near either end, in the
+        middle, or NaN: the trainer fails naming the bucket, the element
+        and the value of the mean it checked on the GPU. Without the fault,
+        it passes."""
         n = 5000
-        for bad in (None, 3, n - 3):
+        for bad in (None, 3, n // 2 + 1, n - 3, "nan"):
             with self.subTest(bad=bad):
                 s = self.reg.server(trainers=2, extra=["--device", "fake-cuda"])
                 t = self.reg.trainer(s, 0, buckets=1, floats=n, batches=1,
@@ -661,7 +657,9 @@ class Synthetic(MasterJob, psb.PsbTestCase):
                 self.assertEqual(c.export()["type"], "export")
                 # synthetic.c: rank 1's push of batch 0 bucket 0 starts at ramp phase 7
                 vals = [float(((7 + i) & 1023) - 512) for i in range(n)]
-                if bad is not None:
+                if bad == "nan":
+                    vals[1000] = float("nan")
+                elif bad is not None:
                     vals[bad] += 2.0
                 c.put_gpu(0, vals)
                 c.record(complete=True)
@@ -673,8 +671,9 @@ class Synthetic(MasterJob, psb.PsbTestCase):
                     self.assertIn("1 of them over CUDA IPC", t.stdout())
                 else:
                     self.assertEqual(t.wait(60), 1, t.describe())
-                    self.assertRegex(t.stderr(), r"wrong mean in batch 0 bucket 0 element %d: got .*, expected .* "
-                                                 r"\(a result over CUDA IPC, read back from the GPU\)" % bad)
+                    self.assertRegex(t.stderr(), r"wrong mean in batch 0 bucket 0 element %d: got %s, expected .* "
+                                                 r"\(a result over CUDA IPC, checked on the GPU\)" %
+                                     (1000 if bad == "nan" else bad, "nan" if bad == "nan" else ".*"))
                 c.close()
                 s.terminate_and_wait()
 

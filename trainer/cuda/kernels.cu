@@ -152,6 +152,15 @@ extern "C" __global__ void trk_loss_sum(double *loss, const double *per, size_t 
     *loss = sum / div;
 }
 
+// The first element where a and b differ (a check: synthetic.c), by
+// atomicMin; *first is UINT64_MAX before, and stays so when none does.
+extern "C" __global__ void trk_first_ne(const float *a, const float *b, size_t n, unsigned long long *first)
+{
+    TRK_FOR(k, n)
+    if (!(a[k] == b[k]))
+        atomicMin(first, (unsigned long long)k);
+}
+
 // ---- SGD ------------------------------------------------------------------------------
 
 extern "C" __global__ void trk_sgd(float *w, const float *g, float *buf, size_t n, float nlr, float momentum, int mode)

@@ -51,11 +51,13 @@ enum { TRK_SGD_PLAIN = 0, TRK_SGD_FIRST = 1, TRK_SGD_MOMENTUM = 2 };
  *   trk_sgd(float *w, const float *g, float *buf, size_t n, float nlr, float momentum, int mode)
  *   trk_sgd_rows(float *table, size_t cols, const int64_t *urows, const uint32_t *off, const uint32_t *occ,
  *                const float *vals, size_t nu, float nlr)
- *       for unique row u < nu: its updates vals[occ[off[u] .. off[u+1])] applied in order */
+ *       for unique row u < nu: its updates vals[occ[off[u] .. off[u+1])] applied in order
+ *   trk_first_ne(const float *a, const float *b, size_t n, unsigned long long *first)
+ *       *first = min(*first, k) for every k with !(a[k] == b[k]) (NaN differs) */
 #define TRK_KERNEL_NAMES                                                                                              \
     "trk_zero", "trk_bias_rows", "trk_transpose_bias", "trk_colsum", "trk_relu", "trk_relu_bwd", "trk_bag_mean",       \
         "trk_scale_div", "trk_bag_bwd", "trk_softmax_ce", "trk_softmax_ce_bwd", "trk_ce_logits", "trk_l1",             \
-        "trk_loss_sum", "trk_sgd", "trk_sgd_rows"
+        "trk_loss_sum", "trk_sgd", "trk_sgd_rows", "trk_first_ne"
 enum {
     TRK_K_ZERO = 0,
     TRK_K_BIAS_ROWS,
@@ -73,6 +75,7 @@ enum {
     TRK_K_LOSS_SUM,
     TRK_K_SGD,
     TRK_K_SGD_ROWS,
+    TRK_K_FIRST_NE,
     TRK_K_COUNT,
     /* Not a kernel: a library call (cuBLAS's sgemm; cblas_sgemm on the
      * fake GPU), queued in stream order as the kernels are. */

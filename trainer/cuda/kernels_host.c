@@ -90,6 +90,13 @@ static void th_run(const trk_launch *l)
             l->u.head.per[i] = cm_ce_logits_row(l->u.head.z + i * C, l->u.head.dz + i * C, (int)C, l->u.head.y[i],
                                                 (int)l->u.head.B);
         break;
+    case TRK_K_FIRST_NE:
+        for (size_t k = 0; k < l->u.ne.n; k++)
+            if (!(l->u.ne.a[k] == l->u.ne.b[k]) && k < *l->u.ne.first) {
+                *l->u.ne.first = k;
+                break; /* the lowest, in order */
+            }
+        break;
     case TRK_K_L1:
         for (size_t k = 0; k < l->u.l1.n; k++) {
             l->u.l1.per[k] = cm_l1_loss(l->u.l1.v[k]);
@@ -226,6 +233,10 @@ static int th_args(const void *launch, void **a, size_t *work)
     case TRK_K_CE_LOGITS:
         ARG(l->u.head.z), ARG(l->u.head.dz), ARG(l->u.head.B), ARG(l->u.head.C), ARG(l->u.head.y), ARG(l->u.head.per);
         *work = l->u.head.B;
+        break;
+    case TRK_K_FIRST_NE:
+        ARG(l->u.ne.a), ARG(l->u.ne.b), ARG(l->u.ne.n), ARG(l->u.ne.first);
+        *work = l->u.ne.n;
         break;
     case TRK_K_L1:
         ARG(l->u.l1.v), ARG(l->u.l1.dv), ARG(l->u.l1.n), ARG(l->u.l1.g), ARG(l->u.l1.per);

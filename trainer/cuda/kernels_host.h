@@ -73,6 +73,11 @@ typedef struct trk_launch {
             double *per;
         } l1;
         struct {
+            const float *a, *b;
+            size_t n;
+            unsigned long long *first;
+        } ne;
+        struct {
             double *loss;
             const double *per;
             size_t n;
