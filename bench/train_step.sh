@@ -402,6 +402,223 @@ for line in open(work + "/torch"):
 print("DummyModel step by trainer device (ms, means over the timed pass; bucket_cap_mb 25; this host)")
 if fake:
     print("FAKE=1: the CUDA rows ran on the fake GPU (host threads): they check the script, their figures mean nothing")
+print("backward: its compute alone (backward_compute: the seed's backward holds the exposed wait too);")
+print("exposed: the optimizer's wait for buckets after backward; span: first bucket handed")
+print("over to last mean back; overlap: share of the span hidden behind backward; pure_comm:")
+print("rpc_hook's traffic through the Synthetic model over the same transport, ms per step.")
+print("transport: between trainers and server (psbench-master --transport): tcp, or shm (shared memory).")
+print("step over tcp / step over shm: with the step's compute and exposed wait of each; compute that")
+print("differs between the two runs is this host's noise, or the transport's own CPU work (the server's,")
+print("the kernel's socket copies) taking the cores from backward, which it overlaps.")
+for cap in caps:
+    for hook in hooks:
+        if (cap, hook, "tcp") in steps and (cap, hook, "shm") in steps:
+            t, s = steps[(cap, hook, "tcp")], steps[(cap, hook, "shm")]
+            r = t / s if s > 0 else float("nan")
+            if hook == "rpc_hook" and model == "DummyModel":
+                verdict = "target (issue 28) >= 1.20: %s" % ("met" if r >= 1.2 else "not met")
+            else:
+                verdict = "informational"
+            print("cap %s MB: %s step over tcp %.2f ms / over shm %.2f ms = %.3f (%s)" % (cap, hook, t, s, r, verdict))
+            (ct, et), (cs, es) = parts[(cap, hook, "tcp")], parts[(cap, hook, "shm")]
+            print("    tcp / shm: compute (forward + backward + optim) %.2f / %.2f ms, exposed %.2f / %.2f ms"
+                  % (ct, cs, et, es))
+if model == "DummyModel":
+    for cap in caps:
+        if (cap, "allreduce_hook", None) in steps:
+            s = steps[(cap, "allreduce_hook", None)]
+            print("cap %s MB: allreduce_hook step %.1f ms = %.2f of PyTorch 1.13 DDP's ~%.0f ms on this host "
+                  "(target <= 0.80: %s)" % (cap, s, s / torch_ms, torch_ms, "met" if s <= 0.8 * torch_ms else "not met"))
+EOF
+
+# ---- the device table (issue 21): DummyModel's step on each trainer device,
+# beside the compute alone and the transport floor measured in this run ----
+[[ $MODEL == DummyModel ]] ||
+  { echo; echo "device table: DummyModel only (MODEL=$MODEL), skipped"; exit 0; }
+FLOOR_SECONDS=${FLOOR_SECONDS:-2}
+PYTORCH_PY=${PYTORCH_PY:-python3}   # the python that may have PyTorch
+[[ $DEV == fake-cuda ]] && export PSBENCH_FAKE_GPU_DELAY_US=0
+
+declare -A JOB_M JOB_N
+# job_start NAME TRAINER_DEVICE SERVER_DEVICE|- TRAINER_DEVICE... -- MASTER_ARGS...
+# A master, its server (if any) and one trainer per device given, started
+# by hand (the way --device fake-cuda reaches a node); results in dev-NAME/.
+job_start() {
+  local name=$1 sdev=$2 out=$work/dev-$1 port p d i=0 nodes=() tdevs=()
+  shift 2
+  while [[ $1 != -- ]]; do tdevs+=("$1"); shift; done
+  shift
+  "$BUILD/psbench-master" --listen 127.0.0.1:0 --http 127.0.0.1:0 --linger 0 --epochs "$EPOCHS" \
+    --out "$out" "$@" >"$out.log" 2>&1 &
+  p=$!; PIDS+=("$p"); JOB_M[$name]=$p
+  bench_wait_for_line "$out.log" "control plane on" 30 "$p" ||
+    { tail -5 "$out.log" >&2; bench_die "the $name master did not start"; }
+  port=$(sed -n 's/.*control plane on [0-9.]*:\([0-9]*\).*/\1/p' "$out.log" | head -1)
+  if [[ $sdev != - ]]; then
+    "$BUILD/psbench-server" --master "127.0.0.1:$port" --device "$sdev" >"$out.server.log" 2>&1 &
+    p=$!; PIDS+=("$p"); nodes+=("$p")
+  fi
+  for d in "${tdevs[@]}"; do
+    "$BUILD/psbench-trainer" --master "127.0.0.1:$port" --device "$d" >"$out.trainer$i.log" 2>&1 &
+    p=$!; PIDS+=("$p"); nodes+=("$p"); i=$((i + 1))
+  done
+  JOB_N[$name]="${nodes[*]}"
+}
+job_finish() { # NAME: its master's exit; on a failure its logs' tails, and exit 1
+  local name=$1 rc p f
+  bench_wait "${JOB_M[$name]}"; rc=$WAIT_RC
+  if [[ $rc != 0 ]]; then
+    for f in "$work/dev-$name".*log; do echo "== $f" >&2; tail -5 "$f" >&2; done
+    bench_die "the $name run failed (master exit $rc)"
+  fi
+  for p in ${JOB_N[$name]}; do bench_wait "$p"; done
+}
+job() { job_start "$@"; job_finish "$1"; }
+
+# Rows: NAME|device|hook|communication|trainers|skip reason (empty: measured)
+ROWS=()
+GPUS=0
+if [[ $DEV == fake-cuda ]]; then
+  echo "DEVICE=fake-cuda: the CUDA rows on the fake GPU (host threads): they check the script, their figures mean nothing" >&2
+elif [[ $DEV != cpu ]]; then
+  GPUS=$("$PY" -c 'import ctypes
+for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+    try: rt = ctypes.CDLL(name)
+    except OSError: continue
+    n = ctypes.c_int(0); print(n.value if rt.cudaGetDeviceCount(ctypes.byref(n)) == 0 else 0); break
+else: print(0)')
+  nogpu=""
+  timeout 10 "$BUILD/psbench-trainer" --device "$DEV" --master 127.0.0.1:1 >"$work/probe" 2>&1 || true
+  if grep -q "^psbench-trainer: --device" "$work/probe"; then nogpu=$(grep -m1 "^psbench-trainer: --device" "$work/probe")
+  elif [[ $GPUS == 0 ]]; then nogpu="no CUDA device answers (cudaGetDeviceCount)"; fi
+  if [[ -n $nogpu ]]; then
+    GPUS=0
+    echo "train_step: no GPU answers here, the CUDA rows measure nothing: $nogpu" >&2
+  fi
+fi
+R_CPU_RPC="cpu_rpc|cpu|rpc_hook|cpu server|2|"
+R_CPU_GLOO="cpu_gloo|cpu|allreduce_hook|gloo|2|"
+ROWS+=("$R_CPU_RPC" "$R_CPU_GLOO")
+cuda_rows() { # skip reason for every CUDA row ("" runs them)
+  local why=$1 tdev=$DEV nccl_n=2 nccl_why=""
+  ROWS+=("cuda_rpc_cpu|$tdev|rpc_hook|cpu server|2|$why" "cuda_rpc_cuda|$tdev|rpc_hook|cuda server|2|$why"
+         "cuda_gloo|$tdev|allreduce_hook|gloo, pinned staging|2|$why")
+  if [[ -n $why ]]; then nccl_why=$why
+  elif [[ $DEV == fake-cuda ]]; then :  # NCCL's stand-in (Gloo on the fake GPU's memory): 2 ranks
+  elif [[ $DEV == cuda:* || $GPUS -lt 2 ]]; then nccl_n=1  # NCCL: one GPU per rank
+  fi
+  ROWS+=("cuda_nccl|$tdev|allreduce_hook|nccl|$nccl_n|$nccl_why")
+}
+if [[ $DEV == fake-cuda ]]; then cuda_rows ""
+elif [[ $DEV != cpu ]]; then
+  if [[ $GPUS == 0 ]]; then cuda_rows "no GPU answers here"; else cuda_rows ""; fi
+fi
+
+# The compute of a step alone, on each device: two jobs at once, each one
+# trainer whose allreduce_hook is a 1-rank Gloo group (nothing leaves the
+# process), so that the device is shared as in the 2-trainer rows; its
+# forward + backward + optimizer. A 1-trainer row's limit: one such job alone.
+gpu_of() { # job index -> a CUDA trainer's device (rank placement as the seed's cuda(rank))
+  if [[ $DEV == cuda && $GPUS -gt 0 ]]; then echo "cuda:$(($1 % GPUS))"; else echo "$DEV"; fi
+}
+COMPUTE_ARGS=(--nserver 0 --trainer DdpTrainer --backend gloo)
+echo "device table: compute alone (cpu, 2 one-trainer jobs at once) ..." >&2
+job_start compute_cpu_a - cpu -- --ntrainer 1 "${COMPUTE_ARGS[@]}"
+job_start compute_cpu_b - cpu -- --ntrainer 1 "${COMPUTE_ARGS[@]}"
+job_finish compute_cpu_a; job_finish compute_cpu_b
+for r in "${ROWS[@]}"; do
+  IFS='|' read -r name tdev hook comm ntr why <<<"$r"
+  [[ -z $why ]] || continue
+  case $name in
+    cpu_rpc)
+      # The default transport, as the rows run by hand below: shm on one host.
+      if [[ -f $work/model-25-rpc_hook-shm/results.json ]]; then ln -s "$work/model-25-rpc_hook-shm" "$work/dev-$name"; continue; fi
+      args=(--ntrainer 2 --nserver 1 --trainer DdpRpcTrainer); sdev=cpu ;;
+    cpu_gloo)
+      if [[ -f $work/model-25-allreduce_hook/results.json ]]; then ln -s "$work/model-25-allreduce_hook" "$work/dev-$name"; continue; fi
+      args=(--ntrainer 2 --nserver 0 --trainer DdpTrainer --backend gloo); sdev=- ;;
+    cuda_rpc_cpu)
+      args=(--ntrainer 0 --ncudatrainer 2 --nserver 1 --ncudaserver 0 --placement shard --trainer DdpRpcTrainer); sdev=cpu ;;
+    cuda_rpc_cuda)
+      args=(--ntrainer 0 --ncudatrainer 2 --nserver 0 --ncudaserver 1 --trainer DdpRpcTrainer); sdev=$DEV
+      [[ $DEV == cuda ]] && sdev=cuda:0 ;;
+    cuda_gloo)
+      args=(--ntrainer 0 --ncudatrainer 2 --nserver 0 --trainer DdpTrainer --backend gloo); sdev=- ;;
+    cuda_nccl)
+      args=(--ntrainer 0 --ncudatrainer "$ntr" --nserver 0 --trainer DdpTrainer --backend nccl); sdev=- ;;
+  esac
+  tdevs=()
+  for ((i = 0; i < ntr; i++)); do
+    if [[ $tdev == cpu ]]; then tdevs+=(cpu); elif [[ $name == cuda_nccl ]]; then tdevs+=("$(gpu_of "$i")"); else tdevs+=("$tdev"); fi
+  done
+  echo "device table: $hook, $comm, $ntr $tdev trainer(s), $EPOCHS epochs ..." >&2
+  job "$name" "$sdev" "${tdevs[@]}" -- "${args[@]}"
+  if [[ $name == cuda_rpc_cpu ]]; then
+    echo "device table: compute alone ($DEV, 2 one-trainer jobs at once) ..." >&2
+    job_start compute_cuda_a - "$(gpu_of 0)" -- --ntrainer 0 --ncudatrainer 1 "${COMPUTE_ARGS[@]}"
+    job_start compute_cuda_b - "$(gpu_of 1)" -- --ntrainer 0 --ncudatrainer 1 "${COMPUTE_ARGS[@]}"
+    job_finish compute_cuda_a; job_finish compute_cuda_b
+  fi
+  if [[ $name == cuda_nccl && $ntr == 1 ]]; then
+    echo "device table: compute alone ($DEV, one one-trainer job) ..." >&2
+    job compute_cuda_one - "$(gpu_of 0)" -- --ntrainer 0 --ncudatrainer 1 "${COMPUTE_ARGS[@]}"
+  fi
+done
+
+# The transport floor: one step's gradients through one server, each way,
+# for 2 trainers (bare-floor: no framing, no arithmetic), in the buckets
+# the trainers cut (their logged sizes; equal sizes of the same total).
+buckets=$(grep -h -o -m1 "bucket floats: [0-9 ]*" "$work"/model-25-*.log "$work"/dev-*.log 2>/dev/null | head -1 |
+  sed 's/bucket floats: //') || true
+[[ -n $buckets ]] || bench_die "no trainer logged its bucket sizes"
+# shellcheck disable=SC2086  # one argument per bucket
+read -r nb bytes <<<"$("$PY" -c 'import sys; s = [int(x) for x in sys.argv[1:]]; print(len(s), -(-4 * sum(s) // len(s)))' $buckets)"
+echo "device table: transport floor, bare-floor --clients 2 --buckets $nb --bytes $bytes --seconds $FLOOR_SECONDS ..." >&2
+"$BUILD/bare-floor" --clients 2 --buckets "$nb" --bytes "$bytes" --seconds "$FLOOR_SECONDS" >"$work/floor" 2>&1 ||
+  { cat "$work/floor" >&2; bench_die "bare-floor failed"; }
+
+# PyTorch's DDP (Gloo) step on the same device, where PyTorch is installed.
+: >"$work/torch"
+for d in cpu cuda; do
+  [[ $d == cpu || ($DEV != fake-cuda && $GPUS -gt 0) ]] || continue
+  if line=$("$PYTORCH_PY" bench/pytorch_step.py "$d" 50 10 2>"$work/torch-$d.err"); then
+    echo "$d $line" >>"$work/torch"
+  else
+    echo "$d - $(tail -1 "$work/torch-$d.err")" >>"$work/torch"
+  fi
+done
+
+echo
+[[ -z ${nogpu:-} ]] || echo "cuda rows: no GPU answers here, nothing measured: $nogpu"
+$PY - "$work" "$DEV" "$nb" "$bytes" "${ROWS[@]}" <<'EOF'
+import json, os, re, sys
+work, dev, nb, bucket_bytes, rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+fake = dev == "fake-cuda"
+TORCH_RPC_TCP, TORCH_GLOO = 42.7, 25.7   # the issue's: PyTorch 2.11, one H100, 2 trainers sharing it
+TORCH_RPC_IPC = 6.7                      # issue 28's: PyTorch 2.11 rpc_hook through CUDA IPC, one H200
+def cuda_ipc(name):   # did the trainers of the job exchange their buckets by CUDA IPC?
+    import glob
+    logs = glob.glob("%s/dev-%s.trainer*.log" % (work, name))
+    return bool(logs) and all("+ CUDA IPC" in open(f).read() for f in logs)
+def metrics(name):
+    return json.load(open("%s/dev-%s/results.json" % (work, name)))["groups"]["trainer"]["all"]
+def mean(m, k):
+    return m[k]["mean"] if k in m else float("nan")
+def compute(*names):   # forward + backward + optimizer, the mean over the jobs' trainers
+    c = [mean(m, "forward_metric,forward_pass") + mean(m, "backward_metric,backward_compute") + mean(m, "optimizer_metric,step")
+         for m in map(metrics, names)]
+    return sum(c) / len(c)
+floor = open(work + "/floor").read()
+rps = float(re.search(r"rounds_per_s=([0-9.]+)", floor).group(1))
+floor_rpc = 1000.0 / rps          # 2 trainers' gradients in and the mean out, through one server
+moved = 2 * 2 * nb * bucket_bytes  # bytes through the loopback per round
+torch = {}
+for line in open(work + "/torch"):
+    d, rest = line.rstrip("\n").split(" ", 1)
+    torch[d] = rest
+print("DummyModel step by trainer device (ms, means over the timed pass; bucket_cap_mb 25; this host)")
+if fake:
+    print("FAKE=1: the CUDA rows ran on the fake GPU (host threads): they check the script, their figures mean nothing")
 print("%-9s %-14s %-20s %2s %8s %8s %8s %8s %8s %8s %8s %8s  %s" % (
     "device", "hook", "communication", "n", "forward", "backward", "exposed", "optim", "step",
     "compute", "floor", "ratio", "target"))
