@@ -195,41 +195,17 @@ static bool conn_over_cap(conn *c, const char *what)
     return true;
 }
 
-/* Where payload lies in the server's shared segment, for a connection
- * that reads results in place: its offset. */
-static bool conn_in_place(const conn *c, const psbuf *payload, uint64_t *at)
-{
-    return c->in_place && payload && payload->len && shm_arena_owns(&c->srv->arena, payload->data, payload->len, at);
-}
-
-/* Queue the result of `batch`: hdr bytes are copied, the payload added by
- * reference (NULL or empty: none). A connection that reads it in place
- * gets hdr_at instead (the same header naming the payload by offset:
- * conn_encode_at) and the payload stays lent until it pushes a later
- * batch. */
-static int conn_queue_result(conn *c, const uint8_t *hdr, size_t hlen, const uint8_t *hdr_at, size_t hlen_at,
-                             psbuf *payload, uint64_t batch)
-{
-    if (c->closing || conn_over_cap(c, "results"))
-        return -1;
-    uint64_t at;
-    if (hdr_at && conn_in_place(c, payload, &at)) {
-        int r = outq_push_shared(&c->out, hdr_at, hlen_at, payload, batch, c->srv->cfg.max_queued);
-        if (r < 0)
-            return -1;
-        if (r == 0) {
-            c->srv->bytes_out += payload->len;
-            c->srv->bytes_in_place += payload->len;
-            conn_want_flush(c);
-            return 0;
-        }
-        /* past the loans' cap: sent on the socket like any other */
-    }
-    if (outq_push(&c->out, hdr, hlen, payload && payload->len ? payload : NULL, batch) < 0)
-        return -1;
-    conn_want_flush(c);
-    return 0;
-}
+/* A result (or params) for one or more connections: its header encoded
+ * at most twice, once for all of them — naming the payload by offset in
+ * the server's segment (`at`, read in place) when it lies there, and
+ * followed by the payload on the socket only when some connection needs
+ * that (over shared memory, usually none: not encoded at all). */
+typedef struct conn_answer {
+    const frame_hdr *h; /* with payload = the payload's length */
+    psbuf *payload;     /* NULL or empty: none */
+    uint8_t buf[256], buf_at[256];
+    size_t len, len_at; /* 0: not encoded (len_at: the payload is not in the segment) */
+} conn_answer;
 
 /* h as read in place from the server's segment: `at` instead of a payload
  * after the header. 0 when payload is not in the segment. */
@@ -244,6 +220,44 @@ static size_t conn_encode_at(const server *s, const frame_hdr *h, const psbuf *p
     ha.at = at;
     ha.has |= FH_AT;
     return frame_encode_header(&ha, buf, cap);
+}
+
+static void conn_answer_init(conn_answer *a, const server *s, const frame_hdr *h, psbuf *payload)
+{
+    a->h = h;
+    a->payload = payload;
+    a->len = 0;
+    a->len_at = conn_encode_at(s, h, payload, a->buf_at, sizeof a->buf_at);
+}
+
+/* Queue answer a to c: the header bytes are copied, the payload added by
+ * reference. A connection that reads it in place gets the `at` header
+ * and the payload stays lent until it pushes a later batch than `batch`. */
+static int conn_queue_result(conn *c, conn_answer *a, uint64_t batch)
+{
+    if (c->closing || conn_over_cap(c, "results"))
+        return -1;
+    psbuf *payload = a->payload;
+    if (a->len_at && c->in_place) { /* len_at: the payload lies in the segment */
+        int r = outq_push_shared(&c->out, a->buf_at, a->len_at, payload, batch, c->srv->cfg.max_queued);
+        if (r < 0)
+            return -1;
+        if (r == 0) {
+            c->srv->bytes_out += payload->len;
+            c->srv->bytes_in_place += payload->len;
+            conn_want_flush(c);
+            return 0;
+        }
+        /* past the loans' cap: sent on the socket like any other */
+    }
+    if (!a->len) {
+        a->len = frame_encode_header(a->h, a->buf, sizeof a->buf);
+        assert(a->len > 0);
+    }
+    if (outq_push(&c->out, a->buf, a->len, payload && payload->len ? payload : NULL, batch) < 0)
+        return -1;
+    conn_want_flush(c);
+    return 0;
 }
 
 static bool conn_code_is_fatal(frame_errcode code)
@@ -562,15 +576,13 @@ static void conn_on_fetch(conn *c, const frame_hdr *h)
     }
     out.payload = payload->len;
     out.has |= FH_PAYLOAD;
-    uint8_t buf[256], buf_at[256];
-    size_t n = frame_encode_header(&out, buf, sizeof buf);
-    assert(n > 0);
-    size_t n_at = conn_encode_at(s, &out, payload, buf_at, sizeof buf_at);
+    conn_answer a;
+    conn_answer_init(&a, s, &out, payload);
     /* Tagged batch 0: if it is spliced or read in place, the loan ends at
      * the trainer's first push of a later batch. The kind never writes
      * this buffer again (each step answers with a new one), so a loan is
      * safe either way. */
-    conn_queue_result(c, buf, n, n_at ? buf_at : NULL, n_at, payload, 0);
+    conn_queue_result(c, &a, 0);
     psbuf_unref(payload);
 }
 
@@ -1331,12 +1343,10 @@ void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *
         h.round = f->round;
         h.has |= FH_ROUND;
     }
-    uint8_t buf[256], buf_at[256];
-    size_t len = frame_encode_header(&h, buf, sizeof buf);
-    assert(len > 0);
-    size_t len_at = conn_encode_at(s, &h, result, buf_at, sizeof buf_at);
+    conn_answer a;
+    conn_answer_init(&a, s, &h, result);
     for (uint32_t i = 0; i < n; i++)
-        if (conn_queue_result(eps[i], buf, len, len_at ? buf_at : NULL, len_at, result, f->batch) == 0)
+        if (conn_queue_result(eps[i], &a, f->batch) == 0)
             s->results++;
 }
 
