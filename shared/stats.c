@@ -30,16 +30,21 @@ static size_t hist_index(double v)
         return 0;
     if (isinf(v))
         return HIST_BINS - 1;
-    int e;
-    double m = frexp(v, &e);
+    /* frexp's m * 2^e, read from the bits (frexp is a library call, and
+     * this runs for every sample): a normal v is 1.f * 2^(E-1023), so
+     * e = E - 1022 and m*2-1 = f, whose top 7 bits are the sub-bin. A
+     * subnormal (E = 0) lies far below the first octave. */
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    int biased = (int)(bits >> 52 & 0x7ff);
+    if (biased == 0)
+        return 0;
+    int e = biased - 1022;
     if (e < HIST_EXP_MIN)
         return 0;
     if (e > HIST_EXP_MAX)
         return HIST_BINS - 1;
-    /* m*2-1 is in [0,1) and the scaling by powers of two is exact, so the
-     * truncation picks the sub-bin without rounding surprises. */
-    size_t sub = (size_t)((m * 2.0 - 1.0) * HIST_SUB);
-    assert(sub < HIST_SUB);
+    size_t sub = (size_t)(bits >> (52 - HIST_SUB_BITS) & (HIST_SUB - 1));
     return (size_t)(e - HIST_EXP_MIN) * HIST_SUB + sub;
 }
 
