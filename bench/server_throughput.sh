@@ -50,6 +50,8 @@
 # each workload also runs shm+ipc; tcp, shm and shm-stage keep CPU
 # trainers (the server's pinned-memory path), so the figures sit side by
 # side.
+# WORKLOADS=small (or big, or big,small: names, comma-separated) runs only
+# those workloads (default: both).
 # Verdicts use medians of the repetitions' paired ratios (one pair's ratio
 # swings by 10-20 % on a noisy 2-core VM). Also, once, iperf3's single-stream
 # loopback rate as a reference (when iperf3 is installed). Prints a table
@@ -99,7 +101,8 @@ BENCH_NAME=server_throughput
 
 # name trainers buckets floats-per-bucket, then the targets: tcp/floor,
 # shm/tcp, shm/copy limit (- for none), then the psbench impls it runs
-WORKLOADS=(
+ASKED_WORKLOADS=${WORKLOADS:-big,small}   # the environment's, before the name is reused below
+ALL_WORKLOADS=(
     "big 2 4 1048576 1.0 3.0 0.6 tcp,shm,shm-stage"
     "small 8 16 256 0.5 1.5 - tcp,shm"
 )
@@ -339,6 +342,19 @@ for bin in bare-floor mem-floor psbench-server psbench-trainer; do
     [[ -x $BUILD/$bin ]] || bench_die "$BUILD/$bin not found (build first: cmake --build $BUILD)"
 done
 [[ -x $PY ]] || bench_die "$PY not found"
+# The workloads asked for (WORKLOADS=name,...), in the order asked.
+WORKLOADS=()
+IFS=, read -r -a WANT <<<"$ASKED_WORKLOADS"
+for want in "${WANT[@]}"; do
+    found=0
+    for w in "${ALL_WORKLOADS[@]}"; do
+        if [[ ${w%% *} == "$want" ]]; then
+            WORKLOADS+=("$w")
+            found=1
+        fi
+    done
+    [[ $found -eq 1 ]] || bench_die "WORKLOADS: unknown workload '$want' (big, small)"
+done
 
 bs_iperf3
 echo

@@ -196,71 +196,19 @@ static bool conn_over_cap(conn *c, const char *what)
     return true;
 }
 
-/* Where payload lies in the server's shared segment, for a connection
- * that reads results in place: its offset. */
-static bool conn_in_place(const conn *c, const psbuf *payload, uint64_t *at)
-{
-    return c->in_place && payload && payload->len && shm_arena_owns(&c->srv->arena, payload->data, payload->len, at);
-}
-
-/* A result's header, encoded once for every way a trainer may read it. */
-typedef struct conn_result_hdrs {
-    const uint8_t *hdr;     /* the payload on the socket */
-    size_t hlen;
-    const uint8_t *hdr_at;  /* NULL, or: read in place in the server's segment (conn_encode_at) */
-    size_t hlen_at;
-    const uint8_t *hdr_dev; /* NULL, or: read in the GPU memory the device shares (conn_ipc.h) */
-    size_t hlen_dev;
-} conn_result_hdrs;
-
-/* Queue the result of `batch`: the header bytes are copied, the payload
- * added by reference (NULL or empty: none). A connection that reads it
- * in place — in GPU memory, when its push came from its own (on_gpu: it
- * takes the mean device to device into the same bucket), or in the
- * server's segment — gets that header instead (the payload named by
- * offset), and the payload stays lent until it pushes a later batch. */
-static int conn_queue_result(conn *c, const conn_result_hdrs *rh, psbuf *payload, uint64_t batch, bool on_gpu)
-{
-    if (c->closing || conn_over_cap(c, "results"))
-        return -1;
-    uint64_t at;
-    const uint8_t *lent = NULL;
-    size_t lent_len = 0;
-    if (rh->hdr_dev && on_gpu) {
-        assert(c->gpu_peer);
-        lent = rh->hdr_dev;
-        lent_len = rh->hlen_dev;
-    } else if (rh->hdr_at && conn_in_place(c, payload, &at)) {
-        lent = rh->hdr_at;
-        lent_len = rh->hlen_at;
-    }
-    /* A result kept on the device only (every pusher reads it there):
-     * only a CUDA IPC link can have pushed into it. */
-    assert(!payload || !payload->twin_only || lent == rh->hdr_dev);
-    if (lent) {
-        /* Within --max-queued of loans; a twin-only result is lent
-         * whatever the loans (it has nothing to send on the socket; its
-         * memory is the device's share, bounded by --gpu-share). */
-        uint64_t cap = payload->twin_only ? UINT64_MAX : c->srv->cfg.max_queued;
-        int r = outq_push_shared(&c->out, lent, lent_len, payload, batch, cap);
-        if (r < 0)
-            return -1;
-        if (r == 0) {
-            c->srv->bytes_out += payload->len;
-            if (lent == rh->hdr_dev)
-                c->srv->bytes_gpu_lent += payload->len;
-            else
-                c->srv->bytes_in_place += payload->len;
-            conn_want_flush(c);
-            return 0;
-        }
-        /* past the loans' cap: sent on the socket like any other */
-    }
-    if (outq_push(&c->out, rh->hdr, rh->hlen, payload && payload->len ? payload : NULL, batch) < 0)
-        return -1;
-    conn_want_flush(c);
-    return 0;
-}
+/* A result (or params) for one or more connections: its header encoded
+ * at most three times, once for all of them, each only when some
+ * connection needs it — followed by the payload on the socket; naming the
+ * payload by offset in the server's segment (`at`, read in place) when it
+ * lies there; naming its device twin in the GPU memory the device shares
+ * (`dev`, conn_ipc.h) for a connection whose push came from its own GPU
+ * memory. Over shared memory the first is usually not encoded at all. */
+typedef struct conn_answer {
+    const frame_hdr *h; /* with payload = the payload's length */
+    psbuf *payload;     /* NULL or empty: none */
+    uint8_t buf[256], buf_at[256], buf_dev[256];
+    size_t len, len_at, len_dev; /* 0: not encoded (len_at: the payload is not in the segment) */
+} conn_answer;
 
 /* h as read in place from the server's segment: `at` instead of a payload
  * after the header. 0 when payload is not in the segment. */
@@ -275,6 +223,71 @@ static size_t conn_encode_at(const server *s, const frame_hdr *h, const psbuf *p
     ha.at = at;
     ha.has |= FH_AT;
     return frame_encode_header(&ha, buf, cap);
+}
+
+static void conn_answer_init(conn_answer *a, const server *s, const frame_hdr *h, psbuf *payload)
+{
+    a->h = h;
+    a->payload = payload;
+    a->len = a->len_dev = 0;
+    a->len_at = conn_encode_at(s, h, payload, a->buf_at, sizeof a->buf_at);
+}
+
+/* Queue answer a to c: the header bytes are copied, the payload added by
+ * reference. A connection that reads it in place — in GPU memory, when
+ * its push came from its own (on_gpu: it takes the mean device to device
+ * into the same bucket), or in the server's segment — gets that header
+ * (the payload named by offset), and the payload stays lent until it
+ * pushes a later batch than `batch`. */
+static int conn_queue_result(conn *c, conn_answer *a, uint64_t batch, bool on_gpu)
+{
+    if (c->closing || conn_over_cap(c, "results"))
+        return -1;
+    psbuf *payload = a->payload;
+    const uint8_t *lent = NULL;
+    size_t lent_len = 0;
+    if (on_gpu && payload && payload->twin) {
+        assert(c->gpu_peer);
+        if (!a->len_dev) {
+            a->len_dev = conn_ipc_encode_result(a->h, payload, a->buf_dev, sizeof a->buf_dev);
+            assert(a->len_dev > 0);
+        }
+        lent = a->buf_dev;
+        lent_len = a->len_dev;
+    } else if (a->len_at && c->in_place) { /* len_at: the payload lies in the segment */
+        lent = a->buf_at;
+        lent_len = a->len_at;
+    }
+    /* A result kept on the device only (every pusher reads it there):
+     * only a CUDA IPC link can have pushed into it. */
+    assert(!payload || !payload->twin_only || lent == a->buf_dev);
+    if (lent) {
+        /* Within --max-queued of loans; a twin-only result is lent
+         * whatever the loans (it has nothing to send on the socket; its
+         * memory is the device's share, bounded by --gpu-share). */
+        uint64_t cap = payload->twin_only ? UINT64_MAX : c->srv->cfg.max_queued;
+        int r = outq_push_shared(&c->out, lent, lent_len, payload, batch, cap);
+        if (r < 0)
+            return -1;
+        if (r == 0) {
+            c->srv->bytes_out += payload->len;
+            if (lent == a->buf_dev)
+                c->srv->bytes_gpu_lent += payload->len;
+            else
+                c->srv->bytes_in_place += payload->len;
+            conn_want_flush(c);
+            return 0;
+        }
+        /* past the loans' cap: sent on the socket like any other */
+    }
+    if (!a->len) {
+        a->len = frame_encode_header(a->h, a->buf, sizeof a->buf);
+        assert(a->len > 0);
+    }
+    if (outq_push(&c->out, a->buf, a->len, payload && payload->len ? payload : NULL, batch) < 0)
+        return -1;
+    conn_want_flush(c);
+    return 0;
 }
 
 static bool conn_code_is_fatal(frame_errcode code)
@@ -616,17 +629,13 @@ static void conn_on_fetch(conn *c, const frame_hdr *h)
     }
     out.payload = payload->len;
     out.has |= FH_PAYLOAD;
-    uint8_t buf[256], buf_at[256], buf_dev[256];
-    size_t n = frame_encode_header(&out, buf, sizeof buf);
-    assert(n > 0);
-    size_t n_at = conn_encode_at(s, &out, payload, buf_at, sizeof buf_at);
-    size_t n_dev = conn_ipc_encode_result(&out, payload, buf_dev, sizeof buf_dev);
-    conn_result_hdrs rh = {buf, n, n_at ? buf_at : NULL, n_at, n_dev ? buf_dev : NULL, n_dev};
+    conn_answer a;
+    conn_answer_init(&a, s, &out, payload);
     /* Tagged batch 0: if it is spliced or read in place, the loan ends at
      * the trainer's first push of a later batch. The kind never writes
      * this buffer again (each step answers with a new one), so a loan is
      * safe either way. */
-    conn_queue_result(c, &rh, payload, 0, false);
+    conn_queue_result(c, &a, 0, false);
     psbuf_unref(payload);
 }
 
@@ -1418,14 +1427,10 @@ void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *
         h.round = f->round;
         h.has |= FH_ROUND;
     }
-    uint8_t buf[256], buf_at[256], buf_dev[256];
-    size_t len = frame_encode_header(&h, buf, sizeof buf);
-    assert(len > 0);
-    size_t len_at = conn_encode_at(s, &h, result, buf_at, sizeof buf_at);
-    size_t len_dev = conn_ipc_encode_result(&h, result, buf_dev, sizeof buf_dev);
-    conn_result_hdrs rh = {buf, len, len_at ? buf_at : NULL, len_at, len_dev ? buf_dev : NULL, len_dev};
+    conn_answer a;
+    conn_answer_init(&a, s, &h, result);
     for (uint32_t i = 0; i < n; i++)
-        if (conn_queue_result(eps[i], &rh, result, f->batch, pending_gpu_slot(f, ((conn *)eps[i])->slot)) == 0)
+        if (conn_queue_result(eps[i], &a, f->batch, pending_gpu_slot(f, ((conn *)eps[i])->slot)) == 0)
             s->results++;
     if (result && result->twin_only)
         s->results_gpu_only++;

@@ -103,6 +103,8 @@ size_t frame_missing(uint32_t has, uint32_t need, char *buf, size_t len)
     size_t used = 0;
     if (len)
         buf[0] = '\0';
+    if ((has & need) == need)
+        return 0; /* the usual case, asked of every push and result: no walk of the table */
     for (size_t i = 0; i < NFIELDS; i++) {
         if (!(need & fields[i].bit) || (has & fields[i].bit))
             continue;

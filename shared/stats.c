@@ -21,6 +21,8 @@
 #define HIST_BINS ((size_t)HIST_OCTAVES * HIST_SUB)
 
 #define SAMPLES_INITIAL_CAP 64
+/* Kept samples that may wait to be binned into the histogram (stats_add). */
+#define STATS_BIN_BATCH 256
 
 static size_t hist_index(double v)
 {
@@ -28,16 +30,21 @@ static size_t hist_index(double v)
         return 0;
     if (isinf(v))
         return HIST_BINS - 1;
-    int e;
-    double m = frexp(v, &e);
+    /* frexp's m * 2^e, read from the bits (frexp is a library call, and
+     * this runs for every sample): a normal v is 1.f * 2^(E-1023), so
+     * e = E - 1022 and m*2-1 = f, whose top 7 bits are the sub-bin. A
+     * subnormal (E = 0) lies far below the first octave. */
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    int biased = (int)(bits >> 52 & 0x7ff);
+    if (biased == 0)
+        return 0;
+    int e = biased - 1022;
     if (e < HIST_EXP_MIN)
         return 0;
     if (e > HIST_EXP_MAX)
         return HIST_BINS - 1;
-    /* m*2-1 is in [0,1) and the scaling by powers of two is exact, so the
-     * truncation picks the sub-bin without rounding surprises. */
-    size_t sub = (size_t)((m * 2.0 - 1.0) * HIST_SUB);
-    assert(sub < HIST_SUB);
+    size_t sub = (size_t)(bits >> (52 - HIST_SUB_BITS) & (HIST_SUB - 1));
     return (size_t)(e - HIST_EXP_MIN) * HIST_SUB + sub;
 }
 
@@ -50,16 +57,46 @@ static double hist_midpoint(size_t idx)
     return ldexp(1.0 + (sub + 0.5) / HIST_SUB, e - 1);
 }
 
-/* Samples the histogram holds. Not s->count: a failed histogram allocation
- * on an early add leaves those samples out, and ranks must match the bins. */
-static uint64_t hist_total(const stats *s)
+/* Samples the histogram hist holds. Not s->count: a failed histogram
+ * allocation leaves samples out, and ranks must match the bins. */
+static uint64_t hist_total(const uint64_t *hist)
 {
-    if (!s->hist)
+    if (!hist)
         return 0;
     uint64_t t = 0;
     for (size_t i = 0; i < HIST_BINS; i++)
-        t += s->hist[i];
+        t += hist[i];
     return t;
+}
+
+static void hist_bin(uint64_t *hist, const double *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        hist[hist_index(x[i])]++;
+}
+
+/* The histogram as it would be with every sample binned: s->hist itself
+ * when no kept sample waits to be binned (see stats_add), else a copy with
+ * those binned too, in *tmp for the caller to free. NULL: no histogram.
+ * Without memory for the copy, s->hist alone (the last few samples left
+ * out of the approximate path). s is not changed: callers may hold only a
+ * const view. */
+static const uint64_t *hist_view(const stats *s, uint64_t **tmp)
+{
+    size_t pending = s->nsamples - s->nbinned;
+    *tmp = NULL;
+    if (pending == 0)
+        return s->hist;
+    uint64_t *h = malloc(HIST_BINS * sizeof *h);
+    if (!h)
+        return s->hist;
+    if (s->hist)
+        memcpy(h, s->hist, HIST_BINS * sizeof *h);
+    else
+        memset(h, 0, HIST_BINS * sizeof *h);
+    hist_bin(h, s->samples + s->nbinned, pending);
+    *tmp = h;
+    return h;
 }
 
 static double clamp_q(double q)
@@ -71,9 +108,9 @@ static double clamp_q(double q)
 
 /* The 'linear' interpolation of stats.h, on bin midpoints: find the bins of
  * the order statistics floor(h) and floor(h)+1 in one pass. */
-static double hist_quantile_total(const stats *s, uint64_t total, double q)
+static double hist_quantile_total(const uint64_t *hist, uint64_t total, double q)
 {
-    assert(s->hist && total > 0);
+    assert(hist && total > 0);
     double h = clamp_q(q) * (double)(total - 1);
     uint64_t lo = (uint64_t)h;
     if (lo > total - 1) /* rounding of huge totals */
@@ -84,7 +121,7 @@ static double hist_quantile_total(const stats *s, uint64_t total, double q)
     size_t blo = HIST_BINS, bhi = HIST_BINS;
     uint64_t cum = 0;
     for (size_t i = 0; i < HIST_BINS && bhi == HIST_BINS; i++) {
-        cum += s->hist[i];
+        cum += hist[i];
         if (blo == HIST_BINS && cum > lo)
             blo = i;
         if (cum > hi)
@@ -118,6 +155,18 @@ static int hist_ensure(stats *s)
     if (!s->hist)
         s->hist = calloc(HIST_BINS, sizeof *s->hist);
     return s->hist ? 0 : -1;
+}
+
+/* Bin the kept samples that are not in the histogram yet. */
+static int hist_catch_up(stats *s)
+{
+    if (s->nbinned == s->nsamples)
+        return 0;
+    if (hist_ensure(s) < 0)
+        return -1;
+    hist_bin(s->hist, s->samples + s->nbinned, s->nsamples - s->nbinned);
+    s->nbinned = s->nsamples;
+    return 0;
 }
 
 /* Total order for qsort: NaNs last, so the comparator stays consistent. */
@@ -165,12 +214,16 @@ static void quantiles_fill(const stats *s, const double *qs, double *out, size_t
     bool all_kept = s->nsamples == s->count;
     if (all_kept && exact_fill(s, qs, out, k) == 0)
         return;
-    uint64_t total = hist_total(s);
+    uint64_t *tmp;
+    const uint64_t *hist = hist_view(s, &tmp);
+    uint64_t total = hist_total(hist);
     if (total > 0) {
         for (size_t i = 0; i < k; i++)
-            out[i] = hist_quantile_total(s, total, qs[i]);
+            out[i] = hist_quantile_total(hist, total, qs[i]);
+        free(tmp);
         return;
     }
+    free(tmp);
     if (!all_kept && s->nsamples > 0 && exact_fill(s, qs, out, k) == 0)
         return;
     for (size_t i = 0; i < k; i++)
@@ -194,6 +247,7 @@ void stats_reset(stats *s)
     s->count = 0;
     s->min = s->max = s->mean = s->m2 = s->sum = 0;
     s->nsamples = 0;
+    s->nbinned = 0;
     if (s->hist)
         memset(s->hist, 0, HIST_BINS * sizeof *s->hist);
 }
@@ -214,16 +268,29 @@ int stats_add(stats *s, double v)
     s->m2 += delta * (v - s->mean);
     s->sum += v;
 
+    /* A kept sample reaches the histogram later, STATS_BIN_BATCH at a
+     * time: one histogram is 44 KiB, and a bin touched per sample was a
+     * cache miss per sample (a server adds a few hundred samples to a
+     * dozen of them per round of small buckets). Readers bin what waits
+     * on a copy (hist_view). A sample that is not kept goes there at once,
+     * after every kept one before it. */
     int rc = 0;
-    if (hist_ensure(s) == 0)
-        s->hist[hist_index(v)]++;
-    else
-        rc = -1;
+    bool kept = false;
     if (s->nsamples < STATS_EXACT_MAX) {
-        if (samples_reserve(s, s->nsamples + 1) == 0)
+        if (samples_reserve(s, s->nsamples + 1) == 0) {
             s->samples[s->nsamples++] = v;
-        else
+            kept = true;
+        } else {
             rc = -1;
+        }
+    }
+    if (kept) {
+        if (s->nsamples - s->nbinned >= STATS_BIN_BATCH && hist_catch_up(s) < 0)
+            rc = -1; /* tried again at the next add */
+    } else if (hist_catch_up(s) == 0 && hist_ensure(s) == 0) {
+        s->hist[hist_index(v)]++;
+    } else {
+        rc = -1;
     }
     return rc;
 }
@@ -232,6 +299,9 @@ int stats_merge(stats *dst, const stats *src)
 {
     if (src->count == 0)
         return 0;
+    /* dst's histogram holds all of dst before src's is added: what src
+     * appends to dst's samples is then in the histogram already (below). */
+    int rc = hist_catch_up(dst) < 0 ? -1 : 0;
     /* Snapshot src first: dst may be src. */
     double nb = (double)src->count, mb = src->mean, m2b = src->m2;
     double minb = src->min, maxb = src->max, sumb = src->sum;
@@ -255,7 +325,19 @@ int stats_merge(stats *dst, const stats *src)
     dst->count += src->count;
     dst->sum += sumb;
 
-    int rc = 0;
+    /* src's kept samples not binned yet (none when dst == src: caught up
+     * above), binned into dst's histogram with src's histogram. */
+    size_t src_from = src->nbinned, src_to = src->nsamples;
+    if (src->hist || src_from < src_to) {
+        if (hist_ensure(dst) == 0) {
+            if (src->hist)
+                for (size_t i = 0; i < HIST_BINS; i++)
+                    dst->hist[i] += src->hist[i];
+            hist_bin(dst->hist, src->samples + src_from, src_to - src_from);
+        } else {
+            rc = -1;
+        }
+    }
     if (take > STATS_EXACT_MAX - dst->nsamples)
         take = STATS_EXACT_MAX - dst->nsamples;
     if (take > 0) {
@@ -268,14 +350,10 @@ int stats_merge(stats *dst, const stats *src)
             rc = -1;
         }
     }
-    if (src->hist) {
-        if (hist_ensure(dst) == 0) {
-            for (size_t i = 0; i < HIST_BINS; i++)
-                dst->hist[i] += src->hist[i];
-        } else {
-            rc = -1;
-        }
-    }
+    /* The appended samples are in the histogram (src's, and the binning
+     * above); without a histogram they are binned on the next catch-up. */
+    if (dst->hist)
+        dst->nbinned = dst->nsamples;
     return rc;
 }
 
@@ -288,8 +366,12 @@ double stats_quantile(const stats *s, double q)
 
 double stats_hist_quantile(const stats *s, double q)
 {
-    uint64_t total = hist_total(s);
-    return total ? hist_quantile_total(s, total, q) : 0;
+    uint64_t *tmp;
+    const uint64_t *hist = hist_view(s, &tmp);
+    uint64_t total = hist_total(hist);
+    double v = total ? hist_quantile_total(hist, total, q) : 0;
+    free(tmp);
+    return v;
 }
 
 /* Live views: exact moments, quantiles from the histogram (<= 0.39%
@@ -307,13 +389,20 @@ void stats_summarize_fast(const stats *s, stats_summary *out)
     /* Moments without the sort: summarize a view with no samples kept. */
     stats view = *s;
     view.nsamples = 0;
+    view.nbinned = 0;
     stats_summarize(&view, &exact_moments);
     *out = exact_moments;
-    out->p50 = stats_hist_quantile(s, 0.50);
-    out->p75 = stats_hist_quantile(s, 0.75);
-    out->p90 = stats_hist_quantile(s, 0.90);
-    out->p95 = stats_hist_quantile(s, 0.95);
-    out->p99 = stats_hist_quantile(s, 0.99);
+    uint64_t *tmp;
+    const uint64_t *hist = hist_view(s, &tmp);
+    uint64_t total = hist_total(hist);
+    if (total > 0) {
+        out->p50 = hist_quantile_total(hist, total, 0.50);
+        out->p75 = hist_quantile_total(hist, total, 0.75);
+        out->p90 = hist_quantile_total(hist, total, 0.90);
+        out->p95 = hist_quantile_total(hist, total, 0.95);
+        out->p99 = hist_quantile_total(hist, total, 0.99);
+    }
+    free(tmp);
 }
 
 void stats_summarize(const stats *s, stats_summary *out)

@@ -35,7 +35,10 @@ typedef struct stats {
     double sum;
     double *samples;
     size_t nsamples, cap; /* exact samples up to STATS_EXACT_MAX, grown geometrically */
-    uint64_t *hist;       /* log-linear histogram, allocated on first add; used for quantiles once count > STATS_EXACT_MAX */
+    uint64_t *hist;       /* log-linear histogram, allocated when first binned into; used for quantiles once
+                           * count > STATS_EXACT_MAX. It holds every sample but samples[nbinned, nsamples):
+                           * kept samples are binned a few hundred at a time (readers bin those on a copy) */
+    size_t nbinned;
 } stats;
 
 typedef struct stats_summary {

@@ -242,6 +242,37 @@ static void test_reset(void **state)
     assert_null(s.hist);
 }
 
+/* Kept samples reach the histogram in batches (stats_add): the histogram's
+ * readers see the samples still waiting too. 1000 samples leave the last
+ * 232 waiting, and they are the largest: the top quantiles come from them. */
+static void test_hist_sees_waiting_samples(void **state)
+{
+    (void)state;
+    stats s, t, m;
+    stats_init(&s);
+    stats_init(&t);
+    stats_init(&m);
+    fill_range(&s, 1, 1000);
+    assert_rel(stats_hist_quantile(&s, 1.0), 1000 * 0.37, 1.0 / 256); /* fill_range's values are i * 0.37 */
+    assert_rel(stats_hist_quantile(&s, 0.9), 900.1 * 0.37, 1.0 / 256);
+    /* the live view, past its exact limit, reads the histogram as well */
+    fill_range(&t, 1, 9000);
+    stats_summary su;
+    stats_summarize_fast(&t, &su);
+    assert_rel(su.p99, 8910.01 * 0.37, 1.0 / 256);
+    /* merged: the waiting samples of both sides are counted once each */
+    fill_range(&m, 1, 1000);
+    assert_int_equal(stats_merge(&m, &s), 0);
+    assert_rel(stats_hist_quantile(&m, 1.0), 1000 * 0.37, 1.0 / 256);
+    assert_rel(stats_hist_quantile(&m, 0.5), 500.5 * 0.37, 1.0 / 256);
+    stats_add(&m, 5000); /* one more, over what merged in */
+    assert_rel(stats_hist_quantile(&m, 1.0), 5000, 1.0 / 256);
+    assert_rel(stats_hist_quantile(&m, 0.5), 501 * 0.37, 1.0 / 256);
+    stats_free(&s);
+    stats_free(&t);
+    stats_free(&m);
+}
+
 /* The histogram path on its own, against exact quantiles of the same data,
  * over several scales inside the documented range. */
 static void test_hist_quantile_error(void **state)
@@ -448,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_negative_accepted),
         cmocka_unit_test(test_merge),
         cmocka_unit_test(test_reset),
+        cmocka_unit_test(test_hist_sees_waiting_samples),
         cmocka_unit_test(test_hist_quantile_error),
         cmocka_unit_test(test_hist_clamps),
         cmocka_unit_test(test_beyond_exact_max),
