@@ -36,6 +36,7 @@ import struct
 import subprocess
 import sys
 import time
+import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -45,6 +46,10 @@ from test_shm import ShmClient, sealed_memfd  # noqa: E402
 from test_master import Master  # noqa: E402
 
 MIB = 1 << 20
+# Under ASan the whole training runs are the release pass's (their memory
+# is the same code's as the runs the ASan pass keeps: the killed trainer,
+# the five runs); the suite stays within its time.
+ASAN = os.environ.get("PSBENCH_ASAN") == "1"
 TDEV = os.environ.get("PSBENCH_TRAINER_DEVICE") or "fake-cuda"
 SDEV = os.environ.get("PSBENCH_SERVER_DEVICE") or "fake-cuda"
 # shared/cugpu_fake.c: a handle's bytes, and an IPC event's shared page.
@@ -439,6 +444,7 @@ class Trainers(MasterJob, psb.PsbTestCase):
         self.assertLessEqual(int(m.group(3)) * 2, int(m.group(1)))
         return int(m.group(1)), int(m.group(2))
 
+    @unittest.skipIf(ASAN, "four training runs: the release pass's (see ASAN above)")
     def test_rpc_hook_over_cuda_ipc_equals_tcp(self):
         """Every dense bucket by CUDA IPC (the start line, results.json's
         links, the server's count: every push), the same bits as the run
@@ -465,6 +471,7 @@ class Trainers(MasterJob, psb.PsbTestCase):
             self.assertEqual([t["loss_per_epoch"] for t in res["trainers"]],
                              [t["loss_per_epoch"] for t in tcp["trainers"]])
 
+    @unittest.skipIf(ASAN, "two training runs: the release pass's (see ASAN above)")
     def test_no_cuda_ipc_where_the_server_offers_none(self):
         """--gpu-share 0 on the server: shared memory with pinned staging,
         the same bits; a CPU server likewise (no offer: no note)."""
