@@ -31,6 +31,21 @@ struct comm {
 
 /* ---- the sink: runs on the comm thread ---------------------------------- */
 
+/* The bucket's own result buffer holds at least `bytes`. 0, or -1. */
+static int comm_result_room(comm_bucket *b, uint64_t bytes, char *err, size_t errlen)
+{
+    if (bytes <= b->result_cap)
+        return 0;
+    uint8_t *r = realloc(b->result, bytes);
+    if (!r) {
+        snprintf(err, errlen, "out of memory for a result of %" PRIu64 " bytes", bytes);
+        return -1;
+    }
+    b->result = r;
+    b->result_cap = bytes;
+    return 0;
+}
+
 static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, void **frame, char *err, size_t errlen)
 {
     comm *c = ctx;
@@ -46,30 +61,16 @@ static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, void **fra
         }
         /* A bucket pushed from GPU memory (no host destination) whose mean
          * comes on the socket: kept here, uploaded by the hook. */
-        if (!b->dense_dst && h->payload > b->result_cap) {
-            uint8_t *r = realloc(b->result, h->payload);
-            if (!r) {
-                snprintf(err, errlen, "out of memory for a result");
-                return -1;
-            }
-            b->result = r;
-            b->result_cap = h->payload;
-        }
+        if (!b->dense_dst && comm_result_room(b, h->payload, err, errlen) < 0)
+            return -1;
     } else {
         if (h->cols != b->hdr.cols || h->rows != b->hdr.rows || h->nnz > h->rows ||
             h->payload != h->nnz * (8 + 4 * h->cols)) {
             snprintf(err, errlen, "sparse result for bucket %" PRIu64 " has the wrong shape", h->bucket);
             return -1;
         }
-        if (h->payload > b->result_cap) {
-            uint8_t *r = realloc(b->result, h->payload);
-            if (!r) {
-                snprintf(err, errlen, "out of memory for a sparse result");
-                return -1;
-            }
-            b->result = r;
-            b->result_cap = h->payload;
-        }
+        if (comm_result_room(b, h->payload, err, errlen) < 0)
+            return -1;
         b->result_len = h->payload;
         b->result_nnz = h->nnz;
     }

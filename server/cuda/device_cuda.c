@@ -1363,17 +1363,32 @@ static void cuda_peers_reap(cuda_device *c, bool all)
     }
 }
 
+/* The device's own barrier after a peer's close (cuda_peer_close). */
+static void cuda_reap_done(device_job *j)
+{
+    free(j);
+}
+
 static void cuda_peer_close(device *d, devpeer *p)
 {
     cuda_device *c = (cuda_device *)d;
     c->area_dst = NULL;
     /* Folds from p were enqueued before the next job (jobs go on the
      * stream after every fold before them): unmapped once it completes —
-     * never waiting here; a drain does it at the latest. */
+     * never waiting here. That job is one of the device's own, a barrier
+     * submitted now: a trainer that leaves last must not keep its memory
+     * mapped until the next session's first bucket (a drain reaps it too,
+     * and does where the barrier cannot be allocated). */
     cuda_emit_batch(c);
     p->close_after = c->submitted + 1;
     p->next = c->closing;
     c->closing = p;
+    device_job *j = calloc(1, sizeof *j);
+    if (j) {
+        j->op = JOB_BARRIER;
+        j->done = cuda_reap_done;
+        cuda_submit(d, j);
+    }
     cuda_peers_reap(c, false);
 }
 
