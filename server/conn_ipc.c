@@ -14,6 +14,7 @@
 #include "server/device.h"
 #include "server/server.h"
 #include "shared/log.h"
+#include "shared/text.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -24,39 +25,6 @@ bool conn_ipc_offer(const conn *c)
 {
     const server *s = c->srv;
     return c->shm && device_has_peers(s->dev) && s->kind->ops->push_peer && s->cfg.gpu_share > 0;
-}
-
-static int conn_ipc_hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
-/* n bytes from 2n hex digits. 0, or -1. */
-static int conn_ipc_unhex(const char *p, size_t n, uint8_t *out)
-{
-    for (size_t i = 0; i < n; i++) {
-        int hi = conn_ipc_hexval(p[2 * i]), lo = conn_ipc_hexval(p[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return 0;
-}
-
-static void conn_ipc_hex(const uint8_t *b, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[b[i] >> 4];
-        out[2 * i + 1] = digits[b[i] & 15];
-    }
-    out[2 * n] = '\0';
 }
 
 frame_errcode conn_ipc_export(conn *c, const frame_hdr *h, uint8_t *reply, size_t cap, size_t *rlen, char *msg,
@@ -97,8 +65,8 @@ frame_errcode conn_ipc_export(conn *c, const frame_hdr *h, uint8_t *reply, size_
         return ERR_UNSUPPORTED;
     }
     uint8_t mem[DEVICE_IPC_HANDLE], ev[DEVICE_IPC_HANDLE];
-    if (h->ipc.n != 4 * DEVICE_IPC_HANDLE || conn_ipc_unhex(h->ipc.p, DEVICE_IPC_HANDLE, mem) < 0 ||
-        conn_ipc_unhex(h->ipc.p + 2 * DEVICE_IPC_HANDLE, DEVICE_IPC_HANDLE, ev) < 0) {
+    if (h->ipc.n != 4 * DEVICE_IPC_HANDLE || text_unhex(h->ipc.p, DEVICE_IPC_HANDLE, mem) < 0 ||
+        text_unhex(h->ipc.p + 2 * DEVICE_IPC_HANDLE, DEVICE_IPC_HANDLE, ev) < 0) {
         snprintf(msg, len, "export's ipc must be %u hex digits (a memory handle, then an event handle)",
                  4 * DEVICE_IPC_HANDLE);
         return ERR_UNSUPPORTED;
@@ -121,7 +89,7 @@ frame_errcode conn_ipc_export(conn *c, const frame_hdr *h, uint8_t *reply, size_
         return ERR_UNSUPPORTED;
     }
     char hex[2 * DEVICE_IPC_HANDLE + 1];
-    conn_ipc_hex(share, sizeof share, hex);
+    text_hex(share, sizeof share, hex);
     frame_hdr a = {0};
     a.type = FT_EXPORT;
     a.gpu = frame_str_c(mine);

@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Copy the n bytes at s into out (outlen bytes, always NUL-terminated when
  * outlen > 0), escaping: backslash as \\, newline, carriage return and tab
@@ -29,5 +30,13 @@ size_t text_escape_n(const char *s, size_t n, char *out, size_t outlen);
 size_t text_escape(const char *s, char *out, size_t outlen);
 /* Whether s (n bytes) needs no escape: text_escape_n would copy it as is. */
 bool text_is_printable(const char *s, size_t n);
+
+/* Bytes as hex, for the binary values protocols carry as text (CUDA IPC
+ * handles in a frame header, the rendezvous store's values in JSON).
+ * text_hex: the n bytes at b as 2n lowercase digits and a NUL into out
+ * (2n + 1 bytes). text_unhex: n bytes into out from the 2n digits at s
+ * (either case); 0, or -1 at a character that is not a hex digit. */
+void text_hex(const uint8_t *b, size_t n, char *out);
+int text_unhex(const char *s, size_t n, uint8_t *out);
 
 #endif

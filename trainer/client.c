@@ -322,34 +322,6 @@ static int client_follow(client *cl, client_conn *c, const frame_hdr *r, char *w
 /* Hello and welcome on c, connected over TCP: asking for shared memory
  * unless the transport is tcp, following a redirect where it can (auto:
  * else on TCP, the reason in link_note; shm: else an error). */
-static int client_unhex(const char *p, size_t n, unsigned char *out)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned v = 0;
-        for (int k = 0; k < 2; k++) {
-            char ch = p[2 * i + k];
-            unsigned d = ch >= '0' && ch <= '9' ? (unsigned)(ch - '0')
-                         : ch >= 'a' && ch <= 'f' ? (unsigned)(ch - 'a' + 10)
-                                                  : 16;
-            if (d > 15)
-                return -1;
-            v = v << 4 | d;
-        }
-        out[i] = (unsigned char)v;
-    }
-    return 0;
-}
-
-static void client_hex(const unsigned char *b, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[b[i] >> 4];
-        out[2 * i + 1] = digits[b[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
 /* CUDA IPC (docs/protocol.md): the server's welcome offered it (`gpu`);
  * on the same GPU, export the gradients' memory and event and open the
  * server's memory. A refusal, or another GPU, is a note, not an error:
@@ -364,8 +336,8 @@ static int client_export(client *cl, client_conn *c, const frame_hdr *w, double 
         return 0;
     }
     char hex[4 * GPUSHARE_HANDLE + 1];
-    client_hex(g->mem, GPUSHARE_HANDLE, hex);
-    client_hex(g->ev, GPUSHARE_HANDLE, hex + 2 * GPUSHARE_HANDLE);
+    text_hex(g->mem, GPUSHARE_HANDLE, hex);
+    text_hex(g->ev, GPUSHARE_HANDLE, hex + 2 * GPUSHARE_HANDLE);
     frame_hdr h = {0};
     h.type = FT_EXPORT;
     h.gpu = frame_str_c(g->gpu);
@@ -392,7 +364,7 @@ static int client_export(client *cl, client_conn *c, const frame_hdr *w, double 
     unsigned char mem[GPUSHARE_HANDLE];
     char missing[64];
     if (frame_missing(a.has, FH_GPU | FH_SEGMENT | FH_IPC, missing, sizeof missing) || !frame_str_eq(a.gpu, g->gpu) ||
-        a.ipc.n != 2 * GPUSHARE_HANDLE || client_unhex(a.ipc.p, GPUSHARE_HANDLE, mem) < 0 || a.segment == 0) {
+        a.ipc.n != 2 * GPUSHARE_HANDLE || text_unhex(a.ipc.p, GPUSHARE_HANDLE, mem) < 0 || a.segment == 0) {
         snprintf(err, errlen, "server %s: its export answer is not one (gpu, segment, ipc: a %u-byte handle)",
                  c->addr, GPUSHARE_HANDLE);
         return -1;

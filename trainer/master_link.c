@@ -2,6 +2,7 @@
 #include "trainer/master_link.h"
 #include "shared/clock.h"
 #include "shared/log.h"
+#include "shared/text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,21 +244,10 @@ int mlink_tick(void *ctx, uint64_t batches_done, char *err, size_t errlen)
  * NCCL id). */
 static char *mlink_hex(const uint8_t *p, size_t n)
 {
-    static const char digits[] = "0123456789abcdef";
     char *s = malloc(2 * n + 1);
-    if (!s)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        s[2 * i] = digits[p[i] >> 4];
-        s[2 * i + 1] = digits[p[i] & 15];
-    }
-    s[2 * n] = '\0';
+    if (s)
+        text_hex(p, n, s);
     return s;
-}
-
-static int mlink_unhex_digit(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
 static int mlink_unhex(const char *s, uint8_t **out, size_t *len)
@@ -268,13 +258,9 @@ static int mlink_unhex(const char *s, uint8_t **out, size_t *len)
     uint8_t *p = malloc(n / 2 ? n / 2 : 1);
     if (!p)
         return -1;
-    for (size_t i = 0; i < n / 2; i++) {
-        int hi = mlink_unhex_digit(s[2 * i]), lo = mlink_unhex_digit(s[2 * i + 1]);
-        if (hi < 0 || lo < 0) {
-            free(p);
-            return -1;
-        }
-        p[i] = (uint8_t)(hi << 4 | lo);
+    if (text_unhex(s, n / 2, p) < 0) {
+        free(p);
+        return -1;
     }
     *out = p;
     *len = n / 2;

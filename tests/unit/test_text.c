@@ -61,11 +61,34 @@ static void test_never_cut(void **state)
     assert_string_equal(out, "");
 }
 
+/* Hex both ways: every byte value round-trips, lowercase out, either
+ * case in, anything else refused. */
+static void test_hex(void **state)
+{
+    (void)state;
+    uint8_t b[256], back[256];
+    char s[513];
+    for (int i = 0; i < 256; i++)
+        b[i] = (uint8_t)i;
+    text_hex(b, sizeof b, s);
+    assert_int_equal(strlen(s), 512);
+    assert_memory_equal(s, "000102", 6);
+    assert_string_equal(s + 506, "fdfeff");
+    assert_int_equal(text_unhex(s, sizeof back, back), 0);
+    assert_memory_equal(back, b, sizeof b);
+    assert_int_equal(text_unhex("ABcd", 2, back), 0);
+    assert_int_equal(back[0], 0xab);
+    assert_int_equal(back[1], 0xcd);
+    assert_int_equal(text_unhex("0g", 1, back), -1);
+    assert_int_equal(text_unhex("1 ", 1, back), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_escapes),
         cmocka_unit_test(test_never_cut),
+        cmocka_unit_test(test_hex),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
