@@ -100,11 +100,7 @@ bu_psbench() {
         --out-features "$out" --listen "127.0.0.1:$port" >"$dir/server.out" 2>"$dir/server.err" &
     spid=$!
     PIDS+=("$spid")
-    if ! bench_wait_for_line "$dir/server.err" "listening on 127.0.0.1:$port" 10 "$spid"; then
-        kill -0 "$spid" 2>/dev/null ||
-            bench_die "psbench-server ($name) exited before listening: $(tail -n 1 "$dir/server.err")"
-        bench_die "psbench-server ($name) did not report listening on 127.0.0.1:$port within 10 s"
-    fi
+    bench_expect_line "psbench-server ($name)" "$dir/server.err" "listening on 127.0.0.1:$port" 10 "$spid"
 
     # A hung run fails instead of hanging the benchmark.
     local limit

@@ -102,8 +102,7 @@ hl_run() {
     mpid=$!
     PIDS+=("$mpid")
     if [[ $mode != unloaded ]]; then
-        bench_wait_for_line "$out.log" "HTTP on http://127.0.0.1:$port/" 10 "$mpid" ||
-            bench_die "$name: the master's HTTP never came up: $(tail -n 3 "$out.log")"
+        bench_expect_line "$name: psbench-master" "$out.log" "HTTP on http://127.0.0.1:$port/" 10 "$mpid"
         target=$port
         if [[ $mode == control ]]; then
             kill -0 "$IDLE_PID" 2>/dev/null || bench_die "the control's master died: $(tail -n 3 "$TMP/idle.log")"
@@ -154,8 +153,7 @@ IDLE_PORT=$(bench_free_port)
     --rpc-timeout 86400 >"$TMP/idle.log" 2>&1 &
 IDLE_PID=$!
 PIDS+=("$IDLE_PID")
-bench_wait_for_line "$TMP/idle.log" "HTTP on http://127.0.0.1:$IDLE_PORT/" 10 "$IDLE_PID" ||
-    bench_die "the control's master did not come up: $(tail -n 3 "$TMP/idle.log")"
+bench_expect_line "the control's psbench-master" "$TMP/idle.log" "HTTP on http://127.0.0.1:$IDLE_PORT/" 10 "$IDLE_PID"
 
 bench_log "$ROUNDS round(s) of: psbench-master --local, 2 trainers, 1 server, Synthetic 4 x 64 KiB buckets," \
     "$EPOCHS epochs; unloaded, loaded and control runs in a rotating order"

@@ -85,3 +85,15 @@ bench_wait_for_line() {
     done
     return 1
 }
+
+# The start-wait-check of a background process: wait up to SECS seconds for
+# the fixed string LINE in FILE while PID lives; if it never comes, die
+# saying whether WHAT exited first (with FILE's last lines) or stayed silent.
+#   bench_expect_line WHAT FILE LINE SECS PID
+bench_expect_line() {
+    local what=$1 file=$2 line=$3 secs=$4 pid=$5
+    bench_wait_for_line "$file" "$line" "$secs" "$pid" && return 0
+    kill -0 "$pid" 2>/dev/null ||
+        bench_die "$what exited before printing \"$line\": $(tail -n 3 "$file" 2>/dev/null | tr '\n' ' ')"
+    bench_die "$what did not print \"$line\" within $secs s: $(tail -n 3 "$file" 2>/dev/null | tr '\n' ' ')"
+}

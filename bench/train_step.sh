@@ -234,8 +234,7 @@ job_start() {
   "$BUILD/psbench-master" --listen 127.0.0.1:0 --http 127.0.0.1:0 --linger 0 --epochs "$EPOCHS" \
     --out "$out" "$@" >"$out.log" 2>&1 &
   p=$!; PIDS+=("$p"); JOB_M[$name]=$p
-  bench_wait_for_line "$out.log" "control plane on" 30 "$p" ||
-    { tail -5 "$out.log" >&2; bench_die "the $name master did not start"; }
+  bench_expect_line "the $name psbench-master" "$out.log" "control plane on" 30 "$p"
   port=$(sed -n 's/.*control plane on [0-9.]*:\([0-9]*\).*/\1/p' "$out.log" | head -1)
   if [[ $sdev != - ]]; then
     "$BUILD/psbench-server" --master "127.0.0.1:$port" --device "$sdev" >"$out.server.log" 2>&1 &

@@ -11,7 +11,9 @@ relative to this file. Run with /usr/bin/python3 (python3-msgpack).
 """
 import array
 import atexit
+import fcntl
 import json
+import mmap
 import os
 import re
 import shutil
@@ -23,6 +25,8 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 import msgpack
 
@@ -30,6 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HOST = "127.0.0.1"
 READY_TIMEOUT = 10.0
 STOP_GRACE = 5.0
+RUN_TIMEOUT = 90  # a master run of the integration tests, start to end
+MIB = 1 << 20
 
 
 # ---- the repository's configurations -------------------------------------
@@ -768,3 +774,136 @@ def main():
     passed = r.testsRun - failed - skipped
     print("%d passed, %d failed%s" % (passed, failed, ", %d skipped" % skipped if skipped else ""))
     sys.exit(0 if failed == 0 and r.testsRun > 0 else 1)
+
+
+# ---- the master: a psbench-master process and its HTTP API ----------------
+
+class Master(Proc):
+    CTL_RE = re.compile(r"control plane on ([0-9.]+):(\d+)")
+    HTTP_RE = re.compile(r"HTTP on http://([0-9.]+):(\d+)/")
+
+    def wait_ports(self, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            err = self.stderr()
+            c, h = self.CTL_RE.search(err), self.HTTP_RE.search(err)
+            if c and h:
+                self.ctl = "%s:%s" % (HOST, c.group(2))
+                self.http = "http://%s:%s" % (HOST, h.group(2))
+                return
+            if not self.alive():
+                raise AssertionError("master exited early:\n" + self.describe())
+            time.sleep(0.02)
+        raise AssertionError("master did not print its ports:\n" + self.describe())
+
+
+def http_get(url, method="GET", timeout=5.0):
+    req = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode("utf-8")
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode("utf-8", "replace")
+
+
+def wait_phase(test, m, phases, timeout=RUN_TIMEOUT):
+    """Poll m's /api/v1/status until its phase is one of phases; returns
+    the status, or fails `test` with the last one seen."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = http_json(m.http + "/api/v1/status")
+        except OSError:
+            last = None
+        if last and last["phase"] in phases:
+            return last
+        time.sleep(0.05)
+    test.fail("phase never reached %s (last %r):\n%s" % (phases, last, m.describe()))
+
+
+def http_json(url):
+    code, ctype, body = http_get(url)
+    assert code == 200, (url, code, body)
+    assert ctype.startswith("application/json"), (url, ctype)
+    return json.loads(body)
+
+
+# ---- shared memory: a trainer by hand over the server's Unix socket ------
+
+def sealed_memfd(size, seals=fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW):
+    fd = os.memfd_create("psbench-test", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+    os.ftruncate(fd, size)
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+class ShmClient(RawClient):
+    """A trainer by hand over the server's Unix socket: TCP hello asking
+    for shared memory, the redirect followed, then hello with a segment."""
+
+    def __init__(self, port, size=4 * MIB, seg_fd=None, send_segment=True, **kw):
+        super().__init__(port, **kw)
+        self.fds = []
+        self.seg_fd = seg_fd if seg_fd is not None else sealed_memfd(size)
+        self.seg = mmap.mmap(self.seg_fd, os.fstat(self.seg_fd).st_size)
+        self.send_segment = send_segment
+        self.server_seg = None
+
+    def redirect(self, rank):
+        h, _ = super().hello(rank, extra={"link": "shm"})
+        assert h["type"] == "redirect", h
+        self.sock.close()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect("\0" + h["shm"])
+        self.buf = b""
+        return h
+
+    def hello_shm(self, rank, extra=None):
+        self.redirect(rank)
+        h = {"type": "hello", "version": 1, "role": "trainer", "rank": rank, "zerocopy": 1}
+        fds = []
+        if self.send_segment:
+            h["segment"] = os.fstat(self.seg_fd).st_size
+            fds = [self.seg_fd]
+        h.update(extra or {})
+        socket.send_fds(self.sock, [encode_frame(h)], fds)
+        w, _ = self.recv_frame()
+        if w.get("segment") and self.fds:
+            fd = self.fds.pop(0)
+            self.server_seg = mmap.mmap(fd, w["segment"], prot=mmap.PROT_READ)
+            self.server_seg_fd = fd
+        return w
+
+    def _recv_chunk(self, n):
+        if self.sock.family != socket.AF_UNIX:
+            return super()._recv_chunk(n)
+        data, fds, _, _ = socket.recv_fds(self.sock, n, 4)
+        self.fds += fds
+        return data
+
+    def put(self, at, values):
+        b = dense_payload(values)
+        self.seg[at:at + len(b)] = b
+        return len(b)
+
+    def push_at(self, batch, bucket, count, at):
+        self.send_frame({"type": "push", "batch": batch, "bucket": bucket, "dtype": "f32", "layout": "dense",
+                         "count": count, "at": at})
+
+    def result(self, timeout=10.0):
+        """The next frame; a result's payload read from the server's
+        segment when it names one."""
+        h, p = self.recv_frame(timeout)
+        if h.get("type") == "result" and "at" in h:
+            n = 4 * h["count"]
+            p = bytes(self.server_seg[h["at"]:h["at"] + n])
+        return h, p
+
+    def close(self):
+        super().close()
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []

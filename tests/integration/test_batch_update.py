@@ -35,7 +35,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 import bu_reference as ref  # noqa: E402
-from test_master import Master, http_get, http_json  # noqa: E402
+from psb import Master, http_get, http_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MOCK = os.path.join(HERE, "bu_mock_server.py")

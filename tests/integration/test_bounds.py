@@ -20,7 +20,7 @@ import msgpack
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 from psb import dense_push, expected_dense_mean  # noqa: E402
-from test_master import Master, http_get, wait_phase  # noqa: E402
+from psb import Master, http_get, wait_phase  # noqa: E402
 
 U64_MAX = (1 << 64) - 1
 

@@ -26,14 +26,12 @@ The real trainers' devices are $PSBENCH_TRAINER_DEVICE and
 $PSBENCH_SERVER_DEVICE (default fake-cuda; cuda on a GPU: run the class
 Trainers there, the protocol by hand needs the fake GPU's handles).
 """
-import fcntl
 import json
 import mmap
 import os
 import re
 import signal
 import struct
-import subprocess
 import sys
 import time
 import unittest
@@ -41,9 +39,9 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Closed, expected_dense_mean, parse_dense, dense_payload  # noqa: E402
-from test_shm import ShmClient, sealed_memfd  # noqa: E402
-from test_master import Master  # noqa: E402
+from psb import expected_dense_mean, parse_dense, dense_payload  # noqa: E402
+from psb import ShmClient, sealed_memfd  # noqa: E402
+from psb import Master  # noqa: E402
 
 MIB = 1 << 20
 # Under ASan the whole training runs are the release pass's (their memory

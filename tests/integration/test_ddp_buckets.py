@@ -21,7 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import psb  # noqa: E402
-from test_master import Master  # noqa: E402
+from psb import Master  # noqa: E402
 
 try:
     import torch  # noqa: F401

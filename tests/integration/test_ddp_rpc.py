@@ -42,7 +42,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import psb  # noqa: E402
-from test_master import Master, http_get, http_json  # noqa: E402
+from psb import Master, http_get, http_json  # noqa: E402
 
 EMB_MOCK = os.path.join(HERE, "emb_mock_server.py")
 

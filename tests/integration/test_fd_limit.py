@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from test_master import Master  # noqa: E402
+from psb import Master  # noqa: E402
 
 LIMIT = 16
 CLIENTS = 24  # more than LIMIT: some must be refused

@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from test_master import Master, http_get, http_json  # noqa: E402
+from psb import Master, http_get, http_json  # noqa: E402
 
 SMALL = {"num_embeddings": 128, "embedding_dim": 64, "dense_input_size": 64, "dense_output_size": 128,
          "dense_layers_count": 1}

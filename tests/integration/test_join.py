@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from test_master import Master, http_get, wait_phase  # noqa: E402
+from psb import Master, http_get, wait_phase  # noqa: E402
 
 TOKEN = "s3cr3t-TOKEN-xyz"
 WRONG = "wr0ng-TOKEN-abc"

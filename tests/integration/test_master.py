@@ -14,65 +14,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
+from psb import Master, http_get, http_json, wait_phase  # noqa: E402,F401
 
-RUN_TIMEOUT = 90
+RUN_TIMEOUT = psb.RUN_TIMEOUT
 STATS_KEYS = {"count", "min", "max", "mean", "variance", "stdev", "p50", "p75", "p90", "p95", "p99"}
-
-
-class Master(psb.Proc):
-    CTL_RE = re.compile(r"control plane on ([0-9.]+):(\d+)")
-    HTTP_RE = re.compile(r"HTTP on http://([0-9.]+):(\d+)/")
-
-    def wait_ports(self, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            err = self.stderr()
-            c, h = self.CTL_RE.search(err), self.HTTP_RE.search(err)
-            if c and h:
-                self.ctl = "%s:%s" % (psb.HOST, c.group(2))
-                self.http = "http://%s:%s" % (psb.HOST, h.group(2))
-                return
-            if not self.alive():
-                raise AssertionError("master exited early:\n" + self.describe())
-            time.sleep(0.02)
-        raise AssertionError("master did not print its ports:\n" + self.describe())
-
-
-def http_get(url, method="GET", timeout=5.0):
-    req = urllib.request.Request(url, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.headers.get("Content-Type", ""), r.read().decode("utf-8")
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers.get("Content-Type", ""), e.read().decode("utf-8", "replace")
-
-
-def wait_phase(test, m, phases, timeout=RUN_TIMEOUT):
-    """Poll m's /api/v1/status until its phase is one of phases; returns
-    the status, or fails `test` with the last one seen."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = http_json(m.http + "/api/v1/status")
-        except OSError:
-            last = None
-        if last and last["phase"] in phases:
-            return last
-        time.sleep(0.05)
-    test.fail("phase never reached %s (last %r):\n%s" % (phases, last, m.describe()))
-
-
-def http_json(url):
-    code, ctype, body = http_get(url)
-    assert code == 200, (url, code, body)
-    assert ctype.startswith("application/json"), (url, ctype)
-    return json.loads(body)
 
 
 class MasterTests(psb.PsbTestCase):

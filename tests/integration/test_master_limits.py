@@ -31,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from test_master import Master, http_get, http_json  # noqa: E402
+from psb import Master, http_get, http_json  # noqa: E402
 
 MIB = 1 << 20
 

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from test_master import Master  # noqa: E402
+from psb import Master  # noqa: E402
 
 CONNECT_TIMEOUT = 3
 SLACK = 4.0  # start-up, the HTTP probe (at most 2 s), exit

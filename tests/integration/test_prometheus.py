@@ -14,7 +14,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from test_master import Master, http_json  # noqa: E402
+from psb import Master, http_json  # noqa: E402
 
 
 def free_port():

@@ -15,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from test_master import Master, http_json  # noqa: E402
+from psb import Master, http_json  # noqa: E402
 
 RUN_TIMEOUT = 120
 

@@ -10,97 +10,17 @@ import os
 import re
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
 
-import msgpack
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import RawClient, Closed, encode_frame, dense_payload, expected_dense_mean, parse_dense  # noqa: E402
-from test_master import Master  # noqa: E402
+from psb import encode_frame, dense_payload, expected_dense_mean, parse_dense  # noqa: E402
+from psb import Master, ShmClient, sealed_memfd  # noqa: E402
 
-MIB = 1 << 20
-
-
-def sealed_memfd(size, seals=fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW):
-    fd = os.memfd_create("psbench-test", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
-    os.ftruncate(fd, size)
-    if seals:
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
-    return fd
-
-
-class ShmClient(RawClient):
-    """A trainer by hand over the server's Unix socket: TCP hello asking
-    for shared memory, the redirect followed, then hello with a segment."""
-
-    def __init__(self, port, size=4 * MIB, seg_fd=None, send_segment=True, **kw):
-        super().__init__(port, **kw)
-        self.fds = []
-        self.seg_fd = seg_fd if seg_fd is not None else sealed_memfd(size)
-        self.seg = mmap.mmap(self.seg_fd, os.fstat(self.seg_fd).st_size)
-        self.send_segment = send_segment
-        self.server_seg = None
-
-    def redirect(self, rank):
-        h, _ = super().hello(rank, extra={"link": "shm"})
-        assert h["type"] == "redirect", h
-        self.sock.close()
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(10)
-        self.sock.connect("\0" + h["shm"])
-        self.buf = b""
-        return h
-
-    def hello_shm(self, rank, extra=None):
-        self.redirect(rank)
-        h = {"type": "hello", "version": 1, "role": "trainer", "rank": rank, "zerocopy": 1}
-        fds = []
-        if self.send_segment:
-            h["segment"] = os.fstat(self.seg_fd).st_size
-            fds = [self.seg_fd]
-        h.update(extra or {})
-        socket.send_fds(self.sock, [encode_frame(h)], fds)
-        w, _ = self.recv_frame()
-        if w.get("segment") and self.fds:
-            fd = self.fds.pop(0)
-            self.server_seg = mmap.mmap(fd, w["segment"], prot=mmap.PROT_READ)
-            self.server_seg_fd = fd
-        return w
-
-    def _recv_chunk(self, n):
-        if self.sock.family != socket.AF_UNIX:
-            return super()._recv_chunk(n)
-        data, fds, _, _ = socket.recv_fds(self.sock, n, 4)
-        self.fds += fds
-        return data
-
-    def put(self, at, values):
-        b = dense_payload(values)
-        self.seg[at:at + len(b)] = b
-        return len(b)
-
-    def push_at(self, batch, bucket, count, at):
-        self.send_frame({"type": "push", "batch": batch, "bucket": bucket, "dtype": "f32", "layout": "dense",
-                         "count": count, "at": at})
-
-    def result(self, timeout=10.0):
-        """The next frame; a result's payload read from the server's
-        segment when it names one."""
-        h, p = self.recv_frame(timeout)
-        if h.get("type") == "result" and "at" in h:
-            n = 4 * h["count"]
-            p = bytes(self.server_seg[h["at"]:h["at"] + n])
-        return h, p
-
-    def close(self):
-        super().close()
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
+MIB = psb.MIB
 
 
 class Shm(psb.PsbTestCase):

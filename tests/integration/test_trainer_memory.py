@@ -16,7 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from test_master import Master  # noqa: E402
+from psb import Master  # noqa: E402
 
 MiB = 1 << 20
 # Every refusal comes at the trainer's start; a trainer that hung (the

@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from test_master import Master  # noqa: E402
+from psb import Master  # noqa: E402
 
 SMALL_MODEL = {"model_class": "DummyModel",
                "configurations": {"num_embeddings": 128, "embedding_dim": 64,
