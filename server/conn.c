@@ -247,7 +247,7 @@ static int conn_queue_result(conn *c, conn_answer *a, uint64_t batch, bool on_gp
     const uint8_t *lent = NULL;
     size_t lent_len = 0;
     if (on_gpu && payload && payload->twin) {
-        assert(c->gpu_peer);
+        assert(c->ipc.peer);
         if (!a->len_dev) {
             a->len_dev = conn_ipc_encode_result(a->h, payload, a->buf_dev, sizeof a->buf_dev);
             assert(a->len_dev > 0);
@@ -551,7 +551,7 @@ static void conn_on_push(conn *c, const frame_hdr *h0)
     const uint8_t *shared = NULL; /* the payload, in the trainer's segment */
     bool on_gpu = false;          /* the payload, in the trainer's GPU memory (CUDA IPC) */
     if (h0->has & FH_DEV) {
-        frame_errcode code = conn_ipc_push(c, h0, s->cfg.max_payload, &hv, msg, sizeof msg);
+        frame_errcode code = conn_ipc_push(&c->ipc, h0, s->cfg.max_payload, &hv, msg, sizeof msg);
         if (code != ERR_NONE) {
             conn_send_error(c, code, msg, h0);
             return;
@@ -566,8 +566,8 @@ static void conn_on_push(conn *c, const frame_hdr *h0)
     /* The device's later work waits for what the trainer recorded before
      * this push: its gradients written, and its reads of results lent to
      * it done (docs/protocol.md, CUDA IPC). */
-    if (c->gpu_peer)
-        device_peer_wait(s->dev, c->gpu_peer);
+    if (c->ipc.peer)
+        device_peer_wait(s->dev, c->ipc.peer);
     /* A trainer pushes a batch only once it has read every result of the
      * batches before: the results of those it was lent are free again. */
     if (h->has & FH_BATCH)
@@ -589,7 +589,7 @@ static void conn_on_push(conn *c, const frame_hdr *h0)
         s->pushes_gpu++;
         if (c->push.f) {
             pending_set_gpu_slot(c->push.f, c->slot);
-            futures_push_peer(&s->fut, &c->push, c->gpu_peer, h->dev);
+            futures_push_peer(&s->fut, &c->push, c->ipc.peer, h->dev);
         }
         conn_push_finish(c);
     } else if (shared && h->payload) {
@@ -981,7 +981,7 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
     if (s->cfg.splice && reads_first && !c->shm)
         outq_splice_on(&c->out, s->cfg.max_queued);
     c->in_place = c->shm && reads_first && s->arena.seg.base;
-    c->ipc_offered = reads_first && conn_ipc_offer(c);
+    c->ipc.offered = reads_first && conn_ipc_offer(s, c->shm);
     c->slot = slot;
     c->rank = h->rank;
 
@@ -995,7 +995,7 @@ static void conn_on_hello(conn *c, const frame_hdr *h)
         w.segment = s->arena.seg.size;
         w.has |= FH_SEGMENT;
     }
-    if (c->ipc_offered) {
+    if (c->ipc.offered) {
         w.gpu = frame_str_c(device_gpu_id(s->dev));
         w.has |= FH_GPU;
     }
@@ -1115,7 +1115,12 @@ static void conn_on_export(conn *c, const frame_hdr *h)
     char msg[400];
     uint8_t reply[512];
     size_t n = 0;
-    frame_errcode code = conn_ipc_export(c, h, reply, sizeof reply, &n, msg, sizeof msg);
+    frame_errcode code = ERR_BAD_FRAME;
+    if (!c->hello_done)
+        snprintf(msg, sizeof msg, "export before hello");
+    else
+        code = conn_ipc_export(c->srv, &c->ipc, c->shm, c->peer, c->rank, h, reply, sizeof reply, &n, msg,
+                               sizeof msg);
     if (code != ERR_NONE) {
         conn_send_error(c, code, msg, h);
         conn_skip_payload(c);
@@ -1445,7 +1450,7 @@ void conn_free(conn *c)
     event_free(c->wev);
     event_free(c->hello_ev);
     outq_free(&c->out); /* drops the references to shared results */
-    conn_ipc_close(c);    /* unmapped once the device's folds from it are done */
+    conn_ipc_close(c->srv, &c->ipc); /* unmapped once the device's folds from it are done */
     shm_seg_close(&c->seg); /* nothing reads it after the close: no push in flight */
     push_ctx_free(&c->push);
     framed_free(&c->rd);

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "server/conn_ipc.h"
 #include "server/kind.h"
 #include "server/outq.h"
 #include "shared/frame.h"
@@ -48,13 +49,7 @@ typedef struct conn {
     shm_seg seg;
     int rx_fd;
     bool in_place; /* results may be read in place: shm, and the hello's zerocopy promise */
-    /* CUDA IPC (conn_ipc.h): offered in the welcome; once the trainer's
-     * export is taken, its GPU memory (gpu_bytes of it) and event, open on
-     * the server's device: pushes name bytes there (`dev`), results name
-     * theirs in the device's shared memory. */
-    bool ipc_offered;
-    devpeer *gpu_peer;
-    uint64_t gpu_bytes;
+    conn_ipc ipc; /* CUDA IPC: offered, and the trainer's export (conn_ipc.h) */
     char peer[64];
     struct event *rev, *wev;
     struct event *hello_ev; /* closes a connection that never says hello */

@@ -21,22 +21,16 @@
 #include <stdio.h>
 #include <string.h>
 
-bool conn_ipc_offer(const conn *c)
+bool conn_ipc_offer(const server *s, bool shm)
 {
-    const server *s = c->srv;
-    return c->shm && device_has_peers(s->dev) && s->kind->ops->push_peer && s->cfg.gpu_share > 0;
+    return shm && device_has_peers(s->dev) && s->kind->ops->push_peer && s->cfg.gpu_share > 0;
 }
 
-frame_errcode conn_ipc_export(conn *c, const frame_hdr *h, uint8_t *reply, size_t cap, size_t *rlen, char *msg,
-                              size_t len)
+frame_errcode conn_ipc_export(server *s, conn_ipc *x, bool shm, const char *who, uint64_t rank,
+                              const frame_hdr *h, uint8_t *reply, size_t cap, size_t *rlen, char *msg, size_t len)
 {
-    server *s = c->srv;
     char why[400];
-    if (!c->hello_done) {
-        snprintf(msg, len, "export before hello");
-        return ERR_BAD_FRAME;
-    }
-    if (!c->shm) {
+    if (!shm) {
         snprintf(msg, len, "export on a TCP connection (CUDA IPC runs over shared memory only)");
         return ERR_BAD_FRAME;
     }
@@ -44,12 +38,12 @@ frame_errcode conn_ipc_export(conn *c, const frame_hdr *h, uint8_t *reply, size_
         snprintf(msg, len, "export carries no payload");
         return ERR_BAD_FRAME;
     }
-    if (!c->ipc_offered) {
+    if (!x->offered) {
         snprintf(msg, len, "this server offered no CUDA IPC (its device is %s%s)", s->dev->ops->name,
                  s->cfg.gpu_share ? "" : ", --gpu-share 0");
         return ERR_UNSUPPORTED;
     }
-    if (c->gpu_peer) {
+    if (x->peer) {
         snprintf(msg, len, "export already done on this connection");
         return ERR_UNSUPPORTED;
     }
@@ -102,17 +96,17 @@ frame_errcode conn_ipc_export(conn *c, const frame_hdr *h, uint8_t *reply, size_
         snprintf(msg, len, "server error: the export reply does not fit");
         return ERR_UNSUPPORTED;
     }
-    c->gpu_peer = peer;
-    c->gpu_bytes = h->segment;
+    x->peer = peer;
+    x->bytes = h->segment;
     log_debug("%s (rank %" PRIu64 "): CUDA IPC: %" PRIu64 " bytes of its GPU memory opened, %" PRIu64
-              " bytes shared with it", c->peer, c->rank, h->segment, share_bytes);
+              " bytes shared with it", who, rank, h->segment, share_bytes);
     return ERR_NONE;
 }
 
-frame_errcode conn_ipc_push(const conn *c, const frame_hdr *h, uint64_t max_payload, frame_hdr *hv, char *msg,
+frame_errcode conn_ipc_push(const conn_ipc *x, const frame_hdr *h, uint64_t max_payload, frame_hdr *hv, char *msg,
                             size_t len)
 {
-    if (!c->gpu_peer) {
+    if (!x->peer) {
         snprintf(msg, len, "push names dev (GPU memory) on a connection without an export");
         return ERR_BAD_FRAME;
     }
@@ -130,9 +124,9 @@ frame_errcode conn_ipc_push(const conn *c, const frame_hdr *h, uint64_t max_payl
         return ERR_TOO_LARGE;
     }
     uint64_t want = h->count * 4;
-    if (h->dev % 4 || h->dev > c->gpu_bytes || want > c->gpu_bytes - h->dev) {
+    if (h->dev % 4 || h->dev > x->bytes || want > x->bytes - h->dev) {
         snprintf(msg, len, "push names bytes %" PRIu64 "..%" PRIu64 " of %" PRIu64 " bytes of exported GPU memory%s",
-                 h->dev, h->dev + want, c->gpu_bytes, h->dev % 4 ? " (not on a float boundary)" : "");
+                 h->dev, h->dev + want, x->bytes, h->dev % 4 ? " (not on a float boundary)" : "");
         return ERR_BAD_FRAME;
     }
     *hv = *h;
@@ -153,10 +147,10 @@ size_t conn_ipc_encode_result(const frame_hdr *h, const psbuf *payload, uint8_t 
     return frame_encode_header(&hd, buf, cap);
 }
 
-void conn_ipc_close(conn *c)
+void conn_ipc_close(server *s, conn_ipc *x)
 {
-    if (!c->gpu_peer)
+    if (!x->peer)
         return;
-    device_peer_close(c->srv->dev, c->gpu_peer);
-    c->gpu_peer = NULL;
+    device_peer_close(s->dev, x->peer);
+    x->peer = NULL;
 }

@@ -332,8 +332,8 @@ void server_reset(server *s)
         /* A pass ends when every trainer has read all its results (a CUDA
          * trainer's reads of GPU memory: done by its last record, or by
          * the stream synchronisation that ends its pass). */
-        if (c->gpu_peer)
-            device_peer_wait(s->dev, c->gpu_peer);
+        if (c->ipc.peer)
+            device_peer_wait(s->dev, c->ipc.peer);
         outq_return_all(&c->out);
     }
     metrics_reset(s->metrics);
