@@ -10,7 +10,9 @@
  *   reports them itself); a bug while rendering is logged with
  *   console.error so that the browser test notices it.
  * - window.psbenchState exposes what the page knows (for tests and for a
- *   curious user at the console); every chart container carries
+ *   curious user at the console), window.psbenchFormat the formatting
+ *   the charts use (tick labels: their canvas is not readable text); every
+ *   chart container carries
  *   data-points (samples with at least one value) and data-series.
  */
 (function () {
@@ -339,6 +341,31 @@
     server: {id: "chart-server", plot: null, sig: "", ro: null}
   };
 
+  /* Tick labels with as many decimals as the step between ticks needs, and
+   * no more: ticks 2.5 apart read 375.0 / 377.5 / 380.0, not 375 / 378 / 380
+   * (rounded to the value's own magnitude, two of them printed the same). */
+  function tickDecimals(vals) {
+    let step = Infinity;
+    for (let i = 1; i < vals.length; i++) {
+      const d = Math.abs(vals[i] - vals[i - 1]);
+      if (d > 0 && d < step) step = d;
+    }
+    if (!isFinite(step)) return 0;
+    /* The smallest count of decimals that writes the step exactly (to 1e-9). */
+    for (let k = 0; k < 9; k++) {
+      const scaled = step * Math.pow(10, k);
+      if (Math.abs(scaled - Math.round(scaled)) < 1e-9 * Math.max(1, scaled)) return k;
+    }
+    return 9;
+  }
+
+  function fmtTicks(vals) {
+    const k = tickDecimals(vals.filter(isNum));
+    return vals.map((v) => (isNum(v) ? v.toFixed(k) : ""));
+  }
+
+  window.psbenchFormat = {ticks: fmtTicks};
+
   function chartWidth(box) {
     const w = box.clientWidth || (box.parentElement && box.parentElement.clientWidth) || 0;
     return Math.max(280, Math.floor(w));
@@ -358,7 +385,7 @@
          values: (u, vals) => vals.map((v) => fmtClock(v * 1000))},
         {stroke: "#6b7385", grid: {stroke: "#eef0f4"}, ticks: {stroke: "#e2e6ee"}, size: 64,
          label: "ms", labelSize: 18,
-         values: (u, vals) => vals.map((v) => (Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 1 ? v.toFixed(1) : v.toFixed(3)))}
+         values: (u, vals) => fmtTicks(vals)}
       ],
       series: [{label: "time", value: (u, v, si, idx) => {
         if (idx == null) v = lastValue(u.data[0]);

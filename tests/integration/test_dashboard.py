@@ -299,6 +299,14 @@ class Dashboard(psb.PsbTestCase):
             for cell in t["row"][2:]:
                 self.assertRegex(cell, r"^-?\d+\.\d{3}$", t["row"])
 
+            # The y axis' tick labels: as many decimals as the step needs
+            # (ticks 2.5 apart once printed as 375/378/380/383/385).
+            ticks = driver.execute_script("const f = window.psbenchFormat.ticks; return ["
+                                          "f([375, 377.5, 380, 382.5, 385]), f([0, 0.05, 0.1]),"
+                                          "f([100, 200, 300]), f([0.1, 0.2, 0.30000000000000004])];")
+            self.assertEqual(ticks, [["375.0", "377.5", "380.0", "382.5", "385.0"], ["0.00", "0.05", "0.10"],
+                                     ["100", "200", "300"], ["0.1", "0.2", "0.3"]])
+
             # A few more polls so that the screenshot shows lines, not dots.
             deadline = time.monotonic() + 8
             while time.monotonic() < deadline and self.page_state(driver)["points"]["trainer"] < 6:
