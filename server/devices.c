@@ -9,17 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* An unsigned environment variable, or `def` when unset or not a number. */
-static unsigned long long devices_env(const char *name, unsigned long long def)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return def;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    return *end ? def : x;
-}
-
 device *device_new(const char *name, struct event_base *base, bufpool *pool, char *err, size_t errlen)
 {
     /* Decide the fold loops' width now, before any other thread may fold. */
@@ -33,13 +22,7 @@ device *device_new(const char *name, struct event_base *base, bufpool *pool, cha
     if (strcmp(name, "test") == 0)
         return device_test_new(base, pool, err, errlen);
     if (strcmp(name, "fake-cuda") == 0) {
-        cugpu *g = cugpu_fake_new(&psb_kernels, devices_env("PSBENCH_FAKE_GPU_FAIL_AT", 0),
-                                  (unsigned)devices_env("PSBENCH_FAKE_GPU_DELAY_US", 200), err, errlen);
-        if (g && cugpu_fake_hold(g, getenv("PSBENCH_FAKE_GPU_HOLD")) < 0) {
-            snprintf(err, errlen, "%s", g->err);
-            cugpu_destroy(g);
-            return NULL;
-        }
+        cugpu *g = cugpu_fake_from_env(&psb_kernels, CUGPU_FAKE_DELAY_US_SERVER, err, errlen);
         return g ? device_cuda_new(base, g, err, errlen) : NULL;
     }
     int index = -1;

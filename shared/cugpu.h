@@ -230,6 +230,41 @@ cugpu *cugpu_fake_new(const cugpu_kernels *k, uint64_t fail_at, unsigned delay_u
  * Call it before any work is queued. Returns -1 (out of memory) or 0. */
 int cugpu_fake_hold(cugpu *g, const char *path);
 
+/* The fake GPU as a role's --device fake-cuda makes it: from the
+ * environment, which the tests set.
+ *
+ *   PSBENCH_FAKE_GPU_FAIL_AT=K   fail_at (unset or 0: no failure)
+ *   PSBENCH_FAKE_GPU_DELAY_US=D  delay_us (unset: the role's default)
+ *   PSBENCH_FAKE_GPU_HOLD=FILE   cugpu_fake_hold(FILE) (unset or "": none)
+ *
+ * A number that is not a whole number is as if unset. The roles' default
+ * delays differ, on purpose:
+ *   server   200 us: its cuda device is the fake GPU's first user. The
+ *            delay makes each job complete late, after the reactor has gone
+ *            on and other jobs queued, so that the device's completion
+ *            paths (futures answered from another thread, drains with work
+ *            in flight, a trainer lost under a job) run in every server
+ *            test that uses it, as they do on a GPU.
+ *   trainer  0: a training step enqueues hundreds of operations and waits
+ *            for them every step; a delay on each would make every
+ *            fake-cuda training test many times longer, while the ordering
+ *            it would exercise is the compute layer's own (one stream, in
+ *            order), which its unit tests check with a delay they set. */
+enum {
+    CUGPU_FAKE_DELAY_US_SERVER = 200,
+    CUGPU_FAKE_DELAY_US_TRAINER = 0,
+};
+typedef struct cugpu_fake_env {
+    uint64_t fail_at;
+    unsigned delay_us;
+    const char *hold; /* the environment's string, or NULL */
+} cugpu_fake_env;
+/* What the environment says, with delay_us_default where it says nothing. */
+cugpu_fake_env cugpu_fake_env_read(unsigned delay_us_default);
+/* cugpu_fake_new and cugpu_fake_hold as cugpu_fake_env_read says: NULL
+ * with the reason in err. */
+cugpu *cugpu_fake_from_env(const cugpu_kernels *k, unsigned delay_us_default, char *err, size_t errlen);
+
 static inline void cugpu_destroy(cugpu *g)
 {
     if (g)

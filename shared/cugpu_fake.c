@@ -17,6 +17,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -903,4 +904,40 @@ int cugpu_fake_hold(cugpu *g, const char *path)
         return -1;
     }
     return 0;
+}
+
+/* An unsigned environment variable, or `def` when unset or not a whole
+ * number. */
+static uint64_t fake_env_u64(const char *name, uint64_t def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    return *end || errno ? def : x;
+}
+
+cugpu_fake_env cugpu_fake_env_read(unsigned delay_us_default)
+{
+    const char *hold = getenv("PSBENCH_FAKE_GPU_HOLD");
+    uint64_t delay = fake_env_u64("PSBENCH_FAKE_GPU_DELAY_US", delay_us_default);
+    return (cugpu_fake_env){
+        .fail_at = fake_env_u64("PSBENCH_FAKE_GPU_FAIL_AT", 0),
+        .delay_us = delay > UINT_MAX ? delay_us_default : (unsigned)delay,
+        .hold = hold && *hold ? hold : NULL,
+    };
+}
+
+cugpu *cugpu_fake_from_env(const cugpu_kernels *k, unsigned delay_us_default, char *err, size_t errlen)
+{
+    cugpu_fake_env e = cugpu_fake_env_read(delay_us_default);
+    cugpu *g = cugpu_fake_new(k, e.fail_at, e.delay_us, err, errlen);
+    if (g && cugpu_fake_hold(g, e.hold) < 0) {
+        snprintf(err, errlen, "%s", g->err);
+        cugpu_destroy(g);
+        return NULL;
+    }
+    return g;
 }

@@ -1100,27 +1100,13 @@ static int cc_blas(compute_cuda *c, const char *name, char *err, size_t errlen)
 }
 #endif
 
-static uint64_t cc_env(const char *name, uint64_t dflt)
-{
-    const char *v = getenv(name);
-    return v && *v ? strtoull(v, NULL, 10) : dflt;
-}
-
 compute *compute_cuda_new(const char *name, char *err, size_t errlen)
 {
     if (strcmp(name, "fake-cuda") == 0) {
-        /* Tests: PSBENCH_FAKE_GPU_DELAY_US (0) delays each operation at
-         * random, PSBENCH_FAKE_GPU_HOLD (a file) holds every operation
-         * while the file exists, PSBENCH_FAKE_GPU_FAIL_AT (0: never) fails
-         * that operation (1-based), as the server's fake-cuda device does. */
+        /* Tests: the environment's fake GPU, as the server's fake-cuda
+         * device's (cugpu_fake_from_env: the trainer's default delay). */
         char why[512];
-        cugpu *g = cugpu_fake_new(&trk_kernels, cc_env("PSBENCH_FAKE_GPU_FAIL_AT", 0),
-                                  (unsigned)cc_env("PSBENCH_FAKE_GPU_DELAY_US", 0), why, sizeof why);
-        if (g && cugpu_fake_hold(g, getenv("PSBENCH_FAKE_GPU_HOLD")) < 0) {
-            snprintf(why, sizeof why, "%s", g->err);
-            cugpu_destroy(g);
-            g = NULL;
-        }
+        cugpu *g = cugpu_fake_from_env(&trk_kernels, CUGPU_FAKE_DELAY_US_TRAINER, why, sizeof why);
         if (!g) {
             errbuf_set(err, errlen, "compute on %s: %s", name, why);
             return NULL;

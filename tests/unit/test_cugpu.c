@@ -293,6 +293,95 @@ static void test_fake_hold(void **state)
     cugpu_destroy(g);
 }
 
+/* The fake GPU from the environment (cugpu_fake_from_env), as both roles
+ * make it: the role's default delay where the environment says nothing (or
+ * not a whole number), the environment's values where it does. */
+static void fake_env_clear(void)
+{
+    unsetenv("PSBENCH_FAKE_GPU_FAIL_AT");
+    unsetenv("PSBENCH_FAKE_GPU_DELAY_US");
+    unsetenv("PSBENCH_FAKE_GPU_HOLD");
+}
+
+static void test_fake_env_defaults(void **state)
+{
+    (void)state;
+    fake_env_clear();
+    cugpu_fake_env e = cugpu_fake_env_read(CUGPU_FAKE_DELAY_US_SERVER);
+    assert_int_equal(e.fail_at, 0);
+    assert_int_equal(e.delay_us, 200);
+    assert_null(e.hold);
+    e = cugpu_fake_env_read(CUGPU_FAKE_DELAY_US_TRAINER);
+    assert_int_equal(e.fail_at, 0);
+    assert_int_equal(e.delay_us, 0);
+    assert_null(e.hold);
+    /* Said: the same for either role. */
+    setenv("PSBENCH_FAKE_GPU_FAIL_AT", "40", 1);
+    setenv("PSBENCH_FAKE_GPU_DELAY_US", "300", 1);
+    setenv("PSBENCH_FAKE_GPU_HOLD", "/tmp/some-file", 1);
+    for (unsigned def = 0; def <= 200; def += 200) {
+        e = cugpu_fake_env_read(def);
+        assert_int_equal(e.fail_at, 40);
+        assert_int_equal(e.delay_us, 300);
+        assert_string_equal(e.hold, "/tmp/some-file");
+    }
+    setenv("PSBENCH_FAKE_GPU_DELAY_US", "0", 1); /* said 0: no delay, even on the server */
+    assert_int_equal(cugpu_fake_env_read(CUGPU_FAKE_DELAY_US_SERVER).delay_us, 0);
+    /* Empty or not a whole number: as if unset. */
+    const char *bad[] = {"", "12x", "abc", "99999999999999999999999", "4294967296"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("PSBENCH_FAKE_GPU_FAIL_AT", bad[i], 1);
+        setenv("PSBENCH_FAKE_GPU_DELAY_US", bad[i], 1);
+        setenv("PSBENCH_FAKE_GPU_HOLD", "", 1);
+        e = cugpu_fake_env_read(CUGPU_FAKE_DELAY_US_SERVER);
+        if (i < 4) /* 2^32 is a fail_at, only too big a delay */
+            assert_int_equal(e.fail_at, 0);
+        assert_int_equal(e.delay_us, 200);
+        assert_null(e.hold);
+    }
+    fake_env_clear();
+}
+
+/* What the environment says is what the GPU does: the K-th operation
+ * fails; while the hold file exists nothing runs. */
+static void test_fake_from_env(void **state)
+{
+    (void)state;
+    char err[512], path[] = "/tmp/psbench-cugpu-env-hold-XXXXXX";
+    fake_env_clear();
+    setenv("PSBENCH_FAKE_GPU_FAIL_AT", "2", 1);
+    cugpu *g = cugpu_fake_from_env(&psb_kernels, CUGPU_FAKE_DELAY_US_TRAINER, err, sizeof err);
+    assert_non_null(g);
+    cugpu_stream *s = g->ops->stream_new(g);
+    seen done = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+    assert_int_equal(g->ops->sync(g, s), -1);
+    assert_non_null(strstr(g->err, "injected failure of operation 2"));
+    assert_int_equal(calls(&done), 1);
+    g->ops->stream_free(g, s);
+    cugpu_destroy(g);
+
+    fake_env_clear();
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    setenv("PSBENCH_FAKE_GPU_HOLD", path, 1);
+    g = cugpu_fake_from_env(&psb_kernels, CUGPU_FAKE_DELAY_US_SERVER, err, sizeof err);
+    fake_env_clear();
+    assert_non_null(g);
+    s = g->ops->stream_new(g);
+    done.calls = 0;
+    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+    assert_int_equal(g->ops->query(g, s), 1); /* held: it cannot have run */
+    assert_int_equal(calls(&done), 0);
+    unlink(path);
+    assert_int_equal(g->ops->sync(g, s), 0);
+    assert_int_equal(calls(&done), 1);
+    g->ops->stream_free(g, s);
+    cugpu_destroy(g);
+}
+
 /* ---- IPC and stream_wait ---------------------------------------------------- */
 
 static bool on_cuda(void)
@@ -993,6 +1082,8 @@ int main(void)
         cmocka_unit_test(test_failure),
         cmocka_unit_test(test_stream_ordered_memory),
         cmocka_unit_test(test_fake_hold),
+        cmocka_unit_test(test_fake_env_defaults),
+        cmocka_unit_test(test_fake_from_env),
         cmocka_unit_test(test_ipc_memory),
         cmocka_unit_test(test_ipc_event_orders),
         cmocka_unit_test(test_stream_wait_local),
