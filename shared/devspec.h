@@ -48,6 +48,8 @@ typedef struct device_spec {
 #define DEVSPEC_TRAINER (DEVSPEC_KIND(DEVICE_CPU) | DEVSPEC_KIND(DEVICE_CUDA) | DEVSPEC_KIND(DEVICE_FAKE_CUDA))
 /* The trainer's compute layer (compute_new; PSBENCH_TRAINER_COMPUTE). */
 #define DEVSPEC_COMPUTE (DEVSPEC_TRAINER | DEVSPEC_KIND(DEVICE_STAGED))
+/* Every kind (the tests name the device they want). */
+#define DEVSPEC_ALL (DEVSPEC_SERVER | DEVSPEC_COMPUTE)
 
 /* The longest name devspec_name writes, with its NUL ("fake-cuda",
  * "cuda:255"). */

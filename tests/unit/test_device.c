@@ -48,6 +48,7 @@
 #include "shared/gpu.h"
 #include "server/reduce.h"
 #include "shared/sparse.h"
+#include "devspec_of.h"
 
 typedef struct fixture {
     struct event_base *base;
@@ -63,7 +64,7 @@ static void fx_open(fixture *x, const char *name)
     assert_non_null(x->base);
     bufpool_init(&x->pool, 1 << 24);
     char err[512];
-    x->dev = device_new(name, x->base, &x->pool, err, sizeof err);
+    x->dev = device_new(devspec_of(name), x->base, &x->pool, err, sizeof err);
     if (!x->dev)
         fail_msg("device %s: %s", name, err);
 }

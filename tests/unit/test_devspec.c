@@ -13,6 +13,7 @@
 #include "shared/cli.h"
 #include "shared/devspec.h"
 
+/* Every kind, spelled out (DEVSPEC_ALL must be the same). */
 #define ALL_KINDS                                                                                          \
     (DEVSPEC_KIND(DEVICE_CPU) | DEVSPEC_KIND(DEVICE_CUDA) | DEVSPEC_KIND(DEVICE_FAKE_CUDA) |               \
      DEVSPEC_KIND(DEVICE_STAGED) | DEVSPEC_KIND(DEVICE_TEST))
@@ -70,6 +71,7 @@ static void test_refusals(void **state)
 static void test_roles(void **state)
 {
     (void)state;
+    assert_int_equal(DEVSPEC_ALL, ALL_KINDS);
     accepts("cpu", DEVSPEC_SERVER, DEVICE_CPU, -1, "cpu");
     accepts("cuda:1", DEVSPEC_SERVER, DEVICE_CUDA, 1, "cuda:1");
     accepts("fake-cuda", DEVSPEC_SERVER, DEVICE_FAKE_CUDA, -1, "fake-cuda");
