@@ -86,6 +86,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/devspec.h"
+
 /* Where a buffer's memory is. */
 typedef enum compute_mem {
     COMPUTE_MEM_DEVICE = 0, /* where the context computes (cpu: host memory) */
@@ -258,15 +260,17 @@ static inline bool compute_failed(const compute *c) { return c->failure[0] != '\
 /* 0, or -1 with the first failure in err. */
 int compute_status(const compute *c, char *err, size_t errlen);
 
-/* The context for device `name` ("cpu", "cuda", "cuda:N"; "fake-cuda" for
- * tests); NULL with a one-line reason in err for a device this build or
- * host cannot compute on (no GPU answers, no CUDA in this build). */
-compute *compute_new(const char *name, char *err, size_t errlen);
-/* The device trainer `rank` computes on, for --device `asked`: the same
- * name, except plain "cuda", which is the seed's cuda(rank) placement: GPU
+/* The context for device `dev` (shared/devspec.h: cpu, cuda, cuda:N;
+ * fake-cuda and staged for tests; plain cuda, unplaced, is GPU 0); NULL
+ * with a one-line reason in err for a device this build or host cannot
+ * compute on (no GPU answers, no CUDA in this build, the server's test
+ * device). */
+compute *compute_new(device_spec dev, char *err, size_t errlen);
+/* The device trainer `rank` computes on, for --device `asked`: the same,
+ * except plain "cuda", which is the seed's cuda(rank) placement: GPU
  * (rank mod the GPUs this host shows), "cuda:K". 0, or -1 with the reason
  * (no GPU answers). */
-int compute_place(const char *asked, uint64_t rank, char *out, size_t outlen, char *err, size_t errlen);
+int compute_place(device_spec asked, uint64_t rank, device_spec *out, char *err, size_t errlen);
 /* NULL: nothing. Every buffer must have been released. */
 void compute_free(compute *c);
 const char *compute_name(const compute *c);

@@ -39,7 +39,7 @@
  */
 #include "trainer/compute_impl.h"
 #include "trainer/cuda/kernels_host.h"
-#include "shared/cli.h"
+#include "shared/devspec.h"
 #include "shared/cugpu.h"
 #include "shared/gpu.h"
 #include "shared/log.h"
@@ -1100,12 +1100,14 @@ static int cc_blas(compute_cuda *c, const char *name, char *err, size_t errlen)
 }
 #endif
 
-compute *compute_cuda_new(const char *name, char *err, size_t errlen)
+compute *compute_cuda_new(device_spec dev, char *err, size_t errlen)
 {
-    if (strcmp(name, "fake-cuda") == 0) {
+    char name[DEVSPEC_NAME_MAX], why[512];
+    devspec_name(dev, name);
+    assert(devspec_on_gpu(dev));
+    if (dev.kind == DEVICE_FAKE_CUDA) {
         /* Tests: the environment's fake GPU, as the server's fake-cuda
          * device's (cugpu_fake_from_env: the trainer's default delay). */
-        char why[512];
         cugpu *g = cugpu_fake_from_env(&trk_kernels, CUGPU_FAKE_DELAY_US_TRAINER, why, sizeof why);
         if (!g) {
             errbuf_set(err, errlen, "compute on %s: %s", name, why);
@@ -1113,12 +1115,7 @@ compute *compute_cuda_new(const char *name, char *err, size_t errlen)
         }
         return cc_new_on(g, name, err, errlen);
     }
-    int index = -1;
-    char why[512];
-    if (cli_parse_device("--device", name, &index, why, sizeof why) < 0 || index < 0) {
-        errbuf_set(err, errlen, "compute on '%s': not a device (cpu, or cuda[:N])", name);
-        return NULL;
-    }
+    int index = dev.index < 0 ? 0 : dev.index; /* plain "cuda" here (unplaced): GPU 0 */
 #ifdef PSBENCH_HAVE_CUDA
     if (gpu_check_device(name, index, why, sizeof why) < 0) {
         errbuf_set(err, errlen, "%s", why);
@@ -1136,6 +1133,8 @@ compute *compute_cuda_new(const char *name, char *err, size_t errlen)
     }
     return base;
 #else
+    (void)index;
+    (void)why;
     errbuf_set(err, errlen, "--device %s: this build has no CUDA (configured without the CUDA toolkit, or with "
                "-DPSBENCH_CUDA=OFF): use --device cpu", name);
     return NULL;

@@ -18,7 +18,7 @@
  * A failed collective (a peer lost, --rpc-timeout) fails the hook: every
  * later wait returns its reason.
  */
-#include "trainer/hooks.h"
+#include "trainer/hook_impl.h"
 #include "shared/clock.h"
 #include "shared/mean.h"
 #include "shared/sparse.h"

@@ -11,7 +11,7 @@
  * averages, a sparse one into the bucket's result buffer. This file only
  * turns buckets into pushes and results back into buckets.
  */
-#include "trainer/hooks.h"
+#include "trainer/hook_impl.h"
 #include "shared/clock.h"
 #include "shared/log.h"
 #include "trainer/client.h"

@@ -462,8 +462,9 @@ client_sink synthetic_sink(synthetic *s)
     return k;
 }
 
-const gpushare *synthetic_gpu(synthetic *s, const char *device, char *why, size_t whylen)
+const gpushare *synthetic_gpu(synthetic *s, device_spec device, char *why, size_t whylen)
 {
+    char name[DEVSPEC_NAME_MAX];
     assert(!s->dev);
     if (s->cfg.sparse) {
         snprintf(why, whylen, "sparse pushes do not travel by CUDA IPC");
@@ -494,7 +495,7 @@ const gpushare *synthetic_gpu(synthetic *s, const char *device, char *why, size_
         if (compute_status(c, why, whylen) == 0 && gpushare_init(&s->share, c, s->shbuf, why, whylen) == 0) {
             log_info("synthetic: pushes from GPU memory on %s for servers on that GPU (CUDA IPC); every result "
                      "over CUDA IPC checked whole on the GPU (every element compared with the expected mean there)",
-                     device);
+                     devspec_name(device, name));
             return &s->share;
         }
     }
