@@ -86,6 +86,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/devmem.h"
 #include "shared/devspec.h"
 
 /* Where a buffer's memory is. */
@@ -140,7 +141,7 @@ typedef struct compute_share {
     unsigned char mem[COMPUTE_IPC_HANDLE];  /* the buffer's memory handle */
     unsigned char ev[COMPUTE_IPC_HANDLE];   /* the context's IPC event's handle */
     uint64_t bytes;                         /* the buffer's size */
-    const void *base;                       /* its device address here (compute_span_device's) */
+    devmem base;                            /* its device address here (compute_span_device's) */
 } compute_share;
 
 typedef struct compute_ops {
@@ -157,9 +158,9 @@ typedef struct compute_ops {
     cbuf *(*lend)(compute *c, void *p, uint64_t n, compute_dtype t, char *err, size_t errlen);
     void *(*host_view)(compute *c, cbuf *b);
     /* The buffer's address on the context's GPU, for a library that takes
-     * device pointers on the same GPU (NCCL); NULL where the context has
+     * device pointers on the same GPU (NCCL); none where the context has
      * no GPU (cpu, staged) or b is not device memory. */
-    void *(*device_view)(compute *c, cbuf *b);
+    devmem (*device_view)(compute *c, cbuf *b);
     void (*read)(compute *c, cspan src, void *dst);
     void (*write)(compute *c, cspan dst, const void *src);
     void (*zero)(compute *c, cspan dst);
@@ -231,9 +232,9 @@ typedef struct compute_ops {
     cbuf *(*alloc_shared)(compute *c, uint64_t n, compute_dtype t, char *err, size_t errlen);
     int (*share_export)(compute *c, cbuf *b, compute_share *x, char *err, size_t errlen);
     void (*share_record)(compute *c);
-    void *(*peer_open)(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
-    void (*peer_close)(compute *c, void *p);
-    void (*copy_from_peer)(compute *c, cspan dst, const void *src);
+    devmem (*peer_open)(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
+    void (*peer_close)(compute *c, devmem p);
+    void (*copy_from_peer)(compute *c, cspan dst, devmem src);
     void (*first_ne)(compute *c, cspan a, cspan b, cspan first);
 } compute_ops;
 
@@ -310,11 +311,11 @@ void *compute_host_write_begin(compute *c, cspan s, void *stage);
 void compute_host_write_end(compute *c, cspan s, const void *p);
 /* The host address of s's first element, or NULL (not host-visible). */
 void *compute_span_view(compute *c, cspan s);
-/* The GPU address of s's first element (device_view), or NULL. Work
+/* The GPU address of s's first element (device_view), or none. Work
  * elsewhere (an NCCL stream) may use it only for a range whose writer is
  * done (compute_done on a mark recorded after it) and no enqueued
  * operation touches meanwhile. */
-void *compute_span_device(compute *c, cspan s);
+devmem compute_span_device(compute *c, cspan s);
 
 /* ---- CUDA IPC: memory shared with a process on the same GPU ----
  *
@@ -327,7 +328,7 @@ void *compute_span_device(compute *c, cspan s);
  * compute_share_record: that event, recorded now in the context's order:
  *   a process waiting for it waits for everything enqueued so far.
  * compute_peer_open / _close: another process's exported memory (`bytes`
- *   of it), mapped here: a device address, NULL with err.
+ *   of it), mapped here: a device address, none with err.
  * compute_copy_from_peer: dst's elements from device address src (a
  *   peer's memory), device to device, enqueued in the context's order.
  * compute_first_ne: the index of the first element where float spans a
@@ -343,13 +344,13 @@ static inline void compute_share_record(compute *c)
     if (!compute_failed(c))
         c->ops->share_record(c);
 }
-void *compute_peer_open(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
-static inline void compute_peer_close(compute *c, void *p)
+devmem compute_peer_open(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
+static inline void compute_peer_close(compute *c, devmem p)
 {
-    if (p)
+    if (!devmem_is_none(p))
         c->ops->peer_close(c, p);
 }
-static inline void compute_copy_from_peer(compute *c, cspan dst, const void *src)
+static inline void compute_copy_from_peer(compute *c, cspan dst, devmem src)
 {
     if (!compute_failed(c))
         c->ops->copy_from_peer(c, dst, src);

@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "shared/clock.h"
+#include "shared/devmem.h"
 #include "shared/devspec.h"
 #include "shared/metrics.h"
 #include "shared/shm.h"
@@ -55,10 +56,10 @@ typedef struct hook_bucket {
      * memory (data), or — handed to a hook that takes them
      * (hook.device_dense) by a trainer computing on a GPU — in that GPU's
      * memory (device_data, written by work that is complete when the
-     * bucket is handed over; a hook never dereferences it on the host).
-     * Exactly one of the two is set. */
+     * bucket is handed over; a type of its own: a hook cannot dereference
+     * it on the host). Exactly one of the two is set (bucket_place.h). */
     float *data;
-    float *device_data;
+    devf32 device_data;
     uint64_t count;
     /* sparse: a table of rows x cols; nnz (row index, row) pairs in, the
      * coalesced mean out (shared/sparse.h's layout: nnz int64 indices, then

@@ -924,10 +924,11 @@ static void scale_ready(hook *h, hook_bucket *b)
          * so this hook scales it in place as NCCL would on a GPU: a bucket
          * handed over before its writer is done gives other bits than the
          * cpu's (the fake GPU's workers run late: PSBENCH_FAKE_GPU_DELAY_US). */
-        assert_true((b->data == NULL) != (b->device_data == NULL));
-        assert_true(!b->device_data || s->base.device_dense);
-        float *d = b->device_data ? b->device_data : b->data;
-        s->on_device += b->device_data != NULL;
+        bool on_device = !devf32_is_none(b->device_data);
+        assert_true((b->data != NULL) != on_device);
+        assert_true(!on_device || s->base.device_dense);
+        float *d = on_device ? b->device_data.p : b->data; /* the fake GPU's: host memory */
+        s->on_device += on_device;
         s->in_lent += s->lent && d >= s->lent && d + b->count <= s->lent + s->lent_bytes / sizeof(float);
         for (uint64_t k = 0; k < b->count; k++) {
             s->poisoned += isnan(d[k]);
