@@ -27,8 +27,7 @@ device *device_new(device_spec dev, struct event_base *base, bufpool *pool, char
     }
     case DEVICE_CUDA: {
 #ifdef PSBENCH_HAVE_CUDA
-        /* plain "cuda": GPU 0 */
-        cugpu *g = cugpu_cuda_new(dev.index < 0 ? 0 : dev.index, &psb_kernels, err, errlen);
+        cugpu *g = cugpu_cuda_new(devspec_gpu(dev), &psb_kernels, err, errlen);
         return g ? device_cuda_new(base, g, err, errlen) : NULL;
 #else
         snprintf(err, errlen, "--device %s: this build has no CUDA (configured without the CUDA toolkit, or with "

@@ -272,7 +272,7 @@ static json_t *server_environment(device_spec dev)
     json_t *gpu = NULL;
     char line[256], err[256];
     if (dev.kind == DEVICE_CUDA &&
-        gpu_describe(dev.index < 0 ? 0 : dev.index, line, sizeof line, &gpu, err, sizeof err) == 0 && gpu)
+        gpu_describe(devspec_gpu(dev), line, sizeof line, &gpu, err, sizeof err) == 0 && gpu)
         json_object_set_new(env, "gpu", gpu);
     else if (dev.kind == DEVICE_FAKE_CUDA) /* tests: named as what it is */
         json_object_set_new(env, "gpu", json_pack("{s:s, s:s}", "name", "fake GPU (host memory; tests only)", "uuid",
@@ -543,7 +543,7 @@ int main(int argc, char **argv)
      * starts: no CUDA runtime, no GPU, no such GPU, or a build without
      * CUDA (plain "cuda": GPU 0). */
     if (cfg.device.kind == DEVICE_CUDA &&
-        gpu_check_device(device_name, cfg.device.index < 0 ? 0 : cfg.device.index, err, sizeof err) < 0) {
+        gpu_check_device(device_name, devspec_gpu(cfg.device), err, sizeof err) < 0) {
         if (!master)
             return server_fail(err);
         snprintf(setup_err, sizeof setup_err, "%s", err);

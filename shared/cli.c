@@ -148,7 +148,7 @@ int cli_parse_device(const char *opt, const char *s, int *cuda_index, char *err,
     device_spec d;
     if (devspec_parse(opt, s, DEVSPEC_KIND(DEVICE_CPU) | DEVSPEC_KIND(DEVICE_CUDA), &d, err, errlen) < 0)
         return -1;
-    *cuda_index = d.kind == DEVICE_CPU ? -1 : d.index < 0 ? 0 : d.index;
+    *cuda_index = d.kind == DEVICE_CPU ? -1 : devspec_gpu(d);
     return 0;
 }
 

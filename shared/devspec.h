@@ -76,4 +76,9 @@ static inline bool devspec_host_memory(device_spec d) { return d.kind != DEVICE_
  * kind. */
 static inline int devspec_cuda_index(device_spec d) { return d.kind == DEVICE_CUDA ? d.index : -1; }
 
+/* The GPU a cuda spec runs on where nothing places it (the server; a
+ * check before the rank is known): the one it names, GPU 0 for plain
+ * "cuda". d must be a cuda spec. */
+static inline int devspec_gpu(device_spec d) { return d.index < 0 ? 0 : d.index; }
+
 #endif

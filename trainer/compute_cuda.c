@@ -1132,7 +1132,7 @@ compute *compute_cuda_new(device_spec dev, char *err, size_t errlen)
         }
         return cc_new_on(g, name, err, errlen);
     }
-    int index = dev.index < 0 ? 0 : dev.index; /* plain "cuda" here (unplaced): GPU 0 */
+    int index = devspec_gpu(dev); /* plain "cuda" here (unplaced): GPU 0 */
 #ifdef PSBENCH_HAVE_CUDA
     if (gpu_check_device(name, index, why, sizeof why) < 0) {
         errbuf_set(err, errlen, "%s", why);

@@ -512,8 +512,7 @@ int main(int argc, char **argv)
     /* With --master, the reason also goes to the master (`failed`, once
      * joined): its verdict then names it, not only this process's exit. */
     static char setup_err[1536];
-    if (dev.kind == DEVICE_CUDA &&
-        gpu_check_device(device, dev.index < 0 ? 0 : dev.index, err, sizeof err) < 0) { /* plain cuda: GPU 0 */
+    if (dev.kind == DEVICE_CUDA && gpu_check_device(device, devspec_gpu(dev), err, sizeof err) < 0) {
         if (!master)
             return trainer_fail(err);
         snprintf(setup_err, sizeof setup_err, "%s", err);

@@ -125,6 +125,8 @@ static void test_questions(void **state)
     assert_int_equal(devspec_cuda_index(any), -1);
     assert_int_equal(devspec_cuda_index(fake), -1);
     assert_int_equal(devspec_cuda_index(cpu), -1);
+    assert_int_equal(devspec_gpu(gpu), 2);
+    assert_int_equal(devspec_gpu(any), 0);
 }
 
 /* cli_parse_device: cpu -1, plain cuda 0, cuda:N N; the rest refused. */
