@@ -84,8 +84,8 @@ out:
 }
 
 typedef struct kctx {
-    float *dst, *src[8];
-    const float *const *srcs; /* device array of src */
+    devmem dst, src[8];
+    const float *const *srcs; /* device array of src (a launch's argument) */
     unsigned nsrc;
     size_t n;
 } kctx;
@@ -93,14 +93,14 @@ typedef struct kctx {
 static int op_copy(cugpu *g, cugpu_stream *s, void *ctx)
 {
     kctx *k = ctx;
-    return g->ops->copy(g, s, k->dst, k->src[0], k->n * sizeof(float), CUGPU_D2D);
+    return g->ops->copy_d2d(g, s, k->dst, k->src[0], k->n * sizeof(float));
 }
 
 static int op_sum(cugpu *g, cugpu_stream *s, void *ctx)
 {
     kctx *k = ctx;
     psb_launch l = {.kernel = PSB_K_SUM_SCALE};
-    l.u.sum.dst = k->dst;
+    l.u.sum.dst = devmem_f32(k->dst).p;
     l.u.sum.srcs = k->srcs;
     l.u.sum.nsrc = k->nsrc;
     l.u.sum.n = k->n;
@@ -113,8 +113,8 @@ static int op_fold(cugpu *g, cugpu_stream *s, void *ctx)
     kctx *k = ctx;
     psb_launch l = {.kernel = PSB_K_FOLD};
     l.u.fold.op = PSB_FOLD_ADD_SCALE;
-    l.u.fold.acc = k->dst;
-    l.u.fold.src = k->src[0];
+    l.u.fold.acc = devmem_f32(k->dst).p;
+    l.u.fold.src = devmem_f32(k->src[0]).p;
     l.u.fold.n = k->n;
     l.u.fold.s = 0.5f;
     return g->ops->launch(g, s, &l);
@@ -134,26 +134,26 @@ static int bench_kernels(cugpu *g, size_t max_bytes)
             continue;
         kctx k = {.n = bytes / sizeof(float)};
         void **ptrs = NULL;
-        if (!(k.dst = g->ops->dev_alloc(g, bytes)))
+        if (devmem_is_none(k.dst = g->ops->dev_alloc(g, bytes)))
             return bench_fail("device memory", g->err);
         for (int i = 0; i < 8; i++)
-            if (!(k.src[i] = g->ops->dev_alloc(g, bytes)))
+            if (devmem_is_none(k.src[i] = g->ops->dev_alloc(g, bytes)))
                 return bench_fail("device memory", g->err);
         /* Sources' contents do not matter to the rate; make them finite. */
         float *host = g->ops->host_alloc(g, bytes);
         ptrs = g->ops->host_alloc(g, 8 * sizeof(void *));
-        void *dsrcs = g->ops->dev_alloc(g, 8 * sizeof(void *));
-        if (!host || !ptrs || !dsrcs)
+        devmem dsrcs = g->ops->dev_alloc(g, 8 * sizeof(void *));
+        if (!host || !ptrs || devmem_is_none(dsrcs))
             return bench_fail("memory", g->err);
         for (size_t i = 0; i < k.n; i++)
             host[i] = (float)(i % 251) * 0.01f;
         for (int i = 0; i < 8; i++) {
-            ptrs[i] = k.src[i];
-            g->ops->copy(g, s, k.src[i], host, bytes, CUGPU_H2D);
+            ptrs[i] = k.src[i].p; /* the kernel's array of device addresses */
+            g->ops->copy_h2d(g, s, k.src[i], host, bytes);
         }
-        g->ops->copy(g, s, k.dst, host, bytes, CUGPU_H2D);
-        g->ops->copy(g, s, dsrcs, ptrs, 8 * sizeof(void *), CUGPU_H2D);
-        k.srcs = dsrcs;
+        g->ops->copy_h2d(g, s, k.dst, host, bytes);
+        g->ops->copy_h2d(g, s, dsrcs, ptrs, 8 * sizeof(void *));
+        k.srcs = dsrcs.p;
         int reps = bytes >= (64u << 20) ? 20 : bytes >= (4u << 20) ? 200 : 2000;
         double copy_ms = bench_time(g, s, op_copy, &k, reps);
         if (copy_ms <= 0) {
@@ -277,17 +277,22 @@ static int bench_copies(cugpu *g)
 {
     cugpu_stream *s = g->ops->stream_new(g);
     size_t bytes = 64u << 20;
-    void *h = g->ops->host_alloc(g, bytes), *dv = g->ops->dev_alloc(g, bytes);
-    if (!s || !h || !dv)
+    void *h = g->ops->host_alloc(g, bytes);
+    devmem dv = g->ops->dev_alloc(g, bytes);
+    if (!s || !h || devmem_is_none(dv))
         return bench_fail("memory", g->err);
     memset(h, 0, bytes);
     for (int dir = 0; dir < 2; dir++) {
         cugpu_event *a = g->ops->event_new(g), *b = g->ops->event_new(g);
         float ms = 0;
-        g->ops->copy(g, s, dir ? h : dv, dir ? dv : h, bytes, dir ? CUGPU_D2H : CUGPU_H2D);
-        g->ops->event_record(g, s, a);
-        for (int i = 0; i < 10; i++)
-            g->ops->copy(g, s, dir ? h : dv, dir ? dv : h, bytes, dir ? CUGPU_D2H : CUGPU_H2D);
+        for (int i = 0; i < 11; i++) { /* the first one unmeasured */
+            if (i == 1)
+                g->ops->event_record(g, s, a);
+            if (dir)
+                g->ops->copy_d2h(g, s, h, dv, bytes);
+            else
+                g->ops->copy_h2d(g, s, dv, h, bytes);
+        }
         g->ops->event_record(g, s, b);
         if (g->ops->sync(g, s) < 0 || g->ops->elapsed_ms(g, a, b, &ms) < 0)
             return bench_fail("copy", g->err);

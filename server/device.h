@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include "server/bufpool.h"
+#include "shared/devspec.h"
 
 struct event_base;
 
@@ -221,18 +222,19 @@ struct device {
     void *after_ctx;
 };
 
-/* Names the --device flag takes: "cpu"; "cuda" or "cuda:N" (GPU N,
- * default 0; builds with CUDA); and, for tests, "test" (jobs complete on a
+/* The device --device names (shared/devspec.h): "cpu"; "cuda" or "cuda:N"
+ * (GPU N, default 0; builds with CUDA); and, for tests, "test" (jobs complete on a
  * worker thread after a random delay of up to
  * $PSBENCH_TEST_DEVICE_MAX_DELAY_US microseconds, default 2000) and
  * "fake-cuda" (the cuda device on cugpu's fake GPU, every build:
  * $PSBENCH_FAKE_GPU_DELAY_US, default 200, delays each GPU operation at
  * random; $PSBENCH_FAKE_GPU_FAIL_AT=K fails the K-th;
- * $PSBENCH_FAKE_GPU_HOLD=FILE holds every operation while FILE exists).
- * `pool` is where host images come from (cpu, test; it must outlive the
- * device; the cuda device has a pinned pool of its own). Returns NULL with
- * a reason in err for any other name. */
-device *device_new(const char *name, struct event_base *base, bufpool *pool, char *err, size_t errlen);
+ * $PSBENCH_FAKE_GPU_HOLD=FILE holds every operation while FILE exists:
+ * cugpu_fake_from_env). `pool` is where host images come from (cpu, test;
+ * it must outlive the device; the cuda device has a pinned pool of its
+ * own). Returns NULL with a reason in err for a device this build or host
+ * cannot make (cuda without CUDA, or no GPU; staged is the trainer's). */
+device *device_new(device_spec dev, struct event_base *base, bufpool *pool, char *err, size_t errlen);
 
 device *device_cpu_new(bufpool *pool);
 device *device_test_new(struct event_base *base, bufpool *pool, char *err, size_t errlen);

@@ -6,7 +6,7 @@
  * where devbuf and devsparse are opaque.
  *
  * A host devbuf is a psbuf from the server's pool: its storage and its
- * host image are the same bytes, and `dev` is NULL. A cuda devbuf's
+ * host image are the same bytes, and `dev` is none. A cuda devbuf's
  * storage is `dev` (device memory) and `host` its pinned image, made at
  * the first to-host. Handles are recycled (a round of K buckets would
  * otherwise allocate K of them). `jobs` and `host_valid` are the test and
@@ -17,6 +17,7 @@
 
 #include "server/device.h"
 #include "server/reduce.h"
+#include "shared/devmem.h"
 #include "shared/sparse.h"
 
 #include <assert.h>
@@ -24,7 +25,7 @@
 struct devbuf {
     psbuf *host;         /* host devices: storage and host image (host->len is
                           * the size); cuda: the pinned image, or NULL */
-    void *dev;           /* cuda: device memory of dev_cap bytes; else NULL */
+    devmem dev;          /* cuda: device memory of dev_cap bytes; else none */
     size_t dev_cap;
     size_t bytes;        /* the size asked for */
     uint32_t jobs;       /* test, cuda: times jobs in flight name it */

@@ -1,59 +1,44 @@
-/* devices.c — the --device names and the device each one makes
- * (device.h's device_new): the one file that knows every device. */
+/* devices.c — the device each --device kind makes (device.h's device_new;
+ * the names are shared/devspec.h's): the one file that knows every
+ * device. */
 #include "server/cuda/kernels_host.h"
 #include "server/device.h"
 #include "server/reduce.h"
-#include "shared/cli.h"
 
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-/* An unsigned environment variable, or `def` when unset or not a number. */
-static unsigned long long devices_env(const char *name, unsigned long long def)
+device *device_new(device_spec dev, struct event_base *base, bufpool *pool, char *err, size_t errlen)
 {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return def;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    return *end ? def : x;
-}
-
-device *device_new(const char *name, struct event_base *base, bufpool *pool, char *err, size_t errlen)
-{
+    char name[DEVSPEC_NAME_MAX];
     /* Decide the fold loops' width now, before any other thread may fold. */
     reduce_use_wide(-1);
-    if (strcmp(name, "cpu") == 0) {
+    switch (dev.kind) {
+    case DEVICE_CPU: {
         device *d = device_cpu_new(pool);
         if (!d)
             snprintf(err, errlen, "out of memory");
         return d;
     }
-    if (strcmp(name, "test") == 0)
+    case DEVICE_TEST:
         return device_test_new(base, pool, err, errlen);
-    if (strcmp(name, "fake-cuda") == 0) {
-        cugpu *g = cugpu_fake_new(&psb_kernels, devices_env("PSBENCH_FAKE_GPU_FAIL_AT", 0),
-                                  (unsigned)devices_env("PSBENCH_FAKE_GPU_DELAY_US", 200), err, errlen);
-        if (g && cugpu_fake_hold(g, getenv("PSBENCH_FAKE_GPU_HOLD")) < 0) {
-            snprintf(err, errlen, "%s", g->err);
-            cugpu_destroy(g);
-            return NULL;
-        }
+    case DEVICE_FAKE_CUDA: {
+        cugpu *g = cugpu_fake_from_env(&psb_kernels, CUGPU_FAKE_DELAY_US_SERVER, err, errlen);
         return g ? device_cuda_new(base, g, err, errlen) : NULL;
     }
-    int index = -1;
-    if (strncmp(name, "cuda", 4) == 0 && cli_parse_device("--device", name, &index, err, errlen) == 0 &&
-        index >= 0) {
+    case DEVICE_CUDA: {
 #ifdef PSBENCH_HAVE_CUDA
-        cugpu *g = cugpu_cuda_new(index, &psb_kernels, err, errlen);
+        cugpu *g = cugpu_cuda_new(devspec_gpu(dev), &psb_kernels, err, errlen);
         return g ? device_cuda_new(base, g, err, errlen) : NULL;
 #else
         snprintf(err, errlen, "--device %s: this build has no CUDA (configured without the CUDA toolkit, or with "
-                              "-DPSBENCH_CUDA=OFF): use --device cpu", name);
+                              "-DPSBENCH_CUDA=OFF): use --device cpu", devspec_name(dev, name));
         return NULL;
 #endif
     }
-    snprintf(err, errlen, "device '%s' is not in this build (cpu, cuda[:N]; test and fake-cuda for tests)", name);
+    case DEVICE_STAGED: /* the trainer's compute layer's, not a server's */
+        break;
+    }
+    snprintf(err, errlen, "device '%s' is not in this build (cpu, cuda[:N]; test and fake-cuda for tests)",
+             devspec_name(dev, name));
     return NULL;
 }

@@ -13,6 +13,7 @@
 #include "server/reduce.h"
 #include "server/server.h"
 #include "shared/cli.h"
+#include "shared/devspec.h"
 #include "shared/gpu.h"
 #include "shared/hostinfo.h"
 #include "shared/log.h"
@@ -262,7 +263,7 @@ static int server_fail_flag(const char *flag, const char *msg)
  * speed). */
 /* What this server computes with: the host, its fold, and with --device
  * cuda[:N] the GPU (gpu_describe). */
-static json_t *server_environment(const char *device_name, int cuda_index)
+static json_t *server_environment(device_spec dev)
 {
     json_t *env = hostinfo_json();
     if (!env)
@@ -270,9 +271,10 @@ static json_t *server_environment(const char *device_name, int cuda_index)
     json_object_set_new(env, "fold", json_string(reduce_wide_in_use() ? "avx2" : "portable"));
     json_t *gpu = NULL;
     char line[256], err[256];
-    if (cuda_index >= 0 && gpu_describe(cuda_index, line, sizeof line, &gpu, err, sizeof err) == 0 && gpu)
+    if (dev.kind == DEVICE_CUDA &&
+        gpu_describe(devspec_gpu(dev), line, sizeof line, &gpu, err, sizeof err) == 0 && gpu)
         json_object_set_new(env, "gpu", gpu);
-    else if (strcmp(device_name, "fake-cuda") == 0) /* tests: named as what it is */
+    else if (dev.kind == DEVICE_FAKE_CUDA) /* tests: named as what it is */
         json_object_set_new(env, "gpu", json_pack("{s:s, s:s}", "name", "fake GPU (host memory; tests only)", "uuid",
                                                   "fake-GPU"));
     return env;
@@ -530,24 +532,22 @@ int main(int argc, char **argv)
         const char *d = getenv("PSBENCH_SERVER_DEVICE");
         device_name = d && *d ? d : "cpu";
     }
-    int cuda_index = -1; /* the GPU of --device cuda[:N] */
+    /* --device, parsed once (shared/devspec.h). */
+    if (devspec_parse("--device", device_name, DEVSPEC_SERVER, &cfg.device, err, sizeof err) < 0)
+        return server_fail(err);
     /* Why this server cannot serve, found before it joined its master: the
      * master hears it (`failed`) once joined, so that its verdict gives the
      * reason rather than "server 0 exited with status 2". */
     char setup_err[512] = "";
-    if (strcmp(device_name, "test") != 0 && strcmp(device_name, "fake-cuda") != 0) {
-        if (cli_parse_device("--device", device_name, &cuda_index, err, sizeof err) < 0)
+    /* The reason a user can act on first, in one line, before anything
+     * starts: no CUDA runtime, no GPU, no such GPU, or a build without
+     * CUDA (plain "cuda": GPU 0). */
+    if (cfg.device.kind == DEVICE_CUDA &&
+        gpu_check_device(device_name, devspec_gpu(cfg.device), err, sizeof err) < 0) {
+        if (!master)
             return server_fail(err);
-        /* The reason a user can act on first, in one line, before anything
-         * starts: no CUDA runtime, no GPU, no such GPU, or a build without
-         * CUDA. */
-        if (cuda_index >= 0 && gpu_check_device(device_name, cuda_index, err, sizeof err) < 0) {
-            if (!master)
-                return server_fail(err);
-            snprintf(setup_err, sizeof setup_err, "%s", err);
-        }
+        snprintf(setup_err, sizeof setup_err, "%s", err);
     }
-    snprintf(cfg.device, sizeof cfg.device, "%s", device_name);
     log_init("psbench-server", level);
     /* The token: --token, else --token-file, else $PSBENCH_TOKEN. */
     if (!cfg.token && token_file) {
@@ -590,12 +590,9 @@ int main(int argc, char **argv)
             return server_fail(setup_err[0] ? setup_err : err);
         if (cfg.listen_fd < 0 && !setup_err[0])
             snprintf(setup_err, sizeof setup_err, "--listen: %s", err);
-        json_t *env = server_environment(device_name, cuda_index);
-        int joined = master_link_join(&link, master, &cfg, strcmp(device_name, "test") == 0        ? "cpu"
-                                      : strcmp(device_name, "fake-cuda") == 0 ? "cuda"
-                                                                              : device_name,
-                                      advertise, have_rank ? (int64_t)cfg.rank : -1, env, connect_timeout_s,
-                                      setup_err[0] ? setup_err : NULL, err, sizeof err);
+        json_t *env = server_environment(cfg.device);
+        int joined = master_link_join(&link, master, &cfg, advertise, have_rank ? (int64_t)cfg.rank : -1, env,
+                                      connect_timeout_s, setup_err[0] ? setup_err : NULL, err, sizeof err);
         json_decref(env);
         if (joined < 0) {
             ctl_close(&link);

@@ -124,17 +124,32 @@ static int master_link_bounds(json_t *body, server_config *cfg, char *err, size_
     return 0;
 }
 
-int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
-                     const char *advertise, int64_t want_rank, json_t *environment, double connect_timeout_s,
-                     const char *fail_reason, char *err, size_t errlen)
+/* The device as the master hears of it: the test devices as what they
+ * stand for (the master places and checks servers by it). */
+static const char *master_link_device(device_spec d, char buf[DEVSPEC_NAME_MAX])
 {
+    switch (d.kind) {
+    case DEVICE_TEST:
+        return "cpu";
+    case DEVICE_FAKE_CUDA:
+        return "cuda";
+    default:
+        return devspec_name(d, buf);
+    }
+}
+
+int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *advertise, int64_t want_rank,
+                     json_t *environment, double connect_timeout_s, const char *fail_reason, char *err,
+                     size_t errlen)
+{
+    char device_name[DEVSPEC_NAME_MAX];
     if (ctl_connect(c, master, connect_timeout_s, err, errlen) < 0)
         return -1;
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "role", "server", "host", host, "device",
-                             device_name, "listen_host", cfg->host, "port", (json_int_t)cfg->port, "pid",
-                             (json_int_t)getpid());
+                             master_link_device(cfg->device, device_name), "listen_host", cfg->host, "port",
+                             (json_int_t)cfg->port, "pid", (json_int_t)getpid());
     if (advertise)
         json_object_set_new(body, "advertise", json_string(advertise));
     if (environment)

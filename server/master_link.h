@@ -22,13 +22,14 @@
 #include "server/server.h"
 #include "shared/control.h"
 
-/* `environment` (borrowed; may be NULL): what this server computes with
+/* The register's "device" is cfg->device's name, the test devices named as
+ * what they stand for ("test": cpu, "fake-cuda": cuda).
+ * `environment` (borrowed; may be NULL): what this server computes with
  * (shared/hostinfo.h, and its fold), sent in the register. `fail_reason`
  * (NULL: none): this server's setup has failed already (no GPU answers,
  * its port is taken): it registers only to report that as `failed`, and
  * returns -1 with the master's verdict in err (master_link_report_failure). */
-int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *device_name,
-                     const char *advertise, int64_t want_rank, json_t *environment, double connect_timeout_s,
+int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *advertise, int64_t want_rank, json_t *environment, double connect_timeout_s,
                      const char *fail_reason, char *err, size_t errlen);
 /* The server cannot serve (its setup failed after it joined: no memory
  * for its table, its device): tell the master (`failed` with the reason,

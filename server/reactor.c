@@ -481,7 +481,7 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    s->dev = device_new(s->cfg.device[0] ? s->cfg.device : "cpu", s->base, &s->pool, err, errlen);
+    s->dev = device_new(s->cfg.device, s->base, &s->pool, err, errlen);
     if (!s->dev)
         return -1;
     s->dev->after = server_on_device_after;

@@ -38,7 +38,7 @@ typedef struct server_config {
     uint32_t trainers;    /* pushes expected per (batch, bucket) */
     uint32_t rank;        /* this server's rank (0 standalone) */
     kind_config kind;     /* what the server does (kind.h); kind.trainers = trainers */
-    char device[32];      /* cpu, or test (tests only) */
+    device_spec device;   /* --device (shared/devspec.h); zeroed: the cpu */
     const char *token;    /* NULL: none required */
     uint64_t max_payload;
     uint64_t max_queued;  /* output bytes queued per connection before it is dropped */

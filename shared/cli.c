@@ -1,5 +1,6 @@
 /* cli.c — strict command-line value parsing (see cli.h). */
 #include "shared/cli.h"
+#include "shared/devspec.h"
 #include "shared/userpath.h"
 
 #include <errno.h>
@@ -144,22 +145,11 @@ int cli_check_token(const char *source, const char *token, char *err, size_t err
 
 int cli_parse_device(const char *opt, const char *s, int *cuda_index, char *err, size_t errlen)
 {
-    if (strcmp(s, "cpu") == 0) {
-        *cuda_index = -1;
-        return 0;
-    }
-    if (strcmp(s, "cuda") == 0) {
-        *cuda_index = 0;
-        return 0;
-    }
-    uint64_t n;
-    char why[256];
-    if (strncmp(s, "cuda:", 5) == 0 && cli_parse_u64(opt, s + 5, 0, 255, 0, &n, why, sizeof why) == 0) {
-        *cuda_index = (int)n;
-        return 0;
-    }
-    snprintf(err, errlen, "%s '%s' is not cpu, cuda or cuda:N (N: a GPU's index, 0..255)", opt, s);
-    return -1;
+    device_spec d;
+    if (devspec_parse(opt, s, DEVSPEC_KIND(DEVICE_CPU) | DEVSPEC_KIND(DEVICE_CUDA), &d, err, errlen) < 0)
+        return -1;
+    *cuda_index = d.kind == DEVICE_CPU ? -1 : devspec_gpu(d);
+    return 0;
 }
 
 void cli_format_bytes(uint64_t n, char *buf, size_t len)

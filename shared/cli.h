@@ -41,7 +41,9 @@ int cli_read_token_file(const char *path, char *buf, size_t len, int *loose, cha
 int cli_check_token(const char *source, const char *token, char *err, size_t errlen);
 
 /* A --device value: "cpu" (*cuda_index = -1), "cuda" (0) or "cuda:N"
- * (N in 0..255). Returns 0, or -1 with a message naming `opt` in err. */
+ * (N in 0..255). Returns 0, or -1 with a message naming `opt` in err.
+ * devspec_parse (shared/devspec.h) with the cpu and cuda kinds only; the
+ * binaries use devspec_parse itself. */
 int cli_parse_device(const char *opt, const char *s, int *cuda_index, char *err, size_t errlen);
 
 /* Rewrite "--long_name[=v]" to "--long-name[=v]" in place, so that every

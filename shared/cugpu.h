@@ -75,12 +75,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/devmem.h"
 
 typedef struct cugpu cugpu;
 typedef struct cugpu_stream cugpu_stream;
 typedef struct cugpu_event cugpu_event;
-
-typedef enum cugpu_dir { CUGPU_H2D = 0, CUGPU_D2H, CUGPU_D2D } cugpu_dir;
 
 /* An exported device allocation or event, as bytes that mean something
  * only to the GPU layer that made them (CUDA's cudaIpcMemHandle_t and
@@ -125,22 +124,30 @@ typedef struct cugpu_kernels {
     int (*library)(const void *launch, void *stream, char *err, size_t errlen);
 } cugpu_kernels;
 
+/* Memory. Device memory is a devmem (shared/devmem.h: never a host
+ * pointer, and the compiler holds to it); pinned host memory is a host
+ * pointer. A failed allocation is devmem_none() (NULL) with g->err; freeing
+ * none does nothing. */
 typedef struct cugpu_ops {
     const char *name; /* "cuda" or "fake" */
-    void *(*dev_alloc)(cugpu *g, size_t bytes);
-    void (*dev_free)(cugpu *g, void *p);
+    devmem (*dev_alloc)(cugpu *g, size_t bytes);
+    void (*dev_free)(cugpu *g, devmem p);
     /* Stream-ordered device memory: usable by what is queued on s after
      * the allocation; freed once everything queued on s before the free
      * has run. Neither waits for the GPU (cudaMalloc and cudaFree may
      * synchronise the device: the reactor calls these instead). */
-    void *(*dev_alloc_async)(cugpu *g, cugpu_stream *s, size_t bytes);
-    void (*dev_free_async)(cugpu *g, cugpu_stream *s, void *p);
+    devmem (*dev_alloc_async)(cugpu *g, cugpu_stream *s, size_t bytes);
+    void (*dev_free_async)(cugpu *g, cugpu_stream *s, devmem p);
     void *(*host_alloc)(cugpu *g, size_t bytes); /* pinned */
     void (*host_free)(cugpu *g, void *p);
     cugpu_stream *(*stream_new)(cugpu *g);
     /* Waits for what the stream holds, then frees it. */
     void (*stream_free)(cugpu *g, cugpu_stream *s);
-    int (*copy)(cugpu *g, cugpu_stream *s, void *dst, const void *src, size_t n, cugpu_dir dir);
+    /* n bytes, queued on s: host to device, device to host, device to
+     * device. The host side must stay as it is until the copy has run. */
+    int (*copy_h2d)(cugpu *g, cugpu_stream *s, devmem dst, const void *src, size_t n);
+    int (*copy_d2h)(cugpu *g, cugpu_stream *s, void *dst, devmem src, size_t n);
+    int (*copy_d2d)(cugpu *g, cugpu_stream *s, devmem dst, devmem src, size_t n);
     /* One of the GPU's kernels (a launch of its cugpu_kernels). */
     int (*launch)(cugpu *g, cugpu_stream *s, const void *launch);
     /* fn(arg) once every operation queued before has completed; never
@@ -169,17 +176,17 @@ typedef struct cugpu_ops {
     /* Device memory another process can open: as dev_alloc's otherwise
      * (copies and launches use it alike), freed with dev_free_ipc only
      * (NULL: nothing), once no peer uses it any more. NULL with g->err. */
-    void *(*dev_alloc_ipc)(cugpu *g, size_t bytes);
-    void (*dev_free_ipc)(cugpu *g, void *p);
+    devmem (*dev_alloc_ipc)(cugpu *g, size_t bytes);
+    void (*dev_free_ipc)(cugpu *g, devmem p);
     /* The handle of the allocation whose base dev_alloc_ipc returned: the
      * same each time it is asked. 0, or -1 with g->err. */
-    int (*ipc_export)(cugpu *g, void *base, cugpu_ipc_handle *h);
+    int (*ipc_export)(cugpu *g, devmem base, cugpu_ipc_handle *h);
     /* Another process's allocation (h from its ipc_export) mapped here,
-     * `bytes` of it usable: a device pointer of this GPU, NULL with
-     * g->err (a handle that is no allocation, or no longer one, or smaller
-     * than bytes, is refused). Closed with ipc_close. */
-    void *(*ipc_open)(cugpu *g, const cugpu_ipc_handle *h, size_t bytes);
-    void (*ipc_close)(cugpu *g, void *p);
+     * `bytes` of it usable: device memory of this GPU, none with g->err
+     * (a handle that is no allocation, or no longer one, or smaller than
+     * bytes, is refused). Closed with ipc_close. */
+    devmem (*ipc_open)(cugpu *g, const cugpu_ipc_handle *h, size_t bytes);
+    void (*ipc_close)(cugpu *g, devmem p);
     /* An event another process can open and wait for (no timing), freed
      * with event_free. NULL with g->err. */
     cugpu_event *(*event_new_ipc)(cugpu *g);
@@ -229,6 +236,41 @@ cugpu *cugpu_fake_new(const cugpu_kernels *k, uint64_t fail_at, unsigned delay_u
  * lose a trainer under it. `path` is copied; NULL or "" holds nothing.
  * Call it before any work is queued. Returns -1 (out of memory) or 0. */
 int cugpu_fake_hold(cugpu *g, const char *path);
+
+/* The fake GPU as a role's --device fake-cuda makes it: from the
+ * environment, which the tests set.
+ *
+ *   PSBENCH_FAKE_GPU_FAIL_AT=K   fail_at (unset or 0: no failure)
+ *   PSBENCH_FAKE_GPU_DELAY_US=D  delay_us (unset: the role's default)
+ *   PSBENCH_FAKE_GPU_HOLD=FILE   cugpu_fake_hold(FILE) (unset or "": none)
+ *
+ * A number that is not a whole number is as if unset. The roles' default
+ * delays differ, on purpose:
+ *   server   200 us: its cuda device is the fake GPU's first user. The
+ *            delay makes each job complete late, after the reactor has gone
+ *            on and other jobs queued, so that the device's completion
+ *            paths (futures answered from another thread, drains with work
+ *            in flight, a trainer lost under a job) run in every server
+ *            test that uses it, as they do on a GPU.
+ *   trainer  0: a training step enqueues hundreds of operations and waits
+ *            for them every step; a delay on each would make every
+ *            fake-cuda training test many times longer, while the ordering
+ *            it would exercise is the compute layer's own (one stream, in
+ *            order), which its unit tests check with a delay they set. */
+enum {
+    CUGPU_FAKE_DELAY_US_SERVER = 200,
+    CUGPU_FAKE_DELAY_US_TRAINER = 0,
+};
+typedef struct cugpu_fake_env {
+    uint64_t fail_at;
+    unsigned delay_us;
+    const char *hold; /* the environment's string, or NULL */
+} cugpu_fake_env;
+/* What the environment says, with delay_us_default where it says nothing. */
+cugpu_fake_env cugpu_fake_env_read(unsigned delay_us_default);
+/* cugpu_fake_new and cugpu_fake_hold as cugpu_fake_env_read says: NULL
+ * with the reason in err. */
+cugpu *cugpu_fake_from_env(const cugpu_kernels *k, unsigned delay_us_default, char *err, size_t errlen);
 
 static inline void cugpu_destroy(cugpu *g)
 {

@@ -35,21 +35,21 @@ static int cg_failed(cugpu *g, const char *call, cudaError_t e)
     return -1;
 }
 
-static void *cg_dev_alloc(cugpu *g, size_t bytes)
+static devmem cg_dev_alloc(cugpu *g, size_t bytes)
 {
     void *p = NULL;
     cudaError_t e = ((cuda_gpu *)g)->rt->cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
         cg_failed(g, "cudaMalloc", e);
-        return NULL;
+        return devmem_none();
     }
-    return p;
+    return devmem_of(p);
 }
 
-static void cg_dev_free(cugpu *g, void *p)
+static void cg_dev_free(cugpu *g, devmem p)
 {
-    if (p)
-        ((cuda_gpu *)g)->rt->cudaFree(p);
+    if (!devmem_is_none(p))
+        ((cuda_gpu *)g)->rt->cudaFree(p.p);
 }
 
 /* Stream-ordered: cudaMallocAsync and cudaFreeAsync from the device's
@@ -57,7 +57,7 @@ static void cg_dev_free(cugpu *g, void *p)
  * the maximum in cugpu_cuda_new) instead of returning it to the driver at
  * the next synchronisation. Where pools are not supported (an old driver),
  * the plain calls, which may synchronise. */
-static void *cg_dev_alloc_async(cugpu *g, cugpu_stream *s, size_t bytes)
+static devmem cg_dev_alloc_async(cugpu *g, cugpu_stream *s, size_t bytes)
 {
     cuda_gpu *cg = (cuda_gpu *)g;
     if (!cg->pools)
@@ -66,20 +66,20 @@ static void *cg_dev_alloc_async(cugpu *g, cugpu_stream *s, size_t bytes)
     cudaError_t e = cg->rt->cudaMallocAsync(&p, bytes ? bytes : 1, (cudaStream_t)(void *)s);
     if (e != cudaSuccess) {
         cg_failed(g, "cudaMallocAsync", e);
-        return NULL;
+        return devmem_none();
     }
-    return p;
+    return devmem_of(p);
 }
 
-static void cg_dev_free_async(cugpu *g, cugpu_stream *s, void *p)
+static void cg_dev_free_async(cugpu *g, cugpu_stream *s, devmem p)
 {
     cuda_gpu *cg = (cuda_gpu *)g;
-    if (!p)
+    if (devmem_is_none(p))
         return;
     if (!cg->pools)
-        cg->rt->cudaFree(p);
+        cg->rt->cudaFree(p.p);
     else
-        cg->rt->cudaFreeAsync(p, (cudaStream_t)(void *)s);
+        cg->rt->cudaFreeAsync(p.p, (cudaStream_t)(void *)s);
 }
 
 static void *cg_host_alloc(cugpu *g, size_t bytes)
@@ -119,12 +119,27 @@ static void cg_stream_free(cugpu *g, cugpu_stream *s)
     rt->cudaStreamDestroy((cudaStream_t)s);
 }
 
-static int cg_copy(cugpu *g, cugpu_stream *s, void *dst, const void *src, size_t n, cugpu_dir dir)
+/* The three directions' one call: each entry below says which side is
+ * device memory, cudaMemcpyAsync takes them as raw addresses. */
+static int cg_copy(cugpu *g, cugpu_stream *s, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
 {
-    static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
-                                                cudaMemcpyDeviceToDevice};
-    cudaError_t e = ((cuda_gpu *)g)->rt->cudaMemcpyAsync(dst, src, n, kinds[dir], (cudaStream_t)s);
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaMemcpyAsync(dst, src, n, kind, (cudaStream_t)s);
     return e == cudaSuccess ? 0 : cg_failed(g, "cudaMemcpyAsync", e);
+}
+
+static int cg_copy_h2d(cugpu *g, cugpu_stream *s, devmem dst, const void *src, size_t n)
+{
+    return cg_copy(g, s, dst.p, src, n, cudaMemcpyHostToDevice);
+}
+
+static int cg_copy_d2h(cugpu *g, cugpu_stream *s, void *dst, devmem src, size_t n)
+{
+    return cg_copy(g, s, dst, src.p, n, cudaMemcpyDeviceToHost);
+}
+
+static int cg_copy_d2d(cugpu *g, cugpu_stream *s, devmem dst, devmem src, size_t n)
+{
+    return cg_copy(g, s, dst.p, src.p, n, cudaMemcpyDeviceToDevice);
 }
 
 /* Blocks of 256 threads, enough to cover `work` items, at most 8 per SM
@@ -216,14 +231,14 @@ _Static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(cugpu_ipc_handle), "a CUDA
 
 /* cudaMalloc, never the stream-ordered pool: the default pool's memory
  * cannot be exported with cudaIpcGetMemHandle. */
-static void *cg_dev_alloc_ipc(cugpu *g, size_t bytes) { return cg_dev_alloc(g, bytes); }
+static devmem cg_dev_alloc_ipc(cugpu *g, size_t bytes) { return cg_dev_alloc(g, bytes); }
 
-static void cg_dev_free_ipc(cugpu *g, void *p) { cg_dev_free(g, p); }
+static void cg_dev_free_ipc(cugpu *g, devmem p) { cg_dev_free(g, p); }
 
-static int cg_ipc_export(cugpu *g, void *base, cugpu_ipc_handle *h)
+static int cg_ipc_export(cugpu *g, devmem base, cugpu_ipc_handle *h)
 {
     cudaIpcMemHandle_t mh;
-    cudaError_t e = ((cuda_gpu *)g)->rt->cudaIpcGetMemHandle(&mh, base);
+    cudaError_t e = ((cuda_gpu *)g)->rt->cudaIpcGetMemHandle(&mh, base.p);
     if (e != cudaSuccess)
         return cg_failed(g, "cudaIpcGetMemHandle", e);
     memcpy(h->bytes, &mh, sizeof h->bytes);
@@ -232,7 +247,7 @@ static int cg_ipc_export(cugpu *g, void *base, cugpu_ipc_handle *h)
 
 /* `bytes` is the caller's word: the runtime has no call that says an
  * opened allocation's size. */
-static void *cg_ipc_open(cugpu *g, const cugpu_ipc_handle *h, size_t bytes)
+static devmem cg_ipc_open(cugpu *g, const cugpu_ipc_handle *h, size_t bytes)
 {
     (void)bytes;
     cudaIpcMemHandle_t mh;
@@ -241,15 +256,15 @@ static void *cg_ipc_open(cugpu *g, const cugpu_ipc_handle *h, size_t bytes)
     cudaError_t e = ((cuda_gpu *)g)->rt->cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess) {
         cg_failed(g, "cudaIpcOpenMemHandle", e);
-        return NULL;
+        return devmem_none();
     }
-    return p;
+    return devmem_of(p);
 }
 
-static void cg_ipc_close(cugpu *g, void *p)
+static void cg_ipc_close(cugpu *g, devmem p)
 {
-    if (p)
-        ((cuda_gpu *)g)->rt->cudaIpcCloseMemHandle(p);
+    if (!devmem_is_none(p))
+        ((cuda_gpu *)g)->rt->cudaIpcCloseMemHandle(p.p);
 }
 
 /* Interprocess events must be made without timing. */
@@ -323,7 +338,9 @@ static const cugpu_ops cuda_ops = {
     .host_free = cg_host_free,
     .stream_new = cg_stream_new,
     .stream_free = cg_stream_free,
-    .copy = cg_copy,
+    .copy_h2d = cg_copy_h2d,
+    .copy_d2h = cg_copy_d2h,
+    .copy_d2d = cg_copy_d2d,
     .launch = cg_launch,
     .host_fn = cg_host_fn,
     .event_new = cg_event_new,

@@ -17,6 +17,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -354,14 +355,22 @@ static void fake_free(cugpu *g, void *p)
     free(p);
 }
 
-static void *fake_alloc_async(cugpu *g, cugpu_stream *s, size_t bytes)
+/* The fake GPU's device memory is host memory: its devmem holds a host
+ * address, which only this file and the roles' host loops (host_run) read
+ * as one. */
+static devmem fake_dev_alloc(cugpu *g, size_t bytes) { return devmem_of(fake_alloc(g, bytes)); }
+
+static void fake_dev_free(cugpu *g, devmem p) { fake_free(g, p.p); }
+
+static devmem fake_alloc_async(cugpu *g, cugpu_stream *s, size_t bytes)
 {
     (void)s; /* host memory: usable at once, so also in stream order */
-    return fake_alloc(g, bytes);
+    return fake_dev_alloc(g, bytes);
 }
 
-static void fake_free_async(cugpu *g, cugpu_stream *s, void *p)
+static void fake_free_async(cugpu *g, cugpu_stream *s, devmem dp)
 {
+    void *p = dp.p;
     if (!p)
         return;
     fake_op *op = calloc(1, sizeof *op);
@@ -418,9 +427,10 @@ static void fake_stream_free(cugpu *g, cugpu_stream *s)
     free(s);
 }
 
-static int fake_copy(cugpu *g, cugpu_stream *s, void *dst, const void *src, size_t n, cugpu_dir dir)
+/* Every direction is a memcpy on the stream's worker (the device's memory
+ * is the host's). */
+static int fake_copy(cugpu *g, cugpu_stream *s, void *dst, const void *src, size_t n)
 {
-    (void)dir;
     fake_op *op = calloc(1, sizeof *op);
     if (op) {
         op->kind = FOP_COPY;
@@ -429,6 +439,21 @@ static int fake_copy(cugpu *g, cugpu_stream *s, void *dst, const void *src, size
         op->n = n;
     }
     return fake_queue(g, s, op);
+}
+
+static int fake_copy_h2d(cugpu *g, cugpu_stream *s, devmem dst, const void *src, size_t n)
+{
+    return fake_copy(g, s, dst.p, src, n);
+}
+
+static int fake_copy_d2h(cugpu *g, cugpu_stream *s, void *dst, devmem src, size_t n)
+{
+    return fake_copy(g, s, dst, src.p, n);
+}
+
+static int fake_copy_d2d(cugpu *g, cugpu_stream *s, devmem dst, devmem src, size_t n)
+{
+    return fake_copy(g, s, dst.p, src.p, n);
 }
 
 static int fake_launch(cugpu *g, cugpu_stream *s, const void *l)
@@ -681,24 +706,25 @@ static void fake_map_release(fake_map *m)
         close(m->fd);
 }
 
-static void *fake_dev_alloc_ipc(cugpu *g, size_t bytes)
+static devmem fake_dev_alloc_ipc(cugpu *g, size_t bytes)
 {
     if (bytes > FAKE_GPU_MEMORY) {
         snprintf(g->err, sizeof g->err, "fake GPU: out of memory (%zu bytes)", bytes);
-        return NULL;
+        return devmem_none();
     }
     fake_map m;
     if (fake_memfd_new(g, "psbench-fake-gpu-ipc", bytes ? bytes : 1, &m) < 0)
-        return NULL;
+        return devmem_none();
     if (fake_ipc_keep((fake_gpu *)g, &((fake_gpu *)g)->ipc_own, &m) < 0) {
         fake_map_release(&m);
-        return NULL;
+        return devmem_none();
     }
-    return m.base;
+    return devmem_of(m.base);
 }
 
-static void fake_dev_free_ipc(cugpu *g, void *p)
+static void fake_dev_free_ipc(cugpu *g, devmem dp)
 {
+    void *p = dp.p;
     if (!p)
         return;
     fake_map *m = fake_ipc_take((fake_gpu *)g, &((fake_gpu *)g)->ipc_own, p);
@@ -709,8 +735,9 @@ static void fake_dev_free_ipc(cugpu *g, void *p)
     free(m);
 }
 
-static int fake_ipc_export(cugpu *g, void *base, cugpu_ipc_handle *h)
+static int fake_ipc_export(cugpu *g, devmem dbase, cugpu_ipc_handle *h)
 {
+    void *base = dbase.p;
     fake_gpu *f = (fake_gpu *)g;
     /* Found under the lock, read under it: a concurrent free of another
      * allocation relinks the list, never this node. */
@@ -728,20 +755,21 @@ static int fake_ipc_export(cugpu *g, void *base, cugpu_ipc_handle *h)
     return 0;
 }
 
-static void *fake_ipc_open(cugpu *g, const cugpu_ipc_handle *h, size_t bytes)
+static devmem fake_ipc_open(cugpu *g, const cugpu_ipc_handle *h, size_t bytes)
 {
     fake_map m;
     if (fake_ipc_map(g, h, FAKE_IPC_MEM, bytes, &m) < 0)
-        return NULL;
+        return devmem_none();
     if (fake_ipc_keep((fake_gpu *)g, &((fake_gpu *)g)->ipc_opened, &m) < 0) {
         fake_map_release(&m);
-        return NULL;
+        return devmem_none();
     }
-    return m.base;
+    return devmem_of(m.base);
 }
 
-static void fake_ipc_close(cugpu *g, void *p)
+static void fake_ipc_close(cugpu *g, devmem dp)
 {
+    void *p = dp.p;
     if (!p)
         return;
     fake_map *m = fake_ipc_take((fake_gpu *)g, &((fake_gpu *)g)->ipc_opened, p);
@@ -842,15 +870,17 @@ static void fake_destroy(cugpu *g)
 
 static const cugpu_ops fake_ops = {
     .name = "fake",
-    .dev_alloc = fake_alloc,
-    .dev_free = fake_free,
+    .dev_alloc = fake_dev_alloc,
+    .dev_free = fake_dev_free,
     .dev_alloc_async = fake_alloc_async,
     .dev_free_async = fake_free_async,
     .host_alloc = fake_alloc,
     .host_free = fake_free,
     .stream_new = fake_stream_new,
     .stream_free = fake_stream_free,
-    .copy = fake_copy,
+    .copy_h2d = fake_copy_h2d,
+    .copy_d2h = fake_copy_d2h,
+    .copy_d2d = fake_copy_d2d,
     .launch = fake_launch,
     .host_fn = fake_host_fn,
     .event_new = fake_event_new,
@@ -903,4 +933,40 @@ int cugpu_fake_hold(cugpu *g, const char *path)
         return -1;
     }
     return 0;
+}
+
+/* An unsigned environment variable, or `def` when unset or not a whole
+ * number. */
+static uint64_t fake_env_u64(const char *name, uint64_t def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    return *end || errno ? def : x;
+}
+
+cugpu_fake_env cugpu_fake_env_read(unsigned delay_us_default)
+{
+    const char *hold = getenv("PSBENCH_FAKE_GPU_HOLD");
+    uint64_t delay = fake_env_u64("PSBENCH_FAKE_GPU_DELAY_US", delay_us_default);
+    return (cugpu_fake_env){
+        .fail_at = fake_env_u64("PSBENCH_FAKE_GPU_FAIL_AT", 0),
+        .delay_us = delay > UINT_MAX ? delay_us_default : (unsigned)delay,
+        .hold = hold && *hold ? hold : NULL,
+    };
+}
+
+cugpu *cugpu_fake_from_env(const cugpu_kernels *k, unsigned delay_us_default, char *err, size_t errlen)
+{
+    cugpu_fake_env e = cugpu_fake_env_read(delay_us_default);
+    cugpu *g = cugpu_fake_new(k, e.fail_at, e.delay_us, err, errlen);
+    if (g && cugpu_fake_hold(g, e.hold) < 0) {
+        snprintf(err, errlen, "%s", g->err);
+        cugpu_destroy(g);
+        return NULL;
+    }
+    return g;
 }

@@ -39,7 +39,7 @@ typedef struct batch_update_config {
     uint64_t epochs;        /* a pass's batches are this many epochs of equal length, for
                              * loss_per_epoch (0 or 1: the pass is one epoch) */
     bool allow_divergence;  /* a loss that is not finite: go on (else the pass stops there) */
-    const char *device;     /* the compute layer's device (compute_new); NULL: "cpu" */
+    device_spec device;     /* the compute layer's device (compute_new); zeroed: the cpu */
 } batch_update_config;
 
 typedef struct batch_update_report {

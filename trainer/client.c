@@ -370,7 +370,7 @@ static int client_export(client *cl, client_conn *c, const frame_hdr *w, double 
         return -1;
     }
     char why[300];
-    if (!(c->srv_gpu = g->open(g->ctx, mem, a.segment, why, sizeof why))) {
+    if (devmem_is_none(c->srv_gpu = g->open(g->ctx, mem, a.segment, why, sizeof why))) {
         /* The server holds our export; we cannot read its results there:
          * a server that sends one ends the link with a clear error. */
         snprintf(err, errlen, "server %s: cannot open its GPU memory: %s", c->addr, why);
@@ -499,7 +499,7 @@ void client_close(client *cl)
             close(c->fd);
         if (c->rx_fd >= 0)
             close(c->rx_fd);
-        if (c->srv_gpu)
+        if (!devmem_is_none(c->srv_gpu))
             cl->gpu->close(cl->gpu->ctx, c->srv_gpu);
         shm_seg_close(&c->seg);
         framed_free(&c->rd);
@@ -533,13 +533,13 @@ bool client_link_gpu(const client *cl, size_t i, const char **note)
 {
     if (note)
         *note = cl->conns[i].gpu_note;
-    return cl->conns[i].srv_gpu != NULL;
+    return !devmem_is_none(cl->conns[i].srv_gpu);
 }
 
 bool client_all_gpu(const client *cl)
 {
     for (size_t i = 0; i < cl->nconns; i++)
-        if (!cl->conns[i].srv_gpu)
+        if (devmem_is_none(cl->conns[i].srv_gpu))
             return false;
     return cl->nconns > 0;
 }
@@ -606,7 +606,7 @@ int client_queue(client *cl, size_t i, const frame_hdr *h0, const void *payload,
     const frame_hdr *h = &hv;
     if (h0->has & FH_DEV) {
         /* Its bytes are in the trainer's GPU memory: the header says where. */
-        assert(c->srv_gpu && !payload && !h0->payload);
+        assert(!devmem_is_none(c->srv_gpu) && !payload && !h0->payload);
         atomic_fetch_add_explicit(&cl->bytes_out, h0->count * 4, memory_order_relaxed);
     } else {
         client_push_at(cl, c, &hv, &payload);
@@ -714,27 +714,28 @@ static const uint8_t *client_answer_at(const client_conn *c, const frame_hdr *h,
 }
 
 /* A dense result whose mean lies in the server's GPU memory (`dev`):
- * where, checked before anything reads it; hv is h as if the payload
- * followed. */
-static const uint8_t *client_answer_dev(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv,
-                                        char *err, size_t errlen)
+ * where (none: refused, with err), checked before anything reads it; hv is
+ * h as if the payload followed. */
+static devmem client_answer_dev(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv,
+                                char *err, size_t errlen)
 {
     uint64_t want = h->type == FT_RESULT && h->layout == LAYOUT_DENSE ? frame_push_payload_size(h)
                     : h->type == FT_PARAMS && h->count <= UINT64_MAX / 4 ? h->count * 4
                                                                         : UINT64_MAX;
-    if (!c->srv_gpu || !cl->sink.dev || h->payload || (h->has & FH_AT) || want == UINT64_MAX || h->dev % 4 ||
+    if (devmem_is_none(c->srv_gpu) || !cl->sink.dev || h->payload || (h->has & FH_AT) || want == UINT64_MAX ||
+        h->dev % 4 ||
         h->dev > c->srv_gpu_bytes || want > c->srv_gpu_bytes - h->dev) {
         snprintf(err, errlen, "server %s sent a '%s' naming bytes %" PRIu64 "..+%" PRIu64 " of %s", c->addr,
                  frame_type_name(h->type), h->dev, want == UINT64_MAX ? 0 : want,
-                 c->srv_gpu ? "its GPU memory, outside it (or not a dense result, or with a payload too)"
-                            : "GPU memory it never exported to this trainer");
-        return NULL;
+                 !devmem_is_none(c->srv_gpu) ? "its GPU memory, outside it (or not a dense result, or with a payload too)"
+                                             : "GPU memory it never exported to this trainer");
+        return devmem_none();
     }
     *hv = *h;
     hv->payload = want;
     hv->has |= FH_PAYLOAD;
     hv->has &= ~(uint32_t)FH_DEV;
-    return (const uint8_t *)c->srv_gpu + h->dev;
+    return devmem_at(c->srv_gpu, h->dev);
 }
 
 /* Dispatch the frames and payload chunks that have arrived on c. */
@@ -771,16 +772,16 @@ static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
                 return -1;
             frame_hdr hv;
             const uint8_t *shared = NULL;
-            const uint8_t *on_gpu = NULL;
-            if ((h->has & FH_DEV) && !(on_gpu = client_answer_dev(cl, c, h, &hv, err, errlen)))
+            devmem on_gpu = devmem_none();
+            if ((h->has & FH_DEV) && devmem_is_none(on_gpu = client_answer_dev(cl, c, h, &hv, err, errlen)))
                 return -1;
             if ((h->has & FH_AT) && !(shared = client_answer_at(c, h, &hv, err, errlen)))
                 return -1;
             c->frame = NULL;
-            if (cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), shared || on_gpu ? &hv : h, &c->frame, err,
-                               errlen) < 0)
+            if (cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), shared || !devmem_is_none(on_gpu) ? &hv : h,
+                               &c->frame, err, errlen) < 0)
                 return -1;
-            if (on_gpu) { /* in the server's GPU memory: copied device to device */
+            if (!devmem_is_none(on_gpu)) { /* in the server's GPU memory: copied device to device */
                 atomic_fetch_add_explicit(&cl->bytes_in, hv.payload, memory_order_relaxed);
                 if (cl->sink.dev(cl->sink.ctx, c->frame, on_gpu, hv.payload, err, errlen) < 0)
                     return -1;

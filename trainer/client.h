@@ -39,7 +39,7 @@ typedef struct client_sink {
      * docs/protocol.md): n bytes at device address src, complete on the
      * GPU; between begin and end, instead of data. NULL: the client never
      * exports (client_cfg.gpu NULL), so no server sends one. */
-    int (*dev)(void *ctx, void *frame, const void *src, uint64_t n, char *err, size_t errlen);
+    int (*dev)(void *ctx, void *frame, devmem src, uint64_t n, char *err, size_t errlen);
 } client_sink;
 
 typedef struct client_out {
@@ -73,9 +73,9 @@ typedef struct client_conn {
     char link_note[200]; /* why this link is TCP where shared memory was tried ("": not tried) */
     bool no_segment;     /* shm, but the client's segment is larger than the server takes: pushes inline */
     /* CUDA IPC (shm links to a CUDA server on this trainer's GPU): the
-     * server's exported GPU memory, mapped here (NULL: none), and why
+     * server's exported GPU memory, mapped here (none: none), and why
      * there is none where the server offered it. */
-    void *srv_gpu;
+    devmem srv_gpu;
     uint64_t srv_gpu_bytes;
     char gpu_note[200];
     client_stage *stage;

@@ -113,11 +113,12 @@ static int coll_usable(coll *c, char *err, size_t errlen)
 /* An allreduce's buffer of n floats (host or device memory) that no
  * backend can take: none, or more floats than bytes can count. why says
  * which (for coll_fail). */
-static bool coll_bad_f32(const coll *c, const float *buf, size_t n, char *why, size_t whylen)
+/* `have`: the buffer is there (host or device memory alike). */
+static bool coll_bad_f32(const coll *c, bool have, size_t n, char *why, size_t whylen)
 {
-    if (buf && n <= SIZE_MAX / sizeof(float))
+    if (have && n <= SIZE_MAX / sizeof(float))
         return false;
-    snprintf(why, whylen, "%s allreduce: %s", c->ops->name, buf ? "too many elements" : "no buffer");
+    snprintf(why, whylen, "%s allreduce: %s", c->ops->name, have ? "too many elements" : "no buffer");
     return true;
 }
 
@@ -128,7 +129,7 @@ int coll_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errl
         return -1;
     if (n == 0)
         return 0;
-    if (coll_bad_f32(c, buf, n, why, sizeof why))
+    if (coll_bad_f32(c, buf != NULL, n, why, sizeof why))
         return coll_fail(c, why, err, errlen);
     why[0] = '\0';
     if (c->ops->allreduce_sum_f32(c, buf, n, why, sizeof why) != 0)
@@ -138,7 +139,7 @@ int coll_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errl
 
 bool coll_on_device(const coll *c) { return c && c->ops->allreduce_mean_f32_device != NULL; }
 
-int coll_allreduce_mean_f32_device(coll *c, float *dbuf, size_t n, float scale, char *err, size_t errlen)
+int coll_allreduce_mean_f32_device(coll *c, devf32 dbuf, size_t n, float scale, char *err, size_t errlen)
 {
     char why[COLL_ERR_MAX];
     if (coll_usable(c, err, errlen) != 0)
@@ -150,7 +151,7 @@ int coll_allreduce_mean_f32_device(coll *c, float *dbuf, size_t n, float scale, 
     }
     if (n == 0)
         return 0;
-    if (coll_bad_f32(c, dbuf, n, why, sizeof why))
+    if (coll_bad_f32(c, !devf32_is_none(dbuf), n, why, sizeof why))
         return coll_fail(c, why, err, errlen);
     why[0] = '\0';
     if (c->ops->allreduce_mean_f32_device(c, dbuf, n, scale, why, sizeof why) != 0)

@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/devmem.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -89,7 +91,7 @@ bool coll_on_device(const coll *c);
  * the group's own stream; returns once an event recorded after it is
  * complete (polled, bounded by the group's timeout). 0, or -1 with err;
  * -1 with "not on device memory" for a group without it (gloo). */
-int coll_allreduce_mean_f32_device(coll *c, float *dbuf, size_t n, float scale, char *err, size_t errlen);
+int coll_allreduce_mean_f32_device(coll *c, devf32 dbuf, size_t n, float scale, char *err, size_t errlen);
 
 /* out = every member's `bytes` bytes of in, in rank order (size * bytes). */
 int coll_allgather(coll *c, const void *in, size_t bytes, void *out, char *err, size_t errlen);

@@ -372,14 +372,16 @@ void gloo_destroy(coll *c) noexcept
 
 /* NCCL's stand-in on the fake GPU: its device memory is host memory
  * (shared/cugpu.h), so a fake-cuda trainer's device buckets are summed by
- * Gloo where they are, then scaled as coll.h says. */
-int gloo_fake_device_allreduce(coll *c, float *dbuf, size_t n, float scale, char *err, size_t errlen) noexcept
+ * Gloo where they are, then scaled as coll.h says. Only here does a devf32
+ * become a host pointer: the fake GPU's are. */
+int gloo_fake_device_allreduce(coll *c, devf32 dbuf, size_t n, float scale, char *err, size_t errlen) noexcept
 {
-    if (gloo_allreduce_sum_f32(c, dbuf, n, err, errlen) != 0)
+    float *host = dbuf.p;
+    if (gloo_allreduce_sum_f32(c, host, n, err, errlen) != 0)
         return -1;
     if (scale != 1.0f)
         for (size_t i = 0; i < n; i++)
-            dbuf[i] *= scale;
+            host[i] *= scale;
     return 0;
 }
 

@@ -25,7 +25,7 @@ typedef struct coll_ops {
     const char *name; /* "gloo", "nccl" */
     int (*allreduce_sum_f32)(coll *c, float *buf, size_t n, char *err, size_t errlen);
     /* NULL: the backend has no device-memory collectives (gloo). */
-    int (*allreduce_mean_f32_device)(coll *c, float *dbuf, size_t n, float scale, char *err, size_t errlen);
+    int (*allreduce_mean_f32_device)(coll *c, devf32 dbuf, size_t n, float scale, char *err, size_t errlen);
     int (*allgather)(coll *c, const void *in, size_t bytes, void *out, char *err, size_t errlen);
     /* counts: size entries, counts[rank] == bytes; total: their sum. */
     int (*allgatherv)(coll *c, const void *in, size_t bytes, const uint64_t *counts, uint64_t total, void *out,

@@ -206,7 +206,7 @@ static int nccl_blas(nccl_group *g, const char *op, char *err, size_t errlen)
     return 0;
 }
 
-static int nccl_allreduce_mean_f32_device(coll *c, float *dbuf, size_t n, float scale, char *err, size_t errlen)
+static int nccl_allreduce_mean_f32_device(coll *c, devf32 dbuf, size_t n, float scale, char *err, size_t errlen)
 {
     nccl_group *g = c->impl;
     const char *op = "allreduce";
@@ -223,7 +223,7 @@ static int nccl_allreduce_mean_f32_device(coll *c, float *dbuf, size_t n, float 
     }
     /* The caller's writes are complete (coll.h): the stream needs no
      * event of theirs to wait on. In place, as DDP's bucket views. */
-    ncclResult_t r = g->nc->ncclAllReduce(dbuf, dbuf, n, ncclFloat32, ncclSum, g->comm, g->stream);
+    ncclResult_t r = g->nc->ncclAllReduce(dbuf.p, dbuf.p, n, ncclFloat32, ncclSum, g->comm, g->stream);
     if (nccl_settle(g, op, r, deadline, err, errlen) != 0)
         return -1;
     if (scale != 1.0f) {
@@ -231,7 +231,7 @@ static int nccl_allreduce_mean_f32_device(coll *c, float *dbuf, size_t n, float 
             return -1;
         for (size_t off = 0; off < n;) { /* cuBLAS counts in int */
             int part = n - off > (size_t)INT32_MAX ? INT32_MAX : (int)(n - off);
-            cublasStatus_t st = g->cb->cublasSscal(g->blas, part, &scale, dbuf + off, 1);
+            cublasStatus_t st = g->cb->cublasSscal(g->blas, part, &scale, devf32_at(dbuf, off).p, 1);
             if (st != CUBLAS_STATUS_SUCCESS) {
                 errbuf_set(err, errlen, "nccl %s: cublasSscal: status %d", op, (int)st);
                 nccl_abort(g);

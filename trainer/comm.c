@@ -91,7 +91,7 @@ static int comm_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, siz
     return 0;
 }
 
-static int comm_dev(void *ctx, void *frame, const void *src, uint64_t n, char *err, size_t errlen)
+static int comm_dev(void *ctx, void *frame, devmem src, uint64_t n, char *err, size_t errlen)
 {
     comm_bucket *b = frame;
     (void)ctx;
@@ -202,7 +202,7 @@ void comm_push(comm *c, comm_bucket *b, uint32_t server, uint64_t batch)
     b->server = server;
     b->hdr.batch = batch;
     b->done = false;
-    b->result_dev = NULL;
+    b->result_dev = devmem_none();
     b->t_push_ns = clock_now_ns();
     assert(b->id < COMM_MAX_BUCKETS);
     pthread_mutex_lock(&c->mu);

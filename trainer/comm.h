@@ -28,7 +28,7 @@ typedef struct comm_bucket {
     const uint8_t *payload; /* dense: the gradients; sparse: indices then rows */
     float *dense_dst;       /* dense: where the mean goes (may equal payload) */
     uint8_t *result;        /* sparse: the coalesced mean (owned, grows) */
-    const void *result_dev; /* dense, CUDA IPC: the mean in the server's GPU memory (else NULL) */
+    devmem result_dev;      /* dense, CUDA IPC: the mean in the server's GPU memory (else none) */
     uint64_t result_cap, result_len, result_nnz;
     uint64_t t_push_ns, t_done_ns;
     bool done;              /* guarded by the comm mutex */

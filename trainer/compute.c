@@ -62,11 +62,11 @@ void *compute_span_view(compute *c, cspan s)
     return p ? p + s.off * compute_dtype_size(s.buf->dtype) : NULL;
 }
 
-void *compute_span_device(compute *c, cspan s)
+devmem compute_span_device(compute *c, cspan s)
 {
     assert(cspan_valid(s));
-    char *p = c->ops->device_view(c, s.buf);
-    return p ? p + s.off * compute_dtype_size(s.buf->dtype) : NULL;
+    devmem p = c->ops->device_view(c, s.buf);
+    return devmem_is_none(p) ? p : devmem_at(p, s.off * compute_dtype_size(s.buf->dtype));
 }
 
 const void *compute_host_read(compute *c, cspan s, void *stage)
@@ -142,13 +142,13 @@ int compute_share_export(compute *c, cbuf *b, compute_share *x, char *err, size_
     return c->ops->share_export(c, b, x, err, errlen);
 }
 
-void *compute_peer_open(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen)
+devmem compute_peer_open(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen)
 {
     if (compute_status(c, err, errlen) < 0)
-        return NULL;
+        return devmem_none();
     if (!c->ops->peer_open) {
         snprintf(err, errlen, "compute (%s): no GPU to open a peer's memory on", c->ops->name);
-        return NULL;
+        return devmem_none();
     }
     return c->ops->peer_open(c, mem, bytes, err, errlen);
 }

@@ -86,6 +86,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/devmem.h"
+#include "shared/devspec.h"
+
 /* Where a buffer's memory is. */
 typedef enum compute_mem {
     COMPUTE_MEM_DEVICE = 0, /* where the context computes (cpu: host memory) */
@@ -138,7 +141,7 @@ typedef struct compute_share {
     unsigned char mem[COMPUTE_IPC_HANDLE];  /* the buffer's memory handle */
     unsigned char ev[COMPUTE_IPC_HANDLE];   /* the context's IPC event's handle */
     uint64_t bytes;                         /* the buffer's size */
-    const void *base;                       /* its device address here (compute_span_device's) */
+    devmem base;                            /* its device address here (compute_span_device's) */
 } compute_share;
 
 typedef struct compute_ops {
@@ -155,9 +158,9 @@ typedef struct compute_ops {
     cbuf *(*lend)(compute *c, void *p, uint64_t n, compute_dtype t, char *err, size_t errlen);
     void *(*host_view)(compute *c, cbuf *b);
     /* The buffer's address on the context's GPU, for a library that takes
-     * device pointers on the same GPU (NCCL); NULL where the context has
+     * device pointers on the same GPU (NCCL); none where the context has
      * no GPU (cpu, staged) or b is not device memory. */
-    void *(*device_view)(compute *c, cbuf *b);
+    devmem (*device_view)(compute *c, cbuf *b);
     void (*read)(compute *c, cspan src, void *dst);
     void (*write)(compute *c, cspan dst, const void *src);
     void (*zero)(compute *c, cspan dst);
@@ -229,9 +232,9 @@ typedef struct compute_ops {
     cbuf *(*alloc_shared)(compute *c, uint64_t n, compute_dtype t, char *err, size_t errlen);
     int (*share_export)(compute *c, cbuf *b, compute_share *x, char *err, size_t errlen);
     void (*share_record)(compute *c);
-    void *(*peer_open)(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
-    void (*peer_close)(compute *c, void *p);
-    void (*copy_from_peer)(compute *c, cspan dst, const void *src);
+    devmem (*peer_open)(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
+    void (*peer_close)(compute *c, devmem p);
+    void (*copy_from_peer)(compute *c, cspan dst, devmem src);
     void (*first_ne)(compute *c, cspan a, cspan b, cspan first);
 } compute_ops;
 
@@ -258,15 +261,17 @@ static inline bool compute_failed(const compute *c) { return c->failure[0] != '\
 /* 0, or -1 with the first failure in err. */
 int compute_status(const compute *c, char *err, size_t errlen);
 
-/* The context for device `name` ("cpu", "cuda", "cuda:N"; "fake-cuda" for
- * tests); NULL with a one-line reason in err for a device this build or
- * host cannot compute on (no GPU answers, no CUDA in this build). */
-compute *compute_new(const char *name, char *err, size_t errlen);
-/* The device trainer `rank` computes on, for --device `asked`: the same
- * name, except plain "cuda", which is the seed's cuda(rank) placement: GPU
+/* The context for device `dev` (shared/devspec.h: cpu, cuda, cuda:N;
+ * fake-cuda and staged for tests; plain cuda, unplaced, is GPU 0); NULL
+ * with a one-line reason in err for a device this build or host cannot
+ * compute on (no GPU answers, no CUDA in this build, the server's test
+ * device). */
+compute *compute_new(device_spec dev, char *err, size_t errlen);
+/* The device trainer `rank` computes on, for --device `asked`: the same,
+ * except plain "cuda", which is the seed's cuda(rank) placement: GPU
  * (rank mod the GPUs this host shows), "cuda:K". 0, or -1 with the reason
  * (no GPU answers). */
-int compute_place(const char *asked, uint64_t rank, char *out, size_t outlen, char *err, size_t errlen);
+int compute_place(device_spec asked, uint64_t rank, device_spec *out, char *err, size_t errlen);
 /* NULL: nothing. Every buffer must have been released. */
 void compute_free(compute *c);
 const char *compute_name(const compute *c);
@@ -306,11 +311,11 @@ void *compute_host_write_begin(compute *c, cspan s, void *stage);
 void compute_host_write_end(compute *c, cspan s, const void *p);
 /* The host address of s's first element, or NULL (not host-visible). */
 void *compute_span_view(compute *c, cspan s);
-/* The GPU address of s's first element (device_view), or NULL. Work
+/* The GPU address of s's first element (device_view), or none. Work
  * elsewhere (an NCCL stream) may use it only for a range whose writer is
  * done (compute_done on a mark recorded after it) and no enqueued
  * operation touches meanwhile. */
-void *compute_span_device(compute *c, cspan s);
+devmem compute_span_device(compute *c, cspan s);
 
 /* ---- CUDA IPC: memory shared with a process on the same GPU ----
  *
@@ -323,7 +328,7 @@ void *compute_span_device(compute *c, cspan s);
  * compute_share_record: that event, recorded now in the context's order:
  *   a process waiting for it waits for everything enqueued so far.
  * compute_peer_open / _close: another process's exported memory (`bytes`
- *   of it), mapped here: a device address, NULL with err.
+ *   of it), mapped here: a device address, none with err.
  * compute_copy_from_peer: dst's elements from device address src (a
  *   peer's memory), device to device, enqueued in the context's order.
  * compute_first_ne: the index of the first element where float spans a
@@ -339,13 +344,13 @@ static inline void compute_share_record(compute *c)
     if (!compute_failed(c))
         c->ops->share_record(c);
 }
-void *compute_peer_open(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
-static inline void compute_peer_close(compute *c, void *p)
+devmem compute_peer_open(compute *c, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
+static inline void compute_peer_close(compute *c, devmem p)
 {
-    if (p)
+    if (!devmem_is_none(p))
         c->ops->peer_close(c, p);
 }
-static inline void compute_copy_from_peer(compute *c, cspan dst, const void *src)
+static inline void compute_copy_from_peer(compute *c, cspan dst, devmem src)
 {
     if (!compute_failed(c))
         c->ops->copy_from_peer(c, dst, src);

@@ -87,12 +87,12 @@ static void *cpu_host_view(compute *c, cbuf *b)
     return b->ptr;
 }
 
-static void *cpu_device_view(compute *c, cbuf *b)
+static devmem cpu_device_view(compute *c, cbuf *b)
 {
     assert(b->owner == c);
     (void)c;
     (void)b;
-    return NULL; /* no GPU */
+    return devmem_none(); /* no GPU */
 }
 
 static void cpu_read(compute *c, cspan src, void *dst)

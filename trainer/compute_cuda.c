@@ -39,7 +39,7 @@
  */
 #include "trainer/compute_impl.h"
 #include "trainer/cuda/kernels_host.h"
-#include "shared/cli.h"
+#include "shared/devspec.h"
 #include "shared/cugpu.h"
 #include "shared/gpu.h"
 #include "shared/log.h"
@@ -78,12 +78,13 @@ typedef struct compute_cuda {
     cmark marks;             /* marks recorded so far (the last one's number) */
     cmark done_upto;         /* every mark up to this one is known done */
     /* the staging ring: st_host (pinned) and its device twin */
-    unsigned char *st_host, *st_dev;
+    unsigned char *st_host;
+    devmem st_dev;
     size_t st_cap, st_pos;
     cc_seg segs[CC_SEGS];
     size_t seg_first, nseg;
     /* per-sample loss terms (device), grown as needed */
-    double *per;
+    devmem per;
     size_t per_cap;
     /* a failed context's staging sink (cc_stage_sink) */
     unsigned char *sink;
@@ -239,8 +240,8 @@ static cc_stage cc_stage_begin(compute_cuda *c, size_t bytes)
             cap *= 2;
         cc_sync(&c->base);
         unsigned char *h = g->ops->host_alloc(g, cap);
-        unsigned char *d = h ? g->ops->dev_alloc(g, cap) : NULL;
-        if (!d) { /* the old ring stays (freed at destroy) */
+        devmem d = h ? g->ops->dev_alloc(g, cap) : devmem_none();
+        if (devmem_is_none(d)) { /* the old ring stays (freed at destroy) */
             if (h)
                 g->ops->host_free(g, h);
             cc_fatal(c, "the staging ring");
@@ -269,7 +270,8 @@ static cc_stage cc_stage_begin(compute_cuda *c, size_t bytes)
     return st;
 }
 
-/* A part of n bytes: its host address (to fill) and device address. */
+/* A part of n bytes: its host address (to fill) and device address (as a
+ * kernel's launch takes it). */
 static void *cc_stage_part(compute_cuda *c, cc_stage *st, size_t n, void **dev)
 {
     size_t at = st->off + st->used;
@@ -279,7 +281,7 @@ static void *cc_stage_part(compute_cuda *c, cc_stage *st, size_t n, void **dev)
         *dev = NULL;
         return c->sink + at;
     }
-    *dev = c->st_dev + at;
+    *dev = devmem_at(c->st_dev, at).p;
     return c->st_host + at;
 }
 
@@ -295,7 +297,8 @@ static void cc_stage_upload(compute_cuda *c, const cc_stage *st)
 {
     if (st->sink || cc_failed(c))
         return;
-    if (st->used && c->g->ops->copy(c->g, c->s, c->st_dev + st->off, c->st_host + st->off, st->used, CUGPU_H2D) < 0)
+    if (st->used &&
+        c->g->ops->copy_h2d(c->g, c->s, devmem_at(c->st_dev, st->off), c->st_host + st->off, st->used) < 0)
         cc_fatal(c, "a copy");
 }
 
@@ -317,7 +320,8 @@ static void cc_stage_end(compute_cuda *c, const cc_stage *st)
     c->nseg++;
 }
 
-/* The per-sample loss terms: n doubles of device memory, in stream order. */
+/* The per-sample loss terms: n doubles of device memory, in stream order
+ * (as a kernel's launch takes them). */
 static double *cc_per(compute_cuda *c, size_t n)
 {
     if (n > c->per_cap) {
@@ -326,18 +330,17 @@ static double *cc_per(compute_cuda *c, size_t n)
             g->ops->dev_free(g, c->per);
         else
             g->ops->dev_free_async(g, c->s, c->per);
-        c->per = NULL;
         size_t cap = c->per_cap ? c->per_cap : 256;
         while (cap < n)
             cap *= 2;
-        if (!(c->per = g->ops->dev_alloc_async(g, c->s, cap * sizeof(double)))) {
+        if (devmem_is_none(c->per = g->ops->dev_alloc_async(g, c->s, cap * sizeof(double)))) {
             cc_fatal(c, "the loss terms");
             c->per_cap = 0; /* a failed context launches nothing that would use it */
             return NULL;
         }
         c->per_cap = cap;
     }
-    return c->per;
+    return c->per.p;
 }
 
 /* ---- spans ------------------------------------------------------------------------- */
@@ -355,6 +358,20 @@ static double *cc_f64(cspan s)
 }
 
 static void *cc_addr(cspan s) { return (char *)s.buf->ptr + s.off * compute_dtype_size(s.buf->dtype); }
+
+/* A buffer of device memory (its tag says so) as the GPU layer takes it. */
+static devmem cc_buf_dev(const cbuf *b)
+{
+    assert(b->mem == COMPUTE_MEM_DEVICE);
+    return devmem_of(b->ptr);
+}
+
+/* A span of device memory, likewise. */
+static devmem cc_dev(cspan s)
+{
+    assert(cspan_valid(s));
+    return devmem_of(cc_addr(s));
+}
 
 /* ---- memory ------------------------------------------------------------------------ */
 
@@ -377,9 +394,9 @@ static cbuf *cc_alloc(compute *base, uint64_t n, compute_dtype t, compute_mem me
         return NULL;
     }
     size_t bytes = (size_t)n * es;
-    void *p;
+    void *p; /* the cbuf's address: device memory where mem says so (its tag) */
     if (mem == COMPUTE_MEM_DEVICE)
-        p = g->ops->dev_alloc_async(g, c->s, bytes);
+        p = g->ops->dev_alloc_async(g, c->s, bytes).p;
     else if (mem == COMPUTE_MEM_PINNED)
         p = g->ops->host_alloc(g, bytes);
     else
@@ -397,7 +414,7 @@ static cbuf *cc_alloc(compute *base, uint64_t n, compute_dtype t, compute_mem me
     cbuf *b = cbuf_wrap(base, p, n, t, mem);
     if (!b) {
         if (mem == COMPUTE_MEM_DEVICE)
-            g->ops->dev_free_async(g, c->s, p);
+            g->ops->dev_free_async(g, c->s, devmem_of(p));
         else if (mem == COMPUTE_MEM_PINNED)
             g->ops->host_free(g, p);
         else
@@ -418,11 +435,11 @@ static void cc_release(compute *base, cbuf *b)
         /* Not stream-ordered: wait for what may use it (a peer's folds
          * are the peer's business: it has closed or will close it). */
         cc_sync(base);
-        c->g->ops->dev_free_ipc(c->g, b->ptr);
+        c->g->ops->dev_free_ipc(c->g, cc_buf_dev(b));
     } else if (b->mem == COMPUTE_MEM_DEVICE && cc_failed(c)) {
-        c->g->ops->dev_free(c->g, b->ptr); /* a failed stream runs nothing more, a queued free neither */
+        c->g->ops->dev_free(c->g, cc_buf_dev(b)); /* a failed stream runs nothing more, a queued free neither */
     } else if (b->mem == COMPUTE_MEM_DEVICE) {
-        c->g->ops->dev_free_async(c->g, c->s, b->ptr); /* after what was queued before */
+        c->g->ops->dev_free_async(c->g, c->s, cc_buf_dev(b)); /* after what was queued before */
     } else {
         cc_sync(base); /* a copy in flight may still use it */
         if (b->mem == COMPUTE_MEM_PINNED)
@@ -442,11 +459,11 @@ static void *cc_host_view(compute *base, cbuf *b)
 
 /* The fake GPU's device memory is host memory, so its device addresses
  * are host addresses: a test's stand-in for NCCL may use them as such. */
-static void *cc_device_view(compute *base, cbuf *b)
+static devmem cc_device_view(compute *base, cbuf *b)
 {
     assert(b->owner == base);
     (void)base;
-    return b->mem == COMPUTE_MEM_DEVICE ? b->ptr : NULL;
+    return b->mem == COMPUTE_MEM_DEVICE ? cc_buf_dev(b) : devmem_none();
 }
 
 static void cc_read(compute *base, cspan src, void *dst)
@@ -457,7 +474,7 @@ static void cc_read(compute *base, cspan src, void *dst)
     if (src.buf->mem != COMPUTE_MEM_DEVICE) {
         cc_sync(base);
         memcpy(dst, cc_addr(src), bytes);
-    } else if (bytes && c->g->ops->copy(c->g, c->s, dst, cc_addr(src), bytes, CUGPU_D2H) < 0) {
+    } else if (bytes && c->g->ops->copy_d2h(c->g, c->s, dst, cc_dev(src), bytes) < 0) {
         cc_fatal(c, "a copy to the host");
     }
 }
@@ -470,7 +487,7 @@ static void cc_write(compute *base, cspan dst, const void *src)
     if (dst.buf->mem != COMPUTE_MEM_DEVICE) {
         cc_sync(base);
         memcpy(cc_addr(dst), src, bytes);
-    } else if (bytes && c->g->ops->copy(c->g, c->s, cc_addr(dst), src, bytes, CUGPU_H2D) < 0) {
+    } else if (bytes && c->g->ops->copy_h2d(c->g, c->s, cc_dev(dst), src, bytes) < 0) {
         cc_fatal(c, "a copy to the GPU");
     }
 }
@@ -888,9 +905,9 @@ static void cc_destroy(compute *base)
         ((const cublas_api *)c->blas_api)->cublasDestroy((cublasHandle_t)c->blas);
 #endif
     if (c->s) {
-        if (c->per && cc_failed(c))
+        if (cc_failed(c))
             g->ops->dev_free(g, c->per); /* a failed stream runs no queued free */
-        else if (c->per)
+        else
             g->ops->dev_free_async(g, c->s, c->per);
         g->ops->stream_free(g, c->s); /* waits for the frees queued on it */
     }
@@ -918,14 +935,14 @@ static cbuf *cc_alloc_shared(compute *base, uint64_t n, compute_dtype t, char *e
         return NULL;
     }
     size_t bytes = (size_t)n * es;
-    void *p = g->ops->dev_alloc_ipc(g, bytes);
-    if (!p) {
+    devmem p = g->ops->dev_alloc_ipc(g, bytes);
+    if (devmem_is_none(p)) {
         errbuf_set(err, errlen, "compute (%s): no shareable device memory for %llu elements: %s", c->name,
                    (unsigned long long)n, g->err);
         return NULL;
     }
-    cc_zero_dev(c, p, bytes);
-    cbuf *b = cbuf_wrap(base, p, n, t, COMPUTE_MEM_DEVICE);
+    cc_zero_dev(c, p.p, bytes);
+    cbuf *b = cbuf_wrap(base, p.p, n, t, COMPUTE_MEM_DEVICE);
     if (!b) {
         cc_sync(base);
         g->ops->dev_free_ipc(g, p);
@@ -946,7 +963,7 @@ static int cc_share_export(compute *base, cbuf *b, compute_share *x, char *err, 
         return -1;
     }
     cugpu_ipc_handle hm, he;
-    if (g->ops->ipc_export(g, b->ptr, &hm) < 0 || g->ops->event_export(g, c->ipc_ev, &he) < 0) {
+    if (g->ops->ipc_export(g, cc_buf_dev(b), &hm) < 0 || g->ops->event_export(g, c->ipc_ev, &he) < 0) {
         errbuf_set(err, errlen, "compute (%s): exporting: %s", c->name, g->err);
         return -1;
     }
@@ -955,7 +972,7 @@ static int cc_share_export(compute *base, cbuf *b, compute_share *x, char *err, 
     memcpy(x->mem, hm.bytes, sizeof x->mem);
     memcpy(x->ev, he.bytes, sizeof x->ev);
     x->bytes = b->n * compute_dtype_size(b->dtype);
-    x->base = b->ptr;
+    x->base = cc_buf_dev(b);
     return 0;
 }
 
@@ -967,18 +984,18 @@ static void cc_share_record(compute *base)
         cc_fatal(c, "recording the IPC event");
 }
 
-static void *cc_peer_open(compute *base, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen)
+static devmem cc_peer_open(compute *base, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen)
 {
     compute_cuda *c = cc(base);
     cugpu_ipc_handle h;
     memcpy(h.bytes, mem, sizeof h.bytes);
-    void *p = c->g->ops->ipc_open(c->g, &h, bytes);
-    if (!p)
+    devmem p = c->g->ops->ipc_open(c->g, &h, bytes);
+    if (devmem_is_none(p))
         errbuf_set(err, errlen, "compute (%s): %s", c->name, c->g->err);
     return p;
 }
 
-static void cc_peer_close(compute *base, void *p)
+static void cc_peer_close(compute *base, devmem p)
 {
     compute_cuda *c = cc(base);
     cc_sync(base); /* no copy from it in flight */
@@ -1003,12 +1020,12 @@ static void cc_first_ne(compute *base, cspan a, cspan b, cspan first)
     cc_launch(c, &l);
 }
 
-static void cc_copy_from_peer(compute *base, cspan dst, const void *src)
+static void cc_copy_from_peer(compute *base, cspan dst, devmem src)
 {
     compute_cuda *c = cc(base);
     assert(cspan_valid(dst) && dst.buf->mem == COMPUTE_MEM_DEVICE);
     size_t bytes = dst.n * compute_dtype_size(dst.buf->dtype);
-    if (bytes && c->g->ops->copy(c->g, c->s, cc_addr(dst), src, bytes, CUGPU_D2D) < 0)
+    if (bytes && c->g->ops->copy_d2d(c->g, c->s, cc_dev(dst), src, bytes) < 0)
         cc_fatal(c, "a copy from a peer's GPU memory");
 }
 
@@ -1068,7 +1085,7 @@ static compute *cc_new_on(cugpu *g, const char *name, char *err, size_t errlen)
     for (int i = 0; ok && i < CC_MARKS; i++)
         ok = (c->ev[i] = g->ops->event_new(g)) != NULL;
     ok = ok && (c->st_host = g->ops->host_alloc(g, CC_STAGE_BYTES)) != NULL &&
-         (c->st_dev = g->ops->dev_alloc(g, CC_STAGE_BYTES)) != NULL;
+         !devmem_is_none(c->st_dev = g->ops->dev_alloc(g, CC_STAGE_BYTES));
     if (!ok) {
         errbuf_set(err, errlen, "compute on %s: %s", name, g->err);
         cc_destroy(&c->base);
@@ -1100,39 +1117,22 @@ static int cc_blas(compute_cuda *c, const char *name, char *err, size_t errlen)
 }
 #endif
 
-static uint64_t cc_env(const char *name, uint64_t dflt)
+compute *compute_cuda_new(device_spec dev, char *err, size_t errlen)
 {
-    const char *v = getenv(name);
-    return v && *v ? strtoull(v, NULL, 10) : dflt;
-}
-
-compute *compute_cuda_new(const char *name, char *err, size_t errlen)
-{
-    if (strcmp(name, "fake-cuda") == 0) {
-        /* Tests: PSBENCH_FAKE_GPU_DELAY_US (0) delays each operation at
-         * random, PSBENCH_FAKE_GPU_HOLD (a file) holds every operation
-         * while the file exists, PSBENCH_FAKE_GPU_FAIL_AT (0: never) fails
-         * that operation (1-based), as the server's fake-cuda device does. */
-        char why[512];
-        cugpu *g = cugpu_fake_new(&trk_kernels, cc_env("PSBENCH_FAKE_GPU_FAIL_AT", 0),
-                                  (unsigned)cc_env("PSBENCH_FAKE_GPU_DELAY_US", 0), why, sizeof why);
-        if (g && cugpu_fake_hold(g, getenv("PSBENCH_FAKE_GPU_HOLD")) < 0) {
-            snprintf(why, sizeof why, "%s", g->err);
-            cugpu_destroy(g);
-            g = NULL;
-        }
+    char name[DEVSPEC_NAME_MAX], why[512];
+    devspec_name(dev, name);
+    assert(devspec_on_gpu(dev));
+    if (dev.kind == DEVICE_FAKE_CUDA) {
+        /* Tests: the environment's fake GPU, as the server's fake-cuda
+         * device's (cugpu_fake_from_env: the trainer's default delay). */
+        cugpu *g = cugpu_fake_from_env(&trk_kernels, CUGPU_FAKE_DELAY_US_TRAINER, why, sizeof why);
         if (!g) {
             errbuf_set(err, errlen, "compute on %s: %s", name, why);
             return NULL;
         }
         return cc_new_on(g, name, err, errlen);
     }
-    int index = -1;
-    char why[512];
-    if (cli_parse_device("--device", name, &index, why, sizeof why) < 0 || index < 0) {
-        errbuf_set(err, errlen, "compute on '%s': not a device (cpu, or cuda[:N])", name);
-        return NULL;
-    }
+    int index = devspec_gpu(dev); /* plain "cuda" here (unplaced): GPU 0 */
 #ifdef PSBENCH_HAVE_CUDA
     if (gpu_check_device(name, index, why, sizeof why) < 0) {
         errbuf_set(err, errlen, "%s", why);
@@ -1150,6 +1150,8 @@ compute *compute_cuda_new(const char *name, char *err, size_t errlen)
     }
     return base;
 #else
+    (void)index;
+    (void)why;
     errbuf_set(err, errlen, "--device %s: this build has no CUDA (configured without the CUDA toolkit, or with "
                "-DPSBENCH_CUDA=OFF): use --device cpu", name);
     return NULL;

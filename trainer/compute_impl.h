@@ -31,10 +31,11 @@ cbuf *cbuf_wrap(compute *c, void *ptr, uint64_t n, compute_dtype t, compute_mem 
  * ones are dropped. */
 void compute_fail(compute *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The implementations: NULL with err. compute_cuda_new: name is "cuda",
- * "cuda:N" or "fake-cuda" (compute_cuda.c). */
+/* The implementations: NULL with err. compute_cuda_new: dev is a GPU
+ * ("cuda", "cuda:N") or the fake one ("fake-cuda"): devspec_on_gpu
+ * (compute_cuda.c). */
 compute *compute_cpu_new(char *err, size_t errlen);
-compute *compute_cuda_new(const char *name, char *err, size_t errlen);
+compute *compute_cuda_new(device_spec dev, char *err, size_t errlen);
 /* Tests only: the cpu's arithmetic on memory without host views, copies
  * completed late (compute_staged.c). */
 compute *compute_staged_new(char *err, size_t errlen);

@@ -118,12 +118,12 @@ static void *st_host_view(compute *c, cbuf *b)
     return b->mem == COMPUTE_MEM_DEVICE ? NULL : b->ptr;
 }
 
-static void *st_device_view(compute *c, cbuf *b)
+static devmem st_device_view(compute *c, cbuf *b)
 {
     assert(b->owner == st(c)->cpu);
     (void)c;
     (void)b;
-    return NULL; /* host memory posing as a device's: no GPU address */
+    return devmem_none(); /* host memory posing as a device's: no GPU address */
 }
 
 static void st_read(compute *c, cspan src, void *dst) { st_queue(c, true, src, dst); }

@@ -6,35 +6,38 @@
 #include "shared/log.h"
 
 #include <stdio.h>
-#include <string.h>
 
-compute *compute_new(const char *name, char *err, size_t errlen)
+compute *compute_new(device_spec dev, char *err, size_t errlen)
 {
-    if (!name || strcmp(name, "cpu") == 0)
+    char name[DEVSPEC_NAME_MAX];
+    switch (dev.kind) {
+    case DEVICE_CPU:
         return compute_cpu_new(err, errlen);
-    if (strcmp(name, "staged") == 0) /* tests only (compute_staged.c) */
+    case DEVICE_STAGED: /* tests only (compute_staged.c) */
         return compute_staged_new(err, errlen);
     /* cuda[:N]: a GPU (refused in one line where none answers or the build
      * has no CUDA); fake-cuda: the same code on the fake GPU, for tests. */
-    if ((strncmp(name, "cuda", 4) == 0 && (name[4] == '\0' || name[4] == ':')) || strcmp(name, "fake-cuda") == 0)
-        return compute_cuda_new(name, err, errlen);
-    errbuf_set(err, errlen, "compute on '%s': not a device (cpu, or cuda[:N])", name);
+    case DEVICE_CUDA:
+    case DEVICE_FAKE_CUDA:
+        return compute_cuda_new(dev, err, errlen);
+    case DEVICE_TEST: /* the server's */
+        break;
+    }
+    errbuf_set(err, errlen, "compute on '%s': not a device (cpu, or cuda[:N])", devspec_name(dev, name));
     return NULL;
 }
 
-int compute_place(const char *asked, uint64_t rank, char *out, size_t outlen, char *err, size_t errlen)
+int compute_place(device_spec asked, uint64_t rank, device_spec *out, char *err, size_t errlen)
 {
-    if (!asked || strcmp(asked, "cuda") != 0) {
-        snprintf(out, outlen, "%s", asked ? asked : "cpu");
+    *out = asked;
+    if (asked.kind != DEVICE_CUDA || asked.index >= 0)
         return 0;
-    }
     char why[400];
     int n = gpu_count(why, sizeof why);
     if (n < 1) {
         errbuf_set(err, errlen, "--device cuda: %s", why);
         return -1;
     }
-    snprintf(out, outlen, "cuda:%d", (int)(rank % (uint64_t)n));
+    out->index = (int)(rank % (uint64_t)n);
     return 0;
 }
-

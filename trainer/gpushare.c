@@ -10,9 +10,9 @@
 static compute *gs_compute(const gpushare *g) { return g->impl_compute; }
 
 /* dst (a device address inside the exported buffer) as a span of it. */
-static cspan gs_span(const gpushare *g, const void *dst, uint64_t bytes)
+static cspan gs_span(const gpushare *g, devmem dst, uint64_t bytes)
 {
-    uint64_t off = (uint64_t)((const uint8_t *)dst - (const uint8_t *)g->base);
+    uint64_t off = devmem_offset(g->base, dst);
     assert(off % 4 == 0 && bytes % 4 == 0 && off <= g->bytes && bytes <= g->bytes - off);
     return cspan_at(g->impl_buf, off / 4, bytes / 4);
 }
@@ -22,22 +22,22 @@ static void gs_record(void *ctx)
     compute_share_record(gs_compute(ctx));
 }
 
-static void *gs_open(void *ctx, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen)
+static devmem gs_open(void *ctx, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen)
 {
     return compute_peer_open(gs_compute(ctx), mem, bytes, err, errlen);
 }
 
-static void gs_close(void *ctx, void *p)
+static void gs_close(void *ctx, devmem p)
 {
     compute_peer_close(gs_compute(ctx), p);
 }
 
-static void gs_copy(void *ctx, void *dst, const void *src, uint64_t bytes)
+static void gs_copy(void *ctx, devmem dst, devmem src, uint64_t bytes)
 {
     compute_copy_from_peer(gs_compute(ctx), gs_span(ctx, dst, bytes), src);
 }
 
-static void gs_upload(void *ctx, void *dst, const void *src, uint64_t bytes)
+static void gs_upload(void *ctx, devmem dst, const void *src, uint64_t bytes)
 {
     compute_write(gs_compute(ctx), gs_span(ctx, dst, bytes), src);
 }

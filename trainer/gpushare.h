@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/devmem.h"
+
 #define GPUSHARE_HANDLE 64
 
 typedef struct gpushare {
@@ -21,7 +23,7 @@ typedef struct gpushare {
     unsigned char mem[GPUSHARE_HANDLE];  /* the exported memory (the gradients) */
     unsigned char ev[GPUSHARE_HANDLE];   /* the event recorded before each push */
     uint64_t bytes;                      /* the exported memory's size */
-    const void *base;                    /* its device address: a bucket's `dev` is its offset from here */
+    devmem base;                         /* its device address: a bucket's `dev` is its offset from here */
     void *ctx;                           /* the calls' first argument */
     /* gpushare_init's: the compute context and buffer behind the calls
      * (opaque to the client and hooks) */
@@ -29,18 +31,18 @@ typedef struct gpushare {
     /* The event, now: everything enqueued so far (the bucket's writer, the
      * copies of earlier means) comes before it. */
     void (*record)(void *ctx);
-    /* A server's exported memory, mapped here (NULL with err); closed once
+    /* A server's exported memory, mapped here (none with err); closed once
      * no copy from it is in flight. */
-    void *(*open)(void *ctx, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
-    void (*close)(void *ctx, void *p);
+    devmem (*open)(void *ctx, const unsigned char *mem, uint64_t bytes, char *err, size_t errlen);
+    void (*close)(void *ctx, devmem p);
     /* bytes from src (a server's memory) to dst (inside the exported
      * memory), device to device, enqueued before whatever the trainer
      * enqueues next. */
-    void (*copy)(void *ctx, void *dst, const void *src, uint64_t bytes);
+    void (*copy)(void *ctx, devmem dst, devmem src, uint64_t bytes);
     /* bytes from host memory src to dst (inside the exported memory),
      * enqueued likewise: a mean that came on the socket after all (src
      * stays as it is until the trainer's next step). */
-    void (*upload)(void *ctx, void *dst, const void *src, uint64_t bytes);
+    void (*upload)(void *ctx, devmem dst, const void *src, uint64_t bytes);
 } gpushare;
 
 /* The calls over a compute context `c` (compute.h) and its buffer `b` from

@@ -40,7 +40,10 @@
 #include <stdint.h>
 
 #include "shared/clock.h"
+#include "shared/devmem.h"
+#include "shared/devspec.h"
 #include "shared/metrics.h"
+#include "shared/shm.h"
 
 /* Bucket ids are 0..HOOK_MAX_BUCKETS-1. */
 #define HOOK_MAX_BUCKETS 4096
@@ -53,10 +56,10 @@ typedef struct hook_bucket {
      * memory (data), or — handed to a hook that takes them
      * (hook.device_dense) by a trainer computing on a GPU — in that GPU's
      * memory (device_data, written by work that is complete when the
-     * bucket is handed over; a hook never dereferences it on the host).
-     * Exactly one of the two is set. */
+     * bucket is handed over; a type of its own: a hook cannot dereference
+     * it on the host). Exactly one of the two is set (bucket_place.h). */
     float *data;
-    float *device_data;
+    devf32 device_data;
     uint64_t count;
     /* sparse: a table of rows x cols; nnz (row index, row) pairs in, the
      * coalesced mean out (shared/sparse.h's layout: nnz int64 indices, then
@@ -159,6 +162,36 @@ static inline void hook_free(hook *h)
     if (h)
         h->ops->destroy(h);
 }
+
+/* What a hook is made from (hooks_new, hooks.h): the run driver fills it
+ * from the master's assignment. */
+struct coll_store;
+struct gpushare;
+typedef struct hook_setup {
+    const char *hook;      /* rpc_hook, allreduce_hook, sparse_rpc_hook, hybrid_hook */
+    const char *backend;   /* the collectives' backend: gloo, nccl or multi (gloo on the CPU) */
+    /* The trainer's device, placed (compute_place): a GPU (cuda:N, NCCL's
+     * device), the fake GPU of tests (fake-cuda: NCCL is its stand-in,
+     * coll_nccl_fake_new), or the cpu. */
+    device_spec device;
+    bool sparse_model;     /* the model has a sparse bucket (its metrics exist) */
+    uint32_t rank, ntrainer; /* this trainer in the group of all trainers */
+    /* rpc */
+    const char *servers;   /* "HOST:PORT,..." or NULL/"" (no servers) */
+    const char *token;
+    double connect_timeout_s;
+    double rpc_timeout_s;  /* every wait, and every collective */
+    psb_transport transport; /* to the servers */
+    /* NULL, or the trainer's GPU and its gradients' shared memory: rpc
+     * takes dense buckets in GPU memory where every server it talks to
+     * exchanges them by CUDA IPC (gpushare.h). */
+    const struct gpushare *gpu;
+    /* collectives */
+    const struct coll_store *store; /* rendezvous (coll.h) */
+    const char *store_prefix; /* keys of this job's groups start with it */
+    const char *coll_host;  /* where this trainer's Gloo transport listens (NULL: host name) */
+    metrics *m;
+} hook_setup;
 
 /* Make a sparse bucket's result room for nnz rows. 0, or -1 (memory). */
 int hook_bucket_reserve(hook_bucket *b, uint64_t nnz);

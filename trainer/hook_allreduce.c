@@ -18,7 +18,7 @@
  * A failed collective (a peer lost, --rpc-timeout) fails the hook: every
  * later wait returns its reason.
  */
-#include "trainer/hooks.h"
+#include "trainer/hook_impl.h"
 #include "shared/clock.h"
 #include "shared/mean.h"
 #include "shared/sparse.h"
@@ -79,7 +79,7 @@ static int ar_grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
 static int ar_dense(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, char *err, size_t errlen)
 {
     *out = *in = b->count * 4;
-    if (b->device_data) /* the sum and its scale on the GPU, in place (NCCL) */
+    if (!devf32_is_none(b->device_data)) /* the sum and its scale on the GPU, in place (NCCL) */
         return coll_allreduce_mean_f32_device(a->group, b->device_data, (size_t)b->count, mean_scale(a->size), err,
                                               errlen);
     if (coll_allreduce_sum_f32(a->group, b->data, (size_t)b->count, err, errlen) < 0)

@@ -11,7 +11,7 @@
  * averages, a sparse one into the bucket's result buffer. This file only
  * turns buckets into pushes and results back into buckets.
  */
-#include "trainer/hooks.h"
+#include "trainer/hook_impl.h"
 #include "shared/clock.h"
 #include "shared/log.h"
 #include "trainer/client.h"
@@ -106,8 +106,8 @@ static void rpc_ready(hook *h, hook_bucket *b)
 {
     rpc_hook *r = (rpc_hook *)h;
     assert(b->id < HOOK_MAX_BUCKETS);
-    assert(b->sparse || (b->data != NULL) != (b->device_data != NULL));
-    assert(!b->device_data || r->gpu); /* device_dense only then */
+    assert(b->sparse || (b->data != NULL) != !devf32_is_none(b->device_data));
+    assert(devf32_is_none(b->device_data) || r->gpu); /* device_dense only then */
     rpc_slot *s = &r->slots[b->id];
     r->pushed = true;
     if (!rpc_shaped_as(s, b))
@@ -115,11 +115,11 @@ static void rpc_ready(hook *h, hook_bucket *b)
     frame_hdr *hd = &s->cb.hdr;
     if (b->sparse) {
         rpc_pack_sparse(s, b);
-    } else if (b->device_data) {
+    } else if (!devf32_is_none(b->device_data)) {
         /* Named where it lies in the exported gradients; the server's
          * stream waits for the event recorded now, after its writer (and
          * after the copies of earlier means: the loans' end). */
-        hd->dev = (uint64_t)((const uint8_t *)b->device_data - (const uint8_t *)r->gpu->base);
+        hd->dev = devmem_offset(r->gpu->base, devf32_mem(b->device_data));
         hd->has = (hd->has | FH_DEV) & ~(uint32_t)FH_PAYLOAD;
         hd->payload = 0;
         s->cb.payload = NULL;
@@ -153,14 +153,14 @@ static int rpc_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t err
             return -1;
         }
         b->t_done_ns = s->cb.t_done_ns;
-        if (b->device_data) {
+        if (!devf32_is_none(b->device_data)) {
             /* The mean into the bucket, device to device from the
              * server's memory (or up from the socket's bytes), in the
              * trainer's stream order: what it enqueues next sees it. */
-            if (s->cb.result_dev)
-                r->gpu->copy(r->gpu->ctx, b->device_data, s->cb.result_dev, b->count * 4);
+            if (!devmem_is_none(s->cb.result_dev))
+                r->gpu->copy(r->gpu->ctx, devf32_mem(b->device_data), s->cb.result_dev, b->count * 4);
             else
-                r->gpu->upload(r->gpu->ctx, b->device_data, s->cb.result, b->count * 4);
+                r->gpu->upload(r->gpu->ctx, devf32_mem(b->device_data), s->cb.result, b->count * 4);
         } else if (b->sparse) {
             /* The result was read into the comm bucket's buffer: trade
              * buffers with the bucket instead of copying. */

@@ -4,7 +4,7 @@
  * the NCCL group, or a second Gloo group on the CPU). Each half records
  * its own metrics.
  */
-#include "trainer/hooks.h"
+#include "trainer/hook_impl.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -1,6 +1,8 @@
 /* hooks.c — making a hook by its name (see hooks.h). */
 #include "trainer/hooks.h"
+#include "trainer/hook_impl.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,9 +16,10 @@ static const char *hooks_dense_backend(const hook_setup *s, char *err, size_t er
     if (strcmp(b, "gloo") == 0)
         return "gloo";
     if (strcmp(b, "multi") == 0)
-        return (s->cuda_device >= 0 && coll_have_nccl()) || s->fake_gpu ? "nccl" : "gloo";
+        return (s->device.kind == DEVICE_CUDA && coll_have_nccl()) || s->device.kind == DEVICE_FAKE_CUDA ? "nccl"
+                                                                                                          : "gloo";
     if (strcmp(b, "nccl") == 0) {
-        if (s->cuda_device < 0 && !s->fake_gpu) {
+        if (!devspec_on_gpu(s->device)) {
             snprintf(err, errlen, "--backend nccl needs CUDA trainers (--ncudatrainer); CPU trainers use gloo "
                      "(--backend gloo, or multi: NCCL on GPUs, Gloo on CPUs)");
             return NULL;
@@ -32,12 +35,15 @@ static coll *hooks_group(const hook_setup *s, const char *backend, const char *p
 {
     char prefix[512];
     snprintf(prefix, sizeof prefix, "%s/%s/%s", s->store_prefix ? s->store_prefix : "psbench", s->hook, part);
-    if (strcmp(backend, "nccl") == 0 && s->fake_gpu)
+    if (strcmp(backend, "nccl") == 0 && s->device.kind == DEVICE_FAKE_CUDA)
         return coll_nccl_fake_new(s->rank, s->ntrainer, s->coll_host, s->store, prefix, s->rpc_timeout_s, err,
                                   errlen);
-    if (strcmp(backend, "nccl") == 0)
-        return coll_nccl_new(s->rank, s->ntrainer, s->cuda_device, s->store, prefix, s->rpc_timeout_s, err,
-                             errlen);
+    if (strcmp(backend, "nccl") == 0) {
+        /* A GPU, placed: hooks_dense_backend gives NCCL to no other. */
+        assert(s->device.kind == DEVICE_CUDA && s->device.index >= 0);
+        return coll_nccl_new(s->rank, s->ntrainer, devspec_cuda_index(s->device), s->store, prefix,
+                             s->rpc_timeout_s, err, errlen);
+    }
     return coll_gloo_new(s->rank, s->ntrainer, s->coll_host, s->store, prefix, s->rpc_timeout_s, err, errlen);
 }
 
@@ -70,7 +76,7 @@ hook *hooks_new(const hook_setup *s, char *err, size_t errlen)
                                    "hook_c10d_metric,gloo_sparse_allreduce", err, errlen);
         if (!sp)
             return NULL;
-        const char *hd = s->cuda_device >= 0 || s->fake_gpu ? "nccl" : "gloo";
+        const char *hd = devspec_on_gpu(s->device) ? "nccl" : "gloo";
         hook *de = hooks_allreduce(s, "hybrid_hook", hd, "dense", true, false, NULL, err, errlen);
         if (!de) {
             hook_free(sp);

@@ -4,6 +4,7 @@
  * only where the network does (the looked-up rows in, the rows' gradients
  * out, the dense bucket through the hook), through host views or staging. */
 #include "trainer/hybrid.h"
+#include "trainer/bucket_place.h"
 #include "trainer/answers.h"
 #include "trainer/compute.h"
 #include "trainer/steptimer.h"
@@ -573,7 +574,7 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, bool last, double *loss,
      * hook that takes device memory (NCCL), the gradients themselves once
      * backward is done, no copy either way. */
     hook_bucket *b = &h->bucket;
-    const bool on_gpu = b->device_data != NULL; /* hybrid_place_bucket */
+    const bool on_gpu = !devf32_is_none(b->device_data); /* hybrid_place_bucket */
     cmark ready = 0, copied = 0;
     if (h->twin) {
         ready = copied = compute_mark(h->dev);
@@ -638,22 +639,24 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, bool last, double *loss,
 }
 
 /* Where the dense bucket leaves from for hook hk: the gradients' host
- * view; staged, the pinned twin — or, for a hook that takes device memory
- * (NCCL), the gradients on the GPU. Said once, and again if it changes. */
-static void hybrid_place_bucket(hybrid *h, const hook *hk)
+ * view; staged, the pinned twin (made at hybrid_new) — or, for a hook that
+ * takes device memory (NCCL), the gradients on the GPU (bucket_place.h).
+ * Said once, and again if it changes. 0, or -1 with err. */
+static int hybrid_place_bucket(hybrid *h, const hook *hk, char *err, size_t errlen)
 {
     hook_bucket *b = &h->bucket;
     if (!h->twin)
-        return; /* host view: set at hybrid_new */
-    void *on_gpu = hk->device_dense ? compute_span_device(h->dev, cspan_all(h->grads)) : NULL;
-    bool changed = !h->placed || (on_gpu != NULL) != (b->device_data != NULL);
-    b->device_data = on_gpu;
-    b->data = on_gpu ? NULL : compute_host_view(h->dev, h->twin);
+        return 0; /* host view: set at hybrid_new */
+    bool was = !devf32_is_none(b->device_data);
+    if (bucket_place(b, hk, h->dev, cspan_all(h->grads), &h->twin, cbuf_count(h->grads), err, errlen) < 0)
+        return -1;
+    bool on_gpu = !devf32_is_none(b->device_data);
     b->gpu_timed = steptimer_on(&h->tm); /* its hook metric: hybrid_step */
-    if (changed)
+    if (!h->placed || on_gpu != was)
         log_info("%s: the dense bucket is handed over in %s", hk->name,
                  on_gpu ? "device memory" : "pinned host memory");
     h->placed = true;
+    return 0;
 }
 
 int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_fn tick, void *ctx,
@@ -678,7 +681,8 @@ int hybrid_pass(hybrid *h, client *cl, hook *hk, uint64_t batches, hybrid_tick_f
     h->loss_epoch = le;
     h->nepochs = 0;
     h->cl = cl;
-    hybrid_place_bucket(h, hk);
+    if (hybrid_place_bucket(h, hk, err, errlen) < 0)
+        return -1;
     if (hybrid_init_params(h) < 0) { /* the seed builds a fresh model per pass */
         snprintf(err, errlen, "out of memory");
         return -1;

@@ -54,6 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/devspec.h"
 #include "shared/metrics.h"
 #include "trainer/client.h"
 #include "trainer/hook.h"
@@ -77,7 +78,7 @@ typedef struct hybrid_config {
     uint64_t seed, rank;
     double rpc_timeout_s;    /* bound on each wait for the servers' answers */
     bool allow_divergence;   /* a loss that is not finite: go on (else the pass stops there) */
-    const char *device;      /* the dense part's compute layer (compute_new); NULL: "cpu" */
+    device_spec device;      /* the dense part's compute layer (compute_new); zeroed: the cpu */
     hybrid_pattern pattern;  /* how lookups and updates go (the top of this file) */
 } hybrid_config;
 

@@ -2,6 +2,7 @@
  * model's batches, print the trainer's metrics. */
 #include "shared/atomicfile.h"
 #include "shared/cli.h"
+#include "shared/devspec.h"
 #include "shared/frame.h"
 #include "shared/gpu.h"
 #include "shared/log.h"
@@ -258,7 +259,7 @@ static int trainer_batch_update(const batch_update_config *bu, const char *serve
 {
     char err[1536];
     memneed need;
-    memneed_linear(bu->in_features, bu->out_features, bu->batch_size, memneed_host_device(bu->device), &need);
+    memneed_linear(bu->in_features, bu->out_features, bu->batch_size, devspec_host_memory(bu->device), &need);
     if (trainer_check_memory(&need, err, sizeof err) < 0) {
         fprintf(stderr, "psbench-trainer: rank %" PRIu64 ": %s\n", bu->rank, err);
         return 1;
@@ -377,7 +378,6 @@ int main(int argc, char **argv)
     bool bu_flags = false;
     bool have_rank = false;
     const char *device = "cpu";
-    int cuda_index = -1; /* --device cuda[:N]: N */
     log_level level = LOG_INFO;
     char err[1536];
     uint64_t v;
@@ -460,12 +460,7 @@ int main(int argc, char **argv)
             break;
         case OPT_TOKEN: token = optarg; break;
         case OPT_TOKEN_FILE: token_file = optarg; break;
-        case OPT_DEVICE:
-            if (strcmp(optarg, "fake-cuda") != 0 && cli_parse_device("--device", optarg, &cuda_index, err,
-                                                                     sizeof err) < 0)
-                return trainer_fail(err);
-            device = optarg;
-            break;
+        case OPT_DEVICE: device = optarg; break;
         case OPT_SUMMARY: summary = optarg; break;
         case OPT_MASTER:
             if (net_check_hostport_list(optarg, err, sizeof err) < 0 || strchr(optarg, ',')) {
@@ -503,6 +498,10 @@ int main(int argc, char **argv)
             return trainer_fail(err);
         }
     }
+    /* --device, parsed once (shared/devspec.h). */
+    device_spec dev;
+    if (devspec_parse("--device", device, DEVSPEC_TRAINER, &dev, err, sizeof err) < 0)
+        return trainer_fail(err);
     if (optind < argc) {
         snprintf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
         return trainer_fail(err);
@@ -513,15 +512,16 @@ int main(int argc, char **argv)
     /* With --master, the reason also goes to the master (`failed`, once
      * joined): its verdict then names it, not only this process's exit. */
     static char setup_err[1536];
-    if (cuda_index >= 0 && gpu_check_device(device, cuda_index, err, sizeof err) < 0) {
+    if (dev.kind == DEVICE_CUDA && gpu_check_device(device, devspec_gpu(dev), err, sizeof err) < 0) {
         if (!master)
             return trainer_fail(err);
         snprintf(setup_err, sizeof setup_err, "%s", err);
     }
-    if (strcmp(device, "cpu") != 0 && !setup_err[0]) {
-        char probe[32], why[400];
+    if (dev.kind != DEVICE_CPU && !setup_err[0]) {
+        device_spec probe;
+        char why[400];
         compute *c = NULL;
-        if (compute_place(device, 0, probe, sizeof probe, why, sizeof why) == 0)
+        if (compute_place(dev, 0, &probe, why, sizeof why) == 0)
             c = compute_new(probe, why, sizeof why);
         if (!c) {
             snprintf(err, sizeof err, "--device %s: %s", device, why);
@@ -571,7 +571,7 @@ int main(int argc, char **argv)
         trainer_run_opts lo = {.master = master,
                                .want_rank = have_rank ? (int64_t)cfg.rank : -1,
                                .token = token,
-                               .device = device,
+                               .device = dev,
                                .connect_timeout_s = connect_timeout,
                                .params_out = params_out,
                                .compute_nice = (int)compute_nice,
@@ -616,10 +616,8 @@ int main(int argc, char **argv)
     trainer_check_blas();
     signal(SIGPIPE, SIG_IGN);
     if (is_bu) {
-        static char placed[32]; /* outlives the run: bu.device points at it */
-        if (compute_place(device, cfg.rank, placed, sizeof placed, err, sizeof err) < 0)
+        if (compute_place(dev, cfg.rank, &bu.device, err, sizeof err) < 0)
             return trainer_fail(err);
-        bu.device = placed;
         bu.rank = cfg.rank;
         bu.rpc_timeout_s = cfg.rpc_timeout_s;
         return trainer_batch_update(&bu, servers, token, connect_timeout, transport, cfg.batches, cfg.warmup, summary,
@@ -645,9 +643,10 @@ int main(int argc, char **argv)
     /* --device on a GPU: dense pushes from GPU memory to servers on that
      * GPU (CUDA IPC); syn owns it, and the client is closed first. */
     const gpushare *gpu = NULL;
-    if (strcmp(device, "cpu") != 0 && !cfg.sparse && transport != PSB_TRANSPORT_TCP) {
-        char placed[32], why[400];
-        if (compute_place(device, cfg.rank, placed, sizeof placed, why, sizeof why) < 0 ||
+    if (dev.kind != DEVICE_CPU && !cfg.sparse && transport != PSB_TRANSPORT_TCP) {
+        device_spec placed;
+        char why[400];
+        if (compute_place(dev, cfg.rank, &placed, why, sizeof why) < 0 ||
             !(gpu = synthetic_gpu(syn, placed, why, sizeof why)))
             log_info("rank %" PRIu64 ": no CUDA IPC with the servers: %s", cfg.rank, why);
     }

@@ -18,11 +18,6 @@
  * cores), small enough to cost a millisecond. */
 #define MEMNEED_PROBE_N 256
 
-bool memneed_host_device(const char *device)
-{
-    return !device || strncmp(device, "cuda", 4) != 0;
-}
-
 void memneed_dummy(const train_job *j, bool host_model, memneed *n)
 {
     const model_config *m = &j->model;

@@ -50,8 +50,9 @@ typedef struct memroom {
 } memroom;
 
 /* A DummyModel job (train.h). host_model: its memory is host memory and
- * its products OpenBLAS's (device cpu, staged, fake-cuda); else (a GPU)
- * the host holds the gradients' pinned twins and computes no product. */
+ * its products OpenBLAS's (device cpu, staged, fake-cuda:
+ * devspec_host_memory); else (a GPU) the host holds the gradients' pinned
+ * twins and computes no product. */
 void memneed_dummy(const train_job *j, bool host_model, memneed *n);
 /* The batch-update Linear(in, out), batch examples a batch. */
 void memneed_linear(uint64_t in, uint64_t out, uint64_t batch, bool host_model, memneed *n);
@@ -63,9 +64,6 @@ void memneed_synthetic(uint64_t floats, memneed *n);
 /* Add the stacks of `threads` threads of the default size (what
  * pthread_create maps for each: glibc's default, from RLIMIT_STACK). */
 void memneed_add_threads(memneed *n, unsigned threads);
-/* Whether a compute device's memory is host memory ("cpu", "staged",
- * "fake-cuda"; not "cuda:N"). */
-bool memneed_host_device(const char *device);
 
 /* This process's limits and use, and the host's available memory. */
 void memneed_room(memroom *r);

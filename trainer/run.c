@@ -1,6 +1,7 @@
 /* run.c — the trainer's run driver under psbench-master (see run.h). */
 #include "trainer/run.h"
 #include "shared/cli.h"
+#include "shared/devspec.h"
 #include "shared/gpu.h"
 #include "shared/hostinfo.h"
 #include "shared/jobconf.h"
@@ -33,7 +34,8 @@ typedef struct run_job {
     char servers[16384]; /* "HOST:PORT,..." ("" with no servers) */
     char hook[64];
     char backend[16];
-    char device[32];     /* what this trainer computes on: --device, placed (compute_place) */
+    device_spec device;  /* this trainer's device: --device, placed (compute_place) */
+    device_spec compute; /* what its compute layer runs on: device, or PSBENCH_TRAINER_COMPUTE's */
     modelconf model;
     json_t *assign; /* owned: the whole assignment */
 } run_job;
@@ -174,20 +176,6 @@ static void run_bytes(void *ctx, uint64_t *in, uint64_t *out) { workload_bytes(c
 
 /* ---- setting up the workload ----------------------------------------------- */
 
-/* The compute layer's device for the model: --device, or (tests only) the
- * environment's PSBENCH_TRAINER_COMPUTE — "staged" runs the GPU's host-
- * access paths on the cpu's arithmetic (compute_staged.c), so that a
- * --local job on any machine checks them against the cpu's bits. What the
- * trainer reports as its device stays --device's. */
-static const char *run_compute_device(const run_job *j)
-{
-    const char *e = getenv("PSBENCH_TRAINER_COMPUTE");
-    if (!e || !*e)
-        return j->device;
-    log_warn("computing on '%s' (PSBENCH_TRAINER_COMPUTE: for tests only), not --device %s", e, j->device);
-    return e;
-}
-
 /* The hook `name` for this job (its groups formed through the master). */
 static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, const char *name, bool sparse,
                       const char *servers, const gpushare *gpu, char *err, size_t errlen)
@@ -201,8 +189,7 @@ static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, con
         /* NCCL's device: the GPU this trainer computes on (a CPU one has
          * none: Gloo, or the refusal hooks.c gives for nccl; the fake GPU
          * of tests has NCCL's stand-in). */
-        .cuda_device = strncmp(j->device, "cuda:", 5) == 0 ? atoi(j->device + 5) : -1,
-        .fake_gpu = strcmp(j->device, "fake-cuda") == 0,
+        .device = j->device,
         .sparse_model = sparse,
         .rank = (uint32_t)j->rank,
         .ntrainer = (uint32_t)j->ntrainer,
@@ -236,7 +223,7 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
     train *tr;
     if (run_train_job(j, &tj, err, errlen) < 0)
         return -1;
-    tj.device = run_compute_device(j); /* the compute layer's */
+    tj.device = j->compute;
     /* Where the gradients live decides the order. On a GPU, with rpc_hook
      * to servers that may be on it: in device memory a CUDA server can
      * fold them from (CUDA IPC), exported by the hook's client — the
@@ -245,7 +232,7 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
      * workload frees the hook, then the training (workload_free): the
      * hook's GPU links go through the training's compute context, and lent
      * memory outlives the model's handle on it. */
-    bool on_gpu = strncmp(tj.device, "cuda", 4) == 0 || strcmp(tj.device, "fake-cuda") == 0;
+    bool on_gpu = devspec_on_gpu(tj.device);
     bool ipc = on_gpu && strcmp(j->hook, "rpc_hook") == 0 && j->servers[0] && o->transport != PSB_TRANSPORT_TCP;
     tj.model.grads_shared = ipc;
     hook *h = NULL;
@@ -303,7 +290,7 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     hc.rank = j->rank;
     hc.rpc_timeout_s = j->rpc_timeout_s;
     hc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
-    hc.device = run_compute_device(j);
+    hc.device = j->compute;
     const char *pattern = jobconf_str(tc, "rpc_pattern"); /* checked (and defaulted) by run_parse_job */
     if (hybrid_pattern_parse(pattern, &hc.pattern) < 0) {
         snprintf(err, errlen, "HybridTrainer: rpc_pattern '%s' is not seed or psbench", pattern ? pattern : "");
@@ -357,12 +344,10 @@ static int run_setup_synthetic(mlink *l, const trainer_run_opts *o, const run_jo
     /* On a GPU, dense, to servers that may be on it: the pushes in
      * shareable GPU memory (CUDA IPC), which the synthetic owns; the
      * workload closes the client before it frees the synthetic. */
-    const char *dev = run_compute_device(j);
-    bool on_gpu = strncmp(dev, "cuda", 4) == 0 || strcmp(dev, "fake-cuda") == 0;
     const gpushare *gpu = NULL;
-    if (on_gpu && !sc.sparse && o->transport != PSB_TRANSPORT_TCP) {
+    if (devspec_on_gpu(j->compute) && !sc.sparse && o->transport != PSB_TRANSPORT_TCP) {
         char why[300] = "";
-        if (!(gpu = synthetic_gpu(syn, dev, why, sizeof why)))
+        if (!(gpu = synthetic_gpu(syn, j->compute, why, sizeof why)))
             log_info("trainer %" PRIu64 ": no CUDA IPC with the servers: %s", j->rank, why);
     }
     if (!(*w = workload_synthetic_new(syn, err, errlen)))
@@ -390,7 +375,7 @@ static int run_setup_linear(mlink *l, const trainer_run_opts *o, const run_job *
     bc.rpc_timeout_s = j->rpc_timeout_s;
     bc.epochs = (uint64_t)ctl_int(j->assign, "epochs", 1);
     bc.allow_divergence = json_is_true(json_object_get(j->assign, "allow_divergence"));
-    bc.device = run_compute_device(j);
+    bc.device = j->compute;
     batch_update *bu = batch_update_new(&bc, l->m, err, errlen);
     if (!bu)
         return -1;
@@ -411,8 +396,7 @@ static int run_setup_linear(mlink *l, const trainer_run_opts *o, const run_job *
  * trainer spinning inside OpenBLAS. */
 static int run_check_memory(const run_job *j, char *err, size_t errlen)
 {
-    const char *e = getenv("PSBENCH_TRAINER_COMPUTE"); /* run_compute_device's, without its warning */
-    bool host = memneed_host_device(e && *e ? e : j->device);
+    bool host = devspec_host_memory(j->compute);
     memneed need = {0};
     switch (j->model.cls) {
     case MODEL_DUMMY: {
@@ -581,10 +565,10 @@ static int run_loop(mlink *l, const trainer_run_opts *o, workload *w, const run_
  * refuses two NCCL ranks on one GPU) and for results.json: every GPU this
  * host shows (index order: plain "cuda" picks one by rank), the one asked
  * for (cuda_index; -1: by rank), and the NCCL version where it loads. */
-static void run_environment_gpu(json_t *env, const char *device)
+static void run_environment_gpu(json_t *env, device_spec device)
 {
     char why[256], host[256] = "";
-    if (strcmp(device, "fake-cuda") == 0) {
+    if (device.kind == DEVICE_FAKE_CUDA) {
         /* Each process's fake GPU is its own memory: a UUID of its own, so
          * that the master lets fake-cuda trainers of one host form an NCCL
          * group (of the stand-in, coll_nccl_fake_new). */
@@ -596,7 +580,7 @@ static void run_environment_gpu(json_t *env, const char *device)
         json_object_set_new(env, "cuda_index", json_integer(0));
         return;
     }
-    if (strncmp(device, "cuda", 4) != 0)
+    if (device.kind != DEVICE_CUDA)
         return;
     json_t *gpus = json_array();
     int n = gpu_count(why, sizeof why);
@@ -607,13 +591,13 @@ static void run_environment_gpu(json_t *env, const char *device)
             json_array_append_new(gpus, g);
     }
     json_object_set_new(env, "gpus", gpus);
-    json_object_set_new(env, "cuda_index", json_integer(device[4] == ':' ? atoi(device + 5) : -1));
+    json_object_set_new(env, "cuda_index", json_integer(devspec_cuda_index(device)));
     char nccl[32];
     if (gpu_nccl_version(nccl, sizeof nccl, why, sizeof why) == 0)
         json_object_set_new(env, "nccl", json_string(nccl));
 }
 
-static json_t *run_environment(const char *device)
+static json_t *run_environment(device_spec device)
 {
     json_t *env = hostinfo_json();
     json_t *blas = blasinfo_json();
@@ -640,23 +624,41 @@ static int run_log_start(const run_job *j)
     hostinfo_cpu_model(cpu, sizeof cpu);
     log_info("trainer %" PRIu64 ": psbench %s; BLAS %s; CPU %s, %ld cores; built by %s", j->rank, PSBENCH_VERSION,
              blas, cpu, sysconf(_SC_NPROCESSORS_ONLN), hostinfo_compiler());
-    if (strncmp(j->device, "cuda:", 5) == 0) {
+    char name[DEVSPEC_NAME_MAX];
+    devspec_name(j->device, name);
+    if (j->device.kind == DEVICE_CUDA) {
         char gpu[256], nccl[32], why[256];
-        if (gpu_describe(atoi(j->device + 5), gpu, sizeof gpu, NULL, why, sizeof why) < 0)
+        if (gpu_describe(devspec_cuda_index(j->device), gpu, sizeof gpu, NULL, why, sizeof why) < 0)
             snprintf(gpu, sizeof gpu, "%s", why);
         if (gpu_nccl_version(nccl, sizeof nccl, why, sizeof why) < 0)
             snprintf(nccl, sizeof nccl, "none");
-        log_info("trainer %" PRIu64 ": device %s (%s); NCCL %s", j->rank, j->device, gpu, nccl);
-    } else if (strcmp(j->device, "cpu") != 0) {
-        log_info("trainer %" PRIu64 ": device %s", j->rank, j->device);
+        log_info("trainer %" PRIu64 ": device %s (%s); NCCL %s", j->rank, name, gpu, nccl);
+    } else if (j->device.kind != DEVICE_CPU) {
+        log_info("trainer %" PRIu64 ": device %s", j->rank, name);
     }
     return 0;
 }
 
-/* --device as given, placed now that the rank is known. */
+/* --device as given, placed now that the rank is known; and the compute
+ * layer's device: the same, or (tests only) the environment's
+ * PSBENCH_TRAINER_COMPUTE — "staged" runs the GPU's host-access paths on
+ * the cpu's arithmetic (compute_staged.c), so that a --local job on any
+ * machine checks them against the cpu's bits. What the trainer reports as
+ * its device stays --device's. */
 static int run_place_device(const trainer_run_opts *o, run_job *j, char *err, size_t errlen)
 {
-    return compute_place(o->device, j->rank, j->device, sizeof j->device, err, errlen);
+    if (compute_place(o->device, j->rank, &j->device, err, errlen) < 0)
+        return -1;
+    j->compute = j->device;
+    const char *e = getenv("PSBENCH_TRAINER_COMPUTE");
+    if (!e || !*e)
+        return 0;
+    if (devspec_parse("PSBENCH_TRAINER_COMPUTE", e, DEVSPEC_COMPUTE, &j->compute, err, errlen) < 0)
+        return -1;
+    char name[DEVSPEC_NAME_MAX];
+    log_warn("computing on '%s' (PSBENCH_TRAINER_COMPUTE: for tests only), not --device %s", e,
+             devspec_name(j->device, name));
+    return 0;
 }
 
 int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, size_t errlen)
@@ -670,8 +672,10 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
     }
     char host[256] = "";
     gethostname(host, sizeof host - 1);
-    json_t *body = json_pack("{s:s, s:s, s:s, s:I, s:o}", "role", "trainer", "host", host, "device", o->device,
-                             "pid", (json_int_t)getpid(), "environment", run_environment(o->device));
+    char device[DEVSPEC_NAME_MAX];
+    json_t *body = json_pack("{s:s, s:s, s:s, s:I, s:o}", "role", "trainer", "host", host, "device",
+                             devspec_name(o->device, device), "pid", (json_int_t)getpid(), "environment",
+                             run_environment(o->device));
     if (o->want_rank >= 0)
         json_object_set_new(body, "want_rank", json_integer(o->want_rank));
     if (o->setup_err) {

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/devspec.h"
 #include "shared/metrics.h"
 #include "shared/shm.h"
 
@@ -25,7 +26,7 @@ typedef struct trainer_run_opts {
     const char *master;
     int64_t want_rank; /* -1: any */
     const char *token;
-    const char *device;
+    device_spec device;       /* --device (shared/devspec.h), as given: plain cuda placed by rank */
     double connect_timeout_s;
     const char *params_out;   /* NULL, or where the final parameters go (raw LE float32) */
     int compute_nice;         /* the compute thread's nice level above the comm threads' */

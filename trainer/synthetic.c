@@ -77,7 +77,7 @@ struct synthetic {
     gpushare share;
     uint64_t ramp_floats;
     uint64_t *first_host; /* firstbuf read back */
-    const void **gsrc; /* per bucket: this batch's mean in the server's GPU memory (NULL: none) */
+    devmem *gsrc; /* per bucket: this batch's mean in the server's GPU memory (none: none) */
     uint32_t ngpu;     /* buckets with one this batch */
     uint64_t results_gpu; /* this run's timed batches: results over CUDA IPC, checked whole on the GPU */
     /* sparse */
@@ -385,7 +385,7 @@ static int syn_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size
  * later batch, whose event record comes after these), read at the end of
  * the batch (syn_check_gpu). One stream orders it all, so one scratch
  * serves every bucket in turn. */
-static int syn_dev(void *ctx, void *frame, const void *src, uint64_t n, char *err, size_t errlen)
+static int syn_dev(void *ctx, void *frame, devmem src, uint64_t n, char *err, size_t errlen)
 {
     synthetic *s = ctx;
     syn_rx *rx = frame;
@@ -394,9 +394,9 @@ static int syn_dev(void *ctx, void *frame, const void *src, uint64_t n, char *er
     (void)errlen;
     /* The client hands results over by device address only to a client
      * that exported (ours: synthetic_gpu), and syn_begin checked the shape. */
-    assert(rx->receiving && s->dev && !s->cfg.sparse && n == syn_floats(s, k) * 4 && !s->gsrc[k]);
+    assert(rx->receiving && s->dev && !s->cfg.sparse && n == syn_floats(s, k) * 4 && devmem_is_none(s->gsrc[k]));
     uint64_t f = n / 4;
-    s->share.copy(s->share.ctx, (uint8_t *)s->share.base + s->ramp_floats * 4, src, n);
+    s->share.copy(s->share.ctx, devmem_at(s->share.base, s->ramp_floats * 4), src, n);
     compute_first_ne(s->dev, cspan_at(s->shbuf, s->ramp_floats, f), cspan_at(s->expbuf, syn_off(0, s->batch, k), f),
                      cspan_at(s->firstbuf, k, 1));
     s->gsrc[k] = src;
@@ -419,14 +419,14 @@ static int syn_check_gpu(synthetic *s, char *err, size_t errlen)
         return -1;
     }
     for (uint32_t k = 0; k < s->cfg.buckets; k++) {
-        if (!s->gsrc[k])
+        if (devmem_is_none(s->gsrc[k]))
             continue;
         uint64_t e = s->first_host[k];
         if (e != UINT64_MAX) {
             float got;
             assert(e < syn_floats(s, k));
-            s->share.copy(s->share.ctx, (uint8_t *)s->share.base + s->ramp_floats * 4,
-                          (const uint8_t *)s->gsrc[k] + e * 4, 4);
+            s->share.copy(s->share.ctx, devmem_at(s->share.base, s->ramp_floats * 4), devmem_at(s->gsrc[k], e * 4),
+                          4);
             compute_read(s->dev, cspan_at(s->shbuf, s->ramp_floats, 1), &got);
             compute_sync(s->dev);
             syn_mismatch(s, k, e, got, s->expect[(syn_off(0, s->batch, k) + e) & (SYN_P - 1)], err, errlen);
@@ -434,7 +434,7 @@ static int syn_check_gpu(synthetic *s, char *err, size_t errlen)
             snprintf(err + used, errlen - used, " (a result over CUDA IPC, checked on the GPU)");
             return -1;
         }
-        s->gsrc[k] = NULL;
+        s->gsrc[k] = devmem_none();
         if (s->batch >= s->cfg.warmup)
             s->results_gpu++;
     }
@@ -462,8 +462,9 @@ client_sink synthetic_sink(synthetic *s)
     return k;
 }
 
-const gpushare *synthetic_gpu(synthetic *s, const char *device, char *why, size_t whylen)
+const gpushare *synthetic_gpu(synthetic *s, device_spec device, char *why, size_t whylen)
 {
+    char name[DEVSPEC_NAME_MAX];
     assert(!s->dev);
     if (s->cfg.sparse) {
         snprintf(why, whylen, "sparse pushes do not travel by CUDA IPC");
@@ -494,7 +495,7 @@ const gpushare *synthetic_gpu(synthetic *s, const char *device, char *why, size_
         if (compute_status(c, why, whylen) == 0 && gpushare_init(&s->share, c, s->shbuf, why, whylen) == 0) {
             log_info("synthetic: pushes from GPU memory on %s for servers on that GPU (CUDA IPC); every result "
                      "over CUDA IPC checked whole on the GPU (every element compared with the expected mean there)",
-                     device);
+                     devspec_name(device, name));
             return &s->share;
         }
     }

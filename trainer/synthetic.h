@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "shared/devspec.h"
 #include "shared/metrics.h"
 #include "trainer/client.h"
 #include "trainer/gpushare.h"
@@ -52,7 +53,7 @@ typedef struct synthetic synthetic;
 synthetic *synthetic_new(const synthetic_config *cfg, metrics *m);
 void synthetic_free(synthetic *s);
 client_sink synthetic_sink(synthetic *s);
-/* CUDA IPC: a compute context on `device` (a GPU: "cuda:N", "fake-cuda"),
+/* CUDA IPC: a compute context on `device` (a GPU: cuda:N, fake-cuda),
  * the dense ramp in shareable memory there (pushes over links whose server
  * took the export name their window in it), and what checking results on
  * the GPU takes (synthetic.c). Returns the table to give client_cfg.gpu (it
@@ -60,7 +61,7 @@ client_sink synthetic_sink(synthetic *s);
  * no shareable memory, sparse): the run then goes on from host memory. s
  * owns the context and the buffer: close the client before synthetic_free
  * (it closes servers' memory through them). */
-const gpushare *synthetic_gpu(synthetic *s, const char *device, char *why, size_t whylen);
+const gpushare *synthetic_gpu(synthetic *s, device_spec device, char *why, size_t whylen);
 /* Called after every batch and at least every 250 ms while waiting for
  * results (the master link reports metrics and reads control messages
  * there). Returns 0, or -1 to abort the run with a reason in err. */

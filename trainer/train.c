@@ -1,5 +1,6 @@
 /* train.c — real training with buckets overlapped with backward (see train.h). */
 #include "trainer/train.h"
+#include "trainer/bucket_place.h"
 #include "shared/clock.h"
 #include "trainer/ddp_buckets.h"
 #include "trainer/gpushare.h"
@@ -362,22 +363,13 @@ static int train_place_layout(train *t, train_layout *L, const hook *h, char *er
 {
     for (uint32_t k = 0; k < L->nbuckets; k++) {
         train_bucket *tb = &L->buckets[k];
-        void *dev = NULL;
-        if (!tb->hb.sparse && h->device_dense)
-            dev = compute_span_device(t->dev, cspan_at(model_grads_buf(t->model),
-                                                       model_param(t->model, tb->first_param)->offset,
-                                                       tb->hb.count));
-        tb->on_device = dev != NULL;
-        tb->hb.gpu_timed = steptimer_on(&t->tm); /* its hook metric: train_wait_means */
-        tb->hb.device_data = dev;
-        if (tb->on_device) {
-            tb->hb.data = NULL;
-            continue;
-        }
-        if (!tb->twin && !(tb->twin = compute_alloc(t->dev, tb->twin_n, COMPUTE_F32, COMPUTE_MEM_PINNED, err, errlen)))
+        cspan grads = tb->hb.sparse ? cspan_none()
+                                    : cspan_at(model_grads_buf(t->model),
+                                               model_param(t->model, tb->first_param)->offset, tb->hb.count);
+        if (bucket_place(&tb->hb, h, t->dev, grads, &tb->twin, tb->twin_n, err, errlen) < 0)
             return -1;
-        if (!tb->hb.sparse)
-            tb->hb.data = compute_host_view(t->dev, tb->twin);
+        tb->on_device = !devf32_is_none(tb->hb.device_data);
+        tb->hb.gpu_timed = steptimer_on(&t->tm); /* its hook metric: train_wait_means */
     }
     return 0;
 }

@@ -45,6 +45,7 @@
 
 #include <jansson.h>
 
+#include "shared/devspec.h"
 #include "shared/metrics.h"
 #include "trainer/hook.h"
 #include "trainer/data.h"
@@ -59,7 +60,7 @@ typedef struct train_job {
     double lr, momentum, bucket_cap_mb;
     double first_bucket_mb; /* DDP's first bucket (ddp_buckets.h; DDPB_FIRST_BUCKET_MB) */
     bool allow_divergence; /* a loss that is not finite: go on (else the pass stops there) */
-    const char *device;    /* the compute layer's device (compute_new); NULL: "cpu" */
+    device_spec device;    /* the compute layer's device (compute_new); zeroed: the cpu */
 } train_job;
 
 typedef struct train train;

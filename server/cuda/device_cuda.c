@@ -115,7 +115,7 @@
 
 /* A peer's memory and event, opened here (device.h: devpeer). */
 struct devpeer {
-    uint8_t *base;
+    devmem base;
     uint64_t bytes;
     cugpu_event *ev;
     uint64_t close_after; /* closing: once the job of this seq has completed */
@@ -124,7 +124,7 @@ struct devpeer {
 
 typedef struct cuda_chunk {
     uint8_t *host; /* pinned */
-    uint8_t *dev;  /* its device twin */
+    devmem dev;    /* its device twin */
     size_t cap, used;
     cugpu_event *ev; /* recorded when the chunk was closed */
     struct cuda_chunk *next;
@@ -195,7 +195,7 @@ typedef struct cuda_device {
     char error[640];
     uint64_t allocs; /* device memory and staging chunks made (pinned images: the pool's count) */
     /* the shared memory (peers) */
-    uint8_t *share;       /* NULL: none made */
+    devmem share;         /* none: none made */
     ranges share_r;
     devpeer *closing;     /* peers closed by the transport, unmapped once folds from them are done */
     uint32_t npeers;      /* open (closing ones included) */
@@ -235,14 +235,13 @@ static cuda_chunk *cuda_chunk_new(cuda_device *c, size_t cap)
         return NULL;
     k->cap = cap;
     k->host = c->gpu->ops->host_alloc(c->gpu, cap);
-    k->dev = k->host ? c->gpu->ops->dev_alloc(c->gpu, cap) : NULL;
-    k->ev = k->dev ? c->gpu->ops->event_new(c->gpu) : NULL;
+    k->dev = k->host ? c->gpu->ops->dev_alloc(c->gpu, cap) : devmem_none();
+    k->ev = !devmem_is_none(k->dev) ? c->gpu->ops->event_new(c->gpu) : NULL;
     c->allocs++;
     if (!k->ev) {
         if (k->host)
             c->gpu->ops->host_free(c->gpu, k->host);
-        if (k->dev)
-            c->gpu->ops->dev_free(c->gpu, k->dev);
+        c->gpu->ops->dev_free(c->gpu, k->dev);
         free(k);
         return NULL;
     }
@@ -347,8 +346,9 @@ static int cuda_stage_room(cuda_device *c, size_t need)
     return cuda_ring_room(c, r, need);
 }
 
-/* Copy n host bytes to the GPU through staging, now: their device address,
- * or NULL (the device failed). */
+/* Copy n host bytes to the GPU through staging, now: their device address
+ * as a kernel's launch takes it (a raw pointer), or NULL (the device
+ * failed). */
 static void *cuda_upload(cuda_device *c, const void *src, size_t n)
 {
     if (n == 0)
@@ -356,15 +356,20 @@ static void *cuda_upload(cuda_device *c, const void *src, size_t n)
     if (cuda_stage_room(c, n) < 0)
         return NULL;
     cuda_chunk *k = c->stage.cur;
-    uint8_t *h = k->host + k->used, *d = k->dev + k->used;
+    uint8_t *h = k->host + k->used;
+    devmem d = devmem_at(k->dev, k->used);
     memcpy(h, src, n);
-    if (c->gpu->ops->copy(c->gpu, c->stream, d, h, n, CUGPU_H2D) < 0) {
+    if (c->gpu->ops->copy_h2d(c->gpu, c->stream, d, h, n) < 0) {
         cuda_fail(c, c->gpu->err);
         return NULL;
     }
     cuda_ring_take(&c->stage, n);
-    return d;
+    return d.p;
 }
+
+/* A buffer's floats from element `elem_off` on, as a kernel's launch takes
+ * them. */
+static float *cuda_f32(const devbuf *b, uint64_t elem_off) { return devf32_at(devmem_f32(b->dev), elem_off).p; }
 
 /* ---- the batch of small folds -------------------------------------------------- */
 
@@ -414,13 +419,13 @@ static void cuda_defer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, s
         return;
     }
     cuda_chunk *k = c->stage.cur;
-    const void *src = k->dev + k->used;
+    const void *src = devmem_at(k->dev, k->used).p; /* for the batch's descriptor: a launch's argument */
     if (c->nb == 0)
         c->bstart = k->used;
     cuda_ring_take(&c->stage, n * sizeof(float));
     c->bend = k->used;
     uint32_t i = (uint32_t)c->nb++;
-    c->bdesc[i] = (psb_fold_desc){.acc = (float *)acc->dev + elem_off, .src = src, .n = n, .op = op, .s = s};
+    c->bdesc[i] = (psb_fold_desc){.acc = cuda_f32(acc, elem_off), .src = src, .n = n, .op = op, .s = s};
     c->bnext[i] = UINT32_MAX;
     if (acc->chain_gen == c->batch_gen) {
         uint32_t ch = acc->chain;
@@ -460,8 +465,8 @@ static void cuda_emit_batch(cuda_device *c)
     size_t meta = c->nchain * sizeof(psb_fold_chain) + c->nb * sizeof(psb_fold_desc);
     meta = (meta + 63) & ~(size_t)63;
     if (!c->failed &&
-        c->gpu->ops->copy(c->gpu, c->stream, k->dev + c->bstart, k->host + c->bstart, c->bend - c->bstart,
-                          CUGPU_H2D) < 0)
+        c->gpu->ops->copy_h2d(c->gpu, c->stream, devmem_at(k->dev, c->bstart), k->host + c->bstart,
+                              c->bend - c->bstart) < 0)
         cuda_fail(c, c->gpu->err);
     if (!c->failed && cuda_ring_room(c, &c->meta, meta) == 0) {
         cuda_chunk *m = c->meta.cur;
@@ -478,10 +483,10 @@ static void cuda_emit_batch(cuda_device *c)
         }
         assert(at == c->nb);
         psb_launch l = {.kernel = PSB_K_FOLD_BATCH};
-        l.u.batch.chains = (const psb_fold_chain *)(void *)(m->dev + m->used);
-        l.u.batch.descs = (const psb_fold_desc *)(void *)(m->dev + m->used + c->nchain * sizeof(psb_fold_chain));
+        l.u.batch.chains = devmem_at(m->dev, m->used).p;
+        l.u.batch.descs = devmem_at(m->dev, m->used + c->nchain * sizeof(psb_fold_chain)).p;
         l.u.batch.nchains = (unsigned)c->nchain;
-        if (c->gpu->ops->copy(c->gpu, c->stream, m->dev + m->used, m->host + m->used, meta, CUGPU_H2D) < 0 ||
+        if (c->gpu->ops->copy_h2d(c->gpu, c->stream, devmem_at(m->dev, m->used), m->host + m->used, meta) < 0 ||
             c->gpu->ops->launch(c->gpu, c->stream, &l) < 0)
             cuda_fail(c, c->gpu->err);
         cuda_ring_take(&c->meta, meta);
@@ -509,7 +514,7 @@ static void cuda_pinned_free(void *ctx, void *p)
  * none). */
 static devbuf *cuda_buf_new_shared(cuda_device *c, size_t bytes)
 {
-    if (!c->share || bytes < CUDA_SHARE_MIN)
+    if (devmem_is_none(c->share) || bytes < CUDA_SHARE_MIN)
         return NULL;
     uint64_t off = ranges_alloc(&c->share_r, bytes);
     if (off == RANGES_NONE)
@@ -519,7 +524,7 @@ static devbuf *cuda_buf_new_shared(cuda_device *c, size_t bytes)
         ranges_free(&c->share_r, off);
         return NULL;
     }
-    b->dev = c->share + off;
+    b->dev = devmem_at(c->share, off);
     b->dev_cap = (bytes + CUDA_SHARE_UNIT - 1) / CUDA_SHARE_UNIT * CUDA_SHARE_UNIT;
     b->share_off = off;
     b->bytes = bytes;
@@ -552,7 +557,7 @@ static devbuf *cuda_buf_new(device *d, size_t bytes)
         if (!(b = calloc(1, sizeof *b)))
             return NULL;
         size_t cap = bytes ? (bytes + 255) & ~(size_t)255 : 256;
-        if (!(b->dev = c->gpu->ops->dev_alloc_async(c->gpu, c->stream, cap))) {
+        if (devmem_is_none(b->dev = c->gpu->ops->dev_alloc_async(c->gpu, c->stream, cap))) {
             log_warn("device cuda: %s", c->gpu->err);
             free(b);
             return NULL;
@@ -590,7 +595,7 @@ static void cuda_handle_recycle(cuda_device *c, devbuf *b)
         free(b);
         return;
     }
-    if (!b->dev) {
+    if (devmem_is_none(b->dev)) {
         free(b); /* lent: its range went with the host image (psbuf.twin) */
         return;
     }
@@ -636,7 +641,7 @@ static psbuf *cuda_buf_take_host(device *d, devbuf *b)
         assert(!host->twin);
         host->twin = b->share_off + 1;
         b->share_off = RANGES_NONE;
-        b->dev = NULL;
+        b->dev = devmem_none();
     }
     cuda_handle_recycle(c, b);
     return host;
@@ -672,7 +677,7 @@ static psbuf *cuda_buf_lend(device *d, devbuf *b)
 static void cuda_twin_free(void *ctx, uint64_t twin)
 {
     cuda_device *c = ctx;
-    assert(twin && c->share);
+    assert(twin && !devmem_is_none(c->share));
     uint64_t len = ranges_free(&c->share_r, twin - 1);
     assert(len > 0);
     (void)len;
@@ -720,7 +725,7 @@ static void cuda_recv_done(device *d, devbuf *dst, uint64_t off, size_t n)
     if (c->failed)
         return;
     uint8_t *h = k->host + k->used;
-    if (c->gpu->ops->copy(c->gpu, c->stream, (uint8_t *)dst->dev + off, h, n, CUGPU_H2D) < 0) {
+    if (c->gpu->ops->copy_h2d(c->gpu, c->stream, devmem_at(dst->dev, off), h, n) < 0) {
         cuda_fail(c, c->gpu->err);
         return;
     }
@@ -762,7 +767,7 @@ static void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_o
             return;
         psb_launch l = {.kernel = PSB_K_FOLD};
         l.u.fold.op = cuda_fold_ops[op];
-        l.u.fold.acc = (float *)acc->dev + elem_off;
+        l.u.fold.acc = cuda_f32(acc, elem_off);
         l.u.fold.src = x;
         l.u.fold.n = take;
         l.u.fold.s = s;
@@ -888,7 +893,7 @@ static const float *const *cuda_upload_srcs(cuda_device *c, devbuf *const *srcs,
         return NULL;
     }
     for (uint32_t i = 0; i < n; i++)
-        p[i] = srcs[i]->dev;
+        p[i] = cuda_f32(srcs[i], 0);
     const float *const *dev = cuda_upload(c, p, n * sizeof *p);
     if (p != ptrs)
         free(p);
@@ -902,14 +907,14 @@ static int cuda_enqueue_dense(cuda_device *c, const device_job *j)
 {
     size_t n = j->u.bags.rows * j->u.bags.cols;
     psb_launch z = {.kernel = PSB_K_ZERO}, g = {.kernel = PSB_K_BAG_GRAD}, sgd = {.kernel = PSB_K_DENSE_SGD};
-    z.u.dense.table = j->u.bags.gsum->dev;
+    z.u.dense.table = cuda_f32(j->u.bags.gsum, 0);
     z.u.dense.n = n;
-    g.u.bags.table = j->u.bags.gsum->dev;
+    g.u.bags.table = cuda_f32(j->u.bags.gsum, 0);
     g.u.bags.cols = j->u.bags.cols;
     g.u.bags.nnz = j->u.bags.nnz;
     g.u.bags.bags = j->u.bags.bags;
-    sgd.u.dense.table = j->u.bags.table->dev;
-    sgd.u.dense.gsum = j->u.bags.gsum->dev;
+    sgd.u.dense.table = cuda_f32(j->u.bags.table, 0);
+    sgd.u.dense.gsum = cuda_f32(j->u.bags.gsum, 0);
     sgd.u.dense.n = n;
     sgd.u.dense.lr = j->u.bags.lr;
     const cugpu_ops *o = c->gpu->ops;
@@ -944,7 +949,7 @@ static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
         return 0;
     case JOB_SUM_SCALE:
         l.kernel = PSB_K_SUM_SCALE;
-        l.u.sum.dst = j->u.sum.dst->dev;
+        l.u.sum.dst = cuda_f32(j->u.sum.dst, 0);
         if (!(l.u.sum.srcs = cuda_upload_srcs(c, j->u.sum.srcs, j->u.sum.nsrc)))
             return -1;
         l.u.sum.nsrc = j->u.sum.nsrc;
@@ -964,8 +969,8 @@ static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
         return 0;
     case JOB_SGD:
         l.kernel = PSB_K_SGD;
-        l.u.sgd.param = j->u.sgd.param->dev;
-        l.u.sgd.buf = j->u.sgd.momentum_buf->dev;
+        l.u.sgd.param = cuda_f32(j->u.sgd.param, 0);
+        l.u.sgd.buf = cuda_f32(j->u.sgd.momentum_buf, 0);
         if (!(l.u.sgd.srcs = cuda_upload_srcs(c, j->u.sgd.srcs, j->u.sgd.nsrc)))
             return -1;
         l.u.sgd.nsrc = j->u.sgd.nsrc;
@@ -974,14 +979,14 @@ static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
         l.u.sgd.lr = j->u.sgd.lr;
         l.u.sgd.momentum = j->u.sgd.momentum;
         l.u.sgd.first = j->u.sgd.first;
-        l.u.sgd.out = j->u.sgd.out ? j->u.sgd.out->dev : NULL;
+        l.u.sgd.out = j->u.sgd.out ? cuda_f32(j->u.sgd.out, 0) : NULL;
         break;
     case JOB_GATHER:
     case JOB_SCATTER_SGD:
         if (j->u.bags.bags == 0 || (j->op == JOB_GATHER && !j->u.bags.out))
             return 0; /* nothing to compute */
         l.kernel = j->op == JOB_GATHER ? PSB_K_GATHER : PSB_K_SCATTER_SGD;
-        l.u.bags.table = j->u.bags.table->dev;
+        l.u.bags.table = cuda_f32(j->u.bags.table, 0);
         l.u.bags.cols = j->u.bags.cols;
         l.u.bags.nnz = j->u.bags.nnz;
         l.u.bags.bags = j->u.bags.bags;
@@ -989,7 +994,7 @@ static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
             !(l.u.bags.off = cuda_upload(c, j->u.bags.off, j->u.bags.bags * sizeof(int64_t))))
             return -1;
         if (j->op == JOB_GATHER) {
-            l.u.bags.out = j->u.bags.out->dev;
+            l.u.bags.out = cuda_f32(j->u.bags.out, 0);
         } else {
             if (!(l.u.bags.grad = cuda_upload(c, j->u.bags.grad, j->u.bags.bags * j->u.bags.cols * sizeof(float))))
                 return -1;
@@ -1028,7 +1033,7 @@ static void cuda_enqueue(cuda_device *c, cuda_rec *r)
     if (h && !(r->host_side && h == j->u.emit.out)) {
         if (cuda_host_image(c, h) < 0)
             return;
-        if (g->copy(c->gpu, c->stream, h->host->data, h->dev, h->bytes, CUGPU_D2H) < 0) {
+        if (g->copy_d2h(c->gpu, c->stream, h->host->data, h->dev, h->bytes) < 0) {
             cuda_fail(c, c->gpu->err);
             return;
         }
@@ -1278,7 +1283,7 @@ static void cuda_destroy(device *d)
         free(r);
     }
     bufpool_destroy(&c->pinned); /* every lent twin is back */
-    if (c->share) {
+    if (!devmem_is_none(c->share)) {
         assert(c->share_r.used_bytes == 0);
         g->ops->dev_free_ipc(g, c->share);
         ranges_destroy(&c->share_r);
@@ -1323,7 +1328,7 @@ static devpeer *cuda_peer_open(device *d, const uint8_t *mem, uint64_t bytes, co
         free(p);
         return NULL;
     }
-    if (!(p->base = o->ipc_open(c->gpu, &hm, bytes))) {
+    if (devmem_is_none(p->base = o->ipc_open(c->gpu, &hm, bytes))) {
         snprintf(err, errlen, "GPU memory: %s", c->gpu->err);
         free(p);
         return NULL;
@@ -1415,8 +1420,8 @@ static void cuda_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t e
     cuda_emit_batch(c); /* the small folds into acc before this one */
     psb_launch l = {.kernel = PSB_K_FOLD};
     l.u.fold.op = cuda_fold_ops[op];
-    l.u.fold.acc = (float *)acc->dev + elem_off;
-    l.u.fold.src = (const float *)(const void *)(p->base + at);
+    l.u.fold.acc = cuda_f32(acc, elem_off);
+    l.u.fold.src = devmem_f32(devmem_at(p->base, at)).p;
     l.u.fold.n = n;
     l.u.fold.s = s;
     if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0)
@@ -1428,7 +1433,7 @@ static int cuda_share(device *d, uint64_t want, uint8_t *mem, uint64_t *bytes, c
     cuda_device *c = (cuda_device *)d;
     c->area_dst = NULL;
     const cugpu_ops *o = c->gpu->ops;
-    if (!c->share) {
+    if (devmem_is_none(c->share)) {
         if (c->failed) {
             snprintf(err, errlen, "%s", c->error);
             return -1;
@@ -1438,13 +1443,13 @@ static int cuda_share(device *d, uint64_t want, uint8_t *mem, uint64_t *bytes, c
             snprintf(err, errlen, "no GPU memory to share (--gpu-share 0)");
             return -1;
         }
-        if (!(c->share = o->dev_alloc_ipc(c->gpu, want))) {
+        if (devmem_is_none(c->share = o->dev_alloc_ipc(c->gpu, want))) {
             snprintf(err, errlen, "%" PRIu64 " bytes of GPU memory to share: %s", want, c->gpu->err);
             return -1;
         }
         if (ranges_init(&c->share_r, want, CUDA_SHARE_UNIT) < 0) {
             o->dev_free_ipc(c->gpu, c->share);
-            c->share = NULL;
+            c->share = devmem_none();
             snprintf(err, errlen, "out of memory");
             return -1;
         }

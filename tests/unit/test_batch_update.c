@@ -162,7 +162,7 @@ int main(void)
         cmocka_unit_test(test_seed_size_reference),
         cmocka_unit_test(test_parts),
     };
-    dev = compute_new("cpu", NULL, 0);
+    dev = compute_new((device_spec){.kind = DEVICE_CPU}, NULL, 0);
     if (!dev)
         return 1;
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

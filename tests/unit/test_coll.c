@@ -311,8 +311,8 @@ static uint8_t pattern(uint32_t rank, size_t j) { return (uint8_t)(rank * 37 + j
 
 /* Device memory of the member's GPU (nccl: cudaMalloc on GPU `rank`, as
  * member_join places it; fake-nccl: the fake GPU's, host memory), set to
- * host's n floats; NULL with err. */
-static float *device_copy(const member *m, const float *host, size_t n, char *err, size_t errlen)
+ * host's n floats; none with err. */
+static devf32 device_copy(const member *m, const float *host, size_t n, char *err, size_t errlen)
 {
     if (strcmp(m->backend, "fake-nccl") == 0) {
         float *d = malloc(n * sizeof *d);
@@ -320,7 +320,7 @@ static float *device_copy(const member *m, const float *host, size_t n, char *er
             memcpy(d, host, n * sizeof *d);
         else
             snprintf(err, errlen, "out of memory");
-        return d;
+        return devf32_of(d);
     }
 #ifdef PSBENCH_HAVE_NCCL
     const cudart_api *rt = cudaload_cudart(err, errlen);
@@ -331,18 +331,19 @@ static float *device_copy(const member *m, const float *host, size_t n, char *er
         (ce = rt->cudaStreamSynchronize(NULL)) != cudaSuccess) {
         if (rt)
             snprintf(err, errlen, "device buffer: %s", rt->cudaGetErrorString(ce));
-        return NULL;
+        return devf32_none();
     }
-    return d;
+    return devf32_of(d);
 #else
     snprintf(err, errlen, "no device memory in this build");
-    return NULL;
+    return devf32_none();
 #endif
 }
 
 /* The device buffer d's n floats into host, and d freed. 0, or -1. */
-static int device_back(const member *m, float *d, float *host, size_t n)
+static int device_back(const member *m, devf32 dd, float *host, size_t n)
 {
+    float *d = dd.p; /* a fake GPU's is host memory; a GPU's goes to the runtime */
     if (strcmp(m->backend, "fake-nccl") == 0) {
         memcpy(host, d, n * sizeof *host);
         free(d);
@@ -372,7 +373,7 @@ static int member_device_mean(const member *m, coll *c)
     char err[512] = "";
     if (!coll_on_device(c)) {
         float x = 1.0f;
-        if (coll_allreduce_mean_f32_device(c, &x, 1, 0.5f, err, sizeof err) != -1 ||
+        if (coll_allreduce_mean_f32_device(c, devf32_of(&x), 1, 0.5f, err, sizeof err) != -1 ||
             !strstr(err, "not on device memory"))
             return member_fail(m, 20, "device allreduce on %s: %s", coll_backend(c), err);
         return 0;
@@ -387,8 +388,8 @@ static int member_device_mean(const member *m, coll *c)
     int rc = 0;
     for (size_t i = 0; i < NOISE_N; i++)
         want[i] = noise(m->rank + 7, i);
-    float *d = device_copy(m, want, NOISE_N, err, sizeof err);
-    if (!d) {
+    devf32 d = device_copy(m, want, NOISE_N, err, sizeof err);
+    if (devf32_is_none(d)) {
         rc = member_fail(m, 21, "%s", err);
     } else if (coll_allreduce_mean_f32_device(c, d, NOISE_N, scale, err, sizeof err) != 0) {
         rc = member_fail(m, 22, "device allreduce: %s", err);

@@ -29,6 +29,7 @@
 #include "shared/metrics.h"
 #include "trainer/compute.h"
 #include "trainer/steptimer.h"
+#include "devspec_of.h"
 
 static compute *dev;
 static const char *dev_name; /* "cpu", "fake-cuda" or "cuda" */
@@ -126,7 +127,7 @@ static void test_select(void **state)
                                            : strcmp(dev_name, "staged") == 0 ? "staged"
                                                                              : "cuda");
     /* cuda:0: a GPU, or refused in one line saying why. */
-    compute *g = compute_new("cuda:0", err, sizeof err);
+    compute *g = compute_new(devspec_of("cuda:0"), err, sizeof err);
     if (g) {
         assert_string_equal(compute_name(g), "cuda");
         compute_free(g);
@@ -136,18 +137,43 @@ static void test_select(void **state)
         char why[256];
         assert_int_equal(gpu_probe_device(0, why, sizeof why), -1); /* none answers, or no CUDA */
     }
-    assert_null(compute_new("cuda:x", err, sizeof err));
-    assert_non_null(strstr(err, "not a device"));
-    assert_null(compute_new("tpu", err, sizeof err));
-    assert_non_null(strstr(err, "not a device"));
-    compute *c = compute_new(NULL, err, sizeof err); /* NULL: cpu */
+    /* The server's test device is none of the compute layer's. */
+    assert_null(compute_new((device_spec){.kind = DEVICE_TEST}, err, sizeof err));
+    assert_string_equal(err, "compute on 'test': not a device (cpu, or cuda[:N])");
+    compute *c = compute_new((device_spec){0}, err, sizeof err); /* zeroed: cpu */
     assert_non_null(c);
     assert_string_equal(compute_name(c), "cpu");
     compute_free(c);
-    c = compute_new("fake-cuda", err, sizeof err); /* every build */
+    c = compute_new(devspec_of("fake-cuda"), err, sizeof err); /* every build */
     assert_non_null(c);
     assert_string_equal(compute_name(c), "cuda");
     compute_free(c);
+}
+
+/* compute_place: every spec as asked, but plain cuda: placed by rank on
+ * the GPUs that answer, or refused saying why. */
+static void test_place(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    const char *same[] = {"cpu", "cuda:3", "fake-cuda", "staged"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        device_spec out = {DEVICE_TEST, 77};
+        assert_int_equal(compute_place(devspec_of(same[i]), 5, &out, err, sizeof err), 0);
+        assert_int_equal(out.kind, devspec_of(same[i]).kind);
+        assert_int_equal(out.index, devspec_of(same[i]).index);
+    }
+    device_spec out;
+    char why[256];
+    int n = gpu_count(why, sizeof why);
+    if (compute_place(devspec_of("cuda"), 5, &out, err, sizeof err) == 0) {
+        assert_true(n >= 1);
+        assert_int_equal(out.kind, DEVICE_CUDA);
+        assert_int_equal(out.index, 5 % n);
+    } else {
+        assert_true(n < 1);
+        assert_non_null(strstr(err, "--device cuda: "));
+    }
 }
 
 static void test_memory(void **state)
@@ -291,7 +317,7 @@ static compute *held_fake_gpu(char *path)
     assert_true(fd >= 0);
     close(fd);
     setenv("PSBENCH_FAKE_GPU_HOLD", path, 1);
-    compute *g = compute_new("fake-cuda", err, sizeof err);
+    compute *g = compute_new(devspec_of("fake-cuda"), err, sizeof err);
     unsetenv("PSBENCH_FAKE_GPU_HOLD");
     assert_non_null(g);
     return g;
@@ -322,7 +348,7 @@ static void test_elapsed_not_before_done(void **state)
     compute_release(g, b);
     compute_free(g);
 
-    compute *s = compute_new("staged", err, sizeof err);
+    compute *s = compute_new(devspec_of("staged"), err, sizeof err);
     assert_non_null(s);
     assert_false(compute_lends(s)); /* its memory has no host view: nothing lent is computed on */
     cbuf *d = compute_alloc(s, 8, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, sizeof err);
@@ -349,7 +375,7 @@ static void test_gpu_failure(void **state)
     (void)state;
     char err[512] = "";
     setenv("PSBENCH_FAKE_GPU_FAIL_AT", "3", 1);
-    compute *g = compute_new("fake-cuda", err, sizeof err);
+    compute *g = compute_new(devspec_of("fake-cuda"), err, sizeof err);
     unsetenv("PSBENCH_FAKE_GPU_FAIL_AT");
     assert_non_null(g);
     assert_int_equal(compute_status(g, err, sizeof err), 0);
@@ -762,7 +788,7 @@ static void test_staging(void **state)
     (void)state;
     enum { ROWS = 4096, COLS = 64, ROUNDS = 12 };
     char err[256];
-    compute *cpu = compute_new("cpu", err, sizeof err);
+    compute *cpu = compute_new(devspec_of("cpu"), err, sizeof err);
     assert_non_null(cpu);
     cbuf *t = mk_rand(ROWS * COLS, 16);
     cbuf *ct = compute_alloc(cpu, ROWS * COLS, COMPUTE_F32, COMPUTE_MEM_DEVICE, NULL, 0);
@@ -841,7 +867,7 @@ static void test_staged(void **state)
 {
     (void)state;
     char err[256] = "";
-    compute *s = compute_new("staged", err, sizeof err);
+    compute *s = compute_new(devspec_of("staged"), err, sizeof err);
     assert_non_null(s);
     assert_string_equal(compute_name(s), "staged");
     cbuf *d = compute_alloc(s, 8, COMPUTE_F32, COMPUTE_MEM_DEVICE, err, sizeof err);
@@ -909,6 +935,7 @@ static int run_on(const char *name)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_select, free_copies),
+        cmocka_unit_test(test_place),
         cmocka_unit_test_teardown(test_memory, free_copies),
         cmocka_unit_test_teardown(test_marks, free_copies),
         cmocka_unit_test_teardown(test_elapsed, free_copies),
@@ -925,7 +952,7 @@ static int run_on(const char *name)
     char err[512], group[64];
     dev_name = name;
     exact = strcmp(name, "cuda") != 0;
-    dev = compute_new(name, err, sizeof err);
+    dev = compute_new(devspec_of(name), err, sizeof err);
     if (!dev) {
         print_error("compute_new(%s): %s\n", name, err);
         return 1;

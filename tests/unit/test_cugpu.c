@@ -98,11 +98,11 @@ static void test_in_order(void **state)
     if (!g)
         skip();
     float *h_in = g->ops->host_alloc(g, 2 * N * sizeof(float)), *h_out = g->ops->host_alloc(g, N * sizeof(float));
-    float *d_acc = g->ops->dev_alloc(g, N * sizeof(float)), *d_stage = g->ops->dev_alloc(g, 2 * N * sizeof(float));
+    devmem d_acc = g->ops->dev_alloc(g, N * sizeof(float)), d_stage = g->ops->dev_alloc(g, 2 * N * sizeof(float));
     assert_non_null(h_in);
     assert_non_null(h_out);
-    assert_non_null(d_acc);
-    assert_non_null(d_stage);
+    assert_non_null(d_acc.p);
+    assert_non_null(d_stage.p);
     for (size_t i = 0; i < 2 * N; i++)
         h_in[i] = (float)(i % 1000) * 0.37f - 11.0f;
     cugpu_stream *s = g->ops->stream_new(g);
@@ -111,18 +111,18 @@ static void test_in_order(void **state)
     seen done = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
     const float scale = 0.5f;
     assert_int_equal(g->ops->event_record(g, s, e0), 0);
-    assert_int_equal(g->ops->copy(g, s, d_stage, h_in, 2 * N * sizeof(float), CUGPU_H2D), 0);
+    assert_int_equal(g->ops->copy_h2d(g, s, d_stage, h_in, 2 * N * sizeof(float)), 0);
     psb_launch l = {.kernel = PSB_K_FOLD};
     l.u.fold.op = PSB_FOLD_COPY;
-    l.u.fold.acc = d_acc;
-    l.u.fold.src = d_stage;
+    l.u.fold.acc = devmem_f32(d_acc).p;
+    l.u.fold.src = devmem_f32(d_stage).p;
     l.u.fold.n = N;
     assert_int_equal(g->ops->launch(g, s, &l), 0);
     l.u.fold.op = PSB_FOLD_ADD_SCALE;
-    l.u.fold.src = d_stage + N;
+    l.u.fold.src = devf32_at(devmem_f32(d_stage), N).p;
     l.u.fold.s = scale;
     assert_int_equal(g->ops->launch(g, s, &l), 0);
-    assert_int_equal(g->ops->copy(g, s, h_out, d_acc, N * sizeof(float), CUGPU_D2H), 0);
+    assert_int_equal(g->ops->copy_d2h(g, s, h_out, d_acc, N * sizeof(float)), 0);
     assert_int_equal(g->ops->event_record(g, s, e1), 0);
     assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
     assert_int_equal(g->ops->sync(g, s), 0);
@@ -182,25 +182,25 @@ static void test_stream_ordered_memory(void **state)
     cugpu_stream *s = g->ops->stream_new(g);
     assert_non_null(s);
     float *h_in = g->ops->host_alloc(g, N * sizeof(float)), *h_out = g->ops->host_alloc(g, N * sizeof(float));
-    float *d_keep = g->ops->dev_alloc(g, N * sizeof(float));
+    devmem d_keep = g->ops->dev_alloc(g, N * sizeof(float));
     assert_non_null(h_in);
     assert_non_null(h_out);
-    assert_non_null(d_keep);
+    assert_non_null(d_keep.p);
     for (size_t i = 0; i < N; i++)
         h_in[i] = (float)(i % 997) * 0.25f - 3.0f;
     for (int round = 0; round < 8; round++) {
-        float *d_tmp = g->ops->dev_alloc_async(g, s, N * sizeof(float));
-        assert_non_null(d_tmp);
-        assert_int_equal(g->ops->copy(g, s, d_tmp, h_in, N * sizeof(float), CUGPU_H2D), 0);
+        devmem d_tmp = g->ops->dev_alloc_async(g, s, N * sizeof(float));
+        assert_non_null(d_tmp.p);
+        assert_int_equal(g->ops->copy_h2d(g, s, d_tmp, h_in, N * sizeof(float)), 0);
         psb_launch l = {.kernel = PSB_K_FOLD};
         l.u.fold.op = round == 0 ? PSB_FOLD_COPY : PSB_FOLD_ADD;
-        l.u.fold.acc = d_keep;
-        l.u.fold.src = d_tmp;
+        l.u.fold.acc = devmem_f32(d_keep).p;
+        l.u.fold.src = devmem_f32(d_tmp).p;
         l.u.fold.n = N;
         assert_int_equal(g->ops->launch(g, s, &l), 0);
         g->ops->dev_free_async(g, s, d_tmp); /* behind the fold that reads it */
     }
-    assert_int_equal(g->ops->copy(g, s, h_out, d_keep, N * sizeof(float), CUGPU_D2H), 0);
+    assert_int_equal(g->ops->copy_d2h(g, s, h_out, d_keep, N * sizeof(float)), 0);
     assert_int_equal(g->ops->sync(g, s), 0);
     for (size_t i = 0; i < N; i++) {
         float want = h_in[i];
@@ -221,9 +221,9 @@ static void test_stream_ordered_memory(void **state)
     s = g->ops->stream_new(g);
     float *h = g->ops->host_alloc(g, 16 * sizeof(float));
     memset(h, 0, 16 * sizeof(float));
-    float *d1 = g->ops->dev_alloc_async(g, s, 16 * sizeof(float)), *d2 = g->ops->dev_alloc_async(g, s, 64);
-    assert_int_equal(g->ops->copy(g, s, d1, h, 16 * sizeof(float), CUGPU_H2D), 0); /* 1: runs */
-    assert_int_equal(g->ops->copy(g, s, h, d1, 16 * sizeof(float), CUGPU_D2H), 0); /* 2: fails */
+    devmem d1 = g->ops->dev_alloc_async(g, s, 16 * sizeof(float)), d2 = g->ops->dev_alloc_async(g, s, 64);
+    assert_int_equal(g->ops->copy_h2d(g, s, d1, h, 16 * sizeof(float)), 0); /* 1: runs */
+    assert_int_equal(g->ops->copy_d2h(g, s, h, d1, 16 * sizeof(float)), 0); /* 2: fails */
     g->ops->dev_free_async(g, s, d1); /* queued behind the failure */
     assert_int_equal(g->ops->sync(g, s), -1);
     g->ops->dev_free_async(g, s, d2); /* on a stream already failed */
@@ -241,12 +241,13 @@ static void test_failure(void **state)
     if (!g)
         skip();
     cugpu_stream *s = g->ops->stream_new(g);
-    float *h = g->ops->host_alloc(g, 16 * sizeof(float)), *d = g->ops->dev_alloc(g, 16 * sizeof(float));
+    float *h = g->ops->host_alloc(g, 16 * sizeof(float));
+    devmem d = g->ops->dev_alloc(g, 16 * sizeof(float));
     memset(h, 0, 16 * sizeof(float));
     seen done = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
     assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);            /* 1: runs */
-    assert_int_equal(g->ops->copy(g, s, d, h, 16 * sizeof(float), CUGPU_H2D), 0); /* 2: runs */
-    assert_int_equal(g->ops->copy(g, s, h, d, 16 * sizeof(float), CUGPU_D2H), 0); /* 3: fails */
+    assert_int_equal(g->ops->copy_h2d(g, s, d, h, 16 * sizeof(float)), 0); /* 2: runs */
+    assert_int_equal(g->ops->copy_d2h(g, s, h, d, 16 * sizeof(float)), 0); /* 3: fails */
     assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);            /* never */
     assert_int_equal(g->ops->sync(g, s), -1);
     assert_int_equal(g->ops->query(g, s), -1);
@@ -289,6 +290,95 @@ static void test_fake_hold(void **state)
     unlink(path);
     assert_int_equal(g->ops->sync(g, s), 0);
     assert_int_equal(calls(&done), 3);
+    g->ops->stream_free(g, s);
+    cugpu_destroy(g);
+}
+
+/* The fake GPU from the environment (cugpu_fake_from_env), as both roles
+ * make it: the role's default delay where the environment says nothing (or
+ * not a whole number), the environment's values where it does. */
+static void fake_env_clear(void)
+{
+    unsetenv("PSBENCH_FAKE_GPU_FAIL_AT");
+    unsetenv("PSBENCH_FAKE_GPU_DELAY_US");
+    unsetenv("PSBENCH_FAKE_GPU_HOLD");
+}
+
+static void test_fake_env_defaults(void **state)
+{
+    (void)state;
+    fake_env_clear();
+    cugpu_fake_env e = cugpu_fake_env_read(CUGPU_FAKE_DELAY_US_SERVER);
+    assert_int_equal(e.fail_at, 0);
+    assert_int_equal(e.delay_us, 200);
+    assert_null(e.hold);
+    e = cugpu_fake_env_read(CUGPU_FAKE_DELAY_US_TRAINER);
+    assert_int_equal(e.fail_at, 0);
+    assert_int_equal(e.delay_us, 0);
+    assert_null(e.hold);
+    /* Said: the same for either role. */
+    setenv("PSBENCH_FAKE_GPU_FAIL_AT", "40", 1);
+    setenv("PSBENCH_FAKE_GPU_DELAY_US", "300", 1);
+    setenv("PSBENCH_FAKE_GPU_HOLD", "/tmp/some-file", 1);
+    for (unsigned def = 0; def <= 200; def += 200) {
+        e = cugpu_fake_env_read(def);
+        assert_int_equal(e.fail_at, 40);
+        assert_int_equal(e.delay_us, 300);
+        assert_string_equal(e.hold, "/tmp/some-file");
+    }
+    setenv("PSBENCH_FAKE_GPU_DELAY_US", "0", 1); /* said 0: no delay, even on the server */
+    assert_int_equal(cugpu_fake_env_read(CUGPU_FAKE_DELAY_US_SERVER).delay_us, 0);
+    /* Empty or not a whole number: as if unset. */
+    const char *bad[] = {"", "12x", "abc", "99999999999999999999999", "4294967296"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("PSBENCH_FAKE_GPU_FAIL_AT", bad[i], 1);
+        setenv("PSBENCH_FAKE_GPU_DELAY_US", bad[i], 1);
+        setenv("PSBENCH_FAKE_GPU_HOLD", "", 1);
+        e = cugpu_fake_env_read(CUGPU_FAKE_DELAY_US_SERVER);
+        if (i < 4) /* 2^32 is a fail_at, only too big a delay */
+            assert_int_equal(e.fail_at, 0);
+        assert_int_equal(e.delay_us, 200);
+        assert_null(e.hold);
+    }
+    fake_env_clear();
+}
+
+/* What the environment says is what the GPU does: the K-th operation
+ * fails; while the hold file exists nothing runs. */
+static void test_fake_from_env(void **state)
+{
+    (void)state;
+    char err[512], path[] = "/tmp/psbench-cugpu-env-hold-XXXXXX";
+    fake_env_clear();
+    setenv("PSBENCH_FAKE_GPU_FAIL_AT", "2", 1);
+    cugpu *g = cugpu_fake_from_env(&psb_kernels, CUGPU_FAKE_DELAY_US_TRAINER, err, sizeof err);
+    assert_non_null(g);
+    cugpu_stream *s = g->ops->stream_new(g);
+    seen done = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+    assert_int_equal(g->ops->sync(g, s), -1);
+    assert_non_null(strstr(g->err, "injected failure of operation 2"));
+    assert_int_equal(calls(&done), 1);
+    g->ops->stream_free(g, s);
+    cugpu_destroy(g);
+
+    fake_env_clear();
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    setenv("PSBENCH_FAKE_GPU_HOLD", path, 1);
+    g = cugpu_fake_from_env(&psb_kernels, CUGPU_FAKE_DELAY_US_SERVER, err, sizeof err);
+    fake_env_clear();
+    assert_non_null(g);
+    s = g->ops->stream_new(g);
+    done.calls = 0;
+    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+    assert_int_equal(g->ops->query(g, s), 1); /* held: it cannot have run */
+    assert_int_equal(calls(&done), 0);
+    unlink(path);
+    assert_int_equal(g->ops->sync(g, s), 0);
+    assert_int_equal(calls(&done), 1);
     g->ops->stream_free(g, s);
     cugpu_destroy(g);
 }
@@ -362,41 +452,41 @@ static void test_ipc_memory(void **state)
     assert_non_null(h_out);
     for (size_t i = 0; i < N; i++)
         h_in[i] = pattern(i);
-    float *d = a->ops->dev_alloc_ipc(a, bytes);
-    assert_non_null(d);
+    devmem d = a->ops->dev_alloc_ipc(a, bytes);
+    assert_non_null(d.p);
     cugpu_ipc_handle h, h_again;
     assert_int_equal(a->ops->ipc_export(a, d, &h), 0);
     assert_int_equal(a->ops->ipc_export(a, d, &h_again), 0);
     assert_memory_equal(&h, &h_again, sizeof h); /* the same each time */
-    assert_int_equal(a->ops->ipc_export(a, d + 1, &h_again), -1); /* not a base */
+    assert_int_equal(a->ops->ipc_export(a, devmem_at(d, sizeof(float)), &h_again), -1); /* not a base */
     assert_non_null(strstr(a->err, "not the base of an IPC allocation"));
-    float *plain = a->ops->dev_alloc(a, 64);
+    devmem plain = a->ops->dev_alloc(a, 64);
     assert_int_equal(a->ops->ipc_export(a, plain, &h_again), -1); /* not exportable memory */
     a->ops->dev_free(a, plain);
 
-    assert_null(b->ops->ipc_open(b, &h, bytes + 1));
+    assert_null(b->ops->ipc_open(b, &h, bytes + 1).p);
     assert_non_null(strstr(b->err, "holds"));
-    float *p = b->ops->ipc_open(b, &h, bytes);
-    assert_non_null(p);
-    assert_ptr_not_equal(p, d);
+    devmem p = b->ops->ipc_open(b, &h, bytes);
+    assert_non_null(p.p);
+    assert_ptr_not_equal(p.p, d.p);
 
     /* a writes, b reads */
     cugpu_stream *sa = a->ops->stream_new(a), *sb = b->ops->stream_new(b);
-    assert_int_equal(a->ops->copy(a, sa, d, h_in, bytes, CUGPU_H2D), 0);
+    assert_int_equal(a->ops->copy_h2d(a, sa, d, h_in, bytes), 0);
     assert_int_equal(a->ops->sync(a, sa), 0);
-    assert_int_equal(b->ops->copy(b, sb, h_out, p, bytes, CUGPU_D2H), 0);
+    assert_int_equal(b->ops->copy_d2h(b, sb, h_out, p, bytes), 0);
     assert_int_equal(b->ops->sync(b, sb), 0);
     assert_memory_equal(h_out, h_in, bytes);
     /* b writes (a kernel on the opened memory), a reads */
     psb_launch l = {.kernel = PSB_K_FOLD};
     l.u.fold.op = PSB_FOLD_ADD_SCALE;
-    l.u.fold.acc = p;
-    l.u.fold.src = p;
+    l.u.fold.acc = devmem_f32(p).p;
+    l.u.fold.src = devmem_f32(p).p;
     l.u.fold.s = 0.5f;
     l.u.fold.n = N;
     assert_int_equal(b->ops->launch(b, sb, &l), 0);
     assert_int_equal(b->ops->sync(b, sb), 0);
-    assert_int_equal(a->ops->copy(a, sa, h_out, d, bytes, CUGPU_D2H), 0);
+    assert_int_equal(a->ops->copy_d2h(a, sa, h_out, d, bytes), 0);
     assert_int_equal(a->ops->sync(a, sa), 0);
     for (size_t i = 0; i < N; i++) {
         float want = cumath_fold_add_scale(h_in[i], h_in[i], 0.5f);
@@ -407,34 +497,34 @@ static void test_ipc_memory(void **state)
     /* Bad handles: never a crash, always a reason. */
     cugpu_ipc_handle bad;
     memset(&bad, 0, sizeof bad);
-    assert_null(b->ops->ipc_open(b, &bad, 4));
+    assert_null(b->ops->ipc_open(b, &bad, 4).p);
     assert_non_null(strstr(b->err, "bad magic"));
     bad = h;
     bad.bytes[0] ^= 0x5a;
-    assert_null(b->ops->ipc_open(b, &bad, 4));
+    assert_null(b->ops->ipc_open(b, &bad, 4).p);
     assert_non_null(strstr(b->err, "bad magic"));
     for (size_t i = 0; i < sizeof bad.bytes; i++)
         bad.bytes[i] = (unsigned char)(i * 131 + 7);
-    assert_null(b->ops->ipc_open(b, &bad, 4));
+    assert_null(b->ops->ipc_open(b, &bad, 4).p);
     cugpu_event *e = a->ops->event_new_ipc(a);
     assert_non_null(e);
     cugpu_ipc_handle he;
     assert_int_equal(a->ops->event_export(a, e, &he), 0);
-    assert_null(b->ops->ipc_open(b, &he, 4)); /* an event's handle */
+    assert_null(b->ops->ipc_open(b, &he, 4).p); /* an event's handle */
     assert_non_null(strstr(b->err, "of an event where one of memory"));
     assert_null(b->ops->event_open(b, &h)); /* memory's, as an event */
     assert_non_null(strstr(b->err, "of memory where one of an event"));
     a->ops->event_free(a, e);
     /* Freed: its descriptor is closed (or its number another file's). */
-    float *d2 = a->ops->dev_alloc_ipc(a, 4096);
+    devmem d2 = a->ops->dev_alloc_ipc(a, 4096);
     cugpu_ipc_handle h2;
     assert_int_equal(a->ops->ipc_export(a, d2, &h2), 0);
     a->ops->dev_free_ipc(a, d2);
-    assert_null(b->ops->ipc_open(b, &h2, 4096));
+    assert_null(b->ops->ipc_open(b, &h2, 4096).p);
     assert_true(strstr(b->err, "has no descriptor") || strstr(b->err, "another file now"));
-    float *d3 = a->ops->dev_alloc_ipc(a, 4096); /* likely the same number again */
-    assert_non_null(d3);
-    assert_null(b->ops->ipc_open(b, &h2, 4096));
+    devmem d3 = a->ops->dev_alloc_ipc(a, 4096); /* likely the same number again */
+    assert_non_null(d3.p);
+    assert_null(b->ops->ipc_open(b, &h2, 4096).p);
     assert_true(strstr(b->err, "has no descriptor") || strstr(b->err, "another file now"));
     a->ops->dev_free_ipc(a, d3);
 
@@ -466,16 +556,16 @@ static void test_ipc_event_orders(void **state)
     for (size_t i = 0; i < N; i++)
         h_in[i] = pattern(i);
     memset(h_out, 0, bytes);
-    float *d = a->ops->dev_alloc_ipc(a, bytes);
+    devmem d = a->ops->dev_alloc_ipc(a, bytes);
     cugpu_event *e = a->ops->event_new_ipc(a);
-    assert_non_null(d);
+    assert_non_null(d.p);
     assert_non_null(e);
     cugpu_ipc_handle hm, he;
     assert_int_equal(a->ops->ipc_export(a, d, &hm), 0);
     assert_int_equal(a->ops->event_export(a, e, &he), 0);
-    float *p = b->ops->ipc_open(b, &hm, bytes);
+    devmem p = b->ops->ipc_open(b, &hm, bytes);
     cugpu_event *eb = b->ops->event_open(b, &he);
-    assert_non_null(p);
+    assert_non_null(p.p);
     assert_non_null(eb);
     assert_int_equal(b->ops->event_query(b, eb), 0); /* never recorded: complete */
     cugpu_event *local = a->ops->event_new(a);
@@ -485,10 +575,10 @@ static void test_ipc_event_orders(void **state)
 
     cugpu_stream *sa = a->ops->stream_new(a), *sb = b->ops->stream_new(b);
     seen done = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
-    assert_int_equal(a->ops->copy(a, sa, d, h_in, bytes, CUGPU_H2D), 0);
+    assert_int_equal(a->ops->copy_h2d(a, sa, d, h_in, bytes), 0);
     assert_int_equal(a->ops->event_record(a, sa, e), 0);
     assert_int_equal(b->ops->stream_wait(b, sb, eb), 0);
-    assert_int_equal(b->ops->copy(b, sb, h_out, p, bytes, CUGPU_D2H), 0);
+    assert_int_equal(b->ops->copy_d2h(b, sb, h_out, p, bytes), 0);
     assert_int_equal(b->ops->host_fn(b, sb, on_done, &done), 0);
     sleep_ms(60);
     assert_int_equal(calls(&done), 0);
@@ -553,14 +643,14 @@ static void test_stream_wait_local(void **state)
     /* s2 reads what s1 copied, after s1's event. */
     const size_t bytes = N * sizeof(float);
     float *h_in = g->ops->host_alloc(g, bytes), *h_out = g->ops->host_alloc(g, bytes);
-    float *d = g->ops->dev_alloc(g, bytes);
+    devmem d = g->ops->dev_alloc(g, bytes);
     for (size_t i = 0; i < N; i++)
         h_in[i] = pattern(i);
     cugpu_event *e = g->ops->event_new(g);
-    assert_int_equal(g->ops->copy(g, s1, d, h_in, bytes, CUGPU_H2D), 0);
+    assert_int_equal(g->ops->copy_h2d(g, s1, d, h_in, bytes), 0);
     assert_int_equal(g->ops->event_record(g, s1, e), 0);
     assert_int_equal(g->ops->stream_wait(g, s2, e), 0);
-    assert_int_equal(g->ops->copy(g, s2, h_out, d, bytes, CUGPU_D2H), 0);
+    assert_int_equal(g->ops->copy_d2h(g, s2, h_out, d, bytes), 0);
     assert_int_equal(g->ops->sync(g, s2), 0);
     assert_memory_equal(h_out, h_in, bytes);
     assert_int_equal(g->ops->sync(g, s1), 0);
@@ -745,17 +835,18 @@ static int ipc_child_peer(ipc_child_ctx *c)
     cugpu *g = c->g;
     cugpu_ipc_handle hm, he;
     CHILD_CHECK(pipe_read(c->rfd, &hm, sizeof hm) == 0 && pipe_read(c->rfd, &he, sizeof he) == 0);
-    float *p = g->ops->ipc_open(g, &hm, bytes);
-    CHILD_CHECK(p != NULL);
+    devmem p = g->ops->ipc_open(g, &hm, bytes);
+    CHILD_CHECK(!devmem_is_none(p));
     cugpu_event *e = g->ops->event_open(g, &he);
     CHILD_CHECK(e != NULL);
     cugpu_stream *s = g->ops->stream_new(g);
-    float *h = g->ops->host_alloc(g, bytes), *d = g->ops->dev_alloc_ipc(g, bytes);
+    float *h = g->ops->host_alloc(g, bytes);
+    devmem d = g->ops->dev_alloc_ipc(g, bytes);
     cugpu_event *mine = g->ops->event_new_ipc(g);
-    CHILD_CHECK(s && h && d && mine);
+    CHILD_CHECK(s && h && d.p && mine);
     memset(h, 0, bytes);
     CHILD_CHECK(g->ops->stream_wait(g, s, e) == 0);
-    CHILD_CHECK(g->ops->copy(g, s, h, p, bytes, CUGPU_D2H) == 0);
+    CHILD_CHECK(g->ops->copy_d2h(g, s, h, p, bytes) == 0);
     if (!on_cuda()) {
         /* The parent's GPU is held: this stream must be waiting. */
         sleep_ms(60);
@@ -773,8 +864,8 @@ static int ipc_child_peer(ipc_child_ctx *c)
     }
     psb_launch l = {.kernel = PSB_K_FOLD};
     l.u.fold.op = PSB_FOLD_COPY;
-    l.u.fold.acc = d;
-    l.u.fold.src = p;
+    l.u.fold.acc = devmem_f32(d).p;
+    l.u.fold.src = devmem_f32(p).p;
     l.u.fold.n = N;
     CHILD_CHECK(g->ops->launch(g, s, &l) == 0);
     l.u.fold.op = PSB_FOLD_ADD_SCALE;
@@ -802,9 +893,9 @@ static int ipc_child_gone(ipc_child_ctx *c)
 {
     cugpu *g = c->g;
     cugpu_stream *s = g->ops->stream_new(g);
-    float *d = g->ops->dev_alloc_ipc(g, 4096);
+    devmem d = g->ops->dev_alloc_ipc(g, 4096);
     cugpu_event *e = g->ops->event_new_ipc(g);
-    CHILD_CHECK(s && d && e);
+    CHILD_CHECK(s && d.p && e);
     CHILD_CHECK(g->ops->event_record(g, s, e) == 0);
     cugpu_ipc_handle hm, he;
     CHILD_CHECK(g->ops->ipc_export(g, d, &hm) == 0 && g->ops->event_export(g, e, &he) == 0);
@@ -890,17 +981,17 @@ static void test_ipc_child(void **state)
         unlink(path);
     const size_t bytes = N * sizeof(float);
     float *h_in = g->ops->host_alloc(g, bytes), *h_out = g->ops->host_alloc(g, bytes);
-    float *d = g->ops->dev_alloc_ipc(g, bytes);
+    devmem d = g->ops->dev_alloc_ipc(g, bytes);
     cugpu_event *e = g->ops->event_new_ipc(g);
     cugpu_stream *s = g->ops->stream_new(g);
     assert_non_null(h_in);
     assert_non_null(h_out);
-    assert_non_null(d);
+    assert_non_null(d.p);
     assert_non_null(e);
     assert_non_null(s);
     for (size_t i = 0; i < N; i++)
         h_in[i] = pattern(i);
-    assert_int_equal(g->ops->copy(g, s, d, h_in, bytes, CUGPU_H2D), 0);
+    assert_int_equal(g->ops->copy_h2d(g, s, d, h_in, bytes), 0);
     assert_int_equal(g->ops->event_record(g, s, e), 0);
     cugpu_ipc_handle hm, he;
     assert_int_equal(g->ops->ipc_export(g, d, &hm), 0);
@@ -914,13 +1005,13 @@ static void test_ipc_child(void **state)
     cugpu_ipc_handle rm, re;
     assert_int_equal(pipe_read(ch.from, &rm, sizeof rm), 0);
     assert_int_equal(pipe_read(ch.from, &re, sizeof re), 0);
-    float *p = g->ops->ipc_open(g, &rm, bytes);
-    assert_non_null(p);
+    devmem p = g->ops->ipc_open(g, &rm, bytes);
+    assert_non_null(p.p);
     cugpu_event *pe = g->ops->event_open(g, &re);
     assert_non_null(pe);
     memset(h_out, 0, bytes);
     assert_int_equal(g->ops->stream_wait(g, s, pe), 0);
-    assert_int_equal(g->ops->copy(g, s, h_out, p, bytes, CUGPU_D2H), 0);
+    assert_int_equal(g->ops->copy_d2h(g, s, h_out, p, bytes), 0);
     assert_int_equal(g->ops->sync(g, s), 0);
     assert_int_equal(g->ops->event_query(g, pe), 0);
     for (size_t i = 0; i < N; i++) {
@@ -974,7 +1065,7 @@ static void test_ipc_peer_gone(void **state)
     int status = child_end(&ch);
     assert_true(WIFSIGNALED(status));
     assert_int_equal(WTERMSIG(status), SIGKILL);
-    assert_null(g->ops->ipc_open(g, &hm, 4096));
+    assert_null(g->ops->ipc_open(g, &hm, 4096).p);
     assert_non_null(strstr(g->err, "has no descriptor"));
     g->ops->event_free(g, e);
     g->ops->stream_free(g, s);
@@ -993,6 +1084,8 @@ int main(void)
         cmocka_unit_test(test_failure),
         cmocka_unit_test(test_stream_ordered_memory),
         cmocka_unit_test(test_fake_hold),
+        cmocka_unit_test(test_fake_env_defaults),
+        cmocka_unit_test(test_fake_from_env),
         cmocka_unit_test(test_ipc_memory),
         cmocka_unit_test(test_ipc_event_orders),
         cmocka_unit_test(test_stream_wait_local),

@@ -48,6 +48,7 @@
 #include "shared/gpu.h"
 #include "server/reduce.h"
 #include "shared/sparse.h"
+#include "devspec_of.h"
 
 typedef struct fixture {
     struct event_base *base;
@@ -63,7 +64,7 @@ static void fx_open(fixture *x, const char *name)
     assert_non_null(x->base);
     bufpool_init(&x->pool, 1 << 24);
     char err[512];
-    x->dev = device_new(name, x->base, &x->pool, err, sizeof err);
+    x->dev = device_new(devspec_of(name), x->base, &x->pool, err, sizeof err);
     if (!x->dev)
         fail_msg("device %s: %s", name, err);
 }
@@ -873,12 +874,13 @@ static void test_cuda_peers(void **state)
     cugpu_stream *ts = tg->ops->stream_new(tg);
     assert_non_null(ts);
     enum { N = 4096 };
-    float *mem = tg->ops->dev_alloc_ipc(tg, 4 * N * sizeof(float)); /* the fake's device memory is the host's */
+    devmem dmem = tg->ops->dev_alloc_ipc(tg, 4 * N * sizeof(float));
+    float *mem = dmem.p; /* the fake's device memory is the host's */
     assert_non_null(mem);
     cugpu_event *ev = tg->ops->event_new_ipc(tg);
     assert_non_null(ev);
     cugpu_ipc_handle hm, he;
-    assert_int_equal(tg->ops->ipc_export(tg, mem, &hm), 0);
+    assert_int_equal(tg->ops->ipc_export(tg, dmem, &hm), 0);
     assert_int_equal(tg->ops->event_export(tg, ev, &he), 0);
 
     fixture x;
@@ -899,7 +901,8 @@ static void test_cuda_peers(void **state)
     assert_int_equal(share_bytes, 1 << 20);
     cugpu_ipc_handle hs;
     memcpy(hs.bytes, share, sizeof hs.bytes);
-    float *shared = tg->ops->ipc_open(tg, &hs, share_bytes); /* as a trainer reads results */
+    devmem dshared = tg->ops->ipc_open(tg, &hs, share_bytes); /* as a trainer reads results */
+    float *shared = dshared.p;
     assert_non_null(shared);
 
     float want[N];
@@ -958,9 +961,9 @@ static void test_cuda_peers(void **state)
     run_job(&x, &j2);
     assert_true(count_maps("memfd:") < maps_open);
     fx_close(&x);
-    tg->ops->ipc_close(tg, shared);
+    tg->ops->ipc_close(tg, dshared);
     tg->ops->event_free(tg, ev);
-    tg->ops->dev_free_ipc(tg, mem);
+    tg->ops->dev_free_ipc(tg, dmem);
     tg->ops->stream_free(tg, ts);
     cugpu_destroy(tg);
 }

@@ -25,6 +25,7 @@
 #include "server/kinds.h"
 #include "server/reduce.h"
 #include "shared/rng.h"
+#include "devspec_of.h"
 
 /* ---- the arithmetic against a plain reimplementation ------------------ */
 
@@ -203,7 +204,7 @@ static void fx_open(fixture *x, const char *dev)
     assert_non_null(x->base);
     char err[256];
     bufpool_init(&x->pool, 1 << 20);
-    x->dev = device_new(dev, x->base, &x->pool, err, sizeof err);
+    x->dev = device_new(devspec_of(dev), x->base, &x->pool, err, sizeof err);
     assert_non_null(x->dev);
     x->m = metrics_new();
     kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
@@ -562,7 +563,7 @@ static void check_fill_on(const char *devname, uint64_t rows, uint64_t cols, uin
     char err[256];
     bufpool pool;
     bufpool_init(&pool, 1 << 24);
-    device *dev = device_new(devname, base, &pool, err, sizeof err);
+    device *dev = device_new(devspec_of(devname), base, &pool, err, sizeof err);
     assert_non_null(dev);
     metrics *m = metrics_new();
     kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
@@ -639,7 +640,7 @@ static void test_config_limits(void **state)
     char err[256];
     bufpool pool;
     bufpool_init(&pool, 1 << 20);
-    device *dev = device_new("cpu", base, &pool, err, sizeof err);
+    device *dev = device_new((device_spec){.kind = DEVICE_CPU}, base, &pool, err, sizeof err);
     metrics *m = metrics_new();
     kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
     uint64_t shapes[][2] = {{0, 4}, {4, 0}, {1ull << 16, (1ull << 15) + 1}, {1ull << 31, 2}, {UINT64_MAX, 1}};

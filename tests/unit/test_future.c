@@ -24,6 +24,7 @@
 #include "server/kinds.h"
 #include "shared/mean.h"
 #include "shared/part.h"
+#include "devspec_of.h"
 
 typedef struct fixture {
     struct event_base *base;
@@ -70,7 +71,7 @@ static void fx_open(fixture *x, const char *dev, const kind_config *kc)
     assert_non_null(x->base);
     char err[256];
     bufpool_init(&x->pool, 1 << 20);
-    x->dev = device_new(dev, x->base, &x->pool, err, sizeof err);
+    x->dev = device_new(devspec_of(dev), x->base, &x->pool, err, sizeof err);
     assert_non_null(x->dev);
     x->m = metrics_new();
     x->fm = (futures_metrics){.batch = metrics_get(x->m, "batch"),
@@ -649,7 +650,7 @@ static void test_device_order(void **state)
     char err[128];
     bufpool pool;
     bufpool_init(&pool, 1 << 20);
-    device *d = device_new("test", base, &pool, err, sizeof err);
+    device *d = device_new((device_spec){.kind = DEVICE_TEST}, base, &pool, err, sizeof err);
     assert_non_null(d);
     device_job jobs[32];
     norder = 0;
@@ -669,8 +670,9 @@ static void test_device_order(void **state)
         assert_int_equal(order_seen[i], i);
     device_destroy(d);
     event_base_free(base);
-    assert_null(device_new("gpu9", NULL, &pool, err, sizeof err));
-    assert_non_null(strstr(err, "not in this build"));
+    /* The trainer's staged device is not a server's. */
+    assert_null(device_new((device_spec){.kind = DEVICE_STAGED}, NULL, &pool, err, sizeof err));
+    assert_string_equal(err, "device 'staged' is not in this build (cpu, cuda[:N]; test and fake-cuda for tests)");
     bufpool_destroy(&pool);
 }
 

@@ -79,7 +79,7 @@ static void fx_open(fixture *x, uint32_t trainers)
     assert_non_null(x->base);
     char err[256];
     bufpool_init(&x->pool, 1 << 20);
-    x->dev = device_new("cpu", x->base, &x->pool, err, sizeof err);
+    x->dev = device_new((device_spec){.kind = DEVICE_CPU}, x->base, &x->pool, err, sizeof err);
     assert_non_null(x->dev);
     x->m = metrics_new();
     futures_metrics fm = {.batch = metrics_get(x->m, "batch"),

@@ -33,6 +33,7 @@
 #include "trainer/optim.h"
 #include "trainer/params_hash.h"
 #include "trainer/train.h"
+#include "devspec_of.h"
 
 /* ---- fixtures ------------------------------------------------------------- */
 
@@ -923,10 +924,11 @@ static void scale_ready(hook *h, hook_bucket *b)
          * so this hook scales it in place as NCCL would on a GPU: a bucket
          * handed over before its writer is done gives other bits than the
          * cpu's (the fake GPU's workers run late: PSBENCH_FAKE_GPU_DELAY_US). */
-        assert_true((b->data == NULL) != (b->device_data == NULL));
-        assert_true(!b->device_data || s->base.device_dense);
-        float *d = b->device_data ? b->device_data : b->data;
-        s->on_device += b->device_data != NULL;
+        bool on_device = !devf32_is_none(b->device_data);
+        assert_true((b->data != NULL) != on_device);
+        assert_true(!on_device || s->base.device_dense);
+        float *d = on_device ? b->device_data.p : b->data; /* the fake GPU's: host memory */
+        s->on_device += on_device;
         s->in_lent += s->lent && d >= s->lent && d + b->count <= s->lent + s->lent_bytes / sizeof(float);
         for (uint64_t k = 0; k < b->count; k++) {
             s->poisoned += isnan(d[k]);
@@ -1001,7 +1003,7 @@ static train_job tiny_job(const char *device, bool sparse, double momentum)
         /* 60 floats, the first bucket too: a layer's bias and weight (72) a
          * bucket, the embedding one of its own */
         .bucket_cap_mb = 240.0 / (1024 * 1024), .first_bucket_mb = 240.0 / (1024 * 1024),
-        .device = device,
+        .device = devspec_of(device),
     };
     return j;
 }
@@ -1326,7 +1328,7 @@ static void test_sgd_step_staged(void **state)
     char hex[2][65];
     for (int k = 0; k < 2; k++) {
         char err[256] = "";
-        compute *d = compute_new(k ? "staged" : "cpu", err, sizeof err);
+        compute *d = compute_new(devspec_of(k ? "staged" : "cpu"), err, sizeof err);
         assert_non_null(d);
         dummy_model *m = model_new(d, &sc, 5, T_B, err, sizeof err);
         assert_non_null(m);
@@ -1383,7 +1385,7 @@ int main(void)
         cmocka_unit_test(test_train_device_sparse),
         cmocka_unit_test(test_train_gpu_failure),
     };
-    dev = compute_new("cpu", NULL, 0);
+    dev = compute_new((device_spec){.kind = DEVICE_CPU}, NULL, 0);
     if (!dev)
         return 1;
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

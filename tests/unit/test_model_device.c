@@ -48,6 +48,7 @@
 #include "trainer/hybrid.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
+#include "devspec_of.h"
 
 #define TOL_REL 1e-4
 
@@ -155,7 +156,7 @@ static void side_open(side *s, const char *device, const model_config *c)
 {
     char err[256] = "";
     memset(s, 0, sizeof *s);
-    s->dev = compute_new(device, err, sizeof err);
+    s->dev = compute_new(devspec_of(device), err, sizeof err);
     if (!s->dev)
         print_error("compute_new(%s): %s\n", device, err);
     assert_non_null(s->dev);
@@ -320,7 +321,7 @@ static void test_dummy_train_sparse(void **state)
 static hybrid *hybrid_on(const char *device, metrics *mt, uint32_t P, uint64_t D)
 {
     hybrid_config hc = {.number_ps = P, .num_embeddings = 300, .embedding_dim = D, .batches = 1, .lr = 0.05,
-                        .seed = 9, .rank = 0, .rpc_timeout_s = 10, .device = device};
+                        .seed = 9, .rank = 0, .rpc_timeout_s = 10, .device = devspec_of(device)};
     char err[256] = "";
     hybrid *h = hybrid_new(&hc, mt, err, sizeof err);
     if (!h)
