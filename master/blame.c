@@ -9,6 +9,7 @@
 #include "master/blame.h"
 #include "master/placement.h"
 
+#include <assert.h>
 #include <stdio.h>
 
 double blame_since(const master *m, double t)
@@ -44,6 +45,8 @@ node *blame_silent(const master *m, double now, double min_s)
             (n->role == worst->role && n->last_seen < worst->last_seen))
             worst = n;
     }
+    assert(!worst || (worst->registered && worst->rank < (worst->role == AGG_TRAINER ? m->set.ntrainer
+                                                                                   : m->set.nserver)));
     return worst;
 }
 

@@ -133,6 +133,7 @@ static void loop_progress_line(master *m, double now)
     uint64_t done = 0, total = master_pass_batches(m) * m->set.ntrainer;
     for (uint32_t i = 0; i < m->set.ntrainer; i++)
         done += m->trainers[i]->batches_done;
+    assert(done <= total); /* each trainer's is checked against its pass (reports.c) */
     log_info("%s: %" PRIu64 "/%" PRIu64 " batches (%.0f%%), %.1f s", run_state_phase(m->state), done, total,
              total ? 100.0 * (double)done / (double)total : 0.0, now - m->t_state);
 }

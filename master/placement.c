@@ -373,9 +373,6 @@ static void placement_take(master *m, node *n, const ctl_msg *msg, agg_role r, u
     n->role = r;
     n->rank = rank;
     n->registered = true;
-    node_set_state(n, NS_REGISTERED);
-    wire_registered(n);
-    wire_send(n, "registered", json_pack("{s:I}", "rank", (json_int_t)rank));
     /* Kept as it will be shown: every log line, verdict and table prints
      * the host, so it is escaped once here (shared/text.h). */
     text_escape(ctl_str(msg->body, "host", n->peer_ip), n->host, sizeof n->host);
@@ -387,6 +384,9 @@ static void placement_take(master *m, node *n, const ctl_msg *msg, agg_role r, u
     json_decref(n->environment);
     n->environment = json_is_object(env) ? json_incref(env) : NULL;
     v[rank] = n;
+    node_set_state(n, NS_REGISTERED);
+    wire_registered(n);
+    wire_send(n, "registered", json_pack("{s:I}", "rank", (json_int_t)rank));
 }
 
 /* A server's data plane and memory, from its register. Trainers must reach

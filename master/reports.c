@@ -44,6 +44,7 @@ static void reports_server(master *m, node *n, json_t *body)
  * the list replaces the last one; absent, it stands. */
 static void reports_trainer(master *m, node *n, json_t *body, uint64_t done)
 {
+    assert(n->role == AGG_TRAINER && done <= master_pass_batches(m));
     if (done > n->batches_done)
         m->batches_completed_total += done - n->batches_done;
     n->batches_done = done;

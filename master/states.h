@@ -4,22 +4,26 @@
  * The run is one enum: what the master is doing now (waiting for nodes, a
  * pass, the reset between the passes, the end of a run) — no flag beside
  * it says "but really". The tables below are the whole state machine; the
- * two setters (master_set_state in phases.c, node_set_state here) assert
+ * two setters (master_set_state in phases.c, node_set_state in node.c) assert
  * every change against them, so a change the tables do not name is a bug
  * caught where it happens. Nothing here knows the event loop: the unit
  * test (tests/unit/test_master_state.c) checks every allowed and every
  * refused change without a master.
  *
- *   WAITING ──(every node ready)──> WARMUP ──(every trainer's pass_done)──> RESETTING
- *      │  ▲                                                                      │
- *      │  │ (runs remain: the next run)                    (every reset_done)   │
- *      │  │                                                                      ▼
- *      │ DONE <──(files written)── FINISHING <──(last run)─────────────────── TIMED
- *      │  ▲  ▲                                                                   │
- *      │  │  └──(files written; a signal)── BETWEEN_RUNS <──(runs remain)───────┘
- *      │  │
- *      │  └──(a signal between runs, before a trainer of the next one)
- *      │
+ *         ┌──────────────── runs remain (--runs): the next run ───────────────┐
+ *         ▼                                                                    │
+ *      WAITING ──(every node ready)──> WARMUP ──(every pass_done)──> RESETTING │
+ *         │                                                              │     │
+ *         │                                           (every reset_done) ▼     │
+ *         │                          FINISHING <──(the last run)──── TIMED     │
+ *         │                              │                             │       │
+ *         │           (last reports in:  │              (runs remain)  ▼       │
+ *         │            files written)    │                      BETWEEN_RUNS   │
+ *         │                              ▼                             │       │
+ *         └──(a signal, no trainer ──> DONE <──(trainers gone, servers ┘       │
+ *              of the next run in)       │       reset: files written)         │
+ *                                        └─────────────────────────────────────┘
+ *
  *   WAITING, WARMUP, RESETTING, TIMED ──(a failure, a signal)──> FAILING ──(files written)──> FAILED
  */
 #ifndef PSBENCH_MASTER_STATES_H

@@ -161,6 +161,7 @@ static const wire_handler *wire_handler_of(const wire_ops *ops, const char *type
  * (the silence checks); before a register, nothing else is taken. */
 static void wire_dispatch(master *m, node *n, ctl_msg *msg)
 {
+    assert(n->bev && !n->refused && n->registered == (n->state != NS_CONNECTED));
     n->last_seen = master_now();
     const wire_handler *h = wire_handler_of(m->wire, msg->type);
     if (!n->registered && !(h && h->before_register)) {
