@@ -42,7 +42,6 @@ static void phases_check_slots(const master *m)
     for (uint32_t i = 0; i < m->set.nserver; i++)
         assert(!m->servers[i] || (m->servers[i]->registered && m->servers[i]->role == AGG_SERVER &&
                                   m->servers[i]->rank == i));
-    (void)m;
 }
 
 /* What must hold as the run enters each state. */
@@ -442,8 +441,9 @@ void phases_conclude(master *m, bool linger)
     }
     master_publish(m, true); /* the end, now that its files are there */
     /* A signal ends the runs and, once a run is done, the master: it
-     * lingers only after a run the signal failed. */
-    bool stays = linger && m->set.linger_s > 0 && !master_runs_remain(m) && !(to == RUN_DONE && m->signals);
+     * lingers only after a run the signal failed. (A done run with runs
+     * to go is followed by the next at once.) */
+    bool stays = linger && m->set.linger_s > 0 && !(to == RUN_DONE && (m->signals || master_runs_remain(m)));
     m->leave_at = m->t_ended + (stays ? m->set.linger_s : 0);
     if (stays)
         log_info("HTTP stays up for %.0f s (--linger)", m->set.linger_s);

@@ -5,7 +5,7 @@
  * assignments that tell each node its part.
  *
  * It fails no run itself: where the run cannot go on it returns the
- * verdict, and the caller (phases.c's world) gives it.
+ * verdict, and the caller (run.c's handler) gives it.
  */
 #ifndef PSBENCH_MASTER_PLACEMENT_H
 #define PSBENCH_MASTER_PLACEMENT_H

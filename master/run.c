@@ -4,6 +4,7 @@
  * bottom up (no part calls one above it):
  *
  *   states.c    the run's and a node's states and their tables
+ *   node.c      a node's one state setter, its name in logs and verdicts
  *   wire.c      connections: accept, read (the bounds before a register),
  *               send, refuse; a whole message to its type's handler
  *   placement.c registrations, ranks, the seed's placement, the memory
