@@ -236,7 +236,7 @@ int main(int argc, char **argv)
                  set.nserver, set.ntrainer, m.ctl_port);
     }
     code = master_run(&m);
-    if (m.phase == PH_FAILED)
+    if (m.state == RUN_FAILED)
         fprintf(stderr, "psbench-master: run failed: %s\n", m.error);
 out:
     if (m.launcher)

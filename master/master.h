@@ -15,6 +15,8 @@
 
 #include "master/aggregate.h"
 #include "master/kvstore.h"
+#include "master/states.h"
+#include "shared/clock.h"
 
 struct event_base;
 struct event;
@@ -52,20 +54,6 @@ typedef struct master_settings {
     bool allow_divergence;          /* --allow-divergence: trainers go on past a NaN/inf loss */
 } master_settings;
 
-typedef enum node_state {
-    NS_CONNECTED = 0, /* no register yet */
-    NS_REGISTERED,    /* has a rank, waiting for its assignment */
-    NS_ASSIGNED,      /* assignment sent, waiting for ready */
-    NS_READY,
-    NS_RUNNING,
-    NS_PASS_DONE,
-    NS_RESETTING,
-    NS_DONE,
-    NS_FAILED,
-    NS_LOST,
-} node_state;
-
-const char *node_state_name(node_state s);
 
 typedef struct node {
     struct master *m;
@@ -78,7 +66,7 @@ typedef struct node {
     char device[32];
     int64_t pid;          /* as the node reports it (0: unknown) */
     char addr[300];       /* server: HOST:PORT trainers connect to */
-    node_state state;
+    node_state state;     /* changed by node_set_state only (states.h) */
     double last_seen;     /* master clock, seconds */
     uint64_t bytes_in, bytes_out;
     int64_t rows_touched;  /* an embedding server's report, -1 before any */
@@ -103,50 +91,80 @@ typedef struct node {
 
 #define MASTER_NSIGNALS 3
 
-typedef enum run_phase { PH_WAITING = 0, PH_WARMUP, PH_RUNNING, PH_DONE, PH_FAILED } run_phase;
+/* wire.h's view of the layer above: the handler of each message type and
+ * what to do when a registered node's connection ends (run.c fills it). */
+struct wire_ops;
 
 typedef struct master {
-    master_settings set;
+    master_settings set;        /* as parsed: never written after master_init */
     struct event_base *base;
     struct admit *admit;        /* the control listener and its bounds (admit.h) */
+    const struct wire_ops *wire;
     uint16_t ctl_port;
     double t_last_tick;         /* when the tick last ran: a much later one means the master itself was
                                  * paused (SIGSTOP, a suspended VM), not its nodes */
     double t_resumed;           /* when it ran again after such a pause (0: never paused): silence and
                                  * deadlines count from then at the earliest */
     struct event *tick_ev, *sig_ev[MASTER_NSIGNALS]; /* SIGINT, SIGTERM, SIGHUP */
+    struct event *sig_act_ev;   /* activated by a signal: the loop acts on it (loop_on_signals) */
     node *nodes;
     node **trainers, **servers; /* by rank, NULL while free */
-    run_phase phase;
-    run_phase metrics_pass; /* the pass agg's metrics are from: PH_WARMUP or PH_RUNNING (the
-                             * timed one), PH_WAITING before any; kept when the run ends, so
-                             * that a failed run's figures say which pass they are */
-    uint32_t run;        /* 1-based: which of set.runs this is */
-    bool runs_ended;     /* a signal between runs: no further run */
-    bool resetting;      /* between the warm-up and the timed pass */
-    bool servers_assigned; /* every server registered, fit its host and got its assignment */
+    /* The run: one state (states.h), changed by master_set_state only,
+     * which stamps these times. */
+    run_state state;
+    double t_state;             /* when the current state was entered */
+    double t_start;             /* when this run began waiting for its nodes */
+    double t_ended;             /* when the run ended (its verdict: done or failed) */
+    double leave_at;            /* DONE, FAILED: when the master may leave (--linger after t_ended, or at
+                                 * once when a signal ended the runs) */
+    metrics_pass metrics_pass;  /* the pass agg's metrics are from */
+    uint32_t run;               /* 1-based: which of set.runs this is */
+    /* Signals, as they came (run_on_signal records them, the loop acts
+     * on each: loop_on_signals). Any signal ends the series of runs. */
+    unsigned signals, signals_acted;
+    int last_signal;
     double t_init_progress; /* when a server's table fill last moved (0: never): deadlines wait while it does */
     char error[1024];
-    double t_start, t_phase, t_last_progress;
+    double t_last_progress;
     uint64_t batches_completed_total;
     aggregate agg;
     struct http_server *http;
     struct launcher *launcher; /* --local: the children */
-    double t_finished;         /* when done/failed was reached */
     double training_s;         /* the timed pass's duration, once it completed */
-    bool finishing;            /* stop sent after the timed pass; waiting for last reports */
-    bool hurry;                /* a signal came while finishing: stop waiting for last reports */
-    bool finished_output;      /* tables and files written */
     int exit_code;
     kvstore kv;                /* the trainers' rendezvous (collective groups) */
     /* A trainer's failure, held back briefly: when a trainer dies, the
      * others' collectives fail at about the moment its connection drops
-     * here, and the run should be failed in the dead one's name. */
+     * here, and the run should be failed in the dead one's name. Beside
+     * the state, not a state of its own: the run goes on while it is held
+     * (its pass, its deadlines, other nodes' joins) and the held verdict
+     * is given in whatever state the run is then. */
     char held_failure[512];
     double held_until;         /* 0: nothing held */
 } master;
 
-double master_now(void);
+static inline double master_now(void) { return clock_now_s(); }
+
+/* Batches per trainer in the current pass (the warm-up's through its
+ * reset; the timed pass's otherwise). */
+static inline uint64_t master_pass_batches(const master *m)
+{
+    return m->state == RUN_WARMUP || m->state == RUN_RESETTING ? m->set.batches_warmup : m->set.batches_per_pass;
+}
+
+/* More runs to go after the current one (--runs): a signal ends the
+ * series, whichever state it came in. */
+static inline bool master_runs_remain(const master *m)
+{
+    return m->signals == 0 && (m->set.runs == 0 || m->run < m->set.runs);
+}
+
+
+/* node.c: a node's one setter (asserts the change against the table,
+ * logs it at debug level), and how logs and verdicts name a node:
+ * "trainer 1 (HOST)", "an unregistered node (IP)". */
+void node_set_state(node *n, node_state to);
+void node_describe(const node *n, char *buf, size_t len);
 
 /* run.c */
 int master_init(master *m, const master_settings *set, const char *listen_host, uint16_t listen_port,
@@ -154,16 +172,14 @@ int master_init(master *m, const master_settings *set, const char *listen_host, 
 void master_free(master *m);
 /* Run until the job ends (and the linger time passes). Returns the exit code. */
 int master_run(master *m);
-/* Fail the run with a one-line reason (first failure wins). */
+/* phases.c: fail the run with a one-line reason (first failure wins;
+ * once the run is over, only a debug line says it came). */
 void master_fail(master *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* --local: a child ended badly (launcher_job's child_failed; ctx is the
  * master). It fails the run unless the run is over already. */
 void master_child_failed(void *ctx, const char *why);
-/* Build and publish the snapshot the HTTP thread serves. */
+/* publish.c: build and publish the snapshot the HTTP thread serves. */
 void master_publish(master *m, bool exact);
-
-/* More runs to go after the current one (--runs). */
-bool master_runs_remain(const master *m);
 /* Rows an embedding server's updates touched in the current run, -1 before its first report. */
 static inline int64_t node_rows_touched(const node *n)
 {

@@ -32,7 +32,7 @@
  * pass starts. */
 static const char *results_pass_name(const master *m)
 {
-    return m->metrics_pass == PH_RUNNING ? "timed" : m->metrics_pass == PH_WARMUP ? "warm-up" : NULL;
+    return m->metrics_pass == PASS_TIMED ? "timed" : m->metrics_pass == PASS_WARMUP ? "warm-up" : NULL;
 }
 
 /* Trainer r's samples (bags) per epoch in the timed pass, or -1 where not
@@ -42,7 +42,7 @@ static const char *results_pass_name(const master *m)
 static double results_samples_per_epoch(const master *m, uint32_t r)
 {
     const node *n = m->trainers[r];
-    if (m->metrics_pass != PH_RUNNING || !n || !n->timed_result)
+    if (m->metrics_pass != PASS_TIMED || !n || !n->timed_result)
         return -1;
     json_t *s = json_object_get(n->timed_result, "bags");
     json_t *e = json_object_get(n->timed_result, "epochs");
@@ -294,13 +294,13 @@ static void results_print_gpu_timed(const master *m, FILE *out)
 
 void results_print(master *m)
 {
-    printf("\npsbench run %s%s%s\n", m->phase == PH_DONE ? "done" : "failed", m->error[0] ? ": " : "",
+    printf("\npsbench run %s%s%s\n", m->state == RUN_DONE ? "done" : "failed", m->error[0] ? ": " : "",
            m->error);
     /* A failed run's figures: which pass, before any of them. */
     const char *pass = results_pass_name(m);
-    if (m->phase != PH_DONE && pass)
+    if (m->state != RUN_DONE && pass)
         printf("the figures below are the %s pass's%s\n", pass,
-               m->metrics_pass == PH_WARMUP ? " (the run failed before its timed pass)" : ", up to the failure");
+               m->metrics_pass == PASS_WARMUP ? " (the run failed before its timed pass)" : ", up to the failure");
     agg_print_tables(&m->agg, stdout);
     results_print_gpu_timed(m, stdout);
     json_t *warnings = results_warnings(m);
@@ -314,7 +314,7 @@ void results_print(master *m)
         snap_stat *st = agg_snapshot(&m->agg, true, &ns);
         json_t *d = st ? results_ddp_rpc(m, st, ns) : NULL;
         if (d)
-            results_print_ddp_rpc(d, m->phase != PH_DONE, stdout);
+            results_print_ddp_rpc(d, m->state != RUN_DONE, stdout);
         json_decref(d);
         free(st);
     }
@@ -322,7 +322,7 @@ void results_print(master *m)
         char of[32] = "";
         if (m->set.runs)
             snprintf(of, sizeof of, "/%u", m->set.runs);
-        if (m->phase == PH_DONE)
+        if (m->state == RUN_DONE)
             printf("run %u%s done: %u trainer(s) x %" PRIu64 " batches, timed pass %.3f s\n", m->run, of,
                    m->set.ntrainer, m->set.batches_per_pass, m->training_s);
         else
@@ -473,7 +473,7 @@ int results_write(master *m, char *err, size_t errlen)
         json_array_append_new(servers, results_node(r, m->servers[r]));
     json_t *doc = json_pack("{s:O, s:o, s:s, s:o, s:o, s:o, s:o, s:o}", "configuration",
                             m->set.config_json ? m->set.config_json : json_null(), "environment",
-                            results_environment(), "phase", m->phase == PH_DONE ? "done" : "failed", "error",
+                            results_environment(), "phase", m->state == RUN_DONE ? "done" : "failed", "error",
                             m->error[0] ? json_string(m->error) : json_null(), "groups",
                             (json_t *)snapshot_groups_json(&in), "trainers", trainers, "servers", servers,
                             "warnings", results_warnings(m));
