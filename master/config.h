@@ -37,7 +37,7 @@
 #define CONFIG_DEFAULT_NSERVER 1
 #define CONFIG_DEFAULT_EPOCHS 10
 #define CONFIG_DEFAULT_BATCH_SIZE 10
-#define CONFIG_DEFAULT_RPC_TIMEOUT_S 30.0 /* the seed's experiment scripts */
+#define CONFIG_DEFAULT_RPC_TIMEOUT_S 30 /* seconds: the seed's experiment scripts */
 #define CONFIG_DEFAULT_TRAINER "DdpRpcTrainer"
 #define CONFIG_DEFAULT_SERVER "AverageParameterServer"
 #define CONFIG_DEFAULT_DATA "DummyData"

@@ -121,7 +121,7 @@ static void opts_check_entry(const opt_spec *o)
 
 /* A string value into its field: borrowed, or a copy that must not be
  * empty (the master's ids, paths and addresses). */
-static int opts_store_str(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+int opts_store_string(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
                           size_t errlen)
 {
     void *p = opts_field_ptr(&o->to, settings);
@@ -163,7 +163,7 @@ static int opts_parse_choice(const opt_spec *o, const char *flag, const char *ar
 {
     for (size_t i = 0; o->choices[i]; i++)
         if (arg && strcmp(arg, o->choices[i]) == 0)
-            return opts_store_str(o, flag, arg, settings, err, errlen);
+            return opts_store_string(o, flag, arg, settings, err, errlen);
     char list[256];
     opts_join_choices(o->choices, list, sizeof list);
     errbuf_set(err, errlen, "%s: '%s' is not %s", flag, arg ? arg : "", list);
@@ -193,7 +193,7 @@ static int opts_set_value(const opt_spec *o, const char *flag, const char *arg, 
         return 0;
     }
     case OPT_SECONDS: return cli_parse_seconds(flag, arg, (double *)p, err, errlen);
-    case OPT_STRING: return opts_store_str(o, flag, arg, settings, err, errlen);
+    case OPT_STRING: return opts_store_string(o, flag, arg, settings, err, errlen);
     case OPT_CHOICE: return opts_parse_choice(o, flag, arg, settings, err, errlen);
     case OPT_HOSTPORT: {
         char host[256], why[256];
@@ -202,7 +202,7 @@ static int opts_set_value(const opt_spec *o, const char *flag, const char *arg, 
             errbuf_set(err, errlen, "%s: %s", flag, why);
             return -1;
         }
-        return opts_store_str(o, flag, arg, settings, err, errlen);
+        return opts_store_string(o, flag, arg, settings, err, errlen);
     }
     default: assert(!"not an option kind"); return -1;
     }

@@ -158,6 +158,11 @@ bool opts_entry(const opts_table *t, size_t i, opt_spec *out);
 /* An option's argument parsed into settings as the command line would be
  * (flag as spelled). 0, or -1 with err. For the tests and opts_init. */
 int opts_apply(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err, size_t errlen);
+/* OPT_STRING's store, for a parser that checks a string first: arg into
+ * the field (a const char * borrows it; a char * gets a copy, and an
+ * empty arg is refused). 0, or -1 with err. */
+int opts_store_string(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                      size_t errlen);
 /* The field's value as text ("12", "1.5", "abc", "(null)", "true"):
  * the tests compare the binaries' shared options with it. */
 void opts_field_text(const opt_field *f, const void *settings, char *buf, size_t len);
