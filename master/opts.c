@@ -366,7 +366,7 @@ static const opt_spec master_specs[] = {
              "ranks) with --device cuda, the others without\n"
              "--device (a server's $PSBENCH_SERVER_DEVICE, else cpu)"},
     {.name = "linger", .meta = "SECONDS", .kind = OPT_CUSTOM, .parse = master_opt_linger, .to = AT(linger_s),
-     .json = "linger", .example = "0",
+     .json = "linger", .example = "0.5",
      .help = "keep serving HTTP after the run (default 0)"},
     {.shared = &opts_transport, .to = AT(transport), .json = "transport", .to_json = master_opt_transport_json,
      .help = "with --local, between trainers and servers: auto\n"

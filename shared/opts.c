@@ -514,7 +514,7 @@ const opt_spec opts_transport = {.kind = OPT_CUSTOM, .name = "transport", .meta 
                                  .parse = opts_parse_transport, .init = opts_init_transport, .example = "tcp"};
 const opt_spec opts_connect_timeout = {.kind = OPT_SECONDS, .name = "connect-timeout", .meta = "SECONDS",
                                        .def = "30"};
-const opt_spec opts_device = {.kind = OPT_STRING, .name = "device", .meta = "DEV", .example = "cpu"};
+const opt_spec opts_device = {.kind = OPT_STRING, .name = "device", .meta = "DEV", .example = "cuda:1"};
 
 int opts_token_resolve(const char *flag, const char *file, char *buf, size_t buflen, const char **token,
                        const char **source, int *loose, char *err, size_t errlen)
