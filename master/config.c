@@ -213,6 +213,50 @@ static int validate_batch_update(const run_config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* The seed launcher's placement checks: CPU trainers feed CPU servers,
+ * CUDA trainers CUDA servers, each group split evenly. */
+static int validate_seed_placement(const run_config *c, char *err, size_t errlen)
+{
+    if (c->ntrainer > 0 && c->ncudatrainer > 0 && (c->nserver == 0 || c->ncudaserver == 0)) {
+        errbuf_set(err, errlen,
+                "CPU and CUDA trainers together need both CPU and CUDA servers "
+                "(--ntrainer %u --ncudatrainer %u, --nserver %u --ncudaserver %u)",
+                c->ntrainer, c->ncudatrainer, c->nserver, c->ncudaserver);
+        return -1;
+    }
+    if (c->nserver > 0 && c->ntrainer == 0) {
+        errbuf_set(err, errlen, "--nserver %u needs CPU trainers: --ntrainer is 0", c->nserver);
+        return -1;
+    }
+    if (c->ntrainer > 0 && c->nserver == 0) {
+        errbuf_set(err, errlen, "--ntrainer %u needs CPU servers: --nserver is 0", c->ntrainer);
+        return -1;
+    }
+    if (c->nserver > 0 && c->ntrainer % c->nserver != 0) {
+        errbuf_set(err, errlen,
+                "--ntrainer %u is not divisible by --nserver %u (placement seed gives every server "
+                "ntrainer / nserver trainers; use --placement shard for other counts)",
+                c->ntrainer, c->nserver);
+        return -1;
+    }
+    if (c->ncudaserver > 0 && c->ncudatrainer == 0) {
+        errbuf_set(err, errlen, "--ncudaserver %u needs CUDA trainers: --ncudatrainer is 0", c->ncudaserver);
+        return -1;
+    }
+    if (c->ncudatrainer > 0 && c->ncudaserver == 0) {
+        errbuf_set(err, errlen, "--ncudatrainer %u needs CUDA servers: --ncudaserver is 0", c->ncudatrainer);
+        return -1;
+    }
+    if (c->ncudaserver > 0 && c->ncudatrainer % c->ncudaserver != 0) {
+        errbuf_set(err, errlen,
+                "--ncudatrainer %u is not divisible by --ncudaserver %u (placement seed gives every "
+                "server ncudatrainer / ncudaserver trainers; use --placement shard for other counts)",
+                c->ncudatrainer, c->ncudaserver);
+        return -1;
+    }
+    return 0;
+}
+
 int config_validate(const run_config *c, char *err, size_t errlen)
 {
     uint64_t tcount = (uint64_t)c->ntrainer + c->ncudatrainer;
@@ -246,45 +290,8 @@ int config_validate(const run_config *c, char *err, size_t errlen)
     /* Batch-update and HybridModel trainers use every server. */
     if (!shard && scount > 0 && !serverless &&
         !(c->resolved.loaded && (c->resolved.batch_update || c->resolved.hybrid))) {
-        /* The seed launcher's checks: CPU trainers feed CPU servers, CUDA
-         * trainers CUDA servers, each group split evenly. */
-        if (c->ntrainer > 0 && c->ncudatrainer > 0 && (c->nserver == 0 || c->ncudaserver == 0)) {
-            errbuf_set(err, errlen,
-                    "CPU and CUDA trainers together need both CPU and CUDA servers "
-                    "(--ntrainer %u --ncudatrainer %u, --nserver %u --ncudaserver %u)",
-                    c->ntrainer, c->ncudatrainer, c->nserver, c->ncudaserver);
+        if (validate_seed_placement(c, err, errlen) < 0)
             return -1;
-        }
-        if (c->nserver > 0 && c->ntrainer == 0) {
-            errbuf_set(err, errlen, "--nserver %u needs CPU trainers: --ntrainer is 0", c->nserver);
-            return -1;
-        }
-        if (c->ntrainer > 0 && c->nserver == 0) {
-            errbuf_set(err, errlen, "--ntrainer %u needs CPU servers: --nserver is 0", c->ntrainer);
-            return -1;
-        }
-        if (c->nserver > 0 && c->ntrainer % c->nserver != 0) {
-            errbuf_set(err, errlen,
-                    "--ntrainer %u is not divisible by --nserver %u (placement seed gives every server "
-                    "ntrainer / nserver trainers; use --placement shard for other counts)",
-                    c->ntrainer, c->nserver);
-            return -1;
-        }
-        if (c->ncudaserver > 0 && c->ncudatrainer == 0) {
-            errbuf_set(err, errlen, "--ncudaserver %u needs CUDA trainers: --ncudatrainer is 0", c->ncudaserver);
-            return -1;
-        }
-        if (c->ncudatrainer > 0 && c->ncudaserver == 0) {
-            errbuf_set(err, errlen, "--ncudatrainer %u needs CUDA servers: --ncudaserver is 0", c->ncudatrainer);
-            return -1;
-        }
-        if (c->ncudaserver > 0 && c->ncudatrainer % c->ncudaserver != 0) {
-            errbuf_set(err, errlen,
-                    "--ncudatrainer %u is not divisible by --ncudaserver %u (placement seed gives every "
-                    "server ncudatrainer / ncudaserver trainers; use --placement shard for other counts)",
-                    c->ncudatrainer, c->ncudaserver);
-            return -1;
-        }
     }
     if (c->resolved.loaded && c->resolved.hook_collective && strcmp(c->backend, "nccl") == 0 &&
         c->ncudatrainer < tcount) {
