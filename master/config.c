@@ -569,8 +569,8 @@ static int load_hook_flag(run_config *c, bool after_checks, char *err, size_t er
 static int load_trainer_key_flags(run_config *c, bool after_checks, char *err, size_t errlen)
 {
     const config_entry *tr = &c->resolved.trainer;
-    const char *flag, *key;
-    for (size_t i = 0; c->trainer_flags && master_trainer_key_flag(i, &flag, &key); i++) {
+    const char *name, *key;
+    for (size_t i = 0; c->trainer_flags && master_trainer_key_flag(i, &name, &key); i++) {
         json_t *v = json_object_get(c->trainer_flags, key);
         if (!v)
             continue;
@@ -592,7 +592,7 @@ static int load_trainer_key_flags(run_config *c, bool after_checks, char *err, s
             size_t n = strlen(list);
             snprintf(list + n, sizeof list - n, "%s%s", j ? ", " : "", k);
         }
-        errbuf_set(err, errlen, "%s %s: trainer '%s' (%s) has no \"%s\" (it takes %s)", flag,
+        errbuf_set(err, errlen, "--%s %s: trainer '%s' (%s) has no \"%s\" (it takes %s)", name,
                    val ? val : "", tr->id, tr->cls, key, list[0] ? list : "no keys");
         free(val);
         return -1;

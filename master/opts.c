@@ -431,9 +431,8 @@ const opts_table *master_opts(void)
     return &master_table;
 }
 
-bool master_trainer_key_flag(size_t i, const char **flag, const char **key)
+bool master_trainer_key_flag(size_t i, const char **name, const char **key)
 {
-    static char flags[16][40];
     size_t n = 0;
     opt_spec o;
     for (size_t k = 0; opts_entry(&master_table, k, &o); k++) {
@@ -441,9 +440,7 @@ bool master_trainer_key_flag(size_t i, const char **flag, const char **key)
             continue;
         if (n++ < i)
             continue;
-        assert(i < sizeof flags / sizeof flags[0]);
-        snprintf(flags[i], sizeof flags[i], "--%s", o.name);
-        *flag = flags[i];
+        *name = o.name;
         *key = o.json;
         return true;
     }

@@ -17,9 +17,9 @@ const opts_table *master_opts(void);
 /* The options that set a key of the trainer configuration (the seed
  * launcher's --preprocess-data, --create-criterion, --create-ddp-model,
  * --hook-state, --iteration-step, its scripts' --create-optimizer and
- * --lr), in the table's order: the i-th one's flag ("--lr") and key
- * ("lr"); false past the last. Their values are in run_config's
+ * --lr), in the table's order: the i-th one's name ("hook-state") and
+ * key ("hook_state"); false past the last. Their values are in run_config's
  * trainer_flags, and config_load applies them. */
-bool master_trainer_key_flag(size_t i, const char **flag, const char **key);
+bool master_trainer_key_flag(size_t i, const char **name, const char **key);
 
 #endif

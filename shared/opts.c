@@ -500,10 +500,7 @@ static int opts_init_transport(const opt_spec *o, void *settings)
     return 0;
 }
 
-static const char *const opts_help_aliases[] = {NULL};
-
-const opt_spec opts_help = {.kind = OPT_FLAG, .name = "help", .aliases = opts_help_aliases, .letter = 'h',
-                            .action = OPTS_HELP};
+const opt_spec opts_help = {.kind = OPT_FLAG, .name = "help", .letter = 'h', .action = OPTS_HELP};
 const opt_spec opts_version_opt = {.kind = OPT_FLAG, .name = "version", .action = OPTS_VERSION};
 const opt_spec opts_log_level = {.kind = OPT_CUSTOM, .name = "log-level", .meta = "LEVEL",
                                  .parse = opts_parse_log_level, .def = "info", .example = "debug"};
