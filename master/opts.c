@@ -9,7 +9,6 @@
 #include "shared/jobconf.h"
 #include "shared/log.h"
 
-#include <assert.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>

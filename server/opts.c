@@ -6,7 +6,6 @@
 #include "shared/net.h"
 
 #include <assert.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
