@@ -13,6 +13,9 @@
  *     ...
  *     config_free(&c);
  *
+ * The flags are master/opts.c's option table (shared/opts.h): config_init,
+ * config_parse_args and config_usage are made from it there.
+ *
  * config_resolve runs config_check_flags (the flags' own values),
  * config_load (the files and every value in them), config_validate (how
  * flags and files fit), in that order, so the first error reported is the
@@ -37,7 +40,7 @@
 #define CONFIG_DEFAULT_NSERVER 1
 #define CONFIG_DEFAULT_EPOCHS 10
 #define CONFIG_DEFAULT_BATCH_SIZE 10
-#define CONFIG_DEFAULT_RPC_TIMEOUT_S 30.0 /* the seed's experiment scripts */
+#define CONFIG_DEFAULT_RPC_TIMEOUT_S 30 /* seconds: the seed's experiment scripts */
 #define CONFIG_DEFAULT_TRAINER "DdpRpcTrainer"
 #define CONFIG_DEFAULT_SERVER "AverageParameterServer"
 #define CONFIG_DEFAULT_DATA "DummyData"

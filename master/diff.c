@@ -557,11 +557,18 @@ static int diff_write_csv(FILE *csv, char *const *text, const size_t *len, const
     return 0;
 }
 
-int diff_main(int argc, char **argv, FILE *out, FILE *err)
+/* diff's command line. */
+typedef struct diff_args {
+    const char *files[2];
+    const char *csv_path; /* --csv FILE, NULL */
+    bool allow_failed;    /* --allow-failed */
+} diff_args;
+
+/* Its options anywhere among the two files ("--" ends them). -1 to go on,
+ * else the exit code: 0 after --help, 2 for a usage error (said on err,
+ * with the usage). */
+static int diff_parse_args(int argc, char **argv, diff_args *d, FILE *out, FILE *err)
 {
-    const char *files[2] = {NULL, NULL};
-    const char *csv_path = NULL;
-    bool allow_failed = false;
     int nfiles = 0;
     bool opts_done = false;
     for (int i = 1; i < argc; i++) {
@@ -578,11 +585,11 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
                     diff_usage(err);
                     return 2;
                 }
-                csv_path = argv[++i];
+                d->csv_path = argv[++i];
             } else if (strncmp(a, "--csv=", 6) == 0) {
-                csv_path = a + 6;
+                d->csv_path = a + 6;
             } else if (strcmp(a, "--allow-failed") == 0) {
-                allow_failed = true;
+                d->allow_failed = true;
             } else {
                 fprintf(err, "psbench-master diff: unknown option '%s'\n", a);
                 diff_usage(err);
@@ -595,70 +602,46 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
             diff_usage(err);
             return 2;
         }
-        files[nfiles++] = a;
+        d->files[nfiles++] = a;
     }
     if (nfiles != 2) {
         fprintf(err, "psbench-master diff: give two results.json files\n");
         diff_usage(err);
         return 2;
     }
-    if (csv_path && !*csv_path) {
+    if (d->csv_path && !*d->csv_path) {
         fprintf(err, "psbench-master diff: --csv needs a file name\n");
         return 2;
     }
     /* The output first: a comparison must not end with "cannot write". */
     char why[4400];
-    if (csv_path && userpath_check_out_file(csv_path, why, sizeof why) < 0) {
-        fprintf(err, "psbench-master diff: --csv %s: %s\n", csv_path, why);
+    if (d->csv_path && userpath_check_out_file(d->csv_path, why, sizeof why) < 0) {
+        fprintf(err, "psbench-master diff: --csv %s: %s\n", d->csv_path, why);
         return 2;
     }
+    return -1;
+}
 
-    json_t *a = diff_load(files[0], err);
-    if (!a)
-        return 1;
-    json_t *b = diff_load(files[1], err);
-    if (!b) {
-        json_decref(a);
-        return 1;
-    }
-    /* A failed run is said first; compared only when asked. */
-    json_t *docs[2] = {a, b};
-    for (int d = 0; d < 2 && !allow_failed; d++) {
-        if (diff_unfinished(docs[d])) {
+/* A failed run is said first; compared only when asked. true: one was. */
+static bool diff_refuse_unfinished(const diff_args *d, json_t *const docs[2], FILE *err)
+{
+    for (int i = 0; i < 2 && !d->allow_failed; i++) {
+        if (diff_unfinished(docs[i])) {
             char line[1024];
-            diff_unfinished_line(docs[d], line, sizeof line);
+            diff_unfinished_line(docs[i], line, sizeof line);
             fprintf(err, "psbench-master diff: %s %s (its figures stop where it ended; --allow-failed compares "
-                    "it anyway)\n", files[d], line);
-            json_decref(a);
-            json_decref(b);
-            return 1;
+                    "it anyway)\n", d->files[i], line);
+            return true;
         }
     }
-    /* The CSV is built in memory and written whole at the end (afile_write):
-     * a full disk never leaves a cut-short file that looks like a diff. */
-    FILE *csv = NULL;
-    char *csv_text = NULL;
-    size_t csv_len = 0;
-    if (csv_path) {
-        csv = open_memstream(&csv_text, &csv_len);
-        if (!csv) {
-            fprintf(err, "psbench-master diff: cannot write %s: out of memory\n", csv_path);
-            json_decref(a);
-            json_decref(b);
-            return 1;
-        }
-        fprintf(csv, "group,rank,metric,stat,a,b,b_minus_a,change_pct\n");
-    }
+    return false;
+}
 
-    diff_states(out, files, docs);
-    fprintf(out, "A: %s\nB: %s\n", files[0], files[1]);
-    fprintf(out, "values in ms; B-A and change are B relative to A (negative: B is faster)\n");
-    diff_configuration(out, json_object_get(a, "configuration"), json_object_get(b, "configuration"));
-    diff_rpc_pattern(out, a, b);
-    diff_environment(out, a, b);
-
+/* Every group's table: trainer, server, then any other group by name.
+ * 0, or 1 (out of memory, said on err). */
+static int diff_groups(FILE *out, FILE *csv, json_t *a, json_t *b, FILE *err)
+{
     json_t *ga = json_object_get(a, "groups"), *gb = json_object_get(b, "groups");
-    /* trainer, server, then any other group by name. */
     keyset groups = {0};
     int rc = 0;
     if (keyset_add_object(&groups, ga) < 0 || keyset_add_object(&groups, gb) < 0) {
@@ -676,8 +659,50 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
                            json_object_get(gb, groups.v[i]));
     }
     keyset_free(&groups);
+    return rc;
+}
+
+int diff_main(int argc, char **argv, FILE *out, FILE *err)
+{
+    diff_args d = {0};
+    int rc = diff_parse_args(argc, argv, &d, out, err);
+    if (rc >= 0)
+        return rc;
+    json_t *a = diff_load(d.files[0], err);
+    if (!a)
+        return 1;
+    json_t *b = diff_load(d.files[1], err);
+    json_t *docs[2] = {a, b};
+    if (!b || diff_refuse_unfinished(&d, docs, err)) {
+        json_decref(a);
+        json_decref(b);
+        return 1;
+    }
+    /* The CSV is built in memory and written whole at the end (afile_write):
+     * a full disk never leaves a cut-short file that looks like a diff. */
+    FILE *csv = NULL;
+    char *csv_text = NULL;
+    size_t csv_len = 0;
+    if (d.csv_path) {
+        csv = open_memstream(&csv_text, &csv_len);
+        if (!csv) {
+            fprintf(err, "psbench-master diff: cannot write %s: out of memory\n", d.csv_path);
+            json_decref(a);
+            json_decref(b);
+            return 1;
+        }
+        fprintf(csv, "group,rank,metric,stat,a,b,b_minus_a,change_pct\n");
+    }
+
+    diff_states(out, d.files, docs);
+    fprintf(out, "A: %s\nB: %s\n", d.files[0], d.files[1]);
+    fprintf(out, "values in ms; B-A and change are B relative to A (negative: B is faster)\n");
+    diff_configuration(out, json_object_get(a, "configuration"), json_object_get(b, "configuration"));
+    diff_rpc_pattern(out, a, b);
+    diff_environment(out, a, b);
+    rc = diff_groups(out, csv, a, b, err);
     if (csv && rc == 0)
-        rc = diff_write_csv(csv, &csv_text, &csv_len, csv_path, err);
+        rc = diff_write_csv(csv, &csv_text, &csv_len, d.csv_path, err);
     else if (csv)
         fclose(csv);
     free(csv_text);

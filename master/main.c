@@ -9,6 +9,7 @@
 #include "master/http.h"
 #include "master/launcher.h"
 #include "master/master.h"
+#include "master/opts.h"
 #include "shared/frame.h"
 #include "shared/log.h"
 #include "shared/net.h"
@@ -84,168 +85,203 @@ static void master_warn_open_ports(const run_config *c, const char *lhost, unsig
     }
 }
 
+/* The run's settings from the resolved configuration: the owned JSON
+ * (batch_update, embedding, config_json) is released by
+ * master_settings_free. 0, or -1 (out of memory). */
+static int master_settings_from(const run_config *c, master_settings *set)
+{
+    bool hybrid = c->resolved.hybrid, bu = c->resolved.batch_update;
+    *set = (master_settings){
+        .ntrainer = c->ntrainer + c->ncudatrainer,
+        .nserver = c->nserver + c->ncudaserver,
+        .ncudatrainer = c->ncudatrainer,
+        .ncudaserver = c->ncudaserver,
+        /* Batch-update: every trainer feeds every server, each owning a
+         * contiguous range of the parameters; HybridModel: every trainer
+         * looks up in every server's table. */
+        .shard = strcmp(c->placement, "shard") == 0 || hybrid || bu,
+        .batches_per_pass = config_batches_per_pass(c),
+        .batches_warmup = config_batches_warmup(c),
+        .epochs = c->epochs,
+        .batch_size = c->batch_size,
+        .seed = c->seed,
+        .rpc_timeout_s = c->rpc_timeout_s,
+        /* People start nodes by hand on other hosts: give them time to join. */
+        .join_timeout_s = c->rpc_timeout_s > 120 ? c->rpc_timeout_s : 120,
+        .token = c->token,
+        .server_kind = c->resolved.server_kind,
+        .batch_update = bu ? config_batch_update_json(c) : NULL,
+        .embedding = hybrid ? config_embedding_json(c) : NULL,
+        .rpc_pattern = hybrid ? c->resolved.hy.rpc_pattern : NULL,
+        .model = config_model_json(c),
+        .data = c->resolved.data.json,
+        .trainer = c->resolved.trainer.json,
+        .config_json = config_to_json(c),
+        .backend = c->backend,
+        .nccl_group = c->resolved.hook_collective && c->backend &&
+                      (strcmp(c->backend, "nccl") == 0 || strcmp(c->backend, "multi") == 0),
+        .out_dir = c->out_dir,
+        .linger_s = c->linger_s,
+        .runs = c->runs,
+        .allow_divergence = c->allow_divergence,
+    };
+    return (bu && !set->batch_update) || (hybrid && !set->embedding) ? -1 : 0;
+}
+
+static void master_settings_free(master_settings *set)
+{
+    json_decref(set->config_json);
+    json_decref(set->batch_update);
+    json_decref(set->embedding);
+}
+
+/* What the job is, at start. */
+static void master_log_job(const run_config *c, const master_settings *set)
+{
+    log_info("job: %u trainer(s), %u server(s) (%s), model %s, %" PRIu64
+             " batches per trainer per pass (warm-up, then timed)",
+             set->ntrainer, set->nserver,
+             set->batch_update ? "batch-update: every trainer feeds every server"
+             : set->embedding  ? "DDP + RPC: every trainer looks up in every server's table"
+             : set->nserver == 0 ? "pure DDP: trainers allreduce among themselves"
+             : set->shard        ? "shard placement"
+                                 : "seed placement",
+             c->model, set->batches_per_pass);
+    if (set->embedding)
+        log_info("DDP + RPC: rpc_pattern %s (%s)", set->rpc_pattern,
+                 strcmp(set->rpc_pattern, "seed") == 0
+                     ? "the seed's: lookups one server at a time, every update awaited, dense table gradients"
+                     : "psbench's, not the seed's: lookups to every server at once, updates unanswered, a step per "
+                       "named row");
+    if (set->runs == 0)
+        log_info("the job runs back to back until stopped (--runs 0): the servers stay, the trainers join "
+                 "again for every run");
+    else if (set->runs > 1)
+        log_info("the job runs %u times back to back (--runs): the servers stay, the trainers join again "
+                 "for every run", set->runs);
+}
+
+/* The command line and the configuration files, resolved into c, and
+ * where the results go checked; the args line echoed. 0, or the exit
+ * code (--help, --version: 0; an error: 2, said on stderr). *done: the
+ * process exits with that code now. */
+static int master_configure(run_config *c, int argc, char **argv, bool *done)
+{
+    char err[1024];
+    *done = true;
+    int rc = config_parse_args(c, argc, argv, err, sizeof err);
+    if (rc == OPTS_HELP)
+        config_usage(stdout);
+    if (rc == OPTS_VERSION)
+        opts_version(master_opts(), stdout);
+    if (rc == OPTS_HELP || rc == OPTS_VERSION)
+        return 0;
+    /* The flags' own values, then the files' (every key of every entry),
+     * then how the two fit (a batch-update job has no seed placement): the
+     * first error is the cause, e.g. a bad embedding_dim in the model file
+     * rather than the placement it would upset. */
+    if (rc == 0)
+        rc = config_resolve(c, err, sizeof err);
+    /* Then where the results go: a run must not end with "cannot write". */
+    if (rc == 0 && c->out_dir && results_check_out(c->out_dir, c->runs, err, sizeof err) < 0)
+        rc = -1;
+    if (rc != 0)
+        return master_fail_usage(err);
+    log_init("psbench-master", c->log_level);
+    master_echo_args(c);
+    if (c->token && c->token_file && c->token_file_loose)
+        log_warn("--token-file %s is readable by other users: chmod 600 it", c->token_file);
+    *done = false;
+    return 0;
+}
+
+/* --local: the servers and trainers started here, told the token in
+ * their environment. 0, or -1 with err. */
+static int master_start_local(master *m, const run_config *c, const master_settings *set, const char *lhost,
+                              char *err, size_t errlen)
+{
+    char bin[PATH_MAX];
+    master_bin_dir(bin, sizeof bin);
+    if (c->token)
+        setenv("PSBENCH_TOKEN", c->token, 1); /* the children read it from there */
+    launcher_job job = {.base = m->base,
+                        .nserver = set->nserver,
+                        .ntrainer = set->ntrainer,
+                        .ncudaserver = set->ncudaserver,
+                        .ncudatrainer = set->ncudatrainer,
+                        .transport = c->transport,
+                        .child_failed = master_child_failed,
+                        .ctx = m};
+    m->launcher = launcher_start(&job, bin, lhost, m->ctl_port, err, errlen);
+    return m->launcher ? 0 : -1;
+}
+
+/* The run: the control plane and HTTP up, the nodes started or awaited,
+ * then the run's loop. The exit code. */
+static int master_serve(master *m, const run_config *c, const master_settings *set, const char *lhost,
+                        uint16_t lport, const char *hhost, uint16_t hport)
+{
+    char err[1024];
+    if (master_init(m, set, lhost, lport, err, sizeof err) < 0) {
+        fprintf(stderr, "psbench-master: %s\n", err);
+        return 1;
+    }
+    uint16_t bound_http = 0;
+    m->http = http_start(hhost, hport, &bound_http, err, sizeof err);
+    if (!m->http) {
+        fprintf(stderr, "psbench-master: %s\n", err);
+        return 1;
+    }
+    master_publish(m, false); /* served from the first request on */
+    log_info("control plane on %s:%u", lhost, m->ctl_port);
+    log_info("HTTP on http://%s:%u/", hhost, bound_http);
+    master_warn_open_ports(c, lhost, m->ctl_port, hhost, bound_http);
+    master_log_job(c, set);
+    if (c->local && master_start_local(m, c, set, lhost, err, sizeof err) < 0) {
+        fprintf(stderr, "psbench-master: %s\n", err);
+        return 1;
+    }
+    if (!c->local)
+        log_info("waiting for %u server(s) and %u trainer(s): start them with --master HOST:%u",
+                 set->nserver, set->ntrainer, m->ctl_port);
+    int code = master_run(m);
+    if (m->state == RUN_FAILED)
+        fprintf(stderr, "psbench-master: run failed: %s\n", m->error);
+    return code;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "diff") == 0)
         return diff_main(argc - 1, argv + 1, stdout, stderr);
 
     run_config c;
-    char err[1024];
-    int rc = config_parse_args(&c, argc, argv, err, sizeof err);
-    if (rc == 1) {
-        config_usage(stdout);
+    bool done;
+    int code = master_configure(&c, argc, argv, &done);
+    if (done) {
         config_free(&c);
-        return 0;
+        return code;
     }
-    if (rc == 2) {
-        printf("psbench-master %s (wire protocol %u)\n", PSBENCH_VERSION, FRAME_PROTOCOL_VERSION);
-        config_free(&c);
-        return 0;
-    }
-    /* The flags' own values, then the files' (every key of every entry),
-     * then how the two fit (a batch-update job has no seed placement): the
-     * first error is the cause, e.g. a bad embedding_dim in the model file
-     * rather than the placement it would upset. */
-    if (rc == 0)
-        rc = config_resolve(&c, err, sizeof err);
-    /* Then where the results go: a run must not end with "cannot write". */
-    if (rc == 0 && c.out_dir && results_check_out(c.out_dir, c.runs, err, sizeof err) < 0)
-        rc = -1;
-    if (rc != 0) {
-        config_free(&c);
-        return master_fail_usage(err);
-    }
-    log_init("psbench-master", c.log_level);
-    master_echo_args(&c);
-    if (c.token && c.token_file && c.token_file_loose)
-        log_warn("--token-file %s is readable by other users: chmod 600 it", c.token_file);
-
-    char lhost[256], hhost[256];
+    char err[1024], lhost[256], hhost[256];
     uint16_t lport, hport;
     if (net_parse_hostport(c.listen, lhost, sizeof lhost, &lport, 1, err, sizeof err) < 0 ||
         net_parse_hostport(c.http, hhost, sizeof hhost, &hport, 1, err, sizeof err) < 0) {
         config_free(&c);
         return master_fail_usage(err);
     }
-
-    master_settings set = {0};
-    set.ntrainer = c.ntrainer + c.ncudatrainer;
-    set.nserver = c.nserver + c.ncudaserver;
-    set.ncudatrainer = c.ncudatrainer;
-    set.ncudaserver = c.ncudaserver;
-    set.shard = strcmp(c.placement, "shard") == 0;
-    set.batches_per_pass = config_batches_per_pass(&c);
-    set.batches_warmup = config_batches_warmup(&c);
-    set.epochs = c.epochs;
-    set.batch_size = c.batch_size;
-    set.seed = c.seed;
-    set.rpc_timeout_s = c.rpc_timeout_s;
-    /* People start nodes by hand on other hosts: give them time to join. */
-    set.join_timeout_s = c.rpc_timeout_s > 120 ? c.rpc_timeout_s : 120;
-    set.token = c.token;
-    set.server_kind = c.resolved.server_kind;
-    set.backend = c.backend;
-    set.nccl_group = c.resolved.hook_collective && c.backend &&
-                     (strcmp(c.backend, "nccl") == 0 || strcmp(c.backend, "multi") == 0);
-    if (c.resolved.hybrid) {
-        /* Every trainer looks up in every server's table. */
-        set.shard = true;
-        set.embedding = config_embedding_json(&c);
-        set.rpc_pattern = c.resolved.hy.rpc_pattern;
-        if (!set.embedding) {
-            config_free(&c);
-            return master_fail_usage("out of memory");
-        }
+    master_settings set;
+    if (master_settings_from(&c, &set) < 0) {
+        master_settings_free(&set);
+        config_free(&c);
+        return master_fail_usage("out of memory");
     }
-    if (c.resolved.batch_update) {
-        /* Every trainer feeds every server, each server owning a
-         * contiguous range of the parameters. */
-        set.shard = true;
-        set.batch_update = config_batch_update_json(&c);
-        if (!set.batch_update) {
-            config_free(&c);
-            return master_fail_usage("out of memory");
-        }
-    }
-    set.model = config_model_json(&c);
-    set.data = c.resolved.data.json;
-    set.trainer = c.resolved.trainer.json;
-    set.config_json = config_to_json(&c);
-    set.out_dir = c.out_dir;
-    set.linger_s = c.linger_s;
-    set.runs = c.runs;
-    set.allow_divergence = c.allow_divergence;
-
     master m;
-    int code = 1;
-    if (master_init(&m, &set, lhost, lport, err, sizeof err) < 0) {
-        fprintf(stderr, "psbench-master: %s\n", err);
-        goto out;
-    }
-    uint16_t bound_http = 0;
-    m.http = http_start(hhost, hport, &bound_http, err, sizeof err);
-    if (!m.http) {
-        fprintf(stderr, "psbench-master: %s\n", err);
-        goto out;
-    }
-    master_publish(&m, false); /* served from the first request on */
-    log_info("control plane on %s:%u", lhost, m.ctl_port);
-    log_info("HTTP on http://%s:%u/", hhost, bound_http);
-    master_warn_open_ports(&c, lhost, m.ctl_port, hhost, bound_http);
-    log_info("job: %u trainer(s), %u server(s) (%s), model %s, %" PRIu64
-             " batches per trainer per pass (warm-up, then timed)",
-             set.ntrainer, set.nserver,
-             set.batch_update ? "batch-update: every trainer feeds every server"
-             : set.embedding  ? "DDP + RPC: every trainer looks up in every server's table"
-             : set.nserver == 0 ? "pure DDP: trainers allreduce among themselves"
-             : set.shard        ? "shard placement"
-                                : "seed placement",
-             c.model, set.batches_per_pass);
-    if (set.embedding)
-        log_info("DDP + RPC: rpc_pattern %s (%s)", set.rpc_pattern,
-                 strcmp(set.rpc_pattern, "seed") == 0
-                     ? "the seed's: lookups one server at a time, every update awaited, dense table gradients"
-                     : "psbench's, not the seed's: lookups to every server at once, updates unanswered, a step per "
-                       "named row");
-    if (set.runs == 0)
-        log_info("the job runs back to back until stopped (--runs 0): the servers stay, the trainers join "
-                 "again for every run");
-    else if (set.runs > 1)
-        log_info("the job runs %u times back to back (--runs): the servers stay, the trainers join again "
-                 "for every run", set.runs);
-    if (c.local) {
-        char bin[PATH_MAX];
-        master_bin_dir(bin, sizeof bin);
-        if (c.token)
-            setenv("PSBENCH_TOKEN", c.token, 1); /* the children read it from there */
-        launcher_job job = {.base = m.base,
-                            .nserver = set.nserver,
-                            .ntrainer = set.ntrainer,
-                            .ncudaserver = set.ncudaserver,
-                            .ncudatrainer = set.ncudatrainer,
-                            .transport = c.transport,
-                            .child_failed = master_child_failed,
-                            .ctx = &m};
-        m.launcher = launcher_start(&job, bin, lhost, m.ctl_port, err, sizeof err);
-        if (!m.launcher) {
-            fprintf(stderr, "psbench-master: %s\n", err);
-            goto out;
-        }
-    } else {
-        log_info("waiting for %u server(s) and %u trainer(s): start them with --master HOST:%u",
-                 set.nserver, set.ntrainer, m.ctl_port);
-    }
-    code = master_run(&m);
-    if (m.state == RUN_FAILED)
-        fprintf(stderr, "psbench-master: run failed: %s\n", m.error);
-out:
+    code = master_serve(&m, &c, &set, lhost, lport, hhost, hport);
     if (m.launcher)
         launcher_free(m.launcher);
     http_stop(m.http);
     master_free(&m);
-    json_decref(set.config_json);
-    json_decref(set.batch_update);
-    json_decref(set.embedding);
+    master_settings_free(&set);
     config_free(&c);
     return code;
 }

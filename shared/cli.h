@@ -1,5 +1,6 @@
-/* cli.h — strict parsing of command-line values with one-line errors, and
- * the options every binary shares (--help, --version, --log-level). */
+/* cli.h — strict parsing of command-line values with one-line errors (the
+ * option tables, shared/opts.h, parse with these), the job token's checks
+ * and the --device value. */
 #ifndef PSBENCH_CLI_H
 #define PSBENCH_CLI_H
 

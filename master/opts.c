@@ -1,0 +1,511 @@
+/* opts.c — psbench-master's option table (shared/opts.h): the seed
+ * launcher's flags (both spellings: --batch-size / --batch_size, and its
+ * aliases) and psbench's own, each once with its argument, default, help
+ * text, field of run_config and key in the configuration's echo
+ * (config_to_json); and config_init, config_parse_args and config_usage
+ * (config.h) made from it. */
+#include "master/opts.h"
+#include "shared/cli.h"
+#include "shared/jobconf.h"
+#include "shared/log.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AT(F) OPT_AT(run_config, F)
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* The trainer class whose values the trainer-key flags take: the seed's. */
+#define TRAINER_KEY_FLAGS_CLASS "DdpTrainer"
+
+/* Replace *dst with a copy of s (NULL allowed). Returns 0 or -1 (no memory). */
+static int set_str(char **dst, const char *s)
+{
+    char *n = NULL;
+    if (s) {
+        n = strdup(s);
+        if (!n)
+            return -1;
+    }
+    free(*dst);
+    *dst = n;
+    return 0;
+}
+
+/* --data-config-path and the other three: CONFIGS/<what>_configurations.json
+ * (config_default_dir), <what> the option's first word. */
+static int master_opt_config_path(const opt_spec *o, void *settings)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 64];
+    config_default_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/%.*s_configurations.json", dir, (int)strcspn(o->name, "-"), o->name);
+    return set_str((char **)((char *)settings + o->to.off1 - 1), path);
+}
+
+static int master_opt_ddp_hook(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                               size_t errlen)
+{
+    bool servers, collective;
+    if (!hookconf_lookup(arg, &servers, &collective)) {
+        errbuf_set(err, errlen, "%s: '%s' is not rpc_hook, allreduce_hook, sparse_rpc_hook or hybrid_hook", flag,
+                   arg);
+        return -1;
+    }
+    return opts_store_string(o, flag, arg, settings, err, errlen);
+}
+
+/* A trainer-key flag's value (JSON: a string, or a number for --lr),
+ * checked against the seed's DdpTrainer's key with the configuration
+ * file's message, into c->trainer_flags[key]. The key is the option's
+ * echo key. */
+static int master_opt_trainer_value(const opt_spec *o, const char *flag, json_t *v, run_config *c, char *err,
+                                    size_t errlen)
+{
+    if (!v || (!c->trainer_flags && !(c->trainer_flags = json_object()))) {
+        json_decref(v);
+        errbuf_set(err, errlen, "%s: out of memory", flag);
+        return -1;
+    }
+    char why[256];
+    if (jobconf_check_value("trainer", TRAINER_KEY_FLAGS_CLASS, o->json, v, why, sizeof why) < 0) {
+        json_decref(v);
+        errbuf_set(err, errlen, "%s: %s", flag, why);
+        return -1;
+    }
+    if (json_object_set_new(c->trainer_flags, o->json, v) < 0) {
+        errbuf_set(err, errlen, "%s: out of memory", flag);
+        return -1;
+    }
+    return 0;
+}
+
+static int master_opt_trainer_string(const opt_spec *o, const char *flag, const char *arg, void *settings,
+                                     char *err, size_t errlen)
+{
+    return master_opt_trainer_value(o, flag, json_string(arg), settings, err, errlen);
+}
+
+/* --lr: a finite number, as JSON would hold it (an underflow is its tiny
+ * number), else refused saying what it must be. */
+static int master_opt_trainer_number(const opt_spec *o, const char *flag, const char *arg, void *settings,
+                                     char *err, size_t errlen)
+{
+    char *end = NULL;
+    double x = strtod(arg, &end);
+    if (!*arg || !end || *end != '\0' || !isfinite(x)) {
+        char want[160];
+        jobconf_key_expect("trainer", TRAINER_KEY_FLAGS_CLASS, o->json, want, sizeof want);
+        errbuf_set(err, errlen, "%s: must be %s, got '%s'", flag, want, arg);
+        return -1;
+    }
+    return master_opt_trainer_value(o, flag, json_real(x), settings, err, errlen);
+}
+
+/* Its echo: the value given, or null. */
+static json_t *master_opt_trainer_json(const opt_spec *o, const void *settings)
+{
+    const run_config *c = settings;
+    json_t *v = c->trainer_flags ? json_object_get(c->trainer_flags, o->json) : NULL;
+    return v ? json_incref(v) : json_null();
+}
+
+/* Replace the host or the port of c->listen. */
+static int listen_set_part(run_config *c, const char *host, const char *port, char *err, size_t errlen)
+{
+    const char *cur = c->listen ? c->listen : CONFIG_DEFAULT_LISTEN;
+    const char *colon = strrchr(cur, ':');
+    char curhost[512] = "0.0.0.0", curport[32] = "29500";
+    if (colon) {
+        snprintf(curhost, sizeof curhost, "%.*s", (int)(colon - cur), cur);
+        snprintf(curport, sizeof curport, "%s", colon + 1);
+    }
+    char buf[600];
+    int bracket = host && strchr(host, ':') && host[0] != '[';
+    snprintf(buf, sizeof buf, "%s%s%s:%s", bracket ? "[" : "", host ? host : curhost, bracket ? "]" : "",
+             port ? port : curport);
+    if (set_str(&c->listen, buf) < 0) {
+        errbuf_set(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* --master-addr HOST: the seed's spelling of --listen's host. */
+static int master_opt_master_addr(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                                  size_t errlen)
+{
+    (void)o;
+    if (!*arg) {
+        errbuf_set(err, errlen, "%s: needs a non-empty value", flag);
+        return -1;
+    }
+    return listen_set_part(settings, arg, NULL, err, errlen);
+}
+
+/* --master-port PORT: its port, as given (the host stays). */
+static int master_opt_master_port(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                                  size_t errlen)
+{
+    (void)o;
+    uint64_t v;
+    if (cli_parse_u64(flag, arg, 0, 65535, 0, &v, err, errlen) < 0)
+        return -1;
+    return listen_set_part(settings, NULL, arg, err, errlen);
+}
+
+/* --linger: seconds >= 0 (cli_parse_seconds takes only positive ones). */
+static int master_opt_linger(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                             size_t errlen)
+{
+    double *out = (double *)((char *)settings + o->to.off1 - 1);
+    if (*arg && strspn(arg, "0.") == strlen(arg) && strchr(arg, '0') && strchr(arg, '.') == strrchr(arg, '.')) {
+        *out = 0;
+        return 0;
+    }
+    return cli_parse_seconds(flag, arg, out, err, errlen);
+}
+
+static json_t *master_opt_transport_json(const opt_spec *o, const void *settings)
+{
+    (void)o;
+    return json_string(psb_transport_name(((const run_config *)settings)->transport));
+}
+
+/* The token is never echoed: only whether there is one. */
+static json_t *master_opt_auth_json(const opt_spec *o, const void *settings)
+{
+    (void)o;
+    return json_boolean(((const run_config *)settings)->token != NULL);
+}
+
+static const char *const ntrainer_aliases[] = {"number-trainers", NULL};
+static const char *const seed_aliases[] = {"torch-seed", "cuda-seed", NULL};
+static const char *const rpc_patterns[] = {"seed", "psbench", NULL};
+static const char *const placements[] = {"seed", "shard", NULL};
+
+/* A flag that replaces the trainer configuration's KEY (config_load). */
+#define TRAINER_KEY(KEY, EXAMPLE)                                                                                \
+    .kind = OPT_CUSTOM, .parse = master_opt_trainer_string, .json = KEY, .to_json = master_opt_trainer_json,   \
+    .example = EXAMPLE
+
+static const opt_spec master_specs[] = {
+    {.kind = OPT_TEXT,
+     .help =
+         "usage: psbench-master [options]\n"
+         "       psbench-master diff [--csv FILE] A.json B.json\n"
+         "\n"
+         "Runs a parameter-server benchmark: waits for servers and trainers (or\n"
+         "spawns them with --local), runs a warm-up pass and a timed pass, prints\n"
+         "the processed metrics and serves them over HTTP. Every long option also\n"
+         "accepts '_' for '-' (--batch_size = --batch-size), like the seed's launcher.\n"
+         "\n"
+         "The seed launcher's options:\n"},
+    {.name = "ntrainer", .meta = "N", .kind = OPT_U64, .aliases = ntrainer_aliases, .min = 0,
+     .max = CONFIG_MAX_NODES, .to = AT(ntrainer), .def = STR(CONFIG_DEFAULT_NTRAINER), .json = "ntrainer",
+     .help = "CPU trainers (default " STR(CONFIG_DEFAULT_NTRAINER) ")"},
+    {.name = "ncudatrainer", .meta = "N", .kind = OPT_U64, .min = 0, .max = CONFIG_MAX_NODES,
+     .to = AT(ncudatrainer), .json = "ncudatrainer",
+     .help = "CUDA trainers (default 0)"},
+    {.name = "nserver", .meta = "N", .kind = OPT_U64, .min = 0, .max = CONFIG_MAX_NODES, .to = AT(nserver),
+     .def = STR(CONFIG_DEFAULT_NSERVER), .given = {AT(nserver_set)}, .json = "nserver",
+     .help = "CPU parameter servers (default " STR(CONFIG_DEFAULT_NSERVER) "; 0 with a hook that\n"
+             "uses none, e.g. --trainer DdpTrainer: the seed's pure-DDP\n"
+             "baseline, trainers allreduce among themselves, and the\n"
+             "default when such a hook is chosen)"},
+    {.name = "ncudaserver", .meta = "N", .kind = OPT_U64, .min = 0, .max = CONFIG_MAX_NODES, .to = AT(ncudaserver),
+     .json = "ncudaserver",
+     .help = "CUDA parameter servers (default 0)"},
+    {.name = "trainer", .meta = "ID", .kind = OPT_STRING, .to = AT(trainer), .def = CONFIG_DEFAULT_TRAINER,
+     .given = {AT(trainer_set)}, .json = "trainer",
+     .help = "trainer configuration id (default " CONFIG_DEFAULT_TRAINER ")"},
+    {.name = "server", .meta = "ID", .kind = OPT_STRING, .to = AT(server), .def = CONFIG_DEFAULT_SERVER,
+     .given = {AT(server_set)}, .json = "server",
+     .help = "server configuration id (default " CONFIG_DEFAULT_SERVER ")"},
+    {.name = "data", .meta = "ID", .kind = OPT_STRING, .to = AT(data), .def = CONFIG_DEFAULT_DATA, .json = "data",
+     .help = "data configuration id (default " CONFIG_DEFAULT_DATA ")"},
+    {.name = "model", .meta = "ID", .kind = OPT_STRING, .to = AT(model), .def = CONFIG_DEFAULT_MODEL,
+     .given = {AT(model_set)}, .json = "model",
+     .help = "model configuration id (default " CONFIG_DEFAULT_MODEL ")"},
+    {.name = "epochs", .meta = "N", .kind = OPT_U64, .min = 1, .max = CONFIG_MAX_EPOCHS, .to = AT(epochs),
+     .def = STR(CONFIG_DEFAULT_EPOCHS), .given = {AT(epochs_set)}, .json = "epochs",
+     .help = "epochs per pass (default " STR(CONFIG_DEFAULT_EPOCHS) "); batch-update: the\n"
+             "trainer configuration's batches x N per pass"},
+    {.name = "batch-size", .meta = "N", .kind = OPT_U64, .min = 1, .max = CONFIG_MAX_BATCH_SIZE,
+     .to = AT(batch_size), .def = STR(CONFIG_DEFAULT_BATCH_SIZE), .given = {AT(batch_size_set)},
+     .json = "batch_size",
+     .help = "examples per batch (default " STR(CONFIG_DEFAULT_BATCH_SIZE) "; batch-update: the\n"
+             "trainer configuration's batch_size, 20)"},
+    {.name = "backend", .meta = "NAME", .kind = OPT_STRING, .to = AT(backend), .def = CONFIG_DEFAULT_BACKEND,
+     .json = "backend",
+     .help = "trainers' collectives (allreduce_hook, sparse_rpc_hook,\n"
+             "hybrid_hook): gloo (CPU; CUDA trainers stage through pinned\n"
+             "host memory), nccl (CUDA trainers, one GPU each: on the\n"
+             "gradients' device memory) or multi (NCCL on GPUs, Gloo on\n"
+             "CPUs) (default " CONFIG_DEFAULT_BACKEND ")"},
+    {.name = "rpc-timeout", .meta = "SECONDS", .kind = OPT_SECONDS, .to = AT(rpc_timeout_s),
+     .def = STR(CONFIG_DEFAULT_RPC_TIMEOUT_S), .json = "rpc_timeout",
+     .help = "bound on every wait for a peer (default " STR(CONFIG_DEFAULT_RPC_TIMEOUT_S) ")"},
+    {.name = "data-config-path", .meta = "F", .kind = OPT_STRING, .to = AT(data_config_path),
+     .init = master_opt_config_path, .json = "data_config_path",
+     .help = "data configurations (default CONFIGS/data_configurations.json)"},
+    {.name = "model-config-path", .meta = "F", .kind = OPT_STRING, .to = AT(model_config_path),
+     .init = master_opt_config_path, .json = "model_config_path",
+     .help = "model configurations (default CONFIGS/model_configurations.json)"},
+    {.name = "trainer-config-path", .meta = "F", .kind = OPT_STRING, .to = AT(trainer_config_path),
+     .init = master_opt_config_path, .json = "trainer_config_path",
+     .help = "trainer configurations (default CONFIGS/trainer_configurations.json)"},
+    {.name = "server-config-path", .meta = "F", .kind = OPT_STRING, .to = AT(server_config_path),
+     .init = master_opt_config_path, .json = "server_config_path",
+     .help = "server configurations (default CONFIGS/server_configurations.json)\n"
+             "(every value in them is checked before anything starts; the\n"
+             "keys, types and ranges: docs/operations.md)"},
+    {.name = "seed", .meta = "N", .kind = OPT_U64, .aliases = seed_aliases, .min = 0, .max = UINT64_MAX,
+     .to = AT(seed), .json = "seed",
+     .help = "random seed (default 0); --torch-seed and --cuda-seed are aliases"},
+    {.name = "ddp-hook", .meta = "NAME", .kind = OPT_CUSTOM, .parse = master_opt_ddp_hook, .to = AT(ddp_hook),
+     .json = "ddp_hook", .example = "allreduce_hook",
+     .help = "override the trainer configuration's communication hook:\n"
+             "rpc_hook (buckets to the servers), allreduce_hook (among\n"
+             "trainers), sparse_rpc_hook (sparse to servers, dense\n"
+             "allreduced), hybrid_hook (sparse on Gloo, dense on NCCL)"},
+    {.name = "preprocess-data", .meta = "NAME", TRAINER_KEY("preprocess_data", "preprocess_dummy_data"),
+     .help = "the seed's DdpTrainer parts: each replaces the trainer"},
+    {.name = "create-criterion", .meta = "NAME", TRAINER_KEY("create_criterion", "cel"),
+     .help = "configuration's key of that name (preprocess_data, ...),"},
+    {.name = "create-ddp-model", .meta = "NAME", TRAINER_KEY("create_ddp_model", "basic_ddp_model"),
+     .help = "as --ddp-hook does ddp_hook. psbench has exactly the"},
+    {.name = "hook-state", .meta = "NAME", TRAINER_KEY("hook_state", "BasicHookState"),
+     .help = "seed's: preprocess_dummy_data, cel, basic_ddp_model,"},
+    {.name = "iteration-step", .meta = "NAME", TRAINER_KEY("iteration_step", "basic_iteration_step"),
+     .help = "BasicHookState, basic_iteration_step; any other value is\n"
+             "refused, naming the one allowed"},
+    {.name = "create-optimizer", .meta = "NAME", TRAINER_KEY("create_optimizer", "sgd_optimizer"),
+     .help = "(the seed's experiment scripts) the same for\n"
+             "create_optimizer: sgd_optimizer"},
+    {.name = "lr", .meta = "LR", .kind = OPT_CUSTOM, .parse = master_opt_trainer_number, .json = "lr",
+     .to_json = master_opt_trainer_json, .example = "0.125",
+     .help = "(the seed's experiment scripts) the trainers' learning\n"
+             "rate, replacing the trainer configuration's lr: a number\n"
+             "in (0, 3.4e38] (a DdpTrainer's or a HybridTrainer's; a\n"
+             "BatchUpdateTrainer's servers step with the server\n"
+             "configuration's). Each of these seven is refused for a\n"
+             "trainer class without that key, and echoed in the args\n"
+             "line and results.json (configuration)"},
+    {.name = "master-addr", .kind = OPT_CUSTOM, .parse = master_opt_master_addr, .given = {AT(listen_set)},
+     .example = "127.0.0.2", .head = "--master-addr HOST, --master-port PORT",
+     .help = "\n"
+             "the seed's spelling of --listen HOST:PORT (--master-port\n"
+             "alone keeps the default host)"},
+    {.name = "master-port", .kind = OPT_CUSTOM, .parse = master_opt_master_port, .example = "29511"},
+    {.name = "filestore", .meta = "PATH", .kind = OPT_STRING,
+     .help = "accepted for the seed's scripts; psbench needs no file store"},
+    {.kind = OPT_TEXT,
+     .help =
+         "\n"
+         "Where psbench's defaults differ from the seed's launcher: the launcher has a default\n"
+         "only for --ddp-hook (allreduce_hook, which then replaces every trainer\n"
+         "configuration's hook) and needs every other flag it uses given. psbench has the\n"
+         "defaults shown above for all of them: the counts (--ntrainer, --nserver), --epochs,\n"
+         "--batch-size, the ids, --backend, --rpc-timeout, the configuration files, one --seed\n"
+         "for --torch-seed and --cuda-seed alike, and --listen for --master-addr and\n"
+         "--master-port. Without --ddp-hook the trainer configuration's ddp_hook runs (the\n"
+         "default DdpRpcTrainer's: rpc_hook, not allreduce_hook); without --preprocess-data,\n"
+         "--create-criterion, --create-ddp-model, --hook-state, --iteration-step,\n"
+         "--create-optimizer and --lr, the trainer configuration's values.\n"
+         "\n"
+         "the seed's DDP + RPC benchmark (benchmark_ddp_rpc.py; any of these selects --model\n"
+         "HybridModel, --trainer HybridTrainer, --server EmbeddingParameterServer and 100\n"
+         "epochs unless those are given):\n"},
+    {.kind = OPT_TEXT, .head = "--number-trainers N",
+     .help = "the same as --ntrainer"},
+    {.name = "number-ps", .meta = "N", .kind = OPT_U64, .min = 0, .max = CONFIG_MAX_NODES, .to = AT(nserver),
+     .given = {AT(nserver_set), AT(ddp_rpc_flags)},
+     .help = "parameter servers, each holding one embedding table (--nserver)"},
+    {.name = "number-embeddings", .meta = "N", .kind = OPT_U64, .min = 1, .max = (uint64_t)1 << 31,
+     .to = AT(number_embeddings), .given = {AT(ddp_rpc_flags)},
+     .help = "rows of every table (the model configuration's, 300)"},
+    {.name = "embedding-dim", .meta = "N", .kind = OPT_U64, .min = 1, .max = 1u << 20, .to = AT(embedding_dim),
+     .given = {AT(ddp_rpc_flags)},
+     .help = "columns of every table (64); number-ps x embedding-dim must\n"
+             "be a multiple of 512"},
+    {.name = "warmup-cycles", .meta = "N", .kind = OPT_U64, .min = 1, .max = CONFIG_MAX_EPOCHS,
+     .to = AT(warmup_cycles), .def = "5", .given = {AT(ddp_rpc_flags)}, .json = "warmup_cycles",
+     .help = "epochs of the warm-up pass (default 5)"},
+    {.name = "rpc-pattern", .meta = "seed|psbench", .kind = OPT_CHOICE, .choices = rpc_patterns,
+     .to = AT(rpc_pattern), .given = {AT(ddp_rpc_flags)}, .json = "rpc_pattern",
+     .help = "how trainers use the servers (the HybridTrainer\n"
+             "configuration's rpc_pattern, default seed): seed = the\n"
+             "seed's (lookups one server at a time, each update awaited,\n"
+             "the table's dense gradient applied to every row); psbench =\n"
+             "every lookup at once, updates unanswered, a step per named\n"
+             "row (fewer waits and less server work, about the same\n"
+             "bytes; results.json and the tables name the pattern)"},
+    {.kind = OPT_TEXT,
+     .help =
+         "\n"
+         "psbench's options:\n"},
+    {.name = "placement", .meta = "seed|shard", .kind = OPT_CHOICE, .choices = placements, .to = AT(placement),
+     .def = "seed", .json = "placement",
+     .help = "seed: trainer r uses server r / (ntrainer / nserver);\n"
+             "shard: bucket k goes to server k mod nserver (default seed)"},
+    {.name = "listen", .meta = "HOST:PORT", .kind = OPT_STRING, .to = AT(listen), .def = CONFIG_DEFAULT_LISTEN,
+     .given = {AT(listen_set)}, .json = "listen", .example = "127.0.0.1:0",
+     .help = "control plane address (default " CONFIG_DEFAULT_LISTEN "; with --local\n"
+             "127.0.0.1:29500)"},
+    {.name = "http", .meta = "HOST:PORT", .kind = OPT_STRING, .to = AT(http), .def = CONFIG_DEFAULT_HTTP,
+     .given = {AT(http_set)}, .json = "http", .example = "127.0.0.1:0",
+     .help = "HTTP API and dashboard (default " CONFIG_DEFAULT_HTTP "; with --local\n"
+             "127.0.0.1:8080)"},
+    {.name = "local", .kind = OPT_FLAG, .to = AT(local), .json = "local",
+     .help = "spawn the servers and trainers on this host: the\n"
+             "CUDA ones (the last --ncudaserver / --ncudatrainer\n"
+             "ranks) with --device cuda, the others without\n"
+             "--device (a server's $PSBENCH_SERVER_DEVICE, else cpu)"},
+    {.name = "linger", .meta = "SECONDS", .kind = OPT_CUSTOM, .parse = master_opt_linger, .to = AT(linger_s),
+     .json = "linger", .example = "0.5",
+     .help = "keep serving HTTP after the run (default 0)"},
+    {.shared = &opts_transport, .to = AT(transport), .json = "transport", .to_json = master_opt_transport_json,
+     .help = "with --local, between trainers and servers: auto\n"
+             "(default; $PSBENCH_TRANSPORT sets it): shared memory\n"
+             "on this host (Unix sockets, sealed memfd segments),\n"
+             "TCP where not; shm: shared memory or a clear error;\n"
+             "tcp: TCP only. Each trainer's links are shown in\n"
+             "/api/v1/nodes and results.json (\"links\")"},
+    {.name = "runs", .meta = "N", .kind = OPT_U64, .min = 0, .max = CONFIG_MAX_RUNS, .to = AT(runs), .def = "1",
+     .json = "runs",
+     .help = "run the job N times back to back (default 1; 0: until\n"
+             "stopped). The servers stay connected between runs (told\n"
+             "to reset, not to stop); trainers join again for every run\n"
+             "(--local starts them again). A failed run ends the master.\n"
+             "A signal between runs, before a trainer of the next one\n"
+             "joined, ends it cleanly (not with --local)"},
+    {.name = "allow-divergence", .kind = OPT_FLAG, .to = AT(allow_divergence), .json = "allow_divergence",
+     .help = "a trainer whose loss becomes NaN or infinite goes on and\n"
+             "the run ends done with a warning (default: the trainer\n"
+             "stops there and the run fails, naming epoch and batch)"},
+    {.name = "out", .meta = "DIR", .kind = OPT_STRING, .to = AT(out_dir), .json = "out",
+     .help = "write results.json and a CSV per group into DIR (with\n"
+             "--runs other than 1: into DIR/run-001/, DIR/run-002/, ...);\n"
+             "made and checked before the run starts"},
+    {.shared = &opts_token_file, .to = AT(token_file),
+     .help = "the job's token, a shared secret every node must present:\n"
+             "FILE's first line (keep it mode 600; the nodes take the\n"
+             "same flag). Without a token a master listening beyond\n"
+             "loopback warns: anyone who reaches it can join the run"},
+    {.shared = &opts_token, .to = AT(token), .json = "auth", .to_json = master_opt_auth_json,
+     .help = "the token on the command line (shown by ps: prefer\n"
+             "--token-file). Precedence: --token, --token-file,\n"
+             "$PSBENCH_TOKEN. --local hands it to its nodes in the\n"
+             "environment"},
+    {.shared = &opts_log_level, .meta = "L", .to = AT(log_level),
+     .help = "error, warn, info, debug (default info)"},
+    {.shared = &opts_version_opt, .head = "--version, --help", .help = ""},
+    {.shared = &opts_help},
+    {.kind = OPT_TEXT,
+     .help =
+         "\n"
+         "Exit status: 0 the run (every run) done; 1 a run failed, or its results could not\n"
+         "be written; 2 a bad flag or configuration; 128+N signal N interrupted a run (130\n"
+         "SIGINT, 143 SIGTERM, 129 SIGHUP; a signal after the run is done, or between runs,\n"
+         "keeps the run's code).\n"
+         "\n"
+         "CONFIGS is $PSBENCH_CONFIG_DIR, else <bin>/../configs, else <bin>/../share/psbench/configs\n"
+         "(installed), else the source tree's configs/.\n"},
+
+    OPTS_END,
+};
+
+static const opts_table master_table = {
+    .prog = "psbench-master",
+    .specs = master_specs,
+    .help_col = 28,
+    .precise_errors = true,
+};
+
+const opts_table *master_opts(void)
+{
+    return &master_table;
+}
+
+bool master_trainer_key_flag(size_t i, const char **name, const char **key)
+{
+    size_t n = 0;
+    opt_spec o;
+    for (size_t k = 0; opts_entry(&master_table, k, &o); k++) {
+        if (o.parse != master_opt_trainer_string && o.parse != master_opt_trainer_number)
+            continue;
+        if (n++ < i)
+            continue;
+        *name = o.name;
+        *key = o.json;
+        return true;
+    }
+    return false;
+}
+
+int config_init(run_config *c)
+{
+    memset(c, 0, sizeof *c);
+    char err[256];
+    if (opts_init(&master_table, c, err, sizeof err) < 0) {
+        config_free(c);
+        return -1;
+    }
+    return 0;
+}
+
+void config_usage(FILE *f)
+{
+    opts_usage(&master_table, f);
+}
+
+/* After the options: what follows from them together. */
+static int master_opts_finish(run_config *c, char *err, size_t errlen)
+{
+    /* A --local job stays on this host: loopback unless an address was
+     * given (--master-port alone sets only the port). */
+    if (c->local && !c->listen_set && listen_set_part(c, "127.0.0.1", NULL, err, errlen) < 0)
+        return -1;
+    if (c->local && !c->http_set && set_str(&c->http, CONFIG_LOCAL_HTTP) < 0) {
+        errbuf_set(err, errlen, "out of memory");
+        return -1;
+    }
+    const char *token, *source;
+    char buf[CLI_TOKEN_MAX + 1];
+    int loose;
+    if (opts_token_resolve(c->token, c->token_file, buf, sizeof buf, &token, &source, &loose, err, errlen) < 0)
+        return -1;
+    c->token_file_loose = loose != 0;
+    if (token != c->token && set_str(&c->token, token) < 0) {
+        errbuf_set(err, errlen, "out of memory");
+        return -1;
+    }
+    /* The seed's DDP + RPC flags select that benchmark's configurations
+     * (and its 100 epochs) wherever the command line names no other. */
+    if (c->ddp_rpc_flags) {
+        if ((!c->model_set && set_str(&c->model, "HybridModel")) ||
+            (!c->trainer_set && set_str(&c->trainer, "HybridTrainer")) ||
+            (!c->server_set && set_str(&c->server, "EmbeddingParameterServer"))) {
+            errbuf_set(err, errlen, "out of memory");
+            return -1;
+        }
+        if (!c->epochs_set)
+            c->epochs = 100;
+    }
+    return 0;
+}
+
+int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t errlen)
+{
+    if (config_init(c) < 0) {
+        errbuf_set(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = opts_parse(&master_table, argc, argv, c, err, errlen);
+    if (rc != OPTS_OK)
+        return rc;
+    return master_opts_finish(c, err, errlen);
+}

@@ -1,0 +1,26 @@
+/* test_opts.h — what test_opts.c knows of each binary's settings; the
+ * server's and the trainer's are in test_opts_server.c and
+ * test_opts_trainer.c (their types share names: one file each). */
+#ifndef PSBENCH_TEST_OPTS_H
+#define PSBENCH_TEST_OPTS_H
+
+#include "shared/opts.h"
+
+#include <stddef.h>
+
+typedef struct binary {
+    const char *name;
+    const opts_table *(*table)(void);
+    size_t size;
+    int (*init)(void *s);
+    void (*fini)(void *s);
+    /* What the table's fields do not show (a custom parser's fields). */
+    void (*extra)(const void *s, char *buf, size_t len);
+} binary;
+
+extern const binary test_opts_server, test_opts_trainer;
+/* Each binary's defaults, checked with cmocka's asserts. */
+void test_opts_server_defaults(void);
+void test_opts_trainer_defaults(void);
+
+#endif
