@@ -163,6 +163,7 @@ static void cpu_destroy(compute *c)
 
 /* The elements a row-major rows x cols operand with leading dimension ld
  * spans. */
+__attribute__((unused)) /* read by asserts alone: unused under NDEBUG */
 static uint64_t cpu_extent(uint64_t rows, uint64_t cols, uint64_t ld)
 {
     assert(ld >= cols);
@@ -342,7 +343,7 @@ static uint64_t cpu_bag_mean_bwd_sparse(compute *c, cspan dx, uint64_t D, const 
 static void cpu_softmax_ce(compute *c, cspan z, uint32_t B, uint64_t C, const int64_t *y, cspan prob, cspan q,
                            cspan loss)
 {
-    uint64_t n = (uint64_t)B * C;
+    __attribute__((unused)) uint64_t n = (uint64_t)B * C;
     assert(B >= 1 && z.n >= n && prob.n >= n && q.n >= n && loss.n == 1);
     const float *zs = cpu_f32(z);
     float *p = cpu_f32(prob), *qs = cpu_f32(q);
@@ -357,7 +358,7 @@ static void cpu_softmax_ce(compute *c, cspan z, uint32_t B, uint64_t C, const in
 
 static void cpu_softmax_ce_bwd(compute *c, cspan prob, cspan q, uint32_t B, uint64_t C, const int64_t *y, cspan dz)
 {
-    uint64_t n = (uint64_t)B * C;
+    __attribute__((unused)) uint64_t n = (uint64_t)B * C;
     assert(B >= 1 && prob.n >= n && q.n >= n && dz.n >= n);
     const float *p = cpu_f32(prob), *qs = cpu_f32(q);
     float *g = cpu_f32(dz);
@@ -369,7 +370,7 @@ static void cpu_softmax_ce_bwd(compute *c, cspan prob, cspan q, uint32_t B, uint
 
 static void cpu_ce_logits(compute *c, cspan z, uint32_t R, uint32_t C, const int64_t *y, cspan dz, cspan loss)
 {
-    uint64_t n = (uint64_t)R * C;
+    __attribute__((unused)) uint64_t n = (uint64_t)R * C;
     assert(R >= 1 && R <= INT32_MAX && C <= INT32_MAX && z.n >= n && dz.n >= n && loss.n == 1);
     const float *zs = cpu_f32(z);
     float *d = cpu_f32(dz);
