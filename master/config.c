@@ -86,6 +86,8 @@ void config_free(run_config *c)
     resolved_free(c);
     json_decref(c->trainer_flags);
     c->trainer_flags = NULL;
+    json_decref(c->set_flags);
+    c->set_flags = NULL;
     char **s[] = {&c->trainer, &c->server, &c->data, &c->model, &c->backend, &c->data_config_path,
                   &c->model_config_path, &c->trainer_config_path, &c->server_config_path, &c->ddp_hook,
                   &c->rpc_pattern, &c->placement, &c->listen, &c->http, &c->out_dir, &c->token, &c->token_file};
@@ -561,6 +563,59 @@ static int load_hook_flag(run_config *c, bool after_checks, char *err, size_t er
     return -1;
 }
 
+/* --set KIND.KEY=VALUE: each value replaces the KIND entry's KEY before
+ * the entry is checked, itself checked first by the files' schema
+ * (shared/jobconf.c) so that the refusal names the flag, the key and what
+ * it must be, not the file. A class the schema does not know is left to
+ * load_check, which names it. */
+static int load_set_flags(run_config *c, char *err, size_t errlen)
+{
+    const char *kind;
+    json_t *keys;
+    json_object_foreach(c->set_flags, kind, keys) {
+        config_entry *e = strcmp(kind, "trainer") == 0 ? &c->resolved.trainer
+                          : strcmp(kind, "model") == 0 ? &c->resolved.model
+                          : strcmp(kind, "data") == 0  ? &c->resolved.data
+                                                       : &c->resolved.server;
+        assert(strcmp(kind, "server") == 0 || e != &c->resolved.server); /* master_opt_set's four */
+        bool known = false; /* a class the schema has (else load_check refuses it) */
+        for (size_t i = 0; jobconf_class_name(kind, i); i++)
+            known |= strcmp(jobconf_class_name(kind, i), e->cls) == 0;
+        const char *key;
+        json_t *v;
+        json_object_foreach(keys, key, v) {
+            char *val = json_is_string(v) ? strdup(json_string_value(v))
+                                          : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
+            char why[400] = "";
+            if (known && !jobconf_class_takes(kind, e->cls, key)) {
+                char list[300] = "";
+                const char *k;
+                for (size_t j = 0; (k = jobconf_key_name(kind, e->cls, j)) != NULL; j++) {
+                    size_t n = strlen(list);
+                    snprintf(list + n, sizeof list - n, "%s%s", j ? ", " : "", k);
+                }
+                snprintf(why, sizeof why, "%s '%s' (%s) has no \"%s\" (it takes %s)", kind, e->id, e->cls, key,
+                         list[0] ? list : "no keys");
+            } else if (known) {
+                char must[300];
+                if (jobconf_check_value(kind, e->cls, key, v, must, sizeof must) < 0)
+                    snprintf(why, sizeof why, "%s '%s' (%s): \"%s\" %s", kind, e->id, e->cls, key, must);
+            }
+            if (why[0]) {
+                errbuf_set(err, errlen, "--set %s.%s=%s: %s", kind, key, val ? val : "", why);
+                free(val);
+                return -1;
+            }
+            free(val);
+            if (json_object_set(e->conf, key, v) < 0) {
+                errbuf_set(err, errlen, "out of memory");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* trainer_key_flags (--hook-state, --lr, ...): as --ddp-hook, each value
  * replaces the trainer configuration's key before the entry is checked,
  * where the class takes that key; a class that does not (BatchUpdateTrainer
@@ -681,7 +736,7 @@ int config_load(run_config *c, char *err, size_t errlen)
         load_entry("trainer", c->trainer_config_path, c->trainer, trainer_keys, tr, err, errlen) < 0 ||
         load_entry("server", c->server_config_path, c->server, server_keys, sv, err, errlen) < 0)
         goto fail;
-    if (load_check("data", c->data_config_path, da, err, errlen) < 0)
+    if (load_set_flags(c, err, errlen) < 0 || load_check("data", c->data_config_path, da, err, errlen) < 0)
         goto fail;
     {
         char why[400]; /* the model, parsed as the trainers will parse it */
@@ -812,4 +867,42 @@ json_t *config_to_json(const run_config *c)
         return NULL;
     }
     return o;
+}
+
+/* The ids of one configuration file on f, wrapped under its flag; a file
+ * that cannot be read says so (--help never fails on a file). */
+static void usage_ids(FILE *f, const char *flag, const char *path)
+{
+    json_t *root = json_load_file(path, 0, NULL);
+    fprintf(f, "  %-10s", flag);
+    if (!json_is_object(root)) {
+        fprintf(f, "(cannot read %s)\n", path);
+        json_decref(root);
+        return;
+    }
+    size_t col = 12, n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(root, k, v) {
+        size_t w = strlen(k) + (n ? 2 : 0);
+        if (n && col + w > 80) {
+            fprintf(f, ",\n%12s%s", "", k);
+            col = 12 + strlen(k);
+        } else {
+            fprintf(f, "%s%s", n ? ", " : "", k);
+            col += w;
+        }
+        n++;
+    }
+    fprintf(f, "%s\n", n ? "" : "none");
+    json_decref(root);
+}
+
+void config_usage_ids(const run_config *c, FILE *f)
+{
+    fprintf(f, "\nConfiguration IDs (from the files --data-config-path etc. name, now):\n");
+    usage_ids(f, "--data", c->data_config_path);
+    usage_ids(f, "--model", c->model_config_path);
+    usage_ids(f, "--trainer", c->trainer_config_path);
+    usage_ids(f, "--server", c->server_config_path);
 }

@@ -47,6 +47,7 @@
 #define CONFIG_DEFAULT_MODEL "DummyModel"
 #define CONFIG_DEFAULT_BACKEND "gloo"
 #define CONFIG_DEFAULT_LISTEN "0.0.0.0:29500"
+#define CONFIG_DEFAULT_LISTEN_PORT 29500 /* CONFIG_DEFAULT_LISTEN's */
 #define CONFIG_DEFAULT_HTTP "0.0.0.0:8080"
 /* --local without --listen / --http: this host only. */
 #define CONFIG_LOCAL_HTTP "127.0.0.1:8080"
@@ -118,7 +119,15 @@ typedef struct run_config {
                                        * --create-optimizer and --lr: NULL, or {KEY: value} of those
                                        * given, each checked against the DdpTrainer's KEY (shared/
                                        * jobconf.c) and replacing the trainer configuration's KEY
-                                       * (config_load), as --ddp-hook does ddp_hook */
+                                       * (config_load), as --ddp-hook does ddp_hook; psbench's
+                                       * --bucket-cap-mb the same for bucket_cap_mb */
+    json_t *set_flags;                /* --set KIND.KEY=VALUE (repeatable): NULL, or {KIND: {KEY:
+                                       * value}} (KIND trainer, model, data or server; the last
+                                       * value given for a key wins), each replacing the KIND
+                                       * configuration's KEY once its class is known, checked by
+                                       * the files' schema (config_load); the flags above win
+                                       * over --set for their keys */
+    bool dry_run;                     /* --dry-run: print the resolved plan, start nothing */
 
     /* --- psbench's own --- */
     char *placement;                  /* --placement seed|shard */
@@ -177,6 +186,10 @@ int config_init(run_config *c);
  * -1 with a one-line reason in err. Call config_free in every case. */
 int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t errlen);
 void config_usage(FILE *f);
+/* The configuration IDs --help lists after config_usage: each file's ids,
+ * read from c's paths at run time (so the list is the files', never a
+ * stale copy). */
+void config_usage_ids(const run_config *c, FILE *f);
 
 /* The flags' values on their own (placement, counts, epochs, batch size,
  * timeouts, backend, addresses): nothing that depends on a file. Returns 0

@@ -170,8 +170,10 @@ static int master_configure(run_config *c, int argc, char **argv, bool *done)
     char err[1024];
     *done = true;
     int rc = config_parse_args(c, argc, argv, err, sizeof err);
-    if (rc == OPTS_HELP)
+    if (rc == OPTS_HELP) {
         config_usage(stdout);
+        config_usage_ids(c, stdout);
+    }
     if (rc == OPTS_VERSION)
         opts_version(master_opts(), stdout);
     if (rc == OPTS_HELP || rc == OPTS_VERSION)
@@ -193,6 +195,93 @@ static int master_configure(run_config *c, int argc, char **argv, bool *done)
         log_warn("--token-file %s is readable by other users: chmod 600 it", c->token_file);
     *done = false;
     return 0;
+}
+
+/* --local with a default port that is taken (another master, a notebook
+ * on 8080): an ephemeral one instead, said on stderr, rather than failing
+ * to bind. A port given (--listen, --http, --master-port) stays as given:
+ * another one would not be where the user points nodes or a browser. The
+ * probe binds and closes; the real bind follows at once. */
+static void master_local_free_port(const run_config *c, const char *what, const char *host, uint16_t *port,
+                                   bool given)
+{
+    if (!c->local || given || *port == 0)
+        return;
+    char err[256];
+    uint16_t bound = 0;
+    int fd = net_listen(host, *port, 1, &bound, err, sizeof err);
+    if (fd >= 0) {
+        close(fd);
+        return;
+    }
+    fd = net_listen(host, 0, 1, &bound, err, sizeof err);
+    if (fd < 0)
+        return; /* the real bind says why */
+    close(fd);
+    log_warn("%s port %u on %s is taken: using %u instead (--local picks a free one; give the port to insist)",
+             what, *port, host, bound);
+    *port = bound;
+}
+
+/* --dry-run: the plan the flags and files resolve to, on stdout: the job,
+ * which trainer feeds which server, the buckets and their bytes where the
+ * master knows them (a Synthetic model's; a DummyModel's are cut by the
+ * trainers from its layers and bucket_cap_mb), the ports. */
+static void master_dry_run(const run_config *c, const master_settings *set, const char *lhost, uint16_t lport,
+                           const char *hhost, uint16_t hport)
+{
+    const char *tcls = c->resolved.trainer.cls;
+    json_t *tconf = c->resolved.trainer.conf;
+    const char *hook = json_string_value(json_object_get(tconf, "ddp_hook"));
+    printf("dry run: nothing is started\n");
+    printf("job: %u trainer(s) (%u CUDA), %u server(s) (%u CUDA), %" PRIu64 " epoch(s) of batch size %" PRIu64
+           ", %" PRIu64 " batches per trainer per pass\n",
+           set->ntrainer, set->ncudatrainer, set->nserver, set->ncudaserver, c->epochs, c->batch_size,
+           set->batches_per_pass);
+    printf("model: %s (%s); data: %s (%s); trainer: %s (%s%s%s); server: %s (%s, kind %s)\n", c->resolved.model.id,
+           c->resolved.model.cls, c->resolved.data.id, c->resolved.data.cls, c->resolved.trainer.id, tcls,
+           hook ? ", ddp_hook " : "", hook ? hook : "", c->resolved.server.id, c->resolved.server.cls,
+           c->resolved.server_kind);
+    if (set->nserver == 0 || !c->resolved.hook_servers) {
+        printf("placement: no trainer feeds a server: the trainers allreduce among themselves (%s)\n", c->backend);
+    } else if (set->shard) {
+        printf("placement: every trainer feeds every server (%s)\n",
+               set->batch_update ? "batch-update: each server owns a range of the parameters"
+               : set->embedding  ? "DDP + RPC: each server holds an embedding table"
+                                 : "shard: bucket k goes to server k mod nserver");
+    } else {
+        uint32_t group = set->ntrainer / set->nserver; /* config_validate: it divides */
+        printf("placement: seed (trainer r feeds server r / %u)\n", group);
+        for (uint32_t s = 0; s < set->nserver; s++) {
+            printf("  server %u <- trainer(s)", s);
+            for (uint32_t t = s * group; t < (s + 1) * group && t < set->ntrainer; t++)
+                printf(" %u", t);
+            printf("\n");
+        }
+    }
+    if (c->resolved.synthetic) {
+        const config_synthetic *y = &c->resolved.syn;
+        printf("buckets: %u of %" PRIu64 " floats (%s): %" PRIu64 " bytes per trainer per step each way\n",
+               y->buckets, y->bucket_floats, y->sparse ? "sparse" : "dense",
+               (uint64_t)y->buckets * y->bucket_floats * sizeof(float));
+    } else if (json_object_get(tconf, "bucket_cap_mb")) {
+        printf("buckets: cut by each trainer from the model's gradients (bucket_cap_mb %g, first_bucket_mb %g): "
+               "their count and bytes per step are the trainers' to know (results.json has them)\n",
+               json_number_value(json_object_get(tconf, "bucket_cap_mb")),
+               json_number_value(json_object_get(tconf, "first_bucket_mb")));
+    } else {
+        printf("buckets: the trainers' (trainer class %s)\n", tcls);
+    }
+    char a[300];
+    master_hostport(a, sizeof a, lhost, lport);
+    printf("ports: control %s", a);
+    master_hostport(a, sizeof a, hhost, hport);
+    printf(", HTTP %s", a);
+    if (c->local)
+        printf(" (--local: servers and trainers would be spawned here, transport %s)",
+               psb_transport_name(c->transport));
+    printf("\n");
+    fflush(stdout);
 }
 
 /* --local: the servers and trainers started here, told the token in
@@ -235,6 +324,14 @@ static int master_serve(master *m, const run_config *c, const master_settings *s
     master_publish(m, false); /* served from the first request on */
     log_info("control plane on %s:%u", lhost, m->ctl_port);
     log_info("HTTP on http://%s:%u/", hhost, bound_http);
+    if (c->local) {
+        /* Where to point a browser: a wildcard host is this host's loopback. */
+        const char *h = strcmp(hhost, "0.0.0.0") == 0 || strcmp(hhost, "::") == 0 ? "127.0.0.1" : hhost;
+        char a[300];
+        master_hostport(a, sizeof a, h, bound_http);
+        printf("dashboard: http://%s/\n", a);
+        fflush(stdout);
+    }
     master_warn_open_ports(c, lhost, m->ctl_port, hhost, bound_http);
     master_log_job(c, set);
     if (c->local && master_start_local(m, c, set, lhost, err, sizeof err) < 0) {
@@ -269,11 +366,21 @@ int main(int argc, char **argv)
         config_free(&c);
         return master_fail_usage(err);
     }
+    /* --master-port sets the port without listen_set: a port other than
+     * the default's was given. */
+    master_local_free_port(&c, "control", lhost, &lport, c.listen_set || lport != CONFIG_DEFAULT_LISTEN_PORT);
+    master_local_free_port(&c, "HTTP", hhost, &hport, c.http_set);
     master_settings set;
     if (master_settings_from(&c, &set) < 0) {
         master_settings_free(&set);
         config_free(&c);
         return master_fail_usage("out of memory");
+    }
+    if (c.dry_run) {
+        master_dry_run(&c, &set, lhost, lport, hhost, hport);
+        master_settings_free(&set);
+        config_free(&c);
+        return 0;
     }
     master m;
     code = master_serve(&m, &c, &set, lhost, lport, hhost, hport);

@@ -112,6 +112,59 @@ static json_t *master_opt_trainer_json(const opt_spec *o, const void *settings)
     return v ? json_incref(v) : json_null();
 }
 
+/* --set KIND.KEY=VALUE: VALUE as JSON (0.5, true, "x", [1,2]), else as a
+ * string (basic_ddp_model), into c->set_flags[KIND][KEY]. Only its shape
+ * is checked here: whether KEY is one of the class's, and VALUE one of
+ * KEY's, waits for the class (config_load), as a file's value does. */
+static int master_opt_set(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                          size_t errlen)
+{
+    (void)o;
+    static const char *const kinds[] = {"trainer", "model", "data", "server", NULL};
+    run_config *c = settings;
+    const char *dot = strchr(arg, '.'), *eq = strchr(arg, '=');
+    size_t klen = dot ? (size_t)(dot - arg) : 0;
+    bool kind_ok = false;
+    for (size_t i = 0; kinds[i] && dot; i++)
+        kind_ok |= strlen(kinds[i]) == klen && strncmp(arg, kinds[i], klen) == 0;
+    if (!dot || !eq || eq < dot || !kind_ok || eq == dot + 1) {
+        errbuf_set(err, errlen, "%s: '%s' is not KIND.KEY=VALUE with KIND trainer, model, data or server "
+                   "(e.g. trainer.bucket_cap_mb=4)", flag, arg);
+        return -1;
+    }
+    char kind[16], key[128];
+    snprintf(kind, sizeof kind, "%.*s", (int)klen, arg);
+    if ((size_t)(eq - dot - 1) >= sizeof key) {
+        errbuf_set(err, errlen, "%s: the key in '%s' is too long", flag, arg);
+        return -1;
+    }
+    snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+    json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+    if (!v)
+        v = json_string(eq + 1);
+    json_t *k = NULL;
+    if (v && !c->set_flags)
+        c->set_flags = json_object();
+    if (v && c->set_flags && !(k = json_object_get(c->set_flags, kind)) &&
+        json_object_set_new(c->set_flags, kind, json_object()) == 0)
+        k = json_object_get(c->set_flags, kind);
+    if (!v || !k || json_object_set_new(k, key, v) < 0) {
+        if (!k)
+            json_decref(v);
+        errbuf_set(err, errlen, "%s: out of memory", flag);
+        return -1;
+    }
+    return 0;
+}
+
+/* Its echo: {KIND: {KEY: value}}, or null. */
+static json_t *master_opt_set_json(const opt_spec *o, const void *settings)
+{
+    (void)o;
+    const run_config *c = settings;
+    return c->set_flags ? json_deep_copy(c->set_flags) : json_null();
+}
+
 /* Replace the host or the port of c->listen. */
 static int listen_set_part(run_config *c, const char *host, const char *port, char *err, size_t errlen)
 {
@@ -201,6 +254,20 @@ static const opt_spec master_specs[] = {
          "spawns them with --local), runs a warm-up pass and a timed pass, prints\n"
          "the processed metrics and serves them over HTTP. Every long option also\n"
          "accepts '_' for '-' (--batch_size = --batch-size), like the seed's launcher.\n"
+         "\n"
+         "Examples:\n"
+         "  psbench-master --local                    the default job (rpc_hook) on this host\n"
+         "  psbench-master --local --ddp-hook allreduce_hook\n"
+         "                                            the same job allreduced, no server\n"
+         "  psbench-master --local --bucket-cap-mb 4 --set trainer.momentum=0.9 --out r1\n"
+         "                                            a trainer configuration changed, results\n"
+         "                                            in r1/results.json\n"
+         "  psbench-master --local --ntrainer 4 --nserver 2 --dry-run\n"
+         "                                            the plan (placement, buckets, ports) only\n"
+         "  psbench-master diff r1/results.json r2/results.json\n"
+         "\n"
+         "The configuration IDs --data, --model, --trainer and --server accept are listed\n"
+         "at the end, read from the configuration files.\n"
          "\n"
          "The seed launcher's options:\n"},
     {.name = "ntrainer", .meta = "N", .kind = OPT_U64, .aliases = ntrainer_aliases, .min = 0,
@@ -347,6 +414,22 @@ static const opt_spec master_specs[] = {
      .help =
          "\n"
          "psbench's options:\n"},
+    {.name = "bucket-cap-mb", .meta = "MB", .kind = OPT_CUSTOM, .parse = master_opt_trainer_number,
+     .json = "bucket_cap_mb", .to_json = master_opt_trainer_json, .example = "4",
+     .help = "the trainers' DDP bucket cap in MiB, replacing the trainer\n"
+             "configuration's bucket_cap_mb: a number in (0, 1048576]\n"
+             "(a DdpTrainer's; refused for other trainer classes)"},
+    {.name = "set", .meta = "KIND.KEY=VALUE", .kind = OPT_CUSTOM, .parse = master_opt_set, .json = "set",
+     .to_json = master_opt_set_json, .example = "trainer.momentum=0.5",
+     .help = "replace KEY of the KIND configuration (trainer, model,\n"
+             "data or server; repeatable), e.g. --set trainer.lr=0.1:\n"
+             "VALUE is JSON, else a string; checked as the files' values\n"
+             "are (docs/operations.md), refused naming the key and what\n"
+             "it must be. The flags for a key (--lr, --ddp-hook, ...) win\n"
+             "over --set for it"},
+    {.name = "dry-run", .kind = OPT_FLAG, .to = AT(dry_run),
+     .help = "print the resolved plan (placement, buckets, bytes per\n"
+             "step, ports) and exit 0, starting nothing"},
     {.name = "placement", .meta = "seed|shard", .kind = OPT_CHOICE, .choices = placements, .to = AT(placement),
      .def = "seed", .json = "placement",
      .help = "seed: trainer r uses server r / (ntrainer / nserver);\n"

@@ -226,6 +226,9 @@ static const opt_spec server_specs[] = {
              "memory (refused at start). The table is filled on\n"
              "the event loop a slice at a time; trainers are\n"
              "answered once it is complete"},
+    {.kind = OPT_TEXT,
+     .help =
+         "general (every kind, standalone or with --master):\n"},
     {.shared = &opts_token_file, .to = AT(token_file),
      .help = "trainers must present the token on FILE's first line\n"
              "(keep it mode 600); with --master, the job's token"},

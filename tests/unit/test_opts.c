@@ -41,8 +41,10 @@ static void master_extra(const void *s, char *buf, size_t len)
 {
     const run_config *c = s;
     char *j = c->trainer_flags ? json_dumps(c->trainer_flags, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    snprintf(buf, len, "listen=%s trainer_flags=%s", c->listen ? c->listen : "-", j ? j : "-");
+    char *k = c->set_flags ? json_dumps(c->set_flags, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    snprintf(buf, len, "listen=%s trainer_flags=%s set=%s", c->listen ? c->listen : "-", j ? j : "-", k ? k : "-");
     free(j);
+    free(k);
 }
 
 static binary binaries[3];
@@ -277,6 +279,13 @@ static const struct {
     {"psbench-master", "--iteration-step", "x", "--iteration-step: "},
     {"psbench-master", "--create-optimizer", "x", "--create-optimizer: "},
     {"psbench-master", "--lr", "fast", "--lr: must be "},
+    {"psbench-master", "--bucket-cap-mb", "big", "--bucket-cap-mb: must be a number in (0, 1048576], got 'big'"},
+    {"psbench-master", "--set", "trainer.lr", "--set: 'trainer.lr' is not KIND.KEY=VALUE with KIND trainer, "
+     "model, data or server (e.g. trainer.bucket_cap_mb=4)"},
+    {"psbench-master", "--set", "optimizer.lr=1", "--set: 'optimizer.lr=1' is not KIND.KEY=VALUE with KIND trainer, "
+     "model, data or server (e.g. trainer.bucket_cap_mb=4)"},
+    {"psbench-master", "--set", "trainer.=1", "--set: 'trainer.=1' is not KIND.KEY=VALUE with KIND trainer, "
+     "model, data or server (e.g. trainer.bucket_cap_mb=4)"},
     {"psbench-master", "--master-addr", "", "--master-addr: needs a non-empty value"},
     {"psbench-master", "--master-port", "70000", "--master-port: 70000 is outside 0..65535"},
     {"psbench-master", "--linger", "-1", "--linger: '-1' is not a positive number of seconds"},

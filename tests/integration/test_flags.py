@@ -1,0 +1,154 @@
+"""The master's flags people reach for (issue 30): --dry-run's plan,
+--bucket-cap-mb and --set overriding the configuration files (and refused
+with the key and what it must be), --help's configuration IDs, and --local
+picking free ports when its default ones are taken.
+
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_flags.py
+"""
+import errno
+import json
+import os
+import re
+import socket
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+
+CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs")
+
+
+class FlagTests(psb.PsbTestCase):
+
+    def setUp(self):
+        psb.PsbTestCase.setUp(self)
+        self.model_cfg = os.path.join(self.reg.workdir, "models.json")
+        with open(self.model_cfg, "w") as f:
+            json.dump({"Tiny": {"model_class": "Synthetic",
+                                "configurations": {"buckets": 3, "bucket_floats": 2000,
+                                                   "sparse": False}}}, f)
+
+    def master(self, *args, timeout=psb.RUN_TIMEOUT):
+        return self.reg.run([psb.bin_path("psbench-master")] + list(args), timeout=timeout)
+
+    # ---- --dry-run ---------------------------------------------------------
+
+    def test_dry_run_prints_the_plan_and_starts_nothing(self):
+        # The control port is one a run would bind: a dry run must not.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            port = s.getsockname()[1]
+            rc, out, err = self.master("--dry-run", "--ntrainer", "4", "--nserver", "2", "--model", "Tiny",
+                                       "--model-config-path", self.model_cfg, "--listen",
+                                       "127.0.0.1:%d" % port, "--http", "127.0.0.1:0")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("dry run: nothing is started", out)
+        self.assertIn("job: 4 trainer(s) (0 CUDA), 2 server(s) (0 CUDA)", out)
+        self.assertIn("placement: seed (trainer r feeds server r / 2)", out)
+        self.assertIn("  server 0 <- trainer(s) 0 1\n", out)
+        self.assertIn("  server 1 <- trainer(s) 2 3\n", out)
+        self.assertIn("buckets: 3 of 2000 floats (dense): 24000 bytes per trainer per step each way", out)
+        self.assertIn("ports: control 127.0.0.1:%d, HTTP 127.0.0.1:0" % port, out)
+        self.assertNotIn("control plane on", err)
+
+    def test_dry_run_of_a_dummy_model_leaves_the_buckets_to_the_trainers(self):
+        rc, out, err = self.master("--dry-run", "--ddp-hook", "allreduce_hook", "--bucket-cap-mb", "4",
+                                   "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("placement: no trainer feeds a server", out)
+        self.assertIn("bucket_cap_mb 4, first_bucket_mb 1", out)
+        self.assertIn("the trainers' to know", out)
+
+    # ---- --set and --bucket-cap-mb -----------------------------------------
+
+    def test_set_and_bucket_cap_override_the_files_and_are_recorded(self):
+        out_dir = os.path.join(self.reg.workdir, "out")
+        rc, out, err = self.master("--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                                   "--trainer", "DdpTrainer", "--nserver", "0", "--epochs", "1",
+                                   "--bucket-cap-mb", "2", "--set", "trainer.momentum=0.5",
+                                   "--set", "trainer.first_bucket_mb=0.5", "--set", "data.sample_count=40",
+                                   "--out", out_dir, "--log-level", "warn")
+        self.assertEqual(rc, 0, err)
+        with open(os.path.join(out_dir, "results.json")) as f:
+            conf = json.load(f)["configuration"]
+        self.assertEqual(conf["set"], {"trainer": {"momentum": 0.5, "first_bucket_mb": 0.5},
+                                       "data": {"sample_count": 40}})
+        self.assertEqual(conf["bucket_cap_mb"], 2)
+        tconf = conf["resolved"]["trainer"]["configurations"]
+        self.assertEqual((tconf["bucket_cap_mb"], tconf["momentum"], tconf["first_bucket_mb"]), (2, 0.5, 0.5))
+        self.assertEqual(conf["resolved"]["data"]["configurations"]["sample_count"], 40)
+
+    def test_set_refused_naming_the_key_and_what_it_must_be(self):
+        cases = [
+            (["--set", "trainer.momentum=2"],
+             "--set trainer.momentum=2: trainer 'DdpRpcTrainer' (DdpTrainer): \"momentum\" must be a number "
+             "in [0, 1), got 2\n"),
+            (["--set", "trainer.lr=fast"],
+             "--set trainer.lr=fast: trainer 'DdpRpcTrainer' (DdpTrainer): \"lr\" must be a number in "
+             "(0, 3.40282346638529e+38], got \"fast\" (a string)\n"),
+            (["--set", "trainer.speed=1"],
+             "--set trainer.speed=1: trainer 'DdpRpcTrainer' (DdpTrainer) has no \"speed\" (it takes ddp_hook, "
+             "lr, momentum, bucket_cap_mb, first_bucket_mb, hook_state, iteration_step, preprocess_data, "
+             "create_criterion, create_ddp_model, create_optimizer)\n"),
+            (["--set", "data.sparsity_percentage=100"],
+             "--set data.sparsity_percentage=100: data 'DummyData' (DummyData): \"sparsity_percentage\" must be "
+             "a whole number in 0..99, got 100\n"),
+            (["--set", "server"], "--set: 'server' is not KIND.KEY=VALUE with KIND trainer, model, data or "
+             "server (e.g. trainer.bucket_cap_mb=4)\n"),
+            (["--bucket-cap-mb", "0"],
+             "--bucket-cap-mb: must be a number in (0, 1048576], got 0.0\n"),
+            (["--trainer", "HybridTrainer", "--model", "HybridModel", "--server", "EmbeddingParameterServer",
+              "--bucket-cap-mb", "4"],
+             "--bucket-cap-mb 4.0: trainer 'HybridTrainer' (HybridTrainer) has no \"bucket_cap_mb\""),
+        ]
+        for args, want in cases:
+            rc, out, err = self.master("--dry-run", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", *args)
+            self.assertEqual(rc, 2, (args, out, err))
+            self.assertEqual(err[:len("psbench-master: " + want)], "psbench-master: " + want, args)
+            self.assertNotIn("dry run", out)
+
+    # ---- --help ------------------------------------------------------------
+
+    def test_help_lists_the_configuration_ids_of_the_files_given(self):
+        rc, out, err = self.master("--help", "--model-config-path", self.model_cfg)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("Examples:\n", out)
+        self.assertIn("\n  --model   Tiny\n", out)
+        with open(os.path.join(CONFIGS, "trainer_configurations.json")) as f:
+            ids = list(json.load(f))
+        ids_part = out[out.index("\nConfiguration IDs"):]
+        line = re.search(r"\n  --trainer (.*(?:\n {12}.*)*)\n", ids_part).group(1)
+        self.assertEqual(re.split(r",\s+", line), ids)
+
+    # ---- --local's ports ---------------------------------------------------
+
+    def test_local_picks_free_ports_when_the_defaults_are_taken(self):
+        held = []
+        for port in (29500, 8080):
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+                s.listen(1)
+                held.append(s)
+            except OSError as e:  # taken already: by someone else, which is as good
+                s.close()
+                self.assertEqual(e.errno, errno.EADDRINUSE)
+        try:
+            rc, out, err = self.master("--local", "--model", "Tiny", "--model-config-path", self.model_cfg,
+                                       "--epochs", "1")
+        finally:
+            for s in held:
+                s.close()
+        self.assertEqual(rc, 0, err)
+        m = re.search(r"control port 29500 on 127\.0\.0\.1 is taken: using (\d+) instead", err)
+        self.assertTrue(m, err)
+        self.assertNotEqual(m.group(1), "29500")
+        m = re.search(r"HTTP port 8080 on 127\.0\.0\.1 is taken: using (\d+) instead", err)
+        self.assertTrue(m, err)
+        self.assertIn("dashboard: http://127.0.0.1:%s/\n" % m.group(1), out)
+
+
+if __name__ == "__main__":
+    unittest.main()
