@@ -264,6 +264,12 @@ static void master_dry_run(const run_config *c, const master_settings *set, cons
         printf("buckets: %u of %" PRIu64 " floats (%s): %" PRIu64 " bytes per trainer per step each way\n",
                y->buckets, y->bucket_floats, y->sparse ? "sparse" : "dense",
                (uint64_t)y->buckets * y->bucket_floats * sizeof(float));
+    } else if (c->resolved.batch_update) {
+        /* trainer/batch_update.c: Linear(in, out)'s weight and bias, one
+         * flat vector split over the servers (--part). */
+        uint64_t total = c->resolved.bu.out_features * c->resolved.bu.in_features + c->resolved.bu.out_features;
+        printf("buckets: the Linear model's %" PRIu64 " parameters, split over the %u server(s): %" PRIu64
+               " bytes per trainer per step each way\n", total, set->nserver, total * (uint64_t)sizeof(float));
     } else if (json_object_get(tconf, "bucket_cap_mb")) {
         printf("buckets: cut by each trainer from the model's gradients (bucket_cap_mb %g, first_bucket_mb %g): "
                "their count and bytes per step are the trainers' to know (results.json has them)\n",

@@ -61,6 +61,15 @@ class FlagTests(psb.PsbTestCase):
         self.assertIn("bucket_cap_mb 4, first_bucket_mb 1", out)
         self.assertIn("the trainers' to know", out)
 
+    def test_dry_run_of_batch_update_counts_the_linear_model(self):
+        rc, out, err = self.master("--dry-run", "--trainer", "BatchUpdateTrainer", "--server",
+                                   "BatchUpdateParameterServer", "--model", "BatchUpdateLinear", "--nserver", "2",
+                                   "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("placement: every trainer feeds every server (batch-update", out)
+        # configs/: Linear(100, 30): 3000 weights and 30 biases.
+        self.assertIn("buckets: the Linear model's 3030 parameters, split over the 2 server(s): 12120 bytes", out)
+
     # ---- --set and --bucket-cap-mb -----------------------------------------
 
     def test_set_and_bucket_cap_override_the_files_and_are_recorded(self):
