@@ -227,5 +227,6 @@ void headline_print(const json_t *h, FILE *out)
         fprintf(out, "bytes/step: %s (%s)\n", json_string_value(src),
                 strcmp(json_string_value(src), "server traffic") == 0
                     ? "every message to and from the servers, per trainer and batch"
-                    : "the gradient payload a trainer hands its hook per step, fp32; the mean comes back the same size");
+                    : "the gradient payload a trainer hands its hook per step, fp32; the reduced result comes back "
+                      "the same size; not the wire's bytes");
 }
