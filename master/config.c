@@ -90,7 +90,8 @@ void config_free(run_config *c)
     c->set_flags = NULL;
     char **s[] = {&c->trainer, &c->server, &c->data, &c->model, &c->backend, &c->data_config_path,
                   &c->model_config_path, &c->trainer_config_path, &c->server_config_path, &c->ddp_hook,
-                  &c->rpc_pattern, &c->placement, &c->listen, &c->http, &c->out_dir, &c->token, &c->token_file};
+                  &c->rpc_pattern, &c->placement, &c->listen, &c->http, &c->out_dir, &c->token, &c->token_file,
+                  &c->tables};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         free(*s[i]);
         *s[i] = NULL;

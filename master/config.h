@@ -141,6 +141,8 @@ typedef struct run_config {
     uint32_t runs;                    /* --runs N: the job N times back to back (0: until stopped) */
     bool allow_divergence;            /* --allow-divergence: a NaN/inf loss warns, not fails */
     char *out_dir;                    /* --out DIR, NULL: no files */
+    char *tables;                     /* --tables all|none: NULL when not given (all, but none
+                                       * under --log-level warn or error) */
     char *token;                      /* --token, else --token-file's, else $PSBENCH_TOKEN,
                                        * else NULL. Never printed */
     char *token_file;                 /* --token-file FILE, NULL if not given */

@@ -124,6 +124,9 @@ static int master_settings_from(const run_config *c, master_settings *set)
         .linger_s = c->linger_s,
         .runs = c->runs,
         .allow_divergence = c->allow_divergence,
+        /* --tables, else all but under --log-level warn or error: the
+         * headline only (issue 30). */
+        .tables = c->tables ? strcmp(c->tables, "all") == 0 : c->log_level >= LOG_INFO,
     };
     return (bu && !set->batch_update) || (hybrid && !set->embedding) ? -1 : 0;
 }

@@ -52,6 +52,7 @@ typedef struct master_settings {
     double linger_s;
     uint32_t runs;                  /* --runs: the job this many times back to back; 0: until stopped */
     bool allow_divergence;          /* --allow-divergence: trainers go on past a NaN/inf loss */
+    bool tables;                    /* print the per-rank tables under the headline (--tables) */
 } master_settings;
 
 

@@ -238,6 +238,7 @@ static const char *const ntrainer_aliases[] = {"number-trainers", NULL};
 static const char *const seed_aliases[] = {"torch-seed", "cuda-seed", NULL};
 static const char *const rpc_patterns[] = {"seed", "psbench", NULL};
 static const char *const placements[] = {"seed", "shard", NULL};
+static const char *const tables_choices[] = {"all", "none", NULL};
 
 /* A flag that replaces the trainer configuration's KEY (config_load). */
 #define TRAINER_KEY(KEY, EXAMPLE)                                                                                \
@@ -469,6 +470,10 @@ static const opt_spec master_specs[] = {
      .help = "a trainer whose loss becomes NaN or infinite goes on and\n"
              "the run ends done with a warning (default: the trainer\n"
              "stops there and the run fails, naming epoch and batch)"},
+    {.name = "tables", .meta = "all|none", .kind = OPT_CHOICE, .choices = tables_choices, .to = AT(tables),
+     .help = "the per-rank tables on stdout under the run's headline:\n"
+             "all, or none (the headline only; the files keep every\n"
+             "table). Default all, none with --log-level warn or error"},
     {.name = "out", .meta = "DIR", .kind = OPT_STRING, .to = AT(out_dir), .json = "out",
      .help = "write results.json and a CSV per group into DIR (with\n"
              "--runs other than 1: into DIR/run-001/, DIR/run-002/, ...);\n"

@@ -3,6 +3,7 @@
  * it, its progress, every registered node, the aggregated metrics. Built on
  * the loop's thread; the HTTP thread only reads what was published last
  * (http.c). */
+#include "master/headline.h"
 #include "master/master.h"
 #include "master/http.h"
 #include "master/snapshot.h"
@@ -71,8 +72,11 @@ void master_publish(master *m, bool exact)
     assert(in.nnodes <= nn);
     in.stats = st;
     in.nstats = st ? ns : 0;
+    json_t *headline = st ? headline_json(m, st, ns) : NULL;
+    in.headline = headline;
     http_publish(m->http, snapshot_status_json(&in), snapshot_nodes_json(&in), snapshot_metrics_json(&in),
                  snapshot_prometheus(&in));
+    json_decref(headline);
     free(st);
     free(nodes);
 }

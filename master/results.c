@@ -1,8 +1,9 @@
-/* results.c — what a finished run leaves behind: the processed-metrics
- * tables on stdout (the seed's ProcessedMetricsPrinter: combined, then per
- * rank) and, with --out DIR, results.json and one CSV per group. With
+/* results.c — what a finished run leaves behind: the run's headline
+ * (headline.c) and, unless --tables none, the processed-metrics tables on
+ * stdout (the seed's ProcessedMetricsPrinter: combined, then per rank) and, with --out DIR, results.json and one CSV per group. With
  * --runs other than 1, each run also prints a one-line summary and writes
  * into DIR/run-NNN/ (results.json then says which run it was). */
+#include "master/headline.h"
 #include "master/master.h"
 #include "master/snapshot.h"
 #include "shared/hostinfo.h"
@@ -301,8 +302,19 @@ void results_print(master *m)
     if (m->state != RUN_DONE && pass)
         printf("the figures below are the %s pass's%s\n", pass,
                m->metrics_pass == PASS_WARMUP ? " (the run failed before its timed pass)" : ", up to the failure");
-    agg_print_tables(&m->agg, stdout);
-    results_print_gpu_timed(m, stdout);
+    /* The headline first: the answer without the tables (--tables none,
+     * --log-level warn) and above them with. */
+    size_t nh = 0;
+    snap_stat *hst = agg_snapshot(&m->agg, true, &nh);
+    json_t *h = hst ? headline_json(m, hst, nh) : NULL;
+    if (h)
+        headline_print(h, stdout);
+    json_decref(h);
+    free(hst);
+    if (m->set.tables) {
+        agg_print_tables(&m->agg, stdout);
+        results_print_gpu_timed(m, stdout);
+    }
     json_t *warnings = results_warnings(m);
     size_t i;
     json_t *w;
@@ -479,6 +491,9 @@ int results_write(master *m, char *err, size_t errlen)
                             "warnings", results_warnings(m));
     if (doc && m->set.embedding && st)
         json_object_set_new(doc, "ddp_rpc", results_ddp_rpc(m, st, ns));
+    /* The run's headline (extension, headline.h; docs/http-api.md). */
+    if (doc && st)
+        json_object_set_new(doc, "headline", headline_json(m, st, ns));
     /* Which pass the groups' figures are from (extension): "timed", or
      * "warm-up" when the run failed before its timed pass; null when none
      * began. */

@@ -52,6 +52,7 @@ typedef struct snapshot_input {
     size_t nnodes;
     const snap_stat *stats;
     size_t nstats;
+    const void *headline; /* json_t * (borrowed): the run's headline (headline.h); NULL: none */
 } snapshot_input;
 
 /* GET /api/v1/status:
@@ -59,7 +60,8 @@ typedef struct snapshot_input {
  *  "nodes": {"trainer": n, "server": n}, "elapsed_s", "run", "runs",
  *  "servers_initialising": [{"rank", "done_bytes", "total_bytes"}, ...]}
  * ("run" and "runs" are an extension: --runs; "servers_initialising" too:
- * the servers filling their embedding tables now, empty otherwise) */
+ * the servers filling their embedding tables now, empty otherwise;
+ * "headline" too: the run's headline (master/headline.h), null when none) */
 char *snapshot_status_json(const snapshot_input *in);
 /* GET /api/v1/nodes: [{"role", "rank", "host", "device", "state", "last_seen_s"}, ...];
  * an embedding server also has "rows_touched", a node that reported it

@@ -168,9 +168,10 @@ static void test_status_no_error(void **state)
     snapshot_input in = fixture();
     json_t *doc = parse(snapshot_status_json(&in));
     static const char *const keys[] = {"phase", "error", "progress", "nodes", "elapsed_s", "run", "runs",
-                                       "servers_initialising"};
-    assert_keys(doc, keys, 8);
+                                       "servers_initialising", "headline"};
+    assert_keys(doc, keys, 9);
     assert_int_equal(json_array_size(get(doc, "servers_initialising")), 0); /* nobody fills a table */
+    assert_true(json_is_null(get(doc, "headline"))); /* none given: null */
     assert_int_key(doc, "run", 2); /* extension: --runs */
     assert_int_key(doc, "runs", 3);
     assert_str(doc, "phase", "running");
@@ -227,6 +228,20 @@ static void test_status_servers_initialising(void **state)
     assert_int_key(s, "done_bytes", 3ll << 30);
     assert_int_key(s, "total_bytes", 8ll << 30);
     json_decref(doc);
+}
+
+/* The headline the master computed (master/headline.c) is served as given. */
+static void test_status_headline(void **state)
+{
+    (void)state;
+    json_t *h = json_pack("{s:s, s:s, s:[{s:s, s:f}]}", "pass", "timed", "unit", "ms", "trainers", "trainer", "all",
+                          "step_p50_ms", 12.5);
+    assert_non_null(h);
+    snapshot_input in = {.phase = "done", .headline = h};
+    json_t *doc = parse(snapshot_status_json(&in));
+    assert_true(json_equal(get(doc, "headline"), h));
+    json_decref(doc);
+    json_decref(h);
 }
 
 static void test_status_nonfinite_elapsed_is_null(void **state)
@@ -789,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_status_with_error),
         cmocka_unit_test(test_status_nonfinite_elapsed_is_null),
         cmocka_unit_test(test_status_servers_initialising),
+        cmocka_unit_test(test_status_headline),
         cmocka_unit_test(test_nodes),
         cmocka_unit_test(test_nodes_text),
         cmocka_unit_test(test_nodes_environment),

@@ -1,0 +1,141 @@
+"""The run's headline (issue 30, master/headline.c): on stdout above the
+per-rank tables, in results.json ("headline") and in /api/v1/status; and
+--tables all|none, --log-level warn (the headline without the tables).
+
+The checks are consistency, not timing: every key there, the shares of the
+step adding up to 1 (DummyModel's spans tile the step), the bytes per step
+equal to what the trainers' buckets or the servers' traffic say, the rate
+equal to bytes over the span.
+
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_headline.py
+"""
+import json
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+from psb import Master, http_json, wait_phase  # noqa: E402
+
+ROW_KEYS = {"trainer", "step_p50_ms", "step_p90_ms", "samples_per_s", "shares", "bytes_per_step", "bytes_source",
+            "comm_span_ms", "effective_gb_per_s"}
+SHARE_KEYS = {"forward", "backward_compute", "exposed_comm", "optimizer", "other"}
+HEADLINE = "headline (timed pass): step ms, samples/s"
+MASTER_TABLE = "\nall trainers (ms)\n"
+
+
+class Headline(psb.PsbTestCase):
+
+    def master(self, *extra, out=None, linger="0"):
+        args = [psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                "--rpc-timeout", "30", "--linger", linger]
+        if out:
+            args += ["--out", out]
+        m = self.reg.start(args + list(extra), name="master", cls=Master)
+        m.wait_ports()
+        return m
+
+    def finish(self, m):
+        self.assertEqual(m.wait(psb.RUN_TIMEOUT), 0, m.describe())
+        return m.stdout()
+
+    def check_headline(self, h, ntrainer, exposed_tiles=True):
+        self.assertEqual(set(h), {"pass", "unit", "trainers"})
+        self.assertEqual(h["pass"], "timed")
+        self.assertEqual(h["unit"], "ms")
+        rows = h["trainers"]
+        self.assertEqual([r["trainer"] for r in rows], [str(r) for r in range(ntrainer)] + ["all"])
+        for r in rows:
+            self.assertEqual(set(r), ROW_KEYS, r)
+            self.assertLessEqual(r["step_p50_ms"], r["step_p90_ms"], r)
+            self.assertGreater(r["samples_per_s"], 0, r)
+            sh = r["shares"]
+            self.assertEqual(set(sh), SHARE_KEYS, r)
+            for k in SHARE_KEYS - {"other"}:
+                self.assertGreaterEqual(sh[k], 0, r)
+            # The four parts and the rest are the whole step ...
+            self.assertAlmostEqual(sum(sh.values()), 1.0, places=9, msg=r)
+            # ... and here the four tile it: the rest is rounding.
+            if exposed_tiles:
+                self.assertLess(abs(sh["other"]), 1e-3, r)
+        self.assertAlmostEqual(rows[-1]["samples_per_s"], sum(r["samples_per_s"] for r in rows[:-1]), places=6)
+        return rows
+
+    def test_dummy_model_default_tables(self):
+        out = os.path.join(self.reg.workdir, "out")
+        m = self.master("--epochs", "1", out=out, linger="30")
+        st = wait_phase(self, m, ("done", "failed"))
+        self.assertEqual(st["phase"], "done", m.describe())
+        # The API's status carries the headline once the run is done.
+        self.check_headline(st["headline"], 2)
+        m.signal(15)  # leave --linger early
+        so = self.finish(m)
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        for k in ("configuration", "environment", "groups", "trainers", "servers", "warnings", "phase"):
+            self.assertIn(k, res)  # every key of before stays
+        rows = self.check_headline(res["headline"], 2)
+        self.assertEqual([r["trainer"] for r in st["headline"]["trainers"]], [r["trainer"] for r in rows])
+        for r, t in zip(rows, res["trainers"]):
+            # Bytes: the gradient payload of the trainer's buckets, fp32.
+            floats = sum(b["floats"] for b in t["buckets"]["rebuilt"])
+            self.assertEqual(r["bytes_per_step"], 4 * floats)
+            self.assertEqual(r["bytes_source"], "gradient buckets")
+            span = res["groups"]["trainer"]["ranks"][r["trainer"]]["hook_future_metric,comm_span"]["mean"]
+            self.assertAlmostEqual(r["comm_span_ms"], span, places=6)
+            self.assertAlmostEqual(r["effective_gb_per_s"], r["bytes_per_step"] / (span / 1e3) / 1e9, places=9)
+            step = res["groups"]["trainer"]["ranks"][r["trainer"]]["batch_level_metric,batch_all"]
+            self.assertAlmostEqual(r["step_p50_ms"], step["p50"], places=6)
+        # stdout: the headline, then (default --tables all) the tables.
+        self.assertIn(HEADLINE, so)
+        self.assertIn(MASTER_TABLE, so)
+        self.assertLess(so.index(HEADLINE), so.index(MASTER_TABLE))
+        self.assertIn("\ntrainer 1 (ms)\n", so)
+
+    def test_tables_none_and_log_level_warn(self):
+        for flags, tables in ((["--tables", "none"], False), (["--log-level", "warn"], False),
+                              (["--log-level", "warn", "--tables", "all"], True)):
+            out = os.path.join(self.reg.workdir, "out-" + "-".join(f.strip("-") for f in flags))
+            # Run to the end (under --log-level warn the master does not
+            # log its ports, which Master.wait_ports reads).
+            rc, so, se = self.reg.run([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
+                                       "--http", "127.0.0.1:0", "--rpc-timeout", "30", "--linger", "0",
+                                       "--epochs", "1", "--out", out] + flags, timeout=psb.RUN_TIMEOUT)
+            self.assertEqual(rc, 0, se)
+            self.assertIn(HEADLINE, so, flags)
+            self.assertEqual(MASTER_TABLE in so, tables, (flags, so))
+            self.assertEqual("\ntrainer 0 (ms)\n" in so, tables, (flags, so))
+            # The files keep every table whatever stdout shows.
+            with open(os.path.join(out, "results.json")) as f:
+                res = json.load(f)
+            self.assertIn("0", res["groups"]["trainer"]["ranks"])
+            self.check_headline(res["headline"], 2)
+
+    def test_bad_tables_value(self):
+        rc, so, se = self.reg.run([psb.bin_path("psbench-master"), "--local", "--tables", "some"])
+        self.assertEqual(rc, 2, se)
+        self.assertIn("--tables", se)
+
+    def test_ddp_rpc_seed_table_kept(self):
+        """The DDP + RPC benchmark: its table stays under the headline (also
+        with --tables none); the bytes are the servers' traffic."""
+        out = os.path.join(self.reg.workdir, "out")
+        so = self.finish(self.master("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256",
+                                     "--epochs", "2", "--warmup-cycles", "1", "--tables", "none", out=out))
+        self.assertIn(HEADLINE, so)
+        self.assertNotIn(MASTER_TABLE, so)
+        self.assertIn("DDP + RPC benchmark (timed pass, rpc_pattern seed): seconds per epoch, samples per second", so)
+        self.assertLess(so.index(HEADLINE), so.index("DDP + RPC benchmark"))
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        self.assertIn("ddp_rpc", res)
+        rows = self.check_headline(res["headline"], 2)
+        traffic = res["ddp_rpc"]["traffic"]["per_trainer_batch"]["all"]["bytes"]
+        for r in rows:
+            self.assertEqual(r["bytes_source"], "server traffic")
+            self.assertAlmostEqual(r["bytes_per_step"], traffic, places=6)
+
+
+if __name__ == "__main__":
+    unittest.main()
