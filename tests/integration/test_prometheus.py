@@ -72,7 +72,20 @@ class PrometheusScrape(psb.PsbTestCase):
         self.assertIn("quantile", labels)
         for s in found:
             self.assertEqual(s["metric"]["role"], "trainer")
-            self.assertIn(s["metric"]["rank"], ("0", "1", "all"))
+            # Per rank only: the whole role's view is a family of its own
+            # (a sum() here counted it twice), and each series says the run
+            # and the pass its figures are from.
+            self.assertIn(s["metric"]["rank"], ("0", "1"))
+            self.assertEqual(s["metric"]["run"], "1")
+            self.assertIn(s["metric"]["pass"], ("warmup", "timed"))
+        q = urllib.parse.quote('psbench_role_metric_duration_seconds_count{metric="batch_level_metric,batch_all"}')
+        with urllib.request.urlopen(api + q, timeout=5) as r:
+            role = json.loads(r.read().decode())["data"]["result"]
+        self.assertTrue(role, "no psbench_role_metric_duration_seconds series")
+        for s in role:
+            self.assertEqual(s["metric"]["role"], "trainer")
+            self.assertNotIn("rank", s["metric"])
+            self.assertEqual(s["metric"]["run"], "1")
         # The phase gauge and a counter arrive too.
         with urllib.request.urlopen(api + urllib.parse.quote("psbench_phase"), timeout=5) as r:
             phases = {s["metric"]["phase"] for s in json.loads(r.read().decode())["data"]["result"]}
