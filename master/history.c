@@ -144,13 +144,13 @@ static char *history_render(double t, const snapshot_input *in)
     return s;
 }
 
-int history_offer(history *h, double t, const snapshot_input *in)
+int history_offer(history *h, double t, const snapshot_input *in, bool last)
 {
     const char *ph = in->phase ? in->phase : "";
     bool live = strcmp(ph, "warmup") == 0 || strcmp(ph, "running") == 0;
     bool end = strcmp(ph, "done") == 0 || strcmp(ph, "failed") == 0;
     bool changed = strcmp(ph, h->phase_last) != 0 || in->run != h->run_last;
-    if (!(live && (changed || t - h->t_last >= HISTORY_PERIOD_S)) && !(end && changed))
+    if (!(live && (changed || last || t - h->t_last >= HISTORY_PERIOD_S)) && !(end && changed))
         return 0;
     char *s = history_render(t, in);
     if (!s)

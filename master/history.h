@@ -12,6 +12,7 @@
 #ifndef PSBENCH_HISTORY_H
 #define PSBENCH_HISTORY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,12 +31,13 @@ void history_free(history *h);
 
 /* Offers the snapshot in (its phase, run, stats) at time t (seconds since
  * the epoch). It becomes a point when its phase is "warmup" or "running"
- * and HISTORY_PERIOD_S has passed since the last point or the phase
- * changed, and when it is the first of a "done" or "failed": nothing is
- * taken while waiting or once the run has ended. Only the charted metrics
- * are kept (history_charted). Returns 1 if a point was taken, 0 if not,
- * -1 out of memory (the point is lost, the history intact). */
-int history_offer(history *h, double t, const snapshot_input *in);
+ * and HISTORY_PERIOD_S has passed since the last point, the phase changed
+ * or `last` says it is a pass's last (exact) figures, and when it is the
+ * first of a "done" or "failed": nothing is taken while waiting or once
+ * the run has ended. Only the charted metrics are kept (history_charted).
+ * Returns 1 if a point was taken, 0 if not, -1 out of memory (the point
+ * is lost, the history intact). */
+int history_offer(history *h, double t, const snapshot_input *in, bool last);
 
 /* GET /api/v1/history:
  * {"period_s", "max_points", "points": [{"t", "run", "phase", "pass",

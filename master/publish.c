@@ -89,7 +89,7 @@ void master_publish(master *m, bool exact)
      * next time; meanwhile /api/v1/history is not served (503). */
     if (!m->history)
         m->history = history_new(HISTORY_MAX_POINTS, HISTORY_MAX_BYTES);
-    bool taken = m->history && history_offer(m->history, publish_wall_s(), &in) == 1;
+    bool taken = m->history && history_offer(m->history, publish_wall_s(), &in, exact) == 1;
     char *docs[HTTP_NDOCS] = {
         [HTTP_DOC_STATUS] = snapshot_status_json(&in),
         [HTTP_DOC_NODES] = snapshot_nodes_json(&in),

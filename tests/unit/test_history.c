@@ -54,26 +54,27 @@ static void test_what_becomes_a_point(void **state)
     history *h = history_new(10, 1 << 20);
     assert_non_null(h);
     snapshot_input w = input("waiting", 1, 0);
-    assert_int_equal(history_offer(h, 100.0, &w), 0); /* nothing while waiting */
+    assert_int_equal(history_offer(h, 100.0, &w, false), 0); /* nothing while waiting */
     snapshot_input wu = input("warmup", 1, 2);
-    assert_int_equal(history_offer(h, 100.0, &wu), 1);
-    assert_int_equal(history_offer(h, 100.5, &wu), 0); /* within the period */
-    assert_int_equal(history_offer(h, 101.0, &wu), 1);
+    assert_int_equal(history_offer(h, 100.0, &wu, false), 1);
+    assert_int_equal(history_offer(h, 100.5, &wu, false), 0); /* within the period */
+    assert_int_equal(history_offer(h, 100.6, &wu, true), 1);  /* but the pass's last figures */
+    assert_int_equal(history_offer(h, 101.7, &wu, false), 1);
     snapshot_input r = input("running", 1, 3);
-    assert_int_equal(history_offer(h, 101.2, &r), 1); /* the phase changed: at once */
-    assert_int_equal(history_offer(h, 102.2, &r), 1);
+    assert_int_equal(history_offer(h, 101.8, &r, false), 1); /* the phase changed: at once */
+    assert_int_equal(history_offer(h, 102.8, &r, false), 1);
     snapshot_input d = input("done", 1, 5);
-    assert_int_equal(history_offer(h, 102.3, &d), 1); /* the end, once */
-    assert_int_equal(history_offer(h, 103.3, &d), 0); /* no more points after done */
-    assert_int_equal(history_offer(h, 200.0, &d), 0);
+    assert_int_equal(history_offer(h, 102.9, &d, false), 1); /* the end, once */
+    assert_int_equal(history_offer(h, 103.9, &d, false), 0); /* no more points after done */
+    assert_int_equal(history_offer(h, 200.0, &d, false), 0);
     snapshot_input r2 = input("warmup", 2, 1);
-    assert_int_equal(history_offer(h, 201.0, &r2), 1); /* the next run (--runs) */
-    assert_int_equal(history_points(h), 6);
+    assert_int_equal(history_offer(h, 201.0, &r2, false), 1); /* the next run (--runs) */
+    assert_int_equal(history_points(h), 7);
 
     json_t *v = doc(h);
     assert_int_equal(json_integer_value(json_object_get(v, "max_points")), 10);
     json_t *pts = json_object_get(v, "points");
-    assert_int_equal(json_array_size(pts), 6);
+    assert_int_equal(json_array_size(pts), 7);
     json_t *p0 = json_array_get(pts, 0);
     assert_string_equal(json_string_value(json_object_get(p0, "phase")), "warmup");
     assert_string_equal(json_string_value(json_object_get(p0, "pass")), "warmup");
@@ -88,8 +89,8 @@ static void test_what_becomes_a_point(void **state)
     assert_null(json_object_get(json_object_get(json_object_get(g, "trainer"), "0"), M_RPC));
     assert_non_null(json_object_get(json_object_get(json_object_get(g, "trainer"), "all"), M_FWD));
     assert_non_null(json_object_get(json_object_get(json_object_get(g, "server"), "1"), M_STRAG));
-    assert_string_equal(json_string_value(json_object_get(json_array_get(pts, 4), "phase")), "done");
-    assert_int_equal(json_integer_value(json_object_get(json_array_get(pts, 5), "run")), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(pts, 5), "phase")), "done");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(pts, 6), "run")), 2);
     json_decref(v);
     history_free(h);
 }
@@ -100,7 +101,7 @@ static void test_bounded(void **state)
     history *h = history_new(3, 1 << 20);
     snapshot_input r = input("running", 1, 1);
     for (int i = 0; i < 10; i++)
-        assert_int_equal(history_offer(h, 100.0 + i, &r), 1);
+        assert_int_equal(history_offer(h, 100.0 + i, &r, false), 1);
     assert_int_equal(history_points(h), 3);
     json_t *v = doc(h);
     json_t *pts = json_object_get(v, "points");
@@ -114,14 +115,14 @@ static void test_bounded(void **state)
     /* bytes bound: a budget of about two points keeps two */
     h = history_new(100, 1);
     char *one;
-    assert_int_equal(history_offer(h, 100.0, &r), 1);
+    assert_int_equal(history_offer(h, 100.0, &r, false), 1);
     one = history_json(h);
     size_t point = strlen(one) - strlen("{\"period_s\":1,\"max_points\":100,\"points\":[]}");
     free(one);
     history_free(h);
     h = history_new(100, 2 * point + point / 2);
     for (int i = 0; i < 10; i++)
-        assert_int_equal(history_offer(h, 100.0 + i, &r), 1);
+        assert_int_equal(history_offer(h, 100.0 + i, &r, false), 1);
     assert_int_equal(history_points(h), 2);
     history_free(h);
 }
