@@ -223,6 +223,38 @@ class MasterTests(psb.PsbTestCase):
         m.signal(signal.SIGTERM)  # leave --linger early
         self.assertEqual(m.wait(20), 0, m.describe())
 
+    def test_history_across_runs(self):
+        """--runs 2: the history keeps both runs, each from its warm-up to
+        its one `done`, in order; Prometheus labels the figures run 2."""
+        m = self.master("--runs", "2")
+        deadline = time.monotonic() + RUN_TIMEOUT
+        st = None
+        while time.monotonic() < deadline:
+            st = http_json(m.http + "/api/v1/status")
+            if st["phase"] == "failed" or (st["run"], st["phase"]) == (2, "done"):
+                break
+            time.sleep(0.1)
+        self.assertEqual((st["run"], st["phase"]), (2, "done"), m.describe())
+        pts = http_json(m.http + "/api/v1/history")["points"]
+        runs = [p["run"] for p in pts]
+        self.assertEqual(runs, sorted(runs))
+        for run in (1, 2):
+            phases = [p["phase"] for p in pts if p["run"] == run]
+            self.assertEqual(phases[0], "warmup", (run, phases))
+            self.assertEqual(phases[-1], "done", (run, phases))
+            self.assertEqual(phases.count("done"), 1, (run, phases))
+            self.assertIn("running", phases)
+        # The warm-up's last figures are kept, whole, however short it was.
+        warm = [p for p in pts if p["run"] == 1 and p["phase"] == "warmup"][-1]
+        self.assertEqual(warm["pass"], "warmup")
+        self.assertEqual(warm["groups"]["trainer"]["all"]["batch_level_metric,batch_all"]["count"],
+                         2 * self.batches(2, 2))
+        text = http_get(m.http + "/metrics")[2]
+        self.assertIn('metric="batch_level_metric,batch_all",run="2",pass="timed"', text)
+        self.assertNotIn('run="1"', text)
+        m.signal(signal.SIGTERM)  # leave --linger early
+        self.assertEqual(m.wait(20), 0, m.describe())
+
     def test_local_default_shape(self):
         out = os.path.join(self.reg.workdir, "out")
         m = self.master(out=out)
