@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { DOC_STATUS, DOC_NODES, DOC_METRICS, DOC_PROM, NDOCS };
+#define NDOCS HTTP_NDOCS
 
 /* Limits on what clients can make the master hold (issue 13: slow
  * consumers, floods; issue 19: a health check that gets through). MHD runs
@@ -94,8 +94,12 @@ struct http_server {
 };
 
 static const char *const doc_type[NDOCS] = {
-    "application/json", "application/json", "application/json",
-    "text/plain; version=0.0.4; charset=utf-8",
+    [HTTP_DOC_STATUS] = "application/json",
+    [HTTP_DOC_NODES] = "application/json",
+    [HTTP_DOC_METRICS] = "application/json",
+    [HTTP_DOC_PROM] = "text/plain; version=0.0.4; charset=utf-8",
+    [HTTP_DOC_CONFIG] = "application/json",
+    [HTTP_DOC_HISTORY] = "application/json",
 };
 
 static enum MHD_Result http_reply(struct MHD_Connection *c, unsigned code, const char *type,
@@ -320,13 +324,17 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const c
     if (strcmp(url, "/healthz") == 0)
         return http_text(c, MHD_HTTP_OK, "ok");
     if (strcmp(url, "/api/v1/status") == 0)
-        return http_doc(h, c, DOC_STATUS);
+        return http_doc(h, c, HTTP_DOC_STATUS);
     if (strcmp(url, "/api/v1/nodes") == 0)
-        return http_doc(h, c, DOC_NODES);
+        return http_doc(h, c, HTTP_DOC_NODES);
     if (strcmp(url, "/api/v1/metrics") == 0)
-        return http_doc(h, c, DOC_METRICS);
+        return http_doc(h, c, HTTP_DOC_METRICS);
+    if (strcmp(url, "/api/v1/config") == 0)
+        return http_doc(h, c, HTTP_DOC_CONFIG);
+    if (strcmp(url, "/api/v1/history") == 0)
+        return http_doc(h, c, HTTP_DOC_HISTORY);
     if (strcmp(url, "/metrics") == 0)
-        return http_doc(h, c, DOC_PROM);
+        return http_doc(h, c, HTTP_DOC_PROM);
     /* Dashboard files: looked up by exact name in the compiled-in table. */
     const web_asset *a = web_asset_find(url);
     if (a)
@@ -367,9 +375,8 @@ http_server *http_start(const char *host, uint16_t port, uint16_t *bound, char *
     return h;
 }
 
-void http_publish(http_server *h, char *status_json, char *nodes_json, char *metrics_json, char *prometheus)
+void http_publish(http_server *h, char *in[HTTP_NDOCS])
 {
-    char *in[NDOCS] = {status_json, nodes_json, metrics_json, prometheus};
     struct MHD_Response *fresh[NDOCS] = {0}, *old[NDOCS] = {0};
     /* Responses are made here, on the reactor's thread, outside the lock;
      * one that cannot be made (out of memory) keeps the previous document. */

@@ -19,9 +19,19 @@ typedef struct http_server http_server;
 
 /* Listen on host:port (port 0: ephemeral; *bound gets it). NULL with err. */
 http_server *http_start(const char *host, uint16_t port, uint16_t *bound, char *err, size_t errlen);
-/* Replace the served documents; takes ownership of the four malloc'd
- * strings (a NULL keeps the previous one). */
-void http_publish(http_server *h, char *status_json, char *nodes_json, char *metrics_json, char *prometheus);
+/* The documents the API serves, each a published snapshot. */
+enum http_doc_id {
+    HTTP_DOC_STATUS,  /* GET /api/v1/status */
+    HTTP_DOC_NODES,   /* GET /api/v1/nodes */
+    HTTP_DOC_METRICS, /* GET /api/v1/metrics */
+    HTTP_DOC_PROM,    /* GET /metrics */
+    HTTP_DOC_CONFIG,  /* GET /api/v1/config: the resolved configuration */
+    HTTP_DOC_HISTORY, /* GET /api/v1/history: the charts' points so far (history.h) */
+    HTTP_NDOCS
+};
+/* Replace the served documents; takes ownership of the malloc'd strings
+ * in docs (indexed by http_doc_id; a NULL keeps the previous one). */
+void http_publish(http_server *h, char *docs[HTTP_NDOCS]);
 void http_stop(http_server *h);
 
 #endif

@@ -130,6 +130,7 @@ typedef struct master {
     uint64_t batches_completed_total;
     aggregate agg;
     struct http_server *http;
+    struct history *history;   /* the charts' points (history.h), taken as snapshots are published */
     struct launcher *launcher; /* --local: the children */
     double training_s;         /* the timed pass's duration, once it completed */
     int exit_code;

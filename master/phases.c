@@ -207,6 +207,9 @@ static void phases_reset_complete(master *m)
 {
     assert(m->state == RUN_RESETTING);
     assert(phases_all(m, AGG_TRAINER, NS_READY) && phases_all(m, AGG_SERVER, NS_READY));
+    /* The warm-up's figures, whole, before they go: its last point on the
+     * dashboard's charts however short the pass was (history.h). */
+    master_publish(m, true);
     agg_reset(&m->agg);
     phases_start_pass(m, RUN_TIMED);
 }

@@ -1,15 +1,27 @@
 /* publish.c — the snapshot of the master's state that the HTTP thread
  * serves (master_publish, master.h): the run's phase as the contract names
- * it, its progress, every registered node, the aggregated metrics. Built on
+ * it, its progress, every registered node, the aggregated metrics, the
+ * resolved configuration. Built on
  * the loop's thread; the HTTP thread only reads what was published last
  * (http.c). */
 #include "master/headline.h"
 #include "master/master.h"
+#include "master/history.h"
 #include "master/http.h"
 #include "master/snapshot.h"
 
 #include <assert.h>
 #include <stdlib.h>
+#include <time.h>
+
+/* Seconds since the epoch: the history's points carry the time the page
+ * plots them at (its own samples use Date.now()). */
+static double publish_wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 /* Servers then trainers, by rank: a stable order for the dashboard. Returns
  * how many were filled in (nodes holds every registered node). */
@@ -58,6 +70,7 @@ void master_publish(master *m, bool exact)
     snap_stat *st = agg_snapshot(&m->agg, exact, &ns);
     snapshot_input in = {0};
     in.phase = run_state_phase(m->state);
+    in.pass = m->metrics_pass == PASS_WARMUP ? "warmup" : m->metrics_pass == PASS_TIMED ? "timed" : NULL;
     in.run = m->run;
     in.runs = m->set.runs;
     in.error = m->error[0] ? m->error : NULL;
@@ -74,8 +87,28 @@ void master_publish(master *m, bool exact)
     in.nstats = st ? ns : 0;
     json_t *headline = st ? headline_json(m, st, ns) : NULL;
     in.headline = headline;
-    http_publish(m->http, snapshot_status_json(&in), snapshot_nodes_json(&in), snapshot_metrics_json(&in),
-                 snapshot_prometheus(&in));
+    /* The history is made with the first snapshot: a master without HTTP
+     * keeps none. One that cannot be made (out of memory) is tried again
+     * next time; meanwhile /api/v1/history is not served (503). */
+    if (!m->history)
+        m->history = history_new(HISTORY_MAX_POINTS, HISTORY_MAX_BYTES);
+    bool taken = m->history && history_offer(m->history, publish_wall_s(), &in, exact) == 1;
+    char *docs[HTTP_NDOCS] = {
+        [HTTP_DOC_STATUS] = snapshot_status_json(&in),
+        [HTTP_DOC_NODES] = snapshot_nodes_json(&in),
+        [HTTP_DOC_METRICS] = snapshot_metrics_json(&in),
+        [HTTP_DOC_PROM] = snapshot_prometheus(&in),
+        /* The configuration does not change during a job; it is rendered
+         * again with each snapshot all the same (a few kB), so that the HTTP
+         * thread, as for every other document, only ever reads a published
+         * copy and never the loop's own JSON. */
+        [HTTP_DOC_CONFIG] = snapshot_config_json(m->set.config_json),
+        /* Rendered again only when it gained a point (NULL keeps the last
+         * one), or while it is empty (a few bytes): served from the start. */
+        [HTTP_DOC_HISTORY] = m->history && (taken || history_points(m->history) == 0) ? history_json(m->history)
+                                                                                     : NULL,
+    };
+    http_publish(m->http, docs);
     json_decref(headline);
     free(st);
     free(nodes);

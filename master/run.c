@@ -24,6 +24,7 @@
  */
 #include "master/master.h"
 #include "master/admit.h"
+#include "master/history.h"
 #include "master/loop.h"
 #include "master/phases.h"
 #include "master/placement.h"
@@ -227,6 +228,7 @@ void master_free(master *m)
         event_base_free(m->base);
     }
     agg_free(&m->agg);
+    history_free(m->history);
     kv_free(&m->kv);
     free(m->trainers);
     free(m->servers);

@@ -143,6 +143,16 @@ char *snapshot_status_json(const snapshot_input *in)
     return snapshot_dump(doc);
 }
 
+/* ---- /api/v1/config -------------------------------------------------------- */
+
+char *snapshot_config_json(const void *config)
+{
+    if (!config)
+        return NULL;
+    /* A copy: snapshot_dump drops its argument, and the loop keeps its own. */
+    return snapshot_dump(json_deep_copy(config));
+}
+
 /* ---- /api/v1/nodes ---------------------------------------------------------- */
 
 /* A trainer's transport to its servers in a word: "shm", "tcp", or
@@ -450,36 +460,54 @@ static void snapshot_put_rank(snapshot_buf *b, int64_t rank)
     snapshot_puts(b, s);
 }
 
-/* NAME{role="..",rank="..",metric=".." then the caller closes the braces. */
-static void snapshot_put_stat_labels(snapshot_buf *b, const char *name, const snap_stat *st)
+/* The duration families: one rank's, and the whole role's (rank < 0).
+ * Apart, so that sum(psbench_metric_duration_seconds_count) counts every
+ * sample once, not twice (issue 30). */
+#define SNAPSHOT_PER_RANK "psbench_metric_duration_seconds"
+#define SNAPSHOT_PER_ROLE "psbench_role_metric_duration_seconds"
+
+/* FAMILY[SUFFIX]{role="..",rank="..",metric="..",run="..",pass=".." then
+ * the caller closes the braces; the role-wide family has no rank label, a
+ * snapshot with no pass yet no pass label. */
+static void snapshot_put_stat_labels(snapshot_buf *b, const char *suffix, const snap_stat *st,
+                                     const snapshot_input *in)
 {
-    snapshot_puts(b, name);
+    snapshot_puts(b, st->rank < 0 ? SNAPSHOT_PER_ROLE : SNAPSHOT_PER_RANK);
+    snapshot_puts(b, suffix);
     snapshot_puts(b, "{role=\"");
     snapshot_put_label(b, st->role);
-    snapshot_puts(b, "\",rank=\"");
-    snapshot_put_rank(b, st->rank);
+    if (st->rank >= 0) {
+        snapshot_puts(b, "\",rank=\"");
+        snapshot_put_rank(b, st->rank);
+    }
     snapshot_puts(b, "\",metric=\"");
     snapshot_put_label(b, st->metric);
+    snapshot_puts(b, "\",run=\"");
+    snapshot_put_u64(b, in->run);
+    if (in->pass) {
+        snapshot_puts(b, "\",pass=\"");
+        snapshot_put_label(b, in->pass);
+    }
     snapshot_puts(b, "\"");
 }
 
-static void snapshot_prom_stat(snapshot_buf *b, const snap_stat *st)
+static void snapshot_prom_stat(snapshot_buf *b, const snap_stat *st, const snapshot_input *in)
 {
     static const char *const qname[] = {"0.5", "0.9", "0.99"};
     const double qms[] = {st->s.p50, st->s.p90, st->s.p99};
     for (size_t q = 0; q < 3; q++) {
-        snapshot_put_stat_labels(b, "psbench_metric_duration_seconds", st);
+        snapshot_put_stat_labels(b, "", st, in);
         snapshot_puts(b, ",quantile=\"");
         snapshot_puts(b, qname[q]);
         snapshot_puts(b, "\"} ");
         snapshot_put_double(b, qms[q] / 1000.0);
         snapshot_puts(b, "\n");
     }
-    snapshot_put_stat_labels(b, "psbench_metric_duration_seconds_sum", st);
+    snapshot_put_stat_labels(b, "_sum", st, in);
     snapshot_puts(b, "} ");
     snapshot_put_double(b, st->s.mean * (double)st->s.count / 1000.0);
     snapshot_puts(b, "\n");
-    snapshot_put_stat_labels(b, "psbench_metric_duration_seconds_count", st);
+    snapshot_put_stat_labels(b, "_count", st, in);
     snapshot_puts(b, "} ");
     snapshot_put_u64(b, st->s.count);
     snapshot_puts(b, "\n");
@@ -487,11 +515,21 @@ static void snapshot_prom_stat(snapshot_buf *b, const snap_stat *st)
 
 static void snapshot_prom_durations(snapshot_buf *b, const snapshot_input *in)
 {
-    snapshot_put_family(b, "psbench_metric_duration_seconds", "summary",
-                        "Durations of the benchmark's metrics (the seed's type,name) per role and rank; "
-                        "rank=\"all\" is the whole role.");
+    /* A family's samples must be together: the per-rank ones first, then
+     * the role-wide ones. */
+    snapshot_put_family(b, SNAPSHOT_PER_RANK, "summary",
+                        "Durations of the benchmark's metrics (the seed's type,name) per role and "
+                        "rank, of the run and pass labelled; the whole role is "
+                        SNAPSHOT_PER_ROLE ".");
     for (size_t i = 0; i < in->nstats; i++)
-        snapshot_prom_stat(b, &in->stats[i]);
+        if (in->stats[i].rank >= 0)
+            snapshot_prom_stat(b, &in->stats[i], in);
+    snapshot_put_family(b, SNAPSHOT_PER_ROLE, "summary",
+                        "Durations of the benchmark's metrics over every rank of a role (all trainers, all "
+                        "servers), of the run and pass labelled.");
+    for (size_t i = 0; i < in->nstats; i++)
+        if (in->stats[i].rank < 0)
+            snapshot_prom_stat(b, &in->stats[i], in);
 }
 
 static void snapshot_prom_phase(snapshot_buf *b, const snapshot_input *in)

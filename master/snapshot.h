@@ -43,6 +43,7 @@ typedef struct snap_stat {
 
 typedef struct snapshot_input {
     const char *phase;  /* "waiting" | "warmup" | "running" | "done" | "failed" */
+    const char *pass;   /* the pass the stats are from: "warmup" | "timed"; NULL: none yet */
     const char *error;  /* NULL or a one-line reason */
     uint64_t batches_done, batches_total; /* of the current pass, summed over trainers */
     uint64_t batches_completed_total;     /* every batch any trainer finished, all passes */
@@ -79,7 +80,14 @@ char *snapshot_metrics_json(const snapshot_input *in);
  * return type is json_t *, declared void * here to keep jansson out of
  * this header. */
 void *snapshot_groups_json(const snapshot_input *in);
-/* GET /metrics: Prometheus text format 0.0.4. */
+/* GET /metrics: Prometheus text format 0.0.4. Durations per rank are
+ * psbench_metric_duration_seconds{role,rank,metric,run,pass}; the whole
+ * role's (the "all" view) is a family of its own,
+ * psbench_role_metric_duration_seconds{role,metric,run,pass}, so that a
+ * sum() over the first counts each sample once (docs/http-api.md). */
 char *snapshot_prometheus(const snapshot_input *in);
+/* GET /api/v1/config: the resolved configuration (config, a json_t *, as
+ * config_to_json made it; borrowed), compact. NULL: none, or no memory. */
+char *snapshot_config_json(const void *config);
 
 #endif

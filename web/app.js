@@ -9,6 +9,12 @@
  *   (up to 5 s). Failed requests are not logged by this script (the browser
  *   reports them itself); a bug while rendering is logged with
  *   console.error so that the browser test notices it.
+ * - First it loads api/v1/history (the points the master kept since the
+ *   job began: a page opened late, or during --linger, draws the whole
+ *   run) and api/v1/config (the experiment, shown under the header), then
+ *   polls. No point is added once the run has ended (done or failed).
+ * - The warm-up pass is shaded on the charts (data-warmup-points and
+ *   data-timed-points on each chart say how many points each pass has).
  * - window.psbenchState exposes what the page knows (for tests and for a
  *   curious user at the console), window.psbenchFormat the formatting
  *   the charts use (tick labels: their canvas is not readable text); every
@@ -29,6 +35,14 @@
   const M_BATCH = "batch_level_metric,batch_all";
   const M_PS_BATCH = "parameter_server_batch_metric,param_index_batch";
   const M_PS_STRAG = "parameter_server_straggler_metric,param_index_straggler";
+  /* Where a trainer's step goes (the breakdown chart), over all trainers. */
+  const BREAKDOWN = [
+    {key: "fwd", metric: "forward_metric,forward_pass", label: "forward"},
+    {key: "bwd", metric: "backward_metric,backward_compute", label: "backward compute"},
+    {key: "opt", metric: "optimizer_metric,step", label: "optimizer"},
+    {key: "exp", metric: "hook_future_metric,exposed_wait", label: "exposed communication"}
+  ];
+  const ENDED = ["done", "failed"];
   const TABLE_COLS = ["count", "min", "max", "mean", "variance", "stdev", "p50", "p90", "p99"];
   const PHASES = ["waiting", "warmup", "running", "done", "failed"];
   const NODE_STATES = ["registered", "ready", "running", "done", "failed", "lost"];
@@ -44,9 +58,12 @@
     lastUpdate: null,    /* Date.now() of the last successful poll */
     phase: null,         /* the phase the badge shows */
     status: null, nodes: null, metrics: null,   /* last good bodies */
+    config: null,        /* api/v1/config, once it answered */
+    historyPoints: 0,    /* points loaded from api/v1/history */
     samples: [],         /* chart history, see sampleMetrics() */
     stat: "mean",        /* which statistic the charts plot */
-    charts: {trainer: {points: 0, series: 0}, server: {points: 0, series: 0}}
+    charts: {trainer: {points: 0, series: 0}, server: {points: 0, series: 0},
+             breakdown: {points: 0, series: 0}}
   };
   window.psbenchState = state;
 
@@ -118,6 +135,14 @@
     const errs = res.filter((r) => r.status === "rejected")
                     .map((r) => (r.reason && r.reason.message) || String(r.reason));
 
+    if (!state.config) {
+      /* The experiment: asked for until the master answers (it does not
+       * change during the job). Not part of "connected". */
+      try {
+        const c = await fetchJSON("api/v1/config");
+        if (isObj(c)) state.config = c;
+      } catch (e) { /* next poll */ }
+    }
     state.polls++;
     if (res[0].status === "fulfilled" && isObj(res[0].value)) state.status = res[0].value;
     if (res[1].status === "fulfilled" && Array.isArray(res[1].value)) state.nodes = res[1].value;
@@ -140,7 +165,7 @@
 
   function render(ok, total) {
     /* Each part on its own: one failing does not hide the others. */
-    for (const f of [renderHeader, renderNodes, renderCharts, renderTables]) {
+    for (const f of [renderHeader, renderExperiment, renderNodes, renderCharts, renderTables]) {
       try {
         f(ok, total);
       } catch (e) {
@@ -278,25 +303,62 @@
 
   /* ------------------------------------------------------------------ charts */
 
-  /* One sample per successful metrics poll:
-   * {t: seconds since the epoch, trainer: {rank: STATS of batch_all},
-   *  server: {rank: {batch: STATS, strag: STATS}}}. */
-  function sampleMetrics(m) {
-    const groups = isObj(m.groups) ? m.groups : {};
-    const tr = isObj(groups.trainer) ? groups.trainer.ranks : null;
-    const sv = isObj(groups.server) ? groups.server.ranks : null;
-    const s = {t: Date.now() / 1000, trainer: {}, server: {}};
-    for (const r of rankKeys(tr)) {
-      if (isObj(tr[r]) && isObj(tr[r][M_BATCH])) s.trainer[r] = tr[r][M_BATCH];
+  /* One sample: {t: seconds since the epoch, phase, trainer: {rank: STATS
+   * of batch_all}, server: {rank: {batch: STATS, strag: STATS}},
+   * breakdown: {fwd|bwd|opt|exp: STATS over all trainers}}, from a
+   * metrics poll or a point of the master's history; `trainerAll` and
+   * `trainerRanks`, `serverRanks` are the groups' "all" and per-rank
+   * objects. */
+  function makeSample(t, phase, trainerAll, trainerRanks, serverRanks) {
+    const s = {t: t, phase: phase, trainer: {}, server: {}, breakdown: {}};
+    for (const r of rankKeys(trainerRanks)) {
+      if (r === "all") continue;
+      if (isObj(trainerRanks[r]) && isObj(trainerRanks[r][M_BATCH])) s.trainer[r] = trainerRanks[r][M_BATCH];
     }
-    for (const r of rankKeys(sv)) {
-      if (!isObj(sv[r])) continue;
-      const b = isObj(sv[r][M_PS_BATCH]) ? sv[r][M_PS_BATCH] : null;
-      const g = isObj(sv[r][M_PS_STRAG]) ? sv[r][M_PS_STRAG] : null;
+    for (const r of rankKeys(serverRanks)) {
+      if (r === "all" || !isObj(serverRanks[r])) continue;
+      const b = isObj(serverRanks[r][M_PS_BATCH]) ? serverRanks[r][M_PS_BATCH] : null;
+      const g = isObj(serverRanks[r][M_PS_STRAG]) ? serverRanks[r][M_PS_STRAG] : null;
       if (b || g) s.server[r] = {batch: b, strag: g};
     }
+    for (const d of BREAKDOWN) {
+      if (isObj(trainerAll) && isObj(trainerAll[d.metric])) s.breakdown[d.key] = trainerAll[d.metric];
+    }
+    return s;
+  }
+
+  function pushSample(s) {
+    /* Once the run has ended, one point says so and no more follow (the
+     * master lingers: its figures no longer move). */
+    const last = state.samples.length ? state.samples[state.samples.length - 1] : null;
+    if (last && ENDED.includes(last.phase) && ENDED.includes(s.phase)) return;
+    /* x must grow: a poll's time is the browser's clock, the history's
+     * the master's; where they disagree the poll's point goes just after. */
+    if (last && s.t <= last.t) s.t = last.t + 0.001;
     state.samples.push(s);
     if (state.samples.length > MAX_SAMPLES) state.samples.splice(0, state.samples.length - MAX_SAMPLES);
+  }
+
+  function sampleMetrics(m) {
+    const groups = isObj(m.groups) ? m.groups : {};
+    const tr = isObj(groups.trainer) ? groups.trainer : {};
+    const sv = isObj(groups.server) ? groups.server : {};
+    pushSample(makeSample(Date.now() / 1000, typeof m.phase === "string" ? m.phase : null, tr.all, tr.ranks,
+                          sv.ranks));
+  }
+
+  /* The master's history (api/v1/history): its points become the first
+   * samples. Its groups hold the ranks and "all" side by side. */
+  function loadHistory(h) {
+    const pts = isObj(h) && Array.isArray(h.points) ? h.points.filter(isObj) : [];
+    for (const p of pts) {
+      if (!isNum(p.t)) continue;
+      const g = isObj(p.groups) ? p.groups : {};
+      const tr = isObj(g.trainer) ? g.trainer : {};
+      const sv = isObj(g.server) ? g.server : {};
+      pushSample(makeSample(p.t, typeof p.phase === "string" ? p.phase : null, tr.all, tr, sv));
+    }
+    state.historyPoints = state.samples.length;
   }
 
   /* The value plotted for STATS `cur` (and `prev`, the same rank's STATS of
@@ -316,6 +378,11 @@
 
   /* Series definitions for one chart: [{key, label, color, dash, get(sample, prevSample)}]. */
   function seriesDefs(which) {
+    if (which === "breakdown") {
+      return BREAKDOWN.filter((d) => state.samples.some((s) => isObj(s.breakdown[d.key])))
+        .map((d, i) => ({key: d.key, label: d.label, color: color(i + 2), dash: null,
+                         get: (s, p) => statValue(s.breakdown[d.key], p && p.breakdown[d.key])}));
+    }
     const ranks = new Set();
     for (const s of state.samples) for (const r of Object.keys(s[which])) ranks.add(r);
     const sorted = rankKeys(Object.fromEntries([...ranks].map((r) => [r, 1])));
@@ -329,7 +396,9 @@
       } else {
         defs.push({key: "b" + r, label: "server " + r + " batch", color: c, dash: null,
                    get: (s, p) => statValue(s.server[r] && s.server[r].batch, p && p.server[r] && p.server[r].batch)});
-        defs.push({key: "s" + r, label: "server " + r + " straggler", color: color(2 * i + 1), dash: [6, 4],
+        /* The straggler line: its own colour, dashed, and said so in the legend. */
+        defs.push({key: "s" + r, label: "server " + r + " straggler (dashed)", color: color(2 * i + 1),
+                   dash: [6, 4],
                    get: (s, p) => statValue(s.server[r] && s.server[r].strag, p && p.server[r] && p.server[r].strag)});
       }
     });
@@ -338,7 +407,8 @@
 
   const charts = {
     trainer: {id: "chart-trainer", plot: null, sig: "", ro: null},
-    server: {id: "chart-server", plot: null, sig: "", ro: null}
+    server: {id: "chart-server", plot: null, sig: "", ro: null},
+    breakdown: {id: "chart-breakdown", plot: null, sig: "", ro: null}
   };
 
   /* Tick labels with as many decimals as the step between ticks needs, and
@@ -371,8 +441,43 @@
     return Math.max(280, Math.floor(w));
   }
 
+  /* [x0, x1] spans (seconds) of consecutive warm-up samples. */
+  function warmupSpans() {
+    const spans = [];
+    let cur = null;
+    for (const s of state.samples) {
+      if (s.phase === "warmup") {
+        if (cur) cur[1] = s.t; else cur = [s.t, s.t];
+      } else if (cur) {
+        cur[1] = s.t; /* up to the timed pass's first point */
+        spans.push(cur);
+        cur = null;
+      }
+    }
+    if (cur) spans.push(cur);
+    return spans;
+  }
+
+  /* Shades the warm-up pass under the series, with a label. */
+  function drawWarmup(u) {
+    const ctx = u.ctx;
+    ctx.save();
+    for (const [a, b] of warmupSpans()) {
+      const x0 = Math.round(u.valToPos(a, "x", true)), x1 = Math.round(u.valToPos(b, "x", true));
+      const left = Math.max(x0, u.bbox.left), right = Math.min(Math.max(x1, x0 + 2), u.bbox.left + u.bbox.width);
+      if (right <= left) continue;
+      ctx.fillStyle = "rgba(217, 119, 6, 0.12)";
+      ctx.fillRect(left, u.bbox.top, right - left, u.bbox.height);
+      ctx.fillStyle = "rgba(180, 83, 9, 0.9)";
+      ctx.font = Math.round(11 * (window.devicePixelRatio || 1)) + "px sans-serif";
+      ctx.fillText("warm-up", left + 4, u.bbox.top + 14 * (window.devicePixelRatio || 1));
+    }
+    ctx.restore();
+  }
+
   function makePlot(box, defs) {
     const opts = {
+      hooks: {drawClear: [drawWarmup]},
       width: chartWidth(box),
       height: CHART_HEIGHT,
       scales: {x: {time: true}},
@@ -454,6 +559,15 @@
     state.charts[which] = {points: points, series: defs.length};
     setAttr(box, "data-points", points);
     setAttr(box, "data-series", defs.length);
+    let warm = 0, timed = 0;
+    for (let i = 0; i < data[0].length; i++) {
+      let any = false;
+      for (let j = 1; j < data.length; j++) any = any || data[j][i] !== null;
+      if (!any) continue;
+      if (state.samples[i].phase === "warmup") warm++; else timed++;
+    }
+    setAttr(box, "data-warmup-points", warm);
+    setAttr(box, "data-timed-points", timed);
 
     if (!ch.ro && typeof ResizeObserver === "function") {
       let pending = false;
@@ -474,7 +588,65 @@
 
   function renderCharts() {
     renderChart("trainer");
-    renderChart("server");
+    /* The server chart only where the job has servers (a pure allreduce
+     * job has none); the breakdown only where trainers report it. */
+    const c = state.config;
+    const noServer = isObj(c) && isNum(c.nserver) && c.nserver + (isNum(c.ncudaserver) ? c.ncudaserver : 0) === 0;
+    const fig = $("fig-server");
+    if (fig) fig.hidden = noServer;
+    if (!noServer) renderChart("server");
+    renderChart("breakdown");
+    const bfig = $("fig-breakdown");
+    if (bfig) bfig.hidden = state.charts.breakdown.series === 0;
+  }
+
+  /* -------------------------------------------------------------- experiment */
+
+  /* What the job is, from api/v1/config: each fact a <span data-key>. */
+  function experimentFacts(c) {
+    const r = isObj(c.resolved) ? c.resolved : {};
+    const tc = isObj(r.trainer) && isObj(r.trainer.configurations) ? r.trainer.configurations : {};
+    const n = (k) => (isNum(c[k]) ? c[k] : 0);
+    const facts = [];
+    const add = (key, label, v) => { if (v !== null && v !== undefined && v !== "") facts.push([key, label, String(v)]); };
+    add("model", "model", c.model);
+    add("hook", "hook", tc.ddp_hook || c.ddp_hook || null);
+    add("trainers", "trainers", n("ntrainer") + n("ncudatrainer") +
+        (n("ncudatrainer") ? " (" + n("ncudatrainer") + " CUDA)" : ""));
+    add("servers", "servers", n("nserver") + n("ncudaserver") +
+        (n("ncudaserver") ? " (" + n("ncudaserver") + " CUDA)" : ""));
+    add("placement", "placement", c.placement);
+    add("bucket_cap_mb", "bucket cap", isNum(tc.bucket_cap_mb) ? tc.bucket_cap_mb + " MB" : null);
+    const devs = new Set();
+    if (Array.isArray(state.nodes)) for (const nd of state.nodes) if (isObj(nd) && nd.device) devs.add(String(nd.device));
+    if (devs.size === 0) devs.add(n("ncudatrainer") + n("ncudaserver") > 0 ? "cpu, cuda" : "cpu");
+    add("device", "device", [...devs].sort().join(", "));
+    /* The transport the trainers' links use once they are up; until then
+     * what was asked for. */
+    const tr = new Set();
+    if (Array.isArray(state.nodes)) for (const nd of state.nodes) if (isObj(nd) && nd.transport) tr.add(nd.transport);
+    add("transport", "transport", tr.size ? [...tr].sort().join(", ") : c.transport);
+    return facts;
+  }
+
+  function renderExperiment() {
+    const box = $("experiment");
+    if (!box) return;
+    const c = state.config;
+    box.hidden = !isObj(c);
+    if (!isObj(c)) return;
+    const facts = experimentFacts(c);
+    const sig = JSON.stringify(facts);
+    if (box.getAttribute("data-sig") === sig) return;
+    box.setAttribute("data-sig", sig);
+    box.textContent = "";
+    for (const [key, label, v] of facts) {
+      const span = el("span", "fact");
+      span.setAttribute("data-key", key);
+      span.appendChild(document.createTextNode(label + " "));
+      span.appendChild(el("b", null, v));
+      box.appendChild(span);
+    }
   }
 
   /* ------------------------------------------------------- processed metrics */
@@ -590,7 +762,10 @@
         try { renderCharts(); } catch (e) { console.error("psbench dashboard: charts: " + e); }
       });
     }
-    loop();
+    /* The history first, so the charts start from the job's beginning;
+     * then the polls. A master without it (or a failed request) leaves the
+     * charts to the polls alone. */
+    fetchJSON("api/v1/history").then(loadHistory, () => {}).finally(loop);
   }
 
   if (document.readyState === "loading") {

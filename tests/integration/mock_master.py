@@ -87,6 +87,15 @@ class Job(object):
         self.done_batches = [0] * trainers
         self.last_step = None
 
+    def config(self):
+        """/api/v1/config's keys that the page reads, as the real master
+        writes them."""
+        return {"ntrainer": self.ntrainer, "ncudatrainer": 0, "nserver": self.nserver, "ncudaserver": 0,
+                "model": "MockModel", "trainer": "DdpRpcTrainer", "placement": "seed", "transport": "auto",
+                "resolved": {"model": {"id": "MockModel", "class": "Synthetic", "configurations": {}},
+                             "trainer": {"id": "DdpRpcTrainer", "class": "DdpTrainer",
+                                         "configurations": {"ddp_hook": "rpc_hook", "bucket_cap_mb": 25}}}}
+
     def phase_at(self, t):
         if t < self.WAITING_S:
             return "waiting"
@@ -223,6 +232,11 @@ def make_handler(job, prefix):
                 return self.send_json(job.nodes())
             if path == "/api/v1/metrics":
                 return self.send_json(job.metrics())
+            if path == "/api/v1/config":
+                return self.send_json(job.config())
+            if path == "/api/v1/history":
+                # The mock keeps no history: the page starts from its own polls.
+                return self.send_json({"period_s": 1, "max_points": 3600, "points": []})
             if path == "/":
                 path = "/index.html"
             rel = os.path.normpath(path.lstrip("/"))

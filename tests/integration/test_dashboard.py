@@ -172,6 +172,15 @@ return {
   nodeRows: document.querySelectorAll('#nodes tbody tr').length,
   nodeCells: Array.from(document.querySelectorAll('#nodes tbody tr')).map((tr) => tr.cells.length),
   points: {trainer: num('#chart-trainer'), server: num('#chart-server')},
+  warmupPoints: q('#chart-trainer') ? Number(q('#chart-trainer').getAttribute('data-warmup-points')) : -1,
+  timedPoints: q('#chart-trainer') ? Number(q('#chart-trainer').getAttribute('data-timed-points')) : -1,
+  breakdownSeries: q('#chart-breakdown') ? Number(q('#chart-breakdown').getAttribute('data-series')) : -1,
+  breakdownShown: q('#fig-breakdown') ? !q('#fig-breakdown').hidden : false,
+  serverShown: q('#fig-server') ? !q('#fig-server').hidden : false,
+  experiment: Object.fromEntries(Array.from(document.querySelectorAll('#experiment [data-key]')).map(
+    (e) => [e.getAttribute('data-key'), e.querySelector('b').textContent])),
+  samples: st ? st.samples.length : -1,
+  historyPoints: st ? st.historyPoints : -1,
   canvases: document.querySelectorAll('.chart canvas').length,
   tables: document.querySelectorAll('.metrics-group table').length,
   hasState: typeof st === 'object' && st !== null,
@@ -316,6 +325,60 @@ class Dashboard(psb.PsbTestCase):
         finally:
             driver.quit()
 
+    def test_opened_after_the_run(self):
+        """A page opened once the run is over (during --linger) draws the
+        whole run from the master's history, the warm-up and the timed
+        pass apart, shows the experiment from api/v1/config and the
+        breakdown chart, and adds no point after `done`."""
+        models = small_dummy_model(self.reg, "Late")
+        p = self.reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
+                            "--http", "127.0.0.1:0", "--linger", "60", "--model", "Late",
+                            "--model-config-path", models, "--epochs", "30", "--rpc-timeout", "15"],
+                           name="master-late")
+        host, port = wait_for_line(p, HTTP_READY_RE)
+        base = "http://%s:%d/" % (host, port)
+        deadline = time.monotonic() + psb.RUN_TIMEOUT
+        while time.monotonic() < deadline and get_json(base + "api/v1/status")["phase"] not in ("done", "failed"):
+            time.sleep(0.2)
+        self.assertEqual(get_json(base + "api/v1/status")["phase"], "done", p.describe())
+        hist = get_json(base + "api/v1/history")["points"]
+        self.assertEqual(hist[-1]["phase"], "done")
+        cfg = get_json(base + "api/v1/config")
+        driver = self.start_browser()
+        try:
+            driver.get(base)
+            s = self.wait_page(driver, "draw the run from the history",
+                               lambda s: s["phase"] == "done" and s["experiment"].get("transport")
+                               and s["points"]["trainer"] >= 2)
+            self.assertEqual(s["historyPoints"], len(hist), s)
+            # The warm-up and the timed pass, apart.
+            self.assertGreaterEqual(s["warmupPoints"], 1, s)
+            self.assertGreaterEqual(s["timedPoints"], 1, s)
+            # The experiment, as api/v1/config says it.
+            e = s["experiment"]
+            self.assertEqual(e["model"], "Late")
+            self.assertEqual(e["hook"], cfg["resolved"]["trainer"]["configurations"]["ddp_hook"])
+            self.assertEqual(e["trainers"], "2")
+            self.assertEqual(e["servers"], "1")
+            self.assertEqual(e["placement"], cfg["placement"])
+            self.assertEqual(e["bucket_cap_mb"],
+                             "%g MB" % cfg["resolved"]["trainer"]["configurations"]["bucket_cap_mb"])
+            self.assertEqual(e["device"], "cpu")
+            self.assertIn(e["transport"], ("shm", "tcp", "shm+tcp"))
+            # The breakdown: the trainers report forward, backward, optimizer, exposed wait.
+            self.assertTrue(s["breakdownShown"], s)
+            self.assertEqual(s["breakdownSeries"], 4, s)
+            self.assertTrue(s["serverShown"], s)
+            # No more points after done, however many polls follow.
+            polls = s["okPolls"]
+            self.wait_page(driver, "poll twice more", lambda t: t["okPolls"] >= polls + 2)
+            after = self.page_state(driver)
+            self.assertEqual(after["samples"], s["samples"], (s, after))
+            self.screenshot(driver, SCREENSHOT.replace(".png", "-late.png"))
+            self.assert_no_severe(driver.get_log("browser"))
+        finally:
+            driver.quit()
+
     def test_disconnected_keeps_data(self):
         base, proc = start_target(self.reg)
         driver = self.start_browser()
@@ -353,6 +416,9 @@ class Dashboard(psb.PsbTestCase):
             roles = driver.execute_script(
                 "return Array.from(document.querySelectorAll('#nodes tbody tr')).map((tr) => tr.textContent)")
             self.assertTrue(all("trainer" in r and "server" not in r for r in roles), roles)
+            # No server: no server chart.
+            s = self.wait_page(driver, "hide the server chart", lambda s: not s["serverShown"])
+            self.assertEqual(s["experiment"]["servers"], "0", s)
             deadline = time.monotonic() + WAIT_S
             names = None
             while time.monotonic() < deadline:

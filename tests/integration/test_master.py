@@ -123,13 +123,69 @@ class MasterTests(psb.PsbTestCase):
                 3 * batches_per_trainer)
         return met
 
+    def check_config(self, m):
+        """/api/v1/config: the resolved configuration, as results.json's
+        "configuration" holds it (it was 404)."""
+        code, ctype, body = http_get(m.http + "/api/v1/config")
+        self.assertEqual(code, 200, body)
+        self.assertTrue(ctype.startswith("application/json"), ctype)
+        cfg = json.loads(body)
+        self.assertEqual(cfg["model"], "Tiny")
+        self.assertEqual(cfg["epochs"], 2)
+        self.assertIs(cfg["auth"], False)  # the token never: only whether there is one
+        self.assertEqual(cfg["resolved"]["model"]["id"], "Tiny")
+        self.assertIn("bucket_cap_mb", cfg["resolved"]["trainer"]["configurations"])
+        return cfg
+
+    def check_history(self, m, ntrainer):
+        """/api/v1/history: the charts' points from the warm-up to `done`,
+        oldest first, and none after `done` (the run has ended: the
+        master lingers)."""
+        h = http_json(m.http + "/api/v1/history")
+        self.assertEqual(h["max_points"], 3600)
+        pts = h["points"]
+        self.assertGreaterEqual(len(pts), 3, pts)
+        phases = [p["phase"] for p in pts]
+        self.assertEqual(phases[0], "warmup", phases)
+        self.assertEqual(phases[-1], "done", phases)
+        self.assertEqual(phases.count("done"), 1, phases)
+        self.assertIn("running", phases)
+        # warmup, then running: the passes apart, in order
+        self.assertEqual(phases, sorted(phases, key=["warmup", "running", "done"].index))
+        ts = [p["t"] for p in pts]
+        self.assertEqual(ts, sorted(ts))
+        self.assertTrue(all(p["run"] == 1 for p in pts))
+        self.assertEqual({p["pass"] for p in pts if p["phase"] == "running"}, {"timed"})
+        last = pts[-1]["groups"]["trainer"]
+        met = http_json(m.http + "/api/v1/metrics")["groups"]["trainer"]
+        for r in range(ntrainer):
+            self.assertEqual(last[str(r)]["batch_level_metric,batch_all"]["count"],
+                             met["ranks"][str(r)]["batch_level_metric,batch_all"]["count"])
+            self.assertEqual(set(last[str(r)]["batch_level_metric,batch_all"]),
+                             {"count", "mean", "p50", "p90", "p99"})
+        # The master lingers: no more points.
+        time.sleep(1.5)
+        self.assertEqual(len(http_json(m.http + "/api/v1/history")["points"]), len(pts))
+
     def check_prometheus(self, m):
         code, ctype, text = http_get(m.http + "/metrics")
         self.assertEqual(code, 200)
         self.assertTrue(ctype.startswith("text/plain"), ctype)
         self.assertIn("# TYPE psbench_metric_duration_seconds summary", text)
+        # Labelled with the run and the pass (issue 30); the whole role's
+        # view is a family of its own, so that a sum() over the per-rank
+        # one counts each sample once.
         self.assertRegex(text, r'psbench_metric_duration_seconds\{role="trainer",rank="0",'
-                               r'metric="batch_level_metric,batch_all",quantile="0.5"\} ')
+                               r'metric="batch_level_metric,batch_all",run="1",pass="timed",quantile="0.5"\} ')
+        self.assertNotIn('rank="all"', text)
+        self.assertIn("# TYPE psbench_role_metric_duration_seconds summary", text)
+        per_rank = re.findall(r'^psbench_metric_duration_seconds_count\{role="trainer",rank="\d+",'
+                              r'metric="batch_level_metric,batch_all"[^}]*\} (\d+)$', text, re.M)
+        role = re.findall(r'^psbench_role_metric_duration_seconds_count\{role="trainer",'
+                          r'metric="batch_level_metric,batch_all",run="1",pass="timed"\} (\d+)$', text, re.M)
+        self.assertEqual(len(per_rank), 2, text)
+        self.assertEqual(len(role), 1, text)
+        self.assertEqual(sum(int(v) for v in per_rank), int(role[0]))
         self.assertRegex(text, r'psbench_phase\{phase="done"\} 1')
         self.assertIn("psbench_batches_completed_total", text)
         self.assertIn('psbench_nodes{role="trainer"', text)
@@ -167,6 +223,38 @@ class MasterTests(psb.PsbTestCase):
         m.signal(signal.SIGTERM)  # leave --linger early
         self.assertEqual(m.wait(20), 0, m.describe())
 
+    def test_history_across_runs(self):
+        """--runs 2: the history keeps both runs, each from its warm-up to
+        its one `done`, in order; Prometheus labels the figures run 2."""
+        m = self.master("--runs", "2")
+        deadline = time.monotonic() + RUN_TIMEOUT
+        st = None
+        while time.monotonic() < deadline:
+            st = http_json(m.http + "/api/v1/status")
+            if st["phase"] == "failed" or (st["run"], st["phase"]) == (2, "done"):
+                break
+            time.sleep(0.1)
+        self.assertEqual((st["run"], st["phase"]), (2, "done"), m.describe())
+        pts = http_json(m.http + "/api/v1/history")["points"]
+        runs = [p["run"] for p in pts]
+        self.assertEqual(runs, sorted(runs))
+        for run in (1, 2):
+            phases = [p["phase"] for p in pts if p["run"] == run]
+            self.assertEqual(phases[0], "warmup", (run, phases))
+            self.assertEqual(phases[-1], "done", (run, phases))
+            self.assertEqual(phases.count("done"), 1, (run, phases))
+            self.assertIn("running", phases)
+        # The warm-up's last figures are kept, whole, however short it was.
+        warm = [p for p in pts if p["run"] == 1 and p["phase"] == "warmup"][-1]
+        self.assertEqual(warm["pass"], "warmup")
+        self.assertEqual(warm["groups"]["trainer"]["all"]["batch_level_metric,batch_all"]["count"],
+                         2 * self.batches(2, 2))
+        text = http_get(m.http + "/metrics")[2]
+        self.assertIn('metric="batch_level_metric,batch_all",run="2",pass="timed"', text)
+        self.assertNotIn('run="1"', text)
+        m.signal(signal.SIGTERM)  # leave --linger early
+        self.assertEqual(m.wait(20), 0, m.describe())
+
     def test_local_default_shape(self):
         out = os.path.join(self.reg.workdir, "out")
         m = self.master(out=out)
@@ -174,6 +262,8 @@ class MasterTests(psb.PsbTestCase):
         self.assertEqual(http_get(m.http + "/healthz")[2], "ok")
         self.check_done_run(m, 2, 1, self.batches(2, 2))
         self.check_prometheus(m)
+        cfg = self.check_config(m)
+        self.check_history(m, 2)
         m.signal(signal.SIGTERM)  # leave --linger early
         self.assertEqual(m.wait(20), 0, m.describe())
         with open(os.path.join(out, "results.json")) as f:
@@ -184,6 +274,7 @@ class MasterTests(psb.PsbTestCase):
             self.assertIn("host", t)
         self.assertIn("batch_level_metric,batch_all", res["groups"]["trainer"]["all"])
         self.assertIn("configuration", res)
+        self.assertEqual(cfg, res["configuration"])
         self.assertIn("environment", res)
         for g in ("trainer", "server"):
             with open(os.path.join(out, g + ".csv")) as f:

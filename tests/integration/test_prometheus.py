@@ -17,6 +17,10 @@ import psb  # noqa: E402
 from psb import Master, http_json  # noqa: E402
 
 
+GRAFANA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "configs", "grafana-dashboard.json")
+
+
 def free_port():
     s = socket.socket()
     s.bind((psb.HOST, 0))
@@ -32,8 +36,13 @@ class PrometheusScrape(psb.PsbTestCase):
         self.assertIsNotNone(prom, "prometheus is not installed (scripts/install-deps.sh installs it)")
         conf = os.path.join(self.reg.workdir, "models.json")
         with open(conf, "w") as f:
-            json.dump({"Slow": {"model_class": "Synthetic",
-                                "configurations": {"buckets": 4, "bucket_floats": 65536}}}, f)
+            # A DummyModel: its trainers time the step's parts (forward,
+            # backward, optimizer, exposed wait) that the Grafana
+            # dashboard's breakdown panels show; Synthetic ones do not.
+            json.dump({"Slow": {"model_class": "DummyModel",
+                                "configurations": {"num_embeddings": 128, "embedding_dim": 64,
+                                                   "dense_input_size": 64, "dense_output_size": 128,
+                                                   "dense_layers_count": 1, "sparse": False}}}, f)
         m = self.reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
                             "--http", "127.0.0.1:0", "--linger", "60", "--model", "Slow",
                             "--model-config-path", conf, "--epochs", "40", "--rpc-timeout", "15"],
@@ -72,7 +81,37 @@ class PrometheusScrape(psb.PsbTestCase):
         self.assertIn("quantile", labels)
         for s in found:
             self.assertEqual(s["metric"]["role"], "trainer")
-            self.assertIn(s["metric"]["rank"], ("0", "1", "all"))
+            # Per rank only: the whole role's view is a family of its own
+            # (a sum() here counted it twice), and each series says the run
+            # and the pass its figures are from.
+            self.assertIn(s["metric"]["rank"], ("0", "1"))
+            self.assertEqual(s["metric"]["run"], "1")
+            self.assertIn(s["metric"]["pass"], ("warmup", "timed"))
+        q = urllib.parse.quote('psbench_role_metric_duration_seconds_count{metric="batch_level_metric,batch_all"}')
+        with urllib.request.urlopen(api + q, timeout=5) as r:
+            role = json.loads(r.read().decode())["data"]["result"]
+        self.assertTrue(role, "no psbench_role_metric_duration_seconds series")
+        for s in role:
+            self.assertEqual(s["metric"]["role"], "trainer")
+            self.assertNotIn("rank", s["metric"])
+            self.assertEqual(s["metric"]["run"], "1")
+        # The Grafana dashboard's breakdown panels answer, with the four
+        # parts of the step (the trainers here report all four).
+        with open(GRAFANA) as f:
+            panels = {p["title"]: p for p in json.load(f)["panels"]}
+        want = {"forward_metric,forward_pass", "backward_metric,backward_compute", "optimizer_metric,step",
+                "hook_future_metric,exposed_wait"}
+        for title in ("Where the step goes, all trainers (mean, timed pass)", "Step breakdown per trainer rank (p50)"):
+            expr = panels[title]["targets"][0]["expr"].replace("$instance", ".*")
+            deadline = time.monotonic() + 60
+            metrics = set()
+            while time.monotonic() < deadline and metrics != want:
+                with urllib.request.urlopen(api + urllib.parse.quote(expr), timeout=5) as r:
+                    res = json.loads(r.read().decode())
+                self.assertEqual(res["status"], "success", (title, res))
+                metrics = {s["metric"].get("metric") for s in res["data"]["result"]}
+                time.sleep(0.5)
+            self.assertEqual(metrics, want, title)
         # The phase gauge and a counter arrive too.
         with urllib.request.urlopen(api + urllib.parse.quote("psbench_phase"), timeout=5) as r:
             phases = {s["metric"]["phase"] for s in json.loads(r.read().decode())["data"]["result"]}

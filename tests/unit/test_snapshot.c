@@ -75,6 +75,7 @@ static snapshot_input fixture(void)
     fixture_stats[5] = (snap_stat){"server", 0, M_STRAG, make_summary(20, 0.5)};
     snapshot_input in = {
         .phase = "running",
+        .pass = "timed",
         .error = NULL,
         .batches_done = 17,
         .batches_total = 40,
@@ -525,30 +526,33 @@ static void sample_family(const char *line, char *out, size_t cap)
     memcpy(out, line, n);
     out[n] = '\0';
     static const char *const suffixes[] = {"_sum", "_count"};
+    static const char *const summaries[] = {"psbench_metric_duration_seconds",
+                                            "psbench_role_metric_duration_seconds"};
     for (size_t i = 0; i < 2; i++) {
         size_t sl = strlen(suffixes[i]);
-        if (n > sl && strcmp(out + n - sl, suffixes[i]) == 0 &&
-            strncmp(out, "psbench_metric_duration_seconds", n - sl) == 0 &&
-            n - sl == strlen("psbench_metric_duration_seconds"))
-            out[n - sl] = '\0';
+        for (size_t f = 0; f < 2; f++)
+            if (n > sl && strcmp(out + n - sl, suffixes[i]) == 0 && n - sl == strlen(summaries[f]) &&
+                strncmp(out, summaries[f], n - sl) == 0)
+                out[n - sl] = '\0';
     }
 }
 
 /* Every family: HELP then TYPE once, samples right after and contiguous. */
 static void assert_families_well_formed(const char *text)
 {
-    static const char *const fam[] = {"psbench_metric_duration_seconds", "psbench_phase", "psbench_nodes",
-                                      "psbench_batches_completed_total", "psbench_payload_bytes_total"};
-    static const char *const type[] = {"summary", "gauge", "gauge", "counter", "counter"};
-    for (size_t i = 0; i < 5; i++) {
+    static const char *const fam[] = {"psbench_metric_duration_seconds", "psbench_role_metric_duration_seconds",
+                                      "psbench_phase", "psbench_nodes", "psbench_batches_completed_total",
+                                      "psbench_payload_bytes_total"};
+    static const char *const type[] = {"summary", "summary", "gauge", "gauge", "counter", "counter"};
+    for (size_t i = 0; i < 6; i++) {
         char help[128], typ[128];
         snprintf(help, sizeof help, "# HELP %s ", fam[i]);
         snprintf(typ, sizeof typ, "# TYPE %s %s\n", fam[i], type[i]);
         assert_int_equal(count_substr(text, help), 1);
         assert_int_equal(count_substr(text, typ), 1);
     }
-    assert_int_equal(count_substr(text, "# HELP "), 5);
-    assert_int_equal(count_substr(text, "# TYPE "), 5);
+    assert_int_equal(count_substr(text, "# HELP "), 6);
+    assert_int_equal(count_substr(text, "# TYPE "), 6);
 
     char current[128] = "", seen[8][128];
     size_t nseen = 0;
@@ -599,26 +603,42 @@ static void test_prom_summary_in_seconds(void **state)
     snapshot_input in = fixture();
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
-#define T0 "{role=\"trainer\",rank=\"0\",metric=\"" M_BATCH "\""
-#define TA "{role=\"trainer\",rank=\"all\",metric=\"" M_BATCH "\""
+#define T0 "{role=\"trainer\",rank=\"0\",metric=\"" M_BATCH "\",run=\"2\",pass=\"timed\""
+#define TA "{role=\"trainer\",metric=\"" M_BATCH "\",run=\"2\",pass=\"timed\""
     /* trainer 0: p50 18 ms, p90 48 ms, p99 96 ms, mean 24 ms over 10 */
     assert_close(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.5\"}"), 0.018);
     assert_close(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.9\"}"), 0.048);
     assert_close(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.99\"}"), 0.096);
     assert_close(prom_value(text, "psbench_metric_duration_seconds_sum" T0 "}"), 0.24);
     assert_close(prom_value(text, "psbench_metric_duration_seconds_count" T0 "}"), 10);
-    /* the role-wide view is rank="all" */
-    assert_close(prom_value(text, "psbench_metric_duration_seconds" TA ",quantile=\"0.5\"}"), 0.0195);
-    assert_close(prom_value(text, "psbench_metric_duration_seconds_sum" TA "}"), 26.0 * 20 / 1000);
-    assert_close(prom_value(text, "psbench_metric_duration_seconds_count" TA "}"), 20);
+    /* the role-wide view is a family of its own, without a rank label
+     * (issue 30: a sum() over the per-rank family counted it twice) */
+    assert_close(prom_value(text, "psbench_role_metric_duration_seconds" TA ",quantile=\"0.5\"}"), 0.0195);
+    assert_close(prom_value(text, "psbench_role_metric_duration_seconds_sum" TA "}"), 26.0 * 20 / 1000);
+    assert_close(prom_value(text, "psbench_role_metric_duration_seconds_count" TA "}"), 20);
+    assert_null(strstr(text, "rank=\"all\""));
     assert_close(prom_value(text, "psbench_metric_duration_seconds{role=\"server\",rank=\"0\",metric=\"" M_STRAG
-                                  "\",quantile=\"0.99\"}"),
+                                  "\",run=\"2\",pass=\"timed\",quantile=\"0.99\"}"),
                  0.004);
     /* no p75 / p95 in the exposition */
     assert_null(strstr(text, "quantile=\"0.75\""));
     assert_null(strstr(text, "quantile=\"0.95\""));
-    /* 6 stats * 5 samples */
-    assert_int_equal(count_substr(text, "\npsbench_metric_duration_seconds"), 30);
+    /* 5 per-rank stats * 5 samples, 1 role-wide * 5 */
+    assert_int_equal(count_substr(text, "\npsbench_metric_duration_seconds"), 25);
+    assert_int_equal(count_substr(text, "\npsbench_role_metric_duration_seconds"), 5);
+    /* every sample of both families carries the run and the pass */
+    assert_int_equal(count_substr(text, "pass=\"timed\""), 30);
+    in.pass = "warmup";
+    in.run = 1;
+    free(text);
+    text = snapshot_prometheus(&in);
+    assert_int_equal(count_substr(text, "run=\"1\",pass=\"warmup\""), 30);
+    /* before any pass: no pass label */
+    in.pass = NULL;
+    free(text);
+    text = snapshot_prometheus(&in);
+    assert_null(strstr(text, "pass="));
+    assert_families_well_formed(text);
 #undef T0
 #undef TA
     free(text);
@@ -631,7 +651,7 @@ static void test_prom_label_escaping(void **state)
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
     assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\","
-                                  "metric=\"method_metric,we\\\"ird\\\\name\\nx\"}"),
+                                  "metric=\"method_metric,we\\\"ird\\\\name\\nx\",run=\"0\"}"),
                  1);
     assert_int_equal(count_substr(text, "metric=\"method_metric,we\\\"ird\\\\name\\nx\""), 5);
     assert_families_well_formed(text);
@@ -646,7 +666,7 @@ static void test_prom_nonfinite_values(void **state)
     snapshot_input in = {.phase = "running", .stats = &st, .nstats = 1};
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
-    const char *l = "{role=\"server\",rank=\"1\",metric=\"" M_SBATCH "\"";
+    const char *l = "{role=\"server\",rank=\"1\",metric=\"" M_SBATCH "\",run=\"0\"";
     char series[256];
     snprintf(series, sizeof series, "psbench_metric_duration_seconds%s,quantile=\"0.5\"} NaN\n", l);
     assert_non_null(strstr(text, series));

@@ -1,0 +1,54 @@
+/* history.h — the run as the dashboard charts it, kept by the master.
+ *
+ * A bounded ring of points, each the charted metrics' statistics at one
+ * instant (sampled from the published snapshots, at most one a
+ * HISTORY_PERIOD_S while a pass runs, one more when the run ends), served
+ * as GET /api/v1/history: a page opened late, or during --linger, draws the
+ * whole run rather than flat lines from the moment it opened. Each point is
+ * rendered once, when it is taken; the document is their concatenation.
+ * Pure data: no I/O, no threads (the loop owns it; the HTTP thread sees
+ * only the published document).
+ */
+#ifndef PSBENCH_HISTORY_H
+#define PSBENCH_HISTORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "master/snapshot.h"
+
+#define HISTORY_PERIOD_S 1.0
+#define HISTORY_MAX_POINTS 3600u             /* an hour at one point a second */
+#define HISTORY_MAX_BYTES ((size_t)16 << 20) /* the points' rendered size, whatever the ranks */
+
+typedef struct history history;
+
+/* An empty history holding at most max_points points of max_bytes in all
+ * (the oldest go first). NULL: out of memory. */
+history *history_new(size_t max_points, size_t max_bytes);
+void history_free(history *h);
+
+/* Offers the snapshot in (its phase, run, stats) at time t (seconds since
+ * the epoch). It becomes a point when its phase is "warmup" or "running"
+ * and HISTORY_PERIOD_S has passed since the last point, the phase changed
+ * or `last` says it is a pass's last (exact) figures, and when it is the
+ * first of a "done" or "failed": nothing is taken while waiting or once
+ * the run has ended. Only the charted metrics are kept (history_charted).
+ * Returns 1 if a point was taken, 0 if not, -1 out of memory (the point
+ * is lost, the history intact). */
+int history_offer(history *h, double t, const snapshot_input *in, bool last);
+
+/* GET /api/v1/history:
+ * {"period_s", "max_points", "points": [{"t", "run", "phase", "pass",
+ *   "groups": {"trainer": {RANK|"all": {METRIC: {"count","mean","p50","p90","p99"}}},
+ *              "server": {...}}}, ...]}, oldest first. NULL: out of memory. */
+char *history_json(const history *h);
+
+/* Points held now (for tests). */
+size_t history_points(const history *h);
+
+/* 1 if metric is one the dashboard charts (and the history keeps). */
+int history_charted(const char *metric);
+
+#endif
