@@ -1,0 +1,53 @@
+#!/bin/sh
+# cli_doc.sh — writes docs/cli.md, the three binaries' command lines, from
+# their --help texts as tests/golden/ pins them (check_help.sh holds the
+# golden files to the binaries byte for byte, so the page is the help).
+#
+#   tests/tools/cli_doc.sh            print the page on stdout
+#   tests/tools/cli_doc.sh --check    exit 1, with a diff, if docs/cli.md differs
+#
+# After changing a help text (and its golden file), regenerate the page:
+#   tests/tools/cli_doc.sh > docs/cli.md
+set -u
+here=$(dirname "$0")
+golden=$here/../golden
+doc=$here/../../docs/cli.md
+
+page() {
+    cat <<'HEAD'
+# Command lines
+
+The three binaries' `--help`, as they print it (generated from
+`tests/golden/help-*.txt` by `tests/tools/cli_doc.sh`; the test `cli_doc`
+fails when this page and the help texts part). Some help texts still call
+PyTorch's benchmark "the seed": that is not `--seed`, the job's random seed
+(docs/results.md says what the results mean; docs/http-api.md the HTTP
+API; docs/protocol.md the wire protocol).
+
+- [psbench-master](#psbench-master): the run (`--local` starts every node itself)
+- [psbench-master diff](#psbench-master-diff): two runs side by side
+- [psbench-server](#psbench-server): a parameter server
+- [psbench-trainer](#psbench-trainer): a trainer
+HEAD
+    for b in master master-diff server trainer; do
+        title=psbench-$b
+        [ "$b" = master-diff ] && title="psbench-master diff"
+        printf '\n## %s\n\n```text\n' "$title"
+        cat "$golden/help-$b.txt"
+        printf '```\n'
+    done
+}
+
+if [ "${1:-}" = --check ]; then
+    out=$(mktemp) || exit 1
+    trap 'rm -f "$out"' EXIT
+    page >"$out"
+    if ! cmp -s "$doc" "$out"; then
+        echo "FAIL docs/cli.md differs from the help texts (regenerate: tests/tools/cli_doc.sh > docs/cli.md):"
+        diff -u "$doc" "$out" | head -n 60
+        exit 1
+    fi
+    echo "ok   docs/cli.md"
+    exit 0
+fi
+page
