@@ -132,6 +132,7 @@ typedef struct master {
     struct http_server *http;
     struct launcher *launcher; /* --local: the children */
     double training_s;         /* the timed pass's duration, once it completed */
+    json_t *run_headlines;     /* --runs other than 1: each done run's headline (summary.h), owned */
     int exit_code;
     kvstore kv;                /* the trainers' rendezvous (collective groups) */
     /* A trainer's failure, held back briefly: when a trainer dies, the
@@ -198,6 +199,9 @@ int results_write(master *m, char *err, size_t errlen);
  * with "--out DIR: ..." in err. */
 int results_check_out(const char *out_dir, uint32_t runs, char *err, size_t errlen);
 void results_print(master *m);
+/* After the last of a series of runs (--runs other than 1): the runs'
+ * summary (summary.h) on stdout and in out_dir/summary.json. */
+void results_summary(master *m);
 /* A trainer's diverged loss as the run's warning: "trainer R (HOST): loss
  * diverged at epoch E, batch B of the P pass (loss = nan); the run went on
  * (--allow-divergence)". */

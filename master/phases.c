@@ -439,6 +439,8 @@ void phases_conclude(master *m, bool linger)
         if (m->exit_code == 0)
             m->exit_code = 1;
     }
+    if (to == RUN_FAILED || !master_runs_remain(m))
+        results_summary(m);
     master_publish(m, true); /* the end, now that its files are there */
     /* A signal ends the runs and, once a run is done, the master: it
      * lingers only after a run the signal failed. (A done run with runs
@@ -528,6 +530,7 @@ void phases_stop_between_runs(master *m)
 {
     assert(m->state == RUN_WAITING && m->run > 1 && !master_runs_remain(m));
     log_info("stopped after run %u", m->run - 1);
+    results_summary(m);
     phases_end_runs(m);
     m->exit_code = 0;
     master_set_state(m, RUN_DONE);

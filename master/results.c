@@ -6,6 +6,7 @@
 #include "master/headline.h"
 #include "master/master.h"
 #include "master/snapshot.h"
+#include "master/summary.h"
 #include "shared/hostinfo.h"
 #include "shared/text.h"
 #include "shared/atomicfile.h"
@@ -309,6 +310,12 @@ void results_print(master *m)
     json_t *h = hst ? headline_json(m, hst, nh) : NULL;
     if (h)
         headline_print(h, stdout);
+    /* A series keeps each done run's headline for its summary. */
+    if (h && m->set.runs != 1 && m->state == RUN_DONE && m->metrics_pass == PASS_TIMED) {
+        if (!m->run_headlines)
+            m->run_headlines = json_array();
+        json_array_append(m->run_headlines, h);
+    }
     json_decref(h);
     free(hst);
     if (m->set.tables) {
@@ -521,4 +528,24 @@ int results_write(master *m, char *err, size_t errlen)
     if (rc == 0)
         log_info("wrote %s/results.json, trainer.csv, server.csv", dir);
     return rc;
+}
+
+void results_summary(master *m)
+{
+    if (m->set.runs == 1 || json_array_size(m->run_headlines) == 0)
+        return;
+    json_t *s = summary_json(m->run_headlines);
+    if (!s)
+        return;
+    summary_print(s, stdout);
+    fflush(stdout);
+    if (m->set.out_dir) {
+        char path[4200], err[4400];
+        snprintf(path, sizeof path, "%s/summary.json", m->set.out_dir);
+        if (afile_write_json(path, s, JSON_INDENT(2), err, sizeof err) < 0)
+            log_error("%s", err);
+        else
+            log_info("wrote %s", path);
+    }
+    json_decref(s);
 }

@@ -213,6 +213,7 @@ void master_free(master *m)
         if (m->sig_ev[i])
             event_free(m->sig_ev[i]);
     admit_free(m->admit);
+    json_decref(m->run_headlines);
     while (m->nodes) {
         node *n = m->nodes;
         m->nodes = n->next;

@@ -75,6 +75,7 @@ class Runs(psb.PsbTestCase):
         self.assertEqual(batches, 5)  # DummyData: 10 batches an epoch, dealt over 2 trainers
         self.assertFalse(os.path.exists(os.path.join(self.out, "results.json")))
         hashes, losses = set(), set()
+        p50s = []
         for run in (1, 2, 3):
             res = self.results(run)
             self.assertEqual((res["phase"], res["error"], res["run"], res["runs"]), ("done", None, run, 3))
@@ -93,6 +94,25 @@ class Runs(psb.PsbTestCase):
                 hashes.add(t["final_params_sha256"])
                 losses.add(tuple(t["loss_per_epoch"]))
             self.assertGreater(res["training_seconds"], 0)
+            p50s.append(res["headline"]["trainers"][-1]["step_p50_ms"])
+        # The summary across the runs (issue 30): printed after the last
+        # run, and in DIR/summary.json with each run's figure as its value.
+        self.assertEqual(len(re.findall(r"^summary over 3 runs, all trainers", so, re.M)), 1, so[-3000:])
+        self.assertRegex(so, r"(?m)^step_p50_ms +3 +\S+ +\S+ +\[\S+, \S+\]$")
+        with open(os.path.join(self.out, "summary.json")) as f:
+            summ = json.load(f)
+        self.assertEqual((summ["runs"], summ["confidence"], summ["interval"]), (3, 0.95, "Student t"))
+        allrow = [t for t in summ["trainers"] if t["trainer"] == "all"][0]
+        c = allrow["step_p50_ms"]
+        self.assertEqual(c["values"], p50s)
+        mean = sum(p50s) / 3
+        sd = (sum((v - mean) ** 2 for v in p50s) / 2) ** 0.5
+        self.assertAlmostEqual(c["mean"], mean, places=9)
+        self.assertAlmostEqual(c["stdev"], sd, places=9)
+        half = 4.3027 * sd / 3 ** 0.5
+        self.assertAlmostEqual(c["ci95"][0], mean - half, places=9)
+        self.assertAlmostEqual(c["ci95"][1], mean + half, places=9)
+        self.assertEqual(sorted(t["trainer"] for t in summ["trainers"]), ["0", "1", "all"])
         # Every run trains the same model from the same seed to the same end.
         self.assertEqual(len(hashes), 1, hashes)
         self.assertEqual(len(losses), 2, losses)  # one per trainer (its own data), the same every run
@@ -137,7 +157,11 @@ class Runs(psb.PsbTestCase):
         self.assertEqual(m.wait(30), 0, m.describe())
         self.assertEqual(srv.wait(30), 0, srv.describe())
         self.assertIn("stopped after run 2", m.stderr())
-        self.assertEqual(sorted(os.listdir(self.out)), ["run-001", "run-002"])
+        # The series' summary (summary.h) covers the two runs done.
+        self.assertEqual(sorted(os.listdir(self.out)), ["run-001", "run-002", "summary.json"])
+        with open(os.path.join(self.out, "summary.json")) as f:
+            self.assertEqual(json.load(f)["runs"], 2)
+        self.assertIn("summary over 2 runs", m.stdout())
         self.assertIn("run 2 done:", m.stdout())
         self.assertIn("all trainers left: ready for a new job", srv.stderr())
 
