@@ -147,6 +147,7 @@ static void phases_start_pass(master *m, run_state pass)
         m->trainers[i]->batches_done = 0;
     }
     master_set_state(m, pass);
+    results_load_mark(m, pass, true);
     json_t *body = json_pack("{s:s, s:I}", "phase", run_state_phase(pass), "batches",
                              (json_int_t)master_pass_batches(m));
     for (uint32_t i = 0; i < m->set.ntrainer; i++)
@@ -183,6 +184,7 @@ static void phases_finish(master *m)
  * futures and everyone its metrics; after the timed pass, the run ends. */
 static void phases_pass_complete(master *m)
 {
+    results_load_mark(m, m->state, false);
     if (m->state == RUN_WARMUP) {
         printf("benchmark warmup done\n"); /* the seed launcher's line */
         fflush(stdout);
@@ -488,6 +490,8 @@ static void phases_clear_books(master *m)
     }
     m->held_until = 0;
     m->training_s = 0;
+    json_decref(m->host_load); /* the next run's passes are measured afresh */
+    m->host_load = NULL;
 }
 
 void phases_next_run(master *m)

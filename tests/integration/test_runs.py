@@ -193,6 +193,56 @@ class Runs(psb.PsbTestCase):
         self.assertRegex(m.stdout(), r"(?m)^run 2/5 failed: trainer 0 ")
 
 
+    def load_run(self, proc_dir):
+        """One --local run of the Tiny model with the master reading the host's
+        load from proc_dir (None: the real /proc); its results.json."""
+        env = psb.base_env()
+        env.pop("PSBENCH_PROC_DIR", None)
+        if proc_dir:
+            env["PSBENCH_PROC_DIR"] = proc_dir
+        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                "--linger", "0", "--rpc-timeout", "15", "--out", self.out, "--local", "--epochs", "1"]
+        m = self.reg.start(args, env=env, name="master", cls=Master)
+        self.assertEqual(m.wait(RUN_TIMEOUT), 0, m.describe())
+        with open(os.path.join(self.out, "results.json")) as f:
+            return json.load(f), m.stdout()
+
+    def test_host_load(self):
+        """results.json's host_load: the master host's load average and CPU
+        ticks at the start and end of each pass, read from /proc; a host
+        whose load is above its CPUs, or whose steal over a pass is above
+        5 %, is busy: a warning in the output and in results.json."""
+        res, so = self.load_run(None)
+        hl = res["host_load"]
+        self.assertEqual(sorted(hl), ["timed", "warm-up"])
+        for p in hl.values():
+            for end in ("start", "end"):
+                self.assertEqual(len(p[end]["loadavg"]), 3)
+                self.assertGreater(p[end]["cpus"], 0)
+                self.assertGreaterEqual(p["end"]["cpu_ticks"], p["start"]["cpu_ticks"])
+            self.assertIn("busy", p)
+        # A quiet host: no warning.
+        res, so = self.load_run(os.path.join(os.path.dirname(os.path.abspath(__file__)), "proc_quiet"))
+        self.assertEqual(res["warnings"], [])
+        self.assertEqual(res["host_load"]["timed"]["steal_share"], None)  # no tick between the readings
+        self.assertFalse(res["host_load"]["timed"]["busy"])
+        # A busy one: load 512 on any machine's CPUs.
+        busy = os.path.join(self.reg.workdir, "proc_busy")
+        os.makedirs(busy)
+        with open(os.path.join(busy, "loadavg"), "w") as f:
+            f.write("512.00 300.00 100.00 9/99 1\n")
+        with open(os.path.join(busy, "stat"), "w") as f:
+            f.write("cpu  100 0 100 1000 0 0 0 50 0 0\n")
+        res, so = self.load_run(busy)
+        self.assertEqual(res["host_load"]["timed"]["start"]["loadavg"], [512.0, 300.0, 100.0])
+        self.assertEqual(res["host_load"]["timed"]["start"]["steal_ticks"], 50)
+        self.assertTrue(res["host_load"]["timed"]["busy"])
+        w = [x for x in res["warnings"] if "host was busy" in x]
+        self.assertEqual(len(w), 2, res["warnings"])  # warm-up and timed
+        self.assertIn("during the timed pass (load average 512.00 at its start, 512.00 at its end", w[1])
+        self.assertIn("warning: the master's host was busy during the timed pass", so)
+
+
 def psb_last_line(text):
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else ""
