@@ -113,6 +113,15 @@ class Runs(psb.PsbTestCase):
         self.assertAlmostEqual(c["ci95"][0], mean - half, places=9)
         self.assertAlmostEqual(c["ci95"][1], mean + half, places=9)
         self.assertEqual(sorted(t["trainer"] for t in summ["trainers"]), ["0", "1", "all"])
+        # diff of two runs of the series: comparable (the same configuration),
+        # each side the series' mean and interval, the same: within noise.
+        rc, dout, derr = self.reg.run([psb.bin_path("psbench-master"), "diff",
+                                       os.path.join(self.out, "run-001", "results.json"),
+                                       os.path.join(self.out, "run-003", "results.json")])
+        self.assertEqual(rc, 0, derr)
+        self.assertTrue(dout.startswith("comparable: yes, the same configuration"), dout[:400])
+        self.assertRegex(dout, r"(?m)^  step_p50_ms .* \+0\.0%  within noise$")
+        self.assertIn("noise: within noise where the two 95% intervals overlap (3 and 3 runs)", dout)
         # Every run trains the same model from the same seed to the same end.
         self.assertEqual(len(hashes), 1, hashes)
         self.assertEqual(len(losses), 2, losses)  # one per trainer (its own data), the same every run
@@ -213,6 +222,8 @@ class Runs(psb.PsbTestCase):
         whose load is above its CPUs, or whose steal over a pass is above
         5 %, is busy: a warning in the output and in results.json."""
         res, so = self.load_run(None)
+        one = os.path.join(self.reg.workdir, "one.json")
+        os.rename(os.path.join(self.out, "results.json"), one)
         hl = res["host_load"]
         self.assertEqual(sorted(hl), ["timed", "warm-up"])
         for p in hl.values():
@@ -241,6 +252,14 @@ class Runs(psb.PsbTestCase):
         self.assertEqual(len(w), 2, res["warnings"])  # warm-up and timed
         self.assertIn("during the timed pass (load average 512.00 at its start, 512.00 at its end", w[1])
         self.assertIn("warning: the master's host was busy during the timed pass", so)
+        # diff of two single runs: no noise estimate; the busy run's warning
+        # is said before the figures.
+        rc, dout, derr = self.reg.run([psb.bin_path("psbench-master"), "diff", one,
+                                       os.path.join(self.out, "results.json")])
+        self.assertEqual(rc, 0, derr)
+        self.assertIn("one run each: no noise estimate", dout)
+        self.assertIn("B: warning: the master's host was busy during the timed pass", dout)
+        self.assertRegex(dout, r"(?m)^comparable: yes, the same configuration; ")
 
 
 def psb_last_line(text):
