@@ -642,6 +642,19 @@ static const char *const diff_hl_figures[] = {
 };
 #define DIFF_NHL (sizeof diff_hl_figures / sizeof diff_hl_figures[0])
 
+/* The "all" row of a headline's or a summary's trainers. */
+static json_t *diff_all_row(json_t *o)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(o, "trainers"), i, row) {
+        const char *t = json_string_value(json_object_get(row, "trainer"));
+        if (t && strcmp(t, "all") == 0)
+            return row;
+    }
+    return NULL;
+}
+
 /* The summary of the series a results.json is a run of (--runs: its
  * folder's parent holds summary.json, master/summary.h), when it summed up
  * two runs or more; else NULL. */
@@ -665,20 +678,20 @@ static json_t *diff_series_summary(const char *file, json_t *doc)
         json_decref(s);
         return NULL;
     }
-    return s;
-}
-
-/* The "all" row of a headline's or a summary's trainers. */
-static json_t *diff_all_row(json_t *o)
-{
+    /* A folder reused by a later series keeps older run-NNN folders: the
+     * summary must hold this run's step p50 among its values. */
+    json_t *mine = json_object_get(diff_all_row(json_object_get(doc, "headline")), "step_p50_ms");
+    json_t *values = json_object_get(json_object_get(diff_all_row(s), "step_p50_ms"), "values");
+    bool found = false;
     size_t i;
-    json_t *row;
-    json_array_foreach(json_object_get(o, "trainers"), i, row) {
-        const char *t = json_string_value(json_object_get(row, "trainer"));
-        if (t && strcmp(t, "all") == 0)
-            return row;
+    json_t *v;
+    json_array_foreach(values, i, v) found = found || (json_is_number(mine) && json_is_number(v) &&
+                                                       json_number_value(v) == json_number_value(mine));
+    if (!found) {
+        json_decref(s);
+        return NULL;
     }
-    return NULL;
+    return s;
 }
 
 /* A figure of a run's headline (all trainers), NAN when not known. */
@@ -737,7 +750,8 @@ static void diff_headline(FILE *out, const char *const *files, json_t *a, json_t
     if (!sum[0] && !sum[1])
         fprintf(out, "one run each: no noise estimate (a --runs N series on both sides gives one)\n");
     else if (!sum[0] || !sum[1])
-        fprintf(out, "%s is one run: no noise estimate\n", sum[0] ? "B" : "A");
+        fprintf(out, "%s is one run (no summary.json of its series beside it): no noise estimate\n",
+                sum[0] ? "B" : "A");
     else
         fprintf(out, "noise: within noise where the two 95%% intervals overlap (%lld and %lld runs)\n",
                 (long long)json_integer_value(json_object_get(sum[0], "runs")),

@@ -29,11 +29,12 @@ double summary_t975(unsigned df);
 void summary_of(const double *x, size_t n, summary_ci *out);
 
 /* The summary of headlines (a JSON array of headline_json objects, one
- * per run): {"runs", "confidence": 0.95, "interval": "Student t", "unit":
- * "ms", "trainers": [{"trainer", FIGURE: {"n", "mean", "stdev", "ci95":
+ * per run): {"runs", "confidence": 0.95, "interval": "Student t",
+ * "trainers": [{"trainer", FIGURE: {"n", "mean", "stdev", "ci95":
  * [low, high], "values": [...]}, ...}]}, the figures those of the first
  * run's rows (step_p50_ms, step_p90_ms, samples_per_s, bytes_per_step,
- * comm_span_ms, effective_gb_per_s, and the shares as shares.KEY). A new
+ * comm_span_ms, effective_gb_per_s, and the shares as shares.KEY; units
+ * the headline's). A new
  * reference; NULL when out of memory. */
 json_t *summary_json(const json_t *headlines);
 

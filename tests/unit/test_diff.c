@@ -658,7 +658,7 @@ static void test_comparable(void **state)
 }
 
 /* A --runs series: DIR/run-001/results.json with DIR/summary.json. */
-static void write_series(const char *dir, double mean, double lo, double hi)
+static void write_series(const char *dir, double mean, double lo, double hi, double mine)
 {
     char path[300], text[1200];
     snprintf(path, sizeof path, "%s/%s", tmpdir, dir);
@@ -667,11 +667,12 @@ static void write_series(const char *dir, double mean, double lo, double hi)
     mkdir(path, 0700);
     snprintf(path, sizeof path, "%s/run-001/results.json", dir);
     snprintf(text, sizeof text, "{\"configuration\": {\"model\": \"DummyModel\"}, \"groups\": {}, \"run\": 1, "
-             "\"runs\": 3, \"headline\": {\"trainers\": [{\"trainer\": \"all\", \"step_p50_ms\": %g}]}}\n", mean);
+             "\"runs\": 3, \"headline\": {\"trainers\": [{\"trainer\": \"all\", \"step_p50_ms\": %g}]}}\n", mine);
     write_file(path, text);
     snprintf(path, sizeof path, "%s/summary.json", dir);
     snprintf(text, sizeof text, "{\"runs\": 3, \"trainers\": [{\"trainer\": \"all\", \"step_p50_ms\": {\"n\": 3, "
-             "\"mean\": %g, \"stdev\": 1, \"ci95\": [%g, %g]}}]}\n", mean, lo, hi);
+             "\"mean\": %g, \"stdev\": 1, \"ci95\": [%g, %g], \"values\": [%g, %g, %g]}}]}\n", mean, lo, hi,
+             mean - 1, mean, mean + 1);
     write_file(path, text);
 }
 
@@ -692,9 +693,10 @@ static void unlink_series(const char *dir)
 static void test_noise(void **state)
 {
     (void)state;
-    write_series("sa", 100, 90, 110);
-    write_series("sb", 105, 95, 115);
-    write_series("sc", 150, 140, 160);
+    write_series("sa", 100, 90, 110, 99);
+    write_series("sb", 105, 95, 115, 105);
+    write_series("sc", 150, 140, 160, 151);
+    write_series("sd", 150, 140, 160, 42); /* a summary of another series (the folder reused) */
     char line[512];
     result r = run(tmp_path("sa/run-001/results.json"), tmp_path("sb/run-001/results.json"), NULL, NULL);
     assert_int_equal(r.rc, 0);
@@ -714,6 +716,13 @@ static void test_noise(void **state)
     assert_contains(r.out, "one run each: no noise estimate");
     assert_null(strstr(r.out, "within noise"));
     result_free(&r);
+    r = run(tmp_path("sa/run-001/results.json"), tmp_path("sd/run-001/results.json"), NULL, NULL);
+    find_line(r.out, "  step_p50_ms", line, sizeof line);
+    assert_contains(line, "100 [90, 110]");
+    assert_contains(line, " 42 ");
+    assert_contains(r.out, "B is one run (no summary.json of its series beside it): no noise estimate\n");
+    result_free(&r);
+    unlink_series("sd");
     unlink_series("sa");
     unlink_series("sb");
     unlink_series("sc");
