@@ -248,13 +248,14 @@ void results_load_mark(master *m, run_state pass, bool start)
 {
     if (pass != RUN_WARMUP && pass != RUN_TIMED)
         return;
-    if (!m->host_load)
-        m->host_load = json_object();
+    if (!m->host_load && !(m->host_load = json_object()))
+        return; /* out of memory: no load recorded */
     const char *key = pass == RUN_TIMED ? "timed" : "warm-up";
     json_t *p = json_object_get(m->host_load, key);
     if (!p) {
         p = json_pack("{s:n, s:n, s:n, s:b}", "start", "end", "steal_share", "busy", 0);
-        json_object_set_new(m->host_load, key, p);
+        if (!p || json_object_set_new(m->host_load, key, p) < 0)
+            return; /* set_new dropped p */
     }
     json_t *now = hostinfo_load();
     if (!p || !now) {
