@@ -21,10 +21,14 @@ static const char *const diff_stats[] = {"count", "mean", "p50", "p90", "p99", "
 void diff_usage(FILE *f)
 {
     fprintf(f,
-            "usage: psbench-master diff [--csv FILE] [--allow-failed] A.json B.json\n"
+            "usage: psbench-master diff [--csv FILE] [--allow-failed] [--force] A.json B.json\n"
             "\n"
-            "Compares two runs' results.json (written by --out DIR): first where their\n"
-            "configurations and environments differ (what each node computed with:\n"
+            "Compares two runs' results.json (written by --out DIR): first whether they\n"
+            "are comparable (runs of different models are refused unless --force), then\n"
+            "the headline with its noise (within noise where both sides are runs of a\n"
+            "--runs series, DIR/summary.json beside their folders, and their 95%%\n"
+            "intervals overlap), then where their configurations (not listen, http, out,\n"
+            "...) and environments differ (what each node computed with:\n"
             "CPU, BLAS and its kernels, the server's folds, compiler, kernel), then per\n"
             "group and rank every metric's count, mean, p50, p90, p99 and max in ms,\n"
             "with B-A and the change in percent of A (negative: B is faster).\n"
@@ -35,8 +39,10 @@ void diff_usage(FILE *f)
             "  --csv FILE       also write the rows as CSV (checked before comparing:\n"
             "                   its folder is made, the name must be free for a file)\n"
             "  --allow-failed   compare a failed run too (exit 0)\n"
-            "Exit status: 0 ok, 1 unreadable or invalid input, or a failed run without\n"
-            "--allow-failed, 2 usage error (a --csv FILE that cannot be written too).\n");
+            "  --force          compare runs of different models too\n"
+            "Exit status: 0 ok, 1 unreadable or invalid input, a failed run without\n"
+            "--allow-failed or runs of different models without --force, 2 usage error\n"
+            "(a --csv FILE that cannot be written too).\n");
 }
 
 /* ---- a sorted, unique list of keys ------------------------------------- */
@@ -304,39 +310,62 @@ static void diff_group(FILE *out, FILE *csv, const char *group, json_t *ga, json
     keyset_free(&ranks);
 }
 
-/* Top-level configuration keys whose values differ. */
+static void env_compare(const char *prefix, json_t *a, json_t *b, json_t *lines);
+
+/* Configuration keys that say where a run listened and wrote, how long it
+ * stayed, and where its files were read from (their contents are in
+ * "resolved"): not what it measured. */
+static const char *const diff_config_ignored[] = {
+    "listen", "http", "out", "linger", "auth", "runs", "rpc_timeout",
+    "data_config_path", "model_config_path", "trainer_config_path", "server_config_path",
+};
+
+static bool diff_config_matters(const char *key)
+{
+    for (size_t i = 0; i < sizeof diff_config_ignored / sizeof *diff_config_ignored; i++)
+        if (strcmp(key, diff_config_ignored[i]) == 0)
+            return false;
+    return true;
+}
+
+/* The configuration's differences that matter, "key: A -> B" a line; an
+ * object's by the dotted path of each differing value
+ * ("resolved.trainer.bucket_cap_mb: 25 -> 4"). */
+static json_t *diff_config_lines(json_t *ca, json_t *cb)
+{
+    json_t *lines = json_array();
+    if (!lines || !json_is_object(ca) || !json_is_object(cb))
+        return lines;
+    keyset keys = {0};
+    if (keyset_add_object(&keys, ca) == 0 && keyset_add_object(&keys, cb) == 0) {
+        keyset_finish(&keys, cmp_str);
+        for (size_t i = 0; i < keys.n; i++) {
+            if (!diff_config_matters(keys.v[i]))
+                continue;
+            char key[256];
+            text_escape(keys.v[i], key, sizeof key);
+            env_compare(key, json_object_get(ca, keys.v[i]), json_object_get(cb, keys.v[i]), lines);
+        }
+    }
+    keyset_free(&keys);
+    return lines;
+}
+
+/* The configuration keys whose values differ (diff_config_lines). */
 static void diff_configuration(FILE *out, json_t *ca, json_t *cb)
 {
     if (!json_is_object(ca) || !json_is_object(cb))
         return;
-    keyset keys = {0};
-    if (keyset_add_object(&keys, ca) < 0 || keyset_add_object(&keys, cb) < 0) {
-        keyset_free(&keys);
-        return;
-    }
-    keyset_finish(&keys, cmp_str);
-    int shown = 0;
-    for (size_t i = 0; i < keys.n; i++) {
-        json_t *va = json_object_get(ca, keys.v[i]), *vb = json_object_get(cb, keys.v[i]);
-        if (va && vb && json_equal(va, vb))
-            continue;
-        if (json_is_object(va) || json_is_object(vb)) {
-            if (!shown++)
-                fprintf(out, "configuration differences:\n");
-            fprintf(out, "  %s: differs\n", keys.v[i]);
-            continue;
-        }
-        char *sa = va ? json_dumps(va, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-        char *sb = vb ? json_dumps(vb, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-        if (!shown++)
-            fprintf(out, "configuration differences:\n");
-        fprintf(out, "  %s: %s -> %s\n", keys.v[i], sa ? sa : "-", sb ? sb : "-");
-        free(sa);
-        free(sb);
-    }
-    if (!shown)
+    json_t *lines = diff_config_lines(ca, cb);
+    size_t i;
+    json_t *l;
+    json_array_foreach(lines, i, l)
+        fprintf(out, "%s  %s\n", i == 0 ? "configuration differences:\n" : "", json_string_value(l));
+    if (json_array_size(lines) == 0)
         fprintf(out, "configuration: same\n");
-    keyset_free(&keys);
+    fprintf(out, "(not compared: listen, http, out, linger, auth, runs, rpc_timeout and the configuration files' "
+                 "paths)\n");
+    json_decref(lines);
 }
 
 /* The DDP + RPC benchmark's RPC pattern of a result (its ddp_rpc), or NULL
@@ -538,6 +567,199 @@ static void diff_states(FILE *out, const char *const *files, json_t *const *docs
     }
 }
 
+/* ---- comparable? ------------------------------------------------------------- */
+
+/* How many values of the environments differ: the master's, and every
+ * node's (diff_environment shows them). */
+static size_t diff_env_count(json_t *a, json_t *b)
+{
+    json_t *l = env_lines(json_object_get(a, "environment"), json_object_get(b, "environment"));
+    size_t n = json_array_size(l);
+    json_decref(l);
+    static const char *const roles[] = {"servers", "trainers"};
+    for (int k = 0; k < 2; k++)
+        for (size_t r = 0; r < env_ranks(a, b, roles[k]); r++) {
+            l = env_lines(env_of(a, roles[k], r), env_of(b, roles[k], r));
+            n += json_array_size(l);
+            json_decref(l);
+        }
+    return n;
+}
+
+/* Whether the two runs can be compared, said first on out (NULL: only
+ * the check): runs of different models (a DummyModel against a
+ * HybridModel) measure different workloads and are refused unless --force
+ * (true: refused, said on err); else what differs, by key, and whether
+ * the environments do. */
+static bool diff_verdict(FILE *out, FILE *err, const char *const *files, json_t *a, json_t *b, bool force)
+{
+    json_t *ca = json_object_get(a, "configuration"), *cb = json_object_get(b, "configuration");
+    const char *ma = json_string_value(json_object_get(ca, "model"));
+    const char *mb = json_string_value(json_object_get(cb, "model"));
+    char shown_a[128] = "", shown_b[128] = "";
+    if (ma && mb && strcmp(ma, mb) != 0) {
+        text_escape(ma, shown_a, sizeof shown_a);
+        text_escape(mb, shown_b, sizeof shown_b);
+        if (!force) {
+            fprintf(err, "psbench-master diff: %s and %s are not comparable: model %s -> %s (different workloads; "
+                    "--force compares them anyway)\n", files[0], files[1], shown_a, shown_b);
+            return true;
+        }
+        if (out)
+            fprintf(out, "comparable: no (model %s -> %s: different workloads), compared as --force asks\n", shown_a,
+                    shown_b);
+        return false;
+    }
+    if (!out) /* only the check, before anything is printed */
+        return false;
+    json_t *lines = diff_config_lines(ca, cb);
+    size_t nenv = diff_env_count(a, b);
+    if (!json_is_object(ca) || !json_is_object(cb))
+        fprintf(out, "comparable: not known (a configuration is not recorded)");
+    else if (json_array_size(lines) == 0)
+        fprintf(out, "comparable: yes, the same configuration");
+    else {
+        /* The keys that differ, by name: what the comparison measures. */
+        fprintf(out, "comparable: yes, configurations differ in");
+        size_t i;
+        json_t *l;
+        json_array_foreach(lines, i, l) {
+            const char *t = json_string_value(l);
+            fprintf(out, "%s %.*s", i ? "," : "", (int)strcspn(t, ":"), t);
+        }
+    }
+    fprintf(out, "; %s\n", nenv ? "environments differ (below): the difference may be theirs"
+                                 : "no environment differs");
+    json_decref(lines);
+    return false;
+}
+
+/* ---- the headline and its noise --------------------------------------------- */
+
+/* The headline figures compared ("shares.KEY": a share). */
+static const char *const diff_hl_figures[] = {
+    "step_p50_ms", "step_p90_ms", "samples_per_s", "shares.exposed_comm", "effective_gb_per_s",
+};
+#define DIFF_NHL (sizeof diff_hl_figures / sizeof diff_hl_figures[0])
+
+/* The "all" row of a headline's or a summary's trainers. */
+static json_t *diff_all_row(json_t *o)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(o, "trainers"), i, row) {
+        const char *t = json_string_value(json_object_get(row, "trainer"));
+        if (t && strcmp(t, "all") == 0)
+            return row;
+    }
+    return NULL;
+}
+
+/* The summary of the series a results.json is a run of (--runs: its
+ * folder's parent holds summary.json, master/summary.h), when it summed up
+ * two runs or more; else NULL. */
+static json_t *diff_series_summary(const char *file, json_t *doc)
+{
+    json_t *runs = json_object_get(doc, "runs");
+    if (!json_is_integer(runs) || json_integer_value(runs) == 1)
+        return NULL;
+    char path[4200];
+    const char *slash = strrchr(file, '/');
+    int dlen = slash ? (int)(slash - file) : 0;
+    /* DIR/run-NNN/results.json -> DIR/summary.json */
+    snprintf(path, sizeof path, "%.*s%s../summary.json", dlen, file, slash ? "/" : "");
+    char why[256];
+    int fd = userpath_open_read(path, why, sizeof why);
+    if (fd < 0)
+        return NULL;
+    json_t *s = json_loadfd(fd, 0, NULL);
+    close(fd);
+    if (!s || json_integer_value(json_object_get(s, "runs")) < 2) {
+        json_decref(s);
+        return NULL;
+    }
+    /* A folder reused by a later series keeps older run-NNN folders: the
+     * summary must hold this run's step p50 among its values. */
+    json_t *mine = json_object_get(diff_all_row(json_object_get(doc, "headline")), "step_p50_ms");
+    json_t *values = json_object_get(json_object_get(diff_all_row(s), "step_p50_ms"), "values");
+    bool found = false;
+    size_t i;
+    json_t *v;
+    json_array_foreach(values, i, v) found = found || (json_is_number(mine) && json_is_number(v) &&
+                                                       json_number_value(v) == json_number_value(mine));
+    if (!found) {
+        json_decref(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* A figure of a run's headline (all trainers), NAN when not known. */
+static double diff_hl_value(json_t *doc, const char *fig)
+{
+    json_t *row = diff_all_row(json_object_get(doc, "headline"));
+    json_t *v = strncmp(fig, "shares.", 7) == 0 ? json_object_get(json_object_get(row, "shares"), fig + 7)
+                                                 : json_object_get(row, fig);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* The headline of both runs, all trainers: a side with a series' summary
+ * shows its mean and 95% interval; where both have one, a difference whose
+ * intervals overlap is within noise. */
+static void diff_headline(FILE *out, const char *const *files, json_t *a, json_t *b)
+{
+    json_t *sum[2] = {diff_series_summary(files[0], a), diff_series_summary(files[1], b)};
+    json_t *docs[2] = {a, b};
+    bool any = diff_all_row(json_object_get(a, "headline")) || diff_all_row(json_object_get(b, "headline"));
+    if (any || sum[0] || sum[1]) {
+        fprintf(out, "headline, all trainers (a series: its mean [95%% interval] over its runs):\n");
+        fprintf(out, "  %-20s %28s %28s %9s  %s\n", "figure", "A", "B", "change", "noise");
+    }
+    for (size_t f = 0; (any || sum[0] || sum[1]) && f < DIFF_NHL; f++) {
+        double v[2], lo[2] = {NAN, NAN}, hi[2] = {NAN, NAN};
+        char cell[2][64];
+        bool scale100 = strncmp(diff_hl_figures[f], "shares.", 7) == 0;
+        for (int d = 0; d < 2; d++) {
+            json_t *c = json_object_get(diff_all_row(sum[d]), diff_hl_figures[f]);
+            if (c) {
+                json_t *m = json_object_get(c, "mean"), *ci = json_object_get(c, "ci95");
+                v[d] = json_is_number(m) ? json_number_value(m) : NAN;
+                if (json_is_number(json_array_get(ci, 0)) && json_is_number(json_array_get(ci, 1))) {
+                    lo[d] = json_number_value(json_array_get(ci, 0));
+                    hi[d] = json_number_value(json_array_get(ci, 1));
+                }
+            } else {
+                v[d] = diff_hl_value(docs[d], diff_hl_figures[f]);
+            }
+            double k = scale100 ? 100 : 1;
+            if (!isfinite(v[d]))
+                snprintf(cell[d], sizeof cell[d], "-");
+            else if (isfinite(lo[d]))
+                snprintf(cell[d], sizeof cell[d], "%.4g [%.4g, %.4g]", v[d] * k, lo[d] * k, hi[d] * k);
+            else
+                snprintf(cell[d], sizeof cell[d], "%.4g", v[d] * k);
+        }
+        char change[32] = "-";
+        if (isfinite(v[0]) && isfinite(v[1]) && v[0] != 0)
+            snprintf(change, sizeof change, "%+.1f%%", 100 * (v[1] - v[0]) / fabs(v[0]));
+        const char *noise = "-";
+        if (isfinite(lo[0]) && isfinite(lo[1]))
+            noise = lo[0] <= hi[1] && lo[1] <= hi[0] ? "within noise" : "beyond noise";
+        fprintf(out, "  %-20s %28s %28s %9s  %s\n", diff_hl_figures[f], cell[0], cell[1], change, noise);
+    }
+    if (!sum[0] && !sum[1])
+        fprintf(out, "one run each: no noise estimate (a --runs N series on both sides gives one)\n");
+    else if (!sum[0] || !sum[1])
+        fprintf(out, "%s is one run (no summary.json of its series beside it): no noise estimate\n",
+                sum[0] ? "B" : "A");
+    else
+        fprintf(out, "noise: within noise where the two 95%% intervals overlap (%lld and %lld runs)\n",
+                (long long)json_integer_value(json_object_get(sum[0], "runs")),
+                (long long)json_integer_value(json_object_get(sum[1], "runs")));
+    json_decref(sum[0]);
+    json_decref(sum[1]);
+}
+
 /* Close the in-memory CSV and write it to path whole: a temporary file in
  * the same directory, fsync, rename (afile_write). 0, or 1 with the error
  * (the path, the errno by name and text) on err. */
@@ -562,6 +784,7 @@ typedef struct diff_args {
     const char *files[2];
     const char *csv_path; /* --csv FILE, NULL */
     bool allow_failed;    /* --allow-failed */
+    bool force;           /* --force: runs of different models too */
 } diff_args;
 
 /* Its options anywhere among the two files ("--" ends them). -1 to go on,
@@ -590,6 +813,8 @@ static int diff_parse_args(int argc, char **argv, diff_args *d, FILE *out, FILE 
                 d->csv_path = a + 6;
             } else if (strcmp(a, "--allow-failed") == 0) {
                 d->allow_failed = true;
+            } else if (strcmp(a, "--force") == 0) {
+                d->force = true;
             } else {
                 fprintf(err, "psbench-master diff: unknown option '%s'\n", a);
                 diff_usage(err);
@@ -673,7 +898,7 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
         return 1;
     json_t *b = diff_load(d.files[1], err);
     json_t *docs[2] = {a, b};
-    if (!b || diff_refuse_unfinished(&d, docs, err)) {
+    if (!b || diff_refuse_unfinished(&d, docs, err) || diff_verdict(NULL, err, d.files, a, b, d.force)) {
         json_decref(a);
         json_decref(b);
         return 1;
@@ -695,7 +920,9 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
     }
 
     diff_states(out, d.files, docs);
+    diff_verdict(out, err, d.files, a, b, d.force);
     fprintf(out, "A: %s\nB: %s\n", d.files[0], d.files[1]);
+    diff_headline(out, d.files, a, b);
     fprintf(out, "values in ms; B-A and change are B relative to A (negative: B is faster)\n");
     diff_configuration(out, json_object_get(a, "configuration"), json_object_get(b, "configuration"));
     diff_rpc_pattern(out, a, b);

@@ -133,6 +133,9 @@ typedef struct master {
     struct history *history;   /* the charts' points (history.h), taken as snapshots are published */
     struct launcher *launcher; /* --local: the children */
     double training_s;         /* the timed pass's duration, once it completed */
+    json_t *run_headlines;     /* --runs other than 1: each done run's headline (summary.h), owned */
+    json_t *host_load;         /* this run's host load by pass: {"warm-up"|"timed": {"start", "end",
+                                * "steal_share", "busy"}} (results_load_mark), owned; NULL before any */
     int exit_code;
     kvstore kv;                /* the trainers' rendezvous (collective groups) */
     /* A trainer's failure, held back briefly: when a trainer dies, the
@@ -199,6 +202,13 @@ int results_write(master *m, char *err, size_t errlen);
  * with "--out DIR: ..." in err. */
 int results_check_out(const char *out_dir, uint32_t runs, char *err, size_t errlen);
 void results_print(master *m);
+/* After the last of a series of runs (--runs other than 1): the runs'
+ * summary (summary.h) on stdout and in out_dir/summary.json. */
+void results_summary(master *m);
+/* The master host's load (hostinfo_load) as pass (RUN_WARMUP, RUN_TIMED)
+ * starts or ends, into m->host_load; at the end, the steal over the pass
+ * and whether the host was busy (results.json's host_load, a warning). */
+void results_load_mark(master *m, run_state pass, bool start);
 /* A trainer's diverged loss as the run's warning: "trainer R (HOST): loss
  * diverged at epoch E, batch B of the P pass (loss = nan); the run went on
  * (--allow-divergence)". */

@@ -147,6 +147,7 @@ static void phases_start_pass(master *m, run_state pass)
         m->trainers[i]->batches_done = 0;
     }
     master_set_state(m, pass);
+    results_load_mark(m, pass, true);
     json_t *body = json_pack("{s:s, s:I}", "phase", run_state_phase(pass), "batches",
                              (json_int_t)master_pass_batches(m));
     for (uint32_t i = 0; i < m->set.ntrainer; i++)
@@ -183,6 +184,7 @@ static void phases_finish(master *m)
  * futures and everyone its metrics; after the timed pass, the run ends. */
 static void phases_pass_complete(master *m)
 {
+    results_load_mark(m, m->state, false);
     if (m->state == RUN_WARMUP) {
         printf("benchmark warmup done\n"); /* the seed launcher's line */
         fflush(stdout);
@@ -442,6 +444,8 @@ void phases_conclude(master *m, bool linger)
         if (m->exit_code == 0)
             m->exit_code = 1;
     }
+    if (to == RUN_FAILED || !master_runs_remain(m))
+        results_summary(m);
     master_publish(m, true); /* the end, now that its files are there */
     /* A signal ends the runs and, once a run is done, the master: it
      * lingers only after a run the signal failed. (A done run with runs
@@ -489,6 +493,8 @@ static void phases_clear_books(master *m)
     }
     m->held_until = 0;
     m->training_s = 0;
+    json_decref(m->host_load); /* the next run's passes are measured afresh */
+    m->host_load = NULL;
 }
 
 void phases_next_run(master *m)
@@ -531,6 +537,7 @@ void phases_stop_between_runs(master *m)
 {
     assert(m->state == RUN_WAITING && m->run > 1 && !master_runs_remain(m));
     log_info("stopped after run %u", m->run - 1);
+    results_summary(m);
     phases_end_runs(m);
     m->exit_code = 0;
     master_set_state(m, RUN_DONE);

@@ -6,6 +6,7 @@
 #include "master/headline.h"
 #include "master/master.h"
 #include "master/snapshot.h"
+#include "master/summary.h"
 #include "shared/hostinfo.h"
 #include "shared/text.h"
 #include "shared/atomicfile.h"
@@ -13,6 +14,7 @@
 #include "shared/userpath.h"
 
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <jansson.h>
@@ -238,9 +240,81 @@ void results_divergence_line(const node *n, char *buf, size_t len)
  * be this host's best), and a loss that diverged while the job allowed it
  * (--allow-divergence; without it a divergence fails the run and its
  * error says so). */
+/* A steal share above this is a busy host (a few percent: the CPUs the
+ * run measured were partly someone else's). */
+#define RESULTS_STEAL_BUSY 0.05
+
+void results_load_mark(master *m, run_state pass, bool start)
+{
+    if (pass != RUN_WARMUP && pass != RUN_TIMED)
+        return;
+    if (!m->host_load && !(m->host_load = json_object()))
+        return; /* out of memory: no load recorded */
+    const char *key = pass == RUN_TIMED ? "timed" : "warm-up";
+    json_t *p = json_object_get(m->host_load, key);
+    if (!p) {
+        p = json_pack("{s:n, s:n, s:n, s:b}", "start", "end", "steal_share", "busy", 0);
+        if (!p || json_object_set_new(m->host_load, key, p) < 0)
+            return; /* set_new dropped p */
+    }
+    json_t *now = hostinfo_load();
+    if (!p || !now) {
+        json_decref(now);
+        return;
+    }
+    json_object_set_new(p, start ? "start" : "end", now);
+    if (!start) {
+        double steal = hostinfo_steal_share(json_object_get(p, "start"), now);
+        json_object_set_new(p, "steal_share", isfinite(steal) ? json_real(steal) : json_null());
+    }
+    /* Busy: a load average (1 min) above the CPUs at either end, or the
+     * steal over the pass above a few percent. */
+    bool busy = false;
+    const char *ends[2] = {"start", "end"};
+    for (int i = 0; i < 2; i++) {
+        json_t *r = json_object_get(p, ends[i]);
+        json_t *l = json_array_get(json_object_get(r, "loadavg"), 0);
+        json_int_t cpus = json_integer_value(json_object_get(r, "cpus"));
+        busy = busy || (json_is_number(l) && cpus > 0 && json_number_value(l) > (double)cpus);
+    }
+    json_t *st = json_object_get(p, "steal_share");
+    busy = busy || (json_is_number(st) && json_number_value(st) > RESULTS_STEAL_BUSY);
+    json_object_set_new(p, "busy", json_boolean(busy));
+}
+
+/* A busy host's warning for a pass (results_load_mark), into w. */
+static void results_load_warning(const json_t *p, const char *pass, json_t *w)
+{
+    if (!json_is_true(json_object_get(p, "busy")))
+        return;
+    char line[512], loads[128] = "";
+    const char *ends[2] = {"start", "end"};
+    json_int_t cpus = 0;
+    for (int i = 0; i < 2; i++) {
+        json_t *r = json_object_get(p, ends[i]);
+        json_t *l = json_array_get(json_object_get(r, "loadavg"), 0);
+        if (json_is_number(l)) {
+            size_t n = strlen(loads);
+            snprintf(loads + n, sizeof loads - n, "%s%.2f at its %s", n ? ", " : "", json_number_value(l), ends[i]);
+            cpus = json_integer_value(json_object_get(r, "cpus"));
+        }
+    }
+    json_t *st = json_object_get(p, "steal_share");
+    char steal[64] = "not known";
+    if (json_is_number(st))
+        snprintf(steal, sizeof steal, "%.1f%%", 100 * json_number_value(st));
+    snprintf(line, sizeof line, "the master's host was busy during the %s pass (load average %s, over %lld CPUs; "
+             "CPU steal %s): its figures may be noise", pass, loads[0] ? loads : "not known", (long long)cpus, steal);
+    json_array_append_new(w, json_string(line));
+}
+
 static json_t *results_warnings(const master *m)
 {
     json_t *w = json_array();
+    if (w && m->host_load) {
+        results_load_warning(json_object_get(m->host_load, "warm-up"), "warm-up", w);
+        results_load_warning(json_object_get(m->host_load, "timed"), "timed", w);
+    }
     for (uint32_t r = 0; w && r < m->set.ntrainer; r++) {
         const node *n = m->trainers[r];
         if (!n)
@@ -309,6 +383,12 @@ void results_print(master *m)
     json_t *h = hst ? headline_json(m, hst, nh) : NULL;
     if (h)
         headline_print(h, stdout);
+    /* A series keeps each done run's headline for its summary. */
+    if (h && m->set.runs != 1 && m->state == RUN_DONE && m->metrics_pass == PASS_TIMED) {
+        if (!m->run_headlines)
+            m->run_headlines = json_array();
+        json_array_append(m->run_headlines, h);
+    }
     json_decref(h);
     free(hst);
     if (m->set.tables) {
@@ -501,6 +581,10 @@ int results_write(master *m, char *err, size_t errlen)
         const char *pass = results_pass_name(m);
         json_object_set_new(doc, "metrics_pass", pass ? json_string(pass) : json_null());
     }
+    /* The master host's load at each pass's start and end (extension;
+     * results_load_mark): {} when no pass began. */
+    if (doc)
+        json_object_set_new(doc, "host_load", m->host_load ? json_deep_copy(m->host_load) : json_object());
     /* The timed pass's duration ("Time spent training"), once it ended. */
     if (doc && m->training_s > 0)
         json_object_set_new(doc, "training_seconds", json_real(m->training_s));
@@ -521,4 +605,24 @@ int results_write(master *m, char *err, size_t errlen)
     if (rc == 0)
         log_info("wrote %s/results.json, trainer.csv, server.csv", dir);
     return rc;
+}
+
+void results_summary(master *m)
+{
+    if (m->set.runs == 1 || json_array_size(m->run_headlines) == 0)
+        return;
+    json_t *s = summary_json(m->run_headlines);
+    if (!s)
+        return;
+    summary_print(s, stdout);
+    fflush(stdout);
+    if (m->set.out_dir) {
+        char path[4200], err[4400];
+        snprintf(path, sizeof path, "%s/summary.json", m->set.out_dir);
+        if (afile_write_json(path, s, JSON_INDENT(2), err, sizeof err) < 0)
+            log_error("%s", err);
+        else
+            log_info("wrote %s", path);
+    }
+    json_decref(s);
 }

@@ -214,6 +214,8 @@ void master_free(master *m)
         if (m->sig_ev[i])
             event_free(m->sig_ev[i]);
     admit_free(m->admit);
+    json_decref(m->run_headlines);
+    json_decref(m->host_load);
     while (m->nodes) {
         node *n = m->nodes;
         m->nodes = n->next;

@@ -1,7 +1,9 @@
 /* hostinfo.c — what this process computes with (see hostinfo.h). */
 #include "shared/hostinfo.h"
 
+#include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -115,4 +117,54 @@ json_t *hostinfo_json(void)
                      "cpus", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN), "cpus_allowed", (json_int_t)allowed, "simd",
                      hostinfo_simd(), "memory_bytes", (json_int_t)hostinfo_memory(), "kernel", u.release,
                      "machine", u.machine, "compiler", hostinfo_compiler(), "psbench_version", PSBENCH_VERSION);
+}
+
+/* $PSBENCH_PROC_DIR/name, or /proc/name, opened for reading. */
+static FILE *hostinfo_proc(const char *name)
+{
+    const char *dir = getenv("PSBENCH_PROC_DIR");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir && dir[0] ? dir : "/proc", name);
+    return fopen(path, "r");
+}
+
+json_t *hostinfo_load(void)
+{
+    json_t *o = json_pack("{s:n, s:I, s:n, s:n}", "loadavg", "cpus", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN),
+                          "cpu_ticks", "steal_ticks");
+    if (!o)
+        return NULL;
+    FILE *f = hostinfo_proc("loadavg");
+    double l[3];
+    if (f && fscanf(f, "%lf %lf %lf", &l[0], &l[1], &l[2]) == 3)
+        json_object_set_new(o, "loadavg", json_pack("[f, f, f]", l[0], l[1], l[2]));
+    if (f)
+        fclose(f);
+    /* "cpu  user nice system idle iowait irq softirq steal ...": steal is
+     * the eighth; guest and guest_nice (ninth, tenth) are already counted
+     * in user and nice, so the total stops at steal. */
+    f = hostinfo_proc("stat");
+    unsigned long long v[8];
+    if (f && fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                    &v[6], &v[7]) == 8) {
+        unsigned long long total = 0;
+        for (int i = 0; i < 8; i++)
+            total += v[i];
+        json_object_set_new(o, "cpu_ticks", json_integer((json_int_t)total));
+        json_object_set_new(o, "steal_ticks", json_integer((json_int_t)v[7]));
+    }
+    if (f)
+        fclose(f);
+    return o;
+}
+
+double hostinfo_steal_share(const json_t *start, const json_t *end)
+{
+    const json_t *t0 = json_object_get(start, "cpu_ticks"), *t1 = json_object_get(end, "cpu_ticks");
+    const json_t *s0 = json_object_get(start, "steal_ticks"), *s1 = json_object_get(end, "steal_ticks");
+    if (!json_is_integer(t0) || !json_is_integer(t1) || !json_is_integer(s0) || !json_is_integer(s1))
+        return NAN;
+    json_int_t dt = json_integer_value(t1) - json_integer_value(t0);
+    json_int_t ds = json_integer_value(s1) - json_integer_value(s0);
+    return dt > 0 && ds >= 0 ? (double)ds / (double)dt : NAN;
 }

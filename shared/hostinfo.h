@@ -29,4 +29,17 @@ const char *hostinfo_compiler(void);
  * ("avx2", "avx512f", "avx512_bf16", ...); false on other architectures. */
 bool hostinfo_cpu_has(const char *ext);
 
+/* This host's load now (issue 30: a busy host makes noisy figures):
+ * {"loadavg": [1, 5, 15 min] (/proc/loadavg), "cpus" (online),
+ * "cpu_ticks", "steal_ticks" (/proc/stat's "cpu" line: all its ticks, and
+ * steal's, since boot)}; a value that could not be read is null. Read
+ * from $PSBENCH_PROC_DIR instead of /proc where set (the tests' busy host).
+ * A new object, NULL when out of memory. */
+json_t *hostinfo_load(void);
+
+/* The share of the CPU time between two hostinfo_load readings that a
+ * hypervisor stole (0..1); NAN when not known (no /proc/stat, no tick
+ * between them). */
+double hostinfo_steal_share(const json_t *start, const json_t *end);
+
 #endif

@@ -75,6 +75,7 @@ class Runs(psb.PsbTestCase):
         self.assertEqual(batches, 5)  # DummyData: 10 batches an epoch, dealt over 2 trainers
         self.assertFalse(os.path.exists(os.path.join(self.out, "results.json")))
         hashes, losses = set(), set()
+        p50s = []
         for run in (1, 2, 3):
             res = self.results(run)
             self.assertEqual((res["phase"], res["error"], res["run"], res["runs"]), ("done", None, run, 3))
@@ -93,6 +94,34 @@ class Runs(psb.PsbTestCase):
                 hashes.add(t["final_params_sha256"])
                 losses.add(tuple(t["loss_per_epoch"]))
             self.assertGreater(res["training_seconds"], 0)
+            p50s.append(res["headline"]["trainers"][-1]["step_p50_ms"])
+        # The summary across the runs (issue 30): printed after the last
+        # run, and in DIR/summary.json with each run's figure as its value.
+        self.assertEqual(len(re.findall(r"^summary over 3 runs, all trainers", so, re.M)), 1, so[-3000:])
+        self.assertRegex(so, r"(?m)^step_p50_ms +3 +\S+ +\S+ +\[\S+, \S+\]$")
+        with open(os.path.join(self.out, "summary.json")) as f:
+            summ = json.load(f)
+        self.assertEqual((summ["runs"], summ["confidence"], summ["interval"]), (3, 0.95, "Student t"))
+        allrow = [t for t in summ["trainers"] if t["trainer"] == "all"][0]
+        c = allrow["step_p50_ms"]
+        self.assertEqual(c["values"], p50s)
+        mean = sum(p50s) / 3
+        sd = (sum((v - mean) ** 2 for v in p50s) / 2) ** 0.5
+        self.assertAlmostEqual(c["mean"], mean, places=9)
+        self.assertAlmostEqual(c["stdev"], sd, places=9)
+        half = 4.3027 * sd / 3 ** 0.5
+        self.assertAlmostEqual(c["ci95"][0], mean - half, places=9)
+        self.assertAlmostEqual(c["ci95"][1], mean + half, places=9)
+        self.assertEqual(sorted(t["trainer"] for t in summ["trainers"]), ["0", "1", "all"])
+        # diff of two runs of the series: comparable (the same configuration),
+        # each side the series' mean and interval, the same: within noise.
+        rc, dout, derr = self.reg.run([psb.bin_path("psbench-master"), "diff",
+                                       os.path.join(self.out, "run-001", "results.json"),
+                                       os.path.join(self.out, "run-003", "results.json")])
+        self.assertEqual(rc, 0, derr)
+        self.assertTrue(dout.startswith("comparable: yes, the same configuration"), dout[:400])
+        self.assertRegex(dout, r"(?m)^  step_p50_ms .* \+0\.0%  within noise$")
+        self.assertIn("noise: within noise where the two 95% intervals overlap (3 and 3 runs)", dout)
         # Every run trains the same model from the same seed to the same end.
         self.assertEqual(len(hashes), 1, hashes)
         self.assertEqual(len(losses), 2, losses)  # one per trainer (its own data), the same every run
@@ -137,7 +166,11 @@ class Runs(psb.PsbTestCase):
         self.assertEqual(m.wait(30), 0, m.describe())
         self.assertEqual(srv.wait(30), 0, srv.describe())
         self.assertIn("stopped after run 2", m.stderr())
-        self.assertEqual(sorted(os.listdir(self.out)), ["run-001", "run-002"])
+        # The series' summary (summary.h) covers the two runs done.
+        self.assertEqual(sorted(os.listdir(self.out)), ["run-001", "run-002", "summary.json"])
+        with open(os.path.join(self.out, "summary.json")) as f:
+            self.assertEqual(json.load(f)["runs"], 2)
+        self.assertIn("summary over 2 runs", m.stdout())
         self.assertIn("run 2 done:", m.stdout())
         self.assertIn("all trainers left: ready for a new job", srv.stderr())
 
@@ -167,6 +200,66 @@ class Runs(psb.PsbTestCase):
         self.assertEqual(self.results(1)["phase"], "done")
         self.assertEqual(self.results(2)["phase"], "failed")
         self.assertRegex(m.stdout(), r"(?m)^run 2/5 failed: trainer 0 ")
+
+
+    def load_run(self, proc_dir):
+        """One --local run of the Tiny model with the master reading the host's
+        load from proc_dir (None: the real /proc); its results.json."""
+        env = psb.base_env()
+        env.pop("PSBENCH_PROC_DIR", None)
+        if proc_dir:
+            env["PSBENCH_PROC_DIR"] = proc_dir
+        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                "--linger", "0", "--rpc-timeout", "15", "--out", self.out, "--local", "--epochs", "1"]
+        m = self.reg.start(args, env=env, name="master", cls=Master)
+        self.assertEqual(m.wait(RUN_TIMEOUT), 0, m.describe())
+        with open(os.path.join(self.out, "results.json")) as f:
+            return json.load(f), m.stdout()
+
+    def test_host_load(self):
+        """results.json's host_load: the master host's load average and CPU
+        ticks at the start and end of each pass, read from /proc; a host
+        whose load is above its CPUs, or whose steal over a pass is above
+        5 %, is busy: a warning in the output and in results.json."""
+        res, so = self.load_run(None)
+        one = os.path.join(self.reg.workdir, "one.json")
+        os.rename(os.path.join(self.out, "results.json"), one)
+        hl = res["host_load"]
+        self.assertEqual(sorted(hl), ["timed", "warm-up"])
+        for p in hl.values():
+            for end in ("start", "end"):
+                self.assertEqual(len(p[end]["loadavg"]), 3)
+                self.assertGreater(p[end]["cpus"], 0)
+                self.assertGreaterEqual(p["end"]["cpu_ticks"], p["start"]["cpu_ticks"])
+            self.assertIn("busy", p)
+        # A quiet host: no warning.
+        res, so = self.load_run(os.path.join(os.path.dirname(os.path.abspath(__file__)), "proc_quiet"))
+        self.assertEqual(res["warnings"], [])
+        self.assertEqual(res["host_load"]["timed"]["steal_share"], None)  # no tick between the readings
+        self.assertFalse(res["host_load"]["timed"]["busy"])
+        # A busy one: load 512 on any machine's CPUs.
+        busy = os.path.join(self.reg.workdir, "proc_busy")
+        os.makedirs(busy)
+        with open(os.path.join(busy, "loadavg"), "w") as f:
+            f.write("512.00 300.00 100.00 9/99 1\n")
+        with open(os.path.join(busy, "stat"), "w") as f:
+            f.write("cpu  100 0 100 1000 0 0 0 50 0 0\n")
+        res, so = self.load_run(busy)
+        self.assertEqual(res["host_load"]["timed"]["start"]["loadavg"], [512.0, 300.0, 100.0])
+        self.assertEqual(res["host_load"]["timed"]["start"]["steal_ticks"], 50)
+        self.assertTrue(res["host_load"]["timed"]["busy"])
+        w = [x for x in res["warnings"] if "host was busy" in x]
+        self.assertEqual(len(w), 2, res["warnings"])  # warm-up and timed
+        self.assertIn("during the timed pass (load average 512.00 at its start, 512.00 at its end", w[1])
+        self.assertIn("warning: the master's host was busy during the timed pass", so)
+        # diff of two single runs: no noise estimate; the busy run's warning
+        # is said before the figures.
+        rc, dout, derr = self.reg.run([psb.bin_path("psbench-master"), "diff", one,
+                                       os.path.join(self.out, "results.json")])
+        self.assertEqual(rc, 0, derr)
+        self.assertIn("one run each: no noise estimate", dout)
+        self.assertIn("B: warning: the master's host was busy during the timed pass", dout)
+        self.assertRegex(dout, r"(?m)^comparable: yes, the same configuration; ")
 
 
 def psb_last_line(text):

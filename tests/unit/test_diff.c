@@ -561,7 +561,8 @@ static void test_failed_run(void **state)
     assert_int_equal(r.rc, 0);
     assert_string_equal(r.err, "");
     snprintf(want, sizeof want, "B (%s) is a failed run: server 0 (h1) disconnected\nB: warning: trainer 1 (h2): "
-             "loss diverged\nA: %s\nB: %s\n", fp, dp, fp);
+             "loss diverged\ncomparable: not known (a configuration is not recorded); no environment differs\nA: %s\nB: "
+             "%s\n", fp, dp, fp);
     assert_true(strncmp(r.out, want, strlen(want)) == 0);
     assert_contains(r.out, "== trainer: all ranks ==");
     result_free(&r);
@@ -569,7 +570,7 @@ static void test_failed_run(void **state)
     /* Two finished runs: no such line. */
     r = run(dp, dp, NULL, NULL);
     assert_int_equal(r.rc, 0);
-    assert_true(strncmp(r.out, "A: ", 3) == 0);
+    assert_true(strncmp(r.out, "comparable: ", 12) == 0);
     result_free(&r);
     unlink(fp);
     unlink(dp);
@@ -610,6 +611,123 @@ static void test_usage(void **state)
     result_free(&r);
 }
 
+/* Comparable first: runs of different models are refused unless --force;
+ * a nested configuration value that differs is named by its path, keys
+ * that do not matter (listen, http, out) are not. */
+static void test_comparable(void **state)
+{
+    (void)state;
+    write_file("dummy.json", "{\"configuration\": {\"model\": \"DummyModel\", \"listen\": \"a:1\", \"out\": \"x\","
+                             " \"resolved\": {\"trainer\": {\"bucket_cap_mb\": 25, \"lr\": 0.1}}}, \"groups\": {}}\n");
+    write_file("dummy4.json", "{\"configuration\": {\"model\": \"DummyModel\", \"listen\": \"b:2\", \"out\": \"y\","
+                              " \"resolved\": {\"trainer\": {\"bucket_cap_mb\": 4, \"lr\": 0.1}}}, \"groups\": {}}\n");
+    write_file("dummy_out.json", "{\"configuration\": {\"model\": \"DummyModel\", \"listen\": \"c:3\", \"http\": "
+                                 "\"h\", \"out\": \"z\", \"resolved\": {\"trainer\": {\"bucket_cap_mb\": 25, \"lr\": "
+                                 "0.1}}}, \"groups\": {}}\n");
+    write_file("hybrid.json", "{\"configuration\": {\"model\": \"HybridModel\"}, \"groups\": {}}\n");
+    const char *d = tmp_path("dummy.json"), *d4 = tmp_path("dummy4.json"), *h = tmp_path("hybrid.json");
+    result r = run(d, h, NULL, NULL);
+    assert_int_equal(r.rc, 1);
+    assert_string_equal(r.out, "");
+    assert_contains(r.err, "are not comparable: model DummyModel -> HybridModel (different workloads; --force "
+                           "compares them anyway)\n");
+    result_free(&r);
+    r = run("--force", d, h, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_true(strncmp(r.out, "comparable: no (model DummyModel -> HybridModel: different workloads), compared "
+                               "as --force asks\n", 80) == 0);
+    result_free(&r);
+    r = run(d, d4, NULL, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_true(strncmp(r.out, "comparable: yes, configurations differ in resolved.trainer.bucket_cap_mb; no "
+                               "environment differs\n", 60) == 0);
+    assert_contains(r.out, "configuration differences:\n  resolved.trainer.bucket_cap_mb: 25 -> 4\n");
+    assert_null(strstr(r.out, "differs\n  resolved: differs"));
+    assert_null(strstr(r.out, "listen:"));
+    assert_null(strstr(r.out, "out:"));
+    result_free(&r);
+    r = run(d, tmp_path("dummy_out.json"), NULL, NULL); /* only where it listened and wrote */
+    assert_int_equal(r.rc, 0);
+    assert_true(strncmp(r.out, "comparable: yes, the same configuration; no environment differs\n", 60) == 0);
+    assert_contains(r.out, "configuration: same\n");
+    result_free(&r);
+    unlink(d);
+    unlink(d4);
+    unlink(h);
+    unlink(tmp_path("dummy_out.json"));
+}
+
+/* A --runs series: DIR/run-001/results.json with DIR/summary.json. */
+static void write_series(const char *dir, double mean, double lo, double hi, double mine)
+{
+    char path[300], text[1200];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, dir);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/%s/run-001", tmpdir, dir);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/run-001/results.json", dir);
+    snprintf(text, sizeof text, "{\"configuration\": {\"model\": \"DummyModel\"}, \"groups\": {}, \"run\": 1, "
+             "\"runs\": 3, \"headline\": {\"trainers\": [{\"trainer\": \"all\", \"step_p50_ms\": %g}]}}\n", mine);
+    write_file(path, text);
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    snprintf(text, sizeof text, "{\"runs\": 3, \"trainers\": [{\"trainer\": \"all\", \"step_p50_ms\": {\"n\": 3, "
+             "\"mean\": %g, \"stdev\": 1, \"ci95\": [%g, %g], \"values\": [%g, %g, %g]}}]}\n", mean, lo, hi,
+             mean - 1, mean, mean + 1);
+    write_file(path, text);
+}
+
+static void unlink_series(const char *dir)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/run-001/results.json", dir);
+    unlink(tmp_path(path));
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    unlink(tmp_path(path));
+    snprintf(path, sizeof path, "%s/run-001", dir);
+    rmdir(tmp_path(path));
+    rmdir(tmp_path(dir));
+}
+
+/* The headline's noise: within noise where both sides are series whose
+ * intervals overlap, beyond where they do not; one run each says so. */
+static void test_noise(void **state)
+{
+    (void)state;
+    write_series("sa", 100, 90, 110, 99);
+    write_series("sb", 105, 95, 115, 105);
+    write_series("sc", 150, 140, 160, 151);
+    write_series("sd", 150, 140, 160, 42); /* a summary of another series (the folder reused) */
+    char line[512];
+    result r = run(tmp_path("sa/run-001/results.json"), tmp_path("sb/run-001/results.json"), NULL, NULL);
+    assert_int_equal(r.rc, 0);
+    find_line(r.out, "  step_p50_ms", line, sizeof line);
+    assert_contains(line, "100 [90, 110]");
+    assert_contains(line, "105 [95, 115]");
+    assert_contains(line, "+5.0%");
+    assert_contains(line, "within noise");
+    assert_contains(r.out, "noise: within noise where the two 95% intervals overlap (3 and 3 runs)\n");
+    assert_true(strstr(r.out, "  step_p50_ms") < strstr(r.out, "configuration: same"));
+    result_free(&r);
+    r = run(tmp_path("sa/run-001/results.json"), tmp_path("sc/run-001/results.json"), NULL, NULL);
+    find_line(r.out, "  step_p50_ms", line, sizeof line);
+    assert_contains(line, "beyond noise");
+    result_free(&r);
+    r = run(tmp_path("a.json"), tmp_path("b.json"), NULL, NULL);
+    assert_contains(r.out, "one run each: no noise estimate");
+    assert_null(strstr(r.out, "within noise"));
+    result_free(&r);
+    r = run(tmp_path("sa/run-001/results.json"), tmp_path("sd/run-001/results.json"), NULL, NULL);
+    find_line(r.out, "  step_p50_ms", line, sizeof line);
+    assert_contains(line, "100 [90, 110]");
+    assert_contains(line, " 42 ");
+    assert_contains(r.out, "B is one run (no summary.json of its series beside it): no noise estimate\n");
+    result_free(&r);
+    unlink_series("sd");
+    unlink_series("sa");
+    unlink_series("sb");
+    unlink_series("sc");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -623,6 +741,8 @@ int main(void)
         cmocka_unit_test(test_not_regular),
         cmocka_unit_test(test_failed_run),
         cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_comparable),
+        cmocka_unit_test(test_noise),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,0 +1,44 @@
+/* summary.h — noise you can see (issue 30): with --runs N, the runs'
+ * headlines (headline.h) summed up figure by figure — mean, standard
+ * deviation and a 95 % confidence interval of the mean (Student t) — printed
+ * after the last run and written to --out DIR/summary.json
+ * (docs/http-api.md). One run gives a mean and no spread: its deviation and
+ * interval are null, never 0. */
+#ifndef PSBENCH_SUMMARY_H
+#define PSBENCH_SUMMARY_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <jansson.h>
+
+/* One figure over n runs. stdev and the interval are NAN for n < 2. */
+typedef struct {
+    size_t n;
+    double mean;
+    double stdev;   /* sample standard deviation (n - 1) */
+    double ci_low;  /* mean -/+ t(0.975, n - 1) * stdev / sqrt(n) */
+    double ci_high;
+} summary_ci;
+
+/* The two-sided 95 % quantile of Student's t with df degrees of freedom
+ * (t(0.975, df)); df >= 1. */
+double summary_t975(unsigned df);
+
+/* The summary of x[0..n) into *out; the NAN values in x are skipped (a
+ * figure a run did not know). */
+void summary_of(const double *x, size_t n, summary_ci *out);
+
+/* The summary of headlines (a JSON array of headline_json objects, one
+ * per run): {"runs", "confidence": 0.95, "interval": "Student t",
+ * "trainers": [{"trainer", FIGURE: {"n", "mean", "stdev", "ci95":
+ * [low, high], "values": [...]}, ...}]}, the figures those of the first
+ * run's rows (step_p50_ms, step_p90_ms, samples_per_s, bytes_per_step,
+ * comm_span_ms, effective_gb_per_s, and the shares as shares.KEY; units
+ * the headline's). A new
+ * reference; NULL when out of memory. */
+json_t *summary_json(const json_t *headlines);
+
+/* The summary's "all" row as text, a figure a line (nothing without one). */
+void summary_print(const json_t *s, FILE *out);
+
+#endif
