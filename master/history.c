@@ -26,8 +26,14 @@ static const char *const history_metrics[] = {
     "parameter_server_straggler_metric,param_index_straggler",
 };
 
+/* A point as rendered, and the run (--runs) it is from. */
+typedef struct history_slot {
+    char *json;
+    uint32_t run;
+} history_slot;
+
 struct history {
-    char **ring;          /* cap slots; the oldest at head */
+    history_slot *ring;   /* cap slots; the oldest at head */
     size_t cap, head, n;
     size_t bytes, max_bytes; /* the held points' strlen, summed */
     double t_last;        /* when the last point was taken */
@@ -64,7 +70,7 @@ void history_free(history *h)
     if (!h)
         return;
     for (size_t i = 0; i < h->n; i++)
-        free(h->ring[(h->head + i) % h->cap]);
+        free(h->ring[(h->head + i) % h->cap].json);
     free(h->ring);
     free(h);
 }
@@ -77,10 +83,10 @@ size_t history_points(const history *h)
 static void history_drop_oldest(history *h)
 {
     assert(h->n > 0);
-    char *p = h->ring[h->head];
+    char *p = h->ring[h->head].json;
     h->bytes -= strlen(p);
     free(p);
-    h->ring[h->head] = NULL;
+    h->ring[h->head].json = NULL;
     h->head = (h->head + 1) % h->cap;
     h->n--;
 }
@@ -156,11 +162,16 @@ int history_offer(history *h, double t, const snapshot_input *in, bool last)
     if (!s)
         return -1;
     size_t len = strlen(s);
+    /* A series of runs (--runs, 0: until stopped) keeps the current run
+     * and the one before: the page shows the run under way whole, and
+     * the one it follows, and the master does not grow with the series. */
+    while (h->n > 0 && h->ring[h->head].run + HISTORY_KEEP_RUNS <= in->run)
+        history_drop_oldest(h);
     if (h->n == h->cap)
         history_drop_oldest(h);
     while (h->n > 0 && h->bytes + len > h->max_bytes)
         history_drop_oldest(h);
-    h->ring[(h->head + h->n) % h->cap] = s;
+    h->ring[(h->head + h->n) % h->cap] = (history_slot){.json = s, .run = in->run};
     h->n++;
     h->bytes += len;
     h->t_last = t;
@@ -183,7 +194,7 @@ char *history_json(const history *h)
     memcpy(w, head, (size_t)hl);
     w += hl;
     for (size_t i = 0; i < h->n; i++) {
-        const char *p = h->ring[(h->head + i) % h->cap];
+        const char *p = h->ring[(h->head + i) % h->cap].json;
         size_t len = strlen(p);
         if (i)
             *w++ = ',';

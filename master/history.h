@@ -21,6 +21,7 @@
 #define HISTORY_PERIOD_S 1.0
 #define HISTORY_MAX_POINTS 3600u             /* an hour at one point a second */
 #define HISTORY_MAX_BYTES ((size_t)16 << 20) /* the points' rendered size, whatever the ranks */
+#define HISTORY_KEEP_RUNS 2u                 /* a series keeps the current run and the one before */
 
 typedef struct history history;
 

@@ -383,10 +383,14 @@ void results_print(master *m)
     json_t *h = hst ? headline_json(m, hst, nh) : NULL;
     if (h)
         headline_print(h, stdout);
-    /* A series keeps each done run's headline for its summary. */
+    /* A series keeps each done run's headline for its summary: the last
+     * SUMMARY_MAX_RUNS of them, so that a series until stopped (--runs 0)
+     * does not grow the master without bound. */
     if (h && m->set.runs != 1 && m->state == RUN_DONE && m->metrics_pass == PASS_TIMED) {
         if (!m->run_headlines)
             m->run_headlines = json_array();
+        if (json_array_size(m->run_headlines) >= SUMMARY_MAX_RUNS)
+            json_array_remove(m->run_headlines, 0);
         json_array_append(m->run_headlines, h);
     }
     json_decref(h);

@@ -11,6 +11,10 @@
 #include <stdio.h>
 #include <jansson.h>
 
+/* The runs a series' summary covers at most: the last ones (a series until
+ * stopped, --runs 0, keeps no more). */
+#define SUMMARY_MAX_RUNS 1000u
+
 /* One figure over n runs. stdev and the interval are NAN for n < 2. */
 typedef struct {
     size_t n;

@@ -127,6 +127,29 @@ static void test_bounded(void **state)
     history_free(h);
 }
 
+/* A series (--runs) keeps the current run and the one before: the
+ * master does not grow with the series (tests/multihost/test_soak.py). */
+static void test_series_keeps_two_runs(void **state)
+{
+    (void)state;
+    history *h = history_new(100, 1 << 20);
+    double t = 100.0;
+    for (uint32_t run = 1; run <= 5; run++) {
+        snapshot_input r = input("running", run, 3), d = input("done", run, 3);
+        assert_int_equal(history_offer(h, t += 2, &r, false), 1);
+        assert_int_equal(history_offer(h, t += 2, &r, false), 1);
+        assert_int_equal(history_offer(h, t += 2, &d, false), 1);
+        assert_int_equal(history_points(h), run == 1 ? 3 : 6); /* 3 points a run, 2 runs kept */
+        json_t *v = doc(h);
+        json_t *pts = json_object_get(v, "points");
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(pts, 0), "run")), run == 1 ? 1 : run - 1);
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(pts, json_array_size(pts) - 1), "run")),
+                         run);
+        json_decref(v);
+    }
+    history_free(h);
+}
+
 static void test_empty(void **state)
 {
     (void)state;
@@ -142,6 +165,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_what_becomes_a_point),
         cmocka_unit_test(test_bounded),
+        cmocka_unit_test(test_series_keeps_two_runs),
         cmocka_unit_test(test_empty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
