@@ -21,51 +21,6 @@
 
 /* ---- small helpers ----------------------------------------------------- */
 
-static int is_dir(const char *p)
-{
-    struct stat st;
-    return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-const char *config_default_dir(char *buf, size_t len)
-{
-    const char *env = getenv("PSBENCH_CONFIG_DIR");
-    if (env && *env) {
-        snprintf(buf, len, "%s", env);
-        return buf;
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            /* Beside a build (<bin>/../configs), then where `cmake --install`
-             * and the .deb put them (<prefix>/bin/../share/psbench/configs):
-             * relative to the executable, so any prefix works. */
-            static const char *const rel[] = {"/../configs", "/../share/psbench/configs"};
-            for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-                char cand[PATH_MAX + 32];
-                snprintf(cand, sizeof cand, "%s%s", exe, rel[i]);
-                if (is_dir(cand)) {
-                    char real[PATH_MAX];
-                    snprintf(buf, len, "%s", realpath(cand, real) ? real : cand);
-                    return buf;
-                }
-            }
-        }
-    }
-#ifdef PSBENCH_SOURCE_CONFIG_DIR
-    if (is_dir(PSBENCH_SOURCE_CONFIG_DIR)) {
-        snprintf(buf, len, "%s", PSBENCH_SOURCE_CONFIG_DIR);
-        return buf;
-    }
-#endif
-    snprintf(buf, len, "configs");
-    return buf;
-}
-
 /* ---- defaults ------------------------------------------------------------ */
 
 static void resolved_free(run_config *c)
@@ -96,6 +51,36 @@ void config_free(run_config *c)
         free(*s[i]);
         *s[i] = NULL;
     }
+}
+
+/* ---- the command line (master/opts.c's table) ----------------------------------- */
+
+int config_init(run_config *c)
+{
+    memset(c, 0, sizeof *c);
+    char err[256];
+    if (opts_init(master_opts(), c, err, sizeof err) < 0) {
+        config_free(c);
+        return -1;
+    }
+    return 0;
+}
+
+void config_usage(FILE *f)
+{
+    opts_usage(master_opts(), f);
+}
+
+int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t errlen)
+{
+    if (config_init(c) < 0) {
+        errbuf_set(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = opts_parse(master_opts(), argc, argv, c, err, errlen);
+    if (rc != OPTS_OK)
+        return rc;
+    return master_opts_finish(c, err, errlen);
 }
 
 /* ---- validation ----------------------------------------------------------------- */

@@ -13,6 +13,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define AT(F) OPT_AT(run_config, F)
 #define STR_(x) #x
@@ -33,6 +35,51 @@ static int set_str(char **dst, const char *s)
     free(*dst);
     *dst = n;
     return 0;
+}
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+const char *config_default_dir(char *buf, size_t len)
+{
+    const char *env = getenv("PSBENCH_CONFIG_DIR");
+    if (env && *env) {
+        snprintf(buf, len, "%s", env);
+        return buf;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            /* Beside a build (<bin>/../configs), then where `cmake --install`
+             * and the .deb put them (<prefix>/bin/../share/psbench/configs):
+             * relative to the executable, so any prefix works. */
+            static const char *const rel[] = {"/../configs", "/../share/psbench/configs"};
+            for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+                char cand[PATH_MAX + 32];
+                snprintf(cand, sizeof cand, "%s%s", exe, rel[i]);
+                if (is_dir(cand)) {
+                    char real[PATH_MAX];
+                    snprintf(buf, len, "%s", realpath(cand, real) ? real : cand);
+                    return buf;
+                }
+            }
+        }
+    }
+#ifdef PSBENCH_SOURCE_CONFIG_DIR
+    if (is_dir(PSBENCH_SOURCE_CONFIG_DIR)) {
+        snprintf(buf, len, "%s", PSBENCH_SOURCE_CONFIG_DIR);
+        return buf;
+    }
+#endif
+    snprintf(buf, len, "configs");
+    return buf;
 }
 
 /* --data-config-path and the other three: CONFIGS/<what>_configurations.json
@@ -534,24 +581,8 @@ bool master_trainer_key_flag(size_t i, const char **name, const char **key)
     return false;
 }
 
-int config_init(run_config *c)
-{
-    memset(c, 0, sizeof *c);
-    char err[256];
-    if (opts_init(&master_table, c, err, sizeof err) < 0) {
-        config_free(c);
-        return -1;
-    }
-    return 0;
-}
-
-void config_usage(FILE *f)
-{
-    opts_usage(&master_table, f);
-}
-
 /* After the options: what follows from them together. */
-static int master_opts_finish(run_config *c, char *err, size_t errlen)
+int master_opts_finish(run_config *c, char *err, size_t errlen)
 {
     /* A --local job stays on this host: loopback unless an address was
      * given (--master-port alone sets only the port). */
@@ -586,14 +617,3 @@ static int master_opts_finish(run_config *c, char *err, size_t errlen)
     return 0;
 }
 
-int config_parse_args(run_config *c, int argc, char **argv, char *err, size_t errlen)
-{
-    if (config_init(c) < 0) {
-        errbuf_set(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = opts_parse(&master_table, argc, argv, c, err, errlen);
-    if (rc != OPTS_OK)
-        return rc;
-    return master_opts_finish(c, err, errlen);
-}
