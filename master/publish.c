@@ -98,16 +98,17 @@ void master_publish(master *m, bool exact)
         [HTTP_DOC_NODES] = snapshot_nodes_json(&in),
         [HTTP_DOC_METRICS] = snapshot_metrics_json(&in),
         [HTTP_DOC_PROM] = snapshot_prometheus(&in),
-        /* The configuration does not change during a job; it is rendered
-         * again with each snapshot all the same (a few kB), so that the HTTP
-         * thread, as for every other document, only ever reads a published
-         * copy and never the loop's own JSON. */
-        [HTTP_DOC_CONFIG] = snapshot_config_json(m->set.config_json),
+        /* The configuration does not change during a job: rendered once
+         * (NULL keeps it; tried again while it could not be made). The
+         * HTTP thread, as for every other document, reads only the
+         * published copy, never the loop's own JSON. */
+        [HTTP_DOC_CONFIG] = m->config_published ? NULL : snapshot_config_json(m->set.config_json),
         /* Rendered again only when it gained a point (NULL keeps the last
          * one), or while it is empty (a few bytes): served from the start. */
         [HTTP_DOC_HISTORY] = m->history && (taken || history_points(m->history) == 0) ? history_json(m->history)
                                                                                      : NULL,
     };
+    m->config_published = docs[HTTP_DOC_CONFIG] != NULL || m->config_published;
     http_publish(m->http, docs);
     json_decref(headline);
     free(st);

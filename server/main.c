@@ -290,13 +290,9 @@ int main(int argc, char **argv)
     char err[256];
     if (server_args_init(&a, err, sizeof err) < 0)
         return server_fail(err);
-    int rc = opts_parse(server_opts(), argc, argv, &a, err, sizeof err);
+    int rc = opts_parse_cli(server_opts(), argc, argv, &a, err, sizeof err);
     if (rc < 0)
         return server_fail(err);
-    if (rc == OPTS_HELP)
-        opts_usage(server_opts(), stdout);
-    if (rc == OPTS_VERSION)
-        opts_version(server_opts(), stdout);
     if (rc != OPTS_OK)
         return 0;
     char setup_err[512] = "";

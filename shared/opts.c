@@ -378,6 +378,16 @@ int opts_parse(const opts_table *t, int argc, char **argv, void *settings, char 
     return OPTS_OK;
 }
 
+int opts_parse_cli(const opts_table *t, int argc, char **argv, void *settings, char *err, size_t errlen)
+{
+    int rc = opts_parse(t, argc, argv, settings, err, errlen);
+    if (rc == OPTS_HELP)
+        opts_usage(t, stdout);
+    else if (rc == OPTS_VERSION)
+        opts_version(t, stdout);
+    return rc;
+}
+
 /* ---- --help, --version, the echo ---------------------------------------------- */
 
 /* "  HEAD   first line\n" and every further line at the column. */

@@ -141,6 +141,10 @@ int opts_init(const opts_table *t, void *settings, char *err, size_t errlen);
  * cli_normalize_args) into settings, which opts_init prepared. Returns
  * OPTS_OK, OPTS_HELP, OPTS_VERSION, or -1 with a one-line reason in err. */
 int opts_parse(const opts_table *t, int argc, char **argv, void *settings, char *err, size_t errlen);
+/* opts_parse, and what it asks for done: the --help text or the version
+ * printed on stdout. OPTS_OK to go on, OPTS_HELP or OPTS_VERSION once
+ * printed (the binary exits 0), or -1 with err. */
+int opts_parse_cli(const opts_table *t, int argc, char **argv, void *settings, char *err, size_t errlen);
 /* The --help text. */
 void opts_usage(const opts_table *t, FILE *f);
 /* "psbench-server 0.1.0 (wire protocol 1)" on f. */

@@ -415,13 +415,9 @@ int main(int argc, char **argv)
     char err[1536];
     if (trainer_args_init(&a, err, sizeof err) < 0)
         return trainer_fail(err);
-    int rc = opts_parse(trainer_opts(), argc, argv, &a, err, sizeof err);
+    int rc = opts_parse_cli(trainer_opts(), argc, argv, &a, err, sizeof err);
     if (rc < 0)
         return trainer_fail(err);
-    if (rc == OPTS_HELP)
-        opts_usage(trainer_opts(), stdout);
-    if (rc == OPTS_VERSION)
-        opts_version(trainer_opts(), stdout);
     if (rc != OPTS_OK)
         return 0;
     static char setup_err[1536];
