@@ -3,6 +3,7 @@
  *   psbench-master [options]            run a job (servers and trainers join
  *                                       with --master, or --local spawns them)
  *   psbench-master diff A.json B.json   compare two runs' results.json
+ *   psbench-master sweep [options]      a matrix of jobs, a table, a report
  */
 #include "master/config.h"
 #include "master/diff.h"
@@ -10,6 +11,7 @@
 #include "master/launcher.h"
 #include "master/master.h"
 #include "master/opts.h"
+#include "master/sweep.h"
 #include "shared/frame.h"
 #include "shared/log.h"
 #include "shared/net.h"
@@ -360,6 +362,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "diff") == 0)
         return diff_main(argc - 1, argv + 1, stdout, stderr);
+    if (argc > 1 && strcmp(argv[1], "sweep") == 0)
+        return sweep_main(argc - 1, argv + 1, stdout, stderr);
 
     run_config c;
     bool done;
