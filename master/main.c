@@ -228,6 +228,34 @@ static void master_local_free_port(const run_config *c, const char *what, const 
     *port = bound;
 }
 
+/* --dry-run's last line, "plan: {JSON}": the resolved job in a few keys a
+ * program can read (`psbench-master sweep` reads it for each point): hook
+ * (null: the trainer class has none), uses_servers, trainer, model,
+ * server, ntrainer/nserver (all devices), ncudatrainer/ncudaserver,
+ * bucket_cap_mb (null: not a DDP trainer), device (cpu, cuda or mixed),
+ * transport, backend, epochs, batch_size. */
+static void master_dry_run_plan(const run_config *c, const master_settings *set)
+{
+    json_t *tconf = c->resolved.trainer.conf;
+    json_t *cap = json_object_get(tconf, "bucket_cap_mb");
+    uint32_t nt = set->ntrainer, nct = set->ncudatrainer, ns = set->nserver, ncs = set->ncudaserver;
+    bool cuda = nct > 0 || ncs > 0, cpu = nt > nct || ns > ncs;
+    json_t *plan = json_pack("{s:o, s:b, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:o, s:s, s:s, s:s, s:I, s:I}",
+                             "hook", json_object_get(tconf, "ddp_hook") ? json_deep_copy(json_object_get(tconf, "ddp_hook")) : json_null(),
+                             "uses_servers", ns > 0 && c->resolved.hook_servers, "trainer", c->resolved.trainer.id,
+                             "model", c->resolved.model.id, "server", c->resolved.server.id, "ntrainer", (json_int_t)nt,
+                             "nserver", (json_int_t)ns, "ncudatrainer", (json_int_t)nct, "ncudaserver", (json_int_t)ncs,
+                             "bucket_cap_mb", cap ? json_real(json_number_value(cap)) : json_null(),
+                             "device", cuda && cpu ? "mixed" : cuda ? "cuda" : "cpu",
+                             "transport", psb_transport_name(c->transport), "backend", c->backend,
+                             "epochs", (json_int_t)c->epochs, "batch_size", (json_int_t)c->batch_size);
+    char *text = plan ? json_dumps(plan, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (text)
+        printf("plan: %s\n", text);
+    free(text);
+    json_decref(plan);
+}
+
 /* --dry-run: the plan the flags and files resolve to, on stdout: the job,
  * which trainer feeds which server, the buckets and their bytes where the
  * master knows them (a Synthetic model's; a DummyModel's are cut by the
@@ -292,6 +320,7 @@ static void master_dry_run(const run_config *c, const master_settings *set, cons
         printf(" (--local: servers and trainers would be spawned here, transport %s)",
                psb_transport_name(c->transport));
     printf("\n");
+    master_dry_run_plan(c, set);
     fflush(stdout);
 }
 
