@@ -79,7 +79,7 @@ for run in runs:
         per.get("bytes", float("nan")), per.get("frames", float("nan")), ratio,
         ("met" if ratio <= 0.2 else "not met") if run.endswith("small") else "informational"))
 print("samples/s: both trainers' bags per epoch over the p50 epoch; update_ms: from a batch's updates")
-print("sent to the last server's confirmation (the seed's pattern only); the other _ms columns are")
+print("sent to the last server's confirmation (the seed RPC pattern only); the other _ms columns are")
 print("means per batch over the timed pass (bwd: backward's compute, backward_compute; allred: the")
 print("dense bucket's allreduce). B/batch, fr/bat:")
 print("bytes and frames (lookup, rows, update, updated) the servers counted per trainer and batch.")

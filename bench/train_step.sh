@@ -209,7 +209,7 @@ for cap in caps:
                 cap, hook, tr or "-", fwd, bwd, exposed, 100 * exposed / compute, opt, step, span, overlap,
                 "%.2f" % pure if pure is not None else "-",
                 "met" if exposed <= 0.25 * compute else "not met"))
-print("backward: its compute alone (backward_compute: the seed's backward holds the exposed wait too);")
+print("backward: its compute alone (backward_compute: PyTorch's backward holds the exposed wait too);")
 print("exposed: the optimizer's wait for buckets after backward; span: first bucket handed")
 print("over to last mean back; overlap: share of the span hidden behind backward; pure_comm:")
 print("rpc_hook's traffic through the Synthetic model over the same transport, ms per step.")
@@ -486,7 +486,7 @@ for r in rows:
     print("%-9s %-14s %-24s %2s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8s %8.3f  %s" % (
         tdev, hook, comm, ntr, fwd, bwd, exp, opt, step, comp, "%.2f" % fl if fl is not None else "-", ratio,
         "; ".join(verdict)))
-print("backward: its compute alone (backward_compute: the seed's backward holds the exposed wait too).")
+print("backward: its compute alone (backward_compute: PyTorch's backward holds the exposed wait too).")
 print("exposed: the optimizer's wait for buckets after backward. compute: a step with nothing moved,")
 print("on the same device shared the same way: 2 one-trainer jobs at once (1 alone for a 1-trainer row),")
 print("each a 1-rank Gloo allreduce_hook; their forward + backward + optimizer (on CUDA trainers that")

@@ -269,7 +269,7 @@ int config_validate(const run_config *c, char *err, size_t errlen)
         if (c->resolved.loaded && c->resolved.hook)
             errbuf_set(err, errlen,
                        "no servers: %s sends buckets to parameter servers, so --nserver + --ncudaserver must be "
-                       "at least 1 (the seed's pure-DDP run, --nserver 0, takes a hook without servers: "
+                       "at least 1 (PyTorch's benchmark's pure-DDP run, --nserver 0, takes a hook without servers: "
                        "--trainer DdpTrainer for allreduce_hook)", c->resolved.hook);
         else
             errbuf_set(err, errlen, "no servers: --nserver + --ncudaserver must be at least 1");

@@ -155,9 +155,10 @@ static void master_log_job(const run_config *c, const master_settings *set)
     if (set->embedding)
         log_info("DDP + RPC: rpc_pattern %s (%s)", set->rpc_pattern,
                  strcmp(set->rpc_pattern, "seed") == 0
-                     ? "the seed's: lookups one server at a time, every update awaited, dense table gradients"
-                     : "psbench's, not the seed's: lookups to every server at once, updates unanswered, a step per "
-                       "named row");
+                     ? "PyTorch's benchmark's: lookups one server at a time, every update awaited, dense table "
+                       "gradients"
+                     : "psbench's, not PyTorch's benchmark's: lookups to every server at once, updates "
+                       "unanswered, a step per named row");
     if (set->runs == 0)
         log_info("the job runs back to back until stopped (--runs 0): the servers stay, the trainers join "
                  "again for every run");

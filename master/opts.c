@@ -301,7 +301,7 @@ static const opt_spec master_specs[] = {
          "Runs a parameter-server benchmark: waits for servers and trainers (or\n"
          "spawns them with --local), runs a warm-up pass and a timed pass, prints\n"
          "the processed metrics and serves them over HTTP. Every long option also\n"
-         "accepts '_' for '-' (--batch_size = --batch-size), like the seed's launcher.\n"
+         "accepts '_' for '-' (--batch_size = --batch-size), like PyTorch's launcher.\n"
          "\n"
          "Examples:\n"
          "  psbench-master --local                    the default job (rpc_hook) on this host\n"
@@ -317,7 +317,7 @@ static const opt_spec master_specs[] = {
          "The configuration IDs --data, --model, --trainer and --server accept are listed\n"
          "at the end, read from the configuration files.\n"
          "\n"
-         "The seed launcher's options:\n"},
+         "PyTorch launcher's options:\n"},
     {.name = "ntrainer", .meta = "N", .kind = OPT_U64, .aliases = ntrainer_aliases, .min = 0,
      .max = CONFIG_MAX_NODES, .to = AT(ntrainer), .def = STR(CONFIG_DEFAULT_NTRAINER), .json = "ntrainer",
      .help = "CPU trainers (default " STR(CONFIG_DEFAULT_NTRAINER) ")"},
@@ -327,7 +327,7 @@ static const opt_spec master_specs[] = {
     {.name = "nserver", .meta = "N", .kind = OPT_U64, .min = 0, .max = CONFIG_MAX_NODES, .to = AT(nserver),
      .def = STR(CONFIG_DEFAULT_NSERVER), .given = {AT(nserver_set)}, .json = "nserver",
      .help = "CPU parameter servers (default " STR(CONFIG_DEFAULT_NSERVER) "; 0 with a hook that\n"
-             "uses none, e.g. --trainer DdpTrainer: the seed's pure-DDP\n"
+             "uses none, e.g. --trainer DdpTrainer: PyTorch's pure-DDP\n"
              "baseline, trainers allreduce among themselves, and the\n"
              "default when such a hook is chosen)"},
     {.name = "ncudaserver", .meta = "N", .kind = OPT_U64, .min = 0, .max = CONFIG_MAX_NODES, .to = AT(ncudaserver),
@@ -387,22 +387,22 @@ static const opt_spec master_specs[] = {
              "trainers), sparse_rpc_hook (sparse to servers, dense\n"
              "allreduced), hybrid_hook (sparse on Gloo, dense on NCCL)"},
     {.name = "preprocess-data", .meta = "NAME", TRAINER_KEY("preprocess_data", "preprocess_dummy_data"),
-     .help = "the seed's DdpTrainer parts: each replaces the trainer"},
+     .help = "PyTorch's DdpTrainer parts: each replaces the trainer"},
     {.name = "create-criterion", .meta = "NAME", TRAINER_KEY("create_criterion", "cel"),
      .help = "configuration's key of that name (preprocess_data, ...),"},
     {.name = "create-ddp-model", .meta = "NAME", TRAINER_KEY("create_ddp_model", "basic_ddp_model"),
-     .help = "as --ddp-hook does ddp_hook. psbench has exactly the"},
+     .help = "as --ddp-hook does ddp_hook. psbench has exactly"},
     {.name = "hook-state", .meta = "NAME", TRAINER_KEY("hook_state", "BasicHookState"),
-     .help = "seed's: preprocess_dummy_data, cel, basic_ddp_model,"},
+     .help = "PyTorch's: preprocess_dummy_data, cel, basic_ddp_model,"},
     {.name = "iteration-step", .meta = "NAME", TRAINER_KEY("iteration_step", "basic_iteration_step"),
      .help = "BasicHookState, basic_iteration_step; any other value is\n"
              "refused, naming the one allowed"},
     {.name = "create-optimizer", .meta = "NAME", TRAINER_KEY("create_optimizer", "sgd_optimizer"),
-     .help = "(the seed's experiment scripts) the same for\n"
+     .help = "(PyTorch's experiment scripts) the same for\n"
              "create_optimizer: sgd_optimizer"},
     {.name = "lr", .meta = "LR", .kind = OPT_CUSTOM, .parse = master_opt_trainer_number, .json = "lr",
      .to_json = master_opt_trainer_json, .example = "0.125",
-     .help = "(the seed's experiment scripts) the trainers' learning\n"
+     .help = "(PyTorch's experiment scripts) the trainers' learning\n"
              "rate, replacing the trainer configuration's lr: a number\n"
              "in (0, 3.4e38] (a DdpTrainer's or a HybridTrainer's; a\n"
              "BatchUpdateTrainer's servers step with the server\n"
@@ -412,15 +412,15 @@ static const opt_spec master_specs[] = {
     {.name = "master-addr", .kind = OPT_CUSTOM, .parse = master_opt_master_addr, .given = {AT(listen_set)},
      .example = "127.0.0.2", .head = "--master-addr HOST, --master-port PORT",
      .help = "\n"
-             "the seed's spelling of --listen HOST:PORT (--master-port\n"
+             "PyTorch's spelling of --listen HOST:PORT (--master-port\n"
              "alone keeps the default host)"},
     {.name = "master-port", .kind = OPT_CUSTOM, .parse = master_opt_master_port, .example = "29511"},
     {.name = "filestore", .meta = "PATH", .kind = OPT_STRING,
-     .help = "accepted for the seed's scripts; psbench needs no file store"},
+     .help = "accepted for PyTorch's scripts; psbench needs no file store"},
     {.kind = OPT_TEXT,
      .help =
          "\n"
-         "Where psbench's defaults differ from the seed's launcher: the launcher has a default\n"
+         "Where psbench's defaults differ from PyTorch's launcher: the launcher has a default\n"
          "only for --ddp-hook (allreduce_hook, which then replaces every trainer\n"
          "configuration's hook) and needs every other flag it uses given. psbench has the\n"
          "defaults shown above for all of them: the counts (--ntrainer, --nserver), --epochs,\n"
@@ -431,7 +431,7 @@ static const opt_spec master_specs[] = {
          "--create-criterion, --create-ddp-model, --hook-state, --iteration-step,\n"
          "--create-optimizer and --lr, the trainer configuration's values.\n"
          "\n"
-         "the seed's DDP + RPC benchmark (benchmark_ddp_rpc.py; any of these selects --model\n"
+         "PyTorch's DDP + RPC benchmark (benchmark_ddp_rpc.py; any of these selects --model\n"
          "HybridModel, --trainer HybridTrainer, --server EmbeddingParameterServer and 100\n"
          "epochs unless those are given):\n"},
     {.kind = OPT_TEXT, .head = "--number-trainers N",
@@ -452,12 +452,12 @@ static const opt_spec master_specs[] = {
     {.name = "rpc-pattern", .meta = "seed|psbench", .kind = OPT_CHOICE, .choices = rpc_patterns,
      .to = AT(rpc_pattern), .given = {AT(ddp_rpc_flags)}, .json = "rpc_pattern",
      .help = "how trainers use the servers (the HybridTrainer\n"
-             "configuration's rpc_pattern, default seed): seed = the\n"
-             "seed's (lookups one server at a time, each update awaited,\n"
-             "the table's dense gradient applied to every row); psbench =\n"
-             "every lookup at once, updates unanswered, a step per named\n"
-             "row (fewer waits and less server work, about the same\n"
-             "bytes; results.json and the tables name the pattern)"},
+             "configuration's rpc_pattern, default seed): seed =\n"
+             "PyTorch's (lookups one server at a time, each update\n"
+             "awaited, the table's dense gradient applied to every row);\n"
+             "psbench = every lookup at once, updates unanswered, a step\n"
+             "per named row (fewer waits and less server work, about the\n"
+             "same bytes; results.json and the tables name the pattern)"},
     {.kind = OPT_TEXT,
      .help =
          "\n"
@@ -480,8 +480,9 @@ static const opt_spec master_specs[] = {
              "step, ports) and exit 0, starting nothing"},
     {.name = "placement", .meta = "seed|shard", .kind = OPT_CHOICE, .choices = placements, .to = AT(placement),
      .def = "seed", .json = "placement",
-     .help = "seed: trainer r uses server r / (ntrainer / nserver);\n"
-             "shard: bucket k goes to server k mod nserver (default seed)"},
+     .help = "seed: PyTorch's placement, trainer r uses\n"
+             "server r / (ntrainer / nserver); shard: bucket k goes to\n"
+             "server k mod nserver (default seed)"},
     {.name = "listen", .meta = "HOST:PORT", .kind = OPT_STRING, .to = AT(listen), .def = CONFIG_DEFAULT_LISTEN,
      .given = {AT(listen_set)}, .json = "listen", .example = "127.0.0.1:0",
      .help = "control plane address (default " CONFIG_DEFAULT_LISTEN "; with --local\n"

@@ -61,7 +61,7 @@ static const char *results_pattern_words(const char *pattern)
 {
     return pattern && strcmp(pattern, "psbench") == 0
                ? "psbench's: lookups to every server at once, updates unanswered, a step per named row"
-               : "the seed's: lookups one server at a time, every update awaited, dense table gradients";
+               : "PyTorch's benchmark's: lookups one server at a time, every update awaited, dense table gradients";
 }
 
 /* The servers' traffic in the timed pass (their `calls`, counted since the

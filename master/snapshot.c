@@ -518,7 +518,7 @@ static void snapshot_prom_durations(snapshot_buf *b, const snapshot_input *in)
     /* A family's samples must be together: the per-rank ones first, then
      * the role-wide ones. */
     snapshot_put_family(b, SNAPSHOT_PER_RANK, "summary",
-                        "Durations of the benchmark's metrics (the seed's type,name) per role and "
+                        "Durations of the benchmark's metrics (PyTorch's benchmark's type,name) per role and "
                         "rank, of the run and pass labelled; the whole role is "
                         SNAPSHOT_PER_ROLE ".");
     for (size_t i = 0; i < in->nstats; i++)

@@ -122,7 +122,7 @@ static const opt_spec server_specs[] = {
      .example = "embedding",
      .help = "average (streaming sum, default), average-batch\n"
              "(keep every push, sum when the last arrives),\n"
-             "batch-update (the seed's BatchUpdateParameterServer)\n"
+             "batch-update (PyTorch's BatchUpdateParameterServer)\n"
              "or embedding (the DDP+RPC benchmark's EmbeddingBag)"},
     {.shared = &opts_device, .to = AT(device), .init = server_opt_device_default,
      .help = "cpu (default), or cuda[:N]: GPU N (default 0)\n"
@@ -261,9 +261,9 @@ static const opt_spec server_specs[] = {
      .help =
          "\n"
          "On exit (SIGINT/SIGTERM) it prints its metrics in milliseconds, per\n"
-         "(batch, bucket) (batch-update: per round). The seed's clock starts when\n"
-         "the first push has been received whole (its RPC handler runs once a\n"
-         "gradient's whole message is in):\n"
+         "(batch, bucket) (batch-update: per round). The clock starts, as in\n"
+         "PyTorch's benchmark, when the first push has been received whole (its\n"
+         "RPC handler runs once a gradient's whole message is in):\n"
          "  parameter_server_batch_metric,param_index_batch: first push received\n"
          "    whole to results queued\n"
          "  parameter_server_straggler_metric,param_index_straggler: first push\n"

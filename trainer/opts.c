@@ -84,7 +84,7 @@ static const opt_spec trainer_specs[] = {
          "pushes K buckets of deterministic data and checks every element of every\n"
          "result against the mean it predicts; any mismatch, error frame or timeout\n"
          "ends the run with a non-zero exit and a one-line reason.\n"
-         "With --model batch-update it is the seed's BatchUpdateParameterServer\n"
+         "With --model batch-update it is PyTorch's BatchUpdateParameterServer\n"
          "trainer: it fetches a Linear model from servers run with --kind batch-update\n"
          "(listed in part order), and per batch draws inputs from --seed, computes the\n"
          "L1 loss's gradient, pushes it and takes the updated parameters back; it\n"
@@ -99,8 +99,8 @@ static const opt_spec trainer_specs[] = {
      .given = {AT(have_rank)},
      .help = "this trainer's rank (ranks are 0..N-1 for N trainers)"},
     {.name = "model", .meta = "MODEL", .kind = OPT_STRING, .to = AT(model), .example = "synthetic",
-     .help = "synthetic, or batch-update (the seed's Linear model\n"
-             "trained through batch-update servers)"},
+     .help = "synthetic, or batch-update (PyTorch's benchmark's\n"
+             "Linear model, trained through batch-update servers)"},
     {.name = "buckets", .meta = "K", .kind = OPT_U64, .min = 1, .max = 1u << 20, .to = AT(syn.buckets), .def = "4",
      .help = "buckets per batch, all in flight at once (default 4)"},
     {.name = "bucket-floats", .meta = "S", .kind = OPT_U64, .min = 1, .max = 1ull << 28, .sizes = true,
@@ -158,7 +158,7 @@ static const opt_spec trainer_specs[] = {
              "exchanges dense buckets there by CUDA IPC\n"
              "(the start line says '+ CUDA IPC')"},
     {.shared = &opts_device, .to = AT(device), .parse = trainer_opt_device, .def = "cpu",
-     .help = "cpu (default), cuda:N (GPU N), or cuda: the seed's\n"
+     .help = "cpu (default), cuda:N (GPU N), or cuda: PyTorch's\n"
              "cuda(rank) placement, GPU (rank mod the GPUs this host\n"
              "shows); refused in one line where it cannot compute\n"
              "(no CUDA runtime, no GPU, no CUDA in this build).\n"
@@ -204,8 +204,8 @@ static const opt_spec trainer_specs[] = {
          "batch-update: batch_level_metric,batch_all, forward_metric,forward_pass,\n"
          "backward_metric,backward, hook_future_metric,update_and_fetch_model (push to\n"
          "updated parameters received), method_metric,get_model (the fetch per pass).\n"
-         "At --log-level debug it logs the seed's lines per batch (trainerR processing\n"
-         "one batch, reporting grads, got updated model).\n"},
+         "At --log-level debug it logs PyTorch's benchmark's lines per batch\n"
+         "(trainerR processing one batch, reporting grads, got updated model).\n"},
 
     OPTS_END,
 };

@@ -313,8 +313,8 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     log_info("trainer %" PRIu64 ": HybridModel, %u embedding server(s) of %" PRIu64 " x %" PRIu64 ", dense part "
              "through allreduce_hook, %" PRIu64 " batches per epoch, rpc_pattern %s (%s)", j->rank, hc.number_ps,
              hc.num_embeddings, hc.embedding_dim, hc.batches, hybrid_pattern_name(hc.pattern),
-             hc.pattern == HYBRID_SEED ? "the seed's: lookups one server at a time, updates awaited, dense table "
-                                         "gradients"
+             hc.pattern == HYBRID_SEED ? "PyTorch's benchmark's: lookups one server at a time, updates awaited, "
+                                         "dense table gradients"
                                        : "psbench's: lookups to every server at once, updates unanswered, sparse row "
                                          "steps");
     run_lower_compute_priority(o->compute_nice);

@@ -950,7 +950,7 @@ class MasterTests(psb.PsbTestCase):
         self.assertEqual(rc, 0)
         for dash, _, _, _, _, _ in self.SEED_TRAINER_FLAGS:
             self.assertIn(dash, out)
-        self.assertIn("Where psbench's defaults differ from the seed's launcher", out)
+        self.assertIn("Where psbench's defaults differ from PyTorch's launcher", out)
 
     def config_copy(self, name, edit):
         """configs/NAME with edit(dict) applied, written to the test's dir."""

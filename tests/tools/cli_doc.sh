@@ -19,10 +19,11 @@ page() {
 
 The three binaries' `--help`, as they print it (generated from
 `tests/golden/help-*.txt` by `tests/tools/cli_doc.sh`; the test `cli_doc`
-fails when this page and the help texts part). Some help texts still call
-PyTorch's benchmark "the seed": that is not `--seed`, the job's random seed
-(docs/results.md says what the results mean; docs/http-api.md the HTTP
-API; docs/protocol.md the wire protocol).
+fails when this page and the help texts part). A value named `seed` (the
+`seed` placement, the `seed` RPC pattern) is PyTorch's benchmark's way of
+doing that thing, not `--seed`, the job's random seed (docs/results.md says
+what the results mean; docs/http-api.md the HTTP API; docs/protocol.md the
+wire protocol).
 
 - [psbench-master](#psbench-master): the run (`--local` starts every node itself)
 - [psbench-master diff](#psbench-master-diff): two runs side by side

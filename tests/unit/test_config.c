@@ -568,7 +568,7 @@ static void test_seed_trainer_flags(void **state)
     fclose(f);
     for (size_t i = 0; i < n; i++)
         assert_contains(buf, seed_trainer_flags[i].dash);
-    assert_contains(buf, "Where psbench's defaults differ from the seed's launcher");
+    assert_contains(buf, "Where psbench's defaults differ from PyTorch's launcher");
     assert_contains(buf, "allreduce_hook");
     free(buf);
 }
