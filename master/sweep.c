@@ -65,8 +65,8 @@ static const sweep_dim_def sweep_dims[SD_COUNT] = {
 };
 
 /* The job's flags a sweep sets itself, per point. */
-static const char *const sweep_owned_flags[] = {"--out", "--runs", "--dry-run", "--ncudatrainer", "--ncudaserver",
-                                                "--linger", NULL};
+static const char *const sweep_owned_flags[] = {"--out", "--runs", "--ncudatrainer", "--ncudaserver", "--linger",
+                                                NULL};
 
 typedef struct {
     char **v; /* the values as given (each a malloc'd string) */
@@ -101,6 +101,7 @@ typedef struct {
     char *out_dir;
     char *sweep_file;
     bool local;
+    bool dry_run;           /* --dry-run: the points and their command lines, nothing run */
     char exe[PATH_MAX];
     sweep_point *points;
     size_t npoints;
@@ -240,6 +241,8 @@ static void sweep_usage(FILE *f)
           "                            a flag given on the command line wins over the file\n"
           "  --report DIR              write DIR/report.html again from DIR/sweep.json, run\n"
           "                            nothing\n"
+          "  --dry-run                 print each point, its configuration and its command\n"
+          "                            line, run nothing\n"
           "  --help                    this text\n"
           "\n"
           "Every other option is the job's (psbench-master --help) and goes to every point,\n"
@@ -302,12 +305,16 @@ static int sweep_parse_args(sweep *s, int argc, char **argv)
         if (d == SD_COUNT && !own) {
             for (const char *const *o = sweep_owned_flags; *o; o++)
                 if (sweep_flag_is(a, *o, &v))
-                    return sweep_usage_error(s, "%s%s: the sweep sets it for each point", *o,
+                    return sweep_usage_error(s, "%s: the sweep sets it for each point%s", *o,
                                              strcmp(*o, "--ncudatrainer") == 0 || strcmp(*o, "--ncudaserver") == 0
                                                  ? " (use --device cuda with --ntrainer/--nserver)"
                                                  : "");
             if (sweep_flag_is(a, "--local", &v))
                 s->local = true;
+            if (sweep_flag_is(a, "--dry-run", &v)) {
+                s->dry_run = true;
+                continue;
+            }
             sweep_push(&s->job, &s->njob, a); /* the job's: its value, if any, follows as its own argument */
             continue;
         }
@@ -456,6 +463,7 @@ static int sweep_load_file(sweep *s)
     s->job = job;
     s->njob = njob;
     job = NULL;
+    njob = 0;
     for (size_t i = 0; i < s->njob; i++)
         if (strcmp(s->job[i], "--local") == 0)
             s->local = true;
@@ -499,8 +507,18 @@ static int sweep_spawn(sweep *s, char **args, const char *log, char **text, char
         return -1;
     }
     fflush(NULL);
+    /* A signal that comes while the child is being made waits until it is
+     * known (sweep_child), then goes to it too; the child starts with
+     * the default actions (a handler inherited across fork would take a
+     * signal meant to end it before it execs). */
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigprocmask(SIG_BLOCK, &stop, &old);
     pid_t pid = fork();
     if (pid < 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
         snprintf(err, errlen, "fork: %s", strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -515,6 +533,9 @@ static int sweep_spawn(sweep *s, char **args, const char *log, char **text, char
          * it on once; and it dies with the sweep. */
         setpgid(0, 0);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &old, NULL);
         int o = log ? fd : fds[1];
         dup2(o, STDOUT_FILENO);
         dup2(o, STDERR_FILENO);
@@ -525,6 +546,7 @@ static int sweep_spawn(sweep *s, char **args, const char *log, char **text, char
     sweep_child = pid;
     if (sweep_signal)
         kill(pid, sweep_signal);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     if (log) {
         close(fd);
     } else {
@@ -1280,6 +1302,25 @@ static int sweep_write(sweep *s, const char *started)
 
 /* ---- the run ------------------------------------------------------------------------ */
 
+/* --dry-run: each point, its configuration and the command it would run. */
+static void sweep_print_plan(sweep *s)
+{
+    fprintf(s->out, "# psbench-master sweep: dry run, nothing is started: %zu point(s) x %u run(s)\n", s->npoints,
+            s->runs);
+    for (size_t i = 0; i < s->npoints; i++) {
+        const sweep_point *p = &s->points[i];
+        char *cfg = json_dumps(p->config, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        fprintf(s->out, "point %u: %s\n  config: %s\n  command: psbench-master", p->index, p->label,
+                cfg ? cfg : "?");
+        free(cfg);
+        for (size_t j = 0; j < s->njob; j++)
+            fprintf(s->out, " %s", s->job[j]);
+        for (size_t j = 0; j < p->argc; j++)
+            fprintf(s->out, " %s", p->argv[j]);
+        fprintf(s->out, " --runs %u --out %s/%s\n", s->runs, s->out_dir ? s->out_dir : "DIR", p->dir);
+    }
+}
+
 /* One point: its child master, its results, its row. */
 static void sweep_run_point(sweep *s, sweep_point *p)
 {
@@ -1430,8 +1471,13 @@ int sweep_main(int argc, char **argv, FILE *out, FILE *err)
         goto out;
     }
     s.exe[n] = '\0';
-    if (sweep_out_dir(&s) < 0 || sweep_plan(&s) < 0)
+    if ((!s.dry_run && sweep_out_dir(&s) < 0) || sweep_plan(&s) < 0)
         goto out;
+    if (s.dry_run) {
+        sweep_print_plan(&s);
+        code = 0;
+        goto out;
+    }
     s.comparisons = json_array();
     struct sigaction sa = {.sa_handler = sweep_on_signal};
     sigemptyset(&sa.sa_mask);
@@ -1448,9 +1494,10 @@ int sweep_main(int argc, char **argv, FILE *out, FILE *err)
             continue;
         }
         sweep_run_point(&s, p);
-        if (p->state != SP_DONE)
-            code = 1;
     }
+    for (size_t i = 0; i < s.npoints; i++)
+        if (s.points[i].state != SP_DONE)
+            code = 1; /* failed, or not run (a signal) */
     if (sweep_signal)
         fprintf(out, "# stopped by a signal: the points not run are marked so\n");
     sweep_print_answer(&s);

@@ -41,4 +41,6 @@ for b in master server trainer; do
 done
 check "psbench-master diff --help" "$golden/help-master-diff.txt" "$bin/psbench-master" diff --help
 check "psbench-master diff -h" "$golden/help-master-diff.txt" "$bin/psbench-master" diff -h
+check "psbench-master sweep --help" "$golden/help-master-sweep.txt" "$bin/psbench-master" sweep --help
+check "psbench-master sweep -h" "$golden/help-master-sweep.txt" "$bin/psbench-master" sweep -h
 exit $fail

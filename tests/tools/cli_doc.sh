@@ -27,12 +27,14 @@ wire protocol).
 
 - [psbench-master](#psbench-master): the run (`--local` starts every node itself)
 - [psbench-master diff](#psbench-master-diff): two runs side by side
+- [psbench-master sweep](#psbench-master-sweep): a matrix of runs, a table and a report
 - [psbench-server](#psbench-server): a parameter server
 - [psbench-trainer](#psbench-trainer): a trainer
 HEAD
-    for b in master master-diff server trainer; do
+    for b in master master-diff master-sweep server trainer; do
         title=psbench-$b
         [ "$b" = master-diff ] && title="psbench-master diff"
+        [ "$b" = master-sweep ] && title="psbench-master sweep"
         printf '\n## %s\n\n```text\n' "$title"
         cat "$golden/help-$b.txt"
         printf '```\n'

@@ -1,0 +1,255 @@
+"""psbench-master sweep (issue 30): a matrix of jobs on one host, a row per
+point, the PS / allreduce answer, sweep.csv (tidy), sweep.json, each
+point's results.json, a sweep file, a failed point that does not stop the
+others, refusals before anything runs, a signal that stops the sweep and
+leaves its files, and --report DIR. (The report in Chromium:
+test_sweep_report.py.)
+
+Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_sweep.py
+"""
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+
+CSV_COLUMNS = ["point", "run", "label", "hook", "trainer", "model", "ntrainer", "nserver", "bucket_cap_mb",
+               "device", "transport", "uses_servers", "status", "metric", "value", "unit"]
+RUN_METRICS = {"step_p50_ms", "step_p90_ms", "samples_per_s", "bytes_per_step", "comm_span_ms",
+               "effective_gb_per_s", "exposed_comm_ms", "share_forward", "share_backward_compute",
+               "share_exposed_comm", "share_optimizer", "share_other", "buckets"}
+SWEEP_TIMEOUT = 240
+
+
+class SweepTests(psb.PsbTestCase):
+
+    def sweep(self, *args, timeout=SWEEP_TIMEOUT):
+        return self.reg.run([psb.bin_path("psbench-master"), "sweep"] + list(args), timeout=timeout)
+
+    def out(self, name="sw"):
+        return os.path.join(self.reg.workdir, name)
+
+    def load(self, path):
+        with open(path) as f:
+            return json.load(f)
+
+    def rows(self, out):
+        """The table's rows: (point, the rest split) for lines not starting with '#'."""
+        return [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]
+
+    # ---- a matrix, end to end ------------------------------------------------
+
+    def test_hooks_by_bucket_caps_with_runs(self):
+        d = self.out()
+        rc, out, err = self.sweep("--local", "--ddp-hook", "rpc_hook,allreduce_hook", "--bucket-cap-mb", "1,25",
+                                  "--runs", "2", "--epochs", "1", "--out", d)
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("# psbench-master sweep: 4 point(s) x 2 run(s)", out)
+        self.assertIn("the same at every point: trainer DdpRpcTrainer, model DummyModel, ntrainer 2", out)
+        header = [line for line in out.splitlines() if line.startswith("# point")]
+        self.assertEqual(len(header), 1, out)
+        self.assertEqual(header[0].split()[1:], ["point", "bucket_cap_mb", "hook", "buckets", "MB/step", "step_ms",
+                                                 "+-95%", "samples/s", "exposed%", "GB/s", "PS/AR"])
+        rows = self.rows(out)
+        self.assertEqual([r[:3] for r in rows], [["1", "1", "rpc_hook"], ["2", "1", "allreduce_hook"],
+                                                  ["3", "25", "rpc_hook"], ["4", "25", "allreduce_hook"]], out)
+        # A smaller cap cuts more buckets; the ratio is printed once the pair is in.
+        self.assertGreater(int(rows[0][3]), int(rows[2][3]))
+        self.assertEqual(rows[0][-1], "-")
+        self.assertRegex(rows[1][-1], r"^\d+\.\d\d$")
+        self.assertRegex(rows[0][6], r"^\d+\.\d\d$")  # two runs: an interval's half-width
+        self.assertIn("# the answer: of 2 point(s), the parameter server is faster at", out)
+        self.assertIn("bucket_cap_mb=1: rpc_hook", out)
+
+        doc = self.load(os.path.join(d, "sweep.json"))
+        self.assertEqual(doc["psbench_sweep"], 1)
+        self.assertEqual(doc["runs"], 2)
+        self.assertEqual(doc["dimensions"], ["bucket_cap_mb", "hook"])
+        self.assertEqual(doc["command"][:2], ["psbench-master", "--local"])
+        self.assertEqual(len(doc["points"]), 4)
+        for p in doc["points"]:
+            self.assertEqual(p["status"], "done", p.get("error"))
+            self.assertEqual(len(p["runs"]), 2)
+            self.assertEqual(p["summary"]["step_p50_ms"]["n"], 2)
+            lo, hi = p["summary"]["step_p50_ms"]["ci95_low"], p["summary"]["step_p50_ms"]["ci95_high"]
+            self.assertLessEqual(lo, p["summary"]["step_p50_ms"]["mean"])
+            self.assertGreaterEqual(hi, p["summary"]["step_p50_ms"]["mean"])
+            self.assertAlmostEqual(sum(p["shares"].values()), 1.0, places=6)
+            self.assertTrue(p["environment"]["trainers"], p["environment"])
+            for r in (1, 2):  # every run's files under the sweep's folder
+                self.assertTrue(os.path.isfile(os.path.join(d, p["dir"], "run-%03d" % r, "results.json")))
+            self.assertTrue(os.path.isfile(os.path.join(d, p["dir"], "master.log")))
+        cfg = doc["points"][1]["config"]
+        self.assertEqual((cfg["hook"], cfg["nserver"], cfg["uses_servers"], cfg["bucket_cap_mb"]),
+                         ("allreduce_hook", 0, False, 1.0))
+        self.assertEqual(doc["points"][0]["config"]["nserver"], 1)
+        self.assertEqual([(c["ps_point"], c["allreduce_point"]) for c in doc["comparisons"]], [(1, 2), (3, 4)])
+        for c in doc["comparisons"]:
+            ps = doc["points"][c["ps_point"] - 1]["summary"]["step_p50_ms"]["mean"]
+            ar = doc["points"][c["allreduce_point"] - 1]["summary"]["step_p50_ms"]["mean"]
+            self.assertAlmostEqual(c["ps_over_allreduce"], ps / ar, places=9)
+            self.assertEqual(c["faster"], "ps" if ps < ar else "allreduce")
+            self.assertTrue(c["noise_known"])
+
+        with open(os.path.join(d, "sweep.csv")) as f:
+            table = list(csv.reader(f))
+        self.assertEqual(table[0], CSV_COLUMNS)
+        body = [dict(zip(CSV_COLUMNS, r)) for r in table[1:]]
+        self.assertEqual(len(body), 4 * 2 * len(RUN_METRICS))  # point x run x metric
+        self.assertEqual({r["metric"] for r in body}, RUN_METRICS)
+        one = [r for r in body if r["point"] == "2" and r["run"] == "2" and r["metric"] == "step_p50_ms"]
+        self.assertEqual(len(one), 1)
+        self.assertEqual((one[0]["hook"], one[0]["nserver"], one[0]["bucket_cap_mb"], one[0]["unit"]),
+                         ("allreduce_hook", "0", "1", "ms"))
+        self.assertAlmostEqual(float(one[0]["value"]),
+                               doc["points"][1]["runs"][1]["headline"]["step_p50_ms"], places=6)
+        # --report DIR writes the report again from sweep.json.
+        report = os.path.join(d, "report.html")
+        self.assertGreater(os.path.getsize(report), 1000)
+        os.unlink(report)
+        rc, out, err = self.sweep("--report", d)
+        self.assertEqual(rc, 0, err)
+        self.assertGreater(os.path.getsize(report), 1000)
+
+    def test_sweep_file_and_a_hook_without_servers_runs_once(self):
+        f = os.path.join(self.reg.workdir, "sweep-file.json")
+        with open(f, "w") as fh:
+            json.dump({"dimensions": {"hook": ["rpc_hook", "allreduce_hook"], "nserver": [1, 2],
+                                      "ntrainer": [4]},
+                       "runs": 1, "job": ["--epochs", "1"]}, fh)
+        d = self.out()
+        rc, out, err = self.sweep("--sweep-file", f, "--local", "--out", d)
+        self.assertEqual(rc, 0, out + err)
+        doc = self.load(os.path.join(d, "sweep.json"))
+        # allreduce_hook uses no server: one point for it, not one per count.
+        self.assertEqual([(p["config"]["hook"], p["config"]["nserver"], p["config"]["ntrainer"])
+                          for p in doc["points"]],
+                         [("rpc_hook", 1, 4), ("allreduce_hook", 0, 4), ("rpc_hook", 2, 4)])
+        self.assertEqual(doc["dimensions"], ["nserver", "hook"])
+        # Both PS points are compared with the one allreduce point.
+        self.assertEqual([(c["ps_point"], c["allreduce_point"]) for c in doc["comparisons"]], [(1, 2), (3, 2)])
+        self.assertFalse(doc["comparisons"][0]["noise_known"])
+        self.assertIn("one run per point: no noise estimate", out)
+        # The command line wins over the file; --dry-run shows the points, runs nothing.
+        d2 = self.out("sw2")
+        rc, out, err = self.sweep("--sweep-file", f, "--local", "--out", d2, "--nserver", "2,4", "--ddp-hook",
+                                  "rpc_hook", "--dry-run")
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("dry run, nothing is started: 2 point(s) x 1 run(s)", out)
+        self.assertIn("point 1: nserver=2\n", out)
+        self.assertIn("command: psbench-master --epochs 1 --local --ddp-hook rpc_hook --ntrainer 4 --nserver 2 "
+                      "--runs 1 --out %s/points/001\n" % d2, out)
+        self.assertIn('"nserver":4', out)
+        self.assertFalse(os.path.exists(d2))
+
+    def test_a_failed_point_does_not_stop_the_others(self):
+        cfg = os.path.join(self.reg.workdir, "trainers.json")
+        with open(os.path.join(psb.HERE, "..", "..", "configs", "trainer_configurations.json")) as fh:
+            trainers = json.load(fh)
+        diverge = json.loads(json.dumps(trainers["DdpRpcTrainer"]))
+        diverge["configurations"]["lr"] = 3e38  # the loss is NaN at once: the run fails
+        trainers["Diverge"] = diverge
+        with open(cfg, "w") as fh:
+            json.dump(trainers, fh)
+        d = self.out()
+        rc, out, err = self.sweep("--local", "--trainer", "Diverge,DdpRpcTrainer", "--trainer-config-path", cfg,
+                                  "--epochs", "1", "--out", d)
+        self.assertEqual(rc, 1, out + err)
+        rows = self.rows(out)
+        self.assertEqual(rows[0][:3], ["1", "Diverge", "FAILED:"], out)
+        self.assertIn("loss diverged", out)
+        self.assertEqual(rows[1][:2], ["2", "DdpRpcTrainer"])
+        self.assertNotIn("FAILED", " ".join(rows[1]))
+        doc = self.load(os.path.join(d, "sweep.json"))
+        self.assertEqual([p["status"] for p in doc["points"]], ["failed", "done"])
+        self.assertIn("loss diverged", doc["points"][0]["error"])
+        self.assertEqual(doc["points"][0]["runs"], [])
+        with open(os.path.join(d, "sweep.csv")) as fh:
+            table = list(csv.DictReader(fh))
+        self.assertEqual({r["point"] for r in table}, {"2"})
+
+    # ---- refused before anything runs -------------------------------------------
+
+    def test_refusals(self):
+        d = self.out()
+        cases = [
+            (["--local", "--ntrainer", "2,x"], "point 2 of 2 (--ntrainer x) is refused: psbench-master: --ntrainer"),
+            (["--local", "--ntrainer", "2,,4"], "--ntrainer '2,,4': an empty value"),
+            (["--local", "--ntrainer", "2,2"], "'2' is given twice"),
+            (["--ddp-hook", "rpc_hook,allreduce_hook"], "give --local"),
+            (["--local", "--ncudatrainer", "1"], "--ncudatrainer: the sweep sets it for each point"),
+            (["--local", "--runs", "0"], "--runs '0': a number of runs per point"),
+            (["--local", "--device", "tpu"], "--device 'tpu': cpu or cuda"),
+            (["--local", "--ddp-hook"], "--ddp-hook needs a value"),
+        ]
+        for args, want in cases:
+            rc, out, err = self.sweep(*(["--out", d] + args))
+            self.assertEqual(rc, 2, "%s: %s%s" % (args, out, err))
+            self.assertIn(want, err, args)
+            self.assertEqual(out, "", args)
+            self.assertFalse(os.path.exists(os.path.join(d, "points")), args)
+        bad = os.path.join(self.reg.workdir, "bad.json")
+        for doc, want in (({"dimension": {}}, 'unknown key "dimension"'),
+                          ({"dimensions": {"hooks": ["rpc_hook"]}}, 'unknown dimension "hooks"'),
+                          ({"dimensions": {"hook": []}}, '"hook" must be a non-empty list'),
+                          ({"runs": "3"}, '"runs" must be an integer')):
+            with open(bad, "w") as fh:
+                json.dump(doc, fh)
+            rc, out, err = self.sweep("--local", "--sweep-file", bad, "--out", d)
+            self.assertEqual(rc, 2, err)
+            self.assertIn(want, err)
+        # A folder that holds a sweep is not written over.
+        os.makedirs(os.path.join(d, "points"))
+        rc, out, err = self.sweep("--local", "--out", d)
+        self.assertEqual(rc, 2)
+        self.assertIn("holds a sweep already", err)
+        rc, out, err = self.sweep("--report", self.reg.workdir)
+        self.assertEqual(rc, 1)
+        self.assertIn("sweep.json", err)
+
+    # ---- a signal ---------------------------------------------------------------
+
+    def test_a_signal_stops_the_sweep_and_its_files_say_so(self):
+        d = self.out()
+        p = subprocess.Popen([psb.bin_path("psbench-master"), "sweep", "--local", "--ntrainer", "2,3,4",
+                              "--epochs", "1", "--out", d], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=psb.base_env(), text=True)
+        try:
+            lines = []
+            deadline = time.time() + SWEEP_TIMEOUT
+            while time.time() < deadline:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+                if line.split()[:1] == ["1"]:  # the first point's row
+                    break
+            self.assertTrue(lines and lines[-1].split()[:1] == ["1"], "".join(lines))
+            p.send_signal(signal.SIGINT)
+            rest, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        out = "".join(lines) + rest
+        self.assertEqual(p.returncode, 1, out + err)
+        self.assertIn("# stopped by a signal", out)
+        doc = self.load(os.path.join(d, "sweep.json"))
+        states = [q["status"] for q in doc["points"]]
+        self.assertEqual(states[0], "done")
+        self.assertEqual(states[-1], "not run", states)
+        self.assertIn(states[1], ("failed", "not run"))
+        # No point's master is left.
+        time.sleep(0.5)
+        r = subprocess.run(["pgrep", "-f", d], stdout=subprocess.PIPE, text=True)
+        self.assertEqual(r.stdout.strip(), "", "processes left: " + r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
