@@ -307,6 +307,18 @@ class SweepReport(psb.PsbTestCase):
         self.assertEqual(len(s["points"]), len(doc["points"]), s)
         self.assert_console_clean(driver)
 
+    def test_write_error(self):
+        """A report that cannot be written: the sweep says so, naming the
+        path, and leaves what was there."""
+        d = os.path.join(self.reg.workdir, "blocked")
+        os.makedirs(os.path.join(d, "report.html"))
+        shutil.copy(FIXTURE, os.path.join(d, "sweep.json"))
+        rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "sweep", "--report", d])
+        self.assertEqual(rc, 1, (out, err))
+        self.assertIn("cannot write %s/report.html: EISDIR" % d, err)
+        self.assertTrue(os.path.isdir(os.path.join(d, "report.html")))
+        self.assertEqual(sorted(os.listdir(d)), ["report.html", "sweep.json"], "a temporary file was left")
+
 
 if __name__ == "__main__":
     psb.main()
