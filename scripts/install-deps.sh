@@ -27,7 +27,7 @@ test_pkgs=(
   procps                       # pgrep/pkill in tests
   iproute2 curl                # tests/multihost: namespace hosts (ip, tc), HTTP asked from a host
   prometheus                   # promtool + a real server for the /metrics tests
-  chromium chromium-driver python3-selenium   # dashboard test in a headless browser
+  chromium chromium-driver python3-selenium   # dashboard and sweep report tests in a headless browser
   slurm-wlm munge              # test_slurm.py: slurmctld, slurmd, sbatch/srun/scontrol (slurm-wlm pulls
                                # slurmctld, slurmd, slurm-client) and munged, run as a private single-host
                                # cluster under a temp dir (the system's services are not used)
