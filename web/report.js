@@ -122,21 +122,23 @@
     return "no point ran both a parameter-server hook and allreduce_hook at the same configuration (or one of each pair failed)";
   }
 
+  /* The terminal's answer in words: a side is faster only beyond noise
+   * where there is a noise estimate (intervals that overlap name no winner). */
   function answerSentence(cs) {
-    const n = cs.length, ar = cs.filter((c) => c.faster === "allreduce").length, ps = n - ar;
-    let s;
-    if (ar > ps) s = "Allreduce is faster at " + ar + " of " + n + " point" + (n > 1 ? "s" : "");
-    else if (ps > ar) s = "The parameter server is faster at " + ps + " of " + n + " point" + (n > 1 ? "s" : "");
-    else s = "Allreduce and the parameter server are each faster at " + ar + " of " + n + " points";
+    const n = cs.length, known = cs.every((c) => c.noise_known);
+    const clear = cs.filter((c) => !(c.noise_known && c.within_noise));
+    const ps = clear.filter((c) => c.faster === "ps").length, ar = clear.length - ps, noisy = n - clear.length;
+    const pts = (k) => k + " of " + n + " point" + (n > 1 ? "s" : "");
+    let s = (known ? "Beyond noise, the parameter server is faster at " : "The parameter server is faster at ") +
+      pts(ps) + " and allreduce at " + ar;
+    if (noisy) s += "; " + noisy + " within noise (the 95% intervals overlap)";
     const r = cs.map((c) => c.ps_over_allreduce).filter(isNum);
     if (r.length) {
       const lo = Math.min.apply(null, r), hi = Math.max.apply(null, r);
       s += "; the parameter server's step is " + (lo === hi ? lo.toFixed(2) + "\u00d7" :
         lo.toFixed(2) + "\u00d7\u2013" + hi.toFixed(2) + "\u00d7") + " allreduce's";
     }
-    const noisy = cs.filter((c) => c.noise_known && c.within_noise).length;
-    if (!cs.every((c) => c.noise_known)) s += " (one run per point: no noise estimate)";
-    else if (noisy) s += " (" + noisy + " of " + n + " within noise)";
+    if (!known) s += " (one run per point: no noise estimate)";
     return s + ".";
   }
 
