@@ -44,9 +44,12 @@ static void master_bin_dir(char *buf, size_t len)
 }
 
 /* Every resolved flag value on one line, as the seed's launcher prints its
- * args before a run (the token never: only whether there is one). */
+ * args before a run (the token never: only whether there is one). Not
+ * under --log-level warn or error: stdout is the headline alone there. */
 static void master_echo_args(const run_config *c)
 {
+    if (c->log_level < LOG_INFO)
+        return;
     json_t *o = config_to_json(c);
     if (o)
         json_object_del(o, "resolved");
@@ -368,7 +371,7 @@ static int master_serve(master *m, const run_config *c, const master_settings *s
     master_publish(m, false); /* served from the first request on */
     log_info("control plane on %s:%u", lhost, m->ctl_port);
     log_info("HTTP on http://%s:%u/", hhost, bound_http);
-    if (c->local) {
+    if (c->local && c->log_level >= LOG_INFO) {
         /* Where to point a browser: a wildcard host is this host's loopback. */
         const char *h = strcmp(hhost, "0.0.0.0") == 0 || strcmp(hhost, "::") == 0 ? "127.0.0.1" : hhost;
         char a[300];
