@@ -1,6 +1,8 @@
 /* results.c — what a finished run leaves behind: the run's headline
  * (headline.c) and, unless --tables none, the processed-metrics tables on
- * stdout (the seed's ProcessedMetricsPrinter: combined, then per rank) and, with --out DIR, results.json and one CSV per group. With
+ * stdout (the seed's ProcessedMetricsPrinter: combined, then per rank) and,
+ * with --out DIR, results.json and one CSV per group (server.csv only for a
+ * job with servers), each row ending in the job's configuration. With
  * --runs other than 1, each run also prints a one-line summary and writes
  * into DIR/run-NNN/ (results.json then says which run it was). */
 #include "master/headline.h"
