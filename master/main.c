@@ -104,7 +104,8 @@ static void master_csv_config(const run_config *c, master_settings *set)
     set->csv_config.hook = hook ? hook : "";
     set->csv_config.trainer = c->trainer;
     set->csv_config.model = c->model;
-    set->csv_config.device = c->ncudatrainer + c->ncudaserver > 0 ? "cuda" : "cpu";
+    bool cuda = c->ncudatrainer + c->ncudaserver > 0, cpu = c->ntrainer + c->nserver > 0;
+    set->csv_config.device = cuda && cpu ? "mixed" : cuda ? "cuda" : "cpu"; /* as --dry-run's plan says it */
     set->csv_config.transport = psb_transport_name(c->transport);
     set->csv_config.bucket_cap_mb = json_is_number(cap) ? json_number_value(cap) : MASTER_DDP_BUCKET_CAP_MB;
 }

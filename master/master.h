@@ -60,7 +60,7 @@ typedef struct master_settings {
     struct {
         const char *hook;           /* the trainers' ddp_hook, "" when the model has none */
         const char *trainer, *model; /* the configuration files' ids (--trainer, --model) */
-        const char *device;         /* "cuda" when any trainer or server is a CUDA one, else "cpu" */
+        const char *device;         /* "cpu", "cuda", or "mixed" (CPU and CUDA nodes) */
         const char *transport;      /* --transport */
         double bucket_cap_mb;       /* the trainer configuration's, else DDP's default 25 */
     } csv_config;
