@@ -106,8 +106,10 @@ int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, 
         return -1;
     }
     json_object_foreach(samples, key, arr) {
-        stats *sr = metrics_get(mr, key);
-        stats *sa = metrics_get(g->all, key);
+        /* A numbered family (a server's trainer_lag_R) in number order, as
+         * the node keeps it: servers report in any order. */
+        stats *sr = metrics_get_numbered(mr, key);
+        stats *sa = metrics_get_numbered(g->all, key);
         if (!sr || !sa) {
             snprintf(err, errlen, "out of memory");
             return -1;
@@ -159,14 +161,28 @@ snap_stat *agg_snapshot(aggregate *a, bool exact, size_t *n)
     return out;
 }
 
+/* The ranks of a group that recorded anything. */
+static uint32_t agg_ranks_reported(const struct agg_group *g)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < g->nranks; i++)
+        n += g->ranks[i] && metrics_size(g->ranks[i]) > 0;
+    return n;
+}
+
 void agg_print_tables(aggregate *a, FILE *out)
 {
     char title[96];
     for (int r = 0; r < AGG_NROLES; r++) {
         if (metrics_size(a->g[r].all) == 0)
             continue;
+        /* One server's "all servers" table would repeat its own, row for
+         * row: printed from two servers on (results.json and server.csv
+         * keep the combined rows whatever the count). */
+        bool all = r != AGG_SERVER || agg_ranks_reported(&a->g[r]) >= 2;
         snprintf(title, sizeof title, "\nall %ss (ms)", agg_role_name((agg_role)r));
-        metrics_print_table(a->g[r].all, out, title);
+        if (all)
+            metrics_print_table(a->g[r].all, out, title);
         for (uint32_t i = 0; i < a->g[r].nranks; i++) {
             if (!a->g[r].ranks[i])
                 continue;

@@ -44,9 +44,12 @@ static void master_bin_dir(char *buf, size_t len)
 }
 
 /* Every resolved flag value on one line, as the seed's launcher prints its
- * args before a run (the token never: only whether there is one). */
+ * args before a run (the token never: only whether there is one). Not
+ * under --log-level warn or error: stdout is the headline alone there. */
 static void master_echo_args(const run_config *c)
 {
+    if (c->log_level < LOG_INFO)
+        return;
     json_t *o = config_to_json(c);
     if (o)
         json_object_del(o, "resolved");
@@ -85,6 +88,26 @@ static void master_warn_open_ports(const run_config *c, const char *lhost, unsig
                  "(--token-file FILE or PSBENCH_TOKEN); it shows the run's metrics and nodes to anyone who "
                  "reaches it", a);
     }
+}
+
+/* DDP's bucket_cap_mb when a trainer configuration does not say (PyTorch's
+ * DistributedDataParallel default). */
+#define MASTER_DDP_BUCKET_CAP_MB 25.0
+
+/* The configuration columns of the per-run CSVs (master_settings.csv_config):
+ * the values a sweep's sweep.csv gives the same names. */
+static void master_csv_config(const run_config *c, master_settings *set)
+{
+    json_t *tconf = c->resolved.trainer.conf;
+    const char *hook = c->resolved.hook ? c->resolved.hook : json_string_value(json_object_get(tconf, "ddp_hook"));
+    json_t *cap = json_object_get(tconf, "bucket_cap_mb");
+    set->csv_config.hook = hook ? hook : "";
+    set->csv_config.trainer = c->trainer;
+    set->csv_config.model = c->model;
+    bool cuda = c->ncudatrainer + c->ncudaserver > 0, cpu = c->ntrainer + c->nserver > 0;
+    set->csv_config.device = cuda && cpu ? "mixed" : cuda ? "cuda" : "cpu"; /* as --dry-run's plan says it */
+    set->csv_config.transport = psb_transport_name(c->transport);
+    set->csv_config.bucket_cap_mb = json_is_number(cap) ? json_number_value(cap) : MASTER_DDP_BUCKET_CAP_MB;
 }
 
 /* The run's settings from the resolved configuration: the owned JSON
@@ -130,6 +153,7 @@ static int master_settings_from(const run_config *c, master_settings *set)
          * headline only (issue 30). */
         .tables = c->tables ? strcmp(c->tables, "all") == 0 : c->log_level >= LOG_INFO,
     };
+    master_csv_config(c, set);
     return (bu && !set->batch_update) || (hybrid && !set->embedding) ? -1 : 0;
 }
 
@@ -143,15 +167,20 @@ static void master_settings_free(master_settings *set)
 /* What the job is, at start. */
 static void master_log_job(const run_config *c, const master_settings *set)
 {
-    log_info("job: %u trainer(s), %u server(s) (%s), model %s, %" PRIu64
-             " batches per trainer per pass (warm-up, then timed)",
-             set->ntrainer, set->nserver,
-             set->batch_update ? "batch-update: every trainer feeds every server"
-             : set->embedding  ? "DDP + RPC: every trainer looks up in every server's table"
-             : set->nserver == 0 ? "pure DDP: trainers allreduce among themselves"
-             : set->shard        ? "shard placement"
-                                 : "seed placement",
-             c->model, set->batches_per_pass);
+    /* A job without servers says nothing about them. */
+    if (set->nserver == 0)
+        log_info("job: %u trainer(s) (pure DDP: trainers allreduce among themselves), model %s, %" PRIu64
+                 " batches per trainer per pass (warm-up, then timed)", set->ntrainer, c->model,
+                 set->batches_per_pass);
+    else
+        log_info("job: %u trainer(s), %u server(s) (%s), model %s, %" PRIu64
+                 " batches per trainer per pass (warm-up, then timed)",
+                 set->ntrainer, set->nserver,
+                 set->batch_update ? "batch-update: every trainer feeds every server"
+                 : set->embedding  ? "DDP + RPC: every trainer looks up in every server's table"
+                 : set->shard      ? "shard placement"
+                                   : "seed placement",
+                 c->model, set->batches_per_pass);
     if (set->embedding)
         log_info("DDP + RPC: rpc_pattern %s (%s)", set->rpc_pattern,
                  strcmp(set->rpc_pattern, "seed") == 0
@@ -159,12 +188,13 @@ static void master_log_job(const run_config *c, const master_settings *set)
                        "gradients"
                      : "psbench's, not PyTorch's benchmark's: lookups to every server at once, updates "
                        "unanswered, a step per named row");
+    const char *stay = set->nserver ? "the servers stay, " : "";
     if (set->runs == 0)
-        log_info("the job runs back to back until stopped (--runs 0): the servers stay, the trainers join "
-                 "again for every run");
+        log_info("the job runs back to back until stopped (--runs 0): %sthe trainers join again for every run",
+                 stay);
     else if (set->runs > 1)
-        log_info("the job runs %u times back to back (--runs): the servers stay, the trainers join again "
-                 "for every run", set->runs);
+        log_info("the job runs %u times back to back (--runs): %sthe trainers join again for every run",
+                 set->runs, stay);
 }
 
 /* The command line and the configuration files, resolved into c, and
@@ -268,15 +298,22 @@ static void master_dry_run(const run_config *c, const master_settings *set, cons
     json_t *tconf = c->resolved.trainer.conf;
     const char *hook = json_string_value(json_object_get(tconf, "ddp_hook"));
     printf("dry run: nothing is started\n");
-    printf("job: %u trainer(s) (%u CUDA), %u server(s) (%u CUDA), %" PRIu64 " epoch(s) of batch size %" PRIu64
-           ", %" PRIu64 " batches per trainer per pass\n",
-           set->ntrainer, set->ncudatrainer, set->nserver, set->ncudaserver, c->epochs, c->batch_size,
-           set->batches_per_pass);
-    printf("model: %s (%s); data: %s (%s); trainer: %s (%s%s%s); server: %s (%s, kind %s)\n", c->resolved.model.id,
-           c->resolved.model.cls, c->resolved.data.id, c->resolved.data.cls, c->resolved.trainer.id, tcls,
-           hook ? ", ddp_hook " : "", hook ? hook : "", c->resolved.server.id, c->resolved.server.cls,
-           c->resolved.server_kind);
-    if (set->nserver == 0 || !c->resolved.hook_servers) {
+    /* A job without servers says nothing about them. */
+    bool servers = set->nserver > 0;
+    printf("job: %u trainer(s) (%u CUDA), ", set->ntrainer, set->ncudatrainer);
+    if (servers)
+        printf("%u server(s) (%u CUDA), ", set->nserver, set->ncudaserver);
+    printf("%" PRIu64 " epoch(s) of batch size %" PRIu64 ", %" PRIu64 " batches per trainer per pass\n", c->epochs,
+           c->batch_size, set->batches_per_pass);
+    printf("model: %s (%s); data: %s (%s); trainer: %s (%s%s%s)", c->resolved.model.id, c->resolved.model.cls,
+           c->resolved.data.id, c->resolved.data.cls, c->resolved.trainer.id, tcls, hook ? ", ddp_hook " : "",
+           hook ? hook : "");
+    if (servers)
+        printf("; server: %s (%s, kind %s)", c->resolved.server.id, c->resolved.server.cls, c->resolved.server_kind);
+    printf("\n");
+    if (!servers) {
+        printf("placement: pure DDP: the trainers allreduce among themselves (%s)\n", c->backend);
+    } else if (!c->resolved.hook_servers) {
         printf("placement: no trainer feeds a server: the trainers allreduce among themselves (%s)\n", c->backend);
     } else if (set->shard) {
         printf("placement: every trainer feeds every server (%s)\n",
@@ -318,7 +355,7 @@ static void master_dry_run(const run_config *c, const master_settings *set, cons
     master_hostport(a, sizeof a, hhost, hport);
     printf(", HTTP %s", a);
     if (c->local)
-        printf(" (--local: servers and trainers would be spawned here, transport %s)",
+        printf(" (--local: %s would be spawned here, transport %s)", servers ? "servers and trainers" : "trainers",
                psb_transport_name(c->transport));
     printf("\n");
     master_dry_run_plan(c, set);
@@ -365,7 +402,7 @@ static int master_serve(master *m, const run_config *c, const master_settings *s
     master_publish(m, false); /* served from the first request on */
     log_info("control plane on %s:%u", lhost, m->ctl_port);
     log_info("HTTP on http://%s:%u/", hhost, bound_http);
-    if (c->local) {
+    if (c->local && c->log_level >= LOG_INFO) {
         /* Where to point a browser: a wildcard host is this host's loopback. */
         const char *h = strcmp(hhost, "0.0.0.0") == 0 || strcmp(hhost, "::") == 0 ? "127.0.0.1" : hhost;
         char a[300];
@@ -379,9 +416,11 @@ static int master_serve(master *m, const run_config *c, const master_settings *s
         fprintf(stderr, "psbench-master: %s\n", err);
         return 1;
     }
-    if (!c->local)
+    if (!c->local && set->nserver)
         log_info("waiting for %u server(s) and %u trainer(s): start them with --master HOST:%u",
                  set->nserver, set->ntrainer, m->ctl_port);
+    else if (!c->local)
+        log_info("waiting for %u trainer(s): start them with --master HOST:%u", set->ntrainer, m->ctl_port);
     int code = master_run(m);
     if (m->state == RUN_FAILED)
         fprintf(stderr, "psbench-master: run failed: %s\n", m->error);

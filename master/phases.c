@@ -186,8 +186,12 @@ static void phases_pass_complete(master *m)
 {
     results_load_mark(m, m->state, false);
     if (m->state == RUN_WARMUP) {
-        printf("benchmark warmup done\n"); /* the seed launcher's line */
-        fflush(stdout);
+        /* The seed launcher's line; under --log-level warn or error the
+         * master's stdout is the headline alone. */
+        if (log_get_level() >= LOG_INFO) {
+            printf("benchmark warmup done\n");
+            fflush(stdout);
+        }
         for (node *n = m->nodes; n; n = n->next)
             if (n->registered)
                 node_set_state(n, NS_RESETTING);

@@ -1,6 +1,8 @@
 /* results.c — what a finished run leaves behind: the run's headline
  * (headline.c) and, unless --tables none, the processed-metrics tables on
- * stdout (the seed's ProcessedMetricsPrinter: combined, then per rank) and, with --out DIR, results.json and one CSV per group. With
+ * stdout (the seed's ProcessedMetricsPrinter: combined, then per rank) and,
+ * with --out DIR, results.json and one CSV per group (server.csv only for a
+ * job with servers), each row ending in the job's configuration. With
  * --runs other than 1, each run also prints a one-line summary and writes
  * into DIR/run-NNN/ (results.json then says which run it was). */
 #include "master/headline.h"
@@ -459,9 +461,44 @@ static json_t *results_node(uint32_t rank, const node *n)
     return o;
 }
 
-/* One group's CSV: built in memory, then written whole (afile_write). */
-static int results_csv(const char *dir, const snap_stat *st, size_t n, const char *role, char *err,
-                       size_t errlen)
+/* A CSV text field: quoted, with its quotes doubled, where it holds a
+ * comma, a quote or a line break (the configuration files' ids are the
+ * user's). */
+static void results_csv_text(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fprintf(f, ",%s", s);
+        return;
+    }
+    fputs(",\"", f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* The configuration columns every row ends with (master_settings.csv_config):
+ * the same names and values as a sweep's sweep.csv, so that the CSVs of
+ * several jobs or runs concatenate into one table. */
+#define RESULTS_CSV_CONFIG_HEADER "hook,trainer,model,ntrainer,nserver,bucket_cap_mb,device,transport,run"
+
+static void results_csv_config(FILE *f, const master *m)
+{
+    results_csv_text(f, m->set.csv_config.hook);
+    results_csv_text(f, m->set.csv_config.trainer);
+    results_csv_text(f, m->set.csv_config.model);
+    fprintf(f, ",%u,%u,%.15g", m->set.ntrainer, m->set.nserver, m->set.csv_config.bucket_cap_mb);
+    results_csv_text(f, m->set.csv_config.device);
+    results_csv_text(f, m->set.csv_config.transport);
+    fprintf(f, ",%u\n", m->run);
+}
+
+/* One group's CSV: built in memory, then written whole (afile_write). The
+ * statistics' columns first, as they always were, then the configuration's. */
+static int results_csv(const master *m, const char *dir, const snap_stat *st, size_t n, const char *role,
+                       char *err, size_t errlen)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.csv", dir, role);
@@ -472,7 +509,7 @@ static int results_csv(const char *dir, const snap_stat *st, size_t n, const cha
         snprintf(err, errlen, "cannot write %s: out of memory", path);
         return -1;
     }
-    fprintf(f, "rank,metric,count,min,max,mean,variance,stdev,p50,p75,p90,p95,p99\n");
+    fprintf(f, "rank,metric,count,min,max,mean,variance,stdev,p50,p75,p90,p95,p99," RESULTS_CSV_CONFIG_HEADER "\n");
     for (size_t i = 0; i < n; i++) {
         if (strcmp(st[i].role, role) != 0)
             continue;
@@ -483,9 +520,10 @@ static int results_csv(const char *dir, const snap_stat *st, size_t n, const cha
         else
             snprintf(rank, sizeof rank, "%lld", (long long)st[i].rank);
         /* Metric names hold a comma: quote the field. */
-        fprintf(f, "%s,\"%s\",%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f\n", rank, st[i].metric,
+        fprintf(f, "%s,\"%s\",%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f", rank, st[i].metric,
                 (unsigned long long)s->count, s->min, s->max, s->mean, s->variance, s->stdev, s->p50, s->p75,
                 s->p90, s->p95, s->p99);
+        results_csv_config(f, m);
     }
     bool ok = !ferror(f);
     if (fclose(f) != 0 || !ok) {
@@ -496,6 +534,17 @@ static int results_csv(const char *dir, const snap_stat *st, size_t n, const cha
     int rc = afile_write(path, text, len, err, errlen);
     free(text);
     return rc;
+}
+
+/* A file of an earlier job in a run's folder that this run does not
+ * write: removed, so that the folder holds one job's files. Not there is
+ * fine; a failure only warns (the run's own files are written). */
+static void results_remove_stale(const char *dir, const char *name)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (unlink(path) < 0 && errno != ENOENT)
+        log_warn("cannot remove %s, an earlier job's (this job has no servers): %s", path, strerror(errno));
 }
 
 /* The files of one run, in the order results_write writes them. */
@@ -602,12 +651,18 @@ int results_write(master *m, char *err, size_t errlen)
     int rc = afile_write_json(path, doc, JSON_INDENT(2), err, errlen);
     json_decref(doc);
     if (rc == 0)
-        rc = results_csv(dir, st, in.nstats, "trainer", err, errlen);
-    if (rc == 0)
-        rc = results_csv(dir, st, in.nstats, "server", err, errlen);
+        rc = results_csv(m, dir, st, in.nstats, "trainer", err, errlen);
+    /* A job without servers has no server.csv (an empty one would read as
+     * servers that recorded nothing); one left in DIR by an earlier job with
+     * servers would pass for this job's, so it goes. */
+    bool with_servers = m->set.nserver > 0;
+    if (rc == 0 && with_servers)
+        rc = results_csv(m, dir, st, in.nstats, "server", err, errlen);
+    else if (rc == 0)
+        results_remove_stale(dir, "server.csv");
     free(st);
     if (rc == 0)
-        log_info("wrote %s/results.json, trainer.csv, server.csv", dir);
+        log_info("wrote %s/results.json, trainer.csv%s", dir, with_servers ? ", server.csv" : "");
     return rc;
 }
 

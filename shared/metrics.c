@@ -73,13 +73,20 @@ void metrics_free(metrics *m)
     free(m);
 }
 
-stats *metrics_get(metrics *m, const char *key)
+/* The index of key, or m->n when absent. */
+static size_t metrics_find(const metrics *m, const char *key)
 {
-    assert(m && key);
-    for (size_t i = 0; i < m->n; i++)
-        if (strcmp(m->v[i]->key, key) == 0)
-            return &m->v[i]->st;
+    size_t i = 0;
+    while (i < m->n && strcmp(m->v[i]->key, key) != 0)
+        i++;
+    return i;
+}
 
+/* A new entry for key at position pos (<= m->n), the later ones moved up;
+ * NULL on allocation failure. */
+static stats *metrics_insert(metrics *m, const char *key, size_t pos)
+{
+    assert(pos <= m->n);
     if (m->n == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 16;
         metric_entry **p = realloc(m->v, cap * sizeof *p);
@@ -92,8 +99,47 @@ stats *metrics_get(metrics *m, const char *key)
     if (!e)
         return NULL;
     e->report = m->report;
-    m->v[m->n++] = e;
+    memmove(&m->v[pos + 1], &m->v[pos], (m->n - pos) * sizeof *m->v);
+    m->v[pos] = e;
+    m->n++;
     return &e->st;
+}
+
+stats *metrics_get(metrics *m, const char *key)
+{
+    assert(m && key);
+    size_t i = metrics_find(m, key);
+    return i < m->n ? &m->v[i]->st : metrics_insert(m, key, m->n);
+}
+
+/* Where key's trailing number starts (strlen(key) when it has none), and
+ * the number in *num. Too many digits for a uint64: no number. */
+static size_t metrics_number_at(const char *key, unsigned long long *num)
+{
+    size_t len = strlen(key), stem = len;
+    while (stem > 0 && key[stem - 1] >= '0' && key[stem - 1] <= '9')
+        stem--;
+    if (stem == len || len - stem > 19)
+        return len;
+    *num = strtoull(key + stem, NULL, 10);
+    return stem;
+}
+
+stats *metrics_get_numbered(metrics *m, const char *key)
+{
+    assert(m && key);
+    size_t i = metrics_find(m, key);
+    if (i < m->n)
+        return &m->v[i]->st;
+    unsigned long long num = 0, other = 0;
+    size_t stem = metrics_number_at(key, &num), pos = m->n;
+    for (size_t k = 0; stem < strlen(key) && k < m->n && pos == m->n; k++) {
+        const char *ok = m->v[k]->key;
+        if (strncmp(ok, key, stem) == 0 && strlen(ok) > stem && metrics_number_at(ok, &other) == stem &&
+            other > num)
+            pos = k;
+    }
+    return metrics_insert(m, key, pos);
 }
 
 size_t metrics_size(const metrics *m)

@@ -24,6 +24,14 @@ void metrics_free(metrics *m); /* NULL is a no-op */
 /* Find or create; NULL on allocation failure. The key is copied. */
 stats *metrics_get(metrics *m, const char *key);
 
+/* Find or create, as metrics_get; but a new key that ends in a number
+ * (a family such as "...,trainer_lag_R", one per trainer rank) goes before
+ * the first key of its family with a larger number, not last: the family
+ * reads in number order whatever order its members were created in
+ * (trainers join a server in any order). Keys without a trailing number
+ * keep insertion order. */
+stats *metrics_get_numbered(metrics *m, const char *key);
+
 size_t metrics_size(const metrics *m);
 const char *metrics_key_at(const metrics *m, size_t i); /* i < metrics_size */
 stats *metrics_at(metrics *m, size_t i);                /* i < metrics_size */
@@ -50,7 +58,8 @@ void metrics_add(stats *st, double ms);
 size_t metrics_pending(const metrics *m, size_t i, const double **samples);
 void metrics_clear_pending(metrics *m);
 
-/* A title line, then a header and one row per metric (insertion order):
+/* A title line, then a header and one row per metric (insertion order, but
+ * for metrics_get_numbered's families):
  * metric | count | min | max | mean | variance | stdev | p50 | p90 | p99,
  * values in milliseconds with 3 decimals, the metric column as wide as the
  * longest key. */

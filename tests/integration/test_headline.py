@@ -1,6 +1,10 @@
 """The run's headline (issue 30, master/headline.c): on stdout above the
 per-rank tables, in results.json ("headline") and in /api/v1/status; and
---tables all|none, --log-level warn (the headline without the tables).
+--tables all|none, --log-level warn (the headline without the tables, nor
+the nodes' own tables: nothing but the headline block and warnings).
+What the master prints of servers: nothing for a job without any (and no
+server.csv), no "all servers" table for one server, and the trainer_lag_R
+rows in rank order.
 
 The checks are consistency, not timing: every key there, the shares of the
 step adding up to 1 (DummyModel's spans tile the step), the bytes per step
@@ -106,6 +110,17 @@ class Headline(psb.PsbTestCase):
             self.assertIn(HEADLINE, so, flags)
             self.assertEqual(MASTER_TABLE in so, tables, (flags, so))
             self.assertEqual("\ntrainer 0 (ms)\n" in so, tables, (flags, so))
+            if "warn" in flags:
+                # Nothing above the headline but the run's verdict: not the
+                # args echo, the dashboard, the warm-up line, nor a node's
+                # own lines (its table, its summary; the nodes get the level
+                # too, so their stderr is their warnings only).
+                self.assertEqual(so[:so.index(HEADLINE)].strip(), "psbench run done", (flags, so))
+                for line in so.splitlines() + se.splitlines():
+                    self.assertFalse(line.startswith(("[trainer ", "[server ")) and ": warn" not in line
+                                     and ": error" not in line, (flags, line))
+                self.assertNotIn("trainer metrics, timed pass (ms)", so + se)
+                self.assertNotIn("server metrics (ms)", so + se)
             # The files keep every table whatever stdout shows.
             with open(os.path.join(out, "results.json")) as f:
                 res = json.load(f)
@@ -135,6 +150,87 @@ class Headline(psb.PsbTestCase):
         for r in rows:
             self.assertEqual(r["bytes_source"], "server traffic")
             self.assertAlmostEqual(r["bytes_per_step"], traffic, places=6)
+
+
+def table_metrics(text, title):
+    """The metric names of the table titled `title` (the master's or a
+    node's relayed one, its "[server 0] " prefix dropped), in order."""
+    lines = text.splitlines()
+    names = []
+    for i, line in enumerate(lines):
+        if line.split("] ", 1)[-1] != title:
+            continue
+        prefix = line[:len(line) - len(title)]
+        for row in lines[i + 2:]:  # past the header
+            if not row.startswith(prefix) or not row[len(prefix):].strip():
+                break
+            name = row[len(prefix):].split()[0]
+            if name.startswith("GPU-timed"):
+                break
+            names.append(name)
+        return names
+    raise AssertionError("no table %r in:\n%s" % (title, text))
+
+
+def lag_ranks(names):
+    """The ranks of the trainer_lag_R rows among names, in their order."""
+    return [int(n.rsplit("_", 1)[1]) for n in names if n.startswith("parameter_server_straggler_metric,trainer_lag_")]
+
+
+class Servers(psb.PsbTestCase):
+    """What the master says of servers: as much as the job has."""
+
+    def run_master(self, *flags, out=None):
+        args = [psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                "--rpc-timeout", "30", "--linger", "0", "--epochs", "1"] + list(flags)
+        if out:
+            args += ["--out", out]
+        rc, so, se = self.reg.run(args, timeout=psb.RUN_TIMEOUT)
+        self.assertEqual(rc, 0, so + se)
+        return so, se
+
+    def test_job_without_servers_says_nothing_of_servers(self):
+        out = os.path.join(self.reg.workdir, "out")
+        os.makedirs(out)
+        # An earlier job's server.csv in the folder would pass for this one's.
+        with open(os.path.join(out, "server.csv"), "w") as f:
+            f.write("rank,metric\nall,\"old\"\n")
+        so, se = self.run_master("--ddp-hook", "allreduce_hook", out=out)
+        self.assertIn(HEADLINE, so)
+        self.assertIn("pure DDP", se)
+        # The args echo lists every flag, --nserver 0 and --server among them.
+        for line in (so + se).splitlines():
+            if not line.startswith("args: "):
+                self.assertNotIn("server", line.lower(), line)
+        self.assertEqual(sorted(os.listdir(out)), ["results.json", "trainer.csv"])
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        self.assertEqual(res["servers"], [])
+        self.assertEqual(res["groups"]["server"], {"all": {}, "ranks": {}})  # the API's shape
+        # The dry run's plan too.
+        rc, dso, dse = self.reg.run([psb.bin_path("psbench-master"), "--local", "--dry-run", "--ddp-hook",
+                                     "allreduce_hook", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        self.assertEqual(rc, 0, dse)
+        self.assertIn("placement: pure DDP: the trainers allreduce among themselves", dso)
+        for line in (dso + dse).splitlines():
+            if not line.startswith("args: "):
+                self.assertNotIn("server", line.lower(), line)
+
+    def test_one_server_no_all_servers_table_lags_in_rank_order(self):
+        # Four trainers join the one server in whatever order they start.
+        so, se = self.run_master("--ntrainer", "4", "--nserver", "1")
+        self.assertNotIn("\nall servers (ms)\n", so)
+        self.assertIn(MASTER_TABLE, so)
+        self.assertEqual(lag_ranks(table_metrics(so, "server 0 (ms)")), [0, 1, 2, 3])
+        # The server's own table, relayed from it as it exits.
+        self.assertEqual(lag_ranks(table_metrics(so, "server metrics (ms)")), [0, 1, 2, 3])
+
+    def test_two_servers_all_servers_table_lags_in_rank_order(self):
+        # The seed's placement: server 0 feeds trainers 0, 1; server 1 2, 3.
+        so, se = self.run_master("--ntrainer", "4", "--nserver", "2")
+        self.assertEqual(lag_ranks(table_metrics(so, "all servers (ms)")), [0, 1, 2, 3])
+        self.assertEqual(lag_ranks(table_metrics(so, "server 0 (ms)")), [0, 1])
+        self.assertEqual(lag_ranks(table_metrics(so, "server 1 (ms)")), [2, 3])
 
 
 if __name__ == "__main__":

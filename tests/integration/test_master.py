@@ -6,6 +6,7 @@ written for the test) so that a pass takes a fraction of a second.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_master.py
 """
+import csv
 import json
 import os
 import re
@@ -21,6 +22,10 @@ from psb import Master, http_get, http_json, wait_phase  # noqa: E402,F401
 
 RUN_TIMEOUT = psb.RUN_TIMEOUT
 STATS_KEYS = {"count", "min", "max", "mean", "variance", "stdev", "p50", "p75", "p90", "p95", "p99"}
+# trainer.csv's and server.csv's columns: the statistics, then the job's
+# configuration (as a sweep's sweep.csv names it).
+CSV_HEADER = ["rank", "metric", "count", "min", "max", "mean", "variance", "stdev", "p50", "p75", "p90", "p95", "p99",
+              "hook", "trainer", "model", "ntrainer", "nserver", "bucket_cap_mb", "device", "transport", "run"]
 
 
 class MasterTests(psb.PsbTestCase):
@@ -276,14 +281,28 @@ class MasterTests(psb.PsbTestCase):
         self.assertIn("configuration", res)
         self.assertEqual(cfg, res["configuration"])
         self.assertIn("environment", res)
+        # The CSVs: the statistics' columns, then the job's configuration as
+        # a sweep's sweep.csv names it, on every row.
         for g in ("trainer", "server"):
-            with open(os.path.join(out, g + ".csv")) as f:
-                head = f.readline().strip()
-            self.assertTrue(head.startswith("rank,metric,count,min,max,mean"), head)
-        # The tables: combined and per rank, the seed printer's columns.
+            with open(os.path.join(out, g + ".csv"), newline="") as f:
+                rows = list(csv.reader(f))
+            self.assertEqual(rows[0], CSV_HEADER, g)
+            self.assertGreater(len(rows), 1, g)
+            for row in rows[1:]:
+                conf = dict(zip(rows[0][13:], row[13:]))
+                self.assertEqual(len(row), len(CSV_HEADER), row)
+                self.assertEqual(conf, {"hook": "rpc_hook", "trainer": "DdpRpcTrainer", "model": "Tiny",
+                                        "ntrainer": "2", "nserver": "1", "bucket_cap_mb": "25", "device": "cpu",
+                                        "transport": "auto", "run": "1"}, (g, row))
+            self.assertIn("batch_level_metric,batch_all" if g == "trainer"
+                          else "parameter_server_batch_metric,param_index_batch", [r[1] for r in rows])
+        # The tables: combined and per rank, the seed printer's columns; the
+        # servers' combined table only from two servers on.
         so = m.stdout()
         self.assertIn("all trainers (ms)", so)
         self.assertIn("trainer 1 (ms)", so)
+        self.assertIn("\nserver 0 (ms)\n", so)
+        self.assertNotIn("all servers (ms)", so)
         self.assertIn("[trainer 0]", so + m.stderr())
         # diff of a run against itself: every change is 0.
         rc, dout, derr = self.reg.run([psb.bin_path("psbench-master"), "diff",

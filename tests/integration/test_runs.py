@@ -6,6 +6,7 @@ its own: DIR/run-001/results.json, ... and one summary line per run.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_runs.py
 """
+import csv
 import json
 import os
 import re
@@ -89,7 +90,12 @@ class Runs(psb.PsbTestCase):
             self.assertEqual(sorted(sv["ranks"]), ["0"])
             self.assertGreater(sv["all"]["parameter_server_batch_metric,param_index_batch"]["count"], 0)
             for g in ("trainer", "server"):
-                self.assertTrue(os.path.exists(os.path.join(self.out, "run-%03d" % run, g + ".csv")))
+                # Every row says which run it is (the last column, "run").
+                with open(os.path.join(self.out, "run-%03d" % run, g + ".csv"), newline="") as f:
+                    rows = list(csv.reader(f))
+                self.assertEqual(rows[0][-1], "run", rows[0])
+                self.assertGreater(len(rows), 1, g)
+                self.assertEqual({r[-1] for r in rows[1:]}, {str(run)}, (g, run))
             for t in res["trainers"]:
                 hashes.add(t["final_params_sha256"])
                 losses.add(tuple(t["loss_per_epoch"]))

@@ -159,6 +159,27 @@ static void test_join_rejoin_and_refusals(void **state)
     fx_close(&x);
 }
 
+/* The trainers' lag metrics read in rank order (trainer_lag_0 first),
+ * whatever order the trainers join in: the server's table and reports. */
+static void test_lag_metrics_in_rank_order(void **state)
+{
+    (void)state;
+    fixture x;
+    fx_open(&x, 3);
+    assert_int_equal(join(&x, 0, 2), 0);
+    assert_int_equal(join(&x, 1, 0), 1);
+    assert_int_equal(join(&x, 2, 1), 2);
+    size_t first = metrics_size(x.m);
+    for (size_t i = 0; i < metrics_size(x.m); i++)
+        if (strstr(metrics_key_at(x.m, i), "trainer_lag_") && i < first)
+            first = i;
+    assert_true(first + 3 <= metrics_size(x.m));
+    assert_string_equal(metrics_key_at(x.m, first), "parameter_server_straggler_metric,trainer_lag_0");
+    assert_string_equal(metrics_key_at(x.m, first + 1), "parameter_server_straggler_metric,trainer_lag_1");
+    assert_string_equal(metrics_key_at(x.m, first + 2), "parameter_server_straggler_metric,trainer_lag_2");
+    fx_close(&x);
+}
+
 static void test_answer_goes_to_connected_pushers(void **state)
 {
     (void)state;
@@ -225,6 +246,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_join_rejoin_and_refusals),
+        cmocka_unit_test(test_lag_metrics_in_rank_order),
         cmocka_unit_test(test_answer_goes_to_connected_pushers),
         cmocka_unit_test(test_loss_fails_the_pushers_then_session_ends),
     };

@@ -403,6 +403,33 @@ static void test_metrics_registry(void **state)
     metrics_free(NULL);
 }
 
+/* A numbered family (a server's trainer_lag_R) reads in number order
+ * whatever order its members came in; other keys keep insertion order, and
+ * a family's members keep their stats however many come later. */
+static void test_metrics_numbered_family(void **state)
+{
+    (void)state;
+    metrics *m = metrics_new();
+    assert_non_null(m);
+    assert_non_null(metrics_get(m, "parameter_server_batch_metric,param_index_batch"));
+    stats *lag10 = metrics_get_numbered(m, "lag_10");
+    assert_non_null(metrics_get_numbered(m, "lag_2"));
+    assert_non_null(metrics_get(m, "method_metric,average computation"));
+    assert_non_null(metrics_get_numbered(m, "lag_0"));
+    assert_non_null(metrics_get_numbered(m, "lag_9"));
+    assert_non_null(metrics_get_numbered(m, "other_1")); /* another family: last */
+    assert_non_null(metrics_get_numbered(m, "lag_"));    /* no number: last */
+    assert_non_null(metrics_get_numbered(m, "lag_11"));  /* the largest: where it is created */
+    assert_ptr_equal(metrics_get_numbered(m, "lag_10"), lag10);
+    static const char *const want[] = {"parameter_server_batch_metric,param_index_batch", "lag_0", "lag_2", "lag_9",
+                                       "lag_10", "method_metric,average computation", "other_1", "lag_", "lag_11"};
+    assert_int_equal(metrics_size(m), sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        assert_string_equal(metrics_key_at(m, i), want[i]);
+    assert_ptr_equal(metrics_at(m, 4), lag10);
+    metrics_free(m);
+}
+
 /* Finds the row for key and returns its count column. */
 static unsigned long long row_count(const char *table, const char *key)
 {
@@ -484,6 +511,7 @@ int main(void)
         cmocka_unit_test(test_hist_clamps),
         cmocka_unit_test(test_beyond_exact_max),
         cmocka_unit_test(test_metrics_registry),
+        cmocka_unit_test(test_metrics_numbered_family),
         cmocka_unit_test(test_metrics_print_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
