@@ -478,7 +478,8 @@ static const opt_spec master_specs[] = {
              "over --set for it"},
     {.name = "dry-run", .kind = OPT_FLAG, .to = AT(dry_run),
      .help = "print the resolved plan (placement, buckets, bytes per\n"
-             "step, ports) and exit 0, starting nothing"},
+             "step, ports; last, a line 'plan: {JSON}' for programs) and\n"
+             "exit 0, starting nothing"},
     {.name = "placement", .meta = "seed|shard", .kind = OPT_CHOICE, .choices = placements, .to = AT(placement),
      .def = "seed", .json = "placement",
      .help = "seed: PyTorch's placement, trainer r uses\n"

@@ -59,7 +59,12 @@ class FlagTests(psb.PsbTestCase):
         self.assertEqual(rc, 0, err)
         # allreduce_hook uses no server: the job has none, and says nothing of them.
         self.assertIn("placement: pure DDP: the trainers allreduce among themselves (gloo)", out)
-        self.assertNotIn("server", out.replace(out.split("\n", 1)[0], ""))
+        # (args: and plan: are for programs: every key, nserver 0 included.)
+        words = [line for line in out.splitlines() if not line.startswith(("args: ", "plan: "))]
+        self.assertNotIn("server", "\n".join(words))
+        plan = json.loads([line for line in out.splitlines() if line.startswith("plan: ")][0][6:])
+        self.assertEqual((plan["hook"], plan["uses_servers"], plan["nserver"], plan["bucket_cap_mb"]),
+                         ("allreduce_hook", False, 0, 4.0))
         self.assertIn("bucket_cap_mb 4, first_bucket_mb 1", out)
         self.assertIn("the trainers' to know", out)
 
