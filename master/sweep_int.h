@@ -1,0 +1,131 @@
+/* sweep_int.h — the parts of `psbench-master sweep` (sweep.h) and what
+ * they share: the matrix's dimensions, a point, the sweep. Layers, each
+ * using only those under it:
+ *
+ *   sweep.c          the subcommand: parse, plan, run the points, write
+ *   sweep_output.c   results read back, the table, sweep.json/.csv
+ *   sweep_plan.c     the matrix: flags, a sweep file, each point planned
+ *   sweep_child.c    child processes and argument lists
+ */
+#ifndef PSBENCH_SWEEP_INT_H
+#define PSBENCH_SWEEP_INT_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define SWEEP_MAX_POINTS 10000u
+#define SWEEP_MAX_RUNS 1000u
+
+/* The matrix's dimensions, outermost first: the hook varies fastest, so a
+ * parameter-server point and its allreduce partner run back to back (the
+ * same host state, and the ratio printed as soon as the pair is in). */
+typedef enum { SD_DEVICE, SD_TRANSPORT, SD_TRAINER, SD_NTRAINER, SD_NSERVER, SD_BUCKET, SD_HOOK, SD_COUNT } sweep_dim;
+
+typedef struct {
+    const char *name;  /* in sweep.json, sweep.csv and a sweep file */
+    const char *flag;  /* the sweep's flag (a list) */
+    const char *alias; /* another spelling, or NULL */
+} sweep_dim_def;
+
+extern const sweep_dim_def sweep_dims[SD_COUNT];
+
+typedef struct {
+    char **v; /* the values as given (each a malloc'd string) */
+    size_t n;
+} sweep_values;
+
+/* One point of the matrix. */
+typedef enum { SP_PLANNED, SP_DONE, SP_FAILED, SP_NOT_RUN } sweep_point_state;
+
+typedef struct {
+    unsigned index;       /* 1-based, in matrix order (duplicates dropped) */
+    char **argv;          /* the child's flags after the program name (owned, NULL-ended) */
+    size_t argc;
+    json_t *config;       /* the point's resolved configuration (sweep.h "config") */
+    char *label;          /* the varied dimensions' values */
+    char dir[64];         /* "points/NNN" */
+    sweep_point_state state;
+    char *error;          /* why it failed, or NULL */
+    json_t *runs;         /* [{run, headline}] */
+    json_t *doc;          /* its sweep.json entry, made once it ended */
+    double step_mean, step_low, step_high; /* step p50 over the runs (interval NAN with one run) */
+    size_t nruns;
+} sweep_point;
+
+typedef struct {
+    sweep_values dim[SD_COUNT];
+    bool given[SD_COUNT];   /* on the command line (wins over the sweep file) */
+    char **job;             /* the job's flags, every point's (owned strings) */
+    size_t njob;
+    unsigned runs;
+    bool runs_given;
+    char *out_dir;
+    char *sweep_file;
+    bool local;
+    bool dry_run;           /* --dry-run: the points and their command lines, nothing run */
+    char exe[PATH_MAX];
+    sweep_point *points;
+    size_t npoints;
+    json_t *comparisons;
+    FILE *out, *err;
+    int argc;
+    char **argv;
+} sweep;
+
+/* ---- sweep_child.c ---- */
+
+extern volatile sig_atomic_t sweep_signal; /* the signal that stops the sweep, or 0 */
+
+char *sweep_strdup(const char *s);
+/* Append a copy of s to the NULL-ended list *v of *n strings. */
+void sweep_push(char ***v, size_t *n, const char *s);
+void sweep_free_list(char **v, size_t n);
+/* SIGINT/SIGTERM: record it, pass it on to the running child. */
+void sweep_on_signal(int sig);
+/* Run this binary with args (NULL-ended, args[0] the program); its stdout
+ * and stderr go to the file log (created), or, with log NULL, into *text
+ * (malloc'd). The child's exit status (128 + signal when killed), or -1
+ * with err when it could not be started. */
+int sweep_spawn(sweep *s, char **args, const char *log, char **text, char *err, size_t errlen);
+/* The child's argv: the program, the job's flags, the point's, extra. */
+char **sweep_child_argv(const sweep *s, const sweep_point *p, const char *const *extra);
+size_t sweep_argv_len(char **v);
+/* The line of a child's output that says what went wrong (malloc'd). */
+char *sweep_error_line(const char *text);
+
+/* ---- sweep_plan.c ---- */
+
+/* "--flag" or "--flag=value" ('_' for '-' too) naming `name`? */
+bool sweep_flag_is(const char *arg, const char *name, const char **inline_value);
+int sweep_usage_error(sweep *s, const char *fmt, const char *a, const char *b);
+/* The command line: dimension lists, the sweep's own options, the job's. 0 or -1 (said). */
+int sweep_parse_args(sweep *s, int argc, char **argv);
+/* --sweep-file: what the command line did not give. 0 or -1 (said). */
+int sweep_load_file(sweep *s);
+/* Every point planned (s->points). 0 or -1 (the point and why, said). */
+int sweep_plan(sweep *s);
+/* The varied dimensions' values, the hook first; without_hook: the others
+ * only, where a pair ran (malloc'd). */
+char *sweep_label(const sweep *s, const json_t *config, bool without_hook);
+
+/* ---- sweep_output.c ---- */
+
+void sweep_now_iso(char *buf, size_t len);
+/* The point's sweep.json entry (p->doc) from its runs. */
+void sweep_point_doc(sweep_point *p, json_t *env, json_int_t buckets);
+/* The point's results read back (each run's results.json), its entry made. */
+void sweep_collect(sweep *s, sweep_point *p);
+/* The comparisons p completes; the last one's ratio, NAN if none. */
+double sweep_compare(sweep *s, const sweep_point *p);
+void sweep_print_header(sweep *s);
+void sweep_print_row(sweep *s, const sweep_point *p, double ratio);
+void sweep_print_answer(sweep *s);
+/* sweep.json, sweep.csv, report.html. 0, or -1 (said on s->err). */
+int sweep_write(sweep *s, const char *started);
+
+#endif
