@@ -466,17 +466,8 @@ static json_t *results_node(uint32_t rank, const node *n)
  * user's). */
 static void results_csv_text(FILE *f, const char *s)
 {
-    if (!strpbrk(s, ",\"\r\n")) {
-        fprintf(f, ",%s", s);
-        return;
-    }
-    fputs(",\"", f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
+    fputc(',', f);
+    text_csv_field(f, s);
 }
 
 /* The configuration columns every row ends with (master_settings.csv_config):

@@ -7,6 +7,7 @@
 #include "master/summary.h"
 #include "master/sweep_report.h"
 #include "shared/atomicfile.h"
+#include "shared/text.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -353,26 +354,11 @@ void sweep_print_answer(sweep *s)
 
 /* ---- the files ---------------------------------------------------------------------- */
 
-static void sweep_csv_field(FILE *f, const char *v)
-{
-    if (!strpbrk(v, ",\"\n")) {
-        fputs(v, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *v; v++) {
-        if (*v == '"')
-            fputc('"', f);
-        fputc(*v, f);
-    }
-    fputc('"', f);
-}
-
 static void sweep_csv_json(FILE *f, const json_t *v)
 {
     char buf[64];
     if (json_is_string(v))
-        sweep_csv_field(f, json_string_value(v));
+        text_csv_field(f, json_string_value(v));
     else if (json_is_integer(v))
         fprintf(f, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
     else if (json_is_real(v)) {
@@ -431,7 +417,7 @@ static char *sweep_csv(const sweep *s, size_t *len)
                 if (!json_is_number(value[m]))
                     continue;
                 fprintf(f, "%u,%" JSON_INTEGER_FORMAT ",", p->index, json_integer_value(json_object_get(run, "run")));
-                sweep_csv_field(f, p->label);
+                text_csv_field(f, p->label);
                 for (const char *const *k = sweep_csv_config; *k; k++) {
                     fputc(',', f);
                     sweep_csv_json(f, json_object_get(p->config, *k));

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Copy the n bytes at s into out (outlen bytes, always NUL-terminated when
  * outlen > 0), escaping: backslash as \\, newline, carriage return and tab
@@ -38,5 +39,9 @@ bool text_is_printable(const char *s, size_t n);
  * (either case); 0, or -1 at a character that is not a hex digit. */
 void text_hex(const uint8_t *b, size_t n, char *out);
 int text_unhex(const char *s, size_t n, uint8_t *out);
+
+/* s as one CSV field on f (RFC 4180): as it is, or quoted, its quotes
+ * doubled, where it holds a comma, a quote or a line break. */
+void text_csv_field(FILE *f, const char *s);
 
 #endif

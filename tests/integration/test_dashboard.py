@@ -18,24 +18,16 @@ PSBENCH_BIN (the build directory, once the real master is the target).
 import json
 import os
 import re
-import shutil
 import signal
 import sys
-import tempfile
 import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import psb  # noqa: E402
+from browser import BrowserTestCase  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-CHROME_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-quic", "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-proxy-server",
-                "--window-size=1400,1000"]
-PACKAGES = "chromium chromium-driver python3-selenium"
 SCREENSHOT = os.environ.get("PSBENCH_SCREENSHOT", "/tmp/psbench-dashboard.png")
 WAIT_S = 20.0          # bound on every wait for the page
 PHASES = ("waiting", "warmup", "running", "done", "failed")
@@ -145,17 +137,6 @@ def get_json(url, timeout=5.0):
         return json.loads(r.read().decode("utf-8"))
 
 
-def missing_browser_deps():
-    """What is missing to run a browser test (empty list: nothing)."""
-    missing = []
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        missing.append("python3-selenium (import selenium failed; run with /usr/bin/python3)")
-    for path, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
-        if not os.access(path, os.X_OK):
-            missing.append("%s (no %s)" % (pkg, path))
-    return missing
 
 
 # What the page shows, read in one go.
@@ -206,37 +187,11 @@ return {head: head, row: row ? Array.from(row.cells).map((c) => c.textContent.tr
 """
 
 
-class Dashboard(psb.PsbTestCase):
+class Dashboard(BrowserTestCase):
 
-    def setUp(self):
-        missing = missing_browser_deps()
-        if missing:
-            self.fail("the dashboard test needs a browser; missing: %s. Install: apt-get install %s"
-                      % ("; ".join(missing), PACKAGES))
-        psb.PsbTestCase.setUp(self)
+    WHAT = "the dashboard test"
 
     # -- browser ------------------------------------------------------------
-
-    def start_browser(self):
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-        profile = tempfile.mkdtemp(prefix="psbench-chromium-")
-        self.addCleanup(shutil.rmtree, profile, True)
-        opts = webdriver.ChromeOptions()
-        opts.binary_location = CHROMIUM
-        for flag in CHROME_FLAGS + ["--user-data-dir=" + profile]:
-            opts.add_argument(flag)
-        opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        service = Service(executable_path=CHROMEDRIVER,
-                          log_path=os.path.join(self.reg.workdir, "chromedriver.log"))
-        driver = webdriver.Chrome(service=service, options=opts)
-        try:
-            driver.set_page_load_timeout(WAIT_S)
-            driver.set_script_timeout(10)
-        except Exception:
-            driver.quit()
-            raise
-        return driver
 
     def page_state(self, driver):
         return driver.execute_script(PAGE_STATE_JS)
@@ -271,13 +226,6 @@ class Dashboard(psb.PsbTestCase):
             time.sleep(0.2)
         self.fail("dashboard not live within %.0f s; phase from the API %r; page: %r; console: %r"
                   % (WAIT_S, phases, s, driver.get_log("browser")))
-
-    def screenshot(self, driver, path):
-        """The whole page (the window is made as tall as the document)."""
-        h = driver.execute_script("return Math.ceil(document.documentElement.scrollHeight)")
-        driver.set_window_size(1400, max(1000, min(int(h) + 40, 6000)))
-        time.sleep(0.5)  # let the charts follow the new size
-        self.assertTrue(driver.save_screenshot(path), "screenshot to %s failed" % path)
 
     def assert_no_severe(self, logs, allow=None):
         bad = [e for e in logs if e.get("level") == "SEVERE"

@@ -29,20 +29,13 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import psb  # noqa: E402
+from browser import BrowserTestCase  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-CHROME_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-quic", "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-proxy-server",
-                "--window-size=1400,1000"]
-PACKAGES = "chromium chromium-driver python3-selenium"
 SCREENSHOT = os.environ.get("PSBENCH_SWEEP_SCREENSHOT", "/tmp/psbench-sweep-report.png")
 WAIT_S = 20.0          # bound on every wait for the page
 FIXTURE = os.path.join(HERE, "fixtures", "sweep", "sweep.json")
@@ -52,17 +45,6 @@ FIXTURE = os.path.join(HERE, "fixtures", "sweep", "sweep.json")
 HOSTILE = "</script><img src=x onerror=\"window.pwned=1\"><b>bold</b>"
 
 
-def missing_browser_deps():
-    """What is missing to run a browser test (empty list: nothing)."""
-    missing = []
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        missing.append("python3-selenium (import selenium failed; run with /usr/bin/python3)")
-    for path, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
-        if not os.access(path, os.X_OK):
-            missing.append("%s (no %s)" % (pkg, path))
-    return missing
 
 
 # What the page shows, read in one go.
@@ -98,14 +80,9 @@ return {
 """
 
 
-class SweepReport(psb.PsbTestCase):
+class SweepReport(BrowserTestCase):
 
-    def setUp(self):
-        missing = missing_browser_deps()
-        if missing:
-            self.fail("the sweep report test needs a browser; missing: %s. Install: apt-get install %s"
-                      % ("; ".join(missing), PACKAGES))
-        psb.PsbTestCase.setUp(self)
+    WHAT = "the sweep report test"
 
     # -- the file -----------------------------------------------------------
 
@@ -145,21 +122,8 @@ class SweepReport(psb.PsbTestCase):
     # -- browser ------------------------------------------------------------
 
     def start_browser(self):
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-        profile = tempfile.mkdtemp(prefix="psbench-chromium-")
-        self.addCleanup(shutil.rmtree, profile, True)
-        opts = webdriver.ChromeOptions()
-        opts.binary_location = CHROMIUM
-        for flag in CHROME_FLAGS + ["--user-data-dir=" + profile]:
-            opts.add_argument(flag)
-        opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        service = Service(executable_path=CHROMEDRIVER,
-                          log_path=os.path.join(self.reg.workdir, "chromedriver.log"))
-        driver = webdriver.Chrome(service=service, options=opts)
+        driver = BrowserTestCase.start_browser(self)
         self.addCleanup(driver.quit)
-        driver.set_page_load_timeout(WAIT_S)
-        driver.set_script_timeout(10)
         return driver
 
     def open_report(self, driver, path):
@@ -174,13 +138,6 @@ class SweepReport(psb.PsbTestCase):
             time.sleep(0.2)
         self.fail("the report did not draw within %.0f s; last state: %r; console: %r"
                   % (WAIT_S, s, driver.get_log("browser")))
-
-    def screenshot(self, driver, path):
-        """The whole page (the window is made as tall as the document)."""
-        h = driver.execute_script("return Math.ceil(document.documentElement.scrollHeight)")
-        driver.set_window_size(1400, max(1000, min(int(h) + 200, 8000)))
-        time.sleep(0.5)
-        self.assertTrue(driver.save_screenshot(path), "screenshot to %s failed" % path)
 
     def assert_console_clean(self, driver):
         logs = driver.get_log("browser")
