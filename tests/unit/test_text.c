@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "shared/text.h"
@@ -83,12 +84,38 @@ static void test_hex(void **state)
     assert_int_equal(text_unhex("1 ", 1, back), -1);
 }
 
+/* A CSV field: as it is, or quoted with its quotes doubled (RFC 4180). */
+static void csv_check(const char *in, const char *want)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    text_csv_field(f, in);
+    fclose(f);
+    assert_string_equal(buf, want);
+    free(buf);
+}
+
+static void test_csv_field(void **state)
+{
+    (void)state;
+    csv_check("", "");
+    csv_check("rpc_hook", "rpc_hook");
+    csv_check("a b=1", "a b=1");
+    csv_check("a,b", "\"a,b\"");
+    csv_check("say \"hi\"", "\"say \"\"hi\"\"\"");
+    csv_check("two\nlines", "\"two\nlines\"");
+    csv_check("cr\r", "\"cr\r\"");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_escapes),
         cmocka_unit_test(test_never_cut),
         cmocka_unit_test(test_hex),
+        cmocka_unit_test(test_csv_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
