@@ -25,6 +25,9 @@ RUN_METRICS = {"step_p50_ms", "step_p90_ms", "samples_per_s", "bytes_per_step", 
                "effective_gb_per_s", "exposed_comm_ms", "share_forward", "share_backward_compute",
                "share_exposed_comm", "share_optimizer", "share_other", "buckets"}
 SWEEP_TIMEOUT = 240
+# A short job: one epoch of six batches per pass (the points' figures are
+# checked for their shape and consistency, not their size).
+JOB = ["--epochs", "1", "--set", "data.sample_count=60"]
 
 
 class SweepTests(psb.PsbTestCase):
@@ -48,7 +51,7 @@ class SweepTests(psb.PsbTestCase):
     def test_hooks_by_bucket_caps_with_runs(self):
         d = self.out()
         rc, out, err = self.sweep("--local", "--ddp-hook", "rpc_hook,allreduce_hook", "--bucket-cap-mb", "1,25",
-                                  "--runs", "2", "--epochs", "1", "--out", d)
+                                  "--runs", "2", "--out", d, *JOB)
         self.assertEqual(rc, 0, out + err)
         self.assertIn("# psbench-master sweep: 4 point(s) x 2 run(s)", out)
         self.assertIn("the same at every point: trainer DdpRpcTrainer, model DummyModel, ntrainer 2", out)
@@ -122,7 +125,7 @@ class SweepTests(psb.PsbTestCase):
         with open(f, "w") as fh:
             json.dump({"dimensions": {"hook": ["rpc_hook", "allreduce_hook"], "nserver": [1, 2],
                                       "ntrainer": [4]},
-                       "runs": 1, "job": ["--epochs", "1"]}, fh)
+                       "runs": 1, "job": JOB}, fh)
         d = self.out()
         rc, out, err = self.sweep("--sweep-file", f, "--local", "--out", d)
         self.assertEqual(rc, 0, out + err)
@@ -143,7 +146,7 @@ class SweepTests(psb.PsbTestCase):
         self.assertEqual(rc, 0, out + err)
         self.assertIn("dry run, nothing is started: 2 point(s) x 1 run(s)", out)
         self.assertIn("point 1: nserver=2\n", out)
-        self.assertIn("command: psbench-master --epochs 1 --local --ddp-hook rpc_hook --ntrainer 4 --nserver 2 "
+        self.assertIn("command: psbench-master --epochs 1 --set data.sample_count=60 --local --ddp-hook rpc_hook --ntrainer 4 --nserver 2 "
                       "--runs 1 --out %s/points/001\n" % d2, out)
         self.assertIn('"nserver":4', out)
         self.assertFalse(os.path.exists(d2))
@@ -158,8 +161,9 @@ class SweepTests(psb.PsbTestCase):
         with open(cfg, "w") as fh:
             json.dump(trainers, fh)
         d = self.out()
+        # (The whole data set: the loss is checked after the first batches.)
         rc, out, err = self.sweep("--local", "--trainer", "Diverge,DdpRpcTrainer", "--trainer-config-path", cfg,
-                                  "--epochs", "1", "--out", d)
+                                  "--out", d, "--epochs", "1")
         self.assertEqual(rc, 1, out + err)
         rows = self.rows(out)
         self.assertEqual(rows[0][:3], ["1", "Diverge", "FAILED:"], out)
@@ -218,7 +222,7 @@ class SweepTests(psb.PsbTestCase):
     def test_a_signal_stops_the_sweep_and_its_files_say_so(self):
         d = self.out()
         p = subprocess.Popen([psb.bin_path("psbench-master"), "sweep", "--local", "--ntrainer", "2,3,4",
-                              "--epochs", "1", "--out", d], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              "--out", d] + JOB, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env=psb.base_env(), text=True)
         try:
             lines = []
