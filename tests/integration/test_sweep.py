@@ -151,6 +151,23 @@ class SweepTests(psb.PsbTestCase):
         self.assertIn('"nserver":4', out)
         self.assertFalse(os.path.exists(d2))
 
+    def test_device_dimension_sets_the_cuda_counts(self):
+        # Planned only (--dry-run): no GPU is needed to see what a cuda point runs.
+        rc, out, err = self.sweep("--local", "--device", "cpu,cuda", "--ddp-hook", "rpc_hook,allreduce_hook",
+                                  "--ntrainer", "2", "--dry-run")
+        self.assertEqual(rc, 0, out + err)
+        cmds = [line.split("command: psbench-master ", 1)[1] for line in out.splitlines() if "command: " in line]
+        self.assertEqual(cmds, [
+            "--local --ddp-hook rpc_hook --ntrainer 2 --runs 1 --out DIR/points/001",
+            "--local --ddp-hook allreduce_hook --ntrainer 2 --runs 1 --out DIR/points/002",
+            "--local --ddp-hook rpc_hook --ntrainer 0 --ncudatrainer 2 --nserver 0 --ncudaserver 1 --runs 1 "
+            "--out DIR/points/003",
+            "--local --ddp-hook allreduce_hook --ntrainer 0 --ncudatrainer 2 --nserver 0 --runs 1 "
+            "--out DIR/points/004"])
+        configs = [json.loads(line.split("config: ", 1)[1]) for line in out.splitlines() if "config: " in line]
+        self.assertEqual([(c["device"], c["ntrainer"], c["nserver"]) for c in configs],
+                         [("cpu", 2, 1), ("cpu", 2, 0), ("cuda", 2, 1), ("cuda", 2, 0)])
+
     def test_a_failed_point_does_not_stop_the_others(self):
         cfg = os.path.join(self.reg.workdir, "trainers.json")
         with open(os.path.join(psb.HERE, "..", "..", "configs", "trainer_configurations.json")) as fh:
