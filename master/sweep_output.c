@@ -270,6 +270,15 @@ static double sweep_summary_mean(const sweep_point *p, const char *fig)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* v in fmt, or "-" where the figure is not known (a workload without it). */
+static const char *sweep_fmt(char *buf, size_t len, const char *fmt, double v)
+{
+    if (!isfinite(v))
+        return "-";
+    snprintf(buf, len, fmt, v);
+    return buf;
+}
+
 void sweep_print_row(sweep *s, const sweep_point *p, double ratio)
 {
     FILE *o = s->out;
@@ -290,17 +299,18 @@ void sweep_print_row(sweep *s, const sweep_point *p, double ratio)
         return;
     }
     json_t *b = json_object_get(p->doc, "buckets");
-    char buckets[24] = "-", half[24] = "-", r[24] = "-";
+    json_t *exp = json_object_get(json_object_get(p->doc, "shares"), "exposed_comm");
+    char buckets[24] = "-", mb[24], step[24], half[24], sps[24], expo[24], gbs[24], r[24];
     if (json_is_integer(b))
         snprintf(buckets, sizeof buckets, "%" JSON_INTEGER_FORMAT, json_integer_value(b));
-    if (isfinite(p->step_high))
-        snprintf(half, sizeof half, "%.2f", (p->step_high - p->step_low) / 2);
-    if (isfinite(ratio))
-        snprintf(r, sizeof r, "%.2f", ratio);
-    json_t *exp = json_object_get(json_object_get(p->doc, "shares"), "exposed_comm");
-    fprintf(o, "  %7s  %9.2f  %9.2f  %7s  %10.1f  %8.1f  %7.3f  %6s\n", buckets,
-            sweep_summary_mean(p, "bytes_per_step") / 1e6, p->step_mean, half, sweep_summary_mean(p, "samples_per_s"),
-            json_is_number(exp) ? 100 * json_number_value(exp) : NAN, sweep_summary_mean(p, "effective_gb_per_s"), r);
+    fprintf(o, "  %7s  %9s  %9s  %7s  %10s  %8s  %7s  %6s\n", buckets,
+            sweep_fmt(mb, sizeof mb, "%.2f", sweep_summary_mean(p, "bytes_per_step") / 1e6),
+            sweep_fmt(step, sizeof step, "%.2f", p->step_mean),
+            sweep_fmt(half, sizeof half, "%.2f", (p->step_high - p->step_low) / 2),
+            sweep_fmt(sps, sizeof sps, "%.1f", sweep_summary_mean(p, "samples_per_s")),
+            sweep_fmt(expo, sizeof expo, "%.1f", json_is_number(exp) ? 100 * json_number_value(exp) : NAN),
+            sweep_fmt(gbs, sizeof gbs, "%.3f", sweep_summary_mean(p, "effective_gb_per_s")),
+            sweep_fmt(r, sizeof r, "%.2f", ratio));
     fflush(o);
 }
 
@@ -314,7 +324,7 @@ void sweep_print_answer(sweep *s)
                "faster)\n");
     if (n == 0) {
         fprintf(o, "# the answer: no point ran both a parameter-server hook and allreduce_hook on the same "
-                   "configuration (give --ddp-hook rpc_hook,allreduce_hook)\n");
+                   "configuration (for a DdpTrainer: --ddp-hook rpc_hook,allreduce_hook)\n");
         return;
     }
     /* Faster only beyond noise: with intervals that overlap, neither is. */
