@@ -365,7 +365,10 @@ static int64_t placement_rank(const master *m, const ctl_msg *msg, agg_role r, c
     for (uint32_t i = 0; i < cap; i++)
         if (!v[i])
             return i;
-    snprintf(why, len, "all %u %ss are already registered", cap, role);
+    if (cap == 0)
+        snprintf(why, len, "this job has no %ss", role);
+    else
+        snprintf(why, len, "all %u %ss are already registered", cap, role);
     return -1;
 }
 
