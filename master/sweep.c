@@ -250,7 +250,7 @@ static void sweep_usage(FILE *f)
           "each point's servers and trainers are spawned on this host; without it, start\n"
           "the nodes by hand with --master HOST:PORT --follow (every point's master listens\n"
           "at the job's --listen): each point takes the ranks it needs, the others wait,\n"
-          "and they stay connected from point to point. Every point is checked first (its\n"
+          "and they stay up from point to point. Every point is checked first (its\n"
           "--dry-run), so a bad value stops the sweep before anything runs.\n"
           "\n"
           "Examples:\n"
