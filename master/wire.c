@@ -71,10 +71,6 @@ void wire_send_all(master *m, const char *type, json_t *body)
     json_decref(body);
 }
 
-/* Refused: `stop` (refused) with the reason, then nothing more from it is
- * parsed (wire_on_read); once the reason is out our side ends
- * (wire_on_write), and the node closes — or is dropped after
- * WIRE_REFUSED_LINGER_S (wire_drop_idle). */
 /* Whether this retryable refusal's reason was logged within the last
  * WIRE_RETRY_SAY_S (and, if not, that it is now). */
 #define WIRE_RETRY_SAY_S 60.0
@@ -98,6 +94,10 @@ static bool wire_retry_said(master *m, const char *reason)
     return false;
 }
 
+/* Refused: `stop` (refused) with the reason, then nothing more from it is
+ * parsed (wire_on_read); once the reason is out our side ends
+ * (wire_on_write), and the node closes — or is dropped after
+ * WIRE_REFUSED_LINGER_S (wire_drop_idle). */
 void wire_refuse(node *n, const char *reason, bool retry)
 {
     assert(!n->registered && n->state == NS_CONNECTED);

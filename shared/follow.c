@@ -42,10 +42,10 @@ void follow_say_retry(const char *why)
 {
     if (follow_reason_fd < 0)
         return;
-    size_t n = strlen(why);
-    /* One short write into an empty pipe: whole, or dropped (best effort). */
-    if (write(follow_reason_fd, why, n) != (ssize_t)n)
-        return;
+    /* One short write into an empty pipe, best effort: without it the
+     * supervisor only knows there was no job. */
+    ssize_t w = write(follow_reason_fd, why, strlen(why));
+    (void)w;
 }
 
 static void follow_mask(int how)
