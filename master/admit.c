@@ -99,7 +99,8 @@ static void admit_refuse_fd(admit *a, int fd, int e)
     char peer[64];
     net_peer_name(fd, peer, sizeof peer);
     admit_reason(e, a->why, sizeof a->why);
-    json_t *body = json_pack("{s:s, s:s}", "status", "refused", "reason", a->why);
+    /* For want of descriptors, for now: a follower (--follow) tries again. */
+    json_t *body = json_pack("{s:s, s:s, s:b}", "status", "refused", "reason", a->why, "retry", 1);
     uint8_t *buf = NULL;
     size_t len = 0;
     if (body && ctl_encode("stop", NULL, body, &buf, &len) == 0) {

@@ -158,6 +158,13 @@ typedef struct master {
      * is given in whatever state the run is then. */
     char held_failure[512];
     double held_until;         /* 0: nothing held */
+    /* Refusals a node may retry (wire_refuse): a follower (--follow) comes
+     * back every half second while it waits for a job, so each reason is
+     * logged at warn level once a minute, its repeats at debug level. */
+    struct {
+        char reason[128];
+        double t;
+    } retry_said[4];
 } master;
 
 static inline double master_now(void) { return clock_now_s(); }

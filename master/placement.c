@@ -307,9 +307,12 @@ static const char *placement_late(const master *m, char *why, size_t len)
 }
 
 /* Why this register is refused before its rank is looked at (NULL: it is
- * not): its token, the run's state, its fields. */
-static const char *placement_gate(const master *m, const ctl_msg *msg, char *why, size_t len)
+ * not): its token, the run's state, its fields. *retry: only the run's
+ * state may be otherwise later (a node that follows, --follow, tries
+ * again); a token or a register that is wrong stays wrong. */
+static const char *placement_gate(const master *m, const ctl_msg *msg, char *why, size_t len, bool *retry)
 {
+    *retry = false;
     if (msg->token_too_long) {
         snprintf(why, len, "its token is longer than %d bytes (the most psbench takes), so it cannot be "
                  "this job's", CLI_TOKEN_MAX);
@@ -317,8 +320,10 @@ static const char *placement_gate(const master *m, const ctl_msg *msg, char *why
     }
     if (!placement_token_ok(m, msg->token))
         return msg->token[0] ? "wrong token" : "this master needs a token (--token-file FILE or PSBENCH_TOKEN)";
-    if (placement_late(m, why, len))
+    if (placement_late(m, why, len)) {
+        *retry = true;
         return why;
+    }
     char bad[400];
     if (validate_register(msg->body, bad, sizeof bad) < 0) {
         snprintf(why, len, "bad register: %s", bad);
@@ -360,7 +365,10 @@ static int64_t placement_rank(const master *m, const ctl_msg *msg, agg_role r, c
     for (uint32_t i = 0; i < cap; i++)
         if (!v[i])
             return i;
-    snprintf(why, len, "all %u %ss are already registered", cap, role);
+    if (cap == 0)
+        snprintf(why, len, "this job has no %ss", role);
+    else
+        snprintf(why, len, "all %u %ss are already registered", cap, role);
     return -1;
 }
 
@@ -430,11 +438,14 @@ int placement_register(master *m, node *n, ctl_msg *msg, char *verdict, size_t l
         return -1;
     }
     char why[sizeof m->error + 100];
-    const char *refused = placement_gate(m, msg, why, sizeof why);
+    bool retry;
+    const char *refused = placement_gate(m, msg, why, sizeof why, &retry);
     agg_role r = !refused && strcmp(ctl_str(msg->body, "role", ""), "trainer") == 0 ? AGG_TRAINER : AGG_SERVER;
     int64_t rank = refused ? -1 : placement_rank(m, msg, r, why, sizeof why);
     if (rank < 0) {
-        wire_refuse(n, refused ? refused : why);
+        /* No place for it in this job (no such role, rank, or a free one):
+         * the next job of a sweep may have one. */
+        wire_refuse(n, refused ? refused : why, refused ? retry : true);
         return 0;
     }
     placement_take(m, n, msg, r, (uint32_t)rank);

@@ -73,9 +73,11 @@ static void sweep_usage(FILE *f)
           "  --help                    this text\n"
           "\n"
           "Every other option is the job's (psbench-master --help) and goes to every point,\n"
-          "e.g. --local, --epochs, --model, --backend, --set KIND.KEY=VALUE. --local is\n"
-          "needed: each point's servers and trainers are spawned on this host (nodes started\n"
-          "by hand cannot follow a sweep's points). Every point is checked first (its\n"
+          "e.g. --local, --epochs, --model, --backend, --set KIND.KEY=VALUE. With --local\n"
+          "each point's servers and trainers are spawned on this host; without it, start\n"
+          "the nodes by hand with --master HOST:PORT --follow (every point's master listens\n"
+          "at the job's --listen): each point takes the ranks it needs, the others wait,\n"
+          "and they stay up from point to point. Every point is checked first (its\n"
           "--dry-run), so a bad value stops the sweep before anything runs.\n"
           "\n"
           "Examples:\n"
@@ -248,11 +250,6 @@ int sweep_main(int argc, char **argv, FILE *out, FILE *err)
     char started[32];
     if (sweep_parse_args(&s, argc, argv) < 0 || (s.sweep_file && sweep_load_file(&s) < 0))
         goto out;
-    if (!s.local) {
-        fprintf(err, "psbench-master sweep: give --local: each point's servers and trainers are spawned on this host "
-                     "(nodes started by hand cannot follow a sweep's points)\n");
-        goto out;
-    }
     ssize_t n = readlink("/proc/self/exe", s.exe, sizeof s.exe - 1);
     if (n <= 0) {
         fprintf(err, "psbench-master sweep: /proc/self/exe: %s\n", strerror(errno));
@@ -273,6 +270,9 @@ int sweep_main(int argc, char **argv, FILE *out, FILE *err)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sweep_now_iso(started, sizeof started);
+    if (!s.local) /* every point's master listens where the job's flags say: the same address */
+        fprintf(out, "# nodes started by hand: start them with --master HOST:PORT --follow (the job's --listen, "
+                     "port 29500 unless given); each point takes the ranks it needs, the others wait\n");
     sweep_print_header(&s);
     code = 0;
     for (size_t i = 0; i < s.npoints; i++) {

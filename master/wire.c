@@ -71,15 +71,44 @@ void wire_send_all(master *m, const char *type, json_t *body)
     json_decref(body);
 }
 
+/* Whether this retryable refusal's reason was logged within the last
+ * WIRE_RETRY_SAY_S (and, if not, that it is now). */
+#define WIRE_RETRY_SAY_S 60.0
+static bool wire_retry_said(master *m, const char *reason)
+{
+    double now = master_now();
+    size_t n = sizeof m->retry_said / sizeof m->retry_said[0], oldest = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(m->retry_said[i].reason, reason, sizeof m->retry_said[i].reason - 1) == 0 &&
+            m->retry_said[i].t > 0) {
+            if (now - m->retry_said[i].t < WIRE_RETRY_SAY_S)
+                return true;
+            oldest = i;
+            break;
+        }
+        if (m->retry_said[i].t < m->retry_said[oldest].t)
+            oldest = i;
+    }
+    snprintf(m->retry_said[oldest].reason, sizeof m->retry_said[oldest].reason, "%s", reason);
+    m->retry_said[oldest].t = now;
+    return false;
+}
+
 /* Refused: `stop` (refused) with the reason, then nothing more from it is
  * parsed (wire_on_read); once the reason is out our side ends
  * (wire_on_write), and the node closes — or is dropped after
  * WIRE_REFUSED_LINGER_S (wire_drop_idle). */
-void wire_refuse(node *n, const char *reason)
+void wire_refuse(node *n, const char *reason, bool retry)
 {
     assert(!n->registered && n->state == NS_CONNECTED);
-    log_warn("refused %s: %s", n->peer_ip, reason);
-    wire_send(n, "stop", json_pack("{s:s, s:s}", "status", "refused", "reason", reason));
+    if (retry && wire_retry_said(n->m, reason))
+        log_debug("refused %s: %s (it may retry)", n->peer_ip, reason);
+    else
+        log_warn("refused %s: %s", n->peer_ip, reason);
+    json_t *body = json_pack("{s:s, s:s}", "status", "refused", "reason", reason);
+    if (retry)
+        json_object_set_new(body, "retry", json_true());
+    wire_send(n, "stop", body);
     n->refused = true;
     n->t_refused = master_now();
 }
@@ -165,7 +194,7 @@ static void wire_dispatch(master *m, node *n, ctl_msg *msg)
     n->last_seen = master_now();
     const wire_handler *h = wire_handler_of(m->wire, msg->type);
     if (!n->registered && !(h && h->before_register)) {
-        wire_refuse(n, "the first message must be register");
+        wire_refuse(n, "the first message must be register", false);
         return;
     }
     if (!h) {
@@ -195,7 +224,7 @@ static void wire_on_bad_frame(master *m, node *n, frame_status st, const frame_d
         char why[300];
         snprintf(why, sizeof why, "a node's first message must be a register of at most %u bytes (%s)",
                  WIRE_PREAUTH_FRAME, dec->err);
-        wire_refuse(n, why);
+        wire_refuse(n, why, false);
         return;
     }
     if (n->registered) {

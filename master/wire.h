@@ -42,8 +42,10 @@ void wire_send(node *n, const char *type, json_t *body);
 void wire_send_all(master *m, const char *type, json_t *body);
 /* Refuse a node that has not registered: `stop` (refused) with the reason;
  * nothing more from it is read, and it is freed once it closes or after a
- * few seconds (wire_drop_idle). */
-void wire_refuse(node *n, const char *reason);
+ * few seconds (wire_drop_idle). retry: the node may try again later (no
+ * place for it in this job, the run is over; "retry": true in the stop,
+ * docs/protocol.md), not a refusal for good (a wrong token). */
+void wire_refuse(node *n, const char *reason, bool retry);
 /* A registered node authenticated: its messages may have the control
  * plane's size, and it no longer counts against the pending bound. */
 void wire_registered(node *n);

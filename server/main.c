@@ -15,6 +15,7 @@
 #include "server/server.h"
 #include "shared/cli.h"
 #include "shared/devspec.h"
+#include "shared/follow.h"
 #include "shared/gpu.h"
 #include "shared/hostinfo.h"
 #include "shared/log.h"
@@ -112,6 +113,10 @@ static int server_check_args(server_args *a, char *err, size_t errlen)
         why = "say --master HOST:PORT or --standalone --trainers N (see --help)";
     else if (a->standalone && !cfg->trainers)
         why = "--standalone needs --trainers N";
+    else if (a->follow && !a->master)
+        why = "--follow needs --master HOST:PORT (a standalone server serves until a signal)";
+    else if (a->have_follow_idle && !a->follow)
+        why = "--follow-idle needs --follow";
     else if (a->master && cfg->trainers)
         why = "--trainers: with --master, the master decides the trainer count";
     else if (a->master && (a->bu_flags || a->emb_flags || a->have_lr || a->have_seed))
@@ -174,7 +179,7 @@ static int server_take_token(server_args *a, char *err, size_t errlen)
  * register names the port asked for); an ephemeral one that fails leaves
  * nothing to register. Returns 0, or the exit code with the reason on
  * stderr. */
-static int server_join(server_args *a, ctl_conn *link, char *setup_err, size_t setup_len)
+static int server_join(server_args *a, ctl_conn *link, double reach_s, char *setup_err, size_t setup_len)
 {
     server_config *cfg = &a->cfg;
     char err[256];
@@ -184,13 +189,19 @@ static int server_join(server_args *a, ctl_conn *link, char *setup_err, size_t s
     if (cfg->listen_fd < 0 && !setup_err[0])
         snprintf(setup_err, setup_len, "--listen: %s", err);
     json_t *env = server_environment(cfg->device);
+    bool retry;
     int joined = master_link_join(link, a->master, cfg, a->advertise, a->have_rank ? (int64_t)cfg->rank : -1, env,
-                                  a->connect_timeout_s, setup_err[0] ? setup_err : NULL, err, sizeof err);
+                                  reach_s, a->connect_timeout_s, setup_err[0] ? setup_err : NULL, &retry, err,
+                                  sizeof err);
     json_decref(env);
     if (joined < 0) {
         ctl_close(link);
         if (cfg->listen_fd >= 0)
             close(cfg->listen_fd);
+        if (a->follow && retry) { /* no job this time: the supervisor says why, once */
+            follow_say_retry(err);
+            return PSB_EXIT_RETRY;
+        }
         return setup_err[0] ? server_fail_run(err) : server_fail(err);
     }
     log_info("joined master %s as server %u (%u trainers per bucket)", a->master, cfg->rank, cfg->trainers);
@@ -284,6 +295,19 @@ static int server_serve(server_args *a, ctl_conn *link)
     return code;
 }
 
+/* --follow: one job, in follow_run's child. The device is checked here,
+ * not before the fork (a CUDA context does not survive one). */
+static int server_follow_job(void *ctx, double reach_s)
+{
+    server_args *a = ctx;
+    char setup_err[512] = "", err[256];
+    if (server_check_device(a, setup_err, sizeof setup_err, err, sizeof err) < 0)
+        return server_fail(err);
+    ctl_conn link = {.fd = -1};
+    int rc = server_join(a, &link, reach_s, setup_err, sizeof setup_err);
+    return rc != 0 ? rc : server_serve(a, &link);
+}
+
 int main(int argc, char **argv)
 {
     static server_args a; /* cfg.token may point into it while the server runs */
@@ -297,7 +321,7 @@ int main(int argc, char **argv)
         return 0;
     char setup_err[512] = "";
     if (server_check_args(&a, err, sizeof err) < 0 ||
-        server_check_device(&a, setup_err, sizeof setup_err, err, sizeof err) < 0)
+        (!a.follow && server_check_device(&a, setup_err, sizeof setup_err, err, sizeof err) < 0))
         return server_fail(err);
     log_init("psbench-server", a.log_level);
     if (server_take_token(&a, err, sizeof err) < 0)
@@ -313,8 +337,12 @@ int main(int argc, char **argv)
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
     mallopt(M_TOP_PAD, 16 << 20);
 
+    if (a.follow) {
+        follow_opts fo = {.idle_s = a.follow_idle_s, .connect_timeout_s = a.connect_timeout_s, .master = a.master};
+        return follow_run(&fo, server_follow_job, &a);
+    }
     ctl_conn link = {.fd = -1};
-    if (a.master && (rc = server_join(&a, &link, setup_err, sizeof setup_err)) != 0)
+    if (a.master && (rc = server_join(&a, &link, a.connect_timeout_s, setup_err, sizeof setup_err)) != 0)
         return rc;
     return server_serve(&a, &link);
 }

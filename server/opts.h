@@ -20,6 +20,9 @@ typedef struct server_args {
     const char *device;        /* --device, else $PSBENCH_SERVER_DEVICE, else "cpu" */
     const char *token_file;    /* --token-file FILE, NULL */
     double connect_timeout_s;  /* --connect-timeout: keep trying the master */
+    bool follow;               /* --follow: job after job (shared/follow.h) */
+    double follow_idle_s;      /* --follow-idle: exit after this long without a job */
+    bool have_follow_idle;
     log_level log_level;       /* --log-level */
     uint32_t open_pushes;      /* --max-open-pushes (bounds.h) */
     uint64_t open_bytes;       /* --max-open-bytes */

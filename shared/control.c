@@ -161,6 +161,7 @@ int ctl_send(ctl_conn *c, const char *type, const char *token, json_t *body, cha
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
+            c->lost = true;
             snprintf(err, errlen, "master %s: connection lost (%s)", c->peer, strerror(errno));
             free(buf);
             return -1;
@@ -207,6 +208,7 @@ int ctl_recv(ctl_conn *c, int timeout_ms, ctl_msg *m, char *err, size_t errlen)
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
+            c->lost = true;
             if (c->answered)
                 snprintf(err, errlen, "master %s closed the control connection", c->peer);
             else if (c->len == 0)

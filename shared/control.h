@@ -66,7 +66,16 @@ typedef struct ctl_conn {
     size_t len, cap;
     char peer[300];
     bool answered; /* a whole message came: the peer speaks psbench */
+    bool lost;     /* the connection ended: the peer closed it, or a send failed */
 } ctl_conn;
+
+/* The master went away before it said anything: closed without a byte
+ * (a master that is ending, say). A follower (shared/follow.h) tries
+ * again; a peer that answered in some other way is named instead. */
+static inline bool ctl_lost_unanswered(const ctl_conn *c)
+{
+    return c->lost && !c->answered && c->len == 0;
+}
 
 /* Connect to HOST:PORT, retrying for up to timeout_s while refused. */
 int ctl_connect(ctl_conn *c, const char *hostport, double timeout_s, char *err, size_t errlen);

@@ -522,6 +522,8 @@ const opt_spec opts_transport = {.kind = OPT_CUSTOM, .name = "transport", .meta 
 const opt_spec opts_connect_timeout = {.kind = OPT_SECONDS, .name = "connect-timeout", .meta = "SECONDS",
                                        .def = "30"};
 const opt_spec opts_device = {.kind = OPT_STRING, .name = "device", .meta = "DEV", .example = "cuda:1"};
+const opt_spec opts_follow = {.kind = OPT_FLAG, .name = "follow"};
+const opt_spec opts_follow_idle = {.kind = OPT_SECONDS, .name = "follow-idle", .meta = "SECONDS", .def = "60"};
 
 int opts_token_resolve(const char *flag, const char *file, char *buf, size_t buflen, const char **token,
                        const char **source, int *loose, char *err, size_t errlen)

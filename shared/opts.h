@@ -183,6 +183,8 @@ extern const opt_spec opts_transport;       /* --transport T: a psb_transport fi
 extern const opt_spec opts_connect_timeout; /* --connect-timeout SECONDS (30) */
 extern const opt_spec opts_device;          /* --device DEV, as given; each binary checks it
                                              * (its own .parse, or after parsing) */
+extern const opt_spec opts_follow;          /* --follow: a node's job after job (shared/follow.h) */
+extern const opt_spec opts_follow_idle;     /* --follow-idle SECONDS (60) */
 
 /* The job token, by the one precedence: --token's (flag), else the first
  * line of --token-file's file (into buf, CLI_TOKEN_MAX + 1 bytes at least;

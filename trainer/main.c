@@ -3,6 +3,7 @@
 #include "shared/atomicfile.h"
 #include "shared/cli.h"
 #include "shared/devspec.h"
+#include "shared/follow.h"
 #include "shared/frame.h"
 #include "shared/gpu.h"
 #include "shared/log.h"
@@ -256,7 +257,53 @@ static int trainer_take_token(trainer_args *a, char *err, size_t errlen)
     return 0;
 }
 
-/* --master: the master assigns the job; this trainer runs its passes. */
+/* One job under the master: its passes, then its metrics. reach_s: how
+ * long to keep trying to reach the master. The exit code. */
+static int trainer_master_job(const trainer_args *a, const char *setup_err, double reach_s)
+{
+    char err[1536];
+    metrics *mm = metrics_new();
+    if (!mm)
+        return trainer_fail("out of memory");
+    trainer_run_opts lo = {.master = a->master,
+                           .want_rank = a->have_rank ? (int64_t)a->syn.rank : -1,
+                           .token = a->token,
+                           .device = a->dev,
+                           .connect_timeout_s = a->connect_timeout_s,
+                           .reach_s = reach_s,
+                           .follow = a->follow,
+                           .params_out = a->params_out,
+                           .compute_nice = (int)a->compute_nice,
+                           .coll_host = a->coll_host,
+                           .setup_err = setup_err[0] ? setup_err : NULL,
+                           .transport = a->transport};
+    int code = trainer_run_with_master(&lo, mm, err, sizeof err);
+    if (code == 0) {
+        metrics_print_table(mm, stdout, "trainer metrics, timed pass (ms)");
+        fflush(stdout);
+    } else if (code == PSB_EXIT_RETRY && a->follow) {
+        follow_say_retry(err); /* the supervisor says it, once */
+    } else {
+        fprintf(stderr, "psbench-trainer: %s\n", err);
+    }
+    metrics_free(mm);
+    return code;
+}
+
+/* --follow: one job, in follow_run's child. The device is checked here,
+ * not before the fork (a CUDA context does not survive one). */
+static int trainer_follow_job(void *ctx, double reach_s)
+{
+    const trainer_args *a = ctx;
+    static char setup_err[1536];
+    char err[1536];
+    if (trainer_check_device(a, setup_err, sizeof setup_err, err, sizeof err) < 0)
+        return trainer_fail(err);
+    return trainer_master_job(a, setup_err, reach_s);
+}
+
+/* --master: the master assigns the job; this trainer runs its passes
+ * (with --follow, job after job). */
 static int trainer_with_master(const trainer_args *a, const char *setup_err)
 {
     char err[1536];
@@ -272,28 +319,11 @@ static int trainer_with_master(const trainer_args *a, const char *setup_err)
     log_init("psbench-trainer", a->log_level);
     trainer_check_blas();
     signal(SIGPIPE, SIG_IGN);
-    metrics *mm = metrics_new();
-    if (!mm)
-        return trainer_fail("out of memory");
-    trainer_run_opts lo = {.master = a->master,
-                           .want_rank = a->have_rank ? (int64_t)a->syn.rank : -1,
-                           .token = a->token,
-                           .device = a->dev,
-                           .connect_timeout_s = a->connect_timeout_s,
-                           .params_out = a->params_out,
-                           .compute_nice = (int)a->compute_nice,
-                           .coll_host = a->coll_host,
-                           .setup_err = setup_err[0] ? setup_err : NULL,
-                           .transport = a->transport};
-    int code = trainer_run_with_master(&lo, mm, err, sizeof err);
-    if (code == 0) {
-        metrics_print_table(mm, stdout, "trainer metrics, timed pass (ms)");
-        fflush(stdout);
-    } else {
-        fprintf(stderr, "psbench-trainer: %s\n", err);
+    if (a->follow) {
+        follow_opts fo = {.idle_s = a->follow_idle_s, .connect_timeout_s = a->connect_timeout_s, .master = a->master};
+        return follow_run(&fo, trainer_follow_job, (void *)a);
     }
-    metrics_free(mm);
-    return code;
+    return trainer_master_job(a, setup_err, a->connect_timeout_s);
 }
 
 /* Without a master: the options a standalone run needs, and how they fit.
@@ -421,7 +451,12 @@ int main(int argc, char **argv)
     if (rc != OPTS_OK)
         return 0;
     static char setup_err[1536];
-    if (trainer_check_device(&a, setup_err, sizeof setup_err, err, sizeof err) < 0 ||
+    if (a.follow && !a.master)
+        return trainer_fail("--follow needs --master HOST:PORT");
+    if (a.have_follow_idle && !a.follow)
+        return trainer_fail("--follow-idle needs --follow");
+    /* Under --follow the device is checked in each job's process. */
+    if ((!a.follow && trainer_check_device(&a, setup_err, sizeof setup_err, err, sizeof err) < 0) ||
         trainer_take_token(&a, err, sizeof err) < 0)
         return trainer_fail(err);
     if (a.master)

@@ -11,15 +11,17 @@
 #define MLINK_REPORT_S 0.5 /* metrics (the heartbeat) this often */
 #define MLINK_CHECK_S 0.1  /* look for a stop this often during a pass */
 
-int mlink_open(mlink *l, const char *master, double timeout_s, metrics *m, char *err, size_t errlen)
+int mlink_open(mlink *l, const char *master, double reach_s, double timeout_s, metrics *m, char *err,
+               size_t errlen)
 {
     memset(l, 0, sizeof *l);
     l->c.fd = -1;
     l->m = m;
     l->store_timeout_s = 60;
     l->connect_timeout_s = timeout_s;
-    if (ctl_connect(&l->c, master, timeout_s, err, errlen) < 0) {
+    if (ctl_connect(&l->c, master, reach_s, err, errlen) < 0) {
         ctl_close(&l->c);
+        l->retry = true; /* no master listens there (yet) */
         return -1;
     }
     return 0;
@@ -170,11 +172,15 @@ int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, c
         *assign = NULL;
     int rc = ctl_send(&l->c, "register", token, body, err, errlen);
     json_decref(body);
-    if (rc < 0)
+    if (rc < 0) {
+        l->retry = ctl_lost_unanswered(&l->c);
         return -1;
+    }
     ctl_msg msg;
-    if (ctl_recv_first(&l->c, l->connect_timeout_s, &msg, err, errlen) < 0)
+    if (ctl_recv_first(&l->c, l->connect_timeout_s, &msg, err, errlen) < 0) {
+        l->retry = ctl_lost_unanswered(&l->c); /* a master that was ending */
         return -1;
+    }
     l->joined = true;
     if (!assign && (strcmp(msg.type, "registered") == 0 || strcmp(msg.type, "assign") == 0)) {
         /* Joined only to report a failure (mlink_close): no assignment. */
@@ -192,6 +198,10 @@ int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, c
     if (strcmp(msg.type, "stop") == 0) {
         if (strcmp(ctl_str(msg.body, "status", "refused"), "refused") == 0)
         {
+            /* "retry" (extension): no place for this trainer now, perhaps
+             * in a later job (docs/protocol.md). */
+            l->refused = true;
+            l->retry = json_is_true(json_object_get(msg.body, "retry"));
             char why[512];
             snprintf(err, errlen, "the master refused this trainer: %s",
                      ctl_text(msg.body, "reason", "?", why, sizeof why));

@@ -35,14 +35,19 @@ typedef struct mlink {
     double connect_timeout_s; /* the longest wait for the master's first answer */
     bool joined;            /* the master answered the register: a master, to tell of a failure */
     bool stopped;           /* the master said stop (or refused us) */
+    bool refused;           /* ... refused our register */
+    bool retry;             /* no job here now, perhaps later (shared/follow.h): the master could not be
+                             * reached, went away before it answered, or refused with "retry" */
     int stop_code;
     char stop_reason[1024];
     json_t *fail_detail;    /* owned: fields the `failed` report carries beside the reason (or NULL) */
 } mlink;
 
-/* Connect (retrying for timeout_s while refused). 0 or -1 with err. The
- * first answer to the register is then awaited for timeout_s too. */
-int mlink_open(mlink *l, const char *master, double timeout_s, metrics *m, char *err, size_t errlen);
+/* Connect (retrying for reach_s while refused: --connect-timeout, or less
+ * under --follow). 0 or -1 with err (l->retry set). The first answer to
+ * the register is then awaited for timeout_s (--connect-timeout). */
+int mlink_open(mlink *l, const char *master, double reach_s, double timeout_s, metrics *m, char *err,
+               size_t errlen);
 /* Close. With failed (err holds this trainer's reason, the master has not
  * stopped it): tell the master why, wait up to 3 s for its verdict, and
  * rewrite err to the line to end on: the master's reason, which names the

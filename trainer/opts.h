@@ -31,6 +31,9 @@ typedef struct trainer_args {
     const char *token;         /* --token, then the token opts_token_resolve chose */
     const char *token_file;    /* --token-file FILE */
     double connect_timeout_s;  /* --connect-timeout */
+    bool follow;               /* --follow: job after job (shared/follow.h) */
+    double follow_idle_s;      /* --follow-idle: exit after this long without a job */
+    bool have_follow_idle;
     psb_transport transport;   /* --transport */
     uint64_t compute_nice;     /* --compute-nice */
     log_level log_level;       /* --log-level */

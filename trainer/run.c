@@ -2,6 +2,7 @@
 #include "trainer/run.h"
 #include "shared/cli.h"
 #include "shared/devspec.h"
+#include "shared/follow.h"
 #include "shared/gpu.h"
 #include "shared/hostinfo.h"
 #include "shared/jobconf.h"
@@ -665,7 +666,9 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
 {
     mlink l;
     metrics_enable_reporting(m);
-    if (mlink_open(&l, o->master, o->connect_timeout_s, m, err, errlen) < 0) {
+    if (mlink_open(&l, o->master, o->reach_s, o->connect_timeout_s, m, err, errlen) < 0) {
+        if (o->follow)
+            return PSB_EXIT_RETRY; /* err says why: no master there now */
         if (o->setup_err)
             snprintf(err, errlen, "%s", o->setup_err);
         return 1;
@@ -681,7 +684,11 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
     if (o->setup_err) {
         /* The master's verdict then names this trainer and the reason,
          * instead of "trainer 0 (pid N) exited with status 2". */
-        (void)mlink_register(&l, o->token, body, NULL, err, errlen);
+        int joined = mlink_register(&l, o->token, body, NULL, err, errlen);
+        if (joined < 0 && o->follow && l.retry) { /* this job has no place for it: nothing to report */
+            mlink_close(&l, false, err, errlen);
+            return PSB_EXIT_RETRY;
+        }
         snprintf(err, errlen, "%s", o->setup_err); /* refused or not: the cause is this trainer's */
         mlink_close(&l, true, err, errlen);
         return 1;
@@ -697,6 +704,8 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
         l.bytes = run_bytes;
         l.bytes_ctx = w;
         code = run_loop(&l, o, w, &j, err, errlen);
+    } else if (o->follow && (l.retry || l.refused)) {
+        code = l.retry ? PSB_EXIT_RETRY : 2; /* no job this time; or never: the supervisor stops */
     }
     l.bytes = NULL;
     /* The master hears why before the servers and peers see this trainer

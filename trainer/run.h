@@ -15,6 +15,7 @@
 #ifndef PSBENCH_TRAINER_RUN_H
 #define PSBENCH_TRAINER_RUN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,10 @@ typedef struct trainer_run_opts {
     const char *token;
     device_spec device;       /* --device (shared/devspec.h), as given: plain cuda placed by rank */
     double connect_timeout_s;
+    double reach_s;           /* how long to keep trying to reach the master: --connect-timeout, or
+                               * less under --follow */
+    bool follow;              /* --follow: no job here (see mlink's retry) is PSB_EXIT_RETRY, a
+                               * refusal for good exit status 2 */
     const char *params_out;   /* NULL, or where the final parameters go (raw LE float32) */
     int compute_nice;         /* the compute thread's nice level above the comm threads' */
     const char *coll_host;    /* NULL, or where this trainer's Gloo transport listens */
@@ -36,7 +41,9 @@ typedef struct trainer_run_opts {
     psb_transport transport;  /* to the servers (--transport) */
 } trainer_run_opts;
 
-/* Returns the exit code; err holds the reason when it is not 0. */
+/* Returns the exit code; err holds the reason when it is not 0. With
+ * o->follow: PSB_EXIT_RETRY (shared/follow.h) when this try got no job,
+ * 2 when the master refused this trainer for good. */
 int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, size_t errlen);
 
 #endif

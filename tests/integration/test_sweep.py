@@ -203,7 +203,6 @@ class SweepTests(psb.PsbTestCase):
             (["--local", "--ntrainer", "2,x"], "point 2 of 2 (--ntrainer x) is refused: psbench-master: --ntrainer"),
             (["--local", "--ntrainer", "2,,4"], "--ntrainer '2,,4': an empty value"),
             (["--local", "--ntrainer", "2,2"], "'2' is given twice"),
-            (["--ddp-hook", "rpc_hook,allreduce_hook"], "give --local"),
             (["--local", "--ncudatrainer", "1"], "--ncudatrainer: the sweep sets it for each point"),
             (["--local", "--runs", "0"], "--runs '0': a number of runs per point"),
             (["--local", "--device", "tpu"], "--device 'tpu': cpu or cuda"),

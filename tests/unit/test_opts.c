@@ -483,6 +483,8 @@ static const struct {
     {&opts_token_file, {true, true, true}, {"/some/file", NULL}, {NULL}},
     {&opts_transport, {true, true, true}, {"tcp", "shm", "auto", NULL}, {"udp", "TCP", NULL}},
     {&opts_connect_timeout, {true, true, false}, {"2.5", "1e3", NULL}, {"0", "x", NULL}},
+    {&opts_follow, {true, true, false}, {NULL}, {NULL}},
+    {&opts_follow_idle, {true, true, false}, {"5", "0.5", NULL}, {"0", "x", NULL}},
     /* The server checks --device once parsing is done ($PSBENCH_SERVER_DEVICE
      * goes through the same check), the trainer as it parses: their bad
      * values differ, the good ones do not. */
