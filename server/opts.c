@@ -249,19 +249,9 @@ static const opt_spec server_specs[] = {
              "this long while it is not listening yet, and wait\n"
              "this long for its first answer: a peer that is not\n"
              "a psbench master is named (default 30)"},
-    {.shared = &opts_follow, .to = AT(follow),
-     .help = "with --master: serve job after job of whatever\n"
-             "master listens there (a sweep's points, its runs):\n"
-             "after a job, join again; while the master has no\n"
-             "place for this server, or none listens, try again\n"
-             "every 0.5 s (each try waits at most --connect-timeout,\n"
-             "and no longer than --follow-idle has left). Exit\n"
-             "status: 0 once --follow-idle passes without a job;\n"
-             "non-zero only when the master refuses it for good\n"
-             "(a wrong token, a bad register) or a flag is wrong"},
+    {.shared = &opts_follow, .to = AT(follow), .help = OPTS_FOLLOW_HELP},
     {.shared = &opts_follow_idle, .to = AT(follow_idle_s), .given = {AT(have_follow_idle)},
-     .help = "with --follow: exit 0 after this long without a job\n"
-             "(default 60)"},
+     .help = OPTS_FOLLOW_IDLE_HELP},
     {.name = "advertise", .meta = "HOST", .kind = OPT_CUSTOM, .parse = server_opt_advertise, .to = AT(advertise),
      .example = "10.0.0.1",
      .help = "the address trainers should use to reach this\n"

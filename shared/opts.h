@@ -185,6 +185,18 @@ extern const opt_spec opts_device;          /* --device DEV, as given; each bina
                                              * (its own .parse, or after parsing) */
 extern const opt_spec opts_follow;          /* --follow: a node's job after job (shared/follow.h) */
 extern const opt_spec opts_follow_idle;     /* --follow-idle SECONDS (60) */
+/* Their help, the same for a server and a trainer. */
+#define OPTS_FOLLOW_HELP                                                                                   \
+    "with --master: take job after job from whatever\n"                                                    \
+    "master listens there (a sweep's points, the runs of\n"                                                \
+    "--runs): after a job, join again; while the master has\n"                                              \
+    "no place for this node, or none listens, try again\n"                                                  \
+    "every 0.5 s (each try waits at most --connect-timeout,\n"                                              \
+    "and no longer than --follow-idle has left). Exit\n"                                                    \
+    "status: 0 once --follow-idle passes without a job;\n"                                                  \
+    "non-zero only when the master refuses it for good\n"                                                   \
+    "(a wrong token, a bad register) or a flag is wrong"
+#define OPTS_FOLLOW_IDLE_HELP "with --follow: exit 0 after this long without a job\n(default 60)"
 
 /* The job token, by the one precedence: --token's (flag), else the first
  * line of --token-file's file (into buf, CLI_TOKEN_MAX + 1 bytes at least;

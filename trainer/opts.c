@@ -175,19 +175,9 @@ static const opt_spec trainer_specs[] = {
     {.name = "master", .meta = "HOST:PORT", .kind = OPT_CUSTOM, .parse = trainer_opt_master, .to = AT(master),
      .example = "127.0.0.1:29500",
      .help = "join a psbench-master"},
-    {.shared = &opts_follow, .to = AT(follow),
-     .help = "with --master: run job after job of whatever master\n"
-             "listens there (a sweep's points, the runs of --runs):\n"
-             "after a job, join again; while the master has no\n"
-             "place for this trainer, or none listens, try again\n"
-             "every 0.5 s (each try waits at most --connect-timeout,\n"
-             "and no longer than --follow-idle has left). Exit\n"
-             "status: 0 once --follow-idle passes without a job;\n"
-             "non-zero only when the master refuses it for good\n"
-             "(a wrong token, a bad register) or a flag is wrong"},
+    {.shared = &opts_follow, .to = AT(follow), .help = OPTS_FOLLOW_HELP},
     {.shared = &opts_follow_idle, .to = AT(follow_idle_s), .given = {AT(have_follow_idle)},
-     .help = "with --follow: exit 0 after this long without a job\n"
-             "(default 60)"},
+     .help = OPTS_FOLLOW_IDLE_HELP},
     {.name = "params-out", .meta = "FILE", .kind = OPT_STRING, .to = AT(params_out),
      .help = "with --master and a real model, or --model\n"
              "batch-update: write the final parameters there (raw\n"
