@@ -282,7 +282,9 @@ class MasterTests(psb.PsbTestCase):
         self.assertEqual(cfg, res["configuration"])
         self.assertIn("environment", res)
         # The CSVs: the statistics' columns, then the job's configuration as
-        # a sweep's sweep.csv names it, on every row.
+        # a sweep's sweep.csv names it, on every row. (The transport is
+        # --local's default: $PSBENCH_TRANSPORT's where the suite sets it.)
+        transport = os.environ.get("PSBENCH_TRANSPORT") or "auto"
         for g in ("trainer", "server"):
             with open(os.path.join(out, g + ".csv"), newline="") as f:
                 rows = list(csv.reader(f))
@@ -293,7 +295,7 @@ class MasterTests(psb.PsbTestCase):
                 self.assertEqual(len(row), len(CSV_HEADER), row)
                 self.assertEqual(conf, {"hook": "rpc_hook", "trainer": "DdpRpcTrainer", "model": "Tiny",
                                         "ntrainer": "2", "nserver": "1", "bucket_cap_mb": "25", "device": "cpu",
-                                        "transport": "auto", "run": "1"}, (g, row))
+                                        "transport": transport, "run": "1"}, (g, row))
             self.assertIn("batch_level_metric,batch_all" if g == "trainer"
                           else "parameter_server_batch_metric,param_index_batch", [r[1] for r in rows])
         # The tables: combined and per rank, the seed printer's columns; the
