@@ -366,7 +366,14 @@ class Runs(psb.PsbTestCase):
         self.assertIn(2, counts, (counts.keys(), m.describe()))
         late = max(counts)
         self.assertGreaterEqual(late, 15, counts.keys())
-        self.assertLessEqual(min(counts[late]), max(counts[2]), counts)
+        # The floor of the last runs against the ceiling of the first: a
+        # run's samples fall in and between its passes, and the mappings
+        # of one mid-run sample vary by one (the last run may be seen only
+        # once, mid-run), while a leak raises every later sample by a run's
+        # share each run.
+        late_samples = [c for r in range(late - 3, late + 1) for c in counts.get(r, [])]
+        early_samples = [c for r in range(2, 6) for c in counts.get(r, [])]
+        self.assertLessEqual(min(late_samples), max(early_samples), counts)
 
 
 # -- a real model's gradients in the trainer's segment ----------------------------
