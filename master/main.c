@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,10 +91,6 @@ static void master_warn_open_ports(const run_config *c, const char *lhost, unsig
     }
 }
 
-/* DDP's bucket_cap_mb when a trainer configuration does not say (PyTorch's
- * DistributedDataParallel default). */
-#define MASTER_DDP_BUCKET_CAP_MB 25.0
-
 /* The configuration columns of the per-run CSVs (master_settings.csv_config):
  * the values a sweep's sweep.csv gives the same names. */
 static void master_csv_config(const run_config *c, master_settings *set)
@@ -107,7 +104,9 @@ static void master_csv_config(const run_config *c, master_settings *set)
     bool cuda = c->ncudatrainer + c->ncudaserver > 0, cpu = c->ntrainer + c->nserver > 0;
     set->csv_config.device = cuda && cpu ? "mixed" : cuda ? "cuda" : "cpu"; /* as --dry-run's plan says it */
     set->csv_config.transport = psb_transport_name(c->transport);
-    set->csv_config.bucket_cap_mb = json_is_number(cap) ? json_number_value(cap) : MASTER_DDP_BUCKET_CAP_MB;
+    /* NAN: the trainer class has no buckets (its CSV field is empty, as in
+     * sweep.csv); a DdpTrainer's resolved configuration always names its cap. */
+    set->csv_config.bucket_cap_mb = json_is_number(cap) ? json_number_value(cap) : NAN;
 }
 
 /* The run's settings from the resolved configuration: the owned JSON

@@ -62,7 +62,7 @@ typedef struct master_settings {
         const char *trainer, *model; /* the configuration files' ids (--trainer, --model) */
         const char *device;         /* "cpu", "cuda", or "mixed" (CPU and CUDA nodes) */
         const char *transport;      /* --transport */
-        double bucket_cap_mb;       /* the trainer configuration's, else DDP's default 25 */
+        double bucket_cap_mb;       /* the trainer configuration's; NAN: its class has none */
     } csv_config;
 } master_settings;
 

@@ -480,7 +480,9 @@ static void results_csv_config(FILE *f, const master *m)
     results_csv_text(f, m->set.csv_config.hook);
     results_csv_text(f, m->set.csv_config.trainer);
     results_csv_text(f, m->set.csv_config.model);
-    fprintf(f, ",%u,%u,%.15g", m->set.ntrainer, m->set.nserver, m->set.csv_config.bucket_cap_mb);
+    fprintf(f, ",%u,%u,", m->set.ntrainer, m->set.nserver);
+    if (isfinite(m->set.csv_config.bucket_cap_mb)) /* empty: the trainer class has no buckets */
+        fprintf(f, "%.15g", m->set.csv_config.bucket_cap_mb);
     results_csv_text(f, m->set.csv_config.device);
     results_csv_text(f, m->set.csv_config.transport);
     fprintf(f, ",%u\n", m->run);

@@ -122,6 +122,10 @@ static void sweep_run_point(sweep *s, sweep_point *p)
     if (isatty(fileno(s->err)))
         fprintf(s->err, "sweep: point %u of %zu: %s ...\r", p->index, s->npoints, p->label);
     const char *extra[] = {"--runs", runs, "--out", dir, NULL};
+    if (!s->local) /* the one place a sweep by hand can say it waits */
+        fprintf(s->out, "# point %u of %zu (%s): running; nodes started by hand join it (--follow)\n", p->index, s->npoints,
+                p->label);
+    fflush(s->out);
     char **args = sweep_child_argv(s, p, extra);
     int rc = userpath_make_dir(dir, err, sizeof err) < 0 ? -1 : sweep_spawn(s, args, log, NULL, err, sizeof err);
     sweep_free_list(args, sweep_argv_len(args));

@@ -23,6 +23,7 @@ starts the real binary, are skipped then).
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_batch_update.py
 """
+import csv
 import hashlib
 import json
 import os
@@ -343,6 +344,13 @@ class BatchUpdate(psb.PsbTestCase):
         m.signal(signal.SIGTERM)  # leave --linger early
         self.assertEqual(m.wait(30), 0, m.describe())
         self.check_master_output(m, 2)
+        # The CSVs' configuration columns: a BatchUpdateTrainer has no DDP
+        # buckets, so no bucket cap (empty, as in a sweep's sweep.csv).
+        with open(os.path.join(out, "trainer.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
+        self.assertTrue(rows)
+        self.assertEqual({(r["trainer"], r["model"], r["nserver"], r["bucket_cap_mb"]) for r in rows},
+                         {("BatchUpdateTrainer", "BatchUpdateLinear", "2", "")})
         with open(os.path.join(out, "results.json")) as f:
             res = json.load(f)
         tr = res["groups"]["trainer"]["all"]

@@ -66,6 +66,9 @@ class Follow(psb.PsbTestCase):
                                    "--epochs", "1", "--out", out], timeout=RUN_TIMEOUT)
         self.assertEqual(rc, 0, "%s\n%s\n%s" % (so, se, "\n".join(p.describe() for p in servers + trainers)))
         self.assertIn("# nodes started by hand: start them with --master HOST:PORT --follow", so)
+        for i, label in ((1, "rpc_hook"), (2, "allreduce_hook")):
+            self.assertIn("# point %d of 2 (%s): running; nodes started by hand join it (--follow)\n" % (i, label),
+                          so)
         with open(os.path.join(out, "sweep.json")) as f:
             doc = json.load(f)
         self.assertEqual([(p["config"]["hook"], p["status"]) for p in doc["points"]],
