@@ -106,10 +106,10 @@ int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, 
         return -1;
     }
     json_object_foreach(samples, key, arr) {
-        /* A numbered family (a server's trainer_lag_R) in number order, as
-         * the node keeps it: servers report in any order. */
-        stats *sr = metrics_get_numbered(mr, key);
-        stats *sa = metrics_get_numbered(g->all, key);
+        /* metrics_get keeps a numbered family (a server's trainer_lag_R)
+         * in number order, as the node does: servers report in any order. */
+        stats *sr = metrics_get(mr, key);
+        stats *sa = metrics_get(g->all, key);
         if (!sr || !sa) {
             snprintf(err, errlen, "out of memory");
             return -1;

@@ -20,6 +20,7 @@
 #include "shared/userpath.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,19 +137,10 @@ static void sweep_run_point(sweep *s, sweep_point *p)
         p->error = sweep_strdup(err);
     } else if (rc != 0) {
         /* The master's own words, from its log. */
-        FILE *f = fopen(log, "r");
-        char *text = NULL;
-        size_t len = 0;
-        if (f) {
-            FILE *m = open_memstream(&text, &len);
-            char buf[4096];
-            size_t r;
-            while (m && (r = fread(buf, 1, sizeof buf, f)) > 0)
-                fwrite(buf, 1, r, m);
-            if (m)
-                fclose(m);
-            fclose(f);
-        }
+        int fd = open(log, O_RDONLY | O_CLOEXEC);
+        char *text = fd >= 0 ? sweep_read_all(fd) : NULL;
+        if (fd >= 0)
+            close(fd);
         char *line = sweep_error_line(text ? text : "");
         size_t n = strlen(line) + 48;
         p->error = malloc(n);

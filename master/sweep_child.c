@@ -74,8 +74,7 @@ _Noreturn static void sweep_exec(const char *exe, char **args, int fd, const sig
     _exit(127);
 }
 
-/* Everything fd gives until its end, NUL-ended (malloc'd). */
-static char *sweep_read_all(int fd)
+char *sweep_read_all(int fd)
 {
     size_t cap = 4096, used = 0;
     char *buf = malloc(cap);

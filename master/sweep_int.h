@@ -72,6 +72,7 @@ typedef struct {
     sweep_point *points;
     size_t npoints;
     json_t *comparisons;
+    int width[SD_COUNT];    /* the table's column of each varied dimension (sweep_print_header) */
     FILE *out, *err;
     int argc;
     char **argv;
@@ -95,6 +96,8 @@ int sweep_spawn(sweep *s, char **args, const char *log, char **text, char *err, 
 /* The child's argv: the program, the job's flags, the point's, extra. */
 char **sweep_child_argv(const sweep *s, const sweep_point *p, const char *const *extra);
 size_t sweep_argv_len(char **v);
+/* Everything fd gives until its end, NUL-ended (malloc'd). */
+char *sweep_read_all(int fd);
 /* The line of a child's output that says what went wrong (malloc'd). */
 char *sweep_error_line(const char *text);
 

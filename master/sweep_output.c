@@ -258,7 +258,7 @@ void sweep_print_header(sweep *s)
     fprintf(o, " %u run(s) each\n#\n#%6s", s->runs, "point");
     for (int d = 0; d < SD_COUNT; d++)
         if (s->dim[d].n >= 2)
-            fprintf(o, "  %*s", sweep_width(s, d), sweep_dims[d].name);
+            fprintf(o, "  %*s", s->width[d] = sweep_width(s, d), sweep_dims[d].name);
     fprintf(o, "  %7s  %9s  %9s  %7s  %10s  %8s  %7s  %6s\n", "buckets", "MB/step", "step_ms", "+-95%", "samples/s",
             "exposed%", "GB/s", "PS/AR");
     fflush(o);
@@ -291,7 +291,7 @@ void sweep_print_row(sweep *s, const sweep_point *p, double ratio)
         snprintf(buf, sizeof buf, "%s", json_is_string(v) ? json_string_value(v) : "-");
         if (json_is_number(v))
             snprintf(buf, sizeof buf, "%g", json_number_value(v));
-        fprintf(o, "  %*s", sweep_width(s, d), buf);
+        fprintf(o, "  %*s", s->width[d], buf);
     }
     if (p->state != SP_DONE) {
         fprintf(o, "  FAILED: %s (%s/%s/master.log)\n", p->error ? p->error : "?", s->out_dir, p->dir);

@@ -60,10 +60,10 @@ uint32_t members_join(members *m, void *ep, const char *peer, uint64_t rank, cha
     /* Each trainer's lag behind the first push of every (batch, bucket):
      * the straggler metric per trainer, so a slow trainer (or link) is
      * named, not only seen. In rank order among the others, whatever
-     * order the trainers join in (metrics_get_numbered). */
+     * order the trainers join in (metrics_get). */
     char name[96];
     snprintf(name, sizeof name, "parameter_server_straggler_metric,trainer_lag_%" PRIu64, rank);
-    futures_set_lag_metric(m->fut, m->n, metrics_get_numbered(m->metrics, name));
+    futures_set_lag_metric(m->fut, m->n, metrics_get(m->metrics, name));
     return m->n++;
 }
 

@@ -105,13 +105,6 @@ static stats *metrics_insert(metrics *m, const char *key, size_t pos)
     return &e->st;
 }
 
-stats *metrics_get(metrics *m, const char *key)
-{
-    assert(m && key);
-    size_t i = metrics_find(m, key);
-    return i < m->n ? &m->v[i]->st : metrics_insert(m, key, m->n);
-}
-
 /* Where key's trailing number starts (strlen(key) when it has none), and
  * the number in *num. Too many digits for a uint64: no number. */
 static size_t metrics_number_at(const char *key, unsigned long long *num)
@@ -125,15 +118,17 @@ static size_t metrics_number_at(const char *key, unsigned long long *num)
     return stem;
 }
 
-stats *metrics_get_numbered(metrics *m, const char *key)
+stats *metrics_get(metrics *m, const char *key)
 {
     assert(m && key);
     size_t i = metrics_find(m, key);
     if (i < m->n)
         return &m->v[i]->st;
+    /* New: last, but a numbered family's member before the first of its
+     * family with a larger number. */
     unsigned long long num = 0, other = 0;
-    size_t stem = metrics_number_at(key, &num), pos = m->n;
-    for (size_t k = 0; stem < strlen(key) && k < m->n && pos == m->n; k++) {
+    size_t len = strlen(key), stem = metrics_number_at(key, &num), pos = m->n;
+    for (size_t k = 0; stem < len && k < m->n && pos == m->n; k++) {
         const char *ok = m->v[k]->key;
         if (strncmp(ok, key, stem) == 0 && strlen(ok) > stem && metrics_number_at(ok, &other) == stem &&
             other > num)

@@ -21,16 +21,13 @@ typedef struct metrics metrics; /* opaque */
 metrics *metrics_new(void); /* NULL on allocation failure */
 void metrics_free(metrics *m); /* NULL is a no-op */
 
-/* Find or create; NULL on allocation failure. The key is copied. */
+/* Find or create; NULL on allocation failure. The key is copied. A new key
+ * goes last, but one that ends in a number (a family such as
+ * "...,trainer_lag_R", one per trainer rank) goes before the first key of
+ * its family with a larger number: a family reads in number order whatever
+ * order its members were created in (trainers join a server in any order,
+ * servers report to the master in any order). */
 stats *metrics_get(metrics *m, const char *key);
-
-/* Find or create, as metrics_get; but a new key that ends in a number
- * (a family such as "...,trainer_lag_R", one per trainer rank) goes before
- * the first key of its family with a larger number, not last: the family
- * reads in number order whatever order its members were created in
- * (trainers join a server in any order). Keys without a trailing number
- * keep insertion order. */
-stats *metrics_get_numbered(metrics *m, const char *key);
 
 size_t metrics_size(const metrics *m);
 const char *metrics_key_at(const metrics *m, size_t i); /* i < metrics_size */
@@ -59,7 +56,7 @@ size_t metrics_pending(const metrics *m, size_t i, const double **samples);
 void metrics_clear_pending(metrics *m);
 
 /* A title line, then a header and one row per metric (insertion order, but
- * for metrics_get_numbered's families):
+ * a numbered family in number order):
  * metric | count | min | max | mean | variance | stdev | p50 | p90 | p99,
  * values in milliseconds with 3 decimals, the metric column as wide as the
  * longest key. */

@@ -412,15 +412,15 @@ static void test_metrics_numbered_family(void **state)
     metrics *m = metrics_new();
     assert_non_null(m);
     assert_non_null(metrics_get(m, "parameter_server_batch_metric,param_index_batch"));
-    stats *lag10 = metrics_get_numbered(m, "lag_10");
-    assert_non_null(metrics_get_numbered(m, "lag_2"));
+    stats *lag10 = metrics_get(m, "lag_10");
+    assert_non_null(metrics_get(m, "lag_2"));
     assert_non_null(metrics_get(m, "method_metric,average computation"));
-    assert_non_null(metrics_get_numbered(m, "lag_0"));
-    assert_non_null(metrics_get_numbered(m, "lag_9"));
-    assert_non_null(metrics_get_numbered(m, "other_1")); /* another family: last */
-    assert_non_null(metrics_get_numbered(m, "lag_"));    /* no number: last */
-    assert_non_null(metrics_get_numbered(m, "lag_11"));  /* the largest: where it is created */
-    assert_ptr_equal(metrics_get_numbered(m, "lag_10"), lag10);
+    assert_non_null(metrics_get(m, "lag_0"));
+    assert_non_null(metrics_get(m, "lag_9"));
+    assert_non_null(metrics_get(m, "other_1")); /* another family: last */
+    assert_non_null(metrics_get(m, "lag_"));    /* no number: last */
+    assert_non_null(metrics_get(m, "lag_11"));  /* the largest: where it is created */
+    assert_ptr_equal(metrics_get(m, "lag_10"), lag10);
     static const char *const want[] = {"parameter_server_batch_metric,param_index_batch", "lag_0", "lag_2", "lag_9",
                                        "lag_10", "method_metric,average computation", "other_1", "lag_", "lag_11"};
     assert_int_equal(metrics_size(m), sizeof want / sizeof want[0]);
