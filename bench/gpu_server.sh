@@ -66,11 +66,16 @@ echo "== (b) one bucket's GPU round trip through the cuda device"
     bench_die "gpu-bench roundtrip failed"
 echo
 echo "== (c) rounds/s, --device $DEVICE against --device cpu (server_throughput.sh, $REPEAT pairs of ${DURATION} s)"
-"$HERE/server_throughput.sh" "$BUILD" "$DURATION" "$REPEAT" >"$TMP/cpu" 2>&1 ||
+# Each run's line goes to stderr as it starts: (c) takes minutes (about
+# 4 on an H200 with 3 s runs and 2 pairs), and says what it is doing.
+gs_progress() { # prefix: server_throughput.sh's run lines, as they come
+    grep --line-buffered '^server_throughput: ' | sed -u "s/^server_throughput: /gpu_server: (c) $1: /" >&2 || true
+}
+"$HERE/server_throughput.sh" "$BUILD" "$DURATION" "$REPEAT" 2>&1 | tee "$TMP/cpu" | gs_progress "cpu server" ||
     { cat "$TMP/cpu"; bench_die "server_throughput.sh (cpu) failed"; }
 # The trainers of shm+ipc on the server's GPU (plain cuda: GPU 0 for both).
 TRAINER_DEVICE=$([[ $DEVICE == cuda ]] && echo cuda:0 || echo "$DEVICE") SERVER_ARGS="--device $DEVICE" \
-    "$HERE/server_throughput.sh" "$BUILD" "$DURATION" "$REPEAT" >"$TMP/gpu" 2>&1 ||
+    "$HERE/server_throughput.sh" "$BUILD" "$DURATION" "$REPEAT" 2>&1 | tee "$TMP/gpu" | gs_progress "$DEVICE server" ||
     { cat "$TMP/gpu"; bench_die "server_throughput.sh (--device $DEVICE) failed"; }
 rps() { # file workload transport -> the psbench median rounds/s over that transport
     awk -v w="$2" -v t="$3" '$1 == w && $2 == "median" && $3 == "psbench" && $4 == t {print $5}' "$1"
