@@ -279,7 +279,7 @@ static void master_dry_run_plan(const run_config *c, const master_settings *set)
                              "device", cuda && cpu ? "mixed" : cuda ? "cuda" : "cpu",
                              "transport", psb_transport_name(c->transport), "backend", c->backend,
                              "epochs", (json_int_t)c->epochs, "batch_size", (json_int_t)c->batch_size);
-    char *text = plan ? json_dumps(plan, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    char *text = plan ? json_dumps(plan, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) : NULL;
     if (text)
         printf("plan: %s\n", text);
     free(text);

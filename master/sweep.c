@@ -101,7 +101,7 @@ static void sweep_print_plan(sweep *s)
             s->runs);
     for (size_t i = 0; i < s->npoints; i++) {
         const sweep_point *p = &s->points[i];
-        char *cfg = json_dumps(p->config, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        char *cfg = json_dumps(p->config, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
         fprintf(s->out, "point %u: %s\n  config: %s\n  command: psbench-master", p->index, p->label,
                 cfg ? cfg : "?");
         free(cfg);
