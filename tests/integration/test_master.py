@@ -30,6 +30,23 @@ CSV_HEADER = ["rank", "metric", "count", "min", "max", "mean", "variance", "stde
 
 class MasterTests(psb.PsbTestCase):
 
+    def promtool_check(self, text, quiet=False):
+        """Prometheus' own parser accepts the exposition (promtool comes
+        with Debian's prometheus package: scripts/install-deps.sh test).
+        Only the GPU suite (a GPU host without Debian's packages) may lack
+        it: there the check is left out, saying so; anywhere else its
+        absence fails."""
+        if shutil.which("promtool") is None:
+            if os.environ.get("PSBENCH_SERVER_DEVICE", "").startswith("cuda"):
+                print("promtool check left out: no promtool on this GPU host", file=sys.stderr)
+                return
+            self.fail("promtool not found (scripts/install-deps.sh test installs it)")
+        r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout.decode() + r.stderr.decode())
+        if quiet:  # not even a lint warning
+            self.assertEqual(r.stdout.decode().strip() + r.stderr.decode().strip(), "")
+
     def setUp(self):
         psb.PsbTestCase.setUp(self)
         self.confdir = os.path.join(self.reg.workdir, "configs")
@@ -195,11 +212,7 @@ class MasterTests(psb.PsbTestCase):
         self.assertIn("psbench_batches_completed_total", text)
         self.assertIn('psbench_nodes{role="trainer"', text)
         self.assertIn('psbench_payload_bytes_total{role="trainer",rank="0",direction="out"}', text)
-        # promtool comes with Debian's prometheus package (scripts/install-deps.sh).
-        r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
-        self.assertEqual(r.returncode, 0, r.stdout.decode() + r.stderr.decode())
-        self.assertEqual(r.stdout.decode().strip() + r.stderr.decode().strip(), "")
+        self.promtool_check(text, quiet=True)
 
     # DummyData: 100 samples / batch size 10 = 10 batches per epoch, dealt
     # round-robin to the trainers.
@@ -593,9 +606,7 @@ class MasterTests(psb.PsbTestCase):
         self.assertIn(met["phase"], ("running", "done"))
         code, _, text = http_get(m.http + "/metrics")
         self.assertEqual(code, 200)
-        r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
-        self.assertEqual(r.returncode, 0, r.stdout.decode() + r.stderr.decode())
+        self.promtool_check(text)
         self.assertRegex(text, r'psbench_phase\{phase="(running|done)"\} 1')
         st = http_json(m.http + "/api/v1/status")
         self.assertGreater(st["progress"]["batches_done"], 0)

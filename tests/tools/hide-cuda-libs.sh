@@ -5,7 +5,7 @@
 # (the folders ld.so's cache names, and those on LD_LIBRARY_PATH). The rest
 # of the system is untouched, and so is everything outside CMD.
 #
-# Needs root and mount namespaces: exits 77 (ctest's SKIP_RETURN_CODE) with
+# Needs root, mount(8) and mount namespaces: exits 77 (ctest's SKIP_RETURN_CODE) with
 # the reason on stderr where either is missing, and where no CUDA library
 # is installed to hide (nothing to show).
 set -eu
@@ -26,6 +26,10 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "hide-cuda-libs: needs root (a private mount namespace hides the CUDA libraries)" >&2
   exit 77
 fi
+if ! command -v mount >/dev/null 2>&1; then
+  echo "hide-cuda-libs: no mount command here (util-linux's mount hides the CUDA libraries)" >&2
+  exit 77
+fi
 if ! unshare -m --propagation private true 2>/dev/null; then
   echo "hide-cuda-libs: mount namespaces are refused here (unshare -m)" >&2
   exit 77
@@ -33,7 +37,10 @@ fi
 export PSBENCH_HIDDEN_DIRS="$dirs"
 exec unshare -m --propagation private sh -c '
   for d in $PSBENCH_HIDDEN_DIRS; do
-    [ -d "$d" ] && mount -t tmpfs -o size=64k,mode=755 psbench-no-cuda "$d"
+    if [ -d "$d" ] && ! mount -t tmpfs -o size=64k,mode=755 psbench-no-cuda "$d"; then
+      echo "hide-cuda-libs: cannot mount a tmpfs over $d" >&2
+      exit 77
+    fi
   done
   unset PSBENCH_HIDDEN_DIRS
   exec "$@"' hide-cuda-libs "$@"
