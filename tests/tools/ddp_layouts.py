@@ -23,8 +23,6 @@ constructed ("User can set dist._DEFAULT_FIRST_BUCKET_BYTES to tune DDP
 first bucket", torch/nn/parallel/distributed.py).
 """
 import json
-import os
-import socket
 import sys
 
 import torch
@@ -84,12 +82,6 @@ class DummyModel(nn.Module):
         return F.softmax(self.dense(self.embedding(x)), dim=1)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def layout(case):
     ne, ed, nl, sparse, cap, first = case
     dist._DEFAULT_FIRST_BUCKET_BYTES = first
@@ -119,10 +111,10 @@ def layout(case):
 
 
 def init():
-    """The one-rank Gloo group layout() needs (on a free loopback port)."""
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(free_port())
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    """The one-rank Gloo group layout() needs. Its rendezvous is an
+    in-process store: a TCP store on a port found free a moment before
+    lost that port to another test once (EADDRINUSE)."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
 def done():
