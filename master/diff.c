@@ -763,16 +763,10 @@ static void diff_headline(FILE *out, const char *const *files, json_t *a, json_t
 /* Close the in-memory CSV and write it to path whole: a temporary file in
  * the same directory, fsync, rename (afile_write). 0, or 1 with the error
  * (the path, the errno by name and text) on err. */
-static int diff_write_csv(FILE *csv, char *const *text, const size_t *len, const char *path, FILE *err)
+static int diff_write_csv(FILE *csv, char **text, size_t *len, const char *path, FILE *err)
 {
-    bool ok = !ferror(csv);
-    /* fclose sets *text and *len: read them after it. */
-    if (fclose(csv) != 0 || !ok) {
-        fprintf(err, "psbench-master diff: cannot write %s: out of memory\n", path);
-        return 1;
-    }
     char msg[4400];
-    if (afile_write(path, *text, *len, msg, sizeof msg) < 0) {
+    if (afile_write_memstream(path, csv, text, len, msg, sizeof msg) < 0) {
         fprintf(err, "psbench-master diff: %s\n", msg);
         return 1;
     }

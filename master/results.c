@@ -518,15 +518,7 @@ static int results_csv(const master *m, const char *dir, const snap_stat *st, si
                 s->p90, s->p95, s->p99);
         results_csv_config(f, m);
     }
-    bool ok = !ferror(f);
-    if (fclose(f) != 0 || !ok) {
-        free(text);
-        snprintf(err, errlen, "cannot write %s: out of memory", path);
-        return -1;
-    }
-    int rc = afile_write(path, text, len, err, errlen);
-    free(text);
-    return rc;
+    return afile_write_memstream(path, f, &text, &len, err, errlen);
 }
 
 /* A file of an earlier job in a run's folder that this run does not

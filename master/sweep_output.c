@@ -461,7 +461,8 @@ int sweep_write(sweep *s, const char *started)
                             "dimensions", dims, "points", points, "comparisons", s->comparisons);
     int rc = 0;
     snprintf(path, sizeof path, "%s/sweep.json", s->out_dir);
-    if (afile_write_json(path, doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15), err, sizeof err) < 0) {
+    if (afile_write_json(path, doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15), err,
+                         sizeof err) < 0) {
         fprintf(s->err, "psbench-master sweep: %s\n", err);
         rc = -1;
     }

@@ -155,16 +155,10 @@ int sweep_report_write(const char *path, const json_t *sweep, char *err, size_t 
         snprintf(err, len, "cannot write %s: out of memory", path);
         return -1;
     }
-    int rc = report_page(f, sweep, path, err, len);
-    bool ok = !ferror(f);
-    if (fclose(f) != 0)
-        ok = false;
-    if (rc == 0 && !ok) {
-        snprintf(err, len, "cannot write %s: out of memory", path);
-        rc = -1;
+    if (report_page(f, sweep, path, err, len) < 0) {
+        fclose(f);
+        free(text);
+        return -1;
     }
-    if (rc == 0)
-        rc = afile_write(path, text, n, err, len);
-    free(text);
-    return rc;
+    return afile_write_memstream(path, f, &text, &n, err, len);
 }

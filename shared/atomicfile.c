@@ -2,6 +2,7 @@
 #include "shared/atomicfile.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,21 @@ int afile_write(const char *path, const void *buf, size_t len, char *err, size_t
         return -1;
     }
     return 0;
+}
+
+int afile_write_memstream(const char *path, FILE *f, char **text, size_t *len, char *err, size_t errlen)
+{
+    bool ok = !ferror(f);
+    if (fclose(f) != 0) /* sets *text and *len: read them after it */
+        ok = false;
+    int rc = -1;
+    if (ok)
+        rc = afile_write(path, *text, *len, err, errlen);
+    else
+        snprintf(err, errlen, "cannot write %s: out of memory", path);
+    free(*text);
+    *text = NULL;
+    return rc;
 }
 
 int afile_write_json(const char *path, const json_t *doc, size_t flags, char *err, size_t errlen)

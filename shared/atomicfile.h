@@ -16,11 +16,17 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* PATH := the len bytes at buf. 0, or -1 with err. */
 int afile_write(const char *path, const void *buf, size_t len, char *err, size_t errlen);
 /* PATH := doc dumped with jansson's flags, then a newline. 0, or -1 with err. */
 int afile_write_json(const char *path, const json_t *doc, size_t flags, char *err, size_t errlen);
+/* PATH := what was written to f, a stream made by open_memstream(text,
+ * len) — a file built in memory and written whole. f is closed and *text
+ * freed (and set to NULL) on every path; a stream that failed is "cannot
+ * write PATH: out of memory". 0, or -1 with err. */
+int afile_write_memstream(const char *path, FILE *f, char **text, size_t *len, char *err, size_t errlen);
 /* An errno's symbolic name ("ENOSPC"), or "errno N" (buf) where the C
  * library has none. */
 const char *afile_errname(int errnum, char *buf, size_t len);

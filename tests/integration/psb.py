@@ -228,6 +228,10 @@ class Server(Proc):
                 todo.append(k)
         return found
 
+    def server_pid(self):
+        """The server's own pid, also under a wrapper."""
+        return (self._wrapped() or [self.pid])[0]
+
     def signal(self, sig):
         """To the server itself, also when a wrapper started it (a wrapper
         such as compute-sanitizer dies of a SIGTERM instead of passing it

@@ -223,7 +223,7 @@ class DescriptorsRunOut(ErrorsBase):
         s = self.reg.start([psb.bin_path("psbench-server"), "--standalone", "--trainers", "3",
                             "--listen", "%s:0" % psb.HOST], name="server", cls=psb.Server)
         s.wait_ready()
-        pid = (s._wrapped() or [s.pid])[0]
+        pid = s.server_pid()
         limit = len(os.listdir("/proc/%d/fd" % pid)) + 24
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, limit))
         a, b = self.pair(s)

@@ -6,7 +6,7 @@
 # of the system is untouched, and so is everything outside CMD.
 #
 # Needs root, mount(8) and mount namespaces: exits 77 (ctest's SKIP_RETURN_CODE) with
-# the reason on stderr where either is missing, and where no CUDA library
+# the reason on stderr where any is missing, and where no CUDA library
 # is installed to hide (nothing to show).
 set -eu
 [ $# -ge 1 ] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }

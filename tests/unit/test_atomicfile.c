@@ -115,6 +115,18 @@ static void test_write_and_replace(void **state)
     int tmps;
     assert_int_equal(dir_entries(&tmps), 1);
     assert_int_equal(tmps, 0);
+    /* A file built in a memory stream: written whole, the stream closed
+     * and its buffer freed (one owner: the call). */
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    assert_non_null(f);
+    fprintf(f, "a,b\n%d,%d\n", 1, 2);
+    assert_int_equal(afile_write_memstream(p, f, &text, &tlen, err, sizeof err), 0);
+    assert_null(text);
+    got = slurp(p, NULL);
+    assert_string_equal(got, "a,b\n1,2\n");
+    free(got);
     /* An empty file is a file too. */
     assert_int_equal(afile_write(p, "", 0, err, sizeof err), 0);
     size_t len = 99;
