@@ -107,6 +107,10 @@ int config_check_flags(const run_config *c, char *err, size_t errlen)
         errbuf_set(err, errlen, "--epochs must be in 1..%u", CONFIG_MAX_EPOCHS);
         return -1;
     }
+    if (c->steps_set && c->epochs_set) {
+        errbuf_set(err, errlen, "--steps and --epochs both say how long a pass is: give one of them");
+        return -1;
+    }
     if (c->batch_size == 0 || c->batch_size > CONFIG_MAX_BATCH_SIZE) {
         errbuf_set(err, errlen, "--batch-size must be in 1..%u", CONFIG_MAX_BATCH_SIZE);
         return -1;
@@ -190,13 +194,26 @@ static int validate_batch_update(const run_config *c, char *err, size_t errlen)
         return -1;
     }
     uint64_t pushes = trainers * c->epochs * b->batches;
-    if (k == 0 || pushes % k != 0) {
+    if (k == 0 || (!c->steps && pushes % k != 0)) {
         errbuf_set(err, errlen,
                    "server '%s': batch_update_size %llu does not divide the %llu pushes per pass (%llu trainers "
                    "x %llu batches x %llu epochs): the last round would never fill", sid,
                    (unsigned long long)k, (unsigned long long)pushes, (unsigned long long)trainers,
                    (unsigned long long)b->batches, (unsigned long long)c->epochs);
         return -1;
+    }
+    /* With --steps / --warmup-steps, each pass's pushes must fill their
+     * rounds too. */
+    uint64_t passes[2] = {c->steps, c->warmup_steps};
+    for (int i = 0; i < 2; i++) {
+        if (passes[i] && (trainers * passes[i]) % k != 0) {
+            errbuf_set(err, errlen,
+                       "server '%s': batch_update_size %llu does not divide the %llu pushes of a pass (%llu trainers "
+                       "x %s %llu): the last round would never fill", sid, (unsigned long long)k,
+                       (unsigned long long)(trainers * passes[i]), (unsigned long long)trainers,
+                       i ? "--warmup-steps" : "--steps", (unsigned long long)passes[i]);
+            return -1;
+        }
     }
     return 0;
 }
@@ -781,21 +798,49 @@ int config_resolve(run_config *c, char *err, size_t errlen)
     return 0;
 }
 
-uint64_t config_batches_per_pass(const run_config *c)
+/* Batches in one epoch of the job's data, per trainer (0: not known). */
+static uint64_t config_epoch_batches(const run_config *c)
 {
     uint64_t t = (uint64_t)c->ntrainer + c->ncudatrainer;
     if (c->resolved.loaded && c->resolved.batch_update)
-        return c->epochs * c->resolved.bu.batches;
+        return c->resolved.bu.batches;
     if (c->resolved.loaded && c->resolved.hybrid)
-        return c->epochs * c->resolved.hy.batches;
+        return c->resolved.hy.batches;
     if (!c->resolved.loaded || c->resolved.samples == 0 || c->batch_size == 0 || t == 0)
         return 0;
     uint64_t nb = (c->resolved.samples + c->batch_size - 1) / c->batch_size; /* DataLoader, last partial */
-    return c->epochs * (nb / t);
+    return nb / t;
+}
+
+/* `steps` as a pass can run them: the HybridModel's passes are whole
+ * epochs (its epoch metric is one), so they are rounded up to those. */
+static uint64_t config_steps_in_pass(const run_config *c, uint64_t steps)
+{
+    uint64_t e = config_epoch_batches(c);
+    if (c->resolved.loaded && c->resolved.hybrid && e > 0)
+        return (steps + e - 1) / e * e;
+    return steps;
+}
+
+uint64_t config_batches_per_pass(const run_config *c)
+{
+    if (c->steps)
+        return config_epoch_batches(c) ? config_steps_in_pass(c, c->steps) : 0;
+    return c->epochs * config_epoch_batches(c);
+}
+
+uint64_t config_pass_epochs(const run_config *c)
+{
+    uint64_t e = config_epoch_batches(c);
+    if (!c->steps)
+        return c->epochs;
+    return e ? (config_steps_in_pass(c, c->steps) + e - 1) / e : 1;
 }
 
 uint64_t config_batches_warmup(const run_config *c)
 {
+    if (c->warmup_steps)
+        return config_epoch_batches(c) ? config_steps_in_pass(c, c->warmup_steps) : 0;
     if (c->resolved.loaded && c->resolved.hybrid)
         return c->warmup_cycles * c->resolved.hy.batches;
     return config_batches_per_pass(c);

@@ -89,10 +89,14 @@ int config_resolve(run_config *c, char *err, size_t errlen);
  * DataLoader's batches round-robin (trainers with an extra batch would
  * wait forever on a server, so every trainer runs the smallest share).
  * 0 when the data is too small for the trainers or the data is unknown.
- * batch-update: epochs times the trainer configuration's "batches". */
+ * batch-update: epochs times the trainer configuration's "batches". With
+ * --steps: that many (the HybridModel: rounded up to whole epochs). */
 uint64_t config_batches_per_pass(const run_config *c);
-/* The warm-up pass's batches: the HybridModel's --warmup-cycles epochs;
- * otherwise the timed pass's. */
+/* The epochs of data the timed pass spans: --epochs, or with --steps its
+ * batches over an epoch's, rounded up (the last one may be partial). */
+uint64_t config_pass_epochs(const run_config *c);
+/* The warm-up pass's batches: --warmup-steps; else the HybridModel's
+ * --warmup-cycles epochs; otherwise the timed pass's. */
 uint64_t config_batches_warmup(const run_config *c);
 /* HybridModel: the servers' "embedding" object of their assignment
  * (new reference), else NULL. */

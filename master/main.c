@@ -126,7 +126,8 @@ static int master_settings_from(const run_config *c, master_settings *set)
         .shard = strcmp(c->placement, "shard") == 0 || hybrid || bu,
         .batches_per_pass = config_batches_per_pass(c),
         .batches_warmup = config_batches_warmup(c),
-        .epochs = c->epochs,
+        .epochs = config_pass_epochs(c),
+        .steps = c->steps,
         .batch_size = c->batch_size,
         .seed = c->seed,
         .rpc_timeout_s = c->rpc_timeout_s,
@@ -263,7 +264,9 @@ static void master_local_free_port(const run_config *c, const char *what, const 
  * (null: the trainer class has none), uses_servers, trainer, model,
  * server, ntrainer/nserver (all devices), ncudatrainer/ncudaserver,
  * bucket_cap_mb (null: not a DDP trainer), device (cpu, cuda or mixed),
- * transport, backend, epochs, batch_size. */
+ * transport, backend, epochs, batch_size; steps and warmup_steps (the
+ * timed and warm-up passes' batches per trainer, however given) and
+ * steps_given (--steps was). */
 static void master_dry_run_plan(const run_config *c, const master_settings *set)
 {
     json_t *tconf = c->resolved.trainer.conf;
@@ -279,6 +282,11 @@ static void master_dry_run_plan(const run_config *c, const master_settings *set)
                              "device", cuda && cpu ? "mixed" : cuda ? "cuda" : "cpu",
                              "transport", psb_transport_name(c->transport), "backend", c->backend,
                              "epochs", (json_int_t)c->epochs, "batch_size", (json_int_t)c->batch_size);
+    if (plan) {
+        json_object_set_new(plan, "steps", json_integer((json_int_t)set->batches_per_pass));
+        json_object_set_new(plan, "warmup_steps", json_integer((json_int_t)set->batches_warmup));
+        json_object_set_new(plan, "steps_given", json_boolean(c->steps_set));
+    }
     char *text = plan ? json_dumps(plan, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) : NULL;
     if (text)
         printf("plan: %s\n", text);
@@ -302,8 +310,15 @@ static void master_dry_run(const run_config *c, const master_settings *set, cons
     printf("job: %u trainer(s) (%u CUDA), ", set->ntrainer, set->ncudatrainer);
     if (servers)
         printf("%u server(s) (%u CUDA), ", set->nserver, set->ncudaserver);
-    printf("%" PRIu64 " epoch(s) of batch size %" PRIu64 ", %" PRIu64 " batches per trainer per pass\n", c->epochs,
-           c->batch_size, set->batches_per_pass);
+    if (c->steps)
+        printf("%" PRIu64 " step(s) (--steps; %" PRIu64 " epoch(s) of the data) of batch size %" PRIu64
+               ", %" PRIu64 " batches per trainer per pass\n", c->steps, set->epochs, c->batch_size,
+               set->batches_per_pass);
+    else
+        printf("%" PRIu64 " epoch(s) of batch size %" PRIu64 ", %" PRIu64 " batches per trainer per pass\n", c->epochs,
+               c->batch_size, set->batches_per_pass);
+    if (set->batches_warmup != set->batches_per_pass)
+        printf("warm-up pass: %" PRIu64 " batches per trainer\n", set->batches_warmup);
     printf("model: %s (%s); data: %s (%s); trainer: %s (%s%s%s)", c->resolved.model.id, c->resolved.model.cls,
            c->resolved.data.id, c->resolved.data.cls, c->resolved.trainer.id, tcls, hook ? ", ddp_hook " : "",
            hook ? hook : "");

@@ -32,7 +32,8 @@ typedef struct master_settings {
     bool shard;                     /* placement shard (else the seed's) */
     uint64_t batches_per_pass;      /* per trainer, the timed pass */
     uint64_t batches_warmup;        /* per trainer, the warm-up pass (HybridModel: --warmup-cycles epochs) */
-    uint64_t epochs, batch_size, seed;
+    uint64_t epochs, batch_size, seed; /* epochs: those of data the timed pass spans */
+    uint64_t steps;                 /* --steps (0: the passes are --epochs' whole epochs) */
     double rpc_timeout_s;           /* bounds every wait */
     double join_timeout_s;          /* registrations must complete within */
     const char *token;              /* NULL: none */

@@ -349,6 +349,17 @@ static const opt_spec master_specs[] = {
      .def = STR(CONFIG_DEFAULT_EPOCHS), .given = {AT(epochs_set)}, .json = "epochs",
      .help = "epochs per pass (default " STR(CONFIG_DEFAULT_EPOCHS) "); batch-update: the\n"
              "trainer configuration's batches x N per pass"},
+    {.name = "steps", .meta = "N", .kind = OPT_U64, .min = 1, .max = CONFIG_MAX_STEPS, .to = AT(steps),
+     .given = {AT(steps_set)}, .json = "steps",
+     .help = "(psbench's) timed steps (batches) per trainer and run instead of\n"
+             "--epochs, the data cycled as epochs as needed (nccl-tests'\n"
+             "-n); a step is one batch. The HybridModel runs whole epochs:\n"
+             "N rounded up to them"},
+    {.name = "warmup-steps", .meta = "N", .kind = OPT_U64, .min = 1, .max = CONFIG_MAX_STEPS,
+     .to = AT(warmup_steps), .given = {AT(warmup_steps_set)}, .json = "warmup_steps",
+     .help = "(psbench's) the warm-up pass's steps per trainer (nccl-tests'\n"
+             "-w; default: as many as the timed pass; HybridModel:\n"
+             "--warmup-cycles epochs)"},
     {.name = "batch-size", .meta = "N", .kind = OPT_U64, .min = 1, .max = CONFIG_MAX_BATCH_SIZE,
      .to = AT(batch_size), .def = STR(CONFIG_DEFAULT_BATCH_SIZE), .given = {AT(batch_size_set)},
      .json = "batch_size",

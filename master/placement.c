@@ -209,6 +209,8 @@ static void placement_assign_trainer(master *m, node *n)
     json_object_set_new(body, "ntrainer", json_integer(m->set.ntrainer));
     json_object_set_new(body, "backend", json_string(m->set.backend ? m->set.backend : "gloo"));
     json_object_set_new(body, "allow_divergence", json_boolean(m->set.allow_divergence));
+    if (m->set.steps) /* --steps: the passes' batches need not be whole epochs (the data cycles) */
+        json_object_set_new(body, "steps", json_integer((json_int_t)m->set.steps));
     wire_send(n, "assign", body);
     node_set_state(n, NS_ASSIGNED);
 }

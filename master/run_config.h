@@ -35,6 +35,7 @@
 /* Upper bounds the parser enforces. */
 #define CONFIG_MAX_NODES 4096u /* per count flag */
 #define CONFIG_MAX_EPOCHS 1000000u
+#define CONFIG_MAX_STEPS 1000000000u /* --steps, --warmup-steps */
 #define CONFIG_MAX_BATCH_SIZE (1u << 24)
 #define CONFIG_MAX_RUNS 1000000u
 
@@ -73,6 +74,9 @@ typedef struct run_config {
     char *data;                       /* --data: id in the data config file */
     char *model;                      /* --model: id in the model config file */
     uint64_t epochs;                  /* --epochs */
+    uint64_t steps;                   /* --steps: the timed pass's batches per trainer (0: --epochs') */
+    uint64_t warmup_steps;            /* --warmup-steps: the warm-up pass's (0: as the timed pass) */
+    bool steps_set, warmup_steps_set; /* given on the command line */
     uint64_t batch_size;              /* --batch-size (batch-update: the trainer config's
                                        * batch_size unless given; config_load sets it) */
     bool batch_size_set;              /* --batch-size was given */

@@ -369,10 +369,11 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
     steptimer_drop(&b->tm); /* a failed pass's: not this one's */
     b->nloss = 0;
     loss_check_start(&b->lc, b->cfg.allow_divergence);
-    if (batches > 0 && batches < b->cfg.epochs) {
-        snprintf(err, errlen, "%" PRIu64 " batches cannot make %" PRIu64 " epochs", batches, b->cfg.epochs);
-        return -1;
-    }
+    /* The pass's epochs: the configuration's, or one a batch when a pass
+     * is shorter than that (the master's --warmup-steps may make it so). */
+    uint64_t E = b->cfg.epochs < batches ? b->cfg.epochs : batches;
+    if (E == 0)
+        E = 1;
     if (bu_setup_parts(b, cl, err, errlen) < 0)
         return -1;
     b->cl = cl;
@@ -417,7 +418,7 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
             return -1;
         /* Epoch e holds batches [e*n/E, (e+1)*n/E): equal lengths where E
          * divides n, as the master's passes are. */
-        uint64_t e = i * b->cfg.epochs / batches;
+        uint64_t e = i * E / batches;
         if (e >= b->nloss) {
             b->loss_epoch[e] = 0;
             b->nloss = e + 1;
@@ -425,7 +426,7 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         b->loss_epoch[e] += loss;
         /* A diverged model would only be pushed to every other trainer:
          * stop here unless the job allows it (loss_check.h). */
-        if (loss_check_batch(&b->lc, e, i - (e * batches + b->cfg.epochs - 1) / b->cfg.epochs, loss, err, errlen) < 0)
+        if (loss_check_batch(&b->lc, e, i - (e * batches + E - 1) / E, loss, err, errlen) < 0)
             return -1;
         log_debug("trainer%" PRIu64 " reporting grads", rank);
         bu_expect(b, FT_RESULT);
@@ -459,8 +460,8 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
     steptimer_flush(&b->tm); /* the last batches: their parameters copied */
     rep->seconds = (double)(clock_now_ns() - t_batches) / 1e9;
     for (uint64_t e = 0; e < b->nloss; e++) {
-        uint64_t first = (e * batches + b->cfg.epochs - 1) / b->cfg.epochs;        /* ceil(e*n/E) */
-        uint64_t end = ((e + 1) * batches + b->cfg.epochs - 1) / b->cfg.epochs;    /* ceil((e+1)*n/E) */
+        uint64_t first = (e * batches + E - 1) / E;     /* ceil(e*n/E) */
+        uint64_t end = ((e + 1) * batches + E - 1) / E; /* ceil((e+1)*n/E) */
         b->loss_epoch[e] /= (double)(end - first);
     }
     if (b->have_round0 && b->have_round && b->round >= b->round0)

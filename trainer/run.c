@@ -243,9 +243,14 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
         hook_free(h);
         return -1;
     }
-    if (train_batches_per_pass(tr) != j->batches) {
+    /* A pass's batches come with each start. With --epochs they are whole
+     * epochs of this trainer's data, and the master's count of them must be
+     * this trainer's, or the epochs would not be the ones it planned; with
+     * --steps (the assignment's "steps") any count, the data cycled. */
+    if (!json_is_integer(json_object_get(j->assign, "steps")) &&
+        tj.epochs * train_batches_per_epoch(tr) != j->batches) {
         snprintf(err, errlen, "the master expects %" PRIu64 " batches per pass, the data gives %" PRIu64, j->batches,
-                 train_batches_per_pass(tr));
+                 tj.epochs * train_batches_per_epoch(tr));
         hook_free(h);
         train_free(tr);
         return -1;

@@ -98,6 +98,11 @@ struct synthetic {
     void *tick_ctx;
 };
 
+void synthetic_set_batches(synthetic *s, uint64_t batches)
+{
+    s->cfg.batches = batches;
+}
+
 void synthetic_set_tick(synthetic *s, synthetic_tick_fn fn, void *ctx)
 {
     s->tick = fn;

@@ -67,6 +67,9 @@ const gpushare *synthetic_gpu(synthetic *s, device_spec device, char *why, size_
  * there). Returns 0, or -1 to abort the run with a reason in err. */
 typedef int (*synthetic_tick_fn)(void *ctx, uint64_t batches_done, char *err, size_t errlen);
 void synthetic_set_tick(synthetic *s, synthetic_tick_fn fn, void *ctx);
+/* The timed batches of the next synthetic_run (a master's pass: its
+ * start's count, which --warmup-steps may make differ between passes). */
+void synthetic_set_batches(synthetic *s, uint64_t batches);
 /* Run cfg.warmup + cfg.batches batches (numbered from 0) through cl; the
  * report and the metrics cover the last cfg.batches. Returns 0, or -1
  * with a reason in err. May be called again for another pass. */

@@ -75,7 +75,8 @@ struct train {
     float *params_host;  /* staged: the parameters read back (train_params) */
     hook *h;             /* during a pass */
     uint64_t batch;      /* wire batch number during a pass */
-    double *loss_epoch;
+    double *loss_epoch; /* nepochs entries: the last pass's mean loss per epoch */
+    uint64_t nepochs;
     loss_check lc;       /* the pass's first loss that is not finite */
     /* CUDA IPC: the gradients exported (train_gpushare); share.gpu[0] ==
      * '\0': not made (yet, or cannot be) */
@@ -302,11 +303,6 @@ train *train_new(const train_job *j, hook *h, metrics *m, char *err, size_t errl
     t->opt = sgd_new(t->model, j->lr, j->momentum, err, errlen);
     if (!t->opt || train_make_buckets(t, err, errlen) < 0)
         goto fail;
-    t->loss_epoch = calloc(j->epochs ? j->epochs : 1, sizeof *t->loss_epoch);
-    if (!t->loss_epoch) {
-        snprintf(err, errlen, "out of memory");
-        goto fail;
-    }
     return t;
 fail:
     train_free(t);
@@ -350,9 +346,9 @@ const gpushare *train_gpushare(train *t, char *why, size_t whylen)
     return &t->share;
 }
 
-uint64_t train_batches_per_pass(const train *t)
+uint64_t train_batches_per_epoch(const train *t)
 {
-    return t->job.epochs * t->shard->nbatches;
+    return t->shard->nbatches;
 }
 
 /* Where each bucket's data is for hook h this pass, in both layouts:
@@ -574,7 +570,7 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     return 0;
 }
 
-int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size_t errlen)
+int train_pass(train *t, hook *h, uint64_t steps, train_tick_fn tick, void *ctx, char *err, size_t errlen)
 {
     /* The seed builds a fresh model, optimizer and DDP wrapper for every
      * pass: each pass after the first starts again from the parameters the
@@ -585,15 +581,28 @@ int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size
             return -1;
         sgd_reset(t->opt);
     }
+    /* `steps` batches, the data cycled as epochs (--steps may end one
+     * part-way: its mean loss is over the batches it had). */
+    uint64_t per_epoch = t->shard->nbatches;
+    assert(per_epoch > 0);
+    uint64_t epochs = (steps + per_epoch - 1) / per_epoch;
+    double *le = realloc(t->loss_epoch, (epochs ? epochs : 1) * sizeof *le);
+    if (!le) {
+        snprintf(err, errlen, "out of memory for %" PRIu64 " epochs' losses", epochs);
+        return -1;
+    }
+    t->loss_epoch = le;
+    t->nepochs = 0;
     if (train_place_buckets(t, h, err, errlen) < 0)
         return -1;
     t->h = h;
     t->batch = 0;
     steptimer_drop(&t->tm); /* a failed pass's: not this one's */
     loss_check_start(&t->lc, t->job.allow_divergence);
-    for (uint64_t e = 0; e < t->job.epochs; e++) {
+    for (uint64_t e = 0; e < epochs; e++) {
         double sum = 0;
-        for (uint64_t i = 0; i < t->shard->nbatches; i++) {
+        uint64_t n = steps - e * per_epoch < per_epoch ? steps - e * per_epoch : per_epoch;
+        for (uint64_t i = 0; i < n; i++) {
             double loss;
             /* Checked after the step: every trainer finishes the batch (its
              * gradients reach the servers), so peers that diverge at the
@@ -610,7 +619,8 @@ int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size
                 return -1;
             }
         }
-        t->loss_epoch[e] = sum / (double)t->shard->nbatches;
+        t->loss_epoch[e] = sum / (double)n;
+        t->nepochs = e + 1;
     }
     /* The last steps' GPU times: the stream synchronised, as the seed's
      * pass ends (torch.cuda.synchronize). */
@@ -621,7 +631,7 @@ int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size
 
 const double *train_loss_per_epoch(const train *t, uint64_t *n)
 {
-    *n = t->job.epochs;
+    *n = t->nepochs;
     return t->loss_epoch;
 }
 

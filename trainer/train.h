@@ -82,12 +82,14 @@ train *train_new(const train_job *j, hook *h, metrics *m, char *err, size_t errl
 struct gpushare;
 const struct gpushare *train_gpushare(train *t, char *why, size_t whylen);
 void train_free(train *t);
-/* Batches in one pass (epochs x this trainer's batches per epoch). */
-uint64_t train_batches_per_pass(const train *t);
-/* One pass: every epoch over this trainer's batches, buckets through h.
- * Batch numbers restart at 0 each pass. 0 or -1 with err (among the
- * reasons: the loss diverged, train_divergence). */
-int train_pass(train *t, hook *h, train_tick_fn tick, void *ctx, char *err, size_t errlen);
+/* This trainer's batches in one epoch of its data shard. */
+uint64_t train_batches_per_epoch(const train *t);
+/* One pass of `steps` batches: this trainer's batches in order, the data
+ * cycled as epochs as often as needed (the master's --epochs gives whole
+ * epochs, --steps any count), buckets through h. Batch numbers restart at
+ * 0 each pass. 0 or -1 with err (among the reasons: the loss diverged,
+ * train_divergence). */
+int train_pass(train *t, hook *h, uint64_t steps, train_tick_fn tick, void *ctx, char *err, size_t errlen);
 /* The bucket layouts, for the pass's report (results.json):
  * {"layout": "ddp", "first_bucket_mb", "bucket_cap_mb", "first_iteration":
  * [BUCKET, ...], "rebuilt": [BUCKET, ...]}, BUCKET = {"floats", "sparse",

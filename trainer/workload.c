@@ -20,11 +20,10 @@ typedef struct dummy_workload {
 static int dummy_pass(workload *w, uint64_t batches, workload_tick_fn tick, void *ctx, uint64_t *done,
                       json_t **extra, char *err, size_t errlen)
 {
-    (void)batches; /* the data decides: train_batches_per_pass, checked at setup */
     train *tr = ((dummy_workload *)w)->tr;
     *done = 0;
     *extra = NULL;
-    if (train_pass(tr, w->h, tick, ctx, err, errlen) < 0)
+    if (train_pass(tr, w->h, batches, tick, ctx, err, errlen) < 0)
         return -1;
     /* DDP's bucket layouts, for results.json */
     json_t *b = train_buckets_json(tr);
@@ -69,13 +68,14 @@ typedef struct linear_workload {
 static int linear_pass(workload *w, uint64_t batches, workload_tick_fn tick, void *ctx, uint64_t *done,
                        json_t **extra, char *err, size_t errlen)
 {
-    (void)batches;
     (void)tick; /* set once on the object (batch_update_set_tick) */
     (void)ctx;
     linear_workload *lw = (linear_workload *)w;
     batch_update_report rep;
     *extra = NULL;
-    if (batch_update_pass(lw->bu, &w->cl, lw->batches, 0, true, &rep, err, errlen) < 0)
+    /* The pass's own count (the master's start): the warm-up's may differ
+     * from the timed pass's (--warmup-steps). */
+    if (batch_update_pass(lw->bu, &w->cl, batches ? batches : lw->batches, 0, true, &rep, err, errlen) < 0)
         return -1;
     *done = rep.batches;
     return 0;
@@ -165,11 +165,12 @@ typedef struct synthetic_workload {
 static int synthetic_pass(workload *w, uint64_t batches, workload_tick_fn tick, void *ctx, uint64_t *done,
                           json_t **extra, char *err, size_t errlen)
 {
-    (void)batches; /* its configuration's */
-    (void)tick;    /* set once on the object (synthetic_set_tick) */
+    (void)tick; /* set once on the object (synthetic_set_tick) */
     (void)ctx;
     synthetic_report rep = {0};
     *extra = NULL;
+    if (batches)
+        synthetic_set_batches(((synthetic_workload *)w)->syn, batches);
     if (synthetic_run(((synthetic_workload *)w)->syn, &w->cl, &rep, err, errlen) < 0)
         return -1;
     *done = rep.batches;

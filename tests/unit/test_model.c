@@ -992,6 +992,8 @@ static const hook_ops scale_lend_ops = {
  * embedding's), every later one 4 (TINY_BUCKETS). */
 #define TINY_BATCHES (2 * 8)
 #define TINY_BUCKETS 4
+/* The tiny job's pass as the master's --epochs 2 gives it. */
+static uint64_t t_steps(const train *t) { return 2 * train_batches_per_epoch(t); }
 static train_job tiny_job(const char *device, bool sparse, double momentum)
 {
     train_job j = {
@@ -1022,7 +1024,7 @@ static float *train_on(const char *device, bool sparse, double momentum, uint64_
         print_error("train_new on %s: %s\n", device, err);
     assert_non_null(t);
     scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook", .device_dense = device_hook}};
-    assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(train_pass(t, &sh.base, t_steps(t), NULL, NULL, err, sizeof err), 0);
     assert_int_equal(sh.poisoned, 0);
     assert_int_equal(sh.waited, sh.next_id); /* the last batch's too */
     *handed = sh.handed;
@@ -1073,7 +1075,7 @@ static void check_ddp_buckets(const char *device, bool sparse)
     train *t = train_new(&j, NULL, m, err, sizeof err);
     assert_non_null(t);
     scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}};
-    assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(train_pass(t, &sh.base, t_steps(t), NULL, NULL, err, sizeof err), 0);
     const int64_t layer = 8 * 8 + 8, emb = 50 * 8;
     if (sparse) {
         assert_int_equal(sh.nseen[0], 2);
@@ -1132,7 +1134,7 @@ static void check_fresh_pass(const char *device)
     float *params[2];
     for (int pass = 0; pass < 2; pass++) {
         scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}};
-        assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
+        assert_int_equal(train_pass(t, &sh.base, t_steps(t), NULL, NULL, err, sizeof err), 0);
         uint64_t ne, n;
         const double *l = train_loss_per_epoch(t, &ne);
         assert_int_equal(ne, 2);
@@ -1171,7 +1173,7 @@ static void test_train_backward_includes_wait(void **state)
     train *t = train_new(&j, NULL, m, err, sizeof err);
     assert_non_null(t);
     scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}, .wait_sleep_us = 2000};
-    assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(train_pass(t, &sh.base, t_steps(t), NULL, NULL, err, sizeof err), 0);
     stats *bwd = metrics_get(m, "backward_metric,backward");
     stats *cmp = metrics_get(m, "backward_metric,backward_compute");
     stats *exp = metrics_get(m, "hook_future_metric,exposed_wait");
@@ -1185,6 +1187,50 @@ static void test_train_backward_includes_wait(void **state)
         assert_true(bwd->samples[i] >= cmp->samples[i] + exp->samples[i] - 1e-6);
     train_free(t);
     metrics_free(m);
+}
+
+static int count_ticks(void *ctx, uint64_t batches_done, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    uint64_t *n = ctx;
+    assert_int_equal(batches_done, *n + 1); /* one tick a step, numbered from 1 */
+    *n = batches_done;
+    return 0;
+}
+
+/* --steps: a pass of any number of steps cycles the data as epochs; the
+ * last epoch is partial, its loss the mean of the batches it had; the
+ * epochs it completed are those of a pass of whole epochs, bit for bit. */
+static void test_train_steps_cycle_the_data(void **state)
+{
+    (void)state;
+    double loss[2][4];
+    uint64_t nloss[2];
+    const uint64_t steps[2] = {29, 24}; /* 3 epochs of 8 and 5 batches; 3 epochs */
+    for (int r = 0; r < 2; r++) {
+        train_job j = tiny_job("cpu", false, 0.9);
+        metrics *m = metrics_new();
+        char err[256] = "";
+        train *t = train_new(&j, NULL, m, err, sizeof err);
+        assert_non_null(t);
+        assert_int_equal(train_batches_per_epoch(t), 8);
+        scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}};
+        uint64_t ticks = 0;
+        assert_int_equal(train_pass(t, &sh.base, steps[r], count_ticks, &ticks, err, sizeof err), 0);
+        assert_int_equal(ticks, steps[r]);
+        assert_int_equal(metrics_get(m, "batch_level_metric,batch_all")->count, steps[r]);
+        const double *le = train_loss_per_epoch(t, &nloss[r]);
+        assert_int_equal(nloss[r], (steps[r] + 7) / 8);
+        for (uint64_t e = 0; e < nloss[r]; e++) {
+            assert_true(isfinite(le[e]));
+            loss[r][e] = le[e];
+        }
+        train_free(t);
+        metrics_free(m);
+    }
+    for (int e = 0; e < 3; e++)
+        assert_memory_equal(&loss[0][e], &loss[1][e], sizeof(double));
 }
 
 static void test_train_staged_dense(void **state) { check_staged_equals_cpu(false, 0.0); }
@@ -1231,7 +1277,7 @@ static float *train_lending(const char *device, bool sparse, double momentum, sc
     train *t = train_new(&j, &sh->base, m, err, sizeof err);
     assert_non_null(t);
     *lent = model_grads_lent(train_model(t));
-    assert_int_equal(train_pass(t, &sh->base, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(train_pass(t, &sh->base, t_steps(t), NULL, NULL, err, sizeof err), 0);
     assert_int_equal(sh->poisoned, 0);
     uint64_t ne;
     *loss = train_loss_per_epoch(t, &ne)[ne - 1];
@@ -1309,7 +1355,7 @@ static void test_train_gpu_failure(void **state)
     unsetenv("PSBENCH_FAKE_GPU_FAIL_AT");
     assert_non_null(t);
     scale_hook sh = {.base = {.ops = &scale_ops, .name = "scale_hook"}};
-    assert_int_equal(train_pass(t, &sh.base, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(train_pass(t, &sh.base, t_steps(t), NULL, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "compute (fake-cuda): "));
     assert_non_null(strstr(err, "injected failure of operation 400"));
     assert_true(sh.handed > 0 && sh.handed < 1 + (TINY_BATCHES - 1) * TINY_BUCKETS);
@@ -1376,6 +1422,7 @@ int main(void)
         cmocka_unit_test(test_train_ddp_buckets),
         cmocka_unit_test(test_train_fresh_model_per_pass),
         cmocka_unit_test(test_train_backward_includes_wait),
+        cmocka_unit_test(test_train_steps_cycle_the_data),
         cmocka_unit_test(test_train_staged_dense),
         cmocka_unit_test(test_train_staged_momentum),
         cmocka_unit_test(test_train_staged_sparse),
