@@ -46,6 +46,10 @@ int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, 
  * then the role's combined stats. `exact`: sorted quantiles; otherwise the
  * live, histogram-based ones above 8192 samples. */
 snap_stat *agg_snapshot(aggregate *a, bool exact, size_t *n);
+/* Rank `rank`'s statistics of `metric` in `role` (their samples in the
+ * order they came: shared/stats.h), NULL when it has none. Read-only: the
+ * aggregate is not changed. */
+const stats *agg_find(const aggregate *a, agg_role role, uint32_t rank, const char *metric);
 /* Tables like the seed's printer: combined, then each rank (the servers'
  * combined table only from two servers on: one's would repeat its own). */
 void agg_print_tables(aggregate *a, FILE *out);

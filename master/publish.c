@@ -85,7 +85,7 @@ void master_publish(master *m, bool exact)
     assert(in.nnodes <= nn);
     in.stats = st;
     in.nstats = st ? ns : 0;
-    json_t *headline = st ? headline_json(m, st, ns) : NULL;
+    json_t *headline = st ? headline_json(m, st, ns, exact) : NULL;
     in.headline = headline;
     /* The history is made with the first snapshot: a master without HTTP
      * keeps none. One that cannot be made (out of memory) is tried again

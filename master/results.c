@@ -369,6 +369,32 @@ static void results_print_gpu_timed(const master *m, FILE *out)
     }
 }
 
+/* Steps kept per trainer in results.json's steady_state: enough for any
+ * interval, and a bound on the file (about 2 MB a trainer). */
+#define RESULTS_MAX_STEADY_STEPS 100000u
+
+/* {"metric": "batch_level_metric,batch_all", "unit": "ms", "max_steps",
+ * "trainers": [{"rank", "first_step_ms", "n", "steps_ms": [...]}]}: each
+ * trainer's steps of the pass after its first, in order (the first
+ * RESULTS_MAX_STEADY_STEPS; n counts them all). */
+static json_t *results_steady_state(const master *m)
+{
+    json_t *list = json_array();
+    for (uint32_t r = 0; list && r < m->set.ntrainer; r++) {
+        const stats *s = agg_find(&m->agg, AGG_TRAINER, r, "batch_level_metric,batch_all");
+        if (!s || s->nsamples == 0)
+            continue;
+        json_t *steps = json_array();
+        for (size_t i = 1; steps && i < s->nsamples && i <= RESULTS_MAX_STEADY_STEPS; i++)
+            json_array_append_new(steps, json_real(s->samples[i]));
+        json_array_append_new(list, json_pack("{s:I, s:f, s:I, s:o}", "rank", (json_int_t)r, "first_step_ms",
+                                              s->samples[0], "n", (json_int_t)(s->count - 1), "steps_ms",
+                                              steps ? steps : json_array()));
+    }
+    return json_pack("{s:s, s:s, s:I, s:o}", "metric", "batch_level_metric,batch_all", "unit", "ms", "max_steps",
+                     (json_int_t)RESULTS_MAX_STEADY_STEPS, "trainers", list ? list : json_array());
+}
+
 void results_print(master *m)
 {
     printf("\npsbench run %s%s%s\n", m->state == RUN_DONE ? "done" : "failed", m->error[0] ? ": " : "",
@@ -382,7 +408,7 @@ void results_print(master *m)
      * --log-level warn) and above them with. */
     size_t nh = 0;
     snap_stat *hst = agg_snapshot(&m->agg, true, &nh);
-    json_t *h = hst ? headline_json(m, hst, nh) : NULL;
+    json_t *h = hst ? headline_json(m, hst, nh, true) : NULL;
     if (h)
         headline_print(h, stdout);
     /* A series keeps each done run's headline for its summary: the last
@@ -611,7 +637,11 @@ int results_write(master *m, char *err, size_t errlen)
         json_object_set_new(doc, "ddp_rpc", results_ddp_rpc(m, st, ns));
     /* The run's headline (extension, headline.h; docs/http-api.md). */
     if (doc && st)
-        json_object_set_new(doc, "headline", headline_json(m, st, ns));
+        json_object_set_new(doc, "headline", headline_json(m, st, ns, true));
+    /* Each trainer's steady-state steps in order (extension, issue 38):
+     * what a sweep's intervals and verdicts resample. */
+    if (doc)
+        json_object_set_new(doc, "steady_state", results_steady_state(m));
     /* Which pass the groups' figures are from (extension): "timed", or
      * "warm-up" when the run failed before its timed pass; null when none
      * began. */

@@ -32,10 +32,12 @@ void summary_of(const double *x, size_t n, summary_ci *out)
 {
     double sum = 0;
     size_t k = 0;
+    bool positive = true;
     for (size_t i = 0; i < n; i++)
         if (isfinite(x[i])) {
             sum += x[i];
             k++;
+            positive = positive && x[i] > 0;
         }
     out->n = k;
     out->mean = k ? sum / (double)k : NAN;
@@ -47,7 +49,28 @@ void summary_of(const double *x, size_t n, summary_ci *out)
         if (isfinite(x[i]))
             ss += (x[i] - out->mean) * (x[i] - out->mean);
     out->stdev = sqrt(ss / (double)(k - 1));
-    double half = summary_t975((unsigned)(k - 1)) * out->stdev / sqrt((double)k);
+    /* Issue 38: two runs give no interval worth the name (t = 12.7: a
+     * time's went to [-4103, 5336] ms); from three on, a time or a rate
+     * (every value positive) gets its interval on the log scale, positive
+     * by construction; a figure that may be 0 (a share) the plain one. */
+    if (k < SUMMARY_MIN_RUNS_CI)
+        return;
+    double t = summary_t975((unsigned)(k - 1));
+    if (positive) {
+        double lm = 0, lss = 0;
+        for (size_t i = 0; i < n; i++)
+            if (isfinite(x[i]))
+                lm += log(x[i]);
+        lm /= (double)k;
+        for (size_t i = 0; i < n; i++)
+            if (isfinite(x[i]))
+                lss += (log(x[i]) - lm) * (log(x[i]) - lm);
+        double half = t * sqrt(lss / (double)(k - 1)) / sqrt((double)k);
+        out->ci_low = exp(lm - half);
+        out->ci_high = exp(lm + half);
+        return;
+    }
+    double half = t * out->stdev / sqrt((double)k);
     out->ci_low = out->mean - half;
     out->ci_high = out->mean + half;
 }
@@ -122,7 +145,7 @@ json_t *summary_json(const json_t *headlines)
     free(x);
     /* Units are the headline's, figure by figure (ms, samples/s, fractions, bytes, GB/s). */
     return json_pack("{s:I, s:f, s:s, s:o}", "runs", (json_int_t)nruns, "confidence", 0.95, "interval",
-                     "Student t", "trainers", rows);
+                     "Student t on the log scale (3 runs or more)", "trainers", rows);
 }
 
 void summary_print(const json_t *s, FILE *out)
@@ -131,7 +154,7 @@ void summary_print(const json_t *s, FILE *out)
     if (!all)
         return;
     fprintf(out, "\nsummary over %lld runs, all trainers: mean, standard deviation, 95%% confidence interval of "
-                 "the mean (Student t; shares in %%)\n",
+                 "the mean (Student t on the log scale, from 3 runs; shares in %%)\n",
             (long long)json_integer_value(json_object_get(s, "runs")));
     fprintf(out, "%-24s %4s %12s %12s %27s\n", "figure", "n", "mean", "stdev", "95% interval");
     for (size_t f = 0; f < SUMMARY_NFIG; f++) {

@@ -1,6 +1,7 @@
 /* summary.h — noise you can see (issue 30): with --runs N, the runs'
  * headlines (headline.h) summed up figure by figure — mean, standard
- * deviation and a 95 % confidence interval of the mean (Student t) — printed
+ * deviation and a 95 % confidence interval of the mean (Student t, on the
+ * log scale for times and rates; from 3 runs: issue 38) — printed
  * after the last run and written to --out DIR/summary.json
  * (docs/http-api.md). One run gives a mean and no spread: its deviation and
  * interval are null, never 0. */
@@ -15,12 +16,17 @@
  * stopped, --runs 0, keeps no more). */
 #define SUMMARY_MAX_RUNS 1000u
 
-/* One figure over n runs. stdev and the interval are NAN for n < 2. */
+/* Runs a 95 % interval needs, at least (issue 38: two give t = 12.7). */
+#define SUMMARY_MIN_RUNS_CI 3u
+
+/* One figure over n runs. stdev is NAN for n < 2, the interval for n <
+ * SUMMARY_MIN_RUNS_CI. */
 typedef struct {
     size_t n;
     double mean;
     double stdev;   /* sample standard deviation (n - 1) */
-    double ci_low;  /* mean -/+ t(0.975, n - 1) * stdev / sqrt(n) */
+    double ci_low;  /* every value positive (a time, a rate): exp(mean(log x) -/+ t(0.975, n - 1) *
+                     * sd(log x) / sqrt(n)), positive by construction; else mean -/+ t * stdev / sqrt(n) */
     double ci_high;
 } summary_ci;
 

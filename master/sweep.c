@@ -17,8 +17,10 @@
 
 #include "master/sweep_int.h"
 #include "master/sweep_report.h"
+#include "shared/rng.h"
 #include "shared/userpath.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -58,9 +60,20 @@ static void sweep_usage(FILE *f)
           "  --transport T,...         auto, tcp, shm\n"
           "\n"
           "The sweep's own:\n"
-          "  --runs N                  runs per point (default 1; 2 or more give each figure\n"
-          "                            a 95% confidence interval, and a PS/allreduce ratio\n"
-          "                            whose intervals overlap is called within noise)\n"
+          "  --runs N                  runs per point (default 1), each a job of its own with\n"
+          "                            its own warm-up. The figures are the steady state's\n"
+          "                            (every step after each trainer's first) with a 95%\n"
+          "                            interval: Student t on the log scale from 3 runs, a\n"
+          "                            block bootstrap over the steps below; a PS/allreduce\n"
+          "                            ratio names a winner only where its interval (a\n"
+          "                            bootstrap over runs and steps) excludes 1\n"
+          "  --order interleaved|sequential\n"
+          "                            interleaved (default): the runs of points that differ\n"
+          "                            only in the hook alternate (PS, allreduce, PS, ...), the\n"
+          "                            first side drawn from --order-seed, so that a drift of\n"
+          "                            the host lands on both; sequential: a point's runs back\n"
+          "                            to back\n"
+          "  --order-seed N            the draw's seed (default: from the clock; printed)\n"
           "  --out DIR                 the sweep's folder (default sweep-YYYYMMDD-HHMMSS); it\n"
           "                            must not hold a sweep already\n"
           "  --sweep-file F            the matrix from a JSON file: {\"dimensions\": {\"hook\":\n"
@@ -74,7 +87,10 @@ static void sweep_usage(FILE *f)
           "  --help                    this text\n"
           "\n"
           "Every other option is the job's (psbench-master --help) and goes to every point,\n"
-          "e.g. --local, --epochs, --model, --backend, --set KIND.KEY=VALUE. With --local\n"
+          "e.g. --local, --steps, --epochs, --model, --backend, --quiet-host, --set\n"
+          "KIND.KEY=VALUE. Unless the job gives --steps, every point runs at least 50\n"
+          "steady-state steps per trainer and run: where --epochs (or its default) gives\n"
+          "fewer, the sweep runs --steps 51 --warmup-steps 10 instead and says so. With --local\n"
           "each point's servers and trainers are spawned on this host; without it, start\n"
           "the nodes by hand with --master HOST:PORT --follow (every point's master listens\n"
           "at the job's --listen): each point takes the ranks it needs, the others wait,\n"
@@ -84,7 +100,7 @@ static void sweep_usage(FILE *f)
           "Examples:\n"
           "  psbench-master sweep --local --ddp-hook rpc_hook,allreduce_hook --bucket-cap-mb 1,4,25\n"
           "  psbench-master sweep --local --ddp-hook rpc_hook,allreduce_hook --ntrainer 2,4 \\\n"
-          "      --runs 3 --epochs 4 --out sw\n"
+          "      --runs 3 --steps 60 --out sw\n"
           "  psbench-master sweep --sweep-file configs/sweep.json --out sw2\n"
           "\n"
           "Exit status: 0 every point done; 1 a point failed (the others still ran) or a file\n"
@@ -109,30 +125,41 @@ static void sweep_print_plan(sweep *s)
             fprintf(s->out, " %s", s->job[j]);
         for (size_t j = 0; j < p->argc; j++)
             fprintf(s->out, " %s", p->argv[j]);
-        fprintf(s->out, " --runs %u --out %s/%s\n", s->runs, s->out_dir ? s->out_dir : "DIR", p->dir);
+        fprintf(s->out, " --runs 1 --out %s/%s%s\n", s->out_dir ? s->out_dir : "DIR", p->dir,
+                s->runs > 1 ? "/run-NNN" : "");
     }
+    if (s->runs > 1)
+        fprintf(s->out, "# each run is a job of its own (--runs 1), %s\n",
+                s->sequential ? "a point's runs back to back (--order sequential)"
+                              : "the runs of points that differ only in the hook alternating (--order interleaved)");
 }
 
-/* One point: its child master, its results, its row. */
-static void sweep_run_point(sweep *s, sweep_point *p)
+/* Run r of point p: its child master (--runs 1 into the run's folder, its
+ * output appended to the point's master.log), its results read back. A
+ * run that fails fails the point: its later runs are not run. */
+static void sweep_run_one(sweep *s, sweep_point *p)
 {
-    char dir[PATH_MAX], log[PATH_MAX + 16], runs[16], err[512];
-    snprintf(dir, sizeof dir, "%s/%s", s->out_dir, p->dir);
-    snprintf(log, sizeof log, "%s/master.log", dir);
-    snprintf(runs, sizeof runs, "%u", s->runs);
+    unsigned r = ++p->runs_done;
+    char dir[PATH_MAX], pdir[PATH_MAX], log[PATH_MAX + 16], err[512];
+    snprintf(pdir, sizeof pdir, "%s/%s", s->out_dir, p->dir);
+    if (s->runs == 1)
+        snprintf(dir, sizeof dir, "%s", pdir);
+    else
+        snprintf(dir, sizeof dir, "%s/run-%03u", pdir, r);
+    snprintf(log, sizeof log, "%s/master.log", pdir);
     if (isatty(fileno(s->err)))
-        fprintf(s->err, "sweep: point %u of %zu: %s ...\r", p->index, s->npoints, p->label);
-    const char *extra[] = {"--runs", runs, "--out", dir, NULL};
+        fprintf(s->err, "sweep: point %u of %zu, run %u of %u: %s ...\r", p->index, s->npoints, r, s->runs, p->label);
+    const char *extra[] = {"--runs", "1", "--out", dir, NULL};
     if (!s->local) /* the one place a sweep by hand can say it waits */
-        fprintf(s->out, "# point %u of %zu (%s): running; nodes started by hand join it (--follow)\n", p->index, s->npoints,
-                p->label);
+        fprintf(s->out, "# point %u of %zu (%s), run %u of %u: running; nodes started by hand join it (--follow)\n",
+                p->index, s->npoints, p->label, r, s->runs);
     fflush(s->out);
     char **args = sweep_child_argv(s, p, extra);
-    int rc = userpath_make_dir(dir, err, sizeof err) < 0 ? -1 : sweep_spawn(s, args, log, NULL, err, sizeof err);
+    int rc = userpath_make_dir(dir, err, sizeof err) < 0 ? -1
+                                                         : sweep_spawn(s, args, log, r > 1, NULL, err, sizeof err);
     sweep_free_list(args, sweep_argv_len(args));
     if (isatty(fileno(s->err)))
         fprintf(s->err, "\033[K");
-    p->state = rc == 0 ? SP_DONE : SP_FAILED;
     if (rc < 0) {
         p->error = sweep_strdup(err);
     } else if (rc != 0) {
@@ -142,19 +169,89 @@ static void sweep_run_point(sweep *s, sweep_point *p)
         if (fd >= 0)
             close(fd);
         char *line = sweep_error_line(text ? text : "");
-        size_t n = strlen(line) + 48;
+        size_t n = strlen(line) + 64;
         p->error = malloc(n);
         if (!p->error)
             abort();
         if (sweep_signal)
             snprintf(p->error, n, "stopped by a signal: %s", line);
+        else if (s->runs > 1)
+            snprintf(p->error, n, "run %u: exit %d: %s", r, rc, line);
         else
             snprintf(p->error, n, "exit %d: %s", rc, line);
         free(line);
         free(text);
     }
-    sweep_collect(s, p);
-    sweep_print_row(s, p, sweep_compare(s, p));
+    bool done = rc == 0 && sweep_collect_run(s, p, r);
+    if (rc == 0 && !done)
+        p->error = sweep_strdup(s->runs > 1 ? "a run wrote no headline (no trainer reported a step)"
+                                            : "the run wrote no headline (no trainer reported a step)");
+    if (!done)
+        p->state = SP_FAILED;
+    else if (r == s->runs)
+        p->state = SP_DONE;
+}
+
+/* A point whose runs are over (all done, one failed, or a signal): its
+ * entry, its comparisons, its row. */
+static void sweep_end_point(sweep *s, sweep_point *p)
+{
+    if (p->state == SP_PLANNED) /* stopped between its runs */
+        p->state = p->runs_done ? SP_FAILED : SP_NOT_RUN;
+    if (p->state == SP_FAILED && !p->error)
+        p->error = sweep_strdup("stopped by a signal between its runs");
+    sweep_finish_point(s, p);
+    if (p->state != SP_NOT_RUN)
+        sweep_print_row(s, p, sweep_compare(s, p));
+}
+
+/* The order the runs are taken in: point indexes (0-based), one entry a
+ * run. Sequential: each point's runs back to back, in matrix order.
+ * Interleaved: the points that differ only in the hook (and the servers
+ * it brings) form a group; a group's runs alternate (A B A B ...), its
+ * points in an order drawn from --order-seed, so that a drift of the host
+ * does not land on one side of a comparison. *n: the entries. */
+static size_t *sweep_order(sweep *s, size_t *n)
+{
+    size_t total = s->npoints * s->runs, k = 0;
+    size_t *order = malloc((total ? total : 1) * sizeof *order);
+    bool *placed = calloc(s->npoints ? s->npoints : 1, sizeof *placed);
+    size_t *group = malloc((s->npoints ? s->npoints : 1) * sizeof *group);
+    if (!order || !placed || !group)
+        abort();
+    rng g;
+    rng_seed(&g, s->order_seed, 0x6f72646572ull); /* "order" */
+    for (size_t i = 0; i < s->npoints; i++) {
+        if (placed[i])
+            continue;
+        size_t ng = 0;
+        char *where = sweep_label(s, s->points[i].config, true);
+        for (size_t j = i; j < s->npoints; j++) {
+            char *w = s->sequential ? NULL : sweep_label(s, s->points[j].config, true);
+            bool same = j == i || (w && strcmp(w, where) == 0 &&
+                                   json_equal(json_object_get(s->points[j].config, "trainer"),
+                                              json_object_get(s->points[i].config, "trainer")));
+            free(w);
+            if (!placed[j] && same) {
+                placed[j] = true;
+                group[ng++] = j;
+            }
+        }
+        free(where);
+        for (size_t a = ng; a > 1; a--) { /* Fisher-Yates: which side runs first */
+            size_t b = (size_t)rng_below(&g, a), t = group[a - 1];
+            group[a - 1] = group[b];
+            group[b] = t;
+        }
+        for (unsigned r = 0; r < s->runs; r++)
+            for (size_t a = 0; a < ng; a++)
+                order[k++] = group[a];
+    }
+    assert(k == total);
+    free(placed);
+    free(group);
+    *n = k;
+    return order;
 }
 
 static void sweep_free(sweep *s)
@@ -162,16 +259,7 @@ static void sweep_free(sweep *s)
     for (int d = 0; d < SD_COUNT; d++)
         sweep_free_list(s->dim[d].v, s->dim[d].n);
     sweep_free_list(s->job, s->njob);
-    for (size_t i = 0; i < s->npoints; i++) {
-        sweep_point *p = &s->points[i];
-        sweep_free_list(p->argv, p->argc);
-        json_decref(p->config);
-        json_decref(p->runs);
-        json_decref(p->doc);
-        free(p->label);
-        free(p->error);
-    }
-    free(s->points);
+    sweep_points_free(s);
     json_decref(s->comparisons);
     free(s->out_dir);
     free(s->sweep_file);
@@ -253,8 +341,10 @@ int sweep_main(int argc, char **argv, FILE *out, FILE *err)
         goto out;
     }
     s.exe[n] = '\0';
-    if ((!s.dry_run && sweep_out_dir(&s) < 0) || sweep_plan(&s) < 0)
+    if ((!s.dry_run && sweep_out_dir(&s) < 0) || sweep_plan(&s) < 0 || sweep_choose_steps(&s) < 0)
         goto out;
+    if (!s.order_seed_given) /* drawn, and printed: --order-seed repeats it */
+        s.order_seed = ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0x7fffffffu;
     if (s.dry_run) {
         sweep_print_plan(&s);
         code = 0;
@@ -271,15 +361,22 @@ int sweep_main(int argc, char **argv, FILE *out, FILE *err)
                      "port 29500 unless given); each point takes the ranks it needs, the others wait\n");
     sweep_print_header(&s);
     code = 0;
-    for (size_t i = 0; i < s.npoints; i++) {
-        sweep_point *p = &s.points[i];
-        if (sweep_signal) {
-            p->state = SP_NOT_RUN;
-            sweep_point_doc(p, NULL, -1);
-            continue;
-        }
-        sweep_run_point(&s, p);
+    size_t norder;
+    size_t *order = sweep_order(&s, &norder);
+    for (size_t k = 0; k < norder; k++) {
+        sweep_point *p = &s.points[order[k]];
+        if (sweep_signal)
+            break;
+        if (p->state != SP_PLANNED)
+            continue; /* failed at an earlier run */
+        sweep_run_one(&s, p);
+        if (p->state != SP_PLANNED)
+            sweep_end_point(&s, p);
     }
+    free(order);
+    for (size_t i = 0; i < s.npoints; i++)
+        if (s.points[i].state == SP_PLANNED)
+            sweep_end_point(&s, &s.points[i]);
     for (size_t i = 0; i < s.npoints; i++)
         if (s.points[i].state != SP_DONE)
             code = 1; /* failed, or not run (a signal) */

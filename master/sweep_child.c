@@ -95,15 +95,15 @@ char *sweep_read_all(int fd)
 }
 
 /* Run this binary with args (NULL-ended, args[0] the program); its stdout
- * and stderr go to the file log (created), or, with log NULL, into *text
- * (malloc'd, NUL-ended). The child's exit status (128 + signal when
- * killed), or -1 with err when it could not be started. */
-int sweep_spawn(sweep *s, char **args, const char *log, char **text, char *err, size_t errlen)
+ * and stderr go to the file log (created, or appended to with append), or,
+ * with log NULL, into *text (malloc'd, NUL-ended). The child's exit status
+ * (128 + signal when killed), or -1 with err when it could not be started. */
+int sweep_spawn(sweep *s, char **args, const char *log, bool append, char **text, char *err, size_t errlen)
 {
     int fds[2] = {-1, -1};
     int fd = -1;
     if (log) {
-        fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        fd = open(log, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
         if (fd < 0) {
             snprintf(err, errlen, "%s: %s", log, strerror(errno));
             return -1;

@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -42,6 +43,13 @@ typedef struct {
 /* One point of the matrix. */
 typedef enum { SP_PLANNED, SP_DONE, SP_FAILED, SP_NOT_RUN } sweep_point_state;
 
+/* One run's steady-state steps, per trainer (results.json's steady_state),
+ * owned: what the point's intervals and its pair's verdict resample. */
+typedef struct {
+    double **steps; /* [ntrainers][n] ms */
+    size_t ntrainers, n;
+} sweep_series;
+
 typedef struct {
     unsigned index;       /* 1-based, in matrix order (duplicates dropped) */
     char **argv;          /* the child's flags after the program name (owned, NULL-ended) */
@@ -53,8 +61,22 @@ typedef struct {
     char *error;          /* why it failed, or NULL */
     json_t *runs;         /* [{run, headline}] */
     json_t *doc;          /* its sweep.json entry, made once it ended */
-    double step_mean, step_low, step_high; /* step p50 over the runs (interval NAN with one run) */
+    double step_mean, step_low, step_high; /* the steady step p50 over the runs and its 95 % interval
+                                            * (noise.h; NAN: none) */
     size_t nruns;
+    uint64_t plan_steps;  /* its plan's timed steps per trainer (--epochs' batches, or --steps) */
+    bool steps_given;     /* --steps was among the job's flags */
+    double batch_size;    /* its plan's: a step's samples */
+    unsigned runs_done;   /* runs started so far (each run is a child of its own) */
+    sweep_series *series; /* per run done: its steady steps */
+    size_t nseries;
+    json_t *busy_runs;    /* [run, ...]: the runs whose host was busy (results.json host_state) */
+    bool oversubscribed;  /* a run started more busy processes than a host has cores */
+    json_t *host_warnings; /* the runs' host_state warnings, each once */
+    json_t *headlines;    /* each done run's whole headline (results.json), for summary.json */
+    json_t *env;          /* the first run's environment of every node (sweep.h), or NULL */
+    json_int_t buckets;   /* the first run's buckets per step, -1: not known */
+    uint64_t steady_n;    /* the fewest steady steps per trainer of its runs (0: none) */
 } sweep_point;
 
 typedef struct {
@@ -68,6 +90,10 @@ typedef struct {
     char *sweep_file;
     bool local;
     bool dry_run;           /* --dry-run: the points and their command lines, nothing run */
+    bool sequential;        /* --order sequential: a point's runs back to back (else interleaved) */
+    uint64_t order_seed;    /* --order-seed: which side of each pair runs first */
+    bool order_seed_given;
+    uint64_t steps_chosen;  /* the --steps the sweep chose itself (0: the job's own) */
     char exe[PATH_MAX];
     sweep_point *points;
     size_t npoints;
@@ -89,10 +115,10 @@ void sweep_free_list(char **v, size_t n);
 /* SIGINT/SIGTERM: record it, pass it on to the running child. */
 void sweep_on_signal(int sig);
 /* Run this binary with args (NULL-ended, args[0] the program); its stdout
- * and stderr go to the file log (created), or, with log NULL, into *text
- * (malloc'd). The child's exit status (128 + signal when killed), or -1
- * with err when it could not be started. */
-int sweep_spawn(sweep *s, char **args, const char *log, char **text, char *err, size_t errlen);
+ * and stderr go to the file log (created, or appended to with append),
+ * or, with log NULL, into *text (malloc'd). The child's exit status (128 +
+ * signal when killed), or -1 with err when it could not be started. */
+int sweep_spawn(sweep *s, char **args, const char *log, bool append, char **text, char *err, size_t errlen);
 /* The child's argv: the program, the job's flags, the point's, extra. */
 char **sweep_child_argv(const sweep *s, const sweep_point *p, const char *const *extra);
 size_t sweep_argv_len(char **v);
@@ -112,21 +138,38 @@ int sweep_parse_args(sweep *s, int argc, char **argv);
 int sweep_load_file(sweep *s);
 /* Every point planned (s->points). 0 or -1 (the point and why, said). */
 int sweep_plan(sweep *s);
+/* Enough steps (issue 38): where the job's flags give a point fewer than
+ * SWEEP_MIN_STEADY_STEPS steady steps and no --steps, every point runs
+ * --steps SWEEP_MIN_STEADY_STEPS + 1 instead (--epochs dropped; with
+ * --warmup-steps SWEEP_WARMUP_STEPS unless given), planned again, and the
+ * sweep says so. 0 or -1 (said). */
+int sweep_choose_steps(sweep *s);
+void sweep_points_free(sweep *s);
 /* The varied dimensions' values, the hook first; without_hook: the others
  * only, where a pair ran (malloc'd). */
 char *sweep_label(const sweep *s, const json_t *config, bool without_hook);
+
+/* At least this many steady-state steps per trainer and run unless the
+ * job's --steps asks for fewer (the sweep sets --steps to reach it). */
+#define SWEEP_MIN_STEADY_STEPS 50u
+/* The warm-up the sweep gives when it sets the steps and the job gives none. */
+#define SWEEP_WARMUP_STEPS 10u
 
 /* ---- sweep_output.c ---- */
 
 void sweep_now_iso(char *buf, size_t len);
 /* The point's sweep.json entry (p->doc) from its runs. */
-void sweep_point_doc(sweep_point *p, json_t *env, json_int_t buckets);
-/* The point's results read back (each run's results.json), its entry made. */
-void sweep_collect(sweep *s, sweep_point *p);
-/* The comparisons p completes; the last one's ratio, NAN if none. */
-double sweep_compare(sweep *s, const sweep_point *p);
+void sweep_point_doc(sweep *s, sweep_point *p);
+/* Run r's results read back (its results.json): its headline, steady
+ * steps and host marks into p. false when it has none (a failed run). */
+bool sweep_collect_run(sweep *s, sweep_point *p, unsigned r);
+/* The point's entry made from the runs collected (and its summary.json
+ * written beside its runs, for `psbench-master diff`). */
+void sweep_finish_point(sweep *s, sweep_point *p);
+/* The comparisons p completes; the last one made (borrowed), NULL if none. */
+const json_t *sweep_compare(sweep *s, const sweep_point *p);
 void sweep_print_header(sweep *s);
-void sweep_print_row(sweep *s, const sweep_point *p, double ratio);
+void sweep_print_row(sweep *s, const sweep_point *p, const json_t *comparison);
 void sweep_print_answer(sweep *s);
 /* sweep.json, sweep.csv, report.html. 0, or -1 (said on s->err). */
 int sweep_write(sweep *s, const char *started);

@@ -4,11 +4,14 @@
  * (master/sweep_int.h). */
 #include "master/sweep_int.h"
 
+#include "master/headline.h"
+#include "master/noise.h"
 #include "master/summary.h"
 #include "master/sweep_report.h"
 #include "shared/atomicfile.h"
 #include "shared/text.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,88 +89,217 @@ static json_t *sweep_environment(const json_t *results)
 static const char *const sweep_figures[] = {"step_p50_ms",   "step_p90_ms",       "samples_per_s",  "bytes_per_step",
                                             "comm_span_ms",  "effective_gb_per_s", "exposed_comm_ms", NULL};
 static const char *const sweep_shares[] = {"forward", "backward_compute", "exposed_comm", "optimizer", "other", NULL};
+/* The steady state's figures summed up over runs as the old ones are (the
+ * step p50 and samples/s have intervals of their own: noise.h). */
+static const char *const sweep_steady_figures[] = {"step_p90_ms",    "step_mean_ms",   "first_step_ms",
+                                                   "comm_span_ms",   "algbw_gb_per_s", "busbw_gb_per_s", NULL};
 
 static json_t *sweep_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
+/* Run i's headline figure (key in its "all" row, or in its steady
+ * object), NAN when not known. */
+static double sweep_run_figure(const sweep_point *p, size_t i, const char *obj, const char *key)
+{
+    json_t *h = json_object_get(json_array_get(p->runs, i), "headline");
+    if (obj)
+        h = json_object_get(h, obj);
+    json_t *v = json_object_get(h, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* {n, mean, sd, ci95_low, ci95_high} of a figure over the point's runs. */
+static json_t *sweep_summary_entry(const sweep_point *p, const char *obj, const char *key, double *x)
+{
+    size_t n = json_array_size(p->runs);
+    for (size_t i = 0; i < n; i++)
+        x[i] = sweep_run_figure(p, i, obj, key);
+    summary_ci ci;
+    summary_of(x, n, &ci);
+    return json_pack("{s:I, s:o, s:o, s:o, s:o}", "n", (json_int_t)ci.n, "mean", sweep_num(ci.mean), "sd",
+                     sweep_num(ci.stdev), "ci95_low", sweep_num(ci.ci_low), "ci95_high", sweep_num(ci.ci_high));
+}
+
+/* The point's runs as noise.h sees them (borrowing p->series). */
+static noise_run *sweep_noise_runs(const sweep_point *p)
+{
+    noise_run *r = calloc(p->nseries ? p->nseries : 1, sizeof *r);
+    if (!r)
+        abort();
+    for (size_t i = 0; i < p->nseries; i++)
+        r[i] = (noise_run){.steps = (const double *const *)p->series[i].steps,
+                           .ntrainers = p->series[i].ntrainers,
+                           .n = p->series[i].n};
+    return r;
+}
+
+/* A steady figure with its own interval (noise.h): {n: runs, mean,
+ * ci95_low, ci95_high, method, block_steps}. */
+static json_t *sweep_noise_entry(const sweep_point *p, noise_stat stat, uint64_t seed, noise_ci *out)
+{
+    noise_run *runs = sweep_noise_runs(p);
+    if (noise_interval(runs, p->nseries, stat, p->batch_size, seed, out) < 0)
+        abort(); /* out of memory for a few thousand doubles */
+    free(runs);
+    return json_pack("{s:I, s:o, s:o, s:o, s:o, s:I}", "n", (json_int_t)p->nseries, "mean", sweep_num(out->value),
+                     "ci95_low", sweep_num(out->low), "ci95_high", sweep_num(out->high), "method",
+                     out->method ? json_string(out->method) : json_null(), "block_steps", (json_int_t)out->block);
+}
+
 /* The point's sweep.json entry (sweep.h), from its runs. */
-void sweep_point_doc(sweep_point *p, json_t *env, json_int_t buckets)
+void sweep_point_doc(sweep *s, sweep_point *p)
 {
     size_t n = json_array_size(p->runs);
     double *x = calloc(n ? n : 1, sizeof *x);
     if (!x)
         abort();
     json_t *summary = json_object();
-    for (const char *const *f = sweep_figures; *f; f++) {
-        for (size_t i = 0; i < n; i++) {
-            json_t *v = json_object_get(json_object_get(json_array_get(p->runs, i), "headline"), *f);
-            x[i] = json_is_number(v) ? json_number_value(v) : NAN;
-        }
-        summary_ci ci;
-        summary_of(x, n, &ci);
-        json_object_set_new(summary, *f,
-                            json_pack("{s:I, s:o, s:o, s:o, s:o}", "n", (json_int_t)ci.n, "mean", sweep_num(ci.mean),
-                                      "sd", sweep_num(ci.stdev), "ci95_low", sweep_num(ci.ci_low), "ci95_high",
-                                      sweep_num(ci.ci_high)));
-        if (strcmp(*f, "step_p50_ms") == 0) {
-            p->step_mean = ci.n ? ci.mean : NAN;
-            p->step_low = ci.ci_low;
-            p->step_high = ci.ci_high;
-            p->nruns = ci.n;
-        }
-    }
-    json_t *shares = json_object();
+    for (const char *const *f = sweep_figures; *f; f++)
+        json_object_set_new(summary, *f, sweep_summary_entry(p, NULL, *f, x));
+    json_t *shares = json_object(), *steady_shares = json_object();
     for (const char *const *k = sweep_shares; *k; k++) {
-        for (size_t i = 0; i < n; i++) {
-            json_t *v = json_object_get(json_object_get(json_object_get(json_array_get(p->runs, i), "headline"),
-                                                        "shares"),
-                                        *k);
-            x[i] = json_is_number(v) ? json_number_value(v) : NAN;
+        for (int st = 0; st < 2; st++) {
+            for (size_t i = 0; i < n; i++) {
+                json_t *h = json_object_get(json_array_get(p->runs, i), "headline");
+                json_t *v = json_object_get(json_object_get(st ? json_object_get(h, "steady") : h, "shares"), *k);
+                x[i] = json_is_number(v) ? json_number_value(v) : NAN;
+            }
+            summary_ci ci;
+            summary_of(x, n, &ci);
+            json_object_set_new(st ? steady_shares : shares, *k, ci.n ? sweep_num(ci.mean) : json_null());
         }
-        summary_ci ci;
-        summary_of(x, n, &ci);
-        json_object_set_new(shares, *k, ci.n ? sweep_num(ci.mean) : json_null());
     }
+    /* The steady state (issue 38): what the table, the intervals and the
+     * verdicts use. */
+    noise_ci c50, csps;
+    json_t *steady = json_object();
+    json_object_set_new(steady, "step_p50_ms", sweep_noise_entry(p, NOISE_P50, s->order_seed ^ p->index, &c50));
+    json_object_set_new(steady, "samples_per_s",
+                        sweep_noise_entry(p, NOISE_SAMPLES_PER_S, s->order_seed ^ p->index, &csps));
+    for (const char *const *f = sweep_steady_figures; *f; f++)
+        json_object_set_new(steady, *f, sweep_summary_entry(p, "steady", *f, x));
+    json_object_set_new(steady, "shares", steady_shares);
     free(x);
+    p->step_mean = c50.value;
+    p->step_low = c50.low;
+    p->step_high = c50.high;
+    p->nruns = p->nseries;
     static const char *const states[] = {[SP_PLANNED] = "not run", [SP_DONE] = "done", [SP_FAILED] = "failed",
                                          [SP_NOT_RUN] = "not run"};
-    p->doc = json_pack("{s:I, s:s, s:s, s:O, s:s, s:s?, s:o, s:O, s:o, s:o, s:o}", "point", (json_int_t)p->index,
+    json_decref(p->doc);
+    p->doc = json_pack("{s:I, s:s, s:s, s:O, s:s, s:s?, s:o, s:O, s:o, s:o, s:O}", "point", (json_int_t)p->index,
                        "dir", p->dir, "label", p->label, "config", p->config, "status", states[p->state], "error",
-                       p->error, "buckets", buckets >= 0 ? json_integer(buckets) : json_null(), "runs", p->runs,
-                       "summary", summary, "shares", shares, "environment", env ? env : json_null());
+                       p->error, "buckets", p->buckets >= 0 ? json_integer(p->buckets) : json_null(), "runs", p->runs,
+                       "summary", summary, "shares", shares, "environment", p->env ? p->env : json_null());
+    /* Extensions (issue 38; docs/results.md "A sweep's table and files"). */
+    json_object_set_new(p->doc, "n", json_integer((json_int_t)p->steady_n));
+    json_object_set_new(p->doc, "few_steps", json_boolean(p->nseries && p->steady_n < HEADLINE_FEW_STEPS));
+    json_object_set_new(p->doc, "steady", steady);
+    json_object_set(p->doc, "busy_runs", p->busy_runs);
+    json_object_set_new(p->doc, "busy", json_boolean(json_array_size(p->busy_runs) > 0));
+    json_object_set_new(p->doc, "oversubscribed", json_boolean(p->oversubscribed));
+    json_object_set(p->doc, "host_warnings", p->host_warnings);
 }
 
-/* Read the point's results back (each run's results.json). */
-void sweep_collect(sweep *s, sweep_point *p)
+/* Run r's steady steps (results.json's steady_state) into p->series. */
+static void sweep_keep_series(sweep_point *p, const json_t *results)
 {
-    json_t *env = NULL;
-    json_int_t buckets = -1;
-    for (unsigned r = 1; r <= s->runs; r++) {
-        char path[PATH_MAX];
-        if (s->runs == 1)
-            snprintf(path, sizeof path, "%s/%s/results.json", s->out_dir, p->dir);
-        else
-            snprintf(path, sizeof path, "%s/%s/run-%03u/results.json", s->out_dir, p->dir, r);
-        json_t *res = json_load_file(path, 0, NULL);
-        if (!res)
-            break;
-        json_t *h = sweep_run_headline(res);
-        const char *phase = json_string_value(json_object_get(res, "phase"));
-        if (h && phase && strcmp(phase, "done") == 0)
-            json_array_append_new(p->runs, json_pack("{s:I, s:o}", "run", (json_int_t)r, "headline", h));
-        else
-            json_decref(h);
-        if (!env) {
-            env = sweep_environment(res);
-            buckets = sweep_buckets(res);
-        }
-        json_decref(res);
+    json_t *tr = json_object_get(json_object_get(results, "steady_state"), "trainers");
+    size_t nt = json_array_size(tr), n = SIZE_MAX, i;
+    json_t *t;
+    json_array_foreach(tr, i, t) {
+        size_t k = json_array_size(json_object_get(t, "steps_ms"));
+        n = k < n ? k : n;
     }
+    if (nt == 0 || n == SIZE_MAX)
+        return;
+    sweep_series *v = realloc(p->series, (p->nseries + 1) * sizeof *v);
+    if (!v)
+        abort();
+    p->series = v;
+    sweep_series *ser = &p->series[p->nseries++];
+    ser->ntrainers = nt;
+    ser->n = n; /* aligned by step: the shortest trainer's (they run the same steps) */
+    ser->steps = calloc(nt, sizeof *ser->steps);
+    if (!ser->steps)
+        abort();
+    json_array_foreach(tr, i, t) {
+        ser->steps[i] = malloc((n ? n : 1) * sizeof **ser->steps);
+        if (!ser->steps[i])
+            abort();
+        for (size_t k = 0; k < n; k++)
+            ser->steps[i][k] = json_number_value(json_array_get(json_object_get(t, "steps_ms"), k));
+    }
+}
+
+/* Run r's host marks (results.json's host_state) into p. */
+static void sweep_keep_host(sweep_point *p, const json_t *results, unsigned r)
+{
+    json_t *hs = json_object_get(results, "host_state");
+    if (json_is_true(json_object_get(hs, "busy")))
+        json_array_append_new(p->busy_runs, json_integer(r));
+    if (json_is_true(json_object_get(hs, "oversubscribed")))
+        p->oversubscribed = true;
+    size_t i, j;
+    json_t *w, *have;
+    json_array_foreach(json_object_get(hs, "warnings"), i, w) {
+        bool seen = false;
+        json_array_foreach(p->host_warnings, j, have) seen = seen || json_equal(have, w);
+        if (!seen && json_is_string(w))
+            json_array_append(p->host_warnings, w);
+    }
+}
+
+bool sweep_collect_run(sweep *s, sweep_point *p, unsigned r)
+{
+    char path[PATH_MAX];
+    if (s->runs == 1)
+        snprintf(path, sizeof path, "%s/%s/results.json", s->out_dir, p->dir);
+    else
+        snprintf(path, sizeof path, "%s/%s/run-%03u/results.json", s->out_dir, p->dir, r);
+    json_t *res = json_load_file(path, 0, NULL);
+    if (!res)
+        return false;
+    json_t *h = sweep_run_headline(res);
+    const char *phase = json_string_value(json_object_get(res, "phase"));
+    bool done = h && phase && strcmp(phase, "done") == 0;
+    if (done) {
+        json_array_append_new(p->runs, json_pack("{s:I, s:o}", "run", (json_int_t)r, "headline", h));
+        json_array_append(p->headlines, json_object_get(res, "headline"));
+        json_t *sn = json_object_get(json_object_get(h, "steady"), "n");
+        uint64_t n = json_is_integer(sn) ? (uint64_t)json_integer_value(sn) : 0;
+        p->steady_n = p->nseries == 0 || n < p->steady_n ? n : p->steady_n;
+        sweep_keep_series(p, res);
+        sweep_keep_host(p, res, r);
+    } else {
+        json_decref(h);
+    }
+    if (!p->env) {
+        p->env = sweep_environment(res);
+        p->buckets = sweep_buckets(res);
+    }
+    json_decref(res);
+    return done;
+}
+
+void sweep_finish_point(sweep *s, sweep_point *p)
+{
     if (p->state == SP_DONE && json_array_size(p->runs) < s->runs) {
         p->state = SP_FAILED;
         if (!p->error)
             p->error = sweep_strdup("a run wrote no headline (no trainer reported a step)");
     }
-    sweep_point_doc(p, env, buckets);
+    sweep_point_doc(s, p);
+    /* Beside its runs, as a --runs series writes it: `psbench-master diff`
+     * reads its noise from there. */
+    if (s->runs > 1 && json_array_size(p->headlines) > 0) {
+        char path[PATH_MAX], err[512];
+        snprintf(path, sizeof path, "%s/%s/summary.json", s->out_dir, p->dir);
+        json_t *sum = summary_json(p->headlines);
+        if (!sum || afile_write_json(path, sum, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15), err,
+                                     sizeof err) < 0)
+            fprintf(s->err, "psbench-master sweep: %s\n", sum ? err : "out of memory for a summary");
+        json_decref(sum);
+    }
 }
 
 /* ---- PS against allreduce ---------------------------------------------------------- */
@@ -187,11 +319,12 @@ static bool sweep_partners(const sweep_point *ps, const sweep_point *ar)
     return true;
 }
 
-/* The comparisons point p completes (both ended done). The ratio of the
- * last one made, NAN if none. */
-double sweep_compare(sweep *s, const sweep_point *p)
+/* The comparisons point p completes (both ended done): the ratio of the
+ * steady step p50s and its two-stage bootstrap interval (noise.h). A
+ * winner only where the interval excludes 1. The last one made, or NULL. */
+const json_t *sweep_compare(sweep *s, const sweep_point *p)
 {
-    double ratio = NAN;
+    const json_t *last = NULL;
     for (size_t j = 0; j < s->npoints; j++) {
         const sweep_point *q = &s->points[j];
         if (q == p || q->state != SP_DONE || p->state != SP_DONE)
@@ -202,17 +335,36 @@ double sweep_compare(sweep *s, const sweep_point *p)
         const sweep_point *ar = ps == p ? q : p;
         if (!isfinite(ps->step_mean) || !isfinite(ar->step_mean) || ar->step_mean <= 0)
             continue;
-        ratio = ps->step_mean / ar->step_mean;
-        bool known = ps->nruns >= 2 && ar->nruns >= 2;
-        bool overlap = known && ps->step_low <= ar->step_high && ar->step_low <= ps->step_high;
-        json_array_append_new(s->comparisons,
-                              json_pack("{s:I, s:I, s:O, s:f, s:f, s:f, s:s, s:b, s:b}", "ps_point",
-                                        (json_int_t)ps->index, "allreduce_point", (json_int_t)ar->index, "ps_hook",
-                                        json_object_get(ps->config, "hook"), "ps_step_ms", ps->step_mean,
-                                        "allreduce_step_ms", ar->step_mean, "ps_over_allreduce", ratio, "faster",
-                                        ratio > 1 ? "allreduce" : "ps", "within_noise", overlap, "noise_known", known));
+        noise_run *a = sweep_noise_runs(ps), *b = sweep_noise_runs(ar);
+        noise_ci r;
+        if (noise_ratio(a, ps->nseries, b, ar->nseries, NOISE_P50, ps->batch_size,
+                        s->order_seed ^ ((uint64_t)ps->index << 32 | ar->index), &r) < 0)
+            abort();
+        free(a);
+        free(b);
+        double ratio = ps->step_mean / ar->step_mean;
+        bool known = isfinite(r.low) && isfinite(r.high);
+        bool within = known && r.low <= 1 && r.high >= 1;
+        const char *verdict = !known ? "no noise estimate" : within ? "no difference beyond noise"
+                              : ratio > 1                 ? "allreduce"
+                                                          : "ps";
+        json_t *c = json_pack("{s:I, s:I, s:O, s:f, s:f, s:f, s:s, s:b, s:b}", "ps_point", (json_int_t)ps->index,
+                              "allreduce_point", (json_int_t)ar->index, "ps_hook", json_object_get(ps->config, "hook"),
+                              "ps_step_ms", ps->step_mean, "allreduce_step_ms", ar->step_mean, "ps_over_allreduce",
+                              ratio, "faster", ratio > 1 ? "allreduce" : "ps", "within_noise", within, "noise_known",
+                              known);
+        json_object_set_new(c, "ratio_ci95_low", sweep_num(r.low));
+        json_object_set_new(c, "ratio_ci95_high", sweep_num(r.high));
+        json_object_set_new(c, "ci_method", r.method ? json_string(r.method) : json_null());
+        json_object_set_new(c, "verdict", json_string(verdict));
+        json_object_set_new(c, "n", json_integer((json_int_t)(ps->steady_n < ar->steady_n ? ps->steady_n
+                                                                                          : ar->steady_n)));
+        json_object_set_new(c, "busy", json_boolean(json_array_size(ps->busy_runs) + json_array_size(ar->busy_runs) > 0));
+        json_object_set_new(c, "oversubscribed", json_boolean(ps->oversubscribed || ar->oversubscribed));
+        json_array_append_new(s->comparisons, c);
+        last = c;
     }
-    return ratio;
+    return last;
 }
 
 /* ---- the table -------------------------------------------------------------------- */
@@ -255,13 +407,28 @@ void sweep_print_header(sweep *s)
         else
             fprintf(o, " %s (the configuration's),", *k);
     }
-    fprintf(o, " %u run(s) each\n#\n#%6s", s->runs, "point");
+    fprintf(o, " %u run(s) each\n", s->runs);
+    if (s->runs > 1)
+        fprintf(o, "# order: %s\n",
+                s->sequential ? "sequential (each point's runs back to back: --order sequential)"
+                              : "interleaved (the runs of points that differ only in the hook alternate)");
+    if (!s->sequential)
+        fprintf(o, "# order seed: %" PRIu64 " (--order-seed %" PRIu64 " repeats which side runs first)\n",
+                s->order_seed, s->order_seed);
+    fprintf(o, "#\n#%6s", "point");
     for (int d = 0; d < SD_COUNT; d++)
         if (s->dim[d].n >= 2)
             fprintf(o, "  %*s", s->width[d] = sweep_width(s, d), sweep_dims[d].name);
-    fprintf(o, "  %7s  %9s  %9s  %7s  %10s  %8s  %7s  %6s\n", "buckets", "MB/step", "step_ms", "+-95%", "samples/s",
-            "exposed%", "GB/s", "PS/AR");
+    fprintf(o, "  %7s  %9s  %5s  %9s  %19s  %10s  %8s  %7s  %7s  %6s  %15s  %s\n", "buckets", "MB/step", "n",
+            "step_ms", "95% interval", "samples/s", "exposed%", "algbw", "busbw", "PS/AR", "PS/AR 95%", "marks");
     fflush(o);
+}
+
+/* The steady figure's mean over the runs, NAN if none. */
+static double sweep_steady_mean(const sweep_point *p, const char *fig)
+{
+    json_t *v = json_object_get(json_object_get(json_object_get(p->doc, "steady"), fig), "mean");
+    return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
 static double sweep_summary_mean(const sweep_point *p, const char *fig)
@@ -279,7 +446,35 @@ static const char *sweep_fmt(char *buf, size_t len, const char *fmt, double v)
     return buf;
 }
 
-void sweep_print_row(sweep *s, const sweep_point *p, double ratio)
+/* "[lo, hi]" with fmt, or "-". */
+static const char *sweep_fmt_ci(char *buf, size_t len, const char *fmt, double lo, double hi)
+{
+    if (!isfinite(lo) || !isfinite(hi))
+        return "-";
+    char a[32], b[32];
+    snprintf(a, sizeof a, fmt, lo);
+    snprintf(b, sizeof b, fmt, hi);
+    snprintf(buf, len, "[%s, %s]", a, b);
+    return buf;
+}
+
+/* The point's marks: busy runs, oversubscribed, few steps. */
+static void sweep_marks(const sweep *s, const sweep_point *p, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    if (json_array_size(p->busy_runs))
+        used += (size_t)snprintf(buf + used, len - used, "busy (%zu of %u runs) ", json_array_size(p->busy_runs),
+                                 s->runs);
+    if (p->oversubscribed && used < len)
+        used += (size_t)snprintf(buf + used, len - used, "oversubscribed ");
+    if (p->nseries && p->steady_n < HEADLINE_FEW_STEPS && used < len)
+        used += (size_t)snprintf(buf + used, len - used, "few steps (n=%" PRIu64 ") ", p->steady_n);
+    if (used && used <= len)
+        buf[used - 1] = '\0';
+}
+
+void sweep_print_row(sweep *s, const sweep_point *p, const json_t *c)
 {
     FILE *o = s->out;
     fprintf(o, " %6u", p->index);
@@ -299,18 +494,26 @@ void sweep_print_row(sweep *s, const sweep_point *p, double ratio)
         return;
     }
     json_t *b = json_object_get(p->doc, "buckets");
-    json_t *exp = json_object_get(json_object_get(p->doc, "shares"), "exposed_comm");
-    char buckets[24] = "-", mb[24], step[24], half[24], sps[24], expo[24], gbs[24], r[24];
+    json_t *exp = json_object_get(json_object_get(json_object_get(p->doc, "steady"), "shares"), "exposed_comm");
+    char buckets[24] = "-", mb[24], n[24], step[24], ci[48], sps[24], expo[24], alg[24], bus[24], r[24], rci[48],
+         marks[160];
     if (json_is_integer(b))
         snprintf(buckets, sizeof buckets, "%" JSON_INTEGER_FORMAT, json_integer_value(b));
-    fprintf(o, "  %7s  %9s  %9s  %7s  %10s  %8s  %7s  %6s\n", buckets,
+    sweep_marks(s, p, marks, sizeof marks);
+    fprintf(o, "  %7s  %9s  %5s  %9s  %19s  %10s  %8s  %7s  %7s  %6s  %15s  %s\n", buckets,
             sweep_fmt(mb, sizeof mb, "%.2f", sweep_summary_mean(p, "bytes_per_step") / 1e6),
+            sweep_fmt(n, sizeof n, "%.0f", p->nseries ? (double)p->steady_n : NAN),
             sweep_fmt(step, sizeof step, "%.2f", p->step_mean),
-            sweep_fmt(half, sizeof half, "%.2f", (p->step_high - p->step_low) / 2),
-            sweep_fmt(sps, sizeof sps, "%.1f", sweep_summary_mean(p, "samples_per_s")),
+            sweep_fmt_ci(ci, sizeof ci, "%.2f", p->step_low, p->step_high),
+            sweep_fmt(sps, sizeof sps, "%.1f", sweep_steady_mean(p, "samples_per_s")),
             sweep_fmt(expo, sizeof expo, "%.1f", json_is_number(exp) ? 100 * json_number_value(exp) : NAN),
-            sweep_fmt(gbs, sizeof gbs, "%.3f", sweep_summary_mean(p, "effective_gb_per_s")),
-            sweep_fmt(r, sizeof r, "%.2f", ratio));
+            sweep_fmt(alg, sizeof alg, "%.3f", sweep_steady_mean(p, "algbw_gb_per_s")),
+            sweep_fmt(bus, sizeof bus, "%.3f", sweep_steady_mean(p, "busbw_gb_per_s")),
+            sweep_fmt(r, sizeof r, "%.2f", c ? json_number_value(json_object_get(c, "ps_over_allreduce")) : NAN),
+            c ? sweep_fmt_ci(rci, sizeof rci, "%.2f", json_number_value(json_object_get(c, "ratio_ci95_low")),
+                             json_number_value(json_object_get(c, "ratio_ci95_high")))
+              : "-",
+            marks);
     fflush(o);
 }
 
@@ -320,44 +523,64 @@ void sweep_print_answer(sweep *s)
     FILE *o = s->out;
     size_t n = json_array_size(s->comparisons), i;
     json_t *c;
-    fprintf(o, "#\n# PS/AR: the parameter server's step p50 over allreduce's at the same point (>1: allreduce is "
-               "faster)\n");
+    fprintf(o, "#\n# step_ms: the steady state's step p50 (every step after each trainer's first), mean over the "
+               "runs; n: steady steps per trainer and run\n"
+               "# PS/AR: the parameter server's step_ms over allreduce's at the same point (>1: allreduce is "
+               "faster), its 95%% interval from a two-stage bootstrap (runs, then blocks of steps)\n");
+    size_t busy = 0, over = 0;
+    for (size_t k = 0; k < s->npoints; k++) {
+        busy += json_array_size(s->points[k].busy_runs) > 0;
+        over += s->points[k].oversubscribed;
+    }
+    if (busy)
+        fprintf(o, "# busy: %zu point(s) ran while the host was busy (other processes, or steal): their figures "
+                   "measure the host as much as psbench (results.json host_state; --quiet-host SECONDS waits)\n",
+                busy);
+    if (over)
+        fprintf(o, "# oversubscribed: %zu point(s) started more busy processes than a host has cores: they "
+                   "measure the scheduler too\n",
+                over);
     if (n == 0) {
         fprintf(o, "# the answer: no point ran both a parameter-server hook and allreduce_hook on the same "
                    "configuration (for a DdpTrainer: --ddp-hook rpc_hook,allreduce_hook)\n");
         return;
     }
-    /* Faster only beyond noise: with intervals that overlap, neither is. */
-    unsigned ps = 0, ar = 0, noise = 0;
+    /* A winner only where the ratio's interval excludes 1. */
+    unsigned ps = 0, ar = 0, noise = 0, unknown = 0;
     json_array_foreach(s->comparisons, i, c) {
-        if (json_is_true(json_object_get(c, "within_noise")))
-            noise++;
-        else if (strcmp(json_string_value(json_object_get(c, "faster")), "ps") == 0)
+        const char *v = json_string_value(json_object_get(c, "verdict"));
+        if (strcmp(v, "ps") == 0)
             ps++;
-        else
+        else if (strcmp(v, "allreduce") == 0)
             ar++;
+        else if (strcmp(v, "no difference beyond noise") == 0)
+            noise++;
+        else
+            unknown++;
     }
-    fprintf(o, "# the answer: of %zu point(s), the parameter server is faster at %u, allreduce at %u", n, ps, ar);
-    if (noise)
-        fprintf(o, ", within noise at %u", noise);
-    fprintf(o, "%s\n", json_is_true(json_object_get(json_array_get(s->comparisons, 0), "noise_known"))
-                           ? ""
-                           : " (one run per point: no noise estimate; --runs 3 gives one)");
+    fprintf(o, "# the answer: of %zu point(s), the parameter server is faster beyond noise at %u, allreduce at %u, "
+               "no difference beyond noise at %u",
+            n, ps, ar, noise);
+    if (unknown)
+        fprintf(o, ", no noise estimate at %u (a single steady step: --steps)", unknown);
+    fprintf(o, "\n");
     json_array_foreach(s->comparisons, i, c) {
         const sweep_point *ps_point = &s->points[json_integer_value(json_object_get(c, "ps_point")) - 1];
         const sweep_point *ar_point = &s->points[json_integer_value(json_object_get(c, "allreduce_point")) - 1];
         char *where = sweep_label(s, ps_point->config, true);
-        bool within = json_is_true(json_object_get(c, "within_noise"));
-        bool ps_faster = strcmp(json_string_value(json_object_get(c, "faster")), "ps") == 0;
-        fprintf(o, "#   %s: %s %.2f ms, %s %.2f ms: PS/AR %.2f, %s\n", where,
+        const char *v = json_string_value(json_object_get(c, "verdict"));
+        char ci[64];
+        fprintf(o, "#   %s: %s %.2f ms, %s %.2f ms: PS/AR %.2f %s, %s%s%s\n", where,
                 json_string_value(json_object_get(ps_point->config, "hook")), ps_point->step_mean,
                 json_string_value(json_object_get(ar_point->config, "hook")), ar_point->step_mean,
                 json_real_value(json_object_get(c, "ps_over_allreduce")),
-                within ? "within noise (the 95% intervals overlap)"
-                : !json_is_true(json_object_get(c, "noise_known"))
-                    ? (ps_faster ? "the parameter server faster (one run each: no noise estimate)"
-                                 : "allreduce faster (one run each: no noise estimate)")
-                    : (ps_faster ? "the parameter server faster, beyond noise" : "allreduce faster, beyond noise"));
+                sweep_fmt_ci(ci, sizeof ci, "%.2f", json_number_value(json_object_get(c, "ratio_ci95_low")),
+                             json_number_value(json_object_get(c, "ratio_ci95_high"))),
+                strcmp(v, "ps") == 0          ? "the parameter server faster, beyond noise"
+                : strcmp(v, "allreduce") == 0 ? "allreduce faster, beyond noise"
+                                              : v,
+                json_is_true(json_object_get(c, "busy")) ? " (busy host)" : "",
+                json_is_true(json_object_get(c, "oversubscribed")) ? " (oversubscribed)" : "");
         free(where);
     }
 }
@@ -391,13 +614,31 @@ static char *sweep_csv(const sweep *s, size_t *len)
     fputs("point,run,label", f);
     for (const char *const *k = sweep_csv_config; *k; k++)
         fprintf(f, ",%s", *k);
-    fputs(",status,metric,value,unit\n", f);
+    /* n, busy and oversubscribed (issue 38) last: a reader of the older
+     * columns by position still finds them where they were. */
+    fputs(",status,metric,value,unit,n,busy,oversubscribed\n", f);
     static const struct {
         const char *metric, *unit;
     } figs[] = {{"step_p50_ms", "ms"},       {"step_p90_ms", "ms"},  {"samples_per_s", "1/s"},
                 {"bytes_per_step", "bytes"}, {"comm_span_ms", "ms"}, {"effective_gb_per_s", "GB/s"},
                 {"exposed_comm_ms", "ms"}};
-    enum { NFIGS = sizeof figs / sizeof figs[0], NSHARES = 5, NMETRICS = NFIGS + NSHARES + 1 };
+    /* The steady state's (issue 38), from the headline's "steady" and row. */
+    static const struct {
+        const char *metric, *key, *unit;
+        bool steady;
+    } extra[] = {{"steady_step_p50_ms", "step_p50_ms", "ms", true},
+                 {"steady_step_p90_ms", "step_p90_ms", "ms", true},
+                 {"steady_samples_per_s", "samples_per_s", "1/s", true},
+                 {"first_step_ms", "first_step_ms", "ms", true},
+                 {"algbw_gb_per_s", "algbw_gb_per_s", "GB/s", true},
+                 {"busbw_gb_per_s", "busbw_gb_per_s", "GB/s", true},
+                 {"wire_bytes_per_step", "wire_bytes_per_step", "bytes", false}};
+    enum {
+        NFIGS = sizeof figs / sizeof figs[0],
+        NSHARES = 5,
+        NEXTRA = sizeof extra / sizeof extra[0],
+        NMETRICS = NFIGS + NSHARES + 1 + NEXTRA
+    };
     for (size_t i = 0; i < s->npoints; i++) {
         const sweep_point *p = &s->points[i];
         json_t *status = json_object_get(p->doc, "status");
@@ -420,9 +661,21 @@ static char *sweep_csv(const sweep *s, size_t *len)
                 unit[NFIGS + k] = "fraction";
                 value[NFIGS + k] = json_object_get(json_object_get(h, "shares"), sweep_shares[k]);
             }
-            metric[NMETRICS - 1] = "buckets";
-            unit[NMETRICS - 1] = "count";
-            value[NMETRICS - 1] = json_object_get(p->doc, "buckets");
+            metric[NFIGS + NSHARES] = "buckets";
+            unit[NFIGS + NSHARES] = "count";
+            value[NFIGS + NSHARES] = json_object_get(p->doc, "buckets");
+            for (int k = 0; k < NEXTRA; k++) {
+                metric[NFIGS + NSHARES + 1 + k] = extra[k].metric;
+                unit[NFIGS + NSHARES + 1 + k] = extra[k].unit;
+                value[NFIGS + NSHARES + 1 + k] =
+                    json_object_get(extra[k].steady ? json_object_get(h, "steady") : h, extra[k].key);
+            }
+            json_int_t rn = json_integer_value(json_object_get(run, "run"));
+            json_t *sn = json_object_get(json_object_get(h, "steady"), "n");
+            size_t b;
+            json_t *br;
+            bool busy = false;
+            json_array_foreach(p->busy_runs, b, br) busy = busy || json_integer_value(br) == rn;
             for (int m = 0; m < NMETRICS; m++) {
                 if (!json_is_number(value[m]))
                     continue;
@@ -434,7 +687,9 @@ static char *sweep_csv(const sweep *s, size_t *len)
                 }
                 fprintf(f, ",%s,%s,", json_string_value(status), metric[m]);
                 sweep_csv_json(f, value[m]);
-                fprintf(f, ",%s\n", unit[m]);
+                fprintf(f, ",%s,", unit[m]);
+                sweep_csv_json(f, sn);
+                fprintf(f, ",%s,%s\n", busy ? "true" : "false", p->oversubscribed ? "true" : "false");
             }
         }
     }
@@ -459,6 +714,11 @@ int sweep_write(sweep *s, const char *started)
     json_t *doc = json_pack("{s:i, s:o, s:s, s:s, s:I, s:o, s:o, s:O}", "psbench_sweep", 1, "command", cmd,
                             "started_at", started, "finished_at", finished, "runs", (json_int_t)s->runs,
                             "dimensions", dims, "points", points, "comparisons", s->comparisons);
+    /* How the runs were taken (issue 38). */
+    json_object_set_new(doc, "order", json_string(s->sequential ? "sequential" : "interleaved"));
+    json_object_set_new(doc, "order_seed", json_integer((json_int_t)s->order_seed));
+    json_object_set_new(doc, "steps_chosen", s->steps_chosen ? json_integer((json_int_t)s->steps_chosen) : json_null());
+    json_object_set_new(doc, "min_steady_steps", json_integer(SWEEP_MIN_STEADY_STEPS));
     int rc = 0;
     snprintf(path, sizeof path, "%s/sweep.json", s->out_dir);
     if (afile_write_json(path, doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15), err,

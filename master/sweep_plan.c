@@ -6,6 +6,7 @@
 #include "shared/userpath.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,7 +116,7 @@ int sweep_parse_args(sweep *s, int argc, char **argv)
                 (sweep_dims[d].alias && sweep_flag_is(a, sweep_dims[d].alias, &v)))
                 break;
         const char *own = NULL;
-        static const char *const owns[] = {"--runs", "--out", "--sweep-file", NULL};
+        static const char *const owns[] = {"--runs", "--out", "--sweep-file", "--order", "--order-seed", NULL};
         for (const char *const *o = owns; d == SD_COUNT && *o; o++)
             if (sweep_flag_is(a, *o, &v))
                 own = *o;
@@ -149,6 +150,18 @@ int sweep_parse_args(sweep *s, int argc, char **argv)
             if (sweep_parse_runs(s, v) < 0)
                 return -1;
             s->runs_given = true;
+        } else if (strcmp(own, "--order") == 0) {
+            if (strcmp(v, "interleaved") != 0 && strcmp(v, "sequential") != 0)
+                return sweep_usage_error(s, "--order '%s': interleaved or sequential%s", v, "");
+            s->sequential = strcmp(v, "sequential") == 0;
+        } else if (strcmp(own, "--order-seed") == 0) {
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull(v, &end, 10);
+            if (errno || *end || end == v || v[0] == '-')
+                return sweep_usage_error(s, "--order-seed '%s': a whole number%s", v, "");
+            s->order_seed = n;
+            s->order_seed_given = true;
         } else if (strcmp(own, "--out") == 0) {
             free(s->out_dir);
             s->out_dir = sweep_strdup(v);
@@ -311,7 +324,7 @@ static json_t *sweep_dry_run(sweep *s, sweep_point *p, char **why)
     static const char *const dry[] = {"--dry-run", NULL};
     char **args = sweep_child_argv(s, p, dry);
     char err[512], *text = NULL;
-    int rc = sweep_spawn(s, args, NULL, &text, err, sizeof err);
+    int rc = sweep_spawn(s, args, NULL, false, &text, err, sizeof err);
     sweep_free_list(args, sweep_argv_len(args));
     if (rc < 0) {
         *why = sweep_strdup(err);
@@ -523,14 +536,116 @@ int sweep_plan(sweep *s)
             continue;
         }
         p->config = sweep_config(plan, sweep_value(s, at, SD_TRANSPORT));
+        p->plan_steps = (uint64_t)json_integer_value(json_object_get(plan, "steps"));
+        p->steps_given = json_is_true(json_object_get(plan, "steps_given"));
+        p->batch_size = (double)json_integer_value(json_object_get(plan, "batch_size"));
         json_decref(plan);
         p->index = (unsigned)++s->npoints;
         p->label = sweep_label(s, p->config, false);
         snprintf(p->dir, sizeof p->dir, "points/%03u", p->index);
         p->runs = json_array();
+        p->busy_runs = json_array();
+        p->host_warnings = json_array();
+        p->headlines = json_array();
+        p->buckets = -1;
         p->state = SP_PLANNED;
         p->step_mean = p->step_low = p->step_high = NAN;
     }
     return 0;
 }
 
+
+/* ---- enough steps ------------------------------------------------------------------- */
+
+void sweep_points_free(sweep *s)
+{
+    for (size_t i = 0; i < s->npoints; i++) {
+        sweep_point *p = &s->points[i];
+        sweep_free_list(p->argv, p->argc);
+        json_decref(p->config);
+        json_decref(p->runs);
+        json_decref(p->doc);
+        json_decref(p->busy_runs);
+        json_decref(p->host_warnings);
+        json_decref(p->headlines);
+        json_decref(p->env);
+        free(p->label);
+        free(p->error);
+        for (size_t r = 0; r < p->nseries; r++) {
+            for (size_t t = 0; t < p->series[r].ntrainers; t++)
+                free(p->series[r].steps[t]);
+            free(p->series[r].steps);
+        }
+        free(p->series);
+    }
+    free(s->points);
+    s->points = NULL;
+    s->npoints = 0;
+}
+
+/* Drop `flag` (and its value) from the job's flags; whether it was there. */
+static bool sweep_job_drop(sweep *s, const char *flag)
+{
+    bool found = false;
+    size_t w = 0;
+    for (size_t i = 0; i < s->njob; i++) {
+        const char *v;
+        if (sweep_flag_is(s->job[i], flag, &v)) {
+            found = true;
+            free(s->job[i]);
+            if (!v && i + 1 < s->njob)
+                free(s->job[++i]);
+            continue;
+        }
+        s->job[w++] = s->job[i];
+    }
+    s->njob = w;
+    if (s->job)
+        s->job[w] = NULL;
+    return found;
+}
+
+static bool sweep_job_has(const sweep *s, const char *flag)
+{
+    const char *v;
+    for (size_t i = 0; i < s->njob; i++)
+        if (sweep_flag_is(s->job[i], flag, &v))
+            return true;
+    return false;
+}
+
+int sweep_choose_steps(sweep *s)
+{
+    const sweep_point *few = NULL;
+    for (size_t i = 0; i < s->npoints; i++) {
+        const sweep_point *p = &s->points[i];
+        if (p->steps_given)
+            return 0; /* the job's --steps: its choice, fewer or not (marked "few steps" if so) */
+        if (p->plan_steps < SWEEP_MIN_STEADY_STEPS + 1 && (!few || p->plan_steps < few->plan_steps))
+            few = p;
+    }
+    if (!few)
+        return 0;
+    char steps[24], warm[24];
+    snprintf(steps, sizeof steps, "%u", SWEEP_MIN_STEADY_STEPS + 1);
+    snprintf(warm, sizeof warm, "%u", SWEEP_WARMUP_STEPS);
+    bool epochs = sweep_job_drop(s, "--epochs");
+    bool warm_given = sweep_job_has(s, "--warmup-steps");
+    sweep_push(&s->job, &s->njob, "--steps");
+    sweep_push(&s->job, &s->njob, steps);
+    if (!warm_given) {
+        sweep_push(&s->job, &s->njob, "--warmup-steps");
+        sweep_push(&s->job, &s->njob, warm);
+    }
+    s->steps_chosen = SWEEP_MIN_STEADY_STEPS + 1;
+    fprintf(s->out,
+            "# steps: %s gives %" PRIu64 " step(s) per trainer at point %u (%s), %" PRIu64
+            " steady-state after the first; every point runs --steps %s%s%s instead: at least %u steady-state "
+            "steps per trainer and run (--steps N chooses)\n",
+            epochs ? "--epochs" : "the default --epochs", few->plan_steps, few->index, few->label,
+            few->plan_steps ? few->plan_steps - 1 : 0, steps, warm_given ? "" : " --warmup-steps ",
+            warm_given ? "" : warm, SWEEP_MIN_STEADY_STEPS);
+    fflush(s->out);
+    sweep_points_free(s);
+    return sweep_plan(s);
+}

@@ -107,7 +107,7 @@ class Runs(psb.PsbTestCase):
         self.assertRegex(so, r"(?m)^step_p50_ms +3 +\S+ +\S+ +\[\S+, \S+\]$")
         with open(os.path.join(self.out, "summary.json")) as f:
             summ = json.load(f)
-        self.assertEqual((summ["runs"], summ["confidence"], summ["interval"]), (3, 0.95, "Student t"))
+        self.assertEqual((summ["runs"], summ["confidence"], summ["interval"]), (3, 0.95, "Student t on the log scale (3 runs or more)"))
         allrow = [t for t in summ["trainers"] if t["trainer"] == "all"][0]
         c = allrow["step_p50_ms"]
         self.assertEqual(c["values"], p50s)

@@ -35,14 +35,31 @@ static void test_known_samples(void **state)
     assert_int_equal(c.n, 5);
     assert_true(fabs(c.mean - 3) < 1e-12);
     assert_true(fabs(c.stdev - sqrt(2.5)) < 1e-12);
-    double half = 2.7764 * sqrt(2.5) / sqrt(5);
-    assert_true(fabs(c.ci_low - (3 - half)) < 1e-9);
-    assert_true(fabs(c.ci_high - (3 + half)) < 1e-9);
-    /* Two samples: the interval is wide (t(0.975, 1) = 12.7062). */
+    /* Positive values: the interval on the log scale. */
+    double lm = (log(1) + log(2) + log(3) + log(4) + log(5)) / 5, lss = 0;
+    for (int i = 1; i <= 5; i++)
+        lss += (log(i) - lm) * (log(i) - lm);
+    double half = 2.7764 * sqrt(lss / 4) / sqrt(5);
+    assert_true(fabs(c.ci_low - exp(lm - half)) < 1e-9);
+    assert_true(fabs(c.ci_high - exp(lm + half)) < 1e-9);
+    assert_true(c.ci_low > 0);
+    /* A figure that may be 0 (a share): the plain interval. */
+    const double z[] = {0, 1, 2, 3, 4};
+    summary_of(z, 5, &c);
+    half = 2.7764 * sqrt(2.5) / sqrt(5);
+    assert_true(fabs(c.ci_low - (2 - half)) < 1e-9);
+    assert_true(fabs(c.ci_high - (2 + half)) < 1e-9);
+    /* Two samples: no interval (issue 38: t(0.975, 1) = 12.7 took a time's
+     * below 0), the deviation still. */
     const double y[] = {10, 12};
     summary_of(y, 2, &c);
     assert_true(fabs(c.mean - 11) < 1e-12);
-    assert_true(fabs(c.ci_high - (11 + 12.7062)) < 1e-9);
+    assert_true(fabs(c.stdev - sqrt(2)) < 1e-12);
+    assert_true(isnan(c.ci_low) && isnan(c.ci_high));
+    /* The issue's two runs: 988 and 245 ms. */
+    const double w[] = {988, 245, 600};
+    summary_of(w, 3, &c);
+    assert_true(c.ci_low > 0 && c.ci_low < c.mean && c.mean < c.ci_high);
 }
 
 static void test_one_sample_and_unknown(void **state)
