@@ -150,6 +150,10 @@ static void sweep_run_one(sweep *s, sweep_point *p)
     if (isatty(fileno(s->err)))
         fprintf(s->err, "sweep: point %u of %zu, run %u of %u: %s ...\r", p->index, s->npoints, r, s->runs, p->label);
     const char *extra[] = {"--runs", "1", "--out", dir, NULL};
+    char now[32];
+    sweep_now_iso(now, sizeof now);
+    json_array_append_new(s->schedule, json_pack("{s:I, s:I, s:s}", "point", (json_int_t)p->index, "run",
+                                                 (json_int_t)r, "started_at", now));
     if (!s->local) /* the one place a sweep by hand can say it waits */
         fprintf(s->out, "# point %u of %zu (%s), run %u of %u: running; nodes started by hand join it (--follow)\n",
                 p->index, s->npoints, p->label, r, s->runs);
@@ -193,7 +197,11 @@ static void sweep_run_one(sweep *s, sweep_point *p)
 }
 
 /* A point whose runs are over (all done, one failed, or a signal): its
- * entry, its comparisons, its row. */
+ * entry. Then the rows of every point ended, in matrix order as far as
+ * the points before them have ended (interleaved runs end a group's
+ * points close together; the table keeps the matrix's order, and a
+ * pair's ratio is on its second row), each with the comparisons it
+ * completes against the rows above it. */
 static void sweep_end_point(sweep *s, sweep_point *p)
 {
     if (p->state == SP_PLANNED) /* stopped between its runs */
@@ -201,8 +209,14 @@ static void sweep_end_point(sweep *s, sweep_point *p)
     if (p->state == SP_FAILED && !p->error)
         p->error = sweep_strdup("stopped by a signal between its runs");
     sweep_finish_point(s, p);
-    if (p->state != SP_NOT_RUN)
-        sweep_print_row(s, p, sweep_compare(s, p));
+    p->ended = true;
+    while (s->next_row < s->npoints && s->points[s->next_row].ended) {
+        sweep_point *q = &s->points[s->next_row++];
+        const json_t *c = q->state == SP_NOT_RUN ? NULL : sweep_compare(s, q);
+        q->printed = true;
+        if (q->state != SP_NOT_RUN)
+            sweep_print_row(s, q, c);
+    }
 }
 
 /* The order the runs are taken in: point indexes (0-based), one entry a
@@ -261,6 +275,7 @@ static void sweep_free(sweep *s)
     sweep_free_list(s->job, s->njob);
     sweep_points_free(s);
     json_decref(s->comparisons);
+    json_decref(s->schedule);
     free(s->out_dir);
     free(s->sweep_file);
 }
@@ -351,6 +366,7 @@ int sweep_main(int argc, char **argv, FILE *out, FILE *err)
         goto out;
     }
     s.comparisons = json_array();
+    s.schedule = json_array();
     struct sigaction sa = {.sa_handler = sweep_on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);

@@ -77,6 +77,8 @@ typedef struct {
     json_t *env;          /* the first run's environment of every node (sweep.h), or NULL */
     json_int_t buckets;   /* the first run's buckets per step, -1: not known */
     uint64_t steady_n;    /* the fewest steady steps per trainer of its runs (0: none) */
+    bool ended;           /* its runs are over and its entry made */
+    bool printed;         /* its row is printed (its comparisons made) */
 } sweep_point;
 
 typedef struct {
@@ -94,6 +96,8 @@ typedef struct {
     uint64_t order_seed;    /* --order-seed: which side of each pair runs first */
     bool order_seed_given;
     uint64_t steps_chosen;  /* the --steps the sweep chose itself (0: the job's own) */
+    size_t next_row;        /* the table's next row, in matrix order (sweep_end_point) */
+    json_t *schedule;       /* [{point, run, started_at}] in the order the runs were taken */
     char exe[PATH_MAX];
     sweep_point *points;
     size_t npoints;
@@ -166,7 +170,8 @@ bool sweep_collect_run(sweep *s, sweep_point *p, unsigned r);
 /* The point's entry made from the runs collected (and its summary.json
  * written beside its runs, for `psbench-master diff`). */
 void sweep_finish_point(sweep *s, sweep_point *p);
-/* The comparisons p completes; the last one made (borrowed), NULL if none. */
+/* The comparisons p completes with the rows printed above it; the last one
+ * made (borrowed), NULL if none. */
 const json_t *sweep_compare(sweep *s, const sweep_point *p);
 void sweep_print_header(sweep *s);
 void sweep_print_row(sweep *s, const sweep_point *p, const json_t *comparison);

@@ -327,8 +327,8 @@ const json_t *sweep_compare(sweep *s, const sweep_point *p)
     const json_t *last = NULL;
     for (size_t j = 0; j < s->npoints; j++) {
         const sweep_point *q = &s->points[j];
-        if (q == p || q->state != SP_DONE || p->state != SP_DONE)
-            continue;
+        if (q == p || !q->printed || q->state != SP_DONE || p->state != SP_DONE)
+            continue; /* each pair once: when its second row is printed */
         const sweep_point *ps = sweep_partners(p, q) ? p : sweep_partners(q, p) ? q : NULL;
         if (!ps)
             continue;
@@ -719,6 +719,7 @@ int sweep_write(sweep *s, const char *started)
     json_object_set_new(doc, "order_seed", json_integer((json_int_t)s->order_seed));
     json_object_set_new(doc, "steps_chosen", s->steps_chosen ? json_integer((json_int_t)s->steps_chosen) : json_null());
     json_object_set_new(doc, "min_steady_steps", json_integer(SWEEP_MIN_STEADY_STEPS));
+    json_object_set_new(doc, "schedule", s->schedule ? json_incref(s->schedule) : json_array());
     int rc = 0;
     snprintf(path, sizeof path, "%s/sweep.json", s->out_dir);
     if (afile_write_json(path, doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15), err,

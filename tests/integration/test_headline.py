@@ -23,7 +23,10 @@ import psb  # noqa: E402
 from psb import Master, http_json, wait_phase  # noqa: E402
 
 ROW_KEYS = {"trainer", "step_p50_ms", "step_p90_ms", "samples_per_s", "shares", "bytes_per_step", "bytes_source",
-            "comm_span_ms", "effective_gb_per_s"}
+            "comm_span_ms", "effective_gb_per_s", "wire_bytes_per_step", "wire_bytes_model", "steady"}
+STEADY_KEYS = {"n", "first_step_ms", "step_p50_ms", "step_p90_ms", "step_mean_ms", "samples_per_s", "few_steps",
+               "shares", "comm_span_ms", "algbw_gb_per_s", "busbw_gb_per_s"}
+CI_KEYS = {"step_p50_ci95", "samples_per_s_ci95", "ci_method", "ci_block_steps"}
 SHARE_KEYS = {"forward", "backward_compute", "exposed_comm", "optimizer", "other"}
 HEADLINE = "headline (timed pass): step ms, samples/s"
 MASTER_TABLE = "\nall trainers (ms)\n"
@@ -66,6 +69,45 @@ class Headline(psb.PsbTestCase):
         self.assertAlmostEqual(rows[-1]["samples_per_s"], sum(r["samples_per_s"] for r in rows[:-1]), places=6)
         return rows
 
+    def check_steady(self, res, exact=True):
+        """The steady state (issue 38) against the steps results.json
+        keeps: each rank's steps after its first, the first apart; "all"
+        pools them; the intervals positive; the wire bytes by the hook."""
+        rows = res["headline"]["trainers"]
+        series = {str(t["rank"]): t for t in res["steady_state"]["trainers"]}
+        self.assertEqual(res["steady_state"]["metric"], "batch_level_metric,batch_all")
+        pooled = []
+        for r in rows:
+            sd = r["steady"]
+            self.assertEqual(set(sd) - CI_KEYS, STEADY_KEYS, r)
+            if exact:
+                self.assertEqual(set(sd) & CI_KEYS, CI_KEYS, r)
+                lo, hi = sd["step_p50_ci95"]
+                self.assertTrue(0 < lo <= hi, sd)
+                self.assertTrue(0 < sd["samples_per_s_ci95"][0] <= sd["samples_per_s_ci95"][1], sd)
+            self.assertEqual(sd["few_steps"], sd["n"] < 20, sd)
+            self.assertAlmostEqual(sum(sd["shares"].values()), 1.0, places=9)
+            if r["trainer"] == "all":
+                continue
+            t = series[r["trainer"]]
+            step = res["groups"]["trainer"]["ranks"][r["trainer"]]["batch_level_metric,batch_all"]
+            self.assertEqual(sd["n"], step["count"] - 1)
+            self.assertEqual(len(t["steps_ms"]), sd["n"])
+            self.assertEqual(sd["first_step_ms"], t["first_step_ms"])
+            self.assertAlmostEqual(sd["step_p50_ms"], quantile(t["steps_ms"], 0.5), places=6)
+            self.assertAlmostEqual(sd["step_p90_ms"], quantile(t["steps_ms"], 0.9), places=6)
+            mean = sum(t["steps_ms"]) / len(t["steps_ms"])
+            self.assertAlmostEqual(sd["step_mean_ms"], mean, places=6)
+            # The pass's mean is the steady steps' and the first one's.
+            self.assertAlmostEqual(step["mean"], (mean * sd["n"] + sd["first_step_ms"]) / step["count"], places=6)
+            pooled += t["steps_ms"]
+        all_sd = rows[-1]["steady"]
+        self.assertAlmostEqual(all_sd["step_p50_ms"], quantile(pooled, 0.5), places=6)
+        self.assertEqual(all_sd["n"], min(r["steady"]["n"] for r in rows[:-1]))
+        self.assertAlmostEqual(all_sd["samples_per_s"], sum(r["steady"]["samples_per_s"] for r in rows[:-1]),
+                               places=6)
+        return rows
+
     def test_dummy_model_default_tables(self):
         out = os.path.join(self.reg.workdir, "out")
         m = self.master("--epochs", "1", out=out, linger="30")
@@ -80,6 +122,7 @@ class Headline(psb.PsbTestCase):
         for k in ("configuration", "environment", "groups", "trainers", "servers", "warnings", "phase"):
             self.assertIn(k, res)  # every key of before stays
         rows = self.check_headline(res["headline"], 2)
+        self.check_steady(res)
         self.assertEqual([r["trainer"] for r in st["headline"]["trainers"]], [r["trainer"] for r in rows])
         for r, t in zip(rows, res["trainers"]):
             # Bytes: the gradient payload of the trainer's buckets, fp32.
@@ -91,6 +134,12 @@ class Headline(psb.PsbTestCase):
             self.assertAlmostEqual(r["effective_gb_per_s"], r["bytes_per_step"] / (span / 1e3) / 1e9, places=9)
             step = res["groups"]["trainer"]["ranks"][r["trainer"]]["batch_level_metric,batch_all"]
             self.assertAlmostEqual(r["step_p50_ms"], step["p50"], places=6)
+            # rpc_hook: the push and the mean back cross the wire; algbw
+            # is the payload over the steady comm span.
+            self.assertEqual(r["wire_bytes_per_step"], 2 * r["bytes_per_step"])
+            self.assertAlmostEqual(r["steady"]["algbw_gb_per_s"],
+                                   r["bytes_per_step"] / (r["steady"]["comm_span_ms"] / 1e3) / 1e9, places=9)
+            self.assertAlmostEqual(r["steady"]["busbw_gb_per_s"], 2 * r["steady"]["algbw_gb_per_s"], places=9)
         # stdout: the headline, then (default --tables all) the tables.
         self.assertIn(HEADLINE, so)
         self.assertIn(MASTER_TABLE, so)
@@ -127,6 +176,42 @@ class Headline(psb.PsbTestCase):
             self.assertIn("0", res["groups"]["trainer"]["ranks"])
             self.check_headline(res["headline"], 2)
 
+    def test_steps_and_the_first_step_apart(self):
+        """--steps N: N steps per trainer in the timed pass (the data
+        cycled: 5 batches an epoch here), --warmup-steps its own count; the
+        steady state is every step after the first; fewer than 20 of them
+        is said, on stdout and in JSON. --steps with --epochs is refused."""
+        for steps, few in (("23", False), ("6", True)):
+            out = os.path.join(self.reg.workdir, "out-" + steps)
+            rc, so, se = self.reg.run([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
+                                       "--http", "127.0.0.1:0", "--rpc-timeout", "30", "--linger", "0",
+                                       "--steps", steps, "--warmup-steps", "2", "--tables", "none",
+                                       "--ddp-hook", "allreduce_hook", "--out", out], timeout=psb.RUN_TIMEOUT)
+            self.assertEqual(rc, 0, se)
+            with open(os.path.join(out, "results.json")) as f:
+                res = json.load(f)
+            self.assertEqual(res["configuration"]["steps"], int(steps))
+            self.assertEqual(res["configuration"]["warmup_steps"], 2)
+            for rank in ("0", "1"):
+                self.assertEqual(res["groups"]["trainer"]["ranks"][rank]["batch_level_metric,batch_all"]["count"],
+                                 int(steps))
+            # The data cycles: a loss per epoch begun (5 batches each).
+            for t in res["trainers"]:
+                self.assertEqual(len(t["loss_per_epoch"]), -(-int(steps) // 5))
+            rows = self.check_steady(res)
+            self.assertEqual(rows[-1]["steady"]["n"], int(steps) - 1)
+            self.assertEqual(rows[-1]["steady"]["few_steps"], few)
+            self.assertEqual("few steps (n=%d)" % (int(steps) - 1) in so, few, so)
+            self.assertIn("steady state: each trainer's n steps after its first", so)
+            # allreduce_hook: a ring's 2(n-1)/n each way, n = 2.
+            r = rows[-1]
+            self.assertEqual(r["wire_bytes_per_step"], 2 * r["bytes_per_step"])
+            self.assertEqual(r["wire_bytes_model"], "ring allreduce: 2(n-1)/n of the payload each way")
+            self.assertAlmostEqual(r["steady"]["busbw_gb_per_s"], r["steady"]["algbw_gb_per_s"], places=9)
+        rc, so, se = self.reg.run([psb.bin_path("psbench-master"), "--local", "--steps", "5", "--epochs", "2"])
+        self.assertEqual(rc, 2, se)
+        self.assertIn("--steps and --epochs both say how long a pass is", se)
+
     def test_bad_tables_value(self):
         rc, so, se = self.reg.run([psb.bin_path("psbench-master"), "--local", "--tables", "some"])
         self.assertEqual(rc, 2, se)
@@ -150,6 +235,14 @@ class Headline(psb.PsbTestCase):
         for r in rows:
             self.assertEqual(r["bytes_source"], "server traffic")
             self.assertAlmostEqual(r["bytes_per_step"], traffic, places=6)
+
+
+def quantile(values, q):
+    """numpy's default (linear) quantile, as shared/stats.h computes it."""
+    v = sorted(values)
+    h = q * (len(v) - 1)
+    k = int(h)
+    return v[k] + (h - k) * (v[k + 1] - v[k]) if k + 1 < len(v) else v[k]
 
 
 def table_metrics(text, title):

@@ -8,6 +8,7 @@ Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_runs.py
 """
 import csv
 import json
+import math
 import os
 import re
 import signal
@@ -115,9 +116,13 @@ class Runs(psb.PsbTestCase):
         sd = (sum((v - mean) ** 2 for v in p50s) / 2) ** 0.5
         self.assertAlmostEqual(c["mean"], mean, places=9)
         self.assertAlmostEqual(c["stdev"], sd, places=9)
-        half = 4.3027 * sd / 3 ** 0.5
-        self.assertAlmostEqual(c["ci95"][0], mean - half, places=9)
-        self.assertAlmostEqual(c["ci95"][1], mean + half, places=9)
+        # A time: Student t on the log scale, never below 0 (issue 38).
+        logs = [math.log(v) for v in p50s]
+        lm = sum(logs) / 3
+        half = 4.3027 * (sum((v - lm) ** 2 for v in logs) / 2) ** 0.5 / 3 ** 0.5
+        self.assertAlmostEqual(c["ci95"][0], math.exp(lm - half), places=9)
+        self.assertAlmostEqual(c["ci95"][1], math.exp(lm + half), places=9)
+        self.assertGreater(c["ci95"][0], 0)
         self.assertEqual(sorted(t["trainer"] for t in summ["trainers"]), ["0", "1", "all"])
         # diff of two runs of the series: comparable (the same configuration),
         # each side the series' mean and interval, the same: within noise.

@@ -9,6 +9,7 @@ Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_sweep.py
 """
 import csv
 import json
+import re
 import os
 import signal
 import subprocess
@@ -20,14 +21,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 
 CSV_COLUMNS = ["point", "run", "label", "hook", "trainer", "model", "ntrainer", "nserver", "bucket_cap_mb",
-               "device", "transport", "uses_servers", "status", "metric", "value", "unit"]
+               "device", "transport", "uses_servers", "status", "metric", "value", "unit", "n", "busy",
+               "oversubscribed"]
 RUN_METRICS = {"step_p50_ms", "step_p90_ms", "samples_per_s", "bytes_per_step", "comm_span_ms",
                "effective_gb_per_s", "exposed_comm_ms", "share_forward", "share_backward_compute",
-               "share_exposed_comm", "share_optimizer", "share_other", "buckets"}
+               "share_exposed_comm", "share_optimizer", "share_other", "buckets", "steady_step_p50_ms",
+               "steady_step_p90_ms", "steady_samples_per_s", "first_step_ms", "algbw_gb_per_s", "busbw_gb_per_s",
+               "wire_bytes_per_step"}
 SWEEP_TIMEOUT = 240
-# A short job: one epoch of six batches per pass (the points' figures are
-# checked for their shape and consistency, not their size).
-JOB = ["--epochs", "1", "--set", "data.sample_count=60"]
+# A short job: 8 steps a run (7 steady), 2 warm-up steps (the points'
+# figures are checked for their shape and consistency, not their size): the
+# job's own --steps, fewer than the sweep would choose, so marked "few steps".
+JOB = ["--steps", "8", "--warmup-steps", "2", "--set", "data.sample_count=60"]
+ROW = (r"^ +(?P<point>\d+) +(?P<dims>.*?) +(?P<buckets>\d+|-) +(?P<mb>[\d.]+) +(?P<n>\d+) +(?P<step>[\d.]+) +"
+       r"(?P<ci>\[[\d.]+, [\d.]+\]|-) +(?P<sps>[\d.]+) +(?P<exp>[\d.]+|-) +(?P<alg>[\d.]+|-) +(?P<bus>[\d.]+|-) +"
+       r"(?P<ratio>[\d.]+|-) +(?P<rci>\[[\d.]+, [\d.]+\]|-) *(?P<marks>.*)$")
 
 
 class SweepTests(psb.PsbTestCase):
@@ -57,18 +65,32 @@ class SweepTests(psb.PsbTestCase):
         self.assertIn("the same at every point: trainer DdpRpcTrainer, model DummyModel, ntrainer 2", out)
         header = [line for line in out.splitlines() if line.startswith("# point")]
         self.assertEqual(len(header), 1, out)
-        self.assertEqual(header[0].split()[1:], ["point", "bucket_cap_mb", "hook", "buckets", "MB/step", "step_ms",
-                                                 "+-95%", "samples/s", "exposed%", "GB/s", "PS/AR"])
-        rows = self.rows(out)
-        self.assertEqual([r[:3] for r in rows], [["1", "1", "rpc_hook"], ["2", "1", "allreduce_hook"],
-                                                  ["3", "25", "rpc_hook"], ["4", "25", "allreduce_hook"]], out)
-        # A smaller cap cuts more buckets; the ratio is printed once the pair is in.
-        self.assertGreater(int(rows[0][3]), int(rows[2][3]))
-        self.assertEqual(rows[0][-1], "-")
-        self.assertRegex(rows[1][-1], r"^\d+\.\d\d$")
-        self.assertRegex(rows[0][6], r"^\d+\.\d\d$")  # two runs: an interval's half-width
-        self.assertIn("# the answer: of 2 point(s), the parameter server is faster at", out)
+        self.assertEqual(header[0].split()[1:], ["point", "bucket_cap_mb", "hook", "buckets", "MB/step", "n", "step_ms",
+                                                 "95%", "interval", "samples/s", "exposed%", "algbw", "busbw", "PS/AR",
+                                                 "PS/AR", "95%", "marks"])
+        rows = [re.match(ROW, line) for line in out.splitlines() if line.strip() and not line.startswith("#")]
+        self.assertTrue(all(rows), out)
+        self.assertEqual([(r["point"], r["dims"].split()) for r in rows],
+                         [("1", ["1", "rpc_hook"]), ("2", ["1", "allreduce_hook"]), ("3", ["25", "rpc_hook"]),
+                          ("4", ["25", "allreduce_hook"])], out)
+        # A smaller cap cuts more buckets; the ratio and its interval are
+        # on the pair's second row; n is the steady steps (8 - the first),
+        # fewer than 20: said on every row.
+        self.assertGreater(int(rows[0]["buckets"]), int(rows[2]["buckets"]))
+        self.assertEqual((rows[0]["ratio"], rows[0]["rci"]), ("-", "-"))
+        self.assertRegex(rows[1]["ratio"], r"^\d+\.\d\d$")
+        self.assertRegex(rows[1]["rci"], r"^\[\d+\.\d\d, \d+\.\d\d\]$")
+        for r in rows:
+            self.assertEqual(r["n"], "7")
+            self.assertIn("few steps (n=7)", r["marks"])
+            lo, hi = (float(x) for x in r["ci"][1:-1].split(", "))  # an interval, never below 0
+            self.assertTrue(0 < lo <= hi, r["ci"])
+        self.assertRegex(out, r"# the answer: of 2 point\(s\), the parameter server is faster beyond noise at \d+, "
+                              r"allreduce at \d+, no difference beyond noise at \d+")
         self.assertIn("bucket_cap_mb=1: rpc_hook", out)
+        self.assertIn("# order: interleaved", out)
+        self.assertRegex(out, r"# order seed: \d+ \(--order-seed \d+ repeats")
+        self.assertNotIn("# steps:", out)  # the job's --steps: its choice
 
         doc = self.load(os.path.join(d, "sweep.json"))
         self.assertEqual(doc["psbench_sweep"], 1)
@@ -76,13 +98,31 @@ class SweepTests(psb.PsbTestCase):
         self.assertEqual(doc["dimensions"], ["bucket_cap_mb", "hook"])
         self.assertEqual(doc["command"][:2], ["psbench-master", "--local"])
         self.assertEqual(len(doc["points"]), 4)
+        # Interleaved: each pair's runs alternate, the first side drawn.
+        sched = [(e["point"], e["run"]) for e in doc["schedule"]]
+        self.assertEqual(len(sched), 8)
+        for pair in ((1, 2), (3, 4)):
+            seq = [pt for pt, _ in sched if pt in pair]
+            self.assertEqual(seq, [seq[0], seq[1]] * 2, sched)
+            self.assertNotEqual(seq[0], seq[1])
+        self.assertEqual(doc["order"], "interleaved")
         for p in doc["points"]:
             self.assertEqual(p["status"], "done", p.get("error"))
             self.assertEqual(len(p["runs"]), 2)
             self.assertEqual(p["summary"]["step_p50_ms"]["n"], 2)
-            lo, hi = p["summary"]["step_p50_ms"]["ci95_low"], p["summary"]["step_p50_ms"]["ci95_high"]
-            self.assertLessEqual(lo, p["summary"]["step_p50_ms"]["mean"])
-            self.assertGreaterEqual(hi, p["summary"]["step_p50_ms"]["mean"])
+            # Two runs: no t-interval across them (issue 38) ...
+            self.assertIsNone(p["summary"]["step_p50_ms"]["ci95_low"])
+            # ... the steady state's from the steps within them, positive.
+            sd = p["steady"]["step_p50_ms"]
+            self.assertEqual(sd["method"], "block bootstrap over steps")
+            self.assertTrue(0 < sd["ci95_low"] <= sd["ci95_high"], sd)
+            self.assertTrue(0 < p["steady"]["samples_per_s"]["ci95_low"], p["steady"])
+            self.assertEqual((p["n"], p["few_steps"]), (7, True))
+            self.assertEqual(p["busy"], bool(p["busy_runs"]))
+            self.assertIsInstance(p["oversubscribed"], bool)
+            # The steady p50 is the runs' mean of each run's pooled median.
+            self.assertAlmostEqual(sd["mean"], sum(r["headline"]["steady"]["step_p50_ms"] for r in p["runs"]) / 2,
+                                   places=6)
             self.assertAlmostEqual(sum(p["shares"].values()), 1.0, places=6)
             self.assertTrue(p["environment"]["trainers"], p["environment"])
             for r in (1, 2):  # every run's files under the sweep's folder
@@ -94,11 +134,18 @@ class SweepTests(psb.PsbTestCase):
         self.assertEqual(doc["points"][0]["config"]["nserver"], 1)
         self.assertEqual([(c["ps_point"], c["allreduce_point"]) for c in doc["comparisons"]], [(1, 2), (3, 4)])
         for c in doc["comparisons"]:
-            ps = doc["points"][c["ps_point"] - 1]["summary"]["step_p50_ms"]["mean"]
-            ar = doc["points"][c["allreduce_point"] - 1]["summary"]["step_p50_ms"]["mean"]
+            ps = doc["points"][c["ps_point"] - 1]["steady"]["step_p50_ms"]["mean"]
+            ar = doc["points"][c["allreduce_point"] - 1]["steady"]["step_p50_ms"]["mean"]
             self.assertAlmostEqual(c["ps_over_allreduce"], ps / ar, places=9)
             self.assertEqual(c["faster"], "ps" if ps < ar else "allreduce")
             self.assertTrue(c["noise_known"])
+            # The verdict from the ratio's own interval, never from overlaps.
+            lo, hi = c["ratio_ci95_low"], c["ratio_ci95_high"]
+            self.assertTrue(0 < lo <= hi, c)
+            self.assertEqual(c["within_noise"], lo <= 1 <= hi)
+            self.assertEqual(c["verdict"], "no difference beyond noise" if lo <= 1 <= hi
+                             else "allreduce" if lo > 1 else "ps")
+            self.assertEqual(c["ci_method"], "two-stage bootstrap (runs, then blocks of steps)")
 
         with open(os.path.join(d, "sweep.csv")) as f:
             table = list(csv.reader(f))
@@ -137,8 +184,9 @@ class SweepTests(psb.PsbTestCase):
         self.assertEqual(doc["dimensions"], ["nserver", "hook"])
         # Both PS points are compared with the one allreduce point.
         self.assertEqual([(c["ps_point"], c["allreduce_point"]) for c in doc["comparisons"]], [(1, 2), (3, 2)])
-        self.assertFalse(doc["comparisons"][0]["noise_known"])
-        self.assertIn("one run per point: no noise estimate", out)
+        # One run a point: the steps within it still give the noise.
+        self.assertTrue(doc["comparisons"][0]["noise_known"])
+        self.assertIsNotNone(doc["comparisons"][0]["ratio_ci95_low"])
         # The command line wins over the file; --dry-run shows the points, runs nothing.
         d2 = self.out("sw2")
         rc, out, err = self.sweep("--sweep-file", f, "--local", "--out", d2, "--nserver", "2,4", "--ddp-hook",
@@ -146,8 +194,8 @@ class SweepTests(psb.PsbTestCase):
         self.assertEqual(rc, 0, out + err)
         self.assertIn("dry run, nothing is started: 2 point(s) x 1 run(s)", out)
         self.assertIn("point 1: nserver=2\n", out)
-        self.assertIn("command: psbench-master --epochs 1 --set data.sample_count=60 --local --ddp-hook rpc_hook --ntrainer 4 --nserver 2 "
-                      "--runs 1 --out %s/points/001\n" % d2, out)
+        self.assertIn("command: psbench-master --steps 8 --warmup-steps 2 --set data.sample_count=60 --local --ddp-hook "
+                      "rpc_hook --ntrainer 4 --nserver 2 --runs 1 --out %s/points/001\n" % d2, out)
         self.assertIn('"nserver":4', out)
         self.assertFalse(os.path.exists(d2))
 
@@ -157,16 +205,61 @@ class SweepTests(psb.PsbTestCase):
                                   "--ntrainer", "2", "--dry-run")
         self.assertEqual(rc, 0, out + err)
         cmds = [line.split("command: psbench-master ", 1)[1] for line in out.splitlines() if "command: " in line]
+        # The default --epochs gives 50 steps a trainer (49 steady): the sweep runs
+        # --steps 51 (50 steady) with a warm-up of 10 instead, and says so.
+        self.assertIn("# steps: the default --epochs gives 50 step(s) per trainer at point 1", out)
         self.assertEqual(cmds, [
-            "--local --ddp-hook rpc_hook --ntrainer 2 --runs 1 --out DIR/points/001",
-            "--local --ddp-hook allreduce_hook --ntrainer 2 --runs 1 --out DIR/points/002",
-            "--local --ddp-hook rpc_hook --ntrainer 0 --ncudatrainer 2 --nserver 0 --ncudaserver 1 --runs 1 "
-            "--out DIR/points/003",
-            "--local --ddp-hook allreduce_hook --ntrainer 0 --ncudatrainer 2 --nserver 0 --runs 1 "
-            "--out DIR/points/004"])
+            "--local --steps 51 --warmup-steps 10 --ddp-hook rpc_hook --ntrainer 2 --runs 1 --out DIR/points/001",
+            "--local --steps 51 --warmup-steps 10 --ddp-hook allreduce_hook --ntrainer 2 --runs 1 "
+            "--out DIR/points/002",
+            "--local --steps 51 --warmup-steps 10 --ddp-hook rpc_hook --ntrainer 0 --ncudatrainer 2 --nserver 0 "
+            "--ncudaserver 1 --runs 1 --out DIR/points/003",
+            "--local --steps 51 --warmup-steps 10 --ddp-hook allreduce_hook --ntrainer 0 --ncudatrainer 2 "
+            "--nserver 0 --runs 1 --out DIR/points/004"])
         configs = [json.loads(line.split("config: ", 1)[1]) for line in out.splitlines() if "config: " in line]
         self.assertEqual([(c["device"], c["ntrainer"], c["nserver"]) for c in configs],
                          [("cpu", 2, 1), ("cpu", 2, 0), ("cuda", 2, 1), ("cuda", 2, 0)])
+
+    def test_enough_steps_and_the_order(self):
+        """--epochs that gives fewer than 50 steady steps a trainer: the
+        sweep runs --steps 51 instead (the --epochs dropped, a warm-up of
+        10 unless given), says so, and plans every point with it; the
+        job's own --steps is its choice. --order sequential runs a point's
+        runs back to back; an interleaved order repeats with its seed."""
+        rc, out, err = self.sweep("--local", "--ddp-hook", "rpc_hook,allreduce_hook", "--epochs", "2",
+                                  "--warmup-steps", "3", "--runs", "3", "--dry-run")
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("# steps: --epochs gives 10 step(s) per trainer at point 1 (rpc_hook), 9 steady-state after "
+                      "the first; every point runs --steps 51 instead", out)
+        cmds = [line.split("command: psbench-master ", 1)[1] for line in out.splitlines() if "command: " in line]
+        self.assertEqual(cmds[0], "--local --warmup-steps 3 --steps 51 --ddp-hook rpc_hook --runs 1 "
+                                  "--out DIR/points/001/run-NNN")
+        self.assertIn("the runs of points that differ only in the hook alternating (--order interleaved)", out)
+        rc, out, err = self.sweep("--local", "--ddp-hook", "rpc_hook", "--steps", "5", "--dry-run")
+        self.assertEqual(rc, 0, out + err)
+        self.assertNotIn("# steps:", out)
+        self.assertIn("--local --steps 5 --ddp-hook rpc_hook --runs 1", out)
+        for bad, want in ((["--order", "random"], "--order 'random': interleaved or sequential"),
+                          (["--order-seed", "-1"], "--order-seed '-1': a whole number")):
+            rc, out, err = self.sweep("--local", "--dry-run", *bad)
+            self.assertEqual(rc, 2, err)
+            self.assertIn(want, err)
+        # Sequential, for real: a point's runs back to back.
+        d = self.out()
+        rc, out, err = self.sweep("--local", "--ddp-hook", "rpc_hook,allreduce_hook", "--runs", "2", "--order",
+                                  "sequential", "--out", d, *JOB)
+        self.assertEqual(rc, 0, out + err)
+        doc = self.load(os.path.join(d, "sweep.json"))
+        self.assertEqual([(e["point"], e["run"]) for e in doc["schedule"]], [(1, 1), (1, 2), (2, 1), (2, 2)])
+        self.assertEqual(doc["order"], "sequential")
+        # Each point's runs: their files, one log, and the series' summary
+        # beside them (psbench-master diff reads its noise there).
+        for p in doc["points"]:
+            for r in (1, 2):
+                self.assertTrue(os.path.isfile(os.path.join(d, p["dir"], "run-%03d" % r, "results.json")))
+            with open(os.path.join(d, p["dir"], "master.log")) as fh:
+                self.assertEqual(fh.read().count("psbench run done"), 2)
+            self.assertEqual(self.load(os.path.join(d, p["dir"], "summary.json"))["runs"], 2)
 
     def test_a_failed_point_does_not_stop_the_others(self):
         cfg = os.path.join(self.reg.workdir, "trainers.json")

@@ -92,8 +92,13 @@ static void test_json(void **state)
     /* Deviations -25.5, 24.9, 0.6: sd = sqrt(1270.62 / 2). */
     double sd = sqrt((25.5 * 25.5 + 24.9 * 24.9 + 0.6 * 0.6) / 2);
     assert_true(fabs(json_real_value(json_object_get(c, "stdev")) - sd) < 1e-9);
-    double half = 4.3027 * sd / sqrt(3);
-    assert_true(fabs(json_real_value(json_array_get(json_object_get(c, "ci95"), 0)) - (113.1 - half)) < 1e-9);
+    /* A time: its interval on the log scale (issue 38). */
+    double lm = (log(87.6) + log(138.0) + log(113.7)) / 3, lss = 0;
+    for (int i = 0; i < 3; i++)
+        lss += (log(p50[i]) - lm) * (log(p50[i]) - lm);
+    double half = 4.3027 * sqrt(lss / 2) / sqrt(3);
+    assert_true(fabs(json_real_value(json_array_get(json_object_get(c, "ci95"), 0)) - exp(lm - half)) < 1e-9);
+    assert_true(fabs(json_real_value(json_array_get(json_object_get(c, "ci95"), 1)) - exp(lm + half)) < 1e-9);
     /* A share with no spread: stdev 0, an interval of width 0. */
     json_t *f = json_object_get(all, "shares.forward");
     assert_true(fabs(json_real_value(json_object_get(f, "stdev"))) < 1e-12);
