@@ -816,8 +816,8 @@ static void test_prom_metric_halves(void **state)
     snapshot_input in = {.phase = "running", .stats = st, .nstats = 3, .run = 1};
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
-    assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\",metric=\"nocomma\","
-                                  "run=\"1\",metric_type=\"\",metric_name=\"nocomma\"}"),
+    assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\","
+                                  "metric=\"nocomma\",run=\"1\",metric_type=\"\",metric_name=\"nocomma\"}"),
                  1);
     assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\",metric=\"a,b,c\","
                                   "run=\"1\",metric_type=\"a\",metric_name=\"b,c\"}"),
