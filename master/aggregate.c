@@ -1,6 +1,7 @@
 /* aggregate.c — the master's processed metrics (see aggregate.h). */
 #include "master/aggregate.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@ void agg_free(aggregate *a)
             metrics_free(a->g[r].ranks[i]);
         free(a->g[r].ranks);
     }
+    for (uint32_t i = 0; i < a->nsteps; i++)
+        free(a->steps[i]);
+    free(a->steps);
     memset(a, 0, sizeof *a);
 }
 
@@ -38,6 +42,44 @@ void agg_reset(aggregate *a)
             if (a->g[r].ranks[i])
                 metrics_reset(a->g[r].ranks[i]);
     }
+    /* Zeroed, kept: as the stats keep their keys, a rank's histogram
+     * stays in the exposition across the reset, at 0. */
+    for (uint32_t i = 0; i < a->nsteps; i++)
+        if (a->steps[i])
+            memset(a->steps[i], 0, sizeof *a->steps[i]);
+}
+
+/* Trainer rank's step counts, created at 0; NULL when out of memory. */
+static struct agg_steps *agg_steps_of(aggregate *a, uint32_t rank)
+{
+    if (rank >= a->nsteps) {
+        struct agg_steps **v = realloc(a->steps, (size_t)(rank + 1) * sizeof *v);
+        if (!v)
+            return NULL;
+        for (uint32_t i = a->nsteps; i <= rank; i++)
+            v[i] = NULL;
+        a->steps = v;
+        a->nsteps = rank + 1;
+    }
+    if (!a->steps[rank])
+        a->steps[rank] = calloc(1, sizeof *a->steps[rank]);
+    return a->steps[rank];
+}
+
+/* The bucket of a step of ms: the first bound it does not exceed (the
+ * text format's `le`), SNAP_STEP_NBOUNDS above them all. */
+static size_t agg_step_bucket(double ms)
+{
+    static const double bounds[SNAP_STEP_NBOUNDS] = {SNAP_STEP_BOUNDS_MS};
+    size_t lo = 0, hi = SNAP_STEP_NBOUNDS;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (ms <= bounds[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
 }
 
 static metrics *agg_rank(struct agg_group *g, uint32_t rank)
@@ -105,6 +147,15 @@ int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, 
         snprintf(err, errlen, "more than %d distinct metrics", AGG_MAX_METRICS);
         return -1;
     }
+    /* A trainer's steps are also counted into the histogram's buckets:
+     * its counts made before any sample is, so that the report is still
+     * taken whole or not at all. */
+    struct agg_steps *steps = NULL;
+    json_t *step_arr = role == AGG_TRAINER ? json_object_get(samples, AGG_STEP_METRIC) : NULL;
+    if (step_arr && !(steps = agg_steps_of(a, rank))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     json_object_foreach(samples, key, arr) {
         /* metrics_get keeps a numbered family (a server's trainer_lag_R)
          * in number order, as the node does: servers report in any order. */
@@ -121,6 +172,14 @@ int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, 
             stats_add(sr, ms);
             stats_add(sa, ms);
         }
+    }
+    size_t i;
+    json_t *v;
+    json_array_foreach(step_arr, i, v) {
+        double ms = json_number_value(v);
+        steps->n[agg_step_bucket(ms)]++;
+        steps->count++;
+        steps->sum_ms += ms;
     }
     return 0;
 }
@@ -169,6 +228,31 @@ snap_stat *agg_snapshot(aggregate *a, bool exact, size_t *n)
             if (a->g[r].ranks[i])
                 agg_push_stats(out, n, (agg_role)r, i, a->g[r].ranks[i], exact);
         agg_push_stats(out, n, (agg_role)r, -1, a->g[r].all, exact);
+    }
+    return out;
+}
+
+snap_step_hist *agg_step_hists(const aggregate *a, size_t *n)
+{
+    size_t cap = 0;
+    for (uint32_t r = 0; r < a->nsteps; r++)
+        cap += a->steps[r] != NULL;
+    *n = 0;
+    snap_step_hist *out = cap ? calloc(cap, sizeof *out) : NULL;
+    if (!out)
+        return NULL;
+    for (uint32_t r = 0; r < a->nsteps; r++) {
+        const struct agg_steps *s = a->steps[r];
+        if (!s)
+            continue;
+        snap_step_hist *h = &out[(*n)++];
+        h->rank = r;
+        uint64_t cum = 0;
+        for (size_t k = 0; k < SNAP_STEP_NBOUNDS; k++)
+            h->le[k] = cum += s->n[k];
+        h->count = s->count;
+        assert(cum + s->n[SNAP_STEP_NBOUNDS] == s->count);
+        h->sum_ms = s->sum_ms;
     }
     return out;
 }

@@ -18,12 +18,25 @@
 
 typedef enum agg_role { AGG_TRAINER = 0, AGG_SERVER = 1, AGG_NROLES } agg_role;
 
+/* The step metric, whose samples the aggregate also counts into the
+ * buckets of /metrics' histogram (snapshot.h's SNAP_STEP_BOUNDS_MS). */
+#define AGG_STEP_METRIC "batch_level_metric,batch_all"
+
 typedef struct aggregate {
     struct agg_group {
         metrics *all;
         metrics **ranks; /* index = rank; NULL until that rank reports */
         uint32_t nranks;
     } g[AGG_NROLES];
+    /* Each trainer rank's step samples by bucket, counted as they arrive
+     * (exact whatever their number: the stats keep every sample only up
+     * to a million). index = rank; NULL until that rank reports a step. */
+    struct agg_steps {
+        uint64_t n[SNAP_STEP_NBOUNDS + 1]; /* per bucket, not cumulative; the last: above every bound */
+        uint64_t count;
+        double sum_ms;
+    } **steps;
+    uint32_t nsteps;
 } aggregate;
 
 const char *agg_role_name(agg_role r);
@@ -50,6 +63,11 @@ snap_stat *agg_snapshot(aggregate *a, bool exact, size_t *n);
  * order they came: shared/stats.h), NULL when it has none. Read-only: the
  * aggregate is not changed. */
 const stats *agg_find(const aggregate *a, agg_role role, uint32_t rank, const char *metric);
+/* Each trainer rank's step histogram (malloc'd, by rank; *n entries): the
+ * ranks that ever reported a step, their counts since the last
+ * agg_reset (a rank stays, at 0, across resets as its stats' keys do).
+ * NULL with *n 0 when none (or out of memory). */
+snap_step_hist *agg_step_hists(const aggregate *a, size_t *n);
 /* Tables like the seed's printer: combined, then each rank (the servers'
  * combined table only from two servers on: one's would repeat its own). */
 void agg_print_tables(aggregate *a, FILE *out);

@@ -9,6 +9,8 @@
 #include "master/history.h"
 #include "master/http.h"
 #include "master/snapshot.h"
+#include "shared/frame.h"
+#include "shared/hostinfo.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -55,6 +57,26 @@ static size_t publish_nodes(const master *m, snap_node *nodes, double now)
     return i;
 }
 
+/* The job in a few words (psbench_run_info): the per-run CSVs'
+ * configuration columns and the settings; every string borrowed from the
+ * settings, which outlive the snapshot. */
+static snap_run_info publish_run_info(const master *m)
+{
+    const master_settings *set = &m->set;
+    return (snap_run_info){
+        .hook = set->csv_config.hook,
+        .model = set->csv_config.model,
+        .trainer = set->csv_config.trainer,
+        .trainer_class = json_string_value(json_object_get(set->trainer, "class")),
+        .server_kind = set->server_kind,
+        .bucket_cap_mb = set->csv_config.bucket_cap_mb,
+        .device = set->csv_config.device,
+        .transport = set->csv_config.transport,
+        .ntrainer = set->ntrainer,
+        .nserver = set->nserver,
+    };
+}
+
 void master_publish(master *m, bool exact)
 {
     if (!m->http)
@@ -87,6 +109,15 @@ void master_publish(master *m, bool exact)
     in.nstats = st ? ns : 0;
     json_t *headline = st ? headline_json(m, st, ns, exact) : NULL;
     in.headline = headline;
+    /* The step histogram: the aggregate's counts, copied here as the
+     * stats are, so that the HTTP thread reads only what is published. */
+    snap_step_hist *steps = agg_step_hists(&m->agg, &in.nsteps);
+    in.steps = steps;
+    const snap_build build = {.version = PSBENCH_VERSION, .compiler = hostinfo_compiler(),
+                              .protocol = FRAME_PROTOCOL_VERSION};
+    const snap_run_info info = publish_run_info(m);
+    in.build = &build;
+    in.info = &info;
     /* The history is made with the first snapshot: a master without HTTP
      * keeps none. One that cannot be made (out of memory) is tried again
      * next time; meanwhile /api/v1/history is not served (503). */
@@ -111,6 +142,7 @@ void master_publish(master *m, bool exact)
     m->config_published = docs[HTTP_DOC_CONFIG] != NULL || m->config_published;
     http_publish(m->http, docs);
     json_decref(headline);
+    free(steps);
     free(st);
     free(nodes);
 }

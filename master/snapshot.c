@@ -374,10 +374,11 @@ static void snapshot_puts(snapshot_buf *b, const char *s)
     snapshot_putn(b, s, strlen(s));
 }
 
-/* A label value with the text format's escapes: \\, \" and \n. */
-static void snapshot_put_label(snapshot_buf *b, const char *s)
+/* The first n bytes of a label value with the text format's escapes:
+ * \\, \" and \n. */
+static void snapshot_put_label_n(snapshot_buf *b, const char *s, size_t n)
 {
-    for (s = snapshot_str(s); *s; s++) {
+    for (const char *end = s + n; s < end; s++) {
         if (*s == '\\')
             snapshot_puts(b, "\\\\");
         else if (*s == '"')
@@ -387,6 +388,13 @@ static void snapshot_put_label(snapshot_buf *b, const char *s)
         else
             snapshot_putn(b, s, 1);
     }
+}
+
+/* A label value with the text format's escapes (NULL: ""). */
+static void snapshot_put_label(snapshot_buf *b, const char *s)
+{
+    s = snapshot_str(s);
+    snapshot_put_label_n(b, s, strlen(s));
 }
 
 /* Shortest %.15g..%.17g that reads back as v, the decimal point forced to
@@ -488,6 +496,16 @@ static void snapshot_put_stat_labels(snapshot_buf *b, const char *suffix, const 
         snapshot_puts(b, "\",pass=\"");
         snapshot_put_label(b, in->pass);
     }
+    /* "type,name" in halves too, split at the first comma (no comma: the
+     * type is "" and the name the whole), so that a query can select by
+     * either without a regular expression. After the labels that were
+     * there first: their text is unchanged for anyone matching it. */
+    const char *metric = snapshot_str(st->metric);
+    const char *comma = strchr(metric, ',');
+    snapshot_puts(b, "\",metric_type=\"");
+    snapshot_put_label_n(b, metric, comma ? (size_t)(comma - metric) : 0);
+    snapshot_puts(b, "\",metric_name=\"");
+    snapshot_put_label(b, comma ? comma + 1 : metric);
     snapshot_puts(b, "\"");
 }
 
@@ -632,6 +650,224 @@ static void snapshot_prom_rows(snapshot_buf *b, const snapshot_input *in)
     }
 }
 
+/* psbench_build_info{version,compiler,protocol} 1: what built the master. */
+static void snapshot_prom_build(snapshot_buf *b, const snapshot_input *in)
+{
+    const snap_build *bi = in->build;
+    if (!bi)
+        return;
+    snapshot_put_family(b, "psbench_build_info", "gauge",
+                        "The psbench that serves these metrics: its version, the compiler that built it and its "
+                        "wire protocol (value 1).");
+    snapshot_puts(b, "psbench_build_info{version=\"");
+    snapshot_put_label(b, bi->version);
+    snapshot_puts(b, "\",compiler=\"");
+    snapshot_put_label(b, bi->compiler);
+    snapshot_puts(b, "\",protocol=\"");
+    snapshot_put_u64(b, bi->protocol);
+    snapshot_puts(b, "\"} 1\n");
+}
+
+/* psbench_run_info{hook,model,trainer,trainer_class,server_kind,
+ * bucket_cap_mb,device,transport,ntrainer,nserver,run} 1: the job, for a
+ * dashboard to show and to join on (group_left) by instance. */
+static void snapshot_prom_run_info(snapshot_buf *b, const snapshot_input *in)
+{
+    const snap_run_info *ri = in->info;
+    if (!ri)
+        return;
+    snapshot_put_family(b, "psbench_run_info", "gauge",
+                        "The job's configuration as sweep.csv names it, and the run of --runs (value 1).");
+    const struct {
+        const char *key, *v;
+    } str[] = {{"hook", ri->hook},
+               {"model", ri->model},
+               {"trainer", ri->trainer},
+               {"trainer_class", ri->trainer_class},
+               {"server_kind", ri->server_kind}};
+    snapshot_puts(b, "psbench_run_info{");
+    for (size_t i = 0; i < sizeof str / sizeof str[0]; i++) {
+        snapshot_puts(b, i ? "\"," : "");
+        snapshot_puts(b, str[i].key);
+        snapshot_puts(b, "=\"");
+        snapshot_put_label(b, str[i].v);
+    }
+    /* As the CSVs write it (results.c): %.15g, empty where the trainer
+     * class has no buckets. */
+    char cap[40] = "";
+    if (isfinite(ri->bucket_cap_mb))
+        snprintf(cap, sizeof cap, "%.15g", ri->bucket_cap_mb);
+    snapshot_puts(b, "\",bucket_cap_mb=\"");
+    snapshot_put_label(b, cap); /* a locale's decimal comma passes as it is: a label, not a value */
+    snapshot_puts(b, "\",device=\"");
+    snapshot_put_label(b, ri->device);
+    snapshot_puts(b, "\",transport=\"");
+    snapshot_put_label(b, ri->transport);
+    snapshot_puts(b, "\",ntrainer=\"");
+    snapshot_put_u64(b, ri->ntrainer);
+    snapshot_puts(b, "\",nserver=\"");
+    snapshot_put_u64(b, ri->nserver);
+    snapshot_puts(b, "\",run=\"");
+    snapshot_put_u64(b, in->run);
+    snapshot_puts(b, "\"} 1\n");
+}
+
+/* The headline's figures (headline.h) as gauges, one per trainer row. A
+ * figure is row[obj][key] (obj NULL: the row itself) times mul over div:
+ * the headline's ms become seconds, its GB/s bytes per second (Prometheus
+ * wants base units; ms / 1000 as the summaries divide them, not * 1e-3,
+ * so that the two read the same). `part` names the label of a figure that is one of
+ * several parts of a family (the shares). */
+typedef struct snapshot_figure {
+    const char *family, *help;
+    const char *obj, *key;
+    double mul, div;
+    const char *part;
+} snapshot_figure;
+
+static const snapshot_figure snapshot_figures[] = {
+    {"psbench_step_p50_seconds", "The headline's step time (batch_level_metric,batch_all), median.", NULL,
+     "step_p50_ms", 1, 1000, NULL},
+    {"psbench_step_p90_seconds", "The headline's step time, 90th percentile.", NULL, "step_p90_ms", 1, 1000, NULL},
+    {"psbench_samples_per_second", "The headline's samples per second: the batch size over the mean step; "
+                                   "trainer=\"all\" sums the trainers.",
+     NULL, "samples_per_s", 1, 1, NULL},
+    {"psbench_step_share", "The headline's share of the mean step (0-1) by part: forward, backward_compute, "
+                           "exposed_comm, optimizer, other.",
+     "shares", NULL, 1, 1, "part"},
+    {"psbench_bytes_per_step", "The headline's bytes one trainer hands communication per step (gradient "
+                               "buckets, or the DDP + RPC benchmark's server traffic).",
+     NULL, "bytes_per_step", 1, 1, NULL},
+    {"psbench_comm_span_seconds", "The headline's communication span (hook_future_metric,comm_span), mean.", NULL,
+     "comm_span_ms", 1, 1000, NULL},
+    {"psbench_effective_bytes_per_second", "The headline's bytes per step over the communication span.", NULL,
+     "effective_gb_per_s", 1e9, 1, NULL},
+    {"psbench_steady_step_p50_seconds", "The headline's steady-state step time (its \"steady\" figures), median.",
+     "steady", "step_p50_ms", 1, 1000, NULL},
+    {"psbench_steady_step_p90_seconds", "The headline's steady-state step time, 90th percentile.", "steady",
+     "step_p90_ms", 1, 1000, NULL},
+    {"psbench_steady_samples_per_second", "The headline's steady-state samples per second.", "steady",
+     "samples_per_s", 1, 1, NULL},
+    {"psbench_steady_steps", "The steps the headline's steady-state figures are over.", "steady", "n", 1, 1, NULL},
+};
+
+/* The shares' keys, in the step's order (headline.c). */
+static const char *const snapshot_share_parts[] = {"forward", "backward_compute", "exposed_comm", "optimizer",
+                                                   "other"};
+#define SNAPSHOT_NPARTS (sizeof snapshot_share_parts / sizeof snapshot_share_parts[0])
+
+/* Figure f's value in row (NULL: the object or the key is not there, or the
+ * figure is null: never 0 for a figure not known). part: the key for a
+ * figure with parts. */
+static bool snapshot_figure_value(const snapshot_figure *f, const json_t *row, const char *part, double *v)
+{
+    const json_t *o = f->obj ? json_object_get(row, f->obj) : row;
+    const json_t *x = json_object_get(o, f->part ? part : f->key);
+    if (!json_is_number(x) || !isfinite(json_number_value(x)))
+        return false;
+    *v = json_number_value(x) * f->mul / f->div;
+    return true;
+}
+
+/* One family of the headline: HELP and TYPE only where a row has the
+ * figure (a workload without a span has no comm span gauge at all). */
+static void snapshot_prom_figure(snapshot_buf *b, const snapshot_input *in, const json_t *rows,
+                                 const snapshot_figure *f)
+{
+    size_t nparts = f->part ? SNAPSHOT_NPARTS : 1;
+    bool header = false;
+    size_t i;
+    const json_t *row;
+    json_array_foreach((json_t *)rows, i, row) {
+        const char *who = json_string_value(json_object_get(row, "trainer"));
+        if (!who)
+            continue;
+        for (size_t p = 0; p < nparts; p++) {
+            double v;
+            if (!snapshot_figure_value(f, row, snapshot_share_parts[p], &v))
+                continue;
+            if (!header)
+                snapshot_put_family(b, f->family, "gauge", f->help);
+            header = true;
+            snapshot_puts(b, f->family);
+            snapshot_puts(b, "{trainer=\"");
+            snapshot_put_label(b, who);
+            if (f->part) {
+                snapshot_puts(b, "\",");
+                snapshot_puts(b, f->part);
+                snapshot_puts(b, "=\"");
+                snapshot_puts(b, snapshot_share_parts[p]);
+            }
+            snapshot_puts(b, "\",run=\"");
+            snapshot_put_u64(b, in->run);
+            if (in->pass) {
+                snapshot_puts(b, "\",pass=\"");
+                snapshot_put_label(b, in->pass);
+            }
+            snapshot_puts(b, "\"} ");
+            snapshot_put_double(b, v);
+            snapshot_puts(b, "\n");
+        }
+    }
+}
+
+static void snapshot_prom_headline(snapshot_buf *b, const snapshot_input *in)
+{
+    const json_t *rows = in->headline ? json_object_get(in->headline, "trainers") : NULL;
+    if (!json_is_array(rows))
+        return;
+    for (size_t f = 0; f < sizeof snapshot_figures / sizeof snapshot_figures[0]; f++)
+        snapshot_prom_figure(b, in, rows, &snapshot_figures[f]);
+}
+
+/* rank="R",run="N"[,pass="P"] of a step histogram's samples. */
+static void snapshot_put_step_labels(snapshot_buf *b, const snap_step_hist *h, const snapshot_input *in)
+{
+    snapshot_puts(b, "rank=\"");
+    snapshot_put_u64(b, h->rank);
+    snapshot_puts(b, "\",run=\"");
+    snapshot_put_u64(b, in->run);
+    if (in->pass) {
+        snapshot_puts(b, "\",pass=\"");
+        snapshot_put_label(b, in->pass);
+    }
+    snapshot_puts(b, "\"");
+}
+
+/* psbench_step_duration_seconds: each trainer rank's step times as a
+ * histogram (cumulative buckets, _sum, _count), which, unlike the
+ * summaries' quantiles, add up over ranks: histogram_quantile(0.5, sum by
+ * (le) (...)) is the median step of all trainers. */
+static void snapshot_prom_steps(snapshot_buf *b, const snapshot_input *in)
+{
+    static const double bounds_ms[SNAP_STEP_NBOUNDS] = {SNAP_STEP_BOUNDS_MS};
+    if (in->nsteps == 0)
+        return;
+    snapshot_put_family(b, "psbench_step_duration_seconds", "histogram",
+                        "Step times (batch_level_metric,batch_all) per trainer rank, of the run and pass labelled.");
+    for (size_t i = 0; i < in->nsteps; i++) {
+        const snap_step_hist *h = &in->steps[i];
+        for (size_t k = 0; k <= SNAP_STEP_NBOUNDS; k++) {
+            snapshot_puts(b, "psbench_step_duration_seconds_bucket{");
+            snapshot_put_step_labels(b, h, in);
+            snapshot_puts(b, ",le=\"");
+            snapshot_put_double(b, k < SNAP_STEP_NBOUNDS ? bounds_ms[k] / 1000.0 : INFINITY);
+            snapshot_puts(b, "\"} ");
+            snapshot_put_u64(b, k < SNAP_STEP_NBOUNDS ? h->le[k] : h->count);
+            snapshot_puts(b, "\n");
+        }
+        snapshot_puts(b, "psbench_step_duration_seconds_sum{");
+        snapshot_put_step_labels(b, h, in);
+        snapshot_puts(b, "} ");
+        snapshot_put_double(b, h->sum_ms / 1000.0);
+        snapshot_puts(b, "\npsbench_step_duration_seconds_count{");
+        snapshot_put_step_labels(b, h, in);
+        snapshot_puts(b, "} ");
+        snapshot_put_u64(b, h->count);
+        snapshot_puts(b, "\n");
+    }
+}
+
 char *snapshot_prometheus(const snapshot_input *in)
 {
     snapshot_buf b = {0};
@@ -643,6 +879,10 @@ char *snapshot_prometheus(const snapshot_input *in)
     snapshot_prom_batches(&b, in);
     snapshot_prom_payload(&b, in);
     snapshot_prom_rows(&b, in);
+    snapshot_prom_build(&b, in);
+    snapshot_prom_run_info(&b, in);
+    snapshot_prom_headline(&b, in);
+    snapshot_prom_steps(&b, in);
     if (b.err) {
         free(b.p);
         return NULL;

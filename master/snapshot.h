@@ -41,6 +41,45 @@ typedef struct snap_stat {
     stats_summary s;    /* milliseconds */
 } snap_stat;
 
+/* The step time's histogram buckets (psbench_step_duration_seconds): upper
+ * bounds in ms, a 1-2-5 series from 0.5 ms to 20 s, then 60 s; +Inf is
+ * implicit. Every bound is an exact double in ms, so a sample's test
+ * against it has no rounding. A list, not an array, so that the
+ * aggregate, which counts into the buckets, and the renderer, which names
+ * them, share it without linking one another. */
+#define SNAP_STEP_BOUNDS_MS 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 60000
+#define SNAP_STEP_NBOUNDS 16
+
+/* One trainer rank's step times (batch_level_metric,batch_all) as the
+ * histogram of /metrics: counted as the samples arrive, so exact whatever
+ * their number. */
+typedef struct snap_step_hist {
+    uint32_t rank;
+    uint64_t le[SNAP_STEP_NBOUNDS]; /* samples <= each bound (cumulative) */
+    uint64_t count;                 /* every sample: the +Inf bucket */
+    double sum_ms;
+} snap_step_hist;
+
+/* What built the master (psbench_build_info). */
+typedef struct snap_build {
+    const char *version;  /* PSBENCH_VERSION, as --version says it */
+    const char *compiler; /* hostinfo_compiler() */
+    unsigned protocol;    /* the wire protocol (FRAME_PROTOCOL_VERSION) */
+} snap_build;
+
+/* The job's configuration in a few words (psbench_run_info): the values a
+ * sweep's sweep.csv and the per-run CSVs give the same names. */
+typedef struct snap_run_info {
+    const char *hook;          /* the trainers' ddp_hook, "" when none */
+    const char *model, *trainer; /* the configuration files' ids */
+    const char *trainer_class;
+    const char *server_kind;   /* "average" | "average-batch" | "batch-update" | ... */
+    double bucket_cap_mb;      /* NAN: the trainer class has none */
+    const char *device;        /* "cpu" | "cuda" | "mixed" */
+    const char *transport;
+    uint32_t ntrainer, nserver;
+} snap_run_info;
+
 typedef struct snapshot_input {
     const char *phase;  /* "waiting" | "warmup" | "running" | "done" | "failed" */
     const char *pass;   /* the pass the stats are from: "warmup" | "timed"; NULL: none yet */
@@ -54,6 +93,10 @@ typedef struct snapshot_input {
     const snap_stat *stats;
     size_t nstats;
     const void *headline; /* json_t * (borrowed): the run's headline (headline.h); NULL: none */
+    const snap_step_hist *steps; /* per trainer rank, by rank (/metrics only) */
+    size_t nsteps;
+    const snap_build *build;     /* NULL: no psbench_build_info */
+    const snap_run_info *info;   /* NULL: no psbench_run_info */
 } snapshot_input;
 
 /* GET /api/v1/status:
@@ -81,10 +124,14 @@ char *snapshot_metrics_json(const snapshot_input *in);
  * this header. */
 void *snapshot_groups_json(const snapshot_input *in);
 /* GET /metrics: Prometheus text format 0.0.4. Durations per rank are
- * psbench_metric_duration_seconds{role,rank,metric,run,pass}; the whole
- * role's (the "all" view) is a family of its own,
- * psbench_role_metric_duration_seconds{role,metric,run,pass}, so that a
- * sum() over the first counts each sample once (docs/http-api.md). */
+ * psbench_metric_duration_seconds{role,rank,metric,run,pass,metric_type,
+ * metric_name}; the whole role's (the "all" view) is a family of its own,
+ * psbench_role_metric_duration_seconds{role,metric,run,pass,metric_type,
+ * metric_name}, so that a sum() over the first counts each sample once.
+ * Then the build and the job (psbench_build_info, psbench_run_info), the
+ * headline's figures as gauges by trainer (null ones left out), the step
+ * time as a histogram per trainer rank (psbench_step_duration_seconds),
+ * and the phase, node and traffic gauges and counters (docs/http-api.md). */
 char *snapshot_prometheus(const snapshot_input *in);
 /* GET /api/v1/config: the resolved configuration (config, a json_t *, as
  * config_to_json made it; borrowed), compact. NULL: none, or no memory. */

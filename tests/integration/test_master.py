@@ -19,6 +19,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 from psb import Master, http_get, http_json, wait_phase  # noqa: E402,F401
+from test_prometheus import check_exposition  # noqa: E402
 
 RUN_TIMEOUT = psb.RUN_TIMEOUT
 STATS_KEYS = {"count", "min", "max", "mean", "variance", "stdev", "p50", "p75", "p90", "p95", "p99"}
@@ -196,15 +197,17 @@ class MasterTests(psb.PsbTestCase):
         self.assertIn("# TYPE psbench_metric_duration_seconds summary", text)
         # Labelled with the run and the pass (issue 30); the whole role's
         # view is a family of its own, so that a sum() over the per-rank
-        # one counts each sample once.
+        # one counts each sample once. type,name in halves too (issue 38).
         self.assertRegex(text, r'psbench_metric_duration_seconds\{role="trainer",rank="0",'
-                               r'metric="batch_level_metric,batch_all",run="1",pass="timed",quantile="0.5"\} ')
+                               r'metric="batch_level_metric,batch_all",run="1",pass="timed",'
+                               r'metric_type="batch_level_metric",metric_name="batch_all",quantile="0.5"\} ')
         self.assertNotIn('rank="all"', text)
         self.assertIn("# TYPE psbench_role_metric_duration_seconds summary", text)
         per_rank = re.findall(r'^psbench_metric_duration_seconds_count\{role="trainer",rank="\d+",'
                               r'metric="batch_level_metric,batch_all"[^}]*\} (\d+)$', text, re.M)
         role = re.findall(r'^psbench_role_metric_duration_seconds_count\{role="trainer",'
-                          r'metric="batch_level_metric,batch_all",run="1",pass="timed"\} (\d+)$', text, re.M)
+                          r'metric="batch_level_metric,batch_all",run="1",pass="timed",'
+                          r'metric_type="batch_level_metric",metric_name="batch_all"\} (\d+)$', text, re.M)
         self.assertEqual(len(per_rank), 2, text)
         self.assertEqual(len(role), 1, text)
         self.assertEqual(sum(int(v) for v in per_rank), int(role[0]))
@@ -212,6 +215,18 @@ class MasterTests(psb.PsbTestCase):
         self.assertIn("psbench_batches_completed_total", text)
         self.assertIn('psbench_nodes{role="trainer"', text)
         self.assertIn('psbench_payload_bytes_total{role="trainer",rank="0",direction="out"}', text)
+        # Issue 38: the build, the job, the headline as gauges, the step
+        # histogram. The figures of a done run do not change: the status,
+        # the metrics and the exposition read alike.
+        status = http_json(m.http + "/api/v1/status")
+        metrics = http_json(m.http + "/api/v1/metrics")
+        env = http_json(m.http + "/api/v1/nodes")[0]["environment"]
+        transport = os.environ.get("PSBENCH_TRANSPORT") or "auto"
+        check_exposition(self, text, status, metrics, 2,
+                         {"hook": "rpc_hook", "model": "Tiny", "trainer": "DdpRpcTrainer",
+                          "trainer_class": "DdpTrainer", "server_kind": "average", "bucket_cap_mb": "25",
+                          "device": "cpu", "transport": transport, "ntrainer": "2", "nserver": "1", "run": "1"},
+                         env)
         self.promtool_check(text, quiet=True)
 
     # DummyData: 100 samples / batch size 10 = 10 batches per epoch, dealt

@@ -8,7 +8,10 @@
  * server rank, non-finite statistics as null, "type,name" metric keys.
  * The Prometheus text is checked line by line: one HELP and one TYPE per
  * family, every family's samples contiguous, quantiles in seconds, _sum and
- * _count, label escaping, phase gauges, node counts, counters. The JSON
+ * _count, label escaping, phase gauges, node counts, counters; the
+ * type,name halves, the build and run info, the headline's gauges (a null
+ * figure absent, the steady ones where a row has them), the step
+ * histogram, and the aggregate's counting into its buckets. The JSON
  * renderers are also run with jansson allocations failing at every point.
  *
  * When PSBENCH_PROM_OUT is set, a representative exposition is written to
@@ -27,6 +30,7 @@
 
 #include <jansson.h>
 
+#include "master/aggregate.h"
 #include "master/snapshot.h"
 
 /* ---- fixtures ------------------------------------------------------------- */
@@ -518,27 +522,30 @@ static int count_substr(const char *text, const char *needle)
     return c;
 }
 
-/* The family a sample name belongs to (summary suffixes folded). */
+/* The family a sample name belongs to (summary and histogram suffixes
+ * folded). */
 static void sample_family(const char *line, char *out, size_t cap)
 {
     size_t n = strcspn(line, "{ ");
     assert_true(n < cap);
     memcpy(out, line, n);
     out[n] = '\0';
-    static const char *const suffixes[] = {"_sum", "_count"};
-    static const char *const summaries[] = {"psbench_metric_duration_seconds",
-                                            "psbench_role_metric_duration_seconds"};
-    for (size_t i = 0; i < 2; i++) {
+    static const char *const suffixes[] = {"_sum", "_count", "_bucket"};
+    static const char *const folded[] = {"psbench_metric_duration_seconds", "psbench_role_metric_duration_seconds",
+                                         "psbench_step_duration_seconds"};
+    for (size_t i = 0; i < 3; i++) {
         size_t sl = strlen(suffixes[i]);
-        for (size_t f = 0; f < 2; f++)
-            if (n > sl && strcmp(out + n - sl, suffixes[i]) == 0 && n - sl == strlen(summaries[f]) &&
-                strncmp(out, summaries[f], n - sl) == 0)
+        for (size_t f = 0; f < 3; f++)
+            if (n > sl && strcmp(out + n - sl, suffixes[i]) == 0 && n - sl == strlen(folded[f]) &&
+                strncmp(out, folded[f], n - sl) == 0)
                 out[n - sl] = '\0';
     }
 }
 
-/* Every family: HELP then TYPE once, samples right after and contiguous. */
-static void assert_families_well_formed(const char *text)
+/* Every family: HELP then TYPE once, samples right after and contiguous;
+ * the six that are always there, and `extra` more (those of the build, the
+ * run, the headline, the steps that the input has). */
+static void assert_families_well_formed_n(const char *text, int extra)
 {
     static const char *const fam[] = {"psbench_metric_duration_seconds", "psbench_role_metric_duration_seconds",
                                       "psbench_phase", "psbench_nodes", "psbench_batches_completed_total",
@@ -551,10 +558,10 @@ static void assert_families_well_formed(const char *text)
         assert_int_equal(count_substr(text, help), 1);
         assert_int_equal(count_substr(text, typ), 1);
     }
-    assert_int_equal(count_substr(text, "# HELP "), 6);
-    assert_int_equal(count_substr(text, "# TYPE "), 6);
+    assert_int_equal(count_substr(text, "# HELP "), 6 + extra);
+    assert_int_equal(count_substr(text, "# TYPE "), 6 + extra);
 
-    char current[128] = "", seen[8][128];
+    char current[128] = "", seen[32][128];
     size_t nseen = 0;
     for (const char *line = text; *line;) {
         const char *eol = strchr(line, '\n');
@@ -566,7 +573,7 @@ static void assert_families_well_formed(const char *text)
             current[n] = '\0';
             for (size_t i = 0; i < nseen; i++)
                 assert_string_not_equal(seen[i], current);
-            assert_true(nseen < 8);
+            assert_true(nseen < 32);
             strcpy(seen[nseen++], current);
             /* TYPE follows immediately */
             char typ[160];
@@ -579,6 +586,11 @@ static void assert_families_well_formed(const char *text)
         }
         line = eol + 1;
     }
+}
+
+static void assert_families_well_formed(const char *text)
+{
+    assert_families_well_formed_n(text, 0);
 }
 
 /* ---- /metrics ----------------------------------------------------------------- */
@@ -603,8 +615,9 @@ static void test_prom_summary_in_seconds(void **state)
     snapshot_input in = fixture();
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
-#define T0 "{role=\"trainer\",rank=\"0\",metric=\"" M_BATCH "\",run=\"2\",pass=\"timed\""
-#define TA "{role=\"trainer\",metric=\"" M_BATCH "\",run=\"2\",pass=\"timed\""
+#define HALVES ",metric_type=\"batch_level_metric\",metric_name=\"batch_all\""
+#define T0 "{role=\"trainer\",rank=\"0\",metric=\"" M_BATCH "\",run=\"2\",pass=\"timed\"" HALVES
+#define TA "{role=\"trainer\",metric=\"" M_BATCH "\",run=\"2\",pass=\"timed\"" HALVES
     /* trainer 0: p50 18 ms, p90 48 ms, p99 96 ms, mean 24 ms over 10 */
     assert_close(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.5\"}"), 0.018);
     assert_close(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.9\"}"), 0.048);
@@ -618,7 +631,8 @@ static void test_prom_summary_in_seconds(void **state)
     assert_close(prom_value(text, "psbench_role_metric_duration_seconds_count" TA "}"), 20);
     assert_null(strstr(text, "rank=\"all\""));
     assert_close(prom_value(text, "psbench_metric_duration_seconds{role=\"server\",rank=\"0\",metric=\"" M_STRAG
-                                  "\",run=\"2\",pass=\"timed\",quantile=\"0.99\"}"),
+                                  "\",run=\"2\",pass=\"timed\",metric_type=\"parameter_server_straggler_metric\","
+                                  "metric_name=\"param_index_straggler\",quantile=\"0.99\"}"),
                  0.004);
     /* no p75 / p95 in the exposition */
     assert_null(strstr(text, "quantile=\"0.75\""));
@@ -641,6 +655,7 @@ static void test_prom_summary_in_seconds(void **state)
     assert_families_well_formed(text);
 #undef T0
 #undef TA
+#undef HALVES
     free(text);
 }
 
@@ -651,9 +666,11 @@ static void test_prom_label_escaping(void **state)
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
     assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\","
-                                  "metric=\"method_metric,we\\\"ird\\\\name\\nx\",run=\"0\"}"),
+                                  "metric=\"method_metric,we\\\"ird\\\\name\\nx\",run=\"0\","
+                                  "metric_type=\"method_metric\",metric_name=\"we\\\"ird\\\\name\\nx\"}"),
                  1);
     assert_int_equal(count_substr(text, "metric=\"method_metric,we\\\"ird\\\\name\\nx\""), 5);
+    assert_int_equal(count_substr(text, "metric_name=\"we\\\"ird\\\\name\\nx\""), 5);
     assert_families_well_formed(text);
     free(text);
 }
@@ -666,7 +683,8 @@ static void test_prom_nonfinite_values(void **state)
     snapshot_input in = {.phase = "running", .stats = &st, .nstats = 1};
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
-    const char *l = "{role=\"server\",rank=\"1\",metric=\"" M_SBATCH "\",run=\"0\"";
+    const char *l = "{role=\"server\",rank=\"1\",metric=\"" M_SBATCH "\",run=\"0\","
+                    "metric_type=\"parameter_server_batch_metric\",metric_name=\"param_index_batch\"";
     char series[256];
     snprintf(series, sizeof series, "psbench_metric_duration_seconds%s,quantile=\"0.5\"} NaN\n", l);
     assert_non_null(strstr(text, series));
@@ -788,6 +806,286 @@ static void test_rows_touched(void **state)
     json_decref(met);
 }
 
+/* metric_type and metric_name: "type,name" split at its first comma; no
+ * comma: the type "" and the name the whole. */
+static void test_prom_metric_halves(void **state)
+{
+    snap_stat st[] = {{"trainer", 0, "nocomma", make_summary(1, 1.0)},
+                      {"trainer", 0, "a,b,c", make_summary(1, 1.0)},
+                      {"trainer", 0, ",lead", make_summary(1, 1.0)}};
+    snapshot_input in = {.phase = "running", .stats = st, .nstats = 3, .run = 1};
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+    assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\","
+                                  "metric=\"nocomma\",run=\"1\",metric_type=\"\",metric_name=\"nocomma\"}"),
+                 1);
+    assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\",metric=\"a,b,c\","
+                                  "run=\"1\",metric_type=\"a\",metric_name=\"b,c\"}"),
+                 1);
+    assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\",metric=\",lead\","
+                                  "run=\"1\",metric_type=\"\",metric_name=\"lead\"}"),
+                 1);
+    free(text);
+}
+
+static const snap_build fixture_build = {"1.2.3", "clang \"14\"\\x", 1};
+
+/* psbench_build_info and psbench_run_info: one series each, value 1, every
+ * label (escaped); bucket_cap_mb as the CSVs write it, "" where none. */
+static void test_prom_build_and_run_info(void **state)
+{
+    snap_run_info info = {.hook = "allreduce_hook", .model = "Tiny", .trainer = "DdpTrainer",
+                          .trainer_class = "DdpTrainer", .server_kind = "average", .bucket_cap_mb = 0.03,
+                          .device = "mixed", .transport = "shm", .ntrainer = 4, .nserver = 2};
+    snapshot_input in = fixture();
+    in.build = &fixture_build;
+    in.info = &info;
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+    assert_families_well_formed_n(text, 2);
+    assert_non_null(strstr(text, "# TYPE psbench_build_info gauge\n"));
+    assert_non_null(strstr(text, "# TYPE psbench_run_info gauge\n"));
+    assert_close(prom_value(text, "psbench_build_info{version=\"1.2.3\",compiler=\"clang \\\"14\\\"\\\\x\","
+                                  "protocol=\"1\"}"),
+                 1);
+    assert_close(prom_value(text, "psbench_run_info{hook=\"allreduce_hook\",model=\"Tiny\",trainer=\"DdpTrainer\","
+                                  "trainer_class=\"DdpTrainer\",server_kind=\"average\",bucket_cap_mb=\"0.03\","
+                                  "device=\"mixed\",transport=\"shm\",ntrainer=\"4\",nserver=\"2\",run=\"2\"}"),
+                 1);
+    free(text);
+    /* A trainer class without buckets, no hook, a NULL string: "". */
+    info = (snap_run_info){.hook = "", .model = "Hybrid", .trainer = "HybridTrainer", .trainer_class = NULL,
+                           .server_kind = "embedding", .bucket_cap_mb = NAN, .device = "cpu", .transport = "tcp",
+                           .ntrainer = 1, .nserver = 0};
+    text = snapshot_prometheus(&in);
+    assert_close(prom_value(text, "psbench_run_info{hook=\"\",model=\"Hybrid\",trainer=\"HybridTrainer\","
+                                  "trainer_class=\"\",server_kind=\"embedding\",bucket_cap_mb=\"\","
+                                  "device=\"cpu\",transport=\"tcp\",ntrainer=\"1\",nserver=\"0\",run=\"2\"}"),
+                 1);
+    free(text);
+    /* Neither family without its input. */
+    in.build = NULL;
+    in.info = NULL;
+    text = snapshot_prometheus(&in);
+    assert_null(strstr(text, "psbench_build_info"));
+    assert_null(strstr(text, "psbench_run_info"));
+    free(text);
+}
+
+/* A headline as headline.c makes it: rank 0 with every figure, rank 1
+ * with nulls, "all"; `steady` on rank 0 and "all" when asked. */
+static json_t *fixture_headline(bool steady)
+{
+    json_t *h = json_loads(
+        "{\"pass\": \"timed\", \"unit\": \"ms\", \"trainers\": ["
+        " {\"trainer\": \"0\", \"step_p50_ms\": 41.3, \"step_p90_ms\": 42.25, \"samples_per_s\": 244.3,"
+        "  \"shares\": {\"forward\": 0.207, \"backward_compute\": 0.378, \"exposed_comm\": 0.325,"
+        "              \"optimizer\": 0.09, \"other\": 0.0},"
+        "  \"bytes_per_step\": 37781504.0, \"bytes_source\": \"gradient buckets\", \"comm_span_ms\": 24.24,"
+        "  \"effective_gb_per_s\": 1.559},"
+        " {\"trainer\": \"1\", \"step_p50_ms\": 40.0, \"step_p90_ms\": null, \"samples_per_s\": null,"
+        "  \"shares\": {\"forward\": null, \"backward_compute\": 0.5, \"exposed_comm\": null,"
+        "              \"optimizer\": null, \"other\": 0.5},"
+        "  \"bytes_per_step\": null, \"bytes_source\": null, \"comm_span_ms\": null, \"effective_gb_per_s\": null},"
+        " {\"trainer\": \"all\", \"step_p50_ms\": 40.5, \"step_p90_ms\": 42.0, \"samples_per_s\": 490.0,"
+        "  \"shares\": {\"forward\": 0.2, \"backward_compute\": 0.4, \"exposed_comm\": 0.3,"
+        "              \"optimizer\": 0.1, \"other\": 0.0},"
+        "  \"bytes_per_step\": 37781504.0, \"bytes_source\": \"gradient buckets\", \"comm_span_ms\": 24.0,"
+        "  \"effective_gb_per_s\": null}]}",
+        0, NULL);
+    assert_non_null(h);
+    if (steady) {
+        json_t *rows = json_object_get(h, "trainers");
+        json_object_set_new(json_array_get(rows, 0), "steady",
+                            json_pack("{s:i, s:f, s:f, s:f, s:b}", "n", 90, "step_p50_ms", 39.5, "step_p90_ms",
+                                      41.0, "samples_per_s", 250.0, "few_steps", 0));
+        json_object_set_new(json_array_get(rows, 2), "steady",
+                            json_pack("{s:i, s:f, s:n, s:f, s:b}", "n", 3, "step_p50_ms", 40.0, "step_p90_ms",
+                                      "samples_per_s", 500.0, "few_steps", 1));
+    }
+    return h;
+}
+
+#define HL_L(who) "{trainer=\"" who "\",run=\"2\",pass=\"timed\"}"
+
+/* The headline's figures as gauges, in base units; a null figure has no
+ * series (never 0); the steady figures only where a row has them. */
+static void test_prom_headline(void **state)
+{
+    json_t *h = fixture_headline(false);
+    snapshot_input in = fixture();
+    in.headline = h;
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+    /* 7 families: p50, p90, samples/s, shares, bytes, span, effective rate */
+    assert_families_well_formed_n(text, 7);
+    static const char *const gauges[] = {"psbench_step_p50_seconds", "psbench_step_p90_seconds",
+                                         "psbench_samples_per_second", "psbench_step_share",
+                                         "psbench_bytes_per_step", "psbench_comm_span_seconds",
+                                         "psbench_effective_bytes_per_second"};
+    for (size_t i = 0; i < 7; i++) {
+        char typ[128];
+        snprintf(typ, sizeof typ, "# TYPE %s gauge\n", gauges[i]);
+        assert_int_equal(count_substr(text, typ), 1);
+    }
+    assert_close(prom_value(text, "psbench_step_p50_seconds" HL_L("0")), 41.3 / 1000);
+    assert_close(prom_value(text, "psbench_step_p50_seconds" HL_L("1")), 40.0 / 1000);
+    assert_close(prom_value(text, "psbench_step_p50_seconds" HL_L("all")), 40.5 / 1000);
+    assert_close(prom_value(text, "psbench_step_p90_seconds" HL_L("0")), 42.25 / 1000);
+    assert_close(prom_value(text, "psbench_samples_per_second" HL_L("all")), 490.0);
+    assert_close(prom_value(text, "psbench_bytes_per_step" HL_L("0")), 37781504.0);
+    assert_close(prom_value(text, "psbench_comm_span_seconds" HL_L("all")), 0.024);
+    assert_close(prom_value(text, "psbench_effective_bytes_per_second" HL_L("0")), 1.559e9);
+    assert_close(prom_value(text, "psbench_step_share{trainer=\"0\",part=\"exposed_comm\",run=\"2\",pass=\"timed\"}"),
+                 0.325);
+    assert_close(prom_value(text, "psbench_step_share{trainer=\"0\",part=\"other\",run=\"2\",pass=\"timed\"}"), 0.0);
+    assert_close(prom_value(text, "psbench_step_share{trainer=\"1\",part=\"other\",run=\"2\",pass=\"timed\"}"), 0.5);
+    /* rank 1's nulls: no series */
+    assert_null(strstr(text, "psbench_step_p90_seconds{trainer=\"1\""));
+    assert_null(strstr(text, "psbench_samples_per_second{trainer=\"1\""));
+    assert_null(strstr(text, "psbench_step_share{trainer=\"1\",part=\"forward\""));
+    assert_null(strstr(text, "psbench_effective_bytes_per_second{trainer=\"all\""));
+    assert_int_equal(count_substr(text, "\npsbench_step_p50_seconds{"), 3);
+    assert_int_equal(count_substr(text, "\npsbench_step_share{"), 5 + 2 + 5);
+    assert_int_equal(count_substr(text, "\npsbench_effective_bytes_per_second{"), 1);
+    assert_null(strstr(text, "psbench_steady"));
+    free(text);
+    json_decref(h);
+
+    /* With the steady figures (another session's headline rows). */
+    h = fixture_headline(true);
+    in.headline = h;
+    text = snapshot_prometheus(&in);
+    assert_families_well_formed_n(text, 11);
+    assert_close(prom_value(text, "psbench_steady_step_p50_seconds" HL_L("0")), 39.5 / 1000);
+    assert_close(prom_value(text, "psbench_steady_step_p90_seconds" HL_L("0")), 41.0 / 1000);
+    assert_close(prom_value(text, "psbench_steady_samples_per_second" HL_L("0")), 250.0);
+    assert_close(prom_value(text, "psbench_steady_steps" HL_L("0")), 90);
+    assert_close(prom_value(text, "psbench_steady_step_p50_seconds" HL_L("all")), 40.0 / 1000);
+    assert_close(prom_value(text, "psbench_steady_steps" HL_L("all")), 3);
+    assert_null(strstr(text, "psbench_steady_step_p90_seconds{trainer=\"all\""));
+    assert_null(strstr(text, "psbench_steady_step_p50_seconds{trainer=\"1\""));
+    assert_int_equal(count_substr(text, "\npsbench_steady_steps{"), 2);
+    /* Before any pass: no pass label. */
+    in.pass = NULL;
+    free(text);
+    text = snapshot_prometheus(&in);
+    assert_close(prom_value(text, "psbench_step_p50_seconds{trainer=\"0\",run=\"2\"}"), 41.3 / 1000);
+    free(text);
+    json_decref(h);
+
+    /* A headline whose figures are all null: no family at all. */
+    h = json_loads("{\"pass\": null, \"unit\": \"ms\", \"trainers\": [{\"trainer\": \"all\", \"step_p50_ms\": null,"
+                   " \"shares\": {\"forward\": null}}]}",
+                   0, NULL);
+    in.headline = h;
+    text = snapshot_prometheus(&in);
+    assert_families_well_formed(text);
+    free(text);
+    json_decref(h);
+}
+#undef HL_L
+
+/* A hand-made step histogram: le in seconds, cumulative, +Inf = _count,
+ * _sum in seconds; labels rank, run, pass. */
+static void test_prom_step_histogram(void **state)
+{
+    snap_step_hist h[2] = {{.rank = 0, .count = 7, .sum_ms = 1234.5}, {.rank = 3, .count = 0, .sum_ms = 0}};
+    for (size_t k = 0; k < SNAP_STEP_NBOUNDS; k++)
+        h[0].le[k] = k < 4 ? k : 5; /* 2 above the last bound */
+    snapshot_input in = fixture();
+    in.steps = h;
+    in.nsteps = 2;
+    char *text = snapshot_prometheus(&in);
+    assert_non_null(text);
+    assert_families_well_formed_n(text, 1);
+    assert_int_equal(count_substr(text, "# TYPE psbench_step_duration_seconds histogram\n"), 1);
+    static const char *const le[SNAP_STEP_NBOUNDS] = {"0.0005", "0.001", "0.002", "0.005", "0.01", "0.02",
+                                                      "0.05",   "0.1",   "0.2",   "0.5",   "1",    "2",
+                                                      "5",      "10",    "20",    "60"};
+    for (size_t k = 0; k < SNAP_STEP_NBOUNDS; k++) {
+        char series[160];
+        snprintf(series, sizeof series,
+                 "psbench_step_duration_seconds_bucket{rank=\"0\",run=\"2\",pass=\"timed\",le=\"%s\"}", le[k]);
+        assert_close(prom_value(text, series), (double)h[0].le[k]);
+        snprintf(series, sizeof series,
+                 "psbench_step_duration_seconds_bucket{rank=\"3\",run=\"2\",pass=\"timed\",le=\"%s\"}", le[k]);
+        assert_close(prom_value(text, series), 0);
+    }
+    assert_close(prom_value(text, "psbench_step_duration_seconds_bucket{rank=\"0\",run=\"2\",pass=\"timed\","
+                                  "le=\"+Inf\"}"),
+                 7);
+    assert_close(prom_value(text, "psbench_step_duration_seconds_sum{rank=\"0\",run=\"2\",pass=\"timed\"}"), 1.2345);
+    assert_close(prom_value(text, "psbench_step_duration_seconds_count{rank=\"0\",run=\"2\",pass=\"timed\"}"), 7);
+    assert_close(prom_value(text, "psbench_step_duration_seconds_count{rank=\"3\",run=\"2\",pass=\"timed\"}"), 0);
+    assert_int_equal(count_substr(text, "\npsbench_step_duration_seconds_bucket{"), 2 * (SNAP_STEP_NBOUNDS + 1));
+    free(text);
+    in.nsteps = 0;
+    text = snapshot_prometheus(&in);
+    assert_null(strstr(text, "psbench_step_duration_seconds"));
+    free(text);
+}
+
+/* The aggregate counts a trainer's steps into the buckets as they come: a
+ * sample equal to a bound is in that bound's bucket (le), one above every
+ * bound only in +Inf; servers' samples and other metrics are not counted;
+ * a refused report counts nothing; agg_reset zeroes, keeping the rank. */
+static void test_agg_step_buckets(void **state)
+{
+    aggregate a;
+    assert_int_equal(agg_init(&a), 0);
+    char err[256];
+    json_t *r = json_loads("{\"" AGG_STEP_METRIC "\": [0.5, 0.5000001, 1, 0.1, 60000, 60000.5, 999999],"
+                           " \"forward_metric,forward_pass\": [0.1, 0.2]}",
+                           0, NULL);
+    assert_int_equal(agg_add_report(&a, AGG_TRAINER, 2, r, err, sizeof err), 0);
+    json_decref(r);
+    r = json_loads("{\"" AGG_STEP_METRIC "\": [3]}", 0, NULL);
+    assert_int_equal(agg_add_report(&a, AGG_SERVER, 0, r, err, sizeof err), 0);
+    json_decref(r);
+    r = json_loads("{\"" AGG_STEP_METRIC "\": [3], \"x,y\": [-1]}", 0, NULL);
+    assert_int_equal(agg_add_report(&a, AGG_TRAINER, 2, r, err, sizeof err), -1);
+    json_decref(r);
+    size_t n;
+    snap_step_hist *h = agg_step_hists(&a, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(h[0].rank, 2);
+    assert_int_equal(h[0].count, 7);
+    assert_close(h[0].sum_ms, 0.5 + 0.5000001 + 1 + 0.1 + 60000 + 60000.5 + 999999);
+    /* bounds 0.5, 1, 2, ... ms: 0.1 and 0.5 <= 0.5; 0.5000001 and 1 <= 1 */
+    assert_int_equal(h[0].le[0], 2);
+    assert_int_equal(h[0].le[1], 4);
+    assert_int_equal(h[0].le[SNAP_STEP_NBOUNDS - 2], 4);
+    assert_int_equal(h[0].le[SNAP_STEP_NBOUNDS - 1], 5);
+    for (size_t k = 1; k < SNAP_STEP_NBOUNDS; k++)
+        assert_true(h[0].le[k] >= h[0].le[k - 1]);
+    /* the same count as the stats of the metric */
+    size_t ns;
+    snap_stat *st = agg_snapshot(&a, true, &ns);
+    bool found = false;
+    for (size_t i = 0; i < ns; i++)
+        if (st[i].rank == 2 && strcmp(st[i].role, "trainer") == 0 && strcmp(st[i].metric, AGG_STEP_METRIC) == 0) {
+            assert_int_equal(st[i].s.count, h[0].count);
+            found = true;
+        }
+    assert_true(found);
+    free(st);
+    free(h);
+    agg_reset(&a);
+    h = agg_step_hists(&a, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(h[0].count, 0);
+    assert_int_equal(h[0].le[SNAP_STEP_NBOUNDS - 1], 0);
+    assert_close(h[0].sum_ms, 0);
+    free(h);
+    agg_free(&a);
+    assert_int_equal(agg_init(&a), 0);
+    h = agg_step_hists(&a, &n);
+    assert_null(h);
+    assert_int_equal(n, 0);
+    agg_free(&a);
+}
+
 /* Writes a representative exposition for promtool when PSBENCH_PROM_OUT is set. */
 static void test_prom_write_out(void **state)
 {
@@ -807,7 +1105,22 @@ static void test_prom_write_out(void **state)
     all_stats[7].s.p99 = NAN;
     in.stats = all_stats;
     in.nstats = 8;
+    /* Every family that only some inputs have: the build, the run, the
+     * headline (with steady figures), the step histogram. */
+    snap_run_info info = {.hook = "allreduce_hook", .model = "Tiny", .trainer = "DdpTrainer",
+                          .trainer_class = "DdpTrainer", .server_kind = "average", .bucket_cap_mb = 25,
+                          .device = "cpu", .transport = "shm", .ntrainer = 2, .nserver = 1};
+    in.build = &fixture_build;
+    in.info = &info;
+    json_t *h = fixture_headline(true);
+    in.headline = h;
+    snap_step_hist steps[1] = {{.rank = 0, .count = 3, .sum_ms = 42}};
+    for (size_t k = 0; k < SNAP_STEP_NBOUNDS; k++)
+        steps[0].le[k] = k < 5 ? 0 : k < 8 ? 1 : 2;
+    in.steps = steps;
+    in.nsteps = 1;
     char *text = snapshot_prometheus(&in);
+    json_decref(h);
     assert_non_null(text);
     FILE *f = fopen(path, "w");
     if (!f)
@@ -844,6 +1157,11 @@ int main(void)
         cmocka_unit_test(test_prom_nodes),
         cmocka_unit_test(test_prom_counters),
         cmocka_unit_test(test_prom_locale_independent),
+        cmocka_unit_test(test_prom_metric_halves),
+        cmocka_unit_test(test_prom_build_and_run_info),
+        cmocka_unit_test(test_prom_headline),
+        cmocka_unit_test(test_prom_step_histogram),
+        cmocka_unit_test(test_agg_step_buckets),
         cmocka_unit_test(test_prom_write_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
