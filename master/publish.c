@@ -87,6 +87,8 @@ void master_publish(master *m, bool exact)
     in.nstats = st ? ns : 0;
     json_t *headline = st ? headline_json(m, st, ns) : NULL;
     in.headline = headline;
+    json_t *host_state = hoststate_status(m); /* busy, oversubscribed (issue 38) */
+    in.host_state = json_is_null(host_state) ? NULL : host_state;
     /* The history is made with the first snapshot: a master without HTTP
      * keeps none. One that cannot be made (out of memory) is tried again
      * next time; meanwhile /api/v1/history is not served (503). */
@@ -111,6 +113,7 @@ void master_publish(master *m, bool exact)
     m->config_published = docs[HTTP_DOC_CONFIG] != NULL || m->config_published;
     http_publish(m->http, docs);
     json_decref(headline);
+    json_decref(host_state);
     free(st);
     free(nodes);
 }

@@ -54,6 +54,7 @@ typedef struct snapshot_input {
     const snap_stat *stats;
     size_t nstats;
     const void *headline; /* json_t * (borrowed): the run's headline (headline.h); NULL: none */
+    const void *host_state; /* json_t * (borrowed): status's host_state (hoststate.h); NULL: null */
 } snapshot_input;
 
 /* GET /api/v1/status:
