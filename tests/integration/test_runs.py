@@ -240,7 +240,7 @@ class Runs(psb.PsbTestCase):
             self.assertIn("busy", p)
         # A quiet host: no warning.
         res, so = self.load_run(os.path.join(os.path.dirname(os.path.abspath(__file__)), "proc_quiet"))
-        self.assertEqual(res["warnings"], [])
+        self.assertEqual(psb.job_warnings(res), [])
         self.assertEqual(res["host_load"]["timed"]["steal_share"], None)  # no tick between the readings
         self.assertFalse(res["host_load"]["timed"]["busy"])
         # A busy one: load 512 on any machine's CPUs.
