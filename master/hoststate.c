@@ -40,6 +40,9 @@ void hs_track_push(hs_track *t, const hostinfo_sample *s, bool timed)
 
 void hs_track_timed_start(hs_track *t)
 {
+    /* The reading before an earlier pass is no start for this one. */
+    if (t->has_first)
+        t->has_pre = false;
     t->has_first = t->has_last = false;
 }
 
