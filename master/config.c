@@ -123,6 +123,10 @@ int config_check_flags(const run_config *c, char *err, size_t errlen)
         errbuf_set(err, errlen, "--linger must be 0 or a positive number of seconds");
         return -1;
     }
+    if (!(c->quiet_host_s >= 0 && c->quiet_host_s <= 86400)) {
+        errbuf_set(err, errlen, "--quiet-host must be 0 or a positive number of seconds up to 86400 (a day)");
+        return -1;
+    }
     if (!c->backend || (strcmp(c->backend, "gloo") != 0 && strcmp(c->backend, "nccl") != 0 &&
                         strcmp(c->backend, "multi") != 0)) {
         errbuf_set(err, errlen, "--backend '%s' is not gloo, nccl or multi", c->backend ? c->backend : "");

@@ -170,6 +170,7 @@ void loop_tick(master *m)
 {
     double now = master_now();
     loop_check_paused(m, now);
+    hoststate_tick(m); /* the live view of this host (/api/v1/status host_state) */
     wire_drop_idle(m, now);
     if (run_state_live(m->state))
         loop_check_live(m, now);

@@ -147,6 +147,7 @@ static int master_settings_from(const run_config *c, master_settings *set)
                       (strcmp(c->backend, "nccl") == 0 || strcmp(c->backend, "multi") == 0),
         .out_dir = c->out_dir,
         .linger_s = c->linger_s,
+        .quiet_host_s = c->quiet_host_s,
         .runs = c->runs,
         .allow_divergence = c->allow_divergence,
         /* --tables, else all but under --log-level warn or error: the
@@ -426,6 +427,10 @@ static int master_serve(master *m, const run_config *c, const master_settings *s
     }
     master_warn_open_ports(c, lhost, m->ctl_port, hhost, bound_http);
     master_log_job(c, set);
+    /* --quiet-host: before the nodes start; the join's time counts from
+     * after it. */
+    hoststate_quiet_wait(m, set->quiet_host_s);
+    m->t_start = m->t_state = master_now();
     if (c->local && master_start_local(m, c, set, lhost, err, sizeof err) < 0) {
         fprintf(stderr, "psbench-master: %s\n", err);
         return 1;

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "master/aggregate.h"
+#include "master/hoststate.h"
 #include "master/kvstore.h"
 #include "master/states.h"
 #include "shared/clock.h"
@@ -51,6 +52,7 @@ typedef struct master_settings {
                                      * collectives, --backend nccl or multi) */
     const char *out_dir;            /* NULL: no files */
     double linger_s;
+    double quiet_host_s;            /* --quiet-host: wait this long for a quiet host before each run (0: not) */
     uint32_t runs;                  /* --runs: the job this many times back to back; 0: until stopped */
     bool allow_divergence;          /* --allow-divergence: trainers go on past a NaN/inf loss */
     bool tables;                    /* print the per-rank tables under the headline (--tables) */
@@ -94,6 +96,7 @@ typedef struct node {
     json_t *environment;   /* what it computes with, from its register (owned), NULL: not reported */
     json_t *diverged;      /* trainer: where its loss first diverged ({pass, epoch, batch, loss}), or NULL */
     json_t *links;         /* trainer: its links to servers, from `ready` (validate_ready), or NULL */
+    hs_track hs;           /* its host's and its own CPU, from its reports' `host` (hoststate.h) */
     json_t *gpu_timed;     /* trainer: the metric keys its reports say a GPU timed (array of strings), or
                             * NULL: none said (a CPU trainer) */
     bool refused;          /* not registered: told `stop` (refused); what it sends is dropped unread
@@ -149,6 +152,7 @@ typedef struct master {
     json_t *run_headlines;     /* --runs other than 1: each done run's headline (summary.h), owned */
     json_t *host_load;         /* this run's host load by pass: {"warm-up"|"timed": {"start", "end",
                                 * "steal_share", "busy"}} (results_load_mark), owned; NULL before any */
+    hoststate hs;              /* every host's state over the timed pass (hoststate.h) */
     int exit_code;
     kvstore kv;                /* the trainers' rendezvous (collective groups) */
     /* A trainer's failure, held back briefly: when a trainer dies, the

@@ -512,6 +512,12 @@ static const opt_spec master_specs[] = {
     {.name = "linger", .meta = "SECONDS", .kind = OPT_CUSTOM, .parse = master_opt_linger, .to = AT(linger_s),
      .json = "linger", .example = "0.5",
      .help = "keep serving HTTP after the run (default 0)"},
+    {.name = "quiet-host", .meta = "SECONDS", .kind = OPT_CUSTOM, .parse = master_opt_linger,
+     .to = AT(quiet_host_s), .json = "quiet_host", .example = "30",
+     .help = "before each run, wait up to SECONDS for this host to\n"
+             "be quiet (CPU steal <= 5 %, other processes below\n"
+             "10 % of its CPUs, over 1-s readings); a run whose\n"
+             "host never was is marked busy (default 0: no wait)"},
     {.shared = &opts_transport, .to = AT(transport), .json = "transport", .to_json = master_opt_transport_json,
      .help = "with --local, between trainers and servers: auto\n"
              "(default; $PSBENCH_TRANSPORT sets it): shared memory\n"

@@ -499,6 +499,7 @@ static void phases_clear_books(master *m)
     m->training_s = 0;
     json_decref(m->host_load); /* the next run's passes are measured afresh */
     m->host_load = NULL;
+    hoststate_next_run(m);
 }
 
 void phases_next_run(master *m)
@@ -514,6 +515,10 @@ void phases_next_run(master *m)
         master_fail(m, "%s%s", why, ok == 0 ? " within --rpc-timeout" : "");
         return;
     }
+    /* --quiet-host: before this run's trainers start (its wait does not
+     * count against the join's). */
+    hoststate_quiet_wait(m, m->set.quiet_host_s);
+    m->t_start = master_now();
     if (m->launcher && launcher_restart_trainers(m->launcher, why, sizeof why) < 0) {
         master_fail(m, "%s", why);
         return;

@@ -118,6 +118,8 @@ void master_publish(master *m, bool exact)
     const snap_run_info info = publish_run_info(m);
     in.build = &build;
     in.info = &info;
+    json_t *host_state = hoststate_status(m); /* busy, oversubscribed (issue 38) */
+    in.host_state = json_is_null(host_state) ? NULL : host_state;
     /* The history is made with the first snapshot: a master without HTTP
      * keeps none. One that cannot be made (out of memory) is tried again
      * next time; meanwhile /api/v1/history is not served (503). */
@@ -143,6 +145,7 @@ void master_publish(master *m, bool exact)
     http_publish(m->http, docs);
     json_decref(headline);
     free(steps);
+    json_decref(host_state);
     free(st);
     free(nodes);
 }

@@ -84,6 +84,7 @@ int reports_metrics(master *m, node *n, json_t *body, char *verdict, size_t len)
         reports_server(m, n, body);
     else
         reports_trainer(m, n, body, done);
+    hoststate_report(m, n, body);
     return 0;
 }
 

@@ -250,6 +250,8 @@ void results_load_mark(master *m, run_state pass, bool start)
 {
     if (pass != RUN_WARMUP && pass != RUN_TIMED)
         return;
+    if (pass == RUN_TIMED)
+        hoststate_mark(m, start); /* every host's state over the timed pass (hoststate.h) */
     if (!m->host_load && !(m->host_load = json_object()))
         return; /* out of memory: no load recorded */
     const char *key = pass == RUN_TIMED ? "timed" : "warm-up";
@@ -317,6 +319,10 @@ static json_t *results_warnings(const master *m)
         results_load_warning(json_object_get(m->host_load, "warm-up"), "warm-up", w);
         results_load_warning(json_object_get(m->host_load, "timed"), "timed", w);
     }
+    /* Every host's: busy during the timed pass, oversubscribed (issue 38). */
+    json_t *hs = w ? hoststate_json(m) : NULL;
+    json_array_extend(w, json_object_get(hs, "warnings"));
+    json_decref(hs);
     for (uint32_t r = 0; w && r < m->set.ntrainer; r++) {
         const node *n = m->trainers[r];
         if (!n)
@@ -653,6 +659,10 @@ int results_write(master *m, char *err, size_t errlen)
      * results_load_mark): {} when no pass began. */
     if (doc)
         json_object_set_new(doc, "host_load", m->host_load ? json_deep_copy(m->host_load) : json_object());
+    /* Every host that took part: busy, oversubscribed (extension, issue 38;
+     * hoststate.h). */
+    if (doc)
+        json_object_set_new(doc, "host_state", hoststate_json(m));
     /* The timed pass's duration ("Time spent training"), once it ended. */
     if (doc && m->training_s > 0)
         json_object_set_new(doc, "training_seconds", json_real(m->training_s));

@@ -121,6 +121,7 @@ typedef struct run_config {
     bool listen_set, http_set;        /* --listen (or --master-addr) / --http given */
     bool local;                       /* --local: spawn servers and trainers here */
     double linger_s;                  /* --linger SECONDS (0: exit when done) */
+    double quiet_host_s;              /* --quiet-host SECONDS (0: no wait) */
     psb_transport transport;          /* --transport: what --local's children use */
     uint32_t runs;                    /* --runs N: the job N times back to back (0: until stopped) */
     bool allow_divergence;            /* --allow-divergence: a NaN/inf loss warns, not fails */

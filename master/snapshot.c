@@ -136,7 +136,8 @@ char *snapshot_status_json(const snapshot_input *in)
         snapshot_set(doc, "elapsed_s", snapshot_num(in->elapsed_s)) ||
         snapshot_set(doc, "run", json_integer(in->run)) || snapshot_set(doc, "runs", json_integer(in->runs)) ||
         snapshot_set(doc, "servers_initialising", snapshot_initialising(in)) ||
-        snapshot_set(doc, "headline", in->headline ? json_deep_copy(in->headline) : json_null())) {
+        snapshot_set(doc, "headline", in->headline ? json_deep_copy(in->headline) : json_null()) ||
+        snapshot_set(doc, "host_state", in->host_state ? json_deep_copy(in->host_state) : json_null())) {
         json_decref(doc);
         return NULL;
     }

@@ -97,6 +97,7 @@ typedef struct snapshot_input {
     size_t nsteps;
     const snap_build *build;     /* NULL: no psbench_build_info */
     const snap_run_info *info;   /* NULL: no psbench_run_info */
+    const void *host_state; /* json_t * (borrowed): status's host_state (hoststate.h); NULL: null */
 } snapshot_input;
 
 /* GET /api/v1/status:

@@ -270,8 +270,76 @@ static int val_initialising(json_t *body, char *err, size_t errlen)
     return 0;
 }
 
+/* A number in [0, max], finite: "host.KEY must be ..." otherwise. */
+static int val_host_num(json_t *host, const char *key, bool required, double max, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(host, key);
+    if (!v && !required)
+        return 0;
+    if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0 ||
+        json_number_value(v) > max) {
+        snprintf(err, errlen, "host.%s must be a number in 0..%g, got %s", key, max, v ? val_kind(v) : "nothing");
+        if (json_is_number(v))
+            snprintf(err, errlen, "host.%s must be a number in 0..%g, got %g", key, max, json_number_value(v));
+        return -1;
+    }
+    return 0;
+}
+
+/* A report's `host` (issue 38; docs/protocol.md): {"t", "cpu_s", "cpus",
+ * and, all five or none, "cpu_ticks", "idle_ticks", "iowait_ticks",
+ * "steal_ticks", "irq_ticks" (the idle, iowait, steal and irq ticks within
+ * cpu_ticks), and optional "procs_running", "load1"}. */
+static int val_host_state(json_t *body, char *err, size_t errlen)
+{
+    json_t *h = json_object_get(body, "host");
+    if (!h)
+        return 0; /* a node from before issue 38: its host's figures are not known */
+    if (!json_is_object(h)) {
+        snprintf(err, errlen, "host must be an object, got %s", val_kind(h));
+        return -1;
+    }
+    if (val_host_num(h, "t", true, 1e12, err, errlen) < 0 || val_host_num(h, "cpu_s", true, 1e12, err, errlen) < 0 ||
+        val_host_num(h, "load1", false, 1e9, err, errlen) < 0 || val_int(h, "cpus", 1, 1 << 20, err, errlen) < 0 ||
+        val_int(h, "procs_running", 0, INT32_MAX, err, errlen) < 0)
+        goto bad;
+    if (!json_object_get(h, "cpus")) {
+        snprintf(err, errlen, "cpus is missing");
+        goto bad;
+    }
+    static const char *const ticks[] = {"cpu_ticks", "idle_ticks", "iowait_ticks", "steal_ticks", "irq_ticks"};
+    size_t have = 0;
+    json_int_t part = 0;
+    for (size_t k = 0; k < sizeof ticks / sizeof *ticks; k++) {
+        if (val_int(h, ticks[k], 0, INT64_MAX / 8, err, errlen) < 0)
+            goto bad;
+        json_t *v = json_object_get(h, ticks[k]);
+        have += v != NULL;
+        part += k ? json_integer_value(v) : 0;
+    }
+    if (have != 0 && have != sizeof ticks / sizeof *ticks) {
+        snprintf(err, errlen, "host needs all of cpu_ticks, idle_ticks, iowait_ticks, steal_ticks, irq_ticks or none");
+        return -1;
+    }
+    if (have && part > json_integer_value(json_object_get(h, "cpu_ticks"))) {
+        snprintf(err, errlen, "host's idle, iowait, steal and irq ticks must add up to at most cpu_ticks");
+        return -1;
+    }
+    return 0;
+bad:
+    {
+        /* val_int names the bare key: say it is the host's. */
+        char inner[300];
+        snprintf(inner, sizeof inner, "%s", err);
+        snprintf(err, errlen, "%s%s", strncmp(inner, "host.", 5) == 0 ? "" : "host.", inner);
+    }
+    return -1;
+}
+
 int validate_report(json_t *body, bool trainer, char *err, size_t errlen)
 {
+    if (val_host_state(body, err, errlen) < 0)
+        return -1;
     if (val_counter(body, "bytes_in", err, errlen) < 0 || val_counter(body, "bytes_out", err, errlen) < 0 ||
         (trainer && val_counter(body, "batches_done", err, errlen) < 0))
         return -1;

@@ -43,7 +43,8 @@ int validate_register(json_t *body, char *err, size_t errlen);
 /* The fields a metrics or pass_done report shares: bytes_in, bytes_out,
  * batches_done (a trainer's), rows_touched and initialising (a server's),
  * gpu_timed (a trainer's list of metric names), samples (metric name →
- * list of samples). */
+ * list of samples), host (the node's host and process CPU: see
+ * docs/protocol.md; absent from nodes before it). */
 int validate_report(json_t *body, bool trainer, char *err, size_t errlen);
 /* What a trainer's pass_done adds: loss_per_epoch, final_params_sha256,
  * bags, epochs, buckets (diverged has its own check in run.c). */

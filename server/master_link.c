@@ -4,6 +4,7 @@
 #include "server/conn.h"
 #include "server/hostmem.h"
 #include "shared/clock.h"
+#include "shared/hostinfo.h"
 #include "shared/log.h"
 #include "shared/net.h"
 
@@ -274,6 +275,13 @@ static void link_report(struct master_link *l)
                             json_pack("{s:I, s:I}", "done_bytes",
                                       (json_int_t)(s->kind->fill_total - s->kind->fill_left), "total_bytes",
                                       (json_int_t)s->kind->fill_total));
+    /* This host's CPU and this process's own (issue 38: the master
+     * measures each host's state over the timed pass from them). */
+    hostinfo_sample hs;
+    hostinfo_sample_take(&hs);
+    json_t *host = body ? hostinfo_sample_json(&hs) : NULL;
+    if (host)
+        json_object_set_new(body, "host", host);
     link_send(l, "metrics", body);
 }
 

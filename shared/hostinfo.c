@@ -7,7 +7,9 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The extensions reported, as /proc/cpuinfo's "flags" spells them, in
@@ -167,4 +169,111 @@ double hostinfo_steal_share(const json_t *start, const json_t *end)
     json_int_t dt = json_integer_value(t1) - json_integer_value(t0);
     json_int_t ds = json_integer_value(s1) - json_integer_value(s0);
     return dt > 0 && ds >= 0 ? (double)ds / (double)dt : NAN;
+}
+
+/* This process's CPU seconds (user + system): getrusage, whose
+ * microseconds are finer than /proc/self/stat's ticks. */
+static double hostinfo_own_cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+void hostinfo_sample_take(hostinfo_sample *s)
+{
+    memset(s, 0, sizeof *s);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    s->t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    s->cpu_s = hostinfo_own_cpu_s();
+    s->cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    s->procs_running = -1;
+    s->load1 = NAN;
+    FILE *f = hostinfo_proc("loadavg");
+    double l;
+    if (f && fscanf(f, "%lf", &l) == 1 && l >= 0)
+        s->load1 = l;
+    if (f)
+        fclose(f);
+    f = hostinfo_proc("stat");
+    if (!f)
+        return;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long v[8];
+        long long pr;
+        if (sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7]) == 8) {
+            /* user nice system idle iowait irq softirq steal (guest and
+             * guest_nice are in user and nice already). */
+            s->total = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+            s->idle = v[3];
+            s->iowait = v[4];
+            s->irq = v[5] + v[6];
+            s->steal = v[7];
+            s->ticks_ok = true;
+        } else if (sscanf(line, "procs_running %lld", &pr) == 1 && pr >= 0) {
+            s->procs_running = pr;
+        }
+    }
+    fclose(f);
+}
+
+json_t *hostinfo_sample_json(const hostinfo_sample *s)
+{
+    json_t *o = json_pack("{s:f, s:f, s:I}", "t", s->t, "cpu_s", s->cpu_s, "cpus", (json_int_t)s->cpus);
+    if (o && s->ticks_ok) {
+        json_object_set_new(o, "cpu_ticks", json_integer((json_int_t)s->total));
+        json_object_set_new(o, "idle_ticks", json_integer((json_int_t)s->idle));
+        json_object_set_new(o, "iowait_ticks", json_integer((json_int_t)s->iowait));
+        json_object_set_new(o, "steal_ticks", json_integer((json_int_t)s->steal));
+        json_object_set_new(o, "irq_ticks", json_integer((json_int_t)s->irq));
+    }
+    if (o && s->procs_running >= 0)
+        json_object_set_new(o, "procs_running", json_integer(s->procs_running));
+    if (o && isfinite(s->load1))
+        json_object_set_new(o, "load1", json_real(s->load1));
+    return o;
+}
+
+static uint64_t hostinfo_u(const json_t *o, const char *key)
+{
+    return (uint64_t)json_integer_value(json_object_get(o, key));
+}
+
+void hostinfo_sample_from_json(const json_t *o, hostinfo_sample *s)
+{
+    memset(s, 0, sizeof *s);
+    s->t = json_number_value(json_object_get(o, "t"));
+    s->cpu_s = json_number_value(json_object_get(o, "cpu_s"));
+    s->cpus = json_integer_value(json_object_get(o, "cpus"));
+    s->ticks_ok = json_object_get(o, "cpu_ticks") != NULL;
+    s->total = hostinfo_u(o, "cpu_ticks");
+    s->idle = hostinfo_u(o, "idle_ticks");
+    s->iowait = hostinfo_u(o, "iowait_ticks");
+    s->steal = hostinfo_u(o, "steal_ticks");
+    s->irq = hostinfo_u(o, "irq_ticks");
+    const json_t *pr = json_object_get(o, "procs_running");
+    s->procs_running = pr ? json_integer_value(pr) : -1;
+    const json_t *l = json_object_get(o, "load1");
+    s->load1 = l ? json_number_value(l) : NAN;
+}
+
+hostinfo_window hostinfo_window_of(const hostinfo_sample *a, const hostinfo_sample *b)
+{
+    hostinfo_window w = {b->t - a->t, NAN, NAN, NAN};
+    if (a->ticks_ok && b->ticks_ok && b->total > a->total && b->idle >= a->idle && b->iowait >= a->iowait &&
+        b->steal >= a->steal && b->irq >= a->irq) {
+        double dt = (double)(b->total - a->total);
+        double rest = (double)(b->idle - a->idle) + (double)(b->iowait - a->iowait) + (double)(b->steal - a->steal) +
+                      (double)(b->irq - a->irq);
+        w.steal = (double)(b->steal - a->steal) / dt;
+        w.busy = rest <= dt ? (dt - rest) / dt : 0;
+    }
+    if (w.seconds > 0 && b->cpus > 0 && b->cpu_s >= a->cpu_s)
+        w.own = (b->cpu_s - a->cpu_s) / (w.seconds * (double)b->cpus);
+    return w;
 }

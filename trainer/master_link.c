@@ -1,6 +1,7 @@
 /* master_link.c — a trainer's control connection (see master_link.h). */
 #include "trainer/master_link.h"
 #include "shared/clock.h"
+#include "shared/hostinfo.h"
 #include "shared/log.h"
 #include "shared/text.h"
 
@@ -140,6 +141,13 @@ int mlink_report(mlink *l, const char *type, json_t *extra, char *err, size_t er
     json_t *gpu = mlink_gpu_timed(l->m);
     if (gpu)
         json_object_set_new(body, "gpu_timed", gpu);
+    /* This host's CPU and this process's own at this moment: the master
+     * measures each host's state over the timed pass from them (issue 38). */
+    hostinfo_sample hs;
+    hostinfo_sample_take(&hs);
+    json_t *host = hostinfo_sample_json(&hs);
+    if (host)
+        json_object_set_new(body, "host", host);
     if (extra) {
         json_object_update(body, extra);
         json_decref(extra);

@@ -85,6 +85,14 @@ def gpu_count():
     return 0
 
 
+def job_warnings(res):
+    """results.json's warnings less the hosts' (host_state: a busy or
+    oversubscribed host, which depend on the machine the test runs on: a
+    default --local job oversubscribes a 2-core host)."""
+    hs = res.get("host_state") or {}
+    return [w for w in res["warnings"] if w not in hs.get("warnings", [])]
+
+
 def base_env(extra=None, drop_token=True):
     """The environment for a child: ours, without PSBENCH_TOKEN (unless a
     test sets it), with ASan told not to hide errors behind a 0 exit."""

@@ -412,7 +412,7 @@ class BatchUpdate(psb.PsbTestCase):
         self.assertEqual(res["trainers"][named]["diverged"], want, res["trainers"])
         for t in res["trainers"]:
             self.assertIn(t["diverged"], (want, None), t)
-        self.assertEqual(res["warnings"], [])
+        self.assertEqual(psb.job_warnings(res), [])
         for t in trs:
             self.assertNotEqual(t.wait(60), 0, t.describe())
             self.assertRegex(t.stderr().strip().splitlines()[-1],
@@ -426,8 +426,8 @@ class BatchUpdate(psb.PsbTestCase):
         m, trs, res = self.master_nan_run("--allow-divergence")
         self.assertEqual(m.returncode, 0, m.describe())
         self.assertEqual(res["phase"], "done")
-        self.assertEqual(len(res["warnings"]), 2, res["warnings"])
-        for r, (t, w) in enumerate(zip(res["trainers"], res["warnings"])):
+        self.assertEqual(len(psb.job_warnings(res)), 2, psb.job_warnings(res))
+        for r, (t, w) in enumerate(zip(res["trainers"], psb.job_warnings(res))):
             self.assertEqual(t["diverged"], {"pass": "warm-up", "epoch": 0, "batch": 2, "loss": "nan"}, t)
             self.assertRegex(w, r"^trainer %d \(.*\): " % r + re.escape(self.DIVERGED) +
                              r"; the run went on \(--allow-divergence\)$")

@@ -370,13 +370,13 @@ class MasterTests(psb.PsbTestCase):
                 self.assertRegex(text[core], r"\[trainer %d\] psbench-trainer: trainer %d: psbench [0-9.]+; "
                                              r"BLAS OpenBLAS [0-9.]+, %s kernels, 1 thread; CPU " %
                                  (t["rank"], t["rank"], core))
-        warnings = res["Prescott"]["warnings"]
+        warnings = psb.job_warnings(res["Prescott"])
         self.assertEqual(len(warnings), 2, warnings)
         for r, w in enumerate(warnings):
             self.assertTrue(w.startswith("trainer %d (" % r), w)
             self.assertIn("OPENBLAS_CORETYPE=Prescott", w)
         self.assertEqual(text["Prescott"].count("psbench-master: warn: trainer"), 2)
-        self.assertEqual(res["Haswell"]["warnings"], [])
+        self.assertEqual(psb.job_warnings(res["Haswell"]), [])
         self.assertNotIn("OPENBLAS_CORETYPE", text["Haswell"])
         rc, dout, derr = self.reg.run([psb.bin_path("psbench-master"), "diff",
                                        os.path.join(self.reg.workdir, "out-Prescott", "results.json"),

@@ -204,7 +204,7 @@ class Training(psb.PsbTestCase):
             self.assertIsInstance(d["batch"], int)
         first = diverged[0]
         self.assertIn("epoch %d, batch %d" % (first["epoch"], first["batch"]), res["error"])
-        self.assertEqual(res["warnings"], [])
+        self.assertEqual(psb.job_warnings(res), [])
         for t in trs:
             self.assertNotEqual(t.wait(60), 0, t.describe())
             tl = t.stderr().strip().splitlines()[-1]
@@ -223,8 +223,8 @@ class Training(psb.PsbTestCase):
         res = self.results(m, out)
         self.assertEqual(res["phase"], "done")
         self.assertIs(res["configuration"]["allow_divergence"], True)
-        self.assertEqual(len(res["warnings"]), 2, res["warnings"])
-        for r, (t, w) in enumerate(zip(res["trainers"], res["warnings"])):
+        self.assertEqual(len(psb.job_warnings(res)), 2, psb.job_warnings(res))
+        for r, (t, w) in enumerate(zip(res["trainers"], psb.job_warnings(res))):
             self.assertRegex(w, r"^trainer %d \(.*\): " % r + self.DIVERGED_RE +
                              r"; the run went on \(--allow-divergence\)$")
             d = t["diverged"]
@@ -248,7 +248,7 @@ class Training(psb.PsbTestCase):
         self.assertEqual(res["phase"], "done")
         self.assertEqual(res["configuration"]["lr"], 1e30)
         self.assertEqual(res["configuration"]["resolved"]["trainer"]["configurations"]["lr"], 1e30)
-        self.assertEqual(len(res["warnings"]), 2, res["warnings"])
+        self.assertEqual(len(psb.job_warnings(res)), 2, psb.job_warnings(res))
         for t in res["trainers"]:
             self.assertTrue(t["diverged"], t)
 

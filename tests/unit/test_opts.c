@@ -289,6 +289,7 @@ static const struct {
     {"psbench-master", "--master-addr", "", "--master-addr: needs a non-empty value"},
     {"psbench-master", "--master-port", "70000", "--master-port: 70000 is outside 0..65535"},
     {"psbench-master", "--linger", "-1", "--linger: '-1' is not a positive number of seconds"},
+    {"psbench-master", "--quiet-host", "-1", "--quiet-host: '-1' is not a positive number of seconds"},
     {"psbench-master", "--log-level", "loud", "--log-level: 'loud' is not error, warn, info or debug"},
     {"psbench-master", "--transport", "udp", "--transport: 'udp' is not a transport (auto, tcp or shm)"},
 };

@@ -173,10 +173,11 @@ static void test_status_no_error(void **state)
     snapshot_input in = fixture();
     json_t *doc = parse(snapshot_status_json(&in));
     static const char *const keys[] = {"phase", "error", "progress", "nodes", "elapsed_s", "run", "runs",
-                                       "servers_initialising", "headline"};
-    assert_keys(doc, keys, 9);
+                                       "servers_initialising", "headline", "host_state"};
+    assert_keys(doc, keys, 10);
     assert_int_equal(json_array_size(get(doc, "servers_initialising")), 0); /* nobody fills a table */
     assert_true(json_is_null(get(doc, "headline"))); /* none given: null */
+    assert_true(json_is_null(get(doc, "host_state"))); /* none given: null */
     assert_int_key(doc, "run", 2); /* extension: --runs */
     assert_int_key(doc, "runs", 3);
     assert_str(doc, "phase", "running");

@@ -93,6 +93,34 @@ static void test_reports(void **state)
     expect(report_server, "{\"initialising\": {\"done_bytes\": 3, \"total_bytes\": 2}}", "initialising needs");
 }
 
+/* A report's `host` (issue 38): every field's type and range; all five
+ * tick counts or none; absent entirely from a node before it. */
+static void test_host(void **state)
+{
+    (void)state;
+    const char *ok = "{\"host\": {\"t\": 12.5, \"cpu_s\": 0.25, \"cpus\": 2, \"cpu_ticks\": 1000, \"idle_ticks\": 500, "
+                     "\"iowait_ticks\": 10, \"steal_ticks\": 5, \"irq_ticks\": 3, \"procs_running\": 4, \"load1\": 1.5}}";
+    expect(report_trainer, ok, NULL);
+    expect(report_server, ok, NULL);
+    expect(report_server, "{\"host\": {\"t\": 1, \"cpu_s\": 0, \"cpus\": 1}}", NULL); /* no /proc/stat */
+    expect(report_server, "{\"rows_touched\": 1}", NULL);                           /* an older node */
+    expect(report_trainer, "{\"host\": 1}", "host must be an object, got a whole number");
+    expect(report_trainer, "{\"host\": {\"cpu_s\": 0, \"cpus\": 1}}", "host.t must be a number in 0..");
+    expect(report_trainer, "{\"host\": {\"t\": -1, \"cpu_s\": 0, \"cpus\": 1}}", "host.t must be a number in 0..1e+12, got -1");
+    expect(report_trainer, "{\"host\": {\"t\": 1, \"cpu_s\": \"0\", \"cpus\": 1}}", "host.cpu_s must be a number in 0..1e+12, got a string");
+    expect(report_trainer, "{\"host\": {\"t\": 1, \"cpu_s\": 0}}", "host.cpus is missing");
+    expect(report_trainer, "{\"host\": {\"t\": 1, \"cpu_s\": 0, \"cpus\": 0}}", "host.cpus must be a whole number in 1..");
+    expect(report_trainer, "{\"host\": {\"t\": 1, \"cpu_s\": 0, \"cpus\": 1, \"load1\": -2}}", "host.load1 must be");
+    expect(report_trainer, "{\"host\": {\"t\": 1, \"cpu_s\": 0, \"cpus\": 1, \"procs_running\": -1}}",
+           "host.procs_running must be a whole number");
+    expect(report_trainer, "{\"host\": {\"t\": 1, \"cpu_s\": 0, \"cpus\": 1, \"cpu_ticks\": 10}}",
+           "host needs all of cpu_ticks, idle_ticks, iowait_ticks, steal_ticks, irq_ticks or none");
+    expect(report_trainer, "{\"host\": {\"t\": 1, \"cpu_s\": 0, \"cpus\": 1, \"cpu_ticks\": 10, \"idle_ticks\": 8, "
+           "\"iowait_ticks\": 1, \"steal_ticks\": 1, \"irq_ticks\": 1}}", "must add up to at most cpu_ticks");
+    expect(report_trainer, "{\"host\": {\"t\": 1, \"cpu_s\": 0, \"cpus\": 1, \"cpu_ticks\": 10, \"idle_ticks\": 1.5, "
+           "\"iowait_ticks\": 1, \"steal_ticks\": 1, \"irq_ticks\": 1}}", "host.idle_ticks must be a whole number");
+}
+
 static void test_pass_results(void **state)
 {
     (void)state;
@@ -161,6 +189,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_register),
         cmocka_unit_test(test_reports),
+        cmocka_unit_test(test_host),
         cmocka_unit_test(test_pass_results),
         cmocka_unit_test(test_aggregate_whole_or_nothing),
     };
