@@ -12,6 +12,7 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Seconds since the epoch: the history's points carry the time the page
@@ -55,6 +56,26 @@ static size_t publish_nodes(const master *m, snap_node *nodes, double now)
     return i;
 }
 
+/* The live stats behind each charted snap_stat (the history cuts its recent
+ * window from their samples), parallel to st; the others NULL. NULL: out of
+ * memory (the points then have no window). */
+static const stats **publish_live(master *m, const snap_stat *st, size_t ns)
+{
+    const stats **live = calloc(ns ? ns : 1, sizeof *live);
+    if (!live)
+        return NULL;
+    for (size_t i = 0; i < ns; i++) {
+        if (!st[i].role || !history_charted(st[i].metric))
+            continue;
+        struct agg_group *g = &m->agg.g[strcmp(st[i].role, "server") == 0 ? AGG_SERVER : AGG_TRAINER];
+        metrics *mt = st[i].rank < 0 ? g->all : (uint64_t)st[i].rank < g->nranks ? g->ranks[st[i].rank] : NULL;
+        for (size_t k = 0; mt && k < metrics_size(mt); k++)
+            if (strcmp(metrics_key_at(mt, k), st[i].metric) == 0)
+                live[i] = metrics_at(mt, k);
+    }
+    return live;
+}
+
 void master_publish(master *m, bool exact)
 {
     if (!m->http)
@@ -92,7 +113,9 @@ void master_publish(master *m, bool exact)
      * next time; meanwhile /api/v1/history is not served (503). */
     if (!m->history)
         m->history = history_new(HISTORY_MAX_POINTS, HISTORY_MAX_BYTES);
-    bool taken = m->history && history_offer(m->history, publish_wall_s(), &in, exact) == 1;
+    const stats **live = m->history && st ? publish_live(m, st, ns) : NULL;
+    bool taken = m->history && history_offer(m->history, publish_wall_s(), &in, live, exact) == 1;
+    free(live);
     char *docs[HTTP_NDOCS] = {
         [HTTP_DOC_STATUS] = snapshot_status_json(&in),
         [HTTP_DOC_NODES] = snapshot_nodes_json(&in),
