@@ -357,6 +357,19 @@ int history_offer(history *h, double t, const snapshot_input *in, const stats *c
     return 1;
 }
 
+char *history_last_json(const history *h)
+{
+    const char *p = h->n ? h->ring[(h->head + h->n - 1) % h->cap].json : "null";
+    size_t total = strlen(p) + 96;
+    char *out = malloc(total);
+    if (!out)
+        return NULL;
+    int n = snprintf(out, total, "{\"period_s\":%g,\"window_s\":%g,\"point\":%s}", HISTORY_PERIOD_S,
+                     HISTORY_WINDOW_S, p);
+    assert(n > 0 && (size_t)n < total);
+    return out;
+}
+
 char *history_json(const history *h)
 {
     char head[128];

@@ -56,6 +56,11 @@ int history_offer(history *h, double t, const snapshot_input *in, const stats *c
  *              "server": {...}}}, ...]}, oldest first. NULL: out of memory. */
 char *history_json(const history *h);
 
+/* GET /api/v1/history/last: {"period_s", "window_s", "point": the newest
+ * point as in history_json | null}: what a page that loaded the history
+ * polls for the next points. NULL: out of memory. */
+char *history_last_json(const history *h);
+
 /* Points held now (for tests). */
 size_t history_points(const history *h);
 

@@ -130,6 +130,9 @@ void master_publish(master *m, bool exact)
          * one), or while it is empty (a few bytes): served from the start. */
         [HTTP_DOC_HISTORY] = m->history && (taken || history_points(m->history) == 0) ? history_json(m->history)
                                                                                      : NULL,
+        [HTTP_DOC_HISTORY_LAST] = m->history && (taken || history_points(m->history) == 0)
+                                      ? history_last_json(m->history)
+                                      : NULL,
     };
     m->config_published = docs[HTTP_DOC_CONFIG] != NULL || m->config_published;
     http_publish(m->http, docs);

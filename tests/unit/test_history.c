@@ -304,6 +304,19 @@ static void test_empty(void **state)
     char *s = history_json(h);
     assert_string_equal(s, "{\"period_s\":1,\"window_s\":10,\"max_points\":5,\"points\":[]}");
     free(s);
+    s = history_last_json(h);
+    assert_string_equal(s, "{\"period_s\":1,\"window_s\":10,\"point\":null}");
+    free(s);
+    snapshot_input r = input("running", 1, 1);
+    assert_int_equal(history_offer(h, 100.0, &r, NULL, false), 1);
+    assert_int_equal(history_offer(h, 101.0, &r, NULL, false), 1);
+    s = history_last_json(h);
+    json_error_t err;
+    json_t *v = json_loads(s, JSON_REJECT_DUPLICATES, &err);
+    free(s);
+    assert_non_null(v);
+    assert_true(json_real_value(json_object_get(json_object_get(v, "point"), "t")) == 101.0);
+    json_decref(v);
     history_free(h);
 }
 
