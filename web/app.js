@@ -166,9 +166,14 @@
      * serves them, else a sample of the metrics (cumulative only). Not
      * part of "connected" either. */
     let last = null;
-    try {
-      last = await fetchJSON("api/v1/history/last");
-    } catch (e) { /* an older master: the metrics */ }
+    if (!state.noHistoryLast) {
+      try {
+        last = await fetchJSON("api/v1/history/last");
+      } catch (e) {
+        /* An older master (404): not asked again; the metrics instead. */
+        state.noHistoryLast = /HTTP 404/.test(String(e && e.message));
+      }
+    }
     state.historyLive = isObj(last);
     if (state.historyLive && isObj(last.point)) takePoint(last.point);
     state.polls++;
@@ -176,7 +181,8 @@
     if (res[1].status === "fulfilled" && Array.isArray(res[1].value)) state.nodes = res[1].value;
     if (res[2].status === "fulfilled" && isObj(res[2].value)) {
       state.metrics = res[2].value;
-      if (!state.historyLive) sampleMetrics(state.metrics);
+      /* The metrics until the master's points come (or where none do). */
+      if (!state.historyLive || state.lastPointT === null) sampleMetrics(state.metrics);
     }
     state.connected = ok === paths.length;
     if (state.connected) {

@@ -460,6 +460,23 @@ class Dashboard(BrowserTestCase):
             self.assertTrue(s["breakdownShown"], s)
             self.assertEqual(s["breakdownSeries"], 4, s)
             self.assertTrue(s["serverShown"], s)
+            # The headline: the status's "all" row, exact once done, n the
+            # "all trainers" batch_all count (or the steady figures' own).
+            st = get_json(base + "api/v1/status")
+            row = [r for r in st["headline"]["trainers"] if r["trainer"] == "all"][0]
+            h = driver.execute_script(HEADLINE_JS)
+            steady = row.get("steady")
+            src = steady if steady and steady.get("step_p50_ms") is not None else row
+            self.assertEqual(h["figures"]["step_p50"]["text"], fmt_ms(src["step_p50_ms"]), h)
+            n = steady["n"] if src is steady else \
+                get_json(base + "api/v1/metrics")["groups"]["trainer"]["all"][M_BATCH]["count"]
+            self.assertTrue(h["figures"]["step_p50"]["n"].endswith("n = %d" % n), h)
+            if row["bytes_per_step"] is not None:
+                self.assertEqual(h["figures"]["bytes_per_step"]["text"], fmt_bytes(row["bytes_per_step"]), h)
+            for k, share in row["shares"].items():
+                if share is not None and not (steady and "shares" in steady):
+                    self.assertEqual(h["shares"][k], fmt_share(share), h)
+            self.assertIn("final", h["label"])
             # No more points after done, however many polls follow.
             polls = s["okPolls"]
             self.wait_page(driver, "poll twice more", lambda t: t["okPolls"] >= polls + 2)
