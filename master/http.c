@@ -100,6 +100,7 @@ static const char *const doc_type[NDOCS] = {
     [HTTP_DOC_PROM] = "text/plain; version=0.0.4; charset=utf-8",
     [HTTP_DOC_CONFIG] = "application/json",
     [HTTP_DOC_HISTORY] = "application/json",
+    [HTTP_DOC_HISTORY_LAST] = "application/json",
 };
 
 static enum MHD_Result http_reply(struct MHD_Connection *c, unsigned code, const char *type,
@@ -333,6 +334,8 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const c
         return http_doc(h, c, HTTP_DOC_CONFIG);
     if (strcmp(url, "/api/v1/history") == 0)
         return http_doc(h, c, HTTP_DOC_HISTORY);
+    if (strcmp(url, "/api/v1/history/last") == 0)
+        return http_doc(h, c, HTTP_DOC_HISTORY_LAST);
     if (strcmp(url, "/metrics") == 0)
         return http_doc(h, c, HTTP_DOC_PROM);
     /* Dashboard files: looked up by exact name in the compiled-in table. */

@@ -27,6 +27,7 @@ enum http_doc_id {
     HTTP_DOC_PROM,    /* GET /metrics */
     HTTP_DOC_CONFIG,  /* GET /api/v1/config: the resolved configuration */
     HTTP_DOC_HISTORY, /* GET /api/v1/history: the charts' points so far (history.h) */
+    HTTP_DOC_HISTORY_LAST, /* GET /api/v1/history/last: the newest of them (what the dashboard polls) */
     HTTP_NDOCS
 };
 /* Replace the served documents; takes ownership of the malloc'd strings

@@ -14,6 +14,7 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Seconds since the epoch: the history's points carry the time the page
@@ -77,6 +78,26 @@ static snap_run_info publish_run_info(const master *m)
     };
 }
 
+/* The live stats behind each charted snap_stat (the history cuts its recent
+ * window from their samples), parallel to st; the others NULL. NULL: out of
+ * memory (the points then have no window). */
+static const stats **publish_live(master *m, const snap_stat *st, size_t ns)
+{
+    const stats **live = calloc(ns ? ns : 1, sizeof *live);
+    if (!live)
+        return NULL;
+    for (size_t i = 0; i < ns; i++) {
+        if (!st[i].role || !history_charted(st[i].metric))
+            continue;
+        struct agg_group *g = &m->agg.g[strcmp(st[i].role, "server") == 0 ? AGG_SERVER : AGG_TRAINER];
+        metrics *mt = st[i].rank < 0 ? g->all : (uint64_t)st[i].rank < g->nranks ? g->ranks[st[i].rank] : NULL;
+        for (size_t k = 0; mt && k < metrics_size(mt); k++)
+            if (strcmp(metrics_key_at(mt, k), st[i].metric) == 0)
+                live[i] = metrics_at(mt, k);
+    }
+    return live;
+}
+
 void master_publish(master *m, bool exact)
 {
     if (!m->http)
@@ -125,7 +146,9 @@ void master_publish(master *m, bool exact)
      * next time; meanwhile /api/v1/history is not served (503). */
     if (!m->history)
         m->history = history_new(HISTORY_MAX_POINTS, HISTORY_MAX_BYTES);
-    bool taken = m->history && history_offer(m->history, publish_wall_s(), &in, exact) == 1;
+    const stats **live = m->history && st ? publish_live(m, st, ns) : NULL;
+    bool taken = m->history && history_offer(m->history, publish_wall_s(), &in, live, exact) == 1;
+    free(live);
     char *docs[HTTP_NDOCS] = {
         [HTTP_DOC_STATUS] = snapshot_status_json(&in),
         [HTTP_DOC_NODES] = snapshot_nodes_json(&in),
@@ -140,6 +163,9 @@ void master_publish(master *m, bool exact)
          * one), or while it is empty (a few bytes): served from the start. */
         [HTTP_DOC_HISTORY] = m->history && (taken || history_points(m->history) == 0) ? history_json(m->history)
                                                                                      : NULL,
+        [HTTP_DOC_HISTORY_LAST] = m->history && (taken || history_points(m->history) == 0)
+                                      ? history_last_json(m->history)
+                                      : NULL,
     };
     m->config_published = docs[HTTP_DOC_CONFIG] != NULL || m->config_published;
     http_publish(m->http, docs);

@@ -15,6 +15,18 @@
  *   polls. No point is added once the run has ended (done or failed).
  * - The warm-up pass is shaded on the charts (data-warmup-points and
  *   data-timed-points on each chart say how many points each pass has).
+ * - The headline (api/v1/status's `headline`, its "all" row) opens the
+ *   page as large figures, each with n, the steps behind it: the row's
+ *   `steady` figures when the master gives them ("steady state", and a
+ *   "few steps" mark when it says so), else the pass's, n then the "all
+ *   trainers" batch_all count of api/v1/metrics. A busy or oversubscribed
+ *   host (status's `host_state`) gets a warning banner with its warnings.
+ * - The charts plot, by default, a statistic over the last 10 s (each
+ *   history point's `window`; after the history the page polls
+ *   api/v1/history/last for the next points), or, as chosen, the
+ *   cumulative one over the pass; the choice is kept in localStorage. A
+ *   master without history/last: the charts sample api/v1/metrics,
+ *   cumulative only (the caption says so).
  * - window.psbenchState exposes what the page knows (for tests and for a
  *   curious user at the console), window.psbenchFormat the formatting
  *   the charts use (tick labels: their canvas is not readable text); every
@@ -61,9 +73,16 @@
     config: null,        /* api/v1/config, once it answered */
     historyPoints: 0,    /* points loaded from api/v1/history */
     samples: [],         /* chart history, see sampleMetrics() */
-    stat: "mean",        /* which statistic the charts plot */
-    charts: {trainer: {points: 0, series: 0}, server: {points: 0, series: 0},
-             breakdown: {points: 0, series: 0}}
+    stat: "p50",         /* which statistic the charts plot */
+    mode: "window",      /* over what: "window" (the last 10 s) | "cumulative" (the pass) */
+    shownMode: null,     /* what the charts show now: mode, or "cumulative" where no window is known */
+    chartShown: "",      /* the caption saying so */
+    historyLive: false,  /* api/v1/history/last answers: the charts follow the master's points */
+    lastPointT: null,    /* t of the newest master point taken */
+    headline: null,      /* the figures the headline shows, see renderHeadline() */
+    busy: null,          /* the warnings the busy banner shows, or null */
+    charts: {trainer: {points: 0, series: 0, data: []}, server: {points: 0, series: 0, data: []},
+             breakdown: {points: 0, series: 0, data: []}}
   };
   window.psbenchState = state;
 
@@ -143,12 +162,27 @@
         if (isObj(c)) state.config = c;
       } catch (e) { /* next poll */ }
     }
+    /* The charts' next point: the master's (with its windows) where it
+     * serves them, else a sample of the metrics (cumulative only). Not
+     * part of "connected" either. */
+    let last = null;
+    if (!state.noHistoryLast) {
+      try {
+        last = await fetchJSON("api/v1/history/last");
+      } catch (e) {
+        /* An older master (404): not asked again; the metrics instead. */
+        state.noHistoryLast = /HTTP 404/.test(String(e && e.message));
+      }
+    }
+    state.historyLive = isObj(last);
+    if (state.historyLive && isObj(last.point)) takePoint(last.point);
     state.polls++;
     if (res[0].status === "fulfilled" && isObj(res[0].value)) state.status = res[0].value;
     if (res[1].status === "fulfilled" && Array.isArray(res[1].value)) state.nodes = res[1].value;
     if (res[2].status === "fulfilled" && isObj(res[2].value)) {
       state.metrics = res[2].value;
-      sampleMetrics(state.metrics);
+      /* The metrics until the master's points come (or where none do). */
+      if (!state.historyLive || state.lastPointT === null) sampleMetrics(state.metrics);
     }
     state.connected = ok === paths.length;
     if (state.connected) {
@@ -165,7 +199,8 @@
 
   function render(ok, total) {
     /* Each part on its own: one failing does not hide the others. */
-    for (const f of [renderHeader, renderExperiment, renderNodes, renderCharts, renderTables]) {
+    for (const f of [renderHeader, renderBusy, renderHeadline, renderExperiment, renderNodes, renderCharts,
+                     renderTables]) {
       try {
         f(ok, total);
       } catch (e) {
@@ -351,20 +386,60 @@
    * samples. Its groups hold the ranks and "all" side by side. */
   function loadHistory(h) {
     const pts = isObj(h) && Array.isArray(h.points) ? h.points.filter(isObj) : [];
-    for (const p of pts) {
-      if (!isNum(p.t)) continue;
-      const g = isObj(p.groups) ? p.groups : {};
-      const tr = isObj(g.trainer) ? g.trainer : {};
-      const sv = isObj(g.server) ? g.server : {};
-      pushSample(makeSample(p.t, typeof p.phase === "string" ? p.phase : null, tr.all, tr, sv));
-    }
+    for (const p of pts) takePoint(p);
     state.historyPoints = state.samples.length;
+  }
+
+  /* One of the master's points, once (the polls of history/last see the
+   * same point until the next is taken). */
+  function takePoint(p) {
+    if (!isNum(p.t) || (state.lastPointT !== null && p.t <= state.lastPointT)) return;
+    state.lastPointT = p.t;
+    const g = isObj(p.groups) ? p.groups : {};
+    const tr = isObj(g.trainer) ? g.trainer : {};
+    const sv = isObj(g.server) ? g.server : {};
+    pushSample(makeSample(p.t, typeof p.phase === "string" ? p.phase : null, tr.all, tr, sv));
+  }
+
+  /* The statistics offered over the window (history.h): no p99, and the
+   * mean since the last poll is a cumulative view's. */
+  const WINDOW_STATS = ["mean", "p50", "p90"];
+
+  /* Whether any sample carries a window: a master that sends none is
+   * charted cumulatively whatever the choice. */
+  function windowKnown() {
+    const has = (x) => isObj(x) && isObj(x.window);
+    for (const s of state.samples) {
+      if (Object.values(s.trainer).some(has) || Object.values(s.breakdown).some(has)) return true;
+      for (const r of Object.values(s.server)) if (has(r.batch) || has(r.strag)) return true;
+    }
+    return false;
+  }
+
+  const STAT_NAMES = {mean: "mean", p50: "p50", p90: "p90", p99: "p99", interval: "mean since the last point"};
+
+  /* What the charts show now: state.shownMode and the caption. */
+  function chartCaption() {
+    const win = state.mode === "window" && windowKnown();
+    state.shownMode = win ? "window" : "cumulative";
+    const stat = STAT_NAMES[state.stat] || state.stat;
+    state.chartShown = win ? stat + " over the last 10 s"
+      : state.stat === "interval" ? stat
+      : stat + ", cumulative over the pass" +
+        (state.mode === "window" ? " (the master sends no 10 s window)" : "");
+    return state.chartShown;
   }
 
   /* The value plotted for STATS `cur` (and `prev`, the same rank's STATS of
    * the previous sample, for the interval mean). */
   function statValue(cur, prev) {
     if (!isObj(cur)) return null;
+    if (state.shownMode === "window") {
+      /* An empty window, or one past the samples the master keeps: a gap. */
+      const w = cur.window;
+      if (!isObj(w) || !isNum(w.count) || w.count <= 0) return null;
+      return isNum(w[state.stat]) ? w[state.stat] : null;
+    }
     /* No samples yet (the start, or just after the reset between the
      * warm-up and the timed pass): a gap, not a zero. */
     if (!isNum(cur.count) || cur.count <= 0) return null;
@@ -434,7 +509,7 @@
     return vals.map((v) => (isNum(v) ? v.toFixed(k) : ""));
   }
 
-  window.psbenchFormat = {ticks: fmtTicks};
+  window.psbenchFormat = {ticks: fmtTicks, headline: (kind, v) => hlText(kind, v)};
 
   function chartWidth(box) {
     const w = box.clientWidth || (box.parentElement && box.parentElement.clientWidth) || 0;
@@ -489,7 +564,7 @@
          incrs: X_INCRS, space: 60,
          values: (u, vals) => vals.map((v) => fmtClock(v * 1000))},
         {stroke: "#6b7385", grid: {stroke: "#eef0f4"}, ticks: {stroke: "#e2e6ee"}, size: 64,
-         label: "ms", labelSize: 18,
+         label: "ms \u00b7 " + state.chartShown, labelSize: 18,
          values: (u, vals) => fmtTicks(vals)}
       ],
       series: [{label: "time", value: (u, v, si, idx) => {
@@ -541,7 +616,8 @@
     const box = $(ch.id);
     if (typeof uPlot !== "function") throw new Error("uPlot is not loaded");
     const defs = seriesDefs(which);
-    const sig = defs.map((d) => d.key).join(",");
+    /* The axis says what is shown: a new choice makes a new plot. */
+    const sig = state.chartShown + "|" + defs.map((d) => d.key).join(",");
     let data;
     if (defs.length === 0) {
       if (ch.plot) { ch.plot.destroy(); ch.plot = null; }
@@ -556,7 +632,8 @@
     }
     ch.sig = sig;
     const points = countPoints(data);
-    state.charts[which] = {points: points, series: defs.length};
+    /* The data plotted, for tests and the curious: x, then a column per series. */
+    state.charts[which] = {points: points, series: defs.length, labels: defs.map((d) => d.label), data: data};
     setAttr(box, "data-points", points);
     setAttr(box, "data-series", defs.length);
     let warm = 0, timed = 0;
@@ -587,6 +664,7 @@
   }
 
   function renderCharts() {
+    setText($("chart-shown"), "(" + chartCaption() + ")");
     renderChart("trainer");
     /* The server chart only where the job has servers (a pure allreduce
      * job has none); the breakdown only where trainers report it. */
@@ -598,6 +676,140 @@
     renderChart("breakdown");
     const bfig = $("fig-breakdown");
     if (bfig) bfig.hidden = state.charts.breakdown.series === 0;
+  }
+
+  /* ---------------------------------------------------------------- headline */
+
+  const SHARES = [
+    {key: "forward", label: "forward", color: "#2563eb"},
+    {key: "backward_compute", label: "backward compute", color: "#16a34a"},
+    {key: "exposed_comm", label: "exposed comm", color: "#dc2626"},
+    {key: "optimizer", label: "optimizer", color: "#d97706"},
+    {key: "other", label: "other", color: "#9ca3af"}
+  ];
+
+  /* The headline's formats (window.psbenchFormat.headline: the tests
+   * write the expected text with them). */
+  const HL_FMT = {
+    step_p50: (v) => v.toFixed(2) + " ms",
+    samples_per_s: (v) => (v >= 100 ? v.toFixed(0) : v.toFixed(1)),
+    bytes_per_step: (v) => {
+      const units = [[1e9, "GB"], [1e6, "MB"], [1e3, "kB"]];
+      for (const [k, u] of units) if (v >= k) return (v / k).toFixed(2) + " " + u;
+      return v.toFixed(0) + " B";
+    },
+    effective_gb_per_s: (v) => v.toFixed(2) + " GB/s",
+    share: (v) => (100 * v).toFixed(1) + "%"
+  };
+
+  function hlText(kind, v) { return isNum(v) ? HL_FMT[kind](v) : "\u2013"; }
+
+  /* The "all" row of the status's headline (one trainer: its own row). */
+  function headlineRow() {
+    const h = isObj(state.status) && isObj(state.status.headline) ? state.status.headline : null;
+    const rows = h && Array.isArray(h.trainers) ? h.trainers.filter(isObj) : [];
+    return rows.find((r) => r.trainer === "all") || (rows.length === 1 ? rows[0] : null);
+  }
+
+  /* The steps behind the pass's figures: the "all trainers" batch_all count. */
+  function metricsSteps() {
+    const m = state.metrics;
+    const all = isObj(m) && isObj(m.groups) && isObj(m.groups.trainer) && isObj(m.groups.trainer.all)
+      ? m.groups.trainer.all : null;
+    return all && isObj(all[M_BATCH]) && isNum(all[M_BATCH].count) ? all[M_BATCH].count : null;
+  }
+
+  /* state.headline = {source: "steady" | "pass" | "none", final, fewSteps,
+   * figures: {KEY: {value, text, n, steady}}, shares: {KEY: {value, text}}}. */
+  function renderHeadline() {
+    const box = $("headline");
+    if (!box) return;
+    const row = headlineRow();
+    const steady = row && isObj(row.steady) ? row.steady : null;
+    const passN = metricsSteps();
+    const steadyN = steady && isNum(steady.n) ? steady.n : null;
+    const hl = {source: !row ? "none" : steady ? "steady" : "pass",
+                final: state.phase === "done", fewSteps: null, figures: {}, shares: {}};
+    /* A figure the steady object has is the steady one (its n); the rest the pass's. */
+    const pick = (key) => {
+      const st = steady && isNum(steady[key]);
+      const value = st ? steady[key] : row && isNum(row[key]) ? row[key] : null;
+      return {value: value, n: st ? steadyN : passN, steady: st};
+    };
+    const figs = {step_p50: pick("step_p50_ms"), samples_per_s: pick("samples_per_s"),
+                  bytes_per_step: pick("bytes_per_step"), effective_gb_per_s: pick("effective_gb_per_s")};
+    for (const [key, f] of Object.entries(figs)) {
+      f.text = hlText(key, f.value);
+      hl.figures[key] = f;
+      const e = $("hl-" + key);
+      if (!e) continue;
+      setText(e.querySelector(".fig-value"), f.text);
+      setAttr(e, "data-value", f.value === null ? "" : f.value);
+      setText(e.querySelector(".fig-n"), (f.steady ? "steady state \u00b7 " : "") +
+              "n = " + (isNum(f.n) ? String(f.n) : "\u2013"));
+    }
+    const sh = steady && isObj(steady.shares) ? steady.shares : row && isObj(row.shares) ? row.shares : {};
+    const bar = $("hl-sharebar"), legend = $("hl-share-legend");
+    const sig = JSON.stringify(sh);
+    for (const d of SHARES) hl.shares[d.key] = {value: isNum(sh[d.key]) ? sh[d.key] : null,
+                                                 text: hlText("share", sh[d.key])};
+    if (bar.getAttribute("data-sig") !== sig) {
+      bar.setAttribute("data-sig", sig);
+      bar.textContent = "";
+      legend.textContent = "";
+      for (const d of SHARES) {
+        const v = hl.shares[d.key].value;
+        if (v !== null && v > 0) {
+          const seg = el("span");
+          seg.style.width = (100 * Math.min(1, v)).toFixed(2) + "%";
+          seg.style.background = d.color;
+          seg.title = d.label + " " + hl.shares[d.key].text;
+          bar.appendChild(seg);
+        }
+        const item = el("span", "share");
+        item.setAttribute("data-key", d.key);
+        const sw = el("span", "sw");
+        sw.style.background = d.color;
+        item.appendChild(sw);
+        item.appendChild(document.createTextNode(d.label + " "));
+        item.appendChild(el("b", null, hl.shares[d.key].text));
+        legend.appendChild(item);
+      }
+    }
+    const shareSteady = !!(steady && isObj(steady.shares));
+    setText($("hl-shares").querySelector(".fig-n"), (shareSteady ? "steady state \u00b7 " : "") + "n = " +
+            (isNum(shareSteady ? steadyN : passN) ? String(shareSteady ? steadyN : passN) : "\u2013"));
+    const pass = isObj(state.status) && isObj(state.status.headline) ? state.status.headline.pass : null;
+    setText($("hl-label"), "all trainers" + (steady ? ", steady state" : pass ? ", " + pass + " pass" : "") +
+            (hl.final ? " \u00b7 final" : row ? " \u00b7 live" : " \u00b7 no step yet"));
+    const few = $("hl-few");
+    if (steady && steady.few_steps === true) hl.fewSteps = steadyN;
+    few.hidden = !(steady && steady.few_steps === true);
+    setText(few, few.hidden ? "" : "few steps (n=" + (isNum(steadyN) ? steadyN : "?") + ")");
+    setAttr(box, "data-source", hl.source);
+    state.headline = hl;
+  }
+
+  /* A host busy or oversubscribed during the timed pass: its figures may
+   * say more about the host than the system benchmarked. */
+  function renderBusy() {
+    const hs = isObj(state.status) && isObj(state.status.host_state) ? state.status.host_state : null;
+    const on = !!hs && (hs.busy === true || hs.oversubscribed === true);
+    const box = $("busy");
+    box.hidden = !on;
+    if (!on) { state.busy = null; return; }
+    const warnings = Array.isArray(hs.warnings) ? hs.warnings.filter((w) => typeof w === "string") : [];
+    if (warnings.length === 0) {
+      warnings.push(hs.busy === true ? "a host was busy during the timed pass"
+                                     : "more processes than cores on a host (oversubscribed)");
+    }
+    state.busy = warnings;
+    const list = $("busy-list");
+    const sig = JSON.stringify(warnings);
+    if (list.getAttribute("data-sig") === sig) return;
+    list.setAttribute("data-sig", sig);
+    list.textContent = "";
+    for (const w of warnings) list.appendChild(el("li", null, w));
   }
 
   /* -------------------------------------------------------------- experiment */
@@ -754,14 +966,30 @@
   /* -------------------------------------------------------------------- start */
 
   function start() {
-    const sel = $("stat-select");
-    if (sel) {
-      state.stat = sel.value;
-      sel.addEventListener("change", () => {
+    const sel = $("stat-select"), mode = $("mode-select");
+    const saved = (k) => { try { return window.localStorage.getItem(k); } catch (e) { return null; } };
+    const save = (k, v) => { try { window.localStorage.setItem(k, v); } catch (e) { /* private mode */ } };
+    const has = (s, v) => s && Array.from(s.options).some((o) => o.value === v);
+    if (mode && has(mode, saved("psbench.chartMode"))) mode.value = saved("psbench.chartMode");
+    if (sel && has(sel, saved("psbench.chartStat"))) sel.value = saved("psbench.chartStat");
+    /* Over the window only what it has: mean, p50, p90. */
+    const sync = () => {
+      if (mode) state.mode = mode.value;
+      if (sel) {
+        for (const o of sel.options) o.disabled = state.mode === "window" && !WINDOW_STATS.includes(o.value);
+        if (sel.options[sel.selectedIndex].disabled) sel.value = "p50";
         state.stat = sel.value;
-        try { renderCharts(); } catch (e) { console.error("psbench dashboard: charts: " + e); }
-      });
-    }
+      }
+    };
+    sync();
+    const changed = () => {
+      sync();
+      save("psbench.chartMode", state.mode);
+      save("psbench.chartStat", state.stat);
+      try { renderCharts(); } catch (e) { console.error("psbench dashboard: charts: " + e); }
+    };
+    if (sel) sel.addEventListener("change", changed);
+    if (mode) mode.addEventListener("change", changed);
     /* The history first, so the charts start from the job's beginning;
      * then the polls. A master without it (or a failed request) leaves the
      * charts to the polls alone. */

@@ -237,6 +237,8 @@ def make_handler(job, prefix):
             if path == "/api/v1/history":
                 # The mock keeps no history: the page starts from its own polls.
                 return self.send_json({"period_s": 1, "max_points": 3600, "points": []})
+            if path == "/api/v1/history/last":
+                return self.send_json({"period_s": 1, "window_s": 10, "point": None})
             if path == "/":
                 path = "/index.html"
             rel = os.path.normpath(path.lstrip("/"))

@@ -20,8 +20,10 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -125,6 +127,147 @@ def wait_for_line(proc, regex, timeout=10.0):
         time.sleep(0.05)
     raise AssertionError("server under test not listening within %.0f s:\n%s"
                          % (timeout, proc.describe()))
+
+
+# ---- a fake master: the page's files and documents the test sets -----------
+
+WEB_DIR = os.path.abspath(os.path.join(HERE, "..", "..", "web"))
+WEB_TYPES = {".html": "text/html; charset=utf-8", ".js": "application/javascript", ".css": "text/css"}
+
+
+class FakeMaster(object):
+    """Serves web/ and the JSON documents in self.docs (path -> object, set
+    by the test at any time) on 127.0.0.1; stop() stops it."""
+
+    def __init__(self, docs):
+        self.docs = docs
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, fmt, *args):
+                pass
+
+            def reply(self, code, ctype, body):
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                path = self.path.split("?", 1)[0]
+                if path in fake.docs:
+                    return self.reply(200, "application/json", json.dumps(fake.docs[path]).encode())
+                rel = os.path.normpath(("/index.html" if path == "/" else path).lstrip("/"))
+                full = os.path.join(WEB_DIR, rel)
+                if rel.startswith("..") or not os.path.isfile(full):
+                    return self.reply(404, "text/plain", b"not found\n")
+                with open(full, "rb") as f:
+                    self.reply(200, WEB_TYPES.get(os.path.splitext(full)[1], "text/plain"), f.read())
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.srv.daemon_threads = True
+        self.thread = threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        self.thread.start()
+        self.base = "http://127.0.0.1:%d/" % self.srv.server_address[1]
+
+    def stop(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+        self.thread.join(5)
+
+
+M_BATCH = "batch_level_metric,batch_all"
+
+
+def fake_point(t, k, window=True):
+    """A history point at t: trainer 0's batch time cumulative p50 10 + k,
+    its last-10-s window's p50 100 + k (apart, so the test sees which the
+    chart plots)."""
+    st = {"count": 10 * (k + 1), "mean": 10.0 + k, "p50": 10.0 + k, "p90": 11.0 + k, "p99": 12.0 + k}
+    if window:
+        st["window"] = {"seconds": 10.0, "count": 10, "mean": 100.0 + k, "p50": 100.0 + k, "p90": 101.0 + k}
+    return {"t": t, "run": 1, "phase": "running", "pass": "timed",
+            "groups": {"trainer": {"0": {M_BATCH: st}, "all": {M_BATCH: st}}}}
+
+
+def fake_docs(headline, host_state, npoints=5):
+    t0 = time.time() - npoints
+    pts = [fake_point(t0 + i, i) for i in range(npoints)]
+    return {
+        "/api/v1/status": {"phase": "running", "error": None, "progress": {"batches_done": 50, "batches_total": 100},
+                           "nodes": {"trainer": 1, "server": 0}, "elapsed_s": 5.0, "run": 1, "runs": 1,
+                           "servers_initialising": [], "headline": headline, "host_state": host_state},
+        "/api/v1/nodes": [{"role": "trainer", "rank": 0, "host": "h0", "device": "cpu", "state": "running",
+                           "last_seen_s": 0.1}],
+        "/api/v1/metrics": {"unit": "ms", "phase": "running",
+                            "groups": {"trainer": {"all": {M_BATCH: {"count": 1234, "mean": 12.0, "p50": 11.0}},
+                                                   "ranks": {}}}},
+        "/api/v1/config": {"ntrainer": 1, "nserver": 0, "model": "Fake"},
+        "/api/v1/history": {"period_s": 1, "window_s": 10, "max_points": 3600, "points": pts},
+        "/api/v1/history/last": {"period_s": 1, "window_s": 10, "point": pts[-1]},
+    }
+
+
+def headline_row(steady=None):
+    row = {"trainer": "all", "step_p50_ms": 12.3456, "step_p90_ms": 15.0, "samples_per_s": 5183.27,
+           "shares": {"forward": 0.2512, "backward_compute": 0.4021, "exposed_comm": 0.1533, "optimizer": 0.1804,
+                      "other": 0.013},
+           "bytes_per_step": 1048576, "bytes_source": "gradient buckets", "comm_span_ms": 4.2,
+           "effective_gb_per_s": 0.24966}
+    if steady is not None:
+        row["steady"] = steady
+    return {"pass": "timed", "unit": "ms", "trainers": [dict(row, trainer="0"), row]}
+
+
+# The headline as the page shows it, and what it used.
+HEADLINE_JS = r"""
+const q = (s) => document.querySelector(s);
+const txt = (e, s) => (e && e.querySelector(s) ? e.querySelector(s).textContent : null);
+const fig = (k) => { const e = q('#hl-' + k); return e ? {text: txt(e, '.fig-value'), n: txt(e, '.fig-n')} : null; };
+return {figures: {step_p50: fig('step_p50'), samples_per_s: fig('samples_per_s'),
+                  bytes_per_step: fig('bytes_per_step'), effective_gb_per_s: fig('effective_gb_per_s'),
+                  shares: fig('shares')},
+        shares: Object.fromEntries(Array.from(document.querySelectorAll('#hl-share-legend [data-key]')).map(
+          (e) => [e.getAttribute('data-key'), e.querySelector('b').textContent])),
+        segments: document.querySelectorAll('#hl-sharebar > span').length,
+        few: q('#hl-few').hidden ? null : q('#hl-few').textContent,
+        label: q('#hl-label').textContent,
+        source: q('#headline').getAttribute('data-source'),
+        top: q('#headline').getBoundingClientRect().top,
+        chartsTop: q('#chart-trainer').getBoundingClientRect().top,
+        busy: q('#busy').hidden ? null : Array.from(document.querySelectorAll('#busy-list li')).map((li) => li.textContent),
+        state: window.psbenchState.headline};
+"""
+
+# What the trainer chart plots now.
+CHART_JS = r"""
+const st = window.psbenchState;
+const c = st.charts.trainer;
+return {mode: st.mode, shown: st.shownMode, stat: st.stat, caption: document.querySelector('#chart-shown').textContent,
+        labels: c.labels || [], cols: (c.data || []).slice(1), polls: st.okPolls,
+        modeSelect: document.querySelector('#mode-select').value};
+"""
+
+
+def fmt_ms(v):
+    return "%.2f ms" % v
+
+
+def fmt_sps(v):
+    return "%.0f" % v if v >= 100 else "%.1f" % v
+
+
+def fmt_bytes(v):
+    for k, u in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if v >= k:
+            return "%.2f %s" % (v / k, u)
+    return "%.0f B" % v
+
+
+def fmt_share(v):
+    return "%.1f%%" % (100 * v)
 
 
 # ---- helpers ---------------------------------------------------------------
@@ -317,6 +460,23 @@ class Dashboard(BrowserTestCase):
             self.assertTrue(s["breakdownShown"], s)
             self.assertEqual(s["breakdownSeries"], 4, s)
             self.assertTrue(s["serverShown"], s)
+            # The headline: the status's "all" row, exact once done, n the
+            # "all trainers" batch_all count (or the steady figures' own).
+            st = get_json(base + "api/v1/status")
+            row = [r for r in st["headline"]["trainers"] if r["trainer"] == "all"][0]
+            h = driver.execute_script(HEADLINE_JS)
+            steady = row.get("steady")
+            src = steady if steady and steady.get("step_p50_ms") is not None else row
+            self.assertEqual(h["figures"]["step_p50"]["text"], fmt_ms(src["step_p50_ms"]), h)
+            n = steady["n"] if src is steady else \
+                get_json(base + "api/v1/metrics")["groups"]["trainer"]["all"][M_BATCH]["count"]
+            self.assertTrue(h["figures"]["step_p50"]["n"].endswith("n = %d" % n), h)
+            if row["bytes_per_step"] is not None:
+                self.assertEqual(h["figures"]["bytes_per_step"]["text"], fmt_bytes(row["bytes_per_step"]), h)
+            for k, share in row["shares"].items():
+                if share is not None and not (steady and "shares" in steady):
+                    self.assertEqual(h["shares"][k], fmt_share(share), h)
+            self.assertIn("final", h["label"])
             # No more points after done, however many polls follow.
             polls = s["okPolls"]
             self.wait_page(driver, "poll twice more", lambda t: t["okPolls"] >= polls + 2)
@@ -437,6 +597,164 @@ return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textCo
             devs = sorted(by[("trainer", r)] for r in ("0", "1"))
             self.assertEqual(devs[0], "cpu", cells)
             self.assertEqual(devs[1], "fake-cuda \u00b7 fake GPU (host memory; tests only)", cells)
+            self.assert_no_severe(driver.get_log("browser"))
+        finally:
+            driver.quit()
+
+    # -- the headline, the chart's window, the busy banner (a fake master) --
+
+    def fake(self, docs):
+        fm = FakeMaster(docs)
+        self.addCleanup(fm.stop)
+        return fm
+
+    def wait_js(self, driver, what, js, cond, timeout=WAIT_S):
+        deadline = time.monotonic() + timeout
+        v = None
+        while time.monotonic() < deadline:
+            v = driver.execute_script(js)
+            if cond(v):
+                return v
+            time.sleep(0.2)
+        self.fail("page did not %s within %.0f s; last: %r; console: %r"
+                  % (what, timeout, v, driver.get_log("browser")))
+
+    def test_headline_pass_figures(self):
+        """No steady figures: the pass's, each with n from the metrics'
+        batch_all count; no busy banner for a host_state that is null."""
+        hl = headline_row()
+        fm = self.fake(fake_docs(hl, None))
+        driver = self.start_browser()
+        try:
+            driver.get(fm.base)
+            v = self.wait_js(driver, "show the headline", HEADLINE_JS, lambda v: v["source"] == "pass")
+            row = hl["trainers"][-1]
+            f = v["figures"]
+            self.assertEqual(f["step_p50"]["text"], fmt_ms(row["step_p50_ms"]))
+            self.assertEqual(f["step_p50"]["text"], "12.35 ms")
+            self.assertEqual(f["samples_per_s"]["text"], fmt_sps(row["samples_per_s"]))
+            self.assertEqual(f["bytes_per_step"]["text"], fmt_bytes(row["bytes_per_step"]))
+            self.assertEqual(f["effective_gb_per_s"]["text"], "%.2f GB/s" % row["effective_gb_per_s"])
+            for k, share in row["shares"].items():
+                self.assertEqual(v["shares"][k], fmt_share(share), v["shares"])
+            self.assertEqual(v["segments"], 5)
+            for k in f:
+                self.assertEqual(f[k]["n"], "n = 1234", (k, f[k]))  # batch_all's count, /api/v1/metrics
+            self.assertIsNone(v["few"])
+            self.assertIn("timed pass", v["label"])
+            self.assertLess(v["top"], v["chartsTop"], "the headline opens the page")
+            self.assertIsNone(v["busy"])
+            # host_state false: still none.
+            fm.docs["/api/v1/status"]["host_state"] = {"busy": False, "oversubscribed": False, "warnings": []}
+            polls = driver.execute_script("return window.psbenchState.okPolls")
+            self.wait_js(driver, "poll twice", "return window.psbenchState.okPolls", lambda n: n >= polls + 2)
+            self.assertIsNone(driver.execute_script(HEADLINE_JS)["busy"])
+            self.assert_no_severe(driver.get_log("browser"))
+        finally:
+            driver.quit()
+
+    def test_headline_steady_and_busy(self):
+        """The steady figures where the row has them, labelled, with their
+        n and the few-steps mark; the busy banner with the warnings, gone
+        when the host is no longer said busy."""
+        steady = {"n": 37, "step_p50_ms": 11.111, "step_p90_ms": 13.0, "samples_per_s": 87.26,
+                  "few_steps": True}
+        warnings = ["host a was busy during the timed pass: load 3.1 on 2 cores",
+                    "host b was busy during the timed pass: 40% steal"]
+        hl = headline_row(steady)
+        fm = self.fake(fake_docs(hl, {"busy": True, "oversubscribed": False, "warnings": warnings}))
+        driver = self.start_browser()
+        try:
+            driver.get(fm.base)
+            v = self.wait_js(driver, "show the steady headline", HEADLINE_JS,
+                             lambda v: v["source"] == "steady" and v["busy"])
+            f = v["figures"]
+            self.assertEqual(f["step_p50"]["text"], fmt_ms(steady["step_p50_ms"]))
+            self.assertEqual(f["samples_per_s"]["text"], fmt_sps(steady["samples_per_s"]))
+            self.assertEqual(f["samples_per_s"]["text"], "87.3")
+            self.assertEqual(f["step_p50"]["n"], "steady state \u00b7 n = 37")
+            self.assertEqual(f["samples_per_s"]["n"], "steady state \u00b7 n = 37")
+            # What the steady object lacks is the pass's, with the pass's n.
+            self.assertEqual(f["bytes_per_step"]["text"], fmt_bytes(hl["trainers"][-1]["bytes_per_step"]))
+            self.assertEqual(f["bytes_per_step"]["n"], "n = 1234")
+            self.assertEqual(v["few"], "few steps (n=37)")
+            self.assertIn("steady state", v["label"])
+            self.assertEqual(v["busy"], warnings)
+            self.screenshot(driver, SCREENSHOT.replace(".png", "-headline.png"))
+            # Oversubscribed alone shows it too; neither: gone.
+            fm.docs["/api/v1/status"]["host_state"] = {"busy": None, "oversubscribed": True,
+                                                       "warnings": ["host a: 6 processes on 2 cores"]}
+            self.wait_js(driver, "show the oversubscribed warning", HEADLINE_JS,
+                         lambda v: v["busy"] == ["host a: 6 processes on 2 cores"])
+            fm.docs["/api/v1/status"]["host_state"] = {"busy": False, "oversubscribed": False, "warnings": []}
+            self.wait_js(driver, "hide the banner", HEADLINE_JS, lambda v: v["busy"] is None)
+            steady["few_steps"] = False
+            self.wait_js(driver, "drop the few-steps mark", HEADLINE_JS, lambda v: v["few"] is None)
+            self.assert_no_severe(driver.get_log("browser"))
+        finally:
+            driver.quit()
+
+    def test_chart_window_or_cumulative(self):
+        """The chart plots the last 10 s window's p50 by default; the
+        choice of the cumulative one plots the cumulative p50, says so, and
+        outlives a reload; the next points come from history/last."""
+        fm = self.fake(fake_docs(headline_row(), None))
+        driver = self.start_browser()
+        try:
+            driver.get(fm.base)
+            driver.execute_script("window.localStorage.clear()")
+            driver.get(fm.base)
+            c = self.wait_js(driver, "plot the history", CHART_JS, lambda c: c["cols"] and len(c["cols"][0]) >= 5)
+            self.assertEqual((c["mode"], c["shown"], c["stat"]), ("window", "window", "p50"), c)
+            self.assertEqual(c["labels"], ["trainer 0"])
+            self.assertEqual(c["cols"][0][:5], [100.0, 101.0, 102.0, 103.0, 104.0])
+            self.assertIn("over the last 10 s", c["caption"])
+            # A new point from history/last.
+            t = fm.docs["/api/v1/history"]["points"][-1]["t"] + 1
+            fm.docs["/api/v1/history/last"] = {"period_s": 1, "window_s": 10, "point": fake_point(t, 5)}
+            c = self.wait_js(driver, "take the next point", CHART_JS, lambda c: 105.0 in c["cols"][0])
+            self.assertEqual(c["cols"][0][-1], 105.0)
+            # The cumulative choice.
+            driver.execute_script("const s = document.querySelector('#mode-select'); s.value = 'cumulative';"
+                                  "s.dispatchEvent(new Event('change'));")
+            c = driver.execute_script(CHART_JS)
+            self.assertEqual(c["shown"], "cumulative", c)
+            self.assertEqual(c["cols"][0], [10.0, 11.0, 12.0, 13.0, 14.0, 15.0])
+            self.assertIn("cumulative", c["caption"])
+            driver.refresh()
+            c = self.wait_js(driver, "plot after the reload", CHART_JS, lambda c: c["cols"] and len(c["cols"][0]) >= 5)
+            self.assertEqual((c["mode"], c["shown"], c["modeSelect"]), ("cumulative", "cumulative", "cumulative"), c)
+            self.assertEqual(c["cols"][0][:5], [10.0, 11.0, 12.0, 13.0, 14.0])
+            # Back to the window, p90 over it.
+            driver.execute_script("const s = document.querySelector('#mode-select'); s.value = 'window';"
+                                  "s.dispatchEvent(new Event('change'));"
+                                  "const t = document.querySelector('#stat-select'); t.value = 'p90';"
+                                  "t.dispatchEvent(new Event('change'));")
+            c = driver.execute_script(CHART_JS)
+            self.assertEqual((c["shown"], c["stat"]), ("window", "p90"))
+            self.assertEqual(c["cols"][0][:3], [101.0, 102.0, 103.0])
+            self.assertIn("p90 over the last 10 s", c["caption"])
+            self.assert_no_severe(driver.get_log("browser"))
+        finally:
+            driver.quit()
+
+    def test_chart_without_window(self):
+        """A master that sends no window (an older one): the chart plots the
+        cumulative figures whatever the choice, and says why."""
+        docs = fake_docs(headline_row(), None)
+        pts = [fake_point(p["t"], i, window=False) for i, p in enumerate(docs["/api/v1/history"]["points"])]
+        docs["/api/v1/history"]["points"] = pts
+        docs["/api/v1/history/last"]["point"] = pts[-1]
+        fm = self.fake(docs)
+        driver = self.start_browser()
+        try:
+            driver.get(fm.base)
+            driver.execute_script("window.localStorage.clear()")
+            driver.get(fm.base)
+            c = self.wait_js(driver, "plot the history", CHART_JS, lambda c: c["cols"] and len(c["cols"][0]) >= 5)
+            self.assertEqual((c["mode"], c["shown"]), ("window", "cumulative"), c)
+            self.assertEqual(c["cols"][0][:5], [10.0, 11.0, 12.0, 13.0, 14.0])
+            self.assertIn("sends no 10 s window", c["caption"])
             self.assert_no_severe(driver.get_log("browser"))
         finally:
             driver.quit()

@@ -185,7 +185,11 @@ class MasterTests(psb.PsbTestCase):
             self.assertEqual(last[str(r)]["batch_level_metric,batch_all"]["count"],
                              met["ranks"][str(r)]["batch_level_metric,batch_all"]["count"])
             self.assertEqual(set(last[str(r)]["batch_level_metric,batch_all"]),
-                             {"count", "mean", "p50", "p90", "p99"})
+                             {"count", "mean", "p50", "p90", "p99", "window"})
+            w = last[str(r)]["batch_level_metric,batch_all"]["window"]
+            self.assertEqual(set(w), {"seconds", "count", "mean", "p50", "p90"})
+            # The last 10 s of the pass at most: no more than the pass's count.
+            self.assertLessEqual(w["count"], last[str(r)]["batch_level_metric,batch_all"]["count"])
         # The master lingers: no more points.
         time.sleep(1.5)
         self.assertEqual(len(http_json(m.http + "/api/v1/history")["points"]), len(pts))

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,21 +55,21 @@ static void test_what_becomes_a_point(void **state)
     history *h = history_new(10, 1 << 20);
     assert_non_null(h);
     snapshot_input w = input("waiting", 1, 0);
-    assert_int_equal(history_offer(h, 100.0, &w, false), 0); /* nothing while waiting */
+    assert_int_equal(history_offer(h, 100.0, &w, NULL, false), 0); /* nothing while waiting */
     snapshot_input wu = input("warmup", 1, 2);
-    assert_int_equal(history_offer(h, 100.0, &wu, false), 1);
-    assert_int_equal(history_offer(h, 100.5, &wu, false), 0); /* within the period */
-    assert_int_equal(history_offer(h, 100.6, &wu, true), 1);  /* but the pass's last figures */
-    assert_int_equal(history_offer(h, 101.7, &wu, false), 1);
+    assert_int_equal(history_offer(h, 100.0, &wu, NULL, false), 1);
+    assert_int_equal(history_offer(h, 100.5, &wu, NULL, false), 0); /* within the period */
+    assert_int_equal(history_offer(h, 100.6, &wu, NULL, true), 1);  /* but the pass's last figures */
+    assert_int_equal(history_offer(h, 101.7, &wu, NULL, false), 1);
     snapshot_input r = input("running", 1, 3);
-    assert_int_equal(history_offer(h, 101.8, &r, false), 1); /* the phase changed: at once */
-    assert_int_equal(history_offer(h, 102.8, &r, false), 1);
+    assert_int_equal(history_offer(h, 101.8, &r, NULL, false), 1); /* the phase changed: at once */
+    assert_int_equal(history_offer(h, 102.8, &r, NULL, false), 1);
     snapshot_input d = input("done", 1, 5);
-    assert_int_equal(history_offer(h, 102.9, &d, false), 1); /* the end, once */
-    assert_int_equal(history_offer(h, 103.9, &d, false), 0); /* no more points after done */
-    assert_int_equal(history_offer(h, 200.0, &d, false), 0);
+    assert_int_equal(history_offer(h, 102.9, &d, NULL, false), 1); /* the end, once */
+    assert_int_equal(history_offer(h, 103.9, &d, NULL, false), 0); /* no more points after done */
+    assert_int_equal(history_offer(h, 200.0, &d, NULL, false), 0);
     snapshot_input r2 = input("warmup", 2, 1);
-    assert_int_equal(history_offer(h, 201.0, &r2, false), 1); /* the next run (--runs) */
+    assert_int_equal(history_offer(h, 201.0, &r2, NULL, false), 1); /* the next run (--runs) */
     assert_int_equal(history_points(h), 7);
 
     json_t *v = doc(h);
@@ -101,7 +102,7 @@ static void test_bounded(void **state)
     history *h = history_new(3, 1 << 20);
     snapshot_input r = input("running", 1, 1);
     for (int i = 0; i < 10; i++)
-        assert_int_equal(history_offer(h, 100.0 + i, &r, false), 1);
+        assert_int_equal(history_offer(h, 100.0 + i, &r, NULL, false), 1);
     assert_int_equal(history_points(h), 3);
     json_t *v = doc(h);
     json_t *pts = json_object_get(v, "points");
@@ -115,14 +116,14 @@ static void test_bounded(void **state)
     /* bytes bound: a budget of about two points keeps two */
     h = history_new(100, 1);
     char *one;
-    assert_int_equal(history_offer(h, 100.0, &r, false), 1);
+    assert_int_equal(history_offer(h, 100.0, &r, NULL, false), 1);
     one = history_json(h);
-    size_t point = strlen(one) - strlen("{\"period_s\":1,\"max_points\":100,\"points\":[]}");
+    size_t point = strlen(one) - strlen("{\"period_s\":1,\"window_s\":10,\"max_points\":100,\"points\":[]}");
     free(one);
     history_free(h);
     h = history_new(100, 2 * point + point / 2);
     for (int i = 0; i < 10; i++)
-        assert_int_equal(history_offer(h, 100.0 + i, &r, false), 1);
+        assert_int_equal(history_offer(h, 100.0 + i, &r, NULL, false), 1);
     assert_int_equal(history_points(h), 2);
     history_free(h);
 }
@@ -136,9 +137,9 @@ static void test_series_keeps_two_runs(void **state)
     double t = 100.0;
     for (uint32_t run = 1; run <= 5; run++) {
         snapshot_input r = input("running", run, 3), d = input("done", run, 3);
-        assert_int_equal(history_offer(h, t += 2, &r, false), 1);
-        assert_int_equal(history_offer(h, t += 2, &r, false), 1);
-        assert_int_equal(history_offer(h, t += 2, &d, false), 1);
+        assert_int_equal(history_offer(h, t += 2, &r, NULL, false), 1);
+        assert_int_equal(history_offer(h, t += 2, &r, NULL, false), 1);
+        assert_int_equal(history_offer(h, t += 2, &d, NULL, false), 1);
         assert_int_equal(history_points(h), run == 1 ? 3 : 6); /* 3 points a run, 2 runs kept */
         json_t *v = doc(h);
         json_t *pts = json_object_get(v, "points");
@@ -150,13 +151,172 @@ static void test_series_keeps_two_runs(void **state)
     history_free(h);
 }
 
+/* The window's arithmetic on one stats: samples [from, count) in arrival
+ * order, the mean from the sums, quantiles numpy's 'linear' way. */
+static void test_window_of(void **state)
+{
+    (void)state;
+    stats st;
+    stats_init(&st);
+    for (int i = 1; i <= 10; i++)
+        stats_add(&st, (double)(11 - i) * 10.0); /* 100, 90, ..., 10: arrival order is not sorted order */
+    history_window w;
+    history_window_of(&st, 4, 100.0 + 90 + 80 + 70, 10.0, &w); /* the last six: 60 .. 10 */
+    assert_int_equal(w.count, 6);
+    assert_true(w.seconds == 10.0);
+    assert_true(fabs(w.mean - 35.0) < 1e-12);
+    assert_true(fabs(w.p50 - 35.0) < 1e-12);        /* h = 2.5 over 10..60 */
+    assert_true(fabs(w.p90 - (50.0 + 0.5 * 10.0)) < 1e-12); /* h = 4.5 */
+    history_window_of(&st, 9, 550.0 - 10.0, 3.0, &w); /* one sample */
+    assert_int_equal(w.count, 1);
+    assert_true(w.mean == 10.0 && w.p50 == 10.0 && w.p90 == 10.0);
+    history_window_of(&st, 10, 550.0, 2.0, &w); /* none: no figures */
+    assert_int_equal(w.count, 0);
+    assert_true(isnan(w.mean) && isnan(w.p50) && isnan(w.p90));
+    stats_free(&st);
+
+    /* Past STATS_EXACT_MAX the samples are no longer all kept: the count
+     * and mean still, from the sums; no quantiles. */
+    stats_init(&st);
+    for (int i = 0; i < STATS_EXACT_MAX + 20; i++)
+        stats_add(&st, i < STATS_EXACT_MAX ? 1.0 : 3.0);
+    double sum_from = st.sum - 20 * 3.0;
+    history_window_of(&st, STATS_EXACT_MAX, sum_from, 1.0, &w);
+    assert_int_equal(w.count, 20);
+    assert_true(fabs(w.mean - 3.0) < 1e-6);
+    assert_true(isnan(w.p50) && isnan(w.p90));
+    stats_free(&st);
+}
+
+static json_t *window_of_point(json_t *pts, size_t i, const char *role, const char *rank, const char *metric)
+{
+    json_t *p = json_array_get(pts, i);
+    json_t *m = json_object_get(json_object_get(json_object_get(json_object_get(p, "groups"), role), rank), metric);
+    assert_non_null(m);
+    return json_object_get(m, "window");
+}
+
+/* Points' windows: the samples since the newest point at least 10 s old, of
+ * the same pass; from the pass's first point while it is younger. */
+static void test_window_in_points(void **state)
+{
+    (void)state;
+    history *h = history_new(100, 1 << 20);
+    stats batch;
+    stats_init(&batch);
+    snapshot_input in = input("running", 1, 0);
+    const stats *live[4] = {&batch, NULL, NULL, NULL}; /* the rank-0 batch time only */
+    /* Ten samples a second, each second's of value (second + 1). */
+    for (int k = 0; k <= 25; k++) {
+        for (int j = 0; j < 10; j++)
+            stats_add(&batch, (double)(k + 1));
+        in = input("running", 1, batch.count);
+        assert_int_equal(history_offer(h, 100.0 + k, &in, live, false), 1);
+    }
+    json_t *v = doc(h);
+    assert_true(json_real_value(json_object_get(v, "window_s")) == 10.0 ||
+                json_integer_value(json_object_get(v, "window_s")) == 10);
+    json_t *pts = json_object_get(v, "points");
+    assert_int_equal(json_array_size(pts), 26);
+    /* t = 105: the pass is 5 s old (its first point at 100): all of it. */
+    json_t *w = window_of_point(pts, 5, "trainer", "0", M_BATCH);
+    assert_non_null(w);
+    assert_true(json_real_value(json_object_get(w, "seconds")) == 5.0);
+    assert_int_equal(json_integer_value(json_object_get(w, "count")), 60);
+    assert_true(fabs(json_real_value(json_object_get(w, "mean")) - 3.5) < 1e-9);
+    /* t = 120: from the mark at 110 (count 110): the samples of 111 .. 120,
+     * values 12 .. 21. */
+    w = window_of_point(pts, 20, "trainer", "0", M_BATCH);
+    assert_true(json_real_value(json_object_get(w, "seconds")) == 10.0);
+    assert_int_equal(json_integer_value(json_object_get(w, "count")), 100);
+    assert_true(fabs(json_real_value(json_object_get(w, "mean")) - 16.5) < 1e-9);
+    assert_true(fabs(json_real_value(json_object_get(w, "p50")) - 16.5) < 1e-9);
+    assert_true(fabs(json_real_value(json_object_get(w, "p90")) - 20.1) < 1e-9); /* h = 89.1: 20 and 21 */
+    /* The cumulative figures beside it are the fixture's, untouched. */
+    json_t *m = json_object_get(json_object_get(json_object_get(json_object_get(json_array_get(pts, 20), "groups"),
+                                                                "trainer"), "0"), M_BATCH);
+    assert_true(json_real_value(json_object_get(m, "p50")) == 10.0);
+    /* A series without live stats has no window. */
+    assert_null(window_of_point(pts, 20, "trainer", "all", M_FWD));
+    json_decref(v);
+
+    /* A new pass (the stats reset): the window starts over, from its first
+     * point; an empty one has a count of 0 and null figures. */
+    stats_reset(&batch);
+    in = input("running", 1, 0);
+    in.pass = "timed2"; /* another pass of the same run */
+    assert_int_equal(history_offer(h, 126.0, &in, live, true), 1);
+    for (int j = 0; j < 4; j++)
+        stats_add(&batch, 7.0);
+    assert_int_equal(history_offer(h, 128.0, &in, live, false), 1);
+    v = doc(h);
+    pts = json_object_get(v, "points");
+    w = window_of_point(pts, 26, "trainer", "0", M_BATCH);
+    assert_int_equal(json_integer_value(json_object_get(w, "count")), 0);
+    assert_true(json_is_null(json_object_get(w, "p50")) && json_is_null(json_object_get(w, "mean")));
+    w = window_of_point(pts, 27, "trainer", "0", M_BATCH);
+    assert_int_equal(json_integer_value(json_object_get(w, "count")), 4);
+    assert_true(json_real_value(json_object_get(w, "seconds")) == 2.0);
+    assert_true(json_real_value(json_object_get(w, "p50")) == 7.0);
+    json_decref(v);
+    stats_free(&batch);
+    history_free(h);
+}
+
+/* The 16 MiB bound counts the windows: points with them are longer, and a
+ * budget of about two such points still keeps two. */
+static void test_window_counted_in_bound(void **state)
+{
+    (void)state;
+    stats batch;
+    stats_init(&batch);
+    stats_add(&batch, 1.0);
+    const stats *live[4] = {&batch, NULL, NULL, &batch};
+    snapshot_input r = input("running", 1, 1);
+    history *h = history_new(100, 1);
+    assert_int_equal(history_offer(h, 100.0, &r, NULL, false), 1);
+    char *s = history_json(h);
+    size_t bare = strlen(s);
+    free(s);
+    history_free(h);
+    h = history_new(100, 1);
+    assert_int_equal(history_offer(h, 100.0, &r, live, false), 1);
+    s = history_json(h);
+    size_t point = strlen(s) - strlen("{\"period_s\":1,\"window_s\":10,\"max_points\":100,\"points\":[]}");
+    assert_true(strlen(s) > bare);
+    free(s);
+    history_free(h);
+    h = history_new(100, 2 * point + point / 2);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(history_offer(h, 100.0 + i, &r, live, false), 1);
+    assert_int_equal(history_points(h), 2);
+    s = history_json(h);
+    assert_true(strlen(s) <= 2 * point + point / 2 + 64);
+    free(s);
+    history_free(h);
+    stats_free(&batch);
+}
+
 static void test_empty(void **state)
 {
     (void)state;
     history *h = history_new(5, 1 << 20);
     char *s = history_json(h);
-    assert_string_equal(s, "{\"period_s\":1,\"max_points\":5,\"points\":[]}");
+    assert_string_equal(s, "{\"period_s\":1,\"window_s\":10,\"max_points\":5,\"points\":[]}");
     free(s);
+    s = history_last_json(h);
+    assert_string_equal(s, "{\"period_s\":1,\"window_s\":10,\"point\":null}");
+    free(s);
+    snapshot_input r = input("running", 1, 1);
+    assert_int_equal(history_offer(h, 100.0, &r, NULL, false), 1);
+    assert_int_equal(history_offer(h, 101.0, &r, NULL, false), 1);
+    s = history_last_json(h);
+    json_error_t err;
+    json_t *v = json_loads(s, JSON_REJECT_DUPLICATES, &err);
+    free(s);
+    assert_non_null(v);
+    assert_true(json_real_value(json_object_get(json_object_get(v, "point"), "t")) == 101.0);
+    json_decref(v);
     history_free(h);
 }
 
@@ -167,6 +327,9 @@ int main(void)
         cmocka_unit_test(test_bounded),
         cmocka_unit_test(test_series_keeps_two_runs),
         cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_window_of),
+        cmocka_unit_test(test_window_in_points),
+        cmocka_unit_test(test_window_counted_in_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
