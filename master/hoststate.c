@@ -365,8 +365,15 @@ void hoststate_mark(master *m, bool start)
     json_t *hs = hoststate_json(m);
     size_t i;
     json_t *w;
-    json_array_foreach(json_object_get(hs, "warnings"), i, w)
-        log_warn("%s", json_string_value(w));
+    /* A busy host is news (warn); an oversubscribed job is the job's own
+     * choice, known from its start (the default job on a 2-core host is
+     * one): said at info level here, and as a warning with the results. */
+    json_array_foreach(json_object_get(hs, "warnings"), i, w) {
+        if (strstr(json_string_value(w), " is oversubscribed: "))
+            log_info("%s", json_string_value(w));
+        else
+            log_warn("%s", json_string_value(w));
+    }
     json_decref(hs);
 }
 

@@ -82,6 +82,8 @@ static const char *const summary_figures[] = {
     "step_p50_ms",   "step_p90_ms",    "samples_per_s",           "shares.forward",
     "shares.backward_compute", "shares.exposed_comm", "shares.optimizer", "shares.other",
     "bytes_per_step", "comm_span_ms", "effective_gb_per_s",
+    /* The steady state (issue 38: every step after each trainer's first). */
+    "steady.n", "steady.step_p50_ms", "steady.step_p90_ms", "steady.samples_per_s", "steady.first_step_ms",
 };
 #define SUMMARY_NFIG (sizeof summary_figures / sizeof summary_figures[0])
 
@@ -91,6 +93,8 @@ static double summary_get(const json_t *row, const char *fig)
     const json_t *v;
     if (strncmp(fig, "shares.", 7) == 0)
         v = json_object_get(json_object_get(row, "shares"), fig + 7);
+    else if (strncmp(fig, "steady.", 7) == 0)
+        v = json_object_get(json_object_get(row, "steady"), fig + 7);
     else
         v = json_object_get(row, fig);
     return json_is_number(v) ? json_number_value(v) : NAN;
@@ -167,9 +171,11 @@ void summary_print(const json_t *s, FILE *out)
         char sdb[32] = "-", cib[64] = "- (one run: no spread)";
         if (json_is_number(sd)) {
             snprintf(sdb, sizeof sdb, "%.4g", json_number_value(sd) * scale);
+            snprintf(cib, sizeof cib, "- (fewer than %u runs)", SUMMARY_MIN_RUNS_CI);
+        }
+        if (json_is_number(json_array_get(ci, 0)))
             snprintf(cib, sizeof cib, "[%.4g, %.4g]", json_number_value(json_array_get(ci, 0)) * scale,
                      json_number_value(json_array_get(ci, 1)) * scale);
-        }
         fprintf(out, "%-24s %4lld %12.4g %12s %27s\n", summary_figures[f],
                 (long long)json_integer_value(json_object_get(c, "n")), json_number_value(mean) * scale, sdb, cib);
     }

@@ -43,7 +43,9 @@ void summary_of(const double *x, size_t n, summary_ci *out);
  * "trainers": [{"trainer", FIGURE: {"n", "mean", "stdev", "ci95":
  * [low, high], "values": [...]}, ...}]}, the figures those of the first
  * run's rows (step_p50_ms, step_p90_ms, samples_per_s, bytes_per_step,
- * comm_span_ms, effective_gb_per_s, and the shares as shares.KEY; units
+ * comm_span_ms, effective_gb_per_s, the shares as shares.KEY, and the steady
+ * state's n, step_p50_ms, step_p90_ms, samples_per_s, first_step_ms as
+ * steady.KEY (issue 38); units
  * the headline's). A new
  * reference; NULL when out of memory. */
 json_t *summary_json(const json_t *headlines);

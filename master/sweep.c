@@ -154,9 +154,13 @@ static void sweep_run_one(sweep *s, sweep_point *p)
     sweep_now_iso(now, sizeof now);
     json_array_append_new(s->schedule, json_pack("{s:I, s:I, s:s}", "point", (json_int_t)p->index, "run",
                                                  (json_int_t)r, "started_at", now));
-    if (!s->local) /* the one place a sweep by hand can say it waits */
-        fprintf(s->out, "# point %u of %zu (%s), run %u of %u: running; nodes started by hand join it (--follow)\n",
-                p->index, s->npoints, p->label, r, s->runs);
+    if (!s->local) { /* the one place a sweep by hand can say it waits */
+        char run[48] = "";
+        if (s->runs > 1)
+            snprintf(run, sizeof run, ", run %u of %u", r, s->runs);
+        fprintf(s->out, "# point %u of %zu (%s)%s: running; nodes started by hand join it (--follow)\n", p->index,
+                s->npoints, p->label, run);
+    }
     fflush(s->out);
     char **args = sweep_child_argv(s, p, extra);
     int rc = userpath_make_dir(dir, err, sizeof err) < 0 ? -1

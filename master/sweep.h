@@ -5,14 +5,18 @@
  *
  * Every dimension flag takes a comma-separated list; the matrix is their
  * product (the hook varies fastest, so a PS point and its allreduce partner
- * run one after the other). Every other flag is the job's own and goes to
- * every point unchanged. Each point is one job: a child psbench-master
- * (this binary) with the point's flags, `--runs N`, `--out DIR/points/NNN`,
- * `--tables none`. Every point is checked with `--dry-run` before the
- * first one starts, so a bad value fails the sweep at once, naming the
- * point. As each point ends, one row is printed (nccl-tests' way); at the
- * end DIR gets sweep.json (below), sweep.csv (tidy) and report.html
- * (sweep_report.h).
+ * are neighbours). Every other flag is the job's own and goes to every
+ * point unchanged. Each run of a point is one job: a child psbench-master
+ * (this binary) with the point's flags, `--runs 1`, `--out
+ * DIR/points/NNN[/run-NNN]`; the runs of points that differ only in the
+ * hook alternate (--order interleaved, the first side drawn from
+ * --order-seed) unless --order sequential. Every point is checked with
+ * `--dry-run` before the first one starts, so a bad value fails the sweep
+ * at once, naming the point; where the job's --epochs gives fewer than
+ * SWEEP_MIN_STEADY_STEPS steady steps and no --steps, every point runs
+ * --steps instead (sweep_choose_steps). As each point's runs end, its row
+ * is printed (nccl-tests' way, in matrix order); at the end DIR gets
+ * sweep.json (below), sweep.csv (tidy) and report.html (sweep_report.h).
  *
  * sweep.json, version 1 (the one document the CSV and the report come from):
  *
@@ -43,15 +47,36 @@
  *                   "other" },                      the step's shares, mean over runs (0..1)
  *       "environment": { "master": {...}, "trainers": [ { "rank", "host", "device",
  *                        "environment" } ], "servers": [ same ] }   the first run's
+ *       "n": 50,                                    steady steps per trainer and run, the fewest
+ *       "few_steps": false,                         n < HEADLINE_FEW_STEPS
+ *       "steady": {                                 the steady state (every step after each
+ *                                                   trainer's first; issue 38):
+ *         "step_p50_ms":   { "n" (runs), "mean", "ci95_low", "ci95_high",
+ *                            "method", "block_steps" },     its interval: master/noise.h
+ *         "samples_per_s": the same shape,
+ *         "step_p90_ms", "step_mean_ms", "first_step_ms", "comm_span_ms",
+ *         "algbw_gb_per_s", "busbw_gb_per_s": as "summary"'s entries,
+ *         "shares": { ... } },                      means over runs
+ *       "busy_runs": [2], "busy": true,             runs whose host_state was busy
+ *       "oversubscribed": false,                    a run's host_state said so
+ *       "host_warnings": [ "..." ]                  the runs' host_state warnings, each once
  *   } ],
  *   "comparisons": [ {                              one per PS point whose allreduce
  *       "ps_point": 1, "allreduce_point": 2,        partner (same config but the hook,
  *       "ps_hook": "rpc_hook",                      and no servers) also ran
- *       "ps_step_ms": 80.1, "allreduce_step_ms": 70.2,   step p50, mean over runs
+ *       "ps_step_ms": 80.1, "allreduce_step_ms": 70.2,   steady step p50, mean over runs
  *       "ps_over_allreduce": 1.14,                  >1: the parameter server is slower
- *       "faster": "allreduce" | "ps",
- *       "within_noise": false,                      both 95% intervals overlap (runs >= 2)
- *       "noise_known": true } ]                     false with one run per point
+ *       "faster": "allreduce" | "ps",               the lower step, noise or not
+ *       "within_noise": false,                      the ratio's 95% interval contains 1
+ *       "noise_known": true,                        the interval exists (2 steady steps a run)
+ *       "ratio_ci95_low": 1.05, "ratio_ci95_high": 1.22,   two-stage bootstrap (noise.h)
+ *       "ci_method": "two-stage bootstrap (runs, then blocks of steps)",
+ *       "verdict": "allreduce" | "ps" | "no difference beyond noise" | "no noise estimate",
+ *       "n": 50, "busy": false, "oversubscribed": false } ],
+ *   "order": "interleaved" | "sequential", "order_seed": 348824198,
+ *   "steps_chosen": 51 | null,                      the --steps the sweep chose itself
+ *   "min_steady_steps": 50,
+ *   "schedule": [ { "point": 2, "run": 1, "started_at": "..." } ]   the runs' order
  * }
  */
 #ifndef PSBENCH_SWEEP_H

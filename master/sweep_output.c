@@ -704,6 +704,7 @@ int sweep_write(sweep *s, const char *started)
     sweep_now_iso(finished, sizeof finished);
     json_t *cmd = json_array(), *points = json_array(), *dims = json_array();
     json_array_append_new(cmd, json_string("psbench-master"));
+    json_array_append_new(cmd, json_string("sweep")); /* argv as given: the subcommand too */
     for (int i = 0; i < s->argc; i++)
         json_array_append_new(cmd, json_string(s->argv[i]));
     for (int d = 0; d < SD_COUNT; d++)

@@ -63,7 +63,7 @@ class Follow(psb.PsbTestCase):
         out = os.path.join(self.reg.workdir, "sw")
         rc, so, se = self.reg.run([psb.bin_path("psbench-master"), "sweep", "--listen", ctl, "--http",
                                    "127.0.0.1:0", "--ddp-hook", "rpc_hook,allreduce_hook", "--nserver", "1",
-                                   "--epochs", "1", "--out", out], timeout=RUN_TIMEOUT)
+                                   "--steps", "6", "--out", out], timeout=RUN_TIMEOUT)
         self.assertEqual(rc, 0, "%s\n%s\n%s" % (so, se, "\n".join(p.describe() for p in servers + trainers)))
         self.assertIn("# nodes started by hand: start them with --master HOST:PORT --follow", so)
         for i, label in ((1, "rpc_hook"), (2, "allreduce_hook")):

@@ -96,7 +96,7 @@ class SweepTests(psb.PsbTestCase):
         self.assertEqual(doc["psbench_sweep"], 1)
         self.assertEqual(doc["runs"], 2)
         self.assertEqual(doc["dimensions"], ["bucket_cap_mb", "hook"])
-        self.assertEqual(doc["command"][:2], ["psbench-master", "--local"])
+        self.assertEqual(doc["command"][:3], ["psbench-master", "sweep", "--local"])
         self.assertEqual(len(doc["points"]), 4)
         # Interleaved: each pair's runs alternate, the first side drawn.
         sched = [(e["point"], e["run"]) for e in doc["schedule"]]
