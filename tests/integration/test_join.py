@@ -194,7 +194,7 @@ class JoinTests(psb.PsbTestCase):
         nowhere: output at debug level, results.json, the HTTP API."""
         out_dir = os.path.join(self.reg.workdir, "out")
         env = psb.base_env({"PSBENCH_TOKEN": "env-token-unused"})
-        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", "30",
+        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S),
                               "--token-file", self.tok, "--out", out_dir, "--log-level", "debug", env=env)
         # Refused: a wrong token in the file; the environment's token (the
         # file wins on the master); --token over a right file.
@@ -271,7 +271,7 @@ class JoinTests(psb.PsbTestCase):
         servers, are refused as outside the job's ranks, and the run is not
         disturbed."""
         out_dir = os.path.join(self.reg.workdir, "out")
-        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", "30",
+        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S),
                               "--ntrainer", "2", "--nserver", "1", "--out", out_dir)
         srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0",
                               "--rank", "0"], name="server", cls=psb.Server)
