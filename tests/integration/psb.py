@@ -35,6 +35,11 @@ HOST = "127.0.0.1"
 READY_TIMEOUT = 10.0
 STOP_GRACE = 5.0
 RUN_TIMEOUT = 90  # a master run of the integration tests, start to end
+# --linger for a master that a test still talks to once its run is over
+# (its verdict, a late register's refusal): longer than any test waits, so
+# the master is there by its own promise, not by luck on a loaded host; the
+# test ends it with a signal (end_lingering, or the Registry's stop).
+LINGER_S = 600
 MIB = 1 << 20
 
 
@@ -837,6 +842,16 @@ def wait_phase(test, m, phases, timeout=RUN_TIMEOUT):
             return last
         time.sleep(0.05)
     test.fail("phase never reached %s (last %r):\n%s" % (phases, last, m.describe()))
+
+
+def end_lingering(test, m, code):
+    """End a master that lingers after its run (--linger LINGER_S): it is
+    still there (its linger is not over), and a signal ends it with the
+    run's exit code (docs/operations.md: a signal during --linger leaves
+    now; a failed run stays 1, a done one 0)."""
+    test.assertTrue(m.alive(), "the master left during its --linger:\n" + m.describe())
+    m.signal(signal.SIGTERM)
+    test.assertEqual(m.wait(RUN_TIMEOUT), code, m.describe())
 
 
 def http_json(url):

@@ -311,7 +311,7 @@ class BatchUpdate(psb.PsbTestCase):
         pass; the timed pass starts from a fresh model (reset), so the final
         parameters are 8 rounds from the initialization."""
         out = os.path.join(self.reg.workdir, "out")
-        m = self.master("--ntrainer", "2", "--nserver", "2", "--epochs", "2", linger=30, out=out)
+        m = self.master("--ntrainer", "2", "--nserver", "2", "--epochs", "2", linger=psb.LINGER_S, out=out)
         for i in range(2):
             self.reg.start(server_cmd() + ["--master", m.ctl, "--listen", "127.0.0.1:0"],
                            name="server%d" % i)

@@ -394,9 +394,13 @@ def sanitized(binary):
 
 class SetupFailures(psb.PsbTestCase):
 
-    def master(self, *extra, local=False):
+    def master(self, *extra, local=False, linger=psb.LINGER_S):
+        """A master that, once its run failed, keeps serving (HTTP, and a
+        register's refusal) for `linger` seconds: the tests read its
+        verdict after the node that failed it is gone, and a master with
+        --linger 0 may have left by then. end_lingering stops it."""
         args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--linger", "0", "--rpc-timeout", "20"] + (["--local"] if local else [])
+                "--linger", str(linger), "--rpc-timeout", "20"] + (["--local"] if local else [])
         m = self.reg.start(args + list(extra), name="master", cls=Master)
         m.wait_ports()
         return m
@@ -436,6 +440,7 @@ class SetupFailures(psb.PsbTestCase):
         ans = ctl_exchange(m.ctl, "register", {"role": "trainer", "host": "late", "device": "cpu", "pid": 1})
         self.assertEqual((ans[0]["type"], ans[1].get("status")), ("stop", "refused"), ans)
         self.assertEqual(ans[1].get("reason"), "the run is over (failed: %s)" % st["error"])
+        psb.end_lingering(self, m, 1)
 
     def test_server_port_taken(self):
         """A server whose fixed --listen port is taken tells the master so
@@ -452,7 +457,9 @@ class SetupFailures(psb.PsbTestCase):
         st = wait_phase(self, m, ("failed",), timeout=10)
         self.assertRegex(st["error"], r"^server 0 \(.*\) failed: --listen: .*%d" % port)
         ans = ctl_exchange(m.ctl, "register", {"role": "trainer", "host": "late", "device": "cpu", "pid": 1})
+        self.assertEqual((ans[0]["type"], ans[1].get("status")), ("stop", "refused"), ans)
         self.assertEqual(ans[1].get("reason"), "the run is over (failed: %s)" % st["error"])
+        psb.end_lingering(self, m, 1)
 
     def test_cuda_server_without_gpu(self):
         """--local with a CUDA server where no GPU answers: the master's
@@ -461,7 +468,7 @@ class SetupFailures(psb.PsbTestCase):
         if psb.gpu_count() > 0:
             self.skipTest("a GPU answers here")
         m = self.master(*(self.tiny_model() + ["--ntrainer", "0", "--ncudatrainer", "1", "--nserver", "0",
-                                               "--ncudaserver", "1"]), local=True)
+                                               "--ncudaserver", "1"]), local=True, linger=0)
         self.assertEqual(m.wait(60), 1, m.describe())
         last = m.stderr().strip().splitlines()[-1]
         self.assertRegex(last, r"^psbench-master: run failed: server 0 \(.*\) failed: --device cuda: "
@@ -482,6 +489,7 @@ class SetupFailures(psb.PsbTestCase):
         self.assertRegex(st["error"], r"^trainer 0 \(.*\) failed: --device cuda: ")
         last = t.stderr().strip().splitlines()[-1]
         self.assertEqual(last, "psbench-trainer: the run failed: " + st["error"])
+        psb.end_lingering(self, m, 1)
 
 
 def ctl_exchange(addr, kind, body, timeout=10.0):

@@ -52,7 +52,7 @@ def start_target(reg):
         json.dump({"Dash": {"model_class": "Synthetic",
                             "configurations": {"buckets": 4, "bucket_floats": 65536}}}, f)
     p = reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
-                   "--http", "127.0.0.1:0", "--linger", "60", "--model", "Dash",
+                   "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S), "--model", "Dash",
                    "--model-config-path", models, "--epochs", "200"], name="master")
     host, port = wait_for_line(p, HTTP_READY_RE)
     return "http://%s:%d/" % (host, port), p
@@ -76,7 +76,7 @@ def start_pure_ddp(reg):
     server. Returns (base URL, its psb.Proc)."""
     models = small_dummy_model(reg, "SmallDdp")
     p = reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
-                   "--http", "127.0.0.1:0", "--linger", "60", "--model", "SmallDdp",
+                   "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S), "--model", "SmallDdp",
                    "--model-config-path", models, "--trainer", "DdpTrainer", "--epochs", "300"],
                   name="master-ddp")
     host, port = wait_for_line(p, HTTP_READY_RE)
@@ -87,7 +87,7 @@ def start_ddp_rpc(reg):
     """The real master with --local running the seed's DDP + RPC benchmark
     (2 trainers, 2 embedding servers of 300 x 256). Returns (base URL, proc)."""
     p = reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
-                   "--http", "127.0.0.1:0", "--linger", "60", "--number-ps", "2", "--embedding-dim", "256",
+                   "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S), "--number-ps", "2", "--embedding-dim", "256",
                    "--epochs", "400", "--warmup-cycles", "1"], name="master-ddp-rpc")
     host, port = wait_for_line(p, HTTP_READY_RE)
     return "http://%s:%d/" % (host, port), p
@@ -103,7 +103,7 @@ def start_gpu_nodes(reg):
     URL, the master's psb.Proc)."""
     models = small_dummy_model(reg, "SmallGpu")
     p = reg.start([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                   "--linger", "60", "--model", "SmallGpu", "--model-config-path", models, "--ntrainer", "1",
+                   "--linger", str(psb.LINGER_S), "--model", "SmallGpu", "--model-config-path", models, "--ntrainer", "1",
                    "--ncudatrainer", "1", "--nserver", "0", "--ncudaserver", "1", "--placement", "shard",
                    "--epochs", "300"], name="master-gpu")
     host, port = wait_for_line(p, HTTP_READY_RE)
@@ -423,7 +423,7 @@ class Dashboard(BrowserTestCase):
         breakdown chart, and adds no point after `done`."""
         models = small_dummy_model(self.reg, "Late")
         p = self.reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
-                            "--http", "127.0.0.1:0", "--linger", "60", "--model", "Late",
+                            "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S), "--model", "Late",
                             "--model-config-path", models, "--epochs", "30", "--rpc-timeout", "15"],
                            name="master-late")
         host, port = wait_for_line(p, HTTP_READY_RE)

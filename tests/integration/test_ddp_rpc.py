@@ -132,7 +132,7 @@ class DdpRpc(psb.PsbTestCase):
     def test_two_servers_local(self):
         out = os.path.join(self.reg.workdir, "out")
         m = self.master("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256",
-                        "--epochs", "15", "--warmup-cycles", "2", out=out, linger="30")
+                        "--epochs", "15", "--warmup-cycles", "2", out=out, linger=str(psb.LINGER_S))
         deadline_s = 240
         # While it lingers: the servers' rows in the nodes API and Prometheus.
         t0 = time.monotonic()

@@ -110,7 +110,7 @@ class Headline(psb.PsbTestCase):
 
     def test_dummy_model_default_tables(self):
         out = os.path.join(self.reg.workdir, "out")
-        m = self.master("--epochs", "1", out=out, linger="30")
+        m = self.master("--epochs", "1", out=out, linger=str(psb.LINGER_S))
         st = wait_phase(self, m, ("done", "failed"))
         self.assertEqual(st["phase"], "done", m.describe())
         # The API's status carries the headline once the run is done.

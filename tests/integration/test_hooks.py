@@ -179,7 +179,7 @@ class Hooks(psb.PsbTestCase):
 
     def test_pure_ddp_local_everywhere(self):
         out = os.path.join(self.reg.workdir, "out")
-        m = self.master("--model", "Small", "--trainer", "DdpTrainer", "--epochs", "3", "--linger", "30",
+        m = self.master("--model", "Small", "--trainer", "DdpTrainer", "--epochs", "3", "--linger", str(psb.LINGER_S),
                         out=out)
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and "phase done" not in m.stderr():

@@ -99,7 +99,11 @@ class JoinTests(psb.PsbTestCase):
             return
         self.assertEqual(rc, 0, err[-3000:])
         self.assertRegex(err, r"control plane on 127\.0\.0\.1:\d+")
-        self.assertIn("HTTP on http://127.0.0.1:8080/", err)
+        # 8080 taken (another master on a shared host): --local takes a
+        # free port instead, on loopback still, and says so.
+        taken = re.search(r"psbench-master: warn: HTTP port 8080 on 127\.0\.0\.1 is taken: using (\d+) "
+                          r"instead", err)
+        self.assertIn("HTTP on http://127.0.0.1:%s/" % (taken.group(1) if taken else "8080"), err)
         # The spawned server listens on loopback too.
         self.assertRegex(err, r"\[server 0\] psbench-server: listening on 127\.0\.0\.1:\d+")
 
@@ -194,7 +198,7 @@ class JoinTests(psb.PsbTestCase):
         nowhere: output at debug level, results.json, the HTTP API."""
         out_dir = os.path.join(self.reg.workdir, "out")
         env = psb.base_env({"PSBENCH_TOKEN": "env-token-unused"})
-        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", "30",
+        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S),
                               "--token-file", self.tok, "--out", out_dir, "--log-level", "debug", env=env)
         # Refused: a wrong token in the file; the environment's token (the
         # file wins on the master); --token over a right file.
@@ -271,7 +275,7 @@ class JoinTests(psb.PsbTestCase):
         servers, are refused as outside the job's ranks, and the run is not
         disturbed."""
         out_dir = os.path.join(self.reg.workdir, "out")
-        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", "30",
+        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S),
                               "--ntrainer", "2", "--nserver", "1", "--out", out_dir)
         srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0",
                               "--rank", "0"], name="server", cls=psb.Server)

@@ -270,7 +270,7 @@ class MasterLimits(psb.PsbTestCase):
         """A master whose run has ended (here: failed, lingering) tells a
         node that registers the run is over, not that it "has already
         started"."""
-        m = self.master(linger=30)
+        m = self.master(linger=psb.LINGER_S)
         # A server whose register is taken, then gone: the run fails.
         s = self.register_server(m)
         s.close()
@@ -288,6 +288,7 @@ class MasterLimits(psb.PsbTestCase):
         self.assertEqual((h.get("type"), body.get("status")), ("stop", "refused"), body)
         self.assertIn("the run is over (failed: server 0 (fake) disconnected)", body.get("reason"))
         self.assertNotIn("already started", body.get("reason"))
+        psb.end_lingering(self, m, 1)
 
 
 if __name__ == "__main__":

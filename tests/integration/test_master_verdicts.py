@@ -93,9 +93,10 @@ class Verdicts(psb.PsbTestCase):
                        "Slow": {"model_class": "Synthetic",
                                 "configurations": {"buckets": 4, "bucket_floats": 262144, "sparse": False}}}, f)
 
-    def master(self, *extra, local=False, model="Tiny", epochs=1, rpc=RPC, env=None, ntrainer=1, nserver=1):
+    def master(self, *extra, local=False, model="Tiny", epochs=1, rpc=RPC, env=None, ntrainer=1, nserver=1,
+               linger=0):
         args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger",
-                "0", "--model", model, "--model-config-path", self.models, "--epochs", str(epochs),
+                str(linger), "--model", model, "--model-config-path", self.models, "--epochs", str(epochs),
                 "--rpc-timeout", str(rpc), "--ntrainer", str(ntrainer), "--nserver", str(nserver)]
         if local:
             args.append("--local")
@@ -321,7 +322,8 @@ class Verdicts(psb.PsbTestCase):
         self.assertTrue(m.alive(), m.describe())
 
     def test_peer_strings_escaped(self):
-        m = self.master(rpc=10)
+        # The status is read once the run has failed: the master lingers.
+        m = self.master(rpc=10, linger=psb.LINGER_S)
         srv = FakeNode(self, m, "server")
         srv.expect("registered")
         srv.expect("assign")
@@ -333,7 +335,8 @@ class Verdicts(psb.PsbTestCase):
         tr.expect("assign")
         tr.send("failed", {"reason": "boom\n\x1b[2Jpsbench-master: phase done\u202e"})
         self.close_on_stop(srv, tr)
-        self.assertEqual(self.wait_exit(m, 20), 1, m.describe())
+        st = psb.wait_phase(self, m, ("failed",), timeout=20)
+        psb.end_lingering(self, m, 1)
         err = m.stderr()
         for ch in ("\x1b", "\x07", "\r", "\u202e"):
             self.assertNotIn(ch, err)
@@ -343,9 +346,9 @@ class Verdicts(psb.PsbTestCase):
         self.assertIn("trainer 0 registered from vm\\npsbench-master: phase done\\x1b[31m", err)
         self.assertIn("slow\\r\\npsbench-master: run done\\x1b]0;title\\x07", err)
         self.assertIn("failed: boom\\n\\x1b[2Jpsbench-master: phase done\\u202e", self.last_line(m))
-        st = http_json(m.http + "/api/v1/status") if m.alive() else None
-        if st:
-            self.assertNotIn("\x1b", st["error"])
+        # The status says the verdict as the last line does, escaped alike.
+        self.assertNotIn("\x1b", st["error"])
+        self.assertEqual(self.last_line(m), "psbench-master: run failed: " + st["error"])
 
     # ---- the token ---------------------------------------------------------------
 

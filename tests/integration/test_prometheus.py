@@ -238,7 +238,7 @@ class PrometheusScrape(psb.PsbTestCase):
                                                    "dense_input_size": 64, "dense_output_size": 128,
                                                    "dense_layers_count": 1, "sparse": False}}}, f)
         m = self.reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0",
-                            "--http", "127.0.0.1:0", "--linger", "60", "--model", "Slow",
+                            "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S), "--model", "Slow",
                             "--model-config-path", conf, "--epochs", "40", "--rpc-timeout", "15"],
                            name="master", cls=Master)
         m.wait_ports()

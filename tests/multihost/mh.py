@@ -85,7 +85,10 @@ class MultihostCase(unittest.TestCase):
     def start_on(self, host, args, name):
         return self.reg.start(host.wrap(args), name=name)
 
-    def start_master(self, *extra, epochs=20, rpc_timeout=10, linger=30, model="Small"):
+    def start_master(self, *extra, epochs=20, rpc_timeout=10, linger=psb.LINGER_S, model="Small"):
+        """The master on the head host. It lingers (psb.LINGER_S) by
+        default: the tests read its status and metrics once the run is
+        over, after waiting on the nodes, and end it with a signal."""
         args = [psb.bin_path("psbench-master"),
                 "--listen", "%s:%d" % (self.head.addr, CTL_PORT),
                 "--http", "%s:%d" % (self.head.addr, HTTP_PORT),

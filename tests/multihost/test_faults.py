@@ -40,7 +40,7 @@ class Faults(mh.MultihostCase):
     def start_job(self, epochs=LONG_EPOCHS):
         # --linger keeps the failed status up for the test to read; the
         # test then ends the linger with SIGTERM (the exit code stays).
-        m = self.start_master(epochs=epochs, rpc_timeout=RPC_TIMEOUT, linger=60)
+        m = self.start_master(epochs=epochs, rpc_timeout=RPC_TIMEOUT)
         servers, trainers = self.start_nodes(rpc_timeout=RPC_TIMEOUT)
         self.wait_phase(("running",), procs=[m] + servers + trainers)
         time.sleep(0.5)
@@ -86,7 +86,7 @@ class Faults(mh.MultihostCase):
     def test_link_blip_recovers(self):
         """Down for 2 s (well inside --rpc-timeout), then up: TCP's
         retransmissions carry on and the run completes correctly."""
-        m = self.start_master(epochs=800, rpc_timeout=RPC_TIMEOUT, linger=30)
+        m = self.start_master(epochs=800, rpc_timeout=RPC_TIMEOUT)
         servers, trainers = self.start_nodes(rpc_timeout=RPC_TIMEOUT)
         self.wait_phase(("running",), procs=[m] + servers + trainers)
         tr3 = self.h["tr3"]
@@ -102,6 +102,7 @@ class Faults(mh.MultihostCase):
         self.assertEqual(st["progress"]["batches_done"], st["progress"]["batches_total"])
         for p in servers + trainers:
             self.assertEqual(p.wait(30), 0, p.describe())
+        m.signal(signal.SIGTERM)  # leave --linger early
         self.assertEqual(m.wait(30), 0, m.describe())
 
     def test_trainer_link_cut(self):
@@ -142,7 +143,7 @@ class Faults(mh.MultihostCase):
 
     def test_delayed_trainer_is_the_straggler(self):
         how = self.h["tr3"].add_delay(50)
-        m = self.start_master(epochs=5, rpc_timeout=30, linger=30)
+        m = self.start_master(epochs=5, rpc_timeout=30)
         servers, trainers = self.start_nodes(rpc_timeout=30)
         st = self.wait_phase(("failed", "done"), timeout=120, procs=[m] + servers + trainers)
         self.assertEqual(st["phase"], "done", st)

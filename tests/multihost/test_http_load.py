@@ -105,7 +105,7 @@ class HttpLoad(mh.MultihostCase):
         with open(self.model_cfg, "w") as f:
             json.dump({"Medium": MODEL}, f)
         t_start = time.monotonic()
-        m = self.start_master(epochs=EPOCHS, linger=120, model="Medium")
+        m = self.start_master(epochs=EPOCHS, model="Medium")
         fds_idle = descriptors(m.pid)[0]
         servers, trainers = self.start_nodes()
         nodes = servers + trainers
