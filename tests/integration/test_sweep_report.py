@@ -489,10 +489,10 @@ class SweepReport(BrowserTestCase):
 
     def test_v38_quiet_and_partly_busy(self):
         """The same document with the host marks changed: one busy point
-        and one oversubscribed one are all the banner names; with no mark
-        anywhere there is no banner. Also: the steps the sweep chose in
-        the facts, and a comparison without a noise estimate (no winner,
-        no colour)."""
+        and one oversubscribed one are all the banner names (a warning
+        that is HTML shown as text); with no mark anywhere there is no
+        banner. Also: the steps the sweep chose in the facts, and a
+        comparison without a noise estimate (no winner, no colour)."""
         with open(FIXTURE38) as f:
             real = json.load(f)
         doc = copy.deepcopy(real)
@@ -504,7 +504,7 @@ class SweepReport(BrowserTestCase):
         busy_warning = "host vm was busy during the timed pass: CPU steal was 9 % (more than 5 % is busy): its figures may be noise"
         over_warning = real["points"][4]["host_warnings"][1]
         self.assertIn("oversubscribed", over_warning)
-        doc["points"][2].update(busy=True, busy_runs=[2], host_warnings=[busy_warning])
+        doc["points"][2].update(busy=True, busy_runs=[2], host_warnings=[busy_warning, HOSTILE])
         doc["points"][5].update(oversubscribed=True, host_warnings=[over_warning])
         doc["comparisons"][1]["busy"] = True            # points 3 and 4
         doc["comparisons"][2]["oversubscribed"] = True  # points 5 and 6
@@ -522,7 +522,8 @@ class SweepReport(BrowserTestCase):
         self.assertIn("(with point 4)", s["bannerPoints"][0]["text"])
         self.assertIn(": oversubscribed.", s["bannerPoints"][1]["text"])
         self.assertIn("measured the scheduler too", s["bannerPoints"][1]["text"])
-        self.assertEqual(s["bannerWarnings"], [busy_warning, over_warning])
+        self.assertEqual(s["bannerWarnings"], [busy_warning, HOSTILE, over_warning])  # as text
+        self.assertFalse(driver.execute_script("return window.pwned === 1 || !!document.querySelector('#report img');"))
         self.assertIn("steps chosen: 51", s["facts"])
         self.assertTrue(s["answer"].endswith("no noise estimate at 1; the parameter server's steady step is %.2f\u00d7\u2013"
                                              "%.2f\u00d7 allreduce's. 2 of them measured a busy or oversubscribed host "
