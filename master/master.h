@@ -149,7 +149,7 @@ typedef struct master {
     struct launcher *launcher; /* --local: the children */
     double training_s;         /* the timed pass's duration, once it completed */
     bool config_published;     /* /api/v1/config made (publish.c): the configuration never changes */
-    json_t *run_headlines;     /* --runs other than 1: each done run's headline (summary.h), owned */
+    struct summary_runs *run_headlines; /* --runs other than 1: each done run's figures (summary.h), owned */
     json_t *host_load;         /* this run's host load by pass: {"warm-up"|"timed": {"start", "end",
                                 * "steal_share", "busy"}} (results_load_mark), owned; NULL before any */
     hoststate hs;              /* every host's state over the timed pass (hoststate.h) */

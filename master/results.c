@@ -422,10 +422,9 @@ void results_print(master *m)
      * does not grow the master without bound. */
     if (h && m->set.runs != 1 && m->state == RUN_DONE && m->metrics_pass == PASS_TIMED) {
         if (!m->run_headlines)
-            m->run_headlines = json_array();
-        if (json_array_size(m->run_headlines) >= SUMMARY_MAX_RUNS)
-            json_array_remove(m->run_headlines, 0);
-        json_array_append(m->run_headlines, h);
+            m->run_headlines = summary_runs_new();
+        if (m->run_headlines && summary_runs_add(m->run_headlines, h) < 0)
+            log_warn("out of memory: run %u is left out of the series' summary", m->run);
     }
     json_decref(h);
     free(hst);
@@ -693,9 +692,9 @@ int results_write(master *m, char *err, size_t errlen)
 
 void results_summary(master *m)
 {
-    if (m->set.runs == 1 || json_array_size(m->run_headlines) == 0)
+    if (m->set.runs == 1 || summary_runs_count(m->run_headlines) == 0)
         return;
-    json_t *s = summary_json(m->run_headlines);
+    json_t *s = summary_runs_json(m->run_headlines);
     if (!s)
         return;
     summary_print(s, stdout);

@@ -23,6 +23,7 @@
  * validate.c every field of every message.
  */
 #include "master/master.h"
+#include "master/summary.h"
 #include "master/admit.h"
 #include "master/history.h"
 #include "master/loop.h"
@@ -214,7 +215,7 @@ void master_free(master *m)
         if (m->sig_ev[i])
             event_free(m->sig_ev[i]);
     admit_free(m->admit);
-    json_decref(m->run_headlines);
+    summary_runs_free(m->run_headlines);
     json_decref(m->host_load);
     while (m->nodes) {
         node *n = m->nodes;

@@ -113,9 +113,76 @@ static const json_t *summary_row(const json_t *h, const char *who)
     return NULL;
 }
 
-json_t *summary_json(const json_t *headlines)
+/* ---- a series' runs, kept small ------------------------------------------------
+ *
+ * A series until stopped keeps up to SUMMARY_MAX_RUNS runs: each as the
+ * doubles the summary reads (its rows' figures), not as the headline's
+ * JSON, whose objects cost kilobytes a run (tests/multihost/test_soak.py
+ * bounds the master's growth per run). */
+struct summary_runs {
+    char (*rows)[32]; /* the rows' trainers, the first run's ("0", "1", ..., "all") */
+    size_t nrows;
+    double *v;        /* [run][row][figure], a ring of SUMMARY_MAX_RUNS runs */
+    size_t first, n;  /* the oldest run kept, and how many */
+};
+
+summary_runs *summary_runs_new(void) { return calloc(1, sizeof(summary_runs)); }
+
+void summary_runs_free(summary_runs *s)
 {
-    size_t nruns = json_array_size(headlines);
+    if (!s)
+        return;
+    free(s->rows);
+    free(s->v);
+    free(s);
+}
+
+size_t summary_runs_count(const summary_runs *s) { return s ? s->n : 0; }
+
+static double *summary_at(const summary_runs *s, size_t k, size_t row)
+{
+    return s->v + (((s->first + k) % SUMMARY_MAX_RUNS) * s->nrows + row) * SUMMARY_NFIG;
+}
+
+int summary_runs_add(summary_runs *s, const json_t *headline)
+{
+    if (!s->rows) { /* the rows are the first run's (every run of a series has the same trainers) */
+        const json_t *rows = json_object_get(headline, "trainers");
+        size_t n = json_array_size(rows);
+        if (n == 0)
+            return 0;
+        s->rows = calloc(n, sizeof *s->rows);
+        s->v = malloc((size_t)SUMMARY_MAX_RUNS * n * SUMMARY_NFIG * sizeof *s->v);
+        if (!s->rows || !s->v) {
+            free(s->rows);
+            free(s->v);
+            s->rows = NULL;
+            s->v = NULL;
+            return -1;
+        }
+        for (size_t r = 0; r < n; r++) {
+            const char *who = json_string_value(json_object_get(json_array_get(rows, r), "trainer"));
+            snprintf(s->rows[r], sizeof s->rows[r], "%s", who ? who : "");
+        }
+        s->nrows = n;
+    }
+    if (s->n == SUMMARY_MAX_RUNS) { /* the oldest goes */
+        s->first = (s->first + 1) % SUMMARY_MAX_RUNS;
+        s->n--;
+    }
+    for (size_t r = 0; r < s->nrows; r++) {
+        double *x = summary_at(s, s->n, r);
+        const json_t *row = summary_row(headline, s->rows[r]);
+        for (size_t f = 0; f < SUMMARY_NFIG; f++)
+            x[f] = summary_get(row, summary_figures[f]);
+    }
+    s->n++;
+    return 0;
+}
+
+json_t *summary_runs_json(const summary_runs *s)
+{
+    size_t nruns = s->n;
     json_t *rows = json_array();
     double *x = malloc((nruns ? nruns : 1) * sizeof *x);
     if (!rows || !x) {
@@ -123,18 +190,12 @@ json_t *summary_json(const json_t *headlines)
         free(x);
         return NULL;
     }
-    /* The rows are the first run's (every run of a series has the same trainers). */
-    size_t r;
-    json_t *first;
-    json_array_foreach(json_object_get(json_array_get(headlines, 0), "trainers"), r, first) {
-        const char *who = json_string_value(json_object_get(first, "trainer"));
-        if (!who)
-            continue;
-        json_t *row = json_pack("{s:s}", "trainer", who);
+    for (size_t r = 0; r < s->nrows; r++) {
+        json_t *row = json_pack("{s:s}", "trainer", s->rows[r]);
         for (size_t f = 0; row && f < SUMMARY_NFIG; f++) {
             json_t *values = json_array();
             for (size_t k = 0; k < nruns; k++) {
-                x[k] = summary_get(summary_row(json_array_get(headlines, k), who), summary_figures[f]);
+                x[k] = summary_at(s, k, r)[f];
                 json_array_append_new(values, summary_num(x[k]));
             }
             summary_ci c;
@@ -150,6 +211,18 @@ json_t *summary_json(const json_t *headlines)
     /* Units are the headline's, figure by figure (ms, samples/s, fractions, bytes, GB/s). */
     return json_pack("{s:I, s:f, s:s, s:o}", "runs", (json_int_t)nruns, "confidence", 0.95, "interval",
                      "Student t on the log scale (3 runs or more)", "trainers", rows);
+}
+
+json_t *summary_json(const json_t *headlines)
+{
+    summary_runs *s = summary_runs_new();
+    size_t i;
+    json_t *h;
+    bool ok = s != NULL;
+    json_array_foreach(headlines, i, h) ok = ok && summary_runs_add(s, h) == 0;
+    json_t *out = ok ? summary_runs_json(s) : NULL;
+    summary_runs_free(s);
+    return out;
 }
 
 void summary_print(const json_t *s, FILE *out)

@@ -50,6 +50,18 @@ void summary_of(const double *x, size_t n, summary_ci *out);
  * reference; NULL when out of memory. */
 json_t *summary_json(const json_t *headlines);
 
+/* A series' runs as the summary reads them (each run's rows' figures as
+ * doubles: a series until stopped keeps up to SUMMARY_MAX_RUNS of them, so
+ * they must be small), and their summary: summary_json's document. */
+typedef struct summary_runs summary_runs;
+summary_runs *summary_runs_new(void); /* NULL when out of memory */
+void summary_runs_free(summary_runs *s);
+/* Keep headline's figures (the oldest run goes past SUMMARY_MAX_RUNS). 0,
+ * or -1 when out of memory. */
+int summary_runs_add(summary_runs *s, const json_t *headline);
+size_t summary_runs_count(const summary_runs *s);
+json_t *summary_runs_json(const summary_runs *s);
+
 /* The summary's "all" row as text, a figure a line (nothing without one). */
 void summary_print(const json_t *s, FILE *out);
 
