@@ -95,6 +95,29 @@ static double hl_server_bytes(const master *m)
     return any && batches > 0 ? bytes / batches : -1;
 }
 
+/* The step's shares from its four parts' mean ms (NAN: not known) and the
+ * mean step: {"forward", "backward_compute", "exposed_comm", "optimizer",
+ * "other"}, each part over the step; "other" the rest (0 up to rounding
+ * where the four tile the step), null when no part is known. */
+static json_t *hl_shares(const double part[4], double step_mean)
+{
+    static const char *const keys[4] = {"forward", "backward_compute", "exposed_comm", "optimizer"};
+    json_t *shares = json_object();
+    double known = 0;
+    bool any = false;
+    for (int k = 0; k < 4; k++) {
+        double v = step_mean > 0 ? part[k] / step_mean : NAN;
+        if (isfinite(v)) {
+            known += v;
+            any = true;
+        }
+        json_object_set_new(shares, keys[k], hl_num(v));
+    }
+    double other = 1.0 - known;
+    json_object_set_new(shares, "other", any ? json_real(fabs(other) < 1e-9 ? 0.0 : other) : json_null());
+    return shares;
+}
+
 /* ---- the steady state (issue 38) ------------------------------------------------
  *
  * A pass's first step is another workload: DDP's first iteration (every
@@ -267,21 +290,10 @@ static json_t *hl_steady_json(const master *m, const hl_steady_rank *ranks, size
     if (!o)
         return json_null();
     json_object_set_new(o, "few_steps", json_boolean(n < HEADLINE_FEW_STEPS));
-    static const char *const keys[4] = {"forward", "backward_compute", "exposed_comm", "optimizer"};
-    json_t *shares = json_object();
-    double known = 0;
-    bool any = false;
-    for (int k = 0; k < 4; k++) {
-        double v = mean > 0 ? part_sum[k] / (double)nr / mean : NAN;
-        if (isfinite(v)) {
-            known += v;
-            any = true;
-        }
-        json_object_set_new(shares, keys[k], hl_num(v));
-    }
-    double other = 1.0 - known;
-    json_object_set_new(shares, "other", any ? json_real(fabs(other) < 1e-9 ? 0.0 : other) : json_null());
-    json_object_set_new(o, "shares", shares);
+    double part[4];
+    for (int k = 0; k < 4; k++)
+        part[k] = part_sum[k] / (double)nr;
+    json_object_set_new(o, "shares", hl_shares(part, mean));
     json_object_set_new(o, "comm_span_ms", hl_num(span));
     /* nccl-tests' algbw (the payload over the time it took: the comm span)
      * and busbw (algbw x the hook's bus factor), GB = 1e9 B. */
@@ -330,7 +342,6 @@ static json_t *hl_row(const master *m, const snap_stat *st, size_t n, int64_t ra
                             samples_per_s >= 0 ? hl_num(samples_per_s) : json_null());
     /* The four parts' mean ms (NAN: not known), in the step's order. */
     double part[4];
-    static const char *const keys[4] = {"forward", "backward_compute", "exposed_comm", "optimizer"};
     part[0] = hl_mean(st, n, rank, HL_FWD);
     part[1] = hl_mean(st, n, rank, HL_BWD_COMPUTE);
     part[2] = hl_mean(st, n, rank, HL_EXPOSED);
@@ -340,21 +351,7 @@ static json_t *hl_row(const master *m, const snap_stat *st, size_t n, int64_t ra
     if (isfinite(lookup) && isfinite(part[2]))
         part[2] += lookup;
     part[3] = hl_mean(st, n, rank, HL_OPT);
-    json_t *shares = json_object();
-    double known = 0;
-    bool any = false;
-    for (size_t k = 0; k < 4; k++) {
-        double v = step && step->mean > 0 ? part[k] / step->mean : NAN;
-        if (isfinite(v)) {
-            known += v;
-            any = true;
-        }
-        json_object_set_new(shares, keys[k], hl_num(v));
-    }
-    /* The rest: 0 up to rounding where the four tile the step. */
-    double other = 1.0 - known;
-    json_object_set_new(shares, "other", any ? json_real(fabs(other) < 1e-9 ? 0.0 : other) : json_null());
-    json_object_set_new(row, "shares", shares);
+    json_object_set_new(row, "shares", hl_shares(part, step ? step->mean : NAN));
     const stats_summary *span = hl_find(st, n, rank, HL_SPAN);
     json_object_set_new(row, "bytes_per_step", bytes >= 0 ? json_real(bytes) : json_null());
     json_object_set_new(row, "bytes_source", bytes >= 0 ? json_string(bytes_source) : json_null());

@@ -72,7 +72,7 @@ void hostinfo_sample_from_json(const json_t *o, hostinfo_sample *s);
 typedef struct hostinfo_window {
     double seconds;    /* b.t - a.t */
     double steal;      /* steal ticks / all ticks */
-    double busy;       /* user + nice + system ticks / all ticks: not idle, iowait, steal, irq */
+    double busy;       /* ticks but idle, iowait and steal / all ticks (user, nice, system, irq, softirq) */
     double own;        /* this process's CPU seconds / (seconds x cpus) */
 } hostinfo_window;
 

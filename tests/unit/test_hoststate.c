@@ -41,6 +41,14 @@ static void test_window(void **state)
     assert_true(fabs(w.steal - 0.05) < 1e-9);
     assert_true(fabs(w.busy - 0.30) < 1e-9);
     assert_true(fabs(w.own - 0.15) < 1e-9); /* 3 CPU s of 20 */
+    /* irq and softirq ticks are busy too: the job's processes' own CPU
+     * time holds the softirq they run (a loopback send's receive). */
+    hostinfo_sample c = b;
+    c.irq += 100;
+    c.total += 100;
+    w = hostinfo_window_of(&a, &c);
+    assert_true(fabs(w.busy - 700.0 / 2100.0) < 1e-9);
+    assert_true(fabs(w.steal - 100.0 / 2100.0) < 1e-9);
     /* No tick between them (a static fake /proc): not known. */
     w = hostinfo_window_of(&a, &a);
     assert_true(isnan(w.steal) && isnan(w.busy) && isnan(w.own));
