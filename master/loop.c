@@ -11,6 +11,7 @@
  * own (its tick late), from when it runs again.
  */
 #include "master/loop.h"
+#include "master/hoststate.h"
 #include "master/admit.h"
 #include "master/blame.h"
 #include "master/launcher.h"

@@ -10,6 +10,7 @@
 #include "master/http.h"
 #include "master/launcher.h"
 #include "master/master.h"
+#include "master/hoststate.h"
 #include "master/opts.h"
 #include "master/sweep.h"
 #include "shared/frame.h"

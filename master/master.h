@@ -14,7 +14,7 @@
 #include <sys/types.h>
 
 #include "master/aggregate.h"
-#include "master/hoststate.h"
+#include "master/hosttrack.h"
 #include "master/kvstore.h"
 #include "master/states.h"
 #include "shared/clock.h"
@@ -96,7 +96,7 @@ typedef struct node {
     json_t *environment;   /* what it computes with, from its register (owned), NULL: not reported */
     json_t *diverged;      /* trainer: where its loss first diverged ({pass, epoch, batch, loss}), or NULL */
     json_t *links;         /* trainer: its links to servers, from `ready` (validate_ready), or NULL */
-    hs_track hs;           /* its host's and its own CPU, from its reports' `host` (hoststate.h) */
+    hs_track hs;           /* its host's and its own CPU, from its reports' `host` (hosttrack.h) */
     json_t *gpu_timed;     /* trainer: the metric keys its reports say a GPU timed (array of strings), or
                             * NULL: none said (a CPU trainer) */
     bool refused;          /* not registered: told `stop` (refused); what it sends is dropped unread
@@ -152,7 +152,7 @@ typedef struct master {
     struct summary_runs *run_headlines; /* --runs other than 1: each done run's figures (summary.h), owned */
     json_t *host_load;         /* this run's host load by pass: {"warm-up"|"timed": {"start", "end",
                                 * "steal_share", "busy"}} (results_load_mark), owned; NULL before any */
-    hoststate hs;              /* every host's state over the timed pass (hoststate.h) */
+    hoststate hs;              /* every host's state over the timed pass (hosttrack.h, hoststate.h) */
     int exit_code;
     kvstore kv;                /* the trainers' rendezvous (collective groups) */
     /* A trainer's failure, held back briefly: when a trainer dies, the

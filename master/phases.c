@@ -2,6 +2,7 @@
  * invariants of each state, the verdict, the passes, the reset, the end of
  * a run and the next, and the handlers of the messages that move it. */
 #include "master/phases.h"
+#include "master/hoststate.h"
 #include "master/blame.h"
 #include "master/launcher.h"
 #include "master/placement.h"

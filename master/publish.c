@@ -4,6 +4,7 @@
  * resolved configuration. Built on
  * the loop's thread; the HTTP thread only reads what was published last
  * (http.c). */
+#include "master/hoststate.h"
 #include "master/headline.h"
 #include "master/master.h"
 #include "master/history.h"

@@ -1,5 +1,6 @@
 /* reports.c — nodes' reports into the master's books (reports.h). */
 #include "master/reports.h"
+#include "master/hoststate.h"
 #include "master/validate.h"
 #include "shared/control.h"
 #include "shared/log.h"

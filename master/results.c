@@ -5,6 +5,7 @@
  * job with servers), each row ending in the job's configuration. With
  * --runs other than 1, each run also prints a one-line summary and writes
  * into DIR/run-NNN/ (results.json then says which run it was). */
+#include "master/hoststate.h"
 #include "master/headline.h"
 #include "master/master.h"
 #include "master/snapshot.h"

@@ -75,13 +75,16 @@ class HostState(psb.PsbTestCase):
         return f.path
 
     def run_master(self, proc_dir, *extra, preexec=None, linger=0):
+        # 60 steps (a second or two): every node reports inside the timed
+        # pass (twice a second), so each has a window; a pass shorter than
+        # a report's period may leave a node without one (its busy: null).
         env = psb.base_env()
         env.pop("PSBENCH_PROC_DIR", None)
         if proc_dir:
             env["PSBENCH_PROC_DIR"] = proc_dir
         args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
                 "--linger", str(linger), "--rpc-timeout", "15", "--out", self.out, "--local",
-                "--epochs", "1"] + list(extra)
+                "--steps", "60", "--warmup-steps", "5"] + list(extra)
         return self.reg.start(args, env=env, name="master", cls=Master, preexec=preexec)
 
     def results(self, m):

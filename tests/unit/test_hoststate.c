@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "master/hoststate.h"
 #include "master/master.h"
 
 /* A reading at t: `busy` user ticks and `idle` idle ticks since boot, 10
