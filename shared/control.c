@@ -156,10 +156,24 @@ int ctl_send(ctl_conn *c, const char *type, const char *token, json_t *body, cha
         return -1;
     }
     size_t off = 0;
+    double deadline = c->send_timeout_s > 0 ? clock_now_s() + c->send_timeout_s : 0;
     while (off < len) {
-        ssize_t w = send(c->fd, buf + off, len - off, MSG_NOSIGNAL);
+        ssize_t w = send(c->fd, buf + off, len - off, MSG_NOSIGNAL | (deadline > 0 ? MSG_DONTWAIT : 0));
         if (w < 0 && errno == EINTR)
             continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && deadline > 0) {
+            /* No room: wait for some, but not past the bound. */
+            double left = deadline - clock_now_s();
+            struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+            int r = left > 0 ? poll(&pfd, 1, (int)(left * 1000) + 1) : 0;
+            if (r > 0 || (r < 0 && errno == EINTR))
+                continue;
+            c->lost = true;
+            snprintf(err, errlen, "master %s: nothing could be sent for %g s (is this host cut off from it?)",
+                     c->peer, c->send_timeout_s);
+            free(buf);
+            return -1;
+        }
         if (w <= 0) {
             c->lost = true;
             snprintf(err, errlen, "master %s: connection lost (%s)", c->peer, strerror(errno));

@@ -67,6 +67,9 @@ typedef struct ctl_conn {
     char peer[300];
     bool answered; /* a whole message came: the peer speaks psbench */
     bool lost;     /* the connection ended: the peer closed it, or a send failed */
+    double send_timeout_s; /* ctl_send gives up after this long without room to write (0: waits):
+                            * with the link down on this host no segment leaves, so TCP's
+                            * user timeout, which counts unacknowledged data, may never fire */
 } ctl_conn;
 
 /* The master went away before it said anything: closed without a byte

@@ -210,6 +210,10 @@ static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, con
      * goes down they stay unacknowledged, and past --rpc-timeout the
      * connection fails, so a cut-off trainer ends even between passes. */
     net_set_user_timeout(l->c.fd, j->rpc_timeout_s);
+    /* And a report that finds no room to be written (this host's link
+     * down: nothing leaves, nothing is acknowledged or timed out) fails
+     * after --rpc-timeout too, rather than block the trainer for good. */
+    l->c.send_timeout_s = j->rpc_timeout_s;
     return hooks_new(&hs, err, errlen);
 }
 

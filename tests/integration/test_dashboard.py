@@ -341,15 +341,7 @@ class Dashboard(BrowserTestCase):
 
     def wait_page(self, driver, what, cond, timeout=WAIT_S):
         """Poll the page until cond(page_state) is true; fail after `timeout`."""
-        deadline = time.monotonic() + timeout
-        s = None
-        while time.monotonic() < deadline:
-            s = self.page_state(driver)
-            if cond(s):
-                return s
-            time.sleep(0.2)
-        self.fail("page did not %s within %.0f s; last state: %r; console: %r"
-                  % (what, timeout, s, driver.get_log("browser")))
+        return self.wait_js(driver, what, PAGE_STATE_JS, cond, timeout)
 
     def wait_live(self, driver, base):
         """Wait until the badge shows the job's phase (as /api/v1/status
@@ -609,6 +601,7 @@ return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textCo
         return fm
 
     def wait_js(self, driver, what, js, cond, timeout=WAIT_S):
+        """Poll js on the page until cond(its value) is true; fail after `timeout`."""
         deadline = time.monotonic() + timeout
         v = None
         while time.monotonic() < deadline:

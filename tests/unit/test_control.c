@@ -367,9 +367,38 @@ static void test_recv_first(void **state)
     assert_non_null(strstr(err, "did not answer within 0.2 s"));
 }
 
+/* A peer that reads nothing: with send_timeout_s, ctl_send fails once no
+ * room comes within it (a cut link, where TCP's user timeout may never
+ * fire), marking the connection lost; without, the same sends would
+ * block. The messages before the buffer filled went out whole. */
+static void test_send_bounded(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    ctl_conn c;
+    memset(&c, 0, sizeof c);
+    c.fd = sv[0];
+    c.send_timeout_s = 0.2;
+    snprintf(c.peer, sizeof c.peer, "the-master");
+    json_t *body = json_pack("{s:s%}", "pad", "0123456789abcdef0123456789abcdef0123456789abcdef", (size_t)48);
+    char err[256] = "";
+    int sent = 0, rc = 0;
+    while (sent < 1000000 && (rc = ctl_send(&c, "metrics", NULL, body, err, sizeof err)) == 0)
+        sent++;
+    json_decref(body);
+    assert_int_equal(rc, -1);
+    assert_true(sent > 0);
+    assert_true(c.lost);
+    assert_string_equal(err, "master the-master: nothing could be sent for 0.2 s (is this host cut off from it?)");
+    close(sv[1]);
+    close(sv[0]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_send_bounded),
         cmocka_unit_test(test_roundtrip_and_partial),
         cmocka_unit_test(test_bad_bodies),
         cmocka_unit_test(test_token_limit),
