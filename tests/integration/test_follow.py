@@ -55,7 +55,10 @@ class Follow(psb.PsbTestCase):
         """A sweep without --local: two servers and two trainers follow it;
         every point takes what it needs (rpc_hook one server, allreduce
         none), the rest wait; both points done, the comparison made; then
-        each follower exits 0 by itself."""
+        each follower exits 0 by itself. (--order sequential: the rpc_hook
+        point first, as the matrix has it; interleaved, the allreduce point
+        may come first and the servers, with nothing to do for longer than
+        IDLE_S on a slow build, leave before the point that needs them.)"""
         port = free_port()
         ctl = "%s:%d" % (psb.HOST, port)
         servers = [self.follower("psbench-server", ctl, "server%d" % i) for i in range(2)]
@@ -63,7 +66,7 @@ class Follow(psb.PsbTestCase):
         out = os.path.join(self.reg.workdir, "sw")
         rc, so, se = self.reg.run([psb.bin_path("psbench-master"), "sweep", "--listen", ctl, "--http",
                                    "127.0.0.1:0", "--ddp-hook", "rpc_hook,allreduce_hook", "--nserver", "1",
-                                   "--steps", "6", "--out", out], timeout=RUN_TIMEOUT)
+                                   "--steps", "6", "--order", "sequential", "--out", out], timeout=RUN_TIMEOUT)
         self.assertEqual(rc, 0, "%s\n%s\n%s" % (so, se, "\n".join(p.describe() for p in servers + trainers)))
         self.assertIn("# nodes started by hand: start them with --master HOST:PORT --follow", so)
         for i, label in ((1, "rpc_hook"), (2, "allreduce_hook")):
