@@ -184,12 +184,12 @@ int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, 
     return 0;
 }
 
-const stats *agg_find(const aggregate *a, agg_role role, uint32_t rank, const char *metric)
+const stats *agg_find(const aggregate *a, agg_role role, int64_t rank, const char *metric)
 {
     const struct agg_group *g = &a->g[role];
-    if (rank >= g->nranks || !g->ranks[rank])
+    metrics *m = rank < 0 ? g->all : (uint64_t)rank < g->nranks ? g->ranks[rank] : NULL;
+    if (!m)
         return NULL;
-    metrics *m = g->ranks[rank];
     for (size_t i = 0; i < metrics_size(m); i++)
         if (strcmp(metrics_key_at(m, i), metric) == 0)
             return metrics_at(m, i);

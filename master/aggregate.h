@@ -59,10 +59,10 @@ int agg_add_report(aggregate *a, agg_role role, uint32_t rank, json_t *samples, 
  * then the role's combined stats. `exact`: sorted quantiles; otherwise the
  * live, histogram-based ones above 8192 samples. */
 snap_stat *agg_snapshot(aggregate *a, bool exact, size_t *n);
-/* Rank `rank`'s statistics of `metric` in `role` (their samples in the
- * order they came: shared/stats.h), NULL when it has none. Read-only: the
- * aggregate is not changed. */
-const stats *agg_find(const aggregate *a, agg_role role, uint32_t rank, const char *metric);
+/* Rank `rank`'s statistics of `metric` in `role` (rank -1: the role's
+ * combined ones; their samples in the order they came: shared/stats.h),
+ * NULL when it has none. Read-only: the aggregate is not changed. */
+const stats *agg_find(const aggregate *a, agg_role role, int64_t rank, const char *metric);
 /* Each trainer rank's step histogram (malloc'd, by rank; *n entries): the
  * ranks that ever reported a step, their counts since the last
  * agg_reset (a rank stays, at 0, across resets as its stats' keys do).

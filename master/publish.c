@@ -82,7 +82,7 @@ static snap_run_info publish_run_info(const master *m)
 /* The live stats behind each charted snap_stat (the history cuts its recent
  * window from their samples), parallel to st; the others NULL. NULL: out of
  * memory (the points then have no window). */
-static const stats **publish_live(master *m, const snap_stat *st, size_t ns)
+static const stats **publish_live(const master *m, const snap_stat *st, size_t ns)
 {
     const stats **live = calloc(ns ? ns : 1, sizeof *live);
     if (!live)
@@ -90,11 +90,8 @@ static const stats **publish_live(master *m, const snap_stat *st, size_t ns)
     for (size_t i = 0; i < ns; i++) {
         if (!st[i].role || !history_charted(st[i].metric))
             continue;
-        struct agg_group *g = &m->agg.g[strcmp(st[i].role, "server") == 0 ? AGG_SERVER : AGG_TRAINER];
-        metrics *mt = st[i].rank < 0 ? g->all : (uint64_t)st[i].rank < g->nranks ? g->ranks[st[i].rank] : NULL;
-        for (size_t k = 0; mt && k < metrics_size(mt); k++)
-            if (strcmp(metrics_key_at(mt, k), st[i].metric) == 0)
-                live[i] = metrics_at(mt, k);
+        live[i] = agg_find(&m->agg, strcmp(st[i].role, "server") == 0 ? AGG_SERVER : AGG_TRAINER, st[i].rank,
+                           st[i].metric);
     }
     return live;
 }

@@ -600,6 +600,13 @@ return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textCo
         self.addCleanup(fm.stop)
         return fm
 
+    def open_fresh(self, driver, base):
+        """The page with no stored choice, once its chart holds the history."""
+        driver.get(base)
+        driver.execute_script("window.localStorage.clear()")
+        driver.get(base)
+        return self.wait_js(driver, "plot the history", CHART_JS, lambda c: c["cols"] and len(c["cols"][0]) >= 5)
+
     def wait_js(self, driver, what, js, cond, timeout=WAIT_S):
         """Poll js on the page until cond(its value) is true; fail after `timeout`."""
         deadline = time.monotonic() + timeout
@@ -694,10 +701,7 @@ return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textCo
         fm = self.fake(fake_docs(headline_row(), None))
         driver = self.start_browser()
         try:
-            driver.get(fm.base)
-            driver.execute_script("window.localStorage.clear()")
-            driver.get(fm.base)
-            c = self.wait_js(driver, "plot the history", CHART_JS, lambda c: c["cols"] and len(c["cols"][0]) >= 5)
+            c = self.open_fresh(driver, fm.base)
             self.assertEqual((c["mode"], c["shown"], c["stat"]), ("window", "window", "p50"), c)
             self.assertEqual(c["labels"], ["trainer 0"])
             self.assertEqual(c["cols"][0][:5], [100.0, 101.0, 102.0, 103.0, 104.0])
@@ -741,10 +745,7 @@ return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textCo
         fm = self.fake(docs)
         driver = self.start_browser()
         try:
-            driver.get(fm.base)
-            driver.execute_script("window.localStorage.clear()")
-            driver.get(fm.base)
-            c = self.wait_js(driver, "plot the history", CHART_JS, lambda c: c["cols"] and len(c["cols"][0]) >= 5)
+            c = self.open_fresh(driver, fm.base)
             self.assertEqual((c["mode"], c["shown"]), ("window", "cumulative"), c)
             self.assertEqual(c["cols"][0][:5], [10.0, 11.0, 12.0, 13.0, 14.0])
             self.assertIn("sends no 10 s window", c["caption"])
