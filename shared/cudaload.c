@@ -1,5 +1,5 @@
-/* cudaload.c — dlopen the CUDA runtime, cuBLAS and NCCL on first use (see
- * cudaload.h). */
+/* cudaload.c — dlopen the CUDA runtime, cuBLAS, NCCL and the driver on
+ * first use (see cudaload.h). */
 #include "shared/cudaload.h"
 
 #include <dlfcn.h>
@@ -26,6 +26,7 @@ _Static_assert(CUDART_VERSION / 1000 == PSBENCH_CUDART_MAJOR,
 #define CUDALOAD_NCCL_SONAME "libnccl.so" /* never loaded: no nccl.h at build time */
 #endif
 #define CUDALOAD_CUBLAS_SONAME "libcublas.so." CUDALOAD_STR(CUBLAS_VER_MAJOR)
+#define CUDALOAD_CUDRV_SONAME "libcuda.so.1"
 
 /* One library: its soname, how to fill its table, and what loading gave. */
 typedef struct cudaload_lib {
@@ -41,6 +42,7 @@ static cudart_api cudaload_cudart_table;
 static nccl_api cudaload_nccl_table;
 #endif
 static cublas_api cudaload_cublas_table;
+static cudrv_api cudaload_cudrv_table;
 
 /* One symbol into its slot of a table. POSIX defines the conversion of
  * dlsym's object pointer to a function pointer; memcpy states it without
@@ -118,13 +120,24 @@ static int cudaload_resolve_cublas(cudaload_lib *l, void *h)
                : 0;
 }
 
-enum { CUDALOAD_CUDART = 0, CUDALOAD_NCCL, CUDALOAD_CUBLAS };
+/* The driver's symbols by the names cuda.h gives them (its macros pick
+ * the versioned entry points of the ABI this build was compiled for:
+ * cuMemGetAddressRange_v2). */
+static int cudaload_resolve_cudrv(cudaload_lib *l, void *h)
+{
+    cudrv_api *t = &cudaload_cudrv_table;
+    t->soname = l->soname;
+    return CUDALOAD_RESOLVE(l, h, t, cuMemGetAddressRange) ? -1 : 0;
+}
+
+enum { CUDALOAD_CUDART = 0, CUDALOAD_NCCL, CUDALOAD_CUBLAS, CUDALOAD_CUDRV };
 static cudaload_lib cudaload_libs[] = {
     [CUDALOAD_CUDART] = {CUDALOAD_CUDART_SONAME, PTHREAD_ONCE_INIT, cudaload_resolve_cudart, 0, ""},
 #ifdef PSBENCH_HAVE_NCCL
     [CUDALOAD_NCCL] = {CUDALOAD_NCCL_SONAME, PTHREAD_ONCE_INIT, cudaload_resolve_nccl, 0, ""},
 #endif
     [CUDALOAD_CUBLAS] = {CUDALOAD_CUBLAS_SONAME, PTHREAD_ONCE_INIT, cudaload_resolve_cublas, 0, ""},
+    [CUDALOAD_CUDRV] = {CUDALOAD_CUDRV_SONAME, PTHREAD_ONCE_INIT, cudaload_resolve_cudrv, 0, ""},
 };
 
 /* dlopen's reason, shortened to what a user needs: "not found" when the
@@ -164,6 +177,7 @@ static void cudaload_once_cudart(void) { cudaload_load(&cudaload_libs[CUDALOAD_C
 static void cudaload_once_nccl(void) { cudaload_load(&cudaload_libs[CUDALOAD_NCCL]); }
 #endif
 static void cudaload_once_cublas(void) { cudaload_load(&cudaload_libs[CUDALOAD_CUBLAS]); }
+static void cudaload_once_cudrv(void) { cudaload_load(&cudaload_libs[CUDALOAD_CUDRV]); }
 
 /* Loads library `which` once; 1 when it is usable, else 0 with its reason. */
 static int cudaload_ready(int which, void (*once_fn)(void), char *err, size_t errlen)
@@ -199,7 +213,16 @@ const cublas_api *cudaload_cublas(char *err, size_t errlen)
     return cudaload_ready(CUDALOAD_CUBLAS, cudaload_once_cublas, err, errlen) ? &cudaload_cublas_table : NULL;
 }
 
+/* The driver on its own: the runtime loads the same libcuda.so.1 (dlopen
+ * hands back the one already loaded), and a host without the runtime has
+ * no use for it. */
+const cudrv_api *cudaload_cudrv(char *err, size_t errlen)
+{
+    return cudaload_ready(CUDALOAD_CUDRV, cudaload_once_cudrv, err, errlen) ? &cudaload_cudrv_table : NULL;
+}
+
 const char *cudaload_cudart_soname(void) { return CUDALOAD_CUDART_SONAME; }
+const char *cudaload_cudrv_soname(void) { return CUDALOAD_CUDRV_SONAME; }
 #ifdef PSBENCH_HAVE_NCCL
 const char *cudaload_nccl_soname(void) { return CUDALOAD_NCCL_SONAME; }
 #endif

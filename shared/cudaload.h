@@ -1,10 +1,12 @@
-/* cudaload.h — the CUDA runtime, cuBLAS and NCCL, loaded when first used.
+/* cudaload.h — the CUDA runtime, cuBLAS, NCCL and the few driver calls the
+ * runtime lacks, loaded when first used.
  *
  * CUDA is optional: psbench's binaries must start, and run CPU jobs, on
  * hosts that have none of it. So a build made with the CUDA toolkit links
  * none of these libraries. Each is dlopen'ed by its versioned soname — the
  * major version this build was compiled against (libcudart.so.13,
- * libcublas.so.13, libnccl.so.2) — the first time something asks for it,
+ * libcublas.so.13, libnccl.so.2; the driver's libcuda.so.1, whose soname
+ * has not changed since CUDA 1) — the first time something asks for it,
  * and its symbols are resolved once into a table of function pointers named
  * as the library names them (rt->cudaMalloc, nc->ncclAllReduce). A library
  * or a symbol that is missing gives NULL and a one-line reason naming the
@@ -27,6 +29,7 @@
 #include <stddef.h>
 
 #include <cublas_v2.h>
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #ifdef PSBENCH_HAVE_NCCL
 #include <nccl.h>
@@ -88,6 +91,18 @@ typedef struct cudart_api {
     CUDALOAD_FN(cudaStreamWaitEvent);
 } cudart_api;
 
+/* The CUDA driver (libcuda, the NVIDIA driver's: the runtime runs on it,
+ * so every host with a GPU has it), for what the runtime does not say.
+ * Its calls act on the context the runtime made current (the device's
+ * primary context). */
+typedef struct cudrv_api {
+    const char *soname;
+    /* The allocation an address lies in (base, size): an IPC handle's
+     * opened memory checked against the size its peer claims
+     * (shared/cugpu_cuda.c). cuda.h names it cuMemGetAddressRange_v2. */
+    CUDALOAD_FN(cuMemGetAddressRange);
+} cudrv_api;
+
 #ifdef PSBENCH_HAVE_NCCL
 /* NCCL (libnccl): where the build found its header (nccl.h is not part
  * of every CUDA toolkit; without it the CUDA paths build, NCCL does not). */
@@ -134,9 +149,12 @@ const nccl_api *cudaload_nccl(char *err, size_t errlen);
 const char *cudaload_nccl_soname(void);
 #endif
 const cublas_api *cudaload_cublas(char *err, size_t errlen);
+/* The driver's table (needs no runtime: loaded on its own). */
+const cudrv_api *cudaload_cudrv(char *err, size_t errlen);
 
 /* The sonames this build loads ("libcudart.so.13", ...). */
 const char *cudaload_cudart_soname(void);
+const char *cudaload_cudrv_soname(void);
 const char *cudaload_cublas_soname(void);
 
 #endif

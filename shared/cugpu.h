@@ -44,16 +44,21 @@
  *          cudaEventInterprocess | cudaEventDisableTiming,
  *          cudaIpcGetEventHandle / cudaIpcOpenEventHandle; stream_wait is
  *          cudaStreamWaitEvent. CUDA refuses to open a handle in the
- *          process that exported it, and the size given to ipc_open is the
- *          caller's word (the runtime cannot check it).
+ *          process that exported it. The size given to ipc_open is the
+ *          peer's word: it is checked against the opened allocation's own
+ *          (cuMemGetAddressRange, the driver's, through shared/cudaload.h)
+ *          and refused when larger (cugpu_ipc_check_range).
  *   fake   the memory is a memfd (sealed against shrinking and growing, so
  *          no one can truncate it under a mapping), mapped shared; its
  *          handle says the exporter's pid, the memfd's descriptor number
  *          there, its size and its identity (device and inode), and
  *          ipc_open maps it by opening /proc/<pid>/fd/<n> — same host,
  *          same user: what the fake GPU is for — after checking all of
- *          that (a descriptor closed, or reused by another file, is refused
- *          with the reason). An IPC event's state is a page of its own
+ *          that (a descriptor closed, or reused by another file, or a file
+ *          that is not ordinary shared memory, is refused with the reason).
+ *          Like the driver it maps the whole object (the memfd's own size,
+ *          whatever the handle says) and checks the size given to ipc_open
+ *          against that (cugpu_ipc_check_range). An IPC event's state is a page of its own
  *          memfd, opened the same way: a record counts itself there when
  *          queued and marks itself complete when its stream's worker
  *          reaches it (atomics in the shared page), and a stream_wait's
@@ -183,8 +188,10 @@ typedef struct cugpu_ops {
     int (*ipc_export)(cugpu *g, devmem base, cugpu_ipc_handle *h);
     /* Another process's allocation (h from its ipc_export) mapped here,
      * `bytes` of it usable: device memory of this GPU, none with g->err
-     * (a handle that is no allocation, or no longer one, or smaller than
-     * bytes, is refused). Closed with ipc_close. */
+     * (a handle that is no allocation, or no longer one, or whose
+     * allocation is smaller than bytes — the peer's claim, checked
+     * against the opened object itself — is refused, and nothing stays
+     * open). Closed with ipc_close. */
     devmem (*ipc_open)(cugpu *g, const cugpu_ipc_handle *h, size_t bytes);
     void (*ipc_close)(cugpu *g, devmem p);
     /* An event another process can open and wait for (no timing), freed
@@ -271,6 +278,13 @@ cugpu_fake_env cugpu_fake_env_read(unsigned delay_us_default);
 /* cugpu_fake_new and cugpu_fake_hold as cugpu_fake_env_read says: NULL
  * with the reason in err. */
 cugpu *cugpu_fake_from_env(const cugpu_kernels *k, unsigned delay_us_default, char *err, size_t errlen);
+
+/* The range an ipc_open mapped (what the driver says of the opened
+ * object: its base and size) checked against the size the peer claims for
+ * it: the range must start where the handle opened and hold `claim` bytes.
+ * Every implementation calls it before ipc_open returns (the caller closes
+ * what it opened on -1). 0, or -1 with g->err. */
+int cugpu_ipc_check_range(cugpu *g, uintptr_t opened, uintptr_t base, uint64_t size, uint64_t claim);
 
 static inline void cugpu_destroy(cugpu *g)
 {

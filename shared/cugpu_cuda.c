@@ -1,7 +1,9 @@
 /* cugpu_cuda.c — cugpu.h on a real GPU: the CUDA runtime through
  * shared/cudaload.h (nothing linked), a role's kernels from the fatbin its
  * build embedded (cugpu_kernels) loaded once with cudaLibraryLoadData and
- * launched by name with cudaLaunchKernel.
+ * launched by name with cudaLaunchKernel. One driver call the runtime
+ * lacks (cuMemGetAddressRange: an opened IPC allocation's size) comes from
+ * the driver's table, loaded the same way.
  *
  * Every call comes from one thread (the server's reactor), on which the
  * GPU is made current once, here. Streams are non-blocking (no implicit
@@ -22,6 +24,7 @@
 typedef struct cuda_gpu {
     cugpu base;
     const cudart_api *rt;
+    const cudrv_api *drv; /* the driver: what the runtime does not say */
     cudaLibrary_t lib;
     cudaKernel_t *kernels; /* by the index in cugpu_kernels.names */
     int sms;        /* streaming multiprocessors: the grids' size */
@@ -245,17 +248,34 @@ static int cg_ipc_export(cugpu *g, devmem base, cugpu_ipc_handle *h)
     return 0;
 }
 
-/* `bytes` is the caller's word: the runtime has no call that says an
- * opened allocation's size. */
+/* `bytes` is the peer's word (a trainer's `segment`, up to --max-shm;
+ * a server's answer): every offset the peer names later is checked against
+ * it, so it is checked here against the allocation the handle opened
+ * (cuMemGetAddressRange, the driver's: the runtime has no such call), and
+ * the handle closed again when the allocation is smaller or the opened
+ * pointer is not its start. */
 static devmem cg_ipc_open(cugpu *g, const cugpu_ipc_handle *h, size_t bytes)
 {
-    (void)bytes;
+    cuda_gpu *cg = (cuda_gpu *)g;
     cudaIpcMemHandle_t mh;
     memcpy(&mh, h->bytes, sizeof mh);
     void *p = NULL;
-    cudaError_t e = ((cuda_gpu *)g)->rt->cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess);
+    cudaError_t e = cg->rt->cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess) {
         cg_failed(g, "cudaIpcOpenMemHandle", e);
+        return devmem_none();
+    }
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult r = cg->drv->cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)p);
+    if (r != CUDA_SUCCESS) {
+        snprintf(g->err, sizeof g->err, "cuMemGetAddressRange of opened IPC memory on GPU %d: CUDA driver error %d",
+                 g->device, (int)r);
+        cg->rt->cudaIpcCloseMemHandle(p);
+        return devmem_none();
+    }
+    if (cugpu_ipc_check_range(g, (uintptr_t)p, (uintptr_t)base, (uint64_t)size, (uint64_t)bytes) < 0) {
+        cg->rt->cudaIpcCloseMemHandle(p);
         return devmem_none();
     }
     return devmem_of(p);
@@ -368,6 +388,14 @@ cugpu *cugpu_cuda_new(int device, const cugpu_kernels *k, char *err, size_t errl
     if (gpu_describe(device, name, sizeof name, NULL, err, errlen) < 0)
         return NULL;
     const cudart_api *rt = cudaload_cudart(NULL, 0); /* loaded: gpu_describe did */
+    /* The driver, for the size of what an IPC handle opens: without it no
+     * peer's claim could be checked, so no GPU is made at all. */
+    char why[512];
+    const cudrv_api *drv = cudaload_cudrv(why, sizeof why);
+    if (!drv) {
+        snprintf(err, errlen, "GPU %d: %s (the NVIDIA driver's library, beside the CUDA runtime)", device, why);
+        return NULL;
+    }
     cuda_gpu *cg = calloc(1, sizeof *cg);
     if (!cg) {
         snprintf(err, errlen, "out of memory");
@@ -377,6 +405,7 @@ cugpu *cugpu_cuda_new(int device, const cugpu_kernels *k, char *err, size_t errl
     cg->base.kernels = k;
     cg->base.device = device;
     cg->rt = rt;
+    cg->drv = drv;
     snprintf(cg->base.name, sizeof cg->base.name, "%s", name);
     struct cudaDeviceProp prop;
     cudaError_t e;

@@ -13,6 +13,7 @@
  */
 #include "shared/cugpu.h"
 #include "shared/clock.h"
+#include "shared/shm.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -609,9 +610,11 @@ static void fake_ipc_handle_of(const fake_map *m, uint32_t kind, cugpu_ipc_handl
 }
 
 /* The memfd a handle names, opened and checked, then mapped shared into m
- * (m->fd -1: the mapping keeps the memory). At least `need` bytes. 0, or
+ * (m->fd -1: the mapping keeps the memory): the whole object, its own
+ * size, as the driver opens a whole allocation whatever the handle's
+ * bytes say; the caller checks what it needs of it against m->size. 0, or
  * -1 with g->err: never a crash, whatever the bytes. */
-static int fake_ipc_map(cugpu *g, const cugpu_ipc_handle *h, uint32_t kind, size_t need, fake_map *m)
+static int fake_ipc_map(cugpu *g, const cugpu_ipc_handle *h, uint32_t kind, fake_map *m)
 {
     fake_ipc_wire w;
     memcpy(&w, h->bytes, sizeof w);
@@ -630,11 +633,6 @@ static int fake_ipc_map(cugpu *g, const cugpu_ipc_handle *h, uint32_t kind, size
                  (int)w.pid, (int)w.fd, (unsigned long long)w.size);
         return -1;
     }
-    if (need > w.size) {
-        snprintf(g->err, sizeof g->err, "fake GPU: the IPC allocation holds %llu bytes, %zu asked",
-                 (unsigned long long)w.size, need);
-        return -1;
-    }
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)w.pid, (int)w.fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -647,22 +645,28 @@ static int fake_ipc_map(cugpu *g, const cugpu_ipc_handle *h, uint32_t kind, size
         return -1;
     }
     struct stat st;
+    char why[200];
     int seals = fcntl(fd, F_GET_SEALS);
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != w.dev || (uint64_t)st.st_ino != w.ino) {
         snprintf(g->err, sizeof g->err, "fake GPU: IPC handle: descriptor %d of process %d is another file now (the "
                  "exported one was closed)", (int)w.fd, (int)w.pid);
-    } else if (seals < 0 || !(seals & F_SEAL_SHRINK) || st.st_size < 0 || (uint64_t)st.st_size < w.size) {
+    } else if (seals < 0 || !(seals & F_SEAL_SHRINK) || st.st_size <= 0 || (uint64_t)st.st_size < w.size ||
+               (uint64_t)st.st_size > FAKE_GPU_MEMORY) {
         snprintf(g->err, sizeof g->err, "fake GPU: IPC handle: %s is not a sealed memfd of %llu bytes", path,
                  (unsigned long long)w.size);
+    } else if (shm_fd_check_shmem(fd, path, why, sizeof why) < 0) {
+        /* A hugetlbfs memfd seals and maps like any, then raises SIGBUS
+         * in whichever thread first touches a page the pool lacks. */
+        snprintf(g->err, sizeof g->err, "fake GPU: IPC handle: %s", why);
     } else {
-        void *p = mmap(NULL, (size_t)w.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        size_t size = (size_t)st.st_size; /* the object's, not the handle's word */
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (p != MAP_FAILED) {
             close(fd);
-            *m = (fake_map){.base = p, .size = (size_t)w.size, .fd = -1, .dev = w.dev, .ino = w.ino};
+            *m = (fake_map){.base = p, .size = size, .fd = -1, .dev = w.dev, .ino = w.ino};
             return 0;
         }
-        snprintf(g->err, sizeof g->err, "fake GPU: IPC handle: mmap of %llu bytes: %s", (unsigned long long)w.size,
-                 strerror(errno));
+        snprintf(g->err, sizeof g->err, "fake GPU: IPC handle: mmap of %zu bytes: %s", size, strerror(errno));
     }
     close(fd);
     return -1;
@@ -758,8 +762,17 @@ static int fake_ipc_export(cugpu *g, devmem dbase, cugpu_ipc_handle *h)
 static devmem fake_ipc_open(cugpu *g, const cugpu_ipc_handle *h, size_t bytes)
 {
     fake_map m;
-    if (fake_ipc_map(g, h, FAKE_IPC_MEM, bytes, &m) < 0)
+    if (fake_ipc_map(g, h, FAKE_IPC_MEM, &m) < 0)
         return devmem_none();
+    /* What the real GPU does after cudaIpcOpenMemHandle: the claim checked
+     * against the opened object's range (the mapping: the memfd's size). */
+    if (cugpu_ipc_check_range(g, (uintptr_t)m.base, (uintptr_t)m.base, m.size, bytes) < 0) {
+        char why[sizeof g->err];
+        snprintf(why, sizeof why, "fake GPU: %s", g->err);
+        snprintf(g->err, sizeof g->err, "%s", why);
+        fake_map_release(&m);
+        return devmem_none();
+    }
     if (fake_ipc_keep((fake_gpu *)g, &((fake_gpu *)g)->ipc_opened, &m) < 0) {
         fake_map_release(&m);
         return devmem_none();
@@ -816,7 +829,14 @@ static cugpu_event *fake_event_open(cugpu *g, const cugpu_ipc_handle *h)
         snprintf(g->err, sizeof g->err, "fake GPU: out of memory");
         return NULL;
     }
-    if (fake_ipc_map(g, h, FAKE_IPC_EVENT, sizeof(fake_evsync), &e->map) < 0) {
+    if (fake_ipc_map(g, h, FAKE_IPC_EVENT, &e->map) < 0) {
+        free(e);
+        return NULL;
+    }
+    if (e->map.size < sizeof(fake_evsync)) {
+        snprintf(g->err, sizeof g->err, "fake GPU: IPC handle: an event's page of %zu bytes (%zu needed)",
+                 e->map.size, sizeof(fake_evsync));
+        fake_map_release(&e->map);
         free(e);
         return NULL;
     }

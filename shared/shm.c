@@ -13,12 +13,19 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
+
+/* statfs f_type values (linux/magic.h, spelled out: that header is not
+ * everywhere the C library is). */
+#define SHM_TMPFS_MAGIC 0x01021994u
+#define SHM_HUGETLBFS_MAGIC 0x958458f6u
+#define SHM_RAMFS_MAGIC 0x858458f6u
 
 static uint64_t shm_page(void)
 {
@@ -64,6 +71,41 @@ int shm_seg_create(shm_seg *s, const char *name, uint64_t size, bool peers_read_
     return 0;
 }
 
+/* A file system's name for a message, from its statfs magic. */
+static const char *shm_fs_name(unsigned long type, char *buf, size_t len)
+{
+    switch (type) {
+    case SHM_HUGETLBFS_MAGIC:
+        return "hugetlbfs";
+    case SHM_RAMFS_MAGIC:
+        return "ramfs";
+    default:
+        snprintf(buf, len, "a file system of type 0x%lx", type);
+        return buf;
+    }
+}
+
+int shm_fd_check_shmem(int fd, const char *what, char *err, size_t errlen)
+{
+    struct statfs sf;
+    char buf[48];
+    if (fstatfs(fd, &sf) < 0) {
+        snprintf(err, errlen, "%s cannot be examined (fstatfs: %s)", what, strerror(errno));
+        return -1;
+    }
+    /* The memfds of memfd_create without MFD_HUGETLB live in the kernel's
+     * internal tmpfs: their pages are allocated (or read as zeros) on any
+     * touch, whatever the peer does once they are sealed. Anything else,
+     * hugetlbfs above all (sealable, mappable, and its pages taken from a
+     * pool that may be empty at the first touch: SIGBUS), is refused. */
+    if ((unsigned long)sf.f_type != SHM_TMPFS_MAGIC) {
+        snprintf(err, errlen, "%s is on %s, not ordinary shared memory (a memfd without MFD_HUGETLB): its pages "
+                 "could be missing when touched (SIGBUS)", what, shm_fs_name((unsigned long)sf.f_type, buf, sizeof buf));
+        return -1;
+    }
+    return 0;
+}
+
 int shm_seg_map_peer(shm_seg *s, int fd, uint64_t max, char *err, size_t errlen)
 {
     *s = SHM_SEG_NONE;
@@ -81,6 +123,8 @@ int shm_seg_map_peer(shm_seg *s, int fd, uint64_t max, char *err, size_t errlen)
         snprintf(err, errlen, "the segment sent cannot be examined");
         goto fail;
     }
+    if (shm_fd_check_shmem(fd, "the segment sent", err, errlen) < 0)
+        goto fail;
     if (st.st_size <= 0 || (uint64_t)st.st_size > max) {
         snprintf(err, errlen, "the segment sent is %lld bytes (at most %llu taken)", (long long)st.st_size,
                  (unsigned long long)max);

@@ -8,8 +8,10 @@
  *   truncate the pages under another's mapping and raise SIGBUS), and, on
  *   request, against new writable mappings (F_SEAL_FUTURE_WRITE: peers map
  *   it read-only, whatever they ask). shm_seg_map_peer maps a segment a
- *   peer sent, read-only, after checking that it is one: a memfd sealed
- *   against shrinking, of a size within the caller's bound.
+ *   peer sent, read-only, after checking that it is one: a memfd of
+ *   ordinary shared memory (not hugetlbfs: its pages can be missing at
+ *   the first touch, SIGBUS) sealed against shrinking, of a size within
+ *   the caller's bound.
  * - An arena (shm_arena): whole pages of one segment handed out and taken
  *   back (first fit, neighbours merged, a freed range's pages given back to
  *   the kernel). A server's result buffers and a trainer's pushes live in
@@ -47,8 +49,16 @@ typedef struct shm_seg {
 int shm_seg_create(shm_seg *s, const char *name, uint64_t size, bool peers_read_only, char *err, size_t errlen);
 /* Map read-only the segment `fd` a peer sent; takes fd (closed on
  * failure). Refused: not a memfd that can be sealed, not sealed against
- * shrinking, empty, or larger than max. 0, or -1 with err. */
+ * shrinking, not ordinary shared memory (shm_fd_check_shmem), empty, or
+ * larger than max. 0, or -1 with err. */
 int shm_seg_map_peer(shm_seg *s, int fd, uint64_t max, char *err, size_t errlen);
+/* fd is a file of ordinary shared memory (fstatfs: tmpfs, where memfds
+ * live), whose pages cannot go missing under a mapping: the check every
+ * descriptor a peer sent passes before this process maps it (a hugetlbfs
+ * memfd seals and maps like one, then raises SIGBUS at the first touch
+ * where the huge-page pool is empty). `what` names it in err ("the
+ * segment sent"). 0, or -1 with err. */
+int shm_fd_check_shmem(int fd, const char *what, char *err, size_t errlen);
 /* Unmap and close; a no-op on SHM_SEG_NONE. Leaves SHM_SEG_NONE. */
 void shm_seg_close(shm_seg *s);
 /* [at, at + len) lies inside s (overflow-safe). */

@@ -1,5 +1,5 @@
-/* test_cudaload.c — shared/cudaload.c: the CUDA runtime, cuBLAS and NCCL
- * loaded on first use, by the sonames of this build's toolkit.
+/* test_cudaload.c — shared/cudaload.c: the CUDA runtime, cuBLAS, NCCL and
+ * the driver loaded on first use, by the sonames of this build's toolkit.
  *
  * Where the libraries are installed (the CUDA toolkit's machines), every
  * table loads and every symbol of it is resolved, with no GPU needed; run
@@ -121,12 +121,37 @@ static void test_absent(void **state)
     assert_string_equal(again, want);
 }
 
+/* The driver's table (libcuda.so.1: the NVIDIA driver's, not the
+ * toolkit's) loads where the loader finds the driver, and says so by its
+ * soname where it does not — the same reason on every call. */
+static void test_driver(void **state)
+{
+    (void)state;
+    assert_string_equal(cudaload_cudrv_soname(), "libcuda.so.1");
+    void *h = dlopen(cudaload_cudrv_soname(), RTLD_NOW | RTLD_LOCAL);
+    char err[600] = "", again[600] = "";
+    const cudrv_api *d = cudaload_cudrv(err, sizeof err);
+    if (h) {
+        dlclose(h);
+        assert_non_null(d);
+        assert_string_equal(d->soname, "libcuda.so.1");
+        ASSERT_ALL_SET(d);
+        assert_ptr_equal(cudaload_cudrv(NULL, 0), d);
+        return;
+    }
+    assert_null(d);
+    assert_string_equal(err, "libcuda.so.1 not found");
+    assert_null(cudaload_cudrv(again, sizeof again));
+    assert_string_equal(again, err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sonames),
         cmocka_unit_test(test_present),
         cmocka_unit_test(test_absent),
+        cmocka_unit_test(test_driver),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,6 +31,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -536,6 +539,95 @@ static void test_ipc_memory(void **state)
     a->ops->host_free(a, h_in);
     b->ops->host_free(b, h_out);
     cugpu_destroy(a);
+    cugpu_destroy(b);
+}
+
+/* A fake GPU handle's bytes, as shared/cugpu_fake.c lays them out (a
+ * peer can write any): magic, kind, pid, descriptor, zero, size, device,
+ * inode. */
+typedef struct wire {
+    uint64_t magic;
+    uint32_t kind;
+    int32_t pid, fd;
+    uint32_t zero;
+    uint64_t size, dev, ino;
+} wire;
+
+static cugpu_ipc_handle forged_handle(uint32_t kind, int fd, uint64_t size)
+{
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    wire w = {.magic = 0x3143504955504746ull, .kind = kind, .pid = (int32_t)getpid(), .fd = fd, .size = size,
+              .dev = (uint64_t)st.st_dev, .ino = (uint64_t)st.st_ino};
+    cugpu_ipc_handle h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.bytes, &w, sizeof w);
+    return h;
+}
+
+static int sealed_memfd(unsigned flags, size_t size)
+{
+    int fd = memfd_create("t", MFD_ALLOW_SEALING | flags);
+    if (fd >= 0 && (ftruncate(fd, (off_t)size) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* The size a peer claims is checked against the object the handle opens,
+ * as the real GPU checks it (cuMemGetAddressRange): the memfd's own size,
+ * not the handle's size field (the peer's word too). A claim within the
+ * object is taken whatever the handle says; beyond it, refused and
+ * nothing left mapped. */
+static void test_ipc_claim_against_the_object(void **state)
+{
+    (void)state;
+    if (on_cuda())
+        skip(); /* the handles are the fake GPU's */
+    cugpu *b = gpu_new(0);
+    const size_t mib = (size_t)1 << 20;
+    int fd = sealed_memfd(0, mib);
+    assert_true(fd >= 0);
+    cugpu_ipc_handle h = forged_handle(1, fd, 4096); /* the handle understates it */
+    devmem p = b->ops->ipc_open(b, &h, mib);
+    assert_non_null(p.p);
+    b->ops->ipc_close(b, p);
+    const size_t claims[] = {mib + 1, (size_t)64 << 30, SIZE_MAX};
+    for (size_t i = 0; i < sizeof claims / sizeof claims[0]; i++) {
+        assert_null(b->ops->ipc_open(b, &h, claims[i]).p);
+        assert_non_null(strstr(b->err, "the exported allocation holds 1048576 bytes"));
+    }
+    h = forged_handle(1, fd, 2 * mib); /* overstates it */
+    assert_null(b->ops->ipc_open(b, &h, 4096).p);
+    assert_non_null(strstr(b->err, "is not a sealed memfd of 2097152 bytes"));
+    close(fd);
+    cugpu_destroy(b);
+}
+
+/* Memory or an event's page that is not ordinary shared memory (a
+ * hugetlbfs memfd: its pages may be missing at the first touch, SIGBUS)
+ * is refused before it is mapped. Skipped, with the reason, where the
+ * kernel makes no hugetlbfs memfd. */
+static void test_ipc_hugetlb_refused(void **state)
+{
+    (void)state;
+    if (on_cuda())
+        skip();
+    const size_t huge = (size_t)2 << 20;
+    int fd = sealed_memfd(MFD_HUGETLB, huge);
+    if (fd < 0) {
+        print_message("skipped: a sealed hugetlbfs memfd of 2 MiB: %s\n", strerror(errno));
+        skip();
+    }
+    cugpu *b = gpu_new(0);
+    cugpu_ipc_handle h = forged_handle(1, fd, huge);
+    assert_null(b->ops->ipc_open(b, &h, 4096).p);
+    assert_non_null(strstr(b->err, "is on hugetlbfs, not ordinary shared memory"));
+    h = forged_handle(2, fd, huge);
+    assert_null(b->ops->event_open(b, &h));
+    assert_non_null(strstr(b->err, "is on hugetlbfs, not ordinary shared memory"));
+    close(fd);
     cugpu_destroy(b);
 }
 
@@ -1087,6 +1179,8 @@ int main(void)
         cmocka_unit_test(test_fake_env_defaults),
         cmocka_unit_test(test_fake_from_env),
         cmocka_unit_test(test_ipc_memory),
+        cmocka_unit_test(test_ipc_claim_against_the_object),
+        cmocka_unit_test(test_ipc_hugetlb_refused),
         cmocka_unit_test(test_ipc_event_orders),
         cmocka_unit_test(test_stream_wait_local),
         cmocka_unit_test(test_stream_wait_failures),

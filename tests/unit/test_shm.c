@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -79,6 +80,66 @@ static void test_segments_refused(void **state)
     assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
     assert_int_equal(shm_seg_map_peer(&s, fd, MIB, err, sizeof err), -1);
     assert_null(s.base);
+}
+
+/* A memfd of hugetlbfs seals and maps like any, and its size is what it
+ * says; its pages come from the huge-page pool at the first touch, and
+ * where the pool is empty that touch is SIGBUS: refused before mapping.
+ * Skipped, with the reason, where the kernel makes no such memfd. */
+static void test_segment_hugetlb_refused(void **state)
+{
+    (void)state;
+    shm_seg s;
+    char err[256];
+    int fd = memfd_create("t", MFD_HUGETLB | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        print_message("skipped: memfd_create(MFD_HUGETLB): %s\n", strerror(errno));
+        skip();
+    }
+    if (ftruncate(fd, 2 * MIB) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+        print_message("skipped: a sealed hugetlbfs memfd of 2 MiB: %s\n", strerror(errno));
+        close(fd);
+        skip();
+    }
+    assert_int_equal(shm_seg_map_peer(&s, fd, 4 * MIB, err, sizeof err), -1);
+    assert_non_null(strstr(err, "the segment sent is on hugetlbfs, not ordinary shared memory"));
+    assert_null(s.base);
+    assert_int_equal(fcntl(fd, F_GETFD), -1); /* taken, and closed */
+}
+
+/* The check itself (shm_fd_check_shmem: every descriptor a peer sent,
+ * before this process maps it): a memfd passes; whatever is not shmem is
+ * refused naming its file system — a pipe and a socket everywhere, a file
+ * on disk where the working folder is not tmpfs. */
+static void test_shmem_check(void **state)
+{
+    (void)state;
+    char err[256];
+    int fd = memfd_create("t", MFD_ALLOW_SEALING);
+    assert_int_equal(shm_fd_check_shmem(fd, "x", err, sizeof err), 0);
+    close(fd);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(shm_fd_check_shmem(p[0], "the pipe", err, sizeof err), -1);
+    assert_non_null(strstr(err, "the pipe is on a file system of type 0x"));
+    assert_non_null(strstr(err, "not ordinary shared memory"));
+    close(p[0]);
+    close(p[1]);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    assert_int_equal(shm_fd_check_shmem(sv[0], "x", err, sizeof err), -1);
+    close(sv[0]);
+    close(sv[1]);
+    fd = open(".", O_TMPFILE | O_RDWR, 0600);
+    if (fd >= 0) {
+        struct statfs sf;
+        assert_int_equal(fstatfs(fd, &sf), 0);
+        if (sf.f_type != 0x01021994) /* TMPFS_MAGIC: a tmpfs build folder */
+            assert_int_equal(shm_fd_check_shmem(fd, "x", err, sizeof err), -1);
+        close(fd);
+    }
+    assert_int_equal(shm_fd_check_shmem(-1, "x", err, sizeof err), -1);
+    assert_non_null(strstr(err, "cannot be examined"));
 }
 
 static void test_arena(void **state)
@@ -232,7 +293,8 @@ int main(void)
         cmocka_unit_test(test_segment_sealed),   cmocka_unit_test(test_segments_refused),
         cmocka_unit_test(test_arena),            cmocka_unit_test(test_arena_many),
         cmocka_unit_test(test_descriptors),      cmocka_unit_test(test_names_and_sockets),
-        cmocka_unit_test(test_transport_names),
+        cmocka_unit_test(test_transport_names),  cmocka_unit_test(test_segment_hugetlb_refused),
+        cmocka_unit_test(test_shmem_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
