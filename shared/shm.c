@@ -100,7 +100,8 @@ int shm_fd_check_shmem(int fd, const char *what, char *err, size_t errlen)
      * pool that may be empty at the first touch: SIGBUS), is refused. */
     if ((unsigned long)sf.f_type != SHM_TMPFS_MAGIC) {
         snprintf(err, errlen, "%s is on %s, not ordinary shared memory (a memfd without MFD_HUGETLB): its pages "
-                 "could be missing when touched (SIGBUS)", what, shm_fs_name((unsigned long)sf.f_type, buf, sizeof buf));
+                 "could be missing when touched (SIGBUS)",
+                 what, shm_fs_name((unsigned long)sf.f_type, buf, sizeof buf));
         return -1;
     }
     return 0;

@@ -875,11 +875,13 @@ class ShmClient(RawClient):
     """A trainer by hand over the server's Unix socket: TCP hello asking
     for shared memory, the redirect followed, then hello with a segment."""
 
-    def __init__(self, port, size=4 * MIB, seg_fd=None, send_segment=True, **kw):
+    def __init__(self, port, size=4 * MIB, seg_fd=None, send_segment=True, map_segment=True, **kw):
         super().__init__(port, **kw)
         self.fds = []
         self.seg_fd = seg_fd if seg_fd is not None else sealed_memfd(size)
-        self.seg = mmap.mmap(self.seg_fd, os.fstat(self.seg_fd).st_size)
+        # map_segment False: a segment this process cannot map (a hugetlbfs
+        # memfd with no huge page free), sent only.
+        self.seg = mmap.mmap(self.seg_fd, os.fstat(self.seg_fd).st_size) if map_segment else None
         self.send_segment = send_segment
         self.server_seg = None
 

@@ -26,6 +26,7 @@ The real trainers' devices are $PSBENCH_TRAINER_DEVICE and
 $PSBENCH_SERVER_DEVICE (default fake-cuda; cuda on a GPU: run the class
 Trainers there, the protocol by hand needs the fake GPU's handles).
 """
+import fcntl
 import json
 import mmap
 import os
@@ -283,10 +284,37 @@ class Protocol(psb.PsbTestCase):
                         ({"ipc": "00" * 64}, r"must be 256 hex digits"),
                         ({"ipc": "00" * 128}, r"cannot open the trainer's export: .*not an IPC handle"),
                         ({"segment": 0}, r"export of 0 bytes"),
-                        ({"segment": 2 * MIB}, r"cannot open the trainer's export: .*holds 1048576 bytes")):
+                        ({"segment": 2 * MIB}, r"cannot open the trainer's export: .*holds 1048576 bytes"),
+                        # a claim far beyond the export (the server's kernels
+                        # would read past it), checked against the memory
+                        # opened, not against --max-shm or the handle's word
+                        ({"segment": 64 << 30}, r"the exported allocation holds 1048576 bytes, 68719476736 "),
+                        ({"segment": 2 * MIB, "ipc": (fake_handle(IPC_MEM, c.gpu_fd, 2 * MIB) +
+                                                      fake_handle(IPC_EVENT, c.ev_fd, 4096)).hex()},
+                         r"not a sealed memfd of 2097152 bytes")):
             h = c.export(**kw)
             self.assertEqual((h["type"], h.get("code")), ("error", "unsupported"), (kw, h))
             self.assertRegex(h["message"], pat)
+        # GPU memory or an event that is not ordinary shared memory (a
+        # hugetlbfs memfd: SIGBUS at the first touch where no huge page is
+        # free), where the kernel makes one
+        try:
+            huge = os.memfd_create("psbench-test-huge", os.MFD_HUGETLB | os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+            os.ftruncate(huge, 2 * MIB)
+            fcntl.fcntl(huge, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+        except OSError as e:
+            print("hugetlbfs cases skipped: %s" % e, file=sys.stderr)
+            huge = None
+        if huge is not None:
+            try:
+                mem, ev = fake_handle(IPC_MEM, c.gpu_fd, c.gpu_bytes), fake_handle(IPC_EVENT, c.ev_fd, 4096)
+                for ipc in ((fake_handle(IPC_MEM, huge, 2 * MIB) + ev).hex(),
+                            (mem + fake_handle(IPC_EVENT, huge, 2 * MIB)).hex()):
+                    h = c.export(ipc=ipc, segment=4096)
+                    self.assertEqual((h["type"], h.get("code")), ("error", "unsupported"), h)
+                    self.assertRegex(h["message"], r"is on hugetlbfs, not ordinary shared memory")
+            finally:
+                os.close(huge)
         # a handle of a descriptor this process does not have
         bad = (fake_handle(IPC_MEM, c.gpu_fd, c.gpu_bytes)[:16] + struct.pack("<i", 999) +
                fake_handle(IPC_MEM, c.gpu_fd, c.gpu_bytes)[20:]).hex() + fake_handle(IPC_EVENT, c.ev_fd, 4096).hex()

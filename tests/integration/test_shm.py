@@ -23,6 +23,24 @@ from psb import Master, ShmClient, sealed_memfd  # noqa: E402
 MIB = psb.MIB
 
 
+class AcceptedPeer(psb.RawClient):
+    """The server's end of a connection a trainer made: frames by hand for
+    a hostile server (descriptors that come are kept in fds)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+        self.closed = False
+        self.fds = []
+
+    def _recv_chunk(self, n):
+        if self.sock.family != socket.AF_UNIX:
+            return self.sock.recv(n)
+        data, fds, _, _ = socket.recv_fds(self.sock, n, 4)
+        self.fds += fds
+        return data
+
+
 class Shm(psb.PsbTestCase):
     def shm_client(self, server, **kw):
         c = ShmClient(server.port, **kw)
@@ -127,6 +145,126 @@ class Shm(psb.PsbTestCase):
             os.close(r)
             os.close(wfd)
         self.good_round(s, ranks=(0,))
+
+    def hugetlb_memfd(self, size):
+        """A hugetlbfs memfd of `size` bytes sealed against shrinking and
+        growing (it seals, and its size is what it says, like any memfd),
+        or the test skipped with the kernel's reason."""
+        try:
+            fd = os.memfd_create("psbench-test-huge", os.MFD_HUGETLB | os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+        except OSError as e:
+            self.skipTest("memfd_create(MFD_HUGETLB): %s" % e)
+        try:
+            os.ftruncate(fd, size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+        except OSError as e:
+            os.close(fd)
+            self.skipTest("a sealed hugetlbfs memfd of %d bytes: %s" % (size, e))
+        return fd
+
+    def test_segment_not_shared_memory(self):
+        """A segment that seals and maps like a memfd but is not ordinary
+        shared memory — a hugetlbfs memfd, whose pages may be missing at
+        the first touch (SIGBUS on a host with no huge page free) — is
+        bad_frame before the server maps it; the server never folds from
+        it, lives, and serves the next trainers."""
+        s = self.reg.server(trainers=1, extra=["--device", "cpu"])
+        fd = self.hugetlb_memfd(2 * MIB)
+        try:
+            c = self.shm_client(s, seg_fd=fd, map_segment=False)
+            w = c.hello_shm(0)
+            if w.get("type") == "welcome":
+                c.push_at(0, 0, 16, 0)  # the fold that would touch its pages
+            self.assertEqual((w["type"], w.get("code")), ("error", "bad_frame"), w)
+            self.assertIn("the segment sent is on hugetlbfs, not ordinary shared memory", w["message"])
+            c.expect_closed()
+        finally:
+            os.close(fd)
+        self.assert_server_alive(s)
+        self.good_round(s, ranks=(0,))
+
+    def test_segment_on_disk_refused(self):
+        """A file on disk (not shared memory: it cannot be sealed) sent as
+        a segment: bad_frame, on every host; the server serves on."""
+        s = self.reg.server(trainers=1, extra=["--device", "cpu"])
+        fd = None
+        for d in (self.reg.workdir, "/var/tmp", os.getcwd()):
+            try:
+                fd = os.open(d, os.O_TMPFILE | os.O_RDWR, 0o600)
+                break
+            except OSError:
+                continue
+        if fd is None:
+            self.fail("no folder here takes an O_TMPFILE file")
+        try:
+            os.ftruncate(fd, MIB)
+            c = self.shm_client(s, seg_fd=fd)
+            w = c.hello_shm(0)
+            self.assertEqual((w["type"], w.get("code")), ("error", "bad_frame"), w)
+            self.assertRegex(w["message"], r"the segment sent (is not a memfd|is on .*not ordinary shared memory)")
+            c.expect_closed()
+        finally:
+            os.close(fd)
+        self.good_round(s, ranks=(0,))
+
+    def test_trainer_refuses_a_server_segment_not_shared_memory(self):
+        """The trainer's side of the same check: a hostile server (this
+        test, by hand) redirects it to a Unix socket and welcomes it with a
+        hugetlbfs memfd as its result segment, then answers its push with a
+        result in that segment. The trainer refuses the segment before it
+        maps it — it fails naming the server and why, and is never killed
+        by SIGBUS."""
+        fd = self.hugetlb_memfd(2 * MIB)
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conns, peers = [], []
+        try:
+            tcp.bind((psb.HOST, 0))
+            tcp.listen(1)
+            tcp.settimeout(20)
+            name = "psbench-test-hostile-%d-%d" % (os.getpid(), int(time.monotonic() * 1e6))
+            uds.bind("\0" + name)
+            uds.listen(1)
+            uds.settimeout(20)
+            t = self.reg.trainer("%s:%d" % (psb.HOST, tcp.getsockname()[1]), 0, buckets=1, floats=16, batches=1,
+                                 extra=("--transport", "shm"))
+            a, _ = tcp.accept()
+            conns.append(a)
+            c = AcceptedPeer(a)
+            peers.append(c)
+            h, _ = c.recv_frame()
+            self.assertEqual((h["type"], h.get("link")), ("hello", "shm"), h)
+            c.send_frame({"type": "redirect", "version": 1, "server": 0, "shm": name, "segment": 2 * MIB,
+                          "maxshm": 64 * MIB})
+            u, _ = uds.accept()
+            conns.append(u)
+            p = AcceptedPeer(u)
+            peers.append(p)
+            h, _ = p.recv_frame()
+            self.assertEqual(h["type"], "hello", h)
+            welcome = encode_frame({"type": "welcome", "version": 1, "server": 0, "trainers": 1,
+                                    "segment": 2 * MIB})
+            socket.send_fds(u, [welcome], [fd])
+            # Where the segment was taken: each push answered by a result
+            # in it (the trainer's read of it is the touch that kills).
+            try:
+                while True:
+                    h, _ = p.recv_frame(timeout=20)
+                    if h.get("type") == "push":
+                        p.send_frame({"type": "result", "batch": h["batch"], "bucket": h["bucket"], "dtype": "f32",
+                                      "layout": "dense", "count": h["count"], "at": 0})
+            except (psb.Closed, OSError):
+                pass
+            rc = t.wait(30)
+            self.assertGreater(rc, 0, t.describe())  # an exit with an error, not a signal
+            self.assertRegex(t.stderr(), r"its segment: the segment sent is on hugetlbfs, not ordinary shared memory")
+        finally:
+            for x in conns + [tcp, uds]:
+                x.close()
+            for x in peers:
+                for f in x.fds:
+                    os.close(f)
+            os.close(fd)
 
     def test_descriptor_with_another_frame(self):
         """A descriptor sent with anything but the hello is bad_frame: the
