@@ -106,6 +106,6 @@ void peer_no_answer(const char *addr, const char *role, bool closed, double wait
     else if (closed)
         snprintf(err, errlen, "%s closed the connection without answering: is it a psbench %s?", addr, role);
     else
-        snprintf(err, errlen, "%s accepted the connection but did not answer within %g s: is it a psbench %s?",
+        snprintf(err, errlen, "%s accepted the connection but did not answer within %.3g s: is it a psbench %s?",
                  addr, waited_s, role);
 }
