@@ -148,23 +148,19 @@ static bool follow_read(follow_try_t *t)
 static int follow_reap(follow_try_t *t)
 {
     bool open = true;
-    while (open) {
-        int wait_ms = -1;
-        if (t->state == FOLLOW_TRY_REACHING) {
-            double left = t->deadline - clock_now_s();
-            if (left <= 0) {
-                kill(t->pid, SIGKILL);
-                t->overdue = true;
-                break;
-            }
-            wait_ms = (int)(left * 1000) + 1;
-        }
+    while (open && t->state == FOLLOW_TRY_REACHING) { /* a job: waitpid alone, as long as it runs */
+        double left = t->deadline - clock_now_s();
         struct pollfd pfd = {.fd = t->rfd, .events = POLLIN};
-        int r = poll(&pfd, 1, wait_ms);
-        if (r > 0)
-            open = follow_read(t);
-        else if (r < 0 && errno != EINTR)
+        int r = poll(&pfd, 1, left > 0 ? (int)(left * 1000) + 1 : 0);
+        if (r > 0) {
+            open = follow_read(t); /* a mark that came by the deadline still counts */
+        } else if (r < 0 && errno != EINTR) {
             break; /* waitpid below still reaps it */
+        } else if (r == 0 && left <= 0) {
+            kill(t->pid, SIGKILL);
+            t->overdue = true;
+            break;
+        }
     }
     for (;;) {
         pid_t r = waitpid(t->pid, &t->status, 0);

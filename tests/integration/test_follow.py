@@ -94,8 +94,8 @@ class HostilePeer(object):
 
 class Follow(psb.PsbTestCase):
 
-    def follower(self, binary, master, name, *extra):
-        args = [psb.bin_path(binary), "--master", master, "--follow", "--follow-idle", str(IDLE_S)]
+    def follower(self, binary, master, name, *extra, idle=IDLE_S):
+        args = [psb.bin_path(binary), "--master", master, "--follow", "--follow-idle", str(idle)]
         if binary == "psbench-server":
             args += ["--listen", "127.0.0.1:0"]
         return self.reg.start(args + list(extra), name=name)
@@ -177,7 +177,7 @@ class Follow(psb.PsbTestCase):
                            name="master", cls=Master)
         m.wait_ports()
         for binary, role in (("psbench-trainer", "trainer"), ("psbench-server", "server")):
-            p = self.follower(binary, m.ctl, role, "--token", "bad", "--follow-idle", "600")
+            p = self.follower(binary, m.ctl, role, "--token", "bad", idle=600)
             self.assertEqual(p.wait(30), 2, p.describe())
             last = p.stderr().strip().splitlines()[-1]
             self.assertEqual(last, "%s: the master refused this %s: wrong token" % (binary, role), p.describe())
@@ -228,8 +228,8 @@ class Follow(psb.PsbTestCase):
                           ("blackhole", "cannot connect to")):
             peer = self.hostile(mode)
             for binary in ("psbench-trainer", "psbench-server"):
-                p = self.follower(binary, peer.addr, "%s-%s" % (binary, mode), "--follow-idle", str(idle),
-                                  "--connect-timeout", "600")
+                p = self.follower(binary, peer.addr, "%s-%s" % (binary, mode), "--connect-timeout", "600",
+                                  idle=idle)
                 procs.append((p, peer, why))
         for p, peer, why in procs:
             # The promise: --follow-idle, plus one try's teardown (the HTTP
@@ -262,8 +262,8 @@ class Follow(psb.PsbTestCase):
                 for where, addr in (("silent", silent.addr), ("refused", refused)):
                     before = silent.accepted
                     # Refused: tries of 1 s, so that it soon says why and waits between them.
-                    p = self.follower(binary, addr, "%s-%s-%s" % (binary, name, where), "--follow-idle", "600",
-                                      *(["--connect-timeout", "1"] if where == "refused" else []))
+                    p = self.follower(binary, addr, "%s-%s-%s" % (binary, name, where),
+                                      *(["--connect-timeout", "1"] if where == "refused" else []), idle=600)
                     if where == "silent":  # its try is connected, waiting for the first answer
                         self.wait_for(lambda: silent.accepted > before or not p.alive())
                     else:  # it has said why it has no job: it waits between tries
