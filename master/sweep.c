@@ -104,7 +104,11 @@ static void sweep_usage(FILE *f)
           "  psbench-master sweep --sweep-file configs/sweep.json --out sw2\n"
           "\n"
           "Exit status: 0 every point done; 1 a point failed (the others still ran) or a file\n"
-          "could not be written; 2 a usage error or a point whose plan is refused.\n",
+          "could not be written; 2 a usage error or a point whose plan is refused; 128 + N\n"
+          "signal N stopped the sweep: 130 SIGINT, 143 SIGTERM, 129 SIGHUP (treated as\n"
+          "SIGTERM). A signal stops the point running (its master ends its run), writes\n"
+          "sweep.json and sweep.csv with the points done and marks the rest \"not run\"\n"
+          "(the interrupted one with why); the last line says so.\n",
           f);
 }
 
@@ -181,8 +185,11 @@ static void sweep_run_one(sweep *s, sweep_point *p)
         p->error = malloc(n);
         if (!p->error)
             abort();
-        if (sweep_signal)
-            snprintf(p->error, n, "stopped by a signal: %s", line);
+        if (sweep_signal && s->runs > 1)
+            snprintf(p->error, n, "stopped by %s during run %u of %u: %s", sweep_signal_name(sweep_signal), r,
+                     s->runs, line);
+        else if (sweep_signal)
+            snprintf(p->error, n, "stopped by %s during its run: %s", sweep_signal_name(sweep_signal), line);
         else if (s->runs > 1)
             snprintf(p->error, n, "run %u: exit %d: %s", r, rc, line);
         else
@@ -194,7 +201,9 @@ static void sweep_run_one(sweep *s, sweep_point *p)
     if (rc == 0 && !done)
         p->error = sweep_strdup(s->runs > 1 ? "a run wrote no headline (no trainer reported a step)"
                                             : "the run wrote no headline (no trainer reported a step)");
-    if (!done)
+    if (!done && sweep_signal)
+        p->state = SP_NOT_RUN; /* stopped, not failed: it did not run to its end */
+    else if (!done)
         p->state = SP_FAILED;
     else if (r == s->runs)
         p->state = SP_DONE;
@@ -208,10 +217,14 @@ static void sweep_run_one(sweep *s, sweep_point *p)
  * completes against the rows above it. */
 static void sweep_end_point(sweep *s, sweep_point *p)
 {
-    if (p->state == SP_PLANNED) /* stopped between its runs */
-        p->state = p->runs_done ? SP_FAILED : SP_NOT_RUN;
-    if (p->state == SP_FAILED && !p->error)
-        p->error = sweep_strdup("stopped by a signal between its runs");
+    if (p->state == SP_PLANNED && p->runs_done) { /* stopped between its runs */
+        char why[96];
+        snprintf(why, sizeof why, "stopped by %s after %u of %u runs", sweep_signal_name(sweep_signal),
+                 p->runs_done, s->runs);
+        p->error = sweep_strdup(why);
+    }
+    if (p->state == SP_PLANNED) /* a signal stopped the sweep before it ended */
+        p->state = SP_NOT_RUN;
     sweep_finish_point(s, p);
     p->ended = true;
     while (s->next_row < s->npoints && s->points[s->next_row].ended) {
@@ -375,6 +388,7 @@ int sweep_main(int argc, char **argv, FILE *out, FILE *err)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     sweep_now_iso(started, sizeof started);
     if (!s.local) /* every point's master listens where the job's flags say: the same address */
         fprintf(out, "# nodes started by hand: start them with --master HOST:PORT --follow (the job's --listen, "
@@ -397,14 +411,25 @@ int sweep_main(int argc, char **argv, FILE *out, FILE *err)
     for (size_t i = 0; i < s.npoints; i++)
         if (s.points[i].state == SP_PLANNED)
             sweep_end_point(&s, &s.points[i]);
-    for (size_t i = 0; i < s.npoints; i++)
+    size_t ndone = 0, nfailed = 0;
+    for (size_t i = 0; i < s.npoints; i++) {
+        ndone += s.points[i].state == SP_DONE;
+        nfailed += s.points[i].state == SP_FAILED;
         if (s.points[i].state != SP_DONE)
-            code = 1; /* failed, or not run (a signal) */
-    if (sweep_signal)
-        fprintf(out, "# stopped by a signal: the points not run are marked so\n");
+            code = 1; /* failed (or not run: a signal, whose code wins below) */
+    }
     sweep_print_answer(&s);
     if (sweep_write(&s, started) < 0)
         code = 1;
+    if (sweep_signal) {
+        /* As the master ends for a signal (128 + its number), apart from
+         * 1, a point that failed: the points not run never had a chance.
+         * Last, after the files: what they hold. */
+        code = 128 + sweep_signal;
+        fprintf(out, "# stopped by a signal (%s): %zu of %zu point(s) done, %zu failed, %zu not run (marked so in "
+                     "sweep.json and sweep.csv); exit %d\n",
+                sweep_signal_name(sweep_signal), ndone, s.npoints, nfailed, s.npoints - ndone - nfailed, code);
+    }
 out:
     sweep_free(&s);
     return code;

@@ -35,7 +35,8 @@
  *         "ntrainer": 2, "nserver": 1, "bucket_cap_mb": 1.0 | null (the configuration's),
  *         "device": "cpu", "transport": "auto", "uses_servers": true },
  *       "status": "done" | "failed" | "not run",
- *       "error": null | "the point's failure, one line",
+ *       "error": null | "the point's failure, one line" (a point a signal stopped,
+ *                "not run": "stopped by SIGINT during its run: ...", "... after 1 of 3 runs"),
  *       "buckets": 9,                               the trainers' buckets (after DDP's rebuild)
  *       "runs": [ { "run": 1, "headline": {...} } ], each run's results.json headline,
  *                                                   the "all" trainer entry (docs/results.md)
@@ -85,7 +86,8 @@
 #include <stdio.h>
 
 /* argv[0] is the subcommand ("sweep"). 0: every point done; 1: a point
- * failed or the files could not be written; 2: usage. */
+ * failed or the files could not be written; 2: usage; 128 + N: signal N
+ * stopped it (the files written, the points not run marked so). */
 int sweep_main(int argc, char **argv, FILE *out, FILE *err);
 
 #endif

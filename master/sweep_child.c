@@ -51,10 +51,16 @@ void sweep_free_list(char **v, size_t n)
 
 void sweep_on_signal(int sig)
 {
-    sweep_signal = sig;
+    if (!sweep_signal) /* the first one says how the sweep ends */
+        sweep_signal = sig;
     pid_t c = sweep_child;
     if (c > 0)
         kill(c, sig); /* the point's master ends its run, its children with it */
+}
+
+const char *sweep_signal_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
 }
 
 /* In the child: its own process group (a Ctrl-C reaches the sweep, which
@@ -66,6 +72,7 @@ _Noreturn static void sweep_exec(const char *exe, char **args, int fd, const sig
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     sigprocmask(SIG_SETMASK, mask, NULL);
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
@@ -121,6 +128,7 @@ int sweep_spawn(sweep *s, char **args, const char *log, bool append, char **text
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGHUP);
     sigprocmask(SIG_BLOCK, &stop, &old);
     pid_t pid = fork();
     if (pid < 0) {

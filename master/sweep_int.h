@@ -116,8 +116,11 @@ char *sweep_strdup(const char *s);
 /* Append a copy of s to the NULL-ended list *v of *n strings. */
 void sweep_push(char ***v, size_t *n, const char *s);
 void sweep_free_list(char **v, size_t n);
-/* SIGINT/SIGTERM: record it, pass it on to the running child. */
+/* SIGINT, SIGTERM, SIGHUP: record the first, pass each on to the running
+ * child (whose master treats SIGHUP as SIGTERM). */
 void sweep_on_signal(int sig);
+/* "SIGINT", "SIGTERM", "SIGHUP". */
+const char *sweep_signal_name(int sig);
 /* Run this binary with args (NULL-ended, args[0] the program); its stdout
  * and stderr go to the file log (created, or appended to with append),
  * or, with log NULL, into *text (malloc'd). The child's exit status (128 +

@@ -191,7 +191,7 @@ static int server_join(server_args *a, ctl_conn *link, double reach_s, char *set
     json_t *env = server_environment(cfg->device);
     bool retry;
     int joined = master_link_join(link, a->master, cfg, a->advertise, a->have_rank ? (int64_t)cfg->rank : -1, env,
-                                  reach_s, a->connect_timeout_s, setup_err[0] ? setup_err : NULL, &retry, err,
+                                  reach_s, a->follow, a->connect_timeout_s, setup_err[0] ? setup_err : NULL, &retry, err,
                                   sizeof err);
     json_decref(env);
     if (joined < 0) {

@@ -140,13 +140,16 @@ static const char *master_link_device(device_spec d, char buf[DEVSPEC_NAME_MAX])
 }
 
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *advertise, int64_t want_rank,
-                     json_t *environment, double reach_s, double connect_timeout_s, const char *fail_reason,
-                     bool *retry, char *err, size_t errlen)
+                     json_t *environment, double reach_s, bool bounded, double connect_timeout_s,
+                     const char *fail_reason, bool *retry, char *err, size_t errlen)
 {
     char device_name[DEVSPEC_NAME_MAX];
+    double t0 = clock_now_s();
     *retry = true; /* until the master has answered: no master to join (yet) */
     if (ctl_connect(c, master, reach_s, err, errlen) < 0)
         return -1;
+    if (bounded)
+        c->answer_by = t0 + reach_s;
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "role", "server", "host", host, "device",
@@ -172,7 +175,7 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
     for (bool first = true;; first = false) {
         ctl_msg m;
         int got = first ? ctl_recv_first(c, connect_timeout_s, &m, err, errlen) : ctl_recv(c, 1000, &m, err, errlen);
-        *retry = first && got < 0 && ctl_lost_unanswered(c);
+        *retry = got < 0 && !ctl_master_answered(c);
         if (got < 0)
             return -1;
         if (got == 0)

@@ -31,13 +31,15 @@
  * returns -1 with the master's verdict in err (master_link_report_failure). */
 /* reach_s: how long to keep trying while the master does not listen
  * (--connect-timeout, or less under --follow); connect_timeout_s: the
- * longest wait for its first answer. On -1, *retry says whether another
- * try could get a job: the master could not be reached, went away before
- * it answered, or refused with "retry" (the job has no place for this
+ * longest wait for its first answer; with bounded (--follow), the connect
+ * and that wait together take no longer than reach_s. On -1, *retry says
+ * whether another try could get a job: no master answered (none could be
+ * reached, or the peer closed, stayed silent or answered in another
+ * protocol), or it refused with "retry" (the job has no place for this
  * server now); not for a refusal for good (a wrong token). */
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *advertise, int64_t want_rank,
-                     json_t *environment, double reach_s, double connect_timeout_s, const char *fail_reason,
-                     bool *retry, char *err, size_t errlen);
+                     json_t *environment, double reach_s, bool bounded, double connect_timeout_s,
+                     const char *fail_reason, bool *retry, char *err, size_t errlen);
 /* The server cannot serve (its setup failed after it joined: no memory
  * for its table, its device): tell the master (`failed` with the reason,
  * so that its verdict names this server and the reason, not "server 0

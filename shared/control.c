@@ -1,6 +1,7 @@
 /* control.c — control-plane messages: JSON bodies in protocol v1 frames
  * (see control.h). */
 #include "shared/control.h"
+#include "shared/follow.h"
 #include "shared/framed.h"
 #include "shared/metrics.h"
 #include "shared/net.h"
@@ -194,11 +195,12 @@ int ctl_recv(ctl_conn *c, int timeout_ms, ctl_msg *m, char *err, size_t errlen)
         if (st == FRAME_OK) {
             memmove(c->buf, c->buf + used, c->len - used);
             c->len -= used;
-            c->answered = true;
+            if (c->heard == CTL_HEARD_NOTHING)
+                c->heard = CTL_HEARD_FRAME;
             return 1;
         }
         if (st != FRAME_NEED_MORE) {
-            if (c->answered || !peer_not_psbench(c->peer, "master", c->buf, c->len, err, errlen))
+            if (c->heard != CTL_HEARD_NOTHING || !peer_not_psbench(c->peer, "master", c->buf, c->len, err, errlen))
                 snprintf(err, errlen, "master %s sent a bad frame: %s", c->peer, c->dec.err);
             return -1;
         }
@@ -223,7 +225,7 @@ int ctl_recv(ctl_conn *c, int timeout_ms, ctl_msg *m, char *err, size_t errlen)
             continue;
         if (r <= 0) {
             c->lost = true;
-            if (c->answered)
+            if (c->heard != CTL_HEARD_NOTHING)
                 snprintf(err, errlen, "master %s closed the control connection", c->peer);
             else if (c->len == 0)
                 peer_no_answer(c->peer, "master", true, 0, err, errlen);
@@ -239,7 +241,15 @@ int ctl_recv(ctl_conn *c, int timeout_ms, ctl_msg *m, char *err, size_t errlen)
 
 int ctl_recv_first(ctl_conn *c, double timeout_s, ctl_msg *m, char *err, size_t errlen)
 {
-    double deadline = clock_now_s() + timeout_s;
+    double now = clock_now_s();
+    if (c->answer_by > 0 && timeout_s > c->answer_by - now) {
+        /* A follower's try: no longer than it has left, yet long enough
+         * for a master that listens. */
+        timeout_s = c->answer_by - now;
+        if (timeout_s < CTL_FIRST_MIN_S)
+            timeout_s = CTL_FIRST_MIN_S;
+    }
+    double deadline = now + timeout_s;
     for (;;) {
         double left = deadline - clock_now_s();
         if (left <= 0) {
@@ -252,8 +262,11 @@ int ctl_recv_first(ctl_conn *c, double timeout_s, ctl_msg *m, char *err, size_t 
             return -1;
         if (got == 0)
             continue;
-        if (strcmp(m->type, "registered") == 0 || strcmp(m->type, "assign") == 0 || strcmp(m->type, "stop") == 0)
+        if (strcmp(m->type, "registered") == 0 || strcmp(m->type, "assign") == 0 || strcmp(m->type, "stop") == 0) {
+            c->heard = CTL_HEARD_MASTER;
+            follow_say_answered(); /* under --follow: a job, however it ends */
             return 1;
+        }
         /* psbench, but not the control plane: a server's data port answers
          * a register with `error` (bad_frame, no hello). */
         snprintf(err, errlen, "%s is not a psbench master (it answered a psbench '%.31s' frame%s)", c->peer,

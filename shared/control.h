@@ -58,6 +58,16 @@ typedef const uint8_t *(*ctl_view_fn)(void *ctx, size_t n);
 frame_status ctl_read_stream(frame_decoder *d, size_t avail, ctl_view_fn view, void *ctx, ctl_msg *m,
                              size_t *consumed);
 
+/* What a blocking control connection has heard from its peer, in order:
+ * nothing yet; psbench frames, but no master's first answer (a server's
+ * data port answers `error`); a master's first answer (ctl_recv_first:
+ * `registered`, `assign` or `stop`), after which the peer is a master. */
+typedef enum {
+    CTL_HEARD_NOTHING = 0,
+    CTL_HEARD_FRAME,
+    CTL_HEARD_MASTER,
+} ctl_heard;
+
 /* A blocking control connection (the trainer's and the server's side). */
 typedef struct ctl_conn {
     int fd;
@@ -65,20 +75,28 @@ typedef struct ctl_conn {
     uint8_t *buf;
     size_t len, cap;
     char peer[300];
-    bool answered; /* a whole message came: the peer speaks psbench */
+    ctl_heard heard;
     bool lost;     /* the connection ended: the peer closed it, or a send failed */
+    double answer_by; /* the clock (clock_now_s) by which ctl_recv_first gives up whatever its
+                       * timeout (0: none): a follower's try (shared/follow.h) ends when what
+                       * --follow-idle has left is spent, the connect and the answer together */
     double send_timeout_s; /* ctl_send gives up after this long without room to write (0: waits):
                             * with the link down on this host no segment leaves, so TCP's
                             * user timeout, which counts unacknowledged data, may never fire */
 } ctl_conn;
 
-/* The master went away before it said anything: closed without a byte
- * (a master that is ending, say). A follower (shared/follow.h) tries
- * again; a peer that answered in some other way is named instead. */
-static inline bool ctl_lost_unanswered(const ctl_conn *c)
+/* Whether a master answered here (its first answer came). Until it does,
+ * whatever the try ends on (a refused or blackholed connect, a peer that
+ * closes, stays silent or answers in another protocol) is no job: a
+ * follower (shared/follow.h) says why and tries again. */
+static inline bool ctl_master_answered(const ctl_conn *c)
 {
-    return c->lost && !c->answered && c->len == 0;
+    return c->heard == CTL_HEARD_MASTER;
 }
+
+/* The shortest wait for a first answer that ctl_conn.answer_by leaves: a
+ * master that listens answers at once. */
+#define CTL_FIRST_MIN_S 0.5
 
 /* Connect to HOST:PORT, retrying for up to timeout_s while refused. */
 int ctl_connect(ctl_conn *c, const char *hostport, double timeout_s, char *err, size_t errlen);
@@ -89,7 +107,8 @@ int ctl_send(ctl_conn *c, const char *type, const char *token, json_t *body, cha
  * not psbench's, or a close, are named as shared/peer.h says. */
 int ctl_recv(ctl_conn *c, int timeout_ms, ctl_msg *m, char *err, size_t errlen);
 /* The master's first answer to our register, waited for at most timeout_s
- * (--connect-timeout): `registered`, `assign` or `stop`. 1 with *m, or -1
+ * (--connect-timeout), and not past c->answer_by where set (but at least
+ * CTL_FIRST_MIN_S): `registered`, `assign` or `stop`. 1 with *m, or -1
  * with err naming the peer: silent (probed for HTTP), closed, answering in
  * another protocol, or with a psbench frame that is no control message (a
  * server's data port). */

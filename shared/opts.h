@@ -191,11 +191,14 @@ extern const opt_spec opts_follow_idle;     /* --follow-idle SECONDS (60) */
     "master listens there (a sweep's points, the runs of\n"                                                \
     "--runs): after a job, join again; while the master has\n"                                              \
     "no place for this node, or none listens, try again\n"                                                  \
-    "every 0.5 s (each try waits at most --connect-timeout,\n"                                              \
-    "and no longer than --follow-idle has left). Exit\n"                                                    \
-    "status: 0 once --follow-idle passes without a job;\n"                                                  \
-    "non-zero only when the master refuses it for good\n"                                                   \
-    "(a wrong token, a bad register) or a flag is wrong"
+    "every 0.5 s (each try, connecting and waiting for\n"                                                  \
+    "the first answer, waits at most --connect-timeout,\n"                                                 \
+    "and no longer than --follow-idle has left; a try no\n"                                                \
+    "master answered is no job). Exit status: 0 once\n"                                                    \
+    "--follow-idle passes without a job, or on SIGINT,\n"                                                  \
+    "SIGTERM or SIGHUP while no job runs; non-zero only\n"                                                 \
+    "when the master refuses it for good (a wrong token,\n"                                                \
+    "a bad register) or a flag is wrong"
 #define OPTS_FOLLOW_IDLE_HELP "with --follow: exit 0 after this long without a job\n(default 60)"
 
 /* The job token, by the one precedence: --token's (flag), else the first

@@ -4,6 +4,7 @@
 #include "shared/net.h"
 
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -105,7 +106,7 @@ void peer_no_answer(const char *addr, const char *role, bool closed, double wait
         snprintf(err, errlen, "%s is not a psbench %s (it answered like an HTTP server)", addr, role);
     else if (closed)
         snprintf(err, errlen, "%s closed the connection without answering: is it a psbench %s?", addr, role);
-    else
+    else /* to the hundredth: a wait cut to what a follower had left reads "2 s", not "1.99769 s" */
         snprintf(err, errlen, "%s accepted the connection but did not answer within %g s: is it a psbench %s?",
-                 addr, waited_s, role);
+                 addr, round(waited_s * 100) / 100, role);
 }

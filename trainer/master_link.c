@@ -12,9 +12,10 @@
 #define MLINK_REPORT_S 0.5 /* metrics (the heartbeat) this often */
 #define MLINK_CHECK_S 0.1  /* look for a stop this often during a pass */
 
-int mlink_open(mlink *l, const char *master, double reach_s, double timeout_s, metrics *m, char *err,
+int mlink_open(mlink *l, const char *master, double reach_s, bool bounded, double timeout_s, metrics *m, char *err,
                size_t errlen)
 {
+    double t0 = clock_now_s();
     memset(l, 0, sizeof *l);
     l->c.fd = -1;
     l->m = m;
@@ -25,6 +26,8 @@ int mlink_open(mlink *l, const char *master, double reach_s, double timeout_s, m
         l->retry = true; /* no master listens there (yet) */
         return -1;
     }
+    if (bounded)
+        l->c.answer_by = t0 + reach_s;
     return 0;
 }
 
@@ -181,12 +184,14 @@ int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, c
     int rc = ctl_send(&l->c, "register", token, body, err, errlen);
     json_decref(body);
     if (rc < 0) {
-        l->retry = ctl_lost_unanswered(&l->c);
+        l->retry = !ctl_master_answered(&l->c);
         return -1;
     }
     ctl_msg msg;
     if (ctl_recv_first(&l->c, l->connect_timeout_s, &msg, err, errlen) < 0) {
-        l->retry = ctl_lost_unanswered(&l->c); /* a master that was ending */
+        /* No master answered: a master that was ending, a silent or
+         * stopped one, a peer in another protocol. */
+        l->retry = !ctl_master_answered(&l->c);
         return -1;
     }
     l->joined = true;

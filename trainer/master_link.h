@@ -36,8 +36,9 @@ typedef struct mlink {
     bool joined;            /* the master answered the register: a master, to tell of a failure */
     bool stopped;           /* the master said stop (or refused us) */
     bool refused;           /* ... refused our register */
-    bool retry;             /* no job here now, perhaps later (shared/follow.h): the master could not be
-                             * reached, went away before it answered, or refused with "retry" */
+    bool retry;             /* no job here now, perhaps later (shared/follow.h): no master answered (none
+                             * could be reached, or the peer closed, stayed silent or answered in
+                             * another protocol), or the master refused with "retry" */
     int stop_code;
     char stop_reason[1024];
     json_t *fail_detail;    /* owned: fields the `failed` report carries beside the reason (or NULL) */
@@ -45,8 +46,10 @@ typedef struct mlink {
 
 /* Connect (retrying for reach_s while refused: --connect-timeout, or less
  * under --follow). 0 or -1 with err (l->retry set). The first answer to
- * the register is then awaited for timeout_s (--connect-timeout). */
-int mlink_open(mlink *l, const char *master, double reach_s, double timeout_s, metrics *m, char *err,
+ * the register is then awaited for timeout_s (--connect-timeout); with
+ * bounded (--follow), the connect and that wait together take no longer
+ * than reach_s (ctl_conn.answer_by). */
+int mlink_open(mlink *l, const char *master, double reach_s, bool bounded, double timeout_s, metrics *m, char *err,
                size_t errlen);
 /* Close. With failed (err holds this trainer's reason, the master has not
  * stopped it): tell the master why, wait up to 3 s for its verdict, and

@@ -675,7 +675,7 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
 {
     mlink l;
     metrics_enable_reporting(m);
-    if (mlink_open(&l, o->master, o->reach_s, o->connect_timeout_s, m, err, errlen) < 0) {
+    if (mlink_open(&l, o->master, o->reach_s, o->follow, o->connect_timeout_s, m, err, errlen) < 0) {
         if (o->follow)
             return PSB_EXIT_RETRY; /* err says why: no master there now */
         if (o->setup_err)

@@ -12,7 +12,10 @@ import json
 import os
 import re
 import socket
+import signal
 import sys
+import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -36,10 +39,63 @@ def free_port():
         s.close()
 
 
+class HostilePeer(object):
+    """Something at a follower's --master that is no psbench master:
+    silent (accepts, says nothing), close (accepts and closes at once),
+    garbage (answers bytes that are not psbench's), blackhole (its accept
+    queue full, so that SYNs go unanswered)."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.accepted = 0
+        self.conns = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((psb.HOST, 0))
+        self.addr = "%s:%d" % (psb.HOST, self.sock.getsockname()[1])
+        if mode == "blackhole":
+            # A backlog of 0 holds one connection; those queued fill it and
+            # the kernel drops every later SYN: a connect waits, unanswered.
+            self.sock.listen(0)
+            for _ in range(3):
+                c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                c.setblocking(False)
+                try:
+                    c.connect(self.sock.getsockname())
+                except (BlockingIOError, InterruptedError):
+                    pass
+                self.conns.append(c)
+            return
+        self.sock.listen(16)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.mode == "close":
+                c.close()
+                continue
+            if self.mode == "garbage":
+                try:
+                    c.sendall(b"220 hello, this is no psbench master\r\n")
+                except OSError:
+                    pass
+            self.conns.append(c)
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
 class Follow(psb.PsbTestCase):
 
-    def follower(self, binary, master, name, *extra):
-        args = [psb.bin_path(binary), "--master", master, "--follow", "--follow-idle", str(IDLE_S)]
+    def follower(self, binary, master, name, *extra, idle=IDLE_S):
+        args = [psb.bin_path(binary), "--master", master, "--follow", "--follow-idle", str(idle)]
         if binary == "psbench-server":
             args += ["--listen", "127.0.0.1:0"]
         return self.reg.start(args + list(extra), name=name)
@@ -121,7 +177,7 @@ class Follow(psb.PsbTestCase):
                            name="master", cls=Master)
         m.wait_ports()
         for binary, role in (("psbench-trainer", "trainer"), ("psbench-server", "server")):
-            p = self.follower(binary, m.ctl, role, "--token", "bad", "--follow-idle", "600")
+            p = self.follower(binary, m.ctl, role, "--token", "bad", idle=600)
             self.assertEqual(p.wait(30), 2, p.describe())
             last = p.stderr().strip().splitlines()[-1]
             self.assertEqual(last, "%s: the master refused this %s: wrong token" % (binary, role), p.describe())
@@ -150,6 +206,73 @@ class Follow(psb.PsbTestCase):
         p = self.follower("psbench-trainer", ctl, "trainer")
         self.assert_idle_exit(p, 0)
         self.assertIn("cannot connect to %s" % ctl, p.stderr().strip().splitlines()[-1])
+
+    def hostile(self, mode):
+        peer = HostilePeer(mode)
+        self.addCleanup(peer.close)
+        return peer
+
+    def test_peers_that_are_no_master(self):
+        """Issue 39: a peer that accepts and stays silent, closes at once,
+        answers garbage, or never answers the SYN: each try waits no longer
+        than --follow-idle has left (not the whole --connect-timeout), is
+        no job (no "job N ended", the idle clock not restarted), and the
+        follower exits 0 once --follow-idle passes, its last line naming
+        the peer. --connect-timeout 600: a try that waited it out could not
+        end before the test's bound."""
+        idle = 2
+        procs = []
+        for mode, why in (("silent", "accepted the connection but did not answer within"),
+                          ("close", "closed the connection without answering"),
+                          ("garbage", "is not a psbench master (it answered with bytes that are not psbench's"),
+                          ("blackhole", "cannot connect to")):
+            peer = self.hostile(mode)
+            for binary in ("psbench-trainer", "psbench-server"):
+                p = self.follower(binary, peer.addr, "%s-%s" % (binary, mode), "--connect-timeout", "600",
+                                  idle=idle)
+                procs.append((p, peer, why))
+        for p, peer, why in procs:
+            # The promise: --follow-idle, plus one try's teardown (the HTTP
+            # probe of a silent peer, FOLLOW_TEARDOWN_S at most); the bound
+            # here is far wider, and far below --connect-timeout.
+            self.assertEqual(p.wait(EXIT_TIMEOUT), 0, p.describe())
+            err = p.stderr()
+            last = err.strip().splitlines()[-1]
+            self.assertRegex(last, r"no job for %d s \(--follow-idle\) after 0 job\(s\): exiting \(last: " % idle,
+                             p.describe())
+            self.assertIn(why, last, p.describe())
+            self.assertNotIn("ended (failed)", err, p.describe())
+            if peer.mode != "blackhole":
+                self.assertIn(peer.addr, last, p.describe())
+
+    def wait_for(self, what, timeout=EXIT_TIMEOUT):
+        deadline = time.time() + timeout
+        while not what():
+            self.assertLess(time.time(), deadline, "timed out waiting")
+            time.sleep(0.05)
+
+    def test_signals_while_waiting(self):
+        """Issue 39: SIGINT, SIGTERM and SIGHUP to a follower that waits for
+        a master (a silent peer's answer, or between tries where none
+        listens) end it with exit 0 and a last line naming the signal."""
+        silent = self.hostile("silent")
+        refused = "%s:%d" % (psb.HOST, free_port())
+        for binary in ("psbench-trainer", "psbench-server"):
+            for sig, name in ((signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")):
+                for where, addr in (("silent", silent.addr), ("refused", refused)):
+                    before = silent.accepted
+                    # Refused: tries of 1 s, so that it soon says why and waits between them.
+                    p = self.follower(binary, addr, "%s-%s-%s" % (binary, name, where),
+                                      *(["--connect-timeout", "1"] if where == "refused" else []), idle=600)
+                    if where == "silent":  # its try is connected, waiting for the first answer
+                        self.wait_for(lambda: silent.accepted > before or not p.alive())
+                    else:  # it has said why it has no job: it waits between tries
+                        self.wait_for(lambda: "no job yet: cannot connect" in p.stderr() or not p.alive())
+                    p.signal(sig)
+                    self.assertEqual(p.wait(EXIT_TIMEOUT), 0, p.describe())
+                    last = p.stderr().strip().splitlines()[-1]
+                    self.assertEqual(last, "%s: %s: stopped while waiting for a job (after 0 job(s)): exiting" %
+                                     (binary, name), p.describe())
 
 
 if __name__ == "__main__":

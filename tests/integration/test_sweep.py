@@ -351,17 +351,63 @@ class SweepTests(psb.PsbTestCase):
                 p.kill()
                 p.wait()
         out = "".join(lines) + rest
-        self.assertEqual(p.returncode, 1, out + err)
-        self.assertIn("# stopped by a signal", out)
+        # Issue 39: as the master ends for a signal (128 + its number), not
+        # 1, which says a point failed.
+        self.assertEqual(p.returncode, 130, out + err)
+        self.assertEqual(out.strip().splitlines()[-1],
+                         "# stopped by a signal (SIGINT): 1 of 3 point(s) done, 0 failed, 2 not run (marked so in "
+                         "sweep.json and sweep.csv); exit 130", out)
         doc = self.load(os.path.join(d, "sweep.json"))
         states = [q["status"] for q in doc["points"]]
-        self.assertEqual(states[0], "done")
-        self.assertEqual(states[-1], "not run", states)
-        self.assertIn(states[1], ("failed", "not run"))
-        # No point's master is left.
+        self.assertEqual(states, ["done", "not run", "not run"], states)
+        # The point the signal stopped says so (the signal may also come
+        # before point 2 starts); one never started has no error.
+        if doc["points"][1]["error"] is not None:
+            self.assertRegex(doc["points"][1]["error"], r"^stopped by SIGINT during its run: ", doc["points"][1])
+        self.assertIsNone(doc["points"][2]["error"], doc["points"][2])
+        with open(os.path.join(d, "sweep.csv")) as f:
+            by_point = {r["point"]: r["status"] for r in csv.DictReader(f)}
+        self.assertEqual(by_point.get("1"), "done", by_point)
+        self.assert_no_process_left(d)
+
+    def assert_no_process_left(self, d):
+        """No point's master is left."""
         time.sleep(0.5)
         r = subprocess.run(["pgrep", "-f", d], stdout=subprocess.PIPE, text=True)
         self.assertEqual(r.stdout.strip(), "", "processes left: " + r.stdout)
+
+    def test_sigterm_and_sighup_stop_the_sweep(self):
+        """Issue 39: SIGTERM, and SIGHUP (a closed terminal; the master
+        treats it as SIGTERM) during the first point: the point's master
+        ends its run, every point is "not run", the files are written and
+        the sweep exits 143 / 129, as the master does."""
+        for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")):
+            d = self.out("sw-" + name)
+            p = subprocess.Popen([psb.bin_path("psbench-master"), "sweep", "--local", "--ntrainer", "2,3",
+                                  "--out", d] + JOB, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=psb.base_env(), text=True)
+            try:
+                # The first point's master has started once its log exists.
+                log = os.path.join(d, "points", "001", "master.log")
+                deadline = time.time() + SWEEP_TIMEOUT
+                while not os.path.exists(log) and p.poll() is None and time.time() < deadline:
+                    time.sleep(0.05)
+                self.assertTrue(os.path.exists(log), name)
+                p.send_signal(sig)
+                out, err = p.communicate(timeout=SWEEP_TIMEOUT)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            self.assertEqual(p.returncode, 128 + sig, out + err)
+            last = out.strip().splitlines()[-1]
+            self.assertRegex(last, r"^# stopped by a signal \(%s\): \d of 2 point\(s\) done, 0 failed, \d not run "
+                             r"\(marked so in sweep.json and sweep.csv\); exit %d$" % (name, 128 + sig), out)
+            doc = self.load(os.path.join(d, "sweep.json"))
+            states = [q["status"] for q in doc["points"]]
+            self.assertEqual(states[-1], "not run", states)
+            self.assertNotIn("failed", states, states)
+            self.assert_no_process_left(d)
 
 
 if __name__ == "__main__":

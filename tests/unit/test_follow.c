@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@ typedef struct {
     const int *script; /* the exit status of try 1, 2, ...; the last repeats */
     size_t n;
     double max_reach;  /* a try given more reach than this fails the test (status 3) */
+    bool unanswered;   /* no try hears a master's answer (a silent peer, garbage, ...) */
 } plan;
 
 /* Append one byte for this try; return how many tries there were. */
@@ -56,6 +58,8 @@ static int scripted_job(void *ctx, double reach_s)
     if (k == 0)
         return 3;
     int code = p->script[k <= p->n ? k - 1 : p->n - 1];
+    if (code != PSB_EXIT_RETRY && !p->unanswered)
+        follow_say_answered(); /* a job: a master answered */
     if (code == PSB_EXIT_RETRY)
         follow_say_retry("the master refused this trainer: all 2 trainers are already registered");
     return code;
@@ -68,6 +72,7 @@ static void plan_init(plan *p, const int *script, size_t n, double max_reach)
     p->script = script;
     p->n = n;
     p->max_reach = max_reach;
+    p->unanswered = false;
 }
 
 static void test_statuses(void **state)
@@ -96,22 +101,81 @@ static void test_idle(void **state)
     unlink(p.path);
 }
 
-/* The job signals its supervisor (as a user would), then waits: the
- * signal comes back to it and stops it. */
-static int signalled_job(void *ctx, double reach_s)
+/* Issue 39: tries that end without a master's answer (a peer that was
+ * silent, closed, answered garbage: the job's status 1) are no job: they
+ * neither count nor restart the idle clock, so the supervisor exits 0 once
+ * idle. Counted as jobs, the 50 quick failures would restart the clock
+ * until the script's 2 ends it. */
+static void test_unanswered_is_no_job(void **state)
+{
+    (void)state;
+    int script[51];
+    for (int i = 0; i < 50; i++)
+        script[i] = 1;
+    script[50] = 2;
+    plan p;
+    plan_init(&p, script, 51, 1.5);
+    p.unanswered = true;
+    follow_opts o = {.idle_s = 1.5, .connect_timeout_s = 30, .master = "127.0.0.1:9"};
+    assert_int_equal(follow_run(&o, scripted_job, &p), 0);
+    assert_true(tries(p.path) >= 2 && tries(p.path) < 50);
+    unlink(p.path);
+}
+
+/* A try that hangs before any master answers (where no bound of the job's
+ * own holds) is killed once its reach and FOLLOW_TEARDOWN_S are past: the
+ * supervisor still exits 0 when idle. alarm: a hung supervisor fails the
+ * test rather than blocking it, far past what the bound promises. */
+static int hung_job(void *ctx, double reach_s)
 {
     (void)ctx;
     (void)reach_s;
-    kill(getppid(), SIGTERM);
     for (;;)
         pause();
 }
 
+static void test_hung_try(void **state)
+{
+    (void)state;
+    follow_opts o = {.idle_s = 1, .connect_timeout_s = 30, .master = "127.0.0.1:9"};
+    alarm(120);
+    assert_int_equal(follow_run(&o, hung_job, NULL), 0);
+    alarm(0);
+}
+
+/* The job signals its supervisor (as a user would), then waits: the
+ * signal comes back to it and stops it. ctx: the signal; with answered,
+ * a master answered it first (a job in progress). */
+typedef struct {
+    int sig;
+    bool answered;
+} signal_plan;
+
+static int signalled_job(void *ctx, double reach_s)
+{
+    const signal_plan *sp = ctx;
+    (void)reach_s;
+    if (sp->answered)
+        follow_say_answered();
+    kill(getppid(), sp->sig);
+    for (;;)
+        pause();
+}
+
+/* During a job: the job stops as it would without --follow, the node's
+ * status 128 + the signal (SIGHUP is passed on as SIGTERM, as the master
+ * treats it, and reported as itself). While waiting for a master's answer:
+ * exit 0 (issue 39). */
 static void test_signal(void **state)
 {
     (void)state;
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
     follow_opts o = {.idle_s = 60, .connect_timeout_s = 30, .master = "127.0.0.1:9"};
-    assert_int_equal(follow_run(&o, signalled_job, NULL), 128 + SIGTERM);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        signal_plan job = {sigs[i], true}, waiting = {sigs[i], false};
+        assert_int_equal(follow_run(&o, signalled_job, &job), 128 + sigs[i]);
+        assert_int_equal(follow_run(&o, signalled_job, &waiting), 0);
+    }
 }
 
 int main(void)
@@ -120,6 +184,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_statuses),
         cmocka_unit_test(test_idle),
+        cmocka_unit_test(test_unanswered_is_no_job),
+        cmocka_unit_test(test_hung_try),
         cmocka_unit_test(test_signal), /* last: it leaves follow_run's handlers installed */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
