@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,6 +71,95 @@ int userpath_open_read(const char *path, char *why, size_t whylen)
     if (fl >= 0)
         (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     return fd;
+}
+
+/* "larger than 256 MiB (the most psbench reads)". */
+static void userpath_too_large(size_t max, char *why, size_t whylen)
+{
+    if (max % ((size_t)1 << 20) == 0)
+        snprintf(why, whylen, "larger than %zu MiB (the most psbench reads of a file)", max >> 20);
+    else
+        snprintf(why, whylen, "larger than %zu bytes (the most psbench reads of a file)", max);
+}
+
+int userpath_read(const char *path, size_t max, char **buf, size_t *len, char *why, size_t whylen)
+{
+    *buf = NULL;
+    *len = 0;
+    int fd = userpath_open_read(path, why, whylen);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > max) {
+        userpath_too_large(max, why, whylen);
+        close(fd);
+        return -1;
+    }
+    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, used = 0;
+    char *b = malloc(cap + 1);
+    if (!b) {
+        snprintf(why, whylen, "%s", strerror(ENOMEM));
+        close(fd);
+        return -1;
+    }
+    for (;;) {
+        if (used == cap) {
+            /* Grown since its fstat (or a /proc-like size of 0): read on, to max + 1 at most. */
+            size_t ncap = cap * 2 > max + 1 ? max + 1 : cap * 2;
+            char *nb = ncap > cap ? realloc(b, ncap + 1) : NULL;
+            if (!nb) {
+                if (ncap > cap)
+                    snprintf(why, whylen, "%s", strerror(ENOMEM));
+                else
+                    userpath_too_large(max, why, whylen);
+                free(b);
+                close(fd);
+                return -1;
+            }
+            b = nb;
+            cap = ncap;
+        }
+        ssize_t r = read(fd, b + used, cap - used);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(why, whylen, "%s", strerror(errno));
+            free(b);
+            close(fd);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        used += (size_t)r;
+        if (used > max) {
+            userpath_too_large(max, why, whylen);
+            free(b);
+            close(fd);
+            return -1;
+        }
+    }
+    close(fd);
+    b[used] = '\0';
+    *buf = b;
+    *len = used;
+    return 0;
+}
+
+int userpath_load_json(const char *path, size_t flags, json_t **doc, json_error_t *je, char *why, size_t whylen)
+{
+    char *buf;
+    size_t len;
+    *doc = NULL;
+    memset(je, 0, sizeof *je);
+    if (userpath_read(path, USERPATH_READ_MAX, &buf, &len, why, whylen) < 0)
+        return -1;
+    *doc = json_loadb(buf, len, flags, je);
+    free(buf);
+    if (!*doc) {
+        snprintf(why, whylen, "%s", je->text);
+        return -2;
+    }
+    return 0;
 }
 
 /* One part of a directory path: made, or there already as a directory. */
