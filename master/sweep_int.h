@@ -26,6 +26,9 @@
  * far more often than a plan, and is refused before any planning. */
 #define SWEEP_DEFAULT_POINTS 1000u
 #define SWEEP_MAX_POINTS 100000u
+/* Planning more points than this is said before it starts (about a
+ * second of --dry-runs). */
+#define SWEEP_PLAN_SAY 16u
 #define SWEEP_MAX_RUNS 1000u
 
 /* The matrix's dimensions, outermost first: the hook varies fastest, so a

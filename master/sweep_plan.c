@@ -557,11 +557,15 @@ int sweep_plan(sweep *s)
     if (total == 0)
         return -1;
     /* Each point's --dry-run takes tens of ms: a large matrix is seconds of
-     * planning, said before it starts and when it is done. */
+     * planning, said before it starts (where it is long enough to wonder
+     * about; a refusal of a small one stays its one line) and, once every
+     * point passed, how long it took. */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    fprintf(s->out, "# plan: checking %zu point(s), each by its --dry-run, before anything runs\n", total);
-    fflush(s->out);
+    if (total > SWEEP_PLAN_SAY) {
+        fprintf(s->out, "# plan: checking %zu point(s), each by its --dry-run, before anything runs\n", total);
+        fflush(s->out);
+    }
     s->points = calloc(total, sizeof *s->points);
     if (!s->points)
         abort();

@@ -53,9 +53,9 @@ const char *cli_float_problem(double x)
         return NULL; /* exactly zero stays zero; NaN is the range check's to refuse */
     float f = (float)x;
     if (isinf(f))
-        return "it is infinite as a float (the largest is 3.40282e+38)";
+        return "it is infinite as a float, whose largest is 3.40282e+38";
     if (f == 0 || fpclassify(f) == FP_SUBNORMAL)
-        return "it is 0 as a float (the smallest is 1.17549e-38)";
+        return "it is 0 as a float, whose smallest normal number is 1.17549e-38";
     return NULL;
 }
 

@@ -248,9 +248,12 @@ static void jc_found(const jc_key *k, json_t *v, const char *why, char *buf, siz
     char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
     text_shown shown;
     buf[0] = '\0';
-    jc_cat(buf, len, "%s", s ? text_show(s, 0, &shown) : "(a value)");
+    if (json_is_string(v)) /* the string itself, quoted: its length is its own */
+        jc_cat(buf, len, "%s", text_show_n(json_string_value(v), json_string_length(v), '"', &shown));
+    else
+        jc_cat(buf, len, "%s", s ? text_show(s, 0, &shown) : "(a value)");
     free(s);
-    const char *note = why;
+    const char *note = NULL;
     switch (json_typeof(v)) {
     case JSON_OBJECT: note = "an object"; break;
     case JSON_ARRAY: note = k->type == JC_LIST ? NULL : "a list"; break;
@@ -261,6 +264,8 @@ static void jc_found(const jc_key *k, json_t *v, const char *why, char *buf, siz
     case JSON_INTEGER: note = k->type == JC_INT || k->type == JC_NUM ? NULL : "a number"; break;
     case JSON_NULL: break;
     }
+    if (why)
+        note = why; /* the type is right, the value is not */
     if (note)
         jc_cat(buf, len, " (%s)", note);
 }

@@ -104,7 +104,8 @@ int net_parse_host(const char *s, char *err, size_t errlen)
         }
     }
     if (n == 0 || n > 253) {
-        snprintf(err, errlen, "'%.64s%s': a host has 1..253 characters", s, n > 64 ? "..." : "");
+        text_shown shown;
+        snprintf(err, errlen, "%s: a host has 1..253 characters", text_show(s, '\'', &shown));
         return -1;
     }
     struct in6_addr a6;

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,55 @@ int userpath_read(const char *path, size_t max, char **buf, size_t *len, char *w
     return 0;
 }
 
+/* The first number of the JSON text buf (len bytes) that a double cannot
+ * hold: jansson reads 1e-400 as 0 without a word (and an lr of 0, a
+ * momentum of 0, is another setting than the one written). 0, or -1 with
+ * je (line, column, text) set as jansson's own errors are. */
+static int userpath_json_numbers(const char *buf, size_t len, json_error_t *je)
+{
+    bool in_string = false;
+    int line = 1, col = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = buf[i];
+        col++;
+        if (c == '\n') {
+            line++;
+            col = 0;
+            continue;
+        }
+        if (in_string) {
+            if (c == '\\')
+                i++, col++; /* an escaped character: never the string's end */
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+            continue;
+        }
+        if (!(c == '-' || (c >= '0' && c <= '9')))
+            continue;
+        /* A number token: its characters, at most 64 of them checked (a
+         * longer one is refused by jansson or is exact enough). */
+        size_t n = strspn(buf + i, "0123456789+-.eE");
+        char num[72];
+        snprintf(num, sizeof num, "%.*s", (int)(n < 64 ? n : 64), buf + i);
+        errno = 0;
+        double v = strtod(num, NULL);
+        if (errno == ERANGE && fabs(v) < 1) {
+            je->line = line;
+            je->column = col;
+            je->position = (int)i;
+            snprintf(je->text, sizeof je->text, "%s is too small for a number (it would be read as 0)", num);
+            return -1;
+        }
+        i += n - 1;
+        col += (int)n - 1;
+    }
+    return 0;
+}
+
 int userpath_load_json(const char *path, size_t flags, json_t **doc, json_error_t *je, char *why, size_t whylen)
 {
     char *buf;
@@ -153,7 +203,7 @@ int userpath_load_json(const char *path, size_t flags, json_t **doc, json_error_
     memset(je, 0, sizeof *je);
     if (userpath_read(path, USERPATH_READ_MAX, &buf, &len, why, whylen) < 0)
         return -1;
-    *doc = json_loadb(buf, len, flags, je);
+    *doc = userpath_json_numbers(buf, len, je) < 0 ? NULL : json_loadb(buf, len, flags, je);
     free(buf);
     if (!*doc) {
         snprintf(why, whylen, "%s", je->text);
