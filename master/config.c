@@ -4,6 +4,7 @@
 #include "master/opts.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
+#include "shared/text.h"
 #include "shared/userpath.h"
 #include "shared/net.h"
 
@@ -129,7 +130,8 @@ int config_check_flags(const run_config *c, char *err, size_t errlen)
     }
     if (!c->backend || (strcmp(c->backend, "gloo") != 0 && strcmp(c->backend, "nccl") != 0 &&
                         strcmp(c->backend, "multi") != 0)) {
-        errbuf_set(err, errlen, "--backend '%s' is not gloo, nccl or multi", c->backend ? c->backend : "");
+        text_shown shown;
+        errbuf_set(err, errlen, "--backend %s is not gloo, nccl or multi", text_show(c->backend, '\'', &shown));
         return -1;
     }
     struct { const char *opt, *v; } req[] = {
@@ -373,7 +375,8 @@ static int load_entry(const char *what, const char *path, const char *id, const 
     if (!ent) {
         char have[512];
         keys_list(root, have, sizeof have);
-        errbuf_set(err, errlen, "%s '%s' not in %s (have: %s)", what, id, path, have);
+        text_shown shown;
+        errbuf_set(err, errlen, "%s %s not in %s (have: %s)", what, text_show(id, '\'', &shown), path, have);
         json_decref(root);
         return -1;
     }

@@ -787,6 +787,7 @@ static int diff_parse_args(int argc, char **argv, diff_args *d, FILE *out, FILE 
     bool opts_done = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        text_shown shown;
         if (!opts_done && a[0] == '-' && a[1] != '\0') {
             if (strcmp(a, "--") == 0) {
                 opts_done = true;
@@ -807,14 +808,15 @@ static int diff_parse_args(int argc, char **argv, diff_args *d, FILE *out, FILE 
             } else if (strcmp(a, "--force") == 0) {
                 d->force = true;
             } else {
-                fprintf(err, "psbench-master diff: unknown option '%s'\n", a);
+                fprintf(err, "psbench-master diff: unknown option %s\n", text_show(a, '\'', &shown));
                 diff_usage(err);
                 return 2;
             }
             continue;
         }
         if (nfiles == 2) {
-            fprintf(err, "psbench-master diff: too many arguments ('%s'): give two results.json files\n", a);
+            fprintf(err, "psbench-master diff: too many arguments (%s): give two results.json files\n",
+                    text_show(a, '\'', &shown));
             diff_usage(err);
             return 2;
         }
