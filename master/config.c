@@ -4,6 +4,7 @@
 #include "master/opts.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
+#include "shared/text.h"
 #include "shared/userpath.h"
 #include "shared/net.h"
 
@@ -129,7 +130,8 @@ int config_check_flags(const run_config *c, char *err, size_t errlen)
     }
     if (!c->backend || (strcmp(c->backend, "gloo") != 0 && strcmp(c->backend, "nccl") != 0 &&
                         strcmp(c->backend, "multi") != 0)) {
-        errbuf_set(err, errlen, "--backend '%s' is not gloo, nccl or multi", c->backend ? c->backend : "");
+        text_shown shown;
+        errbuf_set(err, errlen, "--backend %s is not gloo, nccl or multi", text_show(c->backend, '\'', &shown));
         return -1;
     }
     struct { const char *opt, *v; } req[] = {
@@ -353,14 +355,13 @@ static int load_entry(const char *what, const char *path, const char *id, const 
     /* A regular file only: a FIFO would block the master without a word,
      * a directory read as "'[' or '{' expected" (userpath.h). */
     char why[256];
-    int fd = userpath_open_read(path, why, sizeof why);
-    if (fd < 0) {
+    json_error_t je;
+    json_t *root;
+    int lrc = userpath_load_json(path, JSON_REJECT_DUPLICATES, &root, &je, why, sizeof why);
+    if (lrc == -1) {
         errbuf_set(err, errlen, "cannot read %s configurations %s: %s", what, path, why);
         return -1;
     }
-    json_error_t je;
-    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
-    close(fd);
     if (!root) {
         errbuf_set(err, errlen, "%s configurations %s:%d:%d: %s", what, path, je.line, je.column, je.text);
         return -1;
@@ -374,7 +375,8 @@ static int load_entry(const char *what, const char *path, const char *id, const 
     if (!ent) {
         char have[512];
         keys_list(root, have, sizeof have);
-        errbuf_set(err, errlen, "%s '%s' not in %s (have: %s)", what, id, path, have);
+        text_shown shown;
+        errbuf_set(err, errlen, "%s %s not in %s (have: %s)", what, text_show(id, '\'', &shown), path, have);
         json_decref(root);
         return -1;
     }
@@ -908,7 +910,10 @@ json_t *config_to_json(const run_config *c)
  * that cannot be read says so (--help never fails on a file). */
 static void usage_ids(FILE *f, const char *flag, const char *path)
 {
-    json_t *root = json_load_file(path, 0, NULL);
+    json_t *root;
+    json_error_t je;
+    char why[256];
+    (void)userpath_load_json(path, 0, &root, &je, why, sizeof why); /* a FIFO must not hang --help */
     fprintf(f, "  %-10s", flag);
     if (!json_is_object(root)) {
         fprintf(f, "(cannot read %s)\n", path);

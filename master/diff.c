@@ -143,14 +143,12 @@ static json_t *diff_load(const char *path, FILE *err)
 {
     /* A regular file only: a FIFO would block for ever (userpath.h). */
     char why[256];
-    int fd = userpath_open_read(path, why, sizeof why);
-    if (fd < 0) {
+    json_error_t je;
+    json_t *root;
+    if (userpath_load_json(path, 0, &root, &je, why, sizeof why) == -1) {
         fprintf(err, "psbench-master diff: cannot read %s: %s\n", path, why);
         return NULL;
     }
-    json_error_t je;
-    json_t *root = json_loadfd(fd, 0, &je);
-    close(fd);
     if (!root) {
         fprintf(err, "psbench-master diff: %s:%d:%d: invalid JSON: %s\n", path, je.line, je.column, je.text);
         return NULL;
@@ -669,11 +667,10 @@ static json_t *diff_series_summary(const char *file, json_t *doc)
     /* DIR/run-NNN/results.json -> DIR/summary.json */
     snprintf(path, sizeof path, "%.*s%s../summary.json", dlen, file, slash ? "/" : "");
     char why[256];
-    int fd = userpath_open_read(path, why, sizeof why);
-    if (fd < 0)
+    json_error_t je;
+    json_t *s;
+    if (userpath_load_json(path, 0, &s, &je, why, sizeof why) < 0)
         return NULL;
-    json_t *s = json_loadfd(fd, 0, NULL);
-    close(fd);
     if (!s || json_integer_value(json_object_get(s, "runs")) < 2) {
         json_decref(s);
         return NULL;
@@ -790,6 +787,7 @@ static int diff_parse_args(int argc, char **argv, diff_args *d, FILE *out, FILE 
     bool opts_done = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        text_shown shown;
         if (!opts_done && a[0] == '-' && a[1] != '\0') {
             if (strcmp(a, "--") == 0) {
                 opts_done = true;
@@ -810,14 +808,15 @@ static int diff_parse_args(int argc, char **argv, diff_args *d, FILE *out, FILE 
             } else if (strcmp(a, "--force") == 0) {
                 d->force = true;
             } else {
-                fprintf(err, "psbench-master diff: unknown option '%s'\n", a);
+                fprintf(err, "psbench-master diff: unknown option %s\n", text_show(a, '\'', &shown));
                 diff_usage(err);
                 return 2;
             }
             continue;
         }
         if (nfiles == 2) {
-            fprintf(err, "psbench-master diff: too many arguments ('%s'): give two results.json files\n", a);
+            fprintf(err, "psbench-master diff: too many arguments (%s): give two results.json files\n",
+                    text_show(a, '\'', &shown));
             diff_usage(err);
             return 2;
         }

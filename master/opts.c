@@ -8,7 +8,9 @@
 #include "shared/cli.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
+#include "shared/text.h"
 
+#include <ctype.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -97,8 +99,9 @@ static int master_opt_ddp_hook(const opt_spec *o, const char *flag, const char *
 {
     bool servers, collective;
     if (!hookconf_lookup(arg, &servers, &collective)) {
-        errbuf_set(err, errlen, "%s: '%s' is not rpc_hook, allreduce_hook, sparse_rpc_hook or hybrid_hook", flag,
-                   arg);
+        text_shown shown;
+        errbuf_set(err, errlen, "%s: %s is not rpc_hook, allreduce_hook, sparse_rpc_hook or hybrid_hook", flag,
+                   text_show(arg, '\'', &shown));
         return -1;
     }
     return opts_store_string(o, flag, arg, settings, err, errlen);
@@ -116,7 +119,7 @@ static int master_opt_trainer_value(const opt_spec *o, const char *flag, json_t 
         errbuf_set(err, errlen, "%s: out of memory", flag);
         return -1;
     }
-    char why[256];
+    char why[TEXT_SHOW_LEN + 256];
     if (jobconf_check_value("trainer", TRAINER_KEY_FLAGS_CLASS, o->json, v, why, sizeof why) < 0) {
         json_decref(v);
         errbuf_set(err, errlen, "%s: %s", flag, why);
@@ -135,17 +138,21 @@ static int master_opt_trainer_string(const opt_spec *o, const char *flag, const 
     return master_opt_trainer_value(o, flag, json_string(arg), settings, err, errlen);
 }
 
-/* --lr: a finite number, as JSON would hold it (an underflow is its tiny
- * number), else refused saying what it must be. */
+/* --lr, --bucket-cap-mb: a decimal number (cli_is_decimal: no hex, no
+ * blanks, no "inf"), which a double holds (1e-400 would be 0), else
+ * refused saying what it must be; then checked as the configuration's
+ * value is, in the type it is used in (shared/jobconf.c: an lr that is 0
+ * as a float, a bucket cap below a byte). */
 static int master_opt_trainer_number(const opt_spec *o, const char *flag, const char *arg, void *settings,
                                      char *err, size_t errlen)
 {
-    char *end = NULL;
-    double x = strtod(arg, &end);
-    if (!*arg || !end || *end != '\0' || !isfinite(x)) {
+    double x;
+    char why[256];
+    if (cli_parse_real(flag, arg, &x, why, sizeof why) < 0) {
         char want[160];
+        text_shown shown;
         jobconf_key_expect("trainer", TRAINER_KEY_FLAGS_CLASS, o->json, want, sizeof want);
-        errbuf_set(err, errlen, "%s: must be %s, got '%s'", flag, want, arg);
+        errbuf_set(err, errlen, "%s: must be %s, got %s", flag, want, text_show(arg, '\'', &shown));
         return -1;
     }
     return master_opt_trainer_value(o, flag, json_real(x), settings, err, errlen);
@@ -174,15 +181,23 @@ static int master_opt_set(const opt_spec *o, const char *flag, const char *arg, 
     bool kind_ok = false;
     for (size_t i = 0; kinds[i] && dot; i++)
         kind_ok |= strlen(kinds[i]) == klen && strncmp(arg, kinds[i], klen) == 0;
+    text_shown shown;
     if (!dot || !eq || eq < dot || !kind_ok || eq == dot + 1) {
-        errbuf_set(err, errlen, "%s: '%s' is not KIND.KEY=VALUE with KIND trainer, model, data or server "
-                   "(e.g. trainer.bucket_cap_mb=4)", flag, arg);
+        errbuf_set(err, errlen, "%s: %s is not KIND.KEY=VALUE with KIND trainer, model, data or server "
+                   "(e.g. trainer.bucket_cap_mb=4)", flag, text_show(arg, '\'', &shown));
+        return -1;
+    }
+    /* JSON would skip blanks around a number (" 5" is 5): a value is
+     * spelt as it is meant, like every other number psbench reads. */
+    size_t vlen = strlen(eq + 1);
+    if (vlen && (isspace((unsigned char)eq[1]) || isspace((unsigned char)eq[vlen]))) {
+        errbuf_set(err, errlen, "%s: %s: the VALUE has blanks around it", flag, text_show(arg, '\'', &shown));
         return -1;
     }
     char kind[16], key[128];
     snprintf(kind, sizeof kind, "%.*s", (int)klen, arg);
     if ((size_t)(eq - dot - 1) >= sizeof key) {
-        errbuf_set(err, errlen, "%s: the key in '%s' is too long", flag, arg);
+        errbuf_set(err, errlen, "%s: the key in %s is too long", flag, text_show(arg, '\'', &shown));
         return -1;
     }
     snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);

@@ -18,6 +18,7 @@
 #include "master/sweep_int.h"
 #include "master/sweep_report.h"
 #include "shared/rng.h"
+#include "shared/text.h"
 #include "shared/userpath.h"
 
 #include <assert.h>
@@ -80,6 +81,9 @@ static void sweep_usage(FILE *f)
           "                            [\"rpc_hook\", \"allreduce_hook\"], \"ntrainer\": [2, 4],\n"
           "                            ...}, \"runs\": 3, \"job\": [\"--local\", \"--epochs\", \"2\"]};\n"
           "                            a flag given on the command line wins over the file\n"
+          "  --max-points N            refuse a matrix of more than N points (default 1000,\n"
+          "                            at most 100000): every point is checked by its own\n"
+          "                            --dry-run before anything runs, and runs for minutes\n"
           "  --report DIR              write DIR/report.html again from DIR/sweep.json, run\n"
           "                            nothing\n"
           "  --dry-run                 print each point, its configuration and its command\n"
@@ -167,36 +171,41 @@ static void sweep_run_one(sweep *s, sweep_point *p)
     }
     fflush(s->out);
     char **args = sweep_child_argv(s, p, extra);
-    int rc = userpath_make_dir(dir, err, sizeof err) < 0 ? -1
-                                                         : sweep_spawn(s, args, log, r > 1, NULL, err, sizeof err);
+    char *text = NULL;
+    int log_errno = 0;
+    int rc = userpath_make_dir(dir, err, sizeof err) < 0
+                 ? -1
+                 : sweep_spawn(s, args, log, r > 1, &text, &log_errno, err, sizeof err);
     sweep_free_list(args, sweep_argv_len(args));
     if (isatty(fileno(s->err)))
         fprintf(s->err, "\033[K");
     if (rc < 0) {
         p->error = sweep_strdup(err);
     } else if (rc != 0) {
-        /* The master's own words, from its log. */
-        int fd = open(log, O_RDONLY | O_CLOEXEC);
-        char *text = fd >= 0 ? sweep_read_all(fd) : NULL;
-        if (fd >= 0)
-            close(fd);
+        /* The master's own words, from its output as the sweep kept it (not
+         * read back from its log: on a full disk the log is cut short, and
+         * its last line that fitted is not the reason). Where the log lost
+         * some of it, the point says so too. */
         char *line = sweep_error_line(text ? text : "");
-        size_t n = strlen(line) + 64;
+        char logw[160] = "";
+        if (log_errno)
+            snprintf(logw, sizeof logw, " (%s/master.log is incomplete: %s)", p->dir, strerror(log_errno));
+        size_t n = strlen(line) + strlen(logw) + 96;
         p->error = malloc(n);
         if (!p->error)
             abort();
         if (sweep_signal && s->runs > 1)
-            snprintf(p->error, n, "stopped by %s during run %u of %u: %s", sweep_signal_name(sweep_signal), r,
-                     s->runs, line);
+            snprintf(p->error, n, "stopped by %s during run %u of %u: %s%s", sweep_signal_name(sweep_signal), r,
+                     s->runs, line, logw);
         else if (sweep_signal)
-            snprintf(p->error, n, "stopped by %s during its run: %s", sweep_signal_name(sweep_signal), line);
+            snprintf(p->error, n, "stopped by %s during its run: %s%s", sweep_signal_name(sweep_signal), line, logw);
         else if (s->runs > 1)
-            snprintf(p->error, n, "run %u: exit %d: %s", r, rc, line);
+            snprintf(p->error, n, "run %u: exit %d: %s%s", r, rc, line, logw);
         else
-            snprintf(p->error, n, "exit %d: %s", rc, line);
+            snprintf(p->error, n, "exit %d: %s%s", rc, line, logw);
         free(line);
-        free(text);
     }
+    free(text);
     bool done = rc == 0 && sweep_collect_run(s, p, r);
     if (rc == 0 && !done)
         p->error = sweep_strdup(s->runs > 1 ? "a run wrote no headline (no trainer reported a step)"
@@ -301,9 +310,20 @@ static void sweep_free(sweep *s)
 static int sweep_rerender(const char *dir, FILE *err)
 {
     char path[PATH_MAX], msg[512];
-    snprintf(path, sizeof path, "%s/sweep.json", dir);
+    if (snprintf(path, sizeof path, "%s/sweep.json", dir) >= (int)sizeof path) {
+        text_shown shown;
+        fprintf(err, "psbench-master sweep: --report %s: %s\n", text_show(dir, 0, &shown), strerror(ENAMETOOLONG));
+        return 1;
+    }
     json_error_t je;
-    json_t *doc = json_load_file(path, 0, &je);
+    json_t *doc;
+    /* A regular file only, read whole up to a bound (userpath.h): a FIFO
+     * named sweep.json in the folder must not block the sweep for ever. */
+    int lrc = userpath_load_json(path, 0, &doc, &je, msg, sizeof msg);
+    if (lrc == -1) {
+        fprintf(err, "psbench-master sweep: --report %s: cannot read %s: %s\n", dir, path, msg);
+        return 1;
+    }
     if (!doc || !json_is_integer(json_object_get(doc, "psbench_sweep"))) {
         fprintf(err, "psbench-master sweep: %s: %s\n", path, doc ? "not a sweep.json (no \"psbench_sweep\")" : je.text);
         json_decref(doc);

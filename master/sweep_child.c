@@ -4,13 +4,17 @@
  * (master/sweep_int.h). */
 #include "master/sweep_int.h"
 
+#include "shared/userpath.h"
+
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -81,42 +85,120 @@ _Noreturn static void sweep_exec(const char *exe, char **args, int fd, const sig
     _exit(127);
 }
 
-char *sweep_read_all(int fd)
+/* ---- a child's output -------------------------------------------------------------- */
+
+/* What the sweep keeps of a child's output in memory: all of a --dry-run's
+ * (a few lines), the end of a point's (its last lines say why it failed). */
+#define SWEEP_KEEP ((size_t)1 << 20)
+
+typedef struct {
+    char *buf;      /* the output's last SWEEP_KEEP bytes at most */
+    size_t len;
+    int log_fd;     /* the point's master.log, or -1 */
+    int log_errno;  /* the first write to it that failed (ENOSPC, EFBIG, EIO), or 0 */
+} sweep_output;
+
+/* n bytes of the child's output: into the log while it takes them, and
+ * into memory, whatever the log does. */
+static void sweep_output_add(sweep_output *o, const char *b, size_t n)
 {
-    size_t cap = 4096, used = 0;
-    char *buf = malloc(cap);
-    if (!buf)
-        abort();
-    for (;;) {
-        if (used + 1024 > cap && !(buf = realloc(buf, cap *= 2)))
-            abort();
-        ssize_t r = read(fd, buf + used, cap - used - 1);
-        if (r < 0 && errno == EINTR)
+    for (size_t done = 0; o->log_fd >= 0 && !o->log_errno && done < n;) {
+        ssize_t w = write(o->log_fd, b + done, n - done);
+        if (w < 0 && errno == EINTR)
             continue;
-        if (r <= 0)
+        if (w <= 0) {
+            o->log_errno = w < 0 ? errno : ENOSPC;
             break;
-        used += (size_t)r;
+        }
+        done += (size_t)w;
     }
-    buf[used] = '\0';
-    return buf;
+    if (n >= SWEEP_KEEP) {
+        b += n - SWEEP_KEEP;
+        n = SWEEP_KEEP;
+    }
+    if (o->len + n > SWEEP_KEEP) { /* keep the end: the older bytes go */
+        size_t drop = o->len + n - SWEEP_KEEP;
+        memmove(o->buf, o->buf + drop, o->len - drop);
+        o->len -= drop;
+    }
+    memcpy(o->buf + o->len, b, n);
+    o->len += n;
 }
 
-/* Run this binary with args (NULL-ended, args[0] the program); its stdout
- * and stderr go to the file log (created, or appended to with append), or,
- * with log NULL, into *text (malloc'd, NUL-ended). The child's exit status
- * (128 + signal when killed), or -1 with err when it could not be started. */
-int sweep_spawn(sweep *s, char **args, const char *log, bool append, char **text, char *err, size_t errlen)
+/* Read the child's output from fd until it ends or the child has exited
+ * and nothing more is ready (a grandchild that still holds the pipe must
+ * not keep the sweep waiting); the child's wait status into *st. */
+static void sweep_output_drain(sweep_output *o, int fd, pid_t pid, int *st)
+{
+    bool exited = false;
+    char chunk[16384];
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int pr = poll(&pfd, 1, exited ? 0 : 200);
+        if (pr < 0 && errno != EINTR)
+            break;
+        if (pr > 0) {
+            ssize_t r = read(fd, chunk, sizeof chunk);
+            if (r > 0) {
+                sweep_output_add(o, chunk, (size_t)r);
+                continue;
+            }
+            if (r == 0 || errno != EINTR)
+                break; /* the end: every writer has closed it */
+            continue;
+        }
+        if (exited)
+            break;
+        pid_t w = waitpid(pid, st, WNOHANG);
+        if (w == pid)
+            exited = true;
+        else if (w < 0 && errno != EINTR)
+            break;
+    }
+    if (!exited)
+        while (waitpid(pid, st, 0) < 0 && errno == EINTR)
+            ;
+}
+
+/* Run this binary with args (NULL-ended, args[0] the program). Its stdout
+ * and stderr come through a pipe: into the file log (created, or appended
+ * to with append) when given, and always into memory, *text (its last
+ * SWEEP_KEEP bytes, malloc'd, NUL-ended) when text is not NULL, so that
+ * why a point failed is known even where its log could not be written (a
+ * full disk). *log_errno (when not NULL): the errno of the log's first
+ * failed write, or 0. The child's exit status (128 + signal when killed),
+ * or -1 with err when it could not be started. */
+int sweep_spawn(sweep *s, char **args, const char *log, bool append, char **text, int *log_errno, char *err,
+                size_t errlen)
 {
     int fds[2] = {-1, -1};
-    int fd = -1;
+    sweep_output o = {.log_fd = -1};
+    if (text)
+        *text = NULL;
+    if (log_errno)
+        *log_errno = 0;
     if (log) {
-        fd = open(log, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
-        if (fd < 0) {
+        o.log_fd = open(log, O_WRONLY | O_CREAT | O_NOCTTY | O_NONBLOCK | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC,
+                        0644);
+        struct stat st = {0};
+        if (o.log_fd >= 0 && (fstat(o.log_fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+            snprintf(err, errlen, "%s: %s, not a regular file", log, userpath_kind(st.st_mode));
+            close(o.log_fd);
+            return -1;
+        }
+        if (o.log_fd < 0) {
             snprintf(err, errlen, "%s: %s", log, strerror(errno));
             return -1;
         }
-    } else if (pipe2(fds, O_CLOEXEC) < 0) {
-        snprintf(err, errlen, "pipe: %s", strerror(errno));
+    }
+    if (pipe2(fds, O_CLOEXEC) < 0 || !(o.buf = malloc(SWEEP_KEEP + 1))) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno ? errno : ENOMEM));
+        if (fds[0] >= 0) {
+            close(fds[0]);
+            close(fds[1]);
+        }
+        if (o.log_fd >= 0)
+            close(o.log_fd);
         return -1;
     }
     fflush(NULL);
@@ -134,31 +216,33 @@ int sweep_spawn(sweep *s, char **args, const char *log, bool append, char **text
     if (pid < 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
         snprintf(err, errlen, "fork: %s", strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        if (fds[0] >= 0) {
-            close(fds[0]);
-            close(fds[1]);
-        }
+        if (o.log_fd >= 0)
+            close(o.log_fd);
+        close(fds[0]);
+        close(fds[1]);
+        free(o.buf);
         return -1;
     }
     if (pid == 0)
-        sweep_exec(s->exe, args, log ? fd : fds[1], &old);
+        sweep_exec(s->exe, args, fds[1], &old);
     sweep_child = pid;
     if (sweep_signal)
         kill(pid, sweep_signal);
     sigprocmask(SIG_SETMASK, &old, NULL);
-    if (log) {
-        close(fd);
-    } else {
-        close(fds[1]);
-        *text = sweep_read_all(fds[0]);
-        close(fds[0]);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
+    close(fds[1]);
+    int st = 0;
+    sweep_output_drain(&o, fds[0], pid, &st);
+    close(fds[0]);
     sweep_child = 0;
+    if (o.log_fd >= 0 && close(o.log_fd) < 0 && !o.log_errno)
+        o.log_errno = errno;
+    o.buf[o.len] = '\0';
+    if (text)
+        *text = o.buf;
+    else
+        free(o.buf);
+    if (log_errno)
+        *log_errno = o.log_errno;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 

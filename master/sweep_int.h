@@ -19,7 +19,16 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#define SWEEP_MAX_POINTS 10000u
+/* A sweep's points: at most --max-points (default SWEEP_DEFAULT_POINTS),
+ * which may be raised to SWEEP_MAX_POINTS. Each point is planned by a
+ * child --dry-run (tens of ms) before anything runs, and each runs for
+ * seconds to minutes: a product of long lists (100 x 100) is a mistake
+ * far more often than a plan, and is refused before any planning. */
+#define SWEEP_DEFAULT_POINTS 1000u
+#define SWEEP_MAX_POINTS 100000u
+/* Planning more points than this is said before it starts (about a
+ * second of --dry-runs). */
+#define SWEEP_PLAN_SAY 16u
 #define SWEEP_MAX_RUNS 1000u
 
 /* The matrix's dimensions, outermost first: the hook varies fastest, so a
@@ -88,6 +97,7 @@ typedef struct {
     size_t njob;
     unsigned runs;
     bool runs_given;
+    unsigned max_points;    /* --max-points (SWEEP_DEFAULT_POINTS) */
     char *out_dir;
     char *sweep_file;
     bool local;
@@ -122,15 +132,17 @@ void sweep_on_signal(int sig);
 /* "SIGINT", "SIGTERM", "SIGHUP". */
 const char *sweep_signal_name(int sig);
 /* Run this binary with args (NULL-ended, args[0] the program); its stdout
- * and stderr go to the file log (created, or appended to with append),
- * or, with log NULL, into *text (malloc'd). The child's exit status (128 +
- * signal when killed), or -1 with err when it could not be started. */
-int sweep_spawn(sweep *s, char **args, const char *log, bool append, char **text, char *err, size_t errlen);
+ * and stderr through a pipe into the file log (created, or appended to
+ * with append; NULL: none) and, when text is not NULL, into *text (the
+ * output's end, malloc'd) whatever the log took; *log_errno (if not NULL)
+ * the errno of the log's first failed write, or 0. The child's exit
+ * status (128 + signal when killed), or -1 with err when it could not be
+ * started. */
+int sweep_spawn(sweep *s, char **args, const char *log, bool append, char **text, int *log_errno, char *err,
+                size_t errlen);
 /* The child's argv: the program, the job's flags, the point's, extra. */
 char **sweep_child_argv(const sweep *s, const sweep_point *p, const char *const *extra);
 size_t sweep_argv_len(char **v);
-/* Everything fd gives until its end, NUL-ended (malloc'd). */
-char *sweep_read_all(int fd);
 /* The line of a child's output that says what went wrong (malloc'd). */
 char *sweep_error_line(const char *text);
 

@@ -10,6 +10,7 @@
 #include "master/sweep_report.h"
 #include "shared/atomicfile.h"
 #include "shared/text.h"
+#include "shared/userpath.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -256,8 +257,12 @@ bool sweep_collect_run(sweep *s, sweep_point *p, unsigned r)
         snprintf(path, sizeof path, "%s/%s/results.json", s->out_dir, p->dir);
     else
         snprintf(path, sizeof path, "%s/%s/run-%03u/results.json", s->out_dir, p->dir, r);
-    json_t *res = json_load_file(path, 0, NULL);
-    if (!res)
+    json_t *res;
+    json_error_t je;
+    char why[256];
+    /* The point's folder is the user's: a FIFO or a folder of that name
+     * (a tampered sweep) is a failed run, never a wait. */
+    if (userpath_load_json(path, 0, &res, &je, why, sizeof why) < 0)
         return false;
     json_t *h = sweep_run_headline(res);
     const char *phase = json_string_value(json_object_get(res, "phase"));

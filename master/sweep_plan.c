@@ -3,6 +3,8 @@
  * --dry-run (master/sweep_int.h). */
 #include "master/sweep_int.h"
 
+#include "shared/cli.h"
+#include "shared/text.h"
 #include "shared/userpath.h"
 
 #include <errno.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 const sweep_dim_def sweep_dims[SD_COUNT] = {
@@ -38,8 +41,10 @@ static int sweep_split(sweep_values *vals, const char *flag, const char *list, F
     for (;;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        text_shown ls, is;
         if (len == 0) {
-            fprintf(err, "psbench-master sweep: %s '%s': an empty value (a list is VALUE,VALUE,...)\n", flag, list);
+            fprintf(err, "psbench-master sweep: %s %s: an empty value (a list is VALUE,VALUE,...)\n", flag,
+                    text_show(list, '\'', &ls));
             return -1;
         }
         char *item = strndup(p, len);
@@ -47,7 +52,8 @@ static int sweep_split(sweep_values *vals, const char *flag, const char *list, F
             abort();
         for (size_t i = 0; i < vals->n; i++)
             if (strcmp(vals->v[i], item) == 0) {
-                fprintf(err, "psbench-master sweep: %s '%s': '%s' is given twice\n", flag, list, item);
+                fprintf(err, "psbench-master sweep: %s %s: %s is given twice\n", flag, text_show(list, '\'', &ls),
+                        text_show(item, '\'', &is));
                 free(item);
                 return -1;
             }
@@ -90,16 +96,17 @@ int sweep_usage_error(sweep *s, const char *fmt, const char *a, const char *b)
     return -1;
 }
 
-/* A number of runs, 1..SWEEP_MAX_RUNS. */
+/* A number of runs, 1..SWEEP_MAX_RUNS (decimal, as every number: cli.h). */
 static int sweep_parse_runs(sweep *s, const char *v)
 {
-    char *end;
-    errno = 0;
-    unsigned long n = strtoul(v, &end, 10);
-    if (errno || *end || end == v || v[0] == '-' || n < 1 || n > SWEEP_MAX_RUNS) {
+    uint64_t n;
+    char why[256];
+    if (cli_parse_u64("--runs", v, 1, SWEEP_MAX_RUNS, 0, &n, why, sizeof why) < 0) {
         char max[16];
+        text_shown shown;
         snprintf(max, sizeof max, "%u", SWEEP_MAX_RUNS);
-        return sweep_usage_error(s, "--runs '%s': a number of runs per point, 1 to %s", v, max);
+        return sweep_usage_error(s, "--runs %s: a number of runs per point, 1 to %s", text_show(v, '\'', &shown),
+                                 max);
     }
     s->runs = (unsigned)n;
     return 0;
@@ -116,7 +123,8 @@ int sweep_parse_args(sweep *s, int argc, char **argv)
                 (sweep_dims[d].alias && sweep_flag_is(a, sweep_dims[d].alias, &v)))
                 break;
         const char *own = NULL;
-        static const char *const owns[] = {"--runs", "--out", "--sweep-file", "--order", "--order-seed", NULL};
+        static const char *const owns[] = {"--runs",       "--out",       "--sweep-file", "--order",
+                                           "--order-seed", "--max-points", NULL};
         for (const char *const *o = owns; d == SD_COUNT && *o; o++)
             if (sweep_flag_is(a, *o, &v))
                 own = *o;
@@ -151,17 +159,28 @@ int sweep_parse_args(sweep *s, int argc, char **argv)
                 return -1;
             s->runs_given = true;
         } else if (strcmp(own, "--order") == 0) {
+            text_shown shown;
             if (strcmp(v, "interleaved") != 0 && strcmp(v, "sequential") != 0)
-                return sweep_usage_error(s, "--order '%s': interleaved or sequential%s", v, "");
+                return sweep_usage_error(s, "--order %s: interleaved or sequential%s", text_show(v, '\'', &shown),
+                                         "");
             s->sequential = strcmp(v, "sequential") == 0;
         } else if (strcmp(own, "--order-seed") == 0) {
-            char *end;
-            errno = 0;
-            unsigned long long n = strtoull(v, &end, 10);
-            if (errno || *end || end == v || v[0] == '-')
-                return sweep_usage_error(s, "--order-seed '%s': a whole number%s", v, "");
+            uint64_t n;
+            char why[256];
+            text_shown shown;
+            if (cli_parse_u64("--order-seed", v, 0, UINT64_MAX, 0, &n, why, sizeof why) < 0)
+                return sweep_usage_error(s, "--order-seed %s: a whole number%s", text_show(v, '\'', &shown), "");
             s->order_seed = n;
             s->order_seed_given = true;
+        } else if (strcmp(own, "--max-points") == 0) {
+            uint64_t n;
+            char why[256], max[16];
+            text_shown shown;
+            snprintf(max, sizeof max, "%u", SWEEP_MAX_POINTS);
+            if (cli_parse_u64("--max-points", v, 1, SWEEP_MAX_POINTS, 0, &n, why, sizeof why) < 0)
+                return sweep_usage_error(s, "--max-points %s: a number of points, 1 to %s",
+                                         text_show(v, '\'', &shown), max);
+            s->max_points = (unsigned)n;
         } else if (strcmp(own, "--out") == 0) {
             free(s->out_dir);
             s->out_dir = sweep_strdup(v);
@@ -173,18 +192,21 @@ int sweep_parse_args(sweep *s, int argc, char **argv)
     return 0;
 }
 
-/* A sweep file's value as a flag's text: a string, or a number. */
+/* A sweep file's value as a flag's text: a string, or a number; -1 for
+ * another type, an empty string, or one longer than the buffer (cut, it
+ * would be another value). */
 static int sweep_file_value(const json_t *j, char *buf, size_t len)
 {
+    int n;
     if (json_is_string(j))
-        snprintf(buf, len, "%s", json_string_value(j));
+        n = snprintf(buf, len, "%s", json_string_value(j));
     else if (json_is_integer(j))
-        snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(j));
+        n = snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(j));
     else if (json_is_real(j))
-        snprintf(buf, len, "%.17g", json_real_value(j));
+        n = snprintf(buf, len, "%.17g", json_real_value(j));
     else
         return -1;
-    return buf[0] ? 0 : -1;
+    return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
 /* A sweep file's "dimensions" object: each list not given on the command
@@ -202,10 +224,11 @@ static int sweep_file_dims(sweep *s, const json_t *dims)
         for (d = 0; d < SD_COUNT && strcmp(dk, sweep_dims[d].name) != 0; d++)
             ;
         if (d == SD_COUNT) {
+            text_shown ks;
             fprintf(s->err,
-                    "psbench-master sweep: --sweep-file %s: unknown dimension \"%s\" (device, transport, "
+                    "psbench-master sweep: --sweep-file %s: unknown dimension %s (device, transport, "
                     "trainer, ntrainer, nserver, bucket_cap_mb, hook)\n",
-                    s->sweep_file, dk);
+                    s->sweep_file, text_show(dk, '"', &ks));
             return -1;
         }
         if (s->given[d])
@@ -223,8 +246,8 @@ static int sweep_file_dims(sweep *s, const json_t *dims)
             if (sweep_file_value(item, buf, sizeof buf) < 0 || strchr(buf, ',')) {
                 fprintf(s->err,
                         "psbench-master sweep: --sweep-file %s: \"%s\" item %zu must be a string or a number "
-                        "(no comma)\n",
-                        s->sweep_file, dk, i + 1);
+                        "(no comma, at most %zu characters)\n",
+                        s->sweep_file, dk, i + 1, sizeof buf - 1);
                 return -1;
             }
             used += (size_t)snprintf(text + used, used < sizeof text ? sizeof text - used : 0, "%s%s",
@@ -245,14 +268,12 @@ static int sweep_file_dims(sweep *s, const json_t *dims)
 int sweep_load_file(sweep *s)
 {
     char why[512];
-    int fd = userpath_open_read(s->sweep_file, why, sizeof why);
-    if (fd < 0) {
+    json_error_t je;
+    json_t *doc;
+    if (userpath_load_json(s->sweep_file, JSON_REJECT_DUPLICATES, &doc, &je, why, sizeof why) == -1) {
         fprintf(s->err, "psbench-master sweep: --sweep-file %s: %s\n", s->sweep_file, why);
         return -1;
     }
-    json_error_t je;
-    json_t *doc = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
-    close(fd);
     if (!json_is_object(doc)) {
         fprintf(s->err, "psbench-master sweep: --sweep-file %s: %s\n", s->sweep_file,
                 doc ? "not a JSON object" : je.text);
@@ -288,8 +309,9 @@ int sweep_load_file(sweep *s)
             if (sweep_file_dims(s, val) < 0)
                 goto out;
         } else {
-            fprintf(s->err, "psbench-master sweep: --sweep-file %s: unknown key \"%s\" (dimensions, runs, job)\n",
-                    s->sweep_file, key);
+            text_shown ks;
+            fprintf(s->err, "psbench-master sweep: --sweep-file %s: unknown key %s (dimensions, runs, job)\n",
+                    s->sweep_file, text_show(key, '"', &ks));
             goto out;
         }
     }
@@ -307,7 +329,9 @@ int sweep_load_file(sweep *s)
     rc = 0;
     goto out;
 bad_job:
-    fprintf(s->err, "psbench-master sweep: --sweep-file %s: \"job\" must be a list of flags (strings or numbers)\n",
+    fprintf(s->err,
+            "psbench-master sweep: --sweep-file %s: \"job\" must be a list of flags (strings or numbers of at most "
+            "4095 characters)\n",
             s->sweep_file);
 out:
     sweep_free_list(job, njob);
@@ -324,7 +348,7 @@ static json_t *sweep_dry_run(sweep *s, sweep_point *p, char **why)
     static const char *const dry[] = {"--dry-run", NULL};
     char **args = sweep_child_argv(s, p, dry);
     char err[512], *text = NULL;
-    int rc = sweep_spawn(s, args, NULL, false, &text, err, sizeof err);
+    int rc = sweep_spawn(s, args, NULL, false, &text, NULL, err, sizeof err);
     sweep_free_list(args, sweep_argv_len(args));
     if (rc < 0) {
         *why = sweep_strdup(err);
@@ -472,21 +496,40 @@ static json_t *sweep_plan_point(sweep *s, const size_t *at, sweep_point *p, char
     return sweep_dry_run(s, p, why);
 }
 
-/* The matrix's size, its points bounded; 0 when out of bounds (said). */
-static size_t sweep_matrix_size(sweep *s)
+/* "hook 2 x ntrainer 3" of the dimensions with more than one value into
+ * buf; the product of every dimension's count, saturated at SIZE_MAX. */
+static size_t sweep_product(const sweep *s, char *buf, size_t len)
 {
-    size_t total = 1;
+    size_t total = 1, used = 0;
+    buf[0] = '\0';
     for (int d = 0; d < SD_COUNT; d++) {
         size_t n = s->dim[d].n ? s->dim[d].n : 1;
-        if (total > SWEEP_MAX_POINTS / n) {
-            fprintf(s->err, "psbench-master sweep: the matrix has more than %u points\n", SWEEP_MAX_POINTS);
-            return 0;
-        }
-        total *= n;
+        total = total > SIZE_MAX / n ? SIZE_MAX : total * n;
+        if (n > 1 && used < len)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s %zu", used ? " x " : "", sweep_dims[d].name, n);
+    }
+    return total;
+}
+
+/* The matrix's size, its points bounded by --max-points; 0 when out of
+ * bounds (said: the product, its factors and the flag that raises it). */
+static size_t sweep_matrix_size(sweep *s)
+{
+    char dims[512];
+    size_t total = sweep_product(s, dims, sizeof dims);
+    unsigned max = s->max_points ? s->max_points : SWEEP_DEFAULT_POINTS;
+    if (total > max) {
+        fprintf(s->err,
+                "psbench-master sweep: the matrix has %zu points (%s), more than --max-points %u: give fewer "
+                "values, or raise --max-points (at most %u)\n",
+                total, dims, max, SWEEP_MAX_POINTS);
+        return 0;
     }
     for (size_t i = 0; i < s->dim[SD_DEVICE].n; i++)
         if (strcmp(s->dim[SD_DEVICE].v[i], "cpu") != 0 && strcmp(s->dim[SD_DEVICE].v[i], "cuda") != 0) {
-            fprintf(s->err, "psbench-master sweep: --device '%s': cpu or cuda\n", s->dim[SD_DEVICE].v[i]);
+            text_shown ds;
+            fprintf(s->err, "psbench-master sweep: --device %s: cpu or cuda\n",
+                    text_show(s->dim[SD_DEVICE].v[i], '\'', &ds));
             return 0;
         }
     return total;
@@ -498,8 +541,9 @@ static void sweep_plan_refused(sweep *s, const sweep_point *p, size_t k, size_t 
     char *cmd = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&cmd, &len);
+    text_shown shown;
     for (size_t i = 0; f && i < p->argc; i++)
-        fprintf(f, " %s", p->argv[i]);
+        fprintf(f, " %s", text_show(p->argv[i], 0, &shown));
     if (f)
         fclose(f);
     fprintf(s->err, "psbench-master sweep: point %zu of %zu (%s) is refused: %s\n", k + 1, total,
@@ -512,6 +556,16 @@ int sweep_plan(sweep *s)
     size_t total = sweep_matrix_size(s);
     if (total == 0)
         return -1;
+    /* Each point's --dry-run takes tens of ms: a large matrix is seconds of
+     * planning, said before it starts (where it is long enough to wonder
+     * about; a refusal of a small one stays its one line) and, once every
+     * point passed, how long it took. */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (total > SWEEP_PLAN_SAY) {
+        fprintf(s->out, "# plan: checking %zu point(s), each by its --dry-run, before anything runs\n", total);
+        fflush(s->out);
+    }
     s->points = calloc(total, sizeof *s->points);
     if (!s->points)
         abort();
@@ -551,6 +605,10 @@ int sweep_plan(sweep *s)
         p->state = SP_PLANNED;
         p->step_mean = p->step_low = p->step_high = NAN;
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(s->out, "# plan: %zu point(s) checked in %.1f s\n", total,
+            (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+    fflush(s->out);
     return 0;
 }
 

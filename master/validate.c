@@ -63,9 +63,9 @@ static int val_str(json_t *body, const char *key, size_t max, bool printable, ch
         return -1;
     }
     if (printable && !text_is_printable(json_string_value(v), n)) {
-        char shown[96];
-        text_escape_n(json_string_value(v), n, shown, sizeof shown);
-        snprintf(err, errlen, "%s must be printable text, got \"%s\"", key, shown);
+        text_shown shown;
+        snprintf(err, errlen, "%s must be printable text, got %s", key,
+                 text_show_n(json_string_value(v), n, '"', &shown));
         return -1;
     }
     return 0;
@@ -134,14 +134,13 @@ int validate_metric_name(const char *name, char *err, size_t errlen)
 {
     size_t n = strlen(name);
     const char *comma = strchr(name, ',');
-    char shown[96];
+    text_shown shown;
     if (n == 0 || n > VALIDATE_MAX_NAME || !text_is_printable(name, n) || strchr(name, '"') || !comma ||
         comma == name || comma[1] == '\0') {
-        text_escape(name, shown, sizeof shown);
         snprintf(err, errlen,
-                 "metric name \"%s\" is not \"TYPE,NAME\" of at most %d printable bytes (no quote, backslash or "
+                 "metric name %s is not \"TYPE,NAME\" of at most %d printable bytes (no quote, backslash or "
                  "control character)",
-                 shown, VALIDATE_MAX_NAME);
+                 text_show(name, '"', &shown), VALIDATE_MAX_NAME);
         return -1;
     }
     return 0;

@@ -3,7 +3,9 @@
  * the few that need more than a range have a parser here. */
 #include "server/opts.h"
 #include "server/kinds.h"
+#include "shared/cli.h"
 #include "shared/net.h"
+#include "shared/text.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -32,20 +34,29 @@ static int server_opt_kind(const opt_spec *o, const char *flag, const char *arg,
     (void)o;
     server_args *a = settings;
     if (kind_parse(arg, &a->cfg.kind.id) < 0) {
-        errbuf_set(err, errlen, "%s: '%s' is not average, average-batch, batch-update or embedding", flag, arg);
+        text_shown shown;
+        errbuf_set(err, errlen, "%s: %s is not average, average-batch, batch-update or embedding", flag,
+                   text_show(arg, '\'', &shown));
         return -1;
     }
     return 0;
 }
 
-/* --lr, --momentum: a float in 0..1e6. */
+/* --lr, --momentum: a decimal number in 0..1e6, checked as the float it
+ * is used as (1e-46 would be 0: every step a no-op). */
 static int server_opt_number(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
                              size_t errlen)
 {
-    char *end;
-    double d = strtod(arg, &end);
-    if (end == arg || *end || !(d >= 0) || d > 1e6) {
-        errbuf_set(err, errlen, "%s: '%s' is not a number in 0..1e6", flag, arg);
+    double d;
+    char why[256];
+    text_shown shown;
+    if (cli_parse_real(flag, arg, &d, why, sizeof why) < 0 || !(d >= 0) || d > 1e6) {
+        errbuf_set(err, errlen, "%s: %s is not a number in 0..1e6", flag, text_show(arg, '\'', &shown));
+        return -1;
+    }
+    const char *f32 = cli_float_problem(d);
+    if (f32) {
+        errbuf_set(err, errlen, "%s: %s: %s", flag, text_show(arg, 0, &shown), f32);
         return -1;
     }
     assert(o->to.type == OPT_C_FLOAT);
@@ -59,10 +70,20 @@ static int server_opt_part(const opt_spec *o, const char *flag, const char *arg,
 {
     (void)o;
     server_args *a = settings;
-    unsigned long long p, n;
-    char extra;
-    if (sscanf(arg, "%llu/%llu%c", &p, &n, &extra) != 2 || n == 0 || p >= n || n > 65536) {
-        errbuf_set(err, errlen, "%s: '%s' is not P/N with 0 <= P < N <= 65536", flag, arg);
+    /* Two decimal numbers (cli_is_decimal): sscanf's %llu would take
+     * blanks, a sign (wrapping "-1") and overflow silently. */
+    uint64_t p = 0, n = 0;
+    const char *slash = strchr(arg, '/');
+    char num[32], why[256];
+    bool ok = slash && (size_t)(slash - arg) < sizeof num;
+    if (ok) {
+        snprintf(num, sizeof num, "%.*s", (int)(slash - arg), arg);
+        ok = cli_parse_u64(flag, num, 0, 65535, 0, &p, why, sizeof why) == 0 &&
+             cli_parse_u64(flag, slash + 1, 1, 65536, 0, &n, why, sizeof why) == 0 && p < n;
+    }
+    if (!ok) {
+        text_shown shown;
+        errbuf_set(err, errlen, "%s: %s is not P/N with 0 <= P < N <= 65536", flag, text_show(arg, '\'', &shown));
         return -1;
     }
     a->cfg.kind.bu.part = (uint32_t)p;

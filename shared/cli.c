@@ -1,24 +1,76 @@
 /* cli.c — strict command-line value parsing (see cli.h). */
 #include "shared/cli.h"
 #include "shared/devspec.h"
+#include "shared/text.h"
 #include "shared/userpath.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* ---- numbers -------------------------------------------------------------------- */
+
+/* Every number a flag, a configuration file or a sweep file gives is
+ * decimal, spelt one way: digits, for a real an optional sign, point and
+ * exponent. strtoull and strtod accept more, each with a meaning no one
+ * meant: leading blanks, "+5", "0x10" (16), "0x1p4", "inf", "nan". A
+ * leading zero changes nothing ("010" is ten): psbench never reads octal. */
+bool cli_is_decimal(const char *s, bool real)
+{
+    const char *p = s;
+    if (!p)
+        return false;
+    if (real && (*p == '-' || *p == '+'))
+        p++;
+    size_t digits = 0;
+    while (*p >= '0' && *p <= '9')
+        p++, digits++;
+    if (real && *p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            digits++;
+    if (digits == 0)
+        return false;
+    if (real && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (*p == '-' || *p == '+')
+            p++;
+        if (!(*p >= '0' && *p <= '9'))
+            return false;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    return *p == '\0';
+}
+
+const char *cli_float_problem(double x)
+{
+    if (x == 0 || isnan(x))
+        return NULL; /* exactly zero stays zero; NaN is the range check's to refuse */
+    float f = (float)x;
+    if (isinf(f))
+        return "it is infinite as a float, whose largest is 3.40282e+38";
+    if (f == 0 || fpclassify(f) == FP_SUBNORMAL)
+        return "it is 0 as a float, whose smallest normal number is 1.17549e-38";
+    return NULL;
+}
+
 int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, int sizes,
                   uint64_t *out, char *err, size_t errlen)
 {
     char *end;
+    text_shown shown;
     errno = 0;
-    if (!s || *s == '\0' || *s == '-' || *s == '+')
+    /* A digit first: strtoull would skip blanks and take a sign. */
+    if (!s || !(*s >= '0' && *s <= '9'))
         goto bad;
     unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE)
+        goto range;
     if (errno || end == s)
         goto bad;
     if (sizes && *end) {
@@ -41,26 +93,54 @@ int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, in
     *out = v;
     return 0;
 bad:
-    snprintf(err, errlen, "%s: '%s' is not a %s", opt, s ? s : "",
+    snprintf(err, errlen, "%s: %s is not a %s", opt, text_show(s, '\'', &shown),
              sizes ? "size (a whole number, optionally with K, M or G)" : "whole number");
     return -1;
 range:
-    snprintf(err, errlen, "%s: %s is outside %llu..%llu", opt, s, (unsigned long long)min,
+    snprintf(err, errlen, "%s: %s is outside %llu..%llu", opt, text_show(s, 0, &shown), (unsigned long long)min,
              (unsigned long long)max);
     return -1;
 }
 
+int cli_parse_real(const char *opt, const char *s, double *out, char *err, size_t errlen)
+{
+    text_shown shown;
+    if (!cli_is_decimal(s, true)) {
+        snprintf(err, errlen, "%s: %s is not a decimal number", opt, text_show(s, '\'', &shown));
+        return -1;
+    }
+    errno = 0;
+    double v = strtod(s, NULL);
+    /* ERANGE: beyond a double (inf), or below its normal numbers (0 or a
+     * subnormal): the number written is not the number read. */
+    if (errno == ERANGE || !isfinite(v)) {
+        snprintf(err, errlen, "%s: %s is %s", opt, text_show(s, 0, &shown),
+                 isinf(v) || fabs(v) > 1 ? "too large for a number" : "too small for a number (it would be 0)");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int cli_parse_seconds(const char *opt, const char *s, double *out, char *err, size_t errlen)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v <= 0) {
-        snprintf(err, errlen, "%s: '%s' is not a positive number of seconds", opt, s);
+    text_shown shown;
+    double v;
+    char why[256];
+    if (cli_parse_real(opt, s, &v, why, sizeof why) < 0 || v <= 0) {
+        snprintf(err, errlen, "%s: %s is not a positive number of seconds", opt, text_show(s, '\'', &shown));
         return -1;
     }
     if (v > CLI_MAX_SECONDS) {
-        snprintf(err, errlen, "%s: %s s is more than the %.0f s allowed", opt, s, CLI_MAX_SECONDS);
+        snprintf(err, errlen, "%s: %s s is more than the %.0f s allowed", opt, text_show(s, 0, &shown),
+                 CLI_MAX_SECONDS);
+        return -1;
+    }
+    /* Waits are counted in milliseconds (poll, connect): less than one
+     * would be no wait at all, or none at all to the kernel. */
+    if (v < CLI_MIN_SECONDS) {
+        snprintf(err, errlen, "%s: %s s is less than the %g s psbench can wait (it counts milliseconds)", opt,
+                 text_show(s, 0, &shown), CLI_MIN_SECONDS);
         return -1;
     }
     *out = v;

@@ -4,8 +4,22 @@
 #ifndef PSBENCH_CLI_H
 #define PSBENCH_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Numbers are decimal everywhere (flags, configuration and sweep files):
+ * whether s is one as psbench spells it: digits only (real: an optional
+ * sign, a decimal point, an exponent), nothing before or after. No
+ * blanks, no hex ("0x10"), no "inf" or "nan"; a leading zero keeps the
+ * decimal meaning ("010" is 10). */
+bool cli_is_decimal(const char *s, bool real);
+/* Why x, checked as a double, is not the same number as the float it is
+ * used as (trainers and servers step in float): "it is 0 as a float ..."
+ * for a non-zero x that rounds to 0 or to a subnormal (which the GPU and
+ * flush-to-zero code read as 0), "it is infinite as a float ..."; NULL
+ * when it is fine (0 itself too). */
+const char *cli_float_problem(double x);
 
 /* Parse a whole string as an unsigned integer in [min, max]. Accepts an
  * optional K/M/G suffix (powers of 1024) when `sizes` is set. Returns 0, or
@@ -15,10 +29,17 @@ int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, in
 /* A byte count for people, in the units cli_parse_u64 takes: "256 MiB",
  * "8 GiB", "23.4 GiB" (one decimal unless exact), "512 B". */
 void cli_format_bytes(uint64_t n, char *buf, size_t len);
-/* Parse a positive finite number of seconds. */
+/* A decimal real (cli_is_decimal), finite and not below a double's
+ * normal numbers (1e-400 would be read as 0): 0, or -1 with a message
+ * naming `opt` in err. */
+int cli_parse_real(const char *opt, const char *s, double *out, char *err, size_t errlen);
+/* Parse a positive finite number of seconds, decimal, from CLI_MIN_SECONDS
+ * to CLI_MAX_SECONDS. */
 /* Longest duration any option takes (11.5 days): deadlines computed from
  * it stay far from overflowing a time_t. */
 #define CLI_MAX_SECONDS 1e6
+/* Shortest: waits are counted in milliseconds. */
+#define CLI_MIN_SECONDS 0.001
 int cli_parse_seconds(const char *opt, const char *s, double *out, char *err, size_t errlen);
 
 /* The longest job token, in bytes: one limit for every binary and every

@@ -1,5 +1,6 @@
 /* devspec.c — --device's spellings and their kinds (see devspec.h). */
 #include "shared/devspec.h"
+#include "shared/text.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -18,12 +19,11 @@ static const char *const devspec_names[] = {
 
 #define DEVSPEC_MAX_INDEX 255
 
-/* N of "cuda:N": a whole number in 0..DEVSPEC_MAX_INDEX, read as
- * cli_parse_u64 reads one (no sign; strtoull's leading blanks pass), so
- * that every spelling accepted before this module still is. */
+/* N of "cuda:N": a whole decimal number in 0..DEVSPEC_MAX_INDEX, read as
+ * cli_parse_u64 reads one (digits only: no sign, no blanks, no hex). */
 static bool devspec_index(const char *s, int *out)
 {
-    if (*s == '\0' || *s == '-' || *s == '+')
+    if (!(*s >= '0' && *s <= '9'))
         return false;
     char *end;
     errno = 0;
@@ -49,8 +49,9 @@ int devspec_parse(const char *opt, const char *s, unsigned kinds, device_spec *o
         known = true;
     }
     if (!known || !(kinds & DEVSPEC_KIND(d.kind))) {
-        snprintf(err, errlen, "%s '%s' is not cpu, cuda or cuda:N (N: a GPU's index, 0..%d)", opt, s,
-                 DEVSPEC_MAX_INDEX);
+        text_shown shown;
+        snprintf(err, errlen, "%s %s is not cpu, cuda or cuda:N (N: a GPU's index, 0..%d)", opt,
+                 text_show(s, '\'', &shown), DEVSPEC_MAX_INDEX);
         return -1;
     }
     *out = d;

@@ -1,6 +1,8 @@
 /* jobconf.c — model configurations and hook names (see jobconf.h). */
 #include "shared/jobconf.h"
+#include "shared/cli.h"
 #include "shared/log.h"
+#include "shared/text.h"
 
 #include <assert.h>
 #include <float.h>
@@ -18,6 +20,11 @@ enum {
     JC_NODEF = 1u << 1,    /* absent: no default written (the class's reader decides) */
     JC_MIN_OPEN = 1u << 2, /* min < v rather than min <= v */
     JC_MAX_OPEN = 1u << 3, /* v < max rather than v <= max */
+    /* The type the value is used in, where it is not the double it is
+     * checked as (issue 39): a value in range as a double can still be 0
+     * or infinite where it is used. */
+    JC_F32 = 1u << 4,      /* stepped in float: refused where (float)v is 0, subnormal or infinite */
+    JC_MIB = 1u << 5,      /* MiB made a byte count (uint64): a non-zero v must be 1 byte at least */
 };
 
 typedef struct jc_key {
@@ -46,10 +53,11 @@ typedef struct jc_class {
  * a float holds (FLT_MAX; a larger one would be infinity, silently), so
  * that a too-large lr is a divergence the run reports, not a refusal. The
  * servers' bound is their own --lr's (1e6). */
-#define LR(fl, d, hi) {.key = "lr", .type = JC_NUM, .flags = JC_MIN_OPEN | (fl), .min = 0, .max = hi, .def = d}
+#define LR(fl, d, hi)                                                                                          \
+    {.key = "lr", .type = JC_NUM, .flags = JC_MIN_OPEN | JC_F32 | (fl), .min = 0, .max = hi, .def = d}
 #define LR_TRAINER FLT_MAX
 #define LR_SERVER 1e6
-#define MOMENTUM(d) {.key = "momentum", .type = JC_NUM, .flags = JC_MAX_OPEN, .min = 0, .max = 1, .def = d}
+#define MOMENTUM(d) {.key = "momentum", .type = JC_NUM, .flags = JC_MAX_OPEN | JC_F32, .min = 0, .max = 1, .def = d}
 #define ONE_OF(k, fl, list) {.key = k, .type = JC_STR, .flags = fl, .choices = list}
 
 /* The seed's ddp_hook names ("rpc" is an old alias of rpc_hook) and what
@@ -113,9 +121,10 @@ static const jc_key ddp_trainer_keys[] = {
     ONE_OF("ddp_hook", JC_REQUIRED, hook_names),
     LR(JC_REQUIRED, 0, LR_TRAINER),
     MOMENTUM(0), /* PyTorch's SGD default */
-    {.key = "bucket_cap_mb", .type = JC_NUM, .flags = JC_MIN_OPEN, .min = 0, .max = 1048576, .def = 25}, /* DDP's */
+    {.key = "bucket_cap_mb", .type = JC_NUM, .flags = JC_MIN_OPEN | JC_MIB, .min = 0, .max = 1048576,
+     .def = 25}, /* DDP's */
     /* DDP's first bucket (its _DEFAULT_FIRST_BUCKET_BYTES, 1 MiB) */
-    {.key = "first_bucket_mb", .type = JC_NUM, .min = 0, .max = 1048576, .def = 1},
+    {.key = "first_bucket_mb", .type = JC_NUM, .flags = JC_MIB, .min = 0, .max = 1048576, .def = 1},
     ONE_OF("hook_state", 0, hook_states),
     ONE_OF("iteration_step", 0, iteration_steps),
     ONE_OF("preprocess_data", 0, preprocessors),
@@ -230,17 +239,19 @@ static void jc_expect(const jc_key *k, char *buf, size_t len)
     }
 }
 
-/* What the file has, as JSON (cut short), and its type where that is what
- * is wrong: "\"fast\" (a string)", "-1", "2.5 (not a whole number)". */
-static void jc_found(const jc_key *k, json_t *v, char *buf, size_t len)
+/* What the file has, as JSON (cut short by text_show, its length said),
+ * and its type where that is what is wrong: "\"fast\" (a string)", "-1",
+ * "2.5 (not a whole number)"; or `why` (jc_value_problem) where the type
+ * is right and the value is not. */
+static void jc_found(const jc_key *k, json_t *v, const char *why, char *buf, size_t len)
 {
     char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
-    const size_t cut = 48;
+    text_shown shown;
     buf[0] = '\0';
-    if (s && strlen(s) > cut)
-        jc_cat(buf, len, "%.*s...", (int)cut, s);
+    if (json_is_string(v)) /* the string itself, quoted: its length is its own */
+        jc_cat(buf, len, "%s", text_show_n(json_string_value(v), json_string_length(v), '"', &shown));
     else
-        jc_cat(buf, len, "%s", s ? s : "(a value)");
+        jc_cat(buf, len, "%s", s ? text_show(s, 0, &shown) : "(a value)");
     free(s);
     const char *note = NULL;
     switch (json_typeof(v)) {
@@ -253,8 +264,24 @@ static void jc_found(const jc_key *k, json_t *v, char *buf, size_t len)
     case JSON_INTEGER: note = k->type == JC_INT || k->type == JC_NUM ? NULL : "a number"; break;
     case JSON_NULL: break;
     }
+    if (why)
+        note = why; /* the type is right, the value is not */
     if (note)
         jc_cat(buf, len, " (%s)", note);
+}
+
+/* Why v, of k's type and in its range, is still not the value it is used
+ * as (JC_F32, JC_MIB), or NULL. */
+static const char *jc_value_problem(const jc_key *k, json_t *v)
+{
+    if (k->type != JC_NUM || !json_is_number(v))
+        return NULL;
+    double x = json_number_value(v);
+    if (k->flags & JC_F32)
+        return cli_float_problem(x);
+    if ((k->flags & JC_MIB) && x > 0 && x * 1048576.0 < 1)
+        return "less than 1 byte, it would be 0";
+    return NULL;
 }
 
 /* Whether v is a value of k: its type, its range, one of its choices. */
@@ -273,7 +300,7 @@ static bool jc_value_ok(const jc_key *k, json_t *v)
         double x = json_number_value(v);
         bool lo = k->flags & JC_MIN_OPEN ? x > k->min : x >= k->min;
         bool hi = k->flags & JC_MAX_OPEN ? x < k->max : x <= k->max;
-        return lo && hi; /* false for NaN */
+        return lo && hi && !jc_value_problem(k, v); /* false for NaN */
     }
     case JC_BOOL: return json_is_boolean(v);
     case JC_LIST: return json_is_array(v);
@@ -320,7 +347,7 @@ static int jc_check_key(const char *kind, const char *id, const jc_key *k, json_
     const char *name = old ? k->alias : k->key;
     if (old)
         v = old;
-    char want[160], got[96];
+    char want[160], got[TEXT_SHOW_LEN + 96];
     if (!v) {
         if (k->flags & JC_REQUIRED) {
             jc_expect(k, want, sizeof want);
@@ -338,7 +365,7 @@ static int jc_check_key(const char *kind, const char *id, const jc_key *k, json_
     }
     if (!jc_value_ok(k, v)) {
         jc_expect(k, want, sizeof want);
-        jc_found(k, v, got, sizeof got);
+        jc_found(k, v, jc_value_problem(k, v), got, sizeof got);
         errbuf_set(err, errlen, "%s \"%s\": \"%s\" must be %s, got %s", kind, id, name, want, got);
         return -1;
     }
@@ -352,13 +379,17 @@ static int jc_check_key(const char *kind, const char *id, const jc_key *k, json_
 int jobconf_check(const char *kind, const char *cls, const char *id, json_t *conf, char *err, size_t errlen)
 {
     char list[512] = "";
+    /* The id, the class and a key come from a file: every message below
+     * shows them escaped and cut short (text_show). */
+    text_shown id_shown, cls_shown, key_shown;
+    id = text_show(id, 0, &id_shown);
     const jc_class *c = jc_class_find(kind, cls);
     if (!c) {
         for (size_t i = 0; i < JC_NCLASSES; i++)
             if (strcmp(jc_classes[i].kind, kind) == 0)
                 jc_cat(list, sizeof list, "%s%s", list[0] ? ", " : "", jc_classes[i].cls);
         errbuf_set(err, errlen, "%s \"%s\": \"%s_class\" must be one of %s, got \"%s\"", kind, id, kind, list,
-                   cls ? cls : "");
+                   text_show(cls, 0, &cls_shown));
         return -1;
     }
     if (!json_is_object(conf)) {
@@ -373,7 +404,7 @@ int jobconf_check(const char *kind, const char *cls, const char *id, json_t *con
             continue;
         for (const jc_key *k = c->keys; k->key; k++)
             jc_cat(list, sizeof list, "%s%s", list[0] ? ", " : "", k->key);
-        errbuf_set(err, errlen, "%s \"%s\": unknown key \"%s\" (%s takes %s)", kind, id, name, cls,
+        errbuf_set(err, errlen, "%s \"%s\": unknown key \"%s\" (%s takes %s)", kind, id, text_show(name, 0, &key_shown), cls,
                    list[0] ? list : "no keys");
         return -1;
     }
@@ -448,9 +479,9 @@ int jobconf_check_value(const char *kind, const char *cls, const char *key, json
     assert(k && v); /* the caller's own flag: a key of its class */
     if (jc_value_ok(k, v))
         return 0;
-    char want[160], got[96];
+    char want[160], got[TEXT_SHOW_LEN + 96];
     jc_expect(k, want, sizeof want);
-    jc_found(k, v, got, sizeof got);
+    jc_found(k, v, jc_value_problem(k, v), got, sizeof got);
     errbuf_set(err, errlen, "must be %s, got %s", want, got);
     return -1;
 }

@@ -1,5 +1,6 @@
 /* net.c — TCP helpers (see net.h). */
 #include "shared/net.h"
+#include "shared/text.h"
 #include "shared/clock.h"
 
 #include <arpa/inet.h>
@@ -23,11 +24,12 @@ int net_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port
 {
     const char *colon;
     const char *h = s;
+    text_shown shown; /* s as the messages show it: a value of any length, escaped and cut short */
     size_t hl;
     if (s[0] == '[') {
         const char *close = strchr(s, ']');
         if (!close || close[1] != ':') {
-            snprintf(err, errlen, "'%s' is not [IPV6]:PORT", s);
+            snprintf(err, errlen, "%s is not [IPV6]:PORT", text_show(s, '\'', &shown));
             return -1;
         }
         h = s + 1;
@@ -36,13 +38,13 @@ int net_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port
     } else {
         colon = strrchr(s, ':');
         if (!colon) {
-            snprintf(err, errlen, "'%s' is not HOST:PORT", s);
+            snprintf(err, errlen, "%s is not HOST:PORT", text_show(s, '\'', &shown));
             return -1;
         }
         hl = (size_t)(colon - s);
     }
     if (hl == 0 || hl >= hostlen) {
-        snprintf(err, errlen, "'%s': missing or too long host", s);
+        snprintf(err, errlen, "%s: missing or too long host", text_show(s, '\'', &shown));
         return -1;
     }
     /* Digits only: strtol would take " 80", "+80" or "-0", and a port of
@@ -53,11 +55,11 @@ int net_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port
     for (size_t i = 0; i < nd && p <= 65535; i++)
         p = p * 10 + (unsigned long)(ps[i] - '0');
     if (nd == 0 || ps[nd] != '\0') {
-        snprintf(err, errlen, "'%s': the port must be a number in %s..65535", s, allow_zero ? "0" : "1");
+        snprintf(err, errlen, "%s: the port must be a number in %s..65535", text_show(s, '\'', &shown), allow_zero ? "0" : "1");
         return -1;
     }
     if (p > 65535 || (p == 0 && !allow_zero)) {
-        snprintf(err, errlen, "'%s': port %.*s%s is outside %s..65535", s, nd > 12 ? 12 : (int)nd, ps,
+        snprintf(err, errlen, "%s: port %.*s%s is outside %s..65535", text_show(s, '\'', &shown), nd > 12 ? 12 : (int)nd, ps,
                  nd > 12 ? "..." : "", allow_zero ? "0" : "1");
         return -1;
     }
@@ -75,7 +77,8 @@ int net_check_hostport_list(const char *list, char *err, size_t errlen)
         char one[300], host[256];
         uint16_t port;
         if (len == 0 || len >= sizeof one) {
-            snprintf(err, errlen, "empty or too long address in '%s'", list);
+            text_shown shown;
+            snprintf(err, errlen, "empty or too long address in %s", text_show(list, '\'', &shown));
             return -1;
         }
         memcpy(one, p, len);
@@ -101,15 +104,17 @@ int net_parse_host(const char *s, char *err, size_t errlen)
         }
     }
     if (n == 0 || n > 253) {
-        snprintf(err, errlen, "'%.64s%s': a host has 1..253 characters", s, n > 64 ? "..." : "");
+        text_shown shown;
+        snprintf(err, errlen, "%s: a host has 1..253 characters", text_show(s, '\'', &shown));
         return -1;
     }
     struct in6_addr a6;
     if (strchr(s, ':') && inet_pton(AF_INET6, s, &a6) != 1) {
         /* Only an IPv6 address has a colon: "HOST:PORT" is a mistake here
          * (the port is the listener's). */
-        snprintf(err, errlen, "'%s' is not a host: give the name or address alone, without a port (an IPv6 "
-                 "address without brackets)", s);
+        text_shown shown;
+        snprintf(err, errlen, "%s is not a host: give the name or address alone, without a port (an IPv6 "
+                 "address without brackets)", text_show(s, '\'', &shown));
         return -1;
     }
     return 0;
@@ -144,7 +149,8 @@ static int net_resolve(const char *host, uint16_t port, int passive, struct addr
     snprintf(ps, sizeof ps, "%u", port);
     int rc = getaddrinfo(host, ps, &hints, res);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(rc));
+        text_shown shown;
+        snprintf(err, errlen, "cannot resolve %s: %s", text_show(host, '\'', &shown), gai_strerror(rc));
         return -1;
     }
     return 0;

@@ -7,6 +7,7 @@
 #include "shared/log.h"
 #include "shared/net.h"
 #include "shared/shm.h"
+#include "shared/text.h"
 
 #include <assert.h>
 #include <getopt.h>
@@ -166,7 +167,8 @@ static int opts_parse_choice(const opt_spec *o, const char *flag, const char *ar
             return opts_store_string(o, flag, arg, settings, err, errlen);
     char list[256];
     opts_join_choices(o->choices, list, sizeof list);
-    errbuf_set(err, errlen, "%s: '%s' is not %s", flag, arg ? arg : "", list);
+    text_shown shown;
+    errbuf_set(err, errlen, "%s: %s is not %s", flag, text_show(arg, '\'', &shown), list);
     return -1;
 }
 
@@ -315,7 +317,8 @@ static void opts_getopt_build(const opts_table *t, opts_getopt *g)
 /* What getopt_long could not match, in the table's wording. */
 static void opts_getopt_error(const opts_table *t, int o, char **argv, char *err, size_t errlen)
 {
-    const char *a = argv[optind - 1];
+    text_shown shown;
+    const char *a = text_show(argv[optind - 1], 0, &shown);
     if (!t->precise_errors)
         errbuf_set(err, errlen, "unknown or incomplete option '%s' (see --help)", a);
     else if (o == ':')
@@ -372,7 +375,8 @@ int opts_parse(const opts_table *t, int argc, char **argv, void *settings, char 
     if (version)
         return OPTS_VERSION;
     if (optind < argc) {
-        errbuf_set(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
+        text_shown shown;
+        errbuf_set(err, errlen, "unexpected argument %s (see --help)", text_show(argv[optind], '\'', &shown));
         return -1;
     }
     return OPTS_OK;
@@ -484,7 +488,8 @@ static int opts_parse_log_level(const opt_spec *o, const char *flag, const char 
     log_level *p = opts_field_ptr(&o->to, settings);
     assert(p && o->to.size == sizeof *p);
     if (log_level_parse(arg, p) < 0) {
-        errbuf_set(err, errlen, "%s: '%s' is not error, warn, info or debug", flag, arg ? arg : "");
+        text_shown shown;
+        errbuf_set(err, errlen, "%s: %s is not error, warn, info or debug", flag, text_show(arg, '\'', &shown));
         return -1;
     }
     return 0;
@@ -496,7 +501,8 @@ static int opts_parse_transport(const opt_spec *o, const char *flag, const char 
     psb_transport *p = opts_field_ptr(&o->to, settings);
     assert(p && o->to.size == sizeof *p);
     if (psb_transport_parse(arg, p) < 0) {
-        errbuf_set(err, errlen, "%s: '%.64s' is not a transport (auto, tcp or shm)", flag, arg ? arg : "");
+        text_shown shown;
+        errbuf_set(err, errlen, "%s: %s is not a transport (auto, tcp or shm)", flag, text_show(arg, '\'', &shown));
         return -1;
     }
     return 0;

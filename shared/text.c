@@ -114,6 +114,49 @@ bool text_is_printable(const char *s, size_t n)
     return true;
 }
 
+/* The byte length of the first `chars` characters of s (n bytes), and the
+ * characters s has in all (*total): a valid UTF-8 sequence is one, any
+ * other byte one. */
+static size_t text_prefix(const char *s, size_t n, size_t chars, size_t *total)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, c = 0, cut = n;
+    while (i < n) {
+        if (c == chars)
+            cut = i;
+        uint32_t cp;
+        size_t len = text_utf8(p + i, n - i, &cp);
+        i += len ? len : 1;
+        c++;
+    }
+    *total = c;
+    return c > chars ? cut : n;
+}
+
+const char *text_show_n(const char *s, size_t n, char quote, text_shown *b)
+{
+    size_t total, keep = text_prefix(s, n, TEXT_SHOW_MAX, &total);
+    size_t o = 0;
+    if (quote)
+        b->s[o++] = quote;
+    /* Room kept for the closing quote, the ellipsis and the length: the
+     * escaped characters take at most TEXT_SHOW_MAX * 6 bytes. */
+    o += text_escape_n(s, keep, b->s + o, sizeof b->s - o - 48);
+    if (keep < n)
+        o += (size_t)snprintf(b->s + o, sizeof b->s - o, "\xe2\x80\xa6");
+    if (quote)
+        b->s[o++] = quote;
+    b->s[o] = '\0';
+    if (keep < n)
+        snprintf(b->s + o, sizeof b->s - o, " (%zu characters)", total);
+    return b->s;
+}
+
+const char *text_show(const char *s, char quote, text_shown *b)
+{
+    return text_show_n(s ? s : "", s ? strlen(s) : 0, quote, b);
+}
+
 void text_hex(const uint8_t *b, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";

@@ -32,6 +32,31 @@ size_t text_escape(const char *s, char *out, size_t outlen);
 /* Whether s (n bytes) needs no escape: text_escape_n would copy it as is. */
 bool text_is_printable(const char *s, size_t n);
 
+/* ---- values echoed in messages ------------------------------------------
+ *
+ * A refusal names the value it refuses, and a value can be anything the
+ * user or a peer gave: a million-character sweep-file string, a path, a
+ * frame's field. Every message that echoes a value shows it through
+ * text_show: escaped as text_escape does (it cannot forge a line), and,
+ * when longer than TEXT_SHOW_MAX characters (UTF-8 code points; a byte
+ * that is not UTF-8 counts as one), cut there with an ellipsis and its
+ * length said, so that the line stays one readable line:
+ *     '--lr'                                   (short: as it is, quoted)
+ *     "hhhhhhhh…" (1000000 characters)         (long: cut, its length)
+ */
+#define TEXT_SHOW_MAX 80
+/* Room for any text_show result: TEXT_SHOW_MAX characters escaped (6 bytes
+ * each at most), the quotes, the ellipsis and the length. */
+#define TEXT_SHOW_LEN (TEXT_SHOW_MAX * 6 + 64)
+typedef struct text_shown {
+    char s[TEXT_SHOW_LEN];
+} text_shown;
+/* The n bytes at s as a message shows them, between two `quote`
+ * characters (0: none), into b; returns b->s. */
+const char *text_show_n(const char *s, size_t n, char quote, text_shown *b);
+/* text_show_n of a NUL-terminated string (NULL: ""). */
+const char *text_show(const char *s, char quote, text_shown *b);
+
 /* Bytes as hex, for the binary values protocols carry as text (CUDA IPC
  * handles in a frame header, the rendezvous store's values in JSON).
  * text_hex: the n bytes at b as 2n lowercase digits and a NUL into out

@@ -4,9 +4,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,6 +72,144 @@ int userpath_open_read(const char *path, char *why, size_t whylen)
     if (fl >= 0)
         (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     return fd;
+}
+
+/* "larger than 256 MiB (the most psbench reads)". */
+static void userpath_too_large(size_t max, char *why, size_t whylen)
+{
+    if (max % ((size_t)1 << 20) == 0)
+        snprintf(why, whylen, "larger than %zu MiB (the most psbench reads of a file)", max >> 20);
+    else
+        snprintf(why, whylen, "larger than %zu bytes (the most psbench reads of a file)", max);
+}
+
+int userpath_read(const char *path, size_t max, char **buf, size_t *len, char *why, size_t whylen)
+{
+    *buf = NULL;
+    *len = 0;
+    int fd = userpath_open_read(path, why, whylen);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > max) {
+        userpath_too_large(max, why, whylen);
+        close(fd);
+        return -1;
+    }
+    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, used = 0;
+    char *b = malloc(cap + 1);
+    if (!b) {
+        snprintf(why, whylen, "%s", strerror(ENOMEM));
+        close(fd);
+        return -1;
+    }
+    for (;;) {
+        if (used == cap) {
+            /* Grown since its fstat (or a /proc-like size of 0): read on, to max + 1 at most. */
+            size_t ncap = cap * 2 > max + 1 ? max + 1 : cap * 2;
+            char *nb = ncap > cap ? realloc(b, ncap + 1) : NULL;
+            if (!nb) {
+                if (ncap > cap)
+                    snprintf(why, whylen, "%s", strerror(ENOMEM));
+                else
+                    userpath_too_large(max, why, whylen);
+                free(b);
+                close(fd);
+                return -1;
+            }
+            b = nb;
+            cap = ncap;
+        }
+        ssize_t r = read(fd, b + used, cap - used);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(why, whylen, "%s", strerror(errno));
+            free(b);
+            close(fd);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        used += (size_t)r;
+        if (used > max) {
+            userpath_too_large(max, why, whylen);
+            free(b);
+            close(fd);
+            return -1;
+        }
+    }
+    close(fd);
+    b[used] = '\0';
+    *buf = b;
+    *len = used;
+    return 0;
+}
+
+/* The first number of the JSON text buf (len bytes) that a double cannot
+ * hold: jansson reads 1e-400 as 0 without a word (and an lr of 0, a
+ * momentum of 0, is another setting than the one written). 0, or -1 with
+ * je (line, column, text) set as jansson's own errors are. */
+static int userpath_json_numbers(const char *buf, size_t len, json_error_t *je)
+{
+    bool in_string = false;
+    int line = 1, col = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = buf[i];
+        col++;
+        if (c == '\n') {
+            line++;
+            col = 0;
+            continue;
+        }
+        if (in_string) {
+            if (c == '\\')
+                i++, col++; /* an escaped character: never the string's end */
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+            continue;
+        }
+        if (!(c == '-' || (c >= '0' && c <= '9')))
+            continue;
+        /* A number token: its characters, at most 64 of them checked (a
+         * longer one is refused by jansson or is exact enough). */
+        size_t n = strspn(buf + i, "0123456789+-.eE");
+        char num[72];
+        snprintf(num, sizeof num, "%.*s", (int)(n < 64 ? n : 64), buf + i);
+        errno = 0;
+        double v = strtod(num, NULL);
+        if (errno == ERANGE && fabs(v) < 1) {
+            je->line = line;
+            je->column = col;
+            je->position = (int)i;
+            snprintf(je->text, sizeof je->text, "%s is too small for a number (it would be read as 0)", num);
+            return -1;
+        }
+        i += n - 1;
+        col += (int)n - 1;
+    }
+    return 0;
+}
+
+int userpath_load_json(const char *path, size_t flags, json_t **doc, json_error_t *je, char *why, size_t whylen)
+{
+    char *buf;
+    size_t len;
+    *doc = NULL;
+    memset(je, 0, sizeof *je);
+    if (userpath_read(path, USERPATH_READ_MAX, &buf, &len, why, whylen) < 0)
+        return -1;
+    *doc = userpath_json_numbers(buf, len, je) < 0 ? NULL : json_loadb(buf, len, flags, je);
+    free(buf);
+    if (!*doc) {
+        snprintf(why, whylen, "%s", je->text);
+        return -2;
+    }
+    return 0;
 }
 
 /* One part of a directory path: made, or there already as a directory. */

@@ -19,6 +19,7 @@
 #ifndef PSBENCH_USERPATH_H
 #define PSBENCH_USERPATH_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -31,6 +32,26 @@ const char *userpath_kind(mode_t mode);
  * open) on a regular file, or -1 with the reason in why ("a FIFO (named
  * pipe), not a regular file", "No such file or directory", ...). */
 int userpath_open_read(const char *path, char *why, size_t whylen);
+
+/* The most psbench reads of one file it is given: far above any
+ * configuration, sweep.json or results.json it writes, far below what
+ * would exhaust a host's memory. */
+#define USERPATH_READ_MAX ((size_t)256 << 20)
+
+/* The whole of path (opened by userpath_open_read: a regular file only,
+ * never waited on), NUL-ended, into *buf (malloc'd; *len its length).
+ * Refused when it holds more than max bytes (checked from its size first,
+ * and while reading: a file that grows meanwhile). 0, or -1 with why
+ * (*buf NULL). */
+int userpath_read(const char *path, size_t max, char **buf, size_t *len, char *why, size_t whylen);
+
+/* userpath_read (USERPATH_READ_MAX) and its bytes parsed as JSON
+ * (jansson's load flags) into *doc. 0; -1 when the file cannot be read
+ * (why); -2 when it is not JSON (je, and je->text in why). Every JSON
+ * document psbench reads from a path the user names, or from a folder
+ * the user names (a sweep's sweep.json, a point's results.json), is read
+ * through this one. */
+int userpath_load_json(const char *path, size_t flags, json_t **doc, json_error_t *je, char *why, size_t whylen);
 
 /* Make directory dir and its missing parents (mode 0755 less the umask);
  * 0 when it is a directory this process can write files in, else -1 with

@@ -3,6 +3,7 @@
  * the few that need more than a range have a parser here. */
 #include "trainer/opts.h"
 #include "shared/net.h"
+#include "shared/text.h"
 
 #include <string.h>
 
@@ -30,8 +31,10 @@ static int trainer_opt_master(const opt_spec *o, const char *flag, const char *a
     (void)o;
     char why[512];
     if (net_check_hostport_list(arg, why, sizeof why) < 0 || strchr(arg, ',')) {
-        if (strchr(arg, ','))
-            snprintf(why, sizeof why, "'%s' is one HOST:PORT, not a list", arg);
+        if (strchr(arg, ',')) {
+            text_shown shown;
+            snprintf(why, sizeof why, "%s is one HOST:PORT, not a list", text_show(arg, '\'', &shown));
+        }
         errbuf_set(err, errlen, "%s: %s", flag, why);
         return -1;
     }

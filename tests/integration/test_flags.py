@@ -1,7 +1,8 @@
 """The master's flags people reach for (issue 30): --dry-run's plan,
 --bucket-cap-mb and --set overriding the configuration files (and refused
 with the key and what it must be), --help's configuration IDs, and --local
-picking free ports when its default ones are taken.
+picking free ports when its default ones are taken; numbers decimal and
+checked in the type they are used in (issue 39).
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_flags.py
 """
@@ -126,6 +127,54 @@ class FlagTests(psb.PsbTestCase):
             self.assertNotIn("dry run", out)
 
     # ---- --help ------------------------------------------------------------
+
+    def test_numbers_are_decimal_and_checked_in_their_type(self):
+        """Issue 39: every binary's numbers are decimal (no hex, no blanks,
+        no "inf"), and checked in the type they are used in: an lr that a
+        float holds as 0, a bucket cap below one byte, a wait below a
+        millisecond are refused (exit 2, one line naming the flag), not
+        run as 0."""
+        master = [psb.bin_path("psbench-master"), "--dry-run", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"]
+        server = [psb.bin_path("psbench-server"), "--standalone", "--trainers", "1", "--listen", "127.0.0.1:0"]
+        trainer = [psb.bin_path("psbench-trainer"), "--master", "127.0.0.1:1"]
+        cases = [
+            (master + ["--lr", "1e-46"], "--lr: must be a number in (0, 3.40282346638529e+38], got 1e-46 (it is 0 as a "
+                                         "float"),
+            (master + ["--lr", "1e-39"], "(it is 0 as a float"),
+            (master + ["--bucket-cap-mb", "0x10"], "--bucket-cap-mb: must be a number in (0, 1048576], got '0x10'"),
+            (master + ["--bucket-cap-mb", "1e-7"], "got 1e-7 (less than 1 byte, it would be 0)"),
+            (master + ["--set", "trainer.lr=1e-46"], '"lr" must be a number in (0, 3.40282346638529e+38], got 1e-46'),
+            (master + ["--ntrainer", "0x2"], "--ntrainer: '0x2' is not a whole number"),
+            (master + ["--ntrainer", " 2"], "--ntrainer: ' 2' is not a whole number"),
+            (master + ["--rpc-timeout", "inf"], "--rpc-timeout: 'inf' is not a positive number of seconds"),
+            (master + ["--rpc-timeout", "0.0005"], "0.0005 s is less than the 0.001 s psbench can wait"),
+            (server + ["--lr", "1e-46"], "--lr: 1e-46: it is 0 as a float"),
+            (server + ["--momentum", "0x1p-2"], "--momentum: '0x1p-2' is not a number in 0..1e6"),
+            (server + ["--part", "+0/2"], "--part: '+0/2' is not P/N"),
+            (trainer + ["--connect-timeout", "0x10"], "--connect-timeout: '0x10' is not a positive number of seconds"),
+            (trainer + ["--device", "cuda: 1"], "--device 'cuda: 1' is not cpu, cuda or cuda:N"),
+        ]
+        for args, want in cases:
+            with self.subTest(args=args[-2:]):
+                rc, out, err = self.reg.run(args, timeout=30)
+                self.assertEqual(rc, 2, (args, out, err))
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertIn(want, err)
+        # A config file's number is read as written or refused: 1e-400
+        # would be 0 (a momentum of 0 runs as another setting).
+        cfg = os.path.join(self.reg.workdir, "trainers.json")
+        with open(cfg, "w") as f:
+            f.write('{"T": {"trainer_class": "DdpTrainer", "configurations": {"ddp_hook": "rpc_hook", "lr": 0.1, '
+                    '"momentum": 1e-400}}}')
+        rc, out, err = self.master("--dry-run", "--trainer", "T", "--trainer-config-path", cfg)
+        self.assertEqual(rc, 2, err)
+        self.assertIn("trainer configurations %s:1:" % cfg, err)
+        self.assertIn("1e-400 is too small for a number (it would be read as 0)", err)
+        # The smallest an lr may be still runs as itself; a leading zero is decimal.
+        rc, out, err = self.master("--dry-run", "--lr", "1.2e-38", "--ntrainer", "02", "--listen", "127.0.0.1:0",
+                                   "--http", "127.0.0.1:0")
+        self.assertEqual(rc, 0, err)
+        self.assertIn('"ntrainer":2', out)
 
     def test_help_lists_the_configuration_ids_of_the_files_given(self):
         rc, out, err = self.master("--help", "--model-config-path", self.model_cfg)

@@ -326,6 +326,122 @@ class SweepTests(psb.PsbTestCase):
         self.assertEqual(rc, 1)
         self.assertIn("sweep.json", err)
 
+    # ---- bounds and echoes (issue 39) ---------------------------------------------
+
+    def test_points_are_bounded(self):
+        """A 100 x 100 matrix is refused at once (not four minutes of
+        planning first), naming the product, its factors and --max-points;
+        --max-points raises and lowers the bound; a matrix that passes says
+        how many points its plan checked and how long that took."""
+        d = self.out()
+        big = os.path.join(self.reg.workdir, "hundred.json")
+        with open(big, "w") as fh:
+            json.dump({"dimensions": {"ntrainer": list(range(1, 101)), "bucket_cap_mb": list(range(1, 101))}}, fh)
+        rc, out, err = self.sweep("--local", "--sweep-file", big, "--out", d, timeout=20)
+        self.assertEqual(rc, 2, err)
+        self.assertEqual(out, "")
+        self.assertEqual(err.count("\n"), 1, err)
+        self.assertIn("the matrix has 10000 points (ntrainer 100 x bucket_cap_mb 100), more than --max-points 1000",
+                      err)
+        self.assertIn("raise --max-points (at most 100000)", err)
+        self.assertFalse(os.path.exists(os.path.join(d, "points")))
+        rc, out, err = self.sweep("--local", "--ntrainer", "1,2,3", "--bucket-cap-mb", "1,2", "--max-points", "5",
+                                  "--dry-run", timeout=20)
+        self.assertEqual(rc, 2, err)
+        self.assertIn("the matrix has 6 points (ntrainer 3 x bucket_cap_mb 2), more than --max-points 5", err)
+        for bad in ("0", "x", "0x10", " 5", "100001"):
+            rc, out, err = self.sweep("--local", "--max-points", bad, "--dry-run", timeout=20)
+            self.assertEqual(rc, 2, (bad, err))
+            self.assertIn("--max-points '%s': a number of points, 1 to 100000" % bad, err)
+        rc, out, err = self.sweep("--local", "--ntrainer", "1,2,3", "--bucket-cap-mb", "1,2", "--max-points", "6",
+                                  "--dry-run", *JOB)
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"# plan: 6 point\(s\) checked in \d+\.\d s\n")
+        self.assertIn("dry run, nothing is started: 6 point(s)", out)
+
+    def test_long_values_are_cut_in_refusals(self):
+        """A value of 60000 characters in a
+        point's flags, a list given twice, an unknown key of a sweep file:
+        each refusal is one short line that says the value's length; a
+        sweep-file value longer than a flag can be is refused as such."""
+        d = self.out()
+        long = "h" * 60000
+        cases = [
+            (["--local", "--ddp-hook", long], "(60000 characters)"),
+            (["--local", "--ntrainer", long + "," + long], "(60000 characters) is given twice"),
+            (["--local", "--order", long], "(60000 characters): interleaved or sequential"),
+        ]
+        for args, want in cases:
+            rc, out, err = self.sweep(*(["--out", d] + args), timeout=60)
+            self.assertEqual(rc, 2, err[:500])
+            self.assertIn(want, err)
+            self.assertLess(len(err), 1200, err[:500])
+            self.assertNotIn("h" * 81, err)
+        bad = os.path.join(self.reg.workdir, "long.json")
+        for doc, want in (({"h" * 1000000: 1}, "(1000000 characters) (dimensions, runs, job)"),
+                          ({"dimensions": {"hook": ["h" * 1000000]}}, '"hook" item 1 must be a string or a number'),
+                          ({"job": ["--ddp-hook", "h" * 1000000]}, '"job" must be a list of flags')):
+            with open(bad, "w") as fh:
+                json.dump(doc, fh)
+            rc, out, err = self.sweep("--local", "--sweep-file", bad, "--out", d, timeout=60)
+            self.assertEqual(rc, 2, err[:500])
+            self.assertIn(want, err)
+            self.assertLess(len(err), 600, err[:500])
+
+    def run_sweep_into(self, out_dir, preexec=None):
+        args = [psb.bin_path("psbench-master"), "sweep", "--local", "--out", out_dir, "--ddp-hook", "rpc_hook"] + JOB
+        r = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env=psb.base_env(), timeout=SWEEP_TIMEOUT, preexec_fn=preexec)
+        return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+
+    def test_a_write_error_keeps_its_reason(self):
+        """Files of at most 4 KiB (RLIMIT_FSIZE: every write past it fails
+        with EFBIG, as on a full disk): the point's master.log is cut short
+        and its results.json cannot be written. The point's reason is the
+        master's own line naming the file and the error, kept by the sweep
+        from the master's output (not the log's last line that fitted), and
+        says the log is incomplete; the sweep's own files that cannot be
+        written are named with the error."""
+        d = self.out()
+
+        def small_files():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            import resource
+            resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+        rc, out, err = self.run_sweep_into(d, small_files)
+        self.assertEqual(rc, 1, out + err)
+        row = [line for line in out.splitlines() if "FAILED" in line]
+        self.assertEqual(len(row), 1, out)
+        self.assertIn("FAILED: exit 1: psbench-master: error: cannot write %s/points/001/results.json: EFBIG" % d,
+                      row[0])
+        self.assertIn("(points/001/master.log is incomplete: File too large)", row[0])
+        self.assertEqual(os.path.getsize(os.path.join(d, "points", "001", "master.log")), 4096)
+        self.assertIn("psbench-master sweep: cannot write %s/report.html: EFBIG: File too large" % d, err)
+
+    def test_a_full_disk_keeps_the_reason(self):
+        """The same on a file system that fills up (a 64 KiB tmpfs, filled
+        but for 8 KiB before the sweep starts): ENOSPC named in the point's
+        reason. Needs mount (root here); skipped where it is not allowed."""
+        mnt = os.path.join(self.reg.workdir, "small")
+        os.makedirs(mnt)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+        if r.returncode != 0:
+            self.skipTest("cannot mount a tmpfs here: %s" % r.stderr.decode().strip())
+        try:
+            with open(os.path.join(mnt, "filler"), "wb") as fh:
+                fh.write(b"\0" * (56 * 1024))
+            d = os.path.join(mnt, "sw")
+            rc, out, err = self.run_sweep_into(d)
+            self.assertEqual(rc, 1, out + err)
+            row = [line for line in out.splitlines() if "FAILED" in line]
+            self.assertEqual(len(row), 1, out)
+            self.assertIn("No space left on device", row[0])
+            self.assertIn("psbench-master: error: cannot write", row[0])
+        finally:
+            subprocess.run(["umount", "-l", mnt])
+
     # ---- a signal ---------------------------------------------------------------
 
     def test_a_signal_stops_the_sweep_and_its_files_say_so(self):

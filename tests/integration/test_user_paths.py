@@ -1,4 +1,4 @@
-"""Paths a user names, read and written (issue 27; shared/userpath.h).
+"""Paths a user names, read and written (issues 27 and 39; shared/userpath.h).
 
 Read: a configuration file, a --token-file of any binary, a results.json
 given to `diff` that is not a regular file (a FIFO, a directory, a device)
@@ -97,6 +97,48 @@ class UserPaths(psb.PsbTestCase):
         self.refused(diff + [self.fifo, res], "cannot read %s: a FIFO (named pipe), not a regular file" % self.fifo,
                      code=1)
         self.refused(diff + [res, self.dir], "cannot read %s: a directory, not a regular file" % self.dir, code=1)
+
+    def test_sweep_inputs(self):
+        """Issue 39: the files a sweep reads, named or inside a folder named:
+        `sweep --report DIR` with DIR/sweep.json a FIFO (it hung), a folder
+        (it said "'[' or '{' expected"), a device; --sweep-file the same.
+        Each refused at once, one line naming the path and what it is."""
+        sweep = [psb.bin_path("psbench-master"), "sweep"]
+        for kind, make in (("a FIFO (named pipe)", os.mkfifo), ("a directory", os.mkdir),
+                           ("a character device", lambda p: os.symlink("/dev/null", p))):
+            with self.subTest(kind=kind):
+                d = os.path.join(self.tmp, "rep-" + kind.split()[1])
+                os.mkdir(d)
+                make(os.path.join(d, "sweep.json"))
+                self.refused(sweep + ["--report", d], "--report %s: cannot read %s/sweep.json: %s, not a regular file"
+                             % (d, d, kind), code=1)
+        for path, kind in ((self.fifo, "a FIFO (named pipe)"), (self.dir, "a directory"),
+                           ("/dev/zero", "a character device")):
+            with self.subTest(path=path):
+                self.refused(sweep + ["--local", "--sweep-file", path],
+                             "--sweep-file %s: %s, not a regular file" % (path, kind))
+
+    def test_read_size_is_bounded(self):
+        """A file larger than psbench reads (256 MiB; a sparse one here) is
+        refused from its size at once, not read into memory: a sweep file, a
+        configuration file, a diff input, a sweep.json under --report."""
+        huge = os.path.join(self.tmp, "huge.json")
+        with open(huge, "w") as f:
+            f.truncate((256 << 20) + 1)
+        want = "larger than 256 MiB (the most psbench reads of a file)"
+        self.refused([psb.bin_path("psbench-master"), "sweep", "--local", "--sweep-file", huge],
+                     "--sweep-file %s: %s" % (huge, want))
+        self.refused(self.master_args("--model-config-path", huge),
+                     "cannot read model configurations %s: %s" % (huge, want))
+        res = os.path.join(self.tmp, "results.json")
+        with open(res, "w") as f:
+            json.dump({"phase": "done", "groups": {}}, f)
+        self.refused([psb.bin_path("psbench-master"), "diff", res, huge], "cannot read %s: %s" % (huge, want), code=1)
+        rep = os.path.join(self.tmp, "rep")
+        os.mkdir(rep)
+        os.link(huge, os.path.join(rep, "sweep.json"))
+        self.refused([psb.bin_path("psbench-master"), "sweep", "--report", rep],
+                     "cannot read %s/sweep.json: %s" % (rep, want), code=1)
 
     # ---- written ----------------------------------------------------------------
 

@@ -25,6 +25,18 @@ doing that thing, not `--seed`, the job's random seed (docs/results.md says
 what the results mean; docs/http-api.md the HTTP API; docs/protocol.md the
 wire protocol).
 
+Numbers, in flags, configuration files and sweep files, are decimal: digits,
+for a real number an optional sign, point and exponent (`25`, `0.05`,
+`1e-3`). Hex (`0x10`), blanks around a number, `inf`, `nan` and trailing
+characters are refused; a leading zero keeps its decimal meaning (`010` is
+ten). Each number is checked in the type it is used in: a learning rate or a
+momentum that is 0 (or a subnormal) as the float trainers and servers step
+in (`1e-46`), a bucket size in MB below one byte, seconds below the
+millisecond waits are counted in (`0.0001`) and a file's number that a double
+cannot hold (`1e-400`) are refused, not run as 0. A refusal shows a value of
+more than 80 characters cut there, with its length (`'hhhh…' (1000000
+characters)`).
+
 - [psbench-master](#psbench-master): the run (`--local` starts every node itself)
 - [psbench-master diff](#psbench-master-diff): two runs side by side
 - [psbench-master sweep](#psbench-master-sweep): a matrix of runs, a table and a report

@@ -433,6 +433,114 @@ static void test_every_key(void **state)
     }
 }
 
+/* Each number is checked in the type it is used in (issue 39): an lr or
+ * a momentum that is 0 (or a subnormal, 0 on a GPU) as the float the
+ * trainers and servers step in, a bucket size below one byte, is refused,
+ * though a double holds it and it is inside the range. */
+static void test_values_in_their_type(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *cls, *key, *value, *why;
+    } bad[] = {
+        {"DdpTrainer", "lr", "1e-46", "it is 0 as a float"},
+        {"DdpTrainer", "lr", "1e-40", "it is 0 as a float"}, /* a subnormal float */
+        {"DdpTrainer", "momentum", "1e-46", "it is 0 as a float"},
+        {"DdpTrainer", "bucket_cap_mb", "1e-9", "less than 1 byte"},
+        {"DdpTrainer", "first_bucket_mb", "1e-7", "less than 1 byte"},
+        {"HybridTrainer", "lr", "1e-45", "it is 0 as a float"},
+        {"BatchUpdateParameterServer", "lr", "1e-300", "it is 0 as a float"},
+        {"BatchUpdateParameterServer", "momentum", "1e-39", "it is 0 as a float"},
+        {"EmbeddingParameterServer", "lr", "2e-45", "it is 0 as a float"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const vcase *vc = NULL;
+        for (size_t v = 0; v < NCASES && !vc; v++)
+            if (strcmp(cases[v].cls, bad[i].cls) == 0 && strcmp(cases[v].key, bad[i].key) == 0)
+                vc = &cases[v];
+        assert_non_null(vc);
+        expect_refused(vc, bad[i].value, "0 where it is used");
+        const klass *k = klass_of(vc->cls);
+        run_config c;
+        char err[1024];
+        json_t *conf = conf_with(vc, bad[i].value);
+        assert_int_not_equal(try_conf(k, conf, &c, err, sizeof err, NULL), 0);
+        json_decref(conf);
+        assert_contains(err, bad[i].why);
+        config_free(&c);
+    }
+    /* The smallest values that are what they say pass: the float's
+     * smallest normal number, one byte. */
+    static const struct {
+        const char *cls, *key, *value;
+    } good[] = {
+        {"DdpTrainer", "lr", "1.2e-38"},
+        {"DdpTrainer", "momentum", "0"},
+        {"DdpTrainer", "bucket_cap_mb", "1e-6"},
+        {"DdpTrainer", "first_bucket_mb", "0"},
+        {"BatchUpdateParameterServer", "momentum", "0"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        const vcase *vc = NULL;
+        for (size_t v = 0; v < NCASES && !vc; v++)
+            if (strcmp(cases[v].cls, good[i].cls) == 0 && strcmp(cases[v].key, good[i].key) == 0)
+                vc = &cases[v];
+        assert_non_null(vc);
+        run_config c;
+        char err[1024];
+        json_t *conf = conf_with(vc, good[i].value);
+        if (try_conf(klass_of(vc->cls), conf, &c, err, sizeof err, NULL) != 0) {
+            print_error("%s \"%s\" %s: %s\n", good[i].cls, good[i].key, good[i].value, err);
+            fail();
+        }
+        json_decref(conf);
+        config_free(&c);
+    }
+}
+
+/* A number the file writes that a double cannot hold (1e-400: jansson
+ * reads it as 0 without a word) is refused where the file is read, with
+ * its line and column, in every configuration file. */
+static void test_file_number_underflow(void **state)
+{
+    (void)state;
+    static const char *const texts[] = {
+        "{\"T\": {\"trainer_class\": \"DdpTrainer\",\n \"configurations\": {\"ddp_hook\": \"rpc_hook\", \"lr\": 0.1, "
+        "\"momentum\": 1e-400}}}",
+        "{\"T\": {\"trainer_class\": \"DdpTrainer\",\n \"configurations\": {\"ddp_hook\": \"rpc_hook\", \"lr\": 0.1, "
+        "\"first_bucket_mb\": -2.5e-330}}}",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        const char *path = tmp_file("under.json");
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(texts[i], f);
+        fclose(f);
+        const char *argv[] = {"--trainer", "T", "--trainer-config-path", path, "--model", "DummyModel", NULL};
+        run_config c;
+        char err[1024];
+        assert_int_not_equal(resolve(&c, err, sizeof err, argv), 0);
+        assert_contains(err, path);
+        assert_contains(err, ":2:");
+        assert_contains(err, "is too small for a number (it would be read as 0)");
+        config_free(&c);
+    }
+    /* A string holding such a number is a string, not a number. */
+    const char *path = tmp_file("str.json");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"T\": {\"trainer_class\": \"DdpTrainer\", \"configurations\": {\"ddp_hook\": \"rpc_hook\", "
+          "\"lr\": 0.1, \"hook_state\": \"1e-400\\\" 1e-400\"}}}",
+          f);
+    fclose(f);
+    const char *argv[] = {"--trainer", "T", "--trainer-config-path", path, "--model", "DummyModel", NULL};
+    run_config c;
+    char err[1024];
+    assert_int_not_equal(resolve(&c, err, sizeof err, argv), 0);
+    assert_contains(err, "\"hook_state\" must be");
+    config_free(&c);
+}
+
 /* A key no class takes is refused, naming the ones it takes. */
 static void test_unknown_keys(void **state)
 {
@@ -738,6 +846,8 @@ int main(void)
         cmocka_unit_test(test_rules),
         cmocka_unit_test(test_ddp_hook_flag),
         cmocka_unit_test(test_assignment_entries),
+        cmocka_unit_test(test_values_in_their_type),
+        cmocka_unit_test(test_file_number_underflow),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

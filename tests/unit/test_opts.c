@@ -259,8 +259,20 @@ static const struct {
     {"psbench-server", "--listen", "nohost", "--listen: "},
     {"psbench-server", "--kind", "sum", "--kind: 'sum' is not average, average-batch, batch-update or embedding"},
     {"psbench-server", "--lr", "-1", "--lr: '-1' is not a number in 0..1e6"},
+    /* Numbers are decimal and checked in the type they are used in (issue 39). */
+    {"psbench-server", "--lr", "0x1", "--lr: '0x1' is not a number in 0..1e6"},
+    {"psbench-server", "--lr", " 0.1", "--lr: ' 0.1' is not a number in 0..1e6"},
+    {"psbench-server", "--lr", "inf", "--lr: 'inf' is not a number in 0..1e6"},
+    {"psbench-server", "--lr", "1e-46", "--lr: 1e-46: it is 0 as a float, whose smallest normal number is 1.17549e-38"},
+    {"psbench-server", "--lr", "1e-40", "--lr: 1e-40: it is 0 as a float, whose smallest normal number is 1.17549e-38"},
     {"psbench-server", "--momentum", "2e6", "--momentum: '2e6' is not a number in 0..1e6"},
+    {"psbench-server", "--momentum", "1e-400", "--momentum: '1e-400' is not a number in 0..1e6"},
     {"psbench-server", "--part", "2/2", "--part: '2/2' is not P/N with 0 <= P < N <= 65536"},
+    {"psbench-server", "--part", " 0/2", "--part: ' 0/2' is not P/N with 0 <= P < N <= 65536"},
+    {"psbench-server", "--part", "0/0x2", "--part: '0/0x2' is not P/N with 0 <= P < N <= 65536"},
+    {"psbench-server", "--part", "-1/2", "--part: '-1/2' is not P/N with 0 <= P < N <= 65536"},
+    {"psbench-server", "--part", "18446744073709551617/2",
+     "--part: '18446744073709551617/2' is not P/N with 0 <= P < N <= 65536"},
     {"psbench-server", "--advertise", "h:1", "--advertise: "},
     {"psbench-server", "--log-level", "loud", "--log-level: 'loud' is not error, warn, info or debug"},
     {"psbench-server", "--transport", "udp", "--transport: 'udp' is not a transport (auto, tcp or shm)"},
@@ -280,6 +292,16 @@ static const struct {
     {"psbench-master", "--create-optimizer", "x", "--create-optimizer: "},
     {"psbench-master", "--lr", "fast", "--lr: must be "},
     {"psbench-master", "--bucket-cap-mb", "big", "--bucket-cap-mb: must be a number in (0, 1048576], got 'big'"},
+    {"psbench-master", "--bucket-cap-mb", "0x10", "--bucket-cap-mb: must be a number in (0, 1048576], got '0x10'"},
+    {"psbench-master", "--bucket-cap-mb", " 16", "--bucket-cap-mb: must be a number in (0, 1048576], got ' 16'"},
+    {"psbench-master", "--bucket-cap-mb", "16MB", "--bucket-cap-mb: must be a number in (0, 1048576], got '16MB'"},
+    {"psbench-master", "--bucket-cap-mb", "1e-9",
+     "--bucket-cap-mb: must be a number in (0, 1048576], got 1e-9 (less than 1 byte, it would be 0)"},
+    {"psbench-master", "--lr", "1e-46", "--lr: must be a number in (0, 3.40282346638529e+38], got 1e-46 (it is 0 as a "
+     "float, whose smallest normal number is 1.17549e-38)"},
+    {"psbench-master", "--lr", "nan", "--lr: must be a number in (0, 3.40282346638529e+38], got 'nan'"},
+    {"psbench-master", "--lr", "0x1p-3", "--lr: must be a number in (0, 3.40282346638529e+38], got '0x1p-3'"},
+    {"psbench-master", "--set", "trainer.lr= 0.5", "--set: 'trainer.lr= 0.5': the VALUE has blanks around it"},
     {"psbench-master", "--set", "trainer.lr", "--set: 'trainer.lr' is not KIND.KEY=VALUE with KIND trainer, "
      "model, data or server (e.g. trainer.bucket_cap_mb=4)"},
     {"psbench-master", "--set", "optimizer.lr=1", "--set: 'optimizer.lr=1' is not KIND.KEY=VALUE with KIND trainer, "
@@ -289,6 +311,9 @@ static const struct {
     {"psbench-master", "--master-addr", "", "--master-addr: needs a non-empty value"},
     {"psbench-master", "--master-port", "70000", "--master-port: 70000 is outside 0..65535"},
     {"psbench-master", "--linger", "-1", "--linger: '-1' is not a positive number of seconds"},
+    {"psbench-master", "--linger", "0x0", "--linger: '0x0' is not a positive number of seconds"},
+    {"psbench-master", "--master-port", "0x50", "--master-port: '0x50' is not a whole number"},
+    {"psbench-master", "--master-port", " 80", "--master-port: ' 80' is not a whole number"},
     {"psbench-master", "--quiet-host", "-1", "--quiet-host: '-1' is not a positive number of seconds"},
     {"psbench-master", "--log-level", "loud", "--log-level: 'loud' is not error, warn, info or debug"},
     {"psbench-master", "--transport", "udp", "--transport: 'udp' is not a transport (auto, tcp or shm)"},
@@ -316,11 +341,15 @@ static void check_bad_values(const binary *b, const opt_spec *o, const char *fla
     switch (o->kind) {
     case OPT_U64: {
         const char *what = o->sizes ? "size (a whole number, optionally with K, M or G)" : "whole number";
-        const char *nan[] = {"x", "-1", "1.5", ""};
-        for (size_t i = 0; i < 4; i++) {
+        /* Decimal only (issue 39): no blanks, no sign, no hex, no junk. */
+        const char *nan[] = {"x", "-1", "1.5", "", " 1", "1 ", "+1", "0x10", "1e3", "0b1", "inf"};
+        for (size_t i = 0; i < sizeof nan / sizeof nan[0]; i++) {
             snprintf(want, sizeof want, "%s: '%s' is not a %s", flag, nan[i], what);
             check_bad(b, flag, nan[i], want, true);
         }
+        /* A control character is shown escaped: the line stays one line. */
+        snprintf(want, sizeof want, "%s: '\\t2' is not a %s", flag, what);
+        check_bad(b, flag, "\t2", want, true);
         if (o->max < UINT64_MAX) {
             snprintf(v, sizeof v, "%" PRIu64, o->max + 1);
             snprintf(want, sizeof want, "%s: %s is outside %" PRIu64 "..%" PRIu64, flag, v, o->min, o->max);
@@ -334,13 +363,17 @@ static void check_bad_values(const binary *b, const opt_spec *o, const char *fla
         break;
     }
     case OPT_SECONDS: {
-        const char *nan[] = {"x", "0", "-2", "nan"};
-        for (size_t i = 0; i < 4; i++) {
+        const char *nan[] = {"x", "0", "-2", "nan", "inf", "0x10", "0x1p3", " 5", "5 ", "5s", "1e-400", "+inf"};
+        for (size_t i = 0; i < sizeof nan / sizeof nan[0]; i++) {
             snprintf(want, sizeof want, "%s: '%s' is not a positive number of seconds", flag, nan[i]);
             check_bad(b, flag, nan[i], want, true);
         }
         snprintf(want, sizeof want, "%s: 2e6 s is more than the 1000000 s allowed", flag);
         check_bad(b, flag, "2e6", want, true);
+        /* Waits count milliseconds: less than one would be no wait. */
+        snprintf(want, sizeof want, "%s: 0.0001 s is less than the 0.001 s psbench can wait (it counts milliseconds)",
+                 flag);
+        check_bad(b, flag, "0.0001", want, true);
         break;
     }
     case OPT_CHOICE: {
@@ -411,6 +444,57 @@ static void test_bad_values(void **state)
         }
     }
     assert_int_equal(custom_seen, sizeof custom_bad / sizeof custom_bad[0]);
+}
+
+/* A value of a million characters, given to every option of every
+ * binary (issue 39): where it is refused, the line shows at most
+ * TEXT_SHOW_MAX characters of it and says its length; never the value
+ * whole (the error buffer here could hold it). Also as an unknown option
+ * and as a stray argument. */
+static void test_long_values_cut(void **state)
+{
+    (void)state;
+    size_t big = 1000000;
+    char *v = malloc(big + 1), *err = malloc(2 * big);
+    assert_non_null(v);
+    assert_non_null(err);
+    memset(v, 'h', big);
+    v[big] = '\0';
+    char *junk = malloc(big + 3);
+    assert_non_null(junk);
+    snprintf(junk, big + 3, "--%s", v);
+    size_t refused = 0;
+    for (size_t bi = 0; bi < NBIN; bi++) {
+        const binary *b = &binaries[bi];
+        opt_spec o;
+        for (size_t i = 0; opts_entry(b->table(), i, &o); i++) {
+            if (o.kind == OPT_TEXT || o.kind == OPT_FLAG)
+                continue;
+            char flag[96];
+            snprintf(flag, sizeof flag, "--%s", o.name);
+            err[0] = '\0';
+            if (parse1(b, flag, v, err, 2 * big) == 0)
+                continue; /* a string taken as it is */
+            refused++;
+            if (strlen(err) > 400 || (strstr(err, "hhhh") && !strstr(err, "(1000000 characters)"))) {
+                print_error("%s %s: a %zu-byte line: %.200s\n", b->name, flag, strlen(err), err);
+                fail();
+            }
+        }
+        for (int k = 0; k < 2; k++) { /* an unknown option, a stray argument */
+            const char *args[] = {k ? v : junk, NULL};
+            err[0] = '\0';
+            assert_int_equal(parse(b, args, NULL, 0, err, 2 * big), -1);
+            if (strlen(err) > 400 || !strstr(err, "(100000")) {
+                print_error("%s: a %zu-byte line: %.200s\n", b->name, strlen(err), err);
+                fail();
+            }
+        }
+    }
+    assert_true(refused >= 20);
+    free(v);
+    free(err);
+    free(junk);
 }
 
 /* What getopt cannot match, in each table's wording. */
@@ -657,6 +741,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_option_every_spelling),
         cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_long_values_cut),
         cmocka_unit_test(test_getopt_errors),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_shared_options_alike),

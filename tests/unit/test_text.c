@@ -109,6 +109,51 @@ static void test_csv_field(void **state)
     csv_check("cr\r", "\"cr\r\"");
 }
 
+/* text_show (issue 39): a short value as it is, quoted; a long one cut at
+ * TEXT_SHOW_MAX characters with its length; escapes and UTF-8 never cut;
+ * the result always one short line. */
+static void test_show(void **state)
+{
+    (void)state;
+    text_shown b;
+    assert_string_equal(text_show("--lr", '\'', &b), "'--lr'");
+    assert_string_equal(text_show("rpc_hook", 0, &b), "rpc_hook");
+    assert_string_equal(text_show(NULL, '"', &b), "\"\"");
+    assert_string_equal(text_show("a\nb", '\'', &b), "'a\\nb'");
+    /* Exactly TEXT_SHOW_MAX characters: whole. */
+    char exact[TEXT_SHOW_MAX + 1];
+    memset(exact, 'x', TEXT_SHOW_MAX);
+    exact[TEXT_SHOW_MAX] = '\0';
+    assert_string_equal(text_show(exact, 0, &b), exact);
+    /* A million: the first TEXT_SHOW_MAX, an ellipsis, the length. */
+    size_t big = 1000000;
+    char *h = malloc(big + 1);
+    assert_non_null(h);
+    memset(h, 'h', big);
+    h[big] = '\0';
+    char want[256];
+    snprintf(want, sizeof want, "\"%.*s\xe2\x80\xa6\" (1000000 characters)", TEXT_SHOW_MAX, h);
+    assert_string_equal(text_show(h, '"', &b), want);
+    /* Characters, not bytes: 100 two-byte letters are cut after 80 of
+     * them, a multi-byte letter never in half. */
+    char e[201];
+    for (int i = 0; i < 100; i++)
+        memcpy(e + 2 * i, "\xc3\xa9", 2);
+    e[200] = '\0';
+    text_show(e, 0, &b);
+    assert_int_equal(strlen(b.s), 2 * TEXT_SHOW_MAX + 3 + strlen(" (100 characters)"));
+    assert_non_null(strstr(b.s, "\xe2\x80\xa6 (100 characters)"));
+    /* Control bytes: each escaped, the line cut after 80 of them, never
+     * past the buffer. */
+    memset(h, '\x1b', big);
+    text_show(h, '\'', &b);
+    assert_null(strchr(b.s, '\x1b'));
+    assert_true(strlen(b.s) < sizeof b.s);
+    assert_non_null(strstr(b.s, "' (1000000 characters)"));
+    assert_int_equal(strncmp(b.s, "'\\x1b", 5), 0);
+    free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -116,6 +161,7 @@ int main(void)
         cmocka_unit_test(test_never_cut),
         cmocka_unit_test(test_hex),
         cmocka_unit_test(test_csv_field),
+        cmocka_unit_test(test_show),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
