@@ -59,6 +59,14 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # (no binary of the build in it), the 3 GiB table (its fill is the rng's
   # loop; unit_embedding fills in slices under ASan) and the first-answer
   # deadlines (waits for timeouts; unit_control sniffs peers under ASan).
+  # Nor the browser's tests (dashboard, report: Chromium drives pages whose
+  # endpoints integration_master and integration_prometheus read here),
+  # the host-state runs (its arithmetic is unit_hoststate's, here; every
+  # node reads /proc in every run here), the training runs (the models'
+  # code is unit_model's and unit_compute's here, the hooks' and buckets'
+  # integration_hooks' and integration_ddp_buckets') and the packaging (a
+  # --local job from an installed tree: the binaries' code is the other
+  # tests'). That keeps the whole script well under 20 minutes on 2 cores.
   # The faults run here too. The server's suites over TCP run here on the
   # test device (device_test_*; tcp_* are the release pass's). The
   # server's suites on the fake GPU run in
@@ -68,7 +76,7 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # longest here, 55 and 36 s: their servers' memory is integration_master's
   # and integration_training's, which run here on the cpu device).
   ASAN_OPTIONS=detect_leaks=1 run_suite build-asan \
-    "-E multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|device_fakecuda_|device_test_master|device_test_training|tcp_" \
+    "-E multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|integration_dashboard|integration_sweep_report|integration_host_state|integration_training|integration_install|device_fakecuda_|device_test_master|device_test_training|tcp_" \
     -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF \
     -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"
