@@ -133,7 +133,7 @@ static int master_settings_from(const run_config *c, master_settings *set)
         .seed = c->seed,
         .rpc_timeout_s = c->rpc_timeout_s,
         /* People start nodes by hand on other hosts: give them time to join. */
-        .join_timeout_s = c->rpc_timeout_s > 120 ? c->rpc_timeout_s : 120,
+        .join_timeout_s = c->join_timeout_set ? c->join_timeout_s : c->rpc_timeout_s > 120 ? c->rpc_timeout_s : 120,
         .token = c->token,
         .server_kind = c->resolved.server_kind,
         .batch_update = bu ? config_batch_update_json(c) : NULL,

@@ -527,6 +527,11 @@ static const opt_spec master_specs[] = {
     {.name = "linger", .meta = "SECONDS", .kind = OPT_CUSTOM, .parse = master_opt_linger, .to = AT(linger_s),
      .json = "linger", .example = "0.5",
      .help = "keep serving HTTP after the run (default 0)"},
+    {.name = "join-timeout", .meta = "SECONDS", .kind = OPT_SECONDS, .to = AT(join_timeout_s),
+     .given = {AT(join_timeout_set)},
+     .help = "how long the run waits for every server and trainer to\n"
+             "join before it fails, naming who is missing (default: 120,\n"
+             "or --rpc-timeout when longer)"},
     {.name = "quiet-host", .meta = "SECONDS", .kind = OPT_CUSTOM, .parse = master_opt_linger,
      .to = AT(quiet_host_s), .json = "quiet_host", .example = "30",
      .help = "before each run, wait up to SECONDS for this host to\n"

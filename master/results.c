@@ -471,6 +471,24 @@ static void results_dir(const master *m, char *buf, size_t len)
 }
 
 /* The master's own host (shared/hostinfo.h) and when the run ended. */
+/* The launcher psbench-node read this rank's place from (extension,
+ * issue 40; docs/results.md): its $PSBENCH_LAUNCHER, a JSON object, or
+ * null when the master was not started by psbench-node. A value that is
+ * not an object is not the master's to trust: null, and a warning. */
+static json_t *results_launcher(void)
+{
+    const char *env = getenv("PSBENCH_LAUNCHER");
+    if (!env || !*env)
+        return json_null();
+    json_error_t je;
+    json_t *o = json_loads(env, 0, &je);
+    if (json_is_object(o))
+        return o;
+    json_decref(o);
+    log_warn("PSBENCH_LAUNCHER is not a JSON object (%s): results.json's launcher is null", je.text);
+    return json_null();
+}
+
 static json_t *results_environment(void)
 {
     char when[64];
@@ -666,6 +684,8 @@ int results_write(master *m, char *err, size_t errlen)
     /* The timed pass's duration ("Time spent training"), once it ended. */
     if (doc && m->training_s > 0)
         json_object_set_new(doc, "training_seconds", json_real(m->training_s));
+    if (doc)
+        json_object_set_new(doc, "launcher", results_launcher());
     if (doc && m->set.runs != 1) {
         json_object_set_new(doc, "run", json_integer(m->run));
         json_object_set_new(doc, "runs", json_integer(m->set.runs));

@@ -92,6 +92,8 @@ typedef struct run_config {
                                        * defaults it to 0: the seed's pure DDP) */
     char *backend;                    /* --backend: gloo | nccl | multi */
     double rpc_timeout_s;             /* --rpc-timeout SECONDS */
+    double join_timeout_s;            /* --join-timeout SECONDS (given: join_timeout_set) */
+    bool join_timeout_set;
     char *data_config_path;           /* --data-config-path */
     char *model_config_path;          /* --model-config-path */
     char *trainer_config_path;        /* --trainer-config-path */

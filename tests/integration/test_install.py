@@ -30,7 +30,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 
-BINARIES = ("psbench-master", "psbench-server", "psbench-trainer")
+BINARIES = ("psbench-master", "psbench-server", "psbench-trainer", "psbench-node")
 SCRIPTS = ("psbench-slurm",)  # each srun task's role under Slurm (test_slurm.py)
 CONFIGS = ("benchmark_configurations.json", "data_configurations.json",
            "model_configurations.json", "server_configurations.json",
@@ -150,7 +150,7 @@ class InstallTests(unittest.TestCase):
         return out
 
     def check_tree(self, prefix):
-        """bin/ holds exactly the three binaries and psbench-slurm,
+        """bin/ holds exactly the four binaries and psbench-slurm,
         share/psbench/configs the configs; no test, fuzz or bench binary
         anywhere."""
         self.assertEqual(sorted(os.listdir(os.path.join(prefix, "bin"))), sorted(BINARIES + SCRIPTS))

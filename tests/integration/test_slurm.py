@@ -173,6 +173,23 @@ class LauncherTests(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.decode().splitlines(), ["psbench-server", "--master", "n1:29500", "--rank", "0"])
 
+    def test_node_list_without_scontrol(self):
+        """Where scontrol is not on PATH, a ranged node list is expanded by
+        psbench-node --print-hostnames (the rules scontrol has: zero
+        padding kept), found in PSBENCH_BIN_DIR; without either, one line."""
+        path = os.path.join(self.tmp, "path")
+        os.mkdir(path)
+        for tool in ("bash", "dirname", "head", "tr", "cat"):
+            os.symlink(shutil.which(tool), os.path.join(path, tool))
+        e = {"SLURM_PROCID": "1", "SLURM_NTASKS": "3", "SLURM_STEP_ID": "0",
+             "SLURM_STEP_NODELIST": "node[07-08,10]", "PATH": path, "PSBENCH_BIN_DIR": self.bin}
+        rc, out, err = self.launch(env=e)
+        self.assert_error(rc, err, "cannot expand the node list 'node[07-08,10]'", "psbench-node")
+        os.symlink(psb.bin_path("psbench-node"), os.path.join(self.bin, "psbench-node"))
+        rc, out, err = self.launch(env=e)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.splitlines(), ["psbench-server", "--master", "node07:29500", "--rank", "0"])
+
     def test_roles(self):
         """1 master, 2 servers, 2 trainers: the program, ranks and flags of each task."""
         env = {"PSBENCH_NSERVER": "2", "PSBENCH_PORT": "29555", "PSBENCH_HTTP_PORT": "8555",

@@ -35,7 +35,7 @@ check() {
     echo "ok   $name"
 }
 
-for b in master server trainer; do
+for b in master server trainer node; do
     check "psbench-$b --help" "$golden/help-$b.txt" "$bin/psbench-$b" --help
     check "psbench-$b -h" "$golden/help-$b.txt" "$bin/psbench-$b" -h
 done

@@ -1,5 +1,5 @@
 #!/bin/sh
-# cli_doc.sh — writes docs/cli.md, the three binaries' command lines, from
+# cli_doc.sh — writes docs/cli.md, the four binaries' command lines, from
 # their --help texts as tests/golden/ pins them (check_help.sh holds the
 # golden files to the binaries byte for byte, so the page is the help).
 #
@@ -17,7 +17,7 @@ page() {
     cat <<'HEAD'
 # Command lines
 
-The three binaries' `--help`, as they print it (generated from
+The four binaries' `--help`, as they print it (generated from
 `tests/golden/help-*.txt` by `tests/tools/cli_doc.sh`; the test `cli_doc`
 fails when this page and the help texts part). A value named `seed` (the
 `seed` placement, the `seed` RPC pattern) is PyTorch's benchmark's way of
@@ -42,8 +42,9 @@ characters)`).
 - [psbench-master sweep](#psbench-master-sweep): a matrix of runs, a table and a report
 - [psbench-server](#psbench-server): a parameter server
 - [psbench-trainer](#psbench-trainer): a trainer
+- [psbench-node](#psbench-node): any rank of a launcher (torchrun, srun, Kubernetes, Ray)
 HEAD
-    for b in master master-diff master-sweep server trainer; do
+    for b in master master-diff master-sweep server trainer node; do
         title=psbench-$b
         [ "$b" = master-diff ] && title="psbench-master diff"
         [ "$b" = master-sweep ] && title="psbench-master sweep"
