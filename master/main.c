@@ -393,6 +393,7 @@ static int master_start_local(master *m, const run_config *c, const master_setti
                         .ncudaserver = set->ncudaserver,
                         .ncudatrainer = set->ncudatrainer,
                         .transport = c->transport,
+                        .child_stdout = set->tables,
                         .child_failed = master_child_failed,
                         .ctx = m};
     m->launcher = launcher_start(&job, bin, lhost, m->ctl_port, err, errlen);

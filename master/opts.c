@@ -554,8 +554,10 @@ static const opt_spec master_specs[] = {
              "stops there and the run fails, naming epoch and batch)"},
     {.name = "tables", .meta = "all|none", .kind = OPT_CHOICE, .choices = tables_choices, .to = AT(tables),
      .help = "the per-rank tables on stdout under the run's headline:\n"
-             "all, or none (the headline only; the files keep every\n"
-             "table). Default all, none with --log-level warn or error"},
+             "all, or none (the headline only: neither the master's\n"
+             "tables nor, with --local, the nodes' own; the files keep\n"
+             "every table). Default all, none with --log-level warn or\n"
+             "error"},
     {.name = "out", .meta = "DIR", .kind = OPT_STRING, .to = AT(out_dir), .json = "out",
      .help = "write results.json and a CSV per group into DIR (with\n"
              "--runs other than 1: into DIR/run-001/, DIR/run-002/, ...);\n"
