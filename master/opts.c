@@ -580,9 +580,9 @@ static const opt_spec master_specs[] = {
      .help =
          "\n"
          "Exit status: 0 the run (every run) done; 1 a run failed, or its results could not\n"
-         "be written; 2 a bad flag or configuration; 128+N signal N interrupted a run (130\n"
-         "SIGINT, 143 SIGTERM, 129 SIGHUP; a signal after the run is done, or between runs,\n"
-         "keeps the run's code).\n"
+         "be written; 2 a bad flag or configuration (a --listen or --http address in use\n"
+         "too); 128+N signal N interrupted a run (130 SIGINT, 143 SIGTERM, 129 SIGHUP; a\n"
+         "signal after the run is done, or between runs, keeps the run's code).\n"
          "\n"
          "CONFIGS is $PSBENCH_CONFIG_DIR, else <bin>/../configs, else <bin>/../share/psbench/configs\n"
          "(installed), else the source tree's configs/.\n"},

@@ -7,6 +7,7 @@ Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_bounds.py
 """
 import json
 import os
+import re
 import resource
 import socket
 import struct
@@ -455,7 +456,8 @@ class SetupFailures(psb.PsbTestCase):
                             "%s:%d" % (psb.HOST, port)], name="server")
         self.assertEqual(s.wait(30), 1, s.describe())
         st = wait_phase(self, m, ("failed",), timeout=10)
-        self.assertRegex(st["error"], r"^server 0 \(.*\) failed: --listen: .*%d" % port)
+        self.assertRegex(st["error"], r"^server 0 \(.*\) failed: --listen %s:%d: cannot listen there: "
+                                       r"Address already in use" % (re.escape(psb.HOST), port))
         ans = ctl_exchange(m.ctl, "register", {"role": "trainer", "host": "late", "device": "cpu", "pid": 1})
         self.assertEqual((ans[0]["type"], ans[1].get("status")), ("stop", "refused"), ans)
         self.assertEqual(ans[1].get("reason"), "the run is over (failed: %s)" % st["error"])

@@ -217,6 +217,34 @@ class FlagTests(psb.PsbTestCase):
             self.assertEqual(err.splitlines()[0], line, args)
         self.assertFalse(os.path.exists(sweep_out))
 
+    # ---- a port in use (issue 40) -------------------------------------------
+
+    def test_a_port_in_use_names_its_flag_and_exits_2(self):
+        """A --listen or --http address that is taken is a bad value of
+        that flag: one line naming it, exit 2 (it was exit 1 and a bare
+        "cannot listen on ..."), in the master and in a standalone server;
+        nothing is started."""
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        self.addCleanup(taken.close)
+        port = taken.getsockname()[1]
+        addr = "127.0.0.1:%d" % port
+        hint = "Address already in use (another process has the port: give another one, or port 0 for any free one)"
+        cases = [
+            ([psb.bin_path("psbench-master"), "--listen", addr, "--http", "127.0.0.1:0"],
+             "psbench-master: --listen %s: cannot listen there: %s" % (addr, hint)),
+            ([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", addr],
+             "psbench-master: --http %s: cannot listen there: %s" % (addr, hint)),
+            ([psb.bin_path("psbench-server"), "--standalone", "--trainers", "1", "--listen", addr],
+             "psbench-server: --listen %s: cannot listen there: %s" % (addr, hint)),
+        ]
+        for args, line in cases:
+            rc, out, err = self.reg.run(args)
+            self.assertEqual(rc, 2, (args, err))
+            self.assertEqual(err.strip().splitlines()[-1], line, args)
+            self.assertNotIn("[trainer ", out + err)
+
     # ---- --local's ports ---------------------------------------------------
 
     def test_local_picks_free_ports_when_the_defaults_are_taken(self):
