@@ -65,7 +65,8 @@ class SweepTests(psb.PsbTestCase):
         master_fd, slave_fd = pty.openpty()
         try:
             p = subprocess.Popen([psb.bin_path("psbench-master"), "sweep", "--local", "--ddp-hook",
-                                  "rpc_hook,allreduce_hook", "--out", d] + JOB, stdin=subprocess.DEVNULL,
+                                  "rpc_hook,allreduce_hook", "--order", "sequential", "--out", d] + JOB,
+                                 stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=slave_fd, env=psb.base_env(),
                                  preexec_fn=psb._die_with_parent)
         finally:
