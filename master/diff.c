@@ -1,6 +1,7 @@
 /* diff.c — compare two results.json files (see diff.h). */
 #include "master/diff.h"
 #include "shared/atomicfile.h"
+#include "shared/cli.h"
 #include "shared/userpath.h"
 #include "shared/text.h"
 
@@ -808,7 +809,15 @@ static int diff_parse_args(int argc, char **argv, diff_args *d, FILE *out, FILE 
             } else if (strcmp(a, "--force") == 0) {
                 d->force = true;
             } else {
-                fprintf(err, "psbench-master diff: unknown option %s\n", text_show(a, '\'', &shown));
+                /* Whole names only, as every psbench option; a slip gets
+                 * the name it was near. */
+                static const char *const names[] = {"csv", "allow-failed", "force", "help"};
+                const char *near = a[1] == '-' ? cli_nearest(a + 2, strcspn(a + 2, "="), names, 4) : NULL;
+                if (near)
+                    fprintf(err, "psbench-master diff: unknown option --%s: did you mean --%s?\n",
+                            text_show_n(a + 2, strcspn(a + 2, "="), 0, &shown), near);
+                else
+                    fprintf(err, "psbench-master diff: unknown option %s\n", text_show(a, '\'', &shown));
                 diff_usage(err);
                 return 2;
             }

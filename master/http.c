@@ -345,9 +345,11 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const c
     return http_text(c, MHD_HTTP_NOT_FOUND, "not found\n");
 }
 
-http_server *http_start(const char *host, uint16_t port, uint16_t *bound, char *err, size_t errlen)
+http_server *http_start(const char *host, uint16_t port, uint16_t *bound, bool *bad_address, char *err,
+                        size_t errlen)
 {
-    int fd = net_listen(host, port, 128, bound, err, errlen);
+    int fd = net_listen_flag("--http", host, port, 128, bound, err, errlen);
+    *bad_address = fd < 0;
     if (fd < 0)
         return NULL;
     http_server *h = calloc(1, sizeof *h);

@@ -12,13 +12,17 @@
 #ifndef PSBENCH_HTTP_H
 #define PSBENCH_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct http_server http_server;
 
-/* Listen on host:port (port 0: ephemeral; *bound gets it). NULL with err. */
-http_server *http_start(const char *host, uint16_t port, uint16_t *bound, char *err, size_t errlen);
+/* Listen on host:port, --http's (port 0: ephemeral; *bound gets it).
+ * NULL with err; *bad_address is set when the address itself failed (in
+ * use, not this host's: a bad value of --http, named in err). */
+http_server *http_start(const char *host, uint16_t port, uint16_t *bound, bool *bad_address, char *err,
+                        size_t errlen);
 /* The documents the API serves, each a published snapshot. */
 enum http_doc_id {
     HTTP_DOC_STATUS,  /* GET /api/v1/status */

@@ -37,12 +37,13 @@ struct launcher {
 };
 
 /* A child's line, relayed with its label. Its stdout (its ready line, its
- * own summary and table as it exits) only at --log-level info or debug:
- * under warn or error the master prints the headline alone, and what a
- * child has to warn of comes on its stderr, at the level it was given. */
+ * own summary and table as it exits) only at --log-level info or debug and
+ * without --tables none: under either the master prints the headline
+ * alone, and what a child has to warn of comes on its stderr, at the level
+ * it was given. */
 static void launcher_emit(child *c, int stream, const char *s, size_t n)
 {
-    if (stream == 0 && log_get_level() < LOG_INFO)
+    if (stream == 0 && (log_get_level() < LOG_INFO || !c->l->job.child_stdout))
         return;
     FILE *out = stream == 0 ? stdout : stderr;
     fprintf(out, "[%s] %.*s\n", c->label, (int)n, s);

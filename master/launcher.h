@@ -28,6 +28,10 @@ typedef struct launcher_job {
      * the CPU, or a server's $PSBENCH_SERVER_DEVICE. */
     uint32_t ncudaserver, ncudatrainer;
     psb_transport transport; /* given to every child as --transport */
+    /* Relay the children's stdout (their ready line, their own summary
+     * and tables as they exit): false under --tables none, so that the
+     * master's headline is all the run prints of its figures. */
+    bool child_stdout;
     void (*child_failed)(void *ctx, const char *why);
     void *ctx;
 } launcher_job;

@@ -17,6 +17,7 @@
 #include "master/launcher.h"
 #include "master/phases.h"
 #include "master/wire.h"
+#include "shared/eta.h"
 #include "shared/log.h"
 
 #include <assert.h>
@@ -124,6 +125,18 @@ static void loop_check_live(master *m, double now)
         master_fail(m, "reset after the warm-up did not complete within %.0f s", m->set.rpc_timeout_s);
 }
 
+/* ", time left ~N s" (shared/eta.h): the rest of this run at the pace of
+ * the pass so far (its batches done over its time); in the warm-up, the
+ * rest of it and the whole timed pass. Nothing before the first batch is
+ * in: no pace yet, and a guess would mislead. */
+static void loop_time_left(const master *m, uint64_t done, uint64_t total, double elapsed, char *buf, size_t len)
+{
+    uint64_t rest = total - done;
+    if (m->state == RUN_WARMUP)
+        rest += m->set.batches_per_pass * m->set.ntrainer;
+    eta_format(eta_left_s(elapsed, (double)done, (double)rest), buf, len);
+}
+
 static void loop_progress_line(master *m, double now)
 {
     if (m->state != RUN_WARMUP && m->state != RUN_TIMED)
@@ -135,8 +148,11 @@ static void loop_progress_line(master *m, double now)
     for (uint32_t i = 0; i < m->set.ntrainer; i++)
         done += m->trainers[i]->batches_done;
     assert(done <= total); /* each trainer's is checked against its pass (reports.c) */
-    log_info("%s: %" PRIu64 "/%" PRIu64 " batches (%.0f%%), %.1f s", run_state_phase(m->state), done, total,
-             total ? 100.0 * (double)done / (double)total : 0.0, now - m->t_state);
+    double elapsed = now - m->t_state;
+    char left[64] = "";
+    loop_time_left(m, done, total, elapsed, left, sizeof left);
+    log_info("%s: %" PRIu64 "/%" PRIu64 " batches (%.0f%%), %.1f s%s", run_state_phase(m->state), done, total,
+             total ? 100.0 * (double)done / (double)total : 0.0, elapsed, left);
 }
 
 /* Whether a run that ended may be concluded: nodes send a last metrics

@@ -393,6 +393,7 @@ static int master_start_local(master *m, const run_config *c, const master_setti
                         .ncudaserver = set->ncudaserver,
                         .ncudatrainer = set->ncudatrainer,
                         .transport = c->transport,
+                        .child_stdout = set->tables,
                         .child_failed = master_child_failed,
                         .ctx = m};
     m->launcher = launcher_start(&job, bin, lhost, m->ctl_port, err, errlen);
@@ -405,15 +406,19 @@ static int master_serve(master *m, const run_config *c, const master_settings *s
                         uint16_t lport, const char *hhost, uint16_t hport)
 {
     char err[1024];
-    if (master_init(m, set, lhost, lport, err, sizeof err) < 0) {
+    /* An address that cannot be listened on is a bad --listen or --http
+     * value: exit 2, as any, before any node is started. */
+    int rc = master_init(m, set, lhost, lport, err, sizeof err);
+    if (rc < 0) {
         fprintf(stderr, "psbench-master: %s\n", err);
-        return 1;
+        return rc == MASTER_INIT_ADDRESS ? 2 : 1;
     }
     uint16_t bound_http = 0;
-    m->http = http_start(hhost, hport, &bound_http, err, sizeof err);
+    bool bad_address;
+    m->http = http_start(hhost, hport, &bound_http, &bad_address, err, sizeof err);
     if (!m->http) {
         fprintf(stderr, "psbench-master: %s\n", err);
-        return 1;
+        return bad_address ? 2 : 1;
     }
     master_publish(m, false); /* served from the first request on */
     log_info("control plane on %s:%u", lhost, m->ctl_port);

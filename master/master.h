@@ -196,6 +196,10 @@ void node_set_state(node *n, node_state to);
 void node_describe(const node *n, char *buf, size_t len);
 
 /* run.c */
+/* What master_init returns when --listen's address cannot be listened on
+ * (in use, not this host's): a bad value, exit 2; -1 is anything else. */
+#define MASTER_INIT_ADDRESS (-2)
+/* 0, MASTER_INIT_ADDRESS or -1, with err. */
 int master_init(master *m, const master_settings *set, const char *listen_host, uint16_t listen_port,
                 char *err, size_t errlen);
 void master_free(master *m);

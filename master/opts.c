@@ -559,8 +559,10 @@ static const opt_spec master_specs[] = {
              "stops there and the run fails, naming epoch and batch)"},
     {.name = "tables", .meta = "all|none", .kind = OPT_CHOICE, .choices = tables_choices, .to = AT(tables),
      .help = "the per-rank tables on stdout under the run's headline:\n"
-             "all, or none (the headline only; the files keep every\n"
-             "table). Default all, none with --log-level warn or error"},
+             "all, or none (the headline only: neither the master's\n"
+             "tables nor, with --local, the nodes' own; the files keep\n"
+             "every table). Default all, none with --log-level warn or\n"
+             "error"},
     {.name = "out", .meta = "DIR", .kind = OPT_STRING, .to = AT(out_dir), .json = "out",
      .help = "write results.json and a CSV per group into DIR (with\n"
              "--runs other than 1: into DIR/run-001/, DIR/run-002/, ...);\n"
@@ -583,9 +585,9 @@ static const opt_spec master_specs[] = {
      .help =
          "\n"
          "Exit status: 0 the run (every run) done; 1 a run failed, or its results could not\n"
-         "be written; 2 a bad flag or configuration; 128+N signal N interrupted a run (130\n"
-         "SIGINT, 143 SIGTERM, 129 SIGHUP; a signal after the run is done, or between runs,\n"
-         "keeps the run's code).\n"
+         "be written; 2 a bad flag or configuration (a --listen or --http address in use\n"
+         "too); 128+N signal N interrupted a run (130 SIGINT, 143 SIGTERM, 129 SIGHUP; a\n"
+         "signal after the run is done, or between runs, keeps the run's code).\n"
          "\n"
          "CONFIGS is $PSBENCH_CONFIG_DIR, else <bin>/../configs, else <bin>/../share/psbench/configs\n"
          "(installed), else the source tree's configs/.\n"},

@@ -176,9 +176,9 @@ int master_init(master *m, const master_settings *set, const char *listen_host, 
     if (net_raise_fd_limit(&was, &now) == 0 && now != was)
         log_debug("descriptor limit raised from %llu to %llu", was, now);
     /* net_listen: the same socket set-up as the servers' data plane. */
-    int fd = net_listen(listen_host, listen_port, 128, &m->ctl_port, err, errlen);
+    int fd = net_listen_flag("--listen", listen_host, listen_port, 128, &m->ctl_port, err, errlen);
     if (fd < 0)
-        return -1;
+        return MASTER_INIT_ADDRESS;
     m->admit = admit_new(m->base, fd, wire_on_accept, m, err, errlen);
     if (!m->admit)
         return -1;

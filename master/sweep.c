@@ -17,6 +17,8 @@
 
 #include "master/sweep_int.h"
 #include "master/sweep_report.h"
+#include "shared/clock.h"
+#include "shared/eta.h"
 #include "shared/rng.h"
 #include "shared/text.h"
 #include "shared/userpath.h"
@@ -42,7 +44,9 @@ static void sweep_usage(FILE *f)
           "Runs a matrix of jobs on this host, one after the other, each point --runs\n"
           "times with its own warm-up, and answers the question the runs are for: is a\n"
           "parameter server faster than allreduce here, by how much, and where does the\n"
-          "step go. One row is printed per point as it ends (as nccl-tests does); the\n"
+          "step go. One row is printed per point as it ends (as nccl-tests does), and on\n"
+          "stderr, while a run goes, \"point k of N: LABEL, run r of R, time left ~T\" (on\n"
+          "a terminal one line that rewrites itself, else a line per run); the\n"
           "folder gets sweep.csv (tidy: one row per point x run x metric, every\n"
           "configuration value a column), sweep.json, report.html (self-contained: open\n"
           "it anywhere) and each point's files under points/NNN/ (results.json, the CSVs,\n"
@@ -142,6 +146,29 @@ static void sweep_print_plan(sweep *s)
                               : "the runs of points that differ only in the hook alternating (--order interleaved)");
 }
 
+/* The progress line as run r of point p starts, on stderr (stdout holds
+ * the table): "sweep: point 3 of 8: hook allreduce_hook, ntrainer 2, run
+ * 1 of 2, time left ~4 min 10 s". On a terminal one line that rewrites
+ * itself (carriage return, erase to the end; erased when the run ends),
+ * else a line of its own, as a log or a CI job's output wants. The time
+ * left: the runs still to go, this one included (a failed point's are
+ * not), at the mean length of the runs ended so far; none before the
+ * first has. */
+static void sweep_progress(sweep *s, const sweep_point *p, unsigned r)
+{
+    unsigned left = 0;
+    for (size_t i = 0; i < s->npoints; i++)
+        if (s->points[i].state == SP_PLANNED)
+            left += s->runs - s->points[i].runs_done;
+    left++; /* this one: its runs_done counts it already */
+    char eta[64];
+    eta_format(eta_left_s(s->runs_s, s->runs_ended, left), eta, sizeof eta);
+    bool tty = isatty(fileno(s->err));
+    fprintf(s->err, "%ssweep: point %u of %zu: %s, run %u of %u%s%s", tty ? "\r\033[K" : "", p->index, s->npoints,
+            p->label, r, s->runs, eta, tty ? "" : "\n");
+    fflush(s->err);
+}
+
 /* Run r of point p: its child master (--runs 1 into the run's folder, its
  * output appended to the point's master.log), its results read back. A
  * run that fails fails the point: its later runs are not run. */
@@ -155,8 +182,8 @@ static void sweep_run_one(sweep *s, sweep_point *p)
     else
         snprintf(dir, sizeof dir, "%s/run-%03u", pdir, r);
     snprintf(log, sizeof log, "%s/master.log", pdir);
-    if (isatty(fileno(s->err)))
-        fprintf(s->err, "sweep: point %u of %zu, run %u of %u: %s ...\r", p->index, s->npoints, r, s->runs, p->label);
+    sweep_progress(s, p, r);
+    double t0 = clock_now_s();
     const char *extra[] = {"--runs", "1", "--out", dir, NULL};
     char now[32];
     sweep_now_iso(now, sizeof now);
@@ -177,8 +204,12 @@ static void sweep_run_one(sweep *s, sweep_point *p)
                  ? -1
                  : sweep_spawn(s, args, log, r > 1, &text, &log_errno, err, sizeof err);
     sweep_free_list(args, sweep_argv_len(args));
+    if (rc >= 0 && !sweep_signal) { /* a run that ran: the pace of the next lines */
+        s->runs_ended++;
+        s->runs_s += clock_now_s() - t0;
+    }
     if (isatty(fileno(s->err)))
-        fprintf(s->err, "\033[K");
+        fprintf(s->err, "\r\033[K");
     if (rc < 0) {
         p->error = sweep_strdup(err);
     } else if (rc != 0) {

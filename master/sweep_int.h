@@ -108,6 +108,8 @@ typedef struct {
     uint64_t steps_chosen;  /* the --steps the sweep chose itself (0: the job's own) */
     size_t next_row;        /* the table's next row, in matrix order (sweep_end_point) */
     json_t *schedule;       /* [{point, run, started_at}] in the order the runs were taken */
+    unsigned runs_ended;    /* runs that ran to their end (done or failed): the progress line's pace */
+    double runs_s;          /* their seconds, all together */
     char exe[PATH_MAX];
     sweep_point *points;
     size_t npoints;

@@ -2,6 +2,8 @@
  * and a sweep file, expanded into points, each planned by its own
  * --dry-run (master/sweep_int.h). */
 #include "master/sweep_int.h"
+#include "master/opts.h"
+#include "shared/opts.h"
 
 #include "shared/cli.h"
 #include "shared/text.h"
@@ -112,6 +114,43 @@ static int sweep_parse_runs(sweep *s, const char *v)
     return 0;
 }
 
+/* A job's flag (arg, "--x" or "--x=v") that is no option of the master's
+ * nor the sweep's, with one near it: "unknown option --order-see: did you
+ * mean --order-seed?" at once (-1), among the sweep's names too, which the
+ * point's master would not know to suggest. Else 0: a name the master
+ * takes, or one nothing is near, which the point's --dry-run refuses in
+ * the master's words. */
+static int sweep_check_job_flag(sweep *s, const char *arg)
+{
+    if (arg[0] != '-' || arg[1] != '-' || arg[2] == '\0')
+        return 0;
+    char name[128];
+    size_t len = strcspn(arg + 2, "=");
+    if (len >= sizeof name)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        name[i] = arg[2 + i] == '_' ? '-' : arg[2 + i]; /* both spellings, as the master */
+    name[len] = '\0';
+    static const char *const owns[] = {"runs", "out", "sweep-file", "order", "order-seed", "max-points",
+                                       "report", "dry-run", "local", "help"};
+    const char *more[sizeof owns / sizeof *owns + 2 * SD_COUNT];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof owns / sizeof *owns; i++)
+        more[n++] = owns[i];
+    for (int d = 0; d < SD_COUNT; d++) {
+        more[n++] = sweep_dims[d].flag + 2;
+        if (sweep_dims[d].alias)
+            more[n++] = sweep_dims[d].alias + 2;
+    }
+    const char *near;
+    if (opts_is_long_name(master_opts(), name, len, more, n, &near) || !near)
+        return 0;
+    text_shown shown;
+    fprintf(s->err, "psbench-master sweep: unknown option --%s: did you mean --%s? (psbench-master sweep --help)\n",
+            text_show(name, 0, &shown), near);
+    return -1;
+}
+
 /* The command line: dimension lists, the sweep's own options, the job's. */
 int sweep_parse_args(sweep *s, int argc, char **argv)
 {
@@ -141,6 +180,8 @@ int sweep_parse_args(sweep *s, int argc, char **argv)
                 s->dry_run = true;
                 continue;
             }
+            if (sweep_check_job_flag(s, a) < 0)
+                return -1;
             sweep_push(&s->job, &s->njob, a); /* the job's: its value, if any, follows as its own argument */
             continue;
         }

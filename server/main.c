@@ -183,11 +183,11 @@ static int server_join(server_args *a, ctl_conn *link, double reach_s, char *set
 {
     server_config *cfg = &a->cfg;
     char err[256];
-    cfg->listen_fd = net_listen(cfg->host, cfg->port, 1024, &cfg->port, err, sizeof err);
+    cfg->listen_fd = net_listen_flag("--listen", cfg->host, cfg->port, 1024, &cfg->port, err, sizeof err);
     if (cfg->listen_fd < 0 && cfg->port == 0)
         return server_fail(setup_err[0] ? setup_err : err);
     if (cfg->listen_fd < 0 && !setup_err[0])
-        snprintf(setup_err, setup_len, "--listen: %s", err);
+        snprintf(setup_err, setup_len, "%s", err);
     json_t *env = server_environment(cfg->device);
     bool retry;
     int joined = master_link_join(link, a->master, cfg, a->advertise, a->have_rank ? (int64_t)cfg->rank : -1, env,

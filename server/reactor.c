@@ -499,7 +499,7 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
         s->listen_fd = cfg->listen_fd;
         s->bound_port = cfg->port;
     } else {
-        s->listen_fd = net_listen(cfg->host, cfg->port, 1024, &s->bound_port, err, errlen);
+        s->listen_fd = net_listen_flag("--listen", cfg->host, cfg->port, 1024, &s->bound_port, err, errlen);
         if (s->listen_fd < 0)
             return -1;
     }

@@ -147,6 +147,57 @@ int cli_parse_seconds(const char *opt, const char *s, double *out, char *err, si
     return 0;
 }
 
+/* Levenshtein distance between a (alen bytes) and b, capped at CLI_NEAR_CAP
+ * (anything that far is no slip); names are short (CLI_NEAR_MAX). */
+#define CLI_NEAR_MAX 64
+#define CLI_NEAR_CAP 100
+static size_t cli_edit_distance(const char *a, size_t alen, const char *b)
+{
+    size_t blen = strlen(b);
+    if (alen > CLI_NEAR_MAX || blen > CLI_NEAR_MAX)
+        return CLI_NEAR_CAP;
+    size_t row[CLI_NEAR_MAX + 1];
+    for (size_t j = 0; j <= blen; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= alen; i++) {
+        size_t diag = row[0]; /* row[i-1][j-1] */
+        row[0] = i;
+        for (size_t j = 1; j <= blen; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[blen];
+}
+
+const char *cli_nearest(const char *word, size_t len, const char *const *cands, size_t n)
+{
+    /* A name the word begins is what an abbreviation meant ("--ep" is
+     * --epochs, not --lr, two edits away): those first, the shortest. */
+    const char *best = NULL;
+    size_t best_d = CLI_NEAR_CAP;
+    for (int pass = 0; pass < 2 && !best; pass++) {
+        size_t slip = len <= 2 ? 1 : len / 3 > 2 ? len / 3 : 2; /* "x" is not a slip of "lr" */
+        size_t near = pass == 0 ? CLI_NEAR_CAP - 1 : slip;
+        for (size_t i = 0; i < n; i++) {
+            if (pass == 0 && (len < 2 || strncmp(cands[i], word, len) != 0))
+                continue;
+            size_t d = cli_edit_distance(word, len, cands[i]);
+            if (d <= near && d < best_d) {
+                best = cands[i];
+                best_d = d;
+            }
+        }
+    }
+    return best;
+}
+
 void cli_normalize_args(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {

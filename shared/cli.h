@@ -68,6 +68,17 @@ int cli_check_token(const char *source, const char *token, char *err, size_t err
  * binaries use devspec_parse itself. */
 int cli_parse_device(const char *opt, const char *s, int *cuda_index, char *err, size_t errlen);
 
+/* Of the n names in cands, the one a mistyped `word` (len bytes, no
+ * "--") most likely meant, for "did you mean --epochs?": a name word
+ * begins, if any (word of 2 characters or more: "--ep" for --epochs, an
+ * abbreviation psbench does not take), the shortest; else the fewest
+ * one-character edits (insert, delete, replace; Levenshtein), near enough
+ * to be a slip (1 for a word of 1 or 2 characters, else 2, or a third of
+ * the word's length when that is more). Ties go to
+ * the earlier name. NULL when none is near: a suggestion far from what
+ * was typed would mislead. */
+const char *cli_nearest(const char *word, size_t len, const char *const *cands, size_t n);
+
 /* Rewrite "--long_name[=v]" to "--long-name[=v]" in place, so that every
  * long option accepts both spellings (the seed's launcher used '_'). */
 void cli_normalize_args(int argc, char **argv);

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -177,10 +178,13 @@ int net_set_nodelay(int fd)
     return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-int net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_port, char *err,
-               size_t errlen)
+/* net_listen's work: *why the errno of the last bind or listen that
+ * failed (0 when the host did not resolve, err saying so). */
+static int net_listen_why(const char *host, uint16_t port, int backlog, uint16_t *bound_port, int *why,
+                          char *err, size_t errlen)
 {
     struct addrinfo *res;
+    *why = 0;
     if (net_resolve(host, port, 1, &res, err, errlen) < 0)
         return -1;
     int fd = -1;
@@ -201,6 +205,7 @@ int net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_por
     }
     freeaddrinfo(res);
     if (fd < 0) {
+        *why = saved;
         snprintf(err, errlen, "cannot listen on %s:%u: %s", host, port, strerror(saved));
         return -1;
     }
@@ -211,6 +216,35 @@ int net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_por
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
     return fd;
+}
+
+int net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_port, char *err,
+               size_t errlen)
+{
+    int why;
+    return net_listen_why(host, port, backlog, bound_port, &why, err, errlen);
+}
+
+int net_listen_flag(const char *flag, const char *host, uint16_t port, int backlog, uint16_t *bound_port,
+                    char *err, size_t errlen)
+{
+    int why;
+    char inner[512];
+    int fd = net_listen_why(host, port, backlog, bound_port, &why, inner, sizeof inner);
+    if (fd >= 0)
+        return fd;
+    bool v6 = strchr(host, ':') != NULL;
+    const char *hint = why == EADDRINUSE ? " (another process has the port: give another one, or port 0 for any "
+                                           "free one)"
+                       : why == EADDRNOTAVAIL ? " (no interface of this host has that address)"
+                       : why == EACCES        ? " (ports below 1024 need privileges: give a higher one)"
+                                              : "";
+    if (why)
+        snprintf(err, errlen, v6 ? "%s [%s]:%u: cannot listen there: %s%s" : "%s %s:%u: cannot listen there: %s%s",
+                 flag, host, port, strerror(why), hint);
+    else /* the host did not resolve: inner names it */
+        snprintf(err, errlen, "%s: %s", flag, inner);
+    return -1;
 }
 
 /* One nonblocking connect attempt bounded by remaining_ms. */

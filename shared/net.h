@@ -25,6 +25,13 @@ int net_parse_host(const char *s, char *err, size_t errlen);
  * or -1 with err set. *bound_port gets the real port (for port 0). */
 int net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_port, char *err,
                size_t errlen);
+/* net_listen on the address a flag gave (--listen, --http): a failure is
+ * a bad value of that flag, said as one: "--listen 127.0.0.1:41310:
+ * cannot listen there: Address already in use (another process has the
+ * port: give another one, or port 0 for any free one)". The binaries exit
+ * 2 with it, as for any bad value (docs/operations.md). */
+int net_listen_flag(const char *flag, const char *host, uint16_t port, int backlog, uint16_t *bound_port,
+                    char *err, size_t errlen);
 
 /* Blocking connect with a timeout in milliseconds, retried until the
  * deadline while the peer refuses (it may still be starting). Returns a

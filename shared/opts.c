@@ -279,6 +279,8 @@ int opts_init(const opts_table *t, void *settings, char *err, size_t errlen)
 typedef struct opts_getopt {
     struct option lo[OPTS_MAX + 1];
     const opt_spec *entry[OPTS_MAX]; /* the table's entry of lo[i] */
+    const char *names[OPTS_MAX];     /* lo[i].name: the candidates of a suggestion */
+    size_t n;
     char shorts[16];
 } opts_getopt;
 
@@ -287,6 +289,7 @@ static void opts_getopt_add(opts_getopt *g, size_t *n, const char *name, const o
     assert(*n < OPTS_MAX);
     g->lo[*n] = (struct option){name, arg ? required_argument : no_argument, NULL, 256 + (int)*n};
     g->entry[*n] = e;
+    g->names[*n] = name;
     (*n)++;
 }
 
@@ -312,11 +315,67 @@ static void opts_getopt_build(const opts_table *t, opts_getopt *g)
     }
     g->shorts[s] = '\0';
     g->lo[n] = (struct option){NULL, 0, NULL, 0};
+    g->n = n;
 }
 
-/* What getopt_long could not match, in the table's wording. */
-static void opts_getopt_error(const opts_table *t, int o, char **argv, char *err, size_t errlen)
+/* Whether the len bytes at name are one of the table's long names, whole. */
+static bool opts_is_name(const opts_getopt *g, const char *name, size_t len)
 {
+    for (size_t i = 0; i < g->n; i++)
+        if (strlen(g->names[i]) == len && memcmp(g->names[i], name, len) == 0)
+            return true;
+    return false;
+}
+
+/* arg ("--epoch", "--epoch=2") when its name is none of the table's
+ * long names, whole: "unknown option --epoch: did you mean --epochs?"
+ * into err and true, where a name is near enough to suggest (cli_nearest);
+ * else false, and the caller words it. */
+static bool opts_unknown_long(const opts_getopt *g, const char *arg, char *err, size_t errlen)
+{
+    if (arg[0] != '-' || arg[1] != '-')
+        return false;
+    const char *name = arg + 2;
+    size_t len = strcspn(name, "=");
+    if (opts_is_name(g, name, len))
+        return false;
+    const char *near = cli_nearest(name, len, g->names, g->n);
+    if (!near)
+        return false;
+    text_shown shown;
+    errbuf_set(err, errlen, "unknown option --%s: did you mean --%s?", text_show_n(name, len, 0, &shown), near);
+    return true;
+}
+
+/* getopt_long takes an unambiguous beginning of a long name for the name
+ * ("--epoch 2" as --epochs): psbench takes whole names only, so that a
+ * slip is said rather than read as another option, and a name added later
+ * cannot change what an old command line means. The argument getopt
+ * matched is argv[optind - 1], or the one before it when its value came
+ * as the next argument. -1 with err for a beginning, else 0. */
+static int opts_check_whole(const opts_getopt *g, int c, char **argv, char *err, size_t errlen)
+{
+    assert(c >= 256 && (size_t)(c - 256) < g->n);
+    int at = optarg && optarg == argv[optind - 1] ? optind - 2 : optind - 1;
+    const char *arg = argv[at];
+    assert(arg[0] == '-' && arg[1] == '-'); /* only "--" arguments match a long name */
+    size_t len = strcspn(arg + 2, "=");
+    if (len == strlen(g->names[c - 256]))
+        return 0;
+    if (!opts_unknown_long(g, arg, err, errlen)) { /* a beginning is near its name: cannot happen */
+        text_shown shown;
+        errbuf_set(err, errlen, "unknown option %s (see --help)", text_show_n(arg, len + 2, '\'', &shown));
+    }
+    return -1;
+}
+
+/* What getopt_long could not match, in the table's wording; a long name
+ * that is none of the table's, with the nearest one when there is one. */
+static void opts_getopt_error(const opts_table *t, const opts_getopt *g, int o, char **argv, char *err,
+                              size_t errlen)
+{
+    if (opts_unknown_long(g, argv[optind - 1], err, errlen))
+        return;
     text_shown shown;
     const char *a = text_show(argv[optind - 1], 0, &shown);
     if (!t->precise_errors)
@@ -356,9 +415,11 @@ int opts_parse(const opts_table *t, int argc, char **argv, void *settings, char 
             break;
         const opt_spec *e = c >= 256 ? g.entry[c - 256] : opts_by_letter(t, c);
         if (!e) {
-            opts_getopt_error(t, c, argv, err, errlen);
+            opts_getopt_error(t, &g, c, argv, err, errlen);
             return -1;
         }
+        if (c >= 256 && opts_check_whole(&g, c, argv, err, errlen) < 0)
+            return -1;
         opt_spec o;
         opts_resolve(e, &o);
         char flag[80];
@@ -380,6 +441,24 @@ int opts_parse(const opts_table *t, int argc, char **argv, void *settings, char 
         return -1;
     }
     return OPTS_OK;
+}
+
+bool opts_is_long_name(const opts_table *t, const char *name, size_t len, const char *const *more, size_t nmore,
+                       const char **nearest)
+{
+    opts_getopt g;
+    opts_getopt_build(t, &g);
+    *nearest = NULL;
+    if (opts_is_name(&g, name, len))
+        return true;
+    const char *cands[OPTS_MAX + 32];
+    size_t n = 0;
+    for (size_t i = 0; i < g.n; i++)
+        cands[n++] = g.names[i];
+    for (size_t i = 0; i < nmore && n < sizeof cands / sizeof *cands; i++)
+        cands[n++] = more[i];
+    *nearest = cli_nearest(name, len, cands, n);
+    return false;
 }
 
 int opts_parse_cli(const opts_table *t, int argc, char **argv, void *settings, char *err, size_t errlen)

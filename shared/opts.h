@@ -145,6 +145,14 @@ int opts_parse(const opts_table *t, int argc, char **argv, void *settings, char 
  * printed on stdout. OPTS_OK to go on, OPTS_HELP or OPTS_VERSION once
  * printed (the binary exits 0), or -1 with err. */
 int opts_parse_cli(const opts_table *t, int argc, char **argv, void *settings, char *err, size_t errlen);
+/* Whether name (len bytes, without "--") is one of t's long names
+ * (options and aliases), whole, as opts_parse takes them; if not,
+ * *nearest is the one of them or of more[] (nmore names without "--", a
+ * subcommand's own) that cli_nearest suggests, or NULL. For a subcommand
+ * that hands the rest of its line to t's parser (psbench-master sweep):
+ * "unknown option --order-see: did you mean --order-seed?" at once. */
+bool opts_is_long_name(const opts_table *t, const char *name, size_t len, const char *const *more, size_t nmore,
+                       const char **nearest);
 /* The --help text. */
 void opts_usage(const opts_table *t, FILE *f);
 /* "psbench-server 0.1.0 (wire protocol 1)" on f. */

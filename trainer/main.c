@@ -262,6 +262,13 @@ static int trainer_take_token(trainer_args *a, char *err, size_t errlen)
 static int trainer_master_job(const trainer_args *a, const char *setup_err, double reach_s)
 {
     char err[1536];
+    /* A trainer that cannot run here (--device cuda where no GPU answers)
+     * says so at once, before it spends up to --connect-timeout reaching a
+     * master that may not be there to tell; the master's verdict stays its
+     * last line. A follower's supervisor speaks for its tries. */
+    if (setup_err[0] && !a->follow)
+        log_error("%s: this trainer cannot run; telling the master at %s (up to %g s, --connect-timeout)",
+                  setup_err, a->master, reach_s);
     metrics *mm = metrics_new();
     if (!mm)
         return trainer_fail("out of memory");

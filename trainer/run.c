@@ -678,8 +678,11 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
     if (mlink_open(&l, o->master, o->reach_s, o->follow, o->connect_timeout_s, m, err, errlen) < 0) {
         if (o->follow)
             return PSB_EXIT_RETRY; /* err says why: no master there now */
-        if (o->setup_err)
-            snprintf(err, errlen, "%s", o->setup_err);
+        if (o->setup_err) { /* the cause first, then that no master heard it */
+            char reach[512];
+            snprintf(reach, sizeof reach, "%s", err);
+            snprintf(err, errlen, "%s (not told to the master: %s)", o->setup_err, reach);
+        }
         return 1;
     }
     char host[256] = "";

@@ -7,6 +7,7 @@ Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_bounds.py
 """
 import json
 import os
+import re
 import resource
 import socket
 import struct
@@ -455,7 +456,8 @@ class SetupFailures(psb.PsbTestCase):
                             "%s:%d" % (psb.HOST, port)], name="server")
         self.assertEqual(s.wait(30), 1, s.describe())
         st = wait_phase(self, m, ("failed",), timeout=10)
-        self.assertRegex(st["error"], r"^server 0 \(.*\) failed: --listen: .*%d" % port)
+        self.assertRegex(st["error"], r"^server 0 \(.*\) failed: --listen %s:%d: cannot listen there: "
+                                       r"Address already in use" % (re.escape(psb.HOST), port))
         ans = ctl_exchange(m.ctl, "register", {"role": "trainer", "host": "late", "device": "cpu", "pid": 1})
         self.assertEqual((ans[0]["type"], ans[1].get("status")), ("stop", "refused"), ans)
         self.assertEqual(ans[1].get("reason"), "the run is over (failed: %s)" % st["error"])
@@ -490,6 +492,37 @@ class SetupFailures(psb.PsbTestCase):
         last = t.stderr().strip().splitlines()[-1]
         self.assertEqual(last, "psbench-trainer: the run failed: " + st["error"])
         psb.end_lingering(self, m, 1)
+
+    def test_cuda_trainer_without_gpu_nor_master(self):
+        """--device cuda where no GPU answers, pointed at a master that is
+        not there: the trainer says why it cannot run at once, while it
+        still tries to reach the master (it waited out the whole connect
+        timeout, 30 s, before saying a word), then exits non-zero naming
+        the cause and that no master heard it."""
+        if psb.gpu_count() > 0:
+            self.skipTest("a GPU answers here")
+        nobody = socket.socket()  # bound, never listening: connections are refused
+        nobody.bind((psb.HOST, 0))
+        self.addCleanup(nobody.close)
+        addr = "%s:%d" % (psb.HOST, nobody.getsockname()[1])
+        t = self.reg.start([psb.bin_path("psbench-trainer"), "--master", addr, "--device", "cuda"],
+                           name="trainer")
+        said = re.compile(r"^psbench-trainer: error: --device cuda: .*: this trainer cannot run; telling the "
+                          r"master at %s \(up to 30 s, --connect-timeout\)$" % re.escape(addr), re.M)
+        deadline = time.monotonic() + 60
+        while not said.search(t.stderr()) and t.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertRegex(t.stderr(), said)
+        self.assertTrue(t.alive(), "said only once the connect timeout was over: " + t.describe())
+        t.stop()
+        # Given a short connect timeout, it ends: the cause, and that the
+        # master was not told.
+        t = self.reg.start([psb.bin_path("psbench-trainer"), "--master", addr, "--device", "cuda",
+                            "--connect-timeout", "0.5"], name="trainer2")
+        self.assertEqual(t.wait(60), 1, t.describe())
+        last = t.stderr().strip().splitlines()[-1]
+        self.assertRegex(last, r"^psbench-trainer: --device cuda: .* \(not told to the master: cannot connect to "
+                               + re.escape(addr) + r": Connection refused\)$")
 
 
 def ctl_exchange(addr, kind, body, timeout=10.0):

@@ -188,6 +188,64 @@ class FlagTests(psb.PsbTestCase):
         line = re.search(r"\n  --trainer (.*(?:\n {12}.*)*)\n", ids_part).group(1)
         self.assertEqual(re.split(r",\s+", line), ids)
 
+    # ---- whole option names only (issue 40) ----------------------------------
+
+    def test_whole_option_names_only_with_the_nearest_suggested(self):
+        """A beginning of a long name ("--epoch" for --epochs) was taken
+        as the name (getopt_long's abbreviations): every binary and
+        subcommand refuses it at once, exit 2, naming the nearest name,
+        and starts nothing."""
+        master, server, trainer = (psb.bin_path(b) for b in ("psbench-master", "psbench-server",
+                                                             "psbench-trainer"))
+        sweep_out = os.path.join(self.reg.workdir, "sweep")
+        cases = [
+            ([master, "--dry-run", "--epoch", "2"], "psbench-master: unknown option --epoch: did you mean --epochs?"),
+            ([master, "--dry-run", "--ntrain=2"], "psbench-master: unknown option --ntrain: did you mean --ntrainer?"),
+            ([server, "--liste", "127.0.0.1:0"], "psbench-server: unknown option --liste: did you mean --listen?"),
+            ([trainer, "--maste", "127.0.0.1:9", "--rank", "0"],
+             "psbench-trainer: unknown option --maste: did you mean --master?"),
+            ([master, "sweep", "--ntrainer", "1,2", "--epoch", "1", "--out", sweep_out],
+             "psbench-master sweep: unknown option --epoch: did you mean --epochs? (psbench-master sweep --help)"),
+            ([master, "sweep", "--ntrainer", "1,2", "--order-see", "3", "--out", sweep_out],
+             "psbench-master sweep: unknown option --order-see: did you mean --order-seed? "
+             "(psbench-master sweep --help)"),
+            ([master, "diff", "--forc", "a.json", "b.json"],
+             "psbench-master diff: unknown option --forc: did you mean --force?"),
+        ]
+        for args, line in cases:
+            rc, out, err = self.reg.run(args)
+            self.assertEqual(rc, 2, (args, err))
+            self.assertEqual(err.splitlines()[0], line, args)
+        self.assertFalse(os.path.exists(sweep_out))
+
+    # ---- a port in use (issue 40) -------------------------------------------
+
+    def test_a_port_in_use_names_its_flag_and_exits_2(self):
+        """A --listen or --http address that is taken is a bad value of
+        that flag: one line naming it, exit 2 (it was exit 1 and a bare
+        "cannot listen on ..."), in the master and in a standalone server;
+        nothing is started."""
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        self.addCleanup(taken.close)
+        port = taken.getsockname()[1]
+        addr = "127.0.0.1:%d" % port
+        hint = "Address already in use (another process has the port: give another one, or port 0 for any free one)"
+        cases = [
+            ([psb.bin_path("psbench-master"), "--listen", addr, "--http", "127.0.0.1:0"],
+             "psbench-master: --listen %s: cannot listen there: %s" % (addr, hint)),
+            ([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", addr],
+             "psbench-master: --http %s: cannot listen there: %s" % (addr, hint)),
+            ([psb.bin_path("psbench-server"), "--standalone", "--trainers", "1", "--listen", addr],
+             "psbench-server: --listen %s: cannot listen there: %s" % (addr, hint)),
+        ]
+        for args, line in cases:
+            rc, out, err = self.reg.run(args)
+            self.assertEqual(rc, 2, (args, err))
+            self.assertEqual(err.strip().splitlines()[-1], line, args)
+            self.assertNotIn("[trainer ", out + err)
+
     # ---- --local's ports ---------------------------------------------------
 
     def test_local_picks_free_ports_when_the_defaults_are_taken(self):

@@ -159,6 +159,14 @@ class Headline(psb.PsbTestCase):
             self.assertIn(HEADLINE, so, flags)
             self.assertEqual(MASTER_TABLE in so, tables, (flags, so))
             self.assertEqual("\ntrainer 0 (ms)\n" in so, tables, (flags, so))
+            # Nor the nodes' own tables (--local relays their stdout only
+            # with the tables): "the headline only" (issue 40).
+            nodes = tables and "warn" not in flags
+            self.assertEqual("trainer metrics, timed pass (ms)" in so, nodes, (flags, so))
+            self.assertEqual("server metrics (ms)" in so, nodes, (flags, so))
+            if not tables:
+                self.assertEqual([l for l in so.splitlines() if l.startswith(("[trainer ", "[server "))], [],
+                                 (flags, so))
             if "warn" in flags:
                 # Nothing above the headline but the run's verdict: not the
                 # args echo, the dashboard, the warm-up line, nor a node's

@@ -9,7 +9,10 @@ CUDA is optional: no installed binary links the CUDA runtime, cuBLAS or
 NCCL (they are loaded on first use, shared/cudaload.h), the jobs run with
 those libraries hidden from the loader (tests/tools/hide-cuda-libs.sh: as
 root, in a mount namespace), and there the installed trainer's --device
-cuda names the missing soname. The .deb's Depends is checked against what
+cuda names the missing soname. The licence (BSD-3-Clause, LICENSE) is in
+the repository, in the installed tree's share/doc/psbench and in the .deb
+(its listing, dpkg-deb -c), with the Debian copyright file that also
+carries uPlot's MIT notice. The .deb's Depends is checked against what
 its binaries need (readelf -d: every NEEDED library's Debian package), so
 that the test follows the build, whatever the compiler and linker decided;
 the CUDA libraries are Recommends only.
@@ -39,6 +42,14 @@ CONFIGS = ("benchmark_configurations.json", "data_configurations.json",
 JOB_TIMEOUT = 60
 HIDE_CUDA = os.path.join(psb.HERE, "..", "tools", "hide-cuda-libs.sh")
 CUDA_SONAME = re.compile(r"^lib(cudart|cublas|cublasLt|nccl)\.so")
+
+
+SOURCE = os.path.join(psb.HERE, "..", "..")
+
+
+def read_text(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
 def needed(binary):
@@ -166,6 +177,47 @@ class InstallTests(unittest.TestCase):
                                  os.path.join(root, f))
         return confdir
 
+    def check_licence(self, prefix):
+        """share/doc/psbench holds LICENSE as the repository has it and the
+        copyright file in Debian's machine-readable format: psbench's
+        BSD-3-Clause and uPlot's MIT notice, each licence text whole."""
+        doc = os.path.join(prefix, "share", "doc", "psbench")
+        licence = read_text(os.path.join(SOURCE, "LICENSE"))
+        self.assertEqual(read_text(os.path.join(doc, "LICENSE")), licence)
+        text = read_text(os.path.join(doc, "copyright"))
+        self.assertTrue(text.startswith("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/"
+                                        "1.0/\n"), text[:200])
+        paragraphs = text.split("\n\n")
+        files = {}
+        licences = {}
+        for p in paragraphs:
+            fields = dict(re.findall(r"^([A-Za-z-]+): ?(.*)$", p, re.M))
+            if "Files" in fields:
+                files[fields["Files"]] = fields
+            elif "License" in fields and "Format" not in fields:
+                # The text: the continuation lines, " ." for an empty line.
+                body = [line[1:] for line in p.split("\n")[1:]]
+                licences[fields["License"]] = "\n".join("" if line == "." else line for line in body)
+        self.assertEqual(files["*"]["License"], "BSD-3-Clause")
+        self.assertEqual(files["*"]["Copyright"], "2026, the psbench authors")
+        self.assertEqual(files["web/vendor/uplot/*"]["License"], "Expat")
+        self.assertIn("Leon Sorokin", files["web/vendor/uplot/*"]["Copyright"])
+        self.assertEqual(licences["BSD-3-Clause"].strip(), licence.strip())
+        self.assertEqual(licences["Expat"].strip(),
+                         read_text(os.path.join(SOURCE, "web", "vendor", "uplot", "LICENSE")).strip())
+
+    def test_licence_in_the_repository(self):
+        """LICENSE: the BSD 3-Clause License, the psbench authors', named
+        in the README."""
+        licence = read_text(os.path.join(SOURCE, "LICENSE"))
+        self.assertTrue(licence.startswith("BSD 3-Clause License\n\nCopyright (c) 2026, the psbench authors\n"))
+        self.assertIn("3. Neither the name of the copyright holder nor the names of its", licence)
+        readme = read_text(os.path.join(SOURCE, "README.md"))
+        self.assertIn("BSD 3-Clause License", readme)
+        self.assertIn("`LICENSE`", readme)
+        with open(os.path.join(self.build, "CPackConfig.cmake")) as f:
+            self.assertRegex(f.read(), r'set\(CPACK_RESOURCE_FILE_LICENSE "[^"]*/LICENSE"\)')
+
     def check_no_cuda_linked(self, prefix):
         """No installed binary links a CUDA library: they start without
         CUDA, which is loaded only when a CUDA path is taken."""
@@ -241,6 +293,7 @@ class InstallTests(unittest.TestCase):
         prefix = os.path.join(self.tmp, "prefix")
         self.check([self.cmake, "--install", self.build, "--prefix", prefix])
         confdir = self.check_tree(prefix)
+        self.check_licence(prefix)
         self.check_no_cuda_linked(prefix)
         self.run_job(prefix, confdir)
         self.check_device_cuda_hidden(prefix)
@@ -266,6 +319,11 @@ class InstallTests(unittest.TestCase):
         if cache_value(self.build, "PSBENCH_HAVE_NCCL") == "ON":
             for r in ("libnccl2", "cuda-cudart-", "libcublas-"):
                 self.assertIn(r, recommends)
+        # The licence and the copyright file where Debian's policy puts them.
+        listing = self.check([self.dpkg_deb, "-c", deb])
+        paths = [line.split()[-1] for line in listing.splitlines() if line.strip()]
+        for f in ("./usr/share/doc/psbench/LICENSE", "./usr/share/doc/psbench/copyright"):
+            self.assertIn(f, paths, listing)
         # The fresh prefix: the package's tree unpacked in an empty directory.
         root = os.path.join(self.tmp, "root")
         self.check([self.dpkg_deb, "-x", deb, root])
@@ -284,6 +342,7 @@ class InstallTests(unittest.TestCase):
                 self.assertIn(pkg, depends, "%s needs %s from %s: not in Depends %s" %
                               (b, soname, pkg, fields["Depends"]))
         confdir = self.check_tree(prefix)
+        self.check_licence(prefix)
         self.assertEqual(sorted(os.listdir(root)), ["usr"])
         self.run_job(prefix, confdir)
         self.check_device_cuda_hidden(prefix)

@@ -635,6 +635,27 @@ class MasterTests(psb.PsbTestCase):
         psb.end_lingering(self, m, 0)
         self.assertIn("phase done", m.stderr())
 
+    def test_progress_line_says_the_time_left(self):
+        """The progress line (every 2 s while a pass runs) gains the time
+        left at the pace so far, once a batch is in (issue 40): a run far
+        too long to end first (stopped here once the line is seen)."""
+        m = self.master(epochs=100000, linger=0)
+        line = re.compile(r"^psbench-master: (warmup|running): ([0-9]+)/([0-9]+) batches \([0-9]+%\), "
+                          r"[0-9.]+ s(.*)$", re.M)
+        deadline = time.monotonic() + RUN_TIMEOUT
+        seen = []
+        while time.monotonic() < deadline and m.alive():
+            seen = [g for g in line.findall(m.stderr()) if int(g[1]) > 0]
+            if seen:
+                break
+            time.sleep(0.2)
+        self.assertTrue(seen, m.describe())
+        # In the warm-up: its rest and the timed pass, at its pace.
+        self.assertRegex(seen[0][3], r"^, time left ~([0-9]+\.[0-9] s|[0-9]+ s|[0-9]+ min [0-9]+ s)$", m.describe())
+        for g in line.findall(m.stderr()):
+            self.assertEqual(int(g[1]) > 0, g[3].startswith(", time left ~"), g)  # none before a batch is in
+        m.stop()
+
     def test_token(self):
         m = self.master("--token", "s3cret", local=False, linger=0)
         rc, out, err = self.reg.run([psb.bin_path("psbench-trainer"), "--master", m.ctl], timeout=30)

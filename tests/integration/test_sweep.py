@@ -56,6 +56,43 @@ class SweepTests(psb.PsbTestCase):
 
     # ---- a matrix, end to end ------------------------------------------------
 
+    def test_progress_on_a_terminal_rewrites_its_line(self):
+        """On a terminal the progress is one line that rewrites itself
+        (carriage return, erase to the end of the line), erased when the
+        run ends: nothing of it is left among the lines (issue 40)."""
+        import pty
+        d = self.out()
+        master_fd, slave_fd = pty.openpty()
+        try:
+            p = subprocess.Popen([psb.bin_path("psbench-master"), "sweep", "--local", "--ddp-hook",
+                                  "rpc_hook,allreduce_hook", "--order", "sequential", "--out", d] + JOB,
+                                 stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=slave_fd, env=psb.base_env(),
+                                 preexec_fn=psb._die_with_parent)
+        finally:
+            os.close(slave_fd)
+        chunks = []
+        try:
+            out = p.communicate(timeout=SWEEP_TIMEOUT)[0].decode()
+            while True:  # the terminal's side: all of it is in once the sweep has ended
+                try:
+                    b = os.read(master_fd, 65536)
+                except OSError:  # EIO: no writer left
+                    break
+                if not b:
+                    break
+                chunks.append(b)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            os.close(master_fd)
+        self.assertEqual(p.returncode, 0, out)
+        tty = b"".join(chunks).decode("utf-8", "replace")
+        self.assertIn("\r\x1b[Ksweep: point 1 of 2: rpc_hook, run 1 of 1\r\x1b[K", tty)
+        self.assertRegex(tty, r"\r\x1b\[Ksweep: point 2 of 2: allreduce_hook, run 1 of 1, time left ~[^\r\n]+\r\x1b\[K")
+        self.assertNotRegex(tty, r"sweep: point [^\r]*\n")  # never a line of its own
+
     def test_hooks_by_bucket_caps_with_runs(self):
         d = self.out()
         rc, out, err = self.sweep("--local", "--ddp-hook", "rpc_hook,allreduce_hook", "--bucket-cap-mb", "1,25",
@@ -91,6 +128,18 @@ class SweepTests(psb.PsbTestCase):
         self.assertIn("# order: interleaved", out)
         self.assertRegex(out, r"# order seed: \d+ \(--order-seed \d+ repeats")
         self.assertNotIn("# steps:", out)  # the job's --steps: its choice
+        # While a point runs (issue 40): a line per run on stderr (not a
+        # terminal), every run of the 4 points, and the time left once a
+        # run has ended.
+        progress = re.findall(r"^sweep: point ([1-4]) of 4: (rpc_hook|allreduce_hook) bucket_cap_mb=(1|25), "
+                              r"run ([12]) of 2(, time left ~.*)?$", err, re.M)
+        self.assertEqual(len(progress), 8, err)
+        self.assertEqual(sorted((p[0], p[3]) for p in progress),
+                         [(k, r) for k in "1234" for r in "12"], err)
+        self.assertEqual([bool(p[4]) for p in progress], [False] + [True] * 7, err)
+        for p in progress[1:]:
+            self.assertRegex(p[4], r"^, time left ~([0-9]+\.[0-9] s|[0-9]+ s|[0-9]+ min [0-9]+ s)$")
+        self.assertNotIn("\r", err)
 
         doc = self.load(os.path.join(d, "sweep.json"))
         self.assertEqual(doc["psbench_sweep"], 1)

@@ -37,6 +37,12 @@ cannot hold (`1e-400`) are refused, not run as 0. A refusal shows a value of
 more than 80 characters cut there, with its length (`'hhhh…' (1000000
 characters)`).
 
+Long options are taken by their whole names only, in every binary and
+subcommand (`--hook_state` and `--hook-state` alike): a beginning of one is
+no longer read as it (`--epoch 2` ran as `--epochs 2`). It is refused, exit 2,
+with the nearest name: `psbench-master: unknown option --epoch: did you mean
+--epochs?`.
+
 - [psbench-master](#psbench-master): the run (`--local` starts every node itself)
 - [psbench-master diff](#psbench-master-diff): two runs side by side
 - [psbench-master sweep](#psbench-master-sweep): a matrix of runs, a table and a report

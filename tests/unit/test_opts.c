@@ -498,6 +498,71 @@ static void test_long_values_cut(void **state)
 }
 
 /* What getopt cannot match, in each table's wording. */
+/* Whole names only (issue 40): getopt_long takes any unambiguous
+ * beginning of a long name ("--epoch 2" ran as --epochs); every table now
+ * refuses each beginning of each of its names, in both forms, with the
+ * name it was near, and a slip gets the nearest name. */
+static void test_whole_names_only(void **state)
+{
+    (void)state;
+    char err[512];
+    const binary *ms = &binaries[2];
+    const char *const beginnings[][2] = {{"--epoch", "2"}, {"--epoch=2", NULL}, {"--epoch", NULL}};
+    for (size_t k = 0; k < 3; k++) {
+        assert_int_equal(parse1(ms, beginnings[k][0], beginnings[k][1], err, sizeof err), -1);
+        assert_string_equal(err, "unknown option --epoch: did you mean --epochs?");
+    }
+    const char *dry[] = {"stray", "--ep", "2", NULL}; /* after a non-option too (getopt permutes) */
+    assert_int_equal(parse(ms, dry, NULL, 0, err, sizeof err), -1);
+    assert_string_equal(err, "unknown option --ep: did you mean --epochs?");
+    assert_int_equal(parse1(ms, "--epochz", "2", err, sizeof err), -1);
+    assert_string_equal(err, "unknown option --epochz: did you mean --epochs?");
+    assert_int_equal(parse1(&binaries[0], "--liste", "127.0.0.1:0", err, sizeof err), -1);
+    assert_string_equal(err, "unknown option --liste: did you mean --listen?");
+    assert_int_equal(parse1(&binaries[1], "--maste", "127.0.0.1:1", err, sizeof err), -1);
+    assert_string_equal(err, "unknown option --maste: did you mean --master?");
+    /* Nothing near: the table's wording, as before. */
+    assert_int_equal(parse1(ms, "--frobnicate", NULL, err, sizeof err), -1);
+    assert_string_equal(err, "unknown option '--frobnicate' (see --help)");
+    /* Every beginning of every long name (that is not a name itself). */
+    size_t refused = 0;
+    for (size_t bi = 0; bi < NBIN; bi++) {
+        const binary *b = &binaries[bi];
+        opt_spec o;
+        for (size_t i = 0; opts_entry(b->table(), i, &o); i++) {
+            if (o.kind == OPT_TEXT)
+                continue;
+            for (size_t a = 0; a <= (o.aliases ? 8 : 0); a++) {
+                const char *name = a == 0 ? o.name : o.aliases[a - 1];
+                if (!name)
+                    break;
+                for (size_t len = 2; len < strlen(name); len++) {
+                    char flag[160];
+                    const char *near;
+                    snprintf(flag, sizeof flag, "--%.*s", (int)len, name);
+                    if (opts_is_long_name(b->table(), flag + 2, len, NULL, 0, &near))
+                        continue; /* --lr is a name, not a beginning of --lr-decay */
+                    int rc = parse1(b, flag, "1", err, sizeof err);
+                    if (rc != -1 || strncmp(err, "unknown option ", 15) != 0 || !strstr(err, "did you mean --")) {
+                        print_error("%s %s: rc %d, err \"%s\"\n", b->name, flag, rc, err);
+                        fail();
+                    }
+                    refused++;
+                }
+            }
+        }
+    }
+    assert_true(refused > 500);
+    /* cli_nearest: a beginning first, the shortest; else a slip of at
+     * most 2 edits (or a third of the word); else none. */
+    const char *const names[] = {"lr", "epochs", "epochs-max", "ntrainer", "nserver"};
+    assert_string_equal(cli_nearest("ep", 2, names, 5), "epochs");
+    assert_string_equal(cli_nearest("nsevrer", 7, names, 5), "nserver");
+    assert_string_equal(cli_nearest("l", 1, names, 5), "lr");
+    assert_null(cli_nearest("zzzzzz", 6, names, 5));
+    assert_null(cli_nearest("x", 1, names, 5)); /* one letter: one edit at most */
+}
+
 static void test_getopt_errors(void **state)
 {
     (void)state;
@@ -747,6 +812,7 @@ int main(void)
         cmocka_unit_test(test_shared_options_alike),
         cmocka_unit_test(test_token_precedence),
         cmocka_unit_test(test_tables_whole),
+        cmocka_unit_test(test_whole_names_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
