@@ -240,6 +240,9 @@ class Net(object):
         name, ...). Only processes started after it see it."""
         text = "127.0.0.1\tlocalhost\n::1\tlocalhost\n" + "".join(
             "%s\t%s\n" % (e[0], " ".join(e[1:])) for e in entries)
+        if not os.path.isdir(NETNS_ETC):
+            os.makedirs(NETNS_ETC)
+            self.etc_made = True  # removed again once empty
         for h in self.hosts.values():
             d = os.path.join(NETNS_ETC, h.ns)
             if d not in self.etc_dirs:
@@ -257,6 +260,12 @@ class Net(object):
         for d in self.etc_dirs:
             shutil.rmtree(d, ignore_errors=True)
         self.etc_dirs = []
+        if getattr(self, "etc_made", False):
+            try:
+                os.rmdir(NETNS_ETC)
+            except OSError:
+                pass  # another Net's files are there
+            self.etc_made = False
         Net._live.discard(self)
 
     @staticmethod
