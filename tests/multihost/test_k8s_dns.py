@@ -56,12 +56,17 @@ class IndexedJobDns(unittest.TestCase):
         self.reg = psb.Registry()
         self.net = netns.Net(self.reg.workdir)
         self.addCleanup(self._destroy_net)
-        self.addCleanup(self.reg.stop_all)
+        self.addCleanup(self._stop_processes)
         self.h = {name: self.net.add_host(name) for name in PODS}
         self.net.set_hosts([(h.addr, "%s.psb" % n, "%s.psb.default.svc.cluster.local" % n)
                             for n, h in self.h.items()])
         self.token = "k8s-dns-token-%d" % os.getpid()
         self.node = psb.bin_path("psbench-node")
+
+    def _stop_processes(self):
+        reports = self.reg.stop_all()
+        if reports:
+            self.fail("sanitizer report(s):\n" + "\n\n".join("%s:\n%s" % r for r in reports))
 
     def _destroy_net(self):
         self.net.destroy()
