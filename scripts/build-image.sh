@@ -51,7 +51,7 @@ trap 'rm -rf "$tmp"' EXIT
 started=$(date +%s)
 timings=()
 
-# The first URI the host's apt takes SUITE from (deb822 .sources files and
+# The URIs the host's apt takes SUITE from, the first first (deb822 .sources files and
 # one-line .list files), for Debian's own archive.
 apt_uri() { # suite
   local f
@@ -65,7 +65,7 @@ apt_uri() { # suite
       /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == suite) hit = 1 }
       END { if (!found) flush() }' "$f"
   done
-  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+  { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
     awk -v suite="$1" '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ } if ($(i + 1) == suite) print $i }'
 }
 
@@ -75,8 +75,8 @@ if [ -z "$base" ]; then
   if podman image exists "$base"; then
     echo "build-image: base $base present"
   else
-    mirror=${PSBENCH_DEBIAN_MIRROR:-$(apt_uri bookworm | head -n 1)}
-    security=${PSBENCH_DEBIAN_SECURITY:-$(apt_uri bookworm-security | head -n 1)}
+    mirror=${PSBENCH_DEBIAN_MIRROR:-$(apt_uri bookworm | sed -n 1p)}
+    security=${PSBENCH_DEBIAN_SECURITY:-$(apt_uri bookworm-security | sed -n 1p)}
     if [ -z "$mirror" ]; then
       echo "build-image: no Debian mirror for bookworm in the host's apt sources: set PSBENCH_DEBIAN_MIRROR" >&2
       exit 1

@@ -7,7 +7,10 @@ a server and two trainers, over the host's network, the trainers sharing
 the server's IPC namespace and so its /dev/shm, as the containers of one
 pod do. The job runs to the end, every container exits 0, results.json
 names the launcher (kubernetes), and each trainer's start line says its
-link to the server is shared memory (`auto`).
+link to the server is shared memory (`auto`). (What makes it shared memory
+is the network namespace they share, here the host's: psbench's segments
+are memfds passed over an abstract socket, not /dev/shm files; by hand,
+with private IPC namespaces, the link is shared memory all the same.)
 
 Labelled `container`: not in scripts/test.sh's runs (minutes: the base
 image's debootstrap the first time, the .deb's install every time). Run
