@@ -5,7 +5,9 @@
 # then the same tests again under AddressSanitizer + UBSan, plus the
 # server's integration tests on the `test` device (futures that resolve
 # late, from a worker thread), and those again under ThreadSanitizer with
-# the trainer's threaded tests (hooks, collectives). The multihost tests
+# the trainer's threaded tests (hooks, collectives). Not the container test
+# (label container: minutes; `ctest -L container` runs it, after
+# scripts/build-image.sh's tools are installed). The multihost tests
 # (network namespaces, as root) run in the release pass, the faults also
 # under ASan; they skip with a reason where namespaces are not allowed.
 #
@@ -48,7 +50,7 @@ run_suite() { # build-dir, ctest args (quoted as one word), extra cmake args...
 }
 
 echo "== release build + tests (build-test/)"
-run_suite build-test "" -DPSBENCH_SANITIZE=OFF -DPSBENCH_TSAN=OFF -DPSBENCH_FUZZ=ON -DPSBENCH_DEVICE_TEST_SUITE=OFF
+run_suite build-test "-LE container" -DPSBENCH_SANITIZE=OFF -DPSBENCH_TSAN=OFF -DPSBENCH_FUZZ=ON -DPSBENCH_DEVICE_TEST_SUITE=OFF
 
 if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   echo "== ASan + UBSan build + tests (build-asan/)"
@@ -66,7 +68,8 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # code is unit_model's and unit_compute's here, the hooks' and buckets'
   # integration_hooks' and integration_ddp_buckets') and the packaging (a
   # --local job from an installed tree: the binaries' code is the other
-  # tests'). That keeps the whole script well under 20 minutes on 2 cores.
+  # tests'), nor deploy/'s files (their one job is the torchrun example's,
+  # whose psbench-node runs under ASan in integration_node). That keeps the whole script well under 20 minutes on 2 cores.
   # The faults run here too. The server's suites over TCP run here on the
   # test device (device_test_*; tcp_* are the release pass's). The
   # server's suites on the fake GPU run in
@@ -76,7 +79,7 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # longest here, 55 and 36 s: their servers' memory is integration_master's
   # and integration_training's, which run here on the cpu device).
   ASAN_OPTIONS=detect_leaks=1 run_suite build-asan \
-    "-E multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|integration_dashboard|integration_sweep_report|integration_host_state|integration_training|integration_install|device_fakecuda_|device_test_master|device_test_training|tcp_" \
+    "-LE container -E deploy_files|multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|integration_dashboard|integration_sweep_report|integration_host_state|integration_training|integration_install|device_fakecuda_|device_test_master|device_test_training|tcp_" \
     -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF \
     -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"
@@ -84,7 +87,7 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # runs at TSan's pace; the fake GPU's threads are the other
   # device_fakecuda_ suites' and unit_cugpu's here).
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" run_suite build-tsan \
-    "-L server|threads -E device_fakecuda_runs" \
+    "-L server|threads -LE container -E device_fakecuda_runs" \
     -DPSBENCH_TSAN=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
 fi
 if [ "$configure_only" = 1 ]; then

@@ -27,7 +27,7 @@ SRC = os.path.abspath(os.path.join(psb.HERE, "..", ".."))
 # Packages only the test suite (or packaging and the benchmarks'
 # references) uses: never installed by run.sh.
 TEST_ONLY = ("libcmocka-dev", "clang", "libclang-rt-14-dev", "python3-msgpack", "iperf3", "prometheus",
-             "chromium", "chromium-driver", "python3-selenium", "slurm-wlm", "munge", "dpkg-dev")
+             "chromium", "chromium-driver", "python3-selenium", "slurm-wlm", "munge", "dpkg-dev", "nodejs", "npm")
 # A hang's bound for one script's configure steps (a loaded host runs
 # them several times slower).
 SCRIPT_TIMEOUT_S = 600
@@ -215,7 +215,10 @@ class ScriptsTests(unittest.TestCase):
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30, env=clean_env())
             self.assertEqual(r.returncode, 0, r.stdout.decode())
             return r.stdout.decode().split()
-        run, test = pkgs("run"), pkgs("test")
+        run, test, container = pkgs("run"), pkgs("test"), pkgs("container")
+        # scripts/build-image.sh's own set: the container tools only.
+        self.assertEqual(sorted(container), ["debootstrap", "podman", "runc"])
+        self.assertEqual([p for p in container if p in run or p in test], [])
         for p in TEST_ONLY:
             self.assertNotIn(p, run)
             self.assertIn(p, test)
@@ -223,7 +226,8 @@ class ScriptsTests(unittest.TestCase):
             self.assertIn(p, run)
         self.assertEqual([p for p in run if p not in test], [])
         # The scripts ask for their own sets.
-        for name, which in (("run.sh", "install-deps.sh run"), ("test.sh", "install-deps.sh test")):
+        for name, which in (("run.sh", "install-deps.sh run"), ("test.sh", "install-deps.sh test"),
+                            ("build-image.sh", "install-deps.sh\" container")):
             with open(os.path.join(SRC, "scripts", name)) as f:
                 self.assertIn(which, f.read(), name)
 

@@ -38,6 +38,8 @@ import psb  # noqa: E402
 REPO = os.path.abspath(os.path.join(psb.HERE, "..", ".."))
 LAUNCHER = os.path.join(REPO, "scripts", "psbench-slurm")
 SBATCH_SCRIPT = os.path.join(REPO, "configs", "slurm", "psbench.sbatch")
+# deploy/'s sbatch script: plain srun psbench-node, no wrapper (issue 40).
+NODE_SBATCH = os.path.join(REPO, "deploy", "slurm", "psbench-node.sbatch")
 SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "sinfo", "squeue",
                "scancel")
 START_TIMEOUT = 30   # munged, slurmctld, slurmd up and the node idle
@@ -364,9 +366,10 @@ class Cluster(object):
         e = re.search(r"\bExitCode=(\d+):(\d+)", r.stdout)
         return (m.group(1) if m else None), (int(e.group(1)) if e else None), r.stdout
 
-    def sbatch(self, sbatch_args, script_args, env):
-        """Submit psbench.sbatch; wait for the end. Returns (state, exit code, output)."""
-        r = self.run(["sbatch", "--parsable"] + sbatch_args + [SBATCH_SCRIPT] + script_args, env=env)
+    def sbatch(self, sbatch_args, script_args, env, script=SBATCH_SCRIPT):
+        """Submit psbench.sbatch (or script); wait for the end. Returns
+        (state, exit code, output)."""
+        r = self.run(["sbatch", "--parsable"] + sbatch_args + [script] + script_args, env=env)
         jobid = r.stdout.strip().split(";")[0]
         deadline = time.monotonic() + JOB_TIMEOUT
         state, code, info = None, None, ""
@@ -483,7 +486,7 @@ class SlurmTests(unittest.TestCase):
     def tearDownClass(cls):
         cls.cluster.stop()
 
-    def job(self, ntasks, script_args, env=None):
+    def job(self, ntasks, script_args, env=None, script=SBATCH_SCRIPT, sbatch_extra=()):
         c = self.cluster
         e = dict(c.env)
         e.update({"PATH": self.path, "PSBENCH_PORT": str(free_port()),
@@ -493,10 +496,10 @@ class SlurmTests(unittest.TestCase):
         e.update(env or {})
         workdir = os.path.join(c.dir, "job")
         sb = ["--nodes=1", "--ntasks=%d" % ntasks, "--overcommit", "--chdir=" + workdir,
-              "--output=" + os.path.join(workdir, "slurm-%j.out")]
+              "--output=" + os.path.join(workdir, "slurm-%j.out")] + list(sbatch_extra)
         args = ["--model", "Tiny", "--model-config-path", self.model_cfg, "--epochs", "1",
                 "--rpc-timeout", "15"] + list(script_args)
-        jobid, state, code, out = c.sbatch(sb, args, e)
+        jobid, state, code, out = c.sbatch(sb, args, e, script)
         self.assertIsNone(psb.sanitizer_report(out), out)
         return jobid, state, code, out, e
 
@@ -543,6 +546,25 @@ class SlurmTests(unittest.TestCase):
         self.assertEqual(res["configuration"]["placement"], "shard")
         with open(os.path.join(outdir, "results.json")) as f:
             self.assertNotIn(token, f.read())
+
+    def test_deploy_sbatch_plain_srun(self):
+        """deploy/slurm/psbench-node.sbatch: one srun line of psbench-node
+        itself; task 0 the master (--master-rank 0), tasks 1 and 2 the
+        trainers, 3 the server, each from srun's variables; its random
+        token, its default --out."""
+        # This one-node cluster has no memory to give (RealMemory 1 MB)
+        # and 1 or 2 CPUs: the script's requests are lowered here.
+        jobid, state, code, out, env = self.job(4, [], script=NODE_SBATCH,
+                                                sbatch_extra=["--mem-per-cpu=1", "--cpus-per-task=1"])
+        self.assertEqual((state, code), ("COMPLETED", 0), out)
+        self.assertRegex(out, r"(?m)^0: psbench-node: slurm: rank 0 of 4 \(SLURM_PROCID, SLURM_NTASKS\).*: the master")
+        self.assertRegex(out, r"(?m)^1: psbench-node: slurm: rank 1 of 4 .*: trainer 0$")
+        self.assertRegex(out, r"(?m)^3: psbench-node: slurm: rank 3 of 4 .*: server 0$")
+        self.assertNotIn("psbench-slurm: ", out)  # no wrapper
+        self.assertNotIn(": warn: ", out)  # every port has the token
+        res = self.check_results(os.path.join(self.cluster.dir, "job", "psbench-%s" % jobid, "results.json"),
+                                 2, 1, env["PSBENCH_PORT"])
+        self.assertEqual(res["launcher"]["name"], "slurm")
 
     def test_too_few_tasks(self):
         """2 tasks cannot hold a master, a server and a trainer: the job

@@ -21,7 +21,15 @@ Faults on a host's link:
                           from the host MS later), with the same effect: the
                           host's outgoing packets arrive MS late.
 
-Everything a Net made (namespaces, links, wire processes) is removed by
+Names: set_hosts() gives every host the same /etc/hosts (as a cluster's
+DNS would answer: e.g. a Kubernetes pod's <hostname>.<subdomain>), written
+as /etc/netns/<namespace>/hosts, which `ip netns exec` bind-mounts over
+/etc/hosts for the processes it starts there (iproute2's convention for
+per-namespace configuration files); the machine's own /etc/hosts is not
+touched.
+
+Everything a Net made (namespaces, links, wire processes, /etc/netns/
+files) is removed by
 destroy(), which every test calls on every exit path (tearDown, atexit and
 SIGTERM); namespaces left over by a runner killed with SIGKILL are removed
 by the next Net (stale_cleanup: those whose pid is gone).
@@ -40,6 +48,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUBNET = "10.77.0"
 PREFIX = "psb"
+NETNS_ETC = "/etc/netns"  # ip netns exec: /etc/netns/<ns>/FILE is bind-mounted on /etc/FILE
 
 
 def _run(args, check=True, timeout=20):
@@ -57,11 +66,16 @@ def _ns_list():
 
 
 def stale_cleanup():
-    """Remove namespaces of earlier runs whose test process is gone."""
+    """Remove namespaces (and their /etc/netns files) of earlier runs whose
+    test process is gone."""
     for ns in _ns_list():
         m = re.match(r"^%s(\d+)-" % PREFIX, ns)
         if m and not os.path.exists("/proc/%s" % m.group(1)):
             _run(["ip", "netns", "del", ns], check=False)
+    for ns in (os.listdir(NETNS_ETC) if os.path.isdir(NETNS_ETC) else []):
+        m = re.match(r"^%s(\d+)n\d+-" % PREFIX, ns)
+        if m and not os.path.exists("/proc/%s" % m.group(1)):
+            shutil.rmtree(os.path.join(NETNS_ETC, ns), ignore_errors=True)
 
 
 def unavailable():
@@ -196,6 +210,7 @@ class Net(object):
         self.hosts = {}
         self.netem = None
         self.made = []
+        self.etc_dirs = []
         Net._live.add(self)
         _run(["ip", "netns", "add", self.sw])
         self.made.append(self.sw)
@@ -220,12 +235,37 @@ class Net(object):
         self.hosts[name] = h
         return h
 
+    def set_hosts(self, entries):
+        """Every host's /etc/hosts: localhost and entries, each (address,
+        name, ...). Only processes started after it see it."""
+        text = "127.0.0.1\tlocalhost\n::1\tlocalhost\n" + "".join(
+            "%s\t%s\n" % (e[0], " ".join(e[1:])) for e in entries)
+        if not os.path.isdir(NETNS_ETC):
+            os.makedirs(NETNS_ETC)
+            self.etc_made = True  # removed again once empty
+        for h in self.hosts.values():
+            d = os.path.join(NETNS_ETC, h.ns)
+            if d not in self.etc_dirs:
+                os.makedirs(d, exist_ok=True)
+                self.etc_dirs.append(d)
+            with open(os.path.join(d, "hosts"), "w") as f:
+                f.write(text)
+
     def destroy(self):
         for h in self.hosts.values():
             h.stop_wire()
         for ns in reversed(self.made):
             _run(["ip", "netns", "del", ns], check=False)
         self.made = []
+        for d in self.etc_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        self.etc_dirs = []
+        if getattr(self, "etc_made", False):
+            try:
+                os.rmdir(NETNS_ETC)
+            except OSError:
+                pass  # another Net's files are there
+            self.etc_made = False
         Net._live.discard(self)
 
     @staticmethod
@@ -238,9 +278,12 @@ atexit.register(Net.destroy_all)
 
 
 def leftovers():
-    """Namespaces of this process still present (for the tests' own check)."""
+    """Namespaces of this process, and their /etc/netns folders, still
+    present (for the tests' own check)."""
     mine = "%s%d" % (PREFIX, os.getpid())
-    return [ns for ns in _ns_list() if ns.startswith(mine + "n")]
+    etc = os.listdir(NETNS_ETC) if os.path.isdir(NETNS_ETC) else []
+    return ([ns for ns in _ns_list() if ns.startswith(mine + "n")] +
+            [os.path.join(NETNS_ETC, d) for d in etc if d.startswith(mine + "n")])
 
 
 if __name__ == "__main__":
