@@ -69,7 +69,7 @@ def stale_cleanup():
     """Remove namespaces (and their /etc/netns files) of earlier runs whose
     test process is gone."""
     for ns in _ns_list():
-        m = re.match(r"^%s(\d+)-" % PREFIX, ns)
+        m = re.match(r"^%s(\d+)n\d+-" % PREFIX, ns)
         if m and not os.path.exists("/proc/%s" % m.group(1)):
             _run(["ip", "netns", "del", ns], check=False)
     for ns in (os.listdir(NETNS_ETC) if os.path.isdir(NETNS_ETC) else []):
