@@ -68,8 +68,8 @@ def _ns_list():
 def stale_cleanup():
     """Remove namespaces (and their /etc/netns files) of earlier runs whose
     test process is gone."""
-    for ns in _ns_list():
-        m = re.match(r"^%s(\d+)n\d+-" % PREFIX, ns)
+    for ns in _ns_list():  # a Net's (psb<pid>n<k>-…) and the probes' (psb<pid>-probe)
+        m = re.match(r"^%s(\d+)(?:n\d+)?-" % PREFIX, ns)
         if m and not os.path.exists("/proc/%s" % m.group(1)):
             _run(["ip", "netns", "del", ns], check=False)
     for ns in (os.listdir(NETNS_ETC) if os.path.isdir(NETNS_ETC) else []):
