@@ -106,6 +106,17 @@ static void cmd_add(node_cmd *c, const char *s)
     c->v[c->n] = NULL;
 }
 
+/* The one place a command's strings are freed (a dry run makes one per
+ * rank; the rank's own is handed to execv and lives as long as the
+ * process). */
+static void cmd_free(node_cmd *c)
+{
+    for (int i = 0; i < c->n; i++)
+        free(c->v[i]);
+    free(c->v);
+    *c = (node_cmd){0};
+}
+
 /* What the whole world shares: the place, the map, the options. */
 typedef struct node_world {
     const node_args *args;
@@ -260,14 +271,17 @@ int main(int argc, char **argv)
     char err[600];
     node_args a;
     int rc = node_args_parse(&a, argc, argv, err, sizeof err);
-    if (rc == OPTS_HELP || rc == OPTS_VERSION)
+    if (rc == OPTS_HELP || rc == OPTS_VERSION) {
+        node_args_free(&a);
         return 0;
+    }
     if (rc < 0)
         node_die("%s (see --help)", err);
 
     if (a.print_hostnames) {
         if (launch_hostlist_expand(a.print_hostnames, node_print_host, NULL, err, sizeof err) < 0)
             node_die("--print-hostnames '%.100s': %s", a.print_hostnames, err);
+        node_args_free(&a);
         return 0;
     }
 
@@ -306,7 +320,9 @@ int main(int argc, char **argv)
             else
                 printf("rank %u: %s %u: ", r, launch_role_name(role), rr);
             node_print_cmd(stdout, &c);
+            cmd_free(&c);
         }
+        node_args_free(&a);
         return 0;
     }
 

@@ -242,3 +242,10 @@ int node_args_parse(node_args *a, int argc, char **argv, char *err, size_t errle
     }
     return OPTS_OK;
 }
+
+void node_args_free(node_args *a)
+{
+    free(a->master);
+    a->master = NULL;
+    a->nmaster = 0;
+}

@@ -32,5 +32,7 @@ const opts_table *node_opts(void);
 /* Parse argv into a (its defaults set first). OPTS_OK, OPTS_HELP or
  * OPTS_VERSION once printed, or -1 with a one-line reason in err. */
 int node_args_parse(node_args *a, int argc, char **argv, char *err, size_t errlen);
+/* What node_args_parse allocated (the master's argument list). */
+void node_args_free(node_args *a);
 
 #endif

@@ -281,25 +281,53 @@ static int net_try_connect(const struct addrinfo *ai, long long remaining_ms, in
     return fd;
 }
 
+/* Whether a name that did not resolve may resolve later: no record yet
+ * (a Kubernetes pod's name appears in its Service's DNS once the pod
+ * runs; a launcher starts every rank at once) or no answer yet. */
+static int net_resolve_may_come(int gai)
+{
+    return gai == EAI_NONAME || gai == EAI_AGAIN
+#ifdef EAI_NODATA
+           || gai == EAI_NODATA
+#endif
+        ;
+}
+
 int net_connect(const char *host, uint16_t port, int timeout_ms, char *err, size_t errlen)
 {
-    struct addrinfo *res;
-    if (net_resolve(host, port, 0, &res, err, errlen) < 0)
-        return -1;
     long long deadline = clock_now_ms() + timeout_ms;
     int e = ETIMEDOUT;
     int fd = -1;
+    int gai = 0;
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", port);
     for (;;) {
-        for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
-            fd = net_try_connect(ai, deadline - clock_now_ms(), &e);
-        /* Retry only while the peer refuses: it may still be starting. */
-        if (fd >= 0 || e != ECONNREFUSED || clock_now_ms() >= deadline)
+        /* Resolved again at every try: a peer may be starting where its
+         * name is not known yet, as it may be starting where nothing
+         * listens yet. */
+        struct addrinfo hints = {0}, *res = NULL;
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        gai = getaddrinfo(host, ps, &hints, &res);
+        if (gai == 0) {
+            for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
+                fd = net_try_connect(ai, deadline - clock_now_ms(), &e);
+            freeaddrinfo(res);
+        } else if (!net_resolve_may_come(gai)) {
             break;
-        struct timespec ts = {0, 50 * 1000 * 1000};
+        }
+        /* Retry only while the peer refuses or its name is not known
+         * yet: it may still be starting. */
+        if (fd >= 0 || (gai == 0 && e != ECONNREFUSED) || clock_now_ms() >= deadline)
+            break;
+        struct timespec ts = {0, (gai ? 200 : 50) * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    freeaddrinfo(res);
-    if (fd < 0)
+    text_shown shown;
+    if (fd < 0 && gai != 0)
+        snprintf(err, errlen, "cannot resolve %s: %s%s", text_show(host, '\'', &shown), gai_strerror(gai),
+                 net_resolve_may_come(gai) ? " (tried until the connect timeout)" : "");
+    else if (fd < 0)
         snprintf(err, errlen, "cannot connect to %s:%u: %s", host, port, strerror(e));
     return fd;
 }

@@ -34,7 +34,9 @@ int net_listen_flag(const char *flag, const char *host, uint16_t port, int backl
                     char *err, size_t errlen);
 
 /* Blocking connect with a timeout in milliseconds, retried until the
- * deadline while the peer refuses (it may still be starting). Returns a
+ * deadline while the peer refuses or its name does not resolve yet (it
+ * may still be starting: a pod's DNS name comes with the pod). A name
+ * the resolver refuses otherwise fails at once. Returns a
  * connected fd in blocking mode with TCP_NODELAY, or -1 with err set. */
 int net_connect(const char *host, uint16_t port, int timeout_ms, char *err, size_t errlen);
 

@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -122,6 +123,37 @@ class IndexedJobDns(unittest.TestCase):
             self.assertIn(self.h["psb-3"].addr, t["links"][0]["address"])
         for p in pods.values():
             self.assertNotIn(self.token, p.stdout() + p.stderr(), p.name)
+
+    def test_master_name_resolves_late(self):
+        """The ranks start before the master's name exists (a pod's DNS
+        record comes with the pod): they try the name again until it
+        resolves, within --connect-timeout, and the job runs."""
+        cfg = os.path.join(self.reg.workdir, "models.json")
+        with open(cfg, "w") as f:
+            json.dump(MODELS, f)
+        entries = [(h.addr, "%s.psb" % n) for n, h in self.h.items()]
+        self.net.set_hosts(entries[1:])  # no psb-0.psb yet
+        job = ["--model=Small", "--model-config-path=" + cfg, "--epochs=1", "--rpc-timeout=20",
+               "--out=" + os.path.join(self.reg.workdir, "out")]
+        pods = {i: self.start_pod(PODS[i], i, job) for i in (1, 2, 3)}
+        # Each has exec'd its role and tries the name that is not there
+        # (before, the first try's "cannot resolve" ended it at once).
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline and not all(
+                "psbench-node: kubernetes: rank" in p.stderr() for p in pods.values()):
+            time.sleep(0.1)
+        time.sleep(2)
+        for p in pods.values():
+            self.assertIsNone(p.returncode, p.describe())
+        self.net.set_hosts(entries)  # written in place: the running nodes see it
+        pods[0] = self.start_pod(PODS[0], 0, job)
+        for i, p in sorted(pods.items()):
+            try:
+                rc = p.wait(WAIT)
+            except subprocess.TimeoutExpired:
+                self.fail("%s still runs after %d s:\n%s" % (p.name, WAIT,
+                                                             "\n".join(q.describe() for q in pods.values())))
+            self.assertEqual(rc, 0, "\n".join(q.describe() for q in pods.values()))
 
     def test_master_index_elsewhere_refused(self):
         """Index 0 started on psb-1: psb-0.psb is not this host, refused

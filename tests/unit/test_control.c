@@ -17,6 +17,7 @@
 #include "master/aggregate.h"
 #include "shared/control.h"
 #include "shared/metrics.h"
+#include "shared/net.h"
 #include "shared/peer.h"
 
 static void test_roundtrip_and_partial(void **state)
@@ -395,10 +396,23 @@ static void test_send_bounded(void **state)
     close(sv[0]);
 }
 
+/* A name that does not resolve (yet) is tried again until the connect
+ * timeout, as a refusing peer is (a pod's DNS name comes with the pod);
+ * ".invalid" never resolves (RFC 2606), whatever the resolver here. */
+static void test_connect_name_not_yet(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    assert_int_equal(net_connect("psbench-test.invalid", 9, 300, err, sizeof err), -1);
+    assert_non_null(strstr(err, "cannot resolve 'psbench-test.invalid': "));
+    assert_non_null(strstr(err, "(tried until the connect timeout)"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_send_bounded),
+        cmocka_unit_test(test_connect_name_not_yet),
         cmocka_unit_test(test_roundtrip_and_partial),
         cmocka_unit_test(test_bad_bodies),
         cmocka_unit_test(test_token_limit),
