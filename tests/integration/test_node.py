@@ -5,7 +5,9 @@ psbench-node command line, the environment torchrun (or srun) sets, one
 process per rank — and checks what every rank did: the whole job runs and
 every rank exits 0, results.json names the launcher and its variables; a
 rank started twice is refused while the other runs; a rank missing until
-the join timeout, or killed during the run, ends every rank non-zero. The
+the join timeout, or killed during the run, ends every rank non-zero; a
+rank restarted while the master waits is taken, one that comes after the
+run failed is told why (the master lingering). The
 real torchrun runs where /usr/bin/python3 has torch (skipped otherwise).
 Every process a test starts is stopped on every exit path (psb.Registry).
 
@@ -197,6 +199,66 @@ class NodeTests(unittest.TestCase):
         rcs = self.wait_all(procs)
         for r, rc in rcs.items():
             self.assertNotEqual(rc, 0, "rank %d\n%s" % (r, self.describe(procs)))
+
+    # ---- a rank restarted by its launcher -----------------------------------
+
+    def test_rank_restarted_while_the_master_waits(self):
+        # Rank 0's first life crashes before it joins (a stand-in trainer
+        # that exits 1, as a crash while loading would); its launcher starts
+        # it again (a pod restarted, TORCHELASTIC_RESTART_COUNT 1) while the
+        # master still waits for its world: the second life is taken and the
+        # job runs to the end.
+        procs = self.world(torchrun_env, (1, 2, 3), JOB + ["--epochs", "1", "--out", self.out])
+        crash = os.path.join(self.reg.workdir, "crash")
+        os.mkdir(crash)
+        with open(os.path.join(crash, "psbench-trainer"), "w") as f:
+            f.write("#!/bin/sh\necho 'stand-in trainer: crashed before joining' >&2\nexit 1\n")
+        os.chmod(os.path.join(crash, "psbench-trainer"), 0o755)
+        env = torchrun_env(0, 4, self.port)
+        env["PSBENCH_BIN_DIR"] = crash
+        first = self.start(env, JOB + ["--epochs", "1", "--out", self.out], "rank0-first")
+        self.assertEqual(first.wait(WAIT), 1, first.describe())
+        self.assertIn("crashed before joining", first.stderr())
+        for r in (1, 2, 3):
+            self.assertTrue(procs[r].alive(), "rank %d left before rank 0 came back\n%s" % (r, self.describe(procs)))
+        env = torchrun_env(0, 4, self.port)
+        env["TORCHELASTIC_RESTART_COUNT"] = "1"
+        procs[0] = self.start(env, JOB + ["--epochs", "1", "--out", self.out], "rank0-again")
+        rcs = self.wait_all(procs)
+        self.assertEqual(rcs, {0: 0, 1: 0, 2: 0, 3: 0}, self.describe(procs))
+        res = self.results()
+        self.assertEqual(res["phase"], "done")
+        self.assertEqual(len(res["trainers"]), 2)
+
+    def test_rank_after_the_master_failed_is_told_why(self):
+        # The server (rank 2) comes only after the master has failed the run
+        # for want of it; the master stays (--linger) and tells the late
+        # server why it cannot be taken: the run's verdict, not a silence.
+        procs = self.world(torchrun_env, (0, 1, 3), JOB + ["--epochs", "1", "--join-timeout", "2", "--linger", "60",
+                                                           "--out", self.out])
+        for r in (0, 1):
+            try:
+                rc = procs[r].wait(WAIT)
+            except subprocess.TimeoutExpired:
+                self.fail("rank %d still runs after %d s:\n%s" % (r, WAIT, self.describe(procs)))
+            self.assertNotEqual(rc, 0, self.describe(procs))
+        deadline = time.monotonic() + WAIT
+        while "run failed" not in procs[3].stderr():
+            self.assertTrue(procs[3].alive(), self.describe(procs))
+            self.assertLess(time.monotonic(), deadline, self.describe(procs))
+            time.sleep(0.1)
+        late = self.start(torchrun_env(2, 4, self.port), JOB + ["--epochs", "1", "--out", self.out], "rank2-late")
+        try:
+            rc = late.wait(WAIT)
+        except subprocess.TimeoutExpired:
+            self.fail("the late server still runs after %d s:\n%s" % (WAIT, late.describe()))
+        self.assertNotEqual(rc, 0, late.describe())
+        self.assertRegex(late.stderr(), r"the run is over \(failed: only \d of 2 trainers and 0 of 1 servers joined "
+                                        r"within 2 s")
+        self.assertTrue(procs[3].alive(), self.describe(procs))
+        procs[3].signal(signal.SIGTERM)  # during --linger: the master leaves now
+        self.assertNotEqual(procs[3].wait(WAIT), 0, self.describe(procs))
+        self.assertEqual(self.results()["phase"], "failed")
 
     # ---- refusals and the map ---------------------------------------------
 
