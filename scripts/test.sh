@@ -33,24 +33,58 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # clang when present, so that the fuzz target is built and run too.
 if command -v clang >/dev/null 2>&1; then cc=clang; else cc=cc; fi
 
-run_suite() { # build-dir, ctest args (quoted as one word), extra cmake args...
-  local dir=$1 select=$2; shift 2
+# One test more at once than the machine has cores: most tests wait (on
+# peers, timeouts, a browser) more than they compute — at as many as the
+# cores the CPU sat 11-51 % idle through the ASan pass — and each one uses
+# its own ports, folders and namespaces (tests/integration/psb.py,
+# tests/multihost/netns.py). The suite has passed twice in a row with two
+# copies of it at -j2 each on 2 cores (4 at once: issue 38's check), more
+# than this asks of one host.
+test_jobs=$((jobs + 1))
+
+# The targets a selection of tests runs: each test's own executable (a unit
+# test) and the four binaries the scripts' tests start. A sanitizer pass
+# builds only these (about half of its build). ctest names a test's
+# executable only once it exists, so the names come from the release
+# build, which this script builds whole first; a selected test it cannot
+# place means: build everything.
+selected_targets() { # build-dir, ctest selection flags (one word)
+  # shellcheck disable=SC2086  # $2 is a list of ctest flags
+  (cd "$1" && ctest --show-only=json-v1 $2) > "$1/selected-tests.json"
+  (cd build-test && ctest --show-only=json-v1) | /usr/bin/python3 -c '
+import json, os, sys
+builds = tuple(os.path.realpath(d) + os.sep for d in ("build-test", os.path.dirname(sys.argv[1])))
+known = {t["name"]: (t.get("command") or [None])[0] for t in json.load(sys.stdin)["tests"]}
+names = {"psbench-master", "psbench-server", "psbench-trainer", "psbench-node"}
+for t in json.load(open(sys.argv[1]))["tests"]:
+    cmd = (t.get("command") or [None])[0] or known.get(t["name"])
+    if cmd is None:
+        print("all")
+        sys.exit(0)
+    exe = os.path.realpath(cmd)
+    if exe.startswith(builds):
+        names.add(os.path.basename(exe))
+print(" ".join(sorted(names)))' "$1/selected-tests.json"
+}
+
+run_suite() { # build-dir, ctest args (quoted as one word), all|selected, extra cmake args...
+  local dir=$1 select=$2 what=$3; shift 3
   # Every option this script relies on is named, so that a folder left
   # with other options (a hand-made build without tests) is set right.
   psb_configure "$dir" "$cc" RelWithDebInfo -DPSBENCH_WERROR=ON -DPSBENCH_TESTS=ON "$@"
   [ "$configure_only" = 1 ] && return 0
-  cmake --build "$dir" -j "$jobs"
-  # As many tests at once as the machine has cores: most of them wait
-  # (on peers, timeouts, a browser) more than they compute, and each one
-  # uses its own ports, folders and namespaces (tests/integration/psb.py,
-  # tests/multihost/netns.py). On 2 cores the release pass takes 330 s
-  # this way, 580 s one at a time.
+  if [ "$what" = selected ]; then
+    # shellcheck disable=SC2046  # one target name per word
+    cmake --build "$dir" -j "$jobs" --target $(selected_targets "$dir" "$select")
+  else
+    cmake --build "$dir" -j "$jobs"
+  fi
   # shellcheck disable=SC2086  # $select is a list of ctest flags
-  (cd "$dir" && ctest --output-on-failure -j "$jobs" $select)
+  (cd "$dir" && ctest --output-on-failure -j "$test_jobs" $select)
 }
 
 echo "== release build + tests (build-test/)"
-run_suite build-test "-LE container" -DPSBENCH_SANITIZE=OFF -DPSBENCH_TSAN=OFF -DPSBENCH_FUZZ=ON -DPSBENCH_DEVICE_TEST_SUITE=OFF
+run_suite build-test "-LE container" all -DPSBENCH_SANITIZE=OFF -DPSBENCH_TSAN=OFF -DPSBENCH_FUZZ=ON -DPSBENCH_DEVICE_TEST_SUITE=OFF
 
 if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   echo "== ASan + UBSan build + tests (build-asan/)"
@@ -69,7 +103,12 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # integration_hooks' and integration_ddp_buckets') and the packaging (a
   # --local job from an installed tree: the binaries' code is the other
   # tests'), nor deploy/'s files (their one job is the torchrun example's,
-  # whose psbench-node runs under ASan in integration_node). That keeps the whole script well under 20 minutes on 2 cores.
+  # whose psbench-node runs under ASan in integration_node). The end-to-end
+  # and batch-update suites run here on the test device (device_test_e2e,
+  # device_test_batch_update: the same files over TCP, futures resolved
+  # late); their shared-memory path is every --local job's here. Inside
+  # the files that stay, a test made of whole training runs that repeat
+  # what the others run skips here (unittest.skipIf(psb.ASAN, why)).
   # The faults run here too. The server's suites over TCP run here on the
   # test device (device_test_*; tcp_* are the release pass's). The
   # server's suites on the fake GPU run in
@@ -79,16 +118,15 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # longest here, 55 and 36 s: their servers' memory is integration_master's
   # and integration_training's, which run here on the cpu device).
   ASAN_OPTIONS=detect_leaks=1 run_suite build-asan \
-    "-LE container -E deploy_files|multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|integration_dashboard|integration_sweep_report|integration_host_state|integration_training|integration_install|device_fakecuda_|device_test_master|device_test_training|tcp_" \
-    -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF \
-    -DPSBENCH_DEVICE_TEST_SUITE=ON
+    "-LE container -E deploy_files|multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|integration_dashboard|integration_sweep_report|integration_host_state|integration_training|integration_install|integration_e2e|integration_batch_update|device_fakecuda_|device_test_master|device_test_training|tcp_" \
+    selected -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"
   # Not under TSan: the back-to-back runs' suite on the fake GPU (long
   # runs at TSan's pace; the fake GPU's threads are the other
   # device_fakecuda_ suites' and unit_cugpu's here).
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" run_suite build-tsan \
     "-L server|threads -LE container -E device_fakecuda_runs" \
-    -DPSBENCH_TSAN=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
+    selected -DPSBENCH_TSAN=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
 fi
 if [ "$configure_only" = 1 ]; then
   echo "scripts/test.sh: configured"

@@ -41,6 +41,10 @@ RUN_TIMEOUT = 90  # a master run of the integration tests, start to end
 # test ends it with a signal (end_lingering, or the Registry's stop).
 LINGER_S = 600
 MIB = 1 << 20
+# The ASan pass (tests/CMakeLists.txt sets it): a test whose whole training
+# runs repeat code that the pass's other tests run skips there with
+# unittest.skipIf(psb.ASAN, reason), and stays in the release pass.
+ASAN = os.environ.get("PSBENCH_ASAN") == "1"
 
 
 # ---- the repository's configurations -------------------------------------

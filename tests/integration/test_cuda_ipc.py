@@ -48,7 +48,7 @@ MIB = 1 << 20
 # Under ASan the whole training runs are the release pass's (their memory
 # is the same code's as the runs the ASan pass keeps: the killed trainer,
 # the five runs); the suite stays within its time.
-ASAN = os.environ.get("PSBENCH_ASAN") == "1"
+ASAN = psb.ASAN
 TDEV = os.environ.get("PSBENCH_TRAINER_DEVICE") or "fake-cuda"
 SDEV = os.environ.get("PSBENCH_SERVER_DEVICE") or "fake-cuda"
 # shared/cugpu_fake.c: a handle's bytes, and an IPC event's shared page.
@@ -516,7 +516,8 @@ class Trainers(MasterJob, psb.PsbTestCase):
         run ends naming it; the server ends by itself with the run's reason
         (its peers unmapped, its exit lines written: no crash, no hang)."""
         out = os.path.join(self.reg.workdir, "killed")
-        m = self.master(*(self.JOB[:-1] + ("50",)), out=out)
+        # One warm-up step, then a timed pass far longer than the test.
+        m = self.master(*(self.JOB[:-2] + ("--warmup-steps", "1", "--steps", "5000")), out=out)
         s = self.node(m, "psbench-server", SDEV, "server")
         t0 = self.node(m, "psbench-trainer", TDEV, "trainer")
         t1 = self.node(m, "psbench-trainer", TDEV, "trainer")
@@ -536,7 +537,8 @@ class Trainers(MasterJob, psb.PsbTestCase):
         """The CUDA server killed while trainers read means in its GPU
         memory: the run ends naming it, every trainer ends by itself."""
         out = os.path.join(self.reg.workdir, "server-killed")
-        m = self.master(*(self.JOB[:-1] + ("50",)), out=out)
+        # One warm-up step, then a timed pass far longer than the test.
+        m = self.master(*(self.JOB[:-2] + ("--warmup-steps", "1", "--steps", "5000")), out=out)
         s = self.node(m, "psbench-server", SDEV, "server")
         ts = [self.node(m, "psbench-trainer", TDEV, "trainer") for _ in range(2)]
         deadline = time.monotonic() + 120

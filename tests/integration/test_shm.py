@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import unittest
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -456,6 +457,8 @@ class Runs(psb.PsbTestCase):
                       "--warmup-cycles", "1"],
     }
 
+    @unittest.skipIf(psb.ASAN, "training runs over both transports: the release pass's; the segments' code runs "
+                               "under ASan in the tests beside it")
     def test_kinds_equal_over_both_transports(self):
         """Each kind trains the same bits over shared memory as over TCP:
         losses and final parameters' digests equal, every link as asked."""
