@@ -6,13 +6,13 @@
  *   psbench-master sweep [options]      a matrix of jobs, a table, a report
  */
 #include "master/config.h"
-#include "master/diff.h"
+#include "master/tools/diff.h"
 #include "master/http.h"
 #include "master/launcher.h"
 #include "master/master.h"
 #include "master/hoststate.h"
 #include "master/opts.h"
-#include "master/sweep.h"
+#include "master/tools/sweep.h"
 #include "shared/frame.h"
 #include "shared/log.h"
 #include "shared/net.h"

@@ -13,10 +13,10 @@
  *   run        point after point: the child, its results read back, a row
  *   write      sweep.json, sweep.csv, report.html (sweep_report.c)
  */
-#include "master/sweep.h"
+#include "master/tools/sweep.h"
 
-#include "master/sweep_int.h"
-#include "master/sweep_report.h"
+#include "master/tools/sweep_int.h"
+#include "master/tools/sweep_report.h"
 #include "shared/clock.h"
 #include "shared/eta.h"
 #include "shared/rng.h"

@@ -1,5 +1,5 @@
 /* diff.c — compare two results.json files (see diff.h). */
-#include "master/diff.h"
+#include "master/tools/diff.h"
 #include "shared/atomicfile.h"
 #include "shared/cli.h"
 #include "shared/userpath.h"

@@ -1,13 +1,13 @@
 /* sweep_output.c — what a sweep says: each point's results read back and
  * summed up, parameter-server points paired with their allreduce
  * partners, the table's rows and the answer, sweep.json and sweep.csv
- * (master/sweep_int.h). */
-#include "master/sweep_int.h"
+ * (master/tools/sweep_int.h). */
+#include "master/tools/sweep_int.h"
 
 #include "master/headline.h"
 #include "master/noise.h"
 #include "master/summary.h"
-#include "master/sweep_report.h"
+#include "master/tools/sweep_report.h"
 #include "shared/atomicfile.h"
 #include "shared/text.h"
 #include "shared/userpath.h"

@@ -1,7 +1,7 @@
 /* sweep_plan.c — a sweep's matrix: its dimensions from the command line
  * and a sweep file, expanded into points, each planned by its own
- * --dry-run (master/sweep_int.h). */
-#include "master/sweep_int.h"
+ * --dry-run (master/tools/sweep_int.h). */
+#include "master/tools/sweep_int.h"
 #include "master/opts.h"
 #include "shared/opts.h"
 
