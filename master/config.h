@@ -14,10 +14,12 @@
  *     config_free(&c);
  *
  * The flags are master/opts.c's option table (shared/opts.h): config_init,
- * config_parse_args and config_usage are made from it there.
+ * config_parse_args and config_usage are made from it there. The files:
+ * config.c (the whole: lifetime, command line, order of the checks),
+ * config_check.c (the checks), config_load.c (configs/), config_json.c.
  *
  * config_resolve runs config_check_flags (the flags' own values),
- * config_load (the files and every value in them), config_validate (how
+ * config_load (the files and every value in them), config_check_fit (how
  * flags and files fit), in that order, so the first error reported is the
  * cause: a bad value in a file is named before what it would break in the
  * flags' counts.
@@ -67,7 +69,11 @@ int config_check_flags(const run_config *c, char *err, size_t errlen);
  * err. After config_load, a batch-update or HybridModel job skips the seed
  * placement's checks (every trainer feeds every server); without it they
  * all apply. */
-int config_validate(const run_config *c, char *err, size_t errlen);
+int config_check_fit(const run_config *c, char *err, size_t errlen);
+
+/* What config_load resolved, released (c->resolved zeroed): config_load
+ * does it first, config_free too. */
+void config_unload(run_config *c);
 
 /* Read the four configuration files and resolve the chosen ids into
  * c->resolved: every value checked for type and range (shared/jobconf.h's
@@ -77,11 +83,11 @@ int config_validate(const run_config *c, char *err, size_t errlen);
  * model's hook, the data against a DummyModel. Returns 0 or -1 with err
  * naming the file and the id (a value: "PATH: trainer \"ID\": \"KEY\" must
  * be ..., got ..."). May be called again (the previous resolution is
- * released first). Call it before config_validate: the placement checks
+ * released first). Call it before config_check_fit: the placement checks
  * depend on the server kind. */
 int config_load(run_config *c, char *err, size_t errlen);
 
-/* config_check_flags, config_load, config_validate: the first error, or 0. */
+/* config_check_flags, config_load, config_check_fit: the first error, or 0. */
 int config_resolve(run_config *c, char *err, size_t errlen);
 
 /* Batches each trainer runs per pass (warm-up or timed): epochs times the
