@@ -1,7 +1,8 @@
 /* diff.c — compare two results.json files (see diff.h). */
 #include "master/tools/diff.h"
 #include "shared/atomicfile.h"
-#include "shared/cli.h"
+#include "shared/log.h"
+#include "shared/opts.h"
 #include "shared/userpath.h"
 #include "shared/text.h"
 
@@ -19,31 +20,54 @@ static const char *const diff_stats[] = {"count", "mean", "p50", "p90", "p99", "
 /* A metric name as shown (escaped: the file may come from anywhere). */
 #define DIFF_NAME_SHOWN 1024
 
+/* diff's command line: its options anywhere among the two files; after
+ * "--" every argument is a file. */
+typedef struct diff_args {
+    const char *files[2];
+    int nfiles;
+    bool files_only;      /* "--" was given */
+    const char *csv_path; /* --csv FILE, NULL */
+    bool allow_failed;    /* --allow-failed */
+    bool force;           /* --force: runs of different models too */
+} diff_args;
+
+#define DIFF_AT(f) OPT_AT(diff_args, f)
+static const opt_spec diff_specs[] = {
+    {.kind = OPT_TEXT,
+     .help = "usage: psbench-master diff [--csv FILE] [--allow-failed] [--force] A.json B.json\n"
+             "\n"
+             "Compares two runs' results.json (written by --out DIR): first whether they\n"
+             "are comparable (runs of different models are refused unless --force), then\n"
+             "the headline with its noise (within noise where both sides are runs of a\n"
+             "--runs series, DIR/summary.json beside their folders, and their 95%\n"
+             "intervals overlap), then where their configurations (not listen, http, out,\n"
+             "...) and environments differ (what each node computed with:\n"
+             "CPU, BLAS and its kernels, the server's folds, compiler, kernel), then per\n"
+             "group and rank every metric's count, mean, p50, p90, p99 and max in ms,\n"
+             "with B-A and the change in percent of A (negative: B is faster).\n"
+             "A run that failed is said first, and not compared unless --allow-failed:\n"
+             "its figures stop where it failed (and may be the warm-up pass's).\n"
+             "A run's warnings (e.g. a loss that diverged under --allow-divergence)\n"
+             "are shown before the figures.\n"},
+    {.kind = OPT_STRING, .name = "csv", .meta = "FILE", .to = DIFF_AT(csv_path), .missing = "needs a file name",
+     .help = "also write the rows as CSV (checked before comparing:\n"
+             "its folder is made, the name must be free for a file)"},
+    {.kind = OPT_FLAG, .name = "allow-failed", .to = DIFF_AT(allow_failed), .help = "compare a failed run too (exit 0)"},
+    {.kind = OPT_FLAG, .name = "force", .to = DIFF_AT(force), .help = "compare runs of different models too"},
+    {.shared = &opts_help},
+    {.kind = OPT_TEXT,
+     .help = "Exit status: 0 ok, 1 unreadable or invalid input, a failed run without\n"
+             "--allow-failed or runs of different models without --force, 2 usage error\n"
+             "(a --csv FILE that cannot be written too).\n"},
+    OPTS_END,
+};
+#undef DIFF_AT
+
+static const opts_table diff_table = {.prog = "psbench-master diff", .specs = diff_specs, .help_col = 19};
+
 void diff_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: psbench-master diff [--csv FILE] [--allow-failed] [--force] A.json B.json\n"
-            "\n"
-            "Compares two runs' results.json (written by --out DIR): first whether they\n"
-            "are comparable (runs of different models are refused unless --force), then\n"
-            "the headline with its noise (within noise where both sides are runs of a\n"
-            "--runs series, DIR/summary.json beside their folders, and their 95%%\n"
-            "intervals overlap), then where their configurations (not listen, http, out,\n"
-            "...) and environments differ (what each node computed with:\n"
-            "CPU, BLAS and its kernels, the server's folds, compiler, kernel), then per\n"
-            "group and rank every metric's count, mean, p50, p90, p99 and max in ms,\n"
-            "with B-A and the change in percent of A (negative: B is faster).\n"
-            "A run that failed is said first, and not compared unless --allow-failed:\n"
-            "its figures stop where it failed (and may be the warm-up pass's).\n"
-            "A run's warnings (e.g. a loss that diverged under --allow-divergence)\n"
-            "are shown before the figures.\n"
-            "  --csv FILE       also write the rows as CSV (checked before comparing:\n"
-            "                   its folder is made, the name must be free for a file)\n"
-            "  --allow-failed   compare a failed run too (exit 0)\n"
-            "  --force          compare runs of different models too\n"
-            "Exit status: 0 ok, 1 unreadable or invalid input, a failed run without\n"
-            "--allow-failed or runs of different models without --force, 2 usage error\n"
-            "(a --csv FILE that cannot be written too).\n");
+    opts_usage(&diff_table, f);
 }
 
 /* ---- a sorted, unique list of keys ------------------------------------- */
@@ -771,68 +795,56 @@ static int diff_write_csv(FILE *csv, char **text, size_t *len, const char *path,
     return 0;
 }
 
-/* diff's command line. */
-typedef struct diff_args {
-    const char *files[2];
-    const char *csv_path; /* --csv FILE, NULL */
-    bool allow_failed;    /* --allow-failed */
-    bool force;           /* --force: runs of different models too */
-} diff_args;
+/* An argument that is none of diff's options: "--", a file, or an
+ * unknown option ("unknown option --forc: did you mean --force?"). */
+static int diff_other_arg(const char *a, void *settings, char *err, size_t errlen)
+{
+    diff_args *d = settings;
+    text_shown shown;
+    if (!d->files_only && strcmp(a, "--") == 0) {
+        d->files_only = true;
+        return OPTS_REST;
+    }
+    if (!d->files_only && a[0] == '-' && a[1] != '\0') {
+        /* Whole names only, as every psbench option; a slip gets the name
+         * it was near. */
+        const char *near = NULL;
+        size_t len = strcspn(a + 2, "=");
+        if (a[1] == '-')
+            (void)opts_is_long_name(&diff_table, a + 2, len, NULL, 0, &near);
+        if (near)
+            errbuf_set(err, errlen, "unknown option --%s: did you mean --%s?", text_show_n(a + 2, len, 0, &shown),
+                       near);
+        else
+            errbuf_set(err, errlen, "unknown option %s", text_show(a, '\'', &shown));
+        return -1;
+    }
+    if (d->nfiles == 2) {
+        errbuf_set(err, errlen, "too many arguments (%s): give two results.json files", text_show(a, '\'', &shown));
+        return -1;
+    }
+    d->files[d->nfiles++] = a;
+    return 0;
+}
 
-/* Its options anywhere among the two files ("--" ends them). -1 to go on,
- * else the exit code: 0 after --help, 2 for a usage error (said on err,
- * with the usage). */
+/* The command line (diff_table). -1 to go on, else the exit code: 0
+ * after --help, 2 for a usage error (said on err, with the usage). */
 static int diff_parse_args(int argc, char **argv, diff_args *d, FILE *out, FILE *err)
 {
-    int nfiles = 0;
-    bool opts_done = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        text_shown shown;
-        if (!opts_done && a[0] == '-' && a[1] != '\0') {
-            if (strcmp(a, "--") == 0) {
-                opts_done = true;
-            } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-                diff_usage(out);
-                return 0;
-            } else if (strcmp(a, "--csv") == 0) {
-                if (i + 1 >= argc) {
-                    fprintf(err, "psbench-master diff: --csv needs a file name\n");
-                    diff_usage(err);
-                    return 2;
-                }
-                d->csv_path = argv[++i];
-            } else if (strncmp(a, "--csv=", 6) == 0) {
-                d->csv_path = a + 6;
-            } else if (strcmp(a, "--allow-failed") == 0) {
-                d->allow_failed = true;
-            } else if (strcmp(a, "--force") == 0) {
-                d->force = true;
-            } else {
-                /* Whole names only, as every psbench option; a slip gets
-                 * the name it was near. */
-                static const char *const names[] = {"csv", "allow-failed", "force", "help"};
-                const char *near = a[1] == '-' ? cli_nearest(a + 2, strcspn(a + 2, "="), names, 4) : NULL;
-                if (near)
-                    fprintf(err, "psbench-master diff: unknown option --%s: did you mean --%s?\n",
-                            text_show_n(a + 2, strcspn(a + 2, "="), 0, &shown), near);
-                else
-                    fprintf(err, "psbench-master diff: unknown option %s\n", text_show(a, '\'', &shown));
-                diff_usage(err);
-                return 2;
-            }
-            continue;
-        }
-        if (nfiles == 2) {
-            fprintf(err, "psbench-master diff: too many arguments (%s): give two results.json files\n",
-                    text_show(a, '\'', &shown));
-            diff_usage(err);
-            return 2;
-        }
-        d->files[nfiles++] = a;
+    char msg[512];
+    int rc = opts_init(&diff_table, d, msg, sizeof msg);
+    if (rc == 0)
+        rc = opts_parse_args(&diff_table, argc, argv, d, diff_other_arg, msg, sizeof msg);
+    if (rc == OPTS_HELP) {
+        diff_usage(out);
+        return 0;
     }
-    if (nfiles != 2) {
-        fprintf(err, "psbench-master diff: give two results.json files\n");
+    if (rc == 0 && d->nfiles != 2) {
+        snprintf(msg, sizeof msg, "give two results.json files");
+        rc = -1;
+    }
+    if (rc != 0) {
+        fprintf(err, "psbench-master diff: %s\n", msg);
         diff_usage(err);
         return 2;
     }
