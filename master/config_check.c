@@ -4,7 +4,8 @@
  * placement's divisibility, the HybridModel's shape, batch-update rounds
  * that fill, data that feeds every trainer. (Not master/validate.c, which
  * checks the messages nodes send.) */
-#include "master/config.h"
+#include "master/config_check.h"
+#include "master/config_passes.h"
 #include "shared/cli.h"
 #include "shared/net.h"
 #include "shared/text.h"

@@ -2,7 +2,8 @@
  * the options with what config_load resolved (results.json's
  * "configuration", the "args:" line), and the objects the servers'
  * assignments carry (the HybridModel's embedding, batch-update's model). */
-#include "master/config.h"
+#include "master/config_json.h"
+#include "master/config_passes.h"
 #include "master/opts.h"
 
 json_t *config_embedding_json(const run_config *c)

@@ -3,7 +3,7 @@
  * that set their keys (--set, the seed launcher's trainer flags,
  * --ddp-hook), every value checked (shared/jobconf.h): config_load and
  * config_unload (see config.h). */
-#include "master/config.h"
+#include "master/config_load.h"
 #include "master/opts.h"
 #include "shared/cli.h"
 #include "shared/jobconf.h"
