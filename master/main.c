@@ -6,13 +6,13 @@
  *   psbench-master sweep [options]      a matrix of jobs, a table, a report
  */
 #include "master/config.h"
-#include "master/diff.h"
+#include "master/tools/diff.h"
 #include "master/http.h"
 #include "master/launcher.h"
 #include "master/master.h"
 #include "master/hoststate.h"
 #include "master/opts.h"
-#include "master/sweep.h"
+#include "master/tools/sweep.h"
 #include "shared/frame.h"
 #include "shared/log.h"
 #include "shared/net.h"
@@ -337,7 +337,7 @@ static void master_dry_run(const run_config *c, const master_settings *set, cons
                : set->embedding  ? "DDP + RPC: each server holds an embedding table"
                                  : "shard: bucket k goes to server k mod nserver");
     } else {
-        uint32_t group = set->ntrainer / set->nserver; /* config_validate: it divides */
+        uint32_t group = set->ntrainer / set->nserver; /* config_check_fit: it divides */
         printf("placement: seed (trainer r feeds server r / %u)\n", group);
         for (uint32_t s = 0; s < set->nserver; s++) {
             printf("  server %u <- trainer(s)", s);

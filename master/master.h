@@ -56,7 +56,7 @@ typedef struct master_settings {
     uint32_t runs;                  /* --runs: the job this many times back to back; 0: until stopped */
     bool allow_divergence;          /* --allow-divergence: trainers go on past a NaN/inf loss */
     bool tables;                    /* print the per-rank tables under the headline (--tables) */
-    /* The job's configuration as a sweep's sweep.csv has it (master/sweep.h),
+    /* The job's configuration as a sweep's sweep.csv has it (master/tools/sweep.h),
      * appended to every row of the per-run CSVs (results.c) so that CSVs of
      * several jobs concatenate into one table. Strings borrowed from the
      * run_config, which outlives the master. */

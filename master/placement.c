@@ -16,7 +16,7 @@
 
 /* CPU trainers (ranks 0..ntrainer-1) feed the CPU servers (ranks
  * 0..nserver-1), CUDA trainers the CUDA servers after them, each group
- * split evenly (config_validate checks it divides). With shard placement
+ * split evenly (config_check_fit checks it divides). With shard placement
  * every trainer feeds every server. */
 static uint32_t placement_cpu_trainers(const master *m) { return m->set.ntrainer - m->set.ncudatrainer; }
 static uint32_t placement_cpu_servers(const master *m) { return m->set.nserver - m->set.ncudaserver; }

@@ -615,6 +615,64 @@ int results_check_out(const char *out_dir, uint32_t runs, char *err, size_t errl
     return results_prepare_dir(out_dir, dir, err, errlen);
 }
 
+/* results.json's "trainers": each one's register, its timed pass's
+ * result and what it reported besides. */
+static json_t *results_trainers(master *m)
+{
+    json_t *trainers = json_array();
+    for (uint32_t r = 0; r < m->set.ntrainer; r++) {
+        node *n = m->trainers[r];
+        json_t *t = results_node(r, n);
+        if (t && n && n->timed_result)
+            json_object_update(t, n->timed_result);
+        /* The warm-up pass's loss and digest (null: none reported). */
+        json_object_set_new(t, "warmup", n && n->warmup_result ? json_incref(n->warmup_result) : json_null());
+        json_object_set_new(t, "diverged", n && n->diverged ? json_incref(n->diverged) : json_null());
+        /* Its links to servers and how each travels (shared memory or
+         * TCP, and why TCP where shared memory was tried): [] without. */
+        json_object_set_new(t, "links", n && n->links ? json_deep_copy(n->links) : json_array());
+        /* The metrics its GPU timed (extension): [] for a CPU trainer. */
+        json_object_set_new(t, "gpu_timed", n && n->gpu_timed ? json_deep_copy(n->gpu_timed) : json_array());
+        json_array_append_new(trainers, t);
+    }
+    return trainers;
+}
+
+/* results.json's extensions to the seed's document (docs/results.md),
+ * into doc: the DDP + RPC figures, the headline, the steady-state steps,
+ * the pass, the hosts' load and state, the timings, the launcher, the
+ * run of a series. st: the metrics' snapshot (ns entries), or NULL. */
+static void results_extensions(master *m, json_t *doc, const snap_stat *st, size_t ns)
+{
+    if (m->set.embedding && st)
+        json_object_set_new(doc, "ddp_rpc", results_ddp_rpc(m, st, ns));
+    /* The run's headline (extension, headline.h; docs/http-api.md). */
+    if (st)
+        json_object_set_new(doc, "headline", headline_json(m, st, ns, true));
+    /* Each trainer's steady-state steps in order (extension, issue 38):
+     * what a sweep's intervals and verdicts resample. */
+    json_object_set_new(doc, "steady_state", results_steady_state(m));
+    /* Which pass the groups' figures are from (extension): "timed", or
+     * "warm-up" when the run failed before its timed pass; null when none
+     * began. */
+    const char *pass = results_pass_name(m);
+    json_object_set_new(doc, "metrics_pass", pass ? json_string(pass) : json_null());
+    /* The master host's load at each pass's start and end (extension;
+     * results_load_mark): {} when no pass began. */
+    json_object_set_new(doc, "host_load", m->host_load ? json_deep_copy(m->host_load) : json_object());
+    /* Every host that took part: busy, oversubscribed (extension, issue 38;
+     * hoststate.h). */
+    json_object_set_new(doc, "host_state", hoststate_json(m));
+    /* The timed pass's duration ("Time spent training"), once it ended. */
+    if (m->training_s > 0)
+        json_object_set_new(doc, "training_seconds", json_real(m->training_s));
+    json_object_set_new(doc, "launcher", results_launcher());
+    if (m->set.runs != 1) {
+        json_object_set_new(doc, "run", json_integer(m->run));
+        json_object_set_new(doc, "runs", json_integer(m->set.runs));
+    }
+}
+
 int results_write(master *m, char *err, size_t errlen)
 {
     if (!m->set.out_dir)
@@ -633,22 +691,7 @@ int results_write(master *m, char *err, size_t errlen)
     snapshot_input in = {0};
     in.stats = st;
     in.nstats = st ? ns : 0;
-    json_t *trainers = json_array(), *servers = json_array();
-    for (uint32_t r = 0; r < m->set.ntrainer; r++) {
-        node *n = m->trainers[r];
-        json_t *t = results_node(r, n);
-        if (t && n && n->timed_result)
-            json_object_update(t, n->timed_result);
-        /* The warm-up pass's loss and digest (null: none reported). */
-        json_object_set_new(t, "warmup", n && n->warmup_result ? json_incref(n->warmup_result) : json_null());
-        json_object_set_new(t, "diverged", n && n->diverged ? json_incref(n->diverged) : json_null());
-        /* Its links to servers and how each travels (shared memory or
-         * TCP, and why TCP where shared memory was tried): [] without. */
-        json_object_set_new(t, "links", n && n->links ? json_deep_copy(n->links) : json_array());
-        /* The metrics its GPU timed (extension): [] for a CPU trainer. */
-        json_object_set_new(t, "gpu_timed", n && n->gpu_timed ? json_deep_copy(n->gpu_timed) : json_array());
-        json_array_append_new(trainers, t);
-    }
+    json_t *trainers = results_trainers(m), *servers = json_array();
     for (uint32_t r = 0; r < m->set.nserver; r++)
         json_array_append_new(servers, results_node(r, m->servers[r]));
     json_t *doc = json_pack("{s:O, s:o, s:s, s:o, s:o, s:o, s:o, s:o}", "configuration",
@@ -657,39 +700,8 @@ int results_write(master *m, char *err, size_t errlen)
                             m->error[0] ? json_string(m->error) : json_null(), "groups",
                             (json_t *)snapshot_groups_json(&in), "trainers", trainers, "servers", servers,
                             "warnings", results_warnings(m));
-    if (doc && m->set.embedding && st)
-        json_object_set_new(doc, "ddp_rpc", results_ddp_rpc(m, st, ns));
-    /* The run's headline (extension, headline.h; docs/http-api.md). */
-    if (doc && st)
-        json_object_set_new(doc, "headline", headline_json(m, st, ns, true));
-    /* Each trainer's steady-state steps in order (extension, issue 38):
-     * what a sweep's intervals and verdicts resample. */
     if (doc)
-        json_object_set_new(doc, "steady_state", results_steady_state(m));
-    /* Which pass the groups' figures are from (extension): "timed", or
-     * "warm-up" when the run failed before its timed pass; null when none
-     * began. */
-    if (doc) {
-        const char *pass = results_pass_name(m);
-        json_object_set_new(doc, "metrics_pass", pass ? json_string(pass) : json_null());
-    }
-    /* The master host's load at each pass's start and end (extension;
-     * results_load_mark): {} when no pass began. */
-    if (doc)
-        json_object_set_new(doc, "host_load", m->host_load ? json_deep_copy(m->host_load) : json_object());
-    /* Every host that took part: busy, oversubscribed (extension, issue 38;
-     * hoststate.h). */
-    if (doc)
-        json_object_set_new(doc, "host_state", hoststate_json(m));
-    /* The timed pass's duration ("Time spent training"), once it ended. */
-    if (doc && m->training_s > 0)
-        json_object_set_new(doc, "training_seconds", json_real(m->training_s));
-    if (doc)
-        json_object_set_new(doc, "launcher", results_launcher());
-    if (doc && m->set.runs != 1) {
-        json_object_set_new(doc, "run", json_integer(m->run));
-        json_object_set_new(doc, "runs", json_integer(m->set.runs));
-    }
+        results_extensions(m, doc, st, ns);
     char path[4200];
     snprintf(path, sizeof path, "%s/results.json", dir);
     /* Whole files or none: a full disk keeps the old complete file. */

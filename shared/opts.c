@@ -461,6 +461,75 @@ bool opts_is_long_name(const opts_table *t, const char *name, size_t len, const 
     return false;
 }
 
+/* ---- a line that is not all the table's: opts_parse_args ------------------------ */
+
+/* The table's option that arg names ("--name", "--name=v" with '_' for
+ * '-', or "-x"), resolved into *o, with the value after '=' in *inline_v
+ * (NULL: none) and the name as spelled, '-' for '_', in flag; false when
+ * arg is none of them. */
+static bool opts_match_arg(const opts_table *t, const char *arg, opt_spec *o, const char **inline_v, char *flag,
+                           size_t flaglen)
+{
+    *inline_v = NULL;
+    if (arg[0] != '-' || arg[1] == '\0')
+        return false;
+    if (arg[1] != '-') { /* "-x": a letter, alone */
+        const opt_spec *e = arg[2] == '\0' ? opts_by_letter(t, arg[1]) : NULL;
+        if (!e)
+            return false;
+        opts_resolve(e, o);
+        snprintf(flag, flaglen, "--%s", o->name);
+        return true;
+    }
+    size_t len = strcspn(arg + 2, "=");
+    if (len == 0 || len + 3 > flaglen)
+        return false;
+    flag[0] = flag[1] = '-';
+    for (size_t i = 0; i < len; i++)
+        flag[2 + i] = arg[2 + i] == '_' ? '-' : arg[2 + i];
+    flag[2 + len] = '\0';
+    if (opts_find(t, flag + 2, o) < 0)
+        return false;
+    if (arg[2 + len] == '=')
+        *inline_v = arg + 3 + len;
+    return true;
+}
+
+int opts_parse_args(const opts_table *t, int argc, char **argv, void *settings, opts_other_fn other, char *err,
+                    size_t errlen)
+{
+    bool rest = false;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *v;
+        opt_spec o;
+        char flag[80];
+        if (rest || !opts_match_arg(t, arg, &o, &v, flag, sizeof flag)) {
+            int rc = other(arg, settings, err, errlen);
+            if (rc < 0)
+                return -1;
+            rest = rest || rc == OPTS_REST;
+            continue;
+        }
+        text_shown shown;
+        if (o.kind == OPT_FLAG && v) {
+            errbuf_set(err, errlen, "option '%s' takes no value", text_show(arg, 0, &shown));
+            return -1;
+        }
+        if (o.kind != OPT_FLAG && !v) {
+            if (i + 1 >= argc) {
+                errbuf_set(err, errlen, "--%s %s", o.name, o.missing ? o.missing : "needs a value");
+                return -1;
+            }
+            v = argv[++i];
+        }
+        if (opts_apply(&o, flag, v, settings, err, errlen) < 0)
+            return -1;
+        if (o.action)
+            return o.action;
+    }
+    return OPTS_OK;
+}
+
 int opts_parse_cli(const opts_table *t, int argc, char **argv, void *settings, char *err, size_t errlen)
 {
     int rc = opts_parse(t, argc, argv, settings, err, errlen);

@@ -109,15 +109,19 @@ struct opt_spec {
     const char *json;            /* key in opts_to_json; NULL: not echoed */
     opt_json_fn to_json;         /* its value there, if not the field's */
     const char *example;         /* a value it accepts, for the tests (else derived) */
-    int action;                  /* OPTS_HELP or OPTS_VERSION: what giving it asks for */
+    int action;                  /* OPTS_HELP or OPTS_VERSION: what giving it asks for; or
+                                  * OPTS_OWN and above, the table's own (opts_parse_args) */
+    const char *missing;         /* opts_parse_args: the words after "--name" when its value
+                                  * is missing ("needs a file name"); NULL: "needs a value" */
     const opt_spec *shared;      /* the shared option this entry is (below): its name,
                                   * argument, parse and default; the entry adds the rest */
 };
 
 #define OPTS_END {.kind = OPT_END}
 
-/* What opts_parse returns besides an error (-1). */
-enum { OPTS_OK = 0, OPTS_HELP = 1, OPTS_VERSION = 2 };
+/* What opts_parse returns besides an error (-1). OPTS_OWN and above: an
+ * action a table gives its own meaning (opts_parse_args returns it). */
+enum { OPTS_OK = 0, OPTS_HELP = 1, OPTS_VERSION = 2, OPTS_OWN = 3 };
 
 typedef struct opts_table {
     const char *prog;       /* "psbench-server": --version's line */
@@ -153,6 +157,30 @@ int opts_parse_cli(const opts_table *t, int argc, char **argv, void *settings, c
  * "unknown option --order-see: did you mean --order-seed?" at once. */
 bool opts_is_long_name(const opts_table *t, const char *name, size_t len, const char *const *more, size_t nmore,
                        const char **nearest);
+
+/* opts_parse_args's callback: an argument that is none of the table's
+ * options, as given. 0 to go on; OPTS_REST to have every later argument
+ * handed here as it is, none of them taken as an option (a "--" that
+ * ends the options); -1 with a one-line reason in err. */
+typedef int (*opts_other_fn)(const char *arg, void *settings, char *err, size_t errlen);
+enum { OPTS_REST = 1 };
+/* For a subcommand whose line is not all its own (psbench-master sweep:
+ * the job's flags go to each point's master; psbench-master diff: its
+ * two files): argv[1..argc-1] in order, each of t's options taken as
+ * opts_parse takes it — whole long names or aliases, '_' for '-' too,
+ * "--name=value" or "--name value" (the next argument, whatever it is),
+ * "-x" for its letter — and applied into settings; every other argument,
+ * in order and as given, goes to other(), which may take it, pass it on
+ * or refuse it. No getopt: nothing is permuted, argv is not rewritten
+ * (what is passed on is what the user wrote), and there is no "--"
+ * unless other() makes one (OPTS_REST). An option with an .action ends
+ * the parsing at once and the action is returned (OPTS_HELP, or the
+ * table's own from OPTS_OWN). Else OPTS_OK, or -1 with a one-line reason
+ * in err: "--name needs a value" (the option's own name; .missing words
+ * it), "option '--name=v' takes no value", or the parser's or other()'s. */
+int opts_parse_args(const opts_table *t, int argc, char **argv, void *settings, opts_other_fn other, char *err,
+                    size_t errlen);
+
 /* The --help text. */
 void opts_usage(const opts_table *t, FILE *f);
 /* "psbench-server 0.1.0 (wire protocol 1)" on f. */

@@ -1,4 +1,4 @@
-"""The sweep's report.html (master/sweep_report.c, web/report.js), in
+"""The sweep's report.html (master/tools/sweep_report.c, web/report.js), in
 headless Chromium.
 
 Each test copies a sweep document to a folder of its own, has

@@ -150,7 +150,7 @@ static void test_defaults(void **state)
     assert_string_equal(c.data_config_path, PSBENCH_SOURCE_CONFIG_DIR "/data_configurations.json");
     assert_string_equal(c.trainer_config_path, PSBENCH_SOURCE_CONFIG_DIR "/trainer_configurations.json");
     assert_string_equal(c.server_config_path, PSBENCH_SOURCE_CONFIG_DIR "/server_configurations.json");
-    assert_int_equal(config_validate(&c, err, sizeof err), 0);
+    assert_int_equal(config_check_fit(&c, err, sizeof err), 0);
     config_free(&c);
     config_free(&c); /* safe twice */
 }
@@ -662,7 +662,7 @@ static int parse_validate(char *err, size_t errlen, ...)
     int rc = config_parse_args(&c, a.argc, a.argv, err, errlen);
     args_free(&a);
     if (rc == 0)
-        rc = config_validate(&c, err, errlen);
+        rc = config_check_fit(&c, err, errlen);
     config_free(&c);
     return rc;
 }
@@ -705,11 +705,11 @@ static void test_validate(void **state)
     run_config c;
     assert_int_equal(config_init(&c), 0);
     c.batch_size = 0;
-    assert_int_equal(config_validate(&c, err, sizeof err), -1);
+    assert_int_equal(config_check_fit(&c, err, sizeof err), -1);
     assert_contains(err, "--batch-size");
     c.batch_size = 1;
     c.epochs = 0;
-    assert_int_equal(config_validate(&c, err, sizeof err), -1);
+    assert_int_equal(config_check_fit(&c, err, sizeof err), -1);
     assert_contains(err, "--epochs");
     config_free(&c);
 }
@@ -939,10 +939,10 @@ static void test_load_data_too_small(void **state)
     run_config c;
     char err[512];
     /* 100 samples in batches of 100: one batch cannot feed two trainers
-     * (a fit of flags and file: config_validate's). */
+     * (a fit of flags and file: config_check_fit's). */
     assert_int_equal(parse(&c, err, sizeof err, "--batch-size", "100", NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), 0);
-    assert_int_equal(config_validate(&c, err, sizeof err), -1);
+    assert_int_equal(config_check_fit(&c, err, sizeof err), -1);
     assert_contains(err, "data 'DummyData' has 100 samples");
     assert_contains(err, "2 trainers");
     config_free(&c);
@@ -1003,7 +1003,7 @@ static int bu_load(run_config *c, char *err, size_t errlen, ...)
     if (rc == 0)
         rc = config_load(c, err, errlen);
     if (rc == 0)
-        rc = config_validate(c, err, errlen);
+        rc = config_check_fit(c, err, errlen);
     return rc;
 }
 

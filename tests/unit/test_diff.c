@@ -1,4 +1,4 @@
-/* test_diff.c — unit tests for master/diff (`psbench-master diff A.json
+/* test_diff.c — unit tests for master/tools/diff (`psbench-master diff A.json
  * B.json`): the table (metrics, values, B-A, percent change, "-" for a
  * metric one run lacks, "all" before ranks, ranks in numeric order), the
  * configuration differences, --csv (written whole: a target that cannot be
@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "master/diff.h"
+#include "master/tools/diff.h"
 
 static char tmpdir[64];
 

@@ -4,7 +4,9 @@
  * --opt v, short) to the same settings, each refusing a bad value with its
  * one-line error naming the option as spelled, the defaults, the options
  * the binaries share behaving the same in all three, and the token's
- * precedence. The --help texts themselves: tests/golden (help_golden). */
+ * precedence; opts_parse_args, the subcommands' parser (psbench-master
+ * sweep and diff: a table's options among arguments it hands on). The
+ * --help texts themselves: tests/golden (help_golden). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -798,6 +800,126 @@ static void test_tables_whole(void **state)
     }
 }
 
+/* ---- opts_parse_args: a line that is not all the table's ------------------- */
+
+typedef struct pa_settings {
+    const char *name; /* --name S, alias --nom */
+    uint64_t count;   /* --count N, 1..9 */
+    bool flag;        /* --flag */
+    bool flag_given;
+    const char *stop; /* --stop DIR: ends the parsing (an action of the table's own) */
+    const char *others[16];
+    size_t nothers;
+    bool rest;        /* "--" seen: every later argument is another */
+} pa_settings;
+
+static int pa_other(const char *arg, void *settings, char *err, size_t errlen)
+{
+    pa_settings *p = settings;
+    if (strcmp(arg, "--refuse") == 0) {
+        snprintf(err, errlen, "refused %s", arg);
+        return -1;
+    }
+    assert_true(p->nothers < 16);
+    p->others[p->nothers++] = arg;
+    if (!p->rest && strcmp(arg, "--") == 0) {
+        p->rest = true;
+        return OPTS_REST;
+    }
+    return 0;
+}
+
+static const char *const pa_aliases[] = {"nom", NULL};
+static const opt_spec pa_specs[] = {
+    {.kind = OPT_STRING, .name = "name", .aliases = pa_aliases, .meta = "S", .to = OPT_AT(pa_settings, name)},
+    {.kind = OPT_U64, .name = "count", .meta = "N", .min = 1, .max = 9, .to = OPT_AT(pa_settings, count),
+     .missing = "needs a count"},
+    {.kind = OPT_FLAG, .name = "the-flag", .to = OPT_AT(pa_settings, flag), .given = {OPT_AT(pa_settings, flag_given)}},
+    {.kind = OPT_STRING, .name = "stop", .meta = "DIR", .to = OPT_AT(pa_settings, stop), .action = OPTS_OWN},
+    {.shared = &opts_help},
+    OPTS_END,
+};
+static const opts_table pa_table = {.prog = "pa", .specs = pa_specs, .help_col = 20};
+
+/* argv (NULL-ended, after the program) parsed into *p; the return code. */
+static int pa_parse(pa_settings *p, char *err, size_t errlen, ...)
+{
+    char *argv[32] = {"pa"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, errlen);
+    for (char *a; (a = va_arg(ap, char *)) != NULL;)
+        argv[argc++] = a;
+    va_end(ap);
+    memset(p, 0, sizeof *p);
+    err[0] = '\0';
+    assert_int_equal(opts_init(&pa_table, p, err, errlen), 0);
+    return opts_parse_args(&pa_table, argc, argv, p, pa_other, err, errlen);
+}
+
+/* The table's options in every spelling, the others handed on in order
+ * and as given (nothing permuted, argv not rewritten), "--" only where
+ * the callback makes one, the errors, an action ending the parsing. */
+static void test_parse_args(void **state)
+{
+    (void)state;
+    pa_settings p;
+    char err[256];
+    char keep[] = "--job_flag";
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--x", "1", "--name", "a", keep, "--count=3", "-y", "--the_flag",
+                              "2", NULL),
+                     OPTS_OK);
+    assert_string_equal(p.name, "a");
+    assert_int_equal(p.count, 3);
+    assert_true(p.flag && p.flag_given);
+    assert_int_equal(p.nothers, 5);
+    const char *want[] = {"--x", "1", "--job_flag", "-y", "2"};
+    for (size_t i = 0; i < 5; i++)
+        assert_string_equal(p.others[i], want[i]);
+    assert_ptr_equal(p.others[2], keep); /* as given: not a copy, not rewritten */
+    assert_string_equal(keep, "--job_flag");
+
+    /* An alias, '_' for '-'; the next argument is the value, whatever it is. */
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--nom", "--the-flag", "--name=", NULL), OPTS_OK);
+    assert_string_equal(p.name, "");
+    assert_false(p.flag);
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--nom", "--the-flag", NULL), OPTS_OK);
+    assert_string_equal(p.name, "--the-flag");
+
+    /* Whole names only: a beginning, or a name with more, is another's. */
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--coun", "2", "--counts", "--namex=1", NULL), OPTS_OK);
+    assert_int_equal(p.count, 0);
+    assert_int_equal(p.nothers, 4);
+
+    /* "--" is the callback's: after its OPTS_REST, every argument is handed on. */
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--", "--count", "2", "--", "-h", NULL), OPTS_OK);
+    assert_int_equal(p.count, 0);
+    assert_int_equal(p.nothers, 5);
+
+    /* Errors: the value missing (.missing words it), a value for a flag,
+     * a bad value, the callback's. */
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--name", NULL), -1);
+    assert_string_equal(err, "--name needs a value");
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--nom", NULL), -1);
+    assert_string_equal(err, "--name needs a value"); /* the option's own name */
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--count", NULL), -1);
+    assert_string_equal(err, "--count needs a count");
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--the-flag=1", NULL), -1);
+    assert_string_equal(err, "option '--the-flag=1' takes no value");
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--count", "10", NULL), -1);
+    assert_non_null(strstr(err, "--count"));
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--refuse", "--help", NULL), -1);
+    assert_string_equal(err, "refused --refuse");
+
+    /* An action ends the parsing where it stands: the rest is not read. */
+    assert_int_equal(pa_parse(&p, err, sizeof err, "-h", "--count", "10", NULL), OPTS_HELP);
+    assert_int_equal(pa_parse(&p, err, sizeof err, "--x", "--stop", "d", "--refuse", NULL), OPTS_OWN);
+    assert_string_equal(p.stop, "d");
+    assert_int_equal(p.nothers, 1);
+    assert_int_equal(pa_parse(&p, err, sizeof err, "-hx", NULL), OPTS_OK); /* letters alone, never grouped */
+    assert_int_equal(p.nothers, 1);
+}
+
 int main(void)
 {
     binaries[0] = test_opts_server;
@@ -813,6 +935,7 @@ int main(void)
         cmocka_unit_test(test_token_precedence),
         cmocka_unit_test(test_tables_whole),
         cmocka_unit_test(test_whole_names_only),
+        cmocka_unit_test(test_parse_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

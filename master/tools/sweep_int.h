@@ -4,11 +4,15 @@
  *
  *   sweep.c          the subcommand: parse, plan, run the points, write
  *   sweep_output.c   results read back, the table, sweep.json/.csv
- *   sweep_plan.c     the matrix: flags, a sweep file, each point planned
+ *   sweep_plan.c     the matrix: each point planned, enough steps
+ *   sweep_args.c     what is asked: the command line (its option table,
+ *                    the job's flags passed through), a sweep file
  *   sweep_child.c    child processes and argument lists
  */
 #ifndef PSBENCH_SWEEP_INT_H
 #define PSBENCH_SWEEP_INT_H
+
+#include "shared/opts.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -37,9 +41,8 @@
 typedef enum { SD_DEVICE, SD_TRANSPORT, SD_TRAINER, SD_NTRAINER, SD_NSERVER, SD_BUCKET, SD_HOOK, SD_COUNT } sweep_dim;
 
 typedef struct {
-    const char *name;  /* in sweep.json, sweep.csv and a sweep file */
-    const char *flag;  /* the sweep's flag (a list) */
-    const char *alias; /* another spelling, or NULL */
+    const char *name; /* in sweep.json, sweep.csv and a sweep file */
+    const char *flag; /* the sweep's option (a list; sweep_args.c's table has its aliases) */
 } sweep_dim_def;
 
 extern const sweep_dim_def sweep_dims[SD_COUNT];
@@ -92,6 +95,7 @@ typedef struct {
 
 typedef struct {
     sweep_values dim[SD_COUNT];
+    const char *list[SD_COUNT]; /* the command line's lists as given (argv's), split into dim */
     bool given[SD_COUNT];   /* on the command line (wins over the sweep file) */
     char **job;             /* the job's flags, every point's (owned strings) */
     size_t njob;
@@ -100,6 +104,7 @@ typedef struct {
     unsigned max_points;    /* --max-points (SWEEP_DEFAULT_POINTS) */
     char *out_dir;
     char *sweep_file;
+    const char *report;     /* --report DIR (argv's) */
     bool local;
     bool dry_run;           /* --dry-run: the points and their command lines, nothing run */
     bool sequential;        /* --order sequential: a point's runs back to back (else interleaved) */
@@ -148,15 +153,23 @@ size_t sweep_argv_len(char **v);
 /* The line of a child's output that says what went wrong (malloc'd). */
 char *sweep_error_line(const char *text);
 
-/* ---- sweep_plan.c ---- */
+/* ---- sweep_args.c ---- */
 
+/* sweep_parse_args's answer to --report DIR (s->report): render again. */
+#define SWEEP_REPORT OPTS_OWN
 /* "--flag" or "--flag=value" ('_' for '-' too) naming `name`? */
 bool sweep_flag_is(const char *arg, const char *name, const char **inline_value);
-int sweep_usage_error(sweep *s, const char *fmt, const char *a, const char *b);
-/* The command line: dimension lists, the sweep's own options, the job's. 0 or -1 (said). */
+/* The --help text. */
+void sweep_usage(FILE *f);
+/* The command line: dimension lists (split into s->dim), the sweep's own
+ * options, the job's flags (s->job, as given). OPTS_OK, OPTS_HELP,
+ * SWEEP_REPORT (at --report: the rest of the line unread), or -1 (said). */
 int sweep_parse_args(sweep *s, int argc, char **argv);
 /* --sweep-file: what the command line did not give. 0 or -1 (said). */
 int sweep_load_file(sweep *s);
+
+/* ---- sweep_plan.c ---- */
+
 /* Every point planned (s->points). 0 or -1 (the point and why, said). */
 int sweep_plan(sweep *s);
 /* Enough steps (issue 38): where the job's flags give a point fewer than

@@ -13,10 +13,10 @@
  *   run        point after point: the child, its results read back, a row
  *   write      sweep.json, sweep.csv, report.html (sweep_report.c)
  */
-#include "master/sweep.h"
+#include "master/tools/sweep.h"
 
-#include "master/sweep_int.h"
-#include "master/sweep_report.h"
+#include "master/tools/sweep_int.h"
+#include "master/tools/sweep_report.h"
 #include "shared/clock.h"
 #include "shared/eta.h"
 #include "shared/rng.h"
@@ -33,92 +33,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- usage ------------------------------------------------------------------------ */
-
-static void sweep_usage(FILE *f)
-{
-    fputs("usage: psbench-master sweep [sweep options] [job options]\n"
-          "       psbench-master sweep --report DIR\n"
-          "\n"
-          "Runs a matrix of jobs on this host, one after the other, each point --runs\n"
-          "times with its own warm-up, and answers the question the runs are for: is a\n"
-          "parameter server faster than allreduce here, by how much, and where does the\n"
-          "step go. One row is printed per point as it ends (as nccl-tests does), and on\n"
-          "stderr, while a run goes, \"point k of N: LABEL, run r of R, time left ~T\" (on\n"
-          "a terminal one line that rewrites itself, else a line per run); the\n"
-          "folder gets sweep.csv (tidy: one row per point x run x metric, every\n"
-          "configuration value a column), sweep.json, report.html (self-contained: open\n"
-          "it anywhere) and each point's files under points/NNN/ (results.json, the CSVs,\n"
-          "master.log).\n"
-          "\n"
-          "The matrix (each a comma-separated list; the product of all is run, the hook\n"
-          "varying fastest):\n"
-          "  --ddp-hook H,...          hooks (also --hook): rpc_hook, allreduce_hook, ...\n"
-          "  --trainer ID,...          trainer configurations\n"
-          "  --ntrainer N,...          trainers\n"
-          "  --nserver N,...           parameter servers (a point whose hook uses none runs\n"
-          "                            without, once)\n"
-          "  --bucket-cap-mb MB,...    DDP bucket caps\n"
-          "  --device cpu,cuda         where trainers and servers run (cuda: --ncudatrainer\n"
-          "                            and --ncudaserver for the counts)\n"
-          "  --transport T,...         auto, tcp, shm\n"
-          "\n"
-          "The sweep's own:\n"
-          "  --runs N                  runs per point (default 1), each a job of its own with\n"
-          "                            its own warm-up. The figures are the steady state's\n"
-          "                            (every step after each trainer's first) with a 95%\n"
-          "                            interval: Student t on the log scale from 3 runs, a\n"
-          "                            block bootstrap over the steps below; a PS/allreduce\n"
-          "                            ratio names a winner only where its interval (a\n"
-          "                            bootstrap over runs and steps) excludes 1\n"
-          "  --order interleaved|sequential\n"
-          "                            interleaved (default): the runs of points that differ\n"
-          "                            only in the hook alternate (PS, allreduce, PS, ...), the\n"
-          "                            first side drawn from --order-seed, so that a drift of\n"
-          "                            the host lands on both; sequential: a point's runs back\n"
-          "                            to back\n"
-          "  --order-seed N            the draw's seed (default: from the clock; printed)\n"
-          "  --out DIR                 the sweep's folder (default sweep-YYYYMMDD-HHMMSS); it\n"
-          "                            must not hold a sweep already\n"
-          "  --sweep-file F            the matrix from a JSON file: {\"dimensions\": {\"hook\":\n"
-          "                            [\"rpc_hook\", \"allreduce_hook\"], \"ntrainer\": [2, 4],\n"
-          "                            ...}, \"runs\": 3, \"job\": [\"--local\", \"--epochs\", \"2\"]};\n"
-          "                            a flag given on the command line wins over the file\n"
-          "  --max-points N            refuse a matrix of more than N points (default 1000,\n"
-          "                            at most 100000): every point is checked by its own\n"
-          "                            --dry-run before anything runs, and runs for minutes\n"
-          "  --report DIR              write DIR/report.html again from DIR/sweep.json, run\n"
-          "                            nothing\n"
-          "  --dry-run                 print each point, its configuration and its command\n"
-          "                            line, run nothing\n"
-          "  --help                    this text\n"
-          "\n"
-          "Every other option is the job's (psbench-master --help) and goes to every point,\n"
-          "e.g. --local, --steps, --epochs, --model, --backend, --quiet-host, --set\n"
-          "KIND.KEY=VALUE. Unless the job gives --steps, every point runs at least 50\n"
-          "steady-state steps per trainer and run: where --epochs (or its default) gives\n"
-          "fewer, the sweep runs --steps 51 --warmup-steps 10 instead and says so. With --local\n"
-          "each point's servers and trainers are spawned on this host; without it, start\n"
-          "the nodes by hand with --master HOST:PORT --follow (every point's master listens\n"
-          "at the job's --listen): each point takes the ranks it needs, the others wait,\n"
-          "and they stay up from point to point. Every point is checked first (its\n"
-          "--dry-run), so a bad value stops the sweep before anything runs.\n"
-          "\n"
-          "Examples:\n"
-          "  psbench-master sweep --local --ddp-hook rpc_hook,allreduce_hook --bucket-cap-mb 1,4,25\n"
-          "  psbench-master sweep --local --ddp-hook rpc_hook,allreduce_hook --ntrainer 2,4 \\\n"
-          "      --runs 3 --steps 60 --out sw\n"
-          "  psbench-master sweep --sweep-file configs/sweep.json --out sw2\n"
-          "\n"
-          "Exit status: 0 every point done; 1 a point failed (the others still ran) or a file\n"
-          "could not be written; 2 a usage error or a point whose plan is refused; 128 + N\n"
-          "signal N stopped the sweep: 130 SIGINT, 143 SIGTERM, 129 SIGHUP (treated as\n"
-          "SIGTERM). A signal stops the point running (its master ends its run), writes\n"
-          "sweep.json and sweep.csv with the points done and marks the rest \"not run\"\n"
-          "(the interrupted one with why); the last line says so.\n",
-          f);
-}
 
 /* ---- the run ------------------------------------------------------------------------ */
 
@@ -396,26 +310,75 @@ static int sweep_out_dir(sweep *s)
     return 0;
 }
 
+/* Every point's runs in the order drawn (sweep_order), each point's row as
+ * it ends, then the answer and the files. The exit code (sweep.h). */
+static int sweep_run(sweep *s)
+{
+    char started[32];
+    s->comparisons = json_array();
+    s->schedule = json_array();
+    struct sigaction sa = {.sa_handler = sweep_on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sweep_now_iso(started, sizeof started);
+    if (!s->local) /* every point's master listens where the job's flags say: the same address */
+        fprintf(s->out, "# nodes started by hand: start them with --master HOST:PORT --follow (the job's --listen, "
+                        "port 29500 unless given); each point takes the ranks it needs, the others wait\n");
+    sweep_print_header(s);
+    int code = 0;
+    size_t norder;
+    size_t *order = sweep_order(s, &norder);
+    for (size_t k = 0; k < norder && !sweep_signal; k++) {
+        sweep_point *p = &s->points[order[k]];
+        if (p->state != SP_PLANNED)
+            continue; /* failed at an earlier run */
+        sweep_run_one(s, p);
+        if (p->state != SP_PLANNED)
+            sweep_end_point(s, p);
+    }
+    free(order);
+    for (size_t i = 0; i < s->npoints; i++)
+        if (s->points[i].state == SP_PLANNED)
+            sweep_end_point(s, &s->points[i]);
+    size_t ndone = 0, nfailed = 0;
+    for (size_t i = 0; i < s->npoints; i++) {
+        ndone += s->points[i].state == SP_DONE;
+        nfailed += s->points[i].state == SP_FAILED;
+        if (s->points[i].state != SP_DONE)
+            code = 1; /* failed (or not run: a signal, whose code wins below) */
+    }
+    sweep_print_answer(s);
+    if (sweep_write(s, started) < 0)
+        code = 1;
+    if (sweep_signal) {
+        /* As the master ends for a signal (128 + its number), apart from
+         * 1, a point that failed: the points not run never had a chance.
+         * Last, after the files: what they hold. */
+        code = 128 + sweep_signal;
+        fprintf(s->out, "# stopped by a signal (%s): %zu of %zu point(s) done, %zu failed, %zu not run (marked so "
+                        "in sweep.json and sweep.csv); exit %d\n",
+                sweep_signal_name(sweep_signal), ndone, s->npoints, nfailed, s->npoints - ndone - nfailed, code);
+    }
+    return code;
+}
+
 int sweep_main(int argc, char **argv, FILE *out, FILE *err)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            sweep_usage(out);
-            return 0;
-        }
-        if (sweep_flag_is(argv[i], "--report", &v)) {
-            if (!v && i + 1 >= argc) {
-                fprintf(err, "psbench-master sweep: --report needs a folder (psbench-master sweep --help)\n");
-                return 2;
-            }
-            return sweep_rerender(v ? v : argv[i + 1], err);
-        }
-    }
     sweep s = {.runs = 1, .out = out, .err = err, .argc = argc - 1, .argv = argv + 1};
     int code = 2;
-    char started[32];
-    if (sweep_parse_args(&s, argc, argv) < 0 || (s.sweep_file && sweep_load_file(&s) < 0))
+    int rc = sweep_parse_args(&s, argc, argv);
+    if (rc == OPTS_HELP) {
+        sweep_usage(out);
+        code = 0;
+        goto out;
+    }
+    if (rc == SWEEP_REPORT) {
+        code = sweep_rerender(s.report, err);
+        goto out;
+    }
+    if (rc < 0 || (s.sweep_file && sweep_load_file(&s) < 0))
         goto out;
     ssize_t n = readlink("/proc/self/exe", s.exe, sizeof s.exe - 1);
     if (n <= 0) {
@@ -433,56 +396,8 @@ int sweep_main(int argc, char **argv, FILE *out, FILE *err)
         code = 0;
         goto out;
     }
-    s.comparisons = json_array();
-    s.schedule = json_array();
-    struct sigaction sa = {.sa_handler = sweep_on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    sweep_now_iso(started, sizeof started);
-    if (!s.local) /* every point's master listens where the job's flags say: the same address */
-        fprintf(out, "# nodes started by hand: start them with --master HOST:PORT --follow (the job's --listen, "
-                     "port 29500 unless given); each point takes the ranks it needs, the others wait\n");
-    sweep_print_header(&s);
-    code = 0;
-    size_t norder;
-    size_t *order = sweep_order(&s, &norder);
-    for (size_t k = 0; k < norder; k++) {
-        sweep_point *p = &s.points[order[k]];
-        if (sweep_signal)
-            break;
-        if (p->state != SP_PLANNED)
-            continue; /* failed at an earlier run */
-        sweep_run_one(&s, p);
-        if (p->state != SP_PLANNED)
-            sweep_end_point(&s, p);
-    }
-    free(order);
-    for (size_t i = 0; i < s.npoints; i++)
-        if (s.points[i].state == SP_PLANNED)
-            sweep_end_point(&s, &s.points[i]);
-    size_t ndone = 0, nfailed = 0;
-    for (size_t i = 0; i < s.npoints; i++) {
-        ndone += s.points[i].state == SP_DONE;
-        nfailed += s.points[i].state == SP_FAILED;
-        if (s.points[i].state != SP_DONE)
-            code = 1; /* failed (or not run: a signal, whose code wins below) */
-    }
-    sweep_print_answer(&s);
-    if (sweep_write(&s, started) < 0)
-        code = 1;
-    if (sweep_signal) {
-        /* As the master ends for a signal (128 + its number), apart from
-         * 1, a point that failed: the points not run never had a chance.
-         * Last, after the files: what they hold. */
-        code = 128 + sweep_signal;
-        fprintf(out, "# stopped by a signal (%s): %zu of %zu point(s) done, %zu failed, %zu not run (marked so in "
-                     "sweep.json and sweep.csv); exit %d\n",
-                sweep_signal_name(sweep_signal), ndone, s.npoints, nfailed, s.npoints - ndone - nfailed, code);
-    }
+    code = sweep_run(&s);
 out:
     sweep_free(&s);
     return code;
 }
-

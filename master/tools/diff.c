@@ -1,120 +1,69 @@
-/* diff.c — compare two results.json files (see diff.h). */
-#include "master/diff.h"
+/* diff.c — compare two results.json files (see diff.h): the command line,
+ * the files, whether the runs are comparable and what differs besides the
+ * figures (diff_figures.c); diff_int.h says how the parts stand. */
+#include "master/tools/diff.h"
+#include "master/tools/diff_int.h"
 #include "shared/atomicfile.h"
-#include "shared/cli.h"
+#include "shared/log.h"
+#include "shared/opts.h"
 #include "shared/userpath.h"
 #include "shared/text.h"
 
 #include <errno.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* The stats shown, in this order. */
-static const char *const diff_stats[] = {"count", "mean", "p50", "p90", "p99", "max"};
-#define NSTATS (sizeof diff_stats / sizeof diff_stats[0])
-/* A metric name as shown (escaped: the file may come from anywhere). */
-#define DIFF_NAME_SHOWN 1024
+/* diff's command line: its options anywhere among the two files; after
+ * "--" every argument is a file. */
+typedef struct diff_args {
+    const char *files[2];
+    int nfiles;
+    bool files_only;      /* "--" was given */
+    const char *csv_path; /* --csv FILE, NULL */
+    bool allow_failed;    /* --allow-failed */
+    bool force;           /* --force: runs of different models too */
+} diff_args;
+
+#define DIFF_AT(f) OPT_AT(diff_args, f)
+static const opt_spec diff_specs[] = {
+    {.kind = OPT_TEXT,
+     .help = "usage: psbench-master diff [--csv FILE] [--allow-failed] [--force] A.json B.json\n"
+             "\n"
+             "Compares two runs' results.json (written by --out DIR): first whether they\n"
+             "are comparable (runs of different models are refused unless --force), then\n"
+             "the headline with its noise (within noise where both sides are runs of a\n"
+             "--runs series, DIR/summary.json beside their folders, and their 95%\n"
+             "intervals overlap), then where their configurations (not listen, http, out,\n"
+             "...) and environments differ (what each node computed with:\n"
+             "CPU, BLAS and its kernels, the server's folds, compiler, kernel), then per\n"
+             "group and rank every metric's count, mean, p50, p90, p99 and max in ms,\n"
+             "with B-A and the change in percent of A (negative: B is faster).\n"
+             "A run that failed is said first, and not compared unless --allow-failed:\n"
+             "its figures stop where it failed (and may be the warm-up pass's).\n"
+             "A run's warnings (e.g. a loss that diverged under --allow-divergence)\n"
+             "are shown before the figures.\n"},
+    {.kind = OPT_STRING, .name = "csv", .meta = "FILE", .to = DIFF_AT(csv_path), .missing = "needs a file name",
+     .help = "also write the rows as CSV (checked before comparing:\n"
+             "its folder is made, the name must be free for a file)"},
+    {.kind = OPT_FLAG, .name = "allow-failed", .to = DIFF_AT(allow_failed), .help = "compare a failed run too (exit 0)"},
+    {.kind = OPT_FLAG, .name = "force", .to = DIFF_AT(force), .help = "compare runs of different models too"},
+    {.shared = &opts_help},
+    {.kind = OPT_TEXT,
+     .help = "Exit status: 0 ok, 1 unreadable or invalid input, a failed run without\n"
+             "--allow-failed or runs of different models without --force, 2 usage error\n"
+             "(a --csv FILE that cannot be written too).\n"},
+    OPTS_END,
+};
+#undef DIFF_AT
+
+static const opts_table diff_table = {.prog = "psbench-master diff", .specs = diff_specs, .help_col = 19};
 
 void diff_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: psbench-master diff [--csv FILE] [--allow-failed] [--force] A.json B.json\n"
-            "\n"
-            "Compares two runs' results.json (written by --out DIR): first whether they\n"
-            "are comparable (runs of different models are refused unless --force), then\n"
-            "the headline with its noise (within noise where both sides are runs of a\n"
-            "--runs series, DIR/summary.json beside their folders, and their 95%%\n"
-            "intervals overlap), then where their configurations (not listen, http, out,\n"
-            "...) and environments differ (what each node computed with:\n"
-            "CPU, BLAS and its kernels, the server's folds, compiler, kernel), then per\n"
-            "group and rank every metric's count, mean, p50, p90, p99 and max in ms,\n"
-            "with B-A and the change in percent of A (negative: B is faster).\n"
-            "A run that failed is said first, and not compared unless --allow-failed:\n"
-            "its figures stop where it failed (and may be the warm-up pass's).\n"
-            "A run's warnings (e.g. a loss that diverged under --allow-divergence)\n"
-            "are shown before the figures.\n"
-            "  --csv FILE       also write the rows as CSV (checked before comparing:\n"
-            "                   its folder is made, the name must be free for a file)\n"
-            "  --allow-failed   compare a failed run too (exit 0)\n"
-            "  --force          compare runs of different models too\n"
-            "Exit status: 0 ok, 1 unreadable or invalid input, a failed run without\n"
-            "--allow-failed or runs of different models without --force, 2 usage error\n"
-            "(a --csv FILE that cannot be written too).\n");
-}
-
-/* ---- a sorted, unique list of keys ------------------------------------- */
-
-typedef struct keyset {
-    const char **v;
-    size_t n, cap;
-} keyset;
-
-static int keyset_add(keyset *k, const char *s)
-{
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? 2 * k->cap : 16;
-        const char **nv = realloc(k->v, cap * sizeof *nv);
-        if (!nv)
-            return -1;
-        k->v = nv;
-        k->cap = cap;
-    }
-    k->v[k->n++] = s;
-    return 0;
-}
-
-static int keyset_add_object(keyset *k, json_t *obj)
-{
-    const char *key;
-    json_t *val;
-    if (!json_is_object(obj))
-        return 0;
-    json_object_foreach(obj, key, val) {
-        if (keyset_add(k, key) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Ranks: numbers in numeric order, then anything else by name. */
-static int cmp_rank(const void *a, const void *b)
-{
-    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-    char *ex, *ey;
-    long long nx = strtoll(x, &ex, 10), ny = strtoll(y, &ey, 10);
-    bool ix = *x && !*ex, iy = *y && !*ey;
-    if (ix && iy)
-        return nx < ny ? -1 : nx > ny;
-    if (ix != iy)
-        return ix ? -1 : 1;
-    return strcmp(x, y);
-}
-
-static void keyset_finish(keyset *k, int (*cmp)(const void *, const void *))
-{
-    if (k->n == 0)
-        return;
-    qsort(k->v, k->n, sizeof *k->v, cmp);
-    size_t w = 1;
-    for (size_t i = 1; i < k->n; i++)
-        if (strcmp(k->v[i], k->v[w - 1]) != 0)
-            k->v[w++] = k->v[i];
-    k->n = w;
-}
-
-static void keyset_free(keyset *k)
-{
-    free(k->v);
-    memset(k, 0, sizeof *k);
+    opts_usage(&diff_table, f);
 }
 
 /* ---- loading and checking one file ---------------------------------------- */
@@ -199,115 +148,7 @@ static json_t *diff_load(const char *path, FILE *err)
     return root;
 }
 
-/* ---- output --------------------------------------------------------------------- */
-
-/* A stat of a metric (NULL section or metric: missing). */
-static bool stat_get(json_t *section, const char *metric, const char *stat, double *out)
-{
-    json_t *m = json_object_get(section, metric);
-    json_t *v = json_object_get(m, stat);
-    if (!json_is_number(v))
-        return false;
-    *out = json_number_value(v);
-    return true;
-}
-
-static void fmt_val(char *buf, size_t len, bool have, double v, bool count)
-{
-    if (!have)
-        snprintf(buf, len, "-");
-    else if (count)
-        snprintf(buf, len, "%.0f", v);
-    else
-        snprintf(buf, len, "%.3f", v);
-}
-
-static void csv_field_num(FILE *f, bool have, double v)
-{
-    if (have)
-        fprintf(f, ",%.6f", v);
-    else
-        fputc(',', f);
-}
-
-/* Print one section (group + "all" or a rank) of both files. */
-static void diff_section(FILE *out, FILE *csv, const char *group, const char *rank, json_t *sa, json_t *sb)
-{
-    keyset metrics = {0};
-    if (keyset_add_object(&metrics, sa) < 0 || keyset_add_object(&metrics, sb) < 0) {
-        keyset_free(&metrics);
-        return;
-    }
-    keyset_finish(&metrics, cmp_str);
-    if (metrics.n == 0) {
-        keyset_free(&metrics);
-        return;
-    }
-    int mw = (int)strlen("metric");
-    for (size_t i = 0; i < metrics.n; i++) {
-        char m[DIFF_NAME_SHOWN];
-        if ((int)text_escape(metrics.v[i], m, sizeof m) > mw)
-            mw = (int)strlen(m);
-    }
-
-    if (strcmp(rank, "all") == 0)
-        fprintf(out, "\n== %s: all ranks ==\n", group);
-    else
-        fprintf(out, "\n== %s: rank %s ==\n", group, rank);
-    fprintf(out, "%-*s  %-5s  %12s  %12s  %12s  %8s\n", mw, "metric", "stat", "A", "B", "B-A", "change");
-    for (size_t i = 0; i < metrics.n; i++) {
-        char m[DIFF_NAME_SHOWN];
-        text_escape(metrics.v[i], m, sizeof m); /* from a file: escaped for the terminal */
-        for (size_t s = 0; s < NSTATS; s++) {
-            bool count = strcmp(diff_stats[s], "count") == 0;
-            double a = 0, b = 0;
-            bool ha = stat_get(sa, metrics.v[i], diff_stats[s], &a);
-            bool hb = stat_get(sb, metrics.v[i], diff_stats[s], &b);
-            char ca[32], cb[32], cd[32], cp[32];
-            fmt_val(ca, sizeof ca, ha, a, count);
-            fmt_val(cb, sizeof cb, hb, b, count);
-            bool hd = ha && hb;
-            double d = b - a;
-            if (!hd)
-                snprintf(cd, sizeof cd, "-");
-            else
-                snprintf(cd, sizeof cd, count ? "%+.0f" : "%+.3f", d);
-            bool hp = hd && (a != 0 || b == 0);
-            double pct = (a != 0) ? 100.0 * d / fabs(a) : 0.0;
-            if (hp)
-                snprintf(cp, sizeof cp, "%+.1f%%", pct);
-            else
-                snprintf(cp, sizeof cp, "-");
-            fprintf(out, "%-*s  %-5s  %12s  %12s  %12s  %8s\n", mw, s == 0 ? m : "", diff_stats[s], ca, cb, cd,
-                    cp);
-            if (csv) {
-                fprintf(csv, "%s,%s,\"%s\",%s", group, rank, m, diff_stats[s]);
-                csv_field_num(csv, ha, a);
-                csv_field_num(csv, hb, b);
-                csv_field_num(csv, hd, d);
-                if (hp)
-                    fprintf(csv, ",%.3f\n", pct);
-                else
-                    fprintf(csv, ",\n");
-            }
-        }
-    }
-    keyset_free(&metrics);
-}
-
-static void diff_group(FILE *out, FILE *csv, const char *group, json_t *ga, json_t *gb)
-{
-    diff_section(out, csv, group, "all", json_object_get(ga, "all"), json_object_get(gb, "all"));
-    json_t *ra = json_object_get(ga, "ranks"), *rb = json_object_get(gb, "ranks");
-    keyset ranks = {0};
-    if (keyset_add_object(&ranks, ra) == 0 && keyset_add_object(&ranks, rb) == 0) {
-        keyset_finish(&ranks, cmp_rank);
-        for (size_t i = 0; i < ranks.n; i++)
-            diff_section(out, csv, group, ranks.v[i], json_object_get(ra, ranks.v[i]),
-                         json_object_get(rb, ranks.v[i]));
-    }
-    keyset_free(&ranks);
-}
+/* ---- configurations ------------------------------------------------------ */
 
 static void env_compare(const char *prefix, json_t *a, json_t *b, json_t *lines);
 
@@ -337,7 +178,7 @@ static json_t *diff_config_lines(json_t *ca, json_t *cb)
         return lines;
     keyset keys = {0};
     if (keyset_add_object(&keys, ca) == 0 && keyset_add_object(&keys, cb) == 0) {
-        keyset_finish(&keys, cmp_str);
+        keyset_finish(&keys, keyset_cmp_str);
         for (size_t i = 0; i < keys.n; i++) {
             if (!diff_config_matters(keys.v[i]))
                 continue;
@@ -407,7 +248,7 @@ static void env_compare(const char *prefix, json_t *a, json_t *b, json_t *lines)
     if (json_is_object(a) && json_is_object(b)) {
         keyset keys = {0};
         if (keyset_add_object(&keys, a) == 0 && keyset_add_object(&keys, b) == 0) {
-            keyset_finish(&keys, cmp_str);
+            keyset_finish(&keys, keyset_cmp_str);
             for (size_t i = 0; i < keys.n; i++) {
                 /* A key as the node sent it (values are shown as JSON,
                  * escaped): escaped for the terminal (shared/text.h). */
@@ -633,131 +474,6 @@ static bool diff_verdict(FILE *out, FILE *err, const char *const *files, json_t 
     return false;
 }
 
-/* ---- the headline and its noise --------------------------------------------- */
-
-/* The headline figures compared ("shares.KEY": a share). */
-static const char *const diff_hl_figures[] = {
-    "step_p50_ms", "step_p90_ms", "samples_per_s", "shares.exposed_comm", "effective_gb_per_s",
-};
-#define DIFF_NHL (sizeof diff_hl_figures / sizeof diff_hl_figures[0])
-
-/* The "all" row of a headline's or a summary's trainers. */
-static json_t *diff_all_row(json_t *o)
-{
-    size_t i;
-    json_t *row;
-    json_array_foreach(json_object_get(o, "trainers"), i, row) {
-        const char *t = json_string_value(json_object_get(row, "trainer"));
-        if (t && strcmp(t, "all") == 0)
-            return row;
-    }
-    return NULL;
-}
-
-/* The summary of the series a results.json is a run of (--runs: its
- * folder's parent holds summary.json, master/summary.h), when it summed up
- * two runs or more; else NULL. */
-static json_t *diff_series_summary(const char *file, json_t *doc)
-{
-    json_t *runs = json_object_get(doc, "runs");
-    if (!json_is_integer(runs) || json_integer_value(runs) == 1)
-        return NULL;
-    char path[4200];
-    const char *slash = strrchr(file, '/');
-    int dlen = slash ? (int)(slash - file) : 0;
-    /* DIR/run-NNN/results.json -> DIR/summary.json */
-    snprintf(path, sizeof path, "%.*s%s../summary.json", dlen, file, slash ? "/" : "");
-    char why[256];
-    json_error_t je;
-    json_t *s;
-    if (userpath_load_json(path, 0, &s, &je, why, sizeof why) < 0)
-        return NULL;
-    if (!s || json_integer_value(json_object_get(s, "runs")) < 2) {
-        json_decref(s);
-        return NULL;
-    }
-    /* A folder reused by a later series keeps older run-NNN folders: the
-     * summary must hold this run's step p50 among its values. */
-    json_t *mine = json_object_get(diff_all_row(json_object_get(doc, "headline")), "step_p50_ms");
-    json_t *values = json_object_get(json_object_get(diff_all_row(s), "step_p50_ms"), "values");
-    bool found = false;
-    size_t i;
-    json_t *v;
-    json_array_foreach(values, i, v) found = found || (json_is_number(mine) && json_is_number(v) &&
-                                                       json_number_value(v) == json_number_value(mine));
-    if (!found) {
-        json_decref(s);
-        return NULL;
-    }
-    return s;
-}
-
-/* A figure of a run's headline (all trainers), NAN when not known. */
-static double diff_hl_value(json_t *doc, const char *fig)
-{
-    json_t *row = diff_all_row(json_object_get(doc, "headline"));
-    json_t *v = strncmp(fig, "shares.", 7) == 0 ? json_object_get(json_object_get(row, "shares"), fig + 7)
-                                                 : json_object_get(row, fig);
-    return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
-/* The headline of both runs, all trainers: a side with a series' summary
- * shows its mean and 95% interval; where both have one, a difference whose
- * intervals overlap is within noise. */
-static void diff_headline(FILE *out, const char *const *files, json_t *a, json_t *b)
-{
-    json_t *sum[2] = {diff_series_summary(files[0], a), diff_series_summary(files[1], b)};
-    json_t *docs[2] = {a, b};
-    bool any = diff_all_row(json_object_get(a, "headline")) || diff_all_row(json_object_get(b, "headline"));
-    if (any || sum[0] || sum[1]) {
-        fprintf(out, "headline, all trainers (a series: its mean [95%% interval] over its runs):\n");
-        fprintf(out, "  %-20s %28s %28s %9s  %s\n", "figure", "A", "B", "change", "noise");
-    }
-    for (size_t f = 0; (any || sum[0] || sum[1]) && f < DIFF_NHL; f++) {
-        double v[2], lo[2] = {NAN, NAN}, hi[2] = {NAN, NAN};
-        char cell[2][64];
-        bool scale100 = strncmp(diff_hl_figures[f], "shares.", 7) == 0;
-        for (int d = 0; d < 2; d++) {
-            json_t *c = json_object_get(diff_all_row(sum[d]), diff_hl_figures[f]);
-            if (c) {
-                json_t *m = json_object_get(c, "mean"), *ci = json_object_get(c, "ci95");
-                v[d] = json_is_number(m) ? json_number_value(m) : NAN;
-                if (json_is_number(json_array_get(ci, 0)) && json_is_number(json_array_get(ci, 1))) {
-                    lo[d] = json_number_value(json_array_get(ci, 0));
-                    hi[d] = json_number_value(json_array_get(ci, 1));
-                }
-            } else {
-                v[d] = diff_hl_value(docs[d], diff_hl_figures[f]);
-            }
-            double k = scale100 ? 100 : 1;
-            if (!isfinite(v[d]))
-                snprintf(cell[d], sizeof cell[d], "-");
-            else if (isfinite(lo[d]))
-                snprintf(cell[d], sizeof cell[d], "%.4g [%.4g, %.4g]", v[d] * k, lo[d] * k, hi[d] * k);
-            else
-                snprintf(cell[d], sizeof cell[d], "%.4g", v[d] * k);
-        }
-        char change[32] = "-";
-        if (isfinite(v[0]) && isfinite(v[1]) && v[0] != 0)
-            snprintf(change, sizeof change, "%+.1f%%", 100 * (v[1] - v[0]) / fabs(v[0]));
-        const char *noise = "-";
-        if (isfinite(lo[0]) && isfinite(lo[1]))
-            noise = lo[0] <= hi[1] && lo[1] <= hi[0] ? "within noise" : "beyond noise";
-        fprintf(out, "  %-20s %28s %28s %9s  %s\n", diff_hl_figures[f], cell[0], cell[1], change, noise);
-    }
-    if (!sum[0] && !sum[1])
-        fprintf(out, "one run each: no noise estimate (a --runs N series on both sides gives one)\n");
-    else if (!sum[0] || !sum[1])
-        fprintf(out, "%s is one run (no summary.json of its series beside it): no noise estimate\n",
-                sum[0] ? "B" : "A");
-    else
-        fprintf(out, "noise: within noise where the two 95%% intervals overlap (%lld and %lld runs)\n",
-                (long long)json_integer_value(json_object_get(sum[0], "runs")),
-                (long long)json_integer_value(json_object_get(sum[1], "runs")));
-    json_decref(sum[0]);
-    json_decref(sum[1]);
-}
-
 /* Close the in-memory CSV and write it to path whole: a temporary file in
  * the same directory, fsync, rename (afile_write). 0, or 1 with the error
  * (the path, the errno by name and text) on err. */
@@ -771,68 +487,56 @@ static int diff_write_csv(FILE *csv, char **text, size_t *len, const char *path,
     return 0;
 }
 
-/* diff's command line. */
-typedef struct diff_args {
-    const char *files[2];
-    const char *csv_path; /* --csv FILE, NULL */
-    bool allow_failed;    /* --allow-failed */
-    bool force;           /* --force: runs of different models too */
-} diff_args;
+/* An argument that is none of diff's options: "--", a file, or an
+ * unknown option ("unknown option --forc: did you mean --force?"). */
+static int diff_other_arg(const char *a, void *settings, char *err, size_t errlen)
+{
+    diff_args *d = settings;
+    text_shown shown;
+    if (!d->files_only && strcmp(a, "--") == 0) {
+        d->files_only = true;
+        return OPTS_REST;
+    }
+    if (!d->files_only && a[0] == '-' && a[1] != '\0') {
+        /* Whole names only, as every psbench option; a slip gets the name
+         * it was near. */
+        const char *near = NULL;
+        size_t len = strcspn(a + 2, "=");
+        if (a[1] == '-')
+            (void)opts_is_long_name(&diff_table, a + 2, len, NULL, 0, &near);
+        if (near)
+            errbuf_set(err, errlen, "unknown option --%s: did you mean --%s?", text_show_n(a + 2, len, 0, &shown),
+                       near);
+        else
+            errbuf_set(err, errlen, "unknown option %s", text_show(a, '\'', &shown));
+        return -1;
+    }
+    if (d->nfiles == 2) {
+        errbuf_set(err, errlen, "too many arguments (%s): give two results.json files", text_show(a, '\'', &shown));
+        return -1;
+    }
+    d->files[d->nfiles++] = a;
+    return 0;
+}
 
-/* Its options anywhere among the two files ("--" ends them). -1 to go on,
- * else the exit code: 0 after --help, 2 for a usage error (said on err,
- * with the usage). */
+/* The command line (diff_table). -1 to go on, else the exit code: 0
+ * after --help, 2 for a usage error (said on err, with the usage). */
 static int diff_parse_args(int argc, char **argv, diff_args *d, FILE *out, FILE *err)
 {
-    int nfiles = 0;
-    bool opts_done = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        text_shown shown;
-        if (!opts_done && a[0] == '-' && a[1] != '\0') {
-            if (strcmp(a, "--") == 0) {
-                opts_done = true;
-            } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-                diff_usage(out);
-                return 0;
-            } else if (strcmp(a, "--csv") == 0) {
-                if (i + 1 >= argc) {
-                    fprintf(err, "psbench-master diff: --csv needs a file name\n");
-                    diff_usage(err);
-                    return 2;
-                }
-                d->csv_path = argv[++i];
-            } else if (strncmp(a, "--csv=", 6) == 0) {
-                d->csv_path = a + 6;
-            } else if (strcmp(a, "--allow-failed") == 0) {
-                d->allow_failed = true;
-            } else if (strcmp(a, "--force") == 0) {
-                d->force = true;
-            } else {
-                /* Whole names only, as every psbench option; a slip gets
-                 * the name it was near. */
-                static const char *const names[] = {"csv", "allow-failed", "force", "help"};
-                const char *near = a[1] == '-' ? cli_nearest(a + 2, strcspn(a + 2, "="), names, 4) : NULL;
-                if (near)
-                    fprintf(err, "psbench-master diff: unknown option --%s: did you mean --%s?\n",
-                            text_show_n(a + 2, strcspn(a + 2, "="), 0, &shown), near);
-                else
-                    fprintf(err, "psbench-master diff: unknown option %s\n", text_show(a, '\'', &shown));
-                diff_usage(err);
-                return 2;
-            }
-            continue;
-        }
-        if (nfiles == 2) {
-            fprintf(err, "psbench-master diff: too many arguments (%s): give two results.json files\n",
-                    text_show(a, '\'', &shown));
-            diff_usage(err);
-            return 2;
-        }
-        d->files[nfiles++] = a;
+    char msg[512];
+    int rc = opts_init(&diff_table, d, msg, sizeof msg);
+    if (rc == 0)
+        rc = opts_parse_args(&diff_table, argc, argv, d, diff_other_arg, msg, sizeof msg);
+    if (rc == OPTS_HELP) {
+        diff_usage(out);
+        return 0;
     }
-    if (nfiles != 2) {
-        fprintf(err, "psbench-master diff: give two results.json files\n");
+    if (rc == 0 && d->nfiles != 2) {
+        snprintf(msg, sizeof msg, "give two results.json files");
+        rc = -1;
+    }
+    if (rc != 0) {
+        fprintf(err, "psbench-master diff: %s\n", msg);
         diff_usage(err);
         return 2;
     }
@@ -862,31 +566,6 @@ static bool diff_refuse_unfinished(const diff_args *d, json_t *const docs[2], FI
         }
     }
     return false;
-}
-
-/* Every group's table: trainer, server, then any other group by name.
- * 0, or 1 (out of memory, said on err). */
-static int diff_groups(FILE *out, FILE *csv, json_t *a, json_t *b, FILE *err)
-{
-    json_t *ga = json_object_get(a, "groups"), *gb = json_object_get(b, "groups");
-    keyset groups = {0};
-    int rc = 0;
-    if (keyset_add_object(&groups, ga) < 0 || keyset_add_object(&groups, gb) < 0) {
-        fprintf(err, "psbench-master diff: out of memory\n");
-        rc = 1;
-    } else {
-        keyset_finish(&groups, cmp_str);
-        static const char *const first[] = {"trainer", "server"};
-        for (size_t i = 0; i < 2; i++)
-            if (json_object_get(ga, first[i]) || json_object_get(gb, first[i]))
-                diff_group(out, csv, first[i], json_object_get(ga, first[i]), json_object_get(gb, first[i]));
-        for (size_t i = 0; i < groups.n; i++)
-            if (strcmp(groups.v[i], "trainer") != 0 && strcmp(groups.v[i], "server") != 0)
-                diff_group(out, csv, groups.v[i], json_object_get(ga, groups.v[i]),
-                           json_object_get(gb, groups.v[i]));
-    }
-    keyset_free(&groups);
-    return rc;
 }
 
 int diff_main(int argc, char **argv, FILE *out, FILE *err)

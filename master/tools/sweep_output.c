@@ -1,13 +1,13 @@
 /* sweep_output.c — what a sweep says: each point's results read back and
  * summed up, parameter-server points paired with their allreduce
  * partners, the table's rows and the answer, sweep.json and sweep.csv
- * (master/sweep_int.h). */
-#include "master/sweep_int.h"
+ * (master/tools/sweep_int.h). */
+#include "master/tools/sweep_int.h"
 
 #include "master/headline.h"
 #include "master/noise.h"
 #include "master/summary.h"
-#include "master/sweep_report.h"
+#include "master/tools/sweep_report.h"
 #include "shared/atomicfile.h"
 #include "shared/text.h"
 #include "shared/userpath.h"
@@ -609,6 +609,83 @@ static void sweep_csv_json(FILE *f, const json_t *v)
 static const char *const sweep_csv_config[] = {"hook",          "trainer", "model",     "ntrainer",     "nserver",
                                                "bucket_cap_mb", "device",  "transport", "uses_servers", NULL};
 
+/* sweep.csv's metrics of a run: the headline's figures, its shares, the
+ * buckets, then the steady state's (issue 38: from the headline's
+ * "steady" and row). */
+static const struct {
+    const char *metric, *unit;
+} sweep_csv_figs[] = {{"step_p50_ms", "ms"},       {"step_p90_ms", "ms"},  {"samples_per_s", "1/s"},
+                      {"bytes_per_step", "bytes"}, {"comm_span_ms", "ms"}, {"effective_gb_per_s", "GB/s"},
+                      {"exposed_comm_ms", "ms"}};
+static const struct {
+    const char *metric, *key, *unit;
+    bool steady;
+} sweep_csv_extra[] = {{"steady_step_p50_ms", "step_p50_ms", "ms", true},
+                       {"steady_step_p90_ms", "step_p90_ms", "ms", true},
+                       {"steady_samples_per_s", "samples_per_s", "1/s", true},
+                       {"first_step_ms", "first_step_ms", "ms", true},
+                       {"algbw_gb_per_s", "algbw_gb_per_s", "GB/s", true},
+                       {"busbw_gb_per_s", "busbw_gb_per_s", "GB/s", true},
+                       {"wire_bytes_per_step", "wire_bytes_per_step", "bytes", false}};
+enum {
+    SWEEP_CSV_NFIGS = sizeof sweep_csv_figs / sizeof sweep_csv_figs[0],
+    SWEEP_CSV_NSHARES = 5,
+    SWEEP_CSV_NEXTRA = sizeof sweep_csv_extra / sizeof sweep_csv_extra[0],
+    SWEEP_CSV_NMETRICS = SWEEP_CSV_NFIGS + SWEEP_CSV_NSHARES + 1 + SWEEP_CSV_NEXTRA
+};
+
+/* Run `run` of point p: a row per metric it has (a number). */
+static void sweep_csv_run(FILE *f, const sweep_point *p, const json_t *run)
+{
+    enum { NFIGS = SWEEP_CSV_NFIGS, NSHARES = SWEEP_CSV_NSHARES, NEXTRA = SWEEP_CSV_NEXTRA };
+    json_t *status = json_object_get(p->doc, "status");
+    json_t *h = json_object_get(run, "headline");
+    const char *metric[SWEEP_CSV_NMETRICS], *unit[SWEEP_CSV_NMETRICS];
+    json_t *value[SWEEP_CSV_NMETRICS];
+    char share[NSHARES][48];
+    for (int m = 0; m < NFIGS; m++) {
+        metric[m] = sweep_csv_figs[m].metric;
+        unit[m] = sweep_csv_figs[m].unit;
+        value[m] = json_object_get(h, sweep_csv_figs[m].metric);
+    }
+    for (int k = 0; k < NSHARES; k++) {
+        snprintf(share[k], sizeof share[k], "share_%s", sweep_shares[k]);
+        metric[NFIGS + k] = share[k];
+        unit[NFIGS + k] = "fraction";
+        value[NFIGS + k] = json_object_get(json_object_get(h, "shares"), sweep_shares[k]);
+    }
+    metric[NFIGS + NSHARES] = "buckets";
+    unit[NFIGS + NSHARES] = "count";
+    value[NFIGS + NSHARES] = json_object_get(p->doc, "buckets");
+    for (int k = 0; k < NEXTRA; k++) {
+        metric[NFIGS + NSHARES + 1 + k] = sweep_csv_extra[k].metric;
+        unit[NFIGS + NSHARES + 1 + k] = sweep_csv_extra[k].unit;
+        value[NFIGS + NSHARES + 1 + k] = json_object_get(sweep_csv_extra[k].steady ? json_object_get(h, "steady") : h,
+                                                         sweep_csv_extra[k].key);
+    }
+    json_int_t rn = json_integer_value(json_object_get(run, "run"));
+    json_t *sn = json_object_get(json_object_get(h, "steady"), "n");
+    size_t b;
+    json_t *br;
+    bool busy = false;
+    json_array_foreach(p->busy_runs, b, br) busy = busy || json_integer_value(br) == rn;
+    for (int m = 0; m < SWEEP_CSV_NMETRICS; m++) {
+        if (!json_is_number(value[m]))
+            continue;
+        fprintf(f, "%u,%" JSON_INTEGER_FORMAT ",", p->index, rn);
+        text_csv_field(f, p->label);
+        for (const char *const *k = sweep_csv_config; *k; k++) {
+            fputc(',', f);
+            sweep_csv_json(f, json_object_get(p->config, *k));
+        }
+        fprintf(f, ",%s,%s,", json_string_value(status), metric[m]);
+        sweep_csv_json(f, value[m]);
+        fprintf(f, ",%s,", unit[m]);
+        sweep_csv_json(f, sn);
+        fprintf(f, ",%s,%s\n", busy ? "true" : "false", p->oversubscribed ? "true" : "false");
+    }
+}
+
 /* sweep.csv: one row per point x run x metric (tidy). */
 static char *sweep_csv(const sweep *s, size_t *len)
 {
@@ -622,81 +699,10 @@ static char *sweep_csv(const sweep *s, size_t *len)
     /* n, busy and oversubscribed (issue 38) last: a reader of the older
      * columns by position still finds them where they were. */
     fputs(",status,metric,value,unit,n,busy,oversubscribed\n", f);
-    static const struct {
-        const char *metric, *unit;
-    } figs[] = {{"step_p50_ms", "ms"},       {"step_p90_ms", "ms"},  {"samples_per_s", "1/s"},
-                {"bytes_per_step", "bytes"}, {"comm_span_ms", "ms"}, {"effective_gb_per_s", "GB/s"},
-                {"exposed_comm_ms", "ms"}};
-    /* The steady state's (issue 38), from the headline's "steady" and row. */
-    static const struct {
-        const char *metric, *key, *unit;
-        bool steady;
-    } extra[] = {{"steady_step_p50_ms", "step_p50_ms", "ms", true},
-                 {"steady_step_p90_ms", "step_p90_ms", "ms", true},
-                 {"steady_samples_per_s", "samples_per_s", "1/s", true},
-                 {"first_step_ms", "first_step_ms", "ms", true},
-                 {"algbw_gb_per_s", "algbw_gb_per_s", "GB/s", true},
-                 {"busbw_gb_per_s", "busbw_gb_per_s", "GB/s", true},
-                 {"wire_bytes_per_step", "wire_bytes_per_step", "bytes", false}};
-    enum {
-        NFIGS = sizeof figs / sizeof figs[0],
-        NSHARES = 5,
-        NEXTRA = sizeof extra / sizeof extra[0],
-        NMETRICS = NFIGS + NSHARES + 1 + NEXTRA
-    };
     for (size_t i = 0; i < s->npoints; i++) {
-        const sweep_point *p = &s->points[i];
-        json_t *status = json_object_get(p->doc, "status");
         size_t r;
         json_t *run;
-        json_array_foreach(p->runs, r, run) {
-            json_t *h = json_object_get(run, "headline");
-            /* The run's metrics: the headline's figures, its shares, the buckets. */
-            const char *metric[NMETRICS], *unit[NMETRICS];
-            json_t *value[NMETRICS];
-            char share[NSHARES][48];
-            for (int m = 0; m < NFIGS; m++) {
-                metric[m] = figs[m].metric;
-                unit[m] = figs[m].unit;
-                value[m] = json_object_get(h, figs[m].metric);
-            }
-            for (int k = 0; k < NSHARES; k++) {
-                snprintf(share[k], sizeof share[k], "share_%s", sweep_shares[k]);
-                metric[NFIGS + k] = share[k];
-                unit[NFIGS + k] = "fraction";
-                value[NFIGS + k] = json_object_get(json_object_get(h, "shares"), sweep_shares[k]);
-            }
-            metric[NFIGS + NSHARES] = "buckets";
-            unit[NFIGS + NSHARES] = "count";
-            value[NFIGS + NSHARES] = json_object_get(p->doc, "buckets");
-            for (int k = 0; k < NEXTRA; k++) {
-                metric[NFIGS + NSHARES + 1 + k] = extra[k].metric;
-                unit[NFIGS + NSHARES + 1 + k] = extra[k].unit;
-                value[NFIGS + NSHARES + 1 + k] =
-                    json_object_get(extra[k].steady ? json_object_get(h, "steady") : h, extra[k].key);
-            }
-            json_int_t rn = json_integer_value(json_object_get(run, "run"));
-            json_t *sn = json_object_get(json_object_get(h, "steady"), "n");
-            size_t b;
-            json_t *br;
-            bool busy = false;
-            json_array_foreach(p->busy_runs, b, br) busy = busy || json_integer_value(br) == rn;
-            for (int m = 0; m < NMETRICS; m++) {
-                if (!json_is_number(value[m]))
-                    continue;
-                fprintf(f, "%u,%" JSON_INTEGER_FORMAT ",", p->index, json_integer_value(json_object_get(run, "run")));
-                text_csv_field(f, p->label);
-                for (const char *const *k = sweep_csv_config; *k; k++) {
-                    fputc(',', f);
-                    sweep_csv_json(f, json_object_get(p->config, *k));
-                }
-                fprintf(f, ",%s,%s,", json_string_value(status), metric[m]);
-                sweep_csv_json(f, value[m]);
-                fprintf(f, ",%s,", unit[m]);
-                sweep_csv_json(f, sn);
-                fprintf(f, ",%s,%s\n", busy ? "true" : "false", p->oversubscribed ? "true" : "false");
-            }
-        }
+        json_array_foreach(s->points[i].runs, r, run) sweep_csv_run(f, &s->points[i], run);
     }
     fclose(f);
     return buf;

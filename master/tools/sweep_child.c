@@ -1,8 +1,8 @@
 /* sweep_child.c — a sweep's child processes: this binary run again with a
  * point's flags (its --dry-run, then the point), its output to a file or
  * read back, a signal passed on to it; and the argument lists they take
- * (master/sweep_int.h). */
-#include "master/sweep_int.h"
+ * (master/tools/sweep_int.h). */
+#include "master/tools/sweep_int.h"
 
 #include "shared/userpath.h"
 

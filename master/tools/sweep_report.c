@@ -16,7 +16,7 @@
  * that tried to load anything from the network would fail loudly in the
  * browser instead of quietly depending on it.
  */
-#include "master/sweep_report.h"
+#include "master/tools/sweep_report.h"
 
 #include "master/web_assets.h"
 #include "shared/atomicfile.h"
@@ -116,7 +116,7 @@ static int report_page(FILE *f, const json_t *sweep, const char *path, char *err
         return -1;
 
     fputs("<!DOCTYPE html>\n"
-          "<!-- psbench sweep report, written by psbench-master sweep (master/sweep_report.c)\n"
+          "<!-- psbench sweep report, written by psbench-master sweep (master/tools/sweep_report.c)\n"
           "     from the sweep's sweep.json, which is inlined below (id psbench-sweep).\n"
           "     Self-contained: no network; `psbench-master sweep --report DIR` writes it again. -->\n"
           "<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
