@@ -3,10 +3,13 @@
 a test helper is written once, in a shared fixture, and used from there).
 
 C: every function defined at file scope in tests/unit, tests/fuzz and
-tests/compile (static or not) but the test cases themselves (test_*). Python: every module-level def in
-tests/**/*.py, and the methods of its classes except a unittest class's
-own (setUp*, tearDown*, test_*, its hooks) and dunder methods, which are
-protocol names rather than helpers.
+tests/compile (static or not, in subfolders too) but the test cases
+themselves (test_*). Python: every module-level def in tests/**/*.py,
+and the methods of its classes but a unittest class's own (test_*,
+setUp, tearDown, ...), dunder methods (protocol names) and overrides of
+a base class's method (one interface, each class its own). Methods are
+listed as TestCase.<name> (of a unittest class, its helpers) or
+class.<name> (of a helper class).
 
 Names in ALLOWED are defined in several files on purpose (each is that
 file's own behaviour under a name the harness or an interface fixes);
