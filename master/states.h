@@ -7,7 +7,7 @@
  * two setters (master_set_state in phases.c, node_set_state in node.c) assert
  * every change against them, so a change the tables do not name is a bug
  * caught where it happens. Nothing here knows the event loop: the unit
- * test (tests/unit/test_master_state.c) checks every allowed and every
+ * test (tests/unit/master/test_master_state.c) checks every allowed and every
  * refused change without a master.
  *
  *         ┌──────────────── runs remain (--runs): the next run ───────────────┐

@@ -11,7 +11,7 @@
  * where they are free text (shared/text.h).
  *
  * Pure functions of a JSON body: no master state, so that they are tested
- * on their own (tests/unit/test_validate.c).
+ * on their own (tests/unit/master/test_validate.c).
  */
 #ifndef PSBENCH_MASTER_VALIDATE_H
 #define PSBENCH_MASTER_VALIDATE_H

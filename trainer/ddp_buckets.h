@@ -22,7 +22,7 @@
  * DDP reduces the buckets in their order: bucket k starts once buckets
  * 0..k are all ready (train.c hands them over so).
  *
- * tests/unit/test_ddp_buckets.c holds these rules against a table that
+ * tests/unit/trainer/test_ddp_buckets.c holds these rules against a table that
  * PyTorch's own DDP produced (tests/tools/ddp_layouts.py).
  */
 #ifndef PSBENCH_DDP_BUCKETS_H

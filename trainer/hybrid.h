@@ -115,7 +115,7 @@ const loss_check *hybrid_divergence(const hybrid *h);
  * (no host view). NULL: out of memory. */
 const float *hybrid_dense_params(hybrid *h, uint64_t *n);
 
-/* Tests only (tests/unit/test_model_device.c compares devices with it):
+/* Tests only (tests/unit/trainer/test_model_device.c compares devices with it):
  * the dense part's forward and backward on given looked-up rows, without
  * servers or a hook, at the parameters h holds (hybrid_new's, or where the
  * last pass left them; nothing is stepped). rows: R x HYBRID_ROW floats,

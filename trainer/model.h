@@ -161,7 +161,7 @@ cspan model_grad_span(dummy_model *m, uint32_t i);
  * definition, before the loss head), B x C floats for its batch of B
  * samples (B <= max_batch), on the compute layer: read them with
  * compute_host_read or compute_read. Valid until the next model_forward.
- * For tests that compare devices (tests/unit/test_model_device.c). */
+ * For tests that compare devices (tests/unit/trainer/test_model_device.c). */
 cspan model_prob_span(dummy_model *m, uint32_t B);
 
 /* The sparse embedding gradient of the last backward: returns nnz and sets

@@ -2,7 +2,7 @@
  * written once for the GPU and the host.
  *
  * kernels.cu calls these on the GPU; the host compiles the same functions
- * (tests/unit/test_cumath.c runs them against the cpu device's loops in
+ * (tests/unit/server/cuda/test_cumath.c runs them against the cpu device's loops in
  * server/reduce.c, element by element, bit for bit). Every operation is
  * rounded on its own, as the CPU does it: a product is never fused with
  * the add that follows (the GPU would contract a*b+c into one FMA, which

@@ -54,14 +54,6 @@ def why_not():
     return None
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("0.0.0.0", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def podman_env():
     env = psb.base_env()
     env.setdefault("CONTAINERS_CONF", CONF)
@@ -134,7 +126,7 @@ class ContainerJob(unittest.TestCase):
     def test_job_in_containers(self):
         """Master, server, two trainers: four containers, one job."""
         self.token = "ctest-token-%d" % os.getpid()
-        self.ctl, self.http = free_port(), free_port()
+        self.ctl, self.http = psb.free_port("0.0.0.0"), psb.free_port("0.0.0.0")
         # The master by a name, as in a cluster: this host's own name
         # when it resolves, else localhost.
         host = socket.gethostname()

@@ -45,24 +45,11 @@ OPERATIONS = os.path.join(REPO, "docs", "operations.md")
 WAIT = 120
 MODELS = {"Tiny": {"model_class": "Synthetic",
                    "configurations": {"buckets": 3, "bucket_floats": 2000, "sparse": False}}}
-PLACE_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-              "TORCHELASTIC_RUN_ID", "JOB_COMPLETION_INDEX", "PSBENCH_LAUNCHER", "PSBENCH_BIN_DIR", "PSBENCH_TOKEN",
-              "PSBENCH_TOKEN_FILE", "PSBENCH_RANK", "PSBENCH_WORLD_SIZE", "PSBENCH_LOCAL_RANK",
-              "PSBENCH_MASTER_ADDR", "PSBENCH_PORT", "PSBENCH_HTTP_PORT")
 
 
 def project_version():
     with open(os.path.join(REPO, "CMakeLists.txt")) as f:
         return re.search(r"project\(psbench VERSION (\S+)", f.read()).group(1)
-
-
-def clean_env(extra=None):
-    env = psb.base_env()
-    for k in list(env):
-        if k in PLACE_VARS or k.startswith("SLURM_"):
-            del env[k]
-    env.update(extra or {})
-    return env
 
 
 def why_no_validator():
@@ -124,7 +111,7 @@ class KubernetesFiles(unittest.TestCase):
         cmd = container["command"]
         self.assertEqual(cmd[0], "psbench-node")
         r = subprocess.run([self.node] + cmd[1:] + ["--dry-run"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           timeout=30, env=clean_env(extra_env))
+                           timeout=30, env=psb.launcher_free_env(extra_env))
         out = r.stdout.decode()
         self.assertEqual(r.returncode, 0, out)
         m = re.search(r"master: \S+psbench-master --listen 0\.0\.0\.0:(\d+) --http 0\.0\.0\.0:(\d+)", out)
@@ -332,10 +319,10 @@ class Scripts(unittest.TestCase):
         fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, b"deploy-test-token\n")
         os.close(fd)
-        port = free_ports(3)
+        port = psb.free_port_run(3)
         out = os.path.join(work, "out")
         bindir = os.path.dirname(psb.bin_path("psbench-node"))
-        env = clean_env({"PATH": bindir + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
+        env = psb.launcher_free_env({"PATH": bindir + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
                          "TORCHRUN": "/usr/bin/python3 " + os.path.join(HERE, "fake_torchrun.py"),
                          "MASTER_PORT": str(port), "PSBENCH_TOKEN_FILE": token})
         script = os.path.join(DEPLOY, "torchrun", "psbench-torchrun.sh")
@@ -359,30 +346,6 @@ class Scripts(unittest.TestCase):
         self.assertEqual(res["launcher"]["name"], "torchrun")
         self.assertEqual(res["configuration"]["listen"], "0.0.0.0:%d" % (port + 1))
         self.assertIs(res["configuration"]["auth"], True)
-
-
-def free_ports(n):
-    """A port P with P .. P+n-1 free (MASTER_PORT and the master's two)."""
-    import socket
-    for _ in range(200):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1]
-        s.close()
-        if base + n > 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            t = socket.socket()
-            try:
-                t.bind(("0.0.0.0", p))
-            except OSError:
-                ok = False
-            finally:
-                t.close()
-        if ok:
-            return base
-    raise RuntimeError("no free run of %d ports" % n)
 
 
 if __name__ == "__main__":

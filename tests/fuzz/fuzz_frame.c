@@ -85,7 +85,7 @@ static void check_same(const frame_hdr *a, const frame_hdr *b)
 
 /* Re-encode a decoded header and decode the result again. The decoded
  * header's strings point into the fuzzer's input, which stays valid. */
-static void roundtrip(const frame_hdr *h, frame_status first, size_t first_h)
+static void reencode_check(const frame_hdr *h, frame_status first, size_t first_h)
 {
     size_t n = frame_encode_header(h, reenc, sizeof reenc);
     /* The decoded header fit in H <= 65536 bytes; its known fields alone,
@@ -145,7 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 die("a strict prefix of a complete header is not NEED_MORE");
         }
 
-        roundtrip(&h, st, consumed);
+        reencode_check(&h, st, consumed);
 
         off += consumed;
         uint64_t skip = h.payload;

@@ -21,7 +21,7 @@ def frame(header, payload=b""):
     return struct.pack(">I", len(h)) + h + payload
 
 
-def f32(*vals):
+def f32_bytes(*vals):
     return struct.pack("<%df" % len(vals), *vals)
 
 
@@ -35,17 +35,17 @@ def seeds():
     welcome = frame({"type": "welcome", "version": 1, "server": 0, "trainers": 4})
     dense = frame({"type": "push", "batch": 7, "bucket": 1, "dtype": "f32",
                    "layout": "dense", "count": 4, "payload": 16},
-                  f32(1.0, -2.5, 0.25, 8.0))
+                  f32_bytes(1.0, -2.5, 0.25, 8.0))
     # nnz = 2, cols = 3: 2 int64 indices, then 6 float32.
     sparse = frame({"type": "push", "batch": 7, "bucket": 2, "dtype": "f32",
                     "layout": "sparse", "rows": 1000, "cols": 3, "nnz": 2,
                     "payload": 2 * 8 + 2 * 3 * 4},
-                   i64(999, 4) + f32(1, 2, 3, 4, 5, 6))
+                   i64(999, 4) + f32_bytes(1, 2, 3, 4, 5, 6))
     error = frame({"type": "error", "code": "stale_batch",
                    "message": "batch 3 bucket 1 already resolved", "batch": 3,
                    "bucket": 1})
     result = frame({"type": "result", "batch": 7, "bucket": 1, "dtype": "f32",
-                    "layout": "dense", "count": 2, "payload": 8}, f32(0.5, 0.5))
+                    "layout": "dense", "count": 2, "payload": 8}, f32_bytes(0.5, 0.5))
     too_large = frame({"type": "push", "batch": 1, "bucket": 0, "dtype": "f32",
                        "layout": "dense", "count": 1 << 30, "payload": 1 << 32})
     unknown = frame({"type": "gossip", "x": [1, -2, {"k": None}], "payload": 3,

@@ -49,6 +49,14 @@ ASAN = os.environ.get("PSBENCH_ASAN") == "1"
 
 # ---- the repository's configurations -------------------------------------
 
+def diverging_trainers(workdir, trainer_class):
+    """The trainer configurations with trainer_class's "lr" at 1e30 (a
+    float the configuration checks accept; 1e308, which no float holds, is
+    refused with the configuration): the parameters overflow in the first
+    step and the loss is no longer a number."""
+    return trainer_config_with(workdir, trainer_class, "diverging.json", lr=1e30)
+
+
 def trainer_config_with(workdir, trainer_class, name, **values):
     """configs/trainer_configurations.json with `values` set in
     trainer_class's configurations, written to workdir/NAME; its path."""
@@ -118,6 +126,87 @@ def base_env(extra=None, drop_token=True):
     if extra:
         env.update(extra)
     return env
+
+
+# What places a process in a launched job: torchrun's, Slurm's, Kubernetes'
+# and psbench-node's own variables (the tests' callers may run inside a
+# Slurm job or a pod).
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                 "MASTER_PORT", "TORCHELASTIC_RUN_ID", "JOB_COMPLETION_INDEX", "PSBENCH_LAUNCHER",
+                 "PSBENCH_BIN_DIR", "PSBENCH_TOKEN", "PSBENCH_TOKEN_FILE", "PSBENCH_NSERVER",
+                 "PSBENCH_SERVER_ARGS", "PSBENCH_TRAINER_ARGS", "PSBENCH_SLURM")
+LAUNCHER_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PSBENCH_RANK", "PSBENCH_WORLD", "PSBENCH_LOCAL",
+                     "PSBENCH_MASTER", "PSBENCH_PORT", "PSBENCH_HTTP")
+
+
+def launcher_free_env(extra=None):
+    """base_env without any of LAUNCHER_VARS or LAUNCHER_PREFIXES of our
+    own caller, then `extra`: a job's place comes from the test alone."""
+    env = base_env()
+    for k in list(env):
+        if k in LAUNCHER_VARS or k.startswith(LAUNCHER_PREFIXES):
+            del env[k]
+    env.update(extra or {})
+    return env
+
+
+def free_port(host=HOST):
+    """A TCP port nobody listens on at host now (whoever takes it next
+    should do so at once)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def free_port_run(n):
+    """A port P with P .. P+n-1 all free on every address (MASTER_PORT and
+    the master's ports beside it)."""
+    for _ in range(200):
+        base = free_port("127.0.0.1")
+        if base + n > 65535:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            t = socket.socket()
+            try:
+                t.bind(("0.0.0.0", p))
+            except OSError:
+                ok = False
+            finally:
+                t.close()
+        if ok:
+            return base
+    raise RuntimeError("no free run of %d ports" % n)
+
+
+def proc_status(pid, key):
+    """A /proc/PID/status field in kB (VmRSS, VmHWM, ...)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+def last_line(text):
+    """text's last line that is not blank, less its trailing blanks (""
+    where none is)."""
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def sanitizer_build(binary=None):
+    """Whether this is an ASan or TSan build (whose shadow memory needs an
+    unlimited address space): binary's own symbols where one is named,
+    else what CMake told the tests (PSBENCH_ASAN, PSBENCH_TSAN)."""
+    if binary:
+        with open(binary, "rb") as f:
+            data = f.read()
+        return b"__asan_init" in data or b"__tsan_init" in data
+    return os.environ.get("PSBENCH_ASAN") == "1" or os.environ.get("PSBENCH_TSAN") == "1"
 
 
 # ---- processes -----------------------------------------------------------
@@ -441,9 +530,9 @@ atexit.register(_stop_leftovers)
 _F32 = struct.Struct("<f")
 
 
-def f32(x):
-    """Round a Python float to float32, like a C float."""
-    return _F32.unpack(_F32.pack(x))[0]
+# f32(x): a Python float rounded to float32, like a C float. Written once,
+# in bu_reference.py, which the mock servers load without this module.
+from bu_reference import f32  # noqa: E402,F401
 
 
 def mean_scale(n):
@@ -668,7 +757,19 @@ class RawClient(object):
 
 # ---- test base -------------------------------------------------------------
 
-class PsbTestCase(unittest.TestCase):
+class StopsProcesses(object):
+    """For a unittest.TestCase with a Registry in self.reg: _stop_processes
+    (a cleanup) stops every process it started and fails the test with
+    the sanitizer reports they left."""
+
+    def _stop_processes(self):
+        reports = self.reg.stop_all()
+        if reports:
+            self.fail("sanitizer report(s):\n" + "\n\n".join(
+                "%s:\n%s" % r for r in reports))
+
+
+class PsbTestCase(StopsProcesses, unittest.TestCase):
     """Gives each test a Registry (self.reg) that stops everything, and a
     list of raw clients closed at the end."""
 
@@ -677,12 +778,6 @@ class PsbTestCase(unittest.TestCase):
         self.addCleanup(self._stop_processes)
         self._clients = []
         self.addCleanup(self._close_clients)
-
-    def _stop_processes(self):
-        reports = self.reg.stop_all()
-        if reports:
-            self.fail("sanitizer report(s):\n" + "\n\n".join(
-                "%s:\n%s" % r for r in reports))
 
     def _close_clients(self):
         for c in self._clients:
@@ -693,6 +788,16 @@ class PsbTestCase(unittest.TestCase):
         c = RawClient(port, **kw)
         self._clients.append(c)
         return c
+
+    def shm_client(self, server, **kw):
+        """A ShmClient of server's, closed at the end."""
+        c = ShmClient(server.port, **kw)
+        self._clients.append(c)
+        return c
+
+    def wait_phase(self, m, phases, timeout=None):
+        """wait_phase (below) for this test."""
+        return wait_phase(self, m, phases, RUN_TIMEOUT if timeout is None else timeout)
 
     def hello_ok(self, c, rank, token=None, extra=None):
         h, p = c.hello(rank, token=token, extra=extra)

@@ -31,15 +31,9 @@ U64_MAX = (1 << 64) - 1
 MIB = 1 << 20
 
 
-def proc_status(pid):
+def vm_bytes(pid):
     """VmRSS and VmHWM of pid, in bytes."""
-    out = {}
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmRSS", "VmHWM"):
-                out[k] = int(v.split()[0]) * 1024
-    return out
+    return {k: psb.proc_status(pid, k) * 1024 for k in ("VmRSS", "VmHWM")}
 
 
 def push_until_refused(test, c, n, floats, batch0=10 ** 9, bucket=0):
@@ -76,10 +70,10 @@ class Held(psb.PsbTestCase):
 
     def wait_rss_below(self, server, limit, timeout=10):
         deadline = time.monotonic() + timeout
-        st = proc_status(server.pid)
+        st = vm_bytes(server.pid)
         while st["VmRSS"] > limit and time.monotonic() < deadline:
             time.sleep(0.05)
-            st = proc_status(server.pid)
+            st = vm_bytes(server.pid)
         return st
 
     def test_far_future_pushes_bounded_and_given_back(self):
@@ -91,13 +85,13 @@ class Held(psb.PsbTestCase):
         # The cpu device: a GPU's device keeps bounded caches of pinned and
         # device memory for reuse (server/cuda/device_cuda.c).
         s = self.reg.server(trainers=2, extra=["--device", "cpu"])
-        base = proc_status(s.pid)["VmRSS"]
+        base = vm_bytes(s.pid)["VmRSS"]
         c = self.client(s)
         self.hello_ok(c, 0)
         h = push_until_refused(self, c, 40, MIB)  # 40 x 4 MiB: 160 MiB asked for
         self.assertIn("has 16 pushes (67108864 bytes) waiting", h["message"])
         self.assertIn("at most 8192 pushes and 67108864 bytes waiting", h["message"])
-        hwm = proc_status(s.pid)["VmHWM"]
+        hwm = vm_bytes(s.pid)["VmHWM"]
         self.assertLess(hwm - base, 64 * MIB + 48 * MIB, "peak %d MiB over the start" % ((hwm - base) >> 20))
         st = self.wait_rss_below(s, base + 24 * MIB)
         self.assertLess(st["VmRSS"] - base, 24 * MIB, "%d MiB kept after the trainer left" %
@@ -114,14 +108,14 @@ class Held(psb.PsbTestCase):
         memory goes back; the one that stays is told nothing it did not
         push."""
         s = self.reg.server(trainers=2, extra=["--device", "cpu"])
-        base = proc_status(s.pid)["VmRSS"]
+        base = vm_bytes(s.pid)["VmRSS"]
         a, b = self.client(s), self.client(s)
         self.hello_ok(a, 0)
         self.hello_ok(b, 1)
         for i in range(12):  # 48 MiB, under the bound
             a.push(dense_push(10 ** 9 + i, 0, [1.0] * MIB))
         self.barrier(a)
-        self.assertGreater(proc_status(s.pid)["VmRSS"] - base, 40 * MIB)
+        self.assertGreater(vm_bytes(s.pid)["VmRSS"] - base, 40 * MIB)
         a.close()
         st = self.wait_rss_below(s, base + 16 * MIB)
         self.assertLess(st["VmRSS"] - base, 16 * MIB, "%d MiB kept after the trainer left" %
@@ -385,14 +379,6 @@ class Ports(psb.PsbTestCase):
 
 # ---- a node that cannot set up says why -------------------------------------
 
-def sanitized(binary):
-    """Whether `binary` is built with ASan or TSan (which cannot run under
-    an address-space limit: their shadow memory is terabytes of it)."""
-    with open(binary, "rb") as f:
-        data = f.read()
-    return b"__asan_init" in data or b"__tsan_init" in data
-
-
 class SetupFailures(psb.PsbTestCase):
 
     def master(self, *extra, local=False, linger=psb.LINGER_S):
@@ -419,7 +405,7 @@ class SetupFailures(psb.PsbTestCase):
         `failed`: the master's verdict names the out-of-memory and the
         size, not "server 0 disconnected"."""
         srv = psb.bin_path("psbench-server")
-        if sanitized(srv):
+        if psb.sanitizer_build(srv):
             self.skipTest("sanitizer build: no address-space limit possible")
         rows, cols = 1 << 22, 512  # 2^31 floats: 8 GiB
         m = self.master("--number-trainers", "1", "--number-ps", "1", "--number-embeddings", str(rows),

@@ -254,11 +254,6 @@ class Protocol(psb.PsbTestCase):
         rc, out, _ = s.terminate_and_wait()
         self.assertRegex(out, r"CUDA IPC: 1 pushes folded .*, 0 results never copied to the host")
 
-    def shm_client(self, server, **kw):
-        c = ShmClient(server.port, **kw)
-        self._clients.append(c)
-        return c
-
     def test_export_refused(self):
         """What cannot be taken is refused with the reason (unsupported:
         the trainer goes on without CUDA IPC) or, for a frame in the wrong

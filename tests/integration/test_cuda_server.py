@@ -39,18 +39,18 @@ FAKE = DEVICE == "fake-cuda"
 
 class CudaServer(psb.PsbTestCase):
 
-    def server(self, trainers=2, kind=None, extra=(), env=None):
+    def cuda_server(self, trainers=2, kind=None, extra=(), env=None):
         return self.reg.server(trainers=trainers, kind=kind, extra=["--device", DEVICE] + list(extra),
                                env=psb.base_env(env or {}))
 
     def test_start_line_names_the_gpu(self):
-        s = self.server()
+        s = self.cuda_server()
         rc, out, err = s.terminate_and_wait()
         self.assertEqual(rc, 0, s.describe())
         self.assertRegex(err, r"device cuda \(GPU 0: [^)]+\)", err)
 
     def test_bucket_answered_while_another_streams_in(self):
-        s = self.server()
+        s = self.cuda_server()
         a, b = self.client(s), self.client(s)
         self.hello_ok(a, 0)
         self.hello_ok(b, 1)
@@ -130,7 +130,7 @@ class CudaServer(psb.PsbTestCase):
                                       ("average-batch", "method_metric,average computation", 3),
                                       ("batch-update", "method_metric,update", 1)):
             with self.subTest(kind=kind):
-                s = self.server(kind=kind, env=env)
+                s = self.cuda_server(kind=kind, env=env)
                 if kind == "batch-update":
                     trainers = [self.reg.start([psb.bin_path("psbench-trainer"), "--server", s.addr, "--rank",
                                                 str(r), "--model", "batch-update", "--batches", str(batches),
@@ -149,7 +149,7 @@ class CudaServer(psb.PsbTestCase):
                 self.assert_gpu_times(rows[metric], rows[psb.PARAM_INDEX_BATCH], batches * buckets, out)
         with self.subTest(kind="embedding"):
             rows_n, cols, bags, per_bag = 1000, 64, 32, 8
-            s = self.server(trainers=1, kind="embedding",
+            s = self.cuda_server(trainers=1, kind="embedding",
                             extra=["--num-embeddings", str(rows_n), "--embedding-dim", str(cols), "--lr", "0.01",
                                    "--seed", "3"], env=env)
             c = self.client(s)
@@ -239,7 +239,7 @@ class CudaServer(psb.PsbTestCase):
         waits for the GPU, drops the answer nobody waits for, and the next
         job starts at batch 0. The server ends cleanly."""
         env, hold, release = self.gpu_hold()
-        s = self.server(trainers=3, kind=kind, env=env)
+        s = self.cuda_server(trainers=3, kind=kind, env=env)
         a, b, c = (self.client(s) for _ in range(3))
         for r, x in enumerate((a, b, c)):
             self.hello_ok(x, r)
@@ -318,7 +318,7 @@ class CudaServer(psb.PsbTestCase):
         had reached: a bucket without its push fails, and every later
         one); the server stays up, serves a new job, and ends cleanly."""
         env, hold, release = self.gpu_hold()
-        s = self.server(trainers=3, env=env)
+        s = self.cuda_server(trainers=3, env=env)
         hold()
         trs = [self.reg.trainer(s, r, buckets=3, floats=50000, batches=100000, extra=["--rpc-timeout", "20"])
                for r in range(3)]
@@ -350,7 +350,7 @@ class CudaServer(psb.PsbTestCase):
             self.skipTest("a real GPU cannot be made to fail on purpose")
         # Operation 40 of the fake GPU fails: a few rounds succeed, then
         # every bucket fails with `device`.
-        s = self.server(env={"PSBENCH_FAKE_GPU_FAIL_AT": "40"})
+        s = self.cuda_server(env={"PSBENCH_FAKE_GPU_FAIL_AT": "40"})
         a, b = self.client(s), self.client(s)
         self.hello_ok(a, 0)
         self.hello_ok(b, 1)
@@ -381,7 +381,7 @@ class CudaServer(psb.PsbTestCase):
     def test_gpu_failure_fails_lookups_with_code_device(self):
         if not FAKE:
             self.skipTest("a real GPU cannot be made to fail on purpose")
-        s = self.server(trainers=1, kind="embedding",
+        s = self.cuda_server(trainers=1, kind="embedding",
                         extra=["--num-embeddings", "50", "--embedding-dim", "4", "--lr", "0.1", "--seed", "3"],
                         env={"PSBENCH_FAKE_GPU_FAIL_AT": "30"})
         c = self.client(s)

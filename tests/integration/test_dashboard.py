@@ -595,7 +595,7 @@ return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textCo
 
     # -- the headline, the chart's window, the busy banner (a fake master) --
 
-    def fake(self, docs):
+    def fake_master(self, docs):
         fm = FakeMaster(docs)
         self.addCleanup(fm.stop)
         return fm
@@ -623,7 +623,7 @@ return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textCo
         """No steady figures: the pass's, each with n from the metrics'
         batch_all count; no busy banner for a host_state that is null."""
         hl = headline_row()
-        fm = self.fake(fake_docs(hl, None))
+        fm = self.fake_master(fake_docs(hl, None))
         driver = self.start_browser()
         try:
             driver.get(fm.base)
@@ -662,7 +662,7 @@ return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textCo
         warnings = ["host a was busy during the timed pass: load 3.1 on 2 cores",
                     "host b was busy during the timed pass: 40% steal"]
         hl = headline_row(steady)
-        fm = self.fake(fake_docs(hl, {"busy": True, "oversubscribed": False, "warnings": warnings}))
+        fm = self.fake_master(fake_docs(hl, {"busy": True, "oversubscribed": False, "warnings": warnings}))
         driver = self.start_browser()
         try:
             driver.get(fm.base)
@@ -698,7 +698,7 @@ return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textCo
         """The chart plots the last 10 s window's p50 by default; the
         choice of the cumulative one plots the cumulative p50, says so, and
         outlives a reload; the next points come from history/last."""
-        fm = self.fake(fake_docs(headline_row(), None))
+        fm = self.fake_master(fake_docs(headline_row(), None))
         driver = self.start_browser()
         try:
             c = self.open_fresh(driver, fm.base)
@@ -742,7 +742,7 @@ return Array.from(d.querySelectorAll('tbody tr')).map((tr) => tr.cells[0].textCo
         pts = [fake_point(p["t"], i, window=False) for i, p in enumerate(docs["/api/v1/history"]["points"])]
         docs["/api/v1/history"]["points"] = pts
         docs["/api/v1/history/last"]["point"] = pts[-1]
-        fm = self.fake(docs)
+        fm = self.fake_master(docs)
         driver = self.start_browser()
         try:
             c = self.open_fresh(driver, fm.base)

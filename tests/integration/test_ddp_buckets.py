@@ -8,7 +8,7 @@ three iterations, DDP's `rebuilt_per_bucket_param_indices` and
 `bucket_sizes`) and compared with the `buckets` a real psbench run records
 for every trainer: the rebuilt buckets (floats and parameters, in DDP's
 order) and the first iteration's. Without torch the test is skipped with
-that reason (tests/unit/test_ddp_buckets.c holds the same rules against a
+that reason (tests/unit/trainer/test_ddp_buckets.c holds the same rules against a
 table DDP produced once).
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_ddp_buckets.py

@@ -95,7 +95,7 @@ class DdpRpc(psb.PsbTestCase):
         m.wait_ports()
         return m
 
-    def check_results(self, res, nserver, epochs, pattern="seed"):
+    def check_ddp_rpc(self, res, nserver, epochs, pattern="seed"):
         self.assertEqual(res["ddp_rpc"]["rpc_pattern"], pattern)
         self.assertEqual(res["configuration"]["resolved"]["trainer"]["configurations"]["rpc_pattern"], pattern)
         trainers = res["trainers"]
@@ -152,7 +152,7 @@ class DdpRpc(psb.PsbTestCase):
         self.assertEqual(rc, 0, m.describe())
         with open(os.path.join(out, "results.json")) as f:
             res = json.load(f)
-        self.check_results(res, 2, 15)
+        self.check_ddp_rpc(res, 2, 15)
         self.assertEqual(res["configuration"]["warmup_cycles"], 2)
         self.assertIn("DDP + RPC benchmark (timed pass, rpc_pattern seed): seconds per epoch, samples per second", m.stdout())
         self.assertEqual(res["metrics_pass"], "timed")
@@ -174,7 +174,7 @@ class DdpRpc(psb.PsbTestCase):
             self.assertEqual(m.wait(240), 0, m.describe())
             with open(os.path.join(out, "results.json")) as f:
                 res = json.load(f)
-            self.check_results(res, P, epochs, pattern)
+            self.check_ddp_rpc(res, P, epochs, pattern)
             self.assertEqual(res["configuration"]["rpc_pattern"], pattern)
             bags = sum(t["bags"] for t in res["trainers"])
             indices = sum(t["indices"] for t in res["trainers"])
@@ -286,7 +286,7 @@ class DdpRpc(psb.PsbTestCase):
         self.assertEqual(m.wait(240), 0, m.describe())
         with open(os.path.join(out, "results.json")) as f:
             res = json.load(f)
-        self.check_results(res, 8, 12)
+        self.check_ddp_rpc(res, 8, 12)
         dense = []
         for p in paths:
             a = array.array("f")
@@ -296,12 +296,6 @@ class DdpRpc(psb.PsbTestCase):
         # 512*256+256 + 256*128+128 + 128*64+64 + 64*32+32 + 32*8+8
         self.assertEqual(len(dense[0]), 174824)
         self.assertEqual(dense[0].tobytes(), dense[1].tobytes())
-
-    def diverging_trainers(self):
-        """The trainer configurations with HybridTrainer's "lr" at 1e30 (a
-        float the configuration checks accept): the dense parameters
-        overflow in the first step and the loss is no longer a number."""
-        return psb.trainer_config_with(self.reg.workdir, "HybridTrainer", "diverging.json", lr=1e30)
 
     # Batch 0 computes with the initial parameters (a finite loss); its step
     # at lr 1e30 overflows them, so batch 1 is where the loss diverges, on
@@ -314,8 +308,9 @@ class DdpRpc(psb.PsbTestCase):
         and the master's and each trainer's last line say where; every
         process exits non-zero."""
         out = os.path.join(self.reg.workdir, "out")
+        diverging = psb.diverging_trainers(self.reg.workdir, "HybridTrainer")
         m = self.master("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256", "--epochs", "3",
-                        "--warmup-cycles", "1", "--trainer-config-path", self.diverging_trainers(), local=False,
+                        "--warmup-cycles", "1", "--trainer-config-path", diverging, local=False,
                         out=out)
         srvs = [self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
                                name="server%d" % s) for s in range(2)]
@@ -400,8 +395,9 @@ class DdpRpc(psb.PsbTestCase):
         (output and results.json) and in trainers[].diverged, the losses are
         recorded as "nan" for every epoch, never dropped."""
         out = os.path.join(self.reg.workdir, "out")
+        diverging = psb.diverging_trainers(self.reg.workdir, "HybridTrainer")
         m = self.master("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256", "--epochs", "3",
-                        "--warmup-cycles", "1", "--trainer-config-path", self.diverging_trainers(),
+                        "--warmup-cycles", "1", "--trainer-config-path", diverging,
                         "--allow-divergence", out=out)
         self.assertEqual(m.wait(120), 0, m.describe())
         with open(os.path.join(out, "results.json")) as f:

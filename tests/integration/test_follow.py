@@ -29,16 +29,6 @@ IDLE_S = 5
 EXIT_TIMEOUT = 90
 
 
-def free_port():
-    """A port nobody listens on now (the master takes it just after)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind((psb.HOST, 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
-
-
 class HostilePeer(object):
     """Something at a follower's --master that is no psbench master:
     silent (accepts, says nothing), close (accepts and closes at once),
@@ -66,10 +56,10 @@ class HostilePeer(object):
                 self.conns.append(c)
             return
         self.sock.listen(16)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread = threading.Thread(target=self._serve_hostile, daemon=True)
         self.thread.start()
 
-    def _serve(self):
+    def _serve_hostile(self):
         while True:
             try:
                 c, _ = self.sock.accept()
@@ -115,7 +105,7 @@ class Follow(psb.PsbTestCase):
         point first, as the matrix has it; interleaved, the allreduce point
         may come first and the servers, with nothing to do for longer than
         IDLE_S on a slow build, leave before the point that needs them.)"""
-        port = free_port()
+        port = psb.free_port()
         ctl = "%s:%d" % (psb.HOST, port)
         servers = [self.follower("psbench-server", ctl, "server%d" % i) for i in range(2)]
         trainers = [self.follower("psbench-trainer", ctl, "trainer%d" % i) for i in range(2)]
@@ -202,7 +192,7 @@ class Follow(psb.PsbTestCase):
     def test_idle_without_master(self):
         """No master ever listens: exit 0 after --follow-idle, naming the
         last reason (the master could not be reached)."""
-        ctl = "%s:%d" % (psb.HOST, free_port())
+        ctl = "%s:%d" % (psb.HOST, psb.free_port())
         p = self.follower("psbench-trainer", ctl, "trainer")
         self.assert_idle_exit(p, 0)
         self.assertIn("cannot connect to %s" % ctl, p.stderr().strip().splitlines()[-1])
@@ -256,7 +246,7 @@ class Follow(psb.PsbTestCase):
         a master (a silent peer's answer, or between tries where none
         listens) end it with exit 0 and a last line naming the signal."""
         silent = self.hostile("silent")
-        refused = "%s:%d" % (psb.HOST, free_port())
+        refused = "%s:%d" % (psb.HOST, psb.free_port())
         for binary in ("psbench-trainer", "psbench-server"):
             for sig, name in ((signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")):
                 for where, addr in (("silent", silent.addr), ("refused", refused)):

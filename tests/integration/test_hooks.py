@@ -236,7 +236,7 @@ class Hooks(psb.PsbTestCase):
 
     # -- refusals ---------------------------------------------------------------
 
-    def refused(self, *args):
+    def master_refusal(self, *args):
         rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http",
                                      "127.0.0.1:0", "--model-config-path", self.models] + list(args))
         self.assertNotEqual(rc, 0)
@@ -245,11 +245,11 @@ class Hooks(psb.PsbTestCase):
         return lines[-1]
 
     def test_refusals(self):
-        self.assertIn("rpc_hook sends buckets to parameter servers", self.refused("--model", "Small", "--nserver", "0"))
+        self.assertIn("rpc_hook sends buckets to parameter servers", self.master_refusal("--model", "Small", "--nserver", "0"))
         self.assertIn("--backend nccl needs CUDA trainers",
-                      self.refused("--model", "Small", "--trainer", "DdpTrainer", "--backend", "nccl"))
+                      self.master_refusal("--model", "Small", "--trainer", "DdpTrainer", "--backend", "nccl"))
         self.assertIn("is not rpc_hook, allreduce_hook, sparse_rpc_hook or hybrid_hook",
-                      self.refused("--model", "Small", "--ddp-hook", "gossip_hook"))
+                      self.master_refusal("--model", "Small", "--ddp-hook", "gossip_hook"))
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ class HostState(psb.PsbTestCase):
             f.stop()
         psb.PsbTestCase.tearDown(self)
 
-    def fake(self, name, busy):
+    def fake_proc(self, name, busy):
         f = FakeProc(os.path.join(self.reg.workdir, name), busy)
         self.fakes.append(f)
         return f.path
@@ -128,7 +128,7 @@ class HostState(psb.PsbTestCase):
     def test_quiet_fake_proc(self):
         """A fake /proc whose ticks are all idle: no other load, no steal:
         not busy, and no busy warning."""
-        res = self.results(self.run_master(self.fake("proc_idle", busy=False)))
+        res = self.results(self.run_master(self.fake_proc("proc_idle", busy=False)))
         hs = res["host_state"]
         self.check_shape(hs)
         self.assertIs(hs["busy"], False, hs)
@@ -179,7 +179,7 @@ class HostState(psb.PsbTestCase):
     def test_quiet_host_waits(self):
         """--quiet-host on a fake /proc that is all busy: the master says
         what it waits for, waits its seconds, then runs marked busy."""
-        m = self.run_master(self.fake("proc_busy", busy=True), "--quiet-host", "2")
+        m = self.run_master(self.fake_proc("proc_busy", busy=True), "--quiet-host", "2")
         res = self.results(m)
         out = m.stdout() + m.stderr()
         self.assertEqual(out.count("--quiet-host: waiting up to 2 s for host"), 1, out)

@@ -153,7 +153,7 @@ class InstallTests(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="psbench-install-")
         self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
 
-    def check(self, args, timeout=120, cwd=None):
+    def run_ok(self, args, timeout=120, cwd=None):
         r = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=timeout, cwd=cwd)
         out = r.stdout.decode("utf-8", "replace")
@@ -291,7 +291,7 @@ class InstallTests(unittest.TestCase):
 
     def test_cmake_install(self):
         prefix = os.path.join(self.tmp, "prefix")
-        self.check([self.cmake, "--install", self.build, "--prefix", prefix])
+        self.run_ok([self.cmake, "--install", self.build, "--prefix", prefix])
         confdir = self.check_tree(prefix)
         self.check_licence(prefix)
         self.check_no_cuda_linked(prefix)
@@ -302,11 +302,11 @@ class InstallTests(unittest.TestCase):
         if not self.cpack or not self.dpkg_deb:
             raise unittest.SkipTest("cpack or dpkg-deb not found: the .deb is not built")
         pkgdir = os.path.join(self.tmp, "pkg")
-        self.check([self.cpack, "-G", "DEB", "-B", pkgdir], cwd=self.build, timeout=300)
+        self.run_ok([self.cpack, "-G", "DEB", "-B", pkgdir], cwd=self.build, timeout=300)
         debs = glob.glob(os.path.join(pkgdir, "psbench_*.deb"))
         self.assertEqual(len(debs), 1, os.listdir(pkgdir))
         deb = debs[0]
-        fields = {f: self.check([self.dpkg_deb, "-f", deb, f]).strip()
+        fields = {f: self.run_ok([self.dpkg_deb, "-f", deb, f]).strip()
                   for f in ("Package", "Depends")}
         recommends = subprocess.run([self.dpkg_deb, "-f", deb, "Recommends"], stdout=subprocess.PIPE,
                                     check=True).stdout.decode().strip()
@@ -320,13 +320,13 @@ class InstallTests(unittest.TestCase):
             for r in ("libnccl2", "cuda-cudart-", "libcublas-"):
                 self.assertIn(r, recommends)
         # The licence and the copyright file where Debian's policy puts them.
-        listing = self.check([self.dpkg_deb, "-c", deb])
+        listing = self.run_ok([self.dpkg_deb, "-c", deb])
         paths = [line.split()[-1] for line in listing.splitlines() if line.strip()]
         for f in ("./usr/share/doc/psbench/LICENSE", "./usr/share/doc/psbench/copyright"):
             self.assertIn(f, paths, listing)
         # The fresh prefix: the package's tree unpacked in an empty directory.
         root = os.path.join(self.tmp, "root")
-        self.check([self.dpkg_deb, "-x", deb, root])
+        self.run_ok([self.dpkg_deb, "-x", deb, root])
         prefix = os.path.join(root, "usr")
         # Depends holds the package of every library the packaged binaries
         # need (what the link decided: with --as-needed, a library used

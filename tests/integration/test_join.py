@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master, http_get, wait_phase  # noqa: E402
+from psb import Master, http_get  # noqa: E402
 
 TOKEN = "s3cr3t-TOKEN-xyz"
 WRONG = "wr0ng-TOKEN-abc"
@@ -65,7 +65,7 @@ class JoinTests(psb.PsbTestCase):
         return [psb.bin_path("psbench-master"), "--model", "Tiny", "--model-config-path",
                 self.model_cfg, "--epochs", "1", "--rpc-timeout", "15"] + list(extra)
 
-    def start_master(self, *extra, env=None):
+    def start_job_master(self, *extra, env=None):
         m = self.reg.start(self.job_args(*extra), env=env, name="master", cls=Master)
         m.wait_ports()
         # The warnings come right after the ports, before the "job:" line.
@@ -74,9 +74,6 @@ class JoinTests(psb.PsbTestCase):
             self.assertTrue(m.alive() and time.monotonic() < deadline, m.describe())
             time.sleep(0.02)
         return m
-
-    def wait_phase(self, m, phases, timeout=RUN_TIMEOUT):
-        return wait_phase(self, m, phases, timeout)
 
     def assert_no_token(self, where, text, token=TOKEN):
         self.assertNotIn(token, text, "the token shows in %s" % where)
@@ -111,7 +108,7 @@ class JoinTests(psb.PsbTestCase):
         """Without --local nodes come from other hosts: the control port
         stays on 0.0.0.0 (and, without a token, warns: one line, naming the
         bound port); an HTTP port on loopback does not warn."""
-        m = self.start_master("--master-port", "0", "--http", "127.0.0.1:0", "--linger", "0")
+        m = self.start_job_master("--master-port", "0", "--http", "127.0.0.1:0", "--linger", "0")
         a = args_line(m.stdout())
         self.assertEqual(a["listen"], "0.0.0.0:0")
         err = m.stderr()
@@ -122,14 +119,14 @@ class JoinTests(psb.PsbTestCase):
     # ---- the warning ----------------------------------------------------------
 
     def test_master_warns_beyond_loopback_without_token(self):
-        m = self.start_master("--listen", "0.0.0.0:0", "--http", "0.0.0.0:0", "--linger", "0")
+        m = self.start_job_master("--listen", "0.0.0.0:0", "--http", "0.0.0.0:0", "--linger", "0")
         err = m.stderr()
         self.assertEqual(CTL_WARN_RE.findall(err), [("0.0.0.0", m.ctl.split(":")[1])], err)
         self.assertEqual(HTTP_WARN_RE.findall(err), [("0.0.0.0", m.http.rsplit(":", 1)[1])], err)
         self.assertEqual(len([l for l in err.splitlines() if ": warn: " in l]), 2, err)
 
     def test_master_with_token_does_not_warn(self):
-        m = self.start_master("--listen", "0.0.0.0:0", "--http", "0.0.0.0:0", "--linger", "0",
+        m = self.start_job_master("--listen", "0.0.0.0:0", "--http", "0.0.0.0:0", "--linger", "0",
                               "--token-file", self.tok)
         err = m.stderr()
         self.assertIsNone(CTL_WARN_RE.search(err), err)
@@ -138,14 +135,14 @@ class JoinTests(psb.PsbTestCase):
         self.assertTrue(args_line(m.stdout())["auth"])
         # The token from the environment counts as well.
         env = psb.base_env({"PSBENCH_TOKEN": TOKEN})
-        m2 = self.start_master("--listen", "0.0.0.0:0", "--http", "0.0.0.0:0", "--linger", "0", env=env)
+        m2 = self.start_job_master("--listen", "0.0.0.0:0", "--http", "0.0.0.0:0", "--linger", "0", env=env)
         self.assertNotIn(": warn: ", m2.stderr())
         for p in (m, m2):
             self.assert_no_token(p.name, p.stdout() + p.stderr())
 
     def test_token_file_readable_by_others_warns(self):
         loose = self.token_file("loose", TOKEN + "\n", mode=0o644)
-        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", "0",
+        m = self.start_job_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", "0",
                               "--token-file", loose)
         warns = [l for l in m.stderr().splitlines() if ": warn: " in l]
         self.assertEqual(len(warns), 1, m.stderr())
@@ -198,7 +195,7 @@ class JoinTests(psb.PsbTestCase):
         nowhere: output at debug level, results.json, the HTTP API."""
         out_dir = os.path.join(self.reg.workdir, "out")
         env = psb.base_env({"PSBENCH_TOKEN": "env-token-unused"})
-        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S),
+        m = self.start_job_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S),
                               "--token-file", self.tok, "--out", out_dir, "--log-level", "debug", env=env)
         # Refused: a wrong token in the file; the environment's token (the
         # file wins on the master); --token over a right file.
@@ -257,7 +254,7 @@ class JoinTests(psb.PsbTestCase):
             time.sleep(0.05)
         self.fail("%s %d never registered:\n%s" % (role, rank, m.describe()))
 
-    def refused(self, m, role, rank, why_re):
+    def node_refused(self, m, role, rank, why_re):
         """A node of `role` asking for `rank` exits non-zero, its last line
         the master's refusal matching why_re."""
         rc, out, err = self.reg.run([psb.bin_path("psbench-" + role), "--master", m.ctl, "--rank", str(rank)]
@@ -275,18 +272,18 @@ class JoinTests(psb.PsbTestCase):
         servers, are refused as outside the job's ranks, and the run is not
         disturbed."""
         out_dir = os.path.join(self.reg.workdir, "out")
-        m = self.start_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S),
+        m = self.start_job_master("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger", str(psb.LINGER_S),
                               "--ntrainer", "2", "--nserver", "1", "--out", out_dir)
         srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0",
                               "--rank", "0"], name="server", cls=psb.Server)
         self.wait_node(m, "server", 0)
-        self.refused(m, "server", 0, r"server rank 0 is taken \(by the server on \S+, pid %d\)$" % srv.pid)
-        self.refused(m, "server", 1, r"--rank 1 is outside 0\.\.0 \(this job has 1 server\)$")
+        self.node_refused(m, "server", 0, r"server rank 0 is taken \(by the server on \S+, pid %d\)$" % srv.pid)
+        self.node_refused(m, "server", 1, r"--rank 1 is outside 0\.\.0 \(this job has 1 server\)$")
         t0 = self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", "0"], name="trainer0")
         first = self.wait_node(m, "trainer", 0)
-        self.refused(m, "trainer", 0, r"trainer rank 0 is taken \(by the trainer on %s, pid %d\)$"
+        self.node_refused(m, "trainer", 0, r"trainer rank 0 is taken \(by the trainer on %s, pid %d\)$"
                      % (re.escape(first["host"]), t0.pid))
-        self.refused(m, "trainer", 7, r"--rank 7 is outside 0\.\.1 \(this job has 2 trainers\)$")
+        self.node_refused(m, "trainer", 7, r"--rank 7 is outside 0\.\.1 \(this job has 2 trainers\)$")
         # The first keeps rank 0; the refused ones took no slot.
         trainers = [n for n in self.nodes(m) if n["role"] == "trainer"]
         self.assertEqual([n["rank"] for n in trainers], [0], trainers)

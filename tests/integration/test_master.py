@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master, http_get, http_json, wait_phase  # noqa: E402,F401
+from psb import Master, http_get, http_json  # noqa: E402,F401
 from test_prometheus import check_exposition  # noqa: E402
 
 RUN_TIMEOUT = psb.RUN_TIMEOUT
@@ -76,9 +76,6 @@ class MasterTests(psb.PsbTestCase):
         m = self.reg.start(args, name="master", cls=Master, env=env)
         m.wait_ports()
         return m
-
-    def wait_phase(self, m, phases, timeout=RUN_TIMEOUT):
-        return wait_phase(self, m, phases, timeout)
 
     def check_stats(self, s):
         self.assertEqual(set(s), STATS_KEYS)
@@ -1010,13 +1007,13 @@ class MasterTests(psb.PsbTestCase):
         line naming the flag and what it must be."""
         for dash, under, key, good, bad, allowed in self.SEED_TRAINER_FLAGS:
             for spelling in {dash, under}:
-                self.assert_refused([spelling, bad], ["%s: must be %s, got " % (dash, allowed), bad])
+                self.assert_master_refuses([spelling, bad], ["%s: must be %s, got " % (dash, allowed), bad])
         # The seed's --ddp-hook too, with its list.
         for spelling in ("--ddp-hook", "--ddp_hook"):
-            self.assert_refused([spelling, "ring_hook"], ["--ddp-hook: 'ring_hook' is not rpc_hook, allreduce_hook, "
+            self.assert_master_refuses([spelling, "ring_hook"], ["--ddp-hook: 'ring_hook' is not rpc_hook, allreduce_hook, "
                                                           "sparse_rpc_hook or hybrid_hook"])
         # A class without the key is refused, naming what it takes.
-        self.assert_refused(["--server", "BatchUpdateParameterServer", "--model", "BatchUpdateLinear",
+        self.assert_master_refuses(["--server", "BatchUpdateParameterServer", "--model", "BatchUpdateLinear",
                              "--trainer", "BatchUpdateTrainer", "--lr", "0.1"],
                             ["--lr 0.1: trainer 'BatchUpdateTrainer' (BatchUpdateTrainer) has no \"lr\" "
                              "(it takes batch_size, batches)"])
@@ -1036,7 +1033,7 @@ class MasterTests(psb.PsbTestCase):
             json.dump(conf, f)
         return path
 
-    def assert_refused(self, args, want):
+    def assert_master_refuses(self, args, want):
         """The master refuses args before it starts anything: exit 2, one
         line naming what is wrong, no args line, no --out directory, no
         child's output."""
@@ -1059,7 +1056,7 @@ class MasterTests(psb.PsbTestCase):
         def lr_fast(t):
             t["DdpRpcTrainer"]["configurations"]["lr"] = "fast"
         path = self.config_copy("trainer_configurations.json", lr_fast)
-        self.assert_refused(["--model", "Tiny", "--model-config-path", self.model_cfg,
+        self.assert_master_refuses(["--model", "Tiny", "--model-config-path", self.model_cfg,
                              "--trainer-config-path", path],
                             [path + ': trainer "DdpRpcTrainer": "lr" must be a number in (0, 3.40282346638529e+38], '
                                     'got "fast" (a string)'])
@@ -1067,7 +1064,7 @@ class MasterTests(psb.PsbTestCase):
         def cap_negative(t):
             t["DdpTrainer"]["configurations"]["bucket_cap_mb"] = -1
         path = self.config_copy("trainer_configurations.json", cap_negative)
-        err = self.assert_refused(["--model", "DummyModel", "--trainer", "DdpTrainer",
+        err = self.assert_master_refuses(["--model", "DummyModel", "--trainer", "DdpTrainer",
                                    "--trainer-config-path", path],
                                   ['"bucket_cap_mb" must be a number in (0, 1048576], got -1'])
         self.assertNotIn("18446744073709551615", err)
@@ -1075,14 +1072,14 @@ class MasterTests(psb.PsbTestCase):
         def no_layers(m):
             del m["DummyModel"]["configurations"]["dense_layers_count"]
         path = self.config_copy("model_configurations.json", no_layers)
-        self.assert_refused(["--model-config-path", path],
+        self.assert_master_refuses(["--model-config-path", path],
                             [path + ': model "DummyModel": "dense_layers_count" must be a whole number in '
                                     '1..10000, got nothing'])
 
         def unknown_trainer(t):
             t["DdpRpcTrainer"]["trainer_class"] = "FancyTrainer"
         path = self.config_copy("trainer_configurations.json", unknown_trainer)
-        self.assert_refused(["--model", "Tiny", "--model-config-path", self.model_cfg,
+        self.assert_master_refuses(["--model", "Tiny", "--model-config-path", self.model_cfg,
                              "--trainer-config-path", path],
                             ['"trainer_class" must be one of DdpTrainer, BatchUpdateTrainer, HybridTrainer, '
                              'got "FancyTrainer"'])
@@ -1110,7 +1107,7 @@ class MasterTests(psb.PsbTestCase):
                 ("server_configurations.json", lr_text, "--server-config-path",
                  'server "EmbeddingParameterServer": "lr" must be a number in (0, 1000000], got "slow"')):
             path = self.config_copy(name, edit)
-            err = self.assert_refused(flags + [opt, path], [path + ": " + want])
+            err = self.assert_master_refuses(flags + [opt, path], [path + ": " + want])
             self.assertNotIn("divisible", err)
         # The same flags with the shipped files pass the files' checks and
         # the placement's (this benchmark has no seed placement): only the

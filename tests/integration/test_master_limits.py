@@ -36,15 +36,6 @@ from psb import Master, http_get, http_json  # noqa: E402
 MIB = 1 << 20
 
 
-def proc_status(pid, key):
-    """A /proc/PID/status field in kB (VmRSS, ...)."""
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise KeyError(key)
-
-
 def proc_cpu_s(pid):
     """utime + stime of pid (all its threads), in seconds."""
     with open("/proc/%d/stat" % pid) as f:
@@ -100,7 +91,7 @@ class MasterLimits(psb.PsbTestCase):
 
     def test_unregistered_big_frames_refused_at_the_header(self):
         m = self.master()
-        base = proc_status(m.pid, "VmRSS")
+        base = psb.proc_status(m.pid, "VmRSS")
         socks = []
         for _ in range(25):
             s = self.connect(m)
@@ -118,7 +109,7 @@ class MasterLimits(psb.PsbTestCase):
                 except (BlockingIOError, OSError):
                     pass
             time.sleep(0.01)
-        peak = proc_status(m.pid, "VmRSS")
+        peak = psb.proc_status(m.pid, "VmRSS")
         # A bound by construction: 25 x 16 MiB held would be 400 MiB.
         self.assertLess(peak - base, 64 * 1024, "RSS grew from %d to %d kB" % (base, peak))
         # Each connection was told why before it was closed.
@@ -130,7 +121,7 @@ class MasterLimits(psb.PsbTestCase):
             self.assertIn("first message must be a register of at most", body.get("reason"))
             s.close()
         time.sleep(0.5)
-        self.assertLess(proc_status(m.pid, "VmRSS") - base, 64 * 1024)
+        self.assertLess(psb.proc_status(m.pid, "VmRSS") - base, 64 * 1024)
         self.assertTrue(m.alive(), m.describe())
         self.register_server(m)
 

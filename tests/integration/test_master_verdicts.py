@@ -104,14 +104,11 @@ class Verdicts(psb.PsbTestCase):
         m.wait_ports()
         return m
 
-    def wait_exit(self, p, timeout=20):
+    def exit_code_within(self, p, timeout=20):
         try:
             return p.wait(timeout)
         except subprocess.TimeoutExpired:
             self.fail("%s did not end within %d s:\n%s" % (p.name, timeout, p.describe()))
-
-    def last_line(self, m):
-        return m.stderr().strip().splitlines()[-1]
 
     def to_warmup(self, m):
         """A fake server and trainer, both ready: the warm-up starts."""
@@ -176,8 +173,8 @@ class Verdicts(psb.PsbTestCase):
         self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", "0"], name="trainer0")
         self.wait_failed(m)
         os.kill(late.pid, signal.SIGCONT)  # it hears the verdict and leaves
-        self.assertEqual(self.wait_exit(m, 20), 1, m.describe())
-        self.assertRegex(self.last_line(m), r"run failed: trainer 1 \([^)]*\) sent nothing for [0-9.]+ s "
+        self.assertEqual(self.exit_code_within(m, 20), 1, m.describe())
+        self.assertRegex(psb.last_line(m.stderr()), r"run failed: trainer 1 \([^)]*\) sent nothing for [0-9.]+ s "
                                             r"\(--rpc-timeout\)")
 
     def test_stopped_server_is_named(self):
@@ -196,8 +193,8 @@ class Verdicts(psb.PsbTestCase):
         self.stop_later(server)
         self.wait_failed(m)
         os.kill(server, signal.SIGCONT)
-        self.assertEqual(self.wait_exit(m, 30), 1, m.describe())
-        last = self.last_line(m)
+        self.assertEqual(self.exit_code_within(m, 30), 1, m.describe())
+        last = psb.last_line(m.stderr())
         self.assertRegex(last, r"run failed: server 0 \([^)]*\) (sent nothing for|went silent)", m.stderr()[-3000:])
 
     def test_server_named_before_the_trainers_that_wait_on_it(self):
@@ -224,8 +221,8 @@ class Verdicts(psb.PsbTestCase):
             time.sleep(0.1)
         # The server stops too (SIGSTOP): every node is silent now.
         self.close_on_stop(srv, *trainers)
-        self.assertEqual(self.wait_exit(m, 20), 1, m.describe())
-        last = self.last_line(m)
+        self.assertEqual(self.exit_code_within(m, 20), 1, m.describe())
+        last = psb.last_line(m.stderr())
         self.assertRegex(last, r"run failed: server 0 \(fake\) (sent nothing for|went silent) [0-9.]+ s"
                                r".*trainers 0, 1, which wait on it, went silent too")
 
@@ -254,8 +251,8 @@ class Verdicts(psb.PsbTestCase):
         self.assertNotIn("sent nothing", m.stderr())
         # ... and it still names a node that does go silent.
         self.close_on_stop(srv, tr)
-        self.assertEqual(self.wait_exit(m, 20), 1, m.describe())
-        self.assertRegex(self.last_line(m), r"server 0 \(fake\) sent nothing for")
+        self.assertEqual(self.exit_code_within(m, 20), 1, m.describe())
+        self.assertRegex(psb.last_line(m.stderr()), r"server 0 \(fake\) sent nothing for")
 
     # ---- what nodes send -----------------------------------------------------
 
@@ -266,8 +263,8 @@ class Verdicts(psb.PsbTestCase):
         srv, tr = self.to_warmup(m)
         send(srv, tr)
         self.close_on_stop(srv, tr)
-        self.assertEqual(self.wait_exit(m, 20), 1, m.describe())
-        last = self.last_line(m)
+        self.assertEqual(self.exit_code_within(m, 20), 1, m.describe())
+        last = psb.last_line(m.stderr())
         self.assertIn(want, last)
         self.assertNotIn("\x1b", m.stderr())
         return last
@@ -345,10 +342,10 @@ class Verdicts(psb.PsbTestCase):
             self.assertFalse(line.startswith("psbench-master: run done"), line)
         self.assertIn("trainer 0 registered from vm\\npsbench-master: phase done\\x1b[31m", err)
         self.assertIn("slow\\r\\npsbench-master: run done\\x1b]0;title\\x07", err)
-        self.assertIn("failed: boom\\n\\x1b[2Jpsbench-master: phase done\\u202e", self.last_line(m))
+        self.assertIn("failed: boom\\n\\x1b[2Jpsbench-master: phase done\\u202e", psb.last_line(m.stderr()))
         # The status says the verdict as the last line does, escaped alike.
         self.assertNotIn("\x1b", st["error"])
-        self.assertEqual(self.last_line(m), "psbench-master: run failed: " + st["error"])
+        self.assertEqual(psb.last_line(m.stderr()), "psbench-master: run failed: " + st["error"])
 
     # ---- the token ---------------------------------------------------------------
 
@@ -369,7 +366,7 @@ class Verdicts(psb.PsbTestCase):
                 with self.subTest(binary=binary, how=how):
                     p = self.reg.start([psb.bin_path(binary)] + args + extra, name=binary,
                                        env=psb.base_env(env, drop_token=not env))
-                    rc = self.wait_exit(p, 10)
+                    rc = self.exit_code_within(p, 10)
                     self.assertNotEqual(rc, 0, p.describe())
                     self.assertIn("%s: the token is longer than 255 bytes" % source, p.stderr())
                     self.assertNotIn(long_token, p.stderr())

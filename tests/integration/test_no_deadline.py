@@ -132,7 +132,7 @@ class NoDeadline(psb.PsbTestCase):
         m.wait_ports()
         return m
 
-    def run_node(self, args, limit):
+    def run_node_to_end(self, args, limit):
         """Run a node to its end: (rc, stderr, seconds). Fails the test when
         it is still running after `limit` seconds (the wait had no
         deadline)."""
@@ -146,26 +146,22 @@ class NoDeadline(psb.PsbTestCase):
         return rc, p.stderr(), time.monotonic() - t0
 
     def trainer_master(self, addr):
-        return self.run_node([psb.bin_path("psbench-trainer"), "--master", addr, "--connect-timeout",
+        return self.run_node_to_end([psb.bin_path("psbench-trainer"), "--master", addr, "--connect-timeout",
                               str(CONNECT_TIMEOUT)], CONNECT_TIMEOUT + SLACK)
 
     def server_master(self, addr):
-        return self.run_node([psb.bin_path("psbench-server"), "--master", addr, "--listen", "127.0.0.1:0",
+        return self.run_node_to_end([psb.bin_path("psbench-server"), "--master", addr, "--listen", "127.0.0.1:0",
                               "--connect-timeout", str(CONNECT_TIMEOUT)], CONNECT_TIMEOUT + SLACK)
 
     def trainer_server(self, addr):
-        return self.run_node([psb.bin_path("psbench-trainer"), "--server", addr, "--rank", "0", "--model",
+        return self.run_node_to_end([psb.bin_path("psbench-trainer"), "--server", addr, "--rank", "0", "--model",
                               "synthetic", "--buckets", "1", "--bucket-floats", "10", "--batches", "1",
                               "--connect-timeout", str(CONNECT_TIMEOUT)], CONNECT_TIMEOUT + SLACK)
 
-    def last_line(self, err):
-        lines = [l for l in err.strip().splitlines() if l.strip()]
-        return lines[-1] if lines else ""
-
-    def check(self, result, want, what):
+    def assert_gave_up(self, result, want, what):
         rc, err, took = result
         self.assertNotEqual(rc, 0, "%s: %s" % (what, err))
-        self.assertIn(want, self.last_line(err), "%s:\n%s" % (what, err))
+        self.assertIn(want, psb.last_line(err), "%s:\n%s" % (what, err))
         self.assertIsNone(psb.sanitizer_report(err), err)
         return took
 
@@ -174,7 +170,7 @@ class NoDeadline(psb.PsbTestCase):
     def test_trainer_master_at_http_port(self):
         m = self.master()
         addr = m.http[len("http://"):].rstrip("/")
-        took = self.check(self.trainer_master(addr),
+        took = self.assert_gave_up(self.trainer_master(addr),
                           "%s is not a psbench master (it answered like an HTTP server)" % addr, "trainer")
         self.assertLess(took, CONNECT_TIMEOUT + SLACK)
         self.assertTrue(m.alive(), m.describe())
@@ -182,7 +178,7 @@ class NoDeadline(psb.PsbTestCase):
     def test_server_master_at_http_port(self):
         m = self.master()
         addr = m.http[len("http://"):].rstrip("/")
-        self.check(self.server_master(addr),
+        self.assert_gave_up(self.server_master(addr),
                    "%s is not a psbench master (it answered like an HTTP server)" % addr, "server")
 
     # ---- --master at peers that answer something else at once ---------------
@@ -190,24 +186,24 @@ class NoDeadline(psb.PsbTestCase):
     def test_tls_peer(self):
         p = self.peer(TLS_ALERT)
         want = "%s is not a psbench master (it answered with TLS)" % p.addr
-        took = self.check(self.trainer_master(p.addr), want, "trainer")
+        took = self.assert_gave_up(self.trainer_master(p.addr), want, "trainer")
         self.assertLess(took, CONNECT_TIMEOUT, "named at once, not after the timeout")
-        took = self.check(self.server_master(p.addr), want, "server")
+        took = self.assert_gave_up(self.server_master(p.addr), want, "server")
         self.assertLess(took, CONNECT_TIMEOUT, "named at once, not after the timeout")
 
     def test_garbage_peer(self):
         p = self.peer(GARBAGE)
         want = "%s is not a psbench master (it answered with bytes that are not psbench's protocol)" % p.addr
-        took = self.check(self.trainer_master(p.addr), want, "trainer")
+        took = self.assert_gave_up(self.trainer_master(p.addr), want, "trainer")
         self.assertLess(took, CONNECT_TIMEOUT)
-        took = self.check(self.server_master(p.addr), want, "server")
+        took = self.assert_gave_up(self.server_master(p.addr), want, "server")
         self.assertLess(took, CONNECT_TIMEOUT)
 
     def test_http_peer_that_answers(self):
         # An HTTP server that answers whatever it is sent, at once.
         p = self.peer(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         want = "%s is not a psbench master (it answered like an HTTP server)" % p.addr
-        took = self.check(self.trainer_master(p.addr), want, "trainer")
+        took = self.assert_gave_up(self.trainer_master(p.addr), want, "trainer")
         self.assertLess(took, CONNECT_TIMEOUT)
 
     def test_psbench_server_port_as_master(self):
@@ -215,10 +211,10 @@ class NoDeadline(psb.PsbTestCase):
         # frame: psbench, but not the control plane.
         s = self.reg.server(trainers=1)
         want = "%s is not a psbench master" % s.addr
-        self.check(self.trainer_master(s.addr), want, "trainer")
+        self.assert_gave_up(self.trainer_master(s.addr), want, "trainer")
         rc, err, _ = self.server_master(s.addr)
-        self.check((rc, err, 0), want, "server")
-        self.assertIn("data port", self.last_line(err))
+        self.assert_gave_up((rc, err, 0), want, "server")
+        self.assertIn("data port", psb.last_line(err))
 
     # ---- --master at a peer that accepts and never answers --------------------
 
@@ -226,27 +222,27 @@ class NoDeadline(psb.PsbTestCase):
         p = self.peer(None)
         want = ("%s accepted the connection but did not answer within %d s: is it a psbench master?" %
                 (p.addr, CONNECT_TIMEOUT))
-        took = self.check(self.trainer_master(p.addr), want, "trainer")
+        took = self.assert_gave_up(self.trainer_master(p.addr), want, "trainer")
         self.assertGreaterEqual(took, CONNECT_TIMEOUT - 0.5)
-        self.check(self.server_master(p.addr), want, "server")
+        self.assert_gave_up(self.server_master(p.addr), want, "server")
 
     # ---- a trainer's --server -------------------------------------------------
 
     def test_trainer_server_at_http_port(self):
         addr = self.http_server()
-        self.check(self.trainer_server(addr),
+        self.assert_gave_up(self.trainer_server(addr),
                    "%s is not a psbench server (it answered like an HTTP server)" % addr, "trainer")
 
     def test_trainer_server_at_tls_and_garbage(self):
         for answer, what in ((TLS_ALERT, "with TLS"), (GARBAGE, "with bytes that are not psbench's protocol")):
             p = self.peer(answer)
-            took = self.check(self.trainer_server(p.addr),
+            took = self.assert_gave_up(self.trainer_server(p.addr),
                               "%s is not a psbench server (it answered %s)" % (p.addr, what), "trainer")
             self.assertLess(took, CONNECT_TIMEOUT)
 
     def test_trainer_server_silent(self):
         p = self.peer(None)
-        self.check(self.trainer_server(p.addr),
+        self.assert_gave_up(self.trainer_server(p.addr),
                    "%s accepted the connection but did not answer within %d s: is it a psbench server?" %
                    (p.addr, CONNECT_TIMEOUT), "trainer")
 

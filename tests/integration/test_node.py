@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,30 +30,6 @@ WAIT = 120  # a rank's end: the job (epochs 1) or a failure's propagation
 # What a caller's environment could hold that would change the place.
 PLACE_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
               "TORCHELASTIC_RUN_ID", "JOB_COMPLETION_INDEX", "PSBENCH_LAUNCHER", "PSBENCH_BIN_DIR")
-
-
-def free_ports(n):
-    """n distinct free ports, a base P with P+1 and P+2 free too (the
-    master's ports beside MASTER_PORT)."""
-    for _ in range(200):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1]
-        s.close()
-        if base + n > 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            t = socket.socket()
-            try:
-                t.bind(("0.0.0.0", p))
-            except OSError:
-                ok = False
-            finally:
-                t.close()
-        if ok:
-            return base
-    raise RuntimeError("no free run of %d ports" % n)
 
 
 def node_env(extra):
@@ -97,7 +72,7 @@ class NodeTests(unittest.TestCase):
         return self.reg.start([self.node] + list(args), env=node_env(env), name=name)
 
     def world(self, env_of, ranks, args, world=4):
-        port = free_ports(3)
+        port = psb.free_port_run(3)
         self.port = port
         return {r: self.start(env_of(r, world, port), args, "rank%d" % r) for r in ranks}
 
@@ -348,7 +323,7 @@ class NodeTests(unittest.TestCase):
                                stderr=subprocess.DEVNULL)
         if probe.returncode != 0:
             self.skipTest("/usr/bin/python3 has no torch: the environment torchrun sets is tested above")
-        port = free_ports(3)
+        port = psb.free_port_run(3)
         p = self.reg.start(["/usr/bin/python3", "-m", "torch.distributed.run", "--no_python", "--nproc_per_node",
                             "4", "--master_addr", "127.0.0.1", "--master_port", str(port), self.node] + JOB +
                            ["--epochs", "1", "--out", self.out], env=node_env({}), name="torchrun")

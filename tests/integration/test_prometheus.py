@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import sys
 import time
 import urllib.parse
@@ -215,14 +214,6 @@ def check_exposition(tc, text, status, metrics, ntrainer, run_info, environment)
     return types, samples
 
 
-def free_port():
-    s = socket.socket()
-    s.bind((psb.HOST, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class PrometheusScrape(psb.PsbTestCase):
 
     def test_prometheus_scrapes_master(self):
@@ -243,7 +234,7 @@ class PrometheusScrape(psb.PsbTestCase):
                            name="master", cls=Master)
         m.wait_ports()
         target = m.http[len("http://"):]
-        pport = free_port()
+        pport = psb.free_port()
         pconf = os.path.join(self.reg.workdir, "prometheus.yml")
         with open(pconf, "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"

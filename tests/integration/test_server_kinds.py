@@ -17,8 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 
 
-def f32(x):
-    return psb.f32(x)
+f32 = psb.f32
 
 
 class BatchUpdateServer(psb.PsbTestCase):

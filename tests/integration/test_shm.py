@@ -19,7 +19,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 from psb import encode_frame, dense_payload, expected_dense_mean, parse_dense  # noqa: E402
-from psb import Master, ShmClient, sealed_memfd  # noqa: E402
+from psb import Master, sealed_memfd  # noqa: E402
 
 MIB = psb.MIB
 
@@ -43,11 +43,6 @@ class AcceptedPeer(psb.RawClient):
 
 
 class Shm(psb.PsbTestCase):
-    def shm_client(self, server, **kw):
-        c = ShmClient(server.port, **kw)
-        self._clients.append(c)
-        return c
-
     # -- the protocol by hand -------------------------------------------------
     def test_round_by_offset_and_result_in_place(self):
         """Two trainers push by offset; both read the mean where the server
@@ -599,7 +594,7 @@ class ModelGradients(psb.PsbTestCase):
             self.assertEqual(staged, n, (rank, log))
         self.assertEqual(self.shas(res), self.shas(tcp))
 
-    def by_hand(self, name, transport, max_shm=None):
+    def job_by_hand(self, name, transport, max_shm=None):
         """Master, a server (--max-shm) and 2 trainers, each a process of
         its own; the trainers' final parameters and logs."""
         args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
@@ -629,8 +624,8 @@ class ModelGradients(psb.PsbTestCase):
         """A segment of 1 MiB (the server's --max-shm) cannot hold Roomy's
         1.5 MiB of gradients: each trainer says so once and trains from
         ordinary memory over shared memory, with TCP's bits."""
-        tcp, _ = self.by_hand("tcp", "tcp")
-        got, logs = self.by_hand("small-segment", "shm", max_shm=1 << 20)
+        tcp, _ = self.job_by_hand("tcp", "tcp")
+        got, logs = self.job_by_hand("small-segment", "shm", max_shm=1 << 20)
         for log in logs:
             self.assertEqual(log.count("no room for 1.5 MiB of gradients in the shared segment (1.0 MiB)"), 1, log)
             self.assertNotIn("dense buckets are sent without a copy", log)

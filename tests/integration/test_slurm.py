@@ -44,32 +44,8 @@ SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "s
                "scancel")
 START_TIMEOUT = 30   # munged, slurmctld, slurmd up and the node idle
 JOB_TIMEOUT = 90     # one psbench job, submission to end
-# What psbench-slurm and psbench.sbatch read: only the tests set them.
-LAUNCHER_VARS = ("PSBENCH_NSERVER", "PSBENCH_PORT", "PSBENCH_HTTP_PORT", "PSBENCH_MASTER_ADDR",
-                 "PSBENCH_TOKEN", "PSBENCH_TOKEN_FILE", "PSBENCH_SERVER_ARGS", "PSBENCH_TRAINER_ARGS",
-                 "PSBENCH_BIN_DIR", "PSBENCH_SLURM")
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "PREEMPTED", "BOOT_FAIL", "DEADLINE")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def clean_env(extra=None):
-    """psb.base_env without any Slurm variables of our own caller (the test
-    may itself run inside a Slurm job)."""
-    env = psb.base_env()
-    for k in list(env):
-        if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) or k in LAUNCHER_VARS:
-            del env[k]
-    if extra:
-        env.update(extra)
-    return env
 
 
 def tail(path, n=3000):
@@ -104,7 +80,7 @@ class LauncherTests(unittest.TestCase):
 
     def launch(self, args=(), env=None):
         r = subprocess.run([LAUNCHER] + list(args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, env=clean_env(env), timeout=20)
+                           stderr=subprocess.PIPE, env=psb.launcher_free_env(env), timeout=20)
         return r.returncode, r.stdout.decode(), r.stderr.decode()
 
     def task(self, procid, ntasks, args=(), env=None):
@@ -171,7 +147,7 @@ class LauncherTests(unittest.TestCase):
         e = {"SLURM_PROCID": "1", "SLURM_NTASKS": "3", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "n1",
              "PATH": "/usr/bin:/bin"}
         r = subprocess.run([os.path.join(self.bin, "psbench-slurm")], stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(e), timeout=20)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=psb.launcher_free_env(e), timeout=20)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.decode().splitlines(), ["psbench-server", "--master", "n1:29500", "--rank", "0"])
 
@@ -290,10 +266,10 @@ class Cluster(object):
         self.start_munged()
         self.conf = os.path.join(self.dir, "slurm.conf")
         with open(self.conf, "w") as f:
-            f.write(SLURM_CONF.format(host=self.host, ctld_port=free_port(), slurmd_port=free_port(),
+            f.write(SLURM_CONF.format(host=self.host, ctld_port=psb.free_port(""), slurmd_port=psb.free_port(""),
                                       munge_socket=self.munge_socket, dir=self.dir,
                                       cpus=os.cpu_count() or 1))
-        self.env = clean_env({"SLURM_CONF": self.conf})
+        self.env = psb.launcher_free_env({"SLURM_CONF": self.conf})
         self.env["PATH"] = self.env.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
         self.spawn("slurmctld", ["slurmctld", "-D", "-c"])
         self.spawn("slurmd", ["slurmd", "-D", "-N", self.host])
@@ -322,7 +298,7 @@ class Cluster(object):
         self.spawn("munged", ["munged", "--foreground", "--socket=" + self.munge_socket,
                               "--key-file=" + key, "--pid-file=" + os.path.join(m, "munged.pid"),
                               "--log-file=" + os.path.join(m, "munged.log"),
-                              "--seed-file=" + os.path.join(m, "munged.seed")], env=clean_env())
+                              "--seed-file=" + os.path.join(m, "munged.seed")], env=psb.launcher_free_env())
         deadline = time.monotonic() + START_TIMEOUT
         while not os.path.exists(self.munge_socket):
             if self.procs["munged"].poll() is not None or time.monotonic() > deadline:
@@ -489,8 +465,8 @@ class SlurmTests(unittest.TestCase):
     def job(self, ntasks, script_args, env=None, script=SBATCH_SCRIPT, sbatch_extra=()):
         c = self.cluster
         e = dict(c.env)
-        e.update({"PATH": self.path, "PSBENCH_PORT": str(free_port()),
-                  "PSBENCH_HTTP_PORT": str(free_port())})
+        e.update({"PATH": self.path, "PSBENCH_PORT": str(psb.free_port("")),
+                  "PSBENCH_HTTP_PORT": str(psb.free_port(""))})
         if c.master_addr:
             e["PSBENCH_MASTER_ADDR"] = c.master_addr
         e.update(env or {})
@@ -503,7 +479,7 @@ class SlurmTests(unittest.TestCase):
         self.assertIsNone(psb.sanitizer_report(out), out)
         return jobid, state, code, out, e
 
-    def check_results(self, path, ntrainer, nserver, port):
+    def check_job(self, path, ntrainer, nserver, port):
         with open(path) as f:
             res = json.load(f)
         self.assertEqual(res["phase"], "done", res.get("error"))
@@ -524,7 +500,7 @@ class SlurmTests(unittest.TestCase):
         self.assertRegex(out, r"(?m)^1: psbench-server: joined master \S+ as server 0")
         self.assertRegex(out, r"(?m)^3: psbench-trainer: trainer 1: ")
         self.assertNotIn(": warn: ", out)  # every port has the token
-        self.check_results(os.path.join(self.cluster.dir, "job", "psbench-%s" % jobid, "results.json"),
+        self.check_job(os.path.join(self.cluster.dir, "job", "psbench-%s" % jobid, "results.json"),
                            2, 1, env["PSBENCH_PORT"])
 
     def test_two_servers_token_file(self):
@@ -542,7 +518,7 @@ class SlurmTests(unittest.TestCase):
         self.assertRegex(out, r"(?m)^2: psbench-server: joined master \S+ as server 1")
         self.assertNotIn(": warn: ", out)
         self.assertNotIn(token, out)
-        res = self.check_results(os.path.join(outdir, "results.json"), 2, 2, env["PSBENCH_PORT"])
+        res = self.check_job(os.path.join(outdir, "results.json"), 2, 2, env["PSBENCH_PORT"])
         self.assertEqual(res["configuration"]["placement"], "shard")
         with open(os.path.join(outdir, "results.json")) as f:
             self.assertNotIn(token, f.read())
@@ -562,7 +538,7 @@ class SlurmTests(unittest.TestCase):
         self.assertRegex(out, r"(?m)^3: psbench-node: slurm: rank 3 of 4 .*: server 0$")
         self.assertNotIn("psbench-slurm: ", out)  # no wrapper
         self.assertNotIn(": warn: ", out)  # every port has the token
-        res = self.check_results(os.path.join(self.cluster.dir, "job", "psbench-%s" % jobid, "results.json"),
+        res = self.check_job(os.path.join(self.cluster.dir, "job", "psbench-%s" % jobid, "results.json"),
                                  2, 1, env["PSBENCH_PORT"])
         self.assertEqual(res["launcher"]["name"], "slurm")
 

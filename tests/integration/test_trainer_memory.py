@@ -24,11 +24,6 @@ MiB = 1 << 20
 END_S = 90
 
 
-def sanitized():
-    """A sanitizer build: its shadow memory needs an unlimited address space."""
-    return os.environ.get("PSBENCH_ASAN") == "1" or os.environ.get("PSBENCH_TSAN") == "1"
-
-
 def mem_available():
     with open("/proc/meminfo") as f:
         for line in f:
@@ -51,7 +46,7 @@ class TrainerMemory(psb.PsbTestCase):
         the master, inherited by its children). The trainer refuses at
         start, naming its need (OpenBLAS's buffer among it) and the limit;
         the run fails in its name."""
-        if sanitized():
+        if psb.sanitizer_build():
             self.skipTest("a sanitizer's shadow memory needs an unlimited address space")
 
         def limit():

@@ -166,12 +166,6 @@ class Training(psb.PsbTestCase):
         moved = max(abs(x - y) for x, y in zip(a, init))
         self.assertGreater(moved, 1e-6)
 
-    def diverging_trainers(self):
-        """The default trainer configuration with "lr": 1e30 (a float; 1e308,
-        which no float holds, is refused with the configuration): the
-        parameters overflow at once and the loss is no longer a number."""
-        return psb.trainer_config_with(self.reg.workdir, "DdpRpcTrainer", "diverging.json", lr=1e30)
-
     DIVERGED_RE = (r"loss diverged at epoch (\d+), batch (\d+) of the warm-up pass \(loss = (nan|inf|-inf)\)")
 
     def test_loss_divergence_fails_the_run(self):
@@ -181,7 +175,8 @@ class Training(psb.PsbTestCase):
         batch; results.json's trainers carry where; every process exits
         non-zero."""
         out = os.path.join(self.reg.workdir, "out")
-        m = self.master("--model", "DummyModel", "--epochs", "2", "--trainer-config-path", self.diverging_trainers(),
+        diverging = psb.diverging_trainers(self.reg.workdir, "DdpRpcTrainer")
+        m = self.master("--model", "DummyModel", "--epochs", "2", "--trainer-config-path", diverging,
                         "--linger", "0", local=False, out=out)
         srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
                              name="server")
@@ -218,7 +213,8 @@ class Training(psb.PsbTestCase):
         output and results.json; the losses are recorded ("nan", "inf":
         JSON has no NaN), never dropped."""
         out = os.path.join(self.reg.workdir, "out")
-        m = self.master("--model", "DummyModel", "--epochs", "2", "--trainer-config-path", self.diverging_trainers(),
+        diverging = psb.diverging_trainers(self.reg.workdir, "DdpRpcTrainer")
+        m = self.master("--model", "DummyModel", "--epochs", "2", "--trainer-config-path", diverging,
                         "--allow-divergence", "--linger", "0", out=out)
         res = self.results(m, out)
         self.assertEqual(res["phase"], "done")

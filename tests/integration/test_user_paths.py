@@ -48,7 +48,7 @@ class UserPaths(psb.PsbTestCase):
         return [psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
                 "--linger", "0", "--model", "Tiny", "--model-config-path", self.model_cfg, "--epochs", "1"] + list(extra)
 
-    def refused(self, args, want, code=2):
+    def refused_at_once(self, args, want, code=2):
         """args exits `code` at once with one line on stderr that ends with
         `want`; nothing was run (no child's output, no args line)."""
         rc, out, err = self.reg.run(args, timeout=QUICK_S)
@@ -70,7 +70,7 @@ class UserPaths(psb.PsbTestCase):
             for path, kind in ((self.fifo, "a FIFO (named pipe)"), (self.dir, "a directory"),
                                ("/dev/null", "a character device")):
                 with self.subTest(flag=flag, path=path):
-                    self.refused(self.master_args(flag, path),
+                    self.refused_at_once(self.master_args(flag, path),
                                  "cannot read %s configurations %s: %s, not a regular file" % (what, path, kind))
 
     def test_token_file(self):
@@ -85,7 +85,7 @@ class UserPaths(psb.PsbTestCase):
         for prog, base in cmds.items():
             for path, kind in ((self.fifo, "a FIFO (named pipe)"), (self.dir, "a directory")):
                 with self.subTest(prog=prog, path=path):
-                    line = self.refused(base + ["--token-file", path],
+                    line = self.refused_at_once(base + ["--token-file", path],
                                         "--token-file %s: %s, not a regular file" % (path, kind), code=2)
                     self.assertTrue(line.startswith(prog + ": "), line)
 
@@ -94,9 +94,9 @@ class UserPaths(psb.PsbTestCase):
         res = os.path.join(self.tmp, "results.json")
         with open(res, "w") as f:
             json.dump({"phase": "done", "groups": {}}, f)
-        self.refused(diff + [self.fifo, res], "cannot read %s: a FIFO (named pipe), not a regular file" % self.fifo,
+        self.refused_at_once(diff + [self.fifo, res], "cannot read %s: a FIFO (named pipe), not a regular file" % self.fifo,
                      code=1)
-        self.refused(diff + [res, self.dir], "cannot read %s: a directory, not a regular file" % self.dir, code=1)
+        self.refused_at_once(diff + [res, self.dir], "cannot read %s: a directory, not a regular file" % self.dir, code=1)
 
     def test_sweep_inputs(self):
         """Issue 39: the files a sweep reads, named or inside a folder named:
@@ -110,12 +110,12 @@ class UserPaths(psb.PsbTestCase):
                 d = os.path.join(self.tmp, "rep-" + kind.split()[1])
                 os.mkdir(d)
                 make(os.path.join(d, "sweep.json"))
-                self.refused(sweep + ["--report", d], "--report %s: cannot read %s/sweep.json: %s, not a regular file"
+                self.refused_at_once(sweep + ["--report", d], "--report %s: cannot read %s/sweep.json: %s, not a regular file"
                              % (d, d, kind), code=1)
         for path, kind in ((self.fifo, "a FIFO (named pipe)"), (self.dir, "a directory"),
                            ("/dev/zero", "a character device")):
             with self.subTest(path=path):
-                self.refused(sweep + ["--local", "--sweep-file", path],
+                self.refused_at_once(sweep + ["--local", "--sweep-file", path],
                              "--sweep-file %s: %s, not a regular file" % (path, kind))
 
     def test_read_size_is_bounded(self):
@@ -126,18 +126,18 @@ class UserPaths(psb.PsbTestCase):
         with open(huge, "w") as f:
             f.truncate((256 << 20) + 1)
         want = "larger than 256 MiB (the most psbench reads of a file)"
-        self.refused([psb.bin_path("psbench-master"), "sweep", "--local", "--sweep-file", huge],
+        self.refused_at_once([psb.bin_path("psbench-master"), "sweep", "--local", "--sweep-file", huge],
                      "--sweep-file %s: %s" % (huge, want))
-        self.refused(self.master_args("--model-config-path", huge),
+        self.refused_at_once(self.master_args("--model-config-path", huge),
                      "cannot read model configurations %s: %s" % (huge, want))
         res = os.path.join(self.tmp, "results.json")
         with open(res, "w") as f:
             json.dump({"phase": "done", "groups": {}}, f)
-        self.refused([psb.bin_path("psbench-master"), "diff", res, huge], "cannot read %s: %s" % (huge, want), code=1)
+        self.refused_at_once([psb.bin_path("psbench-master"), "diff", res, huge], "cannot read %s: %s" % (huge, want), code=1)
         rep = os.path.join(self.tmp, "rep")
         os.mkdir(rep)
         os.link(huge, os.path.join(rep, "sweep.json"))
-        self.refused([psb.bin_path("psbench-master"), "sweep", "--report", rep],
+        self.refused_at_once([psb.bin_path("psbench-master"), "sweep", "--report", rep],
                      "cannot read %s/sweep.json: %s" % (rep, want), code=1)
 
     # ---- written ----------------------------------------------------------------
@@ -150,22 +150,22 @@ class UserPaths(psb.PsbTestCase):
         with open(exe, "w") as f:
             f.write("#!/bin/sh\n")
         os.chmod(exe, 0o755)
-        self.refused(self.master_args("--out", exe), "--out %s: %s is a regular file, not a directory" % (exe, exe))
-        self.refused(self.master_args("--out", exe + "/sub"),
+        self.refused_at_once(self.master_args("--out", exe), "--out %s: %s is a regular file, not a directory" % (exe, exe))
+        self.refused_at_once(self.master_args("--out", exe + "/sub"),
                      "--out %s/sub: %s is a regular file, not a directory" % (exe, exe))
         out = os.path.join(self.tmp, "out")
         os.makedirs(os.path.join(out, "results.json"))
-        self.refused(self.master_args("--out", out),
+        self.refused_at_once(self.master_args("--out", out),
                      "--out %s: %s/results.json is a directory, not a regular file" % (out, out))
         out2 = os.path.join(self.tmp, "out2")
         os.makedirs(out2)
         os.mkfifo(os.path.join(out2, "server.csv"))
-        self.refused(self.master_args("--out", out2),
+        self.refused_at_once(self.master_args("--out", out2),
                      "--out %s: %s/server.csv is a FIFO (named pipe), not a regular file" % (out2, out2))
         runs = os.path.join(self.tmp, "runs")
         os.makedirs(runs)
         open(os.path.join(runs, "run-001"), "w").close()
-        self.refused(self.master_args("--out", runs, "--runs", "2"),
+        self.refused_at_once(self.master_args("--out", runs, "--runs", "2"),
                      "--out %s: %s/run-001 is a regular file, not a directory" % (runs, runs))
         # A missing folder is made, parents too, and the run writes there.
         fresh = os.path.join(self.tmp, "a", "b", "c")
@@ -191,7 +191,7 @@ class UserPaths(psb.PsbTestCase):
                   "--summary-json %s: %s is a directory, not a regular file" % (self.dir, self.dir)))
         for args, want in cases:
             with self.subTest(args=args[-2:]):
-                self.refused(args, "psbench-trainer: " + want)
+                self.refused_at_once(args, "psbench-trainer: " + want)
         # A missing folder is made at start.
         made = os.path.join(self.tmp, "new", "dir")
         rc, out, err = self.reg.run(with_master + ["--params-out", os.path.join(made, "p.bin")], timeout=QUICK_S)

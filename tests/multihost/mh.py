@@ -41,16 +41,14 @@ MODELS = {
 }
 
 
-def last_line(text):
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
+last_line = psb.last_line  # mh.last_line: test_http_load's
 
 
-@unittest.skipIf(SKIP, SKIP or "")
-class MultihostCase(unittest.TestCase):
-    """A Net of namespace hosts and a Registry of processes per test."""
-
-    hosts = ("head",) + SERVER_HOSTS + TRAINER_HOSTS
+class NetCase(psb.StopsProcesses, unittest.TestCase):
+    """A Registry of processes (self.reg) and a Net (self.net, no hosts
+    yet) per test. At the end the processes stop, failing the test with
+    their sanitizer reports, then the Net goes, and nothing of it (a
+    namespace, an /etc/netns folder) may be left."""
 
     def setUp(self):
         # Cleanups run last-in first-out: processes stop, then the Net goes.
@@ -58,6 +56,20 @@ class MultihostCase(unittest.TestCase):
         self.net = netns.Net(self.reg.workdir)
         self.addCleanup(self._destroy_net)
         self.addCleanup(self._stop_processes)
+
+    def _destroy_net(self):
+        self.net.destroy()
+        self.assertEqual(netns.leftovers(), [], "namespaces or /etc/netns files left behind")
+
+
+@unittest.skipIf(SKIP, SKIP or "")
+class MultihostCase(NetCase):
+    """The Net's hosts (above) and the job's token and models."""
+
+    hosts = ("head",) + SERVER_HOSTS + TRAINER_HOSTS
+
+    def setUp(self):
+        super().setUp()
         self.h = {name: self.net.add_host(name) for name in self.hosts}
         self.head = self.h["head"]
         self.master_addr = "%s:%d" % (self.head.addr, CTL_PORT)
@@ -70,15 +82,6 @@ class MultihostCase(unittest.TestCase):
         with open(self.model_cfg, "w") as f:
             json.dump(MODELS, f)
         self.out_dir = os.path.join(self.reg.workdir, "out")
-
-    def _stop_processes(self):
-        reports = self.reg.stop_all()
-        if reports:
-            self.fail("sanitizer report(s):\n" + "\n\n".join("%s:\n%s" % r for r in reports))
-
-    def _destroy_net(self):
-        self.net.destroy()
-        self.assertEqual(netns.leftovers(), [], "namespaces left behind")
 
     # ---- processes -----------------------------------------------------------
 

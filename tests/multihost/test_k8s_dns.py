@@ -23,6 +23,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import mh  # noqa: E402
 import netns  # noqa: E402
 import psb  # noqa: E402
 
@@ -34,44 +35,25 @@ PODS = ("psb-0", "psb-1", "psb-2", "psb-3")
 COMMAND = ["--master-rank=0", "--master-addr=psb-0.psb", "--ntrainer=2", "--nserver=1", "--connect-timeout=120"]
 MODELS = {"Small": {"model_class": "Synthetic",
                     "configurations": {"buckets": 4, "bucket_floats": 16384, "sparse": False}}}
-PLACE_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-              "TORCHELASTIC_RUN_ID", "JOB_COMPLETION_INDEX", "PSBENCH_LAUNCHER", "PSBENCH_BIN_DIR")
 WAIT = 120
 
 
 def pod_env(index, token):
-    env = psb.base_env()
-    for k in list(env):
-        if k in PLACE_VARS or k.startswith(("SLURM_", "PSBENCH_RANK", "PSBENCH_WORLD", "PSBENCH_LOCAL",
-                                            "PSBENCH_MASTER", "PSBENCH_PORT", "PSBENCH_HTTP")):
-            del env[k]
-    env["JOB_COMPLETION_INDEX"] = str(index)
-    env["PSBENCH_TOKEN"] = token  # the manifest's Secret
-    return env
+    """The pod's environment: the index and the manifest's Secret, nothing
+    of our own caller's launcher (psb.launcher_free_env)."""
+    return psb.launcher_free_env({"JOB_COMPLETION_INDEX": str(index), "PSBENCH_TOKEN": token})
 
 
 @unittest.skipIf(SKIP, SKIP or "")
-class IndexedJobDns(unittest.TestCase):
+class IndexedJobDns(mh.NetCase):
 
     def setUp(self):
-        self.reg = psb.Registry()
-        self.net = netns.Net(self.reg.workdir)
-        self.addCleanup(self._destroy_net)
-        self.addCleanup(self._stop_processes)
+        super().setUp()
         self.h = {name: self.net.add_host(name) for name in PODS}
         self.net.set_hosts([(h.addr, "%s.psb" % n, "%s.psb.default.svc.cluster.local" % n)
                             for n, h in self.h.items()])
         self.token = "k8s-dns-token-%d" % os.getpid()
         self.node = psb.bin_path("psbench-node")
-
-    def _stop_processes(self):
-        reports = self.reg.stop_all()
-        if reports:
-            self.fail("sanitizer report(s):\n" + "\n\n".join("%s:\n%s" % r for r in reports))
-
-    def _destroy_net(self):
-        self.net.destroy()
-        self.assertEqual(netns.leftovers(), [], "namespaces or /etc/netns files left behind")
 
     def start_pod(self, name, index, extra=()):
         return self.reg.start(self.h[name].wrap([self.node] + COMMAND + list(extra)),

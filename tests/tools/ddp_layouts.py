@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """ddp_layouts.py — ask PyTorch's DistributedDataParallel itself how it
-buckets the DummyModel, for tests/unit/test_ddp_buckets.c and
+buckets the DummyModel, for tests/unit/trainer/test_ddp_buckets.c and
 tests/integration/test_ddp_buckets.py.
 
 For each case (a DummyModel shape, bucket_cap_mb, DDP's first-bucket limit)

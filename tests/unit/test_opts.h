@@ -1,6 +1,6 @@
-/* test_opts.h — what test_opts.c knows of each binary's settings; the
- * server's and the trainer's are in test_opts_server.c and
- * test_opts_trainer.c (their types share names: one file each). */
+/* test_opts.h — what shared/test_opts.c knows of each binary's settings; the
+ * server's and the trainer's are in server/test_opts.c and
+ * trainer/test_opts.c (their types share names: one file each). */
 #ifndef PSBENCH_TEST_OPTS_H
 #define PSBENCH_TEST_OPTS_H
 

@@ -18,13 +18,10 @@
 
 #include "server/kinds.h"
 #include "server/members.h"
+#include "devfixture.h"
 
 typedef struct fixture {
-    struct event_base *base;
-    device *dev;
-    bufpool pool;
-    metrics *m;
-    kind *k;
+    dev_fixture d; /* the event loop, pool, device, metrics and kind */
     futures fut;
     members mem;
     int ep[4];       /* the endpoints: &ep[i] */
@@ -45,7 +42,7 @@ static void fx_record(fixture *x, void *const *eps, uint32_t n, const future *f)
     x->seen_batch = f->batch;
 }
 
-static void on_answer(void *ctx, void *const *eps, uint32_t n, const future *f, psbuf *result)
+static void record_answer(void *ctx, void *const *eps, uint32_t n, const future *f, psbuf *result)
 {
     fixture *x = ctx;
     x->answers++;
@@ -53,7 +50,7 @@ static void on_answer(void *ctx, void *const *eps, uint32_t n, const future *f, 
     x->seen_len = result->len;
 }
 
-static void on_fail(void *ctx, void *const *eps, uint32_t n, const future *f, frame_errcode code,
+static void record_fail(void *ctx, void *const *eps, uint32_t n, const future *f, frame_errcode code,
                     const char *msg)
 {
     (void)code;
@@ -72,39 +69,23 @@ static void on_session_end(void *ctx)
     assert_int_equal(x->mem.n, 0);
 }
 
-static void fx_open(fixture *x, uint32_t trainers)
+static void mem_open(fixture *x, uint32_t trainers)
 {
     memset(x, 0, sizeof *x);
-    x->base = event_base_new();
-    assert_non_null(x->base);
-    char err[256];
-    bufpool_init(&x->pool, 1 << 20);
-    x->dev = device_new((device_spec){.kind = DEVICE_CPU}, x->base, &x->pool, err, sizeof err);
-    assert_non_null(x->dev);
-    x->m = metrics_new();
-    futures_metrics fm = {.batch = metrics_get(x->m, "batch"),
-                          .straggler = metrics_get(x->m, "straggler"),
-                          .batch_from_header = metrics_get(x->m, "batch_from_header"),
-                          .straggler_from_header = metrics_get(x->m, "straggler_from_header")};
     kind_config kc = {.id = KIND_AVERAGE, .trainers = trainers};
-    x->k = kind_new(&kc, x->dev, &x->pool, x->m, err, sizeof err);
-    assert_non_null(x->k);
-    members_ops ops = {.answer = on_answer, .fail = on_fail, .session_end = on_session_end, .ctx = x};
-    assert_int_equal(members_init(&x->mem, trainers, &x->fut, x->m, &ops), 0);
+    devfx_open_kind(&x->d, (device_spec){.kind = DEVICE_CPU}, 1 << 20, &kc);
+    futures_metrics fm = devfx_futures_metrics(&x->d);
+    members_ops ops = {.answer = record_answer, .fail = record_fail, .session_end = on_session_end, .ctx = x};
+    assert_int_equal(members_init(&x->mem, trainers, &x->fut, x->d.m, &ops), 0);
     futures_hooks h = {.answer = members_on_answer, .fail = members_on_fail, .ctx = &x->mem};
-    assert_int_equal(futures_init(&x->fut, x->k, trainers, &h, &fm), 0);
+    assert_int_equal(futures_init(&x->fut, x->d.k, trainers, &h, &fm), 0);
 }
 
-static void fx_close(fixture *x)
+static void mem_close(fixture *x)
 {
     futures_destroy(&x->fut);
     members_free(&x->mem);
-    kind_free(x->k);
-    device_destroy(x->dev);
-    assert_int_equal(x->pool.live, 0);
-    bufpool_destroy(&x->pool);
-    metrics_free(x->m);
-    event_base_free(x->base);
+    devfx_close(&x->d);
 }
 
 static uint32_t join(fixture *x, int ep, uint64_t rank)
@@ -135,7 +116,7 @@ static void test_join_rejoin_and_refusals(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x, 2);
+    mem_open(&x, 2);
     assert_false(members_any_connected(&x.mem));
     assert_int_equal(join(&x, 0, 7), 0);
     assert_int_equal(join(&x, 1, 3), 1);
@@ -155,8 +136,8 @@ static void test_join_rejoin_and_refusals(void **state)
     assert_false(x.mem.slots[0].lost);
     assert_ptr_equal(x.mem.slots[0].ep, &x.ep[2]);
     /* Each trainer's lag metric is named by its rank. */
-    assert_non_null(metrics_get(x.m, "parameter_server_straggler_metric,trainer_lag_7"));
-    fx_close(&x);
+    assert_non_null(metrics_get(x.d.m, "parameter_server_straggler_metric,trainer_lag_7"));
+    mem_close(&x);
 }
 
 /* The trainers' lag metrics read in rank order (trainer_lag_0 first),
@@ -165,26 +146,26 @@ static void test_lag_metrics_in_rank_order(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x, 3);
+    mem_open(&x, 3);
     assert_int_equal(join(&x, 0, 2), 0);
     assert_int_equal(join(&x, 1, 0), 1);
     assert_int_equal(join(&x, 2, 1), 2);
-    size_t first = metrics_size(x.m);
-    for (size_t i = 0; i < metrics_size(x.m); i++)
-        if (strstr(metrics_key_at(x.m, i), "trainer_lag_") && i < first)
+    size_t first = metrics_size(x.d.m);
+    for (size_t i = 0; i < metrics_size(x.d.m); i++)
+        if (strstr(metrics_key_at(x.d.m, i), "trainer_lag_") && i < first)
             first = i;
-    assert_true(first + 3 <= metrics_size(x.m));
-    assert_string_equal(metrics_key_at(x.m, first), "parameter_server_straggler_metric,trainer_lag_0");
-    assert_string_equal(metrics_key_at(x.m, first + 1), "parameter_server_straggler_metric,trainer_lag_1");
-    assert_string_equal(metrics_key_at(x.m, first + 2), "parameter_server_straggler_metric,trainer_lag_2");
-    fx_close(&x);
+    assert_true(first + 3 <= metrics_size(x.d.m));
+    assert_string_equal(metrics_key_at(x.d.m, first), "parameter_server_straggler_metric,trainer_lag_0");
+    assert_string_equal(metrics_key_at(x.d.m, first + 1), "parameter_server_straggler_metric,trainer_lag_1");
+    assert_string_equal(metrics_key_at(x.d.m, first + 2), "parameter_server_straggler_metric,trainer_lag_2");
+    mem_close(&x);
 }
 
 static void test_answer_goes_to_connected_pushers(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x, 3);
+    mem_open(&x, 3);
     for (int i = 0; i < 3; i++)
         assert_int_equal(join(&x, i, (uint64_t)(10 + i)), (uint32_t)i);
     push_ctx p[3] = {{0}};
@@ -203,14 +184,14 @@ static void test_answer_goes_to_connected_pushers(void **state)
     assert_ptr_equal(x.seen[1], &x.ep[2]);
     for (int i = 0; i < 3; i++)
         push_ctx_free(&p[i]);
-    fx_close(&x);
+    mem_close(&x);
 }
 
 static void test_loss_fails_the_pushers_then_session_ends(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x, 3);
+    mem_open(&x, 3);
     for (int i = 0; i < 3; i++)
         assert_int_equal(join(&x, i, (uint64_t)(20 + i)), (uint32_t)i);
     push_ctx p[2] = {{0}};
@@ -239,7 +220,7 @@ static void test_loss_fails_the_pushers_then_session_ends(void **state)
     for (int i = 0; i < 2; i++)
         push_ctx_free(&p[i]);
     push_ctx_free(&q);
-    fx_close(&x);
+    mem_close(&x);
 }
 
 int main(void)

@@ -20,6 +20,7 @@
 
 #include "server/reduce.h"
 #include "shared/mean.h"
+#include "fixture.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -660,12 +661,6 @@ static void test_sparse_many_rows(void **state)
 }
 
 /* The sources of a step, as a device hands them over. */
-static const float *src_at(const void *ctx, uint32_t i)
-{
-    float *const *src = ctx;
-    return src[i];
-}
-
 /* The fused SGD step equals the three passes it replaced (sum in source
  * order, scale, step), bit for bit, across chunk boundaries, for 1..3
  * sources, the first step and later ones, with and without the copy out. */

@@ -24,14 +24,11 @@
 #include "server/kinds.h"
 #include "shared/mean.h"
 #include "shared/part.h"
+#include "devfixture.h"
 #include "devspec_of.h"
 
 typedef struct fixture {
-    struct event_base *base;
-    device *dev;
-    bufpool pool;
-    metrics *m;
-    kind *k;
+    dev_fixture d; /* the event loop, pool, device, metrics and kind */
     futures fut;
     futures_metrics fm;
     /* what the hooks saw */
@@ -43,7 +40,7 @@ typedef struct fixture {
     char fail_msg[256];
 } fixture;
 
-static void on_answer(void *ctx, future *f, psbuf *result)
+static void note_answer(void *ctx, future *f, psbuf *result)
 {
     fixture *x = ctx;
     x->answers++;
@@ -54,7 +51,7 @@ static void on_answer(void *ctx, future *f, psbuf *result)
     memcpy(x->last, result->data, x->last_n * 4);
 }
 
-static void on_fail(void *ctx, future *f, frame_errcode code, const char *msg)
+static void note_fail(void *ctx, future *f, frame_errcode code, const char *msg)
 {
     (void)f;
     (void)code;
@@ -63,36 +60,20 @@ static void on_fail(void *ctx, future *f, frame_errcode code, const char *msg)
     snprintf(x->fail_msg, sizeof x->fail_msg, "%s", msg);
 }
 
-static void fx_open(fixture *x, const char *dev, const kind_config *kc)
+static void fut_open(fixture *x, const char *dev, const kind_config *kc)
 {
     memset(x, 0, sizeof *x);
     setenv("PSBENCH_TEST_DEVICE_MAX_DELAY_US", "300", 1);
-    x->base = event_base_new();
-    assert_non_null(x->base);
-    char err[256];
-    bufpool_init(&x->pool, 1 << 20);
-    x->dev = device_new(devspec_of(dev), x->base, &x->pool, err, sizeof err);
-    assert_non_null(x->dev);
-    x->m = metrics_new();
-    x->fm = (futures_metrics){.batch = metrics_get(x->m, "batch"),
-                              .straggler = metrics_get(x->m, "straggler"),
-                              .batch_from_header = metrics_get(x->m, "batch_from_header"),
-                              .straggler_from_header = metrics_get(x->m, "straggler_from_header")};
-    x->k = kind_new(kc, x->dev, &x->pool, x->m, err, sizeof err);
-    assert_non_null(x->k);
-    futures_hooks h = {.answer = on_answer, .fail = on_fail, .ctx = x};
-    assert_int_equal(futures_init(&x->fut, x->k, kc->trainers, &h, &x->fm), 0);
+    devfx_open_kind(&x->d, devspec_of(dev), 1 << 20, kc);
+    x->fm = devfx_futures_metrics(&x->d);
+    futures_hooks h = {.answer = note_answer, .fail = note_fail, .ctx = x};
+    assert_int_equal(futures_init(&x->fut, x->d.k, kc->trainers, &h, &x->fm), 0);
 }
 
-static void fx_close(fixture *x)
+static void fut_close(fixture *x)
 {
     futures_destroy(&x->fut);
-    kind_free(x->k);
-    device_destroy(x->dev);
-    assert_int_equal(x->pool.live, 0); /* every buffer came back */
-    bufpool_destroy(&x->pool);
-    metrics_free(x->m);
-    event_base_free(x->base);
+    devfx_close(&x->d);
 }
 
 /* Run the loop until `answers + fails` reaches n (the test device answers
@@ -100,7 +81,7 @@ static void fx_close(fixture *x)
 static void fx_wait(fixture *x, int n)
 {
     for (int i = 0; i < 10000 && x->answers + x->fails < n; i++)
-        event_base_loop(x->base, EVLOOP_ONCE);
+        event_base_loop(x->d.base, EVLOOP_ONCE);
     assert_int_equal(x->answers + x->fails, n);
 }
 
@@ -143,7 +124,7 @@ static void test_average_mean_both_kinds(void **state)
         for (int kid = 0; kid < 2; kid++) {
             fixture x;
             kind_config kc = {.id = kid ? KIND_AVERAGE_BATCH : KIND_AVERAGE, .trainers = 3};
-            fx_open(&x, devices[d], &kc);
+            fut_open(&x, devices[d], &kc);
             push_ctx p[3] = {{0}};
             float v[3][10];
             for (int t = 0; t < 3; t++)
@@ -174,7 +155,7 @@ static void test_average_mean_both_kinds(void **state)
             /* The resolved key is stale now; a new batch opens. */
             assert_int_equal(push_dense(&x, &p[0], 0, 7, v[0], 10, 10), ERR_STALE_BATCH);
             assert_int_equal(push_dense(&x, &p[0], 0, 8, v[0], 10, 10), ERR_NONE);
-            fx_close(&x);
+            fut_close(&x);
         }
 }
 
@@ -183,7 +164,7 @@ static void test_admission_rules(void **state)
     (void)state;
     fixture x;
     kind_config kc = {.id = KIND_AVERAGE, .trainers = 2};
-    fx_open(&x, "cpu", &kc);
+    fut_open(&x, "cpu", &kc);
     push_ctx a = {0}, b = {0};
     float v[4] = {1, 2, 3, 4};
     assert_int_equal(push_dense(&x, &a, 0, 0, v, 4, 4), ERR_NONE);
@@ -201,7 +182,7 @@ static void test_admission_rules(void **state)
     /* It comes back: new futures are admitted again. */
     futures_member_back(&x.fut, 1);
     assert_int_equal(push_dense(&x, &b, 0, 1, v, 4, 4), ERR_NONE);
-    fx_close(&x);
+    fut_close(&x);
 }
 
 /* What one trainer may hold (futures_limits): pushes and bytes per slot,
@@ -213,7 +194,7 @@ static void test_hold_bounds(void **state)
     for (int d = 0; d < 2; d++) {
         fixture x;
         kind_config kc = {.id = KIND_AVERAGE, .trainers = 2};
-        fx_open(&x, devices[d], &kc);
+        fut_open(&x, devices[d], &kc);
         futures_limits lim = {.pushes = 3, .bytes = 40, .buckets = 2};
         snprintf(lim.source, sizeof lim.source, "test");
         futures_set_limits(&x.fut, &lim);
@@ -262,7 +243,7 @@ static void test_hold_bounds(void **state)
         assert_int_equal(futures_push_data(&x.fut, &p[3], 0, (const uint8_t *)v, 8), 0);
         futures_push_done(&x.fut, &p[3]);
         for (int i = 0; i < 1000 && x.fut.table.nmarks < 2; i++)
-            event_base_loop(x.base, EVLOOP_ONCE);
+            event_base_loop(x.d.base, EVLOOP_ONCE);
         assert_int_equal(x.fut.table.nmarks, 2);
         h = dense_hdr(300, 2, 2);
         assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p[4], msg, sizeof msg), ERR_TOO_LARGE);
@@ -283,7 +264,7 @@ static void test_hold_bounds(void **state)
         assert_int_equal(futures_admit(&x.fut, &h, 0, 0, &p[1], msg, sizeof msg), ERR_TOO_LARGE);
         futures_reset(&x.fut);
         assert_int_equal(x.fut.held_n[0], 0);
-        fx_close(&x);
+        fut_close(&x);
     }
 }
 
@@ -295,7 +276,7 @@ static void test_lost_alone_futures_fail(void **state)
     (void)state;
     fixture x;
     kind_config kc = {.id = KIND_AVERAGE, .trainers = 3};
-    fx_open(&x, "cpu", &kc);
+    fut_open(&x, "cpu", &kc);
     push_ctx a = {0}, b = {0}, c = {0};
     float v[4] = {1, 2, 3, 4};
     assert_int_equal(push_dense(&x, &a, 0, 7, v, 4, 4), ERR_NONE); /* slot 0 alone */
@@ -309,7 +290,7 @@ static void test_lost_alone_futures_fail(void **state)
     assert_int_equal(x.fut.held_n[0], 1); /* its push into batch 8 still counts */
     assert_int_equal(x.fut.held_n[1], 1);
     assert_int_equal(x.fails, 1);
-    fx_close(&x);
+    fut_close(&x);
 }
 
 /* The bounds a job's model gives (server/bounds.h): two batches of one
@@ -367,7 +348,7 @@ static void test_refusal_names_the_first_lost(void **state)
     (void)state;
     fixture x;
     kind_config kc = {.id = KIND_AVERAGE, .trainers = 4};
-    fx_open(&x, "cpu", &kc);
+    fut_open(&x, "cpu", &kc);
     push_ctx p = {0};
     char msg[256];
     frame_hdr h = dense_hdr(0, 0, 4);
@@ -385,7 +366,7 @@ static void test_refusal_names_the_first_lost(void **state)
     futures_member_back(&x.fut, 3);
     assert_int_equal(futures_admit(&x.fut, &h, 0, 10, &p, msg, sizeof msg), ERR_NONE);
     futures_push_abort(&x.fut, &p);
-    fx_close(&x);
+    fut_close(&x);
 }
 
 static void test_push_lost_midway_fails_future(void **state)
@@ -394,7 +375,7 @@ static void test_push_lost_midway_fails_future(void **state)
     for (int d = 0; d < 2; d++) {
         fixture x;
         kind_config kc = {.id = KIND_AVERAGE, .trainers = 2};
-        fx_open(&x, devices[d], &kc);
+        fut_open(&x, devices[d], &kc);
         push_ctx a = {0}, b = {0};
         float v[8] = {0};
         assert_int_equal(push_dense(&x, &a, 0, 0, v, 8, 8), ERR_NONE);
@@ -406,7 +387,7 @@ static void test_push_lost_midway_fails_future(void **state)
         assert_null(b.f);
         assert_int_equal(x.fails, 1);
         assert_int_equal(x.answers, 0);
-        fx_close(&x);
+        fut_close(&x);
     }
 }
 
@@ -422,7 +403,7 @@ static void test_drain_in_flight(void **state)
                               .bu = {.in_features = 3, .out_features = 2, .lr = 0.1f, .momentum = 0.9f,
                                      .parts = 1}};
             setenv("PSBENCH_TEST_DEVICE_MAX_DELAY_US", "20000", 1);
-            fx_open(&x, "test", &kc);
+            fut_open(&x, "test", &kc);
             push_ctx a = {0}, b = {0};
             size_t n = kid == KIND_BATCH_UPDATE ? 8 : 16;
             float v[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
@@ -439,7 +420,7 @@ static void test_drain_in_flight(void **state)
                 fx_wait(&x, 1);
                 assert_int_equal(x.answers, 1);
             }
-            fx_close(&x); /* shutdown: futures_destroy drains */
+            fut_close(&x); /* shutdown: futures_destroy drains */
             assert_int_equal(x.fails, 0);
         }
 }
@@ -451,7 +432,7 @@ static void test_lost_while_resolving(void **state)
     (void)state;
     fixture x;
     kind_config kc = {.id = KIND_AVERAGE, .trainers = 2};
-    fx_open(&x, "test", &kc);
+    fut_open(&x, "test", &kc);
     push_ctx a = {0}, b = {0};
     float v[4] = {2, 4, 6, 8};
     assert_int_equal(push_dense(&x, &a, 0, 0, v, 4, 4), ERR_NONE);
@@ -461,7 +442,7 @@ static void test_lost_while_resolving(void **state)
     fx_wait(&x, 1);
     assert_int_equal(x.answers, 1);
     assert_true(x.last[3] == 8.0f);
-    fx_close(&x);
+    fut_close(&x);
 }
 
 /* The seed's BatchUpdateParameterServer: rounds, the mean of the round's
@@ -474,11 +455,11 @@ static void test_batch_update_rounds(void **state)
         kind_config kc = {.id = KIND_BATCH_UPDATE, .trainers = 2,
                           .bu = {.in_features = 2, .out_features = 2, .lr = 0.5f, .momentum = 0.9f,
                                  .seed = 42, .parts = 1}};
-        fx_open(&x, devices[d], &kc);
+        fut_open(&x, devices[d], &kc);
         const size_t n = 6; /* W 2x2 + b 2 */
         frame_hdr out = {0};
         psbuf *pb;
-        assert_int_equal(x.k->ops->fetch(x.k, &out, &pb), 0);
+        assert_int_equal(x.d.k->ops->fetch(x.d.k, &out, &pb), 0);
         assert_int_equal(out.count, n);
         assert_int_equal(out.total, n);
         assert_int_equal(out.offset, 0);
@@ -510,17 +491,17 @@ static void test_batch_update_rounds(void **state)
             assert_int_equal(x.answered_batch, round);
             assert_int_equal(x.answered_round, round + 1);
         }
-        assert_int_equal(x.k->ops->fetch(x.k, &out, &pb), 0);
+        assert_int_equal(x.d.k->ops->fetch(x.d.k, &out, &pb), 0);
         assert_int_equal(out.round, 2);
         assert_memory_equal(pb->data, x.last, n * 4);
         psbuf_unref(pb);
         /* Reset: a fresh model from the seed, round 0. */
         futures_reset(&x.fut);
-        assert_int_equal(x.k->ops->fetch(x.k, &out, &pb), 0);
+        assert_int_equal(x.d.k->ops->fetch(x.d.k, &out, &pb), 0);
         assert_int_equal(out.round, 0);
         assert_memory_equal(pb->data, p0, n * 4);
         psbuf_unref(pb);
-        fx_close(&x);
+        fut_close(&x);
     }
 }
 
@@ -542,21 +523,21 @@ static void test_batch_update_parts(void **state)
     kind_config kc = {.id = KIND_BATCH_UPDATE, .trainers = 1,
                       .bu = {.in_features = 100, .out_features = 30, .lr = 0.001f, .momentum = 0.9f,
                              .seed = 5, .parts = 1}};
-    fx_open(&whole, "cpu", &kc);
+    fut_open(&whole, "cpu", &kc);
     kc.bu.part = 2;
     kc.bu.parts = 3;
-    fx_open(&part, "cpu", &kc);
+    fut_open(&part, "cpu", &kc);
     frame_hdr o1 = {0}, o2 = {0};
     psbuf *b1, *b2;
-    assert_int_equal(whole.k->ops->fetch(whole.k, &o1, &b1), 0);
-    assert_int_equal(part.k->ops->fetch(part.k, &o2, &b2), 0);
+    assert_int_equal(whole.d.k->ops->fetch(whole.d.k, &o1, &b1), 0);
+    assert_int_equal(part.d.k->ops->fetch(part.d.k, &o2, &b2), 0);
     assert_int_equal(o2.offset, 2020);
     assert_int_equal(o2.count, 1010);
     assert_memory_equal(b2->data, b1->data + 4 * 2020, 1010 * 4);
     psbuf_unref(b1);
     psbuf_unref(b2);
-    fx_close(&whole);
-    fx_close(&part);
+    fut_close(&whole);
+    fut_close(&part);
 }
 
 /* The test device completes jobs in submission order, later than submit. */
@@ -572,8 +553,8 @@ static void test_lag_per_slot(void **state)
     (void)state;
     fixture x;
     kind_config kc = {.id = KIND_AVERAGE, .trainers = 3};
-    fx_open(&x, "cpu", &kc);
-    stats *lag0 = metrics_get(x.m, "lag0"), *lag2 = metrics_get(x.m, "lag2");
+    fut_open(&x, "cpu", &kc);
+    stats *lag0 = metrics_get(x.d.m, "lag0"), *lag2 = metrics_get(x.d.m, "lag2");
     futures_set_lag_metric(&x.fut, 0, lag0);
     futures_set_lag_metric(&x.fut, 2, lag2);
     float v[4] = {1, 2, 3, 4};
@@ -591,7 +572,7 @@ static void test_lag_per_slot(void **state)
     assert_true(lag2->min >= 2.0);
     assert_true(lag0->max < lag2->min);
     futures_set_lag_metric(&x.fut, 2, NULL);
-    fx_close(&x);
+    fut_close(&x);
 }
 
 /* Where the clock starts (issue 26), for every kind with futures on both
@@ -611,8 +592,8 @@ static void test_clock_starts_when_the_first_push_is_whole(void **state)
                               .trainers = 2,
                               .bu = {.in_features = 2, .out_features = 2, .lr = 0.5f, .momentum = 0.9f,
                                      .seed = 42, .parts = 1}};
-            fx_open(&x, devices[d], &kc);
-            stats *lag0 = metrics_get(x.m, "lag0"), *lag1 = metrics_get(x.m, "lag1");
+            fut_open(&x, devices[d], &kc);
+            stats *lag0 = metrics_get(x.d.m, "lag0"), *lag1 = metrics_get(x.d.m, "lag1");
             futures_set_lag_metric(&x.fut, 0, lag0);
             futures_set_lag_metric(&x.fut, 1, lag1);
             const size_t n = 6; /* batch-update: W 2x2 + b 2 */
@@ -638,7 +619,7 @@ static void test_clock_starts_when_the_first_push_is_whole(void **state)
             assert_true(x.fm.batch->min >= x.fm.straggler->max);
             assert_true(lag0->max == 0.0);
             assert_true(lag1->max == x.fm.straggler->max);
-            fx_close(&x);
+            fut_close(&x);
         }
 }
 

@@ -145,7 +145,7 @@ typedef struct side {
     uint32_t nready;
 } side;
 
-static void on_ready(void *ctx, uint32_t i)
+static void note_ready(void *ctx, uint32_t i)
 {
     side *s = ctx;
     assert_true(s->nready < sizeof s->order / sizeof *s->order);
@@ -213,8 +213,8 @@ static void check_dummy_fwd_bwd(bool sparse)
     free(pc);
     free(pd);
 
-    model_backward(cpu.m, &b, on_ready, &cpu);
-    model_backward(d.m, &b, on_ready, &d);
+    model_backward(cpu.m, &b, note_ready, &cpu);
+    model_backward(d.m, &b, note_ready, &d);
     assert_int_equal(d.nready, model_nparams(cpu.m));
     assert_memory_equal(d.order, cpu.order, cpu.nready * sizeof *cpu.order);
 
@@ -473,7 +473,7 @@ static void test_hybrid_dense_refused(void **state)
 
 /* ---- main ------------------------------------------------------------------------ */
 
-static int run_on(const char *name)
+static int run_models_on(const char *name)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dummy_dense),
@@ -496,7 +496,7 @@ int main(void)
 {
     bool ready;
     if (gpu_variant(&ready))
-        return ready ? run_on("cuda:0") /* the GPU gpu_probe_device answered for */ : GPU_VARIANT_SKIP;
-    int rc = run_on("fake-cuda");
-    return rc | run_on("staged");
+        return ready ? run_models_on("cuda:0") /* the GPU gpu_probe_device answered for */ : GPU_VARIANT_SKIP;
+    int rc = run_models_on("fake-cuda");
+    return rc | run_models_on("staged");
 }

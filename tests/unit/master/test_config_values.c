@@ -21,6 +21,7 @@
 
 #include "master/config.h"
 #include "shared/jobconf.h"
+#include "fixture.h"
 
 #ifndef PSBENCH_SOURCE_CONFIG_DIR
 #define PSBENCH_SOURCE_CONFIG_DIR "configs"
@@ -28,15 +29,6 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static char tmpdir[64];
-
-static void assert_contains(const char *hay, const char *needle)
-{
-    if (!hay || !strstr(hay, needle)) {
-        print_error("expected \"%s\" in \"%s\"\n", needle, hay ? hay : "(null)");
-        fail();
-    }
-}
 
 static void assert_not_contains(const char *hay, const char *needle)
 {
@@ -44,13 +36,6 @@ static void assert_not_contains(const char *hay, const char *needle)
         print_error("did not expect \"%s\" in \"%s\"\n", needle, hay);
         fail();
     }
-}
-
-static const char *tmp_file(const char *name)
-{
-    static char p[256];
-    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
-    return p;
 }
 
 static void write_json(const char *path, json_t *j)
@@ -236,7 +221,7 @@ static int try_conf(const klass *k, json_t *conf, run_config *c, char *err, size
     snprintf(opt_id, sizeof opt_id, "--%s", k->kind);
     snprintf(opt_path, sizeof opt_path, "--%s-config-path", k->kind);
     snprintf(class_key, sizeof class_key, "%s_class", k->kind);
-    const char *path = tmp_file(fname);
+    const char *path = tmp_path(fname);
     json_t *file = json_pack("{s:{s:s, s:O}}", "T", class_key, k->cls, "configurations", conf);
     assert_non_null(file);
     write_json(path, file);
@@ -303,25 +288,6 @@ static void expect_refused(const vcase *v, const char *value, const char *what)
 }
 
 /* ---- fixtures ------------------------------------------------------------- */
-
-static int group_setup(void **state)
-{
-    (void)state;
-    setenv("PSBENCH_CONFIG_DIR", PSBENCH_SOURCE_CONFIG_DIR, 1);
-    unsetenv("PSBENCH_TOKEN");
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/psbench_test_values_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    const char *names[] = {"data.json", "model.json", "trainer.json", "server.json"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        unlink(tmp_file(names[i]));
-    rmdir(tmpdir);
-    return 0;
-}
 
 /* ---- tests ---------------------------------------------------------------- */
 
@@ -511,7 +477,7 @@ static void test_file_number_underflow(void **state)
         "\"first_bucket_mb\": -2.5e-330}}}",
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        const char *path = tmp_file("under.json");
+        const char *path = tmp_path("under.json");
         FILE *f = fopen(path, "w");
         assert_non_null(f);
         fputs(texts[i], f);
@@ -526,7 +492,7 @@ static void test_file_number_underflow(void **state)
         config_free(&c);
     }
     /* A string holding such a number is a string, not a number. */
-    const char *path = tmp_file("str.json");
+    const char *path = tmp_path("str.json");
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs("{\"T\": {\"trainer_class\": \"DdpTrainer\", \"configurations\": {\"ddp_hook\": \"rpc_hook\", "
@@ -849,5 +815,5 @@ int main(void)
         cmocka_unit_test(test_values_in_their_type),
         cmocka_unit_test(test_file_number_underflow),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, config_setup, tmpdir_teardown);
 }

@@ -1,5 +1,5 @@
 /* test_cugpu_mock.c — shared/cugpu_cuda.c, the real GPU's implementation,
- * over a stand-in CUDA runtime and driver (tests/unit/mock_cuda.c, found
+ * over a stand-in CUDA runtime and driver (tests/unit/shared/mock_cuda.c, found
  * first on LD_LIBRARY_PATH: ctest unit_cugpu_mockcuda): what it does with
  * a peer's IPC handle and the size the peer claims for it, on a machine
  * with no GPU.

@@ -95,7 +95,7 @@ static uint64_t ref_bias_off(const model_config *c, uint32_t l)
     return ref_weight_off(c, l) + c->dense_output_size * c->dense_input_size;
 }
 
-static void ref_softmax(double *dst, const double *src, uint64_t n)
+static void ref_softmax_f64(double *dst, const double *src, uint64_t n)
 {
     double mx = src[0], sum = 0;
     for (uint64_t k = 1; k < n; k++)
@@ -131,8 +131,8 @@ static double ref_loss(const model_config *c, const double *P, const data_batch 
             memcpy(x, y, C * sizeof *x);
             w = C;
         }
-        ref_softmax(p, x, C);
-        ref_softmax(q, p, C);
+        ref_softmax_f64(p, x, C);
+        ref_softmax_f64(q, p, C);
         loss -= log(q[b->targets[s]]);
     }
     return loss / b->len;
@@ -600,7 +600,7 @@ typedef struct ready_log {
     int64_t snap_rows[16];
 } ready_log;
 
-static void on_ready(void *ctx, uint32_t i)
+static void log_ready(void *ctx, uint32_t i)
 {
     ready_log *log = ctx;
     assert_true(log->n < 16 && i < model_nparams(log->m));
@@ -632,7 +632,7 @@ static void check_ready_order(bool sparse)
      * gradient is written would keep it and differ from the final one. */
     memset(model_grads(m), 0xff, model_total_size(m) * sizeof(float));
     model_forward(m, &b);
-    model_backward(m, &b, on_ready, &log);
+    model_backward(m, &b, log_ready, &log);
 
     static const uint32_t want[] = {6, 5, 4, 3, 2, 1, 0}; /* reverse parameter order */
     assert_int_equal(log.n, model_nparams(m));

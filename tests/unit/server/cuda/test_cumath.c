@@ -29,7 +29,7 @@ static uint32_t bits(float f)
 
 /* Values with every magnitude and sign, a few exact ties, zeros of both
  * signs: where rounding differs if an operation is fused or reordered. */
-static void fill(float *v, size_t n, uint64_t seed)
+static void fill_hard(float *v, size_t n, uint64_t seed)
 {
     rng r;
     rng_seed(&r, seed, 7);
@@ -56,8 +56,8 @@ static void test_folds(void **state)
     (void)state;
     float *acc = malloc(N * sizeof *acc), *x = malloc(N * sizeof *x), *cpu = malloc(N * sizeof *cpu);
     float *gpu = malloc(N * sizeof *gpu);
-    fill(acc, N, 1);
-    fill(x, N, 2);
+    fill_hard(acc, N, 1);
+    fill_hard(x, N, 2);
     const float s = 1.0f / 3.0f; /* a scale that rounds */
     for (int wide = 0; wide <= 1; wide++) {
         reduce_use_wide(wide);
@@ -94,7 +94,7 @@ static void test_sum_scale(void **state)
     float *src[K], *cpu = malloc(N * sizeof *cpu);
     for (int k = 0; k < K; k++) {
         src[k] = malloc(N * sizeof *src[k]);
-        fill(src[k], N, 10 + (uint64_t)k);
+        fill_hard(src[k], N, 10 + (uint64_t)k);
     }
     const float scale = 1.0f / (float)K;
     memcpy(cpu, src[0], N * sizeof *cpu);
@@ -126,11 +126,11 @@ static void test_sgd(void **state)
     float *p_cpu = malloc(N * sizeof(float)), *b_cpu = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
     float *p_gpu = malloc(N * sizeof(float)), *b_gpu = malloc(N * sizeof(float));
     float *g[K];
-    fill(p_cpu, N, 20);
+    fill_hard(p_cpu, N, 20);
     memcpy(p_gpu, p_cpu, N * sizeof(float));
     for (int k = 0; k < K; k++) {
         g[k] = malloc(N * sizeof(float));
-        fill(g[k], N, 30 + (uint64_t)k);
+        fill_hard(g[k], N, 30 + (uint64_t)k);
     }
     const float scale = 1.0f / K, lr = 0.001f, momentum = 0.9f;
     for (int step = 0; step < 4; step++) {
@@ -166,8 +166,8 @@ static void test_bags(void **state)
     int64_t idx[NNZ], off[BAGS] = {0, 5, 5, 17, 30, 31}; /* bag 1 empty */
     for (int i = 0; i < NNZ; i++)
         idx[i] = (i * 7) % 13; /* rows repeat within and across bags */
-    fill(table, ROWS * COLS, 40);
-    fill(grad, BAGS * COLS, 41);
+    fill_hard(table, ROWS * COLS, 40);
+    fill_hard(grad, BAGS * COLS, 41);
     memcpy(t_gpu, table, ROWS * COLS * sizeof(float));
     reduce_gather_sum_f32(out_cpu, table, COLS, idx, NNZ, off, BAGS);
     for (int b = 0; b < BAGS; b++)

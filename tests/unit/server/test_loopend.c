@@ -66,7 +66,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(x->base);
 }
 
-static void fx_open(fixture *x)
+static void loop_open(fixture *x)
 {
     memset(x, 0, sizeof *x);
     x->base = event_base_new();
@@ -80,7 +80,7 @@ static void fx_open(fixture *x)
     }
 }
 
-static void fx_close(fixture *x)
+static void loop_close(fixture *x)
 {
     for (int i = 0; i < 3; i++) {
         event_free(x->ev[i]);
@@ -106,7 +106,7 @@ static void test_pass_ends_the_iteration(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x);
+    loop_open(&x);
     assert_int_equal(write(x.sp[0][1], "a", 1), 1);
     assert_int_equal(write(x.sp[1][1], "b", 1), 1);
     assert_int_equal(event_base_dispatch(x.base), 0);
@@ -116,14 +116,14 @@ static void test_pass_ends_the_iteration(void **state)
     event_base_loop(x.base, EVLOOP_NONBLOCK);
     assert_order(&x, "PcP");
     assert_false(x.pass.armed);
-    fx_close(&x);
+    loop_close(&x);
 }
 
 static void test_want_from_the_pass_runs_it_again(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x);
+    loop_open(&x);
     x.want_again = 2;
     assert_int_equal(write(x.sp[0][1], "a", 1), 1);
     assert_int_equal(write(x.sp[1][1], "b", 1), 1);
@@ -131,14 +131,14 @@ static void test_want_from_the_pass_runs_it_again(void **state)
     /* Three passes before the next poll: the wants made inside the pass
      * were not lost, nor left for a later iteration. */
     assert_order(&x, "PPPc");
-    fx_close(&x);
+    loop_close(&x);
 }
 
 static void test_want_without_io(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x);
+    loop_open(&x);
     /* Asked for outside any callback (before the loop runs): the next
      * iteration runs it, without waiting for I/O. */
     loopend_want(&x.pass);
@@ -152,7 +152,7 @@ static void test_want_without_io(void **state)
     event_base_loop(x.base, EVLOOP_NONBLOCK);
     assert_string_equal(x.order, "P");
     loopend_free(&x.pass); /* twice is harmless */
-    fx_close(&x);
+    loop_close(&x);
 }
 
 int main(void)

@@ -98,7 +98,7 @@ static snapshot_input fixture(void)
 /* ---- JSON helpers ------------------------------------------------------- */
 
 /* Parses (strictly) and frees the rendered text. */
-static json_t *parse(char *text)
+static json_t *parse_json_text(char *text)
 {
     assert_non_null(text);
     json_error_t err;
@@ -171,7 +171,7 @@ static void assert_stats(json_t *st, const stats_summary *s)
 static void test_status_no_error(void **state)
 {
     snapshot_input in = fixture();
-    json_t *doc = parse(snapshot_status_json(&in));
+    json_t *doc = parse_json_text(snapshot_status_json(&in));
     static const char *const keys[] = {"phase", "error", "progress", "nodes", "elapsed_s", "run", "runs",
                                        "servers_initialising", "headline", "host_state"};
     assert_keys(doc, keys, 10);
@@ -200,7 +200,7 @@ static void test_status_no_error(void **state)
 static void test_status_with_error(void **state)
 {
     snapshot_input in = {.phase = "failed", .error = "server 0 lost: \"connection reset\"", .elapsed_s = 3};
-    json_t *doc = parse(snapshot_status_json(&in));
+    json_t *doc = parse_json_text(snapshot_status_json(&in));
     assert_str(doc, "phase", "failed");
     assert_str(doc, "error", "server 0 lost: \"connection reset\"");
     json_t *n = get(doc, "nodes");
@@ -223,7 +223,7 @@ static void test_status_servers_initialising(void **state)
         {"trainer", 0, "h2", "cpu", "registered", 0.1, 0, 0, -1, 0, 0, NULL, NULL, NULL},
     };
     snapshot_input in = {.phase = "waiting", .nodes = nodes, .nnodes = 3};
-    json_t *doc = parse(snapshot_status_json(&in));
+    json_t *doc = parse_json_text(snapshot_status_json(&in));
     json_t *a = get(doc, "servers_initialising");
     assert_true(json_is_array(a));
     assert_int_equal(json_array_size(a), 1);
@@ -244,7 +244,7 @@ static void test_status_headline(void **state)
                           "step_p50_ms", 12.5);
     assert_non_null(h);
     snapshot_input in = {.phase = "done", .headline = h};
-    json_t *doc = parse(snapshot_status_json(&in));
+    json_t *doc = parse_json_text(snapshot_status_json(&in));
     assert_true(json_equal(get(doc, "headline"), h));
     json_decref(doc);
     json_decref(h);
@@ -253,7 +253,7 @@ static void test_status_headline(void **state)
 static void test_status_nonfinite_elapsed_is_null(void **state)
 {
     snapshot_input in = {.phase = "waiting", .elapsed_s = NAN};
-    json_t *doc = parse(snapshot_status_json(&in));
+    json_t *doc = parse_json_text(snapshot_status_json(&in));
     assert_true(json_is_null(get(doc, "elapsed_s")));
     json_decref(doc);
 }
@@ -263,7 +263,7 @@ static void test_status_nonfinite_elapsed_is_null(void **state)
 static void test_nodes(void **state)
 {
     snapshot_input in = fixture();
-    json_t *arr = parse(snapshot_nodes_json(&in));
+    json_t *arr = parse_json_text(snapshot_nodes_json(&in));
     assert_true(json_is_array(arr));
     assert_int_equal(json_array_size(arr), NFIXTURE_NODES);
     static const char *const keys[] = {"role", "rank", "host", "device", "state", "last_seen_s"};
@@ -295,7 +295,7 @@ static void test_nodes_environment(void **state)
     snapshot_input in = fixture();
     in.nodes = nodes;
     in.nnodes = 2;
-    json_t *arr = parse(snapshot_nodes_json(&in));
+    json_t *arr = parse_json_text(snapshot_nodes_json(&in));
     assert_true(json_equal(get(json_array_get(arr, 0), "environment"), env));
     assert_null(json_object_get(json_array_get(arr, 1), "environment"));
     json_decref(arr);
@@ -313,7 +313,7 @@ static void test_nodes_gpu_timed(void **state)
     snapshot_input in = fixture();
     in.nodes = nodes;
     in.nnodes = 2;
-    json_t *arr = parse(snapshot_nodes_json(&in));
+    json_t *arr = parse_json_text(snapshot_nodes_json(&in));
     assert_true(json_equal(get(json_array_get(arr, 0), "gpu_timed"), gpu));
     assert_null(json_object_get(json_array_get(arr, 1), "gpu_timed"));
     json_decref(arr);
@@ -346,7 +346,7 @@ static void test_nodes_empty(void **state)
 static void test_metrics_shape(void **state)
 {
     snapshot_input in = fixture();
-    json_t *doc = parse(snapshot_metrics_json(&in));
+    json_t *doc = parse_json_text(snapshot_metrics_json(&in));
     static const char *const keys[] = {"unit", "phase", "groups"};
     assert_keys(doc, keys, 3);
     assert_str(doc, "unit", "ms");
@@ -385,7 +385,7 @@ static void test_metrics_shape(void **state)
 static void test_metrics_empty_groups(void **state)
 {
     snapshot_input in = {.phase = "waiting"};
-    json_t *doc = parse(snapshot_metrics_json(&in));
+    json_t *doc = parse_json_text(snapshot_metrics_json(&in));
     json_t *want = json_loads("{\"unit\":\"ms\",\"phase\":\"waiting\",\"groups\":{"
                               "\"trainer\":{\"all\":{},\"ranks\":{}},"
                               "\"server\":{\"all\":{},\"ranks\":{}}}}",
@@ -407,7 +407,7 @@ static void test_metrics_nonfinite_is_null(void **state)
     assert_non_null(text);
     assert_null(strstr(text, "nan"));
     assert_null(strstr(text, "inf"));
-    json_t *doc = parse(text);
+    json_t *doc = parse_json_text(text);
     json_t *s = get(get(get(get(get(doc, "groups"), "trainer"), "ranks"), "3"), M_BATCH);
     assert_keys(s, stats_keys, 11);
     assert_true(json_is_null(get(s, "p99")));
@@ -424,9 +424,9 @@ static void test_groups_json_matches_metrics(void **state)
     json_t *groups = snapshot_groups_json(&in);
     assert_non_null(groups);
     /* the same value once both go through the same 15-digit serialisation */
-    json_t *reparsed = parse(json_dumps(groups, JSON_COMPACT | JSON_REAL_PRECISION(15)));
+    json_t *reparsed = parse_json_text(json_dumps(groups, JSON_COMPACT | JSON_REAL_PRECISION(15)));
     json_decref(groups);
-    json_t *doc = parse(snapshot_metrics_json(&in));
+    json_t *doc = parse_json_text(snapshot_metrics_json(&in));
     assert_true(json_equal(reparsed, get(doc, "groups")));
     /* and the unserialised value holds the stats exactly */
     groups = snapshot_groups_json(&in);
@@ -466,7 +466,7 @@ static void test_json_alloc_failures(void **state)
             full = render[r](&in);
         }
         alloc_budget = -1;
-        json_decref(parse(full));
+        json_decref(parse_json_text(full));
     }
     for (long budget = 0;; budget++) {
         alloc_budget = budget;
@@ -509,7 +509,7 @@ static double prom_value(const char *text, const char *series)
     return v;
 }
 
-static void assert_close(double got, double want)
+static void assert_close_rel(double got, double want)
 {
     if (!(fabs(got - want) <= 1e-12 * fmax(1.0, fabs(want))))
         fail_msg("got %.17g, want %.17g", got, want);
@@ -620,18 +620,18 @@ static void test_prom_summary_in_seconds(void **state)
 #define T0 "{role=\"trainer\",rank=\"0\",metric=\"" M_BATCH "\",run=\"2\",pass=\"timed\"" HALVES
 #define TA "{role=\"trainer\",metric=\"" M_BATCH "\",run=\"2\",pass=\"timed\"" HALVES
     /* trainer 0: p50 18 ms, p90 48 ms, p99 96 ms, mean 24 ms over 10 */
-    assert_close(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.5\"}"), 0.018);
-    assert_close(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.9\"}"), 0.048);
-    assert_close(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.99\"}"), 0.096);
-    assert_close(prom_value(text, "psbench_metric_duration_seconds_sum" T0 "}"), 0.24);
-    assert_close(prom_value(text, "psbench_metric_duration_seconds_count" T0 "}"), 10);
+    assert_close_rel(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.5\"}"), 0.018);
+    assert_close_rel(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.9\"}"), 0.048);
+    assert_close_rel(prom_value(text, "psbench_metric_duration_seconds" T0 ",quantile=\"0.99\"}"), 0.096);
+    assert_close_rel(prom_value(text, "psbench_metric_duration_seconds_sum" T0 "}"), 0.24);
+    assert_close_rel(prom_value(text, "psbench_metric_duration_seconds_count" T0 "}"), 10);
     /* the role-wide view is a family of its own, without a rank label
      * (issue 30: a sum() over the per-rank family counted it twice) */
-    assert_close(prom_value(text, "psbench_role_metric_duration_seconds" TA ",quantile=\"0.5\"}"), 0.0195);
-    assert_close(prom_value(text, "psbench_role_metric_duration_seconds_sum" TA "}"), 26.0 * 20 / 1000);
-    assert_close(prom_value(text, "psbench_role_metric_duration_seconds_count" TA "}"), 20);
+    assert_close_rel(prom_value(text, "psbench_role_metric_duration_seconds" TA ",quantile=\"0.5\"}"), 0.0195);
+    assert_close_rel(prom_value(text, "psbench_role_metric_duration_seconds_sum" TA "}"), 26.0 * 20 / 1000);
+    assert_close_rel(prom_value(text, "psbench_role_metric_duration_seconds_count" TA "}"), 20);
     assert_null(strstr(text, "rank=\"all\""));
-    assert_close(prom_value(text, "psbench_metric_duration_seconds{role=\"server\",rank=\"0\",metric=\"" M_STRAG
+    assert_close_rel(prom_value(text, "psbench_metric_duration_seconds{role=\"server\",rank=\"0\",metric=\"" M_STRAG
                                   "\",run=\"2\",pass=\"timed\",metric_type=\"parameter_server_straggler_metric\","
                                   "metric_name=\"param_index_straggler\",quantile=\"0.99\"}"),
                  0.004);
@@ -666,7 +666,7 @@ static void test_prom_label_escaping(void **state)
     snapshot_input in = {.phase = "running", .stats = &st, .nstats = 1};
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
-    assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\","
+    assert_close_rel(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\","
                                   "metric=\"method_metric,we\\\"ird\\\\name\\nx\",run=\"0\","
                                   "metric_type=\"method_metric\",metric_name=\"we\\\"ird\\\\name\\nx\"}"),
                  1);
@@ -704,7 +704,7 @@ static void test_prom_phase(void **state)
         for (size_t i = 0; i < 5; i++) {
             char series[64];
             snprintf(series, sizeof series, "psbench_phase{phase=\"%s\"}", phases[i]);
-            assert_close(prom_value(text, series), i == cur ? 1 : 0);
+            assert_close_rel(prom_value(text, series), i == cur ? 1 : 0);
         }
         assert_int_equal(count_substr(text, "\npsbench_phase{"), 5);
         free(text);
@@ -721,9 +721,9 @@ static void test_prom_nodes(void **state)
     snapshot_input in = fixture();
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
-    assert_close(prom_value(text, "psbench_nodes{role=\"trainer\",state=\"running\"}"), 2);
-    assert_close(prom_value(text, "psbench_nodes{role=\"trainer\",state=\"lost\"}"), 1);
-    assert_close(prom_value(text, "psbench_nodes{role=\"server\",state=\"ready\"}"), 1);
+    assert_close_rel(prom_value(text, "psbench_nodes{role=\"trainer\",state=\"running\"}"), 2);
+    assert_close_rel(prom_value(text, "psbench_nodes{role=\"trainer\",state=\"lost\"}"), 1);
+    assert_close_rel(prom_value(text, "psbench_nodes{role=\"server\",state=\"ready\"}"), 1);
     assert_int_equal(count_substr(text, "\npsbench_nodes{"), 3);
     free(text);
 }
@@ -733,11 +733,11 @@ static void test_prom_counters(void **state)
     snapshot_input in = fixture();
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
-    assert_close(prom_value(text, "psbench_batches_completed_total"), 57);
-    assert_close(prom_value(text, "psbench_payload_bytes_total{role=\"trainer\",rank=\"1\",direction=\"in\"}"), 3000);
-    assert_close(prom_value(text, "psbench_payload_bytes_total{role=\"trainer\",rank=\"1\",direction=\"out\"}"), 4000);
-    assert_close(prom_value(text, "psbench_payload_bytes_total{role=\"server\",rank=\"0\",direction=\"in\"}"), 6000);
-    assert_close(prom_value(text, "psbench_payload_bytes_total{role=\"server\",rank=\"0\",direction=\"out\"}"), 5000);
+    assert_close_rel(prom_value(text, "psbench_batches_completed_total"), 57);
+    assert_close_rel(prom_value(text, "psbench_payload_bytes_total{role=\"trainer\",rank=\"1\",direction=\"in\"}"), 3000);
+    assert_close_rel(prom_value(text, "psbench_payload_bytes_total{role=\"trainer\",rank=\"1\",direction=\"out\"}"), 4000);
+    assert_close_rel(prom_value(text, "psbench_payload_bytes_total{role=\"server\",rank=\"0\",direction=\"in\"}"), 6000);
+    assert_close_rel(prom_value(text, "psbench_payload_bytes_total{role=\"server\",rank=\"0\",direction=\"out\"}"), 5000);
     assert_int_equal(count_substr(text, "\npsbench_payload_bytes_total{"), 2 * NFIXTURE_NODES);
     /* large counters print as exact integers */
     in.batches_completed_total = UINT64_C(18446744073709551615);
@@ -763,7 +763,7 @@ static void test_prom_locale_independent(void **state)
     setlocale(LC_NUMERIC, "C");
     assert_non_null(text);
     assert_non_null(strstr(text, ",quantile=\"0.5\"} 0.0015\n"));
-    json_t *doc = parse(json);
+    json_t *doc = parse_json_text(json);
     json_decref(doc);
     free(text);
 }
@@ -784,25 +784,25 @@ static void test_rows_touched(void **state)
     free(plain);
     in.nodes = nodes;
     in.nnodes = 3;
-    json_t *arr = parse(snapshot_nodes_json(&in));
+    json_t *arr = parse_json_text(snapshot_nodes_json(&in));
     assert_null(json_object_get(json_array_get(arr, 0), "rows_touched"));
     assert_int_key(json_array_get(arr, 1), "rows_touched", 4242);
     assert_int_key(json_array_get(arr, 2), "rows_touched", 0);
     json_decref(arr);
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
-    assert_close(prom_value(text, "psbench_embedding_rows_touched_total{rank=\"0\"}"), 4242);
-    assert_close(prom_value(text, "psbench_embedding_rows_touched_total{rank=\"1\"}"), 0);
+    assert_close_rel(prom_value(text, "psbench_embedding_rows_touched_total{rank=\"0\"}"), 4242);
+    assert_close_rel(prom_value(text, "psbench_embedding_rows_touched_total{rank=\"1\"}"), 0);
     assert_int_equal(count_substr(text, "\npsbench_embedding_rows_touched_total{"), 2);
     free(text);
-    json_t *met = parse(snapshot_metrics_json(&in));
+    json_t *met = parse_json_text(snapshot_metrics_json(&in));
     json_t *sv = json_object_get(json_object_get(met, "counters"), "server");
     assert_int_key(json_object_get(sv, "all"), "rows_touched", 4242);
     assert_int_key(json_object_get(json_object_get(sv, "ranks"), "0"), "rows_touched", 4242);
     assert_int_key(json_object_get(json_object_get(sv, "ranks"), "1"), "rows_touched", 0);
     json_decref(met);
     in = fixture();
-    met = parse(snapshot_metrics_json(&in));
+    met = parse_json_text(snapshot_metrics_json(&in));
     assert_null(json_object_get(met, "counters"));
     json_decref(met);
 }
@@ -817,13 +817,13 @@ static void test_prom_metric_halves(void **state)
     snapshot_input in = {.phase = "running", .stats = st, .nstats = 3, .run = 1};
     char *text = snapshot_prometheus(&in);
     assert_non_null(text);
-    assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\","
+    assert_close_rel(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\","
                                   "metric=\"nocomma\",run=\"1\",metric_type=\"\",metric_name=\"nocomma\"}"),
                  1);
-    assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\",metric=\"a,b,c\","
+    assert_close_rel(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\",metric=\"a,b,c\","
                                   "run=\"1\",metric_type=\"a\",metric_name=\"b,c\"}"),
                  1);
-    assert_close(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\",metric=\",lead\","
+    assert_close_rel(prom_value(text, "psbench_metric_duration_seconds_count{role=\"trainer\",rank=\"0\",metric=\",lead\","
                                   "run=\"1\",metric_type=\"\",metric_name=\"lead\"}"),
                  1);
     free(text);
@@ -846,10 +846,10 @@ static void test_prom_build_and_run_info(void **state)
     assert_families_well_formed_n(text, 2);
     assert_non_null(strstr(text, "# TYPE psbench_build_info gauge\n"));
     assert_non_null(strstr(text, "# TYPE psbench_run_info gauge\n"));
-    assert_close(prom_value(text, "psbench_build_info{version=\"1.2.3\",compiler=\"clang \\\"14\\\"\\\\x\","
+    assert_close_rel(prom_value(text, "psbench_build_info{version=\"1.2.3\",compiler=\"clang \\\"14\\\"\\\\x\","
                                   "protocol=\"1\"}"),
                  1);
-    assert_close(prom_value(text, "psbench_run_info{hook=\"allreduce_hook\",model=\"Tiny\",trainer=\"DdpTrainer\","
+    assert_close_rel(prom_value(text, "psbench_run_info{hook=\"allreduce_hook\",model=\"Tiny\",trainer=\"DdpTrainer\","
                                   "trainer_class=\"DdpTrainer\",server_kind=\"average\",bucket_cap_mb=\"0.03\","
                                   "device=\"mixed\",transport=\"shm\",ntrainer=\"4\",nserver=\"2\",run=\"2\"}"),
                  1);
@@ -859,7 +859,7 @@ static void test_prom_build_and_run_info(void **state)
                            .server_kind = "embedding", .bucket_cap_mb = NAN, .device = "cpu", .transport = "tcp",
                            .ntrainer = 1, .nserver = 0};
     text = snapshot_prometheus(&in);
-    assert_close(prom_value(text, "psbench_run_info{hook=\"\",model=\"Hybrid\",trainer=\"HybridTrainer\","
+    assert_close_rel(prom_value(text, "psbench_run_info{hook=\"\",model=\"Hybrid\",trainer=\"HybridTrainer\","
                                   "trainer_class=\"\",server_kind=\"embedding\",bucket_cap_mb=\"\","
                                   "device=\"cpu\",transport=\"tcp\",ntrainer=\"1\",nserver=\"0\",run=\"2\"}"),
                  1);
@@ -929,18 +929,18 @@ static void test_prom_headline(void **state)
         snprintf(typ, sizeof typ, "# TYPE %s gauge\n", gauges[i]);
         assert_int_equal(count_substr(text, typ), 1);
     }
-    assert_close(prom_value(text, "psbench_step_p50_seconds" HL_L("0")), 41.3 / 1000);
-    assert_close(prom_value(text, "psbench_step_p50_seconds" HL_L("1")), 40.0 / 1000);
-    assert_close(prom_value(text, "psbench_step_p50_seconds" HL_L("all")), 40.5 / 1000);
-    assert_close(prom_value(text, "psbench_step_p90_seconds" HL_L("0")), 42.25 / 1000);
-    assert_close(prom_value(text, "psbench_samples_per_second" HL_L("all")), 490.0);
-    assert_close(prom_value(text, "psbench_bytes_per_step" HL_L("0")), 37781504.0);
-    assert_close(prom_value(text, "psbench_comm_span_seconds" HL_L("all")), 0.024);
-    assert_close(prom_value(text, "psbench_effective_bytes_per_second" HL_L("0")), 1.559e9);
-    assert_close(prom_value(text, "psbench_step_share{trainer=\"0\",part=\"exposed_comm\",run=\"2\",pass=\"timed\"}"),
+    assert_close_rel(prom_value(text, "psbench_step_p50_seconds" HL_L("0")), 41.3 / 1000);
+    assert_close_rel(prom_value(text, "psbench_step_p50_seconds" HL_L("1")), 40.0 / 1000);
+    assert_close_rel(prom_value(text, "psbench_step_p50_seconds" HL_L("all")), 40.5 / 1000);
+    assert_close_rel(prom_value(text, "psbench_step_p90_seconds" HL_L("0")), 42.25 / 1000);
+    assert_close_rel(prom_value(text, "psbench_samples_per_second" HL_L("all")), 490.0);
+    assert_close_rel(prom_value(text, "psbench_bytes_per_step" HL_L("0")), 37781504.0);
+    assert_close_rel(prom_value(text, "psbench_comm_span_seconds" HL_L("all")), 0.024);
+    assert_close_rel(prom_value(text, "psbench_effective_bytes_per_second" HL_L("0")), 1.559e9);
+    assert_close_rel(prom_value(text, "psbench_step_share{trainer=\"0\",part=\"exposed_comm\",run=\"2\",pass=\"timed\"}"),
                  0.325);
-    assert_close(prom_value(text, "psbench_step_share{trainer=\"0\",part=\"other\",run=\"2\",pass=\"timed\"}"), 0.0);
-    assert_close(prom_value(text, "psbench_step_share{trainer=\"1\",part=\"other\",run=\"2\",pass=\"timed\"}"), 0.5);
+    assert_close_rel(prom_value(text, "psbench_step_share{trainer=\"0\",part=\"other\",run=\"2\",pass=\"timed\"}"), 0.0);
+    assert_close_rel(prom_value(text, "psbench_step_share{trainer=\"1\",part=\"other\",run=\"2\",pass=\"timed\"}"), 0.5);
     /* rank 1's nulls: no series */
     assert_null(strstr(text, "psbench_step_p90_seconds{trainer=\"1\""));
     assert_null(strstr(text, "psbench_samples_per_second{trainer=\"1\""));
@@ -958,12 +958,12 @@ static void test_prom_headline(void **state)
     in.headline = h;
     text = snapshot_prometheus(&in);
     assert_families_well_formed_n(text, 11);
-    assert_close(prom_value(text, "psbench_steady_step_p50_seconds" HL_L("0")), 39.5 / 1000);
-    assert_close(prom_value(text, "psbench_steady_step_p90_seconds" HL_L("0")), 41.0 / 1000);
-    assert_close(prom_value(text, "psbench_steady_samples_per_second" HL_L("0")), 250.0);
-    assert_close(prom_value(text, "psbench_steady_steps" HL_L("0")), 90);
-    assert_close(prom_value(text, "psbench_steady_step_p50_seconds" HL_L("all")), 40.0 / 1000);
-    assert_close(prom_value(text, "psbench_steady_steps" HL_L("all")), 3);
+    assert_close_rel(prom_value(text, "psbench_steady_step_p50_seconds" HL_L("0")), 39.5 / 1000);
+    assert_close_rel(prom_value(text, "psbench_steady_step_p90_seconds" HL_L("0")), 41.0 / 1000);
+    assert_close_rel(prom_value(text, "psbench_steady_samples_per_second" HL_L("0")), 250.0);
+    assert_close_rel(prom_value(text, "psbench_steady_steps" HL_L("0")), 90);
+    assert_close_rel(prom_value(text, "psbench_steady_step_p50_seconds" HL_L("all")), 40.0 / 1000);
+    assert_close_rel(prom_value(text, "psbench_steady_steps" HL_L("all")), 3);
     assert_null(strstr(text, "psbench_steady_step_p90_seconds{trainer=\"all\""));
     assert_null(strstr(text, "psbench_steady_step_p50_seconds{trainer=\"1\""));
     assert_int_equal(count_substr(text, "\npsbench_steady_steps{"), 2);
@@ -971,7 +971,7 @@ static void test_prom_headline(void **state)
     in.pass = NULL;
     free(text);
     text = snapshot_prometheus(&in);
-    assert_close(prom_value(text, "psbench_step_p50_seconds{trainer=\"0\",run=\"2\"}"), 41.3 / 1000);
+    assert_close_rel(prom_value(text, "psbench_step_p50_seconds{trainer=\"0\",run=\"2\"}"), 41.3 / 1000);
     free(text);
     json_decref(h);
 
@@ -1008,17 +1008,17 @@ static void test_prom_step_histogram(void **state)
         char series[160];
         snprintf(series, sizeof series,
                  "psbench_step_duration_seconds_bucket{rank=\"0\",run=\"2\",pass=\"timed\",le=\"%s\"}", le[k]);
-        assert_close(prom_value(text, series), (double)h[0].le[k]);
+        assert_close_rel(prom_value(text, series), (double)h[0].le[k]);
         snprintf(series, sizeof series,
                  "psbench_step_duration_seconds_bucket{rank=\"3\",run=\"2\",pass=\"timed\",le=\"%s\"}", le[k]);
-        assert_close(prom_value(text, series), 0);
+        assert_close_rel(prom_value(text, series), 0);
     }
-    assert_close(prom_value(text, "psbench_step_duration_seconds_bucket{rank=\"0\",run=\"2\",pass=\"timed\","
+    assert_close_rel(prom_value(text, "psbench_step_duration_seconds_bucket{rank=\"0\",run=\"2\",pass=\"timed\","
                                   "le=\"+Inf\"}"),
                  7);
-    assert_close(prom_value(text, "psbench_step_duration_seconds_sum{rank=\"0\",run=\"2\",pass=\"timed\"}"), 1.2345);
-    assert_close(prom_value(text, "psbench_step_duration_seconds_count{rank=\"0\",run=\"2\",pass=\"timed\"}"), 7);
-    assert_close(prom_value(text, "psbench_step_duration_seconds_count{rank=\"3\",run=\"2\",pass=\"timed\"}"), 0);
+    assert_close_rel(prom_value(text, "psbench_step_duration_seconds_sum{rank=\"0\",run=\"2\",pass=\"timed\"}"), 1.2345);
+    assert_close_rel(prom_value(text, "psbench_step_duration_seconds_count{rank=\"0\",run=\"2\",pass=\"timed\"}"), 7);
+    assert_close_rel(prom_value(text, "psbench_step_duration_seconds_count{rank=\"3\",run=\"2\",pass=\"timed\"}"), 0);
     assert_int_equal(count_substr(text, "\npsbench_step_duration_seconds_bucket{"), 2 * (SNAP_STEP_NBOUNDS + 1));
     free(text);
     in.nsteps = 0;
@@ -1052,7 +1052,7 @@ static void test_agg_step_buckets(void **state)
     assert_int_equal(n, 1);
     assert_int_equal(h[0].rank, 2);
     assert_int_equal(h[0].count, 7);
-    assert_close(h[0].sum_ms, 0.5 + 0.5000001 + 1 + 0.1 + 60000 + 60000.5 + 999999);
+    assert_close_rel(h[0].sum_ms, 0.5 + 0.5000001 + 1 + 0.1 + 60000 + 60000.5 + 999999);
     /* bounds 0.5, 1, 2, ... ms: 0.1 and 0.5 <= 0.5; 0.5000001 and 1 <= 1 */
     assert_int_equal(h[0].le[0], 2);
     assert_int_equal(h[0].le[1], 4);
@@ -1077,7 +1077,7 @@ static void test_agg_step_buckets(void **state)
     assert_int_equal(n, 1);
     assert_int_equal(h[0].count, 0);
     assert_int_equal(h[0].le[SNAP_STEP_NBOUNDS - 1], 0);
-    assert_close(h[0].sum_ms, 0);
+    assert_close_rel(h[0].sum_ms, 0);
     free(h);
     agg_free(&a);
     assert_int_equal(agg_init(&a), 0);

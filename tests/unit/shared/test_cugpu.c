@@ -74,7 +74,7 @@ typedef struct seen {
     float first; /* what the host function saw in the result */
 } seen;
 
-static void on_done(void *arg)
+static void count_host_fn(void *arg)
 {
     seen *s = arg;
     pthread_mutex_lock(&s->mu);
@@ -127,7 +127,7 @@ static void test_in_order(void **state)
     assert_int_equal(g->ops->launch(g, s, &l), 0);
     assert_int_equal(g->ops->copy_d2h(g, s, h_out, d_acc, N * sizeof(float)), 0);
     assert_int_equal(g->ops->event_record(g, s, e1), 0);
-    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+    assert_int_equal(g->ops->host_fn(g, s, count_host_fn, &done), 0);
     assert_int_equal(g->ops->sync(g, s), 0);
     assert_int_equal(calls(&done), 1);
     assert_int_equal(g->ops->query(g, s), 0);
@@ -163,7 +163,7 @@ static void test_free_waits(void **state)
         s[k] = g->ops->stream_new(g);
         assert_non_null(s[k]);
         for (int i = 0; i < 20; i++)
-            assert_int_equal(g->ops->host_fn(g, s[k], on_done, &done), 0);
+            assert_int_equal(g->ops->host_fn(g, s[k], count_host_fn, &done), 0);
     }
     for (int k = 0; k < 3; k++)
         g->ops->stream_free(g, s[k]);
@@ -248,15 +248,15 @@ static void test_failure(void **state)
     devmem d = g->ops->dev_alloc(g, 16 * sizeof(float));
     memset(h, 0, 16 * sizeof(float));
     seen done = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
-    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);            /* 1: runs */
+    assert_int_equal(g->ops->host_fn(g, s, count_host_fn, &done), 0);            /* 1: runs */
     assert_int_equal(g->ops->copy_h2d(g, s, d, h, 16 * sizeof(float)), 0); /* 2: runs */
     assert_int_equal(g->ops->copy_d2h(g, s, h, d, 16 * sizeof(float)), 0); /* 3: fails */
-    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);            /* never */
+    assert_int_equal(g->ops->host_fn(g, s, count_host_fn, &done), 0);            /* never */
     assert_int_equal(g->ops->sync(g, s), -1);
     assert_int_equal(g->ops->query(g, s), -1);
     assert_non_null(strstr(g->err, "injected failure of operation 3"));
     assert_int_equal(calls(&done), 1);
-    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), -1); /* refused at once */
+    assert_int_equal(g->ops->host_fn(g, s, count_host_fn, &done), -1); /* refused at once */
     assert_non_null(strstr(g->err, "injected failure"));
     g->ops->stream_free(g, s);
     assert_int_equal(calls(&done), 1);
@@ -285,7 +285,7 @@ static void test_fake_hold(void **state)
     assert_non_null(s);
     seen done = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
     for (int i = 0; i < 3; i++)
-        assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+        assert_int_equal(g->ops->host_fn(g, s, count_host_fn, &done), 0);
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);
     assert_int_equal(calls(&done), 0);
@@ -358,8 +358,8 @@ static void test_fake_from_env(void **state)
     assert_non_null(g);
     cugpu_stream *s = g->ops->stream_new(g);
     seen done = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
-    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
-    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+    assert_int_equal(g->ops->host_fn(g, s, count_host_fn, &done), 0);
+    assert_int_equal(g->ops->host_fn(g, s, count_host_fn, &done), 0);
     assert_int_equal(g->ops->sync(g, s), -1);
     assert_non_null(strstr(g->err, "injected failure of operation 2"));
     assert_int_equal(calls(&done), 1);
@@ -376,7 +376,7 @@ static void test_fake_from_env(void **state)
     assert_non_null(g);
     s = g->ops->stream_new(g);
     done.calls = 0;
-    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+    assert_int_equal(g->ops->host_fn(g, s, count_host_fn, &done), 0);
     assert_int_equal(g->ops->query(g, s), 1); /* held: it cannot have run */
     assert_int_equal(calls(&done), 0);
     unlink(path);
@@ -438,7 +438,7 @@ static bool calls_within(seen *s, int n, long ms)
     return calls(s) >= n;
 }
 
-static float pattern(size_t i) { return (float)(i % 1000) * 0.37f - 11.0f; }
+static float ramp_at(size_t i) { return (float)(i % 1000) * 0.37f - 11.0f; }
 
 /* Exported memory between two fake GPUs: the bytes either writes the other
  * reads; sizes are checked; handles that are no allocation, or no longer
@@ -454,7 +454,7 @@ static void test_ipc_memory(void **state)
     assert_non_null(h_in);
     assert_non_null(h_out);
     for (size_t i = 0; i < N; i++)
-        h_in[i] = pattern(i);
+        h_in[i] = ramp_at(i);
     devmem d = a->ops->dev_alloc_ipc(a, bytes);
     assert_non_null(d.p);
     cugpu_ipc_handle h, h_again;
@@ -646,7 +646,7 @@ static void test_ipc_event_orders(void **state)
     const size_t bytes = N * sizeof(float);
     float *h_in = a->ops->host_alloc(a, bytes), *h_out = b->ops->host_alloc(b, bytes);
     for (size_t i = 0; i < N; i++)
-        h_in[i] = pattern(i);
+        h_in[i] = ramp_at(i);
     memset(h_out, 0, bytes);
     devmem d = a->ops->dev_alloc_ipc(a, bytes);
     cugpu_event *e = a->ops->event_new_ipc(a);
@@ -671,7 +671,7 @@ static void test_ipc_event_orders(void **state)
     assert_int_equal(a->ops->event_record(a, sa, e), 0);
     assert_int_equal(b->ops->stream_wait(b, sb, eb), 0);
     assert_int_equal(b->ops->copy_d2h(b, sb, h_out, p, bytes), 0);
-    assert_int_equal(b->ops->host_fn(b, sb, on_done, &done), 0);
+    assert_int_equal(b->ops->host_fn(b, sb, count_host_fn, &done), 0);
     sleep_ms(60);
     assert_int_equal(calls(&done), 0);
     assert_int_equal(b->ops->query(b, sb), 1);
@@ -689,7 +689,7 @@ static void test_ipc_event_orders(void **state)
     hold_on(path);
     assert_int_equal(a->ops->event_record(a, sa, e), 0);
     assert_int_equal(b->ops->stream_wait(b, sb, eb), 0);
-    assert_int_equal(b->ops->host_fn(b, sb, on_done, &done), 0);
+    assert_int_equal(b->ops->host_fn(b, sb, count_host_fn, &done), 0);
     b->ops->event_free(b, eb);
     a->ops->event_free(a, e);
     sleep_ms(30);
@@ -726,7 +726,7 @@ static void test_stream_wait_local(void **state)
     assert_non_null(never_ipc);
     assert_int_equal(g->ops->stream_wait(g, s2, never), 0);
     assert_int_equal(g->ops->stream_wait(g, s2, never_ipc), 0);
-    assert_int_equal(g->ops->host_fn(g, s2, on_done, &done), 0);
+    assert_int_equal(g->ops->host_fn(g, s2, count_host_fn, &done), 0);
     assert_int_equal(g->ops->sync(g, s2), 0);
     assert_int_equal(calls(&done), 1);
     g->ops->event_free(g, never);
@@ -737,7 +737,7 @@ static void test_stream_wait_local(void **state)
     float *h_in = g->ops->host_alloc(g, bytes), *h_out = g->ops->host_alloc(g, bytes);
     devmem d = g->ops->dev_alloc(g, bytes);
     for (size_t i = 0; i < N; i++)
-        h_in[i] = pattern(i);
+        h_in[i] = ramp_at(i);
     cugpu_event *e = g->ops->event_new(g);
     assert_int_equal(g->ops->copy_h2d(g, s1, d, h_in, bytes), 0);
     assert_int_equal(g->ops->event_record(g, s1, e), 0);
@@ -773,14 +773,14 @@ static void test_stream_wait_local(void **state)
     hold_on(path);
     assert_int_equal(b->ops->stream_wait(b, sb, e), 0); /* for record 1, complete */
     assert_int_equal(a->ops->event_record(a, sa, e), 0); /* record 2, held */
-    assert_int_equal(b->ops->host_fn(b, sb, on_done, &done), 0);
+    assert_int_equal(b->ops->host_fn(b, sb, count_host_fn, &done), 0);
     unlink(path_b); /* b's wait runs now, record 2 queued */
     if (!calls_within(&done, 2, 5000))
         fail_msg("a wait waited for a record made after it");
     assert_int_equal(a->ops->query(a, sa), 1);
     assert_int_equal(a->ops->event_query(a, e), 1);
     assert_int_equal(b->ops->stream_wait(b, sb, e), 0); /* for record 2 */
-    assert_int_equal(b->ops->host_fn(b, sb, on_done, &done), 0);
+    assert_int_equal(b->ops->host_fn(b, sb, count_host_fn, &done), 0);
     sleep_ms(60);
     assert_int_equal(calls(&done), 2);
     assert_int_equal(b->ops->query(b, sb), 1);
@@ -807,9 +807,9 @@ static void test_stream_wait_failures(void **state)
     seen done = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
     cugpu_stream *s = g->ops->stream_new(g);
     cugpu_event *e = g->ops->event_new(g);
-    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0); /* 1: runs */
+    assert_int_equal(g->ops->host_fn(g, s, count_host_fn, &done), 0); /* 1: runs */
     assert_int_equal(g->ops->stream_wait(g, s, e), 0);          /* 2: fails */
-    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0); /* never */
+    assert_int_equal(g->ops->host_fn(g, s, count_host_fn, &done), 0); /* never */
     assert_int_equal(g->ops->sync(g, s), -1);
     assert_non_null(strstr(g->err, "injected failure of operation 2"));
     assert_int_equal(calls(&done), 1);
@@ -826,10 +826,10 @@ static void test_stream_wait_failures(void **state)
     assert_int_equal(a->ops->event_export(a, ea, &he), 0);
     cugpu_event *eb = b->ops->event_open(b, &he);
     assert_non_null(eb);
-    assert_int_equal(a->ops->host_fn(a, sa, on_done, &done), 0); /* 1: fails */
+    assert_int_equal(a->ops->host_fn(a, sa, count_host_fn, &done), 0); /* 1: fails */
     (void)a->ops->event_record(a, sa, ea); /* skipped, or refused if the failure came first */
     assert_int_equal(b->ops->stream_wait(b, sb, eb), 0);
-    assert_int_equal(b->ops->host_fn(b, sb, on_done, &done), 0);
+    assert_int_equal(b->ops->host_fn(b, sb, count_host_fn, &done), 0);
     assert_int_equal(b->ops->sync(b, sb), -1);
     assert_non_null(strstr(b->err, "will never complete"));
     assert_int_equal(calls(&done), 1);
@@ -948,7 +948,7 @@ static int ipc_child_peer(ipc_child_ctx *c)
     CHILD_CHECK(pipe_write(c->wfd, "q", 1) == 0); /* queued: the parent lets its GPU go */
     CHILD_CHECK(g->ops->sync(g, s) == 0);
     for (size_t i = 0; i < N; i++) {
-        float want = pattern(i);
+        float want = ramp_at(i);
         if (memcmp(&want, &h[i], sizeof want) != 0) {
             fprintf(stderr, "ipc child: element %zu: %g, want %g\n", i, (double)h[i], (double)want);
             return 1;
@@ -1082,7 +1082,7 @@ static void test_ipc_child(void **state)
     assert_non_null(e);
     assert_non_null(s);
     for (size_t i = 0; i < N; i++)
-        h_in[i] = pattern(i);
+        h_in[i] = ramp_at(i);
     assert_int_equal(g->ops->copy_h2d(g, s, d, h_in, bytes), 0);
     assert_int_equal(g->ops->event_record(g, s, e), 0);
     cugpu_ipc_handle hm, he;
@@ -1147,7 +1147,7 @@ static void test_ipc_peer_gone(void **state)
     cugpu_stream *s = g->ops->stream_new(g);
     seen done = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
     assert_int_equal(g->ops->stream_wait(g, s, e), 0);
-    assert_int_equal(g->ops->host_fn(g, s, on_done, &done), 0);
+    assert_int_equal(g->ops->host_fn(g, s, count_host_fn, &done), 0);
     sleep_ms(60);
     assert_int_equal(g->ops->query(g, s), 1); /* waiting: the peer lives */
     assert_int_equal(kill(ch.pid, SIGKILL), 0);

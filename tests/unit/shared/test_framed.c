@@ -50,7 +50,7 @@ typedef struct seen {
 
 /* Take every event the reader has. Returns the last one (NEED_MORE unless
  * the stream broke). */
-static framed_ev drain(framed *r, seen *s)
+static framed_ev drain_events(framed *r, seen *s)
 {
     for (;;) {
         framed_event ev;
@@ -115,9 +115,9 @@ static void test_split_everywhere(void **state)
         assert_int_equal(framed_init(&r, FRAMED_MIN_CAP, UINT64_MAX, 4), 0);
         seen s = {0};
         assert_int_equal(framed_feed(&r, buf, cut), cut);
-        assert_int_equal(drain(&r, &s), FRAMED_NEED_MORE);
+        assert_int_equal(drain_events(&r, &s), FRAMED_NEED_MORE);
         assert_int_equal(framed_feed(&r, buf + cut, len - cut), len - cut);
-        assert_int_equal(drain(&r, &s), FRAMED_NEED_MORE);
+        assert_int_equal(drain_events(&r, &s), FRAMED_NEED_MORE);
         assert_clean(&s, 1);
         assert_int_equal(s.tags[0], 7);
         assert_int_equal(s.got[0], 22);
@@ -129,7 +129,7 @@ static void test_split_everywhere(void **state)
     seen s = {0};
     for (size_t i = 0; i < len; i++) {
         assert_int_equal(framed_feed(&r, buf + i, 1), 1);
-        assert_int_equal(drain(&r, &s), FRAMED_NEED_MORE);
+        assert_int_equal(drain_events(&r, &s), FRAMED_NEED_MORE);
     }
     assert_clean(&s, 1);
     assert_int_equal(s.chunks, 6); /* 5 whole floats, then the 2-byte end */
@@ -151,7 +151,7 @@ static void test_whole_floats(void **state)
             for (size_t off = 0; off < len; off += step) {
                 size_t n = len - off < step ? len - off : step;
                 assert_int_equal(framed_feed(&r, buf + off, n), n);
-                assert_int_equal(drain(&r, &s), FRAMED_NEED_MORE);
+                assert_int_equal(drain_events(&r, &s), FRAMED_NEED_MORE);
                 /* Inside the payload at most a partial unit waits. */
                 if (framed_in_payload(&r))
                     assert_true(framed_buffered(&r) < unit);
@@ -191,7 +191,7 @@ static void test_back_to_back(void **state)
     assert_int_equal(framed_init(&r, FRAMED_MIN_CAP, UINT64_MAX, 4), 0);
     seen s = {0};
     framed_feed(&r, buf, len);
-    assert_int_equal(drain(&r, &s), FRAMED_NEED_MORE);
+    assert_int_equal(drain_events(&r, &s), FRAMED_NEED_MORE);
     assert_clean(&s, 4);
     for (size_t i = 0; i < 4; i++)
         assert_int_equal(s.tags[i], i + 1);
@@ -228,7 +228,7 @@ static void test_bad_and_too_large(void **state)
     assert_int_equal(framed_init(&r, FRAMED_MIN_CAP, UINT64_MAX, 4), 0);
     framed_feed(&r, buf, len + sizeof zero_len);
     seen s = {0};
-    assert_int_equal(drain(&r, &s), FRAMED_BAD);
+    assert_int_equal(drain_events(&r, &s), FRAMED_BAD);
     assert_clean(&s, 1);
     framed_free(&r);
 
@@ -248,7 +248,7 @@ static void test_bad_and_too_large(void **state)
     assert_int_equal(framed_init(&r, FRAMED_MIN_CAP, 101, 4), 0);
     framed_feed(&r, buf, len);
     s = (seen){0};
-    assert_int_equal(drain(&r, &s), FRAMED_NEED_MORE);
+    assert_int_equal(drain_events(&r, &s), FRAMED_NEED_MORE);
     assert_clean(&s, 1);
     framed_free(&r);
 }
@@ -270,7 +270,7 @@ static void test_compaction(void **state)
     size_t cut = l1 + 5; /* 5 bytes into the second header */
     assert_int_equal(framed_feed(&r, buf, cut), cut);
     seen s = {0};
-    assert_int_equal(drain(&r, &s), FRAMED_NEED_MORE);
+    assert_int_equal(drain_events(&r, &s), FRAMED_NEED_MORE);
     assert_int_equal(framed_buffered(&r), 5);
     size_t room;
     uint8_t *at = framed_space(&r, &room);
@@ -279,7 +279,7 @@ static void test_compaction(void **state)
     assert_int_equal(room, r.cap - 5);
     framed_wrote(&r, 0);
     assert_int_equal(framed_feed(&r, buf + cut, l2 - cut), l2 - cut);
-    assert_int_equal(drain(&r, &s), FRAMED_NEED_MORE);
+    assert_int_equal(drain_events(&r, &s), FRAMED_NEED_MORE);
     assert_clean(&s, 2);
     /* Everything handed out: the next fill starts at the front. */
     at = framed_space(&r, &room);
@@ -301,7 +301,7 @@ static void test_compaction(void **state)
             size_t n = framed_feed(&r, buf + off, len - off < want ? len - off : want);
             assert_true(n > 0);
             off += n;
-            assert_int_equal(drain(&r, &s), FRAMED_NEED_MORE);
+            assert_int_equal(drain_events(&r, &s), FRAMED_NEED_MORE);
         }
         assert_clean(&s, 60);
         framed_free(&r);
@@ -322,7 +322,7 @@ static void test_direct(void **state)
     assert_int_equal(framed_init(&r, FRAMED_MIN_CAP, UINT64_MAX, 4), 0);
     framed_feed(&r, buf, hl + 6);
     seen s = {0};
-    assert_int_equal(drain(&r, &s), FRAMED_NEED_MORE);
+    assert_int_equal(drain_events(&r, &s), FRAMED_NEED_MORE);
     assert_int_equal(s.got[0], 4);
     assert_true(framed_in_payload(&r));
     assert_int_equal(framed_payload_left(&r), 36);
@@ -361,7 +361,7 @@ static void test_direct(void **state)
     len = put_frame(buf, 0, "push", 5, 3);
     framed_feed(&r, buf, len);
     s = (seen){0};
-    assert_int_equal(drain(&r, &s), FRAMED_NEED_MORE);
+    assert_int_equal(drain_events(&r, &s), FRAMED_NEED_MORE);
     assert_clean(&s, 1);
     framed_free(&r);
 }

@@ -25,44 +25,10 @@
 #include <unistd.h>
 
 #include "master/tools/diff.h"
+#include "fixture.h"
 
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name)
-{
-    static char p[8][256];
-    static int i;
-    i = (i + 1) % 8;
-    snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, name);
-    return p[i];
-}
-
-static void write_file(const char *name, const char *text)
-{
-    FILE *f = fopen(tmp_path(name), "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
 
 /* The whole file, NUL-terminated; NULL if it cannot be read. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&buf, &len);
-    assert_non_null(m);
-    int c;
-    while ((c = fgetc(f)) != EOF)
-        fputc(c, m);
-    fclose(f);
-    fclose(m);
-    return buf;
-}
-
 /* Files in tmpdir whose name holds ".tmp." (an atomic write's temporary). */
 static int temporaries(void)
 {
@@ -74,14 +40,6 @@ static int temporaries(void)
         n += strstr(e->d_name, ".tmp.") != NULL;
     closedir(d);
     return n;
-}
-
-static void assert_contains(const char *hay, const char *needle)
-{
-    if (!hay || !strstr(hay, needle)) {
-        print_error("expected \"%s\" in:\n%s\n", needle, hay ? hay : "(null)");
-        fail();
-    }
 }
 
 /* The line of text that contains needle (copied into line). */
@@ -164,11 +122,9 @@ static const char *ddp_seed = DDP(", \"rpc_pattern\": \"seed\"");
 static const char *ddp_psbench = DDP(", \"rpc_pattern\": \"psbench\"");
 static const char *ddp_old = DDP("");
 
-static int group_setup(void **state)
+static int diff_setup(void **state)
 {
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/psbench_test_diff_XXXXXX");
-    if (!mkdtemp(tmpdir))
+    if (tmpdir_setup(state) < 0)
         return -1;
     write_file("ddp_seed.json", ddp_seed);
     write_file("ddp_psbench.json", ddp_psbench);
@@ -177,19 +133,6 @@ static int group_setup(void **state)
     write_file("b.json", run_b);
     write_file("env_a.json", env_a);
     write_file("env_b.json", env_b);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    const char *names[] = {"a.json", "b.json", "bad.json", "nogroups.json", "array.json", "badrank.json",
-                           "out.csv", "env_a.json", "env_b.json", "keep.csv", "ddp_seed.json",
-                           "ddp_psbench.json", "ddp_old.json"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        unlink(tmp_path(names[i]));
-    rmdir(tmp_path("adir"));
-    rmdir(tmpdir);
     return 0;
 }
 
@@ -435,7 +378,7 @@ static void test_csv_unwritable(void **state)
     r = run("--csv", k, tmp_path("a.json"), tmp_path("b.json"));
     assert_int_equal(r.rc, 0);
     result_free(&r);
-    char *before = slurp(k);
+    char *before = slurp(k, NULL);
     assert_non_null(before);
     assert_true(strlen(before) > 1024);
     struct rlimit saved, lim;
@@ -451,7 +394,7 @@ static void test_csv_unwritable(void **state)
     snprintf(want, sizeof want, "psbench-master diff: cannot write %s: EFBIG: %s\n", k, strerror(EFBIG));
     assert_string_equal(r.err, want);
     result_free(&r);
-    char *after = slurp(k);
+    char *after = slurp(k, NULL);
     assert_non_null(after);
     assert_string_equal(after, before);
     free(before);
@@ -744,5 +687,5 @@ int main(void)
         cmocka_unit_test(test_comparable),
         cmocka_unit_test(test_noise),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, diff_setup, tmpdir_teardown);
 }

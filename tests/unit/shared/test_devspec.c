@@ -29,7 +29,7 @@ static void accepts(const char *s, unsigned kinds, device_kind kind, int index, 
     assert_string_equal(devspec_name(d, buf), name);
 }
 
-static void refuses(const char *s, unsigned kinds)
+static void refuses_device(const char *s, unsigned kinds)
 {
     device_spec d = {.kind = DEVICE_TEST, .index = 99};
     char err[256] = "", want[256];
@@ -65,7 +65,7 @@ static void test_refusals(void **state)
                          "fake",    "fake-cuda:0", "staged:1", "test ",  " cpu",    "cuda:99999999999999999999",
                          "cuda: 1", "cuda:0x1", "cuda:1e0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        refuses(bad[i], ALL_KINDS);
+        refuses_device(bad[i], ALL_KINDS);
 }
 
 /* Each role's set: a test name outside it is refused as an unknown one. */
@@ -77,21 +77,21 @@ static void test_roles(void **state)
     accepts("cuda:1", DEVSPEC_SERVER, DEVICE_CUDA, 1, "cuda:1");
     accepts("fake-cuda", DEVSPEC_SERVER, DEVICE_FAKE_CUDA, -1, "fake-cuda");
     accepts("test", DEVSPEC_SERVER, DEVICE_TEST, -1, "test");
-    refuses("staged", DEVSPEC_SERVER);
+    refuses_device("staged", DEVSPEC_SERVER);
 
     accepts("cpu", DEVSPEC_TRAINER, DEVICE_CPU, -1, "cpu");
     accepts("cuda", DEVSPEC_TRAINER, DEVICE_CUDA, -1, "cuda");
     accepts("fake-cuda", DEVSPEC_TRAINER, DEVICE_FAKE_CUDA, -1, "fake-cuda");
-    refuses("staged", DEVSPEC_TRAINER);
-    refuses("test", DEVSPEC_TRAINER);
+    refuses_device("staged", DEVSPEC_TRAINER);
+    refuses_device("test", DEVSPEC_TRAINER);
 
     accepts("staged", DEVSPEC_COMPUTE, DEVICE_STAGED, -1, "staged");
     accepts("fake-cuda", DEVSPEC_COMPUTE, DEVICE_FAKE_CUDA, -1, "fake-cuda");
-    refuses("test", DEVSPEC_COMPUTE);
+    refuses_device("test", DEVSPEC_COMPUTE);
 
-    refuses("cuda", DEVSPEC_KIND(DEVICE_CPU));
-    refuses("cuda:2", DEVSPEC_KIND(DEVICE_CPU));
-    refuses("cpu", DEVSPEC_KIND(DEVICE_CUDA));
+    refuses_device("cuda", DEVSPEC_KIND(DEVICE_CPU));
+    refuses_device("cuda:2", DEVSPEC_KIND(DEVICE_CPU));
+    refuses_device("cpu", DEVSPEC_KIND(DEVICE_CUDA));
 }
 
 /* The option's name is the caller's: an environment variable's too. */

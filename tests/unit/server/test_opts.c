@@ -1,4 +1,4 @@
-/* test_opts_server.c — psbench-server's settings for test_opts.c. */
+/* server/test_opts.c — psbench-server's settings for shared/test_opts.c. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

@@ -95,7 +95,7 @@ static void fingerprint(const binary *b, const void *s, char *buf, size_t len)
 
 /* Parse the arguments (after the program's name) into fresh settings:
  * opts_parse's result, the fingerprint and the error. */
-static int parse(const binary *b, const char *const *args, char *fp, size_t fplen, char *err, size_t errlen)
+static int parse_opts(const binary *b, const char *const *args, char *fp, size_t fplen, char *err, size_t errlen)
 {
     char *argv[8];
     int argc = 0;
@@ -117,7 +117,7 @@ static int parse(const binary *b, const char *const *args, char *fp, size_t fple
 static int parse1(const binary *b, const char *a0, const char *a1, char *err, size_t errlen)
 {
     const char *args[] = {a0, a1, NULL};
-    return parse(b, args, NULL, 0, err, errlen);
+    return parse_opts(b, args, NULL, 0, err, errlen);
 }
 
 static void assert_has(const char *hay, const char *needle)
@@ -178,7 +178,7 @@ static void check_spellings(const binary *b, const opt_spec *o, const char *v)
         const char *forms[4][3] = {{dash, v, NULL}, {us, v, NULL}, {eq, NULL, NULL}, {useq, NULL, NULL}};
         size_t nforms = v ? 4 : 2; /* an option without a value has no =v form */
         for (size_t f = 0; f < nforms; f++) {
-            int rc = parse(b, forms[f], fp, sizeof fp, err, sizeof err);
+            int rc = parse_opts(b, forms[f], fp, sizeof fp, err, sizeof err);
             if (rc != want)
                 print_error("%s %s %s: %d, %s\n", b->name, forms[f][0], forms[f][1] ? forms[f][1] : "", rc, err);
             assert_int_equal(rc, want);
@@ -191,7 +191,7 @@ static void check_spellings(const binary *b, const opt_spec *o, const char *v)
     if (o->letter) {
         char shortopt[3] = {'-', o->letter, '\0'};
         const char *args[] = {shortopt, v, NULL};
-        assert_int_equal(parse(b, args, fp, sizeof fp, err, sizeof err), want);
+        assert_int_equal(parse_opts(b, args, fp, sizeof fp, err, sizeof err), want);
         assert_string_equal(fp, first);
     }
 }
@@ -486,7 +486,7 @@ static void test_long_values_cut(void **state)
         for (int k = 0; k < 2; k++) { /* an unknown option, a stray argument */
             const char *args[] = {k ? v : junk, NULL};
             err[0] = '\0';
-            assert_int_equal(parse(b, args, NULL, 0, err, 2 * big), -1);
+            assert_int_equal(parse_opts(b, args, NULL, 0, err, 2 * big), -1);
             if (strlen(err) > 400 || !strstr(err, "(100000")) {
                 print_error("%s: a %zu-byte line: %.200s\n", b->name, strlen(err), err);
                 fail();
@@ -515,7 +515,7 @@ static void test_whole_names_only(void **state)
         assert_string_equal(err, "unknown option --epoch: did you mean --epochs?");
     }
     const char *dry[] = {"stray", "--ep", "2", NULL}; /* after a non-option too (getopt permutes) */
-    assert_int_equal(parse(ms, dry, NULL, 0, err, sizeof err), -1);
+    assert_int_equal(parse_opts(ms, dry, NULL, 0, err, sizeof err), -1);
     assert_string_equal(err, "unknown option --ep: did you mean --epochs?");
     assert_int_equal(parse1(ms, "--epochz", "2", err, sizeof err), -1);
     assert_string_equal(err, "unknown option --epochz: did you mean --epochs?");

@@ -48,34 +48,19 @@
 #include "shared/gpu.h"
 #include "server/reduce.h"
 #include "shared/sparse.h"
+#include "devfixture.h"
+#include "fixture.h"
 #include "devspec_of.h"
 
-typedef struct fixture {
-    struct event_base *base;
-    bufpool pool;
-    device *dev;
-} fixture;
+typedef dev_fixture fixture;
 
-static void fx_open(fixture *x, const char *name)
+static void dev_open(fixture *x, const char *name)
 {
     setenv("PSBENCH_TEST_DEVICE_MAX_DELAY_US", "200", 1);
     setenv("PSBENCH_FAKE_GPU_DELAY_US", "100", 1);
-    x->base = event_base_new();
-    assert_non_null(x->base);
-    bufpool_init(&x->pool, 1 << 24);
-    char err[512];
-    x->dev = device_new(devspec_of(name), x->base, &x->pool, err, sizeof err);
-    if (!x->dev)
-        fail_msg("device %s: %s", name, err);
+    devfx_open(x, devspec_of(name), 1 << 24);
 }
 
-static void fx_close(fixture *x)
-{
-    device_destroy(x->dev);
-    assert_int_equal(x->pool.live, 0); /* every host image came back */
-    bufpool_destroy(&x->pool);
-    event_base_free(x->base);
-}
 
 static int jobs_done;
 static void count_done(device_job *j)
@@ -118,7 +103,7 @@ static void test_cpu_host_image_is_storage(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x, "cpu");
+    dev_open(&x, "cpu");
     devbuf *b = device_buf_new(x.dev, 4096);
     assert_non_null(b);
     size_t max;
@@ -142,7 +127,7 @@ static void test_cpu_host_image_is_storage(void **state)
     devbuf *c = device_buf_new(x.dev, 4096);
     assert_ptr_equal(device_buf_host(x.dev, c)->data, h->data);
     device_buf_free(x.dev, c);
-    fx_close(&x);
+    devfx_close(&x);
 }
 
 /* ---- test: recv areas are staging ---------------------------------------------- */
@@ -151,7 +136,7 @@ static void test_test_device_recv_areas(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x, "test");
+    dev_open(&x, "test");
     const size_t n = 5 * 1024 * 1024 + 12; /* several areas of up to 1 MiB */
     devbuf *b = device_buf_new(x.dev, n);
     assert_non_null(b);
@@ -180,21 +165,15 @@ static void test_test_device_recv_areas(void **state)
     assert_memory_equal(got, want, n);
     device_buf_free(x.dev, b);
     free(want);
-    fx_close(&x);
+    devfx_close(&x);
 }
 
 /* ---- jobs on handles, both devices --------------------------------------------- */
 
-static const float *src_at(const void *ctx, uint32_t i)
-{
-    float *const *s = ctx;
-    return s[i];
-}
-
 static void check_jobs(const char *name)
 {
     fixture x;
-    fx_open(&x, name);
+    dev_open(&x, name);
     enum { N = 3001, NSRC = 3 };
     float *v[NSRC];
     devbuf *b[NSRC];
@@ -350,7 +329,7 @@ static void check_jobs(const char *name)
     free(p);
     free(m);
     free(o);
-    fx_close(&x);
+    devfx_close(&x);
 }
 
 static void test_jobs_cpu(void **state)
@@ -381,9 +360,9 @@ static int child_run(void (*fn)(fixture *x, bool breach), bool breach, char *out
         dup2(pfd[1], 2);
         alarm(20); /* a check that never fires must not hang the suite */
         fixture x;
-        fx_open(&x, "test");
+        dev_open(&x, "test");
         fn(&x, breach);
-        fx_close(&x);
+        devfx_close(&x);
         _exit(0);
     }
     close(pfd[1]);
@@ -644,7 +623,7 @@ static void test_cuda_completion(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x, cuda_name());
+    dev_open(&x, cuda_name());
     enum { N = 4099 };
     devbuf *bufs[NJOBS + 1];
     devbuf *srcs[NJOBS][2];
@@ -676,7 +655,7 @@ static void test_cuda_completion(void **state)
             device_buf_free(x.dev, bufs[i]);
     }
     free(v);
-    fx_close(&x);
+    devfx_close(&x);
 }
 
 /* Buffers larger than a staging chunk (4 MiB), written, folded into and read
@@ -685,7 +664,7 @@ static void test_cuda_big_buffers(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x, cuda_name());
+    dev_open(&x, cuda_name());
     enum { N = (9 << 20) / 4 + 333 };
     float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float)), *want = malloc(N * sizeof(float));
     assert_non_null(a);
@@ -713,7 +692,7 @@ static void test_cuda_big_buffers(void **state)
     free(a);
     free(b);
     free(want);
-    fx_close(&x);
+    devfx_close(&x);
 }
 
 /* Small folds (batched per iteration: one copy, one launch) into many
@@ -725,7 +704,7 @@ static void test_cuda_small_batches(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x, cuda_name());
+    dev_open(&x, cuda_name());
     enum { NBUF = 150, N = 1000, STEPS = 8 };
     static float want[NBUF][N];
     static device_job jobs[NBUF];
@@ -782,7 +761,7 @@ static void test_cuda_small_batches(void **state)
     device_buf_free(x.dev, b);
     free(raw);
     free(v);
-    fx_close(&x);
+    devfx_close(&x);
 }
 
 /* A GPU operation fails: the jobs in flight and every later one complete
@@ -797,7 +776,7 @@ static void test_cuda_failure(void **state)
         snprintf(at, sizeof at, "%d", fail_at);
         setenv("PSBENCH_FAKE_GPU_FAIL_AT", at, 1);
         fixture x;
-        fx_open(&x, "fake-cuda");
+        dev_open(&x, "fake-cuda");
         unsetenv("PSBENCH_FAKE_GPU_FAIL_AT");
         enum { N = 513 };
         devbuf *bufs[NJOBS + 1];
@@ -834,7 +813,7 @@ static void test_cuda_failure(void **state)
         assert_non_null(errors[0]);
         for (int i = 0; i <= NJOBS; i++)
             device_buf_free(x.dev, bufs[i]);
-        fx_close(&x);
+        devfx_close(&x);
     }
 }
 
@@ -884,7 +863,7 @@ static void test_cuda_peers(void **state)
     assert_int_equal(tg->ops->event_export(tg, ev, &he), 0);
 
     fixture x;
-    fx_open(&x, "fake-cuda");
+    dev_open(&x, "fake-cuda");
     assert_true(device_has_peers(x.dev));
     assert_string_equal(device_gpu_id(x.dev), "fake");
     int maps0 = count_maps("memfd:");
@@ -960,7 +939,7 @@ static void test_cuda_peers(void **state)
     device_job j2 = {.op = JOB_BARRIER};
     run_job(&x, &j2);
     assert_true(count_maps("memfd:") < maps_open);
-    fx_close(&x);
+    devfx_close(&x);
     tg->ops->ipc_close(tg, dshared);
     tg->ops->event_free(tg, ev);
     tg->ops->dev_free_ipc(tg, dmem);
@@ -972,13 +951,13 @@ static void test_cuda_out_of_memory(void **state)
 {
     (void)state;
     fixture x;
-    fx_open(&x, cuda_name());
+    dev_open(&x, cuda_name());
     assert_null(device_buf_new(x.dev, (size_t)1 << 52));
     float v[5] = {1, 2, 3, 4, 5};
     devbuf *b = buf_of(&x, v, 5);
     assert_memory_equal(read_back(&x, b), v, sizeof v);
     device_buf_free(x.dev, b);
-    fx_close(&x);
+    devfx_close(&x);
 }
 
 int main(void)

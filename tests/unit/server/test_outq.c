@@ -34,7 +34,7 @@ static int nonblocking_pair(int sv[2], int sndbuf)
 }
 
 /* Read exactly n bytes (the peer has written them or will). */
-static void read_all(int fd, uint8_t *buf, size_t n)
+static void read_exact(int fd, uint8_t *buf, size_t n)
 {
     size_t got = 0;
     while (got < n) {
@@ -69,7 +69,7 @@ static void test_order_and_refs(void **state)
     assert_int_equal(q.bytes, 0);
     assert_int_equal(p->refs, 1); /* written: the queue let go */
     uint8_t got[2506], want[2506];
-    read_all(sv[1], got, sizeof got);
+    read_exact(sv[1], got, sizeof got);
     size_t o = 0;
     memcpy(want + o, h1, 3), o += 3;
     memcpy(want + o, p->data, 1000), o += 1000;
@@ -236,14 +236,14 @@ static bool splice_works(void)
             skip();                                                                                \
     } while (0)
 
-static void fill(psbuf *p, unsigned seed)
+static void fill_bytes(psbuf *p, unsigned seed)
 {
     for (size_t i = 0; i < p->len; i++)
         p->data[i] = (uint8_t)(i * 131 + (i >> 9) + seed);
 }
 
 /* Write everything queued while reading it on the other end. */
-static uint8_t *drain(outq *q, int sv[2], size_t total)
+static uint8_t *drain_to_peer(outq *q, int sv[2], size_t total)
 {
     uint8_t *buf = malloc(total);
     assert_non_null(buf);
@@ -276,9 +276,9 @@ static void test_splice_lends(void **state)
     psbuf *big2 = bufpool_get(&pool, 1u << 20);
     psbuf *small = bufpool_get(&pool, 1000);
     assert_true(big->mapped && big2->mapped && !small->mapped);
-    fill(big, 1);
-    fill(big2, 2);
-    fill(small, 3);
+    fill_bytes(big, 1);
+    fill_bytes(big2, 2);
+    fill_bytes(small, 3);
     outq q;
     outq_init(&q);
     outq_splice_on(&q, 1ull << 30);
@@ -290,7 +290,7 @@ static void test_splice_lends(void **state)
     int sv[2];
     tcp_pair(sv);
     size_t total = 3 + 1000 + 2 + big->len + 3 + 1000 + 2 + big2->len;
-    uint8_t *got = drain(&q, sv, total);
+    uint8_t *got = drain_to_peer(&q, sv, total);
     size_t o = 0;
     assert_memory_equal(got + o, h1, 3), o += 3;
     assert_memory_equal(got + o, small->data, 1000), o += 1000;
@@ -337,8 +337,8 @@ static void test_splice_lend_cap(void **state)
     bufpool pool;
     bufpool_init(&pool, 64 << 20);
     psbuf *a = bufpool_get(&pool, 1u << 20), *b = bufpool_get(&pool, 1u << 20);
-    fill(a, 4);
-    fill(b, 5);
+    fill_bytes(a, 4);
+    fill_bytes(b, 5);
     outq q;
     outq_init(&q);
     outq_splice_on(&q, (1u << 20) + (1u << 19)); /* room for one */
@@ -347,7 +347,7 @@ static void test_splice_lend_cap(void **state)
     assert_int_equal(outq_push(&q, h, 1, b, 0), 0);
     int sv[2];
     tcp_pair(sv);
-    uint8_t *got = drain(&q, sv, 2 + (2u << 20));
+    uint8_t *got = drain_to_peer(&q, sv, 2 + (2u << 20));
     assert_memory_equal(got + 1, a->data, a->len);
     assert_memory_equal(got + 2 + a->len, b->data, b->len);
     free(got);
@@ -374,8 +374,8 @@ static void test_splice_free_no_recycle(void **state)
     bufpool_init(&pool, 256 << 20);
     /* 128 KiB fits any loopback socket's buffers; 32 MiB fits none */
     psbuf *lent = bufpool_get(&pool, 128u << 10), *partial = bufpool_get(&pool, 32u << 20);
-    fill(lent, 6);
-    fill(partial, 7);
+    fill_bytes(lent, 6);
+    fill_bytes(partial, 7);
     outq q;
     outq_init(&q);
     outq_splice_on(&q, 1ull << 30);
@@ -417,7 +417,7 @@ static void test_splice_fallback(void **state)
     bufpool pool;
     bufpool_init(&pool, 64 << 20);
     psbuf *a = bufpool_get(&pool, 1u << 20);
-    fill(a, 8);
+    fill_bytes(a, 8);
     outq q;
     outq_init(&q);
     outq_splice_on(&q, 1ull << 30);
@@ -445,7 +445,7 @@ static void test_splice_fallback(void **state)
     assert_true(w > 0);
     assert_false(q.splice);
     assert_int_equal(q.splice_errno, EMFILE);
-    uint8_t *got = drain(&q, sv, 2 * (2 + a->len));
+    uint8_t *got = drain_to_peer(&q, sv, 2 * (2 + a->len));
     assert_memory_equal(got, h, 2);
     assert_memory_equal(got + 2, a->data, a->len);
     assert_memory_equal(got + 2 + a->len, h, 2);
@@ -473,7 +473,7 @@ static void test_splice_fails_midway(void **state)
     bufpool pool;
     bufpool_init(&pool, 64 << 20);
     psbuf *a = bufpool_get(&pool, 8u << 20);
-    fill(a, 9);
+    fill_bytes(a, 9);
     outq q;
     outq_init(&q);
     outq_splice_on(&q, 1ull << 30);

@@ -204,7 +204,7 @@ static void expands(const char *list, const char *want)
     assert_string_equal(c.all, want);
 }
 
-static void refuses(const char *list, const char *want)
+static void refuses_hostlist(const char *list, const char *want)
 {
     char err[200] = "";
     assert_int_equal(launch_hostlist_expand(list, NULL, NULL, err, sizeof err), -1);
@@ -227,18 +227,18 @@ static void test_hostlists(void **state)
     char err[200];
     assert_int_equal(launch_hostlist_first("node[01-03,7]", first, sizeof first, err, sizeof err), 0);
     assert_string_equal(first, "node01");
-    refuses("", "empty host list");
-    refuses("n[1-", "without its ']'");
-    refuses("n1]", "without its '['");
-    refuses("n[3-1]", "'3-1' is not a range");
-    refuses("n[a-b]", "not a range");
-    refuses("n[]", "empty '[]'");
-    refuses("n[1,]", "empty range");
-    refuses("n[[1]]", "nested");
-    refuses("a,,b", "empty host");
-    refuses("a,", "list's end");
-    refuses("n[1-999999]", "more than 65536 hosts");
-    refuses("a b", "blank");
+    refuses_hostlist("", "empty host list");
+    refuses_hostlist("n[1-", "without its ']'");
+    refuses_hostlist("n1]", "without its '['");
+    refuses_hostlist("n[3-1]", "'3-1' is not a range");
+    refuses_hostlist("n[a-b]", "not a range");
+    refuses_hostlist("n[]", "empty '[]'");
+    refuses_hostlist("n[1,]", "empty range");
+    refuses_hostlist("n[[1]]", "nested");
+    refuses_hostlist("a,,b", "empty host");
+    refuses_hostlist("a,", "list's end");
+    refuses_hostlist("n[1-999999]", "more than 65536 hosts");
+    refuses_hostlist("a b", "blank");
     assert_int_equal(launch_hostlist_first("n[2-1]", first, sizeof first, err, sizeof err), -1);
 }
 

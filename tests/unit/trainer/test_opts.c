@@ -1,4 +1,4 @@
-/* test_opts_trainer.c — psbench-trainer's settings for test_opts.c. */
+/* trainer/test_opts.c — psbench-trainer's settings for shared/test_opts.c. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

@@ -2,7 +2,7 @@
  * built as libcudart.so.<major>, with libcuda.so.1 a link to it): enough of
  * both for shared/cugpu_cuda.c to make a GPU, allocate, export and open
  * IPC memory, on a machine without a GPU or a driver
- * (tests/unit/test_cugpu_mock.c).
+ * (tests/unit/shared/test_cugpu_mock.c).
  *
  * Every symbol shared/cudaload.c resolves is here, with the toolkit's own
  * declarations (cuda_runtime_api.h, cuda.h), so the compiler holds each to

@@ -21,44 +21,10 @@
 #include <unistd.h>
 
 #include "shared/atomicfile.h"
+#include "fixture.h"
 
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name)
-{
-    static char p[4][256];
-    static int i;
-    i = (i + 1) % 4;
-    snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, name);
-    return p[i];
-}
 
 /* The whole file, NUL-terminated; NULL if it does not exist. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    int c;
-    while ((c = fgetc(f)) != EOF) {
-        if (n + 2 > cap) {
-            cap = cap ? 2 * cap : 256;
-            buf = realloc(buf, cap);
-            assert_non_null(buf);
-        }
-        buf[n++] = (char)c;
-    }
-    fclose(f);
-    if (!buf)
-        buf = calloc(1, 1);
-    buf[n] = '\0';
-    if (len)
-        *len = n;
-    return buf;
-}
-
 /* Entries in tmpdir other than . and .., and whether one is a temporary. */
 static int dir_entries(int *temporaries)
 {
@@ -75,21 +41,6 @@ static int dir_entries(int *temporaries)
     }
     closedir(d);
     return n;
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/psb-afile-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 static void test_write_and_replace(void **state)
@@ -201,5 +152,5 @@ int main(void)
         cmocka_unit_test(test_cut_short_keeps_old_file),
         cmocka_unit_test(test_errors_name_path_and_errno),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

@@ -636,7 +636,7 @@ static void test_embedding_bag(void **state)
 }
 
 /* softmax over n, as DummyModel always computed it. */
-static void ref_softmax(float *dst, const float *src, int n)
+static void ref_softmax_f32(float *dst, const float *src, int n)
 {
     float mx = src[0];
     for (int k = 1; k < n; k++)
@@ -665,8 +665,8 @@ static void test_softmax_ce(void **state)
     float wp[B * C], wq[B * C], wg[B * C];
     double wl = 0;
     for (int s = 0; s < B; s++) {
-        ref_softmax(wp + s * C, hz + s * C, C);
-        ref_softmax(wq + s * C, wp + s * C, C);
+        ref_softmax_f32(wp + s * C, hz + s * C, C);
+        ref_softmax_f32(wq + s * C, wp + s * C, C);
         wl -= log((double)wq[s * C + y[s]]);
     }
     same_f32(rdf(p), wp, B * C, true);
@@ -931,7 +931,7 @@ static void test_staged(void **state)
     compute_free(s);
 }
 
-static int run_on(const char *name)
+static int run_compute_on(const char *name)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_select, free_copies),
@@ -967,10 +967,10 @@ int main(void)
 {
     bool ready;
     if (gpu_variant(&ready))
-        return ready ? run_on("cuda") : GPU_VARIANT_SKIP;
-    int rc = run_on("cpu");
-    rc |= run_on("fake-cuda");
-    rc |= run_on("staged");
+        return ready ? run_compute_on("cuda") : GPU_VARIANT_SKIP;
+    int rc = run_compute_on("cpu");
+    rc |= run_compute_on("fake-cuda");
+    rc |= run_compute_on("staged");
     const struct CMUnitTest staged[] = {cmocka_unit_test(test_staged), cmocka_unit_test(test_elapsed_not_before_done),
                                         cmocka_unit_test(test_gpu_failure), cmocka_unit_test(test_steptimer)};
     return rc | cmocka_run_group_tests_name("the staged test device; a held and a failing fake GPU", staged, NULL, NULL);

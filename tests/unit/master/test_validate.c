@@ -12,7 +12,7 @@
 #include "master/aggregate.h"
 #include "master/validate.h"
 
-static json_t *parse(const char *js)
+static json_t *json_of(const char *js)
 {
     json_error_t je;
     json_t *o = json_loads(js, 0, &je);
@@ -25,7 +25,7 @@ typedef int (*check_fn)(json_t *body, char *err, size_t errlen);
 
 static void expect(check_fn fn, const char *js, const char *want)
 {
-    json_t *o = parse(js);
+    json_t *o = json_of(js);
     char err[400] = "";
     int rc = fn(o, err, sizeof err);
     json_decref(o);
@@ -162,7 +162,7 @@ static void test_aggregate_whole_or_nothing(void **state)
     aggregate a;
     assert_int_equal(agg_init(&a), 0);
     char err[200];
-    json_t *bad = parse("{\"x,a\": [1, 2], \"x,b\": [3, -1]}");
+    json_t *bad = json_of("{\"x,a\": [1, 2], \"x,b\": [3, -1]}");
     assert_int_equal(agg_add_report(&a, AGG_TRAINER, 0, bad, err, sizeof err), -1);
     json_decref(bad);
     size_t n = 0;

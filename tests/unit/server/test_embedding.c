@@ -25,6 +25,7 @@
 #include "server/kinds.h"
 #include "server/reduce.h"
 #include "shared/rng.h"
+#include "devfixture.h"
 #include "devspec_of.h"
 
 /* ---- the arithmetic against a plain reimplementation ------------------ */
@@ -184,11 +185,7 @@ static void test_dense_matches_reference(void **state)
 #define K_COLS 5
 
 typedef struct fixture {
-    struct event_base *base;
-    device *dev;
-    bufpool pool;
-    metrics *m;
-    kind *k;
+    dev_fixture d; /* the event loop, pool, device, metrics and kind */
     int done;          /* calls completed */
     int order[64];     /* the update flag of each completed call */
     float rows[K_ROWS * K_COLS]; /* the last lookup's answer */
@@ -196,40 +193,28 @@ typedef struct fixture {
     bool dense;        /* mk_call's updates ask for the dense rule */
 } fixture;
 
-static void fx_open(fixture *x, const char *dev)
+static void emb_open(fixture *x, const char *dev)
 {
     memset(x, 0, sizeof *x);
     setenv("PSBENCH_TEST_DEVICE_MAX_DELAY_US", "300", 1);
-    x->base = event_base_new();
-    assert_non_null(x->base);
-    char err[256];
-    bufpool_init(&x->pool, 1 << 20);
-    x->dev = device_new(devspec_of(dev), x->base, &x->pool, err, sizeof err);
-    assert_non_null(x->dev);
-    x->m = metrics_new();
     kind_config kc = {.id = KIND_EMBEDDING, .trainers = 1};
     kc.emb = (embedding_config){.num_embeddings = K_ROWS, .embedding_dim = K_COLS, .lr = 0.25f, .seed = 9,
                                 .rank = 3};
-    x->k = kind_new(&kc, x->dev, &x->pool, x->m, err, sizeof err);
-    assert_non_null(x->k);
+    devfx_open_kind(&x->d, devspec_of(dev), 1 << 20, &kc);
     /* start only seeds the fill: the table is filled by kind_fill. */
-    assert_false(kind_ready(x->k));
-    assert_int_equal(x->k->fill_total, K_ROWS * K_COLS * sizeof(float));
-    assert_int_equal(kind_fill(x->k, UINT64_MAX), 0);
-    assert_true(kind_ready(x->k));
+    assert_false(kind_ready(x->d.k));
+    assert_int_equal(x->d.k->fill_total, K_ROWS * K_COLS * sizeof(float));
+    assert_int_equal(kind_fill(x->d.k, UINT64_MAX), 0);
+    assert_true(kind_ready(x->d.k));
 }
 
-static void fx_close(fixture *x)
+static void emb_close(fixture *x)
 {
-    device_drain(x->dev);
-    kind_free(x->k);
-    device_destroy(x->dev);
-    bufpool_destroy(&x->pool); /* asserts every buffer came back */
-    metrics_free(x->m);
-    event_base_free(x->base);
+    device_drain(x->d.dev);
+    devfx_close(&x->d);
 }
 
-static void on_done(kind_call *c)
+static void record_call(kind_call *c)
 {
     fixture *x = c->owner;
     assert_true(x->done < 64);
@@ -266,7 +251,7 @@ static kind_call *mk_call(fixture *x, bool update, uint64_t batch, const int64_t
     if (payload_len != SIZE_MAX)
         len = payload_len;
     if (len) {
-        c->payload = bufpool_get(&x->pool, len);
+        c->payload = bufpool_get(&x->d.pool, len);
         assert_non_null(c->payload);
         memset(c->payload->data, 0, len);
         /* Whatever fits of indices, offsets and gradients (memcpy takes
@@ -281,7 +266,7 @@ static kind_call *mk_call(fixture *x, bool update, uint64_t batch, const int64_t
         if (update && bags && 4 * bags * cols <= len - at)
             memcpy(c->payload->data + at, grad, 4 * bags * cols);
     }
-    c->done = on_done;
+    c->done = record_call;
     c->owner = x;
     return c;
 }
@@ -289,8 +274,8 @@ static kind_call *mk_call(fixture *x, bool update, uint64_t batch, const int64_t
 static frame_errcode call(fixture *x, kind_call *c)
 {
     char msg[256];
-    frame_errcode code = c->update ? x->k->ops->update(x->k, c, msg, sizeof msg)
-                                   : x->k->ops->lookup(x->k, c, msg, sizeof msg);
+    frame_errcode code = c->update ? x->d.k->ops->update(x->d.k, c, msg, sizeof msg)
+                                   : x->d.k->ops->lookup(x->d.k, c, msg, sizeof msg);
     if (code != ERR_NONE) {
         assert_true(msg[0] != '\0');
         if (c->payload)
@@ -307,10 +292,10 @@ static void read_table(fixture *x, float *out)
     int64_t idx[K_ROWS], off[K_ROWS];
     for (int i = 0; i < K_ROWS; i++)
         idx[i] = off[i] = i;
-    device_drain(x->dev); /* earlier calls complete first */
+    device_drain(x->d.dev); /* earlier calls complete first */
     int before = x->done;
     assert_int_equal(call(x, mk_call(x, false, 77, idx, K_ROWS, off, K_ROWS, NULL, 0, SIZE_MAX)), ERR_NONE);
-    device_drain(x->dev);
+    device_drain(x->d.dev);
     assert_int_equal(x->done, before + 1);
     assert_int_equal(x->last_bags, K_ROWS);
     assert_int_equal(x->last_cols, K_COLS);
@@ -330,7 +315,7 @@ static void initial_table(float *t)
 static void run_lookup_update(const char *dev)
 {
     fixture x;
-    fx_open(&x, dev);
+    emb_open(&x, dev);
     float t[K_ROWS * K_COLS], want[K_ROWS * K_COLS];
     initial_table(want);
     read_table(&x, t);
@@ -339,7 +324,7 @@ static void run_lookup_update(const char *dev)
     /* A lookup: bags of 0, 1, 3 (a repeat) and 0 rows. */
     int64_t idx[] = {4, 11, 2, 11}, off[] = {0, 0, 1, 4};
     assert_int_equal(call(&x, mk_call(&x, false, 5, idx, 4, off, 4, NULL, 0, SIZE_MAX)), ERR_NONE);
-    device_drain(x.dev);
+    device_drain(x.d.dev);
     float exp[4 * K_COLS];
     ref_gather(exp, want, K_COLS, idx, 4, off, 4);
     assert_int_equal(x.last_bags, 4);
@@ -361,7 +346,7 @@ static void run_lookup_update(const char *dev)
     for (int i = 0; i < K_ROWS; i++)
         all[i] = alloff[i] = i;
     assert_int_equal(call(&x, mk_call(&x, false, 8, all, K_ROWS, alloff, K_ROWS, NULL, 0, SIZE_MAX)), ERR_NONE);
-    device_drain(x.dev);
+    device_drain(x.d.dev);
     assert_int_equal(x.done, before + 3);
     assert_int_equal(x.order[before], 1);
     assert_int_equal(x.order[before + 1], 1);
@@ -375,34 +360,34 @@ static void run_lookup_update(const char *dev)
     assert_memory_equal(x.rows, init, 2 * K_COLS * sizeof(float));
     assert_true(x.rows[11 * K_COLS + 1] != init[11 * K_COLS + 1]);
     /* Index positions of updates: 4 + 1. */
-    assert_int_equal(x.k->rows_touched, 5);
-    assert_int_equal(x.k->m_update->count, 2);
+    assert_int_equal(x.d.k->rows_touched, 5);
+    assert_int_equal(x.d.k->m_update->count, 2);
 
     /* Empty calls: no bags (an empty answer), and bags that are all
      * empty (no indices). */
     assert_int_equal(call(&x, mk_call(&x, false, 9, NULL, 0, NULL, 0, NULL, 0, SIZE_MAX)), ERR_NONE);
-    device_drain(x.dev);
+    device_drain(x.d.dev);
     assert_int_equal(x.last_bags, 0);
     int64_t zeros[] = {0, 0};
     assert_int_equal(call(&x, mk_call(&x, false, 10, NULL, 0, zeros, 2, NULL, 0, SIZE_MAX)), ERR_NONE);
-    device_drain(x.dev);
+    device_drain(x.d.dev);
     assert_int_equal(x.last_bags, 2);
     for (int i = 0; i < 2 * K_COLS; i++)
         assert_true(x.rows[i] == 0.0f);
     float gz[2 * K_COLS] = {1};
     assert_int_equal(call(&x, mk_call(&x, true, 11, NULL, 0, zeros, 2, gz, K_COLS, SIZE_MAX)), ERR_NONE);
-    device_drain(x.dev);
+    device_drain(x.d.dev);
     read_table(&x, t);
     assert_memory_equal(t, want, sizeof t);
 
     /* Reset: the table from the seed again, filled in the smallest slices. */
-    x.k->ops->reset(x.k);
-    assert_false(kind_ready(x.k));
-    while (kind_fill(x.k, 1) > 0)
+    x.d.k->ops->reset(x.d.k);
+    assert_false(kind_ready(x.d.k));
+    while (kind_fill(x.d.k, 1) > 0)
         ;
     read_table(&x, t);
     assert_memory_equal(t, init, sizeof t);
-    fx_close(&x);
+    emb_close(&x);
 }
 
 static void test_lookup_update_cpu(void **state)
@@ -421,7 +406,7 @@ static void test_lookup_update_test_device(void **state)
 static void run_refusals(const char *dev)
 {
     fixture x;
-    fx_open(&x, dev);
+    emb_open(&x, dev);
     float before[K_ROWS * K_COLS], after[K_ROWS * K_COLS];
     /* Change the table first, so "unchanged" is not just "initial". */
     int64_t i0[] = {1, 2}, o0[] = {0};
@@ -468,12 +453,12 @@ static void run_refusals(const char *dev)
     int64_t i1[] = {0}, o1[] = {0};
     assert_int_equal(call(&x, mk_call(&x, true, 60, i1, 1, o1, 1, g, K_COLS - 1, SIZE_MAX)), ERR_SHAPE_MISMATCH);
     assert_int_equal(call(&x, mk_call(&x, true, 61, i1, 1, o1, 1, g, K_COLS + 1, SIZE_MAX)), ERR_SHAPE_MISMATCH);
-    device_drain(x.dev);
+    device_drain(x.d.dev);
     assert_int_equal(x.done, done0); /* no refused call completed */
     read_table(&x, after);
     assert_memory_equal(after, before, sizeof after);
-    assert_int_equal(x.k->rows_touched, 2);
-    fx_close(&x);
+    assert_int_equal(x.d.k->rows_touched, 2);
+    emb_close(&x);
 }
 
 /* Dense updates (the seed's pattern) on a device, against ref_dense: in
@@ -482,7 +467,7 @@ static void run_refusals(const char *dev)
 static void run_dense(const char *dev)
 {
     fixture x;
-    fx_open(&x, dev);
+    emb_open(&x, dev);
     x.dense = true;
     float want[K_ROWS * K_COLS], t[K_ROWS * K_COLS];
     initial_table(want);
@@ -502,12 +487,12 @@ static void run_dense(const char *dev)
     ref_dense(want, K_ROWS, K_COLS, idx, 5, off, 4, g1, 0.25f);
     ref_dense(want, K_ROWS, K_COLS, idx2, 1, off2, 1, g2, 0.25f);
     assert_memory_equal(t, want, sizeof t);
-    assert_int_equal(x.k->rows_touched, 6);
+    assert_int_equal(x.d.k->rows_touched, 6);
     /* No bags at all: a zero gradient, the table unchanged. */
     assert_int_equal(call(&x, mk_call(&x, true, 4, NULL, 0, NULL, 0, NULL, K_COLS, SIZE_MAX)), ERR_NONE);
     read_table(&x, t);
     assert_memory_equal(t, want, sizeof t);
-    fx_close(&x);
+    emb_close(&x);
 }
 
 static void test_dense_cpu(void **state)

@@ -99,7 +99,7 @@ static int write_all(const char *path, const void *data, size_t len)
 }
 
 /* The whole file, malloc'd (NUL-terminated past *len); NULL if absent. */
-static uint8_t *read_all(const char *path, size_t *len)
+static uint8_t *read_whole_file(const char *path, size_t *len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -146,7 +146,7 @@ static int fs_get(void *ctx, const char *key, uint8_t **val, size_t *len, char *
     fs_path(fs, key, "k.", path, sizeof path);
     const double deadline = now_s() + fs->wait_s;
     for (;;) {
-        uint8_t *v = read_all(path, len);
+        uint8_t *v = read_whole_file(path, len);
         if (v) {
             *val = v;
             return 0;
@@ -187,7 +187,7 @@ static char *read_report(const char *dir, const char *name, uint32_t rank, size_
     char path[512];
     size_t dummy;
     snprintf(path, sizeof path, "%s/%s.%u", dir, name, rank);
-    return (char *)read_all(path, len ? len : &dummy);
+    return (char *)read_whole_file(path, len ? len : &dummy);
 }
 
 static void rm_rf(const char *dir)
@@ -307,7 +307,7 @@ static float noise(uint32_t rank, size_t i)
 static const uint64_t counts2[2] = {0, 9};
 static const uint64_t counts4[4] = {5, 0, 17, 3};
 
-static uint8_t pattern(uint32_t rank, size_t j) { return (uint8_t)(rank * 37 + j * 11 + 1); }
+static uint8_t rank_byte(uint32_t rank, size_t j) { return (uint8_t)(rank * 37 + j * 11 + 1); }
 
 /* Device memory of the member's GPU (nccl: cudaMalloc on GPU `rank`, as
  * member_join places it; fake-nccl: the fake GPU's, host memory), set to
@@ -480,7 +480,7 @@ static int member_collectives(const member *m)
     /* allgather: 13 bytes each, then in place. */
     uint8_t in[32], out[MAX_MEMBERS * 32];
     for (size_t j = 0; j < sizeof in; j++)
-        in[j] = pattern(r, j);
+        in[j] = rank_byte(r, j);
     memset(out, 0xee, sizeof out);
     if (coll_allgather(c, in, 13, out, err, sizeof err) != 0) {
         rc = member_fail(m, 9, "allgather: %s", err);
@@ -488,7 +488,7 @@ static int member_collectives(const member *m)
     }
     for (uint32_t q = 0; q < n; q++)
         for (size_t j = 0; j < 13; j++)
-            if (out[q * 13 + j] != pattern(q, j)) {
+            if (out[q * 13 + j] != rank_byte(q, j)) {
                 rc = member_fail(m, 10, "allgather: byte %zu of member %u", j, q);
                 goto out;
             }
@@ -500,7 +500,7 @@ static int member_collectives(const member *m)
     }
     for (uint32_t q = 0; q < n; q++)
         for (size_t j = 0; j < 7; j++)
-            if (out[q * 7 + j] != pattern(q, j)) {
+            if (out[q * 7 + j] != rank_byte(q, j)) {
                 rc = member_fail(m, 12, "allgather in place: byte %zu of member %u", j, q);
                 goto out;
             }
@@ -520,7 +520,7 @@ static int member_collectives(const member *m)
     size_t off = 0;
     for (uint32_t q = 0; q < n; q++)
         for (size_t j = 0; j < counts[q]; j++, off++)
-            if (out[off] != pattern(q, j)) {
+            if (out[off] != rank_byte(q, j)) {
                 rc = member_fail(m, 15, "allgatherv: byte %zu of member %u", j, q);
                 goto out;
             }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "master/config.h"
+#include "fixture.h"
 
 #ifndef PSBENCH_SOURCE_CONFIG_DIR
 #define PSBENCH_SOURCE_CONFIG_DIR "configs"
@@ -45,7 +46,7 @@ static void args_free(args *a)
 }
 
 /* Parse a NULL-terminated list of arguments into c. */
-static int parse(run_config *c, char *err, size_t errlen, ...)
+static int parse_args(run_config *c, char *err, size_t errlen, ...)
 {
     va_list ap;
     va_start(ap, errlen);
@@ -59,14 +60,6 @@ static int parse(run_config *c, char *err, size_t errlen, ...)
     return rc;
 }
 
-static void assert_contains(const char *hay, const char *needle)
-{
-    if (!hay || !strstr(hay, needle)) {
-        print_error("expected \"%s\" in \"%s\"\n", needle, hay ? hay : "(null)");
-        fail();
-    }
-}
-
 static void assert_ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
@@ -76,46 +69,6 @@ static void assert_ends_with(const char *s, const char *suffix)
     }
 }
 
-static char tmpdir[64];
-
-static void write_file(const char *name, const char *text)
-{
-    char p[256];
-    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
-    FILE *f = fopen(p, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-static char *tmp_path(const char *name)
-{
-    static char p[4][256];
-    static int i;
-    i = (i + 1) % 4;
-    snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, name);
-    return p[i];
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    setenv("PSBENCH_CONFIG_DIR", PSBENCH_SOURCE_CONFIG_DIR, 1);
-    unsetenv("PSBENCH_TOKEN");
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/psbench_test_config_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    const char *names[] = {"bad.json", "array.json", "model.json", "server.json", "syn.json", "dup.json",
-                           "empty.json"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        unlink(tmp_path(names[i]));
-    rmdir(tmpdir);
-    return 0;
-}
 
 /* ---- parsing -------------------------------------------------------------- */
 
@@ -124,7 +77,7 @@ static void test_defaults(void **state)
     (void)state;
     run_config c;
     char err[256];
-    assert_int_equal(parse(&c, err, sizeof err, NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, NULL), 0);
     assert_int_equal(c.ntrainer, 2);
     assert_int_equal(c.ncudatrainer, 0);
     assert_int_equal(c.nserver, 1);
@@ -162,7 +115,7 @@ static void test_config_dir_env(void **state)
     char err[256], buf[512];
     setenv("PSBENCH_CONFIG_DIR", "/some/where", 1);
     assert_string_equal(config_default_dir(buf, sizeof buf), "/some/where");
-    assert_int_equal(parse(&c, err, sizeof err, NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, NULL), 0);
     assert_string_equal(c.model_config_path, "/some/where/model_configurations.json");
     config_free(&c);
     /* Without the variable: <exe>/../configs or the source tree's. */
@@ -178,10 +131,10 @@ static void test_token_env(void **state)
     run_config c;
     char err[256];
     setenv("PSBENCH_TOKEN", "s3cret", 1);
-    assert_int_equal(parse(&c, err, sizeof err, NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, NULL), 0);
     assert_string_equal(c.token, "s3cret");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--token", "other", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--token", "other", NULL), 0);
     assert_string_equal(c.token, "other");
     config_free(&c);
     unsetenv("PSBENCH_TOKEN");
@@ -193,27 +146,27 @@ static void test_local_loopback(void **state)
     (void)state;
     run_config c;
     char err[256];
-    assert_int_equal(parse(&c, err, sizeof err, "--local", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--local", NULL), 0);
     assert_string_equal(c.listen, "127.0.0.1:29500");
     assert_string_equal(c.http, "127.0.0.1:8080");
     assert_false(c.listen_set);
     assert_false(c.http_set);
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--master-port", "0", "--local", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--master-port", "0", "--local", NULL), 0);
     assert_string_equal(c.listen, "127.0.0.1:0");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--local", "--master-addr", "10.1.2.3", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--local", "--master-addr", "10.1.2.3", NULL), 0);
     assert_string_equal(c.listen, "10.1.2.3:29500");
     assert_string_equal(c.http, "127.0.0.1:8080");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--local", "--listen", "0.0.0.0:1", "--http", "0.0.0.0:2", NULL),
+    assert_int_equal(parse_args(&c, err, sizeof err, "--local", "--listen", "0.0.0.0:1", "--http", "0.0.0.0:2", NULL),
                      0);
     assert_string_equal(c.listen, "0.0.0.0:1");
     assert_string_equal(c.http, "0.0.0.0:2");
     assert_true(c.listen_set && c.http_set);
     config_free(&c);
     /* Without --local nodes come from other hosts: the wildcard stays. */
-    assert_int_equal(parse(&c, err, sizeof err, "--master-port", "0", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--master-port", "0", NULL), 0);
     assert_string_equal(c.listen, "0.0.0.0:0");
     assert_string_equal(c.http, "0.0.0.0:8080");
     config_free(&c);
@@ -240,23 +193,23 @@ static void test_token_file(void **state)
     fclose(f);
 
     setenv("PSBENCH_TOKEN", "from-env", 1);
-    assert_int_equal(parse(&c, err, sizeof err, "--token-file", tok, NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--token-file", tok, NULL), 0);
     assert_string_equal(c.token, "s3cr3t-file");
     assert_false(c.token_file_loose);
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--token", "flag", "--token-file", tok, NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--token", "flag", "--token-file", tok, NULL), 0);
     assert_string_equal(c.token, "flag");
     config_free(&c);
     unsetenv("PSBENCH_TOKEN");
     chmod(tok, 0644);
-    assert_int_equal(parse(&c, err, sizeof err, "--token-file", tok, NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--token-file", tok, NULL), 0);
     assert_true(c.token_file_loose);
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--token-file", empty, NULL), -1);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--token-file", empty, NULL), -1);
     assert_contains(err, empty);
     assert_contains(err, "empty");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--token-file", "/nonexistent/psbench-token", NULL), -1);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--token-file", "/nonexistent/psbench-token", NULL), -1);
     assert_contains(err, "/nonexistent/psbench-token");
     config_free(&c);
     unlink(tok);
@@ -268,13 +221,13 @@ static void test_both_spellings(void **state)
     (void)state;
     run_config c;
     char err[256];
-    assert_int_equal(parse(&c, err, sizeof err, "--batch_size", "7", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--batch_size", "7", NULL), 0);
     assert_int_equal(c.batch_size, 7);
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--batch-size", "7", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--batch-size", "7", NULL), 0);
     assert_int_equal(c.batch_size, 7);
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--batch_size=8", "--rpc_timeout=2.5", "--data_config_path",
+    assert_int_equal(parse_args(&c, err, sizeof err, "--batch_size=8", "--rpc_timeout=2.5", "--data_config_path",
                            "/x/d.json", "--model-config-path=/x/m.json", "--trainer_config_path", "/x/t.json",
                            "--server_config_path=/x/s.json", NULL),
                      0);
@@ -292,7 +245,7 @@ static void test_all_flags(void **state)
     (void)state;
     run_config c;
     char err[256];
-    assert_int_equal(parse(&c, err, sizeof err, "--ntrainer", "4", "--ncudatrainer", "2", "--nserver", "2",
+    assert_int_equal(parse_args(&c, err, sizeof err, "--ntrainer", "4", "--ncudatrainer", "2", "--nserver", "2",
                            "--ncudaserver", "1", "--trainer", "DdpTrainer", "--server",
                            "AverageBatchParameterServer", "--data", "DummyData2", "--model", "DummyModelSparse",
                            "--epochs", "3", "--backend", "nccl", "--seed", "42", "--placement", "shard",
@@ -322,13 +275,13 @@ static void test_all_flags(void **state)
     config_free(&c);
 
     /* --linger 0 is allowed (exit when done). */
-    assert_int_equal(parse(&c, err, sizeof err, "--linger", "0", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--linger", "0", NULL), 0);
     assert_true(c.linger_s == 0);
     assert_int_equal(c.runs, 1); /* one run unless --runs */
     config_free(&c);
 
     /* --runs N (0: until stopped), in the args echo and results.json. */
-    assert_int_equal(parse(&c, err, sizeof err, "--runs", "3", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--runs", "3", NULL), 0);
     assert_int_equal(c.runs, 3);
     json_t *j = config_to_json(&c);
     assert_int_equal(json_integer_value(json_object_get(j, "runs")), 3);
@@ -336,13 +289,13 @@ static void test_all_flags(void **state)
     json_decref(j);
     config_free(&c);
     /* --allow-divergence, in the args echo and results.json. */
-    assert_int_equal(parse(&c, err, sizeof err, "--allow-divergence", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--allow-divergence", NULL), 0);
     assert_true(c.allow_divergence);
     j = config_to_json(&c);
     assert_true(json_is_true(json_object_get(j, "allow_divergence")));
     json_decref(j);
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--runs", "0", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--runs", "0", NULL), 0);
     assert_int_equal(c.runs, 0);
     config_free(&c);
 }
@@ -352,13 +305,13 @@ static void test_seed_compat_flags(void **state)
     (void)state;
     run_config c;
     char err[256];
-    assert_int_equal(parse(&c, err, sizeof err, "--master_addr=localhost", "--master_port=29501",
+    assert_int_equal(parse_args(&c, err, sizeof err, "--master_addr=localhost", "--master_port=29501",
                            "--torch_seed", "7", NULL),
                      0);
     assert_string_equal(c.listen, "localhost:29501");
     assert_int_equal(c.seed, 7);
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--master-port", "70000", NULL), -1);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--master-port", "70000", NULL), -1);
     assert_contains(err, "--master-port");
     config_free(&c);
 }
@@ -383,7 +336,7 @@ static void test_bad_numbers(void **state)
         {"--model", "", "--model"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int rc = parse(&c, err, sizeof err, cases[i].opt, cases[i].val, NULL);
+        int rc = parse_args(&c, err, sizeof err, cases[i].opt, cases[i].val, NULL);
         if (rc != -1) {
             print_error("%s %s: rc %d\n", cases[i].opt, cases[i].val, rc);
             fail();
@@ -399,24 +352,24 @@ static void test_bad_usage(void **state)
     (void)state;
     run_config c;
     char err[256];
-    assert_int_equal(parse(&c, err, sizeof err, "--bogus", NULL), -1);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--bogus", NULL), -1);
     assert_contains(err, "unknown option '--bogus'");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--epochs", NULL), -1);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--epochs", NULL), -1);
     assert_contains(err, "--epochs");
     assert_contains(err, "needs a value");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "stray", NULL), -1);
+    assert_int_equal(parse_args(&c, err, sizeof err, "stray", NULL), -1);
     assert_contains(err, "unexpected argument 'stray'");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--local=yes", NULL), -1);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--local=yes", NULL), -1);
     assert_contains(err, "takes no value");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--help", NULL), 1);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--help", NULL), 1);
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "-h", NULL), 1);
+    assert_int_equal(parse_args(&c, err, sizeof err, "-h", NULL), 1);
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--version", NULL), 2);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--version", NULL), 2);
     config_free(&c);
 
     char *buf = NULL;
@@ -471,7 +424,7 @@ static void test_seed_trainer_flags(void **state)
     const size_t n = sizeof seed_trainer_flags / sizeof seed_trainer_flags[0];
     /* Not given: the trainer configuration's values, and null in the echo. */
     run_config c;
-    assert_int_equal(parse(&c, err, sizeof err, NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, NULL), 0);
     json_t *j = config_to_json(&c);
     for (size_t i = 0; i < n; i++)
         assert_true(json_is_null(json_object_get(j, seed_trainer_flags[i].key)));
@@ -486,8 +439,8 @@ static void test_seed_trainer_flags(void **state)
             const char *flag = sp == 1 ? seed_trainer_flags[i].underscore : seed_trainer_flags[i].dash;
             char eq[128];
             snprintf(eq, sizeof eq, "%s=%s", seed_trainer_flags[i].underscore, good);
-            int rc = sp == 2 ? parse(&c, err, sizeof err, "--trainer", "DdpTrainer", eq, NULL)
-                             : parse(&c, err, sizeof err, "--trainer", "DdpTrainer", flag, good, NULL);
+            int rc = sp == 2 ? parse_args(&c, err, sizeof err, "--trainer", "DdpTrainer", eq, NULL)
+                             : parse_args(&c, err, sizeof err, "--trainer", "DdpTrainer", flag, good, NULL);
             if (rc != 0)
                 print_error("%s %s: %s\n", flag, good, err);
             assert_int_equal(rc, 0);
@@ -508,7 +461,7 @@ static void test_seed_trainer_flags(void **state)
         /* A bad value: refused at once with the flag's name and what is allowed. */
         for (int sp = 0; sp < 2; sp++) {
             const char *flag = sp ? seed_trainer_flags[i].underscore : seed_trainer_flags[i].dash;
-            assert_int_equal(parse(&c, err, sizeof err, flag, seed_trainer_flags[i].bad, NULL), -1);
+            assert_int_equal(parse_args(&c, err, sizeof err, flag, seed_trainer_flags[i].bad, NULL), -1);
             char want[160];
             snprintf(want, sizeof want, "%s: must be %s", seed_trainer_flags[i].dash, seed_trainer_flags[i].allowed);
             assert_contains(err, want);
@@ -520,14 +473,14 @@ static void test_seed_trainer_flags(void **state)
     /* --lr: a number in the trainer configuration's range, text refused as such. */
     const char *bad_lr[] = {"fast", "", "nan", "inf", "1e999", "-1", "1e39", "0.5x"};
     for (size_t i = 0; i < sizeof bad_lr / sizeof bad_lr[0]; i++) {
-        assert_int_equal(parse(&c, err, sizeof err, "--lr", bad_lr[i], NULL), -1);
+        assert_int_equal(parse_args(&c, err, sizeof err, "--lr", bad_lr[i], NULL), -1);
         assert_contains(err, "--lr: must be a number in (0, 3.40282346638529e+38], got ");
         config_free(&c);
     }
     /* The flag wins over the file's value, as --ddp-hook does. */
     write_file("trainers.json", "{\"T\": {\"trainer_class\": \"DdpTrainer\", \"configurations\": {\"ddp_hook\": "
                                 "\"rpc_hook\", \"lr\": 3, \"hook_state\": \"Fancy\"}}}\n");
-    assert_int_equal(parse(&c, err, sizeof err, "--trainer", "T", "--trainer-config-path", tmp_path("trainers.json"),
+    assert_int_equal(parse_args(&c, err, sizeof err, "--trainer", "T", "--trainer-config-path", tmp_path("trainers.json"),
                            "--lr", "0.25", "--hook_state", "BasicHookState", NULL),
                      0);
     assert_int_equal(config_load(&c, err, sizeof err), 0);
@@ -535,7 +488,7 @@ static void test_seed_trainer_flags(void **state)
     assert_string_equal(json_string_value(json_object_get(c.resolved.trainer.conf, "hook_state")), "BasicHookState");
     config_free(&c);
     /* Without the flag the file's bad value is refused, naming the file. */
-    assert_int_equal(parse(&c, err, sizeof err, "--trainer", "T", "--trainer-config-path", tmp_path("trainers.json"),
+    assert_int_equal(parse_args(&c, err, sizeof err, "--trainer", "T", "--trainer-config-path", tmp_path("trainers.json"),
                            NULL),
                      0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
@@ -543,17 +496,17 @@ static void test_seed_trainer_flags(void **state)
     config_free(&c);
     unlink(tmp_path("trainers.json"));
     /* HybridTrainer takes lr (its own range), not the DdpTrainer's parts. */
-    assert_int_equal(parse(&c, err, sizeof err, "--number-ps", "2", "--lr", "0.25", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--number-ps", "2", "--lr", "0.25", NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), 0);
     assert_true(json_number_value(json_object_get(c.resolved.trainer.conf, "lr")) == 0.25);
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--number-ps", "2", "--hook-state", "BasicHookState", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--number-ps", "2", "--hook-state", "BasicHookState", NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "--hook-state BasicHookState: trainer 'HybridTrainer' (HybridTrainer) has no \"hook_state\" "
                          "(it takes ddp_hook, lr, batches, rpc_pattern)");
     config_free(&c);
     /* A BatchUpdateTrainer has no lr: its servers step. */
-    assert_int_equal(parse(&c, err, sizeof err, "--server", "BatchUpdateParameterServer", "--model",
+    assert_int_equal(parse_args(&c, err, sizeof err, "--server", "BatchUpdateParameterServer", "--model",
                            "BatchUpdateLinear", "--trainer", "BatchUpdateTrainer", "--lr", "0.25", NULL),
                      0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
@@ -721,7 +674,7 @@ static void test_load_real_configs(void **state)
     (void)state;
     run_config c;
     char err[512];
-    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model", "Synthetic", NULL), 0);
     if (config_load(&c, err, sizeof err) != 0) {
         print_error("%s\n", err);
         fail();
@@ -748,7 +701,7 @@ static void test_load_real_configs(void **state)
     assert_int_equal(config_load(&c, err, sizeof err), 0);
     config_free(&c);
 
-    assert_int_equal(parse(&c, err, sizeof err, "--server", "AverageBatchParameterServer", "--model",
+    assert_int_equal(parse_args(&c, err, sizeof err, "--server", "AverageBatchParameterServer", "--model",
                            "DummyModelSparse", "--data", "DummyData2", "--ddp-hook", "hybrid_hook", "--ntrainer",
                            "3", "--batch-size", "7", "--epochs", "2", NULL),
                      0);
@@ -763,7 +716,7 @@ static void test_load_real_configs(void **state)
     assert_int_equal(config_batches_per_pass(&c), 10);
     config_free(&c);
 
-    assert_int_equal(parse(&c, err, sizeof err, "--model", "SyntheticSparse", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model", "SyntheticSparse", NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), 0);
     assert_true(c.resolved.synthetic);
     assert_true(c.resolved.syn.sparse);
@@ -779,7 +732,7 @@ static void load_sizes(const char *conf, int want_rc, const char *want_err)
     char text[512];
     snprintf(text, sizeof text, "{\"Replay\": {\"model_class\": \"Synthetic\", \"configurations\": %s}}\n", conf);
     write_file("sizes.json", text);
-    assert_int_equal(parse(&c, err, sizeof err, "--model", "Replay", "--model-config-path", tmp_path("sizes.json"),
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model", "Replay", "--model-config-path", tmp_path("sizes.json"),
                            NULL),
                      0);
     int rc = config_load(&c, err, sizeof err);
@@ -816,7 +769,7 @@ static void test_load_missing_id(void **state)
     (void)state;
     run_config c;
     char err[512];
-    assert_int_equal(parse(&c, err, sizeof err, "--model", "Foo", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model", "Foo", NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "model 'Foo' not in ");
     assert_contains(err, "model_configurations.json");
@@ -824,18 +777,18 @@ static void test_load_missing_id(void **state)
     assert_false(c.resolved.loaded);
     config_free(&c);
 
-    assert_int_equal(parse(&c, err, sizeof err, "--server", "NoSuchServer", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--server", "NoSuchServer", NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "server 'NoSuchServer' not in ");
     assert_contains(err, "AverageParameterServer");
     config_free(&c);
 
-    assert_int_equal(parse(&c, err, sizeof err, "--data", "Nope", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--data", "Nope", NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "data 'Nope' not in ");
     config_free(&c);
 
-    assert_int_equal(parse(&c, err, sizeof err, "--trainer", "Nope", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--trainer", "Nope", NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "trainer 'Nope' not in ");
     config_free(&c);
@@ -846,7 +799,7 @@ static void test_load_missing_file(void **state)
     (void)state;
     run_config c;
     char err[512];
-    assert_int_equal(parse(&c, err, sizeof err, "--model-config-path", tmp_path("nope.json"), NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model-config-path", tmp_path("nope.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "cannot read model configurations");
     assert_contains(err, tmp_path("nope.json"));
@@ -861,34 +814,34 @@ static void test_load_malformed(void **state)
     char err[512], want[300];
 
     write_file("bad.json", "{\n  \"Synthetic\": {\n    \"model_class\": \"Synthetic\",,\n  }\n}\n");
-    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("bad.json"), NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("bad.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     snprintf(want, sizeof want, "model configurations %s:3:", tmp_path("bad.json"));
     assert_contains(err, want);
     config_free(&c);
 
     write_file("empty.json", "");
-    assert_int_equal(parse(&c, err, sizeof err, "--data-config-path", tmp_path("empty.json"), NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--data-config-path", tmp_path("empty.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "data configurations");
     assert_contains(err, tmp_path("empty.json"));
     config_free(&c);
 
     write_file("array.json", "[1, 2]\n");
-    assert_int_equal(parse(&c, err, sizeof err, "--server-config-path", tmp_path("array.json"), NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--server-config-path", tmp_path("array.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "expected an object");
     config_free(&c);
 
     write_file("dup.json", "{\"Synthetic\": {}, \"Synthetic\": {}}\n");
-    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("dup.json"), NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("dup.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "duplicate");
     config_free(&c);
 
     /* An entry without its class, and one with a class psbench lacks. */
     write_file("model.json", "{\"Synthetic\": {\"configurations\": {\"buckets\": 1}}}\n");
-    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("model.json"), NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("model.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "model 'Synthetic'");
     assert_contains(err, "\"model_class\"");
@@ -897,7 +850,7 @@ static void test_load_malformed(void **state)
     write_file("server.json", "{\"AverageParameterServer\": {\"ps_class\": \"RemoteParameterServer\", "
                               "\"configurations\": {}},"
                               " \"Old\": {\"ps_class\": \"AverageBatchParameterServer\"}}\n");
-    assert_int_equal(parse(&c, err, sizeof err, "--server-config-path", tmp_path("server.json"), NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--server-config-path", tmp_path("server.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "server \"AverageParameterServer\": \"server_class\" must be one of AverageParameterServer, "
                          "AverageBatchParameterServer, BatchUpdateParameterServer, EmbeddingParameterServer, got "
@@ -905,7 +858,7 @@ static void test_load_malformed(void **state)
     config_free(&c);
     /* The seed's older "ps_class" key is accepted. */
     assert_int_equal(
-        parse(&c, err, sizeof err, "--server-config-path", tmp_path("server.json"), "--server", "Old", NULL), 0);
+        parse_args(&c, err, sizeof err, "--server-config-path", tmp_path("server.json"), "--server", "Old", NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), 0);
     assert_string_equal(c.resolved.server_kind, "average-batch");
     config_free(&c);
@@ -915,17 +868,17 @@ static void test_load_malformed(void **state)
                            "{\"buckets\": 0, \"bucket_floats\": 10}},"
                            " \"NoFloats\": {\"model_class\": \"Synthetic\", \"configurations\": {\"buckets\": 2}},"
                            " \"BadConf\": {\"model_class\": \"Synthetic\", \"configurations\": [1]}}\n");
-    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("syn.json"), NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("syn.json"), NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "model \"Synthetic\": \"buckets\" must be a whole number in 1..65536, got 0");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("syn.json"), "--model",
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("syn.json"), "--model",
                            "NoFloats", NULL),
                      0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "model \"NoFloats\": \"bucket_floats\" must be a whole number in 1..4294967296, got nothing");
     config_free(&c);
-    assert_int_equal(parse(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("syn.json"), "--model",
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model", "Synthetic", "--model-config-path", tmp_path("syn.json"), "--model",
                            "BadConf", NULL),
                      0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
@@ -940,7 +893,7 @@ static void test_load_data_too_small(void **state)
     char err[512];
     /* 100 samples in batches of 100: one batch cannot feed two trainers
      * (a fit of flags and file: config_check_fit's). */
-    assert_int_equal(parse(&c, err, sizeof err, "--batch-size", "100", NULL), 0);
+    assert_int_equal(parse_args(&c, err, sizeof err, "--batch-size", "100", NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), 0);
     assert_int_equal(config_check_fit(&c, err, sizeof err), -1);
     assert_contains(err, "data 'DummyData' has 100 samples");
@@ -953,7 +906,7 @@ static void test_to_json(void **state)
     (void)state;
     run_config c;
     char err[512];
-    assert_int_equal(parse(&c, err, sizeof err, "--model", "DummyModel", "--server",
+    assert_int_equal(parse_args(&c, err, sizeof err, "--model", "DummyModel", "--server",
                            "AverageBatchParameterServer", "--batch_size", "5", "--token", "hidden", "--out",
                            "/tmp/r", NULL),
                      0);
@@ -1130,5 +1083,5 @@ int main(void)
         cmocka_unit_test(test_to_json),
         cmocka_unit_test(test_batch_update),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, config_setup, tmpdir_teardown);
 }
