@@ -84,6 +84,8 @@ static int client_open_all(client *cl, const client_cfg *cfg, const client_sink 
         c->fd = -1;
         c->rx_fd = -1;
         c->seg = SHM_SEG_NONE;
+        c->srv_gpu = devmem_none();
+        client_hs_enter(c, CLIENT_HS_CONNECTING, XPORT_TCP);
         cl->nconns++;
         size_t len = strcspn(p, ",");
         if (len == 0 || len >= sizeof c->addr) {
@@ -135,9 +137,7 @@ void client_close(client *cl)
             close(c->fd);
         if (c->rx_fd >= 0)
             close(c->rx_fd);
-        if (!devmem_is_none(c->srv_gpu))
-            cl->gpu->close(cl->gpu->ctx, c->srv_gpu);
-        shm_seg_close(&c->seg);
+        c->xp->close(cl, c);
         framed_free(&c->rd);
         free(c->q);
         free(c->stage); /* its pages are the arena's, released below */
@@ -162,77 +162,31 @@ void client_shared_free(client *cl, void *p)
 
 const char *client_link(const client *cl, size_t i)
 {
-    return cl->conns[i].shm ? "shm" : "tcp";
+    return cl->conns[i].xp->link;
+}
+
+void client_describe(const client *cl, size_t i, char *buf, size_t len)
+{
+    const client_conn *c = &cl->conns[i];
+    if (c->xp->cuda_ipc)
+        snprintf(buf, len, "%s", c->xp->words);
+    else
+        snprintf(buf, len, "%s (no CUDA IPC: %s)", c->xp->words, c->gpu_note[0] ? c->gpu_note : c->xp->no_ipc);
 }
 
 bool client_link_gpu(const client *cl, size_t i, const char **note)
 {
     if (note)
         *note = cl->conns[i].gpu_note;
-    return !devmem_is_none(cl->conns[i].srv_gpu);
+    return cl->conns[i].xp->cuda_ipc;
 }
 
 bool client_all_gpu(const client *cl)
 {
     for (size_t i = 0; i < cl->nconns; i++)
-        if (devmem_is_none(cl->conns[i].srv_gpu))
+        if (!cl->conns[i].xp->cuda_ipc)
             return false;
     return cl->nconns > 0;
-}
-
-/* Where a push of `bucket` with len payload bytes is staged on c: its
- * pages in the client's segment, grown when a bucket grows. NULL: no room
- * (the push goes inline). */
-static uint8_t *client_stage_for(client *cl, client_conn *c, uint64_t bucket, size_t len)
-{
-    client_stage *st = NULL;
-    for (size_t k = 0; k < c->nstage; k++)
-        if (c->stage[k].bucket == bucket)
-            st = &c->stage[k];
-    if (!st) {
-        client_stage *v = realloc(c->stage, (c->nstage + 1) * sizeof *v);
-        if (!v)
-            return NULL;
-        c->stage = v;
-        st = &c->stage[c->nstage++];
-        *st = (client_stage){.bucket = bucket};
-    }
-    if (st->cap < len) {
-        shm_arena_free(&cl->arena, st->p);
-        st->p = shm_arena_alloc(&cl->arena, len);
-        st->cap = st->p ? len : 0;
-    }
-    return st->p;
-}
-
-/* h as sent over shared memory: the payload named by offset in the
- * client's segment (copied there first when it lies elsewhere and staging
- * is on). false: it goes inline, on the socket. */
-static bool client_push_at(client *cl, client_conn *c, frame_hdr *h, const void **payload)
-{
-    uint64_t at;
-    bool staged = false;
-    if (!c->shm || c->no_segment || !cl->arena.seg.base || h->type != FT_PUSH || !h->payload || !*payload ||
-        cl->push_mode == CLIENT_PUSH_INLINE)
-        return false;
-    if (!shm_arena_owns(&cl->arena, *payload, h->payload, &at)) {
-        uint8_t *st = h->payload <= SIZE_MAX ? client_stage_for(cl, c, h->bucket, (size_t)h->payload) : NULL;
-        if (!st)
-            return false;
-        memcpy(st, *payload, (size_t)h->payload);
-        at = (uint64_t)(st - cl->arena.seg.base);
-        staged = true;
-    }
-    atomic_fetch_add_explicit(&cl->bytes_out, h->payload, memory_order_relaxed);
-    atomic_fetch_add_explicit(&cl->pushes_at, 1, memory_order_relaxed);
-    if (staged)
-        atomic_fetch_add_explicit(&cl->pushes_staged, 1, memory_order_relaxed);
-    h->at = at;
-    h->has |= FH_AT;
-    h->payload = 0;
-    h->has &= ~(uint32_t)FH_PAYLOAD;
-    *payload = NULL;
-    return true;
 }
 
 int client_queue(client *cl, size_t i, const frame_hdr *h0, const void *payload, char *err, size_t errlen)
@@ -240,13 +194,9 @@ int client_queue(client *cl, size_t i, const frame_hdr *h0, const void *payload,
     client_conn *c = &cl->conns[i];
     frame_hdr hv = *h0;
     const frame_hdr *h = &hv;
-    if (h0->has & FH_DEV) {
-        /* Its bytes are in the trainer's GPU memory: the header says where. */
-        assert(!devmem_is_none(c->srv_gpu) && !payload && !h0->payload);
-        atomic_fetch_add_explicit(&cl->bytes_out, h0->count * 4, memory_order_relaxed);
-    } else {
-        client_push_at(cl, c, &hv, &payload);
-    }
+    /* Where its payload travels is the link's to say: inline, named in the
+     * client's segment, or in GPU memory. */
+    c->xp->place(cl, c, &hv, &payload);
     if (c->qhead + c->qlen == c->qcap) {
         if (c->qhead > 0) {
             memmove(c->q, c->q + c->qhead, c->qlen * sizeof *c->q);
@@ -328,50 +278,20 @@ static int client_write(client *cl, client_conn *c, char *err, size_t errlen)
     return 0;
 }
 
-/* An answer whose payload lies in the server's segment (`at`): where,
- * checked before anything reads it; hv is h as if the payload followed. */
-static const uint8_t *client_answer_at(const client_conn *c, const frame_hdr *h, frame_hdr *hv, char *err,
-                                       size_t errlen)
+/* An answer's payload read where the server wrote it: copied device to
+ * device from its GPU memory, or handed to the sink from its segment; the
+ * reader's end of this (empty) frame follows. */
+static int client_read_in_place(client *cl, client_conn *c, const xport_in *in, uint64_t n, char *err,
+                                size_t errlen)
 {
-    uint64_t want = h->type == FT_RESULT ? frame_push_payload_size(h)
-                    : h->type == FT_PARAMS && h->count <= UINT64_MAX / 4 ? h->count * 4
-                                                                        : UINT64_MAX;
-    if (!c->seg.base || h->payload || want == UINT64_MAX || h->at % 4 || !shm_seg_holds(&c->seg, h->at, want)) {
-        snprintf(err, errlen, "server %s sent a '%s' naming bytes %" PRIu64 "..+%" PRIu64 " of %s", c->addr,
-                 frame_type_name(h->type), h->at, want == UINT64_MAX ? 0 : want,
-                 c->seg.base ? "its segment, outside it (or with a payload too)" : "a segment it never handed over");
-        return NULL;
+    if (!devmem_is_none(in->dev)) {
+        atomic_fetch_add_explicit(&cl->bytes_in, n, memory_order_relaxed);
+        return cl->sink.dev(cl->sink.ctx, c->frame, in->dev, n, err, errlen);
     }
-    *hv = *h;
-    hv->payload = want;
-    hv->has |= FH_PAYLOAD;
-    hv->has &= ~(uint32_t)FH_AT;
-    return c->seg.base + h->at;
-}
-
-/* A dense result whose mean lies in the server's GPU memory (`dev`):
- * where (none: refused, with err), checked before anything reads it; hv is
- * h as if the payload followed. */
-static devmem client_answer_dev(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv,
-                                char *err, size_t errlen)
-{
-    uint64_t want = h->type == FT_RESULT && h->layout == LAYOUT_DENSE ? frame_push_payload_size(h)
-                    : h->type == FT_PARAMS && h->count <= UINT64_MAX / 4 ? h->count * 4
-                                                                        : UINT64_MAX;
-    if (devmem_is_none(c->srv_gpu) || !cl->sink.dev || h->payload || (h->has & FH_AT) || want == UINT64_MAX ||
-        h->dev % 4 ||
-        h->dev > c->srv_gpu_bytes || want > c->srv_gpu_bytes - h->dev) {
-        snprintf(err, errlen, "server %s sent a '%s' naming bytes %" PRIu64 "..+%" PRIu64 " of %s", c->addr,
-                 frame_type_name(h->type), h->dev, want == UINT64_MAX ? 0 : want,
-                 !devmem_is_none(c->srv_gpu) ? "its GPU memory, outside it (or not a dense result, or with a payload too)"
-                                             : "GPU memory it never exported to this trainer");
-        return devmem_none();
-    }
-    *hv = *h;
-    hv->payload = want;
-    hv->has |= FH_PAYLOAD;
-    hv->has &= ~(uint32_t)FH_DEV;
-    return devmem_at(c->srv_gpu, h->dev);
+    if (!n)
+        return 0;
+    atomic_fetch_add_explicit(&cl->bytes_in, n, memory_order_relaxed);
+    return cl->sink.data(cl->sink.ctx, c->frame, 0, in->host, n, err, errlen);
 }
 
 /* Dispatch the frames and payload chunks that have arrived on c. */
@@ -406,29 +326,18 @@ static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
             }
             if (client_check_answer(c, h, err, errlen) < 0)
                 return -1;
+            /* A payload named where it lies (the server's segment or GPU
+             * memory): the link says where, checked. */
             frame_hdr hv;
-            const uint8_t *shared = NULL;
-            devmem on_gpu = devmem_none();
-            if ((h->has & FH_DEV) && devmem_is_none(on_gpu = client_answer_dev(cl, c, h, &hv, err, errlen)))
-                return -1;
-            if ((h->has & FH_AT) && !(shared = client_answer_at(c, h, &hv, err, errlen)))
+            xport_in in = {NULL, devmem_none()};
+            bool named = h->has & (FH_AT | FH_DEV);
+            if (named && c->xp->in_place(cl, c, h, &hv, &in, err, errlen) < 0)
                 return -1;
             c->frame = NULL;
-            if (cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), shared || !devmem_is_none(on_gpu) ? &hv : h,
-                               &c->frame, err, errlen) < 0)
+            if (cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), named ? &hv : h, &c->frame, err, errlen) < 0)
                 return -1;
-            if (!devmem_is_none(on_gpu)) { /* in the server's GPU memory: copied device to device */
-                atomic_fetch_add_explicit(&cl->bytes_in, hv.payload, memory_order_relaxed);
-                if (cl->sink.dev(cl->sink.ctx, c->frame, on_gpu, hv.payload, err, errlen) < 0)
-                    return -1;
-            }
-            /* Read where the server wrote it; the reader's end of this
-             * (empty) frame follows. */
-            if (shared && hv.payload) {
-                atomic_fetch_add_explicit(&cl->bytes_in, hv.payload, memory_order_relaxed);
-                if (cl->sink.data(cl->sink.ctx, c->frame, 0, shared, hv.payload, err, errlen) < 0)
-                    return -1;
-            }
+            if (named && client_read_in_place(cl, c, &in, hv.payload, err, errlen) < 0)
+                return -1;
             break;
         }
         case FRAMED_BAD:

@@ -60,14 +60,31 @@ typedef struct client_stage {
     size_t cap;
 } client_stage;
 
+/* Where a connection's handshake stands (client_hello.c: client_hs_enter
+ * is the one place that changes it, and the transport with it). Forward
+ * only; a failure leaves the state where it failed (client_close releases
+ * what the transport holds then). */
+typedef enum client_hs {
+    CLIENT_HS_CONNECTING = 0, /* no socket yet */
+    CLIENT_HS_HELLO,          /* on TCP, hello sent: the first answer awaited */
+    CLIENT_HS_FOLLOWED,       /* redirected: on the server's Unix socket, hello again */
+    CLIENT_HS_WELCOMED,       /* the welcome taken; CUDA IPC offered or not */
+    CLIENT_HS_READY,          /* handed to client_poll */
+} client_hs;
+
+struct xport_ops;
+
 typedef struct client_conn {
     int fd;
     char addr[300];
     uint32_t server_rank;
+    client_hs hs;
+    /* How the link carries payloads (trainer/xport.h: TCP, shared memory,
+     * CUDA IPC); set with hs. */
+    const struct xport_ops *xp;
     /* Shared memory (docs/protocol.md): over the server's Unix socket,
      * pushes name their payload in the client's segment (cl->arena) and
      * results theirs in the server's (seg, mapped read-only). */
-    bool shm;
     shm_seg seg;
     int rx_fd;           /* a descriptor received and not taken yet */
     char link_note[200]; /* why this link is TCP where shared memory was tried ("": not tried) */
@@ -145,6 +162,9 @@ void *client_shared_alloc(client *cl, size_t bytes);
 void client_shared_free(client *cl, void *p);
 /* How connection i travels: "shm" or "tcp". */
 const char *client_link(const client *cl, size_t i);
+/* Connection i in words, for the start line: "TCP" or "shared memory",
+ * then " + CUDA IPC" or why not (" (no CUDA IPC: ...)"). */
+void client_describe(const client *cl, size_t i, char *buf, size_t len);
 /* Whether connection i exchanges dense buckets by CUDA IPC; else, where
  * its server offered it, why not (note: "" when not offered). */
 bool client_link_gpu(const client *cl, size_t i, const char **note);

@@ -1,6 +1,7 @@
 /* client_impl.h — what the parts of the trainer's client share and no
  * caller needs: client.c (the send queue, the results), client_hello.c
- * (the handshake). Included by those files only. */
+ * (the handshake) and the transports (xport_*.c). Included by those files
+ * only. */
 #ifndef PSBENCH_CLIENT_IMPL_H
 #define PSBENCH_CLIENT_IMPL_H
 
@@ -8,9 +9,20 @@
 
 #include "shared/frame.h"
 #include "trainer/client.h"
+#include "trainer/xport.h"
 
 /* Format an `error` frame from a server as a one-line reason. */
 void client_error_frame(const client_conn *c, const frame_hdr *h, char *err, size_t errlen);
+
+/* Blocking read of exactly one frame header (no payload) during the
+ * handshake, for at most timeout_s: the server's first answer (`want`:
+ * welcome; FT_REDIRECT: a redirect or a welcome), or its answer to an
+ * export (FT_EXPORT: 1 when it is an error, which *h describes). */
+int client_read_answer(client_conn *c, frame_type want, double timeout_s, frame_hdr *h, char *err, size_t errlen);
+
+/* Move c's handshake to st, on transport k (client_hello.c): the one
+ * place either changes. */
+void client_hs_enter(client_conn *c, client_hs st, xport_kind k);
 
 /* Hello and welcome on c, connected over TCP (client_hello.c): it leaves
  * c on the link the transport and the server allow, blocking, within

@@ -79,12 +79,9 @@ static void trainer_log_links(const client *cl, uint64_t rank)
     if (!cl->gpu)
         return;
     for (size_t i = 0; i < cl->nconns; i++) {
-        const char *note;
-        bool ipc = client_link_gpu(cl, i, &note);
-        bool shm = strcmp(client_link(cl, i), "shm") == 0;
-        const char *why = note[0] ? note : shm ? "the server offered none" : "it runs over shared memory only";
-        log_info("rank %" PRIu64 ": server %s: %s%s%s%s", rank, cl->conns[i].addr, shm ? "shared memory" : "TCP",
-                 ipc ? " + CUDA IPC" : " (no CUDA IPC: ", ipc ? "" : why, ipc ? "" : ")");
+        char link[400];
+        client_describe(cl, i, link, sizeof link);
+        log_info("rank %" PRIu64 ": server %s: %s", rank, cl->conns[i].addr, link);
     }
 }
 

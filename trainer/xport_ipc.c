@@ -1,0 +1,153 @@
+/* xport_ipc.c — CUDA IPC on a shared-memory link (xport.h;
+ * docs/protocol.md, CUDA IPC): with the server on this trainer's GPU, the
+ * trainer exports its gradients' memory and event and opens the server's;
+ * dense pushes then name their bytes in the exported memory (`dev`) and
+ * dense results are copied device to device from the server's. Everything
+ * else travels as over shared memory (xport_shm.c). */
+#include "trainer/client_impl.h"
+#include "trainer/xport.h"
+#include "shared/shm.h"
+#include "shared/text.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <sys/uio.h>
+
+/* The welcome offered CUDA IPC (`gpu`); on the same GPU, export the
+ * gradients' memory and event and open the server's memory. A refusal, or
+ * another GPU, or gradients not in shareable memory, is a note, not an
+ * error: the link goes on over pinned memory. 0 (*ipc: opened), or -1
+ * with err (the connection failed). */
+int xport_ipc_export(client *cl, client_conn *c, const frame_hdr *w, double timeout_s, bool *ipc, char *err,
+                     size_t errlen)
+{
+    *ipc = false;
+    const gpushare *g = cl->gpu;
+    if (!g) {
+        snprintf(c->gpu_note, sizeof c->gpu_note, "this trainer's gradients are not in shareable GPU memory");
+        return 0;
+    }
+    if (!frame_str_eq(w->gpu, g->gpu)) {
+        snprintf(c->gpu_note, sizeof c->gpu_note, "the server computes on GPU %.*s, this trainer on %s",
+                 (int)(w->gpu.n > 48 ? 48 : w->gpu.n), w->gpu.p, g->gpu);
+        return 0;
+    }
+    char hex[4 * GPUSHARE_HANDLE + 1];
+    text_hex(g->mem, GPUSHARE_HANDLE, hex);
+    text_hex(g->ev, GPUSHARE_HANDLE, hex + 2 * GPUSHARE_HANDLE);
+    frame_hdr h = {0};
+    h.type = FT_EXPORT;
+    h.gpu = frame_str_c(g->gpu);
+    h.segment = g->bytes;
+    h.ipc = frame_str_c(hex);
+    h.has = FH_GPU | FH_SEGMENT | FH_IPC;
+    uint8_t buf[1024];
+    size_t n = frame_encode_header(&h, buf, sizeof buf);
+    struct iovec iov = {buf, n};
+    if (!n || shm_send_fd(c->fd, &iov, 1, -1) != (ssize_t)n) {
+        snprintf(err, errlen, "server %s: cannot send export", c->addr);
+        return -1;
+    }
+    frame_hdr a;
+    int r = client_read_answer(c, FT_EXPORT, timeout_s, &a, err, errlen);
+    if (r < 0)
+        return -1;
+    if (r == 1) {
+        char msg[160];
+        text_escape_n(a.message.p, a.message.n > 120 ? 120 : a.message.n, msg, sizeof msg);
+        snprintf(c->gpu_note, sizeof c->gpu_note, "the server refused the export: %s", msg);
+        return 0;
+    }
+    unsigned char mem[GPUSHARE_HANDLE];
+    char missing[64];
+    if (frame_missing(a.has, FH_GPU | FH_SEGMENT | FH_IPC, missing, sizeof missing) || !frame_str_eq(a.gpu, g->gpu) ||
+        a.ipc.n != 2 * GPUSHARE_HANDLE || text_unhex(a.ipc.p, GPUSHARE_HANDLE, mem) < 0 || a.segment == 0) {
+        snprintf(err, errlen, "server %s: its export answer is not one (gpu, segment, ipc: a %u-byte handle)",
+                 c->addr, GPUSHARE_HANDLE);
+        return -1;
+    }
+    char why[300];
+    if (devmem_is_none(c->srv_gpu = g->open(g->ctx, mem, a.segment, why, sizeof why))) {
+        /* The server holds our export; we cannot read its results there:
+         * a server that sends one ends the link with a clear error. */
+        snprintf(err, errlen, "server %s: cannot open its GPU memory: %s", c->addr, why);
+        return -1;
+    }
+    c->srv_gpu_bytes = a.segment;
+    *ipc = true;
+    return 0;
+}
+
+/* A push named in the trainer's exported GPU memory (`dev`: the caller
+ * put it there) goes as it is; any other as over shared memory. */
+static void xipc_place(client *cl, client_conn *c, frame_hdr *h, const void **payload)
+{
+    if (!(h->has & FH_DEV)) {
+        xport_shm_place(cl, c, h, payload);
+        return;
+    }
+    assert(!*payload && !h->payload);
+    atomic_fetch_add_explicit(&cl->bytes_out, h->count * 4, memory_order_relaxed);
+}
+
+/* A dense result whose mean lies in the server's GPU memory (`dev`):
+ * where, checked before anything reads it; hv is h as if the payload
+ * followed. Refused where no GPU memory was exported (every other link:
+ * their in_place calls this). */
+int xport_ipc_answer_dev(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv, xport_in *in,
+                         char *err, size_t errlen)
+{
+    uint64_t want = h->type == FT_RESULT && h->layout == LAYOUT_DENSE ? frame_push_payload_size(h)
+                    : h->type == FT_PARAMS && h->count <= UINT64_MAX / 4 ? h->count * 4
+                                                                        : UINT64_MAX;
+    if (devmem_is_none(c->srv_gpu) || !cl->sink.dev || h->payload || (h->has & FH_AT) || want == UINT64_MAX ||
+        h->dev % 4 || h->dev > c->srv_gpu_bytes || want > c->srv_gpu_bytes - h->dev) {
+        snprintf(err, errlen, "server %s sent a '%s' naming bytes %" PRIu64 "..+%" PRIu64 " of %s", c->addr,
+                 frame_type_name(h->type), h->dev, want == UINT64_MAX ? 0 : want,
+                 !devmem_is_none(c->srv_gpu) ? "its GPU memory, outside it (or not a dense result, or with a payload too)"
+                                             : "GPU memory it never exported to this trainer");
+        return -1;
+    }
+    *hv = *h;
+    hv->payload = want;
+    hv->has |= FH_PAYLOAD;
+    hv->has &= ~(uint32_t)FH_DEV;
+    in->dev = devmem_at(c->srv_gpu, h->dev);
+    return 0;
+}
+
+/* Dense results in the server's GPU memory, the others in its segment. */
+static int xipc_in_place(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv, xport_in *in,
+                         char *err, size_t errlen)
+{
+    if (h->has & FH_DEV)
+        return xport_ipc_answer_dev(cl, c, h, hv, in, err, errlen);
+    return xport_shm_answer_at(c, h, hv, in, err, errlen);
+}
+
+/* The server's GPU memory, opened by the export; then what shared memory
+ * holds. */
+static void xipc_close(client *cl, client_conn *c)
+{
+    if (!devmem_is_none(c->srv_gpu))
+        cl->gpu->close(cl->gpu->ctx, c->srv_gpu);
+    c->srv_gpu = devmem_none();
+    xport_shm_ops.close(cl, c);
+}
+
+const xport_ops xport_ipc_ops = {
+    .kind = XPORT_IPC,
+    .link = "shm",
+    .cuda_ipc = true,
+    .words = "shared memory + CUDA IPC",
+    .no_ipc = "",
+    .hello_segment = NULL, /* never says hello: it is reached after the welcome */
+    .recv = NULL,
+    .welcomed = NULL,
+    .gpu_offer = NULL,
+    .place = xipc_place,
+    .in_place = xipc_in_place,
+    .close = xipc_close,
+};

@@ -1,0 +1,66 @@
+/* xport_tcp.c — the TCP transport of a trainer's connection (xport.h):
+ * every payload inline on the socket, both ways. Where a connection
+ * starts; the handshake may move it on (client_hello.c). */
+#include "trainer/xport.h"
+
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int xtcp_hello_segment(const client *cl, const client_conn *c, uint64_t *size)
+{
+    (void)cl, (void)c, (void)size;
+    return -1;
+}
+
+static ssize_t xtcp_recv(client_conn *c, uint8_t *dst, size_t room)
+{
+    return recv(c->fd, dst, room, 0);
+}
+
+/* No descriptor travels on TCP: a welcome that names a segment is wrong. */
+static int xtcp_welcomed(client_conn *c, const frame_hdr *w, char *err, size_t errlen)
+{
+    if (c->rx_fd >= 0)
+        close(c->rx_fd);
+    c->rx_fd = -1;
+    if (!(w->has & FH_SEGMENT))
+        return 0;
+    snprintf(err, errlen, "server %s: its welcome names a segment on a TCP connection", c->addr);
+    return -1;
+}
+
+static void xtcp_place(client *cl, client_conn *c, frame_hdr *h, const void **payload)
+{
+    (void)cl, (void)c, (void)h, (void)payload; /* inline: as given */
+}
+
+/* Nothing was handed over: an answer naming a segment or GPU memory is
+ * refused, naming which. */
+static int xtcp_in_place(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv, xport_in *in,
+                         char *err, size_t errlen)
+{
+    if (h->has & FH_DEV)
+        return xport_ipc_answer_dev(cl, c, h, hv, in, err, errlen);
+    return xport_shm_answer_at(c, h, hv, in, err, errlen);
+}
+
+static void xtcp_close(client *cl, client_conn *c)
+{
+    (void)cl, (void)c; /* the socket is the client's */
+}
+
+const xport_ops xport_tcp_ops = {
+    .kind = XPORT_TCP,
+    .link = "tcp",
+    .cuda_ipc = false,
+    .words = "TCP",
+    .no_ipc = "it runs over shared memory only",
+    .hello_segment = xtcp_hello_segment,
+    .recv = xtcp_recv,
+    .welcomed = xtcp_welcomed,
+    .gpu_offer = NULL, /* CUDA IPC is offered on the Unix socket only */
+    .place = xtcp_place,
+    .in_place = xtcp_in_place,
+    .close = xtcp_close,
+};
