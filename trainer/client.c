@@ -140,24 +140,12 @@ void client_close(client *cl)
         c->xp->close(cl, c);
         framed_free(&c->rd);
         free(c->q);
-        free(c->stage); /* its pages are the arena's, released below */
     }
     free(cl->conns);
     free(cl->pfd);
     shm_arena_destroy(&cl->arena);
     memset(cl, 0, sizeof *cl);
     cl->arena.seg = SHM_SEG_NONE;
-}
-
-void *client_shared_alloc(client *cl, size_t bytes)
-{
-    return cl->arena.seg.base && cl->push_mode == CLIENT_PUSH_AUTO ? shm_arena_alloc(&cl->arena, bytes) : NULL;
-}
-
-void client_shared_free(client *cl, void *p)
-{
-    if (p && cl->arena.seg.base)
-        shm_arena_free(&cl->arena, p);
 }
 
 const char *client_link(const client *cl, size_t i)
@@ -167,11 +155,7 @@ const char *client_link(const client *cl, size_t i)
 
 void client_describe(const client *cl, size_t i, char *buf, size_t len)
 {
-    const client_conn *c = &cl->conns[i];
-    if (c->xp->cuda_ipc)
-        snprintf(buf, len, "%s", c->xp->words);
-    else
-        snprintf(buf, len, "%s (no CUDA IPC: %s)", c->xp->words, c->gpu_note[0] ? c->gpu_note : c->xp->no_ipc);
+    cl->conns[i].xp->describe(&cl->conns[i], buf, len);
 }
 
 bool client_link_gpu(const client *cl, size_t i, const char **note)
@@ -189,14 +173,21 @@ bool client_all_gpu(const client *cl)
     return cl->nconns > 0;
 }
 
-int client_queue(client *cl, size_t i, const frame_hdr *h0, const void *payload, char *err, size_t errlen)
+int client_queue(client *cl, size_t i, const frame_hdr *h, const void *payload, char *err, size_t errlen)
+{
+    client_src src = {.host = payload};
+    return client_queue_src(cl, i, h, &src, err, errlen);
+}
+
+int client_queue_src(client *cl, size_t i, const frame_hdr *h0, const client_src *src, char *err, size_t errlen)
 {
     client_conn *c = &cl->conns[i];
     frame_hdr hv = *h0;
     const frame_hdr *h = &hv;
-    /* Where its payload travels is the link's to say: inline, named in the
-     * client's segment, or in GPU memory. */
-    c->xp->place(cl, c, &hv, &payload);
+    /* How its payload travels is the link's to say, here only: inline,
+     * named in the client's segment, or in GPU memory. */
+    const void *payload = src->host;
+    c->xp->place(cl, c, &hv, src, &payload);
     if (c->qhead + c->qlen == c->qcap) {
         if (c->qhead > 0) {
             memmove(c->q, c->q + c->qhead, c->qlen * sizeof *c->q);
@@ -278,20 +269,10 @@ static int client_write(client *cl, client_conn *c, char *err, size_t errlen)
     return 0;
 }
 
-/* An answer's payload read where the server wrote it: copied device to
- * device from its GPU memory, or handed to the sink from its segment; the
- * reader's end of this (empty) frame follows. */
-static int client_read_in_place(client *cl, client_conn *c, const xport_in *in, uint64_t n, char *err,
-                                size_t errlen)
+int client_begin(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
-    if (!devmem_is_none(in->dev)) {
-        atomic_fetch_add_explicit(&cl->bytes_in, n, memory_order_relaxed);
-        return cl->sink.dev(cl->sink.ctx, c->frame, in->dev, n, err, errlen);
-    }
-    if (!n)
-        return 0;
-    atomic_fetch_add_explicit(&cl->bytes_in, n, memory_order_relaxed);
-    return cl->sink.data(cl->sink.ctx, c->frame, 0, in->host, n, err, errlen);
+    c->frame = NULL;
+    return cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), h, &c->frame, err, errlen);
 }
 
 /* Dispatch the frames and payload chunks that have arrived on c. */
@@ -327,17 +308,13 @@ static int client_process(client *cl, client_conn *c, char *err, size_t errlen)
             if (client_check_answer(c, h, err, errlen) < 0)
                 return -1;
             /* A payload named where it lies (the server's segment or GPU
-             * memory): the link says where, checked. */
-            frame_hdr hv;
-            xport_in in = {NULL, devmem_none()};
-            bool named = h->has & (FH_AT | FH_DEV);
-            if (named && c->xp->in_place(cl, c, h, &hv, &in, err, errlen) < 0)
+             * memory): the link reads it there. */
+            if (h->has & (FH_AT | FH_DEV)) {
+                if (c->xp->read_in_place(cl, c, h, err, errlen) < 0)
+                    return -1;
+            } else if (client_begin(cl, c, h, err, errlen) < 0) {
                 return -1;
-            c->frame = NULL;
-            if (cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), named ? &hv : h, &c->frame, err, errlen) < 0)
-                return -1;
-            if (named && client_read_in_place(cl, c, &in, hv.payload, err, errlen) < 0)
-                return -1;
+            }
             break;
         }
         case FRAMED_BAD:

@@ -95,7 +95,7 @@ typedef struct client_conn {
     devmem srv_gpu;
     uint64_t srv_gpu_bytes;
     char gpu_note[200];
-    client_stage *stage;
+    client_stage *stage; /* shared memory's (xport_shm.c): made and freed there */
     size_t nstage;
     client_out *q;
     size_t qhead, qlen, qcap;
@@ -171,8 +171,22 @@ bool client_link_gpu(const client *cl, size_t i, const char **note);
 /* Whether every connection exchanges dense buckets by CUDA IPC. */
 bool client_all_gpu(const client *cl);
 void client_close(client *cl);
-/* Queue a frame (header fields in h; payload bytes stay the caller's
- * until written) on connection i. Returns 0 or -1. */
+/* Where a push's payload lies: host bytes (NULL: none), and where on_dev
+ * the same bytes at offset dev in the trainer's exported GPU memory
+ * (client_cfg.gpu). The caller says where they are, never how they
+ * travel: the link decides that, once (trainer/xport.h: inline, named in
+ * the client's segment, or by CUDA IPC). */
+typedef struct client_src {
+    const void *host;
+    uint64_t dev;
+    bool on_dev;
+} client_src;
+
+/* Queue a frame (header fields in h, its payload's size in h->payload;
+ * payload bytes stay the caller's until written) on connection i.
+ * Returns 0 or -1. */
+int client_queue_src(client *cl, size_t i, const frame_hdr *h, const client_src *src, char *err, size_t errlen);
+/* The same, with the payload at host address payload. */
 int client_queue(client *cl, size_t i, const frame_hdr *h, const void *payload, char *err, size_t errlen);
 /* Do I/O for at most timeout_ms: write what is queued, read and dispatch
  * what arrives. Returns 0, or -1 with err set (connection lost, error

@@ -14,6 +14,10 @@
 /* Format an `error` frame from a server as a one-line reason. */
 void client_error_frame(const client_conn *c, const frame_hdr *h, char *err, size_t errlen);
 
+/* The sink's begin for the answer h on c (its cookie in c->frame), which
+ * the transports call too once they have found a payload in place. */
+int client_begin(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen);
+
 /* Blocking read of exactly one frame header (no payload) during the
  * handshake, for at most timeout_s: the server's first answer (`want`:
  * welcome; FT_REDIRECT: a redirect or a welcome), or its answer to an

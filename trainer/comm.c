@@ -148,7 +148,8 @@ static void *comm_main(void *arg)
         for (uint32_t i = 0; i < n; i++) {
             comm_bucket *b = take[i];
             c->inflight[b->id] = b;
-            if (client_queue(c->cl, b->server, &b->hdr, b->payload, err, sizeof err) < 0) {
+            client_src src = {.host = b->payload, .dev = b->dev, .on_dev = b->on_dev};
+            if (client_queue_src(c->cl, b->server, &b->hdr, &src, err, sizeof err) < 0) {
                 comm_fail(c, err);
                 return NULL;
             }

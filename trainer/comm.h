@@ -25,7 +25,9 @@ typedef struct comm_bucket {
     uint32_t id;            /* the bucket number on the wire */
     uint32_t server;        /* the client connection it goes to (set by comm_push) */
     frame_hdr hdr;          /* the push header (batch set by comm_push) */
-    const uint8_t *payload; /* dense: the gradients; sparse: indices then rows */
+    const uint8_t *payload; /* dense: the gradients; sparse: indices then rows (NULL: on_dev only) */
+    bool on_dev;            /* dense: the gradients lie at dev in the trainer's exported GPU memory */
+    uint64_t dev;
     float *dense_dst;       /* dense: where the mean goes (may equal payload) */
     uint8_t *result;        /* sparse: the coalesced mean (owned, grows) */
     devmem result_dev;      /* dense, CUDA IPC: the mean in the server's GPU memory (else none) */

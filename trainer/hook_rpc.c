@@ -112,22 +112,23 @@ static void rpc_ready(hook *h, hook_bucket *b)
     r->pushed = true;
     if (!rpc_shaped_as(s, b))
         rpc_shape(s, b);
-    frame_hdr *hd = &s->cb.hdr;
+    /* Where the bucket lies, never how it travels: the client's link
+     * decides that (trainer/xport.h). */
+    s->cb.on_dev = false;
     if (b->sparse) {
         rpc_pack_sparse(s, b);
     } else if (!devf32_is_none(b->device_data)) {
-        /* Named where it lies in the exported gradients; the server's
-         * stream waits for the event recorded now, after its writer (and
-         * after the copies of earlier means: the loans' end). */
-        hd->dev = devmem_offset(r->gpu->base, devf32_mem(b->device_data));
-        hd->has = (hd->has | FH_DEV) & ~(uint32_t)FH_PAYLOAD;
-        hd->payload = 0;
+        /* In the exported gradients (every link is CUDA IPC then); the
+         * server's stream waits for the event recorded now, after its
+         * writer (and after the copies of earlier means: the loans' end). */
+        s->cb.hdr.payload = b->count * 4;
+        s->cb.on_dev = true;
+        s->cb.dev = devmem_offset(r->gpu->base, devf32_mem(b->device_data));
         s->cb.payload = NULL;
         s->cb.dense_dst = NULL;
         r->gpu->record(r->gpu->ctx);
     } else {
-        hd->has = (hd->has | FH_PAYLOAD) & ~(uint32_t)FH_DEV;
-        hd->payload = b->count * 4;
+        s->cb.hdr.payload = b->count * 4;
         s->cb.payload = (const uint8_t *)b->data;
         s->cb.dense_dst = b->data;
     }
@@ -190,7 +191,8 @@ static const struct client *rpc_client(const hook *h)
 
 /* Memory in the client's segment (hook_send_memory): a dense bucket that
  * lies there is pushed by offset, where one elsewhere is first copied into
- * the segment, per push (client.c). The client owns it until client_close.
+ * the segment, per push (trainer/xport_shm.c). The client owns it until
+ * client_close.
  * The segment's free list is the comm thread's once pushes flow (staging
  * areas), hence only before the first bucket. */
 static void *rpc_send_memory(hook *h, size_t bytes)

@@ -530,26 +530,25 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
         h.bucket = k;
         h.dtype = frame_str_c("f32");
         h.has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_PAYLOAD;
-        const void *payload;
+        client_src src = {0};
         if (!s->cfg.sparse) {
             h.layout_str = frame_str_c("dense");
             h.count = syn_floats(s, k);
             h.has |= FH_COUNT;
             h.payload = h.count * 4;
-            payload = s->push_base + syn_off(s->cfg.rank, b, k);
-            if (s->dev && client_link_gpu(cl, link, NULL)) {
-                /* Named where it lies in our exported GPU memory. One event
+            src.host = s->push_base + syn_off(s->cfg.rank, b, k);
+            if (s->dev) {
+                /* The same bytes in our exported GPU memory: a CUDA IPC
+                 * link names them there (the client decides). One event
                  * record per batch, before its first such push: the server
                  * waits for it, so it follows the ramp's upload and the
                  * copies out of the means it lent us last batch. */
-                if (!recorded) {
+                src.dev = (uint64_t)syn_off(s->cfg.rank, b, k) * 4;
+                src.on_dev = true;
+                if (!recorded && client_link_gpu(cl, link, NULL)) {
                     s->share.record(s->share.ctx);
                     recorded = true;
                 }
-                h.dev = (uint64_t)syn_off(s->cfg.rank, b, k) * 4;
-                h.has = (h.has | FH_DEV) & ~(uint32_t)FH_PAYLOAD;
-                h.payload = 0;
-                payload = NULL;
             }
         } else {
             h.layout_str = frame_str_c("sparse");
@@ -558,11 +557,11 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
             h.nnz = s->nnz;
             h.has |= FH_ROWS | FH_COLS | FH_NNZ;
             h.payload = s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols);
-            payload = s->spush[k];
+            src.host = s->spush[k];
         }
         s->t_push_ns[k] = now;
         s->done[k] = false;
-        if (client_queue(cl, link, &h, payload, err, errlen) < 0)
+        if (client_queue_src(cl, link, &h, &src, err, errlen) < 0)
             return -1;
     }
     s->remaining = s->cfg.buckets;

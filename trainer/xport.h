@@ -23,23 +23,14 @@
  * server's offer, exported): never back. */
 typedef enum xport_kind { XPORT_TCP = 0, XPORT_SHM, XPORT_IPC, XPORT_KINDS } xport_kind;
 
-/* Where an answer's payload lies when it did not come on the socket
- * (xport_ops.in_place): host, in the server's segment; or dev, in the
- * server's GPU memory (devmem_none() otherwise). */
-typedef struct xport_in {
-    const uint8_t *host;
-    devmem dev;
-} xport_in;
-
 typedef struct xport_ops {
     xport_kind kind;
     /* How it describes itself: results.json's links[].transport ("tcp",
-     * "shm") and links[].cuda_ipc; the start line's words, and the reason
-     * there is no CUDA IPC when nothing more precise was noted. */
+     * "shm") and links[].cuda_ipc; describe: the start line's words for
+     * connection c ("TCP (no CUDA IPC: ...)"). */
     const char *link;
     bool cuda_ipc;
-    const char *words;
-    const char *no_ipc;
+    void (*describe)(const client_conn *c, char *buf, size_t len);
     /* Hello: the descriptor this link hands over with it (the client's
      * segment; -1: none) and its size. */
     int (*hello_segment)(const client *cl, const client_conn *c, uint64_t *size);
@@ -54,16 +45,16 @@ typedef struct xport_ops {
      * NULL: the offer is not for this link. 0, or -1 with err. */
     int (*gpu_offer)(client *cl, client_conn *c, const frame_hdr *w, double timeout_s, bool *ipc, char *err,
                      size_t errlen);
-    /* A push about to be queued: h and *payload rewritten to how its
-     * payload travels — inline (unchanged), named in the client's segment
-     * (`at`, staged there first when it lies elsewhere) or on the GPU
-     * (`dev`). */
-    void (*place)(client *cl, client_conn *c, frame_hdr *h, const void **payload);
-    /* An answer that names where its payload lies (`at`, `dev`): where,
-     * checked before anything reads it; hv is h as if the payload
-     * followed. 0, or -1 with err. */
-    int (*in_place)(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv, xport_in *in,
-                    char *err, size_t errlen);
+    /* Stage or send: a push about to be queued, h and *payload (src->host
+     * to begin with) rewritten to how its payload travels — inline
+     * (unchanged), named in the client's segment (`at`, staged there
+     * first when it lies elsewhere) or in GPU memory (`dev`). The one
+     * place a push's wire form is decided. */
+    void (*place)(client *cl, client_conn *c, frame_hdr *h, const client_src *src, const void **payload);
+    /* Read a result in place: an answer that names where its payload lies
+     * (`at`, `dev`), checked before anything reads it, begun at the sink
+     * (client_begin) and handed over from there. 0, or -1 with err. */
+    int (*read_in_place)(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen);
     /* Release what this link holds beyond the socket (segment, GPU
      * memory). */
     void (*close)(client *cl, client_conn *c);
@@ -74,15 +65,19 @@ const xport_ops *xport_get(xport_kind k);
 
 extern const xport_ops xport_tcp_ops, xport_shm_ops, xport_ipc_ops;
 
-/* What CUDA IPC builds on shared memory (xport_shm.c). */
+/* What CUDA IPC builds on shared memory (xport_shm.c), and what every
+ * link refuses with where it holds no segment. */
 int xport_shm_follow(client *cl, client_conn *c, const frame_hdr *r, char *why, size_t len);
-void xport_shm_place(client *cl, client_conn *c, frame_hdr *h, const void **payload);
-int xport_shm_answer_at(const client_conn *c, const frame_hdr *h, frame_hdr *hv, xport_in *in, char *err,
-                        size_t errlen);
-/* What the others refuse with (xport_ipc.c): an answer naming GPU memory. */
-int xport_ipc_answer_dev(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv, xport_in *in,
-                         char *err, size_t errlen);
+void xport_shm_place(client *cl, client_conn *c, frame_hdr *h, const client_src *src, const void **payload);
+int xport_shm_read_at(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen);
+void xport_shm_close(client *cl, client_conn *c);
+/* CUDA IPC (xport_ipc.c): the export at the welcome's offer; a result
+ * read in the server's GPU memory, refused where none was exported (every
+ * other link). */
 int xport_ipc_export(client *cl, client_conn *c, const frame_hdr *w, double timeout_s, bool *ipc, char *err,
                      size_t errlen);
+int xport_ipc_read_dev(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen);
+/* "WORDS (no CUDA IPC: why)", why being c's note or dflt. */
+void xport_describe_no_ipc(const client_conn *c, const char *words, const char *dflt, char *buf, size_t len);
 
 #endif

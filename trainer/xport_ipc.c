@@ -9,7 +9,6 @@
 #include "shared/shm.h"
 #include "shared/text.h"
 
-#include <assert.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -80,24 +79,28 @@ int xport_ipc_export(client *cl, client_conn *c, const frame_hdr *w, double time
     return 0;
 }
 
-/* A push named in the trainer's exported GPU memory (`dev`: the caller
- * put it there) goes as it is; any other as over shared memory. */
-static void xipc_place(client *cl, client_conn *c, frame_hdr *h, const void **payload)
+/* A dense push whose bytes lie in the trainer's exported GPU memory is
+ * named there (`dev`): the server copies it device to device, after the
+ * event the caller recorded (callers name only dense pushes there); any
+ * other goes as over shared memory. */
+static void xipc_place(client *cl, client_conn *c, frame_hdr *h, const client_src *src, const void **payload)
 {
-    if (!(h->has & FH_DEV)) {
-        xport_shm_place(cl, c, h, payload);
+    if (!src->on_dev) {
+        xport_shm_place(cl, c, h, src, payload);
         return;
     }
-    assert(!*payload && !h->payload);
     atomic_fetch_add_explicit(&cl->bytes_out, h->count * 4, memory_order_relaxed);
+    h->dev = src->dev;
+    h->has = (h->has | FH_DEV) & ~(uint32_t)FH_PAYLOAD;
+    h->payload = 0;
+    *payload = NULL;
 }
 
 /* A dense result whose mean lies in the server's GPU memory (`dev`):
- * where, checked before anything reads it; hv is h as if the payload
- * followed. Refused where no GPU memory was exported (every other link:
- * their in_place calls this). */
-int xport_ipc_answer_dev(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv, xport_in *in,
-                         char *err, size_t errlen)
+ * where, checked before anything reads it (refused where no GPU memory
+ * was exported: every other link), begun at the sink as if it had
+ * followed and copied device to device. */
+int xport_ipc_read_dev(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
     uint64_t want = h->type == FT_RESULT && h->layout == LAYOUT_DENSE ? frame_push_payload_size(h)
                     : h->type == FT_PARAMS && h->count <= UINT64_MAX / 4 ? h->count * 4
@@ -110,21 +113,22 @@ int xport_ipc_answer_dev(const client *cl, const client_conn *c, const frame_hdr
                                              : "GPU memory it never exported to this trainer");
         return -1;
     }
-    *hv = *h;
-    hv->payload = want;
-    hv->has |= FH_PAYLOAD;
-    hv->has &= ~(uint32_t)FH_DEV;
-    in->dev = devmem_at(c->srv_gpu, h->dev);
-    return 0;
+    frame_hdr hv = *h;
+    hv.payload = want;
+    hv.has |= FH_PAYLOAD;
+    hv.has &= ~(uint32_t)FH_DEV;
+    if (client_begin(cl, c, &hv, err, errlen) < 0)
+        return -1;
+    atomic_fetch_add_explicit(&cl->bytes_in, want, memory_order_relaxed);
+    return cl->sink.dev(cl->sink.ctx, c->frame, devmem_at(c->srv_gpu, h->dev), want, err, errlen);
 }
 
 /* Dense results in the server's GPU memory, the others in its segment. */
-static int xipc_in_place(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv, xport_in *in,
-                         char *err, size_t errlen)
+static int xipc_read_in_place(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
     if (h->has & FH_DEV)
-        return xport_ipc_answer_dev(cl, c, h, hv, in, err, errlen);
-    return xport_shm_answer_at(c, h, hv, in, err, errlen);
+        return xport_ipc_read_dev(cl, c, h, err, errlen);
+    return xport_shm_read_at(cl, c, h, err, errlen);
 }
 
 /* The server's GPU memory, opened by the export; then what shared memory
@@ -134,20 +138,26 @@ static void xipc_close(client *cl, client_conn *c)
     if (!devmem_is_none(c->srv_gpu))
         cl->gpu->close(cl->gpu->ctx, c->srv_gpu);
     c->srv_gpu = devmem_none();
-    xport_shm_ops.close(cl, c);
+    xport_shm_close(cl, c);
+}
+
+static void xipc_describe(const client_conn *c, char *buf, size_t len)
+{
+    (void)c;
+    snprintf(buf, len, "shared memory + CUDA IPC");
 }
 
 const xport_ops xport_ipc_ops = {
     .kind = XPORT_IPC,
     .link = "shm",
     .cuda_ipc = true,
-    .words = "shared memory + CUDA IPC",
-    .no_ipc = "",
-    .hello_segment = NULL, /* never says hello: it is reached after the welcome */
+    .describe = xipc_describe,
+    /* The handshake is over when a link becomes this one: */
+    .hello_segment = NULL,
     .recv = NULL,
     .welcomed = NULL,
     .gpu_offer = NULL,
     .place = xipc_place,
-    .in_place = xipc_in_place,
+    .read_in_place = xipc_read_in_place,
     .close = xipc_close,
 };

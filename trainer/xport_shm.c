@@ -4,9 +4,11 @@
  * segment, where pushes name their payload (staged there when it lies
  * elsewhere), and the welcome the server's, where results are read in
  * place. */
+#include "trainer/client_impl.h"
 #include "trainer/xport.h"
 #include "shared/shm.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -156,11 +158,13 @@ static uint8_t *xshm_stage_for(client *cl, client_conn *c, uint64_t bucket, size
 
 /* h as sent over shared memory: the payload named by offset in the
  * client's segment (copied there first when it lies elsewhere and staging
- * is on); else inline, on the socket. */
-void xport_shm_place(client *cl, client_conn *c, frame_hdr *h, const void **payload)
+ * is on); else inline, on the socket. Bytes only in GPU memory never come
+ * here: a caller has them only where every link is CUDA IPC. */
+void xport_shm_place(client *cl, client_conn *c, frame_hdr *h, const client_src *src, const void **payload)
 {
     uint64_t at;
     bool staged = false;
+    assert(src->host || !src->on_dev);
     if (c->no_segment || !cl->arena.seg.base || h->type != FT_PUSH || !h->payload || !*payload ||
         cl->push_mode == CLIENT_PUSH_INLINE)
         return;
@@ -184,10 +188,10 @@ void xport_shm_place(client *cl, client_conn *c, frame_hdr *h, const void **payl
 }
 
 /* An answer whose payload lies in the server's segment (`at`): where,
- * checked before anything reads it; hv is h as if the payload followed.
- * Refused where the server handed over no segment (TCP, or none). */
-int xport_shm_answer_at(const client_conn *c, const frame_hdr *h, frame_hdr *hv, xport_in *in, char *err,
-                        size_t errlen)
+ * checked before anything reads it (refused where the server handed over
+ * no segment: TCP, or none), then handed to the sink as if it had
+ * followed; the reader's end of this (empty) frame follows. */
+int xport_shm_read_at(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
     uint64_t want = h->type == FT_RESULT ? frame_push_payload_size(h)
                     : h->type == FT_PARAMS && h->count <= UINT64_MAX / 4 ? h->count * 4
@@ -198,43 +202,71 @@ int xport_shm_answer_at(const client_conn *c, const frame_hdr *h, frame_hdr *hv,
                  c->seg.base ? "its segment, outside it (or with a payload too)" : "a segment it never handed over");
         return -1;
     }
-    *hv = *h;
-    hv->payload = want;
-    hv->has |= FH_PAYLOAD;
-    hv->has &= ~(uint32_t)FH_AT;
-    in->host = c->seg.base + h->at;
-    return 0;
+    frame_hdr hv = *h;
+    hv.payload = want;
+    hv.has |= FH_PAYLOAD;
+    hv.has &= ~(uint32_t)FH_AT;
+    if (client_begin(cl, c, &hv, err, errlen) < 0)
+        return -1;
+    if (!want)
+        return 0;
+    atomic_fetch_add_explicit(&cl->bytes_in, want, memory_order_relaxed);
+    return cl->sink.data(cl->sink.ctx, c->frame, 0, c->seg.base + h->at, want, err, errlen);
 }
 
-/* Shared memory reads results in its segment; GPU memory was never
- * exported on this link (xport_ipc_answer_dev refuses it, naming why). */
-static int xshm_in_place(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv, xport_in *in,
-                         char *err, size_t errlen)
+/* Results are read in the server's segment; GPU memory was never
+ * exported on this link (xport_ipc_read_dev refuses it, naming why). */
+static int xshm_read_in_place(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
     if (h->has & FH_DEV)
-        return xport_ipc_answer_dev(cl, c, h, hv, in, err, errlen);
-    return xport_shm_answer_at(c, h, hv, in, err, errlen);
+        return xport_ipc_read_dev(cl, c, h, err, errlen);
+    return xport_shm_read_at(cl, c, h, err, errlen);
 }
 
-/* The server's segment; the client's pages (stages included) are the
- * arena's, released with the client. */
-static void xshm_close(client *cl, client_conn *c)
+/* The server's segment and the stages' index; the client's pages (the
+ * stages' included) are the arena's, released with the client. */
+void xport_shm_close(client *cl, client_conn *c)
 {
     (void)cl;
     shm_seg_close(&c->seg);
+    free(c->stage);
+    c->stage = NULL;
+    c->nstage = 0;
+}
+
+void xport_describe_no_ipc(const client_conn *c, const char *words, const char *dflt, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s (no CUDA IPC: %s)", words, c->gpu_note[0] ? c->gpu_note : dflt);
+}
+
+static void xshm_describe(const client_conn *c, char *buf, size_t len)
+{
+    xport_describe_no_ipc(c, "shared memory", "the server offered none", buf, len);
+}
+
+/* Memory in the client's segment (client.h): none where no link shares
+ * memory, or where $PSBENCH_SHM_PUSH has every payload staged or inline. */
+void *client_shared_alloc(client *cl, size_t bytes)
+{
+    return cl->arena.seg.base && cl->push_mode == CLIENT_PUSH_AUTO ? shm_arena_alloc(&cl->arena, bytes) : NULL;
+}
+
+void client_shared_free(client *cl, void *p)
+{
+    if (p && cl->arena.seg.base)
+        shm_arena_free(&cl->arena, p);
 }
 
 const xport_ops xport_shm_ops = {
     .kind = XPORT_SHM,
     .link = "shm",
     .cuda_ipc = false,
-    .words = "shared memory",
-    .no_ipc = "the server offered none",
+    .describe = xshm_describe,
     .hello_segment = xshm_hello_segment,
     .recv = xshm_recv,
     .welcomed = xshm_welcomed,
     .gpu_offer = xport_ipc_export,
     .place = xport_shm_place,
-    .in_place = xshm_in_place,
-    .close = xshm_close,
+    .read_in_place = xshm_read_in_place,
+    .close = xport_shm_close,
 };

@@ -3,6 +3,7 @@
  * starts; the handshake may move it on (client_hello.c). */
 #include "trainer/xport.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -30,19 +31,21 @@ static int xtcp_welcomed(client_conn *c, const frame_hdr *w, char *err, size_t e
     return -1;
 }
 
-static void xtcp_place(client *cl, client_conn *c, frame_hdr *h, const void **payload)
+/* Inline: the payload as given (bytes only in GPU memory never come
+ * here: a caller has them only where every link is CUDA IPC). */
+static void xtcp_place(client *cl, client_conn *c, frame_hdr *h, const client_src *src, const void **payload)
 {
-    (void)cl, (void)c, (void)h, (void)payload; /* inline: as given */
+    (void)cl, (void)c, (void)h, (void)payload;
+    assert(src->host || !src->on_dev);
 }
 
 /* Nothing was handed over: an answer naming a segment or GPU memory is
- * refused, naming which. */
-static int xtcp_in_place(const client *cl, const client_conn *c, const frame_hdr *h, frame_hdr *hv, xport_in *in,
-                         char *err, size_t errlen)
+ * refused, naming which (the checks of the links that have them). */
+static int xtcp_read_in_place(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
     if (h->has & FH_DEV)
-        return xport_ipc_answer_dev(cl, c, h, hv, in, err, errlen);
-    return xport_shm_answer_at(c, h, hv, in, err, errlen);
+        return xport_ipc_read_dev(cl, c, h, err, errlen);
+    return xport_shm_read_at(cl, c, h, err, errlen);
 }
 
 static void xtcp_close(client *cl, client_conn *c)
@@ -50,17 +53,21 @@ static void xtcp_close(client *cl, client_conn *c)
     (void)cl, (void)c; /* the socket is the client's */
 }
 
+static void xtcp_describe(const client_conn *c, char *buf, size_t len)
+{
+    xport_describe_no_ipc(c, "TCP", "it runs over shared memory only", buf, len);
+}
+
 const xport_ops xport_tcp_ops = {
     .kind = XPORT_TCP,
     .link = "tcp",
     .cuda_ipc = false,
-    .words = "TCP",
-    .no_ipc = "it runs over shared memory only",
+    .describe = xtcp_describe,
     .hello_segment = xtcp_hello_segment,
     .recv = xtcp_recv,
     .welcomed = xtcp_welcomed,
     .gpu_offer = NULL, /* CUDA IPC is offered on the Unix socket only */
     .place = xtcp_place,
-    .in_place = xtcp_in_place,
+    .read_in_place = xtcp_read_in_place,
     .close = xtcp_close,
 };
