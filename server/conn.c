@@ -29,7 +29,6 @@
 #include "server/conn_int.h"
 #include "server/members.h"
 #include "server/server.h"
-#include "shared/clock.h"
 #include "shared/text.h"
 #include "shared/log.h"
 #include "shared/net.h"
@@ -346,27 +345,34 @@ static void (*const conn_handlers[])(conn *, const frame_hdr *) = {
     [FT_EXPORT] = conn_on_export,
 };
 
+/* The fields that say where bytes are or which link to take, and the
+ * message types that may carry them (checked in table order, before the
+ * handler runs): where they mean something, nowhere else — a frame that
+ * names bytes elsewhere would otherwise be read as one without a payload.
+ * Every other field is each handler's to check. */
+#define CONN_TYPE(t) (1u << (unsigned)(t))
+typedef struct conn_field {
+    uint32_t field; /* FH_* */
+    uint32_t types; /* CONN_TYPE of each message type that may carry it */
+    const char *msg; /* bad_frame's message when another type does */
+} conn_field;
+static const conn_field conn_fields[] = {
+    {FH_AT, CONN_TYPE(FT_PUSH), "at (a payload in shared memory) is only for push"},
+    {FH_TRANSPORT, CONN_TYPE(FT_HELLO), "transport is only for hello"},
+    {FH_SEGMENT, CONN_TYPE(FT_HELLO) | CONN_TYPE(FT_EXPORT), "segment is only for hello and export"},
+    {FH_DEV, CONN_TYPE(FT_PUSH), "dev (a payload in GPU memory) is only for push"},
+};
+_Static_assert(FT_EXPORT < 32, "conn_field.types has a bit per message type");
+
 static void conn_dispatch(conn *c, const frame_hdr *h)
 {
     void (*fn)(conn *, const frame_hdr *) = NULL;
-    /* Shared memory's fields where they mean something, nowhere else: a
-     * frame that names bytes elsewhere would otherwise be read as one
-     * without a payload. */
-    if ((h->has & FH_AT) && h->type != FT_PUSH) {
-        conn_send_error(c, ERR_BAD_FRAME, "at (a payload in shared memory) is only for push", h);
-        return;
-    }
-    if ((h->has & FH_TRANSPORT) && h->type != FT_HELLO) {
-        conn_send_error(c, ERR_BAD_FRAME, "transport is only for hello", h);
-        return;
-    }
-    if ((h->has & FH_SEGMENT) && h->type != FT_HELLO && h->type != FT_EXPORT) {
-        conn_send_error(c, ERR_BAD_FRAME, "segment is only for hello and export", h);
-        return;
-    }
-    if ((h->has & FH_DEV) && h->type != FT_PUSH) {
-        conn_send_error(c, ERR_BAD_FRAME, "dev (a payload in GPU memory) is only for push", h);
-        return;
+    for (size_t i = 0; i < sizeof conn_fields / sizeof conn_fields[0]; i++) {
+        const conn_field *r = &conn_fields[i];
+        if ((h->has & r->field) && !(r->types & CONN_TYPE(h->type))) {
+            conn_send_error(c, ERR_BAD_FRAME, r->msg, h);
+            return;
+        }
     }
     if (c->rx_fd >= 0 && (h->type != FT_HELLO || c->hello_done)) {
         conn_send_error(c, ERR_BAD_FRAME, "a descriptor came with a frame that takes none", h);
