@@ -29,9 +29,9 @@
 #include "server/conn_int.h"
 #include "server/members.h"
 #include "server/server.h"
+#include "server/xport.h"
 #include "shared/text.h"
 #include "shared/log.h"
-#include "shared/net.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -136,10 +136,8 @@ conn *conn_new(server *s, int fd, bool shm)
     c->seg = SHM_SEG_NONE;
     c->rx_fd = -1;
     c->slot = MEMBERS_NO_SLOT;
-    if (shm)
-        shm_peer_name(fd, c->peer, sizeof c->peer);
-    else
-        net_peer_name(fd, c->peer, sizeof c->peer);
+    c->link = shm ? &xport_shm : &xport_tcp;
+    c->link->peer_name(fd, c->peer, sizeof c->peer);
     int rd_ok = framed_init(&c->rd, CONN_IBUF_SIZE, s->cfg.max_payload, 4);
     outq_init(&c->out);
     c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
@@ -457,37 +455,6 @@ static ssize_t conn_read_direct(conn *c, uint8_t *dst, size_t max)
     return r;
 }
 
-/* recv, or on the Unix socket recvmsg: a descriptor that comes with the
- * bytes waits in c->rx_fd for the frame that takes it (a hello with a
- * segment). More than one, or any after the hello, is a broken peer:
- * closed with bad_frame (conn_dispatch), never kept. */
-static ssize_t conn_recv(conn *c, uint8_t *buf, size_t want)
-{
-    if (!c->shm)
-        return recv(c->fd, buf, want, 0);
-    int fds[4];
-    int nfds = 0;
-    bool trunc = false;
-    ssize_t r = shm_recv_fds(c->fd, buf, want, fds, &nfds, 4, &trunc);
-    if (nfds == 0 && !trunc)
-        return r;
-    for (int i = 0; i < nfds; i++) {
-        if (c->rx_fd < 0 && nfds == 1 && !trunc && !c->hello_done)
-            c->rx_fd = fds[i];
-        else
-            close(fds[i]);
-    }
-    if (trunc || nfds > 1 || c->hello_done) {
-        if (c->rx_fd >= 0) {
-            close(c->rx_fd);
-            c->rx_fd = -1;
-        }
-        conn_send_error(c, ERR_BAD_FRAME, "descriptors came that no frame takes (one, with the hello, at most)",
-                        NULL);
-    }
-    return r;
-}
-
 static void conn_on_read(evutil_socket_t fd, short what, void *arg)
 {
     conn *c = arg;
@@ -520,7 +487,7 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
             else if (!framed_in_payload(&c->rd) && c->big_pushes && want > CONN_HEADER_READ)
                 want = CONN_HEADER_READ; /* the header, not the payload behind it:
                                           * that one may go straight to its place */
-            r = conn_recv(c, buf, want);
+            r = c->link->recv(c, buf, want);
             if (r > 0) {
                 framed_wrote(&c->rd, (size_t)r);
                 s->bytes_in += (uint64_t)r;
@@ -560,10 +527,9 @@ void conn_close(conn *c, const char *why)
     evtimer_del(c->hello_ev);
     close(c->fd);
     c->fd = -1;
-    if (c->rx_fd >= 0) {
-        close(c->rx_fd);
-        c->rx_fd = -1;
-    }
+    for (size_t i = 0; i < xport_count; i++)
+        if (xport_all[i]->close)
+            xport_all[i]->close(c);
     if (c->push.f) {
         /* Part of this push may already be summed into the accumulator:
          * the future cannot be trusted any more. */
@@ -597,8 +563,9 @@ void conn_free(conn *c)
     event_free(c->wev);
     event_free(c->hello_ev);
     outq_free(&c->out); /* drops the references to shared results */
-    conn_ipc_close(c->srv, &c->ipc); /* unmapped once the device's folds from it are done */
-    shm_seg_close(&c->seg); /* nothing reads it after the close: no push in flight */
+    for (size_t i = xport_count; i-- > 0;) /* what each transport holds for c */
+        if (xport_all[i]->free)
+            xport_all[i]->free(c);
     push_ctx_free(&c->push);
     framed_free(&c->rd);
     free(c);

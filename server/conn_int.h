@@ -5,8 +5,9 @@
  * its output; the handlers live beside the part of the protocol they
  * serve: pushes in conn_push.c, results and `fetch` in conn_result.c,
  * lookups and updates in conn_call.c, the hello and `export` in
- * conn_hello.c. They reach back into conn.c only through what is declared
- * here.
+ * conn_hello.c. They, and the transports (xport.h: where a payload is,
+ * how a result is lent), reach back into conn.c only through what is
+ * declared here.
  */
 #ifndef PSBENCH_CONN_INT_H
 #define PSBENCH_CONN_INT_H

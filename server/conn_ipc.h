@@ -1,7 +1,8 @@
 /* conn_ipc.h — CUDA IPC on a trainer connection (docs/protocol.md, "CUDA
  * IPC on one GPU"): the offer in the welcome, the `export` exchange, pushes
- * and results named by an offset in GPU memory. Private to the transport
- * (conn.c): it decides and encodes; conn.c sends. */
+ * and results named by an offset in GPU memory. Private to the ipc
+ * transport (xport_ipc.c) and the export's handler (conn_hello.c): it
+ * decides and encodes; the connection sends. */
 #ifndef PSBENCH_CONN_IPC_H
 #define PSBENCH_CONN_IPC_H
 

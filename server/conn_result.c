@@ -7,47 +7,23 @@
 #include "server/conn_int.h"
 #include "server/members.h"
 #include "server/server.h"
+#include "server/xport.h"
 #include "shared/log.h"
-#include "server/conn_ipc.h"
 
 #include <assert.h>
 #include <stdio.h>
 
-/* A result (or params) for one or more connections: its header encoded
- * at most three times, once for all of them, each only when some
- * connection needs it — followed by the payload on the socket; naming the
- * payload by offset in the server's segment (`at`, read in place) when it
- * lies there; naming its device twin in the GPU memory the device shares
- * (`dev`, conn_ipc.h) for a connection whose push came from its own GPU
- * memory. Over shared memory the first is usually not encoded at all. */
-typedef struct conn_answer {
-    const frame_hdr *h; /* with payload = the payload's length */
-    psbuf *payload;     /* NULL or empty: none */
-    uint8_t buf[256], buf_at[256], buf_dev[256];
-    size_t len, len_at, len_dev; /* 0: not encoded (len_at: the payload is not in the segment) */
-} conn_answer;
-
-/* h as read in place from the server's segment: `at` instead of a payload
- * after the header. 0 when payload is not in the segment. */
-static size_t conn_encode_at(const server *s, const frame_hdr *h, const psbuf *payload, uint8_t *buf, size_t cap)
+/* The transport that lends answer a to c, the most specific first
+ * (xport_all): NULL when c reads it on the socket. *hdr, *len: the header
+ * that names the payload where c reads it. */
+static const xport_ops *conn_result_lender(conn *c, xport_answer *a, bool on_gpu, const uint8_t **hdr, size_t *len)
 {
-    uint64_t at;
-    if (!payload || !payload->len || !shm_arena_owns(&s->arena, payload->data, payload->len, &at))
-        return 0;
-    frame_hdr ha = *h;
-    ha.payload = 0;
-    ha.has &= ~(uint32_t)FH_PAYLOAD;
-    ha.at = at;
-    ha.has |= FH_AT;
-    return frame_encode_header(&ha, buf, cap);
-}
-
-static void conn_answer_init(conn_answer *a, const server *s, const frame_hdr *h, psbuf *payload)
-{
-    a->h = h;
-    a->payload = payload;
-    a->len = a->len_dev = 0;
-    a->len_at = conn_encode_at(s, h, payload, a->buf_at, sizeof a->buf_at);
+    for (size_t i = xport_count; i-- > 0;) {
+        const xport_ops *x = xport_all[i];
+        if (x->lend && (*hdr = x->lend(c, a, on_gpu, len)) != NULL)
+            return x;
+    }
+    return NULL;
 }
 
 /* Queue answer a to c: the header bytes are copied, the payload added by
@@ -56,28 +32,17 @@ static void conn_answer_init(conn_answer *a, const server *s, const frame_hdr *h
  * into the same bucket), or in the server's segment — gets that header
  * (the payload named by offset), and the payload stays lent until it
  * pushes a later batch than `batch`. */
-static int conn_queue_result(conn *c, conn_answer *a, uint64_t batch, bool on_gpu)
+static int conn_queue_result(conn *c, xport_answer *a, uint64_t batch, bool on_gpu)
 {
     if (c->closing || conn_over_cap(c, "results"))
         return -1;
     psbuf *payload = a->payload;
     const uint8_t *lent = NULL;
     size_t lent_len = 0;
-    if (on_gpu && payload && payload->twin) {
-        assert(c->ipc.peer);
-        if (!a->len_dev) {
-            a->len_dev = conn_ipc_encode_result(a->h, payload, a->buf_dev, sizeof a->buf_dev);
-            assert(a->len_dev > 0);
-        }
-        lent = a->buf_dev;
-        lent_len = a->len_dev;
-    } else if (a->len_at && c->in_place) { /* len_at: the payload lies in the segment */
-        lent = a->buf_at;
-        lent_len = a->len_at;
-    }
+    const xport_ops *x = conn_result_lender(c, a, on_gpu, &lent, &lent_len);
     /* A result kept on the device only (every pusher reads it there):
      * only a CUDA IPC link can have pushed into it. */
-    assert(!payload || !payload->twin_only || lent == a->buf_dev);
+    assert(!payload || !payload->twin_only || (x && x->place == XPORT_DEVICE));
     if (lent) {
         /* Within --max-queued of loans; a twin-only result is lent
          * whatever the loans (it has nothing to send on the socket; its
@@ -88,20 +53,18 @@ static int conn_queue_result(conn *c, conn_answer *a, uint64_t batch, bool on_gp
             return -1;
         if (r == 0) {
             c->srv->bytes_out += payload->len;
-            if (lent == a->buf_dev)
-                c->srv->bytes_gpu_lent += payload->len;
-            else
-                c->srv->bytes_in_place += payload->len;
+            x->lent(c->srv, payload->len);
             conn_want_flush(c);
             return 0;
         }
         /* past the loans' cap: sent on the socket like any other */
     }
-    if (!a->len) {
-        a->len = frame_encode_header(a->h, a->buf, sizeof a->buf);
-        assert(a->len > 0);
+    if (!a->len[XPORT_INLINE]) {
+        a->len[XPORT_INLINE] = frame_encode_header(a->h, a->buf[XPORT_INLINE], sizeof a->buf[XPORT_INLINE]);
+        assert(a->len[XPORT_INLINE] > 0);
     }
-    if (outq_push(&c->out, a->buf, a->len, payload && payload->len ? payload : NULL, batch) < 0)
+    if (outq_push(&c->out, a->buf[XPORT_INLINE], a->len[XPORT_INLINE], payload && payload->len ? payload : NULL,
+                  batch) < 0)
         return -1;
     conn_want_flush(c);
     return 0;
@@ -130,8 +93,8 @@ void conn_on_fetch(conn *c, const frame_hdr *h)
     }
     out.payload = payload->len;
     out.has |= FH_PAYLOAD;
-    conn_answer a;
-    conn_answer_init(&a, s, &out, payload);
+    xport_answer a;
+    xport_answer_init(&a, &out, payload);
     /* Tagged batch 0: if it is spliced or read in place, the loan ends at
      * the trainer's first push of a later batch. The kind never writes
      * this buffer again (each step answers with a new one), so a loan is
@@ -179,8 +142,8 @@ void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *
         h.round = f->round;
         h.has |= FH_ROUND;
     }
-    conn_answer a;
-    conn_answer_init(&a, s, &h, result);
+    xport_answer a;
+    xport_answer_init(&a, &h, result);
     for (uint32_t i = 0; i < n; i++)
         if (conn_queue_result(eps[i], &a, f->batch, pending_gpu_slot(f, ((conn *)eps[i])->slot)) == 0)
             s->results++;
