@@ -18,9 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server/conn_ipc.h"
 #include "server/kind.h"
 #include "server/outq.h"
+#include "server/xport_ipc.h"
 #include "shared/frame.h"
 #include "shared/framed.h"
 #include "shared/shm.h"
@@ -52,7 +52,7 @@ typedef struct conn {
     shm_seg seg;
     int rx_fd;
     bool in_place; /* results may be read in place: shm, and the hello's zerocopy promise */
-    conn_ipc ipc; /* CUDA IPC: offered, and the trainer's export (conn_ipc.h, xport_ipc.c) */
+    xport_ipc_state ipc; /* CUDA IPC: offered, and the trainer's export (xport_ipc.h) */
     char peer[64];
     struct event *rev, *wev;
     struct event *hello_ev; /* closes a connection that never says hello */

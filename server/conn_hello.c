@@ -5,9 +5,9 @@
 #include "server/conn_int.h"
 #include "server/members.h"
 #include "server/server.h"
-#include "shared/log.h"
-#include "server/conn_ipc.h"
 #include "server/xport.h"
+#include "server/xport_ipc.h"
+#include "shared/log.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -109,7 +109,7 @@ void conn_on_hello(conn *c, const frame_hdr *h)
 }
 
 /* `export` (CUDA IPC): the trainer's GPU memory and event for the server's
- * shared GPU memory (conn_ipc.c decides). */
+ * shared GPU memory (xport_ipc.c decides). */
 void conn_on_export(conn *c, const frame_hdr *h)
 {
     char msg[400];
@@ -119,7 +119,7 @@ void conn_on_export(conn *c, const frame_hdr *h)
     if (!c->hello_done)
         snprintf(msg, sizeof msg, "export before hello");
     else
-        code = conn_ipc_export(c->srv, &c->ipc, c->shm, c->peer, c->rank, h, reply, sizeof reply, &n, msg,
+        code = xport_ipc_export(c->srv, &c->ipc, c->shm, c->peer, c->rank, h, reply, sizeof reply, &n, msg,
                                sizeof msg);
     if (code != ERR_NONE) {
         conn_send_error(c, code, msg, h);
