@@ -18,15 +18,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server/conn_ipc.h"
 #include "server/kind.h"
 #include "server/outq.h"
+#include "server/xport_ipc.h"
 #include "shared/frame.h"
 #include "shared/framed.h"
 #include "shared/shm.h"
 
 struct server;
 struct event;
+struct xport_ops;
 
 #define CONN_IBUF_SIZE (256u * 1024u) /* fits any header (<= 64 KiB + 4) */
 
@@ -44,12 +45,14 @@ typedef struct conn {
      * trainer's segment, mapped read-only once its hello handed it over
      * (pushes name their payload in it by offset), and a descriptor that
      * came with the bytes read and is not taken yet (at most one: the
-     * hello's). */
+     * hello's). Changed only by the shm transport (xport_shm.c) and the
+     * reader. */
     bool shm;
+    const struct xport_ops *link; /* the socket's transport: xport_shm (shm) or xport_tcp */
     shm_seg seg;
     int rx_fd;
     bool in_place; /* results may be read in place: shm, and the hello's zerocopy promise */
-    conn_ipc ipc; /* CUDA IPC: offered, and the trainer's export (conn_ipc.h) */
+    xport_ipc_state ipc; /* CUDA IPC: offered, and the trainer's export (xport_ipc.h) */
     char peer[64];
     struct event *rev, *wev;
     struct event *hello_ev; /* closes a connection that never says hello */

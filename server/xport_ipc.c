@@ -1,18 +1,23 @@
-/* conn_ipc.c — CUDA IPC on a trainer connection (see conn_ipc.h).
+/* xport_ipc.c — CUDA IPC on one GPU (docs/protocol.md, "CUDA IPC on one
+ * GPU"), over a shared-memory link: the welcome offers it (`gpu`), the
+ * trainer's `export` hands over its GPU memory and event, its pushes name
+ * their payload there (`dev`) and are folded on the GPU from its memory,
+ * and results that lie in the device's shared memory are lent to it by
+ * offset.
  *
- * What the transport adds to shared memory for a CUDA trainer on the
- * server's GPU: one exchange of handles per connection (the trainer's
- * exported memory and event, opened by the device once — opening is
- * expensive — and the server's shared memory in return), then pushes and
- * results that name bytes in GPU memory by offset. Every offset a trainer
- * names is checked against what it exported before the device touches a
- * byte, exactly as `at` is against a segment; anything the trainer gets
- * wrong about the exchange itself is refused with `unsupported`, and the
+ * One exchange of handles per connection (the trainer's exported memory
+ * and event, opened by the device once — opening is expensive — and the
+ * server's shared memory in return). Every offset a trainer names is
+ * checked against what it exported before the device touches a byte,
+ * exactly as `at` is against a segment; anything the trainer gets wrong
+ * about the exchange itself is refused with `unsupported`, and the
  * trainer goes on over pinned memory.
  */
-#include "server/conn_ipc.h"
+#include "server/conn_int.h"
 #include "server/device.h"
 #include "server/server.h"
+#include "server/xport.h"
+#include "server/xport_ipc.h"
 #include "shared/log.h"
 #include "shared/text.h"
 
@@ -21,13 +26,15 @@
 #include <stdio.h>
 #include <string.h>
 
-bool conn_ipc_offer(const server *s, bool shm)
+/* Whether a welcome offers CUDA IPC (`gpu`): a shared-memory link (shm), a
+ * device with peers, a kind that takes pushes from them, --gpu-share > 0. */
+static bool xport_ipc_offer(const server *s, bool shm)
 {
     return shm && device_has_peers(s->dev) && s->kind->ops->push_peer && s->cfg.gpu_share > 0;
 }
 
-frame_errcode conn_ipc_export(server *s, conn_ipc *x, bool shm, const char *who, uint64_t rank,
-                              const frame_hdr *h, uint8_t *reply, size_t cap, size_t *rlen, char *msg, size_t len)
+frame_errcode xport_ipc_export(server *s, xport_ipc_state *x, bool shm, const char *who, uint64_t rank,
+                               const frame_hdr *h, uint8_t *reply, size_t cap, size_t *rlen, char *msg, size_t len)
 {
     char why[400];
     if (!shm) {
@@ -103,8 +110,11 @@ frame_errcode conn_ipc_export(server *s, conn_ipc *x, bool shm, const char *who,
     return ERR_NONE;
 }
 
-frame_errcode conn_ipc_push(const conn_ipc *x, const frame_hdr *h, uint64_t max_payload, frame_hdr *hv, char *msg,
-                            size_t len)
+/* A push naming `dev`: checked against x's export (ERR_BAD_FRAME: the
+ * connection closes; ERR_TOO_LARGE), and *hv = h with its payload length,
+ * for the checks every push goes through. */
+static frame_errcode xport_ipc_check(const xport_ipc_state *x, const frame_hdr *h, uint64_t max_payload,
+                                     frame_hdr *hv, char *msg, size_t len)
 {
     if (!x->peer) {
         snprintf(msg, len, "push names dev (GPU memory) on a connection without an export");
@@ -135,7 +145,9 @@ frame_errcode conn_ipc_push(const conn_ipc *x, const frame_hdr *h, uint64_t max_
     return ERR_NONE;
 }
 
-size_t conn_ipc_encode_result(const frame_hdr *h, const psbuf *payload, uint8_t *buf, size_t cap)
+/* h as read from the GPU memory the server shares (`dev`, no payload), 0
+ * when the result has no bytes there (psbuf.twin). */
+static size_t xport_ipc_encode_result(const frame_hdr *h, const psbuf *payload, uint8_t *buf, size_t cap)
 {
     if (!payload || !payload->len || !payload->twin)
         return 0;
@@ -147,10 +159,93 @@ size_t conn_ipc_encode_result(const frame_hdr *h, const psbuf *payload, uint8_t 
     return frame_encode_header(&hd, buf, cap);
 }
 
-void conn_ipc_close(server *s, conn_ipc *x)
+/* The connection is over: its peer goes back to the device. */
+static void xport_ipc_close(server *s, xport_ipc_state *x)
 {
     if (!x->peer)
         return;
     device_peer_close(s->dev, x->peer);
     x->peer = NULL;
 }
+
+/* Offered only to a trainer that promised to read results before it
+ * pushes a later batch (xport_tcp.c says why). */
+static void xport_ipc_welcome(conn *c, bool reads_first, frame_hdr *w)
+{
+    server *s = c->srv;
+    c->ipc.offered = reads_first && xport_ipc_offer(s, c->shm);
+    if (c->ipc.offered) {
+        w->gpu = frame_str_c(device_gpu_id(s->dev));
+        w->has |= FH_GPU;
+    }
+}
+
+/* A push naming `dev`: checked against the trainer's export. */
+static frame_errcode xport_ipc_payload(conn *c, const frame_hdr *h, xport_push *p, char *msg, size_t len)
+{
+    return xport_ipc_check(&c->ipc, h, c->srv->cfg.max_payload, &p->hv, msg, len);
+}
+
+/* The device's later work waits for what the trainer recorded before
+ * this push: its gradients written, and its reads of results lent to
+ * it done (docs/protocol.md, CUDA IPC). */
+static void xport_ipc_before_push(conn *c)
+{
+    if (c->ipc.peer)
+        device_peer_wait(c->srv->dev, c->ipc.peer);
+}
+
+/* Folded on the GPU from the trainer's memory. */
+static void xport_ipc_take(conn *c, const xport_push *p)
+{
+    server *s = c->srv;
+    s->bytes_in += p->hv.payload;
+    s->pushes_gpu++;
+    if (c->push.f) {
+        pending_set_gpu_slot(c->push.f, c->slot);
+        futures_push_peer(&s->fut, &c->push, c->ipc.peer, p->hv.dev);
+    }
+    conn_push_finish(c);
+}
+
+/* The result's device twin, named by offset in the GPU memory the device
+ * shares, for a connection whose push came from its own GPU memory (it
+ * takes the mean device to device into the same bucket). */
+static const uint8_t *xport_ipc_lend(conn *c, xport_answer *a, bool on_gpu, size_t *len)
+{
+    if (!on_gpu || !a->payload || !a->payload->twin)
+        return NULL;
+    assert(c->ipc.peer);
+    if (!a->len[XPORT_DEVICE]) {
+        a->len[XPORT_DEVICE] =
+            xport_ipc_encode_result(a->h, a->payload, a->buf[XPORT_DEVICE], sizeof a->buf[XPORT_DEVICE]);
+        assert(a->len[XPORT_DEVICE] > 0);
+    }
+    *len = a->len[XPORT_DEVICE];
+    return a->buf[XPORT_DEVICE];
+}
+
+static void xport_ipc_lent(server *s, uint64_t n)
+{
+    s->bytes_gpu_lent += n;
+}
+
+/* The trainer's peer goes back to the device: unmapped once the device's
+ * folds from it are done. */
+static void xport_ipc_free(conn *c)
+{
+    xport_ipc_close(c->srv, &c->ipc);
+}
+
+const xport_ops xport_ipc = {
+    .name = "ipc",
+    .place = XPORT_DEVICE,
+    .field = FH_DEV,
+    .welcome = xport_ipc_welcome,
+    .payload = xport_ipc_payload,
+    .before_push = xport_ipc_before_push,
+    .take = xport_ipc_take,
+    .lend = xport_ipc_lend,
+    .lent = xport_ipc_lent,
+    .free = xport_ipc_free,
+};

@@ -1,0 +1,140 @@
+/* conn_push.c — a trainer's `push` on its connection: the header's own
+ * checks, where the payload is (after the header on the socket, in the
+ * trainer's segment: `at`, or in its GPU memory: `dev`), admission by the
+ * futures layer and the payload's end. Its bytes on the socket are
+ * streamed to the futures layer by conn.c's reader (conn_payload).
+ */
+#include "server/conn_int.h"
+#include "server/members.h"
+#include "server/server.h"
+#include "server/xport.h"
+#include "shared/log.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+
+/* The current push was refused half-way (its bytes were invalid): the
+ * futures layer forgets it; the rest of its payload is discarded. */
+void conn_push_abort(conn *c)
+{
+    assert(c->sink == SINK_PUSH);
+    if (c->push.f)
+        futures_push_abort(&c->srv->fut, &c->push);
+    c->sink = SINK_DISCARD;
+}
+
+void conn_push_forget(conn *c)
+{
+    assert(!c->push.f); /* the futures layer has let go of every push */
+    if (c->sink == SINK_PUSH)
+        c->sink = SINK_DISCARD;
+}
+
+void conn_push_finish(conn *c)
+{
+    c->sink = SINK_DISCARD;
+    if (!c->push.f)
+        return; /* its future failed meanwhile: the bytes were discarded */
+    c->srv->pushes++;
+    futures_push_done(&c->srv->fut, &c->push);
+}
+
+/* Check the shape fields of a push header (want: the bytes its shape
+ * needs, xport_push). Returns ERR_NONE, or the code to answer with and a
+ * message in msg. */
+static frame_errcode conn_check_push(const frame_hdr *h, uint64_t want, char *msg, size_t len)
+{
+    const uint32_t need = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT;
+    char missing[96];
+    if (frame_missing(h->has, need, missing, sizeof missing)) {
+        snprintf(msg, len, "push needs batch, bucket, dtype and layout (missing: %s)", missing);
+        return ERR_BAD_FRAME;
+    }
+    if (h->layout == LAYOUT_DENSE && !(h->has & FH_COUNT)) {
+        snprintf(msg, len, "dense push needs count (missing)");
+        return ERR_BAD_FRAME;
+    }
+    if (h->layout == LAYOUT_SPARSE && frame_missing(h->has, FH_ROWS | FH_COLS | FH_NNZ, missing, sizeof missing)) {
+        snprintf(msg, len, "sparse push needs rows, cols and nnz (missing: %s)", missing);
+        return ERR_BAD_FRAME;
+    }
+    if (h->layout == LAYOUT_SPARSE && h->cols == 0) {
+        snprintf(msg, len, "sparse push with cols = 0");
+        return ERR_BAD_FRAME;
+    }
+    if (!frame_str_eq(h->dtype, "f32")) {
+        snprintf(msg, len, "dtype '%.*s' is not supported (only f32)", (int)h->dtype.n, h->dtype.p);
+        return ERR_UNSUPPORTED;
+    }
+    if (h->layout != LAYOUT_DENSE && h->layout != LAYOUT_SPARSE) {
+        snprintf(msg, len, "layout '%.*s' is not supported (dense or sparse)", (int)h->layout_str.n,
+                 h->layout_str.p);
+        return ERR_UNSUPPORTED;
+    }
+    /* Only a frame we can interpret can be inconsistent with itself. */
+    if (h->layout == LAYOUT_DENSE || h->layout == LAYOUT_SPARSE) {
+        if (want != h->payload) {
+            snprintf(msg, len, "payload is %" PRIu64 " bytes but the shape needs %" PRIu64, h->payload,
+                     want);
+            return ERR_BAD_FRAME;
+        }
+    }
+    return ERR_NONE;
+}
+
+/* Where push h's payload is, decided once: the transport that holds it
+ * (xport_of_push), the bytes its shape needs, and the header as if the
+ * payload followed it (p->hv), so that everything after — the shape
+ * checks, admission, the kind — is the same for every transport. */
+static frame_errcode conn_push_place(conn *c, const frame_hdr *h, xport_push *p, char *msg, size_t len)
+{
+    p->x = xport_of_push(h);
+    p->want = frame_push_payload_size(h);
+    p->hv = *h;
+    p->bytes = NULL;
+    return p->x->payload ? p->x->payload(c, h, p, msg, len) : ERR_NONE;
+}
+
+void conn_on_push(conn *c, const frame_hdr *h0)
+{
+    server *s = c->srv;
+    char msg[256];
+    if (!c->hello_done) {
+        conn_send_error(c, ERR_BAD_FRAME, "push before hello", h0);
+        return;
+    }
+    xport_push p;
+    frame_errcode code = conn_push_place(c, h0, &p, msg, sizeof msg);
+    if (code != ERR_NONE) {
+        conn_send_error(c, code, msg, h0);
+        return;
+    }
+    const frame_hdr *h = &p.hv;
+    for (size_t i = 0; i < xport_count; i++)
+        if (xport_all[i]->before_push)
+            xport_all[i]->before_push(c);
+    /* A trainer pushes a batch only once it has read every result of the
+     * batches before: the results of those it was lent are free again. */
+    if (h->has & FH_BATCH)
+        outq_return(&c->out, h->batch);
+    code = conn_check_push(h, p.want, msg, sizeof msg);
+    if (code == ERR_NONE)
+        code = futures_admit(&s->fut, h, c->slot, c->rank, &c->push, msg, sizeof msg);
+    if (code != ERR_NONE) {
+        conn_send_error(c, code, msg, h);
+        if (!c->closing)
+            conn_skip_payload(c);
+        return;
+    }
+    c->sink = SINK_PUSH;
+    /* A payload on the socket, large enough, may be received straight
+     * into its place; one elsewhere is taken from there at once. */
+    c->big_pushes = p.x->place == XPORT_INLINE && h->payload >= CONN_DIRECT_MIN;
+    if (p.x->take && h->payload) {
+        p.x->take(c, &p);
+    } else if (h->payload == 0) {
+        conn_push_finish(c); /* sink is SINK_DISCARD again: the reader's
+                              * FRAMED_END for it does nothing more */
+    }
+}
