@@ -64,7 +64,7 @@ typedef struct conn {
     kind_call *calls_head, *calls_tail; /* handed to the kind, not yet done (in order) */
     uint32_t ncalls;      /* of them */
     uint64_t calls_bytes; /* their payload bytes */
-    bool calls_held;      /* not read until some complete (conn.c: conn_calls_throttle) */
+    bool calls_held;      /* not read until some complete (conn_call.c: conn_calls_throttle) */
     bool calls_resume;    /* released: parse what the input buffer holds first */
     outq out;
     bool hello_done;

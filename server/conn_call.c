@@ -15,15 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-void conn_call_free(kind_call *kc)
-{
-    if (kc->payload)
-        psbuf_unref(kc->payload);
-    if (kc->answer)
-        psbuf_unref(kc->answer);
-    free(kc);
-}
-
 /* Calls handed to the kind and not yet done are bounded per connection:
  * on a device that completes later (a GPU), a trainer that sends calls
  * faster than they complete would otherwise make the server hold every

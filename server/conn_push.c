@@ -1,8 +1,9 @@
 /* conn_push.c — a trainer's `push` on its connection: the header's own
  * checks, where the payload is (after the header on the socket, in the
  * trainer's segment: `at`, or in its GPU memory: `dev`), admission by the
- * futures layer and the payload's end. Its bytes on the socket are
- * streamed to the futures layer by conn.c's reader (conn_payload).
+ * futures layer, its bytes as they come (conn_push_data: from the reader,
+ * conn_dispatch.c, or from the transport that takes the payload where it
+ * lies) and the payload's end.
  */
 #include "server/conn_int.h"
 #include "server/members.h"
@@ -16,12 +17,24 @@
 
 /* The current push was refused half-way (its bytes were invalid): the
  * futures layer forgets it; the rest of its payload is discarded. */
-void conn_push_abort(conn *c)
+static void conn_push_abort(conn *c)
 {
     assert(c->sink == SINK_PUSH);
     if (c->push.f)
         futures_push_abort(&c->srv->fut, &c->push);
     c->sink = SINK_DISCARD;
+}
+
+void conn_push_data(conn *c, const uint8_t *p, size_t n, uint64_t off)
+{
+    if (c->push.f && futures_push_data(&c->srv->fut, &c->push, off, p, n) < 0) {
+        frame_hdr about = {0};
+        about.batch = c->push.f->batch;
+        about.bucket = c->push.f->bucket;
+        about.has = FH_BATCH | FH_BUCKET;
+        conn_send_error(c, ERR_SHAPE_MISMATCH, c->push.err, &about);
+        conn_push_abort(c);
+    }
 }
 
 void conn_push_forget(conn *c)

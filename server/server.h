@@ -1,9 +1,10 @@
 /* server.h — the state of one psbench-server process and its transport
  * layer: reactor.c (the event loop, the listener, signals, the kind's
  * fill, and the end-of-iteration pass that writes output and frees closed
- * connections), conn.c (one trainer connection: framing, I/O, a handler
- * per message type in conn_*.c, every frame the server sends; where the
- * bytes travel is a transport's, xport.h) and members.c (the
+ * connections), conn*.c (one trainer connection: its life and output in
+ * conn.c, its reads, framing and dispatch in conn_dispatch.c, a handler per
+ * message type in the other conn_*.c, every frame the server sends; where
+ * the bytes travel is a transport's, xport.h) and members.c (the
  * trainer slots, where the futures' outcomes go). The calls go one way:
  * reactor → conn → members; conn asks for the pass through loopend.h,
  * never by calling the reactor. Below the transport: the futures

@@ -227,7 +227,7 @@ static void xport_shm_take(conn *c, const xport_push *p)
     server *s = c->srv;
     s->bytes_in += p->hv.payload;
     s->pushes_in_place++;
-    conn_payload(c, p->bytes, p->hv.payload, 0);
+    conn_push_data(c, p->bytes, p->hv.payload, 0);
     if (c->sink == SINK_PUSH)
         conn_push_finish(c);
 }

@@ -2,7 +2,7 @@
  * header on the socket (TCP, or the Unix socket of a trainer that handed
  * over no segment). Its only offer is splicing big results to a TCP
  * trainer that promises to read them before it pushes a later batch
- * (outq.h); the reader streams its pushes (conn.c).
+ * (outq.h); the reader streams its pushes (conn_dispatch.c).
  */
 #include "server/server.h"
 #include "server/xport.h"
