@@ -19,22 +19,6 @@
 #define CLIENT_IBUF_SIZE (256u * 1024u)
 #define CLIENT_IOV_MAX 64
 
-/* Format an `error` frame from a server as a one-line reason. */
-void client_error_frame(const client_conn *c, const frame_hdr *h, char *err, size_t errlen)
-{
-    char where[96] = "", code[64], msg[512];
-    if ((h->has & FH_BATCH) && (h->has & FH_BUCKET))
-        snprintf(where, sizeof where, " (batch %" PRIu64 " bucket %" PRIu64 ")", h->batch, h->bucket);
-    /* The server's words go into this trainer's last line: escaped. */
-    text_escape_n(h->message.p ? (const char *)h->message.p : "", h->message.p ? h->message.n : 0, msg, sizeof msg);
-    if (!(h->has & FH_CODE)) {
-        snprintf(err, errlen, "server %s answered an error without a code%s: %s", c->addr, where, msg);
-        return;
-    }
-    text_escape_n(h->code.p ? (const char *)h->code.p : "", h->code.p ? h->code.n : 0, code, sizeof code);
-    snprintf(err, errlen, "server %s answered %s%s: %s", c->addr, code, where, msg);
-}
-
 /* The fields every answer of its type carries (docs/protocol.md): one
  * that lacks any is refused naming them, before a sink reads an absent
  * batch or count as 0. */
@@ -267,12 +251,6 @@ static int client_write(client *cl, client_conn *c, char *err, size_t errlen)
             c->qhead = 0;
     }
     return 0;
-}
-
-int client_begin(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
-{
-    c->frame = NULL;
-    return cl->sink.begin(cl->sink.ctx, (uint32_t)(c - cl->conns), h, &c->frame, err, errlen);
 }
 
 /* Dispatch the frames and payload chunks that have arrived on c. */

@@ -2,101 +2,18 @@
  * client_impl.h): hello, welcome, the redirect to the server's Unix socket
  * and the offer of CUDA IPC (docs/protocol.md), as explicit states
  * (client_hs); what each transport adds to them is its ops table's
- * (trainer/xport.h). Blocking: it runs before the connection is handed to
- * client_poll. */
+ * (trainer/xport.h), reached through the registry, never by name; its
+ * blocking reads are client_io.c's. Blocking: it runs before the
+ * connection is handed to client_poll. */
 #include "trainer/client_impl.h"
-#include "shared/clock.h"
-#include "shared/peer.h"
-#include "shared/text.h"
 
 #include <assert.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
 #include <sys/uio.h>
-#include <unistd.h>
 
 /* A server's trainer count: what psbench-server and the master allow. */
 #define CLIENT_MAX_TRAINERS 65536u
-
-/* The first bytes the server sent, before any frame was handed out: what
- * the reader holds (nothing of the first frame is consumed before it is
- * whole). */
-static const uint8_t *client_first_bytes(const client_conn *c, size_t *n)
-{
-    *n = framed_buffered(&c->rd);
-    return c->rd.buf + c->rd.off;
-}
-
-/* Blocking read of exactly one frame header (no payload) during the
- * handshake, for at most timeout_s: the server's first answer (`want`:
- * welcome; FT_REDIRECT: a redirect or a welcome), or its answer to an
- * export (FT_EXPORT: 1 when it is an error, which *h describes). A peer
- * that is not a psbench server is named (shared/peer.h). */
-int client_read_answer(client_conn *c, frame_type want, double timeout_s, frame_hdr *h, char *err,
-                              size_t errlen)
-{
-    long long deadline = clock_now_ms() + (long long)(timeout_s * 1000);
-    for (;;) {
-        framed_event ev;
-        framed_ev k = framed_next(&c->rd, &ev);
-        if (k == FRAMED_HEADER) {
-            *h = ev.hdr;
-            if (h->type == FT_ERROR && want == FT_EXPORT && !h->payload) {
-                /* A refused export: the caller goes on without it. */
-                k = framed_next(&c->rd, &ev);
-                assert(k == FRAMED_END);
-                return 1;
-            }
-            if (h->type == FT_ERROR) {
-                client_error_frame(c, h, err, errlen);
-                return -1;
-            }
-            if ((h->type != want && !(want == FT_REDIRECT && h->type == FT_WELCOME)) || h->payload) {
-                char type[160];
-                text_escape_n((const char *)h->type_str.p, h->type_str.n > 32 ? 32 : h->type_str.n, type, sizeof type);
-                snprintf(err, errlen, "%s is not a psbench server (it answered a psbench '%s' frame%s)", c->addr, type,
-                         h->type == FT_OTHER ? ", as the master's control port does" : ", not welcome");
-                return -1;
-            }
-            k = framed_next(&c->rd, &ev); /* the end of its (empty) payload */
-            assert(k == FRAMED_END);
-            return 0;
-        }
-        size_t n;
-        const uint8_t *first = client_first_bytes(c, &n);
-        if (k != FRAMED_NEED_MORE) {
-            if (!peer_not_psbench(c->addr, "server", first, n, err, errlen))
-                snprintf(err, errlen, "server %s: bad frame: %s", c->addr, framed_err(&c->rd));
-            return -1;
-        }
-        long long left = deadline - clock_now_ms();
-        struct pollfd pfd = {c->fd, POLLIN, 0};
-        if (left <= 0 || poll(&pfd, 1, (int)left) <= 0) {
-            if (n == 0 || !peer_not_psbench(c->addr, "server", first, n, err, errlen))
-                peer_no_answer(c->addr, "server", false, timeout_s, err, errlen);
-            return -1;
-        }
-        size_t room;
-        uint8_t *dst = framed_space(&c->rd, &room);
-        ssize_t r = c->xp->recv(c, dst, room);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            first = client_first_bytes(c, &n);
-            if (n == 0)
-                peer_no_answer(c->addr, "server", true, 0, err, errlen);
-            else if (!peer_not_psbench(c->addr, "server", first, n, err, errlen))
-                snprintf(err, errlen, "server %s closed the connection during hello", c->addr);
-            return -1;
-        }
-        framed_wrote(&c->rd, (size_t)r);
-    }
-}
 
 /* Say hello on c: over the Unix socket with the client's segment; on TCP
  * asking for shared memory when ask_shm. 0, or -1 with err. */
@@ -197,7 +114,7 @@ int client_handshake(client *cl, client_conn *c, const client_cfg *cfg, char *er
         return -1;
     if (a.type == FT_REDIRECT) {
         char why[256];
-        int moved = xport_shm_follow(cl, c, &a, why, sizeof why);
+        int moved = xport_get(XPORT_SHM)->follow(cl, c, &a, why, sizeof why);
         if (!moved && cfg->transport == PSB_TRANSPORT_SHM) {
             snprintf(err, errlen, "server %s: no shared memory (--transport shm): %s", c->addr, why);
             return -1;
@@ -223,7 +140,8 @@ int client_handshake(client *cl, client_conn *c, const client_cfg *cfg, char *er
         return -1;
     client_hs_enter(c, CLIENT_HS_WELCOMED, c->xp->kind);
     bool ipc = false;
-    if ((a.has & FH_GPU) && c->xp->gpu_offer && c->xp->gpu_offer(cl, c, &a, cfg->timeout_s, &ipc, err, errlen) < 0)
+    if ((a.has & FH_GPU) && c->xp->gpu_link &&
+        xport_get(XPORT_IPC)->gpu_offer(cl, c, &a, cfg->timeout_s, &ipc, err, errlen) < 0)
         return -1;
     client_hs_enter(c, CLIENT_HS_READY, ipc ? XPORT_IPC : c->xp->kind);
     return 0;

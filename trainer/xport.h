@@ -2,9 +2,13 @@
  * payloads: one ops table per transport (xport_tcp.c: inline on the TCP
  * socket; xport_shm.c: the server's Unix socket, payloads named in shared
  * segments; xport_ipc.c: that, with dense buckets in GPU memory by CUDA
- * IPC), all in one registry (xport.c). The client's send queue and
- * result reader (client.c) and its handshake (client_hello.c) call a
- * connection's table and name no transport; docs/protocol.md has the
+ * IPC, building on shared memory), all in one registry (xport.c). The
+ * client's send queue and result reader (client.c) and its handshake
+ * (client_hello.c) reach a transport only through its table; a transport
+ * calls what lies beneath it (client_io.c, client_impl.h) and, downward
+ * only, shared memory's (ipc builds on it; tcp refuses `at` with its
+ * check), which knows nothing of ipc. Calls run one way: client.c ->
+ * client_hello.c -> transports -> client_io.c. docs/protocol.md has the
  * wire side of each. */
 #ifndef PSBENCH_XPORT_H
 #define PSBENCH_XPORT_H
@@ -40,9 +44,18 @@ typedef struct xport_ops {
     /* The welcome, read on this link: take what it hands over (the
      * server's segment). 0, or -1 with err. */
     int (*welcomed)(client_conn *c, const frame_hdr *w, char *err, size_t errlen);
-    /* The welcome offers CUDA IPC (`gpu`): export and open, or note why
-     * not (c->gpu_note). *ipc: c now exchanges dense buckets on the GPU.
-     * NULL: the offer is not for this link. 0, or -1 with err. */
+    /* The welcome's offer of CUDA IPC (`gpu`) is for this link. */
+    bool gpu_link;
+    /* How a link moves onto this transport in the handshake, called while
+     * c is still on the one before (NULL: never this way). follow (shm):
+     * the server redirected c (TCP) to its Unix socket; connect there when
+     * that is possible from here, making the client's segment: 1 when c's
+     * socket is now the Unix one (the caller moves c to this transport), 0
+     * when not, with why (c still on TCP). gpu_offer (ipc): the welcome on
+     * a gpu_link offers CUDA IPC; export and open, or note why not
+     * (c->gpu_note); *ipc: c now exchanges dense buckets on the GPU (the
+     * caller moves it here). 0, or -1 with err. */
+    int (*follow)(client *cl, client_conn *c, const frame_hdr *r, char *why, size_t len);
     int (*gpu_offer)(client *cl, client_conn *c, const frame_hdr *w, double timeout_s, bool *ipc, char *err,
                      size_t errlen);
     /* Stage or send: a push about to be queued, h and *payload (src->host
@@ -66,18 +79,9 @@ const xport_ops *xport_get(xport_kind k);
 extern const xport_ops xport_tcp_ops, xport_shm_ops, xport_ipc_ops;
 
 /* What CUDA IPC builds on shared memory (xport_shm.c), and what every
- * link refuses with where it holds no segment. */
-int xport_shm_follow(client *cl, client_conn *c, const frame_hdr *r, char *why, size_t len);
+ * link refuses `at` with where it holds no segment. */
 void xport_shm_place(client *cl, client_conn *c, frame_hdr *h, const client_src *src, const void **payload);
 int xport_shm_read_at(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen);
 void xport_shm_close(client *cl, client_conn *c);
-/* CUDA IPC (xport_ipc.c): the export at the welcome's offer; a result
- * read in the server's GPU memory, refused where none was exported (every
- * other link). */
-int xport_ipc_export(client *cl, client_conn *c, const frame_hdr *w, double timeout_s, bool *ipc, char *err,
-                     size_t errlen);
-int xport_ipc_read_dev(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen);
-/* "WORDS (no CUDA IPC: why)", why being c's note or dflt. */
-void xport_describe_no_ipc(const client_conn *c, const char *words, const char *dflt, char *buf, size_t len);
 
 #endif

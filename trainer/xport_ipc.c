@@ -3,24 +3,26 @@
  * trainer exports its gradients' memory and event and opens the server's;
  * dense pushes then name their bytes in the exported memory (`dev`) and
  * dense results are copied device to device from the server's. Everything
- * else travels as over shared memory (xport_shm.c). */
+ * else travels as over shared memory (xport_shm.c), which this builds on
+ * and which knows nothing of it; the handshake reaches the export through
+ * this ops table (gpu_offer). */
 #include "trainer/client_impl.h"
 #include "trainer/xport.h"
 #include "shared/shm.h"
 #include "shared/text.h"
 
-#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <sys/uio.h>
 
-/* The welcome offered CUDA IPC (`gpu`); on the same GPU, export the
+/* The welcome offered CUDA IPC (`gpu`) on a shared-memory link, which
+ * becomes this one where it goes through; on the same GPU, export the
  * gradients' memory and event and open the server's memory. A refusal, or
  * another GPU, or gradients not in shareable memory, is a note, not an
  * error: the link goes on over pinned memory. 0 (*ipc: opened), or -1
  * with err (the connection failed). */
-int xport_ipc_export(client *cl, client_conn *c, const frame_hdr *w, double timeout_s, bool *ipc, char *err,
-                     size_t errlen)
+static int xipc_gpu_offer(client *cl, client_conn *c, const frame_hdr *w, double timeout_s, bool *ipc, char *err,
+                          size_t errlen)
 {
     *ipc = false;
     const gpushare *g = cl->gpu;
@@ -97,22 +99,13 @@ static void xipc_place(client *cl, client_conn *c, frame_hdr *h, const client_sr
 }
 
 /* A dense result whose mean lies in the server's GPU memory (`dev`):
- * where, checked before anything reads it (refused where no GPU memory
- * was exported: every other link), begun at the sink as if it had
- * followed and copied device to device. */
-int xport_ipc_read_dev(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
+ * where, checked before anything reads it (client_check_dev), begun at
+ * the sink as if it had followed and copied device to device. */
+static int xipc_read_dev(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
-    uint64_t want = h->type == FT_RESULT && h->layout == LAYOUT_DENSE ? frame_push_payload_size(h)
-                    : h->type == FT_PARAMS && h->count <= UINT64_MAX / 4 ? h->count * 4
-                                                                        : UINT64_MAX;
-    if (devmem_is_none(c->srv_gpu) || !cl->sink.dev || h->payload || (h->has & FH_AT) || want == UINT64_MAX ||
-        h->dev % 4 || h->dev > c->srv_gpu_bytes || want > c->srv_gpu_bytes - h->dev) {
-        snprintf(err, errlen, "server %s sent a '%s' naming bytes %" PRIu64 "..+%" PRIu64 " of %s", c->addr,
-                 frame_type_name(h->type), h->dev, want == UINT64_MAX ? 0 : want,
-                 !devmem_is_none(c->srv_gpu) ? "its GPU memory, outside it (or not a dense result, or with a payload too)"
-                                             : "GPU memory it never exported to this trainer");
+    uint64_t want;
+    if (client_check_dev(cl, c, h, &want, err, errlen) < 0)
         return -1;
-    }
     frame_hdr hv = *h;
     hv.payload = want;
     hv.has |= FH_PAYLOAD;
@@ -127,7 +120,7 @@ int xport_ipc_read_dev(client *cl, client_conn *c, const frame_hdr *h, char *err
 static int xipc_read_in_place(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
     if (h->has & FH_DEV)
-        return xport_ipc_read_dev(cl, c, h, err, errlen);
+        return xipc_read_dev(cl, c, h, err, errlen);
     return xport_shm_read_at(cl, c, h, err, errlen);
 }
 
@@ -152,11 +145,13 @@ const xport_ops xport_ipc_ops = {
     .link = "shm",
     .cuda_ipc = true,
     .describe = xipc_describe,
-    /* The handshake is over when a link becomes this one: */
+    /* The handshake is over when a link becomes this one, by its offer: */
     .hello_segment = NULL,
     .recv = NULL,
     .welcomed = NULL,
-    .gpu_offer = NULL,
+    .gpu_link = false,
+    .follow = NULL,
+    .gpu_offer = xipc_gpu_offer,
     .place = xipc_place,
     .read_in_place = xipc_read_in_place,
     .close = xipc_close,

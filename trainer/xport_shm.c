@@ -3,9 +3,9 @@
  * reached by following its redirect; the hello hands over the client's
  * segment, where pushes name their payload (staged there when it lies
  * elsewhere), and the welcome the server's, where results are read in
- * place. */
+ * place. CUDA IPC builds on it (xport_ipc.c); this file knows nothing of
+ * that, and calls only what lies beneath the transports (client_io.c). */
 #include "trainer/client_impl.h"
-#include "trainer/xport.h"
 #include "shared/shm.h"
 
 #include <assert.h>
@@ -100,7 +100,7 @@ static bool xshm_room_for(uint64_t bytes, char *why, size_t len)
  * that is possible from here, making the client's segment. 1 when c's
  * socket is now the Unix one (the caller moves it to this transport); 0
  * when not, with why (c still on TCP). */
-int xport_shm_follow(client *cl, client_conn *c, const frame_hdr *r, char *why, size_t len)
+static int xshm_follow(client *cl, client_conn *c, const frame_hdr *r, char *why, size_t len)
 {
     char name[128];
     if (!(r->has & FH_SHM) || !shm_name_ok(r->shm.p, r->shm.n) || r->shm.n >= sizeof name) {
@@ -215,11 +215,16 @@ int xport_shm_read_at(client *cl, client_conn *c, const frame_hdr *h, char *err,
 }
 
 /* Results are read in the server's segment; GPU memory was never
- * exported on this link (xport_ipc_read_dev refuses it, naming why). */
+ * exported on this link (client_check_dev refuses it, naming why). */
 static int xshm_read_in_place(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
-    if (h->has & FH_DEV)
-        return xport_ipc_read_dev(cl, c, h, err, errlen);
+    if (h->has & FH_DEV) {
+        uint64_t want;
+        int r = client_check_dev(cl, c, h, &want, err, errlen);
+        assert(r < 0); /* none exported: c is not on CUDA IPC */
+        (void)r;
+        return -1;
+    }
     return xport_shm_read_at(cl, c, h, err, errlen);
 }
 
@@ -234,14 +239,9 @@ void xport_shm_close(client *cl, client_conn *c)
     c->nstage = 0;
 }
 
-void xport_describe_no_ipc(const client_conn *c, const char *words, const char *dflt, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s (no CUDA IPC: %s)", words, c->gpu_note[0] ? c->gpu_note : dflt);
-}
-
 static void xshm_describe(const client_conn *c, char *buf, size_t len)
 {
-    xport_describe_no_ipc(c, "shared memory", "the server offered none", buf, len);
+    client_describe_no_ipc(c, "shared memory", "the server offered none", buf, len);
 }
 
 /* Memory in the client's segment (client.h): none where no link shares
@@ -265,7 +265,9 @@ const xport_ops xport_shm_ops = {
     .hello_segment = xshm_hello_segment,
     .recv = xshm_recv,
     .welcomed = xshm_welcomed,
-    .gpu_offer = xport_ipc_export,
+    .gpu_link = true, /* CUDA IPC is offered on the Unix socket */
+    .follow = xshm_follow,
+    .gpu_offer = NULL,
     .place = xport_shm_place,
     .read_in_place = xshm_read_in_place,
     .close = xport_shm_close,

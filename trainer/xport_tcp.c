@@ -1,7 +1,7 @@
 /* xport_tcp.c — the TCP transport of a trainer's connection (xport.h):
  * every payload inline on the socket, both ways. Where a connection
  * starts; the handshake may move it on (client_hello.c). */
-#include "trainer/xport.h"
+#include "trainer/client_impl.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -43,8 +43,13 @@ static void xtcp_place(client *cl, client_conn *c, frame_hdr *h, const client_sr
  * refused, naming which (the checks of the links that have them). */
 static int xtcp_read_in_place(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
 {
-    if (h->has & FH_DEV)
-        return xport_ipc_read_dev(cl, c, h, err, errlen);
+    if (h->has & FH_DEV) {
+        uint64_t want;
+        int r = client_check_dev(cl, c, h, &want, err, errlen);
+        assert(r < 0); /* none exported on TCP */
+        (void)r;
+        return -1;
+    }
     return xport_shm_read_at(cl, c, h, err, errlen);
 }
 
@@ -55,7 +60,7 @@ static void xtcp_close(client *cl, client_conn *c)
 
 static void xtcp_describe(const client_conn *c, char *buf, size_t len)
 {
-    xport_describe_no_ipc(c, "TCP", "it runs over shared memory only", buf, len);
+    client_describe_no_ipc(c, "TCP", "it runs over shared memory only", buf, len);
 }
 
 const xport_ops xport_tcp_ops = {
@@ -66,7 +71,9 @@ const xport_ops xport_tcp_ops = {
     .hello_segment = xtcp_hello_segment,
     .recv = xtcp_recv,
     .welcomed = xtcp_welcomed,
-    .gpu_offer = NULL, /* CUDA IPC is offered on the Unix socket only */
+    .gpu_link = false, /* CUDA IPC is offered on the Unix socket only */
+    .follow = NULL,
+    .gpu_offer = NULL,
     .place = xtcp_place,
     .read_in_place = xtcp_read_in_place,
     .close = xtcp_close,
