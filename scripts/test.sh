@@ -114,18 +114,21 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # server's suites on the fake GPU run in
   # the release and TSan passes (their memory is unit_device's and
   # integration_cuda_server's, which run here). Of the suites on the test
-  # device, the master's and the training's run under TSan only (the
-  # longest here, 55 and 36 s: their servers' memory is integration_master's
-  # and integration_training's, which run here on the cpu device).
+  # device, the master's runs under TSan only (55 s here: its servers'
+  # memory is integration_master's, which runs here on the cpu device) and
+  # the training's here only (138 s under TSan, the pass's longest: its
+  # trainers' threads are integration_hooks' and integration_ddp_rpc's
+  # there, the test device's worker every other device_test_ suite's).
   ASAN_OPTIONS=detect_leaks=1 run_suite build-asan \
-    "-LE container -E deploy_files|multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|integration_dashboard|integration_sweep_report|integration_host_state|integration_training|integration_install|integration_e2e|integration_batch_update|device_fakecuda_|device_test_master|device_test_training|tcp_" \
+    "-LE container -E deploy_files|multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|integration_dashboard|integration_sweep_report|integration_host_state|integration_training|integration_install|integration_e2e|integration_batch_update|device_fakecuda_|device_test_master|tcp_" \
     selected -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"
   # Not under TSan: the back-to-back runs' suite on the fake GPU (long
   # runs at TSan's pace; the fake GPU's threads are the other
-  # device_fakecuda_ suites' and unit_cugpu's here).
+  # device_fakecuda_ suites' and unit_cugpu's here), nor the training's on
+  # the test device (the ASan pass's, above).
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" run_suite build-tsan \
-    "-L server|threads -LE container -E device_fakecuda_runs" \
+    "-L server|threads -LE container -E device_fakecuda_runs|device_test_training" \
     selected -DPSBENCH_TSAN=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
 fi
 if [ "$configure_only" = 1 ]; then
