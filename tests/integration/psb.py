@@ -206,7 +206,7 @@ def sanitizer_build(binary=None):
         with open(binary, "rb") as f:
             data = f.read()
         return b"__asan_init" in data or b"__tsan_init" in data
-    return os.environ.get("PSBENCH_ASAN") == "1" or os.environ.get("PSBENCH_TSAN") == "1"
+    return ASAN or os.environ.get("PSBENCH_TSAN") == "1"
 
 
 # ---- processes -----------------------------------------------------------

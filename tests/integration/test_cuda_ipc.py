@@ -45,10 +45,9 @@ from psb import ShmClient, sealed_memfd  # noqa: E402
 from psb import Master  # noqa: E402
 
 MIB = 1 << 20
-# Under ASan the whole training runs are the release pass's (their memory
-# is the same code's as the runs the ASan pass keeps: the killed trainer,
-# the five runs); the suite stays within its time.
-ASAN = psb.ASAN
+# Under ASan (psb.ASAN) the whole training runs are the release pass's
+# (their memory is the same code's as the runs the ASan pass keeps: the
+# killed trainer, the five runs); the suite stays within its time.
 TDEV = os.environ.get("PSBENCH_TRAINER_DEVICE") or "fake-cuda"
 SDEV = os.environ.get("PSBENCH_SERVER_DEVICE") or "fake-cuda"
 # shared/cugpu_fake.c: a handle's bytes, and an IPC event's shared page.
@@ -465,7 +464,7 @@ class Trainers(MasterJob, psb.PsbTestCase):
         self.assertLessEqual(int(m.group(3)) * 2, int(m.group(1)))
         return int(m.group(1)), int(m.group(2))
 
-    @unittest.skipIf(ASAN, "four training runs: the release pass's (see ASAN above)")
+    @unittest.skipIf(psb.ASAN, "four training runs: the release pass's (see psb.ASAN above)")
     def test_rpc_hook_over_cuda_ipc_equals_tcp(self):
         """Every dense bucket by CUDA IPC (the start line, results.json's
         links, the server's count: every push), the same bits as the run
@@ -492,7 +491,7 @@ class Trainers(MasterJob, psb.PsbTestCase):
             self.assertEqual([t["loss_per_epoch"] for t in res["trainers"]],
                              [t["loss_per_epoch"] for t in tcp["trainers"]])
 
-    @unittest.skipIf(ASAN, "two training runs: the release pass's (see ASAN above)")
+    @unittest.skipIf(psb.ASAN, "two training runs: the release pass's (see psb.ASAN above)")
     def test_no_cuda_ipc_where_the_server_offers_none(self):
         """--gpu-share 0 on the server: shared memory with pinned staging,
         the same bits; a CPU server likewise (no offer: no note)."""
