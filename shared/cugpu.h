@@ -58,8 +58,8 @@
  *          that is not ordinary shared memory, is refused with the reason).
  *          Like the driver it maps the whole object (the memfd's own size,
  *          whatever the handle says) and checks the size given to ipc_open
- *          against that (cugpu_ipc_check_range). An IPC event's state is a page of its own
- *          memfd, opened the same way: a record counts itself there when
+ *          against that (cugpu_ipc_check_range). An IPC event's state is a page
+ * of its own memfd, opened the same way: a record counts itself there when
  *          queued and marks itself complete when its stream's worker
  *          reaches it (atomics in the shared page), and a stream_wait's
  *          worker polls the page until the record it waits for is
@@ -77,8 +77,10 @@
 #ifndef PSBENCH_CUGPU_H
 #define PSBENCH_CUGPU_H
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "shared/devmem.h"
 
@@ -96,38 +98,80 @@ typedef struct cugpu_ipc_handle {
 
 /* A role's kernels, as the GPU layer runs them: the server's
  * (server/cuda/kernels_host.c), the trainer's. A launch is the role's own
- * description of one kernel call (a struct of launch_size bytes, saying
- * which kernel and its arguments); the layer never looks inside but through
- * these functions.
+ * description of one kernel call: a struct of launch_size bytes whose
+ * first member is `int kernel`, the index of its row in the role's table,
+ * followed by its arguments. The layer reads that index and otherwise never
+ * looks inside but through the row's functions.
+ *
+ * Each kernel is one row (cugpu_kernel), and a role's table is made from
+ * its kernel list (an X-macro in its kernels.h, each kernel named once
+ * there) by CUGPU_KERNEL_ROW: the name, and the host functions named after
+ * it, <name>_run and <name>_args.
  *
  *   cuda   the fatbin (embedded by the build: every kernel extern "C",
- *          found by name) and args: the kernel's index in names, its
- *          arguments as cudaLaunchKernel takes them (pointers into the
- *          launch, which stays valid until launch returns) and the number
- *          of threads' worth of work (blocks of 256, at most 8 per SM: the
+ *          found by its row's name) and args: its arguments as
+ *          cudaLaunchKernel takes them (pointers into the launch, which
+ *          stays valid until launch returns; CUGPU_ARGS) and the number of
+ *          threads' worth of work (blocks of 256, at most 8 per SM: the
  *          kernels loop over the rest, grid-stride).
- *   fake   host_run: the kernel's loops on the host, with the per-element
+ *   fake   run: the kernel's loops on the host, with the per-element
  *          arithmetic the GPU's code uses (the same bits), given a copy of
  *          the launch taken when it was queued.
  *
- * Library calls (cuBLAS, ...) are launches too, queued in stream order like
- * a kernel, when the role's table has `library`: on a GPU, launch asks it
- * first, handing it the native stream (a cudaStream_t) to enqueue the call
- * on (1: it did; 0: not a library call, a kernel as above; -1: it failed,
- * the reason in err). On the fake GPU, host_run runs the host version on
- * the stream's worker, in order, as any kernel. */
+ * Library calls (cuBLAS, ...) are rows too, with no name (not in the
+ * fatbin) and no args, queued in stream order like a kernel, when the
+ * role's table has `library`: on a GPU, launch hands it the launch and the
+ * native stream (a cudaStream_t) to enqueue the call on (0, or -1: it
+ * failed, the reason in err). On the fake GPU, the row's run runs the host
+ * version on the stream's worker, in order, as any kernel. */
+typedef struct cugpu_kernel {
+    const char *name;                /* in the fatbin; NULL: a library call */
+    void (*run)(const void *launch); /* the host loops */
+    /* cudaLaunchKernel's arguments into args (at most CUGPU_MAX_ARGS);
+     * the threads' worth of work. NULL: a library call. */
+    size_t (*args)(const void *launch, void **args);
+} cugpu_kernel;
+
 typedef struct cugpu_kernels {
-    const char *what;          /* "the server's kernels": for messages */
+    const char *what;            /* "the server's kernels": for messages */
     const unsigned char *fatbin; /* NULL: this build has none (fake only) */
-    const char *const *names;
+    const char *archs;           /* the architectures the fatbin has code for */
+    const cugpu_kernel *table;   /* by the launch's `kernel` */
     int count;
-    const char *archs;         /* the architectures the fatbin has code for */
     size_t launch_size;
-    int (*args)(const void *launch, void **args, size_t *work); /* the kernel's index, or -1 */
-    void (*host_run)(const void *launch);
-    /* NULL: the role has no library calls (the server's). */
+    /* Enqueue a library row's launch on the native stream. NULL: the role
+     * has no library calls (the server's). */
     int (*library)(const void *launch, void *stream, char *err, size_t errlen);
 } cugpu_kernels;
+
+/* A role's table row for kernel `name` (its X-macro's entry ID, name). */
+#define CUGPU_KERNEL_ROW(ID, name) [ID] = {#name, name##_run, name##_args},
+/* A library call's row: run is its host version. */
+#define CUGPU_LIBRARY_ROW(ID, name) [ID] = {NULL, name##_run, NULL},
+
+/* The most arguments one kernel takes. */
+#define CUGPU_MAX_ARGS 16
+/* An args function's body: the launch's fields (their addresses, in the
+ * kernel's order) into args, and the work: return CUGPU_ARGS(a, work,
+ * &l->x, &l->y). The kernels never write their arguments, so a pointer
+ * into the (const) launch is what cudaLaunchKernel reads. */
+#define CUGPU_ARGS(a, work, ...) cugpu_args_put((a), (work), (const void *const[]){__VA_ARGS__, NULL})
+static inline size_t cugpu_args_put(void **a, size_t work, const void *const *fields)
+{
+    for (int i = 0; fields[i]; i++) {
+        assert(i < CUGPU_MAX_ARGS);
+        a[i] = (void *)(uintptr_t)fields[i];
+    }
+    return work;
+}
+
+/* The index of launch l's kernel (its first member). */
+static inline int cugpu_launch_kernel(const void *l)
+{
+    int k;
+    memcpy(&k, l, sizeof k);
+    return k;
+}
 
 /* Memory. Device memory is a devmem (shared/devmem.h: never a host
  * pointer, and the compiler holds to it); pinned host memory is a host
@@ -216,13 +260,13 @@ typedef struct cugpu_ops {
 struct cugpu {
     const cugpu_ops *ops;
     const cugpu_kernels *kernels;
-    int device;       /* the GPU's index */
-    char name[160];   /* "NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90" or "fake GPU" */
+    int device;     /* the GPU's index */
+    char name[160]; /* "NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90" or "fake GPU" */
     /* Which GPU this is, for peers on the host to compare (CUDA IPC):
      * "GPU-" and CUDA's UUID (nvidia-smi's spelling), or "fake" (every
      * fake GPU is host memory: any two can open each other's). */
     char uuid[48];
-    char err[512];    /* the last error */
+    char err[512]; /* the last error */
 };
 
 /* GPU `device` through the CUDA runtime, with kernels k: NULL with the

@@ -26,7 +26,7 @@ typedef struct cuda_gpu {
     const cudart_api *rt;
     const cudrv_api *drv; /* the driver: what the runtime does not say */
     cudaLibrary_t lib;
-    cudaKernel_t *kernels; /* by the index in cugpu_kernels.names */
+    cudaKernel_t *kernels; /* by the index in cugpu_kernels.table (NULL: a library row) */
     int sms;        /* streaming multiprocessors: the grids' size */
     bool pools;     /* stream-ordered allocation (the default pool) works */
 } cuda_gpu;
@@ -153,24 +153,19 @@ static unsigned cg_blocks(const cuda_gpu *cg, size_t work)
     return (unsigned)(b == 0 ? 1 : b < cap ? b : cap);
 }
 
-/* The most arguments one kernel takes. */
-#define CG_MAX_ARGS 16
-
 static int cg_launch(cugpu *g, cugpu_stream *s, const void *l)
 {
     cuda_gpu *cg = (cuda_gpu *)g;
-    if (g->kernels->library) {
-        int lib = g->kernels->library(l, (void *)s, g->err, sizeof g->err);
-        if (lib != 0)
-            return lib < 0 ? -1 : 0;
-    }
-    void *args[CG_MAX_ARGS];
-    size_t work = 0;
-    int k = g->kernels->args(l, args, &work);
-    if (k < 0 || k >= g->kernels->count) {
+    const cugpu_kernels *ks = g->kernels;
+    int k = cugpu_launch_kernel(l);
+    if (k < 0 || k >= ks->count) {
         snprintf(g->err, sizeof g->err, "unknown kernel %d", k);
         return -1;
     }
+    if (!ks->table[k].name) /* a library call */
+        return ks->library(l, (void *)s, g->err, sizeof g->err) < 0 ? -1 : 0;
+    void *args[CUGPU_MAX_ARGS];
+    size_t work = ks->table[k].args(l, args);
     dim3 grid = {cg_blocks(cg, work), 1, 1}, block = {256, 1, 1};
     cudaError_t e = cg->rt->cudaLaunchKernel((const void *)cg->kernels[k], grid, block, args, 0, (cudaStream_t)s);
     return e == cudaSuccess ? 0 : cg_failed(g, "cudaLaunchKernel", e);
@@ -445,8 +440,9 @@ cugpu *cugpu_cuda_new(int device, const cugpu_kernels *k, char *err, size_t errl
         return NULL;
     }
     for (int i = 0; i < k->count; i++)
-        if ((e = rt->cudaLibraryGetKernel(&cg->kernels[i], cg->lib, k->names[i])) != cudaSuccess) {
-            snprintf(err, errlen, "GPU %d: kernel %s: %s", device, k->names[i], rt->cudaGetErrorString(e));
+        if (k->table[i].name &&
+            (e = rt->cudaLibraryGetKernel(&cg->kernels[i], cg->lib, k->table[i].name)) != cudaSuccess) {
+            snprintf(err, errlen, "GPU %d: kernel %s: %s", device, k->table[i].name, rt->cudaGetErrorString(e));
             cg_destroy(&cg->base);
             return NULL;
         }

@@ -1,6 +1,6 @@
 /* cugpu_fake.c — the fake GPU of cugpu.h: host memory, a worker thread per
  * stream running its operations in order, kernels on the host (the role's
- * host_run: the same arithmetic, the same bits as its GPU code), injected
+ * run: the same arithmetic, the same bits as its GPU code), injected
  * errors.
  *
  * A test aid, like the `test` device: it exercises the cuda device's host
@@ -229,7 +229,7 @@ static int fake_run(cugpu_stream *s, fake_op *op, char *why, size_t whylen)
         memmove(op->dst, op->src, op->n);
         break;
     case FOP_LAUNCH:
-        s->gpu->base.kernels->host_run(op->launch);
+        s->gpu->base.kernels->table[cugpu_launch_kernel(op->launch)].run(op->launch);
         break;
     case FOP_HOST_FN:
         op->fn(op->arg);
@@ -357,7 +357,7 @@ static void fake_free(cugpu *g, void *p)
 }
 
 /* The fake GPU's device memory is host memory: its devmem holds a host
- * address, which only this file and the roles' host loops (host_run) read
+ * address, which only this file and the roles' host loops (their rows' run) read
  * as one. */
 static devmem fake_dev_alloc(cugpu *g, size_t bytes) { return devmem_of(fake_alloc(g, bytes)); }
 
@@ -459,6 +459,11 @@ static int fake_copy_d2d(cugpu *g, cugpu_stream *s, devmem dst, devmem src, size
 
 static int fake_launch(cugpu *g, cugpu_stream *s, const void *l)
 {
+    int k = cugpu_launch_kernel(l);
+    if (k < 0 || k >= g->kernels->count) {
+        snprintf(g->err, sizeof g->err, "unknown kernel %d", k);
+        return -1;
+    }
     size_t n = g->kernels->launch_size;
     fake_op *op = calloc(1, sizeof *op + n);
     if (op) {
@@ -924,7 +929,7 @@ static const cugpu_ops fake_ops = {
 
 cugpu *cugpu_fake_new(const cugpu_kernels *k, uint64_t fail_at, unsigned delay_us, char *err, size_t errlen)
 {
-    assert(k && k->host_run && k->launch_size > 0);
+    assert(k && k->table && k->count > 0 && k->launch_size >= sizeof(int));
     fake_gpu *g = calloc(1, sizeof *g);
     if (!g) {
         snprintf(err, errlen, "out of memory");

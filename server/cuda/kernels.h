@@ -43,21 +43,22 @@ typedef struct psb_fold_chain {
  *                const float *grad)
  *   psb_dense_sgd(float *table, const float *gsum, size_t n, float lr)
  * (the last three, in that order, are a dense embedding step: JOB_DENSE_SGD) */
-#define PSB_KERNEL_NAMES                                                                                          \
-    "psb_fold", "psb_sum_scale", "psb_sgd", "psb_gather", "psb_scatter_sgd", "psb_fold_batch", "psb_zero",       \
-        "psb_bag_grad", "psb_dense_sgd"
-enum {
-    PSB_K_FOLD = 0,
-    PSB_K_SUM_SCALE,
-    PSB_K_SGD,
-    PSB_K_GATHER,
-    PSB_K_SCATTER_SGD,
-    PSB_K_FOLD_BATCH,
-    PSB_K_ZERO,
-    PSB_K_BAG_GRAD,
-    PSB_K_DENSE_SGD,
-    PSB_K_COUNT
-};
+/* Each kernel, named once: PSB_K_<ID> is its index in the host's table
+ * (kernels_host.c: psb_kernels, a row per entry, its host functions
+ * <name>_run and <name>_args), <name> its symbol in the fatbin. */
+#define PSB_KERNELS(X)                                                                                            \
+    X(PSB_K_FOLD, psb_fold)                                                                                       \
+    X(PSB_K_SUM_SCALE, psb_sum_scale)                                                                             \
+    X(PSB_K_SGD, psb_sgd)                                                                                         \
+    X(PSB_K_GATHER, psb_gather)                                                                                   \
+    X(PSB_K_SCATTER_SGD, psb_scatter_sgd)                                                                         \
+    X(PSB_K_FOLD_BATCH, psb_fold_batch)                                                                           \
+    X(PSB_K_ZERO, psb_zero)                                                                                       \
+    X(PSB_K_BAG_GRAD, psb_bag_grad)                                                                               \
+    X(PSB_K_DENSE_SGD, psb_dense_sgd)
+#define PSB_K_ENUM(ID, name) ID,
+enum { PSB_KERNELS(PSB_K_ENUM) PSB_K_COUNT };
+#undef PSB_K_ENUM
 
 /* The fatbin, embedded by the build (kernels_fatbin.c, generated from
  * kernels.cu): what cudaLibraryLoadData takes. */

@@ -54,33 +54,33 @@ enum { TRK_SGD_PLAIN = 0, TRK_SGD_FIRST = 1, TRK_SGD_MOMENTUM = 2 };
  *       for unique row u < nu: its updates vals[occ[off[u] .. off[u+1])] applied in order
  *   trk_first_ne(const float *a, const float *b, size_t n, unsigned long long *first)
  *       *first = min(*first, k) for every k with !(a[k] == b[k]) (NaN differs) */
-#define TRK_KERNEL_NAMES                                                                                              \
-    "trk_zero", "trk_bias_rows", "trk_transpose_bias", "trk_colsum", "trk_relu", "trk_relu_bwd", "trk_bag_mean",       \
-        "trk_scale_div", "trk_bag_bwd", "trk_softmax_ce", "trk_softmax_ce_bwd", "trk_ce_logits", "trk_l1",             \
-        "trk_loss_sum", "trk_sgd", "trk_sgd_rows", "trk_first_ne"
-enum {
-    TRK_K_ZERO = 0,
-    TRK_K_BIAS_ROWS,
-    TRK_K_TRANSPOSE_BIAS,
-    TRK_K_COLSUM,
-    TRK_K_RELU,
-    TRK_K_RELU_BWD,
-    TRK_K_BAG_MEAN,
-    TRK_K_SCALE_DIV,
-    TRK_K_BAG_BWD,
-    TRK_K_SOFTMAX_CE,
-    TRK_K_SOFTMAX_CE_BWD,
-    TRK_K_CE_LOGITS,
-    TRK_K_L1,
-    TRK_K_LOSS_SUM,
-    TRK_K_SGD,
-    TRK_K_SGD_ROWS,
-    TRK_K_FIRST_NE,
-    TRK_K_COUNT,
-    /* Not a kernel: a library call (cuBLAS's sgemm; cblas_sgemm on the
-     * fake GPU), queued in stream order as the kernels are. */
-    TRK_L_GEMM = 100,
-};
+/* Each kernel, named once: TRK_K_<ID> is its index in the host's table
+ * (kernels_host.c: trk_kernels, a row per entry, its host functions
+ * <name>_run and <name>_args), <name> its symbol in the fatbin. The last
+ * row, TRK_L_GEMM, is not a kernel: a library call (cuBLAS's sgemm;
+ * cblas_sgemm on the fake GPU), queued in stream order as the kernels are. */
+#define TRK_KERNELS(X, LIB)                                                                                           \
+    X(TRK_K_ZERO, trk_zero)                                                                                           \
+    X(TRK_K_BIAS_ROWS, trk_bias_rows)                                                                                 \
+    X(TRK_K_TRANSPOSE_BIAS, trk_transpose_bias)                                                                       \
+    X(TRK_K_COLSUM, trk_colsum)                                                                                       \
+    X(TRK_K_RELU, trk_relu)                                                                                           \
+    X(TRK_K_RELU_BWD, trk_relu_bwd)                                                                                   \
+    X(TRK_K_BAG_MEAN, trk_bag_mean)                                                                                   \
+    X(TRK_K_SCALE_DIV, trk_scale_div)                                                                                 \
+    X(TRK_K_BAG_BWD, trk_bag_bwd)                                                                                     \
+    X(TRK_K_SOFTMAX_CE, trk_softmax_ce)                                                                               \
+    X(TRK_K_SOFTMAX_CE_BWD, trk_softmax_ce_bwd)                                                                       \
+    X(TRK_K_CE_LOGITS, trk_ce_logits)                                                                                 \
+    X(TRK_K_L1, trk_l1)                                                                                               \
+    X(TRK_K_LOSS_SUM, trk_loss_sum)                                                                                   \
+    X(TRK_K_SGD, trk_sgd)                                                                                             \
+    X(TRK_K_SGD_ROWS, trk_sgd_rows)                                                                                   \
+    X(TRK_K_FIRST_NE, trk_first_ne)                                                                                   \
+    LIB(TRK_L_GEMM, trk_gemm)
+#define TRK_K_ENUM(ID, name) ID,
+enum { TRK_KERNELS(TRK_K_ENUM, TRK_K_ENUM) TRK_K_COUNT };
+#undef TRK_K_ENUM
 
 /* The fatbin, embedded by the build (trk_kernels_fatbin.c, generated from
  * kernels.cu): what cudaLibraryLoadData takes. */

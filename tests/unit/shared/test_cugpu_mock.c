@@ -34,9 +34,9 @@ static struct {
     void (*set_range_fails)(int);
 } mock;
 
-static const char *const no_names[1] = {NULL};
+static const cugpu_kernel no_table[1] = {{NULL, NULL, NULL}};
 static const cugpu_kernels no_kernels = {
-    .what = "no kernels", .fatbin = (const unsigned char *)"", .names = no_names, .count = 0, .archs = "none"};
+    .what = "no kernels", .fatbin = (const unsigned char *)"", .table = no_table, .count = 0, .archs = "none"};
 
 static void mock_sym(void *h, const char *name, void *slot, size_t size)
 {
