@@ -464,6 +464,19 @@ int validate_pass_results(json_t *body, char *err, size_t errlen)
     return val_buckets(body, err, errlen);
 }
 
+/* A link's transport, as the trainer names it (its transports' link
+ * names: "shm", "tcp"; a test build's "loop"): a short word. */
+static bool validate_transport_name(const char *t)
+{
+    size_t n = strlen(t);
+    if (n == 0 || n > 16)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((t[i] >= 'a' && t[i] <= 'z') || (t[i] >= '0' && t[i] <= '9') || t[i] == '_'))
+            return false;
+    return true;
+}
+
 int validate_ready(json_t *body, char *err, size_t errlen)
 {
     json_t *links = json_object_get(body, "links");
@@ -482,7 +495,7 @@ int validate_ready(json_t *body, char *err, size_t errlen)
         const char *tr = json_string_value(json_object_get(l, "transport"));
         bool ok = json_is_object(l) && json_is_integer(srv) && json_integer_value(srv) >= 0 &&
                   json_integer_value(srv) <= UINT32_MAX && addr && strlen(addr) <= 300 &&
-                  text_is_printable(addr, strlen(addr)) && tr && (!strcmp(tr, "shm") || !strcmp(tr, "tcp")) &&
+                  text_is_printable(addr, strlen(addr)) && tr && validate_transport_name(tr) &&
                   (!note || json_is_null(note) ||
                    (json_is_string(note) && json_string_length(note) <= 300 &&
                     text_is_printable(json_string_value(note), json_string_length(note)))) &&
@@ -492,9 +505,9 @@ int validate_ready(json_t *body, char *err, size_t errlen)
                     text_is_printable(json_string_value(ipc_note), json_string_length(ipc_note))));
         if (!ok) {
             snprintf(err, errlen,
-                     "links[%zu] must be {\"server\": a rank, \"address\": printable text, \"transport\": \"shm\" or "
-                     "\"tcp\", \"note\": printable text or null, \"cuda_ipc\": true or false, \"cuda_ipc_note\": "
-                     "printable text or null}",
+                     "links[%zu] must be {\"server\": a rank, \"address\": printable text, \"transport\": a "
+                     "transport's name (\"shm\", \"tcp\"; 1-16 of a-z 0-9 _), \"note\": printable text or null, "
+                     "\"cuda_ipc\": true or false, \"cuda_ipc_note\": printable text or null}",
                      i);
             return -1;
         }

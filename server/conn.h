@@ -48,7 +48,9 @@ typedef struct conn {
      * hello's). Changed only by the shm transport (xport_shm.c) and the
      * reader. */
     bool shm;
-    const struct xport_ops *link; /* the socket's transport: xport_shm (shm) or xport_tcp */
+    /* The socket's transport: xport_shm (shm) or xport_tcp, or one that a
+     * hello on TCP took by name (its own hello hook sets it). */
+    const struct xport_ops *link;
     shm_seg seg;
     int rx_fd;
     bool in_place; /* results may be read in place: shm, and the hello's zerocopy promise */

@@ -5,7 +5,14 @@
 
 #include <string.h>
 
-const xport_ops *const xport_all[] = {&xport_tcp, &xport_shm, &xport_ipc};
+const xport_ops *const xport_all[] = {
+    &xport_tcp,
+    &xport_shm,
+    &xport_ipc,
+#ifdef PSBENCH_TEST_XPORTS
+    &xport_loop, /* xport_loop.c: test builds only */
+#endif
+};
 const size_t xport_count = sizeof xport_all / sizeof xport_all[0];
 
 const xport_ops *xport_of_push(const frame_hdr *h)

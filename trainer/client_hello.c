@@ -6,6 +6,7 @@
  * blocking reads are client_io.c's. Blocking: it runs before the
  * connection is handed to client_poll. */
 #include "trainer/client_impl.h"
+#include "shared/text.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -16,9 +17,9 @@
 #define CLIENT_MAX_TRAINERS 65536u
 
 /* Say hello on c: over the Unix socket with the client's segment; on TCP
- * asking for shared memory when ask_shm. 0, or -1 with err. */
-static int client_send_hello(client *cl, client_conn *c, uint64_t rank, const char *token, bool ask_shm, char *err,
-                             size_t errlen)
+ * asking for transport `ask` by name (NULL: none). 0, or -1 with err. */
+static int client_send_hello(client *cl, client_conn *c, uint64_t rank, const char *token, const xport_ops *ask,
+                             char *err, size_t errlen)
 {
     frame_hdr h = {0};
     h.type = FT_HELLO;
@@ -34,8 +35,8 @@ static int client_send_hello(client *cl, client_conn *c, uint64_t rank, const ch
         h.token = frame_str_c(token);
         h.has |= FH_TOKEN;
     }
-    if (ask_shm) {
-        h.transport = frame_str_c("shm");
+    if (ask) {
+        h.transport = frame_str_c(ask->link);
         h.has |= FH_TRANSPORT;
     }
     /* What the link hands over with it: over shared memory the client's
@@ -93,56 +94,87 @@ static int client_welcomed(client *cl, client_conn *c, const frame_hdr *wp, char
 
 /* The one place a connection's handshake state changes, and its
  * transport with it: forward only, never back to a lesser transport. */
-void client_hs_enter(client_conn *c, client_hs st, xport_kind k)
+void client_hs_enter(client_conn *c, client_hs st, const xport_ops *x)
 {
-    assert(st >= c->hs && (!c->xp || k >= c->xp->kind));
+    assert(st >= c->hs && (!c->xp || xport_order(x) >= xport_order(c->xp)));
     c->hs = st;
-    c->xp = xport_get(k);
+    c->xp = x;
 }
 
-/* Hello and welcome on c, connected over TCP: asking for shared memory
- * unless the transport is tcp, following a redirect where it can (auto:
- * else on TCP, the reason in link_note; shm: else an error); then CUDA
- * IPC where the welcome offers it and the link takes it. */
+/* The transport the first hello asks for by name: the last in the
+ * registry that the configuration asks for (NULL: none). */
+static const xport_ops *client_asked(const client_cfg *cfg)
+{
+    const xport_ops *ask = NULL;
+    for (size_t i = 0; i < xport_count; i++)
+        if (xport_registry[i]->asked && xport_registry[i]->asked(cfg))
+            ask = xport_registry[i];
+    return ask;
+}
+
+/* The welcome a (on TCP) answers the hello that asked for `ask`: the
+ * transport it names (`link`) was asked for, and c moves onto it; or it
+ * names none, and ask declines (a note, or an error). *to: c's transport
+ * from here. 0, or -1 with err. */
+static int client_taken(const client_cfg *cfg, client_conn *c, const xport_ops *ask, const frame_hdr *a,
+                        const xport_ops **to, char *err, size_t errlen)
+{
+    *to = c->xp;
+    if (a->has & FH_TRANSPORT) {
+        const xport_ops *x = xport_named(a->transport.p, a->transport.n);
+        if (!x || x != ask || c->xp != xport_get(XPORT_TCP)) {
+            char name[64];
+            text_escape_n((const char *)a->transport.p, a->transport.n > 32 ? 32 : a->transport.n, name, sizeof name);
+            snprintf(err, errlen, "server %s: its welcome puts the link on transport '%s', which this trainer did "
+                     "not ask for", c->addr, name);
+            return -1;
+        }
+        *to = x;
+        return 0;
+    }
+    return ask && c->xp == xport_get(XPORT_TCP) && ask->declined ? ask->declined(cfg, c, err, errlen) : 0;
+}
+
+/* Hello and welcome on c, connected over TCP: asking for a transport by
+ * name where the configuration does (shared memory unless the transport
+ * is tcp), following a redirect where it can (auto: else on TCP, the
+ * reason in link_note; shm: else an error) or taking the transport the
+ * welcome names; then CUDA IPC where the welcome offers it and the link
+ * takes it. */
 int client_handshake(client *cl, client_conn *c, const client_cfg *cfg, char *err, size_t errlen)
 {
-    bool ask = cfg->transport != PSB_TRANSPORT_TCP;
+    const xport_ops *ask = client_asked(cfg), *to;
     frame_hdr a;
-    client_hs_enter(c, CLIENT_HS_HELLO, XPORT_TCP);
+    client_hs_enter(c, CLIENT_HS_HELLO, xport_get(XPORT_TCP));
     if (client_send_hello(cl, c, cfg->rank, cfg->token, ask, err, errlen) < 0 ||
-        client_read_answer(c, ask ? FT_REDIRECT : FT_WELCOME, cfg->timeout_s, &a, err, errlen) < 0)
+        client_read_answer(c, ask && ask->follow ? FT_REDIRECT : FT_WELCOME, cfg->timeout_s, &a, err, errlen) < 0)
         return -1;
     if (a.type == FT_REDIRECT) {
-        char why[256];
-        int moved = xport_get(XPORT_SHM)->follow(cl, c, &a, why, sizeof why);
-        if (!moved && cfg->transport == PSB_TRANSPORT_SHM) {
-            snprintf(err, errlen, "server %s: no shared memory (--transport shm): %s", c->addr, why);
+        assert(ask && ask->follow); /* client_read_answer takes a redirect only then */
+        char why[512];
+        int moved = ask->follow(cl, c, cfg, &a, why, sizeof why);
+        if (moved < 0) {
+            snprintf(err, errlen, "%s", why);
             return -1;
         }
         if (moved)
-            client_hs_enter(c, CLIENT_HS_FOLLOWED, XPORT_SHM);
+            client_hs_enter(c, CLIENT_HS_FOLLOWED, ask);
         else
             snprintf(c->link_note, sizeof c->link_note, "%s", why);
         /* Again: on the Unix socket with the segment, or here without
          * asking. */
-        if (client_send_hello(cl, c, cfg->rank, cfg->token, false, err, errlen) < 0 ||
+        if (client_send_hello(cl, c, cfg->rank, cfg->token, NULL, err, errlen) < 0 ||
             client_read_answer(c, FT_WELCOME, cfg->timeout_s, &a, err, errlen) < 0)
             return -1;
-    } else if (ask) {
-        if (cfg->transport == PSB_TRANSPORT_SHM) {
-            snprintf(err, errlen, "server %s offers no shared memory (--transport shm; the server's is tcp)",
-                     c->addr);
-            return -1;
-        }
-        snprintf(c->link_note, sizeof c->link_note, "the server offers TCP only (its --transport is tcp)");
+        ask = NULL;
     }
-    if (client_welcomed(cl, c, &a, err, errlen) < 0)
+    if (client_welcomed(cl, c, &a, err, errlen) < 0 || client_taken(cfg, c, ask, &a, &to, err, errlen) < 0)
         return -1;
-    client_hs_enter(c, CLIENT_HS_WELCOMED, c->xp->kind);
+    client_hs_enter(c, CLIENT_HS_WELCOMED, to);
     bool ipc = false;
     if ((a.has & FH_GPU) && c->xp->gpu_link &&
         xport_get(XPORT_IPC)->gpu_offer(cl, c, &a, cfg->timeout_s, &ipc, err, errlen) < 0)
         return -1;
-    client_hs_enter(c, CLIENT_HS_READY, ipc ? XPORT_IPC : c->xp->kind);
+    client_hs_enter(c, CLIENT_HS_READY, ipc ? xport_get(XPORT_IPC) : c->xp);
     return 0;
 }

@@ -44,7 +44,7 @@ void client_describe_no_ipc(const client_conn *c, const char *words, const char 
 
 /* Move c's handshake to st, on transport k (client_hello.c): the one
  * place either changes. */
-void client_hs_enter(client_conn *c, client_hs st, xport_kind k);
+void client_hs_enter(client_conn *c, client_hs st, const xport_ops *x);
 
 /* Hello and welcome on c, connected over TCP (client_hello.c): it leaves
  * c on the link the transport and the server allow, blocking, within

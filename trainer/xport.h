@@ -22,13 +22,14 @@
 #include "shared/frame.h"
 #include "trainer/client.h"
 
-/* The registry's index. A connection starts on TCP; the handshake moves
- * it to SHM (the server's redirect, followed) and from there to IPC (the
- * server's offer, exported): never back. */
-typedef enum xport_kind { XPORT_TCP = 0, XPORT_SHM, XPORT_IPC, XPORT_KINDS } xport_kind;
+/* The built-in transports' places in the registry. A connection starts
+ * on TCP; the handshake moves it to a transport its hello asked for by
+ * name (SHM: the server's redirect, followed; another: the welcome names
+ * it) and from SHM to IPC (the server's offer, exported): forward in the
+ * registry's order, never back. */
+typedef enum xport_kind { XPORT_TCP = 0, XPORT_SHM, XPORT_IPC } xport_kind;
 
 typedef struct xport_ops {
-    xport_kind kind;
     /* How it describes itself: results.json's links[].transport ("tcp",
      * "shm") and links[].cuda_ipc; describe: the start line's words for
      * connection c ("TCP (no CUDA IPC: ...)"). */
@@ -46,16 +47,25 @@ typedef struct xport_ops {
     int (*welcomed)(client_conn *c, const frame_hdr *w, char *err, size_t errlen);
     /* The welcome's offer of CUDA IPC (`gpu`) is for this link. */
     bool gpu_link;
+    /* Asked for by name: whether the first hello on TCP asks for this
+     * transport (`link`, its link name); the last in the registry that
+     * says so is asked for. NULL: never asked. */
+    bool (*asked)(const client_cfg *cfg);
+    /* Asked, and the server welcomed c on TCP without taking it (nor
+     * redirecting it): 0 to go on over TCP, c->link_note saying why; -1
+     * with err. A server that takes it in place says so in the welcome
+     * (`link`, this transport's name): the handshake moves c here. */
+    int (*declined)(const client_cfg *cfg, client_conn *c, char *err, size_t errlen);
     /* How a link moves onto this transport in the handshake, called while
      * c is still on the one before (NULL: never this way). follow (shm):
      * the server redirected c (TCP) to its Unix socket; connect there when
      * that is possible from here, making the client's segment: 1 when c's
      * socket is now the Unix one (the caller moves c to this transport), 0
-     * when not, with why (c still on TCP). gpu_offer (ipc): the welcome on
-     * a gpu_link offers CUDA IPC; export and open, or note why not
-     * (c->gpu_note); *ipc: c now exchanges dense buckets on the GPU (the
-     * caller moves it here). 0, or -1 with err. */
-    int (*follow)(client *cl, client_conn *c, const frame_hdr *r, char *why, size_t len);
+     * when not, with why (c still on TCP), -1 when that is an error (why).
+     * gpu_offer (ipc): the welcome on a gpu_link offers CUDA IPC; export
+     * and open, or note why not (c->gpu_note); *ipc: c now exchanges dense
+     * buckets on the GPU (the caller moves it here). 0, or -1 with err. */
+    int (*follow)(client *cl, client_conn *c, const client_cfg *cfg, const frame_hdr *r, char *why, size_t len);
     int (*gpu_offer)(client *cl, client_conn *c, const frame_hdr *w, double timeout_s, bool *ipc, char *err,
                      size_t errlen);
     /* Stage or send: a push about to be queued, h and *payload (src->host
@@ -73,10 +83,16 @@ typedef struct xport_ops {
     void (*close)(client *cl, client_conn *c);
 } xport_ops;
 
-/* The registry: the table of transport k. */
+/* The registry (xport.c): every transport, in the order a connection
+ * may move through them; a built-in's table by its place; the place of
+ * x; the transport whose link name is n bytes at p (NULL: none). */
+extern const xport_ops *const xport_registry[];
+extern const size_t xport_count;
 const xport_ops *xport_get(xport_kind k);
+size_t xport_order(const xport_ops *x);
+const xport_ops *xport_named(const char *p, size_t n);
 
-extern const xport_ops xport_tcp_ops, xport_shm_ops, xport_ipc_ops;
+extern const xport_ops xport_tcp_ops, xport_shm_ops, xport_ipc_ops, xport_loop_ops;
 
 /* What CUDA IPC builds on shared memory (xport_shm.c), and what every
  * link refuses `at` with where it holds no segment. */

@@ -141,7 +141,6 @@ static void xipc_describe(const client_conn *c, char *buf, size_t len)
 }
 
 const xport_ops xport_ipc_ops = {
-    .kind = XPORT_IPC,
     .link = "shm",
     .cuda_ipc = true,
     .describe = xipc_describe,

@@ -96,11 +96,10 @@ static bool xshm_room_for(uint64_t bytes, char *why, size_t len)
     return true;
 }
 
-/* The server redirected c (TCP) to its Unix socket: connect there when
- * that is possible from here, making the client's segment. 1 when c's
- * socket is now the Unix one (the caller moves it to this transport); 0
- * when not, with why (c still on TCP). */
-static int xshm_follow(client *cl, client_conn *c, const frame_hdr *r, char *why, size_t len)
+/* Connect c to the socket the redirect r names, where that is possible
+ * from here, making the client's segment: 1 when c's socket is now the
+ * Unix one; 0 when not, with why (c still on TCP). */
+static int xshm_connect(client *cl, client_conn *c, const frame_hdr *r, char *why, size_t len)
 {
     char name[128];
     if (!(r->has & FH_SHM) || !shm_name_ok(r->shm.p, r->shm.n) || r->shm.n >= sizeof name) {
@@ -127,6 +126,38 @@ static int xshm_follow(client *cl, client_conn *c, const frame_hdr *r, char *why
     close(c->fd);
     c->fd = ufd;
     return 1;
+}
+
+/* The server redirected c (TCP) to its Unix socket: follow where it can
+ * (xshm_connect; 1: the caller moves c to this transport); 0 when not,
+ * with why (c still on TCP); -1 when shared memory was a must (--transport
+ * shm), with why. */
+static int xshm_follow(client *cl, client_conn *c, const client_cfg *cfg, const frame_hdr *r, char *why, size_t len)
+{
+    char reason[256];
+    int moved = xshm_connect(cl, c, r, reason, sizeof reason);
+    if (!moved && cfg->transport == PSB_TRANSPORT_SHM) {
+        snprintf(why, len, "server %s: no shared memory (--transport shm): %s", c->addr, reason);
+        return -1;
+    }
+    if (!moved)
+        snprintf(why, len, "%s", reason);
+    return moved;
+}
+
+/* Every link asks for shared memory but where the trainer's --transport
+ * is tcp. */
+static bool xshm_asked(const client_cfg *cfg) { return cfg->transport != PSB_TRANSPORT_TCP; }
+
+/* The server welcomed a hello that asked: it offers TCP only. */
+static int xshm_declined(const client_cfg *cfg, client_conn *c, char *err, size_t errlen)
+{
+    if (cfg->transport == PSB_TRANSPORT_SHM) {
+        snprintf(err, errlen, "server %s offers no shared memory (--transport shm; the server's is tcp)", c->addr);
+        return -1;
+    }
+    snprintf(c->link_note, sizeof c->link_note, "the server offers TCP only (its --transport is tcp)");
+    return 0;
 }
 
 /* Where a push of `bucket` with len payload bytes is staged on c: its
@@ -258,7 +289,6 @@ void client_shared_free(client *cl, void *p)
 }
 
 const xport_ops xport_shm_ops = {
-    .kind = XPORT_SHM,
     .link = "shm",
     .cuda_ipc = false,
     .describe = xshm_describe,
@@ -266,6 +296,8 @@ const xport_ops xport_shm_ops = {
     .recv = xshm_recv,
     .welcomed = xshm_welcomed,
     .gpu_link = true, /* CUDA IPC is offered on the Unix socket */
+    .asked = xshm_asked,
+    .declined = xshm_declined,
     .follow = xshm_follow,
     .gpu_offer = NULL,
     .place = xport_shm_place,

@@ -64,7 +64,6 @@ static void xtcp_describe(const client_conn *c, char *buf, size_t len)
 }
 
 const xport_ops xport_tcp_ops = {
-    .kind = XPORT_TCP,
     .link = "tcp",
     .cuda_ipc = false,
     .describe = xtcp_describe,

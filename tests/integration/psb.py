@@ -640,6 +640,14 @@ class RawClient(object):
         self.buf = b""
         self.closed = False
 
+    @classmethod
+    def accepted(cls, sock):
+        """The server's end of a connection a trainer made: a server by
+        hand (the test's)."""
+        c = cls.__new__(cls)
+        c.sock, c.buf, c.closed = sock, b"", False
+        return c
+
     def close(self):
         if not self.closed:
             self.closed = True

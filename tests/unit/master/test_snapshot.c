@@ -286,6 +286,39 @@ static void test_nodes(void **state)
     json_decref(arr);
 }
 
+/* A trainer's transport in a word: its links' transports by name, the
+ * distinct ones joined by + in order (a test build's loop among them). */
+static void test_nodes_transport(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *links, *want;
+    } cases[] = {
+        {"[{\"transport\": \"tcp\"}, {\"transport\": \"tcp\"}]", "tcp"},
+        {"[{\"transport\": \"tcp\"}, {\"transport\": \"shm\"}]", "shm+tcp"},
+        {"[{\"transport\": \"tcp\"}, {\"transport\": \"loop\"}, {\"transport\": \"shm\"}]", "loop+shm+tcp"},
+        {"[{\"transport\": \"loop\"}]", "loop"},
+        {"[]", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        json_t *links = json_loads(cases[i].links, 0, NULL);
+        assert_non_null(links);
+        snap_node nodes[1] = {fixture_nodes[0]};
+        nodes[0].links = links;
+        snapshot_input in = fixture();
+        in.nodes = nodes;
+        in.nnodes = 1;
+        json_t *arr = parse_json_text(snapshot_nodes_json(&in));
+        json_t *t = json_object_get(json_array_get(arr, 0), "transport");
+        if (cases[i].want)
+            assert_string_equal(json_string_value(t), cases[i].want);
+        else
+            assert_null(t);
+        json_decref(arr);
+        json_decref(links);
+    }
+}
+
 /* A node that reported its environment has it, as sent (a copy). */
 static void test_nodes_environment(void **state)
 {
@@ -1142,6 +1175,7 @@ int main(void)
         cmocka_unit_test(test_nodes),
         cmocka_unit_test(test_nodes_text),
         cmocka_unit_test(test_nodes_environment),
+        cmocka_unit_test(test_nodes_transport),
         cmocka_unit_test(test_nodes_gpu_timed),
         cmocka_unit_test(test_nodes_empty),
         cmocka_unit_test(test_rows_touched),

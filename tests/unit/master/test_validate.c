@@ -66,6 +66,28 @@ static void test_register(void **state)
     expect(validate_register, "{\"role\": \"server\", \"port\": 9, \"mem_total_bytes\": -1}", "mem_total_bytes must be");
 }
 
+/* A link's transport is its name: shm, tcp, a test build's loop, any
+ * short word (a transport is a file and a registry line: the master knows
+ * no list of them); nothing else. */
+static void test_ready_links(void **state)
+{
+    (void)state;
+    static const char *const ok[] = {"shm", "tcp", "loop", "rdma_v2"};
+    static const char *const bad[] = {"", "TCP", "shm+tcp", "a b", "seventeen_letters"};
+    char js[256];
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        snprintf(js, sizeof js, "{\"links\": [{\"server\": 0, \"address\": \"h:1\", \"transport\": \"%s\"}]}",
+                 ok[i]);
+        expect(validate_ready, js, NULL);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(js, sizeof js, "{\"links\": [{\"server\": 0, \"address\": \"h:1\", \"transport\": \"%s\"}]}",
+                 bad[i]);
+        expect(validate_ready, js, "links[0] must be");
+    }
+    expect(validate_ready, "{\"links\": [{\"server\": 0, \"address\": \"h:1\"}]}", "a transport's name");
+}
+
 static void test_reports(void **state)
 {
     (void)state;
@@ -188,6 +210,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_register),
+        cmocka_unit_test(test_ready_links),
         cmocka_unit_test(test_reports),
         cmocka_unit_test(test_host),
         cmocka_unit_test(test_pass_results),
