@@ -5,6 +5,10 @@
 
 #include <string.h>
 
+#ifdef PSBENCH_TEST_XPORTS
+extern const xport_ops xport_loop;
+#endif
+
 const xport_ops *const xport_all[] = {
     &xport_tcp,
     &xport_shm,

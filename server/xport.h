@@ -103,7 +103,7 @@ typedef struct xport_ops {
     void (*free)(conn *c);
 } xport_ops;
 
-extern const xport_ops xport_tcp, xport_shm, xport_ipc, xport_loop;
+extern const xport_ops xport_tcp, xport_shm, xport_ipc;
 
 /* Every transport, each over the one before it (shm over the Unix
  * socket's link, ipc over shm's): the hello negotiates them in this order;

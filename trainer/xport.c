@@ -5,6 +5,10 @@
 #include <assert.h>
 #include <string.h>
 
+#ifdef PSBENCH_TEST_XPORTS
+extern const xport_ops xport_loop_ops;
+#endif
+
 const xport_ops *const xport_registry[] = {
     [XPORT_TCP] = &xport_tcp_ops,
     [XPORT_SHM] = &xport_shm_ops,

@@ -92,7 +92,7 @@ const xport_ops *xport_get(xport_kind k);
 size_t xport_order(const xport_ops *x);
 const xport_ops *xport_named(const char *p, size_t n);
 
-extern const xport_ops xport_tcp_ops, xport_shm_ops, xport_ipc_ops, xport_loop_ops;
+extern const xport_ops xport_tcp_ops, xport_shm_ops, xport_ipc_ops;
 
 /* What CUDA IPC builds on shared memory (xport_shm.c), and what every
  * link refuses `at` with where it holds no segment. */
