@@ -780,8 +780,9 @@ class StopsProcesses(object):
 
 
 class PsbTestCase(StopsProcesses, unittest.TestCase):
-    """Gives each test a Registry (self.reg) that stops everything, and a
-    list of raw clients closed at the end."""
+    """Gives each test a Registry (self.reg) that stops everything, a
+    list of raw clients closed at the end, and its masters (master,
+    run_master) with their results (results)."""
 
     def setUp(self):
         self.reg = Registry()
@@ -957,8 +958,9 @@ def master_argv(*extra, listen=True, local=False, linger=0, rpc_timeout=None, mo
     """psbench-master's command line: its control plane and HTTP on
     ephemeral ports of HOST (listen), then each of --linger, --rpc-timeout,
     --model, --model-config-path, --epochs, --ntrainer, --nserver and
-    --out whose keyword is not None, --local where `local`, then `extra`
-    (last: a flag given again there wins)."""
+    --out whose keyword is not None (None: the master's own default),
+    --local where `local`, then `extra` (last: a flag given again there
+    wins)."""
     args = [bin_path("psbench-master")]
     if listen:
         args += ["--listen", "%s:0" % HOST, "--http", "%s:0" % HOST]
@@ -983,6 +985,8 @@ class Master(Proc):
     HTTP_RE = re.compile(r"HTTP on http://([0-9.]+):(\d+)/")
 
     def wait_ports(self, timeout=10.0):
+        """The ports it printed: ctl ("HOST:PORT"), ctl_addr ((HOST, PORT))
+        and http (its base URL)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             err = self.stderr()
