@@ -831,6 +831,11 @@ class PsbTestCase(StopsProcesses, unittest.TestCase):
         (Registry.run, killed after `timeout` s): (rc, stdout, stderr)."""
         return self.reg.run(self._master_argv(extra, kw), timeout=timeout, env=env)
 
+    def node(self, m, binary, device, name, extra=()):
+        """A node (binary: psbench-server, psbench-trainer) of master m's
+        job on `device`, started by hand in self.reg."""
+        return self.reg.start([bin_path(binary), "--master", m.ctl, "--device", device] + list(extra), name=name)
+
     def results(self, out, m=None, timeout=240):
         """results_json(out); where m is given, first its exit, within
         `timeout` s, checked to be 0."""

@@ -413,14 +413,11 @@ class Protocol(psb.PsbTestCase):
 
 
 class MasterJob(object):
-    """A master's job with its nodes started by hand (a mixin of
-    psb.PsbTestCase's)."""
+    """A master's job with its nodes started by hand (psb.PsbTestCase.node;
+    a mixin of psb.PsbTestCase's)."""
 
     # Its masters' flags (psb.PsbTestCase.master).
     master_kw = dict(rpc_timeout=30)
-
-    def node(self, m, binary, device, name, extra=()):
-        return self.reg.start([psb.bin_path(binary), "--master", m.ctl, "--device", device] + list(extra), name=name)
 
     def run_job(self, job, server_device=SDEV, trainer_device=TDEV, server_extra=(), trainer_extra=()):
         """(results.json, the server's stdout, the trainers' stderr)."""

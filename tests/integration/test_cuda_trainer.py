@@ -45,9 +45,6 @@ class CudaTrainer(psb.PsbTestCase):
     # Its masters' flags (psb.PsbTestCase.master).
     master_kw = dict(rpc_timeout=30)
 
-    def node(self, m, binary, device, name):
-        return self.reg.start([psb.bin_path(binary), "--master", m.ctl, "--device", device], name=name)
-
     def run_job(self, job, server_device, ntrainers=2, logs=None):
         """The job by hand: its server on server_device (None: none), its
         trainers on TDEV; returns results.json (the trainers' logs appended
