@@ -128,6 +128,16 @@ def base_env(extra=None, drop_token=True):
     return env
 
 
+def proc_dir_env(proc_dir):
+    """base_env with the host's load read from proc_dir (None: the real
+    /proc) instead of proc_quiet's."""
+    env = base_env()
+    env.pop("PSBENCH_PROC_DIR", None)
+    if proc_dir:
+        env["PSBENCH_PROC_DIR"] = proc_dir
+    return env
+
+
 # What places a process in a launched job: torchrun's, Slurm's, Kubernetes'
 # and psbench-node's own variables (the tests' callers may run inside a
 # Slurm job or a pod).
@@ -778,8 +788,9 @@ class StopsProcesses(object):
 
 
 class PsbTestCase(StopsProcesses, unittest.TestCase):
-    """Gives each test a Registry (self.reg) that stops everything, and a
-    list of raw clients closed at the end."""
+    """Gives each test a Registry (self.reg) that stops everything, a
+    list of raw clients closed at the end, and its masters (master,
+    run_master) with their results (results)."""
 
     def setUp(self):
         self.reg = Registry()
@@ -802,6 +813,44 @@ class PsbTestCase(StopsProcesses, unittest.TestCase):
         c = ShmClient(server.port, **kw)
         self._clients.append(c)
         return c
+
+    # This class's masters (self.master, self.run_master): master_argv's
+    # keywords (master_kw) and the flags before a call's own (master_flags),
+    # class attributes, or set in setUp where they name the test's own
+    # files; a call's own keywords win over master_kw.
+    master_kw = {}
+    master_flags = ()
+
+    def _master_argv(self, extra, kw):
+        return master_argv(*(tuple(self.master_flags) + tuple(extra)), **dict(self.master_kw, **kw))
+
+    def master(self, *extra, env=None, preexec=None, ports=True, **kw):
+        """A psbench-master started in self.reg (stopped at the test's end)
+        with master_argv(*master_flags, *extra, **master_kw and kw), in env
+        (None: base_env()) with preexec in the child; its ports read
+        (wait_ports) unless `ports` is False."""
+        m = self.reg.start(self._master_argv(extra, kw), env=env, name="master", cls=Master, preexec=preexec)
+        if ports:
+            m.wait_ports()
+        return m
+
+    def run_master(self, *extra, timeout=RUN_TIMEOUT, env=None, **kw):
+        """psbench-master with master's command line run to completion
+        (Registry.run, killed after `timeout` s): (rc, stdout, stderr)."""
+        return self.reg.run(self._master_argv(extra, kw), timeout=timeout, env=env)
+
+    def node(self, m, binary, device, name, extra=()):
+        """A node (binary: psbench-server, psbench-trainer) of master m's
+        job on `device`, started by hand in self.reg."""
+        return self.reg.start([bin_path(binary), "--master", m.ctl, "--device", device] + list(extra), name=name)
+
+    def results(self, out, m=None, timeout=240):
+        """results_json(out); where m is given, first its exit, within
+        `timeout` s, checked to be 0."""
+        if m is not None:
+            rc = m.wait(timeout)
+            self.assertEqual(rc, 0, m.describe())
+        return results_json(out)
 
     def wait_phase(self, m, phases, timeout=None):
         """wait_phase (below) for this test."""
@@ -917,17 +966,47 @@ def main():
 
 # ---- the master: a psbench-master process and its HTTP API ----------------
 
+def master_argv(*extra, listen=True, local=False, linger=0, rpc_timeout=None, model=None, model_config=None,
+                epochs=None, ntrainer=None, nserver=None, out=None):
+    """psbench-master's command line: its control plane and HTTP on
+    ephemeral ports of HOST (listen), then each of --linger, --rpc-timeout,
+    --model, --model-config-path, --epochs, --ntrainer, --nserver and
+    --out whose keyword is not None (None: the master's own default),
+    --local where `local`, then `extra` (last: a flag given again there
+    wins)."""
+    args = [bin_path("psbench-master")]
+    if listen:
+        args += ["--listen", "%s:0" % HOST, "--http", "%s:0" % HOST]
+    for flag, value in (("--linger", linger), ("--rpc-timeout", rpc_timeout), ("--model", model),
+                        ("--model-config-path", model_config), ("--epochs", epochs), ("--ntrainer", ntrainer),
+                        ("--nserver", nserver), ("--out", out)):
+        if value is not None:
+            args += [flag, str(value)]
+    if local:
+        args.append("--local")
+    return args + list(extra)
+
+
+def results_json(out):
+    """The results.json a master wrote to its --out directory `out`."""
+    with open(os.path.join(out, "results.json")) as f:
+        return json.load(f)
+
+
 class Master(Proc):
     CTL_RE = re.compile(r"control plane on ([0-9.]+):(\d+)")
     HTTP_RE = re.compile(r"HTTP on http://([0-9.]+):(\d+)/")
 
     def wait_ports(self, timeout=10.0):
+        """The ports it printed: ctl ("HOST:PORT"), ctl_addr ((HOST, PORT))
+        and http (its base URL)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             err = self.stderr()
             c, h = self.CTL_RE.search(err), self.HTTP_RE.search(err)
             if c and h:
                 self.ctl = "%s:%s" % (HOST, c.group(2))
+                self.ctl_addr = (HOST, int(c.group(2)))
                 self.http = "http://%s:%s" % (HOST, h.group(2))
                 return
             if not self.alive():

@@ -36,7 +36,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 import bu_reference as ref  # noqa: E402
-from psb import Master, http_get, http_json  # noqa: E402
+from psb import http_get, http_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MOCK = os.path.join(HERE, "bu_mock_server.py")
@@ -235,18 +235,9 @@ class BatchUpdate(psb.PsbTestCase):
 
     # ---- the master ------------------------------------------------------------
 
-    def master(self, *extra, local=False, linger=0, out=None):
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--linger", str(linger), "--rpc-timeout", "30", "--server",
-                "BatchUpdateParameterServer", "--model", "BatchUpdateLinear", "--trainer",
-                "BatchUpdateTrainer"]
-        if local:
-            args.append("--local")
-        if out:
-            args += ["--out", out]
-        m = self.reg.start(args + list(extra), name="master", cls=Master)
-        m.wait_ports()
-        return m
+    # The batch-update job (psb.PsbTestCase.master).
+    master_kw = dict(rpc_timeout=30, model="BatchUpdateLinear")
+    master_flags = ("--server", "BatchUpdateParameterServer", "--trainer", "BatchUpdateTrainer")
 
     def test_master_config_errors(self):
         ms = psb.bin_path("psbench-master")

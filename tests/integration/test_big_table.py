@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master, http_json  # noqa: E402
+from psb import http_json  # noqa: E402
 
 MIB = 1 << 20
 RPC_TIMEOUT_S = 4
@@ -32,12 +32,8 @@ RPC_TIMEOUT_S = 4
 
 class BigTable(psb.PsbTestCase):
 
-    def master(self, *extra, env=None):
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--linger", "0", "--local"]
-        m = self.reg.start(args + list(extra), name="master", cls=Master, env=env)
-        m.wait_ports()
-        return m
+    # Its masters run their job --local (psb.PsbTestCase.master).
+    master_kw = dict(local=True)
 
     def test_slow_table_keeps_the_heartbeat(self):
         rows, cols = 3 << 19, 512  # 3 * 2^28 floats: 3 GiB

@@ -381,16 +381,11 @@ class Ports(psb.PsbTestCase):
 
 class SetupFailures(psb.PsbTestCase):
 
-    def master(self, *extra, local=False, linger=psb.LINGER_S):
-        """A master that, once its run failed, keeps serving (HTTP, and a
-        register's refusal) for `linger` seconds: the tests read its
-        verdict after the node that failed it is gone, and a master with
-        --linger 0 may have left by then. end_lingering stops it."""
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--linger", str(linger), "--rpc-timeout", "20"] + (["--local"] if local else [])
-        m = self.reg.start(args + list(extra), name="master", cls=Master)
-        m.wait_ports()
-        return m
+    # A master that, once its run failed, keeps serving (HTTP, and a
+    # register's refusal) for --linger LINGER_S seconds: the tests read its
+    # verdict after the node that failed it is gone, and a master with
+    # --linger 0 may have left by then. end_lingering stops it.
+    master_kw = dict(linger=psb.LINGER_S, rpc_timeout=20)
 
     def tiny_model(self):
         path = os.path.join(self.reg.workdir, "models.json")

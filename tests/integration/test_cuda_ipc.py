@@ -42,7 +42,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 from psb import expected_dense_mean, parse_dense, dense_payload  # noqa: E402
 from psb import ShmClient, sealed_memfd  # noqa: E402
-from psb import Master  # noqa: E402
 
 MIB = 1 << 20
 # Under ASan (psb.ASAN) the whole training runs are the release pass's
@@ -414,20 +413,11 @@ class Protocol(psb.PsbTestCase):
 
 
 class MasterJob(object):
-    """A master's job with its nodes started by hand (a mixin of
-    psb.PsbTestCase's)."""
+    """A master's job with its nodes started by hand (psb.PsbTestCase.node;
+    a mixin of psb.PsbTestCase's)."""
 
-    def master(self, *args, out=None):
-        argv = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--linger", "0", "--rpc-timeout", "30"]
-        if out:
-            argv += ["--out", out]
-        m = self.reg.start(argv + list(args), name="master", cls=Master)
-        m.wait_ports()
-        return m
-
-    def node(self, m, binary, device, name, extra=()):
-        return self.reg.start([psb.bin_path(binary), "--master", m.ctl, "--device", device] + list(extra), name=name)
+    # Its masters' flags (psb.PsbTestCase.master).
+    master_kw = dict(rpc_timeout=30)
 
     def run_job(self, job, server_device=SDEV, trainer_device=TDEV, server_extra=(), trainer_extra=()):
         """(results.json, the server's stdout, the trainers' stderr)."""

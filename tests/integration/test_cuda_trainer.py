@@ -25,7 +25,6 @@ Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_cuda_trainer
 The trainers' device is $PSBENCH_TRAINER_DEVICE (default fake-cuda; cuda on
 a GPU), the CUDA servers' $PSBENCH_SERVER_DEVICE (likewise).
 """
-import json
 import math
 import os
 import signal
@@ -35,7 +34,6 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master  # noqa: E402
 
 TDEV = os.environ.get("PSBENCH_TRAINER_DEVICE") or "fake-cuda"
 SDEV = os.environ.get("PSBENCH_SERVER_DEVICE") or "fake-cuda"
@@ -44,21 +42,8 @@ FAKE = TDEV == "fake-cuda"
 
 class CudaTrainer(psb.PsbTestCase):
 
-    def master(self, *args, out=None):
-        argv = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--linger", "0", "--rpc-timeout", "30"]
-        if out:
-            argv += ["--out", out]
-        m = self.reg.start(argv + list(args), name="master", cls=Master)
-        m.wait_ports()
-        return m
-
-    def node(self, m, binary, device, name):
-        return self.reg.start([psb.bin_path(binary), "--master", m.ctl, "--device", device], name=name)
-
-    def results(self, out):
-        with open(os.path.join(out, "results.json")) as f:
-            return json.load(f)
+    # Its masters' flags (psb.PsbTestCase.master).
+    master_kw = dict(rpc_timeout=30)
 
     def run_job(self, job, server_device, ntrainers=2, logs=None):
         """The job by hand: its server on server_device (None: none), its

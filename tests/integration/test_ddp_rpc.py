@@ -42,7 +42,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import psb  # noqa: E402
-from psb import Master, http_get, http_json  # noqa: E402
+from psb import http_get, http_json  # noqa: E402
 
 EMB_MOCK = os.path.join(HERE, "emb_mock_server.py")
 
@@ -84,16 +84,8 @@ def check_pattern_log(events, nserver):
 
 class DdpRpc(psb.PsbTestCase):
 
-    def master(self, *extra, local=True, out=None, linger="0", env=None):
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--rpc-timeout", "30", "--linger", linger]
-        if local:
-            args.append("--local")
-        if out:
-            args += ["--out", out]
-        m = self.reg.start(args + list(extra), name="master", cls=Master, env=env)
-        m.wait_ports()
-        return m
+    # Its masters' flags (psb.PsbTestCase.master).
+    master_kw = dict(local=True, rpc_timeout=30)
 
     def check_ddp_rpc(self, res, nserver, epochs, pattern="seed"):
         self.assertEqual(res["ddp_rpc"]["rpc_pattern"], pattern)

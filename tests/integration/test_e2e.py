@@ -37,7 +37,9 @@ class E2E(psb.PsbTestCase):
                          "param_index_batch count:\n" + out)
         return out, err
 
-    def run_job(self, n, kind, sparse, buckets=3, floats=1000, batches=5):
+    def run_standalone_job(self, n, kind, sparse, buckets=3, floats=1000, batches=5):
+        """A standalone server of `kind` and its n trainers, run to their
+        end (no master)."""
         server = self.reg.server(trainers=n, kind=kind)
         trainers = [self.reg.trainer(server, r, buckets=buckets, floats=floats, batches=batches,
                                      sparse=sparse) for r in range(n)]
@@ -46,10 +48,10 @@ class E2E(psb.PsbTestCase):
 
     # -- the big dense case: exercises the server's direct-receive path
     def test_big_dense_2_trainers(self):
-        self.run_job(2, "average", False, buckets=2, floats=1048576, batches=3)
+        self.run_standalone_job(2, "average", False, buckets=2, floats=1048576, batches=3)
 
     def test_big_dense_2_trainers_average_batch(self):
-        self.run_job(2, "average-batch", False, buckets=2, floats=1048576, batches=3)
+        self.run_standalone_job(2, "average-batch", False, buckets=2, floats=1048576, batches=3)
 
     # -- steady state: payload buffers are recycled, not allocated per push
     def allocs_for(self, kind, sparse, batches):
@@ -467,7 +469,7 @@ class E2E(psb.PsbTestCase):
 
 def _make_case(n, kind, sparse):
     def test(self):
-        self.run_job(n, kind, sparse)
+        self.run_standalone_job(n, kind, sparse)
     test.__name__ = "test_n%d_%s_%s" % (n, kind.replace("-", "_"), "sparse" if sparse else "dense")
     test.__doc__ = "%d trainers, kind %s, %s" % (n, kind, "sparse" if sparse else "dense")
     return test

@@ -31,8 +31,9 @@ class FlagTests(psb.PsbTestCase):
                                 "configurations": {"buckets": 3, "bucket_floats": 2000,
                                                    "sparse": False}}}, f)
 
-    def master(self, *args, timeout=psb.RUN_TIMEOUT):
-        return self.reg.run([psb.bin_path("psbench-master")] + list(args), timeout=timeout)
+    # Its masters run to completion with the test's flags alone
+    # (psb.PsbTestCase.run_master).
+    master_kw = dict(listen=False, linger=None)
 
     # ---- --dry-run ---------------------------------------------------------
 
@@ -42,7 +43,7 @@ class FlagTests(psb.PsbTestCase):
             s.bind(("127.0.0.1", 0))
             s.listen(1)
             port = s.getsockname()[1]
-            rc, out, err = self.master("--dry-run", "--ntrainer", "4", "--nserver", "2", "--model", "Tiny",
+            rc, out, err = self.run_master("--dry-run", "--ntrainer", "4", "--nserver", "2", "--model", "Tiny",
                                        "--model-config-path", self.model_cfg, "--listen",
                                        "127.0.0.1:%d" % port, "--http", "127.0.0.1:0")
         self.assertEqual(rc, 0, err)
@@ -56,7 +57,7 @@ class FlagTests(psb.PsbTestCase):
         self.assertNotIn("control plane on", err)
 
     def test_dry_run_of_a_dummy_model_leaves_the_buckets_to_the_trainers(self):
-        rc, out, err = self.master("--dry-run", "--ddp-hook", "allreduce_hook", "--bucket-cap-mb", "4",
+        rc, out, err = self.run_master("--dry-run", "--ddp-hook", "allreduce_hook", "--bucket-cap-mb", "4",
                                    "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
         self.assertEqual(rc, 0, err)
         # allreduce_hook uses no server: the job has none, and says nothing of them.
@@ -71,7 +72,7 @@ class FlagTests(psb.PsbTestCase):
         self.assertIn("the trainers' to know", out)
 
     def test_dry_run_of_batch_update_counts_the_linear_model(self):
-        rc, out, err = self.master("--dry-run", "--trainer", "BatchUpdateTrainer", "--server",
+        rc, out, err = self.run_master("--dry-run", "--trainer", "BatchUpdateTrainer", "--server",
                                    "BatchUpdateParameterServer", "--model", "BatchUpdateLinear", "--nserver", "2",
                                    "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
         self.assertEqual(rc, 0, err)
@@ -83,7 +84,7 @@ class FlagTests(psb.PsbTestCase):
 
     def test_set_and_bucket_cap_override_the_files_and_are_recorded(self):
         out_dir = os.path.join(self.reg.workdir, "out")
-        rc, out, err = self.master("--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+        rc, out, err = self.run_master("--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
                                    "--trainer", "DdpTrainer", "--nserver", "0", "--epochs", "1",
                                    "--bucket-cap-mb", "2", "--set", "trainer.momentum=0.5",
                                    "--set", "trainer.first_bucket_mb=0.5", "--set", "data.sample_count=40",
@@ -122,7 +123,7 @@ class FlagTests(psb.PsbTestCase):
              "--bucket-cap-mb 4.0: trainer 'HybridTrainer' (HybridTrainer) has no \"bucket_cap_mb\""),
         ]
         for args, want in cases:
-            rc, out, err = self.master("--dry-run", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", *args)
+            rc, out, err = self.run_master("--dry-run", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", *args)
             self.assertEqual(rc, 2, (args, out, err))
             self.assertEqual(err[:len("psbench-master: " + want)], "psbench-master: " + want, args)
             self.assertNotIn("dry run", out)
@@ -167,18 +168,18 @@ class FlagTests(psb.PsbTestCase):
         with open(cfg, "w") as f:
             f.write('{"T": {"trainer_class": "DdpTrainer", "configurations": {"ddp_hook": "rpc_hook", "lr": 0.1, '
                     '"momentum": 1e-400}}}')
-        rc, out, err = self.master("--dry-run", "--trainer", "T", "--trainer-config-path", cfg)
+        rc, out, err = self.run_master("--dry-run", "--trainer", "T", "--trainer-config-path", cfg)
         self.assertEqual(rc, 2, err)
         self.assertIn("trainer configurations %s:1:" % cfg, err)
         self.assertIn("1e-400 is too small for a number (it would be read as 0)", err)
         # The smallest an lr may be still runs as itself; a leading zero is decimal.
-        rc, out, err = self.master("--dry-run", "--lr", "1.2e-38", "--ntrainer", "02", "--listen", "127.0.0.1:0",
+        rc, out, err = self.run_master("--dry-run", "--lr", "1.2e-38", "--ntrainer", "02", "--listen", "127.0.0.1:0",
                                    "--http", "127.0.0.1:0")
         self.assertEqual(rc, 0, err)
         self.assertIn('"ntrainer":2', out)
 
     def test_help_lists_the_configuration_ids_of_the_files_given(self):
-        rc, out, err = self.master("--help", "--model-config-path", self.model_cfg)
+        rc, out, err = self.run_master("--help", "--model-config-path", self.model_cfg)
         self.assertEqual(rc, 0, err)
         self.assertIn("Examples:\n", out)
         self.assertIn("\n  --model   Tiny\n", out)
@@ -271,7 +272,7 @@ class FlagTests(psb.PsbTestCase):
                         self.skipTest("port %d stayed taken by another process for 120 s" % port)
                     time.sleep(0.2)
         try:
-            rc, out, err = self.master("--local", "--model", "Tiny", "--model-config-path", self.model_cfg,
+            rc, out, err = self.run_master("--local", "--model", "Tiny", "--model-config-path", self.model_cfg,
                                        "--epochs", "1")
         finally:
             for s in held:

@@ -20,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master, http_json, wait_phase  # noqa: E402
+from psb import http_json, wait_phase  # noqa: E402
 
 ROW_KEYS = {"trainer", "step_p50_ms", "step_p90_ms", "samples_per_s", "shares", "bytes_per_step", "bytes_source",
             "comm_span_ms", "effective_gb_per_s", "wire_bytes_per_step", "wire_bytes_model", "steady"}
@@ -34,14 +34,8 @@ MASTER_TABLE = "\nall trainers (ms)\n"
 
 class Headline(psb.PsbTestCase):
 
-    def master(self, *extra, out=None, linger="0"):
-        args = [psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--rpc-timeout", "30", "--linger", linger]
-        if out:
-            args += ["--out", out]
-        m = self.reg.start(args + list(extra), name="master", cls=Master)
-        m.wait_ports()
-        return m
+    # Its masters' flags (psb.PsbTestCase.master).
+    master_kw = dict(local=True, rpc_timeout=30)
 
     def finish(self, m):
         self.assertEqual(m.wait(psb.RUN_TIMEOUT), 0, m.describe())
@@ -281,14 +275,8 @@ def lag_ranks(names):
 class Servers(psb.PsbTestCase):
     """What the master says of servers: as much as the job has."""
 
-    def run_master(self, *flags, out=None):
-        args = [psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--rpc-timeout", "30", "--linger", "0", "--epochs", "1"] + list(flags)
-        if out:
-            args += ["--out", out]
-        rc, so, se = self.reg.run(args, timeout=psb.RUN_TIMEOUT)
-        self.assertEqual(rc, 0, so + se)
-        return so, se
+    # Its masters' flags (psb.PsbTestCase.run_master).
+    master_kw = dict(local=True, rpc_timeout=30, epochs=1)
 
     def test_job_without_servers_says_nothing_of_servers(self):
         out = os.path.join(self.reg.workdir, "out")
@@ -296,7 +284,8 @@ class Servers(psb.PsbTestCase):
         # An earlier job's server.csv in the folder would pass for this one's.
         with open(os.path.join(out, "server.csv"), "w") as f:
             f.write("rank,metric\nall,\"old\"\n")
-        so, se = self.run_master("--ddp-hook", "allreduce_hook", out=out)
+        rc, so, se = self.run_master("--ddp-hook", "allreduce_hook", out=out)
+        self.assertEqual(rc, 0, so + se)
         self.assertIn(HEADLINE, so)
         self.assertIn("pure DDP", se)
         # The args echo lists every flag, --nserver 0 and --server among them.
@@ -319,7 +308,8 @@ class Servers(psb.PsbTestCase):
 
     def test_one_server_no_all_servers_table_lags_in_rank_order(self):
         # Four trainers join the one server in whatever order they start.
-        so, se = self.run_master("--ntrainer", "4", "--nserver", "1")
+        rc, so, se = self.run_master("--ntrainer", "4", "--nserver", "1")
+        self.assertEqual(rc, 0, so + se)
         self.assertNotIn("\nall servers (ms)\n", so)
         self.assertIn(MASTER_TABLE, so)
         self.assertEqual(lag_ranks(table_metrics(so, "server 0 (ms)")), [0, 1, 2, 3])
@@ -328,7 +318,8 @@ class Servers(psb.PsbTestCase):
 
     def test_two_servers_all_servers_table_lags_in_rank_order(self):
         # The seed's placement: server 0 feeds trainers 0, 1; server 1 2, 3.
-        so, se = self.run_master("--ntrainer", "4", "--nserver", "2")
+        rc, so, se = self.run_master("--ntrainer", "4", "--nserver", "2")
+        self.assertEqual(rc, 0, so + se)
         self.assertEqual(lag_ranks(table_metrics(so, "all servers (ms)")), [0, 1, 2, 3])
         self.assertEqual(lag_ranks(table_metrics(so, "server 0 (ms)")), [0, 1])
         self.assertEqual(lag_ranks(table_metrics(so, "server 1 (ms)")), [2, 3])

@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master, http_get, http_json  # noqa: E402
+from psb import http_get, http_json  # noqa: E402
 
 SMALL = {"num_embeddings": 128, "embedding_dim": 64, "dense_input_size": 64, "dense_output_size": 128,
          "dense_layers_count": 1}
@@ -50,23 +50,8 @@ class Hooks(psb.PsbTestCase):
         self.models = os.path.join(self.reg.workdir, "models.json")
         with open(self.models, "w") as f:
             json.dump(MODELS, f)
-
-    def master(self, *extra, local=True, out=None, timeout="30", env=None):
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--rpc-timeout", timeout, "--model-config-path", self.models]
-        if local:
-            args.append("--local")
-        if out:
-            args += ["--out", out]
-        m = self.reg.start(args + list(extra), name="master", cls=Master, env=env)
-        m.wait_ports()
-        return m
-
-    def results(self, m, out, timeout=240):
-        rc = m.wait(timeout)
-        self.assertEqual(rc, 0, m.describe())
-        with open(os.path.join(out, "results.json")) as f:
-            return json.load(f)
+        # Its masters' flags (psb.PsbTestCase.master).
+        self.master_kw = dict(local=True, linger=None, rpc_timeout=30, model_config=self.models)
 
     @staticmethod
     def read_params(path):
@@ -127,7 +112,7 @@ class Hooks(psb.PsbTestCase):
             nserver = "0" if hook in SERVERLESS else "1"
             m = self.master("--model", "SmallSparse", "--ddp-hook", hook, "--nserver", nserver, "--epochs", "2",
                             out=out)
-            res = self.results(m, out)
+            res = self.results(out, m)
             got = {t["final_params_sha256"] for t in res["trainers"]}
             self.assertEqual(len(got), 1, (hook, res["trainers"]))
             shas[hook] = got.pop()
@@ -167,7 +152,7 @@ class Hooks(psb.PsbTestCase):
                 env = psb.base_env({"PSBENCH_TRAINER_COMPUTE": compute} if compute == "staged" else None)
                 m = self.master("--model", model, "--ddp-hook", hook, "--nserver", nserver, "--epochs", "2",
                                 out=out, env=env)
-                res = self.results(m, out)
+                res = self.results(out, m)
                 got = {t["final_params_sha256"] for t in res["trainers"]}
                 self.assertEqual(len(got), 1, (model, hook, compute, res["trainers"]))
                 shas[compute] = got.pop()
@@ -213,7 +198,7 @@ class Hooks(psb.PsbTestCase):
     def test_trainer_killed_mid_allreduce(self):
         timeout = 10
         m = self.master("--model", "Slow", "--trainer", "DdpTrainer", "--ntrainer", "3", "--epochs", "50",
-                        local=False, timeout=str(timeout))
+                        local=False, rpc_timeout=timeout)
         trainers = [self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r)],
                                    name="trainer%d" % r) for r in range(3)]
         deadline = time.monotonic() + 120

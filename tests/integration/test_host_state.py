@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master, http_json  # noqa: E402
+from psb import http_json  # noqa: E402
 
 RUN_TIMEOUT = 120
 
@@ -59,9 +59,16 @@ class FakeProc:
 
 class HostState(psb.PsbTestCase):
 
+    # 60 steps (a second or two): every node reports inside the timed
+    # pass (twice a second), so each has a window; a pass shorter than
+    # a report's period may leave a node without one (its busy: null).
+    master_flags = ("--steps", "60", "--warmup-steps", "5")
+
     def setUp(self):
         psb.PsbTestCase.setUp(self)
         self.out = os.path.join(self.reg.workdir, "out")
+        # Its masters' flags (psb.PsbTestCase.master).
+        self.master_kw = dict(rpc_timeout=15, out=self.out, local=True)
         self.fakes = []
 
     def tearDown(self):
@@ -74,23 +81,10 @@ class HostState(psb.PsbTestCase):
         self.fakes.append(f)
         return f.path
 
-    def run_master(self, proc_dir, *extra, preexec=None, linger=0):
-        # 60 steps (a second or two): every node reports inside the timed
-        # pass (twice a second), so each has a window; a pass shorter than
-        # a report's period may leave a node without one (its busy: null).
-        env = psb.base_env()
-        env.pop("PSBENCH_PROC_DIR", None)
-        if proc_dir:
-            env["PSBENCH_PROC_DIR"] = proc_dir
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--linger", str(linger), "--rpc-timeout", "15", "--out", self.out, "--local",
-                "--steps", "60", "--warmup-steps", "5"] + list(extra)
-        return self.reg.start(args, env=env, name="master", cls=Master, preexec=preexec)
-
-    def results(self, m):
-        self.assertEqual(m.wait(RUN_TIMEOUT), 0, m.describe())
-        with open(os.path.join(self.out, "results.json")) as f:
-            return json.load(f)
+    def master_on(self, proc_dir, *extra, **kw):
+        """self.master with the host's load read from proc_dir (None: the
+        real /proc), its ports not waited for."""
+        return self.master(*extra, env=psb.proc_dir_env(proc_dir), ports=False, **kw)
 
     def check_shape(self, hs):
         self.assertEqual(sorted(hs), ["busy", "hosts", "oversubscribed", "warnings"])
@@ -107,7 +101,7 @@ class HostState(psb.PsbTestCase):
         was busy, and its why names the other processes."""
         loops = [self.reg.start(["/usr/bin/python3", "-c", "while True: pass"], name="loop%d" % i)
                  for i in range(2)]
-        res = self.results(self.run_master(None))
+        res = self.results(self.out, self.master_on(None), timeout=RUN_TIMEOUT)
         for p in loops:
             p.stop(grace=0)
         hs = res["host_state"]
@@ -128,7 +122,7 @@ class HostState(psb.PsbTestCase):
     def test_quiet_fake_proc(self):
         """A fake /proc whose ticks are all idle: no other load, no steal:
         not busy, and no busy warning."""
-        res = self.results(self.run_master(self.fake_proc("proc_idle", busy=False)))
+        res = self.results(self.out, self.master_on(self.fake_proc("proc_idle", busy=False)), timeout=RUN_TIMEOUT)
         hs = res["host_state"]
         self.check_shape(hs)
         self.assertIs(hs["busy"], False, hs)
@@ -146,7 +140,7 @@ class HostState(psb.PsbTestCase):
         """--ntrainer 4 with every process on one core (the master's
         affinity, which its --local children inherit): 5 busy processes on
         1 core, in results.json, /api/v1/status and the warnings."""
-        m = self.run_master(None, "--ntrainer", "4", preexec=lambda: os.sched_setaffinity(0, {0}), linger=30)
+        m = self.master_on(None, "--ntrainer", "4", preexec=lambda: os.sched_setaffinity(0, {0}), linger=30)
         m.wait_ports()
         deadline = time.monotonic() + RUN_TIMEOUT
         st = None
@@ -179,8 +173,8 @@ class HostState(psb.PsbTestCase):
     def test_quiet_host_waits(self):
         """--quiet-host on a fake /proc that is all busy: the master says
         what it waits for, waits its seconds, then runs marked busy."""
-        m = self.run_master(self.fake_proc("proc_busy", busy=True), "--quiet-host", "2")
-        res = self.results(m)
+        m = self.master_on(self.fake_proc("proc_busy", busy=True), "--quiet-host", "2")
+        res = self.results(self.out, m, timeout=RUN_TIMEOUT)
         out = m.stdout() + m.stderr()
         self.assertEqual(out.count("--quiet-host: waiting up to 2 s for host"), 1, out)
         hs = res["host_state"]

@@ -242,7 +242,7 @@ class InstallTests(unittest.TestCase):
         self.assertRegex(err, r"^psbench-trainer: --device cuda: libcudart\.so\.[0-9]+ not found "
                               r"\(install the CUDA runtime or use --device cpu\)$")
 
-    def run_job(self, prefix, confdir):
+    def run_installed_job(self, prefix, confdir):
         """The installed master runs a --local job from a fresh working
         directory without PSBENCH_CONFIG_DIR, with the CUDA libraries
         hidden from the loader where that can be done; returns
@@ -295,7 +295,7 @@ class InstallTests(unittest.TestCase):
         confdir = self.check_tree(prefix)
         self.check_licence(prefix)
         self.check_no_cuda_linked(prefix)
-        self.run_job(prefix, confdir)
+        self.run_installed_job(prefix, confdir)
         self.check_device_cuda_hidden(prefix)
 
     def test_deb(self):
@@ -344,7 +344,7 @@ class InstallTests(unittest.TestCase):
         confdir = self.check_tree(prefix)
         self.check_licence(prefix)
         self.assertEqual(sorted(os.listdir(root)), ["usr"])
-        self.run_job(prefix, confdir)
+        self.run_installed_job(prefix, confdir)
         self.check_device_cuda_hidden(prefix)
 
 

@@ -62,20 +62,10 @@ class MasterTests(psb.PsbTestCase):
                        "Slow": {"model_class": "Synthetic",
                                 "configurations": {"buckets": 4, "bucket_floats": 262144,
                                                    "sparse": False}}}, f)
-
-    def master(self, *extra, local=True, model="Tiny", epochs=2, out=None, linger=psb.LINGER_S, env=None):
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http",
-                "127.0.0.1:0", "--linger", str(linger), "--model", model,
-                "--model-config-path", self.model_cfg, "--epochs", str(epochs),
-                "--rpc-timeout", "15"]
-        if local:
-            args.append("--local")
-        if out:
-            args += ["--out", out]
-        args += list(extra)
-        m = self.reg.start(args, name="master", cls=Master, env=env)
-        m.wait_ports()
-        return m
+        # Its masters' flags (psb.PsbTestCase.master): a --local job of
+        # Tiny, 2 epochs, lingering.
+        self.master_kw = dict(local=True, model="Tiny", model_config=self.model_cfg, epochs=2, linger=psb.LINGER_S,
+                              rpc_timeout=15)
 
     def check_stats(self, s):
         self.assertEqual(set(s), STATS_KEYS)

@@ -31,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master, http_get, http_json  # noqa: E402
+from psb import http_get, http_json  # noqa: E402
 
 MIB = 1 << 20
 
@@ -66,14 +66,9 @@ def read_frame(sock, timeout=10.0):
 
 class MasterLimits(psb.PsbTestCase):
 
-    def master(self, *extra, preexec=None, linger=0, ntrainer=1, nserver=1):
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--linger", str(linger), "--ntrainer", str(ntrainer), "--nserver", str(nserver)] + list(extra)
-        m = self.reg.start(args, name="master", cls=Master, preexec=preexec)
-        m.wait_ports()
-        host, port = m.ctl.rsplit(":", 1)
-        m.ctl_addr = (host, int(port))
-        return m
+    # Its masters' flags (psb.PsbTestCase.master; m.ctl_addr its control
+    # plane's (host, port)).
+    master_kw = dict(ntrainer=1, nserver=1)
 
     def connect(self, m, timeout=10.0):
         s = socket.create_connection(m.ctl_addr, timeout=timeout)

@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master, http_json  # noqa: E402
+from psb import http_json  # noqa: E402
 
 RPC = 2
 
@@ -92,17 +92,10 @@ class Verdicts(psb.PsbTestCase):
                                 "configurations": {"buckets": 2, "bucket_floats": 1000, "sparse": False}},
                        "Slow": {"model_class": "Synthetic",
                                 "configurations": {"buckets": 4, "bucket_floats": 262144, "sparse": False}}}, f)
-
-    def master(self, *extra, local=False, model="Tiny", epochs=1, rpc=RPC, env=None, ntrainer=1, nserver=1,
-               linger=0):
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--linger",
-                str(linger), "--model", model, "--model-config-path", self.models, "--epochs", str(epochs),
-                "--rpc-timeout", str(rpc), "--ntrainer", str(ntrainer), "--nserver", str(nserver)]
-        if local:
-            args.append("--local")
-        m = self.reg.start(args + list(extra), name="master", cls=Master, env=env)
-        m.wait_ports()
-        return m
+        # Its masters' flags (psb.PsbTestCase.master): one trainer and one
+        # server on Tiny, 1 epoch, --rpc-timeout RPC.
+        self.master_kw = dict(model="Tiny", model_config=self.models, epochs=1, rpc_timeout=RPC, ntrainer=1,
+                              nserver=1)
 
     def exit_code_within(self, p, timeout=20):
         try:
@@ -178,7 +171,7 @@ class Verdicts(psb.PsbTestCase):
                                             r"\(--rpc-timeout\)")
 
     def test_stopped_server_is_named(self):
-        m = self.master(local=True, model="Slow", epochs=1000, rpc=3, ntrainer=2)
+        m = self.master(local=True, model="Slow", epochs=1000, rpc_timeout=3, ntrainer=2)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and http_json(m.http + "/api/v1/status")["phase"] == "waiting":
             time.sleep(0.05)
@@ -320,7 +313,7 @@ class Verdicts(psb.PsbTestCase):
 
     def test_peer_strings_escaped(self):
         # The status is read once the run has failed: the master lingers.
-        m = self.master(rpc=10, linger=psb.LINGER_S)
+        m = self.master(rpc_timeout=10, linger=psb.LINGER_S)
         srv = FakeNode(self, m, "server")
         srv.expect("registered")
         srv.expect("assign")

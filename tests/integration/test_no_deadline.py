@@ -22,7 +22,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master  # noqa: E402
 
 CONNECT_TIMEOUT = 3
 SLACK = 4.0  # start-up, the HTTP probe (at most 2 s), exit
@@ -125,12 +124,8 @@ class NoDeadline(psb.PsbTestCase):
         self.addCleanup(stop)
         return "%s:%d" % (psb.HOST, srv.server_address[1])
 
-    def master(self):
-        m = self.reg.start([psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http",
-                            "127.0.0.1:0", "--ntrainer", "1", "--nserver", "1", "--linger", "0"],
-                           name="master", cls=Master)
-        m.wait_ports()
-        return m
+    # Its masters' flags (psb.PsbTestCase.master).
+    master_kw = dict(ntrainer=1, nserver=1)
 
     def run_node_to_end(self, args, limit):
         """Run a node to its end: (rc, stderr, seconds). Fails the test when

@@ -13,7 +13,6 @@ Every process a test starts is stopped on every exit path (psb.Registry).
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_node.py
 """
-import json
 import os
 import re
 import shutil
@@ -88,17 +87,13 @@ class NodeTests(unittest.TestCase):
     def describe(self, procs):
         return "\n".join(p.describe() for p in procs.values())
 
-    def results(self):
-        with open(os.path.join(self.out, "results.json")) as f:
-            return json.load(f)
-
     # ---- whole jobs ------------------------------------------------------
 
     def test_torchrun_environment(self):
         procs = self.world(torchrun_env, range(4), JOB + ["--epochs", "1", "--out", self.out])
         rcs = self.wait_all(procs)
         self.assertEqual(rcs, {0: 0, 1: 0, 2: 0, 3: 0}, self.describe(procs))
-        res = self.results()
+        res = psb.results_json(self.out)
         self.assertEqual(res["phase"], "done")
         la = res["launcher"]
         self.assertEqual(la["name"], "torchrun")
@@ -124,7 +119,7 @@ class NodeTests(unittest.TestCase):
         procs = self.world(srun_env, range(4), JOB + ["--master-rank", "0", "--epochs", "1", "--out", self.out])
         rcs = self.wait_all(procs)
         self.assertEqual(rcs, {0: 0, 1: 0, 2: 0, 3: 0}, self.describe(procs))
-        la = self.results()["launcher"]
+        la = psb.results_json(self.out)["launcher"]
         self.assertEqual((la["name"], la["map"], la["rank"]), ("slurm", "master-first", 0))
         self.assertEqual(la["variables"]["rank"], "SLURM_PROCID")
         self.assertEqual(la["variables"]["master_addr"], "SLURM_JOB_NODELIST")
@@ -158,7 +153,7 @@ class NodeTests(unittest.TestCase):
         for r, rc in rcs.items():
             self.assertNotEqual(rc, 0, "rank %d\n%s" % (r, self.describe(procs)))
         self.assertRegex(procs[3].stderr(), r"run failed: only \d of 2 trainers and 0 of 1 servers joined within 2 s")
-        res = self.results()
+        res = psb.results_json(self.out)
         self.assertEqual(res["phase"], "failed")
         self.assertEqual(res["launcher"]["name"], "torchrun")
 
@@ -201,7 +196,7 @@ class NodeTests(unittest.TestCase):
         procs[0] = self.start(env, JOB + ["--epochs", "1", "--out", self.out], "rank0-again")
         rcs = self.wait_all(procs)
         self.assertEqual(rcs, {0: 0, 1: 0, 2: 0, 3: 0}, self.describe(procs))
-        res = self.results()
+        res = psb.results_json(self.out)
         self.assertEqual(res["phase"], "done")
         self.assertEqual(len(res["trainers"]), 2)
 
@@ -233,7 +228,7 @@ class NodeTests(unittest.TestCase):
         self.assertTrue(procs[3].alive(), self.describe(procs))
         procs[3].signal(signal.SIGTERM)  # during --linger: the master leaves now
         self.assertNotEqual(procs[3].wait(WAIT), 0, self.describe(procs))
-        self.assertEqual(self.results()["phase"], "failed")
+        self.assertEqual(psb.results_json(self.out)["phase"], "failed")
 
     # ---- refusals and the map ---------------------------------------------
 
@@ -328,7 +323,7 @@ class NodeTests(unittest.TestCase):
                             "4", "--master_addr", "127.0.0.1", "--master_port", str(port), self.node] + JOB +
                            ["--epochs", "1", "--out", self.out], env=node_env({}), name="torchrun")
         self.assertEqual(p.wait(WAIT * 2), 0, p.describe())
-        self.assertEqual(self.results()["launcher"]["name"], "torchrun")
+        self.assertEqual(psb.results_json(self.out)["launcher"]["name"], "torchrun")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master, http_json  # noqa: E402
+from psb import http_json  # noqa: E402
 
 RUN_TIMEOUT = 120
 
@@ -31,13 +31,8 @@ class Runs(psb.PsbTestCase):
             json.dump({"Tiny": {"model_class": "Synthetic",
                                 "configurations": {"buckets": 3, "bucket_floats": 2000, "sparse": False}}}, f)
         self.out = os.path.join(self.reg.workdir, "out")
-
-    def master(self, *extra, linger=0):
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--linger", str(linger), "--rpc-timeout", "15", "--out", self.out] + list(extra)
-        m = self.reg.start(args, name="master", cls=Master)
-        m.wait_ports()
-        return m
+        # Its masters' flags (psb.PsbTestCase.master).
+        self.master_kw = dict(rpc_timeout=15, out=self.out)
 
     def status(self, m):
         try:
@@ -59,9 +54,9 @@ class Runs(psb.PsbTestCase):
         self.fail("never %s (last status %r):\n%s" % (what, last, "\n\n".join(
             p.describe() for p in (m,) + tuple(procs))))
 
-    def results(self, run):
-        with open(os.path.join(self.out, "run-%03d" % run, "results.json")) as f:
-            return json.load(f)
+    def run_results(self, run):
+        """Run `run`'s results.json (psb.PsbTestCase.results)."""
+        return self.results(os.path.join(self.out, "run-%03d" % run))
 
     def test_local_three_runs(self):
         """--local, the real DummyModel over one server: three runs, each
@@ -79,7 +74,7 @@ class Runs(psb.PsbTestCase):
         hashes, losses = set(), set()
         p50s = []
         for run in (1, 2, 3):
-            res = self.results(run)
+            res = self.run_results(run)
             self.assertEqual((res["phase"], res["error"], res["run"], res["runs"]), ("done", None, run, 3))
             self.assertEqual([t["rank"] for t in res["trainers"]], [0, 1])
             tr = res["groups"]["trainer"]
@@ -171,7 +166,7 @@ class Runs(psb.PsbTestCase):
             self.assertEqual([(n["role"], n["state"]) for n in nodes], [("server", "ready")])
             met = http_json(m.http + "/api/v1/metrics")
             self.assertEqual(met["groups"]["trainer"]["all"], {})  # cleared for the next run
-            res = self.results(run)
+            res = self.run_results(run)
             self.assertEqual((res["phase"], res["run"], res["runs"]), ("done", run, 0))
             self.assertEqual(res["groups"]["trainer"]["all"]["batch_level_metric,batch_all"]["count"], 2 * 10)
             self.assertEqual(res["groups"]["server"]["all"]["parameter_server_batch_metric,param_index_batch"]
@@ -212,8 +207,8 @@ class Runs(psb.PsbTestCase):
         self.assertEqual(m.wait(30), 1, m.describe())
         self.assertEqual(srv.wait(30), 1, srv.describe())
         self.assertIn("the run failed: trainer 0", psb_last_line(srv.stderr()))
-        self.assertEqual(self.results(1)["phase"], "done")
-        res = self.results(2)
+        self.assertEqual(self.run_results(1)["phase"], "done")
+        res = self.run_results(2)
         self.assertEqual((res["phase"], res["run"]), ("failed", 2))
         self.assertRegex(res["error"], r"^trainer 0 \(.*\) disconnected")
         self.assertRegex(m.stdout(), r"(?m)^run 2/5 failed: trainer 0 ")
@@ -222,16 +217,8 @@ class Runs(psb.PsbTestCase):
     def load_run(self, proc_dir):
         """One --local run of the Tiny model with the master reading the host's
         load from proc_dir (None: the real /proc); its results.json."""
-        env = psb.base_env()
-        env.pop("PSBENCH_PROC_DIR", None)
-        if proc_dir:
-            env["PSBENCH_PROC_DIR"] = proc_dir
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--linger", "0", "--rpc-timeout", "15", "--out", self.out, "--local", "--epochs", "1"]
-        m = self.reg.start(args, env=env, name="master", cls=Master)
-        self.assertEqual(m.wait(RUN_TIMEOUT), 0, m.describe())
-        with open(os.path.join(self.out, "results.json")) as f:
-            return json.load(f), m.stdout()
+        m = self.master("--epochs", "1", local=True, env=psb.proc_dir_env(proc_dir), ports=False)
+        return self.results(self.out, m, timeout=RUN_TIMEOUT), m.stdout()
 
     def test_host_load(self):
         """results.json's host_load: the master host's load average and CPU

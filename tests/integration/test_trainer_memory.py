@@ -16,7 +16,6 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master  # noqa: E402
 
 MiB = 1 << 20
 # Every refusal comes at the trainer's start; a trainer that hung (the
@@ -34,12 +33,9 @@ def mem_available():
 
 class TrainerMemory(psb.PsbTestCase):
 
-    def run_master(self, *args, preexec=None):
-        m = self.reg.start([psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http",
-                            "127.0.0.1:0", "--linger", "0", "--epochs", "1"] + list(args), name="master",
-                           cls=Master, preexec=preexec)
-        rc = m.wait(END_S)
-        return rc, m
+    # Its masters' flags (psb.PsbTestCase.master): a --local job of 1 epoch,
+    # waited for (END_S) by the test.
+    master_kw = dict(local=True, epochs=1)
 
     def test_address_space_limit(self):
         """The issue's case: a --local job under `ulimit -v 204800` (set in
@@ -51,7 +47,8 @@ class TrainerMemory(psb.PsbTestCase):
 
         def limit():
             resource.setrlimit(resource.RLIMIT_AS, (200 * MiB, resource.RLIM_INFINITY))
-        rc, m = self.run_master("--ntrainer", "1", "--nserver", "1", preexec=limit)
+        m = self.master("--ntrainer", "1", "--nserver", "1", preexec=limit, ports=False)
+        rc = m.wait(END_S)
         self.assertEqual(rc, 1, m.describe())
         last = m.stderr().strip().splitlines()[-1]
         self.assertRegex(last, r"^psbench-master: run failed: trainer 0 \(.*\) failed: out of memory: this trainer "
@@ -72,8 +69,9 @@ class TrainerMemory(psb.PsbTestCase):
                                 "configurations": {"num_embeddings": 1 << 25, "embedding_dim": 1024,
                                                    "dense_input_size": 1024, "dense_output_size": 1024,
                                                    "dense_layers_count": 1, "sparse": False}}}, f)
-        rc, m = self.run_master("--ntrainer", "1", "--nserver", "0", "--model", "Huge", "--model-config-path", cfg,
-                                "--trainer", "DdpTrainer", "--ddp-hook", "allreduce_hook")
+        m = self.master("--ntrainer", "1", "--nserver", "0", "--model", "Huge", "--model-config-path", cfg,
+                        "--trainer", "DdpTrainer", "--ddp-hook", "allreduce_hook", ports=False)
+        rc = m.wait(END_S)
         self.assertEqual(rc, 1, m.describe())
         last = m.stderr().strip().splitlines()[-1]
         self.assertRegex(last, r"^psbench-master: run failed: trainer 0 \(.*\) failed: out of memory: this trainer "

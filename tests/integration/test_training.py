@@ -21,7 +21,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
-from psb import Master  # noqa: E402
 
 SMALL_MODEL = {"model_class": "DummyModel",
                "configurations": {"num_embeddings": 128, "embedding_dim": 64,
@@ -31,27 +30,13 @@ SMALL_MODEL = {"model_class": "DummyModel",
 
 class Training(psb.PsbTestCase):
 
-    def master(self, *extra, local=True, out=None):
-        args = [psb.bin_path("psbench-master"), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                "--rpc-timeout", "30"]
-        if local:
-            args.append("--local")
-        if out:
-            args += ["--out", out]
-        m = self.reg.start(args + list(extra), name="master", cls=Master)
-        m.wait_ports()
-        return m
-
-    def results(self, m, out):
-        rc = m.wait(240)
-        self.assertEqual(rc, 0, m.describe())
-        with open(os.path.join(out, "results.json")) as f:
-            return json.load(f)
+    # Its masters' flags (psb.PsbTestCase.master): the master's own --linger.
+    master_kw = dict(local=True, linger=None, rpc_timeout=30)
 
     def test_identical_parameters_and_falling_loss(self):
         out = os.path.join(self.reg.workdir, "out")
         m = self.master("--model", "DummyModel", "--epochs", "4", out=out)
-        res = self.results(m, out)
+        res = self.results(out, m)
         shas = {t["final_params_sha256"] for t in res["trainers"]}
         self.assertEqual(len(shas), 1, res["trainers"])
         self.assertRegex(shas.pop(), r"^[0-9a-f]{64}$")
@@ -94,7 +79,7 @@ class Training(psb.PsbTestCase):
             out = os.path.join(self.reg.workdir, "out" + nserver)
             m = self.master("--model", "DummyModel", "--epochs", "2", "--nserver", nserver,
                             "--placement", "shard", out=out)
-            res = self.results(m, out)
+            res = self.results(out, m)
             got = {t["final_params_sha256"] for t in res["trainers"]}
             self.assertEqual(len(got), 1, res["trainers"])
             shas.append(got.pop())
@@ -119,14 +104,14 @@ class Training(psb.PsbTestCase):
         out = os.path.join(self.reg.workdir, "out")
         m = self.master("--model", "Deep", "--model-config-path", models, "--trainer", "Tiny",
                         "--trainer-config-path", trainers, "--epochs", "1", out=out)
-        res = self.results(m, out)
+        res = self.results(out, m)
         self.assertEqual(len({t["final_params_sha256"] for t in res["trainers"]}), 1)
         self.assertIn("261 bucket(s)", m.stdout() + m.stderr())
 
     def test_sparse_model(self):
         out = os.path.join(self.reg.workdir, "out")
         m = self.master("--model", "DummyModelSparse", "--epochs", "2", out=out)
-        res = self.results(m, out)
+        res = self.results(out, m)
         self.assertEqual(len({t["final_params_sha256"] for t in res["trainers"]}), 1)
         self.assertIn("hook_future_metric,rpc_sparse", res["groups"]["trainer"]["all"])
 
@@ -216,7 +201,7 @@ class Training(psb.PsbTestCase):
         diverging = psb.diverging_trainers(self.reg.workdir, "DdpRpcTrainer")
         m = self.master("--model", "DummyModel", "--epochs", "2", "--trainer-config-path", diverging,
                         "--allow-divergence", "--linger", "0", out=out)
-        res = self.results(m, out)
+        res = self.results(out, m)
         self.assertEqual(res["phase"], "done")
         self.assertIs(res["configuration"]["allow_divergence"], True)
         self.assertEqual(len(psb.job_warnings(res)), 2, psb.job_warnings(res))
@@ -240,7 +225,7 @@ class Training(psb.PsbTestCase):
         out = os.path.join(self.reg.workdir, "out")
         m = self.master("--model", "DummyModel", "--epochs", "1", "--lr=1e30", "--allow-divergence", "--linger", "0",
                         out=out)
-        res = self.results(m, out)
+        res = self.results(out, m)
         self.assertEqual(res["phase"], "done")
         self.assertEqual(res["configuration"]["lr"], 1e30)
         self.assertEqual(res["configuration"]["resolved"]["trainer"]["configurations"]["lr"], 1e30)

@@ -36,15 +36,9 @@ ALLOWED = {
     'TestCase.status': "the master's status: psb's network or a namespace host's (mh)",
     'TestCase.wait_phase': "the wait on the master's phase: psb's network or a namespace host's (mh)",
 }
-# Known, not yet shared (reported, not failing): each test's own job
-# launcher and results reader, the same shape with a job of its own; to
-# become one launcher in psb.PsbTestCase (issue 41).
-KNOWN = {
-    'TestCase.master': 'each test starts its own master',
-    'TestCase.results': "each test reads its own run's results.json",
-    'TestCase.run_job': 'each test runs its own job',
-    'TestCase.run_master': 'each test runs its own master',
-}
+# Known, not yet shared (reported, not failing): none left (the tests'
+# masters and results readers are psb.PsbTestCase's, issue 41).
+KNOWN = {}
 
 UNITTEST_HOOKS = {'setUp', 'tearDown', 'setUpClass', 'tearDownClass',
                   'setUpModule', 'tearDownModule', 'run', 'id',
@@ -135,10 +129,26 @@ def ancestors(name, classes, seen=None):
     return seen
 
 
+def extends(func):
+    """Whether method func calls the one it overrides (super().NAME(...)
+    or Base.NAME(self, ...)): one helper, extended."""
+    for n in ast.walk(func):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == func.name:
+            base = n.func.value
+            if isinstance(base, ast.Call) and getattr(base.func, 'id', '') == 'super':
+                return True
+            if isinstance(base, (ast.Name, ast.Attribute)) and getattr(base, 'id', '') != 'self':
+                return True
+    return False
+
+
 def py_functions(path, classes):
     """Module-level functions, and the methods of its classes that are
     helpers: not a unittest hook or test, not a dunder, not an override
-    of a base class's method (one interface, each class its own)."""
+    of a base class's method (one interface, each class its own) but a
+    unittest class's helper that a test class defines again without
+    calling it (a shared fixture's helper, say psb.PsbTestCase.master,
+    written twice)."""
     with open(path, encoding='utf-8') as f:
         tree = ast.parse(f.read(), path)
     names = []
@@ -151,12 +161,18 @@ def py_functions(path, classes):
             inherited = set()
             for a in up:
                 inherited |= classes.get(a, ((), set()))[1]
+            # The helpers of the unittest classes among its bases (a shared
+            # fixture's): defined again, they are defined twice.
+            shared = set()
+            for a in up:
+                if 'TestCase' in ancestors(a, classes):
+                    shared |= classes.get(a, ((), set()))[1]
             for m in node.body:
                 if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     continue
                 if m.name.startswith('__') and m.name.endswith('__'):
                     continue
-                if m.name in inherited:
+                if m.name in inherited and not (test_case and m.name in shared and not extends(m)):
                     continue
                 if test_case and (m.name.startswith('test') or m.name in UNITTEST_HOOKS):
                     continue
