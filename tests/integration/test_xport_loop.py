@@ -6,23 +6,14 @@ interface, asked for by name (`link` "loop" in the hello, named back in
 the welcome). A whole job trains over it the same bits as over TCP, the
 master reports each link's transport by its name, and a hello asking for it
 from another address, or on a server's Unix socket, is refused."""
-import json
 import os
 import socket
-import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
 from psb import dense_payload, dense_push, expected_dense_mean, parse_dense  # noqa: E402
-
-
-def job_over(out, transport, env_extra):
-    cmd = [psb.bin_path("psbench-master"), "--local", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-           "--linger", "0", "--out", out, "--transport", transport, "--epochs", "1"]
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=psb.base_env(env_extra),
-                          timeout=240, text=True)
 
 
 def outward_address():
@@ -121,10 +112,10 @@ class Loop(psb.PsbTestCase):
         got = {}
         for name, transport, env in (("tcp", "tcp", {}), ("loop", "auto", {"PSBENCH_XPORT_LOOP": "1"})):
             out = os.path.join(self.reg.workdir, name)
-            p = job_over(out, transport, env)
-            self.assertEqual(p.returncode, 0, (name, p.stderr[-3000:]))
-            with open(os.path.join(out, "results.json")) as f:
-                res = json.load(f)
+            rc, _, err = self.run_master("--transport", transport, local=True, out=out, epochs=1,
+                                         env=psb.base_env(env), timeout=240)
+            self.assertEqual(rc, 0, (name, err[-3000:]))
+            res = psb.results_json(out)
             links = [l for t in res["trainers"] for l in t["links"]]
             self.assertTrue(links, name)
             self.assertEqual({l["transport"] for l in links}, {name}, links)
