@@ -122,8 +122,7 @@ conn *conn_open(server *s, int fd, bool shm, event_callback_fn on_read)
     }
     c->srv = s;
     c->fd = fd;
-    c->shm = shm;
-    c->seg = SHM_SEG_NONE;
+    c->shm.seg = SHM_SEG_NONE;
     c->rx_fd = -1;
     c->slot = MEMBERS_NO_SLOT;
     c->link = shm ? &xport_shm : &xport_tcp;

@@ -21,6 +21,7 @@
 #include "server/kind.h"
 #include "server/outq.h"
 #include "server/xport_ipc.h"
+#include "server/xport_shm.h"
 #include "shared/frame.h"
 #include "shared/framed.h"
 #include "shared/shm.h"
@@ -41,19 +42,14 @@ typedef enum conn_sink {
 typedef struct conn {
     struct server *srv;
     int fd;
-    /* Over the server's Unix socket (shared memory, docs/protocol.md): the
-     * trainer's segment, mapped read-only once its hello handed it over
-     * (pushes name their payload in it by offset), and a descriptor that
-     * came with the bytes read and is not taken yet (at most one: the
-     * hello's). Changed only by the shm transport (xport_shm.c) and the
-     * reader. */
-    bool shm;
     /* The socket's transport: xport_shm (shm) or xport_tcp, or one that a
      * hello on TCP took by name (its own hello hook sets it). */
     const struct xport_ops *link;
-    shm_seg seg;
+    /* A descriptor that came with the bytes read (over the Unix socket)
+     * and is not taken yet: at most one, the hello's. Changed only by the
+     * shm transport (xport_shm.c) and the reader (conn_dispatch.c). */
     int rx_fd;
-    bool in_place; /* results may be read in place: shm, and the hello's zerocopy promise */
+    xport_shm_state shm; /* shared memory: the trainer's segment, results in place (xport_shm.h) */
     xport_ipc_state ipc; /* CUDA IPC: offered, and the trainer's export (xport_ipc.h) */
     char peer[64];
     struct event *rev, *wev;

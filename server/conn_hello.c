@@ -104,8 +104,8 @@ void conn_on_hello(conn *c, const frame_hdr *h)
     if (!sent)
         outq_push(&c->out, buf, n, NULL, 0);
     conn_want_flush(c);
-    log_debug("trainer rank %" PRIu64 " joined from %s (slot %u, %s)", c->rank, c->peer, slot,
-              c->shm ? (c->seg.base ? "shared memory" : "Unix socket, payloads inline") : "TCP");
+    log_debug("trainer rank %" PRIu64 " joined from %s (slot %u, over %s%s)", c->rank, c->peer, slot, c->link->name,
+              c->shm.seg.base ? ", its segment mapped" : "");
 }
 
 /* `export` (CUDA IPC): the trainer's GPU memory and event for the server's
@@ -119,7 +119,7 @@ void conn_on_export(conn *c, const frame_hdr *h)
     if (!c->hello_done)
         snprintf(msg, sizeof msg, "export before hello");
     else
-        code = xport_ipc_export(c->srv, &c->ipc, c->shm, c->peer, c->rank, h, reply, sizeof reply, &n, msg,
+        code = xport_ipc_export(c->srv, &c->ipc, c->link == &xport_shm, c->peer, c->rank, h, reply, sizeof reply, &n, msg,
                                sizeof msg);
     if (code != ERR_NONE) {
         conn_send_error(c, code, msg, h);

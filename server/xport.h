@@ -64,6 +64,7 @@ typedef struct xport_ops {
      * NULL for a transport that is no link (ipc). */
     void (*peer_name)(int fd, char *buf, size_t len);
     ssize_t (*recv)(conn *c, uint8_t *buf, size_t want);
+    bool splice; /* as a link: a TCP socket, to which big results may be spliced (outq.h) */
     xport_place place; /* where its pushes' payloads are */
     /* The header field that places a push's payload with this transport;
      * 0: after the header (tcp, the one a push without such a field uses). */

@@ -173,7 +173,7 @@ static void xport_ipc_close(server *s, xport_ipc_state *x)
 static void xport_ipc_welcome(conn *c, bool reads_first, frame_hdr *w)
 {
     server *s = c->srv;
-    c->ipc.offered = reads_first && xport_ipc_offer(s, c->shm);
+    c->ipc.offered = reads_first && xport_ipc_offer(s, c->link == &xport_shm);
     if (c->ipc.offered) {
         w->gpu = frame_str_c(device_gpu_id(s->dev));
         w->has |= FH_GPU;

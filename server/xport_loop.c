@@ -74,6 +74,7 @@ const xport_ops xport_loop = {
     .name = "loop",
     .peer_name = net_peer_name,
     .recv = xport_loop_recv,
+    .splice = true,
     .place = XPORT_INLINE,
     .field = 0,
     .hello = xport_loop_hello,

@@ -1,7 +1,7 @@
 /* xport_shm.c — shared memory on one host (docs/protocol.md, "Shared memory
  * on one host"): a trainer on the server's host says its hello on the Unix
  * socket and hands over its segment (a sealed memfd, mapped read-only into
- * c->seg); its pushes name their payload there by offset (`at`), checked
+ * c->shm.seg); its pushes name their payload there by offset (`at`), checked
  * against the segment before anything reads it, and are folded straight
  * from its pages. Results in the server's segment (the pool's arena,
  * handed over with the welcome) are lent by offset to a trainer that reads
@@ -23,6 +23,10 @@
  * in c->rx_fd for the frame that takes it (a hello with a segment). More
  * than one, or any after the hello, is a broken peer: closed with
  * bad_frame (conn_dispatch), never kept. */
+
+/* Whether c came in on the Unix socket (its link is this transport). */
+static bool xport_shm_on(const conn *c) { return c->link == &xport_shm; }
+
 static ssize_t xport_shm_recv(conn *c, uint8_t *buf, size_t want)
 {
     int fds[4];
@@ -87,7 +91,7 @@ static int xport_shm_take_segment(conn *c, const frame_hdr *h)
         }
         return 0;
     }
-    if (!c->shm) {
+    if (!xport_shm_on(c)) {
         conn_send_error(c, ERR_BAD_FRAME, "hello names a segment on a TCP connection", h);
         return -1;
     }
@@ -97,15 +101,15 @@ static int xport_shm_take_segment(conn *c, const frame_hdr *h)
     }
     int fd = c->rx_fd;
     c->rx_fd = -1;
-    if (shm_seg_map_peer(&c->seg, fd, c->srv->cfg.max_shm, why, sizeof why) < 0) {
+    if (shm_seg_map_peer(&c->shm.seg, fd, c->srv->cfg.max_shm, why, sizeof why) < 0) {
         snprintf(msg, sizeof msg, "%s (--max-shm %" PRIu64 ")", why, c->srv->cfg.max_shm);
         conn_send_error(c, ERR_BAD_FRAME, msg, h);
         return -1;
     }
-    if (c->seg.size != h->segment) {
+    if (c->shm.seg.size != h->segment) {
         snprintf(msg, sizeof msg, "hello says its segment is %" PRIu64 " bytes; it is %" PRIu64, h->segment,
-                 c->seg.size);
-        shm_seg_close(&c->seg);
+                 c->shm.seg.size);
+        shm_seg_close(&c->shm.seg);
         conn_send_error(c, ERR_BAD_FRAME, msg, h);
         return -1;
     }
@@ -119,11 +123,11 @@ static int xport_shm_hello(conn *c, const frame_hdr *h)
 {
     server *s = c->srv;
     bool asks_shm = (h->has & FH_TRANSPORT) && frame_str_eq(h->transport, "shm");
-    if (!c->shm && asks_shm && s->shm_fd >= 0) {
+    if (!xport_shm_on(c) && asks_shm && s->shm_fd >= 0) {
         xport_shm_redirect(c);
         return -1;
     }
-    if (!c->shm && s->cfg.transport == PSB_TRANSPORT_SHM) {
+    if (!xport_shm_on(c) && s->cfg.transport == PSB_TRANSPORT_SHM) {
         conn_send_error(c, ERR_UNSUPPORTED,
                         "this server takes trainers over shared memory only (--transport shm): run the trainer on "
                         "this host, or the server with --transport auto",
@@ -139,8 +143,8 @@ static int xport_shm_hello(conn *c, const frame_hdr *h)
 static void xport_shm_welcome(conn *c, bool reads_first, frame_hdr *w)
 {
     server *s = c->srv;
-    c->in_place = c->shm && reads_first && s->arena.seg.base;
-    if (c->in_place) {
+    c->shm.in_place = xport_shm_on(c) && reads_first && s->arena.seg.base;
+    if (c->shm.in_place) {
         w->segment = s->arena.seg.size;
         w->has |= FH_SEGMENT;
     }
@@ -154,7 +158,7 @@ static void xport_shm_welcome(conn *c, bool reads_first, frame_hdr *w)
  * goes without the segment and results travel on the socket. */
 static bool xport_shm_send_welcome(conn *c, uint8_t *buf, size_t n)
 {
-    if (!c->in_place)
+    if (!c->shm.in_place)
         return false;
     if (c->out.len == 0) {
         struct iovec iov = {buf, n};
@@ -168,7 +172,7 @@ static bool xport_shm_send_welcome(conn *c, uint8_t *buf, size_t n)
             return true;
         }
     }
-    c->in_place = false;
+    c->shm.in_place = false;
     frame_hdr w = {0};
     w.type = FT_WELCOME;
     w.version = FRAME_PROTOCOL_VERSION;
@@ -189,9 +193,9 @@ static bool xport_shm_send_welcome(conn *c, uint8_t *buf, size_t n)
  * connection (bad_frame). */
 static frame_errcode xport_shm_payload(conn *c, const frame_hdr *h, xport_push *p, char *msg, size_t len)
 {
-    if (!c->seg.base) {
+    if (!c->shm.seg.base) {
         snprintf(msg, len, "%s",
-                 c->shm ? "push names shared memory (at) but this trainer's hello handed over no segment"
+                 xport_shm_on(c) ? "push names shared memory (at) but this trainer's hello handed over no segment"
                         : "push names shared memory (at) on a TCP connection");
         return ERR_BAD_FRAME;
     }
@@ -209,14 +213,14 @@ static frame_errcode xport_shm_payload(conn *c, const frame_hdr *h, xport_push *
                  c->srv->cfg.max_payload);
         return ERR_TOO_LARGE;
     }
-    if (h->at % 4 || !shm_seg_holds(&c->seg, h->at, want)) {
+    if (h->at % 4 || !shm_seg_holds(&c->shm.seg, h->at, want)) {
         snprintf(msg, len, "push names bytes %" PRIu64 "..%" PRIu64 " of a segment of %" PRIu64 " bytes%s", h->at,
-                 h->at + want, c->seg.size, h->at % 4 ? " (not on a float boundary)" : "");
+                 h->at + want, c->shm.seg.size, h->at % 4 ? " (not on a float boundary)" : "");
         return ERR_BAD_FRAME;
     }
     p->hv.payload = want;
     p->hv.has |= FH_PAYLOAD;
-    p->bytes = c->seg.base + h->at;
+    p->bytes = c->shm.seg.base + h->at;
     return ERR_NONE;
 }
 
@@ -239,7 +243,7 @@ static const uint8_t *xport_shm_lend(conn *c, xport_answer *a, bool on_gpu, size
 {
     (void)on_gpu;
     uint64_t at;
-    if (!c->in_place || a->absent[XPORT_SEGMENT])
+    if (!c->shm.in_place || a->absent[XPORT_SEGMENT])
         return NULL;
     if (!a->len[XPORT_SEGMENT]) {
         const psbuf *payload = a->payload;
@@ -279,7 +283,7 @@ static void xport_shm_close(conn *c)
 /* Nothing reads the trainer's segment after the close: no push in flight. */
 static void xport_shm_free(conn *c)
 {
-    shm_seg_close(&c->seg);
+    shm_seg_close(&c->shm.seg);
 }
 
 const xport_ops xport_shm = {

@@ -22,7 +22,7 @@ static void xport_tcp_welcome(conn *c, bool reads_first, frame_hdr *w)
 {
     (void)w;
     server *s = c->srv;
-    if (s->cfg.splice && reads_first && !c->shm)
+    if (s->cfg.splice && reads_first && c->link->splice)
         outq_splice_on(&c->out, s->cfg.max_queued);
 }
 
@@ -30,6 +30,7 @@ const xport_ops xport_tcp = {
     .name = "tcp",
     .peer_name = net_peer_name,
     .recv = xport_tcp_recv,
+    .splice = true,
     .place = XPORT_INLINE,
     .field = 0,
     .welcome = xport_tcp_welcome,
