@@ -15,17 +15,20 @@
  *
  * Order. read and write of device memory are async copies on the stream:
  * the host side must stay as it is until a mark recorded after them is done
- * (or compute_sync). A mark is an event recorded on the stream (a ring of
- * CC_MARKS events; an old mark whose event was recorded again is answered
- * by the newer point, later in the same order: never done too early). Host
+ * (or compute_sync). A mark is an event recorded on the stream (the ring
+ * of shared/gpu/evring.h, CC_MARKS events recorded again in turn; an old
+ * mark whose event was recorded again is answered by a newer point, later
+ * in the same order: never done too early). Host
  * memory buffers (pinned, host) are read and written by the host after the
  * stream has drained, so they see every write enqueued before.
  *
  * Host arguments (indices, targets, the sparse rows and values) are copied
- * at once into a pinned staging ring, uploaded on the stream into its
- * device twin and read there by the kernels: callers may reuse theirs on
- * return. A part of the ring is written again only once the mark recorded
- * after its last use is done. The embedding's backward and the sparse SGD
+ * at once into the staging ring (shared/gpu/staging.h, the server's too:
+ * chunks of pinned memory, each with a device twin), uploaded on the stream
+ * into the twin and read there by the kernels: callers may reuse theirs on
+ * return. A chunk is written again only once the event recorded when it
+ * was closed is done; past CC_STAGE_LIMIT bytes of chunks the ring waits
+ * for that rather than make another. The embedding's backward and the sparse SGD
  * group their occurrences by row on the host (the unique rows ascending,
  * each row's occurrences in batch order: the cpu layer's order of
  * summation per element), so that one GPU thread owns each element.
@@ -42,6 +45,8 @@
 #include "shared/devspec.h"
 #include "shared/cugpu.h"
 #include "shared/gpu.h"
+#include "shared/gpu/evring.h"
+#include "shared/gpu/staging.h"
 #include "shared/log.h"
 
 #include <assert.h>
@@ -53,18 +58,14 @@
 #include "shared/cudaload.h"
 #endif
 
-/* Events in the marks' ring (each one timed: compute_elapsed); staging
- * segments remembered. */
+/* Events in the marks' ring (each one timed: compute_elapsed). */
 #define CC_MARKS COMPUTE_TIMED_MARKS
-#define CC_SEGS 256
-/* The staging ring's first size (it doubles to fit a larger call). */
+/* The staging ring's chunks (a larger call gets a chunk its size), and the
+ * bytes of chunks past which it waits for the GPU rather than make another:
+ * two, one filled while the GPU reads the other. */
 #define CC_STAGE_BYTES ((size_t)1 << 20)
+#define CC_STAGE_LIMIT (2 * CC_STAGE_BYTES)
 #define CC_ALIGN 16
-
-typedef struct cc_seg {
-    size_t off, len;
-    cmark m; /* done: the segment may be written again */
-} cc_seg;
 
 typedef struct compute_cuda {
     compute base;
@@ -73,16 +74,8 @@ typedef struct compute_cuda {
     cugpu_stream *s;
     void *blas;           /* cublasHandle_t (real GPU), else NULL */
     const void *blas_api; /* its cublas_api */
-    cugpu_event *ev[CC_MARKS];
-    cmark ev_mark[CC_MARKS]; /* the mark each event was last recorded for */
-    cmark marks;             /* marks recorded so far (the last one's number) */
-    cmark done_upto;         /* every mark up to this one is known done */
-    /* the staging ring: st_host (pinned) and its device twin */
-    unsigned char *st_host;
-    devmem st_dev;
-    size_t st_cap, st_pos;
-    cc_seg segs[CC_SEGS];
-    size_t seg_first, nseg;
+    evring marks;  /* the marks (shared/gpu/evring.h: the latest CC_MARKS held) */
+    staging stage; /* host arguments on their way (shared/gpu/staging.h) */
     /* per-sample loss terms (device), grown as needed */
     devmem per;
     size_t per_cap;
@@ -117,45 +110,32 @@ static bool cc_failed(const compute_cuda *c) { return compute_failed(&c->base); 
 static cmark cc_mark(compute *base)
 {
     compute_cuda *c = cc(base);
-    cmark m = ++c->marks;
-    size_t slot = m % CC_MARKS;
-    if (!cc_failed(c) && c->g->ops->event_record(c->g, c->s, c->ev[slot]) < 0)
+    if (cc_failed(c)) /* nothing is recorded any more */
+        evring_fail(&c->marks);
+    cmark m;
+    if (evring_mark(&c->marks, &m) < 0)
         cc_fatal(c, "an event");
-    c->ev_mark[slot] = m;
     return m;
 }
 
 static bool cc_done(compute *base, cmark m)
 {
     compute_cuda *c = cc(base);
-    assert(m <= c->marks);
-    if (m <= c->done_upto || cc_failed(c)) /* failed: nothing more will complete */
+    if (cc_failed(c)) /* failed: nothing more will complete */
         return true;
-    size_t slot = m % CC_MARKS;
-    int rc = c->g->ops->event_query(c->g, c->ev[slot]);
+    int rc = evring_done(&c->marks, m);
     if (rc < 0) {
         cc_fatal(c, "an event");
         return true;
     }
-    if (rc > 0)
-        return false;
-    if (c->ev_mark[slot] > c->done_upto)
-        c->done_upto = c->ev_mark[slot];
-    return true;
+    return rc == 0;
 }
 
 static void cc_wait(compute *base, cmark m)
 {
     compute_cuda *c = cc(base);
-    long ns = 1000;
-    while (!cc_done(base, m)) {
-        if (c->g->ops->query(c->g, c->s) < 0) /* failed: the event will never complete */
-            cc_fatal(c, "the stream");
-        struct timespec ts = {0, ns};
-        nanosleep(&ts, NULL);
-        if (ns < 50 * 1000)
-            ns *= 2;
-    }
+    if (!cc_failed(c) && evring_wait(&c->marks, m) < 0) /* failed: the event will never complete */
+        cc_fatal(c, "the stream");
 }
 
 /* cudaEventElapsedTime between the marks' events (created with timing:
@@ -164,9 +144,8 @@ static void cc_wait(compute *base, cmark m)
 static int cc_elapsed(compute *base, cmark from, cmark to, double *ms)
 {
     compute_cuda *c = cc(base);
-    assert(from <= to && to <= c->marks);
-    size_t a = from % CC_MARKS, b = to % CC_MARKS;
-    if (from == 0 || c->ev_mark[a] != from || c->ev_mark[b] != to || cc_failed(c))
+    assert(from <= to && to <= c->marks.marks);
+    if (from == 0 || !evring_held(&c->marks, from) || !evring_held(&c->marks, to) || cc_failed(c))
         return -1;
     if (!cc_done(base, to) || !cc_done(base, from))
         return 1;
@@ -177,7 +156,7 @@ static int cc_elapsed(compute *base, cmark from, cmark to, double *ms)
         return 0;
     }
     float f = 0;
-    if (c->g->ops->elapsed_ms(c->g, c->ev[a], c->ev[b], &f) < 0) {
+    if (evring_elapsed(&c->marks, from, to, &f) < 0) {
         cc_fatal(c, "an event's time");
         return -1;
     }
@@ -190,8 +169,8 @@ static void cc_sync(compute *base)
     compute_cuda *c = cc(base);
     if (!cc_failed(c) && c->g->ops->sync(c->g, c->s) < 0)
         cc_fatal(c, "the stream");
-    c->done_upto = c->marks;
-    c->nseg = 0; /* every staging segment is free */
+    evring_reset(&c->marks);
+    staging_reset(&c->stage); /* every chunk is free */
 }
 
 /* ---- launches and staging ----------------------------------------------------------- */
@@ -202,12 +181,15 @@ static void cc_launch(compute_cuda *c, const trk_launch *l)
         cc_fatal(c, "a kernel");
 }
 
-/* One call's host arguments in the ring: [off, off + len) of both sides.
- * In a failed context, a sink: host scratch that is never uploaded (the
- * call's launches are skipped), so that the call finishes its host work
- * and returns. */
+/* One call's host arguments: `len` bytes of the staging ring, taken at
+ * once (whatever reads them is queued before the call returns, so before
+ * the ring's next room, which may close their chunk). In a failed context,
+ * a sink: host scratch that is never uploaded (the call's launches are
+ * skipped), so that the call finishes its host work and returns. */
 typedef struct cc_stage {
-    size_t off, len, used;
+    unsigned char *host;
+    devmem dev;
+    size_t len, used;
     bool sink;
 } cc_stage;
 
@@ -225,70 +207,40 @@ static cc_stage cc_stage_sink(compute_cuda *c, size_t bytes)
         c->sink = p;
         c->sink_cap = bytes;
     }
-    cc_stage st = {0, bytes, 0, true};
+    cc_stage st = {c->sink, devmem_none(), bytes, 0, true};
     return st;
 }
 
 static cc_stage cc_stage_begin(compute_cuda *c, size_t bytes)
 {
-    cugpu *g = c->g;
     if (cc_failed(c))
         return cc_stage_sink(c, bytes);
-    if (bytes > c->st_cap) {
-        size_t cap = c->st_cap;
-        while (cap < bytes)
-            cap *= 2;
-        cc_sync(&c->base);
-        unsigned char *h = g->ops->host_alloc(g, cap);
-        devmem d = h ? g->ops->dev_alloc(g, cap) : devmem_none();
-        if (devmem_is_none(d)) { /* the old ring stays (freed at destroy) */
-            if (h)
-                g->ops->host_free(g, h);
-            cc_fatal(c, "the staging ring");
-            return cc_stage_sink(c, bytes);
-        }
-        g->ops->host_free(g, c->st_host);
-        g->ops->dev_free(g, c->st_dev);
-        c->st_host = h;
-        c->st_dev = d;
-        c->st_cap = cap;
-        c->st_pos = 0;
+    if (staging_room(&c->stage, bytes ? bytes : 1) < 0) {
+        compute_fail(&c->base, "compute (%s): the staging ring: %s", c->name, c->stage.err);
+        return cc_stage_sink(c, bytes);
     }
-    if (c->st_pos + bytes > c->st_cap)
-        c->st_pos = 0;
-    size_t lo = c->st_pos, hi = c->st_pos + bytes;
-    while (c->nseg > 0) { /* the oldest segments first: they follow st_pos in the ring */
-        cc_seg *f = &c->segs[c->seg_first];
-        if (!(f->off < hi && f->off + f->len > lo))
-            break;
-        cc_wait(&c->base, f->m);
-        c->seg_first = (c->seg_first + 1) % CC_SEGS;
-        c->nseg--;
-    }
-    cc_stage st = {lo, bytes, 0, false};
-    c->st_pos = hi;
+    size_t at = staging_used(&c->stage);
+    cc_stage st = {staging_host_at(&c->stage, at), staging_dev_at(&c->stage, at), bytes, 0, false};
+    if (bytes)
+        staging_take(&c->stage, bytes);
     return st;
 }
 
 /* A part of n bytes: its host address (to fill) and device address (as a
  * kernel's launch takes it). */
-static void *cc_stage_part(compute_cuda *c, cc_stage *st, size_t n, void **dev)
+static void *cc_stage_part(cc_stage *st, size_t n, void **dev)
 {
-    size_t at = st->off + st->used;
+    size_t at = st->used;
     st->used += cc_round(n);
     assert(st->used <= st->len);
-    if (st->sink) {
-        *dev = NULL;
-        return c->sink + at;
-    }
-    *dev = devmem_at(c->st_dev, at).p;
-    return c->st_host + at;
+    *dev = st->sink ? NULL : devmem_at(st->dev, at).p;
+    return st->host + at;
 }
 
-static const void *cc_stage_copy(compute_cuda *c, cc_stage *st, const void *src, size_t n)
+static const void *cc_stage_copy(cc_stage *st, const void *src, size_t n)
 {
     void *dev;
-    memcpy(cc_stage_part(c, st, n, &dev), src, n);
+    memcpy(cc_stage_part(st, n, &dev), src, n);
     return dev;
 }
 
@@ -297,27 +249,8 @@ static void cc_stage_upload(compute_cuda *c, const cc_stage *st)
 {
     if (st->sink || cc_failed(c))
         return;
-    if (st->used &&
-        c->g->ops->copy_h2d(c->g, c->s, devmem_at(c->st_dev, st->off), c->st_host + st->off, st->used) < 0)
+    if (st->used && c->g->ops->copy_h2d(c->g, c->s, st->dev, st->host, st->used) < 0)
         cc_fatal(c, "a copy");
-}
-
-/* The kernels that read the parts are queued: the segment is free again
- * once a mark recorded now is done. */
-static void cc_stage_end(compute_cuda *c, const cc_stage *st)
-{
-    if (!st->len || st->sink)
-        return;
-    if (c->nseg == CC_SEGS) {
-        cc_wait(&c->base, c->segs[c->seg_first].m);
-        c->seg_first = (c->seg_first + 1) % CC_SEGS;
-        c->nseg--;
-    }
-    cc_seg *s = &c->segs[(c->seg_first + c->nseg) % CC_SEGS];
-    s->off = st->off;
-    s->len = st->len;
-    s->m = cc_mark(&c->base);
-    c->nseg++;
 }
 
 /* The per-sample loss terms: n doubles of device memory, in stream order
@@ -605,7 +538,7 @@ static void cc_bag_mean(compute *base, cspan table, uint64_t D, const int64_t *i
 #endif
     cc_stage st = cc_stage_begin(c, cc_round(n * sizeof *idx));
     trk_launch l = {.kernel = TRK_K_BAG_MEAN};
-    l.u.bag.idx = cc_stage_copy(c, &st, idx, n * sizeof *idx);
+    l.u.bag.idx = cc_stage_copy(&st, idx, n * sizeof *idx);
     cc_stage_upload(c, &st);
     l.u.bag.out = cc_f32(out);
     l.u.bag.table = cc_f32(table);
@@ -613,7 +546,6 @@ static void cc_bag_mean(compute *base, cspan table, uint64_t D, const int64_t *i
     l.u.bag.B = B;
     l.u.bag.L = L;
     cc_launch(c, &l);
-    cc_stage_end(c, &st);
 }
 
 /* dx /= L on the GPU: PyTorch's mean backward, once per bag. */
@@ -674,9 +606,9 @@ static void cc_group_stage(compute_cuda *c, cc_stage *st, size_t n, size_t nu, u
                            const int64_t **d_rows, const uint32_t **d_off, const uint32_t **d_occ)
 {
     void *dr, *doff, *docc;
-    int64_t *urows = cc_stage_part(c, st, nu * sizeof *urows, &dr);
-    uint32_t *off = cc_stage_part(c, st, (nu + 1) * sizeof *off, &doff);
-    uint32_t *occ = cc_stage_part(c, st, n * sizeof *occ, &docc);
+    int64_t *urows = cc_stage_part(st, nu * sizeof *urows, &dr);
+    uint32_t *off = cc_stage_part(st, (nu + 1) * sizeof *off, &doff);
+    uint32_t *occ = cc_stage_part(st, n * sizeof *occ, &docc);
     size_t u = 0;
     for (size_t k = 0; k < n; k++) {
         if (k == 0 || c->occ[k].row != c->occ[k - 1].row) {
@@ -720,7 +652,6 @@ static uint64_t cc_bag_bwd(compute_cuda *c, cspan dx, uint64_t D, const int64_t 
     l.u.bag_bwd.nnz = nu;
     if (nu)
         cc_launch(c, &l);
-    cc_stage_end(c, &st);
     return nu;
 }
 
@@ -768,7 +699,7 @@ static const int64_t *cc_targets(compute_cuda *c, cc_stage *st, const int64_t *y
 #endif
     (void)C;
     *st = cc_stage_begin(c, cc_round(n * sizeof *y));
-    const int64_t *d = cc_stage_copy(c, st, y, n * sizeof *y);
+    const int64_t *d = cc_stage_copy(st, y, n * sizeof *y);
     cc_stage_upload(c, st);
     return d;
 }
@@ -791,7 +722,6 @@ static void cc_softmax_ce(compute *base, cspan z, uint32_t B, uint64_t C, const 
     l.u.head.per = cc_per(c, B);
     cc_launch(c, &l);
     cc_loss_sum(c, loss, l.u.head.per, B, true, (double)B);
-    cc_stage_end(c, &st);
 }
 
 static void cc_softmax_ce_bwd(compute *base, cspan prob, cspan q, uint32_t B, uint64_t C, const int64_t *y, cspan dz)
@@ -810,7 +740,6 @@ static void cc_softmax_ce_bwd(compute *base, cspan prob, cspan q, uint32_t B, ui
     l.u.head.C = C;
     l.u.head.invB = 1.0f / (float)B;
     cc_launch(c, &l);
-    cc_stage_end(c, &st);
 }
 
 static void cc_ce_logits(compute *base, cspan z, uint32_t R, uint32_t C, const int64_t *y, cspan dz, cspan loss)
@@ -829,7 +758,6 @@ static void cc_ce_logits(compute *base, cspan z, uint32_t R, uint32_t C, const i
     l.u.head.per = cc_per(c, R);
     cc_launch(c, &l);
     cc_loss_sum(c, loss, l.u.head.per, R, false, (double)(int)R);
-    cc_stage_end(c, &st);
 }
 
 static void cc_l1(compute *base, cspan y, uint64_t n, cspan dy, cspan loss)
@@ -881,14 +809,13 @@ static void cc_sgd_sparse(compute *base, cspan table, uint64_t cols, const int64
     cc_stage st = cc_stage_begin(c, cc_group_bytes(nnz, nu) + cc_round(vbytes));
     trk_launch l = {.kernel = TRK_K_SGD_ROWS};
     cc_group_stage(c, &st, nnz, nu, 1, NULL, &l.u.sgd_rows.urows, &l.u.sgd_rows.off, &l.u.sgd_rows.occ);
-    l.u.sgd_rows.vals = cc_stage_copy(c, &st, vals, vbytes);
+    l.u.sgd_rows.vals = cc_stage_copy(&st, vals, vbytes);
     cc_stage_upload(c, &st);
     l.u.sgd_rows.table = T;
     l.u.sgd_rows.cols = cols;
     l.u.sgd_rows.nu = nu;
     l.u.sgd_rows.nlr = -lr;
     cc_launch(c, &l);
-    cc_stage_end(c, &st);
 }
 
 /* ---- the context ----------------------------------------------------------------------------- */
@@ -911,12 +838,10 @@ static void cc_destroy(compute *base)
             g->ops->dev_free_async(g, c->s, c->per);
         g->ops->stream_free(g, c->s); /* waits for the frees queued on it */
     }
-    for (int i = 0; i < CC_MARKS; i++)
-        g->ops->event_free(g, c->ev[i]);
+    evring_free(&c->marks);
     if (c->ipc_ev)
         g->ops->event_free(g, c->ipc_ev);
-    g->ops->host_free(g, c->st_host);
-    g->ops->dev_free(g, c->st_dev);
+    staging_free(&c->stage);
     free(c->occ);
     free(c->sink);
     cugpu_destroy(g);
@@ -1081,17 +1006,16 @@ static compute *cc_new_on(cugpu *g, const char *name, char *err, size_t errlen)
     c->base.ops = &cuda_ops;
     c->g = g;
     snprintf(c->name, sizeof c->name, "%s", g->ops->name[0] == 'f' ? "fake-cuda" : "cuda");
-    bool ok = (c->s = g->ops->stream_new(g)) != NULL;
-    for (int i = 0; ok && i < CC_MARKS; i++)
-        ok = (c->ev[i] = g->ops->event_new(g)) != NULL;
-    ok = ok && (c->st_host = g->ops->host_alloc(g, CC_STAGE_BYTES)) != NULL &&
-         !devmem_is_none(c->st_dev = g->ops->dev_alloc(g, CC_STAGE_BYTES));
+    bool ok = (c->s = g->ops->stream_new(g)) != NULL && evring_init(&c->marks, g, c->s, CC_MARKS, false) == 0;
+    if (ok) { /* the first chunk now: a GPU without room for it fails here, not mid-step */
+        staging_init(&c->stage, g, c->s, CC_STAGE_BYTES, CC_STAGE_LIMIT);
+        ok = staging_room(&c->stage, CC_STAGE_BYTES) == 0;
+    }
     if (!ok) {
         errbuf_set(err, errlen, "compute on %s: %s", name, g->err);
         cc_destroy(&c->base);
         return NULL;
     }
-    c->st_cap = CC_STAGE_BYTES;
     return &c->base;
 }
 

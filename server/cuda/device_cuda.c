@@ -73,6 +73,8 @@
  */
 #include "server/cuda/kernels_host.h"
 #include "server/device_host.h"
+#include "shared/gpu/evring.h"
+#include "shared/gpu/staging.h"
 #include "shared/log.h"
 #include "shared/ranges.h"
 
@@ -122,29 +124,11 @@ struct devpeer {
     struct devpeer *next; /* the closing list */
 };
 
-typedef struct cuda_chunk {
-    uint8_t *host; /* pinned */
-    devmem dev;    /* its device twin */
-    size_t cap, used;
-    cugpu_event *ev; /* recorded when the chunk was closed */
-    struct cuda_chunk *next;
-} cuda_chunk;
-
-/* Pinned chunks with device twins, used one after the other: `cur` is
- * being filled; a full one is closed (an event recorded) and reused once
- * the GPU is past it. */
-typedef struct cuda_ring {
-    size_t chunk;                          /* a chunk's usual size */
-    cuda_chunk *cur;
-    cuda_chunk *closed_head, *closed_tail; /* waiting for their event, oldest first */
-    cuda_chunk *idle;                      /* reusable */
-} cuda_ring;
-
 /* A job in flight: the device's record of it. */
 typedef struct cuda_rec {
     device_job *j;
     uint64_t seq;           /* 1, 2, ... in submission order */
-    cugpu_event *t0, *t1;   /* around its work and its to-host copy */
+    evmark t0, t1;          /* around its work and its to-host copy (0: none) */
     bool host_side;         /* a sparse emit: its output was written on the host */
     struct cuda_rec *next;
 } cuda_rec;
@@ -160,7 +144,7 @@ typedef struct cuda_device {
     size_t nspare, spare_bytes;
     size_t live; /* devbufs and devsparses not freed */
     /* staging: bytes (stage) and the batches' descriptors (meta) */
-    cuda_ring stage, meta;
+    staging stage, meta;
     uint8_t *sink;                     /* recv areas once the device has failed */
     /* the batch of small folds of this iteration: stage.cur's bytes
      * [bstart, bend), descriptors in arrival order, chained per buffer */
@@ -185,8 +169,7 @@ typedef struct cuda_device {
     size_t fn_cap, fn_first, fn_count;
     atomic_uint_fast64_t fns_done; /* host functions run (CUDA's thread) */
     uint64_t fns_seen;
-    cugpu_event **evs;   /* timing events, recycled */
-    size_t nevs, evs_cap;
+    evring evs;          /* the jobs' timing events: held until the job is finished */
     int efd;
     struct event *wake_ev, *flush_ev, *poll_ev;
     bool flush_armed;
@@ -219,117 +202,14 @@ static void cuda_fail(cuda_device *c, const char *why)
 
 /* ---- staging ------------------------------------------------------------------- */
 
-static void cuda_chunk_free(cuda_device *c, cuda_chunk *k)
+/* Room in ring r (staging.h); the device fails when there is none. */
+static int cuda_ring_room(cuda_device *c, staging *r, size_t need)
 {
-    c->gpu->ops->host_free(c->gpu, k->host);
-    c->gpu->ops->dev_free(c->gpu, k->dev);
-    if (k->ev)
-        c->gpu->ops->event_free(c->gpu, k->ev);
-    free(k);
-}
-
-static cuda_chunk *cuda_chunk_new(cuda_device *c, size_t cap)
-{
-    cuda_chunk *k = calloc(1, sizeof *k);
-    if (!k)
-        return NULL;
-    k->cap = cap;
-    k->host = c->gpu->ops->host_alloc(c->gpu, cap);
-    k->dev = k->host ? c->gpu->ops->dev_alloc(c->gpu, cap) : devmem_none();
-    k->ev = !devmem_is_none(k->dev) ? c->gpu->ops->event_new(c->gpu) : NULL;
-    c->allocs++;
-    if (!k->ev) {
-        if (k->host)
-            c->gpu->ops->host_free(c->gpu, k->host);
-        c->gpu->ops->dev_free(c->gpu, k->dev);
-        free(k);
-        return NULL;
-    }
-    return k;
-}
-
-/* Make r's current chunk hold `need` more bytes: close it when it cannot
- * (an event marks when the GPU is past its last use) and take the oldest
- * closed chunk the GPU is done with, an idle one, or a new one. 0, or -1
- * (the device failed). Whatever reads the current chunk must have been
- * enqueued before it is closed (cuda_stage_room sees to the batch's). */
-static int cuda_ring_room(cuda_device *c, cuda_ring *r, size_t need)
-{
-    if (r->cur && r->cur->cap - r->cur->used >= need)
-        return 0;
-    if (r->cur) {
-        if (c->gpu->ops->event_record(c->gpu, c->stream, r->cur->ev) < 0) {
-            cuda_fail(c, c->gpu->err);
-            return -1;
-        }
-        r->cur->next = NULL;
-        if (r->closed_tail)
-            r->closed_tail->next = r->cur;
-        else
-            r->closed_head = r->cur;
-        r->closed_tail = r->cur;
-        r->cur = NULL;
-    }
-    /* Closed chunks the GPU has finished with become idle. */
-    while (r->closed_head && c->gpu->ops->event_query(c->gpu, r->closed_head->ev) == 0) {
-        cuda_chunk *k = r->closed_head;
-        r->closed_head = k->next;
-        if (!r->closed_head)
-            r->closed_tail = NULL;
-        k->used = 0;
-        k->next = r->idle;
-        r->idle = k;
-    }
-    for (cuda_chunk **pp = &r->idle; *pp; pp = &(*pp)->next)
-        if ((*pp)->cap >= need) {
-            r->cur = *pp;
-            *pp = r->cur->next;
-            r->cur->next = NULL;
-            return 0;
-        }
-    size_t cap = need > r->chunk ? (need + 4095) & ~(size_t)4095 : r->chunk;
-    if (!(r->cur = cuda_chunk_new(c, cap))) {
-        char why[600];
-        snprintf(why, sizeof why, "no staging memory (%zu bytes): %s", cap, c->gpu->err);
-        cuda_fail(c, why);
+    if (staging_room(r, need) < 0) {
+        cuda_fail(c, r->err);
         return -1;
     }
     return 0;
-}
-
-/* Bytes taken from r's current chunk: the next use starts 64-byte aligned
- * (the kernels load float4 where aligned). */
-static void cuda_ring_take(cuda_ring *r, size_t n)
-{
-    size_t step = (n + 63) & ~(size_t)63;
-    r->cur->used = step < r->cur->cap - r->cur->used ? r->cur->used + step : r->cur->cap;
-}
-
-/* Every chunk is idle (the stream is): after a drain. */
-static void cuda_ring_reset(cuda_ring *r)
-{
-    while (r->closed_head) {
-        cuda_chunk *k = r->closed_head;
-        r->closed_head = k->next;
-        k->used = 0;
-        k->next = r->idle;
-        r->idle = k;
-    }
-    r->closed_tail = NULL;
-    if (r->cur)
-        r->cur->used = 0;
-}
-
-static void cuda_ring_free(cuda_device *c, cuda_ring *r)
-{
-    cuda_chunk *lists[] = {r->cur, r->closed_head, r->idle};
-    for (size_t i = 0; i < 3; i++)
-        while (lists[i]) {
-            cuda_chunk *k = lists[i];
-            lists[i] = k->next;
-            cuda_chunk_free(c, k);
-        }
-    memset(r, 0, sizeof *r);
 }
 
 static void cuda_emit_batch(cuda_device *c);
@@ -338,8 +218,8 @@ static void cuda_emit_batch(cuda_device *c);
  * chunk: it is enqueued before that chunk can be closed. */
 static int cuda_stage_room(cuda_device *c, size_t need)
 {
-    cuda_ring *r = &c->stage;
-    if (c->nb && (!r->cur || r->cur->cap - r->cur->used < need))
+    staging *r = &c->stage;
+    if (c->nb && staging_left(r) < need)
         cuda_emit_batch(c);
     if (c->failed)
         return -1;
@@ -355,15 +235,15 @@ static void *cuda_upload(cuda_device *c, const void *src, size_t n)
         n = 1;
     if (cuda_stage_room(c, n) < 0)
         return NULL;
-    cuda_chunk *k = c->stage.cur;
-    uint8_t *h = k->host + k->used;
-    devmem d = devmem_at(k->dev, k->used);
+    size_t at = staging_used(&c->stage);
+    uint8_t *h = staging_host_at(&c->stage, at);
+    devmem d = staging_dev_at(&c->stage, at);
     memcpy(h, src, n);
     if (c->gpu->ops->copy_h2d(c->gpu, c->stream, d, h, n) < 0) {
         cuda_fail(c, c->gpu->err);
         return NULL;
     }
-    cuda_ring_take(&c->stage, n);
+    staging_take(&c->stage, n);
     return d.p;
 }
 
@@ -418,12 +298,12 @@ static void cuda_defer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, s
         cuda_fail(c, "out of host memory");
         return;
     }
-    cuda_chunk *k = c->stage.cur;
-    const void *src = devmem_at(k->dev, k->used).p; /* for the batch's descriptor: a launch's argument */
+    size_t at = staging_used(&c->stage);
+    const void *src = staging_dev_at(&c->stage, at).p; /* for the batch's descriptor: a launch's argument */
     if (c->nb == 0)
-        c->bstart = k->used;
-    cuda_ring_take(&c->stage, n * sizeof(float));
-    c->bend = k->used;
+        c->bstart = at;
+    staging_take(&c->stage, n * sizeof(float));
+    c->bend = staging_used(&c->stage);
     uint32_t i = (uint32_t)c->nb++;
     c->bdesc[i] = (psb_fold_desc){.acc = cuda_f32(acc, elem_off), .src = src, .n = n, .op = op, .s = s};
     c->bnext[i] = UINT32_MAX;
@@ -447,7 +327,7 @@ static void cuda_defer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, s
  * is enqueued first. */
 static void cuda_batch_contiguous(cuda_device *c)
 {
-    if (c->nb && c->stage.cur && c->stage.cur->used != c->bend)
+    if (c->nb && c->stage.cur && staging_used(&c->stage) != c->bend)
         cuda_emit_batch(c);
 }
 
@@ -460,18 +340,19 @@ static void cuda_emit_batch(cuda_device *c)
     if (!c->nb || c->emitting)
         return;
     c->emitting = true;
-    cuda_chunk *k = c->stage.cur;
-    assert(k && c->bend <= k->used && c->bstart < c->bend);
+    staging *k = &c->stage;
+    assert(k->cur && c->bend <= staging_used(k) && c->bstart < c->bend);
     size_t meta = c->nchain * sizeof(psb_fold_chain) + c->nb * sizeof(psb_fold_desc);
     meta = (meta + 63) & ~(size_t)63;
     if (!c->failed &&
-        c->gpu->ops->copy_h2d(c->gpu, c->stream, devmem_at(k->dev, c->bstart), k->host + c->bstart,
+        c->gpu->ops->copy_h2d(c->gpu, c->stream, staging_dev_at(k, c->bstart), staging_host_at(k, c->bstart),
                               c->bend - c->bstart) < 0)
         cuda_fail(c, c->gpu->err);
     if (!c->failed && cuda_ring_room(c, &c->meta, meta) == 0) {
-        cuda_chunk *m = c->meta.cur;
-        psb_fold_chain *chains = (psb_fold_chain *)(void *)(m->host + m->used);
-        psb_fold_desc *descs = (psb_fold_desc *)(void *)(m->host + m->used + c->nchain * sizeof(psb_fold_chain));
+        staging *m = &c->meta;
+        size_t mat = staging_used(m);
+        psb_fold_chain *chains = (psb_fold_chain *)(void *)staging_host_at(m, mat);
+        psb_fold_desc *descs = (psb_fold_desc *)(void *)staging_host_at(m, mat + c->nchain * sizeof(psb_fold_chain));
         /* psb_fold_desc is 32 bytes, a chain 8: descs start 8-aligned, and
          * the GPU reads them as such. */
         uint32_t at = 0;
@@ -483,13 +364,13 @@ static void cuda_emit_batch(cuda_device *c)
         }
         assert(at == c->nb);
         psb_launch l = {.kernel = PSB_K_FOLD_BATCH};
-        l.u.batch.chains = devmem_at(m->dev, m->used).p;
-        l.u.batch.descs = devmem_at(m->dev, m->used + c->nchain * sizeof(psb_fold_chain)).p;
+        l.u.batch.chains = staging_dev_at(m, mat).p;
+        l.u.batch.descs = staging_dev_at(m, mat + c->nchain * sizeof(psb_fold_chain)).p;
         l.u.batch.nchains = (unsigned)c->nchain;
-        if (c->gpu->ops->copy_h2d(c->gpu, c->stream, devmem_at(m->dev, m->used), m->host + m->used, meta) < 0 ||
+        if (c->gpu->ops->copy_h2d(c->gpu, c->stream, staging_dev_at(m, mat), staging_host_at(m, mat), meta) < 0 ||
             c->gpu->ops->launch(c->gpu, c->stream, &l) < 0)
             cuda_fail(c, c->gpu->err);
-        cuda_ring_take(&c->meta, meta);
+        staging_take(&c->meta, meta);
     }
     c->nb = c->nchain = 0;
     c->batch_gen++;
@@ -699,11 +580,10 @@ static uint8_t *cuda_recv_area(device *d, devbuf *dst, uint64_t off, size_t *max
         c->area_max = *max = least;
         return c->sink;
     }
-    cuda_chunk *k = c->stage.cur;
-    size_t room = k->cap - k->used;
+    size_t room = staging_left(&c->stage);
     c->area_in_sink = false;
     c->area_max = *max = room < left ? room : left;
-    return k->host + k->used;
+    return staging_host_at(&c->stage, staging_used(&c->stage));
 }
 
 static void cuda_recv_done(device *d, devbuf *dst, uint64_t off, size_t n)
@@ -721,15 +601,14 @@ static void cuda_recv_done(device *d, devbuf *dst, uint64_t off, size_t n)
         return;
     }
     cuda_emit_batch(c); /* what was folded into dst before these bytes */
-    cuda_chunk *k = c->stage.cur;
     if (c->failed)
         return;
-    uint8_t *h = k->host + k->used;
+    uint8_t *h = staging_host_at(&c->stage, staging_used(&c->stage));
     if (c->gpu->ops->copy_h2d(c->gpu, c->stream, devmem_at(dst->dev, off), h, n) < 0) {
         cuda_fail(c, c->gpu->err);
         return;
     }
-    cuda_ring_take(&c->stage, n);
+    staging_take(&c->stage, n);
 }
 
 static const int cuda_fold_ops[] = {
@@ -755,7 +634,7 @@ static void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_o
         if (cuda_stage_room(c, n * sizeof(float)) < 0)
             return;
         cuda_batch_contiguous(c); /* the room may be a new chunk */
-        memcpy(c->stage.cur->host + c->stage.cur->used, src, n * sizeof(float));
+        memcpy(staging_host_at(&c->stage, staging_used(&c->stage)), src, n * sizeof(float));
         cuda_defer(c, cuda_fold_ops[op], acc, elem_off, n, s);
         return;
     }
@@ -828,30 +707,6 @@ static uint64_t cuda_sparse_result_size(device *d, devsparse *s)
 }
 
 /* ---- jobs ------------------------------------------------------------------------------- */
-
-static cugpu_event *cuda_event_get(cuda_device *c)
-{
-    if (c->nevs)
-        return c->evs[--c->nevs];
-    return c->gpu->ops->event_new(c->gpu);
-}
-
-static void cuda_event_put(cuda_device *c, cugpu_event *e)
-{
-    if (!e)
-        return;
-    if (c->nevs == c->evs_cap) {
-        size_t cap = c->evs_cap ? c->evs_cap * 2 : 16;
-        cugpu_event **evs = realloc(c->evs, cap * sizeof *evs);
-        if (!evs) {
-            c->gpu->ops->event_free(c->gpu, e);
-            return;
-        }
-        c->evs = evs;
-        c->evs_cap = cap;
-    }
-    c->evs[c->nevs++] = e;
-}
 
 static void cuda_claim(devbuf *b, bool writes, void *arg)
 {
@@ -1016,13 +871,7 @@ static void cuda_enqueue(cuda_device *c, cuda_rec *r)
 {
     device_job *j = r->j;
     const cugpu_ops *g = c->gpu->ops;
-    r->t0 = cuda_event_get(c);
-    r->t1 = cuda_event_get(c);
-    if (!r->t0 || !r->t1) {
-        cuda_fail(c, c->gpu->err);
-        return;
-    }
-    if (g->event_record(c->gpu, c->stream, r->t0) < 0) {
+    if (evring_mark(&c->evs, &r->t0) < 0) {
         cuda_fail(c, c->gpu->err);
         return;
     }
@@ -1038,7 +887,7 @@ static void cuda_enqueue(cuda_device *c, cuda_rec *r)
             return;
         }
     }
-    if (g->event_record(c->gpu, c->stream, r->t1) < 0)
+    if (evring_mark(&c->evs, &r->t1) < 0)
         cuda_fail(c, c->gpu->err);
 }
 
@@ -1106,13 +955,14 @@ static void cuda_finish(cuda_device *c, cuda_rec *r)
         j->error = c->error;
     } else {
         float ms;
-        if (r->t0 && r->t1 && c->gpu->ops->elapsed_ms(c->gpu, r->t0, r->t1, &ms) == 0)
+        if (r->t0 && r->t1 && evring_elapsed(&c->evs, r->t0, r->t1, &ms) == 0)
             j->gpu_ms = ms;
         if (j->to_host)
             j->to_host->host_valid = true;
     }
-    cuda_event_put(c, r->t0);
-    cuda_event_put(c, r->t1);
+    /* Jobs finish in the order their marks were recorded: every mark up to
+     * this job's last is done with. */
+    evring_release(&c->evs, r->t1 ? r->t1 : r->t0);
     r->next = c->rec_spare;
     c->rec_spare = r;
 }
@@ -1243,8 +1093,8 @@ static void cuda_drain(device *d)
     c->fn_count = 0;
     c->completed = c->flushed = c->submitted;
     if (!c->failed) {
-        cuda_ring_reset(&c->stage);
-        cuda_ring_reset(&c->meta);
+        staging_reset(&c->stage);
+        staging_reset(&c->meta);
     }
     cuda_deliver(c);
     assert(!c->head);
@@ -1267,16 +1117,14 @@ static void cuda_destroy(device *d)
     }
     if (c->stream)
         g->ops->stream_free(g, c->stream);
-    cuda_ring_free(c, &c->stage);
-    cuda_ring_free(c, &c->meta);
+    staging_free(&c->stage);
+    staging_free(&c->meta);
     free(c->bdesc);
     free(c->bnext);
     free(c->chead);
     free(c->ctail);
     free(c->ccount);
-    while (c->nevs)
-        g->ops->event_free(g, c->evs[--c->nevs]);
-    free(c->evs);
+    evring_free(&c->evs);
     while (c->rec_spare) {
         cuda_rec *r = c->rec_spare;
         c->rec_spare = r->next;
@@ -1474,7 +1322,7 @@ static void cuda_describe(device *d, char *buf, size_t len)
 static uint64_t cuda_allocs(device *d)
 {
     cuda_device *c = (cuda_device *)d;
-    return c->allocs + c->pinned.allocs;
+    return c->allocs + c->stage.allocs + c->meta.allocs + c->pinned.allocs;
 }
 
 static const device_ops cuda_ops = {
@@ -1519,8 +1367,6 @@ device *device_cuda_new(struct event_base *base, cugpu *gpu, char *err, size_t e
     c->gpu = gpu;
     c->evb = base;
     c->efd = -1;
-    c->stage.chunk = CUDA_CHUNK;
-    c->meta.chunk = CUDA_META_CHUNK;
     c->batch_gen = 1; /* a handle's chain_gen 0: in no batch */
     atomic_init(&c->fns_done, 0);
     bufpool_mem mem = {.alloc = cuda_pinned_alloc, .free = cuda_pinned_free, .twin_free = cuda_twin_free, .ctx = c};
@@ -1528,11 +1374,14 @@ device *device_cuda_new(struct event_base *base, cugpu *gpu, char *err, size_t e
     c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     c->sink = malloc(DEVICE_AREA_MIN);
     c->stream = gpu->ops->stream_new(gpu);
-    if (!c->stream) {
+    if (!c->stream || evring_init(&c->evs, gpu, c->stream, 16, true) < 0) {
         snprintf(err, errlen, "--device cuda: GPU %d: %s", gpu->device, gpu->err);
         cuda_destroy(&c->base);
         return NULL;
     }
+    /* The reactor never waits for staging (limit 0: the rings grow). */
+    staging_init(&c->stage, gpu, c->stream, CUDA_CHUNK, 0);
+    staging_init(&c->meta, gpu, c->stream, CUDA_META_CHUNK, 0);
     if (c->efd >= 0) {
         c->wake_ev = event_new(base, c->efd, EV_READ | EV_PERSIST, cuda_on_wake, c);
         c->flush_ev = event_new(base, -1, 0, cuda_on_flush, c);
