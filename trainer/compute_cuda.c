@@ -1,5 +1,5 @@
 /* compute_cuda.c — the compute layer on a GPU (see compute.h), through the
- * GPU layer of shared/cugpu.h: one in-order stream, the trainer's kernels
+ * GPU layer of shared/gpu/cugpu.h: one in-order stream, the trainer's kernels
  * (trainer/cuda/kernels.cu: cmath.h's arithmetic in the cpu layer's order)
  * and cuBLAS for the products, queued on it as library calls. The same code
  * runs on the fake GPU (device "fake-cuda": host memory, a worker thread
@@ -40,7 +40,7 @@
 #include <string.h>
 
 #ifdef PSBENCH_HAVE_CUDA
-#include "shared/cudaload.h"
+#include "shared/gpu/cudaload.h"
 #endif
 
 /* ---- order ---------------------------------------------------------------------- */

@@ -8,7 +8,7 @@
 
 #include "trainer/compute_impl.h"
 #include "trainer/cuda/kernels_host.h"
-#include "shared/cugpu.h"
+#include "shared/gpu/cugpu.h"
 #include "shared/gpu/evring.h"
 #include "shared/gpu/staging.h"
 

@@ -1,5 +1,5 @@
 /* compute_cuda_math.c — the cuda compute context's arithmetic (compute.h's
- * ops on the GPU, through shared/cugpu.h): dense layers (cuBLAS for the
+ * ops on the GPU, through shared/gpu/cugpu.h): dense layers (cuBLAS for the
  * products), the EmbeddingBag, the loss heads, SGD; and what they stand on,
  * the launches and the staging of their host arguments.
  *

@@ -12,7 +12,7 @@
  *                  reactor iteration, completion), drains, the device's
  *                  ops table.
  *
- * The GPU itself is shared/cugpu.h; staging and the jobs' timing events
+ * The GPU itself is shared/gpu/cugpu.h; staging and the jobs' timing events
  * are the rings both roles use (shared/gpu/staging.h, shared/gpu/evring.h).
  * Everything runs on the reactor thread except the host function the
  * engine queues (device_cuda.c).

@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/cugpu.h"
+#include "shared/gpu/cugpu.h"
 
 typedef uint64_t evmark; /* 0: none */
 

@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/cugpu.h"
+#include "shared/gpu/cugpu.h"
 
 /* The alignment of each take: the next use starts 64-byte aligned (the
  * server's kernels load float4 where aligned; the trainer's parts need 16). */

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #ifdef PSBENCH_HAVE_CUDA
-#include "shared/cudaload.h"
+#include "shared/gpu/cudaload.h"
 #endif
 
 /* Each loop is kernels.cu's, one item at a time in order (every item is

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "server/cuda/kernels.h"
-#include "shared/cudaload.h"
+#include "shared/gpu/cudaload.h"
 #include "shared/gpu.h"
 
 static const char *const kernel_names[] = {PSB_KERNEL_NAMES};
