@@ -1,7 +1,7 @@
 /* device_host.h — what the device implementations share: the layout of
  * the handles, the host-memory devices' (cpu, test) buffers, sparse
  * accumulators and one implementation of the arithmetic. Private to
- * server/device_*.c and server/cuda/device_cuda.c (which keeps its sparse
+ * server/device_*.c and server/cuda/ (cuda_buf.c keeps the cuda device's sparse
  * accumulators on the host too); the layers above see only device.h,
  * where devbuf and devsparse are opaque.
  *

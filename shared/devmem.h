@@ -3,7 +3,7 @@
  *
  * Inside a layer that knows where its memory is — the compute layer's
  * cbuf, the server device's devbuf — the memory kind is a tag beside the
- * pointer. At the boundaries between layers (shared/cugpu.h's allocations
+ * pointer. At the boundaries between layers (shared/gpu/cugpu.h's allocations
  * and copies, a hook's bucket, the collectives, CUDA IPC) it is these
  * types instead: a function that takes device memory takes a devmem or a
  * devf32, and handing it a float * or a void * fails to compile (a struct

@@ -10,7 +10,7 @@
  *                                       trainer's by rank (compute_place)
  *   cuda:N     DEVICE_CUDA       N      everyone; N in 0..255
  *   fake-cuda  DEVICE_FAKE_CUDA  -1     tests, every build: the cuda code
- *                                       on the fake GPU (shared/cugpu.h)
+ *                                       on the fake GPU (shared/gpu/cugpu.h)
  *   staged     DEVICE_STAGED     -1     tests: the trainer's compute layer
  *                                       only (trainer/compute_staged.c)
  *   test       DEVICE_TEST       -1     tests: the server's test device

@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #ifdef PSBENCH_HAVE_CUDA
-#include "shared/cudaload.h"
+#include "shared/gpu/cudaload.h"
 
 bool gpu_built(void) { return true; }
 

@@ -1,6 +1,6 @@
 /* gpu.h — what psbench-server and psbench-trainer ask of the GPU side, in
  * every build: with CUDA (the libraries loaded on first use,
- * shared/cudaload.h) or without it (every answer says so). */
+ * shared/gpu/cudaload.h) or without it (every answer says so). */
 #ifndef PSBENCH_GPU_H
 #define PSBENCH_GPU_H
 

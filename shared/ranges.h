@@ -2,7 +2,7 @@
  * under every arena psbench hands out by offset.
  *
  * Offsets, not pointers: the memory itself is the owner's (a memfd segment,
- * shm.h; GPU memory another process opens, server/cuda/device_cuda.c), so
+ * shm.h; GPU memory another process opens, server/cuda/cuda_buf.c), so
  * the same list serves memory this process cannot even address. Every
  * range is a multiple of `unit` (a power of two) long and starts on one;
  * freed neighbours merge. Few ranges are live at once (a round's buckets),

@@ -371,7 +371,7 @@ void gloo_destroy(coll *c) noexcept
 }
 
 /* NCCL's stand-in on the fake GPU: its device memory is host memory
- * (shared/cugpu.h), so a fake-cuda trainer's device buckets are summed by
+ * (shared/gpu/cugpu.h), so a fake-cuda trainer's device buckets are summed by
  * Gloo where they are, then scaled as coll.h says. Only here does a devf32
  * become a host pointer: the fake GPU's are. */
 int gloo_fake_device_allreduce(coll *c, devf32 dbuf, size_t n, float scale, char *err, size_t errlen) noexcept

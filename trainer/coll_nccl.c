@@ -17,7 +17,7 @@
  * allgatherv is one ncclBroadcast per member with bytes to give, fused in a
  * ncclGroupStart/ncclGroupEnd.
  *
- * The CUDA runtime and NCCL are loaded on first use (shared/cudaload.h):
+ * The CUDA runtime and NCCL are loaded on first use (shared/gpu/cudaload.h):
  * the trainer starts on hosts without them, and a group asked for there
  * fails with the soname that is missing.
  */
@@ -29,11 +29,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "shared/cudaload.h"
+#include "shared/gpu/cudaload.h"
 #include "shared/log.h"
 
 typedef struct nccl_group {
-    const cudart_api *rt; /* the CUDA runtime and NCCL, loaded (shared/cudaload.h) */
+    const cudart_api *rt; /* the CUDA runtime and NCCL, loaded (shared/gpu/cudaload.h) */
     const nccl_api *nc;
     ncclComm_t comm;     /* NULL once aborted or destroyed */
     cudaStream_t stream; /* NULL until created */

@@ -10,7 +10,7 @@
  *                           (trainer/cuda/kernels.cu; trainer/cmath.h: the
  *                           same per-element math), one stream, memory on
  *                           the GPU; "fake-cuda": the same on the fake GPU
- *                           of shared/cugpu.h (tests, any machine)
+ *                           of shared/gpu/cugpu.h (tests, any machine)
  *   staged  compute_staged.c tests only: the cpu's arithmetic, but device
  *                           memory has no host view and copies complete
  *                           late (at the next operation, wait, sync or

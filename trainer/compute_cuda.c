@@ -1,5 +1,5 @@
 /* compute_cuda.c — the compute layer on a GPU (see compute.h), through the
- * GPU layer of shared/cugpu.h: one in-order stream, the trainer's kernels
+ * GPU layer of shared/gpu/cugpu.h: one in-order stream, the trainer's kernels
  * (trainer/cuda/kernels.cu: cmath.h's arithmetic in the cpu layer's order)
  * and cuBLAS for the products, queued on it as library calls. The same code
  * runs on the fake GPU (device "fake-cuda": host memory, a worker thread
@@ -15,147 +15,65 @@
  *
  * Order. read and write of device memory are async copies on the stream:
  * the host side must stay as it is until a mark recorded after them is done
- * (or compute_sync). A mark is an event recorded on the stream (a ring of
- * CC_MARKS events; an old mark whose event was recorded again is answered
- * by the newer point, later in the same order: never done too early). Host
- * memory buffers (pinned, host) are read and written by the host after the
- * stream has drained, so they see every write enqueued before.
+ * (or compute_sync). A mark is an event recorded on the stream (the ring
+ * of shared/gpu/evring.h, CC_MARKS events recorded again in turn; an old
+ * mark whose event was recorded again is answered by a newer point, later
+ * in the same order: never done too early). Host memory buffers (pinned,
+ * host) are read and written by the host after the stream has drained, so
+ * they see every write enqueued before.
  *
- * Host arguments (indices, targets, the sparse rows and values) are copied
- * at once into a pinned staging ring, uploaded on the stream into its
- * device twin and read there by the kernels: callers may reuse theirs on
- * return. A part of the ring is written again only once the mark recorded
- * after its last use is done. The embedding's backward and the sparse SGD
- * group their occurrences by row on the host (the unique rows ascending,
- * each row's occurrences in batch order: the cpu layer's order of
- * summation per element), so that one GPU thread owns each element.
- *
- * Losses are doubles in device memory: each sample's term by a kernel, the
- * sum in sample order by one thread (compute_loss reads it back).
+ * This file is the context (order, memory, CUDA IPC, the ops table); the
+ * arithmetic, with the staging of its host arguments, is
+ * compute_cuda_math.c (one way: this file calls into that one).
  *
  * Errors. The layer's calls return nothing: a GPU that fails (a launch, a
  * copy, a lost device) ends the process with the reason on stderr
  * (log_error: "compute (cuda): ..."), as a CPU trainer would end on a fault.
  */
-#include "trainer/compute_impl.h"
-#include "trainer/cuda/kernels_host.h"
+#include "trainer/compute_cuda_int.h"
 #include "shared/devspec.h"
-#include "shared/cugpu.h"
 #include "shared/gpu.h"
 #include "shared/log.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #ifdef PSBENCH_HAVE_CUDA
-#include "shared/cudaload.h"
+#include "shared/gpu/cudaload.h"
 #endif
-
-/* Events in the marks' ring (each one timed: compute_elapsed); staging
- * segments remembered. */
-#define CC_MARKS COMPUTE_TIMED_MARKS
-#define CC_SEGS 256
-/* The staging ring's first size (it doubles to fit a larger call). */
-#define CC_STAGE_BYTES ((size_t)1 << 20)
-#define CC_ALIGN 16
-
-typedef struct cc_seg {
-    size_t off, len;
-    cmark m; /* done: the segment may be written again */
-} cc_seg;
-
-typedef struct compute_cuda {
-    compute base;
-    char name[16]; /* "cuda" or "fake-cuda" */
-    cugpu *g;
-    cugpu_stream *s;
-    void *blas;           /* cublasHandle_t (real GPU), else NULL */
-    const void *blas_api; /* its cublas_api */
-    cugpu_event *ev[CC_MARKS];
-    cmark ev_mark[CC_MARKS]; /* the mark each event was last recorded for */
-    cmark marks;             /* marks recorded so far (the last one's number) */
-    cmark done_upto;         /* every mark up to this one is known done */
-    /* the staging ring: st_host (pinned) and its device twin */
-    unsigned char *st_host;
-    devmem st_dev;
-    size_t st_cap, st_pos;
-    cc_seg segs[CC_SEGS];
-    size_t seg_first, nseg;
-    /* per-sample loss terms (device), grown as needed */
-    devmem per;
-    size_t per_cap;
-    /* a failed context's staging sink (cc_stage_sink) */
-    unsigned char *sink;
-    size_t sink_cap;
-    /* the host's scratch for grouping occurrences by row */
-    struct cc_occ *occ;
-    size_t occ_cap;
-    uint64_t live; /* buffers not yet released */
-    cugpu_event *ipc_ev; /* CUDA IPC: the event a peer waits for (compute_share_record); NULL: not made */
-} compute_cuda;
-
-typedef struct cc_occ {
-    int64_t row;
-    uint32_t pos;
-} cc_occ;
-
-static compute_cuda *cc(compute *c) { return (compute_cuda *)c; }
-
-/* The GPU failed under `what` (g->err says how): the context has failed
- * (compute.h: it does nothing more; the trainer reports the reason). */
-static void cc_fatal(compute_cuda *c, const char *what)
-{
-    compute_fail(&c->base, "compute (%s): %s: %s", c->name, what, c->g->err);
-}
-
-static bool cc_failed(const compute_cuda *c) { return compute_failed(&c->base); }
 
 /* ---- order ---------------------------------------------------------------------- */
 
 static cmark cc_mark(compute *base)
 {
     compute_cuda *c = cc(base);
-    cmark m = ++c->marks;
-    size_t slot = m % CC_MARKS;
-    if (!cc_failed(c) && c->g->ops->event_record(c->g, c->s, c->ev[slot]) < 0)
+    if (cc_failed(c)) /* nothing is recorded any more */
+        evring_fail(&c->marks);
+    cmark m;
+    if (evring_mark(&c->marks, &m) < 0)
         cc_fatal(c, "an event");
-    c->ev_mark[slot] = m;
     return m;
 }
 
 static bool cc_done(compute *base, cmark m)
 {
     compute_cuda *c = cc(base);
-    assert(m <= c->marks);
-    if (m <= c->done_upto || cc_failed(c)) /* failed: nothing more will complete */
+    if (cc_failed(c)) /* failed: nothing more will complete */
         return true;
-    size_t slot = m % CC_MARKS;
-    int rc = c->g->ops->event_query(c->g, c->ev[slot]);
+    int rc = evring_done(&c->marks, m);
     if (rc < 0) {
         cc_fatal(c, "an event");
         return true;
     }
-    if (rc > 0)
-        return false;
-    if (c->ev_mark[slot] > c->done_upto)
-        c->done_upto = c->ev_mark[slot];
-    return true;
+    return rc == 0;
 }
 
 static void cc_wait(compute *base, cmark m)
 {
     compute_cuda *c = cc(base);
-    long ns = 1000;
-    while (!cc_done(base, m)) {
-        if (c->g->ops->query(c->g, c->s) < 0) /* failed: the event will never complete */
-            cc_fatal(c, "the stream");
-        struct timespec ts = {0, ns};
-        nanosleep(&ts, NULL);
-        if (ns < 50 * 1000)
-            ns *= 2;
-    }
+    if (!cc_failed(c) && evring_wait(&c->marks, m) < 0) /* failed: the event will never complete */
+        cc_fatal(c, "the stream");
 }
 
 /* cudaEventElapsedTime between the marks' events (created with timing:
@@ -164,9 +82,8 @@ static void cc_wait(compute *base, cmark m)
 static int cc_elapsed(compute *base, cmark from, cmark to, double *ms)
 {
     compute_cuda *c = cc(base);
-    assert(from <= to && to <= c->marks);
-    size_t a = from % CC_MARKS, b = to % CC_MARKS;
-    if (from == 0 || c->ev_mark[a] != from || c->ev_mark[b] != to || cc_failed(c))
+    assert(from <= to && to <= c->marks.marks);
+    if (from == 0 || !evring_held(&c->marks, from) || !evring_held(&c->marks, to) || cc_failed(c))
         return -1;
     if (!cc_done(base, to) || !cc_done(base, from))
         return 1;
@@ -177,7 +94,7 @@ static int cc_elapsed(compute *base, cmark from, cmark to, double *ms)
         return 0;
     }
     float f = 0;
-    if (c->g->ops->elapsed_ms(c->g, c->ev[a], c->ev[b], &f) < 0) {
+    if (evring_elapsed(&c->marks, from, to, &f) < 0) {
         cc_fatal(c, "an event's time");
         return -1;
     }
@@ -190,199 +107,11 @@ static void cc_sync(compute *base)
     compute_cuda *c = cc(base);
     if (!cc_failed(c) && c->g->ops->sync(c->g, c->s) < 0)
         cc_fatal(c, "the stream");
-    c->done_upto = c->marks;
-    c->nseg = 0; /* every staging segment is free */
-}
-
-/* ---- launches and staging ----------------------------------------------------------- */
-
-static void cc_launch(compute_cuda *c, const trk_launch *l)
-{
-    if (!cc_failed(c) && c->g->ops->launch(c->g, c->s, l) < 0)
-        cc_fatal(c, "a kernel");
-}
-
-/* One call's host arguments in the ring: [off, off + len) of both sides.
- * In a failed context, a sink: host scratch that is never uploaded (the
- * call's launches are skipped), so that the call finishes its host work
- * and returns. */
-typedef struct cc_stage {
-    size_t off, len, used;
-    bool sink;
-} cc_stage;
-
-static size_t cc_round(size_t n) { return (n + CC_ALIGN - 1) / CC_ALIGN * CC_ALIGN; }
-
-/* Room for `bytes` (the sum of the parts, each rounded to CC_ALIGN). */
-static cc_stage cc_stage_sink(compute_cuda *c, size_t bytes)
-{
-    if (bytes > c->sink_cap) {
-        unsigned char *p = realloc(c->sink, bytes);
-        if (!p) { /* the host itself is out of memory: nothing sensible is left */
-            log_error("compute (%s): out of host memory (%zu bytes) after: %s", c->name, bytes, c->base.failure);
-            abort();
-        }
-        c->sink = p;
-        c->sink_cap = bytes;
-    }
-    cc_stage st = {0, bytes, 0, true};
-    return st;
-}
-
-static cc_stage cc_stage_begin(compute_cuda *c, size_t bytes)
-{
-    cugpu *g = c->g;
-    if (cc_failed(c))
-        return cc_stage_sink(c, bytes);
-    if (bytes > c->st_cap) {
-        size_t cap = c->st_cap;
-        while (cap < bytes)
-            cap *= 2;
-        cc_sync(&c->base);
-        unsigned char *h = g->ops->host_alloc(g, cap);
-        devmem d = h ? g->ops->dev_alloc(g, cap) : devmem_none();
-        if (devmem_is_none(d)) { /* the old ring stays (freed at destroy) */
-            if (h)
-                g->ops->host_free(g, h);
-            cc_fatal(c, "the staging ring");
-            return cc_stage_sink(c, bytes);
-        }
-        g->ops->host_free(g, c->st_host);
-        g->ops->dev_free(g, c->st_dev);
-        c->st_host = h;
-        c->st_dev = d;
-        c->st_cap = cap;
-        c->st_pos = 0;
-    }
-    if (c->st_pos + bytes > c->st_cap)
-        c->st_pos = 0;
-    size_t lo = c->st_pos, hi = c->st_pos + bytes;
-    while (c->nseg > 0) { /* the oldest segments first: they follow st_pos in the ring */
-        cc_seg *f = &c->segs[c->seg_first];
-        if (!(f->off < hi && f->off + f->len > lo))
-            break;
-        cc_wait(&c->base, f->m);
-        c->seg_first = (c->seg_first + 1) % CC_SEGS;
-        c->nseg--;
-    }
-    cc_stage st = {lo, bytes, 0, false};
-    c->st_pos = hi;
-    return st;
-}
-
-/* A part of n bytes: its host address (to fill) and device address (as a
- * kernel's launch takes it). */
-static void *cc_stage_part(compute_cuda *c, cc_stage *st, size_t n, void **dev)
-{
-    size_t at = st->off + st->used;
-    st->used += cc_round(n);
-    assert(st->used <= st->len);
-    if (st->sink) {
-        *dev = NULL;
-        return c->sink + at;
-    }
-    *dev = devmem_at(c->st_dev, at).p;
-    return c->st_host + at;
-}
-
-static const void *cc_stage_copy(compute_cuda *c, cc_stage *st, const void *src, size_t n)
-{
-    void *dev;
-    memcpy(cc_stage_part(c, st, n, &dev), src, n);
-    return dev;
-}
-
-/* The parts filled: upload them (before the kernels that read them). */
-static void cc_stage_upload(compute_cuda *c, const cc_stage *st)
-{
-    if (st->sink || cc_failed(c))
-        return;
-    if (st->used &&
-        c->g->ops->copy_h2d(c->g, c->s, devmem_at(c->st_dev, st->off), c->st_host + st->off, st->used) < 0)
-        cc_fatal(c, "a copy");
-}
-
-/* The kernels that read the parts are queued: the segment is free again
- * once a mark recorded now is done. */
-static void cc_stage_end(compute_cuda *c, const cc_stage *st)
-{
-    if (!st->len || st->sink)
-        return;
-    if (c->nseg == CC_SEGS) {
-        cc_wait(&c->base, c->segs[c->seg_first].m);
-        c->seg_first = (c->seg_first + 1) % CC_SEGS;
-        c->nseg--;
-    }
-    cc_seg *s = &c->segs[(c->seg_first + c->nseg) % CC_SEGS];
-    s->off = st->off;
-    s->len = st->len;
-    s->m = cc_mark(&c->base);
-    c->nseg++;
-}
-
-/* The per-sample loss terms: n doubles of device memory, in stream order
- * (as a kernel's launch takes them). */
-static double *cc_per(compute_cuda *c, size_t n)
-{
-    if (n > c->per_cap) {
-        cugpu *g = c->g;
-        if (cc_failed(c))
-            g->ops->dev_free(g, c->per);
-        else
-            g->ops->dev_free_async(g, c->s, c->per);
-        size_t cap = c->per_cap ? c->per_cap : 256;
-        while (cap < n)
-            cap *= 2;
-        if (devmem_is_none(c->per = g->ops->dev_alloc_async(g, c->s, cap * sizeof(double)))) {
-            cc_fatal(c, "the loss terms");
-            c->per_cap = 0; /* a failed context launches nothing that would use it */
-            return NULL;
-        }
-        c->per_cap = cap;
-    }
-    return c->per.p;
-}
-
-/* ---- spans ------------------------------------------------------------------------- */
-
-static float *cc_f32(cspan s)
-{
-    assert(cspan_valid(s) && s.buf->dtype == COMPUTE_F32 && s.buf->mem == COMPUTE_MEM_DEVICE);
-    return (float *)s.buf->ptr + s.off;
-}
-
-static double *cc_f64(cspan s)
-{
-    assert(cspan_valid(s) && s.buf->dtype == COMPUTE_F64 && s.buf->mem == COMPUTE_MEM_DEVICE);
-    return (double *)s.buf->ptr + s.off;
-}
-
-static void *cc_addr(cspan s) { return (char *)s.buf->ptr + s.off * compute_dtype_size(s.buf->dtype); }
-
-/* A buffer of device memory (its tag says so) as the GPU layer takes it. */
-static devmem cc_buf_dev(const cbuf *b)
-{
-    assert(b->mem == COMPUTE_MEM_DEVICE);
-    return devmem_of(b->ptr);
-}
-
-/* A span of device memory, likewise. */
-static devmem cc_dev(cspan s)
-{
-    assert(cspan_valid(s));
-    return devmem_of(cc_addr(s));
+    evring_reset(&c->marks);
+    staging_reset(&c->stage); /* every chunk is free */
 }
 
 /* ---- memory ------------------------------------------------------------------------ */
-
-static void cc_zero_dev(compute_cuda *c, void *p, size_t bytes)
-{
-    trk_launch l = {.kernel = TRK_K_ZERO};
-    l.u.zero.p = p;
-    l.u.zero.words = bytes / 4;
-    if (l.u.zero.words)
-        cc_launch(c, &l);
-}
 
 static cbuf *cc_alloc(compute *base, uint64_t n, compute_dtype t, compute_mem mem, char *err, size_t errlen)
 {
@@ -505,392 +234,6 @@ static void cc_zero(compute *base, cspan dst)
     }
 }
 
-/* ---- dense layers ---------------------------------------------------------------------- */
-
-static uint64_t cc_extent(uint64_t rows, uint64_t cols, uint64_t ld)
-{
-    assert(ld >= cols);
-    return rows == 0 ? 0 : (rows - 1) * ld + cols;
-}
-
-static void cc_gemm(compute *base, bool ta, bool tb, uint64_t M, uint64_t N, uint64_t K, float alpha, cspan A,
-                    uint64_t lda, cspan B, uint64_t ldb, float beta, cspan C, uint64_t ldc)
-{
-    compute_cuda *c = cc(base);
-    assert(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX && ldb <= INT32_MAX &&
-           ldc <= INT32_MAX);
-    assert(cc_extent(ta ? K : M, ta ? M : K, lda) <= A.n);
-    assert(cc_extent(tb ? N : K, tb ? K : N, ldb) <= B.n);
-    assert(cc_extent(M, N, ldc) <= C.n);
-    trk_launch l = {.kernel = TRK_L_GEMM};
-    l.u.gemm.ta = ta;
-    l.u.gemm.tb = tb;
-    l.u.gemm.M = (int)M;
-    l.u.gemm.N = (int)N;
-    l.u.gemm.K = (int)K;
-    l.u.gemm.lda = (int)lda;
-    l.u.gemm.ldb = (int)ldb;
-    l.u.gemm.ldc = (int)ldc;
-    l.u.gemm.alpha = alpha;
-    l.u.gemm.beta = beta;
-    l.u.gemm.A = cc_f32(A);
-    l.u.gemm.B = cc_f32(B);
-    l.u.gemm.C = cc_f32(C);
-    l.u.gemm.handle = c->blas;
-    l.u.gemm.api = c->blas_api;
-    if (M && N)
-        cc_launch(c, &l);
-}
-
-static void cc_bias_rows(compute *base, cspan bias, uint64_t rows, uint64_t cols, cspan y)
-{
-    assert(bias.n == cols && y.n >= rows * cols);
-    trk_launch l = {.kernel = TRK_K_BIAS_ROWS};
-    l.u.bias.y = cc_f32(y);
-    l.u.bias.bias = cc_f32(bias);
-    l.u.bias.rows = rows;
-    l.u.bias.cols = cols;
-    cc_launch(cc(base), &l);
-}
-
-static void cc_transpose_bias(compute *base, cspan src, cspan bias, uint64_t rows, uint64_t cols, cspan y)
-{
-    assert(src.n >= rows * cols && bias.n == cols && y.n >= rows * cols);
-    trk_launch l = {.kernel = TRK_K_TRANSPOSE_BIAS};
-    l.u.bias.y = cc_f32(y);
-    l.u.bias.src = cc_f32(src);
-    l.u.bias.bias = cc_f32(bias);
-    l.u.bias.rows = rows;
-    l.u.bias.cols = cols;
-    cc_launch(cc(base), &l);
-}
-
-static void cc_colsum(compute *base, cspan src, uint64_t rows, uint64_t cols, cspan dst, compute_sum_from from)
-{
-    assert(src.n >= rows * cols && dst.n == cols && rows >= 1);
-    trk_launch l = {.kernel = TRK_K_COLSUM};
-    l.u.colsum.dst = cc_f32(dst);
-    l.u.colsum.src = cc_f32(src);
-    l.u.colsum.rows = rows;
-    l.u.colsum.cols = cols;
-    l.u.colsum.from_row0 = from == COMPUTE_SUM_FROM_ROW0;
-    cc_launch(cc(base), &l);
-}
-
-/* ReLU forward (y from x) and backward (dy masked by pre, in place): one
- * launch shape, x read and y written element by element. */
-static void cc_relu_launch(compute *base, int kernel, cspan x, cspan y)
-{
-    assert(x.n == y.n);
-    trk_launch l = {.kernel = kernel};
-    l.u.relu.y = cc_f32(y);
-    l.u.relu.x = cc_f32(x);
-    l.u.relu.n = x.n;
-    cc_launch(cc(base), &l);
-}
-
-static void cc_relu(compute *base, cspan x, cspan y) { cc_relu_launch(base, TRK_K_RELU, x, y); }
-static void cc_relu_bwd(compute *base, cspan pre, cspan dy) { cc_relu_launch(base, TRK_K_RELU_BWD, pre, dy); }
-
-/* ---- EmbeddingBag (mean) ------------------------------------------------------------------ */
-
-static void cc_bag_mean(compute *base, cspan table, uint64_t D, const int64_t *idx, uint32_t B, uint64_t L, cspan out)
-{
-    compute_cuda *c = cc(base);
-    assert(D >= 1 && L >= 1 && table.n % D == 0 && out.n >= (uint64_t)B * D);
-    size_t n = (size_t)B * L;
-#ifndef NDEBUG
-    for (size_t k = 0; k < n; k++)
-        assert(idx[k] >= 0 && (uint64_t)idx[k] < table.n / D);
-#endif
-    cc_stage st = cc_stage_begin(c, cc_round(n * sizeof *idx));
-    trk_launch l = {.kernel = TRK_K_BAG_MEAN};
-    l.u.bag.idx = cc_stage_copy(c, &st, idx, n * sizeof *idx);
-    cc_stage_upload(c, &st);
-    l.u.bag.out = cc_f32(out);
-    l.u.bag.table = cc_f32(table);
-    l.u.bag.D = D;
-    l.u.bag.B = B;
-    l.u.bag.L = L;
-    cc_launch(c, &l);
-    cc_stage_end(c, &st);
-}
-
-/* dx /= L on the GPU: PyTorch's mean backward, once per bag. */
-static float *cc_bag_scale(compute_cuda *c, cspan dx, uint64_t D, uint32_t B, uint64_t L)
-{
-    assert(dx.n >= (uint64_t)B * D);
-    trk_launch l = {.kernel = TRK_K_SCALE_DIV};
-    l.u.scale.g = cc_f32(dx);
-    l.u.scale.n = (size_t)B * D;
-    l.u.scale.d = (float)L;
-    cc_launch(c, &l);
-    return l.u.scale.g;
-}
-
-static int cc_cmp_occ(const void *a, const void *b)
-{
-    const cc_occ *x = a, *y = b;
-    if (x->row != y->row)
-        return (x->row > y->row) - (x->row < y->row);
-    return (x->pos > y->pos) - (x->pos < y->pos);
-}
-
-/* The n keys grouped by row: c->occ sorted by (row, position); returns the
- * count of unique rows. */
-static size_t cc_group(compute_cuda *c, const int64_t *keys, size_t n, uint64_t nrows)
-{
-    assert(n <= UINT32_MAX);
-    if (n > c->occ_cap) {
-        size_t cap = c->occ_cap ? c->occ_cap : 256;
-        while (cap < n)
-            cap *= 2;
-        cc_occ *o = realloc(c->occ, cap * sizeof *o);
-        if (!o) {
-            compute_fail(&c->base, "compute (%s): out of host memory for %zu indices", c->name, n);
-            return 0; /* the callers stop there */
-        }
-        c->occ = o;
-        c->occ_cap = cap;
-    }
-    for (size_t k = 0; k < n; k++) {
-        assert(keys[k] >= 0 && (uint64_t)keys[k] < nrows);
-        (void)nrows;
-        c->occ[k].row = keys[k];
-        c->occ[k].pos = (uint32_t)k;
-    }
-    qsort(c->occ, n, sizeof *c->occ, cc_cmp_occ);
-    size_t nu = 0;
-    for (size_t k = 0; k < n; k++)
-        nu += k == 0 || c->occ[k].row != c->occ[k - 1].row;
-    return nu;
-}
-
-/* c->occ (n, nu unique rows) into the ring: the unique rows (to `rows` on
- * the host too where not NULL), each one's first occurrence in off (nu + 1
- * entries) and the occurrences' positions / div (the sample of an index,
- * or an update's own number) in occ. */
-static void cc_group_stage(compute_cuda *c, cc_stage *st, size_t n, size_t nu, uint64_t div, int64_t *rows,
-                           const int64_t **d_rows, const uint32_t **d_off, const uint32_t **d_occ)
-{
-    void *dr, *doff, *docc;
-    int64_t *urows = cc_stage_part(c, st, nu * sizeof *urows, &dr);
-    uint32_t *off = cc_stage_part(c, st, (nu + 1) * sizeof *off, &doff);
-    uint32_t *occ = cc_stage_part(c, st, n * sizeof *occ, &docc);
-    size_t u = 0;
-    for (size_t k = 0; k < n; k++) {
-        if (k == 0 || c->occ[k].row != c->occ[k - 1].row) {
-            urows[u] = c->occ[k].row;
-            off[u++] = (uint32_t)k;
-        }
-        occ[k] = (uint32_t)(c->occ[k].pos / div);
-    }
-    off[nu] = (uint32_t)n;
-    if (rows)
-        memcpy(rows, urows, nu * sizeof *rows);
-    *d_rows = dr;
-    *d_off = doff;
-    *d_occ = docc;
-}
-
-static size_t cc_group_bytes(size_t n, size_t nu)
-{
-    return cc_round(nu * sizeof(int64_t)) + cc_round((nu + 1) * sizeof(uint32_t)) + cc_round(n * sizeof(uint32_t));
-}
-
-/* The backward's values: for each unique row, dx's rows of its samples
- * summed in batch order, into dst (row urows[u] where dense, row u where
- * compact). */
-static uint64_t cc_bag_bwd(compute_cuda *c, cspan dx, uint64_t D, const int64_t *idx, uint32_t B, uint64_t L,
-                           uint64_t nrows, int64_t *rows, float *dst, bool dense)
-{
-    const float *g = cc_bag_scale(c, dx, D, B, L);
-    size_t n = (size_t)B * L, nu = cc_group(c, idx, n, nrows);
-    if (cc_failed(c))
-        return 0;
-    cc_stage st = cc_stage_begin(c, cc_group_bytes(n, nu));
-    trk_launch l = {.kernel = TRK_K_BAG_BWD};
-    const int64_t *d_rows;
-    cc_group_stage(c, &st, n, nu, L, rows, &d_rows, &l.u.bag_bwd.off, &l.u.bag_bwd.occ);
-    cc_stage_upload(c, &st);
-    l.u.bag_bwd.dst = dst;
-    l.u.bag_bwd.dst_rows = dense ? d_rows : NULL;
-    l.u.bag_bwd.g = g;
-    l.u.bag_bwd.D = D;
-    l.u.bag_bwd.nnz = nu;
-    if (nu)
-        cc_launch(c, &l);
-    cc_stage_end(c, &st);
-    return nu;
-}
-
-static void cc_bag_mean_bwd_dense(compute *base, cspan dx, uint64_t D, const int64_t *idx, uint32_t B, uint64_t L,
-                                  cspan G)
-{
-    compute_cuda *c = cc(base);
-    assert(D >= 1 && L >= 1 && G.n % D == 0);
-    float *T = cc_f32(G);
-    cc_zero_dev(c, T, G.n * sizeof *T);
-    cc_bag_bwd(c, dx, D, idx, B, L, G.n / D, NULL, T, true);
-}
-
-static uint64_t cc_bag_mean_bwd_sparse(compute *base, cspan dx, uint64_t D, const int64_t *idx, uint32_t B,
-                                       uint64_t L, int64_t *rows, uint32_t *slot, cspan vals)
-{
-    compute_cuda *c = cc(base);
-    assert(D >= 1 && L >= 1);
-    (void)slot; /* grouped by sorting: the slots stay COMPUTE_NO_SLOT */
-    float *v = cc_f32(vals);
-    uint64_t nnz = cc_bag_bwd(c, dx, D, idx, B, L, UINT64_MAX, rows, v, false);
-    assert(vals.n >= nnz * D);
-    return nnz;
-}
-
-/* ---- loss heads ---------------------------------------------------------------------------- */
-
-static void cc_loss_sum(compute_cuda *c, cspan loss, const double *per, size_t n, bool negate, double div)
-{
-    assert(loss.n == 1);
-    trk_launch l = {.kernel = TRK_K_LOSS_SUM};
-    l.u.sum.loss = cc_f64(loss);
-    l.u.sum.per = per;
-    l.u.sum.n = n;
-    l.u.sum.negate = negate;
-    l.u.sum.div = div;
-    cc_launch(c, &l);
-}
-
-static const int64_t *cc_targets(compute_cuda *c, cc_stage *st, const int64_t *y, size_t n, uint64_t C)
-{
-#ifndef NDEBUG
-    for (size_t k = 0; k < n; k++)
-        assert(y[k] >= 0 && (uint64_t)y[k] < C);
-#endif
-    (void)C;
-    *st = cc_stage_begin(c, cc_round(n * sizeof *y));
-    const int64_t *d = cc_stage_copy(c, st, y, n * sizeof *y);
-    cc_stage_upload(c, st);
-    return d;
-}
-
-static void cc_softmax_ce(compute *base, cspan z, uint32_t B, uint64_t C, const int64_t *y, cspan prob, cspan q,
-                          cspan loss)
-{
-    compute_cuda *c = cc(base);
-    uint64_t n = (uint64_t)B * C;
-    assert(B >= 1 && z.n >= n && prob.n >= n && q.n >= n && loss.n == 1);
-    (void)n; /* only the assertion reads it */
-    cc_stage st;
-    trk_launch l = {.kernel = TRK_K_SOFTMAX_CE};
-    l.u.head.y = cc_targets(c, &st, y, B, C);
-    l.u.head.z = cc_f32(z);
-    l.u.head.p = cc_f32(prob);
-    l.u.head.q = cc_f32(q);
-    l.u.head.B = B;
-    l.u.head.C = C;
-    l.u.head.per = cc_per(c, B);
-    cc_launch(c, &l);
-    cc_loss_sum(c, loss, l.u.head.per, B, true, (double)B);
-    cc_stage_end(c, &st);
-}
-
-static void cc_softmax_ce_bwd(compute *base, cspan prob, cspan q, uint32_t B, uint64_t C, const int64_t *y, cspan dz)
-{
-    compute_cuda *c = cc(base);
-    uint64_t n = (uint64_t)B * C;
-    assert(B >= 1 && prob.n >= n && q.n >= n && dz.n >= n);
-    (void)n; /* only the assertion reads it */
-    cc_stage st;
-    trk_launch l = {.kernel = TRK_K_SOFTMAX_CE_BWD};
-    l.u.head.y = cc_targets(c, &st, y, B, C);
-    l.u.head.p = cc_f32(prob);
-    l.u.head.q = cc_f32(q);
-    l.u.head.dz = cc_f32(dz);
-    l.u.head.B = B;
-    l.u.head.C = C;
-    l.u.head.invB = 1.0f / (float)B;
-    cc_launch(c, &l);
-    cc_stage_end(c, &st);
-}
-
-static void cc_ce_logits(compute *base, cspan z, uint32_t R, uint32_t C, const int64_t *y, cspan dz, cspan loss)
-{
-    compute_cuda *c = cc(base);
-    uint64_t n = (uint64_t)R * C;
-    assert(R >= 1 && R <= INT32_MAX && C <= INT32_MAX && z.n >= n && dz.n >= n && loss.n == 1);
-    (void)n; /* only the assertion reads it */
-    cc_stage st;
-    trk_launch l = {.kernel = TRK_K_CE_LOGITS};
-    l.u.head.y = cc_targets(c, &st, y, R, C);
-    l.u.head.z = cc_f32(z);
-    l.u.head.dz = cc_f32(dz);
-    l.u.head.B = R;
-    l.u.head.C = C;
-    l.u.head.per = cc_per(c, R);
-    cc_launch(c, &l);
-    cc_loss_sum(c, loss, l.u.head.per, R, false, (double)(int)R);
-    cc_stage_end(c, &st);
-}
-
-static void cc_l1(compute *base, cspan y, uint64_t n, cspan dy, cspan loss)
-{
-    compute_cuda *c = cc(base);
-    assert(n >= 1 && y.n >= n && dy.n >= n && loss.n == 1);
-    trk_launch l = {.kernel = TRK_K_L1};
-    l.u.l1.v = cc_f32(y);
-    l.u.l1.dv = cc_f32(dy);
-    l.u.l1.n = n;
-    l.u.l1.g = 1.0f / (float)n;
-    l.u.l1.per = cc_per(c, n);
-    cc_launch(c, &l);
-    cc_loss_sum(c, loss, l.u.l1.per, n, false, (double)n);
-}
-
-/* ---- SGD ------------------------------------------------------------------------------------- */
-
-static void cc_sgd_dense(compute *base, cspan p, cspan g, cspan buf, float lr, float momentum, bool first)
-{
-    assert(p.n == g.n);
-    trk_launch l = {.kernel = TRK_K_SGD};
-    l.u.sgd.w = cc_f32(p);
-    l.u.sgd.g = cc_f32(g);
-    l.u.sgd.n = p.n;
-    l.u.sgd.nlr = -lr;
-    l.u.sgd.momentum = momentum;
-    if (!buf.buf) {
-        l.u.sgd.mode = TRK_SGD_PLAIN;
-    } else {
-        assert(buf.n == p.n);
-        l.u.sgd.buf = cc_f32(buf);
-        l.u.sgd.mode = first ? TRK_SGD_FIRST : TRK_SGD_MOMENTUM;
-    }
-    cc_launch(cc(base), &l);
-}
-
-static void cc_sgd_sparse(compute *base, cspan table, uint64_t cols, const int64_t *rows, const float *vals,
-                          uint64_t nnz, float lr)
-{
-    compute_cuda *c = cc(base);
-    assert(cols >= 1 && table.n % cols == 0);
-    float *T = cc_f32(table);
-    if (nnz == 0)
-        return;
-    size_t nu = cc_group(c, rows, nnz, table.n / cols), vbytes = nnz * cols * sizeof *vals;
-    if (cc_failed(c))
-        return;
-    cc_stage st = cc_stage_begin(c, cc_group_bytes(nnz, nu) + cc_round(vbytes));
-    trk_launch l = {.kernel = TRK_K_SGD_ROWS};
-    cc_group_stage(c, &st, nnz, nu, 1, NULL, &l.u.sgd_rows.urows, &l.u.sgd_rows.off, &l.u.sgd_rows.occ);
-    l.u.sgd_rows.vals = cc_stage_copy(c, &st, vals, vbytes);
-    cc_stage_upload(c, &st);
-    l.u.sgd_rows.table = T;
-    l.u.sgd_rows.cols = cols;
-    l.u.sgd_rows.nu = nu;
-    l.u.sgd_rows.nlr = -lr;
-    cc_launch(c, &l);
-    cc_stage_end(c, &st);
-}
-
 /* ---- the context ----------------------------------------------------------------------------- */
 
 static void cc_destroy(compute *base)
@@ -911,12 +254,10 @@ static void cc_destroy(compute *base)
             g->ops->dev_free_async(g, c->s, c->per);
         g->ops->stream_free(g, c->s); /* waits for the frees queued on it */
     }
-    for (int i = 0; i < CC_MARKS; i++)
-        g->ops->event_free(g, c->ev[i]);
+    evring_free(&c->marks);
     if (c->ipc_ev)
         g->ops->event_free(g, c->ipc_ev);
-    g->ops->host_free(g, c->st_host);
-    g->ops->dev_free(g, c->st_dev);
+    staging_free(&c->stage);
     free(c->occ);
     free(c->sink);
     cugpu_destroy(g);
@@ -1029,7 +370,6 @@ static void cc_copy_from_peer(compute *base, cspan dst, devmem src)
         cc_fatal(c, "a copy from a peer's GPU memory");
 }
 
-
 static const compute_ops cuda_ops = {
     .name = "cuda",
     .destroy = cc_destroy,
@@ -1081,17 +421,16 @@ static compute *cc_new_on(cugpu *g, const char *name, char *err, size_t errlen)
     c->base.ops = &cuda_ops;
     c->g = g;
     snprintf(c->name, sizeof c->name, "%s", g->ops->name[0] == 'f' ? "fake-cuda" : "cuda");
-    bool ok = (c->s = g->ops->stream_new(g)) != NULL;
-    for (int i = 0; ok && i < CC_MARKS; i++)
-        ok = (c->ev[i] = g->ops->event_new(g)) != NULL;
-    ok = ok && (c->st_host = g->ops->host_alloc(g, CC_STAGE_BYTES)) != NULL &&
-         !devmem_is_none(c->st_dev = g->ops->dev_alloc(g, CC_STAGE_BYTES));
+    bool ok = (c->s = g->ops->stream_new(g)) != NULL && evring_init(&c->marks, g, c->s, CC_MARKS, false) == 0;
+    if (ok) { /* the first chunk now: a GPU without room for it fails here, not mid-step */
+        staging_init(&c->stage, g, c->s, CC_STAGE_BYTES, CC_STAGE_LIMIT);
+        ok = staging_room(&c->stage, CC_STAGE_BYTES) == 0;
+    }
     if (!ok) {
         errbuf_set(err, errlen, "compute on %s: %s", name, g->err);
         cc_destroy(&c->base);
         return NULL;
     }
-    c->st_cap = CC_STAGE_BYTES;
     return &c->base;
 }
 

@@ -1,38 +1,13 @@
 /* device_cuda.c — the `cuda` device: the server's arithmetic on a GPU,
  * finished on a CUDA stream while the reactor goes on (device.h on
- * cugpu.h).
+ * cugpu.h). This file is its job engine and its ops table; its buffers,
+ * host bytes in and peers are the files server/cuda/cuda_int.h lists.
  *
- * Where memory lives (types, not conventions):
- *   devbuf->dev   device memory (a cache of handles with their memory:
- *                 cudaMalloc is slow and cudaFree synchronises, so a
- *                 steady state of rounds allocates nothing; one stream
- *                 orders every use, so memory freed by one bucket may be
- *                 reused by the next at once);
- *   devbuf->host  its pinned host image (a bufpool of cudaHostAlloc'd
- *                 memory), made at the first to-host job, sent to the
- *                 sockets by reference as the cpu device's are;
- *   staging       a ring of chunks, each pinned host memory with a device
- *                 twin of the same size: recv areas, fold sources, the
- *                 arrays a job uploads (source pointers, indices). A full
- *                 chunk is closed with an event; it is reused once that
- *                 event completes, and the ring grows by another chunk
- *                 rather than wait.
- *   devsparse     on the host (device_host.c), as device.h allows: a
- *                 sparse emit runs on the reactor at submit, into the
- *                 output's pinned image, and completes in stream order.
- *
- * The path of a bucket: a big recv_done enqueues the host-to-device copy of
- * the area; a big fold copies its source into staging, enqueues its copy
- * and the psb_fold kernel. Small ones (CUDA_SMALL bytes or less: the
- * buckets of a many-bucket model) are batched per reactor iteration, as
- * Redis batches its writes: their bytes go into staging one after the
- * other, and at the end of the iteration one copy takes them all to the
- * GPU and one psb_fold_batch launch applies them (folds into one buffer in
- * the order they came, buffers in parallel). Jobs too are enqueued at the
- * end of the iteration, after that batch (device.h's ownership rules make
- * that reordering safe: nothing submitted after a job may touch its
- * buffers): an event, the job's kernel, the copy of its to-host buffer
- * into the pinned image, another event. Nothing waits.
+ * Jobs are enqueued at the end of the reactor iteration, after the batch of
+ * small folds (cuda_batch.c; device.h's ownership rules make that
+ * reordering safe: nothing submitted after a job may touch its buffers): a
+ * mark (shared/gpu/evring.h), the job's kernel, the copy of its to-host
+ * buffer into the pinned image, another mark. Nothing waits.
  *
  * Completion is batched per reactor iteration too: the first deferred op
  * of an iteration makes the device's `flush` event active (libevent runs
@@ -41,40 +16,24 @@
  * submitted so far; that function (on CUDA's callback thread) counts
  * itself done and writes an eventfd; the reactor reads the count and calls
  * the `done` of every job the finished host functions cover, in
- * submission order, with the GPU time between the job's two events, then
+ * submission order, with the GPU time between the job's two marks, then
  * the owner's `after` once. So the buckets that resolve in one iteration
  * cost one copy in, one launch, their copies back and one wake-up.
  *
  * Failures: an operation that cannot be queued, or a stream that fails
  * later (found by polling cugpu's query every CUDA_POLL_MS while work is
  * in flight: CUDA calls no host function after an error), fails the
- * device for good — a launch failure leaves the CUDA context unusable.
- * Every job in flight and every later one completes with `error` naming
- * the GPU and CUDA's words; the kinds fail their futures with the code
- * `device`; the log names the GPU once. The reactor never hangs on it.
- *
- * Peers (CUDA IPC, device.h): a trainer on this GPU exports the memory its
- * gradients live in and an event; the device opens both once (devpeer),
- * makes its stream wait for the event's latest record when the transport
- * says a push from it came (peer_wait), and folds from that memory with the
- * same kernel that folds from staging — the source pointer is the peer's.
- * Its own side is one allocation of shared memory (share: made at the
- * first export, `--gpu-share` bytes, handed out in ranges): while it has
- * room, buffers live there, and a result taken to the host takes its
- * device bytes along (psbuf.twin), so that peers read the mean where the
- * arithmetic wrote it; the range comes back with the psbuf's last
- * reference (cuda_twin_free) — after the transport made the stream wait
- * for every reader (docs/protocol.md). A peer is closed once the next job
- * submitted after its close has completed (every fold from it was
- * enqueued before that job), or at a drain.
+ * device for good (cuda_fail) — a launch failure leaves the CUDA context
+ * unusable. Every job in flight and every later one completes with `error`
+ * naming the GPU and CUDA's words; the kinds fail their futures with the
+ * code `device`; the log names the GPU once. The reactor never hangs on it.
  *
  * Threads: everything runs on the reactor thread except the host
  * function, which only bumps an atomic counter and writes the eventfd.
  */
-#include "server/cuda/kernels_host.h"
+#include "server/cuda/cuda_int.h"
 #include "server/device_host.h"
 #include "shared/log.h"
-#include "shared/ranges.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -88,16 +47,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-/* A staging chunk's size (a recv area is at most this long). */
-#define CUDA_CHUNK (4u << 20)
-/* Folds and received areas of at most this many bytes are batched. */
-#define CUDA_SMALL (16u * 1024u)
-/* A batch's chunk of descriptors (a ring of its own: see cuda_emit_batch). */
-#define CUDA_META_CHUNK (256u * 1024u)
-/* Device memory kept in recycled handles; beyond it, freed. */
-#define CUDA_CACHE_BYTES ((size_t)4 << 30)
-/* Handles kept for reuse. */
-#define CUDA_KEEP 1024
 /* Pinned host images kept by their pool when free, after a drain. During
  * a session the pool keeps every free image (cudaFreeHost may synchronise
  * the device: never on the data path); a drain (reset, a session's end)
@@ -105,753 +54,8 @@
 #define CUDA_PINNED_KEEP ((size_t)1 << 30)
 /* How often the stream is asked for a failure while work is in flight. */
 #define CUDA_POLL_MS 5
-/* Buffers of at least this many bytes go into the shared memory while it
- * has room (smaller ones: the cache, as before; a result that small costs
- * less on the socket than a kernel launch). */
-#define CUDA_SHARE_MIN 1024u
-/* Ranges of the shared memory: a fold's kernel reads floats, 256-byte
- * aligned like every allocation of the cache. */
-#define CUDA_SHARE_UNIT 256u
 
-/* A peer's memory and event, opened here (device.h: devpeer). */
-struct devpeer {
-    devmem base;
-    uint64_t bytes;
-    cugpu_event *ev;
-    uint64_t close_after; /* closing: once the job of this seq has completed */
-    struct devpeer *next; /* the closing list */
-};
-
-typedef struct cuda_chunk {
-    uint8_t *host; /* pinned */
-    devmem dev;    /* its device twin */
-    size_t cap, used;
-    cugpu_event *ev; /* recorded when the chunk was closed */
-    struct cuda_chunk *next;
-} cuda_chunk;
-
-/* Pinned chunks with device twins, used one after the other: `cur` is
- * being filled; a full one is closed (an event recorded) and reused once
- * the GPU is past it. */
-typedef struct cuda_ring {
-    size_t chunk;                          /* a chunk's usual size */
-    cuda_chunk *cur;
-    cuda_chunk *closed_head, *closed_tail; /* waiting for their event, oldest first */
-    cuda_chunk *idle;                      /* reusable */
-} cuda_ring;
-
-/* A job in flight: the device's record of it. */
-typedef struct cuda_rec {
-    device_job *j;
-    uint64_t seq;           /* 1, 2, ... in submission order */
-    cugpu_event *t0, *t1;   /* around its work and its to-host copy */
-    bool host_side;         /* a sparse emit: its output was written on the host */
-    struct cuda_rec *next;
-} cuda_rec;
-
-typedef struct cuda_device {
-    device base;
-    cugpu *gpu;
-    cugpu_stream *stream;
-    struct event_base *evb;
-    bufpool pinned;
-    /* handles and their device memory */
-    devbuf *spare;
-    size_t nspare, spare_bytes;
-    size_t live; /* devbufs and devsparses not freed */
-    /* staging: bytes (stage) and the batches' descriptors (meta) */
-    cuda_ring stage, meta;
-    uint8_t *sink;                     /* recv areas once the device has failed */
-    /* the batch of small folds of this iteration: stage.cur's bytes
-     * [bstart, bend), descriptors in arrival order, chained per buffer */
-    psb_fold_desc *bdesc;
-    uint32_t *bnext;                   /* the next descriptor of its chain */
-    size_t nb, bcap;
-    uint32_t *chead, *ctail, *ccount;  /* per chain */
-    size_t nchain, ccap;
-    size_t bstart, bend;
-    uint64_t batch_gen;                /* the batch's number (devbuf.chain_gen) */
-    devbuf *area_dst;                  /* the recv area given last */
-    uint64_t area_off;
-    size_t area_max;
-    bool area_in_sink;
-    /* jobs */
-    cuda_rec *head, *tail, *rec_spare;
-    cuda_rec *unemitted; /* the first job not yet enqueued (they wait for the flush) */
-    uint64_t submitted;  /* seq of the last job submitted */
-    uint64_t flushed;    /* seq the host functions queued so far cover */
-    uint64_t completed;  /* seq of the last job the GPU has finished */
-    uint64_t *fn_seq;    /* per host function queued and not yet seen: the seq it covers */
-    size_t fn_cap, fn_first, fn_count;
-    atomic_uint_fast64_t fns_done; /* host functions run (CUDA's thread) */
-    uint64_t fns_seen;
-    cugpu_event **evs;   /* timing events, recycled */
-    size_t nevs, evs_cap;
-    int efd;
-    struct event *wake_ev, *flush_ev, *poll_ev;
-    bool flush_armed;
-    bool emitting;       /* in cuda_emit_batch */
-    bool failed;
-    char error[640];
-    uint64_t allocs; /* device memory and staging chunks made (pinned images: the pool's count) */
-    /* the shared memory (peers) */
-    devmem share;         /* none: none made */
-    ranges share_r;
-    devpeer *closing;     /* peers closed by the transport, unmapped once folds from them are done */
-    uint32_t npeers;      /* open (closing ones included) */
-} cuda_device;
-
-/* ---- failure ------------------------------------------------------------- */
-
-/* The device fails for good: said once in the log; jobs in flight and every
- * later one complete with the reason (delivered by the wake event, never
- * inside the call that found the failure). */
-static void cuda_fail(cuda_device *c, const char *why)
-{
-    if (!c->failed) {
-        c->failed = true;
-        snprintf(c->error, sizeof c->error, "GPU %d (%s) failed: %s", c->gpu->device, c->gpu->name, why);
-        log_error("device cuda: %s; every bucket from now on fails", c->error);
-    }
-    if (c->wake_ev)
-        event_active(c->wake_ev, 0, 0);
-}
-
-/* ---- staging ------------------------------------------------------------------- */
-
-static void cuda_chunk_free(cuda_device *c, cuda_chunk *k)
-{
-    c->gpu->ops->host_free(c->gpu, k->host);
-    c->gpu->ops->dev_free(c->gpu, k->dev);
-    if (k->ev)
-        c->gpu->ops->event_free(c->gpu, k->ev);
-    free(k);
-}
-
-static cuda_chunk *cuda_chunk_new(cuda_device *c, size_t cap)
-{
-    cuda_chunk *k = calloc(1, sizeof *k);
-    if (!k)
-        return NULL;
-    k->cap = cap;
-    k->host = c->gpu->ops->host_alloc(c->gpu, cap);
-    k->dev = k->host ? c->gpu->ops->dev_alloc(c->gpu, cap) : devmem_none();
-    k->ev = !devmem_is_none(k->dev) ? c->gpu->ops->event_new(c->gpu) : NULL;
-    c->allocs++;
-    if (!k->ev) {
-        if (k->host)
-            c->gpu->ops->host_free(c->gpu, k->host);
-        c->gpu->ops->dev_free(c->gpu, k->dev);
-        free(k);
-        return NULL;
-    }
-    return k;
-}
-
-/* Make r's current chunk hold `need` more bytes: close it when it cannot
- * (an event marks when the GPU is past its last use) and take the oldest
- * closed chunk the GPU is done with, an idle one, or a new one. 0, or -1
- * (the device failed). Whatever reads the current chunk must have been
- * enqueued before it is closed (cuda_stage_room sees to the batch's). */
-static int cuda_ring_room(cuda_device *c, cuda_ring *r, size_t need)
-{
-    if (r->cur && r->cur->cap - r->cur->used >= need)
-        return 0;
-    if (r->cur) {
-        if (c->gpu->ops->event_record(c->gpu, c->stream, r->cur->ev) < 0) {
-            cuda_fail(c, c->gpu->err);
-            return -1;
-        }
-        r->cur->next = NULL;
-        if (r->closed_tail)
-            r->closed_tail->next = r->cur;
-        else
-            r->closed_head = r->cur;
-        r->closed_tail = r->cur;
-        r->cur = NULL;
-    }
-    /* Closed chunks the GPU has finished with become idle. */
-    while (r->closed_head && c->gpu->ops->event_query(c->gpu, r->closed_head->ev) == 0) {
-        cuda_chunk *k = r->closed_head;
-        r->closed_head = k->next;
-        if (!r->closed_head)
-            r->closed_tail = NULL;
-        k->used = 0;
-        k->next = r->idle;
-        r->idle = k;
-    }
-    for (cuda_chunk **pp = &r->idle; *pp; pp = &(*pp)->next)
-        if ((*pp)->cap >= need) {
-            r->cur = *pp;
-            *pp = r->cur->next;
-            r->cur->next = NULL;
-            return 0;
-        }
-    size_t cap = need > r->chunk ? (need + 4095) & ~(size_t)4095 : r->chunk;
-    if (!(r->cur = cuda_chunk_new(c, cap))) {
-        char why[600];
-        snprintf(why, sizeof why, "no staging memory (%zu bytes): %s", cap, c->gpu->err);
-        cuda_fail(c, why);
-        return -1;
-    }
-    return 0;
-}
-
-/* Bytes taken from r's current chunk: the next use starts 64-byte aligned
- * (the kernels load float4 where aligned). */
-static void cuda_ring_take(cuda_ring *r, size_t n)
-{
-    size_t step = (n + 63) & ~(size_t)63;
-    r->cur->used = step < r->cur->cap - r->cur->used ? r->cur->used + step : r->cur->cap;
-}
-
-/* Every chunk is idle (the stream is): after a drain. */
-static void cuda_ring_reset(cuda_ring *r)
-{
-    while (r->closed_head) {
-        cuda_chunk *k = r->closed_head;
-        r->closed_head = k->next;
-        k->used = 0;
-        k->next = r->idle;
-        r->idle = k;
-    }
-    r->closed_tail = NULL;
-    if (r->cur)
-        r->cur->used = 0;
-}
-
-static void cuda_ring_free(cuda_device *c, cuda_ring *r)
-{
-    cuda_chunk *lists[] = {r->cur, r->closed_head, r->idle};
-    for (size_t i = 0; i < 3; i++)
-        while (lists[i]) {
-            cuda_chunk *k = lists[i];
-            lists[i] = k->next;
-            cuda_chunk_free(c, k);
-        }
-    memset(r, 0, sizeof *r);
-}
-
-static void cuda_emit_batch(cuda_device *c);
-
-/* Room for `need` bytes of staging. The batch's bytes are in the current
- * chunk: it is enqueued before that chunk can be closed. */
-static int cuda_stage_room(cuda_device *c, size_t need)
-{
-    cuda_ring *r = &c->stage;
-    if (c->nb && (!r->cur || r->cur->cap - r->cur->used < need))
-        cuda_emit_batch(c);
-    if (c->failed)
-        return -1;
-    return cuda_ring_room(c, r, need);
-}
-
-/* Copy n host bytes to the GPU through staging, now: their device address
- * as a kernel's launch takes it (a raw pointer), or NULL (the device
- * failed). */
-static void *cuda_upload(cuda_device *c, const void *src, size_t n)
-{
-    if (n == 0)
-        n = 1;
-    if (cuda_stage_room(c, n) < 0)
-        return NULL;
-    cuda_chunk *k = c->stage.cur;
-    uint8_t *h = k->host + k->used;
-    devmem d = devmem_at(k->dev, k->used);
-    memcpy(h, src, n);
-    if (c->gpu->ops->copy_h2d(c->gpu, c->stream, d, h, n) < 0) {
-        cuda_fail(c, c->gpu->err);
-        return NULL;
-    }
-    cuda_ring_take(&c->stage, n);
-    return d.p;
-}
-
-/* A buffer's floats from element `elem_off` on, as a kernel's launch takes
- * them. */
-static float *cuda_f32(const devbuf *b, uint64_t elem_off) { return devf32_at(devmem_f32(b->dev), elem_off).p; }
-
-/* ---- the batch of small folds -------------------------------------------------- */
-
-static void cuda_arm_flush(cuda_device *c);
-
-/* Grow the batch's arrays for one more descriptor and one more chain. */
-static int cuda_batch_grow(cuda_device *c)
-{
-    if (c->nb == c->bcap) {
-        size_t cap = c->bcap ? c->bcap * 2 : 256;
-        psb_fold_desc *d = realloc(c->bdesc, cap * sizeof *d);
-        if (!d)
-            return -1;
-        c->bdesc = d;
-        uint32_t *nx = realloc(c->bnext, cap * sizeof *nx);
-        if (!nx)
-            return -1;
-        c->bnext = nx;
-        c->bcap = cap;
-    }
-    if (c->nchain == c->ccap) {
-        size_t cap = c->ccap ? c->ccap * 2 : 64;
-        uint32_t *h = realloc(c->chead, cap * sizeof *h);
-        if (!h)
-            return -1;
-        c->chead = h;
-        uint32_t *t = realloc(c->ctail, cap * sizeof *t);
-        if (!t)
-            return -1;
-        c->ctail = t;
-        uint32_t *n = realloc(c->ccount, cap * sizeof *n);
-        if (!n)
-            return -1;
-        c->ccount = n;
-        c->ccap = cap;
-    }
-    return 0;
-}
-
-/* A small fold (or copy) into acc's floats [elem_off, elem_off + n), whose
- * bytes were just put at stage.cur's `used`: into the batch, on acc's
- * chain; the bytes are taken from the ring. */
-static void cuda_defer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, size_t n, float s)
-{
-    if (cuda_batch_grow(c) < 0) {
-        cuda_fail(c, "out of host memory");
-        return;
-    }
-    cuda_chunk *k = c->stage.cur;
-    const void *src = devmem_at(k->dev, k->used).p; /* for the batch's descriptor: a launch's argument */
-    if (c->nb == 0)
-        c->bstart = k->used;
-    cuda_ring_take(&c->stage, n * sizeof(float));
-    c->bend = k->used;
-    uint32_t i = (uint32_t)c->nb++;
-    c->bdesc[i] = (psb_fold_desc){.acc = cuda_f32(acc, elem_off), .src = src, .n = n, .op = op, .s = s};
-    c->bnext[i] = UINT32_MAX;
-    if (acc->chain_gen == c->batch_gen) {
-        uint32_t ch = acc->chain;
-        c->bnext[c->ctail[ch]] = i;
-        c->ctail[ch] = i;
-        c->ccount[ch]++;
-    } else {
-        uint32_t ch = (uint32_t)c->nchain++;
-        c->chead[ch] = c->ctail[ch] = i;
-        c->ccount[ch] = 1;
-        acc->chain = ch;
-        acc->chain_gen = c->batch_gen;
-    }
-    cuda_arm_flush(c);
-}
-
-/* May small bytes be batched at stage.cur's `used`? Only right after the
- * batch's own (its bytes go to the GPU in one copy): otherwise the batch
- * is enqueued first. */
-static void cuda_batch_contiguous(cuda_device *c)
-{
-    if (c->nb && c->stage.cur && c->stage.cur->used != c->bend)
-        cuda_emit_batch(c);
-}
-
-/* Enqueue the batch: its bytes to the GPU in one copy, its descriptors
- * (chain by chain) in another through the meta ring, one psb_fold_batch
- * launch. The meta ring is a ring of its own so that this never needs the
- * staging ring to move on (which would need the batch enqueued first). */
-static void cuda_emit_batch(cuda_device *c)
-{
-    if (!c->nb || c->emitting)
-        return;
-    c->emitting = true;
-    cuda_chunk *k = c->stage.cur;
-    assert(k && c->bend <= k->used && c->bstart < c->bend);
-    size_t meta = c->nchain * sizeof(psb_fold_chain) + c->nb * sizeof(psb_fold_desc);
-    meta = (meta + 63) & ~(size_t)63;
-    if (!c->failed &&
-        c->gpu->ops->copy_h2d(c->gpu, c->stream, devmem_at(k->dev, c->bstart), k->host + c->bstart,
-                              c->bend - c->bstart) < 0)
-        cuda_fail(c, c->gpu->err);
-    if (!c->failed && cuda_ring_room(c, &c->meta, meta) == 0) {
-        cuda_chunk *m = c->meta.cur;
-        psb_fold_chain *chains = (psb_fold_chain *)(void *)(m->host + m->used);
-        psb_fold_desc *descs = (psb_fold_desc *)(void *)(m->host + m->used + c->nchain * sizeof(psb_fold_chain));
-        /* psb_fold_desc is 32 bytes, a chain 8: descs start 8-aligned, and
-         * the GPU reads them as such. */
-        uint32_t at = 0;
-        for (size_t ch = 0; ch < c->nchain; ch++) {
-            chains[ch].first = at;
-            chains[ch].count = c->ccount[ch];
-            for (uint32_t i = c->chead[ch]; i != UINT32_MAX; i = c->bnext[i])
-                descs[at++] = c->bdesc[i];
-        }
-        assert(at == c->nb);
-        psb_launch l = {.kernel = PSB_K_FOLD_BATCH};
-        l.u.batch.chains = devmem_at(m->dev, m->used).p;
-        l.u.batch.descs = devmem_at(m->dev, m->used + c->nchain * sizeof(psb_fold_chain)).p;
-        l.u.batch.nchains = (unsigned)c->nchain;
-        if (c->gpu->ops->copy_h2d(c->gpu, c->stream, devmem_at(m->dev, m->used), m->host + m->used, meta) < 0 ||
-            c->gpu->ops->launch(c->gpu, c->stream, &l) < 0)
-            cuda_fail(c, c->gpu->err);
-        cuda_ring_take(&c->meta, meta);
-    }
-    c->nb = c->nchain = 0;
-    c->batch_gen++;
-    c->emitting = false;
-}
-
-/* ---- buffers -------------------------------------------------------------------- */
-
-static void *cuda_pinned_alloc(void *ctx, size_t bytes)
-{
-    cuda_device *c = ctx;
-    return c->gpu->ops->host_alloc(c->gpu, bytes);
-}
-
-static void cuda_pinned_free(void *ctx, void *p)
-{
-    cuda_device *c = ctx;
-    c->gpu->ops->host_free(c->gpu, p);
-}
-
-/* A buffer in the shared memory, or NULL when it has no room (or there is
- * none). */
-static devbuf *cuda_buf_new_shared(cuda_device *c, size_t bytes)
-{
-    if (devmem_is_none(c->share) || bytes < CUDA_SHARE_MIN)
-        return NULL;
-    uint64_t off = ranges_alloc(&c->share_r, bytes);
-    if (off == RANGES_NONE)
-        return NULL;
-    devbuf *b = calloc(1, sizeof *b);
-    if (!b) {
-        ranges_free(&c->share_r, off);
-        return NULL;
-    }
-    b->dev = devmem_at(c->share, off);
-    b->dev_cap = (bytes + CUDA_SHARE_UNIT - 1) / CUDA_SHARE_UNIT * CUDA_SHARE_UNIT;
-    b->share_off = off;
-    b->bytes = bytes;
-    c->live++;
-    return b;
-}
-
-static devbuf *cuda_buf_new(device *d, size_t bytes)
-{
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    devbuf *shared = cuda_buf_new_shared(c, bytes);
-    if (shared)
-        return shared;
-    /* The recycled handle whose memory fits best, no more than twice the
-     * size (the bufpool's rule: a bucket finds last round's memory). */
-    devbuf **best = NULL;
-    for (devbuf **pp = &c->spare; *pp; pp = &(*pp)->next) {
-        devbuf *b = *pp;
-        if (b->dev_cap >= bytes && b->dev_cap / 2 <= bytes && (!best || b->dev_cap < (*best)->dev_cap))
-            best = pp;
-    }
-    devbuf *b;
-    if (best) {
-        b = *best;
-        *best = b->next;
-        c->nspare--;
-        c->spare_bytes -= b->dev_cap;
-    } else {
-        if (!(b = calloc(1, sizeof *b)))
-            return NULL;
-        size_t cap = bytes ? (bytes + 255) & ~(size_t)255 : 256;
-        if (devmem_is_none(b->dev = c->gpu->ops->dev_alloc_async(c->gpu, c->stream, cap))) {
-            log_warn("device cuda: %s", c->gpu->err);
-            free(b);
-            return NULL;
-        }
-        b->dev_cap = cap;
-        c->allocs++;
-    }
-    b->host = NULL;
-    b->bytes = bytes;
-    b->jobs = 0;
-    b->host_valid = false;
-    b->share_off = RANGES_NONE;
-    b->host_only = false;
-    b->chain_gen = 0;
-    b->next = NULL;
-    c->live++;
-    return b;
-}
-
-/* The handle back to the cache, with its device memory (or freed). */
-static void cuda_handle_recycle(cuda_device *c, devbuf *b)
-{
-    assert(b->jobs == 0);
-    assert(!b->host);
-    /* Small folds into it still waiting for the flush go first: its memory
-     * may be freed, or handed out again, now. */
-    if (c->nb && b->chain_gen == c->batch_gen)
-        cuda_emit_batch(c);
-    b->chain_gen = 0;
-    c->live--;
-    if (b->share_off != RANGES_NONE) {
-        /* Reused by work queued on the stream from now on: after every
-         * use of it so far. */
-        ranges_free(&c->share_r, b->share_off);
-        free(b);
-        return;
-    }
-    if (devmem_is_none(b->dev)) {
-        free(b); /* lent: its range went with the host image (psbuf.twin) */
-        return;
-    }
-    if (c->nspare < CUDA_KEEP && c->spare_bytes + b->dev_cap <= CUDA_CACHE_BYTES) {
-        b->next = c->spare;
-        c->spare = b;
-        c->nspare++;
-        c->spare_bytes += b->dev_cap;
-        return;
-    }
-    /* In stream order: after the jobs queued on it, without waiting. */
-    c->gpu->ops->dev_free_async(c->gpu, c->stream, b->dev);
-    free(b);
-}
-
-static void cuda_buf_free(device *d, devbuf *b)
-{
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    if (b->host) {
-        psbuf_unref(b->host);
-        b->host = NULL;
-    }
-    cuda_handle_recycle(c, b);
-}
-
-static psbuf *cuda_buf_host(device *d, devbuf *b)
-{
-    ((cuda_device *)d)->area_dst = NULL;
-    assert(b->host && b->host_valid && b->jobs == 0);
-    return b->host;
-}
-
-static psbuf *cuda_buf_take_host(device *d, devbuf *b)
-{
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    assert(b->host && b->host_valid && b->jobs == 0);
-    psbuf *host = b->host;
-    b->host = NULL;
-    if (b->share_off != RANGES_NONE && !b->host_only) {
-        /* The device bytes go along: peers read the result there. */
-        assert(!host->twin);
-        host->twin = b->share_off + 1;
-        b->share_off = RANGES_NONE;
-        b->dev = devmem_none();
-    }
-    cuda_handle_recycle(c, b);
-    return host;
-}
-
-static int cuda_host_image(cuda_device *c, devbuf *b);
-
-static bool cuda_buf_lendable(device *d, devbuf *b)
-{
-    (void)d;
-    return b->share_off != RANGES_NONE && !b->host_only;
-}
-
-static psbuf *cuda_buf_lend(device *d, devbuf *b)
-{
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    assert(cuda_buf_lendable(d, b) && b->jobs == 0);
-    /* A host image of the right length from the pinned pool (recycled:
-     * nothing is copied into it), carrying the device bytes. */
-    if (!b->host && cuda_host_image(c, b) < 0) {
-        cuda_buf_free(d, b);
-        return NULL;
-    }
-    b->host_valid = true;
-    psbuf *host = cuda_buf_take_host(d, b);
-    assert(host->twin);
-    host->twin_only = true;
-    return host;
-}
-
-/* bufpool_mem.twin_free: a lent result's range, back (device.h). */
-static void cuda_twin_free(void *ctx, uint64_t twin)
-{
-    cuda_device *c = ctx;
-    assert(twin && !devmem_is_none(c->share));
-    uint64_t len = ranges_free(&c->share_r, twin - 1);
-    assert(len > 0);
-    (void)len;
-}
-
-/* ---- host bytes in ------------------------------------------------------------------- */
-
-static uint8_t *cuda_recv_area(device *d, devbuf *dst, uint64_t off, size_t *max)
-{
-    cuda_device *c = (cuda_device *)d;
-    assert(off < dst->bytes && dst->jobs == 0);
-    size_t left = dst->bytes - off;
-    size_t least = left < DEVICE_AREA_MIN ? left : DEVICE_AREA_MIN;
-    c->area_dst = dst;
-    c->area_off = off;
-    if (c->failed || cuda_stage_room(c, least) < 0) {
-        /* Bytes still have to go somewhere: they are dropped. */
-        c->area_in_sink = true;
-        c->area_max = *max = least;
-        return c->sink;
-    }
-    cuda_chunk *k = c->stage.cur;
-    size_t room = k->cap - k->used;
-    c->area_in_sink = false;
-    c->area_max = *max = room < left ? room : left;
-    return k->host + k->used;
-}
-
-static void cuda_recv_done(device *d, devbuf *dst, uint64_t off, size_t n)
-{
-    cuda_device *c = (cuda_device *)d;
-    assert(c->area_dst == dst && c->area_off == off && n <= c->area_max);
-    c->area_dst = NULL;
-    dst->host_valid = false;
-    if (c->area_in_sink || c->failed || n == 0)
-        return;
-    if (n <= CUDA_SMALL && off % sizeof(float) == 0 && n % sizeof(float) == 0) {
-        /* Batched: a copy of whole floats at the end of this iteration. */
-        cuda_batch_contiguous(c);
-        cuda_defer(c, PSB_FOLD_COPY, dst, off / sizeof(float), n / sizeof(float), 0.0f);
-        return;
-    }
-    cuda_emit_batch(c); /* what was folded into dst before these bytes */
-    cuda_chunk *k = c->stage.cur;
-    if (c->failed)
-        return;
-    uint8_t *h = k->host + k->used;
-    if (c->gpu->ops->copy_h2d(c->gpu, c->stream, devmem_at(dst->dev, off), h, n) < 0) {
-        cuda_fail(c, c->gpu->err);
-        return;
-    }
-    cuda_ring_take(&c->stage, n);
-}
-
-static const int cuda_fold_ops[] = {
-    [FOLD_COPY] = PSB_FOLD_COPY,
-    [FOLD_ADD] = PSB_FOLD_ADD,
-    [FOLD_ADD_SCALE] = PSB_FOLD_ADD_SCALE,
-    [FOLD_COPY_SCALE] = PSB_FOLD_COPY_SCALE,
-};
-
-static void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
-                      float s)
-{
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    assert(acc->jobs == 0 && (elem_off + n) * sizeof(float) <= acc->bytes);
-    acc->host_valid = false;
-    if (c->failed || n == 0)
-        return;
-    if (n * sizeof(float) <= CUDA_SMALL) {
-        /* Batched: the bytes into staging now, the fold at the end of the
-         * iteration with the others. */
-        cuda_batch_contiguous(c);
-        if (cuda_stage_room(c, n * sizeof(float)) < 0)
-            return;
-        cuda_batch_contiguous(c); /* the room may be a new chunk */
-        memcpy(c->stage.cur->host + c->stage.cur->used, src, n * sizeof(float));
-        cuda_defer(c, cuda_fold_ops[op], acc, elem_off, n, s);
-        return;
-    }
-    cuda_emit_batch(c); /* the small folds into acc before this one */
-    while (n > 0 && !c->failed) {
-        size_t take = n < CUDA_CHUNK / sizeof(float) ? n : CUDA_CHUNK / sizeof(float);
-        const float *x = cuda_upload(c, src, take * sizeof(float));
-        if (!x)
-            return;
-        psb_launch l = {.kernel = PSB_K_FOLD};
-        l.u.fold.op = cuda_fold_ops[op];
-        l.u.fold.acc = cuda_f32(acc, elem_off);
-        l.u.fold.src = x;
-        l.u.fold.n = take;
-        l.u.fold.s = s;
-        if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0) {
-            cuda_fail(c, c->gpu->err);
-            return;
-        }
-        src += take * sizeof(float);
-        elem_off += take;
-        n -= take;
-    }
-}
-
-/* ---- sparse accumulators: on the host --------------------------------------------------- */
-
-static devsparse *cuda_sparse_new(device *d)
-{
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    devsparse *s = device_host_sparse_new();
-    if (s)
-        c->live++;
-    return s;
-}
-
-static void cuda_sparse_free(device *d, devsparse *s)
-{
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    assert(s->jobs == 0);
-    c->live--;
-    device_host_sparse_free(s);
-}
-
-static void cuda_sparse_reset(device *d, devsparse *s, uint64_t rows, uint64_t cols)
-{
-    ((cuda_device *)d)->area_dst = NULL;
-    sparse_acc_reset(&s->acc, rows, cols);
-}
-
-static int cuda_sparse_map(device *d, devsparse *s, const uint8_t *idx, uint64_t nnz, uint32_t *slots, int64_t *bad)
-{
-    ((cuda_device *)d)->area_dst = NULL;
-    return sparse_acc_map(&s->acc, idx, nnz, slots, bad);
-}
-
-static void cuda_sparse_fold(device *d, devsparse *s, const uint32_t *slots, uint64_t e0, const uint8_t *src,
-                             size_t n)
-{
-    ((cuda_device *)d)->area_dst = NULL;
-    sparse_acc_add(&s->acc, slots, e0, src, n);
-}
-
-static uint64_t cuda_sparse_result_size(device *d, devsparse *s)
-{
-    ((cuda_device *)d)->area_dst = NULL;
-    return sparse_acc_result_size(&s->acc);
-}
-
-/* ---- jobs ------------------------------------------------------------------------------- */
-
-static cugpu_event *cuda_event_get(cuda_device *c)
-{
-    if (c->nevs)
-        return c->evs[--c->nevs];
-    return c->gpu->ops->event_new(c->gpu);
-}
-
-static void cuda_event_put(cuda_device *c, cugpu_event *e)
-{
-    if (!e)
-        return;
-    if (c->nevs == c->evs_cap) {
-        size_t cap = c->evs_cap ? c->evs_cap * 2 : 16;
-        cugpu_event **evs = realloc(c->evs, cap * sizeof *evs);
-        if (!evs) {
-            c->gpu->ops->event_free(c->gpu, e);
-            return;
-        }
-        c->evs = evs;
-        c->evs_cap = cap;
-    }
-    c->evs[c->nevs++] = e;
-}
+/* ---- jobs -------------------------------------------------------------------------------- */
 
 static void cuda_claim(devbuf *b, bool writes, void *arg)
 {
@@ -867,20 +71,6 @@ static void cuda_unclaim(devbuf *b, bool writes, void *arg)
     (void)arg;
     assert(b->jobs > 0);
     b->jobs--;
-}
-
-/* The pinned image of b (made now if it has none). 0, or -1. */
-static int cuda_host_image(cuda_device *c, devbuf *b)
-{
-    if (b->host)
-        return 0;
-    if (!(b->host = bufpool_get(&c->pinned, b->bytes))) {
-        char why[600];
-        snprintf(why, sizeof why, "no pinned host memory for a %zu-byte result: %s", b->bytes, c->gpu->err);
-        cuda_fail(c, why);
-        return -1;
-    }
-    return 0;
 }
 
 /* The device pointers of a job's sources, uploaded: a device array. */
@@ -1016,13 +206,7 @@ static void cuda_enqueue(cuda_device *c, cuda_rec *r)
 {
     device_job *j = r->j;
     const cugpu_ops *g = c->gpu->ops;
-    r->t0 = cuda_event_get(c);
-    r->t1 = cuda_event_get(c);
-    if (!r->t0 || !r->t1) {
-        cuda_fail(c, c->gpu->err);
-        return;
-    }
-    if (g->event_record(c->gpu, c->stream, r->t0) < 0) {
+    if (evring_mark(&c->evs, &r->t0) < 0) {
         cuda_fail(c, c->gpu->err);
         return;
     }
@@ -1038,7 +222,7 @@ static void cuda_enqueue(cuda_device *c, cuda_rec *r)
             return;
         }
     }
-    if (g->event_record(c->gpu, c->stream, r->t1) < 0)
+    if (evring_mark(&c->evs, &r->t1) < 0)
         cuda_fail(c, c->gpu->err);
 }
 
@@ -1106,18 +290,17 @@ static void cuda_finish(cuda_device *c, cuda_rec *r)
         j->error = c->error;
     } else {
         float ms;
-        if (r->t0 && r->t1 && c->gpu->ops->elapsed_ms(c->gpu, r->t0, r->t1, &ms) == 0)
+        if (r->t0 && r->t1 && evring_elapsed(&c->evs, r->t0, r->t1, &ms) == 0)
             j->gpu_ms = ms;
         if (j->to_host)
             j->to_host->host_valid = true;
     }
-    cuda_event_put(c, r->t0);
-    cuda_event_put(c, r->t1);
+    /* Jobs finish in the order their marks were recorded: every mark up to
+     * this job's last is done with. */
+    evring_release(&c->evs, r->t1 ? r->t1 : r->t0);
     r->next = c->rec_spare;
     c->rec_spare = r;
 }
-
-static void cuda_peers_reap(cuda_device *c, bool all);
 
 /* Every job the GPU has finished (or all, once failed), in order; then the
  * owner's `after`. */
@@ -1157,15 +340,6 @@ static void cuda_host_fn(void *arg)
     uint64_t one = 1;
     ssize_t w = write(c->efd, &one, sizeof one);
     (void)w; /* an eventfd counter does not overflow at this rate */
-}
-
-/* The end of this reactor iteration will flush (once). */
-static void cuda_arm_flush(cuda_device *c)
-{
-    if (!c->flush_armed) {
-        c->flush_armed = true;
-        event_active(c->flush_ev, 0, 0);
-    }
 }
 
 /* End of the reactor iteration: the batch of small folds, the jobs, and one
@@ -1243,8 +417,8 @@ static void cuda_drain(device *d)
     c->fn_count = 0;
     c->completed = c->flushed = c->submitted;
     if (!c->failed) {
-        cuda_ring_reset(&c->stage);
-        cuda_ring_reset(&c->meta);
+        staging_reset(&c->stage);
+        staging_reset(&c->meta);
     }
     cuda_deliver(c);
     assert(!c->head);
@@ -1259,37 +433,18 @@ static void cuda_destroy(device *d)
     assert(c->live == 0);
     assert(c->npeers == 0); /* every connection closed its peer */
     cugpu *g = c->gpu;
-    while (c->spare) {
-        devbuf *b = c->spare;
-        c->spare = b->next;
-        g->ops->dev_free_async(g, c->stream, b->dev); /* a handle exists only with a stream */
-        free(b);
-    }
+    cuda_buf_drop_spares(c); /* on the stream: before it goes */
     if (c->stream)
         g->ops->stream_free(g, c->stream);
-    cuda_ring_free(c, &c->stage);
-    cuda_ring_free(c, &c->meta);
-    free(c->bdesc);
-    free(c->bnext);
-    free(c->chead);
-    free(c->ctail);
-    free(c->ccount);
-    while (c->nevs)
-        g->ops->event_free(g, c->evs[--c->nevs]);
-    free(c->evs);
+    cuda_batch_teardown(c);
+    evring_free(&c->evs);
     while (c->rec_spare) {
         cuda_rec *r = c->rec_spare;
         c->rec_spare = r->next;
         free(r);
     }
-    bufpool_destroy(&c->pinned); /* every lent twin is back */
-    if (!devmem_is_none(c->share)) {
-        assert(c->share_r.used_bytes == 0);
-        g->ops->dev_free_ipc(g, c->share);
-        ranges_destroy(&c->share_r);
-    }
+    cuda_buf_teardown(c);
     free(c->fn_seq);
-    free(c->sink);
     if (c->wake_ev)
         event_free(c->wake_ev);
     if (c->flush_ev)
@@ -1302,71 +457,7 @@ static void cuda_destroy(device *d)
     free(c);
 }
 
-/* ---- peers (CUDA IPC) ---------------------------------------------------------------------- */
-
-static const char *cuda_gpu_id(device *d)
-{
-    return ((cuda_device *)d)->gpu->uuid;
-}
-
-static devpeer *cuda_peer_open(device *d, const uint8_t *mem, uint64_t bytes, const uint8_t *ev, char *err,
-                               size_t errlen)
-{
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    const cugpu_ops *o = c->gpu->ops;
-    devpeer *p = calloc(1, sizeof *p);
-    if (!p) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    cugpu_ipc_handle hm, he;
-    memcpy(hm.bytes, mem, sizeof hm.bytes);
-    memcpy(he.bytes, ev, sizeof he.bytes);
-    if (c->failed) {
-        snprintf(err, errlen, "%s", c->error);
-        free(p);
-        return NULL;
-    }
-    if (devmem_is_none(p->base = o->ipc_open(c->gpu, &hm, bytes))) {
-        snprintf(err, errlen, "GPU memory: %s", c->gpu->err);
-        free(p);
-        return NULL;
-    }
-    if (!(p->ev = o->event_open(c->gpu, &he))) {
-        snprintf(err, errlen, "event: %s", c->gpu->err);
-        o->ipc_close(c->gpu, p->base);
-        free(p);
-        return NULL;
-    }
-    p->bytes = bytes;
-    c->npeers++;
-    return p;
-}
-
-static void cuda_peer_unmap(cuda_device *c, devpeer *p)
-{
-    assert(c->npeers > 0);
-    c->npeers--;
-    c->gpu->ops->event_free(c->gpu, p->ev);
-    c->gpu->ops->ipc_close(c->gpu, p->base);
-    free(p);
-}
-
-/* Closed peers whose folds are all done (every one of them, after a drain
- * or once the device failed: nothing runs any more). */
-static void cuda_peers_reap(cuda_device *c, bool all)
-{
-    for (devpeer **pp = &c->closing; *pp;) {
-        devpeer *p = *pp;
-        if (all || c->failed || c->completed >= p->close_after) {
-            *pp = p->next;
-            cuda_peer_unmap(c, p);
-        } else {
-            pp = &p->next;
-        }
-    }
-}
+/* ---- peers: a close waits for the next job ----------------------------------------------- */
 
 /* The device's own barrier after a peer's close (cuda_peer_close). */
 static void cuda_reap_done(device_job *j)
@@ -1385,9 +476,7 @@ static void cuda_peer_close(device *d, devpeer *p)
      * mapped until the next session's first bucket (a drain reaps it too,
      * and does where the barrier cannot be allocated). */
     cuda_emit_batch(c);
-    p->close_after = c->submitted + 1;
-    p->next = c->closing;
-    c->closing = p;
+    cuda_peer_park(c, p, c->submitted + 1);
     device_job *j = calloc(1, sizeof *j);
     if (j) {
         j->op = JOB_BARRIER;
@@ -1397,73 +486,7 @@ static void cuda_peer_close(device *d, devpeer *p)
     cuda_peers_reap(c, false);
 }
 
-static void cuda_peer_wait(device *d, devpeer *p)
-{
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    if (c->failed)
-        return;
-    if (c->gpu->ops->stream_wait(c->gpu, c->stream, p->ev) < 0)
-        cuda_fail(c, c->gpu->err);
-}
-
-static void cuda_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at,
-                           size_t n, float s)
-{
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    assert(acc->jobs == 0 && (elem_off + n) * sizeof(float) <= acc->bytes);
-    assert(at % sizeof(float) == 0 && at <= p->bytes && n * sizeof(float) <= p->bytes - at);
-    acc->host_valid = false;
-    if (c->failed || n == 0)
-        return;
-    cuda_emit_batch(c); /* the small folds into acc before this one */
-    psb_launch l = {.kernel = PSB_K_FOLD};
-    l.u.fold.op = cuda_fold_ops[op];
-    l.u.fold.acc = cuda_f32(acc, elem_off);
-    l.u.fold.src = devmem_f32(devmem_at(p->base, at)).p;
-    l.u.fold.n = n;
-    l.u.fold.s = s;
-    if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0)
-        cuda_fail(c, c->gpu->err);
-}
-
-static int cuda_share(device *d, uint64_t want, uint8_t *mem, uint64_t *bytes, char *err, size_t errlen)
-{
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    const cugpu_ops *o = c->gpu->ops;
-    if (devmem_is_none(c->share)) {
-        if (c->failed) {
-            snprintf(err, errlen, "%s", c->error);
-            return -1;
-        }
-        want = (want + CUDA_SHARE_UNIT - 1) / CUDA_SHARE_UNIT * CUDA_SHARE_UNIT;
-        if (!want) {
-            snprintf(err, errlen, "no GPU memory to share (--gpu-share 0)");
-            return -1;
-        }
-        if (devmem_is_none(c->share = o->dev_alloc_ipc(c->gpu, want))) {
-            snprintf(err, errlen, "%" PRIu64 " bytes of GPU memory to share: %s", want, c->gpu->err);
-            return -1;
-        }
-        if (ranges_init(&c->share_r, want, CUDA_SHARE_UNIT) < 0) {
-            o->dev_free_ipc(c->gpu, c->share);
-            c->share = devmem_none();
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
-        c->allocs++;
-    }
-    cugpu_ipc_handle h;
-    if (o->ipc_export(c->gpu, c->share, &h) < 0) {
-        snprintf(err, errlen, "%s", c->gpu->err);
-        return -1;
-    }
-    memcpy(mem, h.bytes, sizeof h.bytes);
-    *bytes = c->share_r.size;
-    return 0;
-}
+/* ---- the device -------------------------------------------------------------------------- */
 
 static void cuda_describe(device *d, char *buf, size_t len)
 {
@@ -1474,7 +497,7 @@ static void cuda_describe(device *d, char *buf, size_t len)
 static uint64_t cuda_allocs(device *d)
 {
     cuda_device *c = (cuda_device *)d;
-    return c->allocs + c->pinned.allocs;
+    return c->allocs + c->stage.allocs + c->meta.allocs + c->pinned.allocs;
 }
 
 static const device_ops cuda_ops = {
@@ -1519,26 +542,22 @@ device *device_cuda_new(struct event_base *base, cugpu *gpu, char *err, size_t e
     c->gpu = gpu;
     c->evb = base;
     c->efd = -1;
-    c->stage.chunk = CUDA_CHUNK;
-    c->meta.chunk = CUDA_META_CHUNK;
-    c->batch_gen = 1; /* a handle's chain_gen 0: in no batch */
     atomic_init(&c->fns_done, 0);
-    bufpool_mem mem = {.alloc = cuda_pinned_alloc, .free = cuda_pinned_free, .twin_free = cuda_twin_free, .ctx = c};
-    bufpool_init_mem(&c->pinned, SIZE_MAX, &mem); /* trimmed in drains only */
+    cuda_buf_init(c);
     c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    c->sink = malloc(DEVICE_AREA_MIN);
     c->stream = gpu->ops->stream_new(gpu);
-    if (!c->stream) {
+    if (!c->stream || evring_init(&c->evs, gpu, c->stream, 16, true) < 0) {
         snprintf(err, errlen, "--device cuda: GPU %d: %s", gpu->device, gpu->err);
         cuda_destroy(&c->base);
         return NULL;
     }
+    bool sink = cuda_batch_init(c) == 0;
     if (c->efd >= 0) {
         c->wake_ev = event_new(base, c->efd, EV_READ | EV_PERSIST, cuda_on_wake, c);
         c->flush_ev = event_new(base, -1, 0, cuda_on_flush, c);
         c->poll_ev = evtimer_new(base, cuda_on_poll, c);
     }
-    if (c->efd < 0 || !c->sink || !c->wake_ev || !c->flush_ev || !c->poll_ev || event_add(c->wake_ev, NULL) < 0) {
+    if (c->efd < 0 || !sink || !c->wake_ev || !c->flush_ev || !c->poll_ev || event_add(c->wake_ev, NULL) < 0) {
         snprintf(err, errlen, "cannot set up the cuda device: %s", c->efd < 0 ? strerror(errno) : "out of memory");
         cuda_destroy(&c->base);
         return NULL;

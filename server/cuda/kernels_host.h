@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "server/cuda/kernels.h"
-#include "shared/cugpu.h"
+#include "shared/gpu/cugpu.h"
 
 /* One kernel launch: which (PSB_K_*) and its arguments, as kernels.cu
  * takes them (device pointers; srcs is a device array of device

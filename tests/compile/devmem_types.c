@@ -6,7 +6,7 @@
  * tests/compile/compile_fail.cmake (ctest unit_devmem_types). */
 #include <stdlib.h>
 
-#include "shared/cugpu.h"
+#include "shared/gpu/cugpu.h"
 #include "trainer/coll.h"
 #include "trainer/compute.h"
 #include "trainer/hook.h"

@@ -83,7 +83,7 @@ class Held(psb.PsbTestCase):
         its peak memory stays near that, and once the trainer has left the
         memory is given back."""
         # The cpu device: a GPU's device keeps bounded caches of pinned and
-        # device memory for reuse (server/cuda/device_cuda.c).
+        # device memory for reuse (server/cuda/cuda_buf.c).
         s = self.reg.server(trainers=2, extra=["--device", "cpu"])
         base = vm_bytes(s.pid)["VmRSS"]
         c = self.client(s)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CUDA IPC between a CUDA trainer and a CUDA server on one GPU (issue 28;
 docs/protocol.md, "CUDA IPC on one GPU"), on the fake GPU of every machine
-(shared/cugpu.h: IPC memory and events are sealed memfds a peer opens
+(shared/gpu/cugpu.h: IPC memory and events are sealed memfds a peer opens
 through /proc; the tests' stand-in trainer makes its own the same way).
 
   - the protocol by hand: the welcome's offer, the export exchange, pushes
@@ -49,7 +49,7 @@ MIB = 1 << 20
 # killed trainer, the five runs); the suite stays within its time.
 TDEV = os.environ.get("PSBENCH_TRAINER_DEVICE") or "fake-cuda"
 SDEV = os.environ.get("PSBENCH_SERVER_DEVICE") or "fake-cuda"
-# shared/cugpu_fake.c: a handle's bytes, and an IPC event's shared page.
+# shared/gpu/cugpu_fake.c: a handle's bytes, and an IPC event's shared page.
 FAKE_IPC_MAGIC = 0x3143504955504746
 FAKE_EV_MAGIC = 0x56454B4146425350
 IPC_MEM, IPC_EVENT = 1, 2

@@ -6,7 +6,7 @@ in <prefix>/share/psbench/configs (relative to its own path) and start the
 installed server and trainers beside it.
 
 CUDA is optional: no installed binary links the CUDA runtime, cuBLAS or
-NCCL (they are loaded on first use, shared/cudaload.h), the jobs run with
+NCCL (they are loaded on first use, shared/gpu/cudaload.h), the jobs run with
 those libraries hidden from the loader (tests/tools/hide-cuda-libs.sh: as
 root, in a mount namespace), and there the installed trainer's --device
 cuda names the missing soname. The licence (BSD-3-Clause, LICENSE) is in

@@ -13,7 +13,7 @@
 #include <stdio.h>
 
 #ifdef PSBENCH_HAVE_CUDA
-#include "shared/cudaload.h"
+#include "shared/gpu/cudaload.h"
 #endif
 
 /* Each kernel's host loops (<name>_run: kernels.cu's, one item at a time

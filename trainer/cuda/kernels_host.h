@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/cugpu.h"
+#include "shared/gpu/cugpu.h"
 #include "trainer/cuda/kernels.h"
 
 /* One launch: which (TRK_K_*, or TRK_L_GEMM) and its arguments, as

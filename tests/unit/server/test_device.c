@@ -42,7 +42,7 @@
 
 #include "server/device.h"
 #include "server/cuda/kernels_host.h"
-#include "shared/cugpu.h"
+#include "shared/gpu/cugpu.h"
 #include "shared/clock.h"
 #include "shared/cli.h"
 #include "shared/gpu.h"

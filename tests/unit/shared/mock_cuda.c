@@ -1,10 +1,10 @@
 /* mock_cuda.c — a stand-in for the CUDA runtime and driver (one library,
  * built as libcudart.so.<major>, with libcuda.so.1 a link to it): enough of
- * both for shared/cugpu_cuda.c to make a GPU, allocate, export and open
+ * both for shared/gpu/cugpu_cuda.c to make a GPU, allocate, export and open
  * IPC memory, on a machine without a GPU or a driver
  * (tests/unit/shared/test_cugpu_mock.c).
  *
- * Every symbol shared/cudaload.c resolves is here, with the toolkit's own
+ * Every symbol shared/gpu/cudaload.c resolves is here, with the toolkit's own
  * declarations (cuda_runtime_api.h, cuda.h), so the compiler holds each to
  * the real signature. "Device memory" is host memory; an IPC handle holds
  * the allocation's base and size; opening one returns that base (the real
@@ -209,7 +209,7 @@ CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p)
     return CUDA_SUCCESS;
 }
 
-/* ---- the rest of what shared/cudaload.c resolves: not needed here --------------- */
+/* ---- the rest of what shared/gpu/cudaload.c resolves: not needed here --------------- */
 
 #define MOCK_UNSUPPORTED return cudaErrorNotSupported
 

@@ -1,4 +1,4 @@
-/* test_cudaload.c — shared/cudaload.c: the CUDA runtime, cuBLAS, NCCL and
+/* test_cudaload.c — shared/gpu/cudaload.c: the CUDA runtime, cuBLAS, NCCL and
  * the driver loaded on first use, by the sonames of this build's toolkit.
  *
  * Where the libraries are installed (the CUDA toolkit's machines), every
@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "shared/cudaload.h"
+#include "shared/gpu/cudaload.h"
 
 /* What the loader must find: 1 present, 0 absent. */
 static int expect_present(void)

@@ -1,4 +1,4 @@
-/* test_cugpu.c — shared/cugpu.h with the server's kernels (psb_kernels):
+/* test_cugpu.c — shared/gpu/cugpu.h with the server's kernels (psb_kernels):
  * the fake GPU everywhere (run under ASan and TSan by scripts/test.sh), and the same checks on the real one
  * where a GPU answers (PSBENCH_CUGPU=cuda; ctest unit_cugpu_cuda, label
  * gpu, skipped otherwise).
@@ -542,7 +542,7 @@ static void test_ipc_memory(void **state)
     cugpu_destroy(b);
 }
 
-/* A fake GPU handle's bytes, as shared/cugpu_fake.c lays them out (a
+/* A fake GPU handle's bytes, as shared/gpu/cugpu_fake.c lays them out (a
  * peer can write any): magic, kind, pid, descriptor, zero, size, device,
  * inode. */
 typedef struct wire {

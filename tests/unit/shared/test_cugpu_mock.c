@@ -1,4 +1,4 @@
-/* test_cugpu_mock.c — shared/cugpu_cuda.c, the real GPU's implementation,
+/* test_cugpu_mock.c — shared/gpu/cugpu_cuda.c, the real GPU's implementation,
  * over a stand-in CUDA runtime and driver (tests/unit/shared/mock_cuda.c, found
  * first on LD_LIBRARY_PATH: ctest unit_cugpu_mockcuda): what it does with
  * a peer's IPC handle and the size the peer claims for it, on a machine
@@ -21,8 +21,8 @@
 
 #include <cmocka.h>
 
-#include "shared/cudaload.h"
-#include "shared/cugpu.h"
+#include "shared/gpu/cudaload.h"
+#include "shared/gpu/cugpu.h"
 
 #define MIB ((size_t)1 << 20)
 

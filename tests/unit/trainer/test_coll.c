@@ -34,7 +34,7 @@
 #include "trainer/coll.h"
 
 #ifdef PSBENCH_HAVE_NCCL
-#include "shared/cudaload.h"
+#include "shared/gpu/cudaload.h"
 #endif
 
 #define MAX_MEMBERS 4
@@ -1134,7 +1134,7 @@ static void test_nccl(void **state)
         int st;
         int overran = reap(&pid, 1, 60, &st);
         char *e = read_report(dir, "err", 0, NULL);
-        /* A host without the CUDA libraries (shared/cudaload.h): the
+        /* A host without the CUDA libraries (shared/gpu/cudaload.h): the
          * soname the probe missed, and how to do without. */
         int ok = e && (strstr(e, "nccl: no CUDA device answers (cudaGetDeviceCount") != NULL ||
                        (strstr(why, " not found") && strstr(e, " not found (install ") &&

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "server/cuda/kernels_host.h"
-#include "shared/cudaload.h"
+#include "shared/gpu/cudaload.h"
 #include "shared/gpu.h"
 #include "trainer/cuda/kernels_host.h"
 

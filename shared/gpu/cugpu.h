@@ -6,7 +6,7 @@
  *
  * Two implementations behind one ops table:
  *
- *   cuda   the CUDA runtime, loaded on first use (shared/cudaload.h), the
+ *   cuda   the CUDA runtime, loaded on first use (shared/gpu/cudaload.h), the
  *          role's kernels from the fatbin embedded in its binary
  *          (cudaLibraryLoadData); one GPU (cudaSetDevice on every thread
  *          that calls in).
@@ -46,7 +46,7 @@
  *          cudaStreamWaitEvent. CUDA refuses to open a handle in the
  *          process that exported it. The size given to ipc_open is the
  *          peer's word: it is checked against the opened allocation's own
- *          (cuMemGetAddressRange, the driver's, through shared/cudaload.h)
+ *          (cuMemGetAddressRange, the driver's, through shared/gpu/cudaload.h)
  *          and refused when larger (cugpu_ipc_check_range).
  *   fake   the memory is a memfd (sealed against shrinking and growing, so
  *          no one can truncate it under a mapping), mapped shared; its

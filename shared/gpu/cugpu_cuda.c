@@ -1,5 +1,5 @@
 /* cugpu_cuda.c — cugpu.h on a real GPU: the CUDA runtime through
- * shared/cudaload.h (nothing linked), a role's kernels from the fatbin its
+ * shared/gpu/cudaload.h (nothing linked), a role's kernels from the fatbin its
  * build embedded (cugpu_kernels) loaded once with cudaLibraryLoadData and
  * launched by name with cudaLaunchKernel. One driver call the runtime
  * lacks (cuMemGetAddressRange: an opened IPC allocation's size) comes from
@@ -11,8 +11,8 @@
  * for timing only when asked (cudaEventDefault: the device's method
  * metrics are GPU time between two of them).
  */
-#include "shared/cugpu.h"
-#include "shared/cudaload.h"
+#include "shared/gpu/cugpu.h"
+#include "shared/gpu/cudaload.h"
 #include "shared/gpu.h"
 
 #include <stdbool.h>

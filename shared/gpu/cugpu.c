@@ -9,7 +9,7 @@
  * the allocation would have kernels read past it — an illegal address
  * that fails the stream, or another process's memory.
  */
-#include "shared/cugpu.h"
+#include "shared/gpu/cugpu.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -99,7 +99,7 @@ typedef struct cudrv_api {
     const char *soname;
     /* The allocation an address lies in (base, size): an IPC handle's
      * opened memory checked against the size its peer claims
-     * (shared/cugpu_cuda.c). cuda.h names it cuMemGetAddressRange_v2. */
+     * (shared/gpu/cugpu_cuda.c). cuda.h names it cuMemGetAddressRange_v2. */
     CUDALOAD_FN(cuMemGetAddressRange);
 } cudrv_api;
 

@@ -11,7 +11,7 @@
  * through /proc/<pid>/fd/<n>; an event's state (fake_evsync) is then a
  * shared page that both processes update with atomics only.
  */
-#include "shared/cugpu.h"
+#include "shared/gpu/cugpu.h"
 #include "shared/clock.h"
 #include "shared/shm.h"
 

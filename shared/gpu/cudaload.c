@@ -1,6 +1,6 @@
 /* cudaload.c — dlopen the CUDA runtime, cuBLAS, NCCL and the driver on
  * first use (see cudaload.h). */
-#include "shared/cudaload.h"
+#include "shared/gpu/cudaload.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
