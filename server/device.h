@@ -174,6 +174,21 @@ typedef struct device_job {
 
 typedef struct device device;
 
+/* A GPU device's peers (CUDA IPC): another process's GPU memory it folds
+ * from and the memory it lends results in ("peers" below says what each
+ * does; device_peer_* and device_share call them). */
+typedef struct devpeer_ops {
+    const char *(*gpu_id)(device *d);
+    devpeer *(*open)(device *d, const uint8_t *mem, uint64_t bytes, const uint8_t *ev, char *err, size_t errlen);
+    void (*close)(device *d, devpeer *p);
+    void (*wait)(device *d, devpeer *p);
+    void (*fold)(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at, size_t n,
+                 float s);
+    int (*share)(device *d, uint64_t want, uint8_t *mem, uint64_t *bytes, char *err, size_t errlen);
+    bool (*buf_lendable)(device *d, devbuf *b);
+    psbuf *(*buf_lend)(device *d, devbuf *b);
+} devpeer_ops;
+
 typedef struct device_ops {
     const char *name;
     devbuf *(*buf_new)(device *d, size_t bytes);
@@ -199,18 +214,9 @@ typedef struct device_ops {
      * the cpu and test devices take theirs from the server's pool. */
     void (*describe)(device *d, char *buf, size_t len);
     uint64_t (*allocs)(device *d);
-    /* ---- peers (CUDA IPC; NULL on devices that have none: cpu, test) ----
-     * See "peers" below. */
-    const char *(*gpu_id)(device *d);
-    devpeer *(*peer_open)(device *d, const uint8_t *mem, uint64_t bytes, const uint8_t *ev, char *err,
-                          size_t errlen);
-    void (*peer_close)(device *d, devpeer *p);
-    void (*peer_wait)(device *d, devpeer *p);
-    void (*fold_peer)(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at,
-                      size_t n, float s);
-    int (*share)(device *d, uint64_t want, uint8_t *mem, uint64_t *bytes, char *err, size_t errlen);
-    bool (*buf_lendable)(device *d, devbuf *b);
-    psbuf *(*buf_lend)(device *d, devbuf *b);
+    /* Peers (CUDA IPC), an interface of their own (devpeer_ops, below):
+     * NULL on devices that have none (cpu, test). */
+    const struct devpeer_ops *peers;
 } device_ops;
 
 struct device {
@@ -333,7 +339,7 @@ static inline void device_fold(device *d, device_fold_op op, devbuf *acc, uint64
 static inline void device_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p,
                                     uint64_t at, size_t n, float s)
 {
-    d->ops->fold_peer(d, op, acc, elem_off, p, at, n, s);
+    d->ops->peers->fold(d, op, acc, elem_off, p, at, n, s);
 }
 static inline void device_fold_from(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devsrc src,
                                     uint64_t skip, size_t n, float s)
@@ -419,8 +425,8 @@ static inline uint64_t device_allocs(device *d) { return d->ops->allocs ? d->ops
  *
  * A GPU device can fold from the memory of a process on the same GPU (a
  * CUDA trainer) and lend it the results it computes in memory that process
- * can open (docs/protocol.md, "CUDA IPC on one GPU"); cpu and test cannot
- * (their ops are NULL: device_has_peers is false).
+ * can open (docs/protocol.md, "CUDA IPC on one GPU"), through its
+ * devpeer_ops; cpu and test cannot (no peers: device_has_peers is false).
  *
  * device_gpu_id: the GPU's UUID, which a peer compares with its own.
  * device_peer_open: the peer's exported memory (`mem`, its handle; `bytes`
@@ -443,29 +449,29 @@ static inline uint64_t device_allocs(device *d) { return d->ops->allocs ? d->ops
  *   device memory holds its bytes, that memory (psbuf.twin: its offset in
  *   the shared memory, plus one): a peer reads the result there, device
  *   to device, for as long as the psbuf lives. */
-static inline bool device_has_peers(const device *d) { return d->ops->peer_open != NULL; }
-static inline const char *device_gpu_id(device *d) { return d->ops->gpu_id(d); }
+static inline bool device_has_peers(const device *d) { return d->ops->peers != NULL; }
+static inline const char *device_gpu_id(device *d) { return d->ops->peers->gpu_id(d); }
 static inline devpeer *device_peer_open(device *d, const uint8_t *mem, uint64_t bytes, const uint8_t *ev,
                                         char *err, size_t errlen)
 {
-    return d->ops->peer_open(d, mem, bytes, ev, err, errlen);
+    return d->ops->peers->open(d, mem, bytes, ev, err, errlen);
 }
 static inline void device_peer_close(device *d, devpeer *p)
 {
     if (p)
-        d->ops->peer_close(d, p);
+        d->ops->peers->close(d, p);
 }
-static inline void device_peer_wait(device *d, devpeer *p) { d->ops->peer_wait(d, p); }
+static inline void device_peer_wait(device *d, devpeer *p) { d->ops->peers->wait(d, p); }
 static inline int device_share(device *d, uint64_t want, uint8_t *mem, uint64_t *bytes, char *err, size_t errlen)
 {
-    return d->ops->share(d, want, mem, bytes, err, errlen);
+    return d->ops->peers->share(d, want, mem, bytes, err, errlen);
 }
 
 static inline bool device_buf_lendable(device *d, devbuf *b)
 {
-    return d->ops->buf_lendable && d->ops->buf_lendable(d, b);
+    return d->ops->peers && d->ops->peers->buf_lendable(d, b);
 }
-static inline psbuf *device_buf_lend(device *d, devbuf *b) { return d->ops->buf_lend(d, b); }
+static inline psbuf *device_buf_lend(device *d, devbuf *b) { return d->ops->peers->buf_lend(d, b); }
 
 static inline void device_submit(device *d, device_job *j) { d->ops->submit(d, j); }
 static inline void device_drain(device *d) { d->ops->drain(d); }

@@ -500,6 +500,20 @@ static uint64_t cuda_allocs(device *d)
     return c->allocs + c->stage.allocs + c->meta.allocs + c->pinned.allocs;
 }
 
+/* Peers (CUDA IPC, device.h): opened, waited on and folded from by
+ * cuda_peer.c, closed here (the engine's barrier), results lent from
+ * cuda_buf.c's shared memory. */
+static const devpeer_ops cuda_peer_ops = {
+    .gpu_id = cuda_gpu_id,
+    .open = cuda_peer_open,
+    .close = cuda_peer_close,
+    .wait = cuda_peer_wait,
+    .fold = cuda_fold_peer,
+    .share = cuda_share,
+    .buf_lendable = cuda_buf_lendable,
+    .buf_lend = cuda_buf_lend,
+};
+
 static const device_ops cuda_ops = {
     .name = "cuda",
     .buf_new = cuda_buf_new,
@@ -520,14 +534,7 @@ static const device_ops cuda_ops = {
     .destroy = cuda_destroy,
     .describe = cuda_describe,
     .allocs = cuda_allocs,
-    .gpu_id = cuda_gpu_id,
-    .peer_open = cuda_peer_open,
-    .peer_close = cuda_peer_close,
-    .peer_wait = cuda_peer_wait,
-    .fold_peer = cuda_fold_peer,
-    .share = cuda_share,
-    .buf_lendable = cuda_buf_lendable,
-    .buf_lend = cuda_buf_lend,
+    .peers = &cuda_peer_ops,
 };
 
 device *device_cuda_new(struct event_base *base, cugpu *gpu, char *err, size_t errlen)
