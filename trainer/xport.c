@@ -1,5 +1,7 @@
 /* xport.c — the registry of a trainer connection's transports (xport.h):
- * the one list of them, in the order a connection moves through them. */
+ * the one list of them, in the order a connection moves through them; and
+ * what the links that hand nothing over share (xport_refuse_in_place). */
+#include "trainer/client_impl.h"
 #include "trainer/xport.h"
 
 #include <assert.h>
@@ -18,6 +20,18 @@ const xport_ops *const xport_registry[] = {
 #endif
 };
 const size_t xport_count = sizeof xport_registry / sizeof xport_registry[0];
+
+int xport_refuse_in_place(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
+{
+    if (h->has & FH_DEV) {
+        uint64_t want;
+        int r = client_check_dev(cl, c, h, &want, err, errlen);
+        assert(r < 0); /* nothing exported on such a link */
+        (void)r;
+        return -1;
+    }
+    return xport_shm_read_at(cl, c, h, err, errlen);
+}
 
 const xport_ops *xport_get(xport_kind k)
 {

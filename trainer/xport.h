@@ -99,5 +99,9 @@ extern const xport_ops xport_tcp_ops, xport_shm_ops, xport_ipc_ops;
 void xport_shm_place(client *cl, client_conn *c, frame_hdr *h, const client_src *src, const void **payload);
 int xport_shm_read_at(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen);
 void xport_shm_close(client *cl, client_conn *c);
+/* read_in_place of a link that handed nothing over (tcp, loop): an answer
+ * naming a segment (`at`) or GPU memory (`dev`) is refused, naming which
+ * (the checks of the links that have them say why). -1 with err. */
+int xport_refuse_in_place(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen);
 
 #endif

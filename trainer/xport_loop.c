@@ -63,20 +63,6 @@ static void xloop_place(client *cl, client_conn *c, frame_hdr *h, const client_s
     assert(src->host || !src->on_dev);
 }
 
-/* Nothing was handed over: an answer naming a segment or GPU memory is
- * refused, as on TCP (shared memory's and CUDA IPC's checks say why). */
-static int xloop_read_in_place(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
-{
-    if (h->has & FH_DEV) {
-        uint64_t want;
-        int r = client_check_dev(cl, c, h, &want, err, errlen);
-        assert(r < 0); /* none exported on this link */
-        (void)r;
-        return -1;
-    }
-    return xport_shm_read_at(cl, c, h, err, errlen);
-}
-
 static void xloop_close(client *cl, client_conn *c)
 {
     (void)cl, (void)c; /* the socket is the client's */
@@ -100,6 +86,6 @@ const xport_ops xport_loop_ops = {
     .follow = NULL,
     .gpu_offer = NULL,
     .place = xloop_place,
-    .read_in_place = xloop_read_in_place,
+    .read_in_place = xport_refuse_in_place, /* nothing handed over: as TCP */
     .close = xloop_close,
 };

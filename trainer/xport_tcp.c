@@ -39,20 +39,6 @@ static void xtcp_place(client *cl, client_conn *c, frame_hdr *h, const client_sr
     assert(src->host || !src->on_dev);
 }
 
-/* Nothing was handed over: an answer naming a segment or GPU memory is
- * refused, naming which (the checks of the links that have them). */
-static int xtcp_read_in_place(client *cl, client_conn *c, const frame_hdr *h, char *err, size_t errlen)
-{
-    if (h->has & FH_DEV) {
-        uint64_t want;
-        int r = client_check_dev(cl, c, h, &want, err, errlen);
-        assert(r < 0); /* none exported on TCP */
-        (void)r;
-        return -1;
-    }
-    return xport_shm_read_at(cl, c, h, err, errlen);
-}
-
 static void xtcp_close(client *cl, client_conn *c)
 {
     (void)cl, (void)c; /* the socket is the client's */
@@ -74,6 +60,6 @@ const xport_ops xport_tcp_ops = {
     .follow = NULL,
     .gpu_offer = NULL,
     .place = xtcp_place,
-    .read_in_place = xtcp_read_in_place,
+    .read_in_place = xport_refuse_in_place,
     .close = xtcp_close,
 };
