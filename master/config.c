@@ -25,7 +25,7 @@ void config_free(run_config *c)
     char **s[] = {&c->trainer, &c->server, &c->data, &c->model, &c->backend, &c->data_config_path,
                   &c->model_config_path, &c->trainer_config_path, &c->server_config_path, &c->ddp_hook,
                   &c->rpc_pattern, &c->placement, &c->listen, &c->http, &c->out_dir, &c->token, &c->token_file,
-                  &c->tables};
+                  &c->tables, &c->trace_steps};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         free(*s[i]);
         *s[i] = NULL;

@@ -17,6 +17,7 @@
 #include "shared/log.h"
 #include "shared/net.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
@@ -154,8 +155,18 @@ static int master_settings_from(const run_config *c, master_settings *set)
         /* --tables, else all but under --log-level warn or error: the
          * headline only (issue 30). */
         .tables = c->tables ? strcmp(c->tables, "all") == 0 : c->log_level >= LOG_INFO,
+        .trace = c->trace,
+        .trace_steps = TRACE_ALL_STEPS,
+        .trace_buffer = (uint32_t)c->trace_buffer,
     };
     master_csv_config(c, set);
+    /* --trace-steps was checked as it was parsed (opts.c). */
+    if (c->trace_steps) {
+        char why[256];
+        int ok = trace_window_parse(c->trace_steps, &set->trace_steps, why, sizeof why);
+        assert(ok == 0);
+        (void)ok;
+    }
     return (bu && !set->batch_update) || (hybrid && !set->embedding) ? -1 : 0;
 }
 

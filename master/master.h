@@ -18,6 +18,8 @@
 #include "master/kvstore.h"
 #include "master/states.h"
 #include "shared/clock.h"
+#include "shared/clocksync.h"
+#include "shared/trace.h"
 
 struct event_base;
 struct event;
@@ -25,6 +27,7 @@ struct admit;
 struct bufferevent;
 struct http_server;
 struct launcher;
+struct mtrace;
 
 /* What the run needs, resolved from the command line and configs/. */
 typedef struct master_settings {
@@ -56,6 +59,9 @@ typedef struct master_settings {
     uint32_t runs;                  /* --runs: the job this many times back to back; 0: until stopped */
     bool allow_divergence;          /* --allow-divergence: trainers go on past a NaN/inf loss */
     bool tables;                    /* print the per-rank tables under the headline (--tables) */
+    bool trace;                     /* --trace: the run's trace, DIR/trace.json (mtrace.h) */
+    trace_window trace_steps;       /* --trace-steps (default every step) */
+    uint32_t trace_buffer;          /* --trace-buffer: spans per ring */
     /* The job's configuration as a sweep's sweep.csv has it (master/tools/sweep.h),
      * appended to every row of the per-run CSVs (results.c) so that CSVs of
      * several jobs concatenate into one table. Strings borrowed from the
@@ -99,6 +105,9 @@ typedef struct node {
     hs_track hs;           /* its host's and its own CPU, from its reports' `host` (hosttrack.h) */
     json_t *gpu_timed;     /* trainer: the metric keys its reports say a GPU timed (array of strings), or
                             * NULL: none said (a CPU trainer) */
+    bool clock_answers;    /* its register said it answers `clock` (issue 42): the master sends it the
+                            * clock rounds under --trace */
+    clocksync clk;         /* those rounds (shared/clocksync.h) */
     bool refused;          /* not registered: told `stop` (refused); what it sends is dropped unread
                             * until it closes, or MASTER_REFUSED_LINGER_S pass */
     double t_refused;
@@ -147,6 +156,8 @@ typedef struct master {
     struct http_server *http;
     struct history *history;   /* the charts' points (history.h), taken as snapshots are published */
     struct launcher *launcher; /* --local: the children */
+    struct mtrace *trace;      /* --trace: the master's own trace and the nodes' clocks (mtrace.h), owned;
+                                * NULL without */
     double training_s;         /* the timed pass's duration, once it completed */
     bool config_published;     /* /api/v1/config made (publish.c): the configuration never changes */
     struct summary_runs *run_headlines; /* --runs other than 1: each done run's figures (summary.h), owned */

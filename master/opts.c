@@ -9,6 +9,7 @@
 #include "shared/jobconf.h"
 #include "shared/log.h"
 #include "shared/text.h"
+#include "shared/trace.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -269,6 +270,24 @@ static int master_opt_master_port(const opt_spec *o, const char *flag, const cha
     if (cli_parse_u64(flag, arg, 0, 65535, 0, &v, err, errlen) < 0)
         return -1;
     return listen_set_part(settings, NULL, arg, err, errlen);
+}
+
+/* --trace-steps A:B: checked now (trace_window_parse), kept as given; the
+ * window itself is made from it where the master's trace is (main.c). */
+static int master_opt_trace_steps(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                                  size_t errlen)
+{
+    trace_window w;
+    char why[256];
+    if (trace_window_parse(arg, &w, why, sizeof why) < 0) {
+        /* The reason without trace.c's own quote of the value (raw):
+         * the value is shown escaped here. */
+        const char *reason = strstr(why, "': ");
+        text_shown shown;
+        errbuf_set(err, errlen, "%s: %s: %s", flag, text_show(arg, '\'', &shown), reason ? reason + 3 : why);
+        return -1;
+    }
+    return opts_store_string(o, flag, arg, settings, err, errlen);
 }
 
 /* --linger: seconds >= 0 (cli_parse_seconds takes only positive ones). */
@@ -567,6 +586,22 @@ static const opt_spec master_specs[] = {
      .help = "write results.json and a CSV per group into DIR (with\n"
              "--runs other than 1: into DIR/run-001/, DIR/run-002/, ...);\n"
              "made and checked before the run starts"},
+    {.name = "trace", .kind = OPT_FLAG, .to = AT(trace), .json = "trace",
+     .help = "record the run's trace into DIR/trace.json (needs --out;\n"
+             "per run like results.json): the master's phases and each\n"
+             "node's clock offset from the master's, for Perfetto or\n"
+             "chrome://tracing (docs/results.md). Trainers' and servers'\n"
+             "own spans are not recorded yet (default off)"},
+    {.name = "trace-steps", .meta = "A:B", .kind = OPT_CUSTOM, .parse = master_opt_trace_steps,
+     .to = AT(trace_steps), .json = "trace_steps", .example = "10:20",
+     .help = "with --trace, the steps traced: A:B (both included), A:\n"
+             "(A onwards) or A (that step alone) (default: every step of\n"
+             "the timed pass)"},
+    {.name = "trace-buffer", .meta = "N", .kind = OPT_U64, .min = 1, .max = TRACE_CAPACITY_MAX,
+     .to = AT(trace_buffer), .def = STR(CONFIG_DEFAULT_TRACE_BUFFER), .json = "trace_buffer",
+     .help = "with --trace, spans each ring holds (default\n"
+             STR(CONFIG_DEFAULT_TRACE_BUFFER) ", at most 4194304); a full ring keeps the\n"
+             "first spans and says how many it dropped"},
     {.shared = &opts_token_file, .to = AT(token_file),
      .help = "the job's token, a shared secret every node must present:\n"
              "FILE's first line (keep it mode 600; the nodes take the\n"
@@ -642,6 +677,12 @@ int master_opts_finish(run_config *c, char *err, size_t errlen)
     c->token_file_loose = loose != 0;
     if (token != c->token && set_str(&c->token, token) < 0) {
         errbuf_set(err, errlen, "out of memory");
+        return -1;
+    }
+    /* The trace goes into a file beside results.json: without --out it
+     * would be recorded for nothing. */
+    if (c->trace && !c->out_dir) {
+        errbuf_set(err, errlen, "--trace needs --out DIR (where trace.json is written)");
         return -1;
     }
     /* The seed's DDP + RPC flags select that benchmark's configurations

@@ -5,6 +5,7 @@
 #include "master/hoststate.h"
 #include "master/blame.h"
 #include "master/launcher.h"
+#include "master/mtrace.h"
 #include "master/placement.h"
 #include "master/reports.h"
 #include "master/validate.h"
@@ -104,6 +105,7 @@ void master_set_state(master *m, run_state to)
     if (strcmp(run_state_phase(from), run_state_phase(to)) == 0)
         return;
     log_info("phase %s", run_state_phase(to));
+    mtrace_phase(m, run_state_phase(to));
     /* `done` is published once the run's files are written
      * (phases_conclude): a client that sees it may read results.json.
      * `failed` at once: it is the verdict a watcher needs now, and with
@@ -512,6 +514,9 @@ void phases_next_run(master *m)
     phases_clear_books(m);
     m->run++;
     master_set_state(m, RUN_WAITING);
+    /* After the change: the last run's closing phase goes with its spans,
+     * and this run's trace begins waiting. */
+    mtrace_next_run(m);
     if (ok != 1) {
         master_fail(m, "%s%s", why, ok == 0 ? " within --rpc-timeout" : "");
         return;

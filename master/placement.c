@@ -1,6 +1,7 @@
 /* placement.c — registrations, ranks, the seed's placement, the memory
  * check and the assignments (placement.h). */
 #include "master/placement.h"
+#include "master/mtrace.h"
 #include "master/validate.h"
 #include "master/wire.h"
 #include "shared/cli.h"
@@ -393,10 +394,13 @@ static void placement_take(master *m, node *n, const ctl_msg *msg, agg_role r, u
     json_t *env = json_object_get(msg->body, "environment");
     json_decref(n->environment);
     n->environment = json_is_object(env) ? json_incref(env) : NULL;
+    /* "clock" (extension, issue 42): it answers `clock`. */
+    n->clock_answers = json_is_true(json_object_get(msg->body, "clock"));
     v[rank] = n;
     node_set_state(n, NS_REGISTERED);
     wire_registered(n);
     wire_send(n, "registered", json_pack("{s:I}", "rank", (json_int_t)rank));
+    mtrace_node_registered(m, n);
 }
 
 /* A server's data plane and memory, from its register. Trainers must reach

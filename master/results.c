@@ -8,6 +8,7 @@
 #include "master/hoststate.h"
 #include "master/headline.h"
 #include "master/master.h"
+#include "master/mtrace.h"
 #include "master/snapshot.h"
 #include "master/summary.h"
 #include "shared/hostinfo.h"
@@ -720,6 +721,8 @@ int results_write(master *m, char *err, size_t errlen)
     free(st);
     if (rc == 0)
         log_info("wrote %s/results.json, trainer.csv%s", dir, with_servers ? ", server.csv" : "");
+    if (rc == 0)
+        rc = mtrace_write(m, dir, err, errlen); /* --trace: trace.json beside them */
     return rc;
 }
 

@@ -27,6 +27,7 @@
 #include "master/admit.h"
 #include "master/history.h"
 #include "master/loop.h"
+#include "master/mtrace.h"
 #include "master/phases.h"
 #include "master/placement.h"
 #include "master/wire.h"
@@ -90,6 +91,7 @@ static const wire_handler run_handlers[] = {
     {"failed", phases_on_failed, false},
     {"kv_set", run_on_kv, false},
     {"kv_get", run_on_kv, false},
+    {"clock_ack", mtrace_on_clock_ack, false},
 };
 
 static void run_on_closed(master *m, node *n)
@@ -186,7 +188,7 @@ int master_init(master *m, const master_settings *set, const char *listen_host, 
         snprintf(err, errlen, "cannot set up the event loop");
         return -1;
     }
-    return 0;
+    return mtrace_init(m, err, errlen);
 }
 
 int master_run(master *m)
@@ -231,6 +233,7 @@ void master_free(master *m)
         event_base_free(m->base);
     }
     agg_free(&m->agg);
+    mtrace_free(m);
     history_free(m->history);
     kv_free(&m->kv);
     free(m->trainers);

@@ -19,6 +19,7 @@
 #define CONFIG_DEFAULT_NTRAINER 2
 #define CONFIG_DEFAULT_NSERVER 1
 #define CONFIG_DEFAULT_EPOCHS 10
+#define CONFIG_DEFAULT_TRACE_BUFFER 65536 /* --trace-buffer: spans per ring */
 #define CONFIG_DEFAULT_BATCH_SIZE 10
 #define CONFIG_DEFAULT_RPC_TIMEOUT_S 30 /* seconds: the seed's experiment scripts */
 #define CONFIG_DEFAULT_TRAINER "DdpRpcTrainer"
@@ -128,6 +129,10 @@ typedef struct run_config {
     uint32_t runs;                    /* --runs N: the job N times back to back (0: until stopped) */
     bool allow_divergence;            /* --allow-divergence: a NaN/inf loss warns, not fails */
     char *out_dir;                    /* --out DIR, NULL: no files */
+    bool trace;                       /* --trace: the run's trace into --out's trace.json */
+    char *trace_steps;                /* --trace-steps A:B as given (trace_window_parse), NULL: the
+                                       * timed pass's every step */
+    uint64_t trace_buffer;            /* --trace-buffer N: spans per ring */
     char *tables;                     /* --tables all|none: NULL when not given (all, but none
                                        * under --log-level warn or error) */
     char *token;                      /* --token, else --token-file's, else $PSBENCH_TOKEN,

@@ -76,6 +76,15 @@ static bool tro_to_master(uint64_t ns, int64_t offset, int64_t *out)
     return ns <= INT64_MAX && !__builtin_sub_overflow((int64_t)ns, offset, out);
 }
 
+/* A label written as it is: printable ASCII but quote and backslash. */
+static bool tro_plain(const char *s)
+{
+    for (; *s; s++)
+        if (*s < 0x20 || *s > 0x7e || *s == '"' || *s == '\\')
+            return false;
+    return true;
+}
+
 static int tro_add_spans(tro_doc *doc, char *err, size_t errlen)
 {
     size_t total = 0;
@@ -99,6 +108,12 @@ static int tro_add_spans(tro_doc *doc, char *err, size_t errlen)
             if (e->lane >= d->nlanes || e->span >= TRACE_NSPANS || e->end_ns < e->start_ns) {
                 tro_node_name(d, name, sizeof name);
                 errbuf_set(err, errlen, "trace of %s: span %zu is not one of its lanes' spans", name, i);
+                return -1;
+            }
+            const char *label = doc->node[k]->label ? doc->node[k]->label[i] : NULL;
+            if (label && !tro_plain(label)) {
+                tro_node_name(d, name, sizeof name);
+                errbuf_set(err, errlen, "trace of %s: span %zu's label is not plain text", name, i);
                 return -1;
             }
             if (!tro_to_master(e->start_ns, off, &start) || !tro_to_master(e->end_ns, off, &end)) {
@@ -393,8 +408,9 @@ static int tro_put_names(FILE *out, const tro_doc *doc, bool *first)
     return 0;
 }
 
-/* A span's ids, those that apply. */
-static void tro_put_args(FILE *out, const trace_ids *ids)
+/* A span's ids, those that apply, and its label (NULL: none; plain text,
+ * tro_plain). */
+static void tro_put_args(FILE *out, const trace_ids *ids, const char *label)
 {
     const struct {
         const char *key;
@@ -408,12 +424,16 @@ static void tro_put_args(FILE *out, const trace_ids *ids)
         fprintf(out, "%s\"%s\":%" PRId64, first ? "" : ",", f[i].key, f[i].v);
         first = false;
     }
+    if (label)
+        fprintf(out, "%s\"label\":\"%s\"", first ? "" : ",", label);
     fputs("}", out);
 }
 
-static void tro_put_item(FILE *out, const tro_item *it)
+static void tro_put_item(FILE *out, const tro_doc *doc, const tro_item *it)
 {
     if (it->ph == 'X') {
+        const trace_out_node *n = doc->node[it->node];
+        const char *label = n->label ? n->label[it->ev - n->dump->ev] : NULL;
         trace_span s = (trace_span)it->ev->span;
         /* Span names and categories are this build's constants: plain
          * ASCII words, nothing to escape. */
@@ -423,7 +443,7 @@ static void tro_put_item(FILE *out, const tro_item *it)
         fputs(",\"dur\":", out);
         tro_put_us(out, it->dur_ns);
         fprintf(out, ",\"pid\":%" PRIu32 ",\"tid\":%" PRIu32 ",\"args\":", it->pid, it->tid);
-        tro_put_args(out, &it->ev->ids);
+        tro_put_args(out, &it->ev->ids, label);
         fputs("}", out);
         return;
     }
@@ -480,7 +500,7 @@ static int tro_write(FILE *out, const tro_doc *doc)
     for (size_t i = 0; i < doc->nitems; i++) {
         fputs(first ? "\n" : ",\n", out);
         first = false;
-        tro_put_item(out, &doc->item[i]);
+        tro_put_item(out, doc, &doc->item[i]);
     }
     fputs("\n],\n\"displayTimeUnit\":\"ms\",\n\"metadata\":", out);
     if (tro_put_json(out, tro_metadata(doc)) != 0)

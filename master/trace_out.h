@@ -35,11 +35,18 @@ typedef struct trace_out_node {
     const trace_dump *dump; /* borrowed */
     trace_out_clock state;
     clockoff clock; /* TRACE_OUT_ALIGNED only */
+    /* NULL, or one per span of dump (NULL: none): a word that says which
+     * of its kind a span is, in its args as "label" (the master's phase
+     * spans: "waiting", "warmup", ...). Printable ASCII, no quote or
+     * backslash, borrowed. */
+    const char *const *label;
 } trace_out_node;
 
 /* Writes the document for n nodes to out. 0, or -1 with the reason in
  * err: two nodes of the same role and rank, a lane out of range, a time
- * that leaves 64 bits once moved by its offset, or a write error. */
+ * that leaves 64 bits once moved by its offset, a label that is not plain
+ * text, or a write error. A node with no span is still a process, with
+ * its clock in the metadata. */
 int trace_out_write(FILE *out, const trace_out_node *nodes, size_t n, char *err, size_t errlen);
 
 /* The same document as a malloc'd string (its length in *len where len is

@@ -106,6 +106,11 @@ int validate_register(json_t *body, char *err, size_t errlen)
     json_t *w = json_object_get(body, "want_rank");
     if (w && !json_is_null(w) && val_int(body, "want_rank", 0, UINT32_MAX, err, errlen) < 0)
         return -1;
+    json_t *clk = json_object_get(body, "clock");
+    if (clk && !json_is_boolean(clk)) {
+        snprintf(err, errlen, "clock must be true or false, got %s", val_kind(clk));
+        return -1;
+    }
     json_t *env = json_object_get(body, "environment");
     if (env && !json_is_object(env) && !json_is_null(env)) {
         snprintf(err, errlen, "environment must be an object, got %s", val_kind(env));
@@ -521,6 +526,21 @@ int validate_failed(json_t *body, char *err, size_t errlen)
     if (r && !json_is_string(r)) {
         snprintf(err, errlen, "reason must be a string, got %s", val_kind(r));
         return -1;
+    }
+    return 0;
+}
+
+int validate_clock_ack(json_t *body, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"seq", "t0", "t1", "t2"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        /* Every reading is needed: a round trip without one is no sample. */
+        if (!json_object_get(body, keys[i])) {
+            snprintf(err, errlen, "%s is missing (a whole number in 0..%lld)", keys[i], (long long)INT64_MAX);
+            return -1;
+        }
+        if (val_int(body, keys[i], 0, INT64_MAX, err, errlen) < 0)
+            return -1;
     }
     return 0;
 }

@@ -36,7 +36,8 @@
 #define VALIDATE_MAX_DEVICE 31
 
 /* register: role, host, device, pid, want_rank, listen_host, port,
- * advertise, mem_total_bytes, mem_available_bytes, environment. Absent
+ * advertise, mem_total_bytes, mem_available_bytes, environment, clock
+ * (true or false: the node answers `clock`, issue 42). Absent
  * optional fields are fine (the master's defaults apply); a server needs
  * its port. */
 int validate_register(json_t *body, char *err, size_t errlen);
@@ -55,6 +56,10 @@ int validate_pass_results(json_t *body, char *err, size_t errlen);
 int validate_ready(json_t *body, char *err, size_t errlen);
 /* failed: reason (a string, when present). */
 int validate_failed(json_t *body, char *err, size_t errlen);
+/* clock_ack (issue 42): seq, t0, t1, t2, each a whole number in
+ * 0..2^63-1, all present. Whether it answers a clock sent is the clock
+ * rounds' (shared/clocksync.h). */
+int validate_clock_ack(json_t *body, char *err, size_t errlen);
 /* One metric name (see VALIDATE_MAX_NAME). */
 int validate_metric_name(const char *name, char *err, size_t errlen);
 

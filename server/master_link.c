@@ -4,6 +4,7 @@
 #include "server/conn.h"
 #include "server/hostmem.h"
 #include "shared/clock.h"
+#include "shared/clocksync.h"
 #include "shared/hostinfo.h"
 #include "shared/log.h"
 #include "shared/net.h"
@@ -168,6 +169,8 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
         json_object_set_new(body, "mem_total_bytes", json_integer((json_int_t)mem_total));
         json_object_set_new(body, "mem_available_bytes", json_integer((json_int_t)mem_available));
     }
+    /* "clock" (extension, issue 42): this server answers `clock`. */
+    json_object_set_new(body, "clock", json_true());
     int rc = ctl_send(c, "register", cfg->token, body, err, errlen);
     json_decref(body);
     if (rc < 0)
@@ -180,6 +183,17 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
             return -1;
         if (got == 0)
             continue; /* after `registered`: the master bounds the wait (its join timeout) */
+        if (strcmp(m.type, "clock") == 0) {
+            /* Answered at once, as on the loop (link_on_message). */
+            uint64_t t1 = clock_now_ns();
+            json_t *ack = clocksync_answer(m.body, t1, clock_now_ns());
+            ctl_msg_clear(&m);
+            rc = ack ? ctl_send(c, "clock_ack", NULL, ack, err, errlen) : 0;
+            json_decref(ack);
+            if (rc < 0)
+                return -1;
+            continue;
+        }
         if (fail_reason && (strcmp(m.type, "registered") == 0 || strcmp(m.type, "assign") == 0)) {
             /* Joined only to say why this server cannot serve. */
             ctl_msg_clear(&m);
@@ -361,7 +375,16 @@ static void link_trainers_left(server *s)
 static void link_on_message(struct master_link *l, ctl_msg *m)
 {
     server *s = l->s;
-    if (strcmp(m->type, "reset") == 0 && json_is_true(json_object_get(m->body, "new_run"))) {
+    if (strcmp(m->type, "clock") == 0) {
+        /* The master's clock rounds (issue 42): answered at once, on the
+         * loop that reads the link; t1 is when it is read. */
+        uint64_t t1 = clock_now_ns();
+        json_t *ack = clocksync_answer(m->body, t1, clock_now_ns());
+        if (ack)
+            link_send(l, "clock_ack", ack);
+        else
+            log_debug("ignoring a clock without seq and t0");
+    } else if (strcmp(m->type, "reset") == 0 && json_is_true(json_object_get(m->body, "new_run"))) {
         /* Between runs (--runs): this run's samples go now; the rest once
          * its trainers have left (they may still be closing). */
         link_report(l);

@@ -1,6 +1,7 @@
 /* master_link.c — a trainer's control connection (see master_link.h). */
 #include "trainer/master_link.h"
 #include "shared/clock.h"
+#include "shared/clocksync.h"
 #include "shared/hostinfo.h"
 #include "shared/log.h"
 #include "shared/text.h"
@@ -29,6 +30,35 @@ int mlink_open(mlink *l, const char *master, double reach_s, bool bounded, doubl
     if (bounded)
         l->c.answer_by = t0 + reach_s;
     return 0;
+}
+
+/* The master's `clock` (issue 42), answered at once: its t1 is when it
+ * was read, t2 when the answer goes. A clock this trainer cannot echo is
+ * dropped (the master's round then stays unanswered: its clock unaligned). */
+static int mlink_answer_clock(mlink *l, const ctl_msg *msg, uint64_t t1, char *err, size_t errlen)
+{
+    json_t *ack = clocksync_answer(msg->body, t1, clock_now_ns());
+    if (!ack) {
+        log_debug("ignored a clock from the master without seq and t0");
+        return 0;
+    }
+    int rc = ctl_send(&l->c, "clock_ack", NULL, ack, err, errlen);
+    json_decref(ack);
+    return rc;
+}
+
+/* ctl_recv on the master's link, every `clock` answered on the way: 1 a
+ * message other than a clock, 0 none (within timeout_ms, or a clock
+ * answered: the callers wait on in their loops), -1 with err. */
+static int mlink_recv(mlink *l, int timeout_ms, ctl_msg *msg, char *err, size_t errlen)
+{
+    int got = ctl_recv(&l->c, timeout_ms, msg, err, errlen);
+    if (got != 1 || strcmp(msg->type, "clock") != 0)
+        return got;
+    uint64_t t1 = clock_now_ns();
+    int rc = mlink_answer_clock(l, msg, t1, err, errlen);
+    ctl_msg_clear(msg);
+    return rc < 0 ? -1 : 0;
 }
 
 static void mlink_on_stop(mlink *l, ctl_msg *msg)
@@ -69,7 +99,7 @@ static void mlink_await_verdict(mlink *l, char *err, size_t errlen)
         }
         ctl_msg msg;
         char why[256];
-        int got = ctl_recv(&l->c, (int)(left * 1000) + 1, &msg, why, sizeof why);
+        int got = mlink_recv(l, (int)(left * 1000) + 1, &msg, why, sizeof why);
         if (got < 0) {
             mlink_lost(l, why, local, err, errlen);
             return;
@@ -164,7 +194,7 @@ int mlink_report(mlink *l, const char *type, json_t *extra, char *err, size_t er
 int mlink_wait(mlink *l, ctl_msg *msg, char *err, size_t errlen)
 {
     for (;;) {
-        int got = ctl_recv(&l->c, 250, msg, err, errlen);
+        int got = mlink_recv(l, 250, msg, err, errlen);
         if (got < 0)
             return -1;
         if (got == 1) {
@@ -181,6 +211,10 @@ int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, c
 {
     if (assign)
         *assign = NULL;
+    /* "clock" (extension, issue 42): this trainer answers `clock`, so
+     * that a master with --trace may send it one. */
+    if (body)
+        json_object_set_new(body, "clock", json_true());
     int rc = ctl_send(&l->c, "register", token, body, err, errlen);
     json_decref(body);
     if (rc < 0) {
@@ -246,7 +280,7 @@ int mlink_tick(void *ctx, uint64_t batches_done, char *err, size_t errlen)
         return 0;
     l->last_check = now;
     ctl_msg msg;
-    int got = ctl_recv(&l->c, 0, &msg, err, errlen);
+    int got = mlink_recv(l, 0, &msg, err, errlen);
     if (got < 0)
         return -1;
     if (got == 1) {
@@ -322,7 +356,7 @@ static int mlink_kv_get(void *ctx, const char *key, uint8_t **val, size_t *len, 
             return -1;
         }
         ctl_msg msg;
-        int got = ctl_recv(&l->c, left < 0.25 ? (int)(left * 1000) + 1 : 250, &msg, err, errlen);
+        int got = mlink_recv(l, left < 0.25 ? (int)(left * 1000) + 1 : 250, &msg, err, errlen);
         if (got < 0)
             return -1;
         if (got == 0) {

@@ -427,12 +427,70 @@ static void test_from_decoded(void **state)
     job_free(&j);
 }
 
+/* The master's phases labelled, and nodes with no span (their clocks
+ * only, as the master has them before the nodes record): each still a
+ * process, its clock in the metadata; a label that is not plain text is
+ * refused. */
+static void test_labels_and_empty_nodes(void **state)
+{
+    (void)state;
+    char err[256];
+    trace_conf c = {.role = TRACE_MASTER, .on = true, .capacity = 8, .window = TRACE_ALL_STEPS};
+    trace_node *m = trace_node_new(&c, err, sizeof err);
+    assert_non_null(m);
+    int phases = trace_lane(m, "phases");
+    trace_ring *mr = trace_ring_add(m, "phases");
+    trace_ring_step(mr, TRACE_NO_STEP);
+    span_at(mr, TRACE_PHASE, phases, 0, 100, 0, trace_ids_none());
+    span_at(mr, TRACE_PHASE, phases, 100, 300, 0, trace_ids_none());
+    trace_dump *md = trace_node_snapshot(m);
+    trace_dump empty[2] = {{.role = TRACE_TRAINER, .rank = 0, .window = TRACE_ALL_STEPS, .capacity = 8},
+                           {.role = TRACE_SERVER, .rank = 0, .window = TRACE_ALL_STEPS, .capacity = 8}};
+    const char *labels[] = {"waiting", "warmup"};
+    trace_out_node nodes[3] = {
+        {.dump = md, .state = TRACE_OUT_SAME, .label = labels},
+        {.dump = &empty[0], .state = TRACE_OUT_ALIGNED, .clock = {.offset_ns = -1234, .uncertainty_ns = 56, .used = 8}},
+        {.dump = &empty[1], .state = TRACE_OUT_UNALIGNED},
+    };
+    json_t *doc = merge_checked(nodes, 3, NULL);
+    json_int_t mp = pid_of(doc, "master");
+    pid_of(doc, "trainer 0");
+    pid_of(doc, "server 0");
+    size_t i, k = 0;
+    json_t *e;
+    json_array_foreach (json_object_get(doc, "traceEvents"), i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "ph")), "X") != 0)
+            continue;
+        assert_int_equal(json_integer_value(json_object_get(e, "pid")), mp);
+        assert_true(k < 2);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(e, "args"), "label")), labels[k++]);
+    }
+    assert_int_equal(k, 2);
+    json_t *meta = json_object_get(json_object_get(doc, "metadata"), "nodes");
+    assert_int_equal(json_array_size(meta), 3);
+    json_t *t0 = json_array_get(meta, 0), *s0 = json_array_get(meta, 1);
+    assert_string_equal(json_string_value(json_object_get(t0, "process")), "trainer 0");
+    assert_string_equal(json_string_value(json_object_get(t0, "clock")), "aligned");
+    assert_int_equal(json_integer_value(json_object_get(t0, "offset_ns")), -1234);
+    assert_int_equal(json_integer_value(json_object_get(t0, "uncertainty_ns")), 56);
+    assert_string_equal(json_string_value(json_object_get(s0, "clock")), "unaligned");
+    json_decref(doc);
+
+    const char *bad[] = {"wait\"ing", NULL};
+    nodes[0].label = bad;
+    assert_null(trace_out_json(nodes, 1, NULL, err, sizeof err));
+    assert_non_null(strstr(err, "label is not plain text"));
+    trace_dump_free(md);
+    trace_node_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merged_two_nodes),    cmocka_unit_test(test_unaligned_misorders),
         cmocka_unit_test(test_exact_times),         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_refused_and_dropped), cmocka_unit_test(test_from_decoded),
+        cmocka_unit_test(test_labels_and_empty_nodes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -176,6 +176,20 @@ static void test_pass_results(void **state)
     expect(validate_failed, "{\"reason\": 5}", "reason must be a string");
 }
 
+/* clock_ack (issue 42): four readings, whole numbers >= 0, all there. */
+static void test_clock_ack(void **state)
+{
+    (void)state;
+    expect(validate_clock_ack, "{\"seq\": 1, \"t0\": 10, \"t1\": 0, \"t2\": 9223372036854775807}", NULL);
+    expect(validate_clock_ack, "{\"t0\": 10, \"t1\": 11, \"t2\": 12}", "seq is missing");
+    expect(validate_clock_ack, "{\"seq\": 1, \"t0\": 10, \"t1\": 11}", "t2 is missing");
+    expect(validate_clock_ack, "{\"seq\": 1, \"t0\": -1, \"t1\": 11, \"t2\": 12}", "t0 must be a whole number");
+    expect(validate_clock_ack, "{\"seq\": 1, \"t0\": 1.5, \"t1\": 11, \"t2\": 12}", "got a number");
+    expect(validate_clock_ack, "{\"seq\": \"1\", \"t0\": 1, \"t1\": 11, \"t2\": 12}", "got a string");
+    expect(validate_register, "{\"role\": \"trainer\", \"clock\": true}", NULL);
+    expect(validate_register, "{\"role\": \"trainer\", \"clock\": 1}", "clock must be true or false");
+}
+
 /* A report with one bad sample counts none of its samples; a rank's
  * distinct metrics are bounded. */
 static void test_aggregate_whole_or_nothing(void **state)
@@ -214,6 +228,7 @@ int main(void)
         cmocka_unit_test(test_reports),
         cmocka_unit_test(test_host),
         cmocka_unit_test(test_pass_results),
+        cmocka_unit_test(test_clock_ack),
         cmocka_unit_test(test_aggregate_whole_or_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
