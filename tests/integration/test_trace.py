@@ -58,6 +58,8 @@ class Trace(psb.PsbTestCase):
             self.assertGreater(n["uncertainty_ns"], 0, n)
             self.assertGreaterEqual(n["samples"], 1, n)
             self.assertEqual(n["capacity"], 65536, n)
+        # The server reads its control link on its loop: every round in.
+        self.assertEqual(nodes["server 0"]["samples"], 8, nodes["server 0"])
 
     def test_trace_per_run(self):
         """--runs 2: each run's trace.json beside its results.json, in
