@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Labels kept per run, at most: the phases of one run are a handful; the
- * bound only keeps a ring that never fills from growing this array. */
+/* The master's ring holds at most this many spans (--trace-buffer, if
+ * less): a run changes phase a handful of times, and each kept span has
+ * its label here, so the ring and this array fill together. */
 #define MTRACE_LABELS_MAX 64
 
 typedef struct mtrace {
