@@ -286,6 +286,7 @@ static const struct {
     {"psbench-trainer", "--transport", "udp", "--transport: 'udp' is not a transport (auto, tcp or shm)"},
     {"psbench-master", "--ddp-hook", "x_hook",
      "--ddp-hook: 'x_hook' is not rpc_hook, allreduce_hook, sparse_rpc_hook or hybrid_hook"},
+    {"psbench-master", "--trace-steps", "5:2", "--trace-steps: '5:2': the first step is after the last"},
     {"psbench-master", "--preprocess-data", "x", "--preprocess-data: "},
     {"psbench-master", "--create-criterion", "x", "--create-criterion: "},
     {"psbench-master", "--create-ddp-model", "x", "--create-ddp-model: "},
