@@ -44,6 +44,30 @@ MODELS = {
 last_line = psb.last_line  # mh.last_line: test_http_load's
 
 
+def load_shard(loader, tests, pattern):
+    """A module's unittest load_tests (`load_tests = mh.load_shard`): its
+    tests, or with $PSBENCH_SHARD "I/N" only those whose place in name
+    order is I modulo N, so that ctest runs a long file as N tests side by
+    side (tests/CMakeLists.txt) and a test added later falls into one."""
+    spec = os.environ.get("PSBENCH_SHARD", "")
+    if not spec:
+        return tests
+    i, n = (int(x) for x in spec.split("/"))
+    assert 0 <= i < n, spec
+
+    def flat(suite):
+        for t in suite:
+            if isinstance(t, unittest.TestSuite):
+                yield from flat(t)
+            else:
+                yield t
+    shard = unittest.TestSuite()
+    for k, t in enumerate(sorted(flat(tests), key=lambda t: t.id())):
+        if k % n == i:
+            shard.addTest(t)
+    return shard
+
+
 class NetCase(psb.StopsProcesses, unittest.TestCase):
     """A Registry of processes (self.reg) and a Net (self.net, no hosts
     yet) per test. At the end the processes stop, failing the test with

@@ -36,6 +36,10 @@ AFTER_S = RPC_TIMEOUT + 12
 LONG_EPOCHS = 1500  # a pass of several seconds (more under ASan): the faults come 0.5 s in
 
 
+# ctest runs this file in two shards (PSBENCH_SHARD, tests/CMakeLists.txt).
+load_tests = mh.load_shard
+
+
 class Faults(mh.MultihostCase):
 
     def start_job(self, epochs=LONG_EPOCHS):
