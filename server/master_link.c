@@ -140,6 +140,15 @@ static const char *master_link_device(device_spec d, char buf[DEVSPEC_NAME_MAX])
     }
 }
 
+/* The answer to the master's `clock` m (issue 42), read just now: t1 is
+ * when it was read, t2 when the answer goes. NULL: a clock without seq and
+ * t0 (dropped: that round stays unanswered). */
+static json_t *link_clock_ack(const ctl_msg *m)
+{
+    uint64_t t1 = clock_now_ns();
+    return clocksync_answer(m->body, t1, clock_now_ns());
+}
+
 int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const char *advertise, int64_t want_rank,
                      json_t *environment, double reach_s, bool bounded, double connect_timeout_s,
                      const char *fail_reason, bool *retry, char *err, size_t errlen)
@@ -185,8 +194,7 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
             continue; /* after `registered`: the master bounds the wait (its join timeout) */
         if (strcmp(m.type, "clock") == 0) {
             /* Answered at once, as on the loop (link_on_message). */
-            uint64_t t1 = clock_now_ns();
-            json_t *ack = clocksync_answer(m.body, t1, clock_now_ns());
+            json_t *ack = link_clock_ack(&m);
             ctl_msg_clear(&m);
             rc = ack ? ctl_send(c, "clock_ack", NULL, ack, err, errlen) : 0;
             json_decref(ack);
@@ -377,9 +385,8 @@ static void link_on_message(struct master_link *l, ctl_msg *m)
     server *s = l->s;
     if (strcmp(m->type, "clock") == 0) {
         /* The master's clock rounds (issue 42): answered at once, on the
-         * loop that reads the link; t1 is when it is read. */
-        uint64_t t1 = clock_now_ns();
-        json_t *ack = clocksync_answer(m->body, t1, clock_now_ns());
+         * loop that reads the link. */
+        json_t *ack = link_clock_ack(m);
         if (ack)
             link_send(l, "clock_ack", ack);
         else
