@@ -322,13 +322,17 @@ void trace_dump_free(trace_dump *d)
     free(d);
 }
 
-trace_dump *trace_node_snapshot(const trace_node *n)
+trace_dump *trace_node_snapshot_since(const trace_node *n, trace_cursor *cur)
 {
     /* Each ring's count read once: what it published by then is whole. */
-    uint32_t count[TRACE_RINGS_MAX];
+    uint32_t count[TRACE_RINGS_MAX], from[TRACE_RINGS_MAX];
     size_t total = 0;
-    for (size_t i = 0; i < n->nrings; i++)
-        total += count[i] = trace_ring_count(n->ring[i]);
+    for (size_t i = 0; i < n->nrings; i++) {
+        count[i] = trace_ring_count(n->ring[i]);
+        /* A cursor past the count: the node was reset since (a new run). */
+        from[i] = cur && cur->taken[i] <= count[i] ? cur->taken[i] : 0;
+        total += count[i] - from[i];
+    }
     trace_dump *d = trace_dump_alloc(total);
     if (!d)
         return NULL;
@@ -339,12 +343,66 @@ trace_dump *trace_node_snapshot(const trace_node *n)
     d->nlanes = n->nlanes;
     memcpy(d->lane, n->lane, sizeof d->lane);
     for (size_t i = 0; i < n->nrings; i++) {
-        if (count[i] > 0) /* an off ring has no buffer: no memcpy from NULL */
-            memcpy(d->ev + d->nev, n->ring[i]->ev, count[i] * sizeof *d->ev);
-        d->nev += count[i];
+        if (count[i] > from[i]) /* an off ring has no buffer: no memcpy from NULL */
+            memcpy(d->ev + d->nev, n->ring[i]->ev + from[i], (count[i] - from[i]) * sizeof *d->ev);
+        d->nev += count[i] - from[i];
         trace_drops rd = trace_ring_drops(n->ring[i]);
         trace_drops_add(&d->drops, &rd);
+        if (cur)
+            cur->taken[i] = count[i];
     }
+    return d;
+}
+
+trace_dump *trace_node_snapshot(const trace_node *n) { return trace_node_snapshot_since(n, NULL); }
+
+int trace_dump_append(trace_dump *into, const trace_dump *more, char *err, size_t errlen)
+{
+    if (into->role != more->role || into->rank != more->rank) {
+        errbuf_set(err, errlen, "trace: a part of %s %" PRIu32 "'s trace added to %s %" PRIu32 "'s",
+                   trace_role_name(more->role), more->rank, trace_role_name(into->role), into->rank);
+        return -1;
+    }
+    if (into->window.first != more->window.first || into->window.last != more->window.last ||
+        into->capacity != more->capacity) {
+        errbuf_set(err, errlen, "trace: a part whose window or ring size differs from the earlier parts'");
+        return -1;
+    }
+    /* A node's lanes only grow, in the order they were registered. */
+    if (more->nlanes < into->nlanes) {
+        errbuf_set(err, errlen, "trace: a part with %zu lanes after one with %zu", more->nlanes, into->nlanes);
+        return -1;
+    }
+    for (size_t i = 0; i < into->nlanes; i++)
+        if (strcmp(into->lane[i], more->lane[i]) != 0) {
+            errbuf_set(err, errlen, "trace: a part whose lane %zu is not the earlier parts' (%s)", i, into->lane[i]);
+            return -1;
+        }
+    if (more->nev > TRACE_EVENTS_MAX - into->nev) {
+        errbuf_set(err, errlen, "trace: more than %u spans from one node", TRACE_EVENTS_MAX);
+        return -1;
+    }
+    if (more->nev > 0) {
+        trace_event *ev = realloc(into->ev, (into->nev + more->nev) * sizeof *ev);
+        if (!ev) {
+            errbuf_set(err, errlen, "trace: out of memory for %zu spans", into->nev + more->nev);
+            return -1;
+        }
+        memcpy(ev + into->nev, more->ev, more->nev * sizeof *ev);
+        into->ev = ev;
+        into->nev += more->nev;
+    }
+    memcpy(into->lane, more->lane, sizeof into->lane);
+    into->nlanes = more->nlanes;
+    into->drops = more->drops; /* counted from the start of the run */
+    return 0;
+}
+
+trace_dump *trace_dump_empty(trace_role role, uint32_t rank, trace_window window, uint32_t capacity)
+{
+    trace_dump *d = trace_dump_alloc(0);
+    if (d)
+        *d = (trace_dump){.role = role, .rank = rank, .window = window, .capacity = capacity};
     return d;
 }
 
@@ -402,11 +460,12 @@ static json_t *trace_event_json(const trace_event *e, uint64_t t0)
                      (int)e->ids.trainer, (int)e->ids.server);
 }
 
-char *trace_dump_encode(const trace_dump *d)
+json_t *trace_dump_json(const trace_dump *d, size_t first, size_t count)
 {
+    assert(first <= d->nev && count <= d->nev - first);
     /* Times go as offsets from the earliest start: shorter numbers. */
-    uint64_t t0 = d->nev ? d->ev[0].start_ns : 0;
-    for (size_t i = 1; i < d->nev; i++)
+    uint64_t t0 = count ? d->ev[first].start_ns : 0;
+    for (size_t i = first + 1; i < first + count; i++)
         t0 = d->ev[i].start_ns < t0 ? d->ev[i].start_ns : t0;
     assert(t0 <= INT64_MAX);
     /* The arrays are made empty inside doc, then filled through borrowed
@@ -427,9 +486,19 @@ char *trace_dump_encode(const trace_dump *d)
         bad = json_array_append_new(lanes, json_string(d->lane[i])) != 0;
     for (int s = 0; !bad && s < TRACE_NSPANS; s++)
         bad = json_array_append_new(names, json_string(trace_span_name((trace_span)s))) != 0;
-    for (size_t i = 0; !bad && i < d->nev; i++)
+    for (size_t i = first; !bad && i < first + count; i++)
         bad = json_array_append_new(events, trace_event_json(&d->ev[i], t0)) != 0;
-    char *s = bad ? NULL : json_dumps(doc, JSON_COMPACT);
+    if (bad) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+char *trace_dump_encode(const trace_dump *d)
+{
+    json_t *doc = trace_dump_json(d, 0, d->nev);
+    char *s = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
     json_decref(doc);
     return s;
 }
@@ -595,6 +664,37 @@ static int trace_decode_event(const json_t *a, size_t i, uint64_t t0, const int 
     return 0;
 }
 
+trace_dump *trace_dump_from_json(const json_t *doc, char *err, size_t errlen)
+{
+    trace_dump *d = NULL;
+    int map[TRACE_NSPANS * 4];
+    size_t nmap = 0;
+    json_int_t t0 = 0;
+    const json_t *events = NULL;
+    if (!json_is_object(doc)) {
+        errbuf_set(err, errlen, "trace JSON: not an object");
+        return NULL;
+    }
+    if (trace_get_int(doc, "t0", 0, INT64_MAX, &t0, err, errlen) != 0 ||
+        !(events = trace_get_array(doc, "events", TRACE_EVENTS_MAX, err, errlen)))
+        return NULL;
+    if (!(d = trace_dump_alloc(json_array_size(events)))) {
+        errbuf_set(err, errlen, "trace JSON: out of memory for %zu events", json_array_size(events));
+        return NULL;
+    }
+    if (trace_decode_head(doc, d, err, errlen) != 0 || trace_decode_names(doc, map, &nmap, err, errlen) != 0)
+        goto fail;
+    for (size_t i = 0; i < json_array_size(events); i++)
+        if (trace_decode_event(json_array_get(events, i), i, (uint64_t)t0, map, nmap, d->nlanes, &d->ev[i], err,
+                               errlen) != 0)
+            goto fail;
+    d->nev = json_array_size(events);
+    return d;
+fail:
+    trace_dump_free(d);
+    return NULL;
+}
+
 trace_dump *trace_dump_decode(const char *json, size_t len, char *err, size_t errlen)
 {
     if (len > TRACE_JSON_MAX) {
@@ -607,33 +707,7 @@ trace_dump *trace_dump_decode(const char *json, size_t len, char *err, size_t er
         errbuf_set(err, errlen, "trace JSON: not JSON (line %d: %s)", jerr.line, jerr.text);
         return NULL;
     }
-    trace_dump *d = NULL;
-    int map[TRACE_NSPANS * 4];
-    size_t nmap = 0;
-    json_int_t t0 = 0;
-    const json_t *events = NULL;
-    if (!json_is_object(doc)) {
-        errbuf_set(err, errlen, "trace JSON: not an object");
-        goto fail;
-    }
-    if (trace_get_int(doc, "t0", 0, INT64_MAX, &t0, err, errlen) != 0 ||
-        !(events = trace_get_array(doc, "events", TRACE_EVENTS_MAX, err, errlen)))
-        goto fail;
-    if (!(d = trace_dump_alloc(json_array_size(events)))) {
-        errbuf_set(err, errlen, "trace JSON: out of memory for %zu events", json_array_size(events));
-        goto fail;
-    }
-    if (trace_decode_head(doc, d, err, errlen) != 0 || trace_decode_names(doc, map, &nmap, err, errlen) != 0)
-        goto fail;
-    for (size_t i = 0; i < json_array_size(events); i++)
-        if (trace_decode_event(json_array_get(events, i), i, (uint64_t)t0, map, nmap, d->nlanes, &d->ev[i], err,
-                               errlen) != 0)
-            goto fail;
-    d->nev = json_array_size(events);
+    trace_dump *d = trace_dump_from_json(doc, err, errlen);
     json_decref(doc);
     return d;
-fail:
-    trace_dump_free(d);
-    json_decref(doc);
-    return NULL;
 }

@@ -35,6 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 /* ---- the span names ---------------------------------------------------------
  *
  * Declared once: X(ID, "name", "category", flow), where flow is the span's
@@ -236,6 +238,26 @@ typedef struct trace_dump {
 trace_dump *trace_node_snapshot(const trace_node *n);
 void trace_dump_free(trace_dump *d); /* NULL is a no-op */
 
+/* Where a reader of the node's rings stands: the spans of each ring it has
+ * taken. Zeroed: nothing taken yet. */
+typedef struct trace_cursor {
+    uint32_t taken[TRACE_RINGS_MAX];
+} trace_cursor;
+/* As trace_node_snapshot, only the spans published since cur (NULL: every
+ * span), and cur moved past them: a node ships its trace in parts, as it
+ * goes. Drops are the rings' totals. A ring reset since (trace_node_reset)
+ * is read from its start. May run on any thread, as the snapshot. */
+trace_dump *trace_node_snapshot_since(const trace_node *n, trace_cursor *cur);
+
+/* A dump with no span (NULL: out of memory). */
+trace_dump *trace_dump_empty(trace_role role, uint32_t rank, trace_window window, uint32_t capacity);
+/* more's spans after into's, its lanes (a node's lanes only grow: into's
+ * must be their first ones) and its drops (totals) in place of into's:
+ * the master puts a node's parts together. 0, or -1 with the reason (a
+ * part of another node, another window or ring size, lanes that do not
+ * follow, over TRACE_EVENTS_MAX, out of memory); into unchanged then. */
+int trace_dump_append(trace_dump *into, const trace_dump *more, char *err, size_t errlen);
+
 /* The dump as compact JSON for the master (malloc'd; NULL: out of memory):
  * {"v":1,"role":"trainer","rank":0,"window":[A,B],"capacity":N,
  *  "lanes":["main","comm"],"names":["forward",...],
@@ -244,12 +266,17 @@ void trace_dump_free(trace_dump *d); /* NULL is a no-op */
  * name indexes "names" (every span name this build knows), ids are -1 for
  * none, times integers of ns. */
 char *trace_dump_encode(const trace_dump *d);
+/* The same document as a JSON value, for count spans from the first'th
+ * (a part of the dump; first + count <= d->nev). NULL: out of memory. */
+json_t *trace_dump_json(const trace_dump *d, size_t first, size_t count);
 
 /* The dump that JSON encodes (len bytes; NUL not needed), or NULL with the
  * reason in err: not JSON, over a bound, a field missing or of the wrong
  * type, a span name this build does not know, a lane or name index out of
  * range, end before start, an id below -1. */
 trace_dump *trace_dump_decode(const char *json, size_t len, char *err, size_t errlen);
+/* The same from the JSON value (borrowed). */
+trace_dump *trace_dump_from_json(const json_t *doc, char *err, size_t errlen);
 
 /* The sentence for drops, into buf; NULL when nothing was dropped:
  * "trace: 12,345 spans of steps 10..20 dropped: the ring holds 65,536;
