@@ -113,6 +113,23 @@ void conn_hold(conn *c, bool hold)
     }
 }
 
+/* outq's `written`: an answer's last byte went into the socket (read in
+ * place: its header), and with it its answer_out. */
+static void conn_trace_written(void *ctx, outq_item *it)
+{
+    conn *c = ctx;
+    strace *t = &c->srv->trace;
+    strace_mark m = {it->trace_t0_ns, it->trace_nvtx};
+    strace_end(t, &m, TRACE_ANSWER_OUT, t->lane_reactor, it->trace_batch, it->trace_bucket, c->rank);
+}
+
+void conn_trace_queued(conn *c, uint64_t batch, uint64_t bucket)
+{
+    strace_mark m = strace_begin(&c->srv->trace, TRACE_ANSWER_OUT, batch, bucket, c->rank);
+    if (m.t0_ns)
+        outq_trace_last(&c->out, m.t0_ns, m.nvtx, batch, bucket);
+}
+
 conn *conn_open(server *s, int fd, bool shm, event_callback_fn on_read)
 {
     conn *c = calloc(1, sizeof *c);
@@ -129,6 +146,10 @@ conn *conn_open(server *s, int fd, bool shm, event_callback_fn on_read)
     c->link->peer_name(fd, c->peer, sizeof c->peer);
     int rd_ok = framed_init(&c->rd, CONN_IBUF_SIZE, s->cfg.max_payload, 4);
     outq_init(&c->out);
+    if (s->trace.ring) {
+        c->out.written = conn_trace_written;
+        c->out.written_ctx = c;
+    }
     c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_read, c);
     c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
     c->hello_ev = evtimer_new(s->base, conn_on_hello_timeout, c);
@@ -342,6 +363,7 @@ void conn_close(conn *c, const char *why)
          * the future cannot be trusted any more. */
         futures_push_lost(&s->fut, &c->push);
     }
+    conn_trace_forget(c);
     if (c->call) { /* cut off mid-payload: never handed to the kind */
         conn_call_free(c->call);
         c->call = NULL;

@@ -20,6 +20,7 @@
 
 #include "server/kind.h"
 #include "server/outq.h"
+#include "server/strace.h"
 #include "server/xport_ipc.h"
 #include "server/xport_shm.h"
 #include "shared/frame.h"
@@ -57,6 +58,12 @@ typedef struct conn {
     framed rd;      /* the input buffer, and where the stream is in a frame */
     conn_sink sink; /* what the current payload's bytes are for */
     push_ctx push;  /* the push being received (SINK_PUSH) */
+    /* The trace (strace.h) of the push or call being received: its
+     * push_recv, and its fold from its first chunk handed to the kind to
+     * the end of the last one (tr_fold_end_ns); the header's batch and
+     * bucket (a call's: none). */
+    strace_mark tr_recv, tr_fold;
+    uint64_t tr_fold_end_ns, tr_batch, tr_bucket;
     kind_call *call; /* the lookup/update being received (SINK_CALL) */
     size_t hlen;     /* the prefix and header bytes of the frame being handled */
     kind_call *calls_head, *calls_tail; /* handed to the kind, not yet done (in order) */

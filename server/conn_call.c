@@ -69,6 +69,13 @@ static void conn_calls_untrack(conn *c, const kind_call *kc)
 static void conn_call_done(kind_call *kc)
 {
     conn *c = kc->owner;
+    /* Its fold: handed to the kind until now (a call whose connection
+     * closed ends its NVTX range only). */
+    strace_mark fold = {kc->trace_t0_ns, kc->trace_nvtx};
+    if (c && !kc->error)
+        strace_end(&c->srv->trace, &fold, TRACE_FOLD, c->srv->trace.lane_reactor, kc->batch, STRACE_NONE, c->rank);
+    else
+        strace_drop(&fold);
     if (c) {
         assert(c->calls_head == kc); /* the device completes in submission order */
         c->calls_head = kc->next;
@@ -100,6 +107,7 @@ static void conn_call_done(kind_call *kc)
         if (!c->closing && !conn_over_cap(c, "rows") &&
             outq_push_copy(&c->out, buf, n, kc->answer && kc->answer->len ? kc->answer : NULL) == 0) {
             c->srv->results++;
+            conn_trace_queued(c, kc->batch, STRACE_NONE);
             call_count_add(&c->srv->calls[CALLS_ROWS], n, h.payload);
             conn_want_flush(c);
         }
@@ -113,6 +121,7 @@ static void conn_call_done(kind_call *kc)
         size_t n = frame_encode_header(&h, buf, sizeof buf);
         assert(n > 0);
         if (!c->closing && !conn_over_cap(c, "updated") && outq_push(&c->out, buf, n, NULL, 0) == 0) {
+            conn_trace_queued(c, kc->batch, STRACE_NONE);
             call_count_add(&c->srv->calls[CALLS_UPDATED], n, 0);
             conn_want_flush(c);
         }
@@ -128,6 +137,12 @@ void conn_call_finish(conn *c)
     c->call = NULL;
     c->sink = SINK_DISCARD;
     kc->t_ns = clock_now_ns();
+    /* Its payload is in: push_recv ends; the kind's work is its fold. */
+    strace *t = &s->trace;
+    strace_end(t, &c->tr_recv, TRACE_PUSH_RECV, t->lane_reactor, c->tr_batch, STRACE_NONE, c->rank);
+    strace_mark fold = strace_begin(t, TRACE_FOLD, kc->batch, STRACE_NONE, c->rank);
+    kc->trace_t0_ns = fold.t0_ns;
+    kc->trace_nvtx = fold.nvtx;
     kc->done = conn_call_done;
     kc->owner = c;
     /* In the list before the kind sees it: the cpu device calls done
@@ -156,6 +171,7 @@ void conn_call_finish(conn *c)
     /* Refused: done will never run; take it off the list again (it is the
      * tail: nothing was added since). */
     assert(c->calls_tail == kc);
+    strace_drop(&fold);
     c->calls_tail = prev_tail;
     if (prev_tail)
         prev_tail->next = NULL;
@@ -232,8 +248,14 @@ void conn_on_call(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_BAD_FRAME, update ? "update before hello" : "lookup before hello", h);
         return;
     }
+    /* The call's frame in is the embedding kind's push_recv. */
+    conn_trace_forget(c);
+    c->tr_batch = h->batch;
+    if (h->has & FH_BATCH)
+        c->tr_recv = strace_begin(&c->srv->trace, TRACE_PUSH_RECV, c->tr_batch, STRACE_NONE, c->rank);
     frame_errcode code = conn_check_call(c, h, update, msg, sizeof msg);
     if (code != ERR_NONE) {
+        conn_trace_forget(c);
         conn_send_error(c, code, msg, h);
         if (!c->closing)
             conn_skip_payload(c);
@@ -246,6 +268,7 @@ void conn_on_call(conn *c, const frame_hdr *h)
         free(kc);
         if (payload)
             psbuf_unref(payload);
+        conn_trace_forget(c);
         conn_send_error(c, ERR_TOO_LARGE, "server out of memory", h);
         return;
     }

@@ -165,8 +165,11 @@ static ssize_t conn_read_direct(conn *c, uint8_t *dst, size_t max)
     /* The backend's view stays on a float boundary: a partial float goes
      * back to the input buffer and is handled with the next bytes. */
     size_t keep = framed_direct_done(&c->rd, dst, carry + (size_t)r);
-    if (keep)
+    if (keep) {
+        conn_fold_begin(c);
         futures_push_direct_done(&s->fut, &c->push, off, keep);
+        conn_fold_end(c);
+    }
     conn_process(c); /* the payload's end, when these bytes were the last */
     return r;
 }

@@ -44,6 +44,10 @@ bool conn_over_cap(conn *c, const char *what);
 /* Queue an error frame; bad_frame, auth and too_large close the
  * connection once it is written. */
 void conn_send_error(conn *c, frame_errcode code, const char *msg, const frame_hdr *about);
+/* The answer just queued to c (a result; a call's rows or updated) is
+ * traced: its answer_out begins now, and ends as outq writes its last
+ * byte. */
+void conn_trace_queued(conn *c, uint64_t batch, uint64_t bucket);
 /* The frame's payload, if any, is discarded. */
 void conn_skip_payload(conn *c);
 /* Free a call (its payload and answer): by its done, or by conn_close
@@ -68,6 +72,12 @@ void conn_on_call(conn *c, const frame_hdr *h);   /* conn_call.c: lookup and upd
 void conn_push_data(conn *c, const uint8_t *p, size_t n, uint64_t off);
 /* Its payload is all in: the futures layer has it. */
 void conn_push_finish(conn *c);
+/* The trace's fold of the push being received: bytes of it are handed to
+ * the kind from now (begin) until now (end), around each handover. */
+void conn_fold_begin(conn *c);
+void conn_fold_end(conn *c);
+/* The trace of what was being received is forgotten (refused, cut off). */
+void conn_trace_forget(conn *c);
 
 /* ---- conn_call.c: the lookup/update being received ---- */
 

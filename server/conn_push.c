@@ -9,17 +9,51 @@
 #include "server/members.h"
 #include "server/server.h"
 #include "server/xport.h"
+#include "shared/clock.h"
 #include "shared/log.h"
 
 #include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 
+/* ---- the trace ---------------------------------------------------------- */
+
+void conn_fold_begin(conn *c)
+{
+    if (c->tr_recv.t0_ns && !c->tr_fold.t0_ns)
+        c->tr_fold = strace_begin(&c->srv->trace, TRACE_FOLD, c->tr_batch, c->tr_bucket, c->rank);
+}
+
+void conn_fold_end(conn *c)
+{
+    if (c->tr_fold.t0_ns)
+        c->tr_fold_end_ns = clock_now_ns();
+}
+
+void conn_trace_forget(conn *c)
+{
+    strace_drop(&c->tr_recv);
+    strace_drop(&c->tr_fold);
+}
+
+/* The push's (or call's) payload is in: its push_recv ends now, its fold
+ * where its last chunk's did. */
+static void conn_trace_received(conn *c)
+{
+    strace *t = &c->srv->trace;
+    strace_end_at(t, &c->tr_fold, TRACE_FOLD, t->lane_reactor, c->tr_fold_end_ns, c->tr_batch, c->tr_bucket,
+                  c->rank);
+    strace_end(t, &c->tr_recv, TRACE_PUSH_RECV, t->lane_reactor, c->tr_batch, c->tr_bucket, c->rank);
+}
+
+/* ---- the push --------------------------------------------------------------- */
+
 /* The current push was refused half-way (its bytes were invalid): the
  * futures layer forgets it; the rest of its payload is discarded. */
 static void conn_push_abort(conn *c)
 {
     assert(c->sink == SINK_PUSH);
+    conn_trace_forget(c);
     if (c->push.f)
         futures_push_abort(&c->srv->fut, &c->push);
     c->sink = SINK_DISCARD;
@@ -27,7 +61,10 @@ static void conn_push_abort(conn *c)
 
 void conn_push_data(conn *c, const uint8_t *p, size_t n, uint64_t off)
 {
-    if (c->push.f && futures_push_data(&c->srv->fut, &c->push, off, p, n) < 0) {
+    conn_fold_begin(c);
+    int rc = c->push.f ? futures_push_data(&c->srv->fut, &c->push, off, p, n) : 0;
+    conn_fold_end(c);
+    if (rc < 0) {
         frame_hdr about = {0};
         about.batch = c->push.f->batch;
         about.bucket = c->push.f->bucket;
@@ -40,6 +77,7 @@ void conn_push_data(conn *c, const uint8_t *p, size_t n, uint64_t off)
 void conn_push_forget(conn *c)
 {
     assert(!c->push.f); /* the futures layer has let go of every push */
+    conn_trace_forget(c);
     if (c->sink == SINK_PUSH)
         c->sink = SINK_DISCARD;
 }
@@ -47,9 +85,13 @@ void conn_push_forget(conn *c)
 void conn_push_finish(conn *c)
 {
     c->sink = SINK_DISCARD;
-    if (!c->push.f)
+    if (!c->push.f) {
+        conn_trace_forget(c);
         return; /* its future failed meanwhile: the bytes were discarded */
+    }
     c->srv->pushes++;
+    /* Before the futures layer has it: the resolve it may start follows. */
+    conn_trace_received(c);
     futures_push_done(&c->srv->fut, &c->push);
 }
 
@@ -117,9 +159,17 @@ void conn_on_push(conn *c, const frame_hdr *h0)
         conn_send_error(c, ERR_BAD_FRAME, "push before hello", h0);
         return;
     }
+    /* Its push_recv begins with the header (a push without a batch is
+     * refused below). */
+    conn_trace_forget(c);
+    c->tr_batch = h0->batch;
+    c->tr_bucket = (h0->has & FH_BUCKET) ? h0->bucket : STRACE_NONE;
+    if (h0->has & FH_BATCH)
+        c->tr_recv = strace_begin(&s->trace, TRACE_PUSH_RECV, c->tr_batch, c->tr_bucket, c->rank);
     xport_push p;
     frame_errcode code = conn_push_place(c, h0, &p, msg, sizeof msg);
     if (code != ERR_NONE) {
+        conn_trace_forget(c);
         conn_send_error(c, code, msg, h0);
         return;
     }
@@ -135,6 +185,7 @@ void conn_on_push(conn *c, const frame_hdr *h0)
     if (code == ERR_NONE)
         code = futures_admit(&s->fut, h, c->slot, c->rank, &c->push, msg, sizeof msg);
     if (code != ERR_NONE) {
+        conn_trace_forget(c);
         conn_send_error(c, code, msg, h);
         if (!c->closing)
             conn_skip_payload(c);

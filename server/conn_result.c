@@ -145,8 +145,10 @@ void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *
     xport_answer a;
     xport_answer_init(&a, &h, result);
     for (uint32_t i = 0; i < n; i++)
-        if (conn_queue_result(eps[i], &a, f->batch, pending_gpu_slot(f, ((conn *)eps[i])->slot)) == 0)
+        if (conn_queue_result(eps[i], &a, f->batch, pending_gpu_slot(f, ((conn *)eps[i])->slot)) == 0) {
             s->results++;
+            conn_trace_queued(eps[i], f->batch, f->bucket);
+        }
     if (result && result->twin_only)
         s->results_gpu_only++;
 }

@@ -170,7 +170,23 @@ typedef struct device_job {
     void (*done)(struct device_job *j);
     void *arg;
     struct device_job *next; /* the device's queue */
+    /* The trace (issue 42). The submitter's (device_job_for): what the job
+     * is for — its future's batch and bucket, a call's batch — or, with
+     * trace_batch negative, nothing a trace names (the device's own
+     * barriers). Zero-filled means batch 0, bucket 0: every submitter sets
+     * them. trace_t0_ns and trace_nvtx are the owner's trace hook's
+     * (device.trace_job). */
+    int64_t trace_batch, trace_bucket;
+    uint64_t trace_t0_ns, trace_nvtx;
 } device_job;
+
+/* The trace's ids of j (TRACE_NONE, -1, where one does not apply; a batch
+ * or bucket past INT64_MAX is none). */
+static inline void device_job_for(device_job *j, uint64_t batch, uint64_t bucket)
+{
+    j->trace_batch = batch > INT64_MAX ? -1 : (int64_t)batch;
+    j->trace_bucket = bucket > INT64_MAX ? -1 : (int64_t)bucket;
+}
 
 typedef struct device device;
 
@@ -226,6 +242,16 @@ struct device {
      * output they queued). NULL: nothing. */
     void (*after)(void *ctx);
     void *after_ctx;
+    /* The trace (issue 42): NULL, or called by a device whose jobs run
+     * apart from the reactor (cuda, fake-cuda) for each job it submits
+     * (done false: the owner may note when it began, in j->trace_t0_ns and
+     * j->trace_nvtx) and, on the reactor thread, as its completion is
+     * seen, before its `done` (done true: the owner records the job's
+     * device_job span). The cpu device's jobs are the host's work inside
+     * the caller's own span, the test device's delays invented: neither
+     * calls it. */
+    void (*trace_job)(void *ctx, device_job *j, bool done);
+    void *trace_ctx;
 };
 
 /* The device --device names (shared/devspec.h): "cpu"; "cuda" or "cuda:N"

@@ -169,6 +169,8 @@ static void futures_resolve(futures *t, future *f, uint64_t now_ns)
     f->state = FUTURE_RESOLVING;
     f->t_resolve_ns = f->t_last_ns;
     t->resolving++;
+    if (t->hooks.trace)
+        t->hooks.trace(t->hooks.trace_ctx, f, true, false);
     t->k->ops->resolve(t->k, f); /* may call futures_on_resolved before it returns */
 }
 
@@ -178,6 +180,8 @@ static void futures_on_resolved(void *ctx, future *f, psbuf *result, frame_errco
     futures *t = ctx;
     assert(f->state == FUTURE_RESOLVING && t->resolving > 0);
     t->resolving--;
+    if (t->hooks.trace)
+        t->hooks.trace(t->hooks.trace_ctx, f, false, result && !f->cancelled);
     if (f->cancelled) {
         /* Drained: nobody waits for this answer any more. */
         if (result)

@@ -31,6 +31,12 @@ typedef struct futures_hooks {
      * device when the device failed its work) with msg. */
     void (*fail)(void *ctx, future *f, frame_errcode code, const char *msg);
     void *ctx;
+    /* NULL, or the trace's (issue 42): f is handed to the kind to resolve
+     * (begin; f->trace_t0_ns and f->trace_nvtx are the hook's), and the
+     * kind's answer for it is back (end, before `answer` or `fail`;
+     * answered: it has a result to send, not failed nor drained). */
+    void (*trace)(void *ctx, future *f, bool begin, bool answered);
+    void *trace_ctx;
 } futures_hooks;
 
 /* Where a future's times go (docs/protocol.md, "Server metrics"). The

@@ -91,6 +91,7 @@ typedef struct kind_call {
      * (in call order: the device completes jobs in submission order). */
     void (*done)(struct kind_call *c);
     void *owner;            /* the transport's: the connection, NULL once it closed */
+    uint64_t trace_t0_ns, trace_nvtx; /* the transport's: the call's fold in the trace (server/strace.h) */
     struct kind_call *next; /* the transport's: the owner's calls in flight */
 } kind_call;
 

@@ -266,6 +266,7 @@ static void avg_resolve(kind *k, future *f)
     memset(&st->job, 0, sizeof st->job);
     st->job.done = avg_done;
     st->job.arg = st;
+    device_job_for(&st->job, f->batch, f->bucket);
     if (f->layout == LAYOUT_DENSE) {
         st->job.op = JOB_BARRIER;
         st->stays = kind_result_stays(k, f, st->acc);

@@ -162,6 +162,7 @@ static void avgb_resolve(kind *k, future *f)
     memset(&st->job, 0, sizeof st->job);
     st->job.done = avgb_done;
     st->job.arg = st;
+    device_job_for(&st->job, f->batch, f->bucket);
     if (f->layout == LAYOUT_DENSE) {
         st->srcs = malloc(n * sizeof *st->srcs);
         if (!st->srcs) {

@@ -231,6 +231,7 @@ static void bu_resolve(kind *k, future *f)
     st->sgd_job.u.sgd.out = st->result;
     st->sgd_job.to_host = st->result;
     st->sgd_job.done = bu_step_done;
+    device_job_for(&st->sgd_job, f->batch, f->bucket);
     st->sgd_job.arg = st;
     bk->steps_submitted++;
     device_submit(k->dev, &st->sgd_job);

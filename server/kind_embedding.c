@@ -224,6 +224,7 @@ static void emb_submit(emb_kind *ek, kind_call *c, device_job_op op, devbuf *out
     j->to_host = out;
     j->done = emb_done;
     j->arg = ek;
+    device_job_for(j, c->batch, UINT64_MAX); /* a call has no bucket */
     ek->submitted++;
     device_submit(ek->base.dev, j);
 }

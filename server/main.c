@@ -117,6 +117,8 @@ static int server_check_args(server_args *a, char *err, size_t errlen)
         why = "--follow needs --master HOST:PORT (a standalone server serves until a signal)";
     else if (a->have_follow_idle && !a->follow)
         why = "--follow-idle needs --follow";
+    else if (a->standalone && (cfg->trace_flags.on || cfg->trace_flags.window_set || cfg->trace_flags.capacity))
+        why = "--trace, --trace-steps and --trace-buffer need --master: the trace goes to the master's trace.json";
     else if (a->master && cfg->trainers)
         why = "--trainers: with --master, the master decides the trainer count";
     else if (a->master && (a->bu_flags || a->emb_flags || a->have_lr || a->have_seed))

@@ -27,6 +27,7 @@ struct master_link {
     bool ready_sent;          /* `ready` went out (the kind was ready once) */
     bool reset_wait;          /* a reset is answered once the kind is ready */
     bool failed_sent;         /* `failed` went out (said once) */
+    bool stopped;             /* the master's `stop` came: the trace's final ship goes at the end */
     frame_decoder dec;
     const char *token;
     char peer[300]; /* the master's HOST:PORT, for messages */
@@ -256,6 +257,13 @@ int master_link_join(ctl_conn *c, const char *master, server_config *cfg, const 
                                                        : 0;
         if (kind_rc == 0)
             kind_rc = master_link_bounds(m.body, cfg, err, errlen);
+        /* The trace (issue 42): the assignment's `trace` with this
+         * server's own flags. */
+        char why[256];
+        if (kind_rc == 0 &&
+            (kind_rc = tracejob_conf(m.body, &cfg->trace_flags, TRACE_SERVER, cfg->rank, &cfg->trace, why,
+                                     sizeof why)) < 0)
+            snprintf(err, errlen, "%s", why);
         ctl_msg_clear(&m);
         return kind_rc;
     }
@@ -270,6 +278,27 @@ static void link_send(struct master_link *l, const char *type, json_t *body)
         free(buf);
     }
     json_decref(body);
+}
+
+/* tracejob's send: one `trace` message on the link (its body taken). */
+static int link_send_trace(void *ctx, json_t *body, char *err, size_t errlen)
+{
+    struct master_link *l = ctx;
+    uint8_t *buf;
+    size_t len;
+    int rc = ctl_encode("trace", NULL, body, &buf, &len);
+    json_decref(body);
+    if (rc < 0) {
+        snprintf(err, errlen, "a trace message could not be encoded");
+        return -1;
+    }
+    rc = bufferevent_write(l->bev, buf, len);
+    free(buf);
+    if (rc < 0) {
+        snprintf(err, errlen, "out of memory for a trace message of %zu bytes", len);
+        return -1;
+    }
+    return 0;
 }
 
 static void link_report(struct master_link *l)
@@ -308,6 +337,9 @@ static void link_report(struct master_link *l)
     if (host)
         json_object_set_new(body, "host", host);
     link_send(l, "metrics", body);
+    /* The spans since the last report, at the reports' cadence (one
+     * snapshot and its JSON: a short pause of the reactor). */
+    strace_ship(&s->trace, false, link_send_trace, l);
 }
 
 /* The kind is ready (the reactor's fill is done, or there was nothing to
@@ -370,6 +402,10 @@ static void link_on_new_run(evutil_socket_t fd, short what, void *arg)
         return;
     l->new_run_wait = false;
     server_reset(l->s);
+    /* The run's whole trace, before reset_done; the next run's starts
+     * empty, untraced until its timed pass. */
+    strace_ship(&l->s->trace, true, link_send_trace, l);
+    strace_new_run(&l->s->trace);
     link_reset_answer(l);
 }
 
@@ -398,10 +434,14 @@ static void link_on_message(struct master_link *l, ctl_msg *m)
         l->new_run_wait = true;
         event_active(l->new_run_ev, EV_TIMEOUT, 0);
     } else if (strcmp(m->type, "reset") == 0) {
+        /* After the warm-up (the one reset in a run that is not new_run):
+         * the timed pass begins, and with it the trace. */
         server_reset(s);
+        strace_timed(&s->trace);
         link_reset_answer(l); /* its report flushes what is left (nothing: metrics were reset) */
     } else if (strcmp(m->type, "stop") == 0) {
         const char *st = ctl_str(m->body, "status", "failed");
+        l->stopped = true;
         if (strcmp(st, "done") == 0) {
             link_stop(s, 0, NULL);
         } else {
@@ -514,8 +554,11 @@ void master_link_free(server *s)
     if (!l)
         return;
     /* A last report, so the master's tables hold every sample: written
-     * here and now (the reactor has stopped), blocking, best effort. */
+     * here and now (the reactor has stopped), blocking, best effort. With
+     * them, after a `stop`, the trace's final part. */
     link_report(l);
+    if (l->stopped)
+        strace_ship(&s->trace, true, link_send_trace, l);
     evutil_socket_t fd = bufferevent_getfd(l->bev);
     struct evbuffer *out = bufferevent_get_output(l->bev);
     net_set_nonblock(fd, 0);

@@ -6,6 +6,7 @@
 #include "shared/cli.h"
 #include "shared/net.h"
 #include "shared/text.h"
+#include "shared/trace.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -102,6 +103,25 @@ static int server_opt_advertise(const opt_spec *o, const char *flag, const char 
         return -1;
     }
     ((server_args *)settings)->advertise = arg;
+    return 0;
+}
+
+/* --trace-steps A:B: the window of batches traced (trace_window_parse). */
+static int server_opt_trace_steps(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                                  size_t errlen)
+{
+    (void)o;
+    trace_flags *f = &((server_args *)settings)->cfg.trace_flags;
+    char why[256];
+    if (trace_window_parse(arg, &f->window, why, sizeof why) < 0) {
+        /* The reason without trace.c's own quote of the value (raw):
+         * the value is shown escaped here. */
+        const char *reason = strstr(why, "': ");
+        text_shown shown;
+        errbuf_set(err, errlen, "%s: %s: %s", flag, text_show(arg, '\'', &shown), reason ? reason + 3 : why);
+        return -1;
+    }
+    f->window_set = true;
     return 0;
 }
 
@@ -277,6 +297,23 @@ static const opt_spec server_specs[] = {
      .example = "10.0.0.1",
      .help = "the address trainers should use to reach this\n"
              "server (default: as the master sees it)"},
+    {.name = "trace", .kind = OPT_FLAG, .to = AT(cfg.trace_flags.on),
+     .help = "record this server's trace and send it to the master,\n"
+             "which puts it into its trace.json (needs --master; the\n"
+             "master's --trace turns it on too): each push received\n"
+             "and folded, each device job, resolve and answer sent,\n"
+             "for Perfetto or chrome://tracing (docs/results.md;\n"
+             "default off)"},
+    {.name = "trace-steps", .meta = "A:B", .kind = OPT_CUSTOM, .parse = server_opt_trace_steps, .example = "10:20",
+     .help = "the steps traced: A:B (both included), A: (A onwards)\n"
+             "or A (that step alone); a server's step is the push's\n"
+             "batch in the timed pass (default: the master's\n"
+             "--trace-steps, else every step)"},
+    {.name = "trace-buffer", .meta = "N", .kind = OPT_U64, .min = 1, .max = TRACE_CAPACITY_MAX,
+     .to = AT(cfg.trace_flags.capacity),
+     .help = "spans the ring holds (default: the master's\n"
+             "--trace-buffer, else 65536; at most 4194304); a full\n"
+             "ring keeps the first spans and says how many it dropped"},
     {.shared = &opts_log_level, .to = AT(log_level),
      .help = "error, warn, info (default) or debug"},
     {.shared = &opts_help, .head = "--help, --version", .help = ""},

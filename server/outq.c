@@ -55,12 +55,24 @@ static void outq_finish_head(outq *q)
 {
     outq_item *h = outq_at(q, 0);
     assert(h->done == outq_item_total(h));
+    if (h->trace_t0_ns && q->written)
+        q->written(q->written_ctx, h);
     if (h->lent_pages) {
         assert(q->zc.in_pipe == 0);
         outq_lend(q, h->payload, h->tag);
         h->payload = NULL; /* the loan holds our reference now */
     }
     outq_pop(q);
+}
+
+void outq_trace_last(outq *q, uint64_t t0_ns, uint64_t nvtx, uint64_t batch, uint64_t bucket)
+{
+    assert(q->len > 0);
+    outq_item *it = outq_at(q, q->len - 1);
+    it->trace_t0_ns = t0_ns;
+    it->trace_nvtx = nvtx;
+    it->trace_batch = batch;
+    it->trace_bucket = bucket;
 }
 
 void outq_free(outq *q)
@@ -120,6 +132,8 @@ int outq_push(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t
     it->mode = payload ? OUTQ_UNDECIDED : OUTQ_COPY;
     it->lent_pages = false;
     it->done = 0;
+    it->trace_t0_ns = 0;
+    it->trace_nvtx = 0;
     if (payload)
         psbuf_ref(payload);
     q->len++;

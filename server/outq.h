@@ -44,6 +44,10 @@ typedef struct outq_item {
     psbuf *payload;  /* NULL: header only */
     uint64_t tag;   /* the batch a result answers (the loan's tag) */
     uint64_t done;  /* bytes of hdr + payload already in the socket */
+    /* The trace (issue 42; outq_trace_last): when the frame was queued (0:
+     * not traced) and what it answers, for the owner's `written`. */
+    uint64_t trace_t0_ns, trace_nvtx;
+    uint64_t trace_batch, trace_bucket;
 } outq_item;
 
 typedef struct outq_loan {
@@ -64,6 +68,11 @@ typedef struct outq {
     size_t nloans, loans_cap;
     uint64_t lent_bytes, lend_cap;
     uint64_t spliced, copied; /* payload bytes sent each way (for the exit line) */
+    /* NULL, or called as a traced frame's last byte goes into the socket
+     * (for a payload read in place: its header), before it is dropped:
+     * the trace's answer_out ends. */
+    void (*written)(void *ctx, outq_item *it);
+    void *written_ctx;
 } outq;
 
 void outq_init(outq *q);
@@ -88,6 +97,9 @@ int outq_push_copy(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload);
  * until outq_return says the peer has read it. Returns 0; 1 when lending it
  * would pass cap bytes on loan (send it another way); -1 on no memory. */
 int outq_push_shared(outq *q, const uint8_t *hdr, size_t hlen, psbuf *payload, uint64_t tag, uint64_t cap);
+/* The frame appended last is traced: queued at t0_ns (with its NVTX
+ * range), answering batch and bucket (the owner's `written` records it). */
+void outq_trace_last(outq *q, uint64_t t0_ns, uint64_t nvtx, uint64_t batch, uint64_t bucket);
 /* Write as much as the socket takes (one writev, or one splice step).
  * Returns bytes written, or -1 with errno (EAGAIN when the socket is full). */
 ssize_t outq_write(outq *q, int fd);

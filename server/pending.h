@@ -48,6 +48,7 @@ typedef struct future {
     uint64_t round;      /* batch-update: updates applied once this resolves; 0: none */
     uint32_t gpu_pushes; /* pushes folded from a trainer's GPU memory (CUDA IPC): when all were, every
                           * reader of the result reads it there, and no host copy of it is made */
+    uint64_t trace_t0_ns, trace_nvtx; /* its resolve, for the trace: futures_hooks.trace's */
     struct push_ctx *pushes; /* pushes streaming into it now */
     void *kstate;        /* the kind's per-future state */
     struct future *next; /* hash chain */

@@ -109,6 +109,43 @@ static void server_on_device_after(void *arg)
     loopend_want(&s->pass);
 }
 
+/* ---- the trace ---------------------------------------------------------------- */
+
+/* futures_hooks.trace: a future's resolve, from its last push in to its
+ * answer ready (one that fails or is drained is not recorded). */
+static void server_trace_future(void *ctx, future *f, bool begin, bool answered)
+{
+    strace *t = ctx;
+    strace_mark m = {f->trace_t0_ns, f->trace_nvtx};
+    if (begin) {
+        m = strace_begin(t, TRACE_RESOLVE, f->batch, f->bucket, STRACE_NONE);
+    } else if (answered) {
+        strace_end(t, &m, TRACE_RESOLVE, t->lane_reactor, f->batch, f->bucket, STRACE_NONE);
+    } else {
+        strace_drop(&m);
+    }
+    f->trace_t0_ns = m.t0_ns;
+    f->trace_nvtx = m.nvtx;
+}
+
+/* device.trace_job: a job on the cuda device's stream, from its
+ * submission to its completion seen here, on the stream's lane. */
+static void server_trace_job(void *ctx, device_job *j, bool done)
+{
+    strace *t = ctx;
+    uint64_t batch = j->trace_batch < 0 ? UINT64_MAX : (uint64_t)j->trace_batch;
+    uint64_t bucket = j->trace_bucket < 0 ? STRACE_NONE : (uint64_t)j->trace_bucket;
+    strace_mark m = {j->trace_t0_ns, j->trace_nvtx};
+    if (!done) {
+        /* No batch (the device's own barriers): nothing the window names. */
+        m = j->trace_batch < 0 ? (strace_mark){0, 0} : strace_begin(t, TRACE_DEVICE_JOB, batch, bucket, STRACE_NONE);
+    } else {
+        strace_end(t, &m, TRACE_DEVICE_JOB, t->lane_stream, batch, bucket, STRACE_NONE);
+    }
+    j->trace_t0_ns = m.t0_ns;
+    j->trace_nvtx = m.nvtx;
+}
+
 /* ---- the listener ---------------------------------------------------------- */
 
 /* Connections without a hello beyond the trainer count (reconnects, a
@@ -481,15 +518,25 @@ int server_init(server *s, const server_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (strace_init(&s->trace, &s->cfg.trace, s->cfg.device, err, errlen) < 0)
+        return -1;
     s->dev = device_new(s->cfg.device, s->base, &s->pool, err, errlen);
     if (!s->dev)
         return -1;
     s->dev->after = server_on_device_after;
     s->dev->after_ctx = s;
+    if (s->trace.has_stream) {
+        s->dev->trace_job = server_trace_job;
+        s->dev->trace_ctx = &s->trace;
+    }
     s->kind = kind_new(&s->cfg.kind, s->dev, &s->pool, s->metrics, err, errlen);
     if (!s->kind)
         return -1;
     futures_hooks hooks = {.answer = members_on_answer, .fail = members_on_fail, .ctx = &s->members};
+    if (s->trace.ring) {
+        hooks.trace = server_trace_future;
+        hooks.trace_ctx = &s->trace;
+    }
     if (futures_init(&s->fut, s->kind, cfg->trainers, &hooks, &fm) < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -542,6 +589,7 @@ void server_free(server *s)
     futures_destroy(&s->fut);
     kind_free(s->kind);
     device_destroy(s->dev);
+    strace_free(&s->trace); /* after the device: its drain records the last jobs */
     for (int i = 0; i < 2; i++)
         if (s->sig_ev[i])
             event_free(s->sig_ev[i]);

@@ -28,7 +28,9 @@
 #include "server/kind.h"
 #include "server/loopend.h"
 #include "server/members.h"
+#include "server/strace.h"
 #include "shared/shm.h"
+#include "shared/tracejob.h"
 
 struct event_base;
 struct event;
@@ -54,6 +56,9 @@ typedef struct server_config {
     psb_transport transport; /* auto/shm: also on a Unix socket, results in shared memory; tcp: TCP only */
     uint64_t max_shm;        /* the largest segment a trainer may hand over (--max-shm) */
     uint64_t gpu_share;      /* GPU memory shared with CUDA trainers on the GPU (--gpu-share; 0: no CUDA IPC) */
+    trace_flags trace_flags; /* --trace, --trace-steps, --trace-buffer */
+    trace_conf trace;        /* the trace (issue 42): the assignment's with the flags (master_link_join);
+                              * .on false: none */
 } server_config;
 
 /* The embedding kind's traffic by message type (extension: the metrics'
@@ -122,6 +127,7 @@ typedef struct server {
                                            * bytes trainers read from the server's */
     uint64_t results_gpu_only;            /* CUDA IPC: results never copied to the host (every reader a peer) */
     bool splice_warned;                   /* a connection fell back to copies (said once) */
+    strace trace;             /* this server's spans (strace.h); inert when it does not trace */
     struct master_link *link; /* NULL standalone */
     /* Called when the last trainer has left (a session ends): the master
      * link sets it, since a reset between runs waits for this. NULL: none. */

@@ -203,7 +203,9 @@ static void xport_ipc_take(conn *c, const xport_push *p)
     s->pushes_gpu++;
     if (c->push.f) {
         pending_set_gpu_slot(c->push.f, c->slot);
+        conn_fold_begin(c);
         futures_push_peer(&s->fut, &c->push, c->ipc.peer, p->hv.dev);
+        conn_fold_end(c);
     }
     conn_push_finish(c);
 }

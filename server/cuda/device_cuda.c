@@ -250,6 +250,10 @@ static void cuda_submit(device *d, device_job *j)
     device_host_job_bufs(j, cuda_claim, NULL);
     if (j->op == JOB_SPARSE_EMIT)
         j->u.emit.acc->jobs++;
+    /* The trace's device_job begins here: submitted, its enqueue on the
+     * stream follows at the end of this loop iteration. */
+    if (c->base.trace_job)
+        c->base.trace_job(c->base.trace_ctx, j, false);
     /* Enqueued at the end of the iteration (cuda_emit_jobs). */
     if (c->tail)
         c->tail->next = r;
@@ -323,6 +327,8 @@ static void cuda_deliver(cuda_device *c)
             c->tail = NULL;
         device_job *j = r->j;
         cuda_finish(c, r);
+        if (c->base.trace_job)
+            c->base.trace_job(c->base.trace_ctx, j, true);
         j->done(j);
         any = true;
     }
@@ -480,6 +486,7 @@ static void cuda_peer_close(device *d, devpeer *p)
     device_job *j = calloc(1, sizeof *j);
     if (j) {
         j->op = JOB_BARRIER;
+        j->trace_batch = j->trace_bucket = -1; /* the device's own: no batch */
         j->done = cuda_reap_done;
         cuda_submit(d, j);
     }
