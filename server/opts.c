@@ -298,22 +298,22 @@ static const opt_spec server_specs[] = {
      .help = "the address trainers should use to reach this\n"
              "server (default: as the master sees it)"},
     {.name = "trace", .kind = OPT_FLAG, .to = AT(cfg.trace_flags.on),
-     .help = "record this server's trace and send it to the master,\n"
-             "which puts it into its trace.json (needs --master; the\n"
-             "master's --trace turns it on too): each push received\n"
-             "and folded, each device job, resolve and answer sent,\n"
-             "for Perfetto or chrome://tracing (docs/results.md;\n"
-             "default off)"},
+     .help = "record this server's trace and send it to the\n"
+             "master for its trace.json (needs --master; the\n"
+             "master's --trace turns it on too): each push\n"
+             "received and folded, device job, resolve and\n"
+             "answer sent (docs/results.md; default off)"},
     {.name = "trace-steps", .meta = "A:B", .kind = OPT_CUSTOM, .parse = server_opt_trace_steps, .example = "10:20",
-     .help = "the steps traced: A:B (both included), A: (A onwards)\n"
-             "or A (that step alone); a server's step is the push's\n"
-             "batch in the timed pass (default: the master's\n"
-             "--trace-steps, else every step)"},
+     .help = "the steps traced: A:B (both included), A: (A\n"
+             "onwards) or A (that step alone); a server's step\n"
+             "is a push's batch in the timed pass (default:\n"
+             "the master's --trace-steps, else every step)"},
     {.name = "trace-buffer", .meta = "N", .kind = OPT_U64, .min = 1, .max = TRACE_CAPACITY_MAX,
      .to = AT(cfg.trace_flags.capacity),
      .help = "spans the ring holds (default: the master's\n"
-             "--trace-buffer, else 65536; at most 4194304); a full\n"
-             "ring keeps the first spans and says how many it dropped"},
+             "--trace-buffer, else 65536; at most 4194304); a\n"
+             "full ring keeps the first spans and says how many\n"
+             "it dropped"},
     {.shared = &opts_log_level, .to = AT(log_level),
      .help = "error, warn, info (default) or debug"},
     {.shared = &opts_help, .head = "--help, --version", .help = ""},

@@ -130,7 +130,7 @@ def spans(parts):
 
 class ServerTrace(psb.PsbTestCase):
 
-    def start(self, kind="average", trainers=2, trace=None, flags=(), device="cpu", extra_assign=None):
+    def server_of_master(self, kind="average", trainers=2, trace=None, flags=(), device="cpu", extra_assign=None):
         """A server of the test's master: its kind, trainer count, the
         assignment's trace object (None: none) and its own flags."""
         fm = FakeMaster(self)
@@ -219,7 +219,7 @@ class ServerTrace(psb.PsbTestCase):
         timed pass has its four spans in order on the lane "reactor"; the
         warm-up left none; parts go out as the run goes (after a metrics
         report), the final one on stop."""
-        fm, srv = self.start(trace={"steps": [0, 1000], "buffer": 4096})
+        fm, srv = self.server_of_master(trace={"steps": [0, 1000], "buffer": 4096})
         cs = self.trainers(srv)
         t_reset = self.warmup_and_timed(fm, cs, 3, (0, 1))
         # A part during the run, right behind a metrics report.
@@ -249,7 +249,7 @@ class ServerTrace(psb.PsbTestCase):
     def test_window_from_the_flags(self):
         """The server's own --trace and --trace-steps 1:2 (the master sends
         no trace): batches 1 and 2 only; --trace-buffer sets the ring."""
-        fm, srv = self.start(flags=("--trace", "--trace-steps", "1:2", "--trace-buffer", "100"))
+        fm, srv = self.server_of_master(flags=("--trace", "--trace-steps", "1:2", "--trace-buffer", "100"))
         cs = self.trainers(srv)
         self.warmup_and_timed(fm, cs, 4, (0,))
         self.stop(fm, srv)
@@ -263,7 +263,7 @@ class ServerTrace(psb.PsbTestCase):
 
     def test_flags_win_over_the_assignment(self):
         """--trace-steps given wins over the assignment's steps."""
-        fm, srv = self.start(trace={"steps": [0, 0], "buffer": 4096}, flags=("--trace-steps", "2"))
+        fm, srv = self.server_of_master(trace={"steps": [0, 0], "buffer": 4096}, flags=("--trace-steps", "2"))
         cs = self.trainers(srv)
         self.warmup_and_timed(fm, cs, 3, (0,))
         self.stop(fm, srv)
@@ -272,7 +272,7 @@ class ServerTrace(psb.PsbTestCase):
 
     def test_no_trace_no_message(self):
         """Neither the master nor the flags trace: no `trace` message."""
-        fm, srv = self.start()
+        fm, srv = self.server_of_master()
         cs = self.trainers(srv)
         self.warmup_and_timed(fm, cs, 2, (0,))
         fm.wait_type("metrics", after=len(fm.msgs))
@@ -292,7 +292,7 @@ class ServerTrace(psb.PsbTestCase):
     def test_runs(self):
         """`reset` new_run: the run's final part before its reset_done;
         the next run's trace (after it) holds its own spans only."""
-        fm, srv = self.start(trace={"steps": [0, 1000], "buffer": 4096})
+        fm, srv = self.server_of_master(trace={"steps": [0, 1000], "buffer": 4096})
         cs = self.trainers(srv)
         self.warmup_and_timed(fm, cs, 2, (0, 1))
         sent = len(fm.msgs)
@@ -323,7 +323,7 @@ class ServerTrace(psb.PsbTestCase):
     def test_fake_cuda_device_jobs(self):
         """fake-cuda: a device_job per future on the lane "cuda stream",
         within its resolve."""
-        fm, srv = self.start(trace={"steps": [0, 1000], "buffer": 4096}, device="fake-cuda")
+        fm, srv = self.server_of_master(trace={"steps": [0, 1000], "buffer": 4096}, device="fake-cuda")
         cs = self.trainers(srv)
         self.warmup_and_timed(fm, cs, 2, (0, 1))
         self.stop(fm, srv)
@@ -346,7 +346,7 @@ class ServerTrace(psb.PsbTestCase):
     # ---- the other kinds ------------------------------------------------------------------
 
     def test_average_batch(self):
-        fm, srv = self.start(kind="average-batch", trace={"steps": [0, 1000], "buffer": 4096})
+        fm, srv = self.server_of_master(kind="average-batch", trace={"steps": [0, 1000], "buffer": 4096})
         cs = self.trainers(srv)
         self.warmup_and_timed(fm, cs, 2, (0, 3))
         self.stop(fm, srv)
@@ -357,7 +357,7 @@ class ServerTrace(psb.PsbTestCase):
         step: round N is batch N) and its answer."""
         bu = {"in_features": 2, "out_features": 1, "batch_update_size": 0, "part": 0, "parts": 1, "seed": 0,
               "lr": 0.1, "momentum": 0.9}
-        fm, srv = self.start(kind="batch-update", trace={"steps": [0, 1000], "buffer": 4096},
+        fm, srv = self.server_of_master(kind="batch-update", trace={"steps": [0, 1000], "buffer": 4096},
                              extra_assign={"batch_update": bu})
         cs = self.trainers(srv)
 
@@ -378,7 +378,7 @@ class ServerTrace(psb.PsbTestCase):
         """embedding: each lookup and update is a push_recv, its work a
         fold, its rows (and an update's `updated`) an answer_out."""
         emb = {"num_embeddings": 10, "embedding_dim": 4, "seed": 1, "lr": 0.1}
-        fm, srv = self.start(kind="embedding", trainers=1, trace={"steps": [0, 1000], "buffer": 4096},
+        fm, srv = self.server_of_master(kind="embedding", trainers=1, trace={"steps": [0, 1000], "buffer": 4096},
                              extra_assign={"embedding": emb})
         c, = self.trainers(srv, 1)
         q = lambda vs: struct.pack("<%dq" % len(vs), *vs)  # noqa: E731

@@ -278,6 +278,7 @@ static const struct {
     {"psbench-server", "--advertise", "h:1", "--advertise: "},
     {"psbench-server", "--log-level", "loud", "--log-level: 'loud' is not error, warn, info or debug"},
     {"psbench-server", "--transport", "udp", "--transport: 'udp' is not a transport (auto, tcp or shm)"},
+    {"psbench-server", "--trace-steps", "5:2", "--trace-steps: '5:2': the first step is after the last"},
     {"psbench-trainer", "--server", "nohost", "--server: "},
     {"psbench-trainer", "--master", "a:1,b:2", "--master: 'a:1,b:2' is one HOST:PORT, not a list"},
     {"psbench-trainer", "--collective-host", "h:1", "--collective-host: "},
