@@ -407,5 +407,67 @@ class ServerTrace(psb.PsbTestCase):
             self.assertEqual({s["trainer"] for s in mine}, {0})
 
 
+class EndToEnd(psb.PsbTestCase):
+    """With psbench-master --local --trace: the server's spans in the run's
+    trace.json, on the master's clock."""
+
+    def server_spans(self, out):
+        """server 0's spans in out/trace.json: (name, batch, bucket,
+        trainer) -> [event]."""
+        with open(os.path.join(out, "trace.json")) as f:
+            doc = json.load(f)
+        names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        got = {}
+        for e in doc["traceEvents"]:
+            if e["ph"] == "X" and names[e["pid"]] == "server 0":
+                a = e["args"]
+                # an id that does not apply is left out of args
+                key = (e["name"], a.get("batch", -1), a.get("bucket", -1), a.get("trainer", -1))
+                got.setdefault(key, []).append(e)
+        return got
+
+    def check_run(self, out, batches, trainers):
+        """Each (batch, bucket, trainer) of batches has one push_recv, fold
+        and answer_out, its (batch, bucket) one resolve, in that order. (A
+        batch's buckets are the model's: DDP's first batch has a layout of
+        its own.)"""
+        got = self.server_spans(out)
+        self.assertTrue(got, "no span of server 0 in %s/trace.json" % out)
+        self.assertEqual({k[0] for k in got}, set(ORDER), sorted(got))
+        self.assertEqual({k[1] for k in got}, set(batches), sorted(got))
+        futures = {(k[1], k[2]) for k in got}
+        for b, k in futures:
+            res = got.get(("resolve", b, k, -1), [])
+            self.assertEqual(len(res), 1, (b, k, res))
+            for t in range(trainers):
+                one = {}
+                for n in ("push_recv", "fold", "answer_out"):
+                    evs = got.get((n, b, k, t), [])
+                    self.assertEqual(len(evs), 1, (n, b, k, t, evs))
+                    one[n] = evs[0]
+                one["resolve"] = res[0]
+                for a, z in zip(ORDER, ORDER[1:]):
+                    self.assertLessEqual(one[a]["ts"], one[z]["ts"], (b, k, t, a, z, one))
+        self.assertEqual(sum(len(v) for v in got.values()), len(futures) * (3 * trainers + 1))
+
+    def test_local_job(self):
+        """A --local job traced over steps 1:2: the server's four spans for
+        each of those batches' buckets and trainers, nothing of the others."""
+        out = os.path.join(self.reg.workdir, "traced")
+        rc, _, err = self.run_master("--trace", "--trace-steps", "1:2", local=True, out=out, epochs=1, ntrainer=2,
+                                     nserver=1)
+        self.assertEqual(rc, 0, err[-3000:])
+        self.check_run(out, (1, 2), 2)
+
+    def test_runs(self):
+        """--runs 2: each run's trace.json holds that run's spans, once."""
+        out = os.path.join(self.reg.workdir, "runs")
+        rc, _, err = self.run_master("--trace", "--trace-steps", "0:1", "--runs", "2", local=True, out=out,
+                                     epochs=1, ntrainer=2, nserver=1)
+        self.assertEqual(rc, 0, err[-3000:])
+        for run in ("run-001", "run-002"):
+            self.check_run(os.path.join(out, run), (0, 1), 2)
+
 if __name__ == "__main__":
     psb.main()
