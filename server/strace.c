@@ -67,8 +67,9 @@ strace_mark strace_begin_slow(strace *t, trace_span s, uint64_t batch, uint64_t 
     return m;
 }
 
-void strace_add(strace *t, trace_span s, unsigned lane, uint64_t t0_ns, uint64_t t1_ns, uint64_t batch, uint64_t bucket,
-                uint64_t trainer)
+/* The span [t0_ns, t1_ns] into the ring, where batch is kept. */
+static void strace_add(strace *t, trace_span s, unsigned lane, uint64_t t0_ns, uint64_t t1_ns, uint64_t batch,
+                       uint64_t bucket, uint64_t trainer)
 {
     if (!strace_keeps(t, batch))
         return;
@@ -85,12 +86,6 @@ void strace_end_at(strace *t, strace_mark *m, trace_span s, unsigned lane, uint6
         return;
     strace_add(t, s, lane, m->t0_ns, t1_ns ? t1_ns : clock_now_ns(), batch, bucket, trainer);
     strace_drop(m);
-}
-
-void strace_drop(strace_mark *m)
-{
-    trace_nvtx_end(m->nvtx);
-    *m = (strace_mark){0, 0};
 }
 
 void strace_timed(strace *t)

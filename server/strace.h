@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "shared/devspec.h"
+#include "shared/gpu/nvtx.h"
 #include "shared/trace.h"
 #include "shared/tracejob.h"
 
@@ -111,12 +112,11 @@ static inline void strace_end(strace *t, strace_mark *m, trace_span s, unsigned 
 
 /* The span m began will not be recorded (what it timed was refused, or
  * cut off): its NVTX range ends, m is cleared. */
-void strace_drop(strace_mark *m);
-
-/* A span known after the fact, [t0_ns, t1_ns] (no NVTX range: it began
- * before anyone knew it would be kept). */
-void strace_add(strace *t, trace_span s, unsigned lane, uint64_t t0_ns, uint64_t t1_ns, uint64_t batch, uint64_t bucket,
-                uint64_t trainer);
+static inline void strace_drop(strace_mark *m)
+{
+    trace_nvtx_end(m->nvtx);
+    *m = (strace_mark){0, 0};
+}
 
 /* The timed pass begins (the master's reset after the warm-up): spans are
  * kept from now on. */
