@@ -261,6 +261,23 @@ class ServerTrace(psb.PsbTestCase):
         self.assertEqual({s["batch"] for s in sp}, {1, 2})
         self.check_order(sp, [(b, 0, t) for b in (1, 2) for t in (0, 1)])
 
+    def test_full_ring(self):
+        """A ring of 10 spans over 4 batches of 7 spans each: the first 10
+        are kept, the other 18 counted dropped, in the dump and in the
+        server's log."""
+        fm, srv = self.server_of_master(trace={"steps": [0, 1000], "buffer": 10})
+        cs = self.trainers(srv)
+        self.warmup_and_timed(fm, cs, 4, (0,))
+        self.stop(fm, srv)
+        parts = fm.traces()
+        sp = spans(parts)
+        self.assertEqual(len(sp), 10)
+        self.assertEqual(parts[-1]["dump"]["dropped"], {"count": 18, "first_step": 1, "last_step": 3})
+        self.assertEqual({s["batch"] for s in sp}, {0, 1})
+        self.check_order(sp, [(0, 0, t) for t in (0, 1)])
+        self.assertIn("trace of server 0: 18 spans of steps 1..3 dropped: the ring holds 10; raise --trace-buffer",
+                      srv.stderr())
+
     def test_flags_win_over_the_assignment(self):
         """--trace-steps given wins over the assignment's steps."""
         fm, srv = self.server_of_master(trace={"steps": [0, 0], "buffer": 4096}, flags=("--trace-steps", "2"))
