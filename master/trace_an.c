@@ -878,3 +878,52 @@ json_t *trace_an_representative_json(const trace_an_trace *t)
     free(st);
     return j;
 }
+
+/* ---- the live view ---------------------------------------------------------------------- */
+
+static char *ta_none(const char *reason)
+{
+    json_t *o = json_pack("{s:n, s:s}", "batch", "reason", reason);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+char *trace_an_live_json(const trace_out_node *nodes, size_t n, unsigned *code)
+{
+    *code = 200;
+    if (!nodes || n == 0) {
+        *code = 404;
+        return ta_none("the master does not trace: run it with --trace (and --out)");
+    }
+    uint32_t ntrainers = 0;
+    for (size_t i = 0; i < n; i++)
+        ntrainers += nodes[i].dump && nodes[i].dump->role == TRACE_TRAINER;
+    if (ntrainers == 0)
+        return ta_none("no trainer has sent its trace yet");
+    trace_out_span *sp;
+    size_t nsp;
+    char err[256];
+    if (trace_out_spans(nodes, n, &sp, &nsp, err, sizeof err) != 0) {
+        char reason[320];
+        snprintf(reason, sizeof reason, "the gathered traces cannot be merged: %s", err);
+        return ta_none(reason);
+    }
+    trace_an_step *st = NULL;
+    size_t nst = 0;
+    char *out = NULL;
+    if (trace_an_steps(sp, nsp, &st, &nst) == 0) {
+        ptrdiff_t last = trace_an_last_complete(st, nst, ntrainers);
+        if (last < 0) {
+            out = ta_none("no step traced whole on every trainer yet");
+        } else {
+            json_t *j =
+                trace_an_step_json(sp, nsp, st[last].batch, ntrainers, "the latest step every trainer traced whole");
+            out = j ? json_dumps(j, JSON_COMPACT) : NULL;
+            json_decref(j);
+        }
+    }
+    free(st);
+    free(sp);
+    return out;
+}

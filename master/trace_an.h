@@ -96,6 +96,16 @@ int trace_an_critical(const trace_out_span *sp, size_t n, int64_t batch, size_t 
  * memory. */
 json_t *trace_an_step_json(const trace_out_span *sp, size_t n, int64_t batch, uint32_t ntrainers, const char *why);
 
+/* ---- the live view ----------------------------------------------------------------- */
+
+/* GET /api/v1/trace/step's answer from the master's gathered traces
+ * (mtrace_gathered: nodes, n of them; NULL and 0 when it does not trace):
+ * the latest step whose `step` span every trainer among nodes has, as
+ * trace_an_step_json gives it, *code 200; none yet: {"batch": null,
+ * "reason": ...}, 200; not tracing: the same, 404. Malloc'd; NULL: out
+ * of memory. */
+char *trace_an_live_json(const trace_out_node *nodes, size_t n, unsigned *code);
+
 /* ---- a trace.json read back --------------------------------------------------------- */
 
 typedef struct trace_an_proc trace_an_proc; /* trace_an.c's */

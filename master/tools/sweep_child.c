@@ -253,9 +253,17 @@ void sweep_trace_args(const sweep *s, const sweep_point *p, const char *args[4],
     if (s->no_trace)
         return;
     const char *v;
-    for (size_t i = 0; i < s->njob; i++)
-        if (sweep_flag_is(s->job[i], "--trace", &v) || sweep_flag_is(s->job[i], "--trace-steps", &v))
+    bool window = false;
+    for (size_t i = 0; i < s->njob; i++) {
+        if (sweep_flag_is(s->job[i], "--trace", &v))
             return; /* the job's own say */
+        window = window || sweep_flag_is(s->job[i], "--trace-steps", &v);
+    }
+    if (window) { /* the job's window, traced */
+        args[0] = "--trace";
+        args[1] = NULL;
+        return;
+    }
     uint64_t last = p->plan_steps ? p->plan_steps - 1 : 0;
     uint64_t first = last + 1 > SWEEP_TRACE_STEPS ? last + 1 - SWEEP_TRACE_STEPS : 0;
     snprintf(buf, len, "%" PRIu64 ":%" PRIu64, first, last);

@@ -156,9 +156,9 @@ size_t sweep_argv_len(char **v);
  * pass (the steady state; fewer where the pass is shorter). */
 #define SWEEP_TRACE_STEPS 5u
 /* The flags that make a point's run trace its last steps ("--trace",
- * "--trace-steps", "A:B" into the caller's buf; NULL-ended, in args[4]),
- * or none (args[0] NULL): --no-trace, or a job that says how it traces
- * (--trace, --trace-steps of its own). */
+ * "--trace-steps", "A:B" into the caller's buf; NULL-ended, in args[4]):
+ * "--trace" alone where the job gives its own --trace-steps; none
+ * (args[0] NULL) under --no-trace or where the job gives --trace. */
 void sweep_trace_args(const sweep *s, const sweep_point *p, const char *args[4], char *buf, size_t len);
 /* The line of a child's output that says what went wrong (malloc'd). */
 char *sweep_error_line(const char *text);

@@ -78,7 +78,7 @@ static trace_dump *dump_new(trace_role role, uint32_t rank, const char *const *l
     return d;
 }
 
-static void job_make(job *j)
+static void an_job_make(job *j)
 {
     static const char *const tl[] = {"main", "comm"}, *const sl[] = {"reactor"};
     for (int t = 0; t < 2; t++)
@@ -116,7 +116,7 @@ static void job_make(job *j)
     j->out[0].state = TRACE_OUT_SAME;
 }
 
-static void job_free(job *j)
+static void an_job_free(job *j)
 {
     for (int i = 0; i < 3; i++)
         trace_dump_free(j->d[i]);
@@ -214,14 +214,14 @@ static void test_live_spans(void **state)
 {
     (void)state;
     job j;
-    job_make(&j);
+    an_job_make(&j);
     size_t n;
     trace_out_span *sp = spans_of(&j, &n);
     check_steps(sp, n);
     check_buckets(sp, n);
     check_critical(sp, n);
     free(sp);
-    job_free(&j);
+    an_job_free(&j);
 }
 
 /* The same answers from the document trace_out writes, read back. */
@@ -229,7 +229,7 @@ static void test_from_document(void **state)
 {
     (void)state;
     job j;
-    job_make(&j);
+    an_job_make(&j);
     char err[256];
     char *text = trace_out_json(j.out, 3, NULL, err, sizeof err);
     assert_non_null(text);
@@ -308,7 +308,7 @@ static void test_from_document(void **state)
     free(fixture);
     json_decref(doc);
     free(text);
-    job_free(&j);
+    an_job_free(&j);
 }
 
 /* Across clocks: a push that reads as in before it went out, by less than
@@ -320,7 +320,7 @@ static void test_clamp(void **state)
     static const int64_t late[] = {3, 20};
     for (int c = 0; c < 2; c++) {
         job j;
-        job_make(&j);
+        an_job_make(&j);
         /* trainer 1's frame_out of batch 0 bucket 0 moved late */
         trace_dump *d = j.d[1];
         for (size_t i = 0; i < d->nev; i++) {
@@ -347,7 +347,7 @@ static void test_clamp(void **state)
         assert_false(b[1].clamped[TRACE_AN_QUEUE]);
         free(b);
         free(sp);
-        job_free(&j);
+        an_job_free(&j);
     }
 }
 
