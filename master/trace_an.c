@@ -535,60 +535,93 @@ static void ta_process_name(const trace_out_span *s, char *buf, size_t len)
 /* A step span's place in a bucket's flow (0: none). */
 static unsigned ta_flow(const trace_out_span *s) { return trace_span_flow((trace_span)s->span); }
 
+/* Orders a step's flow spans (qsort_r's context: the step's spans): by
+ * bucket, then trainer (none first: a server's spans for the bucket as a
+ * whole, those by server rank), then place in the flow, then start. */
+static int ta_cmp_flow(const void *a, const void *b, void *ctx)
+{
+    const trace_out_span *c = ctx, *x = &c[*(const size_t *)a], *y = &c[*(const size_t *)b];
+    int64_t kx[5] = {x->ids.bucket, x->ids.trainer, x->ids.trainer < 0 ? (int64_t)x->rank : 0, ta_flow(x), x->start_ns};
+    int64_t ky[5] = {y->ids.bucket, y->ids.trainer, y->ids.trainer < 0 ? (int64_t)y->rank : 0, ta_flow(y), y->start_ns};
+    for (int k = 0; k < 5; k++)
+        if (kx[k] != ky[k])
+            return kx[k] < ky[k] ? -1 : 1;
+    return *(const size_t *)a < *(const size_t *)b ? -1 : *(const size_t *)a > *(const size_t *)b;
+}
+
+/* Is c[i] a flow span of some bucket (own: of one trainer's push)? */
+static bool ta_in_flow(const trace_out_span *c, size_t i, bool own)
+{
+    return ta_flow(&c[i]) && c[i].ids.bucket >= 0 &&
+           (own ? c[i].ids.trainer >= 0 : c[i].ids.trainer < 0 && c[i].role == TRACE_SERVER);
+}
+
 /* The lines between lanes: per (bucket, trainer) its own flow spans and
- * the server's shared spans of the bucket where its push went, in the
- * flow's order (trace.h), a line wherever the next one is on another
- * node. */
+ * the server's spans for the bucket as a whole where its push went, in
+ * the flow's order (trace.h), a line wherever the next one is on another
+ * node. Sorted once: a step holds thousands of buckets' spans. */
 static int ta_flows(const trace_out_span *c, size_t m, json_t *flows)
 {
-    size_t *mem = malloc((m ? m : 1) * sizeof *mem);
-    if (!mem)
+    size_t *v = malloc((2 * m + 1) * sizeof *v);
+    if (!v)
         return -1;
-    for (size_t i = 0; i < m; i++) {
-        const trace_out_span *s = &c[i];
-        if (ta_flow(s) == 0 || s->ids.bucket < 0 || s->ids.trainer < 0)
+    size_t nv = 0;
+    for (size_t i = 0; i < m; i++)
+        if (ta_in_flow(c, i, true) || ta_in_flow(c, i, false))
+            v[nv++] = i;
+    qsort_r(v, nv, sizeof *v, ta_cmp_flow, (void *)c);
+    size_t *mem = v + nv; /* one group's members, room for nv */
+    int rc = 0;
+    size_t shared = 0, shared_end = 0; /* the group's bucket's whole-bucket spans: v[shared..shared_end) */
+    for (size_t i = 0; i < nv && rc == 0;) {
+        const trace_out_span *s = &c[v[i]];
+        size_t j = i;
+        while (j < nv && c[v[j]].ids.bucket == s->ids.bucket && c[v[j]].ids.trainer == s->ids.trainer)
+            j++;
+        if (s->ids.trainer < 0) { /* the bucket's whole-bucket spans (sorted first): joined to its trainers' groups */
+            shared = i;
+            shared_end = j;
+            i = j;
             continue;
-        /* Each (bucket, trainer) once: at its first own flow span. */
-        bool seen = false;
-        for (size_t k = 0; k < i && !seen; k++)
-            seen = ta_flow(&c[k]) && c[k].ids.bucket == s->ids.bucket && c[k].ids.trainer == s->ids.trainer;
-        if (seen)
-            continue;
-        int64_t bucket = s->ids.bucket, t = s->ids.trainer, server = -1;
+        }
+        if (shared_end == 0 || c[v[shared]].ids.bucket != s->ids.bucket)
+            shared = shared_end = 0; /* none for this bucket */
+        int64_t server = -1;
         size_t nm = 0;
-        for (size_t k = 0; k < m; k++)
-            if (ta_flow(&c[k]) && c[k].ids.bucket == bucket && c[k].ids.trainer == t) {
-                mem[nm++] = k;
-                if (c[k].role == TRACE_SERVER)
-                    server = c[k].rank;
-            }
-        for (size_t k = 0; k < m && server >= 0; k++)
-            if (ta_flow(&c[k]) && c[k].ids.bucket == bucket && c[k].ids.trainer < 0 && c[k].role == TRACE_SERVER &&
-                c[k].rank == server)
-                mem[nm++] = k;
-        for (size_t x = 1; x < nm; x++) { /* by place in the flow, then time */
-            size_t v = mem[x], y = x;
-            while (y > 0 && (ta_flow(&c[mem[y - 1]]) > ta_flow(&c[v]) ||
-                             (ta_flow(&c[mem[y - 1]]) == ta_flow(&c[v]) && c[mem[y - 1]].start_ns > c[v].start_ns))) {
+        for (size_t k = i; k < j; k++) {
+            mem[nm++] = v[k];
+            if (c[v[k]].role == TRACE_SERVER)
+                server = c[v[k]].rank;
+        }
+        size_t own_end = nm;
+        for (size_t k = shared; k < shared_end && server >= 0; k++)
+            if (c[v[k]].rank == server)
+                mem[nm++] = v[k];
+        /* Both runs are by (place, start): merged in place by insertion
+         * of the few whole-bucket ones. */
+        for (size_t x = own_end; x < nm; x++) {
+            size_t val = mem[x], y = x;
+            while (y > 0 &&
+                   (ta_flow(&c[mem[y - 1]]) > ta_flow(&c[val]) ||
+                    (ta_flow(&c[mem[y - 1]]) == ta_flow(&c[val]) && c[mem[y - 1]].start_ns > c[val].start_ns))) {
                 mem[y] = mem[y - 1];
                 y--;
             }
-            mem[y] = v;
+            mem[y] = val;
         }
-        for (size_t x = 1; x < nm; x++) {
-            const trace_out_span *a = &c[mem[x - 1]], *b = &c[mem[x]];
-            if (ta_same_node(a, b))
+        for (size_t x = 1; x < nm && rc == 0; x++) {
+            const trace_out_span *p = &c[mem[x - 1]], *q = &c[mem[x]];
+            if (ta_same_node(p, q))
                 continue;
             if (json_array_append_new(flows, json_pack("{s:I, s:I, s:I, s:I}", "from", (json_int_t)mem[x - 1], "to",
-                                                       (json_int_t)mem[x], "bucket", (json_int_t)bucket, "trainer",
-                                                       (json_int_t)t)) != 0) {
-                free(mem);
-                return -1;
-            }
+                                                       (json_int_t)mem[x], "bucket", (json_int_t)s->ids.bucket,
+                                                       "trainer", (json_int_t)s->ids.trainer)) != 0)
+                rc = -1;
         }
+        i = j;
     }
-    free(mem);
-    return 0;
+    free(v);
+    return rc;
 }
 
 static json_t *ta_bucket_json(const trace_an_bucket *b)

@@ -351,12 +351,56 @@ static void test_clamp(void **state)
     }
 }
 
+/* A server that answers every trainer with one answer (answer_out with no
+ * trainer): each trainer's flow still goes through it (a line to each
+ * trainer's frame_in), and its fold and return are from it. */
+static void test_shared_answer(void **state)
+{
+    (void)state;
+    job j;
+    an_job_make(&j);
+    trace_dump *sv = j.d[2];
+    for (size_t i = 0; i < sv->nev; i++)
+        if (sv->ev[i].span == TRACE_ANSWER_OUT)
+            sv->ev[i].ids.trainer = TRACE_NONE; /* trainer 0's at 32 us and trainer 1's at 33: the first is taken */
+    size_t n;
+    trace_out_span *sp = spans_of(&j, &n);
+    json_t *step = trace_an_step_json(sp, n, 3, 2, "test");
+    assert_non_null(step);
+    json_t *spans = json_object_get(step, "spans"), *flows = json_object_get(step, "flows");
+    assert_int_equal(json_array_size(flows), 8);
+    size_t i, answers = 0;
+    json_t *f;
+    json_array_foreach (flows, i, f) {
+        json_t *a = json_array_get(spans, (size_t)json_integer_value(json_object_get(f, "from")));
+        if (strcmp(json_string_value(json_object_get(a, "name")), "answer_out") == 0) {
+            answers++;
+            assert_null(json_object_get(a, "trainer"));
+        }
+    }
+    assert_int_equal(answers, 4);
+    json_decref(step);
+    trace_an_bucket *b;
+    size_t nb;
+    assert_int_equal(trace_an_buckets(sp, n, &b, &nb), 0);
+    assert_int_equal(nb, NBATCH * 2 * 2);
+    for (size_t k = 0; k < nb; k++) {
+        int64_t t = b[k].trainer;
+        assert_int_equal(b[k].part[TRACE_AN_FOLD], 4 * US); /* 32 - 28 */
+        assert_int_equal(b[k].part[TRACE_AN_RETURN], (35 + 2 * t - 32) * US);
+    }
+    free(b);
+    free(sp);
+    an_job_free(&j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_live_spans),
         cmocka_unit_test(test_from_document),
         cmocka_unit_test(test_clamp),
+        cmocka_unit_test(test_shared_answer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
