@@ -262,12 +262,17 @@ static json_t *sweep_trace_step(sweep *s, const char *results)
     char path[PATH_MAX + 16], why[256];
     const char *slash = strrchr(results, '/');
     snprintf(path, sizeof path, "%.*s/trace.json", slash ? (int)(slash - results) : 1, slash ? results : ".");
-    json_t *doc;
+    json_t *doc = NULL;
     json_error_t je;
     if (access(path, F_OK) != 0)
         return NULL; /* not traced */
-    if (userpath_load_json(path, 0, &doc, &je, why, sizeof why) < 0 || !doc) {
-        fprintf(s->err, "psbench-master sweep: warning: %s: %s\n", path, doc ? why : je.text);
+    if (userpath_load_json(path, 0, &doc, &je, why, sizeof why) < 0) {
+        fprintf(s->err, "psbench-master sweep: warning: %s: %s\n", path, why);
+        return NULL;
+    }
+    if (!doc) {
+        fprintf(s->err, "psbench-master sweep: warning: %s:%d:%d: invalid JSON: %s\n", path, je.line, je.column,
+                je.text);
         return NULL;
     }
     trace_an_trace t;

@@ -282,7 +282,7 @@ static json_t *ts_load(const char *path, FILE *err)
 {
     char why[256];
     json_error_t je;
-    json_t *doc;
+    json_t *doc = NULL;
     if (userpath_load_json(path, 0, &doc, &je, why, sizeof why) == -1) {
         fprintf(err, "psbench-master trace: cannot read %s: %s\n", path, why);
         return NULL;
