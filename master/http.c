@@ -83,6 +83,7 @@ struct http_server {
      * reference: N clients of the same snapshot share one copy, however
      * slowly they read. */
     struct MHD_Response *doc[NDOCS];
+    unsigned code[NDOCS]; /* each one's status (published with it) */
     /* MHD's messages, at most one a second (a flood of refused connections
      * would otherwise write a line each); touched only by MHD's thread. */
     time_t log_second;
@@ -101,6 +102,7 @@ static const char *const doc_type[NDOCS] = {
     [HTTP_DOC_CONFIG] = "application/json",
     [HTTP_DOC_HISTORY] = "application/json",
     [HTTP_DOC_HISTORY_LAST] = "application/json",
+    [HTTP_DOC_TRACE_STEP] = "application/json",
 };
 
 static enum MHD_Result http_reply(struct MHD_Connection *c, unsigned code, const char *type,
@@ -130,7 +132,7 @@ static enum MHD_Result http_doc(http_server *h, struct MHD_Connection *c, int wh
 {
     pthread_mutex_lock(&h->mu);
     struct MHD_Response *r = h->doc[which];
-    enum MHD_Result rc = r ? MHD_queue_response(c, MHD_HTTP_OK, r) : MHD_NO;
+    enum MHD_Result rc = r ? MHD_queue_response(c, h->code[which] ? h->code[which] : MHD_HTTP_OK, r) : MHD_NO;
     pthread_mutex_unlock(&h->mu);
     if (!r)
         return http_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "no snapshot yet\n");
@@ -336,6 +338,8 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const c
         return http_doc(h, c, HTTP_DOC_HISTORY);
     if (strcmp(url, "/api/v1/history/last") == 0)
         return http_doc(h, c, HTTP_DOC_HISTORY_LAST);
+    if (strcmp(url, "/api/v1/trace/step") == 0)
+        return http_doc(h, c, HTTP_DOC_TRACE_STEP);
     if (strcmp(url, "/metrics") == 0)
         return http_doc(h, c, HTTP_DOC_PROM);
     /* Dashboard files: looked up by exact name in the compiled-in table. */
@@ -380,7 +384,7 @@ http_server *http_start(const char *host, uint16_t port, uint16_t *bound, bool *
     return h;
 }
 
-void http_publish(http_server *h, char *in[HTTP_NDOCS])
+void http_publish(http_server *h, char *in[HTTP_NDOCS], const unsigned codes[HTTP_NDOCS])
 {
     struct MHD_Response *fresh[NDOCS] = {0}, *old[NDOCS] = {0};
     /* Responses are made here, on the reactor's thread, outside the lock;
@@ -392,6 +396,7 @@ void http_publish(http_server *h, char *in[HTTP_NDOCS])
         if (fresh[i]) {
             old[i] = h->doc[i];
             h->doc[i] = fresh[i];
+            h->code[i] = codes ? codes[i] : 0;
         }
     pthread_mutex_unlock(&h->mu);
     /* Drop the table's reference: a document still being sent lives on

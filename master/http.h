@@ -32,11 +32,13 @@ enum http_doc_id {
     HTTP_DOC_CONFIG,  /* GET /api/v1/config: the resolved configuration */
     HTTP_DOC_HISTORY, /* GET /api/v1/history: the charts' points so far (history.h) */
     HTTP_DOC_HISTORY_LAST, /* GET /api/v1/history/last: the newest of them (what the dashboard polls) */
+    HTTP_DOC_TRACE_STEP,   /* GET /api/v1/trace/step: the latest traced step (master/trace_an.h) */
     HTTP_NDOCS
 };
 /* Replace the served documents; takes ownership of the malloc'd strings
- * in docs (indexed by http_doc_id; a NULL keeps the previous one). */
-void http_publish(http_server *h, char *docs[HTTP_NDOCS]);
+ * in docs (indexed by http_doc_id; a NULL keeps the previous one), each
+ * answered with its status in codes (NULL, or 0 in it: 200). */
+void http_publish(http_server *h, char *docs[HTTP_NDOCS], const unsigned codes[HTTP_NDOCS]);
 void http_stop(http_server *h);
 
 #endif

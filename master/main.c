@@ -4,6 +4,7 @@
  *                                       with --master, or --local spawns them)
  *   psbench-master diff A.json B.json   compare two runs' results.json
  *   psbench-master sweep [options]      a matrix of jobs, a table, a report
+ *   psbench-master trace summarize FILE where a trace.json's time went
  */
 #include "master/config.h"
 #include "master/tools/diff.h"
@@ -13,6 +14,7 @@
 #include "master/hoststate.h"
 #include "master/opts.h"
 #include "master/tools/sweep.h"
+#include "master/tools/trace_sum.h"
 #include "shared/frame.h"
 #include "shared/log.h"
 #include "shared/net.h"
@@ -469,6 +471,8 @@ int main(int argc, char **argv)
         return diff_main(argc - 1, argv + 1, stdout, stderr);
     if (argc > 1 && strcmp(argv[1], "sweep") == 0)
         return sweep_main(argc - 1, argv + 1, stdout, stderr);
+    if (argc > 1 && strcmp(argv[1], "trace") == 0)
+        return trace_main(argc - 1, argv + 1, stdout, stderr);
 
     run_config c;
     bool done;

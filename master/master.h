@@ -160,6 +160,7 @@ typedef struct master {
                                 * NULL without */
     double training_s;         /* the timed pass's duration, once it completed */
     bool config_published;     /* /api/v1/config made (publish.c): the configuration never changes */
+    uint64_t trace_step_key;   /* what /api/v1/trace/step was last made from (publish.c; 0: nothing yet) */
     struct summary_runs *run_headlines; /* --runs other than 1: each done run's figures (summary.h), owned */
     json_t *host_load;         /* this run's host load by pass: {"warm-up"|"timed": {"start", "end",
                                 * "steal_share", "busy"}} (results_load_mark), owned; NULL before any */

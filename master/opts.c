@@ -332,6 +332,7 @@ static const opt_spec master_specs[] = {
          "usage: psbench-master [options]\n"
          "       psbench-master diff [--csv FILE] A.json B.json\n"
          "       psbench-master sweep [sweep options] [options]   (psbench-master sweep --help)\n"
+         "       psbench-master trace summarize [--json] FILE     (where a trace.json's time went)\n"
          "\n"
          "Runs a parameter-server benchmark: waits for servers and trainers (or\n"
          "spawns them with --local), runs a warm-up pass and a timed pass, prints\n"

@@ -9,6 +9,8 @@
 #include "master/master.h"
 #include "master/history.h"
 #include "master/http.h"
+#include "master/mtrace.h"
+#include "master/trace_an.h"
 #include "master/snapshot.h"
 #include "shared/frame.h"
 #include "shared/hostinfo.h"
@@ -96,6 +98,33 @@ static const stats **publish_live(const master *m, const snap_stat *st, size_t n
     return live;
 }
 
+/* GET /api/v1/trace/step (trace_an_live_json), made again only when what
+ * the master gathered changed — a node's new part, a node, its clock's
+ * estimate, the next run — as a key of each process's spans and clock:
+ * the analysis reads every span, and a part comes at most with each
+ * node's report. NULL keeps the last one (*code then unused). */
+static char *publish_trace_step(master *m, unsigned *code)
+{
+    size_t n;
+    const trace_out_node *g = mtrace_gathered(m, &n);
+    uint64_t key = 1469598103934665603ull; /* FNV-1a over the words below */
+    const uint64_t prime = 1099511628211ull;
+    key = (key ^ (uint64_t)n) * prime;
+    for (size_t i = 0; i < n; i++) {
+        const trace_dump *d = g[i].dump;
+        uint64_t words[] = {((uint64_t)d->role << 32) | d->rank, (uint64_t)d->nev, (uint64_t)g[i].state,
+                            (uint64_t)(g[i].state == TRACE_OUT_ALIGNED ? g[i].clock.offset_ns : 0)};
+        for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
+            key = (key ^ words[k]) * prime;
+    }
+    key = key ? key : 1;
+    if (key == m->trace_step_key)
+        return NULL;
+    char *doc = trace_an_live_json(g, n, code);
+    m->trace_step_key = doc ? key : 0; /* out of memory: tried again next time */
+    return doc;
+}
+
 void master_publish(master *m, bool exact)
 {
     if (!m->http)
@@ -165,8 +194,10 @@ void master_publish(master *m, bool exact)
                                       ? history_last_json(m->history)
                                       : NULL,
     };
+    unsigned codes[HTTP_NDOCS] = {0};
+    docs[HTTP_DOC_TRACE_STEP] = publish_trace_step(m, &codes[HTTP_DOC_TRACE_STEP]);
     m->config_published = docs[HTTP_DOC_CONFIG] != NULL || m->config_published;
-    http_publish(m->http, docs);
+    http_publish(m->http, docs, codes);
     json_decref(headline);
     free(steps);
     json_decref(host_state);

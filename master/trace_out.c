@@ -27,10 +27,10 @@
 
 /* One event of the document but the metadata ("M") ones. */
 typedef struct tro_item {
-    int64_t ts_ns;         /* the master's clock, from the origin */
-    int64_t dur_ns;        /* X only */
-    const trace_event *ev; /* X: the span (borrowed); flows: a span they bind to */
-    uint64_t flow_id;      /* s, t, f */
+    int64_t ts_ns;            /* the master's clock, from the origin */
+    int64_t dur_ns;           /* X only */
+    const trace_out_span *sp; /* X: the span (the doc's); flows: a span they bind to */
+    uint64_t flow_id;         /* s, t, f */
     uint32_t pid, tid;
     uint32_t node; /* index into the sorted nodes */
     char ph;       /* 'X', 's', 't', 'f' */
@@ -40,6 +40,8 @@ typedef struct tro_item {
 typedef struct tro_doc {
     const trace_out_node **node; /* sorted: trainers, servers, master, each by rank (borrowed) */
     size_t nnodes;
+    trace_out_span *sp; /* owned: every span on the master's clock (trace_out_spans) */
+    size_t nsp;
     tro_item *item; /* owned */
     size_t nitems, nspans, cap;
     int64_t origin_ns; /* the earliest span's start on the master's clock */
@@ -85,55 +87,93 @@ static bool tro_plain(const char *s)
     return true;
 }
 
-static int tro_add_spans(tro_doc *doc, char *err, size_t errlen)
+/* The spans of the sorted nodes on the master's clock (see trace_out_spans). */
+static int tro_spans(const trace_out_node *const *node, size_t nnodes, trace_out_span **out, size_t *count, char *err,
+                     size_t errlen)
 {
     size_t total = 0;
-    for (size_t k = 0; k < doc->nnodes; k++)
-        total += doc->node[k]->dump->nev;
-    /* Each span, and about one flow event per span (grown where more). */
-    doc->cap = total * 2;
-    if (doc->cap > 0 && !(doc->item = malloc(doc->cap * sizeof *doc->item))) {
+    for (size_t k = 0; k < nnodes; k++)
+        total += node[k]->dump->nev;
+    *out = NULL;
+    *count = 0;
+    if (total == 0)
+        return 0;
+    trace_out_span *sp = malloc(total * sizeof *sp);
+    if (!sp) {
         errbuf_set(err, errlen, "trace: out of memory for %zu spans", total);
         return -1;
     }
-    bool any = false;
-    int64_t origin = 0;
-    for (size_t k = 0; k < doc->nnodes; k++) {
-        const trace_dump *d = doc->node[k]->dump;
-        int64_t off = tro_offset(doc->node[k]);
+    size_t n = 0;
+    for (size_t k = 0; k < nnodes; k++) {
+        const trace_out_node *nd = node[k];
+        const trace_dump *d = nd->dump;
+        int64_t off = tro_offset(nd);
+        int64_t unc = nd->state == TRACE_OUT_SAME      ? 0
+                      : nd->state == TRACE_OUT_ALIGNED ? (int64_t)nd->clock.uncertainty_ns
+                                                       : INT64_MAX;
         for (size_t i = 0; i < d->nev; i++) {
             const trace_event *e = &d->ev[i];
             int64_t start, end;
             char name[64];
-            if (e->lane >= d->nlanes || e->span >= TRACE_NSPANS || e->end_ns < e->start_ns) {
-                tro_node_name(d, name, sizeof name);
-                errbuf_set(err, errlen, "trace of %s: span %zu is not one of its lanes' spans", name, i);
+            const char *label = nd->label ? nd->label[i] : NULL;
+            bool shape = e->lane < d->nlanes && e->span < TRACE_NSPANS && e->end_ns >= e->start_ns;
+            bool plain = !label || tro_plain(label);
+            bool range = tro_to_master(e->start_ns, off, &start) && tro_to_master(e->end_ns, off, &end);
+            if (!shape || !plain || !range) {
+                tro_node_name(d, name, sizeof name); /* here only: a span's cost is this loop's */
+                if (!shape)
+                    errbuf_set(err, errlen, "trace of %s: span %zu is not one of its lanes' spans", name, i);
+                else if (!plain)
+                    errbuf_set(err, errlen, "trace of %s: span %zu's label is not plain text", name, i);
+                else
+                    errbuf_set(err, errlen, "trace of %s: span %zu leaves the clock's range at offset %" PRId64 " ns",
+                               name, i, off);
+                free(sp);
                 return -1;
             }
-            const char *label = doc->node[k]->label ? doc->node[k]->label[i] : NULL;
-            if (label && !tro_plain(label)) {
-                tro_node_name(d, name, sizeof name);
-                errbuf_set(err, errlen, "trace of %s: span %zu's label is not plain text", name, i);
-                return -1;
-            }
-            if (!tro_to_master(e->start_ns, off, &start) || !tro_to_master(e->end_ns, off, &end)) {
-                tro_node_name(d, name, sizeof name);
-                errbuf_set(err, errlen, "trace of %s: span %zu leaves the clock's range at offset %" PRId64 " ns", name,
-                           i, off);
-                return -1;
-            }
-            doc->item[doc->nitems] = (tro_item){.ts_ns = start,
-                                                .dur_ns = end - start,
-                                                .ev = e,
-                                                .pid = (uint32_t)k + 1,
-                                                .tid = (uint32_t)e->lane + 1,
-                                                .node = (uint32_t)k,
-                                                .ph = 'X',
-                                                .seq = doc->nitems};
-            doc->nitems++;
-            origin = !any || start < origin ? start : origin;
-            any = true;
+            sp[n++] = (trace_out_span){.role = d->role,
+                                       .rank = d->rank,
+                                       .node = (uint32_t)k,
+                                       .lane = e->lane,
+                                       .span = e->span,
+                                       .lane_name = d->lane[e->lane],
+                                       .start_ns = start,
+                                       .end_ns = end,
+                                       .uncertainty_ns = unc,
+                                       .ids = e->ids,
+                                       .label = label,
+                                       .ev = e};
         }
+    }
+    assert(n == total);
+    *out = sp;
+    *count = n;
+    return 0;
+}
+
+static int tro_add_spans(tro_doc *doc, char *err, size_t errlen)
+{
+    if (tro_spans(doc->node, doc->nnodes, &doc->sp, &doc->nsp, err, errlen) != 0)
+        return -1;
+    /* Each span, and about one flow event per span (grown where more). */
+    doc->cap = doc->nsp * 2;
+    if (doc->cap > 0 && !(doc->item = malloc(doc->cap * sizeof *doc->item))) {
+        errbuf_set(err, errlen, "trace: out of memory for %zu spans", doc->nsp);
+        return -1;
+    }
+    int64_t origin = 0;
+    for (size_t i = 0; i < doc->nsp; i++) {
+        const trace_out_span *sp = &doc->sp[i];
+        doc->item[doc->nitems] = (tro_item){.ts_ns = sp->start_ns,
+                                            .dur_ns = sp->end_ns - sp->start_ns,
+                                            .sp = sp,
+                                            .pid = sp->node + 1,
+                                            .tid = (uint32_t)sp->lane + 1,
+                                            .node = sp->node,
+                                            .ph = 'X',
+                                            .seq = doc->nitems};
+        doc->nitems++;
+        origin = i == 0 || sp->start_ns < origin ? sp->start_ns : origin;
     }
     doc->nspans = doc->nitems;
     for (size_t i = 0; i < doc->nitems; i++)
@@ -174,12 +214,12 @@ typedef enum tro_flow_kind { TRO_NO_FLOW, TRO_OWN, TRO_SHARED } tro_flow_kind;
 
 static tro_flow_kind tro_flow_kind_of(const tro_doc *doc, const tro_item *it)
 {
-    const trace_event *e = it->ev;
+    const trace_out_span *e = it->sp;
     if (trace_span_flow((trace_span)e->span) == 0 || e->ids.batch < 0 || e->ids.bucket < 0)
         return TRO_NO_FLOW;
     if (e->ids.trainer >= 0)
         return TRO_OWN;
-    return doc->node[it->node]->dump->role == TRACE_SERVER ? TRO_SHARED : TRO_NO_FLOW;
+    return e->role == TRACE_SERVER ? TRO_SHARED : TRO_NO_FLOW;
 }
 
 /* Orders flow members: by (batch, bucket[, trainer]), then time, then the
@@ -188,7 +228,7 @@ static int tro_cmp_member(const void *a, const void *b, void *ctx)
 {
     const tro_doc *doc = ctx;
     const tro_item *x = &doc->item[*(const size_t *)a], *y = &doc->item[*(const size_t *)b];
-    const trace_ids *p = &x->ev->ids, *q = &y->ev->ids;
+    const trace_ids *p = &x->sp->ids, *q = &y->sp->ids;
     if (p->batch != q->batch)
         return p->batch < q->batch ? -1 : 1;
     if (p->bucket != q->bucket)
@@ -197,7 +237,7 @@ static int tro_cmp_member(const void *a, const void *b, void *ctx)
         return p->trainer < q->trainer ? -1 : 1;
     if (x->ts_ns != y->ts_ns)
         return x->ts_ns < y->ts_ns ? -1 : 1;
-    unsigned fx = trace_span_flow((trace_span)x->ev->span), fy = trace_span_flow((trace_span)y->ev->span);
+    unsigned fx = trace_span_flow((trace_span)x->sp->span), fy = trace_span_flow((trace_span)y->sp->span);
     if (fx != fy)
         return fx < fy ? -1 : 1;
     return x->seq < y->seq ? -1 : x->seq > y->seq;
@@ -206,8 +246,8 @@ static int tro_cmp_member(const void *a, const void *b, void *ctx)
 /* The server rank a member's span is at or for (-1: none said). */
 static int32_t tro_member_server(const tro_doc *doc, const tro_item *it)
 {
-    const trace_dump *d = doc->node[it->node]->dump;
-    return d->role == TRACE_SERVER ? (int32_t)d->rank : it->ev->ids.server;
+    (void)doc;
+    return it->sp->role == TRACE_SERVER ? (int32_t)it->sp->rank : it->sp->ids.server;
 }
 
 static bool tro_same_bucket(const trace_ids *a, const trace_ids *b)
@@ -230,7 +270,7 @@ static int tro_add_flow_event(tro_doc *doc, size_t at, char ph, uint64_t id)
     }
     const tro_item *span = &doc->item[at];
     doc->item[doc->nitems] = (tro_item){.ts_ns = span->ts_ns,
-                                        .ev = span->ev,
+                                        .sp = span->sp,
                                         .flow_id = id,
                                         .pid = span->pid,
                                         .tid = span->tid,
@@ -283,20 +323,20 @@ static int tro_add_flows(tro_doc *doc, char *err, size_t errlen)
     qsort_r(shared, nshared, sizeof *shared, tro_cmp_member, doc);
     size_t s0 = 0; /* the first shared member of the current (batch, bucket) or later */
     for (size_t i = 0; i < nown;) {
-        const trace_ids *key = &doc->item[own[i]].ev->ids;
+        const trace_ids *key = &doc->item[own[i]].sp->ids;
         size_t j = i;
-        while (j < nown && tro_same_bucket(&doc->item[own[j]].ev->ids, key) &&
-               doc->item[own[j]].ev->ids.trainer == key->trainer)
+        while (j < nown && tro_same_bucket(&doc->item[own[j]].sp->ids, key) &&
+               doc->item[own[j]].sp->ids.trainer == key->trainer)
             j++;
         /* The shared spans of this (batch, bucket) at a server this
          * trainer's push went through join its flow. */
         while (s0 < nshared && tro_cmp_member(&shared[s0], &own[i], doc) < 0 &&
-               !tro_same_bucket(&doc->item[shared[s0]].ev->ids, key))
+               !tro_same_bucket(&doc->item[shared[s0]].sp->ids, key))
             s0++;
         size_t n = 0;
         for (size_t k = i; k < j; k++)
             flow[n++] = own[k];
-        for (size_t s = s0; s < nshared && tro_same_bucket(&doc->item[shared[s]].ev->ids, key); s++) {
+        for (size_t s = s0; s < nshared && tro_same_bucket(&doc->item[shared[s]].sp->ids, key); s++) {
             int32_t at = tro_member_server(doc, &doc->item[shared[s]]);
             bool joins = false;
             for (size_t k = i; k < j && !joins; k++)
@@ -310,7 +350,7 @@ static int tro_add_flows(tro_doc *doc, char *err, size_t errlen)
             size_t v = flow[x], y = x;
             while (y > 0) {
                 const tro_item *p = &doc->item[flow[y - 1]], *q = &doc->item[v];
-                unsigned fp = trace_span_flow((trace_span)p->ev->span), fq = trace_span_flow((trace_span)q->ev->span);
+                unsigned fp = trace_span_flow((trace_span)p->sp->span), fq = trace_span_flow((trace_span)q->sp->span);
                 bool after =
                     p->ts_ns > q->ts_ns || (p->ts_ns == q->ts_ns && (fp > fq || (fp == fq && p->seq > q->seq)));
                 if (!after)
@@ -320,7 +360,7 @@ static int tro_add_flows(tro_doc *doc, char *err, size_t errlen)
             }
             flow[y] = v;
         }
-        /* key is the dump's (ev points there): the flow's events moving
+        /* key is the doc's span array's (sp points there): the flow's events moving
          * doc->item leave it in place. */
         if (tro_emit_flow(doc, flow, n, tro_flow_id(key)) != 0) {
             free(idx);
@@ -432,9 +472,8 @@ static void tro_put_args(FILE *out, const trace_ids *ids, const char *label)
 static void tro_put_item(FILE *out, const tro_doc *doc, const tro_item *it)
 {
     if (it->ph == 'X') {
-        const trace_out_node *n = doc->node[it->node];
-        const char *label = n->label ? n->label[it->ev - n->dump->ev] : NULL;
-        trace_span s = (trace_span)it->ev->span;
+        const char *label = it->sp->label;
+        trace_span s = (trace_span)it->sp->span;
         /* Span names and categories are this build's constants: plain
          * ASCII words, nothing to escape. */
         fprintf(out, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":", trace_span_name(s),
@@ -443,7 +482,7 @@ static void tro_put_item(FILE *out, const tro_doc *doc, const tro_item *it)
         fputs(",\"dur\":", out);
         tro_put_us(out, it->dur_ns);
         fprintf(out, ",\"pid\":%" PRIu32 ",\"tid\":%" PRIu32 ",\"args\":", it->pid, it->tid);
-        tro_put_args(out, &it->ev->ids, label);
+        tro_put_args(out, &it->sp->ids, label);
         fputs("}", out);
         return;
     }
@@ -509,28 +548,45 @@ static int tro_write(FILE *out, const tro_doc *doc)
     return 0;
 }
 
-int trace_out_write(FILE *out, const trace_out_node *nodes, size_t n, char *err, size_t errlen)
+/* The nodes sorted into the document's order (a malloc'd array of
+ * pointers into nodes), refusing two of the same role and rank. NULL with
+ * err (*sorted NULL for n 0 too: then 0 is returned). */
+static int tro_sort_nodes(const trace_out_node *nodes, size_t n, const trace_out_node ***sorted, char *err,
+                          size_t errlen)
 {
-    tro_doc doc = {0};
-    int rc = -1;
-    if (n > 0 && !(doc.node = malloc(n * sizeof *doc.node))) {
+    *sorted = NULL;
+    if (n == 0)
+        return 0;
+    const trace_out_node **v = malloc(n * sizeof *v);
+    if (!v) {
         errbuf_set(err, errlen, "trace: out of memory");
         return -1;
     }
     for (size_t k = 0; k < n; k++) {
         assert(nodes[k].dump);
-        doc.node[k] = &nodes[k];
+        v[k] = &nodes[k];
     }
-    doc.nnodes = n;
     if (n > 1)
-        qsort(doc.node, n, sizeof *doc.node, tro_cmp_node);
+        qsort(v, n, sizeof *v, tro_cmp_node);
     for (size_t k = 1; k < n; k++)
-        if (tro_cmp_node(&doc.node[k - 1], &doc.node[k]) == 0) {
+        if (tro_cmp_node(&v[k - 1], &v[k]) == 0) {
             char name[64];
-            tro_node_name(doc.node[k]->dump, name, sizeof name);
+            tro_node_name(v[k]->dump, name, sizeof name);
             errbuf_set(err, errlen, "trace: two traces of %s", name);
-            goto out;
+            free(v);
+            return -1;
         }
+    *sorted = v;
+    return 0;
+}
+
+int trace_out_write(FILE *out, const trace_out_node *nodes, size_t n, char *err, size_t errlen)
+{
+    tro_doc doc = {0};
+    int rc = -1;
+    if (tro_sort_nodes(nodes, n, &doc.node, err, errlen) != 0)
+        return -1;
+    doc.nnodes = n;
     if (tro_add_spans(&doc, err, errlen) != 0 || tro_add_flows(&doc, err, errlen) != 0)
         goto out;
     if (doc.nitems > 1)
@@ -546,7 +602,21 @@ int trace_out_write(FILE *out, const trace_out_node *nodes, size_t n, char *err,
     rc = 0;
 out:
     free(doc.item);
+    free(doc.sp);
     free(doc.node);
+    return rc;
+}
+
+int trace_out_spans(const trace_out_node *nodes, size_t n, trace_out_span **out, size_t *count, char *err,
+                    size_t errlen)
+{
+    const trace_out_node **sorted;
+    *out = NULL;
+    *count = 0;
+    if (tro_sort_nodes(nodes, n, &sorted, err, errlen) != 0)
+        return -1;
+    int rc = tro_spans(sorted, n, out, count, err, errlen);
+    free(sorted);
     return rc;
 }
 

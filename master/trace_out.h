@@ -42,6 +42,32 @@ typedef struct trace_out_node {
     const char *const *label;
 } trace_out_node;
 
+/* One span of the merged trace, in master time: what trace_out_spans
+ * gives the analysis (master/trace_an.h) and what the document is written
+ * from. */
+typedef struct trace_out_span {
+    trace_role role;
+    uint32_t rank;
+    uint32_t node;            /* the node's place: trainers, servers, the master, each by rank (the pid - 1) */
+    uint16_t lane;            /* its lane (the tid - 1), named by lane_name */
+    uint16_t span;            /* trace_span */
+    const char *lane_name;    /* the node's (borrowed from its dump) */
+    int64_t start_ns, end_ns; /* the master's CLOCK_MONOTONIC (the node's reading moved by its offset) */
+    int64_t uncertainty_ns;   /* how far the node's offset may be off: 0 on the master's clock, INT64_MAX
+                               * where it is unaligned (not known at all) */
+    trace_ids ids;
+    const char *label;     /* NULL, or the node's label of it (borrowed) */
+    const trace_event *ev; /* the span in its dump (borrowed) */
+} trace_out_span;
+
+/* Every span of n nodes on the master's clock, in *out (malloc'd, *count
+ * of them; NULL and 0 where there are none): the nodes in the document's
+ * order (trainers, servers, the master, each by rank), each node's spans
+ * in its dump's order. 0, or -1 with the reason in err: the refusals of
+ * trace_out_write but the write's. */
+int trace_out_spans(const trace_out_node *nodes, size_t n, trace_out_span **out, size_t *count, char *err,
+                    size_t errlen);
+
 /* Writes the document for n nodes to out. 0, or -1 with the reason in
  * err: two nodes of the same role and rank, a lane out of range, a time
  * that leaves 64 bits once moved by its offset, a label that is not plain

@@ -27,6 +27,10 @@
  *   cumulative one over the pass; the choice is kept in localStorage. A
  *   master without history/last: the charts sample api/v1/metrics,
  *   cumulative only (the caption says so).
+ * - Under --trace (api/v1/config's `trace`) it asks api/v1/trace/step
+ *   every other poll and draws the latest step every trainer traced whole
+ *   with timeline.js (window.psbenchTimeline, loaded before this script),
+ *   the sweep report's drawing: one module for both.
  * - window.psbenchState exposes what the page knows (for tests and for a
  *   curious user at the console), window.psbenchFormat the formatting
  *   the charts use (tick labels: their canvas is not readable text); every
@@ -37,6 +41,7 @@
   "use strict";
 
   const POLL_MS = 1000;
+  const TRACE_EVERY = 2;   /* polls between two asks for the traced step */
   const POLL_MAX_MS = 5000;
   const FETCH_TIMEOUT_MS = 4000;
   const MAX_SAMPLES = 3600;          /* one hour of history at one poll a second */
@@ -64,6 +69,9 @@
   const state = {
     connected: false,    /* the last poll got all three endpoints */
     polls: 0,            /* polls finished */
+    traceStep: null,     /* api/v1/trace/step's last answer (under --trace) */
+    traceKey: null,      /* the step drawn: batch, start, spans */
+    traceDrawn: null,    /* what timeline.js drew of it */
     okPolls: 0,          /* polls where all three endpoints answered */
     failStreak: 0,       /* consecutive polls with a failure */
     lastError: null,     /* text of the last failure, or null */
@@ -174,6 +182,14 @@
         state.noHistoryLast = /HTTP 404/.test(String(e && e.message));
       }
     }
+    /* The latest traced step (under --trace: the configuration says so),
+     * every TRACE_EVERY polls: it changes at most as the nodes' parts come. */
+    if (isObj(state.config) && state.config.trace === true && state.polls % TRACE_EVERY === 0) {
+      try {
+        const t = await fetchJSON("api/v1/trace/step");
+        if (isObj(t)) state.traceStep = t;
+      } catch (e) { /* next time */ }
+    }
     state.historyLive = isObj(last);
     if (state.historyLive && isObj(last.point)) takePoint(last.point);
     state.polls++;
@@ -200,7 +216,7 @@
   function render(ok, total) {
     /* Each part on its own: one failing does not hide the others. */
     for (const f of [renderHeader, renderBusy, renderHeadline, renderExperiment, renderNodes, renderCharts,
-                     renderTables]) {
+                     renderTrace, renderTables]) {
       try {
         f(ok, total);
       } catch (e) {
@@ -961,6 +977,32 @@
     for (const group of ["trainer", "server"]) n += renderGroup(group, groups[group]);
     $("metrics-empty").hidden = n > 0;
     renderCounters(m);
+  }
+
+  /* ------------------------------------------------------------ traced step */
+
+  /* The latest step every trainer traced whole (api/v1/trace/step), drawn
+   * by timeline.js as the sweep report draws a point's; drawn again only
+   * when it is another step or holds more spans. */
+  function renderTrace() {
+    const card = $("trace-card");
+    if (!card || !isObj(state.config) || state.config.trace !== true) return;
+    card.hidden = false;
+    const t = state.traceStep;
+    const box = $("trace-step");
+    const has = isObj(t) && isNum(t.batch) && Array.isArray(t.spans);
+    $("trace-empty").hidden = has;
+    if (!has) {
+      if (isObj(t) && typeof t.reason === "string") setText($("trace-empty"), t.reason);
+      return;
+    }
+    const key = t.batch + ":" + t.start_ns + ":" + t.spans.length;
+    if (state.traceKey === key || !window.psbenchTimeline) return;
+    state.traceKey = key;
+    box.textContent = "";
+    setText($("trace-why"), "batch " + t.batch + ": " + (t.why || ""));
+    state.traceDrawn = window.psbenchTimeline.draw(box, t);
+    setAttr(box, "data-batch", String(t.batch));
   }
 
   /* -------------------------------------------------------------------- start */

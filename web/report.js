@@ -6,7 +6,8 @@
  * <main id="report">, in the order a reader asks: a warning where points
  * ran on a busy or oversubscribed host, the answer (parameter server
  * against allreduce, point by point), the points, step time against bucket
- * cap, where each step goes, scaling with trainers, and what every node
+ * cap, where each step goes, one traced step per point (timeline.js,
+ * inlined before this script), scaling with trainers, and what every node
  * ran on. A plain browser script: no modules, no network. Every string
  * from the document reaches the page as text (textContent), never as HTML.
  * When done it sets window.psbenchReport (what it drew) for the tests.
@@ -25,7 +26,7 @@
                   ["exposed_comm", "exposed comm", "#dc2626"], ["optimizer", "optimizer", "#d97706"],
                   ["other", "other", "#9ca3af"]];
   const main = document.getElementById("report");
-  const drawn = {charts: 0, skipped: [], plots: {}};
+  const drawn = {charts: 0, skipped: [], plots: {}, timelines: []};
 
   /* ---- small helpers ---- */
 
@@ -515,6 +516,27 @@
       "compute + exposed comm): how far the split moved from run to run.");
   }
 
+  /* Each traced point's representative step (its "trace_step": the
+   * first traced run's, master/trace_an.h) as swimlanes, drawn by the
+   * dashboard's timeline.js. Only where some point has one: a sweep run
+   * with --no-trace, or from before the trace, has no such section. */
+  function drawTimelines() {
+    const traced = (doc.points || []).filter((p) => p.trace_step && typeof p.trace_step === "object");
+    if (!traced.length || !window.psbenchTimeline) return;
+    const sec = section("timelines", "One steady-state step per point, traced");
+    for (const p of traced) {
+      const box = el("div", "tl-point", [el("h3", null, [p.point + ". " + (p.label || "")])]);
+      box.setAttribute("data-point", String(p.point));
+      sec.appendChild(box);
+      drawn.timelines.push(Object.assign({point: p.point}, window.psbenchTimeline.draw(box, p.trace_step)));
+    }
+    note(sec, "Each run traced the last steps of its timed pass (--trace-steps); the step drawn is the median one: of " +
+      "the steps every trainer traced whole (the first left out where more than 2), the one whose slowest trainer's step " +
+      "is the median. A row per lane of each trainer and server; a line per bucket's hop between a trainer and a server " +
+      "(sent \u2192 in at the server, answer out \u2192 in at the trainer); outlined, the critical path: the spans that " +
+      "decided when the last trainer's optimizer could start. The table: where each bucket's time went (docs/results.md).");
+  }
+
   function drawScaling() {
     const sec = section("scaling", "Scaling with trainers");
     const sb = seriesBy("ntrainer", [], (p) => figure(p, "samples_per_s"));
@@ -586,7 +608,9 @@
   drawPoints();
   drawCapChart();
   drawBreakdown();
+  drawTimelines();
   drawScaling();
   drawEnvironment();
-  window.psbenchReport = {ready: true, charts: drawn.charts, skipped: drawn.skipped, plots: drawn.plots};
+  window.psbenchReport = {ready: true, charts: drawn.charts, skipped: drawn.skipped, plots: drawn.plots,
+                          timelines: drawn.timelines};
 })();

@@ -51,8 +51,14 @@ static void sweep_print_plan(sweep *s)
             fprintf(s->out, " %s", s->job[j]);
         for (size_t j = 0; j < p->argc; j++)
             fprintf(s->out, " %s", p->argv[j]);
-        fprintf(s->out, " --runs 1 --out %s/%s%s\n", s->out_dir ? s->out_dir : "DIR", p->dir,
+        fprintf(s->out, " --runs 1 --out %s/%s%s", s->out_dir ? s->out_dir : "DIR", p->dir,
                 s->runs > 1 ? "/run-NNN" : "");
+        const char *targs[4];
+        char window[48];
+        sweep_trace_args(s, p, targs, window, sizeof window);
+        for (const char *const *a = targs; *a; a++)
+            fprintf(s->out, " %s", *a);
+        fputs("\n", s->out);
     }
     if (s->runs > 1)
         fprintf(s->out, "# each run is a job of its own (--runs 1), %s\n",
@@ -98,7 +104,10 @@ static void sweep_run_one(sweep *s, sweep_point *p)
     snprintf(log, sizeof log, "%s/master.log", pdir);
     sweep_progress(s, p, r);
     double t0 = clock_now_s();
-    const char *extra[] = {"--runs", "1", "--out", dir, NULL};
+    const char *targs[4];
+    char window[48];
+    sweep_trace_args(s, p, targs, window, sizeof window);
+    const char *extra[] = {"--runs", "1", "--out", dir, targs[0], targs[1], targs[2], NULL};
     char now[32];
     sweep_now_iso(now, sizeof now);
     json_array_append_new(s->schedule, json_pack("{s:I, s:I, s:s}", "point", (json_int_t)p->index, "run",

@@ -60,7 +60,11 @@
  *         "shares": { ... } },                      means over runs
  *       "busy_runs": [2], "busy": true,             runs whose host_state was busy
  *       "oversubscribed": false,                    a run's host_state said so
- *       "host_warnings": [ "..." ]                  the runs' host_state warnings, each once
+ *       "host_warnings": [ "..." ],                 the runs' host_state warnings, each once
+ *       "trace_step": null | {...}                  the first traced run's representative step
+ *                                                   (master/trace_an.h trace_an_step_json; each run
+ *                                                   traces its timed pass's last 5 steps unless
+ *                                                   --no-trace), what the report's timeline draws
  *   } ],
  *   "comparisons": [ {                              one per PS point whose allreduce
  *       "ps_point": 1, "allreduce_point": 2,        partner (same config but the hook,

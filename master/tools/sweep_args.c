@@ -216,6 +216,11 @@ static const opt_spec sweep_specs[] = {
      .missing = "needs a folder",
      .help = "write DIR/report.html again from DIR/sweep.json, run\n"
              "nothing"},
+    {.kind = OPT_FLAG, .name = "no-trace", .to = OPT_AT(sweep, no_trace),
+     .help = "run the points untraced: no step's timeline in the\n"
+             "report (by default each run traces the last 5 steps of\n"
+             "its timed pass, --trace --trace-steps A:B; a job's own\n"
+             "--trace-steps is its window)"},
     {.kind = OPT_FLAG, .name = "dry-run", .to = OPT_AT(sweep, dry_run),
      .help = "print each point, its configuration and its command\n"
              "line, run nothing"},

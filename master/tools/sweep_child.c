@@ -7,6 +7,7 @@
 #include "shared/userpath.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -244,6 +245,32 @@ int sweep_spawn(sweep *s, char **args, const char *log, bool append, char **text
     if (log_errno)
         *log_errno = o.log_errno;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void sweep_trace_args(const sweep *s, const sweep_point *p, const char *args[4], char *buf, size_t len)
+{
+    args[0] = NULL;
+    if (s->no_trace)
+        return;
+    const char *v;
+    bool window = false;
+    for (size_t i = 0; i < s->njob; i++) {
+        if (sweep_flag_is(s->job[i], "--trace", &v))
+            return; /* the job's own say */
+        window = window || sweep_flag_is(s->job[i], "--trace-steps", &v);
+    }
+    if (window) { /* the job's window, traced */
+        args[0] = "--trace";
+        args[1] = NULL;
+        return;
+    }
+    uint64_t last = p->plan_steps ? p->plan_steps - 1 : 0;
+    uint64_t first = last + 1 > SWEEP_TRACE_STEPS ? last + 1 - SWEEP_TRACE_STEPS : 0;
+    snprintf(buf, len, "%" PRIu64 ":%" PRIu64, first, last);
+    args[0] = "--trace";
+    args[1] = "--trace-steps";
+    args[2] = buf;
+    args[3] = NULL;
 }
 
 /* The child's argv: the program, the job's flags, then the point's. */

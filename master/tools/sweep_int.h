@@ -88,6 +88,7 @@ typedef struct {
     json_t *headlines;    /* each done run's whole headline (results.json), for summary.json */
     json_t *env;          /* the first run's environment of every node (sweep.h), or NULL */
     json_int_t buckets;   /* the first run's buckets per step, -1: not known */
+    json_t *trace_step;   /* the first traced run's representative step (trace_an_step_json), or NULL */
     uint64_t steady_n;    /* the fewest steady steps per trainer of its runs (0: none) */
     bool ended;           /* its runs are over and its entry made */
     bool printed;         /* its row is printed (its comparisons made) */
@@ -107,6 +108,7 @@ typedef struct {
     const char *report;     /* --report DIR (argv's) */
     bool local;
     bool dry_run;           /* --dry-run: the points and their command lines, nothing run */
+    bool no_trace;          /* --no-trace: the points run without --trace (sweep_trace_args) */
     bool sequential;        /* --order sequential: a point's runs back to back (else interleaved) */
     uint64_t order_seed;    /* --order-seed: which side of each pair runs first */
     bool order_seed_given;
@@ -150,6 +152,14 @@ int sweep_spawn(sweep *s, char **args, const char *log, bool append, char **text
 /* The child's argv: the program, the job's flags, the point's, extra. */
 char **sweep_child_argv(const sweep *s, const sweep_point *p, const char *const *extra);
 size_t sweep_argv_len(char **v);
+/* The steps each point traces: the last SWEEP_TRACE_STEPS of its timed
+ * pass (the steady state; fewer where the pass is shorter). */
+#define SWEEP_TRACE_STEPS 5u
+/* The flags that make a point's run trace its last steps ("--trace",
+ * "--trace-steps", "A:B" into the caller's buf; NULL-ended, in args[4]):
+ * "--trace" alone where the job gives its own --trace-steps; none
+ * (args[0] NULL) under --no-trace or where the job gives --trace. */
+void sweep_trace_args(const sweep *s, const sweep_point *p, const char *args[4], char *buf, size_t len);
 /* The line of a child's output that says what went wrong (malloc'd). */
 char *sweep_error_line(const char *text);
 

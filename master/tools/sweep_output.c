@@ -8,6 +8,7 @@
 #include "master/noise.h"
 #include "master/summary.h"
 #include "master/tools/sweep_report.h"
+#include "master/trace_an.h"
 #include "shared/atomicfile.h"
 #include "shared/text.h"
 #include "shared/userpath.h"
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 void sweep_now_iso(char *buf, size_t len)
 {
@@ -199,6 +201,7 @@ void sweep_point_doc(sweep *s, sweep_point *p)
     json_object_set_new(p->doc, "busy", json_boolean(json_array_size(p->busy_runs) > 0));
     json_object_set_new(p->doc, "oversubscribed", json_boolean(p->oversubscribed));
     json_object_set(p->doc, "host_warnings", p->host_warnings);
+    json_object_set_new(p->doc, "trace_step", p->trace_step ? json_incref(p->trace_step) : json_null());
 }
 
 /* Run r's steady steps (results.json's steady_state) into p->series. */
@@ -250,6 +253,44 @@ static void sweep_keep_host(sweep_point *p, const json_t *results, unsigned r)
     }
 }
 
+/* The representative step of the run whose results.json is at `results`
+ * (its trace.json beside it), as the report draws it; NULL where the run
+ * was not traced or its trace holds no step every trainer traced whole.
+ * A trace that cannot be read is said (a warning: the figures stand). */
+static json_t *sweep_trace_step(sweep *s, const char *results)
+{
+    char path[PATH_MAX + 16], why[256];
+    const char *slash = strrchr(results, '/');
+    snprintf(path, sizeof path, "%.*s/trace.json", slash ? (int)(slash - results) : 1, slash ? results : ".");
+    json_t *doc = NULL;
+    json_error_t je;
+    if (access(path, F_OK) != 0)
+        return NULL; /* not traced */
+    if (userpath_load_json(path, 0, &doc, &je, why, sizeof why) < 0) {
+        fprintf(s->err, "psbench-master sweep: warning: %s: %s\n", path, why);
+        return NULL;
+    }
+    if (!doc) {
+        fprintf(s->err, "psbench-master sweep: warning: %s:%d:%d: invalid JSON: %s\n", path, je.line, je.column,
+                je.text);
+        return NULL;
+    }
+    trace_an_trace t;
+    json_t *step = NULL;
+    if (trace_an_load(doc, &t, why, sizeof why) != 0) {
+        fprintf(s->err, "psbench-master sweep: warning: %s: %s\n", path, why);
+    } else {
+        step = trace_an_representative_json(&t);
+        trace_an_trace_free(&t);
+        if (json_is_null(step)) {
+            json_decref(step);
+            step = NULL;
+        }
+    }
+    json_decref(doc);
+    return step;
+}
+
 bool sweep_collect_run(sweep *s, sweep_point *p, unsigned r)
 {
     char path[PATH_MAX];
@@ -283,6 +324,8 @@ bool sweep_collect_run(sweep *s, sweep_point *p, unsigned r)
         p->buckets = sweep_buckets(res);
     }
     json_decref(res);
+    if (done && !p->trace_step)
+        p->trace_step = sweep_trace_step(s, path);
     return done;
 }
 

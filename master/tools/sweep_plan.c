@@ -298,6 +298,7 @@ void sweep_points_free(sweep *s)
         json_decref(p->config);
         json_decref(p->runs);
         json_decref(p->doc);
+        json_decref(p->trace_step);
         json_decref(p->busy_runs);
         json_decref(p->host_warnings);
         json_decref(p->headlines);

@@ -1,12 +1,13 @@
 /* sweep_report.c — a sweep's report.html, one page that needs nothing else.
  *
- * The page is a skeleton around four things inlined from the master's
+ * The page is a skeleton around five things inlined from the master's
  * embedded web assets (web_assets.h: every file under web/ is compiled in,
  * so the report is the same whatever folder the binary runs from):
  *
  *   <style>   uPlot's CSS, the dashboard's style.css, the report's report.css
  *   <script>  uPlot (its MIT notice in a comment above it)
  *   <script type="application/json" id="psbench-sweep">  the sweep document
+ *   <script>  timeline.js, a traced step's swimlanes (the dashboard's too)
  *   <script>  report.js, which reads the document and draws everything
  *
  * The document is jansson's compact dump with every '<' written \u003c: a
@@ -111,7 +112,8 @@ static int report_page(FILE *f, const json_t *sweep, const char *path, char *err
     const web_asset *lic = ucss ? report_asset(REPORT_UPLOT_LICENSE, path, err, len) : NULL;
     const web_asset *style = lic ? report_asset("/style.css", path, err, len) : NULL;
     const web_asset *rcss = style ? report_asset("/report.css", path, err, len) : NULL;
-    const web_asset *rjs = rcss ? report_asset("/report.js", path, err, len) : NULL;
+    const web_asset *tjs = rcss ? report_asset("/timeline.js", path, err, len) : NULL;
+    const web_asset *rjs = tjs ? report_asset("/report.js", path, err, len) : NULL;
     if (!rjs)
         return -1;
 
@@ -139,6 +141,7 @@ static int report_page(FILE *f, const json_t *sweep, const char *path, char *err
     if (report_license(f, lic, path, err, len) < 0 ||
         report_inline(f, ujs, "<script>\n", "</script>", path, err, len) < 0 ||
         report_data(f, sweep, path, err, len) < 0 ||
+        report_inline(f, tjs, "<script>\n", "</script>", path, err, len) < 0 ||
         report_inline(f, rjs, "<script>\n", "</script>", path, err, len) < 0)
         return -1;
     fputs("</body>\n</html>\n", f);

@@ -233,6 +233,14 @@ class SweepTests(psb.PsbTestCase):
                           for p in doc["points"]],
                          [("rpc_hook", 1, 4), ("allreduce_hook", 0, 4), ("rpc_hook", 2, 4)])
         self.assertEqual(doc["dimensions"], ["nserver", "hook"])
+        # Each run traced its last steps (trace.json beside its results);
+        # each point says which step it drew (null where no step of the
+        # trace is whole on every trainer: the nodes record no span).
+        for p in doc["points"]:
+            self.assertTrue(os.path.isfile(os.path.join(d, p["dir"], "trace.json")), p["dir"])
+            self.assertIn("trace_step", p)
+            if p["trace_step"] is not None:
+                self.assertIn(p["trace_step"]["batch"], range(3, 8), p["trace_step"])  # --steps 8: 3:7
         # Both PS points are compared with the one allreduce point.
         self.assertEqual([(c["ps_point"], c["allreduce_point"]) for c in doc["comparisons"]], [(1, 2), (3, 2)])
         # One run a point: the steps within it still give the noise.
@@ -246,7 +254,8 @@ class SweepTests(psb.PsbTestCase):
         self.assertIn("dry run, nothing is started: 2 point(s) x 1 run(s)", out)
         self.assertIn("point 1: nserver=2\n", out)
         self.assertIn("command: psbench-master --steps 8 --warmup-steps 2 --set data.sample_count=60 --local --ddp-hook "
-                      "rpc_hook --ntrainer 4 --nserver 2 --runs 1 --out %s/points/001\n" % d2, out)
+                      "rpc_hook --ntrainer 4 --nserver 2 --runs 1 --out %s/points/001 --trace --trace-steps 3:7\n"
+                      % d2, out)
         self.assertIn('"nserver":4', out)
         self.assertFalse(os.path.exists(d2))
 
@@ -260,13 +269,14 @@ class SweepTests(psb.PsbTestCase):
         # --steps 51 (50 steady) with a warm-up of 10 instead, and says so.
         self.assertIn("# steps: the default --epochs gives 50 step(s) per trainer at point 1", out)
         self.assertEqual(cmds, [
-            "--local --steps 51 --warmup-steps 10 --ddp-hook rpc_hook --ntrainer 2 --runs 1 --out DIR/points/001",
+            "--local --steps 51 --warmup-steps 10 --ddp-hook rpc_hook --ntrainer 2 --runs 1 --out DIR/points/001"
+            " --trace --trace-steps 46:50",
             "--local --steps 51 --warmup-steps 10 --ddp-hook allreduce_hook --ntrainer 2 --runs 1 "
-            "--out DIR/points/002",
+            "--out DIR/points/002 --trace --trace-steps 46:50",
             "--local --steps 51 --warmup-steps 10 --ddp-hook rpc_hook --ntrainer 0 --ncudatrainer 2 --nserver 0 "
-            "--ncudaserver 1 --runs 1 --out DIR/points/003",
+            "--ncudaserver 1 --runs 1 --out DIR/points/003 --trace --trace-steps 46:50",
             "--local --steps 51 --warmup-steps 10 --ddp-hook allreduce_hook --ntrainer 0 --ncudatrainer 2 "
-            "--nserver 0 --runs 1 --out DIR/points/004"])
+            "--nserver 0 --runs 1 --out DIR/points/004 --trace --trace-steps 46:50"])
         configs = [json.loads(line.split("config: ", 1)[1]) for line in out.splitlines() if "config: " in line]
         self.assertEqual([(c["device"], c["ntrainer"], c["nserver"]) for c in configs],
                          [("cpu", 2, 1), ("cpu", 2, 0), ("cuda", 2, 1), ("cuda", 2, 0)])
@@ -284,12 +294,25 @@ class SweepTests(psb.PsbTestCase):
                       "the first; every point runs --steps 51 instead", out)
         cmds = [line.split("command: psbench-master ", 1)[1] for line in out.splitlines() if "command: " in line]
         self.assertEqual(cmds[0], "--local --warmup-steps 3 --steps 51 --ddp-hook rpc_hook --runs 1 "
-                                  "--out DIR/points/001/run-NNN")
+                                  "--out DIR/points/001/run-NNN --trace --trace-steps 46:50")
         self.assertIn("the runs of points that differ only in the hook alternating (--order interleaved)", out)
         rc, out, err = self.sweep("--local", "--ddp-hook", "rpc_hook", "--steps", "5", "--dry-run")
         self.assertEqual(rc, 0, out + err)
         self.assertNotIn("# steps:", out)
         self.assertIn("--local --steps 5 --ddp-hook rpc_hook --runs 1", out)
+        # Each run traces the last 5 steps of its timed pass (all 3 of a
+        # shorter one); --no-trace: not; the job's own --trace-steps: its
+        # window.
+        self.assertIn("--out DIR/points/001 --trace --trace-steps 0:4\n", out)
+        rc, out, err = self.sweep("--local", "--ddp-hook", "rpc_hook", "--steps", "3", "--dry-run")
+        self.assertIn("--out DIR/points/001 --trace --trace-steps 0:2\n", out)
+        for flags, tail in ((["--no-trace"], "--out DIR/points/001"),
+                            (["--trace-steps", "1:2"], "--out DIR/points/001 --trace")):
+            rc, out, err = self.sweep("--local", "--ddp-hook", "rpc_hook", "--steps", "5", "--dry-run", *flags)
+            self.assertEqual(rc, 0, out + err)
+            cmd = [line for line in out.splitlines() if "command: " in line][0]
+            self.assertTrue(cmd.endswith(tail), cmd)
+            self.assertEqual(cmd.count("--trace-steps"), len(flags) - 1, cmd)
         for bad, want in ((["--order", "random"], "--order 'random': interleaved or sequential"),
                           (["--order-seed", "-1"], "--order-seed '-1': a whole number")):
             rc, out, err = self.sweep("--local", "--dry-run", *bad)

@@ -55,6 +55,7 @@ SCREENSHOT = os.environ.get("PSBENCH_SWEEP_SCREENSHOT", "/tmp/psbench-sweep-repo
 WAIT_S = 20.0          # bound on every wait for the page
 FIXTURE = os.path.join(HERE, "fixtures", "sweep", "sweep.json")
 FIXTURE38 = os.path.join(HERE, "fixtures", "sweep", "sweep-v38.json")
+TRACE_FIXTURE = os.path.join(HERE, "fixtures", "trace", "trace.json")
 
 # A string that would break out of the data island if it were not escaped,
 # and run script if it were put into the page as HTML.
@@ -137,6 +138,35 @@ return {
     height: w.getBoundingClientRect().height, title: w.title})),
   breakdownNote: Array.from(document.querySelectorAll('#breakdown .note')).map((e) => e.textContent).join(' '),
   facts: txt(q('#sweep-facts')),
+};
+"""
+
+
+# The timelines (web/timeline.js): per traced point its lanes' labels, bars,
+# flows, the critical path's spans (in the path's order) and the buckets'
+# table.
+TIMELINE_STATE_JS = r"""
+const drawn = window.psbenchReport.timelines || [];
+return {
+  sections: Array.from(document.querySelector('#report').children).map((e) => e.id),
+  points: Array.from(document.querySelectorAll('#timelines .tl-point')).map((e) => Number(e.getAttribute('data-point'))),
+  timelines: Array.from(document.querySelectorAll('#timelines .tl-point')).map((box, k) => {
+    const bars = Array.from(box.querySelectorAll('rect.tl-bar'));
+    const crit = bars.filter((b) => b.classList.contains('tl-critical'))
+      .sort((a, b) => Number(a.getAttribute('data-span')) - Number(b.getAttribute('data-span')));
+    return {
+      point: Number(box.getAttribute('data-point')),
+      lanes: Array.from(box.querySelectorAll('.tl-lane text')).map((t) => t.textContent),
+      bars: bars.length,
+      flows: box.querySelectorAll('line.tl-flow').length,
+      flowBuckets: Array.from(box.querySelectorAll('line.tl-flow')).map(
+        (l) => l.getAttribute('data-bucket') + '/' + l.getAttribute('data-trainer')),
+      critical: crit.map((b) => b.getAttribute('data-name')),
+      criticalLine: box.querySelector('polyline.tl-critical-line') !== null,
+      bucketRows: box.querySelectorAll('table.tl-buckets tbody tr').length,
+      drawn: (({lanes, bars, flows, critical}) => ({lanes, bars, flows, critical}))(drawn[k] || {}),
+    };
+  }),
 };
 """
 
@@ -541,6 +571,45 @@ class SweepReport(BrowserTestCase):
         self.assertEqual(s["sections"][0], "answer", s["sections"])
         self.assertTrue(s["answer"].endswith("allreduce's."), s["answer"])
         self.assertNotIn("steps chosen", s["facts"])
+        self.assert_console_clean(driver)
+
+    def test_timelines(self):
+        """Points with a traced step (sweep.json's "trace_step", as the
+        sweep embeds it: here `psbench-master trace summarize --json`'s
+        representative step of the synthetic trace, fixtures/trace/, the
+        same function) get the timeline section: per point a lane per
+        trainer's and server's lane, a bar per span, a line per bucket's
+        hop, the critical path outlined; points without one get none;
+        the console stays clean."""
+        rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "trace", "summarize", "--json", TRACE_FIXTURE])
+        self.assertEqual(rc, 0, err)
+        step = json.loads(out)["representative"]
+        with open(FIXTURE38) as f:
+            doc = json.load(f)
+        for p in doc["points"]:
+            p["trace_step"] = step if p["point"] in (1, 2) else None
+        path, _ = self.render(doc, "timelines")
+        driver = self.start_browser()
+        self.open_report(driver, path)
+        s = driver.execute_script(TIMELINE_STATE_JS)
+        self.assertEqual(s["sections"][-3:], ["timelines", "scaling", "environment"], s["sections"])
+        self.assertEqual(s["points"], [1, 2], s)
+        for k, tl in enumerate(s["timelines"]):
+            self.assertEqual(tl["point"], k + 1)
+            # trainer 0 main, comm; trainer 1 main, comm; server 0 reactor
+            self.assertEqual(tl["lanes"], ["trainer 0 \u00b7 main", "trainer 0 \u00b7 comm", "trainer 1 \u00b7 main",
+                                            "trainer 1 \u00b7 comm", "server 0 \u00b7 reactor"], tl)
+            self.assertEqual(tl["bars"], len(step["spans"]), tl)
+            # each (bucket, trainer): frame_out -> push_recv, answer_out -> frame_in
+            self.assertEqual(tl["flows"], 8, tl)
+            self.assertEqual(sorted(tl["flowBuckets"]), ["0/0", "0/0", "0/1", "0/1", "1/0", "1/0", "1/1", "1/1"], tl)
+            # outlined: the path's spans (in the page's order, by span)
+            self.assertEqual(tl["critical"], [step["spans"][i]["name"] for i in sorted(step["critical"])], tl)
+            self.assertIn("forward", tl["critical"])
+            self.assertIn("optimizer", tl["critical"])
+            self.assertTrue(tl["criticalLine"], tl)
+            self.assertEqual(tl["bucketRows"], len(step["buckets"]), tl)
+            self.assertEqual(tl["drawn"], {"lanes": 5, "bars": len(step["spans"]), "flows": 8, "critical": 12}, tl)
         self.assert_console_clean(driver)
 
     def test_write_error(self):

@@ -30,7 +30,7 @@ ROUNDING_US = 1.0
 class TraceSkew(mh.MultihostCase):
     hosts = ("head", "ps1", "tr1", "tr2")
 
-    def node(self, host, binary, *args):
+    def skewed_node(self, host, binary, *args):
         env = ["env", "PSBENCH_TEST_CLOCK_SKEW_NS=%d" % SKEW_NS[host]]
         return self.start_on(self.h[host], env + [psb.bin_path(binary), "--master", self.master_addr,
                                                   "--token-file", self.token_path] + list(args),
@@ -43,9 +43,9 @@ class TraceSkew(mh.MultihostCase):
             "--model", "DummyModel", "--epochs", "1", "--rpc-timeout", "20", "--linger", "0",
             "--trace", "--trace-steps", "2:6", "--out", self.out_dir, "--token-file", self.token_path], "master")
         self.wait_http(m)
-        procs = [self.node("ps1", "psbench-server", "--listen", "%s:0" % self.h["ps1"].addr, "--rank", "0"),
-                 self.node("tr1", "psbench-trainer", "--rank", "0"),
-                 self.node("tr2", "psbench-trainer", "--rank", "1")]
+        procs = [self.skewed_node("ps1", "psbench-server", "--listen", "%s:0" % self.h["ps1"].addr, "--rank", "0"),
+                 self.skewed_node("tr1", "psbench-trainer", "--rank", "0"),
+                 self.skewed_node("tr2", "psbench-trainer", "--rank", "1")]
         self.assertEqual(m.wait(240), 0, m.describe())
         for p in procs:
             self.assertEqual(p.wait(30), 0, p.describe())

@@ -43,4 +43,6 @@ check "psbench-master diff --help" "$golden/help-master-diff.txt" "$bin/psbench-
 check "psbench-master diff -h" "$golden/help-master-diff.txt" "$bin/psbench-master" diff -h
 check "psbench-master sweep --help" "$golden/help-master-sweep.txt" "$bin/psbench-master" sweep --help
 check "psbench-master sweep -h" "$golden/help-master-sweep.txt" "$bin/psbench-master" sweep -h
+check "psbench-master trace --help" "$golden/help-master-trace.txt" "$bin/psbench-master" trace --help
+check "psbench-master trace -h" "$golden/help-master-trace.txt" "$bin/psbench-master" trace -h
 exit $fail

@@ -46,14 +46,16 @@ with the nearest name: `psbench-master: unknown option --epoch: did you mean
 - [psbench-master](#psbench-master): the run (`--local` starts every node itself)
 - [psbench-master diff](#psbench-master-diff): two runs side by side
 - [psbench-master sweep](#psbench-master-sweep): a matrix of runs, a table and a report
+- [psbench-master trace](#psbench-master-trace): where a trace.json's time went
 - [psbench-server](#psbench-server): a parameter server
 - [psbench-trainer](#psbench-trainer): a trainer
 - [psbench-node](#psbench-node): any rank of a launcher (torchrun, srun, Kubernetes, Ray)
 HEAD
-    for b in master master-diff master-sweep server trainer node; do
+    for b in master master-diff master-sweep master-trace server trainer node; do
         title=psbench-$b
         [ "$b" = master-diff ] && title="psbench-master diff"
         [ "$b" = master-sweep ] && title="psbench-master sweep"
+        [ "$b" = master-trace ] && title="psbench-master trace"
         printf '\n## %s\n\n```text\n' "$title"
         cat "$golden/help-$b.txt"
         printf '```\n'
