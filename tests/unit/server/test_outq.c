@@ -3,7 +3,8 @@
  * payload reference is released exactly once (written or dropped).
  * Spliced payloads (zero-copy) arrive intact, stay lent until the peer
  * pushes a later batch, are never recycled when the connection goes first,
- * and fall back to copies when splicing is impossible. */
+ * and fall back to copies when splicing is impossible. A traced frame's
+ * `written` runs once its last byte is in the socket. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -128,6 +129,77 @@ static void test_partial_writes(void **state)
     }
     free(buf);
     outq_free(&q);
+    bufpool_destroy(&pool);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* The trace (outq_trace_last): `written` runs for each traced frame once
+ * its last byte is in the socket, in order, with what it was tagged with;
+ * never for an untraced frame, nor for one dropped unwritten. */
+typedef struct written_log {
+    uint64_t batch[8], bucket[8], t0[8];
+    int n;
+} written_log;
+
+static void on_written(void *ctx, outq_item *it)
+{
+    written_log *w = ctx;
+    assert_true(w->n < 8);
+    assert_int_equal(it->done, it->hlen + (it->payload ? it->payload->len : 0)); /* whole */
+    w->batch[w->n] = it->trace_batch;
+    w->bucket[w->n] = it->trace_bucket;
+    w->t0[w->n++] = it->trace_t0_ns;
+}
+
+static void test_trace_written(void **state)
+{
+    (void)state;
+    bufpool pool;
+    bufpool_init(&pool, 16 << 20);
+    psbuf *p = bufpool_get(&pool, 1 << 20);
+    memset(p->data, 5, p->len);
+    outq q;
+    outq_init(&q);
+    written_log w = {0};
+    q.written = on_written;
+    q.written_ctx = &w;
+    const uint8_t h[] = {1, 2};
+    assert_int_equal(outq_push(&q, h, sizeof h, p, 0), 0);
+    outq_trace_last(&q, 100, 0, 7, 3);
+    assert_int_equal(outq_push(&q, h, sizeof h, p, 0), 0); /* not traced */
+    assert_int_equal(outq_push(&q, h, sizeof h, NULL, 0), 0);
+    outq_trace_last(&q, 200, 0, 8, 4);
+    for (int k = 0; k < 40; k++) /* the ring grows: tags move with their frames */
+        assert_int_equal(outq_push(&q, h, sizeof h, NULL, 0), 0);
+    outq_trace_last(&q, 300, 0, 9, 5);
+    int sv[2];
+    assert_int_equal(nonblocking_pair(sv, 64 << 10), 0);
+    size_t total = 2 * (2 + p->len) + 41 * 2, got = 0;
+    uint8_t buf[8192];
+    while (got < total) {
+        if (q.len)
+            outq_write(&q, sv[0]);
+        ssize_t r = read(sv[1], buf, sizeof buf);
+        assert_true(r > 0);
+        got += (size_t)r;
+    }
+    assert_int_equal(q.len, 0);
+    assert_int_equal(w.n, 3);
+    assert_int_equal(w.batch[0], 7);
+    assert_int_equal(w.bucket[0], 3);
+    assert_int_equal(w.t0[0], 100);
+    assert_int_equal(w.batch[1], 8);
+    assert_int_equal(w.t0[1], 200);
+    assert_int_equal(w.batch[2], 9);
+    assert_int_equal(w.bucket[2], 5);
+    /* Dropped unwritten: no hook. */
+    assert_int_equal(outq_push(&q, h, sizeof h, p, 0), 0);
+    outq_trace_last(&q, 400, 0, 10, 6);
+    outq_free(&q);
+    assert_int_equal(w.n, 3);
+    psbuf_unref(p);
+    assert_int_equal(pool.live, 0);
     bufpool_destroy(&pool);
     close(sv[0]);
     close(sv[1]);
@@ -531,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_order_and_refs),
         cmocka_unit_test(test_partial_writes),
         cmocka_unit_test(test_free_releases),
+        cmocka_unit_test(test_trace_written),
         cmocka_unit_test(test_pool_trim),
         cmocka_unit_test(test_splice_lends),
         cmocka_unit_test(test_splice_lend_cap),
