@@ -425,6 +425,51 @@ static void test_drain_in_flight(void **state)
         }
 }
 
+/* The trace's hook (futures_hooks.trace): begin as a future goes to the
+ * kind, end before its answer (answered), and end unanswered for one
+ * drained in flight; a future's own fields carry its mark between. */
+static char trace_seen[64];
+static void note_trace(void *ctx, future *f, bool begin, bool answered)
+{
+    fixture *x = ctx;
+    size_t n = strlen(trace_seen);
+    if (begin) {
+        assert_int_equal(f->trace_t0_ns, 0); /* a fresh future: no mark yet */
+        f->trace_t0_ns = 42;
+    } else {
+        assert_int_equal(f->trace_t0_ns, 42);
+    }
+    snprintf(trace_seen + n, sizeof trace_seen - n, "%s%d", begin ? "B" : answered ? "E" : "X", x->answers);
+}
+
+static void test_trace_hook(void **state)
+{
+    (void)state;
+    for (int drained = 0; drained < 2; drained++) {
+        fixture x;
+        kind_config kc = {.id = KIND_AVERAGE, .trainers = 2};
+        setenv("PSBENCH_TEST_DEVICE_MAX_DELAY_US", drained ? "20000" : "300", 1);
+        fut_open(&x, "test", &kc);
+        x.fut.hooks.trace = note_trace;
+        x.fut.hooks.trace_ctx = &x;
+        trace_seen[0] = '\0';
+        push_ctx a = {0}, b = {0};
+        float v[4] = {2, 4, 6, 8};
+        assert_int_equal(push_dense(&x, &a, 0, 0, v, 4, 4), ERR_NONE);
+        assert_string_equal(trace_seen, ""); /* not every push in yet */
+        assert_int_equal(push_dense(&x, &b, 1, 0, v, 4, 4), ERR_NONE);
+        assert_string_equal(trace_seen, "B0");
+        if (drained) {
+            futures_reset(&x.fut);
+            assert_string_equal(trace_seen, "B0X0"); /* ended, unanswered */
+        } else {
+            fx_wait(&x, 1);
+            assert_string_equal(trace_seen, "B0E0"); /* ended before the answer went */
+        }
+        fut_close(&x);
+    }
+}
+
 /* A trainer lost after its push is in, while the bucket resolves: the
  * others still get the answer. */
 static void test_lost_while_resolving(void **state)
@@ -669,6 +714,7 @@ int main(void)
         cmocka_unit_test(test_push_lost_midway_fails_future),
         cmocka_unit_test(test_drain_in_flight),
         cmocka_unit_test(test_lost_while_resolving),
+        cmocka_unit_test(test_trace_hook),
         cmocka_unit_test(test_batch_update_rounds),
         cmocka_unit_test(test_batch_update_parts),
         cmocka_unit_test(test_device_order),
