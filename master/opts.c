@@ -588,10 +588,12 @@ static const opt_spec master_specs[] = {
              "made and checked before the run starts"},
     {.name = "trace", .kind = OPT_FLAG, .to = AT(trace), .json = "trace",
      .help = "record the run's trace into DIR/trace.json (needs --out;\n"
-             "per run like results.json): the master's phases and each\n"
-             "node's clock offset from the master's, for Perfetto or\n"
-             "chrome://tracing (docs/results.md). Trainers' and servers'\n"
-             "own spans are not recorded yet (default off)"},
+             "per run like results.json): every trainer's and server's\n"
+             "spans (carried to each node in its assignment) and the\n"
+             "master's phases on one clock, each node's offset estimated\n"
+             "over the control link, for Perfetto or chrome://tracing\n"
+             "(docs/results.md; psbench-master trace summarize) (default\n"
+             "off)"},
     {.name = "trace-steps", .meta = "A:B", .kind = OPT_CUSTOM, .parse = master_opt_trace_steps,
      .to = AT(trace_steps), .json = "trace_steps", .example = "10:20",
      .help = "with --trace, the steps traced: A:B (both included), A:\n"

@@ -144,6 +144,15 @@ static int placement_check_memory(const master *m, char *verdict, size_t len)
 
 /* ---- assignments ---------------------------------------------------------- */
 
+/* --trace (extension, issue 42): the steps and the rings' size every node
+ * traces with (shared/tracejob.h). */
+static void placement_add_trace(const master *m, json_t *body)
+{
+    json_t *t = body ? mtrace_assign_json(m) : NULL;
+    if (t)
+        json_object_set_new(body, "trace", t);
+}
+
 static void placement_assign_server(master *m, node *n)
 {
     assert(n->role == AGG_SERVER && n->state == NS_REGISTERED && m->servers[n->rank] == n);
@@ -163,6 +172,7 @@ static void placement_assign_server(master *m, node *n)
      * (server/bounds.h). */
     if (body && m->set.model)
         json_object_set(body, "model", m->set.model);
+    placement_add_trace(m, body);
     wire_send(n, "assign", body);
     node_set_state(n, NS_ASSIGNED); /* ready once its kind is (its table filled) */
 }
@@ -198,13 +208,12 @@ static void placement_assign_trainer(master *m, node *n)
         uint32_t s = placement_seed_server(m, n->rank, &group, &data_rank);
         json_array_append_new(servers, json_string(m->servers[s]->addr));
     }
-    json_t *body = json_pack("{s:I, s:o, s:I, s:I, s:O, s:I, s:I, s:I, s:I, s:f, s:s}", "rank",
-                             (json_int_t)n->rank, "servers", servers, "data_rank",
-                             (json_int_t)data_rank, "group_size", (json_int_t)group, "model",
-                             m->set.model, "batches", (json_int_t)m->set.batches_per_pass, "epochs",
-                             (json_int_t)m->set.epochs, "batch_size", (json_int_t)m->set.batch_size,
-                             "seed", (json_int_t)m->set.seed, "rpc_timeout", m->set.rpc_timeout_s,
-                             "placement", m->set.shard ? "shard" : "seed");
+    json_t *body =
+        json_pack("{s:I, s:o, s:I, s:I, s:O, s:I, s:I, s:I, s:I, s:f, s:s}", "rank", (json_int_t)n->rank, "servers",
+                  servers, "data_rank", (json_int_t)data_rank, "group_size", (json_int_t)group, "model", m->set.model,
+                  "batches", (json_int_t)m->set.batches_per_pass, "epochs", (json_int_t)m->set.epochs, "batch_size",
+                  (json_int_t)m->set.batch_size, "seed", (json_int_t)m->set.seed, "rpc_timeout", m->set.rpc_timeout_s,
+                  "placement", m->set.shard ? "shard" : "seed");
     json_object_set(body, "data", m->set.data ? m->set.data : json_null());
     json_object_set(body, "trainer", m->set.trainer ? m->set.trainer : json_null());
     json_object_set_new(body, "ntrainer", json_integer(m->set.ntrainer));
@@ -212,6 +221,7 @@ static void placement_assign_trainer(master *m, node *n)
     json_object_set_new(body, "allow_divergence", json_boolean(m->set.allow_divergence));
     if (m->set.steps) /* --steps: the passes' batches need not be whole epochs (the data cycles) */
         json_object_set_new(body, "steps", json_integer((json_int_t)m->set.steps));
+    placement_add_trace(m, body);
     wire_send(n, "assign", body);
     node_set_state(n, NS_ASSIGNED);
 }
@@ -261,9 +271,11 @@ static int placement_check_nccl_gpu(const master *m, const node *n, char *verdic
         if (oid && strcmp(oid, id) == 0 && strcmp(o->host, n->host) == 0) {
             char gpu[200]; /* the trainer's words (its environment): escaped */
             text_escape(id, gpu, sizeof gpu);
-            snprintf(verdict, len, "--backend %s: trainers %u and %u would share GPU %s on %s, and NCCL cannot "
+            snprintf(verdict, len,
+                     "--backend %s: trainers %u and %u would share GPU %s on %s, and NCCL cannot "
                      "hold two ranks on one GPU: use --backend gloo (staged through host memory), or one GPU per "
-                     "CUDA trainer on each host", m->set.backend, o->rank, n->rank, gpu, n->host);
+                     "CUDA trainer on each host",
+                     m->set.backend, o->rank, n->rank, gpu, n->host);
             return -1;
         }
     }
@@ -317,8 +329,10 @@ static const char *placement_gate(const master *m, const ctl_msg *msg, char *why
 {
     *retry = false;
     if (msg->token_too_long) {
-        snprintf(why, len, "its token is longer than %d bytes (the most psbench takes), so it cannot be "
-                 "this job's", CLI_TOKEN_MAX);
+        snprintf(why, len,
+                 "its token is longer than %d bytes (the most psbench takes), so it cannot be "
+                 "this job's",
+                 CLI_TOKEN_MAX);
         return why;
     }
     if (!placement_token_ok(m, msg->token))
@@ -351,8 +365,8 @@ static int64_t placement_rank(const master *m, const ctl_msg *msg, agg_role r, c
             if (cap == 0)
                 snprintf(why, len, "--rank %lld: this job has no %ss", (long long)want, role);
             else
-                snprintf(why, len, "--rank %lld is outside 0..%u (this job has %u %s%s)", (long long)want, cap - 1,
-                         cap, role, cap == 1 ? "" : "s");
+                snprintf(why, len, "--rank %lld is outside 0..%u (this job has %u %s%s)", (long long)want, cap - 1, cap,
+                         role, cap == 1 ? "" : "s");
             return -1;
         }
         const node *owner = v[want];
@@ -412,9 +426,7 @@ static void placement_server_joined(node *n, const ctl_msg *msg)
     const char *lh = ctl_str(msg->body, "listen_host", "0.0.0.0");
     int64_t port = ctl_int(msg->body, "port", 0); /* 1..65535 (validate_register) */
     assert(port > 0 && port <= 65535);
-    const char *h = adv && *adv ? adv
-                    : (strcmp(lh, "0.0.0.0") == 0 || strcmp(lh, "::") == 0 || !*lh) ? n->peer_ip
-                                                                                  : lh;
+    const char *h = adv && *adv ? adv : (strcmp(lh, "0.0.0.0") == 0 || strcmp(lh, "::") == 0 || !*lh) ? n->peer_ip : lh;
     if (strchr(h, ':'))
         snprintf(n->addr, sizeof n->addr, "[%s]:%" PRId64, h, port);
     else

@@ -92,6 +92,7 @@ static const wire_handler run_handlers[] = {
     {"kv_set", run_on_kv, false},
     {"kv_get", run_on_kv, false},
     {"clock_ack", mtrace_on_clock_ack, false},
+    {"trace", mtrace_on_trace, false},
 };
 
 static void run_on_closed(master *m, node *n)

@@ -1,9 +1,14 @@
 /* clocksync.c — the clock exchange's bookkeeping (see clocksync.h). */
 #include "shared/clocksync.h"
 
+#include "shared/log.h"
+
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void clocksync_init(clocksync *c) { memset(c, 0, sizeof *c); }
@@ -65,5 +70,33 @@ json_t *clocksync_answer(const json_t *clock_body, uint64_t t1, uint64_t t2)
     /* The node's clock as JSON's integers carry it: CLOCK_MONOTONIC stays
      * below 2^63 ns (292 years of uptime). */
     return json_pack("{s:I, s:I, s:I, s:I}", "seq", json_integer_value(seq), "t0", json_integer_value(t0), "t1",
-                     (json_int_t)t1, "t2", (json_int_t)t2);
+                     (json_int_t)clocksync_node_time(t1), "t2", (json_int_t)clocksync_node_time(t2));
+}
+
+static int64_t clocksync_skew;
+static pthread_once_t clocksync_skew_once = PTHREAD_ONCE_INIT;
+
+static void clocksync_read_skew(void)
+{
+    const char *s = getenv("PSBENCH_TEST_CLOCK_SKEW_NS");
+    if (!s || !*s)
+        return;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) {
+        log_warn("PSBENCH_TEST_CLOCK_SKEW_NS=%s is not a whole number of ns: ignored", s);
+        return;
+    }
+    clocksync_skew = (int64_t)v;
+}
+
+uint64_t clocksync_node_time(uint64_t t)
+{
+    pthread_once(&clocksync_skew_once, clocksync_read_skew);
+    if (clocksync_skew < 0) {
+        uint64_t back = (uint64_t)0 - (uint64_t)clocksync_skew; /* |skew|, INT64_MIN included */
+        return back > t ? 0 : t - back;
+    }
+    return t + (uint64_t)clocksync_skew;
 }

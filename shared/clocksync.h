@@ -56,4 +56,11 @@ int clocksync_estimate(const clocksync *c, clockoff *out);
  * or out of memory. */
 json_t *clocksync_answer(const json_t *clock_body, uint64_t t1, uint64_t t2);
 
+/* A node's clock reading t as it tells the master (its clock answers and
+ * its trace's times): t itself, or, test-only, t moved by
+ * $PSBENCH_TEST_CLOCK_SKEW_NS (a whole number of ns, negative allowed;
+ * read once), so that tests can give nodes on one machine the clocks of
+ * different hosts. A result below 0 is 0. */
+uint64_t clocksync_node_time(uint64_t t);
+
 #endif

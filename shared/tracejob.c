@@ -1,5 +1,6 @@
 /* tracejob.c — a node's trace in a job under a master (see tracejob.h). */
 #include "shared/tracejob.h"
+#include "shared/clocksync.h"
 #include "shared/log.h"
 
 #include <assert.h>
@@ -74,6 +75,11 @@ int tracejob_ship(const trace_node *n, trace_cursor *cur, bool final, tracejob_s
     if (!d) {
         errbuf_set(err, errlen, "trace: out of memory for a snapshot");
         return -1;
+    }
+    /* The times as the node tells them (a test's skew: clocksync.h). */
+    for (size_t i = 0; i < d->nev; i++) {
+        d->ev[i].start_ns = clocksync_node_time(d->ev[i].start_ns);
+        d->ev[i].end_ns = clocksync_node_time(d->ev[i].end_ns);
     }
     int rc = 0;
     if (d->nev == 0 && final)

@@ -122,6 +122,117 @@ class Trace(psb.PsbTestCase):
         self.assertEqual(nodes["trainer 0"]["clock"], "unaligned", nodes)
         self.assertEqual(nodes["server 0"]["clock"], "unaligned", nodes)
 
+    def _register(self, m, body):
+        c = psb.RawClient(m.ctl_addr[1], host=m.ctl_addr[0])
+        self.addCleanup(c.sock.close)
+        self._send(c, "register", body)
+        return c
+
+    @staticmethod
+    def _send(c, type_, body):
+        data = json.dumps(body).encode()
+        c.sock.sendall(psb.encode_frame({"type": type_, "payload": len(data)}, data))
+
+    @staticmethod
+    def _until(c, type_, seconds=10.0):
+        """The body of the first message of that type c gets."""
+        while True:
+            h, p = c.recv_frame(seconds)
+            if h["type"] == type_:
+                return json.loads(p or b"{}")
+
+    @staticmethod
+    def _dump(role, rank, lanes, names, t0, events, window=(2, 3), capacity=128, dropped=0):
+        return {"v": 1, "role": role, "rank": rank, "window": list(window), "capacity": capacity, "lanes": lanes,
+                "names": names, "dropped": {"count": dropped, "first_step": 3 if dropped else -1,
+                                            "last_step": 3 if dropped else -1},
+                "t0": t0, "events": events}
+
+    def test_nodes_traces_gathered(self):
+        """Nodes by hand under --trace: each assignment carries the
+        window and the rings' size; a server's trace in two parts (a lane
+        added in the second) is in trace.json whole, on its lanes, with
+        its ids; what it dropped is said; a trainer that sends another
+        rank's trace is refused with a warning (the run goes on), and one
+        whose final part never comes is said incomplete."""
+        out = os.path.join(self.reg.workdir, "gathered")
+        m = self.master("--trace", "--trace-steps", "2:3", "--trace-buffer", "128", "--rpc-timeout", "2", out=out,
+                        ntrainer=2, nserver=1)
+        server = self._register(m, {"role": "server", "host": "hs", "device": "cpu", "listen_host": "127.0.0.1",
+                                    "port": 9})
+        assign = self._until(server, "assign")
+        self.assertEqual(assign.get("trace"), {"steps": [2, 3], "buffer": 128}, assign)
+        self._send(server, "ready", {})
+        t0 = self._register(m, {"role": "trainer", "host": "ha", "device": "cpu"})
+        t1 = self._register(m, {"role": "trainer", "host": "hb", "device": "cpu"})
+        for t in (t0, t1):
+            self.assertEqual(self._until(t, "assign").get("trace"), {"steps": [2, 3], "buffer": 128})
+        names = ["push_recv", "fold"]
+        self._send(server, "trace", {"final": False, "dump": self._dump(
+            "server", 0, ["reactor"], names, 5000, [[0, 0, 0, 1000, 2, 1, 0, 0], [1, 0, 1500, 500, 2, 1, 0, 0]])})
+        self._send(server, "trace", {"final": True, "dump": self._dump(
+            "server", 0, ["reactor", "cuda stream"], names, 9000, [[1, 1, 0, 700, 3, 0, 1, 0]], dropped=4)})
+        self._send(t0, "trace", {"final": True, "dump": self._dump("trainer", 5, ["compute"], ["forward"], 0, [])})
+        self._send(t1, "trace", {"final": False, "dump": self._dump(
+            "trainer", 1, ["compute"], ["forward"], 100, [[0, 0, 0, 50, 2, -1, 1, -1]])})
+        # Gone: the run fails at once, after what each sent is read.
+        for c in (t0, t1, server):
+            c.sock.close()
+        self.assertEqual(m.wait(30), 1, m.describe())
+        err = m.stderr()
+        self.assertRegex(err, r"trainer 0 \(ha\).*: trace refused: it is the trace of trainer 5, not its own")
+        self.assertRegex(err, r"trainer 1 \(hb\).*: its trace is incomplete: its last part never came")
+        self.assertRegex(err, r"trace of server 0 \(hs\).*: 4 spans of step 3 dropped: the ring holds 128; "
+                              r"raise --trace-buffer")
+        doc = trace_of(out)
+        events = doc["traceEvents"]
+        procs = {e["args"]["name"]: e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+        threads = {(e["pid"], e["args"]["name"]): e["tid"] for e in events
+                   if e["ph"] == "M" and e["name"] == "thread_name"}
+        spans = [e for e in events if e["ph"] == "X" and e["pid"] == procs["server 0"]]
+        self.assertEqual(sorted(e["name"] for e in spans), ["fold", "fold", "push_recv"], spans)
+        on_stream = [e for e in spans if e["tid"] == threads[(procs["server 0"], "cuda stream")]]
+        self.assertEqual(len(on_stream), 1, spans)
+        self.assertEqual((on_stream[0]["args"]["batch"], on_stream[0]["args"]["bucket"],
+                          on_stream[0]["args"]["trainer"]), (3, 0, 1), on_stream)
+        # Unaligned clocks (no `clock` in their registers): times as sent,
+        # the parts' t0s kept apart (the second part 4 ms after the first).
+        push = [e for e in spans if e["name"] == "push_recv"][0]
+        self.assertAlmostEqual(on_stream[0]["ts"] - push["ts"], 4.0, places=3)
+        self.assertEqual([e["name"] for e in events if e["ph"] == "X" and e["pid"] == procs["trainer 1"]],
+                         ["forward"])
+        self.assertEqual([e for e in events if e["ph"] == "X" and e["pid"] == procs["trainer 0"]], [])
+
+    def test_node_traced_by_hand(self):
+        """A master with --out but no --trace: no `trace` in assignments,
+        no clocks, and a node's own trace (traced by hand) still lands in
+        trace.json; without --out it is dropped, saying so."""
+        out = os.path.join(self.reg.workdir, "byhand")
+        m = self.master("--rpc-timeout", "2", out=out, ntrainer=1, nserver=1)
+        server = self._register(m, {"role": "server", "host": "hs", "device": "cpu", "listen_host": "127.0.0.1",
+                                    "port": 9, "clock": True})
+        assign = self._until(server, "assign")
+        self.assertNotIn("trace", assign)
+        self._send(server, "trace", {"final": True, "dump": self._dump(
+            "server", 0, ["reactor"], ["resolve"], 10, [[0, 0, 0, 5, 7, 0, -1, 0]], window=(0, 2 ** 63 - 1))})
+        server.sock.close()
+        self.assertEqual(m.wait(30), 1, m.describe())
+        doc = trace_of(out)
+        self.assertEqual([e["name"] for e in doc["traceEvents"] if e["ph"] == "X"], ["resolve"])
+        nodes = {n["process"]: n for n in doc["metadata"]["nodes"]}
+        self.assertNotIn("master", nodes)
+        self.assertEqual(nodes["server 0"]["clock"], "unaligned", nodes)
+        m2 = self.master("--rpc-timeout", "2", ntrainer=1, nserver=1)
+        server = self._register(m2, {"role": "server", "host": "hs2", "device": "cpu", "listen_host": "127.0.0.1",
+                                     "port": 9})
+        self._until(server, "assign")
+        self._send(server, "trace", {"final": True, "dump": self._dump(
+            "server", 0, ["reactor"], ["resolve"], 10, [], window=(0, 2 ** 63 - 1))})
+        server.sock.close()
+        self.assertEqual(m2.wait(30), 1, m2.describe())
+        self.assertRegex(m2.stderr(), r"server 0 \(hs2\).*: its trace is dropped: this master writes no "
+                                      r"trace.json \(no --out\)")
+
     def test_bad_values_refused(self):
         """--trace-steps that is not a window, --trace-buffer out of
         bounds, --trace without --out: exit 2 with the reason."""
