@@ -71,7 +71,7 @@ class Trace(psb.PsbTestCase):
         for run in ("run-001", "run-002"):
             doc = trace_of(os.path.join(out, run))
             labels = [e["args"]["label"] for e in sorted(doc["traceEvents"], key=lambda e: e.get("ts", -1))
-                      if e["ph"] == "X"]
+                      if e["ph"] == "X" and e["name"] == "phase"]
             self.assertEqual(labels[0], "waiting", (run, labels))
             self.assertIn("running", labels, run)
             t0 = [n for n in doc["metadata"]["nodes"] if n["process"] == "trainer 0"][0]

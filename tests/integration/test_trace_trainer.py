@@ -11,7 +11,9 @@ link (ControlTap): the tap passes every message on, keeps the trainer's
 add a `trace` object to the assignment as a master with --trace does. The
 tests put the parts together and check them against the very samples
 the trainer reported for the same steps (its `metrics` and `pass_done`
-reports of the timed pass)."""
+reports of the timed pass). And end to end: a `psbench-master --local
+--trace` job's trace.json holds every trainer's spans, checked against its
+results.json (steady_state's steps, each metric's count x mean)."""
 import json
 import os
 import socket
@@ -317,6 +319,104 @@ class TrainerTrace(psb.PsbTestCase):
         taps = self.traced_job(ntrainer=1)
         msgs = taps[0][0].messages()
         self.assertFalse([t for d, t, _ in msgs if t == "trace"])
+
+    def local_trace(self, *extra):
+        """A --local job with the master's --trace (DummyModel through
+        rpc_hook, 2 trainers, 1 server, STEPS timed steps after WARMUP):
+        (results.json, {rank: [span...]}) with each trainer's spans from
+        DIR/trace.json as in tap_spans, times in ns on the master's clock
+        (the same offset moves all of a trainer's spans: their order and
+        lengths are its own), and the document's metadata.nodes by
+        process."""
+        out = os.path.join(self.reg.workdir, "local-%d" % len(os.listdir(self.reg.workdir)))
+        rc, _, err = self.run_master("--trace", "--steps", str(self.STEPS), "--warmup-steps", str(self.WARMUP),
+                                     "--bucket-cap-mb", "0.01", *extra, local=True, out=out, ntrainer=2, nserver=1)
+        self.assertEqual(rc, 0, err[-3000:])
+        with open(os.path.join(out, "trace.json")) as f:
+            doc = json.load(f)
+        procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "thread_name"}
+        spans = {}
+        for e in doc["traceEvents"]:
+            if e["ph"] != "X" or not procs[e["pid"]].startswith("trainer "):
+                continue
+            start = round(e["ts"] * 1000)
+            a = e["args"]
+            spans.setdefault(int(procs[e["pid"]].split()[1]), []).append({
+                "name": e["name"], "lane": lanes[(e["pid"], e["tid"])], "start": start,
+                "end": start + round(e["dur"] * 1000), "batch": a.get("batch", -1), "bucket": a.get("bucket", -1),
+                "trainer": a.get("trainer", -1), "server": a.get("server", -1)})
+        nodes = {n["process"]: n for n in doc["metadata"]["nodes"]}
+        return psb.results_json(out), spans, nodes
+
+    def check_local(self, res, spans, steps):
+        """Each trainer's spans of trace.json: nested, each bucket's chain
+        whole for every traced step, and the step spans equal to
+        results.json's steady_state (each step after the first, ms kept
+        to the ns), the compute spans' sums to its groups' count x mean
+        where every step is traced."""
+        self.assertEqual(sorted(spans), [0, 1])
+        steady = {t["rank"]: t for t in res["steady_state"]["trainers"]}
+        for rank, got in spans.items():
+            self.assertEqual(sorted({s["batch"] for s in got}), list(steps), rank)
+            step = {s["batch"]: s for s in by(got, "step")}
+            self.assertEqual(sorted(step), list(steps))
+            for name in ("forward", "backward_compute", "exposed_wait", "optimizer"):
+                self.assertEqual(sorted(s["batch"] for s in by(got, name)), list(steps), name)
+                for s in by(got, name):
+                    st = step[s["batch"]]
+                    self.assertTrue(st["start"] <= s["start"] <= s["end"] <= st["end"], (name, s, st))
+            chains = {}
+            for name in ("bucket_ready", "bucket_wait", "bucket_apply", "frame_out", "frame_in"):
+                for s in by(got, name):
+                    chains.setdefault((s["batch"], s["bucket"]), {})[name] = s
+            self.assertEqual(sorted({b for b, _ in chains}), list(steps))
+            for key, c in chains.items():
+                self.assertEqual(len(c), 5, (key, sorted(c)))
+                r, w, a = c["bucket_ready"], c["bucket_wait"], c["bucket_apply"]
+                self.assertTrue(r["start"] <= r["end"] == w["start"] <= w["end"] <= a["start"] <= a["end"], c)
+                self.assertTrue(w["start"] <= c["frame_out"]["start"] and c["frame_in"]["end"] == w["end"], c)
+                self.assertEqual({s["server"] for s in c.values()}, {0}, c)
+            # steady_state: the steps after the first, in order (ms to the
+            # ns: within a ns of the span's length).
+            first, rest = steady[rank]["first_step_ms"], steady[rank]["steps_ms"]
+            for b, st in step.items():
+                want = first if b == 0 else rest[b - 1]
+                self.assertAlmostEqual((st["end"] - st["start"]) / 1e6, want, delta=1e-6, msg=(rank, b))
+            if list(steps) != list(range(self.STEPS)):
+                continue
+            # The sums: count x mean of its samples (each kept to the ns;
+            # the mean a double), within a ns per sample.
+            groups = res["groups"]["trainer"]["ranks"][str(rank)]
+            for name, metric in COMPUTE_METRICS.items():
+                g = groups[metric]
+                self.assertEqual(g["count"], self.STEPS, metric)
+                total = sum(s["end"] - s["start"] for s in by(got, name)) / 1e6
+                self.assertAlmostEqual(total, g["count"] * g["mean"], delta=1e-6 * g["count"], msg=(rank, name))
+            g = groups["hook_future_metric,rpc_dense"]
+            waits = by(got, "bucket_wait")
+            self.assertEqual(len(waits), g["count"])
+            self.assertAlmostEqual(sum(s["end"] - s["start"] for s in waits) / 1e6, g["count"] * g["mean"],
+                                   delta=1e-6 * g["count"])
+
+    def test_local_job_trace_json(self):
+        """psbench-master --local --trace: every trainer's spans in
+        trace.json, as the metrics say; --trace-steps 1:2 those steps
+        alone; --trace-buffer 8 drops, and the metadata says so."""
+        res, spans, nodes = self.local_trace()
+        self.check_local(res, spans, range(self.STEPS))
+        res, spans, nodes = self.local_trace("--trace-steps", "1:2")
+        self.check_local(res, spans, range(1, 3))
+        self.assertEqual(nodes["trainer 0"]["window"], [1, 2])
+        _, spans, nodes = self.local_trace("--trace-buffer", "8")
+        for rank in (0, 1):
+            n = nodes["trainer %d" % rank]
+            self.assertEqual(len(spans[rank]), 16)  # two rings of 8, both full
+            self.assertGreater(n["dropped"], 0, n)
+            self.assertRegex(n["dropped_message"], r"^trace of trainer %d.*: [\d,]+ spans of steps? [\d.]+ dropped: "
+                                                   r"the ring holds 8; raise --trace-buffer" % rank)
 
     def test_flags_need_master(self):
         """The trace goes to a master: without --master the flags are
