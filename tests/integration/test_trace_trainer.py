@@ -329,8 +329,10 @@ class TrainerTrace(psb.PsbTestCase):
         lengths are its own), and the document's metadata.nodes by
         process."""
         out = os.path.join(self.reg.workdir, "local-%d" % len(os.listdir(self.reg.workdir)))
+        nserver = 0 if "allreduce_hook" in extra else 1
         rc, _, err = self.run_master("--trace", "--steps", str(self.STEPS), "--warmup-steps", str(self.WARMUP),
-                                     "--bucket-cap-mb", "0.01", *extra, local=True, out=out, ntrainer=2, nserver=1)
+                                     "--bucket-cap-mb", "0.01", *extra, local=True, out=out, ntrainer=2,
+                                     nserver=nserver)
         self.assertEqual(rc, 0, err[-3000:])
         with open(os.path.join(out, "trace.json")) as f:
             doc = json.load(f)
@@ -417,6 +419,31 @@ class TrainerTrace(psb.PsbTestCase):
             self.assertGreater(n["dropped"], 0, n)
             self.assertRegex(n["dropped_message"], r"^trace of trainer %d.*: [\d,]+ spans of steps? [\d.]+ dropped: "
                                                    r"the ring holds 8; raise --trace-buffer" % rank)
+
+    def test_allreduce_buckets(self):
+        """allreduce_hook (no server): each bucket's ready, wait and apply
+        in every traced step, no server in their ids and no frames (the
+        communication thread is rpc_hook's); the waits sum to the hook's
+        metric (gloo_dense_allreduce)."""
+        res, spans, _ = self.local_trace("--ddp-hook", "allreduce_hook")
+        self.assertEqual(sorted(spans), [0, 1])
+        for rank, got in spans.items():
+            self.assertEqual(by(got, "frame_out") + by(got, "frame_in"), [])
+            chains = {}
+            for name in ("bucket_ready", "bucket_wait", "bucket_apply"):
+                for s in by(got, name):
+                    self.assertEqual(s["server"], -1, s)
+                    chains.setdefault((s["batch"], s["bucket"]), {})[name] = s
+            self.assertEqual(sorted({b for b, _ in chains}), list(range(self.STEPS)))
+            for key, c in chains.items():
+                self.assertEqual(len(c), 3, (key, sorted(c)))
+                r, w, a = c["bucket_ready"], c["bucket_wait"], c["bucket_apply"]
+                self.assertTrue(r["start"] <= r["end"] == w["start"] <= w["end"] <= a["start"] <= a["end"], c)
+            g = res["groups"]["trainer"]["ranks"][str(rank)]["hook_future_metric,gloo_dense_allreduce"]
+            waits = by(got, "bucket_wait")
+            self.assertEqual(len(waits), g["count"])
+            self.assertAlmostEqual(sum(s["end"] - s["start"] for s in waits) / 1e6, g["count"] * g["mean"],
+                                   delta=1e-6 * g["count"])
 
     def test_flags_need_master(self):
         """The trace goes to a master: without --master the flags are
