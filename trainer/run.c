@@ -367,7 +367,10 @@ static int run_setup_synthetic(mlink *l, const trainer_run_opts *o, const run_jo
         return -1;
     log_info("trainer %" PRIu64 ": model Synthetic, servers %s, %" PRIu64 " batches per pass", j->rank, j->servers,
              j->batches);
-    return workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport, .gpu = gpu}, &sink, err, errlen);
+    if (workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport, .gpu = gpu}, &sink, err, errlen) < 0)
+        return -1;
+    synthetic_set_trace(syn, l->trace, &(*w)->cl);
+    return 0;
 }
 
 /* Linear (batch-update): fetch and push through its client. */

@@ -78,12 +78,9 @@ void ttrace_bucket_lanes(ttrace *t, uint32_t n)
     }
 }
 
-trace_ring *ttrace_links(ttrace *t, client *cl)
+/* cl's lanes, and its frames into ring r. */
+static trace_ring *ttrace_link_lanes(ttrace *t, client *cl, trace_ring *r)
 {
-    cl->trace = NULL;
-    if (!ttrace_on(t) || t->comm_taken)
-        return NULL;
-    t->comm_taken = true;
     for (size_t i = 0; i < cl->nconns; i++) {
         client_conn *c = &cl->conns[i];
         char out[TRACE_NAME_MAX], in[TRACE_NAME_MAX];
@@ -98,8 +95,25 @@ trace_ring *ttrace_links(ttrace *t, client *cl)
         c->trace_lane_in = (uint16_t)ttrace_lane(t, in);
     }
     cl->trace_trainer = t->rank;
-    cl->trace = t->comm;
-    return t->comm;
+    cl->trace = r;
+    return r;
+}
+
+trace_ring *ttrace_links(ttrace *t, client *cl)
+{
+    cl->trace = NULL;
+    if (!ttrace_on(t) || t->comm_taken)
+        return NULL;
+    t->comm_taken = true;
+    return ttrace_link_lanes(t, cl, t->comm);
+}
+
+trace_ring *ttrace_links_here(ttrace *t, client *cl)
+{
+    cl->trace = NULL;
+    if (!ttrace_on(t))
+        return NULL;
+    return ttrace_link_lanes(t, cl, t->compute);
 }
 
 void ttrace_pass(ttrace *t, bool timed)

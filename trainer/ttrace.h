@@ -15,6 +15,10 @@
  *            lane "from server R" (links from TTRACE_LINK_LANES - 1 on
  *            share the last pair, "to servers 15+" / "from servers 15+")
  *
+ * The Synthetic model (synthetic.c) polls its client on the training
+ * thread: its step, bucket_wait and frame spans all go into the compute
+ * ring, on the same lanes.
+ *
  * Steps: a ring's step is the batch number of the timed pass, which
  * restarts at 0 with each pass (train.h); the warm-up pass is never
  * traced: its steps are TTRACE_UNTIMED, outside every window
@@ -96,6 +100,9 @@ static inline unsigned ttrace_bucket_lane(const ttrace *t, uint32_t k)
  * (NULL: its client records nothing). */
 struct client;
 trace_ring *ttrace_links(ttrace *t, struct client *cl);
+/* The same for a client the training thread polls itself (the Synthetic
+ * model's): its frames go into the compute ring. */
+trace_ring *ttrace_links_here(ttrace *t, struct client *cl);
 
 /* The training thread's pass begins: timed or not (the warm-up). */
 void ttrace_pass(ttrace *t, bool timed);

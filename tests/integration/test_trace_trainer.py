@@ -320,7 +320,7 @@ class TrainerTrace(psb.PsbTestCase):
         msgs = taps[0][0].messages()
         self.assertFalse([t for d, t, _ in msgs if t == "trace"])
 
-    def local_trace(self, *extra):
+    def local_trace(self, *extra, nserver=1):
         """A --local job with the master's --trace (DummyModel through
         rpc_hook, 2 trainers, 1 server, STEPS timed steps after WARMUP):
         (results.json, {rank: [span...]}) with each trainer's spans from
@@ -329,7 +329,6 @@ class TrainerTrace(psb.PsbTestCase):
         lengths are its own), and the document's metadata.nodes by
         process."""
         out = os.path.join(self.reg.workdir, "local-%d" % len(os.listdir(self.reg.workdir)))
-        nserver = 0 if "allreduce_hook" in extra else 1
         rc, _, err = self.run_master("--trace", "--steps", str(self.STEPS), "--warmup-steps", str(self.WARMUP),
                                      "--bucket-cap-mb", "0.01", *extra, local=True, out=out, ntrainer=2,
                                      nserver=nserver)
@@ -425,7 +424,7 @@ class TrainerTrace(psb.PsbTestCase):
         in every traced step, no server in their ids and no frames (the
         communication thread is rpc_hook's); the waits sum to the hook's
         metric (gloo_dense_allreduce)."""
-        res, spans, _ = self.local_trace("--ddp-hook", "allreduce_hook")
+        res, spans, _ = self.local_trace("--ddp-hook", "allreduce_hook", nserver=0)
         self.assertEqual(sorted(spans), [0, 1])
         for rank, got in spans.items():
             self.assertEqual(by(got, "frame_out") + by(got, "frame_in"), [])
@@ -444,6 +443,35 @@ class TrainerTrace(psb.PsbTestCase):
             self.assertEqual(len(waits), g["count"])
             self.assertAlmostEqual(sum(s["end"] - s["start"] for s in waits) / 1e6, g["count"] * g["mean"],
                                    delta=1e-6 * g["count"])
+
+    def test_synthetic(self):
+        """The Synthetic model (its client polled by the training thread):
+        a step per batch (batch_all's readings), each bucket's wait (its
+        rpc_dense sample) and frames, to server k mod 2 (shard)."""
+        res, spans, _ = self.local_trace("--model", "Synthetic", "--placement", "shard", nserver=2)
+        self.assertEqual(sorted(spans), [0, 1])
+        for rank, got in spans.items():
+            self.assertEqual(sorted({s["name"] for s in got}), ["bucket_wait", "frame_in", "frame_out", "step"])
+            step = {s["batch"]: s for s in by(got, "step")}
+            self.assertEqual(sorted(step), list(range(self.STEPS)))
+            chains = {}
+            for name in ("bucket_wait", "frame_out", "frame_in"):
+                for s in by(got, name):
+                    chains.setdefault((s["batch"], s["bucket"]), {})[name] = s
+            for (b, k), c in chains.items():
+                self.assertEqual(len(c), 3, ((b, k), sorted(c)))
+                w, o, i = c["bucket_wait"], c["frame_out"], c["frame_in"]
+                self.assertTrue(step[b]["start"] <= w["start"] <= o["start"] <= o["end"] <= i["start"] <= i["end"]
+                                == w["end"] <= step[b]["end"], c)
+                self.assertEqual({s["server"] for s in c.values()}, {k % 2}, c)
+                self.assertEqual(w["lane"], "bucket %d" % k)
+            groups = res["groups"]["trainer"]["ranks"][str(rank)]
+            for name, metric in (("step", "batch_level_metric,batch_all"), ("bucket_wait",
+                                                                            "hook_future_metric,rpc_dense")):
+                g = groups[metric]
+                self.assertEqual(len(by(got, name)), g["count"], name)
+                self.assertAlmostEqual(sum(s["end"] - s["start"] for s in by(got, name)) / 1e6,
+                                       g["count"] * g["mean"], delta=1e-6 * g["count"], msg=(rank, name))
 
     def test_flags_need_master(self):
         """The trace goes to a master: without --master the flags are
