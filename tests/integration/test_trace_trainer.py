@@ -473,6 +473,44 @@ class TrainerTrace(psb.PsbTestCase):
                 self.assertAlmostEqual(sum(s["end"] - s["start"] for s in by(got, name)) / 1e6,
                                        g["count"] * g["mean"], delta=1e-6 * g["count"], msg=(rank, name))
 
+    def test_gpu_trainer_host_view(self):
+        """Trainers on the fake GPU (their buckets staged through pinned
+        memory; their step metrics GPU-timed): every traced step's compute
+        spans, nested, and each bucket's chain whole — the host's view,
+        whose sums are not the GPU-timed metrics'."""
+        out = os.path.join(self.reg.workdir, "gpu")
+        m = self.master("--trace", "--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "1", "--placement",
+                        "shard", "--steps", str(self.STEPS), "--warmup-steps", str(self.WARMUP), "--bucket-cap-mb",
+                        "0.01", out=out)
+        nodes = [self.node(m, "psbench-server", "cpu", "server")]
+        nodes += [self.node(m, "psbench-trainer", "fake-cuda", "trainer") for _ in range(2)]
+        self.assertEqual(m.wait(120), 0, m.describe())
+        for p in nodes:
+            self.assertEqual(p.wait(30), 0, p.describe())
+        res = psb.results_json(out)
+        for t in res["trainers"]:
+            self.assertIn("batch_level_metric,batch_all", t.get("gpu_timed", []), t)
+        with open(os.path.join(out, "trace.json")) as f:
+            doc = json.load(f)
+        procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        for rank in (0, 1):
+            got = [e for e in doc["traceEvents"] if e["ph"] == "X" and procs[e["pid"]] == "trainer %d" % rank]
+            step = {e["args"]["batch"]: e for e in got if e["name"] == "step"}
+            self.assertEqual(sorted(step), list(range(self.STEPS)))
+            for e in got:
+                st = step[e["args"]["batch"]]
+                if e["name"] in ("forward", "backward_compute", "exposed_wait", "optimizer", "bucket_apply"):
+                    self.assertTrue(st["ts"] <= e["ts"] and e["ts"] + e["dur"] <= st["ts"] + st["dur"] + 1e-3,
+                                    (e, st))
+            chains = {}
+            for e in got:
+                if e["name"] in ("bucket_ready", "bucket_wait", "bucket_apply", "frame_out", "frame_in"):
+                    chains.setdefault((e["args"]["batch"], e["args"]["bucket"]), set()).add(e["name"])
+            self.assertEqual(sorted({b for b, _ in chains}), list(range(self.STEPS)))
+            for key, names in chains.items():
+                self.assertEqual(len(names), 5, (key, names))
+
     def test_flags_need_master(self):
         """The trace goes to a master: without --master the flags are
         refused; a bad window is refused with the reason."""
