@@ -3,6 +3,7 @@
 #include "shared/clock.h"
 #include "shared/text.h"
 #include "shared/net.h"
+#include "trainer/ttrace.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -166,6 +167,9 @@ int client_queue(client *cl, size_t i, const frame_hdr *h, const void *payload, 
 int client_queue_src(client *cl, size_t i, const frame_hdr *h0, const client_src *src, char *err, size_t errlen)
 {
     client_conn *c = &cl->conns[i];
+    /* Traced: from now, before the link places its payload (a copy into
+     * the segment is part of sending it). */
+    uint64_t t_queued = ttrace_open(cl->trace) ? clock_now_ns() : 0;
     frame_hdr hv = *h0;
     const frame_hdr *h = &hv;
     /* How its payload travels is the link's to say, here only: inline,
@@ -196,6 +200,11 @@ int client_queue_src(client *cl, size_t i, const frame_hdr *h0, const client_src
     o->payload = payload;
     o->plen = h->payload;
     o->done = 0;
+    o->t_queued_ns = t_queued;
+    if (t_queued)
+        o->ids = trace_ids_make((h->has & FH_BATCH) ? (int64_t)h->batch : TRACE_NONE,
+                                (h->has & FH_BUCKET) ? (int64_t)h->bucket : TRACE_NONE, cl->trace_trainer,
+                                (int32_t)c->server_rank);
     c->qlen++;
     return 0;
 }
@@ -206,6 +215,18 @@ bool client_idle_out(const client *cl)
         if (cl->conns[i].qlen)
             return false;
     return true;
+}
+
+/* Frame o is written whole: its frame_out span, from when it was queued
+ * (or the link's previous frame was written, if later) to now (*now: read
+ * once per write). */
+static void client_trace_out(client *cl, client_conn *c, const client_out *o, uint64_t *now)
+{
+    if (!*now)
+        *now = clock_now_ns();
+    uint64_t start = o->t_queued_ns > c->trace_last_out_ns ? o->t_queued_ns : c->trace_last_out_ns;
+    c->trace_last_out_ns = *now;
+    trace_add(cl->trace, TRACE_FRAME_OUT, c->trace_lane_out, start, *now, o->ids);
 }
 
 /* Write queued frames with as few syscalls as possible. */
@@ -235,6 +256,7 @@ static int client_write(client *cl, client_conn *c, char *err, size_t errlen)
         }
         atomic_fetch_add_explicit(&cl->bytes_out, (uint64_t)w, memory_order_relaxed);
         size_t left = (size_t)w;
+        uint64_t now = 0; /* read once per write, for the traced frames it ends */
         while (left && c->qlen) {
             client_out *o = &c->q[c->qhead];
             uint64_t rest = o->hlen + o->plen - o->done;
@@ -244,6 +266,8 @@ static int client_write(client *cl, client_conn *c, char *err, size_t errlen)
                 break;
             }
             left -= rest;
+            if (o->t_queued_ns)
+                client_trace_out(cl, c, o, &now);
             c->qhead++;
             c->qlen--;
         }

@@ -19,6 +19,7 @@
 #include "shared/frame.h"
 #include "shared/framed.h"
 #include "shared/shm.h"
+#include "shared/trace.h"
 #include "trainer/gpushare.h"
 
 /* What the client calls as results arrive. Each returns 0, or -1 with a
@@ -48,6 +49,11 @@ typedef struct client_out {
     const uint8_t *payload; /* owned by the caller, valid until written */
     uint64_t plen;
     uint64_t done; /* bytes of hdr + payload written */
+    /* Traced (client.trace open when queued): when it was queued, and
+     * its ids for the frame_out span written once its last byte is; 0:
+     * not traced. */
+    uint64_t t_queued_ns;
+    trace_ids ids;
 } client_out;
 
 /* A push's payload copied into the client's segment, per bucket id: the
@@ -101,6 +107,11 @@ typedef struct client_conn {
     size_t qhead, qlen, qcap;
     framed rd;   /* the results arriving */
     void *frame; /* the sink's cookie for the result being received */
+    /* The trace (client.trace): this link's lanes, and when its last
+     * traced frame out was written (a frame's span starts no earlier:
+     * the link sends one frame after the other). */
+    uint16_t trace_lane_out, trace_lane_in;
+    uint64_t trace_last_out_ns;
 } client_conn;
 
 typedef struct client {
@@ -129,6 +140,12 @@ typedef struct client {
                      * in them */
     int wake_fd; /* -1, or an fd whose readability ends client_poll early
                   * (another thread has new pushes for the polling one) */
+    /* The trace (issue 42; trainer/ttrace.h): the polling thread's ring,
+     * NULL where nothing is traced. A frame queued while it is open is a
+     * frame_out span once written (lane: its link's trace_lane_out), ids
+     * batch, bucket, trace_trainer and the link's server rank. */
+    trace_ring *trace;
+    int32_t trace_trainer;
 } client;
 
 /* Connect to every "HOST:PORT" in the comma-separated list (retrying while

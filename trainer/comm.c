@@ -1,6 +1,7 @@
 /* comm.c — the trainer's communication thread (see comm.h). */
 #include "trainer/comm.h"
 #include "shared/clock.h"
+#include "trainer/ttrace.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -27,6 +28,8 @@ struct comm {
     bool stop, failed;        /* mu */
     char err[512];            /* mu, when failed */
     double rpc_timeout_s;
+    const ttrace *tt;         /* NULL: no trace */
+    uint64_t trace_step;      /* the comm ring's step (comm thread only) */
 };
 
 /* ---- the sink: runs on the comm thread ---------------------------------- */
@@ -77,6 +80,7 @@ static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, void **fra
     /* From here the result's frame owns the bucket: a second result for
      * it (from any server) is unexpected. */
     c->inflight[h->bucket] = NULL;
+    b->t_in_ns = c->cl->rx_ns;
     *frame = b;
     return 0;
 }
@@ -108,6 +112,9 @@ static int comm_end(void *ctx, void *frame, char *err, size_t errlen)
     comm *c = ctx;
     comm_bucket *b = frame;
     b->t_done_ns = clock_now_ns();
+    const client_conn *cn = &c->cl->conns[b->server];
+    trace_add(c->cl->trace, TRACE_FRAME_IN, cn->trace_lane_in, b->t_in_ns, b->t_done_ns,
+              trace_ids_make((int64_t)b->hdr.batch, b->id, c->cl->trace_trainer, (int32_t)cn->server_rank));
     pthread_mutex_lock(&c->mu);
     b->done = true;
     pthread_cond_broadcast(&c->cv);
@@ -126,6 +133,19 @@ static void comm_fail(comm *c, const char *why)
     }
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+}
+
+/* A bucket of `batch` is taken: the comm ring's step from now on is that
+ * batch's (outside the timed pass: outside every window). Its answer, and
+ * every frame before the next batch's, are that step's: a batch's pushes
+ * go once the previous batch's answers are all in. */
+static void comm_trace_step(comm *c, uint64_t batch)
+{
+    uint64_t step = ttrace_step_of(c->tt, batch);
+    if (step != c->trace_step) {
+        c->trace_step = step;
+        trace_ring_step(c->cl->trace, step);
+    }
 }
 
 static void *comm_main(void *arg)
@@ -148,6 +168,8 @@ static void *comm_main(void *arg)
         for (uint32_t i = 0; i < n; i++) {
             comm_bucket *b = take[i];
             c->inflight[b->id] = b;
+            if (c->cl->trace)
+                comm_trace_step(c, b->hdr.batch);
             client_src src = {.host = b->payload, .dev = b->dev, .on_dev = b->on_dev};
             if (client_queue_src(c->cl, b->server, &b->hdr, &src, err, sizeof err) < 0) {
                 comm_fail(c, err);
@@ -161,7 +183,7 @@ static void *comm_main(void *arg)
     }
 }
 
-comm *comm_start(client *cl, double rpc_timeout_s, char *err, size_t errlen)
+comm *comm_start(client *cl, double rpc_timeout_s, const ttrace *tt, char *err, size_t errlen)
 {
     comm *c = calloc(1, sizeof *c);
     if (!c || !(c->queue = calloc(COMM_MAX_BUCKETS, sizeof *c->queue))) {
@@ -171,6 +193,10 @@ comm *comm_start(client *cl, double rpc_timeout_s, char *err, size_t errlen)
     }
     c->cl = cl;
     c->rpc_timeout_s = rpc_timeout_s;
+    /* A client traced has its trace's ttrace here (hook_rpc.c). */
+    assert(!cl->trace || tt);
+    c->tt = tt;
+    c->trace_step = TTRACE_UNTIMED; /* the ring's gate starts outside */
     c->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     int rc = c->wake < 0 ? errno : 0;
     pthread_mutex_init(&c->mu, NULL);

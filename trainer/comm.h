@@ -33,14 +33,19 @@ typedef struct comm_bucket {
     devmem result_dev;      /* dense, CUDA IPC: the mean in the server's GPU memory (else none) */
     uint64_t result_cap, result_len, result_nnz;
     uint64_t t_push_ns, t_done_ns;
+    uint64_t t_in_ns;       /* the read that brought its answer's header (the client's rx_ns) */
     bool done;              /* guarded by the comm mutex */
 } comm_bucket;
 
 typedef struct comm comm;
 
 /* Start the thread on an opened client (comm takes over its sink and its
- * polling). NULL with err set. */
-comm *comm_start(client *cl, double rpc_timeout_s, char *err, size_t errlen);
+ * polling). tt: the trainer's trace (NULL: none); the client's trace ring
+ * (ttrace_links) is then this thread's: each bucket taken sets its step
+ * (ttrace_step_of its batch), each answer read is a frame_in span. NULL
+ * with err set. */
+struct ttrace;
+comm *comm_start(client *cl, double rpc_timeout_s, const struct ttrace *tt, char *err, size_t errlen);
 /* Hand bucket b (batch `batch`) to the thread, for connection `server`. */
 void comm_push(comm *c, comm_bucket *b, uint32_t server, uint64_t batch);
 /* Wait until every bucket in bs is done. 0, or -1 with err (connection

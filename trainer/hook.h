@@ -72,6 +72,9 @@ typedef struct hook_bucket {
     uint64_t result_cap, result_nnz;
     /* when the bucket was handed over, and when its mean was there */
     uint64_t t_ready_ns, t_done_ns;
+    /* the server's rank it went to (rpc: bucket mod the servers), -1:
+     * none (a collective); set by hook_ready, for the trace */
+    int32_t server;
     /* Its metric: the hook's stats for this kind of bucket, set when the
      * hook takes it (NULL: none). hook_wait adds the host's sample,
      * t_ready_ns to t_done_ns, unless gpu_timed: a trainer computing on a
@@ -119,6 +122,7 @@ struct hook {
 static inline void hook_ready(hook *h, hook_bucket *b, uint64_t batch)
 {
     b->batch = batch;
+    b->server = -1;
     h->ops->ready(h, b);
 }
 /* The one place a bucket's host-timed metric is recorded. */
@@ -191,6 +195,9 @@ typedef struct hook_setup {
     const char *store_prefix; /* keys of this job's groups start with it */
     const char *coll_host;  /* where this trainer's Gloo transport listens (NULL: host name) */
     metrics *m;
+    /* The trainer's trace (NULL: none): rpc's comm thread records its
+     * frames there (ttrace.h). */
+    struct ttrace *trace;
 } hook_setup;
 
 /* Make a sparse bucket's result room for nnz rows. 0, or -1 (memory). */

@@ -16,6 +16,7 @@
 #include "shared/log.h"
 #include "trainer/client.h"
 #include "trainer/comm.h"
+#include "trainer/ttrace.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -133,7 +134,9 @@ static void rpc_ready(hook *h, hook_bucket *b)
         s->cb.dense_dst = b->data;
     }
     b->metric = b->sparse ? r->m_sparse : r->m_dense;
-    comm_push(r->c, &s->cb, (uint32_t)(b->id % r->cl.nconns), b->batch);
+    uint32_t link = (uint32_t)(b->id % r->cl.nconns);
+    b->server = (int32_t)r->cl.conns[link].server_rank;
+    comm_push(r->c, &s->cb, link, b->batch);
     b->t_ready_ns = s->cb.t_push_ns;
 }
 
@@ -263,8 +266,12 @@ hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool spars
                      .timeout_s = s->connect_timeout_s,
                      .transport = s->transport,
                      .gpu = s->gpu};
-    if (client_open(&r->cl, &cc, &none, err, errlen) < 0 ||
-        !(r->c = comm_start(&r->cl, s->rpc_timeout_s, err, errlen))) {
+    if (client_open(&r->cl, &cc, &none, err, errlen) == 0) {
+        /* Traced: the comm thread's ring, each link's lanes (ttrace.h). */
+        ttrace_links(s->trace, &r->cl);
+        r->c = comm_start(&r->cl, s->rpc_timeout_s, s->trace, err, errlen);
+    }
+    if (!r->c) {
         client_close(&r->cl);
         free(r);
         return NULL;

@@ -280,7 +280,9 @@ static int trainer_master_job(const trainer_args *a, const char *setup_err, doub
                            .compute_nice = (int)a->compute_nice,
                            .coll_host = a->coll_host,
                            .setup_err = setup_err[0] ? setup_err : NULL,
-                           .transport = a->transport};
+                           .transport = a->transport,
+                           .trace = a->trace};
+    lo.trace.capacity = (uint32_t)a->trace_buffer; /* 0: not given; at most TRACE_CAPACITY_MAX (opts.c) */
     int code = trainer_run_with_master(&lo, mm, err, sizeof err);
     if (code == 0) {
         metrics_print_table(mm, stdout, "trainer metrics, timed pass (ms)");
@@ -459,6 +461,10 @@ int main(int argc, char **argv)
         return trainer_fail("--follow needs --master HOST:PORT");
     if (a.have_follow_idle && !a.follow)
         return trainer_fail("--follow-idle needs --follow");
+    /* The trace goes to the master, which merges it: none without one. */
+    if (!a.master && (a.trace.on || a.trace.window_set || a.trace_buffer))
+        return trainer_fail("--trace, --trace-steps, --trace-buffer: need --master HOST:PORT (the master "
+                            "merges the trace into its --out DIR/trace.json)");
     /* Under --follow the device is checked in each job's process. */
     if ((!a.follow && trainer_check_device(&a, setup_err, sizeof setup_err, err, sizeof err) < 0) ||
         trainer_take_token(&a, err, sizeof err) < 0)

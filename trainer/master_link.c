@@ -5,6 +5,7 @@
 #include "shared/hostinfo.h"
 #include "shared/log.h"
 #include "shared/text.h"
+#include "trainer/ttrace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,9 @@ static int mlink_recv(mlink *l, int timeout_ms, ctl_msg *msg, char *err, size_t 
 
 static void mlink_on_stop(mlink *l, ctl_msg *msg)
 {
+    /* The run ends here for this trainer: its whole trace goes now, before
+     * anything else it says (docs/protocol.md, "Extension: the trace"). */
+    ttrace_ship(l->trace, &l->c, true);
     l->stopped = true;
     const char *st = ctl_str(msg->body, "status", "failed");
     l->stop_code = strcmp(st, "done") == 0 ? 0 : 1;
@@ -188,6 +192,10 @@ int mlink_report(mlink *l, const char *type, json_t *extra, char *err, size_t er
     int rc = ctl_send(&l->c, type, NULL, body, err, errlen);
     json_decref(body);
     l->last_report = clock_now_s();
+    /* The spans recorded since the last report, from this thread, never
+     * more often than the reports (a failure is a warning). */
+    if (rc == 0)
+        ttrace_ship(l->trace, &l->c, false);
     return rc;
 }
 

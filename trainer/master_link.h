@@ -42,6 +42,9 @@ typedef struct mlink {
     int stop_code;
     char stop_reason[1024];
     json_t *fail_detail;    /* owned: fields the `failed` report carries beside the reason (or NULL) */
+    /* The trainer's trace (NULL: none; ttrace.h): shipped after each
+     * report, the last of it when the master's stop comes. */
+    struct ttrace *trace;
 } mlink;
 
 /* Connect (retrying for reach_s while refused: --connect-timeout, or less
@@ -70,10 +73,11 @@ void mlink_set_fail_detail(mlink *l, json_t *detail);
  * registered (a trainer that joins only to report its failure). */
 int mlink_register(mlink *l, const char *token, json_t *body, json_t **assign, char *err, size_t errlen);
 /* A report: `type` with the samples and counters, `extra` fields (stolen,
- * may be NULL) merged in. */
+ * may be NULL) merged in; then the trace's new spans (l->trace). */
 int mlink_report(mlink *l, const char *type, json_t *extra, char *err, size_t errlen);
 /* Wait for the next control message, reporting (heartbeat) meanwhile. A
- * `stop` is recorded in the link (and returned). 0 or -1 with err. */
+ * `stop` is recorded in the link (and returned), and the trace's last
+ * part shipped (wherever a stop is read). 0 or -1 with err. */
 int mlink_wait(mlink *l, ctl_msg *msg, char *err, size_t errlen);
 /* During a pass, after each batch (a train_tick_fn): report every 0.5 s,
  * look for a stop every 0.1 s. 0, or -1 with err when stopped. */

@@ -4,6 +4,7 @@
 #include "trainer/opts.h"
 #include "shared/net.h"
 #include "shared/text.h"
+#include "shared/trace.h"
 
 #include <string.h>
 
@@ -68,6 +69,26 @@ static int trainer_opt_device(const opt_spec *o, const char *flag, const char *a
         return -1;
     a->device = arg;
     a->dev = dev;
+    return 0;
+}
+
+/* --trace-steps A:B: the window (trace_window_parse), worded as the
+ * master's flag is. */
+static int trainer_opt_trace_steps(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                                   size_t errlen)
+{
+    (void)o;
+    trainer_args *a = settings;
+    char why[256];
+    if (trace_window_parse(arg, &a->trace.window, why, sizeof why) < 0) {
+        /* The reason without trace.c's own quote of the value (raw):
+         * the value is shown escaped here. */
+        const char *reason = strstr(why, "': ");
+        text_shown shown;
+        errbuf_set(err, errlen, "%s: %s: %s", flag, text_show(arg, '\'', &shown), reason ? reason + 3 : why);
+        return -1;
+    }
+    a->trace.window_set = true;
     return 0;
 }
 
@@ -198,6 +219,21 @@ static const opt_spec trainer_specs[] = {
              "sparse_rpc_hook, hybrid_hook): the address of this host\n"
              "the other trainers connect to for Gloo (default: the\n"
              "address this trainer reaches the master from)"},
+    {.name = "trace", .kind = OPT_FLAG, .to = AT(trace.on),
+     .help = "with --master: record this trainer's trace (its compute,\n"
+             "buckets and frames) and send it to the master, which\n"
+             "merges it into DIR/trace.json; on by itself where the\n"
+             "master runs with --trace (default off)"},
+    {.name = "trace-steps", .meta = "A:B", .kind = OPT_CUSTOM, .parse = trainer_opt_trace_steps,
+     .to = AT(trace.window), .example = "10:20",
+     .help = "the steps of the timed pass traced: A:B (both\n"
+             "included), A: (A onwards) or A (that step alone)\n"
+             "(default: the master's --trace-steps, else every step)"},
+    {.name = "trace-buffer", .meta = "N", .kind = OPT_U64, .min = 1, .max = TRACE_CAPACITY_MAX,
+     .to = AT(trace_buffer),
+     .help = "spans each of its rings holds (default: the master's\n"
+             "--trace-buffer, else 65536; at most 4194304); a full\n"
+             "ring keeps the first spans and says how many it dropped"},
     {.shared = &opts_log_level, .to = AT(log_level),
      .help = "error, warn, info (default) or debug"},
     {.shared = &opts_help, .head = "--help, --version", .help = ""},

@@ -9,6 +9,7 @@
 #include "shared/log.h"
 #include "shared/opts.h"
 #include "shared/shm.h"
+#include "shared/tracejob.h"
 #include "trainer/batch_update.h"
 #include "trainer/synthetic.h"
 
@@ -37,6 +38,8 @@ typedef struct trainer_args {
     psb_transport transport;   /* --transport */
     uint64_t compute_nice;     /* --compute-nice */
     log_level log_level;       /* --log-level */
+    trace_flags trace;         /* --trace, --trace-steps (parsed); capacity from trace_buffer */
+    uint64_t trace_buffer;     /* --trace-buffer, 0: not given */
     char token_buf[CLI_TOKEN_MAX + 1]; /* --token-file's token */
 } trainer_args;
 

@@ -14,6 +14,7 @@
 #include "trainer/loss_check.h"
 #include "trainer/master_link.h"
 #include "trainer/memneed.h"
+#include "trainer/ttrace.h"
 #include "trainer/workload.h"
 
 #include <arpa/inet.h>
@@ -204,6 +205,7 @@ static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, con
         .store_prefix = "psbench",
         .coll_host = o->coll_host ? o->coll_host : here[0] ? here : NULL,
         .m = l->m,
+        .trace = l->trace,
     };
     l->store_timeout_s = j->rpc_timeout_s;
     /* Metrics go to the master twice a second: if its host or our link
@@ -247,6 +249,7 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
         hook_free(h);
         return -1;
     }
+    train_set_trace(tr, l->trace);
     /* A pass's batches come with each start. With --epochs they are whole
      * epochs of this trainer's data, and the master's count of them must be
      * this trainer's, or the epochs would not be the ones it planned; with
@@ -364,7 +367,10 @@ static int run_setup_synthetic(mlink *l, const trainer_run_opts *o, const run_jo
         return -1;
     log_info("trainer %" PRIu64 ": model Synthetic, servers %s, %" PRIu64 " batches per pass", j->rank, j->servers,
              j->batches);
-    return workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport, .gpu = gpu}, &sink, err, errlen);
+    if (workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport, .gpu = gpu}, &sink, err, errlen) < 0)
+        return -1;
+    synthetic_set_trace(syn, l->trace, &(*w)->cl);
+    return 0;
 }
 
 /* Linear (batch-update): fetch and push through its client. */
@@ -545,6 +551,7 @@ static int run_loop(mlink *l, const trainer_run_opts *o, workload *w, const run_
             const char *pass = strcmp(ctl_str(msg.body, "phase", ""), "warmup") == 0 ? "warm-up" : "timed";
             ctl_msg_clear(&msg);
             l->batches_done = 0;
+            ttrace_pass(l->trace, strcmp(pass, "timed") == 0); /* the warm-up is never traced */
             if (run_pass(l, w, batches, pass, err, errlen) < 0)
                 return 1;
         } else if (strcmp(msg.type, "reset") == 0) {
@@ -671,6 +678,18 @@ static int run_place_device(const trainer_run_opts *o, run_job *j, char *err, si
     return 0;
 }
 
+/* The trainer's trace from its assignment and its own flags (ttrace.h),
+ * the link's from now on where it traces. NVTX ranges too where it
+ * computes on a CUDA GPU (not the fake one). */
+static int run_trace_init(mlink *l, ttrace *tt, const trainer_run_opts *o, const run_job *j, char *err,
+                          size_t errlen)
+{
+    if (ttrace_init(tt, j->assign, &o->trace, (uint32_t)j->rank, j->compute.kind == DEVICE_CUDA, err, errlen) < 0)
+        return -1;
+    l->trace = ttrace_on(tt) ? tt : NULL;
+    return 0;
+}
+
 int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, size_t errlen)
 {
     mlink l;
@@ -710,9 +729,12 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
     workload *w = NULL;
     int code = 1;
     json_t *assign = NULL;
+    ttrace tt;
+    memset(&tt, 0, sizeof tt);
     if (mlink_register(&l, o->token, body, &assign, err, errlen) == 0 && run_parse_job(assign, &j, err, errlen) == 0 &&
         run_place_device(o, &j, err, errlen) == 0 && run_log_start(&j) == 0 &&
-        run_check_memory(&j, err, errlen) == 0 && run_setup(&l, o, &j, &w, err, errlen) == 0) {
+        run_trace_init(&l, &tt, o, &j, err, errlen) == 0 && run_check_memory(&j, err, errlen) == 0 &&
+        run_setup(&l, o, &j, &w, err, errlen) == 0) {
         l.bytes = run_bytes;
         l.bytes_ctx = w;
         code = run_loop(&l, o, w, &j, err, errlen);
@@ -724,7 +746,9 @@ int trainer_run_with_master(const trainer_run_opts *o, metrics *m, char *err, si
      * leave: its failure (held for a cause) is then the first it has, not a
      * peer's `peer_lost` that this trainer's departure would cause. */
     mlink_close(&l, code != 0, err, errlen);
-    workload_free(w);
+    workload_free(w); /* its threads first: they record into the trace */
+    l.trace = NULL;
+    ttrace_free(&tt);
     modelconf_free(&j.model);
     json_decref(assign);
     return code;

@@ -22,6 +22,7 @@
 #include "shared/devspec.h"
 #include "shared/metrics.h"
 #include "shared/shm.h"
+#include "shared/tracejob.h"
 
 typedef struct trainer_run_opts {
     const char *master;
@@ -39,6 +40,7 @@ typedef struct trainer_run_opts {
     const char *setup_err;    /* NULL, or why this trainer cannot run here (found before it joined:
                                * no GPU answers): it joins only to tell the master, as `failed` */
     psb_transport transport;  /* to the servers (--transport) */
+    trace_flags trace;        /* --trace, --trace-steps, --trace-buffer (ttrace.h) */
 } trainer_run_opts;
 
 /* Returns the exit code; err holds the reason when it is not 0. With

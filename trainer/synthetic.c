@@ -33,6 +33,7 @@
 #include "shared/log.h"
 #include "shared/mean.h"
 #include "trainer/compute.h"
+#include "trainer/ttrace.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -53,6 +54,8 @@ typedef struct syn_rx {
     uint64_t nnz;       /* sparse */
     uint8_t carry[8];   /* sparse: an index split across chunks */
     size_t icarry;
+    uint32_t link;      /* the client connection it comes on */
+    uint64_t t_in_ns;   /* the read that brought its header (the client's rx_ns) */
 } syn_rx;
 
 struct synthetic {
@@ -96,6 +99,9 @@ struct synthetic {
     syn_rx *rx;        /* per bucket: its result as it is received */
     synthetic_tick_fn tick;
     void *tick_ctx;
+    /* The trace (synthetic_set_trace; NULL: none): the training thread's ring. */
+    ttrace *tt;
+    trace_ring *ring;
 };
 
 void synthetic_set_batches(synthetic *s, uint64_t batches)
@@ -107,6 +113,15 @@ void synthetic_set_tick(synthetic *s, synthetic_tick_fn fn, void *ctx)
 {
     s->tick = fn;
     s->tick_ctx = ctx;
+}
+
+void synthetic_set_trace(synthetic *s, ttrace *tt, client *cl)
+{
+    if (!ttrace_on(tt))
+        return;
+    s->tt = tt;
+    s->ring = ttrace_links_here(tt, cl);
+    ttrace_bucket_lanes(tt, s->cfg.buckets);
 }
 
 /* Floats in dense bucket k. */
@@ -309,6 +324,8 @@ static int syn_begin(void *ctx, uint32_t server, const frame_hdr *h, void **fram
         s->rx[k].icarry = 0;
     }
     s->rx[k].receiving = true;
+    s->rx[k].link = server;
+    s->rx[k].t_in_ns = s->cl->rx_ns;
     *frame = &s->rx[k];
     return 0;
 }
@@ -447,6 +464,16 @@ static int syn_check_gpu(synthetic *s, char *err, size_t errlen)
     return 0;
 }
 
+/* Bucket rx->k's result is in: its bucket_wait (its rpc metric's
+ * readings) and its frame_in, on the training thread's ring. */
+static void syn_trace_result(synthetic *s, const syn_rx *rx)
+{
+    const client_conn *c = &s->cl->conns[rx->link];
+    trace_ids ids = trace_ids_make((int64_t)s->batch, rx->k, s->tt->rank, (int32_t)c->server_rank);
+    trace_add(s->ring, TRACE_BUCKET_WAIT, ttrace_bucket_lane(s->tt, rx->k), s->t_push_ns[rx->k], s->cl->rx_ns, ids);
+    trace_add(s->ring, TRACE_FRAME_IN, c->trace_lane_in, rx->t_in_ns, s->cl->rx_ns, ids);
+}
+
 static int syn_end(void *ctx, void *frame, char *err, size_t errlen)
 {
     synthetic *s = ctx;
@@ -456,8 +483,11 @@ static int syn_end(void *ctx, void *frame, char *err, size_t errlen)
     rx->receiving = false;
     s->done[k] = true;
     s->remaining--;
-    if (s->batch >= s->cfg.warmup)
+    if (s->batch >= s->cfg.warmup) {
         metrics_add(s->m_rpc, clock_ms(s->t_push_ns[k], s->cl->rx_ns));
+        if (ttrace_open(s->ring))
+            syn_trace_result(s, rx);
+    }
     return 0;
 }
 
@@ -608,6 +638,9 @@ static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, s
         return -1;
     for (uint64_t b = 0; b < total; b++) {
         s->batch = b;
+        /* The trace's step: this batch, in a master's timed pass (ttrace.h). */
+        if (s->ring)
+            trace_ring_step(s->ring, b < s->cfg.warmup ? TTRACE_UNTIMED : ttrace_step_of(s->tt, b));
         uint64_t t0 = clock_now_ns();
         if (b == s->cfg.warmup)
             t_start = t0; /* the timed batches start here */
@@ -636,7 +669,11 @@ static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, s
             return -1;
         if (b < s->cfg.warmup)
             continue; /* no tick either: warm-up is for runs without a master */
-        metrics_add(s->m_batch, clock_ms(t0, clock_now_ns()));
+        uint64_t t1 = clock_now_ns();
+        metrics_add(s->m_batch, clock_ms(t0, t1));
+        if (ttrace_open(s->ring)) /* the metric's own readings */
+            trace_add(s->ring, TRACE_STEP, s->tt->lane_compute, t0, t1,
+                      trace_ids_make((int64_t)b, TRACE_NONE, s->tt->rank, TRACE_NONE));
         for (uint32_t k = 0; k < s->cfg.buckets; k++)
             rep->bytes_pushed += s->cfg.sparse ? s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols)
                                                : syn_floats(s, k) * 4;

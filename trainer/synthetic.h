@@ -70,6 +70,13 @@ void synthetic_set_tick(synthetic *s, synthetic_tick_fn fn, void *ctx);
 /* The timed batches of the next synthetic_run (a master's pass: its
  * start's count, which --warmup-steps may make differ between passes). */
 void synthetic_set_batches(synthetic *s, uint64_t batches);
+/* Record into the trainer's trace (ttrace.h; NULL or off: nothing), cl
+ * being the client it runs through (its frames too): each traced batch's
+ * step (the batch_all metric's readings), each bucket's bucket_wait (its
+ * rpc metric's: pushed -> its result's last byte read), frame_out and
+ * frame_in, all on the training thread's ring. Before the first run. */
+struct ttrace;
+void synthetic_set_trace(synthetic *s, struct ttrace *tt, client *cl);
 /* Run cfg.warmup + cfg.batches batches (numbered from 0) through cl; the
  * report and the metrics cover the last cfg.batches. Returns 0, or -1
  * with a reason in err. May be called again for another pass. */

@@ -6,6 +6,8 @@
 #include "trainer/gpushare.h"
 #include "trainer/optim.h"
 #include "trainer/steptimer.h"
+#include "trainer/ttrace.h"
+#include "shared/gpu/nvtx.h"
 #include "shared/log.h"
 
 #include <assert.h>
@@ -34,6 +36,9 @@ typedef struct train_bucket {
      * copy) and after its mean was back in them — its hook metric, timed
      * on the stream (steptimer_sample). */
     cmark ready, back;
+    /* Traced steps only: when its last gradient was computed (its
+     * bucket_ready span runs from there to its hand-over). */
+    uint64_t t_grads_ns;
 } train_bucket;
 
 /* One bucket layout (ddp_buckets.h): the first iteration's or the rebuilt
@@ -81,6 +86,9 @@ struct train {
     /* CUDA IPC: the gradients exported (train_gpushare); share.gpu[0] ==
      * '\0': not made (yet, or cannot be) */
     gpushare share;
+    /* The trace (train_set_trace; NULL: none): the training thread's ring. */
+    ttrace *tt;
+    trace_ring *ring;
 };
 
 
@@ -470,8 +478,11 @@ static void train_on_ready(void *ctx, uint32_t param)
     train *t = ctx;
     train_bucket *b = &t->cur->buckets[t->cur->bucket_of[param]];
     assert(b->pending > 0);
-    if (--b->pending == 0)
+    if (--b->pending == 0) {
+        if (ttrace_open(t->ring)) /* read for the trace only */
+            b->t_grads_ns = clock_now_ns();
         train_launch(t);
+    }
 }
 
 /* Every bucket's mean in. Host views: one wait, the means in place.
@@ -502,13 +513,76 @@ static int train_wait_means(train *t, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- the trace (ttrace.h) ------------------------------------------------- */
+
+void train_set_trace(train *t, ttrace *tt)
+{
+    if (!ttrace_on(tt))
+        return;
+    t->tt = tt;
+    t->ring = tt->compute;
+    ttrace_bucket_lanes(tt, t->first.nbuckets > t->rebuilt.nbuckets ? t->first.nbuckets : t->rebuilt.nbuckets);
+}
+
+/* The ids of this step's spans (bucket: TRACE_NONE for the step's own). */
+static trace_ids train_trace_ids(const train *t, int64_t bucket, int32_t server)
+{
+    return trace_ids_make((int64_t)t->batch, bucket, (int32_t)t->job.rank, server);
+}
+
+/* The step's spans from the very readings its metrics are made of
+ * (train_step: t0..t4), so that their sums are the metrics' on the cpu. */
+static void train_trace_step(train *t, uint64_t t0, uint64_t t1, uint64_t t2, uint64_t t3, uint64_t t4)
+{
+    trace_ids ids = train_trace_ids(t, TRACE_NONE, TRACE_NONE);
+    unsigned lane = t->tt->lane_compute;
+    trace_add(t->ring, TRACE_FORWARD, lane, t0, t1, ids);
+    trace_add(t->ring, TRACE_BACKWARD_COMPUTE, lane, t1, t2, ids);
+    trace_add(t->ring, TRACE_EXPOSED_WAIT, lane, t2, t3, ids);
+    trace_add(t->ring, TRACE_OPTIMIZER, lane, t3, t4, ids);
+    trace_add(t->ring, TRACE_STEP, lane, t0, t4, ids);
+}
+
+/* Bucket b's spans, its mean applied from a0 to a1: ready (its last
+ * gradient -> handed to the hook), wait (handed -> its mean in: the hook's
+ * metric's sample), apply (the optimizer's steps over its parameters). */
+static void train_trace_bucket(train *t, const train_bucket *b, uint64_t a0, uint64_t a1)
+{
+    const hook_bucket *hb = &b->hb;
+    trace_ids ids = train_trace_ids(t, hb->id, hb->server);
+    unsigned lane = ttrace_bucket_lane(t->tt, hb->id);
+    uint64_t grads = b->t_grads_ns && b->t_grads_ns <= hb->t_ready_ns ? b->t_grads_ns : hb->t_ready_ns;
+    trace_add(t->ring, TRACE_BUCKET_READY, lane, grads, hb->t_ready_ns, ids);
+    trace_add(t->ring, TRACE_BUCKET_WAIT, lane, hb->t_ready_ns, hb->t_done_ns, ids);
+    trace_add(t->ring, TRACE_BUCKET_APPLY, lane, a0, a1, ids);
+}
+
+/* NVTX (a CUDA trainer that traces): the range open ends, the next
+ * starts (TRACE_NSPANS: none). */
+static void train_nvtx_next(bool nv, trace_nvtx_id *open, trace_span next, trace_ids ids)
+{
+    if (!nv)
+        return;
+    trace_nvtx_end(*open);
+    *open = next < TRACE_NSPANS ? trace_nvtx_start(next, ids) : 0;
+}
+
 static int train_step(train *t, const data_batch *batch, double *loss, char *err, size_t errlen)
 {
+    /* The trace's step: this batch, in the timed pass (ttrace.h). */
+    if (t->ring)
+        trace_ring_step(t->ring, ttrace_step_of(t->tt, t->batch));
+    bool nv = t->tt && t->tt->nvtx && ttrace_open(t->ring);
+    trace_nvtx_id nv_step = 0, nv_part = 0;
+    if (nv)
+        nv_step = trace_nvtx_start(TRACE_STEP, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
+    train_nvtx_next(nv, &nv_part, TRACE_FORWARD, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
     uint64_t t0 = clock_now_ns();
     steptimer_mark(&t->tm, TM_START);
     *loss = model_forward(t->model, batch);
     steptimer_mark(&t->tm, TM_FWD);
     uint64_t t1 = clock_now_ns();
+    train_nvtx_next(nv, &nv_part, TRACE_BACKWARD_COMPUTE, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
     /* DDP's first iteration reduces every dense gradient as one bucket
      * after backward; from the second on, the rebuilt buckets. */
     train_layout *L = t->cur = t->batch == 0 ? &t->first : &t->rebuilt;
@@ -525,12 +599,17 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     if (compute_status(t->dev, err, errlen) < 0)
         return -1;
     uint64_t t2 = clock_now_ns();
+    train_nvtx_next(nv, &nv_part, TRACE_EXPOSED_WAIT, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
     if (train_wait_means(t, err, errlen) < 0)
         return -1;
     uint64_t t3 = clock_now_ns();
+    train_nvtx_next(nv, &nv_part, TRACE_OPTIMIZER, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
     steptimer_mark(&t->tm, TM_OPT);
-    /* The means are in: the dense ones in place, the sparse one aside. */
-    uint64_t first_push = UINT64_MAX, last_done = 0;
+    /* The means are in: the dense ones in place, the sparse one aside.
+     * Traced, each bucket's steps are its bucket_apply (a clock read
+     * after each, for the trace only). */
+    bool traced = ttrace_open(t->ring);
+    uint64_t first_push = UINT64_MAX, last_done = 0, applied = t3;
     for (uint32_t k = 0; k < L->nbuckets; k++) {
         train_bucket *b = &L->buckets[k];
         if (b->hb.t_ready_ns < first_push)
@@ -540,13 +619,23 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
         if (!b->hb.sparse) {
             for (uint32_t i = b->first_param; i <= b->last_param; i++)
                 sgd_step_param(t->opt, t->model, i); /* the mean, in place */
-            continue;
-        }
-        if (sgd_step_sparse(t->opt, t->model, b->first_param, hook_result_idx(&b->hb), hook_result_vals(&b->hb),
-                            b->hb.result_nnz, err, errlen) < 0)
+        } else if (sgd_step_sparse(t->opt, t->model, b->first_param, hook_result_idx(&b->hb),
+                                   hook_result_vals(&b->hb), b->hb.result_nnz, err, errlen) < 0) {
             return -1;
+        }
+        if (traced) {
+            uint64_t now = clock_now_ns();
+            train_trace_bucket(t, b, applied, now);
+            applied = now;
+        }
     }
     uint64_t t4 = clock_now_ns();
+    train_nvtx_next(nv, &nv_part, TRACE_NSPANS, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
+    if (nv)
+        trace_nvtx_end(nv_step);
+    /* The host's view on a device (its metrics are the stream's). */
+    if (traced)
+        train_trace_step(t, t0, t1, t2, t3, t4);
     if (steptimer_on(&t->tm)) {
         /* Every metric of the step, the hook's too, is recorded once its
          * marks are done (steptimer: never waited for by the timer). */

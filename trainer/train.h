@@ -82,6 +82,14 @@ train *train_new(const train_job *j, hook *h, metrics *m, char *err, size_t errl
 struct gpushare;
 const struct gpushare *train_gpushare(train *t, char *why, size_t whylen);
 void train_free(train *t);
+/* Record into the trainer's trace (ttrace.h; NULL or off: nothing): on
+ * the training thread's ring, each traced step's forward,
+ * backward_compute, exposed_wait, optimizer and step — the very clock
+ * readings of its metrics (on a device, the host's view: its metrics are
+ * then the stream's) — and each bucket's bucket_ready, bucket_wait and
+ * bucket_apply. Before the first pass. */
+struct ttrace;
+void train_set_trace(train *t, struct ttrace *tt);
 /* This trainer's batches in one epoch of its data shard. */
 uint64_t train_batches_per_epoch(const train *t);
 /* One pass of `steps` batches: this trainer's batches in order, the data

@@ -285,6 +285,7 @@ static const struct {
     {"psbench-trainer", "--device", "tpu", "--device 'tpu' is not cpu, cuda or cuda:N (N: a GPU's index, 0..255)"},
     {"psbench-trainer", "--log-level", "loud", "--log-level: 'loud' is not error, warn, info or debug"},
     {"psbench-trainer", "--transport", "udp", "--transport: 'udp' is not a transport (auto, tcp or shm)"},
+    {"psbench-trainer", "--trace-steps", "5:2", "--trace-steps: '5:2': the first step is after the last"},
     {"psbench-master", "--ddp-hook", "x_hook",
      "--ddp-hook: 'x_hook' is not rpc_hook, allreduce_hook, sparse_rpc_hook or hybrid_hook"},
     {"psbench-master", "--trace-steps", "5:2", "--trace-steps: '5:2': the first step is after the last"},

@@ -1,0 +1,529 @@
+#!/usr/bin/env python3
+"""The trainer's trace (issue 42): a trainer that traces (its own --trace,
+or the `trace` object of the master's assignment) records its compute
+loop's spans, each bucket's, and its communication thread's frames, and
+ships them to the master as `trace` messages after its reports, the last
+part ("final": true) when the master's `stop` comes.
+
+Each trainer here talks to a real master through a tap on its control
+link (ControlTap): the tap passes every message on, keeps the trainer's
+`trace` messages (the master needs no trace of its own for that), and may
+add a `trace` object to the assignment as a master with --trace does. The
+tests put the parts together and check them against the very samples
+the trainer reported for the same steps (its `metrics` and `pass_done`
+reports of the timed pass). And end to end: a `psbench-master --local
+--trace` job's trace.json holds every trainer's spans, checked against its
+results.json (steady_state's steps, each metric's count x mean)."""
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import msgpack  # noqa: E402
+
+import psb  # noqa: E402
+
+# A span's time and its metric's sample come from the same two clock
+# readings (ns): the sample is (end - start) / 1e6 as a double, sent as
+# JSON with every digit, the span's duration the same integer. They are
+# equal but for the division's rounding, far below this bound (ms).
+EXACT_MS = 1e-9
+
+COMPUTE_METRICS = {
+    "forward": "forward_metric,forward_pass",
+    "backward_compute": "backward_metric,backward_compute",
+    "exposed_wait": "hook_future_metric,exposed_wait",
+    "optimizer": "optimizer_metric,step",
+    "step": "batch_level_metric,batch_all",
+}
+
+
+class ControlTap(object):
+    """A man in the middle on one node's control link to a master: listens
+    on `port`; the node's connection is passed on to the master at
+    master_addr, byte for byte, but for `trace` messages from the node,
+    which are kept (not passed on), and, where `assign_trace` is given,
+    the assignment, which gets it as its `trace` object. Every message is
+    kept in `log` in arrival order: (direction "up" or "down", type,
+    body)."""
+
+    def __init__(self, master_addr, assign_trace=None):
+        self.master_addr = master_addr
+        self.assign_trace = assign_trace
+        self.log = []
+        self.lock = threading.Lock()
+        self.socks = []
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind((psb.HOST, 0))
+        self.listener.listen(1)
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        try:
+            node, _ = self.listener.accept()
+            master = socket.create_connection(self.master_addr)
+        except OSError:
+            return
+        self.socks += [node, master]
+        for src, dst, up in ((node, master, True), (master, node, False)):
+            threading.Thread(target=self._pump, args=(src, dst, up), daemon=True).start()
+
+    def _pump(self, src, dst, up):
+        buf = b""
+        try:
+            while True:
+                chunk = src.recv(1 << 20)
+                if not chunk:
+                    break
+                buf += chunk
+                while len(buf) >= 4:
+                    (hl,) = struct.unpack(">I", buf[:4])
+                    if len(buf) < 4 + hl:
+                        break
+                    header = msgpack.unpackb(buf[4:4 + hl], raw=False)
+                    end = 4 + hl + header.get("payload", 0)
+                    if len(buf) < end:
+                        break
+                    frame, payload, buf = buf[:end], buf[4 + hl:end], buf[end:]
+                    body = json.loads(payload) if payload else {}
+                    kind = header.get("type")
+                    if not up and kind == "assign" and self.assign_trace is not None:
+                        body["trace"] = self.assign_trace
+                        data = json.dumps(body).encode()
+                        header["payload"] = len(data)
+                        frame = psb.encode_frame(header, data)
+                    with self.lock:
+                        self.log.append(("up" if up else "down", kind, body))
+                    if not (up and kind == "trace"):
+                        dst.sendall(frame)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        for s in [self.listener] + self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def messages(self):
+        with self.lock:
+            return list(self.log)
+
+
+def tap_spans(test, tap):
+    """The node's trace as the tap kept it, its parts put together:
+    (head of the last part, [span dict...]), each span with name, lane,
+    start, end (ns, the node's clock) and its ids. The parts are checked:
+    one final, the last, after the master's stop."""
+    msgs = tap.messages()
+    parts = [(i, b) for i, (d, t, b) in enumerate(msgs) if d == "up" and t == "trace"]
+    test.assertTrue(parts, "no trace message: %r" % [m[:2] for m in msgs])
+    finals = [i for i, b in parts if b["final"]]
+    test.assertEqual(finals, [parts[-1][0]], "one final part, the last")
+    stops = [i for i, (d, t, _) in enumerate(msgs) if d == "down" and t == "stop"]
+    test.assertTrue(stops and stops[0] < finals[0], "the final part comes once the master's stop has")
+    spans = []
+    for _, b in parts:
+        d = b["dump"]
+        for name, lane, start, dur, batch, bucket, trainer, server in d["events"]:
+            spans.append({"name": d["names"][name], "lane": d["lanes"][lane], "start": d["t0"] + start,
+                          "end": d["t0"] + start + dur, "batch": batch, "bucket": bucket, "trainer": trainer,
+                          "server": server})
+    return parts[-1][1]["dump"], spans
+
+
+def timed_samples(tap, metric):
+    """The samples of `metric` the node reported in its timed pass (its
+    reports after the master's `start` of a phase other than warmup), in
+    order."""
+    out, timed = [], False
+    for d, t, b in tap.messages():
+        if d == "down" and t == "start":
+            timed = b.get("phase") != "warmup"
+        elif d == "up" and timed and t in ("metrics", "pass_done"):
+            out += b.get("samples", {}).get(metric, [])
+    return out
+
+
+def by(spans, name):
+    return [s for s in spans if s["name"] == name]
+
+
+class TrainerTrace(psb.PsbTestCase):
+    STEPS, WARMUP = 5, 3
+
+    def traced_job(self, nserver=1, trainer_flags=(), assign_trace=None, ntrainer=2):
+        """A DummyModel job through rpc_hook (buckets of at most 0.01 MB:
+        several per step; shard placement: bucket k to server k mod
+        nserver) on the cpu, its servers and trainers by hand, each
+        trainer's control link through a tap. Returns the taps, by
+        rank, once every node has ended well."""
+        m = self.master("--ntrainer", str(ntrainer), "--nserver", str(nserver), "--steps", str(self.STEPS),
+                        "--warmup-steps", str(self.WARMUP), "--bucket-cap-mb", "0.01", "--placement", "shard")
+        servers = [self.node(m, "psbench-server", "cpu", "server") for _ in range(nserver)]
+        taps, trainers = [], []
+        for _ in range(ntrainer):
+            tap = ControlTap(m.ctl_addr, assign_trace)
+            self.addCleanup(tap.close)
+            taps.append(tap)
+            trainers.append(self.reg.start([psb.bin_path("psbench-trainer"), "--master", "%s:%d" % (psb.HOST, tap.port),
+                                            "--device", "cpu"] + list(trainer_flags), name="trainer"))
+        self.assertEqual(m.wait(120), 0, m.describe())
+        for p in trainers + servers:
+            self.assertEqual(p.wait(30), 0, p.describe())
+        ranked = {}
+        for tap, p in zip(taps, trainers):
+            assign = [b for d, t, b in tap.messages() if d == "down" and t == "assign"][0]
+            ranked[assign["rank"]] = (tap, p)
+        self.assertEqual(sorted(ranked), list(range(ntrainer)))
+        return [ranked[r] for r in range(ntrainer)]
+
+    def check_trainer(self, rank, tap, steps, nserver):
+        """Trainer `rank`'s trace, traced for `steps` of the timed pass:
+        every span kind there, nested as the step runs, each bucket's
+        chain whole, its frames, and every compute span equal to its
+        metric's sample of the same step."""
+        head, spans = tap_spans(self, tap)
+        self.assertEqual((head["role"], head["rank"]), ("trainer", rank))
+        self.assertEqual(head["dropped"]["count"], 0, head["dropped"])
+        self.assertTrue(all(s["trainer"] == rank for s in spans))
+        self.assertEqual(sorted({s["batch"] for s in spans}), list(steps))
+        # One step span per step: the warm-up (whose batches count from 0
+        # too) is never traced.
+        step = {s["batch"]: s for s in by(spans, "step")}
+        self.assertEqual(len(by(spans, "step")), len(steps))
+        self.assertEqual(sorted(step), list(steps))
+        parts = {}
+        for name in ("forward", "backward_compute", "exposed_wait", "optimizer"):
+            got = by(spans, name)
+            self.assertEqual(sorted(s["batch"] for s in got), list(steps), name)
+            for s in got:
+                st = step[s["batch"]]
+                self.assertTrue(st["start"] <= s["start"] <= s["end"] <= st["end"], (name, s, st))
+                self.assertEqual((s["lane"], s["bucket"], s["server"]), ("compute", -1, -1), s)
+                parts[(name, s["batch"])] = s
+        for b in steps:  # in the step's order, each from where the last ended (the same reading)
+            chain = [parts[(n, b)] for n in ("forward", "backward_compute", "exposed_wait", "optimizer")]
+            self.assertEqual(chain[0]["start"], step[b]["start"])
+            self.assertEqual(chain[-1]["end"], step[b]["end"])
+            for x, y in zip(chain, chain[1:]):
+                self.assertEqual(x["end"], y["start"], (x, y))
+        # The sums (and each step) are the metrics' samples of those steps.
+        for name, metric in COMPUTE_METRICS.items():
+            samples = timed_samples(tap, metric)
+            self.assertEqual(len(samples), self.STEPS, metric)
+            for s in sorted(by(spans, name), key=lambda s: s["batch"]):
+                self.assertAlmostEqual((s["end"] - s["start"]) / 1e6, samples[s["batch"]], delta=EXACT_MS,
+                                       msg=(name, s["batch"]))
+            total = sum(s["end"] - s["start"] for s in by(spans, name)) / 1e6
+            want = sum(samples[b] for b in steps)
+            self.assertAlmostEqual(total, want, delta=EXACT_MS * len(steps), msg=name)
+        # Each bucket: ready -> wait -> apply, one each per traced step,
+        # on its lane, apply inside the optimizer; its push and its answer
+        # on the comm thread inside its wait, to and from its server.
+        chains = {}
+        for name in ("bucket_ready", "bucket_wait", "bucket_apply", "frame_out", "frame_in"):
+            for s in by(spans, name):
+                key = (s["batch"], s["bucket"])
+                self.assertNotIn(name, chains.setdefault(key, {}), (name, s))
+                chains[key][name] = s
+        self.assertTrue(chains)
+        buckets = {}
+        for (b, k), c in chains.items():
+            self.assertEqual(sorted(c), sorted(["bucket_ready", "bucket_wait", "bucket_apply", "frame_out",
+                                                "frame_in"]), (b, k))
+            buckets.setdefault(b, set()).add(k)
+            r, w, a, o, i = (c[n] for n in ("bucket_ready", "bucket_wait", "bucket_apply", "frame_out", "frame_in"))
+            self.assertTrue(r["start"] <= r["end"] == w["start"] <= w["end"] <= a["start"] <= a["end"], c)
+            self.assertTrue(w["start"] <= o["start"] <= o["end"] <= i["start"] <= i["end"] == w["end"], c)
+            opt = parts[("optimizer", b)]
+            self.assertTrue(opt["start"] <= a["start"] and a["end"] <= opt["end"], (a, opt))
+            self.assertTrue(step[b]["start"] <= r["start"], (r, step[b]))
+            for s in c.values():
+                self.assertEqual(s["server"], k % nserver, s)
+            self.assertEqual({s["lane"] for s in (r, w, a)}, {"bucket %d" % k})
+            self.assertEqual((o["lane"], i["lane"]), ("to server %d" % (k % nserver), "from server %d" % (k % nserver)))
+        self.assertEqual(sorted(buckets), list(steps))
+        # The waits are the hook's own samples (rpc_dense), in bucket
+        # order step after step: step 0 has DDP's first-iteration bucket
+        # (the DummyModel is dense: one), every later step the rebuilt ones.
+        rpc = timed_samples(tap, "hook_future_metric,rpc_dense")
+        rebuilt = {len(ks) for b, ks in buckets.items() if b > 0}
+        self.assertEqual(len(rebuilt), 1, buckets)
+        nr = rebuilt.pop()
+        self.assertEqual(len(rpc), 1 + (self.STEPS - 1) * nr)
+        for (b, k), c in chains.items():
+            w = c["bucket_wait"]
+            self.assertAlmostEqual((w["end"] - w["start"]) / 1e6, rpc[(0 if b == 0 else 1 + (b - 1) * nr) + k],
+                                   delta=EXACT_MS, msg=(b, k))
+        return spans, buckets
+
+    def test_trainer_traced_by_hand(self):
+        """Trainers with --trace under a master that does not trace: every
+        step of the timed pass, its spans as the metrics say; two servers,
+        each bucket's spans naming the one it went to."""
+        taps = self.traced_job(nserver=2, trainer_flags=("--trace",))
+        for rank, (tap, p) in enumerate(taps):
+            spans, buckets = self.check_trainer(rank, tap, range(self.STEPS), 2)
+            # DDP's first iteration: every dense gradient one bucket; then
+            # the rebuilt ones, several.
+            self.assertEqual(buckets[0], {0}, buckets)
+            self.assertGreater(len(buckets[1]), 1, buckets)
+            self.assertIn("tracing steps 0 onwards of the timed pass", p.stderr())
+
+    def test_master_trace_and_window(self):
+        """The assignment's `trace` turns a trainer's trace on with the
+        master's window and ring size; a trainer's own --trace-steps wins
+        for that trainer."""
+        taps = self.traced_job(trainer_flags=(), assign_trace={"steps": [1, 2], "buffer": 4096}, ntrainer=1)
+        tap, _ = taps[0]
+        head, _ = tap_spans(self, tap)
+        self.assertEqual((head["window"], head["capacity"]), ([1, 2], 4096))
+        self.check_trainer(0, tap, range(1, 3), 1)
+        taps = self.traced_job(trainer_flags=("--trace-steps", "3:"), assign_trace={"steps": [1, 2], "buffer": 4096},
+                        ntrainer=1)
+        tap, _ = taps[0]
+        head, _ = tap_spans(self, tap)
+        self.assertEqual(head["window"][0], 3)
+        self.check_trainer(0, tap, range(3, self.STEPS), 1)
+
+    def test_small_buffer_drops(self):
+        """--trace-buffer 8: each ring keeps its first 8 spans, the rest
+        counted dropped (steps named), said in the trainer's log; nothing
+        at all without --trace."""
+        taps = self.traced_job(trainer_flags=("--trace", "--trace-buffer", "8"), ntrainer=1)
+        tap, p = taps[0]
+        head, spans = tap_spans(self, tap)
+        self.assertEqual(head["capacity"], 8)
+        self.assertEqual(len(spans), 16)  # both rings full
+        self.assertGreater(head["dropped"]["count"], 0)
+        self.assertEqual(head["dropped"]["last_step"], self.STEPS - 1)
+        # The first spans are kept: step 0's compute spans, in order.
+        self.assertEqual([s["name"] for s in spans if s["lane"] == "compute"][:1], ["forward"])
+        self.assertEqual(min(s["batch"] for s in spans), 0)
+        self.assertRegex(p.stderr(), r"trace of trainer 0: [\d,]+ spans of steps \d+\.\.%d dropped" %
+                         (self.STEPS - 1))
+        taps = self.traced_job(ntrainer=1)
+        msgs = taps[0][0].messages()
+        self.assertFalse([t for d, t, _ in msgs if t == "trace"])
+
+    def local_trace(self, *extra, nserver=1):
+        """A --local job with the master's --trace (DummyModel through
+        rpc_hook, 2 trainers, 1 server, STEPS timed steps after WARMUP):
+        (results.json, {rank: [span...]}) with each trainer's spans from
+        DIR/trace.json as in tap_spans, times in ns on the master's clock
+        (the same offset moves all of a trainer's spans: their order and
+        lengths are its own), and the document's metadata.nodes by
+        process."""
+        out = os.path.join(self.reg.workdir, "local-%d" % len(os.listdir(self.reg.workdir)))
+        rc, _, err = self.run_master("--trace", "--steps", str(self.STEPS), "--warmup-steps", str(self.WARMUP),
+                                     "--bucket-cap-mb", "0.01", *extra, local=True, out=out, ntrainer=2,
+                                     nserver=nserver)
+        self.assertEqual(rc, 0, err[-3000:])
+        with open(os.path.join(out, "trace.json")) as f:
+            doc = json.load(f)
+        procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "thread_name"}
+        spans = {}
+        for e in doc["traceEvents"]:
+            if e["ph"] != "X" or not procs[e["pid"]].startswith("trainer "):
+                continue
+            start = round(e["ts"] * 1000)
+            a = e["args"]
+            spans.setdefault(int(procs[e["pid"]].split()[1]), []).append({
+                "name": e["name"], "lane": lanes[(e["pid"], e["tid"])], "start": start,
+                "end": start + round(e["dur"] * 1000), "batch": a.get("batch", -1), "bucket": a.get("bucket", -1),
+                "trainer": a.get("trainer", -1), "server": a.get("server", -1)})
+        nodes = {n["process"]: n for n in doc["metadata"]["nodes"]}
+        return psb.results_json(out), spans, nodes
+
+    def check_local(self, res, spans, steps):
+        """Each trainer's spans of trace.json: nested, each bucket's chain
+        whole for every traced step, and the step spans equal to
+        results.json's steady_state (each step after the first, ms kept
+        to the ns), the compute spans' sums to its groups' count x mean
+        where every step is traced."""
+        self.assertEqual(sorted(spans), [0, 1])
+        steady = {t["rank"]: t for t in res["steady_state"]["trainers"]}
+        for rank, got in spans.items():
+            self.assertEqual(sorted({s["batch"] for s in got}), list(steps), rank)
+            step = {s["batch"]: s for s in by(got, "step")}
+            self.assertEqual(sorted(step), list(steps))
+            for name in ("forward", "backward_compute", "exposed_wait", "optimizer"):
+                self.assertEqual(sorted(s["batch"] for s in by(got, name)), list(steps), name)
+                for s in by(got, name):
+                    st = step[s["batch"]]
+                    self.assertTrue(st["start"] <= s["start"] <= s["end"] <= st["end"], (name, s, st))
+            chains = {}
+            for name in ("bucket_ready", "bucket_wait", "bucket_apply", "frame_out", "frame_in"):
+                for s in by(got, name):
+                    chains.setdefault((s["batch"], s["bucket"]), {})[name] = s
+            self.assertEqual(sorted({b for b, _ in chains}), list(steps))
+            for key, c in chains.items():
+                self.assertEqual(len(c), 5, (key, sorted(c)))
+                r, w, a = c["bucket_ready"], c["bucket_wait"], c["bucket_apply"]
+                self.assertTrue(r["start"] <= r["end"] == w["start"] <= w["end"] <= a["start"] <= a["end"], c)
+                self.assertTrue(w["start"] <= c["frame_out"]["start"] and c["frame_in"]["end"] == w["end"], c)
+                self.assertEqual({s["server"] for s in c.values()}, {0}, c)
+            # steady_state: the steps after the first, in order (ms to the
+            # ns: within a ns of the span's length).
+            first, rest = steady[rank]["first_step_ms"], steady[rank]["steps_ms"]
+            for b, st in step.items():
+                want = first if b == 0 else rest[b - 1]
+                self.assertAlmostEqual((st["end"] - st["start"]) / 1e6, want, delta=1e-6, msg=(rank, b))
+            if list(steps) != list(range(self.STEPS)):
+                continue
+            # The sums: count x mean of its samples (each kept to the ns;
+            # the mean a double), within a ns per sample.
+            groups = res["groups"]["trainer"]["ranks"][str(rank)]
+            for name, metric in COMPUTE_METRICS.items():
+                g = groups[metric]
+                self.assertEqual(g["count"], self.STEPS, metric)
+                total = sum(s["end"] - s["start"] for s in by(got, name)) / 1e6
+                self.assertAlmostEqual(total, g["count"] * g["mean"], delta=1e-6 * g["count"], msg=(rank, name))
+            g = groups["hook_future_metric,rpc_dense"]
+            waits = by(got, "bucket_wait")
+            self.assertEqual(len(waits), g["count"])
+            self.assertAlmostEqual(sum(s["end"] - s["start"] for s in waits) / 1e6, g["count"] * g["mean"],
+                                   delta=1e-6 * g["count"])
+
+    def test_local_job_trace_json(self):
+        """psbench-master --local --trace: every trainer's spans in
+        trace.json, as the metrics say; --trace-steps 1:2 those steps
+        alone; --trace-buffer 8 drops, and the metadata says so."""
+        res, spans, nodes = self.local_trace()
+        self.check_local(res, spans, range(self.STEPS))
+        res, spans, nodes = self.local_trace("--trace-steps", "1:2")
+        self.check_local(res, spans, range(1, 3))
+        self.assertEqual(nodes["trainer 0"]["window"], [1, 2])
+        _, spans, nodes = self.local_trace("--trace-buffer", "8")
+        for rank in (0, 1):
+            n = nodes["trainer %d" % rank]
+            self.assertEqual(len(spans[rank]), 16)  # two rings of 8, both full
+            self.assertGreater(n["dropped"], 0, n)
+            self.assertRegex(n["dropped_message"], r"^trace of trainer %d.*: [\d,]+ spans of steps? [\d.]+ dropped: "
+                                                   r"the ring holds 8; raise --trace-buffer" % rank)
+
+    def test_allreduce_buckets(self):
+        """allreduce_hook (no server): each bucket's ready, wait and apply
+        in every traced step, no server in their ids and no frames (the
+        communication thread is rpc_hook's); the waits sum to the hook's
+        metric (gloo_dense_allreduce)."""
+        res, spans, _ = self.local_trace("--ddp-hook", "allreduce_hook", nserver=0)
+        self.assertEqual(sorted(spans), [0, 1])
+        for rank, got in spans.items():
+            self.assertEqual(by(got, "frame_out") + by(got, "frame_in"), [])
+            chains = {}
+            for name in ("bucket_ready", "bucket_wait", "bucket_apply"):
+                for s in by(got, name):
+                    self.assertEqual(s["server"], -1, s)
+                    chains.setdefault((s["batch"], s["bucket"]), {})[name] = s
+            self.assertEqual(sorted({b for b, _ in chains}), list(range(self.STEPS)))
+            for key, c in chains.items():
+                self.assertEqual(len(c), 3, (key, sorted(c)))
+                r, w, a = c["bucket_ready"], c["bucket_wait"], c["bucket_apply"]
+                self.assertTrue(r["start"] <= r["end"] == w["start"] <= w["end"] <= a["start"] <= a["end"], c)
+            g = res["groups"]["trainer"]["ranks"][str(rank)]["hook_future_metric,gloo_dense_allreduce"]
+            waits = by(got, "bucket_wait")
+            self.assertEqual(len(waits), g["count"])
+            self.assertAlmostEqual(sum(s["end"] - s["start"] for s in waits) / 1e6, g["count"] * g["mean"],
+                                   delta=1e-6 * g["count"])
+
+    def test_synthetic(self):
+        """The Synthetic model (its client polled by the training thread):
+        a step per batch (batch_all's readings), each bucket's wait (its
+        rpc_dense sample) and frames, to server k mod 2 (shard)."""
+        res, spans, _ = self.local_trace("--model", "Synthetic", "--placement", "shard", nserver=2)
+        self.assertEqual(sorted(spans), [0, 1])
+        for rank, got in spans.items():
+            self.assertEqual(sorted({s["name"] for s in got}), ["bucket_wait", "frame_in", "frame_out", "step"])
+            step = {s["batch"]: s for s in by(got, "step")}
+            self.assertEqual(sorted(step), list(range(self.STEPS)))
+            chains = {}
+            for name in ("bucket_wait", "frame_out", "frame_in"):
+                for s in by(got, name):
+                    chains.setdefault((s["batch"], s["bucket"]), {})[name] = s
+            for (b, k), c in chains.items():
+                self.assertEqual(len(c), 3, ((b, k), sorted(c)))
+                w, o, i = c["bucket_wait"], c["frame_out"], c["frame_in"]
+                self.assertTrue(step[b]["start"] <= w["start"] <= o["start"] <= o["end"] <= i["start"] <= i["end"]
+                                == w["end"] <= step[b]["end"], c)
+                self.assertEqual({s["server"] for s in c.values()}, {k % 2}, c)
+                self.assertEqual(w["lane"], "bucket %d" % k)
+            groups = res["groups"]["trainer"]["ranks"][str(rank)]
+            for name, metric in (("step", "batch_level_metric,batch_all"), ("bucket_wait",
+                                                                            "hook_future_metric,rpc_dense")):
+                g = groups[metric]
+                self.assertEqual(len(by(got, name)), g["count"], name)
+                self.assertAlmostEqual(sum(s["end"] - s["start"] for s in by(got, name)) / 1e6,
+                                       g["count"] * g["mean"], delta=1e-6 * g["count"], msg=(rank, name))
+
+    def test_gpu_trainer_host_view(self):
+        """Trainers on the fake GPU (their buckets staged through pinned
+        memory; their step metrics GPU-timed): every traced step's compute
+        spans, nested, and each bucket's chain whole — the host's view,
+        whose sums are not the GPU-timed metrics'."""
+        out = os.path.join(self.reg.workdir, "gpu")
+        m = self.master("--trace", "--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "1", "--placement",
+                        "shard", "--steps", str(self.STEPS), "--warmup-steps", str(self.WARMUP), "--bucket-cap-mb",
+                        "0.01", out=out)
+        nodes = [self.node(m, "psbench-server", "cpu", "server")]
+        nodes += [self.node(m, "psbench-trainer", "fake-cuda", "trainer") for _ in range(2)]
+        self.assertEqual(m.wait(120), 0, m.describe())
+        for p in nodes:
+            self.assertEqual(p.wait(30), 0, p.describe())
+        res = psb.results_json(out)
+        for t in res["trainers"]:
+            self.assertIn("batch_level_metric,batch_all", t.get("gpu_timed", []), t)
+        with open(os.path.join(out, "trace.json")) as f:
+            doc = json.load(f)
+        procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        for rank in (0, 1):
+            got = [e for e in doc["traceEvents"] if e["ph"] == "X" and procs[e["pid"]] == "trainer %d" % rank]
+            step = {e["args"]["batch"]: e for e in got if e["name"] == "step"}
+            self.assertEqual(sorted(step), list(range(self.STEPS)))
+            for e in got:
+                st = step[e["args"]["batch"]]
+                if e["name"] in ("forward", "backward_compute", "exposed_wait", "optimizer", "bucket_apply"):
+                    self.assertTrue(st["ts"] <= e["ts"] and e["ts"] + e["dur"] <= st["ts"] + st["dur"] + 1e-3,
+                                    (e, st))
+            chains = {}
+            for e in got:
+                if e["name"] in ("bucket_ready", "bucket_wait", "bucket_apply", "frame_out", "frame_in"):
+                    chains.setdefault((e["args"]["batch"], e["args"]["bucket"]), set()).add(e["name"])
+            self.assertEqual(sorted({b for b, _ in chains}), list(range(self.STEPS)))
+            for key, names in chains.items():
+                self.assertEqual(len(names), 5, (key, names))
+
+    def test_flags_need_master(self):
+        """The trace goes to a master: without --master the flags are
+        refused; a bad window is refused with the reason."""
+        for extra in (("--trace",), ("--trace-steps", "1:2"), ("--trace-buffer", "10")):
+            rc, _, err = self.reg.run([psb.bin_path("psbench-trainer"), "--server", "127.0.0.1:1", "--rank", "0",
+                                       "--model", "synthetic"] + list(extra))
+            self.assertEqual(rc, 2, (extra, err))
+            self.assertIn("need --master HOST:PORT", err)
+        rc, _, err = self.reg.run([psb.bin_path("psbench-trainer"), "--master", "127.0.0.1:1", "--trace-steps",
+                                   "3:1"])
+        self.assertEqual(rc, 2, err)
+        self.assertIn("--trace-steps: '3:1': the first step is after the last", err)
+
+
+if __name__ == "__main__":
+    psb.main()
