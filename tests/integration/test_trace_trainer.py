@@ -165,7 +165,7 @@ def by(spans, name):
 class TrainerTrace(psb.PsbTestCase):
     STEPS, WARMUP = 5, 3
 
-    def traced_job(self, nserver=1, trainer_flags=(), assign_trace=None, ntrainer=2):
+    def tapped_job(self, nserver=1, trainer_flags=(), assign_trace=None, ntrainer=2):
         """A DummyModel job through rpc_hook (buckets of at most 0.01 MB:
         several per step; shard placement: bucket k to server k mod
         nserver) on the cpu, its servers and trainers by hand, each
@@ -275,7 +275,7 @@ class TrainerTrace(psb.PsbTestCase):
         """Trainers with --trace under a master that does not trace: every
         step of the timed pass, its spans as the metrics say; two servers,
         each bucket's spans naming the one it went to."""
-        taps = self.traced_job(nserver=2, trainer_flags=("--trace",))
+        taps = self.tapped_job(nserver=2, trainer_flags=("--trace",))
         for rank, (tap, p) in enumerate(taps):
             spans, buckets = self.check_trainer(rank, tap, range(self.STEPS), 2)
             # DDP's first iteration: every dense gradient one bucket; then
@@ -288,12 +288,12 @@ class TrainerTrace(psb.PsbTestCase):
         """The assignment's `trace` turns a trainer's trace on with the
         master's window and ring size; a trainer's own --trace-steps wins
         for that trainer."""
-        taps = self.traced_job(trainer_flags=(), assign_trace={"steps": [1, 2], "buffer": 4096}, ntrainer=1)
+        taps = self.tapped_job(trainer_flags=(), assign_trace={"steps": [1, 2], "buffer": 4096}, ntrainer=1)
         tap, _ = taps[0]
         head, _ = tap_spans(self, tap)
         self.assertEqual((head["window"], head["capacity"]), ([1, 2], 4096))
         self.check_trainer(0, tap, range(1, 3), 1)
-        taps = self.traced_job(trainer_flags=("--trace-steps", "3:"), assign_trace={"steps": [1, 2], "buffer": 4096},
+        taps = self.tapped_job(trainer_flags=("--trace-steps", "3:"), assign_trace={"steps": [1, 2], "buffer": 4096},
                         ntrainer=1)
         tap, _ = taps[0]
         head, _ = tap_spans(self, tap)
@@ -304,7 +304,7 @@ class TrainerTrace(psb.PsbTestCase):
         """--trace-buffer 8: each ring keeps its first 8 spans, the rest
         counted dropped (steps named), said in the trainer's log; nothing
         at all without --trace."""
-        taps = self.traced_job(trainer_flags=("--trace", "--trace-buffer", "8"), ntrainer=1)
+        taps = self.tapped_job(trainer_flags=("--trace", "--trace-buffer", "8"), ntrainer=1)
         tap, p = taps[0]
         head, spans = tap_spans(self, tap)
         self.assertEqual(head["capacity"], 8)
@@ -316,7 +316,7 @@ class TrainerTrace(psb.PsbTestCase):
         self.assertEqual(min(s["batch"] for s in spans), 0)
         self.assertRegex(p.stderr(), r"trace of trainer 0: [\d,]+ spans of steps \d+\.\.%d dropped" %
                          (self.STEPS - 1))
-        taps = self.traced_job(ntrainer=1)
+        taps = self.tapped_job(ntrainer=1)
         msgs = taps[0][0].messages()
         self.assertFalse([t for d, t, _ in msgs if t == "trace"])
 
