@@ -461,6 +461,21 @@ bool opts_is_long_name(const opts_table *t, const char *name, size_t len, const 
     return false;
 }
 
+int opts_refuse_unknown(const opts_table *t, const char *arg, char *err, size_t errlen)
+{
+    assert(arg[0] == '-' && arg[1] != '\0');
+    text_shown shown;
+    const char *near = NULL;
+    size_t len = strcspn(arg + 2, "=");
+    if (arg[1] == '-')
+        (void)opts_is_long_name(t, arg + 2, len, NULL, 0, &near);
+    if (near)
+        errbuf_set(err, errlen, "unknown option --%s: did you mean --%s?", text_show_n(arg + 2, len, 0, &shown), near);
+    else
+        errbuf_set(err, errlen, "unknown option %s", text_show(arg, '\'', &shown));
+    return -1;
+}
+
 /* ---- a line that is not all the table's: opts_parse_args ------------------------ */
 
 /* The table's option that arg names ("--name", "--name=v" with '_' for

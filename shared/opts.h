@@ -158,6 +158,12 @@ int opts_parse_cli(const opts_table *t, int argc, char **argv, void *settings, c
 bool opts_is_long_name(const opts_table *t, const char *name, size_t len, const char *const *more, size_t nmore,
                        const char **nearest);
 
+/* For an opts_other_fn: arg, which looks like an option ("-x", "--name",
+ * "--name=v") but is none of t's, refused in the words opts_parse uses:
+ * "unknown option --epoch: did you mean --epochs?" where one of t's long
+ * names is near, else "unknown option '-q'". Always -1, with err. */
+int opts_refuse_unknown(const opts_table *t, const char *arg, char *err, size_t errlen);
+
 /* opts_parse_args's callback: an argument that is none of the table's
  * options, as given. 0 to go on; OPTS_REST to have every later argument
  * handed here as it is, none of them taken as an option (a "--" that

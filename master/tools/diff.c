@@ -497,20 +497,10 @@ static int diff_other_arg(const char *a, void *settings, char *err, size_t errle
         d->files_only = true;
         return OPTS_REST;
     }
-    if (!d->files_only && a[0] == '-' && a[1] != '\0') {
-        /* Whole names only, as every psbench option; a slip gets the name
-         * it was near. */
-        const char *near = NULL;
-        size_t len = strcspn(a + 2, "=");
-        if (a[1] == '-')
-            (void)opts_is_long_name(&diff_table, a + 2, len, NULL, 0, &near);
-        if (near)
-            errbuf_set(err, errlen, "unknown option --%s: did you mean --%s?", text_show_n(a + 2, len, 0, &shown),
-                       near);
-        else
-            errbuf_set(err, errlen, "unknown option %s", text_show(a, '\'', &shown));
-        return -1;
-    }
+    /* Whole names only, as every psbench option; a slip gets the name
+     * it was near. */
+    if (!d->files_only && a[0] == '-' && a[1] != '\0')
+        return opts_refuse_unknown(&diff_table, a, err, errlen);
     if (d->nfiles == 2) {
         errbuf_set(err, errlen, "too many arguments (%s): give two results.json files", text_show(a, '\'', &shown));
         return -1;

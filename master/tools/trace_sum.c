@@ -55,18 +55,8 @@ static int trace_other_arg(const char *a, void *settings, char *err, size_t errl
 {
     trace_args *t = settings;
     text_shown shown;
-    if (a[0] == '-' && a[1] != '\0') {
-        const char *near = NULL;
-        size_t len = strcspn(a + 2, "=");
-        if (a[1] == '-')
-            (void)opts_is_long_name(&trace_table, a + 2, len, NULL, 0, &near);
-        if (near)
-            errbuf_set(err, errlen, "unknown option --%s: did you mean --%s?", text_show_n(a + 2, len, 0, &shown),
-                       near);
-        else
-            errbuf_set(err, errlen, "unknown option %s", text_show(a, '\'', &shown));
-        return -1;
-    }
+    if (a[0] == '-' && a[1] != '\0')
+        return opts_refuse_unknown(&trace_table, a, err, errlen);
     if (!t->verb) {
         if (strcmp(a, "summarize") != 0) {
             errbuf_set(err, errlen, "unknown command %s: the command is summarize", text_show(a, '\'', &shown));
