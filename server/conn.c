@@ -130,6 +130,14 @@ void conn_trace_queued(conn *c, uint64_t batch, uint64_t bucket)
         outq_trace_last(&c->out, m.t0_ns, m.nvtx, batch, bucket);
 }
 
+/* A push's or call's spans, begun as its header came, dropped: it was
+ * refused or cut off, and records nothing (docs/results.md). */
+void conn_trace_forget(conn *c)
+{
+    strace_drop(&c->tr_recv);
+    strace_drop(&c->tr_fold);
+}
+
 conn *conn_open(server *s, int fd, bool shm, event_callback_fn on_read)
 {
     conn *c = calloc(1, sizeof *c);

@@ -30,12 +30,6 @@ void conn_fold_end(conn *c)
         c->tr_fold_end_ns = clock_now_ns();
 }
 
-void conn_trace_forget(conn *c)
-{
-    strace_drop(&c->tr_recv);
-    strace_drop(&c->tr_fold);
-}
-
 /* The push's (or call's) payload is in: its push_recv ends now, its fold
  * where its last chunk's did. */
 static void conn_trace_received(conn *c)

@@ -1,7 +1,8 @@
 /* sweep_args.c — what a sweep is asked (master/tools/sweep_int.h): its
  * command line, one option table (shared/opts.h: the --help too) whose
  * dimension options take comma-separated lists, with every other argument
- * passed through to the points as the job's, and a sweep file. */
+ * passed through to the points as the job's, and a sweep file; and the
+ * lists of strings a sweep keeps. */
 #include "master/tools/sweep_int.h"
 #include "master/opts.h"
 #include "shared/cli.h"
@@ -28,6 +29,33 @@ const sweep_dim_def sweep_dims[SD_COUNT] = {
 /* The job's flags a sweep sets itself, per point (besides --out and
  * --runs, which are its own options). */
 static const char *const sweep_job_owned[] = {"--ncudatrainer", "--ncudaserver", "--linger", NULL};
+
+/* ---- argument lists (every list of strings a sweep keeps: NULL-ended, each string its own) ---- */
+
+char *sweep_strdup(const char *s)
+{
+    char *d = strdup(s);
+    if (!d)
+        abort(); /* a few bytes of a command line: nothing sensible is left to do */
+    return d;
+}
+
+void sweep_push(char ***v, size_t *n, const char *s)
+{
+    char **nv = realloc(*v, (*n + 2) * sizeof **v);
+    if (!nv)
+        abort();
+    nv[(*n)++] = sweep_strdup(s);
+    nv[*n] = NULL;
+    *v = nv;
+}
+
+void sweep_free_list(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
 
 /* "--flag" or "--flag=value" (also with '_' for '-') naming `name`? The
  * value after '=' goes to *inline_value. */

@@ -1,7 +1,6 @@
 /* sweep_child.c — a sweep's child processes: this binary run again with a
  * point's flags (its --dry-run, then the point), its output to a file or
- * read back, a signal passed on to it; and the argument lists they take
- * (master/tools/sweep_int.h). */
+ * read back, a signal passed on to it (master/tools/sweep_int.h). */
 #include "master/tools/sweep_int.h"
 
 #include "shared/userpath.h"
@@ -21,36 +20,6 @@
 
 volatile sig_atomic_t sweep_signal; /* the signal that stops the sweep, or 0 */
 static volatile pid_t sweep_child;
-
-
-/* ---- argument lists -------------------------------------------------------------- */
-
-/* ---- small helpers -------------------------------------------------------------- */
-
-char *sweep_strdup(const char *s)
-{
-    char *d = strdup(s);
-    if (!d)
-        abort(); /* a few bytes of a command line: nothing sensible is left to do */
-    return d;
-}
-
-void sweep_push(char ***v, size_t *n, const char *s)
-{
-    char **nv = realloc(*v, (*n + 2) * sizeof **v);
-    if (!nv)
-        abort();
-    nv[(*n)++] = sweep_strdup(s);
-    nv[*n] = NULL;
-    *v = nv;
-}
-
-void sweep_free_list(char **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
 
 /* ---- children ---------------------------------------------------------------------- */
 
