@@ -17,8 +17,10 @@ raw clients, so that each push's batch and bucket are known. Checked:
   --trace does where the master sends none; no trace, no message;
 - one final part, on `stop`; with a `reset` new_run, the run's final part
   before its reset_done, and the next run's trace holds only its spans;
-- on fake-cuda, a device_job per future on the lane "cuda stream", inside
-  its resolve;
+- on fake-cuda (on cuda where $PSBENCH_SERVER_DEVICE says so: ctest's
+  gpu_server_trace), a device_job per future on the lane "cuda stream",
+  inside its resolve, from the raw clients and in a --local job's
+  trace.json;
 - the other kinds: average-batch and batch-update record the same four
   spans, embedding its calls (push_recv, fold, answer_out).
 
@@ -38,6 +40,11 @@ import psb  # noqa: E402
 
 # The order of a bucket's spans on the server, per (batch, bucket, trainer).
 ORDER = ("push_recv", "fold", "resolve", "answer_out")
+
+
+# The CUDA device the device_job checks run on: the fake GPU in every
+# pass, a real one where ctest's gpu_server_trace asks for it.
+CUDA_DEVICE = "cuda" if os.environ.get("PSBENCH_SERVER_DEVICE") == "cuda" else "fake-cuda"
 
 
 class FakeMaster(object):
@@ -338,9 +345,9 @@ class ServerTrace(psb.PsbTestCase):
     # ---- the device's stream ------------------------------------------------------------
 
     def test_fake_cuda_device_jobs(self):
-        """fake-cuda: a device_job per future on the lane "cuda stream",
+        """fake-cuda (or cuda, CUDA_DEVICE): a device_job per future on the lane "cuda stream",
         within its resolve."""
-        fm, srv = self.server_of_master(trace={"steps": [0, 1000], "buffer": 4096}, device="fake-cuda")
+        fm, srv = self.server_of_master(trace={"steps": [0, 1000], "buffer": 4096}, device=CUDA_DEVICE)
         cs = self.trainers(srv)
         self.warmup_and_timed(fm, cs, 2, (0, 1))
         self.stop(fm, srv)
@@ -435,9 +442,12 @@ class EndToEnd(psb.PsbTestCase):
             doc = json.load(f)
         names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
                  if e["ph"] == "M" and e["name"] == "process_name"}
+        lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "thread_name"}
         got = {}
         for e in doc["traceEvents"]:
             if e["ph"] == "X" and names[e["pid"]] == "server 0":
+                e["lane"] = lanes.get((e["pid"], e["tid"]))
                 a = e["args"]
                 # an id that does not apply is left out of args
                 key = (e["name"], a.get("batch", -1), a.get("bucket", -1), a.get("trainer", -1))
@@ -451,15 +461,28 @@ class EndToEnd(psb.PsbTestCase):
         its own.)"""
         got = self.server_spans(out)
         self.assertTrue(got, "no span of server 0 in %s/trace.json" % out)
-        # (device_job too where $PSBENCH_SERVER_DEVICE puts the servers on
-        # a CUDA device: not counted here.)
+        # device_job too where $PSBENCH_SERVER_DEVICE puts the servers on
+        # a CUDA device: one per future, on the lane "cuda stream", inside
+        # its resolve (checked below).
+        jobs = {(k[1], k[2]): v for k, v in got.items() if k[0] == "device_job"}
         got = {k: v for k, v in got.items() if k[0] != "device_job"}
+        on_cuda = os.environ.get("PSBENCH_SERVER_DEVICE") in ("cuda", "fake-cuda")
         self.assertEqual({k[0] for k in got}, set(ORDER), sorted(got))
         self.assertEqual({k[1] for k in got}, set(batches), sorted(got))
         futures = {(k[1], k[2]) for k in got}
         for b, k in futures:
             res = got.get(("resolve", b, k, -1), [])
             self.assertEqual(len(res), 1, (b, k, res))
+            if on_cuda:
+                job = jobs.get((b, k), [])
+                self.assertEqual(len(job), 1, (b, k, job))
+                self.assertEqual(job[0]["lane"], "cuda stream", job)
+                # On the master's clock, in microseconds with nanoseconds'
+                # decimals: inside its resolve.
+                self.assertLessEqual(res[0]["ts"], job[0]["ts"] + 1e-3, (res, job))
+                self.assertLessEqual(job[0]["ts"] + job[0]["dur"], res[0]["ts"] + res[0]["dur"] + 1e-3, (res, job))
+            else:
+                self.assertNotIn((b, k), jobs)
             for t in range(trainers):
                 one = {}
                 for n in ("push_recv", "fold", "answer_out"):
