@@ -493,20 +493,20 @@ class TrainerTrace(psb.PsbTestCase):
         """A --local job of 2 trainers and 2 servers with the master's
         --trace, flags choosing the workload: (results.json, {rank:
         [span...]} as trace_json_trainers gives them, `psbench-master
-        trace summarize --json` of its trace.json), the summary's text
-        form read too."""
+        trace summarize --json` of its trace.json, the document's
+        metadata.nodes by process), the summary's text form read too."""
         out = os.path.join(self.reg.workdir, "workload-%d" % len(os.listdir(self.reg.workdir)))
         rc, _, err = self.run_master("--trace", *flags, local=True, out=out, ntrainer=2, nserver=2)
         self.assertEqual(rc, 0, err[-3000:])
         path = os.path.join(out, "trace.json")
-        spans, _ = trace_json_trainers(path)
+        spans, nodes = trace_json_trainers(path)
         summarize = [psb.bin_path("psbench-master"), "trace", "summarize"]
         rc, text, err = self.reg.run(summarize + [path])
         self.assertEqual(rc, 0, err)
         self.assertIn("2 trainers, 2 servers", text.splitlines()[0], text)
         rc, js, err = self.reg.run(summarize + ["--json", path])
         self.assertEqual(rc, 0, err)
-        return psb.results_json(out), spans, json.loads(js)
+        return psb.results_json(out), spans, json.loads(js), nodes
 
     def steps_nested(self, rank, got, steps, loose=()):
         """Trainer rank's spans: its own, of the traced steps only, one
@@ -541,7 +541,7 @@ class TrainerTrace(psb.PsbTestCase):
         part's push and result as frame_out and frame_in to and from its
         server, all in the step; the sums are its metrics'; summarize
         reads it, the round its bucket."""
-        res, spans, summary = self.workload_trace("--server", "BatchUpdateParameterServer", "--trainer",
+        res, spans, summary, _ = self.workload_trace("--server", "BatchUpdateParameterServer", "--trainer",
                                                   "BatchUpdateTrainer", "--model", "BatchUpdateLinear", "--steps",
                                                   str(self.STEPS), "--warmup-steps", str(self.WARMUP))
         steps = list(range(self.STEPS))
@@ -591,7 +591,7 @@ class TrainerTrace(psb.PsbTestCase):
 
     HYBRID_STEPS = 10  # one epoch of the HybridTrainer configuration's batches
 
-    def check_hybrid(self, res, spans, summary, seed):
+    def check_hybrid(self, res, spans, summary, nodes, seed):
         """The HybridModel's trace (2 trainers, 2 servers): per step the
         compute spans one after the other from the lookups' end (the
         lookups: the step's start to forward's, their metric's readings),
@@ -599,7 +599,8 @@ class TrainerTrace(psb.PsbTestCase):
         lookup's wait on its server's lane of calls (seed: one after the
         other; psbench: all at once), in the seed's pattern every update's
         wait inside exposed_wait, each call's frames inside its wait; the
-        sums are the metrics'."""
+        sums are the metrics'; the summary's critical path through the call
+        answered last (nodes: the clocks, by process)."""
         steps = list(range(self.HYBRID_STEPS))
         self.assertEqual(sorted(spans), [0, 1])
         for rank, got in spans.items():
@@ -688,17 +689,35 @@ class TrainerTrace(psb.PsbTestCase):
         self.assertEqual((summary["trainers"], summary["servers"]), (2, 2))
         self.assertEqual([b["bucket"] for b in summary["buckets"]], [0])  # the dense one (the calls have none)
         self.assertEqual(summary["buckets"][0]["apply"]["n"], 2 * self.HYBRID_STEPS)
+        # The critical path runs through the call answered last (seed: an
+        # update, after the compute; psbench: a lookup, before it), its
+        # server's spans within its wait, not another call's of the batch.
         rep = summary["representative"]
         self.assertIn(rep["batch"], steps)
+        path = [rep["spans"][i] for i in rep["critical"]]
+        names = ["frame_out", "push_recv", "fold", "answer_out", "frame_in", "bucket_wait", "exposed_wait",
+                 "optimizer"]
+        self.assertEqual([s["name"] for s in path], (["forward", "backward_compute"] if seed else []) + names, path)
+        wait = [s for s in path if s["name"] == "bucket_wait"][0]
+
+        def off_us(s):  # how far its node's clock may be off (us)
+            return nodes[rep["lanes"][s["lane"]]["process"]]["uncertainty_ns"] / 1e3
+
+        for s in path:
+            if s["name"] in names[:5]:  # within the call's wait, give or take the two clocks'
+                tol = off_us(s) + off_us(wait)
+                self.assertTrue(wait["ts"] - tol <= s["ts"] <= s["ts"] + s["dur"] <= wait["ts"] + wait["dur"] + tol,
+                                (s, wait))
 
     def test_hybrid(self):
         """The HybridModel trainer (the DDP + RPC benchmark) in both
         rpc patterns: check_hybrid."""
         for pattern in ("seed", "psbench"):
-            res, spans, summary = self.workload_trace("--embedding-dim", "256", "--steps", str(self.HYBRID_STEPS),
-                                                      "--warmup-cycles", "1", "--rpc-pattern", pattern)
+            res, spans, summary, nodes = self.workload_trace("--embedding-dim", "256", "--steps",
+                                                             str(self.HYBRID_STEPS), "--warmup-cycles", "1",
+                                                             "--rpc-pattern", pattern)
             self.assertEqual(res["ddp_rpc"]["rpc_pattern"], pattern)
-            self.check_hybrid(res, spans, summary, pattern == "seed")
+            self.check_hybrid(res, spans, summary, nodes, pattern == "seed")
 
     def test_gpu_trainer_host_view(self):
         """Trainers on the fake GPU (their buckets staged through pinned
