@@ -719,6 +719,47 @@ class TrainerTrace(psb.PsbTestCase):
             self.assertEqual(res["ddp_rpc"]["rpc_pattern"], pattern)
             self.check_hybrid(res, spans, summary, nodes, pattern == "seed")
 
+    def test_workloads_on_fake_gpu(self):
+        """The batch-update and HybridModel trainers on the fake GPU (their
+        step metrics GPU-timed; the HybridModel's dense bucket staged
+        through pinned memory): every traced step's spans, nested in it,
+        the compute lane's one after the other — the host's view."""
+        jobs = (
+            (["--server", "BatchUpdateParameterServer", "--trainer", "BatchUpdateTrainer", "--model",
+              "BatchUpdateLinear", "--steps", str(self.STEPS), "--warmup-steps", str(self.WARMUP)],
+             self.STEPS, ["forward", "backward_compute"], "bucket_apply",
+             "hook_future_metric,update_and_fetch_model"),
+            (["--embedding-dim", "256", "--steps", str(self.HYBRID_STEPS), "--warmup-cycles", "1"],
+             self.HYBRID_STEPS, ["forward", "backward_compute", "exposed_wait", "optimizer"], "optimizer",
+             "hook_future_metric,gloo_dense_allreduce"))
+        # Each: its flags, its steps, its compute lane's spans in order, the
+        # span that ends the step, its bucket's metric (GPU-timed).
+        for flags, nsteps, compute, last, bucket_metric in jobs:
+            out = os.path.join(self.reg.workdir, "gpu-%d" % len(os.listdir(self.reg.workdir)))
+            m = self.master("--trace", "--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "2", *flags, out=out)
+            nodes = [self.node(m, "psbench-server", "cpu", "server") for _ in range(2)]
+            nodes += [self.node(m, "psbench-trainer", "fake-cuda", "trainer") for _ in range(2)]
+            self.assertEqual(m.wait(120), 0, m.describe())
+            for p in nodes:
+                self.assertEqual(p.wait(30), 0, p.describe())
+            res = psb.results_json(out)
+            for t in res["trainers"]:
+                self.assertIn(bucket_metric, t.get("gpu_timed", []), t)
+            spans, _ = trace_json_trainers(os.path.join(out, "trace.json"))
+            self.assertEqual(sorted(spans), [0, 1])
+            for rank, got in spans.items():
+                steps = list(range(nsteps))
+                step = self.steps_nested(rank, got, steps)
+                for b in steps:
+                    chain = [s for n in compute for s in by(got, n) if s["batch"] == b]
+                    self.assertEqual([s["name"] for s in chain], compute, b)
+                    for x, y in zip(chain, chain[1:]):
+                        self.assertEqual(x["end"], y["start"], (x, y))
+                    self.assertEqual([s["end"] for s in by(got, last) if s["batch"] == b], [step[b]["end"]], b)
+                    bucket = sorted(s["name"] for s in got if s["batch"] == b and s["bucket"] == 0 and
+                                    s["lane"] == "bucket 0")
+                    self.assertEqual(bucket, ["bucket_apply", "bucket_ready", "bucket_wait"], b)
+
     def test_gpu_trainer_host_view(self):
         """Trainers on the fake GPU (their buckets staged through pinned
         memory; their step metrics GPU-timed): every traced step's compute
