@@ -44,15 +44,42 @@ typedef struct ta_want {
     int64_t bucket;  /* TA_ANY */
     int64_t trainer; /* TA_ANY, TRACE_NONE */
     ta_pick_by by;
+    /* A call of no bucket (a trainer's lookups and updates: several per
+     * batch and server under the same ids): the span lies within this
+     * one's time (the call's wait; across two nodes, give or take their
+     * clocks' uncertainty), or ends by the start of `before` (the same
+     * node's). NULL: any time. */
+    const trace_out_span *within, *before;
 } ta_want;
 
 static bool ta_id_is(int64_t have, int64_t want) { return want == TA_ANY || have == want; }
+
+static bool ta_same_node(const trace_out_span *a, const trace_out_span *b)
+{
+    return a->role == b->role && a->rank == b->rank;
+}
+
+static int64_t ta_sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? (b > 0 ? INT64_MAX : INT64_MIN) : r;
+}
+
+static bool ta_in_time(const trace_out_span *s, const ta_want *w)
+{
+    if (w->before && s->end_ns > w->before->start_ns)
+        return false;
+    if (!w->within)
+        return true;
+    int64_t tol = ta_same_node(s, w->within) ? 0 : ta_sat_add(s->uncertainty_ns, w->within->uncertainty_ns);
+    return s->start_ns >= ta_sat_add(w->within->start_ns, -tol) && s->end_ns <= ta_sat_add(w->within->end_ns, tol);
+}
 
 static bool ta_matches(const trace_out_span *s, const ta_want *w)
 {
     return (int)s->role == w->role && s->span == w->span && ta_id_is(s->rank, w->rank) &&
            ta_id_is(s->ids.batch, w->batch) && ta_id_is(s->ids.bucket, w->bucket) &&
-           ta_id_is(s->ids.trainer, w->trainer);
+           ta_id_is(s->ids.trainer, w->trainer) && ta_in_time(s, w);
 }
 
 /* The span of idx[0..n) (NULL: every one of sp[0..n)) that matches w, the
@@ -252,11 +279,6 @@ ptrdiff_t trace_an_last_complete(const trace_an_step *st, size_t n, uint32_t ntr
 
 /* ---- buckets ------------------------------------------------------------------------- */
 
-static bool ta_same_node(const trace_out_span *a, const trace_out_span *b)
-{
-    return a->role == b->role && a->rank == b->rank;
-}
-
 /* b - a, both readings on one node: unknown where negative (on one clock
  * the spans are not in the order the figure assumes). */
 static int64_t ta_gap_same(int64_t a, int64_t b) { return b >= a ? b - a : TRACE_AN_UNKNOWN; }
@@ -429,21 +451,30 @@ int trace_an_critical(const trace_out_span *sp, size_t n, int64_t batch, size_t 
     w.by = TA_LATEST_END;
     w.span = TRACE_EXPOSED_WAIT;
     link[nl++] = ta_pick(sp, NULL, n, &w);
-    /* The bucket whose answer came in last on that trainer. */
+    /* The bucket whose answer came in last on that trainer, before its
+     * optimizer (an answer awaited after the step, as the HybridModel's
+     * last confirmations in its psbench pattern, decided nothing). */
     w.span = TRACE_FRAME_IN;
+    w.before = &sp[opt];
     ptrdiff_t fin = ta_pick(sp, NULL, n, &w);
     if (fin >= 0) {
         int64_t bucket = sp[fin].ids.bucket;
         w.span = TRACE_BUCKET_WAIT, w.bucket = bucket;
-        link[nl++] = ta_pick(sp, NULL, n, &w);
+        ptrdiff_t wait = ta_pick(sp, NULL, n, &w);
+        link[nl++] = wait;
         link[nl++] = fin;
+        /* A call of no bucket (docs/results.md, the HybridModel's): the
+         * other calls of the batch carry the same ids; its own spans are
+         * those within its wait, and it waits for no other trainer's. */
+        const trace_out_span *call = bucket == TRACE_NONE && wait >= 0 ? &sp[wait] : NULL;
         ta_want s = {.role = TRACE_SERVER,
                      .rank = sp[fin].ids.server >= 0 ? sp[fin].ids.server : TA_ANY,
                      .span = TRACE_PUSH_RECV,
                      .batch = batch,
                      .bucket = bucket,
                      .trainer = sp[fin].rank,
-                     .by = TA_LATEST_END};
+                     .by = TA_LATEST_END,
+                     .within = call};
         if (s.rank == TA_ANY) { /* the server its push reached */
             ptrdiff_t own = ta_pick(sp, NULL, n, &s);
             s.rank = own >= 0 ? sp[own].rank : TA_ANY;
@@ -455,7 +486,7 @@ int trace_an_critical(const trace_out_span *sp, size_t n, int64_t batch, size_t 
             aout = ta_pick(sp, NULL, n, &s);
         }
         link[nl++] = aout;
-        s.trainer = TA_ANY, s.by = TA_LATEST_END;
+        s.trainer = call ? (int64_t)sp[fin].rank : TA_ANY, s.by = TA_LATEST_END;
         s.span = TRACE_RESOLVE;
         link[nl++] = ta_pick(sp, NULL, n, &s);
         s.span = TRACE_DEVICE_JOB;
@@ -479,11 +510,13 @@ int trace_an_critical(const trace_out_span *sp, size_t n, int64_t batch, size_t 
                          .batch = batch,
                          .bucket = bucket,
                          .trainer = t2,
-                         .by = TA_LATEST_START};
+                         .by = TA_LATEST_START,
+                         .within = call};
             link[nl++] = ta_pick(sp, NULL, n, &t);
             t.span = TRACE_BUCKET_READY;
             link[nl++] = ta_pick(sp, NULL, n, &t);
             t.bucket = TA_ANY, t.by = TA_LATEST_END;
+            t.within = NULL, t.before = call; /* the compute before the call: none before a lookup */
             t.span = TRACE_BACKWARD_COMPUTE;
             link[nl++] = ta_pick(sp, NULL, n, &t);
             t.span = TRACE_FORWARD;

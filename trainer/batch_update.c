@@ -11,7 +11,9 @@
 #include "shared/part.h"
 #include "shared/rng.h"
 #include "trainer/steptimer.h"
+#include "trainer/ttrace.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +58,13 @@ struct batch_update {
     double *loss_epoch; /* cfg.epochs entries: the last pass's loss per epoch */
     loss_check lc;      /* the pass's first loss that is not finite */
     uint64_t nloss;     /* how many of them the last pass filled */
+    uint64_t batch;     /* during a pass: the batch running (its index in the pass) */
+    /* The trace (batch_update_set_trace; NULL: none): the training
+     * thread's ring, and per part the read that brought its result's
+     * header (its frame_in's start; nparts, with part_off). */
+    ttrace *tt;
+    trace_ring *ring;
+    uint64_t *t_in_ns;
 };
 
 batch_update *batch_update_new(const batch_update_config *cfg, metrics *m, char *err, size_t errlen)
@@ -142,6 +151,7 @@ void batch_update_free(batch_update *b)
     free(b->x_stage);
     free(b->loss_epoch);
     free(b->part_off);
+    free(b->t_in_ns);
     answers_free(&b->ans);
     free(b);
 }
@@ -233,6 +243,8 @@ static int bu_begin(void *ctx, uint32_t server, const frame_hdr *h, void **frame
                  addr, bu_what(b->expect), h->count, h->payload, count);
         return -1;
     }
+    if (h->type == FT_RESULT && ttrace_open(b->ring))
+        b->t_in_ns[server] = b->cl->rx_ns;
     if (server == 0 && (h->has & FH_ROUND)) {
         if (h->type == FT_PARAMS) {
             b->round0 = h->round;
@@ -253,9 +265,20 @@ static int bu_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size_
     return 0;
 }
 
+/* Part `server`'s result is in: its frame_in, from the read that brought
+ * its header to the one that brought its last byte (the client's). */
+static void bu_trace_in(batch_update *b, size_t server)
+{
+    const client_conn *c = &b->cl->conns[server];
+    trace_add(b->ring, TRACE_FRAME_IN, c->trace_lane_in, b->t_in_ns[server], b->cl->rx_ns,
+              trace_ids_make((int64_t)b->batch, 0, b->tt->rank, (int32_t)c->server_rank));
+}
+
 static int bu_end(void *ctx, void *frame, char *err, size_t errlen)
 {
     batch_update *b = ctx;
+    if (b->expect == FT_RESULT && ttrace_open(b->ring))
+        bu_trace_in(b, answers_server(&b->ans, frame));
     answers_end(&b->ans, frame, b->cl->rx_ns);
     return 0;
 }
@@ -264,6 +287,38 @@ client_sink batch_update_sink(batch_update *b)
 {
     client_sink k = {bu_begin, bu_data, bu_end, b, NULL};
     return k;
+}
+
+/* ---- the trace (ttrace.h) ---------------------------------------------------- */
+
+void batch_update_set_trace(batch_update *b, ttrace *tt, client *cl)
+{
+    if (!ttrace_on(tt))
+        return;
+    b->tt = tt;
+    b->ring = ttrace_links_here(tt, cl);
+    ttrace_bucket_lanes(tt, 1); /* the round's */
+}
+
+/* Batch i's spans from the very readings its metrics are made of
+ * (batch_update_pass: t0..t_end), so that their sums are the metrics' on
+ * the cpu. The round is bucket 0 (the one the wire's pushes and results
+ * name), every server's: the model is split across them. */
+static void bu_trace_batch(batch_update *b, uint64_t i, uint64_t t0, uint64_t t1, uint64_t t2, uint64_t t3,
+                           uint64_t t_push, uint64_t t_end)
+{
+    trace_ids ids = trace_ids_make((int64_t)i, TRACE_NONE, b->tt->rank, TRACE_NONE);
+    unsigned lane = b->tt->lane_compute;
+    trace_add(b->ring, TRACE_FORWARD, lane, t1, t2, ids);
+    trace_add(b->ring, TRACE_BACKWARD_COMPUTE, lane, t2, t3, ids);
+    trace_add(b->ring, TRACE_STEP, lane, t0, t_end, ids);
+    uint64_t t_last = b->ans.t_last_ns;
+    assert(t3 <= t_push && t_push <= t_last && t_last <= t_end);
+    ids.bucket = 0;
+    lane = ttrace_bucket_lane(b->tt, 0);
+    trace_add(b->ring, TRACE_BUCKET_READY, lane, t3, t_push, ids);
+    trace_add(b->ring, TRACE_BUCKET_WAIT, lane, t_push, t_last, ids);
+    trace_add(b->ring, TRACE_BUCKET_APPLY, lane, t_last, t_end, ids);
 }
 
 /* ---- the pass --------------------------------------------------------------- */
@@ -277,10 +332,12 @@ static int bu_setup_parts(batch_update *b, const client *cl, char *err, size_t e
         return -1;
     }
     free(b->part_off);
+    free(b->t_in_ns);
     answers_free(&b->ans);
     b->nparts = cl->nconns;
     b->part_off = malloc((b->nparts + 1) * sizeof *b->part_off);
-    if (!b->part_off || answers_init(&b->ans, b->nparts) < 0) {
+    b->t_in_ns = calloc(b->nparts, sizeof *b->t_in_ns);
+    if (!b->part_off || !b->t_in_ns || answers_init(&b->ans, b->nparts) < 0) {
         b->nparts = 0;
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -397,22 +454,34 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         bu_draw(b);
 
     for (uint64_t i = 0; i < batches; i++) {
+        b->batch = i;
+        /* The trace's step: this batch, in the timed pass (ttrace.h). */
+        if (b->ring)
+            trace_ring_step(b->ring, ttrace_step_of(b->tt, i));
+        bool nv = b->tt && b->tt->nvtx && ttrace_open(b->ring);
+        trace_ids nv_ids = trace_ids_none();
+        if (nv)
+            nv_ids = trace_ids_make((int64_t)i, TRACE_NONE, b->tt->rank, TRACE_NONE);
+        trace_nvtx_id nv_step = nv ? trace_nvtx_start(TRACE_STEP, nv_ids) : 0, nv_part = 0;
         uint64_t t0 = clock_now_ns();
         log_debug("trainer%" PRIu64 " processing one batch", rank);
         cbuf *x = b->x_next;
         b->x_next = b->x;
         b->x = x;
+        ttrace_nvtx_next(nv, &nv_part, TRACE_FORWARD, nv_ids);
         uint64_t t1 = clock_now_ns();
         steptimer_mark(&b->tm, BU_START);
         batch_update_forward(b->dev, W, bias, cspan_all(b->x), B, in, out, cspan_all(b->y));
         steptimer_mark(&b->tm, BU_FWD);
         compute_sync(b->dev);
         uint64_t t2 = clock_now_ns();
+        ttrace_nvtx_next(nv, &nv_part, TRACE_BACKWARD_COMPUTE, nv_ids);
         batch_update_backward(b->dev, cspan_all(b->x), cspan_all(b->y), B, in, out, cspan_all(b->dy), dW, db,
                               cspan_all(b->loss));
         steptimer_mark(&b->tm, BU_BWD);
         double loss = compute_loss(b->dev, cspan_all(b->loss));
         uint64_t t3 = clock_now_ns();
+        ttrace_nvtx_next(nv, &nv_part, TRACE_NSPANS, nv_ids);
         /* A GPU that failed computed nothing to push (compute.h). */
         if (compute_status(b->dev, err, errlen) < 0)
             return -1;
@@ -444,6 +513,9 @@ int batch_update_pass(batch_update *b, client *cl, uint64_t batches, uint64_t fi
         steptimer_mark(&b->tm, BU_END); /* after the new parameters' copy */
         log_debug("trainer%" PRIu64 " got updated model", rank);
         uint64_t t_end = clock_now_ns();
+        trace_nvtx_end(nv_step);
+        if (ttrace_open(b->ring)) /* the metrics' own readings */
+            bu_trace_batch(b, i, t0, t1, t2, t3, t_push, t_end);
         if (record && steptimer_on(&b->tm)) {
             steptimer_end(&b->tm); /* recorded once its marks are done, never waited for here */
         } else if (record) {

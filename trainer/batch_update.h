@@ -61,6 +61,17 @@ void batch_update_free(batch_update *b);
 void batch_update_set_tick(batch_update *b, batch_update_tick_fn fn, void *ctx);
 /* The sink to give client_open: it receives `params` and `result` frames. */
 client_sink batch_update_sink(batch_update *b);
+/* Record into the trainer's trace (ttrace.h; NULL or off: nothing), cl
+ * being the client it runs through (polled by this thread: its frames
+ * too), all on the training thread's ring: each traced batch's step,
+ * forward and backward_compute (the readings of batch_all, forward_pass
+ * and backward), and its round as bucket 0's bucket_ready (the gradient
+ * computed -> every part queued), bucket_wait (-> the last result read:
+ * update_and_fetch_model's sample) and bucket_apply (-> the parameters
+ * in place), and each part's frame_out and frame_in. No clock is read for
+ * the trace. After client_open, before the first pass. */
+struct ttrace;
+void batch_update_set_trace(batch_update *b, struct ttrace *tt, client *cl);
 
 /* One pass over `cl` (its connections in part order): fetch, reseed the
  * inputs, `batches` batches whose pushes carry batch numbers first_batch,

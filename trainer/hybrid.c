@@ -8,6 +8,7 @@
 #include "trainer/answers.h"
 #include "trainer/compute.h"
 #include "trainer/steptimer.h"
+#include "trainer/ttrace.h"
 #include "shared/clock.h"
 #include "shared/text.h"
 #include "shared/jobconf.h"
@@ -28,6 +29,13 @@
  * ReLU after the second layer. */
 static const uint32_t hybrid_width[HYBRID_LAYERS + 1] = {HYBRID_ROW, 256, 128, 64, 32, HYBRID_CLASSES};
 static const bool hybrid_relu_after[HYBRID_LAYERS] = {false, true, false, false, false};
+
+/* A traced call to one server (a lookup, a confirmed update): when it
+ * went (its wait's start: the reading that starts the --rpc-timeout) and
+ * the read that brought its answer's header (its frame_in's start). */
+typedef struct hybrid_call {
+    uint64_t t_call_ns, t_in_ns;
+} hybrid_call;
 
 struct hybrid {
     hybrid_config cfg;
@@ -66,6 +74,12 @@ struct hybrid {
     double *loss_epoch;
     uint64_t nepochs;
     loss_check lc;            /* the pass's first loss that is not finite */
+    /* The trace (hybrid_set_trace; NULL: none): the training thread's
+     * ring, and per server its lookup and its update (number_ps each;
+     * written in traced steps only). */
+    ttrace *tt;
+    trace_ring *ring;
+    hybrid_call *lookup_call, *update_call;
 };
 
 /* ---- set-up ------------------------------------------------------------------ */
@@ -215,7 +229,10 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
     h->lookup = malloc(2 * HYBRID_MAX_INDICES * 8);
     h->target = malloc(R * sizeof *h->target);
     h->update = calloc(c->number_ps, sizeof *h->update);
-    ok = ok && h->lookup && h->target && h->update && answers_init(&h->ans, c->number_ps) == 0 &&
+    h->lookup_call = calloc(c->number_ps, sizeof *h->lookup_call);
+    h->update_call = calloc(c->number_ps, sizeof *h->update_call);
+    ok = ok && h->lookup && h->target && h->update && h->lookup_call && h->update_call &&
+         answers_init(&h->ans, c->number_ps) == 0 &&
          answers_init(&h->acks, c->number_ps) == 0;
     for (uint32_t p = 0; p < c->number_ps && ok; p++)
         ok = (h->update[p] = malloc(2 * HYBRID_MAX_INDICES * 8 + HYBRID_MAX_INDICES * c->embedding_dim * 4)) != NULL;
@@ -262,6 +279,8 @@ void hybrid_free(hybrid *h)
     for (uint32_t p = 0; h->update && p < h->cfg.number_ps; p++)
         free(h->update[p]);
     free(h->update);
+    free(h->lookup_call);
+    free(h->update_call);
     answers_free(&h->ans);
     answers_free(&h->acks);
     free(h->loss_epoch);
@@ -326,6 +345,8 @@ static int hybrid_begin(void *ctx, uint32_t server, const frame_hdr *hd, void **
                      hd->payload, h->ack_batch);
             return -1;
         }
+        if (ttrace_open(h->ring))
+            h->update_call[server].t_in_ns = h->cl->rx_ns;
         return 0;
     }
     if (hd->type != FT_ROWS || !answers_begin(&h->ans, server, frame)) {
@@ -343,6 +364,8 @@ static int hybrid_begin(void *ctx, uint32_t server, const frame_hdr *hd, void **
                  hd->batch, h->bags, h->cfg.embedding_dim);
         return -1;
     }
+    if (ttrace_open(h->ring))
+        h->lookup_call[server].t_in_ns = h->cl->rx_ns;
     return 0;
 }
 
@@ -365,12 +388,34 @@ static int hybrid_data(void *ctx, void *frame, uint64_t off, const uint8_t *src,
     return 0;
 }
 
+/* Server p's answer to call c is in (its last byte: the client's rx_ns):
+ * its frame_in, and, where the step awaits it (every lookup; an update
+ * in the seed's pattern), its wait as a bucket_wait of no bucket on the
+ * server's lane of calls. */
+static void hybrid_trace_answer(hybrid *h, size_t p, const hybrid_call *c, uint64_t batch, bool awaited)
+{
+    const client_conn *cn = &h->cl->conns[p];
+    trace_ids ids = trace_ids_make((int64_t)batch, TRACE_NONE, h->tt->rank, (int32_t)cn->server_rank);
+    if (awaited)
+        trace_add(h->ring, TRACE_BUCKET_WAIT, ttrace_rpc_lane(h->tt, p), c->t_call_ns, h->cl->rx_ns, ids);
+    trace_add(h->ring, TRACE_FRAME_IN, cn->trace_lane_in, c->t_in_ns, h->cl->rx_ns, ids);
+}
+
 static int hybrid_end(void *ctx, void *frame, char *err, size_t errlen)
 {
     hybrid *h = ctx;
     (void)err;
     (void)errlen;
-    answers_end(answers_owns(&h->acks, frame) ? &h->acks : &h->ans, frame, h->cl->rx_ns);
+    bool ack = answers_owns(&h->acks, frame);
+    answers *a = ack ? &h->acks : &h->ans;
+    if (ttrace_open(h->ring)) {
+        size_t p = answers_server(a, frame);
+        if (ack) /* awaited by its step in the seed's pattern; in psbench's, the pass's last, after it */
+            hybrid_trace_answer(h, p, &h->update_call[p], h->ack_batch, h->cfg.pattern == HYBRID_SEED);
+        else
+            hybrid_trace_answer(h, p, &h->lookup_call[p], h->batch, true);
+    }
+    answers_end(a, frame, h->cl->rx_ns);
     return 0;
 }
 
@@ -378,6 +423,45 @@ client_sink hybrid_sink(hybrid *h)
 {
     client_sink k = {hybrid_begin, hybrid_data, hybrid_end, h, NULL};
     return k;
+}
+
+/* ---- the trace (ttrace.h) ------------------------------------------------------ */
+
+void hybrid_set_trace(hybrid *h, ttrace *tt, client *cl)
+{
+    if (!ttrace_on(tt))
+        return;
+    h->tt = tt;
+    h->ring = ttrace_links_here(tt, cl);
+    ttrace_bucket_lanes(tt, 1); /* the dense bucket's */
+    ttrace_rpc_lanes(tt, cl);
+}
+
+/* The step's spans from the very readings its metrics are made of
+ * (hybrid_step: t0..t5), so that their sums are the metrics' on the cpu:
+ * the lookups are t0..t1 (remote_lookup; their calls' waits are
+ * hybrid_trace_answer's), backward t2..t4 its compute and then its wait
+ * (the dense bucket's mean, and in the seed's pattern the updates'
+ * confirmations). The dense bucket: ready (backward done -> handed to
+ * the hook), wait (the hook's sample), apply (the optimizer's step: every
+ * dense parameter is in it). */
+static void hybrid_trace_step(hybrid *h, uint64_t t0, uint64_t t1, uint64_t t2, uint64_t t3, uint64_t t4,
+                              uint64_t t5)
+{
+    trace_ids ids = trace_ids_make((int64_t)h->batch, TRACE_NONE, h->tt->rank, TRACE_NONE);
+    unsigned lane = h->tt->lane_compute;
+    trace_add(h->ring, TRACE_FORWARD, lane, t1, t2, ids);
+    trace_add(h->ring, TRACE_BACKWARD_COMPUTE, lane, t2, t3, ids);
+    trace_add(h->ring, TRACE_EXPOSED_WAIT, lane, t3, t4, ids);
+    trace_add(h->ring, TRACE_OPTIMIZER, lane, t4, t5, ids);
+    trace_add(h->ring, TRACE_STEP, lane, t0, t5, ids);
+    const hook_bucket *b = &h->bucket;
+    assert(t3 <= b->t_ready_ns && b->t_ready_ns <= b->t_done_ns && b->t_done_ns <= t4);
+    ids.bucket = b->id;
+    lane = ttrace_bucket_lane(h->tt, b->id);
+    trace_add(h->ring, TRACE_BUCKET_READY, lane, t3, b->t_ready_ns, ids);
+    trace_add(h->ring, TRACE_BUCKET_WAIT, lane, b->t_ready_ns, b->t_done_ns, ids);
+    trace_add(h->ring, TRACE_BUCKET_APPLY, lane, t4, t5, ids);
 }
 
 /* ---- the dense part -------------------------------------------------------------- */
@@ -494,6 +578,8 @@ static int hybrid_lookups(hybrid *h, client *cl, char *err, size_t errlen)
         for (uint32_t p = 0; p < h->cfg.number_ps; p++) {
             answers_expect_one(&h->ans, p);
             uint64_t t0 = clock_now_ns();
+            if (ttrace_open(h->ring))
+                h->lookup_call[p].t_call_ns = t0;
             if (hybrid_lookup_queue(h, cl, p, err, errlen) < 0 ||
                 answers_wait(&h->ans, cl, t0, h->cfg.rpc_timeout_s, "the answer to a lookup", NULL, NULL, 0, err,
                              errlen) < 0)
@@ -503,9 +589,12 @@ static int hybrid_lookups(hybrid *h, client *cl, char *err, size_t errlen)
     }
     answers_expect(&h->ans);
     uint64_t t0 = clock_now_ns();
-    for (uint32_t p = 0; p < h->cfg.number_ps; p++)
+    for (uint32_t p = 0; p < h->cfg.number_ps; p++) {
+        if (ttrace_open(h->ring))
+            h->lookup_call[p].t_call_ns = t0;
         if (hybrid_lookup_queue(h, cl, p, err, errlen) < 0)
             return -1;
+    }
     return answers_wait(&h->ans, cl, t0, h->cfg.rpc_timeout_s, "the answer to a lookup", NULL, NULL, 0, err, errlen);
 }
 
@@ -558,16 +647,26 @@ static int hybrid_updates(hybrid *h, client *cl, bool confirm, char *err, size_t
 static int hybrid_step(hybrid *h, client *cl, hook *hk, bool last, double *loss, char *err, size_t errlen)
 {
     const bool seed = h->cfg.pattern == HYBRID_SEED;
+    /* The trace's step: this batch, in the timed pass (ttrace.h). */
+    if (h->ring)
+        trace_ring_step(h->ring, ttrace_step_of(h->tt, h->batch));
+    bool nv = h->tt && h->tt->nvtx && ttrace_open(h->ring);
+    trace_ids nv_ids = trace_ids_none();
+    if (nv)
+        nv_ids = trace_ids_make((int64_t)h->batch, TRACE_NONE, h->tt->rank, TRACE_NONE);
+    trace_nvtx_id nv_step = nv ? trace_nvtx_start(TRACE_STEP, nv_ids) : 0, nv_part = 0;
     uint64_t t0 = clock_now_ns();
     steptimer_mark(&h->tm, HM_START);
     hybrid_draw(h);
     if (hybrid_lookups(h, cl, err, errlen) < 0)
         return -1;
     uint64_t t1 = clock_now_ns();
+    ttrace_nvtx_next(nv, &nv_part, TRACE_FORWARD, nv_ids);
     steptimer_mark(&h->tm, HM_LOOKED_UP);
     *loss = hybrid_forward(h);
     steptimer_mark(&h->tm, HM_FWD);
     uint64_t t2 = clock_now_ns();
+    ttrace_nvtx_next(nv, &nv_part, TRACE_BACKWARD_COMPUTE, nv_ids);
     hybrid_backward(h);
     /* Staged: the dense gradients into the bucket's twin, handed over
      * once that copy is done (the updates are cut meanwhile) — or, for a
@@ -585,11 +684,15 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, bool last, double *loss,
     }
     steptimer_mark(&h->tm, HM_BWD);
     uint64_t t3 = clock_now_ns();
+    ttrace_nvtx_next(nv, &nv_part, TRACE_EXPOSED_WAIT, nv_ids);
     /* The servers' updates leave now (the comm of the dense bucket runs
      * meanwhile). psbench: the next lookups queue behind them on each
      * connection, so a server applies them first; seed: every server's
      * `updated` is awaited before the step (below). */
     uint64_t t_upd = clock_now_ns();
+    if (ttrace_open(h->ring))
+        for (uint32_t p = 0; p < h->cfg.number_ps; p++)
+            h->update_call[p].t_call_ns = t_upd;
     if (hybrid_updates(h, cl, seed || last, err, errlen) < 0)
         return -1;
     if (h->twin)
@@ -612,6 +715,7 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, bool last, double *loss,
     if (seed)
         metrics_add(h->m_update, clock_ms(t_upd, h->acks.t_last_ns));
     uint64_t t4 = clock_now_ns();
+    ttrace_nvtx_next(nv, &nv_part, TRACE_OPTIMIZER, nv_ids);
     if (h->twin && !on_gpu) /* the mean back into the gradients, ahead of the step */
         compute_write(h->dev, cspan_all(h->grads), b->data);
     if (b->gpu_timed)
@@ -625,6 +729,10 @@ static int hybrid_step(hybrid *h, client *cl, hook *hk, bool last, double *loss,
     if (compute_status(h->dev, err, errlen) < 0) /* the update did not happen */
         return -1;
     uint64_t t5 = clock_now_ns();
+    ttrace_nvtx_next(nv, &nv_part, TRACE_NSPANS, nv_ids);
+    trace_nvtx_end(nv_step);
+    if (ttrace_open(h->ring)) /* the metrics' own readings (on a device, the host's view) */
+        hybrid_trace_step(h, t0, t1, t2, t3, t4, t5);
     metrics_add(h->m_lookup, clock_ms(t0, t1));
     if (steptimer_on(&h->tm)) { /* synchronised: recorded at once */
         steptimer_end(&h->tm);

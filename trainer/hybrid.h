@@ -100,6 +100,18 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
 void hybrid_free(hybrid *h);
 /* The sink to give client_open (answers to lookups). */
 client_sink hybrid_sink(hybrid *h);
+/* Record into the trainer's trace (ttrace.h; NULL or off: nothing), cl
+ * being the client it runs through (polled by this thread: its frames
+ * too), all on the training thread's ring: each traced batch's step,
+ * forward, backward_compute, exposed_wait and optimizer (the readings of
+ * its metrics: the lookups are the step's start to forward's), the dense
+ * bucket's bucket_ready, bucket_wait (the hook's sample) and
+ * bucket_apply, and each call the step awaits (every lookup; the seed
+ * pattern's updates) as a bucket_wait of no bucket, its server's, with
+ * its frame_in. No clock is read for the trace. After client_open,
+ * before the first pass. */
+struct ttrace;
+void hybrid_set_trace(hybrid *h, struct ttrace *tt, client *cl);
 /* One pass of `batches` batches (whole epochs of the configuration's
  * batches) from a fresh dense model: lookups and updates through cl, the
  * dense bucket through hk. 0 or -1 with err. */

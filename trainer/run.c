@@ -323,6 +323,7 @@ static int run_setup_hybrid(mlink *l, const trainer_run_opts *o, const run_job *
     client_sink sink = hybrid_sink(hy);
     if (workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport}, &sink, err, errlen) < 0)
         return -1;
+    hybrid_set_trace(hy, l->trace, &(*w)->cl);
     log_info("trainer %" PRIu64 ": HybridModel, %u embedding server(s) of %" PRIu64 " x %" PRIu64 ", dense part "
              "through allreduce_hook, %" PRIu64 " batches per epoch, rpc_pattern %s (%s)", j->rank, hc.number_ps,
              hc.num_embeddings, hc.embedding_dim, hc.batches, hybrid_pattern_name(hc.pattern),
@@ -401,7 +402,10 @@ static int run_setup_linear(mlink *l, const trainer_run_opts *o, const run_job *
         return -1;
     log_info("trainer %" PRIu64 ": model Linear, servers %s, %" PRIu64 " batches per pass", j->rank, j->servers,
              j->batches);
-    return workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport}, &sink, err, errlen);
+    if (workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport}, &sink, err, errlen) < 0)
+        return -1;
+    batch_update_set_trace(bu, l->trace, &(*w)->cl);
+    return 0;
 }
 
 /* ---- memory ------------------------------------------------------------------ */

@@ -557,16 +557,6 @@ static void train_trace_bucket(train *t, const train_bucket *b, uint64_t a0, uin
     trace_add(t->ring, TRACE_BUCKET_APPLY, lane, a0, a1, ids);
 }
 
-/* NVTX (a CUDA trainer that traces): the range open ends, the next
- * starts (TRACE_NSPANS: none). */
-static void train_nvtx_next(bool nv, trace_nvtx_id *open, trace_span next, trace_ids ids)
-{
-    if (!nv)
-        return;
-    trace_nvtx_end(*open);
-    *open = next < TRACE_NSPANS ? trace_nvtx_start(next, ids) : 0;
-}
-
 static int train_step(train *t, const data_batch *batch, double *loss, char *err, size_t errlen)
 {
     /* The trace's step: this batch, in the timed pass (ttrace.h). */
@@ -576,13 +566,13 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     trace_nvtx_id nv_step = 0, nv_part = 0;
     if (nv)
         nv_step = trace_nvtx_start(TRACE_STEP, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
-    train_nvtx_next(nv, &nv_part, TRACE_FORWARD, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
+    ttrace_nvtx_next(nv, &nv_part, TRACE_FORWARD, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
     uint64_t t0 = clock_now_ns();
     steptimer_mark(&t->tm, TM_START);
     *loss = model_forward(t->model, batch);
     steptimer_mark(&t->tm, TM_FWD);
     uint64_t t1 = clock_now_ns();
-    train_nvtx_next(nv, &nv_part, TRACE_BACKWARD_COMPUTE, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
+    ttrace_nvtx_next(nv, &nv_part, TRACE_BACKWARD_COMPUTE, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
     /* DDP's first iteration reduces every dense gradient as one bucket
      * after backward; from the second on, the rebuilt buckets. */
     train_layout *L = t->cur = t->batch == 0 ? &t->first : &t->rebuilt;
@@ -599,11 +589,11 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
     if (compute_status(t->dev, err, errlen) < 0)
         return -1;
     uint64_t t2 = clock_now_ns();
-    train_nvtx_next(nv, &nv_part, TRACE_EXPOSED_WAIT, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
+    ttrace_nvtx_next(nv, &nv_part, TRACE_EXPOSED_WAIT, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
     if (train_wait_means(t, err, errlen) < 0)
         return -1;
     uint64_t t3 = clock_now_ns();
-    train_nvtx_next(nv, &nv_part, TRACE_OPTIMIZER, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
+    ttrace_nvtx_next(nv, &nv_part, TRACE_OPTIMIZER, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
     steptimer_mark(&t->tm, TM_OPT);
     /* The means are in: the dense ones in place, the sparse one aside.
      * Traced, each bucket's steps are its bucket_apply (a clock read
@@ -630,7 +620,7 @@ static int train_step(train *t, const data_batch *batch, double *loss, char *err
         }
     }
     uint64_t t4 = clock_now_ns();
-    train_nvtx_next(nv, &nv_part, TRACE_NSPANS, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
+    ttrace_nvtx_next(nv, &nv_part, TRACE_NSPANS, train_trace_ids(t, TRACE_NONE, TRACE_NONE));
     if (nv)
         trace_nvtx_end(nv_step);
     /* The host's view on a device (its metrics are the stream's). */

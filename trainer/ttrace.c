@@ -20,6 +20,8 @@ static unsigned ttrace_lane(ttrace *t, const char *name)
 }
 
 _Static_assert(1 + TTRACE_BUCKET_LANES + 2 * TTRACE_LINK_LANES <= TRACE_LANES_MAX, "the trainer's lanes fit a node");
+/* A workload with calls' lanes: compute, one bucket, links and calls. */
+_Static_assert(1 + 1 + 3 * TTRACE_LINK_LANES <= TRACE_LANES_MAX, "a trainer's calls' lanes fit a node");
 
 int ttrace_init(ttrace *t, const json_t *assign, const trace_flags *own, uint32_t rank, bool cuda, char *err,
                 size_t errlen)
@@ -70,6 +72,7 @@ void ttrace_bucket_lanes(ttrace *t, uint32_t n)
 {
     if (!ttrace_on(t))
         return;
+    assert(t->nrpc_lanes == 0 || n <= 1); /* the budget of calls' lanes */
     for (uint32_t k = t->nbucket_lanes; k < n && k < TTRACE_BUCKET_LANES; k++) {
         char name[TRACE_NAME_MAX];
         snprintf(name, sizeof name, "bucket %" PRIu32 "%s", k, k == TTRACE_BUCKET_LANES - 1 ? "+" : "");
@@ -114,6 +117,22 @@ trace_ring *ttrace_links_here(ttrace *t, client *cl)
     if (!ttrace_on(t))
         return NULL;
     return ttrace_link_lanes(t, cl, t->compute);
+}
+
+void ttrace_rpc_lanes(ttrace *t, const client *cl)
+{
+    if (!ttrace_on(t))
+        return;
+    assert(t->nbucket_lanes <= 1); /* the budget above */
+    for (size_t i = t->nrpc_lanes; i < cl->nconns && i < TTRACE_LINK_LANES; i++) {
+        char name[TRACE_NAME_MAX];
+        if (i < TTRACE_LINK_LANES - 1)
+            snprintf(name, sizeof name, "rpc server %" PRIu32, cl->conns[i].server_rank);
+        else
+            snprintf(name, sizeof name, "rpc servers %d+", TTRACE_LINK_LANES - 1);
+        t->lane_rpc[i] = ttrace_lane(t, name);
+        t->nrpc_lanes = (uint32_t)i + 1;
+    }
 }
 
 void ttrace_pass(ttrace *t, bool timed)

@@ -15,18 +15,32 @@
  *            lane "from server R" (links from TTRACE_LINK_LANES - 1 on
  *            share the last pair, "to servers 15+" / "from servers 15+")
  *
- * The Synthetic model (synthetic.c) polls its client on the training
- * thread: its step, bucket_wait and frame spans all go into the compute
- * ring, on the same lanes.
+ * The workloads whose client the training thread polls itself
+ * (ttrace_links_here) put their frames into the compute ring too, on the
+ * same lanes, beside their other spans:
+ *   Synthetic     (synthetic.c) step; bucket_wait per bucket
+ *   batch-update  (batch_update.c) step, forward, backward_compute; its
+ *                 round with the servers as bucket 0's bucket_ready,
+ *                 bucket_wait and bucket_apply (server none: every
+ *                 server's)
+ *   HybridModel   (hybrid.c) step, forward, backward_compute,
+ *                 exposed_wait, optimizer; the dense bucket's
+ *                 bucket_ready, bucket_wait and bucket_apply; and each
+ *                 call the step awaits (every lookup, the seed pattern's
+ *                 updates) as a bucket_wait of no bucket on lane "rpc
+ *                 server R" (ttrace_rpc_lanes)
+ * Each from the readings its metrics are made of: no clock is read for
+ * the trace but where train.c times a bucket's apply.
  *
  * Steps: a ring's step is the batch number of the timed pass, which
  * restarts at 0 with each pass (train.h); the warm-up pass is never
  * traced: its steps are TTRACE_UNTIMED, outside every window
  * (ttrace_step_of).
  *
- * Threads: ttrace_init, the lanes (ttrace_bucket_lanes, ttrace_links),
- * ttrace_pass and ttrace_ship run on the training thread, the one that
- * talks to the master; the comm thread reads `timed` only.
+ * Threads: ttrace_init, the lanes (ttrace_bucket_lanes, ttrace_links,
+ * ttrace_links_here, ttrace_rpc_lanes), ttrace_pass and ttrace_ship run
+ * on the training thread, the one that talks to the master; the comm
+ * thread reads `timed` only.
  */
 #ifndef PSBENCH_TRAINER_TTRACE_H
 #define PSBENCH_TRAINER_TTRACE_H
@@ -38,6 +52,7 @@
 #include <stdint.h>
 
 #include "shared/control.h"
+#include "shared/gpu/nvtx.h"
 #include "shared/trace.h"
 #include "shared/tracejob.h"
 
@@ -55,6 +70,8 @@ typedef struct ttrace {
     unsigned lane_compute;
     unsigned lane_bucket[TTRACE_BUCKET_LANES];
     uint32_t nbucket_lanes;
+    unsigned lane_rpc[TTRACE_LINK_LANES]; /* by connection (ttrace_rpc_lanes) */
+    uint32_t nrpc_lanes;
     int32_t rank;      /* the trainer's, for the spans' ids */
     atomic_bool timed; /* the pass running is the timed one */
     bool nvtx;         /* NVTX ranges too (a CUDA trainer that traces) */
@@ -76,6 +93,17 @@ static inline uint64_t ttrace_step_of(const ttrace *t, uint64_t batch)
     if (!atomic_load_explicit(&t->timed, memory_order_relaxed) || batch > TRACE_STEP_MAX)
         return TTRACE_UNTIMED;
     return batch;
+}
+
+/* NVTX (a CUDA trainer that traces; nv: its step's ranges are on): the
+ * range *open ends and the next, span next, starts (TRACE_NSPANS: none):
+ * the compute lane's spans follow each other. */
+static inline void ttrace_nvtx_next(bool nv, trace_nvtx_id *open, trace_span next, trace_ids ids)
+{
+    if (!nv)
+        return;
+    trace_nvtx_end(*open);
+    *open = next < TRACE_NSPANS ? trace_nvtx_start(next, ids) : 0;
 }
 
 /* The trainer's trace from its assignment (the master's `trace`) and its
@@ -103,6 +131,18 @@ trace_ring *ttrace_links(ttrace *t, struct client *cl);
 /* The same for a client the training thread polls itself (the Synthetic
  * model's): its frames go into the compute ring. */
 trace_ring *ttrace_links_here(ttrace *t, struct client *cl);
+
+/* Lanes for the waits of cl's calls, one per connection, "rpc server R"
+ * (from TTRACE_LINK_LANES - 1 on one, "rpc servers 15+"): a workload
+ * that awaits calls to its servers, each answered on its own (the
+ * HybridModel's lookups and updates). With them a node has at most one bucket lane
+ * besides (the lanes' budget: TRACE_LANES_MAX). */
+void ttrace_rpc_lanes(ttrace *t, const struct client *cl);
+/* The lane of the calls on connection i. */
+static inline unsigned ttrace_rpc_lane(const ttrace *t, size_t i)
+{
+    return t->lane_rpc[i < t->nrpc_lanes ? i : t->nrpc_lanes - 1];
+}
 
 /* The training thread's pass begins: timed or not (the warm-up). */
 void ttrace_pass(ttrace *t, bool timed);

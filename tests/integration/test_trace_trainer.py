@@ -13,7 +13,10 @@ tests put the parts together and check them against the very samples
 the trainer reported for the same steps (its `metrics` and `pass_done`
 reports of the timed pass). And end to end: a `psbench-master --local
 --trace` job's trace.json holds every trainer's spans, checked against its
-results.json (steady_state's steps, each metric's count x mean)."""
+results.json (steady_state's steps, each metric's count x mean); so do
+the other workloads' (Synthetic, batch-update, the HybridModel in both
+rpc patterns), each its own spans, and `psbench-master trace summarize`
+reads their traces."""
 import json
 import os
 import socket
@@ -160,6 +163,35 @@ def timed_samples(tap, metric):
 
 def by(spans, name):
     return [s for s in spans if s["name"] == name]
+
+
+def trace_json_trainers(path):
+    """A trace.json's trainers' spans, {rank: [span...]} as tap_spans
+    gives them, times in ns on the master's clock (the same offset moves
+    all of a trainer's spans: their order and lengths are its own), and
+    the document's metadata.nodes by process."""
+    with open(path) as f:
+        doc = json.load(f)
+    procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] != "X" or not procs[e["pid"]].startswith("trainer "):
+            continue
+        start = round(e["ts"] * 1000)
+        a = e["args"]
+        spans.setdefault(int(procs[e["pid"]].split()[1]), []).append({
+            "name": e["name"], "lane": lanes[(e["pid"], e["tid"])], "start": start,
+            "end": start + round(e["dur"] * 1000), "batch": a.get("batch", -1), "bucket": a.get("bucket", -1),
+            "trainer": a.get("trainer", -1), "server": a.get("server", -1)})
+    return spans, {n["process"]: n for n in doc["metadata"]["nodes"]}
+
+
+def span_ms(spans):
+    """The spans' durations summed, in ms."""
+    return sum(s["end"] - s["start"] for s in spans) / 1e6
 
 
 class TrainerTrace(psb.PsbTestCase):
@@ -333,23 +365,7 @@ class TrainerTrace(psb.PsbTestCase):
                                      "--bucket-cap-mb", "0.01", *extra, local=True, out=out, ntrainer=2,
                                      nserver=nserver)
         self.assertEqual(rc, 0, err[-3000:])
-        with open(os.path.join(out, "trace.json")) as f:
-            doc = json.load(f)
-        procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
-                 if e["ph"] == "M" and e["name"] == "process_name"}
-        lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
-                 if e["ph"] == "M" and e["name"] == "thread_name"}
-        spans = {}
-        for e in doc["traceEvents"]:
-            if e["ph"] != "X" or not procs[e["pid"]].startswith("trainer "):
-                continue
-            start = round(e["ts"] * 1000)
-            a = e["args"]
-            spans.setdefault(int(procs[e["pid"]].split()[1]), []).append({
-                "name": e["name"], "lane": lanes[(e["pid"], e["tid"])], "start": start,
-                "end": start + round(e["dur"] * 1000), "batch": a.get("batch", -1), "bucket": a.get("bucket", -1),
-                "trainer": a.get("trainer", -1), "server": a.get("server", -1)})
-        nodes = {n["process"]: n for n in doc["metadata"]["nodes"]}
+        spans, nodes = trace_json_trainers(os.path.join(out, "trace.json"))
         return psb.results_json(out), spans, nodes
 
     def check_local(self, res, spans, steps):
@@ -472,6 +488,277 @@ class TrainerTrace(psb.PsbTestCase):
                 self.assertEqual(len(by(got, name)), g["count"], name)
                 self.assertAlmostEqual(sum(s["end"] - s["start"] for s in by(got, name)) / 1e6,
                                        g["count"] * g["mean"], delta=1e-6 * g["count"], msg=(rank, name))
+
+    def workload_trace(self, *flags):
+        """A --local job of 2 trainers and 2 servers with the master's
+        --trace, flags choosing the workload: (results.json, {rank:
+        [span...]} as trace_json_trainers gives them, `psbench-master
+        trace summarize --json` of its trace.json, the document's
+        metadata.nodes by process), the summary's text form read too."""
+        out = os.path.join(self.reg.workdir, "workload-%d" % len(os.listdir(self.reg.workdir)))
+        rc, _, err = self.run_master("--trace", *flags, local=True, out=out, ntrainer=2, nserver=2)
+        self.assertEqual(rc, 0, err[-3000:])
+        path = os.path.join(out, "trace.json")
+        spans, nodes = trace_json_trainers(path)
+        summarize = [psb.bin_path("psbench-master"), "trace", "summarize"]
+        rc, text, err = self.reg.run(summarize + [path])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("2 trainers, 2 servers", text.splitlines()[0], text)
+        rc, js, err = self.reg.run(summarize + ["--json", path])
+        self.assertEqual(rc, 0, err)
+        return psb.results_json(out), spans, json.loads(js), nodes
+
+    def steps_nested(self, rank, got, steps, loose=()):
+        """Trainer rank's spans: its own, of the traced steps only, one
+        `step` each, every span but those in loose within its step's.
+        Returns the step spans by batch."""
+        self.assertTrue(all(s["trainer"] == rank for s in got))
+        self.assertEqual(sorted({s["batch"] for s in got}), steps)
+        step = {s["batch"]: s for s in by(got, "step")}
+        self.assertEqual(len(by(got, "step")), len(steps))
+        self.assertEqual(sorted(step), steps)
+        for s in got:
+            st = step[s["batch"]]
+            if s not in loose:
+                self.assertTrue(st["start"] <= s["start"] <= s["end"] <= st["end"], (s, st))
+        return step
+
+    def assert_sums(self, res, rank, pairs):
+        """Each (spans, metric) of pairs: as many spans as trainer rank's
+        samples of metric in results.json, their durations' sum its count
+        x mean (each sample kept to the ns)."""
+        groups = res["groups"]["trainer"]["ranks"][str(rank)]
+        for spans, metric in pairs:
+            g = groups[metric]
+            self.assertEqual(len(spans), g["count"], metric)
+            self.assertAlmostEqual(span_ms(spans), g["count"] * g["mean"], delta=1e-6 * g["count"], msg=(rank, metric))
+
+    def test_batch_update(self):
+        """The batch-update trainer (its client polled by the training
+        thread; the model split over 2 servers): per step forward and
+        backward_compute, its round as bucket 0's bucket_ready,
+        bucket_wait and bucket_apply (every server's: server -1), each
+        part's push and result as frame_out and frame_in to and from its
+        server, all in the step; the sums are its metrics'; summarize
+        reads it, the round its bucket."""
+        res, spans, summary, _ = self.workload_trace("--server", "BatchUpdateParameterServer", "--trainer",
+                                                  "BatchUpdateTrainer", "--model", "BatchUpdateLinear", "--steps",
+                                                  str(self.STEPS), "--warmup-steps", str(self.WARMUP))
+        steps = list(range(self.STEPS))
+        self.assertEqual(sorted(spans), [0, 1])
+        for rank, got in spans.items():
+            self.assertEqual(sorted({s["name"] for s in got}), sorted([
+                "step", "forward", "backward_compute", "bucket_ready", "bucket_wait", "bucket_apply", "frame_out",
+                "frame_in"]))
+            step = self.steps_nested(rank, got, steps)
+            for b in steps:
+                mine = [s for s in got if s["batch"] == b]
+                one = [s for s in mine if not s["name"].startswith("frame_")]
+                self.assertEqual(sorted(s["name"] for s in one), sorted([
+                    "step", "forward", "backward_compute", "bucket_ready", "bucket_wait", "bucket_apply"]), b)
+                one = {s["name"]: s for s in one}
+                f, c = one["forward"], one["backward_compute"]
+                r, w, a = one["bucket_ready"], one["bucket_wait"], one["bucket_apply"]
+                for s in (f, c):
+                    self.assertEqual((s["lane"], s["bucket"], s["server"]), ("compute", -1, -1), s)
+                for s in (r, w, a):
+                    self.assertEqual((s["lane"], s["bucket"], s["server"]), ("bucket 0", 0, -1), s)
+                # One reading ends a span and starts the next: the gradient
+                # computed, every part queued, the last result in, the
+                # parameters in place (the step's end).
+                self.assertTrue(step[b]["start"] <= f["start"] <= f["end"] == c["start"] <= c["end"] == r["start"]
+                                <= r["end"] == w["start"] <= w["end"] == a["start"] <= a["end"] == step[b]["end"],
+                                (step[b], one))
+                outs, ins = by(mine, "frame_out"), by(mine, "frame_in")
+                self.assertEqual(sorted((s["server"], s["lane"], s["bucket"]) for s in outs),
+                                 [(p, "to server %d" % p, 0) for p in (0, 1)])
+                self.assertEqual(sorted((s["server"], s["lane"], s["bucket"]) for s in ins),
+                                 [(p, "from server %d" % p, 0) for p in (0, 1)])
+                for o in outs:  # queued before the wait, written in it
+                    self.assertTrue(r["start"] <= o["start"] <= r["end"] <= o["end"] <= w["end"], (o, r, w))
+                for i in ins:
+                    self.assertTrue(w["start"] <= i["start"] <= i["end"] <= w["end"], (i, w))
+                self.assertEqual(max(i["end"] for i in ins), w["end"])
+            self.assert_sums(res, rank, [
+                (by(got, "step"), "batch_level_metric,batch_all"), (by(got, "forward"), "forward_metric,forward_pass"),
+                (by(got, "backward_compute"), "backward_metric,backward"),
+                (by(got, "bucket_wait"), "hook_future_metric,update_and_fetch_model")])
+        self.assertEqual(summary["steps"], steps)
+        self.assertEqual((summary["trainers"], summary["servers"]), (2, 2))
+        self.assertEqual([b["bucket"] for b in summary["buckets"]], [0])
+        for part in ("queue", "apply"):  # the trainer's own spans: known for every step and trainer
+            self.assertEqual(summary["buckets"][0][part]["n"], 2 * self.STEPS, part)
+
+    HYBRID_STEPS = 10  # one epoch of the HybridTrainer configuration's batches
+
+    def check_hybrid(self, res, spans, summary, nodes, seed):
+        """The HybridModel's trace (2 trainers, 2 servers): per step the
+        compute spans one after the other from the lookups' end (the
+        lookups: the step's start to forward's, their metric's readings),
+        the dense bucket's ready, wait and apply (server -1), every
+        lookup's wait on its server's lane of calls (seed: one after the
+        other; psbench: all at once), in the seed's pattern every update's
+        wait inside exposed_wait, each call's frames inside its wait; the
+        sums are the metrics'; the summary's critical path through the call
+        answered last (nodes: the clocks, by process)."""
+        steps = list(range(self.HYBRID_STEPS))
+        self.assertEqual(sorted(spans), [0, 1])
+        for rank, got in spans.items():
+            self.assertEqual(sorted({s["name"] for s in got}), sorted([
+                "step", "forward", "backward_compute", "exposed_wait", "optimizer", "bucket_ready", "bucket_wait",
+                "bucket_apply", "frame_out", "frame_in"]))
+            calls = [s for s in got if s["name"] == "bucket_wait" and s["bucket"] == -1]
+            forward = {s["batch"]: s for s in by(got, "forward")}
+            looked_up = [c for c in calls if c["end"] <= forward[c["batch"]]["start"]]
+            # A frame in that ends no lookup's wait: an update's
+            # confirmation (psbench: the pass's last batch's, awaited
+            # after its step).
+            updated = [i for i in by(got, "frame_in") if not any(
+                (c["batch"], c["server"]) == (i["batch"], i["server"]) and c["start"] <= i["start"] and
+                c["end"] == i["end"] for c in looked_up)]
+            if seed:
+                loose = []
+                self.assertEqual(len(updated), 2 * self.HYBRID_STEPS)
+            else:
+                loose = updated
+                self.assertEqual(sorted((i["batch"], i["server"]) for i in updated), [(steps[-1], 0), (steps[-1], 1)])
+            step = self.steps_nested(rank, got, steps, loose)
+            remote_lookup, remote_update, backward = [], [], []
+            for b in steps:
+                mine = [s for s in got if s["batch"] == b]
+                comp = {s["name"]: s for s in mine if s["lane"] == "compute"}
+                self.assertEqual(len(comp), len([s for s in mine if s["lane"] == "compute"]))
+                self.assertEqual(sorted(comp), sorted(["step", "forward", "backward_compute", "exposed_wait",
+                                                       "optimizer"]))
+                st, f, c, e, o = (comp[n] for n in ("step", "forward", "backward_compute", "exposed_wait",
+                                                     "optimizer"))
+                self.assertTrue(st["start"] <= f["start"] <= f["end"] == c["start"] <= c["end"] == e["start"] <=
+                                e["end"] == o["start"] <= o["end"] == st["end"], comp)
+                for s in comp.values():
+                    self.assertEqual((s["bucket"], s["server"]), (-1, -1), s)
+                remote_lookup.append({"start": st["start"], "end": f["start"]})
+                backward.append({"start": c["start"], "end": e["end"]})
+                dense = {s["name"]: s for s in mine if s["bucket"] == 0}
+                self.assertEqual(sorted(dense), ["bucket_apply", "bucket_ready", "bucket_wait"])
+                self.assertEqual(len([s for s in mine if s["bucket"] == 0]), 3)
+                r, w, a = dense["bucket_ready"], dense["bucket_wait"], dense["bucket_apply"]
+                for s in (r, w, a):
+                    self.assertEqual((s["lane"], s["server"]), ("bucket 0", -1), s)
+                self.assertTrue(c["end"] == r["start"] <= r["end"] == w["start"] <= w["end"] <= o["start"], dense)
+                self.assertEqual((a["start"], a["end"]), (o["start"], o["end"]))
+                mycalls = [s for s in calls if s["batch"] == b]
+                lookups = [s for s in mycalls if s["end"] <= f["start"]]
+                updates = [s for s in mycalls if s not in lookups]
+                self.assertEqual(sorted((s["server"], s["lane"]) for s in lookups),
+                                 [(p, "rpc server %d" % p) for p in (0, 1)])
+                lookups.sort(key=lambda s: s["server"])
+                if seed:  # one server after the other
+                    self.assertLessEqual(lookups[0]["end"], lookups[1]["start"], lookups)
+                    self.assertEqual(sorted((s["server"], s["lane"]) for s in updates),
+                                     [(p, "rpc server %d" % p) for p in (0, 1)])
+                    for u in updates:
+                        self.assertTrue(e["start"] <= u["start"] == updates[0]["start"] <= u["end"] <= e["end"],
+                                        (u, e))
+                    remote_update.append({"start": updates[0]["start"], "end": max(u["end"] for u in updates)})
+                else:  # every server's at once, the updates not awaited
+                    self.assertEqual(lookups[0]["start"], lookups[1]["start"], lookups)
+                    self.assertEqual(updates, [])
+                # Each awaited call's request out and answer in, inside its wait.
+                for wait in lookups + updates:
+                    p = wait["server"]
+                    outs = [s for s in by(mine, "frame_out") if s["server"] == p and
+                            wait["start"] <= s["start"] <= s["end"] <= wait["end"]]
+                    ins = [s for s in by(mine, "frame_in") if s["server"] == p and
+                           wait["start"] <= s["start"] <= s["end"] == wait["end"]]
+                    self.assertEqual([(s["lane"], s["bucket"]) for s in outs], [("to server %d" % p, -1)], wait)
+                    self.assertEqual([(s["lane"], s["bucket"]) for s in ins], [("from server %d" % p, -1)], wait)
+                # A lookup and an update per server out; in, their answers
+                # (psbench: the pass's last batch's confirmations too).
+                self.assertEqual(sorted(s["server"] for s in by(mine, "frame_out")), [0, 0, 1, 1])
+            pairs = [(by(got, "step"), "batch_level_metric,batch_all"),
+                     (by(got, "forward"), "forward_metric,forward_pass"),
+                     (by(got, "backward_compute"), "backward_metric,backward_compute"),
+                     (by(got, "optimizer"), "optimizer_metric,step"), (backward, "backward_metric,backward"),
+                     (remote_lookup, "embedding_metric,remote_lookup"),
+                     ([s for s in by(got, "bucket_wait") if s["bucket"] == 0],
+                      "hook_future_metric,gloo_dense_allreduce")]
+            if seed:
+                pairs.append((remote_update, "embedding_metric,remote_update"))
+            self.assert_sums(res, rank, pairs)
+        self.assertEqual(summary["steps"], steps)
+        self.assertEqual((summary["trainers"], summary["servers"]), (2, 2))
+        self.assertEqual([b["bucket"] for b in summary["buckets"]], [0])  # the dense one (the calls have none)
+        self.assertEqual(summary["buckets"][0]["apply"]["n"], 2 * self.HYBRID_STEPS)
+        # The critical path runs through the call answered last (seed: an
+        # update, after the compute; psbench: a lookup, before it), its
+        # server's spans within its wait, not another call's of the batch.
+        rep = summary["representative"]
+        self.assertIn(rep["batch"], steps)
+        path = [rep["spans"][i] for i in rep["critical"]]
+        names = ["frame_out", "push_recv", "fold", "answer_out", "frame_in", "bucket_wait", "exposed_wait",
+                 "optimizer"]
+        self.assertEqual([s["name"] for s in path], (["forward", "backward_compute"] if seed else []) + names, path)
+        wait = [s for s in path if s["name"] == "bucket_wait"][0]
+
+        def off_us(s):  # how far its node's clock may be off (us)
+            return nodes[rep["lanes"][s["lane"]]["process"]]["uncertainty_ns"] / 1e3
+
+        for s in path:
+            if s["name"] in names[:5]:  # within the call's wait, give or take the two clocks'
+                tol = off_us(s) + off_us(wait)
+                self.assertTrue(wait["ts"] - tol <= s["ts"] <= s["ts"] + s["dur"] <= wait["ts"] + wait["dur"] + tol,
+                                (s, wait))
+
+    def test_hybrid(self):
+        """The HybridModel trainer (the DDP + RPC benchmark) in both
+        rpc patterns: check_hybrid."""
+        for pattern in ("seed", "psbench"):
+            res, spans, summary, nodes = self.workload_trace("--embedding-dim", "256", "--steps",
+                                                             str(self.HYBRID_STEPS), "--warmup-cycles", "1",
+                                                             "--rpc-pattern", pattern)
+            self.assertEqual(res["ddp_rpc"]["rpc_pattern"], pattern)
+            self.check_hybrid(res, spans, summary, nodes, pattern == "seed")
+
+    def test_workloads_on_fake_gpu(self):
+        """The batch-update and HybridModel trainers on the fake GPU (their
+        step metrics GPU-timed; the HybridModel's dense bucket staged
+        through pinned memory): every traced step's spans, nested in it,
+        the compute lane's one after the other — the host's view."""
+        jobs = (
+            (["--server", "BatchUpdateParameterServer", "--trainer", "BatchUpdateTrainer", "--model",
+              "BatchUpdateLinear", "--steps", str(self.STEPS), "--warmup-steps", str(self.WARMUP)],
+             self.STEPS, ["forward", "backward_compute"], "bucket_apply",
+             "hook_future_metric,update_and_fetch_model"),
+            (["--embedding-dim", "256", "--steps", str(self.HYBRID_STEPS), "--warmup-cycles", "1"],
+             self.HYBRID_STEPS, ["forward", "backward_compute", "exposed_wait", "optimizer"], "optimizer",
+             "hook_future_metric,gloo_dense_allreduce"))
+        # Each: its flags, its steps, its compute lane's spans in order, the
+        # span that ends the step, its bucket's metric (GPU-timed).
+        for flags, nsteps, compute, last, bucket_metric in jobs:
+            out = os.path.join(self.reg.workdir, "gpu-%d" % len(os.listdir(self.reg.workdir)))
+            m = self.master("--trace", "--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "2", *flags, out=out)
+            nodes = [self.node(m, "psbench-server", "cpu", "server") for _ in range(2)]
+            nodes += [self.node(m, "psbench-trainer", "fake-cuda", "trainer") for _ in range(2)]
+            self.assertEqual(m.wait(120), 0, m.describe())
+            for p in nodes:
+                self.assertEqual(p.wait(30), 0, p.describe())
+            res = psb.results_json(out)
+            for t in res["trainers"]:
+                self.assertIn(bucket_metric, t.get("gpu_timed", []), t)
+            spans, _ = trace_json_trainers(os.path.join(out, "trace.json"))
+            self.assertEqual(sorted(spans), [0, 1])
+            for rank, got in spans.items():
+                steps = list(range(nsteps))
+                step = self.steps_nested(rank, got, steps)
+                for b in steps:
+                    chain = [s for n in compute for s in by(got, n) if s["batch"] == b]
+                    self.assertEqual([s["name"] for s in chain], compute, b)
+                    for x, y in zip(chain, chain[1:]):
+                        self.assertEqual(x["end"], y["start"], (x, y))
+                    self.assertEqual([s["end"] for s in by(got, last) if s["batch"] == b], [step[b]["end"]], b)
+                    bucket = sorted(s["name"] for s in got if s["batch"] == b and s["bucket"] == 0 and
+                                    s["lane"] == "bucket 0")
+                    self.assertEqual(bucket, ["bucket_apply", "bucket_ready", "bucket_wait"], b)
 
     def test_gpu_trainer_host_view(self):
         """Trainers on the fake GPU (their buckets staged through pinned

@@ -1,9 +1,9 @@
 /* test_ttrace.c — unit tests for trainer/ttrace: the trainer's trace from
  * the assignment's `trace` and its own flags (off: no node, no ring; a
  * bad `trace` refused); the warm-up's steps outside every window; the
- * bucket lanes and the links' lanes, the last of each shared beyond their
- * number; shipping over the control link, the final part once and
- * nothing after it. */
+ * bucket lanes, the links' lanes and the calls' lanes, the last of each
+ * shared beyond their number; shipping over the control link, the final
+ * part once and nothing after it. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -143,6 +143,49 @@ static void test_lanes(void **state)
     ttrace_free(&t);
 }
 
+/* A client polled by the training thread (the batch-update and
+ * HybridModel trainers'): its frames into the compute ring; its calls'
+ * lanes, one per connection by the server's rank, from the 16th on one,
+ * beside the one bucket lane such a workload has. Off: none. */
+static void test_links_here_and_calls(void **state)
+{
+    (void)state;
+    ttrace t;
+    char err[256];
+    client cl;
+    memset(&cl, 0, sizeof cl);
+    client_conn conns[20];
+    memset(conns, 0, sizeof conns);
+    for (uint32_t i = 0; i < 20; i++)
+        conns[i].server_rank = 200 + i;
+    cl.conns = conns;
+    cl.nconns = 20;
+    assert_int_equal(ttrace_init(&t, NULL, NULL, 2, false, err, sizeof err), 0);
+    assert_null(ttrace_links_here(&t, &cl));
+    ttrace_rpc_lanes(&t, &cl);
+    assert_int_equal(t.nrpc_lanes, 0);
+    ttrace_free(&t);
+    trace_flags own = {.on = true};
+    assert_int_equal(ttrace_init(&t, NULL, &own, 2, false, err, sizeof err), 0);
+    trace_node *n = t.node;
+    assert_ptr_equal(ttrace_links_here(&t, &cl), t.compute);
+    assert_ptr_equal(cl.trace, t.compute);
+    assert_int_equal(cl.trace_trainer, 2);
+    assert_false(t.comm_taken); /* a hook's client may still have the comm ring */
+    ttrace_bucket_lanes(&t, 1);
+    ttrace_rpc_lanes(&t, &cl);
+    assert_string_equal(trace_lane_name(n, ttrace_rpc_lane(&t, 0)), "rpc server 200");
+    assert_string_equal(trace_lane_name(n, ttrace_rpc_lane(&t, 14)), "rpc server 214");
+    assert_string_equal(trace_lane_name(n, ttrace_rpc_lane(&t, 15)), "rpc servers 15+");
+    assert_int_equal(ttrace_rpc_lane(&t, 19), ttrace_rpc_lane(&t, 15));
+    size_t lanes = trace_lane_count(n);
+    assert_int_equal(lanes, 1 + 1 + 3 * TTRACE_LINK_LANES);
+    assert_true(lanes <= TRACE_LANES_MAX);
+    ttrace_rpc_lanes(&t, &cl); /* again: no new lane */
+    assert_int_equal(trace_lane_count(n), lanes);
+    ttrace_free(&t);
+}
+
 /* The `trace` messages on the other end of the link: each's `final`. */
 static size_t read_parts(int fd, bool *final, size_t max, size_t *spans)
 {
@@ -209,9 +252,8 @@ static void test_ship(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_off_and_on),
-        cmocka_unit_test(test_warmup_never_traced),
-        cmocka_unit_test(test_lanes),
+        cmocka_unit_test(test_off_and_on), cmocka_unit_test(test_warmup_never_traced),
+        cmocka_unit_test(test_lanes),      cmocka_unit_test(test_links_here_and_calls),
         cmocka_unit_test(test_ship),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
