@@ -736,15 +736,7 @@ class TrainerTrace(psb.PsbTestCase):
         # span that ends the step, its bucket's metric (GPU-timed).
         for flags, nsteps, compute, last, bucket_metric in jobs:
             out = os.path.join(self.reg.workdir, "gpu-%d" % len(os.listdir(self.reg.workdir)))
-            m = self.master("--trace", "--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "2", *flags, out=out)
-            nodes = [self.node(m, "psbench-server", "cpu", "server") for _ in range(2)]
-            nodes += [self.node(m, "psbench-trainer", "fake-cuda", "trainer") for _ in range(2)]
-            self.assertEqual(m.wait(120), 0, m.describe())
-            for p in nodes:
-                self.assertEqual(p.wait(30), 0, p.describe())
-            res = psb.results_json(out)
-            for t in res["trainers"]:
-                self.assertIn(bucket_metric, t.get("gpu_timed", []), t)
+            self.fake_gpu_job(out, 2, flags, bucket_metric)
             spans, _ = trace_json_trainers(os.path.join(out, "trace.json"))
             self.assertEqual(sorted(spans), [0, 1])
             for rank, got in spans.items():
@@ -760,23 +752,28 @@ class TrainerTrace(psb.PsbTestCase):
                                     s["lane"] == "bucket 0")
                     self.assertEqual(bucket, ["bucket_apply", "bucket_ready", "bucket_wait"], b)
 
+    def fake_gpu_job(self, out, nserver, flags, gpu_metric):
+        """A traced job of 2 trainers on the fake GPU and nserver CPU
+        servers, with flags, into out; gpu_metric is GPU-timed in every
+        trainer's results."""
+        m = self.master("--trace", "--ntrainer", "0", "--ncudatrainer", "2", "--nserver", str(nserver), *flags,
+                        out=out)
+        nodes = [self.node(m, "psbench-server", "cpu", "server") for _ in range(nserver)]
+        nodes += [self.node(m, "psbench-trainer", "fake-cuda", "trainer") for _ in range(2)]
+        self.assertEqual(m.wait(120), 0, m.describe())
+        for p in nodes:
+            self.assertEqual(p.wait(30), 0, p.describe())
+        for t in psb.results_json(out)["trainers"]:
+            self.assertIn(gpu_metric, t.get("gpu_timed", []), t)
+
     def test_gpu_trainer_host_view(self):
         """Trainers on the fake GPU (their buckets staged through pinned
         memory; their step metrics GPU-timed): every traced step's compute
         spans, nested, and each bucket's chain whole — the host's view,
         whose sums are not the GPU-timed metrics'."""
         out = os.path.join(self.reg.workdir, "gpu")
-        m = self.master("--trace", "--ntrainer", "0", "--ncudatrainer", "2", "--nserver", "1", "--placement",
-                        "shard", "--steps", str(self.STEPS), "--warmup-steps", str(self.WARMUP), "--bucket-cap-mb",
-                        "0.01", out=out)
-        nodes = [self.node(m, "psbench-server", "cpu", "server")]
-        nodes += [self.node(m, "psbench-trainer", "fake-cuda", "trainer") for _ in range(2)]
-        self.assertEqual(m.wait(120), 0, m.describe())
-        for p in nodes:
-            self.assertEqual(p.wait(30), 0, p.describe())
-        res = psb.results_json(out)
-        for t in res["trainers"]:
-            self.assertIn("batch_level_metric,batch_all", t.get("gpu_timed", []), t)
+        self.fake_gpu_job(out, 1, ("--placement", "shard", "--steps", str(self.STEPS), "--warmup-steps",
+                                   str(self.WARMUP), "--bucket-cap-mb", "0.01"), "batch_level_metric,batch_all")
         with open(os.path.join(out, "trace.json")) as f:
             doc = json.load(f)
         procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
