@@ -109,7 +109,8 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # late); their shared-memory path is every --local job's here. Inside
   # the files that stay, a test made of whole training runs that repeat
   # what the others run skips here (unittest.skipIf(psb.ASAN, why)).
-  # The faults run here too. The server's suites over TCP run here on the
+  # Nor threads_trace_trainer (integration_trace_trainer's --local jobs
+  # again, for TSan's pass; the whole file runs here). The faults run here too. The server's suites over TCP run here on the
   # test device (device_test_*; tcp_* are the release pass's). The
   # server's suites on the fake GPU run in
   # the release and TSan passes (their memory is unit_device's and
@@ -120,15 +121,17 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # trainers' threads are integration_hooks' and integration_ddp_rpc's
   # there, the test device's worker every other device_test_ suite's).
   ASAN_OPTIONS=detect_leaks=1 run_suite build-asan \
-    "-LE container -E deploy_files|multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|integration_dashboard|integration_sweep_report|integration_host_state|integration_training|integration_install|integration_e2e|integration_batch_update|device_fakecuda_|device_test_master|tcp_" \
+    "-LE container -E deploy_files|multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|integration_dashboard|integration_sweep_report|integration_host_state|integration_training|integration_install|integration_e2e|integration_batch_update|device_fakecuda_|device_test_master|tcp_|threads_trace_trainer" \
     selected -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"
   # Not under TSan: the back-to-back runs' suite on the fake GPU (long
   # runs at TSan's pace; the fake GPU's threads are the other
-  # device_fakecuda_ suites' and unit_cugpu's here), nor the training's on
-  # the test device (the ASan pass's, above).
+  # device_fakecuda_ suites' and unit_cugpu's here), nor the server's
+  # trace on it (whole --local jobs: its spans are recorded on the reactor's
+  # thread alone, integration_server_trace's in the release pass), nor the
+  # training's on the test device (the ASan pass's, above).
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" run_suite build-tsan \
-    "-L server|threads -LE container -E device_fakecuda_runs|device_test_training" \
+    "-L server|threads -LE container -E device_fakecuda_runs|device_fakecuda_server_trace|device_test_training" \
     selected -DPSBENCH_TSAN=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
 fi
 if [ "$configure_only" = 1 ]; then
