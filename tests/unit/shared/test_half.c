@@ -405,6 +405,11 @@ static void test_cast_div(void **state)
         half_to_fp16_scaled(got, x, 2, 0.5f);
         assert_int_equal(got[0], half_fp16_of(35000.0f)); /* divided first: finite */
         assert_int_equal(got[0], 0x7846);
+        /* divided, not multiplied by the reciprocal (ATen's CPU kernel, not
+         * its CUDA one): 91 * 2^-24 / 14 is an exact fp16 tie, to even */
+        float tie = half_fp16_to_float(0x005B);
+        half_to_fp16_div(got, &tie, 1, 14.0f);
+        assert_int_equal(got[0], 0x0006);
     }
 }
 
