@@ -261,6 +261,32 @@ static void check_narrow(const uint32_t *in, size_t n, float s)
     free(b);
 }
 
+/* Each path's cast-then-divide as the one-value functions compose it. */
+static void check_cast_div(const uint32_t *in, size_t n, float d)
+{
+    float *x = malloc(n * sizeof *x);
+    uint16_t *h = malloc(n * sizeof *h), *b = malloc(n * sizeof *b);
+    assert_non_null(x);
+    assert_non_null(h);
+    assert_non_null(b);
+    memcpy(x, in, n * sizeof *x);
+    for (size_t p = 0; p < npaths; p++) {
+        use(paths[p]);
+        half_to_fp16_div(h, x, n, d);
+        half_to_bf16_div(b, x, n, d);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t wh = half_fp16_of(half_fp16_to_float(half_fp16_of(x[i])) / d);
+            uint16_t wb = half_bf16_of(half_bf16_to_float(half_bf16_of(x[i])) / d);
+            if (h[i] != wh || b[i] != wb)
+                fail_msg("%s: 0x%08X cast then / %g: fp16 0x%04X want 0x%04X, bf16 0x%04X want 0x%04X", paths[p], in[i],
+                         (double)d, h[i], wh, b[i], wb);
+        }
+    }
+    free(x);
+    free(h);
+    free(b);
+}
+
 static void test_narrow_sample(void **state)
 {
     (void)state;
@@ -279,7 +305,14 @@ static void test_narrow_sample(void **state)
     check_narrow(in, n, 1.0f);
     check_narrow(in, 1u << 18, 0.25f); /* exact scaling */
     check_narrow(in, 1u << 18, 1.0f / 3);
-    check_narrow(in + (1u << 18), 1u << 18, 3e5f); /* to overflow */
+    check_narrow(in + (1u << 18), 1u << 18, 3e5f);           /* to overflow */
+    check_cast_div(in, 2 * nedge * 8192 + (1u << 18), 3.0f); /* the edges, and random patterns */
+    /* every fp16 value: d = 14 meets exact fp16 ties (91 * 2^-24 / 14) that
+     * a reciprocal multiply would round the other way */
+    for (uint32_t h = 0; h < 65536; h++)
+        in[h] = bits_of(half_fp16_to_float((uint16_t)h));
+    check_cast_div(in, 65536, 14.0f);
+    check_cast_div(in, 65536, 28.0f);
     free(in);
 }
 
@@ -406,10 +439,14 @@ static void test_cast_div(void **state)
         assert_int_equal(got[0], half_fp16_of(35000.0f)); /* divided first: finite */
         assert_int_equal(got[0], 0x7846);
         /* divided, not multiplied by the reciprocal (ATen's CPU kernel, not
-         * its CUDA one): 91 * 2^-24 / 14 is an exact fp16 tie, to even */
-        float tie = half_fp16_to_float(0x005B);
-        half_to_fp16_div(got, &tie, 1, 14.0f);
-        assert_int_equal(got[0], 0x0006);
+         * its CUDA one): 91 * 2^-24 / 14 is an exact fp16 tie, to even; in
+         * a vector body and in a tail */
+        float tie[17];
+        for (size_t i = 0; i < 17; i++)
+            tie[i] = half_fp16_to_float(0x005B);
+        half_to_fp16_div(got, tie, 17, 14.0f);
+        for (size_t i = 0; i < 17; i++)
+            assert_int_equal(got[i], 0x0006);
     }
 }
 
