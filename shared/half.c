@@ -368,15 +368,26 @@ HALF_AVX512 static __mmask16 half_avx512_nan(__m512 x) { return _mm512_cmp_ps_ma
 HALF_AVX512 static __m256i half_avx512_fp16(__m512 x)
 {
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u), qnan = _mm512_set1_epi32(0x7FC00000);
-    __m512i u = _mm512_castps_si512(x);
-    u = _mm512_mask_mov_epi32(u, half_avx512_nan(x), _mm512_or_si512(_mm512_and_si512(u, sign), qnan));
-    return _mm512_cvtps_ph(_mm512_castsi512_ps(u), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 nan = half_avx512_nan(x);
+    if (nan) { /* rare: the fix stays off the common path */
+        __m512i u = _mm512_castps_si512(x);
+        u = _mm512_mask_mov_epi32(u, nan, _mm512_or_si512(_mm512_and_si512(u, sign), qnan));
+        x = _mm512_castsi512_ps(u);
+    }
+    return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
 HALF_AVX512 static void half_avx512_to_fp16(uint16_t *dst, const float *src, size_t n, float s)
 {
     const __m512 vs = _mm512_set1_ps(s);
     size_t i = 0;
+    if (s == 1.0f) /* the plain cast: no multiply (x * 1 would change no bits) */
+        for (; i + 32 <= n; i += 32) {
+            __m256i a = half_avx512_fp16(_mm512_loadu_ps(src + i));
+            __m256i b = half_avx512_fp16(_mm512_loadu_ps(src + i + 16));
+            _mm256_storeu_si256((__m256i *)(dst + i), a);
+            _mm256_storeu_si256((__m256i *)(dst + i + 16), b);
+        }
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(dst + i), half_avx512_fp16(_mm512_mul_ps(_mm512_loadu_ps(src + i), vs)));
     half_scalar_to_fp16(dst + i, src + i, n - i, s);
@@ -396,6 +407,12 @@ HALF_AVX512 static void half_avx512_div_fp16(uint16_t *dst, const float *src, si
 HALF_AVX512 static void half_avx512_from_fp16(float *dst, const uint16_t *src, size_t n)
 {
     size_t i = 0;
+    for (; i + 32 <= n; i += 32) { /* two vectors a turn: the converts overlap */
+        __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i + 16)));
+        _mm512_storeu_ps(dst + i, a);
+        _mm512_storeu_ps(dst + i + 16, b);
+    }
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
     half_scalar_from_fp16(dst + i, src + i, n - i);
@@ -421,6 +438,13 @@ HALF_AVX512 static void half_avx512_to_bf16(uint16_t *dst, const float *src, siz
 {
     const __m512 vs = _mm512_set1_ps(s);
     size_t i = 0;
+    if (s == 1.0f) /* as half_avx512_to_fp16 */
+        for (; i + 32 <= n; i += 32) {
+            __m256i a = half_avx512_bf16_round(_mm512_loadu_ps(src + i));
+            __m256i b = half_avx512_bf16_round(_mm512_loadu_ps(src + i + 16));
+            _mm256_storeu_si256((__m256i *)(dst + i), a);
+            _mm256_storeu_si256((__m256i *)(dst + i + 16), b);
+        }
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(dst + i), half_avx512_bf16_round(_mm512_mul_ps(_mm512_loadu_ps(src + i), vs)));
     half_scalar_to_bf16(dst + i, src + i, n - i, s);
@@ -465,6 +489,12 @@ HALF_AVX512BF16 static void half_avx512bf16_to_bf16(uint16_t *dst, const float *
 HALF_AVX512 static void half_avx512_from_bf16(float *dst, const uint16_t *src, size_t n)
 {
     size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512i a = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m512i b = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i + 16)));
+        _mm512_storeu_si512(dst + i, _mm512_slli_epi32(a, 16));
+        _mm512_storeu_si512(dst + i + 16, _mm512_slli_epi32(b, 16));
+    }
     for (; i + 16 <= n; i += 16) {
         __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
         _mm512_storeu_si512(dst + i, _mm512_slli_epi32(w, 16));
@@ -475,6 +505,12 @@ HALF_AVX512 static void half_avx512_from_bf16(float *dst, const uint16_t *src, s
 HALF_AVX512 static void half_avx512_fold_fp16(float *acc, const uint16_t *src, size_t n)
 {
     size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i + 16)));
+        _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i), a));
+        _mm512_storeu_ps(acc + i + 16, _mm512_add_ps(_mm512_loadu_ps(acc + i + 16), b));
+    }
     for (; i + 16 <= n; i += 16) {
         __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i)));
         _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i), v));
@@ -485,6 +521,13 @@ HALF_AVX512 static void half_avx512_fold_fp16(float *acc, const uint16_t *src, s
 HALF_AVX512 static void half_avx512_fold_bf16(float *acc, const uint16_t *src, size_t n)
 {
     size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512i a = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m512i b = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i + 16)));
+        __m512 va = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16)), vb = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
+        _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i), va));
+        _mm512_storeu_ps(acc + i + 16, _mm512_add_ps(_mm512_loadu_ps(acc + i + 16), vb));
+    }
     for (; i + 16 <= n; i += 16) {
         __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
         __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
