@@ -96,9 +96,12 @@ void half_to_bf16_div(psb_bf16 *dst, const float *src, size_t n, float d);
  * PSBENCH_HALF_SCALAR=1 forces "scalar"):
  *   "scalar"      plain C, on any CPU: the reference
  *   "avx2+f16c"   8 lanes: vcvtps2ph / vcvtph2ps; bf16 rounded on the bits
+ *   "avx512bf16"  avx512 below, but fp32 -> bf16 by vcvtneps2bf16 (AVX-512
+ *                 BF16), its subnormal and NaN lanes put right
  *   "avx512"      16 lanes (AVX-512 F, BW, VL): as avx2+f16c on zmm
- *   "avx512bf16"  avx512, fp32 -> bf16 by vcvtneps2bf16 (AVX-512 BF16),
- *                 its subnormal and NaN lanes put right */
+ * The default is the last of these the CPU runs: avx512 wherever AVX-512
+ * is, BF16 or not, because half-bench found vcvtneps2bf16 with its fix-up
+ * no faster than rounding on the bits from memory and slower from L2. */
 const char *half_path(void);
 
 /* The paths this CPU can run, the scalar one first, into names[0..max);
