@@ -463,26 +463,33 @@ HALF_AVX512 static void half_avx512_div_bf16(uint16_t *dst, const float *src, si
 }
 
 /* vcvtneps2bf16 rounds to nearest even as the reference does, but reads an
- * fp32 subnormal as zero and keeps a NaN's sign and payload. NaN lanes are
- * made 0x7FC00000 first (which it narrows to 0x7FC0); a vector with any
- * subnormal lane (rare in gradients) takes the integer rounding. */
+ * fp32 subnormal as zero and keeps a NaN's sign and payload. A vector with
+ * any such lane (exponent all zeros or all ones, mantissa not zero: rare in
+ * gradients) takes the integer rounding instead; infinities need nothing. */
+HALF_AVX512BF16 static __m256i half_avx512bf16_round(__m512 x)
+{
+    const __m512i expo = _mm512_set1_epi32(0x7F800000), mant = _mm512_set1_epi32(0x007FFFFF);
+    __m512i u = _mm512_castps_si512(x), e = _mm512_and_si512(u, expo);
+    __mmask16 odd = (_mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()) | _mm512_cmpeq_epi32_mask(e, expo)) &
+                    _mm512_test_epi32_mask(u, mant);
+    if (odd)
+        return half_avx512_bf16_round(x);
+    return (__m256i)_mm512_cvtneps_pbh(x);
+}
+
 HALF_AVX512BF16 static void half_avx512bf16_to_bf16(uint16_t *dst, const float *src, size_t n, float s)
 {
     const __m512 vs = _mm512_set1_ps(s);
-    const __m512i expo = _mm512_set1_epi32(0x7F800000), mant = _mm512_set1_epi32(0x007FFFFF);
-    const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000));
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 x = _mm512_mul_ps(_mm512_loadu_ps(src + i), vs);
-        __m512i u = _mm512_castps_si512(x);
-        __mmask16 sub = _mm512_testn_epi32_mask(u, expo) & _mm512_test_epi32_mask(u, mant);
-        __m256i h;
-        if (sub)
-            h = half_avx512_bf16_round(x);
-        else
-            h = (__m256i)_mm512_cvtneps_pbh(_mm512_mask_mov_ps(x, half_avx512_nan(x), qnan));
-        _mm256_storeu_si256((__m256i *)(dst + i), h);
-    }
+    if (s == 1.0f) /* as half_avx512_to_fp16 */
+        for (; i + 32 <= n; i += 32) {
+            __m256i a = half_avx512bf16_round(_mm512_loadu_ps(src + i));
+            __m256i b = half_avx512bf16_round(_mm512_loadu_ps(src + i + 16));
+            _mm256_storeu_si256((__m256i *)(dst + i), a);
+            _mm256_storeu_si256((__m256i *)(dst + i + 16), b);
+        }
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), half_avx512bf16_round(_mm512_mul_ps(_mm512_loadu_ps(src + i), vs)));
     half_scalar_to_bf16(dst + i, src + i, n - i, s);
 }
 
