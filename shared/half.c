@@ -245,20 +245,38 @@ HALF_AVX2 static __m256 half_avx2_fp16_nan(__m256 x)
     return _mm256_blendv_ps(x, _mm256_or_ps(_mm256_and_ps(x, sign), qnan), nan);
 }
 
+HALF_AVX2 static __m128i half_avx2_fp16(__m256 x)
+{
+    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))) /* rare: the fix off the common path */
+        x = half_avx2_fp16_nan(x);
+    return _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
 HALF_AVX2 static void half_avx2_to_fp16(uint16_t *dst, const float *src, size_t n, float s)
 {
     const __m256 vs = _mm256_set1_ps(s);
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 x = half_avx2_fp16_nan(_mm256_mul_ps(_mm256_loadu_ps(src + i), vs));
-        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
+    if (s == 1.0f) /* the plain cast: no multiply (x * 1 would change no bits) */
+        for (; i + 16 <= n; i += 16) {
+            __m128i a = half_avx2_fp16(_mm256_loadu_ps(src + i));
+            __m128i b = half_avx2_fp16(_mm256_loadu_ps(src + i + 8));
+            _mm_storeu_si128((__m128i *)(dst + i), a);
+            _mm_storeu_si128((__m128i *)(dst + i + 8), b);
+        }
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), half_avx2_fp16(_mm256_mul_ps(_mm256_loadu_ps(src + i), vs)));
     half_scalar_to_fp16(dst + i, src + i, n - i, s);
 }
 
 HALF_AVX2 static void half_avx2_from_fp16(float *dst, const uint16_t *src, size_t n)
 {
     size_t i = 0;
+    for (; i + 16 <= n; i += 16) { /* two vectors a turn: the converts overlap */
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i)));
+        __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i + 8)));
+        _mm256_storeu_ps(dst + i, a);
+        _mm256_storeu_ps(dst + i + 8, b);
+    }
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
     half_scalar_from_fp16(dst + i, src + i, n - i);
@@ -280,6 +298,12 @@ HALF_AVX2 static void half_avx2_to_bf16(uint16_t *dst, const float *src, size_t 
 {
     const __m256 vs = _mm256_set1_ps(s);
     size_t i = 0;
+    if (s == 1.0f) /* as half_avx2_to_fp16 */
+        for (; i + 16 <= n; i += 16) {
+            __m256i lo = half_avx2_bf16_round(_mm256_loadu_ps(src + i));
+            __m256i hi = half_avx2_bf16_round(_mm256_loadu_ps(src + i + 8));
+            _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8));
+        }
     for (; i + 16 <= n; i += 16) {
         __m256i lo = half_avx2_bf16_round(_mm256_mul_ps(_mm256_loadu_ps(src + i), vs));
         __m256i hi = half_avx2_bf16_round(_mm256_mul_ps(_mm256_loadu_ps(src + i + 8), vs));
@@ -304,6 +328,12 @@ HALF_AVX2 static void half_avx2_from_bf16(float *dst, const uint16_t *src, size_
 HALF_AVX2 static void half_avx2_fold_fp16(float *acc, const uint16_t *src, size_t n)
 {
     size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i)));
+        __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i + 8)));
+        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), a));
+        _mm256_storeu_ps(acc + i + 8, _mm256_add_ps(_mm256_loadu_ps(acc + i + 8), b));
+    }
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i)));
         _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), v));
