@@ -14,7 +14,12 @@
  * counts (the host is shared: the least-disturbed round is the cost).
  * Rates are input bytes per second; "vs copy" is that rate over the
  * memcpy's, printed beside the target. Exit 1 on an error, 2 on a usage
- * error. */
+ * error.
+ *
+ * Where memory is the limit, the ratio follows the traffic: a memcpy of B
+ * bytes reads B and writes B; a narrowing of B input bytes reads B and
+ * writes B/2 (above 1 is possible); a widening reads B and writes 2B, a fold
+ * reads 3B and writes 2B (near 0.6 whatever the code). */
 #include "shared/half.h"
 
 #include <errno.h>
