@@ -110,18 +110,21 @@ if [ "${PSBENCH_NO_SANITIZE:-0}" != 1 ]; then
   # the files that stay, a test made of whole training runs that repeat
   # what the others run skips here (unittest.skipIf(psb.ASAN, why)).
   # Nor threads_trace_trainer (integration_trace_trainer's --local jobs
-  # again, for TSan's pass; the whole file runs here). The faults run here too. The server's suites over TCP run here on the
+  # again, for TSan's pass; the whole file runs here), nor every fp32
+  # pattern through the conversions (unit_half_exhaustive: minutes at
+  # ASan's pace; unit_half's samples and every 16-bit pattern run here).
+  # The faults run here too. The server's suites over TCP run here on the
   # test device (device_test_*; tcp_* are the release pass's). The
-  # server's suites on the fake GPU run in
-  # the release and TSan passes (their memory is unit_device's and
-  # integration_cuda_server's, which run here). Of the suites on the test
+  # server's suites on the fake GPU run in the release and TSan passes
+  # (their memory is unit_device's and integration_cuda_server's, which
+  # run here). Of the suites on the test
   # device, the master's runs under TSan only (55 s here: its servers'
   # memory is integration_master's, which runs here on the cpu device) and
   # the training's here only (138 s under TSan, the pass's longest: its
   # trainers' threads are integration_hooks' and integration_ddp_rpc's
   # there, the test device's worker every other device_test_ suite's).
   ASAN_OPTIONS=detect_leaks=1 run_suite build-asan \
-    "-LE container -E deploy_files|multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|integration_dashboard|integration_sweep_report|integration_host_state|integration_training|integration_install|integration_e2e|integration_batch_update|device_fakecuda_|device_test_master|tcp_|threads_trace_trainer" \
+    "-LE container -E deploy_files|multihost_soak|multihost_http_load|integration_slurm|integration_scripts|integration_big_table|integration_no_deadline|integration_dashboard|integration_sweep_report|integration_host_state|integration_training|integration_install|integration_e2e|integration_batch_update|device_fakecuda_|device_test_master|tcp_|threads_trace_trainer|unit_half_exhaustive" \
     selected -DPSBENCH_SANITIZE=ON -DPSBENCH_FUZZ=OFF -DPSBENCH_DEVICE_TEST_SUITE=ON
   echo "== ThreadSanitizer build + the server's tests on the test device and the trainer's threads (build-tsan/)"
   # Not under TSan: the back-to-back runs' suite on the fake GPU (long
