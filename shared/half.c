@@ -666,3 +666,33 @@ void half_to_bf16_scaled(psb_bf16 *dst, const float *src, size_t n, float s)
 
 void half_to_fp16_div(psb_fp16 *dst, const float *src, size_t n, float d) { half_ops_get()->div_fp16(dst, src, n, d); }
 void half_to_bf16_div(psb_bf16 *dst, const float *src, size_t n, float d) { half_ops_get()->div_bf16(dst, src, n, d); }
+
+/* Chunks on the stack, so that the sums use the vector conversions; a
+ * chunk is read whole before it is written, which lets dst be a or b. */
+#define HALF_SUM_CHUNK 256
+
+void half_sum_fp16(psb_fp16 *dst, const psb_fp16 *a, const psb_fp16 *b, size_t n)
+{
+    float x[HALF_SUM_CHUNK], y[HALF_SUM_CHUNK];
+    for (size_t off = 0; off < n; off += HALF_SUM_CHUNK) {
+        size_t k = n - off < HALF_SUM_CHUNK ? n - off : HALF_SUM_CHUNK;
+        half_from_fp16(x, a + off, k);
+        half_from_fp16(y, b + off, k);
+        for (size_t i = 0; i < k; i++)
+            x[i] += y[i];
+        half_to_fp16(dst + off, x, k);
+    }
+}
+
+void half_sum_bf16(psb_bf16 *dst, const psb_bf16 *a, const psb_bf16 *b, size_t n)
+{
+    float x[HALF_SUM_CHUNK], y[HALF_SUM_CHUNK];
+    for (size_t off = 0; off < n; off += HALF_SUM_CHUNK) {
+        size_t k = n - off < HALF_SUM_CHUNK ? n - off : HALF_SUM_CHUNK;
+        half_from_bf16(x, a + off, k);
+        half_from_bf16(y, b + off, k);
+        for (size_t i = 0; i < k; i++)
+            x[i] += y[i];
+        half_to_bf16(dst + off, x, k);
+    }
+}

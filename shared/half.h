@@ -37,6 +37,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef uint16_t psb_fp16; /* IEEE 754 binary16 bits */
 typedef uint16_t psb_bf16; /* bfloat16 bits: an fp32's top half */
 
@@ -90,6 +94,16 @@ void half_to_bf16_scaled(psb_bf16 *dst, const float *src, size_t n, float s);
 void half_to_fp16_div(psb_fp16 *dst, const float *src, size_t n, float d);
 void half_to_bf16_div(psb_bf16 *dst, const float *src, size_t n, float d);
 
+/* The element-wise sum of two narrow arrays: dst[i] = narrow(float(a[i]) +
+ * float(b[i])), one fp32 add of the exact widened values rounded once by
+ * the conversions above: the reduction of an fp16 or bf16 allreduce
+ * (`--compress`), as PyTorch's Gloo process group sums them (gloo::float16
+ * and c10::BFloat16 both add in float and round to nearest even; gloo's
+ * F16C path differs from these only in a NaN's payload bits). dst may be a
+ * or b itself (in place), otherwise none of the three may overlap. */
+void half_sum_fp16(psb_fp16 *dst, const psb_fp16 *a, const psb_fp16 *b, size_t n);
+void half_sum_bf16(psb_bf16 *dst, const psb_bf16 *a, const psb_bf16 *b, size_t n);
+
 /* ---- paths ---- */
 
 /* The path in use (fixed at the first call of any array function;
@@ -112,5 +126,9 @@ size_t half_paths(const char **names, size_t max);
  * change) where this CPU cannot run it. Not safe while other threads
  * convert. */
 int half_set_path(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -487,6 +487,70 @@ static void test_exhaustive(void **state)
     free(b);
 }
 
+/* The reductions of a compressed allreduce: narrow(float(a) + float(b)),
+ * rounded once. Known sums first (ties both ways, overflow, subnormals
+ * kept), then every path against the scalar functions over random bit
+ * patterns (NaNs, infinities and subnormals among them), in place as
+ * Gloo calls it and across chunk boundaries. */
+static uint16_t sum_ref(int bf, uint16_t a, uint16_t b)
+{
+    if (bf)
+        return half_bf16_of(half_bf16_to_float(a) + half_bf16_to_float(b));
+    return half_fp16_of(half_fp16_to_float(a) + half_fp16_to_float(b));
+}
+
+static void test_sum(void **state)
+{
+    (void)state;
+    static const struct {
+        int bf;
+        uint16_t a, b, want;
+        const char *what;
+    } sums[] = {
+        {0, 0x3C00, 0x1000, 0x3C00, "fp16 1 + 2^-11: tie, to even"},
+        {0, 0x3C01, 0x1000, 0x3C02, "fp16 (1 + 2^-10) + 2^-11: tie, up"},
+        {0, 0x7BFF, 0x7BFF, 0x7C00, "fp16 65504 + 65504: inf"},
+        {0, 0x0001, 0x0001, 0x0002, "fp16 subnormals add, not flushed"},
+        {0, 0x3C00, 0xBC00, 0x0000, "fp16 1 - 1"},
+        {1, 0x3F80, 0x3B80, 0x3F80, "bf16 1 + 2^-8: tie, to even"},
+        {1, 0x3F81, 0x3B80, 0x3F82, "bf16 (1 + 2^-7) + 2^-8: tie, up"},
+        {1, 0x7F7F, 0x7F7F, 0x7F80, "bf16 largest + largest: inf"},
+        {1, 0x7F80, 0xFF80, 0x7FC0, "bf16 inf - inf: the NaN"},
+        {1, 0x0001, 0x0001, 0x0002, "bf16 subnormals add, not flushed"},
+    };
+    for (size_t p = 0; p < npaths; p++) {
+        use(paths[p]);
+        for (size_t i = 0; i < sizeof sums / sizeof sums[0]; i++) {
+            uint16_t got = 0;
+            (sums[i].bf ? half_sum_bf16 : half_sum_fp16)(&got, &sums[i].a, &sums[i].b, 1);
+            if (got != sums[i].want)
+                fail_msg("%s: %s: 0x%04X, want 0x%04X", paths[p], sums[i].what, got, sums[i].want);
+        }
+    }
+    enum { N = 100003 };
+    uint16_t *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b), *out = malloc(N * sizeof *out);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(out);
+    for (int bf = 0; bf < 2; bf++)
+        for (size_t p = 0; p < npaths; p++) {
+            use(paths[p]);
+            for (size_t i = 0; i < N; i++) {
+                a[i] = (uint16_t)rnd32();
+                b[i] = (uint16_t)rnd32();
+            }
+            memcpy(out, a, N * sizeof *a);
+            (bf ? half_sum_bf16 : half_sum_fp16)(out, out, b, N); /* in place, as Gloo calls it */
+            for (size_t i = 0; i < N; i++)
+                if (out[i] != sum_ref(bf, a[i], b[i]))
+                    fail_msg("%s: %s sum of 0x%04X and 0x%04X at %zu: 0x%04X, want 0x%04X", paths[p],
+                             bf ? "bf16" : "fp16", a[i], b[i], i, out[i], sum_ref(bf, a[i], b[i]));
+        }
+    free(a);
+    free(b);
+    free(out);
+}
+
 int main(int argc, char **argv)
 {
     first_path = half_path();
@@ -501,6 +565,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_types),        cmocka_unit_test(test_paths),     cmocka_unit_test(test_known),
         cmocka_unit_test(test_widen_values), cmocka_unit_test(test_widen_all), cmocka_unit_test(test_narrow_sample),
         cmocka_unit_test(test_tails),        cmocka_unit_test(test_fold),      cmocka_unit_test(test_cast_div),
+        cmocka_unit_test(test_sum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
