@@ -137,6 +137,30 @@ int coll_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errl
     return 0;
 }
 
+bool coll_has_half(const coll *c) { return c && c->ops->allreduce_sum_half != NULL; }
+
+int coll_allreduce_sum_half(coll *c, uint16_t *buf, size_t n, half_type t, char *err, size_t errlen)
+{
+    char why[COLL_ERR_MAX];
+    if (coll_usable(c, err, errlen) != 0)
+        return -1;
+    if (!c->ops->allreduce_sum_half || (t != HALF_FP16 && t != HALF_BF16)) {
+        /* A caller's mistake, not the group's: the group stays usable. */
+        errbuf_set(err, errlen, "%s allreduce: no %s sum in this backend", c->ops->name, half_type_name(t));
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    if (!buf || n > SIZE_MAX / sizeof *buf) {
+        snprintf(why, sizeof why, "%s allreduce: %s", c->ops->name, buf ? "too many elements" : "no buffer");
+        return coll_fail(c, why, err, errlen);
+    }
+    why[0] = '\0';
+    if (c->ops->allreduce_sum_half(c, buf, n, t, why, sizeof why) != 0)
+        return coll_fail(c, why, err, errlen);
+    return 0;
+}
+
 bool coll_on_device(const coll *c) { return c && c->ops->allreduce_mean_f32_device != NULL; }
 
 int coll_allreduce_mean_f32_device(coll *c, devf32 dbuf, size_t n, float scale, char *err, size_t errlen)

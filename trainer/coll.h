@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "shared/devmem.h"
+#include "shared/half.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -79,6 +80,18 @@ uint32_t coll_size(const coll *c);
 /* buf[0..n) = the element-wise sum of every member's buf, identical bits on
  * every member. 0, or -1 with err. */
 int coll_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errlen);
+
+/* buf[0..n) (t: HALF_FP16 or HALF_BF16 bits) = the element-wise sum of
+ * every member's buf, each add done in float and rounded to t
+ * (half_sum_fp16/bf16): what PyTorch's Gloo process group computes for a
+ * Half or BFloat16 tensor, the allreduce of fp16_compress_hook and
+ * bf16_compress_hook. Identical bits on every member. 0, or -1 with err;
+ * -1 naming the backend for one without narrow collectives
+ * (coll_has_half). */
+int coll_allreduce_sum_half(coll *c, uint16_t *buf, size_t n, half_type t, char *err, size_t errlen);
+
+/* Whether the group has coll_allreduce_sum_half: gloo (NCCL's not yet). */
+bool coll_has_half(const coll *c);
 
 /* Whether the group runs collectives on device memory
  * (coll_allreduce_mean_f32_device): nccl. */

@@ -294,6 +294,19 @@ void sum_f32(void *out, const void *a, const void *b, size_t n)
         o[i] = x[i] + y[i];
 }
 
+/* The narrow sums: gloo::float16's operator+ and PyTorch's c10::BFloat16
+ * sum both add in float and round to nearest even; half.h rounds as
+ * PyTorch's c10 conversions do, on any CPU. */
+void sum_fp16(void *out, const void *a, const void *b, size_t n)
+{
+    half_sum_fp16(static_cast<psb_fp16 *>(out), static_cast<const psb_fp16 *>(a), static_cast<const psb_fp16 *>(b), n);
+}
+
+void sum_bf16(void *out, const void *a, const void *b, size_t n)
+{
+    half_sum_bf16(static_cast<psb_bf16 *>(out), static_cast<const psb_bf16 *>(a), static_cast<const psb_bf16 *>(b), n);
+}
+
 GlooGroup *group_of(coll *c) { return static_cast<GlooGroup *>(c->impl); }
 
 int gloo_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errlen) noexcept
@@ -305,6 +318,26 @@ int gloo_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errl
         gloo::AllreduceOptions opts(g->ctx);
         opts.setOutput(buf, n); /* in place */
         opts.setReduceFunction(sum_f32);
+        opts.setTag(g->tag++);
+        opts.setTimeout(g->timeout);
+        gloo::allreduce(opts);
+        return 0;
+    } catch (...) {
+        return fail(g, "allreduce", std::current_exception(), err, errlen);
+    }
+}
+
+/* Gloo moves 2-byte elements (setOutput's element size is sizeof *buf)
+ * and reduces them with the sum of t. */
+int gloo_allreduce_sum_half(coll *c, uint16_t *buf, size_t n, half_type t, char *err, size_t errlen) noexcept
+{
+    GlooGroup *g = group_of(c);
+    if (!g->ctx)
+        return 0; /* the sum over one member */
+    try {
+        gloo::AllreduceOptions opts(g->ctx);
+        opts.setOutput(buf, n); /* in place */
+        opts.setReduceFunction(t == HALF_BF16 ? sum_bf16 : sum_fp16);
         opts.setTag(g->tag++);
         opts.setTimeout(g->timeout);
         gloo::allreduce(opts);
@@ -387,11 +420,12 @@ int gloo_fake_device_allreduce(coll *c, devf32 dbuf, size_t n, float scale, char
 
 const coll_ops gloo_ops = {
     "gloo", gloo_allreduce_sum_f32, nullptr /* host buffers only */, gloo_allgather, gloo_allgatherv, gloo_destroy,
+    gloo_allreduce_sum_half,
 };
 
 const coll_ops fake_nccl_ops = {
     "nccl (the fake GPU's: Gloo)", gloo_allreduce_sum_f32, gloo_fake_device_allreduce, gloo_allgather,
-    gloo_allgatherv, gloo_destroy,
+    gloo_allgatherv, gloo_destroy, nullptr /* as NCCL's: no narrow allreduce yet */,
 };
 
 coll *gloo_new(const coll_ops *ops, uint32_t rank, uint32_t size, const char *host, const coll_store *store,

@@ -33,6 +33,9 @@ typedef struct coll_ops {
     /* Frees impl and everything it holds (c->failed says whether to abort
      * rather than close cleanly); coll_free frees c itself. */
     void (*destroy)(coll *c);
+    /* NULL: no fp16/bf16 allreduce (coll_has_half). t is HALF_FP16 or
+     * HALF_BF16. Last, so that the tables that lack it end before it. */
+    int (*allreduce_sum_half)(coll *c, uint16_t *buf, size_t n, half_type t, char *err, size_t errlen);
 } coll_ops;
 
 struct coll {
