@@ -214,6 +214,41 @@ static int check_seed_placement(const run_config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* --compress fp16|bf16 (the trainer configuration's compress): only
+ * allreduce_hook narrows its buckets so far (issue 43's first step), and
+ * only on Gloo: NCCL has no narrow allreduce in psbench yet. */
+static int check_compress(const run_config *c, uint64_t tcount, char *err, size_t errlen)
+{
+    json_t *v = c->resolved.loaded ? json_object_get(c->resolved.trainer.conf, "compress") : NULL;
+    const char *cz = json_is_string(v) ? json_string_value(v) : "none";
+    if (strcmp(cz, "none") == 0)
+        return 0;
+    const char *hook = c->resolved.hook;
+    if (c->resolved.mc.cls == MODEL_SYNTHETIC) {
+        errbuf_set(err, errlen,
+                   "--compress %s: model '%s' (Synthetic) pushes fp32 to the servers; only "
+                   "allreduce_hook compresses so far (a DummyModel with --ddp-hook allreduce_hook)",
+                   cz, c->resolved.model.id);
+        return -1;
+    }
+    if (!hook || strcmp(hook, "allreduce_hook") != 0) {
+        errbuf_set(err, errlen,
+                   "--compress %s: only allreduce_hook compresses so far (PyTorch's %s_compress_hook); "
+                   "trainer '%s' runs %s",
+                   cz, cz, c->resolved.trainer.id, hook ? hook : "no communication hook");
+        return -1;
+    }
+    if (c->ncudatrainer > 0 && strcmp(c->backend, "gloo") != 0) {
+        errbuf_set(err, errlen,
+                   "--compress %s: allreduce_hook compresses on gloo only so far, and %u of the %llu "
+                   "trainers are CUDA trainers on %s (--backend gloo, or --compress none)",
+                   cz, c->ncudatrainer, (unsigned long long)tcount,
+                   strcmp(c->backend, "nccl") == 0 ? "nccl" : "nccl (multi)");
+        return -1;
+    }
+    return 0;
+}
+
 int config_check_fit(const run_config *c, char *err, size_t errlen)
 {
     uint64_t tcount = (uint64_t)c->ntrainer + c->ncudatrainer;
@@ -258,6 +293,8 @@ int config_check_fit(const run_config *c, char *err, size_t errlen)
                    (unsigned long long)(tcount - c->ncudatrainer), c->ntrainer);
         return -1;
     }
+    if (check_compress(c, tcount, err, errlen) < 0)
+        return -1;
     uint64_t samples = c->resolved.loaded ? c->resolved.samples : 0;
     if (samples > 0 && !c->resolved.batch_update && !c->resolved.hybrid && config_batches_per_pass(c) == 0) {
         uint64_t nb = (samples + c->batch_size - 1) / c->batch_size;

@@ -43,6 +43,10 @@ json_t *config_to_json(const run_config *c)
                               c->resolved.data.json, "trainer", c->resolved.trainer.json, "server",
                               c->resolved.server.json, "server_kind", c->resolved.server_kind,
                               "batches_per_pass", (json_int_t)config_batches_per_pass(c));
+        /* --compress (issue 43), PyTorch's names: none, fp16, bf16 */
+        json_t *cz = json_object_get(c->resolved.trainer.conf, "compress");
+        bad |= r &&
+               json_object_set_new(r, "compress", json_string(json_is_string(cz) ? json_string_value(cz) : "none")) < 0;
         if (r && c->resolved.batch_update) {
             json_t *bu = config_batch_update_json(c);
             if (bu)

@@ -54,8 +54,10 @@ static double hl_mean(const snap_stat *st, size_t n, int64_t rank, const char *m
 static json_t *hl_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 /* The gradient bytes trainer r hands its hook per step: its rebuilt
- * buckets' floats (fp32) as its timed pass reported them; -1 if not known
- * (no report yet, a workload without DDP buckets). */
+ * buckets' floats as its timed pass reported them, each of its bucket's
+ * element_bytes on the wire (2 with --compress fp16|bf16; 4 where a report
+ * has none); -1 if not known (no report yet, a workload without DDP
+ * buckets). */
 static double hl_gradient_bytes(const master *m, uint32_t r)
 {
     const node *t = m->trainers[r];
@@ -63,11 +65,15 @@ static double hl_gradient_bytes(const master *m, uint32_t r)
                                      : NULL;
     if (!json_is_array(b) || json_array_size(b) == 0)
         return -1;
-    double floats = 0;
+    double bytes = 0;
     size_t i;
     json_t *k;
-    json_array_foreach(b, i, k) floats += (double)json_integer_value(json_object_get(k, "floats"));
-    return floats * 4.0;
+    json_array_foreach(b, i, k) {
+        json_t *eb = json_object_get(k, "element_bytes");
+        bytes += (double)json_integer_value(json_object_get(k, "floats")) *
+                 (json_is_integer(eb) ? (double)json_integer_value(eb) : 4.0);
+    }
+    return bytes;
 }
 
 /* The embedding servers' traffic per trainer and batch, every message

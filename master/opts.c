@@ -514,6 +514,14 @@ static const opt_spec master_specs[] = {
      .help = "the trainers' DDP bucket cap in MiB, replacing the trainer\n"
              "configuration's bucket_cap_mb: a number in (0, 1048576]\n"
              "(a DdpTrainer's; refused for other trainer classes)"},
+    {.name = "compress", .meta = "none|fp16|bf16", TRAINER_KEY("compress", "fp16"),
+     .help = "the gradients' type on the wire, replacing the trainer\n"
+             "configuration's compress (default none: fp32). fp16, bf16:\n"
+             "allreduce_hook as PyTorch's fp16_compress_hook /\n"
+             "bf16_compress_hook (each bucket cast, divided by the\n"
+             "trainer count, allreduced in that type, cast back), on\n"
+             "gloo; refused with the other hooks, the Synthetic model\n"
+             "(it pushes to servers) and NCCL so far"},
     {.name = "set", .meta = "KIND.KEY=VALUE", .kind = OPT_CUSTOM, .parse = master_opt_set, .json = "set",
      .to_json = master_opt_set_json, .example = "trainer.momentum=0.5",
      .help = "replace KEY of the KIND configuration (trainer, model,\n"

@@ -405,7 +405,9 @@ static int val_digest(json_t *body, char *err, size_t errlen)
     return 0;
 }
 
-/* One layout of buckets: [{"floats", "sparse", "parameters": [names] or null}, ...]. */
+/* One layout of buckets: [{"floats", "sparse", "element_bytes" (optional:
+ * 2 or 4, the headline's bytes per step count it), "parameters": [names]
+ * or null}, ...]. */
 static int val_layout(json_t *b, const char *key, char *err, size_t errlen)
 {
     json_t *a = json_object_get(b, key);
@@ -420,6 +422,8 @@ static int val_layout(json_t *b, const char *key, char *err, size_t errlen)
         bool ok = json_is_object(bk) && json_is_integer(json_object_get(bk, "floats")) &&
                   json_integer_value(json_object_get(bk, "floats")) >= 0 &&
                   json_is_boolean(json_object_get(bk, "sparse")) && (json_is_null(p) || json_is_array(p));
+        json_t *eb = json_object_get(bk, "element_bytes");
+        ok = ok && (!eb || (json_is_integer(eb) && (json_integer_value(eb) == 2 || json_integer_value(eb) == 4)));
         size_t j;
         json_t *name;
         json_array_foreach(p, j, name) {
@@ -429,7 +433,7 @@ static int val_layout(json_t *b, const char *key, char *err, size_t errlen)
         if (!ok) {
             snprintf(err, errlen,
                      "buckets.%s[%zu] must be {\"floats\": a whole number >= 0, \"sparse\": true or false, "
-                     "\"parameters\": a list of printable names or null}",
+                     "\"element_bytes\": 2 or 4 (optional), \"parameters\": a list of printable names or null}",
                      key, i);
             return -1;
         }
@@ -464,7 +468,8 @@ int validate_pass_results(json_t *body, char *err, size_t errlen)
 {
     if (val_losses(body, err, errlen) < 0 || val_digest(body, err, errlen) < 0 ||
         val_int(body, "bags", 0, INT64_MAX, err, errlen) < 0 || val_int(body, "indices", 0, INT64_MAX, err, errlen) < 0 ||
-        val_int(body, "epochs", 0, INT64_MAX, err, errlen) < 0)
+        val_int(body, "epochs", 0, INT64_MAX, err, errlen) < 0 || val_str(body, "compress", 16, true, err, errlen) < 0 ||
+        val_str(body, "comm_hook", 64, true, err, errlen) < 0)
         return -1;
     return val_buckets(body, err, errlen);
 }

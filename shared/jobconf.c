@@ -69,6 +69,9 @@ static const struct {
 _Static_assert(sizeof hook_kinds / sizeof hook_kinds[0] == sizeof hook_names / sizeof hook_names[0] - 1,
                "a kind for every hook name");
 static const char *const allreduce_only[] = {"allreduce_hook", NULL};
+/* --compress (issue 43): the gradients' type on the wire; "none" (fp32),
+ * the default, first. More values come with later steps (powersgd). */
+static const char *const compress_names[] = {"none", "fp16", "bf16", NULL};
 /* HybridTrainer's rpc_pattern (trainer/hybrid.h): the seed's first, the default. */
 static const char *const rpc_patterns[] = {"seed", "psbench", NULL};
 /* The seed's DdpTrainer names the functions it is built from; psbench has
@@ -125,6 +128,7 @@ static const jc_key ddp_trainer_keys[] = {
      .def = 25}, /* DDP's */
     /* DDP's first bucket (its _DEFAULT_FIRST_BUCKET_BYTES, 1 MiB) */
     {.key = "first_bucket_mb", .type = JC_NUM, .flags = JC_MIB, .min = 0, .max = 1048576, .def = 1},
+    ONE_OF("compress", 0, compress_names), /* allreduce_hook's buckets as PyTorch's fp16/bf16_compress_hook */
     ONE_OF("hook_state", 0, hook_states),
     ONE_OF("iteration_step", 0, iteration_steps),
     ONE_OF("preprocess_data", 0, preprocessors),

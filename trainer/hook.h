@@ -42,6 +42,7 @@
 #include "shared/clock.h"
 #include "shared/devmem.h"
 #include "shared/devspec.h"
+#include "shared/half.h"
 #include "shared/metrics.h"
 #include "shared/shm.h"
 
@@ -194,6 +195,9 @@ typedef struct hook_setup {
     const struct coll_store *store; /* rendezvous (coll.h) */
     const char *store_prefix; /* keys of this job's groups start with it */
     const char *coll_host;  /* where this trainer's Gloo transport listens (NULL: host name) */
+    /* --compress: HALF_FP32 (none, the zero value), HALF_FP16 or HALF_BF16:
+     * allreduce_hook's dense buckets as PyTorch's fp16/bf16_compress_hook */
+    half_type compress;
     metrics *m;
     /* The trainer's trace (NULL: none): rpc's comm thread records its
      * frames there (ttrace.h). */

@@ -10,6 +10,12 @@
  *           group a CUDA trainer hands them over in its GPU's memory
  *           (hook.device_dense) and both run there
  *           (coll_allreduce_mean_f32_device);
+ *           with --compress fp16|bf16 (Gloo groups), as PyTorch's
+ *           fp16_compress_hook / bf16_compress_hook (default_hooks.py,
+ *           _compress_hook): the bucket cast to the narrow type and divided
+ *           by the group's size in it (half_to_*_div), allreduced in the
+ *           narrow type (coll_allreduce_sum_half), cast back into the fp32
+ *           bucket; half the bytes on the wire;
  *   sparse: as PyTorch's Gloo process group does a sparse allreduce: every
  *           member's nnz is gathered, then every member's indices and rows
  *           (one allgatherv of [indices | rows]), then the rows are coalesced
@@ -38,6 +44,7 @@ typedef struct ar_hook {
     coll *group;
     uint32_t size;
     double timeout_s;
+    half_type compress; /* HALF_FP32: none */
     stats *m_dense, *m_sparse;
     pthread_t th;
     bool started;
@@ -59,6 +66,8 @@ typedef struct ar_hook {
     uint32_t *slots;
     uint64_t slots_cap;
     sparse_acc acc;
+    uint16_t *narrow; /* a compressed dense bucket */
+    uint64_t narrow_cap;
     /* mu: bytes given to and got from the group */
     uint64_t bytes_in, bytes_out;
 } ar_hook;
@@ -76,8 +85,31 @@ static int ar_grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
     return 0;
 }
 
+/* _compress_hook: cast and divide by the world size in that order (the
+ * divide in fp32 on the narrow value, rounded back: ATen's CPU kernel),
+ * sum in the narrow type, cast back. The world size is the group's, as
+ * PyTorch's process group's size. */
+static int ar_dense_narrow(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, char *err, size_t errlen)
+{
+    assert(devf32_is_none(b->device_data)); /* refused at hook_allreduce_new */
+    *out = *in = b->count * 2;
+    if (ar_grow((void **)&a->narrow, &a->narrow_cap, b->count, sizeof *a->narrow) < 0) {
+        snprintf(err, errlen, "out of memory compressing bucket %u", b->id);
+        return -1;
+    }
+    size_t n = (size_t)b->count;
+    bool bf = a->compress == HALF_BF16;
+    (bf ? half_to_bf16_div : half_to_fp16_div)(a->narrow, b->data, n, (float)a->size);
+    if (coll_allreduce_sum_half(a->group, a->narrow, n, a->compress, err, errlen) < 0)
+        return -1;
+    (bf ? half_from_bf16 : half_from_fp16)(b->data, a->narrow, n);
+    return 0;
+}
+
 static int ar_dense(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, char *err, size_t errlen)
 {
+    if (a->compress != HALF_FP32)
+        return ar_dense_narrow(a, b, in, out, err, errlen);
     *out = *in = b->count * 4;
     if (!devf32_is_none(b->device_data)) /* the sum and its scale on the GPU, in place (NCCL) */
         return coll_allreduce_mean_f32_device(a->group, b->device_data, (size_t)b->count, mean_scale(a->size), err,
@@ -256,6 +288,7 @@ static void ar_destroy(hook *h)
     free(a->mine);
     free(a->gather);
     free(a->slots);
+    free(a->narrow);
     free(a);
 }
 
@@ -266,9 +299,18 @@ static const hook_ops ar_ops = {
     .destroy = ar_destroy,
 };
 
-hook *hook_allreduce_new(const char *name, coll *group, double timeout_s, metrics *m, const char *dense_metric,
-                         const char *sparse_metric, char *err, size_t errlen)
+hook *hook_allreduce_new(const char *name, coll *group, half_type compress, double timeout_s, metrics *m,
+                         const char *dense_metric, const char *sparse_metric, char *err, size_t errlen)
 {
+    assert(compress == HALF_FP32 || compress == HALF_FP16 || compress == HALF_BF16);
+    if (compress != HALF_FP32 && (!coll_has_half(group) || coll_on_device(group))) {
+        snprintf(err, errlen,
+                 "--compress %s: %s on %s does not compress yet; allreduce_hook compresses on gloo "
+                 "(--backend gloo, CPU buckets) or runs uncompressed (--compress none)",
+                 half_type_name(compress), name, coll_backend(group));
+        coll_free(group);
+        return NULL;
+    }
     ar_hook *a = calloc(1, sizeof *a);
     if (!a) {
         coll_free(group);
@@ -279,6 +321,7 @@ hook *hook_allreduce_new(const char *name, coll *group, double timeout_s, metric
     a->base.name = name;
     a->base.device_dense = coll_on_device(group); /* NCCL: a CUDA trainer's buckets where they are */
     a->group = group;
+    a->compress = compress;
     a->size = coll_size(group);
     a->timeout_s = timeout_s;
     a->m_dense = dense_metric ? metrics_get(m, dense_metric) : NULL;

@@ -18,9 +18,11 @@ hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool spars
 
 /* A hook that allreduces every bucket it gets on `group` (taken over: freed
  * with the hook). Metric names: "<dense_metric>" and "<sparse_metric>" (NULL:
- * the hook gets no bucket of that kind). */
-hook *hook_allreduce_new(const char *name, coll *group, double timeout_s, metrics *m, const char *dense_metric,
-                         const char *sparse_metric, char *err, size_t errlen);
+ * the hook gets no bucket of that kind). compress: HALF_FP32 (none), or
+ * HALF_FP16 / HALF_BF16: dense buckets as PyTorch's fp16_compress_hook /
+ * bf16_compress_hook (refused on a group without narrow sums: NCCL's). */
+hook *hook_allreduce_new(const char *name, coll *group, half_type compress, double timeout_s, metrics *m,
+                         const char *dense_metric, const char *sparse_metric, char *err, size_t errlen);
 
 /* Sparse buckets to `sparse`, dense ones to `dense` (both taken over). */
 hook *hook_split_new(const char *name, hook *sparse, hook *dense, char *err, size_t errlen);

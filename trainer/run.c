@@ -18,6 +18,7 @@
 #include "trainer/workload.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -36,6 +37,7 @@ typedef struct run_job {
     char servers[16384]; /* "HOST:PORT,..." ("" with no servers) */
     char hook[64];
     char backend[16];
+    half_type compress;  /* the trainer configuration's compress: HALF_FP32 for none */
     device_spec device;  /* this trainer's device: --device, placed (compute_place) */
     device_spec compute; /* what its compute layer runs on: device, or PSBENCH_TRAINER_COMPUTE's */
     modelconf model;
@@ -92,6 +94,12 @@ static int run_parse_job(json_t *a, run_job *j, char *err, size_t errlen)
      * BatchUpdateTrainer has none. */
     snprintf(j->hook, sizeof j->hook, "%s", json_object_get(tc, "ddp_hook") ? jobconf_str(tc, "ddp_hook") : "");
     snprintf(j->backend, sizeof j->backend, "%s", ctl_str(a, "backend", "gloo"));
+    /* DdpTrainer's (jobconf_check_entry wrote its default, none); other
+     * classes have none. */
+    const char *cz = json_object_get(tc, "compress") ? jobconf_str(tc, "compress") : "none";
+    int ct = strcmp(cz, "none") == 0 ? HALF_FP32 : half_type_parse(cz);
+    assert(ct == HALF_FP32 || ct == HALF_FP16 || ct == HALF_BF16); /* the schema's choices */
+    j->compress = (half_type)ct;
     return modelconf_from_entry(json_object_get(a, "model"), &j->model, err, errlen);
 }
 
@@ -122,6 +130,7 @@ static int run_train_job(const run_job *rj, train_job *j, char *err, size_t errl
     j->lr = jobconf_f64(tc, "lr");
     j->momentum = jobconf_f64(tc, "momentum");
     j->bucket_cap_mb = jobconf_f64(tc, "bucket_cap_mb");
+    j->compress = rj->compress;
     j->first_bucket_mb = jobconf_f64(tc, "first_bucket_mb");
     j->seed = (uint64_t)ctl_int(a, "seed", 0);
     j->batch_size = (uint64_t)ctl_int(a, "batch_size", 10);
@@ -204,6 +213,7 @@ static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, con
         .store = &store,
         .store_prefix = "psbench",
         .coll_host = o->coll_host ? o->coll_host : here[0] ? here : NULL,
+        .compress = j->compress,
         .m = l->m,
         .trace = l->trace,
     };

@@ -248,11 +248,17 @@ static json_t *train_layout_json(const train *t, const train_layout *L)
             uint32_t i = L->ascending ? tb->first_param + j : tb->last_param - j;
             json_array_append_new(names, json_string(model_param(t->model, i)->name));
         }
-        json_array_append_new(a, json_pack("{s:I, s:b, s:o}", "floats", (json_int_t)train_bucket_floats(t, tb),
-                                           "sparse", tb->hb.sparse, "parameters", names ? names : json_null()));
+        /* element_bytes: on the wire (--compress narrows dense buckets
+         * only), which the headline's bytes per step count */
+        size_t eb = tb->hb.sparse ? 4 : half_type_size(t->job.compress);
+        json_array_append_new(a, json_pack("{s:I, s:b, s:I, s:o}", "floats", (json_int_t)train_bucket_floats(t, tb),
+                                           "sparse", tb->hb.sparse, "element_bytes", (json_int_t)eb, "parameters",
+                                           names ? names : json_null()));
     }
     return a;
 }
+
+half_type train_compress(const train *t) { return t->job.compress; }
 
 json_t *train_buckets_json(const train *t)
 {

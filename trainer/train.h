@@ -61,6 +61,7 @@ typedef struct train_job {
     double first_bucket_mb; /* DDP's first bucket (ddp_buckets.h; DDPB_FIRST_BUCKET_MB) */
     bool allow_divergence; /* a loss that is not finite: go on (else the pass stops there) */
     device_spec device;    /* the compute layer's device (compute_new); zeroed: the cpu */
+    half_type compress;    /* dense buckets' type on the wire (--compress); zeroed: fp32 */
 } train_job;
 
 typedef struct train train;
@@ -101,8 +102,13 @@ int train_pass(train *t, hook *h, uint64_t steps, train_tick_fn tick, void *ctx,
 /* The bucket layouts, for the pass's report (results.json):
  * {"layout": "ddp", "first_bucket_mb", "bucket_cap_mb", "first_iteration":
  * [BUCKET, ...], "rebuilt": [BUCKET, ...]}, BUCKET = {"floats", "sparse",
- * "parameters": [names in DDP's order]}. New reference (NULL: memory). */
+ * "element_bytes" (on the wire: 4, 2 for a dense bucket with --compress
+ * fp16|bf16), "parameters": [names in DDP's order]}. New reference (NULL:
+ * memory). */
 json_t *train_buckets_json(const train *t);
+
+/* The job's --compress (HALF_FP32: none). */
+half_type train_compress(const train *t);
 /* Mean loss of each epoch of the last pass. */
 const double *train_loss_per_epoch(const train *t, uint64_t *n);
 /* The last pass's first loss that was not finite, if any (loss_check.h):

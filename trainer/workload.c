@@ -27,7 +27,17 @@ static int dummy_pass(workload *w, uint64_t batches, workload_tick_fn tick, void
         return -1;
     /* DDP's bucket layouts, for results.json */
     json_t *b = train_buckets_json(tr);
-    *extra = b ? json_pack("{s:o}", "buckets", b) : NULL;
+    /* compress, and the comm hook PyTorch would name for it: its
+     * fp16_compress_hook / bf16_compress_hook is the allreduce hook with
+     * the bucket narrowed around it. */
+    half_type ct = train_compress(tr);
+    const char *compress = ct == HALF_FP32 ? "none" : half_type_name(ct);
+    char comm_hook[64];
+    if (ct == HALF_FP32)
+        snprintf(comm_hook, sizeof comm_hook, "%s", w->h ? w->h->name : "none");
+    else
+        snprintf(comm_hook, sizeof comm_hook, "%s_compress_hook", compress);
+    *extra = b ? json_pack("{s:o, s:s, s:s}", "buckets", b, "compress", compress, "comm_hook", comm_hook) : NULL;
     return 0;
 }
 

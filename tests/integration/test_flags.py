@@ -109,7 +109,7 @@ class FlagTests(psb.PsbTestCase):
              "(0, 3.40282346638529e+38], got \"fast\" (a string)\n"),
             (["--set", "trainer.speed=1"],
              "--set trainer.speed=1: trainer 'DdpRpcTrainer' (DdpTrainer) has no \"speed\" (it takes ddp_hook, "
-             "lr, momentum, bucket_cap_mb, first_bucket_mb, hook_state, iteration_step, preprocess_data, "
+             "lr, momentum, bucket_cap_mb, first_bucket_mb, compress, hook_state, iteration_step, preprocess_data, "
              "create_criterion, create_ddp_model, create_optimizer)\n"),
             (["--set", "data.sparsity_percentage=100"],
              "--set data.sparsity_percentage=100: data 'DummyData' (DummyData): \"sparsity_percentage\" must be "

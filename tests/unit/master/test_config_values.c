@@ -105,7 +105,7 @@ static const klass classes[] = {
     {"model", "HybridModel", "{\"num_embeddings\": 300, \"embedding_dim\": 64}",
      {"--server", "EmbeddingParameterServer", "--trainer", "HybridTrainer", "--nserver", "8", NULL}},
     {"trainer", "DdpTrainer",
-     "{\"ddp_hook\": \"rpc_hook\", \"lr\": 50, \"momentum\": 0.5, \"bucket_cap_mb\": 10, \"first_bucket_mb\": 0, \"hook_state\": "
+     "{\"ddp_hook\": \"rpc_hook\", \"lr\": 50, \"momentum\": 0.5, \"bucket_cap_mb\": 10, \"first_bucket_mb\": 0, \"compress\": \"none\", \"hook_state\": "
      "\"BasicHookState\", \"iteration_step\": \"basic_iteration_step\", \"preprocess_data\": "
      "\"preprocess_dummy_data\", \"create_criterion\": \"cel\", \"create_ddp_model\": \"basic_ddp_model\", "
      "\"create_optimizer\": \"sgd_optimizer\"}",
@@ -172,6 +172,7 @@ static const vcase cases[] = {
     {"DdpTrainer", "momentum", "\"high\"", "-0.5", "1", OPT, "0.0", NULL},
     {"DdpTrainer", "bucket_cap_mb", "\"25\"", "-1", "1048577", OPT, "25.0", NULL},
     {"DdpTrainer", "first_bucket_mb", "\"1\"", "-0.5", "1048577", OPT, "1.0", NULL},
+    {"DdpTrainer", "compress", "16", NULL, "\"fp8\"", OPT, "\"none\"", NULL},
     {"DdpTrainer", "hook_state", "1", NULL, "\"FancyHookState\"", OPT, "\"BasicHookState\"", NULL},
     {"DdpTrainer", "iteration_step", "[]", NULL, "\"fancy_step\"", OPT, "\"basic_iteration_step\"", NULL},
     {"DdpTrainer", "preprocess_data", "null", NULL, "\"preprocess_real_data\"", OPT, "\"preprocess_dummy_data\"",

@@ -293,6 +293,7 @@ static const struct {
     {"psbench-master", "--create-criterion", "x", "--create-criterion: "},
     {"psbench-master", "--create-ddp-model", "x", "--create-ddp-model: "},
     {"psbench-master", "--hook-state", "x", "--hook-state: "},
+    {"psbench-master", "--compress", "fp8", "--compress: "},
     {"psbench-master", "--iteration-step", "x", "--iteration-step: "},
     {"psbench-master", "--create-optimizer", "x", "--create-optimizer: "},
     {"psbench-master", "--lr", "fast", "--lr: must be "},

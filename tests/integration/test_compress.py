@@ -1,0 +1,140 @@
+"""--compress fp16|bf16 with allreduce_hook (issue 43, its first step):
+PyTorch's fp16_compress_hook and bf16_compress_hook over Gloo.
+
+- Two CPU trainers, pure DDP (--nserver 0), a dense DummyModel, by hand
+  (each trainer writes --params-out): none, fp16 and bf16 runs complete;
+  results.json's configuration resolves `compress`, each trainer's entry
+  has `compress` and PyTorch's hook name (`comm_hook`), every rebuilt
+  bucket `element_bytes` 2 (4 without compression), and the headline's
+  bytes per step are half of fp32's.
+- The parameters: both trainers bit-identical (the narrow allreduce gives
+  every member the same bits); fp16 and bf16 differ from fp32's, and from
+  each other, by a small relative distance (the gradients rounded to 11
+  or 8 significant bits, not garbage); a second fp16 run is bit-identical
+  to the first.
+- Refusals, one line, exit 2: --compress fp16 with rpc_hook, with
+  sparse_rpc_hook, with the Synthetic model, with CUDA trainers on NCCL;
+  an unknown value.
+
+The per-element arithmetic (cast, divide, the narrow sums' rounding) is
+unit-tested against half.c's reference (unit_half); this suite checks the
+hook uses it end to end.
+
+Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_compress.py
+"""
+import array
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psb  # noqa: E402
+
+MODELS = {
+    "Tiny": {"model_class": "DummyModel",
+             "configurations": {"num_embeddings": 128, "embedding_dim": 32, "dense_input_size": 32,
+                                "dense_output_size": 128, "dense_layers_count": 1, "sparse": False}},
+    "Syn": {"model_class": "Synthetic", "configurations": {"buckets": 2, "bucket_floats": 100, "sparse": False}},
+}
+HOOK_NAMES = {"none": "allreduce_hook", "fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
+
+
+class Compress(psb.PsbTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.models = os.path.join(self.reg.workdir, "models.json")
+        with open(self.models, "w") as f:
+            json.dump(MODELS, f)
+        self.master_kw = dict(linger=None, rpc_timeout=30, model_config=self.models)
+
+    def compress_job(self, compress, tag):
+        """A 2-trainer allreduce_hook job with --compress `compress`, its
+        trainers started by hand: (results.json, each trainer's final
+        parameters as an array of floats)."""
+        out = os.path.join(self.reg.workdir, "out-" + tag)
+        m = self.master("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0", "--ntrainer", "2",
+                        "--epochs", "2", "--batch-size", "5", "--compress", compress, out=out)
+        paths = []
+        for r in range(2):
+            p = os.path.join(self.reg.workdir, "params-%s-%d.bin" % (tag, r))
+            paths.append(p)
+            self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r), "--params-out", p],
+                           name="trainer%d-%s" % (r, tag))
+        res = self.results(out, m)
+        params = []
+        for p in paths:
+            a = array.array("f")
+            with open(p, "rb") as f:
+                a.frombytes(f.read())
+            params.append(a)
+        return res, params
+
+    @staticmethod
+    def compress_distance(a, b):
+        """||a - b|| / ||b||."""
+        num = math.sqrt(sum((x - y) * (x - y) for x, y in zip(a, b)))
+        return num / math.sqrt(sum(y * y for y in b))
+
+    def test_fp16_and_bf16_as_pytorch_names_them(self):
+        runs = {c: self.compress_job(c, c) for c in ("none", "fp16", "bf16")}
+        bytes_of = {}
+        for c, (res, params) in runs.items():
+            self.assertEqual(res["phase"], "done", c)
+            self.assertEqual(res["configuration"]["resolved"]["compress"], c)
+            self.assertEqual(res["configuration"]["compress"], c)  # the flag's echo
+            for t in res["trainers"]:
+                self.assertEqual(t["compress"], c, t)
+                self.assertEqual(t["comm_hook"], HOOK_NAMES[c], t)
+                for b in t["buckets"]["rebuilt"]:
+                    self.assertEqual(b["element_bytes"], 4 if c == "none" else 2, (c, b))
+            rows = res["headline"]["trainers"]
+            for r, t in zip(rows, res["trainers"]):
+                floats = sum(b["floats"] for b in t["buckets"]["rebuilt"])
+                self.assertEqual(r["bytes_per_step"], (4 if c == "none" else 2) * floats, (c, r))
+            bytes_of[c] = rows[-1]["bytes_per_step"]
+            self.assertEqual(len(params[0]), len(params[1]), c)
+            self.assertGreater(len(params[0]), 0, c)
+            self.assertEqual(params[0].tobytes(), params[1].tobytes(), "%s: the trainers differ" % c)
+        self.assertEqual(bytes_of["fp16"] * 2, bytes_of["none"])
+        self.assertEqual(bytes_of["bf16"] * 2, bytes_of["none"])
+        fp32 = runs["none"][1][0]
+        for c in ("fp16", "bf16"):
+            got = runs[c][1][0]
+            self.assertNotEqual(got.tobytes(), fp32.tobytes(), "%s: no rounding shows" % c)
+            d = self.compress_distance(got, fp32)
+            self.assertLess(d, 1e-3, "%s: relative distance %g from fp32's" % (c, d))
+        self.assertNotEqual(runs["fp16"][1][0].tobytes(), runs["bf16"][1][0].tobytes())
+        # Deterministic: the same job again, the same bits.
+        _, again = self.compress_job("fp16", "fp16-again")
+        self.assertEqual(again[0].tobytes(), runs["fp16"][1][0].tobytes())
+
+    # -- refusals ---------------------------------------------------------------
+
+    def compress_refusal(self, *args):
+        rc, out, err = self.run_master(*args, timeout=60)
+        self.assertEqual(rc, 2, err)
+        lines = err.strip().splitlines()
+        self.assertEqual(len(lines), 1, err)
+        return lines[0]
+
+    def test_refusals(self):
+        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "rpc_hook", "--compress", "fp16")
+        self.assertIn("--compress fp16: only allreduce_hook compresses so far", line)
+        self.assertIn("rpc_hook", line)
+        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "sparse_rpc_hook", "--compress", "bf16")
+        self.assertIn("--compress bf16: only allreduce_hook compresses so far", line)
+        line = self.compress_refusal("--model", "Syn", "--compress", "fp16")
+        self.assertIn("(Synthetic) pushes fp32 to the servers", line)
+        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
+                                     "--ntrainer", "0", "--ncudatrainer", "2", "--backend", "nccl",
+                                     "--compress", "fp16")
+        self.assertIn("compresses on gloo only so far", line)
+        line = self.compress_refusal("--model", "Tiny", "--compress", "fp8")
+        self.assertIn("--compress: ", line)
+        self.assertIn("fp8", line)
+
+
+if __name__ == "__main__":
+    psb.main()
