@@ -6,6 +6,10 @@
  * during a collective, or fall silent: the others get -1 within the
  * timeout, never a hang. The NCCL backend runs where a CUDA device answers;
  * elsewhere its constructor's error is checked and the GPU part skipped.
+ * The fp16/bf16 allreduce of --compress (coll_allreduce_sum_half): with 2
+ * members each element is the narrow sum half.h's scalar functions give
+ * (one add in float, rounded once), bit-identical on every member with 3;
+ * NCCL's fake stand-in refuses it and stays usable.
  *
  * Children report through files in the store directory and exit codes;
  * the parent reaps (or kills and reaps) every child on every path before
@@ -31,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shared/half.h"
 #include "trainer/coll.h"
 
 #ifdef PSBENCH_HAVE_NCCL
@@ -624,6 +629,132 @@ static void run_collectives(const char *backend, uint32_t n)
     assert_int_equal(far, 0);
 }
 
+/* ---- the narrow allreduce (--compress fp16|bf16) ------------------------ */
+
+/* Member r's input to the narrow allreduce of type bf: its noise cast and
+ * divided by the group's size, as PyTorch's compress hooks do (x: room for
+ * NOISE_N floats). */
+static void half_input(uint32_t r, uint32_t n, int bf, float *x, uint16_t *out)
+{
+    for (size_t i = 0; i < NOISE_N; i++)
+        x[i] = noise(r, i);
+    (bf ? half_to_bf16_div : half_to_fp16_div)(out, x, NOISE_N, (float)n);
+}
+
+static uint16_t half_sum_ref(int bf, uint16_t a, uint16_t b)
+{
+    if (bf)
+        return half_bf16_of(half_bf16_to_float(a) + half_bf16_to_float(b));
+    return half_fp16_of(half_fp16_to_float(a) + half_fp16_to_float(b));
+}
+
+static int member_half(const member *m)
+{
+    char err[512] = "";
+    file_store fs = m->fs;
+    coll *c = member_join(m, &fs, err, sizeof err);
+    if (!c)
+        return member_fail(m, 2, "join: %s", err);
+    int rc = 0;
+    const uint32_t n = m->size, r = m->rank;
+    uint16_t *buf = malloc(NOISE_N * sizeof *buf), *other = malloc(NOISE_N * sizeof *other);
+    uint16_t *mine = malloc(NOISE_N * sizeof *mine);
+    float *x = malloc(NOISE_N * sizeof *x);
+    if (!buf || !other || !mine || !x) {
+        rc = member_fail(m, 4, "out of memory");
+        goto out;
+    }
+    if (strcmp(m->backend, "fake-nccl") == 0) {
+        /* No narrow sum there yet: refused, the group still in step. */
+        float one = 1.0f;
+        if (coll_has_half(c) || coll_allreduce_sum_half(c, buf, 1, HALF_FP16, err, sizeof err) == 0 ||
+            !strstr(err, "no fp16 sum")) {
+            rc = member_fail(m, 5, "fake NCCL's narrow allreduce was not refused: '%s'", err);
+            goto out;
+        }
+        if (coll_allreduce_sum_f32(c, &one, 1, err, sizeof err) != 0 || one != (float)n)
+            rc = member_fail(m, 6, "allreduce after the refusal: %s (%g)", err, one);
+        goto out;
+    }
+    if (!coll_has_half(c)) {
+        rc = member_fail(m, 5, "%s has no narrow allreduce", coll_backend(c));
+        goto out;
+    }
+    for (int bf = 0; bf < 2; bf++) {
+        half_input(r, n, bf, x, buf);
+        memcpy(mine, buf, NOISE_N * sizeof *buf);
+        if (coll_allreduce_sum_half(c, buf, NOISE_N, bf ? HALF_BF16 : HALF_FP16, err, sizeof err) != 0) {
+            rc = member_fail(m, 7, "%s allreduce: %s", bf ? "bf16" : "fp16", err);
+            goto out;
+        }
+        report(m->fs.dir, bf ? "bf16" : "fp16", r, buf, NOISE_N * sizeof *buf);
+        if (n == 1 && memcmp(buf, mine, NOISE_N * sizeof *buf) != 0) {
+            rc = member_fail(m, 8, "%s: a group of one changed its buffer", bf ? "bf16" : "fp16");
+            goto out;
+        }
+        if (n != 2)
+            continue;
+        /* Two members: one add per element, whichever member's comes first. */
+        half_input(1 - r, n, bf, x, other);
+        for (size_t i = 0; i < NOISE_N; i++) {
+            uint16_t want = half_sum_ref(bf, mine[i], other[i]);
+            if (buf[i] != want) {
+                rc = member_fail(m, 9, "%s [%zu]: 0x%04X + 0x%04X = 0x%04X, want 0x%04X", bf ? "bf16" : "fp16", i,
+                                 mine[i], other[i], buf[i], want);
+                goto out;
+            }
+        }
+    }
+out:
+    free(buf);
+    free(other);
+    free(mine);
+    free(x);
+    coll_free(c);
+    return rc;
+}
+
+static void run_half(const char *backend, uint32_t n)
+{
+    char dir[256];
+    make_dir(dir, sizeof dir);
+    pid_t pids[MAX_MEMBERS];
+    int status[MAX_MEMBERS];
+    for (uint32_t r = 0; r < n; r++) {
+        member m = member_of(dir, backend, "job7/half", r, n, LONG_TIMEOUT_S, LONG_TIMEOUT_S);
+        pids[r] = spawn(member_half, &m);
+    }
+    int overran = reap(pids, (int)n, 60, status);
+    int bad = check_members(dir, status, n);
+    /* Identical bytes on every member. */
+    int differ = 0, missing = 0;
+    for (int bf = 0; bf < 2 && strcmp(backend, "fake-nccl") != 0; bf++) {
+        size_t len0 = 0, len = 0;
+        char *first = read_report(dir, bf ? "bf16" : "fp16", 0, &len0);
+        missing += !first || len0 != NOISE_N * sizeof(uint16_t);
+        for (uint32_t r = 1; first && r < n; r++) {
+            char *o = read_report(dir, bf ? "bf16" : "fp16", r, &len);
+            differ += !o || len != len0 || memcmp(o, first, len0) != 0;
+            free(o);
+        }
+        free(first);
+    }
+    rm_rf(dir);
+    assert_int_equal(overran, 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(missing, 0);
+    assert_int_equal(differ, 0);
+}
+
+static void test_gloo_half(void **state)
+{
+    (void)state;
+    run_half("gloo", 1);
+    run_half("gloo", 2);
+    run_half("gloo", 3);
+    run_half("fake-nccl", 2);
+}
+
 static void test_gloo_1(void **state)
 {
     (void)state;
@@ -1162,6 +1293,7 @@ int main(void)
         cmocka_unit_test(test_gloo_2),
         cmocka_unit_test(test_gloo_4),
         cmocka_unit_test(test_fake_nccl_2),
+        cmocka_unit_test(test_gloo_half),
         cmocka_unit_test(test_gloo_never_joins),
         cmocka_unit_test(test_gloo_dies_in_rendezvous),
         cmocka_unit_test(test_gloo_killed_before),
