@@ -497,8 +497,8 @@ void headline_print(const json_t *h, FILE *out)
         fprintf(out, "bytes/step: %s (%s)\n", json_string_value(src),
                 strcmp(json_string_value(src), "server traffic") == 0
                     ? "every message to and from the servers, per trainer and batch"
-                    : "the gradient payload a trainer hands its hook per step, fp32; the reduced result comes back "
-                      "the same size; not the wire's bytes");
+                    : "the gradient payload a trainer hands its hook per step, in the type it travels in (fp32, or "
+                      "--compress's); the reduced result comes back the same size; not the wire's bytes");
     json_t *wm = json_object_get(all, "wire_bytes_model");
     if (json_is_string(wm))
         fprintf(out, "wire: %.0f bytes per step and trainer (%s); GB/s: algbw, the payload over the comm span; "
