@@ -12,6 +12,8 @@ PyTorch's fp16_compress_hook and bf16_compress_hook over Gloo.
   each other, by a small relative distance (the gradients rounded to 11
   or 8 significant bits, not garbage); a second fp16 run is bit-identical
   to the first.
+- CUDA trainers on the fake GPU allreducing on Gloo (--backend gloo):
+  bf16 ends with the CPU trainers' bf16 parameters, bit for bit.
 - Refusals, one line, exit 2: --compress fp16 with rpc_hook, with
   sparse_rpc_hook, with the Synthetic model, with CUDA trainers on NCCL;
   an unknown value.
@@ -109,6 +111,27 @@ class Compress(psb.PsbTestCase):
         # Deterministic: the same job again, the same bits.
         _, again = self.compress_job("fp16", "fp16-again")
         self.assertEqual(again[0].tobytes(), runs["fp16"][1][0].tobytes())
+
+    def test_fake_gpu_trainers_on_gloo(self):
+        """CUDA trainers (the fake GPU: its kernels' arithmetic is the cpu
+        layer's, bit for bit) allreducing on Gloo compress their buckets
+        as CPU trainers do: the same final parameters."""
+        digests = {}
+        for device in ("cpu", "fake-cuda"):
+            out = os.path.join(self.reg.workdir, "out-dev-" + device)
+            cuda = device != "cpu"
+            m = self.master("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
+                            "--ntrainer", "0" if cuda else "2", "--ncudatrainer", "2" if cuda else "0",
+                            "--backend", "gloo", "--epochs", "2", "--batch-size", "5", "--compress", "bf16",
+                            out=out)
+            for r in range(2):
+                self.node(m, "psbench-trainer", device, "trainer%d-%s" % (r, device))
+            res = self.results(out, m)
+            got = {t["final_params_sha256"] for t in res["trainers"]}
+            self.assertEqual(len(got), 1, (device, res["trainers"]))
+            self.assertEqual({t["comm_hook"] for t in res["trainers"]}, {"bf16_compress_hook"}, device)
+            digests[device] = got.pop()
+        self.assertEqual(digests["fake-cuda"], digests["cpu"])
 
     # -- refusals ---------------------------------------------------------------
 
