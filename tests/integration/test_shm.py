@@ -370,12 +370,28 @@ class Shm(psb.PsbTestCase):
         self.assertRegex(out_b, r" 0 pushes folded from trainers' segments")
         self.assertRegex(out_b, r"[1-9]\d* read in place")
 
+    def segments_mapped_by(self, s, n, timeout=60.0):
+        """Waits until server s maps n trainers' segments (each trainer's
+        hello taken: it is in the session)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with open("/proc/%d/maps" % s.pid) as f:
+                segs = {ln.split()[4] for ln in f if "memfd:psbench-trainer" in ln}
+            if len(segs) >= n or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        self.assertGreaterEqual(len(segs), n, s.describe())
+
     def test_trainer_killed_mid_run(self):
         """A trainer killed while buckets are in flight: the other is told
         peer_lost (one line), the server stays and serves a new session."""
         for delay in (0.3, 0.6):
             s = self.reg.server(trainers=2)
             ts = [self.reg.trainer(s, r, buckets=4, floats=262144, batches=100000) for r in range(2)]
+            # Both in the session first: a trainer killed before its hello
+            # is one the server never knew, and the other would wait for
+            # it (a loaded host, ASan, can take longer than the delay).
+            self.segments_mapped_by(s, 2)
             time.sleep(delay)
             ts[0].signal(signal.SIGKILL)
             self.assertNotEqual(ts[1].wait(60), 0)
