@@ -987,6 +987,15 @@ def master_argv(*extra, listen=True, local=False, linger=0, rpc_timeout=None, mo
     return args + list(extra)
 
 
+def params_of(path):
+    """The parameters a trainer's --params-out wrote to path: raw
+    little-endian float32, as an array('f')."""
+    a = array.array("f")
+    with open(path, "rb") as f:
+        a.frombytes(f.read())
+    return a
+
+
 def results_json(out):
     """The results.json a master wrote to its --out directory `out`."""
     with open(os.path.join(out, "results.json")) as f:

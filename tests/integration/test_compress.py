@@ -24,7 +24,6 @@ hook uses it end to end.
 
 Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_compress.py
 """
-import array
 import json
 import math
 import os
@@ -65,13 +64,7 @@ class Compress(psb.PsbTestCase):
             self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r), "--params-out", p],
                            name="trainer%d-%s" % (r, tag))
         res = self.results(out, m)
-        params = []
-        for p in paths:
-            a = array.array("f")
-            with open(p, "rb") as f:
-                a.frombytes(f.read())
-            params.append(a)
-        return res, params
+        return res, [psb.params_of(p) for p in paths]
 
     @staticmethod
     def compress_distance(a, b):

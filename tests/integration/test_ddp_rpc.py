@@ -32,7 +32,6 @@ changed: test_embedding_server.py.)
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_ddp_rpc.py
 """
-import array
 import json
 import os
 import re
@@ -279,12 +278,7 @@ class DdpRpc(psb.PsbTestCase):
         with open(os.path.join(out, "results.json")) as f:
             res = json.load(f)
         self.check_ddp_rpc(res, 8, 12)
-        dense = []
-        for p in paths:
-            a = array.array("f")
-            with open(p, "rb") as f:
-                a.frombytes(f.read())
-            dense.append(a)
+        dense = [psb.params_of(p) for p in paths]
         # 512*256+256 + 256*128+128 + 128*64+64 + 64*32+32 + 32*8+8
         self.assertEqual(len(dense[0]), 174824)
         self.assertEqual(dense[0].tobytes(), dense[1].tobytes())

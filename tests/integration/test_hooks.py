@@ -18,7 +18,6 @@ allreduce_hook, sparse_rpc_hook and hybrid_hook over Gloo, next to rpc_hook.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_hooks.py
 """
-import array
 import json
 import os
 import signal
@@ -53,13 +52,6 @@ class Hooks(psb.PsbTestCase):
         # Its masters' flags (psb.PsbTestCase.master).
         self.master_kw = dict(local=True, linger=None, rpc_timeout=30, model_config=self.models)
 
-    @staticmethod
-    def read_params(path):
-        a = array.array("f")
-        with open(path, "rb") as f:
-            a.frombytes(f.read())
-        return a
-
     def by_hand(self, hook, model, ntrainer, batch_size, nserver=0, epochs=2):
         """A job started by hand (master, servers, trainers each their own
         process); returns every trainer's final parameters."""
@@ -77,7 +69,7 @@ class Hooks(psb.PsbTestCase):
         self.assertEqual(m.wait(180), 0, m.describe())
         if nserver == 0:
             self.assertIn("pure DDP", m.stderr())
-        return [self.read_params(p) for p in paths]
+        return [psb.params_of(p) for p in paths]
 
     def assert_close(self, a, b, what):
         self.assertEqual(len(a), len(b), what)

@@ -13,7 +13,6 @@ DDP-style buckets, SGD.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_training.py
 """
-import array
 import json
 import os
 import sys
@@ -127,13 +126,7 @@ class Training(psb.PsbTestCase):
             self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r),
                             "--params-out", p], name="trainer%d" % r)
         self.assertEqual(m.wait(120), 0, m.describe())
-        params = []
-        for p in paths:
-            a = array.array("f")
-            with open(p, "rb") as f:
-                a.frombytes(f.read())
-            params.append(a)
-        return params
+        return [psb.params_of(p) for p in paths]
 
     def test_matches_one_process_on_the_union(self):
         cfg = os.path.join(self.reg.workdir, "models.json")
@@ -290,10 +283,7 @@ class Training(psb.PsbTestCase):
         self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--params-out", p],
                        name="trainer-init")
         self.assertEqual(m.wait(120), 0, m.describe())
-        a = array.array("f")
-        with open(p, "rb") as f:
-            a.frombytes(f.read())
-        return a
+        return psb.params_of(p)
 
 
 if __name__ == "__main__":

@@ -586,18 +586,30 @@ static int check_members(const char *dir, const int *status, uint32_t n)
     return bad;
 }
 
-static void run_collectives(const char *backend, uint32_t n)
+/* n members of backend in a fresh folder (dir), each running fn in group
+ * `job` with the long timeouts, reaped within 60 s. Returns how many
+ * overran; *bad: how many failed (check_members, which says why). */
+static int run_members(char *dir, size_t dirlen, const char *backend, const char *job, member_fn fn, uint32_t n,
+                       int *bad)
 {
-    char dir[256];
-    make_dir(dir, sizeof dir);
+    assert_true(n <= MAX_MEMBERS);
+    make_dir(dir, dirlen);
     pid_t pids[MAX_MEMBERS];
     int status[MAX_MEMBERS];
     for (uint32_t r = 0; r < n; r++) {
-        member m = member_of(dir, backend, "job7/coll", r, n, LONG_TIMEOUT_S, LONG_TIMEOUT_S);
-        pids[r] = spawn(member_collectives, &m);
+        member m = member_of(dir, backend, job, r, n, LONG_TIMEOUT_S, LONG_TIMEOUT_S);
+        pids[r] = spawn(fn, &m);
     }
     int overran = reap(pids, (int)n, 60, status);
-    int bad = check_members(dir, status, n);
+    *bad = check_members(dir, status, n);
+    return overran;
+}
+
+static void run_collectives(const char *backend, uint32_t n)
+{
+    char dir[256];
+    int bad = 0;
+    int overran = run_members(dir, sizeof dir, backend, "job7/coll", member_collectives, n, &bad);
 
     /* Identical bytes on every member, and close to the sum in double. */
     size_t len0 = 0, len = 0;
@@ -717,15 +729,8 @@ out:
 static void run_half(const char *backend, uint32_t n)
 {
     char dir[256];
-    make_dir(dir, sizeof dir);
-    pid_t pids[MAX_MEMBERS];
-    int status[MAX_MEMBERS];
-    for (uint32_t r = 0; r < n; r++) {
-        member m = member_of(dir, backend, "job7/half", r, n, LONG_TIMEOUT_S, LONG_TIMEOUT_S);
-        pids[r] = spawn(member_half, &m);
-    }
-    int overran = reap(pids, (int)n, 60, status);
-    int bad = check_members(dir, status, n);
+    int bad = 0;
+    int overran = run_members(dir, sizeof dir, backend, "job7/half", member_half, n, &bad);
     /* Identical bytes on every member. */
     int differ = 0, missing = 0;
     for (int bf = 0; bf < 2 && strcmp(backend, "fake-nccl") != 0; bf++) {
