@@ -250,7 +250,7 @@ void trace_ring_put(trace_ring *r, trace_span s, unsigned lane, uint64_t start_n
         uint64_t d = atomic_load_explicit(&r->dropped, memory_order_relaxed);
         if (d == 0)
             r->drop_first = r->step;
-        r->drop_last = r->step;
+        atomic_store_explicit(&r->drop_last, r->step, memory_order_relaxed);
         atomic_store_explicit(&r->dropped, d + 1, memory_order_release);
         return;
     }
@@ -268,7 +268,7 @@ trace_drops trace_ring_drops(const trace_ring *r)
     trace_drops d = {.count = trace_ring_dropped(r)};
     if (d.count > 0) {
         d.first_step = r->drop_first;
-        d.last_step = r->drop_last;
+        d.last_step = atomic_load_explicit(&r->drop_last, memory_order_relaxed);
     }
     return d;
 }
@@ -279,7 +279,8 @@ void trace_node_reset(trace_node *n)
         trace_ring *r = n->ring[i];
         atomic_store_explicit(&r->n, 0, memory_order_relaxed);
         atomic_store_explicit(&r->dropped, 0, memory_order_relaxed);
-        r->drop_first = r->drop_last = 0;
+        r->drop_first = 0;
+        atomic_store_explicit(&r->drop_last, 0, memory_order_relaxed);
         r->step = 0;
         r->gate = n->conf.on ? TRACE_GATE_OUTSIDE : TRACE_GATE_OFF;
     }

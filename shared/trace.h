@@ -178,7 +178,11 @@ typedef struct trace_ring {
     uint32_t capacity;
     _Atomic uint32_t n; /* spans kept: [0, n) are published (release) */
     _Atomic uint64_t dropped;
-    uint64_t drop_first, drop_last; /* the steps of the first and last dropped span (published by dropped) */
+    uint64_t drop_first; /* the step of the first dropped span (written once, published by dropped) */
+    /* The step of the last dropped span: rewritten at every drop while a
+     * reader may look, so atomic; a reader may see a later drop's step
+     * than its count of dropped says, never an earlier one than the first. */
+    _Atomic uint64_t drop_last;
     char name[TRACE_NAME_MAX];
 } trace_ring;
 
