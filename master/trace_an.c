@@ -45,10 +45,14 @@ typedef struct ta_want {
     int64_t trainer; /* TA_ANY, TRACE_NONE */
     ta_pick_by by;
     /* A call of no bucket (a trainer's lookups and updates: several per
-     * batch and server under the same ids): the span lies within this
+     * batch and server under the same ids): the span starts within this
      * one's time (the call's wait; across two nodes, give or take their
      * clocks' uncertainty), or ends by the start of `before` (the same
-     * node's). NULL: any time. */
+     * node's). NULL: any time. Only its start: a server's `answer_out`
+     * ends with its last byte in the socket, and the trainer may read it
+     * (its wait over) before the server's clock is read again. One
+     * trainer's calls to one server follow each other: a start tells
+     * them apart. */
     const trace_out_span *within, *before;
 } ta_want;
 
@@ -72,7 +76,7 @@ static bool ta_in_time(const trace_out_span *s, const ta_want *w)
     if (!w->within)
         return true;
     int64_t tol = ta_same_node(s, w->within) ? 0 : ta_sat_add(s->uncertainty_ns, w->within->uncertainty_ns);
-    return s->start_ns >= ta_sat_add(w->within->start_ns, -tol) && s->end_ns <= ta_sat_add(w->within->end_ns, tol);
+    return s->start_ns >= ta_sat_add(w->within->start_ns, -tol) && s->start_ns <= ta_sat_add(w->within->end_ns, tol);
 }
 
 static bool ta_matches(const trace_out_span *s, const ta_want *w)
