@@ -7,6 +7,8 @@
 #include "master/config_check.h"
 #include "master/config_passes.h"
 #include "shared/cli.h"
+#include "shared/jobconf.h"
+#include "shared/log.h"
 #include "shared/net.h"
 #include "shared/text.h"
 
@@ -214,6 +216,54 @@ static int check_seed_placement(const run_config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* --compress powersgd: PyTorch's powerSGD_hook / batched_powerSGD_hook run
+ * by allreduce_hook on gloo, CPU trainers, a DummyModel (its tensors are
+ * what it factors). A run whose timed pass is no longer than
+ * start_powerSGD_iter never compresses: said once, not refused (PyTorch's
+ * default is 1000 steps of plain allreduce). */
+static int check_powersgd(const run_config *c, uint64_t tcount, char *err, size_t errlen)
+{
+    const char *hook = c->resolved.hook;
+    if (c->resolved.mc.cls == MODEL_SYNTHETIC) {
+        errbuf_set(err, errlen,
+                   "--compress powersgd: model '%s' (Synthetic) pushes fp32 buckets to the servers and has no "
+                   "tensors to factor; PowerSGD compresses a DummyModel's gradients with --ddp-hook allreduce_hook",
+                   c->resolved.model.id);
+        return -1;
+    }
+    if (hook && (strcmp(hook, "rpc_hook") == 0 || strcmp(hook, "rpc") == 0)) {
+        errbuf_set(err, errlen,
+                   "--compress powersgd: PowerSGD through the parameter servers is not built: each bucket's P "
+                   "needs every trainer's sum, orthogonalized, before its Q can be computed (two dependent "
+                   "allreduces a bucket), which a server's average of pushes does not give; trainer '%s' runs "
+                   "rpc_hook (--ddp-hook allreduce_hook runs it)",
+                   c->resolved.trainer.id);
+        return -1;
+    }
+    if (!hook || strcmp(hook, "allreduce_hook") != 0) {
+        errbuf_set(err, errlen,
+                   "--compress powersgd: only allreduce_hook runs PowerSGD (PyTorch's powerSGD_hook); trainer "
+                   "'%s' runs %s",
+                   c->resolved.trainer.id, hook ? hook : "no communication hook");
+        return -1;
+    }
+    if (c->ncudatrainer > 0) {
+        errbuf_set(err, errlen,
+                   "--compress powersgd: CUDA trainers are not supported yet (%u of the %llu trainers); PowerSGD "
+                   "runs on CPU trainers over gloo (--ntrainer)",
+                   c->ncudatrainer, (unsigned long long)tcount);
+        return -1;
+    }
+    psgd_conf p;
+    psgd_conf_of(c->resolved.trainer.conf, &p);
+    uint64_t steps = config_batches_per_pass(c);
+    if (steps > 0 && p.start_iter >= steps)
+        log_warn("--compress powersgd: start_powerSGD_iter %llu >= the run's %llu steps: it never compresses "
+                 "(--powersgd-start-iter)",
+                 (unsigned long long)p.start_iter, (unsigned long long)steps);
+    return 0;
+}
+
 /* --compress fp16|bf16 (the trainer configuration's compress): only
  * allreduce_hook narrows its buckets so far (issue 43's first step), and
  * only on Gloo: NCCL has no narrow allreduce in psbench yet. */
@@ -223,6 +273,8 @@ static int check_compress(const run_config *c, uint64_t tcount, char *err, size_
     const char *cz = json_is_string(v) ? json_string_value(v) : "none";
     if (strcmp(cz, "none") == 0)
         return 0;
+    if (strcmp(cz, "powersgd") == 0)
+        return check_powersgd(c, tcount, err, errlen);
     const char *hook = c->resolved.hook;
     if (c->resolved.mc.cls == MODEL_SYNTHETIC) {
         errbuf_set(err, errlen,

@@ -5,6 +5,9 @@
 #include "master/config_json.h"
 #include "master/config_passes.h"
 #include "master/opts.h"
+#include "shared/jobconf.h"
+
+#include <string.h>
 
 json_t *config_embedding_json(const run_config *c)
 {
@@ -47,6 +50,13 @@ json_t *config_to_json(const run_config *c)
         json_t *cz = json_object_get(c->resolved.trainer.conf, "compress");
         bad |= r &&
                json_object_set_new(r, "compress", json_string(json_is_string(cz) ? json_string_value(cz) : "none")) < 0;
+        /* --compress powersgd: its state's parameters, PyTorch's names */
+        if (r && json_is_string(cz) && strcmp(json_string_value(cz), "powersgd") == 0) {
+            psgd_conf p;
+            psgd_conf_of(c->resolved.trainer.conf, &p);
+            json_t *pj = psgd_conf_json(&p);
+            bad |= !pj || json_object_set_new(r, "powersgd", pj) < 0;
+        }
         if (r && c->resolved.batch_update) {
             json_t *bu = config_batch_update_json(c);
             if (bu)

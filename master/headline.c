@@ -53,7 +53,10 @@ static double hl_mean(const snap_stat *st, size_t n, int64_t rank, const char *m
 
 static json_t *hl_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
-/* The gradient bytes trainer r hands its hook per step: its rebuilt
+/* The gradient bytes trainer r hands its hook per step. With --compress
+ * powersgd, what its hook allreduced, the mean over the timed pass's steps
+ * (plain fp32 ones until start_powerSGD_iter, then P, Q and the
+ * uncompressed tensors): the factors' size is no bucket's. Else its rebuilt
  * buckets' floats as its timed pass reported them, each of its bucket's
  * element_bytes on the wire (2 with --compress fp16|bf16; 4 where a report
  * has none); -1 if not known (no report yet, a workload without DDP
@@ -61,6 +64,10 @@ static json_t *hl_num(double v) { return isfinite(v) ? json_real(v) : json_null(
 static double hl_gradient_bytes(const master *m, uint32_t r)
 {
     const node *t = m->trainers[r];
+    json_t *pz = t && t->timed_result ? json_object_get(json_object_get(t->timed_result, "powersgd"), "bytes_per_step")
+                                      : NULL;
+    if (json_is_number(pz))
+        return json_number_value(pz);
     json_t *b = t && t->timed_result ? json_object_get(json_object_get(t->timed_result, "buckets"), "rebuilt")
                                      : NULL;
     if (!json_is_array(b) || json_array_size(b) == 0)

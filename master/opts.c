@@ -112,8 +112,18 @@ static int master_opt_ddp_hook(const opt_spec *o, const char *flag, const char *
  * checked against the seed's DdpTrainer's key with the configuration
  * file's message, into c->trainer_flags[key]. The key is the option's
  * echo key. */
+static int master_trainer_key_set(const char *key, const char *flag, json_t *v, run_config *c, char *err,
+                                  size_t errlen);
 static int master_opt_trainer_value(const opt_spec *o, const char *flag, json_t *v, run_config *c, char *err,
                                     size_t errlen)
+{
+    return master_trainer_key_set(o->json, flag, v, c, err, errlen);
+}
+
+/* v (taken over) for the trainer configuration's key, checked as the
+ * file's value would be. */
+static int master_trainer_key_set(const char *key, const char *flag, json_t *v, run_config *c, char *err,
+                                  size_t errlen)
 {
     if (!v || (!c->trainer_flags && !(c->trainer_flags = json_object()))) {
         json_decref(v);
@@ -121,12 +131,12 @@ static int master_opt_trainer_value(const opt_spec *o, const char *flag, json_t 
         return -1;
     }
     char why[TEXT_SHOW_LEN + 256];
-    if (jobconf_check_value("trainer", TRAINER_KEY_FLAGS_CLASS, o->json, v, why, sizeof why) < 0) {
+    if (jobconf_check_value("trainer", TRAINER_KEY_FLAGS_CLASS, key, v, why, sizeof why) < 0) {
         json_decref(v);
         errbuf_set(err, errlen, "%s: %s", flag, why);
         return -1;
     }
-    if (json_object_set_new(c->trainer_flags, o->json, v) < 0) {
+    if (json_object_set_new(c->trainer_flags, key, v) < 0) {
         errbuf_set(err, errlen, "%s: out of memory", flag);
         return -1;
     }
@@ -157,6 +167,71 @@ static int master_opt_trainer_number(const opt_spec *o, const char *flag, const 
         return -1;
     }
     return master_opt_trainer_value(o, flag, json_real(x), settings, err, errlen);
+}
+
+/* --powersgd-start-iter, --powersgd-random-seed: a whole number, checked
+ * as the configuration's value. */
+static int master_opt_trainer_whole(const opt_spec *o, const char *flag, const char *arg, void *settings,
+                                    char *err, size_t errlen)
+{
+    uint64_t v;
+    if (cli_parse_u64(flag, arg, 0, UINT64_MAX, 0, &v, err, errlen) < 0)
+        return -1;
+    return master_opt_trainer_value(o, flag, json_integer(v > INT64_MAX ? INT64_MAX : (json_int_t)v), settings,
+                                    err, errlen);
+}
+
+/* --powersgd-no-error-feedback, --powersgd-no-warm-start: the key false. */
+static int master_opt_trainer_off(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                                  size_t errlen)
+{
+    (void)arg;
+    return master_opt_trainer_value(o, flag, json_false(), settings, err, errlen);
+}
+
+/* --powersgd-batched: PyTorch's batched_powerSGD_hook. */
+static int master_opt_psgd_batched(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                                   size_t errlen)
+{
+    (void)arg;
+    return master_opt_trainer_value(o, flag, json_string("batched_powerSGD_hook"), settings, err, errlen);
+}
+
+/* --compress none|fp16|bf16|powersgd[:RANK]: the trainer configuration's
+ * compress and, with powersgd, its matrix_approximation_rank (RANK, else
+ * PyTorch's 1). */
+static int master_opt_compress(const opt_spec *o, const char *flag, const char *arg, void *settings, char *err,
+                               size_t errlen)
+{
+    const char *colon = strchr(arg, ':');
+    bool psgd = colon ? (size_t)(colon - arg) == 8 && strncmp(arg, "powersgd", 8) == 0
+                      : strcmp(arg, "powersgd") == 0;
+    if (colon && !psgd) {
+        text_shown shown;
+        errbuf_set(err, errlen, "%s: %s: only powersgd takes a :RANK (powersgd:4)", flag, text_show(arg, '\'', &shown));
+        return -1;
+    }
+    if (!psgd)
+        return master_opt_trainer_string(o, flag, arg, settings, err, errlen);
+    uint64_t rank = 1;
+    if (colon && cli_parse_u64(flag, colon + 1, 1, PSGD_MAX_RANK, 0, &rank, err, errlen) < 0)
+        return -1;
+    if (master_opt_trainer_value(o, flag, json_string("powersgd"), settings, err, errlen) < 0)
+        return -1;
+    return master_trainer_key_set("matrix_approximation_rank", flag, json_integer((json_int_t)rank), settings, err,
+                                  errlen);
+}
+
+/* Its echo: as given (powersgd:RANK where the rank is not 1), or null. */
+static json_t *master_opt_compress_json(const opt_spec *o, const void *settings)
+{
+    const run_config *c = settings;
+    json_t *v = c->trainer_flags ? json_object_get(c->trainer_flags, o->json) : NULL;
+    json_t *r = c->trainer_flags ? json_object_get(c->trainer_flags, "matrix_approximation_rank") : NULL;
+    if (json_is_string(v) && strcmp(json_string_value(v), "powersgd") == 0 && json_is_integer(r) &&
+        json_integer_value(r) != 1)
+        return json_sprintf("powersgd:%" JSON_INTEGER_FORMAT, json_integer_value(r));
+    return v ? json_incref(v) : json_null();
 }
 
 /* Its echo: the value given, or null. */
@@ -514,14 +589,45 @@ static const opt_spec master_specs[] = {
      .help = "the trainers' DDP bucket cap in MiB, replacing the trainer\n"
              "configuration's bucket_cap_mb: a number in (0, 1048576]\n"
              "(a DdpTrainer's; refused for other trainer classes)"},
-    {.name = "compress", .meta = "none|fp16|bf16", TRAINER_KEY("compress", "fp16"),
+    {.name = "compress", .meta = "none|fp16|bf16|powersgd[:RANK]", .kind = OPT_CUSTOM,
+     .parse = master_opt_compress, .json = "compress", .to_json = master_opt_compress_json, .example = "fp16",
      .help = "the gradients' type on the wire, replacing the trainer\n"
              "configuration's compress (default none: fp32). fp16, bf16:\n"
              "allreduce_hook as PyTorch's fp16_compress_hook /\n"
              "bf16_compress_hook (each bucket cast, divided by the\n"
              "trainer count, allreduced in that type, cast back), on\n"
              "gloo; refused with the other hooks, the Synthetic model\n"
-             "(it pushes to servers) and NCCL so far"},
+             "(it pushes to servers) and NCCL so far. powersgd:\n"
+             "allreduce_hook as PyTorch's powerSGD_hook, low-rank\n"
+             "factors of rank RANK (matrix_approximation_rank, default\n"
+             "1) after start_powerSGD_iter plain steps (--powersgd-*);\n"
+             "CPU trainers on gloo"},
+    {.name = "powersgd-start-iter", .meta = "N", .kind = OPT_CUSTOM, .parse = master_opt_trainer_whole,
+     .json = "start_powerSGD_iter", .to_json = master_opt_trainer_json, .example = "10",
+     .help = "PowerSGD's start_powerSGD_iter: plain fp32 allreduces for\n"
+             "the first N steps of each pass (PyTorch's default 1000;\n"
+             "more than 1 with error feedback or warm start)"},
+    {.name = "powersgd-min-compression-rate", .meta = "X", .kind = OPT_CUSTOM, .parse = master_opt_trainer_number,
+     .json = "min_compression_rate", .to_json = master_opt_trainer_json, .example = "2",
+     .help = "PowerSGD's min_compression_rate (default 2): a rows x cols\n"
+             "tensor is factored where (rows + cols) RANK X < rows cols"},
+    {.name = "powersgd-no-error-feedback", .kind = OPT_FLAG, .parse = master_opt_trainer_off,
+     .json = "use_error_feedback", .to_json = master_opt_trainer_json,
+     .help = "PowerSGD's use_error_feedback false (default true)"},
+    {.name = "powersgd-no-warm-start", .kind = OPT_FLAG, .parse = master_opt_trainer_off, .json = "warm_start",
+     .to_json = master_opt_trainer_json,
+     .help = "PowerSGD's warm_start false: Q drawn anew every step"},
+    {.name = "powersgd-orthogonalization-epsilon", .meta = "X", .kind = OPT_CUSTOM,
+     .parse = master_opt_trainer_number, .json = "orthogonalization_epsilon", .to_json = master_opt_trainer_json,
+     .example = "1e-8",
+     .help = "PowerSGD's orthogonalization_epsilon (default 0)"},
+    {.name = "powersgd-random-seed", .meta = "N", .kind = OPT_CUSTOM, .parse = master_opt_trainer_whole,
+     .json = "random_seed", .to_json = master_opt_trainer_json, .example = "7",
+     .help = "PowerSGD's random_seed (default 0): the first Q's draw"},
+    {.name = "powersgd-batched", .kind = OPT_FLAG, .parse = master_opt_psgd_batched, .json = "powersgd_hook",
+     .to_json = master_opt_trainer_json,
+     .help = "PowerSGD as PyTorch's batched_powerSGD_hook: each bucket\n"
+             "one square matrix (default powerSGD_hook: per tensor)"},
     {.name = "set", .meta = "KIND.KEY=VALUE", .kind = OPT_CUSTOM, .parse = master_opt_set, .json = "set",
      .to_json = master_opt_set_json, .example = "trainer.momentum=0.5",
      .help = "replace KEY of the KIND configuration (trainer, model,\n"
@@ -658,12 +764,20 @@ bool master_trainer_key_flag(size_t i, const char **name, const char **key)
     size_t n = 0;
     opt_spec o;
     for (size_t k = 0; opts_entry(&master_table, k, &o); k++) {
-        if (o.parse != master_opt_trainer_string && o.parse != master_opt_trainer_number)
+        if (o.parse != master_opt_trainer_string && o.parse != master_opt_trainer_number &&
+            o.parse != master_opt_compress && o.parse != master_opt_trainer_whole &&
+            o.parse != master_opt_trainer_off && o.parse != master_opt_psgd_batched)
             continue;
         if (n++ < i)
             continue;
         *name = o.name;
         *key = o.json;
+        return true;
+    }
+    /* --compress powersgd:RANK sets a second key */
+    if (n == i) {
+        *name = "compress";
+        *key = "matrix_approximation_rank";
         return true;
     }
     return false;

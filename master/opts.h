@@ -17,8 +17,10 @@ const opts_table *master_opts(void);
 /* The options that set a key of the trainer configuration (the seed
  * launcher's --preprocess-data, --create-criterion, --create-ddp-model,
  * --hook-state, --iteration-step, its scripts' --create-optimizer and
- * --lr), in the table's order: the i-th one's name ("hook-state") and
- * key ("hook_state"); false past the last. Their values are in run_config's
+ * --lr, --compress and the --powersgd-* ones), in the table's order,
+ * then --compress's second key (matrix_approximation_rank, set with
+ * powersgd): the i-th one's name ("hook-state") and key ("hook_state");
+ * false past the last. Their values are in run_config's
  * trainer_flags, and config_load applies them. */
 bool master_trainer_key_flag(size_t i, const char **name, const char **key);
 /* After the options are parsed: what follows from them together (--local's

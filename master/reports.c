@@ -154,7 +154,7 @@ int reports_pass_results(master *m, node *n, json_t *body, char *verdict, size_t
     if (m->state == RUN_TIMED) {
         /* Later issues' per-trainer results: kept for results.json. */
         static const char *const keys[] = {"loss_per_epoch", "final_params_sha256", "bags", "indices", "epochs",
-                                           "buckets", "compress", "comm_hook"};
+                                           "buckets", "compress", "comm_hook", "powersgd"};
         reports_keep(&n->timed_result, body, keys, sizeof keys / sizeof keys[0]);
     } else {
         /* The warm-up's: each pass starts from the same fresh model, so a

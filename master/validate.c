@@ -464,12 +464,37 @@ static int val_buckets(json_t *body, char *err, size_t errlen)
     return val_layout(b, "first_iteration", err, errlen) < 0 ? -1 : val_layout(b, "rebuilt", err, errlen);
 }
 
+/* "powersgd" (optional; issue 43): an object whose figures the headline
+ * reads: "bytes_per_step" and "bytes_per_compressed_step" numbers >= 0 or
+ * null, "plain_steps" and "compressed_steps" whole numbers >= 0; the
+ * state's parameters are kept as they come (results.json shows them). */
+static int val_powersgd(json_t *body, char *err, size_t errlen)
+{
+    json_t *p = json_object_get(body, "powersgd");
+    if (!p)
+        return 0;
+    bool ok = json_is_object(p);
+    static const char *const nums[] = {"bytes_per_step", "bytes_per_compressed_step"};
+    for (size_t i = 0; ok && i < 2; i++) {
+        json_t *v = json_object_get(p, nums[i]);
+        ok = json_is_null(v) || (json_is_number(v) && json_number_value(v) >= 0 && isfinite(json_number_value(v)));
+    }
+    ok = ok && val_int(p, "plain_steps", 0, INT64_MAX, err, errlen) == 0 &&
+         val_int(p, "compressed_steps", 0, INT64_MAX, err, errlen) == 0;
+    if (!ok) {
+        snprintf(err, errlen, "powersgd must be an object with \"bytes_per_step\" and \"bytes_per_compressed_step\" "
+                 "(numbers >= 0 or null), \"plain_steps\" and \"compressed_steps\" (whole numbers >= 0)");
+        return -1;
+    }
+    return 0;
+}
+
 int validate_pass_results(json_t *body, char *err, size_t errlen)
 {
     if (val_losses(body, err, errlen) < 0 || val_digest(body, err, errlen) < 0 ||
         val_int(body, "bags", 0, INT64_MAX, err, errlen) < 0 || val_int(body, "indices", 0, INT64_MAX, err, errlen) < 0 ||
         val_int(body, "epochs", 0, INT64_MAX, err, errlen) < 0 || val_str(body, "compress", 16, true, err, errlen) < 0 ||
-        val_str(body, "comm_hook", 64, true, err, errlen) < 0)
+        val_str(body, "comm_hook", 64, true, err, errlen) < 0 || val_powersgd(body, err, errlen) < 0)
         return -1;
     return val_buckets(body, err, errlen);
 }

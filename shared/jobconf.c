@@ -70,8 +70,16 @@ _Static_assert(sizeof hook_kinds / sizeof hook_kinds[0] == sizeof hook_names / s
                "a kind for every hook name");
 static const char *const allreduce_only[] = {"allreduce_hook", NULL};
 /* --compress (issue 43): the gradients' type on the wire; "none" (fp32),
- * the default, first. More values come with later steps (powersgd). */
-static const char *const compress_names[] = {"none", "fp16", "bf16", NULL};
+ * the default, first; powersgd: PyTorch's PowerSGD (its state's keys below). */
+static const char *const compress_names[] = {"none", "fp16", "bf16", "powersgd", NULL};
+/* PowerSGD's two hooks (powerSGD_hook.py): layer-wise, or the whole bucket
+ * as one square matrix. */
+static const char *const powersgd_hooks[] = {"powerSGD_hook", "batched_powerSGD_hook", NULL};
+/* A PowerSGD state key: no default written (a configuration without
+ * PowerSGD stays as it was); psgd_conf_of reads PyTorch's defaults. */
+#define PSGD_INT(k, lo, hi) {.key = k, .type = JC_INT, .flags = JC_NODEF, .min = lo, .max = hi}
+#define PSGD_NUM(k, lo, hi) {.key = k, .type = JC_NUM, .flags = JC_NODEF, .min = lo, .max = hi}
+#define PSGD_BOOL(k) {.key = k, .type = JC_BOOL, .flags = JC_NODEF}
 /* HybridTrainer's rpc_pattern (trainer/hybrid.h): the seed's first, the default. */
 static const char *const rpc_patterns[] = {"seed", "psbench", NULL};
 /* The seed's DdpTrainer names the functions it is built from; psbench has
@@ -129,6 +137,17 @@ static const jc_key ddp_trainer_keys[] = {
     /* DDP's first bucket (its _DEFAULT_FIRST_BUCKET_BYTES, 1 MiB) */
     {.key = "first_bucket_mb", .type = JC_NUM, .flags = JC_MIB, .min = 0, .max = 1048576, .def = 1},
     ONE_OF("compress", 0, compress_names), /* allreduce_hook's buckets as PyTorch's fp16/bf16_compress_hook */
+    /* --compress powersgd: PowerSGDState's parameters, PyTorch's names
+     * (psgd_conf_of); the hook: powersgd_hook */
+    PSGD_INT("matrix_approximation_rank", 1, PSGD_MAX_RANK),
+    PSGD_INT("start_powerSGD_iter", 0, P2(53)),
+    PSGD_NUM("min_compression_rate", 0, 1e9),
+    PSGD_BOOL("use_error_feedback"),
+    PSGD_BOOL("warm_start"),
+    PSGD_NUM("orthogonalization_epsilon", 0, 1),
+    PSGD_INT("random_seed", 0, UINT32_MAX),
+    PSGD_INT("compression_stats_logging_frequency", 1, P2(53)),
+    {.key = "powersgd_hook", .type = JC_STR, .flags = JC_NODEF, .choices = powersgd_hooks},
     ONE_OF("hook_state", 0, hook_states),
     ONE_OF("iteration_step", 0, iteration_steps),
     ONE_OF("preprocess_data", 0, preprocessors),
@@ -165,6 +184,7 @@ static int jc_rules_dummy_data(const char *id, json_t *conf, char *err, size_t e
 static int jc_rules_dummy_model(const char *id, json_t *conf, char *err, size_t errlen);
 static int jc_rules_linear(const char *id, json_t *conf, char *err, size_t errlen);
 static int jc_rules_hybrid_model(const char *id, json_t *conf, char *err, size_t errlen);
+static int jc_rules_ddp_trainer(const char *id, json_t *conf, char *err, size_t errlen);
 
 static const jc_class jc_classes[] = {
     {"data", "DummyData", dummy_data_keys, jc_rules_dummy_data},
@@ -172,7 +192,7 @@ static const jc_class jc_classes[] = {
     {"model", "Synthetic", synthetic_keys, NULL}, /* its rules: modelconf_synthetic */
     {"model", "Linear", linear_keys, jc_rules_linear},
     {"model", "HybridModel", hybrid_model_keys, jc_rules_hybrid_model},
-    {"trainer", "DdpTrainer", ddp_trainer_keys, NULL},
+    {"trainer", "DdpTrainer", ddp_trainer_keys, jc_rules_ddp_trainer},
     {"trainer", "BatchUpdateTrainer", bu_trainer_keys, NULL},
     {"trainer", "HybridTrainer", hybrid_trainer_keys, NULL},
     {"server", "AverageParameterServer", no_keys, NULL},
@@ -509,6 +529,27 @@ const char *jobconf_key_name(const char *kind, const char *cls, size_t i)
 
 /* ---- rules between keys ------------------------------------------------------ */
 
+/* PowerSGDState's own check: error feedback and warm start keep state per
+ * bucket index, and DDP rebuilds its buckets after the first iteration
+ * (psbench too: ddp_buckets.h), so PowerSGD may start only from the
+ * third. Only where compress is powersgd: the keys are unused otherwise. */
+static int jc_rules_ddp_trainer(const char *id, json_t *conf, char *err, size_t errlen)
+{
+    json_t *cz = json_object_get(conf, "compress");
+    if (!json_is_string(cz) || strcmp(json_string_value(cz), "powersgd") != 0)
+        return 0;
+    psgd_conf p;
+    psgd_conf_of(conf, &p);
+    if ((p.error_feedback || p.warm_start) && p.start_iter <= 1) {
+        errbuf_set(err, errlen, "trainer \"%s\": \"start_powerSGD_iter\" must be > 1 with %s on, got %llu "
+                   "(PyTorch's PowerSGDState: DDP rebuilds its buckets after the first iteration, and that state "
+                   "is kept per bucket)", id, p.error_feedback ? "use_error_feedback" : "warm_start",
+                   (unsigned long long)p.start_iter);
+        return -1;
+    }
+    return 0;
+}
+
 /* trainer/data.c's limits: sample_count x sample_length values at most,
  * and some index values left after the sparsity. */
 #define JC_DATA_MAX_ELEMS ((uint64_t)1 << 34)
@@ -666,6 +707,50 @@ static void modelconf_dummy(json_t *conf, modelconf *m)
     m->dummy.dense_output_size = jobconf_u64(conf, "dense_output_size");
     m->dummy.dense_layers_count = (uint32_t)jobconf_u64(conf, "dense_layers_count");
     m->dummy.sparse = jobconf_flag(conf, "sparse");
+}
+
+/* ---- PowerSGD ------------------------------------------------------------------ */
+
+void psgd_conf_default(psgd_conf *p)
+{
+    *p = (psgd_conf){.rank = 1, .start_iter = 1000, .min_compression_rate = 2, .error_feedback = true,
+                     .warm_start = true, .epsilon = 0, .random_seed = 0, .stats_every = 10000, .batched = false};
+}
+
+void psgd_conf_of(json_t *conf, psgd_conf *p)
+{
+    psgd_conf_default(p);
+    json_t *v;
+    if ((v = json_object_get(conf, "matrix_approximation_rank")))
+        p->rank = (uint32_t)json_integer_value(v);
+    if ((v = json_object_get(conf, "start_powerSGD_iter")))
+        p->start_iter = (uint64_t)json_integer_value(v);
+    if ((v = json_object_get(conf, "min_compression_rate")))
+        p->min_compression_rate = json_number_value(v);
+    if ((v = json_object_get(conf, "use_error_feedback")))
+        p->error_feedback = json_is_true(v);
+    if ((v = json_object_get(conf, "warm_start")))
+        p->warm_start = json_is_true(v);
+    if ((v = json_object_get(conf, "orthogonalization_epsilon")))
+        p->epsilon = json_number_value(v);
+    if ((v = json_object_get(conf, "random_seed")))
+        p->random_seed = (uint64_t)json_integer_value(v);
+    if ((v = json_object_get(conf, "compression_stats_logging_frequency")))
+        p->stats_every = (uint64_t)json_integer_value(v);
+    if ((v = json_object_get(conf, "powersgd_hook")))
+        p->batched = strcmp(json_string_value(v), "batched_powerSGD_hook") == 0;
+}
+
+const char *psgd_hook_name(const psgd_conf *p) { return p->batched ? "batched_powerSGD_hook" : "powerSGD_hook"; }
+
+json_t *psgd_conf_json(const psgd_conf *p)
+{
+    return json_pack("{s:I, s:I, s:f, s:b, s:b, s:f, s:I, s:I, s:b, s:s}", "matrix_approximation_rank",
+                     (json_int_t)p->rank, "start_powerSGD_iter", (json_int_t)p->start_iter, "min_compression_rate",
+                     p->min_compression_rate, "use_error_feedback", p->error_feedback, "warm_start", p->warm_start,
+                     "orthogonalization_epsilon", p->epsilon, "random_seed", (json_int_t)p->random_seed,
+                     "compression_stats_logging_frequency", (json_int_t)p->stats_every,
+                     "batch_tensors_with_same_shape", 0, "hook", psgd_hook_name(p));
 }
 
 int hybrid_shape_check(uint64_t number_ps, uint64_t embedding_dim, char *err, size_t errlen)

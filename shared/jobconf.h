@@ -105,6 +105,44 @@ void modelconf_free(modelconf *m);
  * it. 0, or -1 with the reason. */
 int hybrid_shape_check(uint64_t number_ps, uint64_t embedding_dim, char *err, size_t errlen);
 
+/* ---- PowerSGD (--compress powersgd, issue 43) ---------------------------- */
+
+/* The largest matrix_approximation_rank taken (PyTorch has no bound; a
+ * rank above a matrix's smaller side is that side, as PyTorch's min). */
+#define PSGD_MAX_RANK 1024
+
+/* PowerSGDState's parameters (torch/distributed/algorithms/ddp_comm_hooks/
+ * powerSGD_hook.py), each under PyTorch's name as the DdpTrainer key, and
+ * which of its hooks runs. batch_tensors_with_same_shape is not one:
+ * psbench multiplies every matrix on its own, the same arithmetic as
+ * PyTorch's batched bmm (its default, false, is what results name). */
+typedef struct psgd_conf {
+    uint32_t rank;               /* matrix_approximation_rank (1) */
+    uint64_t start_iter;         /* start_powerSGD_iter (1000) */
+    double min_compression_rate; /* (2) */
+    bool error_feedback;         /* use_error_feedback (true) */
+    bool warm_start;             /* (true) */
+    double epsilon;              /* orthogonalization_epsilon (0) */
+    uint64_t random_seed;        /* (0) */
+    uint64_t stats_every;        /* compression_stats_logging_frequency (10000) */
+    bool batched;                /* powersgd_hook: batched_powerSGD_hook (else powerSGD_hook) */
+} psgd_conf;
+
+/* PyTorch's defaults. */
+void psgd_conf_default(psgd_conf *p);
+/* A trainer configuration's (jobconf_check passed), PyTorch's default
+ * where a key is absent. */
+void psgd_conf_of(json_t *trainer_conf, psgd_conf *p);
+/* {"matrix_approximation_rank", "start_powerSGD_iter",
+ * "min_compression_rate", "use_error_feedback", "warm_start",
+ * "orthogonalization_epsilon", "random_seed",
+ * "compression_stats_logging_frequency", "batch_tensors_with_same_shape"
+ * (false), "hook": "powerSGD_hook" | "batched_powerSGD_hook"}. New
+ * reference, NULL: memory. */
+json_t *psgd_conf_json(const psgd_conf *p);
+/* The hook's name PyTorch gives it. */
+const char *psgd_hook_name(const psgd_conf *p);
+
 /* ---- hooks ------------------------------------------------------------- */
 
 /* The trainer configuration's "ddp_hook" values (the seed's names; "rpc"

@@ -45,13 +45,15 @@ typedef struct rng {
 /* Streams in use. A batch-update trainer of rank R draws its inputs from
  * stream RNG_STREAM_INPUTS + R; embedding server S initializes its table
  * from RNG_STREAM_EMBEDDING + S; a HybridModel trainer of rank R draws its
- * batches from RNG_STREAM_HYBRID + R. */
+ * batches from RNG_STREAM_HYBRID + R; PowerSGD's random Q come from
+ * RNG_STREAM_POWERSGD (trainer/powersgd.h), the same on every trainer. */
 enum {
     RNG_STREAM_DATA = 1,
     RNG_STREAM_MODEL = 2,
     RNG_STREAM_INPUTS = 1000,
     RNG_STREAM_EMBEDDING = 2000,
     RNG_STREAM_HYBRID = 3000,
+    RNG_STREAM_POWERSGD = 4000,
 };
 
 void rng_seed(rng *r, uint64_t seed, uint64_t stream);

@@ -45,9 +45,21 @@
 #include "shared/half.h"
 #include "shared/metrics.h"
 #include "shared/shm.h"
+#include "shared/jobconf.h"
+
+#include <jansson.h>
 
 /* Bucket ids are 0..HOOK_MAX_BUCKETS-1. */
 #define HOOK_MAX_BUCKETS 4096
+
+/* One parameter's gradient in a dense bucket, as PyTorch's
+ * GradBucket.gradients() hands it to a hook: `offset` floats from the
+ * bucket's first, viewed as a rows x cols matrix, PyTorch's
+ * tensor.view(shape[0], -1) (a weight [out x in] is out x in, a bias [n]
+ * n x 1). What PowerSGD compresses layer by layer. */
+typedef struct hook_tensor {
+    uint64_t offset, rows, cols;
+} hook_tensor;
 
 typedef struct hook_bucket {
     uint32_t id;   /* 0.. in the order backward finishes them */
@@ -62,6 +74,13 @@ typedef struct hook_bucket {
     float *data;
     devf32 device_data;
     uint64_t count;
+    /* dense: its parameters' gradients, ntensors of them in memory order
+     * (they tile the count floats); set with the layout */
+    const hook_tensor *tensors;
+    uint32_t ntensors;
+    /* the last bucket of its layout (PyTorch's GradBucket.is_last()): the
+     * step's buckets are all handed over once it is */
+    bool last;
     /* sparse: a table of rows x cols; nnz (row index, row) pairs in, the
      * coalesced mean out (shared/sparse.h's layout: nnz int64 indices, then
      * the rows), owned by the bucket and grown by the hook */
@@ -108,6 +127,10 @@ typedef struct hook_ops {
     /* Memory dense buckets leave from without a copy (hook_send_memory).
      * May be NULL: none. */
     void *(*send_memory)(hook *h, size_t bytes);
+    /* What the hook adds to the pass report (results.json's trainer
+     * entry): a new object whose keys are merged into it, or NULL (nothing;
+     * may be NULL). Called by the training thread after the pass. */
+    json_t *(*report)(hook *h);
     void (*destroy)(hook *h);
 } hook_ops;
 
@@ -162,6 +185,10 @@ static inline void *hook_send_memory(hook *h, size_t bytes)
 {
     return h && h->ops->send_memory ? h->ops->send_memory(h, bytes) : NULL;
 }
+static inline json_t *hook_report(hook *h)
+{
+    return h && h->ops->report ? h->ops->report(h) : NULL;
+}
 static inline void hook_free(hook *h)
 {
     if (h)
@@ -198,6 +225,10 @@ typedef struct hook_setup {
     /* --compress: HALF_FP32 (none, the zero value), HALF_FP16 or HALF_BF16:
      * allreduce_hook's dense buckets as PyTorch's fp16/bf16_compress_hook */
     half_type compress;
+    /* --compress powersgd (compress then HALF_FP32): allreduce_hook as
+     * PyTorch's powerSGD_hook / batched_powerSGD_hook with this state's
+     * parameters (trainer/powersgd.h); NULL: none */
+    const psgd_conf *powersgd;
     metrics *m;
     /* The trainer's trace (NULL: none): rpc's comm thread records its
      * frames there (ttrace.h). */

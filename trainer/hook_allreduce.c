@@ -16,6 +16,10 @@
  *           by the group's size in it (half_to_*_div), allreduced in the
  *           narrow type (coll_allreduce_sum_half), cast back into the fp32
  *           bucket; half the bytes on the wire;
+ *           with --compress powersgd (Gloo groups, CPU buckets), as
+ *           PyTorch's powerSGD_hook / batched_powerSGD_hook (powersgd.h:
+ *           plain fp32 allreduces until start_powerSGD_iter, then low-rank
+ *           P and Q factors), its state reset between passes (hook_reset);
  *   sparse: as PyTorch's Gloo process group does a sparse allreduce: every
  *           member's nnz is gathered, then every member's indices and rows
  *           (one allgatherv of [indices | rows]), then the rows are coalesced
@@ -25,6 +29,7 @@
  * later wait returns its reason.
  */
 #include "trainer/hook_impl.h"
+#include "trainer/powersgd.h"
 #include "shared/clock.h"
 #include "shared/mean.h"
 #include "shared/sparse.h"
@@ -45,6 +50,8 @@ typedef struct ar_hook {
     uint32_t size;
     double timeout_s;
     half_type compress; /* HALF_FP32: none */
+    psgd_conf psgd_c;   /* --compress powersgd (psgd non-NULL) */
+    psgd *psgd;         /* the collective thread's; reset under mu */
     stats *m_dense, *m_sparse;
     pthread_t th;
     bool started;
@@ -70,6 +77,7 @@ typedef struct ar_hook {
     uint64_t narrow_cap;
     /* mu: bytes given to and got from the group */
     uint64_t bytes_in, bytes_out;
+    psgd_stats pstats; /* mu: the PowerSGD state's, after the last bucket */
 } ar_hook;
 
 /* Make *p hold need elements (never NULL after success, even for 0). */
@@ -106,8 +114,21 @@ static int ar_dense_narrow(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *o
     return 0;
 }
 
+/* PowerSGD's sums: the group's fp32 allreduce. */
+static int ar_psgd_sum(void *ctx, float *x, size_t n, char *err, size_t errlen)
+{
+    return coll_allreduce_sum_f32(((ar_hook *)ctx)->group, x, n, err, errlen);
+}
+
 static int ar_dense(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, char *err, size_t errlen)
 {
+    if (a->psgd) {
+        assert(devf32_is_none(b->device_data)); /* refused at hook_allreduce_new */
+        if (psgd_reduce(a->psgd, b, ar_psgd_sum, a, out, err, errlen) < 0)
+            return -1;
+        *in = *out;
+        return 0;
+    }
     if (a->compress != HALF_FP32)
         return ar_dense_narrow(a, b, in, out, err, errlen);
     *out = *in = b->count * 4;
@@ -208,6 +229,8 @@ static void *ar_main(void *arg)
         pthread_mutex_lock(&a->mu);
         a->bytes_in += in;
         a->bytes_out += out;
+        if (a->psgd)
+            psgd_get_stats(a->psgd, &a->pstats);
         if (rc < 0) {
             a->failed = true;
             snprintf(a->err, sizeof a->err, "%s", err);
@@ -268,6 +291,48 @@ static void ar_bytes(const hook *h, uint64_t *in, uint64_t *out)
     pthread_mutex_unlock(&a->mu);
 }
 
+/* Between passes: PyTorch's PowerSGDState is made with each DDP model, and
+ * a pass starts from a fresh model. The collective thread is idle (every
+ * bucket waited for); mu orders its last use before this. */
+static void ar_reset(hook *h)
+{
+    ar_hook *a = (ar_hook *)h;
+    pthread_mutex_lock(&a->mu);
+    if (a->psgd) {
+        psgd_reset(a->psgd);
+        psgd_get_stats(a->psgd, &a->pstats);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* With PowerSGD: {"compress": "powersgd", "comm_hook": PyTorch's hook,
+ * "powersgd": {its state's parameters, "plain_steps", "compressed_steps",
+ * "bytes_per_step" (the mean over the pass's steps of the bytes
+ * allreduced each way), "bytes_per_compressed_step" (null without one)}}. */
+static json_t *ar_report(hook *h)
+{
+    ar_hook *a = (ar_hook *)h;
+    if (!a->psgd)
+        return NULL;
+    pthread_mutex_lock(&a->mu);
+    psgd_stats st = a->pstats;
+    pthread_mutex_unlock(&a->mu);
+    json_t *p = psgd_conf_json(&a->psgd_c);
+    uint64_t steps = st.plain_steps + st.compressed_steps;
+    double per = steps ? (double)(st.plain_bytes + st.compressed_bytes) / (double)steps : 0;
+    json_t *pc = st.compressed_steps ? json_real((double)st.compressed_bytes / (double)st.compressed_steps)
+                                     : json_null();
+    if (!p || json_object_set_new(p, "plain_steps", json_integer((json_int_t)st.plain_steps)) < 0 ||
+        json_object_set_new(p, "compressed_steps", json_integer((json_int_t)st.compressed_steps)) < 0 ||
+        json_object_set_new(p, "bytes_per_step", steps ? json_real(per) : json_null()) < 0 ||
+        json_object_set_new(p, "bytes_per_compressed_step", pc) < 0) {
+        json_decref(p);
+        return NULL;
+    }
+    return json_pack("{s:s, s:s, s:o}", "compress", "powersgd", "comm_hook", psgd_hook_name(&a->psgd_c), "powersgd",
+                     p);
+}
+
 static void ar_destroy(hook *h)
 {
     ar_hook *a = (ar_hook *)h;
@@ -289,6 +354,7 @@ static void ar_destroy(hook *h)
     free(a->gather);
     free(a->slots);
     free(a->narrow);
+    psgd_free(a->psgd);
     free(a);
 }
 
@@ -296,13 +362,25 @@ static const hook_ops ar_ops = {
     .ready = ar_ready,
     .wait = ar_wait,
     .bytes = ar_bytes,
+    .reset = ar_reset,
+    .report = ar_report,
     .destroy = ar_destroy,
 };
 
-hook *hook_allreduce_new(const char *name, coll *group, half_type compress, double timeout_s, metrics *m,
-                         const char *dense_metric, const char *sparse_metric, char *err, size_t errlen)
+hook *hook_allreduce_new(const char *name, coll *group, half_type compress, const psgd_conf *powersgd,
+                         double timeout_s, metrics *m, const char *dense_metric, const char *sparse_metric, char *err,
+                         size_t errlen)
 {
     assert(compress == HALF_FP32 || compress == HALF_FP16 || compress == HALF_BF16);
+    assert(!powersgd || compress == HALF_FP32);
+    if (powersgd && coll_on_device(group)) {
+        snprintf(err, errlen,
+                 "--compress powersgd: %s on %s does not compress yet; PowerSGD runs on gloo "
+                 "(--backend gloo, CPU trainers) or not at all (--compress none)",
+                 name, coll_backend(group));
+        coll_free(group);
+        return NULL;
+    }
     if (compress != HALF_FP32 && (!coll_has_half(group) || coll_on_device(group))) {
         snprintf(err, errlen,
                  "--compress %s: %s on %s does not compress yet; allreduce_hook compresses on gloo "
@@ -323,6 +401,16 @@ hook *hook_allreduce_new(const char *name, coll *group, half_type compress, doub
     a->group = group;
     a->compress = compress;
     a->size = coll_size(group);
+    if (powersgd) {
+        a->psgd_c = *powersgd;
+        if (!(a->psgd = psgd_new(powersgd, a->size))) {
+            coll_free(group);
+            free(a);
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        psgd_get_stats(a->psgd, &a->pstats);
+    }
     a->timeout_s = timeout_s;
     a->m_dense = dense_metric ? metrics_get(m, dense_metric) : NULL;
     a->m_sparse = sparse_metric ? metrics_get(m, sparse_metric) : NULL;

@@ -20,9 +20,13 @@ hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool spars
  * with the hook). Metric names: "<dense_metric>" and "<sparse_metric>" (NULL:
  * the hook gets no bucket of that kind). compress: HALF_FP32 (none), or
  * HALF_FP16 / HALF_BF16: dense buckets as PyTorch's fp16_compress_hook /
- * bf16_compress_hook (refused on a group without narrow sums: NCCL's). */
-hook *hook_allreduce_new(const char *name, coll *group, half_type compress, double timeout_s, metrics *m,
-                         const char *dense_metric, const char *sparse_metric, char *err, size_t errlen);
+ * bf16_compress_hook (refused on a group without narrow sums: NCCL's).
+ * powersgd (compress HALF_FP32; NULL: none): dense buckets as PyTorch's
+ * powerSGD_hook / batched_powerSGD_hook (powersgd.h; refused on a group on
+ * a device). */
+hook *hook_allreduce_new(const char *name, coll *group, half_type compress, const psgd_conf *powersgd,
+                         double timeout_s, metrics *m, const char *dense_metric, const char *sparse_metric, char *err,
+                         size_t errlen);
 
 /* Sparse buckets to `sparse`, dense ones to `dense` (both taken over). */
 hook *hook_split_new(const char *name, hook *sparse, hook *dense, char *err, size_t errlen);

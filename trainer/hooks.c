@@ -62,8 +62,8 @@ static hook *hooks_allreduce(const hook_setup *s, const char *name, const char *
         snprintf(sm, sizeof sm, "hook_future_metric,%s_sparse_allreduce", backend);
     /* Dense buckets only: PyTorch's compress hooks take a bucket's flat
      * dense buffer; sparse ones stay fp32. */
-    return hook_allreduce_new(name, g, dense ? s->compress : HALF_FP32, s->rpc_timeout_s, s->m, dense ? dm : NULL,
-                              sparse ? sm : NULL, err, errlen);
+    return hook_allreduce_new(name, g, dense ? s->compress : HALF_FP32, dense ? s->powersgd : NULL, s->rpc_timeout_s,
+                              s->m, dense ? dm : NULL, sparse ? sm : NULL, err, errlen);
 }
 
 hook *hooks_new(const hook_setup *s, char *err, size_t errlen)
@@ -73,6 +73,10 @@ hook *hooks_new(const hook_setup *s, char *err, size_t errlen)
         /* The master refuses it first (config_check.c); a job from elsewhere too. */
         snprintf(err, errlen, "--compress %s: %s does not compress yet (allreduce_hook does)",
                  half_type_name(s->compress), name);
+        return NULL;
+    }
+    if (s->powersgd && strcmp(name, "allreduce_hook") != 0) {
+        snprintf(err, errlen, "--compress powersgd: %s does not compress yet (allreduce_hook does)", name);
         return NULL;
     }
     if (strcmp(name, "rpc_hook") == 0 || strcmp(name, "rpc") == 0)

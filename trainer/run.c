@@ -37,7 +37,9 @@ typedef struct run_job {
     char servers[16384]; /* "HOST:PORT,..." ("" with no servers) */
     char hook[64];
     char backend[16];
-    half_type compress;  /* the trainer configuration's compress: HALF_FP32 for none */
+    half_type compress;  /* the trainer configuration's compress: HALF_FP32 for none and powersgd */
+    bool powersgd;       /* compress powersgd: allreduce_hook as PyTorch's PowerSGD hooks */
+    psgd_conf psgd;      /* ... with its state's parameters (the configuration's keys) */
     device_spec device;  /* this trainer's device: --device, placed (compute_place) */
     device_spec compute; /* what its compute layer runs on: device, or PSBENCH_TRAINER_COMPUTE's */
     modelconf model;
@@ -97,7 +99,10 @@ static int run_parse_job(json_t *a, run_job *j, char *err, size_t errlen)
     /* DdpTrainer's (jobconf_check_entry wrote its default, none); other
      * classes have none. */
     const char *cz = json_object_get(tc, "compress") ? jobconf_str(tc, "compress") : "none";
-    int ct = strcmp(cz, "none") == 0 ? HALF_FP32 : half_type_parse(cz);
+    j->powersgd = strcmp(cz, "powersgd") == 0;
+    if (j->powersgd)
+        psgd_conf_of(tc, &j->psgd);
+    int ct = strcmp(cz, "none") == 0 || j->powersgd ? HALF_FP32 : half_type_parse(cz);
     assert(ct == HALF_FP32 || ct == HALF_FP16 || ct == HALF_BF16); /* the schema's choices */
     j->compress = (half_type)ct;
     return modelconf_from_entry(json_object_get(a, "model"), &j->model, err, errlen);
@@ -214,6 +219,7 @@ static hook *run_hook(mlink *l, const trainer_run_opts *o, const run_job *j, con
         .store_prefix = "psbench",
         .coll_host = o->coll_host ? o->coll_host : here[0] ? here : NULL,
         .compress = j->compress,
+        .powersgd = j->powersgd ? &j->psgd : NULL,
         .m = l->m,
         .trace = l->trace,
     };

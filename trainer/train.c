@@ -52,6 +52,7 @@ typedef struct train_layout {
     hook_bucket **all;   /* every bucket, for hook_wait */
     uint32_t nbuckets;
     uint32_t *bucket_of; /* parameter -> bucket */
+    hook_tensor *tensors; /* every dense bucket's, by parameter index (hook_bucket.tensors) */
     uint32_t launched;   /* during a step: buckets 0..launched-1 are ready (staged: their copies enqueued) */
     uint32_t handed;     /* ... and 0..handed-1 handed to the hook */
 } train_layout;
@@ -112,8 +113,9 @@ static int train_make_layout(train *t, train_layout *L, const char *what, bool a
     L->ascending = ascending;
     L->buckets = calloc(d->nbuckets ? d->nbuckets : 1, sizeof *L->buckets);
     L->bucket_of = calloc(np, sizeof *L->bucket_of);
+    L->tensors = calloc(np ? np : 1, sizeof *L->tensors);
     L->all = calloc(d->nbuckets ? d->nbuckets : 1, sizeof *L->all);
-    if (!L->buckets || !L->bucket_of || !L->all) {
+    if (!L->buckets || !L->bucket_of || !L->tensors || !L->all) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -159,7 +161,17 @@ static int train_make_layout(train *t, train_layout *L, const char *what, bool a
             tb->hb.count = phi->offset + phi->size - plo->offset;
             tb->hb.data = grads ? grads + plo->offset : NULL;
             twin = tb->hb.count;
+            /* Its gradients as PyTorch's bucket.gradients() views them
+             * (rows x cols: shape[0] x the rest; a bias is n x 1). */
+            for (uint32_t i = lo; i <= hi; i++) {
+                const model_param_info *pi = model_param(t->model, i);
+                L->tensors[i] = (hook_tensor){.offset = pi->offset - plo->offset, .rows = pi->shape[0],
+                                              .cols = pi->ndim == 1 ? 1 : pi->shape[1]};
+            }
+            tb->hb.tensors = &L->tensors[lo];
+            tb->hb.ntensors = hi - lo + 1;
         }
+        tb->hb.last = k + 1 == d->nbuckets;
         if (t->staged)
             tb->twin_n = twin;
         L->all[k] = &tb->hb;
@@ -332,6 +344,7 @@ static void train_layout_free(train *t, train_layout *L)
     free(L->buckets);
     free(L->all);
     free(L->bucket_of);
+    free(L->tensors);
 }
 
 void train_free(train *t)

@@ -38,6 +38,11 @@ static int dummy_pass(workload *w, uint64_t batches, workload_tick_fn tick, void
     else
         snprintf(comm_hook, sizeof comm_hook, "%s_compress_hook", compress);
     *extra = b ? json_pack("{s:o, s:s, s:s}", "buckets", b, "compress", compress, "comm_hook", comm_hook) : NULL;
+    /* The hook's own (PowerSGD: compress, comm_hook and its figures) over it. */
+    json_t *own = hook_report(w->h);
+    if (*extra && own)
+        json_object_update(*extra, own);
+    json_decref(own);
     return 0;
 }
 
