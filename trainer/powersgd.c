@@ -94,6 +94,15 @@ void psgd_free(psgd *s)
 
 void psgd_get_stats(const psgd *s, psgd_stats *o) { *o = s->st; }
 
+const float *psgd_error(const psgd *s, uint32_t id, uint64_t *n)
+{
+    const psgd_bucket *b = id < HOOK_MAX_BUCKETS ? s->buckets[id] : NULL;
+    if (!b || !b->error || !b->have_error)
+        return NULL;
+    *n = b->n;
+    return b->error;
+}
+
 /* ---- the math ---------------------------------------------------------------- */
 
 bool psgd_should_compress(uint64_t rows, uint64_t cols, uint32_t r, double min_compression_rate)

@@ -99,6 +99,9 @@ bool psgd_should_compress(uint64_t rows, uint64_t cols, uint32_t r, double min_c
  * PyTorch: the reason for orthogonalization_epsilon), then its projection
  * taken from every later column. */
 void psgd_orthogonalize(float *m, uint64_t rows, uint32_t cols, float epsilon);
+/* Bucket id's error held for its next step (n floats; batched: side^2),
+ * NULL where it has none (no error feedback, not compressed yet). */
+const float *psgd_error(const psgd *s, uint32_t id, uint64_t *n);
 /* batched_powerSGD_hook's side: ceil(sqrt(count)). */
 uint64_t psgd_side(uint64_t count);
 /* The floats a compressed step of bucket b allreduces (P, Q and the

@@ -9,7 +9,10 @@
  * The fp16/bf16 allreduce of --compress (coll_allreduce_sum_half): with 2
  * members each element is the narrow sum half.h's scalar functions give
  * (one add in float, rounded once), bit-identical on every member with 3;
- * NCCL's fake stand-in refuses it and stays usable.
+ * NCCL's fake stand-in refuses it and stays usable. PowerSGD
+ * (trainer/powersgd.c over coll_allreduce_sum_f32, --compress powersgd):
+ * members with different gradients end every step, plain or compressed,
+ * layer-wise or batched, with the same bits, the plain steps' the mean.
  *
  * Children report through files in the store directory and exit codes;
  * the parent reaps (or kills and reaps) every child on every path before
@@ -36,7 +39,9 @@
 #include <unistd.h>
 
 #include "shared/half.h"
+#include "shared/mean.h"
 #include "trainer/coll.h"
+#include "trainer/powersgd.h"
 
 #ifdef PSBENCH_HAVE_NCCL
 #include "shared/gpu/cudaload.h"
@@ -751,6 +756,118 @@ static void run_half(const char *backend, uint32_t n)
     assert_int_equal(differ, 0);
 }
 
+/* ---- PowerSGD over the group (--compress powersgd) ------------------------ */
+
+/* A bucket like a DummyModel's: a 40 x 30 weight, its 40 bias, a 30 x 20
+ * weight (layer-wise: the weights factored at rank 3, the bias not). */
+#define PSGD_N (40 * 30 + 40 + 30 * 20)
+static const hook_tensor psgd_tensors[3] = {
+    {.offset = 0, .rows = 40, .cols = 30}, {.offset = 1200, .rows = 40, .cols = 1}, {.offset = 1240, .rows = 30, .cols = 20}};
+
+static int psgd_member_sum(void *ctx, float *x, size_t n, char *err, size_t errlen)
+{
+    return coll_allreduce_sum_f32(ctx, x, n, err, errlen);
+}
+
+static int member_powersgd(const member *m)
+{
+    char err[512] = "";
+    file_store fs = m->fs;
+    coll *c = member_join(m, &fs, err, sizeof err);
+    if (!c)
+        return member_fail(m, 2, "join: %s", err);
+    int rc = 0;
+    static float x[PSGD_N], mean[PSGD_N];
+    for (int batched = 0; batched < 2 && rc == 0; batched++) {
+        psgd_conf pc;
+        psgd_conf_default(&pc);
+        pc.rank = 3;
+        pc.start_iter = 2;
+        pc.batched = batched;
+        psgd *s = psgd_new(&pc, m->size);
+        if (!s) {
+            rc = member_fail(m, 3, "out of memory");
+            break;
+        }
+        for (uint32_t step = 0; step < 5 && rc == 0; step++) {
+            /* every member's own gradient, another each step */
+            for (size_t i = 0; i < PSGD_N; i++) {
+                x[i] = noise(m->rank, i + 7 * step);
+                double sum = 0;
+                for (uint32_t r = 0; r < m->size; r++)
+                    sum += noise(r, i + 7 * step);
+                mean[i] = (float)sum;
+            }
+            hook_bucket b = {.id = 0, .data = x, .count = PSGD_N, .tensors = psgd_tensors, .ntensors = 3,
+                             .last = true};
+            uint64_t bytes = 0;
+            if (psgd_reduce(s, &b, psgd_member_sum, c, &bytes, err, sizeof err) < 0) {
+                rc = member_fail(m, 4, "powersgd step %u: %s", step, err);
+                break;
+            }
+            uint64_t want = step < 2 ? PSGD_N : psgd_compressed_floats(&pc, &b);
+            if (bytes != want * 4) {
+                rc = member_fail(m, 5, "step %u: %llu bytes, want %llu", step, (unsigned long long)bytes,
+                                 (unsigned long long)want * 4);
+                break;
+            }
+            for (size_t i = 0; i < PSGD_N && rc == 0; i++) {
+                /* plain: the mean, up to the sum's order; compressed: finite */
+                if (!isfinite(x[i]) ||
+                    (step < 2 && fabs((double)x[i] - (double)mean[i] * mean_scale(m->size)) > 1e-5 * fabs(mean[i]) + 1e-6))
+                    rc = member_fail(m, 6, "step %u [%zu]: %g (sum %g)", step, i, x[i], mean[i]);
+            }
+            char name[32];
+            snprintf(name, sizeof name, "psgd%d.%u", batched, step);
+            report(m->fs.dir, name, m->rank, x, sizeof x);
+        }
+        psgd_free(s);
+    }
+    coll_free(c);
+    return rc;
+}
+
+static void run_powersgd(uint32_t n)
+{
+    char dir[256];
+    int bad = 0;
+    int overran = run_members(dir, sizeof dir, "gloo", "job7/psgd", member_powersgd, n, &bad);
+    int differ = 0, missing = 0, same_as_input = 0;
+    for (int batched = 0; batched < 2; batched++)
+        for (uint32_t step = 0; step < 5; step++) {
+            char name[32];
+            snprintf(name, sizeof name, "psgd%d.%u", batched, step);
+            size_t len0 = 0, len = 0;
+            char *first = read_report(dir, name, 0, &len0);
+            missing += !first || len0 != PSGD_N * sizeof(float);
+            for (uint32_t r = 1; first && r < n; r++) {
+                char *o = read_report(dir, name, r, &len);
+                differ += !o || len != len0 || memcmp(o, first, len0) != 0;
+                free(o);
+            }
+            /* a compressed step changed the weights (low rank of noise) */
+            if (first && step >= 2 && len0 == PSGD_N * sizeof(float) && n == 1) {
+                float v;
+                memcpy(&v, first, sizeof v);
+                same_as_input += v == noise(0, 7 * step);
+            }
+            free(first);
+        }
+    rm_rf(dir);
+    assert_int_equal(overran, 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(missing, 0);
+    assert_int_equal(differ, 0);
+    assert_int_equal(same_as_input, 0);
+}
+
+static void test_gloo_powersgd(void **state)
+{
+    (void)state;
+    run_powersgd(1);
+    run_powersgd(3);
+}
+
 static void test_gloo_half(void **state)
 {
     (void)state;
@@ -1304,6 +1421,7 @@ int main(void)
         cmocka_unit_test(test_gloo_killed_before),
         cmocka_unit_test(test_gloo_killed_during),
         cmocka_unit_test(test_gloo_silent_peer),
+        cmocka_unit_test(test_gloo_powersgd),
         cmocka_unit_test(test_nccl),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
