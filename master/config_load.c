@@ -117,7 +117,7 @@ static int load_entry(const char *what, const char *path, const char *id, const 
  * defaults written), the file named in front of the reason. */
 static int load_check(const char *kind, const char *path, config_entry *e, char *err, size_t errlen)
 {
-    char why[400];
+    char why[1024];
     if (jobconf_check(kind, e->cls, e->id, e->conf, why, sizeof why) == 0)
         return 0;
     errbuf_set(err, errlen, "%s: %s", path, why);
@@ -296,9 +296,9 @@ static int load_set_flags(run_config *c, char *err, size_t errlen)
         json_object_foreach(keys, key, v) {
             char *val = json_is_string(v) ? strdup(json_string_value(v))
                                           : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
-            char why[640] = "";
+            char why[1024] = "";
             if (known && !jobconf_class_takes(kind, e->cls, key)) {
-                char list[400] = "";
+                char list[700] = "";
                 const char *k;
                 for (size_t j = 0; (k = jobconf_key_name(kind, e->cls, j)) != NULL; j++) {
                     size_t n = strlen(list);
@@ -351,7 +351,7 @@ static int load_trainer_key_flags(run_config *c, bool after_checks, char *err, s
             continue;
         char *val = json_is_string(v) ? strdup(json_string_value(v))
                                       : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
-        char list[400] = "";
+        char list[700] = "";
         const char *k;
         for (size_t j = 0; (k = jobconf_key_name("trainer", tr->cls, j)) != NULL; j++) {
             size_t n = strlen(list);

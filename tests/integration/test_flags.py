@@ -109,8 +109,11 @@ class FlagTests(psb.PsbTestCase):
              "(0, 3.40282346638529e+38], got \"fast\" (a string)\n"),
             (["--set", "trainer.speed=1"],
              "--set trainer.speed=1: trainer 'DdpRpcTrainer' (DdpTrainer) has no \"speed\" (it takes ddp_hook, "
-             "lr, momentum, bucket_cap_mb, first_bucket_mb, compress, hook_state, iteration_step, preprocess_data, "
-             "create_criterion, create_ddp_model, create_optimizer)\n"),
+             "lr, momentum, bucket_cap_mb, first_bucket_mb, compress, matrix_approximation_rank, "
+             "start_powerSGD_iter, min_compression_rate, use_error_feedback, warm_start, "
+             "orthogonalization_epsilon, random_seed, compression_stats_logging_frequency, powersgd_hook, "
+             "hook_state, iteration_step, preprocess_data, create_criterion, create_ddp_model, "
+             "create_optimizer)\n"),
             (["--set", "data.sparsity_percentage=100"],
              "--set data.sparsity_percentage=100: data 'DummyData' (DummyData): \"sparsity_percentage\" must be "
              "a whole number in 0..99, got 100\n"),
