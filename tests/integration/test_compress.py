@@ -1,5 +1,6 @@
-"""--compress fp16|bf16 with allreduce_hook (issue 43, its first step):
-PyTorch's fp16_compress_hook and bf16_compress_hook over Gloo.
+"""--compress fp16|bf16|powersgd with allreduce_hook (issue 43): PyTorch's
+fp16_compress_hook, bf16_compress_hook, powerSGD_hook and
+batched_powerSGD_hook over Gloo.
 
 - Two CPU trainers, pure DDP (--nserver 0), a dense DummyModel, by hand
   (each trainer writes --params-out): none, fp16 and bf16 runs complete;
@@ -17,6 +18,20 @@ PyTorch's fp16_compress_hook and bf16_compress_hook over Gloo.
 - Refusals, one line, exit 2: --compress fp16 with rpc_hook, with
   sparse_rpc_hook, with the Synthetic model, with CUDA trainers on NCCL;
   an unknown value.
+- PowerSGD (--compress powersgd:4 --powersgd-start-iter 2): both trainers
+  bit-identical; the loss finite and within 2% of fp32's, the parameters
+  within a relative distance of 0.01 of fp32's (0.002 here) and not equal
+  to them;
+  results name the state (PyTorch's names) and the hook; the headline's
+  bytes per step are the predicted mean over the pass's steps (2 plain
+  fp32 steps, then P + Q + the uncompressed tensors, from the rebuilt
+  buckets' parameters and shapes), below fp32's; batched_powerSGD_hook
+  likewise (2 side r floats a bucket); a run no longer than
+  start_powerSGD_iter (PyTorch's 1000) never compresses: a one-line
+  warning, and the parameters are fp32's bit for bit (plain steps are
+  allreduce_hook's arithmetic). Refusals: rpc_hook (why it is not built),
+  sparse_rpc_hook, Synthetic, CUDA trainers, start_powerSGD_iter 1 with
+  error feedback (PyTorch's rule), a :RANK after another value.
 
 The per-element arithmetic (cast, divide, the narrow sums' rounding) is
 unit-tested against half.c's reference (unit_half); this suite checks the
@@ -50,13 +65,16 @@ class Compress(psb.PsbTestCase):
             json.dump(MODELS, f)
         self.master_kw = dict(linger=None, rpc_timeout=30, model_config=self.models)
 
-    def compress_job(self, compress, tag):
-        """A 2-trainer allreduce_hook job with --compress `compress`, its
-        trainers started by hand: (results.json, each trainer's final
-        parameters as an array of floats)."""
+    def compress_job(self, compress, tag, *extra, master_out=None):
+        """A 2-trainer allreduce_hook job with --compress `compress` (and
+        `extra` flags), its trainers started by hand: (results.json, each
+        trainer's final parameters as an array of floats). master_out: a
+        list the master process is appended to."""
         out = os.path.join(self.reg.workdir, "out-" + tag)
         m = self.master("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0", "--ntrainer", "2",
-                        "--epochs", "2", "--batch-size", "5", "--compress", compress, out=out)
+                        "--epochs", "2", "--batch-size", "5", "--compress", compress, *extra, out=out)
+        if master_out is not None:
+            master_out.append(m)
         paths = []
         for r in range(2):
             p = os.path.join(self.reg.workdir, "params-%s-%d.bin" % (tag, r))
@@ -125,6 +143,106 @@ class Compress(psb.PsbTestCase):
             self.assertEqual({t["comm_hook"] for t in res["trainers"]}, {"bf16_compress_hook"}, device)
             digests[device] = got.pop()
         self.assertEqual(digests["fake-cuda"], digests["cpu"])
+
+    # -- PowerSGD ---------------------------------------------------------------
+
+    # Tiny's parameters: rows x cols as PyTorch's tensor.view(shape[0], -1)
+    SHAPES = {"embedding.weight": (128, 32), "dense.0.weight": (128, 32), "dense.0.bias": (128, 1)}
+
+    @classmethod
+    def psgd_floats(cls, bucket, rank, batched):
+        """The floats a compressed step allreduces for one bucket: per
+        tensor P + Q where PyTorch's _should_compress says so (min rate 2),
+        the tensor itself otherwise; batched: 2 side r."""
+        if batched:
+            side = math.isqrt(bucket["floats"] - 1) + 1
+            return 2 * side * min(side, rank)
+        n = 0
+        for p in bucket["parameters"]:
+            rows, cols = cls.SHAPES[p]
+            r = min(rows, cols, rank)
+            n += (rows + cols) * r if (rows + cols) * r * 2 < rows * cols else rows * cols
+        return n
+
+    def check_powersgd(self, res, params, rank, start, batched):
+        """Both trainers identical and what results.json says of the run."""
+        self.assertEqual(res["phase"], "done")
+        hook = "batched_powerSGD_hook" if batched else "powerSGD_hook"
+        resolved = res["configuration"]["resolved"]
+        self.assertEqual(resolved["compress"], "powersgd")
+        state = {"matrix_approximation_rank": rank, "start_powerSGD_iter": start, "min_compression_rate": 2.0,
+                 "use_error_feedback": True, "warm_start": True, "orthogonalization_epsilon": 0.0,
+                 "random_seed": 0, "compression_stats_logging_frequency": 10000,
+                 "batch_tensors_with_same_shape": False, "hook": hook}
+        self.assertEqual(resolved["powersgd"], state)
+        self.assertEqual(params[0].tobytes(), params[1].tobytes(), "the trainers differ")
+        rows = res["headline"]["trainers"]
+        for r, t in zip(rows, res["trainers"]):
+            self.assertEqual(t["compress"], "powersgd")
+            self.assertEqual(t["comm_hook"], hook)
+            ps = t["powersgd"]
+            self.assertEqual({k: ps[k] for k in state}, state)
+            steps = ps["plain_steps"] + ps["compressed_steps"]
+            self.assertEqual(ps["plain_steps"], min(start, steps))
+            floats = sum(b["floats"] for b in t["buckets"]["rebuilt"])
+            per = 4 * sum(self.psgd_floats(b, rank, batched) for b in t["buckets"]["rebuilt"])
+            if ps["compressed_steps"]:
+                self.assertEqual(ps["bytes_per_compressed_step"], per)
+            else:
+                self.assertIsNone(ps["bytes_per_compressed_step"])
+            want = (ps["plain_steps"] * 4 * floats + ps["compressed_steps"] * per) / steps
+            self.assertAlmostEqual(ps["bytes_per_step"], want, places=6)
+            self.assertAlmostEqual(r["bytes_per_step"], want, places=6)
+            for loss in t["loss_per_epoch"]:
+                self.assertTrue(math.isfinite(loss), t["loss_per_epoch"])
+        return rows[-1]["bytes_per_step"]
+
+    def test_powersgd(self):
+        none, fp32 = self.compress_job("none", "psgd-none")
+        res, params = self.compress_job("powersgd:4", "psgd4", "--powersgd-start-iter", "2")
+        self.assertEqual(res["configuration"]["compress"], "powersgd:4")  # the flag's echo
+        got = self.check_powersgd(res, params, 4, 2, False)
+        self.assertLess(got, none["headline"]["trainers"][-1]["bytes_per_step"])
+        t = res["trainers"][0]
+        self.assertEqual(t["powersgd"]["plain_steps"], 2)
+        self.assertGreater(t["powersgd"]["compressed_steps"], 0)
+        # Low-rank gradients, error feedback: close to fp32's training,
+        # not the same.
+        self.assertNotEqual(params[0].tobytes(), fp32[0].tobytes())
+        d = self.compress_distance(params[0], fp32[0])
+        self.assertLess(d, 0.01, "relative distance %g from fp32's" % d)
+        for a, b in zip(t["loss_per_epoch"], none["trainers"][0]["loss_per_epoch"]):
+            self.assertLess(abs(a - b), 0.02 * abs(b), (t["loss_per_epoch"], none["trainers"][0]["loss_per_epoch"]))
+        # batched_powerSGD_hook: every bucket one square, padded
+        res, params = self.compress_job("powersgd:2", "psgd-b", "--powersgd-start-iter", "3", "--powersgd-batched")
+        self.check_powersgd(res, params, 2, 3, True)
+        # PyTorch's default start: 1000 plain steps, longer than the run:
+        # said once, and fp32's arithmetic bit for bit.
+        masters = []
+        res, params = self.compress_job("powersgd", "psgd-never", master_out=masters)
+        self.check_powersgd(res, params, 1, 1000, False)
+        self.assertEqual(params[0].tobytes(), fp32[0].tobytes())
+        warn = [ln for ln in masters[0].stderr().splitlines() if "start_powerSGD_iter" in ln]
+        self.assertEqual(len(warn), 1, masters[0].stderr())
+        self.assertIn("--compress powersgd: start_powerSGD_iter 1000 >= the run's ", warn[0])
+        self.assertIn("steps: it never compresses", warn[0])
+
+    def test_powersgd_refusals(self):
+        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "rpc_hook", "--compress", "powersgd")
+        self.assertIn("--compress powersgd: PowerSGD through the parameter servers is not built: ", line)
+        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "sparse_rpc_hook", "--compress", "powersgd:2")
+        self.assertIn("--compress powersgd: only allreduce_hook runs PowerSGD", line)
+        line = self.compress_refusal("--model", "Syn", "--compress", "powersgd")
+        self.assertIn("(Synthetic) pushes fp32 buckets to the servers and has no tensors to factor", line)
+        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
+                                     "--ntrainer", "0", "--ncudatrainer", "2", "--backend", "gloo",
+                                     "--compress", "powersgd")
+        self.assertIn("--compress powersgd: CUDA trainers are not supported yet", line)
+        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
+                                     "--compress", "powersgd", "--powersgd-start-iter", "1")
+        self.assertIn("\"start_powerSGD_iter\" must be > 1 with use_error_feedback on, got 1", line)
+        line = self.compress_refusal("--model", "Tiny", "--compress", "bf16:4")
+        self.assertIn("only powersgd takes a :RANK", line)
 
     # -- refusals ---------------------------------------------------------------
 
