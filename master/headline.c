@@ -54,9 +54,10 @@ static double hl_mean(const snap_stat *st, size_t n, int64_t rank, const char *m
 static json_t *hl_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 /* The gradient bytes trainer r hands its hook per step. With --compress
- * powersgd, what its hook allreduced, the mean over the timed pass's steps
- * (plain fp32 ones until start_powerSGD_iter, then P, Q and the
- * uncompressed tensors): the factors' size is no bucket's. Else its rebuilt
+ * powersgd, for its dense buckets what its hook allreduced, the mean over
+ * the timed pass's steps (plain fp32 ones until start_powerSGD_iter, then
+ * P, Q and the uncompressed tensors): the factors' size is no bucket's;
+ * a sparse bucket (fp32) counts as below. Otherwise its rebuilt
  * buckets' floats as its timed pass reported them, each of its bucket's
  * element_bytes on the wire (2 with --compress fp16|bf16; 4 where a report
  * has none); -1 if not known (no report yet, a workload without DDP
@@ -64,18 +65,17 @@ static json_t *hl_num(double v) { return isfinite(v) ? json_real(v) : json_null(
 static double hl_gradient_bytes(const master *m, uint32_t r)
 {
     const node *t = m->trainers[r];
-    json_t *pz = t && t->timed_result ? json_object_get(json_object_get(t->timed_result, "powersgd"), "bytes_per_step")
-                                      : NULL;
-    if (json_is_number(pz))
-        return json_number_value(pz);
     json_t *b = t && t->timed_result ? json_object_get(json_object_get(t->timed_result, "buckets"), "rebuilt")
                                      : NULL;
     if (!json_is_array(b) || json_array_size(b) == 0)
         return -1;
-    double bytes = 0;
+    json_t *pz = json_object_get(json_object_get(t->timed_result, "powersgd"), "bytes_per_step");
+    double bytes = json_is_number(pz) ? json_number_value(pz) : 0;
     size_t i;
     json_t *k;
     json_array_foreach(b, i, k) {
+        if (json_is_number(pz) && !json_is_true(json_object_get(k, "sparse")))
+            continue; /* PowerSGD's dense buckets: counted in its bytes */
         json_t *eb = json_object_get(k, "element_bytes");
         bytes += (double)json_integer_value(json_object_get(k, "floats")) *
                  (json_is_integer(eb) ? (double)json_integer_value(eb) : 4.0);

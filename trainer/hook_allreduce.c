@@ -225,6 +225,8 @@ static void *ar_main(void *arg)
         pthread_mutex_unlock(&a->mu);
         uint64_t in = 0, out = 0;
         int rc = b->sparse ? ar_sparse(a, b, &in, &out, err, sizeof err) : ar_dense(a, b, &in, &out, err, sizeof err);
+        if (rc == 0 && b->sparse && b->last && a->psgd)
+            psgd_step_done(a->psgd); /* PowerSGD's steps end with a sparse model's embedding bucket */
         b->t_done_ns = clock_now_ns();
         pthread_mutex_lock(&a->mu);
         a->bytes_in += in;

@@ -479,14 +479,18 @@ int psgd_reduce(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uint64_t *b
         s->st.plain_bytes += *bytes;
     else
         s->st.compressed_bytes += *bytes;
-    if (b->last) {
-        /* PyTorch's maybe_increase_iter */
-        if (plain)
-            s->st.plain_steps++;
-        else
-            s->st.compressed_steps++;
-        if (++s->st.iter == s->conf.start_iter && s->conf.start_iter > 0)
-            log_info("PowerSGD: compressing from now on, after %" PRIu64 " plain iterations", s->st.iter);
-    }
+    if (b->last)
+        psgd_step_done(s);
     return 0;
+}
+
+void psgd_step_done(psgd *s)
+{
+    /* PyTorch's maybe_increase_iter */
+    if (s->st.iter < s->conf.start_iter)
+        s->st.plain_steps++;
+    else
+        s->st.compressed_steps++;
+    if (++s->st.iter == s->conf.start_iter && s->conf.start_iter > 0)
+        log_info("PowerSGD: compressing from now on, after %" PRIu64 " plain iterations", s->st.iter);
 }

@@ -47,6 +47,10 @@
  * every rank (PyTorch switches to a QR factorization above rank 2: the
  * same column space, the columns' signs aside, which P P^T M cancels).
  *
+ * Only dense buckets come here: a sparse model's embedding bucket is
+ * allreduce_hook's sparse allreduce, fp32, and where it is a step's last
+ * the hook ends the step (psgd_step_done).
+ *
  * Bytes: a plain step moves the bucket's floats, a compressed one its
  * P and Q and uncompressed floats (batched: side x r twice), 4 bytes each,
  * sent and as many received (psgd_stats).
@@ -86,6 +90,10 @@ void psgd_reset(psgd *s);
  * *bytes: the floats it allreduced times 4. 0, or -1 with err (a failed
  * sum, memory). */
 int psgd_reduce(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uint64_t *bytes, char *err, size_t errlen);
+/* A step's last bucket was not this state's (a sparse one, which stays
+ * fp32): the step is done all the same. psgd_reduce counts the steps
+ * whose last bucket it reduced. */
+void psgd_step_done(psgd *s);
 void psgd_get_stats(const psgd *s, psgd_stats *o);
 
 /* ---- the math, for tests ---------------------------------------------------- */

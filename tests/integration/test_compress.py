@@ -31,7 +31,9 @@ batched_powerSGD_hook over Gloo.
   warning, and the parameters are fp32's bit for bit (plain steps are
   allreduce_hook's arithmetic). Refusals: rpc_hook (why it is not built),
   sparse_rpc_hook, Synthetic, CUDA trainers, start_powerSGD_iter 1 with
-  error feedback (PyTorch's rule), a :RANK after another value.
+  error feedback (PyTorch's rule), a :RANK after another value. A sparse
+  model: the embedding's bucket (a step's last) stays fp32, the steps
+  still count.
 
 The per-element arithmetic (cast, divide, the narrow sums' rounding) is
 unit-tested against half.c's reference (unit_half); this suite checks the
@@ -51,6 +53,9 @@ MODELS = {
     "Tiny": {"model_class": "DummyModel",
              "configurations": {"num_embeddings": 128, "embedding_dim": 32, "dense_input_size": 32,
                                 "dense_output_size": 128, "dense_layers_count": 1, "sparse": False}},
+    "TinySparse": {"model_class": "DummyModel",
+                   "configurations": {"num_embeddings": 128, "embedding_dim": 32, "dense_input_size": 32,
+                                      "dense_output_size": 128, "dense_layers_count": 1, "sparse": True}},
     "Syn": {"model_class": "Synthetic", "configurations": {"buckets": 2, "bucket_floats": 100, "sparse": False}},
 }
 HOOK_NAMES = {"none": "allreduce_hook", "fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
@@ -226,6 +231,32 @@ class Compress(psb.PsbTestCase):
         self.assertEqual(len(warn), 1, masters[0].stderr())
         self.assertIn("--compress powersgd: start_powerSGD_iter 1000 >= the run's ", warn[0])
         self.assertIn("steps: it never compresses", warn[0])
+
+    def test_powersgd_sparse_model(self):
+        """A sparse embedding's bucket (the step's last: the dense layer
+        fills a first bucket of 0.01 MiB before it) stays fp32; the
+        steps still count, so the dense buckets are compressed after
+        start_powerSGD_iter; the headline adds the sparse bucket as
+        without compression."""
+        out = os.path.join(self.reg.workdir, "out-psgd-sparse")
+        m = self.master("--model", "TinySparse", "--ddp-hook", "allreduce_hook", "--nserver", "0", "--ntrainer", "2",
+                        "--epochs", "2", "--batch-size", "5", "--compress", "powersgd:4", "--powersgd-start-iter",
+                        "2", "--set", "trainer.first_bucket_mb=0.01", out=out)
+        for r in range(2):
+            self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r)],
+                           name="trainer%d-sparse" % r)
+        res = self.results(out, m)
+        self.assertEqual(len({t["final_params_sha256"] for t in res["trainers"]}), 1)
+        for r, t in zip(res["headline"]["trainers"], res["trainers"]):
+            ps = t["powersgd"]
+            self.assertEqual(ps["plain_steps"], 2)
+            self.assertGreater(ps["compressed_steps"], 0)
+            rebuilt = t["buckets"]["rebuilt"]
+            self.assertTrue(rebuilt[-1]["sparse"], rebuilt)
+            dense = [b for b in rebuilt if not b["sparse"]]
+            self.assertEqual(ps["bytes_per_compressed_step"], 4 * sum(self.psgd_floats(b, 4, False) for b in dense))
+            sparse = sum(4 * b["floats"] for b in rebuilt if b["sparse"])
+            self.assertAlmostEqual(r["bytes_per_step"], ps["bytes_per_step"] + sparse, places=6)
 
     def test_powersgd_refusals(self):
         line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "rpc_hook", "--compress", "powersgd")
