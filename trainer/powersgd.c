@@ -32,6 +32,8 @@ struct psgd {
     /* scratch */
     float *pack; /* uncompressed tensors packed; batched: the padded square */
     uint64_t pack_cap;
+    double *acc; /* M^T P's sums: the largest Q's */
+    uint64_t acc_cap;
     bool *compress; /* per tensor of the bucket at hand */
     uint64_t compress_cap;
 };
@@ -88,6 +90,7 @@ void psgd_free(psgd *s)
         return;
     psgd_reset(s);
     free(s->pack);
+    free(s->acc);
     free(s->compress);
     free(s);
 }
@@ -374,8 +377,7 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
     /* P summed (no scale: orthogonalized next), orthogonalized; Q = M^T P. */
     if (np && sum(ctx, pb->p, (size_t)np, err, errlen) < 0)
         return -1;
-    double *acc = most ? malloc((size_t)most * sizeof *acc) : NULL;
-    if (most && !acc)
+    if (psgd_grow((void **)&s->acc, &s->acc_cap, most, sizeof *s->acc) < 0)
         return psgd_oom(b, err, errlen);
     po = qo = 0;
     for (uint32_t t = 0; t < b->ntensors; t++) {
@@ -384,11 +386,10 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
             continue;
         uint32_t r = psgd_rank_of(c, ht->rows, ht->cols);
         psgd_orthogonalize(pb->p + po, ht->rows, r, (float)c->epsilon);
-        psgd_mul_t(pb->q + qo, acc, x + ht->offset, pb->p + po, ht->rows, ht->cols, r);
+        psgd_mul_t(pb->q + qo, s->acc, x + ht->offset, pb->p + po, ht->rows, ht->cols, r);
         po += ht->rows * r;
         qo += ht->cols * r;
     }
-    free(acc);
     /* Q's mean; M = P Q^T. */
     if (nq && sum(ctx, pb->q, (size_t)nq, err, errlen) < 0)
         return -1;
@@ -418,6 +419,7 @@ static int psgd_batched(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uin
     psgd_bucket *pb = psgd_bucket_of(s, b->id, n);
     bool random;
     if (!pb || psgd_grow((void **)&s->pack, &s->pack_cap, n, sizeof *s->pack) < 0 ||
+        psgd_grow((void **)&s->acc, &s->acc_cap, side * r, sizeof *s->acc) < 0 ||
         psgd_pq(pb, side * r, side * r, c->warm_start, &random) < 0)
         return psgd_oom(b, err, errlen);
     /* PyTorch resizes the bucket to side^2 with zeros after it. */
@@ -431,18 +433,14 @@ static int psgd_batched(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uin
         psgd_draw_rng(s, &qr);
         rng_fill_normal(pb->q, side * r, &qr);
     }
-    double *acc = malloc((size_t)(side * r) * sizeof *acc);
-    if (!acc)
-        return psgd_oom(b, err, errlen);
     psgd_orthogonalize(pb->q, side, r, (float)c->epsilon);
     psgd_mul(pb->p, x, pb->q, side, side, r);
-    int rc = -1;
     if (sum(ctx, pb->p, (size_t)(side * r), err, errlen) < 0)
-        goto out;
+        return -1;
     psgd_orthogonalize(pb->p, side, r, (float)c->epsilon);
-    psgd_mul_t(pb->q, acc, x, pb->p, side, side, r);
+    psgd_mul_t(pb->q, s->acc, x, pb->p, side, side, r);
     if (sum(ctx, pb->q, (size_t)(side * r), err, errlen) < 0)
-        goto out;
+        return -1;
     psgd_scale(pb->q, side * r, s->world);
     psgd_mul_nt(x, pb->p, pb->q, side, side, r);
     if (c->error_feedback)
@@ -450,10 +448,7 @@ static int psgd_batched(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uin
     memcpy(b->data, x, (size_t)b->count * sizeof *x);
     pb->have_pq = c->warm_start;
     *floats = 2 * side * r;
-    rc = 0;
-out:
-    free(acc);
-    return rc;
+    return 0;
 }
 
 int psgd_reduce(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uint64_t *bytes, char *err, size_t errlen)
