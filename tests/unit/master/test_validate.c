@@ -172,6 +172,21 @@ static void test_pass_results(void **state)
     expect(validate_pass_results,
            "{\"buckets\": {\"layout\": \"ddp\", \"first_bucket_mb\": 1, \"bucket_cap_mb\": 25, \"first_iteration\": {}}}",
            "buckets.first_iteration must be a list");
+    /* --compress powersgd's figures (issue 43): the headline reads them */
+    expect(validate_pass_results,
+           "{\"compress\": \"powersgd\", \"comm_hook\": \"powerSGD_hook\", \"powersgd\": {\"plain_steps\": 2, "
+           "\"compressed_steps\": 18, \"bytes_per_step\": 8396.8, \"bytes_per_compressed_step\": 5632, "
+           "\"matrix_approximation_rank\": 4}}",
+           NULL);
+    expect(validate_pass_results,
+           "{\"powersgd\": {\"plain_steps\": 20, \"compressed_steps\": 0, \"bytes_per_step\": 33280, "
+           "\"bytes_per_compressed_step\": null}}",
+           NULL);
+    expect(validate_pass_results, "{\"powersgd\": []}", "powersgd must be an object");
+    expect(validate_pass_results, "{\"powersgd\": {\"bytes_per_step\": -1}}", "powersgd must be an object");
+    expect(validate_pass_results, "{\"powersgd\": {\"bytes_per_step\": \"many\"}}", "powersgd must be an object");
+    expect(validate_pass_results, "{\"powersgd\": {\"plain_steps\": 1.5}}", "powersgd must be an object");
+    expect(validate_pass_results, "{\"powersgd\": {\"compressed_steps\": -2}}", "powersgd must be an object");
     expect(validate_failed, "{\"reason\": \"x\"}", NULL);
     expect(validate_failed, "{\"reason\": 5}", "reason must be a string");
 }
