@@ -32,8 +32,10 @@ struct psgd {
     /* scratch */
     float *pack; /* uncompressed tensors packed; batched: the padded square */
     uint64_t pack_cap;
-    double *acc; /* M^T P's sums: the largest Q's */
+    double *acc; /* the products' sums: the largest Q's (psgd_mul_t, psgd_mul_nt) */
     uint64_t acc_cap;
+    float *qt; /* the largest Q transposed */
+    uint64_t qt_cap;
     bool *compress; /* per tensor of the bucket at hand */
     uint64_t compress_cap;
 };
@@ -91,6 +93,7 @@ void psgd_free(psgd *s)
     psgd_reset(s);
     free(s->pack);
     free(s->acc);
+    free(s->qt);
     free(s->compress);
     free(s);
 }
@@ -146,51 +149,86 @@ uint64_t psgd_side(uint64_t count)
     return s;
 }
 
-/* p (n x r) = m (n x c) q (c x r), all row-major. */
-static void psgd_mul(float *p, const float *m, const float *q, uint64_t n, uint64_t c, uint32_t r)
+/* The products, row-major, each sum in double in a fixed order and
+ * rounded once (the same bits on every host; loops the compiler
+ * vectorizes without reordering a sum). Scratch: s->qt (c r floats: Q
+ * transposed) and s->acc (c r doubles). */
+
+/* sum a[j] b[j], j < n: eight running sums (j mod 8), added pairwise. */
+static double psgd_dot(const float *a, const float *b, uint64_t n)
 {
-    double acc[PSGD_MAX_RANK];
-    for (uint64_t i = 0; i < n; i++) {
-        memset(acc, 0, r * sizeof acc[0]);
-        const float *mi = m + i * c;
-        for (uint64_t j = 0; j < c; j++) {
-            const float *qj = q + j * r;
-            for (uint32_t k = 0; k < r; k++)
-                acc[k] += (double)mi[j] * qj[k];
-        }
-        for (uint32_t k = 0; k < r; k++)
-            p[i * r + k] = (float)acc[k];
-    }
+    double l[8] = {0};
+    uint64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++)
+            l[k] += (double)a[j + k] * b[j + k];
+    for (int k = 0; j < n; j++, k++)
+        l[k] += (double)a[j] * b[j];
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
-/* q (c x r) = m^T p, m n x c, p n x r. Accumulated in double over i in
- * order (acc: c r doubles of scratch). */
-static void psgd_mul_t(float *q, double *acc, const float *m, const float *p, uint64_t n, uint64_t c, uint32_t r)
+/* qt (r x c) = q^T, q c x r. */
+static void psgd_transpose(float *qt, const float *q, uint64_t c, uint32_t r)
 {
+    for (uint64_t j = 0; j < c; j++)
+        for (uint32_t k = 0; k < r; k++)
+            qt[k * c + j] = q[j * r + k];
+}
+
+/* p (n x r) = m (n x c) q (c x r). */
+static void psgd_mul(psgd *s, float *p, const float *m, const float *q, uint64_t n, uint64_t c, uint32_t r)
+{
+    psgd_transpose(s->qt, q, c, r);
+    for (uint64_t i = 0; i < n; i++)
+        for (uint32_t k = 0; k < r; k++)
+            p[i * r + k] = (float)psgd_dot(m + i * c, s->qt + k * c, c);
+}
+
+/* q (c x r) = m^T p, m n x c, p n x r: for each row of m in order, its
+ * multiple added to each of the r sums. */
+static void psgd_mul_t(psgd *s, float *q, const float *m, const float *p, uint64_t n, uint64_t c, uint32_t r)
+{
+    double *acc = s->acc; /* r x c: acc[k c + j] */
     memset(acc, 0, (size_t)(c * r) * sizeof *acc);
     for (uint64_t i = 0; i < n; i++) {
-        const float *mi = m + i * c, *pi = p + i * r;
-        for (uint64_t j = 0; j < c; j++)
-            for (uint32_t k = 0; k < r; k++)
-                acc[j * r + k] += (double)mi[j] * pi[k];
-    }
-    for (uint64_t j = 0; j < c * r; j++)
-        q[j] = (float)acc[j];
-}
-
-/* m (n x c) = p q^T. */
-static void psgd_mul_nt(float *m, const float *p, const float *q, uint64_t n, uint64_t c, uint32_t r)
-{
-    for (uint64_t i = 0; i < n; i++) {
-        const float *pi = p + i * r;
-        for (uint64_t j = 0; j < c; j++) {
-            const float *qj = q + j * r;
-            double acc = 0;
-            for (uint32_t k = 0; k < r; k++)
-                acc += (double)pi[k] * qj[k];
-            m[i * c + j] = (float)acc;
+        const float *mi = m + i * c;
+        for (uint32_t k = 0; k < r; k++) {
+            double pk = p[i * r + k], *ak = acc + k * c;
+            for (uint64_t j = 0; j < c; j++)
+                ak[j] += (double)mi[j] * pk;
         }
     }
+    for (uint64_t j = 0; j < c; j++)
+        for (uint32_t k = 0; k < r; k++)
+            q[j * r + k] = (float)acc[k * c + j];
+}
+
+/* m (n x c) = p q^T: each row the sum over k in order of p[i,k] q[:,k]. */
+static void psgd_mul_nt(psgd *s, float *m, const float *p, const float *q, uint64_t n, uint64_t c, uint32_t r)
+{
+    psgd_transpose(s->qt, q, c, r);
+    double *row = s->acc; /* c doubles */
+    for (uint64_t i = 0; i < n; i++) {
+        memset(row, 0, (size_t)c * sizeof *row);
+        for (uint32_t k = 0; k < r; k++) {
+            double pk = p[i * r + k];
+            const float *qk = s->qt + k * c;
+            for (uint64_t j = 0; j < c; j++)
+                row[j] += pk * (double)qk[j];
+        }
+        float *mi = m + i * c;
+        for (uint64_t j = 0; j < c; j++)
+            mi[j] = (float)row[j];
+    }
+}
+
+/* Room for the products of a c x r Q. */
+static int psgd_scratch(psgd *s, uint64_t cr)
+{
+    return psgd_grow((void **)&s->acc, &s->acc_cap, cr, sizeof *s->acc) < 0 ||
+                   psgd_grow((void **)&s->qt, &s->qt_cap, cr, sizeof *s->qt) < 0
+               ? -1
+               : 0;
 }
 
 static uint32_t psgd_rank_of(const psgd_conf *p, uint64_t rows, uint64_t cols)
@@ -310,7 +348,7 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
     if (c->error_feedback)
         psgd_feedback_in(pb, x, b->count);
     /* Step I: which tensors are compressed; P's and Q's sizes. */
-    uint64_t np = 0, nq = 0, nunc = 0;
+    uint64_t np = 0, nq = 0, nunc = 0, most = 0;
     for (uint32_t t = 0; t < b->ntensors; t++) {
         const hook_tensor *ht = &b->tensors[t];
         uint32_t r = psgd_rank_of(c, ht->rows, ht->cols);
@@ -319,6 +357,7 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
         if (s->compress[t]) {
             np += ht->rows * r;
             nq += ht->cols * r;
+            most = ht->cols * r > most ? ht->cols * r : most;
             s->st.numel_after += (ht->rows + ht->cols) * r;
         } else {
             nunc += ht->rows * ht->cols;
@@ -335,13 +374,13 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
     }
     bool random;
     if (psgd_pq(pb, np, nq, c->warm_start, &random) < 0 ||
-        psgd_grow((void **)&s->pack, &s->pack_cap, nunc, sizeof *s->pack) < 0)
+        psgd_grow((void **)&s->pack, &s->pack_cap, nunc, sizeof *s->pack) < 0 || psgd_scratch(s, most) < 0)
         return psgd_oom(b, err, errlen);
     /* Step III: Q, drawn or warm, orthogonalized; P = M Q. */
     rng qr;
     if (random)
         psgd_draw_rng(s, &qr);
-    uint64_t po = 0, qo = 0, most = 0;
+    uint64_t po = 0, qo = 0;
     for (uint32_t t = 0; t < b->ntensors; t++) {
         const hook_tensor *ht = &b->tensors[t];
         if (!s->compress[t])
@@ -351,8 +390,7 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
         if (random)
             rng_fill_normal(q, ht->cols * r, &qr);
         psgd_orthogonalize(q, ht->cols, r, (float)c->epsilon);
-        psgd_mul(p, x + ht->offset, q, ht->rows, ht->cols, r);
-        most = ht->cols * r > most ? ht->cols * r : most;
+        psgd_mul(s, p, x + ht->offset, q, ht->rows, ht->cols, r);
         po += ht->rows * r;
         qo += ht->cols * r;
     }
@@ -377,8 +415,6 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
     /* P summed (no scale: orthogonalized next), orthogonalized; Q = M^T P. */
     if (np && sum(ctx, pb->p, (size_t)np, err, errlen) < 0)
         return -1;
-    if (psgd_grow((void **)&s->acc, &s->acc_cap, most, sizeof *s->acc) < 0)
-        return psgd_oom(b, err, errlen);
     po = qo = 0;
     for (uint32_t t = 0; t < b->ntensors; t++) {
         const hook_tensor *ht = &b->tensors[t];
@@ -386,7 +422,7 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
             continue;
         uint32_t r = psgd_rank_of(c, ht->rows, ht->cols);
         psgd_orthogonalize(pb->p + po, ht->rows, r, (float)c->epsilon);
-        psgd_mul_t(pb->q + qo, s->acc, x + ht->offset, pb->p + po, ht->rows, ht->cols, r);
+        psgd_mul_t(s, pb->q + qo, x + ht->offset, pb->p + po, ht->rows, ht->cols, r);
         po += ht->rows * r;
         qo += ht->cols * r;
     }
@@ -400,7 +436,7 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
         if (!s->compress[t])
             continue;
         uint32_t r = psgd_rank_of(c, ht->rows, ht->cols);
-        psgd_mul_nt(x + ht->offset, pb->p + po, pb->q + qo, ht->rows, ht->cols, r);
+        psgd_mul_nt(s, x + ht->offset, pb->p + po, pb->q + qo, ht->rows, ht->cols, r);
         po += ht->rows * r;
         qo += ht->cols * r;
     }
@@ -418,8 +454,7 @@ static int psgd_batched(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uin
     uint32_t r = psgd_rank_of(c, side, side);
     psgd_bucket *pb = psgd_bucket_of(s, b->id, n);
     bool random;
-    if (!pb || psgd_grow((void **)&s->pack, &s->pack_cap, n, sizeof *s->pack) < 0 ||
-        psgd_grow((void **)&s->acc, &s->acc_cap, side * r, sizeof *s->acc) < 0 ||
+    if (!pb || psgd_grow((void **)&s->pack, &s->pack_cap, n, sizeof *s->pack) < 0 || psgd_scratch(s, side * r) < 0 ||
         psgd_pq(pb, side * r, side * r, c->warm_start, &random) < 0)
         return psgd_oom(b, err, errlen);
     /* PyTorch resizes the bucket to side^2 with zeros after it. */
@@ -434,15 +469,15 @@ static int psgd_batched(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uin
         rng_fill_normal(pb->q, side * r, &qr);
     }
     psgd_orthogonalize(pb->q, side, r, (float)c->epsilon);
-    psgd_mul(pb->p, x, pb->q, side, side, r);
+    psgd_mul(s, pb->p, x, pb->q, side, side, r);
     if (sum(ctx, pb->p, (size_t)(side * r), err, errlen) < 0)
         return -1;
     psgd_orthogonalize(pb->p, side, r, (float)c->epsilon);
-    psgd_mul_t(pb->q, s->acc, x, pb->p, side, side, r);
+    psgd_mul_t(s, pb->q, x, pb->p, side, side, r);
     if (sum(ctx, pb->q, (size_t)(side * r), err, errlen) < 0)
         return -1;
     psgd_scale(pb->q, side * r, s->world);
-    psgd_mul_nt(x, pb->p, pb->q, side, side, r);
+    psgd_mul_nt(s, x, pb->p, pb->q, side, side, r);
     if (c->error_feedback)
         psgd_feedback_out(pb, x, n);
     memcpy(b->data, x, (size_t)b->count * sizeof *x);

@@ -40,9 +40,10 @@
  * distribution (and within tolerance), never bit for bit.
  *
  * Arithmetic: the matrix products and the Gram-Schmidt norms and dots
- * accumulate in double and round once to float, in index order (no BLAS:
- * every trainer, on any host, computes M = P Q^T from the same P and Q to
- * the same bits, so the trainers stay identical); powersgd.c is compiled
+ * accumulate in double, in a fixed order, and round once to float (no
+ * BLAS: the hook's thread runs beside backward's products, and every
+ * trainer, on any host, computes M = P Q^T from the same P and Q to the
+ * same bits, so the trainers stay identical); powersgd.c is compiled
  * without FMA contraction. Orthogonalization is PyTorch's Gram-Schmidt for
  * every rank (PyTorch switches to a QR factorization above rank 2: the
  * same column space, the columns' signs aside, which P P^T M cancels).
