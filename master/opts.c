@@ -110,18 +110,7 @@ static int master_opt_ddp_hook(const opt_spec *o, const char *flag, const char *
 
 /* A trainer-key flag's value (JSON: a string, or a number for --lr),
  * checked against the seed's DdpTrainer's key with the configuration
- * file's message, into c->trainer_flags[key]. The key is the option's
- * echo key. */
-static int master_trainer_key_set(const char *key, const char *flag, json_t *v, run_config *c, char *err,
-                                  size_t errlen);
-static int master_opt_trainer_value(const opt_spec *o, const char *flag, json_t *v, run_config *c, char *err,
-                                    size_t errlen)
-{
-    return master_trainer_key_set(o->json, flag, v, c, err, errlen);
-}
-
-/* v (taken over) for the trainer configuration's key, checked as the
- * file's value would be. */
+ * file's message, into c->trainer_flags[key] (v taken over). */
 static int master_trainer_key_set(const char *key, const char *flag, json_t *v, run_config *c, char *err,
                                   size_t errlen)
 {
@@ -141,6 +130,13 @@ static int master_trainer_key_set(const char *key, const char *flag, json_t *v, 
         return -1;
     }
     return 0;
+}
+
+/* master_trainer_key_set for the key the option echoes (its .json). */
+static int master_opt_trainer_value(const opt_spec *o, const char *flag, json_t *v, run_config *c, char *err,
+                                    size_t errlen)
+{
+    return master_trainer_key_set(o->json, flag, v, c, err, errlen);
 }
 
 static int master_opt_trainer_string(const opt_spec *o, const char *flag, const char *arg, void *settings,
