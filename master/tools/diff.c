@@ -594,6 +594,7 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
     diff_verdict(out, err, d.files, a, b, d.force);
     fprintf(out, "A: %s\nB: %s\n", d.files[0], d.files[1]);
     diff_headline(out, d.files, a, b);
+    diff_training(out, csv, d.files, a, b);
     fprintf(out, "values in ms; B-A and change are B relative to A (negative: B is faster)\n");
     diff_configuration(out, json_object_get(a, "configuration"), json_object_get(b, "configuration"));
     diff_rpc_pattern(out, a, b);
