@@ -1,6 +1,7 @@
 /* paramsfile.c — a run's final parameters as a file (see paramsfile.h). */
 #include "shared/paramsfile.h"
 #include "shared/atomicfile.h"
+#include "shared/text.h"
 #include "shared/userpath.h"
 
 #include <math.h>
@@ -134,6 +135,46 @@ int paramsfile_read(const char *path, uint64_t max, float **v, uint64_t *n, char
     }
     free(buf);
     return rc;
+}
+
+int paramsfile_of_results(const char *dir, const char *what, const json_t *final_params, float **v, uint64_t *n,
+                          char *why, size_t whylen)
+{
+    *v = NULL;
+    *n = 0;
+    if (!json_is_object(final_params)) {
+        snprintf(why, whylen, "%s has no final_params (a run without them: an older psbench, or no --out)", what);
+        return -1;
+    }
+    json_t *file = json_object_get(final_params, "file");
+    if (!json_is_string(file)) {
+        const char *w = json_string_value(json_object_get(final_params, "why"));
+        text_shown ws;
+        snprintf(why, whylen, "%s has no parameters file: %s", what, w ? text_show(w, 0, &ws) : "not said why");
+        return -1;
+    }
+    const char *name = json_string_value(file);
+    text_shown ns;
+    if (!*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+        snprintf(why, whylen, "%s: final_params.file %s is not a file name beside it", what, text_show(name, '"', &ns));
+        return -1;
+    }
+    char path[4400], err[600], hex[65];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (paramsfile_read(path, PARAMSFILE_MAX_FLOATS, v, n, hex, err, sizeof err) < 0) {
+        snprintf(why, whylen, "%s", err);
+        return -1;
+    }
+    const char *want = json_string_value(json_object_get(final_params, "sha256"));
+    if (!want || strcmp(want, hex) != 0) {
+        snprintf(why, whylen, "%s holds other parameters than %s names (digest %.12s..., not %.12s...)", path, what,
+                 hex, want ? want : "null");
+        free(*v);
+        *v = NULL;
+        *n = 0;
+        return -1;
+    }
+    return 0;
 }
 
 double paramsfile_l2_norm(const float *v, uint64_t n)

@@ -20,6 +20,7 @@
 #ifndef PSBENCH_PARAMSFILE_H
 #define PSBENCH_PARAMSFILE_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,6 +44,15 @@ int paramsfile_write(const char *path, const float *v, uint64_t n, const char he
  * saying what is wrong ("not a parameters file", "cut short: 100 bytes
  * for 4 parameters", "its digest does not match its parameters"). */
 int paramsfile_read(const char *path, uint64_t max, float **v, uint64_t *n, char hex[65], char *err, size_t errlen);
+
+/* The parameters a results.json's final_params names (docs/results.md):
+ * its file, a plain name in dir (the results.json's folder), read and
+ * checked against final_params' sha256. 0 with *v (malloc'd) and *n; -1
+ * with why where there are none to compare: no final_params, no file (its
+ * `why`), a name that is not one, a file that cannot be read or holds
+ * other parameters. what names the results in why ("A.json"). */
+int paramsfile_of_results(const char *dir, const char *what, const json_t *final_params, float **v, uint64_t *n,
+                          char *why, size_t whylen);
 
 /* ||v||, summed in double. */
 double paramsfile_l2_norm(const float *v, uint64_t n);

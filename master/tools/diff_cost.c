@@ -100,41 +100,16 @@ static void cost_side_load(const char *results, json_t *doc, cost_side *s, char 
     memset(s, 0, sizeof *s);
     s->norm = NAN;
     json_t *fp = json_object_get(doc, "final_params");
-    if (!json_is_object(fp)) {
-        snprintf(why, len, "%s has no final_params (a run without them: an older psbench, or no --out)", results);
-        return;
-    }
-    json_t *norm = json_object_get(fp, "l2_norm"), *file = json_object_get(fp, "file");
+    json_t *norm = json_object_get(fp, "l2_norm");
     if (json_is_number(norm))
         s->norm = json_number_value(norm);
-    if (!json_is_string(file)) {
-        const char *w = json_string_value(json_object_get(fp, "why"));
-        text_shown ws;
-        snprintf(why, len, "%s has no parameters file: %s", results, w ? text_show(w, 0, &ws) : "not said why");
-        return;
-    }
-    const char *name = json_string_value(file);
-    text_shown ns;
-    if (!*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
-        snprintf(why, len, "%s: final_params.file %s is not a file name beside it", results, text_show(name, '"', &ns));
-        return;
-    }
     const char *slash = strrchr(results, '/');
-    char path[4400], err[600], hex[65];
-    snprintf(path, sizeof path, "%.*s%s", slash ? (int)(slash - results + 1) : 0, results, name);
-    if (paramsfile_read(path, PARAMSFILE_MAX_FLOATS, &s->v, &s->n, hex, err, sizeof err) < 0) {
-        snprintf(why, len, "%s", err);
-        return;
-    }
-    const char *want = json_string_value(json_object_get(fp, "sha256"));
-    if (!want || strcmp(want, hex) != 0) {
-        snprintf(why, len, "%s holds other parameters than %s names (digest %.12s..., not %.12s...)", path, results,
-                 hex, want ? want : "null");
-        free(s->v);
-        s->v = NULL;
-        return;
-    }
-    s->norm = paramsfile_l2_norm(s->v, s->n);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - results) : 1, slash ? results : ".");
+    if (slash == results)
+        snprintf(dir, sizeof dir, "/");
+    if (paramsfile_of_results(dir, results, fp, &s->v, &s->n, why, len) == 0)
+        s->norm = paramsfile_l2_norm(s->v, s->n);
 }
 
 void diff_training(FILE *out, FILE *csv, const char *const *files, json_t *a, json_t *b)
