@@ -50,7 +50,7 @@ class CompressCost(psb.PsbTestCase):
         with open(self.models, "w") as f:
             json.dump(MODELS, f)
 
-    def job(self, compress, tag):
+    def cost_run(self, compress, tag):
         """A --local run of JOB with --compress `compress`: its folder."""
         out = os.path.join(self.reg.workdir, tag)
         rc, o, e = self.run_master("--local", "--model-config-path", self.models, *JOB, "--epochs", "2",
@@ -58,7 +58,7 @@ class CompressCost(psb.PsbTestCase):
         self.assertEqual(rc, 0, o + e)
         return out
 
-    def diff(self, a, b, *extra):
+    def cost_diff(self, a, b, *extra):
         rc, out, err = self.reg.run([psb.bin_path("psbench-master"), "diff", *extra,
                                      os.path.join(a, "results.json"), os.path.join(b, "results.json")], timeout=30)
         self.assertEqual(rc, 0, out + err)
@@ -79,7 +79,7 @@ class CompressCost(psb.PsbTestCase):
         return rows
 
     def test_params_file_and_diff(self):
-        fp32, bf16, again = self.job("none", "fp32"), self.job("bf16", "bf16"), self.job("none", "fp32-again")
+        fp32, bf16, again = self.cost_run("none", "fp32"), self.cost_run("bf16", "bf16"), self.cost_run("none", "fp32-again")
         res = psb.results_json(fp32)
         fp = res["final_params"]
         self.assertEqual((fp["trainer"], fp["file"], fp["why"]), (0, "params.bin", None), fp)
@@ -92,7 +92,7 @@ class CompressCost(psb.PsbTestCase):
         floats = struct.unpack("<%df" % count, raw[56:])
         self.assertAlmostEqual(sum(x * x for x in floats) ** 0.5, fp["l2_norm"], places=9)
 
-        out = self.diff(fp32, bf16, "--csv", os.path.join(self.reg.workdir, "d.csv"))
+        out = self.cost_diff(fp32, bf16, "--csv", os.path.join(self.reg.workdir, "d.csv"))
         d, n = self.distance_of(out)
         self.assertEqual(n, count)
         self.assertGreater(d, 0, out)
@@ -112,13 +112,13 @@ class CompressCost(psb.PsbTestCase):
         self.assertEqual(len([r for r in body if r[2].startswith("loss_epoch_")]), 4, body)
 
         # The same job twice: the same parameters, the same losses.
-        out = self.diff(fp32, again)
+        out = self.cost_diff(fp32, again)
         self.assertEqual(self.distance_of(out), (0.0, count))
         self.assertEqual({r[2] for r in self.loss_rows(out).values()}, {0.0}, out)
 
         # A file gone: not comparable, and why.
         os.unlink(os.path.join(bf16, "params.bin"))
-        out = self.diff(fp32, bf16)
+        out = self.cost_diff(fp32, bf16)
         self.assertRegex(out, r"relative distance \|\|B-A\|\|/\|\|A\|\|: not comparable: .*bf16/params.bin")
 
     def test_sweep_over_compress(self):
@@ -159,7 +159,7 @@ class CompressCost(psb.PsbTestCase):
         self.assertGreater(vs["params_distance"], 0)
         self.assertLess(vs["params_distance"], BF16_TOLERANCE)
         # The distance is the files': the same as diff's of the two runs.
-        out_diff = self.diff(os.path.join(d, "points", "001"), os.path.join(d, "points", "002"))
+        out_diff = self.cost_diff(os.path.join(d, "points", "001"), os.path.join(d, "points", "002"))
         self.assertAlmostEqual(self.distance_of(out_diff)[0], vs["params_distance"],
                                delta=vs["params_distance"] * 1e-5)
         row = [line for line in out.splitlines() if re.match(r"^ +2 +bf16 ", line)]
