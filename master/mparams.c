@@ -98,6 +98,11 @@ static int mparams_first(struct mparams *p, const node *n, uint64_t count, const
     p->count = count;
     snprintf(p->sha256, sizeof p->sha256, "%s", sha);
     p->l2_norm = norm;
+    if (!data && count > 0 && count <= PARAMSFILE_MAX_FLOATS) {
+        mparams_refuse(p, n, "no data for %" PRIu64 " parameters (up to %" PRIu64 " are sent whole)", count,
+                       PARAMSFILE_MAX_FLOATS);
+        return -1;
+    }
     if (!data)
         return 0;
     if (count > PARAMSFILE_MAX_FLOATS || count == 0) {

@@ -757,18 +757,16 @@ static void sweep_print_costs(const sweep *s)
         const sweep_point *fp = &s->points[json_integer_value(json_object_get(c, "fp32_point")) - 1];
         char *where = sweep_label_without_compress(s, cp->config);
         json_t *dl = json_object_get(c, "loss_diff"), *pd = json_object_get(c, "params_distance");
-        char d[32], dist[64];
+        const char *why = json_string_value(json_object_get(c, "why"));
+        char d[32], dist[1400];
         sweep_fmt(d, sizeof d, "%+.3g", json_is_number(dl) ? json_number_value(dl) : NAN);
         if (json_is_number(pd))
             snprintf(dist, sizeof dist, "%.3g", json_number_value(pd));
-        fprintf(o, "# compression: %s: %s (point %u) against none (point %u): loss %s, parameters' distance %s%s%s\n",
+        else
+            snprintf(dist, sizeof dist, "not comparable: %s", why ? why : "a run has no distance");
+        fprintf(o, "# compression: %s: %s (point %u) against none (point %u): loss %s, parameters' distance %s\n",
                 where, json_string_value(json_object_get(c, "compress")), cp->index, fp->index,
-                json_is_number(dl) ? d : "not comparable (a loss is not a number)",
-                json_is_number(pd) ? dist : "not comparable: ",
-                json_is_number(pd)                             ? ""
-                : json_string_value(json_object_get(c, "why")) ? json_string_value(json_object_get(c, "why"))
-                                                               : "?",
-                "");
+                json_is_number(dl) ? d : "not comparable (a final loss is not a number)", dist);
         free(where);
     }
 }
