@@ -280,8 +280,9 @@ static void master_local_free_port(const run_config *c, const char *what, const 
  * server, ntrainer/nserver (all devices), ncudatrainer/ncudaserver,
  * bucket_cap_mb (null: not a DDP trainer), device (cpu, cuda or mixed),
  * transport, backend, epochs, batch_size; steps and warmup_steps (the
- * timed and warm-up passes' batches per trainer, however given) and
- * steps_given (--steps was). */
+ * timed and warm-up passes' batches per trainer, however given),
+ * steps_given (--steps was) and compress (the trainer configuration's:
+ * none, fp16, ...; null: the trainer class has none). */
 static void master_dry_run_plan(const run_config *c, const master_settings *set)
 {
     json_t *tconf = c->resolved.trainer.conf;
@@ -301,6 +302,8 @@ static void master_dry_run_plan(const run_config *c, const master_settings *set)
         json_object_set_new(plan, "steps", json_integer((json_int_t)set->batches_per_pass));
         json_object_set_new(plan, "warmup_steps", json_integer((json_int_t)set->batches_warmup));
         json_object_set_new(plan, "steps_given", json_boolean(c->steps_set));
+        json_t *cz = json_object_get(tconf, "compress");
+        json_object_set_new(plan, "compress", json_is_string(cz) ? json_string(json_string_value(cz)) : json_null());
     }
     char *text = plan ? json_dumps(plan, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) : NULL;
     if (text)

@@ -28,6 +28,7 @@ struct bufferevent;
 struct http_server;
 struct launcher;
 struct mtrace;
+struct mparams;
 
 /* What the run needs, resolved from the command line and configs/. */
 typedef struct master_settings {
@@ -156,6 +157,8 @@ typedef struct master {
     struct http_server *http;
     struct history *history;   /* the charts' points (history.h), taken as snapshots are published */
     struct launcher *launcher; /* --local: the children */
+    struct mparams *params;    /* --out: trainer 0's final parameters as they come (mparams.h), owned; NULL
+                                * before any */
     struct mtrace *trace;      /* --trace: the master's own trace and the nodes' clocks (mtrace.h), owned;
                                 * NULL without */
     double training_s;         /* the timed pass's duration, once it completed */

@@ -696,7 +696,9 @@ static const opt_spec master_specs[] = {
     {.name = "out", .meta = "DIR", .kind = OPT_STRING, .to = AT(out_dir), .json = "out",
      .help = "write results.json and a CSV per group into DIR (with\n"
              "--runs other than 1: into DIR/run-001/, DIR/run-002/, ...);\n"
-             "made and checked before the run starts"},
+             "made and checked before the run starts. Trainer 0's final\n"
+             "parameters go beside them (params.bin, up to 64 MiB of\n"
+             "them), for psbench-master diff's parameter distance"},
     {.name = "trace", .kind = OPT_FLAG, .to = AT(trace), .json = "trace",
      .help = "record the run's trace into DIR/trace.json (needs --out;\n"
              "per run like results.json): every trainer's and server's\n"

@@ -5,6 +5,7 @@
 #include "master/hoststate.h"
 #include "master/blame.h"
 #include "master/launcher.h"
+#include "master/mparams.h"
 #include "master/mtrace.h"
 #include "master/placement.h"
 #include "master/reports.h"
@@ -517,6 +518,7 @@ void phases_next_run(master *m)
     /* After the change: the last run's closing phase goes with its spans,
      * and this run's trace begins waiting. */
     mtrace_next_run(m);
+    mparams_next_run(m);
     if (ok != 1) {
         master_fail(m, "%s%s", why, ok == 0 ? " within --rpc-timeout" : "");
         return;

@@ -1,6 +1,7 @@
 /* placement.c — registrations, ranks, the seed's placement, the memory
  * check and the assignments (placement.h). */
 #include "master/placement.h"
+#include "master/mparams.h"
 #include "master/mtrace.h"
 #include "master/validate.h"
 #include "master/wire.h"
@@ -222,6 +223,11 @@ static void placement_assign_trainer(master *m, node *n)
     if (m->set.steps) /* --steps: the passes' batches need not be whole epochs (the data cycles) */
         json_object_set_new(body, "steps", json_integer((json_int_t)m->set.steps));
     placement_add_trace(m, body);
+    /* --out (extension, issue 43): trainer 0's final parameters at the
+     * end, for results.json's final_params (mparams.h) */
+    json_t *fp = mparams_assign_json(m, n->rank);
+    if (fp)
+        json_object_set_new(body, "final_params", fp);
     wire_send(n, "assign", body);
     node_set_state(n, NS_ASSIGNED);
 }

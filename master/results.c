@@ -8,6 +8,7 @@
 #include "master/hoststate.h"
 #include "master/headline.h"
 #include "master/master.h"
+#include "master/mparams.h"
 #include "master/mtrace.h"
 #include "master/snapshot.h"
 #include "master/summary.h"
@@ -584,7 +585,7 @@ static void results_remove_stale(const char *dir, const char *name)
 }
 
 /* The files of one run, in the order results_write writes them. */
-static const char *const results_files[] = {"results.json", "trainer.csv", "server.csv"};
+static const char *const results_files[] = {"results.json", "trainer.csv", "server.csv", MPARAMS_FILE};
 
 /* Make dir (a run's folder under --out) and check its files can be
  * written; errors start "--out OUT: ". */
@@ -704,6 +705,12 @@ int results_write(master *m, char *err, size_t errlen)
     if (doc)
         results_extensions(m, doc, st, ns);
     char path[4200];
+    /* params.bin before the results.json that names it (mparams.h) */
+    if (doc && mparams_write(m, dir, doc, err, errlen) < 0) {
+        json_decref(doc);
+        free(st);
+        return -1;
+    }
     snprintf(path, sizeof path, "%s/results.json", dir);
     /* Whole files or none: a full disk keeps the old complete file. */
     int rc = afile_write_json(path, doc, JSON_INDENT(2), err, errlen);

@@ -27,6 +27,7 @@
 #include "master/admit.h"
 #include "master/history.h"
 #include "master/loop.h"
+#include "master/mparams.h"
 #include "master/mtrace.h"
 #include "master/phases.h"
 #include "master/placement.h"
@@ -93,6 +94,7 @@ static const wire_handler run_handlers[] = {
     {"kv_get", run_on_kv, false},
     {"clock_ack", mtrace_on_clock_ack, false},
     {"trace", mtrace_on_trace, false},
+    {"params", mparams_on_params, false},
 };
 
 static void run_on_closed(master *m, node *n)
@@ -235,6 +237,7 @@ void master_free(master *m)
     }
     agg_free(&m->agg);
     mtrace_free(m);
+    mparams_free(m);
     history_free(m->history);
     kv_free(&m->kv);
     free(m->trainers);

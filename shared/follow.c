@@ -229,7 +229,13 @@ static int follow_try(follow_job_fn job, void *ctx, double reach_s, follow_try_t
 /* A try that was no job: why, for the lines the supervisor prints. */
 static void follow_no_job_reason(const follow_opts *o, double reach, follow_try_t *t)
 {
-    if (t->overdue)
+    if (t->overdue && t->why[0]) {
+        /* It said why, then outlived the try's end (its exit's teardown:
+         * seen with ASan's leak check on a loaded host): what it said
+         * stands, the stop is added. */
+        size_t l = strlen(t->why);
+        snprintf(t->why + l, sizeof t->why - l, " (then the try was stopped after %g s)", reach + FOLLOW_TEARDOWN_S);
+    } else if (t->overdue)
         snprintf(t->why, sizeof t->why, "no master at %s answered within %g s (the try was stopped)", o->master,
                  reach + FOLLOW_TEARDOWN_S);
     else if (!t->why[0] && WIFSIGNALED(t->status))

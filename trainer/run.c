@@ -1,5 +1,6 @@
 /* run.c — the trainer's run driver under psbench-master (see run.h). */
 #include "trainer/run.h"
+#include "shared/b64.h"
 #include "shared/cli.h"
 #include "shared/devspec.h"
 #include "shared/follow.h"
@@ -8,6 +9,7 @@
 #include "shared/jobconf.h"
 #include "shared/log.h"
 #include "shared/net.h"
+#include "shared/paramsfile.h"
 #include "trainer/blasinfo.h"
 #include "trainer/compute.h"
 #include "trainer/hooks.h"
@@ -549,6 +551,57 @@ static void run_log_links(uint64_t rank, const json_t *links)
         log_info("trainer %" PRIu64 ": transport: %s", rank, line);
 }
 
+/* The floats of one `params` part (docs/protocol.md): 4 MiB of them, about
+ * 5.6 MiB of base64, well under the control plane's CTL_MAX_BODY. */
+#define RUN_PARAMS_PART ((uint64_t)1 << 20)
+
+/* The master's `final_params` (extension, issue 43: with --out it asks
+ * trainer 0): on stop, this trainer's final parameters in `params` parts,
+ * in order, the last one final; where they are more than the master's
+ * max_count, one part without data (their count, digest and norm). A
+ * model without parameters (Synthetic) sends one part of count 0 and no
+ * data. 0, or -1 with err (the connection failed). */
+static int run_send_params(mlink *l, const workload *w, json_t *ask, char *err, size_t errlen)
+{
+    uint64_t max = (uint64_t)ctl_int(ask, "max_count", 0), n = 0;
+    const float *v = w->ops->params ? w->ops->params(w, &n) : NULL;
+    char hex[65] = "";
+    if (w->ops->params && !v) {
+        snprintf(err, errlen, "the parameters could not be read back (out of memory)");
+        return -1;
+    }
+    if (v && paramsfile_sha256(v, n, hex) < 0) {
+        snprintf(err, errlen, "the parameters' digest could not be computed");
+        return -1;
+    }
+    double norm = v ? paramsfile_l2_norm(v, n) : 0;
+    bool data = v && n > 0 && n <= max;
+    char *text = data ? malloc(b64_encoded_len((size_t)(n < RUN_PARAMS_PART ? n : RUN_PARAMS_PART) * 4) + 1) : NULL;
+    if (data && !text) {
+        snprintf(err, errlen, "out of memory sending the parameters");
+        return -1;
+    }
+    uint64_t at = 0;
+    do {
+        uint64_t k = data ? (n - at < RUN_PARAMS_PART ? n - at : RUN_PARAMS_PART) : 0;
+        json_t *body = json_pack("{s:I, s:I, s:s?, s:f, s:b}", "count", (json_int_t)n, "offset", (json_int_t)at,
+                                 "sha256", v ? hex : NULL, "l2_norm", norm, "final", !data || at + k == n);
+        if (data) {
+            b64_encode((const uint8_t *)(v + at), (size_t)k * 4, text);
+            json_object_set_new(body, "data", json_string(text));
+        }
+        int rc = ctl_send(&l->c, "params", NULL, body, err, errlen);
+        json_decref(body);
+        if (rc < 0) {
+            free(text);
+            return -1;
+        }
+        at += k;
+    } while (data && at < n);
+    free(text);
+    return 0;
+}
+
 /* After setup: ready, then the master's passes until stop. Returns the
  * exit code. */
 static int run_loop(mlink *l, const trainer_run_opts *o, workload *w, const run_job *j, char *err, size_t errlen)
@@ -588,6 +641,9 @@ static int run_loop(mlink *l, const trainer_run_opts *o, workload *w, const run_
                 return l->stop_code;
             }
             if (o->params_out && workload_write_params(w, o->params_out, err, errlen) < 0)
+                return 1;
+            json_t *ask = json_object_get(j->assign, "final_params");
+            if (json_is_object(ask) && run_send_params(l, w, ask, err, errlen) < 0)
                 return 1;
             return 0;
         } else {

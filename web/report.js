@@ -332,10 +332,25 @@
     return td;
   }
 
+  /* Does the sweep compress (issue 43): compress varied, or a point's not none? */
+  function compresses() {
+    return (doc.dimensions || []).indexOf("compress") >= 0 ||
+      (doc.points || []).some((p) => p.config && p.config.compress != null && p.config.compress !== "none");
+  }
+  const fmtG = (v, d) => (!isNum(v) ? "\u2013" : v !== 0 && Math.abs(v) < 1e-3 ? v.toExponential(d - 1)
+    : Number(v.toPrecision(d)).toString());
+  const fmtSigned = (v, d) => (isNum(v) ? (v > 0 ? "+" : "") + v.toPrecision(d) : "\u2013");
+
   function drawPoints() {
     const sec = section("points", "Points");
+    const cz = compresses();
     const rows = [], head = ["#point", "label", "status", "#buckets", "#bytes/step", "#n", "#step p50 ms", "#95% interval",
       "#samples/s", "#95% interval", "#exposed comm", "#algbw GB/s", "#busbw GB/s", "marks"];
+    /* Compression's columns (issue 43): which, the final loss, and against the fp32 point. */
+    if (cz) {
+      head.splice(3, 0, "compress");
+      head.splice(head.length - 1, 0, "#final loss", "#loss \u2212 fp32", "#param distance");
+    }
     for (const p of doc.points || []) {
       const sh = sharesOf(p), step = figure(p, "step_p50_ms"), sps = figure(p, "samples_per_s");
       const exp = sh && isNum(sh.exposed_comm) ? (100 * sh.exposed_comm).toFixed(1) + " %" : "\u2013";
@@ -344,6 +359,12 @@
         fmtBytes(mean(stat(p, "bytes_per_step"))), isNum(p.n) ? String(p.n) : "\u2013",
         fmt(mean(step), 2), intervalCell(step, 2), fmt(mean(sps), 1), intervalCell(sps, 1),
         exp, fmt(mean(figure(p, "algbw_gb_per_s")), 3), fmt(mean(figure(p, "busbw_gb_per_s")), 3), marksCell(pointMarks(p))]);
+      if (cz) {
+        const row = rows[rows.length - 1], vs = p.vs_fp32 || null;
+        row.splice(3, 0, p.config && p.config.compress != null ? String(p.config.compress) : "\u2013");
+        row.splice(row.length - 1, 0, fmtG(p.final_loss, 7), vs ? fmtSigned(vs.loss_diff, 3) : "\u2013",
+          vs ? (isNum(vs.params_distance) ? fmtG(vs.params_distance, 3) : "not comparable") : "\u2013");
+      }
       if (p.error) {
         const td = el("td", null, [p.error]);
         td.colSpan = head.length;
@@ -365,6 +386,35 @@
       "Bytes/step: what one trainer hands its hook per step; algbw: those bytes over the communication's span; busbw: " +
       "algbw times the hook's bus factor (nccl-tests' convention). Marks: busy runs (the host was busy), oversubscribed " +
       "(more busy processes than cores), few steps.");
+  }
+
+  /* What compression costs (issue 43): each compressed point against the
+   * point that differs from it only in compress (none, fp32). */
+  function drawCompression() {
+    if (!compresses()) return;
+    const sec = section("compression", "Compression: what it costs");
+    const cs = doc.compression || [];
+    if (!cs.length) {
+      note(sec, "No compressed point has an fp32 twin that ran: a point whose configuration differs from a compress none " +
+        "point's only in compress, both done (e.g. --compress none,bf16).");
+      return;
+    }
+    const byPoint = {};
+    for (const p of doc.points || []) byPoint[p.point] = p;
+    const rows = cs.map((c) => {
+      const cp = byPoint[c.point] || {}, fp = byPoint[c.fp32_point] || {};
+      const step = mean(figure(cp, "step_p50_ms")), base = mean(figure(fp, "step_p50_ms"));
+      return [String(c.point), String(c.fp32_point), configText(cp, ["compress"]) || "every point", String(c.compress),
+        fmtG(fp.final_loss, 7), fmtG(cp.final_loss, 7), fmtSigned(c.loss_diff, 3),
+        isNum(c.params_distance) ? fmtG(c.params_distance, 3) : "not comparable: " + (c.why || "?"),
+        isNum(step) && isNum(base) && base > 0 ? (step / base).toFixed(2) : "\u2013"];
+    });
+    sec.appendChild(table(["#point", "#fp32 point", "where", "compress", "#fp32 final loss", "#final loss",
+      "#loss \u2212 fp32", "#param distance", "#step / fp32 step"], rows));
+    note(sec, "Final loss: the trainers' last epoch's mean loss, averaged over the trainers and the runs. Param distance: " +
+      "||params \u2212 fp32 params|| / ||fp32 params||, the relative L2 distance of trainer 0's final parameters (each run's " +
+      "params.bin against the fp32 point's run of the same number, mean over runs). Step / fp32 step: the steady step " +
+      "p50s' ratio (< 1: the compressed point is faster).");
   }
 
   /* Series over x = the points' values of dimension `xdim`, one per
@@ -606,6 +656,7 @@
   drawBusyBanner();
   drawAnswer();
   drawPoints();
+  drawCompression();
   drawCapChart();
   drawBreakdown();
   drawTimelines();

@@ -36,8 +36,12 @@ static const opt_spec diff_specs[] = {
              "are comparable (runs of different models are refused unless --force), then\n"
              "the headline with its noise (within noise where both sides are runs of a\n"
              "--runs series, DIR/summary.json beside their folders, and their 95%\n"
-             "intervals overlap), then where their configurations (not listen, http, out,\n"
-             "...) and environments differ (what each node computed with:\n"
+             "intervals overlap), then what B costs training against A: each trainer's\n"
+             "loss per epoch in both with B-A, and the relative L2 distance\n"
+             "||B-A||/||A|| of the final parameters (trainer 0's, exact, from the\n"
+             "params.bin beside each results.json; \"not comparable: WHY\" where a run\n"
+             "has none or the counts differ), then where their configurations (not\n"
+             "listen, http, out, ...) and environments differ (what each node computed with:\n"
              "CPU, BLAS and its kernels, the server's folds, compiler, kernel), then per\n"
              "group and rank every metric's count, mean, p50, p90, p99 and max in ms,\n"
              "with B-A and the change in percent of A (negative: B is faster).\n"
@@ -47,7 +51,10 @@ static const opt_spec diff_specs[] = {
              "are shown before the figures.\n"},
     {.kind = OPT_STRING, .name = "csv", .meta = "FILE", .to = DIFF_AT(csv_path), .missing = "needs a file name",
      .help = "also write the rows as CSV (checked before comparing:\n"
-             "its folder is made, the name must be free for a file)"},
+             "its folder is made, the name must be free for a file);\n"
+             "the training rows: group training, metric loss_epoch_N\n"
+             "(stat mean) and final_params (stats l2_norm, and\n"
+             "relative_l2_distance in b_minus_a)"},
     {.kind = OPT_FLAG, .name = "allow-failed", .to = DIFF_AT(allow_failed), .help = "compare a failed run too (exit 0)"},
     {.kind = OPT_FLAG, .name = "force", .to = DIFF_AT(force), .help = "compare runs of different models too"},
     {.shared = &opts_help},
@@ -594,6 +601,7 @@ int diff_main(int argc, char **argv, FILE *out, FILE *err)
     diff_verdict(out, err, d.files, a, b, d.force);
     fprintf(out, "A: %s\nB: %s\n", d.files[0], d.files[1]);
     diff_headline(out, d.files, a, b);
+    diff_training(out, csv, d.files, a, b);
     fprintf(out, "values in ms; B-A and change are B relative to A (negative: B is faster)\n");
     diff_configuration(out, json_object_get(a, "configuration"), json_object_get(b, "configuration"));
     diff_rpc_pattern(out, a, b);

@@ -6,6 +6,8 @@
  *                   differs in their configurations and environments
  *   diff_figures.c  the figures: the headline with its noise, every
  *                   group's and rank's metrics (a table, CSV rows)
+ *   diff_cost.c     what a change costs training: the loss per epoch, the
+ *                   final parameters' relative distance (params.bin)
  *   diff_keys.c     a sorted list of unique keys, to walk two objects
  */
 #ifndef PSBENCH_DIFF_INT_H
@@ -41,5 +43,13 @@ void diff_headline(FILE *out, const char *const *files, json_t *a, json_t *b);
 /* Every group's table: trainer, server, then any other group by name;
  * the rows into csv too (NULL: none). 0, or 1 (out of memory, said on err). */
 int diff_groups(FILE *out, FILE *csv, json_t *a, json_t *b, FILE *err);
+
+/* ---- diff_cost.c ---- */
+
+/* The loss per epoch of every trainer both runs have, with B-A, and the
+ * relative L2 distance of their final parameters (each run's params.bin,
+ * beside its results.json; "not comparable: WHY" where there is none);
+ * the rows into csv too (group "training"). files: A's and B's paths. */
+void diff_training(FILE *out, FILE *csv, const char *const *files, json_t *a, json_t *b);
 
 #endif

@@ -193,6 +193,8 @@ static void sweep_end_point(sweep *s, sweep_point *p)
     while (s->next_row < s->npoints && s->points[s->next_row].ended) {
         sweep_point *q = &s->points[s->next_row++];
         const json_t *c = q->state == SP_NOT_RUN ? NULL : sweep_compare(s, q);
+        if (q->state != SP_NOT_RUN)
+            sweep_cost(s, q);
         q->printed = true;
         if (q->state != SP_NOT_RUN)
             sweep_print_row(s, q, c);
@@ -255,6 +257,7 @@ static void sweep_free(sweep *s)
     sweep_free_list(s->job, s->njob);
     sweep_points_free(s);
     json_decref(s->comparisons);
+    json_decref(s->costs);
     json_decref(s->schedule);
     free(s->out_dir);
     free(s->sweep_file);
@@ -325,6 +328,7 @@ static int sweep_run(sweep *s)
 {
     char started[32];
     s->comparisons = json_array();
+    s->costs = json_array();
     s->schedule = json_array();
     struct sigaction sa = {.sa_handler = sweep_on_signal};
     sigemptyset(&sa.sa_mask);

@@ -5,7 +5,8 @@
  *
  * Every dimension flag takes a comma-separated list; the matrix is their
  * product (the hook varies fastest, so a PS point and its allreduce partner
- * are neighbours). Every other flag is the job's own and goes to every
+ * are neighbours; --compress next, so a compressed point follows its fp32
+ * one). Every other flag is the job's own and goes to every
  * point unchanged. Each run of a point is one job: a child psbench-master
  * (this binary) with the point's flags, `--runs 1`, `--out
  * DIR/points/NNN[/run-NNN]`; the runs of points that differ only in the
@@ -33,13 +34,16 @@
  *       "config": {                                 every dimension's value, varied or not
  *         "hook": "rpc_hook", "trainer": "DdpRpcTrainer", "model": "DummyModel",
  *         "ntrainer": 2, "nserver": 1, "bucket_cap_mb": 1.0 | null (the configuration's),
- *         "device": "cpu", "transport": "auto", "uses_servers": true },
+ *         "device": "cpu", "transport": "auto", "uses_servers": true,
+ *         "compress": "none" | "bf16" | ... | null (the trainer class has none) },
  *       "status": "done" | "failed" | "not run",
  *       "error": null | "the point's failure, one line" (a point a signal stopped,
  *                "not run": "stopped by SIGINT during its run: ...", "... after 1 of 3 runs"),
  *       "buckets": 9,                               the trainers' buckets (after DDP's rebuild)
- *       "runs": [ { "run": 1, "headline": {...} } ], each run's results.json headline,
- *                                                   the "all" trainer entry (docs/results.md)
+ *       "runs": [ { "run": 1, "headline": {...},   each run's results.json headline,
+ *                   "final_loss": 4.85 | null,      the "all" trainer entry (docs/results.md);
+ *                   "final_params": {...} | null } ],  its final loss (the trainers' last epoch,
+ *                                                   mean) and results.json's final_params
  *       "summary": {                                across the point's runs (summary.h):
  *         "step_p50_ms":        { "n", "mean", "sd", "ci95_low", "ci95_high" },
  *         "step_p90_ms", "samples_per_s", "bytes_per_step", "comm_span_ms",
@@ -61,6 +65,8 @@
  *       "busy_runs": [2], "busy": true,             runs whose host_state was busy
  *       "oversubscribed": false,                    a run's host_state said so
  *       "host_warnings": [ "..." ],                 the runs' host_state warnings, each once
+ *       "final_loss": 4.85 | null,                  mean over the runs (issue 43)
+ *       "vs_fp32": null | {...},                    its entry of "compression" below
  *       "trace_step": null | {...}                  the first traced run's representative step
  *                                                   (master/trace_an.h trace_an_step_json; each run
  *                                                   traces its timed pass's last 5 steps unless
@@ -82,6 +88,15 @@
  *   "steps_chosen": 51 | null,                      the --steps the sweep chose itself
  *   "min_steady_steps": 50,
  *   "schedule": [ { "point": 2, "run": 1, "started_at": "..." } ]   the runs' order
+ *   "compression": [ {                              issue 43: one per point that differs from
+ *       "point": 2, "fp32_point": 1,                a compress "none" point only in compress
+ *       "compress": "bf16",                         (both done)
+ *       "loss_diff": -8.2e-09,                      its final loss less the fp32 point's, mean over runs
+ *       "params_distance": 1.5e-05,                 ||params - fp32's|| / ||fp32's|| (trainer 0's
+ *                                                   params.bin, run by run), mean over runs
+ *       "why": null | "run 1: ...",                 the first run's reason there is no distance
+ *       "runs": [ { "run", "final_loss", "fp32_final_loss", "loss_diff", "params_distance",
+ *                   "why" } ] } ]                   each run against the fp32 point's of its number
  * }
  */
 #ifndef PSBENCH_SWEEP_H

@@ -23,6 +23,7 @@ const sweep_dim_def sweep_dims[SD_COUNT] = {
     [SD_NTRAINER] = {"ntrainer", "--ntrainer"},
     [SD_NSERVER] = {"nserver", "--nserver"},
     [SD_BUCKET] = {"bucket_cap_mb", "--bucket-cap-mb"},
+    [SD_COMPRESS] = {"compress", "--compress"},
     [SD_HOOK] = {"hook", "--ddp-hook"},
 };
 
@@ -203,6 +204,13 @@ static const opt_spec sweep_specs[] = {
               "parameter servers (a point whose hook uses none runs\n"
               "without, once)"),
     SWEEP_DIM(SD_BUCKET, "bucket-cap-mb", NULL, "MB,...", "DDP bucket caps"),
+    SWEEP_DIM(SD_COMPRESS, "compress", NULL, "C,...",
+              "the gradients' type on the wire: none, fp16, bf16, ...\n"
+              "(as the job's --compress takes it); a point that differs\n"
+              "from a `none` one only in it shows its final loss less\n"
+              "that one's and the relative distance of their final\n"
+              "parameters; a point whose hook refuses a value is\n"
+              "refused with the sweep, as any point's bad value"),
     SWEEP_DIM(SD_DEVICE, "device", NULL, "cpu,cuda",
               "where trainers and servers run (cuda: --ncudatrainer\n"
               "and --ncudaserver for the counts)"),
@@ -401,7 +409,7 @@ static int sweep_file_dims(sweep *s, const json_t *dims)
             text_shown ks;
             fprintf(s->err,
                     "psbench-master sweep: --sweep-file %s: unknown dimension %s (device, transport, "
-                    "trainer, ntrainer, nserver, bucket_cap_mb, hook)\n",
+                    "trainer, ntrainer, nserver, bucket_cap_mb, compress, hook)\n",
                     s->sweep_file, text_show(dk, '"', &ks));
             return -1;
         }

@@ -37,8 +37,19 @@
 
 /* The matrix's dimensions, outermost first: the hook varies fastest, so a
  * parameter-server point and its allreduce partner run back to back (the
- * same host state, and the ratio printed as soon as the pair is in). */
-typedef enum { SD_DEVICE, SD_TRANSPORT, SD_TRAINER, SD_NTRAINER, SD_NSERVER, SD_BUCKET, SD_HOOK, SD_COUNT } sweep_dim;
+ * same host state, and the ratio printed as soon as the pair is in); the
+ * compression next, so that a compressed point follows its fp32 one. */
+typedef enum {
+    SD_DEVICE,
+    SD_TRANSPORT,
+    SD_TRAINER,
+    SD_NTRAINER,
+    SD_NSERVER,
+    SD_BUCKET,
+    SD_COMPRESS,
+    SD_HOOK,
+    SD_COUNT
+} sweep_dim;
 
 typedef struct {
     const char *name; /* in sweep.json, sweep.csv and a sweep file */
@@ -121,6 +132,7 @@ typedef struct {
     sweep_point *points;
     size_t npoints;
     json_t *comparisons;
+    json_t *costs;          /* sweep.json "compression": each compressed point against its fp32 one */
     int width[SD_COUNT];    /* the table's column of each varied dimension (sweep_print_header) */
     FILE *out, *err;
     int argc;
@@ -192,6 +204,9 @@ void sweep_points_free(sweep *s);
 /* The varied dimensions' values, the hook first; without_hook: the others
  * only, where a pair ran (malloc'd). */
 char *sweep_label(const sweep *s, const json_t *config, bool without_hook);
+/* The varied dimensions' values but the compression's (malloc'd): where a
+ * compressed point and its fp32 one ran. */
+char *sweep_label_without_compress(const sweep *s, const json_t *config);
 
 /* At least this many steady-state steps per trainer and run unless the
  * job's --steps asks for fewer (the sweep sets --steps to reach it). */
@@ -213,6 +228,12 @@ void sweep_finish_point(sweep *s, sweep_point *p);
 /* The comparisons p completes with the rows printed above it; the last one
  * made (borrowed), NULL if none. */
 const json_t *sweep_compare(sweep *s, const sweep_point *p);
+/* What compression costs (issue 43), made as p's row is printed: for each
+ * printed point that differs from p only in compress, one of them `none`,
+ * the compressed one's final loss less the fp32 one's and the relative L2
+ * distance of their final parameters (their runs' params.bin, run by run),
+ * into s->costs and the compressed point's entry ("vs_fp32"). */
+void sweep_cost(sweep *s, sweep_point *p);
 void sweep_print_header(sweep *s);
 void sweep_print_row(sweep *s, const sweep_point *p, const json_t *comparison);
 void sweep_print_answer(sweep *s);

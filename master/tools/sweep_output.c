@@ -10,6 +10,7 @@
 #include "master/tools/sweep_report.h"
 #include "master/trace_an.h"
 #include "shared/atomicfile.h"
+#include "shared/paramsfile.h"
 #include "shared/text.h"
 #include "shared/userpath.h"
 
@@ -202,6 +203,23 @@ void sweep_point_doc(sweep *s, sweep_point *p)
     json_object_set_new(p->doc, "oversubscribed", json_boolean(p->oversubscribed));
     json_object_set(p->doc, "host_warnings", p->host_warnings);
     json_object_set_new(p->doc, "trace_step", p->trace_step ? json_incref(p->trace_step) : json_null());
+    /* Issue 43: the final loss, mean over the runs; vs_fp32 once its fp32
+     * point is in (sweep_cost). */
+    summary_ci lc;
+    double *loss = calloc(n ? n : 1, sizeof *loss);
+    if (!loss)
+        abort();
+    size_t nl = 0, i;
+    json_t *run;
+    json_array_foreach(p->runs, i, run) {
+        json_t *v = json_object_get(run, "final_loss");
+        if (json_is_number(v))
+            loss[nl++] = json_number_value(v);
+    }
+    summary_of(loss, nl, &lc);
+    free(loss);
+    json_object_set_new(p->doc, "final_loss", nl == n && nl ? sweep_num(lc.mean) : json_null());
+    json_object_set_new(p->doc, "vs_fp32", json_null());
 }
 
 /* Run r's steady steps (results.json's steady_state) into p->series. */
@@ -291,6 +309,25 @@ static json_t *sweep_trace_step(sweep *s, const char *results)
     return step;
 }
 
+/* A run's final loss: its trainers' last epoch's mean loss, averaged over
+ * the trainers; NAN where a trainer has none, or one that is not a number
+ * (a model without a loss; a loss that diverged). */
+static double sweep_final_loss(const json_t *results)
+{
+    double sum = 0;
+    size_t n = 0, i;
+    json_t *t;
+    json_array_foreach(json_object_get(results, "trainers"), i, t) {
+        json_t *l = json_object_get(t, "loss_per_epoch");
+        json_t *last = json_array_get(l, json_array_size(l) ? json_array_size(l) - 1 : 0);
+        if (!json_is_number(last))
+            return NAN;
+        sum += json_number_value(last);
+        n++;
+    }
+    return n ? sum / (double)n : NAN;
+}
+
 bool sweep_collect_run(sweep *s, sweep_point *p, unsigned r)
 {
     char path[PATH_MAX];
@@ -309,7 +346,13 @@ bool sweep_collect_run(sweep *s, sweep_point *p, unsigned r)
     const char *phase = json_string_value(json_object_get(res, "phase"));
     bool done = h && phase && strcmp(phase, "done") == 0;
     if (done) {
-        json_array_append_new(p->runs, json_pack("{s:I, s:o}", "run", (json_int_t)r, "headline", h));
+        /* What the run cost training (issue 43): its final loss, and its
+         * final parameters' file (results.json final_params) for the
+         * comparison with an fp32 point (sweep_cost). */
+        json_t *fp = json_object_get(res, "final_params");
+        json_array_append_new(p->runs, json_pack("{s:I, s:o, s:o, s:o}", "run", (json_int_t)r, "headline", h,
+                                                 "final_loss", sweep_num(sweep_final_loss(res)), "final_params",
+                                                 fp ? json_deep_copy(fp) : json_null()));
         json_array_append(p->headlines, json_object_get(res, "headline"));
         json_t *sn = json_object_get(json_object_get(h, "steady"), "n");
         uint64_t n = json_is_integer(sn) ? (uint64_t)json_integer_value(sn) : 0;
@@ -415,6 +458,119 @@ const json_t *sweep_compare(sweep *s, const sweep_point *p)
     return last;
 }
 
+/* ---- what compression costs (issue 43) ---------------------------------------------- */
+
+/* fp and cp the same job but for compress, fp's `none` and cp's another? */
+static bool sweep_cost_partners(const sweep_point *fp, const sweep_point *cp)
+{
+    const json_t *a = json_object_get(fp->config, "compress"), *b = json_object_get(cp->config, "compress");
+    if (!json_is_string(a) || !json_is_string(b) || strcmp(json_string_value(a), "none") != 0 ||
+        strcmp(json_string_value(b), "none") == 0)
+        return false;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)fp->config, k, v) {
+        if (strcmp(k, "compress") != 0 && !json_equal(v, json_object_get(cp->config, k)))
+            return false;
+    }
+    return json_object_size(fp->config) == json_object_size(cp->config);
+}
+
+/* The folder of point p's run r. */
+static void sweep_run_dir(const sweep *s, const sweep_point *p, json_int_t r, char *buf, size_t len)
+{
+    if (s->runs == 1)
+        snprintf(buf, len, "%s/%s", s->out_dir, p->dir);
+    else
+        snprintf(buf, len, "%s/%s/run-%03" JSON_INTEGER_FORMAT, s->out_dir, p->dir, r);
+}
+
+/* Run entry rc of the compressed point cp against the fp32 point fp's run
+ * of the same number: the loss difference and the parameters' relative
+ * distance, or why not (the first reason into *why, if not set yet). */
+static json_t *sweep_cost_run(const sweep *s, const sweep_point *fp, const sweep_point *cp, const json_t *rc, char *why,
+                              size_t whylen)
+{
+    json_int_t r = json_integer_value(json_object_get(rc, "run"));
+    const json_t *rf = NULL, *x;
+    size_t i;
+    json_array_foreach(fp->runs, i, x) {
+        if (json_integer_value(json_object_get(x, "run")) == r)
+            rf = x;
+    }
+    json_t *lc = json_object_get(rc, "final_loss"), *lf = rf ? json_object_get(rf, "final_loss") : NULL;
+    json_t *o = json_pack("{s:I, s:O?, s:O?}", "run", r, "final_loss", lc, "fp32_final_loss", lf);
+    json_object_set_new(o, "loss_diff",
+                        json_is_number(lc) && json_is_number(lf)
+                            ? json_real(json_number_value(lc) - json_number_value(lf))
+                            : json_null());
+    char w[1200] = "", dir[PATH_MAX], what[PATH_MAX + 32];
+    float *a = NULL, *b = NULL;
+    uint64_t na = 0, nb = 0;
+    if (!rf) {
+        snprintf(w, sizeof w, "point %u has no run %" JSON_INTEGER_FORMAT, fp->index, r);
+    } else {
+        sweep_run_dir(s, fp, r, dir, sizeof dir);
+        snprintf(what, sizeof what, "%s/results.json", dir);
+        if (paramsfile_of_results(dir, what, json_object_get(rf, "final_params"), &a, &na, w, sizeof w) == 0) {
+            sweep_run_dir(s, cp, r, dir, sizeof dir);
+            snprintf(what, sizeof what, "%s/results.json", dir);
+            if (paramsfile_of_results(dir, what, json_object_get(rc, "final_params"), &b, &nb, w, sizeof w) == 0 &&
+                na != nb)
+                snprintf(w, sizeof w, "point %u has %" PRIu64 " parameters, point %u %" PRIu64, fp->index, na,
+                         cp->index, nb);
+        }
+    }
+    json_object_set_new(o, "params_distance", w[0] ? json_null() : sweep_num(paramsfile_rel_distance(a, b, na)));
+    json_object_set_new(o, "why", w[0] ? json_string(w) : json_null());
+    if (w[0] && !why[0])
+        snprintf(why, whylen, "run %" JSON_INTEGER_FORMAT ": %s", r, w);
+    free(a);
+    free(b);
+    return o;
+}
+
+/* The mean of key over the entries that have it; NAN if any lacks it. */
+static double sweep_cost_mean(const json_t *runs, const char *key)
+{
+    double sum = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(runs, i, r) {
+        json_t *v = json_object_get(r, key);
+        if (!json_is_number(v))
+            return NAN;
+        sum += json_number_value(v);
+    }
+    return json_array_size(runs) ? sum / (double)json_array_size(runs) : NAN;
+}
+
+void sweep_cost(sweep *s, sweep_point *p)
+{
+    for (size_t j = 0; j < s->npoints; j++) {
+        sweep_point *q = &s->points[j];
+        if (q == p || !q->printed || q->state != SP_DONE || p->state != SP_DONE)
+            continue; /* each pair once: when its second row is printed */
+        sweep_point *fp = sweep_cost_partners(p, q) ? p : sweep_cost_partners(q, p) ? q : NULL;
+        if (!fp)
+            continue;
+        sweep_point *cp = fp == p ? q : p;
+        json_t *runs = json_array(), *rc;
+        char why[1300] = "";
+        size_t i;
+        json_array_foreach(cp->runs, i, rc)
+            json_array_append_new(runs, sweep_cost_run(s, fp, cp, rc, why, sizeof why));
+        json_t *c = json_pack("{s:I, s:I, s:O}", "point", (json_int_t)cp->index, "fp32_point", (json_int_t)fp->index,
+                              "compress", json_object_get(cp->config, "compress"));
+        json_object_set_new(c, "loss_diff", sweep_num(sweep_cost_mean(runs, "loss_diff")));
+        json_object_set_new(c, "params_distance", sweep_num(sweep_cost_mean(runs, "params_distance")));
+        json_object_set_new(c, "why", why[0] ? json_string(why) : json_null());
+        json_object_set_new(c, "runs", runs);
+        json_array_append(s->costs, c);
+        json_object_set_new(cp->doc, "vs_fp32", c);
+    }
+}
+
 /* ---- the table -------------------------------------------------------------------- */
 
 /* Column width of dimension d: its name or its longest value. */
@@ -439,8 +595,8 @@ void sweep_print_header(sweep *s)
     fprintf(o, "# psbench-master sweep: %zu point(s) x %u run(s), into %s/\n", s->npoints, s->runs, s->out_dir);
     /* What every point shares, once. */
     fprintf(o, "# the same at every point:");
-    static const char *const keys[] = {"hook", "trainer", "model", "ntrainer", "nserver", "bucket_cap_mb", "device",
-                                       "transport", NULL};
+    static const char *const keys[] = {"hook",          "trainer", "model",     "ntrainer", "nserver",
+                                       "bucket_cap_mb", "device",  "transport", "compress", NULL};
     for (const char *const *k = keys; *k; k++) {
         json_t *v0 = json_object_get(s->points[0].config, *k);
         bool same = true;
@@ -467,8 +623,12 @@ void sweep_print_header(sweep *s)
     for (int d = 0; d < SD_COUNT; d++)
         if (s->dim[d].n >= 2)
             fprintf(o, "  %*s", s->width[d] = sweep_width(s, d), sweep_dims[d].name);
-    fprintf(o, "  %7s  %9s  %5s  %9s  %19s  %10s  %8s  %7s  %7s  %6s  %15s  %s\n", "buckets", "MB/step", "n",
-            "step_ms", "95% interval", "samples/s", "exposed%", "algbw", "busbw", "PS/AR", "PS/AR 95%", "marks");
+    fprintf(o, "  %7s  %9s  %5s  %9s  %19s  %10s  %8s  %7s  %7s  %6s  %15s  ", "buckets", "MB/step", "n", "step_ms",
+            "95% interval", "samples/s", "exposed%", "algbw", "busbw", "PS/AR", "PS/AR 95%");
+    /* What compression costs, where it varies (issue 43). */
+    if (s->dim[SD_COMPRESS].n >= 2)
+        fprintf(o, "%10s  %10s  %10s  ", "loss", "dloss", "pdist");
+    fprintf(o, "marks\n");
     fflush(o);
 }
 
@@ -548,7 +708,7 @@ void sweep_print_row(sweep *s, const sweep_point *p, const json_t *c)
     if (json_is_integer(b))
         snprintf(buckets, sizeof buckets, "%" JSON_INTEGER_FORMAT, json_integer_value(b));
     sweep_marks(s, p, marks, sizeof marks);
-    fprintf(o, "  %7s  %9s  %5s  %9s  %19s  %10s  %8s  %7s  %7s  %6s  %15s  %s\n", buckets,
+    fprintf(o, "  %7s  %9s  %5s  %9s  %19s  %10s  %8s  %7s  %7s  %6s  %15s  ", buckets,
             sweep_fmt(mb, sizeof mb, "%.2f", sweep_summary_mean(p, "bytes_per_step") / 1e6),
             sweep_fmt(n, sizeof n, "%.0f", p->nseries ? (double)p->steady_n : NAN),
             sweep_fmt(step, sizeof step, "%.2f", p->step_mean),
@@ -560,9 +720,55 @@ void sweep_print_row(sweep *s, const sweep_point *p, const json_t *c)
             sweep_fmt(r, sizeof r, "%.2f", c ? json_number_value(json_object_get(c, "ps_over_allreduce")) : NAN),
             c ? sweep_fmt_ci(rci, sizeof rci, "%.2f", json_number_value(json_object_get(c, "ratio_ci95_low")),
                              json_number_value(json_object_get(c, "ratio_ci95_high")))
-              : "-",
-            marks);
+              : "-");
+    if (s->dim[SD_COMPRESS].n >= 2) {
+        /* The final loss; against the fp32 point where it was printed
+         * above (else the answer says it). */
+        json_t *loss = json_object_get(p->doc, "final_loss"), *vs = json_object_get(p->doc, "vs_fp32");
+        json_t *dl = json_object_get(vs, "loss_diff"), *pd = json_object_get(vs, "params_distance");
+        char l[24], d[24], dist[24];
+        fprintf(o, "%10s  %10s  %10s  ",
+                sweep_fmt(l, sizeof l, "%.6g", json_is_number(loss) ? json_number_value(loss) : NAN),
+                sweep_fmt(d, sizeof d, "%+.3g", json_is_number(dl) ? json_number_value(dl) : NAN),
+                sweep_fmt(dist, sizeof dist, "%.3g", json_is_number(pd) ? json_number_value(pd) : NAN));
+    }
+    fprintf(o, "%s\n", marks);
     fflush(o);
+}
+
+/* What compression cost, each compressed point against its fp32 one
+ * (sweep_cost), where the sweep varies compress. */
+static void sweep_print_costs(const sweep *s)
+{
+    FILE *o = s->out;
+    if (s->dim[SD_COMPRESS].n < 2)
+        return;
+    fprintf(o, "# loss: the final loss (the trainers' last epoch, mean over the runs); dloss: less the fp32 "
+               "point's (compress none, the same job otherwise); pdist: ||params - fp32's|| / ||fp32's||, the "
+               "final parameters' relative L2 distance (trainer 0's params.bin, run by run, mean)\n");
+    if (json_array_size(s->costs) == 0) {
+        fprintf(o, "# compression: no point differs from a compress none point only in compress (both done)\n");
+        return;
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(s->costs, i, c) {
+        const sweep_point *cp = &s->points[json_integer_value(json_object_get(c, "point")) - 1];
+        const sweep_point *fp = &s->points[json_integer_value(json_object_get(c, "fp32_point")) - 1];
+        char *where = sweep_label_without_compress(s, cp->config);
+        json_t *dl = json_object_get(c, "loss_diff"), *pd = json_object_get(c, "params_distance");
+        const char *why = json_string_value(json_object_get(c, "why"));
+        char d[32], dist[1400];
+        sweep_fmt(d, sizeof d, "%+.3g", json_is_number(dl) ? json_number_value(dl) : NAN);
+        if (json_is_number(pd))
+            snprintf(dist, sizeof dist, "%.3g", json_number_value(pd));
+        else
+            snprintf(dist, sizeof dist, "not comparable: %s", why ? why : "a run has no distance");
+        fprintf(o, "# compression: %s: %s (point %u) against none (point %u): loss %s, parameters' distance %s\n",
+                where, json_string_value(json_object_get(c, "compress")), cp->index, fp->index,
+                json_is_number(dl) ? d : "not comparable (a final loss is not a number)", dist);
+        free(where);
+    }
 }
 
 /* The answer, after the last row: each PS point against its allreduce. */
@@ -588,6 +794,7 @@ void sweep_print_answer(sweep *s)
         fprintf(o, "# oversubscribed: %zu point(s) started more busy processes than a host has cores: they "
                    "measure the scheduler too\n",
                 over);
+    sweep_print_costs(s);
     if (n == 0) {
         fprintf(o, "# the answer: no point ran both a parameter-server hook and allreduce_hook on the same "
                    "configuration (for a DdpTrainer: --ddp-hook rpc_hook,allreduce_hook)\n");
@@ -651,6 +858,9 @@ static void sweep_csv_json(FILE *f, const json_t *v)
 
 static const char *const sweep_csv_config[] = {"hook",          "trainer", "model",     "ntrainer",     "nserver",
                                                "bucket_cap_mb", "device",  "transport", "uses_servers", NULL};
+/* Configuration columns after the others (issue 43): a reader of the
+ * older columns by position still finds them where they were. */
+static const char *const sweep_csv_config_late[] = {"compress", NULL};
 
 /* sweep.csv's metrics of a run: the headline's figures, its shares, the
  * buckets, then the steady state's (issue 38: from the headline's
@@ -674,13 +884,19 @@ enum {
     SWEEP_CSV_NFIGS = sizeof sweep_csv_figs / sizeof sweep_csv_figs[0],
     SWEEP_CSV_NSHARES = 5,
     SWEEP_CSV_NEXTRA = sizeof sweep_csv_extra / sizeof sweep_csv_extra[0],
-    SWEEP_CSV_NMETRICS = SWEEP_CSV_NFIGS + SWEEP_CSV_NSHARES + 1 + SWEEP_CSV_NEXTRA
+    /* and (issue 43) final_loss, loss_vs_fp32, params_distance_vs_fp32 */
+    SWEEP_CSV_NMETRICS = SWEEP_CSV_NFIGS + SWEEP_CSV_NSHARES + 1 + SWEEP_CSV_NEXTRA + 3
 };
 
 /* Run `run` of point p: a row per metric it has (a number). */
 static void sweep_csv_run(FILE *f, const sweep_point *p, const json_t *run)
 {
-    enum { NFIGS = SWEEP_CSV_NFIGS, NSHARES = SWEEP_CSV_NSHARES, NEXTRA = SWEEP_CSV_NEXTRA };
+    enum {
+        NFIGS = SWEEP_CSV_NFIGS,
+        NSHARES = SWEEP_CSV_NSHARES,
+        NEXTRA = SWEEP_CSV_NEXTRA,
+        AT = SWEEP_CSV_NMETRICS - 3
+    };
     json_t *status = json_object_get(p->doc, "status");
     json_t *h = json_object_get(run, "headline");
     const char *metric[SWEEP_CSV_NMETRICS], *unit[SWEEP_CSV_NMETRICS];
@@ -707,6 +923,21 @@ static void sweep_csv_run(FILE *f, const sweep_point *p, const json_t *run)
                                                          sweep_csv_extra[k].key);
     }
     json_int_t rn = json_integer_value(json_object_get(run, "run"));
+    json_t *vs = NULL, *x;
+    size_t xi;
+    json_array_foreach(json_object_get(json_object_get(p->doc, "vs_fp32"), "runs"), xi, x) {
+        if (json_integer_value(json_object_get(x, "run")) == rn)
+            vs = x;
+    }
+    static const char *const cost_metric[] = {"final_loss", "loss_vs_fp32", "params_distance_vs_fp32"};
+    static const char *const cost_unit[] = {"loss", "loss", "relative"};
+    for (int c = 0; c < 3; c++) {
+        metric[AT + c] = cost_metric[c];
+        unit[AT + c] = cost_unit[c];
+    }
+    value[AT] = json_object_get(run, "final_loss");
+    value[AT + 1] = json_object_get(vs, "loss_diff");
+    value[AT + 2] = json_object_get(vs, "params_distance");
     json_t *sn = json_object_get(json_object_get(h, "steady"), "n");
     size_t b;
     json_t *br;
@@ -725,7 +956,12 @@ static void sweep_csv_run(FILE *f, const sweep_point *p, const json_t *run)
         sweep_csv_json(f, value[m]);
         fprintf(f, ",%s,", unit[m]);
         sweep_csv_json(f, sn);
-        fprintf(f, ",%s,%s\n", busy ? "true" : "false", p->oversubscribed ? "true" : "false");
+        fprintf(f, ",%s,%s", busy ? "true" : "false", p->oversubscribed ? "true" : "false");
+        for (const char *const *c = sweep_csv_config_late; *c; c++) {
+            fputc(',', f);
+            sweep_csv_json(f, json_object_get(p->config, *c));
+        }
+        fputc('\n', f);
     }
 }
 
@@ -741,7 +977,10 @@ static char *sweep_csv(const sweep *s, size_t *len)
         fprintf(f, ",%s", *k);
     /* n, busy and oversubscribed (issue 38) last: a reader of the older
      * columns by position still finds them where they were. */
-    fputs(",status,metric,value,unit,n,busy,oversubscribed\n", f);
+    fputs(",status,metric,value,unit,n,busy,oversubscribed", f);
+    for (const char *const *k = sweep_csv_config_late; *k; k++)
+        fprintf(f, ",%s", *k);
+    fputc('\n', f);
     for (size_t i = 0; i < s->npoints; i++) {
         size_t r;
         json_t *run;
@@ -775,6 +1014,8 @@ int sweep_write(sweep *s, const char *started)
     json_object_set_new(doc, "steps_chosen", s->steps_chosen ? json_integer((json_int_t)s->steps_chosen) : json_null());
     json_object_set_new(doc, "min_steady_steps", json_integer(SWEEP_MIN_STEADY_STEPS));
     json_object_set_new(doc, "schedule", s->schedule ? json_incref(s->schedule) : json_array());
+    /* Issue 43: each compressed point against its fp32 one (sweep_cost). */
+    json_object_set(doc, "compression", s->costs);
     int rc = 0;
     snprintf(path, sizeof path, "%s/sweep.json", s->out_dir);
     if (afile_write_json(path, doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15), err,

@@ -68,7 +68,7 @@ static const char *sweep_value(const sweep *s, const size_t *at, int d)
 static void sweep_point_flags(sweep_point *p, const sweep *s, const size_t *at, bool cuda, const char *ntrainer,
                               const char *nserver)
 {
-    static const int plain[] = {SD_TRANSPORT, SD_TRAINER, SD_BUCKET, SD_HOOK};
+    static const int plain[] = {SD_TRANSPORT, SD_TRAINER, SD_BUCKET, SD_COMPRESS, SD_HOOK};
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
         const char *v = sweep_value(s, at, plain[i]);
         if (v)
@@ -107,17 +107,19 @@ static bool sweep_same_args(const sweep_point *a, const sweep_point *b)
     return true;
 }
 
-/* The point's label: the values of the dimensions with more than one, the
- * hook first; without_hook: the others only ("where" a pair ran). */
-char *sweep_label(const sweep *s, const json_t *config, bool without_hook)
+/* The label of the dimensions with more than one value but those in skip
+ * (a bit per sweep_dim), the hook first. */
+static char *sweep_label_skip(const sweep *s, const json_t *config, unsigned skip, bool without_hook)
 {
-    static const int order[] = {SD_HOOK, SD_DEVICE, SD_TRANSPORT, SD_TRAINER, SD_NTRAINER, SD_NSERVER, SD_BUCKET};
+    static const int order[] = {SD_HOOK,    SD_COMPRESS, SD_DEVICE,  SD_TRANSPORT,
+                                SD_TRAINER, SD_NTRAINER, SD_NSERVER, SD_BUCKET};
+    _Static_assert(sizeof order / sizeof order[0] == SD_COUNT, "every dimension in the label");
     char buf[1024];
     size_t used = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
         int d = order[i];
-        if (s->dim[d].n < 2 || (without_hook && (d == SD_HOOK || d == SD_NSERVER)))
+        if (s->dim[d].n < 2 || (skip >> d & 1u))
             continue;
         json_t *v = json_object_get(config, sweep_dims[d].name);
         char val[256];
@@ -127,22 +129,35 @@ char *sweep_label(const sweep *s, const json_t *config, bool without_hook)
             snprintf(val, sizeof val, "%g", json_number_value(v));
         else
             snprintf(val, sizeof val, "-");
-        used += (size_t)snprintf(buf + used, used < sizeof buf ? sizeof buf - used : 0, "%s%s%s%s",
-                                 used ? " " : "", d == SD_HOOK ? "" : sweep_dims[d].name, d == SD_HOOK ? "" : "=", val);
+        used += (size_t)snprintf(buf + used, used < sizeof buf ? sizeof buf - used : 0, "%s%s%s%s", used ? " " : "",
+                                 d == SD_HOOK ? "" : sweep_dims[d].name, d == SD_HOOK ? "" : "=", val);
     }
     return sweep_strdup(buf[0] ? buf : without_hook ? "every point" : "the job");
+}
+
+/* The point's label: the values of the dimensions with more than one, the
+ * hook first; without_hook: the others only ("where" a pair ran). */
+char *sweep_label(const sweep *s, const json_t *config, bool without_hook)
+{
+    return sweep_label_skip(s, config, without_hook ? 1u << SD_HOOK | 1u << SD_NSERVER : 0, without_hook);
+}
+
+char *sweep_label_without_compress(const sweep *s, const json_t *config)
+{
+    return sweep_label_skip(s, config, 1u << SD_COMPRESS, true);
 }
 
 /* The point's configuration from its plan (sweep.h "config"). */
 static json_t *sweep_config(const json_t *plan, const char *transport)
 {
     json_t *cap = json_object_get(plan, "bucket_cap_mb");
-    return json_pack("{s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:s, s:O}", "hook", json_object_get(plan, "hook"),
-                     "trainer", json_object_get(plan, "trainer"), "model", json_object_get(plan, "model"),
-                     "ntrainer", json_object_get(plan, "ntrainer"), "nserver", json_object_get(plan, "nserver"),
-                     "bucket_cap_mb", cap ? cap : json_null(), "device", json_object_get(plan, "device"),
-                     "transport", transport ? transport : json_string_value(json_object_get(plan, "transport")),
-                     "uses_servers", json_object_get(plan, "uses_servers"));
+    json_t *cz = json_object_get(plan, "compress");
+    return json_pack("{s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:s, s:O, s:O}", "hook", json_object_get(plan, "hook"),
+                     "trainer", json_object_get(plan, "trainer"), "model", json_object_get(plan, "model"), "ntrainer",
+                     json_object_get(plan, "ntrainer"), "nserver", json_object_get(plan, "nserver"), "bucket_cap_mb",
+                     cap ? cap : json_null(), "device", json_object_get(plan, "device"), "transport",
+                     transport ? transport : json_string_value(json_object_get(plan, "transport")), "uses_servers",
+                     json_object_get(plan, "uses_servers"), "compress", cz ? cz : json_null());
 }
 
 /* Every point of the matrix, planned: 0, or -1 (the point and why on err). */
@@ -286,7 +301,6 @@ int sweep_plan(sweep *s)
     fflush(s->out);
     return 0;
 }
-
 
 /* ---- enough steps ------------------------------------------------------------------- */
 

@@ -22,12 +22,12 @@ import psb  # noqa: E402
 
 CSV_COLUMNS = ["point", "run", "label", "hook", "trainer", "model", "ntrainer", "nserver", "bucket_cap_mb",
                "device", "transport", "uses_servers", "status", "metric", "value", "unit", "n", "busy",
-               "oversubscribed"]
+               "oversubscribed", "compress"]
 RUN_METRICS = {"step_p50_ms", "step_p90_ms", "samples_per_s", "bytes_per_step", "comm_span_ms",
                "effective_gb_per_s", "exposed_comm_ms", "share_forward", "share_backward_compute",
                "share_exposed_comm", "share_optimizer", "share_other", "buckets", "steady_step_p50_ms",
                "steady_step_p90_ms", "steady_samples_per_s", "first_step_ms", "algbw_gb_per_s", "busbw_gb_per_s",
-               "wire_bytes_per_step"}
+               "wire_bytes_per_step", "final_loss"}
 SWEEP_TIMEOUT = 240
 # A short job: 8 steps a run (7 steady), 2 warm-up steps (the points'
 # figures are checked for their shape and consistency, not their size): the

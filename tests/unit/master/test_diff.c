@@ -7,7 +7,10 @@
  * comparing: its folder made, a folder or FIFO in its place refused), a
  * failed run said first and compared only with --allow-failed, inputs that
  * are not regular files refused without blocking, and the exit codes for
- * unreadable input or a failed run (1) and bad usage (2). */
+ * unreadable input or a failed run (1) and bad usage (2); what a change
+ * costs training (issue 43): the loss per epoch with B-A, the final
+ * parameters' relative distance from their params.bin files, "not
+ * comparable: why" where there is none, and their CSV rows. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -25,6 +28,7 @@
 #include <unistd.h>
 
 #include "master/tools/diff.h"
+#include "shared/paramsfile.h"
 #include "fixture.h"
 
 
@@ -671,6 +675,78 @@ static void test_noise(void **state)
     unlink_series("sc");
 }
 
+
+/* A results.json with trainer 0's loss per epoch and final_params naming
+ * `params` (written with the n floats v beside it; NULL: no final_params). */
+static void write_trained(const char *name, const char *loss, const char *params, const float *v, uint64_t n)
+{
+    char hex[65] = "", err[512], doc[2048];
+    if (params) {
+        assert_int_equal(paramsfile_sha256(v, n, hex), 0);
+        assert_int_equal(paramsfile_write(tmp_path(params), v, n, hex, err, sizeof err), 0);
+    }
+    char fp[512] = "";
+    if (params)
+        snprintf(fp, sizeof fp, ", \"final_params\": {\"trainer\": 0, \"file\": \"%s\", \"count\": %llu, "
+                 "\"sha256\": \"%s\", \"l2_norm\": %.17g, \"why\": null}", params, (unsigned long long)n, hex,
+                 paramsfile_l2_norm(v, n));
+    snprintf(doc, sizeof doc,
+             "{\"configuration\": {\"model\": \"Tiny\"}, \"groups\": {}, \"trainers\": [{\"rank\": 0, "
+             "\"loss_per_epoch\": %s}]%s}\n", loss, fp);
+    write_file(name, doc);
+}
+
+/* What a change costs training (issue 43): the loss per epoch with B-A,
+ * the final parameters' relative distance from their files, and "not
+ * comparable: why" where it cannot be given; the CSV's training rows. */
+static void test_training(void **state)
+{
+    (void)state;
+    const float a[2] = {3.0f, 4.0f}, b[2] = {3.0f, 4.5f}, c[3] = {1, 2, 3};
+    write_trained("ta.json", "[2.5, 2.0]", "ta.bin", a, 2);
+    write_trained("tb.json", "[2.5, 1.75]", "tb.bin", b, 2);
+    result r = run("--csv", tmp_path("t.csv"), tmp_path("ta.json"), tmp_path("tb.json"));
+    assert_int_equal(r.rc, 0);
+    char line[512];
+    find_line(r.out, "      0      2", line, sizeof line);
+    assert_contains(line, "2");
+    assert_contains(line, "1.75");
+    assert_contains(line, "-0.25");
+    assert_contains(r.out, "final parameters: ||A|| 5, ||B|| 5.40832691\n");
+    assert_contains(r.out, "relative distance ||B-A||/||A||: 0.1 (2 parameters)\n");
+    result_free(&r);
+    char *csv = slurp(tmp_path("t.csv"), NULL);
+    assert_non_null(csv);
+    assert_contains(csv, "training,0,loss_epoch_2,mean,2,1.75,-0.25,-12.5\n");
+    assert_contains(csv, "training,0,final_params,relative_l2_distance,,,0.1,\n");
+    free(csv);
+    /* The same run: distance 0, every loss difference 0. */
+    r = run(tmp_path("ta.json"), tmp_path("ta.json"), NULL, NULL);
+    assert_contains(r.out, "relative distance ||B-A||/||A||: 0 (2 parameters)\n");
+    find_line(r.out, "      0      1", line, sizeof line);
+    assert_contains(line, "+0");
+    result_free(&r);
+    /* B without final_params (an older run), B of another model size, B's
+     * file changed after its results.json: not comparable, and why. */
+    write_trained("old.json", "[2.5, 1.75]", NULL, NULL, 0);
+    r = run(tmp_path("ta.json"), tmp_path("old.json"), NULL, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_contains(r.out, "relative distance ||B-A||/||A||: not comparable: ");
+    assert_contains(r.out, "old.json has no final_params");
+    result_free(&r);
+    write_trained("tc.json", "[2.5, 1.75]", "tc.bin", c, 3);
+    r = run(tmp_path("ta.json"), tmp_path("tc.json"), NULL, NULL);
+    assert_contains(r.out, "not comparable: A has 2 parameters, B 3 (another model)\n");
+    result_free(&r);
+    char hex[65], err[512];
+    assert_int_equal(paramsfile_sha256(a, 2, hex), 0);
+    assert_int_equal(paramsfile_write(tmp_path("tb.bin"), a, 2, hex, err, sizeof err), 0);
+    r = run(tmp_path("ta.json"), tmp_path("tb.json"), NULL, NULL);
+    assert_contains(r.out, "not comparable: ");
+    assert_contains(r.out, "holds other parameters than");
+    result_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -686,6 +762,7 @@ int main(void)
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_comparable),
         cmocka_unit_test(test_noise),
+        cmocka_unit_test(test_training),
     };
     return cmocka_run_group_tests(tests, diff_setup, tmpdir_teardown);
 }

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "shared/follow.h"
@@ -124,22 +125,57 @@ static void test_unanswered_is_no_job(void **state)
 
 /* A try that hangs before any master answers (where no bound of the job's
  * own holds) is killed once its reach and FOLLOW_TEARDOWN_S are past: the
- * supervisor still exits 0 when idle. alarm: a hung supervisor fails the
- * test rather than blocking it, far past what the bound promises. */
+ * supervisor still exits 0 when idle, its last line naming the stop; a try
+ * that said why before it hung (a slow exit after a silent peer) keeps its
+ * reason there. ctx: that reason, or NULL. alarm: a hung supervisor fails
+ * the test rather than blocking it, far past what the bound promises. */
 static int hung_job(void *ctx, double reach_s)
 {
-    (void)ctx;
     (void)reach_s;
+    if (ctx)
+        follow_say_retry(ctx);
     for (;;)
         pause();
+}
+
+/* follow_run's last line (its log on stderr, taken into a file). */
+static int run_last_line(const follow_opts *o, follow_job_fn job, void *ctx, char *last, size_t len)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/test_follow_log.%d", (int)getpid());
+    FILE *f = fopen(path, "w+");
+    assert_non_null(f);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0 && dup2(fileno(f), 2) == 2);
+    log_init("test_follow", LOG_INFO);
+    int rc = follow_run(o, job, ctx);
+    fflush(stderr);
+    log_init("test_follow", LOG_ERROR);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    char line[1024];
+    last[0] = '\0';
+    while (fgets(line, sizeof line, f))
+        snprintf(last, len, "%s", line);
+    fclose(f);
+    unlink(path);
+    return rc;
 }
 
 static void test_hung_try(void **state)
 {
     (void)state;
-    follow_opts o = {.idle_s = 1, .connect_timeout_s = 30, .master = "127.0.0.1:9"};
+    follow_opts o = {.idle_s = 0.5, .connect_timeout_s = 30, .master = "127.0.0.1:9"};
+    char last[1024];
     alarm(120);
-    assert_int_equal(follow_run(&o, hung_job, NULL), 0);
+    assert_int_equal(run_last_line(&o, hung_job, NULL, last, sizeof last), 0);
+    assert_non_null(strstr(last, "(last: no master at 127.0.0.1:9 answered within 5.5 s (the try was stopped))"));
+    char why[] = "127.0.0.1:9 accepted the connection but did not answer within 0.5 s: is it a psbench master?";
+    assert_int_equal(run_last_line(&o, hung_job, why, last, sizeof last), 0);
+    assert_non_null(strstr(last, "(last: 127.0.0.1:9 accepted the connection but did not answer within 0.5 s: is it "
+                                 "a psbench master? (then the try was stopped after 5.5 s))"));
     alarm(0);
 }
 
