@@ -520,8 +520,11 @@ static const opt_spec master_specs[] = {
              "allreduce_hook as PyTorch's fp16_compress_hook /\n"
              "bf16_compress_hook (each bucket cast, divided by the\n"
              "trainer count, allreduced in that type, cast back), on\n"
-             "gloo; refused with the other hooks, the Synthetic model\n"
-             "(it pushes to servers) and NCCL so far"},
+             "gloo; rpc_hook and the Synthetic model (dense): pushes in\n"
+             "that type, the servers' mean (summed in fp32) answered in\n"
+             "it (servers of kind average and average-batch on the\n"
+             "CPU); refused with the other hooks, batch-update,\n"
+             "embedding, CUDA servers and NCCL so far"},
     {.name = "set", .meta = "KIND.KEY=VALUE", .kind = OPT_CUSTOM, .parse = master_opt_set, .json = "set",
      .to_json = master_opt_set_json, .example = "trainer.momentum=0.5",
      .help = "replace KEY of the KIND configuration (trainer, model,\n"

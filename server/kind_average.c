@@ -18,6 +18,12 @@
  * accumulator host-visible), so the answer leaves only once the device's
  * work on it is complete — on the cpu device, the accumulator's own bytes.
  *
+ * Narrow pushes (f16, bf16) run the same dance with the accumulator's
+ * offsets twice the payload's: each slice is widened as it is folded
+ * (kind_fold_narrow; never received directly), so the accumulator holds
+ * the same f32 sum and mean as for f32 pushes of the widened values, and
+ * resolving narrows the mean once into the answer.
+ *
  * Sparse: rows are coalesced in a device sparse accumulator as they
  * arrive; resolving emits them (indices ascending, values scaled) on the
  * device into a devbuf made host-visible.
@@ -108,8 +114,9 @@ static uint8_t *avg_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
 {
     future *f = p->f;
     *max = 0;
-    if (f->layout != LAYOUT_DENSE || k->cfg.trainers == 1)
-        return NULL; /* a lone trainer's push is also the last and is scaled */
+    if (f->layout != LAYOUT_DENSE || k->cfg.trainers == 1 || f->dtype != HALF_FP32)
+        return NULL; /* a lone trainer's push is also the last and is scaled; a
+                      * narrow one is widened on the way in */
     avg_future *st = f->kstate;
     if (off != st->frontier) {
         /* Only the push at the frontier may write raw bytes. One behind it
@@ -143,17 +150,33 @@ static uint64_t avg_others_min(const avg_future *st, uint32_t n, uint32_t slot)
     return m;
 }
 
-/* Dense: see the comment at the top of the file. */
+/* One fold of acc's floats [x / 4, x / 4 + nf) from the push whose
+ * payload chunk for acc bytes [off, ..) is src: f32 bytes as they are, a
+ * narrow push's widened (its payload offsets half the accumulator's). */
+static void avg_fold(kind *k, const future *f, device_fold_op op, devbuf *acc, uint64_t x, devsrc src, uint64_t off,
+                     size_t nf, float s)
+{
+    if (f->dtype == HALF_FP32) {
+        device_fold_from(k->dev, op, acc, x / 4, src, x - off, nf, s);
+        return;
+    }
+    assert(!src.peer); /* CUDA IPC pushes are f32 */
+    kind_fold_narrow(k, op, acc, x / 4, src.host + (x - off) / 2, nf, s, f->dtype);
+}
+
+/* Dense: see the comment at the top of the file. off and n are in the
+ * accumulator's bytes (a narrow push's payload offsets times 2). */
 static void avg_dense_data(kind *k, push_ctx *p, uint64_t off, devsrc src, size_t n)
 {
     avg_future *st = p->f->kstate;
+    const future *f = p->f;
     uint32_t ntr = k->cfg.trainers;
     float scale = mean_scale(ntr);
     devbuf *acc = st->acc;
     uint64_t end = off + n;
     assert(off % 4 == 0 && st->frontier % 4 == 0 && off == st->progress[p->slot]);
     if (ntr == 1) { /* the only push: copy and scale (by 1) at once */
-        device_fold_from(k->dev, FOLD_COPY_SCALE, acc, off / 4, src, 0, n / 4, scale);
+        avg_fold(k, f, FOLD_COPY_SCALE, acc, off, src, off, n / 4, scale);
     } else {
         uint64_t last_upto = avg_others_min(st, ntr, p->slot);
         uint64_t add_end = end < st->frontier ? end : st->frontier;
@@ -161,16 +184,16 @@ static void avg_dense_data(kind *k, push_ctx *p, uint64_t off, devsrc src, size_
         uint64_t x = off;
         uint64_t fin = last_upto < add_end ? last_upto : add_end;
         if (fin > x) {
-            device_fold_from(k->dev, FOLD_ADD_SCALE, acc, x / 4, src, x - off, (fin - x) / 4, scale);
+            avg_fold(k, f, FOLD_ADD_SCALE, acc, x, src, off, (fin - x) / 4, scale);
             x = fin;
         }
         if (add_end > x) { /* others still to come: plain add */
-            device_fold_from(k->dev, FOLD_ADD, acc, x / 4, src, x - off, (add_end - x) / 4, 0);
+            avg_fold(k, f, FOLD_ADD, acc, x, src, off, (add_end - x) / 4, 0);
             x = add_end;
         }
         if (end > x) { /* beyond the frontier: first to arrive, copy */
             assert(x == st->frontier);
-            device_fold_from(k->dev, FOLD_COPY, acc, x / 4, src, x - off, (end - x) / 4, 0);
+            avg_fold(k, f, FOLD_COPY, acc, x, src, off, (end - x) / 4, 0);
             st->frontier = end;
         }
     }
@@ -212,6 +235,11 @@ static int avg_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src,
 {
     if (p->f->layout == LAYOUT_SPARSE)
         return avg_sparse_data(k, p, off, src, n);
+    if (p->f->dtype != HALF_FP32) { /* 2 bytes an element: the accumulator's offsets are twice these */
+        assert(off % 2 == 0 && n % 2 == 0);
+        off *= 2;
+        n *= 2;
+    }
     avg_dense_data(k, p, off, (devsrc){.host = src}, n);
     return 0;
 }
@@ -244,9 +272,12 @@ static void avg_done(device_job *j)
         why = j->error;
         code = ERR_DEVICE;
     } else if (f->layout == LAYOUT_DENSE) {
-        /* Already scaled: every element's last push applied 1/N. */
+        /* Already scaled: every element's last push applied 1/N; a
+         * narrow future's mean is narrowed once, for every pusher. */
         result = kind_result_take(k, st->acc, st->stays);
         st->acc = NULL;
+        if (f->dtype != HALF_FP32)
+            result = kind_result_narrow(k, result, f->dtype);
         if (!result) {
             why = "out of memory for the result";
             code = ERR_DEVICE;
@@ -319,6 +350,7 @@ static void avg_destroy(kind *k)
 
 static const kind_ops avg_ops = {
     .name = "average",
+    .narrow = true,
     .admit = avg_admit,
     .push_begin = avg_push_begin,
     .push_direct = avg_push_direct,
