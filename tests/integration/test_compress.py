@@ -284,6 +284,17 @@ class Compress(psb.PsbTestCase):
         h, _ = c.hello(0, extra={"dtype": "bf16"})
         self.assertEqual((h.get("type"), h.get("code")), ("error", "unsupported"), h)
         self.assertIn("does not take bf16 pushes", h.get("message"))
+        srv.terminate_and_wait()
+        # A CUDA server (the fake GPU) folds f32 only so far: refused the same way.
+        srv = self.reg.server(trainers=1, extra=["--device", "fake-cuda"])
+        c = self.client(srv)
+        h, _ = c.hello(0, extra={"dtype": "f16"})
+        self.assertEqual((h.get("type"), h.get("code")), ("error", "unsupported"), h)
+        self.assertIn("--compress fp16: a CUDA server does not take narrow pushes yet", h.get("message"))
+        # A name that is no type.
+        h, _ = c.hello(0, extra={"dtype": "f64"})
+        self.assertEqual((h.get("type"), h.get("code")), ("error", "unsupported"), h)
+        self.assertIn("hello dtype 'f64' is not f32, f16 or bf16", h.get("message"))
 
     def test_welcome_without_echo(self):
         """A server that does not know narrow pushes welcomes the trainer
@@ -349,6 +360,11 @@ class Compress(psb.PsbTestCase):
                                      "--ntrainer", "0", "--ncudatrainer", "2", "--backend", "nccl",
                                      "--compress", "fp16")
         self.assertIn("compresses on gloo only so far", line)
+        # The standalone synthetic trainer: dense pushes only.
+        rc, out, err = self.reg.run([psb.bin_path("psbench-trainer"), "--server", "127.0.0.1:9", "--rank", "0",
+                                     "--model", "synthetic", "--sparse", "--compress", "bf16"], timeout=30)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("--compress: --sparse pushes stay f32", psb.last_line(err))
         line = self.compress_refusal("--model", "Tiny", "--compress", "fp8")
         self.assertIn("--compress: ", line)
         self.assertIn("fp8", line)
