@@ -21,6 +21,8 @@ PyTorch's fp16_compress_hook and bf16_compress_hook over Gloo.
   the fp32 run's parameters (and not equal to them), `comm_hook` stays
   rpc_hook, every dense bucket's element_bytes is 2 and the headline's
   bytes per step half of fp32's.
+- CUDA trainers on the fake GPU with rpc_hook and bf16 (from host
+  memory: no CUDA IPC) end with the CPU trainers' parameters, bit for bit.
 - The Synthetic model with fp16 and bf16 (TCP, shared memory, 1 and 2
   servers): its trainers' bit-for-bit check of every narrow mean passes.
 - The protocol by hand (a standalone server, raw clients): the welcome
@@ -195,6 +197,28 @@ class Compress(psb.PsbTestCase):
             self.assertNotEqual(params[0].tobytes(), fp32.tobytes(), "%s: no rounding shows" % tag)
             d = self.compress_distance(params[0], fp32)
             self.assertLess(d, 1e-2, "%s: relative distance %g from fp32's" % (tag, d))
+
+    def test_fake_gpu_trainers_rpc_hook(self):
+        """CUDA trainers (the fake GPU) push narrow from host memory (no
+        CUDA IPC: its pushes are f32) to a CPU server over shared memory:
+        the CPU trainers' bf16 parameters, bit for bit."""
+        digests = {}
+        for device in ("cpu", "fake-cuda"):
+            out = os.path.join(self.reg.workdir, "out-rpc-dev-" + device)
+            cuda = device != "cpu"
+            m = self.master("--model", "Tiny", "--ddp-hook", "rpc_hook", "--nserver", "1", "--placement", "shard",
+                            "--ntrainer", "0" if cuda else "2", "--ncudatrainer", "2" if cuda else "0",
+                            "--epochs", "2", "--batch-size", "5", "--compress", "bf16", out=out)
+            for r in range(2):
+                self.node(m, "psbench-trainer", device, "trainer%d-%s" % (r, device), extra=("--transport", "shm"))
+            self.node(m, "psbench-server", "cpu", "server-" + device, extra=("--transport", "shm"))
+            res = self.results(out, m)
+            got = {t["final_params_sha256"] for t in res["trainers"]}
+            self.assertEqual(len(got), 1, (device, res["trainers"]))
+            for t in res["trainers"]:
+                self.assertEqual([(l["transport"], l["cuda_ipc"]) for l in t["links"]], [("shm", False)], device)
+            digests[device] = got.pop()
+        self.assertEqual(digests["fake-cuda"], digests["cpu"])
 
     def test_synthetic_narrow_pushes(self):
         """The Synthetic model with --compress: its trainers check every
