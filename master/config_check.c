@@ -229,8 +229,8 @@ static int check_compress(const run_config *c, uint64_t tcount, char *err, size_
     if (strcmp(cz, "none") == 0)
         return 0;
     const char *hook = c->resolved.hook;
-    bool narrow_pushes = c->resolved.mc.cls == MODEL_SYNTHETIC ||
-                         (hook && (strcmp(hook, "rpc_hook") == 0 || strcmp(hook, "rpc") == 0));
+    bool narrow_pushes =
+        c->resolved.mc.cls == MODEL_SYNTHETIC || (hook && (strcmp(hook, "rpc_hook") == 0 || strcmp(hook, "rpc") == 0));
     if (c->resolved.mc.cls == MODEL_SYNTHETIC && c->resolved.mc.syn.sparse) {
         errbuf_set(err, errlen,
                    "--compress %s: model '%s' (Synthetic) pushes sparse buckets, which stay fp32 (only dense "

@@ -47,8 +47,10 @@ static int conn_hello_dtype(const server *s, frame_str name, int *t, char *msg, 
         return -1;
     }
     if (s->cfg.device.kind == DEVICE_CUDA || s->cfg.device.kind == DEVICE_FAKE_CUDA) {
-        snprintf(msg, len, "--compress %s: a CUDA server does not take narrow pushes yet (server %u folds f32 only "
-                 "on its GPU; --device cpu, or --compress none)", half_type_name((half_type)*t), s->cfg.rank);
+        snprintf(msg, len,
+                 "--compress %s: a CUDA server does not take narrow pushes yet (server %u folds f32 only "
+                 "on its GPU; --device cpu, or --compress none)",
+                 half_type_name((half_type)*t), s->cfg.rank);
         return -1;
     }
     return 0;

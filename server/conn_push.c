@@ -205,7 +205,8 @@ void conn_on_push(conn *c, const frame_hdr *h0)
     c->sink = SINK_PUSH;
     /* A payload on the socket, large enough, may be received straight
      * into its place; one elsewhere is taken from there at once. */
-    c->big_pushes = p.x->place == XPORT_INLINE && h->payload >= CONN_DIRECT_MIN;
+    c->big_pushes = p.x->place == XPORT_INLINE && h->payload >= CONN_DIRECT_MIN &&
+                    c->push.f->dtype == HALF_FP32; /* a narrow payload is widened: never received directly */
     if (p.x->take && h->payload) {
         p.x->take(c, &p);
     } else if (h->payload == 0) {

@@ -246,9 +246,10 @@ frame_errcode futures_admit(futures *t, const frame_hdr *h, uint32_t slot, uint6
     int dt = frame_dtype_type(h->dtype);
     assert(dt >= 0);
     if (dt != HALF_FP32 && (!t->k->ops->narrow || h->layout != LAYOUT_DENSE)) {
-        snprintf(msg, len, "a %s push in %s to a server of kind %s: only dense pushes to kinds average and "
-                 "average-batch may be narrow", h->layout == LAYOUT_DENSE ? "dense" : "sparse", frame_dtype_name(dt),
-                 t->k->ops->name);
+        snprintf(msg, len,
+                 "a %s push in %s to a server of kind %s: only dense pushes to kinds average and "
+                 "average-batch may be narrow",
+                 h->layout == LAYOUT_DENSE ? "dense" : "sparse", frame_dtype_name(dt), t->k->ops->name);
         return ERR_UNSUPPORTED;
     }
     if (f && (half_type)dt != f->dtype) {

@@ -92,8 +92,8 @@ static void kind_widen(float *dst, const uint8_t *src, size_t n, half_type t)
         half_from_bf16(dst, (const psb_bf16 *)(const void *)src, n);
 }
 
-void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
-                      float s, half_type t)
+void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n, float s,
+                      half_type t)
 {
     assert(t == HALF_FP16 || t == HALF_BF16);
     if (op == FOLD_COPY) {

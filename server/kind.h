@@ -239,8 +239,8 @@ void kind_stored_release(kind *k, kind_slot *stored, uint32_t nslots);
  * cpu device, the accumulator itself), any other op widens a slice at a
  * time into a small scratch the device folds from. So the sum is of the
  * exact widened values in f32, on every device. */
-void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
-                      float s, half_type t);
+void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n, float s,
+                      half_type t);
 /* The answer of a narrow future: the f32 mean `wide` (taken: unref'd)
  * narrowed once, round to nearest even (half_to_fp16 / half_to_bf16),
  * into a buffer of the pool. NULL: out of memory. */

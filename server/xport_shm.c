@@ -220,8 +220,7 @@ static frame_errcode xport_shm_payload(conn *c, const frame_hdr *h, xport_push *
     if (h->at % align || !shm_seg_holds(&c->shm.seg, h->at, want)) {
         snprintf(msg, len, "push names bytes %" PRIu64 "..%" PRIu64 " of a segment of %" PRIu64 " bytes%s", h->at,
                  h->at + want, c->shm.seg.size,
-                 h->at % align ? (align == 4 ? " (not on a float boundary)" : " (not on an element's boundary)")
-                               : "");
+                 h->at % align ? (align == 4 ? " (not on a float boundary)" : " (not on an element's boundary)") : "");
         return ERR_BAD_FRAME;
     }
     p->hv.payload = want;

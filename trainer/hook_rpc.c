@@ -40,9 +40,9 @@ typedef struct rpc_slot {
     bool shaped;      /* cb.hdr describes this bucket */
     uint8_t *pack;    /* sparse: the push's payload (indices, then rows) */
     uint64_t pack_cap;
-    uint16_t *narrow; /* dense, --compress: the narrowed bucket, where no shadow holds it (owned) */
+    uint16_t *narrow;    /* dense, --compress: the narrowed bucket, where no shadow holds it (owned) */
     uint64_t narrow_cap; /* elements */
-    bool narrow_oom;  /* no memory to narrow its last bucket: pushed f32, failed at wait */
+    bool narrow_oom;     /* no memory to narrow its last bucket: pushed f32, failed at wait */
 } rpc_slot;
 
 typedef struct rpc_hook {

@@ -124,7 +124,10 @@ static const char *const devices[] = {"cpu", "test"};
 /* ---- narrow pushes (f16, bf16: docs/protocol.md "Narrow pushes") ---- */
 
 static uint16_t narrow_of(half_type t, float v) { return t == HALF_FP16 ? half_fp16_of(v) : half_bf16_of(v); }
-static float widen_of(half_type t, uint16_t v) { return t == HALF_FP16 ? half_fp16_to_float(v) : half_bf16_to_float(v); }
+static float widen_of(half_type t, uint16_t v)
+{
+    return t == HALF_FP16 ? half_fp16_to_float(v) : half_bf16_to_float(v);
+}
 
 static frame_hdr narrow_hdr(uint64_t batch, uint64_t count, half_type t)
 {
@@ -176,9 +179,8 @@ static void test_narrow_mean_bit_exact(void **state)
                             if (at[s] == NARROW_N)
                                 continue;
                             size_t m = NARROW_N - at[s] < chunk[s] ? NARROW_N - at[s] : chunk[s];
-                            assert_int_equal(futures_push_data(&x.fut, &p[s], at[s] * 2,
-                                                               (const uint8_t *)(v[s] + at[s]), m * 2),
-                                             0);
+                            assert_int_equal(
+                                futures_push_data(&x.fut, &p[s], at[s] * 2, (const uint8_t *)(v[s] + at[s]), m * 2), 0);
                             at[s] += m;
                             more = true;
                         }
