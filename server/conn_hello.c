@@ -46,7 +46,7 @@ static int conn_hello_dtype(const server *s, frame_str name, int *t, char *msg, 
                  s->cfg.rank, s->kind->ops->name, frame_dtype_name(*t));
         return -1;
     }
-    if (s->cfg.device.kind == DEVICE_CUDA || s->cfg.device.kind == DEVICE_FAKE_CUDA) {
+    if (!device_takes_narrow(s->dev)) { /* the cuda device (the fake GPU's too) */
         snprintf(msg, len,
                  "--compress %s: a CUDA server does not take narrow pushes yet (server %u folds f32 only "
                  "on its GPU; --device cpu, or --compress none)",

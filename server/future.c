@@ -245,7 +245,7 @@ frame_errcode futures_admit(futures *t, const frame_hdr *h, uint32_t slot, uint6
     /* conn_push.c let only a name of the three through. */
     int dt = frame_dtype_type(h->dtype);
     assert(dt >= 0);
-    if (dt != HALF_FP32 && (!t->k->ops->narrow || h->layout != LAYOUT_DENSE)) {
+    if (dt != HALF_FP32 && (!t->k->ops->narrow || !device_takes_narrow(t->k->dev) || h->layout != LAYOUT_DENSE)) {
         snprintf(msg, len,
                  "a %s push in %s to a server of kind %s: only dense pushes to kinds average and "
                  "average-batch may be narrow",
