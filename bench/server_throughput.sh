@@ -44,6 +44,11 @@
 # The floor and psbench over TCP copy replies into the sockets;
 # SERVER_ARGS=--splice measures psbench-server splicing results of 64 KiB
 # and more (zero-copy) instead (every psbench-server run gets SERVER_ARGS).
+# TRAINER_ARGS: extra flags for every psbench-trainer run, e.g.
+# TRAINER_ARGS="--compress bf16" for narrow pushes (docs/protocol.md,
+# "Narrow pushes": half the bytes each way; the floor, the copy and add
+# limits and the targets stay those of f32 pushes, so compare a bf16 run's
+# rounds/s with an f32 run's).
 # Trainers on a GPU: TRAINER_DEVICE=cuda[:N] or fake-cuda; by default the
 # device SERVER_ARGS gives the server when it is one (--device cuda...,
 # fake-cuda), none otherwise (TRAINER_DEVICE=cpu: none either). With one,
@@ -76,6 +81,8 @@ WARMUP=3   # rounds every side runs before timing starts
 # Extra psbench-server flags, e.g. SERVER_ARGS=--splice to measure the
 # server splicing big results (zero-copy) instead of copying them.
 read -r -a SERVER_EXTRA <<<"${SERVER_ARGS:-}"
+# Extra psbench-trainer flags (TRAINER_ARGS), e.g. --compress bf16.
+read -r -a TRAINER_EXTRA <<<"${TRAINER_ARGS:-}"
 # The trainers' GPU for shm+ipc ("": none): TRAINER_DEVICE, else the
 # server's --device where it is a GPU (the server's plain `cuda` is GPU 0,
 # a trainer's is GPU rank mod GPUs: hence cuda:0).
@@ -247,7 +254,7 @@ bs_psbench() {
     rm -rf "$dir"
     mkdir -p "$dir"
     port=$(bench_free_port)
-    bench_log "$name: psbench-server --standalone --trainers $n --transport $transport${SERVER_ARGS:+ $SERVER_ARGS}; $n trainers x $batches batches$push_note"
+    bench_log "$name: psbench-server --standalone --trainers $n --transport $transport${SERVER_ARGS:+ $SERVER_ARGS}; $n trainers x $batches batches${TRAINER_ARGS:+ ($TRAINER_ARGS)}$push_note"
     "$BUILD/psbench-server" --standalone --trainers "$n" --listen "127.0.0.1:$port" --transport "$transport" \
         ${SERVER_EXTRA[@]+"${SERVER_EXTRA[@]}"} >"$dir/server.out" 2>"$dir/server.err" &
     spid=$!
@@ -263,6 +270,7 @@ bs_psbench() {
             "$BUILD/psbench-trainer" --server "127.0.0.1:$port" --rank "$r" --transport "$transport" \
             --model synthetic --buckets "$k" --bucket-floats "$f" --batches "$batches" \
             --warmup-batches "$WARMUP" --summary-json "$dir/trainer$r.json" ${dev_args[@]+"${dev_args[@]}"} \
+            ${TRAINER_EXTRA[@]+"${TRAINER_EXTRA[@]}"} \
             >"$dir/trainer$r.log" 2>&1 &
         tpids+=("$!")
         PIDS+=("$!")

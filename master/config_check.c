@@ -264,9 +264,14 @@ static int check_powersgd(const run_config *c, uint64_t tcount, char *err, size_
     return 0;
 }
 
-/* --compress fp16|bf16 (the trainer configuration's compress): only
- * allreduce_hook narrows its buckets so far (issue 43's first step), and
- * only on Gloo: NCCL has no narrow allreduce in psbench yet. */
+/* --compress fp16|bf16 (the trainer configuration's compress):
+ * allreduce_hook narrows its buckets, on Gloo only (NCCL has no narrow
+ * allreduce in psbench yet); rpc_hook pushes its dense buckets narrow
+ * (docs/protocol.md, "Narrow pushes"), and so does the dense Synthetic
+ * model, to servers of kind average or average-batch on the CPU (a CUDA
+ * server folds f32 only so far). Batch-update and HybridModel jobs never
+ * get here: their trainer classes have no compress key, which the flag's
+ * own check refuses. */
 static int check_compress(const run_config *c, uint64_t tcount, char *err, size_t errlen)
 {
     json_t *v = c->resolved.loaded ? json_object_get(c->resolved.trainer.conf, "compress") : NULL;
@@ -276,17 +281,29 @@ static int check_compress(const run_config *c, uint64_t tcount, char *err, size_
     if (strcmp(cz, "powersgd") == 0)
         return check_powersgd(c, tcount, err, errlen);
     const char *hook = c->resolved.hook;
-    if (c->resolved.mc.cls == MODEL_SYNTHETIC) {
+    bool narrow_pushes =
+        c->resolved.mc.cls == MODEL_SYNTHETIC || (hook && (strcmp(hook, "rpc_hook") == 0 || strcmp(hook, "rpc") == 0));
+    if (c->resolved.mc.cls == MODEL_SYNTHETIC && c->resolved.mc.syn.sparse) {
         errbuf_set(err, errlen,
-                   "--compress %s: model '%s' (Synthetic) pushes fp32 to the servers; only "
-                   "allreduce_hook compresses so far (a DummyModel with --ddp-hook allreduce_hook)",
+                   "--compress %s: model '%s' (Synthetic) pushes sparse buckets, which stay fp32 (only dense "
+                   "pushes may be narrow); --compress none",
                    cz, c->resolved.model.id);
         return -1;
     }
+    if (narrow_pushes) {
+        if (c->ncudaserver > 0) {
+            errbuf_set(err, errlen,
+                       "--compress %s: a CUDA server does not take narrow pushes yet (%u of the servers are "
+                       "CUDA servers, which fold f32 only; --ncudaserver 0, or --compress none)",
+                       cz, c->ncudaserver);
+            return -1;
+        }
+        return 0;
+    }
     if (!hook || strcmp(hook, "allreduce_hook") != 0) {
         errbuf_set(err, errlen,
-                   "--compress %s: only allreduce_hook compresses so far (PyTorch's %s_compress_hook); "
-                   "trainer '%s' runs %s",
+                   "--compress %s: only allreduce_hook (PyTorch's %s_compress_hook) and rpc_hook (narrow pushes) "
+                   "compress so far; trainer '%s' runs %s",
                    cz, cz, c->resolved.trainer.id, hook ? hook : "no communication hook");
         return -1;
     }

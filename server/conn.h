@@ -76,6 +76,10 @@ typedef struct conn {
     bool closing; /* stop reading; close once the output is written */
     uint32_t slot;  /* members.h; MEMBERS_NO_SLOT before hello */
     uint64_t rank;
+    /* The type its hello announced for its dense pushes (`dtype`,
+     * docs/protocol.md "Narrow pushes"): HALF_FP32 when it announced none;
+     * a push in f16 or bf16 is taken only in this type. */
+    half_type dtype;
     bool in_flush;  /* on server->flush_head */
     bool big_pushes; /* the last push had a payload worth receiving directly */
     struct conn *flush_next;

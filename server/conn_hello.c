@@ -8,6 +8,7 @@
 #include "server/xport.h"
 #include "server/xport_ipc.h"
 #include "shared/log.h"
+#include "shared/text.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -22,6 +23,37 @@ static bool conn_token_ok(const char *want, frame_str got)
     for (size_t i = 0; i < n; i++)
         diff |= (unsigned char)want[i] ^ (unsigned char)(i < got.n ? got.p[i] : 0);
     return diff == 0;
+}
+
+/* A hello's `dtype`: the type this trainer's dense pushes will be in
+ * (docs/protocol.md, "Narrow pushes"). 0 with *t set, or -1 with the
+ * reason (`unsupported`): a name that is no type; a narrow type that this
+ * server's kind does not fold (batch-update, embedding) or that its
+ * device does not take (a CUDA server: its device folds f32 only so far). */
+static int conn_hello_dtype(const server *s, frame_str name, int *t, char *msg, size_t len)
+{
+    *t = frame_dtype_type(name);
+    if (*t < 0) {
+        char esc[40];
+        text_escape_n(name.p, name.n > 16 ? 16 : name.n, esc, sizeof esc);
+        snprintf(msg, len, "hello dtype '%s' is not f32, f16 or bf16", esc);
+        return -1;
+    }
+    if (*t == HALF_FP32)
+        return 0;
+    if (!s->kind->ops->narrow) {
+        snprintf(msg, len, "server %u (kind %s) does not take %s pushes: only kinds average and average-batch do",
+                 s->cfg.rank, s->kind->ops->name, frame_dtype_name(*t));
+        return -1;
+    }
+    if (!device_takes_narrow(s->dev)) { /* the cuda device (the fake GPU's too) */
+        snprintf(msg, len,
+                 "--compress %s: a CUDA server does not take narrow pushes yet (server %u folds f32 only "
+                 "on its GPU; --device cpu, or --compress none)",
+                 half_type_name((half_type)*t), s->cfg.rank);
+        return -1;
+    }
+    return 0;
 }
 
 void conn_on_hello(conn *c, const frame_hdr *h)
@@ -65,6 +97,13 @@ void conn_on_hello(conn *c, const frame_hdr *h)
         conn_send_error(c, ERR_BAD_FRAME, "hello needs a rank", h);
         return;
     }
+    /* The narrow type it will push (before a redirect, so that a server
+     * that cannot take it says so at once, on TCP). */
+    int dtype = HALF_FP32;
+    if ((h->has & FH_DTYPE) && conn_hello_dtype(s, h->dtype, &dtype, msg, sizeof msg) < 0) {
+        conn_send_error(c, ERR_UNSUPPORTED, msg, h);
+        return;
+    }
     /* Each transport's part of the hello, in the registry's order: shm's
      * redirect of a TCP hello that asks for it, the segment it hands over. */
     for (size_t i = 0; i < xport_count; i++)
@@ -81,6 +120,7 @@ void conn_on_hello(conn *c, const frame_hdr *h)
     evtimer_del(c->hello_ev);
     c->slot = slot;
     c->rank = h->rank;
+    c->dtype = (half_type)dtype;
 
     /* What each transport offers (results are lent only to a trainer that
      * promises to read them before it pushes a later batch: zerocopy), and
@@ -92,10 +132,14 @@ void conn_on_hello(conn *c, const frame_hdr *h)
     w.server = s->cfg.rank;
     w.trainers = s->cfg.trainers;
     w.has = FH_VERSION | FH_SERVER | FH_TRAINERS;
+    if (h->has & FH_DTYPE) { /* echoed: the trainer knows this server takes it */
+        w.dtype = frame_str_c(frame_dtype_name(dtype));
+        w.has |= FH_DTYPE;
+    }
     for (size_t i = 0; i < xport_count; i++)
         if (xport_all[i]->welcome)
             xport_all[i]->welcome(c, reads_first, &w);
-    uint8_t buf[192];
+    uint8_t buf[256];
     size_t n = frame_encode_header(&w, buf, sizeof buf);
     assert(n > 0);
     bool sent = false;

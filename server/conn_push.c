@@ -90,9 +90,10 @@ void conn_push_finish(conn *c)
 }
 
 /* Check the shape fields of a push header (want: the bytes its shape
- * needs, xport_push). Returns ERR_NONE, or the code to answer with and a
- * message in msg. */
-static frame_errcode conn_check_push(const frame_hdr *h, uint64_t want, char *msg, size_t len)
+ * needs, xport_push; announced: the narrow type the connection's hello
+ * announced, HALF_FP32 for none). Returns ERR_NONE, or the code to answer
+ * with and a message in msg. */
+static frame_errcode conn_check_push(const frame_hdr *h, uint64_t want, half_type announced, char *msg, size_t len)
 {
     const uint32_t need = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT;
     char missing[96];
@@ -112,8 +113,24 @@ static frame_errcode conn_check_push(const frame_hdr *h, uint64_t want, char *ms
         snprintf(msg, len, "sparse push with cols = 0");
         return ERR_BAD_FRAME;
     }
-    if (!frame_str_eq(h->dtype, "f32")) {
-        snprintf(msg, len, "dtype '%.*s' is not supported (only f32)", (int)h->dtype.n, h->dtype.p);
+    /* f32 always; f16 or bf16 (narrow pushes) only as the hello said. */
+    int dt = frame_dtype_type(h->dtype);
+    if (dt < 0 || h->dtype.n == 0) {
+        snprintf(msg, len, "dtype '%.*s' is not supported (f32; f16 or bf16 where the hello announced it)",
+                 (int)(h->dtype.n > 16 ? 16 : h->dtype.n), h->dtype.p);
+        return ERR_UNSUPPORTED;
+    }
+    if (dt != HALF_FP32 && (half_type)dt != announced) {
+        if (announced == HALF_FP32)
+            snprintf(msg, len, "dtype %s: this connection's hello announced no narrow type (hello dtype %s)",
+                     frame_dtype_name(dt), frame_dtype_name(dt));
+        else
+            snprintf(msg, len, "dtype %s: this connection's hello announced %s", frame_dtype_name(dt),
+                     frame_dtype_name(announced));
+        return ERR_UNSUPPORTED;
+    }
+    if (dt != HALF_FP32 && h->layout == LAYOUT_SPARSE) {
+        snprintf(msg, len, "dtype %s on a sparse push: sparse pushes are f32", frame_dtype_name(dt));
         return ERR_UNSUPPORTED;
     }
     if (h->layout != LAYOUT_DENSE && h->layout != LAYOUT_SPARSE) {
@@ -175,7 +192,7 @@ void conn_on_push(conn *c, const frame_hdr *h0)
      * batches before: the results of those it was lent are free again. */
     if (h->has & FH_BATCH)
         outq_return(&c->out, h->batch);
-    code = conn_check_push(h, p.want, msg, sizeof msg);
+    code = conn_check_push(h, p.want, c->dtype, msg, sizeof msg);
     if (code == ERR_NONE)
         code = futures_admit(&s->fut, h, c->slot, c->rank, &c->push, msg, sizeof msg);
     if (code != ERR_NONE) {
@@ -188,7 +205,8 @@ void conn_on_push(conn *c, const frame_hdr *h0)
     c->sink = SINK_PUSH;
     /* A payload on the socket, large enough, may be received straight
      * into its place; one elsewhere is taken from there at once. */
-    c->big_pushes = p.x->place == XPORT_INLINE && h->payload >= CONN_DIRECT_MIN;
+    c->big_pushes = p.x->place == XPORT_INLINE && h->payload >= CONN_DIRECT_MIN &&
+                    c->push.f->dtype == HALF_FP32; /* a narrow payload is widened: never received directly */
     if (p.x->take && h->payload) {
         p.x->take(c, &p);
     } else if (h->payload == 0) {

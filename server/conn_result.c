@@ -124,7 +124,7 @@ void conn_deliver_answer(void *ctx, void *const *eps, uint32_t n, const future *
     h.type = FT_RESULT;
     h.batch = f->batch;
     h.bucket = f->bucket;
-    h.dtype = frame_str_c("f32");
+    h.dtype = frame_str_c(frame_dtype_name(f->dtype)); /* the pushes' type: narrow pushes, a narrow mean */
     h.layout = f->layout;
     h.layout_str = frame_str_c(f->layout == LAYOUT_DENSE ? "dense" : "sparse");
     h.payload = result->len;

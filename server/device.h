@@ -53,6 +53,7 @@
 
 #include "server/bufpool.h"
 #include "shared/devspec.h"
+#include "shared/half.h"
 
 struct event_base;
 
@@ -215,6 +216,10 @@ typedef struct device_ops {
     void (*recv_done)(device *d, devbuf *dst, uint64_t off, size_t n);
     void (*fold)(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
                  float s);
+    /* NULL, or device_fold_narrow_out (below): cpu and test have it; a
+     * CUDA server takes no narrow pushes. */
+    void (*fold_narrow_out)(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off,
+                            const uint8_t *src, size_t n, float s, half_type t);
     devsparse *(*sparse_new)(device *d);
     void (*sparse_free)(device *d, devsparse *s);
     void (*sparse_reset)(device *d, devsparse *s, uint64_t rows, uint64_t cols);
@@ -358,6 +363,24 @@ static inline void device_fold(device *d, device_fold_op op, devbuf *acc, uint64
                                size_t n, float s)
 {
     d->ops->fold(d, op, acc, elem_off, src, n, s);
+}
+
+/* device_fold_narrow_out: the last fold of a narrow push (f16 or bf16,
+ * type t; docs/protocol.md "Narrow pushes") into elements whose mean it
+ * completes, written narrow to out rather than back to acc: for i in
+ * [elem_off, elem_off + n), out's 16-bit element i = narrow((acc[i] +
+ * x) * s) with FOLD_ADD_SCALE, narrow(x * s) with FOLD_COPY_SCALE, x
+ * being src's element widened (src: n little-endian 16-bit values, any
+ * alignment, valid during the call); each product rounded to f32 as
+ * device_fold's, then once to t (nearest even). acc is read, not
+ * written. One pass where a fold and a narrowing of the mean would take
+ * two over the accumulator. Only on devices that have it (kinds take
+ * narrow pushes only there: the server asks device_takes_narrow). */
+static inline bool device_takes_narrow(const device *d) { return d->ops->fold_narrow_out != NULL; }
+static inline void device_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off,
+                                          const uint8_t *src, size_t n, float s, half_type t)
+{
+    d->ops->fold_narrow_out(d, op, acc, out, elem_off, src, n, s, t);
 }
 
 /* device_fold_from: as device_fold, from src advanced by skip bytes (a

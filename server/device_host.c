@@ -87,6 +87,42 @@ static const float *device_host_src(const void *ctx, uint32_t i)
     return device_host_f32(srcs[i]);
 }
 
+/* Elements a slice of device_host_fold_narrow_out: 8 KiB of scratch. */
+#define DEVICE_HOST_NARROW_SLICE 2048u
+
+void device_host_fold_narrow_out(device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, const uint8_t *src,
+                                 size_t n, float s, half_type t)
+{
+    assert(op == FOLD_ADD_SCALE || op == FOLD_COPY_SCALE);
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    assert((elem_off + n) * sizeof(float) <= acc->host->len && (elem_off + n) * 2 <= out->host->len);
+    const float *a = (const float *)(const void *)acc->host->data + elem_off;
+    uint16_t *o = (uint16_t *)(void *)out->host->data + elem_off;
+    float tmp[DEVICE_HOST_NARROW_SLICE];
+    while (n > 0) {
+        size_t m = n < DEVICE_HOST_NARROW_SLICE ? n : DEVICE_HOST_NARROW_SLICE;
+        if (t == HALF_FP16)
+            half_from_fp16(tmp, (const psb_fp16 *)(const void *)src, m);
+        else
+            half_from_bf16(tmp, (const psb_bf16 *)(const void *)src, m);
+        /* reduce.c's loops, element for element: one add, one multiply */
+        if (op == FOLD_ADD_SCALE)
+            for (size_t i = 0; i < m; i++)
+                tmp[i] = (a[i] + tmp[i]) * s;
+        else
+            for (size_t i = 0; i < m; i++)
+                tmp[i] = tmp[i] * s;
+        if (t == HALF_FP16)
+            half_to_fp16(o, tmp, m);
+        else
+            half_to_bf16(o, tmp, m);
+        a += m;
+        o += m;
+        src += m * 2;
+        n -= m;
+    }
+}
+
 void device_host_job_run(device_job *j)
 {
     switch (j->op) {

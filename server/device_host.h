@@ -84,6 +84,11 @@ static inline void device_host_fold(device_fold_op op, devbuf *acc, uint64_t ele
         break;
     }
 }
+/* device_fold_narrow_out on host memory (device.h): a slice at a time
+ * widened into a scratch in L1, folded there as reduce.c folds f32, and
+ * narrowed into out. */
+void device_host_fold_narrow_out(device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, const uint8_t *src,
+                                 size_t n, float s, half_type t);
 void device_host_job_run(device_job *j);
 
 /* Every devbuf a job names (to_host included), with whether the job

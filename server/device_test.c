@@ -182,6 +182,18 @@ static void test_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_o
     device_host_fold(op, acc, elem_off, src, n, s);
 }
 
+static void test_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off,
+                                 const uint8_t *src, size_t n, float s, half_type t)
+{
+    test_area_end((test_device *)d);
+    test_check_idle(acc, "folding from");
+    test_check_idle(out, "folding into");
+    if ((elem_off + n) * sizeof(float) > acc->host->len || (elem_off + n) * 2 > out->host->len)
+        test_fatal("a narrow fold past the end of its buffers");
+    out->host_valid = false;
+    device_host_fold_narrow_out(op, acc, out, elem_off, src, n, s, t);
+}
+
 static void test_check_sparse(const devsparse *s, const char *what)
 {
     if (s->jobs)
@@ -406,6 +418,7 @@ static const device_ops test_ops = {
     .recv_area = test_recv_area,
     .recv_done = test_recv_done,
     .fold = test_fold,
+    .fold_narrow_out = test_fold_narrow_out,
     .sparse_new = test_sparse_new,
     .sparse_free = test_sparse_free,
     .sparse_reset = test_sparse_reset,

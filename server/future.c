@@ -242,6 +242,21 @@ frame_errcode futures_admit(futures *t, const frame_hdr *h, uint32_t slot, uint6
                  h->bucket);
         return ERR_DUPLICATE_PUSH;
     }
+    /* conn_push.c let only a name of the three through. */
+    int dt = frame_dtype_type(h->dtype);
+    assert(dt >= 0);
+    if (dt != HALF_FP32 && (!t->k->ops->narrow || !device_takes_narrow(t->k->dev) || h->layout != LAYOUT_DENSE)) {
+        snprintf(msg, len,
+                 "a %s push in %s to a server of kind %s: only dense pushes to kinds average and "
+                 "average-batch may be narrow",
+                 h->layout == LAYOUT_DENSE ? "dense" : "sparse", frame_dtype_name(dt), t->k->ops->name);
+        return ERR_UNSUPPORTED;
+    }
+    if (f && (half_type)dt != f->dtype) {
+        snprintf(msg, len, "dtype %s differs from %s of the other pushes of batch %" PRIu64 " bucket %" PRIu64,
+                 frame_dtype_name(dt), frame_dtype_name(f->dtype), batch, h->bucket);
+        return ERR_SHAPE_MISMATCH;
+    }
     if (f && !futures_shape_matches(f, h)) {
         if (f->layout == LAYOUT_DENSE && h->layout == LAYOUT_DENSE)
             snprintf(msg, len, "count %" PRIu64 " differs from %" PRIu64 " of the other pushes", h->count,
@@ -274,6 +289,7 @@ frame_errcode futures_admit(futures *t, const frame_hdr *h, uint32_t slot, uint6
         }
         f->state = FUTURE_OPEN;
         f->layout = h->layout;
+        f->dtype = (half_type)dt;
         f->count = h->count;
         f->rows = h->rows;
         f->cols = h->cols;

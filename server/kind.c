@@ -12,11 +12,17 @@ int kind_stored_begin(kind *k, kind_slot *stored, const push_ctx *p, bool sparse
     assert(!st->dev && !st->host);
     if (sparse)
         return (st->host = bufpool_get(k->pool, p->len)) ? 0 : -1;
-    return (st->dev = device_buf_new(k->dev, p->len)) ? 0 : -1;
+    /* A narrow push is kept widened: f32, twice its payload. */
+    size_t bytes = p->f->dtype == HALF_FP32 ? p->len : p->f->count * 4;
+    return (st->dev = device_buf_new(k->dev, bytes)) ? 0 : -1;
 }
 
 uint8_t *kind_stored_direct(kind *k, kind_slot *stored, const push_ctx *p, uint64_t skip, uint64_t off, size_t *max)
 {
+    if (p->f->dtype != HALF_FP32) {
+        *max = 0; /* widened on the way in: push_data */
+        return NULL;
+    }
     if (off < skip) {
         *max = (size_t)(skip - off);
         return NULL;
@@ -41,6 +47,8 @@ void kind_stored_data(kind *k, kind_slot *stored, const push_ctx *p, uint64_t of
     kind_slot *st = &stored[p->slot];
     if (st->host)
         memcpy(st->host->data + off, src, n);
+    else if (p->f->dtype != HALF_FP32)
+        kind_fold_narrow(k, FOLD_COPY, st->dev, off / 2, src, n / 2, 0, p->f->dtype);
     else
         device_write(k->dev, st->dev, off, src, n);
 }
@@ -70,6 +78,65 @@ void kind_stored_release(kind *k, kind_slot *stored, uint32_t nslots)
             psbuf_unref(stored[i].host);
         device_buf_free(k->dev, stored[i].dev);
     }
+}
+
+/* Elements widened at a time for a fold other than a copy: 8 KiB of
+ * scratch, which stays in L1 between the widening and the fold. */
+#define KIND_NARROW_SLICE 2048u
+
+static void kind_widen(float *dst, const uint8_t *src, size_t n, half_type t)
+{
+    if (t == HALF_FP16)
+        half_from_fp16(dst, (const psb_fp16 *)(const void *)src, n);
+    else
+        half_from_bf16(dst, (const psb_bf16 *)(const void *)src, n);
+}
+
+void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n, float s,
+                      half_type t)
+{
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    if (op == FOLD_COPY) {
+        while (n > 0) {
+            size_t max;
+            uint8_t *area = device_recv_area(k->dev, acc, elem_off * 4, &max);
+            size_t m = max / 4 < n ? max / 4 : n;
+            assert(m > 0); /* an area holds DEVICE_AREA_MIN bytes, or reaches acc's end */
+            kind_widen((float *)(void *)area, src, m, t);
+            device_recv_done(k->dev, acc, elem_off * 4, m * 4);
+            elem_off += m;
+            src += m * 2;
+            n -= m;
+        }
+        return;
+    }
+    float tmp[KIND_NARROW_SLICE];
+    while (n > 0) {
+        size_t m = n < KIND_NARROW_SLICE ? n : KIND_NARROW_SLICE;
+        kind_widen(tmp, src, m, t);
+        device_fold(k->dev, op, acc, elem_off, (const uint8_t *)tmp, m, s);
+        elem_off += m;
+        src += m * 2;
+        n -= m;
+    }
+}
+
+psbuf *kind_result_narrow(kind *k, psbuf *wide, half_type t)
+{
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    if (!wide)
+        return NULL;
+    size_t n = wide->len / 4;
+    psbuf *out = bufpool_get(k->pool, n * 2);
+    if (out) {
+        const float *src = (const float *)(const void *)wide->data;
+        if (t == HALF_FP16)
+            half_to_fp16((psb_fp16 *)(void *)out->data, src, n);
+        else
+            half_to_bf16((psb_bf16 *)(void *)out->data, src, n);
+    }
+    psbuf_unref(wide);
+    return out;
 }
 
 int kind_push_grow_idx(push_ctx *p, uint64_t nnz)

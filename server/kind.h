@@ -115,6 +115,12 @@ typedef struct kind kind;
 
 typedef struct kind_ops {
     const char *name;
+    /* Takes dense pushes in f16 or bf16 (docs/protocol.md, "Narrow
+     * pushes"): widened into its f32 accumulation as they arrive, the f32
+     * mean narrowed once (kind_result_narrow) and answered in the push's
+     * type. A push's bytes then arrive 2 an element: offsets are the
+     * payload's, never direct (push_direct gives NULL and 0). */
+    bool narrow;
     /* Kind-specific admission of a push header already checked for its
      * fields: the future key (*batch; bucket is the header's) and the
      * shape rules that do not depend on other pushes. ERR_NONE, or the
@@ -226,6 +232,19 @@ void kind_stored_data(kind *k, kind_slot *stored, const push_ctx *p, uint64_t of
 void kind_stored_peer(kind *k, kind_slot *stored, const push_ctx *p, devpeer *peer, uint64_t at);
 void kind_stored_abort(kind *k, kind_slot *stored, const push_ctx *p);
 void kind_stored_release(kind *k, kind_slot *stored, uint32_t nslots);
+
+/* A narrow push's n elements of type t (f16, bf16; any alignment) folded
+ * into acc's floats [elem_off, elem_off + n) by op, as device_fold folds
+ * f32: a copy is widened straight into the device's recv areas (on the
+ * cpu device, the accumulator itself), any other op widens a slice at a
+ * time into a small scratch the device folds from. So the sum is of the
+ * exact widened values in f32, on every device. */
+void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n, float s,
+                      half_type t);
+/* The answer of a narrow future: the f32 mean `wide` (taken: unref'd)
+ * narrowed once, round to nearest even (half_to_fp16 / half_to_bf16),
+ * into a buffer of the pool. NULL: out of memory. */
+psbuf *kind_result_narrow(kind *k, psbuf *wide, half_type t);
 
 /* Scratch for a sparse push's indices: grow p's buffers to nnz rows. */
 int kind_push_grow_idx(push_ctx *p, uint64_t nnz);

@@ -18,6 +18,14 @@
  * accumulator host-visible), so the answer leaves only once the device's
  * work on it is complete — on the cpu device, the accumulator's own bytes.
  *
+ * Narrow pushes (f16, bf16) run the same dance with the accumulator's
+ * offsets twice the payload's: each slice is widened as it is folded
+ * (kind_fold_narrow; never received directly), so the accumulator holds
+ * the same f32 sum as for f32 pushes of the widened values; the fold that
+ * adds and scales (the last toucher) writes that f32 mean narrowed, once,
+ * into the answer's own buffer (device_fold_narrow_out), never back into
+ * the accumulator: one pass over it, not a fold and then a narrowing.
+ *
  * Sparse: rows are coalesced in a device sparse accumulator as they
  * arrive; resolving emits them (indices ascending, values scaled) on the
  * device into a devbuf made host-visible.
@@ -44,6 +52,8 @@ typedef struct avg_future {
     devbuf *acc;         /* dense: accumulator, then the result */
     devsparse *sacc;     /* sparse: coalesced rows */
     devbuf *out;         /* sparse: the emitted result */
+    devbuf *nout;        /* dense, narrow pushes: the answer, each element narrowed by the fold that completes
+                          * its mean (device_fold_narrow_out) */
     device_job job;
     bool stays;          /* dense: the result stays on the device (kind_result_stays) */
     uint64_t frontier;   /* dense: [0, frontier) of acc is written */
@@ -92,6 +102,8 @@ static int avg_push_begin(kind *k, push_ctx *p)
             st->acc = device_buf_new(k->dev, f->count * 4);
             if (!st->acc)
                 return -1;
+            if (f->dtype != HALF_FP32 && !(st->nout = device_buf_new(k->dev, f->count * 2)))
+                return -1;
         } else {
             st->sacc = ak->nsspare ? ak->sspare[--ak->nsspare] : device_sparse_new(k->dev);
             if (!st->sacc)
@@ -108,8 +120,9 @@ static uint8_t *avg_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
 {
     future *f = p->f;
     *max = 0;
-    if (f->layout != LAYOUT_DENSE || k->cfg.trainers == 1)
-        return NULL; /* a lone trainer's push is also the last and is scaled */
+    if (f->layout != LAYOUT_DENSE || k->cfg.trainers == 1 || f->dtype != HALF_FP32)
+        return NULL; /* a lone trainer's push is also the last and is scaled; a
+                      * narrow one is widened on the way in */
     avg_future *st = f->kstate;
     if (off != st->frontier) {
         /* Only the push at the frontier may write raw bytes. One behind it
@@ -143,17 +156,38 @@ static uint64_t avg_others_min(const avg_future *st, uint32_t n, uint32_t slot)
     return m;
 }
 
-/* Dense: see the comment at the top of the file. */
+/* One fold of acc's floats [x / 4, x / 4 + nf) from the push whose
+ * payload chunk for acc bytes [off, ..) is src: f32 bytes as they are, a
+ * narrow push's widened (its payload offsets half the accumulator's); a
+ * narrow push's scaling fold, which completes those elements' mean,
+ * writes the answer narrowed (nout) instead of the accumulator. */
+static void avg_fold(kind *k, const avg_future *st, device_fold_op op, uint64_t x, devsrc src, uint64_t off,
+                     size_t nf, float s)
+{
+    const future *f = st->f;
+    if (f->dtype == HALF_FP32) {
+        device_fold_from(k->dev, op, st->acc, x / 4, src, x - off, nf, s);
+        return;
+    }
+    assert(!src.peer); /* CUDA IPC pushes are f32 */
+    const uint8_t *p = src.host + (x - off) / 2;
+    if (op == FOLD_ADD_SCALE || op == FOLD_COPY_SCALE)
+        device_fold_narrow_out(k->dev, op, st->acc, st->nout, x / 4, p, nf, s, f->dtype);
+    else
+        kind_fold_narrow(k, op, st->acc, x / 4, p, nf, s, f->dtype);
+}
+
+/* Dense: see the comment at the top of the file. off and n are in the
+ * accumulator's bytes (a narrow push's payload offsets times 2). */
 static void avg_dense_data(kind *k, push_ctx *p, uint64_t off, devsrc src, size_t n)
 {
     avg_future *st = p->f->kstate;
     uint32_t ntr = k->cfg.trainers;
     float scale = mean_scale(ntr);
-    devbuf *acc = st->acc;
     uint64_t end = off + n;
     assert(off % 4 == 0 && st->frontier % 4 == 0 && off == st->progress[p->slot]);
     if (ntr == 1) { /* the only push: copy and scale (by 1) at once */
-        device_fold_from(k->dev, FOLD_COPY_SCALE, acc, off / 4, src, 0, n / 4, scale);
+        avg_fold(k, st, FOLD_COPY_SCALE, off, src, off, n / 4, scale);
     } else {
         uint64_t last_upto = avg_others_min(st, ntr, p->slot);
         uint64_t add_end = end < st->frontier ? end : st->frontier;
@@ -161,16 +195,16 @@ static void avg_dense_data(kind *k, push_ctx *p, uint64_t off, devsrc src, size_
         uint64_t x = off;
         uint64_t fin = last_upto < add_end ? last_upto : add_end;
         if (fin > x) {
-            device_fold_from(k->dev, FOLD_ADD_SCALE, acc, x / 4, src, x - off, (fin - x) / 4, scale);
+            avg_fold(k, st, FOLD_ADD_SCALE, x, src, off, (fin - x) / 4, scale);
             x = fin;
         }
         if (add_end > x) { /* others still to come: plain add */
-            device_fold_from(k->dev, FOLD_ADD, acc, x / 4, src, x - off, (add_end - x) / 4, 0);
+            avg_fold(k, st, FOLD_ADD, x, src, off, (add_end - x) / 4, 0);
             x = add_end;
         }
         if (end > x) { /* beyond the frontier: first to arrive, copy */
             assert(x == st->frontier);
-            device_fold_from(k->dev, FOLD_COPY, acc, x / 4, src, x - off, (end - x) / 4, 0);
+            avg_fold(k, st, FOLD_COPY, x, src, off, (end - x) / 4, 0);
             st->frontier = end;
         }
     }
@@ -212,6 +246,11 @@ static int avg_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src,
 {
     if (p->f->layout == LAYOUT_SPARSE)
         return avg_sparse_data(k, p, off, src, n);
+    if (p->f->dtype != HALF_FP32) { /* 2 bytes an element: the accumulator's offsets are twice these */
+        assert(off % 2 == 0 && n % 2 == 0);
+        off *= 2;
+        n *= 2;
+    }
     avg_dense_data(k, p, off, (devsrc){.host = src}, n);
     return 0;
 }
@@ -244,9 +283,11 @@ static void avg_done(device_job *j)
         why = j->error;
         code = ERR_DEVICE;
     } else if (f->layout == LAYOUT_DENSE) {
-        /* Already scaled: every element's last push applied 1/N. */
-        result = kind_result_take(k, st->acc, st->stays);
-        st->acc = NULL;
+        /* Already scaled: every element's last push applied 1/N (a
+         * narrow future's, narrowed once into nout for every pusher). */
+        devbuf **ans = f->dtype == HALF_FP32 ? &st->acc : &st->nout;
+        result = kind_result_take(k, *ans, st->stays);
+        *ans = NULL;
         if (!result) {
             why = "out of memory for the result";
             code = ERR_DEVICE;
@@ -269,8 +310,8 @@ static void avg_resolve(kind *k, future *f)
     device_job_for(&st->job, f->batch, f->bucket);
     if (f->layout == LAYOUT_DENSE) {
         st->job.op = JOB_BARRIER;
-        st->stays = kind_result_stays(k, f, st->acc);
-        st->job.to_host = st->stays ? NULL : st->acc;
+        st->stays = kind_result_stays(k, f, st->acc); /* never a narrow future's: no CUDA IPC push */
+        st->job.to_host = st->stays ? NULL : f->dtype == HALF_FP32 ? st->acc : st->nout;
     } else {
         st->out = device_buf_new(k->dev, device_sparse_result_size(k->dev, st->sacc));
         if (!st->out) {
@@ -294,6 +335,7 @@ static void avg_release(kind *k, future *f)
         return;
     f->kstate = NULL;
     device_buf_free(k->dev, st->acc);
+    device_buf_free(k->dev, st->nout);
     device_buf_free(k->dev, st->out);
     if (st->sacc) {
         if (ak->nsspare < AVG_KEEP)
@@ -319,6 +361,7 @@ static void avg_destroy(kind *k)
 
 static const kind_ops avg_ops = {
     .name = "average",
+    .narrow = true,
     .admit = avg_admit,
     .push_begin = avg_push_begin,
     .push_direct = avg_push_direct,

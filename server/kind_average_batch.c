@@ -10,6 +10,10 @@
  * everybody's future at resolve time); at resolve time they are folded
  * into a device sparse accumulator, in slot order, and emitted on the
  * device.
+ *
+ * A narrow push (f16, bf16) is kept widened, in f32 (kind_stored_data
+ * widens it as its bytes come), so the sum is the f32 path's exactly; the
+ * mean is narrowed once into the answer.
  */
 #include "server/kind.h"
 #include "shared/clock.h"
@@ -120,6 +124,8 @@ static void avgb_done(device_job *j)
     } else {
         result = kind_result_take(k, st->result, st->stays);
         st->result = NULL;
+        if (f->layout == LAYOUT_DENSE && f->dtype != HALF_FP32)
+            result = kind_result_narrow(k, result, f->dtype); /* the f32 mean, narrowed once */
         if (!result) {
             why = "out of memory for the result";
             code = ERR_DEVICE;
@@ -219,6 +225,7 @@ static void avgb_destroy(kind *k) { free(k); }
 
 static const kind_ops avgb_ops = {
     .name = "average-batch",
+    .narrow = true,
     .admit = avgb_admit,
     .push_begin = avgb_push_begin,
     .push_direct = avgb_push_direct,

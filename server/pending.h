@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "shared/frame.h"
+#include "shared/half.h"
 
 /* A future's life (future.c owns every change of state):
  *
@@ -32,6 +33,8 @@ typedef struct future {
     future_state state;
     bool cancelled;      /* drained while RESOLVING: retire without answering */
     frame_layout layout;
+    half_type dtype;     /* the pushes' element type on the wire (narrow pushes: f16, bf16; the
+                          * accumulation is f32 whatever it is, and the answer goes back in it) */
     uint64_t count;      /* dense: elements */
     uint64_t rows, cols; /* sparse: table shape */
     uint32_t started;    /* pushes whose header was accepted */

@@ -213,9 +213,14 @@ static frame_errcode xport_shm_payload(conn *c, const frame_hdr *h, xport_push *
                  c->srv->cfg.max_payload);
         return ERR_TOO_LARGE;
     }
-    if (h->at % 4 || !shm_seg_holds(&c->shm.seg, h->at, want)) {
+    /* On its element's boundary: 4 bytes, 2 for a narrow dense push
+     * (f16, bf16: docs/protocol.md, "Narrow pushes"). */
+    int dt = frame_dtype_type(h->dtype);
+    uint64_t align = h->layout == LAYOUT_DENSE && (dt == HALF_FP16 || dt == HALF_BF16) ? 2 : 4;
+    if (h->at % align || !shm_seg_holds(&c->shm.seg, h->at, want)) {
         snprintf(msg, len, "push names bytes %" PRIu64 "..%" PRIu64 " of a segment of %" PRIu64 " bytes%s", h->at,
-                 h->at + want, c->shm.seg.size, h->at % 4 ? " (not on a float boundary)" : "");
+                 h->at + want, c->shm.seg.size,
+                 h->at % align ? (align == 4 ? " (not on a float boundary)" : " (not on an element's boundary)") : "");
         return ERR_BAD_FRAME;
     }
     p->hv.payload = want;

@@ -1,5 +1,6 @@
 /* frame.c — wire protocol v1: header decoding and encoding (see frame.h). */
 #include "shared/frame.h"
+#include "shared/half.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -524,12 +525,33 @@ size_t frame_encode_header(const frame_hdr *h, uint8_t *buf, size_t cap)
     return FRAME_PREFIX_LEN + hl;
 }
 
+int frame_dtype_type(frame_str s)
+{
+    if (s.n == 0 || frame_str_eq(s, "f32"))
+        return HALF_FP32;
+    if (frame_str_eq(s, "f16"))
+        return HALF_FP16;
+    if (frame_str_eq(s, "bf16"))
+        return HALF_BF16;
+    return -1;
+}
+
+const char *frame_dtype_name(int t)
+{
+    assert(t == HALF_FP32 || t == HALF_FP16 || t == HALF_BF16);
+    return t == HALF_FP16 ? "f16" : t == HALF_BF16 ? "bf16" : "f32";
+}
+
 uint64_t frame_push_payload_size(const frame_hdr *h)
 {
     if (h->layout == LAYOUT_DENSE) {
-        if (h->count > UINT64_MAX / 4)
+        /* A name that is no type counts as f32: whoever reads the frame
+         * refuses the dtype before its size matters. */
+        int t = frame_dtype_type(h->dtype);
+        uint64_t esz = t == HALF_FP16 || t == HALF_BF16 ? 2 : 4;
+        if (h->count > UINT64_MAX / esz)
             return UINT64_MAX;
-        return h->count * 4;
+        return h->count * esz;
     }
     if (h->layout == LAYOUT_SPARSE) {
         if (h->cols > (UINT64_MAX / 4 - 8) || h->nnz > UINT64_MAX / (8 + 4 * h->cols))

@@ -209,8 +209,18 @@ const char *frame_type_name(frame_type t);
  * missing version is not "version 0"). Returns the length written. */
 size_t frame_missing(uint32_t has, uint32_t need, char *buf, size_t len);
 
+/* The element type a `dtype` names (a push, a result; a hello and
+ * welcome: the narrow type a trainer pushes, docs/protocol.md "Narrow
+ * pushes"): "f32" -> HALF_FP32, "f16" -> HALF_FP16, "bf16" -> HALF_BF16
+ * (shared/half.h's half_type), -1 for any other name. An absent dtype
+ * (s.n == 0) is f32: the protocol's one type before the extension. */
+int frame_dtype_type(frame_str s);
+/* The wire name of a half_type: "f32", "f16", "bf16". */
+const char *frame_dtype_name(int half_type);
+
 /* Payload size of a push/result described by h, or UINT64_MAX on overflow
- * (dense: count*4; sparse: nnz*8 + nnz*cols*4). */
+ * (dense: count * 4, or count * 2 for a dtype of f16 or bf16; sparse:
+ * nnz*8 + nnz*cols*4). */
 uint64_t frame_push_payload_size(const frame_hdr *h);
 
 #endif

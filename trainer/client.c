@@ -47,6 +47,7 @@ static int client_open_all(client *cl, const client_cfg *cfg, const client_sink 
     cl->wake_fd = -1;
     cl->sink = *sink;
     cl->gpu = cfg->gpu;
+    cl->dtype = cfg->dtype;
     cl->arena.seg = SHM_SEG_NONE;
     const char *mode = getenv("PSBENCH_SHM_PUSH");
     cl->push_mode = mode && strcmp(mode, "inline") == 0  ? CLIENT_PUSH_INLINE

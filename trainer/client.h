@@ -18,6 +18,7 @@
 
 #include "shared/frame.h"
 #include "shared/framed.h"
+#include "shared/half.h"
 #include "shared/shm.h"
 #include "shared/trace.h"
 #include "trainer/gpushare.h"
@@ -128,6 +129,7 @@ typedef struct client {
     uint32_t trainers; /* from the servers' welcome */
     client_sink sink;
     const gpushare *gpu; /* client_cfg's */
+    half_type dtype;     /* client_cfg's: the narrow type announced (HALF_FP32: none) */
     /* Written by the polling thread, read by others (a trainer's reports):
      * relaxed atomics, one per read or write call. */
     _Atomic uint64_t bytes_out, bytes_in;
@@ -168,6 +170,12 @@ typedef struct client_cfg {
      * exported to a server on the same GPU that offers CUDA IPC (the
      * sink then needs `dev`). */
     const gpushare *gpu;
+    /* The type of its dense pushes when narrow (--compress fp16|bf16:
+     * HALF_FP16, HALF_BF16; docs/protocol.md "Narrow pushes"): announced
+     * in every hello (`dtype`), and a server whose welcome does not echo it
+     * fails the open, named. HALF_FP32 (the zero value): f32, nothing
+     * announced. */
+    half_type dtype;
 } client_cfg;
 
 int client_open(client *cl, const client_cfg *cfg, const client_sink *sink, char *err, size_t errlen);

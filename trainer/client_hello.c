@@ -39,6 +39,10 @@ static int client_send_hello(client *cl, client_conn *c, uint64_t rank, const ch
         h.transport = frame_str_c(ask->link);
         h.has |= FH_TRANSPORT;
     }
+    if (cl->dtype != HALF_FP32) { /* narrow pushes: the welcome must echo it */
+        h.dtype = frame_str_c(frame_dtype_name(cl->dtype));
+        h.has |= FH_DTYPE;
+    }
     /* What the link hands over with it: over shared memory the client's
      * segment, which the server maps read-only. */
     int seg_fd = c->xp->hello_segment(cl, c, &h.segment);
@@ -85,6 +89,17 @@ static int client_welcomed(client *cl, client_conn *c, const frame_hdr *wp, char
     if (cl->trainers && cl->trainers != w.trainers) {
         snprintf(err, errlen, "servers disagree on the trainer count (%u vs %" PRIu64 " at %s)",
                  cl->trainers, w.trainers, c->addr);
+        return -1;
+    }
+    /* A server that does not know narrow pushes ignores the hello's
+     * dtype (unknown keys are ignored) and would refuse every push: the
+     * echo is what says it takes them. */
+    if (cl->dtype != HALF_FP32 && (!(w.has & FH_DTYPE) || frame_dtype_type(w.dtype) != (int)cl->dtype)) {
+        snprintf(err, errlen,
+                 "server %s does not take %s pushes (--compress %s): its welcome does not echo the hello's dtype "
+                 "%s, so it is a server without narrow pushes (docs/protocol.md, \"Narrow pushes\"); use --compress "
+                 "none with it",
+                 c->addr, frame_dtype_name(cl->dtype), half_type_name(cl->dtype), frame_dtype_name(cl->dtype));
         return -1;
     }
     cl->trainers = (uint32_t)w.trainers;

@@ -58,10 +58,16 @@ static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, void **fra
         return -1;
     }
     if (h->layout == LAYOUT_DENSE) {
-        if (h->count != b->hdr.count || h->payload != b->hdr.count * 4) {
+        if (frame_dtype_type(h->dtype) != (int)b->wire) {
+            snprintf(err, errlen, "result for bucket %" PRIu64 " is not in %s, the type of its push", h->bucket,
+                     frame_dtype_name(b->wire));
+            return -1;
+        }
+        if (h->count != b->hdr.count || h->payload != b->hdr.count * half_type_size(b->wire)) {
             snprintf(err, errlen, "result for bucket %" PRIu64 " has the wrong size", h->bucket);
             return -1;
         }
+        assert(b->wire == HALF_FP32 || b->dense_dst); /* narrow pushes leave from host memory */
         /* A bucket pushed from GPU memory (no host destination) whose mean
          * comes on the socket: kept here, uploaded by the hook. */
         if (!b->dense_dst && comm_result_room(b, h->payload, err, errlen) < 0)
@@ -88,7 +94,15 @@ static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, void **fra
 static int comm_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size_t n, char *err, size_t errlen)
 {
     comm_bucket *b = frame;
-    if (b->hdr.layout == LAYOUT_DENSE)
+    if (b->hdr.layout == LAYOUT_DENSE && b->wire != HALF_FP32) {
+        /* A narrow mean, widened (exactly) into the gradients it
+         * averages: whole elements, as off + n is even. */
+        assert(off % 2 == 0 && n % 2 == 0);
+        if (b->wire == HALF_FP16)
+            half_from_fp16(b->dense_dst + off / 2, (const psb_fp16 *)(const void *)p, n / 2);
+        else
+            half_from_bf16(b->dense_dst + off / 2, (const psb_bf16 *)(const void *)p, n / 2);
+    } else if (b->hdr.layout == LAYOUT_DENSE)
         memcpy(b->dense_dst ? (uint8_t *)b->dense_dst + off : b->result + off, p, n);
     else
         memcpy(b->result + off, p, n);

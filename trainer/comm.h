@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "shared/frame.h"
+#include "shared/half.h"
 #include "trainer/client.h"
 
 /* Bucket ids are 0..COMM_MAX_BUCKETS-1. */
@@ -29,6 +30,9 @@ typedef struct comm_bucket {
     bool on_dev;            /* dense: the gradients lie at dev in the trainer's exported GPU memory */
     uint64_t dev;
     float *dense_dst;       /* dense: where the mean goes (may equal payload) */
+    half_type wire;         /* dense: the push's element type, and its answer's (HALF_FP32, the zero
+                             * value; f16, bf16 with --compress: payload narrow, the mean widened
+                             * into dense_dst as it arrives) */
     uint8_t *result;        /* sparse: the coalesced mean (owned, grows) */
     devmem result_dev;      /* dense, CUDA IPC: the mean in the server's GPU memory (else none) */
     uint64_t result_cap, result_len, result_nnz;

@@ -10,6 +10,17 @@
  * results straight into the buckets: a dense mean over the gradients it
  * averages, a sparse one into the bucket's result buffer. This file only
  * turns buckets into pushes and results back into buckets.
+ *
+ * With --compress fp16|bf16 (docs/protocol.md, "Narrow pushes") a dense
+ * bucket is narrowed (round to nearest even) into a buffer of its slot and
+ * pushed as f16 or bf16; the server answers the mean in that type, which
+ * the comm thread widens into the gradients. Sparse buckets stay f32, as
+ * PyTorch's compress hooks leave them. Over shared memory the narrow
+ * buffers are a shadow of the gradients in the segment (same offsets, so
+ * every one is on a float boundary), named there without a copy; where
+ * the segment has no room for it, each slot's buffer is ordinary memory
+ * and staged. A CUDA trainer's narrow buckets leave from host memory (no
+ * CUDA IPC: its pushes are f32).
  */
 #include "trainer/hook_impl.h"
 #include "shared/clock.h"
@@ -29,6 +40,9 @@ typedef struct rpc_slot {
     bool shaped;      /* cb.hdr describes this bucket */
     uint8_t *pack;    /* sparse: the push's payload (indices, then rows) */
     uint64_t pack_cap;
+    uint16_t *narrow;    /* dense, --compress: the narrowed bucket, where no shadow holds it (owned) */
+    uint64_t narrow_cap; /* elements */
+    bool narrow_oom;     /* no memory to narrow its last bucket: pushed f32, failed at wait */
 } rpc_slot;
 
 typedef struct rpc_hook {
@@ -39,6 +53,14 @@ typedef struct rpc_hook {
     stats *m_dense, *m_sparse;
     bool pushed;        /* a bucket has been handed over (training thread) */
     bool said_no_room;  /* send memory refused, and the log told why */
+    half_type dtype;    /* dense pushes' type (--compress): HALF_FP32, or narrow */
+    /* --compress over shared memory: the gradients' memory in the segment
+     * (send_memory's) and a shadow as large right after it in the segment,
+     * where a bucket's narrow copy lies at its gradients' offset. NULL:
+     * none. */
+    const uint8_t *grad_base;
+    size_t grad_bytes;
+    uint8_t *shadow;
     rpc_slot slots[HOOK_MAX_BUCKETS];
 } rpc_hook;
 
@@ -51,7 +73,7 @@ static void rpc_shape(rpc_slot *s, const hook_bucket *b)
     memset(h, 0, sizeof *h);
     h->type = FT_PUSH;
     h->bucket = b->id;
-    h->dtype = frame_str_c("f32");
+    h->dtype = frame_str_c("f32"); /* rpc_ready sets a dense push's */
     h->has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_PAYLOAD;
     if (b->sparse) {
         h->layout = LAYOUT_SPARSE;
@@ -103,6 +125,43 @@ static bool rpc_shaped_as(const rpc_slot *s, const hook_bucket *b)
     return b->sparse ? h->rows == b->rows && h->cols == b->cols : h->count == b->count;
 }
 
+/* Where bucket b's narrow copy goes: its place in the shadow, or the
+ * slot's own buffer (grown). NULL: out of memory. */
+static uint16_t *rpc_narrow_dst(rpc_hook *r, rpc_slot *s, const hook_bucket *b)
+{
+    const uint8_t *d = (const uint8_t *)b->data;
+    if (r->shadow && d >= r->grad_base && b->count <= (r->grad_bytes - (size_t)(d - r->grad_base)) / 4)
+        return (uint16_t *)(void *)(r->shadow + (d - r->grad_base));
+    if (b->count > s->narrow_cap) {
+        uint16_t *n = realloc(s->narrow, (b->count ? b->count : 1) * sizeof *n);
+        if (!n)
+            return NULL;
+        s->narrow = n;
+        s->narrow_cap = b->count;
+    }
+    return s->narrow;
+}
+
+/* A dense bucket in host memory as its push: f32 where it lies, or
+ * narrowed (--compress), the mean widened back into it. */
+static void rpc_dense_host(rpc_hook *r, rpc_slot *s, const hook_bucket *b)
+{
+    half_type t = r->dtype;
+    uint16_t *nb = t != HALF_FP32 ? rpc_narrow_dst(r, s, b) : NULL;
+    s->narrow_oom = t != HALF_FP32 && !nb;
+    if (!nb)
+        t = HALF_FP32; /* out of memory: pushed as it is, and the wait fails saying why */
+    else if (t == HALF_FP16)
+        half_to_fp16(nb, b->data, b->count);
+    else
+        half_to_bf16(nb, b->data, b->count);
+    s->cb.wire = t;
+    s->cb.hdr.dtype = frame_str_c(frame_dtype_name(t));
+    s->cb.hdr.payload = b->count * half_type_size(t);
+    s->cb.payload = nb ? (const uint8_t *)nb : (const uint8_t *)b->data;
+    s->cb.dense_dst = b->data;
+}
+
 static void rpc_ready(hook *h, hook_bucket *b)
 {
     rpc_hook *r = (rpc_hook *)h;
@@ -129,9 +188,7 @@ static void rpc_ready(hook *h, hook_bucket *b)
         s->cb.dense_dst = NULL;
         r->gpu->record(r->gpu->ctx);
     } else {
-        s->cb.hdr.payload = b->count * 4;
-        s->cb.payload = (const uint8_t *)b->data;
-        s->cb.dense_dst = b->data;
+        rpc_dense_host(r, s, b);
     }
     b->metric = b->sparse ? r->m_sparse : r->m_dense;
     uint32_t link = (uint32_t)(b->id % r->cl.nconns);
@@ -147,7 +204,16 @@ static int rpc_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t err
     assert(n <= HOOK_MAX_BUCKETS);
     for (uint32_t i = 0; i < n; i++)
         cbs[i] = &r->slots[bs[i]->id].cb;
-    if (comm_wait(r->c, cbs, n, err, errlen) < 0)
+    int rc = comm_wait(r->c, cbs, n, err, errlen);
+    for (uint32_t i = 0; i < n; i++) {
+        if (!bs[i]->sparse && r->slots[bs[i]->id].narrow_oom) {
+            /* The cause, rather than what a server said of an f32 push among narrow ones. */
+            snprintf(err, errlen, "out of memory narrowing bucket %u (%" PRIu64 " elements) to %s", bs[i]->id,
+                     bs[i]->count, half_type_name(r->dtype));
+            return -1;
+        }
+    }
+    if (rc < 0)
         return -1;
     for (uint32_t i = 0; i < n; i++) {
         hook_bucket *b = bs[i];
@@ -205,6 +271,20 @@ static void *rpc_send_memory(hook *h, size_t bytes)
     if (!r->cl.arena.seg.base)
         return NULL; /* no link shares memory: TCP sends from anywhere alike */
     void *p = client_shared_alloc(&r->cl, bytes);
+    if (p && r->dtype != HALF_FP32 && !r->shadow) {
+        /* The narrow copies' shadow (half of it used: the same offsets keep
+         * each copy on a float boundary); without room, slot buffers,
+         * staged. */
+        r->shadow = client_shared_alloc(&r->cl, bytes);
+        if (r->shadow) {
+            r->grad_base = p;
+            r->grad_bytes = bytes;
+        } else {
+            log_info("%s: no room for the narrow copies of the gradients in the shared segment: every dense "
+                     "push is copied into it first",
+                     h->name);
+        }
+    }
     if (p || r->said_no_room)
         return p;
     r->said_no_room = true;
@@ -228,6 +308,7 @@ static void rpc_destroy(hook *h)
     client_close(&r->cl);
     for (uint32_t k = 0; k < HOOK_MAX_BUCKETS; k++) {
         free(r->slots[k].pack);
+        free(r->slots[k].narrow);
         free(r->slots[k].cb.result);
     }
     free(r);
@@ -256,6 +337,7 @@ hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool spars
     }
     r->base.ops = &rpc_ops;
     r->base.name = name;
+    r->dtype = dense ? s->compress : HALF_FP32; /* sparse buckets stay f32 */
     r->cl.wake_fd = -1;
     r->m_dense = dense ? metrics_get(s->m, "hook_future_metric,rpc_dense") : NULL;
     r->m_sparse = sparse ? metrics_get(s->m, "hook_future_metric,rpc_sparse") : NULL;
@@ -265,7 +347,9 @@ hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool spars
                      .token = s->token,
                      .timeout_s = s->connect_timeout_s,
                      .transport = s->transport,
-                     .gpu = s->gpu};
+                     /* Narrow buckets leave from host memory: no CUDA IPC. */
+                     .gpu = r->dtype == HALF_FP32 ? s->gpu : NULL,
+                     .dtype = r->dtype};
     if (client_open(&r->cl, &cc, &none, err, errlen) == 0) {
         /* Traced: the comm thread's ring, each link's lanes (ttrace.h). */
         ttrace_links(s->trace, &r->cl);
@@ -276,7 +360,7 @@ hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool spars
         free(r);
         return NULL;
     }
-    if (s->gpu && client_all_gpu(&r->cl)) {
+    if (s->gpu && r->dtype == HALF_FP32 && client_all_gpu(&r->cl)) {
         r->gpu = s->gpu;
         r->base.device_dense = true;
     }

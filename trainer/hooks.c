@@ -69,9 +69,10 @@ static hook *hooks_allreduce(const hook_setup *s, const char *name, const char *
 hook *hooks_new(const hook_setup *s, char *err, size_t errlen)
 {
     const char *name = s->hook && *s->hook ? s->hook : "rpc_hook";
-    if (s->compress != HALF_FP32 && strcmp(name, "allreduce_hook") != 0) {
+    if (s->compress != HALF_FP32 && strcmp(name, "allreduce_hook") != 0 && strcmp(name, "rpc_hook") != 0 &&
+        strcmp(name, "rpc") != 0) {
         /* The master refuses it first (config_check.c); a job from elsewhere too. */
-        snprintf(err, errlen, "--compress %s: %s does not compress yet (allreduce_hook does)",
+        snprintf(err, errlen, "--compress %s: %s does not compress yet (allreduce_hook and rpc_hook do)",
                  half_type_name(s->compress), name);
         return NULL;
     }

@@ -318,6 +318,8 @@ static int trainer_with_master(const trainer_args *a, const char *setup_err)
                             "assigns the model and the job");
     if (a->servers || a->model)
         return trainer_fail("--master: the master assigns servers and model; drop --server/--model");
+    if (a->compress)
+        return trainer_fail("--compress: with --master, the master assigns it (its --compress)");
     if (a->syn.warmup)
         return trainer_fail("--warmup-batches: with --master, the master runs the warm-up pass");
     if (trainer_check_out("--params-out", a->params_out, err, sizeof err) < 0)
@@ -354,6 +356,10 @@ static int trainer_check_standalone(const trainer_args *a, bool *is_bu, char *er
         why = "--in-features/--out-features/--batch-size/--seed are for --model batch-update";
     else if (a->params_out && !*is_bu)
         why = "--params-out: the synthetic model has no parameters (use --model batch-update or --master)";
+    else if (a->compress && strcmp(a->compress, "none") != 0 && *is_bu)
+        why = "--compress: --model batch-update pushes f32 (its server answers with the model's parameters)";
+    else if (a->compress && strcmp(a->compress, "none") != 0 && a->syn.sparse)
+        why = "--compress: --sparse pushes stay f32 (only dense pushes may be narrow)";
     else if (nservers > 64)
         why = "--server: at most 64 servers";
     if (why) {
@@ -389,7 +395,10 @@ static int trainer_synthetic_report(const trainer_args *a, metrics *m, const syn
  * every result checked. */
 static int trainer_synthetic(const trainer_args *a)
 {
-    const synthetic_config *cfg = &a->syn;
+    synthetic_config sc = a->syn;
+    const synthetic_config *cfg = &sc;
+    /* --compress: the choices are none, fp16, bf16 (opts.c). */
+    sc.dtype = !a->compress || strcmp(a->compress, "none") == 0 ? HALF_FP32 : (half_type)half_type_parse(a->compress);
     char err[1536];
     memneed need;
     memneed_synthetic((uint64_t)cfg->buckets * cfg->bucket_floats, &need);
@@ -410,7 +419,7 @@ static int trainer_synthetic(const trainer_args *a)
     /* --device on a GPU: dense pushes from GPU memory to servers on that
      * GPU (CUDA IPC); syn owns it, and the client is closed first. */
     const gpushare *gpu = NULL;
-    if (a->dev.kind != DEVICE_CPU && !cfg->sparse && a->transport != PSB_TRANSPORT_TCP) {
+    if (a->dev.kind != DEVICE_CPU && !cfg->sparse && cfg->dtype == HALF_FP32 && a->transport != PSB_TRANSPORT_TCP) {
         device_spec placed;
         char why[400];
         if (compute_place(a->dev, cfg->rank, &placed, why, sizeof why) < 0 ||
@@ -418,7 +427,7 @@ static int trainer_synthetic(const trainer_args *a)
             log_info("rank %" PRIu64 ": no CUDA IPC with the servers: %s", cfg->rank, why);
     }
     client_cfg cc = {.servers = a->servers, .rank = cfg->rank, .token = a->token, .timeout_s = a->connect_timeout_s,
-                     .transport = a->transport, .gpu = gpu};
+                     .transport = a->transport, .gpu = gpu, .dtype = cfg->dtype};
     if (client_open(&cl, &cc, &sink, err, sizeof err) < 0) {
         rc = 1;
     } else if (cfg->rank >= cl.trainers) {

@@ -92,6 +92,9 @@ static int trainer_opt_trace_steps(const opt_spec *o, const char *flag, const ch
     return 0;
 }
 
+/* --compress's values without a master (the master's are its own flag). */
+static const char *const trainer_compress_names[] = {"none", "fp16", "bf16", NULL};
+
 static const opt_spec trainer_specs[] = {
     {.kind = OPT_TEXT,
      .help =
@@ -103,10 +106,11 @@ static const opt_spec trainer_specs[] = {
          "batches) and runs the warm-up and timed passes; --rank asks for that rank\n"
          "(the master refuses it if it is taken or outside the job's ranks).\n"
          "The job's --compress (fp16, bf16: allreduce_hook's buckets as PyTorch's\n"
-         "fp16/bf16_compress_hook; powersgd: as its powerSGD_hook, with the\n"
-         "PowerSGDState keys of the trainer configuration) comes with the\n"
-         "assignment too; --model synthetic and --model batch-update push fp32 to\n"
-         "servers and run no allreduce, so they take no --compress.\n"
+         "fp16/bf16_compress_hook, rpc_hook's and the Synthetic model's dense pushes\n"
+         "narrow; powersgd: as its powerSGD_hook, with the PowerSGDState keys of\n"
+         "the trainer configuration) comes with the assignment too; without a\n"
+         "master, --compress is --model synthetic's (dense, fp16 or bf16);\n"
+         "--model batch-update pushes fp32.\n"
          "\n"
          "Pushes gradient buckets to parameter servers and waits for their mean.\n"
          "With --model synthetic it is a pure communication benchmark: every batch\n"
@@ -156,6 +160,12 @@ static const opt_spec trainer_specs[] = {
              "the summary and its timing (default 0); batch-update:\n"
              "a warm-up pass of W batches, then the timed pass, each\n"
              "fetching the model and drawing the same inputs"},
+    {.name = "compress", .meta = "none|fp16|bf16", .kind = OPT_CHOICE, .choices = trainer_compress_names,
+     .to = AT(compress),
+     .help = "synthetic: its dense pushes in f16 or bf16 (the\n"
+             "protocol's narrow pushes: announced in the hello,\n"
+             "answered in that type, every element still checked\n"
+             "bit for bit) or f32 (none, the default)"},
     {.name = "sparse", .kind = OPT_FLAG, .to = AT(syn.sparse),
      .help = "push sparse buckets (rows of --sparse-cols floats)"},
     {.name = "sparse-cols", .meta = "C", .kind = OPT_U64, .min = 1, .max = 1u << 20, .to = AT(syn.sparse_cols),

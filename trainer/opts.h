@@ -24,6 +24,7 @@ typedef struct trainer_args {
     const char *servers;       /* --server LIST */
     const char *master;        /* --master HOST:PORT */
     const char *model;         /* --model */
+    const char *compress;      /* --compress none|fp16|bf16 (standalone synthetic: its dense pushes' type) */
     const char *summary;       /* --summary-json FILE */
     const char *params_out;    /* --params-out FILE */
     const char *coll_host;     /* --collective-host HOST */

@@ -366,6 +366,7 @@ static int run_setup_synthetic(mlink *l, const trainer_run_opts *o, const run_jo
     sc.sizes = j->model.syn.sizes;
     sc.sparse = j->model.syn.sparse;
     sc.sparse_cols = j->model.syn.sparse_cols;
+    sc.dtype = sc.sparse ? HALF_FP32 : j->compress; /* --compress: narrow dense pushes (the master refuses sparse) */
     synthetic *syn = synthetic_new(&sc, l->m);
     if (!syn) {
         snprintf(err, errlen, "out of memory");
@@ -377,7 +378,7 @@ static int run_setup_synthetic(mlink *l, const trainer_run_opts *o, const run_jo
      * shareable GPU memory (CUDA IPC), which the synthetic owns; the
      * workload closes the client before it frees the synthetic. */
     const gpushare *gpu = NULL;
-    if (devspec_on_gpu(j->compute) && !sc.sparse && o->transport != PSB_TRANSPORT_TCP) {
+    if (devspec_on_gpu(j->compute) && !sc.sparse && sc.dtype == HALF_FP32 && o->transport != PSB_TRANSPORT_TCP) {
         char why[300] = "";
         if (!(gpu = synthetic_gpu(syn, j->compute, why, sizeof why)))
             log_info("trainer %" PRIu64 ": no CUDA IPC with the servers: %s", j->rank, why);
@@ -386,7 +387,7 @@ static int run_setup_synthetic(mlink *l, const trainer_run_opts *o, const run_jo
         return -1;
     log_info("trainer %" PRIu64 ": model Synthetic, servers %s, %" PRIu64 " batches per pass", j->rank, j->servers,
              j->batches);
-    if (workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport, .gpu = gpu}, &sink, err, errlen) < 0)
+    if (workload_open_client(*w, &(client_cfg){.servers = j->servers, .rank = j->rank, .token = o->token, .timeout_s = o->connect_timeout_s, .transport = o->transport, .gpu = gpu, .dtype = sc.dtype}, &sink, err, errlen) < 0)
         return -1;
     synthetic_set_trace(syn, l->trace, &(*w)->cl);
     return 0;

@@ -27,6 +27,16 @@
  * bytes per bucket, is read back; a bucket with one is named with the
  * element, its value read back.
  * One stream orders it all, so one scratch serves every bucket in turn.
+ *
+ * Narrow pushes (cfg.dtype f16 or bf16: docs/protocol.md, "Narrow
+ * pushes"): the ramp narrowed once (nbase; its values, integers in
+ * -512..511, are exact in f16; in bf16 those beyond ±256 round to an even
+ * neighbour, so the pushes differ from the f32 ramp), and the expected
+ * answer is what the server computes from them: the widened pushes summed
+ * in f32 (small integers: exact in any order), times 1/N, narrowed once
+ * (nexpect). Results are compared bit for bit, 2 bytes an element; the
+ * check means as much as the f32 one. Narrow pushes travel from host
+ * memory (no CUDA IPC).
  */
 #include "trainer/synthetic.h"
 #include "shared/clock.h"
@@ -70,6 +80,9 @@ struct synthetic {
     float *push_base;  /* what pushes send: base, or during a run its copy in the client's shared
                         * segment (the server reads it there: nothing is copied per push) */
     float *expect;     /* 2 x SYN_P: expected mean at ramp phase j (see syn_expect_dense) */
+    /* narrow pushes (cfg.dtype): the ramp narrowed, what pushes send (nbase or its copy in the
+     * client's segment), and the expected narrow mean, 2 x SYN_P */
+    uint16_t *nbase, *push_nbase, *nexpect;
     /* CUDA IPC (synthetic_gpu; dev NULL: none). Owned; the client that
      * uses `share` is closed first. */
     compute *dev;
@@ -145,6 +158,19 @@ static float syn_val(uint64_t r, uint64_t b, uint64_t k, uint64_t i, uint64_t c)
     return (float)((int)((r + i + c + b + k) & 63) - 32);
 }
 
+static void syn_narrow(half_type t, uint16_t *dst, const float *src, size_t n)
+{
+    if (t == HALF_FP16)
+        half_to_fp16(dst, src, n);
+    else
+        half_to_bf16(dst, src, n);
+}
+
+static float syn_widen(half_type t, uint16_t v)
+{
+    return t == HALF_FP16 ? half_fp16_to_float(v) : half_bf16_to_float(v);
+}
+
 synthetic *synthetic_new(const synthetic_config *cfg, metrics *m)
 {
     synthetic *s = calloc(1, sizeof *s);
@@ -179,6 +205,13 @@ synthetic *synthetic_new(const synthetic_config *cfg, metrics *m)
             goto fail;
         for (uint64_t j = 0; j < cfg->bucket_floats + SYN_P; j++)
             s->base[j] = (float)((int)(j & (SYN_P - 1)) - (int)(SYN_P / 2));
+        if (cfg->dtype != HALF_FP32) {
+            s->nbase = malloc((cfg->bucket_floats + SYN_P) * sizeof *s->nbase);
+            s->nexpect = malloc(2 * SYN_P * sizeof *s->nexpect);
+            if (!s->nbase || !s->nexpect)
+                goto fail;
+            syn_narrow(cfg->dtype, s->nbase, s->base, cfg->bucket_floats + SYN_P);
+        }
     } else {
         s->nnz = cfg->bucket_floats / cfg->sparse_cols;
         if (s->nnz == 0)
@@ -221,6 +254,8 @@ static void syn_gpu_free(synthetic *s)
     memset(&s->share, 0, sizeof s->share);
 }
 
+half_type synthetic_dtype(const synthetic *s) { return s->cfg.dtype; }
+
 void synthetic_free(synthetic *s)
 {
     if (!s)
@@ -231,6 +266,8 @@ void synthetic_free(synthetic *s)
     free(s->rx);
     free(s->base);
     free(s->expect);
+    free(s->nbase);
+    free(s->nexpect);
     syn_gpu_free(s);
     for (uint32_t k = 0; s->spush && k < s->cfg.buckets; k++)
         free(s->spush[k]);
@@ -252,11 +289,19 @@ void synthetic_free(synthetic *s)
  * result chunk is checked with memcmp. */
 static void syn_expect_dense(synthetic *s)
 {
+    half_type t = s->cfg.dtype;
     for (uint32_t j = 0; j < SYN_P; j++) {
         float sum = 0;
-        for (uint64_t r = 0; r < s->trainers; r++)
-            sum += s->base[(syn_off(r, 0, 0) + j) & (SYN_P - 1)];
+        for (uint64_t r = 0; r < s->trainers; r++) {
+            uint32_t at = (syn_off(r, 0, 0) + j) & (SYN_P - 1);
+            sum += t == HALF_FP32 ? s->base[at] : syn_widen(t, s->nbase[at]);
+        }
         s->expect[j] = s->expect[j + SYN_P] = sum * s->scale;
+        if (t != HALF_FP32) {
+            uint16_t e;
+            syn_narrow(t, &e, &s->expect[j], 1);
+            s->nexpect[j] = s->nexpect[j + SYN_P] = e;
+        }
     }
 }
 
@@ -306,7 +351,9 @@ static int syn_begin(void *ctx, uint32_t server, const frame_hdr *h, void **fram
     }
     uint64_t k = h->bucket;
     if (!s->cfg.sparse) {
-        if (h->layout != LAYOUT_DENSE || h->count != syn_floats(s, k) || h->payload != syn_floats(s, k) * 4) {
+        if (h->layout != LAYOUT_DENSE || h->count != syn_floats(s, k) ||
+            frame_dtype_type(h->dtype) != (int)s->cfg.dtype ||
+            h->payload != syn_floats(s, k) * half_type_size(s->cfg.dtype)) {
             snprintf(err, errlen, "result for bucket %" PRIu64 " has the wrong shape", k);
             return -1;
         }
@@ -345,6 +392,28 @@ static int syn_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, size
     syn_rx *rx = frame;
     uint64_t k = rx->k;
     assert(rx->receiving);
+    if (!s->cfg.sparse && s->cfg.dtype != HALF_FP32) {
+        /* 2 bytes an element: off + n is even */
+        uint64_t e0 = off / 2, m = n / 2;
+        uint32_t pos = (uint32_t)((syn_off(0, s->batch, k) + e0) & (SYN_P - 1));
+        while (m > 0) {
+            uint64_t seg = m < SYN_P ? m : SYN_P;
+            if (memcmp(p, s->nexpect + pos, seg * 2) != 0) {
+                for (uint64_t i = 0; i < seg; i++) {
+                    uint16_t v;
+                    memcpy(&v, p + 2 * i, 2);
+                    if (v != s->nexpect[pos + i])
+                        return syn_mismatch(s, k, e0 + i, syn_widen(s->cfg.dtype, v),
+                                            syn_widen(s->cfg.dtype, s->nexpect[pos + i]), err, errlen);
+                }
+            }
+            p += seg * 2;
+            e0 += seg;
+            m -= seg;
+            pos = (uint32_t)((pos + seg) & (SYN_P - 1));
+        }
+        return 0;
+    }
     if (!s->cfg.sparse) {
         uint64_t e0 = off / 4, m = n / 4;
         uint32_t pos = (uint32_t)((syn_off(0, s->batch, k) + e0) & (SYN_P - 1));
@@ -505,6 +574,11 @@ const gpushare *synthetic_gpu(synthetic *s, device_spec device, char *why, size_
         snprintf(why, whylen, "sparse pushes do not travel by CUDA IPC");
         return NULL;
     }
+    if (s->cfg.dtype != HALF_FP32) {
+        snprintf(why, whylen, "%s pushes travel from host memory (CUDA IPC pushes are f32)",
+                 frame_dtype_name(s->cfg.dtype));
+        return NULL;
+    }
     compute *c = compute_new(device, why, whylen);
     if (!c)
         return NULL;
@@ -561,7 +635,14 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
         h.dtype = frame_str_c("f32");
         h.has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_PAYLOAD;
         client_src src = {0};
-        if (!s->cfg.sparse) {
+        if (!s->cfg.sparse && s->cfg.dtype != HALF_FP32) {
+            h.layout_str = frame_str_c("dense");
+            h.dtype = frame_str_c(frame_dtype_name(s->cfg.dtype));
+            h.count = syn_floats(s, k);
+            h.has |= FH_COUNT;
+            h.payload = h.count * 2;
+            src.host = s->push_nbase + syn_off(s->cfg.rank, b, k);
+        } else if (!s->cfg.sparse) {
             h.layout_str = frame_str_c("dense");
             h.count = syn_floats(s, k);
             h.has |= FH_COUNT;
@@ -676,7 +757,7 @@ static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, s
                       trace_ids_make((int64_t)b, TRACE_NONE, s->tt->rank, TRACE_NONE));
         for (uint32_t k = 0; k < s->cfg.buckets; k++)
             rep->bytes_pushed += s->cfg.sparse ? s->nnz * (8 + 4 * (uint64_t)s->cfg.sparse_cols)
-                                               : syn_floats(s, k) * 4;
+                                               : syn_floats(s, k) * half_type_size(s->cfg.dtype);
         if (s->tick && s->tick(s->tick_ctx, b + 1, err, errlen) < 0)
             return -1;
     }
@@ -694,13 +775,17 @@ static int syn_run(synthetic *s, client *cl, synthetic_report *rep, char *err, s
  * pages), else where it always is. */
 int synthetic_run(synthetic *s, client *cl, synthetic_report *rep, char *err, size_t errlen)
 {
-    size_t bytes = (s->cfg.bucket_floats + SYN_P) * sizeof *s->base;
-    float *shared = s->cfg.sparse ? NULL : client_shared_alloc(cl, bytes);
+    bool narrow = s->cfg.dtype != HALF_FP32;
+    size_t n = s->cfg.bucket_floats + SYN_P;
+    size_t bytes = n * (narrow ? sizeof *s->nbase : sizeof *s->base);
+    void *shared = s->cfg.sparse ? NULL : client_shared_alloc(cl, bytes);
     if (shared)
-        memcpy(shared, s->base, bytes);
-    s->push_base = shared ? shared : s->base;
+        memcpy(shared, narrow ? (const void *)s->nbase : (const void *)s->base, bytes);
+    s->push_base = shared && !narrow ? shared : s->base;
+    s->push_nbase = shared && narrow ? shared : s->nbase;
     int rc = syn_run(s, cl, rep, err, errlen);
     s->push_base = s->base;
+    s->push_nbase = s->nbase;
     client_shared_free(cl, shared);
     return rc;
 }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "shared/devspec.h"
+#include "shared/half.h"
 #include "shared/metrics.h"
 #include "trainer/client.h"
 #include "trainer/gpushare.h"
@@ -36,6 +37,12 @@ typedef struct synthetic_config {
     bool sparse;
     uint32_t sparse_cols;
     double rpc_timeout_s;
+    /* Dense pushes' type (--compress): HALF_FP32 (the zero value), or
+     * HALF_FP16 / HALF_BF16, announced in the client's hello
+     * (docs/protocol.md, "Narrow pushes"): the ramp narrowed once, the
+     * mean predicted as the server computes it (synthetic.c). Sparse
+     * buckets stay f32. */
+    half_type dtype;
 } synthetic_config;
 
 typedef struct synthetic_report {
@@ -52,6 +59,8 @@ typedef struct synthetic synthetic;
 /* Set up buffers for cfg; the sink to give client_open. */
 synthetic *synthetic_new(const synthetic_config *cfg, metrics *m);
 void synthetic_free(synthetic *s);
+/* Its dense pushes' type (cfg.dtype). */
+half_type synthetic_dtype(const synthetic *s);
 client_sink synthetic_sink(synthetic *s);
 /* CUDA IPC: a compute context on `device` (a GPU: cuda:N, fake-cuda),
  * the dense ramp in shareable memory there (pushes over links whose server

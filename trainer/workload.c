@@ -8,6 +8,7 @@
 #include "trainer/params_out.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 /* ---- DummyModel training (train.c): buckets through the hook ---------------- */
@@ -29,11 +30,12 @@ static int dummy_pass(workload *w, uint64_t batches, workload_tick_fn tick, void
     json_t *b = train_buckets_json(tr);
     /* compress, and the comm hook PyTorch would name for it: its
      * fp16_compress_hook / bf16_compress_hook is the allreduce hook with
-     * the bucket narrowed around it. */
+     * the bucket narrowed around it. rpc_hook's narrow pushes have no
+     * PyTorch name: it stays rpc_hook (compress says the rest). */
     half_type ct = train_compress(tr);
     const char *compress = ct == HALF_FP32 ? "none" : half_type_name(ct);
     char comm_hook[64];
-    if (ct == HALF_FP32)
+    if (ct == HALF_FP32 || !w->h || strcmp(w->h->name, "allreduce_hook") != 0)
         snprintf(comm_hook, sizeof comm_hook, "%s", w->h ? w->h->name : "none");
     else
         snprintf(comm_hook, sizeof comm_hook, "%s_compress_hook", compress);
@@ -189,6 +191,9 @@ static int synthetic_pass(workload *w, uint64_t batches, workload_tick_fn tick, 
     if (synthetic_run(((synthetic_workload *)w)->syn, &w->cl, &rep, err, errlen) < 0)
         return -1;
     *done = rep.batches;
+    /* compress, as a DummyModel trainer says it (no hook to name). */
+    half_type ct = synthetic_dtype(((synthetic_workload *)w)->syn);
+    *extra = json_pack("{s:s}", "compress", ct == HALF_FP32 ? "none" : half_type_name(ct));
     return 0;
 }
 

@@ -15,9 +15,27 @@ batched_powerSGD_hook over Gloo.
   to the first.
 - CUDA trainers on the fake GPU allreducing on Gloo (--backend gloo):
   bf16 ends with the CPU trainers' bf16 parameters, bit for bit.
-- Refusals, one line, exit 2: --compress fp16 with rpc_hook, with
-  sparse_rpc_hook, with the Synthetic model, with CUDA trainers on NCCL;
-  an unknown value.
+- rpc_hook's narrow pushes (docs/protocol.md, "Narrow pushes"): two CPU
+  trainers and a server of kind average (1 server; 2 with --placement
+  shard, kind average-batch), fp16 and bf16 over TCP and shared memory:
+  the trainers end bit-identical, within a relative distance of 1e-2 of
+  the fp32 run's parameters (and not equal to them), `comm_hook` stays
+  rpc_hook, every dense bucket's element_bytes is 2 and the headline's
+  bytes per step half of fp32's.
+- CUDA trainers on the fake GPU with rpc_hook and bf16 (from host
+  memory: no CUDA IPC) end with the CPU trainers' parameters, bit for bit.
+- The Synthetic model with fp16 and bf16 (TCP, shared memory, 1 and 2
+  servers): its trainers' bit-for-bit check of every narrow mean passes.
+- The protocol by hand (a standalone server, raw clients): the welcome
+  echoes the hello's dtype; f16 and bf16 pushes answered in their type
+  with the mean of the widened pushes, narrowed; a narrow push on a
+  connection whose hello did not announce it, or a mixed (batch, bucket),
+  refused; a batch-update server refuses a hello that announces one.
+- A trainer whose server welcomes it without the echo (a fake server:
+  one that does not know narrow pushes) fails in one line naming it.
+- Refusals, one line, exit 2: --compress fp16 with sparse_rpc_hook, with
+  a sparse Synthetic model, with a batch-update job, with CUDA servers, with
+  CUDA trainers on NCCL; an unknown value.
 - PowerSGD (--compress powersgd:4 --powersgd-start-iter 2): both trainers
   bit-identical; the loss finite and within 2% of fp32's, the parameters
   within a relative distance of 0.01 of fp32's (0.002 here) and not equal
@@ -44,7 +62,10 @@ Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_compress.py
 import json
 import math
 import os
+import socket
+import struct
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psb  # noqa: E402
@@ -57,6 +78,9 @@ MODELS = {
                    "configurations": {"num_embeddings": 128, "embedding_dim": 32, "dense_input_size": 32,
                                       "dense_output_size": 128, "dense_layers_count": 1, "sparse": True}},
     "Syn": {"model_class": "Synthetic", "configurations": {"buckets": 2, "bucket_floats": 100, "sparse": False}},
+    "SynSparse": {"model_class": "Synthetic", "configurations": {"buckets": 2, "bucket_floats": 100,
+                                                                 "sparse": True}},
+    "Lin": {"model_class": "Linear", "configurations": {"in_features": 10, "out_features": 3}},
 }
 HOOK_NAMES = {"none": "allreduce_hook", "fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
 
@@ -275,6 +299,214 @@ class Compress(psb.PsbTestCase):
         line = self.compress_refusal("--model", "Tiny", "--compress", "bf16:4")
         self.assertIn("only powersgd takes a :RANK", line)
 
+    # -- rpc_hook: narrow pushes ------------------------------------------------
+
+    def rpc_job(self, compress, transport, tag, nserver=1, kind=None):
+        """A 2-trainer rpc_hook job with --compress, its servers and
+        trainers started by hand on `transport`: (results.json, each
+        trainer's final parameters)."""
+        out = os.path.join(self.reg.workdir, "out-" + tag)
+        extra = ["--placement", "shard"] if nserver > 1 else []
+        if kind:
+            extra += ["--server", kind]
+        m = self.master("--model", "Tiny", "--ddp-hook", "rpc_hook", "--nserver", str(nserver), "--ntrainer", "2",
+                        "--epochs", "2", "--batch-size", "5", "--compress", compress, *extra, out=out)
+        paths = []
+        for r in range(2):
+            p = os.path.join(self.reg.workdir, "params-%s-%d.bin" % (tag, r))
+            paths.append(p)
+            self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r), "--params-out", p,
+                            "--transport", transport], name="trainer%d-%s" % (r, tag))
+        for s in range(nserver):
+            self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--transport", transport],
+                           name="server%d-%s" % (s, tag))
+        res = self.results(out, m)
+        return res, [psb.params_of(p) for p in paths]
+
+    def test_rpc_hook_narrow_pushes(self):
+        base_res, base = self.rpc_job("none", "tcp", "rpc-none")
+        fp32 = base[0]
+        self.assertEqual(base[0].tobytes(), base[1].tobytes())
+        base_bytes = base_res["headline"]["trainers"][-1]["bytes_per_step"]
+        runs = [("fp16", "tcp", 1, None), ("bf16", "tcp", 2, "AverageBatchParameterServer"), ("bf16", "shm", 1, None),
+                ("fp16", "shm", 2, None)]
+        for c, transport, ns, kind in runs:
+            tag = "rpc-%s-%s-%d" % (c, transport, ns)
+            res, params = self.rpc_job(c, transport, tag, ns, kind)
+            self.assertEqual(res["phase"], "done", tag)
+            self.assertEqual(res["configuration"]["resolved"]["compress"], c, tag)
+            for t in res["trainers"]:
+                self.assertEqual(t["compress"], c, tag)
+                self.assertEqual(t["comm_hook"], "rpc_hook", tag)
+                self.assertEqual({l["transport"] for l in t["links"]}, {transport}, (tag, t["links"]))
+                for b in t["buckets"]["rebuilt"]:
+                    self.assertEqual(b["element_bytes"], 2, (tag, b))
+            self.assertEqual(res["headline"]["trainers"][-1]["bytes_per_step"] * 2, base_bytes, tag)
+            self.assertEqual(params[0].tobytes(), params[1].tobytes(), "%s: the trainers differ" % tag)
+            self.assertNotEqual(params[0].tobytes(), fp32.tobytes(), "%s: no rounding shows" % tag)
+            d = self.compress_distance(params[0], fp32)
+            self.assertLess(d, 1e-2, "%s: relative distance %g from fp32's" % (tag, d))
+
+    def test_fake_gpu_trainers_rpc_hook(self):
+        """CUDA trainers (the fake GPU) push narrow from host memory (no
+        CUDA IPC: its pushes are f32) to a CPU server over shared memory:
+        the CPU trainers' bf16 parameters, bit for bit."""
+        digests = {}
+        for device in ("cpu", "fake-cuda"):
+            out = os.path.join(self.reg.workdir, "out-rpc-dev-" + device)
+            cuda = device != "cpu"
+            m = self.master("--model", "Tiny", "--ddp-hook", "rpc_hook", "--nserver", "1", "--placement", "shard",
+                            "--ntrainer", "0" if cuda else "2", "--ncudatrainer", "2" if cuda else "0",
+                            "--epochs", "2", "--batch-size", "5", "--compress", "bf16", out=out)
+            for r in range(2):
+                self.node(m, "psbench-trainer", device, "trainer%d-%s" % (r, device), extra=("--transport", "shm"))
+            self.node(m, "psbench-server", "cpu", "server-" + device, extra=("--transport", "shm"))
+            res = self.results(out, m)
+            got = {t["final_params_sha256"] for t in res["trainers"]}
+            self.assertEqual(len(got), 1, (device, res["trainers"]))
+            for t in res["trainers"]:
+                self.assertEqual([(l["transport"], l["cuda_ipc"]) for l in t["links"]], [("shm", False)], device)
+            digests[device] = got.pop()
+        self.assertEqual(digests["fake-cuda"], digests["cpu"])
+
+    def test_synthetic_narrow_pushes(self):
+        """The Synthetic model with --compress: its trainers check every
+        element of every narrow mean bit for bit against what they predict
+        (a mismatch fails the run), over TCP and shared memory, 2 servers
+        (shard) for one of them; bf16 rounds its ramp's larger values, so
+        the bf16 check is not the f32 one's."""
+        for c, transport, ns in (("bf16", "tcp", 1), ("bf16", "shm", 2), ("fp16", "shm", 1)):
+            tag = "syn-%s-%s" % (c, transport)
+            out = os.path.join(self.reg.workdir, "out-" + tag)
+            extra = ["--placement", "shard"] if ns > 1 else []
+            m = self.master("--model", "Syn", "--nserver", str(ns), "--ntrainer", "2", "--epochs", "2",
+                            "--batch-size", "5", "--compress", c, *extra, out=out)
+            for r in range(2):
+                self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r),
+                                "--transport", transport], name="trainer%d-%s" % (r, tag))
+            for k in range(ns):
+                self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--transport", transport],
+                               name="server%d-%s" % (k, tag))
+            res = self.results(out, m)
+            self.assertEqual(res["phase"], "done", tag)
+            for t in res["trainers"]:
+                self.assertEqual(t["compress"], c, tag)
+                self.assertEqual({l["transport"] for l in t["links"]}, {transport}, (tag, t["links"]))
+
+    # -- the protocol by hand ------------------------------------------------------
+
+    @staticmethod
+    def f16_bits(v):
+        return struct.unpack("<H", struct.pack("<e", v))[0]
+
+    @staticmethod
+    def bf16_bits(v):
+        # values here are exact in bf16: the top half of the float32
+        return struct.unpack("<I", struct.pack("<f", v))[0] >> 16
+
+    def narrow_payload(self, dtype, values):
+        bits = self.f16_bits if dtype == "f16" else self.bf16_bits
+        return b"".join(struct.pack("<H", bits(v)) for v in values)
+
+    def test_protocol_by_hand(self):
+        srv = self.reg.server(trainers=2)
+        a, b = self.client(srv), self.client(srv)
+        w = self.hello_ok(a, 0, extra={"dtype": "bf16"})
+        self.assertEqual(w.get("dtype"), "bf16")
+        w = self.hello_ok(b, 1)
+        self.assertNotIn("dtype", w)
+        # b announced none: its narrow push is refused, the connection kept.
+        vals = [1.0, -2.5, 3.0, 0.125]
+        b.send_frame({"type": "push", "batch": 0, "bucket": 0, "dtype": "bf16", "layout": "dense", "count": 4},
+                     self.narrow_payload("bf16", vals))
+        e = self.expect_error(b, "unsupported")
+        self.assertIn("announced no narrow type", e["message"])
+        # An f32 push from b and a bf16 one from a into one (batch, bucket): mixed.
+        b.push(psb.dense_push(0, 0, vals))
+        self.barrier(b)
+        a.send_frame({"type": "push", "batch": 0, "bucket": 0, "dtype": "bf16", "layout": "dense", "count": 4},
+                     self.narrow_payload("bf16", vals))
+        e = self.expect_error(a, "shape_mismatch")
+        self.assertIn("dtype bf16 differs from f32", e["message"])
+        a.close()
+        b.close()
+        srv.terminate_and_wait()
+        # Two trainers announcing f16 and bf16 on one server: each bucket in its own type,
+        # answered in that type, the mean of the widened pushes narrowed.
+        srv = self.reg.server(trainers=2)
+        a, b = self.client(srv), self.client(srv)
+        self.assertEqual(self.hello_ok(a, 0, extra={"dtype": "f16"}).get("dtype"), "f16")
+        self.assertEqual(self.hello_ok(b, 1, extra={"dtype": "f16"}).get("dtype"), "f16")
+        va, vb = [1.0, 2.0, -3.0, 0.5, 7.0], [3.0, 2.0, 1.0, 0.25, 8.0]
+        for c, v in ((a, va), (b, vb)):
+            c.send_frame({"type": "push", "batch": 0, "bucket": 0, "dtype": "f16", "layout": "dense", "count": 5},
+                         self.narrow_payload("f16", v))
+        want = self.narrow_payload("f16", [(x + y) * 0.5 for x, y in zip(va, vb)])
+        for c in (a, b):
+            h, p = c.recv_frame()
+            self.assertEqual((h.get("type"), h.get("dtype"), h.get("count")), ("result", "f16", 5), h)
+            self.assertEqual(p, want)
+        # A wrong payload size for the narrow type: bad_frame (count x 2 bytes).
+        a.send_frame({"type": "push", "batch": 1, "bucket": 0, "dtype": "f16", "layout": "dense", "count": 5},
+                     self.narrow_payload("f16", va) + b"\0\0")
+        self.expect_error(a, "bad_frame")
+        srv.terminate_and_wait()
+        # A batch-update server takes no narrow pushes: its hello is refused, saying why.
+        srv = self.reg.server(trainers=1, kind="batch-update")
+        c = self.client(srv)
+        h, _ = c.hello(0, extra={"dtype": "bf16"})
+        self.assertEqual((h.get("type"), h.get("code")), ("error", "unsupported"), h)
+        self.assertIn("does not take bf16 pushes", h.get("message"))
+        srv.terminate_and_wait()
+        # A CUDA server (the fake GPU) folds f32 only so far: refused the same way.
+        srv = self.reg.server(trainers=1, extra=["--device", "fake-cuda"])
+        c = self.client(srv)
+        h, _ = c.hello(0, extra={"dtype": "f16"})
+        self.assertEqual((h.get("type"), h.get("code")), ("error", "unsupported"), h)
+        self.assertIn("--compress fp16: a CUDA server does not take narrow pushes yet", h.get("message"))
+        # A name that is no type.
+        h, _ = c.hello(0, extra={"dtype": "f64"})
+        self.assertEqual((h.get("type"), h.get("code")), ("error", "unsupported"), h)
+        self.assertIn("hello dtype 'f64' is not f32, f16 or bf16", h.get("message"))
+
+    def test_welcome_without_echo(self):
+        """A server that does not know narrow pushes welcomes the trainer
+        without the echo: the trainer fails in one line naming it, before
+        any push."""
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.bind((psb.HOST, 0))
+        ls.listen(1)
+        ls.settimeout(30)
+        self.addCleanup(ls.close)
+        port = ls.getsockname()[1]
+        seen = {}
+
+        def fake_server():
+            try:
+                conn, _ = ls.accept()
+            except OSError:
+                return
+            c = psb.RawClient.accepted(conn)
+            try:
+                h, _ = c.recv_frame(30)
+                seen["hello"] = h
+                c.send_frame({"type": "welcome", "version": 1, "server": 0, "trainers": 1})
+                seen["next"] = c.recv_frame(30)[0]
+            except (psb.Closed, OSError, socket.timeout):
+                pass
+            c.close()
+        th = threading.Thread(target=fake_server)
+        th.start()
+        rc, out, err = self.reg.run([psb.bin_path("psbench-trainer"), "--server", "%s:%d" % (psb.HOST, port),
+                                     "--rank", "0", "--model", "synthetic", "--transport", "tcp",
+                                     "--compress", "bf16", "--batches", "1"], timeout=60)
+        th.join(60)
+        self.assertNotEqual(rc, 0, err)
+        self.assertEqual(seen.get("hello", {}).get("dtype"), "bf16", seen)
+        self.assertNotIn("next", seen, "the trainer pushed to a server that did not take bf16")
+        last = psb.last_line(err)
+        self.assertIn("server %s:%d does not take bf16 pushes (--compress bf16)" % (psb.HOST, port), last)
+
     # -- refusals ---------------------------------------------------------------
 
     def compress_refusal(self, *args):
@@ -285,17 +517,27 @@ class Compress(psb.PsbTestCase):
         return lines[0]
 
     def test_refusals(self):
-        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "rpc_hook", "--compress", "fp16")
-        self.assertIn("--compress fp16: only allreduce_hook compresses so far", line)
-        self.assertIn("rpc_hook", line)
         line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "sparse_rpc_hook", "--compress", "bf16")
-        self.assertIn("--compress bf16: only allreduce_hook compresses so far", line)
-        line = self.compress_refusal("--model", "Syn", "--compress", "fp16")
-        self.assertIn("(Synthetic) pushes fp32 to the servers", line)
+        self.assertIn("--compress bf16: only allreduce_hook (PyTorch's bf16_compress_hook) and rpc_hook", line)
+        self.assertIn("sparse_rpc_hook", line)
+        line = self.compress_refusal("--model", "SynSparse", "--compress", "fp16")
+        self.assertIn("(Synthetic) pushes sparse buckets, which stay fp32", line)
+        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "rpc_hook", "--nserver", "0",
+                                     "--ncudaserver", "1", "--ntrainer", "0", "--ncudatrainer", "2",
+                                     "--compress", "bf16")
+        self.assertIn("--compress bf16: a CUDA server does not take narrow pushes yet", line)
+        line = self.compress_refusal("--model", "Lin", "--server", "BatchUpdateParameterServer", "--trainer",
+                                     "BatchUpdateTrainer", "--compress", "fp16")
+        self.assertIn("--compress fp16: trainer 'BatchUpdateTrainer' (BatchUpdateTrainer) has no \"compress\"", line)
         line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
                                      "--ntrainer", "0", "--ncudatrainer", "2", "--backend", "nccl",
                                      "--compress", "fp16")
         self.assertIn("compresses on gloo only so far", line)
+        # The standalone synthetic trainer: dense pushes only.
+        rc, out, err = self.reg.run([psb.bin_path("psbench-trainer"), "--server", "127.0.0.1:9", "--rank", "0",
+                                     "--model", "synthetic", "--sparse", "--compress", "bf16"], timeout=30)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("--compress: --sparse pushes stay f32", psb.last_line(err))
         line = self.compress_refusal("--model", "Tiny", "--compress", "fp8")
         self.assertIn("--compress: ", line)
         self.assertIn("fp8", line)

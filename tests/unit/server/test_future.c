@@ -37,6 +37,8 @@ typedef struct fixture {
     uint64_t answered_slots; /* bitmap of f->pushed at the answer */
     float last[64];
     size_t last_n;
+    uint8_t raw[16384]; /* the last answer's bytes, whole (narrow answers) */
+    size_t raw_len;
     char fail_msg[256];
 } fixture;
 
@@ -49,6 +51,8 @@ static void note_answer(void *ctx, future *f, psbuf *result)
     x->answered_slots = f->pushed[0];
     x->last_n = result->len / 4 < 64 ? result->len / 4 : 64;
     memcpy(x->last, result->data, x->last_n * 4);
+    x->raw_len = result->len < sizeof x->raw ? result->len : sizeof x->raw;
+    memcpy(x->raw, result->data, x->raw_len);
 }
 
 static void note_fail(void *ctx, future *f, frame_errcode code, const char *msg)
@@ -116,6 +120,153 @@ static frame_errcode push_dense(fixture *x, push_ctx *p, uint32_t slot, uint64_t
 }
 
 static const char *const devices[] = {"cpu", "test"};
+
+/* ---- narrow pushes (f16, bf16: docs/protocol.md "Narrow pushes") ---- */
+
+static uint16_t narrow_of(half_type t, float v) { return t == HALF_FP16 ? half_fp16_of(v) : half_bf16_of(v); }
+static float widen_of(half_type t, uint16_t v)
+{
+    return t == HALF_FP16 ? half_fp16_to_float(v) : half_bf16_to_float(v);
+}
+
+static frame_hdr narrow_hdr(uint64_t batch, uint64_t count, half_type t)
+{
+    frame_hdr h = dense_hdr(batch, 0, count);
+    h.dtype = frame_str_c(frame_dtype_name(t));
+    h.payload = count * 2;
+    return h;
+}
+
+#define NARROW_N 5000u /* more than a slice of kind_fold_narrow's scratch (2048) */
+
+/* Every kind that takes narrow pushes, on both devices, f16 and bf16, 2
+ * and 3 trainers, pushes interleaved in chunks of different sizes: the
+ * answer is narrow(mean of the widened pushes), the mean as f32 pushes
+ * of those values give it (sum in slot order, times 1/N), bit for bit. */
+static void test_narrow_mean_bit_exact(void **state)
+{
+    (void)state;
+    static uint16_t v[3][NARROW_N];
+    for (int d = 0; d < 2; d++)
+        for (int kid = 0; kid < 2; kid++)
+            for (int ti = 0; ti < 2; ti++)
+                for (uint32_t ntr = 2; ntr <= 3; ntr++) {
+                    half_type t = ti ? HALF_BF16 : HALF_FP16;
+                    fixture x;
+                    kind_config kc = {.id = kid ? KIND_AVERAGE_BATCH : KIND_AVERAGE, .trainers = ntr};
+                    fut_open(&x, devices[d], &kc);
+                    uint32_t seed = 12345u + ntr;
+                    for (uint32_t s = 0; s < ntr; s++)
+                        for (uint32_t i = 0; i < NARROW_N; i++) {
+                            seed = seed * 1664525u + 1013904223u;
+                            /* magnitudes from 2^-20 to 2^10, both signs: rounding shows everywhere */
+                            float mag = ldexpf(1.0f + (float)(seed >> 9) / 8388608.0f, (int)(seed % 31) - 20);
+                            v[s][i] = narrow_of(t, (seed & 1) ? -mag : mag);
+                        }
+                    frame_hdr h = narrow_hdr(3, NARROW_N, t);
+                    push_ctx p[3] = {{0}};
+                    char msg[256];
+                    for (uint32_t s = 0; s < ntr; s++)
+                        assert_int_equal(futures_admit(&x.fut, &h, s, s, &p[s], msg, sizeof msg), ERR_NONE);
+                    /* Each push in chunks of its own size (elements, even: whole floats of the
+                     * payload), round robin: a chunk meets the others' progress mid-way, so
+                     * one call copies, adds and adds-and-scales parts of it. */
+                    const size_t chunk[3] = {1234, 500, 2002};
+                    size_t at[3] = {0, 0, 0};
+                    for (bool more = true; more;) {
+                        more = false;
+                        for (uint32_t s = 0; s < ntr; s++) {
+                            if (at[s] == NARROW_N)
+                                continue;
+                            size_t m = NARROW_N - at[s] < chunk[s] ? NARROW_N - at[s] : chunk[s];
+                            assert_int_equal(
+                                futures_push_data(&x.fut, &p[s], at[s] * 2, (const uint8_t *)(v[s] + at[s]), m * 2), 0);
+                            at[s] += m;
+                            more = true;
+                        }
+                    }
+                    for (uint32_t s = 0; s < ntr; s++)
+                        futures_push_done(&x.fut, &p[s]);
+                    fx_wait(&x, 1);
+                    assert_int_equal(x.answers, 1);
+                    assert_int_equal(x.raw_len, NARROW_N * 2);
+                    float scale = mean_scale(ntr);
+                    for (uint32_t i = 0; i < NARROW_N; i++) {
+                        float sum = widen_of(t, v[0][i]);
+                        for (uint32_t s = 1; s < ntr; s++)
+                            sum += widen_of(t, v[s][i]);
+                        uint16_t want = narrow_of(t, sum * scale), got;
+                        memcpy(&got, x.raw + 2 * i, 2);
+                        if (got != want)
+                            fail_msg("%s %s %s %u trainers: element %u is 0x%04x, want 0x%04x", devices[d],
+                                     kid ? "average-batch" : "average", half_type_name(t), ntr, i, got, want);
+                    }
+                    fut_close(&x);
+                }
+}
+
+/* The rules of narrow pushes at the futures layer: one type per (batch,
+ * bucket) (shape_mismatch, naming both), no narrow sparse push, no narrow
+ * push to a kind that does not fold them (unsupported); the payload's
+ * size follows the type (frame_push_payload_size), and what a slot holds
+ * is the narrow payload's bytes. */
+static void test_narrow_rules(void **state)
+{
+    (void)state;
+    fixture x;
+    kind_config kc = {.id = KIND_AVERAGE, .trainers = 2};
+    fut_open(&x, "cpu", &kc);
+    push_ctx a = {0}, b = {0};
+    char msg[256];
+    frame_hdr h16 = narrow_hdr(0, 8, HALF_FP16), hb = narrow_hdr(0, 8, HALF_BF16), h32 = dense_hdr(0, 0, 8);
+    h32.dtype = frame_str_c("f32");
+    assert_int_equal(frame_push_payload_size(&h16), 16);
+    assert_int_equal(frame_push_payload_size(&h32), 32);
+    assert_int_equal(futures_admit(&x.fut, &h16, 0, 0, &a, msg, sizeof msg), ERR_NONE);
+    assert_int_equal(x.fut.held_bytes[0], 16);
+    assert_int_equal(futures_admit(&x.fut, &hb, 1, 1, &b, msg, sizeof msg), ERR_SHAPE_MISMATCH);
+    assert_non_null(strstr(msg, "dtype bf16 differs from f16 of the other pushes of batch 0 bucket 0"));
+    assert_int_equal(futures_admit(&x.fut, &h32, 1, 1, &b, msg, sizeof msg), ERR_SHAPE_MISMATCH);
+    assert_non_null(strstr(msg, "dtype f32 differs from f16"));
+    /* An f32 future refuses a narrow push the same way. */
+    frame_hdr h32b = dense_hdr(1, 0, 8);
+    frame_hdr h16b = narrow_hdr(1, 8, HALF_FP16);
+    push_ctx c = {0}, d = {0};
+    assert_int_equal(futures_admit(&x.fut, &h32b, 0, 0, &c, msg, sizeof msg), ERR_NONE);
+    assert_int_equal(futures_admit(&x.fut, &h16b, 1, 1, &d, msg, sizeof msg), ERR_SHAPE_MISMATCH);
+    assert_non_null(strstr(msg, "dtype f16 differs from f32"));
+    /* Sparse pushes stay f32. */
+    frame_hdr hs = {0};
+    hs.type = FT_PUSH;
+    hs.batch = 2;
+    hs.layout = LAYOUT_SPARSE;
+    hs.rows = 4;
+    hs.cols = 2;
+    hs.nnz = 1;
+    hs.dtype = frame_str_c("bf16");
+    hs.has = FH_BATCH | FH_BUCKET | FH_DTYPE | FH_LAYOUT | FH_ROWS | FH_COLS | FH_NNZ | FH_PAYLOAD;
+    hs.payload = frame_push_payload_size(&hs);
+    assert_int_equal(hs.payload, 8 + 2 * 4); /* a sparse payload is f32 whatever the name */
+    assert_int_equal(futures_admit(&x.fut, &hs, 0, 0, &d, msg, sizeof msg), ERR_UNSUPPORTED);
+    assert_non_null(strstr(msg, "a sparse push in bf16"));
+    /* Abort the open pushes (nothing folded) before closing. */
+    futures_push_abort(&x.fut, &a);
+    futures_push_abort(&x.fut, &c);
+    fut_close(&x);
+    /* A kind that does not fold narrow pushes refuses them. */
+    kind_config bu = {.id = KIND_BATCH_UPDATE, .trainers = 2};
+    bu.bu.in_features = 4;
+    bu.bu.out_features = 2;
+    bu.bu.lr = 0.1f;
+    bu.bu.momentum = 0.9f;
+    bu.bu.parts = 1;
+    fut_open(&x, "cpu", &bu);
+    frame_hdr hbu = narrow_hdr(0, 10, HALF_BF16);
+    push_ctx e = {0};
+    assert_int_equal(futures_admit(&x.fut, &hbu, 0, 0, &e, msg, sizeof msg), ERR_UNSUPPORTED);
+    assert_non_null(strstr(msg, "to a server of kind batch-update"));
+    fut_close(&x);
+}
 
 static void test_average_mean_both_kinds(void **state)
 {
@@ -706,6 +857,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_average_mean_both_kinds),
+        cmocka_unit_test(test_narrow_mean_bit_exact),
+        cmocka_unit_test(test_narrow_rules),
         cmocka_unit_test(test_admission_rules),
         cmocka_unit_test(test_hold_bounds),
         cmocka_unit_test(test_bounds_from_model),

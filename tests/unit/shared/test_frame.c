@@ -26,6 +26,7 @@
 #include <msgpack.h>
 
 #include "shared/frame.h"
+#include "shared/half.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -1174,6 +1175,29 @@ static void test_push_payload_size(void **state)
     h.layout = LAYOUT_DENSE;
     h.count = 10;
     assert_int_equal(frame_push_payload_size(&h), 40);
+    /* Narrow pushes (docs/protocol.md, "Narrow pushes"): 2 bytes an
+     * element; a name that is no type counts as f32 (refused first). */
+    h.dtype = frame_str_c("f16");
+    assert_int_equal(frame_push_payload_size(&h), 20);
+    h.dtype = frame_str_c("bf16");
+    assert_int_equal(frame_push_payload_size(&h), 20);
+    h.count = UINT64_MAX / 2 + 1;
+    assert_int_equal(frame_push_payload_size(&h), UINT64_MAX);
+    h.count = 10;
+    h.dtype = frame_str_c("f64");
+    assert_int_equal(frame_push_payload_size(&h), 40);
+    h.dtype = frame_str_c("f32");
+    assert_int_equal(frame_push_payload_size(&h), 40);
+    assert_int_equal(frame_dtype_type(frame_str_c("f32")), HALF_FP32);
+    assert_int_equal(frame_dtype_type((frame_str){0}), HALF_FP32);
+    assert_int_equal(frame_dtype_type(frame_str_c("f16")), HALF_FP16);
+    assert_int_equal(frame_dtype_type(frame_str_c("bf16")), HALF_BF16);
+    assert_int_equal(frame_dtype_type(frame_str_c("fp16")), -1); /* --compress's name, not the wire's */
+    assert_int_equal(frame_dtype_type(frame_str_c("bf1")), -1);
+    assert_string_equal(frame_dtype_name(HALF_FP16), "f16");
+    assert_string_equal(frame_dtype_name(HALF_BF16), "bf16");
+    assert_string_equal(frame_dtype_name(HALF_FP32), "f32");
+    h.dtype = (frame_str){0};
     h.count = 0;
     assert_int_equal(frame_push_payload_size(&h), 0);
     h.count = UINT64_MAX / 4;
