@@ -31,6 +31,7 @@
 #include "trainer/hook_impl.h"
 #include "trainer/powersgd.h"
 #include "shared/clock.h"
+#include "shared/grow.h"
 #include "shared/mean.h"
 #include "shared/sparse.h"
 
@@ -80,19 +81,6 @@ typedef struct ar_hook {
     psgd_stats pstats; /* mu: the PowerSGD state's, after the last bucket */
 } ar_hook;
 
-/* Make *p hold need elements (never NULL after success, even for 0). */
-static int ar_grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
-{
-    if (need <= *cap && *p)
-        return 0;
-    void *q = realloc(*p, (size_t)(need ? need : 1) * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = need;
-    return 0;
-}
-
 /* _compress_hook: cast and divide by the world size in that order (the
  * divide in fp32 on the narrow value, rounded back: ATen's CPU kernel),
  * sum in the narrow type, cast back. The world size is the group's, as
@@ -101,7 +89,7 @@ static int ar_dense_narrow(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *o
 {
     assert(devf32_is_none(b->device_data)); /* refused at hook_allreduce_new */
     *out = *in = b->count * 2;
-    if (ar_grow((void **)&a->narrow, &a->narrow_cap, b->count, sizeof *a->narrow) < 0) {
+    if (grow_to((void **)&a->narrow, &a->narrow_cap, b->count, sizeof *a->narrow) < 0) {
         snprintf(err, errlen, "out of memory compressing bucket %u", b->id);
         return -1;
     }
@@ -161,8 +149,8 @@ static int ar_sparse(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, ch
         total += a->counts[r];
     }
     /* Each member contributes its indices then its rows, contiguous. */
-    if (ar_grow((void **)&a->mine, &a->mine_cap, mine * row_bytes, 1) < 0 ||
-        ar_grow((void **)&a->gather, &a->gather_cap, total * row_bytes, 1) < 0) {
+    if (grow_to((void **)&a->mine, &a->mine_cap, mine * row_bytes, 1) < 0 ||
+        grow_to((void **)&a->gather, &a->gather_cap, total * row_bytes, 1) < 0) {
         snprintf(err, errlen, "out of memory gathering sparse bucket %u", b->id);
         return -1;
     }
@@ -177,7 +165,7 @@ static int ar_sparse(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, ch
     uint64_t most = 0;
     for (uint32_t r = 0; r < a->size; r++)
         most = a->counts[r] > most ? a->counts[r] : most;
-    if (ar_grow((void **)&a->slots, &a->slots_cap, most, sizeof *a->slots) < 0) {
+    if (grow_to((void **)&a->slots, &a->slots_cap, most, sizeof *a->slots) < 0) {
         snprintf(err, errlen, "out of memory coalescing sparse bucket %u", b->id);
         return -1;
     }

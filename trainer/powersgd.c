@@ -1,6 +1,7 @@
 /* powersgd.c — PyTorch's PowerSGD hooks on a host bucket (see powersgd.h). */
 #include "trainer/powersgd.h"
 #include "shared/log.h"
+#include "shared/grow.h"
 #include "shared/mean.h"
 #include "shared/rng.h"
 
@@ -39,19 +40,6 @@ struct psgd {
     bool *compress; /* per tensor of the bucket at hand */
     uint64_t compress_cap;
 };
-
-/* Make *p hold need elements (never NULL after success, even for 0). */
-static int psgd_grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
-{
-    if (need <= *cap && *p)
-        return 0;
-    void *q = realloc(*p, (size_t)(need ? need : 1) * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = need;
-    return 0;
-}
 
 psgd *psgd_new(const psgd_conf *p, uint32_t world_size)
 {
@@ -225,8 +213,8 @@ static void psgd_mul_nt(psgd *s, float *m, const float *p, const float *q, uint6
 /* Room for the products of a c x r Q. */
 static int psgd_scratch(psgd *s, uint64_t cr)
 {
-    return psgd_grow((void **)&s->acc, &s->acc_cap, cr, sizeof *s->acc) < 0 ||
-                   psgd_grow((void **)&s->qt, &s->qt_cap, cr, sizeof *s->qt) < 0
+    return grow_to((void **)&s->acc, &s->acc_cap, cr, sizeof *s->acc) < 0 ||
+                   grow_to((void **)&s->qt, &s->qt_cap, cr, sizeof *s->qt) < 0
                ? -1
                : 0;
 }
@@ -343,7 +331,7 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
     const psgd_conf *c = &s->conf;
     float *x = b->data;
     psgd_bucket *pb = psgd_bucket_of(s, b->id, b->count);
-    if (!pb || psgd_grow((void **)&s->compress, &s->compress_cap, b->ntensors, sizeof *s->compress) < 0)
+    if (!pb || grow_to((void **)&s->compress, &s->compress_cap, b->ntensors, sizeof *s->compress) < 0)
         return psgd_oom(b, err, errlen);
     if (c->error_feedback)
         psgd_feedback_in(pb, x, b->count);
@@ -374,7 +362,7 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
     }
     bool random;
     if (psgd_pq(pb, np, nq, c->warm_start, &random) < 0 ||
-        psgd_grow((void **)&s->pack, &s->pack_cap, nunc, sizeof *s->pack) < 0 || psgd_scratch(s, most) < 0)
+        grow_to((void **)&s->pack, &s->pack_cap, nunc, sizeof *s->pack) < 0 || psgd_scratch(s, most) < 0)
         return psgd_oom(b, err, errlen);
     /* Step III: Q, drawn or warm, orthogonalized; P = M Q. */
     rng qr;
@@ -454,7 +442,7 @@ static int psgd_batched(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uin
     uint32_t r = psgd_rank_of(c, side, side);
     psgd_bucket *pb = psgd_bucket_of(s, b->id, n);
     bool random;
-    if (!pb || psgd_grow((void **)&s->pack, &s->pack_cap, n, sizeof *s->pack) < 0 || psgd_scratch(s, side * r) < 0 ||
+    if (!pb || grow_to((void **)&s->pack, &s->pack_cap, n, sizeof *s->pack) < 0 || psgd_scratch(s, side * r) < 0 ||
         psgd_pq(pb, side * r, side * r, c->warm_start, &random) < 0)
         return psgd_oom(b, err, errlen);
     /* PyTorch resizes the bucket to side^2 with zeros after it. */
