@@ -11,6 +11,7 @@
  * own (its tick late), from when it runs again.
  */
 #include "master/loop.h"
+#include "master/mparams.h"
 #include "master/hoststate.h"
 #include "master/admit.h"
 #include "master/blame.h"
@@ -162,6 +163,12 @@ static void loop_progress_line(master *m, double now)
 static bool loop_settled(const master *m, double now)
 {
     char why[400];
+    /* Trainer 0's final parameters (mparams.h), as long as they keep
+     * coming: --rpc-timeout since the run ended or since the last part. */
+    double since;
+    if (m->state != RUN_FAILING && mparams_coming(m, &since) &&
+        now - blame_since(m, since > m->t_ended ? since : m->t_ended) < m->set.rpc_timeout_s)
+        return false;
     if (m->state == RUN_BETWEEN_RUNS)
         return phases_between_runs(m, why, sizeof why) != 0 ||
                now - blame_since(m, m->t_ended) >= m->set.rpc_timeout_s;

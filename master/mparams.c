@@ -31,6 +31,7 @@ struct mparams {
     char sha256[65]; /* the trainer's digest ("" where it had none) */
     double l2_norm;
     char why[300]; /* MP_REFUSED: what was wrong */
+    double t_part; /* when the last part came (master_now), 0: none yet */
 };
 
 json_t *mparams_assign_json(const master *m, uint32_t rank)
@@ -151,6 +152,7 @@ void mparams_on_params(master *m, node *n, ctl_msg *msg)
         log_warn("trainer 0's final parameters: out of memory: not recorded");
         return;
     }
+    p->t_part = master_now();
     if (p->state == MP_REFUSED)
         return;
     uint64_t count, offset;
@@ -191,6 +193,18 @@ void mparams_on_params(master *m, node *n, ctl_msg *msg)
     }
     if (final)
         mparams_final(p, n);
+}
+
+bool mparams_coming(const master *m, double *since)
+{
+    const struct mparams *p = m->params;
+    const node *t0 = m->set.ntrainer ? m->trainers[0] : NULL;
+    if (!m->set.out_dir || !t0 || !t0->registered || !t0->bev)
+        return false; /* not asked, or nobody left to send them */
+    if (p && p->state != MP_WAITING && p->state != MP_COMING)
+        return false;
+    *since = p ? p->t_part : 0;
+    return true;
 }
 
 /* results.json's final_params: the file and its figures, or why none. */

@@ -28,6 +28,11 @@
 json_t *mparams_assign_json(const master *m, uint32_t rank);
 /* The handler of `params`. */
 void mparams_on_params(master *m, node *n, ctl_msg *msg);
+/* Whether trainer 0's parameters are still to come: asked for, not all
+ * in, trainer 0 still connected; *since: when its last part came (0: none
+ * yet). A big model's parts take seconds on a loaded host: the run's files
+ * wait for them as long as they keep coming (loop.c). */
+bool mparams_coming(const master *m, double *since);
 /* DIR/params.bin where the parameters came whole (written whole:
  * shared/atomicfile.h; a stale one of an earlier job removed otherwise),
  * and results.json's `final_params` into doc. 0, or -1 with err (the file
