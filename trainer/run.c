@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -582,8 +583,16 @@ static int run_send_params(mlink *l, const workload *w, json_t *ask, char *err, 
         snprintf(err, errlen, "out of memory sending the parameters");
         return -1;
     }
+    /* Test-only: a pause before each part, as a big model's parts take on
+     * a loaded host (tests/integration/test_compress_cost.py). */
+    const char *pause_env = getenv("PSBENCH_TEST_PARAMS_PAUSE_MS");
+    long pause_ms = pause_env ? strtol(pause_env, NULL, 10) : 0;
     uint64_t at = 0;
     do {
+        if (pause_ms > 0 && pause_ms <= 60000) {
+            struct timespec ts = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         uint64_t k = data ? (n - at < RUN_PARAMS_PART ? n - at : RUN_PARAMS_PART) : 0;
         json_t *body = json_pack("{s:I, s:I, s:s?, s:f, s:b}", "count", (json_int_t)n, "offset", (json_int_t)at,
                                  "sha256", v ? hex : NULL, "l2_norm", norm, "final", !data || at + k == n);

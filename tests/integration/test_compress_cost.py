@@ -50,6 +50,22 @@ class CompressCost(psb.PsbTestCase):
         with open(self.models, "w") as f:
             json.dump(MODELS, f)
 
+    def test_slow_parameters_are_waited_for(self):
+        """Trainer 0's parameters that come later than the nodes' 5 s of
+        last reports (PSBENCH_TEST_PARAMS_PAUSE_MS: 6 s before its part, as
+        a big model's on a loaded host) are waited for: params.bin is
+        written, trainer 0 exits 0."""
+        out = os.path.join(self.reg.workdir, "slow")
+        env = dict(psb.base_env(), PSBENCH_TEST_PARAMS_PAUSE_MS="6000")
+        rc, o, e = self.run_master("--local", "--model-config-path", self.models, *JOB, "--epochs", "1",
+                                   out=out, timeout=120, env=env)
+        self.assertEqual(rc, 0, o + e)
+        with open(os.path.join(out, "results.json")) as f:
+            fp = json.load(f)["final_params"]
+        self.assertEqual((fp["file"], fp["why"]), ("params.bin", None), fp)
+        self.assertTrue(os.path.exists(os.path.join(out, "params.bin")))
+        self.assertNotIn("did not reach the master", e)
+
     def cost_run(self, compress, tag):
         """A --local run of JOB with --compress `compress`: its folder."""
         out = os.path.join(self.reg.workdir, tag)
