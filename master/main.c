@@ -160,6 +160,7 @@ static int master_settings_from(const run_config *c, master_settings *set)
         .trace = c->trace,
         .trace_steps = TRACE_ALL_STEPS,
         .trace_buffer = (uint32_t)c->trace_buffer,
+        .params_max = c->params_max,
     };
     master_csv_config(c, set);
     /* --trace-steps was checked as it was parsed (opts.c). */

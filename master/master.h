@@ -63,6 +63,7 @@ typedef struct master_settings {
     bool trace;                     /* --trace: the run's trace, DIR/trace.json (mtrace.h) */
     trace_window trace_steps;       /* --trace-steps (default every step) */
     uint32_t trace_buffer;          /* --trace-buffer: spans per ring */
+    uint64_t params_max;            /* --params-max: trainer 0's parameters recorded (mparams.h) */
     /* The job's configuration as a sweep's sweep.csv has it (master/tools/sweep.h),
      * appended to every row of the per-run CSVs (results.c) so that CSVs of
      * several jobs concatenate into one table. Strings borrowed from the

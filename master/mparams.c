@@ -32,19 +32,20 @@ struct mparams {
     double l2_norm;
     char why[300]; /* MP_REFUSED: what was wrong */
     double t_part; /* when the last part came (master_now), 0: none yet */
+    uint64_t max;  /* --params-max: the most parameters recorded (sent with data) */
 };
 
 json_t *mparams_assign_json(const master *m, uint32_t rank)
 {
     if (!m->set.out_dir || rank != 0)
         return NULL;
-    return json_pack("{s:I}", "max_count", (json_int_t)PARAMSFILE_MAX_FLOATS);
+    return json_pack("{s:I}", "max_count", (json_int_t)m->set.params_max);
 }
 
 static struct mparams *mparams_get(master *m)
 {
-    if (!m->params)
-        m->params = calloc(1, sizeof *m->params);
+    if (!m->params && (m->params = calloc(1, sizeof *m->params)) != NULL)
+        m->params->max = m->set.params_max;
     return m->params;
 }
 
@@ -99,16 +100,16 @@ static int mparams_first(struct mparams *p, const node *n, uint64_t count, const
     p->count = count;
     snprintf(p->sha256, sizeof p->sha256, "%s", sha);
     p->l2_norm = norm;
-    if (!data && count > 0 && count <= PARAMSFILE_MAX_FLOATS) {
+    if (!data && count > 0 && count <= p->max) {
         mparams_refuse(p, n, "no data for %" PRIu64 " parameters (up to %" PRIu64 " are sent whole)", count,
-                       PARAMSFILE_MAX_FLOATS);
+                       p->max);
         return -1;
     }
     if (!data)
         return 0;
-    if (count > PARAMSFILE_MAX_FLOATS || count == 0) {
+    if (count > p->max || count == 0) {
         mparams_refuse(p, n, "data for %" PRIu64 " parameters (0 < count <= %" PRIu64 " carry data)", count,
-                       PARAMSFILE_MAX_FLOATS);
+                       p->max);
         return -1;
     }
     /* One float of slack: a part's base64 may decode up to 2 bytes past
@@ -222,9 +223,9 @@ static json_t *mparams_json(const master *m, const struct mparams *p, bool writt
         snprintf(why, sizeof why, "the model has no parameters");
     else if (st == MP_SUMMARY)
         snprintf(why, sizeof why,
-                 "the model has %" PRIu64 " parameters, more than the %" PRIu64 " (%" PRIu64 " MiB) a run records: "
-                 "their norm and digest only",
-                 p->count, PARAMSFILE_MAX_FLOATS, PARAMSFILE_MAX_FLOATS * 4 >> 20);
+                 "the model has %" PRIu64 " parameters, more than the %" PRIu64 " (%.3g MiB) this run records "
+                 "(--params-max, at most %" PRIu64 "): their norm and digest only",
+                 p->count, p->max, (double)p->max * 4 / (1 << 20), PARAMSFILE_MAX_FLOATS);
     else if (st == MP_REFUSED)
         snprintf(why, sizeof why, "trainer 0 sent a bad params part: %s", p->why);
     else if (st != MP_WHOLE)

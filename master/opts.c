@@ -8,6 +8,7 @@
 #include "shared/cli.h"
 #include "shared/jobconf.h"
 #include "shared/log.h"
+#include "shared/paramsfile.h"
 #include "shared/text.h"
 #include "shared/trace.h"
 
@@ -716,6 +717,14 @@ static const opt_spec master_specs[] = {
      .help = "with --trace, the steps traced: A:B (both included), A:\n"
              "(A onwards) or A (that step alone) (default: every step of\n"
              "the timed pass)"},
+    {.name = "params-max", .meta = "N", .kind = OPT_U64, .min = 0, .max = PARAMSFILE_MAX_FLOATS,
+     .to = AT(params_max), .def = STR(CONFIG_DEFAULT_PARAMS_MAX), .json = "params_max",
+     .help = "with --out, the most final parameters of trainer 0\n"
+             "params.bin records, for diff's and a sweep's parameter\n"
+             "distance (default " STR(CONFIG_DEFAULT_PARAMS_MAX) ": 4 MiB; at most 16777216;\n"
+             "0: none); a bigger model's results.json keeps their\n"
+             "count, digest and norm (a sweep over --compress gives\n"
+             "its points 16777216)"},
     {.name = "trace-buffer", .meta = "N", .kind = OPT_U64, .min = 1, .max = TRACE_CAPACITY_MAX,
      .to = AT(trace_buffer), .def = STR(CONFIG_DEFAULT_TRACE_BUFFER), .json = "trace_buffer",
      .help = "with --trace, spans each ring holds (default\n"

@@ -20,6 +20,7 @@
 #define CONFIG_DEFAULT_NSERVER 1
 #define CONFIG_DEFAULT_EPOCHS 10
 #define CONFIG_DEFAULT_TRACE_BUFFER 65536 /* --trace-buffer: spans per ring */
+#define CONFIG_DEFAULT_PARAMS_MAX 1048576  /* --params-max: floats params.bin records (4 MiB) */
 #define CONFIG_DEFAULT_BATCH_SIZE 10
 #define CONFIG_DEFAULT_RPC_TIMEOUT_S 30 /* seconds: the seed's experiment scripts */
 #define CONFIG_DEFAULT_TRAINER "DdpRpcTrainer"
@@ -133,6 +134,7 @@ typedef struct run_config {
     char *trace_steps;                /* --trace-steps A:B as given (trace_window_parse), NULL: the
                                        * timed pass's every step */
     uint64_t trace_buffer;            /* --trace-buffer N: spans per ring */
+    uint64_t params_max;              /* --params-max N: final parameters params.bin records */
     char *tables;                     /* --tables all|none: NULL when not given (all, but none
                                        * under --log-level warn or error) */
     char *token;                      /* --token, else --token-file's, else $PSBENCH_TOKEN,

@@ -55,6 +55,10 @@ static void sweep_print_plan(sweep *s)
                 s->runs > 1 ? "/run-NNN" : "");
         const char *targs[4];
         char window[48];
+        const char *pargs[3];
+        sweep_params_args(s, pargs);
+        for (const char *const *a = pargs; *a; a++)
+            fprintf(s->out, " %s", *a);
         sweep_trace_args(s, p, targs, window, sizeof window);
         for (const char *const *a = targs; *a; a++)
             fprintf(s->out, " %s", *a);
@@ -107,7 +111,16 @@ static void sweep_run_one(sweep *s, sweep_point *p)
     const char *targs[4];
     char window[48];
     sweep_trace_args(s, p, targs, window, sizeof window);
-    const char *extra[] = {"--runs", "1", "--out", dir, targs[0], targs[1], targs[2], NULL};
+    const char *pargs[3];
+    sweep_params_args(s, pargs);
+    const char *extra[12] = {"--runs", "1", "--out", dir};
+    size_t ne = 4;
+    for (const char *const *a = pargs; *a; a++)
+        extra[ne++] = *a;
+    for (const char *const *a = targs; *a; a++)
+        extra[ne++] = *a;
+    assert(ne < sizeof extra / sizeof *extra);
+    extra[ne] = NULL;
     char now[32];
     sweep_now_iso(now, sizeof now);
     json_array_append_new(s->schedule, json_pack("{s:I, s:I, s:s}", "point", (json_int_t)p->index, "run",

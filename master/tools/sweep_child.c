@@ -242,6 +242,20 @@ void sweep_trace_args(const sweep *s, const sweep_point *p, const char *args[4],
     args[3] = NULL;
 }
 
+void sweep_params_args(const sweep *s, const char *args[3])
+{
+    args[0] = NULL;
+    if (s->dim[SD_COMPRESS].n < 2)
+        return;
+    const char *v;
+    for (size_t i = 0; i < s->njob; i++)
+        if (sweep_flag_is(s->job[i], "--params-max", &v))
+            return; /* the job's own say */
+    args[0] = "--params-max";
+    args[1] = SWEEP_PARAMS_MAX;
+    args[2] = NULL;
+}
+
 /* The child's argv: the program, the job's flags, then the point's. */
 char **sweep_child_argv(const sweep *s, const sweep_point *p, const char *const *extra)
 {

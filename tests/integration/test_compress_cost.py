@@ -66,6 +66,25 @@ class CompressCost(psb.PsbTestCase):
         self.assertTrue(os.path.exists(os.path.join(out, "params.bin")))
         self.assertNotIn("did not reach the master", e)
 
+    def test_params_max(self):
+        """--params-max below the model's parameters: no params.bin, and
+        results.json says why, with their count, digest and norm."""
+        out = os.path.join(self.reg.workdir, "small-max")
+        rc, o, e = self.run_master("--local", "--model-config-path", self.models, *JOB, "--epochs", "1",
+                                   "--params-max", "100", out=out, timeout=120)
+        self.assertEqual(rc, 0, o + e)
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        fp = res["final_params"]
+        self.assertIsNone(fp["file"], fp)
+        self.assertEqual(fp["count"], 8320)
+        self.assertEqual(fp["sha256"], res["trainers"][0]["final_params_sha256"])
+        self.assertGreater(fp["l2_norm"], 0)
+        self.assertIn("the model has 8320 parameters, more than the 100 ", fp["why"])
+        self.assertIn("this run records (--params-max, at most 16777216): their norm and digest only", fp["why"])
+        self.assertFalse(os.path.exists(os.path.join(out, "params.bin")))
+        self.assertEqual(res["configuration"]["params_max"], 100)
+
     def cost_run(self, compress, tag):
         """A --local run of JOB with --compress `compress`: its folder."""
         out = os.path.join(self.reg.workdir, tag)
@@ -147,6 +166,13 @@ class CompressCost(psb.PsbTestCase):
         self.assertEqual(len(cmds), 2, out)
         self.assertIn("--compress none --ddp-hook allreduce_hook", cmds[0])
         self.assertIn("--compress bf16 --ddp-hook allreduce_hook", cmds[1])
+        # Its points record the parameters up to the file's bound.
+        for c in cmds:
+            self.assertIn(" --params-max 16777216", c)
+        rc, out, err = self.reg.run(sweep + ["--compress", "none,bf16", "--params-max", "9000", "--dry-run"],
+                                    timeout=60)
+        self.assertEqual(rc, 0, out + err)
+        self.assertNotIn("16777216", out)
         # A value the hook refuses: the sweep is refused before anything runs.
         d = os.path.join(self.reg.workdir, "refused")
         rc, out, err = self.reg.run(sweep + ["--ddp-hook", "rpc_hook,allreduce_hook", "--nserver", "1",

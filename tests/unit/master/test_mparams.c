@@ -33,6 +33,7 @@ static int mp_setup(void **state)
     if (tmpdir_setup(state) < 0)
         return -1;
     m.set.out_dir = tmpdir;
+    m.set.params_max = PARAMSFILE_MAX_FLOATS;
     m.state = RUN_FINISHING;
     trainer0.role = trainer1.role = AGG_TRAINER;
     trainer1.rank = 1;
@@ -186,7 +187,8 @@ static void test_said_why(void **state)
     assert_int_equal(json_integer_value(json_object_get(fp, "count")), PARAMSFILE_MAX_FLOATS + 1);
     assert_true(json_real_value(json_object_get(fp, "l2_norm")) == 9.5);
     assert_contains(json_string_value(json_object_get(fp, "why")),
-                    "the model has 16777217 parameters, more than the 16777216 (64 MiB) a run records");
+                    "the model has 16777217 parameters, more than the 16777216 (64 MiB) this run records "
+                    "(--params-max, at most 16777216)");
     json_decref(fp);
     mp_reset(NULL);
     /* No parameters (Synthetic). */
