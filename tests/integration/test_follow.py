@@ -24,11 +24,6 @@ from psb import Master  # noqa: E402
 
 RUN_TIMEOUT = 240
 IDLE_S = 5
-# Followers of a job whose runs end by shipping trainer 0's final
-# parameters (--out: a DummyModel's 38 MB take seconds on a loaded host,
-# and the next run or point is refused "finishing" meanwhile): IDLE_S
-# could pass between two of their jobs.
-IDLE_JOBS_S = 20
 # How long a follower may take to notice it has had no job for IDLE_S: a
 # generous bound, not a measurement.
 EXIT_TIMEOUT = 90
@@ -95,12 +90,12 @@ class Follow(psb.PsbTestCase):
             args += ["--listen", "127.0.0.1:0"]
         return self.reg.start(args + list(extra), name=name)
 
-    def assert_idle_exit(self, p, jobs, idle=IDLE_S):
+    def assert_idle_exit(self, p, jobs):
         """p exits 0 by itself once idle, its last line saying why."""
         self.assertEqual(p.wait(EXIT_TIMEOUT), 0, p.describe())
         last = p.stderr().strip().splitlines()[-1]
         self.assertRegex(last, r"no job for %d s \(--follow-idle\) after %d job\(s\): exiting \(last: " %
-                         (idle, jobs), p.describe())
+                         (IDLE_S, jobs), p.describe())
 
     def test_sweep_by_hand(self):
         """A sweep without --local: two servers and two trainers follow it;
@@ -112,8 +107,8 @@ class Follow(psb.PsbTestCase):
         IDLE_S on a slow build, leave before the point that needs them.)"""
         port = psb.free_port()
         ctl = "%s:%d" % (psb.HOST, port)
-        servers = [self.follower("psbench-server", ctl, "server%d" % i, idle=IDLE_JOBS_S) for i in range(2)]
-        trainers = [self.follower("psbench-trainer", ctl, "trainer%d" % i, idle=IDLE_JOBS_S) for i in range(2)]
+        servers = [self.follower("psbench-server", ctl, "server%d" % i) for i in range(2)]
+        trainers = [self.follower("psbench-trainer", ctl, "trainer%d" % i) for i in range(2)]
         out = os.path.join(self.reg.workdir, "sw")
         rc, so, se = self.reg.run([psb.bin_path("psbench-master"), "sweep", "--listen", ctl, "--http",
                                    "127.0.0.1:0", "--ddp-hook", "rpc_hook,allreduce_hook", "--nserver", "1",
@@ -131,7 +126,7 @@ class Follow(psb.PsbTestCase):
         self.assertIn("PS/AR", so)
         # Each trainer ran both points; one server the first, the other none.
         for t in trainers:
-            self.assert_idle_exit(t, 2, IDLE_JOBS_S)
+            self.assert_idle_exit(t, 2)
             self.assertEqual(len(re.findall(r"job \d ended \(done\)", t.stderr())), 2, t.describe())
         for s in servers:
             self.assertEqual(s.wait(EXIT_TIMEOUT), 0, s.describe())
@@ -141,7 +136,7 @@ class Follow(psb.PsbTestCase):
         # The allreduce point has no servers: they were told so, and waited.
         self.assertIn("no job yet: the master refused this server: ", "".join(errs))
         for s in servers:
-            self.assert_idle_exit(s, int(re.search(r"after (\d) job\(s\)", s.stderr()).group(1)), IDLE_JOBS_S)
+            self.assert_idle_exit(s, int(re.search(r"after (\d) job\(s\)", s.stderr()).group(1)))
 
     def test_runs_by_hand(self):
         """--runs 2 by hand: the server stays, the follower trainers join
@@ -153,7 +148,7 @@ class Follow(psb.PsbTestCase):
         m.wait_ports()
         srv = self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--listen", "127.0.0.1:0"],
                              name="server", cls=psb.Server)
-        trainers = [self.follower("psbench-trainer", m.ctl, "trainer%d" % i, idle=IDLE_JOBS_S) for i in range(2)]
+        trainers = [self.follower("psbench-trainer", m.ctl, "trainer%d" % i) for i in range(2)]
         self.assertEqual(m.wait(RUN_TIMEOUT), 0, "\n".join(p.describe() for p in [m, srv] + trainers))
         for run in (1, 2):
             with open(os.path.join(out, "run-%03d" % run, "results.json")) as f:
@@ -162,7 +157,7 @@ class Follow(psb.PsbTestCase):
             self.assertEqual([t["rank"] for t in res["trainers"]], [0, 1])
         self.assertEqual(srv.wait(30), 0, srv.describe())
         for t in trainers:
-            self.assert_idle_exit(t, 2, IDLE_JOBS_S)
+            self.assert_idle_exit(t, 2)
 
     def test_refused_for_good(self):
         """A wrong token under --follow: non-zero at once, with the reason
