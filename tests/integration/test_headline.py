@@ -292,7 +292,7 @@ class Servers(psb.PsbTestCase):
         for line in (so + se).splitlines():
             if not line.startswith(("args: ", "plan: ")):  # for programs: every key
                 self.assertNotIn("server", line.lower(), line)
-        self.assertEqual(sorted(os.listdir(out)), ["params.bin", "results.json", "trainer.csv"])
+        self.assertEqual(sorted(os.listdir(out)), ["results.json", "trainer.csv"])
         with open(os.path.join(out, "results.json")) as f:
             res = json.load(f)
         self.assertEqual(res["servers"], [])

@@ -474,8 +474,7 @@ class SweepTests(psb.PsbTestCase):
     def test_a_write_error_keeps_its_reason(self):
         """Files of at most 4 KiB (RLIMIT_FSIZE: every write past it fails
         with EFBIG, as on a full disk): the point's master.log is cut short
-        and its params.bin (the final parameters, written before
-        results.json: docs/results.md) cannot be written. The point's reason is the
+        and its results.json cannot be written. The point's reason is the
         master's own line naming the file and the error, kept by the sweep
         from the master's output (not the log's last line that fitted), and
         says the log is incomplete; the sweep's own files that cannot be
@@ -491,7 +490,7 @@ class SweepTests(psb.PsbTestCase):
         self.assertEqual(rc, 1, out + err)
         row = [line for line in out.splitlines() if "FAILED" in line]
         self.assertEqual(len(row), 1, out)
-        self.assertIn("FAILED: exit 1: psbench-master: error: cannot write %s/points/001/params.bin: EFBIG" % d,
+        self.assertIn("FAILED: exit 1: psbench-master: error: cannot write %s/points/001/results.json: EFBIG" % d,
                       row[0])
         self.assertIn("(points/001/master.log is incomplete: File too large)", row[0])
         self.assertEqual(os.path.getsize(os.path.join(d, "points", "001", "master.log")), 4096)
