@@ -145,52 +145,70 @@ typedef struct half_ops {
 /* The scalar path: the reference, and every vector path's tail. Each
  * narrowing multiplies by s first; s = 1 changes no bits of any input
  * (x * 1 is x, a signalling NaN made quiet, which narrows the same). */
+/* Element i of an array at any address (half.h: "any alignment"): a
+ * narrow push's payload follows its header in a server's input buffer, at
+ * whatever offset the header left. memcpy is one load or store on x86. */
+static inline float half_ld_f32(const float *p, size_t i)
+{
+    float v;
+    memcpy(&v, (const char *)p + i * sizeof v, sizeof v);
+    return v;
+}
+static inline void half_st_f32(float *p, size_t i, float v) { memcpy((char *)p + i * sizeof v, &v, sizeof v); }
+static inline uint16_t half_ld_u16(const uint16_t *p, size_t i)
+{
+    uint16_t v;
+    memcpy(&v, (const char *)p + i * sizeof v, sizeof v);
+    return v;
+}
+static inline void half_st_u16(uint16_t *p, size_t i, uint16_t v) { memcpy((char *)p + i * sizeof v, &v, sizeof v); }
+
 static void half_scalar_to_fp16(uint16_t *dst, const float *src, size_t n, float s)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = half_fp16_of(src[i] * s);
+        half_st_u16(dst, i, half_fp16_of(half_ld_f32(src, i) * s));
 }
 
 static void half_scalar_from_fp16(float *dst, const uint16_t *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = half_fp16_to_float(src[i]);
+        half_st_f32(dst, i, half_fp16_to_float(half_ld_u16(src, i)));
 }
 
 static void half_scalar_to_bf16(uint16_t *dst, const float *src, size_t n, float s)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = half_bf16_of(src[i] * s);
+        half_st_u16(dst, i, half_bf16_of(half_ld_f32(src, i) * s));
 }
 
 static void half_scalar_from_bf16(float *dst, const uint16_t *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = half_bf16_to_float(src[i]);
+        half_st_f32(dst, i, half_bf16_to_float(half_ld_u16(src, i)));
 }
 
 static void half_scalar_fold_fp16(float *acc, const uint16_t *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        acc[i] += half_fp16_to_float(src[i]);
+        half_st_f32(acc, i, half_ld_f32(acc, i) + half_fp16_to_float(half_ld_u16(src, i)));
 }
 
 static void half_scalar_fold_bf16(float *acc, const uint16_t *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        acc[i] += half_bf16_to_float(src[i]);
+        half_st_f32(acc, i, half_ld_f32(acc, i) + half_bf16_to_float(half_ld_u16(src, i)));
 }
 
 static void half_scalar_div_fp16(uint16_t *dst, const float *src, size_t n, float d)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = half_fp16_of(half_fp16_to_float(half_fp16_of(src[i])) / d);
+        half_st_u16(dst, i, half_fp16_of(half_fp16_to_float(half_fp16_of(half_ld_f32(src, i))) / d));
 }
 
 static void half_scalar_div_bf16(uint16_t *dst, const float *src, size_t n, float d)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = half_bf16_of(half_bf16_to_float(half_bf16_of(src[i])) / d);
+        half_st_u16(dst, i, half_bf16_of(half_bf16_to_float(half_bf16_of(half_ld_f32(src, i))) / d));
 }
 
 static bool half_scalar_usable(void) { return true; }

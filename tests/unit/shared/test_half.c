@@ -402,6 +402,59 @@ static void test_fold(void **state)
     free(push);
 }
 
+/* half.h's arrays may lie at any address (a narrow push's payload follows
+ * its header in a server's input buffer at whatever offset the header
+ * left): every function on every path, each array one byte off, gives the
+ * aligned call's bytes. (The scalar loops indexed uint16_t pointers: UBSan
+ * reported misaligned loads.) */
+static void test_misaligned(void **state)
+{
+    (void)state;
+    enum { N = 37 }; /* a vector body and a scalar tail on every path */
+    float x[N], fw[N], facc[N];
+    uint16_t h[N], hw[N];
+    _Alignas(16) unsigned char buf_in[N * 4 + 1], buf_out[N * 4 + 1];
+    for (size_t i = 0; i < N; i++)
+        x[i] = ((float)rnd32() / 4294967296.0f - 0.5f) * 3.0f;
+    for (int bf = 0; bf < 2; bf++)
+        for (size_t p = 0; p < npaths; p++) {
+            use(paths[p]);
+            const char *what = bf ? "bf16" : "fp16";
+            /* narrowing (plain, scaled, cast/div): src and dst at odd addresses */
+            memcpy(buf_in + 1, x, sizeof x);
+            (bf ? half_to_bf16 : half_to_fp16)(hw, x, N);
+            (bf ? half_to_bf16 : half_to_fp16)((uint16_t *)(void *)(buf_out + 1), (const float *)(void *)(buf_in + 1),
+                                               N);
+            if (memcmp(buf_out + 1, hw, sizeof hw) != 0)
+                fail_msg("%s: to_%s misaligned differs", paths[p], what);
+            (bf ? half_to_bf16_scaled : half_to_fp16_scaled)(hw, x, N, 0.25f);
+            (bf ? half_to_bf16_scaled : half_to_fp16_scaled)((uint16_t *)(void *)(buf_out + 1),
+                                                             (const float *)(void *)(buf_in + 1), N, 0.25f);
+            if (memcmp(buf_out + 1, hw, sizeof hw) != 0)
+                fail_msg("%s: to_%s_scaled misaligned differs", paths[p], what);
+            (bf ? half_to_bf16_div : half_to_fp16_div)(hw, x, N, 3.0f);
+            (bf ? half_to_bf16_div : half_to_fp16_div)((uint16_t *)(void *)(buf_out + 1),
+                                                       (const float *)(void *)(buf_in + 1), N, 3.0f);
+            if (memcmp(buf_out + 1, hw, sizeof hw) != 0)
+                fail_msg("%s: to_%s_div misaligned differs", paths[p], what);
+            /* widening and the fold: src and dst (acc) at odd addresses */
+            memcpy(h, hw, sizeof h);
+            memcpy(buf_in + 1, h, sizeof h);
+            (bf ? half_from_bf16 : half_from_fp16)(fw, h, N);
+            (bf ? half_from_bf16 : half_from_fp16)((float *)(void *)(buf_out + 1),
+                                                   (const uint16_t *)(void *)(buf_in + 1), N);
+            if (memcmp(buf_out + 1, fw, sizeof fw) != 0)
+                fail_msg("%s: from_%s misaligned differs", paths[p], what);
+            memcpy(facc, x, sizeof facc);
+            (bf ? half_fold_bf16 : half_fold_fp16)(facc, h, N);
+            memcpy(buf_out + 1, x, sizeof x);
+            (bf ? half_fold_bf16 : half_fold_fp16)((float *)(void *)(buf_out + 1),
+                                                   (const uint16_t *)(void *)(buf_in + 1), N);
+            if (memcmp(buf_out + 1, facc, sizeof facc) != 0)
+                fail_msg("%s: fold_%s misaligned differs", paths[p], what);
+        }
+}
+
 /* PyTorch's compress hooks: cast first, then divide (in fp32, rounded back
  * to the narrow type). A value beyond fp16's range is inf before the
  * division: the order shows, against the scaled form. */
@@ -562,10 +615,10 @@ int main(int argc, char **argv)
         return cmocka_run_group_tests(all, NULL, NULL);
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_types),        cmocka_unit_test(test_paths),     cmocka_unit_test(test_known),
-        cmocka_unit_test(test_widen_values), cmocka_unit_test(test_widen_all), cmocka_unit_test(test_narrow_sample),
-        cmocka_unit_test(test_tails),        cmocka_unit_test(test_fold),      cmocka_unit_test(test_cast_div),
-        cmocka_unit_test(test_sum),
+        cmocka_unit_test(test_types),        cmocka_unit_test(test_paths),      cmocka_unit_test(test_known),
+        cmocka_unit_test(test_widen_values), cmocka_unit_test(test_widen_all),  cmocka_unit_test(test_narrow_sample),
+        cmocka_unit_test(test_tails),        cmocka_unit_test(test_fold),       cmocka_unit_test(test_cast_div),
+        cmocka_unit_test(test_sum),          cmocka_unit_test(test_misaligned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
