@@ -78,6 +78,12 @@ typedef struct hook_bucket {
      * (they tile the count floats); set with the layout */
     const hook_tensor *tensors;
     uint32_t ntensors;
+    /* dense: PyTorch's bucket holds these tensors the other way round
+     * (bucket.gradients() and its flat buffer list them last first): a
+     * rebuilt bucket, whose parameters come in the order backward
+     * finished them. Where a hook's arithmetic depends on that order
+     * (PowerSGD's draws, the batched hook's matrix), it follows PyTorch's. */
+    bool ddp_reversed;
     /* the last bucket of its layout (PyTorch's GradBucket.is_last()): the
      * step's buckets are all handed over once it is */
     bool last;

@@ -18,7 +18,7 @@ typedef struct psgd_bucket {
     uint64_t n;      /* the floats its error covers (batched: side^2); 0: not made */
     float *error;    /* n floats, use_error_feedback */
     bool have_error; /* error holds last step's (else: zeros, not added) */
-    float *p, *q;    /* P and Q of its compressed tensors, in tensor order */
+    float *p, *q;    /* P and Q of its compressed tensors, in PyTorch's order (psgd_order) */
     uint64_t np, nq;
     bool have_pq; /* warm start: p, q hold the previous step's */
 } psgd_bucket;
@@ -39,6 +39,8 @@ struct psgd {
     uint64_t qt_cap;
     bool *compress; /* per tensor of the bucket at hand */
     uint64_t compress_cap;
+    uint32_t *order; /* its compressed tensors in PyTorch's order (psgd_order) */
+    uint64_t order_cap;
 };
 
 psgd *psgd_new(const psgd_conf *p, uint32_t world_size)
@@ -83,6 +85,7 @@ void psgd_free(psgd *s)
     free(s->acc);
     free(s->qt);
     free(s->compress);
+    free(s->order);
     free(s);
 }
 
@@ -325,13 +328,43 @@ static int psgd_oom(hook_bucket *b, char *err, size_t errlen)
     return -1;
 }
 
+/* The compressed tensors (s->compress) of b in the order PyTorch's
+ * powerSGD_hook lays out their P and Q and fills their Qs with one
+ * generator: bucket.gradients()'s (b->ddp_reversed: memory order reversed),
+ * grouped by shape, the groups in the order their first tensor comes (its
+ * shape_to_tensors dict). Each is placed after the last one of its shape
+ * placed so far. Returns how many. */
+static uint32_t psgd_order(psgd *s, const hook_bucket *b)
+{
+    uint32_t n = 0, *o = s->order;
+    for (uint32_t i = 0; i < b->ntensors; i++) {
+        uint32_t t = b->ddp_reversed ? b->ntensors - 1 - i : i;
+        if (!s->compress[t])
+            continue;
+        const hook_tensor *ht = &b->tensors[t];
+        uint32_t at = n;
+        for (uint32_t j = n; j-- > 0;) {
+            const hook_tensor *hj = &b->tensors[o[j]];
+            if (hj->rows == ht->rows && hj->cols == ht->cols) {
+                at = j + 1;
+                break;
+            }
+        }
+        memmove(o + at + 1, o + at, (size_t)(n - at) * sizeof *o);
+        o[at] = t;
+        n++;
+    }
+    return n;
+}
+
 static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uint64_t *floats, char *err,
                           size_t errlen)
 {
     const psgd_conf *c = &s->conf;
     float *x = b->data;
     psgd_bucket *pb = psgd_bucket_of(s, b->id, b->count);
-    if (!pb || grow_to((void **)&s->compress, &s->compress_cap, b->ntensors, sizeof *s->compress) < 0)
+    if (!pb || grow_to((void **)&s->compress, &s->compress_cap, b->ntensors, sizeof *s->compress) < 0 ||
+        grow_to((void **)&s->order, &s->order_cap, b->ntensors, sizeof *s->order) < 0)
         return psgd_oom(b, err, errlen);
     if (c->error_feedback)
         psgd_feedback_in(pb, x, b->count);
@@ -368,11 +401,10 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
     rng qr;
     if (random)
         psgd_draw_rng(s, &qr);
+    uint32_t ncomp = psgd_order(s, b);
     uint64_t po = 0, qo = 0;
-    for (uint32_t t = 0; t < b->ntensors; t++) {
-        const hook_tensor *ht = &b->tensors[t];
-        if (!s->compress[t])
-            continue;
+    for (uint32_t i = 0; i < ncomp; i++) {
+        const hook_tensor *ht = &b->tensors[s->order[i]];
         uint32_t r = psgd_rank_of(c, ht->rows, ht->cols);
         float *q = pb->q + qo, *p = pb->p + po;
         if (random)
@@ -404,10 +436,8 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
     if (np && sum(ctx, pb->p, (size_t)np, err, errlen) < 0)
         return -1;
     po = qo = 0;
-    for (uint32_t t = 0; t < b->ntensors; t++) {
-        const hook_tensor *ht = &b->tensors[t];
-        if (!s->compress[t])
-            continue;
+    for (uint32_t i = 0; i < ncomp; i++) {
+        const hook_tensor *ht = &b->tensors[s->order[i]];
         uint32_t r = psgd_rank_of(c, ht->rows, ht->cols);
         psgd_orthogonalize(pb->p + po, ht->rows, r, (float)c->epsilon);
         psgd_mul_t(s, pb->q + qo, x + ht->offset, pb->p + po, ht->rows, ht->cols, r);
@@ -419,10 +449,8 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
         return -1;
     psgd_scale(pb->q, nq, s->world);
     po = qo = 0;
-    for (uint32_t t = 0; t < b->ntensors; t++) {
-        const hook_tensor *ht = &b->tensors[t];
-        if (!s->compress[t])
-            continue;
+    for (uint32_t i = 0; i < ncomp; i++) {
+        const hook_tensor *ht = &b->tensors[s->order[i]];
         uint32_t r = psgd_rank_of(c, ht->rows, ht->cols);
         psgd_mul_nt(s, x + ht->offset, pb->p + po, pb->q + qo, ht->rows, ht->cols, r);
         po += ht->rows * r;
@@ -435,6 +463,31 @@ static int psgd_layerwise(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, u
     return 0;
 }
 
+/* Between b's memory and PyTorch's flat buffer of it, x (b->count
+ * floats): its tensors last first where b->ddp_reversed, else the same
+ * order. back: x into b's memory; else b's memory into x. */
+static void psgd_ddp_flat(hook_bucket *b, float *x, bool back)
+{
+    if (!b->ddp_reversed) {
+        if (back)
+            memcpy(b->data, x, (size_t)b->count * sizeof *x);
+        else
+            memcpy(x, b->data, (size_t)b->count * sizeof *x);
+        return;
+    }
+    uint64_t at = 0;
+    for (uint32_t i = b->ntensors; i-- > 0;) {
+        const hook_tensor *ht = &b->tensors[i];
+        size_t n = (size_t)(ht->rows * ht->cols);
+        if (back)
+            memcpy(b->data + ht->offset, x + at, n * sizeof *x);
+        else
+            memcpy(x + at, b->data + ht->offset, n * sizeof *x);
+        at += n;
+    }
+    assert(at == b->count);
+}
+
 static int psgd_batched(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uint64_t *floats, char *err, size_t errlen)
 {
     const psgd_conf *c = &s->conf;
@@ -445,9 +498,10 @@ static int psgd_batched(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uin
     if (!pb || grow_to((void **)&s->pack, &s->pack_cap, n, sizeof *s->pack) < 0 || psgd_scratch(s, side * r) < 0 ||
         psgd_pq(pb, side * r, side * r, c->warm_start, &random) < 0)
         return psgd_oom(b, err, errlen);
-    /* PyTorch resizes the bucket to side^2 with zeros after it. */
+    /* PyTorch's flat buffer (its tensors in its order), resized to side^2
+     * with zeros after it. */
     float *x = s->pack;
-    memcpy(x, b->data, (size_t)b->count * sizeof *x);
+    psgd_ddp_flat(b, x, false);
     memset(x + b->count, 0, (size_t)(n - b->count) * sizeof *x);
     if (c->error_feedback)
         psgd_feedback_in(pb, x, n);
@@ -468,7 +522,7 @@ static int psgd_batched(psgd *s, hook_bucket *b, psgd_sum_fn sum, void *ctx, uin
     psgd_mul_nt(s, x, pb->p, pb->q, side, side, r);
     if (c->error_feedback)
         psgd_feedback_out(pb, x, n);
-    memcpy(b->data, x, (size_t)b->count * sizeof *x);
+    psgd_ddp_flat(b, x, true);
     pb->have_pq = c->warm_start;
     *floats = 2 * side * r;
     return 0;

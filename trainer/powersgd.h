@@ -26,7 +26,12 @@
  *      orthogonalized next, its scale does not matter);
  *   5. P orthogonalized; Q = M^T P; Q allreduced and times 1/N;
  *   6. M = P Q^T written into the bucket; the error = input - result.
- * batched_powerSGD_hook: the whole bucket as one side x side matrix,
+ * Orders are PyTorch's: its bucket lists a rebuilt bucket's tensors last
+ * first (hook_bucket.ddp_reversed), and powerSGD_hook groups the
+ * compressed ones by shape (its shape_to_tensors), so P, Q and the Q draws
+ * follow that order, not memory's.
+ * batched_powerSGD_hook: the whole bucket, as PyTorch's flat buffer holds
+ * it (its tensors in its order), as one side x side matrix,
  * side = ceil(sqrt(count)), zero-padded (error and the rank-1 tensors
  * included: nothing is split off), r = min(side, rank), steps 1, 4-6 on it.
  *
@@ -35,9 +40,10 @@
  * same with its own generator (shared/rng.h): the state's rng, seeded with
  * random_seed on stream RNG_STREAM_POWERSGD, gives rng_below(10^9), which
  * seeds a generator on the same stream whose rng_fill_normal fills the Qs
- * in tensor order. Identical on every trainer, so every trainer starts from
- * the same Q; not torch's stream, so a run's parameters match PyTorch's in
- * distribution (and within tolerance), never bit for bit.
+ * in PyTorch's order, one fill per Q. Identical on every trainer, so every
+ * trainer starts from the same Q; not torch's stream: PyTorch made to draw
+ * these Qs ends where psbench does, within rounding
+ * (tests/integration/test_compress_pytorch.py).
  *
  * Arithmetic: the matrix products and the Gram-Schmidt norms and dots
  * accumulate in double, in a fixed order, and round once to float (no

@@ -170,6 +170,7 @@ static int train_make_layout(train *t, train_layout *L, const char *what, bool a
             }
             tb->hb.tensors = &L->tensors[lo];
             tb->hb.ntensors = hi - lo + 1;
+            tb->hb.ddp_reversed = d->param[d->start[k]] != lo;
         }
         tb->hb.last = k + 1 == d->nbuckets;
         if (t->staged)

@@ -15,7 +15,10 @@
  *     the floats after the bucket, exact at full rank;
  *   - the iteration count: plain steps (the mean, bit for bit) until
  *     start_powerSGD_iter, counted at the last bucket of a step, bytes of
- *     each kind of step as predicted (psgd_compressed_floats).
+ *     each kind of step as predicted (psgd_compressed_floats);
+ *   - PyTorch's order: a rebuilt bucket's tensors last first, the
+ *     compressed ones grouped by shape (the Qs' draws), and the batched
+ *     matrix of the bucket as PyTorch's flat buffer holds it.
  * The collective side (members with different gradients ending with the
  * same bits) is test_coll's test_gloo_powersgd.
  */
@@ -394,6 +397,83 @@ static void test_seeded(void **state)
     assert_memory_not_equal(x[0], x[2], sizeof x[0]);
 }
 
+/* PyTorch's order. A bucket of A (12x8), B (10x8), C (12x8) and a bias D
+ * (12x1) in memory, rebuilt (ddp_reversed: PyTorch's bucket holds D, C, B,
+ * A), is the PyTorch bucket whose compressed tensors, grouped by shape,
+ * are C, A, B: each tensor ends with the bits it gets in a bucket laid out
+ * C, A, B, D in memory, not reversed. The same memory not reversed draws
+ * A's Q first: other bits. Batched: the reversed bucket is the matrix of
+ * D, C, B, A: the bits of that memory, not reversed. */
+enum { PO_A = 96, PO_B = 80, PO_C = 96, PO_D = 12, PO_N = PO_A + PO_B + PO_C + PO_D };
+
+static void po_run(float *mem, const hook_tensor *t, bool reversed, bool batched)
+{
+    psgd_conf c = conf_of(2, 0, false, false);
+    c.batched = batched;
+    psgd *s = psgd_new(&c, 1);
+    assert_non_null(s);
+    hook_bucket b = {.id = 0, .data = mem, .count = PO_N, .tensors = t, .ntensors = 4, .last = true,
+                     .ddp_reversed = reversed};
+    int calls = 0;
+    char err[256];
+    uint64_t bytes;
+    assert_int_equal(psgd_reduce(s, &b, one_sum, &calls, &bytes, err, sizeof err), 0);
+    /* every matrix compressed at rank 2; the bias not (layer-wise) */
+    assert_int_equal(bytes, 4 * (batched ? 2 * 2 * psgd_side(PO_N) : 2 * (12 + 8 + 10 + 8 + 12 + 8) + PO_D));
+    psgd_free(s);
+}
+
+static void test_pytorch_order(void **state)
+{
+    (void)state;
+    float a[PO_A], b[PO_B], c[PO_C], d[PO_D];
+    rng r;
+    rng_seed(&r, 77, 1);
+    rng_fill_normal(a, PO_A, &r);
+    rng_fill_normal(b, PO_B, &r);
+    rng_fill_normal(c, PO_C, &r);
+    rng_fill_normal(d, PO_D, &r);
+    /* memory A B C D */
+    const hook_tensor abcd[4] = {{0, 12, 8}, {PO_A, 10, 8}, {PO_A + PO_B, 12, 8}, {PO_A + PO_B + PO_C, 12, 1}};
+    float x[PO_N], y[PO_N], z[PO_N];
+#define PO_FILL(m, p, q, r_, s_)                                                                                    \
+    do {                                                                                                           \
+        memcpy(m, p, sizeof p);                                                                                    \
+        memcpy(m + sizeof p / 4, q, sizeof q);                                                                     \
+        memcpy(m + (sizeof p + sizeof q) / 4, r_, sizeof r_);                                                      \
+        memcpy(m + (sizeof p + sizeof q + sizeof r_) / 4, s_, sizeof s_);                                          \
+    } while (0)
+    PO_FILL(x, a, b, c, d);
+    po_run(x, abcd, true, false);
+    /* memory C A B D, not reversed */
+    const hook_tensor cabd[4] = {{0, 12, 8}, {PO_C, 12, 8}, {PO_C + PO_A, 10, 8}, {PO_C + PO_A + PO_B, 12, 1}};
+    PO_FILL(y, c, a, b, d);
+    po_run(y, cabd, false, false);
+    assert_memory_equal(x + abcd[0].offset, y + cabd[1].offset, sizeof a);
+    assert_memory_equal(x + abcd[1].offset, y + cabd[2].offset, sizeof b);
+    assert_memory_equal(x + abcd[2].offset, y + cabd[0].offset, sizeof c);
+    assert_memory_equal(x + abcd[3].offset, y + cabd[3].offset, sizeof d);
+    /* A B C D not reversed: A's Q drawn first */
+    PO_FILL(z, a, b, c, d);
+    po_run(z, abcd, false, false);
+    assert_memory_not_equal(z, x, PO_A * sizeof(float));
+
+    /* batched: A B C D reversed is the matrix D C B A */
+    PO_FILL(x, a, b, c, d);
+    po_run(x, abcd, true, true);
+    const hook_tensor dcba[4] = {{0, 12, 1}, {PO_D, 12, 8}, {PO_D + PO_C, 10, 8}, {PO_D + PO_C + PO_B, 12, 8}};
+    PO_FILL(y, d, c, b, a);
+    po_run(y, dcba, false, true);
+    assert_memory_equal(x + abcd[0].offset, y + dcba[3].offset, sizeof a);
+    assert_memory_equal(x + abcd[1].offset, y + dcba[2].offset, sizeof b);
+    assert_memory_equal(x + abcd[2].offset, y + dcba[1].offset, sizeof c);
+    assert_memory_equal(x + abcd[3].offset, y + dcba[0].offset, sizeof d);
+    PO_FILL(z, a, b, c, d);
+    po_run(z, abcd, false, true);
+    assert_memory_not_equal(z, x, sizeof z);
+#undef PO_FILL
+}
+
 /* A failed sum fails the bucket with its reason. */
 static int failing_sum(void *ctx, float *x, size_t n, char *err, size_t errlen)
 {
@@ -435,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_batched),
         cmocka_unit_test(test_iterations_and_bytes),
         cmocka_unit_test(test_seeded),
+        cmocka_unit_test(test_pytorch_order),
         cmocka_unit_test(test_sum_fails),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
