@@ -47,6 +47,17 @@ void memneed_dummy(const train_job *j, bool host_model, memneed *n)
               sizeof(int64_t);
 }
 
+void memneed_add_powersgd(const train_job *j, const psgd_conf *p, memneed *n)
+{
+    const model_config *m = &j->model;
+    uint64_t dense = (uint64_t)m->dense_layers_count * (m->dense_output_size * m->dense_input_size +
+                                                        m->dense_output_size);
+    if (!m->sparse)
+        dense += m->num_embeddings * m->embedding_dim;
+    if (p->error_feedback)
+        n->model += dense * sizeof(float);
+}
+
 void memneed_linear(uint64_t in, uint64_t out, uint64_t batch, bool host_model, memneed *n)
 {
     uint64_t params = in * out + out; /* at most 2^31 */

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/jobconf.h"
 #include "trainer/train.h"
 
 /* OpenBLAS's buffer on the builds a trainer meets: BUFFER_SIZE (32 << 22)
@@ -54,6 +55,12 @@ typedef struct memroom {
  * devspec_host_memory); else (a GPU) the host holds the gradients' pinned
  * twins and computes no product. */
 void memneed_dummy(const train_job *j, bool host_model, memneed *n);
+/* Add PowerSGD's state to a DummyModel job's need (memneed_dummy first;
+ * --compress powersgd): with error feedback, each dense bucket's error
+ * (its floats; batched, its zero-padded square: at least that), so the
+ * model's dense floats (a sparse embedding's bucket stays fp32 and keeps
+ * none). P, Q and the scratch, a few rows per matrix, are not counted. */
+void memneed_add_powersgd(const train_job *j, const psgd_conf *p, memneed *n);
 /* The batch-update Linear(in, out), batch examples a batch. */
 void memneed_linear(uint64_t in, uint64_t out, uint64_t batch, bool host_model, memneed *n);
 /* The HybridModel's dense part (under 2 MiB: only OpenBLAS's buffer counts). */

@@ -444,6 +444,8 @@ static int run_check_memory(const run_job *j, char *err, size_t errlen)
         if (run_train_job(j, &tj, err, errlen) < 0)
             return -1;
         memneed_dummy(&tj, host, &need);
+        if (j->powersgd)
+            memneed_add_powersgd(&tj, &j->psgd, &need);
         memneed_add_threads(&need, 1); /* the hook's */
         break;
     }

@@ -49,6 +49,22 @@ static void test_need(void **state)
     j.momentum = 0.9; /* its buffer */
     memneed_dummy(&j, true, &n);
     assert_int_equal(n.model, (3 * params + act) * 4);
+    /* PowerSGD with error feedback: every dense bucket's error */
+    psgd_conf pc;
+    psgd_conf_default(&pc);
+    memneed_add_powersgd(&j, &pc, &n);
+    assert_int_equal(n.model, (4 * params + act) * 4);
+    memneed_dummy(&j, true, &n);
+    pc.error_feedback = false;
+    memneed_add_powersgd(&j, &pc, &n);
+    assert_int_equal(n.model, (3 * params + act) * 4);
+    j.model.sparse = true; /* the embedding's bucket keeps no error */
+    pc.error_feedback = true;
+    memneed_dummy(&j, true, &n);
+    uint64_t before = n.model;
+    memneed_add_powersgd(&j, &pc, &n);
+    assert_int_equal(n.model - before, (params - 1024 * 1024) * 4);
+    j.model.sparse = false;
     memneed_dummy(&j, false, &n); /* on a GPU: the twins, no product on the host */
     assert_int_equal(n.model, params * 4);
     assert_int_equal(n.blas, 0);
