@@ -50,19 +50,12 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 
 # ---- 2. the DummyModel step ------------------------------------------------
-$PY - "$work" configs/trainer_configurations.json <<'PYEOF'
-import json, sys
-work, path = sys.argv[1], sys.argv[2]
-t = json.load(open(path))["DdpRpcTrainer"]
-t["configurations"]["bucket_cap_mb"] = 25.0
-json.dump({"Cap25": t}, open(work + "/trainers.json", "w"))
-PYEOF
 
 step_run() { # out-dir, extra master args...
     local out=$1
     shift
     "$BUILD/psbench-master" --local --listen 127.0.0.1:0 --http 127.0.0.1:0 --linger 0 --epochs "$EPOCHS" \
-        --model DummyModel --trainer Cap25 --trainer-config-path "$work/trainers.json" --ntrainer 2 \
+        --model DummyModel --trainer DdpRpcTrainer --bucket-cap-mb 25 --ntrainer 2 \
         --out "$out" "$@" >"$out.log" 2>&1 ||
         { tail -20 "$out.log" >&2; bench_die "run failed: $*"; }
 }

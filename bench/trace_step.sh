@@ -28,18 +28,10 @@ done
 . bench/lib.sh # TMP (removed at exit), PIDS (stopped at exit)
 work=$TMP
 
-$PY - "$work" configs/trainer_configurations.json <<'PYEOF'
-import json, sys
-work, path = sys.argv[1], sys.argv[2]
-t = json.load(open(path))["DdpRpcTrainer"]
-t["configurations"]["bucket_cap_mb"] = 25.0
-json.dump({"Cap25": t}, open(work + "/trainers.json", "w"))
-PYEOF
-
 run() { # out-dir, extra master args...
   local out=$1; shift
   "$BUILD/psbench-master" --local --listen 127.0.0.1:0 --http 127.0.0.1:0 --linger 0 --epochs "$EPOCHS" \
-    --model DummyModel --trainer Cap25 --trainer-config-path "$work/trainers.json" --ddp-hook rpc_hook \
+    --model DummyModel --trainer DdpRpcTrainer --bucket-cap-mb 25 --ddp-hook rpc_hook \
     --nserver 1 --ntrainer 2 --out "$out" "$@" >"$out.log" 2>&1 ||
     { echo "trace_step.sh: run failed:" >&2; tail -20 "$out.log" >&2; exit 1; }
 }
