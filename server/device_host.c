@@ -101,10 +101,7 @@ void device_host_fold_narrow_out(device_fold_op op, devbuf *acc, devbuf *out, ui
     float tmp[DEVICE_HOST_NARROW_SLICE];
     while (n > 0) {
         size_t m = n < DEVICE_HOST_NARROW_SLICE ? n : DEVICE_HOST_NARROW_SLICE;
-        if (t == HALF_FP16)
-            half_from_fp16(tmp, (const psb_fp16 *)(const void *)src, m);
-        else
-            half_from_bf16(tmp, (const psb_bf16 *)(const void *)src, m);
+        half_widen(t, tmp, src, m);
         /* reduce.c's loops, element for element: one add, one multiply */
         if (op == FOLD_ADD_SCALE)
             for (size_t i = 0; i < m; i++)
@@ -112,10 +109,7 @@ void device_host_fold_narrow_out(device_fold_op op, devbuf *acc, devbuf *out, ui
         else
             for (size_t i = 0; i < m; i++)
                 tmp[i] = tmp[i] * s;
-        if (t == HALF_FP16)
-            half_to_fp16(o, tmp, m);
-        else
-            half_to_bf16(o, tmp, m);
+        half_narrow(t, o, tmp, m);
         a += m;
         o += m;
         src += m * 2;

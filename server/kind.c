@@ -84,14 +84,6 @@ void kind_stored_release(kind *k, kind_slot *stored, uint32_t nslots)
  * scratch, which stays in L1 between the widening and the fold. */
 #define KIND_NARROW_SLICE 2048u
 
-static void kind_widen(float *dst, const uint8_t *src, size_t n, half_type t)
-{
-    if (t == HALF_FP16)
-        half_from_fp16(dst, (const psb_fp16 *)(const void *)src, n);
-    else
-        half_from_bf16(dst, (const psb_bf16 *)(const void *)src, n);
-}
-
 void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n, float s,
                       half_type t)
 {
@@ -102,7 +94,7 @@ void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off
             uint8_t *area = device_recv_area(k->dev, acc, elem_off * 4, &max);
             size_t m = max / 4 < n ? max / 4 : n;
             assert(m > 0); /* an area holds DEVICE_AREA_MIN bytes, or reaches acc's end */
-            kind_widen((float *)(void *)area, src, m, t);
+            half_widen(t, (float *)(void *)area, src, m);
             device_recv_done(k->dev, acc, elem_off * 4, m * 4);
             elem_off += m;
             src += m * 2;
@@ -113,7 +105,7 @@ void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off
     float tmp[KIND_NARROW_SLICE];
     while (n > 0) {
         size_t m = n < KIND_NARROW_SLICE ? n : KIND_NARROW_SLICE;
-        kind_widen(tmp, src, m, t);
+        half_widen(t, tmp, src, m);
         device_fold(k->dev, op, acc, elem_off, (const uint8_t *)tmp, m, s);
         elem_off += m;
         src += m * 2;
@@ -129,11 +121,7 @@ psbuf *kind_result_narrow(kind *k, psbuf *wide, half_type t)
     size_t n = wide->len / 4;
     psbuf *out = bufpool_get(k->pool, n * 2);
     if (out) {
-        const float *src = (const float *)(const void *)wide->data;
-        if (t == HALF_FP16)
-            half_to_fp16((psb_fp16 *)(void *)out->data, src, n);
-        else
-            half_to_bf16((psb_bf16 *)(void *)out->data, src, n);
+        half_narrow(t, out->data, (const float *)(const void *)wide->data, n);
     }
     psbuf_unref(wide);
     return out;

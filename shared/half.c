@@ -666,6 +666,24 @@ void half_from_fp16(float *dst, const psb_fp16 *src, size_t n) { half_ops_get()-
 void half_to_bf16(psb_bf16 *dst, const float *src, size_t n) { half_ops_get()->to_bf16(dst, src, n, 1.0f); }
 void half_from_bf16(float *dst, const psb_bf16 *src, size_t n) { half_ops_get()->from_bf16(dst, src, n); }
 void half_fold_fp16(float *acc, const psb_fp16 *src, size_t n) { half_ops_get()->fold_fp16(acc, src, n); }
+
+void half_narrow(half_type t, void *dst, const float *src, size_t n)
+{
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    if (t == HALF_FP16)
+        half_to_fp16(dst, src, n);
+    else
+        half_to_bf16(dst, src, n);
+}
+
+void half_widen(half_type t, float *dst, const void *src, size_t n)
+{
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    if (t == HALF_FP16)
+        half_from_fp16(dst, src, n);
+    else
+        half_from_bf16(dst, src, n);
+}
 void half_fold_bf16(float *acc, const psb_bf16 *src, size_t n) { half_ops_get()->fold_bf16(acc, src, n); }
 
 /* A NaN scale would make which NaN a lane keeps (and so an fp16 NaN's

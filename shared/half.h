@@ -65,6 +65,9 @@ void half_to_fp16(psb_fp16 *dst, const float *src, size_t n);
 void half_from_fp16(float *dst, const psb_fp16 *src, size_t n);
 void half_to_bf16(psb_bf16 *dst, const float *src, size_t n);
 void half_from_bf16(float *dst, const psb_bf16 *src, size_t n);
+/* The same by type (t: HALF_FP16 or HALF_BF16; dst, src: arrays of t) */
+void half_narrow(half_type t, void *dst, const float *src, size_t n);
+void half_widen(half_type t, float *dst, const void *src, size_t n);
 
 /* The server's fold of a narrow push: acc[i] += (float)src[i], an fp32
  * add of the exact widened value. */

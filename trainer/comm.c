@@ -98,10 +98,7 @@ static int comm_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, siz
         /* A narrow mean, widened (exactly) into the gradients it
          * averages: whole elements, as off + n is even. */
         assert(off % 2 == 0 && n % 2 == 0);
-        if (b->wire == HALF_FP16)
-            half_from_fp16(b->dense_dst + off / 2, (const psb_fp16 *)(const void *)p, n / 2);
-        else
-            half_from_bf16(b->dense_dst + off / 2, (const psb_bf16 *)(const void *)p, n / 2);
+        half_widen(b->wire, b->dense_dst + off / 2, p, n / 2);
     } else if (b->hdr.layout == LAYOUT_DENSE)
         memcpy(b->dense_dst ? (uint8_t *)b->dense_dst + off : b->result + off, p, n);
     else

@@ -151,10 +151,8 @@ static void rpc_dense_host(rpc_hook *r, rpc_slot *s, const hook_bucket *b)
     s->narrow_oom = t != HALF_FP32 && !nb;
     if (!nb)
         t = HALF_FP32; /* out of memory: pushed as it is, and the wait fails saying why */
-    else if (t == HALF_FP16)
-        half_to_fp16(nb, b->data, b->count);
     else
-        half_to_bf16(nb, b->data, b->count);
+        half_narrow(t, nb, b->data, b->count);
     s->cb.wire = t;
     s->cb.hdr.dtype = frame_str_c(frame_dtype_name(t));
     s->cb.hdr.payload = b->count * half_type_size(t);

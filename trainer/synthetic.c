@@ -158,14 +158,6 @@ static float syn_val(uint64_t r, uint64_t b, uint64_t k, uint64_t i, uint64_t c)
     return (float)((int)((r + i + c + b + k) & 63) - 32);
 }
 
-static void syn_narrow(half_type t, uint16_t *dst, const float *src, size_t n)
-{
-    if (t == HALF_FP16)
-        half_to_fp16(dst, src, n);
-    else
-        half_to_bf16(dst, src, n);
-}
-
 static float syn_widen(half_type t, uint16_t v)
 {
     return t == HALF_FP16 ? half_fp16_to_float(v) : half_bf16_to_float(v);
@@ -210,7 +202,7 @@ synthetic *synthetic_new(const synthetic_config *cfg, metrics *m)
             s->nexpect = malloc(2 * SYN_P * sizeof *s->nexpect);
             if (!s->nbase || !s->nexpect)
                 goto fail;
-            syn_narrow(cfg->dtype, s->nbase, s->base, cfg->bucket_floats + SYN_P);
+            half_narrow(cfg->dtype, s->nbase, s->base, cfg->bucket_floats + SYN_P);
         }
     } else {
         s->nnz = cfg->bucket_floats / cfg->sparse_cols;
@@ -299,7 +291,7 @@ static void syn_expect_dense(synthetic *s)
         s->expect[j] = s->expect[j + SYN_P] = sum * s->scale;
         if (t != HALF_FP32) {
             uint16_t e;
-            syn_narrow(t, &e, &s->expect[j], 1);
+            half_narrow(t, &e, &s->expect[j], 1);
             s->nexpect[j] = s->nexpect[j + SYN_P] = e;
         }
     }

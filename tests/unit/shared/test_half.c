@@ -122,6 +122,22 @@ static void test_types(void **state)
     assert_int_equal(half_type_parse("fp8"), -1);
     assert_int_equal(half_type_parse(""), -1);
     assert_int_equal(half_type_parse(NULL), -1);
+    /* half_narrow and half_widen: the type's own functions */
+    float x[5] = {1.0f, -2.5f, 3.14159f, 65504.0f, 1e-8f}, w1[5], w2[5];
+    uint16_t n1[5], n2[5];
+    half_narrow(HALF_FP16, n1, x, 5);
+    half_to_fp16(n2, x, 5);
+    assert_memory_equal(n1, n2, sizeof n1);
+    half_widen(HALF_FP16, w1, n1, 5);
+    half_from_fp16(w2, n2, 5);
+    assert_memory_equal(w1, w2, sizeof w1);
+    half_narrow(HALF_BF16, n1, x, 5);
+    half_to_bf16(n2, x, 5);
+    assert_memory_equal(n1, n2, sizeof n1);
+    assert_memory_not_equal(n1, (uint16_t[5]){0}, sizeof n1);
+    half_widen(HALF_BF16, w1, n1, 5);
+    half_from_bf16(w2, n2, 5);
+    assert_memory_equal(w1, w2, sizeof w1);
 }
 
 /* The path chosen at the first call: the scalar one where
