@@ -319,8 +319,13 @@ class NodeTests(unittest.TestCase):
         if probe.returncode != 0:
             self.skipTest("/usr/bin/python3 has no torch: the environment torchrun sets is tested above")
         port = psb.free_port_run(3)
+        # --redirects 1 --tee 2: Debian's torch 1.13 under Python 3.11 cannot
+        # parse its own defaults ("0": Std.from_str finds no member, as 3.11
+        # no longer iterates a flag's zero member) and fails before any
+        # worker starts; single-bit values parse on every version.
         p = self.reg.start(["/usr/bin/python3", "-m", "torch.distributed.run", "--no_python", "--nproc_per_node",
-                            "4", "--master_addr", "127.0.0.1", "--master_port", str(port), self.node] + JOB +
+                            "4", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                            "--redirects", "1", "--tee", "2", self.node] + JOB +
                            ["--epochs", "1", "--out", self.out], env=node_env({}), name="torchrun")
         self.assertEqual(p.wait(WAIT * 2), 0, p.describe())
         self.assertEqual(psb.results_json(self.out)["launcher"]["name"], "torchrun")

@@ -73,10 +73,15 @@ CASES = [
 
 
 class DummyModel(nn.Module):
-    def __init__(self, num_embeddings, embedding_dim, dense_layers_count, sparse):
+    """The seed's DummyModel; dense_output_size (default embedding_dim)
+    for a one-layer model whose classes are not its width
+    (tests/tools/pytorch_compress.py)."""
+
+    def __init__(self, num_embeddings, embedding_dim, dense_layers_count, sparse, dense_output_size=None):
         super().__init__()
+        out = dense_output_size or embedding_dim
         self.embedding = nn.EmbeddingBag(num_embeddings, embedding_dim, sparse=sparse)
-        self.dense = nn.Sequential(*[nn.Linear(embedding_dim, embedding_dim) for _ in range(dense_layers_count)])
+        self.dense = nn.Sequential(*[nn.Linear(embedding_dim, out) for _ in range(dense_layers_count)])
 
     def forward(self, x):
         return F.softmax(self.dense(self.embedding(x)), dim=1)

@@ -52,13 +52,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 from bu_reference import Rng, RNG_STREAM_DATA, RNG_STREAM_MODEL  # noqa: E402
+from ddp_layouts import DummyModel  # noqa: E402  (the seed's, as DDP's buckets were asked of)
 
 RNG_STREAM_POWERSGD = 4000  # shared/rng.h
 
@@ -134,20 +134,6 @@ def init_params(cfg, seed):
     return out
 
 
-class DummyModel(nn.Module):
-    """The seed's DummyModel (torch/benchmarks/distributed/rpc/parameter_server/
-    models/DummyModel.py), dense_layers_count layers."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        self.embedding = nn.EmbeddingBag(cfg["num_embeddings"], cfg["embedding_dim"], sparse=cfg["sparse"])
-        self.dense = nn.Sequential(*[nn.Linear(cfg["dense_input_size"], cfg["dense_output_size"])
-                                     for _ in range(cfg["dense_layers_count"])])
-
-    def forward(self, x):
-        return F.softmax(self.dense(self.embedding(x)), dim=1)
-
-
 class PsbStateRng(object):
     """PowerSGDState.rng (numpy's RandomState there): randint(n) is psbench's
     state generator's below(n)."""
@@ -196,13 +182,14 @@ def orthogonalize_2d_too():
     psgd._orthogonalize = orthogonalize
 
 
-def train(rank, case, store_path, out_path):
+def train_rank(rank, case, store_path, out_path):
     # A member that hangs (a lost peer) says where and leaves.
     faulthandler.dump_traceback_later(int(os.environ.get("PT_WD", "120")), exit=True)
     torch.set_num_threads(1)
     store = dist.FileStore(store_path, JOB["ntrainer"])
     dist.init_process_group("gloo", store=store, rank=rank, world_size=JOB["ntrainer"])
-    model = DummyModel(MODEL)
+    model = DummyModel(MODEL["num_embeddings"], MODEL["embedding_dim"], MODEL["dense_layers_count"],
+                       MODEL["sparse"], MODEL["dense_output_size"])
     with torch.no_grad():
         for p, v in zip(model.parameters(), init_params(MODEL, JOB["seed"])):
             p.copy_(torch.tensor(v, dtype=torch.float32).view(p.shape))
@@ -260,7 +247,7 @@ def run_case(name):
     case = CASES[name]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
-        mp.start_processes(train, args=(case, os.path.join(tmp, "store"), out), nprocs=JOB["ntrainer"],
+        mp.start_processes(train_rank, args=(case, os.path.join(tmp, "store"), out), nprocs=JOB["ntrainer"],
                            join=True, start_method="spawn")
         with open(out) as f:
             return json.load(f)
