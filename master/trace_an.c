@@ -54,6 +54,12 @@ typedef struct ta_want {
      * trainer's calls to one server follow each other: a start tells
      * them apart. */
     const trace_out_span *within, *before;
+    /* A call's wait: on the same node, for the same server, ending at or
+     * after this span's start (its answer's frame_in): with TA_EARLIEST_START
+     * the wait that took that answer (one trainer's waits on one server
+     * follow each other; the answer may have come before its wait began,
+     * where the calls go out ahead). NULL: any. */
+    const trace_out_span *took;
 } ta_want;
 
 static bool ta_id_is(int64_t have, int64_t want) { return want == TA_ANY || have == want; }
@@ -72,6 +78,8 @@ static int64_t ta_sat_add(int64_t a, int64_t b)
 static bool ta_in_time(const trace_out_span *s, const ta_want *w)
 {
     if (w->before && s->end_ns > w->before->start_ns)
+        return false;
+    if (w->took && (s->ids.server != w->took->ids.server || s->end_ns < w->took->start_ns))
         return false;
     if (!w->within)
         return true;
@@ -464,6 +472,14 @@ int trace_an_critical(const trace_out_span *sp, size_t n, int64_t batch, size_t 
     if (fin >= 0) {
         int64_t bucket = sp[fin].ids.bucket;
         w.span = TRACE_BUCKET_WAIT, w.bucket = bucket;
+        if (bucket == TRACE_NONE) {
+            /* A call's wait is the one that took its answer. It may end
+             * after the optimizer starts: the communication thread reads
+             * its clock after waking the compute thread. */
+            w.before = NULL;
+            w.took = &sp[fin];
+            w.by = TA_EARLIEST_START;
+        }
         ptrdiff_t wait = ta_pick(sp, NULL, n, &w);
         link[nl++] = wait;
         link[nl++] = fin;
