@@ -269,9 +269,11 @@ static int check_powersgd(const run_config *c, uint64_t tcount, char *err, size_
  * allreduce in psbench yet); rpc_hook pushes its dense buckets narrow
  * (docs/protocol.md, "Narrow pushes"), and so does the dense Synthetic
  * model, to servers of kind average or average-batch on the CPU (a CUDA
- * server folds f32 only so far). Batch-update and HybridModel jobs never
- * get here: their trainer classes have no compress key, which the flag's
- * own check refuses. */
+ * server folds f32 only so far); a HybridModel's dense part is
+ * allreduce_hook's (HybridTrainer's compress: none, fp16 or bf16, the
+ * class's schema refusing powersgd). Batch-update jobs never get here:
+ * their trainer class has no compress key, which the flag's own check
+ * refuses. */
 static int check_compress(const run_config *c, uint64_t tcount, char *err, size_t errlen)
 {
     json_t *v = c->resolved.loaded ? json_object_get(c->resolved.trainer.conf, "compress") : NULL;

@@ -341,6 +341,17 @@ static int load_trainer_key_flags(run_config *c, bool after_checks, char *err, s
             continue;
         bool takes = jobconf_class_takes("trainer", tr->cls, key);
         if (!after_checks) {
+            /* A value the class refuses is the flag's fault, not the
+             * configuration file's: said here, naming the flag. */
+            char must[300];
+            if (takes && jobconf_check_value("trainer", tr->cls, key, v, must, sizeof must) < 0) {
+                char *val = json_is_string(v) ? strdup(json_string_value(v))
+                                              : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
+                errbuf_set(err, errlen, "--%s %s: trainer '%s' (%s): \"%s\" %s", name, val ? val : "", tr->id,
+                           tr->cls, key, must);
+                free(val);
+                return -1;
+            }
             if (takes && json_object_set(tr->conf, key, v) < 0) {
                 errbuf_set(err, errlen, "out of memory");
                 return -1;

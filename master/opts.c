@@ -596,8 +596,9 @@ static const opt_spec master_specs[] = {
              "gloo; rpc_hook and the Synthetic model (dense): pushes in\n"
              "that type, the servers' mean (summed in fp32) answered in\n"
              "it (servers of kind average and average-batch on the\n"
-             "CPU); refused with the other hooks, batch-update,\n"
-             "embedding, CUDA servers and NCCL so far. powersgd:\n"
+             "CPU); the HybridModel: its dense part's allreduce_hook;\n"
+             "refused with the other hooks, batch-update, CUDA servers\n"
+             "and NCCL so far. powersgd:\n"
 
              "allreduce_hook as PyTorch's powerSGD_hook, low-rank\n"
              "factors of rank RANK (matrix_approximation_rank, default\n"

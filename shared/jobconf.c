@@ -72,6 +72,9 @@ static const char *const allreduce_only[] = {"allreduce_hook", NULL};
 /* --compress (issue 43): the gradients' type on the wire; "none" (fp32),
  * the default, first; powersgd: PyTorch's PowerSGD (its state's keys below). */
 static const char *const compress_names[] = {"none", "fp16", "bf16", "powersgd", NULL};
+/* HybridTrainer's: its dense part's bucket as PyTorch's fp16/bf16_compress_hook
+ * on the DDP model of that part (PowerSGD is not offered there). */
+static const char *const narrow_names[] = {"none", "fp16", "bf16", NULL};
 /* PowerSGD's two hooks (powerSGD_hook.py): layer-wise, or the whole bucket
  * as one square matrix. */
 static const char *const powersgd_hooks[] = {"powerSGD_hook", "batched_powerSGD_hook", NULL};
@@ -166,6 +169,9 @@ static const jc_key hybrid_trainer_keys[] = {
     LR(0, 0.05, LR_TRAINER),               /* the seed's benchmark_ddp_rpc.py */
     OPT_INT("batches", 1, P2(20), 10),
     ONE_OF("rpc_pattern", 0, rpc_patterns),
+    /* the dense bucket's allreduce_hook; absent: none (a configuration
+     * without it stays as it was) */
+    ONE_OF("compress", JC_NODEF, narrow_names),
     {.key = NULL},
 };
 static const jc_key no_keys[] = {{.key = NULL}};

@@ -298,12 +298,19 @@ static void ar_reset(hook *h)
 /* With PowerSGD: {"compress": "powersgd", "comm_hook": PyTorch's hook,
  * "powersgd": {its state's parameters, "plain_steps", "compressed_steps",
  * "bytes_per_step" (the mean over the pass's steps of the bytes
- * allreduced each way), "bytes_per_compressed_step" (null without one)}}. */
+ * allreduced each way), "bytes_per_compressed_step" (null without one)}}.
+ * With fp16 or bf16: {"compress", "comm_hook": PyTorch's
+ * fp16_compress_hook / bf16_compress_hook}. Without compression: nothing. */
 static json_t *ar_report(hook *h)
 {
     ar_hook *a = (ar_hook *)h;
-    if (!a->psgd)
+    if (!a->psgd && a->compress == HALF_FP32)
         return NULL;
+    if (!a->psgd) {
+        char ch[32];
+        snprintf(ch, sizeof ch, "%s_compress_hook", half_type_name(a->compress));
+        return json_pack("{s:s, s:s}", "compress", half_type_name(a->compress), "comm_hook", ch);
+    }
     pthread_mutex_lock(&a->mu);
     psgd_stats st = a->pstats;
     pthread_mutex_unlock(&a->mu);

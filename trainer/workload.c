@@ -143,6 +143,11 @@ static int hybrid_wpass(workload *w, uint64_t batches, workload_tick_fn tick, vo
      * "indices": theirs (what a lookup's payload carries with the bags) */
     *extra = json_pack("{s:I, s:I, s:I}", "bags", (json_int_t)rep.samples, "indices", (json_int_t)rep.indices,
                        "epochs", (json_int_t)rep.epochs);
+    /* The dense part's hook (compress: its compress and comm_hook) */
+    json_t *own = hook_report(w->h);
+    if (*extra && own)
+        json_object_update(*extra, own);
+    json_decref(own);
     return 0;
 }
 

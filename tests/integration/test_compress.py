@@ -33,6 +33,11 @@ batched_powerSGD_hook over Gloo.
   refused; a batch-update server refuses a hello that announces one.
 - A trainer whose server welcomes it without the echo (a fake server:
   one that does not know narrow pushes) fails in one line naming it.
+- The HybridModel (the DDP + RPC benchmark): its dense part's
+  allreduce_hook compresses with fp16 and bf16 (HybridTrainer's compress
+  key): the trainers end with the same dense parameters, their entries
+  say compress and PyTorch's hook name (none: neither key); powersgd is
+  refused naming the flag.
 - Refusals, one line, exit 2: --compress fp16 with sparse_rpc_hook, with
   a sparse Synthetic model, with a batch-update job, with CUDA servers, with
   CUDA trainers on NCCL; an unknown value.
@@ -509,8 +514,8 @@ class Compress(psb.PsbTestCase):
 
     # -- refusals ---------------------------------------------------------------
 
-    def compress_refusal(self, *args):
-        rc, out, err = self.run_master(*args, timeout=60)
+    def compress_refusal(self, *args, **kw):
+        rc, out, err = self.run_master(*args, timeout=60, **kw)
         self.assertEqual(rc, 2, err)
         lines = err.strip().splitlines()
         self.assertEqual(len(lines), 1, err)
@@ -541,6 +546,39 @@ class Compress(psb.PsbTestCase):
         line = self.compress_refusal("--model", "Tiny", "--compress", "fp8")
         self.assertIn("--compress: ", line)
         self.assertIn("fp8", line)
+        # The HybridModel's dense part: fp16 and bf16, not PowerSGD, the
+        # flag named (not the configuration file)
+        line = self.compress_refusal("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256",
+                                     "--compress", "powersgd", model_config=None)
+        self.assertIn("--compress powersgd: trainer 'HybridTrainer' (HybridTrainer): \"compress\" must be one of "
+                      "\"none\", \"fp16\", \"bf16\"", line)
+
+    def test_hybrid_model_dense_part(self):
+        """The seed's DDP + RPC benchmark: the HybridModel's dense part is a
+        DDP model under allreduce_hook, so --compress fp16|bf16 is PyTorch's
+        compress hook on it (HybridTrainer's compress key). Its trainers
+        end with the same dense parameters (the narrow allreduce gives every
+        member the same bits), say compress and PyTorch's hook name, and
+        the configuration resolves it; without the flag the trainers'
+        entries are as before (neither key)."""
+        for c in ("none", "fp16", "bf16"):
+            out = os.path.join(self.reg.workdir, "hybrid-" + c)
+            extra = () if c == "none" else ("--compress", c)
+            m = self.master("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256", "--epochs", "2",
+                            "--local", *extra, out=out, model_config=None)
+            res = self.results(out, m)
+            self.assertEqual(res["phase"], "done", c)
+            self.assertEqual(len(res["trainers"]), 2, c)
+            digests = {t["final_params_sha256"] for t in res["trainers"]}
+            self.assertEqual(len(digests), 1, "%s: the trainers' dense parts differ" % c)
+            for t in res["trainers"]:
+                self.assertTrue(all(math.isfinite(x) for x in t["loss_per_epoch"]), t)
+                if c == "none":
+                    self.assertNotIn("compress", t)
+                    self.assertNotIn("comm_hook", t)
+                else:
+                    self.assertEqual((t["compress"], t["comm_hook"]), (c, HOOK_NAMES[c]), t)
+            self.assertEqual(res["configuration"]["resolved"]["compress"], c)
 
 
 if __name__ == "__main__":
