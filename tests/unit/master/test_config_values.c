@@ -198,6 +198,8 @@ static const vcase cases[] = {
     {"HybridTrainer", "lr", "\"0.05\"", "0", "1e308", OPT, "0.05", NULL},
     {"HybridTrainer", "batches", "[10]", "0", "1048577", OPT, "10", NULL},
     {"HybridTrainer", "rpc_pattern", "2", NULL, "\"pytorch\"", OPT, "\"seed\"", NULL},
+    /* its dense part's compress: no default written, no PowerSGD */
+    {"HybridTrainer", "compress", "16", NULL, "\"powersgd\"", OPT, NULL, NULL},
 
     {"BatchUpdateParameterServer", "lr", "\"fast\"", "-0.001", "1e7", OPT, "0.001", NULL},
     {"BatchUpdateParameterServer", "momentum", "null", "-1", "1.5", OPT, "0.9", NULL},
