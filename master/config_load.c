@@ -133,6 +133,15 @@ static int load_hybrid(run_config *c, char *err, size_t errlen)
     bool hy = c->resolved.mc.cls == MODEL_HYBRID;
     bool emb = strcmp(c->resolved.server_kind, "embedding") == 0;
     bool hy_trainer = strcmp(tr->cls, "HybridTrainer") == 0;
+    if (!hy && (emb || hy_trainer) && c->ddp_rpc_flags && !(emb ? c->server_set : c->trainer_set)) {
+        /* Not named by the user: a DDP + RPC flag chose it. */
+        errbuf_set(err, errlen,
+                   "model '%s' is %s, but a flag of the DDP + RPC benchmark (--number-ps, --number-embeddings, "
+                   "--embedding-dim, --warmup-cycles or --rpc-pattern) selects that benchmark's %s %s, whose "
+                   "model is a HybridModel (for a DummyModel: --nserver, --warmup-steps)",
+                   mo->id, mo->cls, emb ? "server" : "trainer", emb ? sv->cls : tr->cls);
+        return -1;
+    }
     if (!hy && (emb || hy_trainer)) {
         errbuf_set(err, errlen,
                    "%s '%s' (class %s) belongs to the DDP + RPC benchmark, whose model is a HybridModel; model '%s' "
