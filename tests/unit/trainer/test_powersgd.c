@@ -423,55 +423,57 @@ static void po_run(float *mem, const hook_tensor *t, bool reversed, bool batched
     psgd_free(s);
 }
 
+/* The four tensors' shapes: A, B, C and the bias D. */
+static const uint64_t po_rows[4] = {12, 10, 12, 12}, po_cols[4] = {8, 8, 8, 1};
+
+/* mem: the tensors src[i] in the order `order` (tensor numbers), t their
+ * layout, at[i] where tensor i starts. */
+static void po_lay(float *mem, hook_tensor t[4], uint64_t at[4], const float *const src[4], const int order[4])
+{
+    uint64_t off = 0;
+    for (int k = 0; k < 4; k++) {
+        int i = order[k];
+        uint64_t n = po_rows[i] * po_cols[i];
+        t[k] = (hook_tensor){.offset = off, .rows = po_rows[i], .cols = po_cols[i]};
+        at[i] = off;
+        memcpy(mem + off, src[i], n * sizeof *mem);
+        off += n;
+    }
+}
+
+/* Memory A B C D, reversed, ends tensor by tensor with the bits of memory
+ * `same`, not reversed; memory A B C D not reversed with other ones
+ * (layer-wise: A's, its Q drawn first). */
+static void po_check(const float *const src[4], const int same[4], bool batched)
+{
+    static const int abcd[4] = {0, 1, 2, 3};
+    float x[PO_N], y[PO_N], z[PO_N];
+    hook_tensor tx[4], ty[4], tz[4];
+    uint64_t ax[4], ay[4], az[4];
+    po_lay(x, tx, ax, src, abcd);
+    po_run(x, tx, true, batched);
+    po_lay(y, ty, ay, src, same);
+    po_run(y, ty, false, batched);
+    for (int i = 0; i < 4; i++)
+        assert_memory_equal(x + ax[i], y + ay[i], po_rows[i] * po_cols[i] * sizeof(float));
+    po_lay(z, tz, az, src, abcd);
+    po_run(z, tz, false, batched);
+    assert_memory_not_equal(z, x, (batched ? PO_N : PO_A) * sizeof(float));
+}
+
 static void test_pytorch_order(void **state)
 {
     (void)state;
-    float a[PO_A], b[PO_B], c[PO_C], d[PO_D];
+    float all[PO_N];
     rng r;
     rng_seed(&r, 77, 1);
-    rng_fill_normal(a, PO_A, &r);
-    rng_fill_normal(b, PO_B, &r);
-    rng_fill_normal(c, PO_C, &r);
-    rng_fill_normal(d, PO_D, &r);
-    /* memory A B C D */
-    const hook_tensor abcd[4] = {{0, 12, 8}, {PO_A, 10, 8}, {PO_A + PO_B, 12, 8}, {PO_A + PO_B + PO_C, 12, 1}};
-    float x[PO_N], y[PO_N], z[PO_N];
-#define PO_FILL(m, p, q, r_, s_)                                                                                    \
-    do {                                                                                                           \
-        memcpy(m, p, sizeof p);                                                                                    \
-        memcpy(m + sizeof p / 4, q, sizeof q);                                                                     \
-        memcpy(m + (sizeof p + sizeof q) / 4, r_, sizeof r_);                                                      \
-        memcpy(m + (sizeof p + sizeof q + sizeof r_) / 4, s_, sizeof s_);                                          \
-    } while (0)
-    PO_FILL(x, a, b, c, d);
-    po_run(x, abcd, true, false);
-    /* memory C A B D, not reversed */
-    const hook_tensor cabd[4] = {{0, 12, 8}, {PO_C, 12, 8}, {PO_C + PO_A, 10, 8}, {PO_C + PO_A + PO_B, 12, 1}};
-    PO_FILL(y, c, a, b, d);
-    po_run(y, cabd, false, false);
-    assert_memory_equal(x + abcd[0].offset, y + cabd[1].offset, sizeof a);
-    assert_memory_equal(x + abcd[1].offset, y + cabd[2].offset, sizeof b);
-    assert_memory_equal(x + abcd[2].offset, y + cabd[0].offset, sizeof c);
-    assert_memory_equal(x + abcd[3].offset, y + cabd[3].offset, sizeof d);
-    /* A B C D not reversed: A's Q drawn first */
-    PO_FILL(z, a, b, c, d);
-    po_run(z, abcd, false, false);
-    assert_memory_not_equal(z, x, PO_A * sizeof(float));
-
-    /* batched: A B C D reversed is the matrix D C B A */
-    PO_FILL(x, a, b, c, d);
-    po_run(x, abcd, true, true);
-    const hook_tensor dcba[4] = {{0, 12, 1}, {PO_D, 12, 8}, {PO_D + PO_C, 10, 8}, {PO_D + PO_C + PO_B, 12, 8}};
-    PO_FILL(y, d, c, b, a);
-    po_run(y, dcba, false, true);
-    assert_memory_equal(x + abcd[0].offset, y + dcba[3].offset, sizeof a);
-    assert_memory_equal(x + abcd[1].offset, y + dcba[2].offset, sizeof b);
-    assert_memory_equal(x + abcd[2].offset, y + dcba[1].offset, sizeof c);
-    assert_memory_equal(x + abcd[3].offset, y + dcba[0].offset, sizeof d);
-    PO_FILL(z, a, b, c, d);
-    po_run(z, abcd, false, true);
-    assert_memory_not_equal(z, x, sizeof z);
-#undef PO_FILL
+    rng_fill_normal(all, PO_A, &r);
+    rng_fill_normal(all + PO_A, PO_B, &r);
+    rng_fill_normal(all + PO_A + PO_B, PO_C, &r);
+    rng_fill_normal(all + PO_A + PO_B + PO_C, PO_D, &r);
+    const float *const src[4] = {all, all + PO_A, all + PO_A + PO_B, all + PO_A + PO_B + PO_C};
+    po_check(src, (const int[4]){2, 0, 1, 3}, false); /* layer-wise: C A B D */
+    po_check(src, (const int[4]){3, 2, 1, 0}, true);  /* batched: the matrix of D C B A */
 }
 
 /* A failed sum fails the bucket with its reason. */
