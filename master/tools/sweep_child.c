@@ -3,6 +3,7 @@
  * read back, a signal passed on to it (master/tools/sweep_int.h). */
 #include "master/tools/sweep_int.h"
 
+#include "shared/paramsfile.h"
 #include "shared/userpath.h"
 
 #include <errno.h>
@@ -251,8 +252,10 @@ void sweep_params_args(const sweep *s, const char *args[3])
     for (size_t i = 0; i < s->njob; i++)
         if (sweep_flag_is(s->job[i], "--params-max", &v))
             return; /* the job's own say */
+    static char most[24];
+    snprintf(most, sizeof most, "%" PRIu64, PARAMSFILE_MAX_FLOATS);
     args[0] = "--params-max";
-    args[1] = SWEEP_PARAMS_MAX;
+    args[1] = most;
     args[2] = NULL;
 }
 

@@ -173,10 +173,10 @@ size_t sweep_argv_len(char **v);
  * (args[0] NULL) under --no-trace or where the job gives --trace. */
 void sweep_trace_args(const sweep *s, const sweep_point *p, const char *args[4], char *buf, size_t len);
 /* A sweep over --compress compares its points' final parameters: each
- * point records them up to the file's bound (shared/paramsfile.h),
- * "--params-max", SWEEP_PARAMS_MAX in args[3] (NULL-ended), unless the job
- * gives its own --params-max; none where compress does not vary. */
-#define SWEEP_PARAMS_MAX "16777216"
+ * point records them up to the file's bound (PARAMSFILE_MAX_FLOATS,
+ * shared/paramsfile.h): "--params-max" and that number in args[3]
+ * (NULL-ended), unless the job gives its own --params-max; none where
+ * compress does not vary. */
 void sweep_params_args(const sweep *s, const char *args[3]);
 /* The line of a child's output that says what went wrong (malloc'd). */
 char *sweep_error_line(const char *text);
