@@ -282,6 +282,14 @@ static int load_hook_flag(run_config *c, bool after_checks, char *err, size_t er
     return -1;
 }
 
+/* A flag's value as the user would write it (malloc'd; NULL: out of
+ * memory): a string as it is, anything else as JSON. */
+static char *load_value_text(const json_t *v)
+{
+    return json_is_string(v) ? strdup(json_string_value(v))
+                             : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
+}
+
 /* --set KIND.KEY=VALUE: each value replaces the KIND entry's KEY before
  * the entry is checked, itself checked first by the files' schema
  * (shared/jobconf.c) so that the refusal names the flag, the key and what
@@ -303,8 +311,7 @@ static int load_set_flags(run_config *c, char *err, size_t errlen)
         const char *key;
         json_t *v;
         json_object_foreach(keys, key, v) {
-            char *val = json_is_string(v) ? strdup(json_string_value(v))
-                                          : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
+            char *val = load_value_text(v);
             char why[1024] = "";
             if (known && !jobconf_class_takes(kind, e->cls, key)) {
                 char list[700] = "";
@@ -354,8 +361,7 @@ static int load_trainer_key_flags(run_config *c, bool after_checks, char *err, s
              * configuration file's: said here, naming the flag. */
             char must[300];
             if (takes && jobconf_check_value("trainer", tr->cls, key, v, must, sizeof must) < 0) {
-                char *val = json_is_string(v) ? strdup(json_string_value(v))
-                                              : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
+                char *val = load_value_text(v);
                 errbuf_set(err, errlen, "--%s %s: trainer '%s' (%s): \"%s\" %s", name, val ? val : "", tr->id,
                            tr->cls, key, must);
                 free(val);
@@ -369,8 +375,7 @@ static int load_trainer_key_flags(run_config *c, bool after_checks, char *err, s
         }
         if (takes)
             continue;
-        char *val = json_is_string(v) ? strdup(json_string_value(v))
-                                      : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
+        char *val = load_value_text(v);
         char list[700] = "";
         const char *k;
         for (size_t j = 0; (k = jobconf_key_name("trainer", tr->cls, j)) != NULL; j++) {
