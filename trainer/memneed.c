@@ -18,14 +18,18 @@
  * cores), small enough to cost a millisecond. */
 #define MEMNEED_PROBE_N 256
 
+/* The DummyModel's dense layers' floats (weights and biases). The sizes
+ * are bounded by the configuration's checks (at most 2^36 parameters,
+ * 2^34 data values): no sum here or below overflows. */
+static uint64_t memneed_dense_layers(const model_config *m)
+{
+    return (uint64_t)m->dense_layers_count * (m->dense_output_size * m->dense_input_size + m->dense_output_size);
+}
+
 void memneed_dummy(const train_job *j, bool host_model, memneed *n)
 {
     const model_config *m = &j->model;
-    /* The sizes are bounded by the configuration's checks (at most 2^36
-     * parameters, 2^34 data values): no sum below overflows. */
-    uint64_t params = m->num_embeddings * m->embedding_dim +
-                      (uint64_t)m->dense_layers_count * (m->dense_output_size * m->dense_input_size +
-                                                         m->dense_output_size);
+    uint64_t params = m->num_embeddings * m->embedding_dim + memneed_dense_layers(m);
     uint64_t B = j->batch_size, D = m->dense_input_size, C = m->dense_output_size;
     uint64_t wide = D > C ? D : C;
     /* model.c's activations: x[0], one per layer, prob, q, two of the widest. */
@@ -50,8 +54,7 @@ void memneed_dummy(const train_job *j, bool host_model, memneed *n)
 void memneed_add_powersgd(const train_job *j, const psgd_conf *p, memneed *n)
 {
     const model_config *m = &j->model;
-    uint64_t dense = (uint64_t)m->dense_layers_count * (m->dense_output_size * m->dense_input_size +
-                                                        m->dense_output_size);
+    uint64_t dense = memneed_dense_layers(m);
     if (!m->sparse)
         dense += m->num_embeddings * m->embedding_dim;
     if (p->error_feedback)
