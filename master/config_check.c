@@ -265,8 +265,8 @@ static int check_powersgd(const run_config *c, uint64_t tcount, char *err, size_
 }
 
 /* --compress fp16|bf16 (the trainer configuration's compress):
- * allreduce_hook narrows its buckets, on Gloo only (NCCL has no narrow
- * allreduce in psbench yet); rpc_hook pushes its dense buckets narrow
+ * allreduce_hook narrows its buckets, on Gloo (host buckets) and on NCCL
+ * (a CUDA trainer's buckets, on its GPU); rpc_hook pushes its dense buckets narrow
  * (docs/protocol.md, "Narrow pushes"), and so does the dense Synthetic
  * model, to servers of kind average or average-batch on the CPU (a CUDA
  * server folds f32 only so far); a HybridModel's dense part is
@@ -307,14 +307,6 @@ static int check_compress(const run_config *c, uint64_t tcount, char *err, size_
                    "--compress %s: only allreduce_hook (PyTorch's %s_compress_hook) and rpc_hook (narrow pushes) "
                    "compress so far; trainer '%s' runs %s",
                    cz, cz, c->resolved.trainer.id, hook ? hook : "no communication hook");
-        return -1;
-    }
-    if (c->ncudatrainer > 0 && strcmp(c->backend, "gloo") != 0) {
-        errbuf_set(err, errlen,
-                   "--compress %s: allreduce_hook compresses on gloo only so far, and %u of the %llu "
-                   "trainers are CUDA trainers on %s (--backend gloo, or --compress none)",
-                   cz, c->ncudatrainer, (unsigned long long)tcount,
-                   strcmp(c->backend, "nccl") == 0 ? "nccl" : "nccl (multi)");
         return -1;
     }
     return 0;

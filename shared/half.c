@@ -4,6 +4,7 @@
  * carry target attributes: the rest of the build keeps its flags, and the
  * binary runs on CPUs without these instructions (the scalar path). */
 #include "shared/half.h"
+#include "shared/half_elem.h"
 
 #include <assert.h>
 #include <math.h>
@@ -49,82 +50,12 @@ int half_type_parse(const char *name)
     return -1;
 }
 
-/* ---- one value ---- */
+/* ---- one value: half_elem.h's, the one definition the GPU's kernels share ---- */
 
-static uint32_t half_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float half_float(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-/* On the integers, so that the result depends on no rounding mode or FTZ/DAZ
- * setting: the magnitude a is classified by its fp32 bits, then rounded to
- * nearest even on the bits that fp16 drops. */
-psb_fp16 half_fp16_of(float x)
-{
-    uint32_t u = half_bits(x);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-    uint32_t a = u & 0x7FFFFFFF;
-    if (a > 0x7F800000) /* NaN: the quiet NaN, sign kept, payload dropped */
-        return sign | 0x7E00;
-    /* 65520 (0x477FF000) lies halfway between 65504, the largest fp16 (odd
-     * mantissa), and 65536: ties to even take it, and all above, to inf. */
-    if (a >= 0x477FF000)
-        return sign | 0x7C00;
-    if (a >= 0x38800000) { /* >= 2^-14: a normal fp16 */
-        /* Rebias the exponent (127 - 15 = 112) in place; a carry out of the
-         * mantissa correctly moves to the next binade (or to 0x7C00, which
-         * the test above keeps from happening). */
-        uint32_t r = a - (112u << 23);
-        r += 0xFFF + ((r >> 13) & 1);
-        return sign | (uint16_t)(r >> 13);
-    }
-    /* An fp16 subnormal, or zero: units of 2^-24. Below 2^-25 (e < 102)
-     * everything rounds to zero; 2^-25 itself ties to the even zero. */
-    uint32_t e = a >> 23;
-    if (e < 102)
-        return sign;
-    uint32_t m = (a & 0x7FFFFF) | 0x800000; /* value = m * 2^(e - 150) */
-    uint32_t shift = 126 - e;               /* 14..24: value / 2^-24 = m >> shift */
-    assert(shift >= 14 && shift <= 24);
-    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-    q += rem > halfway || (rem == halfway && (q & 1));
-    return sign | (uint16_t)q; /* q = 0x400 (rounded up to 2^-14) is the right encoding */
-}
-
-float half_fp16_to_float(psb_fp16 h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
-    if (e == 0x1F) /* inf, or a NaN made quiet (bit 22), sign and payload kept */
-        return half_float(sign | 0x7F800000 | (m << 13) | (m ? 0x400000 : 0));
-    if (e == 0) { /* zero or subnormal: m * 2^-24, exact in fp32 (a normal) */
-        float v = (float)m * 0x1p-24f;
-        return half_float(sign | half_bits(v));
-    }
-    return half_float(sign | ((e + 112) << 23) | (m << 13));
-}
-
-psb_bf16 half_bf16_of(float x)
-{
-    if (isnan(x))
-        return 0x7FC0; /* every NaN, either sign */
-    uint32_t u = half_bits(x);
-    /* Round to nearest even on the 16 bits dropped: add just under half an
-     * ulp, plus one when the kept part is odd, and truncate. */
-    u += 0x7FFF + ((u >> 16) & 1);
-    return (psb_bf16)(u >> 16);
-}
-
-float half_bf16_to_float(psb_bf16 b) { return half_float((uint32_t)b << 16); }
+psb_fp16 half_fp16_of(float x) { return he_fp16_of(x); }
+float half_fp16_to_float(psb_fp16 h) { return he_fp16_to_float(h); }
+psb_bf16 half_bf16_of(float x) { return he_bf16_of(x); }
+float half_bf16_to_float(psb_bf16 b) { return he_bf16_to_float(b); }
 
 /* ---- paths ---- */
 
@@ -166,49 +97,49 @@ static inline void half_st_u16(uint16_t *p, size_t i, uint16_t v) { memcpy((char
 static void half_scalar_to_fp16(uint16_t *dst, const float *src, size_t n, float s)
 {
     for (size_t i = 0; i < n; i++)
-        half_st_u16(dst, i, half_fp16_of(half_ld_f32(src, i) * s));
+        half_st_u16(dst, i, he_fp16_of(half_ld_f32(src, i) * s));
 }
 
 static void half_scalar_from_fp16(float *dst, const uint16_t *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        half_st_f32(dst, i, half_fp16_to_float(half_ld_u16(src, i)));
+        half_st_f32(dst, i, he_fp16_to_float(half_ld_u16(src, i)));
 }
 
 static void half_scalar_to_bf16(uint16_t *dst, const float *src, size_t n, float s)
 {
     for (size_t i = 0; i < n; i++)
-        half_st_u16(dst, i, half_bf16_of(half_ld_f32(src, i) * s));
+        half_st_u16(dst, i, he_bf16_of(half_ld_f32(src, i) * s));
 }
 
 static void half_scalar_from_bf16(float *dst, const uint16_t *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        half_st_f32(dst, i, half_bf16_to_float(half_ld_u16(src, i)));
+        half_st_f32(dst, i, he_bf16_to_float(half_ld_u16(src, i)));
 }
 
 static void half_scalar_fold_fp16(float *acc, const uint16_t *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        half_st_f32(acc, i, half_ld_f32(acc, i) + half_fp16_to_float(half_ld_u16(src, i)));
+        half_st_f32(acc, i, half_ld_f32(acc, i) + he_fp16_to_float(half_ld_u16(src, i)));
 }
 
 static void half_scalar_fold_bf16(float *acc, const uint16_t *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        half_st_f32(acc, i, half_ld_f32(acc, i) + half_bf16_to_float(half_ld_u16(src, i)));
+        half_st_f32(acc, i, half_ld_f32(acc, i) + he_bf16_to_float(half_ld_u16(src, i)));
 }
 
 static void half_scalar_div_fp16(uint16_t *dst, const float *src, size_t n, float d)
 {
     for (size_t i = 0; i < n; i++)
-        half_st_u16(dst, i, half_fp16_of(half_fp16_to_float(half_fp16_of(half_ld_f32(src, i))) / d));
+        half_st_u16(dst, i, he_fp16_of(he_fp16_to_float(he_fp16_of(half_ld_f32(src, i))) / d));
 }
 
 static void half_scalar_div_bf16(uint16_t *dst, const float *src, size_t n, float d)
 {
     for (size_t i = 0; i < n; i++)
-        half_st_u16(dst, i, half_bf16_of(half_bf16_to_float(half_bf16_of(half_ld_f32(src, i))) / d));
+        half_st_u16(dst, i, he_bf16_of(he_bf16_to_float(he_bf16_of(half_ld_f32(src, i))) / d));
 }
 
 static bool half_scalar_usable(void) { return true; }

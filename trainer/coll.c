@@ -183,6 +183,29 @@ int coll_allreduce_mean_f32_device(coll *c, devf32 dbuf, size_t n, float scale, 
     return 0;
 }
 
+bool coll_has_half_device(const coll *c) { return c && c->ops->allreduce_compress_device != NULL; }
+
+int coll_allreduce_compress_device(coll *c, devf32 dbuf, size_t n, half_type t, char *err, size_t errlen)
+{
+    char why[COLL_ERR_MAX];
+    if (coll_usable(c, err, errlen) != 0)
+        return -1;
+    if (!c->ops->allreduce_compress_device || (t != HALF_FP16 && t != HALF_BF16)) {
+        /* A caller's mistake, not the group's: the group stays usable. */
+        errbuf_set(err, errlen, "%s allreduce: no %s compression of device buckets in this backend", c->ops->name,
+                   half_type_name(t));
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    if (coll_bad_f32(c, !devf32_is_none(dbuf), n, why, sizeof why))
+        return coll_fail(c, why, err, errlen);
+    why[0] = '\0';
+    if (c->ops->allreduce_compress_device(c, dbuf, n, t, why, sizeof why) != 0)
+        return coll_fail(c, why, err, errlen);
+    return 0;
+}
+
 int coll_allgather(coll *c, const void *in, size_t bytes, void *out, char *err, size_t errlen)
 {
     char why[COLL_ERR_MAX];

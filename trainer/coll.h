@@ -90,7 +90,8 @@ int coll_allreduce_sum_f32(coll *c, float *buf, size_t n, char *err, size_t errl
  * (coll_has_half). */
 int coll_allreduce_sum_half(coll *c, uint16_t *buf, size_t n, half_type t, char *err, size_t errlen);
 
-/* Whether the group has coll_allreduce_sum_half: gloo (NCCL's not yet). */
+/* Whether the group has coll_allreduce_sum_half, on host buffers: gloo
+ * (NCCL compresses device buckets: coll_has_half_device). */
 bool coll_has_half(const coll *c);
 
 /* Whether the group runs collectives on device memory
@@ -105,6 +106,22 @@ bool coll_on_device(const coll *c);
  * complete (polled, bounded by the group's timeout). 0, or -1 with err;
  * -1 with "not on device memory" for a group without it (gloo). */
 int coll_allreduce_mean_f32_device(coll *c, devf32 dbuf, size_t n, float scale, char *err, size_t errlen);
+
+/* PyTorch's fp16_compress_hook / bf16_compress_hook (t: HALF_FP16 or
+ * HALF_BF16) on a bucket in device memory, as CUDA runs it: dbuf[0..n)
+ * (written by work complete before the call) cast to t and times the fp32
+ * reciprocal of the group's size (ATen's CUDA division by a scalar:
+ * shared/half_elem.h, he_narrow_mul), summed across members in t (each add
+ * rounded to t: NCCL's sum of Half and BFloat16, in its own order beyond
+ * two members), then cast back into dbuf (he_widen). The narrow values
+ * live in the group's own device buffer; completion as
+ * coll_allreduce_mean_f32_device's. 0, or -1 with err; -1 naming the
+ * backend for one without it (coll_has_half_device). */
+int coll_allreduce_compress_device(coll *c, devf32 dbuf, size_t n, half_type t, char *err, size_t errlen);
+
+/* Whether the group has coll_allreduce_compress_device: nccl, and its
+ * stand-in on the fake GPU. */
+bool coll_has_half_device(const coll *c);
 
 /* out = every member's `bytes` bytes of in, in rank order (size * bytes). */
 int coll_allgather(coll *c, const void *in, size_t bytes, void *out, char *err, size_t errlen);

@@ -22,6 +22,8 @@
  */
 #include "trainer/coll_impl.h"
 
+#include "shared/half_elem.h"
+
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -132,6 +134,7 @@ struct GlooGroup {
     std::chrono::milliseconds timeout{0};
     double timeout_s = 0;
     uint32_t tag = 0; /* one per collective, the same sequence on every member */
+    std::vector<uint16_t> narrow; /* the fake NCCL's compressed allreduce: its narrow values */
 
     ~GlooGroup()
     {
@@ -418,14 +421,52 @@ int gloo_fake_device_allreduce(coll *c, devf32 dbuf, size_t n, float scale, char
     return 0;
 }
 
+/* NCCL's compressed allreduce on the fake GPU, as coll_nccl.c runs it: the
+ * bucket narrowed (trk_narrow_mul's per-element function) into a host
+ * buffer of the group's, the narrow values summed by Gloo, widened back
+ * (trk_widen's). */
+int gloo_fake_device_compress(coll *c, devf32 dbuf, size_t n, half_type t, char *err, size_t errlen) noexcept
+{
+    GlooGroup *g = group_of(c);
+    float *host = dbuf.p;
+    const int bf = t == HALF_BF16;
+    const float inv = 1.0f / (float)c->size;
+    try {
+        g->narrow.resize(n);
+    } catch (...) {
+        snprintf(err, errlen, "nccl (fake) allreduce: out of memory for %zu narrow values", n);
+        return -1;
+    }
+    uint16_t *narrow = g->narrow.data();
+    for (size_t i = 0; i < n; i++)
+        narrow[i] = he_narrow_mul(bf, host[i], inv);
+    if (gloo_allreduce_sum_half(c, narrow, n, t, err, errlen) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        host[i] = he_widen(bf, narrow[i]);
+    return 0;
+}
+
 const coll_ops gloo_ops = {
-    "gloo", gloo_allreduce_sum_f32, nullptr /* host buffers only */, gloo_allgather, gloo_allgatherv, gloo_destroy,
+    "gloo",
+    gloo_allreduce_sum_f32,
+    nullptr /* host buffers only */,
+    gloo_allgather,
+    gloo_allgatherv,
+    gloo_destroy,
     gloo_allreduce_sum_half,
+    nullptr /* host buffers only */,
 };
 
 const coll_ops fake_nccl_ops = {
-    "nccl (the fake GPU's: Gloo)", gloo_allreduce_sum_f32, gloo_fake_device_allreduce, gloo_allgather,
-    gloo_allgatherv, gloo_destroy, nullptr /* as NCCL's: no narrow allreduce yet */,
+    "nccl (the fake GPU's: Gloo)",
+    gloo_allreduce_sum_f32,
+    gloo_fake_device_allreduce,
+    gloo_allgather,
+    gloo_allgatherv,
+    gloo_destroy,
+    nullptr /* as NCCL's: narrow sums on device buckets only */,
+    gloo_fake_device_compress,
 };
 
 coll *gloo_new(const coll_ops *ops, uint32_t rank, uint32_t size, const char *host, const coll_store *store,

@@ -36,6 +36,9 @@ typedef struct coll_ops {
     /* NULL: no fp16/bf16 allreduce (coll_has_half). t is HALF_FP16 or
      * HALF_BF16. Last, so that the tables that lack it end before it. */
     int (*allreduce_sum_half)(coll *c, uint16_t *buf, size_t n, half_type t, char *err, size_t errlen);
+    /* NULL: no compressed allreduce of device buckets
+     * (coll_has_half_device). t is HALF_FP16 or HALF_BF16. */
+    int (*allreduce_compress_device)(coll *c, devf32 dbuf, size_t n, half_type t, char *err, size_t errlen);
 } coll_ops;
 
 struct coll {

@@ -13,7 +13,12 @@
  * buckets are not: coll_allreduce_mean_f32_device reduces its device
  * gradients in place, scales them with cuBLAS (cublasSscal: x = scale x,
  * one multiply per element, the host loop's bits) on the same stream, and
- * records the group's event; completion is that event, polled.
+ * records the group's event; completion is that event, polled. With
+ * --compress fp16|bf16, coll_allreduce_compress_device narrows the bucket
+ * into the staging buffer with the trainer's kernel trk_narrow_mul (loaded
+ * from its fatbin on first use), allreduces ncclFloat16 / ncclBfloat16 in
+ * place there and widens the sum back into the bucket (trk_widen), all on
+ * the group's stream, completion by the same event.
  * allgatherv is one ncclBroadcast per member with bytes to give, fused in a
  * ncclGroupStart/ncclGroupEnd.
  *
@@ -31,6 +36,7 @@
 
 #include "shared/gpu/cudaload.h"
 #include "shared/log.h"
+#include "trainer/cuda/kernels.h"
 
 typedef struct nccl_group {
     const cudart_api *rt; /* the CUDA runtime and NCCL, loaded (shared/gpu/cudaload.h) */
@@ -40,7 +46,10 @@ typedef struct nccl_group {
     cudaEvent_t done;    /* recorded after a device allreduce; NULL until the first */
     const cublas_api *cb; /* cuBLAS and its handle on stream: the device means' scale; */
     cublasHandle_t blas;  /* NULL until the first device allreduce that scales */
-    void *dbuf;          /* the device staging buffer */
+    cudaLibrary_t lib;    /* the compression kernels (trainer/cuda/kernels.h); NULL until the first use */
+    cudaKernel_t narrow_mul, widen;
+    unsigned max_blocks; /* 8 per SM: the kernels loop over the rest */
+    void *dbuf;          /* the device staging buffer (a compressed allreduce's narrow values) */
     size_t dcap;         /* its size in bytes */
     int device;
     double timeout_s;
@@ -206,6 +215,19 @@ static int nccl_blas(nccl_group *g, const char *op, char *err, size_t errlen)
     return 0;
 }
 
+/* The event a device allreduce's completion is polled on, made on first use. */
+static int nccl_done_event(nccl_group *g, const char *op, char *err, size_t errlen)
+{
+    if (g->done)
+        return 0;
+    cudaError_t ce = g->rt->cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming);
+    if (ce != cudaSuccess) {
+        g->done = NULL;
+        return nccl_cuda_failed(g, op, "cudaEventCreateWithFlags", ce, err, errlen);
+    }
+    return 0;
+}
+
 static int nccl_allreduce_mean_f32_device(coll *c, devf32 dbuf, size_t n, float scale, char *err, size_t errlen)
 {
     nccl_group *g = c->impl;
@@ -214,13 +236,8 @@ static int nccl_allreduce_mean_f32_device(coll *c, devf32 dbuf, size_t n, float 
     cudaError_t ce = g->rt->cudaSetDevice(g->device);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaSetDevice", ce, err, errlen);
-    if (!g->done) {
-        ce = g->rt->cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming);
-        if (ce != cudaSuccess) {
-            g->done = NULL;
-            return nccl_cuda_failed(g, op, "cudaEventCreateWithFlags", ce, err, errlen);
-        }
-    }
+    if (nccl_done_event(g, op, err, errlen) != 0)
+        return -1;
     /* The caller's writes are complete (coll.h): the stream needs no
      * event of theirs to wait on. In place, as DDP's bucket views. */
     ncclResult_t r = g->nc->ncclAllReduce(dbuf.p, dbuf.p, n, ncclFloat32, ncclSum, g->comm, g->stream);
@@ -241,6 +258,69 @@ static int nccl_allreduce_mean_f32_device(coll *c, devf32 dbuf, size_t n, float 
         }
     }
     ce = g->rt->cudaEventRecord(g->done, g->stream);
+    if (ce != cudaSuccess)
+        return nccl_cuda_failed(g, op, "cudaEventRecord", ce, err, errlen);
+    return nccl_wait(g, op, g->done, deadline, err, errlen);
+}
+
+/* The compression kernels, loaded from the trainer's fatbin on first use. */
+static int nccl_kernels(nccl_group *g, const char *op, char *err, size_t errlen)
+{
+    if (g->lib)
+        return 0;
+    struct cudaDeviceProp prop;
+    cudaError_t ce = g->rt->cudaGetDeviceProperties(&prop, g->device);
+    if (ce != cudaSuccess)
+        return nccl_cuda_failed(g, op, "cudaGetDeviceProperties", ce, err, errlen);
+    g->max_blocks = prop.multiProcessorCount > 0 ? 8u * (unsigned)prop.multiProcessorCount : 8u;
+    ce = g->rt->cudaLibraryLoadData(&g->lib, trk_kernels_fatbin, NULL, NULL, 0, NULL, NULL, 0);
+    if (ce != cudaSuccess) {
+        g->lib = NULL;
+        return nccl_cuda_failed(g, op,
+                                "cudaLibraryLoadData (the trainer's kernels: does this build have code for this GPU?)",
+                                ce, err, errlen);
+    }
+    if ((ce = g->rt->cudaLibraryGetKernel(&g->narrow_mul, g->lib, TRK_COLL_NARROW_MUL)) != cudaSuccess ||
+        (ce = g->rt->cudaLibraryGetKernel(&g->widen, g->lib, TRK_COLL_WIDEN)) != cudaSuccess) {
+        g->rt->cudaLibraryUnload(g->lib);
+        g->lib = NULL;
+        return nccl_cuda_failed(g, op, "cudaLibraryGetKernel", ce, err, errlen);
+    }
+    return 0;
+}
+
+/* One grid-stride kernel over n elements, on the group's stream. */
+static int nccl_launch(nccl_group *g, const char *op, cudaKernel_t k, size_t n, void **args, char *err, size_t errlen)
+{
+    size_t b = (n + 255) / 256;
+    dim3 grid = {(unsigned)(b < g->max_blocks ? b : g->max_blocks), 1, 1}, block = {256, 1, 1};
+    cudaError_t ce = g->rt->cudaLaunchKernel((const void *)k, grid, block, args, 0, g->stream);
+    return ce == cudaSuccess ? 0 : nccl_cuda_failed(g, op, "cudaLaunchKernel", ce, err, errlen);
+}
+
+static int nccl_allreduce_compress_device(coll *c, devf32 dbuf, size_t n, half_type t, char *err, size_t errlen)
+{
+    nccl_group *g = c->impl;
+    const char *op = t == HALF_BF16 ? "allreduce (bf16)" : "allreduce (fp16)";
+    const double deadline = coll_now() + g->timeout_s;
+    if (nccl_enter(g, op, n * sizeof(uint16_t), err, errlen) != 0 || nccl_done_event(g, op, err, errlen) != 0 ||
+        nccl_kernels(g, op, err, errlen) != 0)
+        return -1;
+    uint16_t *narrow = g->dbuf;
+    float *bucket = dbuf.p; /* a device pointer, handed to the kernels as such */
+    float inv = 1.0f / (float)c->size;
+    int bf = t == HALF_BF16;
+    void *to[] = {&narrow, &bucket, &n, &inv, &bf};
+    if (nccl_launch(g, op, g->narrow_mul, n, to, err, errlen) != 0)
+        return -1;
+    ncclResult_t r =
+        g->nc->ncclAllReduce(narrow, narrow, n, bf ? ncclBfloat16 : ncclFloat16, ncclSum, g->comm, g->stream);
+    if (nccl_settle(g, op, r, deadline, err, errlen) != 0)
+        return -1;
+    void *back[] = {&bucket, &narrow, &n, &bf};
+    if (nccl_launch(g, op, g->widen, n, back, err, errlen) != 0)
+        return -1;
+    cudaError_t ce = g->rt->cudaEventRecord(g->done, g->stream);
     if (ce != cudaSuccess)
         return nccl_cuda_failed(g, op, "cudaEventRecord", ce, err, errlen);
     return nccl_wait(g, op, g->done, deadline, err, errlen);
@@ -317,6 +397,8 @@ static void nccl_group_free(nccl_group *g, bool clean)
     nccl_abort(g);
     if (g->blas)
         g->cb->cublasDestroy(g->blas);
+    if (g->lib)
+        g->rt->cudaLibraryUnload(g->lib);
     if (g->done)
         g->rt->cudaEventDestroy(g->done);
     if (g->stream)
@@ -339,6 +421,7 @@ static const coll_ops nccl_ops = {
     .allgather = nccl_allgather,
     .allgatherv = nccl_allgatherv,
     .destroy = nccl_destroy,
+    .allreduce_compress_device = nccl_allreduce_compress_device,
 };
 
 /* Rank 0 makes the unique id and sets it; the others get it. */

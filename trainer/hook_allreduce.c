@@ -10,12 +10,14 @@
  *           group a CUDA trainer hands them over in its GPU's memory
  *           (hook.device_dense) and both run there
  *           (coll_allreduce_mean_f32_device);
- *           with --compress fp16|bf16 (Gloo groups), as PyTorch's
+ *           with --compress fp16|bf16, as PyTorch's
  *           fp16_compress_hook / bf16_compress_hook (default_hooks.py,
  *           _compress_hook): the bucket cast to the narrow type and divided
  *           by the group's size in it (half_to_*_div), allreduced in the
  *           narrow type (coll_allreduce_sum_half), cast back into the fp32
- *           bucket; half the bytes on the wire;
+ *           bucket; half the bytes on the wire; on an NCCL group the
+ *           three run on the GPU (coll_allreduce_compress_device), the
+ *           division as ATen's CUDA kernel makes it (times 1/N);
  *           with --compress powersgd (Gloo groups, CPU buckets), as
  *           PyTorch's powerSGD_hook / batched_powerSGD_hook (powersgd.h:
  *           plain fp32 allreduces until start_powerSGD_iter, then low-rank
@@ -87,8 +89,9 @@ typedef struct ar_hook {
  * PyTorch's process group's size. */
 static int ar_dense_narrow(ar_hook *a, hook_bucket *b, uint64_t *in, uint64_t *out, char *err, size_t errlen)
 {
-    assert(devf32_is_none(b->device_data)); /* refused at hook_allreduce_new */
     *out = *in = b->count * 2;
+    if (!devf32_is_none(b->device_data)) /* all three on the GPU (NCCL): the division as CUDA's */
+        return coll_allreduce_compress_device(a->group, b->device_data, (size_t)b->count, a->compress, err, errlen);
     if (grow_to((void **)&a->narrow, &a->narrow_cap, b->count, sizeof *a->narrow) < 0) {
         snprintf(err, errlen, "out of memory compressing bucket %u", b->id);
         return -1;
@@ -378,10 +381,10 @@ hook *hook_allreduce_new(const char *name, coll *group, half_type compress, cons
         coll_free(group);
         return NULL;
     }
-    if (compress != HALF_FP32 && (!coll_has_half(group) || coll_on_device(group))) {
+    if (compress != HALF_FP32 && !(coll_on_device(group) ? coll_has_half_device(group) : coll_has_half(group))) {
         snprintf(err, errlen,
-                 "--compress %s: %s on %s does not compress yet; allreduce_hook compresses on gloo "
-                 "(--backend gloo, CPU buckets) or runs uncompressed (--compress none)",
+                 "--compress %s: %s on %s does not compress; allreduce_hook compresses on gloo and nccl "
+                 "(--backend gloo|nccl) or runs uncompressed (--compress none)",
                  half_type_name(compress), name, coll_backend(group));
         coll_free(group);
         return NULL;

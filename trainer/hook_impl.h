@@ -20,7 +20,9 @@ hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool spars
  * with the hook). Metric names: "<dense_metric>" and "<sparse_metric>" (NULL:
  * the hook gets no bucket of that kind). compress: HALF_FP32 (none), or
  * HALF_FP16 / HALF_BF16: dense buckets as PyTorch's fp16_compress_hook /
- * bf16_compress_hook (refused on a group without narrow sums: NCCL's).
+ * bf16_compress_hook: on a group's host buffers (gloo) or its device
+ * buckets (nccl: coll_allreduce_compress_device), refused on a group with
+ * neither.
  * powersgd (compress HALF_FP32; NULL: none): dense buckets as PyTorch's
  * powerSGD_hook / batched_powerSGD_hook (powersgd.h; refused on a group on
  * a device). */

@@ -1,6 +1,6 @@
 """--compress fp16|bf16|powersgd with allreduce_hook (issue 43): PyTorch's
 fp16_compress_hook, bf16_compress_hook, powerSGD_hook and
-batched_powerSGD_hook over Gloo.
+batched_powerSGD_hook over Gloo (fp16 and bf16 over NCCL too).
 
 - Two CPU trainers, pure DDP (--nserver 0), a dense DummyModel, by hand
   (each trainer writes --params-out): none, fp16 and bf16 runs complete;
@@ -13,8 +13,10 @@ batched_powerSGD_hook over Gloo.
   each other, by a small relative distance (the gradients rounded to 11
   or 8 significant bits, not garbage); a second fp16 run is bit-identical
   to the first.
-- CUDA trainers on the fake GPU allreducing on Gloo (--backend gloo):
-  bf16 ends with the CPU trainers' bf16 parameters, bit for bit.
+- CUDA trainers on the fake GPU allreducing on Gloo (--backend gloo) and
+  on NCCL's stand-in (--backend nccl: narrowed, summed and widened in
+  device memory): fp16 and bf16 end with the CPU trainers' parameters,
+  bit for bit, and the same bytes per step.
 - rpc_hook's narrow pushes (docs/protocol.md, "Narrow pushes"): two CPU
   trainers and a server of kind average (1 server; 2 with --placement
   shard, kind average-batch), fp16 and bf16 over TCP and shared memory:
@@ -39,8 +41,8 @@ batched_powerSGD_hook over Gloo.
   say compress and PyTorch's hook name (none: neither key); powersgd is
   refused naming the flag.
 - Refusals, one line, exit 2: --compress fp16 with sparse_rpc_hook, with
-  a sparse Synthetic model, with a batch-update job, with CUDA servers, with
-  CUDA trainers on NCCL; an unknown value.
+  a sparse Synthetic model, with a batch-update job, with CUDA servers; an
+  unknown value.
 - PowerSGD (--compress powersgd:4 --powersgd-start-iter 2): both trainers
   bit-identical; the loss finite and within 2% of fp32's, the parameters
   within a relative distance of 0.01 of fp32's (0.002 here) and not equal
@@ -157,26 +159,35 @@ class Compress(psb.PsbTestCase):
         _, again = self.compress_job("fp16", "fp16-again")
         self.assertEqual(again[0].tobytes(), runs["fp16"][1][0].tobytes())
 
-    def test_fake_gpu_trainers_on_gloo(self):
+    def test_fake_gpu_trainers(self):
         """CUDA trainers (the fake GPU: its kernels' arithmetic is the cpu
-        layer's, bit for bit) allreducing on Gloo compress their buckets
-        as CPU trainers do: the same final parameters."""
-        digests = {}
-        for device in ("cpu", "fake-cuda"):
-            out = os.path.join(self.reg.workdir, "out-dev-" + device)
-            cuda = device != "cpu"
-            m = self.master("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
-                            "--ntrainer", "0" if cuda else "2", "--ncudatrainer", "2" if cuda else "0",
-                            "--backend", "gloo", "--epochs", "2", "--batch-size", "5", "--compress", "bf16",
-                            out=out)
-            for r in range(2):
-                self.node(m, "psbench-trainer", device, "trainer%d-%s" % (r, device))
-            res = self.results(out, m)
-            got = {t["final_params_sha256"] for t in res["trainers"]}
-            self.assertEqual(len(got), 1, (device, res["trainers"]))
-            self.assertEqual({t["comm_hook"] for t in res["trainers"]}, {"bf16_compress_hook"}, device)
-            digests[device] = got.pop()
-        self.assertEqual(digests["fake-cuda"], digests["cpu"])
+        layer's, bit for bit) compress their buckets as CPU trainers do:
+        allreducing on Gloo (their buckets staged through host memory), and
+        on NCCL (its stand-in on the fake GPU: the buckets narrowed, summed
+        and widened where they are, the division by the world size as
+        CUDA's multiply by 1/2, which is exact) — the same final
+        parameters, for fp16 and bf16, and the same bytes per step."""
+        for compress in ("fp16", "bf16"):
+            digests, per_step = {}, {}
+            for device, backend in (("cpu", "gloo"), ("fake-cuda", "gloo"), ("fake-cuda", "nccl")):
+                tag = "%s-%s-%s" % (compress, device, backend)
+                out = os.path.join(self.reg.workdir, "out-dev-" + tag)
+                cuda = device != "cpu"
+                m = self.master("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
+                                "--ntrainer", "0" if cuda else "2", "--ncudatrainer", "2" if cuda else "0",
+                                "--backend", backend, "--epochs", "2", "--batch-size", "5", "--compress", compress,
+                                out=out)
+                for r in range(2):
+                    self.node(m, "psbench-trainer", device, "trainer%d-%s" % (r, tag))
+                res = self.results(out, m)
+                got = {t["final_params_sha256"] for t in res["trainers"]}
+                self.assertEqual(len(got), 1, (tag, res["trainers"]))
+                self.assertEqual({t["comm_hook"] for t in res["trainers"]}, {HOOK_NAMES[compress]}, tag)
+                self.assertEqual({t["compress"] for t in res["trainers"]}, {compress}, tag)
+                digests[(device, backend)] = got.pop()
+                per_step[(device, backend)] = [r["bytes_per_step"] for r in res["headline"]["trainers"]]
+            self.assertEqual(len(set(digests.values())), 1, (compress, digests))
+            self.assertEqual(len({tuple(v) for v in per_step.values()}), 1, (compress, per_step))
 
     # -- PowerSGD ---------------------------------------------------------------
 
@@ -534,10 +545,6 @@ class Compress(psb.PsbTestCase):
         line = self.compress_refusal("--model", "Lin", "--server", "BatchUpdateParameterServer", "--trainer",
                                      "BatchUpdateTrainer", "--compress", "fp16")
         self.assertIn("--compress fp16: trainer 'BatchUpdateTrainer' (BatchUpdateTrainer) has no \"compress\"", line)
-        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
-                                     "--ntrainer", "0", "--ncudatrainer", "2", "--backend", "nccl",
-                                     "--compress", "fp16")
-        self.assertIn("compresses on gloo only so far", line)
         # The standalone synthetic trainer: dense pushes only.
         rc, out, err = self.reg.run([psb.bin_path("psbench-trainer"), "--server", "127.0.0.1:9", "--rank", "0",
                                      "--model", "synthetic", "--sparse", "--compress", "bf16"], timeout=30)

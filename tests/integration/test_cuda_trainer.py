@@ -17,7 +17,8 @@ hooks, against CUDA and CPU servers.
     and the DDP + RPC benchmark's dense part likewise. On a GPU one rank
     (one GPU cannot hold two); on the fake GPU two, through NCCL's stand-in
     (a Gloo group on the fake GPU's memory, coll_nccl_fake_new), ending
-    with the CPU trainers' Gloo parameters bit for bit;
+    with the CPU trainers' Gloo parameters bit for bit; --compress fp16
+    there too (the buckets narrowed, summed and widened on the GPU);
   - on a host with one GPU, --backend nccl with 2 CUDA trainers refused at
     their registration (NCCL cannot hold two ranks on one GPU).
 
@@ -246,16 +247,43 @@ class CudaTrainer(psb.PsbTestCase):
             self.assertEqual(digests.pop(), self.cpu_digest("--ntrainer", "2", "--nserver", "0", "--trainer",
                                                             "DdpTrainer", "--backend", "gloo", "--epochs", "2"))
 
+    def test_nccl_compress_on_device_buffers(self):
+        """--compress fp16 on NCCL (PyTorch's fp16_compress_hook on CUDA):
+        the buckets narrowed, summed in fp16 and widened back on the
+        trainers' GPU, from device memory; half the bytes per step; on
+        the fake GPU (two ranks, times 1/2 exact) the CPU trainers' Gloo
+        fp16 parameters bit for bit."""
+        n = 2 if FAKE else 1
+        logs = []
+        job = ("--nserver", "0", "--trainer", "DdpTrainer", "--epochs", "2", "--compress", "fp16")
+        res = self.run_job(("--ntrainer", "0", "--ncudatrainer", str(n), "--backend", "nccl") + job, None,
+                           ntrainers=n, logs=logs)
+        self.assertEqual(res["phase"], "done", res.get("error"))
+        for log in logs:
+            self.assertRegex(log, r"allreduce_hook: [1-9]\d* bucket\(s\) handed over in device memory, 0 through "
+                             r"pinned host memory", log)
+        for t, row in zip(res["trainers"], res["headline"]["trainers"]):
+            self.assertEqual(t["comm_hook"], "fp16_compress_hook", t)
+            floats = sum(b["floats"] for b in t["buckets"]["rebuilt"])
+            self.assertEqual(row["bytes_per_step"], 2 * floats, row)
+            self.assertTrue(all(math.isfinite(x) for x in t["loss_per_epoch"]), t["loss_per_epoch"])
+        digests = {t["final_params_sha256"] for t in res["trainers"]}
+        self.assertEqual(len(digests), 1, res["trainers"])
+        if FAKE:
+            self.assertEqual(digests.pop(), self.cpu_digest("--ntrainer", "2", "--backend", "gloo", *job))
+
     def test_nccl_ddp_rpc_dense_on_device(self):
         """The DDP + RPC benchmark's dense part on NCCL: the HybridModel's
-        dense bucket leaves from device memory; the run is done and the
-        trainers agree."""
+        dense bucket leaves from device memory, compressed to bf16 there
+        (HybridTrainer's compress); the run is done and the trainers
+        agree."""
         n = 2 if FAKE else 1
         logs = []
         res = self.run_job(("--ntrainer", "0", "--ncudatrainer", str(n), "--number-ps", "1", "--embedding-dim",
-                            "512", "--backend", "nccl", "--epochs", "3", "--warmup-cycles", "1"), "cpu", ntrainers=n,
-                           logs=logs)
+                            "512", "--backend", "nccl", "--epochs", "3", "--warmup-cycles", "1", "--compress", "bf16"),
+                           "cpu", ntrainers=n, logs=logs)
         self.assertEqual(res["phase"], "done", res.get("error"))
+        self.assertEqual({t["comm_hook"] for t in res["trainers"]}, {"bf16_compress_hook"}, res["trainers"])
         for log in logs:
             self.assertIn("allreduce_hook: the dense bucket is handed over in device memory", log)
         tr = res["groups"]["trainer"]["all"]

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared/half_elem.h"
 #include "trainer/cuda/kernels.h"
 
 #define TRK_FOR(i, n)                                                                                                 \
@@ -191,4 +192,23 @@ extern "C" __global__ void trk_sgd_rows(float *table, size_t cols, const int64_t
             w = cm_sgd(w, nlr, vals[(size_t)occ[o] * cols + j]);
         *p = w;
     }
+}
+
+// ---- compressed allreduce (--compress fp16|bf16 on NCCL) ------------------------------
+// Launched by the nccl collectives (trainer/coll_nccl.c) on their own
+// stream, not through the compute layer's table: kernels.h, "the
+// collectives' kernels". The per-element conversions are shared/half_elem.h's.
+
+// dst = narrow(float(narrow(src)) * inv): PyTorch's cast-then-div_ on a CUDA bucket.
+extern "C" __global__ void trk_narrow_mul(uint16_t *dst, const float *src, size_t n, float inv, int bf)
+{
+    TRK_FOR(k, n)
+    dst[k] = he_narrow_mul(bf, src[k], inv);
+}
+
+// dst = float(src): the bucket's copy_ back from the narrow sum.
+extern "C" __global__ void trk_widen(float *dst, const uint16_t *src, size_t n, int bf)
+{
+    TRK_FOR(k, n)
+    dst[k] = he_widen(bf, src[k]);
 }

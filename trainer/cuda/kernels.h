@@ -82,6 +82,19 @@ enum { TRK_SGD_PLAIN = 0, TRK_SGD_FIRST = 1, TRK_SGD_MOMENTUM = 2 };
 enum { TRK_KERNELS(TRK_K_ENUM, TRK_K_ENUM) TRK_K_COUNT };
 #undef TRK_K_ENUM
 
+/* The collectives' kernels: in the same fatbin, but not rows of the table
+ * above — the nccl collectives (trainer/coll_nccl.c) load them by name and
+ * launch them on their own stream, the compute layer never does; on the
+ * fake GPU the fake NCCL (coll_gloo.cpp) runs the same per-element
+ * functions (shared/half_elem.h) on the host. bf: 1 for bf16, 0 for fp16.
+ *   trk_narrow_mul(uint16_t *dst, const float *src, size_t n, float inv, int bf)
+ *       dst[k] = he_narrow_mul(bf, src[k], inv): a bucket cast, then times
+ *       1/world_size (PyTorch's fp16_compress_hook on CUDA)
+ *   trk_widen(float *dst, const uint16_t *src, size_t n, int bf)
+ *       dst[k] = he_widen(bf, src[k]) */
+#define TRK_COLL_NARROW_MUL "trk_narrow_mul"
+#define TRK_COLL_WIDEN "trk_widen"
+
 /* The fatbin, embedded by the build (trk_kernels_fatbin.c, generated from
  * kernels.cu): what cudaLibraryLoadData takes. */
 extern const unsigned char trk_kernels_fatbin[];

@@ -2,7 +2,8 @@
  * against a table of PyTorch's results, and every vector path this CPU can
  * run bit-equal to the scalar one: all 2^16 narrow patterns, a dense sample
  * of fp32 patterns (all 2^32 with --exhaustive, its own ctest), tails and
- * unaligned starts, the fold, the scaled and the cast-then-divide forms. */
+ * unaligned starts, the fold, the scaled and the cast-then-divide forms;
+ * the GPU kernels' cast-then-multiply (half_elem.h) against them. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "shared/half.h"
+#include "shared/half_elem.h"
 
 #define MAX_PATHS 8
 
@@ -519,6 +521,53 @@ static void test_cast_div(void **state)
     }
 }
 
+/* shared/half_elem.h's cast-then-multiply, the per-element function of the
+ * GPU's compression kernel (trk_narrow_mul) and the fake GPU's loops: the
+ * cast as half.c's, then ATen's CUDA division, times the fp32 reciprocal.
+ * Over every fp16 and bf16 value: for d a power of two (1/d exact) it is
+ * the CPU's cast-then-divide bit for bit; for d = 14 it is not, and
+ * exactly where the quotient's two roundings part (91 * 2^-24 / 14, the
+ * tie above, rounds up to 0x0007 through the reciprocal). Its widening is
+ * half.c's (all 2^16 patterns). */
+static void test_narrow_mul(void **state)
+{
+    (void)state;
+    for (int bf = 0; bf < 2; bf++)
+        for (uint32_t h = 0; h < 0x10000; h++) {
+            float x = bf ? half_bf16_to_float((uint16_t)h) : half_fp16_to_float((uint16_t)h);
+            float w = he_widen(bf, (uint16_t)h);
+            if (memcmp(&w, &x, sizeof w) != 0)
+                fail_msg("he_widen(%d, 0x%04X) = %a, half.c's %a", bf, h, (double)w, (double)x);
+            if (isnan(x))
+                continue; /* a NaN's payload: half.h */
+            for (float d = 1; d <= 1024; d *= 2) {
+                uint16_t div = 0;
+                (bf ? half_to_bf16_div : half_to_fp16_div)(&div, &x, 1, d);
+                if (he_narrow_mul(bf, x, 1.0f / d) != div)
+                    fail_msg("%s 0x%04X / %g: 0x%04X times the reciprocal, 0x%04X divided", bf ? "bf16" : "fp16", h,
+                             (double)d, he_narrow_mul(bf, x, 1.0f / d), div);
+            }
+        }
+    /* d = 14: the two kernels part on the tie and nowhere else but on
+     * such cases (counted, not assumed to be none). */
+    float tie = half_fp16_to_float(0x005B);
+    uint16_t div = 0;
+    half_to_fp16_div(&div, &tie, 1, 14.0f);
+    assert_int_equal(div, 0x0006);
+    assert_int_equal(he_narrow_mul(0, tie, 1.0f / 14.0f), 0x0007);
+    unsigned parted = 0;
+    for (uint32_t h = 0; h < 0x7C00; h++) {
+        float x = half_fp16_to_float((uint16_t)h);
+        half_to_fp16_div(&div, &x, 1, 14.0f);
+        if (he_narrow_mul(0, x, 1.0f / 14.0f) != div) {
+            parted++;
+            /* only where x / 14 is (nearly) an fp16 tie: one ulp apart */
+            assert_true(abs((int)he_narrow_mul(0, x, 1.0f / 14.0f) - (int)div) == 1);
+        }
+    }
+    assert_true(parted > 0 && parted < 100);
+}
+
 /* Every fp32 pattern, both narrowings, every path (unit_half_exhaustive). */
 static void test_exhaustive(void **state)
 {
@@ -634,7 +683,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_types),        cmocka_unit_test(test_paths),      cmocka_unit_test(test_known),
         cmocka_unit_test(test_widen_values), cmocka_unit_test(test_widen_all),  cmocka_unit_test(test_narrow_sample),
         cmocka_unit_test(test_tails),        cmocka_unit_test(test_fold),       cmocka_unit_test(test_cast_div),
-        cmocka_unit_test(test_sum),          cmocka_unit_test(test_misaligned),
+        cmocka_unit_test(test_sum),          cmocka_unit_test(test_misaligned), cmocka_unit_test(test_narrow_mul),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

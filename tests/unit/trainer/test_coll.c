@@ -9,7 +9,10 @@
  * The fp16/bf16 allreduce of --compress (coll_allreduce_sum_half): with 2
  * members each element is the narrow sum half.h's scalar functions give
  * (one add in float, rounded once), bit-identical on every member with 3;
- * NCCL's fake stand-in refuses it and stays usable. PowerSGD
+ * NCCL's fake stand-in refuses it and stays usable. Their compression of
+ * device buckets (coll_allreduce_compress_device: NCCL, its fake
+ * stand-in): each member's bucket cast and times 1/N, summed narrow, widened
+ * back, the same bits on every member; gloo refuses it and stays usable. PowerSGD
  * (trainer/powersgd.c over coll_allreduce_sum_f32, --compress powersgd):
  * members with different gradients end every step, plain or compressed,
  * layer-wise or batched, with the same bits, the plain steps' the mean.
@@ -39,6 +42,7 @@
 #include <unistd.h>
 
 #include "shared/half.h"
+#include "shared/half_elem.h"
 #include "shared/mean.h"
 #include "trainer/coll.h"
 #include "trainer/powersgd.h"
@@ -420,6 +424,56 @@ static int member_device_mean(const member *m, coll *c)
     return rc;
 }
 
+/* PyTorch's fp16/bf16 compress hook on a device bucket
+ * (coll_allreduce_compress_device): each member's bucket cast and times 1/N
+ * (half_elem.h's he_narrow_mul), summed in the narrow type, widened back.
+ * One member: its own values so narrowed and widened; two: one narrow add
+ * per element, whichever member's first. Bigger groups (NCCL's own sum
+ * order) are compared across members by the parent. A group without it
+ * (gloo) refuses it and stays usable. 0, or the member's failure. */
+static int member_device_compress(const member *m, coll *c)
+{
+    char err[512] = "";
+    if (!coll_has_half_device(c)) {
+        float x = 1.0f;
+        if (coll_allreduce_compress_device(c, devf32_of(&x), 1, HALF_BF16, err, sizeof err) != -1 ||
+            !strstr(err, "no bf16 compression of device buckets") || coll_allreduce_sum_f32(c, &x, 1, err, sizeof err))
+            return member_fail(m, 30, "compressed device allreduce on %s: %s", coll_backend(c), err);
+        return 0;
+    }
+    const uint32_t n = m->size, r = m->rank;
+    const float inv = 1.0f / (float)n;
+    float *x = malloc(NOISE_N * sizeof *x), *got = malloc(NOISE_N * sizeof *got);
+    int rc = !x || !got ? member_fail(m, 4, "out of memory") : 0;
+    for (int bf = 0; bf < 2 && rc == 0; bf++) {
+        for (size_t i = 0; i < NOISE_N; i++)
+            x[i] = noise(r + 11, i) * (bf ? 1e30f : 1.0f); /* bf16 keeps fp32's range */
+        devf32 d = device_copy(m, x, NOISE_N, err, sizeof err);
+        if (devf32_is_none(d)) {
+            rc = member_fail(m, 31, "%s", err);
+            break;
+        }
+        int arc = coll_allreduce_compress_device(c, d, NOISE_N, bf ? HALF_BF16 : HALF_FP16, err, sizeof err);
+        if (device_back(m, d, got, NOISE_N) != 0 || arc != 0) {
+            rc = member_fail(m, 32, "%s device allreduce: %s", bf ? "bf16" : "fp16", arc ? err : "copy back");
+            break;
+        }
+        report(m->fs.dir, bf ? "cbf16" : "cfp16", r, got, NOISE_N * sizeof *got);
+        for (size_t i = 0; i < NOISE_N && n <= 2 && rc == 0; i++) {
+            float want = he_widen(bf, he_narrow_mul(bf, x[i], inv));
+            if (n == 2) {
+                float other = noise(1 - r + 11, i) * (bf ? 1e30f : 1.0f);
+                want = he_widen(bf, he_narrow(bf, want + he_widen(bf, he_narrow_mul(bf, other, inv))));
+            }
+            if (memcmp(&want, &got[i], sizeof want) != 0)
+                rc = member_fail(m, 33, "%s [%zu]: %a, want %a", bf ? "bf16" : "fp16", i, (double)got[i], (double)want);
+        }
+    }
+    free(x);
+    free(got);
+    return rc;
+}
+
 /* Every collective with known answers; the noisy sum's bytes go to
  * out.<rank> for the parent to compare across members. */
 static int member_collectives(const member *m)
@@ -484,7 +538,7 @@ static int member_collectives(const member *m)
     }
     report(m->fs.dir, "out", r, noisy, NOISE_N * sizeof *noisy);
     free(noisy);
-    if ((rc = member_device_mean(m, c)) != 0)
+    if ((rc = member_device_mean(m, c)) != 0 || (rc = member_device_compress(m, c)) != 0)
         goto out;
 
     /* allgather: 13 bytes each, then in place. */
@@ -638,12 +692,26 @@ static void run_collectives(const char *backend, uint32_t n)
         }
     }
     free(first);
+    /* The compressed device allreduce: the same bits on every member. */
+    int cdiffer = 0;
+    for (int bf = 0; bf < 2 && strcmp(backend, "gloo") != 0; bf++) {
+        char *c0 = read_report(dir, bf ? "cbf16" : "cfp16", 0, &len);
+        size_t clen = len;
+        cdiffer += !c0 || clen != NOISE_N * sizeof(float);
+        for (uint32_t r = 1; c0 && r < n; r++) {
+            char *o = read_report(dir, bf ? "cbf16" : "cfp16", r, &len);
+            cdiffer += !o || len != clen || memcmp(o, c0, clen) != 0;
+            free(o);
+        }
+        free(c0);
+    }
     rm_rf(dir);
     assert_int_equal(overran, 0);
     assert_int_equal(bad, 0);
     assert_int_equal(len0, NOISE_N * sizeof(float));
     assert_int_equal(differ, 0);
     assert_int_equal(far, 0);
+    assert_int_equal(cdiffer, 0);
 }
 
 /* ---- the narrow allreduce (--compress fp16|bf16) ------------------------ */
