@@ -268,8 +268,8 @@ static int check_powersgd(const run_config *c, uint64_t tcount, char *err, size_
  * allreduce_hook narrows its buckets, on Gloo (host buckets) and on NCCL
  * (a CUDA trainer's buckets, on its GPU); rpc_hook pushes its dense buckets narrow
  * (docs/protocol.md, "Narrow pushes"), and so does the dense Synthetic
- * model, to servers of kind average or average-batch on the CPU (a CUDA
- * server folds f32 only so far); a HybridModel's dense part is
+ * model, to servers of kind average or average-batch, on the CPU or a
+ * GPU; a HybridModel's dense part is
  * allreduce_hook's (HybridTrainer's compress: none, fp16 or bf16, the
  * class's schema refusing powersgd). Batch-update jobs never get here:
  * their trainer class has no compress key, which the flag's own check
@@ -292,16 +292,8 @@ static int check_compress(const run_config *c, uint64_t tcount, char *err, size_
                    cz, c->resolved.model.id);
         return -1;
     }
-    if (narrow_pushes) {
-        if (c->ncudaserver > 0) {
-            errbuf_set(err, errlen,
-                       "--compress %s: a CUDA server does not take narrow pushes yet (%u of the servers are "
-                       "CUDA servers, which fold f32 only; --ncudaserver 0, or --compress none)",
-                       cz, c->ncudaserver);
-            return -1;
-        }
+    if (narrow_pushes)
         return 0;
-    }
     if (!hook || strcmp(hook, "allreduce_hook") != 0) {
         errbuf_set(err, errlen,
                    "--compress %s: only allreduce_hook (PyTorch's %s_compress_hook) and rpc_hook (narrow pushes) "

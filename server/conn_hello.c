@@ -29,7 +29,8 @@ static bool conn_token_ok(const char *want, frame_str got)
  * (docs/protocol.md, "Narrow pushes"). 0 with *t set, or -1 with the
  * reason (`unsupported`): a name that is no type; a narrow type that this
  * server's kind does not fold (batch-update, embedding) or that its
- * device does not take (a CUDA server: its device folds f32 only so far). */
+ * device does not take (every device does now: cpu, test and cuda have
+ * device_fold_narrow_out; a device without it would be refused here). */
 static int conn_hello_dtype(const server *s, frame_str name, int *t, char *msg, size_t len)
 {
     *t = frame_dtype_type(name);
@@ -46,11 +47,9 @@ static int conn_hello_dtype(const server *s, frame_str name, int *t, char *msg, 
                  s->cfg.rank, s->kind->ops->name, frame_dtype_name(*t));
         return -1;
     }
-    if (!device_takes_narrow(s->dev)) { /* the cuda device (the fake GPU's too) */
-        snprintf(msg, len,
-                 "--compress %s: a CUDA server does not take narrow pushes yet (server %u folds f32 only "
-                 "on its GPU; --device cpu, or --compress none)",
-                 half_type_name((half_type)*t), s->cfg.rank);
+    if (!device_takes_narrow(s->dev)) {
+        snprintf(msg, len, "--compress %s: server %u's device (%s) does not take narrow pushes (--compress none)",
+                 half_type_name((half_type)*t), s->cfg.rank, s->dev->ops->name);
         return -1;
     }
     return 0;

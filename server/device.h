@@ -216,8 +216,8 @@ typedef struct device_ops {
     void (*recv_done)(device *d, devbuf *dst, uint64_t off, size_t n);
     void (*fold)(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
                  float s);
-    /* NULL, or device_fold_narrow_out (below): cpu and test have it; a
-     * CUDA server takes no narrow pushes. */
+    /* NULL, or device_fold_narrow_out (below): cpu, test and cuda have it
+     * (cuda: a kernel on its stream). */
     void (*fold_narrow_out)(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off,
                             const uint8_t *src, size_t n, float s, half_type t);
     devsparse *(*sparse_new)(device *d);

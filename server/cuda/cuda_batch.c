@@ -337,3 +337,44 @@ void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, con
         n -= take;
     }
 }
+
+/* A narrow push's last fold (device.h): its 16-bit values staged as they
+ * came (half a float push's bytes over PCIe), and psb_fold_narrow_out
+ * widening, folding and narrowing on the GPU into out; acc is read only.
+ * Never batched: the small folds into acc before it are enqueued first. */
+void cuda_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, const uint8_t *src,
+                          size_t n, float s, half_type t)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    assert(op == FOLD_ADD_SCALE || op == FOLD_COPY_SCALE);
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    assert(acc->jobs == 0 && out->jobs == 0);
+    assert((elem_off + n) * sizeof(float) <= acc->bytes && (elem_off + n) * 2 <= out->bytes);
+    out->host_valid = false;
+    if (c->failed || n == 0)
+        return;
+    cuda_emit_batch(c); /* the small folds into acc before this one */
+    const size_t chunk = CUDA_CHUNK / 2;
+    while (n > 0 && !c->failed) {
+        size_t take = n < chunk ? n : chunk;
+        const uint16_t *x = cuda_upload(c, src, take * 2);
+        if (!x)
+            return;
+        psb_launch l = {.kernel = PSB_K_FOLD_NARROW_OUT};
+        l.u.narrow.op = cuda_fold_op(op);
+        l.u.narrow.bf = t == HALF_BF16;
+        l.u.narrow.out = (uint16_t *)devmem_at(out->dev, elem_off * 2).p;
+        l.u.narrow.acc = cuda_f32(acc, elem_off);
+        l.u.narrow.src = x;
+        l.u.narrow.n = take;
+        l.u.narrow.s = s;
+        if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0) {
+            cuda_fail(c, c->gpu->err);
+            return;
+        }
+        src += take * 2;
+        elem_off += take;
+        n -= take;
+    }
+}

@@ -15,6 +15,10 @@
 #ifndef PSBENCH_CUMATH_H
 #define PSBENCH_CUMATH_H
 
+#include <stdint.h>
+
+#include "shared/half_elem.h"
+
 #if defined(__CUDACC__)
 #define CUMATH_FN static __host__ __device__ __forceinline__
 #else
@@ -56,6 +60,16 @@ CUMATH_FN float cumath_sub(float a, float b)
 CUMATH_FN float cumath_fold_add(float acc, float x) { return cumath_add(acc, x); }
 CUMATH_FN float cumath_fold_add_scale(float acc, float x, float s) { return cumath_mul(cumath_add(acc, x), s); }
 CUMATH_FN float cumath_fold_copy_scale(float x, float s) { return cumath_mul(x, s); }
+
+/* The last fold of a narrow push (server/device.h, device_fold_narrow_out)
+ * for one element: x16 (fp16, or bf16 where bf) widened, folded into acc
+ * by ADD_SCALE (add_scale true) or COPY_SCALE, the f32 result narrowed
+ * (shared/half_elem.h: the cpu device's half.c conversions, bit for bit). */
+CUMATH_FN uint16_t cumath_fold_narrow_out(int add_scale, float acc, uint16_t x16, float s, int bf)
+{
+    float x = he_widen(bf, x16);
+    return he_narrow(bf, add_scale ? cumath_fold_add_scale(acc, x, s) : cumath_fold_copy_scale(x, s));
+}
 
 /* One step of SGD with momentum (PyTorch's: dampening 0, no Nesterov) for
  * one element whose gradient mean is g: buf = first ? g : momentum*buf + g;

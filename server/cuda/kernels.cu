@@ -203,3 +203,16 @@ extern "C" __global__ void psb_dense_sgd(float *__restrict__ table, const float 
     for (size_t i = n4 * 4 + t; i < n; i += stride)
         table[i] = cumath_scatter_step(table[i], gsum[i], lr);
 }
+
+// ---- narrow pushes (--compress fp16|bf16) ---------------------------------------
+
+// A narrow push's last fold: out[i] = narrow(op(acc[i], widen(src[i]), s)), acc read only.
+extern "C" __global__ void psb_fold_narrow_out(int op, int bf, uint16_t *__restrict__ out,
+                                               const float *__restrict__ acc, const uint16_t *__restrict__ src,
+                                               size_t n, float s)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const int add = op == PSB_FOLD_ADD_SCALE;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = cumath_fold_narrow_out(add, acc[i], src[i], s, bf);
+}

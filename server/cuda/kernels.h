@@ -42,20 +42,24 @@ typedef struct psb_fold_chain {
  *   psb_bag_grad(float *gsum, size_t cols, const int64_t *idx, const int64_t *off, size_t nnz, size_t bags,
  *                const float *grad)
  *   psb_dense_sgd(float *table, const float *gsum, size_t n, float lr)
+ *   psb_fold_narrow_out(int op, int bf, uint16_t *out, const float *acc, const uint16_t *src, size_t n, float s)
+ *       out[i] = cumath_fold_narrow_out(op == PSB_FOLD_ADD_SCALE, acc[i], src[i], s, bf): op is
+ *       PSB_FOLD_ADD_SCALE or PSB_FOLD_COPY_SCALE, bf 1 for bf16, 0 for fp16 (a narrow push's last fold)
  * (the last three, in that order, are a dense embedding step: JOB_DENSE_SGD) */
 /* Each kernel, named once: PSB_K_<ID> is its index in the host's table
  * (kernels_host.c: psb_kernels, a row per entry, its host functions
  * <name>_run and <name>_args), <name> its symbol in the fatbin. */
-#define PSB_KERNELS(X)                                                                                            \
-    X(PSB_K_FOLD, psb_fold)                                                                                       \
-    X(PSB_K_SUM_SCALE, psb_sum_scale)                                                                             \
-    X(PSB_K_SGD, psb_sgd)                                                                                         \
-    X(PSB_K_GATHER, psb_gather)                                                                                   \
-    X(PSB_K_SCATTER_SGD, psb_scatter_sgd)                                                                         \
-    X(PSB_K_FOLD_BATCH, psb_fold_batch)                                                                           \
-    X(PSB_K_ZERO, psb_zero)                                                                                       \
-    X(PSB_K_BAG_GRAD, psb_bag_grad)                                                                               \
-    X(PSB_K_DENSE_SGD, psb_dense_sgd)
+#define PSB_KERNELS(X)                                                                                                 \
+    X(PSB_K_FOLD, psb_fold)                                                                                            \
+    X(PSB_K_SUM_SCALE, psb_sum_scale)                                                                                  \
+    X(PSB_K_SGD, psb_sgd)                                                                                              \
+    X(PSB_K_GATHER, psb_gather)                                                                                        \
+    X(PSB_K_SCATTER_SGD, psb_scatter_sgd)                                                                              \
+    X(PSB_K_FOLD_BATCH, psb_fold_batch)                                                                                \
+    X(PSB_K_ZERO, psb_zero)                                                                                            \
+    X(PSB_K_BAG_GRAD, psb_bag_grad)                                                                                    \
+    X(PSB_K_DENSE_SGD, psb_dense_sgd)                                                                                  \
+    X(PSB_K_FOLD_NARROW_OUT, psb_fold_narrow_out)
 #define PSB_K_ENUM(ID, name) ID,
 enum { PSB_KERNELS(PSB_K_ENUM) PSB_K_COUNT };
 #undef PSB_K_ENUM

@@ -178,6 +178,22 @@ static size_t psb_dense_sgd_args(const void *launch, void **a)
     return CUGPU_ARGS(a, l->u.dense.n / 4 + 1, &l->u.dense.table, &l->u.dense.gsum, &l->u.dense.n, &l->u.dense.lr);
 }
 
+static void psb_fold_narrow_out_run(const void *launch)
+{
+    const psb_launch *l = launch;
+    const int add = l->u.narrow.op == PSB_FOLD_ADD_SCALE;
+    for (size_t i = 0; i < l->u.narrow.n; i++)
+        l->u.narrow.out[i] =
+            cumath_fold_narrow_out(add, l->u.narrow.acc[i], l->u.narrow.src[i], l->u.narrow.s, l->u.narrow.bf);
+}
+
+static size_t psb_fold_narrow_out_args(const void *launch, void **a)
+{
+    const psb_launch *l = launch;
+    return CUGPU_ARGS(a, l->u.narrow.n, &l->u.narrow.op, &l->u.narrow.bf, &l->u.narrow.out, &l->u.narrow.acc,
+                      &l->u.narrow.src, &l->u.narrow.n, &l->u.narrow.s);
+}
+
 static const cugpu_kernel kh_table[PSB_K_COUNT] = {PSB_KERNELS(CUGPU_KERNEL_ROW)};
 
 const cugpu_kernels psb_kernels = {

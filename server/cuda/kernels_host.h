@@ -59,6 +59,14 @@ typedef struct psb_launch {
             size_t n;
             float lr;          /* dense_sgd */
         } dense;
+        struct {
+            int op, bf; /* PSB_FOLD_ADD_SCALE or PSB_FOLD_COPY_SCALE; bf16 or fp16 */
+            uint16_t *out;
+            const float *acc;
+            const uint16_t *src;
+            size_t n;
+            float s;
+        } narrow;
     } u;
 } psb_launch;
 

@@ -26,11 +26,16 @@ batched_powerSGD_hook over Gloo (fp16 and bf16 over NCCL too).
   bytes per step half of fp32's.
 - CUDA trainers on the fake GPU with rpc_hook and bf16 (from host
   memory: no CUDA IPC) end with the CPU trainers' parameters, bit for bit.
+- CUDA servers (the fake GPU) take narrow pushes, kinds average and
+  average-batch, from CPU and CUDA trainers, over TCP and shared memory
+  (auto: shared memory, never CUDA IPC): the CPU servers' parameters,
+  bit for bit.
 - The Synthetic model with fp16 and bf16 (TCP, shared memory, 1 and 2
   servers): its trainers' bit-for-bit check of every narrow mean passes.
 - The protocol by hand (a standalone server, raw clients): the welcome
   echoes the hello's dtype; f16 and bf16 pushes answered in their type
-  with the mean of the widened pushes, narrowed; a narrow push on a
+  with the mean of the widened pushes, narrowed (by a CPU and a CUDA
+  server); a narrow push on a
   connection whose hello did not announce it, or a mixed (batch, bucket),
   refused; a batch-update server refuses a hello that announces one.
 - A trainer whose server welcomes it without the echo (a fake server:
@@ -41,8 +46,7 @@ batched_powerSGD_hook over Gloo (fp16 and bf16 over NCCL too).
   say compress and PyTorch's hook name (none: neither key); powersgd is
   refused naming the flag.
 - Refusals, one line, exit 2: --compress fp16 with sparse_rpc_hook, with
-  a sparse Synthetic model, with a batch-update job, with CUDA servers; an
-  unknown value.
+  a sparse Synthetic model, with a batch-update job; an unknown value.
 - PowerSGD (--compress powersgd:4 --powersgd-start-iter 2): both trainers
   bit-identical; the loss finite and within 2% of fp32's, the parameters
   within a relative distance of 0.01 of fp32's (0.002 here) and not equal
@@ -385,24 +389,71 @@ class Compress(psb.PsbTestCase):
             digests[device] = got.pop()
         self.assertEqual(digests["fake-cuda"], digests["cpu"])
 
+    def test_cuda_server_narrow_pushes(self):
+        """CUDA servers (the fake GPU: its kernels' arithmetic is the cpu
+        device's, bit for bit) take narrow pushes: the last fold of each
+        element widens, folds and narrows on the GPU (psb_fold_narrow_out),
+        average-batch's stored pushes are widened as they come. Kind
+        average and average-batch, CPU and CUDA trainers, TCP and shared
+        memory (and, for CUDA trainers on a CUDA server, the transport
+        `auto` picks: shared memory, not CUDA IPC, since narrow buckets
+        leave from host memory): every run ends with the parameters of the
+        same job on CPU servers, bit for bit, in the push's type."""
+        want = {}
+        runs = [("bf16", "cpu", "cpu", "tcp", None), ("bf16", "cpu", "fake-cuda", "tcp", None),
+                ("bf16", "fake-cuda", "fake-cuda", "auto", None), ("fp16", "cpu", "cpu", "shm", "batch"),
+                ("fp16", "cpu", "fake-cuda", "shm", "batch"), ("fp16", "fake-cuda", "fake-cuda", "tcp", "batch")]
+        for c, tdev, sdev, transport, kind in runs:
+            tag = "cudasrv-%s-%s-%s-%s-%s" % (c, tdev, sdev, transport, kind)
+            out = os.path.join(self.reg.workdir, "out-" + tag)
+            cuda_t, cuda_s = tdev != "cpu", sdev != "cpu"
+            extra = ["--server", "AverageBatchParameterServer"] if kind else []
+            m = self.master("--model", "Tiny", "--ddp-hook", "rpc_hook", "--placement", "shard",
+                            "--nserver", "0" if cuda_s else "1", "--ncudaserver", "1" if cuda_s else "0",
+                            "--ntrainer", "0" if cuda_t else "2", "--ncudatrainer", "2" if cuda_t else "0",
+                            "--epochs", "2", "--batch-size", "5", "--compress", c, *extra, out=out)
+            for r in range(2):
+                self.node(m, "psbench-trainer", tdev, "trainer%d-%s" % (r, tag), extra=("--transport", transport))
+            self.node(m, "psbench-server", sdev, "server-" + tag, extra=("--transport", transport))
+            res = self.results(out, m)
+            self.assertEqual(res["phase"], "done", tag)
+            got = {t["final_params_sha256"] for t in res["trainers"]}
+            self.assertEqual(len(got), 1, (tag, res["trainers"]))
+            for t in res["trainers"]:
+                self.assertEqual(t["compress"], c, tag)
+                for b in t["buckets"]["rebuilt"]:
+                    self.assertEqual(b["element_bytes"], 2, (tag, b))
+                # narrow buckets leave from host memory: never by CUDA IPC
+                want_link = ("shm" if transport == "auto" else transport, False)
+                self.assertEqual([(l["transport"], l["cuda_ipc"]) for l in t["links"]], [want_link], tag)
+            key = (c, kind)
+            if key not in want:
+                self.assertEqual((tdev, sdev), ("cpu", "cpu"), tag)  # the reference comes first
+                want[key] = got.pop()
+            else:
+                self.assertEqual(got.pop(), want[key], "%s: not the CPU server's parameters" % tag)
+
     def test_synthetic_narrow_pushes(self):
         """The Synthetic model with --compress: its trainers check every
         element of every narrow mean bit for bit against what they predict
         (a mismatch fails the run), over TCP and shared memory, 2 servers
-        (shard) for one of them; bf16 rounds its ramp's larger values, so
-        the bf16 check is not the f32 one's."""
-        for c, transport, ns in (("bf16", "tcp", 1), ("bf16", "shm", 2), ("fp16", "shm", 1)):
-            tag = "syn-%s-%s" % (c, transport)
+        (shard) for one of them, and a CUDA server (the fake GPU's) for
+        one; bf16 rounds its ramp's larger values, so the bf16 check is not
+        the f32 one's."""
+        for c, transport, ns, sdev in (("bf16", "tcp", 1, "cpu"), ("bf16", "shm", 2, "cpu"),
+                                       ("fp16", "shm", 1, "cpu"), ("fp16", "tcp", 1, "fake-cuda")):
+            tag = "syn-%s-%s-%s" % (c, transport, sdev)
             out = os.path.join(self.reg.workdir, "out-" + tag)
-            extra = ["--placement", "shard"] if ns > 1 else []
-            m = self.master("--model", "Syn", "--nserver", str(ns), "--ntrainer", "2", "--epochs", "2",
+            cuda_s = sdev != "cpu"
+            extra = ["--placement", "shard"] if ns > 1 or cuda_s else []
+            m = self.master("--model", "Syn", "--nserver", "0" if cuda_s else str(ns), "--ncudaserver",
+                            str(ns) if cuda_s else "0", "--ntrainer", "2", "--epochs", "2",
                             "--batch-size", "5", "--compress", c, *extra, out=out)
             for r in range(2):
                 self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r),
                                 "--transport", transport], name="trainer%d-%s" % (r, tag))
             for k in range(ns):
-                self.reg.start([psb.bin_path("psbench-server"), "--master", m.ctl, "--transport", transport],
-                               name="server%d-%s" % (k, tag))
+                self.node(m, "psbench-server", sdev, "server%d-%s" % (k, tag), extra=("--transport", transport))
             res = self.results(out, m)
             self.assertEqual(res["phase"], "done", tag)
             for t in res["trainers"]:
@@ -447,21 +498,27 @@ class Compress(psb.PsbTestCase):
         a.close()
         b.close()
         srv.terminate_and_wait()
-        # Two trainers announcing f16 and bf16 on one server: each bucket in its own type,
-        # answered in that type, the mean of the widened pushes narrowed.
-        srv = self.reg.server(trainers=2)
-        a, b = self.client(srv), self.client(srv)
-        self.assertEqual(self.hello_ok(a, 0, extra={"dtype": "f16"}).get("dtype"), "f16")
-        self.assertEqual(self.hello_ok(b, 1, extra={"dtype": "f16"}).get("dtype"), "f16")
+        # Two trainers announcing f16 on one server, a CPU one and a CUDA one
+        # (the fake GPU's: the last fold narrows on its GPU): answered in
+        # that type, the mean of the widened pushes narrowed.
         va, vb = [1.0, 2.0, -3.0, 0.5, 7.0], [3.0, 2.0, 1.0, 0.25, 8.0]
-        for c, v in ((a, va), (b, vb)):
-            c.send_frame({"type": "push", "batch": 0, "bucket": 0, "dtype": "f16", "layout": "dense", "count": 5},
-                         self.narrow_payload("f16", v))
-        want = self.narrow_payload("f16", [(x + y) * 0.5 for x, y in zip(va, vb)])
-        for c in (a, b):
-            h, p = c.recv_frame()
-            self.assertEqual((h.get("type"), h.get("dtype"), h.get("count")), ("result", "f16", 5), h)
-            self.assertEqual(p, want)
+        for device in ("fake-cuda", "cpu"):
+            srv = self.reg.server(trainers=2, extra=["--device", device])
+            a, b = self.client(srv), self.client(srv)
+            self.assertEqual(self.hello_ok(a, 0, extra={"dtype": "f16"}).get("dtype"), "f16")
+            self.assertEqual(self.hello_ok(b, 1, extra={"dtype": "f16"}).get("dtype"), "f16")
+            for c, v in ((a, va), (b, vb)):
+                c.send_frame({"type": "push", "batch": 0, "bucket": 0, "dtype": "f16", "layout": "dense",
+                              "count": 5}, self.narrow_payload("f16", v))
+            want = self.narrow_payload("f16", [(x + y) * 0.5 for x, y in zip(va, vb)])
+            for c in (a, b):
+                h, p = c.recv_frame()
+                self.assertEqual((h.get("type"), h.get("dtype"), h.get("count")), ("result", "f16", 5), (device, h))
+                self.assertEqual(p, want, device)
+            if device != "cpu":
+                a.close()
+                b.close()
+                srv.terminate_and_wait()
         # A wrong payload size for the narrow type: bad_frame (count x 2 bytes).
         a.send_frame({"type": "push", "batch": 1, "bucket": 0, "dtype": "f16", "layout": "dense", "count": 5},
                      self.narrow_payload("f16", va) + b"\0\0")
@@ -474,13 +531,9 @@ class Compress(psb.PsbTestCase):
         self.assertEqual((h.get("type"), h.get("code")), ("error", "unsupported"), h)
         self.assertIn("does not take bf16 pushes", h.get("message"))
         srv.terminate_and_wait()
-        # A CUDA server (the fake GPU) folds f32 only so far: refused the same way.
-        srv = self.reg.server(trainers=1, extra=["--device", "fake-cuda"])
-        c = self.client(srv)
-        h, _ = c.hello(0, extra={"dtype": "f16"})
-        self.assertEqual((h.get("type"), h.get("code")), ("error", "unsupported"), h)
-        self.assertIn("--compress fp16: a CUDA server does not take narrow pushes yet", h.get("message"))
         # A name that is no type.
+        srv = self.reg.server(trainers=1)
+        c = self.client(srv)
         h, _ = c.hello(0, extra={"dtype": "f64"})
         self.assertEqual((h.get("type"), h.get("code")), ("error", "unsupported"), h)
         self.assertIn("hello dtype 'f64' is not f32, f16 or bf16", h.get("message"))
@@ -538,10 +591,6 @@ class Compress(psb.PsbTestCase):
         self.assertIn("sparse_rpc_hook", line)
         line = self.compress_refusal("--model", "SynSparse", "--compress", "fp16")
         self.assertIn("(Synthetic) pushes sparse buckets, which stay fp32", line)
-        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "rpc_hook", "--nserver", "0",
-                                     "--ncudaserver", "1", "--ntrainer", "0", "--ncudatrainer", "2",
-                                     "--compress", "bf16")
-        self.assertIn("--compress bf16: a CUDA server does not take narrow pushes yet", line)
         line = self.compress_refusal("--model", "Lin", "--server", "BatchUpdateParameterServer", "--trainer",
                                      "BatchUpdateTrainer", "--compress", "fp16")
         self.assertIn("--compress fp16: trainer 'BatchUpdateTrainer' (BatchUpdateTrainer) has no \"compress\"", line)

@@ -17,6 +17,9 @@
  *    reset under its emit, a recv_done that matches no area, buffers left
  *    at destroy. A child doing the same steps rightly exits 0, so the
  *    harness itself can fail;
+ *  - a narrow push's last fold (device_fold_narrow_out) on every device,
+ *    against reduce.c's loops and half.c's conversions, with a small fold
+ *    pending before it;
  *  - the cuda device (server/cuda/device_cuda.c) on the fake GPU: every job
  *    above with the same bits; completions delivered later by the event
  *    loop, in submission order, with a GPU time; a drain with work in
@@ -553,6 +556,76 @@ static void test_breaches_caught(void **state)
     expect_caught(breach_left_at_destroy, "destroyed with 1 buffer(s) or accumulator(s) not freed");
 }
 
+/* ---- narrow pushes' last fold (--compress fp16|bf16) ------------------------ */
+
+/* device_fold_narrow_out on device `name`: an accumulator with a small
+ * f32 fold still pending into it (batched on the cuda device: it must land
+ * first), then the last fold of a narrow push, ADD_SCALE on the first
+ * part, COPY_SCALE on the rest, bigger than the cuda device's staging
+ * chunks; the answer read back through to_host, against reduce.c's loops
+ * and half.c's conversions; the accumulator is left as it was. */
+static void check_narrow_out(const char *name)
+{
+    fixture x;
+    dev_open(&x, name);
+    enum { N = (4 << 20) / 2 + 1001, K = 777 };
+    float *acc = malloc(N * sizeof *acc), *wide = malloc(N * sizeof *wide);
+    uint16_t *push = malloc(N * sizeof *push), *want = malloc(N * sizeof *want);
+    assert_true(acc && wide && push && want);
+    for (size_t i = 0; i < N; i++)
+        acc[i] = val(i, 1);
+    float bump[8];
+    for (size_t i = 0; i < 8; i++)
+        bump[i] = val(i, 9);
+    for (int bf = 0; bf <= 1; bf++) {
+        half_type t = bf ? HALF_BF16 : HALF_FP16;
+        for (size_t i = 0; i < N; i++)
+            wide[i] = val(i, 2 + (unsigned)bf) * 3.0f;
+        half_narrow(t, push, wide, N);
+        devbuf *a = buf_of(&x, acc, N), *out = device_buf_new(x.dev, N * 2);
+        assert_non_null(out);
+        device_fold(x.dev, FOLD_ADD, a, 3, (const uint8_t *)bump, 8, 0); /* small: batched on cuda */
+        const float s = 1.0f / 3.0f;
+        device_fold_narrow_out(x.dev, FOLD_ADD_SCALE, a, out, 0, (const uint8_t *)push, K, s, t);
+        device_fold_narrow_out(x.dev, FOLD_COPY_SCALE, a, out, K, (const uint8_t *)(push + K), N - K, s, t);
+        /* the cpu's: the push widened, reduce.c's fold, narrowed */
+        float *ref = malloc(N * sizeof *ref);
+        assert_non_null(ref);
+        memcpy(ref, acc, N * sizeof *ref);
+        reduce_add_f32(ref + 3, (const uint8_t *)bump, 8);
+        float *w = malloc(N * sizeof *w);
+        assert_non_null(w);
+        half_widen(t, w, push, N);
+        reduce_add_scale_f32(ref, (const uint8_t *)w, K, s);
+        reduce_copy_scale_f32(ref + K, (const uint8_t *)(w + K), N - K, s);
+        half_narrow(t, want, ref, N);
+        const uint16_t *got = (const uint16_t *)(const void *)read_back(&x, out);
+        for (size_t i = 0; i < N; i++)
+            if (got[i] != want[i])
+                fail_msg("%s %s [%zu]: 0x%04X, want 0x%04X", name, bf ? "bf16" : "fp16", i, got[i], want[i]);
+        /* acc: read, not written (but the small fold) */
+        memcpy(ref, acc, N * sizeof *ref);
+        reduce_add_f32(ref + 3, (const uint8_t *)bump, 8);
+        assert_memory_equal(read_back(&x, a), ref, N * sizeof *ref);
+        free(ref);
+        free(w);
+        device_buf_free(x.dev, a);
+        device_buf_free(x.dev, out);
+    }
+    free(acc);
+    free(wide);
+    free(push);
+    free(want);
+    devfx_close(&x);
+}
+
+static void test_narrow_out_cpu(void **state)
+{
+    (void)state;
+    check_narrow_out("cpu");
+    check_narrow_out("test");
+}
+
 /* ---- the cuda device (fake GPU; a real one with PSBENCH_CUDA_DEVICE=cuda) -------- */
 
 /* "fake-cuda", or "cuda" for the gpu-labelled run. */
@@ -566,6 +639,13 @@ static void test_jobs_cuda(void **state)
 {
     (void)state;
     check_jobs(cuda_name());
+}
+
+/* psb_fold_narrow_out on the cuda device: the cpu's bits. */
+static void test_cuda_narrow_out(void **state)
+{
+    (void)state;
+    check_narrow_out(cuda_name());
 }
 
 enum { NJOBS = 24 };
@@ -963,13 +1043,10 @@ static void test_cuda_out_of_memory(void **state)
 int main(void)
 {
     const struct CMUnitTest cuda_tests[] = {
-        cmocka_unit_test(test_jobs_cuda),
-        cmocka_unit_test(test_cuda_completion),
-        cmocka_unit_test(test_cuda_big_buffers),
-        cmocka_unit_test(test_cuda_small_batches),
-        cmocka_unit_test(test_cuda_failure),
-        cmocka_unit_test(test_cuda_out_of_memory),
-        cmocka_unit_test(test_cuda_peers),
+        cmocka_unit_test(test_jobs_cuda),          cmocka_unit_test(test_cuda_narrow_out),
+        cmocka_unit_test(test_cuda_completion),    cmocka_unit_test(test_cuda_big_buffers),
+        cmocka_unit_test(test_cuda_small_batches), cmocka_unit_test(test_cuda_failure),
+        cmocka_unit_test(test_cuda_out_of_memory), cmocka_unit_test(test_cuda_peers),
     };
     if (strcmp(cuda_name(), "fake-cuda") != 0) {
         /* The gpu-labelled run: the cuda tests only, on a GPU that answers. */
@@ -987,6 +1064,7 @@ int main(void)
         cmocka_unit_test(test_test_device_recv_areas),
         cmocka_unit_test(test_jobs_cpu),
         cmocka_unit_test(test_jobs_test_device),
+        cmocka_unit_test(test_narrow_out_cpu),
         cmocka_unit_test(test_breaches_caught),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

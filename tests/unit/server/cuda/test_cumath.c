@@ -2,7 +2,8 @@
  * cumath.h), run on the host, against the cpu device's loops
  * (server/reduce.c): the same bits for every element, on both of reduce's
  * loop widths. That is what lets a CUDA server's means, SGD steps and
- * embedding rows equal a CPU server's. Runs everywhere: no GPU, no CUDA. */
+ * embedding rows equal a CPU server's, and its narrow answers (--compress)
+ * a CPU server's. Runs everywhere: no GPU, no CUDA. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include "server/cuda/cumath.h"
 #include "server/cuda/kernels.h"
 #include "server/reduce.h"
+#include "shared/half.h"
 #include "shared/rng.h"
 
 #define N 4099 /* not a multiple of any vector width */
@@ -82,6 +84,56 @@ static void test_folds(void **state)
     free(x);
     free(cpu);
     free(gpu);
+}
+
+/* psb_fold_narrow_out's per-element arithmetic (a narrow push's last fold
+ * on a CUDA server) against the cpu device's: the push widened by half.c
+ * (its vector path), folded by reduce.c's loops, narrowed by half.c — for
+ * every 16-bit pattern as the push, fp16 and bf16, both ops, on both
+ * of reduce's loop widths. NaN pushes are left out: half.h keeps their
+ * payload bits per path. */
+static void test_fold_narrow_out(void **state)
+{
+    (void)state;
+    enum { M = 65536 };
+    float *acc = malloc(M * sizeof *acc), *wide = malloc(M * sizeof *wide), *folded = malloc(M * sizeof *folded);
+    uint16_t *x = malloc(M * sizeof *x), *cpu = malloc(M * sizeof *cpu);
+    fill_hard(acc, N, 3);
+    for (size_t i = N; i < M; i++)
+        acc[i] = acc[i % N] * (float)(i % 5);
+    const float s = 1.0f / 3.0f;
+    for (int wide_loops = 0; wide_loops <= 1; wide_loops++) {
+        reduce_use_wide(wide_loops);
+        for (int bf = 0; bf <= 1; bf++) {
+            half_type t = bf ? HALF_BF16 : HALF_FP16;
+            for (size_t i = 0; i < M; i++)
+                x[i] = (uint16_t)i;
+            for (int add = 0; add <= 1; add++) {
+                half_widen(t, wide, x, M);
+                if (add) {
+                    memcpy(folded, acc, M * sizeof *folded);
+                    reduce_add_scale_f32(folded, (const uint8_t *)wide, M, s);
+                } else {
+                    reduce_copy_scale_f32(folded, (const uint8_t *)wide, M, s);
+                }
+                half_narrow(t, cpu, folded, M);
+                for (size_t i = 0; i < M; i++) {
+                    if (isnan(he_widen(bf, x[i])))
+                        continue;
+                    uint16_t g = cumath_fold_narrow_out(add, acc[i], x[i], s, bf);
+                    if (g != cpu[i])
+                        fail_msg("%s %s push 0x%04zX: 0x%04X (kernel arithmetic), 0x%04X (cpu)", bf ? "bf16" : "fp16",
+                                 add ? "add-scale" : "copy-scale", i, g, cpu[i]);
+                }
+            }
+        }
+    }
+    reduce_use_wide(-1);
+    free(acc);
+    free(wide);
+    free(folded);
+    free(x);
+    free(cpu);
 }
 
 /* psb_sum_scale's per element order (sources in order, then the scale)
@@ -208,11 +260,9 @@ static void test_detects_fusion(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_folds),
-        cmocka_unit_test(test_sum_scale),
-        cmocka_unit_test(test_sgd),
-        cmocka_unit_test(test_bags),
-        cmocka_unit_test(test_detects_fusion),
+        cmocka_unit_test(test_folds),     cmocka_unit_test(test_fold_narrow_out),
+        cmocka_unit_test(test_sum_scale), cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_bags),      cmocka_unit_test(test_detects_fusion),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,8 @@
  * (cugpu_kernels, made from each role's kernel list): every row whole
  * (a kernel has a name, host loops and arguments; a library call has no
  * name and no arguments), no name twice, a fatbin (its magic, its
- * alignment) naming every kernel; and, where a GPU answers, loaded by the
+ * alignment) naming every kernel (the trainer's collectives' kernels too,
+ * which are not rows); and, where a GPU answers, loaded by the
  * CUDA runtime (cudaLibraryLoadData) with every kernel found by name.
  * Without a GPU that part skips, saying why. */
 #include <setjmp.h>
@@ -95,6 +96,10 @@ static void test_args_point_into_the_launch(void **state)
     assert_int_equal(cugpu_launch_kernel(&t), TRK_K_ZERO);
 }
 
+/* Launched by the nccl collectives by name, not through the table
+ * (trainer/cuda/kernels.h). */
+static const char *const coll_kernels[] = {TRK_COLL_NARROW_MUL, TRK_COLL_WIDEN};
+
 static void test_fatbin_shape(void **state)
 {
     (void)state;
@@ -110,6 +115,10 @@ static void test_fatbin_shape(void **state)
             if (roles[r].k->table[i].name && !contains(fb, size, roles[r].k->table[i].name))
                 fail_msg("the fatbin of %s names no %s", roles[r].k->what, roles[r].k->table[i].name);
     }
+    /* The trainer's collectives' kernels, in its fatbin but not its table. */
+    for (size_t i = 0; i < sizeof coll_kernels / sizeof *coll_kernels; i++)
+        if (!contains(trk_kernels_fatbin, (size_t)trk_kernels_fatbin_size, coll_kernels[i]))
+            fail_msg("the trainer's fatbin names no %s", coll_kernels[i]);
 }
 
 static void test_fatbin_loads(void **state)
@@ -134,6 +143,13 @@ static void test_fatbin_loads(void **state)
             e = rt->cudaLibraryGetKernel(&kern, lib, name);
             if (e != cudaSuccess || !kern)
                 fail_msg("cudaLibraryGetKernel(%s): %s", name, rt->cudaGetErrorString(e));
+        }
+        for (size_t i = 0; roles[r].fatbin == trk_kernels_fatbin && i < sizeof coll_kernels / sizeof *coll_kernels;
+             i++) {
+            cudaKernel_t kern = NULL;
+            e = rt->cudaLibraryGetKernel(&kern, lib, coll_kernels[i]);
+            if (e != cudaSuccess || !kern)
+                fail_msg("cudaLibraryGetKernel(%s): %s", coll_kernels[i], rt->cudaGetErrorString(e));
         }
         assert_int_equal(rt->cudaLibraryUnload(lib), cudaSuccess);
     }
