@@ -217,7 +217,8 @@ static int check_seed_placement(const run_config *c, char *err, size_t errlen)
 }
 
 /* --compress powersgd: PyTorch's powerSGD_hook / batched_powerSGD_hook run
- * by allreduce_hook on gloo, CPU trainers, a DummyModel (its tensors are
+ * by allreduce_hook on gloo (CPU trainers, and CUDA trainers' buckets
+ * staged through host memory), a DummyModel (its tensors are
  * what it factors). A run whose timed pass is no longer than
  * start_powerSGD_iter never compresses: said once, not refused (PyTorch's
  * default is 1000 steps of plain allreduce). */
@@ -247,11 +248,11 @@ static int check_powersgd(const run_config *c, uint64_t tcount, char *err, size_
                    c->resolved.trainer.id, hook ? hook : "no communication hook");
         return -1;
     }
-    if (c->ncudatrainer > 0) {
+    if (c->ncudatrainer > 0 && strcmp(c->backend, "gloo") != 0) {
         errbuf_set(err, errlen,
-                   "--compress powersgd: CUDA trainers are not supported yet (%u of the %llu trainers); PowerSGD "
-                   "runs on CPU trainers over gloo (--ntrainer)",
-                   c->ncudatrainer, (unsigned long long)tcount);
+                   "--compress powersgd: CUDA trainers on %s are not supported yet (%u of the %llu trainers); "
+                   "PowerSGD runs over gloo (--backend gloo: a CUDA trainer's buckets staged through host memory)",
+                   c->backend, c->ncudatrainer, (unsigned long long)tcount);
         return -1;
     }
     psgd_conf p;

@@ -18,7 +18,7 @@
  *           bucket; half the bytes on the wire; on an NCCL group the
  *           three run on the GPU (coll_allreduce_compress_device), the
  *           division as ATen's CUDA kernel makes it (times 1/N);
- *           with --compress powersgd (Gloo groups, CPU buckets), as
+ *           with --compress powersgd (Gloo groups: host buckets), as
  *           PyTorch's powerSGD_hook / batched_powerSGD_hook (powersgd.h:
  *           plain fp32 allreduces until start_powerSGD_iter, then low-rank
  *           P and Q factors), its state reset between passes (hook_reset);
@@ -376,7 +376,7 @@ hook *hook_allreduce_new(const char *name, coll *group, half_type compress, cons
     if (powersgd && coll_on_device(group)) {
         snprintf(err, errlen,
                  "--compress powersgd: %s on %s does not compress yet; PowerSGD runs on gloo "
-                 "(--backend gloo, CPU trainers) or not at all (--compress none)",
+                 "(--backend gloo: host buckets) or not at all (--compress none)",
                  name, coll_backend(group));
         coll_free(group);
         return NULL;

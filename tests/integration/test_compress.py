@@ -276,6 +276,34 @@ class Compress(psb.PsbTestCase):
         self.assertIn("--compress powersgd: start_powerSGD_iter 1000 >= the run's ", warn[0])
         self.assertIn("steps: it never compresses", warn[0])
 
+    def test_powersgd_cuda_trainers_on_gloo(self):
+        """CUDA trainers (the fake GPU) on Gloo: their buckets are staged
+        through host memory, where PowerSGD factors them as a CPU
+        trainer's; layer-wise and batched, the CPU trainers' parameters bit
+        for bit, and the same PowerSGD report."""
+        for batched in (False, True):
+            digests, reports = {}, {}
+            for device in ("cpu", "fake-cuda"):
+                tag = "psgd-%s-%s" % (device, "batched" if batched else "layer")
+                out = os.path.join(self.reg.workdir, "out-" + tag)
+                cuda = device != "cpu"
+                m = self.master("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
+                                "--ntrainer", "0" if cuda else "2", "--ncudatrainer", "2" if cuda else "0",
+                                "--backend", "gloo", "--epochs", "2", "--batch-size", "5", "--compress",
+                                "powersgd:2", "--powersgd-start-iter", "2",
+                                *(["--powersgd-batched"] if batched else []), out=out)
+                for r in range(2):
+                    self.node(m, "psbench-trainer", device, "trainer%d-%s" % (r, tag))
+                res = self.results(out, m)
+                got = {t["final_params_sha256"] for t in res["trainers"]}
+                self.assertEqual(len(got), 1, (tag, res["trainers"]))
+                digests[device] = got.pop()
+                t = res["trainers"][0]
+                self.assertGreater(t["powersgd"]["compressed_steps"], 0, tag)
+                reports[device] = (t["comm_hook"], t["powersgd"], res["headline"]["trainers"][0]["bytes_per_step"])
+            self.assertEqual(digests["fake-cuda"], digests["cpu"], batched)
+            self.assertEqual(reports["fake-cuda"], reports["cpu"], batched)
+
     def test_powersgd_sparse_model(self):
         """A sparse embedding's bucket (the step's last: the dense layer
         fills a first bucket of 0.01 MiB before it) stays fp32; the
@@ -310,9 +338,9 @@ class Compress(psb.PsbTestCase):
         line = self.compress_refusal("--model", "Syn", "--compress", "powersgd")
         self.assertIn("(Synthetic) pushes fp32 buckets to the servers and has no tensors to factor", line)
         line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
-                                     "--ntrainer", "0", "--ncudatrainer", "2", "--backend", "gloo",
+                                     "--ntrainer", "0", "--ncudatrainer", "2", "--backend", "nccl",
                                      "--compress", "powersgd")
-        self.assertIn("--compress powersgd: CUDA trainers are not supported yet", line)
+        self.assertIn("--compress powersgd: CUDA trainers on nccl are not supported yet", line)
         line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
                                      "--compress", "powersgd", "--powersgd-start-iter", "1")
         self.assertIn("\"start_powerSGD_iter\" must be > 1 with use_error_feedback on, got 1", line)
