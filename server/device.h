@@ -47,6 +47,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <assert.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -220,6 +221,10 @@ typedef struct device_ops {
      * (cuda: a kernel on its stream). */
     void (*fold_narrow_out)(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off,
                             const uint8_t *src, size_t n, float s, half_type t);
+    /* NULL, or device_fold_narrow_pair (below); a device has both or
+     * neither. */
+    void (*fold_narrow_pair)(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out, uint64_t elem_off,
+                             const uint8_t *src, size_t n, float s, half_type t);
     devsparse *(*sparse_new)(device *d);
     void (*sparse_free)(device *d, devsparse *s);
     void (*sparse_reset)(device *d, devsparse *s, uint64_t rows, uint64_t cols);
@@ -376,11 +381,36 @@ static inline void device_fold(device *d, device_fold_op op, devbuf *acc, uint64
  * written. One pass where a fold and a narrowing of the mean would take
  * two over the accumulator. Only on devices that have it (kinds take
  * narrow pushes only there: the server asks device_takes_narrow). */
-static inline bool device_takes_narrow(const device *d) { return d->ops->fold_narrow_out != NULL; }
+static inline bool device_takes_narrow(const device *d)
+{
+    assert((d->ops->fold_narrow_out != NULL) == (d->ops->fold_narrow_pair != NULL));
+    return d->ops->fold_narrow_out != NULL;
+}
 static inline void device_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off,
                                           const uint8_t *src, size_t n, float s, half_type t)
 {
     d->ops->fold_narrow_out(d, op, acc, out, elem_off, src, n, s, t);
+}
+
+/* device_fold_narrow_pair: a narrow push's fold into elements that only
+ * one other push has reached so far, whose values were kept as they came
+ * (stash: 16-bit values of type t, element i at byte 2i) rather than
+ * widened into the accumulator: for i in [elem_off, elem_off + n), with a
+ * = stash's element widened and x src's (n 16-bit values, any alignment,
+ * valid during the call),
+ *   FOLD_ADD        acc's float i = a + x (acc's first write there);
+ *   FOLD_ADD_SCALE  out's 16-bit element i = narrow((a + x) * s), acc
+ *                   neither read nor written (it may be NULL): the mean of
+ *                   two pushes, complete;
+ * each operation rounded as device_fold's, so the bits are those of a
+ * FOLD_COPY of the widened stash followed by that fold (and, for the
+ * second, device_fold_narrow_out). Why: the first push of a narrow future
+ * is then received as it is (2 bytes an element, no widening), and with
+ * two trainers no f32 accumulator is touched at all. */
+static inline void device_fold_narrow_pair(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out,
+                                           uint64_t elem_off, const uint8_t *src, size_t n, float s, half_type t)
+{
+    d->ops->fold_narrow_pair(d, op, stash, acc, out, elem_off, src, n, s, t);
 }
 
 /* device_fold_from: as device_fold, from src advanced by skip bytes (a

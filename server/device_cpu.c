@@ -61,6 +61,13 @@ static void cpu_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbu
     device_host_fold_narrow_out(op, acc, out, elem_off, src, n, s, t);
 }
 
+static void cpu_fold_narrow_pair(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out,
+                                 uint64_t elem_off, const uint8_t *src, size_t n, float s, half_type t)
+{
+    (void)d;
+    device_host_fold_narrow_pair(op, stash, acc, out, elem_off, src, n, s, t);
+}
+
 static devsparse *cpu_sparse_new(device *d)
 {
     (void)d;
@@ -126,6 +133,7 @@ static const device_ops cpu_ops = {
     .recv_done = cpu_recv_done,
     .fold = cpu_fold,
     .fold_narrow_out = cpu_fold_narrow_out,
+    .fold_narrow_pair = cpu_fold_narrow_pair,
     .sparse_new = cpu_sparse_new,
     .sparse_free = cpu_sparse_free,
     .sparse_reset = cpu_sparse_reset,

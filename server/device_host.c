@@ -117,6 +117,24 @@ void device_host_fold_narrow_out(device_fold_op op, devbuf *acc, devbuf *out, ui
     }
 }
 
+void device_host_fold_narrow_pair(device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out, uint64_t elem_off,
+                                  const uint8_t *src, size_t n, float s, half_type t)
+{
+    assert(op == FOLD_ADD || op == FOLD_ADD_SCALE);
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    assert((elem_off + n) * 2 <= stash->host->len);
+    const uint8_t *a = stash->host->data + elem_off * 2;
+    /* half.h's pair folds: reduce.c's add (the stash's copy and the add
+     * that would follow) and multiply, element for element, in one pass */
+    if (op == FOLD_ADD) {
+        assert((elem_off + n) * sizeof(float) <= acc->host->len);
+        half_pair_sum(t, (float *)(void *)acc->host->data + elem_off, a, src, n);
+    } else {
+        assert((elem_off + n) * 2 <= out->host->len);
+        half_pair_mean(t, (uint16_t *)(void *)out->host->data + elem_off, a, src, n, s);
+    }
+}
+
 void device_host_job_run(device_job *j)
 {
     switch (j->op) {

@@ -89,6 +89,10 @@ static inline void device_host_fold(device_fold_op op, devbuf *acc, uint64_t ele
  * narrowed into out. */
 void device_host_fold_narrow_out(device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, const uint8_t *src,
                                  size_t n, float s, half_type t);
+/* device_fold_narrow_pair on host memory (device.h): half_pair_sum and
+ * half_pair_mean (shared/half.h). */
+void device_host_fold_narrow_pair(device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out, uint64_t elem_off,
+                                  const uint8_t *src, size_t n, float s, half_type t);
 void device_host_job_run(device_job *j);
 
 /* Every devbuf a job names (to_host included), with whether the job

@@ -194,6 +194,19 @@ static void test_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devb
     device_host_fold_narrow_out(op, acc, out, elem_off, src, n, s, t);
 }
 
+static void test_fold_narrow_pair(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out,
+                                  uint64_t elem_off, const uint8_t *src, size_t n, float s, half_type t)
+{
+    test_area_end((test_device *)d);
+    test_check_idle(stash, "folding from");
+    devbuf *dst = op == FOLD_ADD ? acc : out;
+    test_check_idle(dst, "folding into");
+    if ((elem_off + n) * 2 > stash->host->len || (elem_off + n) * (op == FOLD_ADD ? 4 : 2) > dst->host->len)
+        test_fatal("a narrow pair fold past the end of its buffers");
+    dst->host_valid = false;
+    device_host_fold_narrow_pair(op, stash, acc, out, elem_off, src, n, s, t);
+}
+
 static void test_check_sparse(const devsparse *s, const char *what)
 {
     if (s->jobs)
@@ -419,6 +432,7 @@ static const device_ops test_ops = {
     .recv_done = test_recv_done,
     .fold = test_fold,
     .fold_narrow_out = test_fold_narrow_out,
+    .fold_narrow_pair = test_fold_narrow_pair,
     .sparse_new = test_sparse_new,
     .sparse_free = test_sparse_free,
     .sparse_reset = test_sparse_reset,

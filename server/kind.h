@@ -116,10 +116,10 @@ typedef struct kind kind;
 typedef struct kind_ops {
     const char *name;
     /* Takes dense pushes in f16 or bf16 (docs/protocol.md, "Narrow
-     * pushes"): widened into its f32 accumulation as they arrive, the f32
-     * mean narrowed once (kind_result_narrow) and answered in the push's
-     * type. A push's bytes then arrive 2 an element: offsets are the
-     * payload's, never direct (push_direct gives NULL and 0). */
+     * pushes"): folded in f32 as the widened values' f32 pushes would be,
+     * the f32 mean narrowed once and answered in the push's type. A
+     * push's bytes then arrive 2 an element: offsets are the payload's
+     * (kind average receives a first push's straight into its stash). */
     bool narrow;
     /* Kind-specific admission of a push header already checked for its
      * fields: the future key (*batch; bucket is the header's) and the

@@ -18,13 +18,18 @@
  * accumulator host-visible), so the answer leaves only once the device's
  * work on it is complete — on the cpu device, the accumulator's own bytes.
  *
- * Narrow pushes (f16, bf16) run the same dance with the accumulator's
- * offsets twice the payload's: each slice is widened as it is folded
- * (kind_fold_narrow; never received directly), so the accumulator holds
- * the same f32 sum as for f32 pushes of the widened values; the fold that
- * adds and scales (the last toucher) writes that f32 mean narrowed, once,
- * into the answer's own buffer (device_fold_narrow_out), never back into
- * the accumulator: one pass over it, not a fold and then a narrowing.
+ * Narrow pushes (f16, bf16) run the same dance one step later: the first
+ * push to reach an element keeps its 16 bits as they came, in a stash
+ * (received straight from the socket when it can: no widening); the
+ * second adds its value to the stash's, both widened, into the f32
+ * accumulator (device_fold_narrow_pair) — or, when it is also the last
+ * (two trainers), writes their mean narrowed into the answer's own buffer
+ * and no accumulator exists at all; a later one adds its widened value
+ * (kind_fold_narrow); the last toucher adds and scales and writes the
+ * mean narrowed, once, into the answer (device_fold_narrow_out), never
+ * back into the accumulator. The sums are the f32 path's of the widened
+ * values, in the same order, bit for bit: a stash widened is what a copy
+ * into the accumulator would have held.
  *
  * Sparse: rows are coalesced in a device sparse accumulator as they
  * arrive; resolving emits them (indices ascending, values scaled) on the
@@ -53,7 +58,9 @@ typedef struct avg_future {
     devsparse *sacc;     /* sparse: coalesced rows */
     devbuf *out;         /* sparse: the emitted result */
     devbuf *nout;        /* dense, narrow pushes: the answer, each element narrowed by the fold that completes
-                          * its mean (device_fold_narrow_out) */
+                          * its mean (device_fold_narrow_out, device_fold_narrow_pair) */
+    devbuf *stash;       /* dense, narrow pushes (2 trainers or more): each element's first push, as it came; acc
+                          * is NULL with exactly 2 (the pair's mean goes straight to nout) */
     device_job job;
     bool stays;          /* dense: the result stays on the device (kind_result_stays) */
     uint64_t frontier;   /* dense: [0, frontier) of acc is written */
@@ -99,10 +106,13 @@ static int avg_push_begin(kind *k, push_ctx *p)
         st->f = f;
         f->kstate = st;
         if (f->layout == LAYOUT_DENSE) {
-            st->acc = device_buf_new(k->dev, f->count * 4);
-            if (!st->acc)
+            bool narrow = f->dtype != HALF_FP32;
+            uint32_t ntr = k->cfg.trainers;
+            if ((!narrow || ntr != 2) && !(st->acc = device_buf_new(k->dev, f->count * 4)))
                 return -1;
-            if (f->dtype != HALF_FP32 && !(st->nout = device_buf_new(k->dev, f->count * 2)))
+            if (narrow && !(st->nout = device_buf_new(k->dev, f->count * 2)))
+                return -1;
+            if (narrow && ntr > 1 && !(st->stash = device_buf_new(k->dev, f->count * 2)))
                 return -1;
         } else {
             st->sacc = ak->nsspare ? ak->sspare[--ak->nsspare] : device_sparse_new(k->dev);
@@ -120,10 +130,17 @@ static uint8_t *avg_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
 {
     future *f = p->f;
     *max = 0;
-    if (f->layout != LAYOUT_DENSE || k->cfg.trainers == 1 || f->dtype != HALF_FP32)
-        return NULL; /* a lone trainer's push is also the last and is scaled; a
-                      * narrow one is widened on the way in */
+    if (f->layout != LAYOUT_DENSE || k->cfg.trainers == 1)
+        return NULL; /* a lone trainer's push is also the last and is scaled */
     avg_future *st = f->kstate;
+    if (f->dtype != HALF_FP32) { /* into the stash, 2 bytes an element: acc's offsets are twice these */
+        if (off * 2 != st->frontier) {
+            assert(off * 2 < st->frontier);
+            *max = (size_t)(st->frontier / 2 - off);
+            return NULL;
+        }
+        return device_recv_area(k->dev, st->stash, off, max); /* the stash is p->len bytes */
+    }
     if (off != st->frontier) {
         /* Only the push at the frontier may write raw bytes. One behind it
          * reads up to the frontier and then takes over the raw writes: the
@@ -140,10 +157,11 @@ static uint8_t *avg_push_direct(kind *k, push_ctx *p, uint64_t off, size_t *max)
 static void avg_push_direct_done(kind *k, push_ctx *p, uint64_t off, size_t n)
 {
     avg_future *st = p->f->kstate;
-    assert(off == st->frontier && off == st->progress[p->slot]);
-    device_recv_done(k->dev, st->acc, off, n);
-    st->frontier = off + n;
-    st->progress[p->slot] = off + n;
+    bool narrow = p->f->dtype != HALF_FP32;
+    uint64_t x = narrow ? off * 2 : off; /* acc's bytes */
+    assert(x == st->frontier && x == st->progress[p->slot]);
+    device_recv_done(k->dev, narrow ? st->stash : st->acc, off, n);
+    st->frontier = st->progress[p->slot] = narrow ? (off + n) * 2 : off + n;
 }
 
 /* Least progress of the pushes other than `slot` (0 for one not begun). */
@@ -157,24 +175,88 @@ static uint64_t avg_others_min(const avg_future *st, uint32_t n, uint32_t slot)
 }
 
 /* One fold of acc's floats [x / 4, x / 4 + nf) from the push whose
- * payload chunk for acc bytes [off, ..) is src: f32 bytes as they are, a
- * narrow push's widened (its payload offsets half the accumulator's); a
- * narrow push's scaling fold, which completes those elements' mean,
- * writes the answer narrowed (nout) instead of the accumulator. */
+ * payload chunk for acc bytes [off, ..) is src (f32). */
 static void avg_fold(kind *k, const avg_future *st, device_fold_op op, uint64_t x, devsrc src, uint64_t off,
                      size_t nf, float s)
 {
-    const future *f = st->f;
-    if (f->dtype == HALF_FP32) {
-        device_fold_from(k->dev, op, st->acc, x / 4, src, x - off, nf, s);
-        return;
+    assert(st->f->dtype == HALF_FP32);
+    device_fold_from(k->dev, op, st->acc, x / 4, src, x - off, nf, s);
+}
+
+/* The progress of the pushes other than `slot`, in acc's bytes: the least
+ * (*least: 0 for one not begun), the greatest (*first: how far a value
+ * has been stashed) and the second greatest (*second: how far the
+ * accumulator holds a sum; 0 with one other push). */
+static void avg_others_rank(const avg_future *st, uint32_t n, uint32_t slot, uint64_t *least, uint64_t *first,
+                            uint64_t *second)
+{
+    uint64_t lo = UINT64_MAX, hi = 0, hi2 = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (i == slot)
+            continue;
+        uint64_t v = st->progress[i];
+        lo = v < lo ? v : lo;
+        if (v > hi) {
+            hi2 = hi;
+            hi = v;
+        } else if (v > hi2) {
+            hi2 = v;
+        }
     }
-    assert(!src.peer); /* CUDA IPC pushes are f32 */
-    const uint8_t *p = src.host + (x - off) / 2;
-    if (op == FOLD_ADD_SCALE || op == FOLD_COPY_SCALE)
-        device_fold_narrow_out(k->dev, op, st->acc, st->nout, x / 4, p, nf, s, f->dtype);
-    else
-        kind_fold_narrow(k, op, st->acc, x / 4, p, nf, s, f->dtype);
+    *least = lo;
+    *first = hi;
+    *second = hi2;
+}
+
+/* v clamped to [lo, hi]. */
+static uint64_t avg_clamp(uint64_t v, uint64_t lo, uint64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* A narrow push's elements [e, e + ne) (its payload from element e at
+ * src), as the comment at the top of the file says: where two or more
+ * others have been, a fold into the accumulator (the last toucher's
+ * narrowed into nout); where only one has, a fold with its stashed value;
+ * where none has, the values stashed as they are. Each range is split at
+ * `least`: below it this push is the last toucher. */
+static void avg_narrow_data(kind *k, push_ctx *p, uint64_t e, const uint8_t *src, size_t ne)
+{
+    avg_future *st = p->f->kstate;
+    half_type t = p->f->dtype;
+    uint32_t ntr = k->cfg.trainers;
+    float scale = mean_scale(ntr);
+    uint64_t end = e + ne;
+    assert(st->progress[p->slot] == e * 4);
+    if (ntr == 1) { /* the only push: its mean is itself, scaled by 1 and narrowed */
+        device_fold_narrow_out(k->dev, FOLD_COPY_SCALE, st->acc, st->nout, e, src, ne, scale, t);
+    } else {
+        uint64_t least, first, second;
+        avg_others_rank(st, ntr, p->slot, &least, &first, &second);
+        least /= 4, first /= 4, second /= 4;
+        uint64_t x = e, to, cut;
+        /* two or more in the accumulator (three trainers or more) */
+        if ((to = avg_clamp(second, x, end)) > x) {
+            if ((cut = avg_clamp(least, x, to)) > x) /* the last toucher: the mean, narrowed */
+                device_fold_narrow_out(k->dev, FOLD_ADD_SCALE, st->acc, st->nout, x, src + (x - e) * 2, cut - x, scale,
+                                       t);
+            if (to > cut)
+                kind_fold_narrow(k, FOLD_ADD, st->acc, cut, src + (cut - e) * 2, to - cut, 0, t);
+            x = to;
+        }
+        /* one stashed: with two trainers the pair's mean, else their sum */
+        if ((to = avg_clamp(first, x, end)) > x) {
+            if ((cut = avg_clamp(least, x, to)) > x)
+                device_fold_narrow_pair(k->dev, FOLD_ADD_SCALE, st->stash, st->acc, st->nout, x, src + (x - e) * 2,
+                                        cut - x, scale, t);
+            if (to > cut)
+                device_fold_narrow_pair(k->dev, FOLD_ADD, st->stash, st->acc, st->nout, cut, src + (cut - e) * 2,
+                                        to - cut, 0, t);
+            x = to;
+        }
+        if (end > x) { /* the first to arrive: stashed */
+            device_write(k->dev, st->stash, x * 2, src + (x - e) * 2, (end - x) * 2);
+            st->frontier = end * 4;
+        }
+    }
+    st->progress[p->slot] = end * 4;
 }
 
 /* Dense: see the comment at the top of the file. off and n are in the
@@ -246,10 +328,10 @@ static int avg_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src,
 {
     if (p->f->layout == LAYOUT_SPARSE)
         return avg_sparse_data(k, p, off, src, n);
-    if (p->f->dtype != HALF_FP32) { /* 2 bytes an element: the accumulator's offsets are twice these */
+    if (p->f->dtype != HALF_FP32) { /* 2 bytes an element */
         assert(off % 2 == 0 && n % 2 == 0);
-        off *= 2;
-        n *= 2;
+        avg_narrow_data(k, p, off / 2, src, n / 2);
+        return 0;
     }
     avg_dense_data(k, p, off, (devsrc){.host = src}, n);
     return 0;
@@ -310,7 +392,8 @@ static void avg_resolve(kind *k, future *f)
     device_job_for(&st->job, f->batch, f->bucket);
     if (f->layout == LAYOUT_DENSE) {
         st->job.op = JOB_BARRIER;
-        st->stays = kind_result_stays(k, f, st->acc); /* never a narrow future's: no CUDA IPC push */
+        /* never a narrow future's (no CUDA IPC push), whose acc may be NULL */
+        st->stays = f->dtype == HALF_FP32 && kind_result_stays(k, f, st->acc);
         st->job.to_host = st->stays ? NULL : f->dtype == HALF_FP32 ? st->acc : st->nout;
     } else {
         st->out = device_buf_new(k->dev, device_sparse_result_size(k->dev, st->sacc));
@@ -336,6 +419,7 @@ static void avg_release(kind *k, future *f)
     f->kstate = NULL;
     device_buf_free(k->dev, st->acc);
     device_buf_free(k->dev, st->nout);
+    device_buf_free(k->dev, st->stash);
     device_buf_free(k->dev, st->out);
     if (st->sacc) {
         if (ak->nsspare < AVG_KEEP)

@@ -70,6 +70,12 @@ typedef struct half_ops {
     /* narrow(float(narrow(src[i])) / d), in registers */
     void (*div_fp16)(uint16_t *dst, const float *src, size_t n, float d);
     void (*div_bf16)(uint16_t *dst, const float *src, size_t n, float d);
+    /* half_pair_mean / half_pair_sum (half.h) fused in registers; NULL:
+     * the path's own conversions over chunks on the stack */
+    void (*pair_mean_fp16)(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n, float s);
+    void (*pair_mean_bf16)(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n, float s);
+    void (*pair_sum_fp16)(float *dst, const uint16_t *a, const uint16_t *b, size_t n);
+    void (*pair_sum_bf16)(float *dst, const uint16_t *a, const uint16_t *b, size_t n);
     bool (*usable)(void);
 } half_ops;
 
@@ -140,6 +146,36 @@ static void half_scalar_div_bf16(uint16_t *dst, const float *src, size_t n, floa
 {
     for (size_t i = 0; i < n; i++)
         half_st_u16(dst, i, he_bf16_of(he_bf16_to_float(he_bf16_of(half_ld_f32(src, i))) / d));
+}
+
+/* The pair folds on one element each: the reference. */
+static void half_scalar_pair_mean(int bf, uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n, float s)
+{
+    for (size_t i = 0; i < n; i++)
+        half_st_u16(dst, i, he_narrow(bf, (he_widen(bf, half_ld_u16(a, i)) + he_widen(bf, half_ld_u16(b, i))) * s));
+}
+
+static void half_scalar_pair_sum(int bf, float *dst, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        half_st_f32(dst, i, he_widen(bf, half_ld_u16(a, i)) + he_widen(bf, half_ld_u16(b, i)));
+}
+
+static void half_scalar_pair_mean_fp16(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n, float s)
+{
+    half_scalar_pair_mean(0, dst, a, b, n, s);
+}
+static void half_scalar_pair_mean_bf16(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n, float s)
+{
+    half_scalar_pair_mean(1, dst, a, b, n, s);
+}
+static void half_scalar_pair_sum_fp16(float *dst, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    half_scalar_pair_sum(0, dst, a, b, n);
+}
+static void half_scalar_pair_sum_bf16(float *dst, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    half_scalar_pair_sum(1, dst, a, b, n);
 }
 
 static bool half_scalar_usable(void) { return true; }
@@ -522,6 +558,57 @@ HALF_AVX512 static void half_avx512_fold_bf16(float *acc, const uint16_t *src, s
     half_scalar_fold_bf16(acc + i, src + i, n - i);
 }
 
+/* The pair folds in registers: both widened, added, (scaled and
+ * narrowed), one pass over memory. */
+HALF_AVX512 static __m512 half_avx512_ld_fp16(const uint16_t *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+HALF_AVX512 static __m512 half_avx512_ld_bf16(const uint16_t *p)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+HALF_AVX512 static void half_avx512_pair_mean_fp16(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n,
+                                                   float s)
+{
+    const __m512 vs = _mm512_set1_ps(s);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 m = _mm512_mul_ps(_mm512_add_ps(half_avx512_ld_fp16(a + i), half_avx512_ld_fp16(b + i)), vs);
+        _mm256_storeu_si256((__m256i *)(dst + i), half_avx512_fp16(m));
+    }
+    half_scalar_pair_mean(0, dst + i, a + i, b + i, n - i, s);
+}
+
+HALF_AVX512 static void half_avx512_pair_mean_bf16(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n,
+                                                   float s)
+{
+    const __m512 vs = _mm512_set1_ps(s);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 m = _mm512_mul_ps(_mm512_add_ps(half_avx512_ld_bf16(a + i), half_avx512_ld_bf16(b + i)), vs);
+        _mm256_storeu_si256((__m256i *)(dst + i), half_avx512_bf16_round(m));
+    }
+    half_scalar_pair_mean(1, dst + i, a + i, b + i, n - i, s);
+}
+
+HALF_AVX512 static void half_avx512_pair_sum_fp16(float *dst, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_add_ps(half_avx512_ld_fp16(a + i), half_avx512_ld_fp16(b + i)));
+    half_scalar_pair_sum(0, dst + i, a + i, b + i, n - i);
+}
+
+HALF_AVX512 static void half_avx512_pair_sum_bf16(float *dst, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_add_ps(half_avx512_ld_bf16(a + i), half_avx512_ld_bf16(b + i)));
+    half_scalar_pair_sum(1, dst + i, a + i, b + i, n - i);
+}
+
 #endif /* HALF_X86 */
 
 /* Scalar first; the default is the last one this CPU can run. avx512bf16
@@ -530,17 +617,20 @@ HALF_AVX512 static void half_avx512_fold_bf16(float *acc, const uint16_t *src, s
  * memory and about 0.65 of it from L2, so where both run, avx512 is the
  * default and avx512bf16 stays a path to measure and test. */
 #define HALF_OPS(nm, p, to_bf16_fn, ok)                                                                                \
-    {                                                                                                                  \
-        .name = nm, .to_fp16 = p##_to_fp16, .from_fp16 = p##_from_fp16, .to_bf16 = to_bf16_fn,                         \
-        .from_bf16 = p##_from_bf16, .fold_fp16 = p##_fold_fp16, .fold_bf16 = p##_fold_bf16, .div_fp16 = p##_div_fp16,  \
-        .div_bf16 = p##_div_bf16, .usable = ok                                                                         \
-    }
+    .name = nm, .to_fp16 = p##_to_fp16, .from_fp16 = p##_from_fp16, .to_bf16 = to_bf16_fn, .from_bf16 = p##_from_bf16, \
+    .fold_fp16 = p##_fold_fp16, .fold_bf16 = p##_fold_bf16, .div_fp16 = p##_div_fp16, .div_bf16 = p##_div_bf16,        \
+    .usable = ok
+/* A path's fused pair folds (scalar's are the reference, avx2's the
+ * chunked default: see half_pair_mean). */
+#define HALF_PAIRS(p)                                                                                                  \
+    .pair_mean_fp16 = p##_pair_mean_fp16, .pair_mean_bf16 = p##_pair_mean_bf16, .pair_sum_fp16 = p##_pair_sum_fp16,    \
+    .pair_sum_bf16 = p##_pair_sum_bf16
 static const half_ops half_table[] = {
-    HALF_OPS("scalar", half_scalar, half_scalar_to_bf16, half_scalar_usable),
+    {HALF_OPS("scalar", half_scalar, half_scalar_to_bf16, half_scalar_usable), HALF_PAIRS(half_scalar)},
 #ifdef HALF_X86
-    HALF_OPS("avx2+f16c", half_avx2, half_avx2_to_bf16, half_avx2_usable),
-    HALF_OPS("avx512bf16", half_avx512, half_avx512bf16_to_bf16, half_avx512bf16_usable),
-    HALF_OPS("avx512", half_avx512, half_avx512_to_bf16, half_avx512_usable),
+    {HALF_OPS("avx2+f16c", half_avx2, half_avx2_to_bf16, half_avx2_usable)},
+    {HALF_OPS("avx512bf16", half_avx512, half_avx512bf16_to_bf16, half_avx512bf16_usable), HALF_PAIRS(half_avx512)},
+    {HALF_OPS("avx512", half_avx512, half_avx512_to_bf16, half_avx512_usable), HALF_PAIRS(half_avx512)},
 #endif
 };
 #define HALF_NPATHS (sizeof half_table / sizeof half_table[0])
@@ -648,6 +738,50 @@ void half_sum_fp16(psb_fp16 *dst, const psb_fp16 *a, const psb_fp16 *b, size_t n
         for (size_t i = 0; i < k; i++)
             x[i] += y[i];
         half_to_fp16(dst + off, x, k);
+    }
+}
+
+void half_pair_mean(half_type t, uint16_t *dst, const void *a, const void *b, size_t n, float s)
+{
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    assert(!isnan(s));
+    const half_ops *o = half_ops_get();
+    const uint16_t *x = a, *y = b;
+    void (*fused)(uint16_t *, const uint16_t *, const uint16_t *, size_t, float) =
+        t == HALF_FP16 ? o->pair_mean_fp16 : o->pair_mean_bf16;
+    if (fused) {
+        fused(dst, x, y, n, s);
+        return;
+    }
+    float u[HALF_SUM_CHUNK], v[HALF_SUM_CHUNK];
+    for (size_t off = 0; off < n; off += HALF_SUM_CHUNK) {
+        size_t k = n - off < HALF_SUM_CHUNK ? n - off : HALF_SUM_CHUNK;
+        half_widen(t, u, x + off, k);
+        half_widen(t, v, y + off, k);
+        for (size_t i = 0; i < k; i++)
+            u[i] = u[i] + v[i];
+        (t == HALF_FP16 ? o->to_fp16 : o->to_bf16)(dst + off, u, k, s);
+    }
+}
+
+void half_pair_sum(half_type t, float *dst, const void *a, const void *b, size_t n)
+{
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    const half_ops *o = half_ops_get();
+    const uint16_t *x = a, *y = b;
+    void (*fused)(float *, const uint16_t *, const uint16_t *, size_t) =
+        t == HALF_FP16 ? o->pair_sum_fp16 : o->pair_sum_bf16;
+    if (fused) {
+        fused(dst, x, y, n);
+        return;
+    }
+    float u[HALF_SUM_CHUNK], v[HALF_SUM_CHUNK];
+    for (size_t off = 0; off < n; off += HALF_SUM_CHUNK) {
+        size_t k = n - off < HALF_SUM_CHUNK ? n - off : HALF_SUM_CHUNK;
+        half_widen(t, u, x + off, k);
+        half_widen(t, v, y + off, k);
+        for (size_t i = 0; i < k; i++)
+            half_st_f32(dst + off, i, u[i] + v[i]);
     }
 }
 

@@ -107,6 +107,19 @@ void half_to_bf16_div(psb_bf16 *dst, const float *src, size_t n, float d);
 void half_sum_fp16(psb_fp16 *dst, const psb_fp16 *a, const psb_fp16 *b, size_t n);
 void half_sum_bf16(psb_bf16 *dst, const psb_bf16 *a, const psb_bf16 *b, size_t n);
 
+/* The folds of two narrow pushes on a server (device_fold_narrow_pair):
+ * a and b arrays of t (HALF_FP16 or HALF_BF16), any alignment, n may be 0.
+ *   half_pair_mean  dst[i] = narrow((float(a[i]) + float(b[i])) * s): the
+ *                   add and the multiply each rounded to fp32, then the
+ *                   conversion above; s not NaN; dst (an array of t)
+ *                   overlapping neither;
+ *   half_pair_sum   dst[i] = float(a[i]) + float(b[i]), fp32; dst any
+ *                   alignment, overlapping neither.
+ * One pass over memory on the AVX-512 paths (in registers); the others
+ * widen into chunks on the stack. */
+void half_pair_mean(half_type t, uint16_t *dst, const void *a, const void *b, size_t n, float s);
+void half_pair_sum(half_type t, float *dst, const void *a, const void *b, size_t n);
+
 /* ---- paths ---- */
 
 /* The path in use (fixed at the first call of any array function;

@@ -378,3 +378,45 @@ void cuda_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out
         n -= take;
     }
 }
+
+/* device_fold_narrow_pair (device.h): the push's 16-bit values staged as
+ * they came, psb_fold_narrow_pair adding them to the stash's on the GPU.
+ * Never batched, as cuda_fold_narrow_out. */
+void cuda_fold_narrow_pair(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out, uint64_t elem_off,
+                           const uint8_t *src, size_t n, float s, half_type t)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    assert(op == FOLD_ADD || op == FOLD_ADD_SCALE);
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    devbuf *dst = op == FOLD_ADD ? acc : out;
+    assert(stash->jobs == 0 && dst->jobs == 0);
+    assert((elem_off + n) * 2 <= stash->bytes && (elem_off + n) * (op == FOLD_ADD ? 4 : 2) <= dst->bytes);
+    dst->host_valid = false;
+    if (c->failed || n == 0)
+        return;
+    cuda_emit_batch(c); /* the stash's bytes received in the batch before this */
+    const size_t chunk = CUDA_CHUNK / 2;
+    while (n > 0 && !c->failed) {
+        size_t take = n < chunk ? n : chunk;
+        const uint16_t *x = cuda_upload(c, src, take * 2);
+        if (!x)
+            return;
+        psb_launch l = {.kernel = PSB_K_FOLD_NARROW_PAIR};
+        l.u.pair.op = cuda_fold_op(op);
+        l.u.pair.bf = t == HALF_BF16;
+        l.u.pair.acc = op == FOLD_ADD ? cuda_f32(acc, elem_off) : NULL;
+        l.u.pair.out = op == FOLD_ADD_SCALE ? (uint16_t *)devmem_at(out->dev, elem_off * 2).p : NULL;
+        l.u.pair.stash = (const uint16_t *)devmem_at(stash->dev, elem_off * 2).p;
+        l.u.pair.src = x;
+        l.u.pair.n = take;
+        l.u.pair.s = s;
+        if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0) {
+            cuda_fail(c, c->gpu->err);
+            return;
+        }
+        src += take * 2;
+        elem_off += take;
+        n -= take;
+    }
+}

@@ -148,6 +148,8 @@ void cuda_recv_done(device *d, devbuf *dst, uint64_t off, size_t n);
 void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n, float s);
 void cuda_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, const uint8_t *src,
                           size_t n, float s, half_type t);
+void cuda_fold_narrow_pair(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out, uint64_t elem_off,
+                           const uint8_t *src, size_t n, float s, half_type t);
 
 /* ---- cuda_buf.c ---- */
 

@@ -84,4 +84,14 @@ CUMATH_FN void cumath_sgd(float *param, float *buf, float g, float lr, float mom
 /* Scatter SGD on one table element: row = row - lr * grad. */
 CUMATH_FN float cumath_scatter_step(float row, float grad, float lr) { return cumath_sub(row, cumath_mul(lr, grad)); }
 
+/* device_fold_narrow_pair for one element: the stash's value and the
+ * push's, widened (a, x), added (the accumulator's first write); or, for
+ * the mean of two pushes, the 16-bit a16 and x16 widened, added, scaled
+ * and narrowed. */
+CUMATH_FN float cumath_pair_sum(float a, float x) { return cumath_fold_add(a, x); }
+CUMATH_FN uint16_t cumath_pair_mean_narrow(uint16_t a16, uint16_t x16, float s, int bf)
+{
+    return he_narrow(bf, cumath_fold_add_scale(he_widen(bf, a16), he_widen(bf, x16), s));
+}
+
 #endif

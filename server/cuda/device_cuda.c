@@ -531,6 +531,7 @@ static const device_ops cuda_ops = {
     .recv_done = cuda_recv_done,
     .fold = cuda_fold,
     .fold_narrow_out = cuda_fold_narrow_out,
+    .fold_narrow_pair = cuda_fold_narrow_pair,
     .sparse_new = cuda_sparse_new,
     .sparse_free = cuda_sparse_free,
     .sparse_reset = cuda_sparse_reset,

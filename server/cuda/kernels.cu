@@ -216,3 +216,19 @@ extern "C" __global__ void psb_fold_narrow_out(int op, int bf, uint16_t *__restr
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         out[i] = cumath_fold_narrow_out(add, acc[i], src[i], s, bf);
 }
+
+// A narrow push's fold where only the stashed first push has been: their
+// f32 sum into acc (PSB_FOLD_ADD), or their mean narrowed into out.
+extern "C" __global__ void psb_fold_narrow_pair(int op, int bf, float *__restrict__ acc, uint16_t *__restrict__ out,
+                                                const uint16_t *__restrict__ stash, const uint16_t *__restrict__ src,
+                                                size_t n, float s)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (op == PSB_FOLD_ADD)
+        for (size_t i = t; i < n; i += stride)
+            acc[i] = cumath_pair_sum(he_widen(bf, stash[i]), he_widen(bf, src[i]));
+    else
+        for (size_t i = t; i < n; i += stride)
+            out[i] = cumath_pair_mean_narrow(stash[i], src[i], s, bf);
+}

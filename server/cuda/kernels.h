@@ -45,6 +45,10 @@ typedef struct psb_fold_chain {
  *   psb_fold_narrow_out(int op, int bf, uint16_t *out, const float *acc, const uint16_t *src, size_t n, float s)
  *       out[i] = cumath_fold_narrow_out(op == PSB_FOLD_ADD_SCALE, acc[i], src[i], s, bf): op is
  *       PSB_FOLD_ADD_SCALE or PSB_FOLD_COPY_SCALE, bf 1 for bf16, 0 for fp16 (a narrow push's last fold)
+ *   psb_fold_narrow_pair(int op, int bf, float *acc, uint16_t *out, const uint16_t *stash, const uint16_t *src,
+ *                        size_t n, float s)
+ *       op PSB_FOLD_ADD: acc[i] = widen(stash[i]) + widen(src[i]); PSB_FOLD_ADD_SCALE:
+ *       out[i] = cumath_pair_mean_narrow(stash[i], src[i], s, bf) (device.h, device_fold_narrow_pair)
  * (the last three, in that order, are a dense embedding step: JOB_DENSE_SGD) */
 /* Each kernel, named once: PSB_K_<ID> is its index in the host's table
  * (kernels_host.c: psb_kernels, a row per entry, its host functions
@@ -59,7 +63,8 @@ typedef struct psb_fold_chain {
     X(PSB_K_ZERO, psb_zero)                                                                                            \
     X(PSB_K_BAG_GRAD, psb_bag_grad)                                                                                    \
     X(PSB_K_DENSE_SGD, psb_dense_sgd)                                                                                  \
-    X(PSB_K_FOLD_NARROW_OUT, psb_fold_narrow_out)
+    X(PSB_K_FOLD_NARROW_OUT, psb_fold_narrow_out)                                                                      \
+    X(PSB_K_FOLD_NARROW_PAIR, psb_fold_narrow_pair)
 #define PSB_K_ENUM(ID, name) ID,
 enum { PSB_KERNELS(PSB_K_ENUM) PSB_K_COUNT };
 #undef PSB_K_ENUM

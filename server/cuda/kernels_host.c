@@ -194,6 +194,25 @@ static size_t psb_fold_narrow_out_args(const void *launch, void **a)
                       &l->u.narrow.src, &l->u.narrow.n, &l->u.narrow.s);
 }
 
+static void psb_fold_narrow_pair_run(const void *launch)
+{
+    const psb_launch *l = launch;
+    const int bf = l->u.pair.bf;
+    for (size_t i = 0; i < l->u.pair.n; i++) {
+        if (l->u.pair.op == PSB_FOLD_ADD)
+            l->u.pair.acc[i] = cumath_pair_sum(he_widen(bf, l->u.pair.stash[i]), he_widen(bf, l->u.pair.src[i]));
+        else
+            l->u.pair.out[i] = cumath_pair_mean_narrow(l->u.pair.stash[i], l->u.pair.src[i], l->u.pair.s, bf);
+    }
+}
+
+static size_t psb_fold_narrow_pair_args(const void *launch, void **a)
+{
+    const psb_launch *l = launch;
+    return CUGPU_ARGS(a, l->u.pair.n, &l->u.pair.op, &l->u.pair.bf, &l->u.pair.acc, &l->u.pair.out, &l->u.pair.stash,
+                      &l->u.pair.src, &l->u.pair.n, &l->u.pair.s);
+}
+
 static const cugpu_kernel kh_table[PSB_K_COUNT] = {PSB_KERNELS(CUGPU_KERNEL_ROW)};
 
 const cugpu_kernels psb_kernels = {

@@ -67,6 +67,14 @@ typedef struct psb_launch {
             size_t n;
             float s;
         } narrow;
+        struct {
+            int op, bf;    /* PSB_FOLD_ADD or PSB_FOLD_ADD_SCALE; bf16 or fp16 */
+            float *acc;    /* PSB_FOLD_ADD's output */
+            uint16_t *out; /* PSB_FOLD_ADD_SCALE's */
+            const uint16_t *stash, *src;
+            size_t n;
+            float s;
+        } pair;
     } u;
 } psb_launch;
 

@@ -17,9 +17,10 @@
  *    reset under its emit, a recv_done that matches no area, buffers left
  *    at destroy. A child doing the same steps rightly exits 0, so the
  *    harness itself can fail;
- *  - a narrow push's last fold (device_fold_narrow_out) on every device,
- *    against reduce.c's loops and half.c's conversions, with a small fold
- *    pending before it;
+ *  - a narrow push's last fold (device_fold_narrow_out) and its fold with
+ *    a stashed push (device_fold_narrow_pair) on every device, against
+ *    reduce.c's loops and half.c's conversions, with a small fold pending
+ *    before it;
  *  - the cuda device (server/cuda/device_cuda.c) on the fake GPU: every job
  *    above with the same bits; completions delivered later by the event
  *    loop, in submission order, with a GPU time; a drain with work in
@@ -607,6 +608,29 @@ static void check_narrow_out(const char *name)
         memcpy(ref, acc, N * sizeof *ref);
         reduce_add_f32(ref + 3, (const uint8_t *)bump, 8);
         assert_memory_equal(read_back(&x, a), ref, N * sizeof *ref);
+        /* device_fold_narrow_pair: a stash (the acc's values narrowed,
+         * received as bytes) and the push: their sum into a fresh
+         * accumulator on [0, K), their mean narrowed into out beyond */
+        uint16_t *sv = malloc(N * sizeof *sv);
+        assert_non_null(sv);
+        half_narrow(t, sv, acc, N);
+        devbuf *stash = device_buf_new(x.dev, N * 2), *a2 = device_buf_new(x.dev, N * 4);
+        assert_true(stash && a2);
+        device_write(x.dev, stash, 0, sv, N * 2);
+        device_fold_narrow_pair(x.dev, FOLD_ADD, stash, a2, out, 0, (const uint8_t *)push, K, 0, t);
+        device_fold_narrow_pair(x.dev, FOLD_ADD_SCALE, stash, NULL, out, K, (const uint8_t *)(push + K), N - K, s, t);
+        half_widen(t, ref, sv, N); /* the stash copied widened, then reduce.c's folds */
+        reduce_add_f32(ref, (const uint8_t *)w, K);
+        reduce_add_scale_f32(ref + K, (const uint8_t *)(w + K), N - K, s);
+        half_narrow(t, want, ref, N);
+        got = (const uint16_t *)(const void *)read_back(&x, out);
+        for (size_t i = K; i < N; i++)
+            if (got[i] != want[i])
+                fail_msg("%s %s pair mean [%zu]: 0x%04X, want 0x%04X", name, bf ? "bf16" : "fp16", i, got[i], want[i]);
+        assert_memory_equal(read_back(&x, a2), ref, K * sizeof *ref);
+        device_buf_free(x.dev, stash);
+        device_buf_free(x.dev, a2);
+        free(sv);
         free(ref);
         free(w);
         device_buf_free(x.dev, a);

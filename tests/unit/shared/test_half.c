@@ -568,6 +568,64 @@ static void test_narrow_mul(void **state)
     assert_true(parted > 0 && parted < 100);
 }
 
+/* half_pair_mean and half_pair_sum (a server's fold of two narrow
+ * pushes) on every path against the per-element definition (half_elem.h:
+ * widen both, one fp32 add, one multiply, narrow): every 16-bit pattern
+ * as a, against another pattern as b, two scales, fp16 and bf16, at a
+ * misaligned start and over every tail length. Where both inputs are NaN
+ * the result must be a NaN (which of the two the add keeps is the
+ * compiler's operand order: half.h). */
+static void test_pair(void **state)
+{
+    (void)state;
+    enum { M = 65536 + 19 };
+    uint16_t *a = malloc((M + 1) * sizeof *a), *b = malloc((M + 1) * sizeof *b);
+    uint16_t *mean = malloc((M + 1) * sizeof *mean);
+    float *sum = malloc((M + 1) * sizeof *sum);
+    assert_true(a && b && mean && sum);
+    static const float scales[] = {1.0f / 3.0f, 0.5f};
+    for (size_t p = 0; p < npaths; p++) {
+        use(paths[p]);
+        for (int bf = 0; bf < 2; bf++) {
+            half_type t = bf ? HALF_BF16 : HALF_FP16;
+            for (int mis = 0; mis < 2; mis++) { /* mis: every array one element off its alignment */
+                uint16_t *x = a + mis, *y = b + mis, *o = mean + mis;
+                float *q = sum + mis;
+                for (size_t i = 0; i < M; i++) {
+                    x[i] = (uint16_t)i;
+                    y[i] = (uint16_t)(i * 40503u + 7);
+                }
+                for (size_t k = 0; k < sizeof scales / sizeof *scales; k++) {
+                    half_pair_mean(t, o, x, y, M, scales[k]);
+                    half_pair_sum(t, q, x, y, M);
+                    for (size_t i = 0; i < M; i++) {
+                        float wa = he_widen(bf, x[i]), wb = he_widen(bf, y[i]);
+                        float ws = wa + wb;
+                        uint16_t wm = he_narrow(bf, ws * scales[k]);
+                        if (isnan(wa) && isnan(wb)) {
+                            assert_true(isnan(he_widen(bf, o[i])) && isnan(q[i]));
+                            continue;
+                        }
+                        if (o[i] != wm || memcmp(&q[i], &ws, sizeof ws) != 0)
+                            fail_msg("%s %s pair [%zu] 0x%04X, 0x%04X: mean 0x%04X want 0x%04X, sum %a want %a",
+                                     paths[p], bf ? "bf16" : "fp16", i, x[i], y[i], o[i], wm, (double)q[i], (double)ws);
+                    }
+                }
+                for (size_t n = 0; n < 40; n++) { /* tails: nothing past n written */
+                    o[n] = 0xDEAD;
+                    half_pair_mean(t, o, x, y, n, 0.5f);
+                    assert_int_equal(o[n], 0xDEAD);
+                }
+            }
+        }
+    }
+    use(first_path);
+    free(a);
+    free(b);
+    free(mean);
+    free(sum);
+}
+
 /* Every fp32 pattern, both narrowings, every path (unit_half_exhaustive). */
 static void test_exhaustive(void **state)
 {
@@ -684,6 +742,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_widen_values), cmocka_unit_test(test_widen_all),  cmocka_unit_test(test_narrow_sample),
         cmocka_unit_test(test_tails),        cmocka_unit_test(test_fold),       cmocka_unit_test(test_cast_div),
         cmocka_unit_test(test_sum),          cmocka_unit_test(test_misaligned), cmocka_unit_test(test_narrow_mul),
+        cmocka_unit_test(test_pair),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
