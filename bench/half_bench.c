@@ -19,7 +19,9 @@
  * Where memory is the limit, the ratio follows the traffic: a memcpy of B
  * bytes reads B and writes B; a narrowing of B input bytes reads B and
  * writes B/2 (above 1 is possible); a widening reads B and writes 2B, a fold
- * reads 3B and writes 2B (near 0.6 whatever the code). */
+ * reads 3B and writes 2B (near 0.6 whatever the code). "pair" is a
+ * server's fold of two narrow pushes into their narrow mean
+ * (half_pair_mean): two 16-bit inputs (B bytes in all) read, B/2 written. */
 #include "shared/half.h"
 
 #include <errno.h>
@@ -41,23 +43,25 @@ typedef enum hb_conv {
     HB_FROM_BF16,
     HB_FOLD_BF16,
     HB_TO_FP16_DIV,
+    HB_PAIR_FP16,
+    HB_PAIR_BF16,
     HB_NCONV
 } hb_conv;
 
 static const struct {
     const char *name;
-    int narrowing; /* input fp32 (4 bytes an element), else 16-bit */
+    int narrowing; /* input fp32, or two 16-bit arrays (4 bytes an element), else one 16-bit */
 } hb_convs[HB_NCONV] = {
     [HB_TO_FP16] = {"fp32->fp16", 1},        [HB_FROM_FP16] = {"fp16->fp32", 0}, [HB_FOLD_FP16] = {"acc+=fp16", 0},
     [HB_TO_BF16] = {"fp32->bf16", 1},        [HB_FROM_BF16] = {"bf16->fp32", 0}, [HB_FOLD_BF16] = {"acc+=bf16", 0},
-    [HB_TO_FP16_DIV] = {"fp16 cast/div", 1},
+    [HB_TO_FP16_DIV] = {"fp16 cast/div", 1}, [HB_PAIR_FP16] = {"pair fp16", 1}, [HB_PAIR_BF16] = {"pair bf16", 1},
 };
 
 typedef struct hb_bufs {
     size_t n;     /* elements */
     size_t inner; /* passes a round: a small buffer's round lasts ~ms, not us */
     float *f32, *f32b;
-    uint16_t *h16;
+    uint16_t *h16, *h16b, *h16o; /* the pair folds: two inputs, one output */
     unsigned char *copy_dst;
 } hb_bufs;
 
@@ -94,10 +98,16 @@ static void hb_run(hb_bufs *b, int conv)
     case HB_TO_FP16_DIV:
         half_to_fp16_div(b->h16, b->f32, b->n, 4.0f);
         break;
+    case HB_PAIR_FP16:
+        half_pair_mean(HALF_FP16, b->h16o, b->h16, b->h16b, b->n, 0.5f);
+        break;
+    case HB_PAIR_BF16:
+        half_pair_mean(HALF_BF16, b->h16o, b->h16, b->h16b, b->n, 0.5f);
+        break;
     default:
         abort();
     }
-    hb_sink = b->f32b[b->n / 2] + (float)b->h16[b->n / 3];
+    hb_sink = b->f32b[b->n / 2] + (float)b->h16[b->n / 3] + (float)b->h16o[b->n / 5];
 }
 
 /* The best of reps rounds after a warm-up: seconds a pass. conv < 0: the
@@ -126,8 +136,10 @@ static int hb_size(size_t bytes_f32, long reps, const char **paths, size_t npath
     b.f32 = malloc(b.n * sizeof(float));
     b.f32b = malloc(b.n * sizeof(float));
     b.h16 = malloc(b.n * sizeof(uint16_t));
+    b.h16b = malloc(b.n * sizeof(uint16_t));
+    b.h16o = malloc(b.n * sizeof(uint16_t));
     b.copy_dst = malloc(b.n * sizeof(float));
-    if (!b.f32 || !b.f32b || !b.h16 || !b.copy_dst) {
+    if (!b.f32 || !b.f32b || !b.h16 || !b.h16b || !b.h16o || !b.copy_dst) {
         fprintf(stderr, "half-bench: out of memory for %zu bytes\n", bytes_f32);
         return -1;
     }
@@ -140,6 +152,8 @@ static int hb_size(size_t bytes_f32, long reps, const char **paths, size_t npath
     memset(b.f32b, 0, b.n * sizeof(float));
     memset(b.copy_dst, 0, b.n * sizeof(float));
     half_to_fp16(b.h16, b.f32, b.n);
+    half_to_fp16(b.h16b, b.f32, b.n);
+    memset(b.h16o, 0, b.n * sizeof(uint16_t));
 
     double copy4 = (double)(b.n * 4) / hb_best(&b, -1, b.n * 4, reps);
     double copy2 = (double)(b.n * 2) / hb_best(&b, -1, b.n * 2, reps);
@@ -160,6 +174,8 @@ static int hb_size(size_t bytes_f32, long reps, const char **paths, size_t npath
     free(b.f32);
     free(b.f32b);
     free(b.h16);
+    free(b.h16b);
+    free(b.h16o);
     free(b.copy_dst);
     return 0;
 }
