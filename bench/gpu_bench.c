@@ -6,8 +6,11 @@
  *     second, from CUDA events around R launches) as a ratio of a
  *     device-to-device copy of the same buffer size: psb_sum_scale over 2
  *     and 8 sources (the batch average, the batch-update step's sum) and
- *     psb_fold add-scale (one push of the streaming average), for buffers
- *     of 1 KiB, 4 MiB and 64 MiB;
+ *     psb_fold add-scale (one push of the streaming average), and the
+ *     narrow pushes' folds of --compress bf16 (psb_fold_narrow_out: the
+ *     last push's, into a 16-bit answer; psb_fold_narrow_pair: two
+ *     trainers' pushes into their mean, all 16-bit), for buffers of 1 KiB,
+ *     4 MiB and 64 MiB of floats (a narrow fold's elements as many);
  *
  *   gpu-bench [--fake] [--device N] roundtrip [--seconds S]
  *     (b) the GPU round trip of one bucket as the server's reactor sees it,
@@ -120,6 +123,38 @@ static int op_fold(cugpu *g, cugpu_stream *s, void *ctx)
     return g->ops->launch(g, s, &l);
 }
 
+/* A narrow push's last fold (--compress bf16): acc f32 read, the push's
+ * and the answer's 16-bit values (into dst, as 16-bit). */
+static int op_narrow_out(cugpu *g, cugpu_stream *s, void *ctx)
+{
+    kctx *k = ctx;
+    psb_launch l = {.kernel = PSB_K_FOLD_NARROW_OUT};
+    l.u.narrow.op = PSB_FOLD_ADD_SCALE;
+    l.u.narrow.bf = 1;
+    l.u.narrow.out = (uint16_t *)k->dst.p;
+    l.u.narrow.acc = devmem_f32(k->src[1]).p;
+    l.u.narrow.src = (const uint16_t *)k->src[0].p;
+    l.u.narrow.n = k->n;
+    l.u.narrow.s = 0.5f;
+    return g->ops->launch(g, s, &l);
+}
+
+/* Two trainers' narrow pushes (--compress bf16): the stash and the second
+ * push read, their mean written, all 16-bit. */
+static int op_narrow_pair(cugpu *g, cugpu_stream *s, void *ctx)
+{
+    kctx *k = ctx;
+    psb_launch l = {.kernel = PSB_K_FOLD_NARROW_PAIR};
+    l.u.pair.op = PSB_FOLD_ADD_SCALE;
+    l.u.pair.bf = 1;
+    l.u.pair.out = (uint16_t *)k->dst.p;
+    l.u.pair.stash = (const uint16_t *)k->src[1].p;
+    l.u.pair.src = (const uint16_t *)k->src[0].p;
+    l.u.pair.n = k->n;
+    l.u.pair.s = 0.5f;
+    return g->ops->launch(g, s, &l);
+}
+
 static int bench_kernels(cugpu *g, size_t max_bytes)
 {
     cugpu_stream *s = g->ops->stream_new(g);
@@ -168,8 +203,11 @@ static int bench_kernels(cugpu *g, size_t max_bytes)
             double moved; /* bytes read and written, in buffers */
         } rows[] = {{"psb_sum_scale, 2 sources", op_sum, 2, 3},
                     {"psb_sum_scale, 8 sources", op_sum, 8, 9},
-                    {"psb_fold add-scale", op_fold, 1, 3}};
-        for (size_t r = 0; r < 3; r++) {
+                    {"psb_fold add-scale", op_fold, 1, 3},
+                    /* per element: acc 4 + push 2 + answer 2 bytes; stash 2 + push 2 + answer 2 */
+                    {"psb_fold_narrow_out bf16", op_narrow_out, 1, 2},
+                    {"psb_fold_narrow_pair bf16", op_narrow_pair, 1, 1.5}};
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
             k.nsrc = rows[r].nsrc;
             double ms = bench_time(g, s, rows[r].op, &k, reps);
             if (ms <= 0) {

@@ -241,9 +241,12 @@ static void avg_narrow_data(kind *k, push_ctx *p, uint64_t e, const uint8_t *src
                 kind_fold_narrow(k, FOLD_ADD, st->acc, cut, src + (cut - e) * 2, to - cut, 0, t);
             x = to;
         }
-        /* one stashed: with two trainers the pair's mean, else their sum */
+        /* one stashed: with two trainers the pair's mean, else their sum
+         * (with three or more, least <= second: never the last toucher) */
         if ((to = avg_clamp(first, x, end)) > x) {
-            if ((cut = avg_clamp(least, x, to)) > x)
+            cut = avg_clamp(least, x, to);
+            assert(ntr == 2 || cut == x);
+            if (cut > x)
                 device_fold_narrow_pair(k->dev, FOLD_ADD_SCALE, st->stash, st->acc, st->nout, x, src + (x - e) * 2,
                                         cut - x, scale, t);
             if (to > cut)
