@@ -217,12 +217,12 @@ static int check_seed_placement(const run_config *c, char *err, size_t errlen)
 }
 
 /* --compress powersgd: PyTorch's powerSGD_hook / batched_powerSGD_hook run
- * by allreduce_hook on gloo (CPU trainers, and CUDA trainers' buckets
- * staged through host memory), a DummyModel (its tensors are
+ * by allreduce_hook on gloo and nccl (CPU trainers, and CUDA trainers'
+ * buckets staged through host memory), a DummyModel (its tensors are
  * what it factors). A run whose timed pass is no longer than
  * start_powerSGD_iter never compresses: said once, not refused (PyTorch's
  * default is 1000 steps of plain allreduce). */
-static int check_powersgd(const run_config *c, uint64_t tcount, char *err, size_t errlen)
+static int check_powersgd(const run_config *c, char *err, size_t errlen)
 {
     const char *hook = c->resolved.hook;
     if (c->resolved.mc.cls == MODEL_SYNTHETIC) {
@@ -248,13 +248,6 @@ static int check_powersgd(const run_config *c, uint64_t tcount, char *err, size_
                    c->resolved.trainer.id, hook ? hook : "no communication hook");
         return -1;
     }
-    if (c->ncudatrainer > 0 && strcmp(c->backend, "gloo") != 0) {
-        errbuf_set(err, errlen,
-                   "--compress powersgd: CUDA trainers on %s are not supported yet (%u of the %llu trainers); "
-                   "PowerSGD runs over gloo (--backend gloo: a CUDA trainer's buckets staged through host memory)",
-                   c->backend, c->ncudatrainer, (unsigned long long)tcount);
-        return -1;
-    }
     psgd_conf p;
     psgd_conf_of(c->resolved.trainer.conf, &p);
     uint64_t steps = config_batches_per_pass(c);
@@ -275,14 +268,14 @@ static int check_powersgd(const run_config *c, uint64_t tcount, char *err, size_
  * class's schema refusing powersgd). Batch-update jobs never get here:
  * their trainer class has no compress key, which the flag's own check
  * refuses. */
-static int check_compress(const run_config *c, uint64_t tcount, char *err, size_t errlen)
+static int check_compress(const run_config *c, char *err, size_t errlen)
 {
     json_t *v = c->resolved.loaded ? json_object_get(c->resolved.trainer.conf, "compress") : NULL;
     const char *cz = json_is_string(v) ? json_string_value(v) : "none";
     if (strcmp(cz, "none") == 0)
         return 0;
     if (strcmp(cz, "powersgd") == 0)
-        return check_powersgd(c, tcount, err, errlen);
+        return check_powersgd(c, err, errlen);
     const char *hook = c->resolved.hook;
     bool narrow_pushes =
         c->resolved.mc.cls == MODEL_SYNTHETIC || (hook && (strcmp(hook, "rpc_hook") == 0 || strcmp(hook, "rpc") == 0));
@@ -349,7 +342,7 @@ int config_check_fit(const run_config *c, char *err, size_t errlen)
                    (unsigned long long)(tcount - c->ncudatrainer), c->ntrainer);
         return -1;
     }
-    if (check_compress(c, tcount, err, errlen) < 0)
+    if (check_compress(c, err, errlen) < 0)
         return -1;
     uint64_t samples = c->resolved.loaded ? c->resolved.samples : 0;
     if (samples > 0 && !c->resolved.batch_update && !c->resolved.hybrid && config_batches_per_pass(c) == 0) {

@@ -605,8 +605,8 @@ static const opt_spec master_specs[] = {
              "allreduce_hook as PyTorch's powerSGD_hook, low-rank\n"
              "factors of rank RANK (matrix_approximation_rank, default\n"
              "1) after start_powerSGD_iter plain steps (--powersgd-*);\n"
-             "on gloo (CPU trainers, and CUDA trainers' buckets staged\n"
-             "through host memory)"},
+             "on gloo and nccl (CUDA trainers' buckets staged through\n"
+             "host memory)"},
     {.name = "powersgd-start-iter", .meta = "N", .kind = OPT_CUSTOM, .parse = master_opt_trainer_whole,
      .json = "start_powerSGD_iter", .to_json = master_opt_trainer_json, .example = "10",
      .help = "PowerSGD's start_powerSGD_iter: plain fp32 allreduces for\n"

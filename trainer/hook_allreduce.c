@@ -18,7 +18,8 @@
  *           bucket; half the bytes on the wire; on an NCCL group the
  *           three run on the GPU (coll_allreduce_compress_device), the
  *           division as ATen's CUDA kernel makes it (times 1/N);
- *           with --compress powersgd (Gloo groups: host buckets), as
+ *           with --compress powersgd (host buckets: on NCCL a CUDA
+ *           trainer's are staged through pinned host memory), as
  *           PyTorch's powerSGD_hook / batched_powerSGD_hook (powersgd.h:
  *           plain fp32 allreduces until start_powerSGD_iter, then low-rank
  *           P and Q factors), its state reset between passes (hook_reset);
@@ -373,14 +374,6 @@ hook *hook_allreduce_new(const char *name, coll *group, half_type compress, cons
 {
     assert(compress == HALF_FP32 || compress == HALF_FP16 || compress == HALF_BF16);
     assert(!powersgd || compress == HALF_FP32);
-    if (powersgd && coll_on_device(group)) {
-        snprintf(err, errlen,
-                 "--compress powersgd: %s on %s does not compress yet; PowerSGD runs on gloo "
-                 "(--backend gloo: host buckets) or not at all (--compress none)",
-                 name, coll_backend(group));
-        coll_free(group);
-        return NULL;
-    }
     if (compress != HALF_FP32 && !(coll_on_device(group) ? coll_has_half_device(group) : coll_has_half(group))) {
         snprintf(err, errlen,
                  "--compress %s: %s on %s does not compress; allreduce_hook compresses on gloo and nccl "
@@ -397,7 +390,11 @@ hook *hook_allreduce_new(const char *name, coll *group, half_type compress, cons
     }
     a->base.ops = &ar_ops;
     a->base.name = name;
-    a->base.device_dense = coll_on_device(group); /* NCCL: a CUDA trainer's buckets where they are */
+    /* NCCL: a CUDA trainer's buckets where they are; but PowerSGD factors
+     * on the host (powersgd.h), so with it they come staged through pinned
+     * host memory, and its P and Q sums are the group's host-buffer
+     * allreduces (NCCL's staged through its device buffer). */
+    a->base.device_dense = coll_on_device(group) && !powersgd;
     a->group = group;
     a->compress = compress;
     a->size = coll_size(group);

@@ -59,8 +59,10 @@ batched_powerSGD_hook over Gloo (fp16 and bf16 over NCCL too).
   start_powerSGD_iter (PyTorch's 1000) never compresses: a one-line
   warning, and the parameters are fp32's bit for bit (plain steps are
   allreduce_hook's arithmetic). Refusals: rpc_hook (why it is not built),
-  sparse_rpc_hook, Synthetic, CUDA trainers, start_powerSGD_iter 1 with
-  error feedback (PyTorch's rule), a :RANK after another value. A sparse
+  sparse_rpc_hook, Synthetic, start_powerSGD_iter 1 with error feedback
+  (PyTorch's rule), a :RANK after another value. CUDA trainers (the fake
+  GPU) on Gloo and NCCL: their buckets staged through host memory, the
+  CPU trainers' parameters and report, bit for bit. A sparse
   model: the embedding's bucket (a step's last) stays fp32, the steps
   still count.
 
@@ -276,33 +278,40 @@ class Compress(psb.PsbTestCase):
         self.assertIn("--compress powersgd: start_powerSGD_iter 1000 >= the run's ", warn[0])
         self.assertIn("steps: it never compresses", warn[0])
 
-    def test_powersgd_cuda_trainers_on_gloo(self):
-        """CUDA trainers (the fake GPU) on Gloo: their buckets are staged
-        through host memory, where PowerSGD factors them as a CPU
-        trainer's; layer-wise and batched, the CPU trainers' parameters bit
-        for bit, and the same PowerSGD report."""
+    def test_powersgd_cuda_trainers(self):
+        """CUDA trainers (the fake GPU) on Gloo and on NCCL (its stand-in):
+        their buckets are staged through pinned host memory, where
+        PowerSGD factors them as a CPU trainer's, its P and Q summed by the
+        group (NCCL's staged through its device buffer); layer-wise and
+        batched, the CPU trainers' parameters bit for bit (the sum of two
+        is one add whatever the backend), and the same PowerSGD report."""
         for batched in (False, True):
             digests, reports = {}, {}
-            for device in ("cpu", "fake-cuda"):
-                tag = "psgd-%s-%s" % (device, "batched" if batched else "layer")
+            for device, backend in (("cpu", "gloo"), ("fake-cuda", "gloo"), ("fake-cuda", "nccl")):
+                tag = "psgd-%s-%s-%s" % (device, backend, "batched" if batched else "layer")
                 out = os.path.join(self.reg.workdir, "out-" + tag)
                 cuda = device != "cpu"
                 m = self.master("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
                                 "--ntrainer", "0" if cuda else "2", "--ncudatrainer", "2" if cuda else "0",
-                                "--backend", "gloo", "--epochs", "2", "--batch-size", "5", "--compress",
+                                "--backend", backend, "--epochs", "2", "--batch-size", "5", "--compress",
                                 "powersgd:2", "--powersgd-start-iter", "2",
                                 *(["--powersgd-batched"] if batched else []), out=out)
-                for r in range(2):
-                    self.node(m, "psbench-trainer", device, "trainer%d-%s" % (r, tag))
+                trainers = [self.node(m, "psbench-trainer", device, "trainer%d-%s" % (r, tag)) for r in range(2)]
                 res = self.results(out, m)
                 got = {t["final_params_sha256"] for t in res["trainers"]}
                 self.assertEqual(len(got), 1, (tag, res["trainers"]))
-                digests[device] = got.pop()
+                digests[(device, backend)] = got.pop()
                 t = res["trainers"][0]
                 self.assertGreater(t["powersgd"]["compressed_steps"], 0, tag)
-                reports[device] = (t["comm_hook"], t["powersgd"], res["headline"]["trainers"][0]["bytes_per_step"])
-            self.assertEqual(digests["fake-cuda"], digests["cpu"], batched)
-            self.assertEqual(reports["fake-cuda"], reports["cpu"], batched)
+                reports[(device, backend)] = (t["comm_hook"], t["powersgd"],
+                                              res["headline"]["trainers"][0]["bytes_per_step"])
+                if backend == "nccl":  # staged, not handed over in device memory
+                    for tr in trainers:
+                        self.assertEqual(tr.wait(30), 0, tr.describe())
+                        self.assertRegex(tr.stderr(), r"allreduce_hook: 0 bucket\(s\) handed over in device memory, "
+                                         r"[1-9]\d* through pinned host memory", tr.describe())
+            self.assertEqual(len(set(digests.values())), 1, (batched, digests))
+            self.assertEqual(len({repr(r) for r in reports.values()}), 1, (batched, reports))
 
     def test_powersgd_sparse_model(self):
         """A sparse embedding's bucket (the step's last: the dense layer
@@ -337,10 +346,6 @@ class Compress(psb.PsbTestCase):
         self.assertIn("--compress powersgd: only allreduce_hook runs PowerSGD", line)
         line = self.compress_refusal("--model", "Syn", "--compress", "powersgd")
         self.assertIn("(Synthetic) pushes fp32 buckets to the servers and has no tensors to factor", line)
-        line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
-                                     "--ntrainer", "0", "--ncudatrainer", "2", "--backend", "nccl",
-                                     "--compress", "powersgd")
-        self.assertIn("--compress powersgd: CUDA trainers on nccl are not supported yet", line)
         line = self.compress_refusal("--model", "Tiny", "--ddp-hook", "allreduce_hook", "--nserver", "0",
                                      "--compress", "powersgd", "--powersgd-start-iter", "1")
         self.assertIn("\"start_powerSGD_iter\" must be > 1 with use_error_feedback on, got 1", line)
