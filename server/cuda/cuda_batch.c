@@ -338,37 +338,28 @@ void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, con
     }
 }
 
-/* A narrow push's last fold (device.h): its 16-bit values staged as they
- * came (half a float push's bytes over PCIe), and psb_fold_narrow_out
- * widening, folding and narrowing on the GPU into out; acc is read only.
- * Never batched: the small folds into acc before it are enqueued first. */
-void cuda_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, const uint8_t *src,
-                          size_t n, float s, half_type t)
+/* A narrow fold's launches (cuda_fold_narrow_out, cuda_fold_narrow_pair):
+ * src's n 16-bit values staged as they came (half a float push's bytes
+ * over PCIe) a chunk at a time, and for each chunk the launch `fill` makes
+ * for elements [elem_off, elem_off + take) read from x (device memory).
+ * Never batched: the small folds and copies before it (into its
+ * accumulator, its stash) are enqueued first. */
+typedef void (*cuda_narrow_fill)(psb_launch *l, const void *ctx, uint64_t elem_off, const uint16_t *x, size_t take);
+
+static void cuda_narrow_launches(cuda_device *c, const uint8_t *src, uint64_t elem_off, size_t n, cuda_narrow_fill fill,
+                                 const void *ctx)
 {
-    cuda_device *c = (cuda_device *)d;
-    c->area_dst = NULL;
-    assert(op == FOLD_ADD_SCALE || op == FOLD_COPY_SCALE);
-    assert(t == HALF_FP16 || t == HALF_BF16);
-    assert(acc->jobs == 0 && out->jobs == 0);
-    assert((elem_off + n) * sizeof(float) <= acc->bytes && (elem_off + n) * 2 <= out->bytes);
-    out->host_valid = false;
     if (c->failed || n == 0)
         return;
-    cuda_emit_batch(c); /* the small folds into acc before this one */
+    cuda_emit_batch(c);
     const size_t chunk = CUDA_CHUNK / 2;
     while (n > 0 && !c->failed) {
         size_t take = n < chunk ? n : chunk;
         const uint16_t *x = cuda_upload(c, src, take * 2);
         if (!x)
             return;
-        psb_launch l = {.kernel = PSB_K_FOLD_NARROW_OUT};
-        l.u.narrow.op = cuda_fold_op(op);
-        l.u.narrow.bf = t == HALF_BF16;
-        l.u.narrow.out = (uint16_t *)devmem_at(out->dev, elem_off * 2).p;
-        l.u.narrow.acc = cuda_f32(acc, elem_off);
-        l.u.narrow.src = x;
-        l.u.narrow.n = take;
-        l.u.narrow.s = s;
+        psb_launch l;
+        fill(&l, ctx, elem_off, x, take);
         if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0) {
             cuda_fail(c, c->gpu->err);
             return;
@@ -379,9 +370,60 @@ void cuda_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out
     }
 }
 
-/* device_fold_narrow_pair (device.h): the push's 16-bit values staged as
- * they came, psb_fold_narrow_pair adding them to the stash's on the GPU.
- * Never batched, as cuda_fold_narrow_out. */
+/* What a narrow fold's launches share beyond the chunk: its buffers, op,
+ * type and scale. */
+typedef struct cuda_narrow_args {
+    device_fold_op op;
+    devbuf *acc, *out, *stash;
+    float s;
+    half_type t;
+} cuda_narrow_args;
+
+static void cuda_fill_narrow_out(psb_launch *l, const void *ctx, uint64_t elem_off, const uint16_t *x, size_t take)
+{
+    const cuda_narrow_args *a = ctx;
+    *l = (psb_launch){.kernel = PSB_K_FOLD_NARROW_OUT};
+    l->u.narrow.op = cuda_fold_op(a->op);
+    l->u.narrow.bf = a->t == HALF_BF16;
+    l->u.narrow.out = (uint16_t *)devmem_at(a->out->dev, elem_off * 2).p;
+    l->u.narrow.acc = cuda_f32(a->acc, elem_off);
+    l->u.narrow.src = x;
+    l->u.narrow.n = take;
+    l->u.narrow.s = a->s;
+}
+
+/* A narrow push's last fold (device.h): psb_fold_narrow_out widening,
+ * folding and narrowing on the GPU into out; acc is read only. */
+void cuda_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, const uint8_t *src,
+                          size_t n, float s, half_type t)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    assert(op == FOLD_ADD_SCALE || op == FOLD_COPY_SCALE);
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    assert(acc->jobs == 0 && out->jobs == 0);
+    assert((elem_off + n) * sizeof(float) <= acc->bytes && (elem_off + n) * 2 <= out->bytes);
+    out->host_valid = false;
+    cuda_narrow_args a = {.op = op, .acc = acc, .out = out, .s = s, .t = t};
+    cuda_narrow_launches(c, src, elem_off, n, cuda_fill_narrow_out, &a);
+}
+
+static void cuda_fill_narrow_pair(psb_launch *l, const void *ctx, uint64_t elem_off, const uint16_t *x, size_t take)
+{
+    const cuda_narrow_args *a = ctx;
+    *l = (psb_launch){.kernel = PSB_K_FOLD_NARROW_PAIR};
+    l->u.pair.op = cuda_fold_op(a->op);
+    l->u.pair.bf = a->t == HALF_BF16;
+    l->u.pair.acc = a->op == FOLD_ADD ? cuda_f32(a->acc, elem_off) : NULL;
+    l->u.pair.out = a->op == FOLD_ADD_SCALE ? (uint16_t *)devmem_at(a->out->dev, elem_off * 2).p : NULL;
+    l->u.pair.stash = (const uint16_t *)devmem_at(a->stash->dev, elem_off * 2).p;
+    l->u.pair.src = x;
+    l->u.pair.n = take;
+    l->u.pair.s = a->s;
+}
+
+/* device_fold_narrow_pair (device.h): psb_fold_narrow_pair adding the
+ * push's values to the stash's on the GPU. */
 void cuda_fold_narrow_pair(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out, uint64_t elem_off,
                            const uint8_t *src, size_t n, float s, half_type t)
 {
@@ -393,30 +435,6 @@ void cuda_fold_narrow_pair(device *d, device_fold_op op, devbuf *stash, devbuf *
     assert(stash->jobs == 0 && dst->jobs == 0);
     assert((elem_off + n) * 2 <= stash->bytes && (elem_off + n) * (op == FOLD_ADD ? 4 : 2) <= dst->bytes);
     dst->host_valid = false;
-    if (c->failed || n == 0)
-        return;
-    cuda_emit_batch(c); /* the stash's bytes received in the batch before this */
-    const size_t chunk = CUDA_CHUNK / 2;
-    while (n > 0 && !c->failed) {
-        size_t take = n < chunk ? n : chunk;
-        const uint16_t *x = cuda_upload(c, src, take * 2);
-        if (!x)
-            return;
-        psb_launch l = {.kernel = PSB_K_FOLD_NARROW_PAIR};
-        l.u.pair.op = cuda_fold_op(op);
-        l.u.pair.bf = t == HALF_BF16;
-        l.u.pair.acc = op == FOLD_ADD ? cuda_f32(acc, elem_off) : NULL;
-        l.u.pair.out = op == FOLD_ADD_SCALE ? (uint16_t *)devmem_at(out->dev, elem_off * 2).p : NULL;
-        l.u.pair.stash = (const uint16_t *)devmem_at(stash->dev, elem_off * 2).p;
-        l.u.pair.src = x;
-        l.u.pair.n = take;
-        l.u.pair.s = s;
-        if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0) {
-            cuda_fail(c, c->gpu->err);
-            return;
-        }
-        src += take * 2;
-        elem_off += take;
-        n -= take;
-    }
+    cuda_narrow_args a = {.op = op, .acc = acc, .out = out, .stash = stash, .s = s, .t = t};
+    cuda_narrow_launches(c, src, elem_off, n, cuda_fill_narrow_pair, &a);
 }
