@@ -17,7 +17,12 @@ device_fakecuda_* in ctest on the fake GPU, gpu_server_* on a real one.)
     longer complete fail at once with peer_lost naming it, the bucket in
     flight is answered to the others, a session that ends under a job
     drains it, and real trainers end naming the lost one;
-  - the start line names the GPU.
+  - the start line names the GPU;
+  - narrow pushes (--compress fp16|bf16: docs/protocol.md, "Narrow
+    pushes"), kinds average (2 and 3 trainers: the stash, the pair fold,
+    the accumulator) and average-batch, buckets of 300,001 elements: the
+    answers are the mean of the widened pushes, summed in f32 in the order
+    the pushes came, narrowed, bit for bit as computed here in Python.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_cuda_server.py
 The device is $PSBENCH_SERVER_DEVICE (default fake-cuda; cuda on a GPU).
@@ -25,6 +30,7 @@ The device is $PSBENCH_SERVER_DEVICE (default fake-cuda; cuda on a GPU).
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -48,6 +54,63 @@ class CudaServer(psb.PsbTestCase):
         rc, out, err = s.terminate_and_wait()
         self.assertEqual(rc, 0, s.describe())
         self.assertRegex(err, r"device cuda \(GPU 0: [^)]+\)", err)
+
+    # -- narrow pushes: their folds on the GPU ---------------------------------
+
+    @staticmethod
+    def f32(x):
+        """x rounded to float32 (an add or a multiply of two float32
+        values, done in double, rounded once more: the same as float32's
+        own, double having more than twice the bits)."""
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+
+    @staticmethod
+    def widen(dtype, h):
+        if dtype == "f16":
+            return struct.unpack("<e", struct.pack("<H", h))[0]
+        return struct.unpack("<f", struct.pack("<I", h << 16))[0]
+
+    @staticmethod
+    def narrow(dtype, x):
+        if dtype == "f16":
+            return struct.unpack("<H", struct.pack("<e", x))[0]  # round half to even
+        u = struct.unpack("<I", struct.pack("<f", x))[0]
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+    def test_narrow_pushes_folded_on_the_gpu(self):
+        n = 300001
+        for dtype in ("f16", "bf16"):
+            for kind, ntr in ((None, 2), (None, 3), ("average-batch", 2)):
+                s = self.cuda_server(trainers=ntr, kind=kind)
+                cs = [self.client(s) for _ in range(ntr)]
+                for r, c in enumerate(cs):
+                    self.assertEqual(self.hello_ok(c, r, extra={"dtype": dtype}).get("dtype"), dtype)
+                # values of many magnitudes, exact in the narrow type
+                pushes = [[self.narrow(dtype, ((i * 7919 + r * 104729) % 2001 - 1000) * 2.0 ** ((i + r) % 9 - 6))
+                           for i in range(n)] for r in range(ntr)]
+                for c, p in zip(cs, pushes):  # in slot order: the order each element sees them
+                    c.send_frame({"type": "push", "batch": 2, "bucket": 0, "dtype": dtype, "layout": "dense",
+                                  "count": n}, struct.pack("<%dH" % n, *p))
+                scale = self.f32(1.0 / ntr)
+                want = []
+                for i in range(n):
+                    acc = self.widen(dtype, pushes[0][i])
+                    for r in range(1, ntr):
+                        acc = self.f32(acc + self.widen(dtype, pushes[r][i]))
+                    want.append(self.narrow(dtype, self.f32(acc * scale)))
+                want = struct.pack("<%dH" % n, *want)
+                for c in cs:
+                    h, p = c.recv_frame(60)
+                    self.assertEqual((h.get("type"), h.get("dtype"), h.get("count")), ("result", dtype, n),
+                                     (dtype, kind, ntr, h))
+                    if p != want:
+                        self.fail("%s %s %d trainers: the mean differs at element %d" %
+                                  (dtype, kind or "average", ntr,
+                                   next(i for i in range(n) if p[2 * i:2 * i + 2] != want[2 * i:2 * i + 2])))
+                for c in cs:
+                    c.close()
+                rc, out, err = s.terminate_and_wait()
+                self.assertEqual(rc, 0, s.describe())
 
     def test_bucket_answered_while_another_streams_in(self):
         s = self.cuda_server()
