@@ -218,8 +218,8 @@ static int check_seed_placement(const run_config *c, char *err, size_t errlen)
 
 /* --compress powersgd: PyTorch's powerSGD_hook / batched_powerSGD_hook run
  * by allreduce_hook on gloo and nccl (CPU trainers, and CUDA trainers'
- * buckets staged through host memory), a DummyModel (its tensors are
- * what it factors). A run whose timed pass is no longer than
+ * buckets staged through host memory), a DummyModel or a HybridModel's
+ * dense part (their tensors are what it factors). A run whose timed pass is no longer than
  * start_powerSGD_iter never compresses: said once, not refused (PyTorch's
  * default is 1000 steps of plain allreduce). */
 static int check_powersgd(const run_config *c, char *err, size_t errlen)
@@ -228,7 +228,8 @@ static int check_powersgd(const run_config *c, char *err, size_t errlen)
     if (c->resolved.mc.cls == MODEL_SYNTHETIC) {
         errbuf_set(err, errlen,
                    "--compress powersgd: model '%s' (Synthetic) pushes fp32 buckets to the servers and has no "
-                   "tensors to factor; PowerSGD compresses a DummyModel's gradients with --ddp-hook allreduce_hook",
+                   "tensors to factor; PowerSGD compresses a DummyModel's gradients with --ddp-hook allreduce_hook, "
+                   "and a HybridModel's dense part",
                    c->resolved.model.id);
         return -1;
     }
@@ -264,8 +265,8 @@ static int check_powersgd(const run_config *c, char *err, size_t errlen)
  * (docs/protocol.md, "Narrow pushes"), and so does the dense Synthetic
  * model, to servers of kind average or average-batch, on the CPU or a
  * GPU; a HybridModel's dense part is
- * allreduce_hook's (HybridTrainer's compress: none, fp16 or bf16, the
- * class's schema refusing powersgd). Batch-update jobs never get here:
+ * allreduce_hook's (HybridTrainer's compress, powersgd too). Batch-update
+ * jobs never get here:
  * their trainer class has no compress key, which the flag's own check
  * refuses. */
 static int check_compress(const run_config *c, char *err, size_t errlen)

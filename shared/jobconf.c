@@ -72,9 +72,6 @@ static const char *const allreduce_only[] = {"allreduce_hook", NULL};
 /* --compress (issue 43): the gradients' type on the wire; "none" (fp32),
  * the default, first; powersgd: PyTorch's PowerSGD (its state's keys below). */
 static const char *const compress_names[] = {"none", "fp16", "bf16", "powersgd", NULL};
-/* HybridTrainer's: its dense part's bucket as PyTorch's fp16/bf16_compress_hook
- * on the DDP model of that part (PowerSGD is not offered there). */
-static const char *const narrow_names[] = {"none", "fp16", "bf16", NULL};
 /* PowerSGD's two hooks (powerSGD_hook.py): layer-wise, or the whole bucket
  * as one square matrix. */
 static const char *const powersgd_hooks[] = {"powerSGD_hook", "batched_powerSGD_hook", NULL};
@@ -83,6 +80,20 @@ static const char *const powersgd_hooks[] = {"powerSGD_hook", "batched_powerSGD_
 #define PSGD_INT(k, lo, hi) {.key = k, .type = JC_INT, .flags = JC_NODEF, .min = lo, .max = hi}
 #define PSGD_NUM(k, lo, hi) {.key = k, .type = JC_NUM, .flags = JC_NODEF, .min = lo, .max = hi}
 #define PSGD_BOOL(k) {.key = k, .type = JC_BOOL, .flags = JC_NODEF}
+#define PSGD_HOOK_KEY {.key = "powersgd_hook", .type = JC_STR, .flags = JC_NODEF, .choices = powersgd_hooks}
+/* --compress powersgd: PowerSGDState's parameters, PyTorch's names
+ * (psgd_conf_of); the hook: powersgd_hook. DdpTrainer's and
+ * HybridTrainer's (its dense part's bucket). */
+#define PSGD_KEYS                                                                                                      \
+    PSGD_INT("matrix_approximation_rank", 1, PSGD_MAX_RANK),                                                           \
+    PSGD_INT("start_powerSGD_iter", 0, P2(53)),                                                                        \
+    PSGD_NUM("min_compression_rate", 0, 1e9),                                                                          \
+    PSGD_BOOL("use_error_feedback"),                                                                                   \
+    PSGD_BOOL("warm_start"),                                                                                           \
+    PSGD_NUM("orthogonalization_epsilon", 0, 1),                                                                       \
+    PSGD_INT("random_seed", 0, UINT32_MAX),                                                                            \
+    PSGD_INT("compression_stats_logging_frequency", 1, P2(53)),                                                        \
+    PSGD_HOOK_KEY
 /* HybridTrainer's rpc_pattern (trainer/hybrid.h): the seed's first, the default. */
 static const char *const rpc_patterns[] = {"seed", "psbench", NULL};
 /* The seed's DdpTrainer names the functions it is built from; psbench has
@@ -140,17 +151,7 @@ static const jc_key ddp_trainer_keys[] = {
     /* DDP's first bucket (its _DEFAULT_FIRST_BUCKET_BYTES, 1 MiB) */
     {.key = "first_bucket_mb", .type = JC_NUM, .flags = JC_MIB, .min = 0, .max = 1048576, .def = 1},
     ONE_OF("compress", 0, compress_names), /* allreduce_hook's buckets as PyTorch's fp16/bf16_compress_hook */
-    /* --compress powersgd: PowerSGDState's parameters, PyTorch's names
-     * (psgd_conf_of); the hook: powersgd_hook */
-    PSGD_INT("matrix_approximation_rank", 1, PSGD_MAX_RANK),
-    PSGD_INT("start_powerSGD_iter", 0, P2(53)),
-    PSGD_NUM("min_compression_rate", 0, 1e9),
-    PSGD_BOOL("use_error_feedback"),
-    PSGD_BOOL("warm_start"),
-    PSGD_NUM("orthogonalization_epsilon", 0, 1),
-    PSGD_INT("random_seed", 0, UINT32_MAX),
-    PSGD_INT("compression_stats_logging_frequency", 1, P2(53)),
-    {.key = "powersgd_hook", .type = JC_STR, .flags = JC_NODEF, .choices = powersgd_hooks},
+    PSGD_KEYS,
     ONE_OF("hook_state", 0, hook_states),
     ONE_OF("iteration_step", 0, iteration_steps),
     ONE_OF("preprocess_data", 0, preprocessors),
@@ -171,7 +172,8 @@ static const jc_key hybrid_trainer_keys[] = {
     ONE_OF("rpc_pattern", 0, rpc_patterns),
     /* the dense bucket's allreduce_hook; absent: none (a configuration
      * without it stays as it was) */
-    ONE_OF("compress", JC_NODEF, narrow_names),
+    ONE_OF("compress", JC_NODEF, compress_names),
+    PSGD_KEYS,
     {.key = NULL},
 };
 static const jc_key no_keys[] = {{.key = NULL}};
@@ -190,7 +192,7 @@ static int jc_rules_dummy_data(const char *id, json_t *conf, char *err, size_t e
 static int jc_rules_dummy_model(const char *id, json_t *conf, char *err, size_t errlen);
 static int jc_rules_linear(const char *id, json_t *conf, char *err, size_t errlen);
 static int jc_rules_hybrid_model(const char *id, json_t *conf, char *err, size_t errlen);
-static int jc_rules_ddp_trainer(const char *id, json_t *conf, char *err, size_t errlen);
+static int jc_rules_powersgd(const char *id, json_t *conf, char *err, size_t errlen);
 
 static const jc_class jc_classes[] = {
     {"data", "DummyData", dummy_data_keys, jc_rules_dummy_data},
@@ -198,9 +200,9 @@ static const jc_class jc_classes[] = {
     {"model", "Synthetic", synthetic_keys, NULL}, /* its rules: modelconf_synthetic */
     {"model", "Linear", linear_keys, jc_rules_linear},
     {"model", "HybridModel", hybrid_model_keys, jc_rules_hybrid_model},
-    {"trainer", "DdpTrainer", ddp_trainer_keys, jc_rules_ddp_trainer},
+    {"trainer", "DdpTrainer", ddp_trainer_keys, jc_rules_powersgd},
     {"trainer", "BatchUpdateTrainer", bu_trainer_keys, NULL},
-    {"trainer", "HybridTrainer", hybrid_trainer_keys, NULL},
+    {"trainer", "HybridTrainer", hybrid_trainer_keys, jc_rules_powersgd},
     {"server", "AverageParameterServer", no_keys, NULL},
     {"server", "AverageBatchParameterServer", no_keys, NULL},
     {"server", "BatchUpdateParameterServer", bu_server_keys, NULL},
@@ -539,7 +541,7 @@ const char *jobconf_key_name(const char *kind, const char *cls, size_t i)
  * bucket index, and DDP rebuilds its buckets after the first iteration
  * (psbench too: ddp_buckets.h), so PowerSGD may start only from the
  * third. Only where compress is powersgd: the keys are unused otherwise. */
-static int jc_rules_ddp_trainer(const char *id, json_t *conf, char *err, size_t errlen)
+static int jc_rules_powersgd(const char *id, json_t *conf, char *err, size_t errlen)
 {
     json_t *cz = json_object_get(conf, "compress");
     if (!json_is_string(cz) || strcmp(json_string_value(cz), "powersgd") != 0)

@@ -68,6 +68,7 @@ struct hybrid {
     uint64_t batch;           /* the wire batch number */
     uint64_t ack_batch;       /* the batch whose updates asked for `updated` last */
     hook_bucket bucket;       /* the dense gradients: grads' view, twin's, or grads on the GPU (a device hook) */
+    hook_tensor tensors[2 * HYBRID_LAYERS]; /* the bucket's: each layer's weight (out x in) and bias, in memory order */
     cbuf *twin;               /* staged (grads without a host view): the bucket in pinned memory; else NULL */
     bool placed;              /* a pass has placed the bucket (hybrid_place_bucket) */
     float *params_host;       /* staged: the parameters read back (hybrid_dense_params) */
@@ -244,6 +245,18 @@ hybrid *hybrid_new(const hybrid_config *c, metrics *m, char *err, size_t errlen)
     h->bucket.id = 0;
     h->bucket.data = compute_host_view(d, h->twin ? h->twin : h->grads);
     h->bucket.count = n;
+    /* Its tensors, for a hook whose arithmetic is per tensor (PowerSGD):
+     * PyTorch's shapes (a weight out x in, a bias viewed out x 1), and
+     * DDP's bucket holds them last first (the order backward makes them,
+     * which DDP's buckets follow from the start: reverse registration). */
+    for (int l = 0; l < HYBRID_LAYERS; l++) {
+        h->tensors[2 * l] = (hook_tensor){.offset = h->w_off[l], .rows = hybrid_width[l + 1], .cols = hybrid_width[l]};
+        h->tensors[2 * l + 1] = (hook_tensor){.offset = h->b_off[l], .rows = hybrid_width[l + 1], .cols = 1};
+    }
+    h->bucket.tensors = h->tensors;
+    h->bucket.ntensors = 2 * HYBRID_LAYERS;
+    h->bucket.ddp_reversed = true;
+    h->bucket.last = true; /* the step's only bucket (GradBucket.is_last: PowerSGD counts its steps by it) */
     if (hybrid_init_params(h) < 0) {
         hybrid_free(h);
         snprintf(err, errlen, "out of memory");

@@ -41,9 +41,10 @@ batched_powerSGD_hook over Gloo (fp16 and bf16 over NCCL too).
 - A trainer whose server welcomes it without the echo (a fake server:
   one that does not know narrow pushes) fails in one line naming it.
 - The HybridModel (the DDP + RPC benchmark): its dense part's
-  allreduce_hook compresses with fp16 and bf16 (HybridTrainer's compress
-  key): the trainers end with the same dense parameters, their entries
-  say compress and PyTorch's hook name (none: neither key); powersgd is
+  allreduce_hook compresses with fp16, bf16 and powersgd (HybridTrainer's
+  compress key): the trainers end with the same dense parameters, their
+  entries say compress and PyTorch's hook name (none: neither key), and
+  PowerSGD's steps and compressed bytes; its start_powerSGD_iter rule
   refused naming the flag.
 - Refusals, one line, exit 2: --compress fp16 with sparse_rpc_hook, with
   a sparse Synthetic model, with a batch-update job; an unknown value.
@@ -635,24 +636,29 @@ class Compress(psb.PsbTestCase):
         line = self.compress_refusal("--model", "Tiny", "--compress", "fp8")
         self.assertIn("--compress: ", line)
         self.assertIn("fp8", line)
-        # The HybridModel's dense part: fp16 and bf16, not PowerSGD, the
-        # flag named (not the configuration file)
+        # The HybridModel's dense part: PowerSGD's own rule, the flag named
+        # (not the configuration file)
         line = self.compress_refusal("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256",
-                                     "--compress", "powersgd", model_config=None)
-        self.assertIn("--compress powersgd: trainer 'HybridTrainer' (HybridTrainer): \"compress\" must be one of "
-                      "\"none\", \"fp16\", \"bf16\"", line)
+                                     "--compress", "powersgd", "--powersgd-start-iter", "1", model_config=None)
+        self.assertIn("\"start_powerSGD_iter\" must be > 1 with use_error_feedback on, got 1", line)
 
     def test_hybrid_model_dense_part(self):
         """The seed's DDP + RPC benchmark: the HybridModel's dense part is a
         DDP model under allreduce_hook, so --compress fp16|bf16 is PyTorch's
-        compress hook on it (HybridTrainer's compress key). Its trainers
-        end with the same dense parameters (the narrow allreduce gives every
-        member the same bits), say compress and PyTorch's hook name, and
-        the configuration resolves it; without the flag the trainers'
-        entries are as before (neither key)."""
-        for c in ("none", "fp16", "bf16"):
-            out = os.path.join(self.reg.workdir, "hybrid-" + c)
+        compress hook on it (HybridTrainer's compress key), and
+        --compress powersgd:2 its powerSGD_hook (the dense part's ten
+        tensors, PyTorch's shapes, in DDP's order). Its trainers end with
+        the same dense parameters (the allreduces give every member the
+        same bits), say compress and PyTorch's hook name, and the
+        configuration resolves it; PowerSGD reports its steps and the
+        bytes of a compressed step (rank 2: P and Q of the five weights,
+        the biases whole but the last layer's 8 x 1, 3448 floats); without
+        the flag the trainers' entries are as before (neither key)."""
+        for c in ("none", "fp16", "bf16", "powersgd:2"):
+            out = os.path.join(self.reg.workdir, "hybrid-" + c.replace(":", "-"))
             extra = () if c == "none" else ("--compress", c)
+            if c.startswith("powersgd"):
+                extra += ("--powersgd-start-iter", "2")
             m = self.master("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256", "--epochs", "2",
                             "--local", *extra, out=out, model_config=None)
             res = self.results(out, m)
@@ -665,9 +671,15 @@ class Compress(psb.PsbTestCase):
                 if c == "none":
                     self.assertNotIn("compress", t)
                     self.assertNotIn("comm_hook", t)
+                elif c.startswith("powersgd"):
+                    self.assertEqual((t["compress"], t["comm_hook"]), ("powersgd", "powerSGD_hook"), t)
+                    ps = t["powersgd"]
+                    self.assertEqual(ps["plain_steps"], 2, ps)
+                    self.assertEqual(ps["compressed_steps"], 2 * 10 - 2, ps)  # 2 epochs of 10 batches
+                    self.assertEqual(ps["bytes_per_compressed_step"], 4 * 3448, ps)
                 else:
                     self.assertEqual((t["compress"], t["comm_hook"]), (c, HOOK_NAMES[c]), t)
-            self.assertEqual(res["configuration"]["resolved"]["compress"], c)
+            self.assertEqual(res["configuration"]["resolved"]["compress"], c.split(":")[0])
 
 
 if __name__ == "__main__":

@@ -503,7 +503,9 @@ static void test_seed_trainer_flags(void **state)
     assert_int_equal(parse_args(&c, err, sizeof err, "--number-ps", "2", "--hook-state", "BasicHookState", NULL), 0);
     assert_int_equal(config_load(&c, err, sizeof err), -1);
     assert_contains(err, "--hook-state BasicHookState: trainer 'HybridTrainer' (HybridTrainer) has no \"hook_state\" "
-                         "(it takes ddp_hook, lr, batches, rpc_pattern, compress)");
+                         "(it takes ddp_hook, lr, batches, rpc_pattern, compress, matrix_approximation_rank, "
+                         "start_powerSGD_iter, min_compression_rate, use_error_feedback, warm_start, "
+                         "orthogonalization_epsilon, random_seed, compression_stats_logging_frequency, powersgd_hook)");
     config_free(&c);
     /* A BatchUpdateTrainer has no lr: its servers step. */
     assert_int_equal(parse_args(&c, err, sizeof err, "--server", "BatchUpdateParameterServer", "--model",

@@ -198,8 +198,18 @@ static const vcase cases[] = {
     {"HybridTrainer", "lr", "\"0.05\"", "0", "1e308", OPT, "0.05", NULL},
     {"HybridTrainer", "batches", "[10]", "0", "1048577", OPT, "10", NULL},
     {"HybridTrainer", "rpc_pattern", "2", NULL, "\"pytorch\"", OPT, "\"seed\"", NULL},
-    /* its dense part's compress: no default written, no PowerSGD */
-    {"HybridTrainer", "compress", "16", NULL, "\"powersgd\"", OPT, NULL, NULL},
+    /* its dense part's compress: no default written */
+    {"HybridTrainer", "compress", "16", NULL, "\"fp8\"", OPT, NULL, NULL},
+    /* its dense part's PowerSGD: DdpTrainer's keys */
+    {"HybridTrainer", "matrix_approximation_rank", "\"4\"", "0", "1025", OPT, NULL, NULL},
+    {"HybridTrainer", "start_powerSGD_iter", "true", "-1", "18014398509481984", OPT, NULL, NULL},
+    {"HybridTrainer", "min_compression_rate", "\"2\"", "-1", "1e10", OPT, NULL, NULL},
+    {"HybridTrainer", "use_error_feedback", "1", NULL, NULL, OPT, NULL, NULL},
+    {"HybridTrainer", "warm_start", "\"yes\"", NULL, NULL, OPT, NULL, NULL},
+    {"HybridTrainer", "orthogonalization_epsilon", "[]", "-1e-9", "2", OPT, NULL, NULL},
+    {"HybridTrainer", "random_seed", "1.5", "-1", "4294967296", OPT, NULL, NULL},
+    {"HybridTrainer", "compression_stats_logging_frequency", "\"10\"", "0", "18014398509481984", OPT, NULL, NULL},
+    {"HybridTrainer", "powersgd_hook", "3", NULL, "\"ring_powerSGD_hook\"", OPT, NULL, NULL},
 
     {"BatchUpdateParameterServer", "lr", "\"fast\"", "-0.001", "1e7", OPT, "0.001", NULL},
     {"BatchUpdateParameterServer", "momentum", "null", "-1", "1.5", OPT, "0.9", NULL},
