@@ -124,11 +124,6 @@ class FlagTests(psb.PsbTestCase):
             (["--trainer", "HybridTrainer", "--model", "HybridModel", "--server", "EmbeddingParameterServer",
               "--bucket-cap-mb", "4"],
              "--bucket-cap-mb 4.0: trainer 'HybridTrainer' (HybridTrainer) has no \"bucket_cap_mb\""),
-            # A trainer key flag's bad value: the flag named, not the file
-            (["--trainer", "HybridTrainer", "--model", "HybridModel", "--server", "EmbeddingParameterServer",
-              "--compress", "powersgd"],
-             "--compress powersgd: trainer 'HybridTrainer' (HybridTrainer): \"compress\" must be one of \"none\", "
-             "\"fp16\", \"bf16\", got \"powersgd\""),
             # A DDP + RPC flag chose the server for a DummyModel: said so
             (["--model", "DummyModel", "--warmup-cycles", "1"],
              "model 'DummyModel' is DummyModel, but a flag of the DDP + RPC benchmark (--number-ps, "
