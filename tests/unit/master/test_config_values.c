@@ -137,6 +137,18 @@ typedef struct vcase {
 
 #define REQ true
 #define OPT false
+/* PowerSGDState's keys, as every trainer class that has them takes them
+ * (shared/jobconf.c's PSGD_KEYS). */
+#define PSGD_CASES(cls)                                                                                                \
+    {cls, "matrix_approximation_rank", "\"4\"", "0", "1025", OPT, NULL, NULL},                                         \
+        {cls, "start_powerSGD_iter", "true", "-1", "18014398509481984", OPT, NULL, NULL},                              \
+        {cls, "min_compression_rate", "\"2\"", "-1", "1e10", OPT, NULL, NULL},                                         \
+        {cls, "use_error_feedback", "1", NULL, NULL, OPT, NULL, NULL},                                                 \
+        {cls, "warm_start", "\"yes\"", NULL, NULL, OPT, NULL, NULL},                                                   \
+        {cls, "orthogonalization_epsilon", "[]", "-1e-9", "2", OPT, NULL, NULL},                                       \
+        {cls, "random_seed", "1.5", "-1", "4294967296", OPT, NULL, NULL},                                              \
+        {cls, "compression_stats_logging_frequency", "\"10\"", "0", "18014398509481984", OPT, NULL, NULL},             \
+        {cls, "powersgd_hook", "3", NULL, "\"ring_powerSGD_hook\"", OPT, NULL, NULL}
 static const vcase cases[] = {
     {"DummyData", "max_val", "\"100\"", "0", "1099511627777", REQ, NULL, NULL},
     {"DummyData", "sample_count", "2.5", "0", "4294967296", REQ, NULL, NULL},
@@ -174,15 +186,7 @@ static const vcase cases[] = {
     {"DdpTrainer", "first_bucket_mb", "\"1\"", "-0.5", "1048577", OPT, "1.0", NULL},
     {"DdpTrainer", "compress", "16", NULL, "\"fp8\"", OPT, "\"none\"", NULL},
     /* PowerSGDState's (--compress powersgd): no default written */
-    {"DdpTrainer", "matrix_approximation_rank", "\"4\"", "0", "1025", OPT, NULL, NULL},
-    {"DdpTrainer", "start_powerSGD_iter", "true", "-1", "18014398509481984", OPT, NULL, NULL},
-    {"DdpTrainer", "min_compression_rate", "\"2\"", "-1", "1e10", OPT, NULL, NULL},
-    {"DdpTrainer", "use_error_feedback", "1", NULL, NULL, OPT, NULL, NULL},
-    {"DdpTrainer", "warm_start", "\"yes\"", NULL, NULL, OPT, NULL, NULL},
-    {"DdpTrainer", "orthogonalization_epsilon", "[]", "-1e-9", "2", OPT, NULL, NULL},
-    {"DdpTrainer", "random_seed", "1.5", "-1", "4294967296", OPT, NULL, NULL},
-    {"DdpTrainer", "compression_stats_logging_frequency", "\"10\"", "0", "18014398509481984", OPT, NULL, NULL},
-    {"DdpTrainer", "powersgd_hook", "3", NULL, "\"ring_powerSGD_hook\"", OPT, NULL, NULL},
+    PSGD_CASES("DdpTrainer"),
     {"DdpTrainer", "hook_state", "1", NULL, "\"FancyHookState\"", OPT, "\"BasicHookState\"", NULL},
     {"DdpTrainer", "iteration_step", "[]", NULL, "\"fancy_step\"", OPT, "\"basic_iteration_step\"", NULL},
     {"DdpTrainer", "preprocess_data", "null", NULL, "\"preprocess_real_data\"", OPT, "\"preprocess_dummy_data\"",
@@ -201,15 +205,7 @@ static const vcase cases[] = {
     /* its dense part's compress: no default written */
     {"HybridTrainer", "compress", "16", NULL, "\"fp8\"", OPT, NULL, NULL},
     /* its dense part's PowerSGD: DdpTrainer's keys */
-    {"HybridTrainer", "matrix_approximation_rank", "\"4\"", "0", "1025", OPT, NULL, NULL},
-    {"HybridTrainer", "start_powerSGD_iter", "true", "-1", "18014398509481984", OPT, NULL, NULL},
-    {"HybridTrainer", "min_compression_rate", "\"2\"", "-1", "1e10", OPT, NULL, NULL},
-    {"HybridTrainer", "use_error_feedback", "1", NULL, NULL, OPT, NULL, NULL},
-    {"HybridTrainer", "warm_start", "\"yes\"", NULL, NULL, OPT, NULL, NULL},
-    {"HybridTrainer", "orthogonalization_epsilon", "[]", "-1e-9", "2", OPT, NULL, NULL},
-    {"HybridTrainer", "random_seed", "1.5", "-1", "4294967296", OPT, NULL, NULL},
-    {"HybridTrainer", "compression_stats_logging_frequency", "\"10\"", "0", "18014398509481984", OPT, NULL, NULL},
-    {"HybridTrainer", "powersgd_hook", "3", NULL, "\"ring_powerSGD_hook\"", OPT, NULL, NULL},
+    PSGD_CASES("HybridTrainer"),
 
     {"BatchUpdateParameterServer", "lr", "\"fast\"", "-0.001", "1e7", OPT, "0.001", NULL},
     {"BatchUpdateParameterServer", "momentum", "null", "-1", "1.5", OPT, "0.9", NULL},
