@@ -113,14 +113,59 @@ static int load_entry(const char *what, const char *path, const char *id, const 
     return 0;
 }
 
-/* Check an entry's values (jobconf_check: types, ranges, required keys,
- * defaults written), the file named in front of the reason. */
-static int load_check(const char *kind, const char *path, config_entry *e, char *err, size_t errlen)
+static char *load_value_text(const json_t *v);
+
+/* The flags that changed a KIND entry before it is checked, as the user
+ * wrote them (" with --set trainer.lr=0.1 --powersgd-start-iter 1"; empty
+ * where none did) into buf. */
+static void load_flags_text(const run_config *c, const char *kind, const config_entry *e, char *buf, size_t len)
 {
-    char why[1024];
+    size_t n = 0;
+    buf[0] = '\0';
+#define LOAD_APPEND(...)                                                                                               \
+    do {                                                                                                               \
+        if (n < len)                                                                                                   \
+            n += (size_t)snprintf(buf + n, len - n, __VA_ARGS__);                                                      \
+    } while (0)
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(c->set_flags, kind), key, v) {
+        char *val = load_value_text(v);
+        LOAD_APPEND("%s--set %s.%s=%s", n ? " " : " with ", kind, key, val ? val : "");
+        free(val);
+    }
+    if (strcmp(kind, "trainer") == 0) {
+        if (c->ddp_hook && jobconf_class_takes("trainer", e->cls, "ddp_hook"))
+            LOAD_APPEND("%s--ddp-hook %s", n ? " " : " with ", c->ddp_hook);
+        const char *name, *prev_name, *prev_key;
+        for (size_t i = 0; c->trainer_flags && master_trainer_key_flag(i, &name, &key); i++) {
+            if (!(v = json_object_get(c->trainer_flags, key)) || !jobconf_class_takes("trainer", e->cls, key))
+                continue;
+            bool said = false; /* a flag that sets two keys (--compress powersgd:RANK): its first one's value */
+            for (size_t j = 0; j < i && master_trainer_key_flag(j, &prev_name, &prev_key); j++)
+                said |= strcmp(prev_name, name) == 0 && json_object_get(c->trainer_flags, prev_key) != NULL;
+            if (said)
+                continue;
+            char *val = load_value_text(v);
+            LOAD_APPEND("%s--%s %s", n ? " " : " with ", name, val ? val : "");
+            free(val);
+        }
+    }
+#undef LOAD_APPEND
+}
+
+/* Check an entry's values (jobconf_check: types, ranges, required keys,
+ * defaults written, the rules between keys), the file named in front of
+ * the reason, and the flags that changed the entry (a rule's refusal may
+ * be a flag's doing: --powersgd-start-iter 1 with error feedback). */
+static int load_check(const run_config *c, const char *kind, const char *path, config_entry *e, char *err,
+                      size_t errlen)
+{
+    char why[1024], flags[512];
     if (jobconf_check(kind, e->cls, e->id, e->conf, why, sizeof why) == 0)
         return 0;
-    errbuf_set(err, errlen, "%s: %s", path, why);
+    load_flags_text(c, kind, e, flags, sizeof flags);
+    errbuf_set(err, errlen, "%s%s: %s", path, flags, why);
     return -1;
 }
 
@@ -471,7 +516,7 @@ int config_load(run_config *c, char *err, size_t errlen)
         load_entry("trainer", c->trainer_config_path, c->trainer, trainer_keys, tr, err, errlen) < 0 ||
         load_entry("server", c->server_config_path, c->server, server_keys, sv, err, errlen) < 0)
         goto fail;
-    if (load_set_flags(c, err, errlen) < 0 || load_check("data", c->data_config_path, da, err, errlen) < 0)
+    if (load_set_flags(c, err, errlen) < 0 || load_check(c, "data", c->data_config_path, da, err, errlen) < 0)
         goto fail;
     {
         char why[400]; /* the model, parsed as the trainers will parse it */
@@ -481,8 +526,8 @@ int config_load(run_config *c, char *err, size_t errlen)
         }
     }
     if (load_hook_flag(c, false, err, errlen) < 0 || load_trainer_key_flags(c, false, err, errlen) < 0 ||
-        load_check("trainer", c->trainer_config_path, tr, err, errlen) < 0 ||
-        load_check("server", c->server_config_path, sv, err, errlen) < 0 || load_hook_flag(c, true, err, errlen) < 0 ||
+        load_check(c, "trainer", c->trainer_config_path, tr, err, errlen) < 0 ||
+        load_check(c, "server", c->server_config_path, sv, err, errlen) < 0 || load_hook_flag(c, true, err, errlen) < 0 ||
         load_trainer_key_flags(c, true, err, errlen) < 0)
         goto fail;
 

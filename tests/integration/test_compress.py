@@ -636,11 +636,13 @@ class Compress(psb.PsbTestCase):
         line = self.compress_refusal("--model", "Tiny", "--compress", "fp8")
         self.assertIn("--compress: ", line)
         self.assertIn("fp8", line)
-        # The HybridModel's dense part: PowerSGD's own rule, the flag named
-        # (not the configuration file)
+        # The HybridModel's dense part: PowerSGD's own rule, the file and the
+        # flags that changed its entry named
         line = self.compress_refusal("--number-trainers", "2", "--number-ps", "2", "--embedding-dim", "256",
                                      "--compress", "powersgd", "--powersgd-start-iter", "1", model_config=None)
-        self.assertIn("\"start_powerSGD_iter\" must be > 1 with use_error_feedback on, got 1", line)
+        self.assertIn("trainer_configurations.json with --compress powersgd --powersgd-start-iter 1: trainer "
+                      "\"HybridTrainer\": \"start_powerSGD_iter\" must be > 1 with use_error_feedback on, got 1",
+                      line)
 
     def test_hybrid_model_dense_part(self):
         """The seed's DDP + RPC benchmark: the HybridModel's dense part is a
