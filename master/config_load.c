@@ -527,8 +527,8 @@ int config_load(run_config *c, char *err, size_t errlen)
     }
     if (load_hook_flag(c, false, err, errlen) < 0 || load_trainer_key_flags(c, false, err, errlen) < 0 ||
         load_check(c, "trainer", c->trainer_config_path, tr, err, errlen) < 0 ||
-        load_check(c, "server", c->server_config_path, sv, err, errlen) < 0 || load_hook_flag(c, true, err, errlen) < 0 ||
-        load_trainer_key_flags(c, true, err, errlen) < 0)
+        load_check(c, "server", c->server_config_path, sv, err, errlen) < 0 ||
+        load_hook_flag(c, true, err, errlen) < 0 || load_trainer_key_flags(c, true, err, errlen) < 0)
         goto fail;
 
     /* Server class -> psbench server kind (jobconf_check knows no other). */
