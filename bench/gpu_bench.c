@@ -9,7 +9,8 @@
  *     psb_fold add-scale (one push of the streaming average), and the
  *     narrow pushes' folds of --compress bf16 (psb_fold_narrow_out: the
  *     last push's, into a 16-bit answer; psb_fold_narrow_pair: two
- *     trainers' pushes into their mean, all 16-bit), for buffers of 1 KiB,
+ *     trainers' pushes into their mean, all 16-bit; psb_fold_narrow_in: a
+ *     push widened into the f32 accumulator), for buffers of 1 KiB,
  *     4 MiB and 64 MiB of floats (a narrow fold's elements as many);
  *
  *   gpu-bench [--fake] [--device N] roundtrip [--seconds S]
@@ -139,6 +140,22 @@ static int op_narrow_out(cugpu *g, cugpu_stream *s, void *ctx)
     return g->ops->launch(g, s, &l);
 }
 
+/* A narrow push widened as it is added to the f32 accumulator (a middle
+ * push with 3 trainers or more; average-batch's stored copy): acc read and
+ * written, the push's 16-bit values read. */
+static int op_narrow_in(cugpu *g, cugpu_stream *s, void *ctx)
+{
+    kctx *k = ctx;
+    psb_launch l = {.kernel = PSB_K_FOLD_NARROW_IN};
+    l.u.widen.op = PSB_FOLD_ADD;
+    l.u.widen.bf = 1;
+    l.u.widen.acc = devmem_f32(k->dst).p;
+    l.u.widen.src = (const uint16_t *)k->src[0].p;
+    l.u.widen.n = k->n;
+    l.u.widen.s = 0;
+    return g->ops->launch(g, s, &l);
+}
+
 /* Two trainers' narrow pushes (--compress bf16): the stash and the second
  * push read, their mean written, all 16-bit. */
 static int op_narrow_pair(cugpu *g, cugpu_stream *s, void *ctx)
@@ -204,9 +221,11 @@ static int bench_kernels(cugpu *g, size_t max_bytes)
         } rows[] = {{"psb_sum_scale, 2 sources", op_sum, 2, 3},
                     {"psb_sum_scale, 8 sources", op_sum, 8, 9},
                     {"psb_fold add-scale", op_fold, 1, 3},
-                    /* per element: acc 4 + push 2 + answer 2 bytes; stash 2 + push 2 + answer 2 */
+                    /* per element: acc 4 + push 2 + answer 2 bytes; stash 2 + push 2 + answer 2; acc 4 + push 2
+                     * + acc 4 */
                     {"psb_fold_narrow_out bf16", op_narrow_out, 1, 2},
-                    {"psb_fold_narrow_pair bf16", op_narrow_pair, 1, 1.5}};
+                    {"psb_fold_narrow_pair bf16", op_narrow_pair, 1, 1.5},
+                    {"psb_fold_narrow_in bf16", op_narrow_in, 1, 2.5}};
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
             k.nsrc = rows[r].nsrc;
             double ms = bench_time(g, s, rows[r].op, &k, reps);

@@ -202,6 +202,16 @@ typedef struct devpeer_ops {
     void (*wait)(device *d, devpeer *p);
     void (*fold)(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at, size_t n,
                  float s);
+    /* A narrow push from a peer's memory (n 16-bit values at `at`): as
+     * device_write (copy), device_fold_narrow, _out and _pair from host
+     * bytes. */
+    void (*copy)(device *d, devbuf *dst, uint64_t off, devpeer *p, uint64_t at, size_t bytes);
+    void (*fold_narrow)(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at, size_t n,
+                        float s, half_type t);
+    void (*fold_narrow_out)(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, devpeer *p,
+                            uint64_t at, size_t n, float s, half_type t);
+    void (*fold_narrow_pair)(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out, uint64_t elem_off,
+                             devpeer *p, uint64_t at, size_t n, float s, half_type t);
     int (*share)(device *d, uint64_t want, uint8_t *mem, uint64_t *bytes, char *err, size_t errlen);
     bool (*buf_lendable)(device *d, devbuf *b);
     psbuf *(*buf_lend)(device *d, devbuf *b);
@@ -217,6 +227,11 @@ typedef struct device_ops {
     void (*recv_done)(device *d, devbuf *dst, uint64_t off, size_t n);
     void (*fold)(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
                  float s);
+    /* NULL, or device_fold_narrow (below): a device that widens as it
+     * folds (cuda: a kernel on its stream, half the bytes uploaded); the
+     * others are handed widened floats (kind_fold_narrow). */
+    void (*fold_narrow)(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
+                        float s, half_type t);
     /* NULL, or device_fold_narrow_out (below): cpu, test and cuda have it
      * (cuda: a kernel on its stream). */
     void (*fold_narrow_out)(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off,
@@ -384,6 +399,10 @@ static inline void device_fold(device *d, device_fold_op op, devbuf *acc, uint64
 static inline bool device_takes_narrow(const device *d)
 {
     assert((d->ops->fold_narrow_out != NULL) == (d->ops->fold_narrow_pair != NULL));
+    /* a device with peers takes their narrow pushes too */
+    assert(!d->ops->fold_narrow_out || !d->ops->peers ||
+           (d->ops->peers->fold_narrow_out && d->ops->peers->fold_narrow_pair && d->ops->peers->fold_narrow &&
+            d->ops->peers->copy));
     return d->ops->fold_narrow_out != NULL;
 }
 static inline void device_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off,
@@ -411,6 +430,45 @@ static inline void device_fold_narrow_pair(device *d, device_fold_op op, devbuf 
                                            uint64_t elem_off, const uint8_t *src, size_t n, float s, half_type t)
 {
     d->ops->fold_narrow_pair(d, op, stash, acc, out, elem_off, src, n, s, t);
+}
+
+/* device_fold_narrow: as device_fold of n f32 values, each x the widened
+ * 16-bit src element (type t, any alignment, valid during the call) —
+ * where the device has it (else kind_fold_narrow widens on the host). */
+static inline bool device_has_fold_narrow(const device *d) { return d->ops->fold_narrow != NULL; }
+static inline void device_fold_narrow(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src,
+                                      size_t n, float s, half_type t)
+{
+    d->ops->fold_narrow(d, op, acc, elem_off, src, n, s, t);
+}
+
+/* The narrow folds and the stash's copy from either source, advanced by
+ * skip bytes (a peer's memory: the devpeer_ops; host bytes: the calls
+ * above, and device_write). */
+static inline void device_fold_narrow_out_from(device *d, device_fold_op op, devbuf *acc, devbuf *out,
+                                               uint64_t elem_off, devsrc src, uint64_t skip, size_t n, float s,
+                                               half_type t)
+{
+    if (src.peer)
+        d->ops->peers->fold_narrow_out(d, op, acc, out, elem_off, src.peer, src.at + skip, n, s, t);
+    else
+        device_fold_narrow_out(d, op, acc, out, elem_off, src.host + skip, n, s, t);
+}
+static inline void device_fold_narrow_pair_from(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out,
+                                                uint64_t elem_off, devsrc src, uint64_t skip, size_t n, float s,
+                                                half_type t)
+{
+    if (src.peer)
+        d->ops->peers->fold_narrow_pair(d, op, stash, acc, out, elem_off, src.peer, src.at + skip, n, s, t);
+    else
+        device_fold_narrow_pair(d, op, stash, acc, out, elem_off, src.host + skip, n, s, t);
+}
+static inline void device_write_from(device *d, devbuf *dst, uint64_t off, devsrc src, uint64_t skip, size_t bytes)
+{
+    if (src.peer)
+        d->ops->peers->copy(d, dst, off, src.peer, src.at + skip, bytes);
+    else
+        device_write(d, dst, off, src.host + skip, bytes);
 }
 
 /* device_fold_from: as device_fold, from src advanced by skip bytes (a
@@ -518,7 +576,9 @@ static inline uint64_t device_allocs(device *d) { return d->ops->allocs ? d->ops
  *   event's latest record (as it stands now) is complete; the host never
  *   waits (cudaStreamWaitEvent).
  * device_fold_peer: as device_fold, from the peer's memory at byte offset
- *   `at` (the caller checked at + 4n against the peer's size).
+ *   `at` (the caller checked at + 4n against the peer's size); a narrow
+ *   push's folds likewise (device_fold_narrow_out_from and the others
+ *   above: at + 2n checked).
  * device_share: the device's own exported memory, `want` bytes made at the
  *   first call (the server's --gpu-share; later calls get that one): its
  *   handle into mem and its size; 0, or -1 with why (then the device lends

@@ -56,9 +56,12 @@ void kind_stored_data(kind *k, kind_slot *stored, const push_ctx *p, uint64_t of
 void kind_stored_peer(kind *k, kind_slot *stored, const push_ctx *p, devpeer *peer, uint64_t at)
 {
     kind_slot *st = &stored[p->slot];
-    assert(st->dev && !st->host && p->len % 4 == 0);
+    assert(st->dev && !st->host);
     devsrc src = {.peer = peer, .at = at};
-    device_fold_from(k->dev, FOLD_COPY, st->dev, 0, src, 0, p->len / 4, 0);
+    if (p->f->dtype != HALF_FP32)
+        kind_fold_narrow_from(k, FOLD_COPY, st->dev, 0, src, 0, p->f->count, 0, p->f->dtype);
+    else
+        device_fold_from(k->dev, FOLD_COPY, st->dev, 0, src, 0, p->len / 4, 0);
 }
 
 void kind_stored_abort(kind *k, kind_slot *stored, const push_ctx *p)
@@ -88,6 +91,10 @@ void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off
                       half_type t)
 {
     assert(t == HALF_FP16 || t == HALF_BF16);
+    if (device_has_fold_narrow(k->dev)) { /* widened where it folds */
+        device_fold_narrow(k->dev, op, acc, elem_off, src, n, s, t);
+        return;
+    }
     if (op == FOLD_COPY) {
         while (n > 0) {
             size_t max;
@@ -111,6 +118,15 @@ void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off
         src += m * 2;
         n -= m;
     }
+}
+
+void kind_fold_narrow_from(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off, devsrc src, uint64_t skip,
+                           size_t n, float s, half_type t)
+{
+    if (src.peer)
+        k->dev->ops->peers->fold_narrow(k->dev, op, acc, elem_off, src.peer, src.at + skip, n, s, t);
+    else
+        kind_fold_narrow(k, op, acc, elem_off, src.host + skip, n, s, t);
 }
 
 psbuf *kind_result_narrow(kind *k, psbuf *wide, half_type t)

@@ -237,10 +237,15 @@ void kind_stored_release(kind *k, kind_slot *stored, uint32_t nslots);
  * into acc's floats [elem_off, elem_off + n) by op, as device_fold folds
  * f32: a copy is widened straight into the device's recv areas (on the
  * cpu device, the accumulator itself), any other op widens a slice at a
- * time into a small scratch the device folds from. So the sum is of the
- * exact widened values in f32, on every device. */
+ * time into a small scratch the device folds from — or, on a device that
+ * widens as it folds (device_fold_narrow: cuda), the 16-bit values go to
+ * it as they are. So the sum is of the exact widened values in f32, on
+ * every device. kind_fold_narrow_from: from src advanced by skip bytes (a
+ * peer's GPU memory: the device's peer fold, always a widening one). */
 void kind_fold_narrow(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n, float s,
                       half_type t);
+void kind_fold_narrow_from(kind *k, device_fold_op op, devbuf *acc, uint64_t elem_off, devsrc src, uint64_t skip,
+                           size_t n, float s, half_type t);
 /* The answer of a narrow future: the f32 mean `wide` (taken: unref'd)
  * narrowed once, round to nearest even (half_to_fp16 / half_to_bf16),
  * into a buffer of the pool. NULL: out of memory. */

@@ -29,7 +29,9 @@
  * mean narrowed, once, into the answer (device_fold_narrow_out), never
  * back into the accumulator. The sums are the f32 path's of the widened
  * values, in the same order, bit for bit: a stash widened is what a copy
- * into the accumulator would have held.
+ * into the accumulator would have held. A narrow push from a trainer's GPU
+ * memory (CUDA IPC) takes the same steps, whole, its values read where
+ * they lie; its answer (nout) is lent like an f32 one.
  *
  * Sparse: rows are coalesced in a device sparse accumulator as they
  * arrive; resolving emits them (indices ascending, values scaled) on the
@@ -212,12 +214,13 @@ static void avg_others_rank(const avg_future *st, uint32_t n, uint32_t slot, uin
 static uint64_t avg_clamp(uint64_t v, uint64_t lo, uint64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* A narrow push's elements [e, e + ne) (its payload from element e at
- * src), as the comment at the top of the file says: where two or more
- * others have been, a fold into the accumulator (the last toucher's
- * narrowed into nout); where only one has, a fold with its stashed value;
- * where none has, the values stashed as they are. Each range is split at
- * `least`: below it this push is the last toucher. */
-static void avg_narrow_data(kind *k, push_ctx *p, uint64_t e, const uint8_t *src, size_t ne)
+ * src: host bytes, or a peer's GPU memory), as the comment at the top of
+ * the file says: where two or more others have been, a fold into the
+ * accumulator (the last toucher's narrowed into nout); where only one
+ * has, a fold with its stashed value; where none has, the values stashed
+ * as they are. Each range is split at `least`: below it this push is the
+ * last toucher. */
+static void avg_narrow_data(kind *k, push_ctx *p, uint64_t e, devsrc src, size_t ne)
 {
     avg_future *st = p->f->kstate;
     half_type t = p->f->dtype;
@@ -226,7 +229,7 @@ static void avg_narrow_data(kind *k, push_ctx *p, uint64_t e, const uint8_t *src
     uint64_t end = e + ne;
     assert(st->progress[p->slot] == e * 4);
     if (ntr == 1) { /* the only push: its mean is itself, scaled by 1 and narrowed */
-        device_fold_narrow_out(k->dev, FOLD_COPY_SCALE, st->acc, st->nout, e, src, ne, scale, t);
+        device_fold_narrow_out_from(k->dev, FOLD_COPY_SCALE, st->acc, st->nout, e, src, 0, ne, scale, t);
     } else {
         uint64_t least, first, second;
         avg_others_rank(st, ntr, p->slot, &least, &first, &second);
@@ -235,10 +238,10 @@ static void avg_narrow_data(kind *k, push_ctx *p, uint64_t e, const uint8_t *src
         /* two or more in the accumulator (three trainers or more) */
         if ((to = avg_clamp(second, x, end)) > x) {
             if ((cut = avg_clamp(least, x, to)) > x) /* the last toucher: the mean, narrowed */
-                device_fold_narrow_out(k->dev, FOLD_ADD_SCALE, st->acc, st->nout, x, src + (x - e) * 2, cut - x, scale,
-                                       t);
+                device_fold_narrow_out_from(k->dev, FOLD_ADD_SCALE, st->acc, st->nout, x, src, (x - e) * 2, cut - x,
+                                            scale, t);
             if (to > cut)
-                kind_fold_narrow(k, FOLD_ADD, st->acc, cut, src + (cut - e) * 2, to - cut, 0, t);
+                kind_fold_narrow_from(k, FOLD_ADD, st->acc, cut, src, (cut - e) * 2, to - cut, 0, t);
             x = to;
         }
         /* one stashed: with two trainers the pair's mean, else their sum
@@ -247,15 +250,15 @@ static void avg_narrow_data(kind *k, push_ctx *p, uint64_t e, const uint8_t *src
             cut = avg_clamp(least, x, to);
             assert(ntr == 2 || cut == x);
             if (cut > x)
-                device_fold_narrow_pair(k->dev, FOLD_ADD_SCALE, st->stash, st->acc, st->nout, x, src + (x - e) * 2,
-                                        cut - x, scale, t);
+                device_fold_narrow_pair_from(k->dev, FOLD_ADD_SCALE, st->stash, st->acc, st->nout, x, src, (x - e) * 2,
+                                             cut - x, scale, t);
             if (to > cut)
-                device_fold_narrow_pair(k->dev, FOLD_ADD, st->stash, st->acc, st->nout, cut, src + (cut - e) * 2,
-                                        to - cut, 0, t);
+                device_fold_narrow_pair_from(k->dev, FOLD_ADD, st->stash, st->acc, st->nout, cut, src, (cut - e) * 2,
+                                             to - cut, 0, t);
             x = to;
         }
         if (end > x) { /* the first to arrive: stashed */
-            device_write(k->dev, st->stash, x * 2, src + (x - e) * 2, (end - x) * 2);
+            device_write_from(k->dev, st->stash, x * 2, src, (x - e) * 2, (end - x) * 2);
             st->frontier = end * 4;
         }
     }
@@ -333,7 +336,7 @@ static int avg_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src,
         return avg_sparse_data(k, p, off, src, n);
     if (p->f->dtype != HALF_FP32) { /* 2 bytes an element */
         assert(off % 2 == 0 && n % 2 == 0);
-        avg_narrow_data(k, p, off / 2, src, n / 2);
+        avg_narrow_data(k, p, off / 2, (devsrc){.host = src}, n / 2);
         return 0;
     }
     avg_dense_data(k, p, off, (devsrc){.host = src}, n);
@@ -343,7 +346,11 @@ static int avg_push_data(kind *k, push_ctx *p, uint64_t off, const uint8_t *src,
 static void avg_push_peer(kind *k, push_ctx *p, devpeer *peer, uint64_t at)
 {
     assert(p->f->layout == LAYOUT_DENSE);
-    avg_dense_data(k, p, 0, (devsrc){.peer = peer, .at = at}, p->len);
+    devsrc src = {.peer = peer, .at = at};
+    if (p->f->dtype != HALF_FP32)
+        avg_narrow_data(k, p, 0, src, p->f->count);
+    else
+        avg_dense_data(k, p, 0, src, p->len);
 }
 
 static void avg_push_abort(kind *k, push_ctx *p)
@@ -395,9 +402,9 @@ static void avg_resolve(kind *k, future *f)
     device_job_for(&st->job, f->batch, f->bucket);
     if (f->layout == LAYOUT_DENSE) {
         st->job.op = JOB_BARRIER;
-        /* never a narrow future's (no CUDA IPC push), whose acc may be NULL */
-        st->stays = f->dtype == HALF_FP32 && kind_result_stays(k, f, st->acc);
-        st->job.to_host = st->stays ? NULL : f->dtype == HALF_FP32 ? st->acc : st->nout;
+        devbuf *ans = f->dtype == HALF_FP32 ? st->acc : st->nout; /* a narrow future's acc may be NULL */
+        st->stays = kind_result_stays(k, f, ans);
+        st->job.to_host = st->stays ? NULL : ans;
     } else {
         st->out = device_buf_new(k->dev, device_sparse_result_size(k->dev, st->sacc));
         if (!st->out) {

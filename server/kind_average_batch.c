@@ -203,7 +203,9 @@ static void avgb_resolve(kind *k, future *f)
         st->job.u.emit.out = st->result;
         st->job.u.emit.scale = mean_scale(n);
     }
-    st->stays = kind_result_stays(k, f, st->result);
+    /* A narrow future's f32 mean is narrowed on the host (avgb_done): it
+     * comes back, and its answer goes as host bytes even by CUDA IPC. */
+    st->stays = f->dtype == HALF_FP32 && kind_result_stays(k, f, st->result);
     st->job.to_host = st->stays ? NULL : st->result;
     device_submit(k->dev, &st->job);
 }

@@ -128,15 +128,20 @@ static frame_errcode xport_ipc_check(const xport_ipc_state *x, const frame_hdr *
         snprintf(msg, len, "a push by dev is dense, with a count");
         return ERR_BAD_FRAME;
     }
-    if (h->count > UINT64_MAX / 4 || h->count * 4 > max_payload) {
-        snprintf(msg, len, "push of %" PRIu64 " floats: more than this server's --max-payload %" PRIu64 " bytes",
-                 h->count, max_payload);
+    /* f32, or the narrow type the push names (conn_check_push refuses a
+     * type the hello did not announce; its bytes are checked here first) */
+    int dt = (h->has & FH_DTYPE) ? frame_dtype_type(h->dtype) : HALF_FP32;
+    uint64_t esz = dt < 0 ? 4 : half_type_size((half_type)dt);
+    if (h->count > UINT64_MAX / esz || h->count * esz > max_payload) {
+        snprintf(msg, len, "push of %" PRIu64 " %s values: more than this server's --max-payload %" PRIu64 " bytes",
+                 h->count, dt < 0 ? "f32" : frame_dtype_name(dt), max_payload);
         return ERR_TOO_LARGE;
     }
-    uint64_t want = h->count * 4;
-    if (h->dev % 4 || h->dev > x->bytes || want > x->bytes - h->dev) {
+    uint64_t want = h->count * esz;
+    if (h->dev % esz || h->dev > x->bytes || want > x->bytes - h->dev) {
         snprintf(msg, len, "push names bytes %" PRIu64 "..%" PRIu64 " of %" PRIu64 " bytes of exported GPU memory%s",
-                 h->dev, h->dev + want, x->bytes, h->dev % 4 ? " (not on a float boundary)" : "");
+                 h->dev, h->dev + want, x->bytes,
+                 h->dev % esz ? (esz == 4 ? " (not on a float boundary)" : " (not on a 2-byte boundary)") : "");
         return ERR_BAD_FRAME;
     }
     *hv = *h;

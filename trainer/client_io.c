@@ -127,7 +127,8 @@ int client_check_dev(const client *cl, const client_conn *c, const frame_hdr *h,
             : h->type == FT_PARAMS && h->count <= UINT64_MAX / 4 ? h->count * 4
                                                                 : UINT64_MAX;
     if (devmem_is_none(c->srv_gpu) || !cl->sink.dev || h->payload || (h->has & FH_AT) || *want == UINT64_MAX ||
-        h->dev % 4 || h->dev > c->srv_gpu_bytes || *want > c->srv_gpu_bytes - h->dev) {
+        h->dev % (h->count && *want / h->count == 2 ? 2 : 4) || h->dev > c->srv_gpu_bytes ||
+        *want > c->srv_gpu_bytes - h->dev) {
         snprintf(err, errlen, "server %s sent a '%s' naming bytes %" PRIu64 "..+%" PRIu64 " of %s", c->addr,
                  frame_type_name(h->type), h->dev, *want == UINT64_MAX ? 0 : *want,
                  !devmem_is_none(c->srv_gpu) ? "its GPU memory, outside it (or not a dense result, or with a payload too)"

@@ -67,10 +67,10 @@ static int comm_begin(void *ctx, uint32_t server, const frame_hdr *h, void **fra
             snprintf(err, errlen, "result for bucket %" PRIu64 " has the wrong size", h->bucket);
             return -1;
         }
-        assert(b->wire == HALF_FP32 || b->dense_dst); /* narrow pushes leave from host memory */
         /* A bucket pushed from GPU memory (no host destination) whose mean
-         * comes on the socket: kept here, uploaded by the hook. */
-        if (!b->dense_dst && comm_result_room(b, h->payload, err, errlen) < 0)
+         * comes on the socket: kept here in f32 (a narrow one widened as it
+         * comes), uploaded by the hook. */
+        if (!b->dense_dst && comm_result_room(b, h->count * 4, err, errlen) < 0)
             return -1;
     } else {
         if (h->cols != b->hdr.cols || h->rows != b->hdr.rows || h->nnz > h->rows ||
@@ -96,9 +96,11 @@ static int comm_data(void *ctx, void *frame, uint64_t off, const uint8_t *p, siz
     comm_bucket *b = frame;
     if (b->hdr.layout == LAYOUT_DENSE && b->wire != HALF_FP32) {
         /* A narrow mean, widened (exactly) into the gradients it
-         * averages: whole elements, as off + n is even. */
+         * averages (or, for a bucket in GPU memory, into the result the
+         * hook uploads): whole elements, as off + n is even. */
         assert(off % 2 == 0 && n % 2 == 0);
-        half_widen(b->wire, b->dense_dst + off / 2, p, n / 2);
+        float *dst = b->dense_dst ? b->dense_dst : (float *)(void *)b->result;
+        half_widen(b->wire, dst + off / 2, p, n / 2);
     } else if (b->hdr.layout == LAYOUT_DENSE)
         memcpy(b->dense_dst ? (uint8_t *)b->dense_dst + off : b->result + off, p, n);
     else
@@ -110,11 +112,11 @@ static int comm_dev(void *ctx, void *frame, devmem src, uint64_t n, char *err, s
 {
     comm_bucket *b = frame;
     (void)ctx;
-    if (b->hdr.layout != LAYOUT_DENSE || n != b->hdr.count * 4) {
+    if (b->hdr.layout != LAYOUT_DENSE || n != b->hdr.count * half_type_size(b->wire)) {
         snprintf(err, errlen, "a result in GPU memory for bucket %u that is not its dense mean", b->id);
         return -1;
     }
-    b->result_dev = src; /* copied by the hook, in the trainer's stream order */
+    b->result_dev = src; /* copied (a narrow one widened) by the hook, in the trainer's stream order */
     return 0;
 }
 

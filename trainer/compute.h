@@ -236,6 +236,8 @@ typedef struct compute_ops {
     void (*peer_close)(compute *c, devmem p);
     void (*copy_from_peer)(compute *c, cspan dst, devmem src);
     void (*first_ne)(compute *c, cspan a, cspan b, cspan first);
+    void (*narrow)(compute *c, devmem dst, cspan src, int bf);
+    void (*widen)(compute *c, cspan dst, devmem src, int bf);
 } compute_ops;
 
 /* Every implementation's context starts with this. */
@@ -335,7 +337,14 @@ devmem compute_span_device(compute *c, cspan s);
  *   and b (as long) differ (NaN differs from everything), or UINT64_MAX
  *   when none does, into `first` (one 8-byte element: a COMPUTE_F64
  *   buffer's, read back as a uint64_t), enqueued: a check of a peer's
- *   result where it is, with nothing copied to the host but that. */
+ *   result where it is, with nothing copied to the host but that.
+ * compute_narrow: src's floats narrowed (round to nearest even; bf16 where
+ *   bf, else fp16: shared/half_elem.h) into src.n 16-bit values at device
+ *   address dst (2-byte aligned: inside an exported buffer, a narrow
+ *   push's), enqueued.
+ * compute_widen: dst's floats from the dst.n 16-bit values at
+ *   device address src (a peer's memory, or this context's), widened
+ *   exactly, enqueued. */
 static inline bool compute_can_share(const compute *c) { return c->ops->alloc_shared != NULL; }
 cbuf *compute_alloc_shared(compute *c, uint64_t n, compute_dtype t, char *err, size_t errlen);
 int compute_share_export(compute *c, cbuf *b, compute_share *x, char *err, size_t errlen);
@@ -359,6 +368,16 @@ static inline void compute_first_ne(compute *c, cspan a, cspan b, cspan first)
 {
     if (!compute_failed(c))
         c->ops->first_ne(c, a, b, first);
+}
+static inline void compute_narrow(compute *c, devmem dst, cspan src, int bf)
+{
+    if (!compute_failed(c))
+        c->ops->narrow(c, dst, src, bf);
+}
+static inline void compute_widen(compute *c, cspan dst, devmem src, int bf)
+{
+    if (!compute_failed(c))
+        c->ops->widen(c, dst, src, bf);
 }
 
 /* ---- the calls: each is its table's operation ---- */

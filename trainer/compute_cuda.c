@@ -370,6 +370,34 @@ static void cc_copy_from_peer(compute *base, cspan dst, devmem src)
         cc_fatal(c, "a copy from a peer's GPU memory");
 }
 
+static void cc_narrow(compute *base, devmem dst, cspan src, int bf)
+{
+    compute_cuda *c = cc(base);
+    assert(cspan_valid(src) && src.buf->dtype == COMPUTE_F32 && (uintptr_t)dst.p % 2 == 0);
+    if (!src.n)
+        return;
+    trk_launch l = {.kernel = TRK_K_NARROW};
+    l.u.half.dst = dst.p;
+    l.u.half.src = cc_f32(src);
+    l.u.half.n = src.n;
+    l.u.half.bf = bf;
+    cc_launch(c, &l);
+}
+
+static void cc_widen(compute *base, cspan dst, devmem src, int bf)
+{
+    compute_cuda *c = cc(base);
+    assert(cspan_valid(dst) && dst.buf->dtype == COMPUTE_F32 && (uintptr_t)src.p % 2 == 0);
+    if (!dst.n)
+        return;
+    trk_launch l = {.kernel = TRK_K_WIDEN};
+    l.u.half.dst = cc_f32(dst);
+    l.u.half.src = src.p;
+    l.u.half.n = dst.n;
+    l.u.half.bf = bf;
+    cc_launch(c, &l);
+}
+
 static const compute_ops cuda_ops = {
     .name = "cuda",
     .destroy = cc_destroy,
@@ -407,6 +435,8 @@ static const compute_ops cuda_ops = {
     .peer_close = cc_peer_close,
     .copy_from_peer = cc_copy_from_peer,
     .first_ne = cc_first_ne,
+    .narrow = cc_narrow,
+    .widen = cc_widen,
 };
 
 /* The context on g (taken over: destroyed with it, or here on failure). */

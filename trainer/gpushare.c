@@ -42,7 +42,19 @@ static void gs_upload(void *ctx, devmem dst, const void *src, uint64_t bytes)
     compute_write(gs_compute(ctx), gs_span(ctx, dst, bytes), src);
 }
 
-int gpushare_init(gpushare *g, compute *c, cbuf *b, char *err, size_t errlen)
+static void gs_narrow(void *ctx, devmem dst, devmem src, uint64_t n, half_type t)
+{
+    const gpushare *g = ctx;
+    assert(g->shadow && devmem_offset(g->base, dst) >= g->shadow && n * 2 <= g->bytes - devmem_offset(g->base, dst));
+    compute_narrow(gs_compute(g), dst, gs_span(g, src, n * 4), t == HALF_BF16);
+}
+
+static void gs_widen(void *ctx, devmem dst, devmem src, uint64_t n, half_type t)
+{
+    compute_widen(gs_compute(ctx), gs_span(ctx, dst, n * 4), src, t == HALF_BF16);
+}
+
+int gpushare_init(gpushare *g, compute *c, cbuf *b, uint64_t shadow, char *err, size_t errlen)
 {
     compute_share x;
     memset(g, 0, sizeof *g);
@@ -53,6 +65,8 @@ int gpushare_init(gpushare *g, compute *c, cbuf *b, char *err, size_t errlen)
     memcpy(g->mem, x.mem, sizeof g->mem);
     memcpy(g->ev, x.ev, sizeof g->ev);
     g->bytes = x.bytes;
+    assert(shadow % 4 == 0 && shadow <= g->bytes);
+    g->shadow = shadow;
     g->base = x.base;
     g->ctx = g;
     g->impl_compute = c;
@@ -62,5 +76,7 @@ int gpushare_init(gpushare *g, compute *c, cbuf *b, char *err, size_t errlen)
     g->close = gs_close;
     g->copy = gs_copy;
     g->upload = gs_upload;
+    g->narrow = gs_narrow;
+    g->widen = gs_widen;
     return 0;
 }

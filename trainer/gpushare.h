@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "shared/devmem.h"
+#include "shared/half.h"
 
 #define GPUSHARE_HANDLE 64
 
@@ -23,6 +24,10 @@ typedef struct gpushare {
     unsigned char mem[GPUSHARE_HANDLE];  /* the exported memory (the gradients) */
     unsigned char ev[GPUSHARE_HANDLE];   /* the event recorded before each push */
     uint64_t bytes;                      /* the exported memory's size */
+    /* Narrow pushes (--compress): the byte offset of the gradients' narrow
+     * shadow in the exported memory — the 16-bit copy of the float at byte
+     * offset o lies at shadow + o / 2 — or 0: none (pushes are f32). */
+    uint64_t shadow;
     devmem base;                         /* its device address: a bucket's `dev` is its offset from here */
     void *ctx;                           /* the calls' first argument */
     /* gpushare_init's: the compute context and buffer behind the calls
@@ -43,13 +48,20 @@ typedef struct gpushare {
      * enqueued likewise: a mean that came on the socket after all (src
      * stays as it is until the trainer's next step). */
     void (*upload)(void *ctx, devmem dst, const void *src, uint64_t bytes);
+    /* n floats at src (inside the exported memory) narrowed to type t into
+     * dst (their place in the shadow); n 16-bit values of type t at src (a
+     * server's memory) widened into the floats at dst (inside the exported
+     * memory). Both enqueued likewise. */
+    void (*narrow)(void *ctx, devmem dst, devmem src, uint64_t n, half_type t);
+    void (*widen)(void *ctx, devmem dst, devmem src, uint64_t n, half_type t);
 } gpushare;
 
 /* The calls over a compute context `c` (compute.h) and its buffer `b` from
- * compute_alloc_shared, exported: 0, or -1 with err (c has no GPU, b is
- * not shareable). g->ctx is g; c and b must outlive every call. */
+ * compute_alloc_shared, exported, whose narrow shadow (if any: 0) begins at
+ * byte `shadow`: 0, or -1 with err (c has no GPU, b is not shareable).
+ * g->ctx is g; c and b must outlive every call. */
 struct compute;
 struct cbuf;
-int gpushare_init(gpushare *g, struct compute *c, struct cbuf *b, char *err, size_t errlen);
+int gpushare_init(gpushare *g, struct compute *c, struct cbuf *b, uint64_t shadow, char *err, size_t errlen);
 
 #endif

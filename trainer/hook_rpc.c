@@ -19,8 +19,9 @@
  * buffers are a shadow of the gradients in the segment (same offsets, so
  * every one is on a float boundary), named there without a copy; where
  * the segment has no room for it, each slot's buffer is ordinary memory
- * and staged. A CUDA trainer's narrow buckets leave from host memory (no
- * CUDA IPC: its pushes are f32).
+ * and staged. By CUDA IPC the shadow is on the GPU, after the exported
+ * gradients (gpushare.shadow): a kernel narrows each bucket there before
+ * the push names it, and another widens the mean into the gradients.
  */
 #include "trainer/hook_impl.h"
 #include "shared/clock.h"
@@ -176,15 +177,24 @@ static void rpc_ready(hook *h, hook_bucket *b)
     if (b->sparse) {
         rpc_pack_sparse(s, b);
     } else if (!devf32_is_none(b->device_data)) {
-        /* In the exported gradients (every link is CUDA IPC then); the
-         * server's stream waits for the event recorded now, after its
-         * writer (and after the copies of earlier means: the loans' end). */
-        s->cb.hdr.payload = b->count * 4;
+        /* In the exported gradients (every link is CUDA IPC then), or
+         * narrowed on the GPU into their shadow (--compress); the server's
+         * stream waits for the event recorded now, after its writer (and
+         * after the copies of earlier means: the loans' end). */
+        const gpushare *g = r->gpu;
+        uint64_t at = devmem_offset(g->base, devf32_mem(b->device_data));
+        if (r->dtype != HALF_FP32) {
+            at = g->shadow + at / 2;
+            g->narrow(g->ctx, devmem_at(g->base, at), devf32_mem(b->device_data), b->count, r->dtype);
+        }
+        s->cb.wire = r->dtype;
+        s->cb.hdr.dtype = frame_str_c(frame_dtype_name(r->dtype));
+        s->cb.hdr.payload = b->count * half_type_size(r->dtype);
         s->cb.on_dev = true;
-        s->cb.dev = devmem_offset(r->gpu->base, devf32_mem(b->device_data));
+        s->cb.dev = at;
         s->cb.payload = NULL;
         s->cb.dense_dst = NULL;
-        r->gpu->record(r->gpu->ctx);
+        g->record(g->ctx);
     } else {
         rpc_dense_host(r, s, b);
     }
@@ -223,12 +233,15 @@ static int rpc_wait(hook *h, hook_bucket **bs, uint32_t n, char *err, size_t err
         b->t_done_ns = s->cb.t_done_ns;
         if (!devf32_is_none(b->device_data)) {
             /* The mean into the bucket, device to device from the
-             * server's memory (or up from the socket's bytes), in the
-             * trainer's stream order: what it enqueues next sees it. */
-            if (!devmem_is_none(s->cb.result_dev))
-                r->gpu->copy(r->gpu->ctx, devf32_mem(b->device_data), s->cb.result_dev, b->count * 4);
+             * server's memory (a narrow one widened on the way), or up
+             * from the socket's bytes, in the trainer's stream order: what
+             * it enqueues next sees it. */
+            if (devmem_is_none(s->cb.result_dev))
+                r->gpu->upload(r->gpu->ctx, devf32_mem(b->device_data), s->cb.result, b->count * 4); /* widened */
+            else if (s->cb.wire != HALF_FP32)
+                r->gpu->widen(r->gpu->ctx, devf32_mem(b->device_data), s->cb.result_dev, b->count, s->cb.wire);
             else
-                r->gpu->upload(r->gpu->ctx, devf32_mem(b->device_data), s->cb.result, b->count * 4);
+                r->gpu->copy(r->gpu->ctx, devf32_mem(b->device_data), s->cb.result_dev, b->count * 4);
         } else if (b->sparse) {
             /* The result was read into the comm bucket's buffer: trade
              * buffers with the bucket instead of copying. */
@@ -345,8 +358,9 @@ hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool spars
                      .token = s->token,
                      .timeout_s = s->connect_timeout_s,
                      .transport = s->transport,
-                     /* Narrow buckets leave from host memory: no CUDA IPC. */
-                     .gpu = r->dtype == HALF_FP32 ? s->gpu : NULL,
+                     /* Narrow buckets go by CUDA IPC from the gradients'
+                      * shadow; without one, from host memory. */
+                     .gpu = r->dtype == HALF_FP32 || (s->gpu && s->gpu->shadow) ? s->gpu : NULL,
                      .dtype = r->dtype};
     if (client_open(&r->cl, &cc, &none, err, errlen) == 0) {
         /* Traced: the comm thread's ring, each link's lanes (ttrace.h). */
@@ -358,7 +372,7 @@ hook *hook_rpc_new(const hook_setup *s, const char *name, bool dense, bool spars
         free(r);
         return NULL;
     }
-    if (s->gpu && r->dtype == HALF_FP32 && client_all_gpu(&r->cl)) {
+    if (s->gpu && (r->dtype == HALF_FP32 || s->gpu->shadow) && client_all_gpu(&r->cl)) {
         r->gpu = s->gpu;
         r->base.device_dense = true;
     }

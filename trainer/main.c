@@ -419,7 +419,7 @@ static int trainer_synthetic(const trainer_args *a)
     /* --device on a GPU: dense pushes from GPU memory to servers on that
      * GPU (CUDA IPC); syn owns it, and the client is closed first. */
     const gpushare *gpu = NULL;
-    if (a->dev.kind != DEVICE_CPU && !cfg->sparse && cfg->dtype == HALF_FP32 && a->transport != PSB_TRANSPORT_TCP) {
+    if (a->dev.kind != DEVICE_CPU && !cfg->sparse && a->transport != PSB_TRANSPORT_TCP) {
         device_spec placed;
         char why[400];
         if (compute_place(a->dev, cfg->rank, &placed, why, sizeof why) < 0 ||

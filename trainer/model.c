@@ -37,11 +37,12 @@ struct dummy_model {
     uint32_t max_batch;
     uint32_t nparams;
     model_param_info *info; /* nparams */
-    uint64_t total;         /* floats in values (and in grads) */
+    uint64_t total;         /* floats in values (and the first in grads) */
     compute *dev;           /* where it computes (the caller's) */
     cbuf *values;           /* all parameters, flat, parameter order */
     cbuf *grads;            /* same layout; sparse: region 0 holds the COO rows */
     bool grads_lent;        /* grads is memory a lender keeps (model_new_lent) */
+    uint64_t shadow;        /* grads' narrow shadow: its byte offset in grads, 0 for none (model_grads_shadow) */
 
     cbuf *act;              /* one buffer for everything below */
     cspan *x;               /* NL + 1 ranges of act: layer inputs, then z */
@@ -239,8 +240,12 @@ dummy_model *model_new_lent(compute *dev, const model_config *cfg, uint64_t seed
     m->grads = NULL;
     if (m->values && cfg->grads_shared && compute_can_share(dev)) {
         char why[256];
-        if (!(m->grads = compute_alloc_shared(dev, m->total, COMPUTE_F32, why, sizeof why)))
+        /* the shadow: total 16-bit values, half as many floats (rounded up) */
+        uint64_t shadow = cfg->grads_narrow ? (m->total + 1) / 2 : 0;
+        if (!(m->grads = compute_alloc_shared(dev, m->total + shadow, COMPUTE_F32, why, sizeof why)))
             log_warn("gradients in ordinary device memory: %s", why);
+        else
+            m->shadow = shadow ? m->total * 4 : 0;
     }
     if (m->values && !m->grads)
         m->grads = model_alloc_grads(m, lender, err, errlen);
@@ -329,6 +334,7 @@ uint64_t model_total_size(const dummy_model *m) { return m->total; }
 compute *model_compute(const dummy_model *m) { return m->dev; }
 cbuf *model_values_buf(dummy_model *m) { return m->values; }
 cbuf *model_grads_buf(dummy_model *m) { return m->grads; }
+uint64_t model_grads_shadow(const dummy_model *m) { return m->shadow; }
 bool model_grads_lent(const dummy_model *m) { return m->grads_lent; }
 float *model_values(dummy_model *m) { return compute_host_view(m->dev, m->values); }
 const float *model_values_const(const dummy_model *m) { return compute_host_view(m->dev, m->values); }

@@ -79,8 +79,13 @@ typedef struct model_config {
     bool sparse;
     /* The gradients in device memory a process on the same GPU can open
      * (compute_alloc_shared: a CUDA server folds them where they are);
-     * where the compute layer cannot share, ordinary device memory. */
+     * where the compute layer cannot share, ordinary device memory. With
+     * grads_narrow, the shared buffer holds, after the gradients (total
+     * floats), their narrow shadow (total 16-bit values, at half each
+     * gradient's offset: model_grads_shadow), where narrow pushes by CUDA
+     * IPC lie (rpc_hook --compress). */
     bool grads_shared;
+    bool grads_narrow;
 } model_config;
 
 typedef struct model_param_info {
@@ -155,6 +160,9 @@ float *model_param_grad(dummy_model *m, uint32_t i);
 compute *model_compute(const dummy_model *m);
 cbuf *model_values_buf(dummy_model *m);
 cbuf *model_grads_buf(dummy_model *m);
+/* The byte offset of the gradients' narrow shadow in model_grads_buf (its
+ * floats [0, total) are the gradients), 0 where it has none. */
+uint64_t model_grads_shadow(const dummy_model *m);
 cspan model_values_span(dummy_model *m, uint32_t i);
 cspan model_grad_span(dummy_model *m, uint32_t i);
 /* The last forward's output probabilities p = softmax(z) (model.h's

@@ -257,10 +257,13 @@ static int run_setup_dummy(mlink *l, const trainer_run_opts *o, const run_job *j
      * gradients maybe in memory it lends (train_new). Either way the
      * workload frees the hook, then the training (workload_free): the
      * hook's GPU links go through the training's compute context, and lent
-     * memory outlives the model's handle on it. */
+     * memory outlives the model's handle on it. With --compress the shared
+     * gradients carry a narrow shadow (model.h), where rpc_hook narrows
+     * each bucket on the GPU for the server to fold from. */
     bool on_gpu = devspec_on_gpu(tj.device);
     bool ipc = on_gpu && strcmp(j->hook, "rpc_hook") == 0 && j->servers[0] && o->transport != PSB_TRANSPORT_TCP;
     tj.model.grads_shared = ipc;
+    tj.model.grads_narrow = ipc && j->compress != HALF_FP32; /* narrow pushes by CUDA IPC: their shadow */
     hook *h = NULL;
     if (!on_gpu && !(h = run_hook(l, o, j, j->hook, tj.model.sparse, j->servers, NULL, err, errlen)))
         return -1;
@@ -379,7 +382,7 @@ static int run_setup_synthetic(mlink *l, const trainer_run_opts *o, const run_jo
      * shareable GPU memory (CUDA IPC), which the synthetic owns; the
      * workload closes the client before it frees the synthetic. */
     const gpushare *gpu = NULL;
-    if (devspec_on_gpu(j->compute) && !sc.sparse && sc.dtype == HALF_FP32 && o->transport != PSB_TRANSPORT_TCP) {
+    if (devspec_on_gpu(j->compute) && !sc.sparse && o->transport != PSB_TRANSPORT_TCP) {
         char why[300] = "";
         if (!(gpu = synthetic_gpu(syn, j->compute, why, sizeof why)))
             log_info("trainer %" PRIu64 ": no CUDA IPC with the servers: %s", j->rank, why);

@@ -35,8 +35,11 @@
  * answer is what the server computes from them: the widened pushes summed
  * in f32 (small integers: exact in any order), times 1/N, narrowed once
  * (nexpect). Results are compared bit for bit, 2 bytes an element; the
- * check means as much as the f32 one. Narrow pushes travel from host
- * memory (no CUDA IPC).
+ * check means as much as the f32 one. By CUDA IPC the narrow ramp lies in
+ * the exported memory too, after the scratch (narrowed there on the GPU
+ * from the ramp: the gradients' shadow of gpushare.h), and a mean lent in
+ * GPU memory is widened into the scratch and compared with the widened
+ * expected narrow mean.
  */
 #include "trainer/synthetic.h"
 #include "shared/clock.h"
@@ -477,9 +480,13 @@ static int syn_dev(void *ctx, void *frame, devmem src, uint64_t n, char *err, si
     (void)errlen;
     /* The client hands results over by device address only to a client
      * that exported (ours: synthetic_gpu), and syn_begin checked the shape. */
-    assert(rx->receiving && s->dev && !s->cfg.sparse && n == syn_floats(s, k) * 4 && devmem_is_none(s->gsrc[k]));
-    uint64_t f = n / 4;
-    s->share.copy(s->share.ctx, devmem_at(s->share.base, s->ramp_floats * 4), src, n);
+    half_type t = s->cfg.dtype;
+    uint64_t f = syn_floats(s, k);
+    assert(rx->receiving && s->dev && !s->cfg.sparse && n == f * half_type_size(t) && devmem_is_none(s->gsrc[k]));
+    if (t != HALF_FP32) /* widened: expbuf holds the expected narrow mean widened */
+        s->share.widen(s->share.ctx, devmem_at(s->share.base, s->ramp_floats * 4), src, f, t);
+    else
+        s->share.copy(s->share.ctx, devmem_at(s->share.base, s->ramp_floats * 4), src, n);
     compute_first_ne(s->dev, cspan_at(s->shbuf, s->ramp_floats, f), cspan_at(s->expbuf, syn_off(0, s->batch, k), f),
                      cspan_at(s->firstbuf, k, 1));
     s->gsrc[k] = src;
@@ -507,12 +514,17 @@ static int syn_check_gpu(synthetic *s, char *err, size_t errlen)
         uint64_t e = s->first_host[k];
         if (e != UINT64_MAX) {
             float got;
+            half_type t = s->cfg.dtype;
+            uint32_t j = (syn_off(0, s->batch, k) + e) & (SYN_P - 1);
+            devmem scratch = devmem_at(s->share.base, s->ramp_floats * 4);
             assert(e < syn_floats(s, k));
-            s->share.copy(s->share.ctx, devmem_at(s->share.base, s->ramp_floats * 4), devmem_at(s->gsrc[k], e * 4),
-                          4);
+            if (t != HALF_FP32)
+                s->share.widen(s->share.ctx, scratch, devmem_at(s->gsrc[k], e * 2), 1, t);
+            else
+                s->share.copy(s->share.ctx, scratch, devmem_at(s->gsrc[k], e * 4), 4);
             compute_read(s->dev, cspan_at(s->shbuf, s->ramp_floats, 1), &got);
             compute_sync(s->dev);
-            syn_mismatch(s, k, e, got, s->expect[(syn_off(0, s->batch, k) + e) & (SYN_P - 1)], err, errlen);
+            syn_mismatch(s, k, e, got, t != HALF_FP32 ? syn_widen(t, s->nexpect[j]) : s->expect[j], err, errlen);
             size_t used = strlen(err);
             snprintf(err + used, errlen - used, " (a result over CUDA IPC, checked on the GPU)");
             return -1;
@@ -566,11 +578,6 @@ const gpushare *synthetic_gpu(synthetic *s, device_spec device, char *why, size_
         snprintf(why, whylen, "sparse pushes do not travel by CUDA IPC");
         return NULL;
     }
-    if (s->cfg.dtype != HALF_FP32) {
-        snprintf(why, whylen, "%s pushes travel from host memory (CUDA IPC pushes are f32)",
-                 frame_dtype_name(s->cfg.dtype));
-        return NULL;
-    }
     compute *c = compute_new(device, why, whylen);
     if (!c)
         return NULL;
@@ -581,22 +588,31 @@ const gpushare *synthetic_gpu(synthetic *s, device_spec device, char *why, size_
     }
     s->ramp_floats = s->cfg.bucket_floats + SYN_P;
     uint64_t largest = s->cfg.bucket_floats; /* every bucket's floats are at most this */
+    bool narrow = s->cfg.dtype != HALF_FP32;
+    uint64_t nfloats = narrow ? (s->ramp_floats + 1) / 2 : 0; /* the narrow ramp: 16-bit values */
     s->dev = c;
     s->first_host = calloc(s->cfg.buckets, sizeof *s->first_host);
     s->gsrc = calloc(s->cfg.buckets, sizeof *s->gsrc);
     if (!s->first_host || !s->gsrc) {
         snprintf(why, whylen, "out of memory");
-    } else if ((s->shbuf = compute_alloc_shared(c, s->ramp_floats + largest, COMPUTE_F32, why, whylen)) &&
+    } else if ((s->shbuf = compute_alloc_shared(c, s->ramp_floats + largest + nfloats, COMPUTE_F32, why, whylen)) &&
                (s->expbuf = compute_alloc(c, s->ramp_floats, COMPUTE_F32, COMPUTE_MEM_DEVICE, why, whylen)) &&
                (s->firstbuf = compute_alloc(c, s->cfg.buckets, COMPUTE_F64, COMPUTE_MEM_DEVICE, why, whylen))) {
         /* The ramp up once (the host copy stays: links without CUDA IPC
-         * send from it), complete before anything is exported. */
+         * send from it), and narrowed after the scratch where pushes are
+         * narrow, complete before the handle leaves this call. */
         compute_write(c, cspan_at(s->shbuf, 0, s->ramp_floats), s->base);
-        compute_sync(c);
-        if (compute_status(c, why, whylen) == 0 && gpushare_init(&s->share, c, s->shbuf, why, whylen) == 0) {
-            log_info("synthetic: pushes from GPU memory on %s for servers on that GPU (CUDA IPC); every result "
+        uint64_t shadow = narrow ? (s->ramp_floats + largest) * 4 : 0;
+        if (gpushare_init(&s->share, c, s->shbuf, shadow, why, whylen) == 0) {
+            if (narrow) /* the narrow ramp, as nbase (half_elem.h's rounding on both sides) */
+                s->share.narrow(s->share.ctx, devmem_at(s->share.base, shadow), s->share.base, s->ramp_floats,
+                                s->cfg.dtype);
+            compute_sync(c);
+        }
+        if (compute_status(c, why, whylen) == 0 && s->share.gpu[0]) {
+            log_info("synthetic: %s pushes from GPU memory on %s for servers on that GPU (CUDA IPC); every result "
                      "over CUDA IPC checked whole on the GPU (every element compared with the expected mean there)",
-                     devspec_name(device, name));
+                     frame_dtype_name(s->cfg.dtype), devspec_name(device, name));
             return &s->share;
         }
     }
@@ -634,6 +650,14 @@ static int syn_push_batch(synthetic *s, client *cl, uint64_t b, char *err, size_
             h.has |= FH_COUNT;
             h.payload = h.count * 2;
             src.host = s->push_nbase + syn_off(s->cfg.rank, b, k);
+            if (s->dev) { /* as below, in the narrow ramp */
+                src.dev = s->share.shadow + (uint64_t)syn_off(s->cfg.rank, b, k) * 2;
+                src.on_dev = true;
+                if (!recorded && client_link_gpu(cl, link, NULL)) {
+                    s->share.record(s->share.ctx);
+                    recorded = true;
+                }
+            }
         } else if (!s->cfg.sparse) {
             h.layout_str = frame_str_c("dense");
             h.count = syn_floats(s, k);
@@ -682,8 +706,9 @@ static int syn_gpu_expect(synthetic *s, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    for (uint64_t j = 0; j < s->ramp_floats; j++)
-        e[j] = s->expect[j & (SYN_P - 1)];
+    for (uint64_t j = 0; j < s->ramp_floats; j++) /* a narrow mean's widened: the results are widened to compare */
+        e[j] = s->cfg.dtype != HALF_FP32 ? syn_widen(s->cfg.dtype, s->nexpect[j & (SYN_P - 1)])
+                                         : s->expect[j & (SYN_P - 1)];
     compute_write(s->dev, cspan_all(s->expbuf), e);
     compute_sync(s->dev);
     free(e);

@@ -369,7 +369,8 @@ void train_free(train *t)
 
 const gpushare *train_gpushare(train *t, char *why, size_t whylen)
 {
-    if (!t->share.gpu[0] && gpushare_init(&t->share, t->dev, model_grads_buf(t->model), why, whylen) < 0)
+    if (!t->share.gpu[0] &&
+        gpushare_init(&t->share, t->dev, model_grads_buf(t->model), model_grads_shadow(t->model), why, whylen) < 0)
         return NULL;
     return &t->share;
 }

@@ -82,16 +82,17 @@ static int xipc_gpu_offer(client *cl, client_conn *c, const frame_hdr *w, double
 }
 
 /* A dense push whose bytes lie in the trainer's exported GPU memory is
- * named there (`dev`): the server copies it device to device, after the
- * event the caller recorded (callers name only dense pushes there); any
- * other goes as over shared memory. */
+ * named there (`dev`: f32 in the gradients, or narrow in their shadow):
+ * the server folds it from there, after the event the caller recorded
+ * (callers name only dense pushes there); any other goes as over shared
+ * memory. */
 static void xipc_place(client *cl, client_conn *c, frame_hdr *h, const client_src *src, const void **payload)
 {
     if (!src->on_dev) {
         xport_shm_place(cl, c, h, src, payload);
         return;
     }
-    atomic_fetch_add_explicit(&cl->bytes_out, h->count * 4, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cl->bytes_out, frame_push_payload_size(h), memory_order_relaxed); /* f32 or narrow */
     h->dev = src->dev;
     h->has = (h->has | FH_DEV) & ~(uint32_t)FH_PAYLOAD;
     h->payload = 0;

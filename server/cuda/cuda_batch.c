@@ -338,24 +338,27 @@ void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, con
     }
 }
 
-/* A narrow fold's launches (cuda_fold_narrow_out, cuda_fold_narrow_pair):
- * src's n 16-bit values staged as they came (half a float push's bytes
- * over PCIe) a chunk at a time, and for each chunk the launch `fill` makes
+/* A narrow fold's launches (cuda_fold_narrow_in, _out, _pair): src's n
+ * 16-bit values read where they lie — a peer's GPU memory (CUDA IPC), in
+ * one launch — or staged as they came from the host (half a float push's
+ * bytes over PCIe) a chunk at a time; for each, the launch `fill` makes
  * for elements [elem_off, elem_off + take) read from x (device memory).
  * Never batched: the small folds and copies before it (into its
  * accumulator, its stash) are enqueued first. */
 typedef void (*cuda_narrow_fill)(psb_launch *l, const void *ctx, uint64_t elem_off, const uint16_t *x, size_t take);
 
-static void cuda_narrow_launches(cuda_device *c, const uint8_t *src, uint64_t elem_off, size_t n, cuda_narrow_fill fill,
+static void cuda_narrow_launches(cuda_device *c, devsrc src, uint64_t elem_off, size_t n, cuda_narrow_fill fill,
                                  const void *ctx)
 {
     if (c->failed || n == 0)
         return;
     cuda_emit_batch(c);
-    const size_t chunk = CUDA_CHUNK / 2;
+    const size_t chunk = src.peer ? n : CUDA_CHUNK / 2;
+    assert(!src.peer || (src.at % 2 == 0 && src.at <= src.peer->bytes && n * 2 <= src.peer->bytes - src.at));
     while (n > 0 && !c->failed) {
         size_t take = n < chunk ? n : chunk;
-        const uint16_t *x = cuda_upload(c, src, take * 2);
+        const uint16_t *x =
+            src.peer ? (const uint16_t *)devmem_at(src.peer->base, src.at).p : cuda_upload(c, src.host, take * 2);
         if (!x)
             return;
         psb_launch l;
@@ -364,7 +367,8 @@ static void cuda_narrow_launches(cuda_device *c, const uint8_t *src, uint64_t el
             cuda_fail(c, c->gpu->err);
             return;
         }
-        src += take * 2;
+        if (src.host)
+            src.host += take * 2;
         elem_off += take;
         n -= take;
     }
@@ -378,6 +382,37 @@ typedef struct cuda_narrow_args {
     float s;
     half_type t;
 } cuda_narrow_args;
+
+static void cuda_fill_narrow_in(psb_launch *l, const void *ctx, uint64_t elem_off, const uint16_t *x, size_t take)
+{
+    const cuda_narrow_args *a = ctx;
+    *l = (psb_launch){.kernel = PSB_K_FOLD_NARROW_IN};
+    l->u.widen.op = cuda_fold_op(a->op);
+    l->u.widen.bf = a->t == HALF_BF16;
+    l->u.widen.acc = cuda_f32(a->acc, elem_off);
+    l->u.widen.src = x;
+    l->u.widen.n = take;
+    l->u.widen.s = a->s;
+}
+
+/* device_fold_narrow (device.h): psb_fold_narrow_in widening on the GPU
+ * as it folds into acc. */
+void cuda_fold_narrow_in(cuda_device *c, device_fold_op op, devbuf *acc, uint64_t elem_off, devsrc src, size_t n,
+                         float s, half_type t)
+{
+    c->area_dst = NULL;
+    assert(t == HALF_FP16 || t == HALF_BF16);
+    assert(acc->jobs == 0 && (elem_off + n) * sizeof(float) <= acc->bytes);
+    acc->host_valid = false;
+    cuda_narrow_args a = {.op = op, .acc = acc, .s = s, .t = t};
+    cuda_narrow_launches(c, src, elem_off, n, cuda_fill_narrow_in, &a);
+}
+
+void cuda_fold_narrow(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
+                      float s, half_type t)
+{
+    cuda_fold_narrow_in((cuda_device *)d, op, acc, elem_off, (devsrc){.host = src}, n, s, t);
+}
 
 static void cuda_fill_narrow_out(psb_launch *l, const void *ctx, uint64_t elem_off, const uint16_t *x, size_t take)
 {
@@ -394,10 +429,9 @@ static void cuda_fill_narrow_out(psb_launch *l, const void *ctx, uint64_t elem_o
 
 /* A narrow push's last fold (device.h): psb_fold_narrow_out widening,
  * folding and narrowing on the GPU into out; acc is read only. */
-void cuda_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, const uint8_t *src,
-                          size_t n, float s, half_type t)
+void cuda_fold_narrow_out_from(cuda_device *c, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off,
+                               devsrc src, size_t n, float s, half_type t)
 {
-    cuda_device *c = (cuda_device *)d;
     c->area_dst = NULL;
     assert(op == FOLD_ADD_SCALE || op == FOLD_COPY_SCALE);
     assert(t == HALF_FP16 || t == HALF_BF16);
@@ -406,6 +440,12 @@ void cuda_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out
     out->host_valid = false;
     cuda_narrow_args a = {.op = op, .acc = acc, .out = out, .s = s, .t = t};
     cuda_narrow_launches(c, src, elem_off, n, cuda_fill_narrow_out, &a);
+}
+
+void cuda_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, const uint8_t *src,
+                          size_t n, float s, half_type t)
+{
+    cuda_fold_narrow_out_from((cuda_device *)d, op, acc, out, elem_off, (devsrc){.host = src}, n, s, t);
 }
 
 static void cuda_fill_narrow_pair(psb_launch *l, const void *ctx, uint64_t elem_off, const uint16_t *x, size_t take)
@@ -424,10 +464,9 @@ static void cuda_fill_narrow_pair(psb_launch *l, const void *ctx, uint64_t elem_
 
 /* device_fold_narrow_pair (device.h): psb_fold_narrow_pair adding the
  * push's values to the stash's on the GPU. */
-void cuda_fold_narrow_pair(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out, uint64_t elem_off,
-                           const uint8_t *src, size_t n, float s, half_type t)
+void cuda_fold_narrow_pair_from(cuda_device *c, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out,
+                                uint64_t elem_off, devsrc src, size_t n, float s, half_type t)
 {
-    cuda_device *c = (cuda_device *)d;
     c->area_dst = NULL;
     assert(op == FOLD_ADD || op == FOLD_ADD_SCALE);
     assert(t == HALF_FP16 || t == HALF_BF16);
@@ -437,4 +476,10 @@ void cuda_fold_narrow_pair(device *d, device_fold_op op, devbuf *stash, devbuf *
     dst->host_valid = false;
     cuda_narrow_args a = {.op = op, .acc = acc, .out = out, .stash = stash, .s = s, .t = t};
     cuda_narrow_launches(c, src, elem_off, n, cuda_fill_narrow_pair, &a);
+}
+
+void cuda_fold_narrow_pair(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out, uint64_t elem_off,
+                           const uint8_t *src, size_t n, float s, half_type t)
+{
+    cuda_fold_narrow_pair_from((cuda_device *)d, op, stash, acc, out, elem_off, (devsrc){.host = src}, n, s, t);
 }

@@ -146,10 +146,21 @@ void cuda_emit_batch(cuda_device *c);
 uint8_t *cuda_recv_area(device *d, devbuf *dst, uint64_t off, size_t *max);
 void cuda_recv_done(device *d, devbuf *dst, uint64_t off, size_t n);
 void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n, float s);
+void cuda_fold_narrow(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, const uint8_t *src, size_t n,
+                      float s, half_type t);
 void cuda_fold_narrow_out(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, const uint8_t *src,
                           size_t n, float s, half_type t);
 void cuda_fold_narrow_pair(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out, uint64_t elem_off,
                            const uint8_t *src, size_t n, float s, half_type t);
+/* The narrow folds from either source (host bytes, staged; a peer's
+ * memory, read in place): what the device ops above and the peers' below
+ * (cuda_peer.c) call. */
+void cuda_fold_narrow_in(cuda_device *c, device_fold_op op, devbuf *acc, uint64_t elem_off, devsrc src, size_t n,
+                         float s, half_type t);
+void cuda_fold_narrow_out_from(cuda_device *c, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off,
+                               devsrc src, size_t n, float s, half_type t);
+void cuda_fold_narrow_pair_from(cuda_device *c, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out,
+                                uint64_t elem_off, devsrc src, size_t n, float s, half_type t);
 
 /* ---- cuda_buf.c ---- */
 
@@ -189,5 +200,12 @@ void cuda_peers_reap(cuda_device *c, bool all);
 void cuda_peer_wait(device *d, devpeer *p);
 void cuda_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at, size_t n,
                     float s);
+void cuda_copy_peer(device *d, devbuf *dst, uint64_t off, devpeer *p, uint64_t at, size_t bytes);
+void cuda_fold_narrow_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at,
+                           size_t n, float s, half_type t);
+void cuda_fold_narrow_out_peer(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, devpeer *p,
+                               uint64_t at, size_t n, float s, half_type t);
+void cuda_fold_narrow_pair_peer(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out,
+                                uint64_t elem_off, devpeer *p, uint64_t at, size_t n, float s, half_type t);
 
 #endif

@@ -2,8 +2,9 @@
  * this GPU exports the memory its gradients live in and an event; the
  * device opens both once (devpeer), makes its stream wait for the event's
  * latest record when the transport says a push from it came (peer_wait),
- * and folds from that memory with the same kernel that folds from staging —
- * the source pointer is the peer's. A peer is closed once the next job
+ * and folds from that memory with the same kernels that fold from staging —
+ * the source pointer is the peer's (f32 pushes; narrow ones, whose first is
+ * copied into the stash as it is). A peer is closed once the next job
  * submitted after its close has completed (every fold from it was enqueued
  * before that job: the job engine submits that barrier, device_cuda.c's
  * cuda_peer_close, and parks the peer here), or at a drain.
@@ -113,4 +114,38 @@ void cuda_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off
     l.u.fold.s = s;
     if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0)
         cuda_fail(c, c->gpu->err);
+}
+
+/* bytes of the peer's memory at `at` into dst at byte off (a narrow push's
+ * first values, stashed as they are), on the stream. */
+void cuda_copy_peer(device *d, devbuf *dst, uint64_t off, devpeer *p, uint64_t at, size_t bytes)
+{
+    cuda_device *c = (cuda_device *)d;
+    c->area_dst = NULL;
+    assert(dst->jobs == 0 && off <= dst->bytes && bytes <= dst->bytes - off);
+    assert(at <= p->bytes && bytes <= p->bytes - at);
+    dst->host_valid = false;
+    if (c->failed || bytes == 0)
+        return;
+    cuda_emit_batch(c); /* the small folds into dst before this */
+    if (c->gpu->ops->copy_d2d(c->gpu, c->stream, devmem_at(dst->dev, off), devmem_at(p->base, at), bytes) < 0)
+        cuda_fail(c, c->gpu->err);
+}
+
+void cuda_fold_narrow_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at,
+                           size_t n, float s, half_type t)
+{
+    cuda_fold_narrow_in((cuda_device *)d, op, acc, elem_off, (devsrc){.peer = p, .at = at}, n, s, t);
+}
+
+void cuda_fold_narrow_out_peer(device *d, device_fold_op op, devbuf *acc, devbuf *out, uint64_t elem_off, devpeer *p,
+                               uint64_t at, size_t n, float s, half_type t)
+{
+    cuda_fold_narrow_out_from((cuda_device *)d, op, acc, out, elem_off, (devsrc){.peer = p, .at = at}, n, s, t);
+}
+
+void cuda_fold_narrow_pair_peer(device *d, device_fold_op op, devbuf *stash, devbuf *acc, devbuf *out,
+                                uint64_t elem_off, devpeer *p, uint64_t at, size_t n, float s, half_type t)
+{
+    cuda_fold_narrow_pair_from((cuda_device *)d, op, stash, acc, out, elem_off, (devsrc){.peer = p, .at = at}, n, s, t);
 }

@@ -217,6 +217,16 @@ extern "C" __global__ void psb_fold_narrow_out(int op, int bf, uint16_t *__restr
         out[i] = cumath_fold_narrow_out(add, acc[i], src[i], s, bf);
 }
 
+// A narrow push's fold into the f32 accumulator: acc[i] = op(acc[i], widen(src[i]), s)
+// (a copy where it is the first, an add where others are still to come).
+extern "C" __global__ void psb_fold_narrow_in(int op, int bf, float *__restrict__ acc, const uint16_t *__restrict__ src,
+                                              size_t n, float s)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        acc[i] = psb_fold_one(op, acc[i], he_widen(bf, src[i]), s);
+}
+
 // A narrow push's fold where only the stashed first push has been: their
 // f32 sum into acc (PSB_FOLD_ADD), or their mean narrowed into out.
 extern "C" __global__ void psb_fold_narrow_pair(int op, int bf, float *__restrict__ acc, uint16_t *__restrict__ out,

@@ -49,7 +49,9 @@ typedef struct psb_fold_chain {
  *                        size_t n, float s)
  *       op PSB_FOLD_ADD: acc[i] = widen(stash[i]) + widen(src[i]); PSB_FOLD_ADD_SCALE:
  *       out[i] = cumath_pair_mean_narrow(stash[i], src[i], s, bf) (device.h, device_fold_narrow_pair)
- * (the last three, in that order, are a dense embedding step: JOB_DENSE_SGD) */
+ *   psb_fold_narrow_in(int op, int bf, float *acc, const uint16_t *src, size_t n, float s)
+ *       acc[i] = op(acc[i], widen(src[i]), s), op any PSB_FOLD_* (device.h, device_fold_narrow)
+ * (psb_zero, psb_bag_grad and psb_dense_sgd, in that order, are a dense embedding step: JOB_DENSE_SGD) */
 /* Each kernel, named once: PSB_K_<ID> is its index in the host's table
  * (kernels_host.c: psb_kernels, a row per entry, its host functions
  * <name>_run and <name>_args), <name> its symbol in the fatbin. */
@@ -64,7 +66,8 @@ typedef struct psb_fold_chain {
     X(PSB_K_BAG_GRAD, psb_bag_grad)                                                                                    \
     X(PSB_K_DENSE_SGD, psb_dense_sgd)                                                                                  \
     X(PSB_K_FOLD_NARROW_OUT, psb_fold_narrow_out)                                                                      \
-    X(PSB_K_FOLD_NARROW_PAIR, psb_fold_narrow_pair)
+    X(PSB_K_FOLD_NARROW_PAIR, psb_fold_narrow_pair)                                                                    \
+    X(PSB_K_FOLD_NARROW_IN, psb_fold_narrow_in)
 #define PSB_K_ENUM(ID, name) ID,
 enum { PSB_KERNELS(PSB_K_ENUM) PSB_K_COUNT };
 #undef PSB_K_ENUM

@@ -213,6 +213,22 @@ static size_t psb_fold_narrow_pair_args(const void *launch, void **a)
                       &l->u.pair.src, &l->u.pair.n, &l->u.pair.s);
 }
 
+static void psb_fold_narrow_in_run(const void *launch)
+{
+    const psb_launch *l = launch;
+    for (size_t i = 0; i < l->u.widen.n; i++) {
+        float x = he_widen(l->u.widen.bf, l->u.widen.src[i]);
+        psb_fold_one(l->u.widen.op, &l->u.widen.acc[i], &x, 1, l->u.widen.s);
+    }
+}
+
+static size_t psb_fold_narrow_in_args(const void *launch, void **a)
+{
+    const psb_launch *l = launch;
+    return CUGPU_ARGS(a, l->u.widen.n, &l->u.widen.op, &l->u.widen.bf, &l->u.widen.acc, &l->u.widen.src, &l->u.widen.n,
+                      &l->u.widen.s);
+}
+
 static const cugpu_kernel kh_table[PSB_K_COUNT] = {PSB_KERNELS(CUGPU_KERNEL_ROW)};
 
 const cugpu_kernels psb_kernels = {

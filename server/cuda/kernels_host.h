@@ -75,6 +75,13 @@ typedef struct psb_launch {
             size_t n;
             float s;
         } pair;
+        struct {
+            int op, bf; /* any PSB_FOLD_*; bf16 or fp16 */
+            float *acc;
+            const uint16_t *src;
+            size_t n;
+            float s;
+        } widen;
     } u;
 } psb_launch;
 

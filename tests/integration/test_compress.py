@@ -24,14 +24,15 @@ batched_powerSGD_hook over Gloo (fp16 and bf16 over NCCL too).
   the fp32 run's parameters (and not equal to them), `comm_hook` stays
   rpc_hook, every dense bucket's element_bytes is 2 and the headline's
   bytes per step half of fp32's.
-- CUDA trainers on the fake GPU with rpc_hook and bf16 (from host
-  memory: no CUDA IPC) end with the CPU trainers' parameters, bit for bit.
+- CUDA trainers on the fake GPU with rpc_hook and bf16 (to a CPU server:
+  from host memory) end with the CPU trainers' parameters, bit for bit.
 - CUDA servers (the fake GPU) take narrow pushes, kinds average and
-  average-batch, from CPU and CUDA trainers, over TCP and shared memory
-  (auto: shared memory, never CUDA IPC): the CPU servers' parameters,
-  bit for bit.
+  average-batch, from CPU and CUDA trainers, over TCP and shared memory,
+  and by CUDA IPC (auto, CUDA trainers: narrowed on the GPU into the
+  gradients' shadow): the CPU servers' parameters, bit for bit.
 - The Synthetic model with fp16 and bf16 (TCP, shared memory, 1 and 2
-  servers): its trainers' bit-for-bit check of every narrow mean passes.
+  servers, and CUDA trainers by CUDA IPC): its trainers' bit-for-bit
+  check of every narrow mean passes.
 - The protocol by hand (a standalone server, raw clients): the welcome
   echoes the hello's dtype; f16 and bf16 pushes answered in their type
   with the mean of the widened pushes, narrowed (by a CPU and a CUDA
@@ -76,6 +77,7 @@ Run: PSBENCH_BIN=build /usr/bin/python3 tests/integration/test_compress.py
 import json
 import math
 import os
+import re
 import socket
 import struct
 import sys
@@ -402,9 +404,9 @@ class Compress(psb.PsbTestCase):
             self.assertLess(d, 1e-2, "%s: relative distance %g from fp32's" % (tag, d))
 
     def test_fake_gpu_trainers_rpc_hook(self):
-        """CUDA trainers (the fake GPU) push narrow from host memory (no
-        CUDA IPC: its pushes are f32) to a CPU server over shared memory:
-        the CPU trainers' bf16 parameters, bit for bit."""
+        """CUDA trainers (the fake GPU) push narrow from host memory (a CPU
+        server offers no CUDA IPC) to a CPU server over shared memory: the
+        CPU trainers' bf16 parameters, bit for bit."""
         digests = {}
         for device in ("cpu", "fake-cuda"):
             out = os.path.join(self.reg.workdir, "out-rpc-dev-" + device)
@@ -429,14 +431,16 @@ class Compress(psb.PsbTestCase):
         element widens, folds and narrows on the GPU (psb_fold_narrow_out),
         average-batch's stored pushes are widened as they come. Kind
         average and average-batch, CPU and CUDA trainers, TCP and shared
-        memory (and, for CUDA trainers on a CUDA server, the transport
-        `auto` picks: shared memory, not CUDA IPC, since narrow buckets
-        leave from host memory): every run ends with the parameters of the
-        same job on CPU servers, bit for bit, in the push's type."""
+        memory, and, for CUDA trainers on a CUDA server, the transport
+        `auto` picks: CUDA IPC (each bucket narrowed on the GPU into the
+        gradients' shadow, folded from there, the mean lent in the push's
+        type and widened on the GPU): every run ends with the parameters
+        of the same job on CPU servers, bit for bit, in the push's type."""
         want = {}
         runs = [("bf16", "cpu", "cpu", "tcp", None), ("bf16", "cpu", "fake-cuda", "tcp", None),
                 ("bf16", "fake-cuda", "fake-cuda", "auto", None), ("fp16", "cpu", "cpu", "shm", "batch"),
-                ("fp16", "cpu", "fake-cuda", "shm", "batch"), ("fp16", "fake-cuda", "fake-cuda", "tcp", "batch")]
+                ("fp16", "cpu", "fake-cuda", "shm", "batch"), ("fp16", "fake-cuda", "fake-cuda", "tcp", "batch"),
+                ("fp16", "fake-cuda", "fake-cuda", "auto", "batch")]
         for c, tdev, sdev, transport, kind in runs:
             tag = "cudasrv-%s-%s-%s-%s-%s" % (c, tdev, sdev, transport, kind)
             out = os.path.join(self.reg.workdir, "out-" + tag)
@@ -457,8 +461,9 @@ class Compress(psb.PsbTestCase):
                 self.assertEqual(t["compress"], c, tag)
                 for b in t["buckets"]["rebuilt"]:
                     self.assertEqual(b["element_bytes"], 2, (tag, b))
-                # narrow buckets leave from host memory: never by CUDA IPC
-                want_link = ("shm" if transport == "auto" else transport, False)
+                # by CUDA IPC where `auto` finds both on one GPU
+                ipc = transport == "auto" and cuda_t and cuda_s
+                want_link = ("shm" if transport == "auto" else transport, ipc)
                 self.assertEqual([(l["transport"], l["cuda_ipc"]) for l in t["links"]], [want_link], tag)
             key = (c, kind)
             if key not in want:
@@ -471,28 +476,43 @@ class Compress(psb.PsbTestCase):
         """The Synthetic model with --compress: its trainers check every
         element of every narrow mean bit for bit against what they predict
         (a mismatch fails the run), over TCP and shared memory, 2 servers
-        (shard) for one of them, and a CUDA server (the fake GPU's) for
-        one; bf16 rounds its ramp's larger values, so the bf16 check is not
-        the f32 one's."""
-        for c, transport, ns, sdev in (("bf16", "tcp", 1, "cpu"), ("bf16", "shm", 2, "cpu"),
-                                       ("fp16", "shm", 1, "cpu"), ("fp16", "tcp", 1, "fake-cuda")):
-            tag = "syn-%s-%s-%s" % (c, transport, sdev)
+        (shard) for one of them, a CUDA server (the fake GPU's) for one,
+        and CUDA trainers on a CUDA server by CUDA IPC for the last (the
+        narrow ramp in their exported memory, every mean widened and
+        checked on the GPU); bf16 rounds its ramp's larger values, so the
+        bf16 check is not the f32 one's."""
+        for c, transport, ns, tdev, sdev in (("bf16", "tcp", 1, "cpu", "cpu"), ("bf16", "shm", 2, "cpu", "cpu"),
+                                             ("fp16", "shm", 1, "cpu", "cpu"), ("fp16", "tcp", 1, "cpu", "fake-cuda"),
+                                             ("bf16", "auto", 1, "fake-cuda", "fake-cuda")):
+            tag = "syn-%s-%s-%s-%s" % (c, transport, tdev, sdev)
             out = os.path.join(self.reg.workdir, "out-" + tag)
-            cuda_s = sdev != "cpu"
+            cuda_t, cuda_s = tdev != "cpu", sdev != "cpu"
             extra = ["--placement", "shard"] if ns > 1 or cuda_s else []
             m = self.master("--model", "Syn", "--nserver", "0" if cuda_s else str(ns), "--ncudaserver",
-                            str(ns) if cuda_s else "0", "--ntrainer", "2", "--epochs", "2",
+                            str(ns) if cuda_s else "0", "--ntrainer", "0" if cuda_t else "2",
+                            "--ncudatrainer", "2" if cuda_t else "0", "--epochs", "2",
                             "--batch-size", "5", "--compress", c, *extra, out=out)
+            logs = []
             for r in range(2):
-                self.reg.start([psb.bin_path("psbench-trainer"), "--master", m.ctl, "--rank", str(r),
-                                "--transport", transport], name="trainer%d-%s" % (r, tag))
-            for k in range(ns):
-                self.node(m, "psbench-server", sdev, "server%d-%s" % (k, tag), extra=("--transport", transport))
+                logs.append(self.node(m, "psbench-trainer", tdev, "trainer%d-%s" % (r, tag),
+                                      extra=("--rank", str(r), "--transport", transport)))
+            servers = [self.node(m, "psbench-server", sdev, "server%d-%s" % (k, tag), extra=("--transport", transport))
+                       for k in range(ns)]
             res = self.results(out, m)
             self.assertEqual(res["phase"], "done", tag)
             for t in res["trainers"]:
                 self.assertEqual(t["compress"], c, tag)
-                self.assertEqual({l["transport"] for l in t["links"]}, {transport}, (tag, t["links"]))
+                want = [("shm", True)] if cuda_t else [(transport, False)] * ns
+                self.assertEqual([(l["transport"], l["cuda_ipc"]) for l in t["links"]], want, (tag, t["links"]))
+            if cuda_t:  # every push narrow from the GPU's memory
+                for p in logs:
+                    p.wait(30)
+                    self.assertIn("synthetic: bf16 pushes from GPU memory", p.stderr() + p.stdout(), tag)
+                servers[0].wait(30)
+                pushes = re.search(r"psbench-server \d+: (\d+) pushes in", servers[0].stdout())
+                self.assertIsNotNone(pushes, servers[0].stdout())
+                self.assertIn("CUDA IPC: %s pushes folded from trainers' GPU memory" % pushes.group(1),
+                              servers[0].stdout(), tag)
 
     # -- the protocol by hand ------------------------------------------------------
 

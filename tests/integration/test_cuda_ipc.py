@@ -6,7 +6,8 @@ through /proc; the tests' stand-in trainer makes its own the same way).
 
   - the protocol by hand: the welcome's offer, the export exchange, pushes
     folded from the trainer's GPU memory (after the trainer's event) and
-    means read where the server wrote them, bit for bit; every refusal
+    means read where the server wrote them, bit for bit, f32 and narrow
+    (f16, bf16); every refusal
     (export before hello, on TCP, another GPU, a bad or unopenable handle,
     twice, a server that offers none) and every lie about an offset;
   - real trainers: 2 fake-cuda trainers through rpc_hook on a fake-cuda
@@ -74,6 +75,13 @@ def open_fake_handle(h):
         os.close(f)
 
 
+def narrow_bytes(dtype, values):
+    """values (exact in the type) as f16 or bf16 bits, little-endian."""
+    if dtype == "f16":
+        return b"".join(struct.pack("<e", v) for v in values)
+    return b"".join(struct.pack("<f", v)[2:] for v in values)
+
+
 class IpcClient(ShmClient):
     """A CUDA trainer by hand on the fake GPU: its 'GPU memory' and event
     are sealed memfds, exported as the fake GPU exports them."""
@@ -125,7 +133,7 @@ class IpcClient(ShmClient):
     def result(self, timeout=10.0):
         h, p = self.recv_frame(timeout)
         if h.get("type") == "result" and "dev" in h:
-            n = 4 * h["count"]
+            n = (2 if h.get("dtype") in ("f16", "bf16") else 4) * h["count"]
             p = bytes(self.server_gpu[h["dev"]:h["dev"] + n])
         return h, p
 
@@ -373,6 +381,68 @@ class Protocol(psb.PsbTestCase):
         c.push_dev(0, 0, 3, 0)
         h, p = c.result()
         self.assertEqual(parse_dense(p), [1.5, 2.5, -3.0])
+
+    def test_narrow_pushes_by_device_offset(self):
+        """Narrow pushes (--compress; docs/protocol.md, "Narrow pushes") by
+        CUDA IPC: named by `dev` at any 2-byte offset of the exported
+        memory, count x 2 bytes checked against the export, folded on the
+        GPU from where they lie — the first kept as it came, the second
+        added to it, a third widened into the sum, the last's fold
+        narrowed — and the mean, in the push's type, lent where the server
+        wrote it. Four trainers in f16, two in bf16 (the pair's mean
+        straight into the answer); exact values, so the mean is known."""
+        for dtype, ntr in (("f16", 4), ("bf16", 2)):
+            s = self.fake_server(ntr)
+            cs = [self.ipc_client(s) for _ in range(ntr)]
+            for r, c in enumerate(cs):
+                w = c.hello_shm(r, extra={"dtype": dtype})
+                self.assertEqual((w.get("gpu"), w.get("dtype")), ("fake", dtype), w)
+                self.assertEqual(c.export()["type"], "export")
+            n = 5000
+            vals = [[float((i * (r + 3)) % 17) - 8.0 + 0.25 * r for i in range(n)] for r in range(ntr)]
+            for rnd in range(2):
+                for r, c in enumerate(cs):
+                    at = 2 + 1024 * r  # not on a float boundary
+                    b = narrow_bytes(dtype, vals[r])
+                    c.gpu[at:at + len(b)] = b
+                    c.record(complete=True)
+                    c.push_dev(rnd, 0, n, at, {"dtype": dtype})
+                want = narrow_bytes(dtype, [sum(v[i] for v in vals) / ntr for i in range(n)])
+                got = [c.result() for c in cs]
+                for h, p in got:
+                    self.assertEqual((h.get("type"), h.get("dtype"), h.get("count")), ("result", dtype, n), h)
+                    self.assertIn("dev", h)
+                    self.assertEqual(p, want, (dtype, rnd))
+                self.assertEqual(len({h["dev"] for h, _ in got}), 1)  # written once, read by all
+            # its size is the narrow type's: count x 2 bytes against the export
+            c = cs[0]
+            c.push_dev(2, 0, (c.gpu_bytes - 2) // 2 + 1, 2, {"dtype": dtype})
+            h = self.expect_error(c, "bad_frame")
+            self.assertRegex(h["message"], r"push names bytes 2\.\.%d of %d" % (c.gpu_bytes + 2, c.gpu_bytes))
+            c.expect_closed()
+            for c in cs:
+                c.close()
+            rc, out, err = s.terminate_and_wait()
+            self.assertEqual(rc, 0, err)
+            self.assertRegex(out, r"CUDA IPC: %d pushes folded from trainers' GPU memory, %d result bytes read by "
+                                  r"trainers from the server's, 2 results never copied to the host"
+                             % (2 * ntr, 2 * ntr * 2 * n))
+        # an odd offset, and a type the hello did not announce
+        s = self.fake_server(1)
+        c = self.ipc_client(s)
+        c.hello_shm(0, extra={"dtype": "f16"})
+        c.export()
+        c.push_dev(0, 0, 4, 3, {"dtype": "f16"})
+        h = self.expect_error(c, "bad_frame")
+        self.assertIn("not on a 2-byte boundary", h["message"])
+        c.close()
+        c = self.ipc_client(s)
+        c.hello_shm(0)
+        c.export()
+        c.push_dev(0, 0, 4, 0, {"dtype": "bf16"})
+        h = self.expect_error(c, "unsupported")
+        self.assertIn("announced no narrow type", h["message"])
+        c.close()
 
     def test_trainer_lost_with_its_memory_open(self):
         """A trainer that vanishes after its push (its memory and event
@@ -670,16 +740,22 @@ class Synthetic(MasterJob, psb.PsbTestCase):
         is its ramp window but for one element — near either end, in the
         middle, or NaN: the trainer fails naming the bucket, the element
         and the value of the mean it checked on the GPU. Without the fault,
-        it passes."""
+        it passes. The same with --compress fp16: both push f16 by CUDA
+        IPC (the trainer's narrowed on the GPU), the f16 mean is widened
+        on the GPU and checked there."""
         n = 5000
-        for bad in (None, 3, n // 2 + 1, n - 3, "nan"):
-            with self.subTest(bad=bad):
+        cases = [("f32", bad) for bad in (None, 3, n // 2 + 1, n - 3, "nan")]
+        cases += [("f16", bad) for bad in (None, 3, n - 3, "nan")]  # --compress: widened on the GPU to compare
+        for dtype, bad in cases:
+            with self.subTest(dtype=dtype, bad=bad):
                 s = self.reg.server(trainers=2, extra=["--device", "fake-cuda"])
+                narrow = ["--compress", "fp16"] if dtype == "f16" else []
                 t = self.reg.trainer(s, 0, buckets=1, floats=n, batches=1,
-                                     extra=["--device", "fake-cuda", "--transport", "shm"])
+                                     extra=["--device", "fake-cuda", "--transport", "shm"] + narrow)
                 c = IpcClient(s.port)
                 self._clients.append(c)
-                c.hello_shm(1)
+                w = c.hello_shm(1, extra={"dtype": dtype} if narrow else None)
+                self.assertEqual(w.get("dtype", "f32"), dtype, w)
                 self.assertEqual(c.export()["type"], "export")
                 # synthetic.c: rank 1's push of batch 0 bucket 0 starts at ramp phase 7
                 vals = [float(((7 + i) & 1023) - 512) for i in range(n)]
@@ -687,9 +763,13 @@ class Synthetic(MasterJob, psb.PsbTestCase):
                     vals[1000] = float("nan")
                 elif bad is not None:
                     vals[bad] += 2.0
-                c.put_gpu(0, vals)
+                if narrow:  # the ramp's values are exact in f16
+                    b = narrow_bytes("f16", vals)
+                    c.gpu[2:2 + len(b)] = b
+                else:
+                    c.put_gpu(0, vals)
                 c.record(complete=True)
-                c.push_dev(0, 0, n, 0)
+                c.push_dev(0, 0, n, 2 if narrow else 0, {"dtype": dtype})
                 h, _ = c.result()
                 self.assertEqual(h.get("type"), "result", h)
                 if bad is None:

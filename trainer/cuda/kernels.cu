@@ -206,7 +206,14 @@ extern "C" __global__ void trk_narrow_mul(uint16_t *dst, const float *src, size_
     dst[k] = he_narrow_mul(bf, src[k], inv);
 }
 
-// dst = float(src): the bucket's copy_ back from the narrow sum.
+// dst = narrow(src): a bucket's narrow push by CUDA IPC (rpc_hook --compress), round to nearest even.
+extern "C" __global__ void trk_narrow(uint16_t *dst, const float *src, size_t n, int bf)
+{
+    TRK_FOR(k, n)
+    dst[k] = he_narrow(bf, src[k]);
+}
+
+// dst = float(src): the bucket's copy_ back from the narrow sum (and a narrow mean into the gradients).
 extern "C" __global__ void trk_widen(float *dst, const uint16_t *src, size_t n, int bf)
 {
     TRK_FOR(k, n)

@@ -53,38 +53,43 @@ enum { TRK_SGD_PLAIN = 0, TRK_SGD_FIRST = 1, TRK_SGD_MOMENTUM = 2 };
  *                const float *vals, size_t nu, float nlr)
  *       for unique row u < nu: its updates vals[occ[off[u] .. off[u+1])] applied in order
  *   trk_first_ne(const float *a, const float *b, size_t n, unsigned long long *first)
- *       *first = min(*first, k) for every k with !(a[k] == b[k]) (NaN differs) */
+ *       *first = min(*first, k) for every k with !(a[k] == b[k]) (NaN differs)
+ *   trk_narrow(uint16_t *dst, const float *src, size_t n, int bf)   dst[k] = he_narrow(bf, src[k])
+ *   trk_widen(float *dst, const uint16_t *src, size_t n, int bf)    dst[k] = he_widen(bf, src[k])
+ *       (shared/half_elem.h; bf 1 for bf16, 0 for fp16: a narrow push by CUDA IPC and its mean) */
 /* Each kernel, named once: TRK_K_<ID> is its index in the host's table
  * (kernels_host.c: trk_kernels, a row per entry, its host functions
  * <name>_run and <name>_args), <name> its symbol in the fatbin. The last
  * row, TRK_L_GEMM, is not a kernel: a library call (cuBLAS's sgemm;
  * cblas_sgemm on the fake GPU), queued in stream order as the kernels are. */
-#define TRK_KERNELS(X, LIB)                                                                                           \
-    X(TRK_K_ZERO, trk_zero)                                                                                           \
-    X(TRK_K_BIAS_ROWS, trk_bias_rows)                                                                                 \
-    X(TRK_K_TRANSPOSE_BIAS, trk_transpose_bias)                                                                       \
-    X(TRK_K_COLSUM, trk_colsum)                                                                                       \
-    X(TRK_K_RELU, trk_relu)                                                                                           \
-    X(TRK_K_RELU_BWD, trk_relu_bwd)                                                                                   \
-    X(TRK_K_BAG_MEAN, trk_bag_mean)                                                                                   \
-    X(TRK_K_SCALE_DIV, trk_scale_div)                                                                                 \
-    X(TRK_K_BAG_BWD, trk_bag_bwd)                                                                                     \
-    X(TRK_K_SOFTMAX_CE, trk_softmax_ce)                                                                               \
-    X(TRK_K_SOFTMAX_CE_BWD, trk_softmax_ce_bwd)                                                                       \
-    X(TRK_K_CE_LOGITS, trk_ce_logits)                                                                                 \
-    X(TRK_K_L1, trk_l1)                                                                                               \
-    X(TRK_K_LOSS_SUM, trk_loss_sum)                                                                                   \
-    X(TRK_K_SGD, trk_sgd)                                                                                             \
-    X(TRK_K_SGD_ROWS, trk_sgd_rows)                                                                                   \
-    X(TRK_K_FIRST_NE, trk_first_ne)                                                                                   \
+#define TRK_KERNELS(X, LIB)                                                                                            \
+    X(TRK_K_ZERO, trk_zero)                                                                                            \
+    X(TRK_K_BIAS_ROWS, trk_bias_rows)                                                                                  \
+    X(TRK_K_TRANSPOSE_BIAS, trk_transpose_bias)                                                                        \
+    X(TRK_K_COLSUM, trk_colsum)                                                                                        \
+    X(TRK_K_RELU, trk_relu)                                                                                            \
+    X(TRK_K_RELU_BWD, trk_relu_bwd)                                                                                    \
+    X(TRK_K_BAG_MEAN, trk_bag_mean)                                                                                    \
+    X(TRK_K_SCALE_DIV, trk_scale_div)                                                                                  \
+    X(TRK_K_BAG_BWD, trk_bag_bwd)                                                                                      \
+    X(TRK_K_SOFTMAX_CE, trk_softmax_ce)                                                                                \
+    X(TRK_K_SOFTMAX_CE_BWD, trk_softmax_ce_bwd)                                                                        \
+    X(TRK_K_CE_LOGITS, trk_ce_logits)                                                                                  \
+    X(TRK_K_L1, trk_l1)                                                                                                \
+    X(TRK_K_LOSS_SUM, trk_loss_sum)                                                                                    \
+    X(TRK_K_SGD, trk_sgd)                                                                                              \
+    X(TRK_K_SGD_ROWS, trk_sgd_rows)                                                                                    \
+    X(TRK_K_FIRST_NE, trk_first_ne)                                                                                    \
+    X(TRK_K_NARROW, trk_narrow)                                                                                        \
+    X(TRK_K_WIDEN, trk_widen)                                                                                          \
     LIB(TRK_L_GEMM, trk_gemm)
 #define TRK_K_ENUM(ID, name) ID,
 enum { TRK_KERNELS(TRK_K_ENUM, TRK_K_ENUM) TRK_K_COUNT };
 #undef TRK_K_ENUM
 
-/* The collectives' kernels: in the same fatbin, but not rows of the table
- * above — the nccl collectives (trainer/coll_nccl.c) load them by name and
- * launch them on their own stream, the compute layer never does; on the
+/* The collectives' kernels: in the same fatbin, loaded by name by the nccl
+ * collectives (trainer/coll_nccl.c), which launch them on their own stream
+ * (trk_widen is also a row of the table above, for the compute layer); on the
  * fake GPU the fake NCCL (coll_gloo.cpp) runs the same per-element
  * functions (shared/half_elem.h) on the host. bf: 1 for bf16, 0 for fp16.
  *   trk_narrow_mul(uint16_t *dst, const float *src, size_t n, float inv, int bf)

@@ -6,6 +6,7 @@
  * cpu layer's call). */
 #include "trainer/cuda/kernels_host.h"
 #include "trainer/cmath.h"
+#include "shared/half_elem.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -298,6 +299,36 @@ static size_t trk_first_ne_args(const void *launch, void **a)
 {
     const trk_launch *l = launch;
     return CUGPU_ARGS(a, l->u.ne.n, &l->u.ne.a, &l->u.ne.b, &l->u.ne.n, &l->u.ne.first);
+}
+
+static void trk_narrow_run(const void *launch)
+{
+    const trk_launch *l = launch;
+    uint16_t *dst = l->u.half.dst;
+    const float *src = l->u.half.src;
+    for (size_t k = 0; k < l->u.half.n; k++)
+        dst[k] = he_narrow(l->u.half.bf, src[k]);
+}
+
+static size_t trk_narrow_args(const void *launch, void **a)
+{
+    const trk_launch *l = launch;
+    return CUGPU_ARGS(a, l->u.half.n, &l->u.half.dst, &l->u.half.src, &l->u.half.n, &l->u.half.bf);
+}
+
+static void trk_widen_run(const void *launch)
+{
+    const trk_launch *l = launch;
+    float *dst = l->u.half.dst;
+    const uint16_t *src = l->u.half.src;
+    for (size_t k = 0; k < l->u.half.n; k++)
+        dst[k] = he_widen(l->u.half.bf, src[k]);
+}
+
+static size_t trk_widen_args(const void *launch, void **a)
+{
+    const trk_launch *l = launch;
+    return CUGPU_ARGS(a, l->u.half.n, &l->u.half.dst, &l->u.half.src, &l->u.half.n, &l->u.half.bf);
 }
 
 static void trk_gemm_run(const void *launch)

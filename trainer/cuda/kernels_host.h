@@ -111,6 +111,12 @@ typedef struct trk_launch {
             void *handle;
             const void *api;
         } gemm;
+        struct { /* trk_narrow: src f32, dst 16-bit; trk_widen: the other way */
+            void *dst;
+            const void *src;
+            size_t n;
+            int bf;
+        } half;
     } u;
 } trk_launch;
 

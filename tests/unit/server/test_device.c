@@ -26,7 +26,8 @@
  *    loop, in submission order, with a GPU time; a drain with work in
  *    flight; buffers bigger than its staging chunks, round after round; a
  *    GPU operation that fails — every job in flight and after it completes
- *    with the error, none hangs. With PSBENCH_CUDA_DEVICE=cuda (ctest
+ *    with the error, none hangs; a narrow push's folds from a peer's
+ *    memory (CUDA IPC). With PSBENCH_CUDA_DEVICE=cuda (ctest
  *    unit_device_cuda, label gpu) the same on a real GPU, but the injected
  *    failure: skipped (exit 77) where no GPU answers.
  */
@@ -1051,6 +1052,88 @@ static void test_cuda_peers(void **state)
     cugpu_destroy(tg);
 }
 
+/* A narrow push from a peer's memory (CUDA IPC, --compress): the first
+ * copied into a stash as it is, the second added to it (the pair's fold),
+ * a third added widened (device_fold_narrow), the last's fold narrowed
+ * into the answer; the pair's mean of two likewise; every one read where
+ * it lies at a 2-byte (not 4-byte) offset, against half.c's conversions
+ * and reduce.c's loops. And device_fold_narrow from host bytes (the cuda
+ * device widens on the GPU, where the others are handed floats). */
+static void test_cuda_peer_narrow(void **state)
+{
+    (void)state;
+    if (strcmp(cuda_name(), "fake-cuda") != 0)
+        skip(); /* as test_cuda_peers */
+    char err[512];
+    cugpu *tg = cugpu_fake_new(&psb_kernels, 0, 0, err, sizeof err);
+    assert_non_null(tg);
+    enum { N = 3000, P = 4 };
+    const size_t bytes = 2 + (size_t)P * N * 2;
+    devmem dmem = tg->ops->dev_alloc_ipc(tg, bytes);
+    assert_non_null(dmem.p);
+    cugpu_event *ev = tg->ops->event_new_ipc(tg);
+    assert_non_null(ev);
+    cugpu_ipc_handle hm, he;
+    assert_int_equal(tg->ops->ipc_export(tg, dmem, &hm), 0);
+    assert_int_equal(tg->ops->event_export(tg, ev, &he), 0);
+    fixture x;
+    dev_open(&x, "fake-cuda");
+    devpeer *p = device_peer_open(x.dev, hm.bytes, bytes, he.bytes, err, sizeof err);
+    assert_non_null(p);
+    uint16_t *mem = (uint16_t *)((uint8_t *)dmem.p + 2);
+    float *w = malloc((size_t)P * N * sizeof *w), *ref = malloc(N * sizeof *ref);
+    uint16_t *want = malloc(N * sizeof *want);
+    assert_true(w && ref && want);
+    for (int bf = 0; bf <= 1; bf++) {
+        half_type t = bf ? HALF_BF16 : HALF_FP16;
+        for (size_t k = 0; k < P; k++) {
+            for (size_t i = 0; i < N; i++)
+                ref[i] = val(i, 5 + (unsigned)k) * 7.0f;
+            half_narrow(t, mem + k * N, ref, N);
+            half_widen(t, w + k * N, mem + k * N, N);
+        }
+        devsrc src = {.peer = p, .at = 2};
+        const float s = 0.25f;
+        devbuf *stash = device_buf_new(x.dev, N * 2), *acc = device_buf_new(x.dev, N * 4),
+               *out = device_buf_new(x.dev, N * 2);
+        assert_true(stash && acc && out);
+        device_peer_wait(x.dev, p);
+        device_write_from(x.dev, stash, 0, src, 0, N * 2);
+        device_fold_narrow_pair_from(x.dev, FOLD_ADD, stash, acc, out, 0, src, N * 2, N, 0, t);
+        x.dev->ops->peers->fold_narrow(x.dev, FOLD_ADD, acc, 0, p, 2 + 2 * N * 2, N, 0, t);
+        device_fold_narrow_out_from(x.dev, FOLD_ADD_SCALE, acc, out, 0, src, 3 * N * 2, N, s, t);
+        memcpy(ref, w, N * sizeof *ref);
+        reduce_add_f32(ref, (const uint8_t *)(w + N), N);
+        reduce_add_f32(ref, (const uint8_t *)(w + 2 * N), N);
+        reduce_add_scale_f32(ref, (const uint8_t *)(w + 3 * N), N, s);
+        half_narrow(t, want, ref, N);
+        assert_memory_equal(read_back(&x, out), want, N * 2);
+        /* two pushes: the pair's mean straight into the answer */
+        device_fold_narrow_pair_from(x.dev, FOLD_ADD_SCALE, stash, NULL, out, 0, src, N * 2, N, s, t);
+        memcpy(ref, w, N * sizeof *ref);
+        reduce_add_scale_f32(ref, (const uint8_t *)(w + N), N, s);
+        half_narrow(t, want, ref, N);
+        assert_memory_equal(read_back(&x, out), want, N * 2);
+        /* from host bytes: a copy widened, then an add */
+        device_fold_narrow(x.dev, FOLD_COPY, acc, 0, (const uint8_t *)mem, N, 0, t);
+        device_fold_narrow(x.dev, FOLD_ADD, acc, 0, (const uint8_t *)(mem + N), N, 0, t);
+        memcpy(ref, w, N * sizeof *ref);
+        reduce_add_f32(ref, (const uint8_t *)(w + N), N);
+        assert_memory_equal(read_back(&x, acc), ref, N * 4);
+        device_buf_free(x.dev, stash);
+        device_buf_free(x.dev, acc);
+        device_buf_free(x.dev, out);
+    }
+    free(w);
+    free(ref);
+    free(want);
+    device_peer_close(x.dev, p);
+    devfx_close(&x);
+    tg->ops->event_free(tg, ev);
+    tg->ops->dev_free_ipc(tg, dmem);
+    cugpu_destroy(tg);
+}
+
 static void test_cuda_out_of_memory(void **state)
 {
     (void)state;
@@ -1071,6 +1154,7 @@ int main(void)
         cmocka_unit_test(test_cuda_completion),    cmocka_unit_test(test_cuda_big_buffers),
         cmocka_unit_test(test_cuda_small_batches), cmocka_unit_test(test_cuda_failure),
         cmocka_unit_test(test_cuda_out_of_memory), cmocka_unit_test(test_cuda_peers),
+        cmocka_unit_test(test_cuda_peer_narrow),
     };
     if (strcmp(cuda_name(), "fake-cuda") != 0) {
         /* The gpu-labelled run: the cuda tests only, on a GPU that answers. */
