@@ -17,10 +17,12 @@ through /proc; the tests' stand-in trainer makes its own the same way).
     no CUDA IPC with --transport tcp, --gpu-share 0 or a CPU server, each
     saying so; a trainer killed mid-run ends the run naming it and the
     server lives on; --runs keeps the server's descriptors and mappings
-    flat;
+    flat; with --compress bf16, every bucket narrowed on the GPU and
+    pushed by CUDA IPC, the same bits as over TCP, half the bytes lent;
   - Synthetic trainers (the benchmark's): every push by CUDA IPC from a
     master's job and from standalone trainers, results checked on the GPU
-    (a wrong mean at either end of it caught), none over TCP or sparse.
+    (a wrong mean at either end of it caught, f32 and f16), none over TCP
+    or sparse.
 
 Run: PSBENCH_BIN=build-test /usr/bin/python3 tests/integration/test_cuda_ipc.py
 The real trainers' devices are $PSBENCH_TRAINER_DEVICE and
@@ -550,6 +552,31 @@ class Trainers(MasterJob, psb.PsbTestCase):
             self.assertEqual(self.digests(res), self.digests(tcp), kind)
             self.assertEqual([t["loss_per_epoch"] for t in res["trainers"]],
                              [t["loss_per_epoch"] for t in tcp["trainers"]])
+
+    @unittest.skipIf(psb.ASAN, "three training runs: the release pass's (see psb.ASAN above)")
+    def test_narrow_rpc_hook_over_cuda_ipc_equals_tcp(self):
+        """--compress bf16 (docs/protocol.md, "Narrow pushes"): every dense
+        bucket narrowed on the GPU into the gradients' shadow and pushed by
+        CUDA IPC, every mean lent in bf16 (2 bytes an element read from the
+        server's memory) and widened on the GPU — the same bits as the run
+        over TCP, where the trainer narrows and widens on the host; half
+        the bytes lent of the same job in f32."""
+        job = self.JOB + ("--compress", "bf16")
+        res, sout, logs = self.run_job(job)
+        for log in logs:
+            self.assertRegex(log, r"rpc_hook: \d+ bucket\(s\) handed over in device memory, 0 through pinned")
+        for t in res["trainers"]:
+            self.assertEqual(t["compress"], "bf16")
+            self.assertEqual([(l["transport"], l["cuda_ipc"]) for l in t["links"]], [("shm", True)], t["links"])
+        pushes, lent = self.ipc_pushes(sout)
+        self.assertGreater(pushes, 0)
+        self.assertRegex(sout, r", %d results never copied to the host" % (pushes // 2))
+        tcp, tout, _ = self.run_job(job, server_extra=("--transport", "tcp"), trainer_extra=("--transport", "tcp"))
+        self.assertEqual(self.ipc_pushes(tout), (0, 0))
+        self.assertEqual(self.digests(res), self.digests(tcp))
+        # the lent means are narrow: half the bytes of the same job's in f32
+        _, f32out, _ = self.run_job(self.JOB)
+        self.assertEqual((pushes * 2, lent * 2), (self.ipc_pushes(f32out)[0] * 2, self.ipc_pushes(f32out)[1]))
 
     @unittest.skipIf(psb.ASAN, "two training runs: the release pass's (see psb.ASAN above)")
     def test_no_cuda_ipc_where_the_server_offers_none(self):
