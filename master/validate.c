@@ -526,6 +526,7 @@ int validate_ready(json_t *body, char *err, size_t errlen)
     json_array_foreach(links, i, l) {
         json_t *srv = json_object_get(l, "server"), *note = json_object_get(l, "note");
         json_t *ipc = json_object_get(l, "cuda_ipc"), *ipc_note = json_object_get(l, "cuda_ipc_note");
+        json_t *ipc_ms = json_object_get(l, "cuda_ipc_open_ms");
         const char *addr = json_string_value(json_object_get(l, "address"));
         const char *tr = json_string_value(json_object_get(l, "transport"));
         bool ok = json_is_object(l) && json_is_integer(srv) && json_integer_value(srv) >= 0 &&
@@ -537,12 +538,15 @@ int validate_ready(json_t *body, char *err, size_t errlen)
                   (!ipc || json_is_boolean(ipc)) &&
                   (!ipc_note || json_is_null(ipc_note) ||
                    (json_is_string(ipc_note) && json_string_length(ipc_note) <= 300 &&
-                    text_is_printable(json_string_value(ipc_note), json_string_length(ipc_note))));
+                    text_is_printable(json_string_value(ipc_note), json_string_length(ipc_note)))) &&
+                  (!ipc_ms || json_is_null(ipc_ms) ||
+                   (json_is_number(ipc_ms) && json_number_value(ipc_ms) >= 0 && json_number_value(ipc_ms) <= 3.6e6));
         if (!ok) {
             snprintf(err, errlen,
                      "links[%zu] must be {\"server\": a rank, \"address\": printable text, \"transport\": a "
                      "transport's name (\"shm\", \"tcp\"; 1-16 of a-z 0-9 _), \"note\": printable text or null, "
-                     "\"cuda_ipc\": true or false, \"cuda_ipc_note\": printable text or null}",
+                     "\"cuda_ipc\": true or false, \"cuda_ipc_note\": printable text or null, "
+                     "\"cuda_ipc_open_ms\": 0 to 3600000 or null}",
                      i);
             return -1;
         }

@@ -237,6 +237,10 @@ static void server_print_totals(const server *s)
         printf("psbench-server %u: CUDA IPC: %" PRIu64 " pushes folded from trainers' GPU memory, %" PRIu64
                " result bytes read by trainers from the server's, %" PRIu64 " results never copied to the host\n",
                cfg->rank, s->pushes_gpu, s->bytes_gpu_lent, s->results_gpu_only);
+    if (s->ipc_opens) /* a first use, apart from every step's figures */
+        printf("psbench-server %u: CUDA IPC opens: %" PRIu64 " trainers' exports opened in %.3f ms (%.3f ms each), "
+               "each once, as its connection began\n",
+               cfg->rank, s->ipc_opens, (double)s->ipc_open_ns / 1e6, (double)s->ipc_open_ns / 1e6 / (double)s->ipc_opens);
     metrics_print_table(s->metrics, stdout, "server metrics (ms)");
     fflush(stdout);
 }

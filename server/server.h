@@ -126,6 +126,8 @@ typedef struct server {
     uint64_t pushes_gpu, bytes_gpu_lent;  /* CUDA IPC: pushes folded from a trainer's GPU memory; result
                                            * bytes trainers read from the server's */
     uint64_t results_gpu_only;            /* CUDA IPC: results never copied to the host (every reader a peer) */
+    uint64_t ipc_opens, ipc_open_ns;      /* CUDA IPC: trainers' exports opened, and the time that took (a
+                                           * connection's first use: never inside a step) */
     bool splice_warned;                   /* a connection fell back to copies (said once) */
     strace trace;             /* this server's spans (strace.h); inert when it does not trace */
     struct master_link *link; /* NULL standalone */

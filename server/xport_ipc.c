@@ -18,6 +18,7 @@
 #include "server/server.h"
 #include "server/xport.h"
 #include "server/xport_ipc.h"
+#include "shared/clock.h"
 #include "shared/log.h"
 #include "shared/text.h"
 
@@ -77,7 +78,9 @@ frame_errcode xport_ipc_export(server *s, xport_ipc_state *x, bool shm, const ch
                  " (--max-shm)", h->segment, s->cfg.max_shm);
         return ERR_UNSUPPORTED;
     }
+    uint64_t t0 = clock_now_ns(); /* cudaIpcOpenMemHandle: milliseconds, once per connection */
     devpeer *peer = device_peer_open(s->dev, mem, h->segment, ev, why, sizeof why);
+    uint64_t open_ns = clock_now_ns() - t0;
     if (!peer) {
         snprintf(msg, len, "cannot open the trainer's export: %s", why);
         return ERR_UNSUPPORTED;
@@ -105,8 +108,10 @@ frame_errcode xport_ipc_export(server *s, xport_ipc_state *x, bool shm, const ch
     }
     x->peer = peer;
     x->bytes = h->segment;
-    log_debug("%s (rank %" PRIu64 "): CUDA IPC: %" PRIu64 " bytes of its GPU memory opened, %" PRIu64
-              " bytes shared with it", who, rank, h->segment, share_bytes);
+    s->ipc_opens++;
+    s->ipc_open_ns += open_ns;
+    log_debug("%s (rank %" PRIu64 "): CUDA IPC: %" PRIu64 " bytes of its GPU memory opened in %.3f ms, %" PRIu64
+              " bytes shared with it", who, rank, h->segment, (double)open_ns / 1e6, share_bytes);
     return ERR_NONE;
 }
 

@@ -71,6 +71,7 @@ static int client_open_all(client *cl, const client_cfg *cfg, const client_sink 
         c->rx_fd = -1;
         c->seg = SHM_SEG_NONE;
         c->srv_gpu = devmem_none();
+        c->gpu_open_ms = -1;
         client_hs_enter(c, CLIENT_HS_CONNECTING, xport_get(XPORT_TCP));
         cl->nconns++;
         size_t len = strcspn(p, ",");

@@ -101,6 +101,7 @@ typedef struct client_conn {
      * there is none where the server offered it. */
     devmem srv_gpu;
     uint64_t srv_gpu_bytes;
+    double gpu_open_ms; /* how long opening it took (cudaIpcOpenMemHandle: a first use; < 0: not opened) */
     char gpu_note[200];
     client_stage *stage; /* shared memory's (xport_shm.c): made and freed there */
     size_t nstage;

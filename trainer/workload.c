@@ -366,10 +366,14 @@ static void workload_client_links(const client *cl, json_t *arr)
         const client_conn *c = &cl->conns[i];
         const char *gpu_note;
         bool gpu = client_link_gpu(cl, i, &gpu_note);
-        json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:o, s:b, s:o}", "server", (json_int_t)c->server_rank,
-                                             "address", c->addr, "transport", client_link(cl, i), "note",
+        /* the open of the server's memory: a first use, reported apart */
+        json_t *open_ms = gpu && c->gpu_open_ms >= 0 ? json_real(c->gpu_open_ms) : json_null();
+        json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:o, s:b, s:o, s:o}", "server",
+                                             (json_int_t)c->server_rank, "address", c->addr, "transport",
+                                             client_link(cl, i), "note",
                                              c->link_note[0] ? json_string(c->link_note) : json_null(), "cuda_ipc",
-                                             gpu, "cuda_ipc_note", gpu_note[0] ? json_string(gpu_note) : json_null()));
+                                             gpu, "cuda_ipc_note", gpu_note[0] ? json_string(gpu_note) : json_null(),
+                                             "cuda_ipc_open_ms", open_ms));
     }
 }
 

@@ -8,6 +8,7 @@
  * this ops table (gpu_offer). */
 #include "trainer/client_impl.h"
 #include "trainer/xport.h"
+#include "shared/clock.h"
 #include "shared/shm.h"
 #include "shared/text.h"
 
@@ -70,7 +71,11 @@ static int xipc_gpu_offer(client *cl, client_conn *c, const frame_hdr *w, double
         return -1;
     }
     char why[300];
-    if (devmem_is_none(c->srv_gpu = g->open(g->ctx, mem, a.segment, why, sizeof why))) {
+    uint64_t t0 = clock_now_ns();
+    c->srv_gpu = g->open(g->ctx, mem, a.segment, why, sizeof why);
+    c->gpu_open_ms = clock_ms(t0, clock_now_ns());
+    if (devmem_is_none(c->srv_gpu)) {
+        c->gpu_open_ms = -1;
         /* The server holds our export; we cannot read its results there:
          * a server that sends one ends the link with a clear error. */
         snprintf(err, errlen, "server %s: cannot open its GPU memory: %s", c->addr, why);

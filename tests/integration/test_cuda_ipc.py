@@ -539,6 +539,11 @@ class Trainers(MasterJob, psb.PsbTestCase):
             for t in res["trainers"]:
                 self.assertEqual([(l["transport"], l["cuda_ipc"], l["cuda_ipc_note"]) for l in t["links"]],
                                  [("shm", True, None)], t["links"])
+                # opening the server's memory: a first use, timed apart from every step
+                self.assertIsInstance(t["links"][0]["cuda_ipc_open_ms"], float, t["links"])
+                self.assertGreaterEqual(t["links"][0]["cuda_ipc_open_ms"], 0)
+            self.assertRegex(sout, r"CUDA IPC opens: 2 trainers' exports opened in [0-9.]+ ms \([0-9.]+ ms each\), "
+                                   r"each once, as its connection began")
             pushes, lent = self.ipc_pushes(sout)
             self.assertGreater(pushes, 0)
             self.assertGreater(lent, 0)
@@ -548,7 +553,9 @@ class Trainers(MasterJob, psb.PsbTestCase):
                                             trainer_extra=("--transport", "tcp"))
             self.assertEqual(self.ipc_pushes(tout), (0, 0))
             for t in tcp["trainers"]:
-                self.assertEqual([(l["transport"], l["cuda_ipc"]) for l in t["links"]], [("tcp", False)])
+                self.assertEqual([(l["transport"], l["cuda_ipc"], l["cuda_ipc_open_ms"]) for l in t["links"]],
+                                 [("tcp", False, None)])
+            self.assertNotIn("CUDA IPC opens", tout)
             self.assertEqual(self.digests(res), self.digests(tcp), kind)
             self.assertEqual([t["loss_per_epoch"] for t in res["trainers"]],
                              [t["loss_per_epoch"] for t in tcp["trainers"]])

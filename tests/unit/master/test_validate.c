@@ -86,6 +86,23 @@ static void test_ready_links(void **state)
         expect(validate_ready, js, "links[0] must be");
     }
     expect(validate_ready, "{\"links\": [{\"server\": 0, \"address\": \"h:1\"}]}", "a transport's name");
+    /* the CUDA IPC open's time: a number of ms, or null */
+    static const char *const ms_ok[] = {"null", "0", "1.25", "3600000"};
+    static const char *const ms_bad[] = {"-1", "\"1\"", "3600001", "true"};
+    for (size_t i = 0; i < sizeof ms_ok / sizeof *ms_ok; i++) {
+        snprintf(js, sizeof js,
+                 "{\"links\": [{\"server\": 0, \"address\": \"h:1\", \"transport\": \"shm\", \"cuda_ipc\": true, "
+                 "\"cuda_ipc_open_ms\": %s}]}",
+                 ms_ok[i]);
+        expect(validate_ready, js, NULL);
+    }
+    for (size_t i = 0; i < sizeof ms_bad / sizeof *ms_bad; i++) {
+        snprintf(js, sizeof js,
+                 "{\"links\": [{\"server\": 0, \"address\": \"h:1\", \"transport\": \"shm\", \"cuda_ipc\": true, "
+                 "\"cuda_ipc_open_ms\": %s}]}",
+                 ms_bad[i]);
+        expect(validate_ready, js, "cuda_ipc_open_ms");
+    }
 }
 
 static void test_reports(void **state)
