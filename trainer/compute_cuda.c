@@ -258,7 +258,7 @@ static void cc_destroy(compute *base)
     if (c->ipc_ev)
         g->ops->event_free(g, c->ipc_ev);
     staging_free(&c->stage);
-    free(c->occ);
+    rowgroup_free(&c->rg);
     free(c->sink);
     cugpu_destroy(g);
     free(c);

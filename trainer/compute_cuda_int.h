@@ -11,6 +11,7 @@
 #include "shared/gpu/cugpu.h"
 #include "shared/gpu/evring.h"
 #include "shared/gpu/staging.h"
+#include "shared/rowgroup.h"
 
 #include <assert.h>
 
@@ -39,16 +40,10 @@ typedef struct compute_cuda {
     unsigned char *sink;
     size_t sink_cap;
     /* the host's scratch for grouping occurrences by row */
-    struct cc_occ *occ;
-    size_t occ_cap;
+    rowgroup rg;
     uint64_t live;       /* buffers not yet released */
     cugpu_event *ipc_ev; /* CUDA IPC: the event a peer waits for (compute_share_record); NULL: not made */
 } compute_cuda;
-
-typedef struct cc_occ {
-    int64_t row;
-    uint32_t pos;
-} cc_occ;
 
 static inline compute_cuda *cc(compute *c) { return (compute_cuda *)c; }
 

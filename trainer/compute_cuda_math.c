@@ -258,45 +258,21 @@ static float *cc_bag_scale(compute_cuda *c, cspan dx, uint64_t D, uint32_t B, ui
     return l.u.scale.g;
 }
 
-static int cc_cmp_occ(const void *a, const void *b)
-{
-    const cc_occ *x = a, *y = b;
-    if (x->row != y->row)
-        return (x->row > y->row) - (x->row < y->row);
-    return (x->pos > y->pos) - (x->pos < y->pos);
-}
-
-/* The n keys grouped by row: c->occ sorted by (row, position); returns the
+/* The n keys grouped by row (shared/rowgroup.h, in c->rg); returns the
  * count of unique rows. */
 static size_t cc_group(compute_cuda *c, const int64_t *keys, size_t n, uint64_t nrows)
 {
-    assert(n <= UINT32_MAX);
-    if (n > c->occ_cap) {
-        size_t cap = c->occ_cap ? c->occ_cap : 256;
-        while (cap < n)
-            cap *= 2;
-        cc_occ *o = realloc(c->occ, cap * sizeof *o);
-        if (!o) {
-            compute_fail(&c->base, "compute (%s): out of host memory for %zu indices", c->name, n);
-            return 0; /* the callers stop there */
-        }
-        c->occ = o;
-        c->occ_cap = cap;
-    }
-    for (size_t k = 0; k < n; k++) {
-        assert(keys[k] >= 0 && (uint64_t)keys[k] < nrows);
-        (void)nrows;
-        c->occ[k].row = keys[k];
-        c->occ[k].pos = (uint32_t)k;
-    }
-    qsort(c->occ, n, sizeof *c->occ, cc_cmp_occ);
-    size_t nu = 0;
     for (size_t k = 0; k < n; k++)
-        nu += k == 0 || c->occ[k].row != c->occ[k - 1].row;
-    return nu;
+        assert(keys[k] >= 0 && (uint64_t)keys[k] < nrows);
+    (void)nrows;
+    if (rowgroup_sort(&c->rg, keys, n) < 0) {
+        compute_fail(&c->base, "compute (%s): out of host memory for %zu indices", c->name, n);
+        return 0; /* the callers stop there */
+    }
+    return c->rg.nu;
 }
 
-/* c->occ (n, nu unique rows) into the ring: the unique rows (to `rows` on
+/* c->rg (n, nu unique rows) into the ring: the unique rows (to `rows` on
  * the host too where not NULL), each one's first occurrence in off (nu + 1
  * entries) and the occurrences' positions / div (the sample of an index,
  * or an update's own number) in occ. */
@@ -307,15 +283,8 @@ static void cc_group_stage(compute_cuda *c, cc_stage *st, size_t n, size_t nu, u
     int64_t *urows = cc_stage_part(st, nu * sizeof *urows, &dr);
     uint32_t *off = cc_stage_part(st, (nu + 1) * sizeof *off, &doff);
     uint32_t *occ = cc_stage_part(st, n * sizeof *occ, &docc);
-    size_t u = 0;
-    for (size_t k = 0; k < n; k++) {
-        if (k == 0 || c->occ[k].row != c->occ[k - 1].row) {
-            urows[u] = c->occ[k].row;
-            off[u++] = (uint32_t)k;
-        }
-        occ[k] = (uint32_t)(c->occ[k].pos / div);
-    }
-    off[nu] = (uint32_t)n;
+    assert(c->rg.n == n && c->rg.nu == nu);
+    rowgroup_csr(&c->rg, NULL, div, urows, off, occ);
     if (rows)
         memcpy(rows, urows, nu * sizeof *rows);
     *d_rows = dr;

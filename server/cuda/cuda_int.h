@@ -25,6 +25,7 @@
 #include "shared/gpu/evring.h"
 #include "shared/gpu/staging.h"
 #include "shared/ranges.h"
+#include "shared/rowgroup.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -106,6 +107,7 @@ typedef struct cuda_device {
     ranges share_r;
     devpeer *closing; /* peers closed by the transport, unmapped once folds from them are done */
     uint32_t npeers;  /* open (closing ones included) */
+    rowgroup rg;      /* scatter SGD: the lookup's rows grouped on the host (device_cuda.c) */
 } cuda_device;
 
 /* A buffer's floats from element `elem_off` on, as a kernel's launch takes

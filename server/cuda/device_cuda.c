@@ -90,6 +90,51 @@ static const float *const *cuda_upload_srcs(cuda_device *c, devbuf *const *srcs,
     return dev;
 }
 
+/* Scatter SGD (issue 44): the lookup's rows grouped on the host
+ * (shared/rowgroup.h: each unique row's occurrences in position order,
+ * each standing for its bag) and uploaded with the bags' gradients; one
+ * launch, a thread per (row, column), each row's steps in the CPU's order.
+ * 0, or -1 (the device failed). */
+static int cuda_enqueue_scatter(cuda_device *c, const device_job *j)
+{
+    size_t nnz = j->u.bags.nnz, bags = j->u.bags.bags, cols = j->u.bags.cols;
+    if (bags == 0 || nnz == 0)
+        return 0; /* no row named: nothing to compute */
+    /* one host scratch: the lists (nu <= nnz unique rows first: 8-byte
+     * aligned), then each position's bag */
+    int64_t *urows = malloc(nnz * 8 + (nnz + 1) * 4 + nnz * 4 + nnz * 4);
+    if (!urows || rowgroup_sort(&c->rg, j->u.bags.idx, nnz) < 0) {
+        free(urows);
+        cuda_fail(c, "out of host memory grouping a lookup's rows");
+        return -1;
+    }
+    uint32_t *uoff = (uint32_t *)(void *)(urows + nnz), *occ = uoff + nnz + 1, *bag_of = occ + nnz;
+    for (size_t b = 0; b < bags; b++) {
+        size_t end = b + 1 < bags ? (size_t)j->u.bags.off[b + 1] : nnz;
+        assert((size_t)j->u.bags.off[b] <= end && end <= nnz); /* the kind checked the offsets */
+        for (size_t i = (size_t)j->u.bags.off[b]; i < end; i++)
+            bag_of[i] = (uint32_t)b;
+    }
+    size_t nu = c->rg.nu;
+    rowgroup_csr(&c->rg, bag_of, 1, urows, uoff, occ);
+    psb_launch l = {.kernel = PSB_K_SCATTER_SGD};
+    l.u.rows.table = cuda_f32(j->u.bags.table, 0);
+    l.u.rows.cols = cols;
+    l.u.rows.nu = nu;
+    l.u.rows.lr = j->u.bags.lr;
+    int rc = -1;
+    if ((l.u.rows.urows = cuda_upload(c, urows, nu * sizeof *urows)) &&
+        (l.u.rows.uoff = cuda_upload(c, uoff, (nu + 1) * sizeof *uoff)) &&
+        (l.u.rows.occ = cuda_upload(c, occ, nnz * sizeof *occ)) &&
+        (l.u.rows.grad = cuda_upload(c, j->u.bags.grad, bags * cols * sizeof(float)))) {
+        rc = c->gpu->ops->launch(c->gpu, c->stream, &l);
+        if (rc < 0)
+            cuda_fail(c, c->gpu->err);
+    }
+    free(urows);
+    return rc;
+}
+
 /* A dense embedding step: the gradient zeroed, the bags' gradients summed
  * into it, the step over the whole table — three launches in stream order
  * (kernels.cu). 0, or -1 (the device failed). */
@@ -171,11 +216,12 @@ static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
         l.u.sgd.first = j->u.sgd.first;
         l.u.sgd.out = j->u.sgd.out ? cuda_f32(j->u.sgd.out, 0) : NULL;
         break;
-    case JOB_GATHER:
     case JOB_SCATTER_SGD:
-        if (j->u.bags.bags == 0 || (j->op == JOB_GATHER && !j->u.bags.out))
+        return cuda_enqueue_scatter(c, j);
+    case JOB_GATHER:
+        if (j->u.bags.bags == 0 || !j->u.bags.out)
             return 0; /* nothing to compute */
-        l.kernel = j->op == JOB_GATHER ? PSB_K_GATHER : PSB_K_SCATTER_SGD;
+        l.kernel = PSB_K_GATHER;
         l.u.bags.table = cuda_f32(j->u.bags.table, 0);
         l.u.bags.cols = j->u.bags.cols;
         l.u.bags.nnz = j->u.bags.nnz;
@@ -183,13 +229,7 @@ static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
         if (!(l.u.bags.idx = cuda_upload(c, j->u.bags.idx, j->u.bags.nnz * sizeof(int64_t))) ||
             !(l.u.bags.off = cuda_upload(c, j->u.bags.off, j->u.bags.bags * sizeof(int64_t))))
             return -1;
-        if (j->op == JOB_GATHER) {
-            l.u.bags.out = cuda_f32(j->u.bags.out, 0);
-        } else {
-            if (!(l.u.bags.grad = cuda_upload(c, j->u.bags.grad, j->u.bags.bags * j->u.bags.cols * sizeof(float))))
-                return -1;
-            l.u.bags.lr = j->u.bags.lr;
-        }
+        l.u.bags.out = cuda_f32(j->u.bags.out, 0);
         break;
     case JOB_DENSE_SGD:
         return cuda_enqueue_dense(c, j);
@@ -369,6 +409,7 @@ static void cuda_on_flush(evutil_socket_t fd, short what, void *arg)
         for (size_t i = 0; i < c->fn_count; i++)
             q[i] = c->fn_seq[(c->fn_first + i) % c->fn_cap];
         free(c->fn_seq);
+        rowgroup_free(&c->rg);
         c->fn_seq = q;
         c->fn_cap = cap;
         c->fn_first = 0;

@@ -133,23 +133,25 @@ extern "C" __global__ void psb_gather(float *__restrict__ out, const float *__re
     }
 }
 
-// For each bag b in order, each of its positions i in order:
-// table[idx[i]][c] -= lr * grad[b][c]. A row named twice gets both steps, in
-// that order: so one thread owns a column for the whole update (columns
-// are independent; a row's repeats are not).
-extern "C" __global__ void psb_scatter_sgd(float *__restrict__ table, size_t cols, const int64_t *__restrict__ idx,
-                                           const int64_t *__restrict__ off, size_t nnz, size_t bags,
-                                           const float *__restrict__ grad, float lr)
+// Scatter SGD, row-parallel: for each unique row u the lookup named
+// (urows, ascending) and each column c, one thread walks u's occurrences
+// in position order (occ[uoff[u] .. uoff[u+1]): the bags they came from)
+// and applies table[urows[u]][c] -= lr * grad[bag][c] for each — so a row
+// named twice takes both steps in the CPU's order (server/reduce.c), and
+// every (row, column) of the update runs at once (nu x cols threads).
+extern "C" __global__ void psb_scatter_sgd(float *__restrict__ table, size_t cols, const int64_t *__restrict__ urows,
+                                           const uint32_t *__restrict__ uoff, const uint32_t *__restrict__ occ,
+                                           size_t nu, const float *__restrict__ grad, float lr)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += stride)
-        for (size_t b = 0; b < bags; b++) {
-            float g = grad[b * cols + c];
-            for (size_t i = (size_t)off[b], end = psb_bag_end(off, bags, nnz, b); i < end; i++) {
-                float *e = &table[(size_t)idx[i] * cols + c];
-                *e = cumath_scatter_step(*e, g, lr);
-            }
-        }
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < nu * cols; t += stride) {
+        size_t u = t / cols, c = t % cols;
+        float *e = &table[(size_t)urows[u] * cols + c];
+        float v = *e;
+        for (uint32_t k = uoff[u]; k < uoff[u + 1]; k++)
+            v = cumath_scatter_step(v, grad[(size_t)occ[k] * cols + c], lr);
+        *e = v;
+    }
 }
 
 // ---- dense embedding steps (EmbeddingBag sparse=False, then SGD) -------------------

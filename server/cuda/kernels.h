@@ -36,8 +36,9 @@ typedef struct psb_fold_chain {
  *           float lr, float momentum, int first, float *out)
  *   psb_gather(float *out, const float *table, size_t cols, const int64_t *idx, const int64_t *off,
  *              size_t nnz, size_t bags)
- *   psb_scatter_sgd(float *table, size_t cols, const int64_t *idx, const int64_t *off, size_t nnz,
- *                   size_t bags, const float *grad, float lr)
+ *   psb_scatter_sgd(float *table, size_t cols, const int64_t *urows, const uint32_t *uoff, const uint32_t *occ,
+ *                   size_t nu, const float *grad, float lr)
+ *       the lookup's rows grouped (shared/rowgroup.h: occ the bag of each occurrence): a thread per (row, column)
  *   psb_zero(float *x, size_t n)
  *   psb_bag_grad(float *gsum, size_t cols, const int64_t *idx, const int64_t *off, size_t nnz, size_t bags,
  *                const float *grad)

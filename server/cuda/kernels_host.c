@@ -119,31 +119,42 @@ static size_t psb_gather_args(const void *launch, void **a)
 }
 
 /* Column by column, each bag b in order, each of its positions in order:
- * the named row's element c takes bag b's gradient — an SGD step (scatter
- * SGD) or a sum (the dense rule's gradient): their kernels' order. */
-static void kh_bags_apply(const psb_launch *l, bool step)
+ * the named row's element c adds bag b's gradient (the dense rule's
+ * gradient): its kernel's order. */
+static void psb_bag_grad_run(const void *launch)
 {
+    const psb_launch *l = launch;
     for (size_t c = 0; c < l->u.bags.cols; c++)
         for (size_t b = 0; b < l->u.bags.bags; b++) {
             float g = l->u.bags.grad[b * l->u.bags.cols + c];
             for (size_t i = (size_t)l->u.bags.off[b], end = kh_bag_end(l->u.bags.off, l->u.bags.bags, l->u.bags.nnz, b);
                  i < end; i++) {
                 float *e = &l->u.bags.table[(size_t)l->u.bags.idx[i] * l->u.bags.cols + c];
-                *e = step ? cumath_scatter_step(*e, g, l->u.bags.lr) : cumath_add(*e, g);
+                *e = cumath_add(*e, g);
             }
         }
 }
 
-static void psb_scatter_sgd_run(const void *launch) { kh_bags_apply(launch, true); }
+/* Row by row, column by column, each row's occurrences in order: the
+ * kernel's threads one after another. */
+static void psb_scatter_sgd_run(const void *launch)
+{
+    const psb_launch *l = launch;
+    size_t cols = l->u.rows.cols;
+    for (size_t u = 0; u < l->u.rows.nu; u++)
+        for (size_t c = 0; c < cols; c++) {
+            float *e = &l->u.rows.table[(size_t)l->u.rows.urows[u] * cols + c];
+            for (uint32_t k = l->u.rows.uoff[u]; k < l->u.rows.uoff[u + 1]; k++)
+                *e = cumath_scatter_step(*e, l->u.rows.grad[(size_t)l->u.rows.occ[k] * cols + c], l->u.rows.lr);
+        }
+}
 
 static size_t psb_scatter_sgd_args(const void *launch, void **a)
 {
     const psb_launch *l = launch;
-    return CUGPU_ARGS(a, l->u.bags.cols, &l->u.bags.table, &l->u.bags.cols, &l->u.bags.idx, &l->u.bags.off,
-                      &l->u.bags.nnz, &l->u.bags.bags, &l->u.bags.grad, &l->u.bags.lr);
+    return CUGPU_ARGS(a, l->u.rows.nu * l->u.rows.cols, &l->u.rows.table, &l->u.rows.cols, &l->u.rows.urows,
+                      &l->u.rows.uoff, &l->u.rows.occ, &l->u.rows.nu, &l->u.rows.grad, &l->u.rows.lr);
 }
-
-static void psb_bag_grad_run(const void *launch) { kh_bags_apply(launch, false); }
 
 static size_t psb_bag_grad_args(const void *launch, void **a)
 {

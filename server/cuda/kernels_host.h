@@ -75,6 +75,15 @@ typedef struct psb_launch {
             size_t n;
             float s;
         } pair;
+        struct { /* psb_scatter_sgd: the lookup's rows grouped (shared/rowgroup.h) */
+            float *table;
+            size_t cols;
+            const int64_t *urows;
+            const uint32_t *uoff, *occ; /* occ: the bag of each occurrence */
+            size_t nu;
+            const float *grad;
+            float lr;
+        } rows;
         struct {
             int op, bf; /* any PSB_FOLD_*; bf16 or fp16 */
             float *acc;

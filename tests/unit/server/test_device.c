@@ -237,7 +237,7 @@ static void check_jobs(const char *name)
     assert_memory_equal(read_back(&x, mom), m, N * sizeof(float));
 
     /* Gather and scatter-SGD on a 30 x 100 table (param's first 3000). */
-    int64_t idx[] = {3, 7, 7, 0, 29, 2}, off[] = {0, 1, 1, 5};
+    int64_t idx[] = {3, 7, 7, 0, 29, 3}, off[] = {0, 1, 1, 5}; /* row 3 in bags 0 and 3: in that order */
     device_job g = {.op = JOB_GATHER};
     devbuf *rows = device_buf_new(x.dev, 4 * 100 * sizeof(float));
     g.u.bags.table = param;
@@ -255,10 +255,13 @@ static void check_jobs(const char *name)
     device_job sc = {.op = JOB_SCATTER_SGD};
     sc.u.bags = g.u.bags;
     sc.u.bags.out = NULL;
-    sc.u.bags.grad = want_rows; /* any gradient: the rows just gathered */
+    float sgrad[400]; /* a gradient per bag, unlike each other: row 3's two steps differ by their order */
+    for (size_t i = 0; i < 400; i++)
+        sgrad[i] = val(i, 11) * 3.0f + (float)(i / 100) * 0.37f;
+    sc.u.bags.grad = sgrad;
     sc.u.bags.lr = 0.5f;
     run_job(&x, &sc);
-    reduce_scatter_sgd_f32(p, 100, idx, 6, off, 4, want_rows, 0.5f);
+    reduce_scatter_sgd_f32(p, 100, idx, 6, off, 4, sgrad, 0.5f);
     assert_memory_equal(read_back(&x, param), p, N * sizeof(float));
 
     /* Dense SGD (the seed's pattern) on the same 30 x 100 table: a
@@ -276,7 +279,7 @@ static void check_jobs(const char *name)
     dn.u.bags.lr = 0.125f;
     for (int step = 0; step < 2; step++) {
         run_job(&x, &dn);
-        reduce_dense_bag_sgd_f32(p, gref, 30, 100, idx, 6, off, 4, want_rows, 0.125f);
+        reduce_dense_bag_sgd_f32(p, gref, 30, 100, idx, 6, off, 4, sgrad, 0.125f);
     }
     assert_memory_equal(read_back(&x, param), p, N * sizeof(float));
     assert_memory_equal(read_back(&x, gsum), gref, 3000 * sizeof(float));
