@@ -13,6 +13,15 @@
  *     push widened into the f32 accumulator), for buffers of 1 KiB,
  *     4 MiB and 64 MiB of floats (a narrow fold's elements as many);
  *
+ *   gpu-bench [--fake] [--device N] embedding [--rows R]
+ *     (c) the embedding server's kernels on an R x 64 table (default
+ *     262144 rows: 64 MiB) and a lookup of 2048 bags of 8 random rows (a
+ *     few named twice), each against a device-to-device copy of the table
+ *     in the same run: psb_gather (the bags' sums), psb_scatter_sgd (the
+ *     sparse step: a thread per looked-up row and column, the rows grouped
+ *     on the host as the cuda device does), and the dense step (psb_zero,
+ *     psb_bag_grad, psb_dense_sgd: the whole table's gradient and step);
+ *
  *   gpu-bench [--fake] [--device N] roundtrip [--seconds S]
  *     (b) the GPU round trip of one bucket as the server's reactor sees it,
  *     through the cuda device itself (server/cuda/device_cuda.c): each
@@ -31,6 +40,7 @@
 #include "server/cuda/kernels_host.h"
 #include "server/device.h"
 #include "shared/clock.h"
+#include "shared/rowgroup.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -248,6 +258,157 @@ static int bench_kernels(cugpu *g, size_t max_bytes)
     return rc;
 }
 
+/* ---- (c) the embedding kernels ---------------------------------------------------- */
+
+enum { EMB_COLS = 64, EMB_BAGS = 2048, EMB_PER_BAG = 8 };
+
+typedef struct ectx {
+    devmem table, copy, gsum, out, grad;
+    psb_launch gather, scatter, zero, bag_grad, dense;
+    size_t table_bytes;
+} ectx;
+
+static int op_emb_copy(cugpu *g, cugpu_stream *s, void *ctx)
+{
+    ectx *e = ctx;
+    return g->ops->copy_d2d(g, s, e->copy, e->table, e->table_bytes);
+}
+
+static int op_emb_gather(cugpu *g, cugpu_stream *s, void *ctx) { return g->ops->launch(g, s, &((ectx *)ctx)->gather); }
+static int op_emb_scatter(cugpu *g, cugpu_stream *s, void *ctx)
+{
+    return g->ops->launch(g, s, &((ectx *)ctx)->scatter);
+}
+
+static int op_emb_dense(cugpu *g, cugpu_stream *s, void *ctx)
+{
+    ectx *e = ctx;
+    if (g->ops->launch(g, s, &e->zero) < 0 || g->ops->launch(g, s, &e->bag_grad) < 0)
+        return -1;
+    return g->ops->launch(g, s, &e->dense);
+}
+
+/* n bytes from host to a new device buffer (none on failure). */
+static devmem emb_upload(cugpu *g, cugpu_stream *s, const void *src, size_t n)
+{
+    devmem d = g->ops->dev_alloc(g, n ? n : 4);
+    if (!devmem_is_none(d) && n && (g->ops->copy_h2d(g, s, d, src, n) < 0 || g->ops->sync(g, s) < 0))
+        return devmem_none();
+    return d;
+}
+
+static int bench_embedding(cugpu *g, size_t rows)
+{
+    cugpu_stream *s = g->ops->stream_new(g);
+    if (!s)
+        return bench_fail("stream", g->err);
+    const size_t nnz = (size_t)EMB_BAGS * EMB_PER_BAG, cols = EMB_COLS;
+    ectx e = {.table_bytes = rows * cols * sizeof(float)};
+    int64_t *idx = malloc(nnz * sizeof *idx), *off = malloc(EMB_BAGS * sizeof *off);
+    float *host = malloc(e.table_bytes > EMB_BAGS * cols * 4 ? e.table_bytes : EMB_BAGS * cols * 4);
+    int64_t *urows = malloc(nnz * sizeof *urows);
+    uint32_t *uoff = malloc((nnz + 1) * sizeof *uoff), *occ = malloc(nnz * sizeof *occ),
+             *bag_of = malloc(nnz * sizeof *bag_of);
+    rowgroup rg = {0};
+    if (!idx || !off || !host || !urows || !uoff || !occ || !bag_of)
+        return bench_fail("host memory", "out of memory");
+    uint64_t x = 88172645463325252ull; /* xorshift: the same lookup every run */
+    for (size_t i = 0; i < nnz; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        idx[i] = (int64_t)(x % rows);
+        if (i % 97 == 5)
+            idx[i] = idx[i - 1]; /* a row named twice, as lookups do */
+        bag_of[i] = (uint32_t)(i / EMB_PER_BAG);
+    }
+    for (size_t b = 0; b < EMB_BAGS; b++)
+        off[b] = (int64_t)(b * EMB_PER_BAG);
+    if (rowgroup_sort(&rg, idx, nnz) < 0)
+        return bench_fail("host memory", "out of memory");
+    rowgroup_csr(&rg, bag_of, 1, urows, uoff, occ);
+    for (size_t i = 0; i < e.table_bytes / 4; i++)
+        host[i] = (float)(i % 251) * 0.01f;
+    e.table = emb_upload(g, s, host, e.table_bytes);
+    e.copy = g->ops->dev_alloc(g, e.table_bytes);
+    e.gsum = g->ops->dev_alloc(g, e.table_bytes);
+    e.out = g->ops->dev_alloc(g, EMB_BAGS * cols * sizeof(float));
+    e.grad = emb_upload(g, s, host, EMB_BAGS * cols * sizeof(float));
+    devmem d_idx = emb_upload(g, s, idx, nnz * sizeof *idx), d_off = emb_upload(g, s, off, EMB_BAGS * sizeof *off);
+    devmem d_urows = emb_upload(g, s, urows, rg.nu * sizeof *urows);
+    devmem d_uoff = emb_upload(g, s, uoff, (rg.nu + 1) * sizeof *uoff), d_occ = emb_upload(g, s, occ, nnz * 4);
+    if (devmem_is_none(e.table) || devmem_is_none(e.copy) || devmem_is_none(e.gsum) || devmem_is_none(e.out) ||
+        devmem_is_none(e.grad) || devmem_is_none(d_idx) || devmem_is_none(d_off) || devmem_is_none(d_urows) ||
+        devmem_is_none(d_uoff) || devmem_is_none(d_occ))
+        return bench_fail("device memory", g->err);
+    psb_launch b = {.kernel = PSB_K_GATHER};
+    b.u.bags.table = devmem_f32(e.table).p;
+    b.u.bags.cols = cols;
+    b.u.bags.idx = d_idx.p;
+    b.u.bags.off = d_off.p;
+    b.u.bags.nnz = nnz;
+    b.u.bags.bags = EMB_BAGS;
+    b.u.bags.out = devmem_f32(e.out).p;
+    b.u.bags.grad = devmem_f32(e.grad).p;
+    b.u.bags.lr = 1e-6f;
+    e.gather = b;
+    e.bag_grad = b;
+    e.bag_grad.kernel = PSB_K_BAG_GRAD;
+    e.bag_grad.u.bags.table = devmem_f32(e.gsum).p;
+    e.scatter = (psb_launch){.kernel = PSB_K_SCATTER_SGD};
+    e.scatter.u.rows.table = devmem_f32(e.table).p;
+    e.scatter.u.rows.cols = cols;
+    e.scatter.u.rows.urows = d_urows.p;
+    e.scatter.u.rows.uoff = d_uoff.p;
+    e.scatter.u.rows.occ = d_occ.p;
+    e.scatter.u.rows.nu = rg.nu;
+    e.scatter.u.rows.grad = devmem_f32(e.grad).p;
+    e.scatter.u.rows.lr = 1e-6f;
+    e.zero = (psb_launch){.kernel = PSB_K_ZERO};
+    e.zero.u.dense.table = devmem_f32(e.gsum).p;
+    e.zero.u.dense.n = rows * cols;
+    e.dense = (psb_launch){.kernel = PSB_K_DENSE_SGD};
+    e.dense.u.dense.table = devmem_f32(e.table).p;
+    e.dense.u.dense.gsum = devmem_f32(e.gsum).p;
+    e.dense.u.dense.n = rows * cols;
+    e.dense.u.dense.lr = 1e-6f;
+    printf("table %zu x %zu floats (%.1f MiB), %d bags of %d rows (%zu rows named, %zu unique)\n", rows, cols,
+           (double)e.table_bytes / (1 << 20), EMB_BAGS, EMB_PER_BAG, nnz, rg.nu);
+    printf("%-34s %12s %14s %8s\n", "kernel", "us/launch", "table copy us", "ratio");
+    int reps = 20, rc = 0;
+    double copy_ms = bench_time(g, s, op_emb_copy, &e, reps);
+    struct {
+        const char *name;
+        bench_op op;
+    } rows_[] = {{"psb_gather", op_emb_gather},
+                 {"psb_scatter_sgd (row-parallel)", op_emb_scatter},
+                 {"dense step (zero, bag_grad, sgd)", op_emb_dense}};
+    for (size_t r = 0; r < sizeof rows_ / sizeof rows_[0] && copy_ms > 0; r++) {
+        double ms = bench_time(g, s, rows_[r].op, &e, reps);
+        if (ms <= 0) {
+            rc = bench_fail(rows_[r].name, g->err);
+            break;
+        }
+        /* the ratio: the kernel's time over the copy's (the dense step
+         * touches the table 4 times over: zero, and sgd's read + write of
+         * table and gsum's read) */
+        printf("%-34s %12.2f %14.2f %8.3f\n", rows_[r].name, ms * 1e3, copy_ms * 1e3, ms / copy_ms);
+    }
+    if (copy_ms <= 0)
+        rc = bench_fail("copy", g->err);
+    devmem all[] = {e.table, e.copy, e.gsum, e.out, e.grad, d_idx, d_off, d_urows, d_uoff, d_occ};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        g->ops->dev_free(g, all[i]);
+    g->ops->stream_free(g, s);
+    rowgroup_free(&rg);
+    free(idx);
+    free(off);
+    free(host);
+    free(urows);
+    free(uoff);
+    free(occ);
+    free(bag_of);
+    return rc;
+}
+
 /* ---- (b) the bucket round trip through the cuda device ----------------------------- */
 
 typedef struct rt_bucket {
@@ -371,6 +532,7 @@ int main(int argc, char **argv)
     const char *what = NULL;
     size_t max_bytes = (size_t)64 << 20;
     double seconds = 1.0;
+    size_t rows = 262144;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--fake") == 0)
             fake = true;
@@ -380,24 +542,27 @@ int main(int argc, char **argv)
             max_bytes = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
             seconds = atof(argv[++i]);
-        else if (!what && (strcmp(argv[i], "kernels") == 0 || strcmp(argv[i], "roundtrip") == 0))
+        else if (strcmp(argv[i], "--rows") == 0 && i + 1 < argc && strtoull(argv[i + 1], NULL, 10) > 0)
+            rows = strtoull(argv[++i], NULL, 10);
+        else if (!what && (strcmp(argv[i], "kernels") == 0 || strcmp(argv[i], "roundtrip") == 0 ||
+                           strcmp(argv[i], "embedding") == 0))
             what = argv[i];
         else {
-            fprintf(stderr, "usage: gpu-bench [--fake] [--device N] kernels [--max-bytes B] | roundtrip "
-                            "[--seconds S]\n");
+            fprintf(stderr, "usage: gpu-bench [--fake] [--device N] kernels [--max-bytes B] | embedding [--rows R] "
+                            "| roundtrip [--seconds S]\n");
             return 2;
         }
     }
     if (!what)
-        return bench_fail("usage", "say kernels or roundtrip");
+        return bench_fail("usage", "say kernels, embedding or roundtrip");
     char err[512];
     cugpu *g = bench_gpu(fake, index, err, sizeof err);
     if (!g)
         return bench_fail(fake ? "fake GPU" : "GPU", err);
     printf("GPU %d: %s%s\n", g->device, g->name, fake ? " — FAKE: these figures check the program only" : "");
     int rc;
-    if (strcmp(what, "kernels") == 0) {
-        rc = bench_kernels(g, max_bytes);
+    if (strcmp(what, "kernels") == 0 || strcmp(what, "embedding") == 0) {
+        rc = strcmp(what, "kernels") == 0 ? bench_kernels(g, max_bytes) : bench_embedding(g, rows);
         cugpu_destroy(g);
         return rc;
     }

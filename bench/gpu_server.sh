@@ -9,6 +9,9 @@
 # (a) the averaging kernels' bandwidth (bytes read and written per second)
 #     as a ratio of a device-to-device copy of the same size, for 2 and 8
 #     sources and buffers of 1 KiB, 4 MiB and 64 MiB (gpu-bench kernels);
+# (a') the embedding server's kernels (gather, the row-parallel scatter SGD,
+#     the dense step) on a 64 MiB table against a device copy of the table
+#     (gpu-bench embedding; informational, issue 44);
 # (b) the GPU round trip of one bucket as the reactor sees it, through the
 #     cuda device (pinned staging and host-to-device copies of the pushes,
 #     the folds, the copy back, the host function waking the eventfd), one
@@ -60,6 +63,12 @@ echo "== (a) the averaging kernels against a device-to-device copy"
 "$BUILD/gpu-bench" ${FAKE_FLAG[@]+"${FAKE_FLAG[@]}"} kernels ${KERNEL_CAP[@]+"${KERNEL_CAP[@]}"} | tee "$TMP/kernels" ||
     bench_die "gpu-bench kernels failed"
 kernel_ratio=$(awk '$1 == "psb_sum_scale," && $2 == "2" && $4 == 67108864 {print $NF}' "$TMP/kernels")
+echo
+echo "== (a') the embedding kernels against a device-to-device copy of the table"
+EMB_ROWS=()
+[[ ${FAKE:-0} == 1 ]] && EMB_ROWS=(--rows 16384)
+"$BUILD/gpu-bench" ${FAKE_FLAG[@]+"${FAKE_FLAG[@]}"} embedding ${EMB_ROWS[@]+"${EMB_ROWS[@]}"} ||
+    bench_die "gpu-bench embedding failed"
 echo
 echo "== (b) one bucket's GPU round trip through the cuda device"
 "$BUILD/gpu-bench" ${FAKE_FLAG[@]+"${FAKE_FLAG[@]}"} roundtrip --seconds 1 | tee "$TMP/roundtrip" ||
