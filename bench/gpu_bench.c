@@ -119,6 +119,7 @@ static int op_sum(cugpu *g, cugpu_stream *s, void *ctx)
     l.u.sum.nsrc = k->nsrc;
     l.u.sum.n = k->n;
     l.u.sum.scale = 1.0f / (float)k->nsrc;
+    l.u.sum.vec = 1; /* device allocations: 16-byte aligned */
     return g->ops->launch(g, s, &l);
 }
 

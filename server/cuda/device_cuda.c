@@ -73,6 +73,16 @@ static void cuda_unclaim(devbuf *b, bool writes, void *arg)
     b->jobs--;
 }
 
+/* Whether dst and every source are 16-byte aligned (psb_sum_scale's float4
+ * path; device allocations are, buffers in the shared memory too). */
+static int cuda_sum_vec(const float *dst, devbuf *const *srcs, uint32_t n)
+{
+    int vec = (uintptr_t)dst % 16 == 0;
+    for (uint32_t i = 0; i < n; i++)
+        vec &= (uintptr_t)cuda_f32(srcs[i], 0) % 16 == 0;
+    return vec;
+}
+
 /* The device pointers of a job's sources, uploaded: a device array. */
 static const float *const *cuda_upload_srcs(cuda_device *c, devbuf *const *srcs, uint32_t n)
 {
@@ -190,6 +200,7 @@ static int cuda_enqueue_work(cuda_device *c, cuda_rec *r)
         l.u.sum.nsrc = j->u.sum.nsrc;
         l.u.sum.n = j->u.sum.n;
         l.u.sum.scale = j->u.sum.scale;
+        l.u.sum.vec = cuda_sum_vec(l.u.sum.dst, j->u.sum.srcs, j->u.sum.nsrc);
         break;
     case JOB_SPARSE_EMIT:
         /* On the host, now: the accumulator is host memory and complete

@@ -74,11 +74,32 @@ extern "C" __global__ void psb_fold_batch(const psb_fold_desc *__restrict__ desc
 // ---- the mean of stored pushes ---------------------------------------------------
 
 // dst[i] = (srcs[0][i] + srcs[1][i] + ... ) * scale, summed in source order.
+// vec (the host found dst and every source 16-byte aligned): four floats a
+// load and a store (float4) for the first n / 4 * 4 elements, the same
+// arithmetic per element; the rest one at a time (issue 44: 16-byte
+// accesses are what a device-to-device copy moves its bytes with).
 extern "C" __global__ void psb_sum_scale(float *dst, const float *const *__restrict__ srcs, unsigned nsrc, size_t n,
-                                         float scale)
+                                         float scale, int vec)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t n4 = vec ? n / 4 : 0;
+    for (size_t i = t; i < n4; i += stride) {
+        float4 a = ((const float4 *)srcs[0])[i];
+        for (unsigned s = 1; s < nsrc; s++) {
+            const float4 x = ((const float4 *)srcs[s])[i];
+            a.x = cumath_add(a.x, x.x);
+            a.y = cumath_add(a.y, x.y);
+            a.z = cumath_add(a.z, x.z);
+            a.w = cumath_add(a.w, x.w);
+        }
+        a.x = cumath_mul(a.x, scale);
+        a.y = cumath_mul(a.y, scale);
+        a.z = cumath_mul(a.z, scale);
+        a.w = cumath_mul(a.w, scale);
+        ((float4 *)dst)[i] = a;
+    }
+    for (size_t i = n4 * 4 + t; i < n; i += stride) {
         float acc = srcs[0][i];
         for (unsigned s = 1; s < nsrc; s++)
             acc = cumath_add(acc, srcs[s][i]);

@@ -31,7 +31,8 @@ typedef struct psb_fold_chain {
 /* The kernels, by name (arguments as in kernels.cu):
  *   psb_fold(int op, float *acc, const float *src, size_t n, float s)
  *   psb_fold_batch(const psb_fold_desc *descs, const psb_fold_chain *chains, unsigned nchains)
- *   psb_sum_scale(float *dst, const float *const *srcs, unsigned nsrc, size_t n, float scale)
+ *   psb_sum_scale(float *dst, const float *const *srcs, unsigned nsrc, size_t n, float scale, int vec)
+ *       vec: dst and every source 16-byte aligned (float4 accesses; the same bits)
  *   psb_sgd(float *param, float *buf, const float *const *srcs, unsigned nsrc, size_t n, float scale,
  *           float lr, float momentum, int first, float *out)
  *   psb_gather(float *out, const float *table, size_t cols, const int64_t *idx, const int64_t *off,

@@ -69,7 +69,9 @@ static void psb_sum_scale_run(const void *launch)
 static size_t psb_sum_scale_args(const void *launch, void **a)
 {
     const psb_launch *l = launch;
-    return CUGPU_ARGS(a, l->u.sum.n, &l->u.sum.dst, &l->u.sum.srcs, &l->u.sum.nsrc, &l->u.sum.n, &l->u.sum.scale);
+    /* vec: a thread per four floats */
+    return CUGPU_ARGS(a, l->u.sum.vec ? l->u.sum.n / 4 + 1 : l->u.sum.n, &l->u.sum.dst, &l->u.sum.srcs, &l->u.sum.nsrc,
+                      &l->u.sum.n, &l->u.sum.scale, &l->u.sum.vec);
 }
 
 static void psb_sgd_run(const void *launch)

@@ -34,6 +34,7 @@ typedef struct psb_launch {
             unsigned nsrc;
             size_t n;
             float scale;
+            int vec; /* dst and every source 16-byte aligned: float4 accesses */
         } sum;
         struct {
             float *param, *buf;
