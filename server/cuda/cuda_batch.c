@@ -30,8 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Folds and received areas of at most this many bytes are batched. */
-#define CUDA_SMALL (16u * 1024u)
 /* A batch's chunk of descriptors (a ring of its own: see cuda_emit_batch). */
 #define CUDA_META_CHUNK (256u * 1024u)
 
@@ -163,21 +161,15 @@ static int cuda_batch_grow(cuda_device *c)
     return 0;
 }
 
-/* A small fold (or copy) into acc's floats [elem_off, elem_off + n), whose
- * bytes were just put at stage.cur's `used`: into the batch, on acc's
- * chain; the bytes are taken from the ring. */
-static void cuda_defer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, size_t n, float s)
+/* A small fold (or copy) into acc's floats [elem_off, elem_off + n) from n
+ * floats at device address src: into the batch, on acc's chain. 0, or -1
+ * (the device failed: out of host memory). */
+static int cuda_defer_desc(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, const void *src, size_t n, float s)
 {
     if (cuda_batch_grow(c) < 0) {
         cuda_fail(c, "out of host memory");
-        return;
+        return -1;
     }
-    size_t at = staging_used(&c->stage);
-    const void *src = staging_dev_at(&c->stage, at).p; /* for the batch's descriptor: a launch's argument */
-    if (c->nb == 0)
-        c->bstart = at;
-    staging_take(&c->stage, n * sizeof(float));
-    c->bend = staging_used(&c->stage);
     uint32_t i = (uint32_t)c->nb++;
     c->bdesc[i] = (psb_fold_desc){.acc = cuda_f32(acc, elem_off), .src = src, .n = n, .op = op, .s = s};
     c->bnext[i] = UINT32_MAX;
@@ -194,6 +186,33 @@ static void cuda_defer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, s
         acc->chain_gen = c->batch_gen;
     }
     cuda_arm_flush(c);
+    return 0;
+}
+
+/* A small fold (or copy) whose bytes were just put at stage.cur's `used`:
+ * deferred (cuda_defer_desc), the bytes taken from the ring. */
+static void cuda_defer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, size_t n, float s)
+{
+    size_t at = staging_used(&c->stage);
+    const void *src = staging_dev_at(&c->stage, at).p; /* for the batch's descriptor: a launch's argument */
+    if (cuda_defer_desc(c, op, acc, elem_off, src, n, s) < 0)
+        return;
+    if (!c->bstaged) {
+        c->bstart = at;
+        c->bstaged = true;
+    }
+    staging_take(&c->stage, n * sizeof(float));
+    c->bend = staging_used(&c->stage);
+}
+
+/* A small fold from a peer's GPU memory (CUDA IPC): deferred like one from
+ * the host, its descriptor naming the peer's floats (nothing staged): the
+ * small pushes of many trainers folded by one launch per iteration, not
+ * one each (issue 44). The peer's stream wait (cuda_peer_wait) was
+ * enqueued before, so the batch runs after it. */
+void cuda_defer_peer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, const float *src, size_t n, float s)
+{
+    cuda_defer_desc(c, op, acc, elem_off, src, n, s);
 }
 
 /* May small bytes be batched at stage.cur's `used`? Only right after the
@@ -201,7 +220,7 @@ static void cuda_defer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, s
  * is enqueued first. */
 static void cuda_batch_contiguous(cuda_device *c)
 {
-    if (c->nb && c->stage.cur && staging_used(&c->stage) != c->bend)
+    if (c->nb && c->bstaged && c->stage.cur && staging_used(&c->stage) != c->bend)
         cuda_emit_batch(c);
 }
 
@@ -215,11 +234,12 @@ void cuda_emit_batch(cuda_device *c)
         return;
     c->emitting = true;
     staging *k = &c->stage;
-    assert(k->cur && c->bend <= staging_used(k) && c->bstart < c->bend);
+    assert(!c->bstaged || (k->cur && c->bend <= staging_used(k) && c->bstart < c->bend));
     size_t meta = c->nchain * sizeof(psb_fold_chain) + c->nb * sizeof(psb_fold_desc);
     meta = (meta + 63) & ~(size_t)63;
-    if (!c->failed && c->gpu->ops->copy_h2d(c->gpu, c->stream, staging_dev_at(k, c->bstart),
-                                            staging_host_at(k, c->bstart), c->bend - c->bstart) < 0)
+    if (c->bstaged && !c->failed &&
+        c->gpu->ops->copy_h2d(c->gpu, c->stream, staging_dev_at(k, c->bstart), staging_host_at(k, c->bstart),
+                              c->bend - c->bstart) < 0)
         cuda_fail(c, c->gpu->err);
     if (!c->failed && cuda_ring_room(c, &c->meta, meta) == 0) {
         staging *m = &c->meta;
@@ -246,6 +266,7 @@ void cuda_emit_batch(cuda_device *c)
         staging_take(&c->meta, meta);
     }
     c->nb = c->nchain = 0;
+    c->bstaged = false;
     c->batch_gen++;
     c->emitting = false;
 }

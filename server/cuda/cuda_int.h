@@ -33,6 +33,9 @@
 
 /* A staging chunk's size (a recv area is at most this long). */
 #define CUDA_CHUNK (4u << 20)
+/* Folds (from the host or a peer) and received areas of at most this many
+ * bytes are batched (cuda_batch.c). */
+#define CUDA_SMALL (16u * 1024u)
 /* Ranges of the shared memory: a fold's kernel reads floats, 256-byte
  * aligned like every allocation of the cache. */
 #define CUDA_SHARE_UNIT 256u
@@ -72,13 +75,16 @@ typedef struct cuda_device {
     staging stage, meta;
     uint8_t *sink; /* recv areas once the device has failed */
     /* the batch of small folds of this iteration: stage.cur's bytes
-     * [bstart, bend), descriptors in arrival order, chained per buffer */
+     * [bstart, bend) where bstaged (a small fold from a peer's memory has
+     * no staged bytes: its descriptor names the peer's), descriptors in
+     * arrival order, chained per buffer */
     psb_fold_desc *bdesc;
     uint32_t *bnext; /* the next descriptor of its chain */
     size_t nb, bcap;
     uint32_t *chead, *ctail, *ccount; /* per chain */
     size_t nchain, ccap;
     size_t bstart, bend;
+    bool bstaged;
     uint64_t batch_gen; /* the batch's number (devbuf.chain_gen) */
     devbuf *area_dst;   /* the recv area given last */
     uint64_t area_off;
@@ -143,6 +149,9 @@ void *cuda_upload(cuda_device *c, const void *src, size_t n);
 /* The end of this reactor iteration will flush (once): device_cuda.c's
  * flush event made active. */
 void cuda_arm_flush(cuda_device *c);
+/* A small fold from n floats of a peer's GPU memory at device address src,
+ * into the batch (cuda_peer.c). */
+void cuda_defer_peer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, const float *src, size_t n, float s);
 /* Enqueue the batch of small folds (nothing when it is empty). */
 void cuda_emit_batch(cuda_device *c);
 uint8_t *cuda_recv_area(device *d, devbuf *dst, uint64_t off, size_t *max);

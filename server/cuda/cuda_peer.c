@@ -105,11 +105,16 @@ void cuda_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off
     acc->host_valid = false;
     if (c->failed || n == 0)
         return;
+    const float *src = devmem_f32(devmem_at(p->base, at)).p;
+    if (n * sizeof(float) <= CUDA_SMALL) { /* batched with this iteration's other small folds */
+        cuda_defer_peer(c, cuda_fold_op(op), acc, elem_off, src, n, s);
+        return;
+    }
     cuda_emit_batch(c); /* the small folds into acc before this one */
     psb_launch l = {.kernel = PSB_K_FOLD};
     l.u.fold.op = cuda_fold_op(op);
     l.u.fold.acc = cuda_f32(acc, elem_off);
-    l.u.fold.src = devmem_f32(devmem_at(p->base, at)).p;
+    l.u.fold.src = src;
     l.u.fold.n = n;
     l.u.fold.s = s;
     if (c->gpu->ops->launch(c->gpu, c->stream, &l) < 0)

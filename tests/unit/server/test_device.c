@@ -1137,6 +1137,70 @@ static void test_cuda_peer_narrow(void **state)
     cugpu_destroy(tg);
 }
 
+/* Small folds from a peer's memory join the iteration's batch (one launch
+ * for many trainers' small pushes): interleaved on one accumulator with
+ * small folds from host bytes (staged), they land in order; a batch of
+ * peer folds alone (nothing staged) runs too. */
+static void test_cuda_peer_small_batched(void **state)
+{
+    (void)state;
+    if (strcmp(cuda_name(), "fake-cuda") != 0)
+        skip(); /* as test_cuda_peers */
+    char err[512];
+    cugpu *tg = cugpu_fake_new(&psb_kernels, 0, 0, err, sizeof err);
+    assert_non_null(tg);
+    enum { N = 500, P = 3 };
+    devmem dmem = tg->ops->dev_alloc_ipc(tg, P * N * sizeof(float));
+    float *mem = dmem.p;
+    assert_non_null(mem);
+    cugpu_event *ev = tg->ops->event_new_ipc(tg);
+    assert_non_null(ev);
+    cugpu_ipc_handle hm, he;
+    assert_int_equal(tg->ops->ipc_export(tg, dmem, &hm), 0);
+    assert_int_equal(tg->ops->event_export(tg, ev, &he), 0);
+    fixture x;
+    dev_open(&x, "fake-cuda");
+    devpeer *p = device_peer_open(x.dev, hm.bytes, P * N * sizeof(float), he.bytes, err, sizeof err);
+    assert_non_null(p);
+    float h0[N], h1[N], want[N], want2[N];
+    for (size_t i = 0; i < N; i++) {
+        h0[i] = val(i, 21);
+        h1[i] = val(i, 22) * 2.0f;
+        for (size_t k = 0; k < P; k++)
+            mem[k * N + i] = val(i, 30 + (unsigned)k) * 3.0f;
+    }
+    devbuf *acc = device_buf_new(x.dev, N * sizeof(float)), *acc2 = device_buf_new(x.dev, N * sizeof(float));
+    assert_true(acc && acc2);
+    device_peer_wait(x.dev, p);
+    device_fold(x.dev, FOLD_COPY, acc, 0, (const uint8_t *)h0, N, 0);
+    device_fold_peer(x.dev, FOLD_ADD, acc, 0, p, 0, N, 0);
+    device_fold(x.dev, FOLD_ADD, acc, 0, (const uint8_t *)h1, N, 0);
+    device_fold_peer(x.dev, FOLD_ADD_SCALE, acc, 0, p, N * sizeof(float), N, 0.25f);
+    device_fold_peer(x.dev, FOLD_COPY, acc2, 0, p, N * sizeof(float), N, 0);
+    device_fold_peer(x.dev, FOLD_ADD_SCALE, acc2, 0, p, 2 * N * sizeof(float), N, 0.5f);
+    memcpy(want, h0, sizeof want);
+    reduce_add_f32(want, (const uint8_t *)mem, N);
+    reduce_add_f32(want, (const uint8_t *)h1, N);
+    reduce_add_scale_f32(want, (const uint8_t *)(mem + N), N, 0.25f);
+    memcpy(want2, mem + N, sizeof want2);
+    reduce_add_scale_f32(want2, (const uint8_t *)(mem + 2 * N), N, 0.5f);
+    assert_memory_equal(read_back(&x, acc), want, sizeof want);
+    assert_memory_equal(read_back(&x, acc2), want2, sizeof want2);
+    /* peer folds alone, in a batch of their own */
+    device_fold_peer(x.dev, FOLD_COPY, acc2, 0, p, 0, N, 0);
+    device_fold_peer(x.dev, FOLD_ADD, acc2, 0, p, 2 * N * sizeof(float), N, 0);
+    memcpy(want2, mem, sizeof want2);
+    reduce_add_f32(want2, (const uint8_t *)(mem + 2 * N), N);
+    assert_memory_equal(read_back(&x, acc2), want2, sizeof want2);
+    device_buf_free(x.dev, acc);
+    device_buf_free(x.dev, acc2);
+    device_peer_close(x.dev, p);
+    devfx_close(&x);
+    tg->ops->event_free(tg, ev);
+    tg->ops->dev_free_ipc(tg, dmem);
+    cugpu_destroy(tg);
+}
+
 static void test_cuda_out_of_memory(void **state)
 {
     (void)state;
@@ -1157,7 +1221,7 @@ int main(void)
         cmocka_unit_test(test_cuda_completion),    cmocka_unit_test(test_cuda_big_buffers),
         cmocka_unit_test(test_cuda_small_batches), cmocka_unit_test(test_cuda_failure),
         cmocka_unit_test(test_cuda_out_of_memory), cmocka_unit_test(test_cuda_peers),
-        cmocka_unit_test(test_cuda_peer_narrow),
+        cmocka_unit_test(test_cuda_peer_narrow),   cmocka_unit_test(test_cuda_peer_small_batched),
     };
     if (strcmp(cuda_name(), "fake-cuda") != 0) {
         /* The gpu-labelled run: the cuda tests only, on a GPU that answers. */
