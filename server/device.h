@@ -573,8 +573,11 @@ static inline uint64_t device_allocs(device *d) { return d->ops->allocs ? d->ops
  *   waits for its stream before unmapping; close is rare: a connection's
  *   end).
  * device_peer_wait: work submitted from now on waits until the peer's
- *   event's latest record (as it stands now) is complete; the host never
- *   waits (cudaStreamWaitEvent).
+ *   event's latest record is complete — as it stands now, or later (cuda:
+ *   as it stands when the device next enqueues work, at the latest at the
+ *   end of this reactor iteration: one wait per peer and iteration; a
+ *   later record only waits for more of the peer's own work); the host
+ *   never waits (cudaStreamWaitEvent).
  * device_fold_peer: as device_fold, from the peer's memory at byte offset
  *   `at` (the caller checked at + 4n against the peer's size); a narrow
  *   push's folds likewise (device_fold_narrow_out_from and the others

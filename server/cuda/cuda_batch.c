@@ -230,6 +230,7 @@ static void cuda_batch_contiguous(cuda_device *c)
  * staging ring to move on (which would need the batch enqueued first). */
 void cuda_emit_batch(cuda_device *c)
 {
+    cuda_peers_wait_now(c); /* before anything that may read a peer's memory (cuda_peer_wait) */
     if (!c->nb || c->emitting)
         return;
     c->emitting = true;
@@ -365,7 +366,8 @@ void cuda_fold(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, con
  * bytes over PCIe) a chunk at a time; for each, the launch `fill` makes
  * for elements [elem_off, elem_off + take) read from x (device memory).
  * Never batched: the small folds and copies before it (into its
- * accumulator, its stash) are enqueued first. */
+ * accumulator, its stash) are enqueued first (and any peer's pending
+ * wait). */
 typedef void (*cuda_narrow_fill)(psb_launch *l, const void *ctx, uint64_t elem_off, const uint16_t *x, size_t take);
 
 static void cuda_narrow_launches(cuda_device *c, devsrc src, uint64_t elem_off, size_t n, cuda_narrow_fill fill,

@@ -50,6 +50,8 @@ struct devpeer {
     cugpu_event *ev;
     uint64_t close_after; /* closing: once the job of this seq has completed */
     struct devpeer *next; /* the closing list */
+    bool wait_pending;    /* a push from it came: the stream waits for its event before the next op */
+    struct devpeer *wnext; /* the waiting list */
 };
 
 /* A job in flight: the device's record of it. */
@@ -112,6 +114,7 @@ typedef struct cuda_device {
     devmem share; /* none: none made */
     ranges share_r;
     devpeer *closing; /* peers closed by the transport, unmapped once folds from them are done */
+    devpeer *waiting; /* peers whose stream wait is pending (cuda_peer_wait) */
     uint32_t npeers;  /* open (closing ones included) */
     rowgroup rg;      /* scatter SGD: the lookup's rows grouped on the host (device_cuda.c) */
 } cuda_device;
@@ -209,6 +212,9 @@ void cuda_peer_park(cuda_device *c, devpeer *p, uint64_t after);
  * after a drain, or once the device failed: nothing runs any more). */
 void cuda_peers_reap(cuda_device *c, bool all);
 void cuda_peer_wait(device *d, devpeer *p);
+/* The pending waits enqueued (before anything that may read a peer's
+ * memory: cuda_emit_batch calls it first). */
+void cuda_peers_wait_now(cuda_device *c);
 void cuda_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at, size_t n,
                     float s);
 void cuda_copy_peer(device *d, devbuf *dst, uint64_t off, devpeer *p, uint64_t at, size_t bytes);
