@@ -224,6 +224,21 @@ static void cuda_batch_contiguous(cuda_device *c)
         cuda_emit_batch(c);
 }
 
+/* The peers' pending stream waits (cuda_peer_wait), enqueued now: before
+ * anything that may read a peer's memory (cuda_emit_batch, which every op
+ * that enqueues at once calls first). */
+void cuda_peers_wait_now(cuda_device *c)
+{
+    while (c->waiting) {
+        devpeer *p = c->waiting;
+        c->waiting = p->wnext;
+        p->wait_pending = false;
+        p->wnext = NULL;
+        if (!c->failed && c->gpu->ops->stream_wait(c->gpu, c->stream, p->ev) < 0)
+            cuda_fail(c, c->gpu->err);
+    }
+}
+
 /* Enqueue the batch: its bytes to the GPU in one copy, its descriptors
  * (chain by chain) in another through the meta ring, one psb_fold_batch
  * launch. The meta ring is a ring of its own so that this never needs the

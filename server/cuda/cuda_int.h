@@ -152,6 +152,9 @@ void *cuda_upload(cuda_device *c, const void *src, size_t n);
 /* The end of this reactor iteration will flush (once): device_cuda.c's
  * flush event made active. */
 void cuda_arm_flush(cuda_device *c);
+/* The peers' pending stream waits enqueued (cuda_peer_wait: before
+ * anything that may read a peer's memory; cuda_emit_batch calls it first). */
+void cuda_peers_wait_now(cuda_device *c);
 /* A small fold from n floats of a peer's GPU memory at device address src,
  * into the batch (cuda_peer.c). */
 void cuda_defer_peer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, const float *src, size_t n, float s);
@@ -212,9 +215,6 @@ void cuda_peer_park(cuda_device *c, devpeer *p, uint64_t after);
  * after a drain, or once the device failed: nothing runs any more). */
 void cuda_peers_reap(cuda_device *c, bool all);
 void cuda_peer_wait(device *d, devpeer *p);
-/* The pending waits enqueued (before anything that may read a peer's
- * memory: cuda_emit_batch calls it first). */
-void cuda_peers_wait_now(cuda_device *c);
 void cuda_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at, size_t n,
                     float s);
 void cuda_copy_peer(device *d, devbuf *dst, uint64_t off, devpeer *p, uint64_t at, size_t bytes);

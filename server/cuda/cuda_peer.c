@@ -88,8 +88,9 @@ void cuda_peers_reap(cuda_device *c, bool all)
 /* A push from p came: the stream must wait for p's event before it reads
  * p's memory. The wait is enqueued with the next op that may (the batch of
  * the iteration's small folds, a big fold, a job): one cudaStreamWaitEvent
- * per trainer and iteration however many of its pushes came in it, on the
- * event's record as it stands then — the latest, which covers every push
+ * per trainer and iteration however many of its pushes came in it
+ * (cuda_batch.c's cuda_peers_wait_now enqueues them), on the event's
+ * record as it stands then — the latest, which covers every push
  * read before (each recorded before it was sent), and never waits on
  * anything of ours (issue 44). */
 void cuda_peer_wait(device *d, devpeer *p)
@@ -103,17 +104,6 @@ void cuda_peer_wait(device *d, devpeer *p)
     c->waiting = p;
 }
 
-void cuda_peers_wait_now(cuda_device *c)
-{
-    while (c->waiting) {
-        devpeer *p = c->waiting;
-        c->waiting = p->wnext;
-        p->wait_pending = false;
-        p->wnext = NULL;
-        if (!c->failed && c->gpu->ops->stream_wait(c->gpu, c->stream, p->ev) < 0)
-            cuda_fail(c, c->gpu->err);
-    }
-}
 
 void cuda_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off, devpeer *p, uint64_t at, size_t n,
                     float s)

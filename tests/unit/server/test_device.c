@@ -1055,6 +1055,39 @@ static void test_cuda_peers(void **state)
     cugpu_destroy(tg);
 }
 
+/* A "trainer" on a second fake GPU in this process: `bytes` of its IPC
+ * memory and its IPC event, exported, opened by the cuda device of x as a
+ * peer (peer_trainer_close undoes it all). */
+typedef struct peer_trainer {
+    cugpu *tg;
+    devmem mem;
+    cugpu_event *ev;
+    devpeer *p;
+} peer_trainer;
+
+static void peer_trainer_open(peer_trainer *t, fixture *x, size_t bytes)
+{
+    char err[512];
+    assert_non_null(t->tg = cugpu_fake_new(&psb_kernels, 0, 0, err, sizeof err));
+    t->mem = t->tg->ops->dev_alloc_ipc(t->tg, bytes);
+    assert_non_null(t->mem.p);
+    assert_non_null(t->ev = t->tg->ops->event_new_ipc(t->tg));
+    cugpu_ipc_handle hm, he;
+    assert_int_equal(t->tg->ops->ipc_export(t->tg, t->mem, &hm), 0);
+    assert_int_equal(t->tg->ops->event_export(t->tg, t->ev, &he), 0);
+    t->p = device_peer_open(x->dev, hm.bytes, bytes, he.bytes, err, sizeof err);
+    assert_non_null(t->p);
+}
+
+static void peer_trainer_close(peer_trainer *t, fixture *x)
+{
+    device_peer_close(x->dev, t->p);
+    devfx_close(x);
+    t->tg->ops->event_free(t->tg, t->ev);
+    t->tg->ops->dev_free_ipc(t->tg, t->mem);
+    cugpu_destroy(t->tg);
+}
+
 /* A narrow push from a peer's memory (CUDA IPC, --compress): the first
  * copied into a stash as it is, the second added to it (the pair's fold),
  * a third added widened (device_fold_narrow), the last's fold narrowed
@@ -1067,23 +1100,14 @@ static void test_cuda_peer_narrow(void **state)
     (void)state;
     if (strcmp(cuda_name(), "fake-cuda") != 0)
         skip(); /* as test_cuda_peers */
-    char err[512];
-    cugpu *tg = cugpu_fake_new(&psb_kernels, 0, 0, err, sizeof err);
-    assert_non_null(tg);
     enum { N = 3000, P = 4 };
     const size_t bytes = 2 + (size_t)P * N * 2;
-    devmem dmem = tg->ops->dev_alloc_ipc(tg, bytes);
-    assert_non_null(dmem.p);
-    cugpu_event *ev = tg->ops->event_new_ipc(tg);
-    assert_non_null(ev);
-    cugpu_ipc_handle hm, he;
-    assert_int_equal(tg->ops->ipc_export(tg, dmem, &hm), 0);
-    assert_int_equal(tg->ops->event_export(tg, ev, &he), 0);
     fixture x;
     dev_open(&x, "fake-cuda");
-    devpeer *p = device_peer_open(x.dev, hm.bytes, bytes, he.bytes, err, sizeof err);
-    assert_non_null(p);
-    uint16_t *mem = (uint16_t *)((uint8_t *)dmem.p + 2);
+    peer_trainer pt;
+    peer_trainer_open(&pt, &x, bytes);
+    devpeer *p = pt.p;
+    uint16_t *mem = (uint16_t *)((uint8_t *)pt.mem.p + 2);
     float *w = malloc((size_t)P * N * sizeof *w), *ref = malloc(N * sizeof *ref);
     uint16_t *want = malloc(N * sizeof *want);
     assert_true(w && ref && want);
@@ -1130,11 +1154,7 @@ static void test_cuda_peer_narrow(void **state)
     free(w);
     free(ref);
     free(want);
-    device_peer_close(x.dev, p);
-    devfx_close(&x);
-    tg->ops->event_free(tg, ev);
-    tg->ops->dev_free_ipc(tg, dmem);
-    cugpu_destroy(tg);
+    peer_trainer_close(&pt, &x);
 }
 
 /* Small folds from a peer's memory join the iteration's batch (one launch
@@ -1146,22 +1166,13 @@ static void test_cuda_peer_small_batched(void **state)
     (void)state;
     if (strcmp(cuda_name(), "fake-cuda") != 0)
         skip(); /* as test_cuda_peers */
-    char err[512];
-    cugpu *tg = cugpu_fake_new(&psb_kernels, 0, 0, err, sizeof err);
-    assert_non_null(tg);
     enum { N = 500, P = 3 };
-    devmem dmem = tg->ops->dev_alloc_ipc(tg, P * N * sizeof(float));
-    float *mem = dmem.p;
-    assert_non_null(mem);
-    cugpu_event *ev = tg->ops->event_new_ipc(tg);
-    assert_non_null(ev);
-    cugpu_ipc_handle hm, he;
-    assert_int_equal(tg->ops->ipc_export(tg, dmem, &hm), 0);
-    assert_int_equal(tg->ops->event_export(tg, ev, &he), 0);
     fixture x;
     dev_open(&x, "fake-cuda");
-    devpeer *p = device_peer_open(x.dev, hm.bytes, P * N * sizeof(float), he.bytes, err, sizeof err);
-    assert_non_null(p);
+    peer_trainer pt;
+    peer_trainer_open(&pt, &x, P * N * sizeof(float));
+    devpeer *p = pt.p;
+    float *mem = pt.mem.p;
     float h0[N], h1[N], want[N], want2[N];
     for (size_t i = 0; i < N; i++) {
         h0[i] = val(i, 21);
@@ -1194,11 +1205,7 @@ static void test_cuda_peer_small_batched(void **state)
     assert_memory_equal(read_back(&x, acc2), want2, sizeof want2);
     device_buf_free(x.dev, acc);
     device_buf_free(x.dev, acc2);
-    device_peer_close(x.dev, p);
-    devfx_close(&x);
-    tg->ops->event_free(tg, ev);
-    tg->ops->dev_free_ipc(tg, dmem);
-    cugpu_destroy(tg);
+    peer_trainer_close(&pt, &x);
 }
 
 static void test_cuda_out_of_memory(void **state)
