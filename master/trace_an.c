@@ -441,6 +441,38 @@ int trace_an_buckets(const trace_out_span *sp, size_t n, trace_an_bucket **out, 
 
 /* ---- the critical path ------------------------------------------------------------------ */
 
+/* Whether a trainer waited for answer s (its frame_in): a bucket's always
+ * does (its bucket_wait); a call of no bucket's only where a wait on that
+ * server took it (ta_want.took) — the HybridModel's psbench pattern sends
+ * its updates without waiting, and their confirmations may come in before
+ * the step's optimizer on a loaded host: they decided nothing. */
+static bool ta_awaited(const trace_out_span *sp, size_t n, const trace_out_span *s)
+{
+    if (s->ids.bucket != TRACE_NONE)
+        return true;
+    ta_want w = {.role = TRACE_TRAINER,
+                 .rank = s->rank,
+                 .span = TRACE_BUCKET_WAIT,
+                 .batch = s->ids.batch,
+                 .bucket = TRACE_NONE,
+                 .trainer = TA_ANY,
+                 .by = TA_EARLIEST_START,
+                 .took = s};
+    return ta_pick(sp, NULL, n, &w) >= 0;
+}
+
+/* As ta_pick with TA_LATEST_END over every span, among the answers a
+ * trainer waited for (ta_awaited). */
+static ptrdiff_t ta_pick_awaited(const trace_out_span *sp, size_t n, const ta_want *w)
+{
+    assert(w->span == TRACE_FRAME_IN && w->by == TA_LATEST_END);
+    ptrdiff_t best = -1;
+    for (size_t i = 0; i < n; i++)
+        if (ta_matches(&sp[i], w) && (best < 0 || sp[i].end_ns > sp[best].end_ns) && ta_awaited(sp, n, &sp[i]))
+            best = (ptrdiff_t)i;
+    return best;
+}
+
 int trace_an_critical(const trace_out_span *sp, size_t n, int64_t batch, size_t **out, size_t *nout)
 {
     *out = NULL;
@@ -464,11 +496,12 @@ int trace_an_critical(const trace_out_span *sp, size_t n, int64_t batch, size_t 
     w.span = TRACE_EXPOSED_WAIT;
     link[nl++] = ta_pick(sp, NULL, n, &w);
     /* The bucket whose answer came in last on that trainer, before its
-     * optimizer (an answer awaited after the step, as the HybridModel's
-     * last confirmations in its psbench pattern, decided nothing). */
+     * optimizer, among those it waited for (an answer nothing awaited, as
+     * the HybridModel's confirmations in its psbench pattern, or one that
+     * came after the step, decided nothing). */
     w.span = TRACE_FRAME_IN;
     w.before = &sp[opt];
-    ptrdiff_t fin = ta_pick(sp, NULL, n, &w);
+    ptrdiff_t fin = ta_pick_awaited(sp, n, &w);
     if (fin >= 0) {
         int64_t bucket = sp[fin].ids.bucket;
         w.span = TRACE_BUCKET_WAIT, w.bucket = bucket;

@@ -464,11 +464,70 @@ static void test_calls_of_no_bucket(void **state)
     calls_of_no_bucket(true);
 }
 
+/* The psbench pattern on a loaded host: the update goes out unawaited and
+ * its confirmation comes in before the optimizer starts (trainer 0's
+ * exposed wait is long: it waits for its dense bucket). No wait took that
+ * answer: it decided nothing, and the path runs through the lookup's, the
+ * last answer the trainer waited for (seen in integration_trace_trainer's
+ * test_hybrid, CI14 and CI16). Same clocks as above, in us:
+ *   lookup: bucket_wait [2,10], frame_out [2,3], push_recv [4,5], fold
+ *     [5,6], answer_out [7,8], frame_in [8,10];
+ *   forward [10,20], backward_compute [20,30], exposed_wait [30,50];
+ *   update, no wait: frame_out [31,32], push_recv [33,34], fold [34,40],
+ *     answer_out [41,42], frame_in [43,44];
+ *   optimizer [50,55], step [0,55]. */
+static void test_unawaited_confirmation(void **state)
+{
+    (void)state;
+    static const char *const tl[] = {"compute", "rpc server 0", "to server 0", "from server 0"};
+    static const char *const sl[] = {"reactor"};
+    trace_dump *d = dump_new(TRACE_TRAINER, 0, tl, 4), *sv = dump_new(TRACE_SERVER, 0, sl, 1);
+    trace_ids none = trace_ids_make(0, TRACE_NONE, 0, TRACE_NONE), call = trace_ids_make(0, TRACE_NONE, 0, 0);
+    add(d, 0, TRACE_STEP, 0, 0, 0, 55, none);
+    for (int u = 0; u < 2; u++) {
+        int64_t o = u ? 29 : 0;
+        if (!u)
+            add(d, 0, TRACE_BUCKET_WAIT, 1, 0, 2, 10, call);
+        add(d, 0, TRACE_FRAME_OUT, 2, 0, 2 + o, 3 + o, call);
+        add(sv, 2, TRACE_PUSH_RECV, 0, 0, 4 + o, 5 + o, call);
+        add(sv, 2, TRACE_FOLD, 0, 0, 5 + o, u ? 40 : 6, call);
+        add(sv, 2, TRACE_ANSWER_OUT, 0, 0, u ? 41 : 7, u ? 42 : 8, call);
+        add(d, 0, TRACE_FRAME_IN, 3, 0, u ? 43 : 8, u ? 44 : 10, call);
+    }
+    add(d, 0, TRACE_FORWARD, 0, 0, 10, 20, none);
+    add(d, 0, TRACE_BACKWARD_COMPUTE, 0, 0, 20, 30, none);
+    add(d, 0, TRACE_EXPOSED_WAIT, 0, 0, 30, 50, none);
+    add(d, 0, TRACE_OPTIMIZER, 0, 0, 50, 55, none);
+    trace_out_node out[2] = {{.dump = d, .state = TRACE_OUT_SAME}, {.dump = sv, .state = TRACE_OUT_ALIGNED}};
+    out[1].clock = (clockoff){.offset_ns = skew_of[2], .uncertainty_ns = 5 * US, .used = 8};
+    trace_out_span *sp;
+    size_t n;
+    char err[256];
+    assert_int_equal(trace_out_spans(out, 2, &sp, &n, err, sizeof err), 0);
+    size_t *path, np;
+    assert_int_equal(trace_an_critical(sp, n, 0, &path, &np), 0);
+    static const struct {
+        trace_span span;
+        int64_t start_us;
+    } want[] = {{TRACE_FRAME_OUT, 2}, {TRACE_PUSH_RECV, 4},   {TRACE_FOLD, 5},          {TRACE_ANSWER_OUT, 7},
+                {TRACE_FRAME_IN, 8},  {TRACE_BUCKET_WAIT, 2}, {TRACE_EXPOSED_WAIT, 30}, {TRACE_OPTIMIZER, 50}};
+    assert_int_equal(np, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < np; i++) {
+        assert_int_equal(sp[path[i]].span, want[i].span);
+        assert_int_equal(sp[path[i]].start_ns, MASTER_T0 + want[i].start_us * US);
+    }
+    free(path);
+    free(sp);
+    trace_dump_free(d);
+    trace_dump_free(sv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_live_spans),    cmocka_unit_test(test_from_document),      cmocka_unit_test(test_clamp),
         cmocka_unit_test(test_shared_answer), cmocka_unit_test(test_calls_of_no_bucket),
+        cmocka_unit_test(test_unawaited_confirmation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
