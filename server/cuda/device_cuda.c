@@ -420,7 +420,6 @@ static void cuda_on_flush(evutil_socket_t fd, short what, void *arg)
         for (size_t i = 0; i < c->fn_count; i++)
             q[i] = c->fn_seq[(c->fn_first + i) % c->fn_cap];
         free(c->fn_seq);
-        rowgroup_free(&c->rg);
         c->fn_seq = q;
         c->fn_cap = cap;
         c->fn_first = 0;
@@ -503,6 +502,7 @@ static void cuda_destroy(device *d)
     }
     cuda_buf_teardown(c);
     free(c->fn_seq);
+    rowgroup_free(&c->rg);
     if (c->wake_ev)
         event_free(c->wake_ev);
     if (c->flush_ev)
