@@ -203,6 +203,7 @@ int client_queue_src(client *cl, size_t i, const frame_hdr *h0, const client_src
     o->plen = h->payload;
     o->done = 0;
     o->t_queued_ns = t_queued;
+    o->t_first_ns = 0;
     if (t_queued)
         o->ids = trace_ids_make((h->has & FH_BATCH) ? (int64_t)h->batch : TRACE_NONE,
                                 (h->has & FH_BUCKET) ? (int64_t)h->bucket : TRACE_NONE, cl->trace_trainer,
@@ -220,13 +221,17 @@ bool client_idle_out(const client *cl)
 }
 
 /* Frame o is written whole: its frame_out span, from when it was queued
- * (or the link's previous frame was written, if later) to now (*now: read
- * once per write). */
+ * (or the link's previous frame was written, if later — but no later than
+ * the write that took its first bytes: frames written by one writev all
+ * end at the clock read after it, while their bytes left during it) to now
+ * (*now: read once per write). */
 static void client_trace_out(client *cl, client_conn *c, const client_out *o, uint64_t *now)
 {
     if (!*now)
         *now = clock_now_ns();
     uint64_t start = o->t_queued_ns > c->trace_last_out_ns ? o->t_queued_ns : c->trace_last_out_ns;
+    if (o->t_first_ns && start > o->t_first_ns)
+        start = o->t_first_ns > o->t_queued_ns ? o->t_first_ns : o->t_queued_ns;
     c->trace_last_out_ns = *now;
     trace_add(cl->trace, TRACE_FRAME_OUT, c->trace_lane_out, start, *now, o->ids);
 }
@@ -249,6 +254,9 @@ static int client_write(client *cl, client_conn *c, char *err, size_t errlen)
                 iov[n++].iov_len = o->plen - pdone;
             }
         }
+        /* Traced frames: the clock before the write, the earliest their
+         * bytes may leave (client_trace_out). */
+        uint64_t t_w = c->q[c->qhead].t_queued_ns ? clock_now_ns() : 0;
         ssize_t w = writev(c->fd, iov, n);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
@@ -262,6 +270,8 @@ static int client_write(client *cl, client_conn *c, char *err, size_t errlen)
         while (left && c->qlen) {
             client_out *o = &c->q[c->qhead];
             uint64_t rest = o->hlen + o->plen - o->done;
+            if (o->done == 0)
+                o->t_first_ns = t_w; /* its first bytes left in this write */
             if (left < rest) {
                 o->done += left;
                 left = 0;

@@ -54,6 +54,7 @@ typedef struct client_out {
      * its ids for the frame_out span written once its last byte is; 0:
      * not traced. */
     uint64_t t_queued_ns;
+    uint64_t t_first_ns; /* traced: the clock before the write that took its first bytes (0: none yet) */
     trace_ids ids;
 } client_out;
 
