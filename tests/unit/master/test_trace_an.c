@@ -394,6 +394,35 @@ static void test_shared_answer(void **state)
     an_job_free(&j);
 }
 
+/* The critical path of batch 0 of trainer dump d and server dump sv
+ * (server 0's clock 1 s ahead, 5 us uncertain) against want (span, start
+ * in us on the master's clock, forward first); frees both dumps. */
+typedef struct want_span {
+    trace_span span;
+    int64_t start_us;
+} want_span;
+
+static void check_path(trace_dump *d, trace_dump *sv, const want_span *want, size_t nwant)
+{
+    trace_out_node out[2] = {{.dump = d, .state = TRACE_OUT_SAME}, {.dump = sv, .state = TRACE_OUT_ALIGNED}};
+    out[1].clock = (clockoff){.offset_ns = skew_of[2], .uncertainty_ns = 5 * US, .used = 8};
+    trace_out_span *sp;
+    size_t n;
+    char err[256];
+    assert_int_equal(trace_out_spans(out, 2, &sp, &n, err, sizeof err), 0);
+    size_t *path, np;
+    assert_int_equal(trace_an_critical(sp, n, 0, &path, &np), 0);
+    assert_int_equal(np, nwant);
+    for (size_t i = 0; i < np; i++) {
+        assert_int_equal(sp[path[i]].span, want[i].span);
+        assert_int_equal(sp[path[i]].start_ns, MASTER_T0 + want[i].start_us * US);
+    }
+    free(path);
+    free(sp);
+    trace_dump_free(d);
+    trace_dump_free(sv);
+}
+
 /* Calls of no bucket (the HybridModel's: a lookup, then an update, to
  * the same server in one batch, under the same ids): the critical path
  * goes through the update's own spans (those within its wait), not the
@@ -432,29 +461,11 @@ static void calls_of_no_bucket(bool late)
     add(d, 0, TRACE_EXPOSED_WAIT, 0, 0, 30, 50, none);
     add(d, 0, TRACE_OPTIMIZER, 0, 0, 50, 55, none);
     add(d, 0, TRACE_FRAME_IN, 3, 0, 60, 62, call); /* a confirmation awaited after the step: not on the path */
-    trace_out_node out[2] = {{.dump = d, .state = TRACE_OUT_SAME}, {.dump = sv, .state = TRACE_OUT_ALIGNED}};
-    out[1].clock = (clockoff){.offset_ns = skew_of[2], .uncertainty_ns = 5 * US, .used = 8};
-    trace_out_span *sp;
-    size_t n;
-    char err[256];
-    assert_int_equal(trace_out_spans(out, 2, &sp, &n, err, sizeof err), 0);
-    size_t *path, np;
-    assert_int_equal(trace_an_critical(sp, n, 0, &path, &np), 0);
-    static const struct {
-        trace_span span;
-        int64_t start_us;
-    } want[] = {{TRACE_FORWARD, 10},      {TRACE_BACKWARD_COMPUTE, 20}, {TRACE_FRAME_OUT, 31}, {TRACE_PUSH_RECV, 33},
-                {TRACE_FOLD, 34},         {TRACE_ANSWER_OUT, 41},       {TRACE_FRAME_IN, 43},  {TRACE_BUCKET_WAIT, 31},
-                {TRACE_EXPOSED_WAIT, 30}, {TRACE_OPTIMIZER, 50}};
-    assert_int_equal(np, sizeof want / sizeof want[0]);
-    for (size_t i = 0; i < np; i++) {
-        assert_int_equal(sp[path[i]].span, want[i].span);
-        assert_int_equal(sp[path[i]].start_ns, MASTER_T0 + want[i].start_us * US);
-    }
-    free(path);
-    free(sp);
-    trace_dump_free(d);
-    trace_dump_free(sv);
+    static const want_span want[] = {
+        {TRACE_FORWARD, 10},      {TRACE_BACKWARD_COMPUTE, 20}, {TRACE_FRAME_OUT, 31}, {TRACE_PUSH_RECV, 33},
+        {TRACE_FOLD, 34},         {TRACE_ANSWER_OUT, 41},       {TRACE_FRAME_IN, 43},  {TRACE_BUCKET_WAIT, 31},
+        {TRACE_EXPOSED_WAIT, 30}, {TRACE_OPTIMIZER, 50}};
+    check_path(d, sv, want, sizeof want / sizeof want[0]);
 }
 
 static void test_calls_of_no_bucket(void **state)
@@ -498,28 +509,10 @@ static void test_unawaited_confirmation(void **state)
     add(d, 0, TRACE_BACKWARD_COMPUTE, 0, 0, 20, 30, none);
     add(d, 0, TRACE_EXPOSED_WAIT, 0, 0, 30, 50, none);
     add(d, 0, TRACE_OPTIMIZER, 0, 0, 50, 55, none);
-    trace_out_node out[2] = {{.dump = d, .state = TRACE_OUT_SAME}, {.dump = sv, .state = TRACE_OUT_ALIGNED}};
-    out[1].clock = (clockoff){.offset_ns = skew_of[2], .uncertainty_ns = 5 * US, .used = 8};
-    trace_out_span *sp;
-    size_t n;
-    char err[256];
-    assert_int_equal(trace_out_spans(out, 2, &sp, &n, err, sizeof err), 0);
-    size_t *path, np;
-    assert_int_equal(trace_an_critical(sp, n, 0, &path, &np), 0);
-    static const struct {
-        trace_span span;
-        int64_t start_us;
-    } want[] = {{TRACE_FRAME_OUT, 2}, {TRACE_PUSH_RECV, 4},   {TRACE_FOLD, 5},          {TRACE_ANSWER_OUT, 7},
-                {TRACE_FRAME_IN, 8},  {TRACE_BUCKET_WAIT, 2}, {TRACE_EXPOSED_WAIT, 30}, {TRACE_OPTIMIZER, 50}};
-    assert_int_equal(np, sizeof want / sizeof want[0]);
-    for (size_t i = 0; i < np; i++) {
-        assert_int_equal(sp[path[i]].span, want[i].span);
-        assert_int_equal(sp[path[i]].start_ns, MASTER_T0 + want[i].start_us * US);
-    }
-    free(path);
-    free(sp);
-    trace_dump_free(d);
-    trace_dump_free(sv);
+    static const want_span want[] = {{TRACE_FRAME_OUT, 2},     {TRACE_PUSH_RECV, 4}, {TRACE_FOLD, 5},
+                                     {TRACE_ANSWER_OUT, 7},    {TRACE_FRAME_IN, 8},  {TRACE_BUCKET_WAIT, 2},
+                                     {TRACE_EXPOSED_WAIT, 30}, {TRACE_OPTIMIZER, 50}};
+    check_path(d, sv, want, sizeof want / sizeof want[0]);
 }
 
 int main(void)
