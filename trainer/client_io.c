@@ -123,12 +123,15 @@ int client_read_answer(client_conn *c, frame_type want, double timeout_s, frame_
 int client_check_dev(const client *cl, const client_conn *c, const frame_hdr *h, uint64_t *want, char *err,
                      size_t errlen)
 {
-    *want = h->type == FT_RESULT && h->layout == LAYOUT_DENSE ? frame_push_payload_size(h)
+    bool result = h->type == FT_RESULT && h->layout == LAYOUT_DENSE;
+    *want = result                                               ? frame_push_payload_size(h)
             : h->type == FT_PARAMS && h->count <= UINT64_MAX / 4 ? h->count * 4
-                                                                : UINT64_MAX;
+                                                                 : UINT64_MAX;
+    /* its elements' alignment: a narrow result's (f16, bf16) 2 bytes, else a float's */
+    int dt = result ? frame_dtype_type(h->dtype) : HALF_FP32;
+    uint64_t align = dt == HALF_FP16 || dt == HALF_BF16 ? 2 : 4;
     if (devmem_is_none(c->srv_gpu) || !cl->sink.dev || h->payload || (h->has & FH_AT) || *want == UINT64_MAX ||
-        h->dev % (h->count && *want / h->count == 2 ? 2 : 4) || h->dev > c->srv_gpu_bytes ||
-        *want > c->srv_gpu_bytes - h->dev) {
+        h->dev % align || h->dev > c->srv_gpu_bytes || *want > c->srv_gpu_bytes - h->dev) {
         snprintf(err, errlen, "server %s sent a '%s' naming bytes %" PRIu64 "..+%" PRIu64 " of %s", c->addr,
                  frame_type_name(h->type), h->dev, *want == UINT64_MAX ? 0 : *want,
                  !devmem_is_none(c->srv_gpu) ? "its GPU memory, outside it (or not a dense result, or with a payload too)"

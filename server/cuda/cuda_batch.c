@@ -163,8 +163,11 @@ static int cuda_batch_grow(cuda_device *c)
 
 /* A small fold (or copy) into acc's floats [elem_off, elem_off + n) from n
  * floats at device address src: into the batch, on acc's chain. 0, or -1
- * (the device failed: out of host memory). */
-static int cuda_defer_desc(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, const void *src, size_t n, float s)
+ * (the device failed: out of host memory). Its bytes are staged
+ * (cuda_defer), or lie in a peer's GPU memory (CUDA IPC: cuda_fold_peer),
+ * whose stream wait is enqueued before the batch: the small pushes of many
+ * trainers folded by one launch per iteration, not one each (issue 44). */
+int cuda_defer_desc(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, const void *src, size_t n, float s)
 {
     if (cuda_batch_grow(c) < 0) {
         cuda_fail(c, "out of host memory");
@@ -203,16 +206,6 @@ static void cuda_defer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, s
     }
     staging_take(&c->stage, n * sizeof(float));
     c->bend = staging_used(&c->stage);
-}
-
-/* A small fold from a peer's GPU memory (CUDA IPC): deferred like one from
- * the host, its descriptor naming the peer's floats (nothing staged): the
- * small pushes of many trainers folded by one launch per iteration, not
- * one each (issue 44). The peer's stream wait (cuda_peer_wait) was
- * enqueued before, so the batch runs after it. */
-void cuda_defer_peer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, const float *src, size_t n, float s)
-{
-    cuda_defer_desc(c, op, acc, elem_off, src, n, s);
 }
 
 /* May small bytes be batched at stage.cur's `used`? Only right after the

@@ -155,9 +155,9 @@ void cuda_arm_flush(cuda_device *c);
 /* The peers' pending stream waits enqueued (cuda_peer_wait: before
  * anything that may read a peer's memory; cuda_emit_batch calls it first). */
 void cuda_peers_wait_now(cuda_device *c);
-/* A small fold from n floats of a peer's GPU memory at device address src,
- * into the batch (cuda_peer.c). */
-void cuda_defer_peer(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, const float *src, size_t n, float s);
+/* A small fold from n floats at device address src (a peer's GPU memory:
+ * cuda_peer.c) into the batch. 0, or -1 (the device failed). */
+int cuda_defer_desc(cuda_device *c, int op, devbuf *acc, uint64_t elem_off, const void *src, size_t n, float s);
 /* Enqueue the batch of small folds (nothing when it is empty). */
 void cuda_emit_batch(cuda_device *c);
 uint8_t *cuda_recv_area(device *d, devbuf *dst, uint64_t off, size_t *max);

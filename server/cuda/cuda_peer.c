@@ -117,7 +117,7 @@ void cuda_fold_peer(device *d, device_fold_op op, devbuf *acc, uint64_t elem_off
         return;
     const float *src = devmem_f32(devmem_at(p->base, at)).p;
     if (n * sizeof(float) <= CUDA_SMALL) { /* batched with this iteration's other small folds */
-        cuda_defer_peer(c, cuda_fold_op(op), acc, elem_off, src, n, s);
+        cuda_defer_desc(c, cuda_fold_op(op), acc, elem_off, src, n, s);
         return;
     }
     cuda_emit_batch(c); /* the small folds into acc before this one */
